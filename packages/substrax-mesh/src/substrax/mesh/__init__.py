@@ -1,0 +1,1 @@
+"""substrax.mesh: device meshes with auto axes, logical-axis rules and sharding strategies (not built yet)."""

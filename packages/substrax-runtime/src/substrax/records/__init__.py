@@ -1,0 +1,1 @@
+"""substrax.records: process and xla settings, device detection, output directories, rng keys, shared types and json records (not built yet)."""

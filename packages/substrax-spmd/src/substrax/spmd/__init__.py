@@ -1,0 +1,1 @@
+"""substrax.spmd: data-parallel placement, fast spmd train steps, collectives and optax assembly (not built yet)."""

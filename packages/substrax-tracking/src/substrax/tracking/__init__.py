@@ -1,0 +1,1 @@
+"""substrax.tracking: experiment logging (console, files, tensorboard, w&b, mlflow) and training callbacks (not built yet)."""

@@ -1,0 +1,54 @@
+"""substrax: the training plumbing of a JAX/Flax NNX project.
+
+Each part is its own distribution under the shared ``substrax`` namespace; this package owns the
+namespace's ``__init__`` and reaches every part lazily, so ``import substrax`` imports no jax.
+
+Example:
+    >>> import substrax
+    >>> substrax.__version__ == __import__("importlib.metadata").metadata.version("substrax")
+    True
+"""
+
+import importlib
+import importlib.metadata
+import pkgutil
+from types import ModuleType
+
+
+# The namespace spans every part's directory, editable (one src/ per part) or installed.
+__path__ = pkgutil.extend_path(__path__, __name__)
+
+__version__ = importlib.metadata.version("substrax")
+
+_PARTS = frozenset(
+    {
+        "artifacts",
+        "callbacks",
+        "checkpoint",
+        "compute",
+        "devices",
+        "examples",
+        "mesh",
+        "optim",
+        "records",
+        "rng",
+        "runtime",
+        "spmd",
+        "testing",
+        "tracking",
+        "typing",
+    }
+)
+
+__all__ = ["__version__", *sorted(_PARTS)]
+
+
+def __getattr__(name: str) -> ModuleType:
+    """Import a part on first attribute access (PEP 562)."""
+    if name in _PARTS:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'substrax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PARTS})
