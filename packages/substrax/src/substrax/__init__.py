@@ -13,6 +13,27 @@ import importlib
 import importlib.metadata
 import pkgutil
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+
+if TYPE_CHECKING:  # the parts, as type checkers and editors should see them
+    from substrax import (
+        artifacts as artifacts,
+        callbacks as callbacks,
+        checkpoint as checkpoint,
+        compute as compute,
+        devices as devices,
+        examples as examples,
+        mesh as mesh,
+        optim as optim,
+        records as records,
+        rng as rng,
+        runtime as runtime,
+        spmd as spmd,
+        testing as testing,
+        tracking as tracking,
+        typing as typing,
+    )
 
 
 # The namespace spans every part's directory, editable (one src/ per part) or installed.
@@ -40,7 +61,24 @@ _PARTS = frozenset(
     }
 )
 
-__all__ = ["__version__", *sorted(_PARTS)]
+__all__ = [
+    "__version__",
+    "artifacts",
+    "callbacks",
+    "checkpoint",
+    "compute",
+    "devices",
+    "examples",
+    "mesh",
+    "optim",
+    "records",
+    "rng",
+    "runtime",
+    "spmd",
+    "testing",
+    "tracking",
+    "typing",
+]
 
 
 def __getattr__(name: str) -> ModuleType:
