@@ -1,45 +1,33 @@
 """substrax: the training plumbing of a JAX/Flax NNX project.
 
 Each part is its own distribution under the shared ``substrax`` namespace; this package owns the
-namespace's ``__init__`` and reaches every part lazily, so ``import substrax`` imports no jax.
+namespace's ``__init__`` and reaches every part lazily (PEP 562), so ``import substrax`` imports
+no jax and costs next to nothing. ``substrax.mesh`` imports the mesh part on first use.
 
 Example:
     >>> import substrax
     >>> substrax.__version__ == __import__("importlib.metadata").metadata.version("substrax")
     True
+    >>> substrax.records.__name__
+    'substrax.records'
 """
 
-import importlib
-import importlib.metadata
-import pkgutil
+import os
+import sys
+from importlib import import_module
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 
-if TYPE_CHECKING:  # the parts, as type checkers and editors should see them
-    from substrax import (
-        artifacts as artifacts,
-        callbacks as callbacks,
-        checkpoint as checkpoint,
-        compute as compute,
-        devices as devices,
-        examples as examples,
-        mesh as mesh,
-        optim as optim,
-        records as records,
-        rng as rng,
-        runtime as runtime,
-        spmd as spmd,
-        testing as testing,
-        tracking as tracking,
-        typing as typing,
-    )
-
-
-# The namespace spans every part's directory, editable (one src/ per part) or installed.
-__path__ = pkgutil.extend_path(__path__, __name__)
-
-__version__ = importlib.metadata.version("substrax")
+# The namespace spans every part's directory, editable (one src/ per part) or installed: what
+# pkgutil.extend_path does, without the cost of importing pkgutil.
+__path__ = [
+    *__path__,
+    *(
+        portion
+        for portion in (os.path.join(entry or os.curdir, __name__) for entry in sys.path)  # noqa: PTH118
+        if portion not in __path__ and os.path.isdir(portion)  # noqa: PTH112
+    ),
+]
 
 _PARTS = frozenset(
     {
@@ -61,32 +49,20 @@ _PARTS = frozenset(
     }
 )
 
-__all__ = [
-    "__version__",
-    "artifacts",
-    "callbacks",
-    "checkpoint",
-    "compute",
-    "devices",
-    "examples",
-    "mesh",
-    "optim",
-    "records",
-    "rng",
-    "runtime",
-    "spmd",
-    "testing",
-    "tracking",
-    "typing",
-]
 
-
-def __getattr__(name: str) -> ModuleType:
-    """Import a part on first attribute access (PEP 562)."""
+def __getattr__(name: str) -> ModuleType | str:
+    """Import a part, or read the installed version, on first access (PEP 562)."""
     if name in _PARTS:
-        return importlib.import_module(f"{__name__}.{name}")
+        return import_module(f"{__name__}.{name}")
+    if name == "__version__":
+        # importlib.metadata costs ~100 ms to import: pay it only when the version is asked for.
+        from importlib.metadata import version as installed_version  # noqa: PLC0415
+
+        version = installed_version("substrax")
+        globals()["__version__"] = version
+        return version
     raise AttributeError(f"module 'substrax' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_PARTS})
+    return sorted({*globals(), *_PARTS, "__version__"})
