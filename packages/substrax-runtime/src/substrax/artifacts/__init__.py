@@ -1,1 +1,18 @@
-"""substrax.artifacts: process and xla settings, device detection, output directories, rng keys, shared types and json records (not built yet)."""
+"""substrax.artifacts: where a run writes its outputs, never the working tree. Imports no jax.
+
+Example:
+    >>> from substrax.artifacts import resolve_output_dir
+    >>> location = resolve_output_dir("fno_darcy", env={})
+    >>> location.source
+    'run_default'
+"""
+
+from ._output_dir import (
+    OUTPUT_DIR_ENV as OUTPUT_DIR_ENV,
+    OutputLocation as OutputLocation,
+    OutputSource as OutputSource,
+    resolve_output_dir as resolve_output_dir,
+)
+
+
+__all__ = ["OUTPUT_DIR_ENV", "OutputLocation", "OutputSource", "resolve_output_dir"]

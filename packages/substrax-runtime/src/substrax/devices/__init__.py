@@ -1,1 +1,43 @@
-"""substrax.devices: process and xla settings, device detection, output directories, rng keys, shared types and json records (not built yet)."""
+"""substrax.devices: one reading of the hardware, placement, and the batch-size table.
+
+Example:
+    >>> from substrax.devices import DeviceKind, detect_devices, get_batch_size_recommendation
+    >>> info = detect_devices()
+    >>> info.kind in set(DeviceKind)
+    True
+    >>> get_batch_size_recommendation(HardwareType.H100).critical_batch_size
+    295
+"""
+
+from ._hardware import (
+    BATCH_SIZE_TABLE as BATCH_SIZE_TABLE,
+    BatchSizeRecommendation as BatchSizeRecommendation,
+    HardwareType as HardwareType,
+    UnknownHardwareError as UnknownHardwareError,
+    detect_hardware_type as detect_hardware_type,
+    get_batch_size_recommendation as get_batch_size_recommendation,
+)
+from ._info import (
+    DeviceInfo as DeviceInfo,
+    DeviceKind as DeviceKind,
+    DeviceLike as DeviceLike,
+    detect_devices as detect_devices,
+    place_on_device as place_on_device,
+    visible_devices as visible_devices,
+)
+
+
+__all__ = [
+    "BATCH_SIZE_TABLE",
+    "BatchSizeRecommendation",
+    "DeviceInfo",
+    "DeviceKind",
+    "DeviceLike",
+    "HardwareType",
+    "UnknownHardwareError",
+    "detect_devices",
+    "detect_hardware_type",
+    "get_batch_size_recommendation",
+    "place_on_device",
+    "visible_devices",
+]

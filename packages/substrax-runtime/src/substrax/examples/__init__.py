@@ -1,1 +1,13 @@
-"""substrax.examples: process and xla settings, device detection, output directories, rng keys, shared types and json records (not built yet)."""
+"""substrax.examples: list a repository's example scripts. Imports no jax.
+
+Example:
+    >>> from pathlib import Path
+    >>> from substrax.examples import discover_examples
+    >>> discover_examples  # doctest: +ELLIPSIS
+    <function discover_examples at ...>
+"""
+
+from ._discover import discover_examples as discover_examples
+
+
+__all__ = ["discover_examples"]

@@ -1,1 +1,22 @@
-"""substrax.records: process and xla settings, device detection, output directories, rng keys, shared types and json records (not built yet)."""
+"""substrax.records: typed JSON records, read strictly. Imports no jax.
+
+Example:
+    >>> from dataclasses import dataclass
+    >>> from substrax.records import UNKNOWN_FIELDS_REFUSED, dump_record, read_record
+    >>> @dataclass(frozen=True)
+    ... class Run:
+    ...     __pydantic_config__ = UNKNOWN_FIELDS_REFUSED
+    ...     name: str
+    ...     steps: int
+    >>> read_record(Run, dump_record(Run(name="a", steps=3)))
+    Run(name='a', steps=3)
+"""
+
+from ._records import (
+    UNKNOWN_FIELDS_REFUSED as UNKNOWN_FIELDS_REFUSED,
+    dump_record as dump_record,
+    read_record as read_record,
+)
+
+
+__all__ = ["UNKNOWN_FIELDS_REFUSED", "dump_record", "read_record"]

@@ -1,9 +1,187 @@
-"""Placeholder plugin: emulate 8 CPU devices until the full plugin lands."""
+"""substrax's opt-in pytest plugin: a JAX test runtime, device markers, config isolation.
 
+Opt in from a ``conftest.py`` (no ``pytest11`` entry point is registered, so installing
+substrax changes no other project's test runs)::
+
+    pytest_plugins = ["substrax.testing.pytest_plugin"]
+
+What it does:
+
+- Before jax loads, sets the session's runtime with ``resolve_test_runtime(os.environ,
+  prefix="SUBSTRAX_TEST_", ...)``: cpu with 8 emulated devices unless ``JAX_NUM_CPU_DEVICES``
+  or ``--xla_force_host_platform_device_count`` is already set. ``SUBSTRAX_TEST_DEVICE_COUNT``
+  picks another count (``0``: no emulation); ``SUBSTRAX_TEST_JAX_PLATFORMS=cuda`` moves the
+  session onto a GPU. When jax was imported before the plugin configured (another plugin, an
+  in-process ``pytester`` run), whatever configured jax first stays in force.
+- Markers: ``x64`` (the test body runs inside ``jax.enable_x64(True)``), ``devices(count,
+  kind=None)`` and ``accelerator(kind=None)`` (skips naming what is missing). A malformed
+  marker is a usage error at collection.
+- Config isolation: the autouse fixture ``substrax_jax_config_isolation`` restores jax's
+  global config after each test and fails a test that changed it, naming the options.
+- A collection guard: the session stops when a module switched ``jax_enable_x64`` on at
+  import (unless ``JAX_ENABLE_X64`` is set for the whole run).
+- Fixtures ``output_dir``, ``rng_key`` and ``rngs``.
+
+Importing this module imports no jax.
+"""
+
+import importlib.util
 import os
+import sys
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ._markers import MARKERS, DeviceRequirement, parse_marker, skip_reason
+from .jax_config import restored_jax_config
 
 
-def pytest_configure() -> None:
-    """Emulate 8 CPU devices for the test session."""
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
+if TYPE_CHECKING:
+    import jax
+    from flax import nnx
+
+ENV_PREFIX = "SUBSTRAX_TEST_"
+SEED = 42
+RNG_STREAMS = ("default", "params", "dropout", "sample")
+_CUDA_PLUGINS = ("jax_cuda13_plugin", "jax_cuda12_plugin")
+_MARKER_NAMES = ("x64", "devices", "accelerator")
+_REQUIREMENTS = pytest.StashKey[list[DeviceRequirement]]()
+_TRUTHY = frozenset({"1", "true", "yes", "on"})
+
+
+def _cuda_plugin_available() -> bool:
+    return any(importlib.util.find_spec(name) is not None for name in _CUDA_PLUGINS)
+
+
+def _configure_runtime() -> None:
+    from substrax.runtime import (  # noqa: PLC0415 - after pytest has parsed its options
+        RuntimeConfigurationError,
+        apply_runtime,
+        resolve_test_runtime,
+    )
+
+    if "jax" in sys.modules:
+        return  # jax has read its settings already; whoever imported it configured it
+    try:
+        runtime = resolve_test_runtime(
+            os.environ, prefix=ENV_PREFIX, cuda_plugin_available=_cuda_plugin_available()
+        )
+        apply_runtime(runtime)
+    except (ValueError, RuntimeConfigurationError) as error:
+        raise pytest.UsageError(f"substrax test runtime: {error}") from error
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the markers and set the JAX runtime before any test module imports jax."""
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    _configure_runtime()
+
+
+def pytest_report_header() -> str:
+    """Show the JAX settings the session runs under."""
+    shown = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "JAX_ENABLE_X64", "XLA_FLAGS")
+    settings = " ".join(f"{name}={os.environ[name]}" for name in shown if name in os.environ)
+    return f"substrax test runtime: {settings or 'jax defaults'}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Validate every use of the plugin's markers; a malformed one is a usage error."""
+    for item in items:
+        requirements: list[DeviceRequirement] = []
+        for name in _MARKER_NAMES:
+            for marker in item.iter_markers(name):
+                requirement = parse_marker(item.nodeid, marker)
+                if requirement is not None:
+                    requirements.append(requirement)
+        if requirements:
+            item.stash[_REQUIREMENTS] = requirements
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Stop the session when collecting tests switched 64-bit mode on globally."""
+    del session
+    if "jax" not in sys.modules:
+        return
+    import jax  # noqa: PLC0415 - already imported
+
+    if jax.config.jax_enable_x64 and os.environ.get("JAX_ENABLE_X64", "").lower() not in _TRUTHY:
+        raise pytest.UsageError(
+            "jax_enable_x64 was switched on while collecting tests (a test module or conftest "
+            "calls jax.config.update('jax_enable_x64', True) at import), which changes the "
+            "dtypes of every other test; mark the tests that need it with @pytest.mark.x64, "
+            "or set JAX_ENABLE_X64=1 for the whole run"
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    """Skip a test whose ``devices``/``accelerator`` marker this process cannot satisfy."""
+    for requirement in item.stash.get(_REQUIREMENTS, []):
+        reason = skip_reason(requirement)
+        if reason is not None:
+            item.add_marker(pytest.mark.skipif(True, reason=reason))
+            break
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """Run an ``x64`` test's body inside ``jax.enable_x64(True)`` (thread-local)."""
+    if item.get_closest_marker("x64") is None:
+        return (yield)
+    import jax  # noqa: PLC0415 - only for x64 tests
+
+    with jax.enable_x64(True):
+        return (yield)
+
+
+@pytest.fixture(autouse=True)
+def substrax_jax_config_isolation() -> Iterator[None]:
+    """Fail a test that changed jax's global config, after restoring it.
+
+    Only tests that start with jax already imported are checked (a session that never imports
+    jax never loads it here). Use jax's context managers (``with jax.enable_x64(True):``) or
+    the ``x64`` marker instead of ``jax.config.update``.
+    """
+    if "jax" not in sys.modules:
+        yield
+        return
+    with restored_jax_config() as changed:
+        yield
+    if changed:
+        pytest.fail(
+            f"the test changed jax's global config: {', '.join(changed)} (now restored); use "
+            "jax's context managers (e.g. `with jax.enable_x64(True):`) or @pytest.mark.x64 "
+            "instead of jax.config.update",
+            pytrace=False,
+        )
+
+
+@pytest.fixture
+def output_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty ``tmp_path/outputs``, set as ``AVITAI_OUTPUT_DIR`` for the test."""
+    from substrax.artifacts import OUTPUT_DIR_ENV  # noqa: PLC0415
+
+    path = tmp_path / "outputs"
+    path.mkdir()
+    monkeypatch.setenv(OUTPUT_DIR_ENV, str(path))
+    return path
+
+
+@pytest.fixture
+def rng_key() -> "jax.Array":
+    """A typed PRNG key, ``jax.random.key(42)``."""
+    import jax  # noqa: PLC0415
+
+    return jax.random.key(SEED)
+
+
+@pytest.fixture
+def rngs() -> "nnx.Rngs":
+    """``rngs_from_seed(42, ("default", "params", "dropout", "sample"))`` (needs flax)."""
+    from substrax.rng import rngs_from_seed  # noqa: PLC0415
+
+    return rngs_from_seed(SEED, RNG_STREAMS)

@@ -1,0 +1,98 @@
+"""Resolve where a run writes its outputs: never the working tree."""
+
+import functools
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Literal
+
+
+OUTPUT_DIR_ENV = "AVITAI_OUTPUT_DIR"
+
+type OutputSource = Literal["argument", "environment", "run_default"]
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputLocation:
+    """A resolved output directory and where the choice came from.
+
+    Attributes:
+        path: The directory (it exists).
+        source: ``"argument"``, ``"environment"`` or ``"run_default"``.
+
+    Example:
+        >>> from pathlib import Path
+        >>> OutputLocation(path=Path("/tmp/x"), source="argument").source
+        'argument'
+    """
+
+    path: Path
+    source: OutputSource
+
+
+def _check_name(name: str) -> PurePath:
+    if not isinstance(name, str) or not name.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise ValueError(f"output name must be a non-empty relative path, got {name!r}")
+    relative = PurePath(name)
+    if relative.is_absolute() or relative.anchor or ".." in relative.parts:
+        raise ValueError(
+            f"output name {name!r} must be a relative path inside the output directory, "
+            "without '..'"
+        )
+    return relative
+
+
+@functools.cache
+def _run_directory(temp_root: str) -> Path:
+    # One directory per process and temporary root, created on first use.
+    return Path(tempfile.mkdtemp(prefix="avitai-run-", dir=temp_root))
+
+
+def resolve_output_dir(
+    name: str, *, explicit: Path | str | None = None, env: Mapping[str, str] | None = None
+) -> OutputLocation:
+    """Pick (and create) the directory a run writes ``name``'s outputs to.
+
+    In order: ``explicit`` (resolved); ``$AVITAI_OUTPUT_DIR/name``, where the variable must be
+    absolute; ``<tmp>/avitai-run-XXXX/name`` under a run directory created once per process.
+    It never defaults into the working directory.
+
+    Args:
+        name: A non-empty relative path naming the run's outputs, e.g. ``"fno_darcy"``.
+        explicit: A directory chosen by the caller; used as given (``name`` is not appended).
+        env: The environment to read; defaults to ``os.environ``.
+
+    Returns:
+        The created directory and its source.
+
+    Raises:
+        ValueError: ``name`` is empty, absolute or climbs with ``..``; or ``AVITAI_OUTPUT_DIR``
+            is not absolute.
+
+    Example:
+        >>> location = resolve_output_dir("demo", env={})
+        >>> location.source, location.path.name, location.path.is_dir()
+        ('run_default', 'demo', True)
+    """
+    relative = _check_name(name)
+    environ = os.environ if env is None else env
+    if explicit is not None:
+        path, source = Path(explicit).expanduser().resolve(), "argument"
+    elif raw := environ.get(OUTPUT_DIR_ENV, ""):
+        root = Path(raw).expanduser()
+        if not root.is_absolute():
+            raise ValueError(
+                f"{OUTPUT_DIR_ENV}={raw!r} must be an absolute path; set it to e.g. "
+                f"{str(Path(raw).resolve())!r}"
+            )
+        path, source = root / relative, "environment"
+    else:
+        path, source = _run_directory(tempfile.gettempdir()) / relative, "run_default"
+    path.mkdir(parents=True, exist_ok=True)
+    _LOG.info("outputs of %s go to %s (%s)", name, path, source)
+    return OutputLocation(path=path, source=source)

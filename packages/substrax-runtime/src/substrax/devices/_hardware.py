@@ -1,0 +1,215 @@
+"""Per-hardware batch-size starting points, as frozen data.
+
+The numbers are a roofline heuristic, not a measurement: ``critical_batch_size`` is the
+accelerator's dense bf16 peak divided by its memory bandwidth (FLOPs per byte), the batch
+size at which a dense layer's weights are read once per that many FLOPs and the step turns
+compute-bound. ``optimal_batch_size`` rounds it up to a multiple of 8. Hardware spec tables
+proper belong to calibrax; an accelerator this table does not know is reported as
+``HardwareType.UNKNOWN`` and never guessed.
+"""
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+
+from ._info import DeviceKind, DeviceLike, visible_devices
+
+
+class HardwareType(Enum):
+    """Hardware the batch-size table knows, plus ``CPU`` and ``UNKNOWN``.
+
+    Example:
+        >>> HardwareType.from_device_kind("NVIDIA H100 80GB HBM3")
+        <HardwareType.H100: 'h100'>
+        >>> HardwareType.from_device_kind("NVIDIA L40S")
+        <HardwareType.UNKNOWN: 'unknown'>
+    """
+
+    H100 = "h100"
+    H200 = "h200"
+    B200 = "b200"
+    L4 = "l4"
+    A100 = "a100"
+    TPU_V5E = "tpu_v5e"
+    TPU_V5P = "tpu_v5p"
+    TPU_V6E = "tpu_v6e"
+    CPU = "cpu"
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def from_device_kind(cls, device_kind: str, platform: str | None = None) -> "HardwareType":
+        """Recognise a device's ``device_kind`` string; anything unrecognised is ``UNKNOWN``.
+
+        Args:
+            device_kind: e.g. ``"NVIDIA A100-SXM4-80GB"``, ``"TPU v5 lite"``, ``"cpu"``.
+            platform: The device's platform; a ``cpu`` platform is always ``CPU``.
+
+        Returns:
+            The hardware type.
+
+        Example:
+            >>> HardwareType.from_device_kind("TPU v6 lite")
+            <HardwareType.TPU_V6E: 'tpu_v6e'>
+        """
+        if platform is not None and DeviceKind.from_platform(platform) is DeviceKind.CPU:
+            return cls.CPU
+        text = device_kind.strip()
+        for pattern, hardware in _DEVICE_KIND_PATTERNS:
+            if pattern.search(text):
+                return hardware
+        return cls.UNKNOWN
+
+
+# Word boundaries keep L40S off L4 and GH200 off H200; TPU v5p reports itself as "TPU v5".
+_DEVICE_KIND_PATTERNS: tuple[tuple[re.Pattern[str], HardwareType], ...] = (
+    (re.compile(r"^cpu$", re.IGNORECASE), HardwareType.CPU),
+    (re.compile(r"\bH100\b", re.IGNORECASE), HardwareType.H100),
+    (re.compile(r"\bH200\b", re.IGNORECASE), HardwareType.H200),
+    (re.compile(r"\bB200\b", re.IGNORECASE), HardwareType.B200),
+    (re.compile(r"\bL4\b", re.IGNORECASE), HardwareType.L4),
+    (re.compile(r"\bA100\b", re.IGNORECASE), HardwareType.A100),
+    (re.compile(r"^TPU v5( lite|e)$", re.IGNORECASE), HardwareType.TPU_V5E),
+    (re.compile(r"^TPU v5p?$", re.IGNORECASE), HardwareType.TPU_V5P),
+    (re.compile(r"^TPU v6( lite|e)$", re.IGNORECASE), HardwareType.TPU_V6E),
+)
+
+
+class UnknownHardwareError(LookupError):
+    """The batch-size table has no entry for this hardware.
+
+    Attributes:
+        hardware_type: The type asked for (``UNKNOWN`` for an unrecognised accelerator).
+        device_kind: The device's own name, when it was detected.
+
+    Example:
+        >>> str(UnknownHardwareError(HardwareType.UNKNOWN, "NVIDIA L40S")).startswith("no batch")
+        True
+    """
+
+    def __init__(self, hardware_type: HardwareType, device_kind: str | None = None) -> None:
+        self.hardware_type = hardware_type
+        self.device_kind = device_kind
+        seen = f" (device_kind {device_kind!r})" if device_kind else ""
+        super().__init__(
+            f"no batch-size recommendation for {hardware_type.name}{seen}; the table knows "
+            f"{', '.join(h.name for h in BATCH_SIZE_TABLE)}. Pass hardware_type= for the "
+            "closest match, or measure (calibrax owns hardware specs)"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchSizeRecommendation:
+    """Per-device batch-size starting points for one kind of hardware.
+
+    Attributes:
+        min_batch_size: Below this the device mostly idles.
+        optimal_batch_size: A tile-friendly starting point at or above the critical size.
+        critical_batch_size: Where a dense step turns compute-bound (peak FLOPs / bandwidth).
+        max_memory_batch_size: A memory ceiling, when one is known (it depends on the model).
+        notes: Where the numbers come from.
+
+    Raises:
+        ValueError: A size is below 1, or ``min_batch_size > optimal_batch_size``.
+
+    Example:
+        >>> BatchSizeRecommendation(min_batch_size=1, optimal_batch_size=8, critical_batch_size=8)
+        BatchSizeRecommendation(min_batch_size=1, optimal_batch_size=8, critical_batch_size=8, max_memory_batch_size=None, notes='')
+    """
+
+    min_batch_size: int
+    optimal_batch_size: int
+    critical_batch_size: int
+    max_memory_batch_size: int | None = None
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        sizes = {
+            "min_batch_size": self.min_batch_size,
+            "optimal_batch_size": self.optimal_batch_size,
+            "critical_batch_size": self.critical_batch_size,
+        }
+        if self.max_memory_batch_size is not None:
+            sizes["max_memory_batch_size"] = self.max_memory_batch_size
+        for name, value in sizes.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise ValueError(f"{name} must be an int of at least 1, got {value!r}")
+        if self.min_batch_size > self.optimal_batch_size:
+            raise ValueError(
+                f"min_batch_size {self.min_batch_size} exceeds optimal_batch_size "
+                f"{self.optimal_batch_size}"
+            )
+
+
+def _roofline(tflops: float, tbps: float, memory: str) -> BatchSizeRecommendation:
+    critical = round(tflops / tbps)
+    return BatchSizeRecommendation(
+        min_batch_size=8,
+        optimal_batch_size=-(-critical // 8) * 8,
+        critical_batch_size=critical,
+        notes=f"dense bf16 {tflops:g} TFLOP/s over {tbps:g} TB/s; {memory}",
+    )
+
+
+BATCH_SIZE_TABLE: Mapping[HardwareType, BatchSizeRecommendation] = MappingProxyType(
+    {
+        HardwareType.H100: _roofline(989.0, 3.35, "80 GB HBM3 (SXM)"),
+        HardwareType.H200: _roofline(989.0, 4.8, "141 GB HBM3e"),
+        HardwareType.B200: _roofline(2250.0, 8.0, "180 GB HBM3e"),
+        HardwareType.L4: _roofline(121.0, 0.3, "24 GB GDDR6"),
+        HardwareType.A100: _roofline(312.0, 2.039, "80 GB HBM2e (SXM)"),
+        HardwareType.TPU_V5E: _roofline(197.0, 0.819, "16 GB HBM2"),
+        HardwareType.TPU_V5P: _roofline(459.0, 2.765, "95 GB HBM2e"),
+        HardwareType.TPU_V6E: _roofline(918.0, 1.64, "32 GB HBM"),
+        HardwareType.CPU: BatchSizeRecommendation(
+            min_batch_size=1,
+            optimal_batch_size=32,
+            critical_batch_size=32,
+            notes="no roofline: CPU runs are for tests and debugging; keep batches small",
+        ),
+    }
+)
+"""The recommendations by hardware (read-only). ``UNKNOWN`` has no entry by design."""
+
+
+def detect_hardware_type(devices: Sequence[DeviceLike] | None = None) -> HardwareType:
+    """The hardware type of the first visible device (``UNKNOWN`` when unrecognised).
+
+    Example:
+        >>> import jax
+        >>> detect_hardware_type(jax.devices("cpu"))
+        <HardwareType.CPU: 'cpu'>
+    """
+    first = (visible_devices() if devices is None else devices)[0]
+    return HardwareType.from_device_kind(first.device_kind, first.platform)
+
+
+def get_batch_size_recommendation(
+    hardware_type: HardwareType | None = None,
+) -> BatchSizeRecommendation:
+    """Look up the batch-size starting points for ``hardware_type`` (detected when ``None``).
+
+    Args:
+        hardware_type: The hardware; ``None`` detects it from the first visible device.
+
+    Returns:
+        The table's entry.
+
+    Raises:
+        UnknownHardwareError: The hardware is ``UNKNOWN`` (a ``LookupError``): an unrecognised
+            accelerator is never given another one's numbers.
+
+    Example:
+        >>> get_batch_size_recommendation(HardwareType.TPU_V5E).critical_batch_size
+        241
+    """
+    device_kind: str | None = None
+    if hardware_type is None:
+        first = visible_devices()[0]
+        device_kind = first.device_kind
+        hardware_type = HardwareType.from_device_kind(device_kind, first.platform)
+    try:
+        return BATCH_SIZE_TABLE[hardware_type]
+    except KeyError:
+        raise UnknownHardwareError(hardware_type, device_kind) from None

@@ -1,0 +1,214 @@
+"""Keys from an explicit owner, never a default seed; streams derived from a seed by name."""
+
+# Callers are untyped at run time: the isinstance checks below are the validation.
+# pyright: reportUnnecessaryIsInstance=false
+
+import hashlib
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+if TYPE_CHECKING:
+    from flax import nnx
+
+
+NNX_EXTRA = "substrax-runtime[nnx]"
+
+
+class MissingRngStreamError(ValueError):
+    """An ``nnx.Rngs`` holds none of the streams a caller can draw from.
+
+    Attributes:
+        context: What asked for a key (e.g. ``"Dropout"``).
+        streams: The streams it accepts, in preference order.
+
+    Example:
+        >>> str(MissingRngStreamError(context="dropout layer", streams=("dropout", "default")))
+        "dropout layer needs an rng stream named one of ('dropout', 'default'); pass nnx.Rngs(dropout=...)"
+    """
+
+    context: str
+    streams: tuple[str, ...]
+
+    def __init__(self, *, context: str, streams: Sequence[str]) -> None:
+        self.context = context
+        self.streams = tuple(streams)
+        super().__init__(
+            f"{context} needs an rng stream named one of {self.streams}; "
+            f"pass nnx.Rngs({self.streams[0] if self.streams else 'default'}=...)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_missing, (self.context, self.streams))
+
+
+def _rebuild_missing(context: str, streams: tuple[str, ...]) -> MissingRngStreamError:
+    return MissingRngStreamError(context=context, streams=streams)
+
+
+def _nnx() -> Any:  # noqa: ANN401 - the flax.nnx module, imported on demand
+    try:
+        from flax import nnx  # noqa: PLC0415 - flax is the optional [nnx] extra
+    except ImportError as error:
+        raise ImportError(
+            f"this needs flax; install it with `uv add '{NNX_EXTRA}'` (or pip install '{NNX_EXTRA}')"
+        ) from error
+    return nnx
+
+
+def _is_rngs(value: object) -> bool:
+    # An nnx.Rngs can only exist once flax.nnx is imported, so flax is never imported here.
+    nnx = sys.modules.get("flax.nnx")
+    return nnx is not None and isinstance(value, nnx.Rngs)
+
+
+def _check_streams(streams: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(streams, str) or not all(isinstance(s, str) and s for s in streams):
+        raise TypeError(f"streams must be a sequence of non-empty names, got {streams!r}")
+    return tuple(streams)
+
+
+def key_from(rng: "jax.Array | nnx.Rngs", *, streams: Sequence[str], context: str) -> jax.Array:
+    """Take a key from an explicit owner: an ``nnx.Rngs`` stream or a key itself.
+
+    There is no fallback to a default seed: a caller that wants randomness must hand it over.
+
+    Args:
+        rng: An ``nnx.Rngs`` (the first of ``streams`` it holds is drawn from), a typed key
+            (``jax.random.key``, ndim 0) or a raw ``uint32[2]`` key (``jax.random.PRNGKey``).
+        streams: Acceptable stream names, in preference order.
+        context: What asks for the key, for error messages.
+
+    Returns:
+        A key.
+
+    Raises:
+        MissingRngStreamError: ``rng`` is an ``nnx.Rngs`` holding none of ``streams``.
+        TypeError: ``rng`` is neither, e.g. an int seed or a batch of keys.
+
+    Example:
+        >>> import jax
+        >>> key = key_from(jax.random.key(0), streams=("dropout",), context="demo")
+        >>> key.shape
+        ()
+    """
+    names = _check_streams(streams)
+    if _is_rngs(rng):
+        rngs: Any = rng
+        for name in names:
+            if name in rngs:
+                return rngs[name]()
+        raise MissingRngStreamError(context=context, streams=names)
+    if isinstance(rng, jax.Array | np.ndarray):
+        if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+            if rng.ndim == 0:
+                return jnp.asarray(rng)
+        elif rng.dtype == np.uint32 and rng.shape == (2,):
+            return jnp.asarray(rng)
+    raise TypeError(
+        f"{context} needs one PRNG key (jax.random.key(seed)) or an nnx.Rngs, got "
+        f"{_describe(rng)}; there is no default seed"
+    )
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, jax.Array | np.ndarray):
+        return f"an array of dtype {value.dtype} and shape {value.shape}"
+    return repr(value)
+
+
+def fold_in_name(key: jax.Array, name: str) -> jax.Array:
+    """Fold a name into a key, the same way in every interpreter.
+
+    The data folded in is the first 4 bytes of BLAKE2b(``name``) as a big-endian uint32 (Python's
+    ``hash`` is salted per process, so it would not do).
+
+    Args:
+        key: The parent key.
+        name: A non-empty name, e.g. a stream name.
+
+    Returns:
+        The derived key.
+
+    Raises:
+        ValueError: ``name`` is empty.
+
+    Example:
+        >>> import jax
+        >>> a = fold_in_name(jax.random.key(0), "params")
+        >>> bool((jax.random.key_data(a) == jax.random.key_data(fold_in_name(jax.random.key(0), "params"))).all())
+        True
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"fold_in_name needs a non-empty name, got {name!r}")
+    digest = hashlib.blake2b(name.encode("utf-8")).digest()
+    return jax.random.fold_in(key, np.uint32(int.from_bytes(digest[:4], "big")))
+
+
+def split_key(key: jax.Array, num: int = 2) -> jax.Array:
+    """Split ``key`` into ``num`` new keys.
+
+    Args:
+        key: The key to split.
+        num: How many keys, at least 1.
+
+    Returns:
+        The keys, stacked on a leading axis of length ``num``.
+
+    Raises:
+        TypeError: ``num`` is not an int (a bool is refused).
+        ValueError: ``num`` is below 1.
+
+    Example:
+        >>> import jax
+        >>> split_key(jax.random.key(0), 3).shape
+        (3,)
+    """
+    if isinstance(num, bool) or not isinstance(num, int):
+        raise TypeError(f"split_key num must be an int, got {num!r}")
+    if num < 1:
+        raise ValueError(f"split_key num must be at least 1, got {num}")
+    return jax.random.split(key, num)
+
+
+def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rngs":
+    """Build an ``nnx.Rngs`` whose streams are derived from one seed by name.
+
+    Each stream gets ``fold_in_name(jax.random.key(seed), name)``, so adding, removing or
+    reordering streams leaves every other stream's keys unchanged. Needs the ``[nnx]`` extra.
+
+    Args:
+        seed: A non-negative int.
+        streams: Distinct stream names.
+
+    Returns:
+        The ``nnx.Rngs``.
+
+    Raises:
+        TypeError: ``seed`` is not an int (a bool is refused) or a name is not a string.
+        ValueError: ``seed`` is negative, or ``streams`` is empty or repeats a name.
+        ImportError: flax is not installed (install ``substrax-runtime[nnx]``).
+
+    Example:
+        >>> rngs = rngs_from_seed(0, ("params", "dropout"))
+        >>> rngs.dropout().shape
+        ()
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    names = _check_streams(streams)
+    if not names:
+        raise ValueError("rngs_from_seed needs at least one stream name")
+    if len(set(names)) != len(names):
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"stream names must be distinct; repeated: {', '.join(duplicates)}")
+    nnx = _nnx()
+    root = jax.random.key(int(seed))
+    return nnx.Rngs(**{name: fold_in_name(root, name) for name in names})

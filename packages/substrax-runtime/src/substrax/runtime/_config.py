@@ -1,0 +1,157 @@
+"""``JaxRuntime``: the settings a JAX process starts with, validated on construction."""
+
+# Callers are untyped at run time: the isinstance checks below are the validation.
+# pyright: reportUnnecessaryIsInstance=false
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+from ._xla_flags import merge_xla_flags
+
+
+type MatmulPrecision = Literal["default", "high", "highest", "bfloat16", "tensorfloat32", "float32"]
+
+MATMUL_PRECISIONS: tuple[str, ...] = get_args(MatmulPrecision.__value__)
+
+
+def _check_bool(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"JaxRuntime.{name} must be a bool or None, got {value!r}")
+
+
+def _check_number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"JaxRuntime.{name} must be a number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JaxRuntime:
+    """The JAX settings of one process; ``None`` (or ``()``) leaves a setting alone.
+
+    Each field maps to the variable jax reads when it starts (``runtime_environment`` renders
+    them) or to a ``jax.config`` option (``apply_runtime`` sets those in a running process).
+
+    Attributes:
+        platforms: Backends in priority order (``JAX_PLATFORMS``), e.g. ``("cpu",)``.
+        cpu_devices: Emulated CPU devices (``JAX_NUM_CPU_DEVICES``), at least 1.
+        enable_x64: 64-bit types (``JAX_ENABLE_X64``).
+        matmul_precision: Default matmul precision (``JAX_DEFAULT_MATMUL_PRECISION``).
+        compilation_cache_dir: Absolute persistent-cache path (``JAX_COMPILATION_CACHE_DIR``).
+        xla_flags: Flags merged by name into ``XLA_FLAGS``.
+        preallocate: Accelerator memory preallocation (``XLA_PYTHON_CLIENT_PREALLOCATE``).
+        memory_fraction: Accelerator memory share in (0, 1] (``XLA_CLIENT_MEM_FRACTION``).
+        debug_nans: Fail on the first NaN produced (``JAX_DEBUG_NANS``).
+        log_compiles: Log every compilation (``JAX_LOG_COMPILES``).
+        persistent_cache_min_compile_time_secs: Only compilations at least this long are written
+            to the persistent cache (``JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS``).
+
+    Raises:
+        TypeError: A field has the wrong type (a bool is never a count or a fraction).
+        ValueError: A value is out of range, a path is relative or an XLA flag is malformed.
+        XlaFlagConflictError: ``xla_flags`` repeats a flag with two values.
+
+    Example:
+        >>> runtime = JaxRuntime(platforms=("cpu",), cpu_devices=8)
+        >>> runtime.cpu_devices
+        8
+        >>> JaxRuntime(cpu_devices=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: JaxRuntime.cpu_devices must be at least 1, got 0
+    """
+
+    platforms: tuple[str, ...] | None = None
+    cpu_devices: int | None = None
+    enable_x64: bool | None = None
+    matmul_precision: MatmulPrecision | None = None
+    compilation_cache_dir: Path | None = None
+    xla_flags: tuple[str, ...] = ()
+    preallocate: bool | None = None
+    memory_fraction: float | None = None
+    debug_nans: bool | None = None
+    log_compiles: bool | None = None
+    persistent_cache_min_compile_time_secs: float | None = None
+
+    def __post_init__(self) -> None:
+        self._check_platforms()
+        self._check_cpu_devices()
+        for name in ("enable_x64", "preallocate", "debug_nans", "log_compiles"):
+            _check_bool(name, getattr(self, name))
+        if self.matmul_precision is not None and self.matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(
+                f"JaxRuntime.matmul_precision {self.matmul_precision!r} is not one of "
+                f"{', '.join(MATMUL_PRECISIONS)}"
+            )
+        self._check_cache_dir()
+        self._check_memory_fraction()
+        self._check_min_compile_time()
+        flags: object = self.xla_flags
+        if not isinstance(flags, tuple):
+            raise TypeError(
+                f"JaxRuntime.xla_flags must be a tuple of flags, got {self.xla_flags!r}"
+            )
+        merge_xla_flags("", self.xla_flags)
+
+    def _check_platforms(self) -> None:
+        platforms: object = self.platforms
+        if platforms is None:
+            return
+        if not isinstance(platforms, tuple) or not all(isinstance(p, str) for p in platforms):
+            raise TypeError(
+                f"JaxRuntime.platforms must be a tuple of names such as ('cpu',), got {platforms!r}"
+            )
+        if not platforms:
+            raise ValueError("JaxRuntime.platforms must name at least one platform, or be None")
+        for name in platforms:
+            if not name.strip() or "," in name:
+                raise ValueError(
+                    f"JaxRuntime.platforms entry {name!r} must be a non-blank name without commas"
+                )
+
+    def _check_cpu_devices(self) -> None:
+        count: object = self.cpu_devices
+        if count is None:
+            return
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError(f"JaxRuntime.cpu_devices must be an int, got {count!r}")
+        if count < 1:
+            raise ValueError(f"JaxRuntime.cpu_devices must be at least 1, got {count}")
+
+    def _check_cache_dir(self) -> None:
+        path: object = self.compilation_cache_dir
+        if path is None:
+            return
+        if isinstance(path, str | os.PathLike) and not isinstance(path, Path):  # coerce str paths
+            path = Path(path)
+            object.__setattr__(self, "compilation_cache_dir", path)
+        if not isinstance(path, Path):
+            raise TypeError(f"JaxRuntime.compilation_cache_dir must be a Path, got {path!r}")
+        if not path.is_absolute():
+            raise ValueError(
+                f"JaxRuntime.compilation_cache_dir must be absolute, got {str(path)!r}; "
+                "pass Path(...).resolve()"
+            )
+
+    def _check_memory_fraction(self) -> None:
+        if self.memory_fraction is None:
+            return
+        fraction = _check_number("memory_fraction", self.memory_fraction)
+        if not 0.0 < fraction <= 1.0:  # NaN fails this comparison too
+            raise ValueError(
+                f"JaxRuntime.memory_fraction must be in (0, 1], got {self.memory_fraction!r}"
+            )
+
+    def _check_min_compile_time(self) -> None:
+        value = self.persistent_cache_min_compile_time_secs
+        if value is None:
+            return
+        seconds = _check_number("persistent_cache_min_compile_time_secs", value)
+        if not (math.isfinite(seconds) and seconds >= 0.0):
+            raise ValueError(
+                "JaxRuntime.persistent_cache_min_compile_time_secs must be a finite number "
+                f">= 0, got {value!r}"
+            )

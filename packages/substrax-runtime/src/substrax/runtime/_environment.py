@@ -1,0 +1,205 @@
+"""Render a ``JaxRuntime`` as environment variables, or apply it to this process."""
+
+import os
+import sys
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from ._config import JaxRuntime
+from ._errors import RuntimeConfigurationError
+from ._xla_flags import merge_xla_flags, parse_xla_flags
+
+
+DEPRECATED_MEMORY_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _config_values(runtime: JaxRuntime) -> dict[str, tuple[str, str, Any]]:
+    """The settings jax reads as config options: ``{field: (env var, config name, value)}``."""
+    settings: dict[str, tuple[str, str, Any]] = {}
+    if runtime.enable_x64 is not None:
+        settings["enable_x64"] = ("JAX_ENABLE_X64", "jax_enable_x64", runtime.enable_x64)
+    if runtime.matmul_precision is not None:
+        settings["matmul_precision"] = (
+            "JAX_DEFAULT_MATMUL_PRECISION",
+            "jax_default_matmul_precision",
+            runtime.matmul_precision,
+        )
+    if runtime.compilation_cache_dir is not None:
+        settings["compilation_cache_dir"] = (
+            "JAX_COMPILATION_CACHE_DIR",
+            "jax_compilation_cache_dir",
+            str(runtime.compilation_cache_dir),
+        )
+    if runtime.debug_nans is not None:
+        settings["debug_nans"] = ("JAX_DEBUG_NANS", "jax_debug_nans", runtime.debug_nans)
+    if runtime.log_compiles is not None:
+        settings["log_compiles"] = ("JAX_LOG_COMPILES", "jax_log_compiles", runtime.log_compiles)
+    if runtime.persistent_cache_min_compile_time_secs is not None:
+        settings["persistent_cache_min_compile_time_secs"] = (
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+            "jax_persistent_cache_min_compile_time_secs",
+            float(runtime.persistent_cache_min_compile_time_secs),
+        )
+    return settings
+
+
+def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[str, str]:
+    """Render the variables ``runtime`` sets for a process that has not imported jax.
+
+    Only the variables the runtime sets are returned. Each replaces its value in ``base``,
+    except ``XLA_FLAGS``, which is merged with ``base["XLA_FLAGS"]`` by flag name.
+
+    Args:
+        runtime: The settings to render.
+        base: The environment the variables will be laid over (e.g. ``os.environ``).
+
+    Returns:
+        The variables to set, by name.
+
+    Raises:
+        XlaFlagConflictError: ``base`` sets one of ``runtime.xla_flags`` to another value.
+        RuntimeConfigurationError: A memory fraction is set while ``base`` holds the deprecated
+            ``XLA_PYTHON_CLIENT_MEM_FRACTION``.
+
+    Example:
+        >>> runtime_environment(JaxRuntime(platforms=("cpu",), cpu_devices=8), {})
+        {'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '8'}
+    """
+    env: dict[str, str] = {}
+    if runtime.platforms is not None:
+        env["JAX_PLATFORMS"] = ",".join(runtime.platforms)
+    if runtime.cpu_devices is not None:
+        env["JAX_NUM_CPU_DEVICES"] = str(runtime.cpu_devices)
+    for var, _, value in _config_values(runtime).values():
+        env[var] = _bool(value) if isinstance(value, bool) else str(value)
+    if runtime.xla_flags:
+        env["XLA_FLAGS"] = merge_xla_flags(base.get("XLA_FLAGS", ""), runtime.xla_flags)
+    if runtime.preallocate is not None:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = _bool(runtime.preallocate)
+    if runtime.memory_fraction is not None:
+        if DEPRECATED_MEMORY_FRACTION_ENV in base:
+            raise RuntimeConfigurationError(
+                f"memory_fraction sets XLA_CLIENT_MEM_FRACTION, but the environment also holds "
+                f"the deprecated {DEPRECATED_MEMORY_FRACTION_ENV}="
+                f"{base[DEPRECATED_MEMORY_FRACTION_ENV]!r}; unset it"
+            )
+        env["XLA_CLIENT_MEM_FRACTION"] = repr(float(runtime.memory_fraction))
+    return env
+
+
+def child_environment(
+    runtime: JaxRuntime | None,
+    env: Mapping[str, str] | None = None,
+    *,
+    parent: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Build the complete environment of a child process that will start jax.
+
+    Starts from ``parent`` (default ``os.environ``) with every ``JAX_*`` and ``XLA_*`` variable
+    dropped, so the child does not inherit this process's jax settings; adds ``env``; then lays
+    ``runtime_environment(runtime, ...)`` on top.
+
+    Args:
+        runtime: The child's settings, or ``None`` for none beyond ``env``.
+        env: Extra variables for the child (they may set ``JAX_*``/``XLA_*`` themselves).
+        parent: The environment to start from; defaults to ``os.environ``.
+
+    Returns:
+        The child's full environment.
+
+    Raises:
+        XlaFlagConflictError: ``env`` sets one of ``runtime.xla_flags`` to another value.
+        RuntimeConfigurationError: See ``runtime_environment``.
+
+    Example:
+        >>> child = child_environment(JaxRuntime(cpu_devices=2), parent={"JAX_PLATFORMS": "cuda", "HOME": "/h"})
+        >>> child
+        {'HOME': '/h', 'JAX_NUM_CPU_DEVICES': '2'}
+    """
+    source = os.environ if parent is None else parent
+    child = {
+        name: value for name, value in source.items() if not (name.startswith(("JAX_", "XLA_")))
+    }
+    child.update(env or {})
+    if runtime is not None:
+        child.update(runtime_environment(runtime, child))
+    return child
+
+
+def _jax_is_imported() -> bool:
+    return "jax" in sys.modules
+
+
+def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | None = None) -> None:
+    """Apply ``runtime`` to this process, refusing settings jax would no longer read.
+
+    Before ``jax`` is imported, the variables are written into ``environ`` (default
+    ``os.environ``) and jax reads them when it loads. Once jax is imported, ``platforms``,
+    ``xla_flags``, ``preallocate`` and ``memory_fraction`` are refused unless ``environ``
+    already holds exactly those values (they are read only when jax starts); the rest go
+    through ``jax.config.update``.
+
+    Args:
+        runtime: The settings to apply.
+        environ: The environment to write; defaults to ``os.environ``.
+
+    Raises:
+        RuntimeConfigurationError: jax is imported and a setting can no longer take effect,
+            e.g. ``cpu_devices`` after the backends started.
+
+    Example:
+        >>> env = {}
+        >>> apply_runtime(JaxRuntime(cpu_devices=8), environ=env)  # doctest: +SKIP
+        >>> env  # doctest: +SKIP
+        {'JAX_NUM_CPU_DEVICES': '8'}
+    """
+    target = os.environ if environ is None else environ
+    if not _jax_is_imported():
+        target.update(runtime_environment(runtime, target))
+        return
+    _refuse_startup_settings(runtime, target)
+    import jax  # noqa: PLC0415 - jax is already imported; this only binds the name
+
+    if runtime.cpu_devices is not None and jax.config.jax_num_cpu_devices != runtime.cpu_devices:
+        try:
+            jax.config.update("jax_num_cpu_devices", runtime.cpu_devices)
+        except RuntimeError as error:
+            raise RuntimeConfigurationError(
+                f"cpu_devices={runtime.cpu_devices} cannot be applied: jax has already started "
+                f"its backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
+            ) from error
+    for _, name, value in _config_values(runtime).values():
+        jax.config.update(name, value)
+
+
+def _refuse_startup_settings(runtime: JaxRuntime, environ: Mapping[str, str]) -> None:
+    """Raise for the settings jax reads only at start, unless they already hold."""
+    stale: list[str] = []
+    if runtime.platforms is not None:
+        import jax  # noqa: PLC0415 - jax is already imported
+
+        current = jax.config.jax_platforms or ""
+        if tuple(p.strip() for p in current.split(",") if p.strip()) != runtime.platforms:
+            stale.append(f"platforms={runtime.platforms!r} (jax has {current!r})")
+    if runtime.xla_flags:
+        current_flags = parse_xla_flags(environ.get("XLA_FLAGS", ""))
+        wanted = parse_xla_flags(" ".join(runtime.xla_flags))
+        if any(name not in current_flags or current_flags[name] != v for name, v in wanted.items()):
+            stale.append(f"xla_flags={runtime.xla_flags!r}")
+    rendered = runtime_environment(
+        JaxRuntime(preallocate=runtime.preallocate, memory_fraction=runtime.memory_fraction),
+        environ,
+    )
+    stale.extend(
+        f"{name}={value!r}" for name, value in rendered.items() if environ.get(name) != value
+    )
+    if stale:
+        raise RuntimeConfigurationError(
+            f"jax is already imported, so {', '.join(stale)} would no longer be read; "
+            "apply the runtime before importing jax, or run a child process with "
+            "child_environment(runtime)"
+        )

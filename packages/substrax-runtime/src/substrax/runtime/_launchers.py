@@ -1,0 +1,311 @@
+"""Read a multi-process launch from the environment a launcher sets (pure, no jax)."""
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+
+DEFAULT_COORDINATOR_PORT = 8476
+
+type LaunchSource = Literal["argument", "jax_env", "skypilot", "slurm", "modal", "single_process"]
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def coordinator_host(address: str) -> str:
+    """The host part of ``host:port`` (``[v6]:port`` keeps its address, brackets dropped).
+
+    Args:
+        address: A coordinator address such as ``"10.0.0.1:8476"`` or ``"[fd00::1]:8476"``.
+
+    Returns:
+        The host.
+
+    Raises:
+        ValueError: The address has no ``:port`` or the port is not a number.
+
+    Example:
+        >>> coordinator_host("[fd00::1]:8476")
+        'fd00::1'
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdecimal() or (":" in host and not host.startswith("[")):
+        raise ValueError(
+            f"coordinator address {address!r} must be host:port (an IPv6 host as [addr]:port)"
+        )
+    return host.strip("[]")
+
+
+def with_port(host: str, port: int) -> str:
+    """Format ``host`` and ``port`` as a coordinator address (IPv6 in brackets).
+
+    Example:
+        >>> with_port("fd00::1", 8476)
+        '[fd00::1]:8476'
+    """
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaunchSettings:
+    """What ``jax.distributed.initialize`` needs, read from arguments or a launcher.
+
+    Attributes:
+        coordinator_address: ``host:port`` of process 0, or ``None`` to let jax's own cluster
+            detection find it (SLURM).
+        num_processes: How many processes join.
+        process_id: This process's index, in ``[0, num_processes)``.
+        source: Where the settings came from.
+        node_addresses: The nodes' addresses when the launcher names them.
+        num_nodes: How many nodes the launcher reports, when it does.
+
+    Raises:
+        ValueError: A count or index is out of range, the coordinator is not ``host:port``, or
+            a run across several nodes names a loopback coordinator.
+
+    Example:
+        >>> LaunchSettings(coordinator_address="10.0.0.1:8476", num_processes=2, process_id=1,
+        ...                source="argument").process_id
+        1
+    """
+
+    coordinator_address: str | None
+    num_processes: int
+    process_id: int
+    source: LaunchSource
+    node_addresses: tuple[str, ...] = ()
+    num_nodes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("num_processes", "process_id"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {value!r}")
+        if self.num_processes < 1:
+            raise ValueError(f"num_processes must be at least 1, got {self.num_processes}")
+        if not 0 <= self.process_id < self.num_processes:
+            raise ValueError(
+                f"process_id {self.process_id} is outside [0, {self.num_processes}) "
+                f"(num_processes={self.num_processes}, from {self.source})"
+            )
+        if self.coordinator_address is None:
+            return
+        host = coordinator_host(self.coordinator_address)
+        if self.multi_node and _is_loopback(host):
+            raise ValueError(
+                f"coordinator {self.coordinator_address!r} is a loopback address, but this "
+                f"{self.num_processes}-process run spans {self._nodes_shown()}; the other nodes "
+                "cannot reach it. Name process 0's routable address (e.g. the first node IP)"
+            )
+
+    @property
+    def multi_node(self) -> bool:
+        """Whether the launcher says the processes run on more than one node."""
+        return len(set(self.node_addresses)) > 1 or (self.num_nodes or 1) > 1
+
+    def _nodes_shown(self) -> str:
+        if self.node_addresses:
+            return f"nodes {', '.join(self.node_addresses)}"
+        return f"{self.num_nodes} nodes"
+
+
+# The variables srun sets for each task of a step (the same set jax's SLURM detection reads).
+_SLURM_STEP = (
+    "SLURM_JOB_ID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+)
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    raw = env[name]
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} must be an integer") from None
+
+
+def _skypilot_nodes(env: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(
+        line.strip() for line in env.get("SKYPILOT_NODE_IPS", "").splitlines() if line.strip()
+    )
+
+
+def _launcher_nodes(env: Mapping[str, str]) -> tuple[tuple[str, ...], int | None]:
+    """Node addresses and count that a launcher reports, whichever source names the coordinator."""
+    nodes = _skypilot_nodes(env)
+    count: int | None = None
+    for name in (
+        "SKYPILOT_NUM_NODES",
+        "SLURM_STEP_NUM_NODES",
+        "SLURM_JOB_NUM_NODES",
+        "SLURM_NNODES",
+    ):
+        if env.get(name, "").strip():
+            count = _int(env, name)
+            break
+    return nodes, count
+
+
+def launch_from_arguments(
+    env: Mapping[str, str],
+    *,
+    coordinator_address: str | None,
+    num_processes: int | None,
+    process_id: int | None,
+) -> LaunchSettings:
+    """Settings from explicit arguments, checked against the nodes a launcher reports.
+
+    Args:
+        env: The environment, read only for the launcher's node list (the loopback check).
+        coordinator_address: ``host:port`` of process 0 (may be ``None`` for one process).
+        num_processes: How many processes join.
+        process_id: This process's index.
+
+    Returns:
+        The settings, with ``source="argument"``.
+
+    Raises:
+        ValueError: An argument is missing for a multi-process run, or out of range.
+
+    Example:
+        >>> launch_from_arguments({}, coordinator_address="127.0.0.1:1234", num_processes=2,
+        ...                       process_id=0).num_processes
+        2
+    """
+    if num_processes is None:
+        raise ValueError("num_processes is required when initialize_distributed gets arguments")
+    if num_processes != 1 and (coordinator_address is None or process_id is None):
+        raise ValueError(
+            "a multi-process run needs coordinator_address, num_processes and process_id together"
+        )
+    nodes, count = _launcher_nodes(env)
+    return LaunchSettings(
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id or 0,
+        source="argument",
+        node_addresses=nodes,
+        num_nodes=count,
+    )
+
+
+def launch_from_environment(
+    env: Mapping[str, str], *, coordinator_port: int = DEFAULT_COORDINATOR_PORT
+) -> LaunchSettings | None:
+    r"""Read a launch from launcher variables; ``None`` when no launcher set any.
+
+    Checked in order:
+
+    1. ``JAX_COORDINATOR_ADDRESS``, ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID`` (all three);
+    2. SkyPilot: ``SKYPILOT_NODE_IPS`` (one per line), ``SKYPILOT_NODE_RANK``,
+       ``SKYPILOT_NUM_NODES``; one process per node, the first IP coordinates on
+       ``coordinator_port``;
+    3. SLURM, inside an ``srun`` step (``SLURM_JOB_ID``, ``SLURM_STEP_NODELIST``,
+       ``SLURM_NTASKS``, ``SLURM_PROCID``, ``SLURM_LOCALID``): one process per task; the
+       coordinator (first node, port from the job id) is left to jax's own SLURM detection
+       (``coordinator_address=None``). A bare ``salloc`` shell is not a launch.
+
+    Modal clusters set no such variables; ``initialize_distributed`` reads them from
+    ``modal.experimental.get_cluster_info()`` (see ``launch_from_modal_cluster``).
+
+    Args:
+        env: The environment to read.
+        coordinator_port: The port process 0 listens on when the launcher gives only IPs.
+
+    Returns:
+        The settings, or ``None``.
+
+    Raises:
+        ValueError: A launcher's variables are partial, not integers, or inconsistent.
+
+    Example:
+        >>> launch = launch_from_environment({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2",
+        ...                                   "SKYPILOT_NODE_RANK": "1", "SKYPILOT_NUM_NODES": "2"})
+        >>> launch.coordinator_address, launch.process_id, launch.num_processes
+        ('10.0.0.1:8476', 1, 2)
+    """
+    nodes, count = _launcher_nodes(env)
+    jax_vars = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+    present = [name for name in jax_vars if env.get(name, "").strip()]
+    if present:
+        if len(present) != len(jax_vars):
+            missing = sorted(set(jax_vars) - set(present))
+            raise ValueError(
+                f"{', '.join(present)} set without {', '.join(missing)}; set all three"
+            )
+        return LaunchSettings(
+            coordinator_address=env["JAX_COORDINATOR_ADDRESS"].strip(),
+            num_processes=_int(env, "JAX_NUM_PROCESSES"),
+            process_id=_int(env, "JAX_PROCESS_ID"),
+            source="jax_env",
+            node_addresses=nodes,
+            num_nodes=count,
+        )
+    if nodes:
+        rank = _int(env, "SKYPILOT_NODE_RANK") if "SKYPILOT_NODE_RANK" in env else None
+        if rank is None:
+            raise ValueError("SKYPILOT_NODE_IPS is set without SKYPILOT_NODE_RANK")
+        if count is not None and count != len(nodes):
+            raise ValueError(
+                f"SKYPILOT_NUM_NODES={count} disagrees with the {len(nodes)} SKYPILOT_NODE_IPS"
+            )
+        return LaunchSettings(
+            coordinator_address=with_port(nodes[0], coordinator_port),
+            num_processes=len(nodes),
+            process_id=rank,
+            source="skypilot",
+            node_addresses=nodes,
+            num_nodes=len(nodes),
+        )
+    if all(env.get(name, "").strip() for name in _SLURM_STEP):
+        return LaunchSettings(
+            coordinator_address=None,
+            num_processes=_int(env, "SLURM_NTASKS"),
+            process_id=_int(env, "SLURM_PROCID"),
+            source="slurm",
+            num_nodes=count,
+        )
+    return None
+
+
+def launch_from_modal_cluster(
+    *, rank: int, container_ips: Sequence[str], coordinator_port: int = DEFAULT_COORDINATOR_PORT
+) -> LaunchSettings:
+    """Settings for a Modal clustered function: one process per container, rank 0 coordinates.
+
+    Args:
+        rank: This container's cluster rank (``modal.experimental.get_cluster_info().rank``).
+        container_ips: The containers' addresses ordered by rank (``container_ipv4_ips`` or
+            ``container_ips``).
+        coordinator_port: The port rank 0 listens on.
+
+    Returns:
+        The settings, with ``source="modal"``.
+
+    Example:
+        >>> launch_from_modal_cluster(rank=0, container_ips=["10.1.0.1", "10.1.0.2"]).coordinator_address
+        '10.1.0.1:8476'
+    """
+    ips = tuple(container_ips)
+    if not ips:
+        raise ValueError("a Modal cluster reported no container addresses")
+    return LaunchSettings(
+        coordinator_address=with_port(ips[0], coordinator_port),
+        num_processes=len(ips),
+        process_id=rank,
+        source="modal",
+        node_addresses=ips,
+        num_nodes=len(ips),
+    )

@@ -1,0 +1,86 @@
+"""Pick a test run's backend and emulated CPU device count from its environment."""
+
+# Callers are untyped at run time: the isinstance checks below are the validation.
+# pyright: reportUnnecessaryIsInstance=false
+
+from collections.abc import Mapping
+
+from ._config import JaxRuntime
+from ._errors import RuntimeConfigurationError
+from ._xla_flags import parse_xla_flags
+
+
+_HOST_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+_CUDA_NAMES = frozenset({"cuda", "gpu"})
+
+
+def resolve_test_runtime(
+    env: Mapping[str, str],
+    *,
+    prefix: str,
+    cuda_plugin_available: bool,
+    default_cpu_devices: int = 8,
+) -> JaxRuntime:
+    """Choose the ``JaxRuntime`` a test session runs under.
+
+    ``{prefix}JAX_PLATFORMS`` opts a run onto accelerators; an inherited ``JAX_PLATFORMS``
+    (say ``cuda,cpu`` on a GPU box) deliberately does not move tests onto the GPU. Otherwise
+    the run is on cpu with this many emulated devices:
+
+    1. ``{prefix}DEVICE_COUNT``, a non-negative integer (``0`` means no emulation);
+    2. none, when ``JAX_NUM_CPU_DEVICES`` or ``--xla_force_host_platform_device_count`` is set;
+    3. ``default_cpu_devices``.
+
+    Args:
+        env: The session's environment (usually ``os.environ``).
+        prefix: The project's variable prefix, e.g. ``"SUBSTRAX_TEST_"``.
+        cuda_plugin_available: Whether a CUDA plugin for jax is installed.
+        default_cpu_devices: The device count when nothing else says (``0`` for none).
+
+    Returns:
+        The runtime to apply before jax is imported.
+
+    Raises:
+        ValueError: ``{prefix}DEVICE_COUNT`` is not a non-negative integer.
+        RuntimeConfigurationError: cuda is asked for and no CUDA plugin is installed.
+
+    Example:
+        >>> resolve_test_runtime({}, prefix="T_", cuda_plugin_available=False)
+        JaxRuntime(platforms=('cpu',), cpu_devices=8, enable_x64=None, matmul_precision=None, compilation_cache_dir=None, xla_flags=(), preallocate=None, memory_fraction=None, debug_nans=None, log_compiles=None, persistent_cache_min_compile_time_secs=None)
+    """
+    default: object = default_cpu_devices
+    if isinstance(default, bool) or not isinstance(default, int):
+        raise TypeError(f"default_cpu_devices must be an int, got {default_cpu_devices!r}")
+    if default_cpu_devices < 0:
+        raise ValueError(f"default_cpu_devices must be >= 0, got {default_cpu_devices}")
+    platforms_var = f"{prefix}JAX_PLATFORMS"
+    requested = tuple(
+        name.strip().lower() for name in env.get(platforms_var, "").split(",") if name.strip()
+    )
+    if any(name != "cpu" for name in requested):
+        if not cuda_plugin_available and _CUDA_NAMES.intersection(requested):
+            raise RuntimeConfigurationError(
+                f"{platforms_var}={env[platforms_var]!r} asks for cuda, but no jax CUDA plugin "
+                "is installed; install jax[cuda12] (the substrax-runtime[cuda12] extra) or unset it"
+            )
+        return JaxRuntime(platforms=requested)
+    return JaxRuntime(
+        platforms=("cpu",), cpu_devices=_cpu_device_count(env, prefix, default_cpu_devices)
+    )
+
+
+def _cpu_device_count(env: Mapping[str, str], prefix: str, default: int) -> int | None:
+    count_var = f"{prefix}DEVICE_COUNT"
+    raw = env.get(count_var)
+    if raw is not None:
+        text = raw.strip()
+        if not text.isdecimal():
+            raise ValueError(
+                f"{count_var}={raw!r} must be a non-negative integer (0 turns emulation off)"
+            )
+        return int(text) or None
+    if "JAX_NUM_CPU_DEVICES" in env:
+        return None
+    if _HOST_DEVICE_COUNT_FLAG in parse_xla_flags(env.get("XLA_FLAGS", "")):
+        return None
+    return default or None

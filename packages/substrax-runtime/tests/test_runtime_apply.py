@@ -1,0 +1,73 @@
+"""apply_runtime in fresh interpreters: before jax is imported, and after."""
+
+BEFORE_IMPORT = """
+import json, os, sys
+from substrax.runtime import JaxRuntime, apply_runtime
+target = {"XLA_FLAGS": "--xla_a=1"}
+apply_runtime(JaxRuntime(cpu_devices=3, xla_flags=("--xla_b",)), environ=target)
+apply_runtime(JaxRuntime(platforms=("cpu",), cpu_devices=3, enable_x64=True, debug_nans=True))
+assert "jax" not in sys.modules
+import jax
+print(json.dumps({
+    "target": target,
+    "devices": jax.device_count(),
+    "x64": jax.config.jax_enable_x64,
+    "debug_nans": jax.config.jax_debug_nans,
+}))
+"""
+
+AFTER_IMPORT = """
+import json, os
+os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+import jax
+from substrax.runtime import JaxRuntime, RuntimeConfigurationError, apply_runtime
+out = {}
+def refused(runtime):
+    try:
+        apply_runtime(runtime)
+    except RuntimeConfigurationError as error:
+        return str(error)
+    return None
+# Settings read at start are refused...
+out["platforms"] = refused(JaxRuntime(platforms=("cuda",)))
+out["xla_flags"] = refused(JaxRuntime(xla_flags=("--xla_cpu_enable_fast_math=true",)))
+out["memory_fraction"] = refused(JaxRuntime(memory_fraction=0.5))
+out["preallocate_other"] = refused(JaxRuntime(preallocate=True))
+# ...unless they already hold.
+out["preallocate_same"] = refused(JaxRuntime(preallocate=False))
+out["platforms_same"] = refused(JaxRuntime(platforms=("cpu",)))
+# Before the backends start, cpu_devices still goes through jax.config.
+apply_runtime(JaxRuntime(cpu_devices=5, enable_x64=True, matmul_precision="highest",
+                         log_compiles=False, persistent_cache_min_compile_time_secs=2.0))
+out["devices"] = jax.device_count()
+out["x64"] = jax.config.jax_enable_x64
+out["precision"] = jax.config.jax_default_matmul_precision
+out["min_compile"] = jax.config.jax_persistent_cache_min_compile_time_secs
+out["same_count_after_start"] = refused(JaxRuntime(cpu_devices=5))
+out["started"] = refused(JaxRuntime(cpu_devices=2))
+print(json.dumps(out))
+"""
+
+
+def test_before_import_writes_the_environment(child):
+    out = child(BEFORE_IMPORT, env={"JAX_PLATFORMS": "cpu"})
+    assert out["target"] == {"XLA_FLAGS": "--xla_a=1 --xla_b", "JAX_NUM_CPU_DEVICES": "3"}
+    assert out["devices"] == 3
+    assert out["x64"] is True
+    assert out["debug_nans"] is True
+
+
+def test_after_import_refuses_what_jax_no_longer_reads(child):
+    out = child(AFTER_IMPORT, env={"JAX_PLATFORMS": "cpu"})
+    for name in ("platforms", "xla_flags", "memory_fraction", "preallocate_other"):
+        assert "would no longer be read" in out[name], name
+    assert "child_environment" in out["platforms"]
+    assert out["preallocate_same"] is None
+    assert out["platforms_same"] is None
+    assert out["devices"] == 5
+    assert out["x64"] is True
+    assert out["precision"] == "highest"
+    assert out["min_compile"] == 2.0
+    assert out["same_count_after_start"] is None
+    assert "cpu_devices=2 cannot be applied" in out["started"]
+    assert "JAX_NUM_CPU_DEVICES" in out["started"]

@@ -1,0 +1,55 @@
+import logging
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from substrax.artifacts import OUTPUT_DIR_ENV, OutputLocation, resolve_output_dir
+
+
+def test_explicit_wins_and_is_resolved(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    location = resolve_output_dir("run", explicit=Path("out/x"), env={OUTPUT_DIR_ENV: "/elsewhere"})
+    assert location == OutputLocation(path=tmp_path / "out" / "x", source="argument")
+    assert location.path.is_dir()
+
+
+def test_environment_variable(tmp_path):
+    location = resolve_output_dir("a/b", env={OUTPUT_DIR_ENV: str(tmp_path)})
+    assert location == OutputLocation(path=tmp_path / "a" / "b", source="environment")
+    assert location.path.is_dir()
+
+
+def test_environment_defaults_to_os_environ(tmp_path, monkeypatch):
+    monkeypatch.setenv(OUTPUT_DIR_ENV, str(tmp_path))
+    assert resolve_output_dir("x").path == tmp_path / "x"
+
+
+def test_relative_environment_variable_is_refused():
+    with pytest.raises(ValueError, match="must be an absolute path"):
+        resolve_output_dir("x", env={OUTPUT_DIR_ENV: "relative/dir"})
+
+
+def test_run_default_is_one_temp_dir_per_process_never_the_cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = resolve_output_dir("one", env={})
+    second = resolve_output_dir("two", env={})
+    assert first.source == second.source == "run_default"
+    assert first.path.parent == second.path.parent
+    assert first.path.parent.name.startswith("avitai-run-")
+    assert first.path.parent.parent == Path(tempfile.gettempdir())
+    assert not first.path.is_relative_to(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["", "  ", "../up", "a/../../b", "/abs"])
+def test_bad_names(name):
+    with pytest.raises(ValueError, match="output name"):
+        resolve_output_dir(name, env={})
+
+
+def test_each_call_logs(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="substrax.artifacts"):
+        resolve_output_dir("logged", env={OUTPUT_DIR_ENV: str(tmp_path)})
+    assert "environment" in caplog.text
+    assert str(tmp_path / "logged") in caplog.text

@@ -1,0 +1,145 @@
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from substrax.devices import (
+    BATCH_SIZE_TABLE,
+    BatchSizeRecommendation,
+    DeviceInfo,
+    DeviceKind,
+    DeviceLike,
+    HardwareType,
+    UnknownHardwareError,
+    detect_devices,
+    detect_hardware_type,
+    get_batch_size_recommendation,
+    place_on_device,
+    visible_devices,
+)
+
+
+@pytest.mark.parametrize(
+    ("platform", "kind"),
+    [
+        ("cpu", DeviceKind.CPU),
+        ("CPU", DeviceKind.CPU),
+        ("cuda", DeviceKind.GPU),
+        ("rocm", DeviceKind.GPU),
+        ("gpu", DeviceKind.GPU),
+        ("TPU", DeviceKind.TPU),
+        ("METAL", DeviceKind.METAL),
+        ("neuron", DeviceKind.OTHER),
+    ],
+)
+def test_kind_from_platform(platform, kind):
+    assert DeviceKind.from_platform(platform) is kind
+
+
+def test_detect_devices_reads_the_emulated_cpus():
+    info = detect_devices()
+    assert info == DeviceInfo(
+        platform="cpu", kind=DeviceKind.CPU, count=jax.device_count(), device_kinds=("cpu",)
+    )
+    assert info.count == 8
+    assert not info.has_accelerator
+    assert dataclasses.replace(info, kind=DeviceKind.TPU).has_accelerator
+
+
+def test_visible_devices_are_device_like():
+    devices = visible_devices()
+    assert len(devices) == jax.device_count()
+    assert all(isinstance(d, DeviceLike) for d in devices)
+    assert [d.id for d in devices] == [d.id for d in jax.devices()]
+
+
+def test_place_on_device_defaults_to_the_first_device():
+    tree = place_on_device({"a": np.arange(3), "b": [jnp.ones(2)]})
+    assert tree["a"].devices() == {jax.devices()[0]}
+    assert tree["b"][0].devices() == {jax.devices()[0]}
+
+
+def test_place_on_a_chosen_device():
+    target = jax.devices()[3]
+    moved = place_on_device(jnp.arange(4), target)
+    assert moved.devices() == {target}
+    assert moved.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("device_kind", "hardware"),
+    [
+        ("NVIDIA H100 80GB HBM3", HardwareType.H100),
+        ("NVIDIA H100 PCIe", HardwareType.H100),
+        ("NVIDIA H200", HardwareType.H200),
+        ("NVIDIA B200", HardwareType.B200),
+        ("NVIDIA L4", HardwareType.L4),
+        ("NVIDIA A100-SXM4-80GB", HardwareType.A100),
+        ("TPU v5 lite", HardwareType.TPU_V5E),
+        ("TPU v5e", HardwareType.TPU_V5E),
+        ("TPU v5", HardwareType.TPU_V5P),
+        ("TPU v5p", HardwareType.TPU_V5P),
+        ("TPU v6 lite", HardwareType.TPU_V6E),
+        ("cpu", HardwareType.CPU),
+        # Unknown accelerators are never guessed as a neighbour.
+        ("NVIDIA L40S", HardwareType.UNKNOWN),
+        ("NVIDIA GH200 480GB", HardwareType.UNKNOWN),
+        ("Tesla V100-SXM2-16GB", HardwareType.UNKNOWN),
+        ("TPU v4", HardwareType.UNKNOWN),
+        ("AMD Instinct MI300X", HardwareType.UNKNOWN),
+        ("", HardwareType.UNKNOWN),
+    ],
+)
+def test_hardware_from_device_kind(device_kind, hardware):
+    assert HardwareType.from_device_kind(device_kind) is hardware
+
+
+def test_cpu_platform_is_cpu_whatever_its_name():
+    assert HardwareType.from_device_kind("Intel Xeon", "cpu") is HardwareType.CPU
+    assert detect_hardware_type() is HardwareType.CPU
+
+
+def test_table_covers_every_known_hardware_and_is_frozen():
+    assert set(BATCH_SIZE_TABLE) == set(HardwareType) - {HardwareType.UNKNOWN}
+    with pytest.raises(TypeError):
+        BATCH_SIZE_TABLE[HardwareType.UNKNOWN] = BATCH_SIZE_TABLE[HardwareType.CPU]  # type: ignore[index]
+    for rec in BATCH_SIZE_TABLE.values():
+        assert rec.min_batch_size <= rec.critical_batch_size <= rec.optimal_batch_size
+        assert rec.optimal_batch_size % 8 == 0
+        assert rec.notes
+
+
+def test_recommendation_values_follow_the_roofline():
+    assert get_batch_size_recommendation(HardwareType.H100).critical_batch_size == 295
+    assert get_batch_size_recommendation(HardwareType.TPU_V5E).critical_batch_size == 241
+    assert get_batch_size_recommendation().critical_batch_size == 32  # detected: cpu
+
+
+def test_unknown_hardware_is_a_lookup_error():
+    with pytest.raises(UnknownHardwareError) as info:
+        get_batch_size_recommendation(HardwareType.UNKNOWN)
+    assert isinstance(info.value, LookupError)
+    assert info.value.hardware_type is HardwareType.UNKNOWN
+    assert "Pass hardware_type=" in str(info.value)
+    assert "H100" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"min_batch_size": 0, "optimal_batch_size": 8, "critical_batch_size": 8},
+        {"min_batch_size": 16, "optimal_batch_size": 8, "critical_batch_size": 8},
+        {"min_batch_size": 1, "optimal_batch_size": True, "critical_batch_size": 8},
+        {
+            "min_batch_size": 1,
+            "optimal_batch_size": 8,
+            "critical_batch_size": 8,
+            "max_memory_batch_size": 0,
+        },
+    ],
+)
+def test_recommendation_validation(kwargs):
+    with pytest.raises(ValueError, match="batch_size"):
+        BatchSizeRecommendation(**kwargs)

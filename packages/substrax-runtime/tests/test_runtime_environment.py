@@ -1,0 +1,109 @@
+import pytest
+
+from substrax.runtime import (
+    JaxRuntime,
+    RuntimeConfigurationError,
+    XlaFlagConflictError,
+    child_environment,
+    runtime_environment,
+)
+
+
+def test_every_field_maps_to_its_variable(tmp_path):
+    runtime = JaxRuntime(
+        platforms=("cuda", "cpu"),
+        cpu_devices=4,
+        enable_x64=True,
+        matmul_precision="highest",
+        compilation_cache_dir=tmp_path,
+        xla_flags=("--xla_a=1",),
+        preallocate=False,
+        memory_fraction=0.75,
+        debug_nans=True,
+        log_compiles=False,
+        persistent_cache_min_compile_time_secs=0.5,
+    )
+    assert runtime_environment(runtime, {}) == {
+        "JAX_PLATFORMS": "cuda,cpu",
+        "JAX_NUM_CPU_DEVICES": "4",
+        "JAX_ENABLE_X64": "true",
+        "JAX_DEFAULT_MATMUL_PRECISION": "highest",
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path),
+        "JAX_DEBUG_NANS": "true",
+        "JAX_LOG_COMPILES": "false",
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+        "XLA_FLAGS": "--xla_a=1",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "XLA_CLIENT_MEM_FRACTION": "0.75",
+    }
+
+
+def test_only_set_variables_are_returned():
+    base = {"JAX_PLATFORMS": "tpu", "HOME": "/home/x"}
+    assert runtime_environment(JaxRuntime(enable_x64=False), base) == {"JAX_ENABLE_X64": "false"}
+    assert runtime_environment(JaxRuntime(), base) == {}
+
+
+def test_xla_flags_merge_with_base():
+    env = runtime_environment(JaxRuntime(xla_flags=("--b=2",)), {"XLA_FLAGS": "--a=1 --b=2"})
+    assert env == {"XLA_FLAGS": "--a=1 --b=2"}
+    env = runtime_environment(JaxRuntime(xla_flags=("--c",)), {"XLA_FLAGS": "--a=1"})
+    assert env == {"XLA_FLAGS": "--a=1 --c"}
+
+
+def test_xla_flag_conflict_with_base():
+    with pytest.raises(XlaFlagConflictError) as info:
+        runtime_environment(JaxRuntime(xla_flags=("--a=2",)), {"XLA_FLAGS": "--a=1"})
+    assert (info.value.existing, info.value.requested) == ("1", "2")
+
+
+def test_deprecated_memory_fraction_variable_is_refused():
+    base = {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}
+    with pytest.raises(RuntimeConfigurationError, match="XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        runtime_environment(JaxRuntime(memory_fraction=0.5), base)
+    assert runtime_environment(JaxRuntime(preallocate=True), base) == {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "true"
+    }
+
+
+def test_child_environment_drops_inherited_jax_settings():
+    parent = {"JAX_PLATFORMS": "cuda", "XLA_FLAGS": "--a=1", "PATH": "/bin", "JAXLIKE": "kept"}
+    child = child_environment(JaxRuntime(cpu_devices=2), parent=parent)
+    assert child == {"PATH": "/bin", "JAXLIKE": "kept", "JAX_NUM_CPU_DEVICES": "2"}
+
+
+def test_child_environment_env_then_runtime():
+    child = child_environment(
+        JaxRuntime(xla_flags=("--b",), platforms=("cpu",)),
+        {"XLA_FLAGS": "--a=1", "JAX_PLATFORMS": "tpu", "EXTRA": "1"},
+        parent={"HOME": "/h"},
+    )
+    assert child == {"HOME": "/h", "XLA_FLAGS": "--a=1 --b", "JAX_PLATFORMS": "cpu", "EXTRA": "1"}
+
+
+def test_child_environment_conflict_raises_before_the_child_starts():
+    with pytest.raises(XlaFlagConflictError):
+        child_environment(JaxRuntime(xla_flags=("--a=2",)), {"XLA_FLAGS": "--a=1"}, parent={})
+
+
+def test_child_environment_without_runtime_defaults_to_os_environ(monkeypatch):
+    monkeypatch.setenv("SUBSTRAX_RUNTIME_TEST_MARKER", "yes")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    child = child_environment(None)
+    assert child["SUBSTRAX_RUNTIME_TEST_MARKER"] == "yes"
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in child
+
+
+def test_runtime_environment_reaches_a_child(child):
+    # The spec's own example: the rendered variables give the child 8 devices.
+    program = (
+        "import json, os, subprocess, sys\n"
+        "from substrax.runtime import JaxRuntime, runtime_environment\n"
+        "runtime = JaxRuntime(platforms=('cpu',), cpu_devices=3, enable_x64=True)\n"
+        "env = {**os.environ, **runtime_environment(runtime, os.environ)}\n"
+        "code = 'import jax, json; print(json.dumps([jax.device_count(), jax.config.jax_enable_x64]))'\n"
+        "out = subprocess.run([sys.executable, '-c', code], env=env, check=True,\n"
+        "                     capture_output=True, text=True).stdout\n"
+        "print(out.strip())\n"
+    )
+    assert child(program) == [3, True]

@@ -1,0 +1,151 @@
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from substrax.runtime.managed_env import (
+    main,
+    managed_environment,
+    nvidia_gpu_visible,
+    render,
+    resolve_backend,
+)
+
+
+def test_cpu_backend_unsets_accelerator_memory_settings():
+    env = managed_environment("PROJ", "cpu", env_root="/srv/p")
+    assert env["PROJ_BACKEND"] == "cpu"
+    assert env["PROJ_ENV_ROOT"] == "/srv/p"
+    assert env["JAX_PLATFORMS"] == "cpu"
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] is None
+    assert env["XLA_CLIENT_MEM_FRACTION"] is None
+    assert set(env["PROJ_MANAGED_ENV_VARS"].split()) == set(env)
+
+
+@pytest.mark.parametrize(("backend", "platforms"), [("cuda12", "cuda"), ("metal", None)])
+def test_accelerators_turn_preallocation_off(backend, platforms):
+    env = managed_environment("PROJ", backend, env_root="/p", overrides={"EXTRA_X": "1"})
+    assert env["JAX_PLATFORMS"] == platforms
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["XLA_CLIENT_MEM_FRACTION"] == "0.75"
+    assert "EXTRA_X" in env["PROJ_MANAGED_ENV_VARS"].split()
+
+
+@pytest.mark.parametrize("prefix", ["", "proj", "P-X", "P X"])
+def test_prefix_is_checked(prefix):
+    with pytest.raises(ValueError, match="prefix"):
+        managed_environment(prefix, "cpu", env_root="/p")
+
+
+def test_bad_backend_and_override_names():
+    with pytest.raises(ValueError, match="resolve auto first"):
+        managed_environment("P", "auto", env_root="/p")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not a shell variable name"):
+        managed_environment("P", "cpu", env_root="/p", overrides={"1X": "v"})
+
+
+def test_resolve_backend():
+    assert resolve_backend("cpu") == "cpu"
+    assert resolve_backend("auto", system="Darwin", machine="arm64") == "metal"
+    assert resolve_backend("auto", system="Linux", machine="x86_64", gpu=True) == "cuda12"
+    assert resolve_backend("auto", system="Linux", machine="x86_64", gpu=False) == "cpu"
+    assert resolve_backend("auto", system="Linux", machine="x86_64") == (
+        "cuda12" if nvidia_gpu_visible() else "cpu"
+    )
+    with pytest.raises(ValueError, match="not one of auto, cpu, cuda12, metal"):
+        resolve_backend("rocm")
+
+
+def test_rendered_file_is_sourced_by_a_shell(tmp_path):
+    env = managed_environment("PROJ", "cuda12", env_root="/p q", overrides={"NOTE": "it's"})
+    script = tmp_path / "env.sh"
+    script.write_text(render(env))
+    shown = subprocess.run(
+        [
+            "/bin/sh",
+            "-c",
+            f'. {shlex.quote(str(script))}; echo "$PROJ_ENV_ROOT|$NOTE|${{XLA_CLIENT_MEM_FRACTION}}"',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"XLA_CLIENT_MEM_FRACTION": "0.1"},
+    ).stdout
+    assert shown == "/p q|it's|0.75\n"
+
+
+def test_write_then_show(tmp_path, capsys):
+    output = tmp_path / "sub" / ".proj.env"
+    assert (
+        main(
+            [
+                "write",
+                "--prefix",
+                "PROJ",
+                "--backend",
+                "cpu",
+                "--output",
+                str(output),
+                "--env-root",
+                str(tmp_path),
+                "--set",
+                "EXTRA=1",
+            ]
+        )
+        == 0
+    )
+    text = output.read_text()
+    assert "export PROJ_BACKEND=cpu" in text
+    assert "unset XLA_CLIENT_MEM_FRACTION" in text
+    user = tmp_path / "user.env"
+    user.write_text("# mine\nEXTRA=2\nMY_OWN='a b'\n")
+    assert (
+        main(["show", "--prefix", "PROJ", "--env-file", str(output), "--user-env", str(user)]) == 0
+    )
+    shown = capsys.readouterr().out.splitlines()
+    assert f"EXTRA=2  # {user}" in shown
+    assert f"MY_OWN=a b  # {user}  [not managed]" in shown
+    assert f"XLA_CLIENT_MEM_FRACTION=(unset)  # {output}" in shown
+
+
+def test_cli_errors_exit_with_usage(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["write", "--prefix", "bad", "--backend", "cpu", "--output", str(tmp_path / "x")])
+    assert info.value.code == 2
+    assert "prefix 'bad'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "write",
+                "--prefix",
+                "P",
+                "--backend",
+                "cpu",
+                "--output",
+                str(tmp_path / "x"),
+                "--set",
+                "NOEQ",
+            ]
+        )
+
+
+def test_runs_as_a_module(tmp_path):
+    output = tmp_path / "e.sh"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "substrax.runtime.managed_env",
+            "write",
+            "--prefix",
+            "P",
+            "--backend",
+            "cpu",
+            "--output",
+            str(output),
+        ],
+        check=True,
+        timeout=60,
+    )
+    assert f"export P_ENV_ROOT={tmp_path}" in output.read_text()

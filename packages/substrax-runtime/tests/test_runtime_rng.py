@@ -1,0 +1,122 @@
+import json
+import pickle
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from substrax.rng import MissingRngStreamError, fold_in_name, key_from, rngs_from_seed, split_key
+
+
+def data(key):
+    return jax.random.key_data(key).tolist()
+
+
+def test_key_from_a_typed_key():
+    key = jax.random.key(3)
+    assert data(key_from(key, streams=("params",), context="t")) == data(key)
+
+
+def test_key_from_a_raw_key():
+    raw = jax.random.PRNGKey(3)
+    assert key_from(raw, streams=("params",), context="t").tolist() == raw.tolist()
+    assert key_from(np.asarray(raw), streams=("params",), context="t").shape == (2,)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [0, 3.0, None, "key", jnp.zeros((2,), jnp.int32), jnp.zeros((3,), jnp.uint32), "batch"],
+)
+def test_key_from_refuses_anything_else(bad):
+    if isinstance(bad, str) and bad == "batch":
+        bad = jax.random.split(jax.random.key(0), 2)
+    with pytest.raises(TypeError, match="no default seed"):
+        key_from(bad, streams=("params",), context="layer")
+
+
+def test_key_from_rngs_takes_the_first_held_stream():
+    rngs = nnx.Rngs(dropout=jax.random.key(1), default=jax.random.key(2))
+    expected = nnx.Rngs(dropout=jax.random.key(1)).dropout()
+    got = key_from(rngs, streams=("noise", "dropout", "default"), context="t")
+    assert data(got) == data(expected)
+
+
+def test_key_from_rngs_without_the_stream():
+    rngs = nnx.Rngs(params=jax.random.key(1))
+    with pytest.raises(MissingRngStreamError) as info:
+        key_from(rngs, streams=("dropout",), context="Dropout layer")
+    assert info.value.context == "Dropout layer"
+    assert info.value.streams == ("dropout",)
+    assert isinstance(info.value, ValueError)
+    assert "nnx.Rngs(dropout=...)" in str(info.value)
+    copy = pickle.loads(pickle.dumps(info.value))  # noqa: S301 - our own error, round-tripped
+    assert (copy.context, copy.streams) == ("Dropout layer", ("dropout",))
+
+
+def test_streams_must_be_names():
+    with pytest.raises(TypeError, match="streams"):
+        key_from(jax.random.key(0), streams="params", context="t")
+
+
+def test_rngs_from_seed_streams_are_independent_of_each_other():
+    a = rngs_from_seed(7, ("params", "dropout"))
+    b = rngs_from_seed(7, ("dropout", "sample", "params"))
+    assert data(a.params()) == data(b.params())
+    assert data(a.dropout()) == data(b.dropout())
+    root = jax.random.key(7)
+    assert data(rngs_from_seed(7).default()) == data(
+        nnx.Rngs(default=fold_in_name(root, "default")).default()
+    )
+
+
+@pytest.mark.parametrize(("seed", "error"), [(True, TypeError), (1.0, TypeError), (-1, ValueError)])
+def test_rngs_from_seed_seed_checks(seed, error):
+    with pytest.raises(error, match="seed"):
+        rngs_from_seed(seed)
+
+
+def test_rngs_from_seed_stream_checks():
+    with pytest.raises(ValueError, match="at least one stream"):
+        rngs_from_seed(0, ())
+    with pytest.raises(ValueError, match="repeated: a"):
+        rngs_from_seed(0, ("a", "b", "a"))
+    with pytest.raises(TypeError, match="streams"):
+        rngs_from_seed(0, ("a", ""))
+
+
+def test_split_key():
+    keys = split_key(jax.random.key(0), 3)
+    assert keys.shape == (3,)
+    assert split_key(jax.random.key(0)).shape == (2,)
+    with pytest.raises(ValueError, match="at least 1"):
+        split_key(jax.random.key(0), 0)
+    with pytest.raises(TypeError, match="must be an int"):
+        split_key(jax.random.key(0), True)
+
+
+def test_fold_in_name_is_stable_across_interpreters():
+    program = (
+        "import json, jax\n"
+        "from substrax.rng import fold_in_name\n"
+        "print(json.dumps(jax.random.key_data(fold_in_name(jax.random.key(5), 'params')).tolist()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={"JAX_PLATFORMS": "cpu", "PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"},
+    ).stdout
+    here = data(fold_in_name(jax.random.key(5), "params"))
+    assert json.loads(out) == here
+    assert here != data(fold_in_name(jax.random.key(5), "dropout"))
+
+
+def test_fold_in_name_needs_a_name():
+    with pytest.raises(ValueError, match="non-empty name"):
+        fold_in_name(jax.random.key(0), "")

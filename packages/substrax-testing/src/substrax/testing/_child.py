@@ -1,0 +1,267 @@
+"""``run_python``: run code in a fresh interpreter with the JAX settings a test chooses."""
+
+# Callers are untyped at run time: the isinstance checks below are the validation.
+# pyright: reportUnnecessaryIsInstance=false
+
+import dataclasses
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+
+if TYPE_CHECKING:
+    from substrax.runtime import JaxRuntime
+    from substrax.typing import JsonValue
+
+STDERR_TAIL_LINES = 40
+_SHOWN_CODE = 60
+
+
+def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
+    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
+
+
+def _describe(argv: tuple[str, ...]) -> str:
+    """Name a child run briefly: the script path, or the first line of ``-c`` code."""
+    match argv:
+        case (_, "-c", code, *_):
+            first = code.strip().splitlines()[0] if code.strip() else ""
+            shown = first if len(first) <= _SHOWN_CODE else first[: _SHOWN_CODE - 3] + "..."
+            return f"python -c {shown!r}"
+        case (_, script, *_):
+            return script
+        case _:
+            return " ".join(argv)
+
+
+class ChildFailedError(AssertionError):
+    """A child interpreter exited with a non-zero status.
+
+    Attributes:
+        result: The failed run, with its full stdout and stderr.
+
+    Example:
+        >>> from substrax.testing import ChildFailedError, run_python
+        >>> run = run_python("raise SystemExit(3)", timeout=60)
+        >>> try:
+        ...     run.check()
+        ... except ChildFailedError as error:
+        ...     error.result.returncode
+        3
+    """
+
+    def __init__(self, result: "ChildResult") -> None:
+        self.result = result
+        super().__init__(
+            f"child {_describe(result.argv)} exited with status {result.returncode} after "
+            f"{result.seconds:.1f} s; last {STDERR_TAIL_LINES} stderr lines:\n"
+            f"{_tail(result.stderr) or '(stderr was empty)'}"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildResult:
+    """What a child interpreter did: its command line, exit status, output and duration.
+
+    Attributes:
+        argv: The command line that ran.
+        returncode: The exit status (negative for a signal).
+        stdout: Everything the child printed to stdout.
+        stderr: Everything the child printed to stderr.
+        seconds: Wall-clock duration of the run.
+
+    Example:
+        >>> from substrax.testing import run_python
+        >>> run_python("print('[1, 2]')", timeout=60).check().last_json()
+        [1, 2]
+    """
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether the child exited with status 0."""
+        return self.returncode == 0
+
+    def check(self) -> Self:
+        """Return this result if the child exited with status 0.
+
+        Returns:
+            This result, so calls chain: ``run_python(...).check().last_json()``.
+
+        Raises:
+            ChildFailedError: The child exited with a non-zero status; the message ends with
+                the last 40 lines of its stderr.
+        """
+        if self.returncode != 0:
+            raise ChildFailedError(self)
+        return self
+
+    def _last_line(self) -> str:
+        lines = [line for line in self.stdout.splitlines() if line.strip()]
+        if not lines:
+            raise ValueError(
+                f"child {_describe(self.argv)} printed nothing on stdout; print the result as the "
+                f"last line, e.g. print(json.dumps(result)); stderr tail:\n{_tail(self.stderr, 5)}"
+            )
+        return lines[-1]
+
+    def last_json(self) -> "JsonValue":
+        """Parse the last non-empty stdout line as JSON.
+
+        Returns:
+            The parsed value.
+
+        Raises:
+            ValueError: stdout is empty or its last line is not JSON.
+        """
+        line = self._last_line()
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"the last stdout line of the child is not JSON: {line!r} ({error.msg}); "
+                "print json.dumps(...) last"
+            ) from error
+
+    def last_json_as[T](self, shape: type[T]) -> T:
+        """Validate the last non-empty stdout line against ``shape`` in strict JSON mode.
+
+        Args:
+            shape: Any type pydantic can validate: a dataclass, a ``TypedDict``,
+                ``dict[str, int]``, a pydantic model...
+
+        Returns:
+            The validated value.
+
+        Raises:
+            ValueError: stdout is empty, or the line does not match ``shape``
+                (``pydantic.ValidationError`` is a ``ValueError``).
+
+        Example:
+            >>> from substrax.testing import run_python
+            >>> run = run_python("import json; print(json.dumps({'loss': 0.5}))", timeout=60)
+            >>> run.check().last_json_as(dict[str, float])
+            {'loss': 0.5}
+        """
+        from pydantic import TypeAdapter  # noqa: PLC0415 - keep the package import light
+
+        return TypeAdapter(shape).validate_json(self._last_line(), strict=True)
+
+
+def _with_child_defaults(runtime: "JaxRuntime | None", env: Mapping[str, str]) -> "JaxRuntime":
+    from substrax.runtime import JaxRuntime  # noqa: PLC0415 - keep the package import light
+
+    chosen = runtime if runtime is not None else JaxRuntime()
+    changes: dict[str, object] = {}
+    if chosen.platforms is None and "JAX_PLATFORMS" not in env:
+        changes["platforms"] = ("cpu",)
+    if chosen.preallocate is None and "XLA_PYTHON_CLIENT_PREALLOCATE" not in env:
+        changes["preallocate"] = False
+    return dataclasses.replace(chosen, **changes) if changes else chosen
+
+
+def _check_timeout(timeout: float) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+
+
+def run_python(
+    program: str | Path,
+    *args: str,
+    timeout: float,
+    runtime: "JaxRuntime | None" = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> ChildResult:
+    """Run Python code or a script in a fresh interpreter under chosen JAX settings.
+
+    The child's environment is ``substrax.runtime.child_environment(runtime, env)``: the
+    parent's variables without any ``JAX_*``/``XLA_*``, then ``env``, then the runtime's.
+    Unless ``runtime`` or ``env`` chooses otherwise, the child runs on CPU without
+    preallocating accelerator memory.
+
+    Args:
+        program: Source code (run with ``python -c``) or the path of a script.
+        *args: Command-line arguments for the program (``sys.argv[1:]``).
+        timeout: Seconds to wait before killing the child.
+        runtime: JAX settings of the child.
+        env: Extra environment variables (before the runtime's).
+        cwd: Working directory of the child (default: the current one).
+
+    Returns:
+        The finished run; a non-zero exit is returned, not raised (call ``.check()``).
+
+    Raises:
+        ValueError: ``timeout`` is not a positive number.
+        subprocess.TimeoutExpired: The child ran past ``timeout`` (it is killed).
+        RuntimeConfigurationError: The runtime conflicts with ``env`` (e.g. an XLA flag
+            with two values); raised before the child starts.
+
+    Example:
+        >>> from substrax.runtime import JaxRuntime
+        >>> program = "import json, jax; print(json.dumps(jax.device_count()))"
+        >>> run_python(program, runtime=JaxRuntime(cpu_devices=4), timeout=120).check().last_json()
+        4
+    """
+    from substrax.runtime import child_environment  # noqa: PLC0415 - keep the package import light
+
+    _check_timeout(timeout)
+    extra = dict(env or {})
+    child_env = child_environment(_with_child_defaults(runtime, extra), extra)
+    if isinstance(program, Path):
+        argv = (sys.executable, str(program), *args)
+    else:
+        argv = (sys.executable, "-c", program, *args)
+    started = time.perf_counter()
+    completed = subprocess.run(
+        argv,
+        env=child_env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    return ChildResult(
+        argv=argv,
+        returncode=completed.returncode,
+        stdout=completed.stdout,
+        stderr=completed.stderr,
+        seconds=time.perf_counter() - started,
+    )
+
+
+_CUDA_PROBE = "import jax; print(jax.default_backend())"
+
+
+def cuda_is_visible(*, timeout: float = 120.0) -> bool:
+    """Whether jax can start its CUDA backend here, probed in a fresh interpreter.
+
+    Args:
+        timeout: Seconds to wait for the probe.
+
+    Returns:
+        ``True`` when a child with ``platforms=("cuda",)`` starts and reports a GPU backend.
+
+    Example:
+        >>> cuda_is_visible() in (True, False)
+        True
+    """
+    from substrax.runtime import JaxRuntime  # noqa: PLC0415 - keep the package import light
+
+    try:
+        run = run_python(_CUDA_PROBE, runtime=JaxRuntime(platforms=("cuda",)), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return run.succeeded and run.stdout.strip().endswith("gpu")

@@ -1,0 +1,144 @@
+"""run_python and ChildResult: fresh interpreters, their environment and their output."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pydantic
+import pytest
+
+from substrax.runtime import JaxRuntime, XlaFlagConflictError
+from substrax.testing import ChildFailedError, ChildResult, cuda_is_visible, run_python
+
+
+def _result(*, returncode=0, stdout="", stderr="") -> ChildResult:
+    return ChildResult(
+        argv=(sys.executable, "-c", "pass"),
+        returncode=returncode,
+        stdout=stdout,
+        stderr=stderr,
+        seconds=0.1,
+    )
+
+
+CUDA_PLUGINS = ("jax_cuda12_plugin", "jax_cuda13_plugin")
+ENV_PROGRAM = (
+    "import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
+    "if k.startswith(('JAX_', 'XLA_', 'SUBSTRAX_PROBE'))}))"
+)
+
+
+def test_the_child_gets_cpu_defaults_and_none_of_the_parents_jax_settings(monkeypatch):
+    monkeypatch.setenv("JAX_ENABLE_X64", "true")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/nowhere")
+    run = run_python(ENV_PROGRAM, timeout=60, env={"SUBSTRAX_PROBE": "1"}).check()
+    assert run.last_json() == {
+        "JAX_PLATFORMS": "cpu",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+        "SUBSTRAX_PROBE": "1",
+    }
+    assert run.argv[:2] == (sys.executable, "-c")
+    assert run.seconds > 0
+
+
+def test_the_runtime_and_env_choose_over_the_defaults():
+    runtime = JaxRuntime(cpu_devices=3, preallocate=True, xla_flags=("--xla_a=1",))
+    run = run_python(ENV_PROGRAM, timeout=60, runtime=runtime, env={"JAX_PLATFORMS": "tpu"})
+    assert run.check().last_json() == {
+        "JAX_PLATFORMS": "tpu",
+        "JAX_NUM_CPU_DEVICES": "3",
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
+        "XLA_FLAGS": "--xla_a=1",
+    }
+
+
+def test_a_flag_conflict_raises_before_the_child_starts(tmp_path):
+    marker = tmp_path / "ran"
+    with pytest.raises(XlaFlagConflictError):
+        run_python(
+            f"open({str(marker)!r}, 'w')",
+            timeout=60,
+            runtime=JaxRuntime(xla_flags=("--xla_a=1",)),
+            env={"XLA_FLAGS": "--xla_a=2"},
+        )
+    assert not marker.exists()
+
+
+def test_the_spec_example_runs_on_eight_emulated_devices():
+    program = "import json, jax; print(json.dumps(jax.device_count()))"
+    result = run_python(program, runtime=JaxRuntime(cpu_devices=8), timeout=120)
+    assert result.check().last_json() == 8
+
+
+def test_a_script_gets_its_arguments_and_cwd(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text("import json, os, sys\nprint(json.dumps([sys.argv[1:], os.getcwd()]))\n")
+    run = run_python(script, "a", "b", timeout=60, cwd=tmp_path).check()
+    assert run.argv == (sys.executable, str(script), "a", "b")
+    assert run.last_json() == [["a", "b"], str(tmp_path)]
+
+
+def test_a_failure_is_returned_and_check_raises_with_the_stderr_tail():
+    program = "import sys\nfor i in range(60): print(f'line {i}', file=sys.stderr)\nsys.exit(5)"
+    run = run_python(program, timeout=60)
+    assert run.returncode == 5
+    assert not run.succeeded
+    with pytest.raises(ChildFailedError) as caught:
+        run.check()
+    assert caught.value.result is run
+    message = str(caught.value)
+    assert "exited with status 5" in message
+    assert "python -c 'import sys'" in message
+    assert message.endswith("\n".join(f"line {i}" for i in range(20, 60)))
+    assert "line 19\n" not in message
+    assert isinstance(caught.value, AssertionError)
+
+
+def test_a_timeout_raises():
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_python("import time; time.sleep(30)", timeout=0.5)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, True, "5"])
+def test_a_bad_timeout_is_refused(timeout):
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        run_python("pass", timeout=timeout)
+
+
+def test_last_json_reads_the_last_non_empty_line():
+    result = _result(stdout='progress\n{"loss": 1.5}\n\n  \n')
+    assert result.check() is result
+    assert result.last_json() == {"loss": 1.5}
+
+
+@pytest.mark.parametrize(
+    ("stdout", "match"),
+    [("", "printed nothing on stdout"), ("\n \n", "printed nothing"), ("done\n", "is not JSON")],
+)
+def test_last_json_refuses_missing_or_non_json_output(stdout, match):
+    with pytest.raises(ValueError, match=match):
+        _result(stdout=stdout).last_json()
+
+
+@dataclass(frozen=True)
+class Summary:
+    steps: int
+    loss: float
+
+
+def test_last_json_as_validates_strictly():
+    assert _result(stdout='{"steps": 3, "loss": 1}').last_json_as(Summary) == Summary(3, 1.0)
+    with pytest.raises(pydantic.ValidationError):
+        _result(stdout='{"steps": "3", "loss": 1.0}').last_json_as(Summary)
+    with pytest.raises(ValueError, match="printed nothing"):
+        _result().last_json_as(Summary)
+    assert _result(stdout=json.dumps([1, 2])).last_json_as(tuple[int, int]) == (1, 2)
+
+
+def test_cuda_is_visible_answers_without_raising():
+    visible = cuda_is_visible(timeout=120)
+    assert isinstance(visible, bool)
+    if not any(importlib.util.find_spec(name) for name in CUDA_PLUGINS):
+        assert visible is False

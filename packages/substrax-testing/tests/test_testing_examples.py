@@ -1,0 +1,127 @@
+"""run_example: one example per interpreter, outputs redirected, main()'s result read back."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from substrax.testing import ChildFailedError, ExampleTimeoutError, run_example
+
+
+EXAMPLE = textwrap.dedent(
+    """
+    import json
+    import os
+    from pathlib import Path
+
+    import numpy as np
+
+
+    def main():
+        out = Path(os.environ["AVITAI_OUTPUT_DIR"])
+        (out / "result.txt").write_text("42")
+        return {"loss": np.float32(0.5), "steps": np.array(3), "shape": (2, 3), "cwd": os.getcwd()}
+
+
+    if __name__ == "__main__":
+        print(json.dumps({"script": True, "cwd": os.getcwd()}))
+    """
+)
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    root = tmp_path / "repo"
+    (root / "examples").mkdir(parents=True)
+    (root / "examples" / "train.py").write_text(EXAMPLE)
+    return root
+
+
+def test_call_main_returns_the_json_summary_and_writes_outside_the_repo(repo, tmp_path):
+    out = tmp_path / "out"
+    run = run_example(
+        Path("examples/train.py"), repo_root=repo, output_dir=out, timeout=60, call_main=True
+    ).check()
+    assert run.summary == {"loss": 0.5, "steps": 3, "shape": [2, 3], "cwd": str(repo)}
+    assert run.path == repo / "examples" / "train.py"
+    assert run.output_dir == out.resolve()
+    assert (out / "result.txt").read_text() == "42"
+    assert sorted(p.name for p in (repo / "examples").iterdir()) == ["train.py"]
+
+
+def test_without_call_main_the_file_runs_as_a_script(repo, tmp_path):
+    run = run_example(
+        repo / "examples" / "train.py",
+        repo_root=repo,
+        output_dir=tmp_path / "out",
+        timeout=60,
+        call_main=False,
+    )
+    assert run.summary is None
+    assert run.check().result.last_json() == {"script": True, "cwd": str(repo)}
+
+
+def test_a_failing_example_is_returned_and_check_raises(repo, tmp_path):
+    (repo / "examples" / "broken.py").write_text("def main():\n    raise RuntimeError('nope')\n")
+    run = run_example(
+        Path("examples/broken.py"),
+        repo_root=repo,
+        output_dir=tmp_path / "out",
+        timeout=60,
+        call_main=True,
+    )
+    assert run.summary is None
+    with pytest.raises(ChildFailedError, match="RuntimeError: nope"):
+        run.check()
+
+
+def test_a_missing_main_is_named(repo, tmp_path):
+    (repo / "examples" / "no_main.py").write_text("x = 1\n")
+    run = run_example(
+        Path("examples/no_main.py"),
+        repo_root=repo,
+        output_dir=tmp_path / "out",
+        timeout=60,
+        call_main=True,
+    )
+    assert "defines no main()" in run.result.stderr
+
+
+def test_a_slow_example_raises_a_timeout_with_its_stderr(repo, tmp_path):
+    (repo / "examples" / "slow.py").write_text(
+        "import sys, time\nprint('warming up', file=sys.stderr, flush=True)\ntime.sleep(30)\n"
+    )
+    with pytest.raises(ExampleTimeoutError) as caught:
+        run_example(
+            Path("examples/slow.py"),
+            repo_root=repo,
+            output_dir=tmp_path / "out",
+            timeout=1.5,
+            call_main=False,
+        )
+    assert caught.value.path == repo / "examples" / "slow.py"
+    assert caught.value.timeout == 1.5
+    assert "warming up" in caught.value.stderr_tail
+
+
+def test_a_conflicting_output_dir_in_env_is_refused(repo, tmp_path):
+    with pytest.raises(ValueError, match="AVITAI_OUTPUT_DIR"):
+        run_example(
+            Path("examples/train.py"),
+            repo_root=repo,
+            output_dir=tmp_path / "out",
+            timeout=60,
+            call_main=True,
+            env={"AVITAI_OUTPUT_DIR": str(tmp_path / "elsewhere")},
+        )
+
+
+def test_a_missing_example_is_refused(repo, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"missing\.py"):
+        run_example(
+            Path("examples/missing.py"),
+            repo_root=repo,
+            output_dir=tmp_path,
+            timeout=60,
+            call_main=True,
+        )
