@@ -1,0 +1,48 @@
+"""Every script in examples/ runs in a fresh interpreter, its outputs kept out of the repository."""
+
+from pathlib import Path
+
+import pytest
+
+from substrax.examples import discover_examples
+from substrax.testing import ExampleRun, run_example
+
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = discover_examples(ROOT / "examples")
+
+
+@pytest.fixture(scope="module")
+def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[ExampleRun, Path]]:
+    runs: dict[str, tuple[ExampleRun, Path]] = {}
+    for path in EXAMPLES:
+        outputs = tmp_path_factory.mktemp(path.stem) / "outputs"
+        run = run_example(path, repo_root=ROOT, output_dir=outputs, timeout=300, call_main=True)
+        runs[path.stem] = (run, outputs)
+    return runs
+
+
+def test_the_quick_start_is_an_example() -> None:
+    assert ROOT / "examples" / "quick_start.py" in EXAMPLES
+
+
+@pytest.mark.parametrize("name", [p.stem for p in EXAMPLES])
+def test_example_runs_and_writes_only_under_its_output_dir(
+    name: str, example_runs: dict[str, tuple[ExampleRun, Path]]
+) -> None:
+    run, outputs = example_runs[name]
+    summary = run.check().summary
+    assert isinstance(summary, dict)
+    for produced in summary.get("outputs", {}).values():
+        assert Path(produced).exists()
+        assert Path(produced).is_relative_to(outputs)
+
+
+def test_quick_start_trains_on_eight_devices_and_checkpoints(
+    example_runs: dict[str, tuple[ExampleRun, Path]],
+) -> None:
+    run, _ = example_runs["quick_start"]
+    summary = run.check().summary
+    assert summary["devices"] == 8
+    assert summary["checkpoint_steps"][-1] >= 2
+    assert summary["final_loss"] < 10.0
