@@ -1,0 +1,185 @@
+"""Running one task: its process group, piped logs with secrets redacted, its timeout."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO
+
+from ._environment import task_environment
+from .manifest import RunDevices, TaskOutcome, TaskStatus
+from .spec import JobSpec, Task
+
+
+EVENT_PREFIX = "[substrax] "
+LOG_NAMES = frozenset({"stdout.log", "stderr.log"})
+PROBE_SECONDS = 300.0
+_PROBE = (
+    "import json, jax; d = jax.devices(); print(json.dumps({'platform': d[0].platform, "
+    "'kinds': sorted({x.device_kind for x in d}), 'count': len(d)}))"
+)
+
+
+class _Redactor:
+    """Replaces each secret's value with ``***`` in text that goes to a log."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        self._values = sorted((v for v in values if v), key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for value in self._values:
+            text = text.replace(value, "***")
+        return text
+
+
+def _argv(task: Task, python: str) -> list[str]:
+    argv = list(task.argv)
+    if argv[0] == "python":
+        argv[0] = python
+    return argv
+
+
+def _pump(stream: IO[bytes], log: IO[str], prefix: str, echo: bool, redact: _Redactor) -> None:
+    for raw in iter(stream.readline, b""):
+        line = redact(raw.decode(errors="replace"))
+        log.write(line)
+        log.flush()
+        if echo:
+            sys.stdout.write(f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}")
+            sys.stdout.flush()
+
+
+def _listing(task_dir: Path) -> tuple[str, ...]:
+    files = (p for p in task_dir.rglob("*") if p.is_file() and not p.is_symlink())
+    return tuple(
+        sorted(
+            p.relative_to(task_dir).as_posix()
+            for p in files
+            if p.name not in LOG_NAMES or p.parent != task_dir
+        )
+    )
+
+
+class TaskRunner:
+    """Runs one job's tasks; ``cancel`` (from a SIGTERM handler) stops the current task."""
+
+    def __init__(
+        self, spec: JobSpec, *, project: Path, root: Path, echo: bool, python: str
+    ) -> None:
+        self.spec, self.project, self.root, self.echo, self.python = (
+            spec,
+            project,
+            root,
+            echo,
+            python,
+        )
+        self.redact = _Redactor(os.environ.get(name, "") for name in spec.secrets)
+        self.current: subprocess.Popen[bytes] | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        process = self.current
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+
+    def probe(self) -> RunDevices | None:
+        log = self.root / "devices.log"
+        try:
+            env = task_environment(self.spec, None, parent=os.environ)
+            result = subprocess.run(
+                [self.python, "-c", _PROBE],
+                env=env,
+                cwd=self.project,
+                capture_output=True,
+                text=True,
+                timeout=PROBE_SECONDS,
+                check=False,
+            )
+            lines = [line for line in result.stdout.splitlines() if line.strip()]
+            if result.returncode == 0 and lines:
+                return RunDevices.model_validate_json(lines[-1])
+            log.write_text(self.redact(result.stdout + result.stderr))
+        except (OSError, ValueError, LookupError, subprocess.TimeoutExpired) as error:
+            log.write_text(self.redact(f"device probe failed: {error!r}\n"))
+        return None
+
+    def run_task(self, task: Task, budget: float) -> TaskOutcome:
+        task_dir = self.root / task.name
+        task_dir.mkdir(parents=True, exist_ok=True)
+        argv = _argv(task, self.python)
+        start = time.monotonic()
+        with (task_dir / "stdout.log").open("w") as out, (task_dir / "stderr.log").open("w") as err:
+            if budget <= 0 or self.cancelled:
+                status = TaskStatus.CANCELLED if self.cancelled else TaskStatus.TIMED_OUT
+                return TaskOutcome(
+                    name=task.name, argv=task.argv, status=status, returncode=None, seconds=0.0
+                )
+            try:
+                env = task_environment(self.spec, task_dir, parent=os.environ)
+                process = subprocess.Popen(
+                    argv,
+                    cwd=self.project,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            except (OSError, LookupError, ValueError) as error:
+                err.write(self.redact(f"could not start {argv[0]!r}: {error}\n"))
+                return TaskOutcome(
+                    name=task.name,
+                    argv=task.argv,
+                    status=TaskStatus.FAILED,
+                    returncode=None,
+                    seconds=time.monotonic() - start,
+                )
+            self.current = process
+            if process.stdout is None or process.stderr is None:  # pragma: no cover - PIPE given
+                raise RuntimeError("the task's pipes were not opened")
+            pumps = [
+                threading.Thread(
+                    target=_pump,
+                    args=(process.stdout, out, f"[{task.name}] ", self.echo, self.redact),
+                ),
+                threading.Thread(
+                    target=_pump,
+                    args=(process.stderr, err, f"[{task.name}] ", self.echo, self.redact),
+                ),
+            ]
+            for pump in pumps:
+                pump.start()
+            timed_out = False
+            try:
+                process.wait(timeout=budget)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            for pump in pumps:
+                pump.join()
+            process.stdout.close()
+            process.stderr.close()
+            self.current = None
+        code = process.returncode
+        if self.cancelled:
+            status = TaskStatus.CANCELLED
+        elif timed_out:
+            status = TaskStatus.TIMED_OUT
+        else:
+            status = TaskStatus.SUCCEEDED if code == 0 else TaskStatus.FAILED
+        return TaskOutcome(
+            name=task.name,
+            argv=task.argv,
+            status=status,
+            returncode=code,
+            seconds=time.monotonic() - start,
+            outputs=_listing(task_dir),
+        )

@@ -1,0 +1,213 @@
+"""The ``ComputeBackend`` protocol, run handles and the run store.
+
+Every method but ``submit`` works from a ``RunHandle`` alone, in another process: the handle
+carries the backend's settings as they were at submission, so a stored run is never re-routed
+by settings changed afterwards.
+
+Example:
+    >>> import tempfile
+    >>> store = RunStore(Path(tempfile.mkdtemp()))
+    >>> handle = RunHandle(run_id="demo-20260101T000000Z-abcdef", backend="local", job="demo",
+    ...                    project="/p", submitted_at=datetime.now(UTC))
+    >>> store.save(handle)
+    >>> store.load(handle.run_id) == handle
+    True
+"""
+
+import json
+import os
+import secrets
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import Field, JsonValue
+
+from .manifest import write_atomically
+from .spec import JobSpec, Record
+
+
+STATE_DIR_ENV = "SUBSTRAX_STATE_DIR"
+HANDLE_VERSION = 2
+
+
+class RunState(StrEnum):
+    """Where a run stands."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        """Whether the run has ended (succeeded, failed or cancelled)."""
+        return self in {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED}
+
+
+class RunHandle(Record):
+    """What a backend needs to find a run again, saved as JSON by ``RunStore``.
+
+    Attributes:
+        run_id: ``<job>-<UTC time>-<6 hex>``.
+        backend: The registered backend name.
+        job: The job's name.
+        project: The project root the job was submitted from.
+        submitted_at: When it was submitted (UTC).
+        details: Backend-specific identifiers (pid, app id, cluster name...).
+        settings: The backend settings at submission; the backend is rebuilt from these.
+    """
+
+    schema_version: Literal[2] = HANDLE_VERSION
+    run_id: str
+    backend: str
+    job: str
+    project: str
+    submitted_at: datetime
+    details: dict[str, str] = Field(default_factory=dict)
+    settings: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+def new_run_id(job: str, *, now: datetime | None = None) -> str:
+    """A fresh run id, ``<job>-YYYYmmddTHHMMSSZ-<6 hex>``.
+
+    Example:
+        >>> new_run_id("demo", now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))[:22]
+        'demo-20260102T030405Z-'
+    """
+    moment = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    return f"{job}-{moment}-{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewRun:
+    """A run about to be submitted: its id, spec and project."""
+
+    run_id: str
+    spec: JobSpec
+    project: Path
+
+    def handle(
+        self, backend: str, details: Mapping[str, str], settings: Mapping[str, JsonValue]
+    ) -> RunHandle:
+        """The handle for this run once ``backend`` accepted it."""
+        return RunHandle(
+            run_id=self.run_id,
+            backend=backend,
+            job=self.spec.name,
+            project=str(self.project),
+            submitted_at=datetime.now(UTC),
+            details=dict(details),
+            settings=dict(settings),
+        )
+
+
+def new_run(spec: JobSpec, project: Path) -> NewRun:
+    """A ``NewRun`` with a fresh id for ``spec``."""
+    return NewRun(run_id=new_run_id(spec.name), spec=spec, project=project.resolve())
+
+
+def stage_run(runs_dir: Path, run: NewRun) -> Path:
+    """Create ``runs_dir/<run_id>`` and write ``spec.json`` there; return the directory."""
+    run_dir = runs_dir / run.run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    write_atomically(run_dir / "spec.json", json.dumps(run.spec.model_dump(mode="json"), indent=2))
+    return run_dir
+
+
+@runtime_checkable
+class ComputeBackend(Protocol):
+    """A place jobs run. Everything but ``submit`` must work from a handle in a new process."""
+
+    name: str
+
+    def submit(self, spec: JobSpec, *, project: Path) -> RunHandle:
+        """Start ``spec`` from ``project`` and return its handle without waiting."""
+        ...
+
+    def status(self, handle: RunHandle) -> RunState:
+        """The run's state now."""
+        ...
+
+    def logs(self, handle: RunHandle, *, follow: bool) -> Iterator[str]:
+        """The run's log lines; with ``follow``, until the run is final."""
+        ...
+
+    def fetch(self, handle: RunHandle, destination: Path) -> Path:
+        """Copy the run's outputs to ``destination/<run_id>`` and return that directory."""
+        ...
+
+    def cancel(self, handle: RunHandle) -> None:
+        """Stop the run; nothing happens if it has already ended."""
+        ...
+
+
+type BackendFactory = Callable[[Mapping[str, JsonValue]], ComputeBackend]
+
+
+def default_state_dir() -> Path:
+    """``$SUBSTRAX_STATE_DIR``, else ``$XDG_STATE_HOME/substrax``, else ``~/.local/state/substrax``.
+
+    Example:
+        >>> isinstance(default_state_dir(), Path)
+        True
+    """
+    if os.environ.get(STATE_DIR_ENV):
+        return Path(os.environ[STATE_DIR_ENV]).expanduser().resolve()
+    if os.environ.get("XDG_STATE_HOME"):
+        return Path(os.environ["XDG_STATE_HOME"]).expanduser().resolve() / "substrax"
+    return Path.home() / ".local" / "state" / "substrax"
+
+
+def backend_state_dir(setting: JsonValue, name: str) -> Path:
+    """A backend's own state directory: its ``state_dir`` setting, else ``<state>/compute/<name>``.
+
+    Example:
+        >>> backend_state_dir("/tmp/s", "local").as_posix()
+        '/tmp/s'
+    """
+    if isinstance(setting, str) and setting:
+        return Path(setting).expanduser().resolve()
+    return default_state_dir() / "compute" / name
+
+
+class RunStore:
+    """One JSON file per run handle under ``<state>/compute/runs``, written atomically.
+
+    Example:
+        >>> import tempfile
+        >>> RunStore(Path(tempfile.mkdtemp())).handles()
+        []
+    """
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root if root is not None else default_state_dir() / "compute" / "runs"
+
+    def save(self, handle: RunHandle) -> None:
+        """Write (or replace) the handle's file."""
+        write_atomically(self.root / f"{handle.run_id}.json", handle.model_dump_json(indent=2))
+
+    def load(self, run_id: str) -> RunHandle:
+        """The saved handle for ``run_id``.
+
+        Raises:
+            KeyError: No run of that id was saved; the message names the store.
+        """
+        path = self.root / f"{run_id}.json"
+        if "/" in run_id or not path.is_file():
+            raise KeyError(f"no run {run_id!r} in {self.root}; `substrax-compute list` shows them")
+        return RunHandle.model_validate_json(path.read_text(), strict=True)
+
+    def handles(self) -> list[RunHandle]:
+        """Every saved handle, newest first."""
+        if not self.root.is_dir():
+            return []
+        handles = [
+            RunHandle.model_validate_json(p.read_text(), strict=True)
+            for p in self.root.glob("*.json")
+        ]
+        return sorted(handles, key=lambda h: h.submitted_at, reverse=True)

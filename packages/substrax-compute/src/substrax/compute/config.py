@@ -1,0 +1,275 @@
+"""``[tool.substrax.compute]``: a project's backends and jobs, read strictly from pyproject.toml.
+
+Every refusal names the TOML path of the offending key::
+
+    tool.substrax.compute.jobs.demo.resources.cpu: must be positive and finite, got -1
+
+Example:
+    >>> config = parse_compute_config(
+    ...     {"jobs": {"demo": {"commands": {"hi": ["python", "-c", "print(1)"]}, "timeout_seconds": 60}}}
+    ... )
+    >>> config.jobs["demo"].timeout_seconds
+    60.0
+"""
+
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Self
+
+from pydantic import AfterValidator, BaseModel, Field, JsonValue, ValidationError, model_validator
+
+from ._toml import ROOT_PATH, ComputeConfigError, reason, toml_path
+from .spec import (
+    Accelerator,
+    Argv,
+    Component,
+    Count,
+    EnvName,
+    JobSpec,
+    Mount,
+    Positive,
+    Record,
+    Resources,
+    Task,
+    check_unique,
+    example_tasks,
+    jax_runtime,
+)
+
+
+def _inside(value: str) -> str:
+    path = PurePosixPath(value)
+    if not value or path.is_absolute() or ".." in path.parts:
+        raise ValueError("must be a directory relative to the project, without '..'")
+    return value
+
+
+class JobConfig(Record):
+    """One ``[tool.substrax.compute.jobs.<name>]`` table, as written."""
+
+    examples: tuple[Annotated[str, AfterValidator(_inside)], ...] = ()
+    commands: dict[Component, Argv] = Field(default_factory=dict)
+    timeout_seconds: Positive
+    task_timeout_seconds: Positive | None = None
+    extras: tuple[Component, ...] = ()
+    resources: Resources = Resources()
+    accelerator: Accelerator | None = None
+    runtime: dict[str, JsonValue] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    secrets: tuple[EnvName, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    nodes: Count = 1
+    probe_devices: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not self.examples and not self.commands:
+            raise ValueError("a job needs `examples` directories or `commands` to run")
+        if self.accelerator is not None and self.resources.accelerator is not None:
+            raise ValueError("set `accelerator` or `resources.accelerator`, not both")
+        if (
+            self.task_timeout_seconds is not None
+            and self.task_timeout_seconds > self.timeout_seconds
+        ):
+            raise ValueError("`task_timeout_seconds` must not exceed the job's `timeout_seconds`")
+        check_unique(
+            tasks=list(self.commands), mounts=self.mounts, secrets=self.secrets, env=self.env
+        )
+        return self
+
+    @property
+    def requested_resources(self) -> Resources:
+        """The resources with a job-level ``accelerator`` folded in."""
+        if self.accelerator is None:
+            return self.resources
+        return self.resources.model_copy(update={"accelerator": self.accelerator})
+
+
+class ComputeConfig(Record):
+    """The whole ``[tool.substrax.compute]`` table."""
+
+    backend: Component | None = None
+    backends: dict[Component, dict[str, JsonValue]] = Field(default_factory=dict)
+    jobs: dict[Component, JobConfig] = Field(default_factory=dict)
+
+
+def parse_compute_config(table: Mapping[str, Any]) -> ComputeConfig:
+    """Validate a ``[tool.substrax.compute]`` table already read from TOML.
+
+    Raises:
+        ComputeConfigError: Every unknown key and bad value, each with its TOML path.
+
+    Example:
+        >>> parse_compute_config({"backend": "local", "colour": "red"})
+        Traceback (most recent call last):
+        ...
+        substrax.compute.ComputeConfigError: tool.substrax.compute.colour: unknown key; allowed keys: backend, backends, jobs
+    """
+    try:
+        config = ComputeConfig.model_validate_json(json.dumps(table, default=str), strict=True)
+    except ValidationError as error:
+        problems = [(toml_path(e["loc"]), reason(e, ComputeConfig)) for e in error.errors()]
+        raise ComputeConfigError(problems) from None
+    problems: list[tuple[str, str]] = []
+    for name, job in config.jobs.items():
+        path = f"{ROOT_PATH}.jobs.{name}.runtime"
+        try:
+            jax_runtime(job.runtime)
+        except ValueError as error:
+            text = str(error)
+            field = next((k for k in job.runtime if f".{k} " in text or f"{k!r}" in text), None)
+            if field is None and "XLA flag" in text and "xla_flags" in job.runtime:
+                field = "xla_flags"
+            problems.append((f"{path}.{field}" if field else path, text))
+    if problems:
+        raise ComputeConfigError(problems)
+    return config
+
+
+def parse_backend_settings[M: BaseModel](
+    model: type[M], name: str, settings: Mapping[str, Any]
+) -> M:
+    """Validate a backend's settings table with ``model``; refusals name their TOML path.
+
+    Raises:
+        ComputeConfigError: A key is unknown or a value is bad.
+
+    Example:
+        >>> class S(Record):
+        ...     region: str
+        >>> parse_backend_settings(S, "mine", {})
+        Traceback (most recent call last):
+        ...
+        substrax.compute.ComputeConfigError: tool.substrax.compute.backends.mine.region: is required
+    """
+    try:
+        return model.model_validate_json(json.dumps(dict(settings), default=str), strict=True)
+    except ValidationError as error:
+        prefix = f"{ROOT_PATH}.backends.{name}"
+        problems = [(toml_path(e["loc"], prefix), reason(e, model)) for e in error.errors()]
+        raise ComputeConfigError(problems) from None
+
+
+def read_compute_config(project: Path) -> ComputeConfig:
+    """Read ``[tool.substrax.compute]`` from ``project/pyproject.toml``.
+
+    Raises:
+        FileNotFoundError: The project has no pyproject.toml.
+        LookupError: It has no ``[tool.substrax.compute]`` table.
+        ComputeConfigError: A key is unknown or a value is bad (the message names its path).
+
+    Example:
+        >>> read_compute_config(Path("/nonexistent"))
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no pyproject.toml in /nonexistent: run from the project root or pass --project
+    """
+    pyproject = project / "pyproject.toml"
+    if not pyproject.is_file():
+        raise FileNotFoundError(
+            f"no pyproject.toml in {project}: run from the project root or pass --project"
+        )
+    with pyproject.open("rb") as file:
+        data = tomllib.load(file)
+    table = data.get("tool", {}).get("substrax", {}).get("compute")
+    if table is None:
+        raise LookupError(
+            f"{pyproject} has no [{ROOT_PATH}] table; declare a job there, e.g. "
+            f'[{ROOT_PATH}.jobs.demo] with examples = ["examples"] and timeout_seconds = 600'
+        )
+    return parse_compute_config(table)
+
+
+def resolve_job(
+    config: ComputeConfig,
+    name: str,
+    *,
+    project: Path,
+    accelerator: Accelerator | None = None,
+) -> JobSpec:
+    """Turn a configured job into the spec the worker runs (examples first, then commands).
+
+    Raises:
+        KeyError: No job of that name; the message lists the configured ones.
+        FileNotFoundError: An examples directory does not exist or holds no script.
+
+    Example:
+        >>> config = parse_compute_config(
+        ...     {"jobs": {"j": {"commands": {"hi": ["python", "-V"]}, "timeout_seconds": 9}}}
+        ... )
+        >>> [t.name for t in resolve_job(config, "j", project=Path(".")).tasks]
+        ['hi']
+    """
+    job = config.jobs.get(name)
+    if job is None:
+        known = ", ".join(sorted(config.jobs)) or "none"
+        raise KeyError(f"no job {name!r} in [{ROOT_PATH}.jobs]; configured: {known}")
+    task_timeout = job.task_timeout_seconds or job.timeout_seconds
+    tasks: list[Task] = []
+    if job.examples:
+        from substrax.examples import discover_examples  # noqa: PLC0415
+
+        for directory in job.examples:
+            root = project / directory
+            if not root.is_dir():
+                raise FileNotFoundError(
+                    f"{ROOT_PATH}.jobs.{name}.examples: directory {directory!r} is not in {project}"
+                )
+            scripts = discover_examples(root)
+            if not scripts:
+                raise FileNotFoundError(f"{root} holds no example script (*.py)")
+            tasks += example_tasks(scripts, project=project, timeout_seconds=task_timeout)
+    tasks += [
+        Task(name=task, argv=argv, timeout_seconds=task_timeout)
+        for task, argv in job.commands.items()
+    ]
+    resources = job.requested_resources
+    if accelerator is not None:
+        resources = resources.model_copy(update={"accelerator": accelerator})
+    return JobSpec(
+        name=name,
+        tasks=tuple(tasks),
+        timeout_seconds=job.timeout_seconds,
+        resources=resources,
+        extras=job.extras,
+        runtime=job.runtime,
+        env=job.env,
+        secrets=job.secrets,
+        mounts=job.mounts,
+        nodes=job.nodes,
+        probe_devices=job.probe_devices,
+    )
+
+
+def require_locked_substrax(project: Path) -> str:
+    """The substrax-compute version the project's ``uv.lock`` pins (``"editable"`` for a path).
+
+    Raises:
+        FileNotFoundError: The project has no uv.lock (run ``uv lock``).
+        LookupError: substrax-compute is not in the lock (``uv add substrax-compute``).
+
+    Example:
+        >>> require_locked_substrax(Path("/nonexistent"))
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no uv.lock in /nonexistent: run `uv lock` so the job runs what you tested
+    """
+    lock = project / "uv.lock"
+    if not lock.is_file():
+        raise FileNotFoundError(
+            f"no uv.lock in {project}: run `uv lock` so the job runs what you tested"
+        )
+    with lock.open("rb") as file:
+        packages = tomllib.load(file).get("package", [])
+    for wanted in ("substrax-compute", "substrax"):
+        for package in packages:
+            if package.get("name") == wanted:
+                source = package.get("source", {})
+                if {"editable", "path", "directory", "virtual"} & set(source):
+                    return "editable"
+                return str(package.get("version", "unknown"))
+    raise LookupError(
+        f"substrax-compute is not in {lock}: `uv add substrax-compute` so the worker can run"
+    )

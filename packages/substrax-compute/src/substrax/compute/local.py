@@ -1,0 +1,188 @@
+"""The ``local`` backend: the worker runs detached on this machine.
+
+Each node of a job is one worker process in a process group of its own (a one-node job's worker
+leads a new session), so ``cancel`` stops them all with one signal. A job with ``nodes = N`` runs
+as N workers wired for ``initialize_distributed`` on 127.0.0.1, so a multi-host job can be tried
+here first. Extras are installed with uv into an environment kept per (project, extras) under
+the state directory, never into the project's own ``.venv``.
+
+Settings (``[tool.substrax.compute.backends.local]``): ``state_dir``, ``python`` (the
+interpreter for a job without extras; default the project's ``.venv`` python, else this one),
+``mounts`` (``{mount name: directory on this machine}``).
+
+Example:
+    >>> backend = LocalBackend({})
+    >>> backend.name
+    'local'
+"""
+
+import hashlib
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, JsonValue
+
+from ._files import copy_outputs, follow_lines
+from ._processes import free_port, is_alive, kill_group, spawn_group, start_time, wait_all_dead
+from .backend import RunHandle, RunState, backend_state_dir, new_run, stage_run
+from .config import parse_backend_settings
+from .manifest import MANIFEST_NAME, read_manifest
+from .spec import Component, JobSpec, Record
+from .worker import NODE_RANK_ENV, mount_env_name, node_outputs
+
+
+CANCEL_GRACE_SECONDS = 10.0
+
+
+class LocalSettings(Record):
+    """The ``local`` backend's settings table."""
+
+    state_dir: str | None = None
+    python: str | None = None
+    mounts: dict[Component, str] = Field(default_factory=dict)
+
+
+class LocalBackend:
+    """Runs jobs as detached worker processes on this machine.
+
+    Args:
+        settings: The ``[tool.substrax.compute.backends.local]`` table.
+
+    Raises:
+        ValueError: A setting is unknown or malformed.
+    """
+
+    name = "local"
+
+    def __init__(self, settings: Mapping[str, JsonValue] | None = None) -> None:
+        self.raw_settings: dict[str, JsonValue] = dict(settings or {})
+        self.settings = parse_backend_settings(LocalSettings, self.name, self.raw_settings)
+        self.state_dir = backend_state_dir(self.settings.state_dir, self.name)
+
+    def _python(self, project: Path) -> str:
+        if self.settings.python:
+            return self.settings.python
+        venv = project / ".venv" / "bin" / "python"
+        return str(venv) if venv.exists() else sys.executable
+
+    def worker_command(self, spec: JobSpec, project: Path) -> tuple[list[str], dict[str, str]]:
+        """The interpreter argv prefix and extra environment that run the worker for ``spec``.
+
+        Without extras this is the project's interpreter. With extras it is ``uv run --frozen
+        --extra X ... python`` with ``UV_PROJECT_ENVIRONMENT`` set to an environment kept per
+        (project, extras), so the project's own ``.venv`` is left as it is.
+        """
+        if not spec.extras:
+            return [self._python(project)], {}
+        key = hashlib.sha256(f"{project}\0{sorted(spec.extras)}".encode()).hexdigest()[:16]
+        uv = shutil.which("uv") or "uv"
+        argv = [uv, "run", "--project", str(project), "--frozen"]
+        for extra in spec.extras:
+            argv += ["--extra", extra]
+        argv.append("python")
+        return argv, {"UV_PROJECT_ENVIRONMENT": str(self.state_dir / "envs" / key)}
+
+    def _mount_env(self, spec: JobSpec, project: Path) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for mount in spec.mounts:
+            source = self.settings.mounts.get(mount.name)
+            where = (project / source).resolve() if source else Path(mount.path)
+            if source and not Path(source).is_absolute() and not where.is_relative_to(project):
+                raise ValueError(f"local mount {mount.name!r} source {source!r} escapes {project}")
+            if not where.is_dir():
+                raise FileNotFoundError(
+                    f"mount {mount.name!r} has no directory here: set backends.local.mounts."
+                    f"{mount.name} to a directory on this machine"
+                )
+            env[mount_env_name(mount.name)] = str(where)
+        return env
+
+    def submit(self, spec: JobSpec, *, project: Path) -> RunHandle:
+        """Stage the spec and start one detached worker per node."""
+        project = project.resolve()
+        missing = [name for name in spec.secrets if name not in os.environ]
+        if missing:
+            raise LookupError(f"secrets {', '.join(missing)} are not set in this environment")
+        mount_env = self._mount_env(spec, project)
+        run = new_run(spec, project)
+        run_dir = stage_run(self.state_dir / "runs", run)
+        prefix, extra_env = self.worker_command(spec, project)
+        port = free_port() if spec.nodes > 1 else 0
+        commands: list[tuple[list[str], dict[str, str], Path]] = []
+        for node in range(spec.nodes):
+            env = {**os.environ, **extra_env, **mount_env, NODE_RANK_ENV: str(node)}
+            if spec.nodes > 1:
+                env |= {
+                    "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+                    "JAX_NUM_PROCESSES": str(spec.nodes),
+                    "JAX_PROCESS_ID": str(node),
+                }
+            argv = [
+                *prefix, "-m", "substrax.compute.worker", "--spec", str(run_dir / "spec.json"),
+                "--project", str(project), "--outputs", str(run_dir / "outputs"),
+                "--node-rank", str(node),
+            ]  # fmt: skip
+            log = run_dir / ("worker.log" if node == 0 else f"worker-{node}.log")
+            commands.append((argv, env, log))
+        processes = [(pid, start_time(pid)) for pid in spawn_group(commands)]
+        details = {
+            "run_dir": str(run_dir),
+            "pids": ",".join(str(pid) for pid, _ in processes),
+            "starts": ",".join(started for _, started in processes),
+            "pgid": str(processes[0][0]),
+        }
+        return run.handle(self.name, details, self.raw_settings)
+
+    @staticmethod
+    def _processes(handle: RunHandle) -> list[tuple[int, str]]:
+        pids = handle.details["pids"].split(",")
+        starts = handle.details.get("starts", "").split(",")
+        return [(int(pid), starts[i] if i < len(starts) else "") for i, pid in enumerate(pids)]
+
+    def status(self, handle: RunHandle) -> RunState:
+        """Read the state from the marker, the process table and the manifests."""
+        run_dir = Path(handle.details["run_dir"])
+        alive = any(is_alive(pid, started) for pid, started in self._processes(handle))
+        if (run_dir / "cancelled").exists():
+            return RunState.CANCELLED
+        outputs = run_dir / "outputs"
+        nodes = len(self._processes(handle))
+        manifests: list[Any] = []
+        for node in range(nodes):
+            path = node_outputs(outputs, node) / MANIFEST_NAME
+            manifests.append(read_manifest(path) if path.is_file() else None)
+        if all(m is not None and m.finished for m in manifests):
+            return RunState.SUCCEEDED if all(m.succeeded for m in manifests) else RunState.FAILED
+        if alive:
+            return RunState.RUNNING if manifests[0] is not None else RunState.PENDING
+        return RunState.FAILED
+
+    def logs(self, handle: RunHandle, *, follow: bool) -> Iterator[str]:
+        """Lines of node 0's worker log; with ``follow``, until the run is final."""
+        log = Path(handle.details["run_dir"]) / "worker.log"
+        return follow_lines(log, done=(lambda: self.status(handle).is_final) if follow else None)
+
+    def fetch(self, handle: RunHandle, destination: Path) -> Path:
+        """Copy the outputs and worker logs to ``destination/<run_id>``."""
+        run_dir = Path(handle.details["run_dir"])
+        target = destination / handle.run_id
+        copy_outputs(run_dir / "outputs", target)
+        for log in run_dir.glob("worker*.log"):
+            shutil.copy2(log, target / log.name)
+        return target
+
+    def cancel(self, handle: RunHandle) -> None:
+        """Stop every worker and task of the run; a run already ended is left alone."""
+        if self.status(handle).is_final:
+            return
+        (Path(handle.details["run_dir"]) / "cancelled").touch()
+        pgid = int(handle.details["pgid"])
+        kill_group(pgid, signal.SIGTERM)
+        if not wait_all_dead(self._processes(handle), CANCEL_GRACE_SECONDS):
+            kill_group(pgid, signal.SIGKILL)
+            wait_all_dead(self._processes(handle), CANCEL_GRACE_SECONDS)

@@ -1,0 +1,268 @@
+"""The ``modal`` backend: the worker in a Modal function, outputs on a Modal volume.
+
+The image is ``debian_slim`` with the locked project synced by uv (``uv sync --frozen`` with the
+job's extras) and the project copied to ``/project``. The function gets the job's GPU, CPU,
+memory and timeout, the outputs volume at ``/outputs``, one volume per mount, and the job's
+secrets as a ``modal.Secret`` built from this environment. A job with ``nodes > 1`` runs as a
+clustered function (``modal.clustered``); each container runs the worker with its rank and the
+coordinator at the first container's address. The function is pickled by reference to this
+module, so the image's Python need not match this interpreter.
+
+Settings (``[tool.substrax.compute.backends.modal]``): ``outputs_volume`` (required),
+``volumes`` (``{mount name: volume name}``), ``environment``, ``python`` (default: the
+project's ``.python-version``, else this interpreter's), ``ignore`` (patterns left out of the
+project copy) and ``state_dir``.
+
+Example:
+    >>> ModalBackend({"outputs_volume": "demo-outputs"}).name
+    'modal'
+"""
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, JsonValue
+
+from ._files import inside
+from .backend import RunHandle, RunState, backend_state_dir, new_run
+from .config import parse_backend_settings
+from .manifest import MANIFEST_NAME, read_manifest
+from .spec import Component, JobSpec, Record
+
+
+if TYPE_CHECKING:
+    import modal
+
+
+OUTPUTS = "/outputs"
+PROJECT = "/project"
+COORDINATOR_PORT = 8476
+DEFAULT_IGNORE = (".venv", ".git", "**/__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache")
+
+
+class ModalSettings(Record):
+    """The ``modal`` backend's settings table."""
+
+    outputs_volume: str
+    volumes: dict[Component, str] = Field(default_factory=dict)
+    environment: str | None = None
+    python: str | None = None
+    ignore: tuple[str, ...] = DEFAULT_IGNORE
+    state_dir: str | None = None
+
+
+def _modal() -> ModuleType:
+    try:
+        import modal  # noqa: PLC0415 - optional SDK
+    except ImportError as error:
+        raise ImportError(
+            "the modal backend needs the Modal SDK: install it with `uv add 'substrax-compute[modal]'`"
+        ) from error
+    return modal
+
+
+def remote_worker(spec_json: str, run_id: str) -> int:
+    """The function body Modal runs: the worker for this container's node.
+
+    In a clustered function the rank and container addresses come from Modal's cluster info;
+    ``JAX_COORDINATOR_ADDRESS``/``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID`` are set from them.
+    """
+    modal = _modal()
+    spec = json.loads(spec_json)
+    outputs = Path(OUTPUTS) / run_id
+    outputs.mkdir(parents=True, exist_ok=True)
+    spec_path = Path("/tmp") / f"{run_id}.spec.json"  # noqa: S108 - the container's own /tmp
+    spec_path.write_text(spec_json)
+    env = dict(os.environ)
+    rank = 0
+    if spec.get("nodes", 1) > 1:
+        cluster = modal.experimental.get_cluster_info()
+        rank = cluster.rank
+        ips = cluster.container_ipv4_ips or cluster.container_ips
+        env |= {
+            "JAX_COORDINATOR_ADDRESS": f"{ips[0]}:{COORDINATOR_PORT}",
+            "JAX_NUM_PROCESSES": str(len(ips)),
+            "JAX_PROCESS_ID": str(rank),
+        }
+    argv = [
+        sys.executable, "-m", "substrax.compute.worker", "--spec", str(spec_path),
+        "--project", PROJECT, "--outputs", str(outputs), "--node-rank", str(rank),
+    ]  # fmt: skip
+    code = subprocess.run(argv, env=env, cwd=PROJECT, check=False).returncode
+    modal.Volume.from_name(env["SUBSTRAX_OUTPUTS_VOLUME"]).commit()
+    return code
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModalPlan:
+    """What the backend built for one run: the real Modal objects and the options behind them."""
+
+    app: Any
+    function: Any
+    image: Any
+    options: dict[str, Any]
+    clustered: int | None
+    spec_json: str
+    run_id: str
+    secret_names: tuple[str, ...] = field(default=())
+
+
+class ModalBackend:
+    """Runs the worker as a Modal function.
+
+    Args:
+        settings: The ``[tool.substrax.compute.backends.modal]`` table.
+
+    Raises:
+        ValueError: ``outputs_volume`` is missing, or a setting is unknown or malformed.
+    """
+
+    name = "modal"
+
+    def __init__(self, settings: Mapping[str, JsonValue] | None = None) -> None:
+        self.raw_settings: dict[str, JsonValue] = dict(settings or {})
+        self.settings = parse_backend_settings(ModalSettings, self.name, self.raw_settings)
+        self.state_dir = backend_state_dir(self.settings.state_dir, self.name)
+
+    def _python(self, project: Path) -> str:
+        if self.settings.python:
+            return self.settings.python
+        pinned = project / ".python-version"
+        if pinned.is_file():
+            return ".".join(pinned.read_text().strip().split(".")[:2])
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+    def _volume(self, name: str) -> "modal.Volume":
+        return _modal().Volume.from_name(
+            name, environment_name=self.settings.environment, create_if_missing=True
+        )
+
+    def plan(self, spec: JobSpec, *, project: Path, run_id: str) -> ModalPlan:
+        """Build the image, app and function for ``spec`` (no network is reached).
+
+        Raises:
+            LookupError: A mount has no volume in the settings, or a secret is not set here.
+        """
+        modal = _modal()
+        missing = [name for name in spec.secrets if name not in os.environ]
+        if missing:
+            raise LookupError(f"secrets {', '.join(missing)} are not set in this environment")
+        image = (
+            modal.Image.debian_slim(python_version=self._python(project))
+            .uv_sync(uv_project_dir=str(project), frozen=True, extras=list(spec.extras))
+            .add_local_dir(project, PROJECT, copy=True, ignore=list(self.settings.ignore))
+        )
+        volumes: dict[str, Any] = {OUTPUTS: self._volume(self.settings.outputs_volume)}
+        for mount in spec.mounts:
+            if mount.name not in self.settings.volumes:
+                raise LookupError(
+                    f"mount {mount.name!r} has no Modal volume: set "
+                    f'backends.modal.volumes.{mount.name} = "<volume name>"'
+                )
+            volume = self._volume(self.settings.volumes[mount.name])
+            volumes[mount.path] = volume.read_only() if mount.access == "read-only" else volume
+        secrets = [
+            modal.Secret.from_dict({"SUBSTRAX_OUTPUTS_VOLUME": self.settings.outputs_volume})
+        ]
+        if spec.secrets:
+            secrets.append(modal.Secret.from_dict({k: os.environ[k] for k in spec.secrets}))
+        accelerator = spec.resources.accelerator
+        options: dict[str, Any] = {
+            "image": image,
+            "gpu": accelerator.label if accelerator else None,
+            "cpu": spec.resources.cpu,
+            "memory": spec.resources.memory_mib,
+            "timeout": int(-(-spec.timeout_seconds // 1)) + 300,
+            "volumes": volumes,
+            "secrets": secrets,
+            "serialized": True,
+            "name": "substrax-worker",
+        }
+        app = modal.App(f"substrax-{run_id}")
+        body: Any = remote_worker
+        if spec.nodes > 1:
+            body = modal.clustered(size=spec.nodes)(body)
+        function = app.function(**options)(body)
+        spec_json = json.dumps(spec.model_dump(mode="json"))
+        return ModalPlan(
+            app=app, function=function, image=image, options=options,
+            clustered=spec.nodes if spec.nodes > 1 else None, spec_json=spec_json,
+            run_id=run_id, secret_names=spec.secrets,
+        )  # fmt: skip
+
+    def submit(self, spec: JobSpec, *, project: Path) -> RunHandle:
+        """Build the run's app and spawn the worker function, detached."""
+        run = new_run(spec, project)
+        plan = self.plan(spec, project=run.project, run_id=run.run_id)
+        with plan.app.run(detach=True, environment_name=self.settings.environment):
+            call = plan.function.spawn(plan.spec_json, run.run_id)
+        details = {"app_id": str(plan.app.app_id), "call_id": str(call.object_id)}
+        return run.handle(self.name, details, self.raw_settings)
+
+    def _marker(self, handle: RunHandle) -> Path:
+        return self.state_dir / "cancelled" / handle.run_id
+
+    def _read(self, path: str) -> bytes:
+        volume = self._volume(self.settings.outputs_volume)
+        return b"".join(volume.read_file(path))
+
+    def status(self, handle: RunHandle) -> RunState:
+        """Cancelled marker first; then whether the call is done; then the manifest."""
+        if self._marker(handle).exists():
+            return RunState.CANCELLED
+        modal = _modal()
+        call = modal.FunctionCall.from_id(handle.details["call_id"])
+        try:
+            call.get(timeout=0)
+        except (TimeoutError, modal.exception.TimeoutError):
+            return RunState.RUNNING
+        except Exception:
+            return RunState.FAILED
+        try:
+            manifest = read_manifest(json.loads(self._read(f"{handle.run_id}/{MANIFEST_NAME}")))
+        except (OSError, ValueError, modal.exception.NotFoundError):
+            return RunState.FAILED
+        return RunState.SUCCEEDED if manifest.succeeded else RunState.FAILED
+
+    def logs(self, handle: RunHandle, *, follow: bool) -> Iterator[str]:
+        """The app's logs from ``modal app logs`` (which streams until the app stops)."""
+        argv = [sys.executable, "-m", "modal", "app", "logs", handle.details["app_id"]]
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as process:
+            if process.stdout is None:  # pragma: no cover - PIPE given
+                return
+            for line in process.stdout:
+                yield line.rstrip("\n")
+                if not follow and self.status(handle).is_final:
+                    break
+            process.terminate()
+
+    def fetch(self, handle: RunHandle, destination: Path) -> Path:
+        """Copy ``/outputs/<run_id>`` from the outputs volume to ``destination/<run_id>``."""
+        volume = self._volume(self.settings.outputs_volume)
+        target = destination / handle.run_id
+        target.mkdir(parents=True, exist_ok=True)
+        prefix = f"{handle.run_id}/"
+        for entry in volume.listdir(handle.run_id, recursive=True):
+            if entry.type != _modal().volume.FileEntryType.FILE:
+                continue
+            relative = entry.path.removeprefix("/").removeprefix(prefix)
+            path = inside(target, relative)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(self._read(entry.path))
+        return target
+
+    def cancel(self, handle: RunHandle) -> None:
+        """Terminate the function's containers; a finished run is left alone."""
+        if self.status(handle).is_final:
+            return
+        marker = self._marker(handle)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        _modal().FunctionCall.from_id(handle.details["call_id"]).cancel(terminate_containers=True)

@@ -1,0 +1,302 @@
+"""The ``skypilot`` backend: the worker as a SkyPilot task on any cloud SkyPilot reaches.
+
+The task (built with ``sky.Task.from_yaml_config``, so SkyPilot validates it) uploads the
+project as its workdir, asks for the job's accelerators, CPUs and memory, mounts the outputs
+bucket at ``/outputs`` and each job mount's bucket at its path, syncs the locked project with
+uv in ``setup`` and starts the worker in ``run``. With ``nodes > 1`` every node runs the worker
+with its ``SKYPILOT_NODE_RANK`` and the jax coordinator on the first of ``SKYPILOT_NODE_IPS``.
+With ``recover = true`` (spot recovery) the task goes through managed jobs (``sky.jobs.launch``);
+otherwise ``sky.launch`` starts a cluster that is torn down when the job ends.
+
+Settings (``[tool.substrax.compute.backends.skypilot]``): ``outputs_bucket`` (``gs://``,
+``s3://`` or ``r2://``; required), ``buckets`` (``{mount name: bucket URI}``), ``infra``,
+``use_spot``, ``recover``, ``recovery_strategy``, ``max_restarts_on_errors``, ``state_dir``.
+
+Example:
+    >>> SkyPilotBackend({"outputs_bucket": "gs://my-outputs"}).name
+    'skypilot'
+"""
+
+import importlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, JsonValue, field_validator
+
+from .backend import RunHandle, RunState, backend_state_dir, new_run
+from .config import parse_backend_settings
+from .manifest import MANIFEST_NAME, read_manifest
+from .spec import Component, JobSpec, Record
+
+
+if TYPE_CHECKING:
+    import sky
+
+
+COORDINATOR_PORT = 8476
+SPEC_ENV = "SUBSTRAX_JOB_SPEC"
+_SCHEMES = ("gs://", "s3://", "r2://")
+
+
+def _sky() -> ModuleType:
+    try:
+        with warnings.catch_warnings():
+            # SkyPilot's own modules use sqlalchemy 1.x and passlib APIs that warn on import.
+            warnings.filterwarnings(
+                "ignore", message=r"The ..declarative_base", category=DeprecationWarning
+            )
+            warnings.filterwarnings(
+                "ignore", message="'crypt' is deprecated", category=DeprecationWarning
+            )
+            import sky  # noqa: PLC0415 - optional SDK
+
+            importlib.import_module("sky.jobs")
+    except ImportError as error:
+        raise ImportError(
+            "the skypilot backend needs SkyPilot: install it with "
+            "`uv add 'substrax-compute[skypilot]'`"
+        ) from error
+    return sky
+
+
+class SkyPilotSettings(Record):
+    """The ``skypilot`` backend's settings table."""
+
+    outputs_bucket: str
+    buckets: dict[Component, str] = Field(default_factory=dict)
+    infra: str | None = None
+    use_spot: bool = False
+    recover: bool = False
+    recovery_strategy: str = "EAGER_NEXT_REGION"
+    max_restarts_on_errors: int = 0
+    state_dir: str | None = None
+
+    @field_validator("outputs_bucket")
+    @classmethod
+    def _bucket(cls, value: str) -> str:
+        if not value.startswith(_SCHEMES) or len(value) <= len("gs://"):
+            raise ValueError(f"must be a bucket URI starting with {', '.join(_SCHEMES)}")
+        return value.rstrip("/")
+
+
+def setup_script(spec: JobSpec) -> str:
+    """The setup commands: install uv when missing, then sync the locked project with extras.
+
+    Example:
+        >>> spec = JobSpec.model_validate_json(
+        ...     '{"name": "j", "timeout_seconds": 1, "extras": ["cuda12"],'
+        ...     ' "tasks": [{"name": "t", "argv": ["python"], "timeout_seconds": 1}]}'
+        ... )
+        >>> setup_script(spec).splitlines()[-1]
+        'uv sync --frozen --extra cuda12'
+    """
+    sync = ["uv", "sync", "--frozen"]
+    for extra in spec.extras:
+        sync += ["--extra", extra]
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            "command -v uv >/dev/null || curl -LsSf https://astral.sh/uv/install.sh | sh",
+            'export PATH="$HOME/.local/bin:$PATH"',
+            shlex.join(sync),
+        ]
+    )
+
+
+def run_script(run_id: str) -> str:
+    """The run commands: the spec from the environment, the jax coordinator, then the worker."""
+    outputs = shlex.quote(f"/outputs/{run_id}")
+    return "\n".join(
+        [
+            "set -euo pipefail",
+            'export PATH="$HOME/.local/bin:$PATH"',
+            f'spec="$(mktemp)"; printf "%s" "${SPEC_ENV}" > "$spec"',
+            'export JAX_COORDINATOR_ADDRESS="$(echo "$SKYPILOT_NODE_IPS" | head -n1)'
+            f':{COORDINATOR_PORT}"',
+            'export JAX_NUM_PROCESSES="$SKYPILOT_NUM_NODES"',
+            'export JAX_PROCESS_ID="$SKYPILOT_NODE_RANK"',
+            'uv run --frozen --no-sync python -m substrax.compute.worker --spec "$spec" '
+            f'--project . --outputs {outputs} --node-rank "$SKYPILOT_NODE_RANK"',
+        ]
+    )
+
+
+class SkyPilotBackend:
+    """Runs the worker as a SkyPilot task (a cluster, or a managed job for spot recovery).
+
+    Args:
+        settings: The ``[tool.substrax.compute.backends.skypilot]`` table.
+
+    Raises:
+        ValueError: ``outputs_bucket`` is missing or not a bucket URI, or a setting is unknown.
+    """
+
+    name = "skypilot"
+
+    def __init__(self, settings: Mapping[str, JsonValue] | None = None) -> None:
+        self.raw_settings: dict[str, JsonValue] = dict(settings or {})
+        self.settings = parse_backend_settings(SkyPilotSettings, self.name, self.raw_settings)
+        self.state_dir = backend_state_dir(self.settings.state_dir, self.name)
+
+    def task_config(self, spec: JobSpec, *, project: Path, run_id: str) -> dict[str, Any]:
+        """The task as SkyPilot's YAML schema (a dict); secrets are included by value.
+
+        Raises:
+            LookupError: A mount has no bucket in the settings, or a secret is not set here.
+        """
+        missing = [name for name in spec.secrets if name not in os.environ]
+        if missing:
+            raise LookupError(f"secrets {', '.join(missing)} are not set in this environment")
+        resources: dict[str, Any] = {"use_spot": self.settings.use_spot}
+        if spec.resources.accelerator is not None:
+            resources["accelerators"] = spec.resources.accelerator.label
+        if spec.resources.cpu is not None:
+            resources["cpus"] = f"{spec.resources.cpu:g}+"
+        if spec.resources.memory_mib is not None:
+            resources["memory"] = f"{spec.resources.memory_mib / 1024:g}+"
+        if self.settings.infra:
+            resources["infra"] = self.settings.infra
+        if self.settings.recover:
+            resources["job_recovery"] = {
+                "strategy": self.settings.recovery_strategy,
+                "max_restarts_on_errors": self.settings.max_restarts_on_errors,
+            }
+        mounts: dict[str, Any] = {
+            "/outputs": {"source": self.settings.outputs_bucket, "mode": "MOUNT"}
+        }
+        for mount in spec.mounts:
+            if mount.name not in self.settings.buckets:
+                raise LookupError(
+                    f"mount {mount.name!r} has no bucket: set backends.skypilot.buckets."
+                    f'{mount.name} = "gs://..."'
+                )
+            mode = "MOUNT" if mount.access == "read-only" else "MOUNT_CACHED"
+            mounts[mount.path] = {"source": self.settings.buckets[mount.name], "mode": mode}
+        config: dict[str, Any] = {
+            "name": f"sx-{run_id}"[:63].lower().replace("_", "-").replace(".", "-"),
+            "workdir": str(project),
+            "num_nodes": spec.nodes,
+            "resources": resources,
+            "file_mounts": mounts,
+            "envs": {SPEC_ENV: json.dumps(spec.model_dump(mode="json"))},
+            "setup": setup_script(spec),
+            "run": run_script(run_id),
+        }
+        if spec.secrets:
+            config["secrets"] = {name: os.environ[name] for name in spec.secrets}
+        return config
+
+    def build_task(self, spec: JobSpec, *, project: Path, run_id: str) -> "sky.Task":
+        """The validated ``sky.Task`` for ``spec`` (no network is reached)."""
+        return _sky().Task.from_yaml_config(self.task_config(spec, project=project, run_id=run_id))
+
+    def submit(self, spec: JobSpec, *, project: Path) -> RunHandle:
+        """Launch the task: ``sky.jobs.launch`` with recovery, else ``sky.launch`` (torn down after)."""
+        sky = _sky()
+        run = new_run(spec, project)
+        task = self.build_task(spec, project=run.project, run_id=run.run_id)
+        cluster = str(task.name)
+        if self.settings.recover:
+            request = sky.jobs.launch(task, name=cluster)
+            job_ids, _ = sky.stream_and_get(request)
+            job_id = job_ids[0] if isinstance(job_ids, list) else job_ids
+            details = {"managed": "true", "job_id": str(job_id), "cluster": cluster}
+        else:
+            request = sky.launch(task, cluster_name=cluster, down=True, idle_minutes_to_autostop=1)
+            job_id, _ = sky.stream_and_get(request)
+            details = {"managed": "false", "job_id": str(job_id), "cluster": cluster}
+        return run.handle(self.name, details, self.raw_settings)
+
+    def _manifest_state(self, handle: RunHandle) -> RunState:
+        path = f"{self.settings.outputs_bucket}/{handle.run_id}/{MANIFEST_NAME}"
+        argv = (
+            ["gcloud", "storage", "cat", path]
+            if path.startswith("gs://")
+            else ["aws", "s3", "cp", path.replace("r2://", "s3://"), "-"]
+        )
+        try:
+            text = subprocess.run(
+                argv, capture_output=True, text=True, check=True, timeout=120
+            ).stdout
+            manifest = read_manifest(json.loads(text))
+        except (OSError, ValueError, subprocess.SubprocessError):
+            return RunState.FAILED
+        return RunState.SUCCEEDED if manifest.succeeded else RunState.FAILED
+
+    def status(self, handle: RunHandle) -> RunState:
+        """Map SkyPilot's job status; once the job is over, the manifest decides."""
+        sky = _sky()
+        job_id = int(handle.details["job_id"])
+        if handle.details.get("managed") == "true":
+            records = sky.stream_and_get(sky.jobs.queue(refresh=False, job_ids=[job_id]))
+        else:
+            try:
+                records = sky.stream_and_get(sky.queue(handle.details["cluster"]))
+            except sky.exceptions.ClusterDoesNotExist:
+                records = []
+        record = next((r for r in records if int(str(_field(r, "job_id"))) == job_id), None)
+        if record is None:
+            return self._manifest_state(handle)
+        return self._map(str(_field(record, "status")), handle)
+
+    def _map(self, status: str, handle: RunHandle) -> RunState:
+        name = status.rpartition(".")[2].upper()
+        if name in {"CANCELLED", "CANCELLING"}:
+            return RunState.CANCELLED
+        if name == "SUCCEEDED":
+            return self._manifest_state(handle)
+        if name.startswith("FAILED"):
+            return RunState.FAILED
+        if name in {"INIT", "PENDING", "SETTING_UP", "STARTING", "SUBMITTED"}:
+            return RunState.PENDING
+        return RunState.RUNNING
+
+    def logs(self, handle: RunHandle, *, follow: bool) -> Iterator[str]:
+        """The job's log lines from SkyPilot."""
+        sky = _sky()
+        job_id = int(handle.details["job_id"])
+        if handle.details.get("managed") == "true":
+            lines = sky.jobs.tail_logs(job_id=job_id, follow=follow, preload_content=False)
+        else:
+            lines = sky.tail_logs(handle.details["cluster"], job_id, follow, preload_content=False)
+        for line in lines or ():
+            if line is not None:
+                yield line.rstrip("\n")
+
+    def fetch(self, handle: RunHandle, destination: Path) -> Path:
+        """Copy ``<outputs_bucket>/<run_id>`` with the cloud's CLI to ``destination/<run_id>``."""
+        source = f"{self.settings.outputs_bucket}/{handle.run_id}"
+        target = destination / handle.run_id
+        target.mkdir(parents=True, exist_ok=True)
+        if source.startswith("gs://"):
+            argv = ["gcloud", "storage", "rsync", "--recursive", source, str(target)]
+        else:
+            argv = ["aws", "s3", "sync", source.replace("r2://", "s3://"), str(target)]
+        if shutil.which(argv[0]) is None:
+            raise FileNotFoundError(f"fetching from {source} needs the `{argv[0]}` command")
+        subprocess.run(argv, check=True, timeout=3600)
+        return target
+
+    def cancel(self, handle: RunHandle) -> None:
+        """Cancel the job (and tear its cluster down); a finished run is left alone."""
+        if self.status(handle).is_final:
+            return
+        sky = _sky()
+        job_id = int(handle.details["job_id"])
+        if handle.details.get("managed") == "true":
+            sky.stream_and_get(sky.jobs.cancel(job_ids=[job_id]))
+        else:
+            sky.stream_and_get(sky.cancel(handle.details["cluster"], job_ids=[job_id]))
+            sky.stream_and_get(sky.down(handle.details["cluster"]))
+
+
+def _field(record: object, name: str) -> object:
+    return record[name] if isinstance(record, Mapping) else getattr(record, name)

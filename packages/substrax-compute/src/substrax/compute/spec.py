@@ -1,0 +1,308 @@
+"""The job spec: the one record a backend hands to the worker, strict and versioned.
+
+Example:
+    >>> spec = JobSpec(
+    ...     name="demo",
+    ...     tasks=(Task(name="hello", argv=("python", "-c", "print(1)"), timeout_seconds=60),),
+    ...     timeout_seconds=120,
+    ... )
+    >>> read_job_spec(spec.model_dump(mode="json")) == spec
+    True
+"""
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, model_validator
+
+
+if TYPE_CHECKING:
+    from substrax.runtime import JaxRuntime
+
+
+JOB_SPEC_VERSION = 3
+"""The version of the job spec this release writes and reads (3 added ``nodes`` and ``secrets``)."""
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RESERVED_PATHS = (PurePosixPath("/outputs"), PurePosixPath("/project"))
+_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh"})
+
+type MountAccess = Literal["read-only", "read-write"]
+
+
+def _positive(value: float) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError("must be positive and finite")
+    return value
+
+
+def _at_least_one(value: int) -> int:
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def _component(value: str) -> str:
+    if not _NAME.fullmatch(value) or value in {".", ".."}:
+        raise ValueError("must be one name of letters, digits, '.', '_' or '-' (no '/' or '..')")
+    return value
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.fullmatch(value):
+        raise ValueError("must be an environment variable name")
+    return value
+
+
+def _mount_path(value: str) -> str:
+    path = PurePosixPath(value)
+    if not path.is_absolute() or ".." in path.parts or str(path) != value or path == path.parent:
+        raise ValueError("must be an absolute, normalised path other than '/'")
+    for reserved in _RESERVED_PATHS:
+        if path == reserved or reserved in path.parents or path in reserved.parents:
+            raise ValueError(f"must not overlap {reserved}, which the worker owns")
+    return value
+
+
+def _is_dash_c(arg: str) -> bool:
+    return arg.startswith("-") and not arg.startswith("--") and "c" in arg
+
+
+def _argv(value: tuple[str, ...]) -> tuple[str, ...]:
+    if not value or not value[0]:
+        raise ValueError("must be a non-empty list of arguments (argv), e.g. ['python', 'x.py']")
+    program = PurePosixPath(value[0]).name
+    if program in _SHELLS and any(_is_dash_c(arg) for arg in value[1:]):
+        raise ValueError(
+            f"runs a shell string ({value[0]} -c ...); write the command as an argv list instead"
+        )
+    return value
+
+
+type Positive = Annotated[float, AfterValidator(_positive)]
+type Count = Annotated[int, AfterValidator(_at_least_one)]
+type Component = Annotated[str, AfterValidator(_component)]
+type EnvName = Annotated[str, AfterValidator(_env_name)]
+type Argv = Annotated[tuple[str, ...], AfterValidator(_argv)]
+
+
+class Record(BaseModel):
+    """Base of every compute record: strict, frozen, unknown fields refused."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+
+class Accelerator(Record):
+    """An accelerator request: a kind as the provider names it and how many.
+
+    Example:
+        >>> Accelerator(kind="H100", count=8).label
+        'H100:8'
+    """
+
+    kind: Annotated[str, AfterValidator(_component)]
+    count: Count = 1
+
+    @property
+    def label(self) -> str:
+        """``KIND:N``, the form Modal and SkyPilot read."""
+        return f"{self.kind}:{self.count}"
+
+
+def parse_accelerator(text: str) -> Accelerator:
+    """Read ``KIND`` or ``KIND:N`` (the ``--accelerator`` option).
+
+    Raises:
+        ValueError: The text is not ``KIND[:N]`` with ``N`` a positive integer.
+
+    Example:
+        >>> parse_accelerator("H100:8")
+        Accelerator(kind='H100', count=8)
+    """
+    kind, sep, count = text.partition(":")
+    if sep and not count.isdigit():
+        raise ValueError(f"accelerator {text!r} must read KIND or KIND:N, e.g. H100:8")
+    return Accelerator(kind=kind, count=int(count) if sep else 1)
+
+
+class Mount(Record):
+    """A named volume or bucket seen by every task at ``path``.
+
+    Example:
+        >>> Mount(name="datasets", path="/data").access
+        'read-only'
+    """
+
+    name: Component
+    path: Annotated[str, AfterValidator(_mount_path)]
+    access: MountAccess = "read-only"
+
+
+class Task(Record):
+    """One command the worker runs from the project root (a leading ``python`` is the project's).
+
+    Example:
+        >>> Task(name="t", argv=("python", "x.py"), timeout_seconds=10).argv
+        ('python', 'x.py')
+    """
+
+    name: Component
+    argv: Argv
+    timeout_seconds: Positive
+
+
+class Resources(Record):
+    """Minimum resources a job asks for.
+
+    Example:
+        >>> Resources(cpu=4, memory_mib=8192).cpu
+        4.0
+    """
+
+    accelerator: Accelerator | None = None
+    cpu: Positive | None = None
+    memory_mib: Count | None = None
+
+
+class JobSpec(Record):
+    """Everything the worker needs to run a job; written as ``spec.json`` at submission.
+
+    ``runtime`` holds ``substrax.runtime.JaxRuntime`` fields as JSON; ``secrets`` holds only the
+    *names* of variables passed through from the submitting environment, never their values.
+
+    Example:
+        >>> spec = JobSpec(
+        ...     name="j",
+        ...     tasks=(Task(name="a", argv=("python", "a.py"), timeout_seconds=5),),
+        ...     timeout_seconds=5,
+        ...     nodes=2,
+        ... )
+        >>> spec.schema_version, spec.nodes
+        (3, 2)
+    """
+
+    schema_version: Literal[3] = JOB_SPEC_VERSION
+    name: Component
+    tasks: tuple[Task, ...]
+    timeout_seconds: Positive
+    resources: Resources = Resources()
+    extras: tuple[Component, ...] = ()
+    runtime: dict[str, JsonValue] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(default_factory=dict)
+    secrets: tuple[EnvName, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    nodes: Count = 1
+    probe_devices: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if not self.tasks:
+            raise ValueError("a job needs at least one task")
+        check_unique(
+            tasks=[t.name for t in self.tasks],
+            mounts=self.mounts,
+            secrets=self.secrets,
+            env=self.env,
+        )
+        jax_runtime(self.runtime)
+        return self
+
+
+def check_unique(
+    *, tasks: list[str], mounts: tuple[Mount, ...], secrets: tuple[str, ...], env: Mapping[str, str]
+) -> None:
+    """Refuse repeated task names, mount names, mount paths or secrets, and env/secret clashes.
+
+    Raises:
+        ValueError: Something is repeated; the message names it.
+    """
+    for what, values in (
+        ("task name", tasks),
+        ("mount name", [m.name for m in mounts]),
+        ("mount path", [m.path for m in mounts]),
+        ("secret", list(secrets)),
+    ):
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            raise ValueError(f"{what}s must be unique; repeated: {', '.join(repeated)}")
+    clash = sorted(set(secrets) & set(env))
+    if clash:
+        raise ValueError(f"{', '.join(clash)} named both in env and in secrets; keep one")
+
+
+def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":
+    """Build ``substrax.runtime.JaxRuntime`` from its JSON fields (lists become tuples).
+
+    Raises:
+        ValueError: A key is not a ``JaxRuntime`` field, or ``JaxRuntime`` refused a value.
+
+    Example:
+        >>> jax_runtime({"platforms": ["cpu"]}).platforms
+        ('cpu',)
+    """
+    import dataclasses  # noqa: PLC0415
+
+    from substrax.runtime import JaxRuntime  # noqa: PLC0415
+
+    known = {f.name for f in dataclasses.fields(JaxRuntime)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(
+            f"unknown JaxRuntime field {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(sorted(known))}"
+        )
+    kwargs: dict[str, Any] = {}
+    for key, value in fields.items():
+        if isinstance(value, list):
+            kwargs[key] = tuple(value)
+        elif key == "compilation_cache_dir" and isinstance(value, str):
+            kwargs[key] = Path(value)
+        else:
+            kwargs[key] = value
+    try:
+        return JaxRuntime(**kwargs)
+    except (TypeError, ValueError) as error:
+        raise ValueError(str(error)) from error
+
+
+def read_job_spec(data: Mapping[str, Any]) -> JobSpec:
+    """Read a spec written by ``JobSpec.model_dump(mode="json")``, strictly.
+
+    Raises:
+        ValueError: The version is not this release's, or the record is malformed.
+
+    Example:
+        >>> read_job_spec({"schema_version": 2})
+        Traceback (most recent call last):
+        ...
+        ValueError: job spec version 2 is not 3: submit and run with the same substrax release
+    """
+    version = data.get("schema_version")
+    if version != JOB_SPEC_VERSION:
+        raise ValueError(
+            f"job spec version {version!r} is not {JOB_SPEC_VERSION}: "
+            "submit and run with the same substrax release"
+        )
+    return JobSpec.model_validate_json(json.dumps(dict(data)), strict=True)
+
+
+def example_tasks(paths: Iterable[Path], *, project: Path, timeout_seconds: float) -> list[Task]:
+    """One task per example script, named after its path with dots for separators.
+
+    Example:
+        >>> [t.name for t in example_tasks([Path("/p/examples/a/b.py")], project=Path("/p"), timeout_seconds=9)]
+        ['examples.a.b']
+    """
+    tasks: list[Task] = []
+    for path in paths:
+        relative = path.relative_to(project)
+        name = ".".join(relative.with_suffix("").parts)
+        tasks.append(
+            Task(name=name, argv=("python", relative.as_posix()), timeout_seconds=timeout_seconds)
+        )
+    return tasks

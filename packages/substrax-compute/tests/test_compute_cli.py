@@ -1,0 +1,205 @@
+"""substrax-compute: run, status, logs, fetch, cancel and list; exit codes 0, 1 and 2."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from substrax.compute.backend import RunStore
+from substrax.compute.cli import main
+
+
+PYPROJECT = """\
+[project]
+name = "p"
+version = "0"
+
+[tool.substrax.compute]
+backend = "local"
+
+[tool.substrax.compute.backends.local]
+state_dir = "{state}"
+
+[tool.substrax.compute.jobs.ok]
+commands = {{ writes = ["python", "writes.py"] }}
+timeout_seconds = 60
+probe_devices = false
+
+[tool.substrax.compute.jobs.bad]
+commands = {{ fails = ["python", "-c", "raise SystemExit(4)"], writes = ["python", "writes.py"] }}
+timeout_seconds = 60
+probe_devices = false
+
+[tool.substrax.compute.jobs.slow]
+commands = {{ sleeps = ["python", "-c", "import time; print('sleeping now', flush=True); time.sleep(600)"] }}
+timeout_seconds = 600
+probe_devices = false
+"""
+
+WRITES = """\
+import os, pathlib
+print("hello from the task", flush=True)
+(pathlib.Path(os.environ["AVITAI_OUTPUT_DIR"]) / "value.txt").write_text("42")
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "pyproject.toml").write_text(PYPROJECT.format(state=tmp_path / "local-state"))
+    (root / "writes.py").write_text(WRITES)
+    monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(root)
+    return root
+
+
+def _run_id(out):
+    return re.search(r"Submitted (\S+) to local\.", out).group(1)
+
+
+def test_run_follows_fetches_outside_the_project_and_exits_0(project, tmp_path, capsys):
+    assert main(["run", "ok"]) == 0
+    out = capsys.readouterr().out
+    run_id = _run_id(out)
+    assert "[writes] hello from the task" in out
+    fetched = tmp_path / "state" / "compute" / "fetched" / run_id
+    assert f"{run_id} succeeded; outputs in {fetched}" in out
+    assert (fetched / "writes" / "value.txt").read_text() == "42"
+    assert re.search(r"writes\s+succeeded\s+\S+s\s+value.txt", out)
+    assert not any(p.name == run_id for p in project.rglob("*")), "outputs landed in the project"
+
+
+def test_run_of_a_failing_job_exits_1_and_runs_the_next_task(project, capsys):
+    assert main(["run", "bad", "--into", str(project.parent / "mine")]) == 1
+    out = capsys.readouterr().out
+    run_id = _run_id(out)
+    manifest = json.loads((project.parent / "mine" / run_id / "manifest.json").read_text())
+    assert [(t["name"], t["status"], t["returncode"]) for t in manifest["tasks"]] == [
+        ("fails", "failed", 4),
+        ("writes", "succeeded", 0),
+    ]
+    assert f"{run_id} failed" in out
+
+
+def test_detached_run_then_status_logs_fetch_list(project, tmp_path, capsys):
+    assert main(["run", "ok", "--detach", "--accelerator", "H100:8"]) == 0
+    run_id = _run_id(capsys.readouterr().out)
+    handle = RunStore().load(run_id)
+    spec = json.loads((Path(handle.details["run_dir"]) / "spec.json").read_text())
+    assert spec["resources"]["accelerator"] == {"kind": "H100", "count": 8}
+    assert main(["logs", run_id, "--follow"]) == 0
+    assert "[writes] hello from the task" in capsys.readouterr().out
+    assert main(["status", run_id]) == 0
+    assert re.search(rf"{run_id}\s+local\s+ok\s+succeeded", capsys.readouterr().out)
+    assert main(["logs", run_id]) == 0
+    assert "[substrax] job ok succeeded" in capsys.readouterr().out
+    assert main(["fetch", run_id, "--into", str(tmp_path / "here")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "here" / run_id)
+    assert main(["list"]) == 0
+    assert run_id in capsys.readouterr().out
+    assert main(["status"]) == 0
+    assert run_id in capsys.readouterr().out
+
+
+def test_stored_run_uses_the_settings_it_was_submitted_with(project, tmp_path, capsys):
+    assert main(["run", "ok", "--detach"]) == 0
+    run_id = _run_id(capsys.readouterr().out)
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(text.replace("local-state", "moved-state"))
+    assert main(["logs", run_id, "--follow"]) == 0
+    assert main(["status", run_id]) == 0
+    assert "succeeded" in capsys.readouterr().out
+
+
+def test_cancel(project, capsys):
+    assert main(["run", "slow", "--detach"]) == 0
+    run_id = _run_id(capsys.readouterr().out)
+    handle = RunStore().load(run_id)
+    log = Path(handle.details["run_dir"]) / "worker.log"
+    import time
+
+    deadline = time.monotonic() + 60
+    while (
+        "sleeping now" not in (log.read_text() if log.exists() else "")
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    assert main(["cancel", run_id]) == 0
+    assert f"{run_id} cancelled" in capsys.readouterr().out
+    assert main(["status", run_id]) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["run", "nope"],
+            "no job 'nope' in [tool.substrax.compute.jobs]; configured: bad, ok, slow",
+        ),
+        (
+            ["run", "ok", "--backend", "nowhere"],
+            "no compute backend 'nowhere'; registered: local, modal, skypilot",
+        ),
+        (["run", "ok", "--accelerator", "H100:x"], "accelerator 'H100:x' must read KIND or KIND:N"),
+        (
+            ["run", "ok", "--backend", "modal"],
+            "tool.substrax.compute.backends.modal.outputs_volume: is required",
+        ),
+        (["status", "missing-run"], "no run 'missing-run' in"),
+        (["logs", "../x"], "no run '../x' in"),
+    ],
+)
+def test_refusals_exit_2(project, capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"substrax-compute: {message}"), err
+
+
+def test_bad_config_exits_2_with_the_path(project, capsys):
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(
+        text.replace(
+            "timeout_seconds = 60\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
+            "timeout_seconds = -1\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
+        )
+    )
+    assert main(["run", "ok"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "substrax-compute: tool.substrax.compute.jobs.ok.timeout_seconds: must be positive and finite, got -1\n"
+    )
+
+
+def test_no_pyproject_exits_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(tmp_path / "state"))
+    assert main(["run", "ok"]) == 2
+    assert "no pyproject.toml" in capsys.readouterr().err
+
+
+def test_a_run_outlives_the_command_that_submitted_it(project, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from substrax.compute.backend import RunState
+    from substrax.compute.registry import load_backend
+
+    child = subprocess.run(
+        [sys.executable, "-m", "substrax.compute.cli", "run", "slow", "--detach"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=os.environ,
+        cwd=project,
+    )
+    run_id = _run_id(child.stdout)
+    handle = RunStore().load(run_id)
+    backend = load_backend(handle.backend, handle.settings)
+    assert backend.status(handle) in {RunState.PENDING, RunState.RUNNING}
+    backend.cancel(handle)
+    assert backend.status(handle) is RunState.CANCELLED

@@ -1,0 +1,324 @@
+"""[tool.substrax.compute]: what is accepted, and every refusal with its TOML path."""
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from substrax.compute.config import (
+    ComputeConfigError,
+    parse_compute_config,
+    read_compute_config,
+    require_locked_substrax,
+    resolve_job,
+)
+from substrax.compute.spec import Accelerator
+
+
+def _job(**overrides):
+    job = {"commands": {"hi": ["python", "-c", "print(1)"]}, "timeout_seconds": 60}
+    job.update(overrides)
+    return job
+
+
+def _config(**overrides):
+    return {"jobs": {"demo": _job(**overrides)}}
+
+
+P = "tool.substrax.compute"
+J = f"{P}.jobs.demo"
+
+BAD = [
+    ({"colour": "red"}, f"{P}.colour: unknown key; allowed keys: backend, backends, jobs"),
+    ({"backend": 3}, f"{P}.backend: Input should be a valid string, got 3"),
+    (
+        {"backend": "a/b"},
+        f"{P}.backend: must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"a/b\"",
+    ),
+    ({"backends": {"modal": 1}}, f"{P}.backends.modal: Input should be an object, got 1"),
+    (
+        {"jobs": {"demo": {"timeout_seconds": 60}}},
+        f"{J}: a job needs `examples` directories or `commands` to run",
+    ),
+    ({"jobs": {"demo": {"commands": {"a": ["x"]}}}}, f"{J}.timeout_seconds: is required"),
+    (_config(timeout_seconds=0), f"{J}.timeout_seconds: must be positive and finite, got 0"),
+    (_config(timeout_seconds=-5), f"{J}.timeout_seconds: must be positive and finite, got -5"),
+    (
+        _config(timeout_seconds=float("inf")),
+        f"{J}.timeout_seconds: must be positive and finite, got Infinity",
+    ),
+    (
+        _config(timeout_seconds="60"),
+        f'{J}.timeout_seconds: Input should be a valid number, got "60"',
+    ),
+    (
+        _config(timeout_seconds=True),
+        f"{J}.timeout_seconds: Input should be a valid number, got true",
+    ),
+    (
+        _config(task_timeout_seconds=-1),
+        f"{J}.task_timeout_seconds: must be positive and finite, got -1",
+    ),
+    (
+        _config(task_timeout_seconds=61),
+        f"{J}: `task_timeout_seconds` must not exceed the job's `timeout_seconds`",
+    ),
+    (
+        _config(commands={"hi": "python -c 'print(1)'"}),
+        f"{J}.commands.hi: must be an argv list such as ['python', 'x.py'], not a string (no shell strings), got \"python -c 'print(1)'\"",
+    ),
+    (
+        _config(commands={"hi": []}),
+        f"{J}.commands.hi: must be a non-empty list of arguments (argv), e.g. ['python', 'x.py'], got []",
+    ),
+    (
+        _config(commands={"hi": ["bash", "-c", "rm -rf /"]}),
+        f'{J}.commands.hi: runs a shell string (bash -c ...); write the command as an argv list instead, got ["bash", "-c", "rm -rf /"]',
+    ),
+    (
+        _config(commands={"hi": ["/bin/sh", "-ec", "x"]}),
+        f'{J}.commands.hi: runs a shell string (/bin/sh -c ...); write the command as an argv list instead, got ["/bin/sh", "-ec", "x"]',
+    ),
+    (
+        _config(commands={"hi": ["python", 3]}),
+        f"{J}.commands.hi[1]: Input should be a valid string, got 3",
+    ),
+    (
+        _config(commands={"../up": ["python"]}),
+        f"{J}.commands.\"../up\": key must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"../up\"",
+    ),
+    (
+        _config(examples=["../elsewhere"]),
+        f"{J}.examples[0]: must be a directory relative to the project, without '..', got \"../elsewhere\"",
+    ),
+    (
+        _config(examples=["/abs"]),
+        f"{J}.examples[0]: must be a directory relative to the project, without '..', got \"/abs\"",
+    ),
+    (
+        _config(examples="examples"),
+        f'{J}.examples: must be a list, not a string (no shell strings), got "examples"',
+    ),
+    (
+        _config(extras=["a b"]),
+        f"{J}.extras[0]: must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"a b\"",
+    ),
+    (_config(resources={"cpu": -1}), f"{J}.resources.cpu: must be positive and finite, got -1"),
+    (
+        _config(resources={"gpus": 2}),
+        f"{J}.resources.gpus: unknown key; allowed keys: accelerator, cpu, memory_mib",
+    ),
+    (_config(resources={"memory_mib": 0}), f"{J}.resources.memory_mib: must be at least 1, got 0"),
+    (
+        _config(resources={"memory_mib": 1.5}),
+        f"{J}.resources.memory_mib: Input should be a valid integer, got 1.5",
+    ),
+    (
+        _config(resources={"accelerator": {"kind": "H100", "count": 0}}),
+        f"{J}.resources.accelerator.count: must be at least 1, got 0",
+    ),
+    (
+        _config(resources={"accelerator": {"kind": "H 100"}}),
+        f"{J}.resources.accelerator.kind: must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"H 100\"",
+    ),
+    (
+        _config(resources={"accelerator": {"count": 1}}),
+        f"{J}.resources.accelerator.kind: is required",
+    ),
+    (
+        _config(accelerator={"kind": "L4", "type": "x"}),
+        f"{J}.accelerator.type: unknown key; allowed keys: kind, count",
+    ),
+    (
+        _config(accelerator={"kind": "L4"}, resources={"accelerator": {"kind": "L4"}}),
+        f"{J}: set `accelerator` or `resources.accelerator`, not both",
+    ),
+    (
+        _config(runtime={"cpu_device": 2}),
+        f"{J}.runtime.cpu_device: unknown JaxRuntime field 'cpu_device'; allowed: ",
+    ),
+    (
+        _config(runtime={"cpu_devices": 0}),
+        f"{J}.runtime.cpu_devices: JaxRuntime.cpu_devices must be at least 1, got 0",
+    ),
+    (
+        _config(runtime={"memory_fraction": 2.0}),
+        f"{J}.runtime.memory_fraction: JaxRuntime.memory_fraction must be in (0, 1], got 2.0",
+    ),
+    (_config(runtime={"xla_flags": ["not-a-flag"]}), f"{J}.runtime.xla_flags: "),
+    (
+        _config(env={"A B": "1"}),
+        f'{J}.env."A B": key must be an environment variable name, got "A B"',
+    ),
+    (_config(env={"A": 1}), f"{J}.env.A: Input should be a valid string, got 1"),
+    (
+        _config(secrets=["1BAD"]),
+        f'{J}.secrets[0]: must be an environment variable name, got "1BAD"',
+    ),
+    (_config(secrets=["TOKEN", "TOKEN"]), f"{J}: secrets must be unique; repeated: TOKEN"),
+    (
+        _config(secrets=["TOKEN"], env={"TOKEN": "x"}),
+        f"{J}: TOKEN named both in env and in secrets; keep one",
+    ),
+    (
+        _config(mounts=[{"name": "a", "path": "/d"}, {"name": "b", "path": "/d"}]),
+        f"{J}: mount paths must be unique; repeated: /d",
+    ),
+    (
+        _config(mounts=[{"name": "d", "path": "relative"}]),
+        f"{J}.mounts[0].path: must be an absolute, normalised path other than '/', got \"relative\"",
+    ),
+    (
+        _config(mounts=[{"name": "d", "path": "/data/../etc"}]),
+        f"{J}.mounts[0].path: must be an absolute, normalised path other than '/', got \"/data/../etc\"",
+    ),
+    (
+        _config(mounts=[{"name": "d", "path": "/"}]),
+        f"{J}.mounts[0].path: must be an absolute, normalised path other than '/', got \"/\"",
+    ),
+    (
+        _config(mounts=[{"name": "d", "path": "/outputs/x"}]),
+        f'{J}.mounts[0].path: must not overlap /outputs, which the worker owns, got "/outputs/x"',
+    ),
+    (
+        _config(mounts=[{"name": "d", "path": "/data", "access": "rw"}]),
+        f"{J}.mounts[0].access: Input should be 'read-only' or 'read-write', got \"rw\"",
+    ),
+    (
+        _config(mounts=[{"name": "../d", "path": "/data"}]),
+        f"{J}.mounts[0].name: must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"../d\"",
+    ),
+    (_config(nodes=0), f"{J}.nodes: must be at least 1, got 0"),
+    (_config(nodes=1.5), f"{J}.nodes: Input should be a valid integer, got 1.5"),
+    (
+        _config(probe_devices="yes"),
+        f'{J}.probe_devices: Input should be a valid boolean, got "yes"',
+    ),
+    (
+        _config(unknown=1),
+        f"{J}.unknown: unknown key; allowed keys: examples, commands, timeout_seconds, task_timeout_seconds, extras, resources, accelerator, runtime, env, secrets, mounts, nodes, probe_devices",
+    ),
+]
+
+
+@pytest.mark.parametrize(("table", "message"), BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_config_is_refused_with_its_path(table, message):
+    with pytest.raises(ComputeConfigError) as caught:
+        parse_compute_config(table)
+    text = str(caught.value)
+    assert text.startswith(message), f"{text!r} does not start with {message!r}"
+    assert caught.value.path == message.split(": ", 1)[0]
+
+
+def test_every_problem_is_reported():
+    with pytest.raises(ComputeConfigError) as caught:
+        parse_compute_config(_config(nodes=0, resources={"cpu": -1}))
+    assert [path for path, _ in caught.value.problems] == [f"{J}.resources.cpu", f"{J}.nodes"]
+
+
+def test_good_config_reads_back_every_field():
+    table = {
+        "backend": "modal",
+        "backends": {"modal": {"outputs_volume": "demo-outputs"}},
+        "jobs": {
+            "demo": _job(
+                task_timeout_seconds=30,
+                extras=["cuda12"],
+                accelerator={"kind": "L4"},
+                resources={"cpu": 8, "memory_mib": 32768},
+                runtime={"platforms": ["cuda"], "xla_flags": ["--xla_gpu_deterministic_ops=true"]},
+                env={"TF_CPP_MIN_LOG_LEVEL": "1"},
+                secrets=["WANDB_API_KEY"],
+                mounts=[{"name": "datasets", "path": "/data"}],
+                nodes=2,
+            )
+        },
+    }
+    config = parse_compute_config(copy.deepcopy(table))
+    assert config.backend == "modal"
+    assert config.backends["modal"] == {"outputs_volume": "demo-outputs"}
+    spec = resolve_job(config, "demo", project=Path())
+    assert spec.resources.accelerator == Accelerator(kind="L4", count=1)
+    assert spec.resources.cpu == 8.0
+    assert spec.tasks[0].timeout_seconds == 30.0
+    assert spec.runtime == table["jobs"]["demo"]["runtime"]
+    assert spec.secrets == ("WANDB_API_KEY",)
+    assert spec.nodes == 2
+    assert spec.mounts[0].access == "read-only"
+
+
+def test_accelerator_option_overrides_the_configured_one():
+    config = parse_compute_config(_config(accelerator={"kind": "L4"}))
+    spec = resolve_job(
+        config, "demo", project=Path(), accelerator=Accelerator(kind="H100", count=8)
+    )
+    assert spec.resources.accelerator == Accelerator(kind="H100", count=8)
+
+
+def test_examples_become_tasks_before_commands(tmp_path):
+    (tmp_path / "examples" / "metrics").mkdir(parents=True)
+    (tmp_path / "examples" / "metrics" / "plot.py").write_text("")
+    (tmp_path / "examples" / "a.py").write_text("")
+    config = parse_compute_config(_config(examples=["examples"]))
+    spec = resolve_job(config, "demo", project=tmp_path)
+    assert [(t.name, t.argv) for t in spec.tasks] == [
+        ("examples.a", ("python", "examples/a.py")),
+        ("examples.metrics.plot", ("python", "examples/metrics/plot.py")),
+        ("hi", ("python", "-c", "print(1)")),
+    ]
+
+
+def test_unknown_job_lists_the_configured_ones():
+    config = parse_compute_config(_config())
+    with pytest.raises(KeyError, match="configured: demo"):
+        resolve_job(config, "nope", project=Path())
+
+
+def test_missing_examples_directory(tmp_path):
+    config = parse_compute_config(_config(examples=["examples"]))
+    with pytest.raises(FileNotFoundError, match="directory 'examples'"):
+        resolve_job(config, "demo", project=tmp_path)
+
+
+def test_read_from_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.substrax.compute.jobs.demo]\ncommands = { hi = ["python", "-V"] }\ntimeout_seconds = 5\n'
+    )
+    assert read_compute_config(tmp_path).jobs["demo"].commands == {"hi": ("python", "-V")}
+
+
+def test_pyproject_without_table_or_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no pyproject\.toml"):
+        read_compute_config(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    with pytest.raises(LookupError, match=r"no \[tool.substrax.compute\] table"):
+        read_compute_config(tmp_path)
+
+
+def test_bad_toml_value_names_its_path(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.substrax.compute.jobs.demo]\ncommands = { hi = ['x'] }\ntimeout_seconds = 5\n"
+        "resources = { cpu = -1 }\n"
+    )
+    with pytest.raises(
+        ComputeConfigError,
+        match=r"^tool\.substrax\.compute\.jobs\.demo\.resources\.cpu: must be positive and finite, got -1$",
+    ):
+        read_compute_config(tmp_path)
+
+
+def test_locked_substrax(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no uv\.lock"):
+        require_locked_substrax(tmp_path)
+    lock = tmp_path / "uv.lock"
+    lock.write_text('[[package]]\nname = "numpy"\nversion = "2.0"\n')
+    with pytest.raises(LookupError, match="uv add substrax-compute"):
+        require_locked_substrax(tmp_path)
+    lock.write_text(
+        '[[package]]\nname = "substrax-compute"\nversion = "0.2.0"\nsource = { registry = "https://pypi.org/simple" }\n'
+    )
+    assert require_locked_substrax(tmp_path) == "0.2.0"
+    lock.write_text(
+        '[[package]]\nname = "substrax-compute"\nversion = "0.2.0"\nsource = { editable = "packages/x" }\n'
+    )
+    assert require_locked_substrax(tmp_path) == "editable"

@@ -1,0 +1,212 @@
+"""The local backend passes the backend contract for real, plus its own behaviour."""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from substrax.compute.backend import RunState
+from substrax.compute.local import LocalBackend
+from substrax.compute.manifest import MANIFEST_NAME, read_manifest
+from substrax.compute.spec import JobSpec, Task
+from substrax.testing.compute import BackendContract, wait_until_final
+
+
+class TestLocalContract(BackendContract):
+    def make_backend(self, state_dir: Path) -> LocalBackend:
+        return LocalBackend({"state_dir": str(state_dir)})
+
+
+def _gone(pid, timeout=10.0):
+    """Whether process ``pid`` has ended (or is a zombie) within ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+SPAWNS_A_CHILD = (
+    "import subprocess, sys, time; "
+    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+    "print('child', p.pid, flush=True); print('sleeping now', flush=True); time.sleep(600)"
+)
+
+
+def _spec(*tasks, **fields):
+    fields.setdefault("probe_devices", False)
+    fields.setdefault("timeout_seconds", 120.0)
+    return JobSpec(name="local", tasks=tasks, **fields)
+
+
+def _task(name, code, timeout=120.0):
+    return Task(name=name, argv=("python", "-c", code), timeout_seconds=timeout)
+
+
+def test_worker_command_without_extras_is_the_project_interpreter(tmp_path):
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    argv, env = backend.worker_command(_spec(_task("t", "")), tmp_path)
+    assert (argv, env) == ([sys.executable], {})
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    argv, _ = backend.worker_command(_spec(_task("t", "")), tmp_path)
+    assert argv == [str(tmp_path / ".venv" / "bin" / "python")]
+
+
+def test_declared_extras_are_installed_by_uv_into_a_run_environment(tmp_path):
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    argv, env = backend.worker_command(_spec(_task("t", ""), extras=("cuda12", "plots")), tmp_path)
+    assert Path(argv[0]).name == "uv"
+    assert argv[1:] == [
+        "run",
+        "--project",
+        str(tmp_path),
+        "--frozen",
+        "--extra",
+        "cuda12",
+        "--extra",
+        "plots",
+        "python",
+    ]
+    environment = Path(env["UV_PROJECT_ENVIRONMENT"])
+    assert environment.parent == tmp_path / "s" / "envs"
+    _other, _ = backend.worker_command(_spec(_task("t", ""), extras=("plots",)), tmp_path)
+    assert backend.worker_command(_spec(_task("t", ""), extras=("plots",)), tmp_path)[1] != env
+
+
+def test_cancel_kills_the_whole_process_group(tmp_path):
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(_spec(_task("sleeper", SPAWNS_A_CHILD)), project=tmp_path)
+    child = None
+    for line in backend.logs(handle, follow=True):
+        if line.startswith("[sleeper] child "):
+            child = int(line.split()[-1])
+        if "sleeping now" in line:
+            break
+    backend.cancel(handle)
+    assert backend.status(handle) is RunState.CANCELLED
+    assert child is not None
+    assert _gone(child), "a task's child outlived cancel"
+    manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
+    assert [t.status for t in manifest.tasks] == ["cancelled"]
+    assert not manifest.finished
+
+
+def test_a_worker_that_dies_is_a_failed_run(tmp_path):
+    backend = LocalBackend({"state_dir": str(tmp_path / "s"), "python": "/nonexistent/python"})
+    with pytest.raises(FileNotFoundError):
+        backend.submit(_spec(_task("t", "print(1)")), project=tmp_path)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s2"), "python": "false"})
+    handle = backend.submit(_spec(_task("t", "print(1)")), project=tmp_path)
+    assert wait_until_final(backend, handle, 30) is RunState.FAILED
+
+
+def test_secrets_reach_the_task_but_no_file_of_the_run(tmp_path, monkeypatch):
+    secret = "s3cr3t-value-5a4b"  # noqa: S105 - a test value
+    monkeypatch.setenv("SX_WANDB_API_KEY", secret)
+    code = (
+        "import hashlib, os, pathlib; v = os.environ['SX_WANDB_API_KEY']; print('key', v); "
+        "pathlib.Path(os.environ['AVITAI_OUTPUT_DIR'], 'digest.txt').write_text(hashlib.sha256(v.encode()).hexdigest())"
+    )
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(
+        _spec(_task("t", code), secrets=("SX_WANDB_API_KEY",)), project=tmp_path
+    )
+    assert wait_until_final(backend, handle, 60) is RunState.SUCCEEDED
+    fetched = backend.fetch(handle, tmp_path / "fetched")
+    assert (fetched / "t" / "digest.txt").read_text() == hashlib.sha256(secret.encode()).hexdigest()
+    assert "key ***" in (fetched / "t" / "stdout.log").read_text()
+    for root in (tmp_path / "s", tmp_path / "fetched"):
+        for path in root.rglob("*"):
+            if path.is_file():
+                assert secret not in path.read_text(errors="replace"), f"secret written to {path}"
+    assert secret not in handle.model_dump_json()
+
+
+def test_missing_secret_refuses_the_submission(tmp_path, monkeypatch):
+    monkeypatch.delenv("SX_NOT_SET", raising=False)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    with pytest.raises(LookupError, match="SX_NOT_SET"):
+        backend.submit(_spec(_task("t", "print(1)"), secrets=("SX_NOT_SET",)), project=tmp_path)
+
+
+def test_mounts_need_a_local_directory(tmp_path):
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    spec = _spec(
+        _task("t", "import os; print(os.environ['SUBSTRAX_MOUNT_DATASETS'])"),
+        mounts=({"name": "datasets", "path": "/nonexistent-data"},),
+    )
+    with pytest.raises(FileNotFoundError, match=r"backends\.local\.mounts\.datasets"):
+        backend.submit(spec, project=tmp_path)
+    (tmp_path / "data").mkdir()
+    backend = LocalBackend({"state_dir": str(tmp_path / "s"), "mounts": {"datasets": "data"}})
+    handle = backend.submit(spec, project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.SUCCEEDED
+    out = backend.fetch(handle, tmp_path / "f") / "t" / "stdout.log"
+    assert out.read_text().strip() == str(tmp_path / "data")
+    escaping = LocalBackend({"state_dir": str(tmp_path / "s"), "mounts": {"datasets": "../.."}})
+    with pytest.raises(ValueError, match="escapes"):
+        escaping.submit(spec, project=tmp_path)
+
+
+def test_fetch_never_follows_links_out_of_the_outputs(tmp_path):
+    (tmp_path / "private.txt").write_text("private")
+    code = (
+        "import os, pathlib; d = pathlib.Path(os.environ['AVITAI_OUTPUT_DIR']); "
+        f"(d / 'link.txt').symlink_to({json.dumps(str(tmp_path / 'private.txt'))}); (d / 'real.txt').write_text('x')"
+    )
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(_spec(_task("t", code)), project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.SUCCEEDED
+    fetched = backend.fetch(handle, tmp_path / "f")
+    assert (fetched / "t" / "real.txt").read_text() == "x"
+    assert not (fetched / "t" / "link.txt").exists()
+
+
+MULTI_NODE = """\
+import json, os, pathlib
+import jax
+jax.distributed.initialize(
+    coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+    num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+    process_id=int(os.environ["JAX_PROCESS_ID"]),
+    initialization_timeout=60,
+)
+out = pathlib.Path(os.environ["AVITAI_OUTPUT_DIR"]) / "view.json"
+out.write_text(json.dumps({"process": jax.process_index(), "processes": jax.process_count(), "devices": jax.device_count()}))
+jax.distributed.shutdown()
+"""
+
+
+def test_multi_node_job_runs_as_wired_local_processes(tmp_path):
+    (tmp_path / "multi.py").write_text(MULTI_NODE)
+    spec = _spec(
+        Task(name="multi", argv=("python", "multi.py"), timeout_seconds=120),
+        nodes=2,
+        runtime={"platforms": ["cpu"], "cpu_devices": 2},
+    )
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    assert len(handle.details["pids"].split(",")) == 2
+    state = wait_until_final(backend, handle, 180)
+    fetched = backend.fetch(handle, tmp_path / "f")
+    assert state is RunState.SUCCEEDED, (fetched / "multi" / "stderr.log").read_text()[-3000:]
+    views = [
+        json.loads((fetched / "multi" / "view.json").read_text()),
+        json.loads((fetched / "nodes" / "1" / "multi" / "view.json").read_text()),
+    ]
+    assert views == [
+        {"process": 0, "processes": 2, "devices": 4},
+        {"process": 1, "processes": 2, "devices": 4},
+    ]
+    assert read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME).node == 1
+    assert (fetched / "worker-1.log").is_file()

@@ -1,0 +1,219 @@
+"""The modal backend: the real modal.Image/App/Function built from a job, a stand-in only for the
+network (App.run, Function.spawn, FunctionCall, Volume reads)."""
+
+import contextlib
+import json
+
+import pytest
+
+from substrax.compute import modal_backend
+from substrax.compute.backend import RunState
+from substrax.compute.config import ComputeConfigError
+from substrax.compute.manifest import JobManifest, TaskOutcome, TaskStatus
+from substrax.compute.modal_backend import ModalBackend
+from substrax.compute.spec import JobSpec, Task, read_job_spec
+
+
+modal = pytest.importorskip(
+    "modal", reason="the modal SDK (substrax-compute[modal]) is not installed"
+)
+
+
+def _spec(**fields):
+    fields.setdefault("timeout_seconds", 1800.0)
+    return JobSpec(
+        name="train",
+        tasks=(Task(name="fit", argv=("python", "fit.py"), timeout_seconds=600),),
+        **fields,
+    )
+
+
+@pytest.fixture
+def project(tmp_path):
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\nversion = '0'\n")
+    (root / "uv.lock").write_text("version = 1\n")
+    (root / ".python-version").write_text("3.13.1\n")
+    return root
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    calls = {}
+
+    def wrap(owner, name):
+        original = getattr(owner, name)
+
+        def recorder(*args, **kwargs):
+            calls.setdefault(name, []).append((args[1:] if name != "clustered" else args, kwargs))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, recorder)
+
+    wrap(modal.Image, "uv_sync")
+    wrap(modal.Image, "add_local_dir")
+    wrap(modal, "clustered")
+    return calls
+
+
+def _backend(tmp_path, **settings):
+    return ModalBackend(
+        {"outputs_volume": "runs", "state_dir": str(tmp_path / "state"), **settings}
+    )
+
+
+def test_plan_builds_the_function_from_the_job(tmp_path, project, spy, monkeypatch):
+    monkeypatch.setenv("SX_TOKEN", "tok-1234")
+    spec = _spec(
+        extras=("cuda12",),
+        resources={"accelerator": {"kind": "L4", "count": 2}, "cpu": 8, "memory_mib": 32768},
+        mounts=(
+            {"name": "datasets", "path": "/data"},
+            {"name": "scratch", "path": "/scratch", "access": "read-write"},
+        ),
+        secrets=("SX_TOKEN",),
+    )
+    backend = _backend(tmp_path, volumes={"datasets": "ds-volume", "scratch": "scratch-volume"})
+    plan = backend.plan(spec, project=project, run_id="train-1")
+    assert isinstance(plan.app, modal.App)
+    assert isinstance(plan.image, modal.Image)
+    assert isinstance(plan.function, modal.Function)
+    function_spec = plan.function._spec_
+    assert function_spec.gpus == "L4:2"
+    assert (function_spec.cpu, function_spec.memory) == (8.0, 32768)
+    assert sorted(function_spec.volumes) == ["/data", "/outputs", "/scratch"]
+    assert len(function_spec.secrets) == 2
+    assert plan.options["timeout"] == 1800 + 300
+    assert plan.options["serialized"] is True
+    assert spy["uv_sync"] == [
+        ((), {"uv_project_dir": str(project), "frozen": True, "extras": ["cuda12"]})
+    ]
+    (local_dir, remote), options = spy["add_local_dir"][0]
+    assert (local_dir, remote, options["copy"]) == (project, "/project", True)
+    assert ".venv" in options["ignore"]
+    assert "clustered" not in spy
+    assert read_job_spec(json.loads(plan.spec_json)) == spec
+    assert "tok-1234" not in plan.spec_json
+
+
+def test_read_only_mount_gets_a_read_only_volume(tmp_path, project):
+    spec = _spec(mounts=({"name": "datasets", "path": "/data"},))
+    plan = _backend(tmp_path, volumes={"datasets": "ds"}).plan(spec, project=project, run_id="r")
+    volumes = plan.function._spec_.volumes
+    assert volumes["/data"]._read_only is True
+    assert getattr(volumes["/outputs"], "_read_only", False) is False
+
+
+def test_multi_node_job_is_a_clustered_function(tmp_path, project, spy):
+    spec = _spec(nodes=4, resources={"accelerator": {"kind": "H100", "count": 8}})
+    plan = _backend(tmp_path).plan(spec, project=project, run_id="r")
+    assert plan.clustered == 4
+    assert spy["clustered"] == [((), {"size": 4})]
+    assert plan.function._spec_.gpus == "H100:8"
+
+
+def test_image_python_follows_the_project_not_this_interpreter(tmp_path, project, monkeypatch):
+    calls = []
+    original = modal.Image.debian_slim
+    monkeypatch.setattr(modal.Image, "debian_slim", lambda **kw: calls.append(kw) or original(**kw))
+    _backend(tmp_path).plan(_spec(), project=project, run_id="r")
+    _backend(tmp_path, python="3.12").plan(_spec(), project=project, run_id="r")
+    assert calls == [{"python_version": "3.13"}, {"python_version": "3.12"}]
+
+
+def test_refusals(tmp_path, project, monkeypatch):
+    with pytest.raises(ComputeConfigError, match=r"backends\.modal\.outputs_volume: is required"):
+        ModalBackend({})
+    with pytest.raises(ComputeConfigError, match=r"backends\.modal\.gpu: unknown key"):
+        ModalBackend({"outputs_volume": "x", "gpu": "A100"})
+    with pytest.raises(LookupError, match=r"backends\.modal\.volumes\.datasets"):
+        _backend(tmp_path).plan(
+            _spec(mounts=({"name": "datasets", "path": "/data"},)), project=project, run_id="r"
+        )
+    monkeypatch.delenv("SX_ABSENT", raising=False)
+    with pytest.raises(LookupError, match="SX_ABSENT"):
+        _backend(tmp_path).plan(_spec(secrets=("SX_ABSENT",)), project=project, run_id="r")
+
+
+class _Call:
+    def __init__(self, outcome):
+        self.object_id = "fc-123"
+        self.outcome = outcome
+        self.cancelled_with = None
+
+    def get(self, timeout=None):  # noqa: ARG002 - FunctionCall.get's signature
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+    def cancel(self, terminate_containers=False):
+        self.cancelled_with = terminate_containers
+
+
+def test_submit_spawns_the_worker_and_status_reads_the_volume(tmp_path, project, monkeypatch):
+    spawned = []
+
+    @contextlib.contextmanager
+    def run(self, detach=False, environment_name=None):
+        assert detach is True
+        yield self
+
+    def spawn(self, *args):
+        spawned.append(args)
+        return _Call(0)
+
+    monkeypatch.setattr(modal.App, "run", run)
+    monkeypatch.setattr(modal.Function, "spawn", spawn)
+    backend = _backend(tmp_path)
+    handle = backend.submit(_spec(), project=project)
+    assert handle.details["call_id"] == "fc-123"
+    assert handle.settings == {"outputs_volume": "runs", "state_dir": str(tmp_path / "state")}
+    ((spec_json, run_id),) = spawned
+    assert run_id == handle.run_id
+    assert json.loads(spec_json)["name"] == "train"
+
+    call = _Call(TimeoutError())
+    monkeypatch.setattr(modal.FunctionCall, "from_id", staticmethod(lambda _call_id: call))
+    assert backend.status(handle) is RunState.RUNNING
+    call.outcome = 0
+    manifest = JobManifest(
+        job="train",
+        finished=True,
+        tasks=(
+            TaskOutcome(
+                name="fit", argv=("python",), status=TaskStatus.SUCCEEDED, returncode=0, seconds=1.0
+            ),
+        ),
+    )
+    read = []
+    monkeypatch.setattr(
+        modal.Volume,
+        "read_file",
+        lambda _self, path: read.append(path) or iter([manifest.model_dump_json().encode()]),
+    )
+    assert backend.status(handle) is RunState.SUCCEEDED
+    assert read == [f"{handle.run_id}/manifest.json"]
+    call.outcome = RuntimeError("container crashed")
+    assert backend.status(handle) is RunState.FAILED
+
+    call.outcome = TimeoutError()
+    backend.cancel(handle)
+    assert call.cancelled_with is True
+    assert backend.status(handle) is RunState.CANCELLED
+
+
+def test_remote_worker_runs_the_worker_in_the_container_layout(tmp_path, monkeypatch):
+    outputs, project = tmp_path / "outputs", tmp_path / "project"
+    project.mkdir()
+    (project / "fit.py").write_text("print('fitting')\n")
+    monkeypatch.setattr(modal_backend, "OUTPUTS", str(outputs))
+    monkeypatch.setattr(modal_backend, "PROJECT", str(project))
+    monkeypatch.setenv("SUBSTRAX_OUTPUTS_VOLUME", "runs")
+    committed = []
+    monkeypatch.setattr(modal.Volume, "commit", lambda _self: committed.append(True))
+    spec = _spec(probe_devices=False)
+    code = modal_backend.remote_worker(json.dumps(spec.model_dump(mode="json")), "train-1")
+    assert code == 0
+    assert committed == [True]
+    assert (outputs / "train-1" / "fit" / "stdout.log").read_text() == "fitting\n"

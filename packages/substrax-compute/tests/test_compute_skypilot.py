@@ -1,0 +1,198 @@
+"""The skypilot backend: the real sky.Task built and validated from a job; stand-ins only for
+SkyPilot's API calls (launch, queue, cancel)."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from substrax.compute.backend import RunState
+from substrax.compute.config import ComputeConfigError
+from substrax.compute.skypilot_backend import SPEC_ENV, SkyPilotBackend, _sky, run_script
+from substrax.compute.spec import JobSpec, Task, read_job_spec
+
+
+@pytest.fixture(scope="module")
+def sky():
+    try:
+        return _sky()
+    except ImportError:
+        pytest.skip("SkyPilot (substrax-compute[skypilot]) is not installed")
+
+
+def _spec(**fields):
+    fields.setdefault("timeout_seconds", 1800.0)
+    return JobSpec(
+        name="train",
+        tasks=(Task(name="fit", argv=("python", "fit.py"), timeout_seconds=600),),
+        **fields,
+    )
+
+
+def _backend(tmp_path, **settings):
+    return SkyPilotBackend(
+        {"outputs_bucket": "gs://sx-runs", "state_dir": str(tmp_path / "s"), **settings}
+    )
+
+
+def test_task_carries_the_job(sky, tmp_path, monkeypatch):
+    monkeypatch.setenv("SX_TOKEN", "tok-5678")
+    spec = _spec(
+        extras=("cuda12",),
+        resources={"accelerator": {"kind": "A100", "count": 8}, "cpu": 16, "memory_mib": 65536},
+        mounts=({"name": "datasets", "path": "/data"},),
+        secrets=("SX_TOKEN",),
+        nodes=2,
+    )
+    backend = _backend(tmp_path, buckets={"datasets": "s3://my-data"}, infra="gcp", use_spot=True)
+    task = backend.build_task(spec, project=tmp_path, run_id="train-20260101T000000Z-abcdef")
+    assert isinstance(task, sky.Task)
+    assert task.num_nodes == 2
+    assert task.workdir == str(tmp_path)
+    (resources,) = task.resources
+    assert resources.accelerators == {"A100": 8}
+    assert (resources.cpus, resources.memory, resources.use_spot) == ("16+", "64+", True)
+    assert str(resources.cloud) == "GCP"
+    mounts = {
+        path: (storage.source, storage.mode.value) for path, storage in task.storage_mounts.items()
+    }
+    assert mounts == {"/outputs": ("gs://sx-runs", "MOUNT"), "/data": ("s3://my-data", "MOUNT")}
+    assert read_job_spec(json.loads(task.envs[SPEC_ENV])) == spec
+    assert "tok-5678" not in json.dumps(task.envs)
+    assert task.secrets["SX_TOKEN"].get_secret_value() == "tok-5678"
+    assert "uv sync --frozen --extra cuda12" in task.setup
+    assert "python -m substrax.compute.worker" in task.run
+
+
+def test_sky_refuses_what_it_cannot_run(sky, tmp_path):
+    with pytest.raises(
+        ComputeConfigError, match=r"backends\.skypilot\.outputs_bucket: must be a bucket URI"
+    ):
+        SkyPilotBackend({"outputs_bucket": "/local/dir"})
+    with pytest.raises(LookupError, match=r"backends\.skypilot\.buckets\.datasets"):
+        _backend(tmp_path).build_task(
+            _spec(mounts=({"name": "datasets", "path": "/data"},)), project=tmp_path, run_id="r"
+        )
+
+
+def test_run_script_wires_the_jax_coordinator_from_skypilot(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_uv = bin_dir / "uv"
+    fake_uv.write_text(
+        '#!/bin/sh\necho "$JAX_COORDINATOR_ADDRESS $JAX_NUM_PROCESSES $JAX_PROCESS_ID"\necho "$@"\n'
+    )
+    fake_uv.chmod(0o755)
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "SKYPILOT_NODE_IPS": "10.0.0.5\n10.0.0.6",
+        "SKYPILOT_NUM_NODES": "2",
+        "SKYPILOT_NODE_RANK": "1",
+        SPEC_ENV: '{"name": "x"}',
+    }
+    bash = shutil.which("bash")
+    result = subprocess.run(
+        [bash, "-c", run_script("train-1")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    coordinator, argv = result.stdout.splitlines()
+    assert coordinator == "10.0.0.5:8476 2 1"
+    assert argv.startswith("run --frozen --no-sync python -m substrax.compute.worker --spec ")
+    assert argv.endswith("--project . --outputs /outputs/train-1 --node-rank 1")
+
+
+def _stand_ins(monkeypatch, sky, queue=()):
+    calls = []
+
+    def record(name, result):
+        def call(*args, **kwargs):
+            calls.append((name, args, kwargs))
+            return (name, result)
+
+        return call
+
+    monkeypatch.setattr(sky, "launch", record("launch", (7, None)))
+    monkeypatch.setattr(sky.jobs, "launch", record("jobs.launch", ([11], None)))
+    monkeypatch.setattr(sky, "queue", record("queue", list(queue)))
+    monkeypatch.setattr(sky.jobs, "queue", record("jobs.queue", list(queue)))
+    monkeypatch.setattr(sky, "cancel", record("cancel", None))
+    monkeypatch.setattr(sky, "down", record("down", None))
+    monkeypatch.setattr(sky, "stream_and_get", lambda request: request[1])
+    return calls
+
+
+def test_launch_tears_the_cluster_down_and_status_maps_the_queue(sky, tmp_path, monkeypatch):
+    calls = _stand_ins(monkeypatch, sky, queue=[{"job_id": 7, "status": "JobStatus.RUNNING"}])
+    backend = _backend(tmp_path)
+    handle = backend.submit(_spec(), project=tmp_path)
+    ((name, (task,), kwargs),) = calls
+    assert name == "launch"
+    assert isinstance(task, sky.Task)
+    assert kwargs["down"] is True
+    assert kwargs["cluster_name"] == task.name
+    assert handle.details == {"managed": "false", "job_id": "7", "cluster": task.name}
+    assert backend.status(handle) is RunState.RUNNING
+    for status, state in (
+        ("PENDING", RunState.PENDING),
+        ("FAILED_SETUP", RunState.FAILED),
+        ("CANCELLED", RunState.CANCELLED),
+    ):
+        _stand_ins(monkeypatch, sky, queue=[{"job_id": 7, "status": status}])
+        assert backend.status(handle) is state
+    calls = _stand_ins(monkeypatch, sky, queue=[{"job_id": 7, "status": "RUNNING"}])
+    backend.cancel(handle)
+    assert [c[0] for c in calls] == ["queue", "cancel", "down"]
+
+
+def test_spot_recovery_goes_through_managed_jobs(sky, tmp_path, monkeypatch):
+    calls = _stand_ins(monkeypatch, sky)
+    backend = _backend(tmp_path, use_spot=True, recover=True, max_restarts_on_errors=3)
+    handle = backend.submit(_spec(), project=tmp_path)
+    ((name, (task,), _kwargs),) = calls
+    assert name == "jobs.launch"
+    (resources,) = task.resources
+    assert resources.use_spot is True
+    assert resources.job_recovery == {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 3}
+    assert handle.details["managed"] == "true"
+    assert handle.details["job_id"] == "11"
+
+
+def test_finished_job_reads_the_manifest_and_fetches_from_the_bucket(sky, tmp_path, monkeypatch):
+    from substrax.compute.manifest import JobManifest, TaskOutcome, TaskStatus
+
+    bucket = tmp_path / "bucket"
+    run_dir = bucket / "train-1"
+    (run_dir / "fit").mkdir(parents=True)
+    (run_dir / "fit" / "stdout.log").write_text("fitting\n")
+    outcome = TaskOutcome(
+        name="fit", argv=("python",), status=TaskStatus.SUCCEEDED, returncode=0, seconds=1.0
+    )
+    (run_dir / "manifest.json").write_text(
+        JobManifest(job="train", finished=True, tasks=(outcome,)).model_dump_json()
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    gcloud = bin_dir / "gcloud"  # a stand-in for the cloud's CLI, reading the local "bucket"
+    gcloud.write_text(
+        "#!/bin/sh\n"
+        f"root={bucket}\n"
+        'if [ "$2" = cat ]; then cat "$root/${3#gs://sx-runs/}"; fi\n'
+        'if [ "$2" = rsync ]; then cp -R "$root/${4#gs://sx-runs/}/." "$5"; fi\n'
+    )
+    gcloud.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    _stand_ins(monkeypatch, sky, queue=[{"job_id": 7, "status": "SUCCEEDED"}])
+    backend = _backend(tmp_path)
+    handle = backend.submit(_spec(), project=tmp_path).model_copy(update={"run_id": "train-1"})
+    assert backend.status(handle) is RunState.SUCCEEDED
+    _stand_ins(monkeypatch, sky, queue=[])  # the cluster is gone: the manifest decides
+    assert backend.status(handle) is RunState.SUCCEEDED
+    fetched = backend.fetch(handle, tmp_path / "fetched")
+    assert (fetched / "fit" / "stdout.log").read_text() == "fitting\n"

@@ -1,0 +1,120 @@
+"""The job spec records: validation, argv rules, mounts, example tasks, the runtime fields."""
+
+import io
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from substrax.compute import _display
+from substrax.compute.spec import (
+    Accelerator,
+    JobSpec,
+    Mount,
+    Task,
+    example_tasks,
+    jax_runtime,
+    parse_accelerator,
+)
+
+
+def test_accelerators():
+    assert parse_accelerator("L4") == Accelerator(kind="L4", count=1)
+    assert parse_accelerator("H100:8").label == "H100:8"
+    for bad in ("H100:", "H100:x", "H100:0", ":2", "a b"):
+        with pytest.raises(ValueError, match=r"KIND|must be|Input"):
+            parse_accelerator(bad)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("bash", "-c", "echo hi"), ("sh", "-xc", "x"), ("/usr/bin/zsh", "-c", "x"), ()],
+)
+def test_shell_strings_and_empty_argv_are_refused(argv):
+    with pytest.raises(ValidationError):
+        Task(name="t", argv=argv, timeout_seconds=1)
+
+
+def test_a_shell_running_a_script_file_is_an_argv():
+    assert Task(name="t", argv=("bash", "--norc", "run.sh"), timeout_seconds=1).argv[0] == "bash"
+
+
+@pytest.mark.parametrize(
+    "path", ["data", "/", "/data/", "/data/../etc", "/outputs", "/outputs/a", "/project"]
+)
+def test_mount_paths_that_escape_or_collide_are_refused(path):
+    with pytest.raises(ValidationError):
+        Mount(name="m", path=path)
+
+
+def test_task_names_cannot_climb_out_of_the_outputs():
+    for name in ("..", "a/b", "../x", ".hidden", ""):
+        with pytest.raises(ValidationError):
+            Task(name=name, argv=("python",), timeout_seconds=1)
+
+
+def test_job_spec_rules():
+    task = Task(name="t", argv=("python",), timeout_seconds=1)
+    with pytest.raises(ValidationError, match="at least one task"):
+        JobSpec(name="j", tasks=(), timeout_seconds=1)
+    with pytest.raises(ValidationError, match="task names must be unique; repeated: t"):
+        JobSpec(name="j", tasks=(task, task), timeout_seconds=1)
+    with pytest.raises(ValidationError, match=r"JaxRuntime\.cpu_devices must be at least 1"):
+        JobSpec(name="j", tasks=(task,), timeout_seconds=1, runtime={"cpu_devices": 0})
+    with pytest.raises(ValidationError, match="Input should be 3"):
+        JobSpec(schema_version=2, name="j", tasks=(task,), timeout_seconds=1)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="frozen"):
+        JobSpec(name="j", tasks=(task,), timeout_seconds=1).name = "k"  # type: ignore[misc]
+
+
+def test_runtime_fields_become_a_jax_runtime():
+    runtime = jax_runtime(
+        {"platforms": ["cpu"], "xla_flags": ["--a=1"], "compilation_cache_dir": "/tmp/cache"}
+    )
+    assert runtime.platforms == ("cpu",)
+    assert runtime.xla_flags == ("--a=1",)
+    assert runtime.compilation_cache_dir == Path("/tmp/cache")
+
+
+def test_example_task_names(tmp_path):
+    tasks = example_tasks(
+        [tmp_path / "examples" / "a.py", tmp_path / "examples" / "deep" / "b.py"],
+        project=tmp_path,
+        timeout_seconds=5,
+    )
+    assert [(t.name, t.argv) for t in tasks] == [
+        ("examples.a", ("python", "examples/a.py")),
+        ("examples.deep.b", ("python", "examples/deep/b.py")),
+    ]
+
+
+LINES = [
+    "[substrax] task a started (1/2)",
+    "[a] hello",
+    "[substrax] task a succeeded (1/2) 0.1s",
+    "[substrax] job j succeeded",
+]
+
+
+def test_plain_progress_when_not_a_terminal():
+    buffer = io.StringIO()
+    _display.follow(LINES, stream=buffer)
+    assert buffer.getvalue().splitlines() == [
+        "--- running a (1/2)",
+        "[a] hello",
+        "--- task a succeeded (1/2) 0.1s",
+        "--- job j succeeded",
+    ]
+
+
+def test_rich_progress_on_a_terminal(monkeypatch):
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=80, highlight=False)
+    monkeypatch.setattr(_display, "_rich_console", lambda _stream: console)
+    _display.follow(LINES, stream=buffer)
+    text = buffer.getvalue()
+    assert "[a] hello" in text
+    assert "task a succeeded (1/2)" in text
+    assert "job j succeeded" in text

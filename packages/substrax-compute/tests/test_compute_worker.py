@@ -1,0 +1,262 @@
+"""The worker: environment per task, logs, timeouts, failures, manifest, probe, secrets."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from substrax.compute.manifest import MANIFEST_NAME, TaskStatus, read_manifest
+from substrax.compute.spec import JobSpec, Task, read_job_spec
+from substrax.compute.worker import node_outputs, run_job
+
+
+def _gone(pid, timeout=10.0):
+    """Whether process ``pid`` has ended (or is a zombie) within ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+SPAWNS_A_CHILD = (
+    "import subprocess, sys, time; "
+    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+    "print('child', p.pid, flush=True); print('sleeping now', flush=True); time.sleep(600)"
+)
+
+
+def _task(name, code, timeout=60.0):
+    return Task(name=name, argv=("python", "-c", code), timeout_seconds=timeout)
+
+
+def _spec(*tasks, timeout=60.0, **fields):
+    fields.setdefault("probe_devices", False)
+    return JobSpec(name="w", tasks=tasks, timeout_seconds=timeout, **fields)
+
+
+ENV_DUMP = (
+    "import json, os, pathlib; keys = ['AVITAI_OUTPUT_DIR', 'JAX_PLATFORMS', 'XLA_FLAGS', "
+    "'JAX_ENABLE_X64', 'GREETING', 'SUBSTRAX_MOUNT_DATA']; print(json.dumps({k: os.environ.get(k) for k in keys})); "
+    "print(json.dumps({'cwd': os.getcwd()}))"
+)
+
+
+def test_each_task_runs_from_the_project_with_the_job_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--inherited=1")  # the parent's jax settings are dropped
+    spec = _spec(
+        _task("env", ENV_DUMP),
+        runtime={"platforms": ["cpu"], "enable_x64": True, "xla_flags": ["--xla_cpu_a=1"]},
+        env={"GREETING": "hi"},
+        mounts=({"name": "data", "path": "/data"},),
+    )
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "out", echo=False)
+    assert manifest.succeeded
+    lines = (tmp_path / "out" / "env" / "stdout.log").read_text().splitlines()
+    env, where = json.loads(lines[0]), json.loads(lines[1])
+    assert env == {
+        "AVITAI_OUTPUT_DIR": str((tmp_path / "out" / "env").resolve()),
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_cpu_a=1",
+        "JAX_ENABLE_X64": "true",
+        "GREETING": "hi",
+        "SUBSTRAX_MOUNT_DATA": "/data",
+    }
+    assert where == {"cwd": str(tmp_path.resolve())}
+
+
+def test_logs_outputs_and_echo(tmp_path, capfd):
+    code = (
+        "import os, sys, pathlib; print('out line'); print('err line', file=sys.stderr); "
+        "d = pathlib.Path(os.environ['AVITAI_OUTPUT_DIR']); (d / 'sub').mkdir(); "
+        "(d / 'sub' / 'a.txt').write_text('a'); (d / 'b.json').write_text('{}')"
+    )
+    manifest = run_job(_spec(_task("t", code)), project=tmp_path, outputs=tmp_path / "o")
+    task = manifest.tasks[0]
+    assert task.outputs == ("b.json", "sub/a.txt")
+    assert (tmp_path / "o" / "t" / "stdout.log").read_text() == "out line\n"
+    assert (tmp_path / "o" / "t" / "stderr.log").read_text() == "err line\n"
+    echoed = capfd.readouterr().out
+    assert "[t] out line" in echoed
+    assert "[t] err line" in echoed
+    assert "[substrax] task t started (1/1)" in echoed
+    assert "[substrax] job w succeeded" in echoed
+
+
+def test_failed_and_unstartable_tasks_do_not_stop_the_next(tmp_path):
+    spec = _spec(
+        _task("fails", "raise SystemExit(3)"),
+        Task(name="missing", argv=("no-such-program-xyz",), timeout_seconds=5),
+        _task("after", "print('still ran')"),
+    )
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    assert [(t.name, t.status, t.returncode) for t in manifest.tasks] == [
+        ("fails", TaskStatus.FAILED, 3),
+        ("missing", TaskStatus.FAILED, None),
+        ("after", TaskStatus.SUCCEEDED, 0),
+    ]
+    assert manifest.finished
+    assert not manifest.succeeded
+    assert "no-such-program-xyz" in (tmp_path / "o" / "missing" / "stderr.log").read_text()
+
+
+def test_task_timeout_kills_the_task_and_its_children(tmp_path):
+    spec = _spec(_task("slow", SPAWNS_A_CHILD, timeout=3.0), _task("next", "print(1)"))
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    assert manifest.tasks[0].status is TaskStatus.TIMED_OUT
+    assert manifest.tasks[1].status is TaskStatus.SUCCEEDED
+    lines = (tmp_path / "o" / "slow" / "stdout.log").read_text().splitlines()
+    assert lines[1] == "sleeping now"
+    assert _gone(int(lines[0].split()[-1])), "the timed-out task's child outlived it"
+
+
+def test_job_budget_bounds_later_tasks(tmp_path):
+    spec = _spec(
+        _task("a", "import time; time.sleep(30)", timeout=30),
+        _task("b", "print(1)", timeout=30),
+        timeout=1.0,
+    )
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    assert [t.status for t in manifest.tasks] == [TaskStatus.TIMED_OUT, TaskStatus.TIMED_OUT]
+    assert manifest.tasks[1].returncode is None
+    assert (tmp_path / "o" / "b" / "stdout.log").read_text() == ""
+
+
+def test_manifest_is_rewritten_after_every_task(tmp_path):
+    gate = tmp_path / "gate"
+    spec = _spec(
+        _task("first", "print(1)"),
+        _task(
+            "second",
+            f"import pathlib, time\nwhile not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.05)",
+        ),
+    )
+    thread = threading.Thread(
+        target=run_job,
+        args=(spec,),
+        kwargs={"project": tmp_path, "outputs": tmp_path / "o", "echo": False},
+    )
+    thread.start()
+    path = tmp_path / "o" / MANIFEST_NAME
+    deadline = time.monotonic() + 30
+    seen = None
+    while time.monotonic() < deadline:
+        if path.exists() and (seen := read_manifest(path)).tasks:
+            break
+        time.sleep(0.02)
+    gate.touch()
+    thread.join(30)
+    assert seen is not None
+    assert [t.name for t in seen.tasks] == ["first"]
+    assert not seen.finished
+    final = read_manifest(path)
+    assert final.finished
+    assert [t.name for t in final.tasks] == ["first", "second"]
+    assert not [p.name for p in path.parent.iterdir() if p.name.startswith(".")], "temp files left"
+
+
+def test_secrets_pass_through_and_are_redacted_from_logs(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("SX_TOKEN", "tok-9f8e7d6c")
+    spec = _spec(
+        _task("s", "import os; v = os.environ['SX_TOKEN']; print('token is', v); print(len(v))"),
+        secrets=("SX_TOKEN",),
+    )
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o")
+    assert manifest.succeeded
+    stdout = (tmp_path / "o" / "s" / "stdout.log").read_text()
+    assert stdout == "token is ***\n12\n"
+    assert "tok-9f8e7d6c" not in capfd.readouterr().out
+    assert "tok-9f8e7d6c" not in (tmp_path / "o" / MANIFEST_NAME).read_text()
+
+
+def test_missing_secret_fails_the_task_without_running_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("SX_ABSENT", raising=False)
+    spec = _spec(_task("s", "print(1)"), secrets=("SX_ABSENT",))
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    assert manifest.tasks[0].status is TaskStatus.FAILED
+    assert manifest.tasks[0].returncode is None
+    assert "SX_ABSENT" in (tmp_path / "o" / "s" / "stderr.log").read_text()
+
+
+def test_device_probe_is_recorded_and_a_failed_probe_is_logged(tmp_path):
+    spec = _spec(
+        _task("t", "print(1)"), runtime={"platforms": ["cpu"], "cpu_devices": 2}, probe_devices=True
+    )
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    assert manifest.devices is not None
+    assert (manifest.devices.platform, manifest.devices.kinds, manifest.devices.count) == (
+        "cpu",
+        ("cpu",),
+        2,
+    )
+    bad = _spec(_task("t", "print(1)"), probe_devices=True)
+    manifest = run_job(
+        bad, project=tmp_path, outputs=tmp_path / "p", echo=False, python="/nonexistent/python"
+    )
+    assert manifest.devices is None
+    assert "device probe failed" in (tmp_path / "p" / "devices.log").read_text()
+
+
+def test_other_nodes_write_under_nodes(tmp_path):
+    manifest = run_job(
+        _spec(_task("t", "print(1)")), project=tmp_path, outputs=tmp_path / "o", echo=False, node=1
+    )
+    assert manifest.node == 1
+    assert node_outputs(tmp_path / "o", 1) == tmp_path / "o" / "nodes" / "1"
+    assert (tmp_path / "o" / "nodes" / "1" / MANIFEST_NAME).is_file()
+
+
+def test_worker_command_line_exit_codes(tmp_path):
+    for code, expected in (("print(1)", 0), ("raise SystemExit(2)", 1)):
+        spec_path = tmp_path / "spec.json"
+        spec_path.write_text(json.dumps(_spec(_task("t", code)).model_dump(mode="json")))
+        child = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "substrax.compute.worker",
+                "--spec",
+                str(spec_path),
+                "--project",
+                str(tmp_path),
+                "--outputs",
+                str(tmp_path / "o"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert child.returncode == expected, child.stderr
+
+
+def test_spec_of_another_version_is_refused(tmp_path):
+    data = _spec(_task("t", "print(1)")).model_dump(mode="json")
+    assert read_job_spec(data).tasks[0].name == "t"
+    with pytest.raises(ValueError, match="job spec version 2 is not 3"):
+        read_job_spec({**data, "schema_version": 2})
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        read_job_spec({**data, "colour": "red"})
+
+
+def test_importing_compute_does_not_import_jax():
+    code = (
+        "import sys, substrax.compute, substrax.compute.worker, substrax.compute.cli, "
+        "substrax.compute.local, substrax.compute.modal_backend, substrax.compute.skypilot_backend; "
+        "bad = [m for m in ('jax', 'modal', 'sky', 'rich') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert child.returncode == 0, child.stdout + child.stderr
