@@ -1,1 +1,59 @@
-"""substrax.optim: data-parallel placement, fast spmd train steps, collectives and optax assembly (not built yet)."""
+"""Optax transformations and nnx optimizers from one validated config.
+
+Example:
+    >>> from flax import nnx
+    >>> from substrax.optim import EXCLUDE_BIAS_AND_NORM_SCALE, OptimizerConfig, create_optimizer, current_learning_rate
+    >>> model = nnx.Linear(4, 4, rngs=nnx.Rngs(0))
+    >>> config = OptimizerConfig(optimizer_type="adamw", learning_rate=3e-4, weight_decay=0.01,
+    ...                          weight_decay_filter=EXCLUDE_BIAS_AND_NORM_SCALE, gradient_clip_norm=1.0)
+    >>> optimizer = create_optimizer(model, config)
+    >>> round(float(current_learning_rate(optimizer)), 6)
+    0.0003
+"""
+
+from ._build import (
+    create_optimizer as create_optimizer,
+    create_transformation as create_transformation,
+    current_learning_rate as current_learning_rate,
+    switch_at as switch_at,
+    with_strong_state_types as with_strong_state_types,
+)
+from ._config import (
+    DECOUPLED_DECAY_TYPES as DECOUPLED_DECAY_TYPES,
+    MOMENTUM_TYPES as MOMENTUM_TYPES,
+    OPTIMIZER_TYPES as OPTIMIZER_TYPES,
+    OptimizerConfig as OptimizerConfig,
+    OptimizerConfigError as OptimizerConfigError,
+    OptimizerType as OptimizerType,
+)
+from ._line_search import (
+    LineSearchStateError as LineSearchStateError,
+    update_with_line_search as update_with_line_search,
+)
+from ._masks import (
+    EXCLUDE_BIAS_AND_NORM_SCALE as EXCLUDE_BIAS_AND_NORM_SCALE,
+    mask_callable as mask_callable,
+    mask_from_filter as mask_from_filter,
+    weight_decay_mask as weight_decay_mask,
+)
+
+
+__all__ = [
+    "DECOUPLED_DECAY_TYPES",
+    "EXCLUDE_BIAS_AND_NORM_SCALE",
+    "MOMENTUM_TYPES",
+    "OPTIMIZER_TYPES",
+    "LineSearchStateError",
+    "OptimizerConfig",
+    "OptimizerConfigError",
+    "OptimizerType",
+    "create_optimizer",
+    "create_transformation",
+    "current_learning_rate",
+    "mask_callable",
+    "mask_from_filter",
+    "switch_at",
+    "update_with_line_search",
+    "weight_decay_mask",
+    "with_strong_state_types",
+]

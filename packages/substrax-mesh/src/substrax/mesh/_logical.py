@@ -1,0 +1,248 @@
+"""Flax logical-axis annotations turned into shardings of a model's state.
+
+Annotate parameters the flax way (``nnx.with_partitioning(init, ("embed", "mlp"))`` or
+``nnx.Param(value, out_sharding=("embed", "mlp"))``), pick rules, and place the model.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from substrax.typing import PyTree
+
+from ._rules import LogicalAxisRules, RulesLike, as_logical_rules
+
+
+class ShardingAnnotationError(ValueError):
+    """A variable whose annotation cannot become a sharding on this mesh.
+
+    Attributes:
+        path: The variable's path in the state, e.g. ``"layers/0/kernel"``.
+        annotation: The variable's ``out_sharding`` metadata.
+    """
+
+    def __init__(self, message: str, *, path: str, annotation: object) -> None:
+        super().__init__(message)
+        self.path = path
+        self.annotation = annotation
+
+
+def _is_variable(x: object) -> bool:
+    return isinstance(x, nnx.Variable)
+
+
+def _path_str(path: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for key in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return "/".join(parts)
+
+
+def _mesh_axes_for(
+    name: str, rules: LogicalAxisRules, mesh: Mesh, path: str, annotation: object
+) -> tuple[str, ...]:
+    if name in rules:
+        target = rules[name]
+    elif name in mesh.axis_names:
+        target = name
+    else:
+        known = list(rules)
+        msg = (
+            f"{path}: logical axis {name!r} (annotation {annotation!r}) is not in the rules "
+            f"{known} nor an axis of the mesh {dict(mesh.shape)}; add it to the rules"
+        )
+        raise ShardingAnnotationError(msg, path=path, annotation=annotation)
+    axes = () if target is None else (target,) if isinstance(target, str) else target
+    for axis in axes:
+        if axis not in mesh.axis_names:
+            msg = (
+                f"{path}: logical axis {name!r} maps to {axis!r}, which is not an axis of the "
+                f"mesh {dict(mesh.shape)}; fix the rules or the mesh"
+            )
+            raise ShardingAnnotationError(msg, path=path, annotation=annotation)
+    return axes
+
+
+def logical_to_mesh_spec(
+    names: tuple[Any, ...] | PartitionSpec,
+    rules: RulesLike,
+    mesh: Mesh,
+    *,
+    shape: tuple[int, ...] | None = None,
+    path: str = "<array>",
+) -> PartitionSpec:
+    """Turn one annotation (logical names per dimension) into a mesh ``PartitionSpec``.
+
+    A logical name is looked up in ``rules``; a name that is already a mesh axis passes through.
+    A mesh axis already used by an earlier dimension is dropped (MaxText's rule), so
+    ``fsdp_rules()`` on a kernel annotated ``("embed", "mlp")`` splits only the first dimension.
+
+    Raises:
+        ShardingAnnotationError: If a name is unknown, maps to an axis the mesh lacks, or a
+            dimension of ``shape`` is not divisible by its mesh axes.
+
+    Example:
+        >>> from substrax.mesh import create_device_mesh, fsdp_rules
+        >>> mesh = create_device_mesh({"data": 1, "model": 2})
+        >>> logical_to_mesh_spec(("embed", "mlp"), fsdp_rules(), mesh)
+        P('model', None)
+    """
+    table = as_logical_rules(rules)
+    used: set[str] = set()
+    entries: list[str | tuple[str, ...] | None] = []
+    for dim, entry in enumerate(tuple(names)):
+        logical = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        axes: list[str] = []
+        for name in logical:
+            for axis in _mesh_axes_for(name, table, mesh, path, names):
+                if axis not in used:
+                    used.add(axis)
+                    axes.append(axis)
+        if shape is not None and axes:
+            if dim >= len(shape):
+                msg = f"{path}: annotation {names!r} names {len(tuple(names))} dimensions but the value has shape {shape}"
+                raise ShardingAnnotationError(msg, path=path, annotation=names)
+            split = math.prod(mesh.shape[a] for a in axes)
+            if shape[dim] % split:
+                msg = (
+                    f"{path}: dimension {dim} of shape {shape} is not divisible by {split} "
+                    f"(mesh axes {axes}); change the rules or the layer size"
+                )
+                raise ShardingAnnotationError(msg, path=path, annotation=names)
+        entries.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
+    return PartitionSpec(*entries)
+
+
+def _sharding_of(
+    variable: nnx.Variable[Any], rules: LogicalAxisRules, mesh: Mesh, path: str
+) -> NamedSharding:
+    annotation = variable.get_metadata().get("out_sharding")
+    if annotation is None:
+        return NamedSharding(mesh, PartitionSpec())
+    if isinstance(annotation, NamedSharding):
+        return annotation
+    value = variable.get_value()
+    shape = tuple(getattr(value, "shape", ()))
+    spec = logical_to_mesh_spec(annotation, rules, mesh, shape=shape, path=path)
+    return NamedSharding(mesh, spec)
+
+
+def state_shardings(tree: PyTree, mesh: Mesh, rules: RulesLike = ()) -> PyTree:
+    """The ``NamedSharding`` of every variable of a model, optimizer or state.
+
+    Each variable's flax ``out_sharding`` annotation is mapped through ``rules``;
+    an unannotated variable is replicated.
+
+    Args:
+        tree: An nnx graph node (module, optimizer, tuple of them) or an ``nnx.State``.
+        mesh: The mesh to place on.
+        rules: Logical name to mesh axes.
+
+    Returns:
+        An ``nnx.State`` of the same structure whose variables hold ``NamedSharding`` values.
+
+    Example:
+        >>> from flax import nnx
+        >>> from substrax.mesh import create_device_mesh
+        >>> mesh = create_device_mesh({"model": 2})
+        >>> with nnx.use_eager_sharding(False):
+        ...     layer = nnx.Linear(2, 4, rngs=nnx.Rngs(0),
+        ...                        kernel_init=nnx.with_partitioning(nnx.initializers.ones, (None, "mlp")))
+        >>> state_shardings(layer, mesh, {"mlp": "model"})["kernel"].get_value().spec
+        P(None, 'model')
+    """
+    state = tree if isinstance(tree, nnx.State) else nnx.state(tree)
+    table = as_logical_rules(rules)
+
+    def one(path: tuple[Any, ...], variable: PyTree) -> PyTree:
+        if not isinstance(variable, nnx.Variable):
+            return NamedSharding(mesh, PartitionSpec())
+        return variable.replace(_sharding_of(variable, table, mesh, _path_str(path)))  # pyright: ignore[reportUnknownMemberType]
+
+    return jax.tree_util.tree_map_with_path(one, state, is_leaf=_is_variable)
+
+
+def _sharding_leaves(shardings: PyTree) -> list[Any]:
+    return jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+
+
+def shard_model[N](node: N, mesh: Mesh, rules: RulesLike = ()) -> N:
+    """Place every variable of ``node`` on its annotated sharding, in place.
+
+    Args:
+        node: A module, an optimizer, or a tuple of them (shared variables are placed once).
+        mesh: The mesh to place on.
+        rules: Logical name to mesh axes; see :func:`state_shardings`.
+
+    Returns:
+        ``node`` itself, its variables now global arrays on ``mesh``.
+
+    Example:
+        >>> from flax import nnx
+        >>> from substrax.mesh import create_device_mesh, fsdp_rules
+        >>> mesh = create_device_mesh({"data": 1, "model": 2})
+        >>> with nnx.use_eager_sharding(False):
+        ...     layer = nnx.Linear(4, 4, rngs=nnx.Rngs(0),
+        ...                        kernel_init=nnx.with_partitioning(nnx.initializers.ones, ("embed", "mlp")))
+        >>> shard_model(layer, mesh, fsdp_rules()).kernel.get_value().sharding.spec
+        P('model', None)
+    """
+    state = nnx.state(node)
+    shardings = state_shardings(state, mesh, rules)
+    leaves, treedef = jax.tree.flatten(state)
+    placed = jax.device_put(leaves, _sharding_leaves(shardings))
+    nnx.update(node, jax.tree.unflatten(treedef, placed))
+    return node
+
+
+def create_sharded_model[M](factory: Callable[[], M], mesh: Mesh, rules: RulesLike = ()) -> M:
+    """Build a model directly on its shardings: no full copy on one device first.
+
+    ``factory`` is traced abstractly to read the annotations, then run under ``jax.jit``
+    with the shardings as ``out_shardings``. Eager sharding is off while it runs, so
+    annotations may use logical names. The factory should make its own ``nnx.Rngs``.
+
+    Args:
+        factory: Builds the model (or a tuple of model and optimizer).
+        mesh: The mesh to place on.
+        rules: Logical name to mesh axes.
+
+    Returns:
+        The model, every variable a global array on its sharding.
+
+    Example:
+        >>> from flax import nnx
+        >>> from substrax.mesh import create_device_mesh
+        >>> mesh = create_device_mesh({"model": 2})
+        >>> make = lambda: nnx.Linear(2, 4, rngs=nnx.Rngs(0),
+        ...     kernel_init=nnx.with_partitioning(nnx.initializers.ones, (None, "mlp")))
+        >>> create_sharded_model(make, mesh, {"mlp": "model"}).kernel.get_value().sharding.spec
+        P(None, 'model')
+    """
+
+    def build() -> M:
+        with nnx.use_eager_sharding(False):
+            return factory()
+
+    abstract = nnx.eval_shape(build)
+    graphdef, abstract_state = nnx.split(abstract)
+    shardings = state_shardings(abstract_state, mesh, rules)
+    treedef = jax.tree.structure(abstract_state)
+
+    @functools.partial(jax.jit, out_shardings=_sharding_leaves(shardings))
+    def init() -> list[Any]:
+        return jax.tree.leaves(nnx.state(build()))
+
+    return nnx.merge(graphdef, jax.tree.unflatten(treedef, init()))

@@ -1,0 +1,320 @@
+"""Device meshes: every axis Auto by default, with errors that say what to do."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, cast
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh
+
+from substrax.devices import visible_devices
+
+
+type MeshShape = Mapping[str, int] | Sequence[tuple[str, int]]
+
+
+class MeshShapeError(ValueError):
+    """A mesh shape that the visible devices cannot hold, or that is malformed.
+
+    Attributes:
+        mesh_shape: The requested shape, as a dict from axis name to size.
+        device_count: How many devices were available to build it.
+    """
+
+    def __init__(self, message: str, *, mesh_shape: dict[str, int], device_count: int) -> None:
+        super().__init__(message)
+        self.mesh_shape = mesh_shape
+        self.device_count = device_count
+
+
+_PAIR = 2
+
+
+def _normalize_shape(mesh_shape: MeshShape) -> dict[str, int]:
+    pairs = list(mesh_shape.items()) if isinstance(mesh_shape, Mapping) else list(mesh_shape)
+    shape: dict[str, int] = {}
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == _PAIR):  # pyright: ignore[reportUnnecessaryIsInstance]
+            msg = f"mesh shape entries must be (name, size) pairs; got {pair!r}"
+            raise TypeError(msg)
+        name, size = pair
+        if not isinstance(name, str) or not name:  # pyright: ignore[reportUnnecessaryIsInstance]
+            msg = f"mesh axis names must be non-empty strings; got {name!r} in {pairs!r}"
+            raise TypeError(msg)
+        if name in shape:
+            msg = f"mesh axis {name!r} appears twice in {pairs!r}; give every axis one size"
+            raise MeshShapeError(msg, mesh_shape=dict(pairs), device_count=-1)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
+            msg = f"mesh axis {name!r} has size {size!r}; every size must be a positive int"
+            raise MeshShapeError(msg, mesh_shape=dict(pairs), device_count=-1)
+        shape[name] = size
+    if not shape:
+        msg = "mesh shape is empty; name at least one axis, e.g. {'data': jax.device_count()}"
+        raise MeshShapeError(msg, mesh_shape={}, device_count=-1)
+    return shape
+
+
+def create_device_mesh(
+    mesh_shape: MeshShape,
+    devices: Sequence[Any] | None = None,
+    *,
+    axis_types: Sequence[AxisType] | None = None,
+) -> Mesh:
+    """Create a mesh of the given shape, every axis ``AxisType.Auto`` unless told otherwise.
+
+    Uses the first ``prod(sizes)`` of ``devices`` (all visible devices by default), laid
+    out by ``jax.make_mesh`` so that neighbouring mesh positions are close on the hardware.
+
+    Args:
+        mesh_shape: Axis name to size, as a mapping or a list of ``(name, size)`` pairs.
+        devices: The devices to use; ``substrax.devices.visible_devices()`` when None.
+        axis_types: One ``AxisType`` per axis; Auto for every axis when None.
+
+    Returns:
+        The mesh.
+
+    Raises:
+        MeshShapeError: If the shape needs more devices than there are, or is malformed.
+        ValueError: If ``axis_types`` does not give one type per axis.
+
+    Example:
+        >>> mesh = create_device_mesh({"data": 2})
+        >>> dict(mesh.shape)
+        {'data': 2}
+    """
+    shape = _normalize_shape(mesh_shape)
+    pool = list(visible_devices() if devices is None else devices)
+    needed = math.prod(shape.values())
+    if needed > len(pool):
+        msg = (
+            f"mesh shape {shape} needs {needed} devices; {len(pool)} are visible "
+            "(set JAX_NUM_CPU_DEVICES or pass devices=)"
+        )
+        raise MeshShapeError(msg, mesh_shape=shape, device_count=len(pool))
+    if axis_types is None:
+        types = (AxisType.Auto,) * len(shape)
+    else:
+        types = tuple(axis_types)
+        if len(types) != len(shape):
+            msg = (
+                f"axis_types has {len(types)} entries for the {len(shape)} axes of {shape}; "
+                "give one AxisType per axis"
+            )
+            raise ValueError(msg)
+    return jax.make_mesh(tuple(shape.values()), tuple(shape), types, devices=pool[:needed])
+
+
+def create_multihost_mesh(
+    ici_shape: MeshShape,
+    dcn_shape: Mapping[str, int] | None = None,
+    *,
+    devices: Sequence[Any] | None = None,
+    axis_types: Sequence[AxisType] | None = None,
+) -> Mesh:
+    """Create a mesh over the devices of every process, DCN-aware where it matters.
+
+    Each axis has size ``ici_shape[name] * dcn_shape.get(name, 1)``. The ``ici_shape`` is the
+    layout inside one slice (or one process, on CPU and GPU hosts), ``dcn_shape`` how slices
+    are stacked along each axis over the data-centre network; the devices are placed with
+    ``jax.experimental.mesh_utils.create_hybrid_device_mesh`` so that only the DCN axes cross
+    hosts. With no ``dcn_shape`` (or all ones) this is :func:`create_device_mesh` over all
+    devices of all processes.
+
+    Args:
+        ici_shape: Axis name to size within one slice (TPU) or one process.
+        dcn_shape: Axis name to the number of slices or processes stacked along it.
+        devices: The devices to use; ``jax.devices()`` (every process's) when None.
+        axis_types: One ``AxisType`` per axis; Auto for every axis when None.
+
+    Returns:
+        The global mesh.
+
+    Raises:
+        MeshShapeError: If the total size does not match the devices, or ``dcn_shape``
+            names an axis ``ici_shape`` lacks.
+
+    Example:
+        >>> mesh = create_multihost_mesh({"data": 2, "model": 1})
+        >>> dict(mesh.shape)
+        {'data': 2, 'model': 1}
+    """
+    ici = _normalize_shape(ici_shape)
+    dcn = dict(dcn_shape or {})
+    unknown = sorted(set(dcn) - set(ici))
+    if unknown:
+        msg = f"dcn_shape names axes {unknown} that ici_shape {ici} lacks; add them with size 1"
+        raise MeshShapeError(msg, mesh_shape=ici, device_count=-1)
+    full = {name: size * dcn.get(name, 1) for name, size in ici.items()}
+    if all(v == 1 for v in dcn.values()):
+        return create_device_mesh(full, devices, axis_types=axis_types)
+    pool = list(visible_devices() if devices is None else devices)
+    if math.prod(full.values()) != len(pool):
+        msg = (
+            f"multi-host mesh shape {full} (ici {ici} x dcn {dcn}) needs "
+            f"{math.prod(full.values())} devices; {len(pool)} are visible across all processes"
+        )
+        raise MeshShapeError(msg, mesh_shape=full, device_count=len(pool))
+    from jax.experimental import mesh_utils  # noqa: PLC0415  (rarely needed)
+
+    # TPU slices are the DCN granule; elsewhere (CPU, GPU hosts, one slice) each process is.
+    slices = {getattr(d, "slice_index", None) for d in pool}
+    by_slice = None not in slices and len(slices) > 1
+    grid = mesh_utils.create_hybrid_device_mesh(
+        list(ici.values()),
+        [dcn.get(name, 1) for name in ici],
+        pool,
+        process_is_granule=not by_slice,
+    )
+    types = (AxisType.Auto,) * len(full) if axis_types is None else tuple(axis_types)
+    if len(types) != len(full):
+        msg = f"axis_types has {len(types)} entries for the {len(full)} axes of {full}"
+        raise ValueError(msg)
+    return Mesh(cast("np.ndarray[Any, Any]", grid), tuple(full), axis_types=types)
+
+
+@dataclass(frozen=True, slots=True)
+class MeshInfo(Mapping[str, object]):
+    """What a mesh holds: its device count and the size of each axis.
+
+    Reads like the documented dict ``{"total_devices": int, "axes": {name: size}}``: it is a
+    read-only mapping with those two keys, compares equal to that dict and prints as it.
+
+    Attributes:
+        total_devices: The number of devices in the mesh.
+        axes: Axis name to size, in mesh order.
+
+    Example:
+        >>> info = MeshInfo(total_devices=8, axes={"data": 8})
+        >>> info == {"total_devices": 8, "axes": {"data": 8}}
+        True
+        >>> info["axes"]["data"]
+        8
+    """
+
+    total_devices: int
+    axes: Mapping[str, int] = field(default_factory=dict[str, int])
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axes", MappingProxyType(dict(self.axes)))
+
+    def as_dict(self) -> dict[str, int | dict[str, int]]:
+        """The documented plain-dict form."""
+        return {"total_devices": self.total_devices, "axes": dict(self.axes)}
+
+    def __getitem__(self, key: str) -> object:
+        return self.as_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("total_devices", "axes"))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MeshInfo):
+            return self.as_dict() == other.as_dict()
+        if isinstance(other, Mapping):
+            return self.as_dict() == dict(cast("Mapping[str, object]", other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.total_devices, tuple(self.axes.items())))
+
+    def __str__(self) -> str:
+        return str(self.as_dict())
+
+
+def mesh_info(mesh: Mesh) -> MeshInfo:
+    """Describe a mesh.
+
+    Args:
+        mesh: The mesh to describe.
+
+    Returns:
+        Its device count and axis sizes.
+
+    Example:
+        >>> mesh_info(create_device_mesh({"data": 2})).axes["data"]
+        2
+    """
+    return MeshInfo(total_devices=int(mesh.devices.size), axes=dict(mesh.shape))
+
+
+class DeviceMeshManager:
+    """Static helpers that build device meshes for common layouts.
+
+    Every mesh has Auto axes, so XLA infers the collectives of a batch-sharded step.
+
+    Example:
+        >>> mesh = DeviceMeshManager.create_hybrid_mesh(data_parallel_size=2, model_parallel_size=2)
+        >>> DeviceMeshManager.get_mesh_info(mesh)["axes"]
+        {'data': 2, 'model': 2}
+    """
+
+    create_device_mesh = staticmethod(create_device_mesh)
+    create_multihost_mesh = staticmethod(create_multihost_mesh)
+    get_mesh_info = staticmethod(mesh_info)
+
+    @staticmethod
+    def create_data_parallel_mesh(num_devices: int | None = None) -> Mesh:
+        """Create a one-axis mesh named ``data``.
+
+        Args:
+            num_devices: How many devices to use; all visible devices when None.
+
+        Returns:
+            The mesh.
+
+        Raises:
+            MeshShapeError: If more devices are asked for than are visible.
+
+        Example:
+            >>> DeviceMeshManager.create_data_parallel_mesh(2).axis_names
+            ('data',)
+        """
+        count = len(visible_devices()) if num_devices is None else num_devices
+        return create_device_mesh({"data": count})
+
+    @staticmethod
+    def create_model_parallel_mesh(num_devices: int) -> Mesh:
+        """Create a one-axis mesh named ``model``.
+
+        Args:
+            num_devices: How many devices to split the model over.
+
+        Returns:
+            The mesh.
+
+        Raises:
+            MeshShapeError: If more devices are asked for than are visible.
+
+        Example:
+            >>> DeviceMeshManager.create_model_parallel_mesh(2).axis_names
+            ('model',)
+        """
+        return create_device_mesh({"model": num_devices})
+
+    @staticmethod
+    def create_hybrid_mesh(data_parallel_size: int, model_parallel_size: int) -> Mesh:
+        """Create a two-axis ``(data, model)`` mesh.
+
+        Args:
+            data_parallel_size: Size of the ``data`` axis.
+            model_parallel_size: Size of the ``model`` axis.
+
+        Returns:
+            The mesh.
+
+        Raises:
+            MeshShapeError: If the product exceeds the visible devices.
+
+        Example:
+            >>> dict(DeviceMeshManager.create_hybrid_mesh(2, 2).shape)
+            {'data': 2, 'model': 2}
+        """
+        return create_device_mesh({"data": data_parallel_size, "model": model_parallel_size})

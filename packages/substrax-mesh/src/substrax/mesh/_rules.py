@@ -1,0 +1,204 @@
+"""Logical axis names mapped onto mesh axes, and the shardings they give."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+
+type MeshAxes = str | tuple[str, ...] | None
+"""Where one logical dimension goes: a mesh axis, several mesh axes, or nowhere (replicated)."""
+
+
+class UnknownLogicalAxisError(KeyError):
+    """A logical axis name that the rules do not map.
+
+    Attributes:
+        name: The unknown logical name.
+        known: The names the rules do map.
+    """
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        self.name = name
+        self.known = tuple(known)
+        super().__init__(
+            f"logical axis {name!r} is not in the rules (they map {list(self.known)}); "
+            "add it to the rules, mapped to a mesh axis or to None for replicated"
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _check_axes(name: str, axes: object) -> MeshAxes:
+    if axes is None or isinstance(axes, str):
+        return axes
+    if isinstance(axes, (tuple, list)) and all(isinstance(a, str) for a in axes):  # pyright: ignore[reportUnknownVariableType]
+        return tuple(axes)  # pyright: ignore[reportUnknownArgumentType]
+    msg = f"logical axis {name!r} maps to {axes!r}; use a mesh axis name, a tuple of them, or None"
+    raise TypeError(msg)
+
+
+class LogicalAxisRules(Mapping[str, MeshAxes]):
+    """An open, read-only mapping from logical axis names to mesh axes.
+
+    The same information as flax's ``LogicalRules`` (a sequence of ``(logical, mesh)`` pairs),
+    which :meth:`to_flax` returns; built from a mapping or from such pairs.
+
+    Example:
+        >>> rules = LogicalAxisRules({"batch": "data", "embed": None, "mlp": "model"})
+        >>> rules("batch", "mlp")
+        ('data', 'model')
+        >>> rules.spec("embed", "mlp")
+        P(None, 'model')
+    """
+
+    __slots__ = ("_rules",)
+
+    def __init__(self, rules: Mapping[str, MeshAxes] | Sequence[tuple[str, MeshAxes]] = ()) -> None:
+        pairs = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
+        checked: dict[str, MeshAxes] = {}
+        for name, axes in pairs:
+            if name in checked:
+                msg = f"logical axis {name!r} is mapped twice; give each name one mesh axis"
+                raise ValueError(msg)
+            checked[name] = _check_axes(name, axes)
+        self._rules = MappingProxyType(checked)
+
+    def __getitem__(self, name: str) -> MeshAxes:
+        try:
+            return self._rules[name]
+        except KeyError:
+            raise UnknownLogicalAxisError(name, list(self._rules)) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rules)
+
+    def __len__(self) -> int:
+        return len(self._rules)
+
+    def __repr__(self) -> str:
+        return f"LogicalAxisRules({dict(self._rules)!r})"
+
+    def __call__(self, *names: str | None) -> tuple[MeshAxes, ...]:
+        """The mesh axes of each logical name (None stays None)."""
+        return tuple(None if n is None else self[n] for n in names)
+
+    def spec(self, *names: str | None) -> PartitionSpec:
+        """The partition spec of a tensor whose dimensions have these logical names."""
+        return PartitionSpec(*self(*names))
+
+    def to_flax(self) -> tuple[tuple[str, MeshAxes], ...]:
+        """The rules as flax ``LogicalRules`` pairs, e.g. for ``nnx.logical_axis_rules``."""
+        return tuple(self._rules.items())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeshRules:
+    """A fixed logical-to-mesh mapping for the four common dimensions.
+
+    Attributes:
+        data: Mesh axis of the batch dimension.
+        embed: Mesh axis of embedding dimensions.
+        mlp: Mesh axis of MLP hidden dimensions.
+        heads: Mesh axis of attention-head dimensions.
+
+    Example:
+        >>> rules = MeshRules(data="data", mlp="model")
+        >>> rules("data", "embed", "mlp")
+        ('data', None, 'model')
+    """
+
+    data: str | None = None
+    embed: str | None = None
+    mlp: str | None = None
+    heads: str | None = None
+
+    def __call__(self, *keys: str) -> tuple[str | None, ...]:
+        """Look up the mesh axes of logical dimension names.
+
+        Raises:
+            UnknownLogicalAxisError: If a key is not one of the four fields.
+        """
+        return tuple(self.as_logical_rules()[k] for k in keys)  # pyright: ignore[reportReturnType]
+
+    def as_logical_rules(self) -> LogicalAxisRules:
+        """The same mapping as an open :class:`LogicalAxisRules`."""
+        return LogicalAxisRules({f.name: getattr(self, f.name) for f in fields(self)})
+
+
+type RulesLike = (
+    MeshRules | LogicalAxisRules | Mapping[str, MeshAxes] | Sequence[tuple[str, MeshAxes]]
+)
+
+
+def as_logical_rules(rules: RulesLike) -> LogicalAxisRules:
+    """Turn any accepted rules form into :class:`LogicalAxisRules`.
+
+    Example:
+        >>> as_logical_rules([("batch", "data")])("batch")
+        ('data',)
+    """
+    if isinstance(rules, LogicalAxisRules):
+        return rules
+    if isinstance(rules, MeshRules):
+        return rules.as_logical_rules()
+    return LogicalAxisRules(rules)
+
+
+def data_parallel_rules(data_axis: str = "data") -> MeshRules:
+    """Rules that split only the batch dimension, over ``data_axis``.
+
+    Example:
+        >>> data_parallel_rules()
+        MeshRules(data='data', embed=None, mlp=None, heads=None)
+    """
+    return MeshRules(data=data_axis)
+
+
+def fsdp_rules(data_axis: str = "data", model_axis: str = "model") -> MeshRules:
+    """Rules that split the batch over ``data_axis`` and weight dimensions over ``model_axis``.
+
+    Example:
+        >>> fsdp_rules()("data", "embed", "mlp", "heads")
+        ('data', 'model', 'model', 'model')
+    """
+    return MeshRules(data=data_axis, embed=model_axis, mlp=model_axis, heads=model_axis)
+
+
+def create_named_sharding(mesh: Mesh, *axis_names: MeshAxes) -> NamedSharding:
+    """A ``NamedSharding`` over ``mesh``, one mesh axis (or None) per array dimension.
+
+    With no names the sharding replicates.
+
+    Raises:
+        ValueError: If a name is not an axis of the mesh.
+
+    Example:
+        >>> from substrax.mesh import create_device_mesh
+        >>> create_named_sharding(create_device_mesh({"data": 2}), "data").spec
+        P('data',)
+    """
+    known = set(mesh.axis_names)
+    for axes in axis_names:
+        for axis in (axes,) if isinstance(axes, str) else (axes or ()):
+            if axis not in known:
+                msg = f"{axis!r} is not an axis of the mesh {dict(mesh.shape)}; use one of {sorted(known)}"
+                raise ValueError(msg)
+    return NamedSharding(mesh, PartitionSpec(*axis_names))
+
+
+def partition_spec_for_names(rules: RulesLike, *logical_names: str | None) -> PartitionSpec:
+    """Map logical dimension names through ``rules`` into a ``PartitionSpec``.
+
+    Raises:
+        UnknownLogicalAxisError: If a name is not in the rules.
+
+    Example:
+        >>> partition_spec_for_names(fsdp_rules(), "data", "mlp")
+        P('data', 'model')
+    """
+    return as_logical_rules(rules).spec(*logical_names)

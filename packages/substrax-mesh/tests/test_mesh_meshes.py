@@ -1,0 +1,96 @@
+import jax
+import pytest
+from jax.sharding import AxisType
+
+from substrax.mesh import (
+    DeviceMeshManager,
+    MeshInfo,
+    MeshShapeError,
+    create_device_mesh,
+    create_multihost_mesh,
+)
+
+
+def test_mapping_and_pairs_give_the_same_auto_mesh():
+    by_map = create_device_mesh({"data": 2, "model": 4})
+    by_pairs = create_device_mesh([("data", 2), ("model", 4)])
+    assert by_map.axis_names == by_pairs.axis_names == ("data", "model")
+    assert dict(by_map.shape) == {"data": 2, "model": 4}
+    assert by_map.axis_types == (AxisType.Auto, AxisType.Auto)
+    assert list(by_map.devices.flat) == list(by_pairs.devices.flat)
+
+
+def test_a_smaller_mesh_uses_the_first_devices():
+    mesh = create_device_mesh({"data": 4})
+    assert set(mesh.devices.flat) == set(jax.devices()[:4])
+
+
+def test_axis_types_are_honoured_and_checked():
+    mesh = create_device_mesh({"data": 2}, axis_types=[AxisType.Explicit])
+    assert mesh.axis_types == (AxisType.Explicit,)
+    with pytest.raises(ValueError, match="axis_types has 2 entries for the 1 axes"):
+        create_device_mesh({"data": 2}, axis_types=[AxisType.Auto, AxisType.Auto])
+
+
+def test_too_many_devices_is_refused_with_shape_and_count():
+    with pytest.raises(MeshShapeError) as info:
+        create_device_mesh({"data": 16})
+    assert str(info.value) == (
+        "mesh shape {'data': 16} needs 16 devices; 8 are visible (set JAX_NUM_CPU_DEVICES or pass devices=)"
+    )
+    assert info.value.mesh_shape == {"data": 16}
+    assert info.value.device_count == 8
+
+
+def test_explicit_devices_are_counted():
+    with pytest.raises(MeshShapeError, match="needs 4 devices; 2 are visible"):
+        create_device_mesh({"data": 4}, devices=jax.devices()[:2])
+    mesh = create_device_mesh({"data": 2}, devices=jax.devices()[6:])
+    assert list(mesh.devices.flat) == jax.devices()[6:]
+
+
+@pytest.mark.parametrize(
+    ("shape", "error", "match"),
+    [
+        ({}, MeshShapeError, "mesh shape is empty"),
+        ({"data": 0}, MeshShapeError, "has size 0"),
+        ([("data", 2), ("data", 2)], MeshShapeError, "appears twice"),
+        ([("data",)], TypeError, "pairs"),
+    ],
+)
+def test_malformed_shapes_are_refused(shape, error, match):
+    with pytest.raises(error, match=match):
+        create_device_mesh(shape)
+
+
+def test_manager_layouts():
+    assert dict(DeviceMeshManager.create_data_parallel_mesh().shape) == {"data": 8}
+    assert dict(DeviceMeshManager.create_data_parallel_mesh(2).shape) == {"data": 2}
+    assert dict(DeviceMeshManager.create_model_parallel_mesh(4).shape) == {"model": 4}
+    assert dict(DeviceMeshManager.create_hybrid_mesh(2, 4).shape) == {"data": 2, "model": 4}
+    with pytest.raises(MeshShapeError, match="needs 16 devices"):
+        DeviceMeshManager.create_model_parallel_mesh(16)
+    with pytest.raises(MeshShapeError, match="needs 12 devices"):
+        DeviceMeshManager.create_hybrid_mesh(3, 4)
+
+
+def test_mesh_info_reads_like_the_documented_dict():
+    info = DeviceMeshManager.get_mesh_info(DeviceMeshManager.create_hybrid_mesh(2, 4))
+    assert isinstance(info, MeshInfo)
+    assert info == {"total_devices": 8, "axes": {"data": 2, "model": 4}}
+    assert info["total_devices"] == 8
+    assert dict(info) == info.as_dict()
+    assert str(info) == "{'total_devices': 8, 'axes': {'data': 2, 'model': 4}}"
+    assert info.axes["model"] == 4
+    with pytest.raises(TypeError):
+        info.axes["data"] = 3  # type: ignore[index]
+
+
+def test_multihost_mesh_on_one_process_is_the_plain_mesh():
+    mesh = create_multihost_mesh({"data": 4, "model": 2})
+    assert dict(mesh.shape) == {"data": 4, "model": 2}
+    assert mesh.axis_types == (AxisType.Auto, AxisType.Auto)
+    with pytest.raises(MeshShapeError, match="lacks"):
+        create_multihost_mesh({"data": 4}, {"pipeline": 2})
+    with pytest.raises(MeshShapeError, match="needs 16 devices"):
+        create_multihost_mesh({"data": 8}, {"data": 2})

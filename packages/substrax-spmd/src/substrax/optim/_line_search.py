@@ -1,0 +1,117 @@
+"""One optimizer update for line-search methods (L-BFGS and friends) on an nnx model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+
+class LineSearchStateError(ValueError):
+    """An optimizer or model that a line-search update cannot run on reliably.
+
+    Attributes:
+        paths: The offending leaves' key paths (weak types), or dtypes (mixed parameters).
+    """
+
+    def __init__(self, message: str, *, paths: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.paths = paths
+
+
+def _check(model: nnx.Module, optimizer: nnx.Optimizer[Any]) -> None:
+    state = nnx.as_pure(optimizer.opt_state)
+    weak = [
+        jax.tree_util.keystr(path)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]
+        if getattr(leaf, "weak_type", False)
+    ]
+    if weak:
+        msg = (
+            f"the optimizer state has weakly typed leaves {weak}; every step would recompile. "
+            "Build the transformation with substrax.optim.with_strong_state_types(tx)"
+        )
+        raise LineSearchStateError(msg, paths=tuple(weak))
+    dtypes = sorted(
+        {
+            str(leaf.dtype)
+            for leaf in jax.tree.leaves(nnx.as_pure(nnx.state(model, optimizer.wrt)))
+            if jnp.issubdtype(leaf.dtype, jnp.floating)
+        }
+    )
+    if len(dtypes) > 1:
+        msg = (
+            f"the parameters mix floating dtypes {dtypes}; a line search needs one, cast them first"
+        )
+        raise LineSearchStateError(msg, paths=tuple(dtypes))
+
+
+def update_with_line_search[M: nnx.Module](
+    model: M,
+    optimizer: nnx.Optimizer[M],
+    loss_fn: Callable[[M], jax.Array],
+    *,
+    objective_changed: bool | jax.Array = True,
+) -> jax.Array:
+    """Update ``model`` with a line-search optimizer, passing ``value``, ``grad`` and ``value_fn``.
+
+    Line searches (``optax.lbfgs``, ``scale_by_zoom_linesearch``, ...) evaluate the loss at the
+    accepted point and store its value and gradient. When the objective is unchanged (same
+    batch) and the stored value is finite, they are reused (``lax.cond``) instead of
+    differentiating again.
+
+    Args:
+        model: The model.
+        optimizer: An ``nnx.Optimizer`` whose transformation takes ``value``, ``grad`` and
+            ``value_fn`` (wrap it in :func:`with_strong_state_types`).
+        loss_fn: ``model -> scalar loss`` (close over the batch).
+        objective_changed: Whether ``loss_fn`` differs from the previous call's (a new batch);
+            a traced bool is allowed.
+
+    Returns:
+        The loss at the parameters before the update.
+
+    Raises:
+        LineSearchStateError: A ValueError, if the optimizer state has weakly typed leaves or
+            the parameters mix floating dtypes.
+
+    Example:
+        >>> import optax
+        >>> from flax import nnx
+        >>> from substrax.optim import with_strong_state_types
+        >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+        >>> optimizer = nnx.Optimizer(model, with_strong_state_types(optax.lbfgs()), wrt=nnx.Param)
+        >>> x, y = jnp.ones((4, 2)), jnp.zeros((4, 1))
+        >>> loss = lambda m: ((m(x) - y) ** 2).mean()
+        >>> step = nnx.jit(lambda m, o: update_with_line_search(m, o, loss, objective_changed=False))
+        >>> first = step(model, optimizer)
+        >>> bool(step(model, optimizer) < first)
+        True
+    """
+    _check(model, optimizer)
+    graphdef, params, rest = nnx.split(model, optimizer.wrt, ...)
+
+    def value_fn(pure_params: Any) -> jax.Array:  # noqa: ANN401  (optax passes a pure state)
+        candidate = nnx.merge(graphdef, params, rest, copy=True)
+        nnx.update(candidate, pure_params)
+        return loss_fn(candidate)
+
+    def fresh() -> tuple[jax.Array, Any]:
+        return jax.value_and_grad(value_fn)(nnx.as_pure(params))
+
+    stored_value = optax.tree.get(nnx.as_pure(optimizer.opt_state), "value")
+    stored_grad = optax.tree.get(nnx.as_pure(optimizer.opt_state), "grad")
+    if stored_value is None or stored_grad is None or objective_changed is True:
+        value, grad = fresh()
+    else:
+        reuse = jnp.logical_and(jnp.logical_not(objective_changed), jnp.isfinite(stored_value))
+        value, grad = jax.lax.cond(reuse, lambda: (stored_value, stored_grad), fresh)
+    grads = jax.tree.map(
+        lambda var, g: var.replace(g), params, grad, is_leaf=lambda x: isinstance(x, nnx.Variable)
+    )
+    optimizer.update(model, grads, value=value, grad=grad, value_fn=value_fn)
+    return value

@@ -1,0 +1,207 @@
+"""A train step at hand-written ``jax.jit`` speed: pure function over split nnx state.
+
+``nnx.jit`` walks the module graph on every call (about 2,300 us for a small MLP on CPU);
+a ``jax.jit`` over the flat list of state arrays, with those arrays donated, costs a few
+hundred. :class:`TrainStep` splits the model and optimizer once, keeps the arrays, and runs
+every step as one pure compiled call; the nnx objects are written back when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+
+from substrax.typing import PyTree
+
+from ._placement import place_batch_on_shards
+
+
+def _strong(x: PyTree) -> PyTree:
+    """Drop a weak type, so the first step's output matches its input and nothing retraces."""
+    if isinstance(x, jax.Array) and getattr(x, "weak_type", False):  # key arrays have none
+        return jnp.array(x, dtype=x.dtype)
+    return x
+
+
+def _mesh_of(leaves: list[Any]) -> Mesh | None:
+    for leaf in leaves:
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
+            return sharding.mesh
+    return None
+
+
+class TrainStep[M: nnx.Module]:
+    """A compiled train step over a model and its optimizer, as fast as hand-written ``jax.jit``.
+
+    The model and optimizer are split once (``nnx.split``); each call runs
+    ``jax.jit(step, donate_argnums=0)`` on the flat list of their arrays, so there is no graph
+    traversal per step and the old buffers are reused for the new state. The step compiles
+    once per batch shape. Output shardings are pinned to the input ones, so sharded (FSDP,
+    tensor-parallel) state stays where :func:`substrax.mesh.shard_model` put it.
+
+    Because buffers are donated, the ``model`` and ``optimizer`` objects passed in are stale
+    after the first step until :meth:`sync` writes the current state back; the :attr:`model`
+    and :attr:`optimizer` properties sync for you.
+
+    Args:
+        model: The model.
+        optimizer: The ``nnx.Optimizer`` over it.
+        loss_fn: ``(model, batch) -> loss``, or ``-> (loss, aux)`` with ``has_aux=True``.
+        mesh: The mesh; arrays not yet on it are replicated onto it, and the step runs under
+            ``jax.set_mesh(mesh)``. Taken from the state's shardings when None.
+        batch_sharding: Where a host batch goes: a sharding or a pytree prefix of them. A batch
+            with any leaf that is not a ``jax.Array`` is placed with ``place_batch_on_shards``.
+        has_aux: Whether ``loss_fn`` returns ``(loss, aux)``.
+        donate: Donate the state buffers (the point of the exercise; turn off to debug).
+
+    Example:
+        >>> import optax
+        >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+        >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+        >>> step = TrainStep(model, optimizer, lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean())
+        >>> batch = {"x": jnp.ones((4, 2)), "y": jnp.zeros((4, 1))}
+        >>> bool(step(batch) > step(batch))
+        True
+        >>> int(step.optimizer.step.get_value())
+        2
+    """
+
+    def __init__(
+        self,
+        model: M,
+        optimizer: nnx.Optimizer[M],
+        loss_fn: Callable[[M, Any], Any],
+        *,
+        mesh: Mesh | None = None,
+        batch_sharding: Sharding | PyTree | None = None,
+        has_aux: bool = False,
+        donate: bool = True,
+    ) -> None:
+        self._model = model
+        self._optimizer = optimizer
+        self._batch_sharding = batch_sharding
+        self._has_aux = has_aux
+        graphdef, state = nnx.split((model, optimizer))
+        leaves, treedef = jax.tree.flatten(state)
+        leaves = [_strong(x) for x in leaves]
+        mesh = mesh if mesh is not None else _mesh_of(leaves)
+        if mesh is not None:
+            replicated = NamedSharding(mesh, PartitionSpec())
+            mesh_devices = set(mesh.devices.flat)
+            leaves = [
+                x
+                if isinstance(x, jax.Array) and x.sharding.device_set == mesh_devices
+                else jax.device_put(x, replicated)
+                for x in leaves
+            ]
+            metric_sharding: Sharding = replicated
+        else:
+            leaves = [jnp.asarray(x) for x in leaves]
+            device = next(iter(leaves[0].devices())) if leaves else jax.devices()[0]
+            metric_sharding = SingleDeviceSharding(device)
+            # commit the state to its device: the step's outputs are committed, and a first call
+            # on uncommitted inputs would compile a second program
+            leaves = jax.device_put(leaves, metric_sharding)
+        self._mesh = mesh
+        self._leaves: list[Any] = leaves
+        self._treedef = treedef
+        self._synced = False
+        self.sync()
+        shardings = [x.sharding for x in leaves]
+
+        def pure(leaves: list[PyTree], batch: PyTree) -> tuple[list[PyTree], PyTree]:
+            model, optimizer = nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))
+            grad_fn = nnx.value_and_grad(lambda m: loss_fn(m, batch), has_aux=has_aux)
+            out, grads = grad_fn(model)
+            optimizer.update(model, grads)
+            return jax.tree.leaves(nnx.state((model, optimizer))), out
+
+        self._jitted = jax.jit(
+            pure,
+            donate_argnums=(0,) if donate else (),
+            out_shardings=(shardings, metric_sharding),
+        )
+
+    @property
+    def jitted(self) -> PyTree:
+        """The underlying ``jax.jit`` function ``(state_leaves, batch) -> (state_leaves, out)``."""
+        return self._jitted
+
+    @property
+    def mesh(self) -> Mesh | None:
+        """The mesh the step runs on, if any."""
+        return self._mesh
+
+    def __call__(self, batch: PyTree) -> PyTree:
+        """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
+        if self._batch_sharding is not None and not all(
+            isinstance(x, jax.Array) for x in jax.tree.leaves(batch)
+        ):
+            batch = place_batch_on_shards(batch, self._batch_sharding)
+        if self._mesh is None:
+            self._leaves, out = self._jitted(self._leaves, batch)
+        else:
+            with jax.set_mesh(self._mesh):
+                self._leaves, out = self._jitted(self._leaves, batch)
+        self._synced = False
+        return out
+
+    @property
+    def state(self) -> nnx.State[Any, Any]:
+        """The current state of ``(model, optimizer)`` as an ``nnx.State`` (no copy)."""
+        return jax.tree.unflatten(self._treedef, self._leaves)
+
+    def sync(self) -> None:
+        """Write the current state back into the model and optimizer objects."""
+        if not self._synced:
+            nnx.update((self._model, self._optimizer), self.state)
+            self._synced = True
+
+    @property
+    def model(self) -> M:
+        """The model, synced with the latest step."""
+        self.sync()
+        return self._model
+
+    @property
+    def optimizer(self) -> nnx.Optimizer[M]:
+        """The optimizer, synced with the latest step."""
+        self.sync()
+        return self._optimizer
+
+
+def make_train_step[M: nnx.Module](
+    model: M,
+    optimizer: nnx.Optimizer[M],
+    loss_fn: Callable[[M, Any], Any],
+    *,
+    mesh: Mesh | None = None,
+    batch_sharding: Sharding | PyTree | None = None,
+    has_aux: bool = False,
+    donate: bool = True,
+) -> TrainStep[M]:
+    """Build a :class:`TrainStep`; the same arguments.
+
+    Example:
+        >>> import optax
+        >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+        >>> step = make_train_step(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+        ...                        lambda m, b: (m(b) ** 2).mean())
+        >>> step(jnp.ones((4, 2))).shape
+        ()
+    """
+    return TrainStep(
+        model,
+        optimizer,
+        loss_fn,
+        mesh=mesh,
+        batch_sharding=batch_sharding,
+        has_aux=has_aux,
+        donate=donate,
+    )

@@ -1,0 +1,202 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from substrax.optim import (
+    EXCLUDE_BIAS_AND_NORM_SCALE,
+    OPTIMIZER_TYPES,
+    OptimizerConfig,
+    OptimizerConfigError,
+    create_optimizer,
+    create_transformation,
+    current_learning_rate,
+    mask_from_filter,
+    switch_at,
+    weight_decay_mask,
+    with_strong_state_types,
+)
+
+
+class Net(nnx.Module):
+    def __init__(self, rngs):
+        self.dense = nnx.Linear(3, 3, rngs=rngs)
+        self.norm = nnx.LayerNorm(3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.norm(self.dense(x))
+
+
+@pytest.fixture
+def net():
+    return Net(nnx.Rngs(0))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"optimizer_type": "adamax"}, OptimizerConfigError, "optimizer_type 'adamax' is unknown"),
+        ({"gradient_clip_norm": 1.0, "gradient_clip_value": 1.0}, OptimizerConfigError, "not both"),
+        ({"gradient_clip_norm": 0.0}, OptimizerConfigError, "gradient_clip_norm must be > 0"),
+        ({"gradient_clip_value": -1.0}, OptimizerConfigError, "gradient_clip_value must be > 0"),
+        (
+            {"weight_decay": -0.1, "optimizer_type": "adamw"},
+            OptimizerConfigError,
+            "weight_decay must be >= 0",
+        ),
+        ({"weight_decay": 0.1}, OptimizerConfigError, "'adam' has none"),
+        ({"momentum": 0.9}, OptimizerConfigError, "momentum is for"),
+        ({"weight_decay_filter": "kernel"}, TypeError, "reads as a tag"),
+        ({"learning_rate": 0.0}, OptimizerConfigError, "learning_rate must be > 0"),
+        ({"learning_rate": "fast"}, TypeError, "learning_rate must be a number"),
+    ],
+)
+def test_config_refusals(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        OptimizerConfig(**{"learning_rate": 1e-3, **kwargs})
+
+
+def test_config_error_carries_field_and_value():
+    with pytest.raises(OptimizerConfigError) as info:
+        OptimizerConfig(learning_rate=-1.0)
+    assert (info.value.field, info.value.value) == ("learning_rate", -1.0)
+
+
+def test_config_is_frozen_and_keyword_only():
+    config = OptimizerConfig(learning_rate=1e-3)
+    with pytest.raises(AttributeError):
+        config.learning_rate = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        OptimizerConfig("adam", 1e-3)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("kind", OPTIMIZER_TYPES)
+def test_every_optimizer_type_builds_and_steps(net, kind):
+    extra = {"momentum": 0.9} if kind in ("sgd", "rmsprop") else {}
+    if kind in ("adamw", "lamb"):
+        extra = {"weight_decay": 0.01, "weight_decay_filter": EXCLUDE_BIAS_AND_NORM_SCALE}
+    optimizer = create_optimizer(
+        net, OptimizerConfig(optimizer_type=kind, learning_rate=0.1, **extra)
+    )
+    before = np.asarray(net.dense.kernel.get_value())
+    grads = nnx.grad(lambda m: (m.dense(jnp.ones((2, 3))) ** 2).sum())(net)
+    optimizer.update(net, grads)
+    assert not np.allclose(np.asarray(net.dense.kernel.get_value()), before)
+    assert float(current_learning_rate(optimizer)) == pytest.approx(0.1)
+
+
+def test_weight_decay_mask_excludes_bias_and_scale(net):
+    config = OptimizerConfig(
+        optimizer_type="adamw",
+        learning_rate=0.1,
+        weight_decay=0.5,
+        weight_decay_filter=EXCLUDE_BIAS_AND_NORM_SCALE,
+    )
+    assert weight_decay_mask(net, config) == {
+        "dense": {"bias": False, "kernel": True},
+        "norm": {"bias": False, "scale": False},
+    }
+    everything = OptimizerConfig(optimizer_type="adamw", learning_rate=0.1, weight_decay=0.5)
+    assert weight_decay_mask(net, everything)["norm"]["scale"] is True
+
+
+def test_masked_weight_decay_only_decays_the_selected_parameters(net):
+    config = OptimizerConfig(
+        optimizer_type="adamw",
+        learning_rate=0.1,
+        weight_decay=0.5,
+        weight_decay_filter=nnx.PathContains("kernel"),
+    )
+    optimizer = create_optimizer(net, config)
+    bias = np.asarray(net.dense.bias.get_value())
+    kernel = np.asarray(net.dense.kernel.get_value())
+    zero = jax.tree.map(jnp.zeros_like, nnx.state(net, nnx.Param))
+    optimizer.update(net, zero)
+    np.testing.assert_allclose(np.asarray(net.dense.bias.get_value()), bias)
+    np.testing.assert_allclose(
+        np.asarray(net.dense.kernel.get_value()), kernel * (1 - 0.1 * 0.5), rtol=1e-6
+    )
+
+
+def test_a_filter_that_selects_nothing_is_refused(net):
+    config = OptimizerConfig(
+        optimizer_type="adamw",
+        learning_rate=0.1,
+        weight_decay=0.5,
+        weight_decay_filter=nnx.PathContains("embedding"),
+    )
+    with pytest.raises(OptimizerConfigError, match="selects none of the model's parameters"):
+        create_transformation(net, config)
+
+
+def test_mask_from_filter_on_plain_pytrees():
+    params = {"layer": {"kernel": jnp.ones(2), "bias": jnp.ones(2)}}
+    assert mask_from_filter(params, EXCLUDE_BIAS_AND_NORM_SCALE) == {
+        "layer": {"kernel": True, "bias": False}
+    }
+
+
+def test_clipping_is_chained_before_the_optimizer(net):
+    tx = create_transformation(
+        net, OptimizerConfig(optimizer_type="sgd", learning_rate=1.0, gradient_clip_norm=1.0)
+    )
+    params = {"w": jnp.zeros(2)}
+    updates, _ = tx.update({"w": jnp.array([30.0, 40.0])}, tx.init(params), params)
+    np.testing.assert_allclose(np.asarray(updates["w"]), [-0.6, -0.8], rtol=1e-6)
+    tx = create_transformation(
+        net, OptimizerConfig(optimizer_type="sgd", learning_rate=1.0, gradient_clip_value=0.5)
+    )
+    updates, _ = tx.update({"w": jnp.array([30.0, -0.25])}, tx.init(params), params)
+    np.testing.assert_allclose(np.asarray(updates["w"]), [-0.5, 0.25])
+
+
+def test_schedules_are_followed(net):
+    schedule = optax.linear_schedule(1.0, 0.0, transition_steps=4)
+    optimizer = create_optimizer(net, OptimizerConfig(optimizer_type="sgd", learning_rate=schedule))
+    grads = jax.tree.map(jnp.ones_like, nnx.state(net, nnx.Param))
+    assert float(current_learning_rate(optimizer)) == pytest.approx(1.0)
+    optimizer.update(net, grads)
+    optimizer.update(net, grads)
+    # the rate of the latest update: step 1 of the schedule
+    assert float(current_learning_rate(optimizer)) == pytest.approx(0.75)
+
+
+def test_current_learning_rate_needs_injected_hyperparameters(net):
+    with pytest.raises(LookupError, match="inject_hyperparams"):
+        current_learning_rate(nnx.Optimizer(net, optax.sgd(0.1), wrt=nnx.Param))
+
+
+def test_with_strong_state_types():
+    def init(params):
+        return {"scale": jnp.asarray(0.5)}  # a Python float: weakly typed
+
+    def update(updates, state, params=None):
+        return jax.tree.map(lambda u: u * state["scale"], updates), state
+
+    tx = optax.GradientTransformation(init, update)
+    assert tx.init({}).get("scale").weak_type
+    strong = with_strong_state_types(tx)
+    state = strong.init({"w": jnp.ones(2)})
+    assert not state["scale"].weak_type
+    assert state["scale"].dtype == jnp.float32
+    updates, _ = strong.update({"w": jnp.ones(2)}, state)
+    np.testing.assert_allclose(np.asarray(updates["w"]), [0.5, 0.5])
+
+
+def test_switch_at_changes_transformation_at_the_step():
+    tx = switch_at(optax.sgd(1.0), optax.sgd(0.1), step=2)
+    params = {"w": jnp.zeros(1)}
+    state = tx.init(params)
+    seen = []
+    for _ in range(4):
+        updates, state = tx.update({"w": jnp.ones(1)}, state, params)
+        seen.append(round(float(updates["w"][0]), 6))
+    assert seen == [-1.0, -1.0, -0.1, -0.1]
+
+
+@pytest.mark.parametrize("step", [0, -3, 1.5, True])
+def test_switch_at_refuses_a_bad_step(step):
+    with pytest.raises(ValueError, match="step must be a positive int"):
+        switch_at(optax.sgd(1.0), optax.sgd(0.1), step=step)

@@ -1,0 +1,125 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from substrax.mesh import create_device_mesh
+from substrax.spmd import (
+    BatchPlacementError,
+    create_data_parallel_sharding,
+    place_batch_on_shards,
+    place_nnx_state_on_shards,
+)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return create_device_mesh({"data": 8})
+
+
+def test_create_data_parallel_sharding(mesh):
+    sharding = create_data_parallel_sharding(mesh)
+    assert sharding == NamedSharding(mesh, P("data"))
+    hybrid = create_device_mesh({"batch": 2, "model": 4})
+    assert create_data_parallel_sharding(hybrid, "batch").spec == P("batch")
+    with pytest.raises(ValueError, match="data_axis 'data' is not an axis of the mesh"):
+        create_data_parallel_sharding(hybrid)
+
+
+def test_every_array_kind_is_placed_and_other_leaves_pass(mesh):
+    sharding = create_data_parallel_sharding(mesh)
+    batch = {
+        "x": np.arange(16.0).reshape(8, 2),
+        "y": jnp.arange(8),
+        "tag": "train",
+        "n": 3,
+        "nested": [np.ones((16,), np.int32)],
+    }
+    placed = place_batch_on_shards(batch, sharding)
+    assert placed["tag"] == "train"
+    assert placed["n"] == 3
+    for leaf in (placed["x"], placed["y"], placed["nested"][0]):
+        assert isinstance(leaf, jax.Array)
+        assert leaf.sharding == sharding
+    assert placed["x"].addressable_shards[0].data.shape == (1, 2)
+    np.testing.assert_array_equal(np.asarray(placed["x"]), batch["x"])
+
+
+def test_pytree_prefix_of_shardings(mesh):
+    sharding = create_data_parallel_sharding(mesh)
+    replicated = NamedSharding(mesh, P())
+    batch = {
+        "rows": {"x": np.ones((8, 3)), "y": np.zeros(8)},
+        "batch_state": {"lam": np.float32(0.5)},
+    }
+    placed = place_batch_on_shards(batch, {"rows": sharding, "batch_state": replicated})
+    assert placed["rows"]["x"].sharding == sharding
+    assert placed["rows"]["y"].sharding == sharding
+    lam = placed["batch_state"]["lam"]
+    assert lam.sharding == replicated
+    assert lam.shape == ()
+    assert float(lam) == 0.5
+
+
+def test_a_scalar_under_the_data_sharding_is_refused_with_its_path(mesh):
+    sharding = create_data_parallel_sharding(mesh)
+    with pytest.raises(BatchPlacementError) as info:
+        place_batch_on_shards({"rows": {"x": np.ones((8, 3))}, "lam": np.float32(0.5)}, sharding)
+    assert info.value.path == "['lam']"
+    assert info.value.shape == ()
+    assert (
+        "batch leaf ['lam'] has shape () but its sharding P('data',) splits 1 dimension(s)"
+        in str(info.value)
+    )
+    assert isinstance(info.value, ValueError)
+
+
+def test_refusal_through_a_prefix_names_the_full_path(mesh):
+    two_d = NamedSharding(create_device_mesh({"data": 2, "model": 4}), P(None, "model"))
+    with pytest.raises(BatchPlacementError, match=r"\['rows'\]\['y'\] has shape \(8,\)"):
+        place_batch_on_shards({"rows": {"x": np.ones((8, 4)), "y": np.ones(8)}}, {"rows": two_d})
+
+
+def test_placement_is_one_device_put_call(mesh, monkeypatch):
+    calls = []
+    real = jax.device_put
+
+    def spy(data, *args, **kwargs):
+        calls.append(len(data))
+        return real(data, *args, **kwargs)
+
+    monkeypatch.setattr(jax, "device_put", spy)
+    place_batch_on_shards(
+        {"a": np.ones(8), "b": np.ones((8, 2)), "c": "s"}, create_data_parallel_sharding(mesh)
+    )
+    assert calls == [
+        2
+    ]  # both arrays in one call; several processes use make_array_from_process_local_data
+
+
+def test_a_batch_without_arrays_comes_back_as_is(mesh):
+    batch = {"tag": "x"}
+    assert place_batch_on_shards(batch, create_data_parallel_sharding(mesh)) is batch
+
+
+def test_place_nnx_state_replicates_by_default(mesh):
+    state = nnx.state(nnx.Linear(4, 8, rngs=nnx.Rngs(0)))
+    placed = place_nnx_state_on_shards(state, mesh)
+    kernel = placed["kernel"].get_value()
+    assert kernel.sharding == NamedSharding(mesh, P())
+    np.testing.assert_array_equal(np.asarray(kernel), np.asarray(state["kernel"].get_value()))
+
+
+def test_place_nnx_state_by_filter_and_state_sharding():
+    mesh = create_device_mesh({"model": 4})
+    state = nnx.state(nnx.Linear(4, 8, rngs=nnx.Rngs(0)))
+    by_map = place_nnx_state_on_shards(state, mesh, {nnx.PathContains("kernel"): P(None, "model")})
+    assert by_map["kernel"].get_value().addressable_shards[0].data.shape == (4, 2)
+    assert by_map["bias"].get_value().sharding.spec == P()
+    by_state_sharding = place_nnx_state_on_shards(
+        state, mesh, nnx.StateSharding({nnx.PathContains("bias"): NamedSharding(mesh, P("model"))})
+    )
+    assert by_state_sharding["bias"].get_value().addressable_shards[0].data.shape == (2,)
+    assert by_state_sharding["kernel"].get_value().sharding.spec == P()

@@ -1,0 +1,196 @@
+import jax
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from substrax.mesh import create_device_mesh, fsdp_rules, shard_model
+from substrax.spmd import (
+    TrainStep,
+    create_data_parallel_sharding,
+    make_train_step,
+    place_batch_on_shards,
+    place_nnx_state_on_shards,
+    spmd_train_step,
+)
+from substrax.testing import TraceCounter, expect_compiles
+
+
+class MLP(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs, width: int = 32):
+        kernel = nnx.with_partitioning(nnx.initializers.lecun_normal(), ("embed", "mlp"))
+        self.up = nnx.Linear(8, width, rngs=rngs, kernel_init=kernel)
+        self.down = nnx.Linear(width, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.down(jax.nn.relu(self.up(x)))
+
+
+def mse(model, batch):
+    return ((model(batch["x"]) - batch["y"]) ** 2).mean()
+
+
+def make_mlp(seed: int = 0) -> MLP:
+    with nnx.use_eager_sharding(False):
+        return MLP(nnx.Rngs(seed))
+
+
+def params_of(model):
+    return {
+        "/".join(map(str, k)): np.asarray(v.get_value())
+        for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+    }
+
+
+def assert_same(a, b, tol=1e-5):
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=tol, atol=tol, err_msg=name)
+
+
+def run_nnx_jit(host_batches, mesh=None):
+    model = make_mlp()
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer, batch):
+        return spmd_train_step(model, optimizer, mse, batch)
+
+    losses = []
+    if mesh is None:
+        losses = [float(step(model, optimizer, b)) for b in host_batches]
+        return losses, params_of(model)
+    sharding = create_data_parallel_sharding(mesh)
+    nnx.update(model, place_nnx_state_on_shards(nnx.state(model), mesh))
+    nnx.update(optimizer, place_nnx_state_on_shards(nnx.state(optimizer), mesh))
+    with jax.set_mesh(mesh):
+        for b in host_batches:
+            losses.append(float(step(model, optimizer, place_batch_on_shards(b, sharding))))
+    assert model.up.kernel.get_value().sharding.spec == P()
+    return losses, params_of(model)
+
+
+@pytest.fixture(scope="module")
+def single_device(host_batches):
+    return run_nnx_jit(host_batches)
+
+
+def test_data_parallel_step_equals_single_device_step(host_batches, single_device):
+    losses, params = run_nnx_jit(host_batches, create_device_mesh({"data": 8}))
+    np.testing.assert_allclose(losses, single_device[0], rtol=1e-5)
+    assert_same(params, single_device[1])
+
+
+def test_fast_step_on_one_device_matches_nnx_jit(host_batches, single_device):
+    model = make_mlp()
+    step = TrainStep(model, nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param), mse)
+    with expect_compiles(1):
+        losses = [float(step(b)) for b in host_batches]
+    np.testing.assert_allclose(losses, single_device[0], rtol=1e-5)
+    assert step.model is model
+    assert_same(params_of(step.model), single_device[1])
+    assert int(step.optimizer.step.get_value()) == 3
+
+
+def test_fast_data_parallel_step_matches_and_compiles_once(host_batches, single_device):
+    mesh = create_device_mesh({"data": 8})
+    sharding = create_data_parallel_sharding(mesh)
+    counter = TraceCounter()
+    model = make_mlp()
+    step = make_train_step(
+        model,
+        nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+        counter.wrap(mse),
+        mesh=mesh,
+        batch_sharding=sharding,
+    )
+    placed = [place_batch_on_shards(b, sharding) for b in host_batches]
+    with counter.expect(new_traces=1), expect_compiles(1):
+        losses = [step(b) for b in placed]
+    np.testing.assert_allclose([float(x) for x in losses], single_device[0], rtol=1e-5)
+    assert_same(params_of(step.model), single_device[1])
+    assert step.model.up.kernel.get_value().sharding == NamedSharding(mesh, P())
+    # a host (numpy) batch is placed on the batch sharding first, without a new compile
+    with expect_compiles(0):
+        step(host_batches[0])
+
+
+def test_donation_invalidates_old_buffers_until_sync(host_batches):
+    model = make_mlp()
+    step = TrainStep(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), mse)
+    before = model.up.kernel.get_value()
+    step(host_batches[0])
+    assert before.is_deleted()
+    assert model.up.kernel.get_value().is_deleted()  # stale until synced
+    step.sync()
+    assert not model.up.kernel.get_value().is_deleted()
+    assert model.up.kernel.get_value() is step.state[0]["up"]["kernel"].get_value()
+
+
+def test_without_donation_old_buffers_survive(host_batches):
+    model = make_mlp()
+    step = TrainStep(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), mse, donate=False)
+    before = model.up.kernel.get_value()
+    step(host_batches[0])
+    assert not before.is_deleted()
+
+
+def test_has_aux(host_batches):
+    def loss_with_aux(model, batch):
+        pred = model(batch["x"])
+        return ((pred - batch["y"]) ** 2).mean(), {"mean_pred": pred.mean()}
+
+    model = make_mlp()
+    step = TrainStep(
+        model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), loss_with_aux, has_aux=True
+    )
+    loss, aux = step(host_batches[0])
+    assert loss.shape == ()
+    assert set(aux) == {"mean_pred"}
+
+
+def test_fsdp_state_stays_sharded_and_compiles_once(host_batches, single_device):
+    mesh = create_device_mesh({"data": 2, "model": 4})
+    model = make_mlp()
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    shard_model((model, optimizer), mesh, fsdp_rules())
+    sharding = create_data_parallel_sharding(mesh)
+    step = TrainStep(model, optimizer, mse, batch_sharding=sharding)
+    assert step.mesh == mesh
+    placed = [place_batch_on_shards(b, sharding) for b in host_batches]
+    with expect_compiles(1):
+        losses = [float(step(b)) for b in placed]
+    np.testing.assert_allclose(losses, single_device[0], rtol=1e-5)
+    assert_same(params_of(step.model), single_device[1])
+    kernel = step.model.up.kernel.get_value()
+    assert kernel.sharding.spec == P("model", None)
+    assert kernel.addressable_shards[0].data.shape == (2, 32)
+    mu = step.optimizer.opt_state[0].mu["up"]["kernel"].get_value()
+    assert mu.sharding.spec == P("model", None)
+
+
+class Stateful(nnx.Module):
+    def __init__(self, rngs):
+        self.dense = nnx.Linear(8, 8, rngs=rngs)
+        self.norm = nnx.BatchNorm(8, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.out = nnx.Linear(8, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(self.drop(self.norm(self.dense(x))))
+
+
+def test_batch_stats_and_rng_state_advance_and_compile_once(host_batches):
+    model = Stateful(nnx.Rngs(0))
+    step = TrainStep(model, nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param), mse)
+    placed = [jax.device_put(b) for b in host_batches]
+    mean_before = np.asarray(model.norm.mean.get_value()).copy()
+    with expect_compiles(1):
+        losses = [float(step(b)) for b in placed]
+    assert len(set(losses)) == 3
+    synced = step.model
+    assert not np.allclose(
+        np.asarray(synced.norm.mean.get_value()), mean_before
+    )  # BatchStat updated
+    assert int(synced.drop.rngs.count.get_value()) == 3  # one dropout key per step
