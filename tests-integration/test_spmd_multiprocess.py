@@ -89,6 +89,11 @@ WORKER = textwrap.dedent(
 )
 
 
+def _last_json_line(stdout: str) -> str:
+    """The child's last JSON object line: gloo prints connection notes to stdout, racing it."""
+    return next(line for line in reversed(stdout.splitlines()) if line.startswith("{"))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -144,7 +149,7 @@ def test_two_processes_assemble_the_batch_and_match_one_process(tmp_path):
     outputs = []
     for code, out, err in finished:
         assert code == 0, f"worker exited {code}:\n{err[-4000:]}"
-        outputs.append(json.loads(out.strip().splitlines()[-1]))
+        outputs.append(json.loads(_last_json_line(out)))
     losses, kernel = single_process_reference()
     assert [o["process"] for o in outputs] == [0, 1]
     for o in outputs:

@@ -11,6 +11,11 @@ import pytest
 from substrax.runtime import DistributedInfo, initialize_distributed
 
 
+def _last_json_line(stdout: str) -> str:
+    """The child's last JSON object line: gloo prints connection notes to stdout, racing it."""
+    return next(line for line in reversed(stdout.splitlines()) if line.startswith("{"))
+
+
 def test_single_process_is_a_no_op():
     info = initialize_distributed(env={})
     assert info == DistributedInfo(
@@ -111,7 +116,7 @@ def _run_pair(port: int, launches: list[tuple[int, str, dict[str, str]]]) -> lis
         for proc in procs:
             stdout, stderr = proc.communicate(timeout=120)
             assert proc.returncode == 0, stderr[-4000:]
-            outputs.append(json.loads(stdout.strip().splitlines()[-1]))
+            outputs.append(json.loads(_last_json_line(stdout)))
     finally:
         for proc in procs:
             if proc.poll() is None:
