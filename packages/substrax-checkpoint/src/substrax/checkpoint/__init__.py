@@ -1,1 +1,65 @@
-"""substrax.checkpoint: a step-addressed orbax checkpoint store that restores onto any topology (not built yet)."""
+"""substrax.checkpoint: a step-addressed Orbax checkpoint store that restores onto any topology.
+
+A checkpoint is a step holding named items (``model``, ``optimizer``, ``rng``,
+``data_iterator``, ``extensions``), each a PyTree, beside one ``CheckpointMetadata`` record.
+
+Example:
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from substrax.checkpoint import OrbaxCheckpointStore
+    >>> with OrbaxCheckpointStore(tempfile.mkdtemp(), max_to_keep=3) as store:
+    ...     _ = store.save(100, {"model": {"w": np.ones(2)}}, epoch=2, metrics={"loss": 0.25})
+    ...     _ = store.save(200, {"model": {"w": np.zeros(2)}}, metrics={"loss": 0.20})
+    ...     (store.list_steps(), store.best_step("loss"), store.read_metadata(100).epoch)
+    ([100, 200], 200, 2)
+"""
+
+from ._callback import CheckpointCallback as CheckpointCallback
+from ._errors import (
+    CheckpointDtypeMismatchError as CheckpointDtypeMismatchError,
+    CheckpointNotFoundError as CheckpointNotFoundError,
+    CheckpointNotWrittenError as CheckpointNotWrittenError,
+    CheckpointWriteError as CheckpointWriteError,
+    DtypeMismatch as DtypeMismatch,
+    UnsupportedCheckpointError as UnsupportedCheckpointError,
+)
+from ._metadata import (
+    CURRENT_FORMAT_VERSION as CURRENT_FORMAT_VERSION,
+    FORMAT_NAME as FORMAT_NAME,
+    ITEM_NAMES as ITEM_NAMES,
+    LIBRARY_NAMES as LIBRARY_NAMES,
+    RESERVED_METADATA_KEYS as RESERVED_METADATA_KEYS,
+    CheckpointMetadata as CheckpointMetadata,
+    Producer as Producer,
+)
+from ._paths import resolve_checkpoint_dir as resolve_checkpoint_dir
+from ._preemption import PreemptionHandler as PreemptionHandler
+from ._protocol import Checkpoint as Checkpoint, CheckpointStore as CheckpointStore
+from ._retention import RetentionPolicy as RetentionPolicy
+from ._store import OrbaxCheckpointStore as OrbaxCheckpointStore
+from ._upgrade import upgrade_checkpoints as upgrade_checkpoints
+
+
+__all__ = [
+    "CURRENT_FORMAT_VERSION",
+    "FORMAT_NAME",
+    "ITEM_NAMES",
+    "LIBRARY_NAMES",
+    "RESERVED_METADATA_KEYS",
+    "Checkpoint",
+    "CheckpointCallback",
+    "CheckpointDtypeMismatchError",
+    "CheckpointMetadata",
+    "CheckpointNotFoundError",
+    "CheckpointNotWrittenError",
+    "CheckpointStore",
+    "CheckpointWriteError",
+    "DtypeMismatch",
+    "OrbaxCheckpointStore",
+    "PreemptionHandler",
+    "Producer",
+    "RetentionPolicy",
+    "UnsupportedCheckpointError",
+    "resolve_checkpoint_dir",
+    "upgrade_checkpoints",
+]

@@ -1,0 +1,229 @@
+"""Checkpoint throughput: substrax's store against plain orbax and the disk's raw write speed.
+
+Run: ``uv run python benchmarks/checkpoint.py [--mb 256] [--steps 1000]``. One run measures, side
+by side on the same 256 MB state and disk:
+
+* raw disk: the state's bytes written with ``open().write`` (and read back);
+* plain orbax: a ``CheckpointManager`` with its defaults (async, OCDBT), save+wait and restore;
+* substrax: ``OrbaxCheckpointStore`` under each orbax setting it offers (OCDBT on/off, zarr3
+  on/off), save+commit and restore onto templates;
+* the time ``save`` blocks the caller in async mode against a blocking save;
+* ``best_step`` over N stored steps, warm and after reopening, against reading every step's
+  metadata (what the 0.1.22 store did).
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from substrax.checkpoint import OrbaxCheckpointStore
+
+
+def _state(megabytes: int) -> dict[str, jax.Array]:
+    leaves = 8
+    per_leaf = megabytes * (1 << 20) // 4 // leaves
+    key = jax.random.key(0)
+    return {
+        f"layer{i}": jax.random.normal(jax.random.fold_in(key, i), (per_leaf // 1024, 1024))
+        for i in range(leaves)
+    }
+
+
+def _nbytes(state: dict[str, jax.Array]) -> int:
+    return sum(int(leaf.nbytes) for leaf in state.values())
+
+
+type Timer = tuple[Callable[[], float], Callable[[], float]]
+
+
+def _raw(state: dict[str, jax.Array], root: Path) -> Timer:
+    host = {k: np.asarray(v) for k, v in state.items()}
+
+    def write() -> float:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        start = time.perf_counter()
+        for name, array in host.items():
+            with (root / name).open("wb") as handle:
+                handle.write(array.tobytes())
+        return time.perf_counter() - start
+
+    def read() -> float:
+        start = time.perf_counter()
+        for name in host:
+            np.frombuffer((root / name).read_bytes(), np.float32)
+        return time.perf_counter() - start
+
+    return write, read
+
+
+def _plain_orbax(state: dict[str, jax.Array], root: Path) -> Timer:
+    def save() -> float:
+        shutil.rmtree(root, ignore_errors=True)
+        with ocp.CheckpointManager(root) as manager:
+            start = time.perf_counter()
+            manager.save(0, args=ocp.args.Composite(model=ocp.args.PyTreeSave(state)))
+            manager.wait_until_finished()
+            return time.perf_counter() - start
+
+    def restore() -> float:
+        args = ocp.checkpoint_utils.construct_restore_args(state)
+        with ocp.CheckpointManager(root) as manager:
+            start = time.perf_counter()
+            restored = manager.restore(
+                0,
+                args=ocp.args.Composite(
+                    model=ocp.args.PyTreeRestore(item=state, restore_args=args)
+                ),
+            )
+            jax.block_until_ready(restored["model"])
+            return time.perf_counter() - start
+
+    return save, restore
+
+
+def _store(state: dict[str, jax.Array], root: Path, **options: bool) -> Timer:
+    def save() -> float:
+        shutil.rmtree(root, ignore_errors=True)
+        with OrbaxCheckpointStore(root, async_save=False, **options) as store:
+            start = time.perf_counter()
+            store.save(0, {"model": state})
+            return time.perf_counter() - start
+
+    def restore() -> float:
+        with OrbaxCheckpointStore(root, **options) as store:
+            start = time.perf_counter()
+            restored = store.restore(0, templates={"model": state})
+            jax.block_until_ready(restored.items["model"])
+            return time.perf_counter() - start
+
+    return save, restore
+
+
+def _async_blocking(state: dict[str, jax.Array], root: Path) -> tuple[float, float]:
+    blocked: list[float] = []
+    shutil.rmtree(root, ignore_errors=True)
+    with OrbaxCheckpointStore(root, max_to_keep=2) as store:
+        for step in range(4):
+            store.wait()  # the previous write is not part of this save's blocking time
+            start = time.perf_counter()
+            store.save(step, {"model": state})
+            blocked.append(time.perf_counter() - start)
+    shutil.rmtree(root, ignore_errors=True)
+    with OrbaxCheckpointStore(root, async_save=False, max_to_keep=2) as store:
+        blocking = []
+        for step in range(3):
+            start = time.perf_counter()
+            store.save(step, {"model": state})
+            blocking.append(time.perf_counter() - start)
+    return statistics.median(blocked[1:]), statistics.median(blocking)
+
+
+def _best_step(root: Path, steps: int) -> tuple[float, float, float, float]:
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(0)
+    state = {"w": np.zeros(4, np.float32)}
+    start = time.perf_counter()
+    with OrbaxCheckpointStore(root, max_to_keep=None) as store:
+        for step in range(steps):
+            store.save(step, {"model": state}, metrics={"loss": float(rng.random())})
+    fill = time.perf_counter() - start
+    with OrbaxCheckpointStore(root, max_to_keep=None) as store:
+        start = time.perf_counter()
+        store.best_step("loss")
+        cold = time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(100):
+            store.best_step("loss")
+        warm = (time.perf_counter() - start) / 100
+        start = time.perf_counter()
+        every = [store.read_metadata(step).metrics["loss"] for step in store.list_steps()]
+        read_all = time.perf_counter() - start
+        assert len(every) == steps
+    return cold, warm, read_all, fill
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where to write (default: a temp dir)"
+    )
+    args = parser.parse_args()
+    base = Path(args.dir or tempfile.mkdtemp(prefix="substrax-ckpt-bench-"))
+    state = _state(args.mb)
+    jax.block_until_ready(state)
+    size = _nbytes(state) / (1 << 20)
+    print(
+        f"state: {size:.0f} MB in {len(state)} arrays; {jax.device_count()} {jax.default_backend()} device(s); dir {base}"
+    )
+
+    settings = {
+        f"substrax ocdbt={int(ocdbt)} zarr3={int(zarr3)} zstd={int(zstd)}"
+        + (" (default)" if (ocdbt, zarr3, zstd) == (False, True, False) else ""): {
+            "use_ocdbt": ocdbt,
+            "use_zarr3": zarr3,
+            "use_compression": zstd,
+        }
+        for ocdbt in (False, True)
+        for zarr3 in (False, True)
+        for zstd in (False, True)
+    }
+    timers: dict[str, Timer] = {
+        "raw disk (open().write / read)": _raw(state, base / "raw"),
+        "plain orbax CheckpointManager defaults": _plain_orbax(state, base / "orbax"),
+    }
+    for name, options in settings.items():
+        timers[name] = _store(state, base / "store", **options)
+    best = {name: [float("inf"), float("inf")] for name in timers}
+    for _ in range(args.repeats):  # rounds interleave the writers, so load drifts hit all alike
+        for name, (save, restore) in timers.items():
+            best[name][0] = min(best[name][0], save())
+            best[name][1] = min(best[name][1], restore())
+    raw_w, raw_r = best["raw disk (open().write / read)"]
+    orbax_w, orbax_r = best["plain orbax CheckpointManager defaults"]
+    rows = [(name, write, read) for name, (write, read) in best.items()]
+    print()
+    print(
+        f"{'writer':44} {'save MB/s':>10} {'vs orbax':>9} {'vs raw':>7} {'restore MB/s':>13} {'vs orbax':>9} {'vs raw':>7}"
+    )
+    for name, write, read in rows:
+        print(
+            f"{name:44} {size / write:10.0f} {orbax_w / write:8.2f}x {raw_w / write:6.2f}x"
+            f" {size / read:13.0f} {orbax_r / read:8.2f}x {raw_r / read:6.2f}x"
+        )
+
+    blocked, blocking = _async_blocking(state, base / "async")
+    print()
+    print(f"async save blocks the caller {blocked * 1e3:8.1f} ms")
+    print(f"blocking save                {blocking * 1e3:8.1f} ms")
+    print(f"ratio                        {blocked / blocking:8.1%}  (goal < 5%)")
+
+    cold, warm, read_all, fill = _best_step(base / "best", args.steps)
+    print()
+    print(f"best_step over {args.steps} steps (stored in {fill:.1f} s):")
+    print(f"  warm (store open)              {warm * 1e3:8.3f} ms")
+    print(f"  cold (first call after open)   {cold * 1e3:8.3f} ms")
+    print(
+        f"  reading every step's metadata  {read_all * 1e3:8.3f} ms  ({read_all / warm:,.0f}x the warm call)"
+    )
+    print("  goal: under 10 ms")
+    shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,9 @@
+"""``python -m substrax.checkpoint``: see ``substrax.checkpoint._cli``."""
+
+import sys
+
+from ._cli import main
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""``CheckpointCallback``: the training-callback protocol, structurally, saving to a store."""
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ._protocol import CheckpointStore, PyTree
+
+
+def _model_items(trainer: object) -> dict[str, PyTree]:
+    try:
+        from flax import nnx  # noqa: PLC0415 - flax is optional for substrax-checkpoint
+    except ImportError as error:  # pragma: no cover - flax is in the dev environment
+        raise ImportError(
+            "CheckpointCallback without items= saves nnx.state(trainer.model) and needs flax; "
+            "install it with `uv add flax` or pass items=lambda trainer: {...}"
+        ) from error
+    return {"model": nnx.state(getattr(trainer, "model"))}  # noqa: B009 - any trainer with .model
+
+
+class CheckpointCallback:
+    """Save the trainer's state every N epochs and/or every N steps, with the monitored metrics.
+
+    It implements the training-callback hooks structurally (``on_train_begin`` …
+    ``on_validation_end``), so any ``CallbackList`` drives it without this package importing
+    ``substrax.callbacks``. Steps are counted by ``on_batch_end``; an epoch-end save uses that
+    count as its step (or the epoch number before any batch was seen), and skips a step already
+    saved.
+
+    Args:
+        store: where checkpoints go.
+        items: builds the items to save from the trainer (default:
+            ``{"model": nnx.state(trainer.model)}``).
+        every_n_epochs: save at the end of every this many epochs (None: never at epoch end).
+        every_n_steps: also save after every this many batches (None: never mid-epoch).
+        monitor: the log keys stored as metrics (None: every numeric log value).
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> from substrax.checkpoint import OrbaxCheckpointStore
+        >>> store = OrbaxCheckpointStore(tempfile.mkdtemp())
+        >>> callback = CheckpointCallback(store, items=lambda t: {"model": {"w": np.zeros(2)}})
+        >>> callback.on_epoch_end(None, 0, {"val_loss": 0.5})
+        >>> callback.on_train_end(None)
+        >>> store.read_metadata(0).metrics
+        {'val_loss': 0.5}
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        items: Callable[[object], Mapping[str, PyTree]] | None = None,
+        every_n_epochs: int | None = 1,
+        every_n_steps: int | None = None,
+        monitor: Sequence[str] | None = None,
+    ) -> None:
+        for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        self._store = store
+        self._items = items or _model_items
+        self._every_n_epochs = every_n_epochs
+        self._every_n_steps = every_n_steps
+        self._monitor = None if monitor is None else tuple(monitor)
+        self._steps = 0
+        self._last_saved: int | None = None
+        self._last_logs: Mapping[str, Any] = {}
+
+    @property
+    def steps(self) -> int:
+        """The number of batches seen so far."""
+        return self._steps
+
+    def _metrics(self, logs: Mapping[str, Any] | None) -> dict[str, float]:
+        logs = logs or {}
+        names = self._monitor if self._monitor is not None else tuple(logs)
+        metrics: dict[str, float] = {}
+        for name in names:
+            try:
+                value = float(logs[name])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if not math.isnan(value):
+                metrics[name] = value
+        return metrics
+
+    def _save(
+        self, trainer: object, step: int, epoch: int | None, logs: Mapping[str, Any] | None
+    ) -> None:
+        if self._last_saved is not None and step <= self._last_saved:
+            return
+        self._store.save(step, self._items(trainer), epoch=epoch, metrics=self._metrics(logs))
+        self._last_saved = step
+
+    def on_train_begin(self, trainer: object, /) -> None:
+        """Start counting steps from the store's latest step (a resumed run continues)."""
+        del trainer
+        latest = self._store.latest_step()
+        if latest is not None:
+            self._steps = max(self._steps, latest)
+            self._last_saved = latest
+
+    def on_train_end(self, trainer: object, /) -> None:
+        """Wait for the last background write (its error, if any, is raised here)."""
+        del trainer
+        wait = getattr(self._store, "wait", None)
+        if callable(wait):
+            wait()
+
+    def on_epoch_begin(self, trainer: object, epoch: int, /) -> None:
+        """Nothing to do at the start of an epoch."""
+
+    def on_epoch_end(self, trainer: object, epoch: int, logs: Mapping[str, Any] | None, /) -> None:
+        """Save every ``every_n_epochs`` epochs, with the monitored metrics."""
+        if self._every_n_epochs is None or (epoch + 1) % self._every_n_epochs:
+            return
+        self._save(trainer, self._steps if self._steps else epoch, epoch, logs)
+
+    def on_batch_begin(self, trainer: object, batch: object, /) -> None:
+        """Nothing to do before a batch."""
+
+    def on_batch_end(
+        self, trainer: object, batch: object, logs: Mapping[str, Any] | None, /
+    ) -> None:
+        """Count the step; save every ``every_n_steps`` steps."""
+        del batch
+        self._steps += 1
+        if self._every_n_steps is not None and self._steps % self._every_n_steps == 0:
+            self._save(trainer, self._steps, None, logs)
+
+    def on_validation_begin(self, trainer: object, /) -> None:
+        """Nothing to do before validation."""
+
+    def on_validation_end(self, trainer: object, logs: Mapping[str, Any] | None, /) -> None:
+        """Nothing to do after validation (metrics are taken from ``on_epoch_end``'s logs)."""

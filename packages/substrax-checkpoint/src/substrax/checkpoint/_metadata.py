@@ -1,0 +1,176 @@
+"""The per-step ``CheckpointMetadata`` record, its producer, and the names it reserves."""
+
+import datetime
+import functools
+import importlib.metadata
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, cast
+
+from substrax.records import UNKNOWN_FIELDS_REFUSED, read_record
+from substrax.typing import JsonValue
+
+from ._errors import UnsupportedCheckpointError
+
+
+FORMAT_NAME: Final = "substrax-checkpoint"
+CURRENT_FORMAT_VERSION: Final = 1
+ITEM_NAMES: Final = ("model", "optimizer", "rng", "data_iterator", "extensions")
+LIBRARY_NAMES: Final = ("jax", "flax", "orbax-checkpoint", "optax", "numpy", "substrax-checkpoint")
+RESERVED_METADATA_KEYS: Final = frozenset(
+    {"format", "format_version", "step", "epoch", "items", "libraries", "producer", "metrics"}
+    | {"created_at", "checkpoint_version"}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Producer:
+    """The program that wrote a checkpoint, e.g. a trainer and its version.
+
+    Example:
+        >>> Producer.from_dict(Producer(name="artifex", version="1.2").to_dict())
+        Producer(name='artifex', version='1.2')
+    """
+
+    __pydantic_config__ = UNKNOWN_FIELDS_REFUSED
+
+    name: str
+    version: str
+
+    def __post_init__(self) -> None:
+        if not self.name.strip():
+            raise ValueError("Producer.name is empty; name the program that writes checkpoints")
+
+    def to_dict(self) -> dict[str, str]:
+        """The producer as a JSON object."""
+        return {"name": self.name, "version": self.version}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Producer":
+        """Read a producer from a JSON object, refusing unknown keys."""
+        return read_record(cls, dict(data))
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(tz=datetime.UTC).isoformat()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointMetadata:
+    """The record stored beside every step: what it holds, who wrote it, and its metrics.
+
+    Example:
+        >>> record = CheckpointMetadata(step=10, items=("model",), metrics={"loss": 0.5})
+        >>> CheckpointMetadata.from_dict(record.to_dict()) == record
+        True
+    """
+
+    __pydantic_config__ = UNKNOWN_FIELDS_REFUSED
+
+    format: str = FORMAT_NAME
+    format_version: int = CURRENT_FORMAT_VERSION
+    step: int
+    epoch: int | None = None
+    items: tuple[str, ...]
+    libraries: Mapping[str, str] = field(default_factory=dict[str, str])
+    producer: Producer | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict[str, float])
+    extra: Mapping[str, JsonValue] = field(default_factory=dict[str, JsonValue])
+    created_at: str = field(default_factory=_utc_now)
+
+    def __post_init__(self) -> None:
+        if self.step < 0:
+            raise ValueError(f"step must be >= 0, got {self.step}")
+        if self.epoch is not None and self.epoch < 0:
+            raise ValueError(f"epoch must be >= 0 or None, got {self.epoch}")
+        check_item_names(self.items)
+        for name, value in self.metrics.items():
+            if isinstance(value, bool) or not isinstance(cast(object, value), int | float):
+                raise TypeError(f"metric {name!r} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(
+                    f"metric {name!r} is {value}; records hold finite numbers only, so leave it "
+                    "out (or put str(value) in extra)"
+                )
+        check_extra(self.extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON object stored on disk."""
+        data = asdict(self)
+        data["items"] = list(self.items)
+        data["libraries"] = dict(self.libraries)
+        data["metrics"] = {k: float(v) for k, v in self.metrics.items()}
+        data["extra"] = dict(self.extra)
+        data["producer"] = None if self.producer is None else self.producer.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "CheckpointMetadata":
+        """Read a stored record; another format or a newer version is ``UnsupportedCheckpointError``."""
+        if "checkpoint_version" in data:
+            raise UnsupportedCheckpointError(
+                f"this record is a legacy format {data['checkpoint_version']} sidecar, not a "
+                f"{FORMAT_NAME} record; run `python -m substrax.checkpoint upgrade SRC DST`"
+            )
+        fmt = data.get("format")
+        if fmt != FORMAT_NAME:
+            raise UnsupportedCheckpointError(
+                f"not a {FORMAT_NAME} record: format {fmt!r}; this store reads only {FORMAT_NAME}"
+            )
+        version = data.get("format_version")
+        if isinstance(version, int) and version > CURRENT_FORMAT_VERSION:
+            raise UnsupportedCheckpointError(
+                f"{FORMAT_NAME} format_version {version} is newer than this reader "
+                f"(version {CURRENT_FORMAT_VERSION}); upgrade substrax-checkpoint"
+            )
+        return read_record(cls, dict(data))
+
+
+def check_item_names(names: "tuple[str, ...] | list[str] | Mapping[str, object]") -> None:
+    """Refuse an empty item set or a name outside ``ITEM_NAMES``.
+
+    Example:
+        >>> check_item_names(("model", "rng"))
+    """
+    listed = list(names)
+    if not listed:
+        raise ValueError(f"a checkpoint needs at least one item; name one of {ITEM_NAMES}")
+    unknown = [name for name in listed if name not in ITEM_NAMES]
+    if unknown:
+        raise ValueError(f"unknown checkpoint item(s) {unknown}; item names are {ITEM_NAMES}")
+
+
+def check_extra(extra: Mapping[str, object]) -> None:
+    """Refuse ``extra`` keys that collide with the record's own fields.
+
+    Example:
+        >>> check_extra({"run": "a"})
+    """
+    clashes = sorted(set(extra) & RESERVED_METADATA_KEYS)
+    if clashes:
+        raise ValueError(
+            f"extra keys {clashes} are reserved by CheckpointMetadata; rename them "
+            f"(reserved: {sorted(RESERVED_METADATA_KEYS)})"
+        )
+
+
+@functools.cache
+def _library_versions() -> tuple[tuple[str, str], ...]:
+    versions: list[tuple[str, str]] = []
+    for name in LIBRARY_NAMES:
+        try:
+            versions.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return tuple(versions)
+
+
+def library_versions() -> dict[str, str]:
+    """The installed versions of the libraries a checkpoint depends on.
+
+    Example:
+        >>> "jax" in library_versions()
+        True
+    """
+    return dict(_library_versions())

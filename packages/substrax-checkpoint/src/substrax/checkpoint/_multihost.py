@@ -1,0 +1,49 @@
+"""Multi-process agreement: one process decides, every process acts on the same decision."""
+
+import itertools
+from typing import Final
+
+import jax
+
+
+_TIMEOUT_MS: Final = 300_000
+_decisions = itertools.count()
+
+
+def agree(code: int, *, topic: str = "save") -> int:
+    """Return process 0's ``code`` on every process (the value itself on one process).
+
+    Every refusal of a save is decided from process 0's view of the directory, so all processes
+    raise the same error or all enter the collective write. The value travels through
+    ``jax.distributed``'s key-value store (no device collective), keyed by a counter that
+    advances in the same order on every process.
+
+    Example:
+        >>> agree(2)
+        2
+    """
+    if jax.process_count() == 1:
+        return code
+    from jax._src import distributed  # noqa: PLC0415 - the coordination client has no public path
+
+    client = distributed.global_state.client
+    if client is None:
+        raise RuntimeError(
+            "several jax processes but no jax.distributed client; call "
+            "jax.distributed.initialize() before using the checkpoint store"
+        )
+    key = f"substrax_checkpoint/{topic}/{next(_decisions)}"
+    if jax.process_index() == 0:
+        client.key_value_set(key, str(code))
+        return code
+    return int(client.blocking_key_value_get(key, _TIMEOUT_MS))
+
+
+def is_primary() -> bool:
+    """Whether this process writes the store's own files (the index).
+
+    Example:
+        >>> is_primary()
+        True
+    """
+    return jax.process_index() == 0

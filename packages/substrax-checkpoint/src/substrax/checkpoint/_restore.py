@@ -1,0 +1,105 @@
+"""Reading a step: template checks, dtype checks before any array is read, and placement."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from substrax.typing import PyTree
+
+from . import _trees
+from ._errors import CheckpointDtypeMismatchError, DtypeMismatch
+from ._formats import StepRecord
+
+
+def stored_trees(
+    manager: ocp.CheckpointManager,
+    step: int,
+    record: StepRecord,
+    held: Sequence[str] | None = None,
+) -> dict[str, PyTree]:
+    """Orbax's metadata tree of each item (no array is read), without the wrapper node."""
+    metadata = manager.item_metadata(step)
+    wrapped = record.layout == "current"
+    trees: dict[str, PyTree] = {}
+    for name in record.metadata.items if held is None else held:
+        tree = getattr(metadata[name], "tree", metadata[name])
+        trees[name] = tree[_trees.WRAPPER] if wrapped else tree
+    return trees
+
+
+def _saved_dtypes(record: StepRecord, name: str, stored: PyTree) -> Mapping[str, str]:
+    saved = (record.dtypes or {}).get(name)
+    return saved if saved is not None else _trees.dtype_record({name: stored})[name]
+
+
+def _held(record: StepRecord, step: int, items: Sequence[str] | None) -> tuple[str, ...]:
+    held = record.metadata.items
+    if items is None:
+        return held
+    missing = [name for name in items if name not in held]
+    if missing:
+        raise ValueError(
+            f"step {step} does not hold item(s) {missing} (it holds {held}); restore items it holds"
+        )
+    return tuple(name for name in held if name in items)
+
+
+def restore_items(
+    manager: ocp.CheckpointManager,
+    step: int,
+    record: StepRecord,
+    *,
+    templates: Mapping[str, PyTree],
+    cast_dtypes: bool,
+    mesh: jax.sharding.Mesh | None,
+    items: Sequence[str] | None,
+) -> dict[str, PyTree]:
+    """Restore the items of ``step``; templated ones onto their templates' shardings and dtypes.
+
+    The template structure and the dtypes are checked against the stored metadata before any
+    array is read; untemplated items are checked after (a 64-bit array narrowed by x64 being off).
+    """
+    held = _held(record, step, items)
+    unknown = [name for name in templates if name not in held]
+    if unknown:
+        raise ValueError(
+            f"templates name item(s) {unknown} that step {step} does not hold (it holds {held})"
+        )
+    wrapped = record.layout == "current"
+    stored = stored_trees(manager, step, record, held)
+    resolved = {
+        name: _trees.resolve_abstract_meshes(tree, mesh) for name, tree in templates.items()
+    }
+    mismatches: list[DtypeMismatch] = []
+    for name, template in resolved.items():
+        _trees.check_template(name, stored[name], template)
+        saved = _saved_dtypes(record, name, stored[name])
+        mismatches += _trees.dtype_mismatches(name, saved, template)
+    if mismatches and not cast_dtypes:
+        raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(mismatches))
+    args: dict[str, Any] = {}
+    for name in held:
+        if name in resolved:
+            target = {_trees.WRAPPER: resolved[name]} if wrapped else resolved[name]
+            args[name] = ocp.args.PyTreeRestore(
+                item=target, restore_args=_trees.restore_args(target)
+            )
+        else:
+            tree = {_trees.WRAPPER: stored[name]} if wrapped else stored[name]
+            args[name] = ocp.args.PyTreeRestore(restore_args=_trees.stored_restore_args(tree))
+    restored = manager.restore(step, args=ocp.args.Composite(**args))
+    values = {name: restored[name][_trees.WRAPPER] if wrapped else restored[name] for name in held}
+    if not cast_dtypes:
+        after = [
+            mismatch
+            for name in held
+            if name not in resolved
+            for mismatch in _trees.dtype_mismatches(
+                name, _saved_dtypes(record, name, stored[name]), values[name]
+            )
+        ]
+        if after:
+            raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(after))
+    return values

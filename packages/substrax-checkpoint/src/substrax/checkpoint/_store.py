@@ -1,0 +1,546 @@
+"""``OrbaxCheckpointStore``: a step-addressed store of named PyTree items over orbax."""
+
+import contextlib
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self, cast
+
+import jax
+import orbax.checkpoint as ocp
+
+from substrax.typing import JsonValue
+
+from . import _trees
+from ._errors import (
+    CheckpointNotFoundError,
+    CheckpointNotWrittenError,
+    CheckpointWriteError,
+    NotWrittenReason,
+)
+from ._formats import DTYPES_ITEM, METADATA_ITEM, StepRecord, read_step
+from ._index import INDEX_FILE, IndexEntry, StepIndex
+from ._logging import quiet_orbax_merge_warning
+from ._metadata import (
+    ITEM_NAMES,
+    CheckpointMetadata,
+    Producer,
+    check_extra,
+    check_item_names,
+    library_versions,
+)
+from ._multihost import agree, is_primary
+from ._protocol import Checkpoint, PyTree
+from ._restore import restore_items, stored_trees
+from ._retention import Mode, OrbaxPreservation, RetentionPolicy, check_mode
+
+
+_REASONS: Final[tuple[NotWrittenReason, ...]] = ("exists", "below_latest", "rejected")
+_TMP_MARK: Final = ".orbax-checkpoint-tmp"
+
+
+class OrbaxCheckpointStore:
+    """A step-addressed store: each step holds named items beside one ``CheckpointMetadata``.
+
+    Saves are asynchronous by default: ``save`` returns once the arrays are copied off the
+    devices and the write finishes in the background; a failed background write raises
+    ``CheckpointWriteError`` at the next ``save``, ``wait`` or ``close``. A step appears on disk
+    only once complete; the leftovers of an interrupted save are removed at the next open.
+
+    Args:
+        directory: the store's root (created at the first save).
+        max_to_keep: keep the latest this many steps (None keeps all).
+        keep_best: also keep the best this many steps by ``best_metric``.
+        best_metric: the metric that ``keep_best`` ranks by.
+        best_mode: ``"min"`` or ``"max"``.
+        keep_every: also keep every step divisible by this.
+        async_save: False makes ``save`` return only once the step is committed.
+        use_ocdbt: store each item's arrays in one OCDBT database (orbax's default) rather than
+            one directory per array; every layout reads back whatever the options.
+        use_zarr3: write arrays as zarr v3 (the default) rather than v2.
+        use_compression: zstd-compress array chunks (smaller files for compressible data, but
+            slower saves and restores of typical float weights).
+        read_only: open without writing anything (no cleanup, no index); saves are refused.
+
+    Example:
+        >>> import tempfile
+        >>> import numpy as np
+        >>> with OrbaxCheckpointStore(tempfile.mkdtemp(), max_to_keep=2) as store:
+        ...     _ = store.save(1, {"model": {"w": np.ones(3, np.float32)}}, metrics={"loss": 0.5})
+        ...     store.restore(1).items["model"]["w"].tolist()
+        [1.0, 1.0, 1.0]
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        max_to_keep: int | None = 5,
+        keep_best: int = 0,
+        best_metric: str | None = None,
+        best_mode: Mode = "min",
+        keep_every: int | None = None,
+        async_save: bool = True,
+        use_ocdbt: bool = False,
+        use_zarr3: bool = True,
+        use_compression: bool = False,
+        read_only: bool = False,
+    ) -> None:
+        if not str(directory).strip():
+            raise ValueError("directory is empty; pass the path of the checkpoint store")
+        self._directory = Path(directory).expanduser().resolve()
+        self._retention = RetentionPolicy(
+            max_to_keep=max_to_keep,
+            keep_best=keep_best,
+            best_metric=best_metric,
+            best_mode=best_mode,
+            keep_every=keep_every,
+        )
+        self._async = async_save
+        self._use_ocdbt = use_ocdbt
+        self._use_zarr3 = use_zarr3
+        self._use_compression = use_compression
+        self._read_only = read_only
+        self._manager_: ocp.CheckpointManager | None = None
+        self._index_: StepIndex | None = None
+        self._pending: int | None = None
+        self._closed = False
+        if not read_only:
+            _remove_partial_steps(self._directory)
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        """The store's root directory (absolute)."""
+        return self._directory
+
+    @property
+    def retention(self) -> RetentionPolicy:
+        """The retention rules applied after every committed save."""
+        return self._retention
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def _handlers(self) -> dict[str, ocp.CheckpointHandler]:
+        handlers: dict[str, ocp.CheckpointHandler] = {
+            name: ocp.PyTreeCheckpointHandler(
+                use_ocdbt=self._use_ocdbt,
+                use_zarr3=self._use_zarr3,
+                use_compression=self._use_compression,
+            )
+            for name in ITEM_NAMES
+        }
+        handlers[METADATA_ITEM] = ocp.JsonCheckpointHandler()
+        handlers[DTYPES_ITEM] = ocp.JsonCheckpointHandler()
+        return handlers
+
+    def _manager(self, *, create: bool = False) -> ocp.CheckpointManager | None:
+        if self._closed:
+            raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
+        if self._manager_ is None:
+            if not create and not self._directory.is_dir():
+                return None
+            if not self._use_ocdbt:
+                quiet_orbax_merge_warning()
+            options = ocp.CheckpointManagerOptions(
+                create=not self._read_only,
+                read_only=self._read_only,
+                # one process cleans up itself (above); orbax coordinates it across processes
+                cleanup_tmp_directories=not self._read_only and jax.distributed.is_initialized(),
+                enable_async_checkpointing=self._async,
+                preservation_policy=OrbaxPreservation(
+                    self._retention, self._metrics, self._evicted
+                ),
+                lightweight_initialize=True,
+            )
+            self._manager_ = ocp.CheckpointManager(
+                self._directory, options=options, item_handlers=self._handlers()
+            )
+        return self._manager_
+
+    def _index(self) -> StepIndex:
+        if self._index_ is None:
+            if self._manager_ is not None:
+                steps = list(self._manager_.all_steps())
+            else:  # a directory listing is enough: a step directory exists only once committed
+                steps = _step_directories(self._directory)
+            self._index_ = StepIndex.load(self._directory, steps, self._read_entry)
+        return self._index_
+
+    def _read_entry(self, step: int) -> IndexEntry | None:
+        try:
+            record = read_step(self._step_dir(step), step)
+        except (OSError, ValueError):
+            return None
+        return IndexEntry(epoch=record.metadata.epoch, metrics=dict(record.metadata.metrics))
+
+    def _evicted(self, steps: list[int]) -> None:
+        """Retention will delete ``steps`` once the new step commits: drop them from the index now."""
+        index = self._index()
+        for step in steps:
+            index.remove(step)
+
+    def _metrics(self) -> dict[int, Mapping[str, float]]:
+        return self._index().metrics()
+
+    def _step_dir(self, step: int) -> Path:
+        return self._directory / str(step)
+
+    def _write_index(self) -> None:
+        if (
+            self._index_ is not None
+            and not self._read_only
+            and is_primary()
+            and self._directory.is_dir()
+        ):
+            self._index_.write(self._directory)
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def list_steps(self) -> list[int]:
+        """Every stored step, ascending (a step being written by this store included).
+
+        Example:
+            >>> import tempfile
+            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).list_steps()
+            []
+        """
+        if self._closed:
+            raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
+        if self._manager_ is None:  # nothing in flight: the committed step directories
+            return _step_directories(self._directory)
+        return sorted(self._manager_.all_steps())
+
+    def latest_step(self) -> int | None:
+        """The highest stored step, or None for an empty store.
+
+        Example:
+            >>> import tempfile
+            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).latest_step() is None
+            True
+        """
+        steps = self.list_steps()
+        return steps[-1] if steps else None
+
+    def best_step(self, metric: str, *, mode: Mode = "min") -> int | None:
+        """The step whose ``metric`` is lowest (``"min"``) or highest (``"max"``), or None.
+
+        Steps without the metric are skipped; ties go to the earliest step. Answered from an
+        in-memory index, so its cost does not grow with the number of steps.
+
+        Example:
+            >>> import tempfile
+            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).best_step("loss") is None
+            True
+        """
+        return self._index().best_step(metric, check_mode(mode))
+
+    def read_metadata(self, step: int) -> CheckpointMetadata:
+        """The metadata record of ``step`` (a legacy format-2 sidecar is mapped onto it).
+
+        Example:
+            >>> import tempfile
+            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).read_metadata(3)
+            Traceback (most recent call last):
+            ...
+            substrax.checkpoint._errors.CheckpointNotFoundError: no checkpoint step 3 ...
+        """
+        return self._record(step).metadata
+
+    def _record(self, step: int) -> StepRecord:
+        if step == self._pending:
+            self.wait()
+        if step not in self.list_steps():
+            raise CheckpointNotFoundError(
+                step=step, directory=self._directory, available=tuple(self.list_steps())
+            )
+        return read_step(self._step_dir(step), step)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def save(
+        self,
+        step: int,
+        items: Mapping[str, PyTree],
+        *,
+        epoch: int | None = None,
+        metrics: Mapping[str, float] | None = None,
+        producer: Producer | None = None,
+        extra: Mapping[str, JsonValue] | None = None,
+        overwrite: bool = False,
+    ) -> Path:
+        """Write ``items`` as step ``step`` and return the step's directory.
+
+        Refused with ``CheckpointNotWrittenError`` when the step exists (unless ``overwrite``),
+        when it is below the latest step, or when orbax rejects it. With several processes the
+        refusal is decided by process 0 and raised on every process.
+
+        Example:
+            >>> import tempfile
+            >>> import numpy as np
+            >>> store = OrbaxCheckpointStore(tempfile.mkdtemp(), async_save=False)
+            >>> store.save(5, {"model": {"w": np.zeros(2)}}).name
+            '5'
+            >>> store.close()
+        """
+        self._check_writable()
+        if isinstance(step, bool) or not isinstance(cast(object, step), int) or step < 0:
+            raise ValueError(f"step must be an int >= 0, got {step!r}")
+        check_item_names(items)
+        check_extra(extra or {})
+        record = CheckpointMetadata(
+            step=step,
+            epoch=epoch,
+            items=tuple(items),
+            libraries=library_versions(),
+            producer=producer,
+            metrics={name: float(value) for name, value in (metrics or {}).items()},
+            extra=dict(extra or {}),
+        )
+        manager = self._manager(create=True)
+        assert manager is not None  # noqa: S101 - create=True always opens
+        self.wait()
+        steps = self.list_steps()
+        latest = steps[-1] if steps else None
+        code = 0
+        if step in steps and not overwrite:
+            code = 1
+        elif latest is not None and step < latest:
+            code = 2
+        code = agree(code)
+        if code:
+            raise CheckpointNotWrittenError(
+                step=step, latest_step=latest, reason=_REASONS[code - 1]
+            )
+        index = self._index()
+        if step in steps:
+            manager.delete(step)
+            index.remove(step)
+        index.add(step, IndexEntry(epoch=epoch, metrics=record.metrics))
+        args: dict[str, Any] = {
+            name: ocp.args.PyTreeSave({_trees.WRAPPER: tree}) for name, tree in items.items()
+        }
+        args[METADATA_ITEM] = ocp.args.JsonSave(record.to_dict())
+        args[DTYPES_ITEM] = ocp.args.JsonSave(_trees.dtype_record(items))
+        accepted = bool(agree(int(manager.save(step, args=ocp.args.Composite(**args), force=True))))
+        if accepted:
+            self._pending = step
+        else:
+            index.remove(step)
+            raise CheckpointNotWrittenError(step=step, latest_step=latest, reason="rejected")
+        if not self._async:
+            self.wait()
+        return self._step_dir(step)
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise PermissionError(
+                f"the checkpoint store at {self._directory} was opened read_only=True; "
+                "open it without read_only to save or delete"
+            )
+
+    def wait(self) -> None:
+        """Block until the pending background write is committed; raise if it failed.
+
+        Example:
+            >>> import tempfile
+            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).wait()
+        """
+        manager = self._manager_
+        if manager is None:
+            return
+        step, self._pending = self._pending, None
+        try:
+            manager.wait_until_finished()
+            manager.check_for_errors()
+        except Exception as error:
+            if step is not None:
+                self._forget(step)
+                raise CheckpointWriteError(
+                    step=step, directory=self._directory, cause=repr(error)
+                ) from error
+            raise
+        if step is not None and not (self._step_dir(step) / METADATA_ITEM).is_dir():
+            self._forget(step)
+            raise CheckpointWriteError(
+                step=step, directory=self._directory, cause="its directory was never committed"
+            )
+        if step is not None:
+            self._sync_index()
+
+    def _forget(self, step: int) -> None:
+        """A write failed: drop its step and re-read what the directory really holds."""
+        manager = self._manager_
+        if manager is not None:
+            manager.reload()
+        if self._index_ is not None:
+            self._index_.remove(step)
+            for held in self.list_steps():
+                if held not in self._index_.entries and (entry := self._read_entry(held)):
+                    self._index_.add(held, entry)
+        self._write_index()
+
+    def _sync_index(self) -> None:
+        """Drop index entries of steps retention deleted, then persist the index."""
+        manager = self._manager_
+        if manager is None or self._index_ is None:
+            return
+        held = set(manager.all_steps())
+        for step in [s for s in self._index_.entries if s not in held]:
+            self._index_.remove(step)
+        self._write_index()
+
+    def delete(self, step: int) -> None:
+        """Remove ``step``; a step the store does not hold is ``CheckpointNotFoundError``.
+
+        Example:
+            >>> import tempfile
+            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).delete(1)
+            Traceback (most recent call last):
+            ...
+            substrax.checkpoint._errors.CheckpointNotFoundError: no checkpoint step 1 ...
+        """
+        self._check_writable()
+        self.wait()
+        manager = self._manager()
+        if manager is None or step not in manager.all_steps():
+            raise CheckpointNotFoundError(
+                step=step, directory=self._directory, available=tuple(self.list_steps())
+            )
+        manager.delete(step)
+        self._index().remove(step)
+        self._write_index()
+
+    def prune(self) -> list[int]:
+        """Apply the retention rules to every stored step now; return the deleted steps.
+
+        Example:
+            >>> import tempfile
+            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).prune()
+            []
+        """
+        self.wait()
+        steps = self.list_steps()
+        keep = self._retention.steps_to_keep(steps, self._metrics())
+        doomed = [step for step in steps if step not in keep]
+        for step in doomed:
+            self.delete(step)
+        return doomed
+
+    def close(self) -> None:
+        """Finish the pending write (raising its error, if any) and release orbax's resources.
+
+        Example:
+            >>> import tempfile
+            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).close()
+        """
+        if self._closed:
+            return
+        try:
+            self.wait()
+        finally:
+            self._closed = True
+            if self._manager_ is not None:
+                self._manager_.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+            return
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        return f"OrbaxCheckpointStore({str(self._directory)!r}, retention={self._retention})"
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def restore(
+        self,
+        step: int,
+        *,
+        templates: Mapping[str, PyTree] | None = None,
+        cast_dtypes: bool = False,
+        mesh: jax.sharding.Mesh | None = None,
+        items: Sequence[str] | None = None,
+    ) -> Checkpoint:
+        """Read ``step``: templated items land on their templates' shardings and dtypes.
+
+        Without a template an item comes back as stored (its saved placement when those devices
+        exist here, else the first local device). A template that does not fit raises ValueError
+        naming the first mismatching leaf; a dtype change raises
+        ``CheckpointDtypeMismatchError`` before any array is read unless ``cast_dtypes``.
+        Templates built by ``nnx.eval_shape`` under ``jax.set_mesh`` carry abstract meshes:
+        pass ``mesh=`` or restore inside ``jax.set_mesh(mesh)``. ``items=`` restores only the named
+        items (e.g. only ``("model",)`` for evaluation).
+
+        Example:
+            >>> import tempfile
+            >>> import numpy as np
+            >>> with OrbaxCheckpointStore(tempfile.mkdtemp()) as store:
+            ...     _ = store.save(0, {"rng": {"seed": 3}})
+            ...     store.restore(0).items["rng"]
+            {'seed': 3}
+        """
+        record = self._record(step)
+        manager = self._manager()
+        assert manager is not None  # noqa: S101 - _record found the step
+        values = restore_items(
+            manager,
+            step,
+            record,
+            templates=templates or {},
+            cast_dtypes=cast_dtypes,
+            mesh=mesh,
+            items=items,
+        )
+        return Checkpoint(step, values, record.metadata)
+
+    def describe(self, step: int) -> dict[str, list[_trees.StoredLeaf]]:
+        """Every item's leaves (path, shape, dtype, bytes) read from metadata, no array read.
+
+        Example:
+            >>> import tempfile
+            >>> import numpy as np
+            >>> with OrbaxCheckpointStore(tempfile.mkdtemp()) as store:
+            ...     _ = store.save(0, {"model": {"w": np.zeros((2, 3), np.float32)}})
+            ...     store.describe(0)["model"][0].nbytes
+            24
+        """
+        record = self._record(step)
+        manager = self._manager()
+        assert manager is not None  # noqa: S101 - _record found the step
+        trees = stored_trees(manager, step, record)
+        return {name: _trees.describe(tree) for name, tree in trees.items()}
+
+
+def _remove_partial_steps(directory: Path) -> None:
+    """Remove the temporary step directories and index files an interrupted save left behind."""
+    # several processes: orbax cleans up with a barrier; jax.process_count() is not called here,
+    # so that opening a store never initialises jax's backend before jax.distributed
+    if not directory.is_dir() or jax.distributed.is_initialized():
+        return
+    for child in directory.iterdir():
+        if _TMP_MARK in child.name and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        elif child.name.startswith(f".{INDEX_FILE}.") and child.name.endswith(".tmp"):
+            child.unlink(missing_ok=True)
+
+
+def _step_directories(directory: Path) -> list[int]:
+    """The committed steps under ``directory``: its sub-directories named by an integer."""
+    if not directory.is_dir():
+        return []
+    with os.scandir(directory) as entries:
+        return sorted(int(e.name) for e in entries if e.name.isdigit() and e.is_dir())

@@ -1,0 +1,50 @@
+"""Copy a store of any format this release reads into the current format, leaving the source as is."""
+
+from pathlib import Path
+
+from ._store import OrbaxCheckpointStore
+
+
+def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int]:
+    """Rewrite every step of ``source`` into ``destination`` in the current format.
+
+    The source is only read. A destination equal to the source, or one that already holds
+    anything, is refused with ValueError. Dtype changes (64-bit data while x64 is off) raise
+    ``CheckpointDtypeMismatchError`` rather than narrowing silently.
+
+    Returns:
+        The upgraded steps, ascending.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> source = Path(tempfile.mkdtemp())
+        >>> upgrade_checkpoints(source, source / "upgraded")
+        []
+    """
+    src = Path(source).expanduser().resolve()
+    dst = Path(destination).expanduser().resolve()
+    if src == dst:
+        raise ValueError(f"destination {dst} is the source; upgrade into a new directory")
+    if dst.exists() and any(dst.iterdir()):
+        raise ValueError(f"destination {dst} is not empty; upgrade into a new directory")
+    if not src.is_dir():
+        raise FileNotFoundError(f"no checkpoint store at {src}")
+    upgraded: list[int] = []
+    with (
+        OrbaxCheckpointStore(src, max_to_keep=None, read_only=True) as reader,
+        OrbaxCheckpointStore(dst, max_to_keep=None, async_save=False) as writer,
+    ):
+        for step in reader.list_steps():
+            checkpoint = reader.restore(step)
+            record = checkpoint.metadata
+            writer.save(
+                step,
+                checkpoint.items,
+                epoch=record.epoch,
+                metrics=record.metrics,
+                producer=record.producer,
+                extra=record.extra,
+            )
+            upgraded.append(step)
+    return upgraded

@@ -1,0 +1,57 @@
+"""Shared fixtures for the substrax-checkpoint tests: a fresh store directory and tiny states."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def write_format2_step(root: Path, step: int, payload: Any, sidecar: dict[str, Any]) -> Path:
+    """Write one step in the 0.1.0-0.1.9 "format 2" layout with orbax directly.
+
+    ``<step>/model/`` is a PyTreeSave of the payload (no wrapper node) and
+    ``<step>/metadata/metadata`` the JSON sidecar stamped ``checkpoint_version: "2.0"``.
+    """
+    sidecar = {"step": step, "checkpoint_version": "2.0", **sidecar}
+    options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False)
+    with ocp.CheckpointManager(root, options=options) as manager:
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                model=ocp.args.PyTreeSave(payload), metadata=ocp.args.JsonSave(sidecar)
+            ),
+        )
+    assert json.loads((root / str(step) / "metadata" / "metadata").read_text()) == sidecar
+    return root / str(step)
+
+
+@pytest.fixture
+def format2_store(tmp_path: Path) -> Path:
+    root = tmp_path / "format2"
+    payload = {"params": {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3)}}
+    write_format2_step(
+        root,
+        7,
+        payload,
+        {
+            "timestamp": 1_700_000_000.0,
+            "model_type": "dict",
+            "model_class": "dict",
+            "loss": 0.125,
+            "physics_metadata": {"pde": "darcy"},
+        },
+    )
+    return root
+
+
+@pytest.fixture
+def format2_writer() -> Any:
+    return write_format2_step

@@ -1,0 +1,78 @@
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from substrax.checkpoint import OrbaxCheckpointStore
+from substrax.checkpoint._cli import main
+
+
+def _fill(directory):
+    with OrbaxCheckpointStore(directory, max_to_keep=None) as store:
+        for step, loss in [(1, 0.9), (2, 0.3), (3, 0.5), (4, 0.7)]:
+            store.save(
+                step,
+                {"model": {"w": np.full((2, 3), step, np.float32)}, "data_iterator": {"i": step}},
+                epoch=step,
+                metrics={"loss": loss},
+            )
+
+
+def test_ls_show_verify(store_dir, capsys):
+    _fill(store_dir)
+    assert main(["ls", "--json", str(store_dir)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(row["step"], row["metrics"]["loss"]) for row in listed] == [
+        (1, 0.9),
+        (2, 0.3),
+        (3, 0.5),
+        (4, 0.7),
+    ]
+    assert main(["ls", str(store_dir)]) == 0
+    table = capsys.readouterr().out
+    assert "loss=0.3" in table
+    assert table.splitlines()[0].split()[:2] == ["step", "epoch"]
+    assert main(["show", "--json", str(store_dir), "2"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["metadata"]["step"] == 2
+    assert shown["items"]["model"] == [
+        {"path": "w", "shape": [2, 3], "dtype": "float32", "nbytes": 24}
+    ]
+    assert main(["show", str(store_dir), "2"]) == 0
+    assert "total bytes: 32" in capsys.readouterr().out
+    assert main(["verify", "--json", str(store_dir)]) == 0
+    assert all(row["ok"] for row in json.loads(capsys.readouterr().out))
+
+
+def test_verify_reports_a_broken_step(store_dir, capsys):
+    _fill(store_dir)
+    for path in (store_dir / "3" / "model").rglob("*"):
+        if path.is_file() and path.stat().st_size > 0 and "METADATA" not in path.name:
+            path.write_bytes(b"\0" * 3)
+    assert main(["verify", "--json", str(store_dir)]) == 1
+    rows = {row["step"]: row["ok"] for row in json.loads(capsys.readouterr().out)}
+    assert rows == {1: True, 2: True, 3: False, 4: True}
+
+
+def test_prune_by_retention(store_dir, capsys):
+    _fill(store_dir)
+    args = ["prune", "--json", str(store_dir), "--max-to-keep", "1", "--keep-best", "1"]
+    assert main([*args, "--best-metric", "loss", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["deleted"] == [1, 3]
+    assert main([*args, "--best-metric", "loss"]) == 0
+    assert json.loads(capsys.readouterr().out)["kept"] == [2, 4]
+    with OrbaxCheckpointStore(store_dir) as store:
+        assert store.list_steps() == [2, 4]
+
+
+def test_module_entry_point(store_dir):
+    _fill(store_dir)
+    result = subprocess.run(
+        [sys.executable, "-m", "substrax.checkpoint", "ls", "--json", str(store_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert len(json.loads(result.stdout)) == 4

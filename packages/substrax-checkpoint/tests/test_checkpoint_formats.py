@@ -1,0 +1,121 @@
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from substrax.checkpoint import (
+    CURRENT_FORMAT_VERSION,
+    CheckpointMetadata,
+    OrbaxCheckpointStore,
+    UnsupportedCheckpointError,
+    upgrade_checkpoints,
+)
+from substrax.checkpoint._cli import main
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_format2_is_read_in_memory(format2_store):
+    with OrbaxCheckpointStore(format2_store, read_only=True) as store:
+        assert store.list_steps() == [7]
+        record = store.read_metadata(7)
+        checkpoint = store.restore(
+            7,
+            templates={"model": {"params": {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3)}}},
+            cast_dtypes=True,
+        )
+        assert store.best_step("loss") == 7
+    assert record.items == ("model",)
+    assert record.metrics == {"loss": 0.125}
+    assert record.created_at.startswith("2023-11-14T22:13:20")
+    assert record.extra == {
+        "model_type": "dict",
+        "model_class": "dict",
+        "physics_metadata": {"pde": "darcy"},
+        "upgraded_from": {"format_version": 2},
+    }
+    np.testing.assert_array_equal(
+        checkpoint.items["model"]["params"]["w"], np.arange(6, dtype=np.float32).reshape(2, 3)
+    )
+
+
+def test_upgrade_copies_format2_without_touching_the_source(format2_store, tmp_path):
+    before = _digest(format2_store)
+    destination = tmp_path / "upgraded"
+    assert main(["upgrade", str(format2_store), str(destination)]) == 1  # float64 narrowing
+    assert not any(destination.rglob("metadata")), "a failed upgrade wrote no step"
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    try:
+        destination = tmp_path / "upgraded-x64"
+        assert upgrade_checkpoints(format2_store, destination) == [7]
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    assert _digest(format2_store) == before
+    raw = json.loads((destination / "7" / "metadata" / "metadata").read_text())
+    record = CheckpointMetadata.from_dict(raw)
+    assert record.format_version == CURRENT_FORMAT_VERSION
+    assert record.extra["upgraded_from"] == {"format_version": 2}
+    with OrbaxCheckpointStore(destination) as store:
+        model = store.restore(7, cast_dtypes=True).items["model"]
+    np.testing.assert_array_equal(model["params"]["w"], np.arange(6).reshape(2, 3))
+
+
+def test_upgrade_refuses_bad_destinations(format2_store, tmp_path):
+    with pytest.raises(ValueError, match="is the source"):
+        upgrade_checkpoints(format2_store, format2_store)
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "x").write_text("")
+    with pytest.raises(ValueError, match="not empty"):
+        upgrade_checkpoints(format2_store, busy)
+
+
+def test_format2_sidecar_is_refused_as_current_record():
+    with pytest.raises(UnsupportedCheckpointError, match="upgrade"):
+        CheckpointMetadata.from_dict({"step": 1, "checkpoint_version": "2.0"})
+
+
+def test_reads_the_0_1_22_layout(tmp_path):
+    """Format version 1 as 0.1.22 wrote it: OCDBT items under a ``tree`` node, JSON records."""
+    root = tmp_path / "v0122"
+    record = {
+        "format": "substrax-checkpoint",
+        "format_version": 1,
+        "step": 1,
+        "epoch": None,
+        "items": ["model", "data_iterator"],
+        "libraries": {"jax": "0.7.0", "substrax": "0.1.22"},
+        "producer": None,
+        "metrics": {"loss": 0.5},
+        "extra": {"run": "a"},
+        "created_at": "2026-01-01T00:00:00+00:00",
+    }
+    options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False)
+    with ocp.CheckpointManager(root, options=options) as manager:
+        manager.save(
+            1,
+            args=ocp.args.Composite(
+                model=ocp.args.PyTreeSave({"tree": {"w": np.ones(3, np.float32)}}),
+                data_iterator=ocp.args.PyTreeSave({"tree": {"position": 4}}),
+                metadata=ocp.args.JsonSave(record),
+                dtypes=ocp.args.JsonSave({"model": {"w": "float32"}, "data_iterator": {}}),
+            ),
+        )
+    assert (root / "1" / "model" / "manifest.ocdbt").exists()
+    with OrbaxCheckpointStore(root) as store:
+        checkpoint = store.restore(1, templates={"model": {"w": np.zeros(3, np.float32)}})
+        assert checkpoint.metadata.extra == {"run": "a"}
+        assert checkpoint.items["data_iterator"] == {"position": 4}
+        store.save(2, {"model": {"w": np.zeros(3, np.float32)}})
+        assert store.list_steps() == [1, 2]

@@ -1,0 +1,101 @@
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from substrax.checkpoint import CheckpointWriteError, OrbaxCheckpointStore, RetentionPolicy
+
+
+def _save(store, step, loss=None):
+    metrics = None if loss is None else {"loss": loss}
+    store.save(step, {"model": {"w": np.full(4, step, np.float32)}}, metrics=metrics)
+
+
+def test_latest_n_and_best_k_together(store_dir):
+    losses = [0.1, 0.9, 0.8, 0.05, 0.7, 0.6, 0.95]
+    with OrbaxCheckpointStore(store_dir, max_to_keep=2, keep_best=2, best_metric="loss") as store:
+        for step, loss in enumerate(losses):
+            _save(store, step, loss)
+            assert store.best_step("loss") in store.list_steps()
+        store.wait()
+        assert store.list_steps() == [0, 3, 5, 6]
+        assert store.best_step("loss") == 3
+    with OrbaxCheckpointStore(store_dir) as reopened:
+        assert reopened.list_steps() == [0, 3, 5, 6]
+
+
+def test_newest_step_is_never_evicted(store_dir):
+    with OrbaxCheckpointStore(
+        store_dir, max_to_keep=1, keep_best=1, best_metric="loss", best_mode="max"
+    ) as store:
+        _save(store, 1, 0.9)
+        _save(store, 2, 0.1)
+        _save(store, 3, 0.2)
+        store.wait()
+        assert store.list_steps() == [1, 3]
+
+
+def test_keep_every(store_dir):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=1, keep_every=4) as store:
+        for step in range(10):
+            _save(store, step)
+        store.wait()
+        assert store.list_steps() == [0, 4, 8, 9]
+
+
+def test_policy_validation():
+    with pytest.raises(ValueError, match="best_metric"):
+        RetentionPolicy(keep_best=1)
+    with pytest.raises(ValueError, match="max_to_keep"):
+        RetentionPolicy(max_to_keep=0)
+    with pytest.raises(ValueError, match="mode"):
+        RetentionPolicy(best_mode="up")  # type: ignore[arg-type]
+    assert RetentionPolicy(max_to_keep=None).steps_to_keep([3, 1], {}) == {1, 3}
+
+
+def test_async_save_returns_before_commit_and_blocking_mode(store_dir, tmp_path):
+    state = {"model": {"w": np.arange(1 << 20, dtype=np.float32)}}
+    with OrbaxCheckpointStore(store_dir) as store:
+        path = store.save(1, state)
+        state["model"]["w"][:] = 0  # save returned: the values were copied already
+        assert store.list_steps() == [1]
+        store.wait()
+        assert (path / "model").is_dir()
+        assert store.restore(1).items["model"]["w"][5] == 5
+    with OrbaxCheckpointStore(tmp_path / "blocking", async_save=False) as store:
+        path = store.save(1, state)
+        assert (path / "metadata" / "metadata").is_file()
+        assert not [p for p in path.parent.iterdir() if "tmp" in p.name]
+
+
+def test_background_write_error_surfaces_at_next_save(store_dir):
+    state = {"model": {"w": np.arange(1 << 22, dtype=np.float32)}}
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, state)
+        # sabotage the write in flight: the step's temporary directory disappears
+        for child in store_dir.iterdir():
+            if "tmp" in child.name:
+                shutil.rmtree(child)
+        if (store_dir / "1").is_dir():
+            pytest.skip("the background write finished before it could be sabotaged")
+        with pytest.raises(CheckpointWriteError) as error:
+            store.save(2, state)
+        assert error.value.step == 1
+        assert 1 not in store.list_steps()
+        store.save(2, state)
+        store.wait()
+        assert store.list_steps() == [2]
+
+
+def test_partial_step_is_invisible_and_cleaned(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        _save(store, 1, 0.5)
+    partial = store_dir / "2.orbax-checkpoint-tmp-123"
+    (partial / "model").mkdir(parents=True)
+    (partial / "model" / "junk").write_bytes(os.urandom(16))
+    with OrbaxCheckpointStore(store_dir) as store:
+        assert store.list_steps() == [1]
+        assert not partial.exists()
+        _save(store, 2, 0.4)
+        assert store.latest_step() == 2

@@ -1,0 +1,325 @@
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from substrax.checkpoint import (
+    FORMAT_NAME,
+    Checkpoint,
+    CheckpointDtypeMismatchError,
+    CheckpointMetadata,
+    CheckpointNotFoundError,
+    CheckpointNotWrittenError,
+    CheckpointStore,
+    OrbaxCheckpointStore,
+    Producer,
+    UnsupportedCheckpointError,
+)
+
+
+def test_spec_checkpoint_example(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = nnx.Linear(4, 4, rngs=nnx.Rngs(0))
+    with OrbaxCheckpointStore("checkpoints/demo", max_to_keep=3) as store:
+        store.save(100, {"model": nnx.state(model)}, epoch=2, metrics={"loss": 0.25})
+        store.save(200, {"model": nnx.state(model)}, metrics={"loss": 0.20})
+
+        assert store.list_steps() == [100, 200]
+        assert store.best_step("loss") == 200
+        fresh = nnx.Linear(4, 4, rngs=nnx.Rngs(1))
+        checkpoint = store.restore(100, templates={"model": nnx.state(fresh)})
+        nnx.update(fresh, checkpoint.items["model"])
+        assert checkpoint.metadata.epoch == 2
+
+        as_stored = store.restore(200).items["model"]
+    np.testing.assert_array_equal(fresh.kernel[...], model.kernel[...])
+    np.testing.assert_array_equal(as_stored["kernel"]["value"], model.kernel[...])
+    assert isinstance(store, CheckpointStore)
+
+
+def test_quick_start_shape(tmp_path, monkeypatch):
+    """The spec's quick start without the parts other packages own (mesh, spmd, callbacks)."""
+    monkeypatch.chdir(tmp_path)
+    model = nnx.Linear(8, 1, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    batch = {"x": jnp.ones((32, 8)), "y": jnp.zeros((32, 1))}
+
+    @nnx.jit
+    def train_step(model, optimizer, batch):
+        def loss_fn(model):
+            return jnp.mean((model(batch["x"]) - batch["y"]) ** 2)
+
+        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        optimizer.update(model, grads)
+        return loss
+
+    with OrbaxCheckpointStore("checkpoints/quick-start", max_to_keep=2) as store:
+        for step in range(5):
+            loss = train_step(model, optimizer, batch)
+            store.save(step, {"model": nnx.state(model)}, metrics={"loss": float(loss)})
+        latest = store.latest_step()
+        checkpoint = store.restore(latest, templates={"model": nnx.state(model)})
+        nnx.update(model, checkpoint.items["model"])
+        assert checkpoint.metadata.metrics["loss"] == float(loss)
+        assert store.list_steps() == [3, 4]
+
+
+def test_every_item_kind_round_trips(store_dir):
+    model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    items = {
+        "model": nnx.state(model),
+        "optimizer": nnx.state(optimizer),
+        "rng": jax.random.key(3),
+        "data_iterator": {"position": 17, "name": "shard-3", "fraction": 0.5, "order": [3, 1]},
+        "extensions": {"ema": jnp.arange(4.0), "counts": np.arange(3, dtype=np.int32)},
+    }
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, items, producer=Producer(name="artifex", version="1.0"), extra={"run": "a"})
+        bare = store.restore(1)
+        templated = store.restore(
+            1, templates={"model": nnx.state(model), "rng": jax.random.key(0)}
+        )
+    assert bare.items["data_iterator"] == {
+        "position": 17,
+        "name": "shard-3",
+        "fraction": 0.5,
+        "order": [3, 1],
+    }
+    np.testing.assert_array_equal(bare.items["extensions"]["counts"], np.arange(3))
+    key = templated.items["rng"]
+    assert jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    assert jax.random.key_data(key).tolist() == jax.random.key_data(jax.random.key(3)).tolist()
+    assert isinstance(templated.items["model"], nnx.State)
+    assert templated.metadata.producer == Producer(name="artifex", version="1.0")
+    assert templated.metadata.extra == {"run": "a"}
+    assert isinstance(templated, Checkpoint)
+
+
+def test_layout_is_format_version_1(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, {"model": {"w": np.ones(2, np.float32)}, "rng": jax.random.key(0)})
+    step = store_dir / "1"
+    record = json.loads((step / "metadata" / "metadata").read_text())
+    assert record["format"] == FORMAT_NAME
+    assert record["format_version"] == 1
+    assert record["items"] == ["model", "rng"]
+    assert json.loads((step / "dtypes" / "metadata").read_text()) == {
+        "model": {"w": "float32"},
+        "rng": {"": "uint32"},
+    }
+    assert (step / "_CHECKPOINT_METADATA").is_file()
+
+
+def test_strict_writes(store_dir):
+    items = {"model": {"w": np.zeros(2, np.float32)}}
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(5, items)
+        with pytest.raises(CheckpointNotWrittenError) as exists:
+            store.save(5, items)
+        assert (exists.value.reason, exists.value.step, exists.value.latest_step) == (
+            "exists",
+            5,
+            5,
+        )
+        with pytest.raises(CheckpointNotWrittenError) as below:
+            store.save(3, items)
+        assert below.value.reason == "below_latest"
+        store.save(5, {"model": {"w": np.ones(2, np.float32)}}, overwrite=True)
+        assert store.restore(5).items["model"]["w"].tolist() == [1.0, 1.0]
+        with pytest.raises(ValueError, match="step must be"):
+            store.save(-1, items)
+        with pytest.raises(ValueError, match="unknown checkpoint item"):
+            store.save(6, {"weights": 1})
+        with pytest.raises(ValueError, match="at least one item"):
+            store.save(6, {})
+        with pytest.raises(ValueError, match="reserved"):
+            store.save(6, items, extra={"step": 1})
+
+
+def test_missing_step_and_empty_store(store_dir):
+    store = OrbaxCheckpointStore(store_dir)
+    assert store.list_steps() == []
+    assert store.latest_step() is None
+    assert store.best_step("loss") is None
+    assert not store_dir.exists(), "nothing is written before the first save"
+    with pytest.raises(CheckpointNotFoundError) as error:
+        store.restore(3)
+    assert error.value.step == 3
+    assert error.value.directory == store_dir
+    with pytest.raises(CheckpointNotFoundError):
+        store.delete(3)
+    store.close()
+
+
+def test_empty_directory_is_refused():
+    with pytest.raises(ValueError, match="directory is empty"):
+        OrbaxCheckpointStore("  ")
+
+
+def test_template_mismatch_names_the_leaf(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, {"model": nnx.state(nnx.Linear(4, 4, rngs=nnx.Rngs(0)))})
+        with pytest.raises(ValueError, match="'bias/value' has shape"):
+            store.restore(1, templates={"model": nnx.state(nnx.Linear(4, 5, rngs=nnx.Rngs(0)))})
+        other = {"model": {"bias": {"value": jnp.zeros(4)}, "scale": {"value": jnp.zeros(4)}}}
+        with pytest.raises(ValueError, match="'scale/value' is not stored"):
+            store.restore(1, templates=other)
+        with pytest.raises(ValueError, match="does not hold"):
+            store.restore(1, templates={"optimizer": {}})
+
+
+def test_dtype_change_refused_before_reading_unless_cast(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, {"model": {"w": np.arange(3, dtype=np.int32)}})
+        with pytest.raises(CheckpointDtypeMismatchError) as error:
+            store.restore(1, templates={"model": {"w": jnp.zeros(3, jnp.float32)}})
+        (mismatch,) = error.value.mismatches
+        assert (mismatch.item, mismatch.leaf, mismatch.saved, mismatch.restored) == (
+            "model",
+            "w",
+            "int32",
+            "float32",
+        )
+        cast = store.restore(
+            1, templates={"model": {"w": jnp.zeros(3, jnp.float32)}}, cast_dtypes=True
+        )
+        assert cast.items["model"]["w"].dtype == jnp.float32
+        assert cast.items["model"]["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_untemplated_64_bit_narrowing_is_refused(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, {"model": {"w": np.arange(3, dtype=np.float64)}})
+        with pytest.raises(CheckpointDtypeMismatchError, match="x64"):
+            store.restore(1)
+        assert store.restore(1, cast_dtypes=True).items["model"]["w"].dtype == jnp.float32
+
+
+def test_other_format_is_unsupported(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, {"model": {"w": np.zeros(2)}})
+    path = store_dir / "1" / "metadata" / "metadata"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "format": "someone-else"}))
+    with OrbaxCheckpointStore(store_dir) as store, pytest.raises(UnsupportedCheckpointError):
+        store.restore(1)
+    path.write_text(json.dumps({**record, "format_version": 99}))
+    with (
+        OrbaxCheckpointStore(store_dir) as store,
+        pytest.raises(UnsupportedCheckpointError, match="newer"),
+    ):
+        store.read_metadata(1)
+
+
+def test_metadata_record_is_strict():
+    record = CheckpointMetadata(step=1, items=("model",), metrics={"loss": 1})
+    data = record.to_dict()
+    assert CheckpointMetadata.from_dict(data) == record
+    with pytest.raises(ValueError, match="Unexpected keyword"):
+        CheckpointMetadata.from_dict({**data, "unknown": 1})
+    with pytest.raises(UnsupportedCheckpointError, match="format None"):
+        CheckpointMetadata.from_dict({k: v for k, v in data.items() if k != "format"})
+    with pytest.raises(ValueError, match="unknown checkpoint item"):
+        CheckpointMetadata(step=1, items=("weights",))
+    assert Producer.from_dict({"name": "a", "version": "1"}) == Producer(name="a", version="1")
+
+
+def test_best_step_modes(store_dir):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        for step, acc in [(1, 0.5), (2, 0.9), (3, 0.7)]:
+            store.save(step, {"model": {"w": np.zeros(1)}}, metrics={"acc": acc, "loss": 1 - acc})
+        store.save(4, {"model": {"w": np.zeros(1)}})
+        assert store.best_step("acc", mode="max") == 2
+        assert store.best_step("loss") == 2
+        assert store.best_step("missing") is None
+        with pytest.raises(ValueError, match="mode"):
+            store.best_step("acc", mode="highest")  # type: ignore[arg-type]
+        store.delete(2)
+        assert store.best_step("acc", mode="max") == 3
+    with OrbaxCheckpointStore(store_dir) as reopened:
+        assert reopened.best_step("acc", mode="max") == 3
+
+
+def test_best_step_reads_no_step_metadata(store_dir, monkeypatch):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        for step in range(6):
+            store.save(step, {"rng": {"s": step}}, metrics={"loss": float(10 - step)})
+    import substrax.checkpoint._store as store_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("best_step read a step's metadata")
+
+    monkeypatch.setattr(store_module, "read_step", refuse)
+    with OrbaxCheckpointStore(store_dir) as reopened:
+        assert reopened.best_step("loss") == 5
+
+
+def test_index_is_reconciled_with_the_directory(store_dir):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        for step in range(3):
+            store.save(step, {"rng": {"s": step}}, metrics={"loss": float(step)})
+    (store_dir / "substrax_index.json").write_text("{not json")
+    import shutil
+
+    shutil.rmtree(store_dir / "0")
+    with OrbaxCheckpointStore(store_dir) as reopened:
+        assert reopened.list_steps() == [1, 2]
+        assert reopened.best_step("loss") == 1
+
+
+def test_restored_arrays_are_bit_exact(store_dir):
+    state = {
+        "w": jax.random.normal(jax.random.key(0), (16, 8)),
+        "i": jnp.arange(5, dtype=jnp.int32),
+    }
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(0, {"model": state})
+        restored = store.restore(0, templates={"model": state}).items["model"]
+    for name, value in state.items():
+        assert np.asarray(restored[name]).tobytes() == np.asarray(value).tobytes()
+
+
+def test_non_finite_metric_is_refused(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store, pytest.raises(ValueError, match="finite"):
+        store.save(1, {"model": {"w": np.zeros(2, np.float32)}}, metrics={"loss": float("nan")})
+
+
+def test_import_needs_no_flax_and_opening_initialises_no_backend(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import jax\n"
+        "from jax._src import xla_bridge\n"
+        "from substrax.checkpoint import OrbaxCheckpointStore\n"
+        f"store = OrbaxCheckpointStore({str(tmp_path / 's')!r})\n"
+        "store.list_steps(); store.best_step('loss')\n"
+        "assert not xla_bridge.backends_are_initialized(), 'backend initialised'\n"
+        "import sys\n"
+        "assert 'flax' not in sys.modules, 'flax imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_resolve_checkpoint_dir(tmp_path):
+    from substrax.checkpoint import resolve_checkpoint_dir
+
+    assert resolve_checkpoint_dir(None, tmp_path) == tmp_path / "checkpoints"
+    assert resolve_checkpoint_dir(tmp_path / "x", tmp_path) == tmp_path / "x"
+    assert not (tmp_path / "checkpoints").exists()
+    with pytest.raises(ValueError, match="neither"):
+        resolve_checkpoint_dir(None, None)
+
+
+def test_restore_only_some_items(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, {"model": {"w": np.ones(2, np.float32)}, "data_iterator": {"pos": 3}})
+        only = store.restore(1, items=["model"])
+        assert set(only.items) == {"model"}
+        with pytest.raises(ValueError, match="does not hold item"):
+            store.restore(1, items=["optimizer"])
