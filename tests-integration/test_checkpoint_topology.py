@@ -27,6 +27,8 @@ with OrbaxCheckpointStore(DIR) as store:
     store.save(3, {"model": {"w": w, "v": v}, "rng": jax.random.key(11)}, metrics={"loss": 0.5})
 """
 
+# The module-scoped fixture is costly: keep these tests on one xdist worker.
+pytestmark = pytest.mark.xdist_group("checkpoint_topology")
 RESTORE = """
 import json, jax, jax.numpy as jnp, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P, SingleDeviceSharding

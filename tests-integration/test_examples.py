@@ -8,6 +8,8 @@ from substrax.examples import discover_examples
 from substrax.testing import ExampleRun, run_example
 
 
+# The module-scoped fixture is costly: keep these tests on one xdist worker.
+pytestmark = pytest.mark.xdist_group("examples")
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = discover_examples(ROOT / "examples")
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 
+# The module-scoped fixture is costly: keep these tests on one xdist worker.
+pytestmark = pytest.mark.xdist_group("wheels")
 ROOT = Path(__file__).resolve().parents[1]
 
 WHEEL_MODULES = {

@@ -1,1 +1,49 @@
-"""substrax.tracking: experiment logging (console, files, tensorboard, w&b, mlflow) and training callbacks (not built yet)."""
+"""substrax.tracking: step-wise experiment logging to the console, files, TensorBoard, W&B and MLflow.
+
+Every logger has one surface (``log_scalar``, ``log_scalars``/``log_metrics``,
+``log_hyperparams``, ``log_text``, ``log_image``, ``log_histogram``, ``close``). The W&B and
+MLflow loggers send from a background thread, never stall the step, and keep what they could
+not deliver in a spool file (``python -m substrax.tracking replay SPOOL``). Importing this
+module imports neither jax nor any backend SDK.
+
+Example:
+    >>> import io, tempfile
+    >>> from substrax.tracking import create_logger
+    >>> logger = create_logger("demo", log_dir=tempfile.mkdtemp(), stream=io.StringIO())
+    >>> logger.log_hyperparams({"lr": 1e-3, "batch_size": 32})
+    >>> for step in range(3):
+    ...     logger.log_scalar("loss", 1.0 / (step + 1), step=step)
+    >>> logger.close()
+"""
+
+from ._base import Logger as Logger, LoggerClosedError as LoggerClosedError
+from ._console import ConsoleLogger as ConsoleLogger
+from ._factory import create_logger as create_logger
+from ._file import FileLogger as FileLogger
+from ._mlflow import MLFlowLogger as MLFlowLogger
+from ._multi import MultiLogger as MultiLogger
+from ._plot import plot_log_dir as plot_log_dir, read_scalars as read_scalars
+from ._process import current_process_index as current_process_index
+from ._remote import RemoteLogger as RemoteLogger
+from ._spool import ReplayResult as ReplayResult, replay_spool as replay_spool
+from ._tensorboard import TensorBoardLogger as TensorBoardLogger
+from ._wandb import WandbLogger as WandbLogger
+
+
+__all__ = [
+    "ConsoleLogger",
+    "FileLogger",
+    "Logger",
+    "LoggerClosedError",
+    "MLFlowLogger",
+    "MultiLogger",
+    "RemoteLogger",
+    "ReplayResult",
+    "TensorBoardLogger",
+    "WandbLogger",
+    "create_logger",
+    "current_process_index",
+    "plot_log_dir",
+    "read_scalars",
+    "replay_spool",
+]

@@ -1,0 +1,235 @@
+"""EarlyStoppingConfig and EarlyStoppingCallback: the early-stopping rule as a training callback."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from typing import Any
+
+from ._protocol import BaseCallback, Logs
+from ._tracker import EarlyStopping, PlateauMode, check_patience
+
+
+__all__ = ["EarlyStoppingCallback", "EarlyStoppingConfig", "MissingMetricError"]
+
+_log = logging.getLogger("substrax.callbacks")
+
+
+class MissingMetricError(KeyError):
+    """A callback's monitored metric is not in the logs it was given.
+
+    Attributes:
+        monitor: the metric the callback watches.
+        available: the keys the logs did hold.
+    """
+
+    def __init__(self, monitor: str, available: tuple[str, ...], hook: str) -> None:
+        self.monitor = monitor
+        self.available = available
+        self.hook = hook
+        super().__init__(monitor)
+
+    def __str__(self) -> str:
+        return (
+            f"monitored metric {self.monitor!r} is not in the logs passed to {self.hook} "
+            f"(they hold {list(self.available)}); log it there, change `monitor`, or pass "
+            "strict=False to skip updates without it"
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EarlyStoppingConfig:
+    """What :class:`EarlyStoppingCallback` watches and when it stops.
+
+    Attributes:
+        monitor: the metric name in the logs.
+        min_delta: how much better a value must be to count as an improvement (>= 0).
+        patience: how many checks in a row without improvement stop training (>= 1).
+        mode: ``"min"`` or ``"max"``.
+        check_finite: stop at once on a NaN or infinite value.
+        stopping_threshold: stop at once when the value reaches it (good enough).
+        divergence_threshold: stop at once when the value is worse than it (diverged).
+        strict: raise :class:`MissingMetricError` when the logs lack ``monitor``;
+            with ``False`` such a check is skipped.
+        check_on_epoch_end: check in ``on_epoch_end``.
+        check_on_validation_end: check in ``on_validation_end``.
+        verbose: log (``logging``, logger ``substrax.callbacks``) why training stopped.
+
+    Example:
+        >>> EarlyStoppingConfig(monitor="val_acc", mode="max", patience=3).mode
+        <PlateauMode.MAX: 'max'>
+    """
+
+    monitor: str = "val_loss"
+    min_delta: float = 0.0
+    patience: int = 10
+    mode: PlateauMode = PlateauMode.MIN
+    check_finite: bool = True
+    stopping_threshold: float | None = None
+    divergence_threshold: float | None = None
+    strict: bool = True
+    check_on_epoch_end: bool = True
+    check_on_validation_end: bool = False
+    verbose: bool = False
+
+    def __post_init__(self) -> None:
+        monitor: object = self.monitor
+        if not isinstance(monitor, str) or not monitor:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"monitor={self.monitor!r} must be a non-empty metric name")
+        check_patience(self.patience)
+        if not self.min_delta >= 0.0:
+            raise ValueError(f"min_delta={self.min_delta!r} must be >= 0")
+        try:
+            object.__setattr__(self, "mode", PlateauMode(self.mode))
+        except ValueError:
+            raise ValueError(f"mode={self.mode!r} is not one of 'min' or 'max'") from None
+        for name in ("stopping_threshold", "divergence_threshold"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name}={value!r} must be a finite number or None")
+        if not (self.check_on_epoch_end or self.check_on_validation_end):
+            raise ValueError(
+                "check_on_epoch_end and check_on_validation_end are both False, so the callback "
+                "would never check; enable one of them"
+            )
+
+
+class EarlyStoppingCallback(BaseCallback):
+    """Early stopping as a training callback: it sets ``should_stop``, the trainer stops.
+
+    Args:
+        config: what to watch and when to stop; defaults to ``EarlyStoppingConfig()``.
+
+    Example:
+        >>> callback = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=2))
+        >>> for epoch, loss in enumerate([1.0, 0.9, 0.95, 0.97]):
+        ...     callback.on_epoch_end(None, epoch, {"loss": loss})
+        >>> callback.should_stop, callback.stopped_epoch, callback.best_score
+        (True, 3, 0.9)
+    """
+
+    __slots__ = ("_config", "_epoch", "_stop_reason", "_stopped_epoch", "_stopper")
+
+    def __init__(self, config: EarlyStoppingConfig | None = None) -> None:
+        self._config = config if config is not None else EarlyStoppingConfig()
+        self._stopper = EarlyStopping(
+            patience=self._config.patience, min_delta=self._config.min_delta, mode=self._config.mode
+        )
+        self._stopped_epoch: int | None = None
+        self._stop_reason: str | None = None
+        self._epoch = 0
+
+    @property
+    def config(self) -> EarlyStoppingConfig:
+        """The configuration."""
+        return self._config
+
+    @property
+    def wait_count(self) -> int:
+        """How many checks in a row have not improved."""
+        return self._stopper.num_bad_epochs
+
+    @property
+    def best_score(self) -> float | None:
+        """The best value so far, or None before the first finite one."""
+        best = self._stopper.best
+        return None if math.isinf(best) else best
+
+    @property
+    def stopped_epoch(self) -> int | None:
+        """The epoch at which stopping was decided, or None."""
+        return self._stopped_epoch
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why training should stop (patience, threshold, divergence, non-finite), or None."""
+        return self._stop_reason
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether the trainer should stop."""
+        return self._stop_reason is not None
+
+    def on_epoch_begin(self, _trainer: object, epoch: int, /) -> None:
+        """Remember the epoch, for checks made at validation end."""
+        self._epoch = epoch
+
+    def on_epoch_end(self, _trainer: object, epoch: int, logs: Logs, /) -> None:
+        """Check the monitored metric if ``check_on_epoch_end``."""
+        self._epoch = epoch
+        if self._config.check_on_epoch_end:
+            self._check(epoch, logs, "on_epoch_end")
+
+    def on_validation_end(self, _trainer: object, logs: Logs, /) -> None:
+        """Check the monitored metric if ``check_on_validation_end``."""
+        if self._config.check_on_validation_end:
+            self._check(self._epoch, logs, "on_validation_end")
+
+    def _check(self, epoch: int, logs: Logs, hook: str) -> None:
+        config = self._config
+        if config.monitor not in logs:
+            if config.strict:
+                raise MissingMetricError(config.monitor, tuple(logs), hook)
+            return
+        if self.should_stop:
+            return
+        value = float(logs[config.monitor])
+        minimize = config.mode is PlateauMode.MIN
+        reason: str | None = None
+        if config.check_finite and not math.isfinite(value):
+            reason = f"{config.monitor}={value} is not finite"
+        elif config.stopping_threshold is not None and (
+            value <= config.stopping_threshold if minimize else value >= config.stopping_threshold
+        ):
+            reason = (
+                f"{config.monitor}={value} reached stopping_threshold={config.stopping_threshold}"
+            )
+        elif config.divergence_threshold is not None and (
+            value > config.divergence_threshold if minimize else value < config.divergence_threshold
+        ):
+            reason = (
+                f"{config.monitor}={value} diverged past "
+                f"divergence_threshold={config.divergence_threshold}"
+            )
+        else:
+            self._stopper.update(value)
+            if self._stopper.should_stop:
+                reason = (
+                    f"{config.monitor} did not improve by more than {config.min_delta} in "
+                    f"{config.patience} checks; best {self._stopper.best}"
+                )
+        if reason is not None:
+            self._stop_reason = reason
+            self._stopped_epoch = epoch
+            if config.verbose:
+                _log.info("early stopping at epoch %d: %s", epoch, reason)
+
+    def get_state(self) -> dict[str, Any]:
+        """The state to checkpoint: ``{"stopper", "stopped_epoch", "stop_reason"}``."""
+        return {
+            "stopper": self._stopper.get_state(),
+            "stopped_epoch": self._stopped_epoch,
+            "stop_reason": self._stop_reason,
+        }
+
+    def set_state(self, state: dict[str, Any], /) -> None:
+        """Restore a state from :meth:`get_state` (``stop_reason`` may be absent).
+
+        Raises:
+            ValueError: keys are missing or unknown.
+        """
+        required, optional = {"stopper", "stopped_epoch"}, {"stop_reason"}
+        keys = set(state)
+        if not required <= keys or keys - required - optional:
+            raise ValueError(
+                f"EarlyStoppingCallback state needs the keys {sorted(required)} (and optionally "
+                f"'stop_reason'); got {sorted(keys)}"
+            )
+        self._stopper.set_state(state["stopper"])
+        stopped = state["stopped_epoch"]
+        self._stopped_epoch = None if stopped is None else int(stopped)
+        reason = state.get("stop_reason")
+        if reason is None and self._stopped_epoch is not None:
+            reason = "restored from a state saved after stopping"
+        self._stop_reason = reason

@@ -1,0 +1,121 @@
+"""LossSpikeDetector: notice a loss that jumps far above its recent values."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from ._protocol import BaseCallback, Logs
+
+
+__all__ = ["LossSpike", "LossSpikeDetector"]
+
+_log = logging.getLogger("substrax.callbacks")
+_MIN_WINDOW = 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LossSpike:
+    """One detected spike.
+
+    Attributes:
+        batch: the step index passed to ``on_batch_end``.
+        value: the spiking value.
+        mean: the mean of the recent window it was compared with.
+        std: the standard deviation of that window.
+    """
+
+    batch: int
+    value: float
+    mean: float
+    std: float
+
+
+class LossSpikeDetector(BaseCallback):
+    """Flag steps whose ``monitor`` value is more than ``threshold`` standard deviations above the recent mean.
+
+    The recent window holds the last ``window`` non-spiking values; nothing is flagged until
+    ``warmup`` values have been seen. A NaN or infinite value is always a spike. Spikes are kept
+    in :attr:`spikes`, logged at WARNING on logger ``substrax.callbacks``, and passed to
+    ``on_spike``; after ``max_spikes`` spikes :attr:`should_stop` turns true.
+
+    Args:
+        monitor: the metric name in the batch-end logs.
+        window: how many recent values to compare with (>= 2).
+        threshold: the number of standard deviations that counts as a spike (> 0).
+        warmup: values to see before flagging (>= 2, <= window).
+        min_std_fraction: a floor on the deviation, as a fraction of the mean's magnitude,
+            so that a perfectly flat loss does not flag tiny wiggles.
+        max_spikes: spikes after which ``should_stop`` is true; None never.
+        on_spike: called with each :class:`LossSpike`.
+
+    Example:
+        >>> detector = LossSpikeDetector(window=10, warmup=5, threshold=4.0)
+        >>> for step, loss in enumerate([1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 9.0, 1.0]):
+        ...     detector.on_batch_end(None, step, {"loss": loss})
+        >>> [spike.batch for spike in detector.spikes]
+        [6]
+    """
+
+    def __init__(
+        self,
+        *,
+        monitor: str = "loss",
+        window: int = 100,
+        threshold: float = 6.0,
+        warmup: int = 10,
+        min_std_fraction: float = 0.01,
+        max_spikes: int | None = None,
+        on_spike: Callable[[LossSpike], Any] | None = None,
+    ) -> None:
+        if window < _MIN_WINDOW:
+            raise ValueError(f"window={window!r} must be >= 2")
+        if not _MIN_WINDOW <= warmup <= window:
+            raise ValueError(f"warmup={warmup!r} must be between 2 and window={window}")
+        if not threshold > 0:
+            raise ValueError(f"threshold={threshold!r} must be > 0")
+        if max_spikes is not None and max_spikes < 1:
+            raise ValueError(f"max_spikes={max_spikes!r} must be >= 1 or None")
+        self.monitor = monitor
+        self.threshold = float(threshold)
+        self.warmup = warmup
+        self.min_std_fraction = float(min_std_fraction)
+        self.max_spikes = max_spikes
+        self.on_spike = on_spike
+        self.spikes: list[LossSpike] = []
+        self._recent: deque[float] = deque(maxlen=window)
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether ``max_spikes`` spikes have been seen."""
+        return self.max_spikes is not None and len(self.spikes) >= self.max_spikes
+
+    def on_batch_end(self, _trainer: object, batch: int, logs: Logs, /) -> None:
+        """Compare the step's value with the recent window."""
+        if self.monitor not in logs:
+            return
+        value = float(logs[self.monitor])
+        if len(self._recent) >= self.warmup or not math.isfinite(value):
+            mean = statistics.fmean(self._recent) if self._recent else math.nan
+            std = statistics.pstdev(self._recent) if len(self._recent) > 1 else 0.0
+            floor = self.min_std_fraction * abs(mean) if math.isfinite(mean) else 0.0
+            if not math.isfinite(value) or value - mean > self.threshold * max(std, floor, 1e-12):
+                spike = LossSpike(batch=batch, value=value, mean=mean, std=std)
+                self.spikes.append(spike)
+                _log.warning(
+                    "%s spiked at step %d: %g against a recent mean %g (std %g)",
+                    self.monitor,
+                    batch,
+                    value,
+                    mean,
+                    std,
+                )
+                if self.on_spike is not None:
+                    self.on_spike(spike)
+                return
+        self._recent.append(value)

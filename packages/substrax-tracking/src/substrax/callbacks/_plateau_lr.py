@@ -1,0 +1,240 @@
+"""ReduceLROnPlateauCallback: scale the learning rate down when a metric stops improving."""
+
+# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ._early_stopping import MissingMetricError
+from ._protocol import BaseCallback, Logs
+from ._tracker import BestMetricTracker, PlateauMode, check_patience
+
+
+__all__ = ["NoLearningRateFoundError", "ReduceLROnPlateauCallback"]
+
+_log = logging.getLogger("substrax.callbacks")
+
+
+class NoLearningRateFoundError(LookupError):
+    """The optimizer state holds neither a ``reduce_on_plateau`` scale nor the hyperparameter.
+
+    Attributes:
+        hyperparam: the injected hyperparameter name that was looked for.
+    """
+
+    def __init__(self, hyperparam: str) -> None:
+        self.hyperparam = hyperparam
+        super().__init__(
+            "the optimizer state holds no `optax.contrib.reduce_on_plateau` state and no "
+            f"`optax.inject_hyperparams` hyperparameter {hyperparam!r}; chain "
+            "reduce_on_plateau into the transformation or wrap it in inject_hyperparams"
+        )
+
+
+def _is_plateau_state(node: object) -> bool:
+    fields = getattr(type(node), "_fields", None)
+    return (
+        isinstance(node, tuple)
+        and fields is not None
+        and "scale" in fields
+        and "plateau_count" in fields
+    )
+
+
+def _set(leaf: Any, value: float) -> Any:
+    """Return ``leaf`` set to ``value``: in place for a mutable variable, else a new array."""
+    if _is_variable(leaf):  # a flax nnx Variable: set in place
+        leaf.set_value(_like(leaf.get_value(), value))
+        return leaf
+    return _like(leaf, value)
+
+
+def _like(old: Any, value: float) -> Any:
+    dtype = getattr(old, "dtype", None)
+    if dtype is None:
+        return value
+    import jax.numpy as jnp  # noqa: PLC0415  (only reached with a jax optimizer state)
+
+    return jnp.asarray(value, dtype=dtype)
+
+
+def _get(leaf: Any) -> float:
+    return float(leaf.get_value() if _is_variable(leaf) else leaf)
+
+
+def _is_variable(leaf: Any) -> bool:
+    return callable(getattr(leaf, "get_value", None)) and callable(getattr(leaf, "set_value", None))
+
+
+class ReduceLROnPlateauCallback(BaseCallback):
+    """Multiply the learning rate by ``factor`` when ``monitor`` has not improved for ``patience`` checks.
+
+    It drives one of two optimizer states, found by their structure (optax is not imported):
+
+    * ``optax.contrib.reduce_on_plateau`` chained into the transformation: its ``scale`` is set
+      (build it with a large ``patience`` so the transformation does not also act on its own);
+    * ``optax.inject_hyperparams``: ``hyperparams[hyperparam]`` is set to ``base * scale``.
+
+    With a flax ``nnx.Optimizer`` (passed as ``optimizer=`` or found as ``trainer.optimizer``)
+    the state is changed in place; for a plain optax state call :meth:`apply`.
+
+    Args:
+        monitor: the metric name in the epoch-end logs.
+        factor: the multiplier on each plateau, in (0, 1).
+        patience: checks without improvement before reducing (>= 1).
+        min_delta: the improvement margin.
+        mode: ``"min"`` or ``"max"``.
+        cooldown: checks to wait after a reduction before counting again.
+        min_scale: the smallest scale.
+        hyperparam: the injected hyperparameter to drive.
+        optimizer: an object with ``opt_state``; else ``trainer.optimizer`` is used if present.
+        strict: raise :class:`MissingMetricError` when ``monitor`` is absent.
+
+    Example:
+        >>> callback = ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1)
+        >>> for epoch, loss in enumerate([1.0, 1.0, 1.0]):
+        ...     callback.on_epoch_end(None, epoch, {"loss": loss})
+        >>> callback.scale
+        0.25
+    """
+
+    def __init__(
+        self,
+        *,
+        monitor: str = "val_loss",
+        factor: float = 0.1,
+        patience: int = 10,
+        min_delta: float = 0.0,
+        mode: PlateauMode | str = PlateauMode.MIN,
+        cooldown: int = 0,
+        min_scale: float = 0.0,
+        hyperparam: str = "learning_rate",
+        optimizer: Any = None,
+        strict: bool = True,
+    ) -> None:
+        if not 0.0 < factor < 1.0:
+            raise ValueError(f"factor={factor!r} must be in (0, 1)")
+        check_patience(patience)
+        if cooldown < 0:
+            raise ValueError(f"cooldown={cooldown!r} must be >= 0")
+        if not 0.0 <= min_scale <= 1.0:
+            raise ValueError(f"min_scale={min_scale!r} must be in [0, 1]")
+        self.monitor = monitor
+        self.factor = float(factor)
+        self.patience = patience
+        self.cooldown = cooldown
+        self.min_scale = float(min_scale)
+        self.hyperparam = hyperparam
+        self.optimizer = optimizer
+        self.strict = strict
+        self._tracker = BestMetricTracker(mode=mode, min_delta=min_delta)
+        self._scale = 1.0
+        self._cooldown_left = 0
+        self._base_lr: float | None = None
+
+    @property
+    def scale(self) -> float:
+        """The current multiplier on the learning rate (1.0 before any plateau)."""
+        return self._scale
+
+    def on_epoch_end(self, trainer: object, epoch: int, logs: Logs, /) -> None:
+        """Register the metric, reduce the scale on a plateau, and write it into the optimizer."""
+        if self.monitor not in logs:
+            if self.strict:
+                raise MissingMetricError(self.monitor, tuple(logs), "on_epoch_end")
+            return
+        value = float(logs[self.monitor])
+        if self._cooldown_left > 0:
+            self._cooldown_left -= 1
+            self._tracker.register(value)
+            if self._tracker.num_bad_epochs:
+                self._tracker.set_state({"best": self._tracker.best, "num_bad_epochs": 0})
+            return
+        self._tracker.register(value)
+        if self._tracker.num_bad_epochs >= self.patience or not math.isfinite(value):
+            new_scale = max(self._scale * self.factor, self.min_scale)
+            if new_scale < self._scale:
+                _log.info(
+                    "%s plateaued at epoch %d: learning-rate scale %g -> %g",
+                    self.monitor,
+                    epoch,
+                    self._scale,
+                    new_scale,
+                )
+            self._scale = new_scale
+            self._cooldown_left = self.cooldown
+            self._tracker.set_state({"best": self._tracker.best, "num_bad_epochs": 0})
+        optimizer = (
+            self.optimizer if self.optimizer is not None else getattr(trainer, "optimizer", None)
+        )
+        if optimizer is not None and hasattr(optimizer, "opt_state"):
+            self.apply(optimizer.opt_state)
+
+    def apply(self, opt_state: Any) -> Any:
+        """Write the current scale into ``opt_state``; return the (possibly new) state.
+
+        Raises:
+            NoLearningRateFoundError: the state holds neither kind of learning-rate knob.
+        """
+        found = False
+
+        def visit(node: Any) -> Any:  # noqa: PLR0911  (one return per kind of node)
+            nonlocal found
+            if _is_plateau_state(node):
+                found = True
+                return node._replace(scale=_set(node.scale, self._scale))
+            hyperparams = getattr(node, "hyperparams", None)
+            if isinstance(hyperparams, Mapping) and self.hyperparam in hyperparams:
+                found = True
+                leaf = hyperparams[self.hyperparam]
+                if self._base_lr is None:
+                    self._base_lr = _get(leaf)
+                new_leaf = _set(leaf, self._base_lr * self._scale)
+                if isinstance(hyperparams, dict):
+                    hyperparams[self.hyperparam] = new_leaf
+                return node
+            if isinstance(node, tuple) and hasattr(type(node), "_fields"):
+                return type(node)(*(visit(child) for child in node))
+            if isinstance(node, tuple | list):
+                return type(node)(visit(child) for child in node)
+            if isinstance(node, dict):
+                return {key: visit(child) for key, child in node.items()}
+            if isinstance(node, Mapping):  # e.g. nnx.State: mutate children in place
+                for child in node.values():
+                    visit(child)
+                return node
+            return node
+
+        result = visit(opt_state)
+        if not found:
+            raise NoLearningRateFoundError(self.hyperparam)
+        return result
+
+    def get_state(self) -> dict[str, Any]:
+        """The state to checkpoint."""
+        return {
+            "tracker": self._tracker.get_state(),
+            "scale": self._scale,
+            "cooldown_left": self._cooldown_left,
+            "base_lr": self._base_lr,
+        }
+
+    def set_state(self, state: dict[str, Any], /) -> None:
+        """Restore a state from :meth:`get_state`.
+
+        Raises:
+            ValueError: keys are missing or unknown.
+        """
+        expected = {"tracker", "scale", "cooldown_left", "base_lr"}
+        if set(state) != expected:
+            raise ValueError(
+                f"ReduceLROnPlateauCallback state needs exactly {sorted(expected)}; got {sorted(state)}"
+            )
+        self._tracker.set_state(state["tracker"])
+        self._scale = float(state["scale"])
+        self._cooldown_left = int(state["cooldown_left"])
+        self._base_lr = None if state["base_lr"] is None else float(state["base_lr"])

@@ -1,0 +1,96 @@
+"""ProgressCallback: a rich progress bar with steps per second, ETA and the latest metrics."""
+
+# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._protocol import BaseCallback, Logs
+
+
+__all__ = ["ProgressCallback"]
+
+
+class ProgressCallback(BaseCallback):
+    """Show training progress as a `rich <https://rich.readthedocs.io>`_ progress bar.
+
+    The bar shows steps done, steps per second, elapsed time, the ETA (when ``total_steps`` is
+    known) and the latest values of ``metrics`` from ``on_batch_end``.
+
+    Args:
+        total_steps: the number of steps, for the bar and the ETA; None for an open-ended bar.
+        metrics: the log keys to show beside the bar.
+        console: a ``rich.console.Console`` to draw on; default: rich's own.
+        description: the text before the bar.
+
+    Raises:
+        ImportError: rich is not installed.
+
+    Example:
+        >>> import io
+        >>> from rich.console import Console
+        >>> progress = ProgressCallback(total_steps=2, console=Console(file=io.StringIO()))
+        >>> progress.on_train_begin(None)
+        >>> for step in range(2):
+        ...     progress.on_batch_end(None, step, {"loss": 0.5})
+        >>> progress.on_train_end(None)
+        >>> progress.steps
+        2
+    """
+
+    def __init__(
+        self,
+        *,
+        total_steps: int | None = None,
+        metrics: Sequence[str] = ("loss",),
+        console: Any = None,
+        description: str = "training",
+    ) -> None:
+        try:
+            from rich import progress as rich_progress  # noqa: PLC0415
+        except ImportError as error:
+            raise ImportError(
+                "ProgressCallback needs rich; install it with `uv add 'substrax-tracking[rich]'`"
+            ) from error
+        if total_steps is not None and total_steps < 0:
+            raise ValueError(f"total_steps={total_steps!r} must be >= 0 or None")
+        self.total_steps = total_steps
+        self.metrics = tuple(metrics)
+        self.steps = 0
+        self._description = description
+        self._progress = rich_progress.Progress(
+            rich_progress.TextColumn("[bold]{task.description}"),
+            rich_progress.BarColumn(),
+            rich_progress.MofNCompleteColumn(),
+            rich_progress.TextColumn("{task.fields[rate]}"),
+            rich_progress.TimeElapsedColumn(),
+            rich_progress.TimeRemainingColumn(),
+            rich_progress.TextColumn("{task.fields[metrics]}"),
+            console=console,
+            transient=False,
+        )
+        self._task: Any = None  # a rich TaskID once started
+
+    def on_train_begin(self, _trainer: object, /) -> None:
+        """Start the bar."""
+        self._progress.start()
+        self._task = self._progress.add_task(
+            self._description, total=self.total_steps, rate="", metrics=""
+        )
+
+    def on_batch_end(self, trainer: object, _batch: int, logs: Logs, /) -> None:
+        """Advance the bar by one step and show the latest metrics."""
+        if self._task is None:
+            self.on_train_begin(trainer)
+        self.steps += 1
+        shown = "  ".join(f"{key}={float(logs[key]):.4g}" for key in self.metrics if key in logs)
+        task = self._progress.tasks[0]
+        speed = task.speed
+        rate = f"{speed:.1f} steps/s" if speed else ""
+        self._progress.update(task.id, advance=1, rate=rate, metrics=shown)
+
+    def on_train_end(self, _trainer: object, /) -> None:
+        """Stop the bar, leaving its last state on screen."""
+        self._progress.stop()

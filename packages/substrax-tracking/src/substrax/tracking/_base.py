@@ -1,0 +1,245 @@
+"""Logger: the one surface every tracking backend offers."""
+
+# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+
+from __future__ import annotations
+
+import abc
+import math
+import numbers
+import re
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from ._process import current_process_index
+
+
+__all__ = ["Logger", "LoggerClosedError", "as_scalar", "histogram_summary", "safe_name"]
+
+_GRAY, _COLOR = 2, 3
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+
+
+class LoggerClosedError(RuntimeError):
+    """A logger was used after :meth:`Logger.close`.
+
+    Attributes:
+        logger_name: the logger's name.
+    """
+
+    def __init__(self, logger_name: str) -> None:
+        self.logger_name = logger_name
+        super().__init__(f"logger {logger_name!r} is closed; create a new one to log again")
+
+
+def safe_name(name: str) -> str:
+    """``name`` made safe for a file name (``train/loss`` -> ``train_loss``).
+
+    Example:
+        >>> safe_name("train/loss")
+        'train_loss'
+    """
+    return _UNSAFE.sub("_", name).strip("_") or "_"
+
+
+def as_scalar(name: str, value: Any) -> float:
+    """``value`` as a float: Python and numpy numbers, 0-d and 1-element arrays.
+
+    Raises:
+        TypeError: ``value`` is not a number (a string, a bool, an array of several values).
+
+    Example:
+        >>> as_scalar("loss", 3)
+        3.0
+    """
+    if isinstance(value, float):
+        return value
+    if isinstance(value, bool | str | bytes) or value is None:
+        raise TypeError(f"scalar {name!r} must be a number, got {type(value).__name__} {value!r}")
+    if isinstance(value, numbers.Real):
+        return float(value)
+    size = getattr(value, "size", None)
+    if size == 1:
+        return float(value)
+    raise TypeError(
+        f"scalar {name!r} must be a number or a one-element array, got {type(value).__name__}"
+        + (f" of size {size}" if size is not None else "")
+        + "; log arrays with log_histogram or log_image"
+    )
+
+
+class Logger(abc.ABC):
+    """The logging surface shared by every backend.
+
+    Subclasses implement the ``_write_*`` methods; the public methods check that the logger
+    is open and that this process logs (only process 0, unless ``all_processes``).
+
+    Args:
+        name: the run or logger name.
+        process_index: this process's index; default: see :func:`current_process_index`.
+        all_processes: log on every process, not only process 0.
+
+    Example:
+        >>> from substrax.tracking import ConsoleLogger
+        >>> import io
+        >>> with ConsoleLogger("demo", stream=io.StringIO()) as logger:
+        ...     logger.log_scalar("loss", 0.5, step=1)
+    """
+
+    def __init__(
+        self, name: str, *, process_index: int | None = None, all_processes: bool = False
+    ) -> None:
+        checked: object = name
+        if not isinstance(checked, str) or not checked:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"name={name!r} must be a non-empty string")
+        self.name = name
+        self.process_index = current_process_index(process_index)
+        self.active = all_processes or self.process_index == 0
+        self.closed = False
+
+    # --- the public surface -------------------------------------------------------------
+    def log_scalar(self, name: str, value: Any, step: int | None = None) -> None:
+        """Log one scalar ``value`` under ``name`` at ``step``."""
+        self.log_scalars({name: value}, step)
+
+    def log_scalars(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Log several scalars at ``step``."""
+        if self.closed:
+            raise LoggerClosedError(self.name)
+        if self.active:
+            self._write_scalars(metrics, step)
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Alias of :meth:`log_scalars` (Lightning's name)."""
+        self.log_scalars(metrics, step)
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """Log the run's hyperparameters (merged with those logged before)."""
+        if self.closed:
+            raise LoggerClosedError(self.name)
+        checked: object = params
+        if not isinstance(checked, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"hyperparameters must be a mapping of names to values, got {type(params).__name__}"
+            )
+        if self.active:
+            self._write_hyperparams(params)
+
+    def log_text(self, name: str, text: str, step: int | None = None) -> None:
+        """Log a piece of text."""
+        if self.closed:
+            raise LoggerClosedError(self.name)
+        checked: object = text
+        if not isinstance(checked, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"text {name!r} must be a str, got {type(text).__name__}")
+        if self.active:
+            self._write_text(name, text, step)
+
+    def log_image(self, name: str, image: Any, step: int | None = None) -> None:
+        """Log an image: an ``(H, W)``, ``(H, W, 3)`` or ``(H, W, 4)`` array, or a list of them."""
+        if self.closed:
+            raise LoggerClosedError(self.name)
+        if self.active:
+            images = (
+                list(image)
+                if isinstance(image, Sequence) and not hasattr(image, "shape")
+                else [image]
+            )
+            for one in images:
+                _check_image(name, one)
+            self._write_images(name, images, step)
+
+    def log_histogram(self, name: str, values: Any, step: int | None = None) -> None:
+        """Log the distribution of ``values`` (any array-like of numbers)."""
+        if self.closed:
+            raise LoggerClosedError(self.name)
+        if self.active:
+            self._write_histogram(name, values, step)
+
+    def flush(self) -> None:  # noqa: B027  (optional for a backend)
+        """Write out whatever is buffered."""
+
+    def close(self) -> None:
+        """Flush and release the backend; later calls raise :class:`LoggerClosedError`."""
+        if not self.closed:
+            self.closed = True
+            if self.active:
+                self._close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+    # --- what a backend implements ------------------------------------------------------
+    @abc.abstractmethod
+    def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None: ...
+
+    @abc.abstractmethod
+    def _write_hyperparams(self, params: Mapping[str, Any]) -> None: ...
+
+    @abc.abstractmethod
+    def _write_text(self, name: str, text: str, step: int | None) -> None: ...
+
+    @abc.abstractmethod
+    def _write_images(self, name: str, images: list[Any], step: int | None) -> None: ...
+
+    @abc.abstractmethod
+    def _write_histogram(self, name: str, values: Any, step: int | None) -> None: ...
+
+    def _close(self) -> None:  # noqa: B027  (optional for a backend)
+        """Release the backend (called once, on the logging process)."""
+
+
+def _check_image(name: str, image: Any) -> None:
+    shape = getattr(image, "shape", None)
+    if shape is None:
+        raise TypeError(f"image {name!r} must be an array (H, W[, C]), got {type(image).__name__}")
+    ok = len(shape) == _GRAY or (len(shape) == _COLOR and shape[-1] in (1, 3, 4))
+    if not ok:
+        raise ValueError(
+            f"image {name!r} has shape {tuple(shape)}; expected (H, W), (H, W, 1), (H, W, 3) or (H, W, 4)"
+        )
+
+
+def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
+    """Counts, bin edges and summary statistics of ``values`` (numpy), JSON-ready.
+
+    Example:
+        >>> histogram_summary([1.0, 2.0, 3.0], bins=2)["count"]
+        3
+    """
+    import numpy as np  # noqa: PLC0415
+
+    array = np.asarray(values, dtype=np.float64).ravel()
+    finite = array[np.isfinite(array)]
+    if finite.size == 0:
+        return {
+            "count": int(array.size),
+            "min": math.nan,
+            "max": math.nan,
+            "mean": math.nan,
+            "std": math.nan,
+            "counts": [],
+            "edges": [],
+        }
+    counts, edges = np.histogram(finite, bins=bins)
+    return {
+        "count": int(array.size),
+        "min": float(finite.min()),
+        "max": float(finite.max()),
+        "mean": float(finite.mean()),
+        "std": float(finite.std()),
+        "counts": counts.tolist(),
+        "edges": edges.tolist(),
+    }

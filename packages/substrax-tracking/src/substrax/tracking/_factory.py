@@ -1,0 +1,91 @@
+"""create_logger: console output plus a file log, in the run's output directory."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TextIO
+
+from ._base import Logger
+from ._console import ConsoleLogger
+from ._file import FileLogger
+from ._multi import MultiLogger
+from ._paths import resolve_log_dir
+
+
+__all__ = ["create_logger"]
+
+
+def create_logger(
+    name: str,
+    log_dir: str | os.PathLike[str] | None = None,
+    *,
+    log_to_file: bool = True,
+    console: bool = True,
+    tensorboard: bool = False,
+    level: int = logging.INFO,
+    stream: TextIO | None = None,
+    process_index: int | None = None,
+    all_processes: bool = False,
+) -> Logger:
+    """A logger that prints to the console and writes a :class:`FileLogger` log.
+
+    Args:
+        name: the run name.
+        log_dir: the directory of the file log; default ``resolve_output_dir(name)``
+            (``$AVITAI_OUTPUT_DIR/<name>`` or a per-run temporary directory, never the CWD).
+        log_to_file: write the file log.
+        console: print to the console.
+        tensorboard: also write TensorBoard event files into ``log_dir`` (needs the
+            ``tensorboard`` extra).
+        level: the console level (above ``INFO`` the console prints nothing).
+        stream: the console stream; default stdout.
+        process_index: this process's index (see :func:`current_process_index`).
+        all_processes: log on every process, not only process 0.
+
+    Returns:
+        One logger, or a :class:`MultiLogger` of several.
+
+    Example:
+        >>> import io, tempfile
+        >>> logger = create_logger("demo", log_dir=tempfile.mkdtemp(), stream=io.StringIO())
+        >>> logger.log_hyperparams({"lr": 1e-3, "batch_size": 32})
+        >>> for step in range(3):
+        ...     logger.log_scalar("loss", 1.0 / (step + 1), step=step)
+        >>> logger.close()
+    """
+    loggers: list[Logger] = []
+    if console:
+        loggers.append(
+            ConsoleLogger(
+                name,
+                stream=stream,
+                level=level,
+                process_index=process_index,
+                all_processes=all_processes,
+            )
+        )
+    if log_to_file or tensorboard:
+        directory = resolve_log_dir(name, log_dir)
+        if log_to_file:
+            loggers.append(
+                FileLogger(
+                    name, directory, process_index=process_index, all_processes=all_processes
+                )
+            )
+        if tensorboard:
+            from ._tensorboard import TensorBoardLogger  # noqa: PLC0415
+
+            loggers.append(
+                TensorBoardLogger(
+                    name,
+                    directory / "tensorboard",
+                    process_index=process_index,
+                    all_processes=all_processes,
+                )
+            )
+    if not loggers:
+        raise ValueError(
+            "create_logger with console=False, log_to_file=False and tensorboard=False logs nowhere"
+        )
+    return loggers[0] if len(loggers) == 1 else MultiLogger(loggers, name=name)

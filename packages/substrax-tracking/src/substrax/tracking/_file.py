@@ -1,0 +1,218 @@
+"""FileLogger: metrics as JSONL and CSV, hyperparameters as JSON, text, images and histograms."""
+
+# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from ._base import Logger, LoggerClosedError, as_scalar, histogram_summary, safe_name
+from ._media import save_image
+
+
+__all__ = ["FileLogger", "json_ready"]
+
+_log = logging.getLogger("substrax.tracking")
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` as JSON data: numbers, strings, bools, None, lists and dicts; anything else as ``str``.
+
+    Example:
+        >>> json_ready({"lr": 1e-3, "layers": (2, 3), "act": print})
+        {'lr': 0.001, 'layers': [2, 3], 'act': '<built-in function print>'}
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [json_ready(v) for v in value]
+    if getattr(value, "size", None) == 1 and hasattr(value, "item"):
+        return json_ready(value.item())
+    return str(value)
+
+
+class FileLogger(Logger):
+    """Write a run's log to files under ``log_dir`` with stable names, so that a resumed run appends.
+
+    Files (``<name>`` made file-safe):
+
+    * ``<name>.metrics.jsonl``: one ``{"time", "step", "name", "value"}`` object per scalar;
+    * ``<name>.metrics.csv``: the same in long form, columns ``time,step,name,value``;
+    * ``<name>.hparams.json``: every hyperparameter logged, merged;
+    * ``<name>.text.jsonl``: one ``{"time", "step", "name", "text"}`` object per text;
+    * ``<name>.histograms.jsonl``: counts, bin edges and statistics per histogram;
+    * ``images/`` and ``histograms/``: PNGs (needs matplotlib, the ``plots`` extra; without it
+      images are saved as ``.npy`` and histogram plots are skipped, the JSONL is still written).
+
+    Args:
+        name: the logger name, used in the file names.
+        log_dir: the directory (created).
+        flush_every: seconds between flushes of the metric files (0 flushes every call).
+        process_index: this process's index (see :func:`current_process_index`).
+        all_processes: write on every process (each into its own ``<name>.p<index>.*`` files).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> log_dir = pathlib.Path(tempfile.mkdtemp())
+        >>> with FileLogger("demo", log_dir) as logger:
+        ...     logger.log_scalar("loss", 0.5, step=1)
+        >>> (log_dir / "demo.metrics.csv").read_text().splitlines()[1].split(",")[1:]
+        ['1', 'loss', '0.5']
+    """
+
+    def __init__(
+        self,
+        name: str,
+        log_dir: str | os.PathLike[str],
+        *,
+        flush_every: float = 1.0,
+        process_index: int | None = None,
+        all_processes: bool = False,
+    ) -> None:
+        super().__init__(name, process_index=process_index, all_processes=all_processes)
+        self.log_dir = Path(log_dir).resolve()
+        stem = safe_name(name) + (
+            f".p{self.process_index}" if all_processes and self.process_index else ""
+        )
+        self.stem = stem
+        self.metrics_jsonl = self.log_dir / f"{stem}.metrics.jsonl"
+        self.metrics_csv = self.log_dir / f"{stem}.metrics.csv"
+        self.hparams_json = self.log_dir / f"{stem}.hparams.json"
+        self.text_jsonl = self.log_dir / f"{stem}.text.jsonl"
+        self.histograms_jsonl = self.log_dir / f"{stem}.histograms.jsonl"
+        self.flush_every = float(flush_every)
+        self._jsonl: TextIO | None = None
+        self._csv: TextIO | None = None
+        self._last_flush = time.time()
+        self._names: dict[str, tuple[str, str]] = {}
+        self._warned_plots = False
+        if self.active:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._jsonl = self.metrics_jsonl.open("a", encoding="utf-8", buffering=1 << 16)
+            new_csv = not self.metrics_csv.exists() or self.metrics_csv.stat().st_size == 0
+            self._csv = self.metrics_csv.open("a", encoding="utf-8", newline="", buffering=1 << 16)
+            if new_csv:
+                self._csv.write("time,step,name,value\n")
+
+    def _encoded(self, key: str) -> tuple[str, str]:
+        encoded = self._names.get(key)
+        if encoded is None:
+            buffer = io.StringIO()
+            csv.writer(buffer, lineterminator="").writerow([key])
+            encoded = self._names[key] = (json.dumps(key), buffer.getvalue())
+        return encoded
+
+    def log_scalar(self, name: str, value: Any, step: int | None = None) -> None:
+        """Log one scalar ``value`` under ``name`` at ``step`` (the fast path of :meth:`log_scalars`)."""
+        if self.closed:
+            raise LoggerClosedError(self.name)
+        if self.active:
+            self._write_one(name, value, step, time.time())
+
+    def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
+        now = time.time()
+        for key, value in metrics.items():
+            self._write_one(key, value, step, now)
+
+    def _write_one(self, key: str, value: Any, step: int | None, now: float) -> None:
+        jsonl, rows = self._jsonl, self._csv
+        assert jsonl is not None  # noqa: S101
+        assert rows is not None  # noqa: S101
+        number = value if type(value) is float else as_scalar(key, value)
+        if math.isfinite(number):
+            text = repr(number)
+        else:
+            text = "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+        encoded = self._names.get(key) or self._encoded(key)
+        if step is None:
+            jsonl.write(f'{{"time":{now!r},"step":null,"name":{encoded[0]},"value":{text}}}\n')
+            rows.write(f"{now!r},,{encoded[1]},{number!r}\n")
+        else:
+            jsonl.write(f'{{"time":{now!r},"step":{step:d},"name":{encoded[0]},"value":{text}}}\n')
+            rows.write(f"{now!r},{step:d},{encoded[1]},{number!r}\n")
+        if now - self._last_flush >= self.flush_every:
+            self.flush()
+
+    def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
+        merged: dict[str, Any] = {}
+        if self.hparams_json.exists():
+            merged = json.loads(self.hparams_json.read_text(encoding="utf-8"))
+        merged.update(json_ready(params))
+        tmp = self.hparams_json.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(self.hparams_json)
+
+    def _append(self, path: Path, record: dict[str, Any]) -> None:
+        with path.open("a", encoding="utf-8") as file:
+            file.write(json.dumps(record) + "\n")
+
+    def _write_text(self, name: str, text: str, step: int | None) -> None:
+        self._append(
+            self.text_jsonl, {"time": time.time(), "step": step, "name": name, "text": text}
+        )
+
+    def _media_path(self, kind: str, name: str, step: int | None, index: int, suffix: str) -> Path:
+        folder = self.log_dir / kind
+        folder.mkdir(exist_ok=True)
+        step_part = "" if step is None else f"_step{step}"
+        index_part = f"_{index}" if index else ""
+        return folder / f"{self.stem}.{safe_name(name)}{step_part}{index_part}{suffix}"
+
+    def _pyplot_missing(self) -> bool:
+        try:
+            import matplotlib  # noqa: F401, PLC0415  # pyright: ignore[reportUnusedImport]
+        except ImportError:
+            if not self._warned_plots:
+                self._warned_plots = True
+                _log.warning(
+                    "matplotlib is not installed, so images are saved as .npy and histogram plots "
+                    "are skipped; install it with `uv add 'substrax-tracking[plots]'`"
+                )
+            return True
+        return False
+
+    def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
+        self._pyplot_missing()
+        for index, image in enumerate(images):
+            save_image(self._media_path("images", name, step, index, ""), image)
+
+    def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
+        summary = histogram_summary(values)
+        self._append(
+            self.histograms_jsonl, {"time": time.time(), "step": step, "name": name, **summary}
+        )
+        if self._pyplot_missing() or not summary["counts"]:
+            return
+        from matplotlib.figure import Figure  # noqa: PLC0415
+
+        figure = Figure(figsize=(5, 3))
+        axes = figure.add_subplot()
+        edges = summary["edges"]
+        axes.stairs(summary["counts"], edges, fill=True)
+        axes.set_title(f"{name}" + ("" if step is None else f" (step {step})"))
+        figure.savefig(self._media_path("histograms", name, step, 0, ".png"), dpi=80)
+
+    def flush(self) -> None:
+        """Write the buffered metric lines to disk."""
+        self._last_flush = time.time()
+        if self._jsonl is not None and not self._jsonl.closed:
+            self._jsonl.flush()
+        if self._csv is not None and not self._csv.closed:
+            self._csv.flush()
+
+    def _close(self) -> None:
+        self.flush()
+        for file in (self._jsonl, self._csv):
+            if file is not None:
+                file.close()

@@ -1,0 +1,40 @@
+"""Saving images to files for the file log and for remote backends."""
+
+# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+__all__ = ["save_image"]
+
+_GRAY, _COLOR = 2, 3
+
+
+def save_image(stem: Path, image: Any) -> Path:
+    """Save ``image`` (H, W[, C]) as ``<stem>.png`` (matplotlib) or ``<stem>.npy`` without it; return the path.
+
+    Example:
+        >>> import tempfile, pathlib, numpy as np
+        >>> save_image(pathlib.Path(tempfile.mkdtemp()) / "x", np.zeros((2, 2))).suffix
+        '.png'
+    """
+    import numpy as np  # noqa: PLC0415
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    array = np.asarray(image)
+    if array.ndim == _COLOR and array.shape[-1] == 1:
+        array = array[..., 0]
+    try:
+        from matplotlib import image as mpimage  # noqa: PLC0415
+    except ImportError:
+        path = stem.parent / f"{stem.name}.npy"
+        np.save(path, array)
+        return path
+    if array.dtype.kind == "f":
+        array = np.clip(array, 0.0, 1.0)
+    path = stem.parent / f"{stem.name}.png"
+    mpimage.imsave(path, array, cmap="gray" if array.ndim == _GRAY else None)
+    return path

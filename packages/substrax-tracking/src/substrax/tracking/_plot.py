@@ -1,0 +1,113 @@
+"""Render the scalar curves of a file log to PNG files and an HTML page."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from pathlib import Path
+
+from ._base import safe_name
+
+
+__all__ = ["plot_log_dir", "read_scalars"]
+
+_MARKERS_BELOW = 50
+
+
+def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, float]]]:
+    r"""The ``(step, value)`` series of each metric in a ``*.metrics.jsonl`` file (lines without a step are numbered).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.metrics.jsonl"
+        >>> _ = p.write_text('{"time": 0, "step": 3, "name": "loss", "value": 0.5}\n')
+        >>> read_scalars(p)
+        {'loss': [(3, 0.5)]}
+    """
+    series: dict[str, list[tuple[int, float]]] = {}
+    with Path(path).open(encoding="utf-8") as file:
+        for number, line in enumerate(file):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by a crash
+                continue
+            step = entry.get("step")
+            series.setdefault(entry["name"], []).append(
+                (number if step is None else int(step), float(entry["value"]))
+            )
+    return series
+
+
+def plot_log_dir(
+    log_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """Draw one PNG per metric of every ``*.metrics.jsonl`` in ``log_dir`` and an ``index.html`` showing them.
+
+    Args:
+        log_dir: a :class:`FileLogger` directory.
+        out_dir: where to write; default ``<log_dir>/plots``.
+
+    Returns:
+        The path of the HTML page.
+
+    Raises:
+        FileNotFoundError: ``log_dir`` holds no ``*.metrics.jsonl`` file.
+        ImportError: matplotlib is not installed (the ``plots`` extra).
+    """
+    try:
+        from matplotlib.figure import Figure  # noqa: PLC0415
+    except ImportError as error:
+        raise ImportError(
+            "plotting needs matplotlib; install it with `uv add 'substrax-tracking[plots]'`"
+        ) from error
+    source = Path(log_dir)
+    files = sorted(source.glob("*.metrics.jsonl"))
+    if not files:
+        raise FileNotFoundError(
+            f"{str(source)!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger or create_logger wrote"
+        )
+    target = Path(out_dir) if out_dir is not None else source / "plots"
+    target.mkdir(parents=True, exist_ok=True)
+    sections: list[str] = []
+    for file in files:
+        run = file.name.removesuffix(".metrics.jsonl")
+        items: list[str] = []
+        for metric, points in sorted(read_scalars(file).items()):
+            points.sort()
+            figure = Figure(figsize=(6, 3.5))
+            axes = figure.add_subplot()
+            axes.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                marker="." if len(points) < _MARKERS_BELOW else None,
+            )
+            axes.set_title(f"{run}: {metric}")
+            axes.set_xlabel("step")
+            axes.grid(visible=True, alpha=0.3)
+            png = target / f"{safe_name(run)}.{safe_name(metric)}.png"
+            figure.tight_layout()
+            figure.savefig(png, dpi=90)
+            last = points[-1][1]
+            shown = f"{last:.6g}" if math.isfinite(last) else str(last)
+            items.append(
+                f'<figure><img src="{html.escape(png.name)}" alt="{html.escape(metric)}">'
+                f"<figcaption>{html.escape(metric)}: {len(points)} points, last {shown}</figcaption></figure>"
+            )
+        sections.append(f"<h2>{html.escape(run)}</h2>\n" + "\n".join(items))
+    page = target / "index.html"
+    page.write_text(
+        "<!doctype html>\n<html><head><meta charset='utf-8'><title>"
+        + html.escape(source.name)
+        + "</title><style>body{font-family:sans-serif}figure{display:inline-block;margin:8px}</style>"
+        + "</head><body>\n<h1>"
+        + html.escape(str(source))
+        + "</h1>\n"
+        + "\n".join(sections)
+        + "\n</body></html>\n",
+        encoding="utf-8",
+    )
+    return page

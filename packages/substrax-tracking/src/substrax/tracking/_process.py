@@ -1,0 +1,41 @@
+"""Which process this is, without importing jax: only process 0 logs unless asked otherwise."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+__all__ = ["PROCESS_INDEX_ENV_VARS", "current_process_index"]
+
+PROCESS_INDEX_ENV_VARS = ("SUBSTRAX_PROCESS_INDEX", "JAX_PROCESS_ID", "RANK")
+"""Environment variables read, in order, for the process index when jax is not imported."""
+
+
+def current_process_index(explicit: int | None = None) -> int:
+    """This process's index: ``explicit``, else ``jax.process_index()`` if jax is already imported, else the environment.
+
+    jax is never imported here: a process that has not loaded it is read from
+    ``SUBSTRAX_PROCESS_INDEX``, ``JAX_PROCESS_ID`` or ``RANK`` (0 when none is set).
+
+    Example:
+        >>> current_process_index(3)
+        3
+    """
+    if explicit is not None:
+        if explicit < 0:
+            raise ValueError(f"process_index={explicit!r} must be >= 0")
+        return explicit
+    jax = sys.modules.get("jax")
+    if jax is not None and hasattr(jax, "process_index"):
+        return int(jax.process_index())
+    for var in PROCESS_INDEX_ENV_VARS:
+        value = os.environ.get(var)
+        if value:
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(
+                    f"{var}={value!r} is not a process index (an integer >= 0)"
+                ) from None
+    return 0

@@ -1,0 +1,85 @@
+"""Record: one logging call on its way to a remote backend, and how it becomes JSON data."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+from ._base import as_scalar, histogram_summary, safe_name
+from ._file import json_ready
+from ._media import save_image
+
+
+__all__ = ["Record", "RecordKind"]
+
+type RecordKind = Literal["scalars", "hyperparams", "text", "image", "histogram", "artifact"]
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Record:
+    """One logging call: its kind, step, wall time and payload.
+
+    The payload holds the caller's objects (arrays, numbers) until :meth:`materialize` turns it
+    into JSON data, off the training thread.
+
+    Attributes:
+        kind: what was logged.
+        step: the step, or None.
+        time: ``time.time()`` when it was logged.
+        payload: the data; JSON once ``materialized``.
+        materialized: whether the payload is JSON data.
+    """
+
+    kind: RecordKind
+    step: int | None
+    time: float
+    payload: dict[str, Any]
+    materialized: bool = False
+
+    def materialize(self, media_dir: Path) -> Record:
+        """Turn the payload into JSON data (floats, histogram counts, image files under ``media_dir``)."""
+        if self.materialized:
+            return self
+        payload = self.payload
+        if self.kind == "scalars":
+            payload = {"values": {k: as_scalar(k, v) for k, v in payload["values"].items()}}
+        elif self.kind == "hyperparams":
+            payload = {"params": json_ready(payload["params"])}
+        elif self.kind == "histogram":
+            payload = {"name": payload["name"], **histogram_summary(payload["values"])}
+        elif self.kind == "image":
+            name = payload["name"]
+            paths: list[str] = []
+            for index, image in enumerate(payload["images"]):
+                stem = f"{safe_name(name)}_step{self.step}_{index}_{int(self.time * 1e6)}"
+                paths.append(str(save_image(media_dir / stem, image)))
+            payload = {"name": name, "paths": paths}
+        self.payload = payload
+        self.materialized = True
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON data (materialize it first)."""
+        return {"kind": self.kind, "step": self.step, "time": self.time, "payload": self.payload}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Record:
+        """A materialized record from :meth:`to_json` data."""
+        unknown = set(data) - {"kind", "step", "time", "payload"}
+        if unknown or data.get("kind") not in (
+            "scalars",
+            "hyperparams",
+            "text",
+            "image",
+            "histogram",
+            "artifact",
+        ):
+            raise ValueError(f"not a substrax tracking record: {data!r}")
+        return cls(
+            kind=data["kind"],
+            step=data["step"],
+            time=float(data["time"]),
+            payload=data["payload"],
+            materialized=True,
+        )

@@ -1,0 +1,165 @@
+"""RemoteLogger: the base of the W&B and MLflow loggers; every call goes through a background queue."""
+
+# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._background import AsyncDelivery
+from ._base import Logger, safe_name
+from ._paths import resolve_log_dir
+from ._records import Record
+from ._spool import Sink
+
+
+__all__ = ["RemoteLogger"]
+
+
+_OPEN: weakref.WeakSet[RemoteLogger] = weakref.WeakSet()
+_AT_EXIT_TIMEOUT = 10.0
+
+
+def _close_open_loggers() -> None:
+    """At interpreter exit, deliver (or spool) what loggers that were never closed still hold."""
+    for logger in list(_OPEN):
+        logger.close_timeout = min(logger.close_timeout, _AT_EXIT_TIMEOUT)
+        logger.close()
+
+
+def _check_scalar(name: str, value: Any) -> None:
+    # Cheap checks only: converting an on-device array would wait for the step to finish.
+    if isinstance(value, bool | str | bytes) or value is None:
+        raise TypeError(f"scalar {name!r} must be a number, got {type(value).__name__} {value!r}")
+
+
+class RemoteLogger(Logger):
+    """A logger whose backend is reached from a worker thread, so that a call costs microseconds.
+
+    Subclasses build their sink (the backend run) and call :meth:`_start`. A call puts a record
+    on a bounded queue and returns; values are converted on the worker (an on-device array
+    is read there, not in the step). A backend that fails is warned about once (``logging``,
+    logger ``substrax.tracking``), retried, and whatever is undelivered at :meth:`close` is
+    written to :attr:`spool_path` for ``python -m substrax.tracking replay``.
+
+    A call without a step uses the last step given (0 before any). A logger never closed is
+    closed at interpreter exit (waiting at most 10 s before spooling).
+    """
+
+    _delivery: AsyncDelivery | None
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        log_dir: str | os.PathLike[str] | None,
+        spool_path: str | os.PathLike[str] | None,
+        close_timeout: float,
+        max_queue: int,
+        process_index: int | None,
+        all_processes: bool,
+    ) -> None:
+        super().__init__(name, process_index=process_index, all_processes=all_processes)
+        if close_timeout < 0:
+            raise ValueError(f"close_timeout={close_timeout!r} must be >= 0 seconds")
+        if max_queue < 1:
+            raise ValueError(f"max_queue={max_queue!r} must be >= 1")
+        self.close_timeout = float(close_timeout)
+        self._max_queue = max_queue
+        self._delivery = None
+        self._last_step = 0
+        self.log_dir = (
+            resolve_log_dir(name, log_dir) if self.active else Path(log_dir or ".").resolve()
+        )
+        stem = safe_name(name)
+        self.spool_path = (
+            Path(spool_path).resolve()
+            if spool_path is not None
+            else self.log_dir / f"{stem}.spool.jsonl"
+        )
+        self.media_dir = self.log_dir / f"{stem}.media"
+
+    def _start(self, sink: Sink, label: str) -> None:
+        _OPEN.add(self)
+        # Run before the SDK's own exit hooks (atexit is last-in, first-out): W&B finishes its run
+        # at exit, so this logger must hand over what it holds first.
+        atexit.unregister(_close_open_loggers)
+        atexit.register(_close_open_loggers)
+        self._delivery = AsyncDelivery(
+            sink,
+            spool_path=self.spool_path,
+            media_dir=self.media_dir,
+            label=label,
+            max_queue=self._max_queue,
+        )
+
+    @property
+    def delivered(self) -> int:
+        """How many records reached the backend so far."""
+        return 0 if self._delivery is None else self._delivery.delivered
+
+    @property
+    def spooled(self) -> int:
+        """How many records went to the spool file."""
+        return 0 if self._delivery is None else self._delivery.spooled
+
+    def _submit(self, kind: Any, step: int | None, payload: dict[str, Any]) -> None:
+        if step is None:
+            step = self._last_step
+        else:
+            self._last_step = step
+        assert self._delivery is not None  # noqa: S101
+        self._delivery.submit(Record(kind=kind, step=step, time=time.time(), payload=payload))
+
+    def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
+        for key, value in metrics.items():
+            _check_scalar(key, value)
+        self._submit("scalars", step, {"values": dict(metrics)})
+
+    def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
+        self._submit("hyperparams", None, {"params": dict(params)})
+
+    def _write_text(self, name: str, text: str, step: int | None) -> None:
+        self._submit("text", step, {"name": name, "text": text})
+
+    def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
+        self._submit("image", step, {"name": name, "images": images})
+
+    def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
+        self._submit("histogram", step, {"name": name, "values": values})
+
+    def log_artifact(
+        self, local_path: str | os.PathLike[str], artifact_path: str | None = None
+    ) -> None:
+        """Upload a file (or a directory's files) to the run, under ``artifact_path``."""
+        if self.closed:
+            from ._base import LoggerClosedError  # noqa: PLC0415
+
+            raise LoggerClosedError(self.name)
+        path = Path(local_path).resolve()
+        if not path.exists():
+            raise FileNotFoundError(f"artifact {str(path)!r} does not exist")
+        if self.active:
+            self._submit("artifact", None, {"path": str(path), "artifact_path": artifact_path})
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every call so far reached the backend."""
+        if self._delivery is not None and not self.closed:
+            self._delivery.flush(timeout)
+
+    def wait_delivered(self, timeout: float | None = None) -> bool:
+        """Wait until every call so far reached the backend; return whether all did."""
+        if self._delivery is None or self.closed:
+            return True
+        return self._delivery.flush(timeout)
+
+    def _close(self) -> None:
+        _OPEN.discard(self)
+        if self._delivery is not None:
+            self._delivery.close(self.close_timeout)

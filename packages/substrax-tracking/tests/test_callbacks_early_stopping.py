@@ -1,0 +1,215 @@
+import math
+
+import pytest
+
+from substrax.callbacks import (
+    BestMetricTracker,
+    EarlyStopping,
+    EarlyStoppingCallback,
+    EarlyStoppingConfig,
+    MissingMetricError,
+    PlateauMode,
+)
+
+
+def test_spec_example_runs_as_written():
+    stopper = EarlyStopping(patience=2, min_delta=0.01, mode="min")
+    improved = []
+    for step, loss in enumerate([1.0, 0.5, 0.49, 0.495, 0.5]):  # noqa: B007  (the spec's example, as written)
+        improved.append(stopper.update(loss))
+        if stopper.should_stop:
+            break
+    assert improved == [True, True, False, False]  # 0.49 is not 0.01 better than 0.5
+    assert step == 3  # two updates in a row without improvement
+
+
+def test_tracker_min_and_max_modes_with_min_delta():
+    low = BestMetricTracker(mode=PlateauMode.MIN, min_delta=0.1)
+    assert low.best == math.inf
+    assert [low.register(v) for v in (1.0, 0.95, 0.85, 0.9)] == [True, False, True, False]
+    assert (low.best, low.num_bad_epochs) == (0.85, 1)
+    high = BestMetricTracker(mode="max", min_delta=0.0)
+    assert high.best == -math.inf
+    assert [high.register(v) for v in (1.0, 1.0, 2.0)] == [True, False, True]
+    assert high.mode is PlateauMode.MAX
+
+
+@pytest.mark.parametrize("bad", [-0.1, math.nan])
+def test_tracker_refuses_a_negative_min_delta(bad):
+    with pytest.raises(ValueError, match="min_delta"):
+        BestMetricTracker(mode="min", min_delta=bad)
+
+
+def test_tracker_refuses_an_unknown_mode():
+    with pytest.raises(ValueError, match="'min' or 'max'"):
+        BestMetricTracker(mode="sideways")
+
+
+def test_tracker_state_round_trip_and_strict_keys():
+    tracker = BestMetricTracker(mode="min")
+    tracker.register(2.0)
+    tracker.register(3.0)
+    state = tracker.get_state()
+    assert state == {"best": 2.0, "num_bad_epochs": 1}
+    other = BestMetricTracker(mode="min")
+    other.set_state(state)
+    assert (other.best, other.num_bad_epochs) == (2.0, 1)
+    with pytest.raises(ValueError, match=r"missing \['num_bad_epochs'\]"):
+        other.set_state({"best": 1.0})
+    with pytest.raises(ValueError, match=r"unknown \['extra'\]"):
+        other.set_state({"best": 1.0, "num_bad_epochs": 0, "extra": 1})
+
+
+@pytest.mark.parametrize("patience", [0, -1, 1.5, True])
+def test_early_stopping_refuses_bad_patience(patience):
+    with pytest.raises(ValueError, match="patience"):
+        EarlyStopping(patience=patience)
+
+
+def test_early_stopping_state_round_trip():
+    stopper = EarlyStopping(patience=2)
+    stopper.update(1.0)
+    stopper.update(1.5)
+    restored = EarlyStopping(patience=2)
+    restored.set_state(stopper.get_state())
+    restored.update(1.2)
+    assert restored.should_stop
+
+
+def test_config_validation():
+    assert EarlyStoppingConfig().monitor == "val_loss"
+    assert EarlyStoppingConfig(mode="max").mode is PlateauMode.MAX
+    with pytest.raises(ValueError, match="patience"):
+        EarlyStoppingConfig(patience=0)
+    with pytest.raises(ValueError, match="min_delta"):
+        EarlyStoppingConfig(min_delta=-1.0)
+    with pytest.raises(ValueError, match="monitor"):
+        EarlyStoppingConfig(monitor="")
+    with pytest.raises(ValueError, match="mode"):
+        EarlyStoppingConfig(mode="up")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stopping_threshold"):
+        EarlyStoppingConfig(stopping_threshold=math.inf)
+    with pytest.raises(ValueError, match="never check"):
+        EarlyStoppingConfig(check_on_epoch_end=False)
+    with pytest.raises(TypeError):
+        EarlyStoppingConfig("loss")  # type: ignore[misc]  # keyword-only
+    with pytest.raises(AttributeError):
+        EarlyStoppingConfig().patience = 3  # type: ignore[misc]  # frozen
+
+
+def run(callback, values, key="loss"):
+    for epoch, value in enumerate(values):
+        callback.on_epoch_end(None, epoch, {key: value})
+        if callback.should_stop:
+            return epoch
+    return None
+
+
+def test_callback_stops_after_patience():
+    callback = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=2))
+    assert callback.best_score is None
+    assert run(callback, [1.0, 0.9, 0.95, 0.99, 0.5]) == 3
+    assert callback.stopped_epoch == 3
+    assert callback.best_score == 0.9
+    assert callback.wait_count == 2
+    assert "did not improve" in callback.stop_reason
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_callback_stops_at_once_on_a_non_finite_value(bad):
+    callback = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=10))
+    assert run(callback, [1.0, bad]) == 1
+    assert "not finite" in callback.stop_reason
+
+
+def test_callback_ignores_non_finite_when_check_finite_is_off():
+    callback = EarlyStoppingCallback(
+        EarlyStoppingConfig(monitor="loss", patience=10, check_finite=False)
+    )
+    assert run(callback, [1.0, math.nan, 0.5]) is None
+
+
+def test_stopping_threshold_min_and_max():
+    low = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", stopping_threshold=0.1))
+    assert run(low, [1.0, 0.5, 0.1, 0.05]) == 2
+    assert "stopping_threshold" in low.stop_reason
+    high = EarlyStoppingCallback(
+        EarlyStoppingConfig(monitor="acc", mode="max", stopping_threshold=0.9)
+    )
+    assert run(high, [0.5, 0.95], key="acc") == 1
+
+
+def test_divergence_threshold_min_and_max():
+    low = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", divergence_threshold=10.0))
+    assert run(low, [1.0, 5.0, 11.0]) == 2
+    assert "diverged" in low.stop_reason
+    high = EarlyStoppingCallback(
+        EarlyStoppingConfig(monitor="acc", mode="max", divergence_threshold=0.1)
+    )
+    assert run(high, [0.5, 0.05], key="acc") == 1
+
+
+def test_strict_refuses_a_missing_key_with_a_key_error():
+    callback = EarlyStoppingCallback(EarlyStoppingConfig(monitor="val_loss"))
+    with pytest.raises(MissingMetricError) as info:
+        callback.on_epoch_end(None, 0, {"loss": 1.0})
+    assert isinstance(info.value, KeyError)
+    assert info.value.monitor == "val_loss"
+    assert info.value.available == ("loss",)
+    assert "strict=False" in str(info.value)
+    assert "'val_loss'" in str(info.value)
+
+
+def test_non_strict_skips_a_missing_key():
+    callback = EarlyStoppingCallback(
+        EarlyStoppingConfig(monitor="val_loss", strict=False, patience=1)
+    )
+    for epoch in range(3):
+        callback.on_epoch_end(None, epoch, {"loss": 1.0})
+    assert not callback.should_stop
+    assert callback.wait_count == 0
+
+
+def test_check_on_validation_end():
+    config = EarlyStoppingConfig(
+        monitor="val_loss", patience=1, check_on_epoch_end=False, check_on_validation_end=True
+    )
+    callback = EarlyStoppingCallback(config)
+    callback.on_epoch_begin(None, 0)
+    callback.on_validation_end(None, {"val_loss": 1.0})
+    callback.on_epoch_end(None, 0, {"loss": 5.0})  # not checked, and no strict error either
+    callback.on_epoch_begin(None, 1)
+    callback.on_validation_end(None, {"val_loss": 2.0})
+    assert callback.should_stop
+    assert callback.stopped_epoch == 1
+
+
+def test_validation_end_is_not_checked_by_default():
+    callback = EarlyStoppingCallback(EarlyStoppingConfig(monitor="val_loss", patience=1))
+    callback.on_validation_end(None, {})
+    assert not callback.should_stop
+
+
+def test_callback_state_round_trip_and_refusal():
+    callback = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=2))
+    run(callback, [1.0, 2.0, 3.0])
+    state = callback.get_state()
+    assert set(state) == {"stopper", "stopped_epoch", "stop_reason"}
+    restored = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=2))
+    restored.set_state(state)
+    assert restored.should_stop
+    assert restored.stopped_epoch == 2
+    assert restored.best_score == 1.0
+    # the reference's two-key state is accepted too
+    legacy = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=2))
+    legacy.set_state({"stopper": {"best": 1.0, "num_bad_epochs": 1}, "stopped_epoch": None})
+    assert not legacy.should_stop
+    with pytest.raises(ValueError, match="stopper"):
+        legacy.set_state({"stopped_epoch": None})
+
+
+def test_verbose_logs_the_reason(caplog):
+    callback = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=1, verbose=True))
+    with caplog.at_level("INFO", logger="substrax.callbacks"):
+        run(callback, [1.0, 2.0])
+    assert "early stopping at epoch 1" in caplog.text

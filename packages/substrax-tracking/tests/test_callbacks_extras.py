@@ -1,0 +1,159 @@
+import io
+import math
+
+import pytest
+
+from substrax.callbacks import (
+    LossSpikeDetector,
+    MissingMetricError,
+    NoLearningRateFoundError,
+    ProgressCallback,
+    ReduceLROnPlateauCallback,
+)
+
+
+def plateau(values, **options):
+    callback = ReduceLROnPlateauCallback(monitor="loss", **options)
+    for epoch, value in enumerate(values):
+        callback.on_epoch_end(None, epoch, {"loss": value})
+    return callback
+
+
+def test_plateau_scale_patience_cooldown_and_floor():
+    assert plateau([1.0, 1.0], factor=0.5, patience=2).scale == 1.0
+    assert plateau([1.0, 1.0, 1.0], factor=0.5, patience=2).scale == 0.5
+    # cooldown: the two checks after a reduction do not count
+    assert plateau([1.0, 1.0, 1.0, 1.0], factor=0.5, patience=1, cooldown=2).scale == 0.5
+    assert plateau([1.0] * 5, factor=0.5, patience=1, cooldown=2).scale == 0.25
+    assert plateau([1.0] * 10, factor=0.5, patience=1, min_scale=0.2).scale == 0.2
+    assert plateau([1.0, 0.5, 0.25], factor=0.5, patience=1).scale == 1.0
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"factor": 1.0}, "factor"),
+        ({"factor": 0.0}, "factor"),
+        ({"patience": 0}, "patience"),
+        ({"cooldown": -1}, "cooldown"),
+        ({"min_scale": 2.0}, "min_scale"),
+    ],
+)
+def test_plateau_refuses_bad_options(options, match):
+    with pytest.raises(ValueError, match=match):
+        ReduceLROnPlateauCallback(**options)
+
+
+def test_plateau_strict_missing_key():
+    with pytest.raises(MissingMetricError):
+        ReduceLROnPlateauCallback(monitor="val_loss").on_epoch_end(None, 0, {"loss": 1.0})
+    ReduceLROnPlateauCallback(monitor="val_loss", strict=False).on_epoch_end(None, 0, {})
+
+
+def test_plateau_drives_optax_reduce_on_plateau_state():
+    jnp = pytest.importorskip("jax.numpy", reason="jax is needed to build an optax state")
+    optax = pytest.importorskip("optax", reason="optax is needed for reduce_on_plateau")
+    params = {"w": jnp.ones(3)}
+    tx = optax.chain(optax.sgd(1.0), optax.contrib.reduce_on_plateau(patience=10**9))
+    state = tx.init(params)
+    callback = plateau([1.0, 1.0], factor=0.5, patience=1)
+    state = callback.apply(state)
+    updates, _ = tx.update({"w": jnp.ones(3)}, state, params, value=jnp.asarray(1.0))
+    assert float(updates["w"][0]) == pytest.approx(-0.5)
+
+
+def test_plateau_drives_an_injected_learning_rate_in_an_nnx_optimizer():
+    pytest.importorskip("jax", reason="jax is needed for an nnx optimizer")
+    optax = pytest.importorskip("optax", reason="optax is needed for inject_hyperparams")
+    nnx = pytest.importorskip("flax.nnx", reason="flax is needed for nnx.Optimizer")
+    model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(
+        model, optax.inject_hyperparams(optax.sgd)(learning_rate=0.1), wrt=nnx.Param
+    )
+
+    class Trainer:
+        pass
+
+    trainer = Trainer()
+    trainer.model, trainer.optimizer = model, optimizer
+    callback = ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1)
+    for epoch in range(3):
+        callback.on_epoch_end(trainer, epoch, {"loss": 1.0})
+    lr = optimizer.opt_state.hyperparams["learning_rate"]
+    assert float(lr.get_value()) == pytest.approx(0.025)
+
+
+def test_plateau_refuses_a_state_without_a_learning_rate():
+    with pytest.raises(NoLearningRateFoundError, match="inject_hyperparams"):
+        ReduceLROnPlateauCallback().apply(({"mu": 1.0},))
+
+
+def test_plateau_state_round_trip():
+    callback = plateau([1.0, 1.0, 1.0], factor=0.5, patience=1)
+    restored = ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1)
+    restored.set_state(callback.get_state())
+    assert restored.scale == callback.scale
+    with pytest.raises(ValueError, match="exactly"):
+        restored.set_state({"scale": 1.0})
+
+
+def test_progress_bar_shows_steps_rate_and_metrics():
+    from rich.console import Console
+
+    out = io.StringIO()
+    progress = ProgressCallback(
+        total_steps=3, console=Console(file=out, width=140), metrics=("loss",)
+    )
+    progress.on_train_begin(None)
+    for step in range(3):
+        progress.on_batch_end(None, step, {"loss": 0.5 / (step + 1)})
+    progress.on_train_end(None)
+    text = out.getvalue()
+    assert progress.steps == 3
+    assert "3/3" in text
+    assert "loss=0.1667" in text
+    assert "steps/s" in text
+
+
+def test_progress_refuses_negative_total():
+    with pytest.raises(ValueError, match="total_steps"):
+        ProgressCallback(total_steps=-1)
+
+
+def test_loss_spike_detector_flags_spikes_and_non_finite(caplog):
+    seen = []
+    detector = LossSpikeDetector(
+        window=10, warmup=5, threshold=4.0, max_spikes=2, on_spike=seen.append
+    )
+    values = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 9.0, 1.0, math.nan]
+    with caplog.at_level("WARNING", logger="substrax.callbacks"):
+        for step, value in enumerate(values):
+            assert not detector.should_stop
+            detector.on_batch_end(None, step, {"loss": value})
+    assert [spike.batch for spike in detector.spikes] == [6, 8]
+    assert seen == detector.spikes
+    assert detector.spikes[0].mean == pytest.approx(1.0, abs=0.01)
+    assert detector.should_stop
+    assert "spiked at step 6" in caplog.text
+
+
+def test_loss_spike_detector_quiet_during_warmup_and_on_a_flat_loss():
+    detector = LossSpikeDetector(window=5, warmup=3)
+    for step, value in enumerate([100.0, 1.0, 1.0, 1.0, 1.0, 1.001]):
+        detector.on_batch_end(None, step, {"loss": value})
+    detector.on_batch_end(None, 9, {"other": 1.0})
+    assert detector.spikes == []
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"window": 1}, "window"),
+        ({"warmup": 1}, "warmup"),
+        ({"threshold": 0}, "threshold"),
+        ({"max_spikes": 0}, "max_spikes"),
+    ],
+)
+def test_loss_spike_detector_refuses_bad_options(options, match):
+    with pytest.raises(ValueError, match=match):
+        LossSpikeDetector(**options)

@@ -1,0 +1,184 @@
+"""The background delivery of remote loggers, driven through its Sink protocol by a sink of our own."""
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from substrax.tracking import replay_spool
+from substrax.tracking._background import AsyncDelivery
+from substrax.tracking._records import Record
+
+
+class Sink:
+    """A backend we control: it can be down, blocked or refuse values."""
+
+    def __init__(self):
+        self.received = []
+        self.down = False
+        self.gate = threading.Event()
+        self.gate.set()
+        self.finished = False
+        self.attempts = 0
+
+    def target(self):
+        return {"backend": "test", "run": "r1"}
+
+    def deliver(self, records):
+        self.attempts += 1
+        self.gate.wait(30)
+        if self.down:
+            raise ConnectionError("server gone")
+        for record in records:
+            if record.payload.get("values", {}).get("refuse"):
+                raise ValueError("refused value")
+        self.received.extend(records)
+
+    def is_permanent(self, error):
+        return isinstance(error, ValueError)
+
+    def finish(self):
+        self.finished = True
+
+
+def record(step, **values):
+    return Record(
+        kind="scalars",
+        step=step,
+        time=time.time(),
+        payload={"values": values or {"loss": float(step)}},
+    )
+
+
+def steps(records):
+    return [r.step for r in records]
+
+
+def wait_for(condition, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def make(tmp_path):
+    made = []
+
+    def make(sink, **options):
+        delivery = AsyncDelivery(
+            sink,
+            spool_path=tmp_path / "run.spool.jsonl",
+            media_dir=tmp_path / "media",
+            label="test",
+            retry_initial=0.01,
+            retry_max=0.05,
+            **options,
+        )
+        made.append(delivery)
+        return delivery
+
+    yield make
+    for delivery in made:
+        if delivery._thread.is_alive():
+            delivery.close(5)
+
+
+def test_submit_never_waits_for_a_blocked_backend(make):
+    sink = Sink()
+    sink.gate.clear()
+    delivery = make(sink)
+    for step in range(1000):
+        delivery.submit(record(step))
+    assert sink.received == []  # every call returned while the backend was still blocked
+    sink.gate.set()
+    assert delivery.flush(30)
+    assert steps(sink.received) == list(range(1000))
+    assert sink.attempts < 1000  # delivered in batches
+
+
+def test_a_failing_backend_is_warned_once_retried_and_everything_arrives_in_order(make, caplog):
+    sink = Sink()
+    sink.down = True
+    delivery = make(sink)
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        for step in range(50):
+            delivery.submit(record(step))
+        wait_for(lambda: delivery.failures >= 5)
+        for step in range(50, 60):
+            delivery.submit(record(step))
+        sink.down = False
+        assert delivery.flush(30)
+    assert steps(sink.received) == list(range(60))
+    warnings = [r for r in caplog.records if "could not deliver" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "reported once" in warnings[0].getMessage()
+    assert any("delivering again" in r.getMessage() for r in caplog.records)
+
+
+def test_what_is_undelivered_at_close_is_spooled_then_replayed(make, tmp_path, caplog):
+    sink = Sink()
+    sink.down = True
+    delivery = make(sink)
+    for step in range(5):
+        delivery.submit(record(step))
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        assert delivery.close(timeout=0.2) == 5
+    assert "python -m substrax.tracking replay" in caplog.text
+    assert sink.finished
+    spool = tmp_path / "run.spool.jsonl"
+    lines = [json.loads(line) for line in spool.read_text().splitlines()]
+    assert [line["record"]["step"] for line in lines] == list(range(5))
+    assert lines[0]["target"] == {"backend": "test", "run": "r1"}
+    revived = Sink()
+    result = replay_spool(spool, sinks={json.dumps(revived.target(), sort_keys=True): revived})
+    assert (result.delivered, result.remaining) == (5, 0)
+    assert steps(revived.received) == list(range(5))
+    assert revived.received[0].payload == {"values": {"loss": 0.0}}
+    assert not spool.exists()
+
+
+def test_a_later_logger_replays_the_spool_it_finds(make, tmp_path):
+    sink = Sink()
+    sink.down = True
+    first = make(sink)
+    first.submit(record(0))
+    first.close(timeout=0.1)
+    assert (tmp_path / "run.spool.jsonl").exists()
+    later = Sink()
+    delivery = make(later)
+    delivery.submit(record(1))
+    assert delivery.flush(30)
+    assert steps(later.received) == [0, 1]
+    assert not (tmp_path / "run.spool.jsonl").exists()
+
+
+def test_a_full_queue_spills_into_the_spool_and_is_replayed(make, tmp_path):
+    sink = Sink()
+    sink.gate.clear()
+    delivery = make(sink, max_queue=2)
+    for step in range(20):
+        delivery.submit(record(step))
+    assert delivery.spooled > 0
+    assert (tmp_path / "run.spool.jsonl").exists()
+    sink.gate.set()
+    assert delivery.flush(30)
+    wait_for(lambda: not (tmp_path / "run.spool.jsonl").exists())
+    assert sorted(steps(sink.received)) == list(range(20))
+
+
+def test_a_refused_record_is_spooled_with_its_error_and_the_rest_goes_on(make, tmp_path, caplog):
+    sink = Sink()
+    delivery = make(sink)
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        delivery.submit(record(0))
+        delivery.submit(record(1, refuse=1.0))
+        delivery.submit(record(2))
+        assert delivery.flush(30)
+    assert steps(sink.received) == [0, 2]
+    [line] = [json.loads(line) for line in (tmp_path / "run.spool.jsonl").read_text().splitlines()]
+    assert line["error"] == "ValueError: refused value"
+    assert line["record"]["step"] == 1
+    assert "refused" in caplog.text

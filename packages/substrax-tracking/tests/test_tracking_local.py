@@ -1,0 +1,280 @@
+import csv
+import io
+import json
+import logging
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from substrax.tracking import (
+    ConsoleLogger,
+    FileLogger,
+    Logger,
+    LoggerClosedError,
+    MultiLogger,
+    create_logger,
+    current_process_index,
+    plot_log_dir,
+    read_scalars,
+)
+
+
+def lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_console_lines_are_aligned_and_cover_every_kind():
+    out = io.StringIO()
+    with ConsoleLogger("run", stream=out) as logger:
+        logger.log_scalars({"loss": 0.25, "acc": 0.91}, step=3)
+        logger.log_scalar("loss", 1e-5, step=12345)
+        logger.log_metrics({"lr": 0.0}, step=4)
+        logger.log_hyperparams({"lr": 1e-3})
+        logger.log_text("note", "hello", step=1)
+        logger.log_image("img", np.zeros((4, 5, 3)), step=1)
+        logger.log_histogram("w", [1.0, 2.0, 3.0], step=1)
+    got = out.getvalue().splitlines()
+    assert got[0] == "[run] step       3 | loss       0.25 | acc       0.91"
+    assert got[1] == "[run] step   12345 | loss  1.000e-05"
+    assert got[0].index("| loss") == got[1].index("| loss")
+    assert got[3] == '[run] hyperparams {"lr": 0.001}'
+    assert "note: hello" in got[4]
+    assert "(4, 5, 3)" in got[5]
+    assert "mean=2" in got[6]
+
+
+def test_console_above_info_prints_nothing():
+    out = io.StringIO()
+    ConsoleLogger("run", stream=out, level=logging.WARNING).log_scalar("loss", 1.0, step=0)
+    assert out.getvalue() == ""
+
+
+def test_console_with_rich_renders_the_same_text():
+    out = io.StringIO()
+    ConsoleLogger("run", stream=out, use_rich=True).log_scalar("loss", 0.5, step=1)
+    assert "[run] step       1 | loss        0.5" in out.getvalue()
+
+
+@pytest.mark.parametrize("bad", ["1.0", True, None, np.ones(3)])
+def test_scalars_must_be_numbers(bad):
+    with pytest.raises(TypeError, match="'x'"):
+        ConsoleLogger("run", stream=io.StringIO()).log_scalar("x", bad)
+
+
+def test_images_must_be_image_shaped():
+    logger = ConsoleLogger("run", stream=io.StringIO())
+    with pytest.raises(ValueError, match=r"\(2, 2, 2, 2\)"):
+        logger.log_image("img", np.zeros((2, 2, 2, 2)))
+    with pytest.raises(TypeError, match="array"):
+        logger.log_image("img", "not an image")
+
+
+def test_closed_logger_refuses_calls():
+    logger = ConsoleLogger("run", stream=io.StringIO())
+    logger.close()
+    logger.close()  # idempotent
+    with pytest.raises(LoggerClosedError, match="'run' is closed"):
+        logger.log_scalar("x", 1.0)
+
+
+def test_other_inputs_refused():
+    logger = ConsoleLogger("run", stream=io.StringIO())
+    with pytest.raises(TypeError, match="mapping"):
+        logger.log_hyperparams([("lr", 1)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="str"):
+        logger.log_text("t", 3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-empty"):
+        ConsoleLogger("")
+
+
+def test_file_logger_writes_jsonl_csv_hparams_text_images_histograms(tmp_path):
+    with FileLogger("my run", tmp_path) as logger:
+        logger.log_hyperparams({"lr": 1e-3, "layers": (2, 3)})
+        logger.log_hyperparams({"batch": 32})
+        logger.log_scalars({"loss": 0.5, "acc": np.float32(0.25)}, step=1)
+        logger.log_scalar("loss", math.nan, step=2)
+        logger.log_scalar("loss", 0.1)
+        logger.log_text("note", "first\nsecond", step=1)
+        logger.log_image("sample", np.random.default_rng(0).random((8, 8, 3)), step=1)
+        logger.log_image("gray", [np.zeros((4, 4)), np.ones((4, 4, 1))], step=2)
+        logger.log_histogram("weights", np.arange(100.0), step=1)
+    metrics = lines(tmp_path / "my_run.metrics.jsonl")
+    assert [(m["step"], m["name"], m["value"]) for m in metrics[:2]] == [
+        (1, "loss", 0.5),
+        (1, "acc", 0.25),
+    ]
+    assert math.isnan(metrics[2]["value"])
+    assert metrics[3]["step"] is None
+    with (tmp_path / "my_run.metrics.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert list(rows[0]) == ["time", "step", "name", "value"]
+    assert [(r["step"], r["name"], float(r["value"])) for r in rows[:2]] == [
+        ("1", "loss", 0.5),
+        ("1", "acc", 0.25),
+    ]
+    assert json.loads((tmp_path / "my_run.hparams.json").read_text()) == {
+        "lr": 1e-3,
+        "layers": [2, 3],
+        "batch": 32,
+    }
+    assert lines(tmp_path / "my_run.text.jsonl")[0]["text"] == "first\nsecond"
+    images = sorted(p.name for p in (tmp_path / "images").iterdir())
+    assert images == ["my_run.gray_step2.png", "my_run.gray_step2_1.png", "my_run.sample_step1.png"]
+    assert (tmp_path / "images" / "my_run.sample_step1.png").read_bytes()[:4] == b"\x89PNG"
+    histogram = lines(tmp_path / "my_run.histograms.jsonl")[0]
+    assert (histogram["count"], histogram["min"], histogram["max"]) == (100, 0.0, 99.0)
+    assert sum(histogram["counts"]) == 100
+    assert (tmp_path / "histograms" / "my_run.weights_step1.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_resumed_file_logger_appends_to_the_same_files(tmp_path):
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_scalar("loss", 0.5, step=1)
+    assert [m["step"] for m in lines(tmp_path / "run.metrics.jsonl")] == [0, 1]
+    csv_lines = (tmp_path / "run.metrics.csv").read_text().splitlines()
+    assert csv_lines[0] == "time,step,name,value"
+    assert len(csv_lines) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.metrics.csv", "run.metrics.jsonl"]
+
+
+def test_file_logger_csv_quotes_awkward_names(tmp_path):
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_scalar('a,b "c"', 1.0, step=0)
+    with (tmp_path / "run.metrics.csv").open() as file:
+        assert next(iter(csv.DictReader(file)))["name"] == 'a,b "c"'
+
+
+def test_file_logger_flushes_without_close(tmp_path):
+    logger = FileLogger("run", tmp_path, flush_every=0)
+    logger.log_scalar("loss", 1.0, step=0)
+    assert len(lines(tmp_path / "run.metrics.jsonl")) == 1
+    logger.close()
+
+
+def test_multi_logger_fans_out_and_still_reaches_all_on_error(tmp_path):
+    out = io.StringIO()
+
+    class Broken(ConsoleLogger):
+        def _write_scalars(self, _metrics, _step):
+            raise RuntimeError("backend down")
+
+    broken = Broken("broken", stream=io.StringIO())
+    console = ConsoleLogger("c", stream=out)
+    files = FileLogger("f", tmp_path)
+    multi = MultiLogger([broken, console, files])
+    with pytest.raises(RuntimeError, match="backend down"):
+        multi.log_scalar("loss", 1.0, step=0)
+    multi.log_text("t", "x")
+    multi.close()
+    assert "loss" in out.getvalue()
+    assert lines(tmp_path / "f.metrics.jsonl")[0]["value"] == 1.0
+    assert console.closed
+    assert files.closed
+    with pytest.raises(TypeError, match="Logger"):
+        MultiLogger([object()])  # type: ignore[list-item]
+
+
+def test_create_logger_gives_console_and_files(tmp_path):
+    out = io.StringIO()
+    logger = create_logger("demo", log_dir=tmp_path, stream=out)
+    assert isinstance(logger, Logger)
+    logger.log_hyperparams({"lr": 1e-3, "batch_size": 32})
+    for step in range(3):
+        logger.log_scalar("loss", 1.0 / (step + 1), step=step)
+    logger.close()
+    assert out.getvalue().count("loss") == 3
+    assert [m["value"] for m in lines(tmp_path / "demo.metrics.jsonl")] == [1.0, 0.5, 1 / 3]
+    only_console = create_logger("demo", log_to_file=False, stream=io.StringIO())
+    assert isinstance(only_console, ConsoleLogger)
+    with pytest.raises(ValueError, match="logs nowhere"):
+        create_logger("demo", log_to_file=False, console=False)
+
+
+def test_create_logger_defaults_to_the_output_dir_not_the_cwd(tmp_path, monkeypatch):
+    out_root, cwd = tmp_path / "outputs", tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("AVITAI_OUTPUT_DIR", str(out_root))
+    with create_logger("demo", stream=io.StringIO()) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    assert (out_root / "demo" / "demo.metrics.jsonl").exists()
+    assert list(cwd.iterdir()) == []
+
+
+def test_create_logger_with_tensorboard(tmp_path):
+    with create_logger("demo", log_dir=tmp_path, console=False, tensorboard=True) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert (tmp_path / "demo.metrics.jsonl").exists()
+
+
+def test_process_index_sources(monkeypatch):
+    for var in ("SUBSTRAX_PROCESS_INDEX", "JAX_PROCESS_ID", "RANK"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    assert current_process_index() == 0
+    monkeypatch.setenv("RANK", "3")
+    assert current_process_index() == 3
+    monkeypatch.setenv("SUBSTRAX_PROCESS_INDEX", "2")
+    assert current_process_index() == 2
+    assert current_process_index(5) == 5
+    monkeypatch.setenv("SUBSTRAX_PROCESS_INDEX", "x")
+    with pytest.raises(ValueError, match="SUBSTRAX_PROCESS_INDEX"):
+        current_process_index()
+    with pytest.raises(ValueError, match=r">= 0"):
+        current_process_index(-1)
+
+
+def test_only_process_zero_logs_unless_asked(tmp_path):
+    out = io.StringIO()
+    quiet = create_logger("demo", log_dir=tmp_path / "p1", stream=out, process_index=1)
+    quiet.log_scalar("loss", 1.0, step=0)
+    quiet.log_hyperparams({"a": 1})
+    quiet.close()
+    assert out.getvalue() == ""
+    assert not (tmp_path / "p1").exists()
+    with FileLogger("demo", tmp_path / "all", process_index=1, all_processes=True) as loud:
+        loud.log_scalar("loss", 1.0, step=0)
+    assert (tmp_path / "all" / "demo.p1.metrics.jsonl").exists()
+
+
+def test_importing_tracking_imports_no_jax_and_no_sdk():
+    code = (
+        "import sys, substrax.tracking, substrax.callbacks\n"
+        "bad = [m for m in ('jax', 'wandb', 'mlflow', 'tensorboardX', 'matplotlib', 'rich', 'optax') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_plot_command_renders_png_and_html(tmp_path):
+    with FileLogger("run", tmp_path) as logger:
+        for step in range(5):
+            logger.log_scalars({"loss": 1.0 / (step + 1), "train/acc": step / 5}, step=step)
+    assert read_scalars(tmp_path / "run.metrics.jsonl")["loss"][0] == (0, 1.0)
+    result = subprocess.run(
+        [sys.executable, "-m", "substrax.tracking", "plot", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    page = tmp_path / "plots" / "index.html"
+    assert result.stdout.strip() == str(page)
+    html = page.read_text()
+    for png in ("run.loss.png", "run.train_acc.png"):
+        assert (tmp_path / "plots" / png).read_bytes()[:4] == b"\x89PNG"
+        assert f'src="{png}"' in html
+
+
+def test_plot_refuses_a_directory_without_a_file_log(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"metrics\.jsonl"):
+        plot_log_dir(tmp_path)
+    from substrax.tracking.__main__ import main
+
+    assert main(["plot", str(tmp_path)]) == 2

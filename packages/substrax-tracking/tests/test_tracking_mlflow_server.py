@@ -1,0 +1,127 @@
+"""MLFlowLogger against a real `mlflow server` on 127.0.0.1, including the server dying mid-run."""
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from substrax.tracking import MLFlowLogger
+
+
+pytest.importorskip("mlflow", reason="the mlflow extra is needed for MLFlowLogger")
+from mlflow.tracking import MlflowClient
+
+
+pytestmark = pytest.mark.xdist_group("mlflow_server")
+
+
+def history(client, run_id, key):
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def wait_for(condition, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_every_metric_param_and_artifact_reads_back_through_the_server(
+    mlflow_server, tmp_path, fast_mlflow_http
+):
+    artifact = tmp_path / "model.txt"
+    artifact.write_text("weights")
+    with MLFlowLogger(
+        "served", experiment_name="served", tracking_uri=mlflow_server.uri, log_dir=tmp_path
+    ) as logger:
+        logger.log_hyperparams({"lr": 0.01, "optimizer": {"name": "adam"}})
+        for step in range(20):
+            logger.log_scalars({"loss": 1.0 / (step + 1), "acc": step / 20}, step=step)
+        logger.log_text("summary", "done", step=19)
+        logger.log_image("sample", np.ones((3, 3)), step=19)
+        logger.log_histogram("grads", np.linspace(-1.0, 1.0, 11), step=19)
+        logger.log_artifact(artifact, "checkpoints")
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    run = client.get_run(logger.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"lr": "0.01", "optimizer.name": "adam"}
+    assert history(client, logger.run_id, "loss") == [
+        (s, pytest.approx(1.0 / (s + 1))) for s in range(20)
+    ]
+    assert history(client, logger.run_id, "acc") == [(s, pytest.approx(s / 20)) for s in range(20)]
+    assert history(client, logger.run_id, "grads/min") == [(19, -1.0)]
+    listed = {
+        a.path
+        for folder in ("text/summary", "images/sample", "histograms/grads", "checkpoints")
+        for a in client.list_artifacts(logger.run_id, folder)
+    }
+    assert {
+        "text/summary/step_19.txt",
+        "histograms/grads/step_19.json",
+        "checkpoints/model.txt",
+    } <= listed
+    assert any(p.startswith("images/sample/") for p in listed)
+    downloaded = client.download_artifacts(
+        logger.run_id, "checkpoints/model.txt", str(tmp_path / "dl")
+    )
+    assert Path(downloaded).read_text() == "weights"
+
+
+def test_a_server_killed_mid_run_loses_nothing(mlflow_server, tmp_path, fast_mlflow_http, caplog):
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    kept = MLFlowLogger(
+        "fault", tracking_uri=mlflow_server.uri, log_dir=tmp_path / "kept", close_timeout=120
+    )
+    spooling = MLFlowLogger(
+        "fault-spooled",
+        tracking_uri=mlflow_server.uri,
+        log_dir=tmp_path / "spooled",
+        close_timeout=0.5,
+    )
+    for step in range(10):
+        kept.log_scalar("loss", float(step), step=step)
+        spooling.log_scalar("loss", float(step), step=step)
+    assert kept.wait_delivered(60)
+    assert spooling.wait_delivered(60)
+
+    mlflow_server.kill()
+    for step in range(10, 40):  # logging goes on while the server is gone
+        kept.log_scalar("loss", float(step), step=step)
+        spooling.log_scalar("loss", float(step), step=step)
+    wait_for(lambda: kept._delivery.failures >= 1 and spooling._delivery.failures >= 1)
+    spooling.close()  # it gives up quickly and keeps the rest in its spool file
+    assert spooling.spooled == 30
+    assert spooling.spool_path.exists()
+
+    mlflow_server.start()
+    mlflow_server.wait_ready()
+    kept.log_scalar("loss", 40.0, step=40)
+    kept.close()  # the buffered records are retried and arrive
+    assert kept.spooled == 0
+    assert history(client, kept.run_id, "loss") == [(s, float(s)) for s in range(41)]
+    assert client.get_run(kept.run_id).info.status == "FINISHED"
+    failures = [
+        r
+        for r in caplog.records
+        if "could not deliver" in r.getMessage() and "'fault'" in r.getMessage()
+    ]
+    assert len(failures) == 1  # reported once, however many retries failed
+
+    result = subprocess.run(
+        [sys.executable, "-m", "substrax.tracking", "replay", str(spooling.spool_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "delivered 30, remaining 0"
+    assert history(client, spooling.run_id, "loss") == [(s, float(s)) for s in range(40)]
+    assert not spooling.spool_path.exists()
+    assert json.loads(json.dumps(client.get_run(spooling.run_id).info.status)) == "FINISHED"

@@ -1,0 +1,55 @@
+import numpy as np
+import pytest
+
+from substrax.tracking import TensorBoardLogger
+
+
+event_accumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator",
+    reason="the tensorboard package (dev dependency) reads the event files back",
+)
+
+
+def test_event_files_read_back_with_tensorboards_reader(tmp_path):
+    with TensorBoardLogger("run", tmp_path) as logger:
+        logger.log_hyperparams({"lr": 1e-3, "layers": [2, 3], "opt": "adam"})
+        for step in range(3):
+            logger.log_scalars({"loss": 1.0 / (step + 1), "acc": step / 3}, step=step)
+        logger.log_metrics({"lr": 0.5}, step=3)
+        logger.log_text("note", "hello", step=1)
+        logger.log_image("img", np.random.default_rng(0).random((6, 7, 3)), step=2)
+        logger.log_image("gray", np.zeros((4, 4), dtype=np.uint8), step=2)
+        logger.log_histogram("weights", np.arange(50.0), step=1)
+    accumulator = event_accumulator.EventAccumulator(
+        str(tmp_path), size_guidance={event_accumulator.TENSORS: 0, event_accumulator.SCALARS: 0}
+    )
+    accumulator.Reload()
+    tags = accumulator.Tags()
+    assert {"loss", "acc", "lr"} <= set(tags["scalars"])
+    loss = [(e.step, e.value) for e in accumulator.Scalars("loss")]
+    assert loss == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
+    assert [(e.step, e.value) for e in accumulator.Scalars("lr")] == [(3, 0.5)]
+    assert set(tags["images"]) == {"img", "gray"}
+    image = accumulator.Images("img")[0]
+    assert (image.step, image.width, image.height) == (2, 7, 6)
+    histogram = accumulator.Histograms("weights")[0]
+    assert (histogram.step, histogram.histogram_value.num) == (1, 50)
+    assert histogram.histogram_value.max == 49.0
+    text_tags = [t for t in tags["tensors"] if t.startswith("note")]
+    assert text_tags
+    text = accumulator.Tensors(text_tags[0])[0]
+    assert text.tensor_proto.string_val[0] == b"hello"
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    contents = accumulator.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(contents["_hparams_/session_start_info"])
+    hparams = start.session_start_info.hparams
+    assert hparams["lr"].number_value == pytest.approx(1e-3)
+    assert hparams["opt"].string_value == "adam"
+    assert hparams["layers"].string_value == "[2, 3]"
+
+
+def test_process_one_writes_nothing(tmp_path):
+    with TensorBoardLogger("run", tmp_path / "tb", process_index=1) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    assert not (tmp_path / "tb").exists()

@@ -1,0 +1,185 @@
+"""WandbLogger in offline mode, its run file read back with wandb's own record reader."""
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from substrax.tracking import WandbLogger
+
+
+pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_CODE", "true")
+
+
+def read_run(log_dir):
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    [run_file] = list((log_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    store = datastore.DataStore()
+    store.open_for_scan(str(run_file))
+    history, config, summary = [], {}, {}
+    while True:
+        data = store.scan_data()
+        if data is None:
+            store._fp.close()
+            break
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            row = {
+                item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                for item in record.history.item
+            }
+            row.setdefault("_step", record.history.step.num)
+            history.append(row)
+        elif kind == "config":
+            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+        elif kind == "run":
+            config.update(
+                {item.key: json.loads(item.value_json) for item in record.run.config.update}
+            )
+        elif kind == "summary":
+            summary.update(
+                {item.key: json.loads(item.value_json) for item in record.summary.update}
+            )
+    return history, config, summary
+
+
+def read_complete_run(log_dir, steps, timeout=60):
+    """Read the run file once wandb's service has written the given steps to it.
+
+    ``run.finish()`` returns once the run is handed over; the service may write the last
+    records to the file a moment later, more so on a loaded machine.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        history, config, summary = read_run(log_dir)
+        if set(steps) <= {row["_step"] for row in history} or time.monotonic() > deadline:
+            return history, config, summary
+        time.sleep(0.2)
+
+
+def test_offline_run_reads_back(offline, tmp_path):
+    with WandbLogger(
+        "demo", project="substrax-tests", log_dir=tmp_path, config={"lr": 1e-3}
+    ) as logger:
+        logger.log_hyperparams({"batch_size": 32})
+        for step in range(5):
+            logger.log_scalars({"loss": 1.0 / (step + 1), "acc": step / 5}, step=step)
+        logger.log_metrics(
+            {"lr": 0.5}
+        )  # no step: the last one given, W&B's own counter is never used
+        logger.log_text("note", "a < b", step=5)
+        logger.log_image("sample", np.zeros((4, 4, 3)), step=6)
+        logger.log_histogram("weights", np.arange(20.0), step=7)
+        run_id = logger.run_id
+    assert run_id
+    history, config, _ = read_complete_run(tmp_path, range(8))
+    rows = {row["_step"]: row for row in history}
+    assert set(range(8)) <= set(rows), history
+    assert [rows[s]["loss"] for s in range(5)] == pytest.approx([1.0 / (s + 1) for s in range(5)])
+    assert rows[4]["lr"] == 0.5
+    assert rows[5]["note/_type"] == "html-file"
+    [run_dir] = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert "<pre>a &lt; b</pre>" in (run_dir / "files" / rows[5]["note/path"]).read_text()
+    assert rows[6]["sample/_type"] == "images/separated"
+    assert (run_dir / "files" / rows[6]["sample/filenames"][0]).read_bytes()[:4] == b"\x89PNG"
+    assert rows[7]["weights/max"] == 19.0
+    assert rows[7]["weights/_type"] == "histogram"
+    assert sum(rows[7]["weights/values"]) == 20
+    assert config["lr"]["value"] == 1e-3 if isinstance(config["lr"], dict) else config["lr"] == 1e-3
+    batch = config["batch_size"]
+    assert (batch["value"] if isinstance(batch, dict) else batch) == 32
+
+
+def test_process_one_starts_no_run(offline, tmp_path):
+    with WandbLogger("demo", project="substrax-tests", log_dir=tmp_path, process_index=1) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    assert logger.run_id is None
+    assert not (tmp_path / "wandb").exists()
+
+
+def test_missing_wandb_fails_at_construction_with_the_install_line(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(ImportError, match=r"uv add 'substrax-tracking\[wandb\]'"):
+        WandbLogger("demo", project="p", log_dir=tmp_path)
+
+
+def test_missing_sdks_fail_at_construction(monkeypatch, tmp_path):
+    from substrax.callbacks import ProgressCallback
+    from substrax.tracking import TensorBoardLogger
+
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)
+    with pytest.raises(ImportError, match=r"substrax-tracking\[tensorboard\]"):
+        TensorBoardLogger("demo", tmp_path)
+    monkeypatch.setitem(sys.modules, "rich", None)
+    monkeypatch.setitem(sys.modules, "rich.progress", None)
+    with pytest.raises(ImportError, match=r"substrax-tracking\[rich\]"):
+        ProgressCallback()
+
+
+def test_a_logger_never_closed_hands_its_records_to_wandb_at_exit(offline, tmp_path):
+    code = (
+        "from substrax.tracking import WandbLogger\n"
+        f"logger = WandbLogger('exit', project='substrax-tests', log_dir={str(tmp_path)!r})\n"
+        "for step in range(50):\n"
+        "    logger.log_scalar('loss', float(step), step=step)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=180, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    history, _, _ = read_complete_run(tmp_path, range(50))
+    assert sorted(row["_step"] for row in history if "loss" in row) == list(range(50))
+
+
+def test_log_model_and_artifact_reach_the_offline_run(offline, tmp_path):
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+    with WandbLogger("art", project="substrax-tests", log_dir=tmp_path / "logs") as logger:
+        logger.log_model(model, metadata={"epochs": 3})
+        logger.log_artifact(model)
+        with pytest.raises(FileNotFoundError, match="missing"):
+            logger.log_model(tmp_path / "missing")
+    [run_dir] = list((tmp_path / "logs" / "wandb").glob("offline-run-*"))
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    [run_file] = list(run_dir.glob("run-*.wandb"))
+
+    def artifacts():
+        store = datastore.DataStore()
+        store.open_for_scan(str(run_file))
+        found = []
+        while (data := store.scan_data()) is not None:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            if record.WhichOneof("record_type") == "artifact":
+                found.append(
+                    (
+                        record.artifact.name,
+                        record.artifact.type,
+                        json.loads(record.artifact.metadata),
+                    )
+                )
+        store._fp.close()
+        return found
+
+    deadline = time.monotonic() + 60  # the service may write the last records just after finish
+    while not artifacts() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert artifacts() == [("art-model", "model", {"epochs": 3})]
+    assert (run_dir / "files" / "model.bin").read_bytes() == b"weights"
