@@ -6,11 +6,6 @@ the loss and parameters of the same step run in one process; ``create_multihost_
 the DCN axis across the processes.
 """
 
-import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -18,16 +13,17 @@ import optax
 import pytest
 from flax import nnx
 
+from substrax.runtime import JaxRuntime
+from substrax.testing import run_distributed
+
 
 WORKER = textwrap.dedent(
     """
     import json, sys
     import numpy as np
 
-    pid, port = int(sys.argv[1]), sys.argv[2]
     from substrax.runtime import initialize_distributed
-    info = initialize_distributed(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
-                                  process_id=pid, initialization_timeout=90)
+    info = initialize_distributed(initialization_timeout=90)  # the launcher's JAX_* variables
     import jax
     import optax
     from flax import nnx
@@ -89,17 +85,6 @@ WORKER = textwrap.dedent(
 )
 
 
-def _last_json_line(stdout: str) -> str:
-    """The child's last JSON object line: gloo prints connection notes to stdout, racing it."""
-    return next(line for line in reversed(stdout.splitlines()) if line.startswith("{"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def single_process_reference():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, 4)).astype(np.float32)
@@ -120,36 +105,9 @@ def single_process_reference():
     return losses, np.asarray(model.kernel.get_value())
 
 
-def test_two_processes_assemble_the_batch_and_match_one_process(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(pid), str(port)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for pid in range(2)
-    ]
-    finished = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=240)
-            finished.append((proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:  # a peer that never arrived: stop it, then drain its pipes
-                proc.kill()
-                proc.communicate()
-    outputs = []
-    for code, out, err in finished:
-        assert code == 0, f"worker exited {code}:\n{err[-4000:]}"
-        outputs.append(json.loads(_last_json_line(out)))
+def test_two_processes_assemble_the_batch_and_match_one_process():
+    runs = run_distributed(WORKER, num_processes=2, runtime=JaxRuntime(cpu_devices=4), timeout=240)
+    outputs = [run.check().last_json() for run in runs]
     losses, kernel = single_process_reference()
     assert [o["process"] for o in outputs] == [0, 1]
     for o in outputs:

@@ -2,13 +2,12 @@
 files, and MLflow gets one run for the job, not one per process."""
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 from mlflow.tracking import MlflowClient
+
+from substrax.runtime import JaxRuntime
+from substrax.testing import run_distributed
 
 
 WORKER = textwrap.dedent(
@@ -16,9 +15,10 @@ WORKER = textwrap.dedent(
     import io, json, sys
     import jax
 
-    pid, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
-                               process_id=pid, initialization_timeout=90)
+    from substrax.runtime import initialize_distributed
+
+    initialize_distributed(initialization_timeout=90)
+    out = sys.argv[1]
     from substrax.tracking import MLFlowLogger, create_logger
 
     console = io.StringIO()
@@ -34,44 +34,13 @@ WORKER = textwrap.dedent(
 )
 
 
-def _last_json_line(stdout: str) -> str:
-    """The child's last JSON object line: gloo prints connection notes to stdout, racing it."""
-    return next(line for line in reversed(stdout.splitlines()) if line.startswith("{"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def test_only_process_zero_logs_and_mlflow_gets_one_run(tmp_path):
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    port = str(free_port())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "MLFLOW_"))}
-    env.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="1")
-    workers = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(pid), port, str(tmp_path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for pid in (0, 1)
-    ]
-    results = []
-    for worker in workers:
-        try:
-            stdout, stderr = worker.communicate(timeout=240)
-        finally:
-            if worker.poll() is None:
-                for other in workers:
-                    other.kill()
-        assert worker.returncode == 0, stderr[-3000:]
-        results.append(json.loads(_last_json_line(stdout)))
-
+def test_only_process_zero_logs_and_mlflow_gets_one_run(tmp_path, monkeypatch):
+    for variable in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(variable, raising=False)
+    runs = run_distributed(
+        WORKER, str(tmp_path), num_processes=2, runtime=JaxRuntime(cpu_devices=1), timeout=240
+    )
+    results = [run.check().last_json() for run in runs]
     first, second = sorted(results, key=lambda r: r["process"])
     assert "loss" in first["printed"]
     assert second["printed"] == ""

@@ -25,6 +25,7 @@ from ._child import (
     cuda_is_visible as cuda_is_visible,
     run_python as run_python,
 )
+from ._distributed import free_port as free_port, run_distributed as run_distributed
 from ._examples import (
     ExampleRun as ExampleRun,
     ExampleTimeoutError as ExampleTimeoutError,
@@ -50,7 +51,9 @@ __all__ = [
     "compiled_programs",
     "cuda_is_visible",
     "expect_compiles",
+    "free_port",
     "restored_jax_config",
+    "run_distributed",
     "run_example",
     "run_python",
 ]

@@ -158,7 +158,7 @@ class ChildResult:
         return TypeAdapter(shape).validate_json(self._last_line(), strict=True)
 
 
-def _with_child_defaults(runtime: "JaxRuntime | None", env: Mapping[str, str]) -> "JaxRuntime":
+def with_child_defaults(runtime: "JaxRuntime | None", env: Mapping[str, str]) -> "JaxRuntime":
     from substrax.runtime import JaxRuntime  # noqa: PLC0415 - keep the package import light
 
     chosen = runtime if runtime is not None else JaxRuntime()
@@ -170,7 +170,7 @@ def _with_child_defaults(runtime: "JaxRuntime | None", env: Mapping[str, str]) -
     return dataclasses.replace(chosen, **changes) if changes else chosen
 
 
-def _check_timeout(timeout: float) -> None:
+def check_timeout(timeout: float) -> None:
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
 
@@ -215,9 +215,9 @@ def run_python(
     """
     from substrax.runtime import child_environment  # noqa: PLC0415 - keep the package import light
 
-    _check_timeout(timeout)
+    check_timeout(timeout)
     extra = dict(env or {})
-    child_env = child_environment(_with_child_defaults(runtime, extra), extra)
+    child_env = child_environment(with_child_defaults(runtime, extra), extra)
     if isinstance(program, Path):
         argv = (sys.executable, str(program), *args)
     else:
