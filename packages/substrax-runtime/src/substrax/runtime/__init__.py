@@ -17,11 +17,10 @@ Example:
     '4\n'
 """
 
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from ._config import JaxRuntime as JaxRuntime, MatmulPrecision as MatmulPrecision
-from ._distributed import (
-    DistributedInfo as DistributedInfo,
-    initialize_distributed as initialize_distributed,
-)
 from ._environment import (
     apply_runtime as apply_runtime,
     child_environment as child_environment,
@@ -31,15 +30,43 @@ from ._errors import (
     RuntimeConfigurationError as RuntimeConfigurationError,
     XlaFlagConflictError as XlaFlagConflictError,
 )
-from ._launchers import (
-    DEFAULT_COORDINATOR_PORT as DEFAULT_COORDINATOR_PORT,
-    LaunchSettings as LaunchSettings,
-    launch_from_environment as launch_from_environment,
-    launch_from_modal_cluster as launch_from_modal_cluster,
-)
-from ._logging import configure_entry_point_logging as configure_entry_point_logging
 from ._test_runtime import resolve_test_runtime as resolve_test_runtime
 from ._xla_flags import merge_xla_flags as merge_xla_flags, parse_xla_flags as parse_xla_flags
+
+
+if TYPE_CHECKING:
+    from ._distributed import (
+        DistributedInfo as DistributedInfo,
+        initialize_distributed as initialize_distributed,
+    )
+    from ._launchers import (
+        DEFAULT_COORDINATOR_PORT as DEFAULT_COORDINATOR_PORT,
+        LaunchSettings as LaunchSettings,
+        launch_from_environment as launch_from_environment,
+        launch_from_modal_cluster as launch_from_modal_cluster,
+    )
+    from ._logging import configure_entry_point_logging as configure_entry_point_logging
+
+# Imported on first use (PEP 562): they bring logging, ipaddress and re, which a process that only
+# renders or applies settings before starting jax never needs.
+_LAZY = {
+    "DistributedInfo": "._distributed",
+    "initialize_distributed": "._distributed",
+    "DEFAULT_COORDINATOR_PORT": "._launchers",
+    "LaunchSettings": "._launchers",
+    "launch_from_environment": "._launchers",
+    "launch_from_modal_cluster": "._launchers",
+    "configure_entry_point_logging": "._logging",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -3,13 +3,20 @@
 # Callers are untyped at run time: the isinstance checks below are the validation.
 # pyright: reportUnnecessaryIsInstance=false
 
+# Annotations stay unevaluated so that pathlib (5 ms with what it imports) loads only when a
+# compilation cache directory is actually given.
+from __future__ import annotations
+
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from ._xla_flags import merge_xla_flags
+
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 type MatmulPrecision = Literal["default", "high", "highest", "bfloat16", "tensorfloat32", "float32"]
@@ -125,6 +132,8 @@ class JaxRuntime:
         path: object = self.compilation_cache_dir
         if path is None:
             return
+        from pathlib import Path  # noqa: PLC0415 - see the note on the imports
+
         if isinstance(path, str | os.PathLike) and not isinstance(path, Path):  # coerce str paths
             path = Path(path)
             object.__setattr__(self, "compilation_cache_dir", path)

@@ -158,6 +158,20 @@ def _launcher_nodes(env: Mapping[str, str]) -> tuple[tuple[str, ...], int | None
     return nodes, count
 
 
+def _one_process_per_node(
+    nodes: tuple[str, ...], *, rank: int, port: int, source: LaunchSource
+) -> LaunchSettings:
+    """One process on each of ``nodes`` (ordered by rank); the first node coordinates on ``port``."""
+    return LaunchSettings(
+        coordinator_address=with_port(nodes[0], port),
+        num_processes=len(nodes),
+        process_id=rank,
+        source=source,
+        node_addresses=nodes,
+        num_nodes=len(nodes),
+    )
+
+
 def launch_from_arguments(
     env: Mapping[str, str],
     *,
@@ -261,14 +275,7 @@ def launch_from_environment(
             raise ValueError(
                 f"SKYPILOT_NUM_NODES={count} disagrees with the {len(nodes)} SKYPILOT_NODE_IPS"
             )
-        return LaunchSettings(
-            coordinator_address=with_port(nodes[0], coordinator_port),
-            num_processes=len(nodes),
-            process_id=rank,
-            source="skypilot",
-            node_addresses=nodes,
-            num_nodes=len(nodes),
-        )
+        return _one_process_per_node(nodes, rank=rank, port=coordinator_port, source="skypilot")
     if all(env.get(name, "").strip() for name in _SLURM_STEP):
         return LaunchSettings(
             coordinator_address=None,
@@ -301,11 +308,4 @@ def launch_from_modal_cluster(
     ips = tuple(container_ips)
     if not ips:
         raise ValueError("a Modal cluster reported no container addresses")
-    return LaunchSettings(
-        coordinator_address=with_port(ips[0], coordinator_port),
-        num_processes=len(ips),
-        process_id=rank,
-        source="modal",
-        node_addresses=ips,
-        num_nodes=len(ips),
-    )
+    return _one_process_per_node(ips, rank=rank, port=coordinator_port, source="modal")
