@@ -15,6 +15,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -160,6 +161,23 @@ def _install_alone(distribution: str, wheels: dict[str, Path], venv: Path) -> Pa
     return python
 
 
+def _probe(
+    python: Path, code: str, *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``code`` on the CPU in ``python``; the JSON object its last stdout line prints."""
+    result = subprocess.run(
+        [str(python), "-c", code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_clean_env() | {"JAX_PLATFORMS": "cpu"} | (env or {}),
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("distribution", sorted(INSTALLS))
 def test_part_installs_alone_and_imports_every_module(
     wheels: dict[str, Path], tmp_path: Path, distribution: str
@@ -167,17 +185,7 @@ def test_part_installs_alone_and_imports_every_module(
     roots, absent = INSTALLS[distribution]
     python = _install_alone(distribution, wheels, tmp_path / "venv")
     assert distribution in _installed(python)
-    result = subprocess.run(
-        [str(python), "-c", PROBE, json.dumps([roots, absent, sorted(NEEDS_EXTRA)])],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=_clean_env() | {"JAX_PLATFORMS": "cpu"},
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    probe = _probe(python, PROBE, json.dumps([roots, absent, sorted(NEEDS_EXTRA)]), cwd=tmp_path)
     assert probe["present"] == [], f"{distribution} pulled {probe['present']}"
     assert Path(probe["file"]).is_relative_to(tmp_path / "venv")
     assert len(probe["imported"]) > len(roots) or distribution == "substrax"
@@ -205,17 +213,7 @@ def test_runtime_alone_works_and_names_the_nnx_extra(
     wheels: dict[str, Path], tmp_path: Path
 ) -> None:
     python = _install_alone("substrax-runtime", wheels, tmp_path / "venv")
-    result = subprocess.run(
-        [str(python), "-c", RUNTIME_PROBE],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=_clean_env() | {"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"},
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    probe = _probe(python, RUNTIME_PROBE, cwd=tmp_path, env={"JAX_NUM_CPU_DEVICES": "2"})
     assert probe["devices"] == 2
     assert probe["single"] == 1
     assert "substrax-runtime[nnx]" in probe["nnx_error"]
@@ -237,17 +235,7 @@ def test_meta_package_reaches_every_part_lazily(wheels: dict[str, Path], tmp_pat
     for distribution in set(INSTALLS) - {"substrax-testing"}:  # testing is the meta's extra
         assert distribution in installed, f"{distribution} missing from the meta install"
     assert "substrax-testing" not in installed
-    result = subprocess.run(
-        [str(python), "-c", LAZY_PROBE],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=_clean_env() | {"JAX_PLATFORMS": "cpu"},
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    probe = _probe(python, LAZY_PROBE, cwd=tmp_path)
     assert probe["before"] == []
     assert probe["parts"] == {name: f"substrax.{name}" for name in probe["parts"]}
     assert probe["version"] == "0.2.0"

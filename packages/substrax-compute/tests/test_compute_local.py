@@ -19,29 +19,6 @@ class TestLocalContract(BackendContract):
         return LocalBackend({"state_dir": str(state_dir)})
 
 
-def _gone(pid, timeout=10.0):
-    """Whether process ``pid`` has ended (or is a zombie) within ``timeout`` seconds."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
-
-
-SPAWNS_A_CHILD = (
-    "import subprocess, sys, time; "
-    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-    "print('child', p.pid, flush=True); print('sleeping now', flush=True); time.sleep(600)"
-)
-
-
 def _spec(*tasks, **fields):
     fields.setdefault("probe_devices", False)
     fields.setdefault("timeout_seconds", 120.0)
@@ -83,9 +60,9 @@ def test_declared_extras_are_installed_by_uv_into_a_run_environment(tmp_path):
     assert backend.worker_command(_spec(_task("t", ""), extras=("plots",)), tmp_path)[1] != env
 
 
-def test_cancel_kills_the_whole_process_group(tmp_path):
+def test_cancel_kills_the_whole_process_group(tmp_path, spawns_a_child, gone):
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
-    handle = backend.submit(_spec(_task("sleeper", SPAWNS_A_CHILD)), project=tmp_path)
+    handle = backend.submit(_spec(_task("sleeper", spawns_a_child)), project=tmp_path)
     child = None
     for line in backend.logs(handle, follow=True):
         if line.startswith("[sleeper] child "):
@@ -95,7 +72,7 @@ def test_cancel_kills_the_whole_process_group(tmp_path):
     backend.cancel(handle)
     assert backend.status(handle) is RunState.CANCELLED
     assert child is not None
-    assert _gone(child), "a task's child outlived cancel"
+    assert gone(child), "a task's child outlived cancel"
     manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
     assert [t.status for t in manifest.tasks] == ["cancelled"]
     assert not manifest.finished

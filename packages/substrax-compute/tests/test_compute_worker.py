@@ -5,36 +5,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from substrax.compute.manifest import MANIFEST_NAME, TaskStatus, read_manifest
 from substrax.compute.spec import JobSpec, Task, read_job_spec
 from substrax.compute.worker import node_outputs, run_job
-
-
-def _gone(pid, timeout=10.0):
-    """Whether process ``pid`` has ended (or is a zombie) within ``timeout`` seconds."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            return True
-        if state == "Z":
-            return True
-        time.sleep(0.05)
-    return False
-
-
-SPAWNS_A_CHILD = (
-    "import subprocess, sys, time; "
-    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
-    "print('child', p.pid, flush=True); print('sleeping now', flush=True); time.sleep(600)"
-)
 
 
 def _task(name, code, timeout=60.0):
@@ -111,14 +87,14 @@ def test_failed_and_unstartable_tasks_do_not_stop_the_next(tmp_path):
     assert "no-such-program-xyz" in (tmp_path / "o" / "missing" / "stderr.log").read_text()
 
 
-def test_task_timeout_kills_the_task_and_its_children(tmp_path):
-    spec = _spec(_task("slow", SPAWNS_A_CHILD, timeout=3.0), _task("next", "print(1)"))
+def test_task_timeout_kills_the_task_and_its_children(tmp_path, spawns_a_child, gone):
+    spec = _spec(_task("slow", spawns_a_child, timeout=3.0), _task("next", "print(1)"))
     manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
     assert manifest.tasks[0].status is TaskStatus.TIMED_OUT
     assert manifest.tasks[1].status is TaskStatus.SUCCEEDED
     lines = (tmp_path / "o" / "slow" / "stdout.log").read_text().splitlines()
     assert lines[1] == "sleeping now"
-    assert _gone(int(lines[0].split()[-1])), "the timed-out task's child outlived it"
+    assert gone(int(lines[0].split()[-1])), "the timed-out task's child outlived it"
 
 
 def test_job_budget_bounds_later_tasks(tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeGuard, get_args
 
 import jax
 import jax.numpy as jnp
@@ -18,13 +18,21 @@ REDUCTIONS: tuple[str, ...] = get_args(Reduction.__value__)
 _ARRAYS = (jax.Array, np.ndarray)
 
 
+def _is_array(value: object, min_ndim: int = 1) -> TypeGuard[jax.Array | np.ndarray]:
+    """Whether ``value`` is an array a reduction applies to (ndim >= ``min_ndim``)."""
+    return isinstance(value, _ARRAYS) and value.ndim >= min_ndim
+
+
 def _map_arrays[T](fn: Callable[[Any], Any], metrics: T, *, min_ndim: int = 1) -> T:
     def one(leaf: PyTree) -> PyTree:
-        if isinstance(leaf, _ARRAYS) and leaf.ndim >= min_ndim:
-            return fn(leaf)
-        return leaf
+        return fn(leaf) if _is_array(leaf, min_ndim) else leaf
 
     return jax.tree.map(one, metrics)
+
+
+def _across[T](collective: Callable[[Any, str], Any], tree: T, axis_name: str) -> T:
+    """Apply ``collective(leaf, axis_name)`` to every array leaf, scalars included."""
+    return _map_arrays(lambda x: collective(x, axis_name), tree, min_ndim=0)
 
 
 def reduce_mean[T](metrics: T) -> T:
@@ -123,7 +131,7 @@ def reduce_custom[V](
     out: dict[str, V | jax.Array] = {}
     for name, value in metrics.items():
         op = ops.get(name, "mean")
-        if op is not None and isinstance(value, _ARRAYS) and value.ndim >= 1:
+        if op is not None and _is_array(value):
             out[name] = _BY_NAME[op](value)
         else:
             out[name] = value
@@ -153,8 +161,7 @@ def reduce_gradient_tree[T](
         raise ValueError(msg)
     if axis_name is None:
         return gradients
-    op = jax.lax.pmean if reduce_type == "mean" else jax.lax.psum
-    return _map_arrays(lambda x: op(x, axis_name), gradients, min_ndim=0)
+    return _across(jax.lax.pmean if reduce_type == "mean" else jax.lax.psum, gradients, axis_name)
 
 
 def reduce_mean_collective[T](metrics: T, axis_name: str = "batch") -> T:
@@ -165,7 +172,7 @@ def reduce_mean_collective[T](metrics: T, axis_name: str = "batch") -> T:
         >>> f(jnp.arange(2.0))["x"].tolist()
         [0.5, 0.5]
     """
-    return _map_arrays(lambda x: jax.lax.pmean(x, axis_name), metrics, min_ndim=0)
+    return _across(jax.lax.pmean, metrics, axis_name)
 
 
 def reduce_sum_collective[T](metrics: T, axis_name: str = "batch") -> T:
@@ -176,7 +183,7 @@ def reduce_sum_collective[T](metrics: T, axis_name: str = "batch") -> T:
         >>> f(jnp.arange(2.0))["x"].tolist()
         [1.0, 1.0]
     """
-    return _map_arrays(lambda x: jax.lax.psum(x, axis_name), metrics, min_ndim=0)
+    return _across(jax.lax.psum, metrics, axis_name)
 
 
 def all_gather[T](metrics: T, axis_name: str = "batch") -> T:
@@ -187,7 +194,7 @@ def all_gather[T](metrics: T, axis_name: str = "batch") -> T:
         >>> f(jnp.arange(2.0))["x"].tolist()
         [[0.0, 1.0], [0.0, 1.0]]
     """
-    return _map_arrays(lambda x: jax.lax.all_gather(x, axis_name), metrics, min_ndim=0)
+    return _across(jax.lax.all_gather, metrics, axis_name)
 
 
 def collect_from_devices[V](metrics: Mapping[str, V]) -> dict[str, list[jax.Array] | V]:
@@ -201,7 +208,7 @@ def collect_from_devices[V](metrics: Mapping[str, V]) -> dict[str, list[jax.Arra
     """
     out: dict[str, list[jax.Array] | V] = {}
     for name, value in metrics.items():
-        if isinstance(value, _ARRAYS) and value.ndim >= 1:
+        if _is_array(value):
             out[name] = [jnp.asarray(v) for v in value]
         else:
             out[name] = value

@@ -48,12 +48,9 @@ class ProgressCallback(BaseCallback):
         console: Any = None,
         description: str = "training",
     ) -> None:
-        try:
-            from rich import progress as rich_progress  # noqa: PLC0415
-        except ImportError as error:
-            raise ImportError(
-                "ProgressCallback needs rich; install it with `uv add 'substrax-tracking[rich]'`"
-            ) from error
+        from substrax.tracking._extras import require  # noqa: PLC0415  (tracking loads on use)
+
+        rich_progress = require("rich.progress", who="ProgressCallback", extra="rich")
         if total_steps is not None and total_steps < 0:
             raise ValueError(f"total_steps={total_steps!r} must be >= 0 or None")
         self.total_steps = total_steps

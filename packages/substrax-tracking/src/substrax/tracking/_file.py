@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ._base import Logger, LoggerClosedError, as_scalar, histogram_summary, safe_name
+from ._extras import install_hint
 from ._media import save_image
 
 
@@ -177,7 +178,8 @@ class FileLogger(Logger):
                 self._warned_plots = True
                 _log.warning(
                     "matplotlib is not installed, so images are saved as .npy and histogram plots "
-                    "are skipped; install it with `uv add 'substrax-tracking[plots]'`"
+                    "are skipped; %s",
+                    install_hint("plots"),
                 )
             return True
         return False

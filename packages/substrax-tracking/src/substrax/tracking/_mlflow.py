@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ._base import safe_name
+from ._extras import require
 from ._records import Record
 from ._remote import RemoteLogger
 from ._spool import register_sink_factory
@@ -23,13 +24,7 @@ _STATS = ("min", "max", "mean", "std")
 
 
 def _import_mlflow() -> Any:
-    try:
-        import mlflow  # noqa: PLC0415
-    except ImportError as error:
-        raise ImportError(
-            "MLFlowLogger needs mlflow; install it with `uv add 'substrax-tracking[mlflow]'`"
-        ) from error
-    return mlflow
+    return require("mlflow", who="MLFlowLogger", extra="mlflow")
 
 
 def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from ._base import safe_name
+from ._extras import require
 
 
 __all__ = ["plot_log_dir", "read_scalars"]
@@ -58,12 +59,7 @@ def plot_log_dir(
         FileNotFoundError: ``log_dir`` holds no ``*.metrics.jsonl`` file.
         ImportError: matplotlib is not installed (the ``plots`` extra).
     """
-    try:
-        from matplotlib.figure import Figure  # noqa: PLC0415
-    except ImportError as error:
-        raise ImportError(
-            "plotting needs matplotlib; install it with `uv add 'substrax-tracking[plots]'`"
-        ) from error
+    figure_type = require("matplotlib.figure", who="plotting", extra="plots").Figure
     source = Path(log_dir)
     files = sorted(source.glob("*.metrics.jsonl"))
     if not files:
@@ -78,7 +74,7 @@ def plot_log_dir(
         items: list[str] = []
         for metric, points in sorted(read_scalars(file).items()):
             points.sort()
-            figure = Figure(figsize=(6, 3.5))
+            figure = figure_type(figsize=(6, 3.5))
             axes = figure.add_subplot()
             axes.plot(
                 [p[0] for p in points],

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ._background import AsyncDelivery
-from ._base import Logger, safe_name
+from ._base import Logger, LoggerClosedError, safe_name
 from ._paths import resolve_log_dir
 from ._records import Record
 from ._spool import Sink
@@ -138,15 +138,17 @@ class RemoteLogger(Logger):
         self, local_path: str | os.PathLike[str], artifact_path: str | None = None
     ) -> None:
         """Upload a file (or a directory's files) to the run, under ``artifact_path``."""
-        if self.closed:
-            from ._base import LoggerClosedError  # noqa: PLC0415
+        self._submit_file("artifact", local_path, artifact_path=artifact_path)
 
+    def _submit_file(self, what: str, local_path: str | os.PathLike[str], **payload: Any) -> None:
+        """Queue an ``artifact`` record for an existing file or directory (``what`` names it in errors)."""
+        if self.closed:
             raise LoggerClosedError(self.name)
         path = Path(local_path).resolve()
         if not path.exists():
-            raise FileNotFoundError(f"artifact {str(path)!r} does not exist")
+            raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
         if self.active:
-            self._submit("artifact", None, {"path": str(path), "artifact_path": artifact_path})
+            self._submit("artifact", None, {"path": str(path), **payload})
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every call so far reached the backend."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ._base import Logger, as_scalar
+from ._extras import require
 from ._file import json_ready
 
 
@@ -49,18 +50,12 @@ class TensorBoardLogger(Logger):
         process_index: int | None = None,
         all_processes: bool = False,
     ) -> None:
-        try:
-            import tensorboardX  # noqa: PLC0415
-        except ImportError as error:
-            raise ImportError(
-                "TensorBoardLogger needs tensorboardX; install it with "
-                "`uv add 'substrax-tracking[tensorboard]'`"
-            ) from error
+        tensorboard_x = require("tensorboardX", who="TensorBoardLogger", extra="tensorboard")
         super().__init__(name, process_index=process_index, all_processes=all_processes)
         self.log_dir = Path(log_dir).resolve()
         self._writer: Any = None
         if self.active:
-            self._writer = tensorboardX.SummaryWriter(
+            self._writer = tensorboard_x.SummaryWriter(
                 logdir=str(self.log_dir), flush_secs=flush_secs
             )
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ._base import LoggerClosedError, safe_name
+from ._extras import require
 from ._records import Record
 from ._remote import RemoteLogger
 from ._spool import register_sink_factory
@@ -22,13 +23,7 @@ _STATS = ("min", "max", "mean", "std")
 
 
 def _import_wandb() -> Any:
-    try:
-        import wandb  # noqa: PLC0415
-    except ImportError as error:
-        raise ImportError(
-            "WandbLogger needs wandb; install it with `uv add 'substrax-tracking[wandb]'`"
-        ) from error
-    return wandb
+    return require("wandb", who="WandbLogger", extra="wandb")
 
 
 class _WandbSink:
@@ -199,19 +194,13 @@ class WandbLogger(RemoteLogger):
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
         """Log a file or directory as a W&B Artifact of type ``"model"`` (named ``name`` or ``<run>-model``)."""
-        if self.closed:
-            raise LoggerClosedError(self.name)
-        local = Path(path).resolve()
-        if not local.exists():
-            raise FileNotFoundError(f"model {str(local)!r} does not exist")
-        if self.active:
-            payload = {
-                "path": str(local),
-                "artifact_path": None,
-                "model_name": name or f"{safe_name(self.name)}-model",
-                "metadata": dict(metadata or {}),
-            }
-            self._submit("artifact", None, payload)
+        self._submit_file(
+            "model",
+            path,
+            artifact_path=None,
+            model_name=name or f"{safe_name(self.name)}-model",
+            metadata=dict(metadata or {}),
+        )
 
     def log_code(self, root: str | os.PathLike[str] = ".") -> None:
         """Save the source files under ``root`` with the run (``wandb.Run.log_code``), now."""

@@ -1,0 +1,40 @@
+"""Fixtures shared by the compute tests (test modules cannot import each other by name)."""
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+
+SPAWNS_A_CHILD = (
+    "import subprocess, sys, time; "
+    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+    "print('child', p.pid, flush=True); print('sleeping now', flush=True); time.sleep(600)"
+)
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def spawns_a_child() -> str:
+    """Python code that starts a sleeping child, prints ``child <pid>`` then ``sleeping now``."""
+    return SPAWNS_A_CHILD
+
+
+@pytest.fixture
+def gone() -> Callable[..., bool]:
+    """``gone(pid, timeout=10.0)``: whether process ``pid`` has ended (or is a zombie) in time."""
+    return _gone
