@@ -15,16 +15,29 @@ ROOT = Path(__file__).resolve().parents[2]
 VIEW = ROOT / "build" / "docs-namespace" / "substrax"
 
 
+def _link(link: Path, target: Path) -> None:
+    """Point ``link`` at ``target``; safe when another build lays out the same view at once."""
+    if link.is_symlink() and link.resolve() == target.resolve():
+        return
+    link.unlink(missing_ok=True)
+    try:
+        link.symlink_to(target)
+    except FileExistsError:  # a concurrent build made the same link first
+        if link.resolve() != target.resolve():
+            raise
+
+
 def _lay_out_namespace() -> None:
     VIEW.mkdir(parents=True, exist_ok=True)
-    for stale in VIEW.iterdir():
-        stale.unlink()
-    (VIEW / "__init__.py").symlink_to(
-        ROOT / "packages" / "substrax" / "src" / "substrax" / "__init__.py"
-    )
+    wanted = {"__init__.py": ROOT / "packages" / "substrax" / "src" / "substrax" / "__init__.py"}
     for part in sorted(ROOT.glob("packages/substrax-*/src/substrax/*")):
         if part.is_dir() and not part.name.startswith("_"):
-            (VIEW / part.name).symlink_to(part)
+            wanted[part.name] = part
+    for stale in VIEW.iterdir():
+        if stale.name not in wanted:
+            stale.unlink(missing_ok=True)
+    for name, target in wanted.items():
+        _link(VIEW / name, target)
 
 
 _lay_out_namespace()
