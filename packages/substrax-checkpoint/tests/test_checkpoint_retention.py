@@ -1,5 +1,5 @@
 import os
-import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,19 +69,24 @@ def test_async_save_returns_before_commit_and_blocking_mode(store_dir, tmp_path)
         assert not [p for p in path.parent.iterdir() if "tmp" in p.name]
 
 
-def test_background_write_error_surfaces_at_next_save(store_dir):
-    state = {"model": {"w": np.arange(1 << 22, dtype=np.float32)}}
+def test_background_write_error_surfaces_at_next_save(store_dir, monkeypatch):
+    # An I/O error at the commit of step 1 (the rename of its temporary directory), injected at
+    # the OS boundary, where a full or failing disk would raise it, in the background writer.
+    rename = os.rename
+
+    def failing_rename(src, dst, *args, **kwargs):
+        if "orbax-checkpoint-tmp" in str(src) and Path(dst) == store_dir / "1":
+            raise OSError(5, "injected I/O error while committing")
+        return rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", failing_rename)
+    state = {"model": {"w": np.arange(1 << 10, dtype=np.float32)}}
     with OrbaxCheckpointStore(store_dir) as store:
-        store.save(1, state)
-        # sabotage the write in flight: the step's temporary directory disappears
-        for child in store_dir.iterdir():
-            if "tmp" in child.name:
-                shutil.rmtree(child)
-        if (store_dir / "1").is_dir():
-            pytest.skip("the background write finished before it could be sabotaged")
+        store.save(1, state)  # returns before the write is committed
         with pytest.raises(CheckpointWriteError) as error:
             store.save(2, state)
         assert error.value.step == 1
+        assert "injected I/O error" in str(error.value)
         assert 1 not in store.list_steps()
         store.save(2, state)
         store.wait()

@@ -276,7 +276,9 @@ class OrbaxCheckpointStore:
 
         Refused with ``CheckpointNotWrittenError`` when the step exists (unless ``overwrite``),
         when it is below the latest step, or when orbax rejects it. With several processes the
-        refusal is decided by process 0 and raised on every process.
+        refusal is decided by process 0 and raised on every process, and a host-local
+        ``jax.Array`` (a PRNG key or nnx state never placed on the global mesh) is saved as
+        process 0's value: it must be equal on every process.
 
         Example:
             >>> import tempfile
@@ -320,6 +322,7 @@ class OrbaxCheckpointStore:
             manager.delete(step)
             index.remove(step)
         index.add(step, IndexEntry(epoch=epoch, metrics=record.metrics))
+        items = _trees.globalize_host_local(items)  # orbax saves only global arrays
         args: dict[str, Any] = {
             name: ocp.args.PyTreeSave({_trees.WRAPPER: tree}) for name, tree in items.items()
         }

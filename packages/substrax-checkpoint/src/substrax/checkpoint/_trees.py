@@ -175,6 +175,45 @@ def stored_restore_args(stored: PyTree) -> PyTree:
     )
 
 
+def _replicated(leaf: jax.Array, sharding: jax.sharding.NamedSharding) -> jax.Array:
+    """A global array replicated on ``sharding`` holding this process's value of ``leaf``.
+
+    ``sharding`` spans ``jax.devices()`` in order: the shards of a PRNG key array are matched to
+    the devices by position.
+    """
+    here = jax.process_index()
+    local = [device for device in jax.devices() if device.process_index == here]
+    shards = [jax.device_put(leaf, device) for device in local]
+    return jax.make_array_from_single_device_arrays(leaf.shape, sharding, shards)
+
+
+def globalize_host_local(items: Mapping[str, PyTree]) -> dict[str, PyTree]:
+    """Make every host-local ``jax.Array`` of a multi-process save a replicated global array.
+
+    Orbax writes only global arrays when several processes save together; a host-local array
+    (a PRNG key made on this process's device, nnx state never placed on the global mesh) holds
+    its whole value on this process, and is stored as process 0's value, as NumPy leaves are:
+    it must be the same on every process. It restores onto the template's placement (its
+    device again). Global arrays and every other leaf pass through unchanged.
+
+    Example:
+        >>> globalize_host_local({"model": {"w": np.zeros(2)}})["model"]["w"].tolist()
+        [0.0, 0.0]
+    """
+    if jax.process_count() == 1:
+        return dict(items)
+    sharding = jax.sharding.NamedSharding(
+        jax.sharding.Mesh(np.asarray(jax.devices()), ("processes",)), jax.sharding.PartitionSpec()
+    )
+
+    def convert(leaf: object) -> object:
+        if isinstance(leaf, jax.Array) and leaf.is_fully_addressable:
+            return _replicated(leaf, sharding)
+        return leaf
+
+    return {name: jax.tree.map(convert, tree) for name, tree in items.items()}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredLeaf:
     """One stored leaf as its metadata describes it (no array is read)."""

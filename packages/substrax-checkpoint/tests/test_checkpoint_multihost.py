@@ -1,0 +1,182 @@
+"""Two real ``jax.distributed`` processes (127.0.0.1, 4 CPU devices each): preemption agreement
+and host-local arrays in a collective save; plus the single-process handler's contract."""
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from substrax.checkpoint import OrbaxCheckpointStore, PreemptionHandler
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    pid, port, root = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    import jax
+    jax.distributed.initialize(f"127.0.0.1:{port}", 2, pid, initialization_timeout=60)
+    import jax.numpy as jnp, numpy as np
+    from flax import nnx
+    from substrax.checkpoint import OrbaxCheckpointStore, PreemptionHandler
+
+    # host-local leaves: a key made here, nnx state never placed on the global mesh, an array
+    # on a mesh of this process's devices only
+    key = jax.random.key(7)
+    model = nnx.state(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+    local_mesh = jax.make_mesh((4,), ("x",), devices=jax.local_devices())
+    sharded = jax.device_put(jnp.arange(8.0), jax.NamedSharding(local_mesh, jax.P("x")))
+    items = {"rng": key, "model": model, "extensions": {"sharded": sharded}}
+    with OrbaxCheckpointStore(f"{root}/local", async_save=False) as store:
+        store.save(0, items)
+        templates = {"rng": jax.random.key(0), "model": nnx.state(nnx.Linear(2, 3, rngs=nnx.Rngs(1))),
+                     "extensions": {"sharded": jnp.zeros(8)}}
+        restored = store.restore(0, templates=templates).items
+    host_local = {
+        "rng": bool(np.array_equal(jax.random.key_data(restored["rng"]), jax.random.key_data(key))),
+        "kernel": bool(np.array_equal(restored["model"]["kernel"][...], model["kernel"][...])),
+        "sharded": np.asarray(restored["extensions"]["sharded"]).tolist(),
+    }
+
+    stops = {}
+    for every in (1, 3):
+        store = OrbaxCheckpointStore(f"{root}/every-{every}")
+        try:
+            with PreemptionHandler(store, check_every=every) as preemption:
+                for step in range(50):
+                    if pid == 1 and step == 4:  # only process 1 is preempted
+                        os.kill(os.getpid(), signal.SIGTERM)
+                    preemption.check(step, lambda: {"model": {"w": np.full(2, step, np.float32)}})
+        except SystemExit as stop:
+            stops[every] = {"step": step, "code": stop.code, "requested": preemption.requested}
+    print(json.dumps({"host_local": host_local, "stops": stops}))
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    root = tmp_path_factory.mktemp("multihost")
+    script = root / "worker.py"
+    script.write_text(WORKER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4")
+    port = str(_free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(pid), port, str(root)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for pid in range(2)
+    ]
+    results = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=180)
+            assert proc.returncode == 0, err[-3000:]
+            # gloo prints connection notes on stdout: only the JSON line is ours
+            results.append(
+                json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+            )
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    return root, results
+
+
+def test_host_local_arrays_are_saved_by_a_collective_save(two_processes):
+    _, results = two_processes
+    for result in results:
+        assert result["host_local"] == {
+            "rng": True,
+            "kernel": True,
+            "sharded": list(np.arange(8.0)),
+        }
+
+
+@pytest.mark.parametrize(("every", "expected"), [(1, 4), (3, 6)])
+def test_one_signalled_process_stops_every_process_at_one_step(two_processes, every, expected):
+    root, results = two_processes
+    stops = [result["stops"][str(every)] for result in results]
+    assert stops == [
+        {"step": expected, "code": 0, "requested": False},
+        {"step": expected, "code": 0, "requested": True},
+    ]
+    with OrbaxCheckpointStore(root / f"every-{every}") as store:
+        assert store.list_steps() == [expected]
+        checkpoint = store.restore(expected)
+    assert checkpoint.metadata.extra == {"preempted": True}
+    assert checkpoint.items["model"]["w"].tolist() == [expected, expected]
+
+
+def _train(handler: PreemptionHandler, signal_at: int) -> None:
+    for step in range(10):
+        if step == signal_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        handler.check(step, lambda: {"model": {"w": np.zeros(1, np.float32)}})
+
+
+def test_single_process_stops_at_the_first_check_after_the_signal(store_dir):
+    store = OrbaxCheckpointStore(store_dir, async_save=False)
+    with pytest.raises(SystemExit) as stopped, PreemptionHandler(store, check_every=5) as handler:
+        _train(handler, signal_at=2)
+    assert stopped.value.code == 0
+    assert handler.requested
+    assert OrbaxCheckpointStore(store_dir).list_steps() == [2]  # check_every is multi-process only
+
+
+def test_signals_after_the_save_are_absorbed_and_handlers_restored_otherwise(store_dir):
+    before = signal.getsignal(signal.SIGTERM)
+    with PreemptionHandler(OrbaxCheckpointStore(store_dir)):
+        assert signal.getsignal(signal.SIGTERM) != before
+    assert signal.getsignal(signal.SIGTERM) == before
+    try:
+        with pytest.raises(SystemExit), PreemptionHandler(OrbaxCheckpointStore(store_dir)) as h:
+            _train(h, signal_at=0)
+        os.kill(os.getpid(), signal.SIGTERM)  # a late signal on the way out does not kill
+        assert signal.getsignal(signal.SIGTERM) not in (before, signal.SIG_DFL)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_a_handler_installed_from_c_is_reinstalled_on_exit(store_dir):
+    # jax.distributed installs its preemption notifier's SIGTERM handler from C, where Python's
+    # signal module does not see it; SIG_IGN set from C stands in for it (SIGUSR2: no notifier)
+    libc = ctypes.CDLL(None)
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    before = signal.getsignal(signal.SIGUSR2)
+    libc.signal(signal.SIGUSR2, 1)  # SIG_IGN, from C
+    try:
+        assert signal.getsignal(signal.SIGUSR2) == before  # Python does not know
+        with PreemptionHandler(OrbaxCheckpointStore(store_dir), signals=(signal.SIGUSR2,)):
+            assert signal.getsignal(signal.SIGUSR2) not in (before, signal.SIG_IGN)
+    finally:
+        previous = libc.signal(signal.SIGUSR2, 0)  # back to SIG_DFL
+        signal.signal(signal.SIGUSR2, before)
+    assert previous == 1  # SIG_IGN was there again, not the SIG_DFL Python remembered
+
+
+@pytest.mark.parametrize("every", [0, -1, 1.5, True])
+def test_check_every_is_validated(store_dir, every):
+    with pytest.raises(ValueError, match="check_every must be an int >= 1") as error:
+        PreemptionHandler(OrbaxCheckpointStore(store_dir), check_every=every)
+    assert repr(every) in str(error.value)

@@ -1,0 +1,145 @@
+"""End to end across two ``jax.distributed`` processes: SIGTERM both, save together, resume.
+
+Each process has 4 emulated CPU devices (8 global, data parallel, gloo collectives). Both
+processes of a run are SIGTERMed at different moments mid-run; both must save the same step
+and exit 0, and a new pair of processes must resume from it and end with exactly the
+parameters, optimizer state, RNG state and early-stopping state of an uninterrupted pair.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from substrax.checkpoint import OrbaxCheckpointStore
+
+
+PROGRAM = Path(__file__).parent / "programs" / "resumable_training_multiprocess.py"
+STEPS = 16
+STEP_SECONDS = 0.25
+TIMEOUT_S = 120
+ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))},
+    "JAX_PLATFORMS": "cpu",
+    "JAX_NUM_CPU_DEVICES": "4",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(
+    out: Path, step_seconds: float, started: list[subprocess.Popen[str]]
+) -> list[subprocess.Popen[str]]:
+    out.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    pair = []
+    for pid in range(2):
+        ids = (str(pid), str(port))
+        with (out / f"stderr-{pid}.log").open("a") as stderr:
+            pair.append(
+                subprocess.Popen(
+                    [sys.executable, str(PROGRAM), str(out), str(STEPS), str(step_seconds), *ids],
+                    env=ENV,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    text=True,
+                )
+            )
+    started.extend(pair)
+    return pair
+
+
+def _records(lines: list[str]) -> list[dict[str, object]]:
+    """The JSON lines of a child's stdout; gloo prints its connection notes there too."""
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def _next_step(stdout: IO[str], seen: list[str], at_least: int) -> None:
+    """Read ``stdout`` until a step >= ``at_least`` is printed (or the pipe closes)."""
+    for line in stdout:
+        seen.append(line)
+        records = _records([line])
+        if records and int(records[0].get("step", -1)) >= at_least:  # type: ignore[arg-type]
+            return
+
+
+def _finish(
+    pair: list[subprocess.Popen[str]], out: Path, seen: list[list[str]] | None = None
+) -> list[list[str]]:
+    lines = seen or [[], []]
+    for pid, proc in enumerate(pair):
+        stdout, _ = proc.communicate(timeout=TIMEOUT_S)
+        lines[pid].extend(stdout.splitlines(keepends=True))
+        stderr = (out / f"stderr-{pid}.log").read_text()
+        assert proc.returncode == 0, f"process {pid} exited {proc.returncode}:\n{stderr[-3000:]}"
+    return lines
+
+
+def _final(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path) as data:
+        return {name: data[name] for name in data.files}
+
+
+def test_both_processes_sigtermed_save_one_step_and_a_new_pair_resumes_it(tmp_path: Path) -> None:
+    started: list[subprocess.Popen[str]] = []
+    watchdog = threading.Timer(2 * TIMEOUT_S, lambda: [p.kill() for p in started])
+    watchdog.start()
+    try:
+        straight = _start(tmp_path / "straight", 0.0, started)
+        interrupted_dir = tmp_path / "interrupted"
+        interrupted = _start(interrupted_dir, STEP_SECONDS, started)
+        seen: list[list[str]] = [[], []]
+        assert interrupted[0].stdout is not None
+        assert interrupted[1].stdout is not None
+        _next_step(interrupted[0].stdout, seen[0], at_least=3)
+        interrupted[0].send_signal(signal.SIGTERM)
+        # process 1's own signal comes two steps' time later: past the step boundary where
+        # process 0 stops, so only the agreement can stop process 1 there too (without it,
+        # process 1 would enter the next step's collective while process 0 saves, and hang)
+        time.sleep(2 * STEP_SECONDS)
+        interrupted[1].send_signal(signal.SIGTERM)  # absorbed if it is already saving
+        _finish(interrupted, interrupted_dir, seen)
+        _finish(straight, tmp_path / "straight")
+
+        assert not list(interrupted_dir.glob("final-*.npz"))
+        with OrbaxCheckpointStore(interrupted_dir / "checkpoints") as store:
+            stopped_at = store.latest_step()
+            assert stopped_at is not None
+            assert 3 <= stopped_at < STEPS - 1
+            assert store.read_metadata(stopped_at).extra["preempted"] is True
+        ends = [_records(lines)[-2:] for lines in seen]
+        for pid in range(2):  # each process trained up to the saved step and no further
+            assert ends[pid][0]["step"] == stopped_at
+            assert ends[pid][1]["stopped"] == stopped_at
+        assert ends[0][1]["signalled"] is True
+
+        resumed = _finish(_start(interrupted_dir, 0.0, started), interrupted_dir)
+        for pid in range(2):
+            assert _records(resumed[pid])[0] == {"resumed_from": stopped_at}
+
+        expected = _final(tmp_path / "straight" / "final-0.npz")
+        for pid in range(2):
+            actual = _final(interrupted_dir / f"final-{pid}.npz")
+            assert expected.keys() == actual.keys()
+            for name in expected:
+                np.testing.assert_array_equal(
+                    actual[name], expected[name], err_msg=f"{pid}: {name}"
+                )
+    finally:
+        watchdog.cancel()
+        for proc in started:
+            if proc.poll() is None:  # a peer that never arrived or a hung pair: stop it
+                proc.kill()
+                proc.communicate()
