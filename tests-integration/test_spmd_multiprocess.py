@@ -8,6 +8,7 @@ the DCN axis across the processes.
 
 import textwrap
 
+import jax
 import numpy as np
 import optax
 import pytest
@@ -70,7 +71,12 @@ WORKER = textwrap.dedent(
     fast_kernel = np.asarray(gather(fast.model.kernel.get_value())).tolist()
 
     hybrid = create_multihost_mesh({"data": 2, "model": 2}, {"data": 2})
+    # an nnx.Rngs state (typed PRNG keys, made on this process's device) placed on the global mesh
+    rngs_state = place_nnx_state_on_shards(nnx.state(nnx.Rngs(3)), mesh)
+    rng_key = rngs_state["default"]["key"].get_value()
     print(json.dumps({
+        "rng_key_global": not rng_key.is_fully_addressable,
+        "rng_key_data": np.asarray(jax.random.key_data(rng_key)).tolist(),
         "hybrid_shape": dict(hybrid.shape),
         "hybrid_processes": [[d.process_index for d in row] for row in hybrid.devices.tolist()],
         "process": info.process_id,
@@ -114,6 +120,11 @@ def test_two_processes_assemble_the_batch_and_match_one_process():
         assert o["shape"] == [16, 4]
         assert o["assembled_equal"], "the global batch is not the rows of both processes in order"
         assert o["lam"] == 0.5
+        assert o["rng_key_global"], "the PRNG key was not placed on the global mesh"
+        assert (
+            o["rng_key_data"]
+            == np.asarray(jax.random.key_data(nnx.Rngs(3).default.key.get_value())).tolist()
+        )
         assert o["tag"] == "train"
         # the DCN axis (data) crosses processes; the ICI layout stays inside one process
         assert o["hybrid_shape"] == {"data": 4, "model": 2}

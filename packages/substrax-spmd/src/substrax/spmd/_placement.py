@@ -158,6 +158,10 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
 type FilterShardings = nnx.StateSharding | Mapping[Any, PartitionSpec | Sharding]
 
 
+def _is_typed_key(value: object) -> bool:
+    return isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
+
+
 def place_nnx_state_on_shards(
     state: nnx.State[Any, Any], mesh: Mesh, filter_sharding: FilterShardings | None = None
 ) -> nnx.State[Any, Any]:
@@ -206,7 +210,14 @@ def place_nnx_state_on_shards(
         target = next((s for pred, s in rules if pred(path, variable)), replicated)
         leaves.append(value)
         targets.append(target)
-    placed = jax.device_put(leaves, targets)
+    # Typed PRNG keys travel as their key data: across processes jax places raw arrays onto a
+    # global sharding, but refuses a key array that lives on one process's device.
+    keys = {i: jax.random.key_impl(x) for i, x in enumerate(leaves) if _is_typed_key(x)}
+    raw = [jax.random.key_data(x) if i in keys else x for i, x in enumerate(leaves)]
+    placed = jax.device_put(raw, targets)
+    placed = [
+        jax.random.wrap_key_data(x, impl=keys[i]) if i in keys else x for i, x in enumerate(placed)
+    ]
     out: list[tuple[Any, Any]] = []
     for (path, variable), array in zip(flat, placed, strict=True):
         out.append((path, variable.replace(array) if isinstance(variable, nnx.Variable) else array))
