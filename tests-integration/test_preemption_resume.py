@@ -34,7 +34,7 @@ def _run(out: Path, step_seconds: float = 0.0) -> subprocess.CompletedProcess[st
 
 
 def _final(out: Path) -> dict[str, np.ndarray]:
-    with np.load(out / "final.npz") as data:
+    with np.load(out / "final-0.npz") as data:
         return {name: data[name] for name in data.files}
 
 
@@ -59,7 +59,7 @@ def test_sigterm_saves_and_a_new_process_resumes_to_the_same_state(tmp_path: Pat
         assert time.monotonic() < deadline, "the run never reached step 3"
     _, stderr = child.communicate(timeout=120)
     assert child.returncode == 0, stderr[-3000:]
-    assert not (interrupted / "final.npz").exists()
+    assert not (interrupted / "final-0.npz").exists()
 
     with OrbaxCheckpointStore(interrupted / "checkpoints") as store:
         stopped_at = store.latest_step()

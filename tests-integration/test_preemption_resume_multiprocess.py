@@ -9,7 +9,6 @@ parameters, optimizer state, RNG state and early-stopping state of an uninterrup
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,9 +19,10 @@ from typing import IO
 import numpy as np
 
 from substrax.checkpoint import OrbaxCheckpointStore
+from substrax.testing import free_port
 
 
-PROGRAM = Path(__file__).parent / "programs" / "resumable_training_multiprocess.py"
+PROGRAM = Path(__file__).parent / "programs" / "resumable_training.py"
 STEPS = 16
 STEP_SECONDS = 0.25
 TIMEOUT_S = 120
@@ -33,25 +33,23 @@ ENV = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start(
     out: Path, step_seconds: float, started: list[subprocess.Popen[str]]
 ) -> list[subprocess.Popen[str]]:
     out.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    coordinator = f"127.0.0.1:{free_port()}"
     pair = []
     for pid in range(2):
-        ids = (str(pid), str(port))
+        launcher = {
+            "JAX_COORDINATOR_ADDRESS": coordinator,
+            "JAX_NUM_PROCESSES": "2",
+            "JAX_PROCESS_ID": str(pid),
+        }
         with (out / f"stderr-{pid}.log").open("a") as stderr:
             pair.append(
                 subprocess.Popen(
-                    [sys.executable, str(PROGRAM), str(out), str(STEPS), str(step_seconds), *ids],
-                    env=ENV,
+                    [sys.executable, str(PROGRAM), str(out), str(STEPS), str(step_seconds)],
+                    env=ENV | launcher,
                     stdout=subprocess.PIPE,
                     stderr=stderr,
                     text=True,
