@@ -2,13 +2,14 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from substrax.testing import free_port
 
 
 ROWS, COLS = 8, 16
@@ -148,18 +149,12 @@ def test_abstract_mesh_templates(tmp_path: Path) -> None:
     assert _ok(_run(ABSTRACT, 2, DIR=str(tmp_path / "store"))).strip().endswith("ok")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_two_processes_save_one_restores(tmp_path: Path) -> None:
     directory = tmp_path / "store"
     prelude = "".join(
         f"{name} = {value!r}\n"
         for name, value in {
-            "ADDRESS": f"127.0.0.1:{_free_port()}",
+            "ADDRESS": f"127.0.0.1:{free_port()}",
             "DIR": str(directory),
             "ROWS": ROWS,
             "COLS": COLS,

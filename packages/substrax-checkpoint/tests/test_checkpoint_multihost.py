@@ -5,7 +5,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from substrax.checkpoint import OrbaxCheckpointStore, PreemptionHandler
+from substrax.testing import free_port
 
 
 WORKER = textwrap.dedent(
@@ -61,12 +61,6 @@ WORKER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     root = tmp_path_factory.mktemp("multihost")
@@ -74,7 +68,7 @@ def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
     script.write_text(WORKER)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4")
-    port = str(_free_port())
+    port = str(free_port())
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(pid), port, str(root)],

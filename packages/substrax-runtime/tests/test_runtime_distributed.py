@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from substrax.runtime import DistributedInfo, initialize_distributed
+from substrax.testing import free_port
 
 
 def _last_json_line(stdout: str) -> str:
@@ -89,12 +90,6 @@ print(json.dumps({
 """
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _base_env() -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "SLURM_"))}
     return base | {"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
@@ -129,7 +124,7 @@ def _run_pair(port: int, launches: list[tuple[int, str, dict[str, str]]]) -> lis
 
 
 def test_two_local_processes_form_one_four_device_view():
-    port = _free_port()
+    port = free_port()
     base = _base_env()
     launcher_env = base | {
         "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
