@@ -74,13 +74,26 @@ def _next_step(stdout: IO[str], seen: list[str], at_least: int) -> None:
 
 
 def _finish(
-    pair: list[subprocess.Popen[str]], out: Path, seen: list[list[str]] | None = None
+    pair: list[subprocess.Popen[str]],
+    out: Path,
+    seen: list[list[str]] | None = None,
+    *,
+    signalled_late: int | None = None,
 ) -> list[list[str]]:
+    """Wait for a pair; both must exit 0.
+
+    ``signalled_late`` names a process whose SIGTERM may land after it saved and left the
+    handler, while jax tears down its distributed client (which puts back the default
+    disposition): dying of that signal then is allowed, once the process said it stopped.
+    """
     lines = seen or [[], []]
     for pid, proc in enumerate(pair):
         stdout, _ = proc.communicate(timeout=TIMEOUT_S)
         lines[pid].extend(stdout.splitlines(keepends=True))
         stderr = (out / f"stderr-{pid}.log").read_text()
+        stopped = any("stopped" in record for record in _records(lines[pid]))
+        if pid == signalled_late and proc.returncode == -signal.SIGTERM and stopped:
+            continue
         assert proc.returncode == 0, f"process {pid} exited {proc.returncode}:\n{stderr[-3000:]}"
     return lines
 
@@ -108,7 +121,7 @@ def test_both_processes_sigtermed_save_one_step_and_a_new_pair_resumes_it(tmp_pa
         # process 1 would enter the next step's collective while process 0 saves, and hang)
         time.sleep(2 * STEP_SECONDS)
         interrupted[1].send_signal(signal.SIGTERM)  # absorbed if it is already saving
-        _finish(interrupted, interrupted_dir, seen)
+        _finish(interrupted, interrupted_dir, seen, signalled_late=1)
         _finish(straight, tmp_path / "straight")
 
         assert not list(interrupted_dir.glob("final-*.npz"))
@@ -140,4 +153,6 @@ def test_both_processes_sigtermed_save_one_step_and_a_new_pair_resumes_it(tmp_pa
         for proc in started:
             if proc.poll() is None:  # a peer that never arrived or a hung pair: stop it
                 proc.kill()
-                proc.communicate()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
