@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 
@@ -20,6 +19,10 @@ def write_format2_step(root: Path, step: int, payload: Any, sidecar: dict[str, A
     ``<step>/model/`` is a PyTreeSave of the payload (no wrapper node) and
     ``<step>/metadata/metadata`` the JSON sidecar stamped ``checkpoint_version: "2.0"``.
     """
+    # orbax (and with it jax) is imported here, not at the top: pytest loads the conftest of a
+    # directory named on its command line before the substrax plugin sets the device count
+    import orbax.checkpoint as ocp
+
     sidecar = {"step": step, "checkpoint_version": "2.0", **sidecar}
     options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False)
     with ocp.CheckpointManager(root, options=options) as manager:

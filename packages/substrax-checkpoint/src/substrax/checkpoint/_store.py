@@ -14,6 +14,7 @@ import orbax.checkpoint as ocp
 from substrax.typing import JsonValue
 
 from . import _trees
+from ._aligned_reads import AlignedRegistry
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotWrittenError,
@@ -39,6 +40,7 @@ from ._retention import Mode, OrbaxPreservation, RetentionPolicy, check_mode
 
 _REASONS: Final[tuple[NotWrittenReason, ...]] = ("exists", "below_latest", "rejected")
 _TMP_MARK: Final = ".orbax-checkpoint-tmp"
+_ALIGNED_READS: Final = AlignedRegistry()
 
 
 class OrbaxCheckpointStore:
@@ -130,6 +132,7 @@ class OrbaxCheckpointStore:
                 use_ocdbt=self._use_ocdbt,
                 use_zarr3=self._use_zarr3,
                 use_compression=self._use_compression,
+                type_handler_registry=_ALIGNED_READS,
             )
             for name in ITEM_NAMES
         }
