@@ -5,8 +5,11 @@ Large NumPy buffers come from ``malloc`` 16 bytes past a page boundary, and XLA'
 only aliases host memory aligned to 64 bytes, so each restored byte is copied once more after
 it is read: on CPU that copy costs more than the read itself. Here the same TensorStore read
 lands in a 64-byte aligned buffer that the device then owns (on an accelerator the transfer is
-the same as orbax's). Everything else (saving, metadata, PRNG keys, padding or truncating
-reads) is orbax's own ``ArrayHandler``.
+the same as orbax's). Local files are read through memory maps (TensorStore's ``memmap`` file
+mode), which copies each byte once from the page cache instead of through a read buffer; a
+committed step's files are never rewritten, so the maps cannot change under the read.
+Everything else (saving, metadata, PRNG keys, padding or truncating reads) is orbax's own
+``ArrayHandler``.
 """
 
 import asyncio
@@ -22,6 +25,7 @@ from etils import epath
 
 ALIGNMENT: Final = 64
 """The alignment XLA's CPU client needs to use a host buffer in place."""
+_MEMMAP: Final = {"file_io_mode": {"mode": "memmap"}}
 
 type _Index = tuple[slice, ...]
 
@@ -66,7 +70,8 @@ async def _read_array(
         raise_array_data_missing_error=info.raise_array_data_missing_error,
     )
     spec = ocp.type_handlers.get_cast_tspec_deserialize(spec, arg)
-    store = await ts.open(spec, open=True, context=info.ts_context)
+    context = ts.Context(ts.Context.Spec(_MEMMAP), parent=info.ts_context)
+    store = await ts.open(spec, open=True, context=context)
     shape = tuple(int(size) for size in store.shape)
     wanted = arg.global_shape if arg.global_shape is not None else arg.shape
     if wanted is not None and tuple(wanted) != shape:

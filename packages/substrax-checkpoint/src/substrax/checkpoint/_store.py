@@ -4,6 +4,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self, cast
@@ -36,6 +37,7 @@ from ._multihost import agree, is_primary
 from ._protocol import Checkpoint, PyTree
 from ._restore import restore_items, stored_trees
 from ._retention import Mode, OrbaxPreservation, RetentionPolicy, check_mode
+from ._snapshot import HostSnapshot, host_snapshot
 
 
 _REASONS: Final[tuple[NotWrittenReason, ...]] = ("exists", "below_latest", "rejected")
@@ -48,7 +50,9 @@ class OrbaxCheckpointStore:
 
     Saves are asynchronous by default: ``save`` returns once the arrays are copied off the
     devices and the write finishes in the background; a failed background write raises
-    ``CheckpointWriteError`` at the next ``save``, ``wait`` or ``close``. A step appears on disk
+    ``CheckpointWriteError`` at the next ``save``, ``wait`` or ``close``. When every array lives
+    on CPU devices (already host memory) in a single process, even orbax's setup of the write
+    runs in the background: ``save`` only holds the buffers in place and returns. A step appears on disk
     only once complete; the leftovers of an interrupted save are removed at the next open.
 
     Args:
@@ -108,6 +112,8 @@ class OrbaxCheckpointStore:
         self._manager_: ocp.CheckpointManager | None = None
         self._index_: StepIndex | None = None
         self._pending: int | None = None
+        self._control: Future[bool] | None = None  # orbax's save call, run by the writer thread
+        self._writer: ThreadPoolExecutor | None = None
         self._closed = False
         if not read_only:
             _remove_partial_steps(self._directory)
@@ -143,6 +149,7 @@ class OrbaxCheckpointStore:
     def _manager(self, *, create: bool = False) -> ocp.CheckpointManager | None:
         if self._closed:
             raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
+        self._settle()
         if self._manager_ is None:
             if not create and not self._directory.is_dir():
                 return None
@@ -164,8 +171,17 @@ class OrbaxCheckpointStore:
             )
         return self._manager_
 
+    def _settle(self) -> None:
+        """Let the writer thread's orbax call return before this thread uses the manager.
+
+        Only the setup of a write runs there (milliseconds); its errors surface in ``wait``.
+        """
+        if self._control is not None:
+            wait_for([self._control])
+
     def _index(self) -> StepIndex:
         if self._index_ is None:
+            self._settle()
             if self._manager_ is not None:
                 steps = list(self._manager_.all_steps())
             else:  # a directory listing is enough: a step directory exists only once committed
@@ -215,6 +231,7 @@ class OrbaxCheckpointStore:
             raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
         if self._manager_ is None:  # nothing in flight: the committed step directories
             return _step_directories(self._directory)
+        self._settle()
         return sorted(self._manager_.all_steps())
 
     def latest_step(self) -> int | None:
@@ -326,11 +343,18 @@ class OrbaxCheckpointStore:
             index.remove(step)
         index.add(step, IndexEntry(epoch=epoch, metrics=record.metrics))
         items = _trees.globalize_host_local(items)  # orbax saves only global arrays
+        snapshot = host_snapshot(items) if self._async and jax.process_count() == 1 else None
+        if snapshot is not None:
+            items = snapshot.items
         args: dict[str, Any] = {
             name: ocp.args.PyTreeSave({_trees.WRAPPER: tree}) for name, tree in items.items()
         }
         args[METADATA_ITEM] = ocp.args.JsonSave(record.to_dict())
         args[DTYPES_ITEM] = ocp.args.JsonSave(_trees.dtype_record(items))
+        if snapshot is not None:
+            self._control = self._background().submit(_save_held, manager, step, args, snapshot)
+            self._pending = step
+            return self._step_dir(step)
         accepted = bool(agree(int(manager.save(step, args=ocp.args.Composite(**args), force=True))))
         if accepted:
             self._pending = step
@@ -340,6 +364,11 @@ class OrbaxCheckpointStore:
         if not self._async:
             self.wait()
         return self._step_dir(step)
+
+    def _background(self) -> ThreadPoolExecutor:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-writer")
+        return self._writer
 
     def _check_writable(self) -> None:
         if self._read_only:
@@ -359,7 +388,9 @@ class OrbaxCheckpointStore:
         if manager is None:
             return
         step, self._pending = self._pending, None
+        control, self._control = self._control, None
         try:
+            accepted = control is None or control.result()
             manager.wait_until_finished()
             manager.check_for_errors()
         except Exception as error:
@@ -369,6 +400,11 @@ class OrbaxCheckpointStore:
                     step=step, directory=self._directory, cause=repr(error)
                 ) from error
             raise
+        if step is not None and not accepted:
+            self._forget(step)
+            raise CheckpointNotWrittenError(
+                step=step, latest_step=self.latest_step(), reason="rejected"
+            )
         if step is not None and not (self._step_dir(step) / METADATA_ITEM).is_dir():
             self._forget(step)
             raise CheckpointWriteError(
@@ -449,6 +485,8 @@ class OrbaxCheckpointStore:
             self.wait()
         finally:
             self._closed = True
+            if self._writer is not None:
+                self._writer.shutdown()
             if self._manager_ is not None:
                 self._manager_.close()
 
@@ -529,6 +567,23 @@ class OrbaxCheckpointStore:
         assert manager is not None  # noqa: S101 - _record found the step
         trees = stored_trees(manager, step, record)
         return {name: _trees.describe(tree) for name, tree in trees.items()}
+
+
+def _save_held(
+    manager: ocp.CheckpointManager, step: int, args: dict[str, Any], snapshot: HostSnapshot
+) -> bool:
+    """The writer thread's part of an asynchronous save: orbax's own (asynchronous) save call.
+
+    ``snapshot`` keeps the arrays' buffers in place until orbax holds its own views of them.
+    """
+    try:
+        # orbax raises a failed write once in every thread that waits for it; ``save`` waited
+        # on the caller's thread (and raised it there) before handing this step over
+        with contextlib.suppress(Exception):
+            manager.wait_until_finished()
+        return bool(manager.save(step, args=ocp.args.Composite(**args), force=True))
+    finally:
+        del snapshot
 
 
 def _remove_partial_steps(directory: Path) -> None:
