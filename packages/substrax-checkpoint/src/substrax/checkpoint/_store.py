@@ -1,8 +1,6 @@
 """``OrbaxCheckpointStore``: a step-addressed store of named PyTree items over orbax."""
 
 import contextlib
-import os
-import shutil
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from pathlib import Path
@@ -15,7 +13,6 @@ import orbax.checkpoint as ocp
 from substrax.typing import JsonValue
 
 from . import _trees
-from ._aligned_reads import AlignedRegistry
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotWrittenError,
@@ -23,10 +20,9 @@ from ._errors import (
     NotWrittenReason,
 )
 from ._formats import DTYPES_ITEM, METADATA_ITEM, StepRecord, read_step
-from ._index import INDEX_FILE, IndexEntry, StepIndex
-from ._logging import quiet_orbax_merge_warning
+from ._index import IndexEntry, StepIndex
+from ._manager import Layout, open_manager, remove_partial_steps, save_held, step_directories
 from ._metadata import (
-    ITEM_NAMES,
     CheckpointMetadata,
     Producer,
     check_extra,
@@ -37,12 +33,10 @@ from ._multihost import agree, is_primary
 from ._protocol import Checkpoint, PyTree
 from ._restore import restore_items, stored_trees
 from ._retention import Mode, OrbaxPreservation, RetentionPolicy, check_mode
-from ._snapshot import HostSnapshot, host_snapshot
+from ._snapshot import host_snapshot
 
 
 _REASONS: Final[tuple[NotWrittenReason, ...]] = ("exists", "below_latest", "rejected")
-_TMP_MARK: Final = ".orbax-checkpoint-tmp"
-_ALIGNED_READS: Final = AlignedRegistry()
 
 
 class OrbaxCheckpointStore:
@@ -105,9 +99,7 @@ class OrbaxCheckpointStore:
             keep_every=keep_every,
         )
         self._async = async_save
-        self._use_ocdbt = use_ocdbt
-        self._use_zarr3 = use_zarr3
-        self._use_compression = use_compression
+        self._layout = Layout(ocdbt=use_ocdbt, zarr3=use_zarr3, compression=use_compression)
         self._read_only = read_only
         self._manager_: ocp.CheckpointManager | None = None
         self._index_: StepIndex | None = None
@@ -116,7 +108,7 @@ class OrbaxCheckpointStore:
         self._writer: ThreadPoolExecutor | None = None
         self._closed = False
         if not read_only:
-            _remove_partial_steps(self._directory)
+            remove_partial_steps(self._directory)
 
     # -- properties --------------------------------------------------------------------------
 
@@ -132,20 +124,6 @@ class OrbaxCheckpointStore:
 
     # -- opening -----------------------------------------------------------------------------
 
-    def _handlers(self) -> dict[str, ocp.CheckpointHandler]:
-        handlers: dict[str, ocp.CheckpointHandler] = {
-            name: ocp.PyTreeCheckpointHandler(
-                use_ocdbt=self._use_ocdbt,
-                use_zarr3=self._use_zarr3,
-                use_compression=self._use_compression,
-                type_handler_registry=_ALIGNED_READS,
-            )
-            for name in ITEM_NAMES
-        }
-        handlers[METADATA_ITEM] = ocp.JsonCheckpointHandler()
-        handlers[DTYPES_ITEM] = ocp.JsonCheckpointHandler()
-        return handlers
-
     def _manager(self, *, create: bool = False) -> ocp.CheckpointManager | None:
         if self._closed:
             raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
@@ -153,21 +131,12 @@ class OrbaxCheckpointStore:
         if self._manager_ is None:
             if not create and not self._directory.is_dir():
                 return None
-            if not self._use_ocdbt:
-                quiet_orbax_merge_warning()
-            options = ocp.CheckpointManagerOptions(
-                create=not self._read_only,
+            self._manager_ = open_manager(
+                self._directory,
+                layout=self._layout,
+                async_save=self._async,
                 read_only=self._read_only,
-                # one process cleans up itself (above); orbax coordinates it across processes
-                cleanup_tmp_directories=not self._read_only and jax.distributed.is_initialized(),
-                enable_async_checkpointing=self._async,
-                preservation_policy=OrbaxPreservation(
-                    self._retention, self._metrics, self._evicted
-                ),
-                lightweight_initialize=True,
-            )
-            self._manager_ = ocp.CheckpointManager(
-                self._directory, options=options, item_handlers=self._handlers()
+                preservation=OrbaxPreservation(self._retention, self._metrics, self._evicted),
             )
         return self._manager_
 
@@ -185,7 +154,7 @@ class OrbaxCheckpointStore:
             if self._manager_ is not None:
                 steps = list(self._manager_.all_steps())
             else:  # a directory listing is enough: a step directory exists only once committed
-                steps = _step_directories(self._directory)
+                steps = step_directories(self._directory)
             self._index_ = StepIndex.load(self._directory, steps, self._read_entry)
         return self._index_
 
@@ -230,7 +199,7 @@ class OrbaxCheckpointStore:
         if self._closed:
             raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
         if self._manager_ is None:  # nothing in flight: the committed step directories
-            return _step_directories(self._directory)
+            return step_directories(self._directory)
         self._settle()
         return sorted(self._manager_.all_steps())
 
@@ -352,7 +321,7 @@ class OrbaxCheckpointStore:
         args[METADATA_ITEM] = ocp.args.JsonSave(record.to_dict())
         args[DTYPES_ITEM] = ocp.args.JsonSave(_trees.dtype_record(items))
         if snapshot is not None:
-            self._control = self._background().submit(_save_held, manager, step, args, snapshot)
+            self._control = self._background().submit(save_held, manager, step, args, snapshot)
             self._pending = step
             return self._step_dir(step)
         accepted = bool(agree(int(manager.save(step, args=ocp.args.Composite(**args), force=True))))
@@ -567,41 +536,3 @@ class OrbaxCheckpointStore:
         assert manager is not None  # noqa: S101 - _record found the step
         trees = stored_trees(manager, step, record)
         return {name: _trees.describe(tree) for name, tree in trees.items()}
-
-
-def _save_held(
-    manager: ocp.CheckpointManager, step: int, args: dict[str, Any], snapshot: HostSnapshot
-) -> bool:
-    """The writer thread's part of an asynchronous save: orbax's own (asynchronous) save call.
-
-    ``snapshot`` keeps the arrays' buffers in place until orbax holds its own views of them.
-    """
-    try:
-        # orbax raises a failed write once in every thread that waits for it; ``save`` waited
-        # on the caller's thread (and raised it there) before handing this step over
-        with contextlib.suppress(Exception):
-            manager.wait_until_finished()
-        return bool(manager.save(step, args=ocp.args.Composite(**args), force=True))
-    finally:
-        del snapshot
-
-
-def _remove_partial_steps(directory: Path) -> None:
-    """Remove the temporary step directories and index files an interrupted save left behind."""
-    # several processes: orbax cleans up with a barrier; jax.process_count() is not called here,
-    # so that opening a store never initialises jax's backend before jax.distributed
-    if not directory.is_dir() or jax.distributed.is_initialized():
-        return
-    for child in directory.iterdir():
-        if _TMP_MARK in child.name and child.is_dir():
-            shutil.rmtree(child, ignore_errors=True)
-        elif child.name.startswith(f".{INDEX_FILE}.") and child.name.endswith(".tmp"):
-            child.unlink(missing_ok=True)
-
-
-def _step_directories(directory: Path) -> list[int]:
-    """The committed steps under ``directory``: its sub-directories named by an integer."""
-    if not directory.is_dir():
-        return []
-    with os.scandir(directory) as entries:
-        return sorted(int(e.name) for e in entries if e.name.isdigit() and e.is_dir())

@@ -1,0 +1,120 @@
+"""How the store drives orbax: its handlers and options, the background save call, the disk.
+
+The store owns the semantics (steps, refusals, retention, the index); this module holds the
+orbax plumbing under it: one ``PyTreeCheckpointHandler`` per item name reading through
+:mod:`._aligned_reads`, two JSON items for the metadata record and the dtypes, the manager's
+options, and what an interrupted save leaves behind on disk.
+"""
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import jax
+import orbax.checkpoint as ocp
+
+from ._aligned_reads import AlignedRegistry
+from ._formats import DTYPES_ITEM, METADATA_ITEM
+from ._index import INDEX_FILE
+from ._logging import quiet_orbax_merge_warning
+from ._metadata import ITEM_NAMES
+from ._retention import OrbaxPreservation
+from ._snapshot import HostSnapshot
+
+
+_TMP_MARK: Final = ".orbax-checkpoint-tmp"
+_ALIGNED_READS: Final = AlignedRegistry()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """How arrays are laid out on disk (every layout reads back whatever the options).
+
+    Attributes:
+        ocdbt: one OCDBT database per item rather than one directory per array.
+        zarr3: zarr v3 rather than v2.
+        compression: zstd-compressed chunks.
+    """
+
+    ocdbt: bool = False
+    zarr3: bool = True
+    compression: bool = False
+
+
+def _handlers(layout: Layout) -> dict[str, ocp.CheckpointHandler]:
+    handlers: dict[str, ocp.CheckpointHandler] = {
+        name: ocp.PyTreeCheckpointHandler(
+            use_ocdbt=layout.ocdbt,
+            use_zarr3=layout.zarr3,
+            use_compression=layout.compression,
+            type_handler_registry=_ALIGNED_READS,
+        )
+        for name in ITEM_NAMES
+    }
+    handlers[METADATA_ITEM] = ocp.JsonCheckpointHandler()
+    handlers[DTYPES_ITEM] = ocp.JsonCheckpointHandler()
+    return handlers
+
+
+def open_manager(
+    directory: Path,
+    *,
+    layout: Layout,
+    async_save: bool,
+    read_only: bool,
+    preservation: OrbaxPreservation,
+) -> ocp.CheckpointManager:
+    """The orbax ``CheckpointManager`` of a store at ``directory``."""
+    if not layout.ocdbt:
+        quiet_orbax_merge_warning()
+    options = ocp.CheckpointManagerOptions(
+        create=not read_only,
+        read_only=read_only,
+        # one process cleans up itself (remove_partial_steps); orbax does it across processes
+        cleanup_tmp_directories=not read_only and jax.distributed.is_initialized(),
+        enable_async_checkpointing=async_save,
+        preservation_policy=preservation,
+        lightweight_initialize=True,
+    )
+    return ocp.CheckpointManager(directory, options=options, item_handlers=_handlers(layout))
+
+
+def save_held(
+    manager: ocp.CheckpointManager, step: int, args: dict[str, Any], snapshot: HostSnapshot
+) -> bool:
+    """The writer thread's part of an asynchronous save: orbax's own (asynchronous) save call.
+
+    ``snapshot`` keeps the arrays' buffers in place until orbax holds its own views of them.
+    """
+    try:
+        # orbax raises a failed write once in every thread that waits for it; ``save`` waited
+        # on the caller's thread (and raised it there) before handing this step over
+        with contextlib.suppress(Exception):
+            manager.wait_until_finished()
+        return bool(manager.save(step, args=ocp.args.Composite(**args), force=True))
+    finally:
+        del snapshot
+
+
+def remove_partial_steps(directory: Path) -> None:
+    """Remove the temporary step directories and index files an interrupted save left behind."""
+    # several processes: orbax cleans up with a barrier; jax.process_count() is not called here,
+    # so that opening a store never initialises jax's backend before jax.distributed
+    if not directory.is_dir() or jax.distributed.is_initialized():
+        return
+    for child in directory.iterdir():
+        if _TMP_MARK in child.name and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        elif child.name.startswith(f".{INDEX_FILE}.") and child.name.endswith(".tmp"):
+            child.unlink(missing_ok=True)
+
+
+def step_directories(directory: Path) -> list[int]:
+    """The committed steps under ``directory``: its sub-directories named by an integer."""
+    if not directory.is_dir():
+        return []
+    with os.scandir(directory) as entries:
+        return sorted(int(e.name) for e in entries if e.name.isdigit() and e.is_dir())

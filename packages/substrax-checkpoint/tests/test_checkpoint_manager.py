@@ -1,0 +1,43 @@
+import numpy as np
+
+from substrax.checkpoint import OrbaxCheckpointStore
+from substrax.checkpoint._manager import Layout, remove_partial_steps, step_directories
+
+
+def test_step_directories_are_the_integer_named_directories(tmp_path):
+    for name in ("3", "10", "1"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "7").write_text("a file, not a step")
+    (tmp_path / "4.orbax-checkpoint-tmp").mkdir()
+    (tmp_path / "best").mkdir()
+    assert step_directories(tmp_path) == [1, 3, 10]
+    assert step_directories(tmp_path / "absent") == []
+
+
+def test_an_interrupted_save_leaves_nothing_after_the_cleanup(tmp_path):
+    (tmp_path / "2").mkdir()
+    (tmp_path / "3.orbax-checkpoint-tmp" / "model").mkdir(parents=True)
+    (tmp_path / ".substrax_index.json.123.tmp").write_text("{")
+    (tmp_path / "notes.txt").write_text("kept")
+    remove_partial_steps(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["2", "notes.txt"]
+
+
+def test_every_layout_writes_what_it_names(tmp_path):
+    value = {"w": np.arange(6, dtype=np.float32)}
+    for layout in (Layout(), Layout(ocdbt=True), Layout(zarr3=False, compression=True)):
+        root = tmp_path / f"{layout.ocdbt}-{layout.zarr3}-{layout.compression}"
+        options = {
+            "use_ocdbt": layout.ocdbt,
+            "use_zarr3": layout.zarr3,
+            "use_compression": layout.compression,
+        }
+        with OrbaxCheckpointStore(root, async_save=False, **options) as store:
+            store.save(1, {"model": value})
+            np.testing.assert_array_equal(store.restore(1).items["model"]["w"], value["w"])
+        item = root / "1" / "model"
+        assert (item / "ocdbt.process_0").exists() == layout.ocdbt
+        if not layout.ocdbt:
+            zarr = item / "tree.w"
+            assert (zarr / "zarr.json").exists() == layout.zarr3
+            assert (zarr / ".zarray").exists() == (not layout.zarr3)
