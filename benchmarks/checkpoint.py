@@ -23,6 +23,7 @@ import argparse
 import gc
 import itertools
 import os
+import random
 import shutil
 import statistics
 import tempfile
@@ -223,7 +224,7 @@ def main() -> None:
 
     layouts = sorted(
         itertools.product((False, True), repeat=3), key=lambda layout: layout != _DEFAULT_LAYOUT
-    )  # the default first, so it runs right after plain orbax in every round
+    )  # the default first in the table
     settings = {
         f"substrax ocdbt={int(ocdbt)} zarr3={int(zarr3)} zstd={int(zstd)}"
         + (" (default)" if (ocdbt, zarr3, zstd) == _DEFAULT_LAYOUT else ""): {
@@ -241,8 +242,15 @@ def main() -> None:
     for name, options in settings.items():
         timers[name] = _store(state, base / "store", **options)
     rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in timers}
-    for _ in range(args.repeats):  # rounds interleave the writers, so load drifts hit all alike
-        for name, (save, restore) in timers.items():
+    order = random.Random(0)  # noqa: S311 - an order of runs, not a secret
+    for _ in range(args.repeats):
+        # rounds interleave the writers, so load drifts hit all alike, each round in another
+        # order: whatever a heavy write leaves the machine doing (writeback, page reclaim) then
+        # lands on a different writer each time
+        names = list(timers)
+        order.shuffle(names)
+        for name in names:
+            save, restore = timers[name]
             rounds[name].append((save(), restore()))
     best = {name: tuple(map(min, zip(*times, strict=True))) for name, times in rounds.items()}
     raw_w, raw_r = best[RAW]
