@@ -60,15 +60,21 @@ def _verdict(met: bool) -> str:
 
 
 def _warm(root: Path) -> None:
-    """Read every file under ``root`` once, so that the timed read starts from the page cache.
+    """Put every file under ``root`` in the page cache the same way, so reads compare fairly.
 
-    Every reader gets the same start: on a machine that reclaims page cache proactively (this
-    one runs DAMON, which evicts freshly written pages within a second), a read that happens to
-    come later than another's would otherwise measure the disk instead of the reader.
+    The files are flushed, dropped from the cache and read once, untimed: every reader then
+    starts from pages that a plain read brought in. Without this, a read soon after its own
+    write finds the written pages still cached (faster than any read brings them in) or, on a
+    machine that reclaims page cache proactively (this one runs DAMON, which evicts fresh
+    pages within a second), already gone: the timing then measures the kernel, not the reader.
     """
-    for path in root.rglob("*"):
-        if path.is_file():
-            path.read_bytes()
+    os.sync()
+    files = [path for path in root.rglob("*") if path.is_file()]
+    for path in files:
+        with path.open("rb") as handle:
+            os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    for path in files:
+        path.read_bytes()
     gc.collect()  # nor does a collection of the garbage others left land in the timed read
 
 
