@@ -21,6 +21,10 @@ type Layout = Literal["current", "format2"]
 
 METADATA_ITEM: Final = "metadata"
 DTYPES_ITEM: Final = "dtypes"
+HOST_LEAVES: Final = "host_leaves"
+"""Key of the dtypes record naming each item's NumPy leaves, ``{item: {leaf_path: kind}}``."""
+_JSON_FILE: Final = "metadata"
+"""The file orbax's ``JsonCheckpointHandler`` writes in an item's directory."""
 _FORMAT2_VERSION: Final = "2.0"
 _FORMAT2_FIELDS: Final = frozenset(
     {"step", "checkpoint_version", "loss", "metrics", "epoch", "timestamp"}
@@ -29,11 +33,16 @@ _FORMAT2_FIELDS: Final = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
-    """A step's metadata, the layout its items are stored in, and its stored dtypes (if kept)."""
+    """A step's metadata, the layout its items are stored in, and its stored dtypes (if kept).
+
+    ``host`` names each item's NumPy leaves (``{item: {leaf_path: kind}}``); it is None for steps
+    written before it was recorded, whose NumPy leaves restore as ``jax.Array``.
+    """
 
     metadata: CheckpointMetadata
     layout: Layout
     dtypes: dict[str, dict[str, str]] | None
+    host: dict[str, dict[str, str]] | None = None
 
 
 def _read_json(path: Path) -> object:
@@ -59,10 +68,14 @@ def read_step(step_dir: Path, step: int) -> StepRecord:
         return StepRecord(format2_metadata(raw, step), "format2", None)
     metadata = CheckpointMetadata.from_dict(raw)
     try:
-        dtypes = cast("dict[str, dict[str, str]]", _read_json(step_dir / DTYPES_ITEM / DTYPES_ITEM))
+        dtypes = _read_json(step_dir / DTYPES_ITEM / _JSON_FILE)
     except (OSError, ValueError):
         dtypes = None
-    return StepRecord(metadata, "current", dtypes)
+    if not isinstance(dtypes, dict):
+        return StepRecord(metadata, "current", None)
+    record = cast("dict[str, dict[str, Any]]", dict(dtypes))  # pyright: ignore[reportUnknownArgumentType]
+    host = record.pop(HOST_LEAVES, None)
+    return StepRecord(metadata, "current", record, host)
 
 
 def format2_metadata(raw: dict[str, Any], step: int) -> CheckpointMetadata:

@@ -69,8 +69,11 @@ def restore_items(
         )
     wrapped = record.layout == "current"
     stored = stored_trees(manager, step, record, held)
+    # NumPy leaves: a template's come back as its kinds, an untemplated item's as it was saved
+    kinds = {name: dict(_trees.host_record(tree)) for name, tree in templates.items()}
     resolved = {
-        name: _trees.resolve_abstract_meshes(tree, mesh) for name, tree in templates.items()
+        name: _trees.scalars_as_arrays(_trees.resolve_abstract_meshes(tree, mesh))
+        for name, tree in templates.items()
     }
     mismatches: list[DtypeMismatch] = []
     for name, template in resolved.items():
@@ -87,10 +90,18 @@ def restore_items(
                 item=target, restore_args=_trees.restore_args(target)
             )
         else:
-            tree = {_trees.WRAPPER: stored[name]} if wrapped else stored[name]
-            args[name] = ocp.args.PyTreeRestore(restore_args=_trees.stored_restore_args(tree))
+            kinds[name] = (record.host or {}).get(name, {})
+            restore = _trees.stored_restore_args(stored[name], kinds[name])
+            args[name] = ocp.args.PyTreeRestore(
+                restore_args={_trees.WRAPPER: restore} if wrapped else restore
+            )
     restored = manager.restore(step, args=ocp.args.Composite(**args))
-    values = {name: restored[name][_trees.WRAPPER] if wrapped else restored[name] for name in held}
+    values = {
+        name: _trees.as_saved(
+            restored[name][_trees.WRAPPER] if wrapped else restored[name], kinds[name]
+        )
+        for name in held
+    }
     if not cast_dtypes:
         after = [
             mismatch

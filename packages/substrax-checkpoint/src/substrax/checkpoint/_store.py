@@ -311,7 +311,10 @@ class OrbaxCheckpointStore:
             manager.delete(step)
             index.remove(step)
         index.add(step, IndexEntry(epoch=epoch, metrics=record.metrics))
-        items = _trees.globalize_host_local(items)  # orbax saves only global arrays
+        dtypes = _trees.dtypes_item(items)  # before NumPy scalars become 0-d arrays
+        items = _trees.globalize_host_local(  # orbax saves only global arrays
+            {name: _trees.scalars_as_arrays(tree) for name, tree in items.items()}
+        )
         snapshot = host_snapshot(items) if self._async and jax.process_count() == 1 else None
         if snapshot is not None:
             items = snapshot.items
@@ -319,7 +322,7 @@ class OrbaxCheckpointStore:
             name: ocp.args.PyTreeSave({_trees.WRAPPER: tree}) for name, tree in items.items()
         }
         args[METADATA_ITEM] = ocp.args.JsonSave(record.to_dict())
-        args[DTYPES_ITEM] = ocp.args.JsonSave(_trees.dtype_record(items))
+        args[DTYPES_ITEM] = ocp.args.JsonSave(dtypes)
         if snapshot is not None:
             self._control = self._background().submit(save_held, manager, step, args, snapshot)
             self._pending = step

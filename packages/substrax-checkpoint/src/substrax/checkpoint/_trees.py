@@ -2,7 +2,7 @@
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import jax
 import numpy as np
@@ -11,11 +11,15 @@ import orbax.checkpoint as ocp
 from substrax.typing import PyTree
 
 from ._errors import DtypeMismatch
+from ._formats import HOST_LEAVES
 
 
 _PYTHON_METADATA = (ocp.metadata.ScalarMetadata, ocp.metadata.StringMetadata)
 WRAPPER = "tree"
 """Every item is stored as ``{"tree": item}`` so that a bare array (a lone PRNG key) is a PyTree."""
+
+type HostKind = Literal["ndarray", "numpy_scalar"]
+"""How a host leaf was saved: a NumPy array, or a NumPy scalar (stored as a 0-d array)."""
 
 
 def _key_name(entry: object) -> str:
@@ -49,7 +53,8 @@ def flat_leaves(tree: PyTree) -> list[tuple[str, Any]]:
 def leaf_dtype(leaf: object) -> str | None:
     """The dtype a leaf is stored with (a typed PRNG key's key data), or None for plain Python."""
     dtype = getattr(leaf, "dtype", None)
-    if dtype is None or isinstance(leaf, (bool, int, float, str, *_PYTHON_METADATA)):
+    python = isinstance(leaf, (bool, int, float, str, *_PYTHON_METADATA))
+    if dtype is None or (python and not isinstance(leaf, np.generic)):
         return None
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         return "uint32"
@@ -69,6 +74,81 @@ def dtype_record(items: Mapping[str, PyTree]) -> dict[str, dict[str, str]]:
             path: dtype for path, leaf in flat_leaves(tree) if (dtype := leaf_dtype(leaf))
         }
     return record
+
+
+def host_kind(leaf: object) -> HostKind | None:
+    """How ``leaf`` is kept on the host, or None for a ``jax.Array`` or a plain Python value.
+
+    Example:
+        >>> host_kind(np.zeros(2)), host_kind(np.int64(3)), host_kind(3)
+        ('ndarray', 'numpy_scalar', None)
+    """
+    if isinstance(leaf, np.ndarray):
+        return "ndarray"
+    if isinstance(leaf, np.generic) and leaf.dtype.kind in "biufc":
+        return "numpy_scalar"
+    return None
+
+
+def host_record(tree: PyTree) -> dict[str, HostKind]:
+    """``{leaf_path: kind}`` for every NumPy leaf of ``tree``.
+
+    Example:
+        >>> host_record({"order": np.arange(3), "seed": np.uint64(7), "position": 4})
+        {'order': 'ndarray', 'seed': 'numpy_scalar'}
+    """
+    return {path: kind for path, leaf in flat_leaves(tree) if (kind := host_kind(leaf))}
+
+
+def dtypes_item(items: Mapping[str, PyTree]) -> dict[str, Any]:
+    """The JSON a step's ``dtypes`` item holds: ``dtype_record`` plus the items' NumPy leaves.
+
+    The NumPy leaves, under ``HOST_LEAVES`` (a name no item can have), are restored without a
+    template as NumPy values of their stored dtypes, whatever jax's x64 setting. A record
+    without that key (written before it existed) restores them as ``jax.Array`` as it did then.
+
+    Example:
+        >>> dtypes_item({"data_iterator": {"order": np.arange(2, dtype=np.int64), "n": 3}})
+        {'data_iterator': {'order': 'int64'}, 'host_leaves': {'data_iterator': {'order': 'ndarray'}}}
+    """
+    host = {name: kinds for name, tree in items.items() if (kinds := host_record(tree))}
+    return {**dtype_record(items), HOST_LEAVES: host}
+
+
+def scalars_as_arrays(tree: PyTree) -> PyTree:
+    """``tree`` with every NumPy scalar as a 0-d array of its dtype.
+
+    Orbax saves a NumPy scalar as a Python number (or, for ``np.bool_``, not at all); a 0-d
+    array keeps its dtype, and ``as_saved`` turns it back into the scalar.
+
+    Example:
+        >>> scalars_as_arrays({"seed": np.uint64(7)})["seed"].shape
+        ()
+    """
+
+    def convert(leaf: object) -> object:
+        return np.asarray(leaf) if host_kind(leaf) == "numpy_scalar" else leaf
+
+    return jax.tree.map(convert, tree)
+
+
+def as_saved(tree: PyTree, kinds: Mapping[str, str]) -> PyTree:
+    """``tree`` with the 0-d arrays that ``kinds`` names as NumPy scalars turned back into them.
+
+    Example:
+        >>> as_saved({"seed": np.asarray(np.uint64(7))}, {"seed": "numpy_scalar"})
+        {'seed': np.uint64(7)}
+    """
+    if "numpy_scalar" not in kinds.values():
+        return tree
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    leaves = [
+        leaf[()]
+        if isinstance(leaf, np.ndarray) and kinds.get(leaf_path(path)) == "numpy_scalar"
+        else leaf
+        for path, leaf in pairs
+    ]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def dtype_mismatches(item: str, saved: Mapping[str, str], template: PyTree) -> list[DtypeMismatch]:
@@ -152,11 +232,12 @@ def restore_args(template: PyTree) -> PyTree:
     return ocp.checkpoint_utils.construct_restore_args(template)
 
 
-def stored_restore_args(stored: PyTree) -> PyTree:
+def stored_restore_args(stored: PyTree, host: Mapping[str, str] | None = None) -> PyTree:
     """Restore arguments for an item restored without a template.
 
     Arrays go to their saved placement when the devices it names are here, else to the first
-    local device; plain Python leaves come back as the Python values they were.
+    local device; the leaves ``host`` names (``{leaf_path: kind}`` of ``host_record``) come back
+    as NumPy arrays of their stored dtypes, and plain Python leaves as the Python values they were.
     """
     fallback = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
@@ -170,9 +251,16 @@ def stored_restore_args(stored: PyTree) -> PyTree:
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             return fallback
 
-    return ocp.checkpoint_utils.construct_restore_args(
+    args = ocp.checkpoint_utils.construct_restore_args(
         stored, sharding_tree=jax.tree.map(sharding_of, stored)
     )
+    if not host:
+        return args
+
+    def on_host(path: tuple[object, ...], _leaf: object, arg: object) -> object:
+        return ocp.RestoreArgs(restore_type=np.ndarray) if leaf_path(path) in host else arg
+
+    return jax.tree_util.tree_map_with_path(on_host, stored, args)
 
 
 def _replicated(leaf: jax.Array, sharding: jax.sharding.NamedSharding) -> jax.Array:
