@@ -147,7 +147,8 @@ def test_missing_step_and_empty_store(store_dir):
     assert store.list_steps() == []
     assert store.latest_step() is None
     assert store.best_step("loss") is None
-    assert not store_dir.exists(), "nothing is written before the first save"
+    # a writer creates the directory and takes its lock at open; nothing else before a save
+    assert [path.name for path in store_dir.iterdir()] == [".substrax-writer.lock"]
     with pytest.raises(CheckpointNotFoundError) as error:
         store.restore(3)
     assert error.value.step == 3

@@ -8,6 +8,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ._errors import (
+    CheckpointLockedError,
+    CheckpointStoreNotADirectoryError,
+    CheckpointStoreNotFoundError,
+)
+from ._metadata import CheckpointMetadata
+from ._paths import check_store_directory
 from ._store import OrbaxCheckpointStore
 from ._upgrade import upgrade_checkpoints
 
@@ -28,8 +35,15 @@ def _emit(args: argparse.Namespace, data: object, text: str) -> None:
 
 
 def _ls(args: argparse.Namespace) -> int:
+    records: list[CheckpointMetadata] = []
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
-        records = [store.read_metadata(step) for step in store.list_steps()]
+        for step in store.list_steps():
+            try:
+                records.append(store.read_metadata(step))
+            except OSError:
+                if step in store.list_steps():
+                    raise
+                # a live writer's retention deleted it since the listing
     data = [
         {"step": r.step, "epoch": r.epoch, "created_at": r.created_at, "metrics": dict(r.metrics)}
         for r in records
@@ -86,8 +100,10 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
+    check_store_directory(args.directory)  # a writer would create it
     with OrbaxCheckpointStore(
         args.directory,
+        read_only=args.dry_run,  # a dry run writes, deletes and locks nothing
         max_to_keep=args.max_to_keep,
         keep_best=args.keep_best,
         best_metric=args.best_metric,
@@ -156,6 +172,10 @@ _COMMANDS = {"ls": _ls, "show": _show, "verify": _verify, "prune": _prune, "upgr
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
+    0 on success, 1 for a failed command (a broken step, a store another process writes), 2 for
+    a store path that is missing or not a directory. Only ``prune`` without ``--dry-run`` and
+    ``upgrade``'s destination write; every other command opens the store ``read_only``.
+
     Example:
         >>> import tempfile
         >>> main(["ls", "--json", tempfile.mkdtemp()])
@@ -165,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
-    except (ValueError, OSError) as error:
+    except (CheckpointStoreNotFoundError, CheckpointStoreNotADirectoryError) as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 2
+    except (ValueError, OSError, CheckpointLockedError) as error:
         sys.stderr.write(f"error: {error}\n")
         return 1

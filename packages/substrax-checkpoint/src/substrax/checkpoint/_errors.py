@@ -34,17 +34,27 @@ class CheckpointNotWrittenError(RuntimeError):
 
 
 class CheckpointNotFoundError(FileNotFoundError):
-    """The store holds no step ``step``.
+    """The store holds no step ``step`` (None: the latest step was asked of an empty store).
 
     Example:
         >>> CheckpointNotFoundError(step=7, directory=Path("/tmp/store")).step
         7
+        >>> CheckpointNotFoundError(step=None, directory=Path("/tmp/store")).args[0]
+        'the checkpoint store at /tmp/store is empty (no step saved yet): ...'
     """
 
-    def __init__(self, *, step: int, directory: Path, available: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self, *, step: int | None, directory: Path, available: tuple[int, ...] = ()
+    ) -> None:
         self.step = step
         self.directory = directory
         self.available = available
+        if step is None:
+            super().__init__(
+                f"the checkpoint store at {directory} is empty (no step saved yet): "
+                "check the path, or start from scratch when latest_step() is None"
+            )
+            return
         shown = ", ".join(map(str, available[-10:])) or "none"
         super().__init__(
             f"no checkpoint step {step} in {directory} (steps held: {shown}); "
@@ -114,4 +124,89 @@ class CheckpointDtypeMismatchError(ValueError):
         super().__init__(
             f"restoring step {step} would change {len(mismatches)} dtype(s): {shown}{hint}; "
             "pass cast_dtypes=True to cast, or use a template with the stored dtypes"
+        )
+
+
+class CheckpointLockedError(RuntimeError):
+    """Another process writes the store: a store has one writing process (or one multi-host job).
+
+    ``host``, ``pid`` and ``since`` describe the holder as it recorded itself (None where the
+    lock file could not be read).
+
+    Example:
+        >>> error = CheckpointLockedError(
+        ...     directory=Path("/tmp/store"), host="node1", pid=4242, since="2026-01-01T00:00:00+00:00"
+        ... )
+        >>> error.pid
+        4242
+    """
+
+    def __init__(
+        self, *, directory: Path, host: str | None, pid: int | None, since: str | None
+    ) -> None:
+        self.directory = directory
+        self.host = host
+        self.pid = pid
+        self.since = since
+        holder = f"pid {pid if pid is not None else '?'} on host {host or '?'} since {since or '?'}"
+        super().__init__(
+            f"the checkpoint store at {directory} is being written by another process ({holder}); "
+            "open it with read_only=True to read while it writes, or stop the other writer "
+            "(in a multi-host job, open the store after jax.distributed.initialize())"
+        )
+
+
+class CheckpointStoreNotFoundError(FileNotFoundError):
+    """A store opened to be read does not exist.
+
+    Example:
+        >>> CheckpointStoreNotFoundError(directory=Path("/no/such/store")).directory
+        PosixPath('/no/such/store')
+    """
+
+    def __init__(self, *, directory: Path) -> None:
+        self.directory = directory
+        super().__init__(
+            f"no checkpoint store at {directory}: the directory does not exist; "
+            "check the path (a writer creates it when it opens the store)"
+        )
+
+
+class CheckpointStoreNotADirectoryError(NotADirectoryError):
+    """The path of a store is a file, not a directory.
+
+    Example:
+        >>> CheckpointStoreNotADirectoryError(directory=Path("/etc/hostname")).directory
+        PosixPath('/etc/hostname')
+    """
+
+    def __init__(self, *, directory: Path) -> None:
+        self.directory = directory
+        super().__init__(
+            f"{directory} is not a directory: a file stands at that path or above it; "
+            "pass the checkpoint store's directory"
+        )
+
+
+class CheckpointWaitTimeoutError(TimeoutError):
+    """``wait_for_step`` saw no step newer than ``after`` committed within ``timeout`` seconds.
+
+    Example:
+        >>> CheckpointWaitTimeoutError(
+        ...     directory=Path("/tmp/store"), after=3, timeout=1.0, latest_step=3
+        ... ).after
+        3
+    """
+
+    def __init__(
+        self, *, directory: Path, after: int | None, timeout: float, latest_step: int | None
+    ) -> None:
+        self.directory = directory
+        self.after = after
+        self.timeout = timeout
+        self.latest_step = latest_step
+        wanted = "no step" if after is None else f"no step after {after}"
+        super().__init__(
+            f"{wanted} was committed in {directory} within {timeout:g} s "
+            f"(latest step: {latest_step}); check the writer is running, or pass a longer timeout="
         )

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import jax
 import orbax.checkpoint as ocp
 
 from ._aligned_reads import AlignedRegistry
@@ -73,8 +72,8 @@ def open_manager(
     options = ocp.CheckpointManagerOptions(
         create=not read_only,
         read_only=read_only,
-        # one process cleans up itself (remove_partial_steps); orbax does it across processes
-        cleanup_tmp_directories=not read_only and jax.distributed.is_initialized(),
+        # only the writer lock's holder cleans, once, when it takes the lock (remove_partial_steps)
+        cleanup_tmp_directories=False,
         enable_async_checkpointing=async_save,
         preservation_policy=preservation,
         lightweight_initialize=True,
@@ -100,10 +99,11 @@ def save_held(
 
 
 def remove_partial_steps(directory: Path) -> None:
-    """Remove the temporary step directories and index files an interrupted save left behind."""
-    # several processes: orbax cleans up with a barrier; jax.process_count() is not called here,
-    # so that opening a store never initialises jax's backend before jax.distributed
-    if not directory.is_dir() or jax.distributed.is_initialized():
+    """Remove the temporary step directories and index files an interrupted save left behind.
+
+    Only the holder of the writer lock calls this, right after taking it: no live writer owns them.
+    """
+    if not directory.is_dir():
         return
     for child in directory.iterdir():
         if _TMP_MARK in child.name and child.is_dir():

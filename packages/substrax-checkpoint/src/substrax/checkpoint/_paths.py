@@ -1,6 +1,8 @@
-"""Where a run's checkpoints go."""
+"""Where a run's checkpoints go, and whether a store's path is a directory."""
 
 from pathlib import Path
+
+from ._errors import CheckpointStoreNotADirectoryError, CheckpointStoreNotFoundError
 
 
 def resolve_checkpoint_dir(checkpoint_dir: Path | None, run_dir: Path | None) -> Path:
@@ -20,3 +22,37 @@ def resolve_checkpoint_dir(checkpoint_dir: Path | None, run_dir: Path | None) ->
         "neither checkpoint_dir nor run_dir is set; pass the checkpoint directory or the run's "
         "output directory (e.g. substrax.artifacts.resolve_output_dir(...).path)"
     )
+
+
+def check_store_directory(directory: Path) -> None:
+    """Raise unless ``directory`` is an existing directory (what a reader opens).
+
+    Example:
+        >>> check_store_directory(Path("/no/such/store"))
+        Traceback (most recent call last):
+        ...
+        substrax.checkpoint._errors.CheckpointStoreNotFoundError: no checkpoint store at ...
+    """
+    if directory.is_dir():
+        return
+    if directory.exists():
+        raise CheckpointStoreNotADirectoryError(directory=directory)
+    raise CheckpointStoreNotFoundError(directory=directory)
+
+
+def make_store_directory(directory: Path) -> None:
+    """Create ``directory`` (and its parents) for a writer; a file in its place is an error.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp()) / "runs" / "a"
+        >>> make_store_directory(root)
+        >>> root.is_dir()
+        True
+    """
+    if directory.exists() and not directory.is_dir():
+        raise CheckpointStoreNotADirectoryError(directory=directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:  # a parent is a file
+        raise CheckpointStoreNotADirectoryError(directory=directory) from error

@@ -1,6 +1,8 @@
 """``OrbaxCheckpointStore``: a step-addressed store of named PyTree items over orbax."""
 
 import contextlib
+import time
+import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from pathlib import Path
@@ -16,11 +18,13 @@ from . import _trees
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotWrittenError,
+    CheckpointWaitTimeoutError,
     CheckpointWriteError,
     NotWrittenReason,
 )
 from ._formats import DTYPES_ITEM, METADATA_ITEM, StepRecord, read_step
 from ._index import IndexEntry, StepIndex
+from ._lock import WriterLease, take_writer_lock
 from ._manager import Layout, open_manager, remove_partial_steps, save_held, step_directories
 from ._metadata import (
     CheckpointMetadata,
@@ -30,6 +34,7 @@ from ._metadata import (
     library_versions,
 )
 from ._multihost import agree, is_primary
+from ._paths import check_store_directory, make_store_directory
 from ._protocol import Checkpoint, PyTree
 from ._restore import restore_items, stored_trees
 from ._retention import Mode, OrbaxPreservation, RetentionPolicy, check_mode
@@ -37,6 +42,31 @@ from ._snapshot import host_snapshot
 
 
 _REASONS: Final[tuple[NotWrittenReason, ...]] = ("exists", "below_latest", "rejected")
+
+
+class _Resources:
+    """What a writing store holds outside Python: freed at ``close`` or when it is collected.
+
+    It references no store, so that a store nobody closed can still be collected; the pending
+    write finishes before the writer lock is given back.
+    """
+
+    def __init__(self, lease: WriterLease | None) -> None:
+        self.lease = lease
+        self.writer: ThreadPoolExecutor | None = None
+        self.manager: ocp.CheckpointManager | None = None
+
+    def release(self) -> None:
+        lease, self.lease = self.lease, None
+        try:
+            if self.writer is not None:
+                self.writer.shutdown()
+            if self.manager is not None:
+                with contextlib.suppress(Exception):
+                    self.manager.wait_until_finished()
+        finally:
+            if lease is not None:
+                lease.release()
 
 
 class OrbaxCheckpointStore:
@@ -47,10 +77,19 @@ class OrbaxCheckpointStore:
     ``CheckpointWriteError`` at the next ``save``, ``wait`` or ``close``. When every array lives
     on CPU devices (already host memory) in a single process, even orbax's setup of the write
     runs in the background: ``save`` only holds the buffers in place and returns. A step appears on disk
-    only once complete; the leftovers of an interrupted save are removed at the next open.
+    only once complete (one final rename), and a reader lists only such steps.
+
+    One writer, many readers: a store opened without ``read_only`` takes the directory's writer
+    lock (``.substrax-writer.lock``, an OS lock the kernel frees when the process dies, even by
+    ``kill -9``). A second writer is refused at open with ``CheckpointLockedError`` naming the
+    holder (host, pid, since when): it never waits and never costs the writer a save. Stores of
+    one process share the lock; in a multi-host job the job's processes together are the writer.
+    Only the lock's new holder removes the leftovers of an interrupted save, when it opens.
+    ``read_only=True`` opens take no lock and never write, delete or rename anything; an
+    evaluator follows a live run with ``wait_for_step``.
 
     Args:
-        directory: the store's root (created at the first save).
+        directory: the store's root (a writer creates it at open; a reader needs it to exist).
         max_to_keep: keep the latest this many steps (None keeps all).
         keep_best: also keep the best this many steps by ``best_metric``.
         best_metric: the metric that ``keep_best`` ranks by.
@@ -62,7 +101,13 @@ class OrbaxCheckpointStore:
         use_zarr3: write arrays as zarr v3 (the default) rather than v2.
         use_compression: zstd-compress array chunks (smaller files for compressible data, but
             slower saves and restores of typical float weights).
-        read_only: open without writing anything (no cleanup, no index); saves are refused.
+        read_only: open to read only: no lock, no cleanup, no index written, saves refused; a
+            missing directory raises ``CheckpointStoreNotFoundError`` (a ``FileNotFoundError``).
+
+    Raises:
+        CheckpointLockedError: another process holds the writer lock (writers only).
+        CheckpointStoreNotFoundError: ``read_only`` and the directory does not exist.
+        CheckpointStoreNotADirectoryError: the path is a file.
 
     Example:
         >>> import tempfile
@@ -107,8 +152,15 @@ class OrbaxCheckpointStore:
         self._control: Future[bool] | None = None  # orbax's save call, run by the writer thread
         self._writer: ThreadPoolExecutor | None = None
         self._closed = False
-        if not read_only:
-            remove_partial_steps(self._directory)
+        lease: WriterLease | None = None
+        if read_only:
+            check_store_directory(self._directory)
+        else:
+            make_store_directory(self._directory)
+            lease = take_writer_lock(self._directory, clean=remove_partial_steps)
+        self._resources = _Resources(lease)
+        self._release = weakref.finalize(self, self._resources.release)
+        self._index_steps: list[int] | None = None  # a reader's index reflects these steps
 
     # -- properties --------------------------------------------------------------------------
 
@@ -138,6 +190,7 @@ class OrbaxCheckpointStore:
                 read_only=self._read_only,
                 preservation=OrbaxPreservation(self._retention, self._metrics, self._evicted),
             )
+            self._resources.manager = self._manager_
         return self._manager_
 
     def _settle(self) -> None:
@@ -149,6 +202,13 @@ class OrbaxCheckpointStore:
             wait_for([self._control])
 
     def _index(self) -> StepIndex:
+        if self._read_only:  # a writer elsewhere adds and removes steps: follow the directory
+            steps = step_directories(self._directory)
+            if steps != self._index_steps:
+                self._index_ = StepIndex.load(self._directory, steps, self._read_entry)
+                self._index_steps = steps
+            assert self._index_ is not None  # noqa: S101 - loaded above or at a previous call
+            return self._index_
         if self._index_ is None:
             self._settle()
             if self._manager_ is not None:
@@ -191,6 +251,9 @@ class OrbaxCheckpointStore:
     def list_steps(self) -> list[int]:
         """Every stored step, ascending (a step being written by this store included).
 
+        A ``read_only`` store lists the committed step directories at every call, so it sees
+        what a writer in another process commits.
+
         Example:
             >>> import tempfile
             >>> OrbaxCheckpointStore(tempfile.mkdtemp()).list_steps()
@@ -198,7 +261,7 @@ class OrbaxCheckpointStore:
         """
         if self._closed:
             raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
-        if self._manager_ is None:  # nothing in flight: the committed step directories
+        if self._manager_ is None or self._read_only:  # the committed step directories
             return step_directories(self._directory)
         self._settle()
         return sorted(self._manager_.all_steps())
@@ -227,8 +290,11 @@ class OrbaxCheckpointStore:
         """
         return self._index().best_step(metric, check_mode(mode))
 
-    def read_metadata(self, step: int) -> CheckpointMetadata:
+    def read_metadata(self, step: int | None) -> CheckpointMetadata:
         """The metadata record of ``step`` (a legacy format-2 sidecar is mapped onto it).
+
+        ``None`` (what ``latest_step()`` returns for an empty store) reads the latest step; on an
+        empty store it raises ``CheckpointNotFoundError`` saying the store is empty.
 
         Example:
             >>> import tempfile
@@ -237,7 +303,15 @@ class OrbaxCheckpointStore:
             ...
             substrax.checkpoint._errors.CheckpointNotFoundError: no checkpoint step 3 ...
         """
-        return self._record(step).metadata
+        return self._record(self._resolve(step)).metadata
+
+    def _resolve(self, step: int | None) -> int:
+        """``step``, or the latest step for None (an empty store raises, saying it is empty)."""
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise CheckpointNotFoundError(step=None, directory=self._directory)
+        return step
 
     def _record(self, step: int) -> StepRecord:
         if step == self._pending:
@@ -247,6 +321,51 @@ class OrbaxCheckpointStore:
                 step=step, directory=self._directory, available=tuple(self.list_steps())
             )
         return read_step(self._step_dir(step), step)
+
+    def wait_for_step(
+        self, after: int | None = None, *, timeout: float, poll_interval: float = 0.5
+    ) -> int:
+        """Wait until a step above ``after`` (any step for None) is committed; return the newest.
+
+        An evaluator follows a live run with it, from a ``read_only`` store in another process:
+        a step counts once its directory is committed, never while it is being written. Raises
+        ``CheckpointWaitTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds.
+
+        Example:
+            >>> import tempfile
+            >>> import numpy as np
+            >>> root = tempfile.mkdtemp()
+            >>> with OrbaxCheckpointStore(root, async_save=False) as writer:
+            ...     _ = writer.save(3, {"model": {"w": np.zeros(2)}})
+            >>> evaluator = OrbaxCheckpointStore(root, read_only=True)
+            >>> evaluator.wait_for_step(after=2, timeout=10.0)
+            3
+            >>> evaluator.wait_for_step(after=3, timeout=0.1)
+            Traceback (most recent call last):
+            ...
+            substrax.checkpoint._errors.CheckpointWaitTimeoutError: no step after 3 was committed ...
+        """
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval}")
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._closed:
+                raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
+            steps = step_directories(self._directory)
+            newer = [step for step in steps if after is None or step > after]
+            if newer:
+                return newer[-1]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CheckpointWaitTimeoutError(
+                    directory=self._directory,
+                    after=after,
+                    timeout=timeout,
+                    latest_step=steps[-1] if steps else None,
+                )
+            time.sleep(min(poll_interval, left))
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -340,6 +459,7 @@ class OrbaxCheckpointStore:
     def _background(self) -> ThreadPoolExecutor:
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-writer")
+            self._resources.writer = self._writer
         return self._writer
 
     def _check_writable(self) -> None:
@@ -461,6 +581,8 @@ class OrbaxCheckpointStore:
                 self._writer.shutdown()
             if self._manager_ is not None:
                 self._manager_.close()
+            self._resources.writer = self._resources.manager = None
+            self._release()  # the writer lock, once this store's writes are done
 
     def __enter__(self) -> Self:
         return self
@@ -484,7 +606,7 @@ class OrbaxCheckpointStore:
 
     def restore(
         self,
-        step: int,
+        step: int | None,
         *,
         templates: Mapping[str, PyTree] | None = None,
         cast_dtypes: bool = False,
@@ -499,7 +621,10 @@ class OrbaxCheckpointStore:
         ``CheckpointDtypeMismatchError`` before any array is read unless ``cast_dtypes``.
         Templates built by ``nnx.eval_shape`` under ``jax.set_mesh`` carry abstract meshes:
         pass ``mesh=`` or restore inside ``jax.set_mesh(mesh)``. ``items=`` restores only the named
-        items (e.g. only ``("model",)`` for evaluation).
+        items (e.g. only ``("model",)`` for evaluation). ``step=None`` (what ``latest_step()``
+        returns for an empty store) restores the latest step; on an empty store it raises
+        ``CheckpointNotFoundError`` saying the store is empty, so a resume never starts from
+        scratch by accident.
 
         Example:
             >>> import tempfile
@@ -509,6 +634,7 @@ class OrbaxCheckpointStore:
             ...     store.restore(0).items["rng"]
             {'seed': 3}
         """
+        step = self._resolve(step)
         record = self._record(step)
         manager = self._manager()
         assert manager is not None  # noqa: S101 - _record found the step
