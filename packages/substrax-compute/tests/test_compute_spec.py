@@ -61,7 +61,7 @@ def test_job_spec_rules():
         JobSpec(name="j", tasks=(task, task), timeout_seconds=1)
     with pytest.raises(ValidationError, match=r"JaxRuntime\.cpu_devices must be at least 1"):
         JobSpec(name="j", tasks=(task,), timeout_seconds=1, runtime={"cpu_devices": 0})
-    with pytest.raises(ValidationError, match="Input should be 3"):
+    with pytest.raises(ValidationError, match="Input should be 4"):
         JobSpec(schema_version=2, name="j", tasks=(task,), timeout_seconds=1)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="frozen"):
         JobSpec(name="j", tasks=(task,), timeout_seconds=1).name = "k"  # type: ignore[misc]

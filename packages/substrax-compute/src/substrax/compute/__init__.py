@@ -16,6 +16,17 @@ Example:
     'local'
 """
 
+from ._paths import DirectoryPathError as DirectoryPathError
+from ._toml import ConfigFileError as ConfigFileError
+from ._upload import (
+    ALWAYS_LEFT_OUT as ALWAYS_LEFT_OUT,
+    NEVER_UPLOADED as NEVER_UPLOADED,
+    UPLOAD_IGNORE_FILE as UPLOAD_IGNORE_FILE,
+    UploadFileNotFoundError as UploadFileNotFoundError,
+    UploadSet as UploadSet,
+    UploadsProject as UploadsProject,
+    collect_upload as collect_upload,
+)
 from .backend import (
     ComputeBackend as ComputeBackend,
     RunHandle as RunHandle,
@@ -44,12 +55,14 @@ from .registry import (
 )
 from .spec import (
     JOB_SPEC_VERSION as JOB_SPEC_VERSION,
+    KNOWN_PLATFORMS as KNOWN_PLATFORMS,
     Accelerator as Accelerator,
     JobSpec as JobSpec,
     Mount as Mount,
     MountAccess as MountAccess,
     Resources as Resources,
     Task as Task,
+    UnknownPlatformError as UnknownPlatformError,
     example_tasks as example_tasks,
     parse_accelerator as parse_accelerator,
     read_job_spec as read_job_spec,
@@ -57,11 +70,17 @@ from .spec import (
 
 
 __all__ = [
+    "ALWAYS_LEFT_OUT",
     "JOB_SPEC_VERSION",
+    "KNOWN_PLATFORMS",
+    "NEVER_UPLOADED",
+    "UPLOAD_IGNORE_FILE",
     "Accelerator",
     "ComputeBackend",
     "ComputeConfig",
     "ComputeConfigError",
+    "ConfigFileError",
+    "DirectoryPathError",
     "JobConfig",
     "JobManifest",
     "JobSpec",
@@ -76,7 +95,12 @@ __all__ = [
     "TaskOutcome",
     "TaskStatus",
     "UnknownBackendError",
+    "UnknownPlatformError",
+    "UploadFileNotFoundError",
+    "UploadSet",
+    "UploadsProject",
     "backend_names",
+    "collect_upload",
     "default_state_dir",
     "example_tasks",
     "load_backend",

@@ -1,7 +1,9 @@
-"""Pydantic validation errors told as TOML paths under ``[tool.substrax.compute]``."""
+"""Reading TOML files with errors that name them, and pydantic errors told as TOML paths."""
 
 import json
 import re
+import tomllib
+from pathlib import Path
 from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import BaseModel
@@ -27,6 +29,67 @@ class ComputeConfigError(ValueError):
 
 
 ComputeConfigError.__module__ = "substrax.compute"  # its public home
+
+
+class ConfigFileError(ValueError):
+    """A file the configuration is read from (pyproject.toml, uv.lock) is not valid TOML or unreadable.
+
+    Attributes:
+        path: The file.
+        line: The 1-based line of the first error, when the parser gave one.
+        column: The 1-based column of the first error, when the parser gave one.
+        reason: The parser's (or the operating system's) description.
+    """
+
+    def __init__(
+        self, path: Path, reason: str, *, line: int | None = None, column: int | None = None
+    ) -> None:
+        self.path, self.reason, self.line, self.column = path, reason, line, column
+        if line is None:
+            message = f"{path}: cannot be read: {reason}"
+        else:
+            message = f"{path}:{line}:{column}: not valid TOML: {reason}; fix the file and retry"
+        super().__init__(message)
+
+
+ConfigFileError.__module__ = "substrax.compute"  # its public home
+
+_AT = re.compile(r"\s*\(at line (?P<line>\d+), column (?P<column>\d+)\)$")
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    r"""The TOML document in ``path``.
+
+    Raises:
+        ConfigFileError: The file is not valid TOML (with its line and column) or can't be read.
+
+    Example:
+        >>> import tempfile
+        >>> bad = Path(tempfile.mkdtemp()) / "pyproject.toml"
+        >>> _ = bad.write_text("[tool]\nname = \n")
+        >>> read_toml(bad)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        substrax.compute.ConfigFileError: .../pyproject.toml:2:8: not valid TOML: Invalid value; fix the file and retry
+    """
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except tomllib.TOMLDecodeError as error:
+        text = str(error)
+        at = _AT.search(text)
+        if at is None:
+            raise ConfigFileError(path, text, line=0, column=0) from None
+        reason = text[: at.start()]
+        line, column = int(at["line"]), int(at["column"])
+        raise ConfigFileError(path, reason, line=line, column=column) from None
+    except UnicodeDecodeError as error:
+        data = bytes(error.object)
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - data.rfind(b"\n", 0, error.start)
+        raise ConfigFileError(path, "not UTF-8 text", line=line, column=column) from None
+    except OSError as error:
+        raise ConfigFileError(path, error.strerror or str(error)) from None
 
 
 def model_at(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseModel] | None:

@@ -1,28 +1,40 @@
 """``substrax-compute``: run a project's jobs and look after their runs.
 
 Exit codes: 0 success, 1 the run did not succeed, 2 the command was refused (a bad config, an
-unknown job, run or backend, a missing file), printed as ``substrax-compute: <reason>``.
+unknown job, run or backend, a missing file, a file where a directory must be), printed as
+``substrax-compute: <reason>``.
 
 Example::
 
     uv run substrax-compute run demo                 # submit, follow, fetch
+    uv run substrax-compute run demo --dry-run       # what would be uploaded; submits nothing
     uv run substrax-compute run demo --detach
     uv run substrax-compute status
     uv run substrax-compute fetch demo-20260101T000000Z-abc123 --into ./outputs
 """
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import _display
-from .backend import ComputeBackend, RunHandle, RunState, RunStore, default_state_dir
+from ._paths import DirectoryPathError, require_directory
+from ._upload import UPLOAD_IGNORE_FILE, UploadSet, UploadsProject, human_size
+from .backend import (
+    STATE_DIR_ENV,
+    ComputeBackend,
+    RunHandle,
+    RunState,
+    RunStore,
+    default_state_dir,
+)
 from .config import read_compute_config, require_locked_substrax, resolve_job
 from .manifest import MANIFEST_NAME, read_manifest
 from .registry import load_backend
-from .spec import parse_accelerator
+from .spec import JobSpec, parse_accelerator
 
 
 DEFAULT_BACKEND = "local"
@@ -39,6 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--accelerator", help="KIND or KIND:N, e.g. H100:8")
     run.add_argument("--project", type=Path, default=Path(), help="the project root")
     run.add_argument("--detach", action="store_true", help="return once submitted")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the files that would be uploaded; submit nothing",
+    )
     run.add_argument("--into", type=Path, help="fetch the outputs here")
     status = commands.add_parser("status", help="the state of one run or of every run")
     status.add_argument("run", nargs="?")
@@ -54,12 +71,65 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _checked(backend: ComputeBackend) -> ComputeBackend:
+    """``backend``, refused when its ``state_dir`` (if it has one) is a file or under one."""
+    state_dir: object = getattr(backend, "state_dir", None)
+    if isinstance(state_dir, Path):
+        require_directory(
+            state_dir,
+            what=f"the {backend.name} backend's state_dir",
+            fix=f"set [tool.substrax.compute.backends.{backend.name}] state_dir to a directory",
+        )
+    return backend
+
+
 def _backend_for(handle: RunHandle) -> ComputeBackend:
-    return load_backend(handle.backend, handle.settings)
+    return _checked(load_backend(handle.backend, handle.settings))
+
+
+def _state_dir() -> Path:
+    """The state directory, refused when a file stands where it must be."""
+    if os.environ.get(STATE_DIR_ENV):
+        what, fix = (
+            f"the state directory (${STATE_DIR_ENV})",
+            f"point ${STATE_DIR_ENV} at a directory",
+        )
+    else:
+        what, fix = "the state directory", f"set ${STATE_DIR_ENV} to a directory"
+    state = require_directory(default_state_dir(), what=what, fix=fix)
+    return require_directory(state / "compute", what=what, fix=fix)
 
 
 def _fetch_root(into: Path | None) -> Path:
-    return into.resolve() if into is not None else default_state_dir() / "compute" / "fetched"
+    if into is None:
+        return _state_dir() / "fetched"
+    return require_directory(
+        into.resolve(), what="--into", fix="pass a directory (it is created when missing)"
+    )
+
+
+def _dry_run(name: str, backend: ComputeBackend, spec: JobSpec, project: Path) -> int:
+    tasks = ", ".join(task.name for task in spec.tasks)
+    sys.stdout.write(f"Job {spec.name} on {name}: {len(spec.tasks)} task(s): {tasks}\n")
+    if not isinstance(backend, UploadsProject):
+        sys.stdout.write(f"The {name} backend uploads nothing; it runs the job in {project}.\n")
+        sys.stdout.write("Dry run: nothing was submitted.\n")
+        return 0
+    upload: UploadSet = backend.upload_set(spec, project=project)
+    rows = [[human_size(size), file] for file, size in zip(upload.files, upload.sizes, strict=True)]
+    _display.table(["size", "file"], rows)
+    rules = "git's file list" if upload.source == "git" else "every .gitignore"
+    sys.stdout.write(
+        f"Would upload {len(upload.files)} file(s), {human_size(upload.total_bytes)} "
+        f"({upload.total_bytes} bytes) from {upload.root} ({rules}, less {UPLOAD_IGNORE_FILE})\n"
+    )
+    if upload.held_back:
+        sys.stdout.write(
+            f"Held back as secrets: {', '.join(upload.held_back)} "
+            "(name one in the job's include_files to upload it)\n"
+        )
+    sys.stdout.write("Dry run: nothing was submitted.\n")
+    return 0
 
 
 def _summary(outputs: Sequence[str]) -> str:
@@ -94,13 +164,16 @@ def _report(handle: RunHandle, state: RunState, fetched: Path) -> None:
 
 def _run(args: argparse.Namespace, store: RunStore) -> int:
     project = args.project.resolve()
+    fetch_root = _fetch_root(args.into)
     config = read_compute_config(project)
     name = args.backend or config.backend or DEFAULT_BACKEND
     accelerator = parse_accelerator(args.accelerator) if args.accelerator else None
     spec = resolve_job(config, args.job, project=project, accelerator=accelerator)
-    backend = load_backend(name, config.backends.get(name, {}))
+    backend = _checked(load_backend(name, config.backends.get(name, {})))
     if name != "local" or spec.extras:
         require_locked_substrax(project)
+    if args.dry_run:
+        return _dry_run(name, backend, spec, project)
     handle = backend.submit(spec, project=project)
     store.save(handle)
     sys.stdout.write(f"Submitted {handle.run_id} to {name}.\n")
@@ -113,7 +186,7 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
     while not state.is_final:
         time.sleep(0.2)
         state = backend.status(handle)
-    fetched = backend.fetch(handle, _fetch_root(args.into))
+    fetched = backend.fetch(handle, fetch_root)
     _report(handle, state, fetched)
     return 0 if state is RunState.SUCCEEDED else 1
 
@@ -131,7 +204,7 @@ def _status(run: str | None, store: RunStore) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    store = RunStore()
+    store = RunStore(_state_dir() / "runs")
     if args.command == "run":
         return _run(args, store)
     if args.command == "status":
@@ -165,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)
-    except (LookupError, FileNotFoundError, ValueError) as error:
+    except (LookupError, FileNotFoundError, DirectoryPathError, ValueError) as error:
         message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
         sys.stderr.write(f"substrax-compute: {message}\n")
         return 2

@@ -13,14 +13,13 @@ Example:
 """
 
 import json
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, Field, JsonValue, ValidationError, model_validator
 
-from ._toml import ROOT_PATH, ComputeConfigError, reason, toml_path
+from ._toml import ROOT_PATH, ComputeConfigError, read_toml, reason, toml_path
 from .spec import (
     Accelerator,
     Argv,
@@ -31,6 +30,7 @@ from .spec import (
     Mount,
     Positive,
     Record,
+    RelativeFile,
     Resources,
     Task,
     check_unique,
@@ -62,6 +62,7 @@ class JobConfig(Record):
     mounts: tuple[Mount, ...] = ()
     nodes: Count = 1
     probe_devices: bool = True
+    include_files: tuple[RelativeFile, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -157,6 +158,7 @@ def read_compute_config(project: Path) -> ComputeConfig:
 
     Raises:
         FileNotFoundError: The project has no pyproject.toml.
+        ConfigFileError: pyproject.toml is not valid TOML (the message names file, line, column).
         LookupError: It has no ``[tool.substrax.compute]`` table.
         ComputeConfigError: A key is unknown or a value is bad (the message names its path).
 
@@ -171,8 +173,7 @@ def read_compute_config(project: Path) -> ComputeConfig:
         raise FileNotFoundError(
             f"no pyproject.toml in {project}: run from the project root or pass --project"
         )
-    with pyproject.open("rb") as file:
-        data = tomllib.load(file)
+    data = read_toml(pyproject)
     table = data.get("tool", {}).get("substrax", {}).get("compute")
     if table is None:
         raise LookupError(
@@ -193,7 +194,8 @@ def resolve_job(
 
     Raises:
         KeyError: No job of that name; the message lists the configured ones.
-        FileNotFoundError: An examples directory does not exist or holds no script.
+        FileNotFoundError: An examples directory does not exist or holds no script, or a name in
+            ``include_files`` is not a file in the project.
 
     Example:
         >>> config = parse_compute_config(
@@ -221,6 +223,11 @@ def resolve_job(
             if not scripts:
                 raise FileNotFoundError(f"{root} holds no example script (*.py)")
             tasks += example_tasks(scripts, project=project, timeout_seconds=task_timeout)
+    for included in job.include_files:
+        if not (project / included).is_file():
+            raise FileNotFoundError(
+                f"{ROOT_PATH}.jobs.{name}.include_files: {included!r} is not a file in {project}"
+            )
     tasks += [
         Task(name=task, argv=argv, timeout_seconds=task_timeout)
         for task, argv in job.commands.items()
@@ -240,6 +247,7 @@ def resolve_job(
         mounts=job.mounts,
         nodes=job.nodes,
         probe_devices=job.probe_devices,
+        include_files=job.include_files,
     )
 
 
@@ -248,6 +256,7 @@ def require_locked_substrax(project: Path) -> str:
 
     Raises:
         FileNotFoundError: The project has no uv.lock (run ``uv lock``).
+        ConfigFileError: uv.lock is not valid TOML.
         LookupError: substrax-compute is not in the lock (``uv add substrax-compute``).
 
     Example:
@@ -261,8 +270,7 @@ def require_locked_substrax(project: Path) -> str:
         raise FileNotFoundError(
             f"no uv.lock in {project}: run `uv lock` so the job runs what you tested"
         )
-    with lock.open("rb") as file:
-        packages = tomllib.load(file).get("package", [])
+    packages = read_toml(lock).get("package", [])
     for wanted in ("substrax-compute", "substrax"):
         for package in packages:
             if package.get("name") == wanted:

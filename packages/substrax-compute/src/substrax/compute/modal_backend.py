@@ -1,7 +1,9 @@
 """The ``modal`` backend: the worker in a Modal function, outputs on a Modal volume.
 
 The image is ``debian_slim`` with the locked project synced by uv (``uv sync --frozen`` with the
-job's extras) and the project copied to ``/project``. The function gets the job's GPU, CPU,
+job's extras) and the project's upload set (``collect_upload``: what git would track, less
+``.substraxignore`` and anything that looks like a secret, plus the job's ``include_files``)
+copied to ``/project``. The function gets the job's GPU, CPU,
 memory and timeout, the outputs volume at ``/outputs``, one volume per mount, and the job's
 secrets as a ``modal.Secret`` built from this environment. A job with ``nodes > 1`` runs as a
 clustered function (``modal.clustered``); each container runs the worker with its rank and the
@@ -10,8 +12,8 @@ module, so the image's Python need not match this interpreter.
 
 Settings (``[tool.substrax.compute.backends.modal]``): ``outputs_volume`` (required),
 ``volumes`` (``{mount name: volume name}``), ``environment``, ``python`` (default: the
-project's ``.python-version``, else this interpreter's), ``ignore`` (patterns left out of the
-project copy) and ``state_dir``.
+project's ``.python-version``, else this interpreter's), ``ignore`` (more gitignore patterns left
+out of the project copy) and ``state_dir``.
 
 Example:
     >>> ModalBackend({"outputs_volume": "demo-outputs"}).name
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, JsonValue
 
 from ._files import inside
+from ._upload import UploadSet, collect_upload
 from .backend import RunHandle, RunState, backend_state_dir, new_run
 from .config import parse_backend_settings
 from .manifest import MANIFEST_NAME, read_manifest
@@ -44,7 +47,6 @@ if TYPE_CHECKING:
 OUTPUTS = "/outputs"
 PROJECT = "/project"
 COORDINATOR_PORT = 8476
-DEFAULT_IGNORE = (".venv", ".git", "**/__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache")
 
 
 class ModalSettings(Record):
@@ -54,7 +56,7 @@ class ModalSettings(Record):
     volumes: dict[Component, str] = Field(default_factory=dict)
     environment: str | None = None
     python: str | None = None
-    ignore: tuple[str, ...] = DEFAULT_IGNORE
+    ignore: tuple[str, ...] = ()
     state_dir: str | None = None
 
 
@@ -100,6 +102,16 @@ def remote_worker(spec_json: str, run_id: str) -> int:
     return code
 
 
+@dataclass(frozen=True, slots=True)
+class _LeftOut:
+    """Modal's ``ignore`` predicate: a path (relative to the project) not in the upload set."""
+
+    kept: frozenset[str]
+
+    def __call__(self, path: Path) -> bool:
+        return path.as_posix() not in self.kept
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModalPlan:
     """What the backend built for one run: the real Modal objects and the options behind them."""
@@ -111,6 +123,7 @@ class ModalPlan:
     clustered: int | None
     spec_json: str
     run_id: str
+    upload: UploadSet
     secret_names: tuple[str, ...] = field(default=())
 
 
@@ -144,20 +157,34 @@ class ModalBackend:
             name, environment_name=self.settings.environment, create_if_missing=True
         )
 
+    def upload_set(self, spec: JobSpec, *, project: Path) -> UploadSet:
+        """The project files the image gets: the shared upload rule plus the ``ignore`` setting.
+
+        Raises:
+            UploadFileNotFoundError: A file in the job's ``include_files`` is not in the project.
+        """
+        return collect_upload(
+            project, include_files=spec.include_files, ignore=self.settings.ignore
+        )
+
     def plan(self, spec: JobSpec, *, project: Path, run_id: str) -> ModalPlan:
         """Build the image, app and function for ``spec`` (no network is reached).
 
         Raises:
             LookupError: A mount has no volume in the settings, or a secret is not set here.
+            UploadFileNotFoundError: A file in the job's ``include_files`` is not in the project.
         """
         modal = _modal()
         missing = [name for name in spec.secrets if name not in os.environ]
         if missing:
             raise LookupError(f"secrets {', '.join(missing)} are not set in this environment")
+        upload = self.upload_set(spec, project=project)
         image = (
             modal.Image.debian_slim(python_version=self._python(project))
             .uv_sync(uv_project_dir=str(project), frozen=True, extras=list(spec.extras))
-            .add_local_dir(project, PROJECT, copy=True, ignore=list(self.settings.ignore))
+            .add_local_dir(
+                upload.root, PROJECT, copy=True, ignore=_LeftOut(frozenset(upload.files))
+            )
         )
         volumes: dict[str, Any] = {OUTPUTS: self._volume(self.settings.outputs_volume)}
         for mount in spec.mounts:
@@ -194,7 +221,7 @@ class ModalBackend:
         return ModalPlan(
             app=app, function=function, image=image, options=options,
             clustered=spec.nodes if spec.nodes > 1 else None, spec_json=spec_json,
-            run_id=run_id, secret_names=spec.secrets,
+            run_id=run_id, upload=upload, secret_names=spec.secrets,
         )  # fmt: skip
 
     def submit(self, spec: JobSpec, *, project: Path) -> RunHandle:

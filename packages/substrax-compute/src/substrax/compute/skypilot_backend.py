@@ -1,12 +1,18 @@
 """The ``skypilot`` backend: the worker as a SkyPilot task on any cloud SkyPilot reaches.
 
 The task (built with ``sky.Task.from_yaml_config``, so SkyPilot validates it) uploads the
-project as its workdir, asks for the job's accelerators, CPUs and memory, mounts the outputs
+project's upload set as its workdir, asks for the job's accelerators, CPUs and memory, mounts the outputs
 bucket at ``/outputs`` and each job mount's bucket at its path, syncs the locked project with
 uv in ``setup`` and starts the worker in ``run``. With ``nodes > 1`` every node runs the worker
 with its ``SKYPILOT_NODE_RANK`` and the jax coordinator on the first of ``SKYPILOT_NODE_IPS``.
 With ``recover = true`` (spot recovery) the task goes through managed jobs (``sky.jobs.launch``);
 otherwise ``sky.launch`` starts a cluster that is torn down when the job ends.
+
+SkyPilot syncs a workdir by its own rules (a ``.skyignore`` if there is one, else ``.gitignore``
+through git). So that it sends exactly what Modal gets, the backend stages the upload set
+(``collect_upload``: what git would track, less ``.substraxignore`` and anything that looks like a
+secret, plus the job's ``include_files``) in ``<state_dir>/uploads/<run_id>`` with a ``.skyignore``
+that leaves out only itself, points the workdir there, and removes it once SkyPilot has it.
 
 Settings (``[tool.substrax.compute.backends.skypilot]``): ``outputs_bucket`` (``gs://``,
 ``s3://`` or ``r2://``; required), ``buckets`` (``{mount name: bucket URI}``), ``infra``,
@@ -31,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, JsonValue, field_validator
 
+from ._upload import UploadSet, collect_upload
 from .backend import RunHandle, RunState, backend_state_dir, new_run
 from .config import parse_backend_settings
 from .manifest import MANIFEST_NAME, read_manifest
@@ -44,6 +51,8 @@ if TYPE_CHECKING:
 COORDINATOR_PORT = 8476
 SPEC_ENV = "SUBSTRAX_JOB_SPEC"
 _SCHEMES = ("gs://", "s3://", "r2://")
+SKYIGNORE = "# substrax-compute staged this workdir: every file here is uploaded\n/.skyignore\n"
+"""The ``.skyignore`` of a staged workdir: SkyPilot then applies no ``.gitignore`` of its own."""
 
 
 def _sky() -> ModuleType:
@@ -146,8 +155,32 @@ class SkyPilotBackend:
         self.settings = parse_backend_settings(SkyPilotSettings, self.name, self.raw_settings)
         self.state_dir = backend_state_dir(self.settings.state_dir, self.name)
 
-    def task_config(self, spec: JobSpec, *, project: Path, run_id: str) -> dict[str, Any]:
+    def upload_dir(self, run_id: str) -> Path:
+        """Where ``stage`` puts a run's upload set: ``<state_dir>/uploads/<run_id>``."""
+        return self.state_dir / "uploads" / run_id
+
+    def upload_set(self, spec: JobSpec, *, project: Path) -> UploadSet:
+        """The project files the task's workdir holds (the shared upload rule).
+
+        Raises:
+            UploadFileNotFoundError: A file in the job's ``include_files`` is not in the project.
+        """
+        return collect_upload(project, include_files=spec.include_files)
+
+    def stage(self, spec: JobSpec, *, project: Path, run_id: str) -> Path:
+        """Copy the upload set to ``upload_dir(run_id)`` (replacing one there) with ``SKYIGNORE``."""
+        upload = self.upload_set(spec, project=project)
+        target = self.upload_dir(run_id)
+        if target.exists():
+            shutil.rmtree(target)
+        upload.copy_to(target)
+        (target / ".skyignore").write_text(SKYIGNORE)
+        return target
+
+    def task_config(self, spec: JobSpec, *, run_id: str) -> dict[str, Any]:
         """The task as SkyPilot's YAML schema (a dict); secrets are included by value.
+
+        The workdir is ``upload_dir(run_id)``, where ``stage`` copies the project's upload set.
 
         Raises:
             LookupError: A mount has no bucket in the settings, or a secret is not set here.
@@ -182,7 +215,7 @@ class SkyPilotBackend:
             mounts[mount.path] = {"source": self.settings.buckets[mount.name], "mode": mode}
         config: dict[str, Any] = {
             "name": f"sx-{run_id}"[:63].lower().replace("_", "-").replace(".", "-"),
-            "workdir": str(project),
+            "workdir": str(self.upload_dir(run_id)),
             "num_nodes": spec.nodes,
             "resources": resources,
             "file_mounts": mounts,
@@ -195,24 +228,31 @@ class SkyPilotBackend:
         return config
 
     def build_task(self, spec: JobSpec, *, project: Path, run_id: str) -> "sky.Task":
-        """The validated ``sky.Task`` for ``spec`` (no network is reached)."""
-        return _sky().Task.from_yaml_config(self.task_config(spec, project=project, run_id=run_id))
+        """Stage the upload set and build the validated ``sky.Task`` (no network is reached)."""
+        config = self.task_config(spec, run_id=run_id)
+        self.stage(spec, project=project, run_id=run_id)
+        return _sky().Task.from_yaml_config(config)
 
     def submit(self, spec: JobSpec, *, project: Path) -> RunHandle:
         """Launch the task: ``sky.jobs.launch`` with recovery, else ``sky.launch`` (torn down after)."""
         sky = _sky()
         run = new_run(spec, project)
-        task = self.build_task(spec, project=run.project, run_id=run.run_id)
-        cluster = str(task.name)
-        if self.settings.recover:
-            request = sky.jobs.launch(task, name=cluster)
-            job_ids, _ = sky.stream_and_get(request)
-            job_id = job_ids[0] if isinstance(job_ids, list) else job_ids
-            details = {"managed": "true", "job_id": str(job_id), "cluster": cluster}
-        else:
-            request = sky.launch(task, cluster_name=cluster, down=True, idle_minutes_to_autostop=1)
-            job_id, _ = sky.stream_and_get(request)
-            details = {"managed": "false", "job_id": str(job_id), "cluster": cluster}
+        try:
+            task = self.build_task(spec, project=run.project, run_id=run.run_id)
+            cluster = str(task.name)
+            if self.settings.recover:
+                request = sky.jobs.launch(task, name=cluster)
+                job_ids, _ = sky.stream_and_get(request)
+                job_id = job_ids[0] if isinstance(job_ids, list) else job_ids
+                details = {"managed": "true", "job_id": str(job_id), "cluster": cluster}
+            else:
+                request = sky.launch(
+                    task, cluster_name=cluster, down=True, idle_minutes_to_autostop=1
+                )
+                job_id, _ = sky.stream_and_get(request)
+                details = {"managed": "false", "job_id": str(job_id), "cluster": cluster}
+        finally:  # the launch request has synced the workdir once it returns
+            shutil.rmtree(self.upload_dir(run.run_id), ignore_errors=True)
         return run.handle(self.name, details, self.raw_settings)
 
     def _manifest_state(self, handle: RunHandle) -> RunState:

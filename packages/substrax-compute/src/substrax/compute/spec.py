@@ -24,8 +24,12 @@ if TYPE_CHECKING:
     from substrax.runtime import JaxRuntime
 
 
-JOB_SPEC_VERSION = 3
-"""The version of the job spec this release writes and reads (3 added ``nodes`` and ``secrets``)."""
+JOB_SPEC_VERSION = 4
+"""The version of the job spec this release writes and reads (4 added ``include_files``)."""
+
+KNOWN_PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "rocm", "tpu", "gpu", "oneapi", "proxy", "METAL")
+"""The ``JAX_PLATFORMS`` names jax 0.12 knows (``jax._src.xla_bridge.known_platforms()`` before
+any plugin loads) and jax-metal's ``METAL``; kept here so that compute never imports jax."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -73,6 +77,13 @@ def _is_dash_c(arg: str) -> bool:
     return arg.startswith("-") and not arg.startswith("--") and "c" in arg
 
 
+def _relative_file(value: str) -> str:
+    path = PurePosixPath(value)
+    if not value or path.is_absolute() or ".." in path.parts or path.as_posix() != value:
+        raise ValueError("must be a file path relative to the project, normalised, without '..'")
+    return value
+
+
 def _argv(value: tuple[str, ...]) -> tuple[str, ...]:
     if not value or not value[0]:
         raise ValueError("must be a non-empty list of arguments (argv), e.g. ['python', 'x.py']")
@@ -89,6 +100,27 @@ type Count = Annotated[int, AfterValidator(_at_least_one)]
 type Component = Annotated[str, AfterValidator(_component)]
 type EnvName = Annotated[str, AfterValidator(_env_name)]
 type Argv = Annotated[tuple[str, ...], AfterValidator(_argv)]
+type RelativeFile = Annotated[str, AfterValidator(_relative_file)]
+
+
+class UnknownPlatformError(ValueError):
+    """A ``runtime.platforms`` entry is not a platform jax knows.
+
+    Attributes:
+        platform: The offending name.
+        known: The names jax knows (``KNOWN_PLATFORMS``).
+    """
+
+    def __init__(self, platform: str, known: tuple[str, ...] = KNOWN_PLATFORMS) -> None:
+        self.platform, self.known = platform, known
+        hint = next((f"; did you mean {k!r}?" for k in known if k.lower() == platform.lower()), "")
+        super().__init__(
+            f"JaxRuntime.platforms entry {platform!r} is not a platform jax knows{hint} "
+            f"(use one of: {', '.join(sorted(known, key=str.lower))})"
+        )
+
+
+UnknownPlatformError.__module__ = "substrax.compute"  # its public home
 
 
 class Record(BaseModel):
@@ -173,7 +205,9 @@ class JobSpec(Record):
     """Everything the worker needs to run a job; written as ``spec.json`` at submission.
 
     ``runtime`` holds ``substrax.runtime.JaxRuntime`` fields as JSON; ``secrets`` holds only the
-    *names* of variables passed through from the submitting environment, never their values.
+    *names* of variables passed through from the submitting environment, never their values;
+    ``include_files`` names project files a remote backend uploads even though the upload rules
+    leave them out (a ``.env``, a key, a git-ignored file).
 
     Example:
         >>> spec = JobSpec(
@@ -183,10 +217,10 @@ class JobSpec(Record):
         ...     nodes=2,
         ... )
         >>> spec.schema_version, spec.nodes
-        (3, 2)
+        (4, 2)
     """
 
-    schema_version: Literal[3] = JOB_SPEC_VERSION
+    schema_version: Literal[4] = JOB_SPEC_VERSION
     name: Component
     tasks: tuple[Task, ...]
     timeout_seconds: Positive
@@ -198,6 +232,7 @@ class JobSpec(Record):
     mounts: tuple[Mount, ...] = ()
     nodes: Count = 1
     probe_devices: bool = True
+    include_files: tuple[RelativeFile, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -239,11 +274,16 @@ def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":
     """Build ``substrax.runtime.JaxRuntime`` from its JSON fields (lists become tuples).
 
     Raises:
+        UnknownPlatformError: A ``platforms`` entry is not in ``KNOWN_PLATFORMS``.
         ValueError: A key is not a ``JaxRuntime`` field, or ``JaxRuntime`` refused a value.
 
     Example:
         >>> jax_runtime({"platforms": ["cpu"]}).platforms
         ('cpu',)
+        >>> jax_runtime({"platforms": ["cdua"]})
+        Traceback (most recent call last):
+        ...
+        substrax.compute.UnknownPlatformError: JaxRuntime.platforms entry 'cdua' is not a platform jax knows (use one of: cpu, cuda, gpu, METAL, oneapi, proxy, rocm, tpu)
     """
     import dataclasses  # noqa: PLC0415
 
@@ -265,9 +305,13 @@ def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":
         else:
             kwargs[key] = value
     try:
-        return JaxRuntime(**kwargs)
+        runtime = JaxRuntime(**kwargs)
     except (TypeError, ValueError) as error:
         raise ValueError(str(error)) from error
+    for platform in runtime.platforms or ():
+        if platform not in KNOWN_PLATFORMS:
+            raise UnknownPlatformError(platform)
+    return runtime
 
 
 def read_job_spec(data: Mapping[str, Any]) -> JobSpec:
@@ -280,7 +324,7 @@ def read_job_spec(data: Mapping[str, Any]) -> JobSpec:
         >>> read_job_spec({"schema_version": 2})
         Traceback (most recent call last):
         ...
-        ValueError: job spec version 2 is not 3: submit and run with the same substrax release
+        ValueError: job spec version 2 is not 4: submit and run with the same substrax release
     """
     version = data.get("schema_version")
     if version != JOB_SPEC_VERSION:

@@ -1,0 +1,256 @@
+r"""Which project files a remote backend uploads: what git would track, never a secret by accident.
+
+The rule, shared by every backend that copies the project somewhere else:
+
+1. Start from what git would track: ``git ls-files --cached --others --exclude-standard`` when
+   the project is in a git work tree, else a walk that honours every ``.gitignore``.
+2. Leave out ``.git``, ``.venv`` and caches (``ALWAYS_LEFT_OUT``), then what the project's own
+   ``.substraxignore`` (gitignore syntax, at the project root) and a backend's ``ignore``
+   setting name.
+3. Hold back anything that looks like a secret (``NEVER_UPLOADED``: ``.env*``, ``*.pem``,
+   ``id_rsa*``, credentials JSON, ...).
+4. Add the files the job names in ``include_files``, whatever the rules above say.
+
+Example:
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> for name in ("train.py", ".env", "id_rsa", "notes.txt"):
+    ...     _ = (root / name).write_text("x")
+    >>> _ = (root / ".substraxignore").write_text("notes.txt\n")
+    >>> upload = collect_upload(root)
+    >>> upload.files, upload.held_back
+    (('.substraxignore', 'train.py'), ('.env', 'id_rsa'))
+    >>> collect_upload(root, include_files=("id_rsa",)).files
+    ('.substraxignore', 'id_rsa', 'train.py')
+"""
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+import pathspec
+
+
+if TYPE_CHECKING:
+    from .spec import JobSpec
+
+
+UPLOAD_IGNORE_FILE = ".substraxignore"
+"""The project's own ignore file (gitignore syntax, project root): files no backend uploads."""
+
+ALWAYS_LEFT_OUT: tuple[str, ...] = (
+    ".git/", ".venv/", "__pycache__/", "*.pyc", ".pytest_cache/", ".ruff_cache/", ".mypy_cache/",
+)  # fmt: skip
+"""Gitignore patterns never uploaded: version control, the environment, caches."""
+
+NEVER_UPLOADED: tuple[str, ...] = (
+    ".env*", "*.env", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ppk",
+    "*.kdbx", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pypirc",
+    ".git-credentials", "credentials*.json", "*-credentials.json", "*_credentials.json",
+    "*service-account*.json", "*service_account*.json", "client_secret*.json",
+    ".aws/", ".ssh/", ".gnupg/", ".docker/config.json", ".kube/config",
+)  # fmt: skip
+"""Gitignore patterns of files that hold secrets: held back unless a job names them."""
+
+type UploadSource = Literal["git", "gitignore"]
+
+_STEP = 1024
+
+
+class UploadFileNotFoundError(FileNotFoundError):
+    """A file a job asked to upload by name is not a file inside the project.
+
+    Attributes:
+        name: The name as the job gave it.
+        project: The project root.
+    """
+
+    def __init__(self, name: str, project: Path) -> None:
+        self.name, self.project = name, project
+        super().__init__(
+            f"include_files names {name!r}, which is not a file in {project}; "
+            "name files by their path relative to the project root"
+        )
+
+
+UploadFileNotFoundError.__module__ = "substrax.compute"  # its public home
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UploadSet:
+    """The files a backend uploads from a project, with their sizes.
+
+    Attributes:
+        root: The project root (resolved).
+        files: Paths relative to ``root`` (POSIX, sorted).
+        sizes: Each file's size in bytes, in the order of ``files``.
+        held_back: Files left out because they look like secrets (the job did not name them).
+        source: ``"git"`` when git listed the files, ``"gitignore"`` for the fallback walk.
+    """
+
+    root: Path
+    files: tuple[str, ...]
+    sizes: tuple[int, ...]
+    held_back: tuple[str, ...]
+    source: UploadSource
+
+    @property
+    def total_bytes(self) -> int:
+        """The size of every uploaded file together, in bytes."""
+        return sum(self.sizes)
+
+    def copy_to(self, target: Path) -> Path:
+        """Copy the files to ``target`` (created; it must not exist yet); return ``target``."""
+        target.mkdir(parents=True, exist_ok=False)
+        for name in self.files:
+            destination = target / name
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(self.root / name, destination)
+        return target
+
+
+@runtime_checkable
+class UploadsProject(Protocol):
+    """A backend that copies the project elsewhere and can say which files it would copy."""
+
+    def upload_set(self, spec: "JobSpec", *, project: Path) -> UploadSet:
+        """The files ``submit`` would upload for ``spec`` from ``project``."""
+        ...
+
+
+def _spec(lines: Iterable[str]) -> pathspec.GitIgnoreSpec:
+    return pathspec.GitIgnoreSpec.from_lines(list(lines))
+
+
+def _read_lines(path: Path) -> list[str]:
+    return path.read_text(errors="replace").splitlines() if path.is_file() else []
+
+
+def _git_files(project: Path) -> list[str] | None:
+    """What git would track under ``project``, or None when git is missing or it is no work tree."""
+    argv = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    try:
+        result = subprocess.run(argv, cwd=project, capture_output=True, check=False, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if result.returncode != 0:
+        return None
+    files: list[str] = []
+    for name in result.stdout.decode(errors="surrogateescape").split("\0"):
+        if not name:
+            continue
+        path = project / name
+        if path.is_dir() and not path.is_symlink():  # a submodule: list its own files
+            files += [f"{name.rstrip('/')}/{inner}" for inner in _git_files(path) or ()]
+        else:
+            files.append(name)
+    return files
+
+
+def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], relative: str) -> bool:
+    """Gitignore semantics over nested ``.gitignore`` files: the deepest matching rule wins."""
+    verdict = False
+    for base, spec in rules:
+        if base and not relative.startswith(f"{base}/"):
+            continue
+        result = spec.check_file(relative[len(base) + 1 :] if base else relative)
+        if result.include is not None:
+            verdict = result.include
+    return verdict
+
+
+def _walked_files(project: Path) -> list[str]:
+    """The files a walk finds, honouring every ``.gitignore`` as git would."""
+    rules: list[tuple[str, pathspec.GitIgnoreSpec]] = []
+    files: list[str] = []
+    for directory, dirnames, filenames in os.walk(project):
+        base = Path(directory).relative_to(project).as_posix()
+        base = "" if base == "." else base
+        ignore = Path(directory) / ".gitignore"
+        if ignore.is_file():
+            rules.append((base, _spec(_read_lines(ignore))))
+        prefix = f"{base}/" if base else ""
+        dirnames[:] = sorted(
+            d for d in dirnames if d != ".git" and not _ignored(rules, f"{prefix}{d}/")
+        )
+        files += [f"{prefix}{f}" for f in filenames if not _ignored(rules, f"{prefix}{f}")]
+    return files
+
+
+def _is_project_file(project: Path, name: str) -> bool:
+    path = project / name
+    if not path.is_file():
+        return False
+    return not path.is_symlink() or path.resolve().is_relative_to(project)
+
+
+def collect_upload(
+    project: Path, *, include_files: Sequence[str] = (), ignore: Sequence[str] = ()
+) -> UploadSet:
+    """The files a backend uploads from ``project`` (see the module's rule).
+
+    Args:
+        project: The project root.
+        include_files: Files (relative to ``project``) to upload whatever the rules say.
+        ignore: More gitignore patterns to leave out (a backend's ``ignore`` setting).
+
+    Raises:
+        UploadFileNotFoundError: A name in ``include_files`` is not a file inside the project.
+        NotADirectoryError: ``project`` is not a directory.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> _ = (root / "a.py").write_text("print(1)")
+        >>> collect_upload(root).total_bytes
+        8
+    """
+    root = project.resolve()
+    if not root.is_dir():
+        raise NotADirectoryError(f"project {project} is not a directory")
+    listed = _git_files(root)
+    source: UploadSource = "git" if listed is not None else "gitignore"
+    candidates = sorted({PurePosixPath(n).as_posix() for n in listed or _walked_files(root)})
+    left_out = _spec([*ALWAYS_LEFT_OUT, *_read_lines(root / UPLOAD_IGNORE_FILE), *ignore])
+    secret = _spec(NEVER_UPLOADED)
+    kept: set[str] = set()
+    held: set[str] = set()
+    for name in candidates:
+        if not _is_project_file(root, name) or left_out.match_file(name):
+            continue
+        (held if secret.match_file(name) else kept).add(name)
+    for name in include_files:
+        normal = PurePosixPath(name).as_posix()
+        if ".." in PurePosixPath(name).parts or not _is_project_file(root, normal):
+            raise UploadFileNotFoundError(name, root)
+        kept.add(normal)
+        held.discard(normal)
+    files = tuple(sorted(kept))
+    return UploadSet(
+        root=root,
+        files=files,
+        sizes=tuple((root / name).stat().st_size for name in files),
+        held_back=tuple(sorted(held)),
+        source=source,
+    )
+
+
+def human_size(size: int) -> str:
+    """A byte count for people: bytes, KiB, MiB or GiB with one decimal.
+
+    Example:
+        >>> human_size(512), human_size(1536), human_size(3 * 2**30)
+        ('512 B', '1.5 KiB', '3.0 GiB')
+    """
+    if size < _STEP:
+        return f"{size} B"
+    value = size / _STEP
+    for unit in ("KiB", "MiB"):
+        if value < _STEP:
+            return f"{value:.1f} {unit}"
+        value /= _STEP
+    return f"{value:.1f} GiB"

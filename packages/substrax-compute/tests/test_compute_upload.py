@@ -1,0 +1,179 @@
+"""The upload set: what git would track, less .substraxignore and secrets, plus files named by a job.
+
+Real git repositories in temporary directories; the fallback walk is checked against git itself.
+"""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from substrax.compute import UploadFileNotFoundError, collect_upload
+from substrax.compute._upload import human_size
+
+
+TREE = {
+    "pyproject.toml": "[project]\nname = 'p'\n",
+    "train.py": "print('train')\n",
+    "src/model.py": "MODEL = 1\n",
+    ".gitignore": "data/\n*.log\n!keep.log\n",
+    "data/big.csv": "1,2,3\n",
+    "run.log": "noise\n",
+    "keep.log": "kept\n",
+    "notes.md": "untracked, not ignored\n",
+    ".env": "TOKEN=secret\n",
+    ".substrax.env": "JAX_PLATFORMS=cuda\n",
+    "id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\n",
+    "config/.env.remote": "TOKEN=remote\n",
+    "config/service-account.json": "{}\n",
+    "certs/server.pem": "pem\n",
+    "sub/.gitignore": "local.txt\n",
+    "sub/local.txt": "only here\n",
+    "sub/code.py": "CODE = 2\n",
+    ".substraxignore": "scratch/\n",
+    "scratch/tmp.py": "scratch\n",
+    ".venv/lib/site.py": "venv\n",
+    "__pycache__/train.cpython-312.pyc": "bytecode",
+}
+UPLOADED = (
+    ".gitignore",
+    ".substraxignore",
+    "keep.log",
+    "notes.md",
+    "pyproject.toml",
+    "src/model.py",
+    "sub/.gitignore",
+    "sub/code.py",
+    "train.py",
+)
+HELD_BACK = (
+    ".env",
+    ".substrax.env",
+    "certs/server.pem",
+    "config/.env.remote",
+    "config/service-account.json",
+    "id_rsa",
+)
+
+
+def _git(root, *args):
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def _tree(root):
+    for name, text in TREE.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+@pytest.fixture
+def repo(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    root = _tree(tmp_path / "repo")
+    _git(root, "init", "-q")
+    _git(root, "add", "pyproject.toml", "train.py", "src", ".gitignore", "sub/.gitignore")
+    _git(root, "commit", "-q", "-m", "init")
+    return root
+
+
+def test_git_project_uploads_what_git_would_track_and_holds_back_secrets(repo):
+    upload = collect_upload(repo)
+    assert upload.source == "git"
+    assert upload.files == UPLOADED
+    assert upload.held_back == HELD_BACK
+    assert upload.sizes == tuple((repo / name).stat().st_size for name in UPLOADED)
+    assert upload.total_bytes == sum(upload.sizes)
+
+
+def test_the_walk_without_git_agrees_with_git(repo, tmp_path):
+    plain = _tree(tmp_path / "plain")
+    walked = collect_upload(plain)
+    assert walked.source == "gitignore"
+    assert (walked.files, walked.held_back) == (UPLOADED, HELD_BACK)
+    assert (walked.files, walked.held_back) == (collect_upload(repo).files, HELD_BACK)
+
+
+def test_a_missing_git_falls_back_to_the_gitignore_walk(repo, monkeypatch, tmp_path):
+    empty = tmp_path / "no-git-here"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    upload = collect_upload(repo)
+    assert upload.source == "gitignore"
+    assert upload.files == UPLOADED
+
+
+def test_files_named_by_the_job_are_uploaded_whatever_the_rules_say(repo):
+    upload = collect_upload(repo, include_files=("config/.env.remote", "data/big.csv"))
+    assert "config/.env.remote" in upload.files
+    assert "data/big.csv" in upload.files
+    assert "config/.env.remote" not in upload.held_back
+    assert ".env" in upload.held_back
+
+
+def test_a_named_file_must_be_a_file_inside_the_project(repo):
+    for name in ("missing.txt", "src", "../outside.txt"):
+        with pytest.raises(UploadFileNotFoundError, match="not a file in") as caught:
+            collect_upload(repo, include_files=(name,))
+        assert caught.value.name == name
+
+
+def test_deleted_tracked_files_and_links_out_of_the_project_are_not_uploaded(repo, tmp_path):
+    (repo / "train.py").unlink()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the project's")
+    (repo / "link.txt").symlink_to(outside)
+    (repo / "inner.py").symlink_to(repo / "src" / "model.py")
+    upload = collect_upload(repo)
+    assert "train.py" not in upload.files
+    assert "link.txt" not in upload.files
+    assert "inner.py" in upload.files
+
+
+def test_backend_ignore_patterns_and_nested_repositories(repo):
+    nested = repo / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    (nested / "lib.py").write_text("LIB = 1\n")
+    (nested / "ignored.tmp").write_text("x")
+    (nested / ".gitignore").write_text("*.tmp\n")
+    _git(nested, "init", "-q")
+    upload = collect_upload(repo, ignore=("notes.md",))
+    assert "notes.md" not in upload.files
+    assert {"vendor/lib/lib.py", "vendor/lib/.gitignore"} <= set(upload.files)
+    assert "vendor/lib/ignored.tmp" not in upload.files
+
+
+def test_copy_to_writes_exactly_the_upload_set(repo, tmp_path):
+    upload = collect_upload(repo)
+    target = upload.copy_to(tmp_path / "staged")
+    copied = sorted(
+        os.path.relpath(os.path.join(d, f), target) for d, _, fs in os.walk(target) for f in fs
+    )
+    assert tuple(copied) == UPLOADED
+    assert (target / "src" / "model.py").read_text() == "MODEL = 1\n"
+
+
+def test_project_must_be_a_directory(tmp_path):
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(NotADirectoryError, match="is not a directory"):
+        collect_upload(file)
+
+
+def test_human_size():
+    assert [human_size(n) for n in (0, 1023, 1024, 5 * 2**20, 2**40)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "5.0 MiB",
+        "1024.0 GiB",
+    ]
