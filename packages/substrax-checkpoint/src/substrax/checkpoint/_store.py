@@ -45,25 +45,22 @@ _REASONS: Final[tuple[NotWrittenReason, ...]] = ("exists", "below_latest", "reje
 
 
 class _Resources:
-    """What a writing store holds outside Python: freed at ``close`` or when it is collected.
+    """The writer lock and thread of a store: freed at ``close`` or when the store is collected.
 
-    It references no store, so that a store nobody closed can still be collected; the pending
-    write finishes before the writer lock is given back.
+    It references neither the store nor its orbax manager (whose retention policy calls back
+    into the store), so a store nobody closed can be collected. It cannot be while orbax still
+    writes: orbax's thread holds the manager, and the manager the store.
     """
 
     def __init__(self, lease: WriterLease | None) -> None:
         self.lease = lease
         self.writer: ThreadPoolExecutor | None = None
-        self.manager: ocp.CheckpointManager | None = None
 
     def release(self) -> None:
         lease, self.lease = self.lease, None
         try:
             if self.writer is not None:
-                self.writer.shutdown()
-            if self.manager is not None:
-                with contextlib.suppress(Exception):
-                    self.manager.wait_until_finished()
+                self.writer.shutdown()  # the save call it runs finishes first
         finally:
             if lease is not None:
                 lease.release()
@@ -101,6 +98,9 @@ class OrbaxCheckpointStore:
         use_zarr3: write arrays as zarr v3 (the default) rather than v2.
         use_compression: zstd-compress array chunks (smaller files for compressible data, but
             slower saves and restores of typical float weights).
+        use_checksums: write a CRC-32C checksum with every chunk of every zarr3 array (the
+            default layouts); a restore then raises ``CheckpointCorruptError`` for bytes that
+            changed on disk instead of returning them. zarr v2 arrays carry no checksums.
         read_only: open to read only: no lock, no cleanup, no index written, saves refused; a
             missing directory raises ``CheckpointStoreNotFoundError`` (a ``FileNotFoundError``).
 
@@ -131,6 +131,7 @@ class OrbaxCheckpointStore:
         use_ocdbt: bool = False,
         use_zarr3: bool = True,
         use_compression: bool = False,
+        use_checksums: bool = True,
         read_only: bool = False,
     ) -> None:
         if not str(directory).strip():
@@ -144,7 +145,9 @@ class OrbaxCheckpointStore:
             keep_every=keep_every,
         )
         self._async = async_save
-        self._layout = Layout(ocdbt=use_ocdbt, zarr3=use_zarr3, compression=use_compression)
+        self._layout = Layout(
+            ocdbt=use_ocdbt, zarr3=use_zarr3, compression=use_compression, checksums=use_checksums
+        )
         self._read_only = read_only
         self._manager_: ocp.CheckpointManager | None = None
         self._index_: StepIndex | None = None
@@ -190,7 +193,6 @@ class OrbaxCheckpointStore:
                 read_only=self._read_only,
                 preservation=OrbaxPreservation(self._retention, self._metrics, self._evicted),
             )
-            self._resources.manager = self._manager_
         return self._manager_
 
     def _settle(self) -> None:
@@ -581,7 +583,7 @@ class OrbaxCheckpointStore:
                 self._writer.shutdown()
             if self._manager_ is not None:
                 self._manager_.close()
-            self._resources.writer = self._resources.manager = None
+            self._resources.writer = None
             self._release()  # the writer lock, once this store's writes are done
 
     def __enter__(self) -> Self:

@@ -1,0 +1,168 @@
+"""The writer lock: one writing process per store, shared within a process, freed at death."""
+
+import gc
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from substrax.checkpoint import CheckpointLockedError, OrbaxCheckpointStore
+from substrax.checkpoint._lock import LOCK_FILE, read_holder
+
+
+# a second process tries to open the store: it prints what happened as one JSON line
+OPENER = textwrap.dedent(
+    """
+    import json, sys
+    from substrax.checkpoint import CheckpointLockedError, OrbaxCheckpointStore
+    try:
+        store = OrbaxCheckpointStore(sys.argv[1], read_only=sys.argv[2] == "read")
+    except CheckpointLockedError as error:
+        print(json.dumps({"locked": True, "host": error.host, "pid": error.pid,
+                          "since": error.since, "message": str(error)}))
+    else:
+        print(json.dumps({"locked": False, "steps": store.list_steps()}))
+        store.close()
+    """
+)
+
+
+def _open_elsewhere(directory: Path, mode: str = "write") -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", OPENER, str(directory), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_a_second_writer_process_is_refused_and_a_reader_is_not(store_dir):
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(1, {"model": {"w": np.ones(2, np.float32)}})
+        refused = _open_elsewhere(store_dir)
+        assert refused["locked"] is True
+        assert refused["pid"] == os.getpid()
+        assert refused["host"] == socket.gethostname()
+        assert refused["since"] == json.loads((store_dir / LOCK_FILE).read_text())["since"]
+        assert str(store_dir) in refused["message"]
+        assert "read_only=True" in refused["message"]
+        assert f"pid {os.getpid()}" in refused["message"]
+        assert _open_elsewhere(store_dir, "read") == {"locked": False, "steps": [1]}
+        store.save(2, {"model": {"w": np.ones(2, np.float32)}})  # the refusal cost no save
+    assert _open_elsewhere(store_dir) == {"locked": False, "steps": [1, 2]}
+
+
+def test_stores_of_one_process_share_the_lock_until_the_last_closes(store_dir):
+    first = OrbaxCheckpointStore(store_dir)
+    second = OrbaxCheckpointStore(store_dir)  # a re-run notebook cell: not refused
+    first.close()
+    assert _open_elsewhere(store_dir)["locked"] is True
+    second.close()
+    assert _open_elsewhere(store_dir)["locked"] is False
+
+
+def test_a_store_nobody_closed_releases_the_lock_when_collected(store_dir):
+    store = OrbaxCheckpointStore(store_dir)
+    store.save(1, {"model": {"w": np.zeros(4, np.float32)}})  # an asynchronous save in flight
+    collected = weakref.ref(store)
+    del store
+    deadline = time.monotonic() + 60
+    while collected() is not None and time.monotonic() < deadline:
+        gc.collect()  # collectable once orbax's thread lets go of the store
+        time.sleep(0.05)
+    assert collected() is None
+    assert _open_elsewhere(store_dir) == {"locked": False, "steps": [1]}
+
+
+def test_a_killed_holder_frees_the_lock(store_dir):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from substrax.checkpoint import OrbaxCheckpointStore\n"
+            "store = OrbaxCheckpointStore(sys.argv[1])\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(600)\n",
+            str(store_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(CheckpointLockedError) as refused:
+            OrbaxCheckpointStore(store_dir)
+        assert refused.value.pid == holder.pid
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        if holder.stdout is not None:
+            holder.stdout.close()
+    with OrbaxCheckpointStore(store_dir) as store:
+        assert read_holder(store_dir).pid == os.getpid()
+        assert store.list_steps() == []
+
+
+def test_a_forked_child_does_not_inherit_the_lock(store_dir):
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from substrax.checkpoint import CheckpointLockedError, OrbaxCheckpointStore
+        store = OrbaxCheckpointStore(sys.argv[1])
+        child = os.fork()
+        if child == 0:
+            try:
+                OrbaxCheckpointStore(sys.argv[1])
+            except CheckpointLockedError as error:
+                os._exit(0 if error.pid == os.getppid() else 3)
+            os._exit(4)  # the child shared its parent's lock
+        _, status = os.waitpid(child, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code, str(store_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_only_a_fresh_holder_removes_partial_steps(store_dir):
+    partial = store_dir / "5.orbax-checkpoint-tmp-1700000000"
+    with OrbaxCheckpointStore(store_dir):
+        partial.mkdir()  # as if this process's first store were writing step 5
+        with OrbaxCheckpointStore(store_dir):  # shares the lock: must not touch it
+            pass
+        assert partial.is_dir()
+        with OrbaxCheckpointStore(store_dir, read_only=True):
+            pass
+        assert partial.is_dir()
+    with OrbaxCheckpointStore(store_dir):  # a fresh holder: no live writer owns it
+        assert not partial.exists()
+
+
+def test_the_holder_record_is_json_naming_the_process(store_dir):
+    with OrbaxCheckpointStore(store_dir):
+        holder = read_holder(store_dir)
+    assert (holder.host, holder.pid) == (socket.gethostname(), os.getpid())
+    assert holder.since is not None
+    assert holder.since.endswith("+00:00")
+    (store_dir / LOCK_FILE).write_text("{half a rec")
+    assert read_holder(store_dir).pid is None

@@ -1,0 +1,120 @@
+"""Readers: a read_only store writes nothing, follows a writer, waits for steps; an empty store
+says so."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from substrax.checkpoint import (
+    CheckpointNotFoundError,
+    CheckpointWaitTimeoutError,
+    OrbaxCheckpointStore,
+)
+from substrax.checkpoint._cli import main
+
+
+def _tree(root):
+    return sorted(
+        (str(path.relative_to(root)), path.stat().st_mtime_ns, path.stat().st_size)
+        for path in root.rglob("*")
+    )
+
+
+def _state(step):
+    return {"model": {"w": np.full(3, step, np.float32)}, "data_iterator": {"i": step}}
+
+
+def test_readers_write_delete_and_rename_nothing(store_dir, capsys):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None, async_save=False) as store:
+        for step in (1, 2, 3):
+            store.save(step, _state(step), metrics={"loss": 1.0 / step})
+    (store_dir / "4.orbax-checkpoint-tmp-1700000000" / "model").mkdir(parents=True)
+    (store_dir / ".substrax_index.json.999.tmp").write_text("{")
+    before = _tree(store_dir)
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [1, 2, 3]
+        assert reader.best_step("loss") == 3
+        assert reader.restore(2).items["data_iterator"]["i"] == 2
+        assert reader.describe(3)["model"][0].shape == (3,)
+        with pytest.raises(PermissionError, match="read_only"):
+            reader.save(4, _state(4))
+        with pytest.raises(PermissionError, match="read_only"):
+            reader.delete(1)
+    for command in (["ls"], ["verify"], ["prune", "--max-to-keep", "1", "--dry-run"]):
+        assert main([command[0], "--json", str(store_dir), *command[1:]]) == 0
+    assert main(["show", "--json", str(store_dir), "2"]) == 0
+    capsys.readouterr()
+    assert _tree(store_dir) == before
+
+
+def test_a_reader_follows_a_writer(store_dir):
+    writer = OrbaxCheckpointStore(store_dir, max_to_keep=2)
+    writer.save(1, _state(1), metrics={"loss": 0.5})
+    writer.wait()
+    reader = OrbaxCheckpointStore(store_dir, read_only=True)
+    assert reader.restore(1).items["data_iterator"]["i"] == 1  # the reader's manager is open now
+    writer.save(2, _state(2), metrics={"loss": 0.1})
+    writer.save(3, _state(3), metrics={"loss": 0.3})
+    writer.wait()
+    assert reader.list_steps() == [2, 3]
+    assert reader.latest_step() == 3
+    assert reader.best_step("loss") == 2
+    assert reader.restore(None).step == 3
+    np.testing.assert_array_equal(reader.restore(2).items["model"]["w"], np.full(3, 2.0))
+    reader.close()
+    writer.close()
+
+
+def test_an_empty_store_says_it_is_empty(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        for call in (store.restore, store.read_metadata):
+            with pytest.raises(CheckpointNotFoundError) as error:
+                call(store.latest_step())
+            assert error.value.step is None
+            assert error.value.directory == store_dir
+            assert f"the checkpoint store at {store_dir} is empty" in str(error.value)
+        with pytest.raises(CheckpointNotFoundError, match="no checkpoint step 3"):
+            store.restore(3)  # a missing step keeps its own message
+        store.save(4, _state(4))
+        assert store.restore(None).step == 4
+        assert store.read_metadata(None).step == 4
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.restore(reader.latest_step()).items["data_iterator"]["i"] == 4
+
+
+def test_wait_for_step(store_dir):
+    with OrbaxCheckpointStore(store_dir, async_save=False) as writer:
+        reader = OrbaxCheckpointStore(store_dir, read_only=True)
+        with pytest.raises(CheckpointWaitTimeoutError) as error:
+            reader.wait_for_step(timeout=0.2, poll_interval=0.05)
+        assert (error.value.after, error.value.timeout, error.value.latest_step) == (
+            None,
+            0.2,
+            None,
+        )
+        assert isinstance(error.value, TimeoutError)
+        assert str(store_dir) in str(error.value)
+
+        def save_later():
+            time.sleep(0.5)
+            writer.save(7, _state(7))
+
+        thread = threading.Thread(target=save_later)
+        thread.start()
+        assert reader.wait_for_step(timeout=60, poll_interval=0.05) == 7
+        thread.join()
+        assert reader.wait_for_step(after=6, timeout=0) == 7
+        with pytest.raises(CheckpointWaitTimeoutError) as error:
+            reader.wait_for_step(after=7, timeout=0.1, poll_interval=0.05)
+        assert (error.value.after, error.value.latest_step) == (7, 7)
+        assert "no step after 7 was committed" in str(error.value)
+        with pytest.raises(ValueError, match="timeout"):
+            reader.wait_for_step(timeout=-1)
+        with pytest.raises(ValueError, match="poll_interval"):
+            reader.wait_for_step(timeout=1, poll_interval=0)
+        assert writer.wait_for_step(after=2, timeout=1) == 7
+        reader.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            reader.wait_for_step(timeout=1)
