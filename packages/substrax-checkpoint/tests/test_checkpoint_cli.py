@@ -76,3 +76,47 @@ def test_module_entry_point(store_dir):
         timeout=120,
     )
     assert len(json.loads(result.stdout)) == 4
+
+
+def test_a_missing_or_file_store_is_exit_2_naming_the_path(tmp_path, capsys):
+    missing, file = tmp_path / "no" / "such", tmp_path / "file"
+    file.write_text("not a store")
+    for path in (missing, file):
+        for args in (["ls"], ["verify"], ["prune", "--dry-run"], ["prune"]):
+            assert main([args[0], str(path), *args[1:]]) == 2
+            assert str(path) in capsys.readouterr().err
+        assert main(["show", str(path), "1"]) == 2
+        assert str(path) in capsys.readouterr().err
+    assert not missing.exists(), "prune created the directory it was asked to prune"
+
+
+def test_prune_refuses_a_store_another_process_writes(store_dir, capsys):
+    _fill(store_dir)
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from substrax.checkpoint import OrbaxCheckpointStore\n"
+            "store = OrbaxCheckpointStore(sys.argv[1])\n"
+            "print('open', flush=True)\n"
+            "time.sleep(600)\n",
+            str(store_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "open"
+        assert main(["prune", str(store_dir), "--max-to-keep", "1"]) == 1
+        assert f"pid {writer.pid}" in capsys.readouterr().err
+        assert main(["prune", "--json", str(store_dir), "--max-to-keep", "1", "--dry-run"]) == 0
+        assert json.loads(capsys.readouterr().out)["deleted"] == [1, 2, 3]
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+        if writer.stdout is not None:
+            writer.stdout.close()
+    with OrbaxCheckpointStore(store_dir) as store:
+        assert store.list_steps() == [1, 2, 3, 4]
