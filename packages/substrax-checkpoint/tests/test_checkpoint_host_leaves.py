@@ -14,7 +14,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -34,7 +33,7 @@ def host_state() -> dict[str, Any]:
             "uint32": np.array([0, 2**32 - 1], np.uint32),
             "uint64": np.array([0, 2**64 - 1, 2**53 + 1], np.uint64),
             "float16": np.array([0.1, -65504.0], np.float16),
-            "bfloat16": np.array([0.1, 3.0e38], ml_dtypes.bfloat16),
+            "bfloat16": np.array([0.1, 3.0e38], jnp.bfloat16),
             "float32": np.array([0.1, np.inf, -np.inf], np.float32),
             "float64": np.array([0.1, 1e300, np.nan, -0.0, 5e-324], np.float64),
             "complex64": np.array([1 + 2j, -0.5j], np.complex64),
@@ -207,3 +206,15 @@ def test_steps_without_the_host_record_restore_as_before(store_dir):
         assert order.tolist() == [0, 1, 2]
         with pytest.raises(CheckpointDtypeMismatchError, match="int64 -> int32"):
             store.restore(1)
+
+
+def test_python_ints_fill_64_bits_and_larger_ones_are_refused_before_writing(store_dir):
+    edges = {"low": -(2**63), "high": 2**64 - 1, "signed_high": 2**63}
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(0, {"data_iterator": edges})
+        assert_same(store.restore(0).items["data_iterator"], edges)
+        for value in (2**64, -(2**63) - 1):
+            with pytest.raises(ValueError, match=r"'data_iterator' leaf 'seen/1' .* string"):
+                store.save(1, {"data_iterator": {"seen": [0, value]}})
+        store.wait()
+        assert store.list_steps() == [0]

@@ -403,6 +403,7 @@ class OrbaxCheckpointStore:
             raise ValueError(f"step must be an int >= 0, got {step!r}")
         check_item_names(items)
         check_extra(extra or {})
+        _trees.check_python_ints(items)
         record = CheckpointMetadata(
             step=step,
             epoch=epoch,

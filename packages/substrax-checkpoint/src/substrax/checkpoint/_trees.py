@@ -115,6 +115,28 @@ def dtypes_item(items: Mapping[str, PyTree]) -> dict[str, Any]:
     return {**dtype_record(items), HOST_LEAVES: host}
 
 
+def check_python_ints(items: Mapping[str, PyTree]) -> None:
+    """Refuse a Python int that no 64-bit integer holds, naming its item and leaf.
+
+    Orbax stores a Python int as an int64 or uint64 array; a larger one would fail inside the
+    write (in the background, for an asynchronous save) with a message naming neither.
+
+    Example:
+        >>> check_python_ints({"data_iterator": {"position": 2**70}})
+        Traceback (most recent call last):
+        ...
+        ValueError: item 'data_iterator' leaf 'position' is the Python int 1180591620717411303424, which no 64-bit integer holds; save it as a string (str(value)) and convert it back after restoring
+    """
+    for name, tree in items.items():
+        for path, leaf in flat_leaves(tree):
+            if type(leaf) is int and not -(2**63) <= leaf < 2**64:
+                raise ValueError(
+                    f"item {name!r} leaf {path!r} is the Python int {leaf}, which no 64-bit "
+                    "integer holds; save it as a string (str(value)) and convert it back after "
+                    "restoring"
+                )
+
+
 def scalars_as_arrays(tree: PyTree) -> PyTree:
     """``tree`` with every NumPy scalar as a 0-d array of its dtype.
 
