@@ -203,3 +203,98 @@ def test_a_run_outlives_the_command_that_submitted_it(project, tmp_path):
     assert backend.status(handle) in {RunState.PENDING, RunState.RUNNING}
     backend.cancel(handle)
     assert backend.status(handle) is RunState.CANCELLED
+
+
+def test_into_a_file_is_refused_before_anything_is_submitted(project, tmp_path, capsys):
+    blocker = tmp_path / "results.txt"
+    blocker.write_text("mine")
+    for into, says in (
+        (blocker, f"--into {blocker} is a file, not a directory"),
+        (blocker / "out", f"--into {blocker / 'out'} cannot be a directory: {blocker} is a file"),
+    ):
+        assert main(["run", "ok", "--into", str(into)]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.startswith(f"substrax-compute: {says}; pass a directory"), captured.err
+        assert "Submitted" not in captured.out
+    assert RunStore().handles() == []
+    assert blocker.read_text() == "mine"
+
+
+def test_a_state_directory_that_is_a_file_is_refused(project, tmp_path, monkeypatch, capsys):
+    state = tmp_path / "state-file"
+    state.write_text("not a directory")
+    monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(state))
+    for argv in (["run", "ok"], ["list"], ["status"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"substrax-compute: the state directory ($SUBSTRAX_STATE_DIR) {state} is a file, "
+            "not a directory; point $SUBSTRAX_STATE_DIR at a directory\n"
+        )
+
+
+def test_a_backend_state_dir_under_a_file_is_refused(project, tmp_path, capsys):
+    text = (project / "pyproject.toml").read_text()
+    blocker = tmp_path / "local-state"
+    blocker.write_text("x")
+    assert f'state_dir = "{blocker}"' in text
+    assert main(["run", "ok"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"substrax-compute: the local backend's state_dir {blocker} is a file")
+
+
+def test_malformed_pyproject_exits_2_naming_the_file(project, capsys):
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('backend = "local"', "backend = local"))
+    assert main(["run", "ok"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"substrax-compute: {pyproject}:6:11: not valid TOML: "), err
+    assert err.count("\n") == 1
+
+
+def test_an_unknown_platform_exits_2_naming_it(project, capsys):
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text().replace(
+            "[tool.substrax.compute.jobs.ok]\n",
+            '[tool.substrax.compute.jobs.ok]\nruntime = { platforms = ["gpuu"] }\n',
+        )
+    )
+    assert main(["run", "ok"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "substrax-compute: tool.substrax.compute.jobs.ok.runtime.platforms: JaxRuntime.platforms "
+        "entry 'gpuu' is not a platform jax knows (use one of: cpu, cuda, gpu, METAL,"
+    ), err
+
+
+def test_dry_run_on_local_submits_nothing(project, capsys):
+    assert main(["run", "ok", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "Job ok on local: 1 task(s): writes" in out
+    assert f"The local backend uploads nothing; it runs the job in {project}." in out
+    assert RunStore().handles() == []
+
+
+def test_dry_run_on_modal_lists_the_upload_and_holds_back_secrets(project, capsys):
+    (project / "uv.lock").write_text(
+        '[[package]]\nname = "substrax-compute"\nversion = "0.2.0"\n'
+        'source = { registry = "https://pypi.org/simple" }\n'
+    )
+    (project / ".env").write_text("TOKEN=secret\n")
+    (project / "id_ed25519").write_text("key\n")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text() + '\n[tool.substrax.compute.backends.modal]\noutputs_volume = "v"\n'
+    )
+    assert main(["run", "ok", "--backend", "modal", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    files = ["pyproject.toml", "uv.lock", "writes.py"]
+    total = sum((project / f).stat().st_size for f in files)
+    for name in files:
+        assert re.search(rf"^\s*[\d.]+ (B|KiB)\s+{re.escape(name)}\s*$", out, re.M), out
+    assert "Would upload 3 file(s), " in out
+    assert f"({total} bytes) from {project}" in out
+    assert "Held back as secrets: .env, id_ed25519 (name one in the job's include_files" in out
+    assert "Dry run: nothing was submitted." in out
+    assert RunStore().handles() == []

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from substrax.compute import ConfigFileError
 from substrax.compute.config import (
     ComputeConfigError,
     parse_compute_config,
@@ -196,7 +197,15 @@ BAD = [
     ),
     (
         _config(unknown=1),
-        f"{J}.unknown: unknown key; allowed keys: examples, commands, timeout_seconds, task_timeout_seconds, extras, resources, accelerator, runtime, env, secrets, mounts, nodes, probe_devices",
+        f"{J}.unknown: unknown key; allowed keys: examples, commands, timeout_seconds, task_timeout_seconds, extras, resources, accelerator, runtime, env, secrets, mounts, nodes, probe_devices, include_files",
+    ),
+    (
+        _config(include_files=["../.env"]),
+        f"{J}.include_files[0]: must be a file path relative to the project, normalised, without '..', got \"../.env\"",
+    ),
+    (
+        _config(runtime={"platforms": ["cuda", "metal"]}),
+        f"{J}.runtime.platforms: JaxRuntime.platforms entry 'metal' is not a platform jax knows; did you mean 'METAL'?",
     ),
 ]
 
@@ -305,6 +314,35 @@ def test_bad_toml_value_names_its_path(tmp_path):
         match=r"^tool\.substrax\.compute\.jobs\.demo\.resources\.cpu: must be positive and finite, got -1$",
     ):
         read_compute_config(tmp_path)
+
+
+def test_malformed_toml_names_the_file_line_and_column(tmp_path):
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text("[tool.substrax.compute]\nbackend = 'local'\njobs = {\n")
+    with pytest.raises(ConfigFileError) as caught:
+        read_compute_config(tmp_path)
+    error = caught.value
+    assert (error.path, error.line) == (pyproject, 3)
+    assert str(error).startswith(f"{pyproject}:3:{error.column}: not valid TOML: ")
+    pyproject.write_bytes(b"[project]\nname = '\xff'\n")
+    with pytest.raises(ConfigFileError, match=r"pyproject\.toml:2:9: not valid TOML: not UTF-8"):
+        read_compute_config(tmp_path)
+    pyproject.unlink()
+    (tmp_path / "uv.lock").write_text("[[package]\n")
+    with pytest.raises(ConfigFileError, match=r"uv\.lock:1:\d+: not valid TOML"):
+        require_locked_substrax(tmp_path)
+
+
+def test_include_files_must_exist_when_the_job_is_resolved(tmp_path):
+    config = parse_compute_config(_config(include_files=["config/.env.remote"]))
+    with pytest.raises(
+        FileNotFoundError, match=r"jobs\.demo\.include_files: 'config/\.env\.remote'"
+    ):
+        resolve_job(config, "demo", project=tmp_path)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / ".env.remote").write_text("TOKEN=1\n")
+    spec = resolve_job(config, "demo", project=tmp_path)
+    assert spec.include_files == ("config/.env.remote",)
 
 
 def test_locked_substrax(tmp_path):

@@ -91,10 +91,64 @@ def test_plan_builds_the_function_from_the_job(tmp_path, project, spy, monkeypat
     ]
     (local_dir, remote), options = spy["add_local_dir"][0]
     assert (local_dir, remote, options["copy"]) == (project, "/project", True)
-    assert ".venv" in options["ignore"]
+    assert plan.upload.files == (".python-version", "pyproject.toml", "uv.lock")
     assert "clustered" not in spy
     assert read_job_spec(json.loads(plan.spec_json)) == spec
     assert "tok-1234" not in plan.spec_json
+
+
+@pytest.fixture
+def mounts(monkeypatch):
+    """Every real ``modal.Mount`` the image builds for a local directory."""
+    built = []
+    original = modal.mount._Mount._add_local_dir
+
+    def recorder(*args, **kwargs):
+        built.append(original(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(modal.mount._Mount, "_add_local_dir", staticmethod(recorder))
+    return built
+
+
+def _uploaded(mount):
+    """What Modal itself selects for upload from ``mount``: paths under /project."""
+    selected = modal.mount._select_files(mount._entries)
+    return sorted(str(remote.relative_to("/project")) for _local, remote in selected)
+
+
+def test_the_image_gets_the_upload_set_and_never_an_unnamed_secret(tmp_path, project, mounts):
+    for name, text in {
+        ".env": "TOKEN=1\n",
+        ".substrax.env": "X=1\n",
+        "keys/id_ed25519": "key\n",
+        "deploy.key": "key\n",
+        ".gitignore": "data/\n",
+        "data/train.csv": "1,2\n",
+        ".substraxignore": "notes/\n",
+        "notes/draft.md": "draft\n",
+        "fit.py": "print(1)\n",
+        "scratch.tmp": "x\n",
+        ".venv/bin/python": "",
+        "pkg/__pycache__/m.pyc": "",
+    }.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    spec = _spec(include_files=("deploy.key",))
+    plan = _backend(tmp_path, ignore=["*.tmp"]).plan(spec, project=project, run_id="r")
+    expected = [
+        ".gitignore", ".python-version", ".substraxignore", "deploy.key", "fit.py",
+        "pyproject.toml", "uv.lock",
+    ]  # fmt: skip
+    assert list(plan.upload.files) == expected
+    assert plan.upload.held_back == (".env", ".substrax.env", "keys/id_ed25519")
+    (mount,) = mounts
+    assert _uploaded(mount) == expected
+
+
+def test_a_named_file_that_is_missing_is_refused_before_anything_is_built(tmp_path, project):
+    with pytest.raises(FileNotFoundError, match=r"'absent\.key', which is not a file in"):
+        _backend(tmp_path).plan(_spec(include_files=("absent.key",)), project=project, run_id="r")
 
 
 def test_read_only_mount_gets_a_read_only_volume(tmp_path, project):

@@ -5,6 +5,8 @@ import json
 import os
 import shutil
 import subprocess
+import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -47,10 +49,13 @@ def test_task_carries_the_job(sky, tmp_path, monkeypatch):
         nodes=2,
     )
     backend = _backend(tmp_path, buckets={"datasets": "s3://my-data"}, infra="gcp", use_spot=True)
-    task = backend.build_task(spec, project=tmp_path, run_id="train-20260101T000000Z-abcdef")
+    project = tmp_path / "project"
+    project.mkdir()
+    run_id = "train-20260101T000000Z-abcdef"
+    task = backend.build_task(spec, project=project, run_id=run_id)
     assert isinstance(task, sky.Task)
     assert task.num_nodes == 2
-    assert task.workdir == str(tmp_path)
+    assert task.workdir == str(backend.upload_dir(run_id))
     (resources,) = task.resources
     assert resources.accelerators == {"A100": 8}
     assert (resources.cpus, resources.memory, resources.use_spot) == ("16+", "64+", True)
@@ -64,6 +69,62 @@ def test_task_carries_the_job(sky, tmp_path, monkeypatch):
     assert task.secrets["SX_TOKEN"].get_secret_value() == "tok-5678"
     assert "uv sync --frozen --extra cuda12" in task.setup
     assert "python -m substrax.compute.worker" in task.run
+
+
+def _synced(sky, workdir, tmp_path):
+    """The files SkyPilot's own upload code puts in its archive of ``workdir``."""
+    from sky.data import storage_utils
+
+    archive = tmp_path / "workdir.zip"
+    storage_utils.zip_files_and_folders([str(workdir)], archive)
+    with zipfile.ZipFile(archive) as opened:
+        names = [n for n in opened.namelist() if not n.endswith("/")]
+    return sorted(os.path.relpath(f"/{n}", workdir) for n in names)
+
+
+def test_the_workdir_skypilot_syncs_is_the_upload_set(sky, tmp_path):
+    project = tmp_path / "project"
+    for name, text in {
+        "pyproject.toml": "[project]\nname = 'p'\n",
+        "fit.py": "print(1)\n",
+        ".gitignore": "data/\n",
+        "data/train.csv": "1,2\n",
+        ".env": "TOKEN=1\n",
+        ".env.prod": "TOKEN=2\n",
+        "id_rsa": "key\n",
+        ".skyignore": "nothing\n",
+        ".substraxignore": "drafts/\n",
+        "drafts/a.md": "a\n",
+    }.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    backend = _backend(tmp_path)
+    spec = _spec(include_files=(".env.prod",))
+    task = backend.build_task(spec, project=project, run_id="r")
+    expected = [
+        ".env.prod", ".gitignore", ".skyignore", ".substraxignore", "fit.py", "pyproject.toml",
+    ]  # fmt: skip
+    assert list(backend.upload_set(spec, project=project).files) == expected
+    assert _synced(sky, task.workdir, tmp_path) == [f for f in expected if f != ".skyignore"]
+    assert (project / ".skyignore").read_text() == "nothing\n", "the project was changed"
+
+
+def test_submit_removes_the_staged_workdir_whatever_happens(sky, tmp_path, monkeypatch):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "fit.py").write_text("print(1)\n")
+    seen = []
+
+    def launch(task, **_options):
+        seen.append(sorted(p.name for p in Path(task.workdir).iterdir()))
+        raise ConnectionError("no API server here")
+
+    monkeypatch.setattr(sky, "launch", launch)
+    backend = _backend(tmp_path)
+    with pytest.raises(ConnectionError):
+        backend.submit(_spec(), project=project)
+    assert seen == [[".skyignore", "fit.py"]]
+    assert list((backend.state_dir / "uploads").iterdir()) == []
 
 
 def test_sky_refuses_what_it_cannot_run(sky, tmp_path):

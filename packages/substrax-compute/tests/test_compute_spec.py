@@ -8,10 +8,12 @@ from pydantic import ValidationError
 
 from substrax.compute import _display
 from substrax.compute.spec import (
+    KNOWN_PLATFORMS,
     Accelerator,
     JobSpec,
     Mount,
     Task,
+    UnknownPlatformError,
     example_tasks,
     jax_runtime,
     parse_accelerator,
@@ -118,3 +120,51 @@ def test_rich_progress_on_a_terminal(monkeypatch):
     assert "[a] hello" in text
     assert "task a succeeded (1/2)" in text
     assert "job j succeeded" in text
+
+
+def test_platforms_are_checked_against_the_ones_jax_knows():
+    assert jax_runtime({"platforms": ["cuda", "cpu"]}).platforms == ("cuda", "cpu")
+    assert jax_runtime({"platforms": ["METAL"]}).platforms == ("METAL",)
+    with pytest.raises(UnknownPlatformError) as caught:
+        jax_runtime({"platforms": ["cpu", "cdua"]})
+    assert (caught.value.platform, caught.value.known) == ("cdua", KNOWN_PLATFORMS)
+    assert "use one of: cpu, cuda, gpu, METAL, oneapi, proxy, rocm, tpu" in str(caught.value)
+    with pytest.raises(
+        ValidationError, match="'Cuda' is not a platform jax knows; did you mean 'cuda'"
+    ):
+        JobSpec(
+            name="j",
+            tasks=(Task(name="t", argv=("python",), timeout_seconds=1),),
+            timeout_seconds=1,
+            runtime={"platforms": ["Cuda"]},
+        )
+
+
+def test_known_platforms_match_jax_own_list():
+    """jax's ``known_platforms()`` before any plugin loads, read in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("jax", reason="jax (substrax-runtime's dependency) is not installed")
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from jax._src import xla_bridge as x; print(*sorted(x.known_platforms()))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout.split()
+    plugins_jax_cannot_list = {"METAL"}  # jax-metal registers it when it loads
+    assert sorted(listed) == sorted(set(KNOWN_PLATFORMS) - plugins_jax_cannot_list)
+
+
+def test_include_files_are_relative_normalised_paths():
+    task = Task(name="t", argv=("python",), timeout_seconds=1)
+    spec = JobSpec(name="j", tasks=(task,), timeout_seconds=1, include_files=("conf/.env",))
+    assert spec.include_files == ("conf/.env",)
+    for bad in ("/etc/passwd", "../x", "a/../b", "./a", "a/", ""):
+        with pytest.raises(ValidationError, match="must be a file path relative to the project"):
+            JobSpec(name="j", tasks=(task,), timeout_seconds=1, include_files=(bad,))

@@ -3,7 +3,6 @@
 Real git repositories in temporary directories; the fallback walk is checked against git itself.
 """
 
-import os
 import shutil
 import subprocess
 
@@ -155,9 +154,7 @@ def test_backend_ignore_patterns_and_nested_repositories(repo):
 def test_copy_to_writes_exactly_the_upload_set(repo, tmp_path):
     upload = collect_upload(repo)
     target = upload.copy_to(tmp_path / "staged")
-    copied = sorted(
-        os.path.relpath(os.path.join(d, f), target) for d, _, fs in os.walk(target) for f in fs
-    )
+    copied = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
     assert tuple(copied) == UPLOADED
     assert (target / "src" / "model.py").read_text() == "MODEL = 1\n"
 
