@@ -70,7 +70,9 @@ def restore_items(
     wrapped = record.layout == "current"
     stored = stored_trees(manager, step, record, held)
     # NumPy leaves: a template's come back as its kinds, an untemplated item's as it was saved
-    kinds = {name: dict(_trees.host_record(tree)) for name, tree in templates.items()}
+    kinds: dict[str, Mapping[str, str]] = {
+        name: _trees.host_record(tree) for name, tree in templates.items()
+    }
     resolved = {
         name: _trees.scalars_as_arrays(_trees.resolve_abstract_meshes(tree, mesh))
         for name, tree in templates.items()
