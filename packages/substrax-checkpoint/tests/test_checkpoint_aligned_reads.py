@@ -14,6 +14,7 @@ from substrax.checkpoint._aligned_reads import (
     AlignedRegistry,
     aligned_empty,
 )
+from substrax.checkpoint._checksums import ChecksummedNumpyHandler, ChecksummedScalarHandler
 
 
 @pytest.mark.parametrize(
@@ -40,13 +41,15 @@ def test_a_cpu_device_adopts_an_aligned_buffer_without_copying():
     assert placed.unsafe_buffer_pointer() == buffer.ctypes.data
 
 
-def test_the_registry_wraps_only_orbax_array_handler():
-    registry = AlignedRegistry()
+def test_the_registry_replaces_only_orbax_array_handlers():
+    registry = AlignedRegistry(checksums=True)
     handler = registry.get(jax.Array)
     assert isinstance(handler, AlignedArrayHandler)
     assert registry.get(jax.Array) is handler
     assert handler.typestr() == ocp.type_handlers.get_type_handler(jax.Array).typestr()
-    assert registry.get(int) is ocp.type_handlers.get_type_handler(int)
+    assert isinstance(registry.get(np.ndarray), ChecksummedNumpyHandler)
+    assert isinstance(registry.get(int), ChecksummedScalarHandler)
+    assert registry.get(str) is ocp.type_handlers.get_type_handler(str)
     assert registry.has(np.ndarray)
     assert not registry.has(object)
 

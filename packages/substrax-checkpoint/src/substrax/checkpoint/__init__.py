@@ -16,6 +16,7 @@ Example:
 
 from ._callback import CheckpointCallback as CheckpointCallback
 from ._errors import (
+    CheckpointCorruptError as CheckpointCorruptError,
     CheckpointDtypeMismatchError as CheckpointDtypeMismatchError,
     CheckpointLockedError as CheckpointLockedError,
     CheckpointNotFoundError as CheckpointNotFoundError,
@@ -52,6 +53,7 @@ __all__ = [
     "RESERVED_METADATA_KEYS",
     "Checkpoint",
     "CheckpointCallback",
+    "CheckpointCorruptError",
     "CheckpointDtypeMismatchError",
     "CheckpointLockedError",
     "CheckpointMetadata",

@@ -8,19 +8,31 @@ lands in a 64-byte aligned buffer that the device then owns (on an accelerator t
 the same as orbax's). Local files are read through memory maps (TensorStore's ``memmap`` file
 mode), which copies each byte once from the page cache instead of through a read buffer; a
 committed step's files are never rewritten, so the maps cannot change under the read.
-Everything else (saving, metadata, PRNG keys, padding or truncating reads) is orbax's own
-``ArrayHandler``.
+Everything else (metadata, PRNG keys, padding or truncating reads) is orbax's own
+``ArrayHandler``; saving is :mod:`._checksums`'s, which adds a checksum to every chunk. Every read
+(these and orbax's) checks the checksums its chunks carry, and corrupted bytes raise
+``CheckpointCorruptError`` naming the array.
 """
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Final, cast
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import tensorstore as ts
 from etils import epath
+
+from ._checksums import (
+    ChecksummedArrayHandler,
+    ChecksummedNumpyHandler,
+    ChecksummedScalarHandler,
+    checked_reads,
+    corrupt_error,
+    is_corruption,
+    one_read,
+)
 
 
 ALIGNMENT: Final = 64
@@ -88,7 +100,12 @@ async def _read_array(
     async def read(index: _Index, devices: list[Any]) -> list[jax.Array]:
         domain = ts.IndexDomain(shape=shape)[ts.d[:][index]] if shape else store.domain
         buffer = aligned_empty(shard_shape, dtype)
-        await ts.array(buffer)[ts.d[:].translate_to[domain.origin]].write(store[domain])
+        try:
+            await ts.array(buffer)[ts.d[:].translate_to[domain.origin]].write(store[domain])
+        except ValueError as error:
+            if is_corruption(error):
+                raise corrupt_error(info, error) from error
+            raise
         return [
             jax.device_put(
                 buffer, jax.sharding.SingleDeviceSharding(device, memory_kind=sharding.memory_kind)
@@ -96,7 +113,7 @@ async def _read_array(
             for device in devices
         ]
 
-    shards = await asyncio.gather(*(read(index, devices) for index, devices in devices_of.values()))
+    shards = await settled(read(index, devices) for index, devices in devices_of.values())
     return jax.make_array_from_single_device_arrays(
         shape, sharding, [shard for group in shards for shard in group]
     )
@@ -136,7 +153,7 @@ class AlignedArrayHandler(ocp.type_handlers.TypeHandler):
         args: Sequence[Any] | None = None,
     ) -> Sequence[Any]:
         if args is None:
-            return await self._base.deserialize(infos, args)
+            return await checked_reads(self._base.deserialize, infos, args)
         direct: list[tuple[int, Any, jax.sharding.Sharding]] = []
         others: list[int] = []
         for i, arg in enumerate(args):
@@ -145,13 +162,15 @@ class AlignedArrayHandler(ocp.type_handlers.TypeHandler):
                 others.append(i)
             else:
                 direct.append((i, arg, sharding))
-        reads = [_read_array(infos[i], arg, sharding) for i, arg, sharding in direct]
+        reads = [one_read(_read_array(infos[i], arg, sharding)) for i, arg, sharding in direct]
         delegated = (
-            self._base.deserialize([infos[i] for i in others], [args[i] for i in others])
+            checked_reads(
+                self._base.deserialize, [infos[i] for i in others], [args[i] for i in others]
+            )
             if others
             else _nothing()
         )
-        read, rest = await asyncio.gather(asyncio.gather(*reads), delegated)
+        read, rest = await settled([settled(reads), delegated])
         values: list[Any] = [None] * len(args)
         for i, value in zip([i for i, _, _ in direct] + others, [*read, *rest], strict=True):
             values[i] = value
@@ -162,15 +181,33 @@ async def _nothing() -> list[Any]:
     return []
 
 
-class AlignedRegistry:
-    """Orbax's global type-handler registry, with its default ``ArrayHandler`` reading aligned.
+async def settled[T](reads: Iterable[Awaitable[T]]) -> list[T]:
+    """Await every read, then raise the first failure: none is left running when one fails.
 
-    Handlers registered globally (before or after) are used as they are; only an instance of
-    orbax's own ``ArrayHandler`` class is wrapped.
+    A read still running in TensorStore when its event loop closes reports into a closed loop.
+    """
+    results = await asyncio.gather(*reads, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return cast(list[T], results)
+
+
+class AlignedRegistry:
+    """Orbax's global type-handler registry, its default array handlers reading aligned and checked.
+
+    Handlers registered globally (before or after) are used as they are; only instances of
+    orbax's own ``ArrayHandler``, ``NumpyHandler`` and ``ScalarHandler`` classes are replaced, by
+    handlers configured as they are that read through :func:`aligned_empty` buffers (jax arrays),
+    raise ``CheckpointCorruptError`` on a checksum mismatch, and (``checksums=True``) write a
+    ``crc32c`` checksum with every zarr3 chunk.
     """
 
-    def __init__(self) -> None:
-        self._wrapped: dict[int, tuple[ocp.type_handlers.TypeHandler, AlignedArrayHandler]] = {}
+    def __init__(self, *, checksums: bool) -> None:
+        self._checksums = checksums
+        self._wrapped: dict[
+            int, tuple[ocp.type_handlers.TypeHandler, ocp.type_handlers.TypeHandler]
+        ] = {}
 
     def add(
         self,
@@ -185,12 +222,23 @@ class AlignedRegistry:
 
     def get(self, ty: object) -> ocp.type_handlers.TypeHandler:
         handler = ocp.type_handlers.get_type_handler(ty)
-        if type(handler) is not ocp.type_handlers.ArrayHandler:
-            return handler
         held = self._wrapped.get(id(handler))
         if held is None:
-            held = self._wrapped[id(handler)] = (handler, AlignedArrayHandler(handler))
+            replaced = self._replace(handler)
+            if replaced is handler:
+                return handler
+            held = self._wrapped[id(handler)] = (handler, replaced)
         return held[1]
+
+    def _replace(self, handler: ocp.type_handlers.TypeHandler) -> ocp.type_handlers.TypeHandler:
+        checksums = self._checksums
+        if type(handler) is ocp.type_handlers.ArrayHandler:
+            return AlignedArrayHandler(ChecksummedArrayHandler.like(handler, checksums=checksums))
+        if type(handler) is ocp.type_handlers.NumpyHandler:
+            return ChecksummedNumpyHandler.like(handler, checksums=checksums)
+        if type(handler) is ocp.type_handlers.ScalarHandler:
+            return ChecksummedScalarHandler.like(handler, checksums=checksums)
+        return handler
 
     def has(self, ty: object) -> bool:
         return ocp.type_handlers.has_type_handler(ty)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import (
+    CheckpointCorruptError,
     CheckpointLockedError,
     CheckpointStoreNotADirectoryError,
     CheckpointStoreNotFoundError,
@@ -82,20 +83,39 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_step(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]]:
+    """Read every item of ``step`` back (checksums checked); one entry per item that failed."""
+    failures: list[dict[str, Any]] = []
+    try:
+        items = store.read_metadata(step).items
+    except Exception as error:
+        return [{"item": None, "leaf": None, "error": f"{type(error).__name__}: {error}"}]
+    for item in items:
+        try:
+            store.restore(step, items=(item,), cast_dtypes=True)
+        except CheckpointCorruptError as error:
+            failures.append({"item": item, "leaf": error.leaf, "error": f"{error}"})
+        except Exception as error:
+            failures.append(
+                {"item": item, "leaf": None, "error": f"{type(error).__name__}: {error}"}
+            )
+    return failures
+
+
 def _verify(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
         for step in store.list_steps():
-            try:
-                store.restore(step, cast_dtypes=True)
-            except Exception as error:
-                results.append(
-                    {"step": step, "ok": False, "error": f"{type(error).__name__}: {error}"}
-                )
-            else:
-                results.append({"step": step, "ok": True, "error": None})
-    rows = [(r["step"], "ok" if r["ok"] else "FAILED", r["error"]) for r in results]
-    _emit(args, results, _table(("step", "status", "error"), rows))
+            failures = _verify_step(store, step)
+            first = failures[0] if failures else {"item": None, "leaf": None, "error": None}
+            results.append({"step": step, "ok": not failures, **first, "failures": failures})
+    rows = [
+        (r["step"], "FAILED", f["item"], f["leaf"], f["error"])
+        for r in results
+        for f in r["failures"]
+    ] + [(r["step"], "ok", None, None, None) for r in results if r["ok"]]
+    rows.sort(key=lambda row: row[0])
+    _emit(args, results, _table(("step", "status", "item", "leaf", "error"), rows))
     return 0 if all(r["ok"] for r in results) else 1
 
 
@@ -151,7 +171,9 @@ def _parser() -> argparse.ArgumentParser:
     show = command("show", "one step's metadata and tree (shapes, dtypes, bytes)")
     show.add_argument("directory", type=Path)
     show.add_argument("step", type=int)
-    command("verify", "read every array of every step back").add_argument("directory", type=Path)
+    command("verify", "read every array of every step back, checking its checksums").add_argument(
+        "directory", type=Path
+    )
     prune = command("prune", "delete the steps the retention rules do not keep")
     prune.add_argument("directory", type=Path)
     prune.add_argument("--max-to-keep", type=int, default=None)

@@ -210,3 +210,58 @@ class CheckpointWaitTimeoutError(TimeoutError):
             f"{wanted} was committed in {directory} within {timeout:g} s "
             f"(latest step: {latest_step}); check the writer is running, or pass a longer timeout="
         )
+
+
+class CheckpointCorruptError(ValueError):
+    """A stored array's bytes fail their checksum: the step cannot be restored as it was saved.
+
+    Attributes:
+        step: the step read (None when its directory is not named by a step number).
+        item: the item holding the array (``model``, ``optimizer``...).
+        leaf: the array's path in the item (``layer0/kernel``).
+        directory: the checkpoint store's root.
+        path: the file (or the array's directory) whose bytes are corrupted.
+        detail: what TensorStore found.
+
+    Example:
+        >>> error = CheckpointCorruptError(
+        ...     step=7, item="model", leaf="w", directory=Path("/tmp/store"), path=Path("/tmp/store/7")
+        ... )
+        >>> (error.step, error.item, error.leaf)
+        (7, 'model', 'w')
+    """
+
+    def __init__(
+        self,
+        *,
+        step: int | None,
+        item: str,
+        leaf: str,
+        directory: Path,
+        path: Path,
+        detail: str = "checksum mismatch",
+    ) -> None:
+        self.step = step
+        self.item = item
+        self.leaf = leaf
+        self.directory = directory
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"checkpoint step {step} in {directory} is corrupted: item {item!r} leaf {leaf!r} "
+            f"fails its checksum ({path}: {detail}); restore an earlier step (list_steps()), "
+            "and check the others with `python -m substrax.checkpoint verify DIR`"
+        )
+
+    def renamed(
+        self, *, step: int | None = None, leaf: str | None = None
+    ) -> "CheckpointCorruptError":
+        """The same error with the step or leaf named as the store names them."""
+        return CheckpointCorruptError(
+            step=self.step if step is None else step,
+            item=self.item,
+            leaf=self.leaf if leaf is None else leaf,
+            directory=self.directory,
+            path=self.path,
+            detail=self.detail,
+        )

@@ -25,7 +25,9 @@ from ._snapshot import HostSnapshot
 
 
 _TMP_MARK: Final = ".orbax-checkpoint-tmp"
-_ALIGNED_READS: Final = AlignedRegistry()
+_REGISTRIES: Final = {
+    checksums: AlignedRegistry(checksums=checksums) for checksums in (True, False)
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,11 +38,13 @@ class Layout:
         ocdbt: one OCDBT database per item rather than one directory per array.
         zarr3: zarr v3 rather than v2.
         compression: zstd-compressed chunks.
+        checksums: a ``crc32c`` checksum with every zarr3 chunk, checked by every read.
     """
 
     ocdbt: bool = False
     zarr3: bool = True
     compression: bool = False
+    checksums: bool = True
 
 
 def _handlers(layout: Layout) -> dict[str, ocp.CheckpointHandler]:
@@ -49,7 +53,7 @@ def _handlers(layout: Layout) -> dict[str, ocp.CheckpointHandler]:
             use_ocdbt=layout.ocdbt,
             use_zarr3=layout.zarr3,
             use_compression=layout.compression,
-            type_handler_registry=_ALIGNED_READS,
+            type_handler_registry=_REGISTRIES[layout.checksums],
         )
         for name in ITEM_NAMES
     }

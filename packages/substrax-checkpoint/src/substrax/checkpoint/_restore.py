@@ -9,7 +9,7 @@ import orbax.checkpoint as ocp
 from substrax.typing import PyTree
 
 from . import _trees
-from ._errors import CheckpointDtypeMismatchError, DtypeMismatch
+from ._errors import CheckpointCorruptError, CheckpointDtypeMismatchError, DtypeMismatch
 from ._formats import StepRecord
 
 
@@ -44,6 +44,15 @@ def _held(record: StepRecord, step: int, items: Sequence[str] | None) -> tuple[s
             f"step {step} does not hold item(s) {missing} (it holds {held}); restore items it holds"
         )
     return tuple(name for name in held if name in items)
+
+
+def _in_step(error: CheckpointCorruptError, step: int, *, wrapped: bool) -> CheckpointCorruptError:
+    """``error`` naming ``step`` and the leaf's path in its item (without the wrapper node)."""
+    prefix = f"{_trees.WRAPPER}/"
+    leaf = error.leaf
+    if wrapped and (leaf == _trees.WRAPPER or leaf.startswith(prefix)):
+        leaf = leaf.removeprefix(_trees.WRAPPER).removeprefix("/")
+    return error.renamed(step=step, leaf=leaf or "<root>")
 
 
 def restore_items(
@@ -97,7 +106,10 @@ def restore_items(
             args[name] = ocp.args.PyTreeRestore(
                 restore_args={_trees.WRAPPER: restore} if wrapped else restore
             )
-    restored = manager.restore(step, args=ocp.args.Composite(**args))
+    try:
+        restored = manager.restore(step, args=ocp.args.Composite(**args))
+    except CheckpointCorruptError as error:
+        raise _in_step(error, step, wrapped=wrapped) from error.__cause__
     values = {
         name: _trees.as_saved(
             restored[name][_trees.WRAPPER] if wrapped else restored[name], kinds[name]

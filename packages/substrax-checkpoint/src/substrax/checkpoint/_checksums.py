@@ -1,0 +1,367 @@
+"""A CRC-32C checksum on every chunk of every array the store writes, and what a mismatch means.
+
+Arrays are written as zarr v3 (the default layout, with or without OCDBT) with zarr's ``crc32c``
+codec last in each chunk's codec chain: TensorStore computes the checksum in C++ as it encodes
+a chunk and checks it whenever the chunk is read, so a flipped bit fails the read instead of
+returning a wrong value. Orbax builds its zarr3 write specs inside its handlers with a fixed
+codec chain, so these handlers are orbax's ``ArrayHandler``, ``NumpyHandler`` and
+``ScalarHandler`` with the spec of each write extended (the ``ArrayHandler``'s write steps are
+orbax 0.12's own, with the spec built the same way). Only the store's own handler registry uses
+them; orbax's global handlers are left as they are.
+
+The zarr v2 layout (``use_zarr3=False``) has no checksum codec, so its arrays are written
+without checksums. A read of an array written without them (zarr v2, or any array saved before
+checksums existed) is not checked; it restores as before.
+"""
+
+import asyncio
+import re
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import tensorstore as ts
+from orbax.checkpoint._src.metadata import array_metadata
+from orbax.checkpoint._src.serialization import (
+    jax_array_handlers,
+    limits,
+    ocdbt_utils,
+    replica_slices,
+    serialization,
+    tensorstore_utils,
+)
+
+from ._errors import CheckpointCorruptError
+from ._trees import leaf_path
+
+
+CRC32C: Final = "crc32c"
+_CORRUPT: Final = re.compile(r"DATA_LOSS:|FAILED_PRECONDITION: Error reading shard entry")
+_FILE: Final = re.compile(r'file "([^"]+)"')
+
+type _Spec = dict[str, Any]
+
+
+def with_checksum(spec: _Spec) -> _Spec:
+    """``spec`` (an orbax write spec) with ``crc32c`` last in its zarr3 chunks' codec chain.
+
+    A zarr v2 spec, or one that already checksums its chunks, is returned unchanged.
+
+    Example:
+        >>> spec = {"driver": "zarr3", "metadata": {"codecs": [{"name": "bytes"}]}}
+        >>> [codec["name"] for codec in with_checksum(spec)["metadata"]["codecs"]]
+        ['bytes', 'crc32c']
+    """
+    array = spec
+    while array.get("driver") == "cast":
+        array = array["base"]
+    if array.get("driver") != "zarr3":
+        return spec
+    codecs: list[dict[str, Any]] = array["metadata"]["codecs"]
+    if codecs and codecs[0].get("name") == "sharding_indexed":
+        codecs = codecs[0]["configuration"]["codecs"]
+    if not any(codec.get("name") == CRC32C for codec in codecs):
+        codecs.append({"name": CRC32C})
+    return spec
+
+
+def is_corruption(error: BaseException) -> bool:
+    """Whether ``error`` is TensorStore reporting stored bytes that fail their checks.
+
+    TensorStore raises a ``ValueError`` whose message starts with ``DATA_LOSS`` (``Digest
+    mismatch, stored digest is 0x... but computed digest is 0x...`` for a checksum, or a shard
+    index that cannot be decoded), or, for a compressed chunk whose decompression fails before
+    its checksum is reached, with ``FAILED_PRECONDITION: Error reading shard entry``.
+
+    Example:
+        >>> is_corruption(ValueError("DATA_LOSS: Error reading ...: Digest mismatch"))
+        True
+    """
+    return isinstance(error, ValueError) and _CORRUPT.match(str(error)) is not None
+
+
+def corrupt_error(
+    info: ocp.type_handlers.ParamInfo, cause: BaseException
+) -> CheckpointCorruptError:
+    """The store's error for a corrupted array, named by the step directory it was read from.
+
+    ``info.parent_dir`` is the item's directory, ``<store>/<step>/<item>``; the leaf is the
+    array's full key path in the item as orbax stores it.
+    """
+    item_dir = Path(str(info.parent_dir))
+    step_name = item_dir.parent.name
+    found = _FILE.search(str(cause))
+    return CheckpointCorruptError(
+        step=int(step_name) if step_name.isdigit() else None,
+        item=item_dir.name,
+        leaf=leaf_path(tuple(info.keypath or ())) if info.keypath else str(info.name),
+        directory=item_dir.parent.parent,
+        path=Path(found.group(1)) if found else item_dir / str(info.name),
+        detail=str(cause).split("[", 1)[0].strip(),
+    )
+
+
+_IN_FLIGHT: Final[
+    weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]]
+] = weakref.WeakKeyDictionary()
+
+
+async def one_read[T](read: Awaitable[T]) -> T:
+    """Await ``read``; when it fails, first let the event loop's other reads finish.
+
+    Orbax closes its event loop as soon as one read fails, and a TensorStore read still running
+    then reports into the closed loop (a ``RuntimeError`` printed on stderr). Every read of the
+    store's handlers is registered here, and a failed one waits for the others to settle.
+    """
+    running = _IN_FLIGHT.setdefault(asyncio.get_running_loop(), set())
+    task = asyncio.ensure_future(read)
+    running.add(task)
+    task.add_done_callback(running.discard)
+    try:
+        return await task
+    except Exception:
+        others = [other for other in running if other is not task]
+        if others:
+            await asyncio.wait(others)
+        raise
+
+
+async def checked_reads[T](
+    read: Callable[
+        [Sequence[ocp.type_handlers.ParamInfo], Sequence[Any] | None], Awaitable[Sequence[T]]
+    ],
+    infos: Sequence[ocp.type_handlers.ParamInfo],
+    args: Sequence[Any] | None,
+) -> Sequence[T]:
+    """``read(infos, args)``, with corrupted data raised as ``CheckpointCorruptError``.
+
+    When one read of several fails, the arrays are read again one at a time to name the one
+    whose bytes are corrupted.
+    """
+    try:
+        return await one_read(read(infos, args))
+    except ValueError as error:
+        if not is_corruption(error):
+            raise
+        for i, info in enumerate(infos):
+            try:
+                await one_read(read([info], None if args is None else [args[i]]))
+            except ValueError as one:
+                if is_corruption(one):
+                    raise corrupt_error(info, one) from one
+        raise corrupt_error(infos[0], error) from error
+
+
+class ChecksummedNumpyHandler(ocp.type_handlers.NumpyHandler):
+    """Orbax's ``NumpyHandler``, writing zarr3 chunks with a ``crc32c`` checksum."""
+
+    _checksums: bool = True
+
+    @classmethod
+    def like(
+        cls, handler: ocp.type_handlers.NumpyHandler, *, checksums: bool
+    ) -> "ChecksummedNumpyHandler":
+        """A handler configured as ``handler`` (a registry's own instance).
+
+        ``checksums=False`` writes as orbax does (reads are checked either way).
+        """
+        made = cls.__new__(cls)
+        made.__dict__.update(vars(handler))
+        made._checksums = checksums
+        return made
+
+    async def _open_and_write(
+        self, value: np.ndarray[Any, Any], tspec: _Spec, ts_context: ts.Context
+    ) -> None:
+        spec = with_checksum(tspec) if self._checksums else tspec
+        await super()._open_and_write(value, spec, ts_context)
+
+    async def deserialize(
+        self, infos: Sequence[ocp.type_handlers.ParamInfo], args: Sequence[Any] | None = None
+    ) -> Sequence[Any]:
+        return await checked_reads(super().deserialize, infos, args)
+
+
+class ChecksummedScalarHandler(ocp.type_handlers.ScalarHandler):
+    """Orbax's ``ScalarHandler``, writing zarr3 chunks with a ``crc32c`` checksum."""
+
+    _checksums: bool = True
+
+    @classmethod
+    def like(
+        cls, handler: ocp.type_handlers.ScalarHandler, *, checksums: bool
+    ) -> "ChecksummedScalarHandler":
+        """A handler configured as ``handler`` (a registry's own instance).
+
+        ``checksums=False`` writes as orbax does (reads are checked either way).
+        """
+        made = cls.__new__(cls)
+        made.__dict__.update(vars(handler))
+        made._checksums = checksums
+        return made
+
+    async def _open_and_write(
+        self, value: np.ndarray[Any, Any], tspec: _Spec, ts_context: ts.Context
+    ) -> None:
+        spec = with_checksum(tspec) if self._checksums else tspec
+        await super()._open_and_write(value, spec, ts_context)
+
+    async def deserialize(  # pyright: ignore[reportIncompatibleMethodOverride] - orbax's own
+        self, infos: Sequence[ocp.type_handlers.ParamInfo], args: Sequence[Any] | None = None
+    ) -> Sequence[Any]:
+        return await checked_reads(super().deserialize, infos, args)
+
+
+class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
+    """Orbax's ``ArrayHandler``, writing zarr3 chunks with a ``crc32c`` checksum.
+
+    The write steps are orbax's (copy to host, the sharding file, one TensorStore write per
+    array, the per-process array metadata); only the spec of each array gains the codec. A
+    handler with a dispatcher, a host memory budget or replica-separate folders (options the
+    store never sets) writes as orbax does.
+    """
+
+    _checksums: bool = True
+
+    @classmethod
+    def like(
+        cls, handler: ocp.type_handlers.ArrayHandler, *, checksums: bool
+    ) -> "ChecksummedArrayHandler":
+        """A handler configured as ``handler`` (a registry's own instance).
+
+        ``checksums=False`` writes as orbax does (reads are checked either way).
+        """
+        made = cls.__new__(cls)
+        made.__dict__.update(vars(handler))
+        made._checksums = checksums
+        return made
+
+    def _writes_as_orbax(
+        self, values: Sequence[Any], infos: Sequence[ocp.type_handlers.ParamInfo]
+    ) -> bool:
+        return (
+            not self._checksums
+            or self.has_dispatcher()
+            or self._enable_replica_parallel_separate_folder
+            or any(
+                isinstance(info.device_host_byte_limiter, limits.LimitInFlightBytes)
+                for info in infos
+            )
+            or not all(info.use_zarr3 for info in infos)
+            or (  # orbax refuses these with its own message
+                jax.process_count() > 1
+                and any(isinstance(v, jax.Array) and v.is_fully_addressable for v in values)
+            )
+        )
+
+    async def serialize(
+        self,
+        values: Sequence[jax.Array],
+        infos: Sequence[ocp.type_handlers.ParamInfo],
+        args: Sequence[ocp.SaveArgs] | None = None,
+    ) -> Sequence[ocp.future.Future]:
+        args = list(args or [ocp.SaveArgs()] * len(values))
+        if self._writes_as_orbax(values, infos):
+            return await super().serialize(values, infos, args)
+        ocp.type_handlers.check_input_arguments(values, infos, args)
+        jax_array_handlers.check_array_values(values, infos)
+        arrays: list[jax.Array] = []
+        extra: dict[str, dict[str, str]] = {}
+        for value, info in zip(values, infos, strict=True):
+            if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+                arrays.append(jax.random.key_data(value))
+                extra[str(info.name)] = {
+                    array_metadata.RANDOM_KEY_IMPL: str(jax.random.key_impl(value))
+                }
+            else:
+                arrays.append(value)
+        self._ext_metadata = extra
+        on_host = replica_slices.transfer_arrays_to_host(
+            arrays,
+            self._replica_id,
+            self._use_replica_parallel,
+            self._min_slice_bytes_for_replica_parallel,
+            self._max_replicas_for_replica_parallel,
+            enable_pinned_host_transfer=infos[0].enable_pinned_host_transfer,
+        )
+        futures: list[ocp.future.Future] = []
+        if self._enable_write_sharding_file:
+            shardings = jax_array_handlers._async_serialize_shardings(  # pyright: ignore[reportPrivateUsage]
+                shardings=[array.sharding for array in arrays],
+                infos=infos,
+                primary_host=self._primary_host,
+            )
+            futures.append(
+                ocp.future.CommitFutureAwaitingContractedSignals(
+                    shardings, name="serialize_shardings"
+                )
+            )
+        futures.append(
+            ocp.future.CommitFutureAwaitingContractedSignals(
+                self._write(on_host, infos, args, extra), name="array_type_handler"
+            )
+        )
+        return futures
+
+    async def _write(
+        self,
+        values: Sequence[Any],
+        infos: Sequence[ocp.type_handlers.ParamInfo],
+        args: Sequence[ocp.SaveArgs],
+        extra: dict[str, dict[str, str]],
+    ) -> None:
+        """Orbax's write of host copies, each spec with the checksum codec."""
+        ocdbt = bool(infos[0].is_ocdbt_checkpoint)
+        limiter = infos[0].byte_limiter
+        transaction = (
+            ts.Transaction(atomic=True)
+            if ocdbt and (limiter is None or isinstance(limiter, limits.UnlimitedInFlightBytes))
+            else None
+        )
+        writes: list[Awaitable[Any]] = []
+        metadatas: list[Any] = []
+        for value, info, arg in zip(values, infos, args, strict=True):
+            await info.await_path_creation()
+            spec = tensorstore_utils.build_array_write_spec(
+                info=info,
+                arg=arg,
+                global_shape=value.global_shape,
+                local_shape=value.local_shape,
+                dtype=value.dtype,
+                use_ocdbt=ocdbt,
+                process_index=ocdbt_utils.get_process_index_for_subdir(ocdbt),
+                metadata_key=self._metadata_key,
+                ext_metadata=extra.get(str(info.name)),
+            )
+            writes.append(
+                serialization.async_serialize_from_host(
+                    value,
+                    with_checksum(spec.json),
+                    primary_host=self._primary_host,
+                    context=info.ts_context,
+                    transaction=transaction,
+                    byte_limiter=info.byte_limiter,
+                )
+            )
+            metadatas.append(spec.metadata)
+        store = self._array_metadata_store
+        if store is not None:
+            writes.append(
+                store.write(
+                    checkpoint_dir=infos[0].parent_dir,
+                    array_metadatas=metadatas,
+                    process_index=ocp.multihost.process_index(),
+                )
+            )
+        try:
+            await asyncio.gather(*writes)
+        except asyncio.CancelledError:
+            if transaction is not None:
+                transaction.abort()
+            raise
+        if transaction is not None:
+            await transaction.commit_async()
