@@ -204,3 +204,49 @@ def test_modal_cluster_context_is_read_through_the_sdk(monkeypatch):
         2,
     )
     assert _modal_launch({}, 9000) is None  # not inside Modal: the SDK is not consulted
+
+
+WATCHED = """
+import logging, os, pathlib, signal, sys, time
+from substrax.runtime import initialize_distributed
+port, rank, out = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3])
+handler = logging.FileHandler(out / f"log-{rank}.txt")
+logging.getLogger("substrax").addHandler(handler)
+def hook(dead):
+    (out / f"hook-{rank}.txt").write_text(",".join(map(str, dead)))
+initialize_distributed(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=rank,
+                       initialization_timeout=60, heartbeat_timeout=3, on_peer_failure=hook)
+import jax
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(120)  # the survivor waits here, outside any collective, until the watch ends it
+"""
+
+
+def test_a_dead_peer_ends_the_survivor_through_its_hook_and_flushed_logs(tmp_path):
+    from substrax.runtime import PEER_FAILURE_EXIT_CODE
+
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WATCHED, str(port), str(rank), str(tmp_path)],
+            env=_base_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        _, stderr = procs[0].communicate(timeout=60)
+        procs[1].communicate(timeout=60)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert procs[1].returncode == -9
+    assert procs[0].returncode == PEER_FAILURE_EXIT_CODE, stderr[-3000:]
+    assert "process 1 of this 2-process jax job died" in stderr
+    assert (tmp_path / "hook-0.txt").read_text() == "1"
+    assert "process 1 of this 2-process jax job died" in (tmp_path / "log-0.txt").read_text()

@@ -27,6 +27,7 @@ from ._environment import (
     runtime_environment as runtime_environment,
 )
 from ._errors import (
+    DistributedStartupError as DistributedStartupError,
     RuntimeConfigurationError as RuntimeConfigurationError,
     XlaFlagConflictError as XlaFlagConflictError,
 )
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
         launch_from_modal_cluster as launch_from_modal_cluster,
     )
     from ._logging import configure_entry_point_logging as configure_entry_point_logging
+    from ._peer_watch import PEER_FAILURE_EXIT_CODE as PEER_FAILURE_EXIT_CODE
 
 # Imported on first use (PEP 562): they bring logging, ipaddress and re, which a process that only
 # renders or applies settings before starting jax never needs.
@@ -56,6 +58,7 @@ _LAZY = {
     "LaunchSettings": "._launchers",
     "launch_from_environment": "._launchers",
     "launch_from_modal_cluster": "._launchers",
+    "PEER_FAILURE_EXIT_CODE": "._peer_watch",
     "configure_entry_point_logging": "._logging",
 }
 
@@ -71,7 +74,9 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "DEFAULT_COORDINATOR_PORT",
+    "PEER_FAILURE_EXIT_CODE",
     "DistributedInfo",
+    "DistributedStartupError",
     "JaxRuntime",
     "LaunchSettings",
     "MatmulPrecision",

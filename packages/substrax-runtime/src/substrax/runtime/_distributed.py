@@ -5,8 +5,9 @@
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._errors import RuntimeConfigurationError
 from ._launchers import (
@@ -17,9 +18,16 @@ from ._launchers import (
     launch_from_environment,
     launch_from_modal_cluster,
 )
+from ._peer_watch import PeerWatch
+from ._rendezvous import gather_peers, join_coordinator
 
 
 _LOG = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_TIMEOUT = 10
+"""Seconds without a heartbeat after which a process of the job counts as dead."""
+DEFAULT_SHUTDOWN_TIMEOUT = 300
+"""Seconds a finished process waits at exit for the others to finish too."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,12 +70,12 @@ def _modal_launch(env: Mapping[str, str], port: int) -> LaunchSettings | None:
     return launch_from_modal_cluster(rank=cluster.rank, container_ips=ips, coordinator_port=port)
 
 
-def _check_timeout(timeout: int) -> None:
+def _check_timeout(timeout: int, name: str = "initialization_timeout") -> None:
     value: object = timeout
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"initialization_timeout must be whole seconds (an int), got {timeout!r}")
+        raise TypeError(f"{name} must be whole seconds (an int), got {timeout!r}")
     if timeout < 1:
-        raise ValueError(f"initialization_timeout must be at least 1 second, got {timeout}")
+        raise ValueError(f"{name} must be at least 1 second, got {timeout}")
 
 
 def initialize_distributed(
@@ -79,6 +87,10 @@ def initialize_distributed(
     initialization_timeout: int = 300,
     coordinator_port: int = DEFAULT_COORDINATOR_PORT,
     env: Mapping[str, str] | None = None,
+    heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
+    shutdown_timeout: int = DEFAULT_SHUTDOWN_TIMEOUT,
+    fail_fast: bool = True,
+    on_peer_failure: Callable[[tuple[int, ...]], object] | None = None,
 ) -> DistributedInfo:
     """Start ``jax.distributed`` for a multi-process run; a no-op on a single process.
 
@@ -86,7 +98,20 @@ def initialize_distributed(
     (``launch_from_environment``: ``JAX_COORDINATOR_ADDRESS``/``JAX_NUM_PROCESSES``/
     ``JAX_PROCESS_ID``, SkyPilot, SLURM), else from a Modal cluster
     (``modal.experimental.get_cluster_info()``, read only inside a Modal container). Call it
-    first thing in ``main()``, before any other jax call.
+    first thing in ``main()``, before any other jax call, in every process of the job.
+
+    Before jax starts, the processes meet on the coordinator's port for at most
+    ``initialization_timeout`` seconds: process 0 listens there and every other process
+    connects. Whoever waits in vain raises ``DistributedStartupError`` naming the address and
+    the processes that arrived, where jax would abort the process from C++.
+
+    With ``fail_fast`` (the default), a process whose peer dies ends within about
+    ``heartbeat_timeout`` seconds plus a few: it logs which process died, calls
+    ``on_peer_failure``, flushes its logging handlers and exits with ``PEER_FAILURE_EXIT_CODE``
+    (jax alone would abort it from C++ after its 100 s heartbeat timeout). A dead coordinator
+    (process 0) takes jax's client down at once, and jax ends the others itself. Every process
+    waits at exit, or in ``jax.distributed.shutdown()``, for the others to get there, for at most
+    ``shutdown_timeout`` seconds.
 
     Args:
         coordinator_address: ``host:port`` of process 0.
@@ -96,11 +121,22 @@ def initialize_distributed(
         initialization_timeout: Seconds to wait for every process to connect.
         coordinator_port: The port used when a launcher names only node IPs.
         env: The environment to read; defaults to ``os.environ``.
+        heartbeat_timeout: Seconds without a heartbeat after which a process counts as dead
+            (jax's ``heartbeat_timeout_seconds``).
+        shutdown_timeout: Seconds a finished process waits for the others at exit (jax's
+            ``shutdown_timeout_seconds``).
+        fail_fast: End this process when a peer dies (jax's recoverable coordination mode plus
+            a watch thread); ``False`` leaves jax's own handling, a C++ abort.
+        on_peer_failure: With ``fail_fast``, called with the dead process ids before this
+            process ends, for at most 10 seconds (e.g. to mark a tracked run failed); it runs
+            on a watch thread while the main thread may be stuck in a collective.
 
     Returns:
         This process's place in the run.
 
     Raises:
+        DistributedStartupError: Not every process reached the coordinator within
+            ``initialization_timeout`` (a ``TimeoutError``).
         ValueError: The launch is inconsistent, or a run across several nodes names a loopback
             coordinator.
         RuntimeConfigurationError: ``jax.distributed`` is already initialized with another
@@ -111,6 +147,8 @@ def initialize_distributed(
         DistributedInfo(process_id=0, num_processes=1, coordinator=None, source='single_process')
     """
     _check_timeout(initialization_timeout)
+    _check_timeout(heartbeat_timeout, "heartbeat_timeout")
+    _check_timeout(shutdown_timeout, "shutdown_timeout")
     source_env = os.environ if env is None else env
     if coordinator_address is not None or num_processes is not None or process_id is not None:
         launch = launch_from_arguments(
@@ -130,11 +168,69 @@ def initialize_distributed(
             coordinator=None if launch is None else launch.coordinator_address,
             source="single_process" if launch is None else launch.source,
         )
-    return _start(launch, local_device_ids, initialization_timeout)
+    settings = _Settings(
+        initialization_timeout=initialization_timeout,
+        heartbeat_timeout=heartbeat_timeout,
+        shutdown_timeout=shutdown_timeout,
+        fail_fast=fail_fast,
+        on_peer_failure=on_peer_failure,
+    )
+    return _start(launch, local_device_ids, settings)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Settings:
+    initialization_timeout: int
+    heartbeat_timeout: int
+    shutdown_timeout: int
+    fail_fast: bool
+    on_peer_failure: Callable[[tuple[int, ...]], object] | None
+
+
+def _meet(launch: LaunchSettings, timeout: int) -> None:
+    """Meet on the coordinator's port (bounded), so jax never waits for an absent process."""
+    if launch.coordinator_address is None:
+        return
+    if launch.process_id == 0:
+        gather_peers(
+            launch.coordinator_address, num_processes=launch.num_processes, timeout=timeout
+        )
+    else:
+        join_coordinator(
+            launch.coordinator_address,
+            process_id=launch.process_id,
+            num_processes=launch.num_processes,
+            timeout=timeout,
+        )
+
+
+def _watch_peers(process_id: int, num_processes: int, settings: _Settings) -> None:
+    """Start the peer watch and make jax's shutdown meet the other processes first."""
+    from jax._src import distributed as jax_distributed  # noqa: PLC0415 - the client lives here
+
+    state: Any = jax_distributed.global_state
+    client = state.client
+    watch = PeerWatch(
+        client,
+        process_id=process_id,
+        num_processes=num_processes,
+        on_peer_failure=settings.on_peer_failure,
+        is_current=lambda: state.client is client,
+    )
+    jax_shutdown = state.shutdown
+
+    def shutdown() -> None:
+        del state.shutdown  # back to jax's own method
+        if state.client is client:
+            watch.meet_at_shutdown(settings.shutdown_timeout)
+        jax_shutdown()
+
+    state.shutdown = shutdown  # jax.distributed.shutdown() and jax's exit hook call this
+    watch.start()
 
 
 def _start(
-    launch: LaunchSettings, local_device_ids: Sequence[int] | None, timeout: int
+    launch: LaunchSettings, local_device_ids: Sequence[int] | None, settings: _Settings
 ) -> DistributedInfo:
     import jax  # noqa: PLC0415 - jax loads only when a multi-process run starts
 
@@ -152,17 +248,27 @@ def _start(
             launch.coordinator_address or "detected by jax",
             launch.source,
         )
+        _meet(launch, settings.initialization_timeout)
         ids = None if local_device_ids is None else list(local_device_ids)
+        if settings.fail_fast:
+            jax.config.update("jax_enable_recoverability", True)
+        common: dict[str, Any] = {
+            "local_device_ids": ids,
+            "initialization_timeout": settings.initialization_timeout,
+            "heartbeat_timeout_seconds": settings.heartbeat_timeout,
+            "shutdown_timeout_seconds": settings.shutdown_timeout,
+        }
         if launch.coordinator_address is None:
-            jax.distributed.initialize(local_device_ids=ids, initialization_timeout=timeout)
+            jax.distributed.initialize(**common)
         else:
             jax.distributed.initialize(
                 coordinator_address=launch.coordinator_address,
                 num_processes=launch.num_processes,
                 process_id=launch.process_id,
-                local_device_ids=ids,
-                initialization_timeout=timeout,
+                **common,
             )
+        if settings.fail_fast:
+            _watch_peers(jax.process_index(), jax.process_count(), settings)
     return DistributedInfo(
         process_id=jax.process_index(),
         num_processes=jax.process_count(),

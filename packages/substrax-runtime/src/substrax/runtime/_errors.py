@@ -1,5 +1,7 @@
 """The errors of ``substrax.runtime``."""
 
+import functools
+
 
 class RuntimeConfigurationError(RuntimeError):
     """A JAX setting that cannot be applied to this process (or to a child) as asked.
@@ -45,3 +47,108 @@ class XlaFlagConflictError(RuntimeConfigurationError):
 
 def _shown(value: str | None) -> str:
     return "a bare flag" if value is None else repr(value)
+
+
+class DistributedStartupError(TimeoutError):
+    """The processes of a ``jax.distributed`` job did not all meet within the timeout.
+
+    Raised by ``initialize_distributed`` before jax waits on its own (jax would abort the process
+    from C++ instead). A process other than 0 raises it when the coordinator never answers; the
+    coordinator (process 0) raises it when some peers never arrive.
+
+    Attributes:
+        coordinator_address: The coordinator's ``host:port``.
+        process_id: The process that raised.
+        num_processes: How many processes the job expects.
+        arrived: The process ids that reached the coordinator, where known (the coordinator
+            knows them and tells the peers that reached it); ``None`` when unknown.
+        timeout: The seconds waited.
+        reached: Whether this process reached the coordinator at all.
+
+    Example:
+        >>> error = DistributedStartupError("10.0.0.1:8476", process_id=0, num_processes=3,
+        ...                                 arrived=(0, 2), timeout=30)
+        >>> error.missing
+        (1,)
+        >>> print(error)  # doctest: +NORMALIZE_WHITESPACE
+        the coordinator at 10.0.0.1:8476 waited 30 s: 2 of 3 processes arrived (0, 2), missing
+        (1,); start every process with the same coordinator address and num_processes, or raise
+        initialization_timeout
+    """
+
+    coordinator_address: str
+    process_id: int
+    num_processes: int
+    arrived: tuple[int, ...] | None
+    timeout: float
+    reached: bool
+
+    def __init__(
+        self,
+        coordinator_address: str,
+        *,
+        process_id: int,
+        num_processes: int,
+        arrived: tuple[int, ...] | None,
+        timeout: float,
+        reached: bool = True,
+    ) -> None:
+        self.coordinator_address = coordinator_address
+        self.process_id = process_id
+        self.num_processes = num_processes
+        self.arrived = arrived
+        self.timeout = timeout
+        self.reached = reached
+        super().__init__(self._message())
+
+    @property
+    def missing(self) -> tuple[int, ...] | None:
+        """The process ids that never reached the coordinator, where known."""
+        if self.arrived is None:
+            return None
+        return tuple(p for p in range(self.num_processes) if p not in self.arrived)
+
+    def _message(self) -> str:
+        fix = (
+            "start every process with the same coordinator address and num_processes, or "
+            "raise initialization_timeout"
+        )
+        seconds = f"{self.timeout:g} s"
+        if self.arrived is None and self.reached:
+            return (
+                f"process {self.process_id} of {self.num_processes} reached the coordinator at "
+                f"{self.coordinator_address}, but the job did not gather within {seconds}; {fix}"
+            )
+        if self.arrived is None:
+            return (
+                f"process {self.process_id} of {self.num_processes} could not reach the "
+                f"coordinator at {self.coordinator_address} within {seconds}; start process 0 "
+                f"there first, check the address, the port and firewalls, or raise "
+                f"initialization_timeout"
+            )
+        arrived = ", ".join(str(p) for p in self.arrived)
+        where = (
+            f"the coordinator at {self.coordinator_address} waited {seconds}"
+            if self.process_id == 0
+            else f"process {self.process_id} reached the coordinator at "
+            f"{self.coordinator_address}, which gave up after {seconds}"
+        )
+        return (
+            f"{where}: {len(self.arrived)} of {self.num_processes} processes arrived "
+            f"({arrived}), missing {self.missing}; {fix}"
+        )
+
+    def __str__(self) -> str:
+        return self._message()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        rebuild = functools.partial(
+            DistributedStartupError,
+            self.coordinator_address,
+            process_id=self.process_id,
+            num_processes=self.num_processes,
+            arrived=self.arrived,
+            timeout=self.timeout,
+            reached=self.reached,
+        )
+        return (rebuild, ())

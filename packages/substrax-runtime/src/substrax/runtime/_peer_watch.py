@@ -1,0 +1,148 @@
+"""End a process of a ``jax.distributed`` job soon after one of its peers dies, in Python.
+
+Left to itself, jax notices a dead peer when its heartbeats stop, then aborts every other process
+from C++ (exit 134, no Python cleanup). ``initialize_distributed`` instead starts jax's
+coordination service in its recoverable mode, in which a dead peer is only marked dead, and runs
+a ``PeerWatch`` thread: it asks the coordination service which processes are alive every second
+and, once one is missing, logs which, runs the caller's hook, flushes the logging handlers and
+ends this process with ``PEER_FAILURE_EXIT_CODE``. The recoverable mode drops jax's own
+synchronized shutdown, so ``PeerWatch`` puts it back as a barrier every process meets before jax
+shuts its client down (at exit or in ``jax.distributed.shutdown()``).
+"""
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+
+PEER_FAILURE_EXIT_CODE = 75
+"""The exit status of a process ended because a peer of its ``jax.distributed`` job died."""
+
+POLL_SECONDS = 1.0
+HOOK_SECONDS = 10.0
+_SHUTDOWN_BARRIER = "substrax_shutdown"
+_LOG = logging.getLogger("substrax.runtime.distributed")
+
+
+class CoordinationClient(Protocol):
+    """The part of jax's ``DistributedRuntimeClient`` the watch uses."""
+
+    def get_live_nodes(self, process_ids: Sequence[int]) -> Mapping[int, int]: ...
+
+    def wait_at_barrier(self, barrier_id: str, timeout_in_ms: int) -> None: ...
+
+
+class PeerWatch:
+    """A daemon thread that ends this process once a peer of its job is no longer alive.
+
+    Args:
+        client: jax's coordination client of this process.
+        process_id: This process's index.
+        num_processes: How many processes the job has.
+        on_peer_failure: Called with the dead process ids before this process ends (for at most
+            ``HOOK_SECONDS``), e.g. to mark a tracked run failed.
+        is_current: Whether ``client`` is still jax's client; once jax shut it down, a failing
+            call means nothing.
+        poll_seconds: How often to ask.
+    """
+
+    def __init__(
+        self,
+        client: CoordinationClient,
+        *,
+        process_id: int,
+        num_processes: int,
+        on_peer_failure: Callable[[tuple[int, ...]], object] | None,
+        is_current: Callable[[], bool],
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
+        self._client = client
+        self._process_id = process_id
+        self._num_processes = num_processes
+        self._hook = on_peer_failure
+        self._is_current = is_current
+        self._poll = poll_seconds
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="substrax-peer-watch", daemon=True)
+
+    def start(self) -> None:
+        """Start watching."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (before jax shuts its client down)."""
+        self._stopped.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=self._poll * 5)
+
+    def meet_at_shutdown(self, timeout_seconds: int) -> None:
+        """Wait until every process of the job gets here, then stop watching.
+
+        A peer that died meanwhile ends this process through the watch, as during the run.
+        """
+        try:
+            self._client.wait_at_barrier(_SHUTDOWN_BARRIER, timeout_seconds * 1000)
+        except Exception as error:
+            _LOG.warning("the processes did not all meet at shutdown: %s", error)
+        self.stop()
+
+    def _run(self) -> None:
+        everyone = list(range(self._num_processes))
+        while not self._stopped.wait(self._poll):
+            try:
+                live = self._client.get_live_nodes(everyone)
+            except Exception as error:
+                if self._stopped.wait(self._poll) or not self._is_current():
+                    return
+                self._fail((0,), f"the coordinator does not answer ({error})")
+                return
+            dead = tuple(p for p in everyone if p not in live)
+            if dead:
+                self._fail(dead, "stopped sending heartbeats")
+                return
+
+    def _fail(self, dead: tuple[int, ...], why: str) -> None:
+        names = ", ".join(str(p) for p in dead)
+        message = (
+            f"process {names} of this {self._num_processes}-process jax job died ({why}); "
+            f"process {self._process_id} stops too, with exit status {PEER_FAILURE_EXIT_CODE}"
+        )
+        _LOG.critical(message)
+        if not _reaches_stderr(_LOG):
+            sys.stderr.write(f"substrax: {message}\n")
+        if self._process_id == 0:
+            # the coordinator goes last, so every peer's own watch reports the dead process
+            self._stopped.wait(self._poll * 3)
+        if self._hook is not None:
+            hook = threading.Thread(target=self._run_hook, args=(dead,), daemon=True)
+            hook.start()
+            hook.join(timeout=HOOK_SECONDS)
+        logging.shutdown()  # flushes (and closes) every logging handler
+        os._exit(PEER_FAILURE_EXIT_CODE)
+
+    def _run_hook(self, dead: tuple[int, ...]) -> None:
+        if self._hook is None:  # pragma: no cover - started only with a hook
+            return
+        try:
+            self._hook(dead)
+        except Exception:
+            _LOG.exception("on_peer_failure raised")
+
+
+def _reaches_stderr(logger: logging.Logger) -> bool:
+    """Whether a record of ``logger`` is written to stderr (by a handler or by logging's last resort)."""
+    current: logging.Logger | None = logger
+    found = False
+    while current is not None:
+        for handler in current.handlers:
+            found = True
+            if isinstance(handler, logging.StreamHandler) and handler.stream in {
+                sys.stderr,
+                sys.__stderr__,
+            }:
+                return True
+        current = current.parent if current.propagate else None
+    return not found

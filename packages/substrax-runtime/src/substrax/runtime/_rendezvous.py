@@ -1,0 +1,195 @@
+"""A bounded meeting of a job's processes on the coordinator's port, before jax waits on its own.
+
+jax's own wait for the coordinator and for the peers ends in a C++ abort. Before handing over to
+jax, process 0 listens on the coordinator's port and counts the peers that say hello; every other
+process connects (retrying until the timeout), says hello and waits for the coordinator's verdict:
+``go`` once every peer arrived, or ``fail <ids>`` naming those that did. Either side raises
+``DistributedStartupError`` on a timeout, so the job fails as a Python exception that names the
+address and who arrived. Process 0 then closes the port and jax's coordinator binds it.
+
+A peer that finds something on the port that does not speak this protocol (a coordinator started
+by plain ``jax.distributed.initialize``) hands over to jax at once.
+"""
+
+import contextlib
+import selectors
+import socket
+import time
+
+from ._errors import DistributedStartupError
+
+
+_HELLO = "substrax-rendezvous-1"
+_GO = b"go\n"
+_FAIL = b"fail"
+_RETRY_SECONDS = 0.2
+_LINE_LIMIT = 256
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) as a host and a port number.
+
+    Example:
+        >>> split_address("[::1]:8476")
+        ('::1', 8476)
+    """
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _listener(port: int) -> socket.socket:
+    if socket.has_dualstack_ipv6():
+        return socket.create_server(
+            ("", port), family=socket.AF_INET6, dualstack_ipv6=True, reuse_port=False
+        )
+    return socket.create_server(("", port))
+
+
+def gather_peers(address: str, *, num_processes: int, timeout: float) -> None:
+    """On process 0: wait on ``address``'s port until processes 1..N-1 said hello, then let them go.
+
+    Raises:
+        DistributedStartupError: Not every peer arrived within ``timeout`` (the peers that did
+            are told who arrived and raise too).
+        OSError: The port cannot be bound (something else listens there).
+    """
+    deadline = time.monotonic() + timeout
+    arrived: dict[int, socket.socket] = {}
+    buffers: dict[socket.socket, bytes] = {}
+    with _listener(split_address(address)[1]) as server, selectors.DefaultSelector() as selector:
+        server.setblocking(False)
+        selector.register(server, selectors.EVENT_READ)
+        try:
+            while len(arrived) < num_processes - 1:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _ in selector.select(timeout=left):
+                    sock = key.fileobj
+                    if not isinstance(sock, socket.socket):  # pragma: no cover - sockets only
+                        continue
+                    if sock is server:
+                        with contextlib.suppress(BlockingIOError):
+                            conn, _ = server.accept()
+                            conn.setblocking(False)
+                            buffers[conn] = b""
+                            selector.register(conn, selectors.EVENT_READ)
+                        continue
+                    peer = _read_hello(sock, buffers, num_processes)
+                    if peer is None:
+                        continue
+                    selector.unregister(sock)
+                    buffers.pop(sock, None)
+                    if peer < 1 or peer in arrived:
+                        sock.close()
+                    else:
+                        arrived[peer] = sock
+            ids = (0, *sorted(arrived))
+            verdict = _GO if len(ids) == num_processes else _FAIL + _ids(ids)
+            for sock in arrived.values():
+                with contextlib.suppress(OSError):
+                    sock.setblocking(True)
+                    sock.settimeout(1.0)
+                    sock.sendall(verdict)
+        finally:
+            for sock in (*arrived.values(), *buffers):
+                sock.close()
+    if len(ids) < num_processes:
+        raise DistributedStartupError(
+            address, process_id=0, num_processes=num_processes, arrived=ids, timeout=timeout
+        )
+
+
+def _ids(ids: tuple[int, ...]) -> bytes:
+    return (" " + ",".join(str(p) for p in ids) + "\n").encode()
+
+
+def _read_hello(
+    sock: socket.socket, buffers: dict[socket.socket, bytes], num_processes: int
+) -> int | None:
+    """The peer id once ``sock`` sent its hello line; -1 for a connection to drop."""
+    try:
+        chunk = sock.recv(_LINE_LIMIT)
+    except BlockingIOError:
+        return None
+    except OSError:
+        chunk = b""
+    buffers[sock] += chunk
+    line, newline, _ = buffers[sock].partition(b"\n")
+    if chunk and not newline and len(buffers[sock]) < _LINE_LIMIT:
+        return None
+    words = line.decode(errors="replace").split()
+    if (
+        len(words) == 3  # noqa: PLR2004 - hello, process id, process count
+        and words[0] == _HELLO
+        and words[1].isdigit()
+        and words[2] == str(num_processes)
+        and 0 < int(words[1]) < num_processes
+    ):
+        return int(words[1])
+    return -1
+
+
+def join_coordinator(address: str, *, process_id: int, num_processes: int, timeout: float) -> None:
+    """On a process other than 0: reach the coordinator and wait until every process arrived.
+
+    Raises:
+        DistributedStartupError: The coordinator did not answer within ``timeout``, or it gave up
+            waiting for the other peers.
+    """
+    deadline = time.monotonic() + timeout
+    host, port = split_address(address)
+    sock = _connect(host, port, deadline)
+    if sock is None:
+        raise DistributedStartupError(
+            address,
+            process_id=process_id,
+            num_processes=num_processes,
+            arrived=None,
+            timeout=timeout,
+            reached=False,
+        )
+    with sock:
+        try:
+            sock.sendall(f"{_HELLO} {process_id} {num_processes}\n".encode())
+            # the coordinator gives its verdict at its own deadline, close to ours: allow for skew
+            sock.settimeout(max(deadline - time.monotonic(), 0.0) + 5.0)
+            reply = _read_line(sock)
+        except TimeoutError:
+            reply = None
+        except OSError:
+            reply = b""  # the port's owner hung up: not a substrax coordinator
+    if reply is None:
+        raise DistributedStartupError(
+            address, process_id=process_id, num_processes=num_processes, arrived=None,
+            timeout=timeout,
+        )  # fmt: skip
+    if reply.startswith(_FAIL):
+        words = reply[len(_FAIL) :].decode(errors="replace").split()
+        arrived = tuple(int(p) for p in words[0].split(",") if p.isdigit()) if words else ()
+        raise DistributedStartupError(
+            address, process_id=process_id, num_processes=num_processes, arrived=arrived,
+            timeout=timeout,
+        )  # fmt: skip
+    # b"go\n", or an answer in another protocol (plain jax's coordinator): jax takes over
+
+
+def _connect(host: str, port: int, deadline: float) -> socket.socket | None:
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            return socket.create_connection((host, port), timeout=min(left, 2.0))
+        except OSError:
+            time.sleep(min(_RETRY_SECONDS, max(deadline - time.monotonic(), 0.0)))
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\n" not in data and len(data) < _LINE_LIMIT:
+        chunk = sock.recv(_LINE_LIMIT)
+        if not chunk:
+            break
+        data += chunk
+    return data
