@@ -30,7 +30,7 @@ from ._checksums import (
     ChecksummedScalarHandler,
     checked_reads,
     corrupt_error,
-    is_corruption,
+    corruption,
     one_read,
 )
 
@@ -103,8 +103,8 @@ async def _read_array(
         try:
             await ts.array(buffer)[ts.d[:].translate_to[domain.origin]].write(store[domain])
         except ValueError as error:
-            if is_corruption(error):
-                raise corrupt_error(info, error) from error
+            if (found := corruption(error)) is not None:
+                raise corrupt_error(info, found) from found
             raise
         return [
             jax.device_put(

@@ -69,19 +69,25 @@ def with_checksum(spec: _Spec) -> _Spec:
     return spec
 
 
-def is_corruption(error: BaseException) -> bool:
-    """Whether ``error`` is TensorStore reporting stored bytes that fail their checks.
+def corruption(error: BaseException) -> ValueError | None:
+    """TensorStore's report of stored bytes that fail their checks, in ``error`` or its causes.
 
     TensorStore raises a ``ValueError`` whose message starts with ``DATA_LOSS`` (``Digest
     mismatch, stored digest is 0x... but computed digest is 0x...`` for a checksum, or a shard
     index that cannot be decoded), or, for a compressed chunk whose decompression fails before
-    its checksum is reached, with ``FAILED_PRECONDITION: Error reading shard entry``.
+    its checksum is reached, with ``FAILED_PRECONDITION: Error reading shard entry``. Orbax's
+    own array reads raise it again as the cause of a plain ``Exception``.
 
     Example:
-        >>> is_corruption(ValueError("DATA_LOSS: Error reading ...: Digest mismatch"))
+        >>> corruption(ValueError("DATA_LOSS: Error reading ...: Digest mismatch")) is not None
         True
     """
-    return isinstance(error, ValueError) and _CORRUPT.match(str(error)) is not None
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ValueError) and _CORRUPT.match(str(seen)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def corrupt_error(
@@ -144,16 +150,17 @@ async def checked_reads[T](
     """
     try:
         return await one_read(read(infos, args))
-    except ValueError as error:
-        if not is_corruption(error):
+    except Exception as error:
+        found = corruption(error)
+        if found is None:
             raise
         for i, info in enumerate(infos):
             try:
                 await one_read(read([info], None if args is None else [args[i]]))
-            except ValueError as one:
-                if is_corruption(one):
-                    raise corrupt_error(info, one) from one
-        raise corrupt_error(infos[0], error) from error
+            except Exception as one:
+                if (again := corruption(one)) is not None:
+                    raise corrupt_error(info, again) from again
+        raise corrupt_error(infos[0], found) from found
 
 
 class ChecksummedNumpyHandler(ocp.type_handlers.NumpyHandler):
