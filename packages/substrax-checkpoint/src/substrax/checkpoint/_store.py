@@ -403,7 +403,7 @@ class OrbaxCheckpointStore:
             raise ValueError(f"step must be an int >= 0, got {step!r}")
         check_item_names(items)
         check_extra(extra or {})
-        _trees.check_python_ints(items)
+        items, dtypes = _trees.for_saving(items)  # NumPy scalars as 0-d arrays, and their dtypes
         record = CheckpointMetadata(
             step=step,
             epoch=epoch,
@@ -433,10 +433,7 @@ class OrbaxCheckpointStore:
             manager.delete(step)
             index.remove(step)
         index.add(step, IndexEntry(epoch=epoch, metrics=record.metrics))
-        dtypes = _trees.dtypes_item(items)  # before NumPy scalars become 0-d arrays
-        items = _trees.globalize_host_local(  # orbax saves only global arrays
-            {name: _trees.scalars_as_arrays(tree) for name, tree in items.items()}
-        )
+        items = _trees.globalize_host_local(items)  # orbax saves only global arrays
         snapshot = host_snapshot(items) if self._async and jax.process_count() == 1 else None
         if snapshot is not None:
             items = snapshot.items

@@ -100,41 +100,61 @@ def host_record(tree: PyTree) -> dict[str, HostKind]:
     return {path: kind for path, leaf in flat_leaves(tree) if (kind := host_kind(leaf))}
 
 
-def dtypes_item(items: Mapping[str, PyTree]) -> dict[str, Any]:
-    """The JSON a step's ``dtypes`` item holds: ``dtype_record`` plus the items' NumPy leaves.
-
-    The NumPy leaves, under ``HOST_LEAVES`` (a name no item can have), are restored without a
-    template as NumPy values of their stored dtypes, whatever jax's x64 setting. A record
-    without that key (written before it existed) restores them as ``jax.Array`` as it did then.
-
-    Example:
-        >>> dtypes_item({"data_iterator": {"order": np.arange(2, dtype=np.int64), "n": 3}})
-        {'data_iterator': {'order': 'int64'}, 'host_leaves': {'data_iterator': {'order': 'ndarray'}}}
-    """
-    host = {name: kinds for name, tree in items.items() if (kinds := host_record(tree))}
-    return {**dtype_record(items), HOST_LEAVES: host}
+def _too_large(leaf: object) -> bool:
+    return type(leaf) is int and not -(2**63) <= leaf < 2**64
 
 
-def check_python_ints(items: Mapping[str, PyTree]) -> None:
-    """Refuse a Python int that no 64-bit integer holds, naming its item and leaf.
+def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str, Any]]:
+    """The items as orbax saves them, and the JSON of the step's ``dtypes`` item, in one pass.
 
-    Orbax stores a Python int as an int64 or uint64 array; a larger one would fail inside the
-    write (in the background, for an asynchronous save) with a message naming neither.
+    NumPy scalars become 0-d arrays (see ``scalars_as_arrays``). The JSON is ``dtype_record``
+    plus, under ``HOST_LEAVES`` (a name no item can have), ``{item: {leaf_path: kind}}`` for the
+    NumPy leaves: they restore without a template as NumPy values of their stored dtypes,
+    whatever jax's x64 setting. A record without that key (written before it existed) restores
+    them as ``jax.Array`` as it did then. A Python int that no 64-bit integer holds is refused
+    here, naming its item and leaf, rather than failing inside orbax's (background) write.
 
     Example:
-        >>> check_python_ints({"data_iterator": {"position": 2**70}})
+        >>> items, record = for_saving({"data_iterator": {"order": np.arange(2), "seed": np.int8(3)}})
+        >>> record
+        {'data_iterator': {'order': 'int64', 'seed': 'int8'}, 'host_leaves': {'data_iterator': {'order': 'ndarray', 'seed': 'numpy_scalar'}}}
+        >>> items["data_iterator"]["seed"].shape
+        ()
+        >>> for_saving({"data_iterator": {"position": 2**70}})
         Traceback (most recent call last):
         ...
         ValueError: item 'data_iterator' leaf 'position' is the Python int 1180591620717411303424, which no 64-bit integer holds; save it as a string (str(value)) and convert it back after restoring
     """
+    saved: dict[str, PyTree] = {}
+    dtypes: dict[str, dict[str, str]] = {}
+    host: dict[str, dict[str, HostKind]] = {}
     for name, tree in items.items():
-        for path, leaf in flat_leaves(tree):
-            if type(leaf) is int and not -(2**63) <= leaf < 2**64:
+        pairs, treedef = jax.tree_util.tree_flatten_with_path(tree)
+        leaves: list[object] = []
+        dtypes[name] = {}
+        kinds: dict[str, HostKind] = {}
+        for key_path, leaf in pairs:
+            dtype, kind = leaf_dtype(leaf), host_kind(leaf)
+            if dtype is None and kind is None and not _too_large(leaf):
+                leaves.append(leaf)
+                continue
+            path = leaf_path(key_path)
+            if _too_large(leaf):
                 raise ValueError(
                     f"item {name!r} leaf {path!r} is the Python int {leaf}, which no 64-bit "
                     "integer holds; save it as a string (str(value)) and convert it back after "
                     "restoring"
                 )
+            if dtype is not None:
+                dtypes[name][path] = dtype
+            if kind is not None:
+                kinds[path] = kind
+            leaves.append(np.asarray(leaf) if kind == "numpy_scalar" else leaf)
+        if kinds:
+            host[name] = kinds
+        scalars = "numpy_scalar" in kinds.values()
+        saved[name] = jax.tree_util.tree_unflatten(treedef, leaves) if scalars else tree
+    return saved, {**dtypes, HOST_LEAVES: host}
 
 
 def scalars_as_arrays(tree: PyTree) -> PyTree:
