@@ -220,7 +220,7 @@ def test_worker_command_line_exit_codes(tmp_path):
 def test_spec_of_another_version_is_refused(tmp_path):
     data = _spec(_task("t", "print(1)")).model_dump(mode="json")
     assert read_job_spec(data).tasks[0].name == "t"
-    with pytest.raises(ValueError, match="job spec version 2 is not 3"):
+    with pytest.raises(ValueError, match="job spec version 2 is not 4"):
         read_job_spec({**data, "schema_version": 2})
     with pytest.raises(ValueError, match="Extra inputs are not permitted"):
         read_job_spec({**data, "colour": "red"})
