@@ -173,7 +173,7 @@ def test_multi_node_job_runs_as_wired_local_processes(tmp_path):
     )
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     handle = backend.submit(spec, project=tmp_path)
-    assert len(handle.details["pids"].split(",")) == 2
+    assert handle.details["nodes"] == "2"
     state = wait_until_final(backend, handle, 180)
     fetched = backend.fetch(handle, tmp_path / "f")
     assert state is RunState.SUCCEEDED, (fetched / "multi" / "stderr.log").read_text()[-3000:]
@@ -187,3 +187,28 @@ def test_multi_node_job_runs_as_wired_local_processes(tmp_path):
     ]
     assert read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME).node == 1
     assert (fetched / "worker-1.log").is_file()
+
+
+ONE_NODE_DIES = """\
+import os, signal, time
+if os.environ["JAX_PROCESS_ID"] == "1":
+    time.sleep(1)
+    os.kill(os.getppid(), signal.SIGKILL)  # node 1's worker dies
+else:
+    time.sleep(300)  # node 0 would run on alone
+"""
+
+
+def test_a_failed_node_stops_the_others_and_the_manifest_names_it(tmp_path):
+    (tmp_path / "job.py").write_text(ONE_NODE_DIES)
+    spec = _spec(Task(name="job", argv=("python", "job.py"), timeout_seconds=300), nodes=2)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    run_dir = Path(handle.details["run_dir"])
+    manifest = read_manifest(run_dir / "outputs" / MANIFEST_NAME)
+    assert (manifest.failed_node, manifest.failed_node_status) == (1, -9)
+    assert not manifest.succeeded
+    assert [t.status for t in manifest.tasks] == ["cancelled"]  # node 0 was stopped
+    log = (run_dir / "worker.log").read_text()
+    assert "node 1 failed (killed by SIGKILL); stopping the other nodes" in log

@@ -46,45 +46,18 @@ def is_alive(pid: int, started: str) -> bool:
     return True
 
 
-def spawn_detached(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    log: Path,
-    group: int | None = None,
-) -> int:
-    """Start ``argv`` with its output appended to ``log``, in a new session or in ``group``.
-
-    ``group=0`` makes the process lead a new process group in this session.
+def spawn_detached(argv: Sequence[str], *, env: Mapping[str, str], log: Path) -> int:
+    """Start ``argv`` in a new session, with its output appended to ``log``.
 
     Returns:
-        The new process's pid (which is its process group id when ``group`` is None).
+        The new process's pid, which is also its session's process group id.
     """
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
-    if group is None:
-        return os.posix_spawnp(argv[0], list(argv), dict(env), file_actions=actions, setsid=True)
-    return os.posix_spawnp(argv[0], list(argv), dict(env), file_actions=actions, setpgroup=group)
-
-
-def spawn_group(
-    commands: Sequence[tuple[Sequence[str], Mapping[str, str], Path]],
-) -> list[int]:
-    """Start several detached processes that share one new process group (the first's pid).
-
-    One process leads a new session of its own; several share a new process group instead,
-    because a process may only join a group in its own session.
-    """
-    if len(commands) == 1:
-        argv, env, log = commands[0]
-        return [spawn_detached(argv, env=env, log=log)]
-    pids: list[int] = []
-    for argv, env, log in commands:
-        pids.append(spawn_detached(argv, env=env, log=log, group=pids[0] if pids else 0))
-    return pids
+    return os.posix_spawnp(argv[0], list(argv), dict(env), file_actions=actions, setsid=True)
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:

@@ -1,9 +1,10 @@
 """The ``local`` backend: the worker runs detached on this machine.
 
-Each node of a job is one worker process in a process group of its own (a one-node job's worker
-leads a new session), so ``cancel`` stops them all with one signal. A job with ``nodes = N`` runs
-as N workers wired for ``initialize_distributed`` on 127.0.0.1, so a multi-host job can be tried
-here first. Extras are installed with uv into an environment kept per (project, extras) under
+A one-node job's worker leads a new session. A job with ``nodes = N`` runs as N workers wired for
+``initialize_distributed`` on 127.0.0.1, so a multi-host job can be tried here first; a
+supervisor leads their session, and once a worker fails it stops the other nodes and records the
+first failed node in the job's manifest. ``cancel`` stops a run's processes with one signal to
+its session's process group. Extras are installed with uv into an environment kept per (project, extras) under
 the state directory, never into the project's own ``.venv``.
 
 Settings (``[tool.substrax.compute.backends.local]``): ``state_dir``, ``python`` (the
@@ -28,7 +29,8 @@ from typing import Any
 from pydantic import Field, JsonValue
 
 from ._files import copy_outputs, follow_lines
-from ._processes import free_port, is_alive, kill_group, spawn_group, start_time, wait_all_dead
+from ._processes import free_port, is_alive, kill_group, spawn_detached, start_time, wait_all_dead
+from ._supervisor import write_plan
 from .backend import RunHandle, RunState, backend_state_dir, new_run, stage_run
 from .config import parse_backend_settings
 from .manifest import MANIFEST_NAME, read_manifest
@@ -115,7 +117,7 @@ class LocalBackend:
         port = free_port() if spec.nodes > 1 else 0
         commands: list[tuple[list[str], dict[str, str], Path]] = []
         for node in range(spec.nodes):
-            env = {**os.environ, **extra_env, **mount_env, NODE_RANK_ENV: str(node)}
+            env = {**extra_env, **mount_env, NODE_RANK_ENV: str(node)}
             if spec.nodes > 1:
                 env |= {
                     "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
@@ -129,12 +131,19 @@ class LocalBackend:
             ]  # fmt: skip
             log = run_dir / ("worker.log" if node == 0 else f"worker-{node}.log")
             commands.append((argv, env, log))
-        processes = [(pid, start_time(pid)) for pid in spawn_group(commands)]
+        if spec.nodes == 1:
+            argv, env, log = commands[0]
+            pid = spawn_detached(argv, env={**os.environ, **env}, log=log)
+        else:
+            plan = write_plan(run_dir, job=spec.name, nodes=commands)
+            supervisor = [sys.executable, "-m", "substrax.compute._supervisor", str(plan.parent)]
+            pid = spawn_detached(supervisor, env=os.environ, log=commands[0][2])
         details = {
             "run_dir": str(run_dir),
-            "pids": ",".join(str(pid) for pid, _ in processes),
-            "starts": ",".join(started for _, started in processes),
-            "pgid": str(processes[0][0]),
+            "pids": str(pid),
+            "starts": start_time(pid),
+            "pgid": str(pid),
+            "nodes": str(spec.nodes),
         }
         return run.handle(self.name, details, self.raw_settings)
 
@@ -151,11 +160,13 @@ class LocalBackend:
         if (run_dir / "cancelled").exists():
             return RunState.CANCELLED
         outputs = run_dir / "outputs"
-        nodes = len(self._processes(handle))
+        nodes = int(handle.details.get("nodes", len(self._processes(handle))))
         manifests: list[Any] = []
         for node in range(nodes):
             path = node_outputs(outputs, node) / MANIFEST_NAME
             manifests.append(read_manifest(path) if path.is_file() else None)
+        if manifests[0] is not None and manifests[0].failed_node is not None:
+            return RunState.FAILED
         if all(m is not None and m.finished for m in manifests):
             return RunState.SUCCEEDED if all(m.succeeded for m in manifests) else RunState.FAILED
         if alive:

@@ -19,7 +19,7 @@ from typing import Any, Literal, cast
 from .spec import Record
 
 
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 4
 """The version of ``manifest.json`` this release writes and reads."""
 
 MANIFEST_NAME = "manifest.json"
@@ -54,20 +54,32 @@ class TaskOutcome(Record):
 
 
 class JobManifest(Record):
-    """The worker's record of a run on one node (node 0 writes ``outputs/manifest.json``)."""
+    """The worker's record of a run on one node (node 0 writes ``outputs/manifest.json``).
 
-    schema_version: Literal[3] = MANIFEST_VERSION
+    In a multi-node job, node 0's manifest is the job's: when a node's worker fails, the
+    launcher stops the others and records there the first node that failed
+    (``failed_node``) and its worker's exit status (``failed_node_status``; negative: killed
+    by that signal).
+    """
+
+    schema_version: Literal[4] = MANIFEST_VERSION
     job: str
     node: int = 0
     nodes: int = 1
     tasks: tuple[TaskOutcome, ...] = ()
     finished: bool = False
     devices: RunDevices | None = None
+    failed_node: int | None = None
+    failed_node_status: int | None = None
 
     @property
     def succeeded(self) -> bool:
-        """Whether the run finished with every task succeeded."""
-        return self.finished and all(t.status is TaskStatus.SUCCEEDED for t in self.tasks)
+        """Whether the run finished with every task succeeded and no node of the job failed."""
+        return (
+            self.finished
+            and self.failed_node is None
+            and all(t.status is TaskStatus.SUCCEEDED for t in self.tasks)
+        )
 
 
 def read_manifest(data: Mapping[str, Any] | Path) -> JobManifest:
@@ -80,7 +92,7 @@ def read_manifest(data: Mapping[str, Any] | Path) -> JobManifest:
         >>> read_manifest({"schema_version": 1, "job": "x"})
         Traceback (most recent call last):
         ...
-        ValueError: manifest version 1 is not 3: fetch it with the substrax release that ran it
+        ValueError: manifest version 1 is not 4: fetch it with the substrax release that ran it
     """
     if isinstance(data, Path):
         loaded = json.loads(data.read_text())

@@ -1,0 +1,122 @@
+"""``python -m substrax.compute._supervisor RUN_DIR``: a local multi-node job's workers, together.
+
+The local backend starts this detached, as the leader of the run's session. It starts one worker
+per node from ``RUN_DIR/nodes.json`` (each with this process's environment plus the node's own
+variables), waits for them, and once a worker exits with a non-zero status it stops the others
+(SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``) and records in the job's manifest (node 0's)
+which node failed first and how. A cancelled run (SIGTERM to the session) records nothing.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from ._environment import node_outputs
+from .manifest import MANIFEST_NAME, JobManifest, read_manifest, write_manifest
+
+
+NODES_FILE = "nodes.json"
+STOP_GRACE_SECONDS = 10.0
+_POLL_SECONDS = 0.1
+_EVENT = "[substrax] "
+
+
+def write_plan(
+    run_dir: Path, *, job: str, nodes: Sequence[tuple[Sequence[str], dict[str, str], Path]]
+) -> Path:
+    """Write the workers to start: each node's argv, its own variables and its log file.
+
+    The variables hold no secrets: secrets reach the workers through the environment the
+    supervisor inherits.
+    """
+    plan = {
+        "job": job,
+        "nodes": [{"argv": list(argv), "env": env, "log": str(log)} for argv, env, log in nodes],
+    }
+    path = run_dir / NODES_FILE
+    path.write_text(json.dumps(plan, indent=2))
+    return path
+
+
+def describe_status(code: int) -> str:
+    """A worker's exit status in words.
+
+    Example:
+        >>> describe_status(-9), describe_status(3)
+        ('killed by SIGKILL', 'exit status 3')
+    """
+    if code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(f"{_EVENT}{text}\n")
+    sys.stdout.flush()
+
+
+def supervise(run_dir: Path) -> int:
+    """Run the planned workers until all ended; 0 when none failed, else 1."""
+    plan = cast("dict[str, Any]", json.loads((run_dir / NODES_FILE).read_text()))
+    cancelled = False
+
+    def on_term(signum: int, frame: object) -> None:  # noqa: ARG001
+        nonlocal cancelled
+        cancelled = True  # the workers got the same signal from the session's group
+
+    signal.signal(signal.SIGTERM, on_term)
+    running: dict[int, subprocess.Popen[bytes]] = {}
+    for node, entry in enumerate(plan["nodes"]):
+        with Path(entry["log"]).open("ab") as log:
+            running[node] = subprocess.Popen(
+                entry["argv"],
+                env={**os.environ, **entry["env"]},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+    failed: tuple[int, int] | None = None
+    kill_at: float | None = None
+    while running:
+        for node, process in list(running.items()):
+            code = process.poll()
+            if code is None:
+                continue
+            del running[node]
+            if code != 0 and failed is None and not cancelled:
+                failed = (node, code)
+                _say(f"node {node} failed ({describe_status(code)}); stopping the other nodes")
+                for other in running.values():
+                    other.send_signal(signal.SIGTERM)
+                kill_at = time.monotonic() + STOP_GRACE_SECONDS
+        if kill_at is not None and time.monotonic() > kill_at:
+            for other in running.values():
+                other.kill()
+            kill_at = None
+        time.sleep(_POLL_SECONDS)
+    if failed is None:
+        return 0
+    _record_failure(run_dir, job=plan["job"], nodes=len(plan["nodes"]), failed=failed)
+    return 1
+
+
+def _record_failure(run_dir: Path, *, job: str, nodes: int, failed: tuple[int, int]) -> None:
+    path = node_outputs(run_dir / "outputs", 0) / MANIFEST_NAME
+    try:
+        manifest = read_manifest(path)
+    except (OSError, ValueError, TypeError):  # node 0 died before writing it, or mid-way
+        manifest = JobManifest(job=job, node=0, nodes=nodes)
+    node, code = failed
+    write_manifest(
+        path, manifest.model_copy(update={"failed_node": node, "failed_node_status": code})
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(supervise(Path(sys.argv[1])))
