@@ -22,8 +22,15 @@ from substrax.tracking import (
 )
 
 
+def refuse_constant(name):
+    raise ValueError(f"not strict JSON: {name}")
+
+
 def lines(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """Every line as strict JSON (NaN, Infinity and -Infinity are refused)."""
+    return [
+        json.loads(line, parse_constant=refuse_constant) for line in path.read_text().splitlines()
+    ]
 
 
 def test_console_lines_are_aligned_and_cover_every_kind():
@@ -106,7 +113,7 @@ def test_file_logger_writes_jsonl_csv_hparams_text_images_histograms(tmp_path):
         (1, "loss", 0.5),
         (1, "acc", 0.25),
     ]
-    assert math.isnan(metrics[2]["value"])
+    assert metrics[2]["value"] == "NaN"
     assert metrics[3]["step"] is None
     with (tmp_path / "my_run.metrics.csv").open() as file:
         rows = list(csv.DictReader(file))
@@ -278,3 +285,67 @@ def test_plot_refuses_a_directory_without_a_file_log(tmp_path):
     from substrax.tracking.__main__ import main
 
     assert main(["plot", str(tmp_path)]) == 2
+
+
+def test_the_file_log_is_strict_json_and_reads_back_non_finite_floats(tmp_path):
+    with FileLogger("strict", tmp_path) as logger:
+        logger.log_scalars({"a": math.nan, "b": math.inf, "c": -math.inf, "d": 1.5}, step=0)
+        logger.log_scalar("e", np.float32("inf"), step=1)
+        logger.log_scalar("f", -math.inf, step=2)  # the fast path
+        logger.log_hyperparams({"clip": math.inf})
+        logger.log_histogram("empty", np.array([math.nan]), step=0)
+    metrics = lines(tmp_path / "strict.metrics.jsonl")
+    assert [m["value"] for m in metrics] == [
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        1.5,
+        "Infinity",
+        "-Infinity",
+    ]
+    json.loads((tmp_path / "strict.hparams.json").read_text(), parse_constant=refuse_constant)
+    [histogram] = lines(tmp_path / "strict.histograms.jsonl")
+    assert histogram["min"] == "NaN"
+    series = read_scalars(tmp_path / "strict.metrics.jsonl")
+    assert math.isnan(series["a"][0][1])
+    assert series["b"] == [(0, math.inf)]
+    assert series["c"] == [(0, -math.inf)]
+    assert series["e"] == [(1, math.inf)]
+    assert series["f"] == [(2, -math.inf)]
+
+
+@pytest.mark.parametrize(
+    ("call", "value"),
+    [
+        (lambda logger: logger.log_scalar("", 1.0, step=0), 1.0),
+        (lambda logger: logger.log_scalars({"ok": 1.0, "": 2.0}, step=0), 2.0),
+    ],
+    ids=["log_scalar", "log_scalars"],
+)
+def test_an_empty_metric_name_is_refused(tmp_path, call, value):
+    from substrax.tracking import EmptyMetricNameError
+
+    with FileLogger("names", tmp_path) as logger:
+        with pytest.raises(EmptyMetricNameError, match="must be a non-empty string") as caught:
+            call(logger)
+        assert isinstance(caught.value, ValueError)
+        assert (caught.value.name, caught.value.value) == ("", value)
+    assert lines(tmp_path / "names.metrics.jsonl") == []
+    with pytest.raises(EmptyMetricNameError):
+        ConsoleLogger("c", stream=io.StringIO()).log_scalars({"": 1.0})
+
+
+def test_a_value_too_large_for_a_float_names_its_key(tmp_path):
+    from substrax.tracking import MetricOverflowError
+
+    with FileLogger("big", tmp_path) as logger:
+        with pytest.raises(MetricOverflowError, match="'tokens_seen'") as caught:
+            logger.log_scalar("tokens_seen", 10**400, step=0)
+        assert isinstance(caught.value, OverflowError)
+        assert caught.value.name == "tokens_seen"
+        with pytest.raises(MetricOverflowError, match="'big/int'"):
+            logger.log_scalars({"big/int": -(10**400)}, step=0)
+        with pytest.raises(MetricOverflowError, match="'as_array'"):
+            logger.log_scalar("as_array", np.array(10**400, dtype=object), step=0)
+        logger.log_scalar("fine", 10**300, step=0)
+    assert read_scalars(tmp_path / "big.metrics.jsonl") == {"fine": [(0, 1e300)]}

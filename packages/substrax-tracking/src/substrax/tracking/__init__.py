@@ -16,7 +16,12 @@ Example:
     >>> logger.close()
 """
 
-from ._base import Logger as Logger, LoggerClosedError as LoggerClosedError
+from ._base import (
+    EmptyMetricNameError as EmptyMetricNameError,
+    Logger as Logger,
+    LoggerClosedError as LoggerClosedError,
+    MetricOverflowError as MetricOverflowError,
+)
 from ._console import ConsoleLogger as ConsoleLogger
 from ._factory import create_logger as create_logger
 from ._file import FileLogger as FileLogger
@@ -25,20 +30,24 @@ from ._multi import MultiLogger as MultiLogger
 from ._plot import plot_log_dir as plot_log_dir, read_scalars as read_scalars
 from ._process import current_process_index as current_process_index
 from ._remote import RemoteLogger as RemoteLogger
-from ._spool import ReplayResult as ReplayResult, replay_spool as replay_spool
+from ._replay import ReplayResult as ReplayResult, replay_spool as replay_spool
+from ._spool import SpoolNotFoundError as SpoolNotFoundError
 from ._tensorboard import TensorBoardLogger as TensorBoardLogger
 from ._wandb import WandbLogger as WandbLogger
 
 
 __all__ = [
     "ConsoleLogger",
+    "EmptyMetricNameError",
     "FileLogger",
     "Logger",
     "LoggerClosedError",
     "MLFlowLogger",
+    "MetricOverflowError",
     "MultiLogger",
     "RemoteLogger",
     "ReplayResult",
+    "SpoolNotFoundError",
     "TensorBoardLogger",
     "WandbLogger",
     "create_logger",

@@ -2,17 +2,59 @@
 
 Commands:
     plot LOG_DIR [--out DIR]     draw the scalar curves of a file log to PNGs and an index.html
-    replay SPOOL [--include-refused]  send the records of a spool file to their backends
+    replay SPOOL [--timeout S] [--include-refused]  send the records of a spool file to their backends
+
+``replay`` exits 0 when every record was delivered, 1 when some remain in the spool (a backend
+unreachable or refusing, the time limit reached, or lines that are not records, which are moved
+to ``SPOOL.bad``), and 2 when the spool file does not exist.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from ._plot import plot_log_dir
-from ._spool import replay_spool
+from ._replay import replay_spool
+from ._spool import SpoolNotFoundError
+
+
+_REPLAY_TIMEOUT = 120.0
+
+
+class _Exit:
+    """Whether a replay left a backend call running (then the process ends without waiting)."""
+
+    stuck = False
+
+
+def _replay(spool: str, *, timeout: float, include_refused: bool) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        result = replay_spool(spool, include_refused=include_refused, timeout=timeout or None)
+    except SpoolNotFoundError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 2
+    sys.stdout.write(f"delivered {result.delivered}, remaining {result.remaining}\n")
+    if result.bad_lines:
+        sys.stderr.write(
+            f"error: {len(result.bad_lines)} lines of {spool} are not records: "
+            f"{result.describe_bad_lines()}\n"
+        )
+    if result.timed_out:
+        _Exit.stuck = True
+        sys.stderr.write(
+            f"error: stopped after --timeout {timeout:g} s; the {result.remaining} undelivered "
+            f"records stay in {spool}; run the replay again when the backend answers\n"
+        )
+    elif result.remaining:
+        sys.stderr.write(
+            f"error: {result.remaining} records stay in {spool} (a backend did not take them)\n"
+        )
+    return 0 if result.remaining == 0 and not result.bad_lines else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,6 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     replay = commands.add_parser("replay", help="send spooled records to their backends")
     replay.add_argument("spool")
     replay.add_argument(
+        "--timeout",
+        type=float,
+        default=_REPLAY_TIMEOUT,
+        help=f"give up after this many seconds, keeping what is undelivered (default "
+        f"{_REPLAY_TIMEOUT:g}; 0 waits as long as the backends take)",
+    )
+    replay.add_argument(
         "--include-refused", action="store_true", help="also retry records a backend refused"
     )
     args = parser.parse_args(argv)
@@ -38,10 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         sys.stdout.write(f"{page}\n")
         return 0
-    result = replay_spool(args.spool, include_refused=args.include_refused)
-    sys.stdout.write(f"delivered {result.delivered}, remaining {result.remaining}\n")
-    return 0 if result.remaining == 0 else 1
+    if args.timeout < 0:
+        parser.error(f"--timeout {args.timeout:g} must be >= 0 seconds")
+    return _replay(args.spool, timeout=args.timeout, include_refused=args.include_refused)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if _Exit.stuck:  # an SDK's exit hooks would wait for the call the timeout gave up on
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

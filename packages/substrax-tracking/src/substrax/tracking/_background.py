@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -10,7 +9,8 @@ import time
 from pathlib import Path
 
 from ._records import Record
-from ._spool import Sink, SpoolFile, replay_spool
+from ._replay import run_replay, target_key
+from ._spool import Sink, SpoolFile
 
 
 __all__ = ["AsyncDelivery"]
@@ -32,12 +32,13 @@ class _Control:
 class AsyncDelivery:
     """Deliver records to a sink from a worker thread; never block or raise in the caller.
 
-    The caller's :meth:`submit` puts a record on a bounded queue (or, if the queue is full,
-    into the spool file). The worker materializes records, sends them in batches, and on a
-    failure logs one warning, keeps them, and retries with backoff. Records the backend refuses
-    and those still undelivered at :meth:`close` go to the spool file, which
-    :func:`replay_spool` (or ``python -m substrax.tracking replay``) sends later. After a
-    recovery the worker replays the spool itself.
+    The caller's :meth:`submit` puts a record on a queue (past ``max_queue`` records, into the
+    spool file). The worker materializes records and sends them in batches. When the backend
+    fails, the worker warns once, writes the records it holds to the spool file (so that a
+    crash loses nothing), keeps spooling while the backend is down, and retries with backoff
+    by replaying the spool in order. Records the backend refuses go to the spool with their
+    error. :meth:`close` never waits for the backend longer than its timeout: if the worker is
+    still inside a backend call by then, the caller spools what is undelivered itself.
 
     Args:
         sink: the backend run.
@@ -66,6 +67,7 @@ class AsyncDelivery:
         self.spool = SpoolFile(spool_path)
         self.media_dir = media_dir
         self.label = label
+        self.max_queue = max_queue
         self.max_batch = max_batch
         self.retry_initial = retry_initial
         self.retry_max = retry_max
@@ -73,15 +75,19 @@ class AsyncDelivery:
         self.spooled = 0
         self.failures = 0
         self._target = sink.target()
-        self._target_key = json.dumps(self._target, sort_keys=True)
-        self._queue: queue.Queue[Record | _Control] = queue.Queue(maxsize=max_queue)
+        self._key = target_key(self._target)
+        self._queue: queue.SimpleQueue[Record | _Control] = queue.SimpleQueue()
+        # _lock guards _pending, _in_flight, _abandoned and the worker's spool writes against
+        # the caller's take-over in close().
+        self._lock = threading.Lock()
         self._pending: list[Record] = []
+        self._in_flight: list[Record] = []
+        self._abandoned = False
         self._warned = False
         self._failing = False
         self._next_retry = 0.0
         self._delay = retry_initial
         self._overflowed = False
-        self._singles = 0
         self._spool_dirty = False
         self._close_deadline = 0.0
         self._thread = threading.Thread(
@@ -91,23 +97,25 @@ class AsyncDelivery:
 
     # --- the caller's side --------------------------------------------------------------
     def submit(self, record: Record) -> None:
-        """Queue ``record`` (never blocks; a full queue spills into the spool file)."""
-        try:
-            self._queue.put_nowait(record)
-        except queue.Full:
-            if not self._overflowed:
-                self._overflowed = True
-                _log.warning(
-                    "%s: the delivery queue is full; spilling records to %s (replayed once the "
-                    "backend keeps up)",
-                    self.label,
-                    self.spool.path,
-                )
-            self.spooled += self.spool.append(self._target, [record.materialize(self.media_dir)])
-            self._spool_dirty = True
+        """Queue ``record`` (never blocks on the backend; past ``max_queue``, into the spool file)."""
+        if self._queue.qsize() < self.max_queue:
+            self._queue.put(record)
+            return
+        if not self._overflowed:
+            self._overflowed = True
+            _log.warning(
+                "%s: the delivery queue is full; spilling records to %s (replayed once the "
+                "backend keeps up)",
+                self.label,
+                self.spool.path,
+            )
+        self.spooled += self._spool_records([record], None)
+        self._spool_dirty = True
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is delivered; return whether it was."""
+        if not self._thread.is_alive():
+            return False
         control = _Control("flush")
         self._queue.put(control)
         control.done.wait(timeout)
@@ -116,63 +124,171 @@ class AsyncDelivery:
     def close(self, timeout: float = 30.0) -> int:
         """Deliver what it can within ``timeout`` seconds, spool the rest, end the run.
 
+        Returns within ``timeout`` (plus the time to write the spool file) whatever the backend
+        does.
+
         Returns:
-            how many records went to the spool file at close.
+            how many of this run's records the spool file holds afterwards.
         """
-        before = self.spooled
         self._close_deadline = time.monotonic() + timeout
-        control = _Control("close")
-        self._queue.put(control)
-        self._thread.join(timeout + 30.0)
-        return self.spooled - before
+        self._queue.put(_Control("close"))
+        self._thread.join(timeout)
+        stuck = self._thread.is_alive()
+        records = self._abandon()
+        if records:
+            self.spooled += self._spool_records(records, None)
+        if stuck or records:
+            self._warn_left(
+                f"the backend did not answer within close_timeout={timeout:g} s"
+                if stuck
+                else "the delivery thread stopped"
+            )
+        return self._spooled_now()
+
+    def _abandon(self) -> list[Record]:
+        """Stop the worker from touching anything; return the records it had not delivered."""
+        with self._lock:
+            self._abandoned = True
+            records = [*self._in_flight, *self._pending]
+            self._in_flight, self._pending = [], []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, Record):
+                records.append(item)
+            else:
+                item.done.set()
+        return records
+
+    def _spooled_now(self) -> int:
+        try:
+            return sum(target_key(line["target"]) == self._key for line in self.spool.read())
+        except OSError:
+            return 0
+
+    def _warn_left(self, why: str) -> None:
+        count = self._spooled_now()
+        if count:
+            _log.warning(
+                "%s: %s; %d records are kept in %s; send them with "
+                "`python -m substrax.tracking replay %s`",
+                self.label,
+                why,
+                count,
+                self.spool.path,
+                self.spool.path,
+            )
+
+    def _spool_records(self, records: list[Record], error: str | None) -> int:
+        for record in records:
+            try:
+                record.materialize(self.media_dir)
+            except Exception as failure:
+                record.payload = {"unserializable": repr(failure)}
+                record.materialized = True
+        return self.spool.append(self._target, records, error)
 
     # --- the worker ---------------------------------------------------------------------
     def _run(self) -> None:
-        self._replay_own_spool()
-        while True:
-            controls: list[_Control] = []
-            wait = None if not self._pending else max(0.0, self._next_retry - time.monotonic())
-            try:
-                item = self._queue.get(timeout=wait)
-            except queue.Empty:
-                item = None
-            while item is not None:
-                if isinstance(item, _Control):
-                    controls.append(item)
-                    break
-                self._pending.append(item)
-                if len(self._pending) >= 10 * self.max_batch:
-                    break
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    item = None
-            if self._pending and (
-                not self._failing or time.monotonic() >= self._next_retry or controls
-            ):
+        self._replay_spool_found()
+        while not self._abandoned:
+            wait = max(0.0, self._next_retry - time.monotonic()) if self._failing else None
+            records, controls = self._take(wait)
+            with self._lock:
+                if self._abandoned:
+                    return
+                self._pending.extend(records)
+            retry_due = self._failing and (controls or time.monotonic() >= self._next_retry)
+            if self._failing and not self._spool_pending():
+                return
+            if retry_due:
+                self._retry()
+            if not self._failing and self._pending:
                 self._deliver_pending()
             for control in controls:
                 if control.kind == "close":
                     self._finish_close()
-                    control.ok = not self._pending
                     control.done.set()
                     return
-                control.ok = not self._pending
+                control.ok = not self._failing and not self._pending
                 control.done.set()
 
-    def _deliver_pending(self) -> None:
-        while self._pending:
-            chunk = self._next_chunk()
+    def _take(self, wait: float | None) -> tuple[list[Record], list[_Control]]:
+        """Records and controls from the queue: wait for the first, then take what is there."""
+        records: list[Record] = []
+        controls: list[_Control] = []
+        try:
+            item = self._queue.get(timeout=wait)
+        except queue.Empty:
+            return records, controls
+        while True:
+            if isinstance(item, _Control):
+                controls.append(item)
+                break
+            records.append(item)
+            if len(records) >= 10 * self.max_batch:
+                break
             try:
-                for record in chunk:
-                    record.materialize(self.media_dir)
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+        return records, controls
+
+    def _materialize_pending(self) -> bool:
+        """Turn pending payloads into JSON data; a value that cannot be is spooled with its error.
+
+        Under the lock, so that a record is materialized once even if close() spools it.
+        Returns False if close() took over.
+        """
+        with self._lock:
+            if self._abandoned:
+                return False
+            kept: list[Record] = []
+            for record in self._pending:
+                try:
+                    kept.append(record.materialize(self.media_dir))
+                except Exception as error:
+                    _log.warning(
+                        "%s: a %s record at step %s cannot be sent (%s); it is kept in %s",
+                        self.label,
+                        record.kind,
+                        record.step,
+                        error,
+                        self.spool.path,
+                    )
+                    self.spooled += self._spool_records(
+                        [record], f"{type(error).__name__}: {error}"
+                    )
+            self._pending = kept
+        return True
+
+    def _deliver_pending(self) -> None:
+        singles = 0
+        if not self._materialize_pending():
+            return
+        while self._pending:
+            chunk = self._next_chunk(single=singles > 0)
+            try:
+                with self._lock:
+                    if self._abandoned:
+                        return
+                    self._in_flight = chunk
+                    del self._pending[: len(chunk)]
                 self.sink.deliver(chunk)
             except Exception as error:
+                with self._lock:
+                    if self._abandoned:
+                        return
+                    self._pending[:0] = self._in_flight
+                    self._in_flight = []
                 if not self._is_permanent(error):
                     self._on_failure(error)
+                    self._spool_pending()
                     return
                 if len(chunk) > 1:  # find the refused record: send these one at a time
-                    self._singles = len(chunk)
+                    singles = len(chunk)
                     continue
                 _log.warning(
                     "%s refused a record (%s); it is kept in %s",
@@ -180,44 +296,26 @@ class AsyncDelivery:
                     error,
                     self.spool.path,
                 )
-                self.spooled += self._spool_chunk(chunk, f"{type(error).__name__}: {error}")
-                self._done(chunk)
+                with self._lock:
+                    if self._abandoned:
+                        return
+                    del self._pending[:1]
+                    self.spooled += self._spool_records(chunk, f"{type(error).__name__}: {error}")
+                singles = max(0, singles - 1)
                 continue
-            self._done(chunk)
+            with self._lock:
+                if self._abandoned:
+                    return
+                self._in_flight = []
+            singles = max(0, singles - len(chunk))
             self.delivered += len(chunk)
-            if self._failing:
-                self._failing = False
-                self._delay = self.retry_initial
-                _log.warning(
-                    "%s: delivering again after %d failed attempts", self.label, self.failures
-                )
-                self._replay_own_spool()
-            elif self._spool_dirty:
+            if self._spool_dirty:
                 self._spool_dirty = False
-                self._replay_own_spool()
+                self._retry()
 
-    def _done(self, chunk: list[Record]) -> None:
-        del self._pending[: len(chunk)]
-        self._singles = max(0, self._singles - len(chunk))
-
-    def _spool_chunk(self, chunk: list[Record], error: str | None) -> int:
-        for record in chunk:
-            try:
-                record.materialize(self.media_dir)
-            except Exception as failure:
-                record.payload = {"unserializable": repr(failure)}
-                record.materialized = True
-        return self.spool.append(self._target, chunk, error)
-
-    def _is_permanent(self, error: BaseException) -> bool:
-        try:
-            return bool(self.sink.is_permanent(error))
-        except Exception:
-            return False
-
-    def _next_chunk(self) -> list[Record]:
+    def _next_chunk(self, *, single: bool) -> list[Record]:
         first = self._pending[0]
-        if first.kind not in _BATCHABLE or self._singles:
+        if first.kind not in _BATCHABLE or single:
             return [first]
         end = 1
         while (
@@ -228,63 +326,129 @@ class AsyncDelivery:
             end += 1
         return self._pending[:end]
 
+    def _spool_pending(self) -> bool:
+        """Move the pending records to the spool file; False if close() took over."""
+        with self._lock:
+            if self._abandoned:
+                return False
+            if self._pending:
+                self.spooled += self._spool_records(self._pending, None)
+                self._pending = []
+        return True
+
+    def _is_permanent(self, error: BaseException) -> bool:
+        try:
+            return bool(self.sink.is_permanent(error))
+        except Exception:
+            return False
+
     def _on_failure(self, error: BaseException) -> None:
         self.failures += 1
         if not self._warned:
             self._warned = True
             _log.warning(
-                "%s could not deliver (%s: %s); logging goes on, records are buffered and retried, "
-                "and any left at close are written to %s (this is reported once)",
+                "%s could not deliver (%s: %s); logging goes on, records are kept in %s and "
+                "retried (this is reported once); if they are still there when the run ends, "
+                "send them with `python -m substrax.tracking replay %s`",
                 self.label,
                 type(error).__name__,
                 error,
+                self.spool.path,
                 self.spool.path,
             )
         self._failing = True
         self._next_retry = time.monotonic() + self._delay
         self._delay = min(self._delay * 2, self.retry_max)
 
-    def _finish_close(self) -> None:
+    def _retry(self) -> None:
+        """Send this run's spooled records, in order; on success the backend is back."""
+        if not self.spool.path.exists():
+            self._recovered()
+            return
+        try:
+            result, errors = run_replay(self.spool, sinks={self._key: self.sink}, only=self._key)
+        except Exception as error:
+            self._on_failure(error)
+            return
+        self.delivered += result.delivered
+        if self._key in errors:
+            self._on_failure(errors[self._key][1])
+        else:
+            self._recovered()
+
+    def _recovered(self) -> None:
+        if self._failing:
+            self._failing = False
+            self._delay = self.retry_initial
+            _log.warning("%s: delivering again after %d failed attempts", self.label, self.failures)
+
+    def _drain(self) -> bool:
+        """Take the records submitted before close; False if close() took over."""
         while True:
-            # Drain whatever is still queued (records submitted before close).
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, Record):
-                self._pending.append(item)
+            records, controls = self._take(0.0)
+            for control in controls:
+                control.done.set()
+            if not records and not controls:
+                return True
+            with self._lock:
+                if self._abandoned:
+                    return False
+                self._pending.extend(records)
+
+    def _finish_close(self) -> None:
+        if not self._drain():
+            return
+        while time.monotonic() < self._close_deadline:
+            if self._failing:
+                if not self._spool_pending():
+                    return
+                if time.monotonic() >= self._next_retry:
+                    self._retry()
+                else:
+                    time.sleep(
+                        max(0.0, min(self._next_retry, self._close_deadline) - time.monotonic())
+                    )
+            elif self._pending:
+                self._deliver_pending()
             else:
-                item.ok = False
-                item.done.set()
-        while self._pending and time.monotonic() < self._close_deadline:
-            self._deliver_pending()
-            if self._pending:
-                time.sleep(max(0.0, min(self._next_retry, self._close_deadline) - time.monotonic()))
-        if self._pending:
-            count = self._spool_chunk(self._pending, None)
-            self.spooled += count
-            self._pending.clear()
-            _log.warning(
-                "%s: %d records could not be delivered and are kept in %s; send them with "
-                "`python -m substrax.tracking replay %s`",
-                self.label,
-                count,
-                self.spool.path,
-                self.spool.path,
-            )
+                break
+        if not self._spool_pending():
+            return
+        if self._failing:
+            # The backend is down: the run is ended by the replay that delivers its records.
+            self._warn_left("the backend is unreachable")
+            return
         try:
             self.sink.finish()
         except Exception as error:
             _log.warning("%s: could not end the run cleanly: %s", self.label, error)
 
-    def _replay_own_spool(self) -> None:
+    def _replay_spool_found(self) -> None:
+        """Send what an earlier run left in this spool file (every target in it)."""
         if not self.spool.path.exists():
             return
         try:
-            result = replay_spool(self.spool.path, sinks={self._target_key: self.sink})
+            result, errors = run_replay(self.spool, sinks={self._key: self.sink})
         except Exception as error:
             _log.warning("%s: could not replay %s: %s", self.label, self.spool.path, error)
             return
+        self.delivered += result.delivered
         if result.delivered:
-            self.delivered += result.delivered
             _log.info("%s: replayed %d spooled records", self.label, result.delivered)
+        if result.bad_lines:
+            _log.warning(
+                "%s: lines of %s are not records: %s",
+                self.label,
+                self.spool.path,
+                result.describe_bad_lines(),
+            )
+        for target, error in errors.values():
+            _log.warning(
+                "%s: records for %s in %s could not be replayed yet (%s)",
+                self.label,
+                dict(target),
+                self.spool.path,
+                error,
+            )
+        if self._key in errors:
+            self._on_failure(errors[self._key][1])

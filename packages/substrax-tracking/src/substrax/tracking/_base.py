@@ -15,7 +15,16 @@ from typing import Any, Self
 from ._process import current_process_index
 
 
-__all__ = ["Logger", "LoggerClosedError", "as_scalar", "histogram_summary", "safe_name"]
+__all__ = [
+    "EmptyMetricNameError",
+    "Logger",
+    "LoggerClosedError",
+    "MetricOverflowError",
+    "as_scalar",
+    "check_metric_name",
+    "histogram_summary",
+    "safe_name",
+]
 
 _GRAY, _COLOR = 2, 3
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
@@ -33,6 +42,60 @@ class LoggerClosedError(RuntimeError):
         super().__init__(f"logger {logger_name!r} is closed; create a new one to log again")
 
 
+class EmptyMetricNameError(ValueError):
+    """A metric was logged under an empty name (or a name that is not a string).
+
+    Attributes:
+        name: the name given.
+        value: the value logged under it.
+    """
+
+    def __init__(self, name: object, value: object) -> None:
+        self.name = name
+        self.value = value
+        super().__init__(
+            f"metric name {name!r} (value {value!r}) must be a non-empty string; "
+            "give the metric a name such as 'loss' or 'train/loss'"
+        )
+
+
+class MetricOverflowError(OverflowError):
+    """A metric's value is too large for a float (a Python int past about 1.8e308).
+
+    Attributes:
+        name: the metric's name.
+        value: the value logged.
+    """
+
+    def __init__(self, name: str, value: object) -> None:
+        self.name = name
+        self.value = value
+        shown = repr(value)
+        if len(shown) > 40:  # noqa: PLR2004
+            shown = f"{shown[:20]}...{shown[-10:]} ({len(shown)} digits)"
+        super().__init__(
+            f"scalar {name!r} = {shown} is too large for a float; log a scaled value "
+            "(or its logarithm) instead"
+        )
+
+
+def check_metric_name(name: object, value: object) -> None:
+    """Refuse an empty metric name (or one that is not a string).
+
+    Raises:
+        EmptyMetricNameError: ``name`` is empty or not a string.
+
+    Example:
+        >>> check_metric_name("loss", 0.5)
+        >>> check_metric_name("", 0.5)
+        Traceback (most recent call last):
+        ...
+        substrax.tracking._base.EmptyMetricNameError: metric name '' (value 0.5) must be a non-empty string; give the metric a name such as 'loss' or 'train/loss'
+    """
+    if not name or not isinstance(name, str):
+        raise EmptyMetricNameError(name, value)
+
+
 def safe_name(name: str) -> str:
     """``name`` made safe for a file name (``train/loss`` -> ``train_loss``).
 
@@ -48,6 +111,7 @@ def as_scalar(name: str, value: Any) -> float:
 
     Raises:
         TypeError: ``value`` is not a number (a string, a bool, an array of several values).
+        MetricOverflowError: ``value`` is too large for a float.
 
     Example:
         >>> as_scalar("loss", 3)
@@ -57,11 +121,12 @@ def as_scalar(name: str, value: Any) -> float:
         return value
     if isinstance(value, bool | str | bytes) or value is None:
         raise TypeError(f"scalar {name!r} must be a number, got {type(value).__name__} {value!r}")
-    if isinstance(value, numbers.Real):
-        return float(value)
     size = getattr(value, "size", None)
-    if size == 1:
-        return float(value)
+    if isinstance(value, numbers.Real) or size == 1:
+        try:
+            return float(value)
+        except OverflowError:
+            raise MetricOverflowError(name, value) from None
     raise TypeError(
         f"scalar {name!r} must be a number or a one-element array, got {type(value).__name__}"
         + (f" of size {size}" if size is not None else "")
@@ -104,9 +169,15 @@ class Logger(abc.ABC):
         self.log_scalars({name: value}, step)
 
     def log_scalars(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Log several scalars at ``step``."""
+        """Log several scalars at ``step``.
+
+        Raises:
+            EmptyMetricNameError: a name is empty.
+        """
         if self.closed:
             raise LoggerClosedError(self.name)
+        for key, value in metrics.items():
+            check_metric_name(key, value)
         if self.active:
             self._write_scalars(metrics, step)
 

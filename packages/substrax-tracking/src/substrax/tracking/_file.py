@@ -13,14 +13,24 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
-from ._base import Logger, LoggerClosedError, as_scalar, histogram_summary, safe_name
+from ._base import (
+    Logger,
+    LoggerClosedError,
+    as_scalar,
+    check_metric_name,
+    histogram_summary,
+    safe_name,
+)
 from ._extras import install_hint
 from ._media import save_image
 
 
-__all__ = ["FileLogger", "json_ready"]
+__all__ = ["NON_FINITE", "FileLogger", "decode_number", "json_ready", "strict_json"]
+
+#: How the file log writes a float that JSON cannot hold (strict JSON has no NaN or infinity).
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 _log = logging.getLogger("substrax.tracking")
 
@@ -43,12 +53,54 @@ def json_ready(value: Any) -> Any:
     return str(value)
 
 
+def _encode_float(number: float) -> float | str:
+    if math.isfinite(number):
+        return number
+    return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+
+
+def strict_json(value: Any) -> Any:
+    """JSON data with every NaN or infinite float written as ``"NaN"``, ``"Infinity"`` or ``"-Infinity"``.
+
+    Example:
+        >>> import json
+        >>> json.dumps(strict_json({"min": float("nan"), "edges": [0.0, float("inf")]}))
+        '{"min": "NaN", "edges": [0.0, "Infinity"]}'
+    """
+    if isinstance(value, float):
+        return _encode_float(value)
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in cast("dict[str, Any]", value).items()}
+    if isinstance(value, list):
+        return [strict_json(v) for v in cast("list[Any]", value)]
+    return value
+
+
+def decode_number(value: Any) -> float:
+    """A value of the file log as a float: a number, or one of the strings of :data:`NON_FINITE`.
+
+    Raises:
+        ValueError: ``value`` is neither.
+
+    Example:
+        >>> decode_number("-Infinity"), decode_number(0.5)
+        (-inf, 0.5)
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value in NON_FINITE:
+        return NON_FINITE[value]
+    raise ValueError(f"{value!r} is not a number of a substrax file log")
+
+
 class FileLogger(Logger):
     """Write a run's log to files under ``log_dir`` with stable names, so that a resumed run appends.
 
     Files (``<name>`` made file-safe):
 
-    * ``<name>.metrics.jsonl``: one ``{"time", "step", "name", "value"}`` object per scalar;
+    * ``<name>.metrics.jsonl``: one ``{"time", "step", "name", "value"}`` object per scalar,
+      strict JSON: a NaN or infinite value is written as the string ``"NaN"``, ``"Infinity"``
+      or ``"-Infinity"`` (:func:`read_scalars` reads them back as floats);
     * ``<name>.metrics.csv``: the same in long form, columns ``time,step,name,value``;
     * ``<name>.hparams.json``: every hyperparameter logged, merged;
     * ``<name>.text.jsonl``: one ``{"time", "step", "name", "text"}`` object per text;
@@ -106,16 +158,22 @@ class FileLogger(Logger):
             if new_csv:
                 self._csv.write("time,step,name,value\n")
 
-    def _encoded(self, key: str) -> tuple[str, str]:
+    def _encoded(self, key: str, value: Any) -> tuple[str, str]:
         encoded = self._names.get(key)
         if encoded is None:
+            check_metric_name(key, value)
             buffer = io.StringIO()
             csv.writer(buffer, lineterminator="").writerow([key])
             encoded = self._names[key] = (json.dumps(key), buffer.getvalue())
         return encoded
 
     def log_scalar(self, name: str, value: Any, step: int | None = None) -> None:
-        """Log one scalar ``value`` under ``name`` at ``step`` (the fast path of :meth:`log_scalars`)."""
+        """Log one scalar ``value`` under ``name`` at ``step`` (the fast path of :meth:`log_scalars`).
+
+        Raises:
+            EmptyMetricNameError: ``name`` is empty.
+            MetricOverflowError: ``value`` is too large for a float.
+        """
         if self.closed:
             raise LoggerClosedError(self.name)
         if self.active:
@@ -134,8 +192,10 @@ class FileLogger(Logger):
         if math.isfinite(number):
             text = repr(number)
         else:
-            text = "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
-        encoded = self._names.get(key) or self._encoded(key)
+            text = (
+                '"NaN"' if math.isnan(number) else ('"Infinity"' if number > 0 else '"-Infinity"')
+            )
+        encoded = self._names.get(key) or self._encoded(key, value)
         if step is None:
             jsonl.write(f'{{"time":{now!r},"step":null,"name":{encoded[0]},"value":{text}}}\n')
             rows.write(f"{now!r},,{encoded[1]},{number!r}\n")
@@ -149,14 +209,15 @@ class FileLogger(Logger):
         merged: dict[str, Any] = {}
         if self.hparams_json.exists():
             merged = json.loads(self.hparams_json.read_text(encoding="utf-8"))
-        merged.update(json_ready(params))
+        merged.update(strict_json(json_ready(params)))
         tmp = self.hparams_json.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        text = json.dumps(merged, indent=2, sort_keys=True, allow_nan=False)
+        tmp.write_text(text + "\n", encoding="utf-8")
         tmp.replace(self.hparams_json)
 
     def _append(self, path: Path, record: dict[str, Any]) -> None:
         with path.open("a", encoding="utf-8") as file:
-            file.write(json.dumps(record) + "\n")
+            file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._append(

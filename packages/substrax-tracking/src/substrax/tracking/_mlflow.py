@@ -4,12 +4,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
+import threading
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from . import _http_bounds as http_bounds
 from ._base import safe_name
 from ._extras import require
 from ._records import Record
@@ -17,7 +22,11 @@ from ._remote import RemoteLogger
 from ._spool import register_sink_factory
 
 
-__all__ = ["MLFlowLogger"]
+__all__ = ["RUN_KEY_TAG", "MLFlowLogger"]
+
+_log = logging.getLogger("substrax.tracking")
+
+RUN_KEY_TAG = "substrax.run_key"
 
 _MAX_METRICS, _MAX_PARAMS = 1000, 100
 _STATS = ("min", "max", "mean", "std")
@@ -38,20 +47,144 @@ def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+class _RunNotReadyError(ConnectionError):
+    """The run is still being created by the first connection attempt."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _RunSpec:
+    """How to find or create the run: by id (a resumed run) or by a key tagged on a new run."""
+
+    experiment_name: str
+    run_name: str
+    tags: dict[str, str]
+    artifact_location: str | None
+    run_key: str
+
+
 class _MlflowSink:
-    def __init__(self, tracking_uri: str, run_id: str, registry_uri: str | None = None) -> None:
+    """One MLflow run, created on the first call that reaches the server if it does not exist yet."""
+
+    def __init__(
+        self,
+        tracking_uri: str,
+        *,
+        run_id: str | None = None,
+        spec: _RunSpec | None = None,
+        registry_uri: str | None = None,
+        request_timeout: float = http_bounds.DEFAULT_TIMEOUT,
+    ) -> None:
         from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
         self.tracking_uri = tracking_uri
         self.run_id = run_id
+        self.experiment_id: str | None = None
+        self.spec = spec
+        self._resume = run_id is not None
+        self._ready = False
+        self._bounded = http_bounds.acquire(tracking_uri, request_timeout)
+        self._first: threading.Thread | None = None
+        self.first_error: BaseException | None = None
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=registry_uri)
 
+    @classmethod
+    def from_target(cls, target: Mapping[str, Any]) -> _MlflowSink:
+        if "run_id" in target:
+            return cls(str(target["tracking_uri"]), run_id=str(target["run_id"]))
+        spec = _RunSpec(
+            experiment_name=str(target["experiment_name"]),
+            run_name=str(target["run_name"]),
+            tags={str(k): str(v) for k, v in dict(target.get("tags") or {}).items()},
+            artifact_location=target.get("artifact_location"),
+            run_key=str(target["run_key"]),
+        )
+        return cls(str(target["tracking_uri"]), spec=spec)
+
+    def connect(self, timeout: float) -> bool:
+        """Try to find or create the run for at most ``timeout`` seconds (from a thread of its own).
+
+        Returns:
+            whether the run is ready. An answer of the server that refuses (an unknown run id,
+            a bad experiment) is raised; a server that does not answer is not an error.
+        """
+        self._first = threading.Thread(target=self._first_attempt, name="substrax-mlflow-connect")
+        self._first.daemon = True
+        self._first.start()
+        self._first.join(timeout)
+        if self._first.is_alive():
+            return False
+        self._first = None
+        from mlflow.exceptions import RestException  # noqa: PLC0415
+
+        if isinstance(self.first_error, RestException):  # the server answered: it refuses
+            raise self.first_error
+        return self._ready
+
+    def _first_attempt(self) -> None:
+        try:
+            self._set_up()
+        except Exception as error:
+            self.first_error = error
+
+    def _set_up(self) -> None:
+        client = self.client
+        if self._resume:
+            assert self.run_id is not None  # noqa: S101
+            run = client.get_run(self.run_id)
+            self.experiment_id = run.info.experiment_id
+            if run.info.status != "RUNNING":
+                client.update_run(self.run_id, status="RUNNING")
+        else:
+            spec = self.spec
+            assert spec is not None  # noqa: S101
+            found = client.get_experiment_by_name(spec.experiment_name)
+            if found is not None:
+                experiment_id = found.experiment_id
+            else:
+                experiment_id = client.create_experiment(
+                    spec.experiment_name, artifact_location=spec.artifact_location
+                )
+            existing = client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.`{RUN_KEY_TAG}` = '{spec.run_key}'",
+                max_results=1,
+            )
+            if existing:
+                self.run_id = existing[0].info.run_id
+            else:
+                tags = {**spec.tags, RUN_KEY_TAG: spec.run_key}
+                created = client.create_run(experiment_id, run_name=spec.run_name, tags=tags)
+                self.run_id = created.info.run_id
+            self.experiment_id = experiment_id
+        self._ready = True
+
+    def _ensure_run(self) -> str:
+        if not self._ready:
+            first = self._first
+            if first is not None:
+                if first.is_alive():
+                    raise _RunNotReadyError(
+                        f"MLflow at {self.tracking_uri} has not answered the first request yet"
+                    )
+                self._first = None
+            if not self._ready:
+                self._set_up()
+        assert self.run_id is not None  # noqa: S101
+        return self.run_id
+
     def target(self) -> dict[str, Any]:
-        return {"backend": "mlflow", "tracking_uri": self.tracking_uri, "run_id": self.run_id}
+        if self.spec is None or self._ready:
+            return {"backend": "mlflow", "tracking_uri": self.tracking_uri, "run_id": self.run_id}
+        return {
+            "backend": "mlflow",
+            "tracking_uri": self.tracking_uri,
+            **dataclasses.asdict(self.spec),
+        }
 
     def deliver(self, records: list[Record]) -> None:
         from mlflow.entities import Metric, Param  # noqa: PLC0415
 
+        run_id = self._ensure_run()
         metrics: list[Any] = []
         params: list[Any] = []
         for record in records:
@@ -66,55 +199,70 @@ class _MlflowSink:
                 )
             elif record.kind == "text":
                 self.client.log_text(
-                    self.run_id,
+                    run_id,
                     payload["text"],
                     f"text/{safe_name(payload['name'])}/step_{step}.txt",
                 )
             elif record.kind == "image":
                 for path in payload["paths"]:
-                    self.client.log_artifact(
-                        self.run_id, path, f"images/{safe_name(payload['name'])}"
-                    )
+                    self.client.log_artifact(run_id, path, f"images/{safe_name(payload['name'])}")
             elif record.kind == "histogram":
                 name = payload["name"]
                 self.client.log_batch(
-                    self.run_id,
+                    run_id,
                     metrics=[Metric(f"{name}/{s}", payload[s], stamp, step) for s in _STATS],
                 )
                 self.client.log_dict(
-                    self.run_id, payload, f"histograms/{safe_name(name)}/step_{step}.json"
+                    run_id, payload, f"histograms/{safe_name(name)}/step_{step}.json"
                 )
             elif record.kind == "artifact":
                 path = Path(payload["path"])
                 if path.is_dir():
-                    self.client.log_artifacts(self.run_id, str(path), payload["artifact_path"])
+                    self.client.log_artifacts(run_id, str(path), payload["artifact_path"])
                 else:
-                    self.client.log_artifact(self.run_id, str(path), payload["artifact_path"])
+                    self.client.log_artifact(run_id, str(path), payload["artifact_path"])
         for start in range(0, len(params), _MAX_PARAMS):
-            self.client.log_batch(self.run_id, params=params[start : start + _MAX_PARAMS])
+            self.client.log_batch(run_id, params=params[start : start + _MAX_PARAMS])
         for start in range(0, len(metrics), _MAX_METRICS):
-            self.client.log_batch(self.run_id, metrics=metrics[start : start + _MAX_METRICS])
+            self.client.log_batch(run_id, metrics=metrics[start : start + _MAX_METRICS])
 
     def is_permanent(self, error: BaseException) -> bool:
         return getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE"
 
     def finish(self) -> None:
-        self.client.set_terminated(self.run_id)
+        try:
+            self.client.set_terminated(self._ensure_run())
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Give back the HTTP bounds this sink holds (once)."""
+        if self._bounded:
+            self._bounded = False
+            http_bounds.release()
 
 
-register_sink_factory(
-    "mlflow", lambda target: _MlflowSink(str(target["tracking_uri"]), str(target["run_id"]))
-)
+register_sink_factory("mlflow", _MlflowSink.from_target)
 
 
 class MLFlowLogger(RemoteLogger):
     """Log to an MLflow run; calls return at once and reach MLflow from a worker thread.
 
-    The run is created (or resumed with ``run_id``) at construction, on process 0 only, so a
-    job has one run however many processes it has. Hyperparameters become params (nested
-    mappings flattened with dots, non-strings as JSON); text, images and histograms become
-    artifacts under ``text/``, ``images/`` and ``histograms/`` (histograms also log
+    The run is created (or resumed with ``run_id``) on process 0 only, so a job has one run
+    however many processes it has. Hyperparameters become params (nested mappings flattened
+    with dots, non-strings as JSON); text, images and histograms become artifacts under
+    ``text/``, ``images/`` and ``histograms/`` (histograms also log
     ``<name>/min|max|mean|std`` metrics).
+
+    Construction waits at most ``connect_timeout`` seconds for a server. One that does not
+    answer by then is warned about, and the run goes on: records are spooled, and the run is
+    created (tagged ``substrax.run_key``) and sent everything once the server answers, by
+    this logger or by ``python -m substrax.tracking replay``. :attr:`run_id` is None until
+    then. A server that answers with an error (an unknown ``run_id``) raises at construction.
+    For an ``http(s)`` server, MLflow's own HTTP retries are turned off and each request is
+    bounded by ``connect_timeout`` unless ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` or
+    ``MLFLOW_HTTP_REQUEST_TIMEOUT`` are set; :meth:`close` returns within ``close_timeout``
+    either way.
 
     Args:
         name: the run name (and the experiment name when ``experiment_name`` is None).
@@ -131,12 +279,15 @@ class MLFlowLogger(RemoteLogger):
             ``resolve_output_dir(name)``.
         spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl``.
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
+        connect_timeout: the most seconds construction waits for a server (and, unless set in
+            the environment, for one MLflow request).
         max_queue: the queue bound (a full queue spills into the spool file).
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log from every process (each then makes its own run).
 
     Raises:
         ImportError: mlflow is not installed (the ``mlflow`` extra).
+        ValueError: ``connect_timeout`` is not positive.
 
     Example:
         >>> import tempfile
@@ -144,6 +295,8 @@ class MLFlowLogger(RemoteLogger):
         >>> with MLFlowLogger("demo", tracking_uri=f"sqlite:///{d}/mlflow.db", log_dir=d) as logger:
         ...     logger.log_scalar("loss", 0.5, step=1)
     """
+
+    _sink: _MlflowSink | None
 
     def __init__(
         self,
@@ -159,11 +312,14 @@ class MLFlowLogger(RemoteLogger):
         log_dir: str | os.PathLike[str] | None = None,
         spool_path: str | os.PathLike[str] | None = None,
         close_timeout: float = 30.0,
+        connect_timeout: float = http_bounds.DEFAULT_TIMEOUT,
         max_queue: int = 100_000,
         process_index: int | None = None,
         all_processes: bool = False,
     ) -> None:
         _import_mlflow()
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout={connect_timeout!r} must be > 0 seconds")
         super().__init__(
             name,
             log_dir=log_dir,
@@ -173,8 +329,7 @@ class MLFlowLogger(RemoteLogger):
             process_index=process_index,
             all_processes=all_processes,
         )
-        self.run_id: str | None = None
-        self.experiment_id: str | None = None
+        self._sink = None
         self.tracking_uri = (
             tracking_uri
             or os.environ.get("MLFLOW_TRACKING_URI")
@@ -182,32 +337,57 @@ class MLFlowLogger(RemoteLogger):
         )
         if not self.active:
             return
-        from mlflow.tracking import MlflowClient  # noqa: PLC0415
-
-        client = MlflowClient(tracking_uri=self.tracking_uri, registry_uri=registry_uri)
-        if run_id is not None:
-            run = client.get_run(run_id)
-            self.experiment_id = run.info.experiment_id
-            if run.info.status != "RUNNING":
-                client.update_run(run_id, status="RUNNING")
-        else:
-            experiment = experiment_name or name
-            found = client.get_experiment_by_name(experiment)
-            if found is not None:
-                self.experiment_id = found.experiment_id
-            else:
-                if artifact_location is None and self.tracking_uri.startswith(
-                    ("sqlite:", "file:", "/")
-                ):
-                    artifact_location = (self.log_dir / "mlflow-artifacts").as_uri()
-                self.experiment_id = client.create_experiment(
-                    experiment, artifact_location=artifact_location
+        local = self.tracking_uri.startswith(("sqlite:", "file:", "/"))
+        if artifact_location is None and local:
+            artifact_location = (self.log_dir / "mlflow-artifacts").as_uri()
+        spec = _RunSpec(
+            experiment_name=experiment_name or name,
+            run_name=run_name or name,
+            tags={str(k): str(v) for k, v in dict(tags or {}).items()},
+            artifact_location=artifact_location,
+            run_key=uuid.uuid4().hex,
+        )
+        sink = _MlflowSink(
+            self.tracking_uri,
+            run_id=run_id,
+            spec=None if run_id is not None else spec,
+            registry_uri=registry_uri,
+            request_timeout=connect_timeout,
+        )
+        try:
+            if local:  # no network: set up here, and let any error through
+                sink._set_up()
+            elif not sink.connect(connect_timeout):
+                _log.warning(
+                    "MLFlowLogger(%r): MLflow at %s did not answer within %g s (%s); logging "
+                    "goes on, records are kept in %s and the run is created when the server "
+                    "answers",
+                    name,
+                    self.tracking_uri,
+                    connect_timeout,
+                    sink.first_error or "no answer yet",
+                    self.spool_path,
                 )
-            run_id = client.create_run(
-                self.experiment_id, run_name=run_name or name, tags=dict(tags or {})
-            ).info.run_id
-        self.run_id = run_id
-        self._start(_MlflowSink(self.tracking_uri, run_id, registry_uri), f"MLFlowLogger({name!r})")
+        except BaseException:
+            sink.release()
+            raise
+        self._sink = sink
+        self._start(sink, f"MLFlowLogger({name!r})")
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run id (None on processes that do not log, and until the server answered)."""
+        return None if self._sink is None else self._sink.run_id
+
+    @property
+    def experiment_id(self) -> str | None:
+        """The MLflow experiment id (None until known)."""
+        return None if self._sink is None else self._sink.experiment_id
+
+    def _close(self) -> None:
+        super()._close()
+        if self._sink is not None:
+            self._sink.release()
 
     def log_metric(self, name: str, value: Any, step: int | None = None) -> None:
         """Alias of :meth:`log_scalar` (MLflow's name)."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ._base import safe_name
 from ._extras import require
+from ._file import decode_number
 
 
 __all__ = ["plot_log_dir", "read_scalars"]
@@ -19,6 +20,8 @@ _MARKERS_BELOW = 50
 
 def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, float]]]:
     r"""The ``(step, value)`` series of each metric in a ``*.metrics.jsonl`` file (lines without a step are numbered).
+
+    Values written as ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` come back as floats.
 
     Example:
         >>> import tempfile, pathlib
@@ -38,7 +41,7 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
                 continue
             step = entry.get("step")
             series.setdefault(entry["name"], []).append(
-                (number if step is None else int(step), float(entry["value"]))
+                (number if step is None else int(step), decode_number(entry["value"]))
             )
     return series
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ._background import AsyncDelivery
-from ._base import Logger, LoggerClosedError, safe_name
+from ._base import Logger, LoggerClosedError, MetricOverflowError, safe_name
 from ._paths import resolve_log_dir
 from ._records import Record
 from ._spool import Sink
@@ -37,6 +37,11 @@ def _check_scalar(name: str, value: Any) -> None:
     # Cheap checks only: converting an on-device array would wait for the step to finish.
     if isinstance(value, bool | str | bytes) or value is None:
         raise TypeError(f"scalar {name!r} must be a number, got {type(value).__name__} {value!r}")
+    if type(value) is int:
+        try:
+            float(value)
+        except OverflowError:
+            raise MetricOverflowError(name, value) from None
 
 
 class RemoteLogger(Logger):

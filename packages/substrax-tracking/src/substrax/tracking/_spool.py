@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ._records import Record
 
 
-__all__ = ["ReplayResult", "Sink", "SpoolFile", "register_sink_factory", "replay_spool"]
-
-_log = logging.getLogger("substrax.tracking")
+__all__ = [
+    "BadLine",
+    "Sink",
+    "SpoolContent",
+    "SpoolFile",
+    "SpoolNotFoundError",
+    "register_sink_factory",
+    "sink_factory",
+]
 
 
 class Sink(Protocol):
@@ -51,8 +56,82 @@ def register_sink_factory(backend: str, factory: Callable[[Mapping[str, Any]], S
     _FACTORIES[backend] = factory
 
 
+_PATH_LOCKS: dict[Path, threading.Lock] = {}
+_PATH_LOCKS_GUARD = threading.Lock()
+
+
+def _lock_for(path: Path) -> threading.Lock:
+    """One lock per spool path in this process, shared by every :class:`SpoolFile` of that path."""
+    key = path.absolute()
+    with _PATH_LOCKS_GUARD:
+        return _PATH_LOCKS.setdefault(key, threading.Lock())
+
+
+class SpoolNotFoundError(FileNotFoundError):
+    """A spool file to replay does not exist.
+
+    Attributes:
+        path: the path that was given.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(
+            f"spool file {str(path)!r} does not exist; pass the <log_dir>/<name>.spool.jsonl path "
+            "that the logger's warning named"
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BadLine:
+    """A spool line that is not a record (cut short by a crash, edited by hand).
+
+    Attributes:
+        number: the line number, from 1.
+        text: the line as read.
+        reason: why it is not a record.
+    """
+
+    number: int
+    text: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SpoolContent:
+    """What :meth:`SpoolFile.read_content` found.
+
+    Attributes:
+        lines: the intact lines, parsed, with their line numbers (from 1).
+        bad: the lines that are not records.
+        size: how many bytes were read (for :meth:`SpoolFile.rewrite`).
+    """
+
+    lines: list[tuple[int, dict[str, Any]]]
+    bad: list[BadLine]
+    size: int
+
+
+def _check_line(text: str) -> dict[str, Any]:
+    line = json.loads(text)
+    if not isinstance(line, dict):
+        raise ValueError(f"a JSON {type(line).__name__}, not an object")  # noqa: TRY004
+    checked = cast("dict[str, Any]", line)
+    target = checked.get("target")
+    if not isinstance(target, dict) or "backend" not in target:
+        raise ValueError("no target naming a backend")
+    record = checked.get("record")
+    if not isinstance(record, dict):
+        raise ValueError("no record")  # noqa: TRY004
+    Record.from_json(cast("dict[str, Any]", record))
+    return checked
+
+
 class SpoolFile:
     """An append-only JSONL file of ``{"target", "record"[, "error"]}`` lines.
+
+    Every :class:`SpoolFile` of one path in a process shares one lock, so that a rewrite by a
+    replay never drops a line that a running logger appends.
 
     Args:
         path: the file (its directory is created on the first write).
@@ -60,7 +139,7 @@ class SpoolFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._lock = threading.Lock()
+        self._lock = _lock_for(self.path)
 
     def append(
         self, target: Mapping[str, Any], records: Iterable[Record], error: str | None = None
@@ -81,18 +160,33 @@ class SpoolFile:
                     os.fsync(file.fileno())
         return len(lines)
 
-    def read(self) -> list[dict[str, Any]]:
-        """Every line, parsed."""
-        return self.read_with_size()[0]
+    def read_content(self) -> SpoolContent:
+        """The intact lines, the bad ones, and the size read.
 
-    def read_with_size(self) -> tuple[list[dict[str, Any]], int]:
-        """Every line, parsed, and the file size they were read from (for :meth:`rewrite`)."""
+        Raises:
+            SpoolNotFoundError: the file does not exist.
+        """
         with self._lock:
-            if not self.path.exists():
-                return [], 0
-            data = self.path.read_bytes()
-        text = data.decode("utf-8")
-        return [json.loads(line) for line in text.splitlines() if line.strip()], len(data)
+            try:
+                data = self.path.read_bytes()
+            except FileNotFoundError:
+                raise SpoolNotFoundError(self.path) from None
+        lines: list[tuple[int, dict[str, Any]]] = []
+        bad: list[BadLine] = []
+        for number, text in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+            if not text.strip():
+                continue
+            try:
+                lines.append((number, _check_line(text)))
+            except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
+                bad.append(BadLine(number=number, text=text, reason=str(error)))
+        return SpoolContent(lines=lines, bad=bad, size=len(data))
+
+    def read(self) -> list[dict[str, Any]]:
+        """Every intact line, parsed (an empty list if there is no file)."""
+        if not self.path.exists():
+            return []
+        return [line for _, line in self.read_content().lines]
 
     def rewrite(self, lines: list[dict[str, Any]], read_size: int | None = None) -> None:
         """Replace the first ``read_size`` bytes (all, if None) with ``lines``; delete an empty file.
@@ -110,24 +204,26 @@ class SpoolFile:
                 self.path.unlink(missing_ok=True)
                 return
             tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_bytes(content)
+            with tmp.open("wb") as file:
+                file.write(content)
+                file.flush()
+                os.fsync(file.fileno())
             tmp.replace(self.path)
 
+    def set_aside(self, bad: list[BadLine]) -> Path:
+        """Append ``bad`` lines to ``<spool>.bad`` (kept for a person to read) and return that path."""
+        aside = self.path.with_name(self.path.name + ".bad")
+        with self._lock, aside.open("a", encoding="utf-8") as file:
+            file.writelines(f"{line.text}\n" for line in bad)
+        return aside
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class ReplayResult:
-    """What a replay did.
 
-    Attributes:
-        delivered: records sent to their backend.
-        remaining: records left in the spool (their backend is still unreachable or refused them).
+def sink_factory(target: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Sink]:
+    """How to rebuild the sink that ``target`` (a spool line's target data) names.
+
+    Raises:
+        ValueError: no backend of that name is known.
     """
-
-    delivered: int
-    remaining: int
-
-
-def _factory_for(target: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Sink]:
     backend = target.get("backend")
     if backend not in _FACTORIES:
         # The backends register themselves on import; import them for a fresh process.
@@ -140,70 +236,3 @@ def _factory_for(target: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Sin
             f"spooled records name an unknown backend {backend!r}; known: {sorted(_FACTORIES)}"
         )
     return _FACTORIES[str(backend)]
-
-
-def replay_spool(
-    path: str | os.PathLike[str],
-    *,
-    sinks: Mapping[str, Sink] | None = None,
-    include_refused: bool = False,
-) -> ReplayResult:
-    """Send the records of a spool file to their backends, keeping only those that still fail.
-
-    Args:
-        path: the spool file.
-        sinks: sinks to use, keyed by ``json.dumps(target, sort_keys=True)``; the others are
-            rebuilt from their target data (e.g. an MLflow tracking URI and run id).
-        include_refused: also retry records that a backend refused (spooled with an error).
-
-    Returns:
-        How many records were delivered and how many remain.
-
-    Example:
-        >>> import tempfile, pathlib
-        >>> replay_spool(pathlib.Path(tempfile.mkdtemp()) / "none.jsonl")
-        ReplayResult(delivered=0, remaining=0)
-    """
-    spool = SpoolFile(path)
-    lines, read_size = spool.read_with_size()
-    built: dict[str, Sink] = dict(sinks or {})
-    remaining: list[dict[str, Any]] = []
-    delivered = 0
-    failed_targets: set[str] = set()
-    index = 0
-    while index < len(lines):
-        key = json.dumps(lines[index]["target"], sort_keys=True)
-        group: list[dict[str, Any]] = []
-        while index < len(lines) and json.dumps(lines[index]["target"], sort_keys=True) == key:
-            group.append(lines[index])
-            index += 1
-        todo = [line for line in group if include_refused or "error" not in line]
-        kept = [line for line in group if not (include_refused or "error" not in line)]
-        if key in failed_targets or not todo:
-            remaining.extend(group)
-            continue
-        try:
-            sink = built.get(key)
-            if sink is None:
-                sink = built[key] = _factory_for(group[0]["target"])(group[0]["target"])
-            sink.deliver([Record.from_json(line["record"]) for line in todo])
-        except Exception as error:
-            _log.warning(
-                "replay of %d spooled records to %s failed: %s",
-                len(todo),
-                group[0]["target"],
-                error,
-            )
-            failed_targets.add(key)
-            remaining.extend(group)
-            continue
-        delivered += len(todo)
-        remaining.extend(kept)
-    for key, sink in built.items():
-        if sinks is None or key not in sinks:
-            try:
-                sink.finish()
-            except Exception as error:
-                _log.warning("could not finish the replayed run %s: %s", key, error)
-    spool.rewrite(remaining, read_size)
-    return ReplayResult(delivered=delivered, remaining=len(remaining))

@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 import html
+import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ._base import LoggerClosedError, safe_name
 from ._extras import require
@@ -17,19 +19,106 @@ from ._remote import RemoteLogger
 from ._spool import register_sink_factory
 
 
-__all__ = ["WandbLogger"]
+__all__ = ["WandbLogger", "bounded_settings"]
+
+_log = logging.getLogger("substrax.tracking")
 
 _STATS = ("min", "max", "mean", "std")
+_GRAPHQL_RETRIES = 2
+_REPLAY_TIMEOUT = 10.0
 
 
 def _import_wandb() -> Any:
     return require("wandb", who="WandbLogger", extra="wandb")
 
 
+_OFFLINE = ("offline", "dryrun", "disabled")
+
+
+class _RunNotReadyError(ConnectionError):
+    """``wandb.init`` has not returned yet."""
+
+
+def bounded_settings(settings: Any, mode: str | None, timeout: float) -> Any:
+    """``settings`` for ``wandb.init`` with W&B's network waits bounded by ``timeout`` seconds.
+
+    Online, ``wandb.init`` against a server that does not answer waits for minutes (its login
+    and GraphQL retries ignore ``init_timeout``), and so does the process at exit. Where neither
+    the given settings nor a ``WANDB_*`` variable sets them, this bounds the login, the init and
+    each GraphQL request, with few GraphQL retries (substrax retries the init itself).
+    Offline, nothing changes.
+
+    Example:
+        >>> bounded_settings(None, "offline", 10.0) is None
+        True
+        >>> bounded_settings({"init_timeout": 60}, None, 10.0)["init_timeout"]
+        60
+    """
+    if mode in _OFFLINE or (mode is None and os.environ.get("WANDB_MODE") in _OFFLINE):
+        return settings
+    defaults: dict[str, Any] = {
+        "login_timeout": timeout,
+        "init_timeout": timeout,
+        "x_graphql_retry_max": _GRAPHQL_RETRIES,
+        "x_graphql_timeout_seconds": timeout,
+    }
+    defaults = {k: v for k, v in defaults.items() if f"WANDB_{k.upper()}" not in os.environ}
+    if settings is None:
+        return defaults
+    if isinstance(settings, Mapping):
+        return {**defaults, **cast("Mapping[str, Any]", settings)}
+    for key in ("login_timeout", "x_graphql_retry_max", "x_graphql_timeout_seconds"):
+        if key in defaults and getattr(settings, key, 0) is None:
+            setattr(settings, key, defaults[key])
+    return settings
+
+
 class _WandbSink:
-    def __init__(self, run: Any, target: dict[str, Any]) -> None:
-        self.run = run
+    def __init__(self, target: dict[str, Any], init_options: dict[str, Any]) -> None:
+        self.run: Any = None
         self._target = target
+        self._init_options = init_options
+        self._first: threading.Thread | None = None
+        self.first_error: BaseException | None = None
+
+    def connect(self, timeout: float) -> bool:
+        """Start the run from a thread of its own; wait at most ``timeout`` seconds.
+
+        Returns:
+            whether the run started. A refusal that retrying cannot fix (a ``UsageError``) is
+            raised; a server that does not answer is not an error.
+        """
+        self._first = threading.Thread(target=self._first_attempt, name="substrax-wandb-init")
+        self._first.daemon = True
+        self._first.start()
+        self._first.join(timeout)
+        if self._first.is_alive():
+            return False
+        self._first = None
+        wandb = _import_wandb()
+        if isinstance(self.first_error, wandb.errors.UsageError):
+            raise self.first_error
+        return self.run is not None
+
+    def _first_attempt(self) -> None:
+        try:
+            self._init(self._init_options)
+        except Exception as error:
+            self.first_error = error
+
+    def _init(self, options: dict[str, Any]) -> None:
+        self.run = _import_wandb().init(**options)
+
+    def _ensure_run(self) -> Any:
+        if self.run is None:
+            first = self._first
+            if first is not None:
+                if first.is_alive():
+                    raise _RunNotReadyError("wandb.init has not returned yet")
+                self._first = None
+            if self.run is None:
+                self._init({**self._init_options, "resume": "allow"})
+        return self.run
 
     def target(self) -> dict[str, Any]:
         return self._target
@@ -37,19 +126,20 @@ class _WandbSink:
     def deliver(self, records: list[Record]) -> None:
         import wandb  # noqa: PLC0415
 
+        run = self._ensure_run()
         for record in records:
             payload, step = record.payload, record.step
             if record.kind == "scalars":
-                self.run.log(payload["values"], step=step)
+                run.log(payload["values"], step=step)
             elif record.kind == "hyperparams":
-                self.run.config.update(payload["params"], allow_val_change=True)
+                run.config.update(payload["params"], allow_val_change=True)
             elif record.kind == "text":
-                self.run.log(
+                run.log(
                     {payload["name"]: wandb.Html(f"<pre>{html.escape(payload['text'])}</pre>")},
                     step=step,
                 )
             elif record.kind == "image":
-                self.run.log(
+                run.log(
                     {payload["name"]: [wandb.Image(path) for path in payload["paths"]]}, step=step
                 )
             elif record.kind == "histogram":
@@ -57,7 +147,7 @@ class _WandbSink:
                 data: dict[str, Any] = {f"{name}/{s}": payload[s] for s in _STATS}
                 if payload["counts"]:
                     data[name] = wandb.Histogram(np_histogram=(payload["counts"], payload["edges"]))
-                self.run.log(data, step=step)
+                run.log(data, step=step)
             elif record.kind == "artifact" and payload.get("model_name"):
                 artifact = wandb.Artifact(
                     payload["model_name"], type="model", metadata=payload.get("metadata")
@@ -67,30 +157,32 @@ class _WandbSink:
                     artifact.add_dir(path)
                 else:
                     artifact.add_file(path)
-                self.run.log_artifact(artifact)
+                run.log_artifact(artifact)
             elif record.kind == "artifact":
                 path = Path(payload["path"])
-                self.run.save(str(path), base_path=str(path.parent), policy="now")
+                run.save(str(path), base_path=str(path.parent), policy="now")
 
     def is_permanent(self, error: BaseException) -> bool:
         return isinstance(error, TypeError | ValueError)
 
     def finish(self) -> None:
-        self.run.finish()
+        if self.run is not None:
+            self.run.finish()
 
 
 def _sink_from_target(target: Mapping[str, Any]) -> _WandbSink:
-    wandb = _import_wandb()
-    run = wandb.init(
-        project=target["project"],
-        entity=target.get("entity"),
-        id=target["run_id"],
-        dir=target.get("dir"),
-        mode=target.get("mode"),
-        resume="allow",
-        reinit="create_new",
-    )
-    return _WandbSink(run, dict(target))
+    mode = target.get("mode")
+    options: dict[str, Any] = {
+        "project": target["project"],
+        "entity": target.get("entity"),
+        "id": target["run_id"],
+        "dir": target.get("dir"),
+        "mode": mode,
+        "resume": "allow",
+        "reinit": "create_new",
+        "settings": bounded_settings(None, mode, _REPLAY_TIMEOUT),
+    }
+    return _WandbSink(dict(target), options)
 
 
 register_sink_factory("wandb", _sink_from_target)
@@ -104,6 +196,12 @@ class WandbLogger(RemoteLogger):
     ``<pre>`` HTML, histograms as ``wandb.Histogram`` plus ``<name>/min|max|mean|std``.
     Set ``WANDB_MODE=offline`` (or pass ``mode="offline"``) to write the run locally.
 
+    Construction waits at most ``connect_timeout`` seconds for ``wandb.init`` (run in a thread
+    of its own; online, its login, init and GraphQL waits are bounded too, see
+    :func:`bounded_settings`). If W&B has not answered by then, a warning says so and the run
+    goes on: records are spooled and sent once the run starts (the run id is chosen up front,
+    so :attr:`run_id` is known at once).
+
     Args:
         name: the run name.
         project: the W&B project.
@@ -116,6 +214,7 @@ class WandbLogger(RemoteLogger):
             ``resolve_output_dir(name)``.
         spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl``.
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
+        connect_timeout: the most seconds construction waits for ``wandb.init``.
         max_queue: the queue bound.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log from every process.
@@ -123,6 +222,7 @@ class WandbLogger(RemoteLogger):
 
     Raises:
         ImportError: wandb is not installed (the ``wandb`` extra).
+        ValueError: ``connect_timeout`` is not positive.
 
     Example:
         >>> import tempfile
@@ -143,12 +243,15 @@ class WandbLogger(RemoteLogger):
         log_dir: str | os.PathLike[str] | None = None,
         spool_path: str | os.PathLike[str] | None = None,
         close_timeout: float = 30.0,
+        connect_timeout: float = 10.0,
         max_queue: int = 100_000,
         process_index: int | None = None,
         all_processes: bool = False,
         **init_options: Any,
     ) -> None:
         wandb = _import_wandb()
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout={connect_timeout!r} must be > 0 seconds")
         super().__init__(
             name,
             log_dir=log_dir,
@@ -159,33 +262,58 @@ class WandbLogger(RemoteLogger):
             all_processes=all_processes,
         )
         self.project = project
-        self.run: Any = None
+        self._sink: _WandbSink | None = None
+        self._run_id = run_id
         if not self.active:
             return
         self.log_dir.mkdir(parents=True, exist_ok=True)
         init_options.setdefault("reinit", "create_new")
         if run_id is not None:
             init_options.setdefault("resume", "allow")
-        self.run = wandb.init(
-            project=project,
-            entity=entity,
-            name=name,
-            config=dict(config or {}),
-            tags=list(tags or ()),
-            notes=notes,
-            id=run_id,
-            dir=str(self.log_dir),
-            **init_options,
+        self._run_id = run_id or wandb.util.generate_id()
+        mode = init_options.get("mode") or os.environ.get("WANDB_MODE")
+        init_options["settings"] = bounded_settings(
+            init_options.get("settings"), init_options.get("mode"), connect_timeout
         )
         target = {
             "backend": "wandb",
             "project": project,
             "entity": entity,
-            "run_id": self.run.id,
+            "run_id": self._run_id,
             "dir": str(self.log_dir),
-            "mode": init_options.get("mode") or os.environ.get("WANDB_MODE"),
+            "mode": mode,
         }
-        self._start(_WandbSink(self.run, target), f"WandbLogger({name!r})")
+        sink = _WandbSink(
+            target,
+            {
+                "project": project,
+                "entity": entity,
+                "name": name,
+                "config": dict(config or {}),
+                "tags": list(tags or ()),
+                "notes": notes,
+                "id": self._run_id,
+                "dir": str(self.log_dir),
+                **init_options,
+            },
+        )
+        if not sink.connect(connect_timeout):
+            _log.warning(
+                "WandbLogger(%r): wandb.init did not return within %g s (%s); logging goes on, "
+                "records are kept in %s and sent once the run %s starts",
+                name,
+                connect_timeout,
+                sink.first_error or "no answer yet",
+                self.spool_path,
+                self._run_id,
+            )
+        self._sink = sink
+        self._start(sink, f"WandbLogger({name!r})")
+
+    @property
+    def run(self) -> Any:
+        """The ``wandb`` run (None on processes that do not log, and until ``wandb.init`` returned)."""
+        return None if self._sink is None else self._sink.run
 
     def log_model(
         self,
@@ -206,13 +334,13 @@ class WandbLogger(RemoteLogger):
         """Save the source files under ``root`` with the run (``wandb.Run.log_code``), now."""
         if self.closed:
             raise LoggerClosedError(self.name)
-        if self.active:
+        if self.active and self.run is not None:
             self.run.log_code(str(root))
 
     @property
     def run_id(self) -> str | None:
         """The W&B run id (None on processes that do not log)."""
-        return None if self.run is None else str(self.run.id)
+        return None if self._sink is None else self._run_id
 
     def finish(self) -> None:
         """End the run (the same as :meth:`close`; calling it again does nothing)."""
