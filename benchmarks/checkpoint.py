@@ -9,7 +9,8 @@ by side on the same 256 MB state and disk:
   stops in the page cache, at memory speed) is printed beside it;
 * plain orbax: a ``CheckpointManager`` with its defaults (async, OCDBT), save+wait and restore;
 * substrax: ``OrbaxCheckpointStore`` under each orbax setting it offers (OCDBT on/off, zarr3
-  on/off), save+commit and restore onto templates;
+  on/off), save+commit and restore onto templates; the default settings once more without
+  checksums (``use_checksums=False``), for the cost of the CRC-32C that every chunk carries;
 
   a save is the second one of an open manager or store (what a training run repeats) on a
   flushed disk; a restore opens the manager or store and reads onto the state's shardings, with
@@ -91,6 +92,7 @@ RAW = "raw disk (write + fsync / np.fromfile)"
 ORBAX = "plain orbax CheckpointManager defaults"
 _GOAL_MB = 256
 _DEFAULT_LAYOUT = (False, True, False)  # OrbaxCheckpointStore's: no OCDBT, zarr3, no zstd
+UNCHECKED = "substrax default without checksums"
 
 
 def _raw(state: dict[str, jax.Array], root: Path, *, sync: bool) -> Timer:
@@ -246,6 +248,7 @@ def main() -> None:
         "page cache (write, no fsync / np.fromfile)": _raw(state, base / "cache", sync=False),
         ORBAX: _plain_orbax(state, base / "orbax"),
     }
+    settings[UNCHECKED] = {"use_checksums": False}
     for name, options in settings.items():
         timers[name] = _store(state, base / "store", **options)
     rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in timers}
@@ -285,6 +288,17 @@ def main() -> None:
         ("restore vs raw disk", raw_r / default_r, 0.5),
     ):
         print(f"  {what:24} {ratio:5.2f}x  (goal >= {goal}x: {_verdict(ratio >= goal)})")
+    unchecked_w, unchecked_r = best[UNCHECKED]
+    print("checksum cost, default settings (throughput lost to the CRC-32C, same rounds):")
+    for what, checked, unchecked in (
+        ("save", default_w, unchecked_w),
+        ("restore", default_r, unchecked_r),
+    ):
+        cost = 1.0 - unchecked / checked
+        print(
+            f"  {what:8} {size / checked:7.0f} MB/s with, {size / unchecked:7.0f} MB/s without:"
+            f" {cost:6.1%}  (goal <= 5%: {_verdict(cost <= 0.05)})"
+        )
 
     blocked, blocking = _async_blocking(state, base / "async")
     print()
