@@ -25,6 +25,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import tensorstore as ts
+from orbax.checkpoint import future
 from orbax.checkpoint._src.metadata import array_metadata
 from orbax.checkpoint._src.serialization import (
     jax_array_handlers,
@@ -177,7 +178,7 @@ class ChecksummedNumpyHandler(ocp.type_handlers.NumpyHandler):
         ``checksums=False`` writes as orbax does (reads are checked either way).
         """
         made = cls.__new__(cls)
-        made.__dict__.update(vars(handler))
+        vars(made).update(vars(handler))
         made._checksums = checksums
         return made
 
@@ -207,7 +208,7 @@ class ChecksummedScalarHandler(ocp.type_handlers.ScalarHandler):
         ``checksums=False`` writes as orbax does (reads are checked either way).
         """
         made = cls.__new__(cls)
-        made.__dict__.update(vars(handler))
+        vars(made).update(vars(handler))
         made._checksums = checksums
         return made
 
@@ -243,7 +244,7 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
         ``checksums=False`` writes as orbax does (reads are checked either way).
         """
         made = cls.__new__(cls)
-        made.__dict__.update(vars(handler))
+        vars(made).update(vars(handler))
         made._checksums = checksums
         return made
 
@@ -270,7 +271,7 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
         values: Sequence[jax.Array],
         infos: Sequence[ocp.type_handlers.ParamInfo],
         args: Sequence[ocp.SaveArgs] | None = None,
-    ) -> Sequence[ocp.future.Future]:
+    ) -> Sequence[future.Future]:
         args = list(args or [ocp.SaveArgs()] * len(values))
         if self._writes_as_orbax(values, infos):
             return await super().serialize(values, infos, args)
@@ -295,7 +296,7 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
             self._max_replicas_for_replica_parallel,
             enable_pinned_host_transfer=infos[0].enable_pinned_host_transfer,
         )
-        futures: list[ocp.future.Future] = []
+        futures: list[future.Future] = []
         if self._enable_write_sharding_file:
             shardings = jax_array_handlers._async_serialize_shardings(  # pyright: ignore[reportPrivateUsage]
                 shardings=[array.sharding for array in arrays],
@@ -303,12 +304,10 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
                 primary_host=self._primary_host,
             )
             futures.append(
-                ocp.future.CommitFutureAwaitingContractedSignals(
-                    shardings, name="serialize_shardings"
-                )
+                future.CommitFutureAwaitingContractedSignals(shardings, name="serialize_shardings")
             )
         futures.append(
-            ocp.future.CommitFutureAwaitingContractedSignals(
+            future.CommitFutureAwaitingContractedSignals(
                 self._write(on_host, infos, args, extra), name="array_type_handler"
             )
         )
