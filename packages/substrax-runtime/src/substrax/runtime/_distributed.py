@@ -5,8 +5,11 @@
 
 import logging
 import os
+import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 from ._errors import RuntimeConfigurationError
@@ -18,7 +21,7 @@ from ._launchers import (
     launch_from_environment,
     launch_from_modal_cluster,
 )
-from ._peer_watch import PeerWatch
+from ._peer_watch import POLL_SECONDS, PeerWatch
 from ._rendezvous import gather_peers, join_coordinator
 
 
@@ -109,9 +112,10 @@ def initialize_distributed(
     ``heartbeat_timeout`` seconds plus a few: it logs which process died, calls
     ``on_peer_failure``, flushes its logging handlers and exits with ``PEER_FAILURE_EXIT_CODE``
     (jax alone would abort it from C++ after its 100 s heartbeat timeout). A dead coordinator
-    (process 0) takes jax's client down at once, and jax ends the others itself. Every process
-    waits at exit, or in ``jax.distributed.shutdown()``, for the others to get there, for at most
-    ``shutdown_timeout`` seconds.
+    (process 0) takes jax's client down at once, and jax ends the others itself. A process that
+    ends normally waits at exit, or in ``jax.distributed.shutdown()``, for the others to get
+    there, for at most ``shutdown_timeout`` seconds; one that ends with an uncaught exception
+    does not wait for them (they may be waiting for it in a collective), so they see it die.
 
     Args:
         coordinator_address: ``host:port`` of process 0.
@@ -218,13 +222,25 @@ def _watch_peers(process_id: int, num_processes: int, settings: _Settings) -> No
         is_current=lambda: state.client is client,
     )
     jax_shutdown = state.shutdown
+    failing = threading.Event()
+    excepthook = sys.excepthook
+
+    def note_failure(
+        kind: type[BaseException], error: BaseException, tb: TracebackType | None
+    ) -> None:
+        failing.set()
+        excepthook(kind, error, tb)
 
     def shutdown() -> None:
         del state.shutdown  # back to jax's own method
-        if state.client is client:
+        if state.client is client and failing.is_set():
+            # the others may wait for this process in a collective: don't wait for them
+            watch.linger(settings.heartbeat_timeout + 2 * POLL_SECONDS)
+        elif state.client is client:
             watch.meet_at_shutdown(settings.shutdown_timeout)
         jax_shutdown()
 
+    sys.excepthook = note_failure  # an uncaught exception ends this process with an error
     state.shutdown = shutdown  # jax.distributed.shutdown() and jax's exit hook call this
     watch.start()
 

@@ -7,7 +7,8 @@ a ``PeerWatch`` thread: it asks the coordination service which processes are ali
 and, once one is missing, logs which, runs the caller's hook, flushes the logging handlers and
 ends this process with ``PEER_FAILURE_EXIT_CODE``. The recoverable mode drops jax's own
 synchronized shutdown, so ``PeerWatch`` puts it back as a barrier every process meets before jax
-shuts its client down (at exit or in ``jax.distributed.shutdown()``).
+shuts its client down (at exit or in ``jax.distributed.shutdown()``); a process that ends with an
+uncaught exception skips it and only lingers long enough for the watch to name a dead peer.
 """
 
 import logging
@@ -87,6 +88,16 @@ class PeerWatch:
             self._client.wait_at_barrier(_SHUTDOWN_BARRIER, timeout_seconds * 1000)
         except Exception as error:
             _LOG.warning("the processes did not all meet at shutdown: %s", error)
+        self.stop()
+
+    def linger(self, seconds: float) -> None:
+        """Keep watching for up to ``seconds``, then stop: for a process that ends with an error.
+
+        Such a process does not wait for the others at shutdown (they may be stuck waiting for
+        it in a collective). If its error came from a peer's death, the watch names the peer and
+        ends it meanwhile.
+        """
+        self._thread.join(timeout=seconds)
         self.stop()
 
     def _run(self) -> None:

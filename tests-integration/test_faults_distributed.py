@@ -1,0 +1,168 @@
+"""Faults of a multi-process job, with real processes on 127.0.0.1: nothing aborts, nothing stalls.
+
+- a coordinator nobody serves, or peers that never come: a Python ``DistributedStartupError``
+  naming the address (and who arrived), within the timeout plus a few seconds; never jax's C++
+  abort;
+- a process SIGKILLed while the job trains: its peer ends within 30 s, naming the dead process
+  and with its logs flushed, instead of aborting from C++ after jax's 100 s heartbeat timeout;
+- the local backend's multi-node job with a failing node: the other node is stopped and the
+  job's manifest names the node that failed.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from substrax.compute.backend import RunState
+from substrax.compute.local import LocalBackend
+from substrax.compute.manifest import MANIFEST_NAME, read_manifest
+from substrax.compute.spec import JobSpec, Task
+from substrax.runtime import PEER_FAILURE_EXIT_CODE, JaxRuntime, child_environment
+from substrax.testing import free_port, run_distributed
+from substrax.testing.compute import wait_until_final
+
+
+STARTUP = textwrap.dedent(
+    """
+    import json, sys, time
+    from substrax.runtime import DistributedStartupError, initialize_distributed
+    address, rank, processes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    started = time.monotonic()
+    try:
+        initialize_distributed(coordinator_address=address, num_processes=processes,
+                               process_id=rank, initialization_timeout=5)
+    except DistributedStartupError as error:
+        print(json.dumps({"seconds": time.monotonic() - started, "message": str(error),
+                          "address": error.coordinator_address, "arrived": error.arrived,
+                          "timeout_error": isinstance(error, TimeoutError)}))
+    """
+)
+
+
+def _startup(address: str, rank: int, processes: int) -> dict:
+    env = child_environment(JaxRuntime(platforms=("cpu",)), {})
+    result = subprocess.run(
+        [sys.executable, "-c", STARTUP, address, str(rank), str(processes)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr[-3000:]}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_dead_coordinator_is_a_python_exception_naming_the_address():
+    address = f"127.0.0.1:{free_port()}"
+    seen = _startup(address, rank=1, processes=2)
+    assert seen["seconds"] < 5 + 5
+    assert (seen["address"], seen["arrived"], seen["timeout_error"]) == (address, None, True)
+    assert address in seen["message"]
+
+
+def test_a_coordinator_whose_peers_never_come_names_who_arrived():
+    address = f"127.0.0.1:{free_port()}"
+    seen = _startup(address, rank=0, processes=3)
+    assert seen["seconds"] < 5 + 5
+    assert seen["arrived"] == [0]
+    assert "1 of 3 processes arrived" in seen["message"]
+
+
+TRAINING = textwrap.dedent(
+    """
+    import logging, os, pathlib, signal, sys, time
+    import numpy as np
+    from substrax.runtime import initialize_distributed
+    out = pathlib.Path(sys.argv[1])
+    info = initialize_distributed(initialization_timeout=60)  # the launcher's JAX_* variables
+    handler = logging.FileHandler(out / f"log-{info.process_id}.txt", delay=True)
+    logging.getLogger("substrax").addHandler(handler)
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    mesh = jax.make_mesh((jax.device_count(),), ("data",))
+    sharding = NamedSharding(mesh, P("data"))
+    step = jax.jit(lambda w, x: w - 0.1 * (w - x.mean()))
+    w = 0.0
+    for i in range(100_000):
+        local = np.full((jax.local_device_count(),), float(i), np.float32)
+        w = float(step(w, jax.make_array_from_process_local_data(sharding, local)))
+        if i == 5 and info.process_id == 1:
+            (out / "killed-at").write_text(str(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.05)
+    """
+)
+
+
+def test_a_killed_process_ends_its_peer_within_30_seconds_naming_it(tmp_path):
+    runs = run_distributed(
+        TRAINING,
+        str(tmp_path),
+        num_processes=2,
+        runtime=JaxRuntime(platforms=("cpu",), cpu_devices=2),
+        timeout=120,
+    )
+    ended = time.time()
+    survivor, victim = runs
+    assert victim.returncode == -9, victim.stderr[-3000:]
+    assert survivor.returncode == PEER_FAILURE_EXIT_CODE, survivor.stderr[-3000:]
+    killed_at = float((tmp_path / "killed-at").read_text())
+    # the survivor is waited for first: it ended no later than ``ended``
+    assert ended - killed_at < 30
+    message = "process 1 of this 2-process jax job died"
+    assert message in survivor.stderr
+    assert message in (tmp_path / "log-0.txt").read_text()  # the file handler was flushed
+
+
+NODE = textwrap.dedent(
+    """
+    import time
+    import numpy as np
+    from substrax.runtime import initialize_distributed
+    info = initialize_distributed(initialization_timeout=60)
+    import jax
+    from jax.experimental import multihost_utils
+    for i in range(100_000):
+        multihost_utils.process_allgather(np.float32(i))
+        if i == 3 and info.process_id == 1:
+            raise RuntimeError("node 1 fails")  # its task fails, then its worker exits non-zero
+        time.sleep(0.05)
+    """
+)
+
+
+def test_a_failing_node_of_a_local_job_stops_the_other_and_is_named(tmp_path: Path):
+    (tmp_path / "node.py").write_text(NODE)
+    spec = JobSpec(
+        name="faulty",
+        tasks=(Task(name="train", argv=("python", "node.py"), timeout_seconds=300),),
+        nodes=2,
+        probe_devices=False,
+        timeout_seconds=300,
+        runtime={"platforms": ["cpu"], "cpu_devices": 2},
+    )
+    backend = LocalBackend({"state_dir": str(tmp_path / "state")})
+    handle = backend.submit(spec, project=tmp_path)
+    state = wait_until_final(backend, handle, 90)
+    fetched = backend.fetch(handle, tmp_path / "fetched")
+    assert state is RunState.FAILED
+    manifest = read_manifest(fetched / MANIFEST_NAME)
+    assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
+    assert not manifest.succeeded
+    node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
+    assert [(t.status, t.returncode) for t in node_1.tasks] == [("failed", 1)]
+    assert "node 1 failed (exit status 1)" in (fetched / "worker.log").read_text()
+
+
+@pytest.fixture(autouse=True)
+def _bounded():
+    """Each of these tests ends well within a minute or two; the suite's own timeout backs it."""
+    started = time.monotonic()
+    yield
+    assert time.monotonic() - started < 120
