@@ -18,6 +18,7 @@ __all__ = ["AsyncDelivery"]
 _log = logging.getLogger("substrax.tracking")
 
 _BATCHABLE = frozenset({"scalars", "hyperparams"})
+_CLOSE_GRACE = 0.5  # seconds past close's deadline for the worker to write the spool and stop
 
 
 class _Control:
@@ -124,15 +125,15 @@ class AsyncDelivery:
     def close(self, timeout: float = 30.0) -> int:
         """Deliver what it can within ``timeout`` seconds, spool the rest, end the run.
 
-        Returns within ``timeout`` (plus the time to write the spool file) whatever the backend
-        does.
+        Returns within ``timeout`` plus half a second (and the time to write the spool file)
+        whatever the backend does.
 
         Returns:
             how many of this run's records the spool file holds afterwards.
         """
         self._close_deadline = time.monotonic() + timeout
         self._queue.put(_Control("close"))
-        self._thread.join(timeout)
+        self._thread.join(timeout + _CLOSE_GRACE)
         stuck = self._thread.is_alive()
         records = self._abandon()
         if records:

@@ -90,6 +90,7 @@ class _Replay:
         self._lock = threading.Lock()
         self._delivered: set[int] = set()
         self._settled = False
+        self._built: dict[str, Sink] = {}
         self.errors: dict[str, tuple[Mapping[str, Any], BaseException]] = {}
 
     def _groups(self) -> list[tuple[str, list[int]]]:
@@ -104,7 +105,7 @@ class _Replay:
 
     def run(self) -> None:
         failed: set[str] = set()
-        built: dict[str, Sink] = {}
+        built = self._built
         for key, indexes in self._groups():
             todo = [i for i in indexes if self._include_refused or "error" not in self._lines[i]]
             if key in failed or not todo or (self._only is not None and key != self._only):
@@ -113,7 +114,9 @@ class _Replay:
             try:
                 sink = self._sinks.get(key)
                 if sink is None:
-                    sink = self._sinks[key] = built[key] = sink_factory(target)(target)
+                    sink = self._sinks[key] = sink_factory(target)(target)
+                    with self._lock:
+                        built[key] = sink
                 for start in range(0, len(todo), _CHUNK):
                     chunk = todo[start : start + _CHUNK]
                     sink.deliver([Record.from_json(self._lines[i]["record"]) for i in chunk])
@@ -126,6 +129,8 @@ class _Replay:
                 with self._lock:
                     self.errors[key] = (target, error)
         for key, sink in built.items():
+            if key in failed:
+                continue
             try:
                 sink.finish()
             except Exception as error:
@@ -136,6 +141,11 @@ class _Replay:
         with self._lock:
             self._settled = True
             delivered = set(self._delivered)
+            built = list(self._built.values())
+        for sink in built:  # what a rebuilt sink holds (MLflow's HTTP bounds) is given back
+            release = getattr(sink, "release", None)
+            if callable(release):
+                release()
         kept = [line for i, line in enumerate(self._lines) if i not in delivered]
         return kept, len(delivered)
 

@@ -1,0 +1,159 @@
+"""MLFlowLogger against servers that are not there or vanish mid-run: a real HTTP server on
+127.0.0.1 answering MLflow's REST calls (conftest's VanishingMlflow), driven by MLflow's own client."""
+
+import json
+import logging
+import os
+import threading
+import time
+
+import pytest
+
+from substrax.testing import free_port
+from substrax.tracking import MLFlowLogger, SpoolNotFoundError, replay_spool
+
+
+pytest.importorskip("mlflow", reason="the mlflow extra is needed for MLFlowLogger")
+
+BOUNDS = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")
+
+
+@pytest.fixture
+def no_user_bounds(monkeypatch):
+    for name in BOUNDS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def spooled(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def wait_for(condition, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("how", ["refuse", "silent"])
+def test_a_server_that_vanishes_after_the_run_is_created_loses_nothing_and_close_is_bounded(
+    vanishing_mlflow, tmp_path, caplog, no_user_bounds, how
+):
+    server = vanishing_mlflow(vanish_after_run=how)
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    logger = MLFlowLogger("gone", tracking_uri=server.uri, log_dir=tmp_path, close_timeout=3)
+    assert logger.run_id == "run1"
+    assert server.vanished.wait(10)
+    for step in range(500):
+        logger.log_scalar("loss", float(step), step=step)
+    started = time.monotonic()
+    logger.close()
+    assert time.monotonic() - started < 3 + 2  # close_timeout, and a little to write the spool
+    lines = spooled(logger.spool_path)
+    assert [line["record"]["step"] for line in lines] == list(range(500))
+    assert {json.dumps(line["target"]) for line in lines} == {
+        json.dumps({"backend": "mlflow", "tracking_uri": server.uri, "run_id": "run1"})
+    }
+    left = [r.getMessage() for r in caplog.records if "records are kept in" in r.getMessage()]
+    assert left, caplog.text
+    assert str(logger.spool_path) in left[-1]
+    assert f"python -m substrax.tracking replay {logger.spool_path}" in left[-1]
+    assert server.metrics == []
+
+    started = time.monotonic()
+    result = replay_spool(logger.spool_path, timeout=2)
+    assert time.monotonic() - started < 2 + 2
+    assert (result.delivered, result.remaining) == (0, 500)
+    assert result.timed_out == (how == "silent")  # refused at once, or no answer in time
+    assert len(spooled(logger.spool_path)) == 500
+    for name in BOUNDS:  # what the logger set for MLflow's HTTP calls is gone again
+        assert name not in os.environ
+
+
+def test_records_are_spooled_while_the_server_is_down_not_held_in_memory(
+    vanishing_mlflow, tmp_path, no_user_bounds
+):
+    server = vanishing_mlflow(vanish_after_run="refuse")
+    logger = MLFlowLogger("down", tracking_uri=server.uri, log_dir=tmp_path, close_timeout=3)
+    assert server.vanished.wait(10)
+    for step in range(20):
+        logger.log_scalar("loss", float(step), step=step)
+    # on disk before close: a crash of the training process would not lose them
+    wait_for(lambda: logger.spool_path.exists() and len(spooled(logger.spool_path)) == 20)
+    started = time.monotonic()
+    logger.close()  # it retries until close_timeout, then leaves the records where they are
+    assert time.monotonic() - started < 3 + 2
+    assert len(spooled(logger.spool_path)) == 20
+
+
+def test_no_server_at_construction_returns_at_once_and_delivers_once_it_answers(
+    vanishing_mlflow, tmp_path, caplog, no_user_bounds
+):
+    port = free_port()
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    started = time.monotonic()
+    logger = MLFlowLogger(
+        "late",
+        experiment_name="late-exp",
+        tracking_uri=f"http://127.0.0.1:{port}",
+        log_dir=tmp_path,
+        connect_timeout=5,
+        close_timeout=60,
+    )
+    assert time.monotonic() - started < 5 + 3
+    assert logger.run_id is None
+    assert "did not answer within 5 s" in caplog.text
+    for step in range(50):
+        logger.log_scalar("loss", float(step), step=step)
+    wait_for(logger.spool_path.exists)
+    server = vanishing_mlflow(port)  # the server comes up on that address
+    assert logger.wait_delivered(60)
+    logger.close()
+    [run] = server.runs.values()
+    assert logger.run_id == run["info"]["run_id"]
+    assert run["info"]["status"] == "FINISHED"
+    assert {tag["key"] for tag in run["data"]["tags"]} >= {"substrax.run_key"}
+    assert sorted((m["step"], m["value"]) for m in server.metrics) == [
+        (s, float(s)) for s in range(50)
+    ]
+    assert not logger.spool_path.exists()
+
+
+def test_a_user_setting_for_mlflow_http_is_left_alone(vanishing_mlflow, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "77")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    server = vanishing_mlflow()
+    with MLFlowLogger("mine", tracking_uri=server.uri, log_dir=tmp_path) as logger:
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "77"
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"  # unset by the user: bounded
+        logger.log_scalar("loss", 1.0, step=0)
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "77"
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+    assert [(m["step"], m["value"]) for m in server.metrics] == [(0, 1.0)]
+
+
+def test_a_server_that_refuses_the_run_id_raises_at_construction(vanishing_mlflow, tmp_path):
+    from mlflow.exceptions import RestException
+
+    server = vanishing_mlflow()
+    with pytest.raises(RestException, match="RESOURCE_DOES_NOT_EXIST"):
+        MLFlowLogger("resume", tracking_uri=server.uri, log_dir=tmp_path, run_id="nope")
+    with pytest.raises(ValueError, match="connect_timeout"):
+        MLFlowLogger("x", tracking_uri=server.uri, log_dir=tmp_path, connect_timeout=0)
+
+
+def test_a_missing_spool_is_an_error_naming_the_path(tmp_path):
+    missing = tmp_path / "typo.spool.jsonl"
+    with pytest.raises(SpoolNotFoundError, match=r"typo\.spool\.jsonl") as caught:
+        replay_spool(missing)
+    assert caught.value.path == missing
+    assert isinstance(caught.value, FileNotFoundError)
+
+
+def test_the_logger_thread_is_gone_after_a_clean_close(vanishing_mlflow, tmp_path):
+    server = vanishing_mlflow()
+    with MLFlowLogger("clean", tracking_uri=server.uri, log_dir=tmp_path) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    assert not any(
+        t.name == "substrax-tracking-MLFlowLogger('clean')" for t in threading.enumerate()
+    )
