@@ -145,13 +145,6 @@ def sqlite_uri(tmp_path_factory):
     return uri
 
 
-@pytest.fixture
-def fast_mlflow_http(monkeypatch):
-    """MLflow's own HTTP retries off, so a gone server fails fast and our worker retries."""
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
-
-
 class VanishingMlflow:
     """A minimal MLflow tracking server on 127.0.0.1 that can vanish.
 

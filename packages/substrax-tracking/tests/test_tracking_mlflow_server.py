@@ -31,9 +31,7 @@ def wait_for(condition, timeout=60):
         time.sleep(0.05)
 
 
-def test_every_metric_param_and_artifact_reads_back_through_the_server(
-    mlflow_server, tmp_path, fast_mlflow_http
-):
+def test_every_metric_param_and_artifact_reads_back_through_the_server(mlflow_server, tmp_path):
     artifact = tmp_path / "model.txt"
     artifact.write_text("weights")
     with MLFlowLogger(
@@ -72,7 +70,7 @@ def test_every_metric_param_and_artifact_reads_back_through_the_server(
     assert Path(downloaded).read_text() == "weights"
 
 
-def test_a_server_killed_mid_run_loses_nothing(mlflow_server, tmp_path, fast_mlflow_http, caplog):
+def test_a_server_killed_mid_run_loses_nothing(mlflow_server, tmp_path, caplog):
     client = MlflowClient(tracking_uri=mlflow_server.uri)
     caplog.set_level(logging.WARNING, logger="substrax.tracking")
     kept = MLFlowLogger(
@@ -98,14 +96,34 @@ def test_a_server_killed_mid_run_loses_nothing(mlflow_server, tmp_path, fast_mlf
     spooling.close()  # it gives up quickly and keeps the rest in its spool file
     assert spooling.spooled == 30
     assert spooling.spool_path.exists()
+    started = time.monotonic()
+    late = MLFlowLogger(  # a run that starts while the server is down
+        "born-while-down",
+        tracking_uri=mlflow_server.uri,
+        log_dir=tmp_path / "late",
+        connect_timeout=5,
+        close_timeout=120,
+    )
+    assert time.monotonic() - started < 5 + 3
+    assert late.run_id is None
+    for step in range(10):
+        late.log_scalar("loss", float(step), step=step)
 
     mlflow_server.start()
     mlflow_server.wait_ready()
     kept.log_scalar("loss", 40.0, step=40)
-    kept.close()  # the buffered records are retried and arrive
-    assert kept.spooled == 0
+    kept.close()  # the spooled records are retried and arrive
+    assert not kept.spool_path.exists()
     assert history(client, kept.run_id, "loss") == [(s, float(s)) for s in range(41)]
     assert client.get_run(kept.run_id).info.status == "FINISHED"
+    late.close()  # its run is created once the server answers, and gets everything
+    assert late.run_id is not None
+    assert not late.spool_path.exists()
+    late_run = client.get_run(late.run_id)
+    assert late_run.info.status == "FINISHED"
+    assert late_run.info.run_name == "born-while-down"
+    assert "substrax.run_key" in late_run.data.tags
+    assert history(client, late.run_id, "loss") == [(s, float(s)) for s in range(10)]
     failures = [
         r
         for r in caplog.records
