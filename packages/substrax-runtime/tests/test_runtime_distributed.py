@@ -12,9 +12,11 @@ from substrax.runtime import DistributedInfo, initialize_distributed
 from substrax.testing import free_port
 
 
-def _last_json_line(stdout: str) -> str:
-    """The child's last JSON object line: gloo prints connection notes to stdout, racing it."""
-    return next(line for line in reversed(stdout.splitlines()) if line.startswith("{"))
+def _last_json_line(stdout: str) -> dict:
+    """The child's last JSON object: gloo prints connection notes to stdout, racing it (a note
+    can land right after the object, before its newline)."""
+    line = next(line for line in reversed(stdout.splitlines()) if line.startswith("{"))
+    return json.JSONDecoder().raw_decode(line)[0]
 
 
 def test_single_process_is_a_no_op():
@@ -111,7 +113,7 @@ def _run_pair(port: int, launches: list[tuple[int, str, dict[str, str]]]) -> lis
         for proc in procs:
             stdout, stderr = proc.communicate(timeout=120)
             assert proc.returncode == 0, stderr[-4000:]
-            outputs.append(json.loads(_last_json_line(stdout)))
+            outputs.append(_last_json_line(stdout))
     finally:
         for proc in procs:
             if proc.poll() is None:

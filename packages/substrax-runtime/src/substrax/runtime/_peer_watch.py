@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
@@ -24,6 +25,7 @@ PEER_FAILURE_EXIT_CODE = 75
 
 POLL_SECONDS = 1.0
 HOOK_SECONDS = 10.0
+DRAIN_SECONDS = 30.0
 _SHUTDOWN_BARRIER = "substrax_shutdown"
 _LOG = logging.getLogger("substrax.runtime.distributed")
 
@@ -74,10 +76,8 @@ class PeerWatch:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop watching (before jax shuts its client down)."""
+        """Stop watching (before jax shuts its client down); an answer still due is ignored."""
         self._stopped.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=self._poll * 5)
 
     def meet_at_shutdown(self, timeout_seconds: int) -> None:
         """Wait until every process of the job gets here, then stop watching.
@@ -88,7 +88,23 @@ class PeerWatch:
             self._client.wait_at_barrier(_SHUTDOWN_BARRIER, timeout_seconds * 1000)
         except Exception as error:
             _LOG.warning("the processes did not all meet at shutdown: %s", error)
+            self.stop()
+            return
         self.stop()
+        if self._process_id == 0:
+            self._outlive_peers(min(timeout_seconds, DRAIN_SECONDS))
+
+    def _outlive_peers(self, seconds: float) -> None:
+        """Keep the coordinator up until the peers disconnected (jax aborts a peer that can't)."""
+        deadline = time.monotonic() + seconds
+        everyone = list(range(self._num_processes))
+        while time.monotonic() < deadline:
+            try:
+                if set(self._client.get_live_nodes(everyone)) <= {0}:
+                    return
+            except Exception:
+                return
+            time.sleep(0.05)
 
     def linger(self, seconds: float) -> None:
         """Keep watching for up to ``seconds``, then stop: for a process that ends with an error.
@@ -104,6 +120,7 @@ class PeerWatch:
         everyone = list(range(self._num_processes))
         while not self._stopped.wait(self._poll):
             try:
+                # answers once every live process asked too (or died): a round of the job
                 live = self._client.get_live_nodes(everyone)
             except Exception as error:
                 if self._stopped.wait(self._poll) or not self._is_current():
@@ -111,7 +128,7 @@ class PeerWatch:
                 self._fail((0,), f"the coordinator does not answer ({error})")
                 return
             dead = tuple(p for p in everyone if p not in live)
-            if dead:
+            if dead and not self._stopped.is_set():
                 self._fail(dead, "stopped sending heartbeats")
                 return
 
