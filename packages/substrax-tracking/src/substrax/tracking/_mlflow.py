@@ -122,11 +122,12 @@ class _MlflowSink:
 
     def _first_attempt(self) -> None:
         try:
-            self._set_up()
+            self.set_up()
         except Exception as error:
             self.first_error = error
 
-    def _set_up(self) -> None:
+    def set_up(self) -> None:
+        """Find or create the run (and resume it), through the network."""
         client = self.client
         if self._resume:
             assert self.run_id is not None  # noqa: S101
@@ -168,7 +169,7 @@ class _MlflowSink:
                     )
                 self._first = None
             if not self._ready:
-                self._set_up()
+                self.set_up()
         assert self.run_id is not None  # noqa: S101
         return self.run_id
 
@@ -356,7 +357,7 @@ class MLFlowLogger(RemoteLogger):
         )
         try:
             if local:  # no network: set up here, and let any error through
-                sink._set_up()
+                sink.set_up()
             elif not sink.connect(connect_timeout):
                 _log.warning(
                     "MLFlowLogger(%r): MLflow at %s did not answer within %g s (%s); logging "

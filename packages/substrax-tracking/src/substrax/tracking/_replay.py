@@ -136,6 +136,11 @@ class _Replay:
             except Exception as error:
                 _log.warning("could not finish the replayed run %s: %s", key, error)
 
+    def failures(self) -> dict[str, tuple[Mapping[str, Any], BaseException]]:
+        """The error of each target that failed so far."""
+        with self._lock:
+            return dict(self.errors)
+
     def settle(self) -> tuple[list[dict[str, Any]], int]:
         """Stop taking deliveries; return the lines not delivered and how many were."""
         with self._lock:
@@ -188,9 +193,7 @@ def run_replay(
         bad_file=aside,
         bad_reasons=tuple(bad.reason for bad in content.bad),
     )
-    with job._lock:
-        errors = dict(job.errors)
-    return result, errors
+    return result, job.failures()
 
 
 def replay_spool(

@@ -95,9 +95,9 @@ class _WandbSink:
         if self._first.is_alive():
             return False
         self._first = None
-        wandb = _import_wandb()
-        if isinstance(self.first_error, wandb.errors.UsageError):
-            raise self.first_error
+        error = self.first_error
+        if error is not None and isinstance(error, _import_wandb().errors.UsageError):
+            raise error
         return self.run is not None
 
     def _first_attempt(self) -> None:
