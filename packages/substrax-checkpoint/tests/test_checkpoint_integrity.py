@@ -1,6 +1,7 @@
 """Checksums on stored arrays: written with every zarr3 chunk, checked by restore and ``verify``."""
 
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -178,3 +179,26 @@ def test_with_checksum_extends_zarr3_specs_only_once():
     assert [codec["name"] for codec in inner] == ["bytes", "zstd", "crc32c"]
     zarr2 = {"driver": "zarr", "metadata": {"compressor": None}}
     assert with_checksum(zarr2) == {"driver": "zarr", "metadata": {"compressor": None}}
+
+
+def test_a_flip_anywhere_in_an_ocdbt_database_is_refused_or_harmless(tmp_path):
+    source = tmp_path / "source"
+    state = _save(source, use_ocdbt=True)
+    files = sorted(p.relative_to(source) for p in (source / "3" / "model" / "d").iterdir())
+    refused: list[CheckpointCorruptError] = []
+    for i, name in enumerate(files):
+        copy = tmp_path / f"copy{i}"
+        shutil.copytree(source, copy)
+        data = bytearray((copy / name).read_bytes())
+        data[len(data) // 2] ^= 0x10
+        (copy / name).write_bytes(bytes(data))
+        with OrbaxCheckpointStore(copy, read_only=True, use_ocdbt=True) as store:
+            try:
+                restored = store.restore(3, templates={"model": state}).items["model"]
+            except CheckpointCorruptError as error:
+                refused.append(error)
+                continue
+        for leaf in ("dense", "sharded", "host"):  # a b-tree node no read reaches: values intact
+            np.testing.assert_array_equal(np.asarray(restored[leaf]), np.asarray(state[leaf]))
+    assert refused  # the arrays' data file at least
+    assert {(error.step, error.item) for error in refused} == {(3, "model")}

@@ -31,6 +31,7 @@ from ._checksums import (
     checked_reads,
     corrupt_error,
     corruption,
+    metadata_of,
     one_read,
 )
 
@@ -134,7 +135,7 @@ class AlignedArrayHandler(ocp.type_handlers.TypeHandler):
         return self._base.typestr()
 
     async def metadata(self, infos: Sequence[ocp.type_handlers.ParamInfo]) -> Sequence[Any]:
-        return await self._base.metadata(infos)
+        return await checked_reads(metadata_of(self._base), infos, None)
 
     async def serialize(
         self,

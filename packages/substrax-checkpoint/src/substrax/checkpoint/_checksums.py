@@ -41,7 +41,10 @@ from ._trees import leaf_path
 
 
 CRC32C: Final = "crc32c"
-_CORRUPT: Final = re.compile(r"DATA_LOSS:|FAILED_PRECONDITION: Error reading shard entry")
+_CORRUPT: Final = re.compile(
+    r"DATA_LOSS:|Error reading shard entry|Error decoding b-tree node|Digest mismatch"
+    r"|checksum verification failed|Data corruption detected"
+)
 _FILE: Final = re.compile(r'file "([^"]+)"')
 
 type _Spec = dict[str, Any]
@@ -73,11 +76,12 @@ def with_checksum(spec: _Spec) -> _Spec:
 def corruption(error: BaseException) -> ValueError | None:
     """TensorStore's report of stored bytes that fail their checks, in ``error`` or its causes.
 
-    TensorStore raises a ``ValueError`` whose message starts with ``DATA_LOSS`` (``Digest
-    mismatch, stored digest is 0x... but computed digest is 0x...`` for a checksum, or a shard
-    index that cannot be decoded), or, for a compressed chunk whose decompression fails before
-    its checksum is reached, with ``FAILED_PRECONDITION: Error reading shard entry``. Orbax's
-    own array reads raise it again as the cause of a plain ``Exception``.
+    TensorStore raises a ``ValueError``: ``DATA_LOSS: ... Digest mismatch, stored digest is
+    0x... but computed digest is 0x...`` for a chunk's checksum, ``DATA_LOSS`` for a shard index
+    that cannot be decoded, ``Error reading shard entry`` for a compressed chunk whose
+    decompression fails before its checksum is reached, ``Error decoding b-tree node`` for an
+    OCDBT node (which carries its own checksum). Orbax's own array reads raise it again as the
+    cause of a plain ``Exception``.
 
     Example:
         >>> corruption(ValueError("DATA_LOSS: Error reading ...: Digest mismatch")) is not None
@@ -85,7 +89,7 @@ def corruption(error: BaseException) -> ValueError | None:
     """
     seen: BaseException | None = error
     while seen is not None:
-        if isinstance(seen, ValueError) and _CORRUPT.match(str(seen)):
+        if isinstance(seen, ValueError) and _CORRUPT.search(str(seen)):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
@@ -164,6 +168,21 @@ async def checked_reads[T](
         raise corrupt_error(infos[0], found) from found
 
 
+def metadata_of(
+    handler: ocp.type_handlers.TypeHandler,
+) -> Callable[
+    [Sequence[ocp.type_handlers.ParamInfo], Sequence[Any] | None], Awaitable[Sequence[Any]]
+]:
+    """``handler.metadata`` in the form :func:`checked_reads` calls (its arguments unused)."""
+
+    def metadata(
+        infos: Sequence[ocp.type_handlers.ParamInfo], _: Sequence[Any] | None
+    ) -> Awaitable[Sequence[Any]]:
+        return handler.metadata(infos)
+
+    return metadata
+
+
 class ChecksummedNumpyHandler(ocp.type_handlers.NumpyHandler):
     """Orbax's ``NumpyHandler``, writing zarr3 chunks with a ``crc32c`` checksum."""
 
@@ -192,6 +211,9 @@ class ChecksummedNumpyHandler(ocp.type_handlers.NumpyHandler):
         self, infos: Sequence[ocp.type_handlers.ParamInfo], args: Sequence[Any] | None = None
     ) -> Sequence[Any]:
         return await checked_reads(super().deserialize, infos, args)
+
+    async def metadata(self, infos: Sequence[ocp.type_handlers.ParamInfo]) -> Sequence[Any]:
+        return await checked_reads(metadata_of(super()), infos, None)
 
 
 class ChecksummedScalarHandler(ocp.type_handlers.ScalarHandler):
@@ -222,6 +244,9 @@ class ChecksummedScalarHandler(ocp.type_handlers.ScalarHandler):
         self, infos: Sequence[ocp.type_handlers.ParamInfo], args: Sequence[Any] | None = None
     ) -> Sequence[Any]:
         return await checked_reads(super().deserialize, infos, args)
+
+    async def metadata(self, infos: Sequence[ocp.type_handlers.ParamInfo]) -> Sequence[Any]:
+        return await checked_reads(metadata_of(super()), infos, None)
 
 
 class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
@@ -287,7 +312,6 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
                 }
             else:
                 arrays.append(value)
-        self._ext_metadata = extra
         on_host = replica_slices.transfer_arrays_to_host(
             arrays,
             self._replica_id,

@@ -77,7 +77,10 @@ def restore_items(
             f"templates name item(s) {unknown} that step {step} does not hold (it holds {held})"
         )
     wrapped = record.layout == "current"
-    stored = stored_trees(manager, step, record, held)
+    try:
+        stored = stored_trees(manager, step, record, held)
+    except CheckpointCorruptError as error:
+        raise _in_step(error, step, wrapped=wrapped) from error.__cause__
     # NumPy leaves: a template's come back as its kinds, an untemplated item's as it was saved
     kinds: dict[str, Mapping[str, str]] = {
         name: _trees.host_record(tree) for name, tree in templates.items()
