@@ -50,8 +50,10 @@ class RemoteLogger(Logger):
     Subclasses build their sink (the backend run) and call :meth:`_start`. A call puts a record
     on a bounded queue and returns; values are converted on the worker (an on-device array
     is read there, not in the step). A backend that fails is warned about once (``logging``,
-    logger ``substrax.tracking``), retried, and whatever is undelivered at :meth:`close` is
-    written to :attr:`spool_path` for ``python -m substrax.tracking replay``.
+    logger ``substrax.tracking``); while it fails, records go to :attr:`spool_path` on disk and
+    are retried from there in order. :meth:`close` returns within ``close_timeout`` (plus half
+    a second) whatever the backend does, leaving what is undelivered in the spool for
+    ``python -m substrax.tracking replay``.
 
     A call without a step uses the last step given (0 before any). A logger never closed is
     closed at interpreter exit (waiting at most 10 s before spooling).
