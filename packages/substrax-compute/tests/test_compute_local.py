@@ -212,3 +212,18 @@ def test_a_failed_node_stops_the_others_and_the_manifest_names_it(tmp_path):
     assert [t.status for t in manifest.tasks] == ["cancelled"]  # node 0 was stopped
     log = (run_dir / "worker.log").read_text()
     assert "node 1 failed (killed by SIGKILL); stopping the other nodes" in log
+
+
+def test_cancelling_a_multi_node_job_records_no_failed_node(tmp_path):
+    code = "import time; print('sleeping now', flush=True); time.sleep(300)"
+    spec = _spec(_task("sleeper", code, timeout=300), nodes=2)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    for line in backend.logs(handle, follow=True):
+        if "sleeping now" in line:
+            break
+    backend.cancel(handle)
+    assert backend.status(handle) is RunState.CANCELLED
+    manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
+    assert manifest.failed_node is None
+    assert [t.status for t in manifest.tasks] == ["cancelled"]

@@ -22,6 +22,7 @@ from .manifest import MANIFEST_NAME, JobManifest, read_manifest, write_manifest
 
 
 NODES_FILE = "nodes.json"
+CANCELLED_MARKER = "cancelled"
 STOP_GRACE_SECONDS = 10.0
 _POLL_SECONDS = 0.1
 _EVENT = "[substrax] "
@@ -89,6 +90,7 @@ def supervise(run_dir: Path) -> int:
             if code is None:
                 continue
             del running[node]
+            cancelled = cancelled or (run_dir / CANCELLED_MARKER).exists()
             if code != 0 and failed is None and not cancelled:
                 failed = (node, code)
                 _say(f"node {node} failed ({describe_status(code)}); stopping the other nodes")

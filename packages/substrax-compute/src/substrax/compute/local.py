@@ -30,7 +30,7 @@ from pydantic import Field, JsonValue
 
 from ._files import copy_outputs, follow_lines
 from ._processes import free_port, is_alive, kill_group, spawn_detached, start_time, wait_all_dead
-from ._supervisor import write_plan
+from ._supervisor import CANCELLED_MARKER, write_plan
 from .backend import RunHandle, RunState, backend_state_dir, new_run, stage_run
 from .config import parse_backend_settings
 from .manifest import MANIFEST_NAME, read_manifest
@@ -157,7 +157,7 @@ class LocalBackend:
         """Read the state from the marker, the process table and the manifests."""
         run_dir = Path(handle.details["run_dir"])
         alive = any(is_alive(pid, started) for pid, started in self._processes(handle))
-        if (run_dir / "cancelled").exists():
+        if (run_dir / CANCELLED_MARKER).exists():
             return RunState.CANCELLED
         outputs = run_dir / "outputs"
         nodes = int(handle.details.get("nodes", len(self._processes(handle))))
@@ -191,7 +191,7 @@ class LocalBackend:
         """Stop every worker and task of the run; a run already ended is left alone."""
         if self.status(handle).is_final:
             return
-        (Path(handle.details["run_dir"]) / "cancelled").touch()
+        (Path(handle.details["run_dir"]) / CANCELLED_MARKER).touch()
         pgid = int(handle.details["pgid"])
         kill_group(pgid, signal.SIGTERM)
         if not wait_all_dead(self._processes(handle), CANCEL_GRACE_SECONDS):
