@@ -252,16 +252,3 @@ class CheckpointCorruptError(ValueError):
             f"fails its checksum ({path}: {detail}); restore an earlier step (list_steps()), "
             "and check the others with `python -m substrax.checkpoint verify DIR`"
         )
-
-    def renamed(
-        self, *, step: int | None = None, leaf: str | None = None
-    ) -> "CheckpointCorruptError":
-        """The same error with the step or leaf named as the store names them."""
-        return CheckpointCorruptError(
-            step=self.step if step is None else step,
-            item=self.item,
-            leaf=self.leaf if leaf is None else leaf,
-            directory=self.directory,
-            path=self.path,
-            detail=self.detail,
-        )

@@ -52,7 +52,14 @@ def _in_step(error: CheckpointCorruptError, step: int, *, wrapped: bool) -> Chec
     leaf = error.leaf
     if wrapped and (leaf == _trees.WRAPPER or leaf.startswith(prefix)):
         leaf = leaf.removeprefix(_trees.WRAPPER).removeprefix("/")
-    return error.renamed(step=step, leaf=leaf or "<root>")
+    return CheckpointCorruptError(
+        step=step,
+        item=error.item,
+        leaf=leaf or "<root>",
+        directory=error.directory,
+        path=error.path,
+        detail=error.detail,
+    )
 
 
 def restore_items(
