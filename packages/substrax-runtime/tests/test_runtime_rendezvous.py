@@ -144,3 +144,10 @@ def test_the_error_survives_pickling_with_its_attributes():
         str(error),
     )
     assert "did not gather within 5 s" in str(copy)
+
+
+def test_a_taken_coordinator_port_is_named():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"coordinator's port {port}"):
+            gather_peers(f"127.0.0.1:{port}", num_processes=2, timeout=1)

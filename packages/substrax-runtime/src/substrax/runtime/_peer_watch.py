@@ -11,6 +11,7 @@ shuts its client down (at exit or in ``jax.distributed.shutdown()``); a process 
 uncaught exception skips it and only lingers long enough for the watch to name a dead peer.
 """
 
+import contextlib
 import logging
 import os
 import sys
@@ -149,6 +150,9 @@ class PeerWatch:
             hook.start()
             hook.join(timeout=HOOK_SECONDS)
         logging.shutdown()  # flushes (and closes) every logging handler
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
         os._exit(PEER_FAILURE_EXIT_CODE)
 
     def _run_hook(self, dead: tuple[int, ...]) -> None:

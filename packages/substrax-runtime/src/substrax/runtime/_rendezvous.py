@@ -37,12 +37,18 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _listener(port: int) -> socket.socket:
-    if socket.has_dualstack_ipv6():
-        return socket.create_server(
-            ("", port), family=socket.AF_INET6, dualstack_ipv6=True, reuse_port=False
-        )
-    return socket.create_server(("", port))
+def _listener(address: str) -> socket.socket:
+    port = split_address(address)[1]
+    try:
+        if socket.has_dualstack_ipv6():
+            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+        return socket.create_server(("", port))
+    except OSError as error:
+        raise OSError(
+            error.errno,
+            f"cannot listen on the coordinator's port {port} ({address}): {error.strerror}; "
+            "is another job's coordinator still running on this host?",
+        ) from error
 
 
 def gather_peers(address: str, *, num_processes: int, timeout: float) -> None:
@@ -56,7 +62,7 @@ def gather_peers(address: str, *, num_processes: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     arrived: dict[int, socket.socket] = {}
     buffers: dict[socket.socket, bytes] = {}
-    with _listener(split_address(address)[1]) as server, selectors.DefaultSelector() as selector:
+    with _listener(address) as server, selectors.DefaultSelector() as selector:
         server.setblocking(False)
         selector.register(server, selectors.EVENT_READ)
         try:
