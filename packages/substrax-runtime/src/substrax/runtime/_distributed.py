@@ -234,8 +234,10 @@ def _watch_peers(process_id: int, num_processes: int, settings: _Settings) -> No
     def shutdown() -> None:
         del state.shutdown  # back to jax's own method
         if state.client is client and failing.is_set():
-            # the others may wait for this process in a collective: don't wait for them
-            watch.linger(settings.heartbeat_timeout + 2 * POLL_SECONDS)
+            # the others may wait for this process in a collective: don't wait for them; only
+            # give the coordination service time to declare a dead peer (heartbeat_timeout
+            # after its last heartbeat, checked periodically)
+            watch.linger(1.5 * settings.heartbeat_timeout + 2 * POLL_SECONDS)
         elif state.client is client:
             watch.meet_at_shutdown(settings.shutdown_timeout)
         jax_shutdown()
