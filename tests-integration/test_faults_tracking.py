@@ -36,7 +36,7 @@ import mlflow  # imported before the clock starts: construction is timed, not th
 from substrax.tracking import MLFlowLogger
 uri, log_dir, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 started = time.monotonic()
-logger = MLFlowLogger("run", tracking_uri=uri, log_dir=log_dir, connect_timeout=3, close_timeout=5)
+logger = MLFlowLogger("run", tracking_uri=uri, log_dir=log_dir, close_timeout=5)
 built = time.monotonic() - started
 for step in range(steps):
     logger.log_scalar("loss", float(step), step=step)
@@ -64,13 +64,14 @@ def replay(spool, *options, env=None, timeout=120):
 
 
 def test_an_mlflow_server_that_is_not_there_costs_construction_at_most_connect_timeout(tmp_path):
+    # connect_timeout is left at its default of 10 s
     uri = f"http://127.0.0.1:{free_port()}"
     run = run_python(LOG_AND_CLOSE, uri, str(tmp_path), "100", env=SLOW_MLFLOW, timeout=90)
     report = run.check().last_json()
-    assert report["built"] < 3 + SLACK, report  # was ~250 s: MLflow's own retries
-    assert report["closed"] < 5 + SLACK, report
+    assert report["built"] < 10 + SLACK, report  # was ~250 s: MLflow's own retries
+    assert report["closed"] < 5 + 1 + SLACK, report
     assert report["run_id"] is None
-    assert "did not answer within 3 s" in run.stderr
+    assert "did not answer within 10 s" in run.stderr
     lines = spool_lines(report["spool"])
     assert [line["record"]["step"] for line in lines] == list(range(100))
     assert {line["target"]["tracking_uri"] for line in lines} == {uri}
@@ -134,7 +135,7 @@ def test_replay_of_a_damaged_spool_delivers_every_intact_record_and_names_the_ba
     spool = tmp_path / "run.spool.jsonl"
     spool.write_text("\n".join([*lines, cut]))
 
-    replayed = replay(spool, "--timeout", "60")
+    replayed = replay(spool)
     assert replayed.returncode == 1, replayed.stderr
     assert replayed.stdout.strip().splitlines()[-1] == "delivered 10, remaining 0"
     assert "line 4:" in replayed.stderr
@@ -160,7 +161,7 @@ import json, sys, time
 import wandb  # imported before the clock starts
 from substrax.tracking import WandbLogger
 started = time.monotonic()
-logger = WandbLogger("run", project="faults", log_dir=sys.argv[1], connect_timeout=3, close_timeout=2)
+logger = WandbLogger("run", project="faults", log_dir=sys.argv[1], close_timeout=2)
 built = time.monotonic() - started
 for step in range(20):
     logger.log_scalar("loss", float(step), step=step)
@@ -185,7 +186,7 @@ def test_an_online_wandb_server_that_is_not_there_never_hangs_the_run(tmp_path):
     run = run_python(WANDB_ONLINE, str(tmp_path), env=env, timeout=120)  # was: init hung
     report = run.check().last_json()
     assert time.monotonic() - started < 90  # the process ends too, W&B's exit hooks included
-    assert report["built"] < 3 + SLACK, report
+    assert report["built"] < 10 + SLACK, report  # connect_timeout's default
     assert report["closed"] < 2 + 1 + SLACK, report
     lines = spool_lines(report["spool"])
     assert [line["record"]["step"] for line in lines] == list(range(20))

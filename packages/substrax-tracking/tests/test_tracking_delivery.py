@@ -182,3 +182,70 @@ def test_a_refused_record_is_spooled_with_its_error_and_the_rest_goes_on(make, t
     assert line["error"] == "ValueError: refused value"
     assert line["record"]["step"] == 1
     assert "refused" in caplog.text
+
+
+def test_close_returns_in_time_while_the_backend_is_stuck_and_spools_everything(
+    make, tmp_path, caplog
+):
+    sink = Sink()
+    sink.gate.clear()  # every delivery hangs inside the backend call
+    delivery = make(sink)
+    for step in range(500):
+        delivery.submit(record(step))
+    wait_for(lambda: sink.attempts >= 1)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        assert delivery.close(timeout=1) == 500
+    assert time.monotonic() - started < 1 + 2  # was close_timeout + 30 s
+    spool = tmp_path / "run.spool.jsonl"
+    assert sorted(
+        json.loads(line)["record"]["step"] for line in spool.read_text().splitlines()
+    ) == (list(range(500)))
+    assert f"python -m substrax.tracking replay {spool}" in caplog.text
+    sink.gate.set()  # the stuck call returns; the abandoned worker touches nothing more
+    delivery._thread.join(30)
+    assert not delivery._thread.is_alive()
+    assert len(spool.read_text().splitlines()) == 500
+
+
+def test_replay_gives_up_after_its_timeout_and_keeps_every_record(tmp_path):
+    sink = Sink()
+    sink.gate.clear()
+    spool = tmp_path / "run.spool.jsonl"
+    lines = [
+        {"target": sink.target(), "record": record(step).materialize(tmp_path).to_json()}
+        for step in range(5)
+    ]
+    spool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    started = time.monotonic()
+    result = replay_spool(spool, sinks={json.dumps(sink.target(), sort_keys=True): sink}, timeout=1)
+    assert time.monotonic() - started < 1 + 2
+    assert result.timed_out
+    assert (result.delivered, result.remaining) == (0, 5)
+    assert [json.loads(line) for line in spool.read_text().splitlines()] == lines
+    sink.gate.set()
+
+
+def test_replay_of_a_damaged_spool_delivers_the_intact_records_and_sets_the_bad_lines_aside(
+    tmp_path, caplog
+):
+    sink = Sink()
+    spool = tmp_path / "run.spool.jsonl"
+    good = [
+        json.dumps({"target": sink.target(), "record": record(s).materialize(tmp_path).to_json()})
+        for s in range(4)
+    ]
+    not_a_record = json.dumps({"target": sink.target(), "record": {"kind": "nonsense"}})
+    spool.write_text("\n".join([good[0], "][", good[1], not_a_record, good[2], good[3][:25]]))
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        result = replay_spool(spool, sinks={json.dumps(sink.target(), sort_keys=True): sink})
+    assert (result.delivered, result.remaining, result.bad_lines) == (3, 0, (2, 4, 6))
+    assert steps(sink.received) == [0, 1, 2]
+    assert "line 2:" in caplog.text
+    assert "line 6:" in caplog.text
+    assert not spool.exists()
+    assert (tmp_path / "run.spool.jsonl.bad").read_text().splitlines() == [
+        "][",
+        not_a_record,
+        good[3][:25],
+    ]

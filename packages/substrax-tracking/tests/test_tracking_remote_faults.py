@@ -97,12 +97,11 @@ def test_no_server_at_construction_returns_at_once_and_delivers_once_it_answers(
         experiment_name="late-exp",
         tracking_uri=f"http://127.0.0.1:{port}",
         log_dir=tmp_path,
-        connect_timeout=5,
         close_timeout=60,
     )
-    assert time.monotonic() - started < 5 + 3
+    assert time.monotonic() - started < 10 + 3  # connect_timeout's default
     assert logger.run_id is None
-    assert "did not answer within 5 s" in caplog.text
+    assert "did not answer within 10 s" in caplog.text
     for step in range(50):
         logger.log_scalar("loss", float(step), step=step)
     wait_for(logger.spool_path.exists)

@@ -18,8 +18,8 @@ import sys
 from collections.abc import Sequence
 
 from ._plot import plot_log_dir
-from ._replay import replay_spool
-from ._spool import SpoolNotFoundError
+from ._replay import run_replay
+from ._spool import SpoolFile, SpoolNotFoundError
 
 
 _REPLAY_TIMEOUT = 120.0
@@ -34,11 +34,15 @@ class _Exit:
 def _replay(spool: str, *, timeout: float, include_refused: bool) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        result = replay_spool(spool, include_refused=include_refused, timeout=timeout or None)
+        result, failures = run_replay(
+            SpoolFile(spool), include_refused=include_refused, timeout=timeout or None
+        )
     except SpoolNotFoundError as error:
         sys.stderr.write(f"error: {error}\n")
         return 2
     sys.stdout.write(f"delivered {result.delivered}, remaining {result.remaining}\n")
+    for target, failure in failures.values():
+        sys.stderr.write(f"error: {dict(target)}: {type(failure).__name__}: {failure}\n")
     if result.bad_lines:
         sys.stderr.write(
             f"error: {len(result.bad_lines)} lines of {spool} are not records: "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ._records import Record
 from ._replay import run_replay, target_key
-from ._spool import Sink, SpoolFile
+from ._spool import Sink, SpoolFile, SpoolNotFoundError
 
 
 __all__ = ["AsyncDelivery"]
@@ -368,6 +368,9 @@ class AsyncDelivery:
             return
         try:
             result, errors = run_replay(self.spool, sinks={self._key: self.sink}, only=self._key)
+        except SpoolNotFoundError:  # replayed meanwhile by another process
+            self._recovered()
+            return
         except Exception as error:
             self._on_failure(error)
             return
@@ -413,12 +416,15 @@ class AsyncDelivery:
                 self._deliver_pending()
             else:
                 break
+        left = len(self._pending)
         if not self._spool_pending():
             return
         if self._failing:
             # The backend is down: the run is ended by the replay that delivers its records.
             self._warn_left("the backend is unreachable")
             return
+        if left:
+            self._warn_left(f"close_timeout ran out with {left} records to send")
         try:
             self.sink.finish()
         except Exception as error:

@@ -237,6 +237,13 @@ def replay_spool(
     result, errors = run_replay(
         spool, sinks=sinks, include_refused=include_refused, timeout=timeout
     )
+    if result.bad_lines:
+        _log.warning(
+            "%s: %d lines are not records: %s",
+            spool.path,
+            len(result.bad_lines),
+            result.describe_bad_lines(),
+        )
     for target, error in errors.values():
         _log.warning(
             "replay to %s failed (%s: %s); its records stay in %s",
