@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,10 +126,14 @@ def _finish(process: subprocess.Popen[str], timeout: float = 60) -> dict:
 
 
 @contextlib.contextmanager
-def _reaped(*processes: subprocess.Popen[str]) -> Iterator[None]:
+def _reaped(*processes: subprocess.Popen[str], deadline: float = 120) -> Iterator[None]:
+    """Kill the children at the end, or after ``deadline`` seconds: a hung child fails the test."""
+    watchdog = threading.Timer(deadline, lambda: [process.kill() for process in processes])
+    watchdog.start()
     try:
         yield
     finally:
+        watchdog.cancel()
         for process in processes:
             if process.poll() is None:
                 process.kill()
