@@ -183,3 +183,22 @@ def test_log_model_and_artifact_reach_the_offline_run(offline, tmp_path):
         time.sleep(0.2)
     assert artifacts() == [("art-model", "model", {"epochs": 3})]
     assert (run_dir / "files" / "model.bin").read_bytes() == b"weights"
+
+
+def test_online_settings_are_bounded_unless_the_user_chose(monkeypatch):
+    import wandb
+
+    from substrax.tracking._wandb import bounded_settings
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_INIT_TIMEOUT", "300")
+    chosen = bounded_settings(None, None, 7.0)
+    assert chosen["login_timeout"] == 7.0
+    assert chosen["x_graphql_timeout_seconds"] == 7.0
+    assert "init_timeout" not in chosen  # the user's WANDB_INIT_TIMEOUT stands
+    assert bounded_settings({"login_timeout": 60}, None, 7.0)["login_timeout"] == 60
+    settings = wandb.Settings(login_timeout=60)
+    assert bounded_settings(settings, None, 7.0).login_timeout == 60
+    assert bounded_settings(None, "offline", 7.0) is None
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert bounded_settings(None, None, 7.0) is None

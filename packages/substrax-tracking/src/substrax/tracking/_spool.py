@@ -117,6 +117,9 @@ def _check_line(text: str) -> dict[str, Any]:
     if not isinstance(line, dict):
         raise ValueError(f"a JSON {type(line).__name__}, not an object")  # noqa: TRY004
     checked = cast("dict[str, Any]", line)
+    unknown = set(checked) - {"target", "record", "error"}
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)}")
     target = checked.get("target")
     if not isinstance(target, dict) or "backend" not in target:
         raise ValueError("no target naming a backend")
