@@ -25,7 +25,8 @@ WORKER = textwrap.dedent(
     jax.distributed.initialize(f"127.0.0.1:{port}", 2, pid, initialization_timeout=60)
     import jax.numpy as jnp, numpy as np
     from flax import nnx
-    from substrax.checkpoint import OrbaxCheckpointStore, PreemptionHandler
+    from substrax.checkpoint import CheckpointLockedError, OrbaxCheckpointStore, PreemptionHandler
+    from substrax.checkpoint._lock import read_holder
 
     # host-local leaves: a key made here, nnx state never placed on the global mesh, an array
     # on a mesh of this process's devices only
@@ -39,6 +40,12 @@ WORKER = textwrap.dedent(
         templates = {"rng": jax.random.key(0), "model": nnx.state(nnx.Linear(2, 3, rngs=nnx.Rngs(1))),
                      "extensions": {"sharded": jnp.zeros(8)}}
         restored = store.restore(0, templates=templates).items
+        holder = read_holder(store.directory).pid  # the job is one writer: process 0 holds it
+    try:  # the test process writes this store: every process of the job is refused
+        OrbaxCheckpointStore(f"{root}/held")
+        refused = None
+    except CheckpointLockedError as error:
+        refused = error.pid
     host_local = {
         "rng": bool(np.array_equal(jax.random.key_data(restored["rng"]), jax.random.key_data(key))),
         "kernel": bool(np.array_equal(restored["model"]["kernel"][...], model["kernel"][...])),
@@ -56,7 +63,8 @@ WORKER = textwrap.dedent(
                     preemption.check(step, lambda: {"model": {"w": np.full(2, step, np.float32)}})
         except SystemExit as stop:
             stops[every] = {"step": step, "code": stop.code, "requested": preemption.requested}
-    print(json.dumps({"host_local": host_local, "stops": stops}))
+    lock = {"pid": os.getpid(), "holder": holder, "refused": refused}
+    print(json.dumps({"host_local": host_local, "stops": stops, "lock": lock}))
     """
 )
 
@@ -69,6 +77,7 @@ def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env.update(JAX_PLATFORMS="cpu", JAX_NUM_CPU_DEVICES="4")
     port = str(free_port())
+    held = OrbaxCheckpointStore(root / "held")  # another writer of a store the job opens
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(pid), port, str(root)],
@@ -89,11 +98,20 @@ def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
                 json.loads(next(line for line in out.splitlines() if line.startswith("{")))
             )
     finally:
+        held.close()
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
     return root, results
+
+
+def test_the_job_is_one_writer(two_processes):
+    _, results = two_processes
+    first = results[0]["lock"]["pid"]
+    for result in results:
+        assert result["lock"]["holder"] == first  # only process 0 took the lock
+        assert result["lock"]["refused"] == os.getpid()  # process 0's refusal, on every process
 
 
 def test_host_local_arrays_are_saved_by_a_collective_save(two_processes):
