@@ -34,6 +34,7 @@ from ._checksums import (
     metadata_of,
     one_read,
 )
+from ._chunk_reads import Bounds, chunk_layout, read_region
 
 
 ALIGNMENT: Final = 64
@@ -91,18 +92,21 @@ async def _read_array(
         raise ValueError(f"{info.name}: the stored shape is {shape}, the requested one {wanted}")
     shard_shape = sharding.shard_shape(shape)
     dtype = store.dtype.numpy_dtype
+    layout = chunk_layout(store.spec(retain_context=False).to_json(), dtype)
     full = tuple(slice(0, size) for size in shape)
-    devices_of: dict[tuple[tuple[int, int], ...], tuple[_Index, list[Any]]] = {}
+    devices_of: dict[Bounds, tuple[_Index, list[Any]]] = {}
     for device, given in sharding.addressable_devices_indices_map(shape).items():
         index = full if given is None else tuple(given)
         bounds = tuple(part.indices(size)[:2] for part, size in zip(index, shape, strict=True))
         devices_of.setdefault(bounds, (index, []))[1].append(device)
 
-    async def read(index: _Index, devices: list[Any]) -> list[jax.Array]:
-        domain = ts.IndexDomain(shape=shape)[ts.d[:][index]] if shape else store.domain
+    async def read(bounds: Bounds, index: _Index, devices: list[Any]) -> list[jax.Array]:
         buffer = aligned_empty(shard_shape, dtype)
         try:
-            await ts.array(buffer)[ts.d[:].translate_to[domain.origin]].write(store[domain])
+            # the store's own layout is checked here, in the page cache; any other by TensorStore
+            if layout is None or not await asyncio.to_thread(read_region, layout, bounds, buffer):
+                domain = ts.IndexDomain(shape=shape)[ts.d[:][index]] if shape else store.domain
+                await ts.array(buffer)[ts.d[:].translate_to[domain.origin]].write(store[domain])
         except ValueError as error:
             if (found := corruption(error)) is not None:
                 raise corrupt_error(info, found) from found
@@ -114,7 +118,9 @@ async def _read_array(
             for device in devices
         ]
 
-    shards = await settled(read(index, devices) for index, devices in devices_of.values())
+    shards = await settled(
+        read(bounds, index, devices) for bounds, (index, devices) in devices_of.items()
+    )
     return jax.make_array_from_single_device_arrays(
         shape, sharding, [shard for group in shards for shard in group]
     )

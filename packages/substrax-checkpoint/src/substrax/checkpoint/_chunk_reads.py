@@ -1,0 +1,154 @@
+"""Checked reads of the store's zarr3 arrays straight from their memory-mapped shard files.
+
+TensorStore checks a chunk's CRC-32C as it decodes it, through buffers of its own: at about a
+third of the speed of an unchecked chunk, which it reads straight from the memory-mapped file.
+The layout the store writes (zarr3, one file per stored shard holding raw little-endian chunks,
+each followed by its CRC-32C, and the shard's index at its end with its own CRC-32C; local files,
+no OCDBT, no compression) is read here without TensorStore: each chunk's checksum is computed
+(hardware CRC-32C) where it lies in the page cache, then the chunk is copied into the
+destination while it is still in the CPU's cache. Any other layout is left to TensorStore.
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any, Final
+
+import crc32c
+import numpy as np
+
+
+_MISSING: Final = 2**64 - 1
+_LITTLE: Final = {"name": "bytes", "configuration": {"endian": "little"}}
+_CHECKED: Final = [_LITTLE, {"name": "crc32c"}]
+
+type Bounds = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChunkLayout:
+    """Where and how a checksummed zarr3 array's chunks lie on disk.
+
+    Attributes:
+        directory: the array's directory (``zarr.json`` and ``c/``).
+        shape: the array's shape.
+        shard: the shape of one shard file's region.
+        inner: the shape of one chunk in a shard.
+        dtype: the stored element type (little-endian on disk).
+    """
+
+    directory: Path
+    shape: tuple[int, ...]
+    shard: tuple[int, ...]
+    inner: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+
+def _codecs(codecs: Sequence[Mapping[str, Any]], dtype: np.dtype[Any]) -> bool:
+    """Whether ``codecs`` are raw little-endian bytes followed by their CRC-32C."""
+    plain = list(codecs)
+    if dtype.itemsize == 1 and plain and plain[0] == {"name": "bytes"}:
+        plain[0] = _LITTLE  # single bytes have no byte order to name
+    return plain == _CHECKED
+
+
+def chunk_layout(spec: Mapping[str, Any], dtype: np.dtype[Any]) -> ChunkLayout | None:
+    """The layout of the array an opened TensorStore ``spec`` reads, or None for another layout.
+
+    ``dtype`` is the type the read produces; a ``cast`` driver that changes it is another layout.
+
+    Example:
+        >>> chunk_layout({"driver": "zarr", "kvstore": {"driver": "file"}}, np.dtype("f4")) is None
+        True
+    """
+    if spec.get("driver") == "cast":
+        spec = spec["base"]
+    metadata = spec.get("metadata", {})
+    kvstore = spec.get("kvstore", {})
+    codecs = metadata.get("codecs", [])
+    if (
+        spec.get("driver") != "zarr3"
+        or kvstore.get("driver") != "file"
+        or metadata.get("data_type") != np.dtype(dtype).name
+        or metadata.get("chunk_key_encoding", {}).get("configuration", {}).get("separator", "/")
+        != "/"
+        or metadata.get("chunk_key_encoding", {}).get("name") != "default"
+        or len(codecs) != 1
+        or codecs[0].get("name") != "sharding_indexed"
+    ):
+        return None
+    config = codecs[0]["configuration"]
+    shape = tuple(int(size) for size in metadata["shape"])
+    shard = tuple(int(size) for size in metadata["chunk_grid"]["configuration"]["chunk_shape"])
+    inner = tuple(int(size) for size in config["chunk_shape"])
+    if (
+        config.get("index_location", "end") != "end"
+        or not _codecs(config["codecs"], dtype)
+        or not _codecs(config["index_codecs"], np.dtype(np.uint64))
+        or 0 in shape
+        or any(outer % size for outer, size in zip(shard, inner, strict=True))
+    ):
+        return None
+    return ChunkLayout(
+        directory=Path(kvstore["path"]), shape=shape, shard=shard, inner=inner, dtype=dtype
+    )
+
+
+def _checked(data: np.ndarray[Any, Any], path: Path, what: str) -> np.ndarray[Any, Any]:
+    """``data`` without its trailing CRC-32C, once the checksum matches; TensorStore's words else."""
+    stored = int.from_bytes(data[-4:].tobytes(), "little")
+    body = data[:-4]
+    computed = crc32c.crc32c(body)
+    if computed != stored:
+        raise ValueError(
+            f'DATA_LOSS: Error reading {what} in local file "{path}": Digest mismatch, '
+            f"stored digest is {stored:#010x} but computed digest is {computed:#010x}"
+        )
+    return body
+
+
+def _span(start: int, stop: int, size: int) -> range:
+    return range(start // size, -(-stop // size))
+
+
+def read_region(layout: ChunkLayout, bounds: Bounds, out: np.ndarray[Any, Any]) -> bool:
+    """Copy the region ``bounds`` (``(start, stop)`` per axis) of the array into ``out``.
+
+    Every chunk the region touches is checked whole; a mismatch raises ``ValueError`` in
+    TensorStore's words (``DATA_LOSS: ... Digest mismatch``). Returns False, leaving ``out``
+    partly written, when a chunk is not stored (TensorStore then reads it as fill values).
+    """
+    per_shard = tuple(outer // size for outer, size in zip(layout.shard, layout.inner, strict=True))
+    index_bytes = 16 * math.prod(per_shard) + 4
+    cells = [_span(lo, hi, size) for (lo, hi), size in zip(bounds, layout.shard, strict=True)]
+    for cell in product(*cells):
+        path = layout.directory.joinpath("c", *map(str, cell))
+        raw = np.memmap(path, np.uint8, mode="r")
+        if raw.size < index_bytes:
+            return False
+        index = _checked(raw[raw.size - index_bytes :], path, "shard index")
+        entries = index.view("<u8").reshape(*per_shard, 2)
+        origin = [c * size for c, size in zip(cell, layout.shard, strict=True)]
+        local = [
+            _span(max(lo, o) - o, min(hi, o + outer) - o, size)
+            for (lo, hi), o, outer, size in zip(
+                bounds, origin, layout.shard, layout.inner, strict=True
+            )
+        ]
+        for chunk in product(*local):
+            offset, nbytes = (int(v) for v in entries[chunk])
+            if offset == _MISSING:
+                return False
+            body = _checked(raw[offset : offset + nbytes], path, f"chunk {chunk}")
+            values = body.view(layout.dtype.newbyteorder("<")).reshape(layout.inner)
+            start = [o + j * size for o, j, size in zip(origin, chunk, layout.inner, strict=True)]
+            take = [
+                (max(lo, s), min(hi, s + size))
+                for (lo, hi), s, size in zip(bounds, start, layout.inner, strict=True)
+            ]
+            out[
+                tuple(slice(a - lo, b - lo) for (a, b), (lo, _) in zip(take, bounds, strict=True))
+            ] = values[tuple(slice(a - s, b - s) for (a, b), s in zip(take, start, strict=True))]
+    return True
