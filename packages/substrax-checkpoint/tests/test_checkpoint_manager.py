@@ -1,7 +1,13 @@
 import numpy as np
 
 from substrax.checkpoint import OrbaxCheckpointStore
-from substrax.checkpoint._manager import Layout, remove_partial_steps, step_directories
+from substrax.checkpoint._manager import (
+    DELETED,
+    Layout,
+    has_deleted,
+    remove_partial_steps,
+    step_directories,
+)
 
 
 def test_step_directories_are_the_integer_named_directories(tmp_path):
@@ -41,3 +47,23 @@ def test_every_layout_writes_what_it_names(tmp_path):
             zarr = item / "tree.w"
             assert (zarr / "zarr.json").exists() == layout.zarr3
             assert (zarr / ".zarray").exists() == (not layout.zarr3)
+
+
+def test_deleted_steps_leave_in_one_rename_and_their_files_are_removed(tmp_path):
+    with OrbaxCheckpointStore(tmp_path, max_to_keep=1, keep_every=2) as store:
+        for step in (1, 2, 3, 4):
+            store.save(step, {"model": {"w": np.full(4, step, np.float32)}})
+        store.delete(2)
+        store.save(4, {"model": {"w": np.zeros(4, np.float32)}}, overwrite=True)
+    assert step_directories(tmp_path) == [4]
+    assert not has_deleted(tmp_path), "the deleted steps' files are gone once the store closes"
+    assert (tmp_path / DELETED).is_dir()
+
+
+def test_the_cleanup_empties_the_deleted_steps(tmp_path):
+    (tmp_path / DELETED / "7" / "model").mkdir(parents=True)
+    (tmp_path / DELETED / "stray").write_text("x")
+    assert has_deleted(tmp_path)
+    remove_partial_steps(tmp_path)
+    assert not has_deleted(tmp_path)
+    assert not has_deleted(tmp_path / "absent")

@@ -25,6 +25,7 @@ from ._snapshot import HostSnapshot
 
 
 _TMP_MARK: Final = ".orbax-checkpoint-tmp"
+DELETED: Final = ".substrax-deleted"  # a deleted step is renamed here, then its files removed
 _REGISTRIES: Final = {
     checksums: AlignedRegistry(checksums=checksums) for checksums in (True, False)
 }
@@ -78,6 +79,8 @@ def open_manager(
         read_only=read_only,
         # only the writer lock's holder cleans, once, when it takes the lock (remove_partial_steps)
         cleanup_tmp_directories=False,
+        # a step leaves the store in one rename, so a reader never lists a half-deleted step
+        todelete_subdir=None if read_only else DELETED,
         enable_async_checkpointing=async_save,
         preservation_policy=preservation,
         lightweight_initialize=True,
@@ -113,6 +116,29 @@ def remove_partial_steps(directory: Path) -> None:
         if _TMP_MARK in child.name and child.is_dir():
             shutil.rmtree(child, ignore_errors=True)
         elif child.name.startswith(f".{INDEX_FILE}.") and child.name.endswith(".tmp"):
+            child.unlink(missing_ok=True)
+    empty_deleted(directory)
+
+
+def has_deleted(directory: Path) -> bool:
+    """Whether deleted steps wait under ``directory``'s deleted-steps folder for removal."""
+    try:
+        with os.scandir(directory / DELETED) as entries:
+            return any(True for _ in entries)
+    except FileNotFoundError:
+        return False
+
+
+def empty_deleted(directory: Path) -> None:
+    """Remove the files of the deleted steps (the folder itself stays: orbax renames into it)."""
+    try:
+        children = list((directory / DELETED).iterdir())
+    except FileNotFoundError:
+        return
+    for child in children:
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
             child.unlink(missing_ok=True)
 
 

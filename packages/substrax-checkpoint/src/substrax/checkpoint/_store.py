@@ -25,7 +25,15 @@ from ._errors import (
 from ._formats import DTYPES_ITEM, METADATA_ITEM, StepRecord, read_step
 from ._index import IndexEntry, StepIndex
 from ._lock import WriterLease, take_writer_lock
-from ._manager import Layout, open_manager, remove_partial_steps, save_held, step_directories
+from ._manager import (
+    Layout,
+    empty_deleted,
+    has_deleted,
+    open_manager,
+    remove_partial_steps,
+    save_held,
+    step_directories,
+)
 from ._metadata import (
     CheckpointMetadata,
     Producer,
@@ -431,6 +439,7 @@ class OrbaxCheckpointStore:
         index = self._index()
         if step in steps:
             manager.delete(step)
+            self._empty_deleted()
             index.remove(step)
         index.add(step, IndexEntry(epoch=epoch, metrics=record.metrics))
         items = _trees.globalize_host_local(items)  # orbax saves only global arrays
@@ -504,6 +513,8 @@ class OrbaxCheckpointStore:
             )
         if step is not None:
             self._sync_index()
+            if is_primary() and has_deleted(self._directory):  # what retention renamed away
+                self._background().submit(empty_deleted, self._directory)
 
     def _forget(self, step: int) -> None:
         """A write failed: drop its step and re-read what the directory really holds."""
@@ -545,8 +556,13 @@ class OrbaxCheckpointStore:
                 step=step, directory=self._directory, available=tuple(self.list_steps())
             )
         manager.delete(step)
+        self._empty_deleted()
         self._index().remove(step)
         self._write_index()
+
+    def _empty_deleted(self) -> None:
+        if is_primary():  # orbax renames a deleted step on process 0 only
+            empty_deleted(self._directory)
 
     def prune(self) -> list[int]:
         """Apply the retention rules to every stored step now; return the deleted steps.
