@@ -31,8 +31,8 @@ def _layout_of(path):
 )
 def test_any_sharding_reads_back_the_saved_values_across_chunks(store_dir, saved, restored):
     mesh = jax.make_mesh((8,), ("x",))
-    # 2048 x 1032 float32 is more than 8 MiB: a whole-array shard holds several 4 MiB chunks
-    values = np.arange(2048 * 1032, dtype=np.float32).reshape(2048, 1032)
+    # 4224 x 1032 float32 is more than 16 MiB: a whole-array shard is written in two chunks
+    values = np.arange(4224 * 1032, dtype=np.float32).reshape(4224, 1032)
     placed = (
         jnp.asarray(values)
         if saved is None

@@ -15,6 +15,7 @@ Everything else (metadata, PRNG keys, padding or truncating reads) is orbax's ow
 """
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, cast
 
@@ -34,7 +35,7 @@ from ._checksums import (
     metadata_of,
     one_read,
 )
-from ._chunk_reads import Bounds, chunk_layout, read_region
+from ._chunk_reads import Bounds, ChunkLayout, chunk_layout, read_region, split
 
 
 ALIGNMENT: Final = 64
@@ -104,7 +105,7 @@ async def _read_array(
         buffer = aligned_empty(shard_shape, dtype)
         try:
             # the store's own layout is checked here, in the page cache; any other by TensorStore
-            if layout is None or not await asyncio.to_thread(read_region, layout, bounds, buffer):
+            if layout is None or not await _read_directly(layout, bounds, buffer):
                 domain = ts.IndexDomain(shape=shape)[ts.d[:][index]] if shape else store.domain
                 await ts.array(buffer)[ts.d[:].translate_to[domain.origin]].write(store[domain])
         except ValueError as error:
@@ -124,6 +125,22 @@ async def _read_array(
     return jax.make_array_from_single_device_arrays(
         shape, sharding, [shard for group in shards for shard in group]
     )
+
+
+async def _read_directly(layout: ChunkLayout, bounds: Bounds, buffer: np.ndarray[Any, Any]) -> bool:
+    """:func:`read_region` into ``buffer``, its chunks shared out among the CPUs' threads."""
+    pieces = split(layout, bounds, os.cpu_count() or 1)
+    starts = [piece[0][0] - bounds[0][0] if bounds else 0 for piece in pieces]
+    done = await settled(
+        asyncio.to_thread(
+            read_region,
+            layout,
+            piece,
+            buffer[start : start + piece[0][1] - piece[0][0]] if bounds else buffer,
+        )
+        for piece, start in zip(pieces, starts, strict=True)
+    )
+    return all(done)
 
 
 class AlignedArrayHandler(ocp.type_handlers.TypeHandler):

@@ -12,7 +12,7 @@ destination while it is still in the CPU's cache. Any other layout is left to Te
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import product
+from itertools import pairwise, product
 from pathlib import Path
 from typing import Any, Final
 
@@ -111,6 +111,27 @@ def _checked(data: np.ndarray[Any, Any], path: Path, what: str) -> np.ndarray[An
 
 def _span(start: int, stop: int, size: int) -> range:
     return range(start // size, -(-stop // size))
+
+
+def split(layout: ChunkLayout, bounds: Bounds, parts: int) -> list[Bounds]:
+    """``bounds`` cut along the first axis at chunk boundaries into at most ``parts`` regions.
+
+    Each region's chunks can then be checked and copied on a thread of its own.
+
+    Example:
+        >>> layout = ChunkLayout(
+        ...     directory=Path("a"), shape=(8, 2), shard=(8, 2), inner=(2, 2), dtype=np.dtype("f4")
+        ... )
+        >>> split(layout, ((1, 8), (0, 2)), 2)
+        [((1, 4), (0, 2)), ((4, 8), (0, 2))]
+    """
+    if not bounds:
+        return [bounds]
+    (lo, hi), rest = bounds[0], bounds[1:]
+    size = layout.inner[0]
+    cuts = range((lo // size + 1) * size, hi, size)  # the chunk boundaries inside the region
+    chosen = sorted({cuts[len(cuts) * i // parts] for i in range(1, parts)}) if cuts else []
+    return [((a, b), *rest) for a, b in pairwise([lo, *chosen, hi])]
 
 
 def read_region(layout: ChunkLayout, bounds: Bounds, out: np.ndarray[Any, Any]) -> bool:
