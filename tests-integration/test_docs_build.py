@@ -205,6 +205,10 @@ def test_compute_toml_blocks_are_valid(tmp_path: Path, page: Path, number: int, 
     (tmp_path / "examples" / "example.py").write_text("print('hi')\n")
     (tmp_path / "pyproject.toml").write_text(body)
     config = read_compute_config(tmp_path)
+    for job in config.jobs.values():  # the files a job asks to upload by name exist in a project
+        for included in job.include_files:
+            (tmp_path / included).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / included).write_text("TOKEN=example\n")
     for name, settings in config.backends.items():
         assert load_backend(name, settings).name == name
     for job in config.jobs:
