@@ -7,7 +7,9 @@ it is read: on CPU that copy costs more than the read itself. Here the same Tens
 lands in a 64-byte aligned buffer that the device then owns (on an accelerator the transfer is
 the same as orbax's). Local files are read through memory maps (TensorStore's ``memmap`` file
 mode), which copies each byte once from the page cache instead of through a read buffer; a
-committed step's files are never rewritten, so the maps cannot change under the read.
+committed step's files are never rewritten, so the maps cannot change under the read. The
+store's own checksummed layout is read by :mod:`._chunk_reads`, which checks each chunk in the
+page cache and copies it, on as many threads as there are CPUs.
 Everything else (metadata, PRNG keys, padding or truncating reads) is orbax's own
 ``ArrayHandler``; saving is :mod:`._checksums`'s, which adds a checksum to every chunk. Every read
 (these and orbax's) checks the checksums its chunks carry, and corrupted bytes raise
