@@ -17,8 +17,10 @@ Everything else (metadata, PRNG keys, padding or truncating reads) is orbax's ow
 """
 
 import asyncio
+import functools
 import os
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, cast
 
 import jax
@@ -129,12 +131,24 @@ async def _read_array(
     )
 
 
+@functools.cache
+def _readers() -> ThreadPoolExecutor:
+    """Threads that check and copy chunks, one per CPU, kept for the process.
+
+    Orbax runs every restore in an event loop of its own; the loop's default executor would
+    start its threads anew, and join them, in each restore.
+    """
+    return ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="substrax-checkpoint-read")
+
+
 async def _read_directly(layout: ChunkLayout, bounds: Bounds, buffer: np.ndarray[Any, Any]) -> bool:
     """:func:`read_region` into ``buffer``, its chunks shared out among the CPUs' threads."""
     pieces = split(layout, bounds, os.cpu_count() or 1)
     starts = [piece[0][0] - bounds[0][0] if bounds else 0 for piece in pieces]
+    loop = asyncio.get_running_loop()
     done = await settled(
-        asyncio.to_thread(
+        loop.run_in_executor(
+            _readers(),
             read_region,
             layout,
             piece,
