@@ -120,3 +120,19 @@ def test_prune_refuses_a_store_another_process_writes(store_dir, capsys):
             writer.stdout.close()
     with OrbaxCheckpointStore(store_dir) as store:
         assert store.list_steps() == [1, 2, 3, 4]
+
+
+def test_readers_print_no_orbax_notices(store_dir):
+    """A read-only open is asked for: orbax's warnings about it are not shown to the user."""
+    _fill(store_dir)
+    for command in ("ls", "verify"):
+        done = subprocess.run(
+            [sys.executable, "-m", "substrax.checkpoint", command, str(store_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "read only" not in done.stderr
+        assert "save_interval_steps" not in done.stderr

@@ -1,24 +1,32 @@
-"""Quiet one orbax warning that every save without OCDBT would otherwise print."""
+"""Quiet the orbax warnings that report what the store asked for, on every save or read-only open."""
 
 import logging
+from typing import Final
 
 
-_NOTHING_TO_MERGE = "Skipping merge of OCDBT checkpoints: No per-process OCDBT checkpoint"
+_EXPECTED: Final = (
+    # every save without OCDBT: there is nothing to merge
+    "Skipping merge of OCDBT checkpoints: No per-process OCDBT checkpoint",
+    # every read_only open (readers, the CLI's ls/show/verify): a reader saves nothing
+    "CheckpointManagerOptions.read_only=True, setting save_interval_steps=0",
+    "Given directory is read only=",
+)
 
 
-class _NothingToMerge(logging.Filter):
-    """Drop orbax's "nothing to merge" warning: a store written without OCDBT has nothing to merge."""
+class _Expected(logging.Filter):
+    """Drop orbax's warnings about settings the store chose on purpose."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return _NOTHING_TO_MERGE not in str(record.msg)
+        message = str(record.msg)
+        return not any(expected in message for expected in _EXPECTED)
 
 
-def quiet_orbax_merge_warning() -> None:
+def quiet_orbax_notices() -> None:
     """Install the filter on the ``absl`` logger once (idempotent).
 
     Example:
-        >>> quiet_orbax_merge_warning()
+        >>> quiet_orbax_notices()
     """
     logger = logging.getLogger("absl")
-    if not any(isinstance(f, _NothingToMerge) for f in logger.filters):
-        logger.addFilter(_NothingToMerge())
+    if not any(isinstance(f, _Expected) for f in logger.filters):
+        logger.addFilter(_Expected())
