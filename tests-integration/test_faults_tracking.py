@@ -21,7 +21,7 @@ SLACK = 3.0  # seconds allowed past a bound for a loaded machine
 
 
 def load_vanishing_mlflow():
-    path = Path(__file__).parent / "programs" / "vanishing_mlflow.py"
+    path = Path(__file__).parents[1] / "packages/substrax-tracking/tests/vanishing_mlflow.py"
     spec = importlib.util.spec_from_file_location("vanishing_mlflow", path)
     assert spec is not None
     assert spec.loader is not None

@@ -5,15 +5,12 @@ is sent in memory.
 ``VanishingMlflow(port, vanish_after_run=...)``: after answering ``runs/create`` it stops,
 either ``"refuse"`` (the socket is closed: connections are refused) or ``"silent"`` (the socket
 stays open but nothing is accepted or answered: requests hang until their timeout).
-
-Run as a program (``python vanishing_mlflow.py PORT``) it serves until killed and prints
-``ready`` once listening.
+Used by the tracking tests' conftest and by tests-integration/test_faults_tracking.py.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import urllib.parse
@@ -130,9 +127,3 @@ class VanishingMlflow:
         if not self.vanished.is_set():
             self.server.shutdown()
         self.server.server_close()
-
-
-if __name__ == "__main__":
-    server = VanishingMlflow(int(sys.argv[1]))
-    print("ready", flush=True)
-    server.thread.join()
