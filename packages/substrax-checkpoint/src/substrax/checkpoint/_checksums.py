@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Self
 
 import jax
 import numpy as np
@@ -201,42 +201,7 @@ class ChecksummedNumpyHandler(ocp.type_handlers.NumpyHandler):
     _checksums: bool = True
 
     @classmethod
-    def like(
-        cls, handler: ocp.type_handlers.NumpyHandler, *, checksums: bool
-    ) -> "ChecksummedNumpyHandler":
-        """A handler configured as ``handler`` (a registry's own instance).
-
-        ``checksums=False`` writes as orbax does (reads are checked either way).
-        """
-        made = cls.__new__(cls)
-        vars(made).update(vars(handler))
-        made._checksums = checksums
-        return made
-
-    async def _open_and_write(
-        self, value: np.ndarray[Any, Any], tspec: _Spec, ts_context: ts.Context
-    ) -> None:
-        spec = with_checksum(tspec) if self._checksums else tspec
-        await super()._open_and_write(value, spec, ts_context)
-
-    async def deserialize(
-        self, infos: Sequence[ocp.type_handlers.ParamInfo], args: Sequence[Any] | None = None
-    ) -> Sequence[Any]:
-        return await checked_reads(super().deserialize, infos, args)
-
-    async def metadata(self, infos: Sequence[ocp.type_handlers.ParamInfo]) -> Sequence[Any]:
-        return await checked_reads(metadata_of(super()), infos, None)
-
-
-class ChecksummedScalarHandler(ocp.type_handlers.ScalarHandler):
-    """Orbax's ``ScalarHandler``, writing zarr3 chunks with a ``crc32c`` checksum."""
-
-    _checksums: bool = True
-
-    @classmethod
-    def like(
-        cls, handler: ocp.type_handlers.ScalarHandler, *, checksums: bool
-    ) -> "ChecksummedScalarHandler":
+    def like(cls, handler: ocp.type_handlers.NumpyHandler, *, checksums: bool) -> Self:
         """A handler configured as ``handler`` (a registry's own instance).
 
         ``checksums=False`` writes as orbax does (reads are checked either way).
@@ -259,6 +224,14 @@ class ChecksummedScalarHandler(ocp.type_handlers.ScalarHandler):
 
     async def metadata(self, infos: Sequence[ocp.type_handlers.ParamInfo]) -> Sequence[Any]:
         return await checked_reads(metadata_of(super()), infos, None)
+
+
+class ChecksummedScalarHandler(ChecksummedNumpyHandler, ocp.type_handlers.ScalarHandler):
+    """Orbax's ``ScalarHandler``, writing zarr3 chunks with a ``crc32c`` checksum.
+
+    The checksummed writes and checked reads are :class:`ChecksummedNumpyHandler`'s, around
+    ``ScalarHandler``'s own steps (next in the method order).
+    """
 
 
 class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
