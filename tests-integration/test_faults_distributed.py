@@ -5,11 +5,14 @@
   abort;
 - a process SIGKILLed while the job trains: its peer ends within 30 s, naming the dead process
   and with its logs flushed, instead of aborting from C++ after jax's 100 s heartbeat timeout;
+  process 0 too, whose death jax alone answers with an immediate C++ abort of the others (the
+  coordination service it hosted outlives it, in a child process that ends soon after);
 - the local backend's multi-node job with a failing node: the other node is stopped and the
   job's manifest names the node that failed.
 """
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -79,8 +82,9 @@ TRAINING = textwrap.dedent(
     import logging, os, pathlib, signal, sys, time
     import numpy as np
     from substrax.runtime import initialize_distributed
-    out = pathlib.Path(sys.argv[1])
+    out, victim = pathlib.Path(sys.argv[1]), int(sys.argv[2])
     info = initialize_distributed(initialization_timeout=60)  # the launcher's JAX_* variables
+    (out / "coordinator").write_text(os.environ["JAX_COORDINATOR_ADDRESS"])
     handler = logging.FileHandler(out / f"log-{info.process_id}.txt", delay=True)
     logging.getLogger("substrax").addHandler(handler)
     import jax
@@ -92,7 +96,7 @@ TRAINING = textwrap.dedent(
     for i in range(100_000):
         local = np.full((jax.local_device_count(),), float(i), np.float32)
         w = float(step(w, jax.make_array_from_process_local_data(sharding, local)))
-        if i == 5 and info.process_id == 1:
+        if i == 5 and info.process_id == victim:
             (out / "killed-at").write_text(str(time.time()))
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(0.05)
@@ -100,24 +104,52 @@ TRAINING = textwrap.dedent(
 )
 
 
-def test_a_killed_process_ends_its_peer_within_30_seconds_naming_it(tmp_path):
+def _train_and_kill(out: Path, victim: int) -> None:
+    """Two processes train together until ``victim`` SIGKILLs itself; the other must end in 30 s."""
     runs = run_distributed(
         TRAINING,
-        str(tmp_path),
+        str(out),
+        str(victim),
         num_processes=2,
         runtime=JaxRuntime(platforms=("cpu",), cpu_devices=2),
         timeout=120,
     )
     ended = time.time()
-    survivor, victim = runs
-    assert victim.returncode == -9, victim.stderr[-3000:]
+    survivor = runs[1 - victim]
+    assert runs[victim].returncode == -9, runs[victim].stderr[-3000:]
     assert survivor.returncode == PEER_FAILURE_EXIT_CODE, survivor.stderr[-3000:]
-    killed_at = float((tmp_path / "killed-at").read_text())
-    # the survivor is waited for first: it ended no later than ``ended``
+    killed_at = float((out / "killed-at").read_text())
+    # both processes are waited for: the survivor ended no later than ``ended``
     assert ended - killed_at < 30
-    message = "process 1 of this 2-process jax job died"
+    message = f"process {victim} of this 2-process jax job died"
     assert message in survivor.stderr
-    assert message in (tmp_path / "log-0.txt").read_text()  # the file handler was flushed
+    # the file handler was flushed
+    assert message in (out / f"log-{1 - victim}.txt").read_text()
+    assert "Terminating process because the JAX distributed service" not in survivor.stderr
+
+
+def _serves(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def test_a_killed_process_ends_its_peer_within_30_seconds_naming_it(tmp_path):
+    _train_and_kill(tmp_path, victim=1)
+
+
+def test_a_killed_process_0_ends_its_peer_within_30_seconds_naming_it(tmp_path):
+    _train_and_kill(tmp_path, victim=0)
+    # the coordination service outlived process 0 in a child process, which ends soon after
+    # (at most its grace period: 1.5 heartbeat timeouts, the hook's 10 s and a few seconds)
+    address = (tmp_path / "coordinator").read_text()
+    killed_at = float((tmp_path / "killed-at").read_text())
+    while _serves(address) and time.time() - killed_at < 60:
+        time.sleep(0.5)
+    assert not _serves(address)
 
 
 NODE = textwrap.dedent(

@@ -122,6 +122,12 @@ def _run_pair(port: int, launches: list[tuple[int, str, dict[str, str]]]) -> lis
     for out in outputs:
         assert (out["devices"], out["local"], out["processes"]) == (4, 2, 2)
         assert out["gathered"] == [0, 1]
+    # nothing serves the coordinator's port once the job ended (its child process was stopped)
+    with (
+        pytest.raises(ConnectionRefusedError),
+        socket.create_connection(("127.0.0.1", port), timeout=2),
+    ):
+        pass
     return outputs
 
 
@@ -211,7 +217,7 @@ def test_modal_cluster_context_is_read_through_the_sdk(monkeypatch):
 WATCHED = """
 import logging, os, pathlib, signal, sys, time
 from substrax.runtime import initialize_distributed
-port, rank, out = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3])
+port, rank, out, victim = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3]), int(sys.argv[4])
 handler = logging.FileHandler(out / f"log-{rank}.txt")
 logging.getLogger("substrax").addHandler(handler)
 def hook(dead):
@@ -219,19 +225,20 @@ def hook(dead):
 initialize_distributed(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=rank,
                        initialization_timeout=60, heartbeat_timeout=3, on_peer_failure=hook)
 import jax
-if rank == 1:
+if rank == victim:
     os.kill(os.getpid(), signal.SIGKILL)
 time.sleep(120)  # the survivor waits here, outside any collective, until the watch ends it
 """
 
 
-def test_a_dead_peer_ends_the_survivor_through_its_hook_and_flushed_logs(tmp_path):
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_dead_peer_ends_the_survivor_through_its_hook_and_flushed_logs(tmp_path, victim):
     from substrax.runtime import PEER_FAILURE_EXIT_CODE
 
     port = free_port()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WATCHED, str(port), str(rank), str(tmp_path)],
+            [sys.executable, "-c", WATCHED, str(port), str(rank), str(tmp_path), str(victim)],
             env=_base_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -239,16 +246,18 @@ def test_a_dead_peer_ends_the_survivor_through_its_hook_and_flushed_logs(tmp_pat
         )
         for rank in (0, 1)
     ]
+    survivor = 1 - victim
     try:
-        _, stderr = procs[0].communicate(timeout=60)
-        procs[1].communicate(timeout=60)
+        _, stderr = procs[survivor].communicate(timeout=60)
+        procs[victim].communicate(timeout=60)
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    assert procs[1].returncode == -9
-    assert procs[0].returncode == PEER_FAILURE_EXIT_CODE, stderr[-3000:]
-    assert "process 1 of this 2-process jax job died" in stderr
-    assert (tmp_path / "hook-0.txt").read_text() == "1"
-    assert "process 1 of this 2-process jax job died" in (tmp_path / "log-0.txt").read_text()
+    assert procs[victim].returncode == -9
+    assert procs[survivor].returncode == PEER_FAILURE_EXIT_CODE, stderr[-3000:]
+    message = f"process {victim} of this 2-process jax job died"
+    assert message in stderr
+    assert (tmp_path / f"hook-{survivor}.txt").read_text() == str(victim)
+    assert message in (tmp_path / f"log-{survivor}.txt").read_text()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from ._coordinator import CoordinatorProcess
 from ._errors import RuntimeConfigurationError
 from ._launchers import (
     DEFAULT_COORDINATOR_PORT,
@@ -21,7 +22,7 @@ from ._launchers import (
     launch_from_environment,
     launch_from_modal_cluster,
 )
-from ._peer_watch import POLL_SECONDS, PeerWatch
+from ._peer_watch import HOOK_SECONDS, POLL_SECONDS, PeerWatch
 from ._rendezvous import gather_peers, join_coordinator
 
 
@@ -31,6 +32,9 @@ DEFAULT_HEARTBEAT_TIMEOUT = 10
 """Seconds without a heartbeat after which a process of the job counts as dead."""
 DEFAULT_SHUTDOWN_TIMEOUT = 300
 """Seconds a finished process waits at exit for the others to finish too."""
+_IDLE_BIND_ADDRESS = "127.0.0.1:0"
+"""Where process 0's own in-process coordination service listens when a child serves the job's
+(jax always starts one on process 0): a loopback port of the system's choosing, never used."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,11 +115,14 @@ def initialize_distributed(
     With ``fail_fast`` (the default), a process whose peer dies ends within about
     ``heartbeat_timeout`` seconds plus a few: it logs which process died, calls
     ``on_peer_failure``, flushes its logging handlers and exits with ``PEER_FAILURE_EXIT_CODE``
-    (jax alone would abort it from C++ after its 100 s heartbeat timeout). A dead coordinator
-    (process 0) takes jax's client down at once, and jax ends the others itself. A process that
-    ends normally waits at exit, or in ``jax.distributed.shutdown()``, for the others to get
-    there, for at most ``shutdown_timeout`` seconds; one that ends with an uncaught exception
-    does not wait for them (they may be waiting for it in a collective), so they see it die.
+    (jax alone would abort it from C++ after its 100 s heartbeat timeout). Process 0 serves
+    jax's coordination service from a child process of its own, so that the service outlives
+    process 0 and a dead process 0 is named like any other (jax alone aborts the others at once
+    from C++). The child ends with the job: at a clean shutdown, or a grace period after process
+    0 is gone (about ``1.5 * heartbeat_timeout + 17`` seconds). A process that ends normally
+    waits at exit, or in ``jax.distributed.shutdown()``, for the others to get there, for at
+    most ``shutdown_timeout`` seconds; one that ends with an uncaught exception does not wait
+    for them (they may be waiting for it in a collective), so they see it die.
 
     Args:
         coordinator_address: ``host:port`` of process 0.
@@ -129,8 +136,9 @@ def initialize_distributed(
             (jax's ``heartbeat_timeout_seconds``).
         shutdown_timeout: Seconds a finished process waits for the others at exit (jax's
             ``shutdown_timeout_seconds``).
-        fail_fast: End this process when a peer dies (jax's recoverable coordination mode plus
-            a watch thread); ``False`` leaves jax's own handling, a C++ abort.
+        fail_fast: End this process when a peer dies (jax's recoverable coordination mode, its
+            service in a child of process 0 where the coordinator's address is known, and a
+            watch thread); ``False`` leaves jax's own handling, a C++ abort.
         on_peer_failure: With ``fail_fast``, called with the dead process ids before this
             process ends, for at most 10 seconds (e.g. to mark a tracked run failed); it runs
             on a watch thread while the main thread may be stuck in a collective.
@@ -143,6 +151,8 @@ def initialize_distributed(
             ``initialization_timeout`` (a ``TimeoutError``).
         ValueError: The launch is inconsistent, or a run across several nodes names a loopback
             coordinator.
+        OSError: On process 0, the coordinator's port cannot be served (another process holds
+            it).
         RuntimeConfigurationError: ``jax.distributed`` is already initialized with another
             process layout.
 
@@ -208,17 +218,62 @@ def _meet(launch: LaunchSettings, timeout: int) -> None:
         )
 
 
-def _watch_peers(process_id: int, num_processes: int, settings: _Settings) -> None:
+def _serve_coordinator(launch: LaunchSettings, settings: _Settings) -> CoordinatorProcess | None:
+    """On process 0 with ``fail_fast``: the job's coordination service, in a child process."""
+    address = launch.coordinator_address
+    if not settings.fail_fast or launch.process_id != 0 or address is None:
+        return None
+    bind_address = os.environ.get("JAX_COORDINATOR_BIND_ADDRESS") or (
+        "[::]:" + address.rsplit(":", 1)[1]  # jax's own default: every interface
+    )
+    # long enough for the others to see process 0 dead, run their hook and flush
+    detection = 1.5 * settings.heartbeat_timeout + 2 * POLL_SECONDS
+    return CoordinatorProcess.start(
+        bind_address,
+        num_processes=launch.num_processes,
+        heartbeat_timeout=settings.heartbeat_timeout,
+        shutdown_timeout=settings.shutdown_timeout,
+        grace_seconds=detection + HOOK_SECONDS + 5.0,
+    )
+
+
+def _releasing(
+    coordinator: CoordinatorProcess,
+    hook: Callable[[tuple[int, ...]], object] | None,
+    num_processes: int,
+) -> Callable[[tuple[int, ...]], object]:
+    """``hook``, after which the service ends with process 0 when every other process is dead."""
+
+    def run(dead: tuple[int, ...]) -> None:
+        try:
+            if hook is not None:
+                hook(dead)
+        finally:
+            if len(dead) == num_processes - 1:  # nobody else needs the service any more
+                coordinator.release()
+
+    return run
+
+
+def _watch_peers(
+    process_id: int,
+    num_processes: int,
+    settings: _Settings,
+    coordinator: CoordinatorProcess | None,
+) -> None:
     """Start the peer watch and make jax's shutdown meet the other processes first."""
     from jax._src import distributed as jax_distributed  # noqa: PLC0415 - the client lives here
 
     state: Any = jax_distributed.global_state
     client = state.client
+    hook = settings.on_peer_failure
+    if coordinator is not None:
+        hook = _releasing(coordinator, hook, num_processes)
     watch = PeerWatch(
         client,
         process_id=process_id,
         num_processes=num_processes,
-        on_peer_failure=settings.on_peer_failure,
+        on_peer_failure=hook,
         is_current=lambda: state.client is client,
     )
     jax_shutdown = state.shutdown
@@ -241,6 +296,8 @@ def _watch_peers(process_id: int, num_processes: int, settings: _Settings) -> No
         elif state.client is client:
             watch.meet_at_shutdown(settings.shutdown_timeout)
         jax_shutdown()
+        if coordinator is not None and not failing.is_set():
+            coordinator.stop()  # every process met here (a failing one leaves it its grace)
 
     sys.excepthook = note_failure  # an uncaught exception ends this process with an error
     state.shutdown = shutdown  # jax.distributed.shutdown() and jax's exit hook call this
@@ -270,23 +327,31 @@ def _start(
         ids = None if local_device_ids is None else list(local_device_ids)
         if settings.fail_fast:
             jax.config.update("jax_enable_recoverability", True)
+        coordinator = _serve_coordinator(launch, settings)
         common: dict[str, Any] = {
             "local_device_ids": ids,
             "initialization_timeout": settings.initialization_timeout,
             "heartbeat_timeout_seconds": settings.heartbeat_timeout,
             "shutdown_timeout_seconds": settings.shutdown_timeout,
         }
-        if launch.coordinator_address is None:
-            jax.distributed.initialize(**common)
-        else:
-            jax.distributed.initialize(
-                coordinator_address=launch.coordinator_address,
-                num_processes=launch.num_processes,
-                process_id=launch.process_id,
-                **common,
-            )
+        if coordinator is not None:
+            common["coordinator_bind_address"] = _IDLE_BIND_ADDRESS
+        try:
+            if launch.coordinator_address is None:
+                jax.distributed.initialize(**common)
+            else:
+                jax.distributed.initialize(
+                    coordinator_address=launch.coordinator_address,
+                    num_processes=launch.num_processes,
+                    process_id=launch.process_id,
+                    **common,
+                )
+        except BaseException:
+            if coordinator is not None:
+                coordinator.stop()
+            raise
         if settings.fail_fast:
-            _watch_peers(jax.process_index(), jax.process_count(), settings)
+            _watch_peers(jax.process_index(), jax.process_count(), settings, coordinator)
     return DistributedInfo(
         process_id=jax.process_index(),
         num_processes=jax.process_count(),

@@ -5,7 +5,7 @@ jax, process 0 listens on the coordinator's port and counts the peers that say h
 process connects (retrying until the timeout), says hello and waits for the coordinator's verdict:
 ``go`` once every peer arrived, or ``fail <ids>`` naming those that did. Either side raises
 ``DistributedStartupError`` on a timeout, so the job fails as a Python exception that names the
-address and who arrived. Process 0 then closes the port and jax's coordinator binds it.
+address and who arrived. Process 0 then closes the port and jax's coordination service binds it.
 
 A peer that finds something on the port that does not speak this protocol (a coordinator started
 by plain ``jax.distributed.initialize``) hands over to jax at once.
