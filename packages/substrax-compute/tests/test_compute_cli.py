@@ -31,6 +31,12 @@ commands = {{ fails = ["python", "-c", "raise SystemExit(4)"], writes = ["python
 timeout_seconds = 60
 probe_devices = false
 
+[tool.substrax.compute.jobs.race]
+commands = {{ t = ["python", "-c", "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r); sys.exit(4 * r)"] }}
+timeout_seconds = 60
+probe_devices = false
+nodes = 2
+
 [tool.substrax.compute.jobs.slow]
 commands = {{ sleeps = ["python", "-c", "import time; print('sleeping now', flush=True); time.sleep(600)"] }}
 timeout_seconds = 600
@@ -81,6 +87,18 @@ def test_run_of_a_failing_job_exits_1_and_runs_the_next_task(project, capsys):
         ("writes", "succeeded", 0),
     ]
     assert f"{run_id} failed" in out
+
+
+def test_run_of_a_multi_node_job_names_the_node_that_failed(project, capsys):
+    assert main(["run", "race", "--into", str(project.parent / "mine")]) == 1
+    out = capsys.readouterr().out
+    fetched = project.parent / "mine" / _run_id(out)
+    assert (
+        f"Node 1 of 2 failed first (exit status 1); the other nodes were stopped. Its logs: {fetched / 'nodes' / '1'}"
+        in out
+    )
+    manifest = json.loads((fetched / "manifest.json").read_text())
+    assert (manifest["failed_node"], manifest["failed_node_status"]) == (1, 1)
 
 
 def test_detached_run_then_status_logs_fetch_list(project, tmp_path, capsys):
@@ -136,7 +154,7 @@ def test_cancel(project, capsys):
     [
         (
             ["run", "nope"],
-            "no job 'nope' in [tool.substrax.compute.jobs]; configured: bad, ok, slow",
+            "no job 'nope' in [tool.substrax.compute.jobs]; configured: bad, ok, race, slow",
         ),
         (
             ["run", "ok", "--backend", "nowhere"],

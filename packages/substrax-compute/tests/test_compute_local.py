@@ -3,6 +3,7 @@
 import hashlib
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,51 @@ def test_a_failed_node_stops_the_others_and_the_manifest_names_it(tmp_path):
     assert [t.status for t in manifest.tasks] == ["cancelled"]  # node 0 was stopped
     log = (run_dir / "worker.log").read_text()
     assert "node 1 failed (killed by SIGKILL); stopping the other nodes" in log
+
+
+NODE_0_CLEANS_UP = """\
+import os, pathlib, signal, sys, time
+if os.environ["JAX_PROCESS_ID"] == "0":
+    def on_term(signum, frame):
+        print("node 0 got SIGTERM", flush=True)
+        (pathlib.Path(os.environ["AVITAI_OUTPUT_DIR"]) / "cleaned.txt").write_text("yes")
+        sys.exit(75)
+    signal.signal(signal.SIGTERM, on_term)
+    pathlib.Path("ready").write_text("")
+    time.sleep(300)
+else:
+    while not pathlib.Path("ready").exists():
+        time.sleep(0.05)
+    sys.exit(3)
+"""
+
+
+def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
+    (tmp_path / "job.py").write_text(NODE_0_CLEANS_UP)
+    spec = _spec(Task(name="job", argv=("python", "job.py"), timeout_seconds=300), nodes=2)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    fetched = backend.fetch(handle, tmp_path / "f")
+    manifest = read_manifest(fetched / MANIFEST_NAME)
+    assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
+    assert [(t.status, t.returncode) for t in manifest.tasks] == [("cancelled", 75)]
+    assert (fetched / "job" / "cleaned.txt").read_text() == "yes"
+    assert "node 0 got SIGTERM" in (fetched / "job" / "stdout.log").read_text()
+
+
+def test_a_multi_node_run_is_final_only_with_the_failed_node_recorded(tmp_path):
+    code = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r); sys.exit(4 * r)"
+    spec = _spec(_task("t", code), nodes=2)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    manifest_path = Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME
+    deadline = time.monotonic() + 60
+    while not backend.status(handle).is_final:  # polled without pause: no window is missed
+        assert time.monotonic() < deadline, "the run did not end"
+    manifest = read_manifest(manifest_path)
+    assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
+    assert backend.status(handle) is RunState.FAILED
 
 
 def test_cancelling_a_multi_node_job_records_no_failed_node(tmp_path):

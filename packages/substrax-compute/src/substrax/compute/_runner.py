@@ -17,6 +17,11 @@ from .spec import JobSpec, Task
 
 
 EVENT_PREFIX = "[substrax] "
+STOP_SIGNAL = signal.SIGUSR1
+"""The signal that asks a worker to stop its task gracefully (``TaskRunner.stop``)."""
+STOP_GRACE_SECONDS = 10.0
+"""How long a stopped task has between its SIGTERM and its SIGKILL."""
+_WAIT_SLICE_SECONDS = 0.1
 LOG_NAMES = frozenset({"stdout.log", "stderr.log"})
 PROBE_SECONDS = 300.0
 _PROBE = (
@@ -66,7 +71,12 @@ def _listing(task_dir: Path) -> tuple[str, ...]:
 
 
 class TaskRunner:
-    """Runs one job's tasks; ``cancel`` (from a SIGTERM handler) stops the current task."""
+    """Runs one job's tasks.
+
+    ``cancel`` (the worker's SIGTERM handler) kills the current task at once; ``stop`` (its
+    ``STOP_SIGNAL`` handler) sends the task's process group SIGTERM and kills it only after
+    ``STOP_GRACE_SECONDS``. Either way no later task starts and the task reads as cancelled.
+    """
 
     def __init__(
         self, spec: JobSpec, *, project: Path, root: Path, echo: bool, python: str
@@ -81,13 +91,47 @@ class TaskRunner:
         self.redact = _Redactor(os.environ.get(name, "") for name in spec.secrets)
         self.current: subprocess.Popen[bytes] | None = None
         self.cancelled = False
+        self.kill_at: float | None = None
 
     def cancel(self) -> None:
+        """Kill the current task's process group now; start no further task."""
         self.cancelled = True
         process = self.current
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Have the current task's process group sent SIGTERM, then SIGKILL after ``grace``.
+
+        Safe in a signal handler: it only sets flags, and the task's wait sends the signals.
+        """
+        self.cancelled = True
+        if self.kill_at is None:
+            self.kill_at = time.monotonic() + grace
+
+    def _wait(self, process: subprocess.Popen[bytes], budget: float) -> bool:
+        """Wait for ``process``; kill its group at the deadline or a stop's; True if timed out."""
+        deadline = time.monotonic() + budget
+        terminated = False
+        while True:
+            if self.kill_at is not None and not terminated:
+                terminated = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+            limit = deadline if self.kill_at is None else min(deadline, self.kill_at)
+            try:
+                process.wait(timeout=max(0.0, min(limit - time.monotonic(), _WAIT_SLICE_SECONDS)))
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                stopped = self.kill_at is not None and now >= self.kill_at
+                if stopped or now >= deadline:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+                    return not stopped
+            else:
+                return False
 
     def probe(self) -> RunDevices | None:
         log = self.root / "devices.log"
@@ -156,13 +200,7 @@ class TaskRunner:
             ]
             for pump in pumps:
                 pump.start()
-            timed_out = False
-            try:
-                process.wait(timeout=budget)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            timed_out = self._wait(process, budget)
             for pump in pumps:
                 pump.join()
             process.stdout.close()

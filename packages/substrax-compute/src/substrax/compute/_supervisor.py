@@ -2,28 +2,33 @@
 
 The local backend starts this detached, as the leader of the run's session. It starts one worker
 per node from ``RUN_DIR/nodes.json`` (each with this process's environment plus the node's own
-variables), waits for them, and once a worker exits with a non-zero status it stops the others
-(SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``) and records in the job's manifest (node 0's)
-which node failed first and how. A cancelled run (SIGTERM to the session) records nothing.
+variables), waits for them, and once a worker exits with a non-zero status it stops the others (their
+tasks get SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``) and records in the job's manifest
+(node 0's) which node failed first and how, before it exits itself: the run is not final before
+that. A cancelled run (SIGTERM to the session) records nothing.
 """
 
+import contextlib
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from ._environment import node_outputs
+from ._runner import STOP_GRACE_SECONDS, STOP_SIGNAL
 from .manifest import MANIFEST_NAME, JobManifest, read_manifest, write_manifest
 
 
 NODES_FILE = "nodes.json"
 CANCELLED_MARKER = "cancelled"
-STOP_GRACE_SECONDS = 10.0
+_WORKER_MARGIN_SECONDS = 5.0
 _POLL_SECONDS = 0.1
 _EVENT = "[substrax] "
 
@@ -62,8 +67,28 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
+def _start(entry: dict[str, Any], ended: queue.Queue[tuple[int, int]], node: int) -> int:
+    """Start one node's worker and a thread that reports its exit, in the order exits happen."""
+    with Path(entry["log"]).open("ab") as log:
+        process = subprocess.Popen(
+            entry["argv"],
+            env={**os.environ, **entry["env"]},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    threading.Thread(target=lambda: ended.put((node, process.wait())), daemon=True).start()
+    return process.pid
+
+
 def supervise(run_dir: Path) -> int:
-    """Run the planned workers until all ended; 0 when none failed, else 1."""
+    """Run the planned workers until all ended; 0 when none failed, else 1.
+
+    The first worker to exit with a non-zero status is the failed node; the others are then
+    sent ``STOP_SIGNAL`` (their tasks get SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``)
+    and are killed themselves when still running ``_WORKER_MARGIN_SECONDS`` after that. A node
+    stopped so is never the one blamed.
+    """
     plan = cast("dict[str, Any]", json.loads((run_dir / NODES_FILE).read_text()))
     cancelled = False
 
@@ -72,40 +97,37 @@ def supervise(run_dir: Path) -> int:
         cancelled = True  # the workers got the same signal from the session's group
 
     signal.signal(signal.SIGTERM, on_term)
-    running: dict[int, subprocess.Popen[bytes]] = {}
-    for node, entry in enumerate(plan["nodes"]):
-        with Path(entry["log"]).open("ab") as log:
-            running[node] = subprocess.Popen(
-                entry["argv"],
-                env={**os.environ, **entry["env"]},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+    ended: queue.Queue[tuple[int, int]] = queue.Queue()
+    running = {node: _start(entry, ended, node) for node, entry in enumerate(plan["nodes"])}
     failed: tuple[int, int] | None = None
     kill_at: float | None = None
     while running:
-        for node, process in list(running.items()):
-            code = process.poll()
-            if code is None:
-                continue
+        try:
+            node, code = ended.get(timeout=_POLL_SECONDS)
+        except queue.Empty:
+            pass
+        else:
             del running[node]
             cancelled = cancelled or (run_dir / CANCELLED_MARKER).exists()
             if code != 0 and failed is None and not cancelled:
                 failed = (node, code)
                 _say(f"node {node} failed ({describe_status(code)}); stopping the other nodes")
-                for other in running.values():
-                    other.send_signal(signal.SIGTERM)
-                kill_at = time.monotonic() + STOP_GRACE_SECONDS
+                for pid in running.values():
+                    _signal(pid, STOP_SIGNAL)
+                kill_at = time.monotonic() + STOP_GRACE_SECONDS + _WORKER_MARGIN_SECONDS
         if kill_at is not None and time.monotonic() > kill_at:
-            for other in running.values():
-                other.kill()
+            for pid in running.values():
+                _signal(pid, signal.SIGKILL)
             kill_at = None
-        time.sleep(_POLL_SECONDS)
     if failed is None:
         return 0
     _record_failure(run_dir, job=plan["job"], nodes=len(plan["nodes"]), failed=failed)
     return 1
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
 
 
 def _record_failure(run_dir: Path, *, job: str, nodes: int, failed: tuple[int, int]) -> None:

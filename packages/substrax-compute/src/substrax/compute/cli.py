@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import _display
+from ._environment import node_outputs
 from ._paths import DirectoryPathError, require_directory
+from ._supervisor import describe_status
 from ._upload import UPLOAD_IGNORE_FILE, UploadSet, UploadsProject, human_size
 from .backend import (
     STATE_DIR_ENV,
@@ -159,6 +161,13 @@ def _report(handle: RunHandle, state: RunState, fetched: Path) -> None:
             for t in manifest.tasks
         ]
         _display.table(["task", "status", "time", "outputs", "where"], rows)
+        if manifest.failed_node is not None:
+            node, code = manifest.failed_node, manifest.failed_node_status
+            how = "" if code is None else f" ({describe_status(code)})"
+            sys.stdout.write(
+                f"Node {node} of {manifest.nodes} failed first{how}; the other nodes were "
+                f"stopped. Its logs: {node_outputs(fetched, node)}\n"
+            )
     sys.stdout.write(f"{handle.run_id} {state}; outputs in {fetched}\n")
 
 

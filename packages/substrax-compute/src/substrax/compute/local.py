@@ -2,8 +2,9 @@
 
 A one-node job's worker leads a new session. A job with ``nodes = N`` runs as N workers wired for
 ``initialize_distributed`` on 127.0.0.1, so a multi-host job can be tried here first; a
-supervisor leads their session, and once a worker fails it stops the other nodes and records the
-first failed node in the job's manifest. ``cancel`` stops a run's processes with one signal to
+supervisor leads their session, and once a worker fails it stops the other nodes (their tasks get
+SIGTERM and 10 s before SIGKILL) and records the first failed node in the job's manifest; such a
+run is final only once the supervisor has exited. ``cancel`` stops a run's processes with one signal to
 its session's process group. Extras are installed with uv into an environment kept per (project, extras) under
 the state directory, never into the project's own ``.venv``.
 
@@ -165,6 +166,8 @@ class LocalBackend:
         for node in range(nodes):
             path = node_outputs(outputs, node) / MANIFEST_NAME
             manifests.append(read_manifest(path) if path.is_file() else None)
+        if nodes > 1 and alive:  # final once the supervisor has recorded a failed node, if any
+            return RunState.RUNNING if manifests[0] is not None else RunState.PENDING
         if manifests[0] is not None and manifests[0].failed_node is not None:
             return RunState.FAILED
         if all(m is not None and m.finished for m in manifests):

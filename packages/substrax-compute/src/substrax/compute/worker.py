@@ -3,7 +3,10 @@ r"""The worker every backend runs: ``python -m substrax.compute.worker --spec S 
 It probes the devices in a child, then runs each task in order from the project root with the
 job's JAX settings and ``AVITAI_OUTPUT_DIR=<outputs>/<task>``, writes the task's logs there,
 enforces timeouts, keeps going after a failed task and rewrites ``manifest.json`` atomically
-after every task. It never imports jax itself.
+after every task. It never imports jax itself. SIGTERM (``cancel``) kills the running task's
+process group at once; ``STOP_SIGNAL`` (SIGUSR1, how the local supervisor stops the surviving
+nodes of a multi-node job) sends it SIGTERM and SIGKILL only after ``STOP_GRACE_SECONDS`` (10 s),
+so the task can run its peer-failure hook and flush its logs.
 
 Example:
     >>> import sys, tempfile
@@ -34,7 +37,7 @@ from ._environment import (
     node_outputs,
     task_environment,
 )
-from ._runner import EVENT_PREFIX, TaskRunner
+from ._runner import EVENT_PREFIX, STOP_SIGNAL, TaskRunner
 from .manifest import MANIFEST_NAME, JobManifest, TaskOutcome, write_manifest
 from .spec import JobSpec, read_job_spec
 
@@ -78,7 +81,7 @@ def run_job(
         python: The interpreter a leading ``python`` in a task's argv means.
         node: This node's rank in a multi-node job.
         runner_hook: Called with the runner before the first task (the CLI installs its
-            SIGTERM handler through it).
+            signal handlers through it).
 
     Returns:
         The manifest, ``finished`` unless the run was cancelled.
@@ -137,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
         def on_term(signum: int, frame: object) -> None:  # noqa: ARG001
             runner.cancel()
 
+        def on_stop(signum: int, frame: object) -> None:  # noqa: ARG001
+            runner.stop()
+
         signal.signal(signal.SIGTERM, on_term)
+        signal.signal(STOP_SIGNAL, on_stop)
 
     manifest = run_job(
         spec, project=args.project, outputs=args.outputs, node=node, runner_hook=install
