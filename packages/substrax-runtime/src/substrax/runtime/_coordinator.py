@@ -11,7 +11,8 @@ heartbeats: the others' peer watches name it, as any other dead peer.
 The child never outlives the job by more than its grace period: process 0 stops it after a
 clean shutdown (every process met at exit and disconnected); once process 0 is gone without
 stopping it, it serves ``grace`` more seconds, time for the other processes to see process 0
-dead, run their hook and exit, then ends. It runs in a session of its own (a signal to process
+dead, run their hook and exit, then ends (sooner where it can tell that no client is connected
+any more: on Linux, from the kernel's socket tables). It runs in a session of its own (a signal to process
 0's process group does not take the service away from the others) with its stdin and stdout
 piped to process 0 only and its log in an unlinked temporary file, so it never holds a pipe
 that a caller of process 0 reads to its end.
@@ -24,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from pathlib import Path
 from typing import IO, Any
 
 
@@ -31,6 +34,9 @@ _READY = b"ready\n"
 _STOP = b"stop\n"
 _ALONE = b"alone\n"
 _PARENT_POLL_SECONDS = 0.2
+_QUIET_SECONDS = 2.0
+_TCP_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+_ESTABLISHED = "01"
 _SHUTDOWN_SECONDS = 5.0
 
 
@@ -177,10 +183,48 @@ def _serve(
             parent_gone.set()
         stopped.wait(_PARENT_POLL_SECONDS)
     if parent_gone.is_set() and not alone.is_set():
-        stopped.wait(grace_seconds)
+        _serve_the_others(int(bind_address.rpartition(":")[2]), grace_seconds, stopped)
     closing = threading.Thread(target=service.shutdown, daemon=True)
     closing.start()
     closing.join(_SHUTDOWN_SECONDS)
+
+
+def _serve_the_others(port: int, grace_seconds: float, stopped: threading.Event) -> None:
+    """Serve for ``grace_seconds``, or until no client has been connected for a little while."""
+    deadline = time.monotonic() + grace_seconds
+    quiet_since: float | None = None
+    while not stopped.wait(_PARENT_POLL_SECONDS):
+        now = time.monotonic()
+        if now >= deadline:
+            return
+        if _clients_connected(port) is False:
+            quiet_since = now if quiet_since is None else quiet_since
+            if now - quiet_since >= _QUIET_SECONDS:
+                return
+        else:
+            quiet_since = None
+
+
+def _clients_connected(port: int) -> bool | None:
+    """Whether a TCP connection to ``port`` is established on this host; ``None`` when unknown.
+
+    jax's clients keep one connection open to the service while they live (their heartbeats).
+    Read from Linux's socket tables; elsewhere the grace period alone ends the service.
+    """
+    known = False
+    for table in _TCP_TABLES:
+        try:
+            with table.open(encoding="ascii") as rows:
+                next(rows, None)  # the header
+                for row in rows:
+                    fields = row.split()
+                    local, state = fields[1], fields[3]
+                    if state == _ESTABLISHED and int(local.rpartition(":")[2], 16) == port:
+                        return True
+        except (OSError, ValueError, IndexError):
+            continue
+        known = True
+    return False if known else None
 
 
 def main(argv: list[str]) -> None:
