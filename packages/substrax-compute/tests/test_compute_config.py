@@ -333,6 +333,20 @@ def test_malformed_toml_names_the_file_line_and_column(tmp_path):
         require_locked_substrax(tmp_path)
 
 
+def test_toml_that_ends_too_soon_names_where_it_ends(tmp_path):
+    lock = tmp_path / "uv.lock"
+    lock.write_text('version = 1\n[[package]]\nname = "substrax-compute')
+    with pytest.raises(ConfigFileError) as caught:
+        require_locked_substrax(tmp_path)
+    assert (caught.value.line, caught.value.column) == (3, 25)
+    assert str(caught.value) == (
+        f"{lock}:3:25: not valid TOML: Unterminated string; fix the file and retry"
+    )
+    lock.write_text("version = 1\n[package")
+    with pytest.raises(ConfigFileError, match=r"uv\.lock:2:9: not valid TOML: Expected ']'"):
+        require_locked_substrax(tmp_path)
+
+
 def test_include_files_must_exist_when_the_job_is_resolved(tmp_path):
     config = parse_compute_config(_config(include_files=["config/.env.remote"]))
     with pytest.raises(

@@ -174,3 +174,57 @@ def test_human_size():
         "5.0 MiB",
         "1024.0 GiB",
     ]
+
+
+def test_secrets_are_held_back_at_any_depth_and_in_any_letter_case(repo):
+    for name in ("sub/.docker/config.json", "sub/.kube/config", "keys/Server.PEM", "ID_RSA.bak"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text("secret\n")
+    upload = collect_upload(repo)
+    assert set(upload.held_back) == {
+        *HELD_BACK,
+        "sub/.docker/config.json",
+        "sub/.kube/config",
+        "keys/Server.PEM",
+        "ID_RSA.bak",
+    }
+    assert upload.files == UPLOADED
+
+
+def test_a_link_to_a_secret_is_held_back_whatever_its_name(repo):
+    (repo / "innocent.txt").symlink_to(".env")
+    (repo / "notes").mkdir()
+    (repo / "notes" / "key.txt").symlink_to(repo / "certs" / "server.pem")
+    upload = collect_upload(repo)
+    assert {"innocent.txt", "notes/key.txt"} & set(upload.files) == set()
+    assert {"innocent.txt", "notes/key.txt"} <= set(upload.held_back)
+    assert "innocent.txt" in collect_upload(repo, include_files=("innocent.txt",)).files
+
+
+def test_a_named_file_must_be_named_by_its_normalised_relative_path(repo, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the project's")
+    (repo / "away").symlink_to(tmp_path, target_is_directory=True)
+    for name in (
+        str(outside),
+        str(repo / "train.py"),
+        "./train.py",
+        "src//model.py",
+        "away/outside.txt",
+    ):
+        with pytest.raises(UploadFileNotFoundError, match="normalised path relative") as caught:
+            collect_upload(repo, include_files=(name,))
+        assert caught.value.name == name
+
+
+def test_git_listing_nothing_falls_back_to_the_walk_and_says_so(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    home = tmp_path / "home"
+    home.mkdir()
+    _git(home, "init", "-q")
+    (home / ".gitignore").write_text("*\n")
+    project = _tree(home / "code" / "project")
+    upload = collect_upload(project)
+    assert upload.source == "gitignore"
+    assert (upload.files, upload.held_back) == (UPLOADED, HELD_BACK)

@@ -55,6 +55,18 @@ class ConfigFileError(ValueError):
 ConfigFileError.__module__ = "substrax.compute"  # its public home
 
 _AT = re.compile(r"\s*\(at line (?P<line>\d+), column (?P<column>\d+)\)$")
+_AT_END = " (at end of document)"
+
+
+def _end_of(text: str) -> tuple[int, int]:
+    r"""The 1-based line and column just past the end of ``text`` (where tomllib stopped).
+
+    Example:
+        >>> _end_of('a = "'), _end_of("a = 1\n[x")
+        ((1, 6), (2, 3))
+    """
+    line = text.count("\n") + 1
+    return line, len(text) - (text.rfind("\n") + 1) + 1
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -78,10 +90,11 @@ def read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as error:
         text = str(error)
         at = _AT.search(text)
-        if at is None:
-            raise ConfigFileError(path, text, line=0, column=0) from None
-        reason = text[: at.start()]
-        line, column = int(at["line"]), int(at["column"])
+        if at is not None:
+            line, column = int(at["line"]), int(at["column"])
+            raise ConfigFileError(path, text[: at.start()], line=line, column=column) from None
+        reason = text.removesuffix(_AT_END)  # tomllib's only other form: at the end
+        line, column = _end_of(path.read_bytes().decode())
         raise ConfigFileError(path, reason, line=line, column=column) from None
     except UnicodeDecodeError as error:
         data = bytes(error.object)

@@ -3,12 +3,14 @@ r"""Which project files a remote backend uploads: what git would track, never a 
 The rule, shared by every backend that copies the project somewhere else:
 
 1. Start from what git would track: ``git ls-files --cached --others --exclude-standard`` when
-   the project is in a git work tree, else a walk that honours every ``.gitignore``.
+   the project is in a git work tree, else (or when git lists no file, e.g. under a parent
+   repository that ignores everything) a walk that honours every ``.gitignore`` in the project.
 2. Leave out ``.git``, ``.venv`` and caches (``ALWAYS_LEFT_OUT``), then what the project's own
    ``.substraxignore`` (gitignore syntax, at the project root) and a backend's ``ignore``
    setting name.
 3. Hold back anything that looks like a secret (``NEVER_UPLOADED``: ``.env*``, ``*.pem``,
-   ``id_rsa*``, credentials JSON, ...).
+   ``id_rsa*``, credentials JSON, ...; at any depth, whatever the letter case), and any link
+   whose target looks like one. A link that leads out of the project is never uploaded.
 4. Add the files the job names in ``include_files``, whatever the rules above say.
 
 Example:
@@ -52,9 +54,12 @@ NEVER_UPLOADED: tuple[str, ...] = (
     "*.kdbx", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pypirc",
     ".git-credentials", "credentials*.json", "*-credentials.json", "*_credentials.json",
     "*service-account*.json", "*service_account*.json", "client_secret*.json",
-    ".aws/", ".ssh/", ".gnupg/", ".docker/config.json", ".kube/config",
+    ".aws/", ".ssh/", ".gnupg/", "**/.docker/config.json", "**/.kube/config",
 )  # fmt: skip
-"""Gitignore patterns of files that hold secrets: held back unless a job names them."""
+"""Gitignore patterns (lower case) of files that hold secrets: held back unless a job names them.
+
+They are matched against each path in lower case, and against the target of a link.
+"""
 
 type UploadSource = Literal["git", "gitignore"]
 
@@ -72,8 +77,8 @@ class UploadFileNotFoundError(FileNotFoundError):
     def __init__(self, name: str, project: Path) -> None:
         self.name, self.project = name, project
         super().__init__(
-            f"include_files names {name!r}, which is not a file in {project}; "
-            "name files by their path relative to the project root"
+            f"include_files names {name!r}, which is not a file in {project}; name files by "
+            "their normalised path relative to the project root, without '..'"
         )
 
 
@@ -89,7 +94,8 @@ class UploadSet:
         files: Paths relative to ``root`` (POSIX, sorted).
         sizes: Each file's size in bytes, in the order of ``files``.
         held_back: Files left out because they look like secrets (the job did not name them).
-        source: ``"git"`` when git listed the files, ``"gitignore"`` for the fallback walk.
+        source: ``"git"`` when git listed the files, ``"gitignore"`` for the fallback walk
+            (no git work tree, no git, or git listed no file).
     """
 
     root: Path
@@ -182,10 +188,24 @@ def _walked_files(project: Path) -> list[str]:
 
 
 def _is_project_file(project: Path, name: str) -> bool:
+    """Whether ``name`` is a file whose real path (links followed) is inside ``project``."""
     path = project / name
-    if not path.is_file():
-        return False
-    return not path.is_symlink() or path.resolve().is_relative_to(project)
+    return path.is_file() and path.resolve().is_relative_to(project)
+
+
+def _looks_secret(secret: pathspec.GitIgnoreSpec, project: Path, name: str) -> bool:
+    """Whether ``name``, or what it resolves to through links, matches a secret pattern."""
+    real = (project / name).resolve().relative_to(project).as_posix()
+    return any(secret.match_file(candidate.lower()) for candidate in {name, real})
+
+
+def _check_named(project: Path, name: str) -> str:
+    """``name`` from ``include_files``, refused unless a normalised relative path to a file."""
+    path = PurePosixPath(name)
+    relative = bool(name) and not path.is_absolute() and ".." not in path.parts
+    if not relative or path.as_posix() != name or not _is_project_file(project, name):
+        raise UploadFileNotFoundError(name, project)
+    return name
 
 
 def collect_upload(
@@ -199,7 +219,8 @@ def collect_upload(
         ignore: More gitignore patterns to leave out (a backend's ``ignore`` setting).
 
     Raises:
-        UploadFileNotFoundError: A name in ``include_files`` is not a file inside the project.
+        UploadFileNotFoundError: A name in ``include_files`` is not a file inside the project,
+            named by its normalised relative path (as the job's configuration requires).
         NotADirectoryError: ``project`` is not a directory.
 
     Example:
@@ -213,7 +234,7 @@ def collect_upload(
     if not root.is_dir():
         raise NotADirectoryError(f"project {project} is not a directory")
     listed = _git_files(root)
-    source: UploadSource = "git" if listed is not None else "gitignore"
+    source: UploadSource = "git" if listed else "gitignore"
     candidates = sorted({PurePosixPath(n).as_posix() for n in listed or _walked_files(root)})
     left_out = _spec([*ALWAYS_LEFT_OUT, *_read_lines(root / UPLOAD_IGNORE_FILE), *ignore])
     secret = _spec(NEVER_UPLOADED)
@@ -222,13 +243,10 @@ def collect_upload(
     for name in candidates:
         if not _is_project_file(root, name) or left_out.match_file(name):
             continue
-        (held if secret.match_file(name) else kept).add(name)
+        (held if _looks_secret(secret, root, name) else kept).add(name)
     for name in include_files:
-        normal = PurePosixPath(name).as_posix()
-        if ".." in PurePosixPath(name).parts or not _is_project_file(root, normal):
-            raise UploadFileNotFoundError(name, root)
-        kept.add(normal)
-        held.discard(normal)
+        kept.add(_check_named(root, name))
+        held.discard(name)
     files = tuple(sorted(kept))
     return UploadSet(
         root=root,

@@ -120,7 +120,11 @@ def _dry_run(name: str, backend: ComputeBackend, spec: JobSpec, project: Path) -
     upload: UploadSet = backend.upload_set(spec, project=project)
     rows = [[human_size(size), file] for file, size in zip(upload.files, upload.sizes, strict=True)]
     _display.table(["size", "file"], rows)
-    rules = "what git would track" if upload.source == "git" else "no git: every .gitignore read"
+    rules = (
+        "what git would track"
+        if upload.source == "git"
+        else "git listed no file: a walk honouring the project's .gitignore files"
+    )
     sys.stdout.write(
         f"Would upload {len(upload.files)} file(s), {human_size(upload.total_bytes)} "
         f"({upload.total_bytes} bytes) from {upload.root} ({rules}, less {UPLOAD_IGNORE_FILE})\n"
