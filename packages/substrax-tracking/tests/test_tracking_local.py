@@ -349,3 +349,37 @@ def test_a_value_too_large_for_a_float_names_its_key(tmp_path):
             logger.log_scalar("as_array", np.array(10**400, dtype=object), step=0)
         logger.log_scalar("fine", 10**300, step=0)
     assert read_scalars(tmp_path / "big.metrics.jsonl") == {"fine": [(0, 1e300)]}
+
+
+def test_numpy_scalars_and_steps_are_written_as_plain_json_numbers(tmp_path):
+    values = {
+        "f64": np.float64(0.5),
+        "f32": np.float32(0.25),
+        "i64": np.int64(3),
+        "mean": np.mean([0.1, 0.2]),
+        "nan": np.float64("nan"),
+    }
+    with FileLogger("np", tmp_path) as logger:
+        logger.log_scalar("one", np.float64(1.5), step=np.int64(7))
+        logger.log_scalars(values, step=np.int32(8))
+        logger.log_hyperparams({"lr": np.float64(0.1), "layers": [np.int64(2)]})
+    metrics = lines(tmp_path / "np.metrics.jsonl")  # strict JSON: every line parses
+    assert [(m["name"], m["step"], m["value"]) for m in metrics] == [
+        ("one", 7, 1.5),
+        ("f64", 8, 0.5),
+        ("f32", 8, 0.25),
+        ("i64", 8, 3.0),
+        ("mean", 8, float(np.mean([0.1, 0.2]))),
+        ("nan", 8, "NaN"),
+    ]
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "np.metrics.csv").read_text())))
+    assert [(r["step"], r["value"]) for r in rows] == [
+        ("7", "1.5"),
+        ("8", "0.5"),
+        ("8", "0.25"),
+        ("8", "3.0"),
+        ("8", repr(float(np.mean([0.1, 0.2])))),
+        ("8", "nan"),
+    ]
+    assert len(read_scalars(tmp_path / "np.metrics.jsonl")) == 6
+    assert json.loads((tmp_path / "np.hparams.json").read_text()) == {"layers": [2], "lr": 0.1}

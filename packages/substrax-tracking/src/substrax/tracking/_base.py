@@ -107,18 +107,21 @@ def safe_name(name: str) -> str:
 
 
 def as_scalar(name: str, value: Any) -> float:
-    """``value`` as a float: Python and numpy numbers, 0-d and 1-element arrays.
+    """``value`` as a builtin float: Python and numpy numbers, 0-d and 1-element arrays.
 
     Raises:
         TypeError: ``value`` is not a number (a string, a bool, an array of several values).
         MetricOverflowError: ``value`` is too large for a float.
 
     Example:
-        >>> as_scalar("loss", 3)
-        3.0
+        >>> import numpy as np
+        >>> as_scalar("loss", 3), as_scalar("loss", np.float64(0.5))
+        (3.0, 0.5)
     """
-    if isinstance(value, float):
+    if type(value) is float:
         return value
+    if isinstance(value, float):  # np.float64 and other subclasses: a builtin float, written as one
+        return float(value)
     if isinstance(value, bool | str | bytes) or value is None:
         raise TypeError(f"scalar {name!r} must be a number, got {type(value).__name__} {value!r}")
     size = getattr(value, "size", None)

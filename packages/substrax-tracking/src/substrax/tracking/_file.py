@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import math
+import operator
 import os
 import time
 from collections.abc import Mapping
@@ -42,8 +43,10 @@ def json_ready(value: Any) -> Any:
         >>> json_ready({"lr": 1e-3, "layers": (2, 3), "act": print})
         {'lr': 0.001, 'layers': [2, 3], 'act': '<built-in function print>'}
     """
-    if value is None or isinstance(value, bool | int | float | str):
+    if value is None or isinstance(value, bool | str):
         return value
+    if isinstance(value, int | float):  # a subclass (np.float64) becomes the builtin number
+        return float(value) if isinstance(value, float) else int(value)
     if isinstance(value, Mapping):
         return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
@@ -189,6 +192,8 @@ class FileLogger(Logger):
         assert jsonl is not None  # noqa: S101
         assert rows is not None  # noqa: S101
         number = value if type(value) is float else as_scalar(key, value)
+        if step is not None and type(step) is not int:
+            step = operator.index(step)  # np.int64, a jax integer: written as a plain integer
         if math.isfinite(number):
             text = repr(number)
         else:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import atexit
+import operator
 import os
 import time
 import weakref
@@ -120,6 +121,8 @@ class RemoteLogger(Logger):
         if step is None:
             step = self._last_step
         else:
+            if type(step) is not int:
+                step = operator.index(step)  # np.int64: a plain int, as the spool writes JSON
             self._last_step = step
         assert self._delivery is not None  # noqa: S101
         self._delivery.submit(Record(kind=kind, step=step, time=time.time(), payload=payload))
