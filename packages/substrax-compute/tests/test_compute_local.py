@@ -246,6 +246,20 @@ def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
     assert "node 0 got SIGTERM" in (fetched / "job" / "stdout.log").read_text()
 
 
+def test_a_surviving_task_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    stubborn = NODE_0_CLEANS_UP.replace("sys.exit(75)", 'print("still here", flush=True)')
+    (tmp_path / "job.py").write_text(stubborn)
+    spec = _spec(Task(name="job", argv=("python", "job.py"), timeout_seconds=300), nodes=2)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    fetched = backend.fetch(handle, tmp_path / "f")
+    manifest = read_manifest(fetched / MANIFEST_NAME)
+    assert manifest.failed_node == 1
+    assert [(t.status, t.returncode) for t in manifest.tasks] == [("cancelled", -9)]
+    assert "still here" in (fetched / "job" / "stdout.log").read_text()
+
+
 def test_a_multi_node_run_is_final_only_with_the_failed_node_recorded(tmp_path):
     code = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r); sys.exit(4 * r)"
     spec = _spec(_task("t", code), nodes=2)
