@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from substrax.checkpoint import OrbaxCheckpointStore
 from substrax.checkpoint._cli import main
@@ -88,6 +89,25 @@ def test_a_missing_or_file_store_is_exit_2_naming_the_path(tmp_path, capsys):
         assert main(["show", str(path), "1"]) == 2
         assert str(path) in capsys.readouterr().err
     assert not missing.exists(), "prune created the directory it was asked to prune"
+    for source in (missing, file):
+        assert main(["upgrade", str(source), str(tmp_path / "upgraded")]) == 2
+        assert str(source) in capsys.readouterr().err
+    assert not (tmp_path / "upgraded").exists()
+
+
+def test_an_empty_path_is_exit_2_for_every_command(tmp_path, capsys):
+    for argv in (
+        ["ls", ""],
+        ["show", "", "1"],
+        ["verify", " "],
+        ["prune", "", "--dry-run"],
+        ["upgrade", "", str(tmp_path / "upgraded")],
+        ["upgrade", str(tmp_path), ""],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        assert "the path is empty" in capsys.readouterr().err
 
 
 def test_prune_refuses_a_store_another_process_writes(store_dir, capsys):

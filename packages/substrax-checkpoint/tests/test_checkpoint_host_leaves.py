@@ -218,3 +218,17 @@ def test_python_ints_fill_64_bits_and_larger_ones_are_refused_before_writing(sto
                 store.save(1, {"data_iterator": {"seen": [0, value]}})
         store.wait()
         assert store.list_steps() == [0]
+
+
+@pytest.mark.parametrize(
+    "empty", [np.zeros((0,), np.int64), np.zeros((3, 0), np.float32), jnp.zeros((0, 2))]
+)
+@pytest.mark.parametrize("item", ["model", "data_iterator"])
+def test_empty_arrays_are_refused_before_writing(store_dir, empty, item):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, {item: {"w": np.ones(2)}})
+        with pytest.raises(ValueError, match=rf"item '{item}' leaf 'pending' is an empty array"):
+            store.save(2, {item: {"w": np.ones(2), "pending": empty}})
+        store.save(3, {item: {"w": np.ones(2)}})  # the refused save cost no other save
+        store.wait()
+        assert store.list_steps() == [1, 3]

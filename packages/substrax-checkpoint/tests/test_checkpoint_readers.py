@@ -1,6 +1,8 @@
 """Readers: a read_only store writes nothing, follows a writer, waits for steps; an empty store
 says so."""
 
+import json
+import math
 import threading
 import time
 
@@ -12,7 +14,7 @@ from substrax.checkpoint import (
     CheckpointWaitTimeoutError,
     OrbaxCheckpointStore,
 )
-from substrax.checkpoint._cli import main
+from substrax.checkpoint._cli import _verify_step, main
 
 
 def _tree(root):
@@ -118,3 +120,80 @@ def test_wait_for_step(store_dir):
         reader.close()
         with pytest.raises(RuntimeError, match="closed"):
             reader.wait_for_step(timeout=1)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -1.0])
+def test_wait_for_step_refuses_a_timeout_that_is_not_a_finite_number_of_seconds(store_dir, value):
+    store = OrbaxCheckpointStore(store_dir)
+    with store, pytest.raises(ValueError, match=rf"timeout must be .*got {value!r}"):
+        store.wait_for_step(timeout=value)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0.0, -0.5])
+def test_wait_for_step_refuses_a_poll_interval_that_is_not_positive_and_finite(store_dir, value):
+    store = OrbaxCheckpointStore(store_dir)
+    with store, pytest.raises(ValueError, match=rf"poll_interval must be .*got {value!r}"):
+        store.wait_for_step(timeout=1.0, poll_interval=value)
+
+
+def test_a_step_whose_directory_goes_while_it_is_read_is_not_found(store_dir):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None, async_save=False) as store:
+        store.save(1, _state(1))
+        store.save(2, _state(2))
+        # what a writer's retention does to a step: one rename out of the store, under the read
+        # of this store, which still lists the step
+        (store_dir / "2").rename(store_dir / "gone-2")
+        assert store.list_steps() == [1, 2]
+        for read in (store.restore, store.read_metadata, store.describe):
+            with pytest.raises(CheckpointNotFoundError) as error:
+                read(2)
+            assert (error.value.step, error.value.deleted, error.value.available) == (2, True, (1,))
+            assert "was deleted while it was read" in str(error.value)
+        assert _verify_step(store, 2) is None  # verify reports it deleted, not FAILED
+        assert _verify_step(store, 1) == []
+        (store_dir / "gone-2").rename(store_dir / "2")
+
+
+def test_readers_of_a_live_writer_with_retention_see_only_deleted_steps(store_dir, capsys):
+    """A writer keeping one step saves while readers restore, describe, list and verify."""
+    store_dir.mkdir()
+    done = threading.Event()
+
+    def write():
+        try:
+            with OrbaxCheckpointStore(store_dir, max_to_keep=1) as writer:
+                for step in range(1, 41):
+                    big = np.full(1 << 18, step, np.float32)
+                    items = {"model": {"w": big}, "data_iterator": {"i": step}}
+                    writer.save(step, items, metrics={"loss": 1.0 / step})
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    unexpected: list[str] = []
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        while not done.is_set():
+            for step in reader.list_steps():
+                try:
+                    restored = reader.restore(step)
+                    assert restored.items["data_iterator"]["i"] == step
+                    reader.describe(step)
+                except CheckpointNotFoundError:
+                    pass  # deleted before or while it was read
+                except Exception as error:  # every other error is a failure
+                    unexpected.append(f"{type(error).__name__}: {error}")
+            for command in (
+                ["ls"],
+                ["prune", "--keep-best", "1", "--best-metric", "loss", "--dry-run"],
+                ["verify"],
+            ):
+                code = main([command[0], "--json", str(store_dir), *command[1:]])
+                out, err = capsys.readouterr()
+                if code != 0:
+                    unexpected.append(f"{command} exited {code}: {out} {err}")
+                if command == ["verify"]:
+                    rows = json.loads(out)
+                    unexpected += [str(r) for r in rows if r["status"] not in ("ok", "deleted")]
+    thread.join()
+    assert unexpected == []

@@ -55,7 +55,7 @@ checked reads (:mod:`._chunk_reads`) share a shard's chunks out among threads.
 """
 _CORRUPT: Final = re.compile(
     r"DATA_LOSS:|Error reading shard entry|Error decoding b-tree node|Digest mismatch"
-    r"|checksum verification failed|Data corruption detected"
+    r"|checksum verification failed|Data corruption detected|NOT_FOUND:"
 )
 _FILE: Final = re.compile(r'file "([^"]+)"')
 
@@ -92,8 +92,11 @@ def corruption(error: BaseException) -> ValueError | None:
     0x... but computed digest is 0x...`` for a chunk's checksum, ``DATA_LOSS`` for a shard index
     that cannot be decoded, ``Error reading shard entry`` for a compressed chunk whose
     decompression fails before its checksum is reached, ``Error decoding b-tree node`` for an
-    OCDBT node (which carries its own checksum). Orbax's own array reads raise it again as the
-    cause of a plain ``Exception``.
+    OCDBT node (which carries its own checksum), ``NOT_FOUND`` for a chunk or an array's
+    ``zarr.json`` that a committed step lacks (orbax writes every chunk, and reads with missing
+    chunks refused). Orbax's own array reads raise it again as the cause of a plain
+    ``Exception``. A step deleted while it is read fails the same way; the store tells the two
+    apart by whether the step's directory is still there.
 
     Example:
         >>> corruption(ValueError("DATA_LOSS: Error reading ...: Digest mismatch")) is not None

@@ -130,6 +130,20 @@ def _compare(stored: int, computed: int, path: Path, what: str) -> None:
         )
 
 
+def _mapped(path: Path) -> np.ndarray[Any, Any]:
+    """The shard file ``path`` memory-mapped; a missing or empty one raises in TensorStore's words.
+
+    The store writes every chunk of an array (orbax stores even chunks equal to the fill value),
+    so a committed step's shard file is never legitimately missing or empty.
+    """
+    try:
+        if path.stat().st_size == 0:
+            raise ValueError(f'DATA_LOSS: shard file in local file "{path}" is empty')
+    except FileNotFoundError:
+        raise ValueError(f'NOT_FOUND: shard file in local file "{path}" is missing') from None
+    return np.memmap(path, np.uint8, mode="r")
+
+
 def _span(start: int, stop: int, size: int) -> range:
     return range(start // size, -(-stop // size))
 
@@ -159,7 +173,8 @@ def read_region(layout: ChunkLayout, bounds: Bounds, out: np.ndarray[Any, Any]) 
     """Copy the region ``bounds`` (``(start, stop)`` per axis) of the array into ``out``.
 
     Every chunk the region touches is checked whole; a mismatch raises ``ValueError`` in
-    TensorStore's words (``DATA_LOSS: ... Digest mismatch``). Returns False, leaving ``out``
+    TensorStore's words (``DATA_LOSS: ... Digest mismatch``), as does a missing shard file
+    (``NOT_FOUND``) or an empty one (``DATA_LOSS``). Returns False, leaving ``out``
     partly written, when a chunk is not stored (TensorStore then reads it as fill values).
     """
     per_shard = tuple(outer // size for outer, size in zip(layout.shard, layout.inner, strict=True))
@@ -167,7 +182,7 @@ def read_region(layout: ChunkLayout, bounds: Bounds, out: np.ndarray[Any, Any]) 
     cells = [_span(lo, hi, size) for (lo, hi), size in zip(bounds, layout.shard, strict=True)]
     for cell in product(*cells):
         path = layout.directory.joinpath("c", *map(str, cell))
-        raw = np.memmap(path, np.uint8, mode="r")
+        raw = _mapped(path)
         if raw.size < index_bytes:
             return False
         index = _checked(raw[raw.size - index_bytes :], path, "shard index")

@@ -1,9 +1,10 @@
 """``python -m substrax.checkpoint ls|show|verify|prune|upgrade``: inspect and maintain a store."""
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -11,9 +12,11 @@ from typing import Any
 from ._errors import (
     CheckpointCorruptError,
     CheckpointLockedError,
+    CheckpointNotFoundError,
     CheckpointStoreNotADirectoryError,
     CheckpointStoreNotFoundError,
 )
+from ._formats import read_step
 from ._metadata import CheckpointMetadata
 from ._paths import check_store_directory
 from ._store import OrbaxCheckpointStore
@@ -35,16 +38,19 @@ def _emit(args: argparse.Namespace, data: object, text: str) -> None:
     sys.stdout.write((json.dumps(data, indent=2) if args.json else text) + "\n")
 
 
+def _store_path(text: str) -> Path:
+    """A path argument; an empty one is refused (``Path("")`` would be the working directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the path is empty; pass a checkpoint store's directory")
+    return Path(text)
+
+
 def _ls(args: argparse.Namespace) -> int:
     records: list[CheckpointMetadata] = []
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
         for step in store.list_steps():
-            try:
+            with contextlib.suppress(CheckpointNotFoundError):  # a live writer deleted it since
                 records.append(store.read_metadata(step))
-            except OSError:
-                if step in store.list_steps():
-                    raise
-                # a live writer's retention deleted it since the listing
     data = [
         {"step": r.step, "epoch": r.epoch, "created_at": r.created_at, "metrics": dict(r.metrics)}
         for r in records
@@ -83,23 +89,70 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _verify_step(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]]:
-    """Read every item of ``step`` back (checksums checked); one entry per item that failed."""
-    failures: list[dict[str, Any]] = []
+def _failure(item: str | None, leaf: str | None, error: BaseException) -> dict[str, Any]:
+    corrupt = isinstance(error, CheckpointCorruptError)  # its own words, not its type
+    words = str(error) if corrupt else f"{type(error).__name__}: {error}"
+    return {"item": item, "leaf": leaf, "error": words}
+
+
+def _dtype_failures(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]]:
+    """Leaves whose dtype in the step's dtypes record differs from their array's own metadata."""
+    stored = store.describe(step)
     try:
-        items = store.read_metadata(step).items
-    except Exception as error:
-        return [{"item": None, "leaf": None, "error": f"{type(error).__name__}: {error}"}]
-    for item in items:
-        try:
-            store.restore(step, items=(item,), cast_dtypes=True)
-        except CheckpointCorruptError as error:
-            failures.append({"item": item, "leaf": error.leaf, "error": f"{error}"})
-        except Exception as error:
+        record = read_step(store.directory / str(step), step)
+    except (OSError, ValueError) as error:
+        if not (store.directory / str(step)).is_dir():
+            raise CheckpointNotFoundError(
+                step=step, directory=store.directory, deleted=True
+            ) from error
+        return []  # reading the metadata record failed, and was reported
+    failures: list[dict[str, Any]] = []
+    for item, saved in (record.dtypes or {}).items():
+        actual = {leaf.path: leaf.dtype for leaf in stored.get(item, [])}
+        for leaf, dtype in saved.items():
+            found = actual.get(leaf)
+            if found is None or found.startswith("key<") or found == dtype:
+                continue
             failures.append(
-                {"item": item, "leaf": None, "error": f"{type(error).__name__}: {error}"}
+                {
+                    "item": item,
+                    "leaf": leaf,
+                    "error": f"the step's dtypes record says {dtype} but the array's metadata "
+                    f"says {found}: one of them was changed on disk; restore an earlier step",
+                }
             )
     return failures
+
+
+def _verify_step(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]] | None:
+    """Read every item of ``step`` back (checksums checked); one entry per item that failed.
+
+    None when the step was deleted while it was verified (a live writer's retention).
+    """
+    try:
+        items = store.read_metadata(step).items
+    except CheckpointNotFoundError:
+        return None
+    except Exception as error:
+        return [_failure(None, None, error)]
+    failures: list[dict[str, Any]] = []
+    try:
+        for item in items:
+            try:
+                store.restore(step, items=(item,), cast_dtypes=True)
+            except CheckpointNotFoundError:
+                raise
+            except CheckpointCorruptError as error:
+                failures.append(_failure(error.item, error.leaf, error))
+            except Exception as error:
+                failures.append(_failure(item, None, error))
+        failures += _dtype_failures(store, step)
+    except CheckpointNotFoundError:
+        return None
+    except Exception as error:
+        failures.append(_failure(None, None, error))
+    unique = {(f["item"], f["leaf"], f["error"]): f for f in failures}  # one damaged dtypes record
+    return list(unique.values())
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -107,13 +160,25 @@ def _verify(args: argparse.Namespace) -> int:
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
         for step in store.list_steps():
             failures = _verify_step(store, step)
+            status = "deleted" if failures is None else "FAILED" if failures else "ok"
+            failures = failures or []
             first = failures[0] if failures else {"item": None, "leaf": None, "error": None}
-            results.append({"step": step, "ok": not failures, **first, "failures": failures})
+            if status == "deleted":
+                first = {**first, "error": "deleted while it was verified (a writer's retention)"}
+            results.append(
+                {
+                    "step": step,
+                    "ok": status != "FAILED",
+                    "status": status,
+                    **first,
+                    "failures": failures,
+                }
+            )
     rows = [
         (r["step"], "FAILED", f["item"], f["leaf"], f["error"])
         for r in results
         for f in r["failures"]
-    ] + [(r["step"], "ok", None, None, None) for r in results if r["ok"]]
+    ] + [(r["step"], r["status"], None, None, r["error"]) for r in results if r["ok"]]
     rows.sort(key=lambda row: row[0])
     _emit(args, results, _table(("step", "status", "item", "leaf", "error"), rows))
     return 0 if all(r["ok"] for r in results) else 1
@@ -132,11 +197,13 @@ def _prune(args: argparse.Namespace) -> int:
     ) as store:
         before = store.list_steps()
         if args.dry_run:
-            keep = store.retention.steps_to_keep(before, {})
+            metrics: dict[int, Mapping[str, float]] = {}
+            for step in before if args.keep_best else ():
+                with contextlib.suppress(CheckpointNotFoundError):  # a live writer deleted it
+                    metrics[step] = store.read_metadata(step).metrics
             if args.keep_best:
-                keep = store.retention.steps_to_keep(
-                    before, {s: store.read_metadata(s).metrics for s in before}
-                )
+                before = [step for step in before if step in metrics]
+            keep = store.retention.steps_to_keep(before, metrics)
             deleted = [s for s in before if s not in keep]
         else:
             deleted = store.prune()
@@ -148,6 +215,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    check_store_directory(args.source)
     steps = upgrade_checkpoints(args.source, args.destination)
     data = {"source": str(args.source), "destination": str(args.destination), "steps": steps}
     listed = ", ".join(map(str, steps))
@@ -167,15 +235,15 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--json", action="store_true", help="print JSON for scripts")
         return sub
 
-    command("ls", "list steps with their metrics").add_argument("directory", type=Path)
+    command("ls", "list steps with their metrics").add_argument("directory", type=_store_path)
     show = command("show", "one step's metadata and tree (shapes, dtypes, bytes)")
-    show.add_argument("directory", type=Path)
+    show.add_argument("directory", type=_store_path)
     show.add_argument("step", type=int)
     command("verify", "read every array of every step back, checking its checksums").add_argument(
-        "directory", type=Path
+        "directory", type=_store_path
     )
     prune = command("prune", "delete the steps the retention rules do not keep")
-    prune.add_argument("directory", type=Path)
+    prune.add_argument("directory", type=_store_path)
     prune.add_argument("--max-to-keep", type=int, default=None)
     prune.add_argument("--keep-best", type=int, default=0)
     prune.add_argument("--best-metric", default=None)
@@ -183,8 +251,8 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--keep-every", type=int, default=None)
     prune.add_argument("--dry-run", action="store_true")
     upgrade = command("upgrade", "copy a store (any readable format) into the current format")
-    upgrade.add_argument("source", type=Path)
-    upgrade.add_argument("destination", type=Path)
+    upgrade.add_argument("source", type=_store_path)
+    upgrade.add_argument("destination", type=_store_path)
     return parser
 
 

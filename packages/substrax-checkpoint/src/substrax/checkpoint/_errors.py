@@ -1,11 +1,15 @@
 """The errors of the checkpoint store, each carrying the values it complains about."""
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 
 type NotWrittenReason = Literal["exists", "below_latest", "rejected"]
+
+_CHECKSUM = re.compile(r"checksum|digest", re.IGNORECASE)
+"""Words of a report of bytes that fail their checksum (others: a missing or empty file...)."""
 
 _REASON_ADVICE: dict[str, str] = {
     "exists": "pass overwrite=True to replace it, or save under a new step",
@@ -41,14 +45,33 @@ class CheckpointNotFoundError(FileNotFoundError):
         7
         >>> CheckpointNotFoundError(step=None, directory=Path("/tmp/store")).args[0]
         'the checkpoint store at /tmp/store is empty (no step saved yet): ...'
+        >>> CheckpointNotFoundError(step=7, directory=Path("/tmp/store"), deleted=True).deleted
+        True
+
+    ``deleted`` is True when the step was deleted (by a writer's retention, or ``delete``)
+    while it was being read: a reader following a live run skips it and reads a later step.
     """
 
     def __init__(
-        self, *, step: int | None, directory: Path, available: tuple[int, ...] = ()
+        self,
+        *,
+        step: int | None,
+        directory: Path,
+        available: tuple[int, ...] = (),
+        deleted: bool = False,
     ) -> None:
         self.step = step
         self.directory = directory
         self.available = available
+        self.deleted = deleted
+        if deleted:
+            shown = ", ".join(map(str, available[-10:])) or "none"
+            super().__init__(
+                f"checkpoint step {step} in {directory} was deleted while it was read "
+                f"(a writer's retention or a delete removed it; steps held: {shown}); "
+                "read a step that list_steps() still lists"
+            )
+            return
         if step is None:
             super().__init__(
                 f"the checkpoint store at {directory} is empty (no step saved yet): "
@@ -213,7 +236,9 @@ class CheckpointWaitTimeoutError(TimeoutError):
 
 
 class CheckpointCorruptError(ValueError):
-    """A stored array's bytes fail their checksum: the step cannot be restored as it was saved.
+    """A stored array's bytes fail their checksum, or a file of the step is missing or damaged.
+
+    The step cannot be restored as it was saved.
 
     Attributes:
         step: the step read (None when its directory is not named by a step number).
@@ -249,6 +274,7 @@ class CheckpointCorruptError(ValueError):
         self.detail = detail
         super().__init__(
             f"checkpoint step {step} in {directory} is corrupted: item {item!r} leaf {leaf!r} "
-            f"fails its checksum ({path}: {detail}); restore an earlier step (list_steps()), "
+            f"{'fails its checksum' if _CHECKSUM.search(detail) else 'is damaged'} "
+            f"({path}: {detail}); restore an earlier step (list_steps()), "
             "and check the others with `python -m substrax.checkpoint verify DIR`"
         )

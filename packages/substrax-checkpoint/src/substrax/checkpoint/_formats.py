@@ -37,12 +37,16 @@ class StepRecord:
 
     ``host`` names each item's NumPy leaves (``{item: {leaf_path: kind}}``); it is None for steps
     written before it was recorded, whose NumPy leaves restore as ``jax.Array``.
+    ``damaged_dtypes`` is the dtypes record's file and what is wrong with it when the step has a
+    ``dtypes`` item whose record is missing, empty or not a JSON object (a restore refuses it);
+    a step written without a ``dtypes`` item (older releases) has ``dtypes`` None and no damage.
     """
 
     metadata: CheckpointMetadata
     layout: Layout
     dtypes: dict[str, dict[str, str]] | None
     host: dict[str, dict[str, str]] | None = None
+    damaged_dtypes: tuple[Path, str] | None = None
 
 
 def _read_json(path: Path) -> object:
@@ -67,12 +71,17 @@ def read_step(step_dir: Path, step: int) -> StepRecord:
     if raw.get("checkpoint_version") == _FORMAT2_VERSION:
         return StepRecord(format2_metadata(raw, step), "format2", None)
     metadata = CheckpointMetadata.from_dict(raw)
+    dtypes_file = step_dir / DTYPES_ITEM / _JSON_FILE
     try:
-        dtypes = _read_json(step_dir / DTYPES_ITEM / _JSON_FILE)
-    except (OSError, ValueError):
-        dtypes = None
+        dtypes = _read_json(dtypes_file)
+    except (OSError, ValueError) as error:
+        if not dtypes_file.parent.is_dir():  # written before the record existed
+            return StepRecord(metadata, "current", None)
+        detail = "the file is missing" if isinstance(error, OSError) else f"not JSON: {error}"
+        return StepRecord(metadata, "current", None, damaged_dtypes=(dtypes_file, detail))
     if not isinstance(dtypes, dict):
-        return StepRecord(metadata, "current", None)
+        damage = (dtypes_file, "not a JSON object")
+        return StepRecord(metadata, "current", None, damaged_dtypes=damage)
     record = cast("dict[str, dict[str, Any]]", dict(dtypes))  # pyright: ignore[reportUnknownArgumentType]
     host = record.pop(HOST_LEAVES, None)
     return StepRecord(metadata, "current", record, host)

@@ -10,7 +10,7 @@ from substrax.typing import PyTree
 
 from . import _trees
 from ._errors import CheckpointCorruptError, CheckpointDtypeMismatchError, DtypeMismatch
-from ._formats import StepRecord
+from ._formats import DTYPES_ITEM, StepRecord
 
 
 def stored_trees(
@@ -52,6 +52,8 @@ def _in_step(error: CheckpointCorruptError, step: int, *, wrapped: bool) -> Chec
     leaf = error.leaf
     if wrapped and (leaf == _trees.WRAPPER or leaf.startswith(prefix)):
         leaf = leaf.removeprefix(_trees.WRAPPER).removeprefix("/")
+    elif wrapped and leaf.startswith(f"{_trees.WRAPPER}."):  # a parameter's name, from metadata
+        leaf = leaf.removeprefix(f"{_trees.WRAPPER}.").replace(".", "/")
     return CheckpointCorruptError(
         step=step,
         item=error.item,
@@ -77,6 +79,16 @@ def restore_items(
     The template structure and the dtypes are checked against the stored metadata before any
     array is read; untemplated items are checked after (a 64-bit array narrowed by x64 being off).
     """
+    if record.damaged_dtypes is not None:
+        path, detail = record.damaged_dtypes
+        raise CheckpointCorruptError(
+            step=step,
+            item=DTYPES_ITEM,
+            leaf="<root>",
+            directory=path.parent.parent.parent,
+            path=path,
+            detail=f"the step's dtypes record is damaged: {detail}",
+        )
     held = _held(record, step, items)
     unknown = [name for name in templates if name not in held]
     if unknown:

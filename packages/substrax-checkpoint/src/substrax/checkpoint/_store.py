@@ -1,9 +1,10 @@
 """``OrbaxCheckpointStore``: a step-addressed store of named PyTree items over orbax."""
 
 import contextlib
+import math
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from pathlib import Path
 from types import TracebackType
@@ -313,7 +314,31 @@ class OrbaxCheckpointStore:
             ...
             substrax.checkpoint._errors.CheckpointNotFoundError: no checkpoint step 3 ...
         """
-        return self._record(self._resolve(step)).metadata
+        step = self._resolve(step)
+        with self._reading(step):
+            return self._record(step).metadata
+
+    @contextlib.contextmanager
+    def _reading(self, step: int) -> Iterator[None]:
+        """Raise ``CheckpointNotFoundError`` for a read of ``step`` that failed as it was deleted.
+
+        A writer's retention (or ``delete``) removes a step in one rename: when a read fails and
+        the step's directory is gone, the step was deleted under the read, whatever orbax or
+        TensorStore said about its missing files.
+        """
+        try:
+            yield
+        except CheckpointNotFoundError:
+            raise
+        except Exception as error:
+            if self._step_dir(step).is_dir():
+                raise
+            raise CheckpointNotFoundError(
+                step=step,
+                directory=self._directory,
+                available=tuple(step_directories(self._directory)),
+                deleted=True,
+            ) from error
 
     def _resolve(self, step: int | None) -> int:
         """``step``, or the latest step for None (an empty store raises, saying it is empty)."""
@@ -355,10 +380,15 @@ class OrbaxCheckpointStore:
             ...
             substrax.checkpoint._errors.CheckpointWaitTimeoutError: no step after 3 was committed ...
         """
-        if timeout < 0:
-            raise ValueError(f"timeout must be >= 0 seconds, got {timeout}")
-        if poll_interval <= 0:
-            raise ValueError(f"poll_interval must be > 0 seconds, got {poll_interval}")
+        if not math.isfinite(timeout) or timeout < 0:
+            raise ValueError(
+                f"timeout must be a finite number of seconds >= 0, got {timeout!r}; "
+                "pass how long to wait (a large value to wait for a long run)"
+            )
+        if not math.isfinite(poll_interval) or poll_interval <= 0:
+            raise ValueError(
+                f"poll_interval must be a finite number of seconds > 0, got {poll_interval!r}"
+            )
         deadline = time.monotonic() + timeout
         while True:
             if self._closed:
@@ -640,7 +670,9 @@ class OrbaxCheckpointStore:
         items (e.g. only ``("model",)`` for evaluation). ``step=None`` (what ``latest_step()``
         returns for an empty store) restores the latest step; on an empty store it raises
         ``CheckpointNotFoundError`` saying the store is empty, so a resume never starts from
-        scratch by accident.
+        scratch by accident. A step that a live writer's retention (or ``delete``) removes while
+        it is read raises ``CheckpointNotFoundError`` with ``deleted=True``; bytes or files of a
+        step that is still there that fail their checks raise ``CheckpointCorruptError``.
 
         Example:
             >>> import tempfile
@@ -651,18 +683,19 @@ class OrbaxCheckpointStore:
             {'seed': 3}
         """
         step = self._resolve(step)
-        record = self._record(step)
-        manager = self._manager()
-        assert manager is not None  # noqa: S101 - _record found the step
-        values = restore_items(
-            manager,
-            step,
-            record,
-            templates=templates or {},
-            cast_dtypes=cast_dtypes,
-            mesh=mesh,
-            items=items,
-        )
+        with self._reading(step):
+            record = self._record(step)
+            manager = self._manager()
+            assert manager is not None  # noqa: S101 - _record found the step
+            values = restore_items(
+                manager,
+                step,
+                record,
+                templates=templates or {},
+                cast_dtypes=cast_dtypes,
+                mesh=mesh,
+                items=items,
+            )
         return Checkpoint(step, values, record.metadata)
 
     def describe(self, step: int) -> dict[str, list[_trees.StoredLeaf]]:
@@ -676,8 +709,9 @@ class OrbaxCheckpointStore:
             ...     store.describe(0)["model"][0].nbytes
             24
         """
-        record = self._record(step)
-        manager = self._manager()
-        assert manager is not None  # noqa: S101 - _record found the step
-        trees = stored_trees(manager, step, record)
+        with self._reading(step):
+            record = self._record(step)
+            manager = self._manager()
+            assert manager is not None  # noqa: S101 - _record found the step
+            trees = stored_trees(manager, step, record)
         return {name: _trees.describe(tree) for name, tree in trees.items()}

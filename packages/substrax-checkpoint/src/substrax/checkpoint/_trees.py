@@ -111,8 +111,9 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
     plus, under ``HOST_LEAVES`` (a name no item can have), ``{item: {leaf_path: kind}}`` for the
     NumPy leaves: they restore without a template as NumPy values of their stored dtypes,
     whatever jax's x64 setting. A record without that key (written before it existed) restores
-    them as ``jax.Array`` as it did then. A Python int that no 64-bit integer holds is refused
-    here, naming its item and leaf, rather than failing inside orbax's (background) write.
+    them as ``jax.Array`` as it did then. A Python int that no 64-bit integer holds, and an
+    empty (zero-size) array, are refused here, naming their item and leaf, rather than failing
+    inside orbax's (background) write.
 
     Example:
         >>> items, record = for_saving({"data_iterator": {"order": np.arange(2), "seed": np.int8(3)}})
@@ -124,6 +125,10 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
         Traceback (most recent call last):
         ...
         ValueError: item 'data_iterator' leaf 'position' is the Python int 1180591620717411303424, which no 64-bit integer holds; save it as a string (str(value)) and convert it back after restoring
+        >>> for_saving({"model": {"mask": np.zeros((0, 3))}})
+        Traceback (most recent call last):
+        ...
+        ValueError: item 'model' leaf 'mask' is an empty array (shape (0, 3)): orbax cannot store zero-size arrays; ...
     """
     saved: dict[str, PyTree] = {}
     dtypes: dict[str, dict[str, str]] = {}
@@ -144,6 +149,12 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
                     f"item {name!r} leaf {path!r} is the Python int {leaf}, which no 64-bit "
                     "integer holds; save it as a string (str(value)) and convert it back after "
                     "restoring"
+                )
+            if getattr(leaf, "size", None) == 0:
+                raise ValueError(
+                    f"item {name!r} leaf {path!r} is an empty array (shape "
+                    f"{tuple(getattr(leaf, 'shape', ()))}): orbax cannot store zero-size "
+                    "arrays; leave the leaf out, or save a placeholder and its length"
                 )
             if dtype is not None:
                 dtypes[name][path] = dtype

@@ -1,0 +1,124 @@
+"""Damaged steps: missing or empty chunk files and a damaged dtypes record are
+``CheckpointCorruptError`` naming the leaf; ``verify`` also compares the dtypes record with the
+arrays' own metadata."""
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from substrax.checkpoint import CheckpointCorruptError, OrbaxCheckpointStore
+from substrax.checkpoint._cli import main
+
+
+def _items() -> dict[str, dict[str, object]]:
+    return {
+        "model": {"w": jnp.arange(4096, dtype=jnp.float32).reshape(64, 64)},
+        "data_iterator": {"order": np.arange(1000, dtype=np.int64), "pos": np.int64(7)},
+    }
+
+
+def _save(directory: Path, **options: bool) -> None:
+    with OrbaxCheckpointStore(directory, async_save=False, max_to_keep=None, **options) as store:
+        store.save(1, _items())
+        store.save(2, _items())
+
+
+def _largest_chunk_file(array_dir: Path) -> Path:
+    files = [p for p in array_dir.rglob("*") if p.is_file() and p.name != "zarr.json"]
+    return max(files, key=lambda p: p.stat().st_size)
+
+
+def _verify_rows(directory: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    code = main(["verify", "--json", str(directory)])
+    return code, {row["step"]: row for row in json.loads(capsys.readouterr().out)}
+
+
+@pytest.mark.parametrize("compression", [False, True], ids=["plain", "compressed"])
+@pytest.mark.parametrize("damage", ["missing", "empty"])
+@pytest.mark.parametrize("where", ["model/w", "data_iterator/order", "data_iterator/pos"])
+def test_a_missing_or_empty_chunk_file_is_corrupt_naming_the_leaf(
+    store_dir, capsys, compression, damage, where
+):
+    item, leaf = where.split("/")
+    _save(store_dir, use_compression=compression)
+    chunk = _largest_chunk_file(store_dir / "2" / item / f"tree.{leaf}")
+    if damage == "missing":
+        chunk.unlink()
+    else:
+        chunk.write_bytes(b"")
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        with pytest.raises(CheckpointCorruptError) as error:
+            store.restore(2)
+        assert (error.value.step, error.value.item, error.value.leaf) == (2, item, leaf)
+        assert store.restore(1).step == 1  # the step before still restores
+    code, rows = _verify_rows(store_dir, capsys)
+    assert code == 1
+    assert rows[1]["ok"]
+    assert (rows[2]["status"], rows[2]["item"], rows[2]["leaf"]) == ("FAILED", item, leaf)
+
+
+def test_a_missing_array_metadata_file_names_the_leaf(store_dir):
+    _save(store_dir)
+    (store_dir / "2" / "model" / "tree.w" / "zarr.json").unlink()
+    store = OrbaxCheckpointStore(store_dir, read_only=True)
+    with store, pytest.raises(CheckpointCorruptError) as error:
+        store.restore(2)
+    assert (error.value.item, error.value.leaf) == ("model", "w")
+
+
+@pytest.mark.parametrize("damage", ["missing", "empty", "not_json", "not_an_object"])
+def test_a_damaged_dtypes_record_is_corrupt(store_dir, capsys, damage):
+    _save(store_dir)
+    record = store_dir / "2" / "dtypes" / "metadata"
+    if damage == "missing":
+        record.unlink()
+    else:
+        record.write_text(
+            {"empty": "", "not_json": '{"model": {"w"', "not_an_object": "[1]"}[damage]
+        )
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        with pytest.raises(CheckpointCorruptError) as error:
+            store.restore(2, cast_dtypes=True)
+        assert (error.value.step, error.value.item, error.value.path) == (2, "dtypes", record)
+        assert "cast_dtypes" not in str(error.value)
+        assert store.read_metadata(2).step == 2  # listing and metadata still work
+    code, rows = _verify_rows(store_dir, capsys)
+    assert code == 1
+    assert [(f["item"], f["leaf"]) for f in rows[2]["failures"]] == [("dtypes", "<root>")]
+
+
+def test_a_step_without_a_dtypes_item_restores_as_before(store_dir):
+    _save(store_dir)
+    for path in sorted((store_dir / "2" / "dtypes").rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    (store_dir / "2" / "dtypes").rmdir()
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        restored = store.restore(2, cast_dtypes=True).items
+    np.testing.assert_array_equal(
+        np.asarray(restored["model"]["w"]), np.asarray(_items()["model"]["w"])
+    )
+
+
+@pytest.mark.parametrize("edited", ["array_metadata", "dtypes_record"])
+def test_verify_fails_a_leaf_whose_recorded_dtype_disagrees_with_its_array(
+    store_dir, capsys, edited
+):
+    _save(store_dir)
+    if edited == "array_metadata":
+        path = store_dir / "2" / "data_iterator" / "tree.order" / "zarr.json"
+        metadata = json.loads(path.read_text())
+        metadata["data_type"] = "uint64"
+    else:
+        path = store_dir / "2" / "dtypes" / "metadata"
+        metadata = json.loads(path.read_text())
+        metadata["data_iterator"]["order"] = "int32"
+    path.write_text(json.dumps(metadata))
+    code, rows = _verify_rows(store_dir, capsys)
+    assert code == 1
+    assert rows[1]["ok"]
+    failures = rows[2]["failures"]
+    assert [(f["item"], f["leaf"]) for f in failures] == [("data_iterator", "order")]
+    assert "dtypes record says" in failures[0]["error"]
