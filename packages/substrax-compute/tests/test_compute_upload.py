@@ -228,3 +228,21 @@ def test_git_listing_nothing_falls_back_to_the_walk_and_says_so(tmp_path):
     upload = collect_upload(project)
     assert upload.source == "gitignore"
     assert (upload.files, upload.held_back) == (UPLOADED, HELD_BACK)
+
+
+def test_the_tokens_of_common_ml_and_infrastructure_tools_are_held_back(repo):
+    names = (
+        ".huggingface_token",
+        "home/.huggingface/token",
+        "kaggle.json",
+        "infra/prod.tfvars",
+        "infra/terraform.tfstate",
+        "config/secrets.toml",
+        "conf/Secrets.YAML",
+    )
+    for name in names:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text("token\n")
+    upload = collect_upload(repo)
+    assert set(upload.held_back) == {*HELD_BACK, *names}
+    assert upload.files == UPLOADED

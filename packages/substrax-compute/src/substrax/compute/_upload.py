@@ -55,6 +55,9 @@ NEVER_UPLOADED: tuple[str, ...] = (
     ".git-credentials", "credentials*.json", "*-credentials.json", "*_credentials.json",
     "*service-account*.json", "*service_account*.json", "client_secret*.json",
     ".aws/", ".ssh/", ".gnupg/", "**/.docker/config.json", "**/.kube/config",
+    "**/.huggingface/token", ".huggingface_token", "**/.kaggle/kaggle.json", "kaggle.json",
+    "*.tfvars", "*.tfstate", "secrets.toml", "secrets.yaml", "secrets.yml", "secrets.json",
+    ".htpasswd", "*.keytab",
 )  # fmt: skip
 """Gitignore patterns (lower case) of files that hold secrets: held back unless a job names them.
 
