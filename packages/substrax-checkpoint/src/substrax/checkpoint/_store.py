@@ -4,7 +4,7 @@ import contextlib
 import math
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from pathlib import Path
 from types import TracebackType
@@ -319,7 +319,7 @@ class OrbaxCheckpointStore:
             return self._record(step).metadata
 
     @contextlib.contextmanager
-    def _reading(self, step: int) -> Iterator[None]:
+    def _reading(self, step: int) -> Generator[None]:
         """Raise ``CheckpointNotFoundError`` for a read of ``step`` that failed as it was deleted.
 
         A writer's retention (or ``delete``) removes a step in one rename: when a read fails and
