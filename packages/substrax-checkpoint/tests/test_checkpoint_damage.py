@@ -63,10 +63,11 @@ def test_a_missing_or_empty_chunk_file_is_corrupt_naming_the_leaf(
 def test_a_missing_array_metadata_file_names_the_leaf(store_dir):
     _save(store_dir)
     (store_dir / "2" / "model" / "tree.w" / "zarr.json").unlink()
-    store = OrbaxCheckpointStore(store_dir, read_only=True)
-    with store, pytest.raises(CheckpointCorruptError) as error:
-        store.restore(2)
-    assert (error.value.item, error.value.leaf) == ("model", "w")
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        for read in (store.restore, store.describe):
+            with pytest.raises(CheckpointCorruptError) as error:
+                read(2)
+            assert (error.value.step, error.value.item, error.value.leaf) == (2, "model", "w")
 
 
 @pytest.mark.parametrize("damage", ["missing", "empty", "not_json", "not_an_object"])

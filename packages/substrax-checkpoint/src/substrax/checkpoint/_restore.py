@@ -19,9 +19,15 @@ def stored_trees(
     record: StepRecord,
     held: Sequence[str] | None = None,
 ) -> dict[str, PyTree]:
-    """Orbax's metadata tree of each item (no array is read), without the wrapper node."""
-    metadata = manager.item_metadata(step)
+    """Orbax's metadata tree of each item (no array is read), without the wrapper node.
+
+    A damaged array's metadata raises ``CheckpointCorruptError`` naming the leaf in its item.
+    """
     wrapped = record.layout == "current"
+    try:
+        metadata = manager.item_metadata(step)
+    except CheckpointCorruptError as error:
+        raise _in_step(error, step, wrapped=wrapped) from error.__cause__
     trees: dict[str, PyTree] = {}
     for name in record.metadata.items if held is None else held:
         tree = getattr(metadata[name], "tree", metadata[name])
@@ -96,10 +102,7 @@ def restore_items(
             f"templates name item(s) {unknown} that step {step} does not hold (it holds {held})"
         )
     wrapped = record.layout == "current"
-    try:
-        stored = stored_trees(manager, step, record, held)
-    except CheckpointCorruptError as error:
-        raise _in_step(error, step, wrapped=wrapped) from error.__cause__
+    stored = stored_trees(manager, step, record, held)
     # NumPy leaves: a template's come back as its kinds, an untemplated item's as it was saved
     kinds: dict[str, Mapping[str, str]] = {
         name: _trees.host_record(tree) for name, tree in templates.items()
