@@ -11,11 +11,12 @@ heartbeats: the others' peer watches name it, as any other dead peer.
 The child never outlives the job by more than its grace period: process 0 stops it after a
 clean shutdown (every process met at exit and disconnected); once process 0 is gone without
 stopping it, it serves ``grace`` more seconds, time for the other processes to see process 0
-dead, run their hook and exit, then ends (sooner where it can tell that no client is connected
-any more: on Linux, from the kernel's socket tables). It runs in a session of its own (a signal to process
-0's process group does not take the service away from the others) with its stdin and stdout
-piped to process 0 only and its log in an unlinked temporary file, so it never holds a pipe
-that a caller of process 0 reads to its end.
+dead, run their hook and exit, then ends: sooner where it can tell that no client is connected
+any more (on Linux, from the kernel's socket tables), and at once when process 0 said that every
+other process is dead. It runs in a session of its own (a signal to process 0's process group
+does not take the service away from the others) with its stdin and stdout piped to process 0
+only and its log in an unlinked temporary file, so it never holds a pipe that a caller of
+process 0 reads to its end.
 """
 
 import contextlib
