@@ -218,6 +218,7 @@ WATCHED = """
 import logging, os, pathlib, signal, sys, time
 from substrax.runtime import initialize_distributed
 port, rank, out, victim = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3]), int(sys.argv[4])
+survivor_raises = sys.argv[5] == "raise"
 handler = logging.FileHandler(out / f"log-{rank}.txt")
 logging.getLogger("substrax").addHandler(handler)
 def hook(dead):
@@ -227,18 +228,25 @@ initialize_distributed(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
 import jax
 if rank == victim:
     os.kill(os.getpid(), signal.SIGKILL)
+if survivor_raises:
+    # as when a collective fails on the dead peer's closed connection: the survivor lingers at
+    # exit (the interpreter finalizing, where no thread can start) until the watch ends it
+    raise RuntimeError("Connection closed by peer")
 time.sleep(120)  # the survivor waits here, outside any collective, until the watch ends it
 """
 
 
-@pytest.mark.parametrize("victim", [1, 0])
-def test_a_dead_peer_ends_the_survivor_through_its_hook_and_flushed_logs(tmp_path, victim):
+@pytest.mark.parametrize(
+    ("victim", "mode"),
+    [(1, "wait"), (0, "wait"), (1, "raise"), (0, "raise")],
+)
+def test_a_dead_peer_ends_the_survivor_through_its_hook_and_flushed_logs(tmp_path, victim, mode):
     from substrax.runtime import PEER_FAILURE_EXIT_CODE
 
     port = free_port()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WATCHED, str(port), str(rank), str(tmp_path), str(victim)],
+            [sys.executable, "-c", WATCHED, str(port), str(rank), str(tmp_path), str(victim), mode],
             env=_base_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

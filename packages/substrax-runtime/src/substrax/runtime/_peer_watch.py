@@ -71,9 +71,19 @@ class PeerWatch:
         self._poll = poll_seconds
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="substrax-peer-watch", daemon=True)
+        # started with the watch: once the interpreter finalizes (a process lingering at exit
+        # after an error), no new thread can start
+        self._hook_thread = threading.Thread(
+            target=self._run_hook, name="substrax-peer-failure-hook", daemon=True
+        )
+        self._dead: tuple[int, ...] = ()
+        self._hook_due = threading.Event()
+        self._hook_done = threading.Event()
 
     def start(self) -> None:
         """Start watching."""
+        if self._hook is not None:
+            self._hook_thread.start()
         self._thread.start()
 
     def stop(self) -> None:
@@ -142,26 +152,28 @@ class PeerWatch:
         _LOG.critical(message)
         if not _reaches_stderr(_LOG):
             sys.stderr.write(f"substrax: {message}\n")
-        if self._process_id == 0:
-            # the coordinator goes last, so every peer's own watch reports the dead process
+        if self._process_id == 0 and len(dead) < self._num_processes - 1:
+            # the coordinator goes last, so every live peer's own watch reports the dead process
             self._stopped.wait(self._poll * 3)
         if self._hook is not None:
-            hook = threading.Thread(target=self._run_hook, args=(dead,), daemon=True)
-            hook.start()
-            hook.join(timeout=HOOK_SECONDS)
+            self._dead = dead
+            self._hook_due.set()
+            self._hook_done.wait(timeout=HOOK_SECONDS)
         logging.shutdown()  # flushes (and closes) every logging handler
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(PEER_FAILURE_EXIT_CODE)
 
-    def _run_hook(self, dead: tuple[int, ...]) -> None:
-        if self._hook is None:  # pragma: no cover - started only with a hook
-            return
+    def _run_hook(self) -> None:
+        self._hook_due.wait()
         try:
-            self._hook(dead)
+            if self._hook is not None:
+                self._hook(self._dead)
         except Exception:
             _LOG.exception("on_peer_failure raised")
+        finally:
+            self._hook_done.set()
 
 
 def _reaches_stderr(logger: logging.Logger) -> bool:
