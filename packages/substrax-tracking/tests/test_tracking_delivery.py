@@ -2,6 +2,9 @@
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -155,21 +158,26 @@ def test_a_later_logger_replays_the_spool_it_finds(make, tmp_path):
     assert not (tmp_path / "run.spool.jsonl").exists()
 
 
-def test_a_full_queue_spills_into_the_spool_and_is_replayed(make, tmp_path):
+def test_a_full_queue_spills_into_the_spool_in_batches_and_is_replayed(make, tmp_path):
     sink = Sink()
     sink.gate.clear()
     delivery = make(sink, max_queue=2)
-    for step in range(20):
+    delivery.submit(record(0))
+    wait_for(lambda: sink.attempts == 1)  # the worker holds record 0, blocked in the backend
+    for step in range(1, 2503):
         delivery.submit(record(step))
-    assert delivery.spooled > 0
-    assert (tmp_path / "run.spool.jsonl").exists()
+    spool = tmp_path / "run.spool.jsonl"
+    # 2 records wait in the queue; of the 2500 spilled, two batches of 1000 are on disk (one
+    # append and fsync each, not one per record), the last 500 wait for the next batch
+    assert delivery.spooled == 2000
+    assert len(spool.read_text().splitlines()) == 2000
     sink.gate.set()
     assert delivery.flush(30)
-    wait_for(lambda: not (tmp_path / "run.spool.jsonl").exists())
-    assert sorted(steps(sink.received)) == list(range(20))
+    wait_for(lambda: not spool.exists())
+    assert sorted(steps(sink.received)) == list(range(2503))
 
 
-def test_a_refused_record_is_spooled_with_its_error_and_the_rest_goes_on(make, tmp_path, caplog):
+def test_a_refused_record_is_set_aside_with_its_error_and_the_rest_goes_on(make, tmp_path, caplog):
     sink = Sink()
     delivery = make(sink)
     with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
@@ -178,7 +186,10 @@ def test_a_refused_record_is_spooled_with_its_error_and_the_rest_goes_on(make, t
         delivery.submit(record(2))
         assert delivery.flush(30)
     assert steps(sink.received) == [0, 2]
-    [line] = [json.loads(line) for line in (tmp_path / "run.spool.jsonl").read_text().splitlines()]
+    assert not (tmp_path / "run.spool.jsonl").exists()
+    assert delivery.refused == 1
+    refused = (tmp_path / "run.spool.jsonl.refused").read_text().splitlines()
+    [line] = [json.loads(line) for line in refused]
     assert line["error"] == "ValueError: refused value"
     assert line["record"]["step"] == 1
     assert "refused" in caplog.text
@@ -249,3 +260,128 @@ def test_replay_of_a_damaged_spool_delivers_the_intact_records_and_sets_the_bad_
         not_a_record,
         good[3][:25],
     ]
+
+
+def test_replay_refuses_what_is_not_a_spool_and_leaves_it_untouched(tmp_path, capsys):
+    from substrax.tracking import NotASpoolError
+    from substrax.tracking.__main__ import main
+
+    metrics = tmp_path / "run.metrics.jsonl"  # a FileLogger's log, passed by mistake
+    metrics.write_text('{"time":1.0,"step":0,"name":"loss","value":0.5}\n')
+    directory = tmp_path / "a_dir"
+    directory.mkdir()
+    fifo = tmp_path / "a_fifo"  # not a regular file, like a device
+    os.mkfifo(fifo)
+    for path in (metrics, directory, fifo):
+        assert main(["replay", str(path), "--timeout", "5"]) == 2
+        assert "is not a spool file" in capsys.readouterr().err
+        with pytest.raises(NotASpoolError) as caught:
+            replay_spool(path)
+        assert isinstance(caught.value, ValueError)
+        assert caught.value.path == path
+    assert metrics.read_text() == '{"time":1.0,"step":0,"name":"loss","value":0.5}\n'
+    assert directory.is_dir()
+    assert fifo.is_fifo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_dir", "a_fifo", "run.metrics.jsonl"]
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-1"])
+def test_replay_refuses_a_timeout_that_is_not_a_finite_number(tmp_path, capsys, timeout):
+    from substrax.tracking.__main__ import main
+
+    spool = tmp_path / "run.spool.jsonl"
+    spool.write_text("")
+    with pytest.raises(SystemExit) as exited:
+        main(["replay", str(spool), "--timeout", timeout])
+    assert exited.value.code == 2
+    assert f"--timeout {timeout} must be a finite number" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="timeout="):
+        replay_spool(spool, timeout=float(timeout))
+
+
+def test_a_spooled_record_the_backend_refuses_is_set_aside_and_the_rest_is_delivered(
+    make, tmp_path, caplog
+):
+    sink = Sink()
+    sink.down = True
+    delivery = make(sink)
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        for step in range(6):
+            delivery.submit(record(step, refuse=1.0) if step == 2 else record(step))
+        wait_for(lambda: delivery.failures >= 2)  # all six wait in the spool
+        sink.down = False
+        assert delivery.flush(30)  # not blocked forever by the refused record
+        assert delivery.close(timeout=5) == 0
+    assert steps(sink.received) == [0, 1, 3, 4, 5]
+    assert sink.finished
+    spool = tmp_path / "run.spool.jsonl"
+    assert not spool.exists()
+    [line] = [
+        json.loads(t) for t in (tmp_path / "run.spool.jsonl.refused").read_text().splitlines()
+    ]
+    assert (line["record"]["step"], line["error"]) == (2, "ValueError: refused value")
+    assert "unreachable" not in caplog.text
+    assert "refused 1 spooled records" in caplog.text
+
+
+def test_replay_sets_a_refused_record_aside_and_include_refused_sends_it_again(tmp_path):
+    sink = Sink()
+    spool = tmp_path / "run.spool.jsonl"
+    key = json.dumps(sink.target(), sort_keys=True)
+    lines = [
+        {
+            "target": sink.target(),
+            "record": (record(s, refuse=1.0) if s == 1 else record(s))
+            .materialize(tmp_path)
+            .to_json(),
+        }
+        for s in range(4)
+    ]
+    spool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = replay_spool(spool, sinks={key: sink})
+    assert (result.delivered, result.remaining, result.refused) == (3, 0, 1)
+    assert result.refused_file == tmp_path / "run.spool.jsonl.refused"
+    assert steps(sink.received) == [0, 2, 3]
+    assert not spool.exists()
+    spool.write_text("")  # a new spool file: --include-refused moves the refused record back
+    accepting = Sink()
+    accepting.deliver = accepting.received.extend
+    result = replay_spool(spool, sinks={key: accepting}, include_refused=True)
+    assert (result.delivered, result.remaining, result.refused) == (1, 0, 0)
+    assert steps(accepting.received) == [1]
+    assert not (tmp_path / "run.spool.jsonl.refused").exists()
+
+
+APPENDER = """
+import sys, time
+from substrax.tracking._records import Record
+from substrax.tracking._spool import SpoolFile
+spool, who, batches = SpoolFile(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+for batch in range(batches):
+    records = [
+        Record(kind="scalars", step=batch * 10 + i, time=0.0, payload={"values": {who: 1.0}},
+               materialized=True)
+        for i in range(10)
+    ]
+    spool.append({"backend": "test", "run": "r1"}, records)
+"""
+
+
+def test_processes_appending_while_a_replay_runs_lose_no_record(tmp_path):
+    spool = tmp_path / "run.spool.jsonl"
+    sink = Sink()
+    key = json.dumps(sink.target(), sort_keys=True)
+    writers = [
+        subprocess.Popen([sys.executable, "-c", APPENDER, str(spool), who, "300"])
+        for who in ("a", "b")
+    ]
+    while any(w.poll() is None for w in writers):
+        if spool.exists():
+            replay_spool(spool, sinks={key: sink})
+    assert [w.wait(60) for w in writers] == [0, 0]
+    if spool.exists():
+        replay_spool(spool, sinks={key: sink})
+    for who in ("a", "b"):
+        got = sorted(r.step for r in sink.received if who in r.payload["values"])
+        assert got == list(range(3000)), who  # each record exactly once
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no spool and no lock file left

@@ -112,7 +112,7 @@ def test_the_default_store_is_in_the_output_dir_not_the_cwd(tmp_path, monkeypatc
     assert history(client, logger.run_id, "loss") == [(0, 1.0)]
 
 
-def test_a_refused_value_is_kept_in_the_spool_and_the_rest_arrives(sqlite_uri, tmp_path, caplog):
+def test_a_refused_value_is_set_aside_and_the_rest_arrives(sqlite_uri, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="substrax.tracking")
     with MLFlowLogger("refused", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
         logger.log_hyperparams({"lr": 1})
@@ -122,14 +122,18 @@ def test_a_refused_value_is_kept_in_the_spool_and_the_rest_arrives(sqlite_uri, t
     client = MlflowClient(tracking_uri=sqlite_uri)
     assert client.get_run(logger.run_id).data.params == {"lr": "1"}
     assert history(client, logger.run_id, "loss") == [(0, 1.0)]
-    spooled = [json.loads(line) for line in logger.spool_path.read_text().splitlines()]
-    assert [line["record"]["payload"] for line in spooled] == [{"params": {"lr": 2}}]
+    assert not logger.spool_path.exists()
+    refused_file = logger.spool_path.with_name(logger.spool_path.name + ".refused")
+    refused = [json.loads(line) for line in refused_file.read_text().splitlines()]
+    assert [line["record"]["payload"] for line in refused] == [{"params": {"lr": 2}}]
     assert (
-        "INVALID_PARAMETER_VALUE" in spooled[0]["error"] or "MlflowException" in spooled[0]["error"]
+        "INVALID_PARAMETER_VALUE" in refused[0]["error"] or "MlflowException" in refused[0]["error"]
     )
     assert "refused" in caplog.text
-    # a plain replay leaves refused records alone
-    assert replay_spool(logger.spool_path).remaining == 1
+    # --include-refused sends it again, and MLflow refuses it again
+    result = replay_spool(logger.spool_path, include_refused=True)
+    assert (result.delivered, result.remaining, result.refused) == (0, 0, 1)
+    assert len(refused_file.read_text().splitlines()) == 1
 
 
 def test_the_replay_command_sends_a_spool_to_its_run(sqlite_uri, tmp_path, capsys):

@@ -31,7 +31,10 @@ from ._plot import plot_log_dir as plot_log_dir, read_scalars as read_scalars
 from ._process import current_process_index as current_process_index
 from ._remote import RemoteLogger as RemoteLogger
 from ._replay import ReplayResult as ReplayResult, replay_spool as replay_spool
-from ._spool import SpoolNotFoundError as SpoolNotFoundError
+from ._spool import (
+    NotASpoolError as NotASpoolError,
+    SpoolNotFoundError as SpoolNotFoundError,
+)
 from ._tensorboard import TensorBoardLogger as TensorBoardLogger
 from ._wandb import WandbLogger as WandbLogger
 
@@ -45,6 +48,7 @@ __all__ = [
     "MLFlowLogger",
     "MetricOverflowError",
     "MultiLogger",
+    "NotASpoolError",
     "RemoteLogger",
     "ReplayResult",
     "SpoolNotFoundError",

@@ -4,22 +4,25 @@ Commands:
     plot LOG_DIR [--out DIR]     draw the scalar curves of a file log to PNGs and an index.html
     replay SPOOL [--timeout S] [--include-refused]  send the records of a spool file to their backends
 
-``replay`` exits 0 when every record was delivered, 1 when some remain in the spool (a backend
-unreachable or refusing, the time limit reached, or lines that are not records, which are moved
-to ``SPOOL.bad``), and 2 when the spool file does not exist.
+``replay`` exits 0 when every record was delivered, 1 when some were not (a backend
+unreachable, the time limit reached: they stay in the spool; records a backend refused: moved to
+``SPOOL.refused``; lines that are not records: moved to ``SPOOL.bad``), and 2 when the spool file
+does not exist or is not a spool file (a directory, a device, a file of other lines: left
+untouched) or ``--timeout`` is not a finite number >= 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
 
 from ._plot import plot_log_dir
 from ._replay import run_replay
-from ._spool import SpoolFile, SpoolNotFoundError
+from ._spool import NotASpoolError, SpoolFile, SpoolNotFoundError
 
 
 _REPLAY_TIMEOUT = 120.0
@@ -37,16 +40,26 @@ def _replay(spool: str, *, timeout: float, include_refused: bool) -> int:
         result, failures = run_replay(
             SpoolFile(spool), include_refused=include_refused, timeout=timeout or None
         )
-    except SpoolNotFoundError as error:
+    except (SpoolNotFoundError, NotASpoolError) as error:
         sys.stderr.write(f"error: {error}\n")
         return 2
-    sys.stdout.write(f"delivered {result.delivered}, remaining {result.remaining}\n")
+    sys.stdout.write(
+        f"delivered {result.delivered}, remaining {result.remaining}"
+        + (f", refused {result.refused}" if result.refused else "")
+        + "\n"
+    )
     for target, failure in failures.values():
         sys.stderr.write(f"error: {dict(target)}: {type(failure).__name__}: {failure}\n")
     if result.bad_lines:
         sys.stderr.write(
             f"error: {len(result.bad_lines)} lines of {spool} are not records: "
             f"{result.describe_bad_lines()}\n"
+        )
+    if result.refused:
+        reasons = "; ".join(sorted(set(result.refused_reasons)))[:2000]
+        sys.stderr.write(
+            f"error: {result.refused} records were refused by their backend ({reasons}); they "
+            f"are kept in {result.refused_file}; --include-refused sends them again\n"
         )
     if result.timed_out:
         _Exit.stuck = True
@@ -58,7 +71,7 @@ def _replay(spool: str, *, timeout: float, include_refused: bool) -> int:
         sys.stderr.write(
             f"error: {result.remaining} records stay in {spool} (a backend did not take them)\n"
         )
-    return 0 if result.remaining == 0 and not result.bad_lines else 1
+    return 0 if result.remaining == 0 and not result.bad_lines and not result.refused else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{_REPLAY_TIMEOUT:g}; 0 waits as long as the backends take)",
     )
     replay.add_argument(
-        "--include-refused", action="store_true", help="also retry records a backend refused"
+        "--include-refused",
+        action="store_true",
+        help="also send again the records a backend refused (kept in SPOOL.refused)",
     )
     args = parser.parse_args(argv)
     if args.command == "plot":
@@ -91,8 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         sys.stdout.write(f"{page}\n")
         return 0
-    if args.timeout < 0:
-        parser.error(f"--timeout {args.timeout:g} must be >= 0 seconds")
+    if not math.isfinite(args.timeout) or args.timeout < 0:
+        parser.error(
+            f"--timeout {args.timeout:g} must be a finite number of seconds >= 0 (0 waits as "
+            "long as the backends take)"
+        )
     return _replay(args.spool, timeout=args.timeout, include_refused=args.include_refused)
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ._records import Record
-from ._replay import run_replay, target_key
+from ._replay import ReplayResult, run_replay, target_key
 from ._spool import Sink, SpoolFile, SpoolNotFoundError
 
 
@@ -19,6 +19,8 @@ _log = logging.getLogger("substrax.tracking")
 
 _BATCHABLE = frozenset({"scalars", "hyperparams"})
 _CLOSE_GRACE = 0.5  # seconds past close's deadline for the worker to write the spool and stop
+_SPILL_BATCH = 1000  # records spilled past a full queue are written (and fsynced) in batches
+_SPILL_AGE = 0.5  # seconds, at most, that a spilled record waits in memory to be written
 
 
 class _Control:
@@ -37,8 +39,8 @@ class AsyncDelivery:
     spool file). The worker materializes records and sends them in batches. When the backend
     fails, the worker warns once, writes the records it holds to the spool file (so that a
     crash loses nothing), keeps spooling while the backend is down, and retries with backoff
-    by replaying the spool in order. Records the backend refuses go to the spool with their
-    error. :meth:`close` never waits for the backend longer than its timeout: if the worker is
+    by replaying the spool in order. Records the backend refuses go to ``<spool>.refused``
+    with their error, and the rest goes on. :meth:`close` never waits for the backend longer than its timeout: if the worker is
     still inside a backend call by then, the caller spools what is undelivered itself.
 
     Args:
@@ -74,7 +76,12 @@ class AsyncDelivery:
         self.retry_max = retry_max
         self.delivered = 0
         self.spooled = 0
+        self.refused = 0
         self.failures = 0
+        self._counts = threading.Lock()
+        self._spill: list[Record] = []
+        self._spill_lock = threading.Lock()
+        self._spill_since = 0.0
         self._target = sink.target()
         self._key = target_key(self._target)
         self._queue: queue.SimpleQueue[Record | _Control] = queue.SimpleQueue()
@@ -110,8 +117,28 @@ class AsyncDelivery:
                 self.label,
                 self.spool.path,
             )
-        self.spooled += self._spool_records([record], None)
-        self._spool_dirty = True
+        with self._spill_lock:
+            self._spill.append(record)
+            if len(self._spill) == 1:
+                self._spill_since = time.monotonic()
+            due = (
+                len(self._spill) >= _SPILL_BATCH
+                or time.monotonic() - self._spill_since >= _SPILL_AGE
+            )
+        if due:
+            self._write_spill()
+
+    def _take_spill(self) -> list[Record]:
+        with self._spill_lock:
+            records, self._spill = self._spill, []
+        return records
+
+    def _write_spill(self) -> None:
+        """Write the records spilled past the full queue to the spool, in one batch."""
+        records = self._take_spill()
+        if records:
+            self._spool_records(records, None)
+            self._spool_dirty = True
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is delivered; return whether it was."""
@@ -137,14 +164,16 @@ class AsyncDelivery:
         stuck = self._thread.is_alive()
         records = self._abandon()
         if records:
-            self.spooled += self._spool_records(records, None)
+            self._spool_records(records, None)
+        left = self._spooled_now()
         if stuck or records:
             self._warn_left(
                 f"the backend did not answer within close_timeout={timeout:g} s"
                 if stuck
-                else "the delivery thread stopped"
+                else "the delivery thread stopped",
+                left,
             )
-        return self._spooled_now()
+        return left
 
     def _abandon(self) -> list[Record]:
         """Stop the worker from touching anything; return the records it had not delivered."""
@@ -161,16 +190,18 @@ class AsyncDelivery:
                 records.append(item)
             else:
                 item.done.set()
-        return records
+        return records + self._take_spill()
 
     def _spooled_now(self) -> int:
+        """How many of this run's records the spool holds (counted without parsing the lines)."""
         try:
-            return sum(target_key(line["target"]) == self._key for line in self.spool.read())
+            return self.spool.count(self._target)
         except OSError:
             return 0
 
-    def _warn_left(self, why: str) -> None:
-        count = self._spooled_now()
+    def _warn_left(self, why: str, count: int | None = None) -> None:
+        if count is None:
+            count = self._spooled_now()
         if count:
             _log.warning(
                 "%s: %s; %d records are kept in %s; send them with "
@@ -183,24 +214,35 @@ class AsyncDelivery:
             )
 
     def _spool_records(self, records: list[Record], error: str | None) -> int:
+        """Write ``records`` to the spool (with an ``error``: to ``<spool>.refused``); count them."""
         for record in records:
             try:
                 record.materialize(self.media_dir)
             except Exception as failure:
                 record.payload = {"unserializable": repr(failure)}
                 record.materialized = True
-        return self.spool.append(self._target, records, error)
+        written = self.spool.append(self._target, records, error)
+        with self._counts:
+            if error is None:
+                self.spooled += written
+            else:
+                self.refused += written
+        return written
 
     # --- the worker ---------------------------------------------------------------------
     def _run(self) -> None:
         self._replay_spool_found()
         while not self._abandoned:
             wait = max(0.0, self._next_retry - time.monotonic()) if self._failing else None
+            if self._spill:
+                wait = _SPILL_AGE if wait is None else min(wait, _SPILL_AGE)
             records, controls = self._take(wait)
             with self._lock:
                 if self._abandoned:
                     return
                 self._pending.extend(records)
+            if controls or self._spill_due():
+                self._write_spill()
             retry_due = self._failing and (controls or time.monotonic() >= self._next_retry)
             if self._failing and not self._spool_pending():
                 return
@@ -208,13 +250,20 @@ class AsyncDelivery:
                 self._retry()
             if not self._failing and self._pending:
                 self._deliver_pending()
+            if not self._failing and not self._pending and self._spool_dirty:
+                self._spool_dirty = False  # records spilled past the full queue: send them
+                self._retry()
             for control in controls:
                 if control.kind == "close":
                     self._finish_close()
                     control.done.set()
                     return
-                control.ok = not self._failing and not self._pending
+                control.ok = not self._failing and not self._pending and not self._spool_dirty
                 control.done.set()
+
+    def _spill_due(self) -> bool:
+        with self._spill_lock:
+            return bool(self._spill) and time.monotonic() - self._spill_since >= _SPILL_AGE
 
     def _take(self, wait: float | None) -> tuple[list[Record], list[_Control]]:
         """Records and controls from the queue: wait for the first, then take what is there."""
@@ -257,11 +306,9 @@ class AsyncDelivery:
                         record.kind,
                         record.step,
                         error,
-                        self.spool.path,
+                        self.spool.refused_path,
                     )
-                    self.spooled += self._spool_records(
-                        [record], f"{type(error).__name__}: {error}"
-                    )
+                    self._spool_records([record], f"{type(error).__name__}: {error}")
             self._pending = kept
         return True
 
@@ -295,13 +342,13 @@ class AsyncDelivery:
                     "%s refused a record (%s); it is kept in %s",
                     self.label,
                     error,
-                    self.spool.path,
+                    self.spool.refused_path,
                 )
                 with self._lock:
                     if self._abandoned:
                         return
                     del self._pending[:1]
-                    self.spooled += self._spool_records(chunk, f"{type(error).__name__}: {error}")
+                    self._spool_records(chunk, f"{type(error).__name__}: {error}")
                 singles = max(0, singles - 1)
                 continue
             with self._lock:
@@ -333,7 +380,7 @@ class AsyncDelivery:
             if self._abandoned:
                 return False
             if self._pending:
-                self.spooled += self._spool_records(self._pending, None)
+                self._spool_records(self._pending, None)
                 self._pending = []
         return True
 
@@ -375,10 +422,23 @@ class AsyncDelivery:
             self._on_failure(error)
             return
         self.delivered += result.delivered
+        self._note_refused(result)
         if self._key in errors:
             self._on_failure(errors[self._key][1])
         else:
             self._recovered()
+
+    def _note_refused(self, result: ReplayResult) -> None:
+        if result.refused:
+            with self._counts:
+                self.refused += result.refused
+            _log.warning(
+                "%s refused %d spooled records (%s); they are kept in %s, the rest goes on",
+                self.label,
+                result.refused,
+                "; ".join(sorted(set(result.refused_reasons)))[:2000],
+                result.refused_file,
+            )
 
     def _recovered(self) -> None:
         if self._failing:
@@ -402,20 +462,8 @@ class AsyncDelivery:
     def _finish_close(self) -> None:
         if not self._drain():
             return
-        while time.monotonic() < self._close_deadline:
-            if self._failing:
-                if not self._spool_pending():
-                    return
-                if time.monotonic() >= self._next_retry:
-                    self._retry()
-                else:
-                    time.sleep(
-                        max(0.0, min(self._next_retry, self._close_deadline) - time.monotonic())
-                    )
-            elif self._pending:
-                self._deliver_pending()
-            else:
-                break
+        self._write_spill()
+        self._deliver_until_deadline()
         left = len(self._pending)
         if not self._spool_pending():
             return
@@ -430,6 +478,26 @@ class AsyncDelivery:
         except Exception as error:
             _log.warning("%s: could not end the run cleanly: %s", self.label, error)
 
+    def _deliver_until_deadline(self) -> None:
+        """Deliver (or retry) until nothing is left or close's deadline passed."""
+        while time.monotonic() < self._close_deadline:
+            if self._failing:
+                if not self._spool_pending():
+                    return
+                if time.monotonic() >= self._next_retry:
+                    self._retry()
+                else:
+                    time.sleep(
+                        max(0.0, min(self._next_retry, self._close_deadline) - time.monotonic())
+                    )
+            elif self._pending:
+                self._deliver_pending()
+            elif self._spool_dirty:
+                self._spool_dirty = False
+                self._retry()
+            else:
+                break
+
     def _replay_spool_found(self) -> None:
         """Send what an earlier run left in this spool file (every target in it)."""
         if not self.spool.path.exists():
@@ -440,6 +508,7 @@ class AsyncDelivery:
             _log.warning("%s: could not replay %s: %s", self.label, self.spool.path, error)
             return
         self.delivered += result.delivered
+        self._note_refused(result)
         if result.delivered:
             _log.info("%s: replayed %d spooled records", self.label, result.delivered)
         if result.bad_lines:

@@ -278,7 +278,8 @@ class MLFlowLogger(RemoteLogger):
         tags: tags of a new run.
         log_dir: where images are staged and the spool file lives; default
             ``resolve_output_dir(name)``.
-        spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl``.
+        spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl`` (with
+            ``all_processes``, ``<name>.p<index>.spool.jsonl`` on a process other than 0).
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
         connect_timeout: the most seconds construction waits for a server (and, unless set in
             the environment, for one MLflow request).

@@ -85,7 +85,10 @@ class RemoteLogger(Logger):
         self.log_dir = (
             resolve_log_dir(name, log_dir) if self.active else Path(log_dir or ".").resolve()
         )
-        stem = safe_name(name)
+        # Processes that all log (all_processes=True) each keep their own files, as FileLogger's.
+        stem = safe_name(name) + (
+            f".p{self.process_index}" if all_processes and self.process_index else ""
+        )
         self.spool_path = (
             Path(spool_path).resolve()
             if spool_path is not None

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ._records import Record
-from ._spool import Sink, SpoolFile, sink_factory
+from ._seconds import check_seconds
+from ._spool import Sink, SpoolFile, sink_factory, spool_line
 
 
 __all__ = ["ReplayResult", "replay_spool", "target_key"]
@@ -39,13 +40,17 @@ class ReplayResult:
 
     Attributes:
         delivered: records sent to their backend (and removed from the spool).
-        remaining: records left in the spool (their backend is still unreachable, refused
-            them, or the time ran out).
+        remaining: records left in the spool (their backend is still unreachable, or the time
+            ran out).
         bad_lines: the line numbers (from 1) of lines that are not records, moved to
             ``<spool>.bad``.
         timed_out: the time limit ran out before every backend answered.
         bad_file: where the bad lines went.
         bad_reasons: why each bad line is not a record.
+        refused: records their backend refused (a value it does not accept), moved with their
+            error to ``<spool>.refused``; the records after them were delivered.
+        refused_file: where the refused records went.
+        refused_reasons: each refused record's error.
     """
 
     delivered: int
@@ -54,6 +59,9 @@ class ReplayResult:
     timed_out: bool = False
     bad_file: Path | None = dataclasses.field(default=None, repr=False)
     bad_reasons: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    refused: int = 0
+    refused_file: Path | None = dataclasses.field(default=None, repr=False)
+    refused_reasons: tuple[str, ...] = dataclasses.field(default=(), repr=False)
 
     def describe_bad_lines(self, limit: int = 10) -> str:
         """The bad lines as ``line N: reason; ...`` (at most ``limit``), and where they went.
@@ -71,8 +79,16 @@ class ReplayResult:
         return shown + more + where
 
 
+class _Settled(Exception):  # noqa: N818  (a signal, not an error)
+    """The replay was settled (its time ran out): deliver nothing more."""
+
+
 class _Replay:
-    """Delivers spool lines group by group from its own thread; :meth:`settle` ends it at any time."""
+    """Delivers spool lines group by group from its own thread; :meth:`settle` ends it at any time.
+
+    A record its backend refuses (``Sink.is_permanent``) is set aside with its error, and the
+    rest goes on: a batch that is refused is sent again one record at a time to find it.
+    """
 
     def __init__(
         self,
@@ -84,11 +100,11 @@ class _Replay:
     ) -> None:
         self._lines = lines
         self._sinks = dict(sinks)
-        self._given = set(sinks)
         self._include_refused = include_refused
         self._only = only
         self._lock = threading.Lock()
         self._delivered: set[int] = set()
+        self._refused: dict[int, str] = {}
         self._settled = False
         self._built: dict[str, Sink] = {}
         self.errors: dict[str, tuple[Mapping[str, Any], BaseException]] = {}
@@ -104,11 +120,19 @@ class _Replay:
         return groups
 
     def run(self) -> None:
+        try:
+            self._run()
+        except _Settled:
+            return
+
+    def _run(self) -> None:
         failed: set[str] = set()
         built = self._built
         for key, indexes in self._groups():
-            todo = [i for i in indexes if self._include_refused or "error" not in self._lines[i]]
-            if key in failed or not todo or (self._only is not None and key != self._only):
+            if key in failed or (self._only is not None and key != self._only):
+                continue
+            todo = self._todo(indexes)
+            if not todo:
                 continue
             target = self._lines[todo[0]]["target"]
             try:
@@ -118,12 +142,9 @@ class _Replay:
                     with self._lock:
                         built[key] = sink
                 for start in range(0, len(todo), _CHUNK):
-                    chunk = todo[start : start + _CHUNK]
-                    sink.deliver([Record.from_json(self._lines[i]["record"]) for i in chunk])
-                    with self._lock:
-                        if self._settled:
-                            return
-                        self._delivered.update(chunk)
+                    self._deliver(sink, todo[start : start + _CHUNK])
+            except _Settled:
+                raise
             except Exception as error:
                 failed.add(key)
                 with self._lock:
@@ -136,23 +157,64 @@ class _Replay:
             except Exception as error:
                 _log.warning("could not finish the replayed run %s: %s", key, error)
 
+    def _todo(self, indexes: list[int]) -> list[int]:
+        """The lines to send; a line spooled with an error (refused before) is set aside."""
+        todo: list[int] = []
+        for i in indexes:
+            error = self._lines[i].get("error")
+            if error is not None and not self._include_refused:
+                self._refuse(i, str(error))
+            else:
+                todo.append(i)
+        return todo
+
+    def _deliver(self, sink: Sink, chunk: list[int]) -> None:
+        try:
+            sink.deliver([Record.from_json(self._lines[i]["record"]) for i in chunk])
+        except Exception as error:
+            if not _is_permanent(sink, error):
+                raise
+            if len(chunk) == 1:
+                self._refuse(chunk[0], f"{type(error).__name__}: {error}")
+                return
+            for i in chunk:  # find the refused records: one at a time
+                self._deliver(sink, [i])
+            return
+        with self._lock:
+            if self._settled:
+                raise _Settled
+            self._delivered.update(chunk)
+
+    def _refuse(self, index: int, error: str) -> None:
+        with self._lock:
+            if self._settled:
+                raise _Settled
+            self._refused[index] = error
+
     def failures(self) -> dict[str, tuple[Mapping[str, Any], BaseException]]:
         """The error of each target that failed so far."""
         with self._lock:
             return dict(self.errors)
 
-    def settle(self) -> tuple[list[dict[str, Any]], int]:
-        """Stop taking deliveries; return the lines not delivered and how many were."""
+    def settle(self) -> tuple[set[int], dict[int, str]]:
+        """Stop taking deliveries; return the lines delivered and those refused (with the error)."""
         with self._lock:
             self._settled = True
             delivered = set(self._delivered)
+            refused = dict(self._refused)
             built = list(self._built.values())
         for sink in built:  # what a rebuilt sink holds (MLflow's HTTP bounds) is given back
             release = getattr(sink, "release", None)
             if callable(release):
                 release()
-        kept = [line for i, line in enumerate(self._lines) if i not in delivered]
-        return kept, len(delivered)
+        return delivered, refused
+
+
+def _is_permanent(sink: Sink, error: BaseException) -> bool:
+    try:
+        return bool(sink.is_permanent(error))
+    except Exception:
+        return False
 
 
 def run_replay(
@@ -166,11 +228,16 @@ def run_replay(
     """:func:`replay_spool` without its warnings: the result and the error of each failed target.
 
     ``only`` (a :func:`target_key`) limits the replay to one target's lines.
+
+    Raises:
+        SpoolNotFoundError: the file does not exist.
+        NotASpoolError: the path is not a spool file (nothing is changed).
     """
+    if include_refused:
+        spool.restore_refused()
     content = spool.read_content()
-    aside = spool.set_aside(content.bad) if content.bad else None
     job = _Replay(
-        [line for _, line in content.lines],
+        [line.data for line in content.lines],
         sinks or {},
         include_refused=include_refused,
         only=only,
@@ -183,15 +250,27 @@ def run_replay(
         worker.start()
         worker.join(timeout)
         timed_out = worker.is_alive()
-    kept, delivered = job.settle()
-    spool.rewrite(kept, content.size)
+    delivered, refused = job.settle()
+    lines = content.lines
+    if lines or content.bad:
+        spool.remove(
+            [lines[i].text for i in (*delivered, *refused)] + [bad.text for bad in content.bad],
+            refused=[
+                spool_line(lines[i].data["target"], lines[i].data["record"], error)
+                for i, error in sorted(refused.items())
+            ],
+            bad=[bad.text for bad in content.bad],
+        )
     result = ReplayResult(
-        delivered=delivered,
-        remaining=len(kept),
+        delivered=len(delivered),
+        remaining=len(lines) - len(delivered) - len(refused),
         bad_lines=tuple(bad.number for bad in content.bad),
         timed_out=timed_out,
-        bad_file=aside,
+        bad_file=spool.bad_path if content.bad else None,
         bad_reasons=tuple(bad.reason for bad in content.bad),
+        refused=len(refused),
+        refused_file=spool.refused_path if refused else None,
+        refused_reasons=tuple(refused[i] for i in sorted(refused)),
     )
     return result, job.failures()
 
@@ -209,29 +288,38 @@ def replay_spool(
     (a line cut short by a crash) are moved to ``<spool>.bad`` and their numbers reported. With
     a ``timeout``, the replay stops waiting after that many seconds: records a backend has not
     confirmed by then stay in the spool (a record may then arrive twice, which MLflow and W&B
-    ignore for a metric of the same step, time and value).
+    ignore for a metric of the same step, time and value). A record its backend refuses (such
+    as an MLflow param logged again with another value) is moved with its error to
+    ``<spool>.refused``, and the records after it are still sent. Other processes may append
+    to the spool meanwhile: a replay removes only the lines it delivered.
 
     Args:
         path: the spool file.
         sinks: sinks to use, keyed by :func:`target_key` of their target; the others are rebuilt
             from their target data (e.g. an MLflow tracking URI and run id).
-        include_refused: also retry records that a backend refused (spooled with an error).
-        timeout: the most seconds to spend; None waits for every backend.
+        include_refused: first move the records of ``<spool>.refused`` back into the spool,
+            and send them again.
+        timeout: the most seconds to spend (finite); None waits for every backend.
 
     Returns:
-        How many records were delivered, how many remain, the bad lines, and whether the time
-        ran out.
+        How many records were delivered, how many remain, how many were refused, the bad lines,
+        and whether the time ran out.
 
     Raises:
         SpoolNotFoundError: the file does not exist (a ``FileNotFoundError``).
+        NotASpoolError: the path is a directory, a device, or a file none of whose lines is a
+            spool record (a ``ValueError``); nothing is changed.
+        ValueError: ``timeout`` is NaN, infinite or negative.
 
     Example:
         >>> import tempfile, pathlib
         >>> spool = pathlib.Path(tempfile.mkdtemp()) / "run.spool.jsonl"
         >>> _ = spool.write_text('{"target": {"backend": "mlflow"}, "rec\n')
         >>> replay_spool(spool, timeout=10)
-        ReplayResult(delivered=0, remaining=0, bad_lines=(1,), timed_out=False)
+        ReplayResult(delivered=0, remaining=0, bad_lines=(1,), timed_out=False, refused=0)
     """
+    if timeout is not None:
+        timeout = check_seconds("timeout", timeout)
     started = time.monotonic()
     spool = SpoolFile(path)
     result, errors = run_replay(
@@ -243,6 +331,14 @@ def replay_spool(
             spool.path,
             len(result.bad_lines),
             result.describe_bad_lines(),
+        )
+    if result.refused:
+        _log.warning(
+            "%s: %d records were refused by their backend and moved to %s: %s",
+            spool.path,
+            result.refused,
+            result.refused_file,
+            "; ".join(sorted(set(result.refused_reasons)))[:2000],
         )
     for target, error in errors.values():
         _log.warning(

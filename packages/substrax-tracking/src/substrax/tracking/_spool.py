@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
-import threading
-from collections.abc import Callable, Iterable, Mapping
+import stat
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -15,9 +18,11 @@ from ._records import Record
 
 __all__ = [
     "BadLine",
+    "NotASpoolError",
     "Sink",
     "SpoolContent",
     "SpoolFile",
+    "SpoolLine",
     "SpoolNotFoundError",
     "register_sink_factory",
     "sink_factory",
@@ -56,17 +61,6 @@ def register_sink_factory(backend: str, factory: Callable[[Mapping[str, Any]], S
     _FACTORIES[backend] = factory
 
 
-_PATH_LOCKS: dict[Path, threading.Lock] = {}
-_PATH_LOCKS_GUARD = threading.Lock()
-
-
-def _lock_for(path: Path) -> threading.Lock:
-    """One lock per spool path in this process, shared by every :class:`SpoolFile` of that path."""
-    key = path.absolute()
-    with _PATH_LOCKS_GUARD:
-        return _PATH_LOCKS.setdefault(key, threading.Lock())
-
-
 class SpoolNotFoundError(FileNotFoundError):
     """A spool file to replay does not exist.
 
@@ -79,6 +73,25 @@ class SpoolNotFoundError(FileNotFoundError):
         super().__init__(
             f"spool file {str(path)!r} does not exist; pass the <log_dir>/<name>.spool.jsonl path "
             "that the logger's warning named"
+        )
+
+
+class NotASpoolError(ValueError):
+    """A path given as a spool file is not one: a directory, a device, or a file without records.
+
+    Nothing at the path is changed.
+
+    Attributes:
+        path: the path that was given.
+        reason: what it is instead.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"{str(path)!r} is not a spool file ({reason}); it is left untouched; pass the "
+            "<log_dir>/<name>.spool.jsonl path that the logger's warning named"
         )
 
 
@@ -98,18 +111,31 @@ class BadLine:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SpoolLine:
+    """An intact spool line.
+
+    Attributes:
+        number: the line number, from 1.
+        text: the line as read (what :meth:`SpoolFile.remove` matches).
+        data: the line, parsed: ``{"target", "record"[, "error"]}``.
+    """
+
+    number: int
+    text: str
+    data: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SpoolContent:
     """What :meth:`SpoolFile.read_content` found.
 
     Attributes:
-        lines: the intact lines, parsed, with their line numbers (from 1).
+        lines: the intact lines.
         bad: the lines that are not records.
-        size: how many bytes were read (for :meth:`SpoolFile.rewrite`).
     """
 
-    lines: list[tuple[int, dict[str, Any]]]
+    lines: list[SpoolLine]
     bad: list[BadLine]
-    size: int
 
 
 def _check_line(text: str) -> dict[str, Any]:
@@ -130,11 +156,35 @@ def _check_line(text: str) -> dict[str, Any]:
     return checked
 
 
-class SpoolFile:
-    """An append-only JSONL file of ``{"target", "record"[, "error"]}`` lines.
+def spool_line(target: Mapping[str, Any], record: Mapping[str, Any], error: str | None) -> str:
+    """One spool line (without its newline) for a record's JSON data."""
+    line: dict[str, Any] = {"target": dict(target), "record": dict(record)}
+    if error is not None:
+        line["error"] = error
+    return json.dumps(line)
 
-    Every :class:`SpoolFile` of one path in a process shares one lock, so that a rewrite by a
-    replay never drops a line that a running logger appends.
+
+class _Held:
+    """The lock of a spool file, held: :meth:`discard` removes the lock file (no spool left)."""
+
+    def __init__(self, lock_path: Path) -> None:
+        self.lock_path = lock_path
+        self.discarded = False
+
+    def discard(self) -> None:
+        self.lock_path.unlink(missing_ok=True)
+        self.discarded = True
+
+
+class SpoolFile:
+    """An append-only JSONL file of ``{"target", "record"}`` lines, shared safely between processes.
+
+    Every change and every read holds an exclusive ``flock`` on ``<spool>.lock`` (removed with
+    the spool), so a logger, a second process logging to the same spool and a
+    ``python -m substrax.tracking replay`` can all work on one spool at once: a replay removes
+    exactly the lines it delivered, and keeps every line appended meanwhile. Records a backend
+    refused go to ``<spool>.refused`` with their error, lines that are not records to
+    ``<spool>.bad``.
 
     Args:
         path: the file (its directory is created on the first write).
@@ -142,83 +192,180 @@ class SpoolFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._lock = _lock_for(self.path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+        self.refused_path = self.path.with_name(self.path.name + ".refused")
+        self.bad_path = self.path.with_name(self.path.name + ".bad")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[_Held]:
+        """Hold the spool's lock (between processes and threads alike: a fresh ``flock`` each time)."""
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:  # the lock file may have been removed (and made again) while we waited
+                    current = self.lock_path.stat().st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    current = False
+                if current:
+                    yield _Held(self.lock_path)
+                    return
+            finally:
+                os.close(fd)
+
+    def _check_regular(self) -> None:
+        try:
+            mode = self.path.stat().st_mode
+        except FileNotFoundError:
+            raise SpoolNotFoundError(self.path) from None
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise NotASpoolError(self.path, kind)
 
     def append(
         self, target: Mapping[str, Any], records: Iterable[Record], error: str | None = None
     ) -> int:
-        """Append materialized ``records`` for ``target``; return how many were written."""
-        lines: list[str] = []
-        for record in records:
-            line: dict[str, Any] = {"target": dict(target), "record": record.to_json()}
-            if error is not None:
-                line["error"] = error
-            lines.append(json.dumps(line) + "\n")
+        """Append materialized ``records`` for ``target`` (with an ``error``: to ``<spool>.refused``).
+
+        Returns:
+            how many were written.
+        """
+        lines = [spool_line(target, record.to_json(), error) for record in records]
         if lines:
-            with self._lock:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("a", encoding="utf-8") as file:
-                    file.writelines(lines)
-                    file.flush()
-                    os.fsync(file.fileno())
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._locked():
+                _append_lines(self.refused_path if error is not None else self.path, lines)
         return len(lines)
 
     def read_content(self) -> SpoolContent:
-        """The intact lines, the bad ones, and the size read.
+        """The intact lines and the bad ones.
 
         Raises:
             SpoolNotFoundError: the file does not exist.
+            NotASpoolError: the path is a directory or a device, or no line of it is a record
+                (nothing is changed).
         """
-        with self._lock:
+        self._check_regular()
+        with self._locked() as held:
             try:
+                self._check_regular()
                 data = self.path.read_bytes()
-            except FileNotFoundError:
-                raise SpoolNotFoundError(self.path) from None
-        lines: list[tuple[int, dict[str, Any]]] = []
+            except (SpoolNotFoundError, NotASpoolError):
+                held.discard()
+                raise
+            if not data.strip():  # nothing to replay: the file is left as it is
+                held.discard()
+                return SpoolContent(lines=[], bad=[])
+        lines: list[SpoolLine] = []
         bad: list[BadLine] = []
         for number, text in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
             if not text.strip():
                 continue
             try:
-                lines.append((number, _check_line(text)))
+                lines.append(SpoolLine(number=number, text=text, data=_check_line(text)))
             except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
                 bad.append(BadLine(number=number, text=text, reason=str(error)))
-        return SpoolContent(lines=lines, bad=bad, size=len(data))
+        if bad and not lines and not any(b.text.startswith('{"target"') for b in bad):
+            with self._locked() as held:  # made by this call: nothing else locks a file like this
+                held.discard()
+            first = bad[0]
+            raise NotASpoolError(
+                self.path, f"no line is a spool record; line {first.number}: {first.reason}"
+            )
+        return SpoolContent(lines=lines, bad=bad)
 
-    def read(self) -> list[dict[str, Any]]:
-        """Every intact line, parsed (an empty list if there is no file)."""
-        if not self.path.exists():
-            return []
-        return [line for _, line in self.read_content().lines]
+    def count(self, target: Mapping[str, Any]) -> int:
+        """How many lines of the spool are ``target``'s (0 without a file), without parsing them."""
+        prefix = ('{"target": ' + json.dumps(dict(target)) + ",").encode()
+        if not self.path.is_file():
+            return 0
+        with self._locked() as held:
+            try:
+                data = self.path.read_bytes()
+            except FileNotFoundError:
+                held.discard()
+                return 0
+        return data.count(b"\n" + prefix) + data.startswith(prefix)
 
-    def rewrite(self, lines: list[dict[str, Any]], read_size: int | None = None) -> None:
-        """Replace the first ``read_size`` bytes (all, if None) with ``lines``; delete an empty file.
+    def remove(
+        self, texts: Iterable[str], *, refused: Iterable[str] = (), bad: Iterable[str] = ()
+    ) -> None:
+        """Remove the lines ``texts`` (once each) from the spool, keeping every other line.
 
-        Lines appended after the read (by a logger still running) are kept.
+        ``refused`` lines (with their error) are first added to ``<spool>.refused`` and ``bad``
+        lines to ``<spool>.bad``. A spool left empty is deleted.
         """
-        with self._lock:
-            tail = b""
-            if read_size is not None and self.path.exists():
-                with self.path.open("rb") as file:
-                    file.seek(read_size)
-                    tail = file.read()
-            content = "".join(json.dumps(line) + "\n" for line in lines).encode("utf-8") + tail
-            if not content:
+        refused, bad = list(refused), list(bad)
+        gone = collections.Counter(texts)
+        with self._locked() as held:
+            if refused:
+                _append_lines(self.refused_path, refused)
+            if bad:
+                _append_lines(self.bad_path, bad)
+            try:
+                data = self.path.read_bytes()
+            except FileNotFoundError:
+                held.discard()
+                return
+            kept: list[str] = []
+            for text in data.decode("utf-8", errors="replace").splitlines():
+                if gone[text] > 0:
+                    gone[text] -= 1
+                elif text.strip():
+                    kept.append(text)
+            if not kept:
                 self.path.unlink(missing_ok=True)
+                held.discard()
                 return
             tmp = self.path.with_name(self.path.name + ".tmp")
-            with tmp.open("wb") as file:
-                file.write(content)
+            with tmp.open("w", encoding="utf-8") as file:
+                file.writelines(f"{text}\n" for text in kept)
                 file.flush()
                 os.fsync(file.fileno())
             tmp.replace(self.path)
 
-    def set_aside(self, bad: list[BadLine]) -> Path:
-        """Append ``bad`` lines to ``<spool>.bad`` (kept for a person to read) and return that path."""
-        aside = self.path.with_name(self.path.name + ".bad")
-        with self._lock, aside.open("a", encoding="utf-8") as file:
-            file.writelines(f"{line.text}\n" for line in bad)
-        return aside
+    def restore_refused(self) -> int:
+        """Move the records of ``<spool>.refused`` back into the spool, without their errors.
+
+        Returns:
+            how many were moved.
+
+        Raises:
+            NotASpoolError: the spool path is a directory or a device.
+        """
+        if self.path.exists():
+            self._check_regular()
+        if not self.refused_path.is_file():
+            return 0
+        with self._locked():
+            try:
+                data = self.refused_path.read_text(encoding="utf-8", errors="replace")
+            except FileNotFoundError:
+                return 0
+            lines: list[str] = []
+            for text in data.splitlines():
+                try:
+                    line = _check_line(text)
+                except (ValueError, KeyError, TypeError):
+                    continue
+                line.pop("error", None)
+                lines.append(json.dumps(line))
+            _append_lines(self.path, lines)
+            self.refused_path.unlink()
+        return len(lines)
+
+
+def _append_lines(path: Path, lines: list[str]) -> None:
+    """Append ``lines`` with one write and an fsync (the caller holds the spool's lock)."""
+    data = "".join(f"{line}\n" for line in lines).encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def sink_factory(target: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Sink]:

@@ -212,7 +212,8 @@ class WandbLogger(RemoteLogger):
         run_id: resume this run id (``resume="allow"``).
         log_dir: the W&B ``dir``, image staging and the spool file; default
             ``resolve_output_dir(name)``.
-        spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl``.
+        spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl`` (with
+            ``all_processes``, ``<name>.p<index>.spool.jsonl`` on a process other than 0).
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
         connect_timeout: the most seconds construction waits for ``wandb.init``.
         max_queue: the queue bound.
