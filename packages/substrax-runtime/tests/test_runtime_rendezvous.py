@@ -90,14 +90,61 @@ def test_strangers_on_the_port_are_dropped_and_do_not_count():
         assert stranger.recv(16) == b""  # dropped
     with socket.create_connection((host, port), timeout=5) as liar:
         liar.sendall(b"substrax-rendezvous-1 1 3\n")  # a peer of another job size
-        assert liar.recv(16) == b""
+        assert liar.recv(16) == b"refuse 2\n"  # refused, told the coordinator's count
     assert thread.is_alive()
     join_coordinator(address, process_id=1, num_processes=2, timeout=20)
     thread.join(timeout=10)
     assert outcome == {"result": None}
 
 
-def test_a_coordinator_in_another_protocol_hands_the_peer_over_to_jax():
+def test_a_peer_started_with_another_process_count_is_refused_and_both_raise():
+    address = f"127.0.0.1:{free_port()}"
+    thread, outcome = _in_thread(gather_peers, address, num_processes=2, timeout=3)
+    started = time.monotonic()
+    with pytest.raises(DistributedStartupError) as caught:
+        join_coordinator(address, process_id=1, num_processes=3, timeout=20)
+    assert time.monotonic() - started < 3  # at once, not at the coordinator's deadline
+    error = caught.value
+    assert (error.num_processes, error.coordinator_num_processes) == (3, 2)
+    assert "expects 2 processes, not 3" in str(error)
+    thread.join(timeout=10)
+    coordinator_error = outcome["error"]
+    assert isinstance(coordinator_error, DistributedStartupError)
+    assert (coordinator_error.refused, coordinator_error.missing) == (((1, 3),), ())
+    assert "refused process 1 (started with num_processes=3)" in str(coordinator_error)
+    assert "missing" not in str(coordinator_error)
+
+
+def test_a_second_peer_with_a_taken_process_id_is_refused():
+    address = f"127.0.0.1:{free_port()}"
+    thread, outcome = _in_thread(gather_peers, address, num_processes=3, timeout=20)
+    first, first_outcome = _in_thread(
+        join_coordinator, address, process_id=1, num_processes=3, timeout=20
+    )
+    time.sleep(1.0)  # the first process 1 arrived
+    with pytest.raises(DistributedStartupError, match="another process has process id 1"):
+        join_coordinator(address, process_id=1, num_processes=3, timeout=20)
+    join_coordinator(address, process_id=2, num_processes=3, timeout=20)
+    for waited in (thread, first):
+        waited.join(timeout=10)
+    assert outcome == first_outcome == {"result": None}
+
+
+def test_a_plain_jax_coordinator_hands_the_peer_over_to_jax():
+    import jaxlib._jax
+
+    port = free_port()
+    service = jaxlib._jax.get_distributed_runtime_service(
+        f"127.0.0.1:{port}", 2, heartbeat_timeout=10, shutdown_timeout=10
+    )
+    try:
+        join_coordinator(f"127.0.0.1:{port}", process_id=1, num_processes=2, timeout=10)
+    finally:
+        service.shutdown()
+
+
+@pytest.mark.parametrize("answer", [b"HTTP/1.1 400 Bad Request\r\n\r\n", b"", b"\x00\x00"])
+def test_something_else_on_the_port_is_named_instead_of_handing_over_to_jax(answer):
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
 
@@ -105,12 +152,14 @@ def test_a_coordinator_in_another_protocol_hands_the_peer_over_to_jax():
             conn, _ = server.accept()
             with conn:
                 conn.recv(64)
-                conn.sendall(b"\x00\x00\x12\x04")  # an HTTP/2 SETTINGS frame header
+                conn.sendall(answer)
 
         thread = threading.Thread(target=answer_once, daemon=True)
         thread.start()
-        join_coordinator(f"127.0.0.1:{port}", process_id=1, num_processes=2, timeout=10)
+        with pytest.raises(DistributedStartupError, match="something else than a coordinator") as c:
+            join_coordinator(f"127.0.0.1:{port}", process_id=1, num_processes=2, timeout=10)
         thread.join(timeout=10)
+    assert c.value.foreign
 
 
 def test_initialize_distributed_raises_instead_of_aborting_on_a_dead_coordinator():

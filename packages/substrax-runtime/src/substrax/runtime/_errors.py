@@ -53,8 +53,10 @@ class DistributedStartupError(TimeoutError):
     """The processes of a ``jax.distributed`` job did not all meet within the timeout.
 
     Raised by ``initialize_distributed`` before jax waits on its own (jax would abort the process
-    from C++ instead). A process other than 0 raises it when the coordinator never answers; the
-    coordinator (process 0) raises it when some peers never arrive.
+    from C++ instead). A process other than 0 raises it when the coordinator never answers, when
+    the coordinator refuses it (it expects another ``num_processes``, or another process has this
+    process id) or when something else than a coordinator serves the port; the coordinator
+    (process 0) raises it when some peers never arrive, naming those it refused.
 
     Attributes:
         coordinator_address: The coordinator's ``host:port``.
@@ -64,6 +66,12 @@ class DistributedStartupError(TimeoutError):
             knows them and tells the peers that reached it); ``None`` when unknown.
         timeout: The seconds waited.
         reached: Whether this process reached the coordinator at all.
+        refused: On the coordinator: ``(process id, num_processes)`` of the peers it refused
+            because they were started with another process count.
+        coordinator_num_processes: On a peer the coordinator refused: the process count the
+            coordinator expects (the peer's own when its process id was refused).
+        foreign: Something that is neither a coordinator nor jax's coordination service
+            answered on the coordinator's port.
 
     Example:
         >>> error = DistributedStartupError("10.0.0.1:8476", process_id=0, num_processes=3,
@@ -82,6 +90,9 @@ class DistributedStartupError(TimeoutError):
     arrived: tuple[int, ...] | None
     timeout: float
     reached: bool
+    refused: tuple[tuple[int, int], ...]
+    coordinator_num_processes: int | None
+    foreign: bool
 
     def __init__(
         self,
@@ -92,6 +103,9 @@ class DistributedStartupError(TimeoutError):
         arrived: tuple[int, ...] | None,
         timeout: float,
         reached: bool = True,
+        refused: tuple[tuple[int, int], ...] = (),
+        coordinator_num_processes: int | None = None,
+        foreign: bool = False,
     ) -> None:
         self.coordinator_address = coordinator_address
         self.process_id = process_id
@@ -99,14 +113,20 @@ class DistributedStartupError(TimeoutError):
         self.arrived = arrived
         self.timeout = timeout
         self.reached = reached
+        self.refused = refused
+        self.coordinator_num_processes = coordinator_num_processes
+        self.foreign = foreign
         super().__init__(self._message())
 
     @property
     def missing(self) -> tuple[int, ...] | None:
-        """The process ids that never reached the coordinator, where known."""
+        """The process ids that never reached the coordinator (nor were refused), where known."""
         if self.arrived is None:
             return None
-        return tuple(p for p in range(self.num_processes) if p not in self.arrived)
+        refused = {p for p, _ in self.refused}
+        return tuple(
+            p for p in range(self.num_processes) if p not in self.arrived and p not in refused
+        )
 
     def _message(self) -> str:
         fix = (
@@ -114,6 +134,24 @@ class DistributedStartupError(TimeoutError):
             "raise initialization_timeout"
         )
         seconds = f"{self.timeout:g} s"
+        this = f"process {self.process_id} of {self.num_processes}"
+        if self.coordinator_num_processes is not None:
+            if self.coordinator_num_processes != self.num_processes:
+                return (
+                    f"{this} was refused by the coordinator at {self.coordinator_address}, "
+                    f"which expects {self.coordinator_num_processes} processes, not "
+                    f"{self.num_processes}; start every process with the same num_processes"
+                )
+            return (
+                f"{this} was refused by the coordinator at {self.coordinator_address}: another "
+                f"process has process id {self.process_id}; give every process its own id"
+            )
+        if self.foreign:
+            return (
+                f"{this} reached {self.coordinator_address}, but something else than a "
+                "coordinator serves that port (it answered neither substrax's rendezvous nor "
+                "jax's coordination service); check the coordinator's address, or free the port"
+            )
         if self.arrived is None and self.reached:
             return (
                 f"process {self.process_id} of {self.num_processes} reached the coordinator at "
@@ -133,9 +171,13 @@ class DistributedStartupError(TimeoutError):
             else f"process {self.process_id} reached the coordinator at "
             f"{self.coordinator_address}, which gave up after {seconds}"
         )
+        refused = "".join(
+            f", refused process {p} (started with num_processes={n})" for p, n in self.refused
+        )
+        missing = f", missing {self.missing}" if self.missing else ""
         return (
             f"{where}: {len(self.arrived)} of {self.num_processes} processes arrived "
-            f"({arrived}), missing {self.missing}; {fix}"
+            f"({arrived}){refused}{missing}; {fix}"
         )
 
     def __str__(self) -> str:
@@ -150,5 +192,8 @@ class DistributedStartupError(TimeoutError):
             arrived=self.arrived,
             timeout=self.timeout,
             reached=self.reached,
+            refused=self.refused,
+            coordinator_num_processes=self.coordinator_num_processes,
+            foreign=self.foreign,
         )
         return (rebuild, ())

@@ -6,9 +6,12 @@ process connects (retrying until the timeout), says hello and waits for the coor
 ``go`` once every peer arrived, or ``fail <ids>`` naming those that did. Either side raises
 ``DistributedStartupError`` on a timeout, so the job fails as a Python exception that names the
 address and who arrived. Process 0 then closes the port and jax's coordination service binds it.
+A hello with another process count, or with a process id that is out of range or taken, gets
+``refuse <count>`` at once (the coordinator's count), and that peer raises.
 
-A peer that finds something on the port that does not speak this protocol (a coordinator started
-by plain ``jax.distributed.initialize``) hands over to jax at once.
+A peer that finds jax's coordination service on the port (a coordinator started by plain
+``jax.distributed.initialize``: a gRPC server, which opens with an HTTP/2 SETTINGS frame) hands
+over to jax at once; anything else answering there is an error.
 """
 
 import contextlib
@@ -22,8 +25,11 @@ from ._errors import DistributedStartupError
 _HELLO = "substrax-rendezvous-1"
 _GO = b"go\n"
 _FAIL = b"fail"
+_REFUSE = b"refuse"
 _RETRY_SECONDS = 0.2
 _LINE_LIMIT = 256
+_FRAME_HEADER = 9  # bytes of an HTTP/2 frame header: length (3), type, flags, stream id (4)
+_SETTINGS = 4  # the HTTP/2 frame type a gRPC server sends first
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -61,6 +67,7 @@ def gather_peers(address: str, *, num_processes: int, timeout: float) -> None:
     """
     deadline = time.monotonic() + timeout
     arrived: dict[int, socket.socket] = {}
+    refused: dict[int, int] = {}  # process id -> the process count it was started with
     buffers: dict[socket.socket, bytes] = {}
     with _listener(address) as server, selectors.DefaultSelector() as selector:
         server.setblocking(False)
@@ -81,18 +88,16 @@ def gather_peers(address: str, *, num_processes: int, timeout: float) -> None:
                             buffers[conn] = b""
                             selector.register(conn, selectors.EVENT_READ)
                         continue
-                    peer = _read_hello(sock, buffers, num_processes)
-                    if peer is None:
+                    line = _read_hello(sock, buffers)
+                    if line is None:
                         continue
                     selector.unregister(sock)
                     buffers.pop(sock, None)
-                    if peer < 1 or peer in arrived:
-                        sock.close()
-                    else:
-                        arrived[peer] = sock
+                    _admit(sock, line, num_processes, arrived, refused)
             ids = (0, *sorted(arrived))
             verdict = _GO if len(ids) == num_processes else _FAIL + _ids(ids)
-            for sock in arrived.values():
+            told = (*arrived.values(), *(() if verdict == _GO else buffers))
+            for sock in told:  # a failed job tells a peer whose hello was not read yet too
                 with contextlib.suppress(OSError):
                     sock.setblocking(True)
                     sock.settimeout(1.0)
@@ -102,18 +107,43 @@ def gather_peers(address: str, *, num_processes: int, timeout: float) -> None:
                 sock.close()
     if len(ids) < num_processes:
         raise DistributedStartupError(
-            address, process_id=0, num_processes=num_processes, arrived=ids, timeout=timeout
+            address,
+            process_id=0,
+            num_processes=num_processes,
+            arrived=ids,
+            timeout=timeout,
+            refused=tuple(sorted((p, n) for p, n in refused.items() if p not in arrived)),
         )
+
+
+def _admit(
+    sock: socket.socket,
+    line: bytes,
+    num_processes: int,
+    arrived: dict[int, socket.socket],
+    refused: dict[int, int],
+) -> None:
+    """Count the peer that sent ``line`` as arrived, or refuse it (a stranger is dropped)."""
+    hello = _parse_hello(line)
+    if hello is None:
+        sock.close()
+        return
+    peer, count = hello
+    if count == num_processes and 0 < peer < num_processes and peer not in arrived:
+        arrived[peer] = sock
+        return
+    if count != num_processes:
+        refused[peer] = count
+    with sock, contextlib.suppress(OSError):
+        sock.sendall(_REFUSE + f" {num_processes}\n".encode())
 
 
 def _ids(ids: tuple[int, ...]) -> bytes:
     return (" " + ",".join(str(p) for p in ids) + "\n").encode()
 
 
-def _read_hello(
-    sock: socket.socket, buffers: dict[socket.socket, bytes], num_processes: int
-) -> int | None:
-    """The peer id once ``sock`` sent its hello line; -1 for a connection to drop."""
+def _read_hello(sock: socket.socket, buffers: dict[socket.socket, bytes]) -> bytes | None:
+    """The first line ``sock`` sent once complete (or all it sent before hanging up), else ``None``."""
     try:
         chunk = sock.recv(_LINE_LIMIT)
     except BlockingIOError:
@@ -124,24 +154,29 @@ def _read_hello(
     line, newline, _ = buffers[sock].partition(b"\n")
     if chunk and not newline and len(buffers[sock]) < _LINE_LIMIT:
         return None
+    return line
+
+
+def _parse_hello(line: bytes) -> tuple[int, int] | None:
+    """A peer's ``(process id, process count)``; ``None`` when ``line`` is no hello."""
     words = line.decode(errors="replace").split()
     if (
         len(words) == 3  # noqa: PLR2004 - hello, process id, process count
         and words[0] == _HELLO
         and words[1].isdigit()
-        and words[2] == str(num_processes)
-        and 0 < int(words[1]) < num_processes
+        and words[2].isdigit()
     ):
-        return int(words[1])
-    return -1
+        return int(words[1]), int(words[2])
+    return None
 
 
 def join_coordinator(address: str, *, process_id: int, num_processes: int, timeout: float) -> None:
     """On a process other than 0: reach the coordinator and wait until every process arrived.
 
     Raises:
-        DistributedStartupError: The coordinator did not answer within ``timeout``, or it gave up
-            waiting for the other peers.
+        DistributedStartupError: The coordinator did not answer within ``timeout``, it gave up
+            waiting for the other peers, it refused this process (another process count, or a
+            process id another process has), or something else answers on its port.
     """
     deadline = time.monotonic() + timeout
     host, port = split_address(address)
@@ -160,11 +195,11 @@ def join_coordinator(address: str, *, process_id: int, num_processes: int, timeo
             sock.sendall(f"{_HELLO} {process_id} {num_processes}\n".encode())
             # the coordinator gives its verdict at its own deadline, close to ours: allow for skew
             sock.settimeout(max(deadline - time.monotonic(), 0.0) + 5.0)
-            reply = _read_line(sock)
+            reply = _read_reply(sock)
         except TimeoutError:
             reply = None
         except OSError:
-            reply = b""  # the port's owner hung up: not a substrax coordinator
+            reply = b""  # the port's owner hung up: not a coordinator
     if reply is None:
         raise DistributedStartupError(
             address, process_id=process_id, num_processes=num_processes, arrived=None,
@@ -177,7 +212,28 @@ def join_coordinator(address: str, *, process_id: int, num_processes: int, timeo
             address, process_id=process_id, num_processes=num_processes, arrived=arrived,
             timeout=timeout,
         )  # fmt: skip
-    # b"go\n", or an answer in another protocol (plain jax's coordinator): jax takes over
+    if reply.startswith(_REFUSE):
+        words = reply[len(_REFUSE) :].split()
+        expected = int(words[0]) if words and words[0].isdigit() else num_processes
+        raise DistributedStartupError(
+            address, process_id=process_id, num_processes=num_processes, arrived=None,
+            timeout=timeout, coordinator_num_processes=expected,
+        )  # fmt: skip
+    if reply != _GO and not _is_grpc_server(reply):
+        raise DistributedStartupError(
+            address, process_id=process_id, num_processes=num_processes, arrived=None,
+            timeout=timeout, foreign=True,
+        )  # fmt: skip
+    # b"go\n", or plain jax's coordinator: jax takes over
+
+
+def _is_grpc_server(reply: bytes) -> bool:
+    """Whether ``reply`` opens with the SETTINGS frame (on stream 0) a gRPC server sends first."""
+    return (
+        len(reply) >= _FRAME_HEADER
+        and reply[3] == _SETTINGS
+        and reply[5:_FRAME_HEADER] == b"\0\0\0\0"
+    )
 
 
 def _connect(host: str, port: int, deadline: float) -> socket.socket | None:
@@ -191,11 +247,18 @@ def _connect(host: str, port: int, deadline: float) -> socket.socket | None:
             time.sleep(min(_RETRY_SECONDS, max(deadline - time.monotonic(), 0.0)))
 
 
-def _read_line(sock: socket.socket) -> bytes:
+def _read_reply(sock: socket.socket) -> bytes:
+    """A coordinator's answer line, or the first frame header of an HTTP/2 server."""
     data = b""
-    while b"\n" not in data and len(data) < _LINE_LIMIT:
+    while not _complete(data):
         chunk = sock.recv(_LINE_LIMIT)
         if not chunk:
             break
         data += chunk
     return data
+
+
+def _complete(data: bytes) -> bool:
+    if data.startswith(b"\0"):  # an HTTP/2 frame's length: its first byte is zero here
+        return len(data) >= _FRAME_HEADER
+    return b"\n" in data or len(data) >= _LINE_LIMIT
