@@ -1,5 +1,6 @@
 import json
 import logging
+import math
 import sys
 import time
 from pathlib import Path
@@ -170,7 +171,11 @@ def test_missing_mlflow_fails_at_construction_with_the_install_line(monkeypatch)
 
 
 def test_bad_options_are_refused(sqlite_uri, tmp_path):
-    with pytest.raises(ValueError, match="close_timeout"):
-        MLFlowLogger("x", tracking_uri=sqlite_uri, log_dir=tmp_path, close_timeout=-1)
+    for bad in (-1, math.inf, math.nan):
+        with pytest.raises(ValueError, match=r"close_timeout=.* must be a finite number"):
+            MLFlowLogger("x", tracking_uri=sqlite_uri, log_dir=tmp_path, close_timeout=bad)
+    for bad in (0, math.inf, math.nan):
+        with pytest.raises(ValueError, match=r"connect_timeout=.* must be a finite number"):
+            MLFlowLogger("x", tracking_uri=sqlite_uri, log_dir=tmp_path, connect_timeout=bad)
     with pytest.raises(ValueError, match="max_queue"):
         MLFlowLogger("x", tracking_uri=sqlite_uri, log_dir=tmp_path, max_queue=0)

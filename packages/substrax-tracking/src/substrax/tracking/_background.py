@@ -21,6 +21,7 @@ _BATCHABLE = frozenset({"scalars", "hyperparams"})
 _CLOSE_GRACE = 0.5  # seconds past close's deadline for the worker to write the spool and stop
 _SPILL_BATCH = 1000  # records spilled past a full queue are written (and fsynced) in batches
 _SPILL_AGE = 0.5  # seconds, at most, that a spilled record waits in memory to be written
+_PROBE_LINES = 1000  # spool lines a retry sends before it reads the whole spool
 
 
 class _Control:
@@ -168,7 +169,7 @@ class AsyncDelivery:
         left = self._spooled_now()
         if stuck or records:
             self._warn_left(
-                f"the backend did not answer within close_timeout={timeout:g} s"
+                f"close_timeout={timeout:g} s ran out while a backend call was still running"
                 if stuck
                 else "the delivery thread stopped",
                 left,
@@ -413,20 +414,26 @@ class AsyncDelivery:
         if not self.spool.path.exists():
             self._recovered()
             return
-        try:
-            result, errors = run_replay(self.spool, sinks={self._key: self.sink}, only=self._key)
-        except SpoolNotFoundError:  # replayed meanwhile by another process
-            self._recovered()
-            return
-        except Exception as error:
-            self._on_failure(error)
-            return
-        self.delivered += result.delivered
-        self._note_refused(result)
-        if self._key in errors:
-            self._on_failure(errors[self._key][1])
-        else:
-            self._recovered()
+        # While the backend fails, a retry reads and sends only the spool's first lines: a long
+        # spool is read in full once the backend took those.
+        for limit in (_PROBE_LINES, None) if self._failing else (None,):
+            try:
+                result, errors = run_replay(
+                    self.spool, sinks={self._key: self.sink}, only=self._key, limit=limit
+                )
+            except SpoolNotFoundError:  # replayed meanwhile by another process
+                break
+            except Exception as error:
+                self._on_failure(error)
+                return
+            self.delivered += result.delivered
+            self._note_refused(result)
+            if self._key in errors:
+                self._on_failure(errors[self._key][1])
+                return
+            if limit is not None and not self._spooled_now():
+                break
+        self._recovered()
 
     def _note_refused(self, result: ReplayResult) -> None:
         if result.refused:

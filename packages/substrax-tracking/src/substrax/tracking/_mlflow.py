@@ -19,6 +19,7 @@ from ._base import safe_name
 from ._extras import require
 from ._records import Record
 from ._remote import RemoteLogger
+from ._seconds import check_seconds
 from ._spool import register_sink_factory
 
 
@@ -289,7 +290,8 @@ class MLFlowLogger(RemoteLogger):
 
     Raises:
         ImportError: mlflow is not installed (the ``mlflow`` extra).
-        ValueError: ``connect_timeout`` is not positive.
+        ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` not
+            a finite number >= 0 (NaN and infinity are refused: pick a bound).
 
     Example:
         >>> import tempfile
@@ -320,8 +322,7 @@ class MLFlowLogger(RemoteLogger):
         all_processes: bool = False,
     ) -> None:
         _import_mlflow()
-        if not connect_timeout > 0:
-            raise ValueError(f"connect_timeout={connect_timeout!r} must be > 0 seconds")
+        connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
         super().__init__(
             name,
             log_dir=log_dir,
@@ -360,14 +361,15 @@ class MLFlowLogger(RemoteLogger):
             if local:  # no network: set up here, and let any error through
                 sink.set_up()
             elif not sink.connect(connect_timeout):
+                failure = sink.first_error
                 _log.warning(
-                    "MLFlowLogger(%r): MLflow at %s did not answer within %g s (%s); logging "
-                    "goes on, records are kept in %s and the run is created when the server "
-                    "answers",
+                    "MLFlowLogger(%r): MLflow at %s %s; logging goes on, records are kept in %s "
+                    "and the run is created when the server answers",
                     name,
                     self.tracking_uri,
-                    connect_timeout,
-                    sink.first_error or "no answer yet",
+                    f"did not answer within {connect_timeout:g} s"
+                    if failure is None
+                    else f"could not be reached ({type(failure).__name__}: {failure})",
                     self.spool_path,
                 )
         except BaseException:

@@ -17,6 +17,7 @@ from ._background import AsyncDelivery
 from ._base import Logger, LoggerClosedError, MetricOverflowError, safe_name
 from ._paths import resolve_log_dir
 from ._records import Record
+from ._seconds import check_seconds
 from ._spool import Sink
 
 
@@ -74,8 +75,7 @@ class RemoteLogger(Logger):
         all_processes: bool,
     ) -> None:
         super().__init__(name, process_index=process_index, all_processes=all_processes)
-        if close_timeout < 0:
-            raise ValueError(f"close_timeout={close_timeout!r} must be >= 0 seconds")
+        close_timeout = check_seconds("close_timeout", close_timeout)
         if max_queue < 1:
             raise ValueError(f"max_queue={max_queue!r} must be >= 1")
         self.close_timeout = float(close_timeout)

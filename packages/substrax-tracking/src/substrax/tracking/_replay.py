@@ -224,10 +224,12 @@ def run_replay(
     include_refused: bool = False,
     timeout: float | None = None,
     only: str | None = None,
+    limit: int | None = None,
 ) -> tuple[ReplayResult, dict[str, tuple[Mapping[str, Any], BaseException]]]:
     """:func:`replay_spool` without its warnings: the result and the error of each failed target.
 
-    ``only`` (a :func:`target_key`) limits the replay to one target's lines.
+    ``only`` (a :func:`target_key`) limits the replay to one target's lines, ``limit`` to the
+    first ``limit`` intact lines of the spool (the others are not read, and stay).
 
     Raises:
         SpoolNotFoundError: the file does not exist.
@@ -235,7 +237,7 @@ def run_replay(
     """
     if include_refused:
         spool.restore_refused()
-    content = spool.read_content()
+    content = spool.read_content(limit)
     job = _Replay(
         [line.data for line in content.lines],
         sinks or {},

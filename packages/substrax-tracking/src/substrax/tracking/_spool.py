@@ -237,8 +237,8 @@ class SpoolFile:
                 _append_lines(self.refused_path if error is not None else self.path, lines)
         return len(lines)
 
-    def read_content(self) -> SpoolContent:
-        """The intact lines and the bad ones.
+    def read_content(self, limit: int | None = None) -> SpoolContent:
+        """The intact lines and the bad ones (up to the ``limit``-th intact line).
 
         Raises:
             SpoolNotFoundError: the file does not exist.
@@ -259,6 +259,8 @@ class SpoolFile:
         lines: list[SpoolLine] = []
         bad: list[BadLine] = []
         for number, text in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+            if limit is not None and len(lines) >= limit:
+                break
             if not text.strip():
                 continue
             try:

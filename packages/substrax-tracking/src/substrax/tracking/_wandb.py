@@ -16,6 +16,7 @@ from ._base import LoggerClosedError, safe_name
 from ._extras import require
 from ._records import Record
 from ._remote import RemoteLogger
+from ._seconds import check_seconds
 from ._spool import register_sink_factory
 
 
@@ -223,7 +224,8 @@ class WandbLogger(RemoteLogger):
 
     Raises:
         ImportError: wandb is not installed (the ``wandb`` extra).
-        ValueError: ``connect_timeout`` is not positive.
+        ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` not
+            a finite number >= 0 (NaN and infinity are refused: pick a bound).
 
     Example:
         >>> import tempfile
@@ -251,8 +253,7 @@ class WandbLogger(RemoteLogger):
         **init_options: Any,
     ) -> None:
         wandb = _import_wandb()
-        if not connect_timeout > 0:
-            raise ValueError(f"connect_timeout={connect_timeout!r} must be > 0 seconds")
+        connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
         super().__init__(
             name,
             log_dir=log_dir,
@@ -299,12 +300,14 @@ class WandbLogger(RemoteLogger):
             },
         )
         if not sink.connect(connect_timeout):
+            failure = sink.first_error
             _log.warning(
-                "WandbLogger(%r): wandb.init did not return within %g s (%s); logging goes on, "
-                "records are kept in %s and sent once the run %s starts",
+                "WandbLogger(%r): wandb.init %s; logging goes on, records are kept in %s and "
+                "sent once the run %s starts",
                 name,
-                connect_timeout,
-                sink.first_error or "no answer yet",
+                f"did not return within {connect_timeout:g} s"
+                if failure is None
+                else f"failed ({type(failure).__name__}: {failure})",
                 self.spool_path,
                 self._run_id,
             )
