@@ -196,6 +196,51 @@ def test_a_failing_node_of_a_local_job_stops_the_other_and_is_named(tmp_path: Pa
     assert "node 1 failed (exit status 1)" in (fetched / "worker.log").read_text()
 
 
+KILLED_NODE = textwrap.dedent(
+    """
+    import os, signal, time
+    import numpy as np
+    from substrax.runtime import initialize_distributed
+    info = initialize_distributed(
+        initialization_timeout=60, on_peer_failure=lambda dead: print("hook", dead, flush=True)
+    )
+    import jax
+    from jax.experimental import multihost_utils
+    for i in range(100_000):
+        multihost_utils.process_allgather(np.float32(i))
+        if i == 3 and info.process_id == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.05)
+    """
+)
+
+
+def test_a_killed_node_of_a_local_job_ends_the_other_through_its_hook_despite_sigterm(
+    tmp_path: Path,
+):
+    # node 0's collective fails on the dead peer's closed connection, so it lingers at exit;
+    # the backend then sends it SIGTERM (which jax's preemption notifier catches) and SIGKILL
+    # 10 s later: its peer watch must run the hook and end it with status 75 before that
+    (tmp_path / "node.py").write_text(KILLED_NODE)
+    spec = JobSpec(
+        name="killed",
+        tasks=(Task(name="train", argv=("python", "node.py"), timeout_seconds=300),),
+        nodes=2,
+        probe_devices=False,
+        timeout_seconds=300,
+        runtime={"platforms": ["cpu"], "cpu_devices": 2},
+    )
+    backend = LocalBackend({"state_dir": str(tmp_path / "state")})
+    handle = backend.submit(spec, project=tmp_path)
+    state = wait_until_final(backend, handle, 90)
+    fetched = backend.fetch(handle, tmp_path / "fetched")
+    assert state is RunState.FAILED
+    manifest = read_manifest(fetched / MANIFEST_NAME)
+    assert manifest.failed_node == 1
+    assert [t.returncode for t in manifest.tasks] == [PEER_FAILURE_EXIT_CODE]
+    assert "hook (1,)" in (fetched / "train" / "stdout.log").read_text()
+
+
 @pytest.fixture(autouse=True)
 def _bounded():
     """Each of these tests ends well within a minute or two; the suite's own timeout backs it."""
