@@ -17,6 +17,7 @@ pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
 @pytest.fixture
 def offline(monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
     monkeypatch.setenv("WANDB_DISABLE_CODE", "true")
@@ -202,3 +203,20 @@ def test_online_settings_are_bounded_unless_the_user_chose(monkeypatch):
     assert bounded_settings(None, "offline", 7.0) is None
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert bounded_settings(None, None, 7.0) is None
+
+
+def test_the_spool_records_the_server_and_a_replay_uses_it(offline, tmp_path, monkeypatch):
+    from substrax.tracking._wandb import _sink_from_target
+
+    logged_for = "http://127.0.0.1:18081"
+    monkeypatch.setenv("WANDB_BASE_URL", logged_for)
+    with WandbLogger("wb", project="p", log_dir=tmp_path, close_timeout=5) as logger:
+        target = logger._sink.target()
+    assert target["base_url"] == logged_for
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:18082")  # the replaying shell's
+    assert _sink_from_target(target)._init_options["settings"]["base_url"] == logged_for
+    explicit = "http://127.0.0.1:18083"
+    with WandbLogger(
+        "wb2", project="p", log_dir=tmp_path, settings={"base_url": explicit}
+    ) as logger:
+        assert logger._sink.target()["base_url"] == explicit

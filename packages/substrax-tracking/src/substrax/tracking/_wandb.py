@@ -20,7 +20,7 @@ from ._seconds import check_seconds
 from ._spool import register_sink_factory
 
 
-__all__ = ["WandbLogger", "bounded_settings"]
+__all__ = ["WandbLogger", "base_url", "bounded_settings"]
 
 _log = logging.getLogger("substrax.tracking")
 
@@ -171,8 +171,27 @@ class _WandbSink:
             self.run.finish()
 
 
+def base_url(settings: Any) -> str | None:
+    """The W&B server a run talks to: ``settings``' ``base_url`` if set there, else ``WANDB_BASE_URL``.
+
+    None when neither sets it (W&B then reads its own settings files).
+
+    Example:
+        >>> base_url({"base_url": "http://127.0.0.1:8080"})
+        'http://127.0.0.1:8080'
+    """
+    if isinstance(settings, Mapping):
+        given = cast("Mapping[str, Any]", settings).get("base_url")
+    elif "base_url" in getattr(settings, "model_fields_set", ()):
+        given = getattr(settings, "base_url", None)
+    else:
+        given = None
+    return str(given) if given else os.environ.get("WANDB_BASE_URL") or None
+
+
 def _sink_from_target(target: Mapping[str, Any]) -> _WandbSink:
     mode = target.get("mode")
+    url = target.get("base_url")
     options: dict[str, Any] = {
         "project": target["project"],
         "entity": target.get("entity"),
@@ -181,7 +200,8 @@ def _sink_from_target(target: Mapping[str, Any]) -> _WandbSink:
         "mode": mode,
         "resume": "allow",
         "reinit": "create_new",
-        "settings": bounded_settings(None, mode, _REPLAY_TIMEOUT),
+        # the server the records were logged for, whatever WANDB_BASE_URL the replay has
+        "settings": bounded_settings({"base_url": url} if url else None, mode, _REPLAY_TIMEOUT),
     }
     return _WandbSink(dict(target), options)
 
@@ -201,7 +221,9 @@ class WandbLogger(RemoteLogger):
     of its own; online, its login, init and GraphQL waits are bounded too, see
     :func:`bounded_settings`). If W&B has not answered by then, a warning says so and the run
     goes on: records are spooled and sent once the run starts (the run id is chosen up front,
-    so :attr:`run_id` is known at once).
+    so :attr:`run_id` is known at once). The spool records the server (``settings``'
+    ``base_url`` or ``WANDB_BASE_URL``, see :func:`base_url`), so a replay sends the records
+    there whatever ``WANDB_BASE_URL`` the replaying shell has.
 
     Args:
         name: the run name.
@@ -284,6 +306,7 @@ class WandbLogger(RemoteLogger):
             "run_id": self._run_id,
             "dir": str(self.log_dir),
             "mode": mode,
+            "base_url": base_url(init_options.get("settings")),
         }
         sink = _WandbSink(
             target,
