@@ -71,7 +71,8 @@ def test_an_mlflow_server_that_is_not_there_costs_construction_at_most_connect_t
     assert report["built"] < 10 + SLACK, report  # was ~250 s: MLflow's own retries
     assert report["closed"] < 5 + 1 + SLACK, report
     assert report["run_id"] is None
-    assert "could not be reached" in run.stderr  # the connection is refused at once
+    # MLflow's own retries (the user's settings) are still running after connect_timeout
+    assert "did not answer within 10 s" in run.stderr
     lines = spool_lines(report["spool"])
     assert [line["record"]["step"] for line in lines] == list(range(100))
     assert {line["target"]["tracking_uri"] for line in lines} == {uri}

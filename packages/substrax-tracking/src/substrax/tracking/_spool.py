@@ -9,7 +9,7 @@ import fcntl
 import json
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -197,7 +197,7 @@ class SpoolFile:
         self.bad_path = self.path.with_name(self.path.name + ".bad")
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[_Held]:
+    def _locked(self) -> Generator[_Held]:
         """Hold the spool's lock (between processes and threads alike: a fresh ``flock`` each time)."""
         while True:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
