@@ -325,9 +325,12 @@ def _start(
         )
         _meet(launch, settings.initialization_timeout)
         ids = None if local_device_ids is None else list(local_device_ids)
-        if settings.fail_fast:
-            jax.config.update("jax_enable_recoverability", True)
         coordinator = _serve_coordinator(launch, settings)
+        if settings.fail_fast and launch.coordinator_address is None:
+            # jax finds the coordinator (SLURM): process 0 serves the job in-process. The flag
+            # only sets that service's mode (a child serving the job is recoverable anyway), and
+            # a service in that mode warns about an experimental feature
+            jax.config.update("jax_enable_recoverability", True)
         common: dict[str, Any] = {
             "local_device_ids": ids,
             "initialization_timeout": settings.initialization_timeout,
