@@ -385,3 +385,19 @@ def test_processes_appending_while_a_replay_runs_lose_no_record(tmp_path):
         got = sorted(r.step for r in sink.received if who in r.payload["values"])
         assert got == list(range(3000)), who  # each record exactly once
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no spool and no lock file left
+
+
+def test_close_stays_within_its_timeout_with_a_large_spool(make, tmp_path):
+    sink = Sink()
+    sink.down = True
+    spool = tmp_path / "run.spool.jsonl"
+    line = json.dumps(
+        {"target": sink.target(), "record": record(1).materialize(tmp_path).to_json()}
+    )
+    spool.write_text(f"{line}\n" * 200_000)
+    delivery = make(sink)
+    wait_for(lambda: delivery.failures >= 2, timeout=60)  # the found spool, then a retry
+    started = time.monotonic()
+    assert delivery.close(timeout=0.5) == 200_000
+    assert time.monotonic() - started < 0.5 + 0.5 + 3  # was 7 s: the spool parsed twice
+    assert len(spool.read_text().splitlines()) == 200_000
