@@ -184,3 +184,20 @@ def test_processes_that_all_log_keep_their_own_spool_files(tmp_path):
     for index, path in enumerate((first, second)):
         values = [line["record"]["payload"]["values"]["loss"] for line in spooled(path)]
         assert values == [float(index)] * 5
+
+
+def test_numpy_values_and_steps_are_spooled_as_plain_json_numbers(tmp_path):
+    np = pytest.importorskip("numpy")
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens: every record is spooled
+    logger = MLFlowLogger(
+        "np", tracking_uri=uri, log_dir=tmp_path, close_timeout=0.5, connect_timeout=2
+    )
+    logger.log_scalars({"f64": np.float64(0.5), "i64": np.int64(2)}, step=np.int64(3))
+    logger.log_hyperparams({"lr": np.float64(0.1)})
+    logger.close()
+    text = logger.spool_path.read_text()
+    assert "np." not in text
+    scalars, params = spooled(logger.spool_path)
+    assert scalars["record"]["step"] == 3
+    assert scalars["record"]["payload"] == {"values": {"f64": 0.5, "i64": 2.0}}
+    assert params["record"]["payload"] == {"params": {"lr": 0.1}}
