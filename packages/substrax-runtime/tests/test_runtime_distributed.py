@@ -221,10 +221,12 @@ WATCHED = """
 import logging, os, pathlib, signal, sys, time
 from substrax.runtime import initialize_distributed
 port, rank, out, victim = sys.argv[1], int(sys.argv[2]), pathlib.Path(sys.argv[3]), int(sys.argv[4])
-survivor_raises = sys.argv[5] == "raise"
+survivor_raises = sys.argv[5].startswith("raise")
 handler = logging.FileHandler(out / f"log-{rank}.txt")
 logging.getLogger("substrax").addHandler(handler)
 def hook(dead):
+    if sys.argv[5] == "raise-slow-hook":
+        time.sleep(7)  # past the 6.5 s a failed process lingers at exit with heartbeat_timeout=3
     (out / f"hook-{rank}.txt").write_text(",".join(map(str, dead)))
 initialize_distributed(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=rank,
                        initialization_timeout=60, heartbeat_timeout=3, on_peer_failure=hook)
@@ -241,7 +243,7 @@ time.sleep(120)  # the survivor waits here, outside any collective, until the wa
 
 @pytest.mark.parametrize(
     ("victim", "mode"),
-    [(1, "wait"), (0, "wait"), (1, "raise"), (0, "raise")],
+    [(1, "wait"), (0, "wait"), (1, "raise"), (0, "raise"), (1, "raise-slow-hook")],
 )
 def test_a_dead_peer_ends_the_survivor_through_its_hook_and_flushed_logs(tmp_path, victim, mode):
     from substrax.runtime import PEER_FAILURE_EXIT_CODE

@@ -77,6 +77,7 @@ class PeerWatch:
             target=self._run_hook, name="substrax-peer-failure-hook", daemon=True
         )
         self._dead: tuple[int, ...] = ()
+        self._failing = threading.Event()
         self._hook_due = threading.Event()
         self._hook_done = threading.Event()
 
@@ -100,6 +101,7 @@ class PeerWatch:
         except Exception as error:
             _LOG.warning("the processes did not all meet at shutdown: %s", error)
             self.stop()
+            self._finish_failure()
             return
         self.stop()
         if self._process_id == 0:
@@ -126,6 +128,12 @@ class PeerWatch:
         """
         self._thread.join(timeout=seconds)
         self.stop()
+        self._finish_failure()
+
+    def _finish_failure(self) -> None:
+        """Once the watch is ending this process, let it finish (hook, flush, exit) first."""
+        if self._failing.is_set():
+            self._thread.join(timeout=self._poll * 3 + HOOK_SECONDS + 5.0)
 
     def _run(self) -> None:
         everyone = list(range(self._num_processes))
@@ -144,6 +152,7 @@ class PeerWatch:
                 return
 
     def _fail(self, dead: tuple[int, ...], why: str) -> None:
+        self._failing.set()
         names = ", ".join(str(p) for p in dead)
         message = (
             f"process {names} of this {self._num_processes}-process jax job died ({why}); "
