@@ -5,6 +5,7 @@
 
 import logging
 import os
+import socket
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from ._launchers import (
 )
 from ._peer_watch import HOOK_SECONDS, POLL_SECONDS, PeerWatch
 from ._rendezvous import gather_peers, join_coordinator
+from ._startup_guard import StartupGuard
 
 
 _LOG = logging.getLogger(__name__)
@@ -112,7 +114,10 @@ def initialize_distributed(
     connects. Whoever waits in vain raises ``DistributedStartupError`` naming the address and
     the processes that arrived, where jax would abort the process from C++.
 
-    With ``fail_fast`` (the default), a process whose peer dies ends within about
+    With ``fail_fast`` (the default), the meeting's connections stay open while jax starts: a
+    process that dies before jax started everywhere ends the others at once, as below (jax alone
+    leaves them waiting until ``initialization_timeout``, then aborts them from C++). A process
+    whose peer dies later ends within about
     ``heartbeat_timeout`` seconds plus a few: it logs which process died, calls
     ``on_peer_failure``, flushes its logging handlers and exits with ``PEER_FAILURE_EXIT_CODE``
     (jax alone would abort it from C++ after its 100 s heartbeat timeout). Process 0 serves
@@ -201,13 +206,21 @@ class _Settings:
     on_peer_failure: Callable[[tuple[int, ...]], object] | None
 
 
-def _meet(launch: LaunchSettings, timeout: int) -> None:
-    """Meet on the coordinator's port (bounded), so jax never waits for an absent process."""
+def _meet(launch: LaunchSettings, timeout: int, *, keep: bool) -> dict[int, socket.socket]:
+    """Meet on the coordinator's port (bounded), so jax never waits for an absent process.
+
+    Returns the meeting's connections, left open where ``keep`` (by the process id at their
+    other end).
+    """
+    connections: dict[int, socket.socket] = {}
     if launch.coordinator_address is None:
-        return
+        return connections
     if launch.process_id == 0:
         gather_peers(
-            launch.coordinator_address, num_processes=launch.num_processes, timeout=timeout
+            launch.coordinator_address,
+            num_processes=launch.num_processes,
+            timeout=timeout,
+            keep=connections if keep else None,
         )
     else:
         join_coordinator(
@@ -215,7 +228,9 @@ def _meet(launch: LaunchSettings, timeout: int) -> None:
             process_id=launch.process_id,
             num_processes=launch.num_processes,
             timeout=timeout,
+            keep=connections if keep else None,
         )
+    return connections
 
 
 def _serve_coordinator(launch: LaunchSettings, settings: _Settings) -> CoordinatorProcess | None:
@@ -323,9 +338,20 @@ def _start(
             launch.coordinator_address or "detected by jax",
             launch.source,
         )
-        _meet(launch, settings.initialization_timeout)
+        # with fail_fast, a process dying before jax started everywhere ends the others too
+        guard = StartupGuard(
+            _meet(launch, settings.initialization_timeout, keep=settings.fail_fast),
+            process_id=launch.process_id,
+            num_processes=launch.num_processes,
+            on_peer_failure=settings.on_peer_failure,
+        )
+        guard.start()
         ids = None if local_device_ids is None else list(local_device_ids)
-        coordinator = _serve_coordinator(launch, settings)
+        try:
+            coordinator = _serve_coordinator(launch, settings)
+        except BaseException:
+            guard.close(started=False)
+            raise
         if settings.fail_fast and launch.coordinator_address is None:
             # jax finds the coordinator (SLURM): process 0 serves the job in-process. The flag
             # only sets that service's mode (a child serving the job is recoverable anyway), and
@@ -350,9 +376,11 @@ def _start(
                     **common,
                 )
         except BaseException:
+            guard.close(started=False)
             if coordinator is not None:
                 coordinator.stop()
             raise
+        guard.close()
         if settings.fail_fast:
             _watch_peers(jax.process_index(), jax.process_count(), settings, coordinator)
     return DistributedInfo(

@@ -159,7 +159,7 @@ class PeerWatch:
             f"process {self._process_id} stops too, with exit status {PEER_FAILURE_EXIT_CODE}"
         )
         _LOG.critical(message)
-        if not _reaches_stderr(_LOG):
+        if not reaches_stderr(_LOG):
             sys.stderr.write(f"substrax: {message}\n")
         if self._process_id == 0 and len(dead) < self._num_processes - 1:
             # the coordinator goes last, so every live peer's own watch reports the dead process
@@ -185,7 +185,7 @@ class PeerWatch:
             self._hook_done.set()
 
 
-def _reaches_stderr(logger: logging.Logger) -> bool:
+def reaches_stderr(logger: logging.Logger) -> bool:
     """Whether a record of ``logger`` is written to stderr (by a handler or by logging's last resort)."""
     current: logging.Logger | None = logger
     found = False

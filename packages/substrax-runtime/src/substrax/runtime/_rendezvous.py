@@ -57,8 +57,17 @@ def _listener(address: str) -> socket.socket:
         ) from error
 
 
-def gather_peers(address: str, *, num_processes: int, timeout: float) -> None:
+def gather_peers(
+    address: str,
+    *,
+    num_processes: int,
+    timeout: float,
+    keep: dict[int, socket.socket] | None = None,
+) -> None:
     """On process 0: wait on ``address``'s port until processes 1..N-1 said hello, then let them go.
+
+    Once they all came, their connections go into ``keep`` (by process id), left open, where
+    given: a ``StartupGuard`` watches them while jax starts.
 
     Raises:
         DistributedStartupError: Not every peer arrived within ``timeout`` (the peers that did
@@ -102,6 +111,9 @@ def gather_peers(address: str, *, num_processes: int, timeout: float) -> None:
                     sock.setblocking(True)
                     sock.settimeout(1.0)
                     sock.sendall(verdict)
+            if keep is not None and verdict == _GO:
+                keep.update(arrived)
+                arrived.clear()
         finally:
             for sock in (*arrived.values(), *buffers):
                 sock.close()
@@ -170,8 +182,17 @@ def _parse_hello(line: bytes) -> tuple[int, int] | None:
     return None
 
 
-def join_coordinator(address: str, *, process_id: int, num_processes: int, timeout: float) -> None:
+def join_coordinator(
+    address: str,
+    *,
+    process_id: int,
+    num_processes: int,
+    timeout: float,
+    keep: dict[int, socket.socket] | None = None,
+) -> None:
     """On a process other than 0: reach the coordinator and wait until every process arrived.
+
+    Once it said go, the connection goes into ``keep`` (as process 0's), left open, where given.
 
     Raises:
         DistributedStartupError: The coordinator did not answer within ``timeout``, it gave up
@@ -190,16 +211,19 @@ def join_coordinator(address: str, *, process_id: int, num_processes: int, timeo
             timeout=timeout,
             reached=False,
         )
-    with sock:
-        try:
-            sock.sendall(f"{_HELLO} {process_id} {num_processes}\n".encode())
-            # the coordinator gives its verdict at its own deadline, close to ours: allow for skew
-            sock.settimeout(max(deadline - time.monotonic(), 0.0) + 5.0)
-            reply = _read_reply(sock)
-        except TimeoutError:
-            reply = None
-        except OSError:
-            reply = b""  # the port's owner hung up: not a coordinator
+    try:
+        sock.sendall(f"{_HELLO} {process_id} {num_processes}\n".encode())
+        # the coordinator gives its verdict at its own deadline, close to ours: allow for skew
+        sock.settimeout(max(deadline - time.monotonic(), 0.0) + 5.0)
+        reply = _read_reply(sock)
+    except TimeoutError:
+        reply = None
+    except OSError:
+        reply = b""  # the port's owner hung up: not a coordinator
+    if keep is not None and reply == _GO:
+        keep[0] = sock
+    else:
+        sock.close()
     if reply is None:
         raise DistributedStartupError(
             address, process_id=process_id, num_processes=num_processes, arrived=None,
