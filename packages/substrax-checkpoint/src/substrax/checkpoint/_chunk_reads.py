@@ -10,6 +10,8 @@ the check adds no pass over memory. Any other layout is left to TensorStore.
 """
 
 import math
+import mmap
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise, product
@@ -137,11 +139,14 @@ def _mapped(path: Path) -> np.ndarray[Any, Any]:
     so a committed step's shard file is never legitimately missing or empty.
     """
     try:
-        if path.stat().st_size == 0:
-            raise ValueError(f'DATA_LOSS: shard file in local file "{path}" is empty')
+        with path.open("rb") as file:
+            if os.fstat(file.fileno()).st_size == 0:
+                raise ValueError(f'DATA_LOSS: shard file in local file "{path}" is empty')
+            # a plain array over the map: each view of an np.memmap runs a Python hook
+            mapped = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
     except FileNotFoundError:
         raise ValueError(f'NOT_FOUND: shard file in local file "{path}" is missing') from None
-    return np.memmap(path, np.uint8, mode="r")
+    return np.frombuffer(mapped, np.uint8)
 
 
 def _span(start: int, stop: int, size: int) -> range:
