@@ -14,9 +14,13 @@ from substrax.testing import free_port
 
 def _last_json_line(stdout: str) -> dict:
     """The child's last JSON object: gloo prints connection notes to stdout, racing it (a note
-    can land right after the object, before its newline)."""
-    line = next(line for line in reversed(stdout.splitlines()) if line.startswith("{"))
-    return json.JSONDecoder().raw_decode(line)[0]
+    can land before the object on its line, or right after it, before its newline)."""
+    decoder = json.JSONDecoder()
+    for line in reversed(stdout.splitlines()):
+        start = line.find('{"')
+        if start >= 0:
+            return decoder.raw_decode(line, start)[0]
+    raise AssertionError(f"no JSON object in the child's output: {stdout[-2000:]!r}")
 
 
 def test_single_process_is_a_no_op():
@@ -115,10 +119,10 @@ def _run_pair(port: int, launches: list[tuple[int, str, dict[str, str]]]) -> lis
             assert proc.returncode == 0, stderr[-4000:]
             outputs.append(_last_json_line(stdout) | {"stderr": stderr})
     finally:
-        for proc in procs:
+        for proc in procs:  # a failed check leaves the others running or their pipes open
             if proc.poll() is None:
                 proc.kill()
-                proc.communicate()
+            proc.communicate()
     for out in outputs:
         assert (out["devices"], out["local"], out["processes"]) == (4, 2, 2)
         assert out["gathered"] == [0, 1]
