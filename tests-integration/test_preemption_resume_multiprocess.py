@@ -6,7 +6,6 @@ and exit 0, and a new pair of processes must resume from it and end with exactly
 parameters, optimizer state, RNG state and early-stopping state of an uninterrupted pair.
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from typing import IO
 import numpy as np
 
 from substrax.checkpoint import OrbaxCheckpointStore
-from substrax.testing import free_port
+from substrax.testing import free_port, json_objects
 
 
 PROGRAM = Path(__file__).parent / "programs" / "resumable_training.py"
@@ -61,7 +60,7 @@ def _start(
 
 def _records(lines: list[str]) -> list[dict[str, object]]:
     """The JSON lines of a child's stdout; gloo prints its connection notes there too."""
-    return [json.loads(line) for line in lines if line.startswith("{")]
+    return json_objects("\n".join(lines))
 
 
 def _next_step(stdout: IO[str], seen: list[str], at_least: int) -> None:

@@ -2,7 +2,6 @@
 and host-local arrays in a collective save; plus the single-process handler's contract."""
 
 import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 from substrax.checkpoint import OrbaxCheckpointStore, PreemptionHandler
-from substrax.testing import free_port
+from substrax.testing import free_port, json_objects
 
 
 WORKER = textwrap.dedent(
@@ -93,10 +92,7 @@ def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
         for proc in procs:
             out, err = proc.communicate(timeout=180)
             assert proc.returncode == 0, err[-3000:]
-            # gloo prints connection notes on stdout: only the JSON line is ours
-            results.append(
-                json.loads(next(line for line in out.splitlines() if line.startswith("{")))
-            )
+            results.append(json_objects(out)[0])  # gloo prints its notes on stdout too
     finally:
         held.close()
         for proc in procs:

@@ -1,6 +1,5 @@
 """initialize_distributed: a no-op on one process, and a real two-process run on 127.0.0.1."""
 
-import json
 import os
 import socket
 import subprocess
@@ -9,18 +8,14 @@ import sys
 import pytest
 
 from substrax.runtime import DistributedInfo, initialize_distributed
-from substrax.testing import free_port
+from substrax.testing import free_port, json_objects
 
 
 def _last_json_line(stdout: str) -> dict:
-    """The child's last JSON object: gloo prints connection notes to stdout, racing it (a note
-    can land before the object on its line, or right after it, before its newline)."""
-    decoder = json.JSONDecoder()
-    for line in reversed(stdout.splitlines()):
-        start = line.find('{"')
-        if start >= 0:
-            return decoder.raw_decode(line, start)[0]
-    raise AssertionError(f"no JSON object in the child's output: {stdout[-2000:]!r}")
+    """The child's last JSON object (gloo prints connection notes on the same stdout)."""
+    objects = json_objects(stdout)
+    assert objects, f"no JSON object in the child's output: {stdout[-2000:]!r}"
+    return objects[-1]
 
 
 def test_single_process_is_a_no_op():

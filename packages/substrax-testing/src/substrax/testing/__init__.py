@@ -23,6 +23,7 @@ from ._child import (
     ChildFailedError as ChildFailedError,
     ChildResult as ChildResult,
     cuda_is_visible as cuda_is_visible,
+    json_objects as json_objects,
     run_python as run_python,
 )
 from ._distributed import free_port as free_port, run_distributed as run_distributed
@@ -52,6 +53,7 @@ __all__ = [
     "cuda_is_visible",
     "expect_compiles",
     "free_port",
+    "json_objects",
     "restored_jax_config",
     "run_distributed",
     "run_example",

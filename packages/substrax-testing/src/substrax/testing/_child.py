@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Self, cast
 
 
 if TYPE_CHECKING:
@@ -156,6 +156,32 @@ class ChildResult:
         from pydantic import TypeAdapter  # noqa: PLC0415 - keep the package import light
 
         return TypeAdapter(shape).validate_json(self._last_line(), strict=True)
+
+
+def json_objects(stdout: str) -> list[dict[str, "JsonValue"]]:
+    r"""Every JSON object a child printed on ``stdout``, one a line, in order.
+
+    A native library may print to the same stdout as the child's Python code (gloo writes its
+    connection notes there from another thread), so an object is looked for anywhere on its line:
+    a note can land before it or after it, before its newline.
+
+    Example:
+        >>> json_objects('[Gloo] Rank {"step": 3}0 is connected\nplain text\n{"loss": 0.5}\n')
+        [{'step': 3}, {'loss': 0.5}]
+    """
+    decoder = json.JSONDecoder()
+    objects: list[dict[str, JsonValue]] = []
+    for line in stdout.splitlines():
+        start = line.find('{"')
+        if start < 0:
+            continue
+        try:
+            found, _ = decoder.raw_decode(line, start)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(found, dict):
+            objects.append(cast("dict[str, JsonValue]", found))
+    return objects
 
 
 def with_child_defaults(runtime: "JaxRuntime | None", env: Mapping[str, str]) -> "JaxRuntime":
