@@ -19,8 +19,12 @@ from .spec import JobSpec, Task
 EVENT_PREFIX = "[substrax] "
 STOP_SIGNAL = signal.SIGUSR1
 """The signal that asks a worker to stop its task gracefully (``TaskRunner.stop``)."""
-STOP_GRACE_SECONDS = 10.0
-"""How long a stopped task has between its SIGTERM and its SIGKILL."""
+STOP_GRACE_SECONDS = 30.0
+"""How long a stopped task has between its SIGTERM and its SIGKILL.
+
+Long enough for a node whose peer died to notice it through jax's heartbeats (10 s by default),
+run its ``on_peer_failure`` hook (at most 10 s) and flush its logs.
+"""
 _WAIT_SLICE_SECONDS = 0.1
 LOG_NAMES = frozenset({"stdout.log", "stderr.log"})
 PROBE_SECONDS = 300.0

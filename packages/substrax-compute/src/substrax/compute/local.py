@@ -3,7 +3,7 @@
 A one-node job's worker leads a new session. A job with ``nodes = N`` runs as N workers wired for
 ``initialize_distributed`` on 127.0.0.1, so a multi-host job can be tried here first; a
 supervisor leads their session, and once a worker fails it stops the other nodes (their tasks get
-SIGTERM and 10 s before SIGKILL) and records the first failed node in the job's manifest; such a
+SIGTERM and 30 s before SIGKILL) and records the first failed node in the job's manifest; such a
 run is final only once the supervisor has exited. ``cancel`` stops a run's processes with one signal to
 its session's process group. Extras are installed with uv into an environment kept per (project, extras) under
 the state directory, never into the project's own ``.venv``.
