@@ -173,8 +173,9 @@ NODE = textwrap.dedent(
 )
 
 
-def test_a_failing_node_of_a_local_job_stops_the_other_and_is_named(tmp_path: Path):
-    (tmp_path / "node.py").write_text(NODE)
+def _two_node_job(tmp_path: Path, program: str) -> Path:
+    """Run ``program`` as a two-node job of the local backend; its fetched outputs' directory."""
+    (tmp_path / "node.py").write_text(program)
     spec = JobSpec(
         name="faulty",
         tasks=(Task(name="train", argv=("python", "node.py"), timeout_seconds=300),),
@@ -186,8 +187,12 @@ def test_a_failing_node_of_a_local_job_stops_the_other_and_is_named(tmp_path: Pa
     backend = LocalBackend({"state_dir": str(tmp_path / "state")})
     handle = backend.submit(spec, project=tmp_path)
     state = wait_until_final(backend, handle, 90)
-    fetched = backend.fetch(handle, tmp_path / "fetched")
     assert state is RunState.FAILED
+    return backend.fetch(handle, tmp_path / "fetched")
+
+
+def test_a_failing_node_of_a_local_job_stops_the_other_and_is_named(tmp_path: Path):
+    fetched = _two_node_job(tmp_path, NODE)
     manifest = read_manifest(fetched / MANIFEST_NAME)
     assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
     assert not manifest.succeeded
@@ -220,21 +225,8 @@ def test_a_killed_node_of_a_local_job_ends_the_other_through_its_hook_despite_si
 ):
     # node 0's collective fails on the dead peer's closed connection, so it lingers at exit;
     # the backend then sends it SIGTERM (which jax's preemption notifier catches) and SIGKILL
-    # 10 s later: its peer watch must run the hook and end it with status 75 before that
-    (tmp_path / "node.py").write_text(KILLED_NODE)
-    spec = JobSpec(
-        name="killed",
-        tasks=(Task(name="train", argv=("python", "node.py"), timeout_seconds=300),),
-        nodes=2,
-        probe_devices=False,
-        timeout_seconds=300,
-        runtime={"platforms": ["cpu"], "cpu_devices": 2},
-    )
-    backend = LocalBackend({"state_dir": str(tmp_path / "state")})
-    handle = backend.submit(spec, project=tmp_path)
-    state = wait_until_final(backend, handle, 90)
-    fetched = backend.fetch(handle, tmp_path / "fetched")
-    assert state is RunState.FAILED
+    # after its grace: its peer watch must run the hook and end it with status 75 before that
+    fetched = _two_node_job(tmp_path, KILLED_NODE)
     manifest = read_manifest(fetched / MANIFEST_NAME)
     assert manifest.failed_node == 1
     assert [t.returncode for t in manifest.tasks] == [PEER_FAILURE_EXIT_CODE]
