@@ -1,6 +1,10 @@
 """Shared fixtures for the substrax-checkpoint tests: a fresh store directory and tiny states."""
 
+import contextlib
 import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +15,38 @@ import pytest
 @pytest.fixture
 def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "store"
+
+
+_HOLDER = (
+    "import sys, time\n"
+    "from substrax.checkpoint import OrbaxCheckpointStore\n"
+    "store = OrbaxCheckpointStore(sys.argv[1])\n"
+    "print('open', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+@contextlib.contextmanager
+def _writer_elsewhere(directory: Path) -> Iterator["subprocess.Popen[str]"]:
+    """Another process holding ``directory`` open as its writer; SIGKILLed when the block ends."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(directory)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "open"
+        yield writer
+    finally:
+        writer.kill()
+        writer.wait(timeout=30)
+        if writer.stdout is not None:
+            writer.stdout.close()
+
+
+@pytest.fixture
+def writer_elsewhere() -> Callable[[Path], contextlib.AbstractContextManager[Any]]:
+    """``with writer_elsewhere(directory) as process:``: another process writing the store."""
+    return _writer_elsewhere
 
 
 def write_format2_step(root: Path, step: int, payload: Any, sidecar: dict[str, Any]) -> Path:

@@ -110,34 +110,13 @@ def test_an_empty_path_is_exit_2_for_every_command(tmp_path, capsys):
         assert "the path is empty" in capsys.readouterr().err
 
 
-def test_prune_refuses_a_store_another_process_writes(store_dir, capsys):
+def test_prune_refuses_a_store_another_process_writes(store_dir, capsys, writer_elsewhere):
     _fill(store_dir)
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from substrax.checkpoint import OrbaxCheckpointStore\n"
-            "store = OrbaxCheckpointStore(sys.argv[1])\n"
-            "print('open', flush=True)\n"
-            "time.sleep(600)\n",
-            str(store_dir),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert writer.stdout is not None
-        assert writer.stdout.readline().strip() == "open"
+    with writer_elsewhere(store_dir) as writer:
         assert main(["prune", str(store_dir), "--max-to-keep", "1"]) == 1
         assert f"pid {writer.pid}" in capsys.readouterr().err
         assert main(["prune", "--json", str(store_dir), "--max-to-keep", "1", "--dry-run"]) == 0
         assert json.loads(capsys.readouterr().out)["deleted"] == [1, 2, 3]
-    finally:
-        writer.kill()
-        writer.wait(timeout=30)
-        if writer.stdout is not None:
-            writer.stdout.close()
     with OrbaxCheckpointStore(store_dir) as store:
         assert store.list_steps() == [1, 2, 3, 4]
 

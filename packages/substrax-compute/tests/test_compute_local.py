@@ -232,14 +232,19 @@ else:
 """
 
 
-def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
-    (tmp_path / "job.py").write_text(NODE_0_CLEANS_UP)
+def _failed_two_node_job(tmp_path, program):
+    """Run ``program`` as a two-node job that fails; its fetched outputs and manifest."""
+    (tmp_path / "job.py").write_text(program)
     spec = _spec(Task(name="job", argv=("python", "job.py"), timeout_seconds=300), nodes=2)
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     handle = backend.submit(spec, project=tmp_path)
     assert wait_until_final(backend, handle, 60) is RunState.FAILED
     fetched = backend.fetch(handle, tmp_path / "f")
-    manifest = read_manifest(fetched / MANIFEST_NAME)
+    return fetched, read_manifest(fetched / MANIFEST_NAME)
+
+
+def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
+    fetched, manifest = _failed_two_node_job(tmp_path, NODE_0_CLEANS_UP)
     assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
     assert [(t.status, t.returncode) for t in manifest.tasks] == [("cancelled", 75)]
     assert (fetched / "job" / "cleaned.txt").read_text() == "yes"
@@ -248,13 +253,7 @@ def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
 
 def test_a_surviving_task_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     stubborn = NODE_0_CLEANS_UP.replace("sys.exit(75)", 'print("still here", flush=True)')
-    (tmp_path / "job.py").write_text(stubborn)
-    spec = _spec(Task(name="job", argv=("python", "job.py"), timeout_seconds=300), nodes=2)
-    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
-    handle = backend.submit(spec, project=tmp_path)
-    assert wait_until_final(backend, handle, 60) is RunState.FAILED
-    fetched = backend.fetch(handle, tmp_path / "f")
-    manifest = read_manifest(fetched / MANIFEST_NAME)
+    fetched, manifest = _failed_two_node_job(tmp_path, stubborn)
     assert manifest.failed_node == 1
     assert [(t.status, t.returncode) for t in manifest.tasks] == [("cancelled", -9)]
     assert "still here" in (fetched / "job" / "stdout.log").read_text()
