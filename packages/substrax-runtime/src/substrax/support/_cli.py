@@ -1,0 +1,115 @@
+"""The one shape of every substrax command line: exit codes, error lines, ``--json``.
+
+Every entry (``substrax-compute``, ``python -m substrax.checkpoint``, ``python -m
+substrax.tracking``, the managed-env CLI) exits 0 when it did its work, 1 when the operation
+failed (a broken step, an unreachable server), 2 for bad usage or input (a misspelled path, a
+malformed file); argparse's own usage errors are exit 2 too. Errors are one line on stderr,
+``<prog>: error: <message>``, the prefix argparse uses, and never a traceback.
+"""
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Final
+
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+
+class UsageError(ValueError):
+    """Bad input on a command line that argparse could not catch (exit 2).
+
+    Example:
+        >>> str(UsageError("no job named 'dmeo'; known: demo"))
+        "no job named 'dmeo'; known: demo"
+    """
+
+    __module__ = "substrax.support"
+
+
+class CommandFailedError(RuntimeError):
+    """The command's operation failed, its input was fine (exit 1).
+
+    Example:
+        >>> str(CommandFailedError("2 steps failed verification"))
+        '2 steps failed verification'
+    """
+
+    __module__ = "substrax.support"
+
+
+def error_line(prog: str, error: BaseException | str) -> str:
+    """The one line a command prints for ``error``: ``<prog>: error: <message>``.
+
+    A ``KeyError``'s message is its argument, not its quoted repr.
+
+    Example:
+        >>> error_line("substrax-compute", KeyError("no job named 'x'"))
+        "substrax-compute: error: no job named 'x'"
+    """
+    if isinstance(error, KeyError) and error.args:
+        message = str(error.args[0])
+    else:
+        message = str(error) or type(error).__name__
+    return f"{prog}: error: {message}"
+
+
+def run_command(
+    prog: str,
+    command: Callable[[], int],
+    *,
+    usage: tuple[type[BaseException], ...] = (),
+    failures: tuple[type[BaseException], ...] = (),
+) -> int:
+    """Run ``command``; a raised error becomes its one line on stderr and its exit code.
+
+    :class:`UsageError` and the ``usage`` types exit 2; :class:`CommandFailedError` and the
+    ``failures`` types exit 1. Anything else is a bug and keeps its traceback.
+
+    Example:
+        >>> def broken() -> int:
+        ...     raise UsageError("no such directory: /nope")
+        >>> import contextlib, io
+        >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+        ...     run_command("demo", broken)
+        2
+        >>> print(err.getvalue(), end="")
+        demo: error: no such directory: /nope
+    """
+    try:
+        return command()
+    except (UsageError, *usage) as error:
+        sys.stderr.write(error_line(prog, error) + "\n")
+        return EXIT_USAGE
+    except (CommandFailedError, *failures) as error:
+        sys.stderr.write(error_line(prog, error) + "\n")
+        return EXIT_FAILED
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` the ``--json`` flag every table-printing command has.
+
+    Example:
+        >>> parser = argparse.ArgumentParser()
+        >>> add_json_flag(parser)
+        >>> parser.parse_args(["--json"]).json
+        True
+    """
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def emit(data: object, text: str, *, as_json: bool) -> None:
+    """Print ``data`` as indented JSON when ``as_json``, else the human ``text``.
+
+    Example:
+        >>> emit({"step": 1}, "step 1", as_json=False)
+        step 1
+        >>> emit({"step": 1}, "step 1", as_json=True)
+        {
+          "step": 1
+        }
+    """
+    sys.stdout.write((json.dumps(data, indent=2) if as_json else text) + "\n")

@@ -1,0 +1,168 @@
+"""substrax.support: the shared atomic write, optional imports, CLI convention, tables, numbers."""
+
+import io
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from substrax.support import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CommandFailedError,
+    MissingExtraError,
+    Mode,
+    UsageError,
+    check_float,
+    check_int,
+    check_seconds,
+    format_table,
+    print_table,
+    require,
+    run_command,
+    write_atomically,
+)
+
+
+def test_write_atomically_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "state.json"
+    write_atomically(target, "old")
+    write_atomically(target, b"new")
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["state.json"]
+
+
+def test_readers_never_see_a_partial_file(tmp_path: Path) -> None:
+    target = tmp_path / "big.txt"
+    contents = ["a" * 1_000_000, "b" * 2_000_000]
+    write_atomically(target, contents[0])
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            text = target.read_text()
+            seen.add(text[:1] + str(len(text)))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for i in range(30):
+        write_atomically(target, contents[i % 2])
+    stop.set()
+    reader.join()
+    assert seen <= {"a1000000", "b2000000"}
+
+
+def test_a_writer_killed_mid_write_leaves_a_whole_file(tmp_path: Path) -> None:
+    target = tmp_path / "state.txt"
+    write_atomically(target, "committed")
+    code = (
+        "import sys\n"
+        "from substrax.support import write_atomically\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    write_atomically(sys.argv[1], 'x' * 8_000_000)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True
+    ) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+        time.sleep(1.0)  # some writes done, one in flight
+        child.kill()
+        child.wait(timeout=10)
+    assert target.read_text() in {"committed", "x" * 8_000_000}
+
+
+def test_a_failed_write_keeps_the_old_content_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "state.txt"
+    write_atomically(target, "old")
+    with pytest.raises(TypeError):
+        write_atomically(target, 42)  # pyright: ignore[reportArgumentType]
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.txt"]
+
+
+def test_a_file_in_the_way_of_the_directory_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "blocker").write_text("")
+    with pytest.raises((FileExistsError, NotADirectoryError)):
+        write_atomically(tmp_path / "blocker" / "state.txt", "x")
+
+
+def test_require_names_both_extras() -> None:
+    with pytest.raises(MissingExtraError) as caught:
+        require("no_such_sdk.sub", who="MyLogger", distribution="substrax-tracking", extra="x")
+    assert isinstance(caught.value, ImportError)
+    assert caught.value.extra == "x"
+    assert "MyLogger needs no_such_sdk" in str(caught.value)
+    assert "substrax[x]" in str(caught.value)
+    assert "substrax-tracking[x]" in str(caught.value)
+
+
+def test_run_command_maps_errors_to_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    def raising(error: BaseException) -> Callable[[], int]:
+        def command() -> int:
+            raise error
+
+        return command
+
+    assert run_command("p", raising(UsageError("bad path"))) == EXIT_USAGE
+    assert run_command("p", raising(CommandFailedError("it broke"))) == EXIT_FAILED
+    assert run_command("p", raising(KeyError("no job 'x'")), usage=(KeyError,)) == EXIT_USAGE
+    assert run_command("p", raising(OSError("disk")), failures=(OSError,)) == EXIT_FAILED
+    assert capsys.readouterr().err.splitlines() == [
+        "p: error: bad path",
+        "p: error: it broke",
+        "p: error: no job 'x'",
+        "p: error: disk",
+    ]
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        run_command("p", raising(ZeroDivisionError()))
+
+
+def test_tables_in_a_pipe_are_plain_text() -> None:
+    stream = io.StringIO()
+    print_table(["a", "bb"], [[1, None]], stream=stream)
+    assert stream.getvalue() == format_table(["a", "bb"], [[1, None]]) + "\n"
+    assert stream.getvalue().splitlines() == ["a  bb", "-  --", "1  -"]
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [(True, TypeError), (1.0, TypeError), ("3", TypeError), (0, ValueError)]
+)
+def test_check_int_refuses(value: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="n="):
+        check_int("n", value, minimum=1)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 2.0])
+def test_check_float_refuses_non_finite_and_out_of_bounds(value: float) -> None:
+    with pytest.raises(ValueError, match="lr="):
+        check_float("lr", value, minimum=0, maximum=1)
+
+
+def test_check_float_takes_numpy_scalars_only_when_real() -> None:
+    assert check_float("lr", np.float32(0.5), minimum=0) == 0.5
+    with pytest.raises(TypeError, match="not str"):
+        check_float("lr", "0.5")
+    assert check_seconds("t", 0) == 0.0
+    with pytest.raises(ValueError, match="> 0"):
+        check_seconds("t", 0, positive=True)
+
+
+def test_mode_accepts_strings_and_refuses_others() -> None:
+    assert Mode("min") is Mode.MIN
+    assert Mode.MAX.better(2, 1)
+    assert not Mode.MAX.better(1, 1)
+    with pytest.raises(ValueError, match="'mni'"):
+        Mode("mni")
+
+
+def test_support_imports_no_jax() -> None:
+    code = "import sys, substrax.support; assert 'jax' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
