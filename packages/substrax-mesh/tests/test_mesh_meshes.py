@@ -53,7 +53,7 @@ def test_explicit_devices_are_counted():
     ("shape", "error", "match"),
     [
         ({}, MeshShapeError, "mesh shape is empty"),
-        ({"data": 0}, MeshShapeError, "has size 0"),
+        ({"data": 0}, MeshShapeError, "has size=0 must be an integer >= 1"),
         ([("data", 2), ("data", 2)], MeshShapeError, "appears twice"),
         ([("data",)], TypeError, "pairs"),
     ],

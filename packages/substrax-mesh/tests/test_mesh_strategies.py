@@ -18,7 +18,7 @@ from substrax.mesh import (
 def test_sharding_config_totals_and_validation():
     config = ShardingConfig(data_parallel_size=2, tensor_parallel_size=4, fsdp_enabled=True)
     assert config.get_total_device_count() == 8
-    with pytest.raises(ValueError, match="tensor_parallel_size must be a positive int"):
+    with pytest.raises(ValueError, match="tensor_parallel_size=0 must be an integer >= 1"):
         ShardingConfig(tensor_parallel_size=0)
     with pytest.raises(ValueError, match="fsdp_min_weight_size"):
         ShardingConfig(fsdp_min_weight_size=-1)

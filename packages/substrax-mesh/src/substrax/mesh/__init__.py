@@ -20,8 +20,13 @@ Example:
 """
 
 from ._config import ParallelismConfig as ParallelismConfig, ShardingConfig as ShardingConfig
-from ._logical import (
+from ._errors import (
+    MeshShapeError as MeshShapeError,
     ShardingAnnotationError as ShardingAnnotationError,
+    UnknownLogicalAxisError as UnknownLogicalAxisError,
+    UnknownStrategyError as UnknownStrategyError,
+)
+from ._logical import (
     create_sharded_model as create_sharded_model,
     logical_to_mesh_spec as logical_to_mesh_spec,
     shard_model as shard_model,
@@ -31,7 +36,6 @@ from ._meshes import (
     DeviceMeshManager as DeviceMeshManager,
     MeshInfo as MeshInfo,
     MeshShape as MeshShape,
-    MeshShapeError as MeshShapeError,
     create_device_mesh as create_device_mesh,
     create_multihost_mesh as create_multihost_mesh,
     mesh_info as mesh_info,
@@ -41,7 +45,6 @@ from ._rules import (
     MeshAxes as MeshAxes,
     MeshRules as MeshRules,
     RulesLike as RulesLike,
-    UnknownLogicalAxisError as UnknownLogicalAxisError,
     as_logical_rules as as_logical_rules,
     create_named_sharding as create_named_sharding,
     data_parallel_rules as data_parallel_rules,
@@ -79,6 +82,7 @@ __all__ = [
     "ShardingStrategy",
     "TensorParallelStrategy",
     "UnknownLogicalAxisError",
+    "UnknownStrategyError",
     "as_logical_rules",
     "create_device_mesh",
     "create_multihost_mesh",

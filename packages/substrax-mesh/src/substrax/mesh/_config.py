@@ -6,11 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Self
 
-
-def _positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
-        msg = f"{name} must be a positive int; got {value!r}"
-        raise ValueError(msg)
+from substrax.support import check_int
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,12 +32,10 @@ class ShardingConfig:
     fsdp_min_weight_size: int = 1024
 
     def __post_init__(self) -> None:
-        _positive("data_parallel_size", self.data_parallel_size)
-        _positive("tensor_parallel_size", self.tensor_parallel_size)
-        _positive("pipeline_parallel_size", self.pipeline_parallel_size)
-        if self.fsdp_min_weight_size < 0:
-            msg = f"fsdp_min_weight_size must be >= 0; got {self.fsdp_min_weight_size}"
-            raise ValueError(msg)
+        check_int("data_parallel_size", self.data_parallel_size, minimum=1)
+        check_int("tensor_parallel_size", self.tensor_parallel_size, minimum=1)
+        check_int("pipeline_parallel_size", self.pipeline_parallel_size, minimum=1)
+        check_int("fsdp_min_weight_size", self.fsdp_min_weight_size, minimum=0)
 
     def get_total_device_count(self) -> int:
         """The devices this configuration needs: the product of the three sizes."""
@@ -58,7 +52,7 @@ class ShardingConfig:
             >>> ShardingConfig.from_device_count(8)
             ShardingConfig(data_parallel_size=2, tensor_parallel_size=4, pipeline_parallel_size=1, fsdp_enabled=False, fsdp_min_weight_size=1024)
         """
-        _positive("device_count", device_count)
+        check_int("device_count", device_count, minimum=1)
         if device_count <= 4:  # noqa: PLR2004  (the documented heuristic)
             return cls(data_parallel_size=device_count)
         if device_count == 8:  # noqa: PLR2004
@@ -99,8 +93,8 @@ class ParallelismConfig:
         if len(set(self.mesh_axis_names)) != len(self.mesh_axis_names):
             msg = f"mesh_axis_names {self.mesh_axis_names} repeat a name"
             raise ValueError(msg)
-        for size in self.mesh_shape:
-            _positive("each mesh_shape entry", size)
+        for index, size in enumerate(self.mesh_shape):
+            check_int(f"mesh_shape[{index}]", size, minimum=1)
 
     def is_valid(self) -> bool:
         """Whether the mesh holds exactly the devices the sharding configuration needs."""

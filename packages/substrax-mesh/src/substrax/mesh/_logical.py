@@ -17,21 +17,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from substrax.typing import PyTree
 
+from ._errors import ShardingAnnotationError
 from ._rules import LogicalAxisRules, RulesLike, as_logical_rules
-
-
-class ShardingAnnotationError(ValueError):
-    """A variable whose annotation cannot become a sharding on this mesh.
-
-    Attributes:
-        path: The variable's path in the state, e.g. ``"layers/0/kernel"``.
-        annotation: The variable's ``out_sharding`` metadata.
-    """
-
-    def __init__(self, message: str, *, path: str, annotation: object) -> None:
-        super().__init__(message)
-        self.path = path
-        self.annotation = annotation
 
 
 def _is_variable(x: object) -> bool:

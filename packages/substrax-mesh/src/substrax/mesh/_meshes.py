@@ -13,23 +13,12 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from substrax.devices import visible_devices
+from substrax.support import check_int
+
+from ._errors import MeshShapeError
 
 
 type MeshShape = Mapping[str, int] | Sequence[tuple[str, int]]
-
-
-class MeshShapeError(ValueError):
-    """A mesh shape that the visible devices cannot hold, or that is malformed.
-
-    Attributes:
-        mesh_shape: The requested shape, as a dict from axis name to size.
-        device_count: How many devices were available to build it.
-    """
-
-    def __init__(self, message: str, *, mesh_shape: dict[str, int], device_count: int) -> None:
-        super().__init__(message)
-        self.mesh_shape = mesh_shape
-        self.device_count = device_count
 
 
 _PAIR = 2
@@ -49,10 +38,11 @@ def _normalize_shape(mesh_shape: MeshShape) -> dict[str, int]:
         if name in shape:
             msg = f"mesh axis {name!r} appears twice in {pairs!r}; give every axis one size"
             raise MeshShapeError(msg, mesh_shape=dict(pairs), device_count=-1)
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
-            msg = f"mesh axis {name!r} has size {size!r}; every size must be a positive int"
-            raise MeshShapeError(msg, mesh_shape=dict(pairs), device_count=-1)
-        shape[name] = size
+        try:
+            shape[name] = check_int(f"mesh axis {name!r} has size", size, minimum=1)
+        except (TypeError, ValueError) as error:
+            msg = f"{error}; give every axis a positive size"
+            raise MeshShapeError(msg, mesh_shape=dict(pairs), device_count=-1) from None
     if not shape:
         msg = "mesh shape is empty; name at least one axis, e.g. {'data': jax.device_count()}"
         raise MeshShapeError(msg, mesh_shape={}, device_count=-1)

@@ -8,29 +8,11 @@ from types import MappingProxyType
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ._errors import UnknownLogicalAxisError
+
 
 type MeshAxes = str | tuple[str, ...] | None
 """Where one logical dimension goes: a mesh axis, several mesh axes, or nowhere (replicated)."""
-
-
-class UnknownLogicalAxisError(KeyError):
-    """A logical axis name that the rules do not map.
-
-    Attributes:
-        name: The unknown logical name.
-        known: The names the rules do map.
-    """
-
-    def __init__(self, name: str, known: Sequence[str]) -> None:
-        self.name = name
-        self.known = tuple(known)
-        super().__init__(
-            f"logical axis {name!r} is not in the rules (they map {list(self.known)}); "
-            "add it to the rules, mapped to a mesh axis or to None for replicated"
-        )
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 def _check_axes(name: str, axes: object) -> MeshAxes:

@@ -11,6 +11,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._config import ParallelismConfig
+from ._errors import UnknownStrategyError
 
 
 FSDP_DIMENSION_NAMES = frozenset({"out_features", "features", "hidden", "embed", "mlp"})
@@ -285,12 +286,12 @@ class MultiDimensionalStrategy:
         """Merge proposed specs dimension by dimension in priority order.
 
         Raises:
-            KeyError: If a proposal comes from a strategy this object does not hold.
+            UnknownStrategyError: If a proposal comes from a strategy this object does not hold
+                (a ``KeyError``).
         """
         unknown = sorted(set(proposed_specs) - set(self.strategies))
         if unknown:
-            msg = f"specs proposed for {tensor_name!r} by unknown strategies {unknown}; known: {list(self._order)}"
-            raise KeyError(msg)
+            raise UnknownStrategyError(tensor_name, unknown=unknown, known=list(self._order))
         rank = len(max(proposed_specs.values(), key=len, default=PartitionSpec()))
         merged: list[str | tuple[str, ...] | None] = [None] * rank
         used: set[str] = set()
