@@ -8,6 +8,7 @@ from flax import nnx
 from substrax.optim import (
     EXCLUDE_BIAS_AND_NORM_SCALE,
     OPTIMIZER_TYPES,
+    LearningRateNotFoundError,
     OptimizerConfig,
     OptimizerConfigError,
     create_optimizer,
@@ -49,8 +50,16 @@ def net():
         ({"weight_decay": 0.1}, OptimizerConfigError, "'adam' has none"),
         ({"momentum": 0.9}, OptimizerConfigError, "momentum is for"),
         ({"weight_decay_filter": "kernel"}, TypeError, "reads as a tag"),
-        ({"learning_rate": 0.0}, OptimizerConfigError, "learning_rate must be > 0"),
-        ({"learning_rate": "fast"}, TypeError, "learning_rate must be a number"),
+        (
+            {"learning_rate": 0.0},
+            OptimizerConfigError,
+            "learning_rate=0.0 must be a finite number > 0",
+        ),
+        (
+            {"learning_rate": "fast"},
+            TypeError,
+            "learning_rate='fast' must be a finite number > 0.*optax schedule",
+        ),
     ],
 )
 def test_config_refusals(kwargs, error, match):
@@ -164,8 +173,9 @@ def test_schedules_are_followed(net):
 
 
 def test_current_learning_rate_needs_injected_hyperparameters(net):
-    with pytest.raises(LookupError, match="inject_hyperparams"):
+    with pytest.raises(LearningRateNotFoundError, match="inject_hyperparams") as info:
         current_learning_rate(nnx.Optimizer(net, optax.sgd(0.1), wrt=nnx.Param))
+    assert isinstance(info.value, LookupError)
 
 
 def test_with_strong_state_types():
@@ -196,7 +206,9 @@ def test_switch_at_changes_transformation_at_the_step():
     assert seen == [-1.0, -1.0, -0.1, -0.1]
 
 
-@pytest.mark.parametrize("step", [0, -3, 1.5, True])
-def test_switch_at_refuses_a_bad_step(step):
-    with pytest.raises(ValueError, match="step must be a positive int"):
+@pytest.mark.parametrize(
+    ("step", "error"), [(0, ValueError), (-3, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_switch_at_refuses_a_bad_step(step, error):
+    with pytest.raises(error, match=r"step=.* must be an integer >= 1"):
         switch_at(optax.sgd(1.0), optax.sgd(0.1), step=step)

@@ -23,13 +23,14 @@ from ._config import (
     MOMENTUM_TYPES as MOMENTUM_TYPES,
     OPTIMIZER_TYPES as OPTIMIZER_TYPES,
     OptimizerConfig as OptimizerConfig,
-    OptimizerConfigError as OptimizerConfigError,
     OptimizerType as OptimizerType,
 )
-from ._line_search import (
+from ._errors import (
+    LearningRateNotFoundError as LearningRateNotFoundError,
     LineSearchStateError as LineSearchStateError,
-    update_with_line_search as update_with_line_search,
+    OptimizerConfigError as OptimizerConfigError,
 )
+from ._line_search import update_with_line_search as update_with_line_search
 from ._masks import (
     EXCLUDE_BIAS_AND_NORM_SCALE as EXCLUDE_BIAS_AND_NORM_SCALE,
     mask_callable as mask_callable,
@@ -43,6 +44,7 @@ __all__ = [
     "EXCLUDE_BIAS_AND_NORM_SCALE",
     "MOMENTUM_TYPES",
     "OPTIMIZER_TYPES",
+    "LearningRateNotFoundError",
     "LineSearchStateError",
     "OptimizerConfig",
     "OptimizerConfigError",

@@ -9,9 +9,11 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from substrax.support import check_int
 from substrax.typing import PyTree
 
-from ._config import DECOUPLED_DECAY_TYPES, OptimizerConfig, OptimizerConfigError
+from ._config import DECOUPLED_DECAY_TYPES, OptimizerConfig
+from ._errors import LearningRateNotFoundError, OptimizerConfigError
 from ._masks import mask_callable, mask_from_filter
 
 
@@ -114,8 +116,9 @@ def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
     """The learning rate of the latest update (the schedule at step 0 before any update).
 
     Raises:
-        LookupError: If the optimizer state holds no injected ``learning_rate`` (build the
-            transformation with ``optax.inject_hyperparams`` or :func:`create_transformation`).
+        LearningRateNotFoundError: (a ``LookupError``) If the optimizer state holds no injected
+            ``learning_rate`` (build the transformation with ``optax.inject_hyperparams`` or
+            :func:`create_transformation`).
 
     Example:
         >>> model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
@@ -124,11 +127,7 @@ def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
     """
     found = _find_learning_rate(optimizer.opt_state)
     if found is None:
-        msg = (
-            "the optimizer state holds no injected learning_rate; wrap the optimizer in "
-            "optax.inject_hyperparams (create_transformation does)"
-        )
-        raise LookupError(msg)
+        raise LearningRateNotFoundError
     value = found.get_value() if isinstance(found, nnx.Variable) else found
     return jnp.asarray(value)
 
@@ -164,7 +163,8 @@ def switch_at(
     starts with fresh statistics at the switch.
 
     Raises:
-        ValueError: If ``step`` is not a positive int.
+        TypeError: If ``step`` is not an int.
+        ValueError: If ``step`` is below 1.
 
     Example:
         >>> tx = switch_at(optax.sgd(1.0), optax.sgd(0.1), step=1)
@@ -175,10 +175,7 @@ def switch_at(
         >>> float(first["w"][0]), round(float(second["w"][0]), 6)
         (-1.0, -0.1)
     """
-    if isinstance(step, bool) or not isinstance(step, int) or step <= 0:  # pyright: ignore[reportUnnecessaryIsInstance]
-        msg = f"step must be a positive int (the update at which to switch); got {step!r}"
-        raise ValueError(msg)
-    switch = step
+    switch = check_int("step", step, minimum=1)
 
     def before(step: jax.typing.ArrayLike, **_: object) -> jax.Array:
         return jnp.less(step, switch)

@@ -8,25 +8,15 @@ from typing import Any, Literal, get_args
 import optax
 from flax import nnx
 
+from substrax.support import check_float
+
+from ._errors import OptimizerConfigError
+
 
 type OptimizerType = Literal["adam", "adamw", "sgd", "rmsprop", "adagrad", "lamb", "radam", "nadam"]
 OPTIMIZER_TYPES: tuple[str, ...] = get_args(OptimizerType.__value__)
 DECOUPLED_DECAY_TYPES: frozenset[str] = frozenset({"adamw", "lamb"})
 MOMENTUM_TYPES: frozenset[str] = frozenset({"sgd", "rmsprop"})
-
-
-class OptimizerConfigError(ValueError):
-    """An optimizer configuration that cannot be built.
-
-    Attributes:
-        field: The offending field.
-        value: Its value.
-    """
-
-    def __init__(self, message: str, *, field: str, value: object) -> None:
-        super().__init__(message)
-        self.field = field
-        self.value = value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,14 +58,15 @@ class OptimizerConfig:
             msg = f"optimizer_type {self.optimizer_type!r} is unknown; use one of {OPTIMIZER_TYPES}"
             raise OptimizerConfigError(msg, field="optimizer_type", value=self.optimizer_type)
         if not callable(self.learning_rate):
-            if isinstance(self.learning_rate, bool) or not isinstance(
-                self.learning_rate, (int, float)
-            ):  # pyright: ignore[reportUnnecessaryIsInstance]
-                msg = f"learning_rate must be a number or an optax schedule; got {self.learning_rate!r}"
-                raise TypeError(msg)
-            if self.learning_rate <= 0:
-                msg = f"learning_rate must be > 0; got {self.learning_rate}"
-                raise OptimizerConfigError(msg, field="learning_rate", value=self.learning_rate)
+            try:
+                check_float("learning_rate", self.learning_rate, minimum=0, exclusive_minimum=True)
+            except TypeError as error:
+                raise TypeError(f"{error}; or pass an optax schedule") from None
+            except ValueError as error:
+                msg = str(error)
+                raise OptimizerConfigError(
+                    msg, field="learning_rate", value=self.learning_rate
+                ) from None
         if self.gradient_clip_norm is not None and self.gradient_clip_value is not None:
             msg = (
                 f"set gradient_clip_norm ({self.gradient_clip_norm}) or gradient_clip_value "

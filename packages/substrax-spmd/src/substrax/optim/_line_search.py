@@ -10,17 +10,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-
-class LineSearchStateError(ValueError):
-    """An optimizer or model that a line-search update cannot run on reliably.
-
-    Attributes:
-        paths: The offending leaves' key paths (weak types), or dtypes (mixed parameters).
-    """
-
-    def __init__(self, message: str, *, paths: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.paths = paths
+from ._errors import LineSearchStateError
 
 
 def _check(model: nnx.Module, optimizer: nnx.Optimizer[Any]) -> None:

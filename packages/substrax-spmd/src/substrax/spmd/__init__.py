@@ -16,8 +16,11 @@ Example:
     (3, 1)
 """
 
-from ._placement import (
+from ._errors import (
     BatchPlacementError as BatchPlacementError,
+    UnknownReductionError as UnknownReductionError,
+)
+from ._placement import (
     create_data_parallel_sharding as create_data_parallel_sharding,
     place_batch_on_shards as place_batch_on_shards,
     place_nnx_state_on_shards as place_nnx_state_on_shards,
@@ -25,7 +28,6 @@ from ._placement import (
 from ._reductions import (
     REDUCTIONS as REDUCTIONS,
     Reduction as Reduction,
-    UnknownReductionError as UnknownReductionError,
     all_gather as all_gather,
     collect_from_devices as collect_from_devices,
     reduce_custom as reduce_custom,

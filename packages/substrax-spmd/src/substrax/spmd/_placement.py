@@ -12,23 +12,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from substrax.typing import PyTree
 
-
-class BatchPlacementError(ValueError):
-    """A batch leaf that its sharding cannot split.
-
-    Attributes:
-        path: The leaf's key path, e.g. ``"['rows']['x']"``.
-        shape: The leaf's shape.
-        spec: The partition spec it was given.
-    """
-
-    def __init__(
-        self, message: str, *, path: str, shape: tuple[int, ...], spec: PartitionSpec
-    ) -> None:
-        super().__init__(message)
-        self.path = path
-        self.shape = shape
-        self.spec = spec
+from ._errors import BatchPlacementError
 
 
 def create_data_parallel_sharding(mesh: Mesh, data_axis: str = "data") -> NamedSharding:

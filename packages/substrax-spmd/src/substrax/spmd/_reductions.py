@@ -11,6 +11,8 @@ import numpy as np
 
 from substrax.typing import PyTree
 
+from ._errors import UnknownReductionError
+
 
 type Reduction = Literal["mean", "sum", "max", "min"]
 REDUCTIONS: tuple[str, ...] = get_args(Reduction.__value__)
@@ -83,20 +85,6 @@ _BY_NAME: dict[str, Callable[[Any], Any]] = {
     "max": jnp.max,
     "min": jnp.min,
 }
-
-
-class UnknownReductionError(ValueError):
-    """A reduction name that is not mean, sum, max or min, or a name without a metric.
-
-    Attributes:
-        name: The metric concerned.
-        reduction: The reduction asked for.
-    """
-
-    def __init__(self, message: str, *, name: str, reduction: object) -> None:
-        super().__init__(message)
-        self.name = name
-        self.reduction = reduction
 
 
 def reduce_custom[V](
