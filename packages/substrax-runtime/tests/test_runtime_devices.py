@@ -127,19 +127,22 @@ def test_unknown_hardware_is_a_lookup_error():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "error"),
     [
-        {"min_batch_size": 0, "optimal_batch_size": 8, "critical_batch_size": 8},
-        {"min_batch_size": 16, "optimal_batch_size": 8, "critical_batch_size": 8},
-        {"min_batch_size": 1, "optimal_batch_size": True, "critical_batch_size": 8},
-        {
-            "min_batch_size": 1,
-            "optimal_batch_size": 8,
-            "critical_batch_size": 8,
-            "max_memory_batch_size": 0,
-        },
+        ({"min_batch_size": 0, "optimal_batch_size": 8, "critical_batch_size": 8}, ValueError),
+        ({"min_batch_size": 16, "optimal_batch_size": 8, "critical_batch_size": 8}, ValueError),
+        ({"min_batch_size": 1, "optimal_batch_size": True, "critical_batch_size": 8}, TypeError),
+        (
+            {
+                "min_batch_size": 1,
+                "optimal_batch_size": 8,
+                "critical_batch_size": 8,
+                "max_memory_batch_size": 0,
+            },
+            ValueError,
+        ),
     ],
 )
-def test_recommendation_validation(kwargs):
-    with pytest.raises(ValueError, match="batch_size"):
+def test_recommendation_validation(kwargs, error):
+    with pytest.raises(error, match="batch_size"):
         BatchSizeRecommendation(**kwargs)

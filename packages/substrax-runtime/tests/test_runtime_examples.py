@@ -1,6 +1,6 @@
 import pytest
 
-from substrax.examples import discover_examples
+from substrax.examples import ExamplesRootNotADirectoryError, discover_examples
 
 
 @pytest.fixture
@@ -44,7 +44,9 @@ def test_include_patterns(tree):
 
 
 def test_errors(tree):
-    with pytest.raises(NotADirectoryError):
+    with pytest.raises(ExamplesRootNotADirectoryError, match="is not a directory") as info:
         discover_examples(tree / "missing")
+    assert isinstance(info.value, NotADirectoryError)
+    assert info.value.root == tree / "missing"
     with pytest.raises(TypeError, match="iterable of patterns"):
         discover_examples(tree, include="a.py")

@@ -79,6 +79,10 @@ def test_rngs_from_seed_seed_checks(seed, error):
         rngs_from_seed(seed)
 
 
+def test_rngs_from_seed_takes_a_numpy_integer_seed():
+    assert data(rngs_from_seed(np.int64(7)).default()) == data(rngs_from_seed(7).default())
+
+
 def test_rngs_from_seed_stream_checks():
     with pytest.raises(ValueError, match="at least one stream"):
         rngs_from_seed(0, ())
@@ -92,9 +96,9 @@ def test_split_key():
     keys = split_key(jax.random.key(0), 3)
     assert keys.shape == (3,)
     assert split_key(jax.random.key(0)).shape == (2,)
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="split_key num=0 must be an integer >= 1"):
         split_key(jax.random.key(0), 0)
-    with pytest.raises(TypeError, match="must be an int"):
+    with pytest.raises(TypeError, match="split_key num=True must be an integer >= 1, not bool"):
         split_key(jax.random.key(0), True)
 
 

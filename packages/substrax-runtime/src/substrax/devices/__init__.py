@@ -9,11 +9,11 @@ Example:
     295
 """
 
+from ._errors import UnknownHardwareError as UnknownHardwareError
 from ._hardware import (
     BATCH_SIZE_TABLE as BATCH_SIZE_TABLE,
     BatchSizeRecommendation as BatchSizeRecommendation,
     HardwareType as HardwareType,
-    UnknownHardwareError as UnknownHardwareError,
     detect_hardware_type as detect_hardware_type,
     get_batch_size_recommendation as get_batch_size_recommendation,
 )

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
 
+from substrax.support import check_int
+
+from ._errors import UnknownHardwareError
 from ._info import DeviceKind, DeviceLike, visible_devices
 
 
@@ -76,29 +79,6 @@ _DEVICE_KIND_PATTERNS: tuple[tuple[re.Pattern[str], HardwareType], ...] = (
 )
 
 
-class UnknownHardwareError(LookupError):
-    """The batch-size table has no entry for this hardware.
-
-    Attributes:
-        hardware_type: The type asked for (``UNKNOWN`` for an unrecognised accelerator).
-        device_kind: The device's own name, when it was detected.
-
-    Example:
-        >>> str(UnknownHardwareError(HardwareType.UNKNOWN, "NVIDIA L40S")).startswith("no batch")
-        True
-    """
-
-    def __init__(self, hardware_type: HardwareType, device_kind: str | None = None) -> None:
-        self.hardware_type = hardware_type
-        self.device_kind = device_kind
-        seen = f" (device_kind {device_kind!r})" if device_kind else ""
-        super().__init__(
-            f"no batch-size recommendation for {hardware_type.name}{seen}; the table knows "
-            f"{', '.join(h.name for h in BATCH_SIZE_TABLE)}. Pass hardware_type= for the "
-            "closest match, or measure (calibrax owns hardware specs)"
-        )
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchSizeRecommendation:
     """Per-device batch-size starting points for one kind of hardware.
@@ -111,6 +91,7 @@ class BatchSizeRecommendation:
         notes: Where the numbers come from.
 
     Raises:
+        TypeError: A size is not an int.
         ValueError: A size is below 1, or ``min_batch_size > optimal_batch_size``.
 
     Example:
@@ -133,8 +114,7 @@ class BatchSizeRecommendation:
         if self.max_memory_batch_size is not None:
             sizes["max_memory_batch_size"] = self.max_memory_batch_size
         for name, value in sizes.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise ValueError(f"{name} must be an int of at least 1, got {value!r}")
+            check_int(name, value, minimum=1)
         if self.min_batch_size > self.optimal_batch_size:
             raise ValueError(
                 f"min_batch_size {self.min_batch_size} exceeds optimal_batch_size "

@@ -8,6 +8,7 @@ Example:
 """
 
 from ._discover import discover_examples as discover_examples
+from ._errors import ExamplesRootNotADirectoryError as ExamplesRootNotADirectoryError
 
 
-__all__ = ["discover_examples"]
+__all__ = ["ExamplesRootNotADirectoryError", "discover_examples"]

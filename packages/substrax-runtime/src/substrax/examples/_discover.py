@@ -4,6 +4,8 @@ import fnmatch
 from collections.abc import Iterable
 from pathlib import Path
 
+from ._errors import ExamplesRootNotADirectoryError
+
 
 def discover_examples(root: Path | str, *, include: Iterable[str] | None = None) -> list[Path]:
     """Every ``*.py`` under ``root``, sorted, skipping any path part that starts with ``_``.
@@ -18,7 +20,7 @@ def discover_examples(root: Path | str, *, include: Iterable[str] | None = None)
         The example scripts, sorted.
 
     Raises:
-        NotADirectoryError: ``root`` is not a directory.
+        ExamplesRootNotADirectoryError: ``root`` is not a directory (a ``NotADirectoryError``).
 
     Example:
         >>> import tempfile
@@ -31,7 +33,7 @@ def discover_examples(root: Path | str, *, include: Iterable[str] | None = None)
     """
     base = Path(root)
     if not base.is_dir():
-        raise NotADirectoryError(f"examples root {str(base)!r} is not a directory")
+        raise ExamplesRootNotADirectoryError(base)
     if isinstance(include, str):
         raise TypeError(f"include must be an iterable of patterns, not the string {include!r}")
     patterns = None if include is None else tuple(include)

@@ -10,9 +10,9 @@ Example:
     (4,)
 """
 
+from ._errors import MissingRngStreamError as MissingRngStreamError
 from ._keys import (
     NNX_EXTRA as NNX_EXTRA,
-    MissingRngStreamError as MissingRngStreamError,
     fold_in_name as fold_in_name,
     key_from as key_from,
     rngs_from_seed as rngs_from_seed,

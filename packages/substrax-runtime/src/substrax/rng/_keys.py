@@ -12,53 +12,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from substrax.support import check_int, require
+
+from ._errors import MissingRngStreamError
+
 
 if TYPE_CHECKING:
     from flax import nnx
 
 
 NNX_EXTRA = "substrax-runtime[nnx]"
-
-
-class MissingRngStreamError(ValueError):
-    """An ``nnx.Rngs`` holds none of the streams a caller can draw from.
-
-    Attributes:
-        context: What asked for a key (e.g. ``"Dropout"``).
-        streams: The streams it accepts, in preference order.
-
-    Example:
-        >>> str(MissingRngStreamError(context="dropout layer", streams=("dropout", "default")))
-        "dropout layer needs an rng stream named one of ('dropout', 'default'); pass nnx.Rngs(dropout=...)"
-    """
-
-    context: str
-    streams: tuple[str, ...]
-
-    def __init__(self, *, context: str, streams: Sequence[str]) -> None:
-        self.context = context
-        self.streams = tuple(streams)
-        super().__init__(
-            f"{context} needs an rng stream named one of {self.streams}; "
-            f"pass nnx.Rngs({self.streams[0] if self.streams else 'default'}=...)"
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_missing, (self.context, self.streams))
-
-
-def _rebuild_missing(context: str, streams: tuple[str, ...]) -> MissingRngStreamError:
-    return MissingRngStreamError(context=context, streams=streams)
-
-
-def _nnx() -> Any:  # noqa: ANN401 - the flax.nnx module, imported on demand
-    try:
-        from flax import nnx  # noqa: PLC0415 - flax is the optional [nnx] extra
-    except ImportError as error:
-        raise ImportError(
-            f"this needs flax; install it with `uv add '{NNX_EXTRA}'` (or pip install '{NNX_EXTRA}')"
-        ) from error
-    return nnx
 
 
 def _is_rngs(value: object) -> bool:
@@ -169,11 +132,7 @@ def split_key(key: jax.Array, num: int = 2) -> jax.Array:
         >>> split_key(jax.random.key(0), 3).shape
         (3,)
     """
-    if isinstance(num, bool) or not isinstance(num, int):
-        raise TypeError(f"split_key num must be an int, got {num!r}")
-    if num < 1:
-        raise ValueError(f"split_key num must be at least 1, got {num}")
-    return jax.random.split(key, num)
+    return jax.random.split(key, check_int("split_key num", num, minimum=1))
 
 
 def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rngs":
@@ -192,23 +151,21 @@ def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rng
     Raises:
         TypeError: ``seed`` is not an int (a bool is refused) or a name is not a string.
         ValueError: ``seed`` is negative, or ``streams`` is empty or repeats a name.
-        ImportError: flax is not installed (install ``substrax-runtime[nnx]``).
+        MissingExtraError: flax is not installed (an ``ImportError``; install
+            ``substrax-runtime[nnx]``).
 
     Example:
         >>> rngs = rngs_from_seed(0, ("params", "dropout"))
         >>> rngs.dropout().shape
         ()
     """
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-        raise TypeError(f"seed must be an int, got {seed!r}")
-    if seed < 0:
-        raise ValueError(f"seed must be non-negative, got {seed}")
+    checked = check_int("seed", int(seed) if isinstance(seed, np.integer) else seed, minimum=0)
     names = _check_streams(streams)
     if not names:
         raise ValueError("rngs_from_seed needs at least one stream name")
     if len(set(names)) != len(names):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"stream names must be distinct; repeated: {', '.join(duplicates)}")
-    nnx = _nnx()
-    root = jax.random.key(int(seed))
+    nnx = require("flax.nnx", who="rngs_from_seed", distribution="substrax-runtime", extra="nnx")
+    root = jax.random.key(checked)
     return nnx.Rngs(**{name: fold_in_name(root, name) for name in names})

@@ -1,0 +1,36 @@
+"""The errors of ``substrax.devices``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+
+if TYPE_CHECKING:
+    from ._hardware import HardwareType
+
+
+class UnknownHardwareError(LookupError):
+    """The batch-size table has no entry for this hardware.
+
+    Attributes:
+        hardware_type: The type asked for (``UNKNOWN`` for an unrecognised accelerator).
+        device_kind: The device's own name, when it was detected.
+
+    Example:
+        >>> str(UnknownHardwareError(HardwareType.UNKNOWN, "NVIDIA L40S")).startswith("no batch")
+        True
+    """
+
+    __module__ = "substrax.devices"
+
+    def __init__(self, hardware_type: HardwareType, device_kind: str | None = None) -> None:
+        from ._hardware import BATCH_SIZE_TABLE  # noqa: PLC0415  (the table imports this module)
+
+        self.hardware_type = hardware_type
+        self.device_kind = device_kind
+        seen = f" (device_kind {device_kind!r})" if device_kind else ""
+        super().__init__(
+            f"no batch-size recommendation for {hardware_type.name}{seen}; the table knows "
+            f"{', '.join(h.name for h in BATCH_SIZE_TABLE)}. Pass hardware_type= for the "
+            "closest match, or measure (calibrax owns hardware specs)"
+        )

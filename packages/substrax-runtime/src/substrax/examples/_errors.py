@@ -1,0 +1,29 @@
+"""The errors of ``substrax.examples``."""
+
+from pathlib import Path
+
+
+class ExamplesRootNotADirectoryError(NotADirectoryError):
+    """The examples root given to ``discover_examples`` is not a directory.
+
+    Attributes:
+        root: The path given.
+
+    Example:
+        >>> print(ExamplesRootNotADirectoryError(Path("/no/such/examples")))
+        examples root '/no/such/examples' is not a directory; pass the folder that holds the example scripts
+    """
+
+    __module__ = "substrax.examples"
+
+    root: Path
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        super().__init__(
+            f"examples root {str(root)!r} is not a directory; pass the folder that holds the "
+            "example scripts"
+        )
+
+    def __reduce__(self) -> tuple[type["ExamplesRootNotADirectoryError"], tuple[Path]]:
+        return (type(self), (self.root,))
