@@ -10,6 +10,7 @@ class ExamplesRootNotADirectoryError(NotADirectoryError):
         root: The path given.
 
     Example:
+        >>> from pathlib import Path
         >>> print(ExamplesRootNotADirectoryError(Path("/no/such/examples")))
         examples root '/no/such/examples' is not a directory; pass the folder that holds the example scripts
     """
