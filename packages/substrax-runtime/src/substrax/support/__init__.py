@@ -12,31 +12,70 @@ Example:
     True
 """
 
-from ._atomic import write_atomically as write_atomically
-from ._cli import (
-    EXIT_FAILED as EXIT_FAILED,
-    EXIT_OK as EXIT_OK,
-    EXIT_USAGE as EXIT_USAGE,
-    CommandFailedError as CommandFailedError,
-    UsageError as UsageError,
-    add_json_flag as add_json_flag,
-    emit as emit,
-    error_line as error_line,
-    run_command as run_command,
-)
-from ._mode import Mode as Mode
-from ._numbers import (
-    check_float as check_float,
-    check_int as check_int,
-    check_seconds as check_seconds,
-)
-from ._optional import (
-    MissingExtraError as MissingExtraError,
-    install_hint as install_hint,
-    optional as optional,
-    require as require,
-)
-from ._tables import format_table as format_table, print_table as print_table
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+
+if TYPE_CHECKING:
+    from ._atomic import write_atomically as write_atomically
+    from ._cli import (
+        EXIT_FAILED as EXIT_FAILED,
+        EXIT_OK as EXIT_OK,
+        EXIT_USAGE as EXIT_USAGE,
+        CommandFailedError as CommandFailedError,
+        UsageError as UsageError,
+        add_json_flag as add_json_flag,
+        emit as emit,
+        error_line as error_line,
+        run_command as run_command,
+    )
+    from ._mode import Mode as Mode
+    from ._numbers import (
+        check_float as check_float,
+        check_int as check_int,
+        check_seconds as check_seconds,
+    )
+    from ._optional import (
+        MissingExtraError as MissingExtraError,
+        install_hint as install_hint,
+        optional as optional,
+        require as require,
+    )
+    from ._tables import format_table as format_table, print_table as print_table
+
+# Each name loads its own module on first use (PEP 562): a part that only checks a number (the
+# runtime, whose import stays under 5% of jax's) never pays for argparse, json or tempfile.
+_LAZY = {
+    "write_atomically": "._atomic",
+    "EXIT_FAILED": "._cli",
+    "EXIT_OK": "._cli",
+    "EXIT_USAGE": "._cli",
+    "CommandFailedError": "._cli",
+    "UsageError": "._cli",
+    "add_json_flag": "._cli",
+    "emit": "._cli",
+    "error_line": "._cli",
+    "run_command": "._cli",
+    "Mode": "._mode",
+    "check_float": "._numbers",
+    "check_int": "._numbers",
+    "check_seconds": "._numbers",
+    "MissingExtraError": "._optional",
+    "install_hint": "._optional",
+    "optional": "._optional",
+    "require": "._optional",
+    "format_table": "._tables",
+    "print_table": "._tables",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [
