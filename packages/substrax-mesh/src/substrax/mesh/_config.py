@@ -21,6 +21,7 @@ class ShardingConfig:
         fsdp_min_weight_size: Smallest first dimension that FSDP splits.
 
     Example:
+        >>> from substrax.mesh import ShardingConfig
         >>> ShardingConfig(data_parallel_size=2, tensor_parallel_size=4).get_total_device_count()
         8
     """
@@ -49,6 +50,7 @@ class ShardingConfig:
         tensor size is the largest divisor of the count not above ``min(8, isqrt(count))``.
 
         Example:
+            >>> from substrax.mesh import ShardingConfig
             >>> ShardingConfig.from_device_count(8)
             ShardingConfig(data_parallel_size=2, tensor_parallel_size=4, pipeline_parallel_size=1, fsdp_enabled=False, fsdp_min_weight_size=1024)
         """
@@ -72,6 +74,7 @@ class ParallelismConfig:
         sharding_config: The parallelism sizes.
 
     Example:
+        >>> from substrax.mesh import ParallelismConfig, ShardingConfig
         >>> config = ParallelismConfig.from_sharding_config(ShardingConfig(data_parallel_size=2, tensor_parallel_size=4))
         >>> config.mesh_shape, config.mesh_axis_names, config.is_valid()
         ((2, 4), ('data', 'model'), True)

@@ -13,6 +13,7 @@ class MeshShapeError(ValueError):
         device_count: How many devices were available to build it (-1 when not looked at).
 
     Example:
+        >>> from substrax.mesh import MeshShapeError
         >>> error = MeshShapeError("needs 8 devices", mesh_shape={"data": 8}, device_count=4)
         >>> error.mesh_shape, error.device_count
         ({'data': 8}, 4)
@@ -34,6 +35,7 @@ class UnknownLogicalAxisError(KeyError):
         known: The names the rules do map.
 
     Example:
+        >>> from substrax.mesh import UnknownLogicalAxisError
         >>> print(UnknownLogicalAxisError("mlp", ["batch"]))
         logical axis 'mlp' is not in the rules (they map ['batch']); add it to the rules, mapped to a mesh axis or to None for replicated
     """
@@ -60,6 +62,7 @@ class ShardingAnnotationError(ValueError):
         annotation: The variable's ``out_sharding`` metadata.
 
     Example:
+        >>> from substrax.mesh import ShardingAnnotationError
         >>> error = ShardingAnnotationError("no axis", path="layers/0/kernel", annotation=("x",))
         >>> error.path, error.annotation
         ('layers/0/kernel', ('x',))
@@ -82,6 +85,7 @@ class UnknownStrategyError(KeyError):
         known: The strategy names it holds, in priority order.
 
     Example:
+        >>> from substrax.mesh import UnknownStrategyError
         >>> print(UnknownStrategyError("w", unknown=["tp"], known=["fsdp"]))
         specs proposed for 'w' by unknown strategies ['tp']; known: ['fsdp']
     """

@@ -81,7 +81,7 @@ def logical_to_mesh_spec(
             dimension of ``shape`` is not divisible by its mesh axes.
 
     Example:
-        >>> from substrax.mesh import create_device_mesh, fsdp_rules
+        >>> from substrax.mesh import create_device_mesh, fsdp_rules, logical_to_mesh_spec
         >>> mesh = create_device_mesh({"data": 1, "model": 2})
         >>> logical_to_mesh_spec(("embed", "mlp"), fsdp_rules(), mesh)
         P('model', None)
@@ -142,7 +142,7 @@ def state_shardings(tree: PyTree, mesh: Mesh, rules: RulesLike = ()) -> PyTree:
 
     Example:
         >>> from flax import nnx
-        >>> from substrax.mesh import create_device_mesh
+        >>> from substrax.mesh import create_device_mesh, state_shardings
         >>> mesh = create_device_mesh({"model": 2})
         >>> with nnx.use_eager_sharding(False):
         ...     layer = nnx.Linear(2, 4, rngs=nnx.Rngs(0),
@@ -178,7 +178,7 @@ def shard_model[N](node: N, mesh: Mesh, rules: RulesLike = ()) -> N:
 
     Example:
         >>> from flax import nnx
-        >>> from substrax.mesh import create_device_mesh, fsdp_rules
+        >>> from substrax.mesh import create_device_mesh, fsdp_rules, shard_model
         >>> mesh = create_device_mesh({"data": 1, "model": 2})
         >>> with nnx.use_eager_sharding(False):
         ...     layer = nnx.Linear(4, 4, rngs=nnx.Rngs(0),
@@ -211,7 +211,7 @@ def create_sharded_model[M](factory: Callable[[], M], mesh: Mesh, rules: RulesLi
 
     Example:
         >>> from flax import nnx
-        >>> from substrax.mesh import create_device_mesh
+        >>> from substrax.mesh import create_device_mesh, create_sharded_model
         >>> mesh = create_device_mesh({"model": 2})
         >>> make = lambda: nnx.Linear(2, 4, rngs=nnx.Rngs(0),
         ...     kernel_init=nnx.with_partitioning(nnx.initializers.ones, (None, "mlp")))

@@ -73,6 +73,7 @@ def create_device_mesh(
         ValueError: If ``axis_types`` does not give one type per axis.
 
     Example:
+        >>> from substrax.mesh import create_device_mesh
         >>> mesh = create_device_mesh({"data": 2})
         >>> dict(mesh.shape)
         {'data': 2}
@@ -129,6 +130,7 @@ def create_multihost_mesh(
             names an axis ``ici_shape`` lacks.
 
     Example:
+        >>> from substrax.mesh import create_multihost_mesh
         >>> mesh = create_multihost_mesh({"data": 2, "model": 1})
         >>> dict(mesh.shape)
         {'data': 2, 'model': 1}
@@ -179,6 +181,7 @@ class MeshInfo(Mapping[str, object]):
         axes: Axis name to size, in mesh order.
 
     Example:
+        >>> from substrax.mesh import MeshInfo
         >>> info = MeshInfo(total_devices=8, axes={"data": 8})
         >>> info == {"total_devices": 8, "axes": {"data": 8}}
         True
@@ -229,6 +232,7 @@ def mesh_info(mesh: Mesh) -> MeshInfo:
         Its device count and axis sizes.
 
     Example:
+        >>> from substrax.mesh import create_device_mesh, mesh_info
         >>> mesh_info(create_device_mesh({"data": 2})).axes["data"]
         2
     """
@@ -241,6 +245,7 @@ class DeviceMeshManager:
     Every mesh has Auto axes, so XLA infers the collectives of a batch-sharded step.
 
     Example:
+        >>> from substrax.mesh import DeviceMeshManager
         >>> mesh = DeviceMeshManager.create_hybrid_mesh(data_parallel_size=2, model_parallel_size=2)
         >>> DeviceMeshManager.get_mesh_info(mesh)["axes"]
         {'data': 2, 'model': 2}
@@ -264,6 +269,7 @@ class DeviceMeshManager:
             MeshShapeError: If more devices are asked for than are visible.
 
         Example:
+            >>> from substrax.mesh import DeviceMeshManager
             >>> DeviceMeshManager.create_data_parallel_mesh(2).axis_names
             ('data',)
         """
@@ -284,6 +290,7 @@ class DeviceMeshManager:
             MeshShapeError: If more devices are asked for than are visible.
 
         Example:
+            >>> from substrax.mesh import DeviceMeshManager
             >>> DeviceMeshManager.create_model_parallel_mesh(2).axis_names
             ('model',)
         """
@@ -304,6 +311,7 @@ class DeviceMeshManager:
             MeshShapeError: If the product exceeds the visible devices.
 
         Example:
+            >>> from substrax.mesh import DeviceMeshManager
             >>> dict(DeviceMeshManager.create_hybrid_mesh(2, 2).shape)
             {'data': 2, 'model': 2}
         """

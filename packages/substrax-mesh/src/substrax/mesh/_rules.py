@@ -31,6 +31,7 @@ class LogicalAxisRules(Mapping[str, MeshAxes]):
     which :meth:`to_flax` returns; built from a mapping or from such pairs.
 
     Example:
+        >>> from substrax.mesh import LogicalAxisRules
         >>> rules = LogicalAxisRules({"batch": "data", "embed": None, "mlp": "model"})
         >>> rules("batch", "mlp")
         ('data', 'model')
@@ -89,6 +90,7 @@ class MeshRules:
         heads: Mesh axis of attention-head dimensions.
 
     Example:
+        >>> from substrax.mesh import MeshRules
         >>> rules = MeshRules(data="data", mlp="model")
         >>> rules("data", "embed", "mlp")
         ('data', None, 'model')
@@ -121,6 +123,7 @@ def as_logical_rules(rules: RulesLike) -> LogicalAxisRules:
     """Turn any accepted rules form into :class:`LogicalAxisRules`.
 
     Example:
+        >>> from substrax.mesh import as_logical_rules
         >>> as_logical_rules([("batch", "data")])("batch")
         ('data',)
     """
@@ -135,6 +138,7 @@ def data_parallel_rules(data_axis: str = "data") -> MeshRules:
     """Rules that split only the batch dimension, over ``data_axis``.
 
     Example:
+        >>> from substrax.mesh import data_parallel_rules
         >>> data_parallel_rules()
         MeshRules(data='data', embed=None, mlp=None, heads=None)
     """
@@ -145,6 +149,7 @@ def fsdp_rules(data_axis: str = "data", model_axis: str = "model") -> MeshRules:
     """Rules that split the batch over ``data_axis`` and weight dimensions over ``model_axis``.
 
     Example:
+        >>> from substrax.mesh import fsdp_rules
         >>> fsdp_rules()("data", "embed", "mlp", "heads")
         ('data', 'model', 'model', 'model')
     """
@@ -160,7 +165,7 @@ def create_named_sharding(mesh: Mesh, *axis_names: MeshAxes) -> NamedSharding:
         ValueError: If a name is not an axis of the mesh.
 
     Example:
-        >>> from substrax.mesh import create_device_mesh
+        >>> from substrax.mesh import create_device_mesh, create_named_sharding
         >>> create_named_sharding(create_device_mesh({"data": 2}), "data").spec
         P('data',)
     """
@@ -180,6 +185,7 @@ def partition_spec_for_names(rules: RulesLike, *logical_names: str | None) -> Pa
         UnknownLogicalAxisError: If a name is not in the rules.
 
     Example:
+        >>> from substrax.mesh import fsdp_rules, partition_spec_for_names
         >>> partition_spec_for_names(fsdp_rules(), "data", "mlp")
         P('data', 'model')
     """

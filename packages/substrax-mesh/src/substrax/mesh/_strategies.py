@@ -58,6 +58,7 @@ class DataParallelStrategy(ShardingStrategy):
     """Split the dimension named ``batch``; replicate everything else.
 
     Example:
+        >>> from substrax.mesh import DataParallelStrategy
         >>> DataParallelStrategy("data", 0).get_partition_spec(("batch", "features"))
         P('data', None)
     """
@@ -81,6 +82,7 @@ class FSDPStrategy(ShardingStrategy):
         min_weight_size: Smallest first dimension that is split.
 
     Example:
+        >>> from substrax.mesh import FSDPStrategy
         >>> FSDPStrategy("data", 0).get_partition_spec(("hidden", "out_features"))
         P('data', None)
     """
@@ -126,6 +128,7 @@ class TensorParallelStrategy(ShardingStrategy):
         shard_dimension: ``"out_features"`` (column parallel, the default) or ``"in_features"``.
 
     Example:
+        >>> from substrax.mesh import TensorParallelStrategy
         >>> TensorParallelStrategy("model", 1).get_linear_weight_spec()
         P(None, 'model')
     """
@@ -186,6 +189,7 @@ class PipelineParallelStrategy(ShardingStrategy):
         num_stages: The number of stages.
 
     Example:
+        >>> from substrax.mesh import PipelineParallelStrategy
         >>> PipelineParallelStrategy("pipeline", 0, num_stages=3).assign_layers_to_stages(8)
         [3, 3, 2]
     """
@@ -243,7 +247,7 @@ class MultiDimensionalStrategy:
         config: The parallelism configuration they serve.
 
     Example:
-        >>> from substrax.mesh import ParallelismConfig, ShardingConfig
+        >>> from substrax.mesh import ParallelismConfig, ShardingConfig, DataParallelStrategy, MultiDimensionalStrategy, TensorParallelStrategy
         >>> config = ParallelismConfig.from_sharding_config(ShardingConfig(data_parallel_size=2, tensor_parallel_size=4))
         >>> multi = MultiDimensionalStrategy(
         ...     {"data": DataParallelStrategy("data", 0), "model": TensorParallelStrategy("model", 1)}, config)

@@ -59,6 +59,9 @@ def create_transformation(
         OptimizerConfigError: If the weight-decay filter selects no parameter of ``model``.
 
     Example:
+        >>> import optax
+        >>> from flax import nnx
+        >>> from substrax.optim import OptimizerConfig, create_transformation
         >>> model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
         >>> tx = create_transformation(model, OptimizerConfig(learning_rate=1e-3, gradient_clip_norm=1.0))
         >>> isinstance(tx, optax.GradientTransformation)
@@ -86,6 +89,8 @@ def create_optimizer[M: nnx.Module](model: M, config: OptimizerConfig) -> nnx.Op
     """An ``nnx.Optimizer`` over ``model`` built from ``config``.
 
     Example:
+        >>> from flax import nnx
+        >>> from substrax.optim import OptimizerConfig, create_optimizer
         >>> model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
         >>> create_optimizer(model, OptimizerConfig(learning_rate=1e-3)).wrt is nnx.Param
         True
@@ -121,6 +126,8 @@ def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
             :func:`create_transformation`).
 
     Example:
+        >>> from flax import nnx
+        >>> from substrax.optim import OptimizerConfig, create_optimizer, current_learning_rate
         >>> model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
         >>> float(current_learning_rate(create_optimizer(model, OptimizerConfig(learning_rate=0.5))))
         0.5
@@ -138,6 +145,9 @@ def with_strong_state_types(
     """``tx`` with weak types removed from its initial state, so a jitted step compiles once.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> import optax
+        >>> from substrax.optim import with_strong_state_types
         >>> tx = with_strong_state_types(optax.inject_hyperparams(optax.sgd)(learning_rate=0.1))
         >>> tx.init({"w": jnp.ones(2)}).hyperparams["learning_rate"].weak_type
         False
@@ -167,6 +177,9 @@ def switch_at(
         ValueError: If ``step`` is below 1.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> import optax
+        >>> from substrax.optim import switch_at
         >>> tx = switch_at(optax.sgd(1.0), optax.sgd(0.1), step=1)
         >>> params = {"w": jnp.zeros(1)}
         >>> state = tx.init(params)

@@ -37,6 +37,7 @@ class OptimizerConfig:
         wrt: The nnx filter of the variables the optimizer updates.
 
     Example:
+        >>> from substrax.optim import OptimizerConfig
         >>> OptimizerConfig(optimizer_type="adamw", learning_rate=1e-3, weight_decay=0.01).optimizer_type
         'adamw'
     """

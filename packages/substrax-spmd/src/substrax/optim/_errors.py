@@ -9,6 +9,7 @@ class OptimizerConfigError(ValueError):
         value: Its value.
 
     Example:
+        >>> from substrax.optim import OptimizerConfigError
         >>> error = OptimizerConfigError("momentum is for sgd", field="momentum", value=0.9)
         >>> error.field, error.value
         ('momentum', 0.9)
@@ -29,6 +30,7 @@ class LineSearchStateError(ValueError):
         paths: The offending leaves' key paths (weak types), or dtypes (mixed parameters).
 
     Example:
+        >>> from substrax.optim import LineSearchStateError
         >>> LineSearchStateError("weakly typed leaves", paths=("['count']",)).paths
         ("['count']",)
     """
@@ -44,6 +46,7 @@ class LearningRateNotFoundError(LookupError):
     """An optimizer whose state holds no injected learning rate to read.
 
     Example:
+        >>> from substrax.optim import LearningRateNotFoundError
         >>> str(LearningRateNotFoundError())[:44]
         'the optimizer state holds no injected learni'
     """

@@ -72,7 +72,8 @@ def update_with_line_search[M: nnx.Module](
     Example:
         >>> import optax
         >>> from flax import nnx
-        >>> from substrax.optim import with_strong_state_types
+        >>> from substrax.optim import with_strong_state_types, update_with_line_search
+        >>> import jax.numpy as jnp
         >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
         >>> optimizer = nnx.Optimizer(model, with_strong_state_types(optax.lbfgs()), wrt=nnx.Param)
         >>> x, y = jnp.ones((4, 2)), jnp.zeros((4, 1))

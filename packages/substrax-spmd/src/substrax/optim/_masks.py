@@ -38,6 +38,7 @@ def mask_from_filter(params: PyTree, filter_: PyTree) -> PyTree:
 
     Example:
         >>> from flax import nnx
+        >>> from substrax.optim import EXCLUDE_BIAS_AND_NORM_SCALE, mask_from_filter
         >>> params = nnx.state(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), nnx.Param)
         >>> mask_from_filter(params, EXCLUDE_BIAS_AND_NORM_SCALE)
         State({
@@ -62,6 +63,7 @@ def mask_callable(config: OptimizerConfig) -> Callable[[Any], Any] | None:
     """The mask optax's decoupled decay takes, or None to decay every parameter.
 
     Example:
+        >>> from substrax.optim import OptimizerConfig, mask_callable
         >>> mask_callable(OptimizerConfig(learning_rate=1e-3)) is None
         True
     """
@@ -76,6 +78,7 @@ def weight_decay_mask(model: nnx.Module, config: OptimizerConfig) -> dict[str, A
 
     Example:
         >>> from flax import nnx
+        >>> from substrax.optim import EXCLUDE_BIAS_AND_NORM_SCALE, OptimizerConfig, weight_decay_mask
         >>> config = OptimizerConfig(optimizer_type="adamw", learning_rate=1e-3,
         ...                          weight_decay=0.1, weight_decay_filter=EXCLUDE_BIAS_AND_NORM_SCALE)
         >>> weight_decay_mask(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), config)

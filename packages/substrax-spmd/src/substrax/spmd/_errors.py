@@ -19,6 +19,7 @@ class BatchPlacementError(ValueError):
 
     Example:
         >>> from jax.sharding import PartitionSpec
+        >>> from substrax.spmd import BatchPlacementError
         >>> error = BatchPlacementError("7 rows", path="['x']", shape=(7,), spec=PartitionSpec("data"))
         >>> error.path, error.shape
         ("['x']", (7,))
@@ -43,6 +44,7 @@ class UnknownReductionError(ValueError):
         reduction: The reduction asked for.
 
     Example:
+        >>> from substrax.spmd import UnknownReductionError
         >>> error = UnknownReductionError("no median", name="loss", reduction="median")
         >>> error.name, error.reduction
         ('loss', 'median')

@@ -23,6 +23,7 @@ def create_data_parallel_sharding(mesh: Mesh, data_axis: str = "data") -> NamedS
 
     Example:
         >>> from substrax.mesh import create_device_mesh
+        >>> from substrax.spmd import create_data_parallel_sharding
         >>> create_data_parallel_sharding(create_device_mesh({"data": 2})).spec
         P('data',)
     """
@@ -95,6 +96,7 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
     Example:
         >>> import numpy as np
         >>> from substrax.mesh import create_device_mesh
+        >>> from substrax.spmd import create_data_parallel_sharding, place_batch_on_shards
         >>> sharding = create_data_parallel_sharding(create_device_mesh({"data": 2}))
         >>> placed = place_batch_on_shards({"x": np.ones((4, 3)), "name": "b0"}, sharding)
         >>> placed["x"].sharding.spec, placed["name"]
@@ -164,6 +166,8 @@ def place_nnx_state_on_shards(
     Example:
         >>> from flax import nnx
         >>> from substrax.mesh import create_device_mesh
+        >>> from jax.sharding import PartitionSpec as P
+        >>> from substrax.spmd import place_nnx_state_on_shards
         >>> mesh = create_device_mesh({"model": 2})
         >>> state = nnx.state(nnx.Linear(2, 4, rngs=nnx.Rngs(0)))
         >>> placed = place_nnx_state_on_shards(state, mesh, {nnx.PathContains("kernel"): P(None, "model")})

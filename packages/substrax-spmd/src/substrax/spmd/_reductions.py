@@ -43,6 +43,8 @@ def reduce_mean[T](metrics: T) -> T:
     Works on global arrays under ``jax.jit`` with a mesh: XLA inserts the cross-device reduction.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import reduce_mean
         >>> reduce_mean({"loss": jnp.array([1.0, 3.0]), "step": 7})
         {'loss': Array(2., dtype=float32), 'step': 7}
     """
@@ -53,6 +55,8 @@ def reduce_sum[T](metrics: T) -> T:
     """Sum every array leaf (ndim >= 1) of ``metrics``; others pass through.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import reduce_sum
         >>> reduce_sum({"n": jnp.array([1, 2, 3])})
         {'n': Array(6, dtype=int32)}
     """
@@ -63,6 +67,8 @@ def reduce_max[T](metrics: T) -> T:
     """Take the maximum of every array leaf (ndim >= 1) of ``metrics``; others pass through.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import reduce_max
         >>> reduce_max({"x": jnp.array([1, 5, 3])})
         {'x': Array(5, dtype=int32)}
     """
@@ -73,6 +79,8 @@ def reduce_min[T](metrics: T) -> T:
     """Take the minimum of every array leaf (ndim >= 1) of ``metrics``; others pass through.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import reduce_min
         >>> reduce_min({"x": jnp.array([1, 5, 3])})
         {'x': Array(1, dtype=int32)}
     """
@@ -104,6 +112,8 @@ def reduce_custom[V](
         UnknownReductionError: For an operation outside the four, or a name that is not a metric.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import reduce_custom
         >>> out = reduce_custom({"loss": jnp.array([1.0, 3.0]), "step": jnp.array([4, 5])}, {"step": "max"})
         >>> float(out["loss"]), int(out["step"])
         (2.0, 5)
@@ -140,6 +150,8 @@ def reduce_gradient_tree[T](
         ValueError: If ``reduce_type`` is not ``"mean"`` or ``"sum"``.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import reduce_gradient_tree
         >>> grads = {"w": jnp.ones(3)}
         >>> reduce_gradient_tree(grads) is grads
         True
@@ -156,6 +168,9 @@ def reduce_mean_collective[T](metrics: T, axis_name: str = "batch") -> T:
     """Average every array leaf across ``axis_name`` (inside ``shard_map`` or ``pmap`` only).
 
     Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import reduce_mean_collective
         >>> f = jax.pmap(lambda x: reduce_mean_collective({"x": x}), axis_name="batch")
         >>> f(jnp.arange(2.0))["x"].tolist()
         [0.5, 0.5]
@@ -167,6 +182,9 @@ def reduce_sum_collective[T](metrics: T, axis_name: str = "batch") -> T:
     """Sum every array leaf across ``axis_name`` (inside ``shard_map`` or ``pmap`` only).
 
     Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import reduce_sum_collective
         >>> f = jax.pmap(lambda x: reduce_sum_collective({"x": x}), axis_name="batch")
         >>> f(jnp.arange(2.0))["x"].tolist()
         [1.0, 1.0]
@@ -178,6 +196,9 @@ def all_gather[T](metrics: T, axis_name: str = "batch") -> T:
     """Gather every array leaf from all devices along ``axis_name`` (inside ``shard_map`` or ``pmap``).
 
     Example:
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import all_gather
         >>> f = jax.pmap(lambda x: all_gather({"x": x}), axis_name="batch")
         >>> f(jnp.arange(2.0))["x"].tolist()
         [[0.0, 1.0], [0.0, 1.0]]
@@ -191,6 +212,8 @@ def collect_from_devices[V](metrics: Mapping[str, V]) -> dict[str, list[jax.Arra
     Call it outside the mapped function, on what ``pmap`` or ``shard_map`` returned.
 
     Example:
+        >>> import jax.numpy as jnp
+        >>> from substrax.spmd import collect_from_devices
         >>> collect_from_devices({"loss": jnp.array([1.0, 2.0]), "tag": "eval"})["loss"]
         [Array(1., dtype=float32), Array(2., dtype=float32)]
     """

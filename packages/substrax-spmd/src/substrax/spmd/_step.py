@@ -34,6 +34,9 @@ def spmd_train_step[M: nnx.Module](
 
     Example:
         >>> import optax
+        >>> import jax
+        >>> from flax import nnx
+        >>> from substrax.spmd import spmd_train_step
         >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
         >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
         >>> loss_fn = lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean()

@@ -62,6 +62,9 @@ class TrainStep[M: nnx.Module]:
 
     Example:
         >>> import optax
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from substrax.spmd import TrainStep
         >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
         >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
         >>> step = TrainStep(model, optimizer, lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean())
@@ -190,6 +193,9 @@ def make_train_step[M: nnx.Module](
 
     Example:
         >>> import optax
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from substrax.spmd import make_train_step
         >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
         >>> step = make_train_step(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
         ...                        lambda m, b: (m(b) ** 2).mean())
