@@ -8,8 +8,10 @@ from substrax.callbacks import (
     EarlyStoppingCallback,
     EarlyStoppingConfig,
     MissingMetricError,
+    Mode,
     PlateauMode,
 )
+from substrax.support import Mode as SupportMode
 
 
 def test_spec_example_runs_as_written():
@@ -32,6 +34,13 @@ def test_tracker_min_and_max_modes_with_min_delta():
     assert high.best == -math.inf
     assert [high.register(v) for v in (1.0, 1.0, 2.0)] == [True, False, True]
     assert high.mode is PlateauMode.MAX
+
+
+def test_the_mode_is_the_shared_one_under_both_names():
+    assert Mode is SupportMode
+    assert PlateauMode is SupportMode  # the old name keeps working
+    assert EarlyStoppingConfig(mode="max").mode is Mode.MAX
+    assert BestMetricTracker(mode=Mode.MAX).mode == "max"
 
 
 @pytest.mark.parametrize("bad", [-0.1, math.nan])
@@ -60,9 +69,15 @@ def test_tracker_state_round_trip_and_strict_keys():
         other.set_state({"best": 1.0, "num_bad_epochs": 0, "extra": 1})
 
 
-@pytest.mark.parametrize("patience", [0, -1, 1.5, True])
+@pytest.mark.parametrize("patience", [0, -1])
 def test_early_stopping_refuses_bad_patience(patience):
     with pytest.raises(ValueError, match="patience"):
+        EarlyStopping(patience=patience)
+
+
+@pytest.mark.parametrize("patience", [1.5, True])
+def test_early_stopping_refuses_a_patience_that_is_not_an_integer(patience):
+    with pytest.raises(TypeError, match="patience"):
         EarlyStopping(patience=patience)
 
 

@@ -15,21 +15,20 @@ Example:
     ([True, True, False, False], 3)
 """
 
-from ._callback_list import (
-    CallbackList as CallbackList,
-    CallbackStateMismatchError as CallbackStateMismatchError,
-    is_checkpointable as is_checkpointable,
-)
+from substrax.support import Mode as Mode
+
+from ._callback_list import CallbackList as CallbackList, is_checkpointable as is_checkpointable
 from ._early_stopping import (
     EarlyStoppingCallback as EarlyStoppingCallback,
     EarlyStoppingConfig as EarlyStoppingConfig,
+)
+from ._errors import (
+    CallbackStateMismatchError as CallbackStateMismatchError,
     MissingMetricError as MissingMetricError,
+    NoLearningRateFoundError as NoLearningRateFoundError,
 )
 from ._loss_spike import LossSpike as LossSpike, LossSpikeDetector as LossSpikeDetector
-from ._plateau_lr import (
-    NoLearningRateFoundError as NoLearningRateFoundError,
-    ReduceLROnPlateauCallback as ReduceLROnPlateauCallback,
-)
+from ._plateau_lr import ReduceLROnPlateauCallback as ReduceLROnPlateauCallback
 from ._progress import ProgressCallback as ProgressCallback
 from ._protocol import (
     BaseCallback as BaseCallback,
@@ -56,6 +55,7 @@ __all__ = [
     "LossSpike",
     "LossSpikeDetector",
     "MissingMetricError",
+    "Mode",
     "NoLearningRateFoundError",
     "PlateauMode",
     "ProgressCallback",

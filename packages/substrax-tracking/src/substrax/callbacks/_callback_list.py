@@ -6,10 +6,11 @@ from collections.abc import Iterable, Iterator
 
 from substrax.typing import Checkpointable, CheckpointState
 
+from ._errors import CallbackStateMismatchError
 from ._protocol import Logs, TrainingCallback
 
 
-__all__ = ["CallbackList", "CallbackStateMismatchError", "is_checkpointable"]
+__all__ = ["CallbackList", "is_checkpointable"]
 
 
 def is_checkpointable(obj: object) -> bool:
@@ -21,24 +22,6 @@ def is_checkpointable(obj: object) -> bool:
         (True, False)
     """
     return isinstance(obj, Checkpointable)
-
-
-class CallbackStateMismatchError(ValueError):
-    """A saved CallbackList state does not match the stateful callbacks of this list.
-
-    Attributes:
-        expected: the positions (as strings) of this list's stateful callbacks.
-        found: the positions in the saved state.
-    """
-
-    def __init__(self, expected: tuple[str, ...], found: tuple[str, ...]) -> None:
-        self.expected = expected
-        self.found = found
-        super().__init__(
-            f"saved callback state covers positions {list(found)}, but this CallbackList has "
-            f"stateful callbacks at positions {list(expected)}; build the list with the same "
-            "callbacks in the same order as when the state was saved"
-        )
 
 
 class CallbackList:

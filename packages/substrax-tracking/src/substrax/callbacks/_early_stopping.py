@@ -7,35 +7,16 @@ import logging
 import math
 from typing import Any
 
+from substrax.support import Mode, check_float, check_int
+
+from ._errors import MissingMetricError
 from ._protocol import BaseCallback, Logs
-from ._tracker import EarlyStopping, PlateauMode, check_patience
+from ._tracker import EarlyStopping, check_mode
 
 
-__all__ = ["EarlyStoppingCallback", "EarlyStoppingConfig", "MissingMetricError"]
+__all__ = ["EarlyStoppingCallback", "EarlyStoppingConfig"]
 
-_log = logging.getLogger("substrax.callbacks")
-
-
-class MissingMetricError(KeyError):
-    """A callback's monitored metric is not in the logs it was given.
-
-    Attributes:
-        monitor: the metric the callback watches.
-        available: the keys the logs did hold.
-    """
-
-    def __init__(self, monitor: str, available: tuple[str, ...], hook: str) -> None:
-        self.monitor = monitor
-        self.available = available
-        self.hook = hook
-        super().__init__(monitor)
-
-    def __str__(self) -> str:
-        return (
-            f"monitored metric {self.monitor!r} is not in the logs passed to {self.hook} "
-            f"(they hold {list(self.available)}); log it there, change `monitor`, or pass "
-            "strict=False to skip updates without it"
-        )
+_logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,17 +35,17 @@ class EarlyStoppingConfig:
             with ``False`` such a check is skipped.
         check_on_epoch_end: check in ``on_epoch_end``.
         check_on_validation_end: check in ``on_validation_end``.
-        verbose: log (``logging``, logger ``substrax.callbacks``) why training stopped.
+        verbose: log (``logging``, under the ``substrax.callbacks`` logger) why training stopped.
 
     Example:
         >>> EarlyStoppingConfig(monitor="val_acc", mode="max", patience=3).mode
-        <PlateauMode.MAX: 'max'>
+        <Mode.MAX: 'max'>
     """
 
     monitor: str = "val_loss"
     min_delta: float = 0.0
     patience: int = 10
-    mode: PlateauMode = PlateauMode.MIN
+    mode: Mode = Mode.MIN
     check_finite: bool = True
     stopping_threshold: float | None = None
     divergence_threshold: float | None = None
@@ -77,17 +58,13 @@ class EarlyStoppingConfig:
         monitor: object = self.monitor
         if not isinstance(monitor, str) or not monitor:  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ValueError(f"monitor={self.monitor!r} must be a non-empty metric name")
-        check_patience(self.patience)
-        if not self.min_delta >= 0.0:
-            raise ValueError(f"min_delta={self.min_delta!r} must be >= 0")
-        try:
-            object.__setattr__(self, "mode", PlateauMode(self.mode))
-        except ValueError:
-            raise ValueError(f"mode={self.mode!r} is not one of 'min' or 'max'") from None
+        check_int("patience", self.patience, minimum=1)
+        check_float("min_delta", self.min_delta, minimum=0)
+        object.__setattr__(self, "mode", check_mode(self.mode))
         for name in ("stopping_threshold", "divergence_threshold"):
             value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"{name}={value!r} must be a finite number or None")
+            if value is not None:
+                check_float(name, value)
         if not (self.check_on_epoch_end or self.check_on_validation_end):
             raise ValueError(
                 "check_on_epoch_end and check_on_validation_end are both False, so the callback "
@@ -175,7 +152,7 @@ class EarlyStoppingCallback(BaseCallback):
         if self.should_stop:
             return
         value = float(logs[config.monitor])
-        minimize = config.mode is PlateauMode.MIN
+        minimize = config.mode is Mode.MIN
         reason: str | None = None
         if config.check_finite and not math.isfinite(value):
             reason = f"{config.monitor}={value} is not finite"
@@ -203,7 +180,7 @@ class EarlyStoppingCallback(BaseCallback):
             self._stop_reason = reason
             self._stopped_epoch = epoch
             if config.verbose:
-                _log.info("early stopping at epoch %d: %s", epoch, reason)
+                _logger.info("early stopping at epoch %d: %s", epoch, reason)
 
     def get_state(self) -> dict[str, Any]:
         """The state to checkpoint: ``{"stopper", "stopped_epoch", "stop_reason"}``."""

@@ -10,12 +10,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from substrax.support import check_float, check_int
+
 from ._protocol import BaseCallback, Logs
 
 
 __all__ = ["LossSpike", "LossSpikeDetector"]
 
-_log = logging.getLogger("substrax.callbacks")
+_logger = logging.getLogger(__name__)
 _MIN_WINDOW = 2
 
 
@@ -73,14 +75,13 @@ class LossSpikeDetector(BaseCallback):
         max_spikes: int | None = None,
         on_spike: Callable[[LossSpike], Any] | None = None,
     ) -> None:
-        if window < _MIN_WINDOW:
-            raise ValueError(f"window={window!r} must be >= 2")
-        if not _MIN_WINDOW <= warmup <= window:
-            raise ValueError(f"warmup={warmup!r} must be between 2 and window={window}")
-        if not threshold > 0:
-            raise ValueError(f"threshold={threshold!r} must be > 0")
-        if max_spikes is not None and max_spikes < 1:
-            raise ValueError(f"max_spikes={max_spikes!r} must be >= 1 or None")
+        check_int("window", window, minimum=_MIN_WINDOW)
+        check_int("warmup", warmup, minimum=_MIN_WINDOW)
+        if warmup > window:
+            raise ValueError(f"warmup={warmup!r} must be at most window={window}")
+        check_float("threshold", threshold, minimum=0, exclusive_minimum=True)
+        if max_spikes is not None:
+            check_int("max_spikes", max_spikes, minimum=1)
         self.monitor = monitor
         self.threshold = float(threshold)
         self.warmup = warmup
@@ -107,7 +108,7 @@ class LossSpikeDetector(BaseCallback):
             if not math.isfinite(value) or value - mean > self.threshold * max(std, floor, 1e-12):
                 spike = LossSpike(batch=batch, value=value, mean=mean, std=std)
                 self.spikes.append(spike)
-                _log.warning(
+                _logger.warning(
                     "%s spiked at step %d: %g against a recent mean %g (std %g)",
                     self.monitor,
                     batch,

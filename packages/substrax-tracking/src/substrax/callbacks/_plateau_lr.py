@@ -9,30 +9,16 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ._early_stopping import MissingMetricError
+from substrax.support import Mode, check_float, check_int
+
+from ._errors import MissingMetricError, NoLearningRateFoundError
 from ._protocol import BaseCallback, Logs
-from ._tracker import BestMetricTracker, PlateauMode, check_patience
+from ._tracker import BestMetricTracker
 
 
-__all__ = ["NoLearningRateFoundError", "ReduceLROnPlateauCallback"]
+__all__ = ["ReduceLROnPlateauCallback"]
 
-_log = logging.getLogger("substrax.callbacks")
-
-
-class NoLearningRateFoundError(LookupError):
-    """The optimizer state holds neither a ``reduce_on_plateau`` scale nor the hyperparameter.
-
-    Attributes:
-        hyperparam: the injected hyperparameter name that was looked for.
-    """
-
-    def __init__(self, hyperparam: str) -> None:
-        self.hyperparam = hyperparam
-        super().__init__(
-            "the optimizer state holds no `optax.contrib.reduce_on_plateau` state and no "
-            f"`optax.inject_hyperparams` hyperparameter {hyperparam!r}; chain "
-            "reduce_on_plateau into the transformation or wrap it in inject_hyperparams"
-        )
+_logger = logging.getLogger(__name__)
 
 
 def _is_plateau_state(node: object) -> bool:
@@ -109,20 +95,19 @@ class ReduceLROnPlateauCallback(BaseCallback):
         factor: float = 0.1,
         patience: int = 10,
         min_delta: float = 0.0,
-        mode: PlateauMode | str = PlateauMode.MIN,
+        mode: Mode | str = Mode.MIN,
         cooldown: int = 0,
         min_scale: float = 0.0,
         hyperparam: str = "learning_rate",
         optimizer: Any = None,
         strict: bool = True,
     ) -> None:
-        if not 0.0 < factor < 1.0:
-            raise ValueError(f"factor={factor!r} must be in (0, 1)")
-        check_patience(patience)
-        if cooldown < 0:
-            raise ValueError(f"cooldown={cooldown!r} must be >= 0")
-        if not 0.0 <= min_scale <= 1.0:
-            raise ValueError(f"min_scale={min_scale!r} must be in [0, 1]")
+        check_float(
+            "factor", factor, minimum=0, maximum=1, exclusive_minimum=True, exclusive_maximum=True
+        )
+        check_int("patience", patience, minimum=1)
+        check_int("cooldown", cooldown, minimum=0)
+        check_float("min_scale", min_scale, minimum=0, maximum=1)
         self.monitor = monitor
         self.factor = float(factor)
         self.patience = patience
@@ -158,7 +143,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
         if self._tracker.num_bad_epochs >= self.patience or not math.isfinite(value):
             new_scale = max(self._scale * self.factor, self.min_scale)
             if new_scale < self._scale:
-                _log.info(
+                _logger.info(
                     "%s plateaued at epoch %d: learning-rate scale %g -> %g",
                     self.monitor,
                     epoch,

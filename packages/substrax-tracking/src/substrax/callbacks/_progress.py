@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from substrax.support import check_int, require
+
 from ._protocol import BaseCallback, Logs
 
 
@@ -48,11 +50,11 @@ class ProgressCallback(BaseCallback):
         console: Any = None,
         description: str = "training",
     ) -> None:
-        from substrax.tracking._extras import require  # noqa: PLC0415  (tracking loads on use)
-
-        rich_progress = require("rich.progress", who="ProgressCallback", extra="rich")
-        if total_steps is not None and total_steps < 0:
-            raise ValueError(f"total_steps={total_steps!r} must be >= 0 or None")
+        rich_progress = require(
+            "rich.progress", who="ProgressCallback", distribution="substrax-tracking", extra="rich"
+        )
+        if total_steps is not None:
+            check_int("total_steps", total_steps, minimum=0)
         self.total_steps = total_steps
         self.metrics = tuple(metrics)
         self.steps = 0

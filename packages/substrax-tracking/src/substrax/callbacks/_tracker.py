@@ -2,37 +2,34 @@
 
 from __future__ import annotations
 
-import enum
 import math
 from typing import Any
 
-
-__all__ = ["BestMetricTracker", "EarlyStopping", "PlateauMode", "check_patience"]
-
-
-def check_patience(patience: object) -> None:
-    """Refuse a patience that is not an integer >= 1 (a bool is not an integer here)."""
-    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
-        raise ValueError(f"patience={patience!r} must be an integer >= 1")
+from substrax.support import Mode, check_float, check_int
 
 
-class PlateauMode(enum.StrEnum):
-    """Whether a smaller (``MIN``) or a larger (``MAX``) metric is better.
+__all__ = ["BestMetricTracker", "EarlyStopping", "PlateauMode", "check_mode"]
+
+PlateauMode = Mode
+"""The old name of :class:`substrax.support.Mode` (``PlateauMode.MIN is Mode.MIN``), kept for users."""
+
+
+def check_mode(mode: object) -> Mode:
+    """``mode`` as a :class:`~substrax.support.Mode`: a ``Mode``, ``"min"`` or ``"max"``.
+
+    Raises:
+        ValueError: ``mode`` is anything else.
 
     Example:
-        >>> PlateauMode("max") is PlateauMode.MAX
+        >>> check_mode("max") is Mode.MAX
         True
     """
-
-    MIN = "min"
-    MAX = "max"
-
-
-def _mode(mode: PlateauMode | str) -> PlateauMode:
     try:
-        return PlateauMode(mode)
+        return Mode(mode)
     except ValueError:
-        raise ValueError(f"mode={mode!r} is not one of 'min' or 'max'") from None
+        raise ValueError(
+            f"mode={mode!r} is not one of 'min' or 'max'; pass 'min' for a loss, 'max' for accuracy"
+        ) from None
 
 
 class BestMetricTracker:
@@ -55,20 +52,14 @@ class BestMetricTracker:
 
     __slots__ = ("_best", "_min_delta", "_mode", "_num_bad_epochs")
 
-    def __init__(
-        self, *, mode: PlateauMode | str = PlateauMode.MIN, min_delta: float = 0.0
-    ) -> None:
-        if not min_delta >= 0.0:
-            raise ValueError(
-                f"min_delta={min_delta!r} must be >= 0; it is a margin, not a direction"
-            )
-        self._mode = _mode(mode)
-        self._min_delta = float(min_delta)
-        self._best = math.inf if self._mode is PlateauMode.MIN else -math.inf
+    def __init__(self, *, mode: Mode | str = Mode.MIN, min_delta: float = 0.0) -> None:
+        self._min_delta = check_float("min_delta", min_delta, minimum=0)
+        self._mode = check_mode(mode)
+        self._best = math.inf if self._mode is Mode.MIN else -math.inf
         self._num_bad_epochs = 0
 
     @property
-    def mode(self) -> PlateauMode:
+    def mode(self) -> Mode:
         """Whether smaller or larger is better."""
         return self._mode
 
@@ -89,7 +80,7 @@ class BestMetricTracker:
 
     def is_improvement(self, value: float) -> bool:
         """Whether ``value`` would improve on the best, without recording it."""
-        if self._mode is PlateauMode.MIN:
+        if self._mode is Mode.MIN:
             return value < self._best - self._min_delta
         return value > self._best + self._min_delta
 
@@ -150,9 +141,9 @@ class EarlyStopping(BestMetricTracker):
     __slots__ = ("_patience",)
 
     def __init__(
-        self, *, patience: int, min_delta: float = 0.0, mode: PlateauMode | str = PlateauMode.MIN
+        self, *, patience: int, min_delta: float = 0.0, mode: Mode | str = Mode.MIN
     ) -> None:
-        check_patience(patience)
+        check_int("patience", patience, minimum=1)
         super().__init__(mode=mode, min_delta=min_delta)
         self._patience = patience
 

@@ -1,0 +1,73 @@
+"""The errors substrax.callbacks raises: each a subclass of the builtin error it replaced.
+
+Every class here is re-exported from :mod:`substrax.callbacks` and shows that module in
+tracebacks. Each carries the offending values as attributes; its message says what to do.
+"""
+
+from __future__ import annotations
+
+
+__all__ = ["CallbackStateMismatchError", "MissingMetricError", "NoLearningRateFoundError"]
+
+
+class CallbackStateMismatchError(ValueError):
+    """A saved CallbackList state does not match the stateful callbacks of this list.
+
+    Attributes:
+        expected: the positions (as strings) of this list's stateful callbacks.
+        found: the positions in the saved state.
+    """
+
+    __module__ = "substrax.callbacks"
+
+    def __init__(self, expected: tuple[str, ...], found: tuple[str, ...]) -> None:
+        self.expected = expected
+        self.found = found
+        super().__init__(
+            f"saved callback state covers positions {list(found)}, but this CallbackList has "
+            f"stateful callbacks at positions {list(expected)}; build the list with the same "
+            "callbacks in the same order as when the state was saved"
+        )
+
+
+class MissingMetricError(KeyError):
+    """A callback's monitored metric is not in the logs it was given.
+
+    Attributes:
+        monitor: the metric the callback watches.
+        available: the keys the logs did hold.
+        hook: the hook that was given the logs (``"on_epoch_end"``).
+    """
+
+    __module__ = "substrax.callbacks"
+
+    def __init__(self, monitor: str, available: tuple[str, ...], hook: str) -> None:
+        self.monitor = monitor
+        self.available = available
+        self.hook = hook
+        super().__init__(monitor)
+
+    def __str__(self) -> str:
+        return (
+            f"monitored metric {self.monitor!r} is not in the logs passed to {self.hook} "
+            f"(they hold {list(self.available)}); log it there, change `monitor`, or pass "
+            "strict=False to skip updates without it"
+        )
+
+
+class NoLearningRateFoundError(LookupError):
+    """The optimizer state holds neither a ``reduce_on_plateau`` scale nor the hyperparameter.
+
+    Attributes:
+        hyperparam: the injected hyperparameter name that was looked for.
+    """
+
+    __module__ = "substrax.callbacks"
+
+    def __init__(self, hyperparam: str) -> None:
+        self.hyperparam = hyperparam
+        super().__init__(
+            "the optimizer state holds no `optax.contrib.reduce_on_plateau` state and no "
+            f"`optax.inject_hyperparams` hyperparameter {hyperparam!r}; chain "
+            "reduce_on_plateau into the transformation or wrap it in inject_hyperparams"
+        )
