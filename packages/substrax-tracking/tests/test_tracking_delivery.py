@@ -264,7 +264,7 @@ def test_replay_of_a_damaged_spool_delivers_the_intact_records_and_sets_the_bad_
 
 def test_replay_refuses_what_is_not_a_spool_and_leaves_it_untouched(tmp_path, capsys):
     from substrax.tracking import NotASpoolError
-    from substrax.tracking.__main__ import main
+    from substrax.tracking._cli import main
 
     metrics = tmp_path / "run.metrics.jsonl"  # a FileLogger's log, passed by mistake
     metrics.write_text('{"time":1.0,"step":0,"name":"loss","value":0.5}\n')
@@ -274,7 +274,9 @@ def test_replay_refuses_what_is_not_a_spool_and_leaves_it_untouched(tmp_path, ca
     os.mkfifo(fifo)
     for path in (metrics, directory, fifo):
         assert main(["replay", str(path), "--timeout", "5"]) == 2
-        assert "is not a spool file" in capsys.readouterr().err
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith("python -m substrax.tracking: error: ")
+        assert "is not a spool file" in line
         with pytest.raises(NotASpoolError) as caught:
             replay_spool(path)
         assert isinstance(caught.value, ValueError)
@@ -287,14 +289,15 @@ def test_replay_refuses_what_is_not_a_spool_and_leaves_it_untouched(tmp_path, ca
 
 @pytest.mark.parametrize("timeout", ["nan", "inf", "-1"])
 def test_replay_refuses_a_timeout_that_is_not_a_finite_number(tmp_path, capsys, timeout):
-    from substrax.tracking.__main__ import main
+    from substrax.tracking._cli import main
 
     spool = tmp_path / "run.spool.jsonl"
     spool.write_text("")
-    with pytest.raises(SystemExit) as exited:
-        main(["replay", str(spool), "--timeout", timeout])
-    assert exited.value.code == 2
-    assert f"--timeout {timeout} must be a finite number" in capsys.readouterr().err
+    assert main(["replay", str(spool), "--timeout", timeout]) == 2
+    assert capsys.readouterr().err == (
+        f"python -m substrax.tracking: error: --timeout {timeout} must be a finite number of "
+        "seconds >= 0 (0 waits as long as the backends take)\n"
+    )
     with pytest.raises(ValueError, match="timeout="):
         replay_spool(spool, timeout=float(timeout))
 

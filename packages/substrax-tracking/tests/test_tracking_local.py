@@ -279,12 +279,18 @@ def test_plot_command_renders_png_and_html(tmp_path):
         assert f'src="{png}"' in html
 
 
-def test_plot_refuses_a_directory_without_a_file_log(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"metrics\.jsonl"):
-        plot_log_dir(tmp_path)
-    from substrax.tracking.__main__ import main
+def test_plot_refuses_a_directory_without_a_file_log(tmp_path, capsys):
+    from substrax.tracking import NoFileLogError
+    from substrax.tracking._cli import main
 
+    with pytest.raises(FileNotFoundError, match=r"metrics\.jsonl") as caught:
+        plot_log_dir(tmp_path)
+    assert isinstance(caught.value, NoFileLogError)
+    assert caught.value.log_dir == tmp_path
     assert main(["plot", str(tmp_path)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("python -m substrax.tracking: error: ")
+    assert "holds no *.metrics.jsonl file" in line
 
 
 def test_the_file_log_is_strict_json_and_reads_back_non_finite_floats(tmp_path):

@@ -138,7 +138,7 @@ def test_a_refused_value_is_set_aside_and_the_rest_arrives(sqlite_uri, tmp_path,
 
 
 def test_the_replay_command_sends_a_spool_to_its_run(sqlite_uri, tmp_path, capsys):
-    from substrax.tracking.__main__ import main
+    from substrax.tracking._cli import main
 
     client = MlflowClient(tracking_uri=sqlite_uri)
     experiment = client.create_experiment("replay", artifact_location=(tmp_path / "art").as_uri())

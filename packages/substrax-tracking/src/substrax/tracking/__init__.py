@@ -16,13 +16,24 @@ Example:
     >>> logger.close()
 """
 
-from ._base import (
+from ._base import Logger as Logger
+from ._console import ConsoleLogger as ConsoleLogger
+from ._errors import (
     EmptyMetricNameError as EmptyMetricNameError,
-    Logger as Logger,
+    FileLogValueError as FileLogValueError,
+    ImageShapeError as ImageShapeError,
+    InvalidLoggerNameError as InvalidLoggerNameError,
+    LoggedTypeError as LoggedTypeError,
     LoggerClosedError as LoggerClosedError,
     MetricOverflowError as MetricOverflowError,
+    NoFileLogError as NoFileLogError,
+    NoLoggerSelectedError as NoLoggerSelectedError,
+    NotALoggerError as NotALoggerError,
+    NotASpoolError as NotASpoolError,
+    ProcessIndexVariableError as ProcessIndexVariableError,
+    SpoolNotFoundError as SpoolNotFoundError,
+    UnknownBackendError as UnknownBackendError,
 )
-from ._console import ConsoleLogger as ConsoleLogger
 from ._factory import create_logger as create_logger
 from ._file import FileLogger as FileLogger
 from ._mlflow import MLFlowLogger as MLFlowLogger
@@ -31,10 +42,6 @@ from ._plot import plot_log_dir as plot_log_dir, read_scalars as read_scalars
 from ._process import current_process_index as current_process_index
 from ._remote import RemoteLogger as RemoteLogger
 from ._replay import ReplayResult as ReplayResult, replay_spool as replay_spool
-from ._spool import (
-    NotASpoolError as NotASpoolError,
-    SpoolNotFoundError as SpoolNotFoundError,
-)
 from ._tensorboard import TensorBoardLogger as TensorBoardLogger
 from ._wandb import WandbLogger as WandbLogger
 
@@ -42,17 +49,26 @@ from ._wandb import WandbLogger as WandbLogger
 __all__ = [
     "ConsoleLogger",
     "EmptyMetricNameError",
+    "FileLogValueError",
     "FileLogger",
+    "ImageShapeError",
+    "InvalidLoggerNameError",
+    "LoggedTypeError",
     "Logger",
     "LoggerClosedError",
     "MLFlowLogger",
     "MetricOverflowError",
     "MultiLogger",
+    "NoFileLogError",
+    "NoLoggerSelectedError",
+    "NotALoggerError",
     "NotASpoolError",
+    "ProcessIndexVariableError",
     "RemoteLogger",
     "ReplayResult",
     "SpoolNotFoundError",
     "TensorBoardLogger",
+    "UnknownBackendError",
     "WandbLogger",
     "create_logger",
     "current_process_index",

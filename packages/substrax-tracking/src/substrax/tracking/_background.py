@@ -8,14 +8,15 @@ import threading
 import time
 from pathlib import Path
 
+from ._errors import SpoolNotFoundError
 from ._records import Record
 from ._replay import ReplayResult, run_replay, target_key
-from ._spool import Sink, SpoolFile, SpoolNotFoundError
+from ._spool import Sink, SpoolFile
 
 
 __all__ = ["AsyncDelivery"]
 
-_log = logging.getLogger("substrax.tracking")
+_logger = logging.getLogger(__name__)
 
 _BATCHABLE = frozenset({"scalars", "hyperparams"})
 _CLOSE_GRACE = 0.5  # seconds past close's deadline for the worker to write the spool and stop
@@ -112,7 +113,7 @@ class AsyncDelivery:
             return
         if not self._overflowed:
             self._overflowed = True
-            _log.warning(
+            _logger.warning(
                 "%s: the delivery queue is full; spilling records to %s (replayed once the "
                 "backend keeps up)",
                 self.label,
@@ -204,7 +205,7 @@ class AsyncDelivery:
         if count is None:
             count = self._spooled_now()
         if count:
-            _log.warning(
+            _logger.warning(
                 "%s: %s; %d records are kept in %s; send them with "
                 "`python -m substrax.tracking replay %s`",
                 self.label,
@@ -301,7 +302,7 @@ class AsyncDelivery:
                 try:
                     kept.append(record.materialize(self.media_dir))
                 except Exception as error:
-                    _log.warning(
+                    _logger.warning(
                         "%s: a %s record at step %s cannot be sent (%s); it is kept in %s",
                         self.label,
                         record.kind,
@@ -339,7 +340,7 @@ class AsyncDelivery:
                 if len(chunk) > 1:  # find the refused record: send these one at a time
                     singles = len(chunk)
                     continue
-                _log.warning(
+                _logger.warning(
                     "%s refused a record (%s); it is kept in %s",
                     self.label,
                     error,
@@ -395,7 +396,7 @@ class AsyncDelivery:
         self.failures += 1
         if not self._warned:
             self._warned = True
-            _log.warning(
+            _logger.warning(
                 "%s could not deliver (%s: %s); logging goes on, records are kept in %s and "
                 "retried (this is reported once); if they are still there when the run ends, "
                 "send them with `python -m substrax.tracking replay %s`",
@@ -439,7 +440,7 @@ class AsyncDelivery:
         if result.refused:
             with self._counts:
                 self.refused += result.refused
-            _log.warning(
+            _logger.warning(
                 "%s refused %d spooled records (%s); they are kept in %s, the rest goes on",
                 self.label,
                 result.refused,
@@ -451,7 +452,9 @@ class AsyncDelivery:
         if self._failing:
             self._failing = False
             self._delay = self.retry_initial
-            _log.warning("%s: delivering again after %d failed attempts", self.label, self.failures)
+            _logger.warning(
+                "%s: delivering again after %d failed attempts", self.label, self.failures
+            )
 
     def _drain(self) -> bool:
         """Take the records submitted before close; False if close() took over."""
@@ -483,7 +486,7 @@ class AsyncDelivery:
         try:
             self.sink.finish()
         except Exception as error:
-            _log.warning("%s: could not end the run cleanly: %s", self.label, error)
+            _logger.warning("%s: could not end the run cleanly: %s", self.label, error)
 
     def _deliver_until_deadline(self) -> None:
         """Deliver (or retry) until nothing is left or close's deadline passed."""
@@ -512,21 +515,21 @@ class AsyncDelivery:
         try:
             result, errors = run_replay(self.spool, sinks={self._key: self.sink})
         except Exception as error:
-            _log.warning("%s: could not replay %s: %s", self.label, self.spool.path, error)
+            _logger.warning("%s: could not replay %s: %s", self.label, self.spool.path, error)
             return
         self.delivered += result.delivered
         self._note_refused(result)
         if result.delivered:
-            _log.info("%s: replayed %d spooled records", self.label, result.delivered)
+            _logger.info("%s: replayed %d spooled records", self.label, result.delivered)
         if result.bad_lines:
-            _log.warning(
+            _logger.warning(
                 "%s: lines of %s are not records: %s",
                 self.label,
                 self.spool.path,
                 result.describe_bad_lines(),
             )
         for target, error in errors.values():
-            _log.warning(
+            _logger.warning(
                 "%s: records for %s in %s could not be replayed yet (%s)",
                 self.label,
                 dict(target),

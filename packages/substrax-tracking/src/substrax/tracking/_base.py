@@ -12,14 +12,19 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
+from ._errors import (
+    EmptyMetricNameError,
+    ImageShapeError,
+    InvalidLoggerNameError,
+    LoggedTypeError,
+    LoggerClosedError,
+    MetricOverflowError,
+)
 from ._process import current_process_index
 
 
 __all__ = [
-    "EmptyMetricNameError",
     "Logger",
-    "LoggerClosedError",
-    "MetricOverflowError",
     "as_scalar",
     "check_metric_name",
     "histogram_summary",
@@ -28,55 +33,6 @@ __all__ = [
 
 _GRAY, _COLOR = 2, 3
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
-
-
-class LoggerClosedError(RuntimeError):
-    """A logger was used after :meth:`Logger.close`.
-
-    Attributes:
-        logger_name: the logger's name.
-    """
-
-    def __init__(self, logger_name: str) -> None:
-        self.logger_name = logger_name
-        super().__init__(f"logger {logger_name!r} is closed; create a new one to log again")
-
-
-class EmptyMetricNameError(ValueError):
-    """A metric was logged under an empty name (or a name that is not a string).
-
-    Attributes:
-        name: the name given.
-        value: the value logged under it.
-    """
-
-    def __init__(self, name: object, value: object) -> None:
-        self.name = name
-        self.value = value
-        super().__init__(
-            f"metric name {name!r} (value {value!r}) must be a non-empty string; "
-            "give the metric a name such as 'loss' or 'train/loss'"
-        )
-
-
-class MetricOverflowError(OverflowError):
-    """A metric's value is too large for a float (a Python int past about 1.8e308).
-
-    Attributes:
-        name: the metric's name.
-        value: the value logged.
-    """
-
-    def __init__(self, name: str, value: object) -> None:
-        self.name = name
-        self.value = value
-        shown = repr(value)
-        if len(shown) > 40:  # noqa: PLR2004
-            shown = f"{shown[:20]}...{shown[-10:]} ({len(shown)} digits)"
-        super().__init__(
-            f"scalar {name!r} = {shown} is too large for a float; log a scaled value "
-            "(or its logarithm) instead"
-        )
 
 
 def check_metric_name(name: object, value: object) -> None:
@@ -90,7 +46,7 @@ def check_metric_name(name: object, value: object) -> None:
         >>> check_metric_name("", 0.5)
         Traceback (most recent call last):
         ...
-        substrax.tracking._base.EmptyMetricNameError: metric name '' (value 0.5) must be a non-empty string; give the metric a name such as 'loss' or 'train/loss'
+        substrax.tracking.EmptyMetricNameError: metric name '' (value 0.5) must be a non-empty string; give the metric a name such as 'loss' or 'train/loss'
     """
     if not name or not isinstance(name, str):
         raise EmptyMetricNameError(name, value)
@@ -110,7 +66,8 @@ def as_scalar(name: str, value: Any) -> float:
     """``value`` as a builtin float: Python and numpy numbers, 0-d and 1-element arrays.
 
     Raises:
-        TypeError: ``value`` is not a number (a string, a bool, an array of several values).
+        LoggedTypeError: ``value`` is not a number (a string, a bool, an array of several
+            values); a ``TypeError``.
         MetricOverflowError: ``value`` is too large for a float.
 
     Example:
@@ -123,17 +80,22 @@ def as_scalar(name: str, value: Any) -> float:
     if isinstance(value, float):  # np.float64 and other subclasses: a builtin float, written as one
         return float(value)
     if isinstance(value, bool | str | bytes) or value is None:
-        raise TypeError(f"scalar {name!r} must be a number, got {type(value).__name__} {value!r}")
+        raise LoggedTypeError(
+            f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"
+        )
     size = getattr(value, "size", None)
     if isinstance(value, numbers.Real) or size == 1:
         try:
             return float(value)
         except OverflowError:
             raise MetricOverflowError(name, value) from None
-    raise TypeError(
-        f"scalar {name!r} must be a number or a one-element array, got {type(value).__name__}"
+    raise LoggedTypeError(
+        f"scalar {name!r}",
+        value,
+        "a number or a one-element array",
+        got=type(value).__name__
         + (f" of size {size}" if size is not None else "")
-        + "; log arrays with log_histogram or log_image"
+        + "; log arrays with log_histogram or log_image",
     )
 
 
@@ -160,7 +122,7 @@ class Logger(abc.ABC):
     ) -> None:
         checked: object = name
         if not isinstance(checked, str) or not checked:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f"name={name!r} must be a non-empty string")
+            raise InvalidLoggerNameError(name)
         self.name = name
         self.process_index = current_process_index(process_index)
         self.active = all_processes or self.process_index == 0
@@ -194,9 +156,7 @@ class Logger(abc.ABC):
             raise LoggerClosedError(self.name)
         checked: object = params
         if not isinstance(checked, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(
-                f"hyperparameters must be a mapping of names to values, got {type(params).__name__}"
-            )
+            raise LoggedTypeError("hyperparameters", params, "a mapping of names to values")
         if self.active:
             self._write_hyperparams(params)
 
@@ -206,7 +166,7 @@ class Logger(abc.ABC):
             raise LoggerClosedError(self.name)
         checked: object = text
         if not isinstance(checked, str):  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise TypeError(f"text {name!r} must be a str, got {type(text).__name__}")
+            raise LoggedTypeError(f"text {name!r}", text, "a str")
         if self.active:
             self._write_text(name, text, step)
 
@@ -278,12 +238,10 @@ class Logger(abc.ABC):
 def _check_image(name: str, image: Any) -> None:
     shape = getattr(image, "shape", None)
     if shape is None:
-        raise TypeError(f"image {name!r} must be an array (H, W[, C]), got {type(image).__name__}")
+        raise LoggedTypeError(f"image {name!r}", image, "an array (H, W[, C])")
     ok = len(shape) == _GRAY or (len(shape) == _COLOR and shape[-1] in (1, 3, 4))
     if not ok:
-        raise ValueError(
-            f"image {name!r} has shape {tuple(shape)}; expected (H, W), (H, W, 1), (H, W, 3) or (H, W, 4)"
-        )
+        raise ImageShapeError(name, tuple(shape))
 
 
 def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import TextIO
 
 from ._base import Logger
 from ._console import ConsoleLogger
+from ._errors import NoLoggerSelectedError
 from ._file import FileLogger
 from ._multi import MultiLogger
 from ._paths import resolve_log_dir
@@ -85,7 +86,5 @@ def create_logger(
                 )
             )
     if not loggers:
-        raise ValueError(
-            "create_logger with console=False, log_to_file=False and tensorboard=False logs nowhere"
-        )
+        raise NoLoggerSelectedError
     return loggers[0] if len(loggers) == 1 else MultiLogger(loggers, name=name)

@@ -16,15 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from ._base import (
-    Logger,
-    LoggerClosedError,
-    as_scalar,
-    check_metric_name,
-    histogram_summary,
-    safe_name,
-)
-from ._extras import install_hint
+from substrax.support import install_hint, write_atomically
+
+from ._base import Logger, as_scalar, check_metric_name, histogram_summary, safe_name
+from ._errors import FileLogValueError, LoggerClosedError
 from ._media import save_image
 
 
@@ -33,7 +28,7 @@ __all__ = ["NON_FINITE", "FileLogger", "decode_number", "json_ready", "strict_js
 #: How the file log writes a float that JSON cannot hold (strict JSON has no NaN or infinity).
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
-_log = logging.getLogger("substrax.tracking")
+_logger = logging.getLogger(__name__)
 
 
 def json_ready(value: Any) -> Any:
@@ -83,7 +78,7 @@ def decode_number(value: Any) -> float:
     """A value of the file log as a float: a number, or one of the strings of :data:`NON_FINITE`.
 
     Raises:
-        ValueError: ``value`` is neither.
+        FileLogValueError: ``value`` is neither (a ``ValueError``).
 
     Example:
         >>> decode_number("-Infinity"), decode_number(0.5)
@@ -93,7 +88,7 @@ def decode_number(value: Any) -> float:
         return float(value)
     if isinstance(value, str) and value in NON_FINITE:
         return NON_FINITE[value]
-    raise ValueError(f"{value!r} is not a number of a substrax file log")
+    raise FileLogValueError(value)
 
 
 class FileLogger(Logger):
@@ -215,10 +210,8 @@ class FileLogger(Logger):
         if self.hparams_json.exists():
             merged = json.loads(self.hparams_json.read_text(encoding="utf-8"))
         merged.update(strict_json(json_ready(params)))
-        tmp = self.hparams_json.with_suffix(".json.tmp")
         text = json.dumps(merged, indent=2, sort_keys=True, allow_nan=False)
-        tmp.write_text(text + "\n", encoding="utf-8")
-        tmp.replace(self.hparams_json)
+        write_atomically(self.hparams_json, text + "\n")
 
     def _append(self, path: Path, record: dict[str, Any]) -> None:
         with path.open("a", encoding="utf-8") as file:
@@ -242,10 +235,10 @@ class FileLogger(Logger):
         except ImportError:
             if not self._warned_plots:
                 self._warned_plots = True
-                _log.warning(
+                _logger.warning(
                     "matplotlib is not installed, so images are saved as .npy and histogram plots "
                     "are skipped; %s",
-                    install_hint("plots"),
+                    install_hint("substrax-tracking", "plots"),
                 )
             return True
         return False

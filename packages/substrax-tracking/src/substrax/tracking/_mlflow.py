@@ -8,24 +8,24 @@ import dataclasses
 import json
 import logging
 import os
-import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from substrax.support import check_seconds, require
+
 from . import _http_bounds as http_bounds
 from ._base import safe_name
-from ._extras import require
+from ._first_attempt import FirstAttempt
 from ._records import Record
 from ._remote import RemoteLogger
-from ._seconds import check_seconds
 from ._spool import register_sink_factory
 
 
 __all__ = ["RUN_KEY_TAG", "MLFlowLogger"]
 
-_log = logging.getLogger("substrax.tracking")
+_logger = logging.getLogger(__name__)
 
 RUN_KEY_TAG = "substrax.run_key"
 
@@ -34,7 +34,7 @@ _STATS = ("min", "max", "mean", "std")
 
 
 def _import_mlflow() -> Any:
-    return require("mlflow", who="MLFlowLogger", extra="mlflow")
+    return require("mlflow", who="MLFlowLogger", distribution="substrax-tracking", extra="mlflow")
 
 
 def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -84,8 +84,7 @@ class _MlflowSink:
         self._resume = run_id is not None
         self._ready = False
         self._bounded = http_bounds.acquire(tracking_uri, request_timeout)
-        self._first: threading.Thread | None = None
-        self.first_error: BaseException | None = None
+        self._first: FirstAttempt | None = None
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=registry_uri)
 
     @classmethod
@@ -108,24 +107,19 @@ class _MlflowSink:
             whether the run is ready. An answer of the server that refuses (an unknown run id,
             a bad experiment) is raised; a server that does not answer is not an error.
         """
-        self._first = threading.Thread(target=self._first_attempt, name="substrax-mlflow-connect")
-        self._first.daemon = True
-        self._first.start()
-        self._first.join(timeout)
-        if self._first.is_alive():
+        self._first = FirstAttempt(self.set_up, name="substrax-mlflow-connect")
+        if not self._first.wait(timeout):
             return False
-        self._first = None
         from mlflow.exceptions import RestException  # noqa: PLC0415
 
         if isinstance(self.first_error, RestException):  # the server answered: it refuses
             raise self.first_error
         return self._ready
 
-    def _first_attempt(self) -> None:
-        try:
-            self.set_up()
-        except Exception as error:
-            self.first_error = error
+    @property
+    def first_error(self) -> BaseException | None:
+        """What the first attempt raised (None while it runs, or when it succeeded)."""
+        return None if self._first is None else self._first.error
 
     def set_up(self) -> None:
         """Find or create the run (and resume it), through the network."""
@@ -162,13 +156,10 @@ class _MlflowSink:
 
     def _ensure_run(self) -> str:
         if not self._ready:
-            first = self._first
-            if first is not None:
-                if first.is_alive():
-                    raise _RunNotReadyError(
-                        f"MLflow at {self.tracking_uri} has not answered the first request yet"
-                    )
-                self._first = None
+            if self._first is not None and self._first.running():
+                raise _RunNotReadyError(
+                    f"MLflow at {self.tracking_uri} has not answered the first request yet"
+                )
             if not self._ready:
                 self.set_up()
         assert self.run_id is not None  # noqa: S101
@@ -362,7 +353,7 @@ class MLFlowLogger(RemoteLogger):
                 sink.set_up()
             elif not sink.connect(connect_timeout):
                 failure = sink.first_error
-                _log.warning(
+                _logger.warning(
                     "MLFlowLogger(%r): MLflow at %s %s; logging goes on, records are kept in %s "
                     "and the run is created when the server answers",
                     name,

@@ -9,9 +9,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._base import Logger
+from ._errors import NotALoggerError
 
 
 __all__ = ["MultiLogger"]
+
+_logger = logging.getLogger(__name__)
 
 
 class MultiLogger(Logger):
@@ -39,7 +42,7 @@ class MultiLogger(Logger):
         for logger in self.loggers:
             checked: object = logger
             if not isinstance(checked, Logger):  # pyright: ignore[reportUnnecessaryIsInstance]
-                raise TypeError(f"MultiLogger takes Logger instances, got {type(logger).__name__}")
+                raise NotALoggerError(logger)
 
     def _each(self, call: Callable[[Logger], Any]) -> None:
         first: BaseException | None = None
@@ -50,9 +53,7 @@ class MultiLogger(Logger):
                 if first is None:
                     first = error
                 else:
-                    logging.getLogger("substrax.tracking").warning(
-                        "%r also failed: %s", logger, error
-                    )
+                    _logger.warning("%r also failed: %s", logger, error)
         if first is not None:
             raise first
 

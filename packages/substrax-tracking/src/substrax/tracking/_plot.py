@@ -8,8 +8,10 @@ import math
 import os
 from pathlib import Path
 
+from substrax.support import require, write_atomically
+
 from ._base import safe_name
-from ._extras import require
+from ._errors import NoFileLogError
 from ._file import decode_number
 
 
@@ -59,16 +61,16 @@ def plot_log_dir(
         The path of the HTML page.
 
     Raises:
-        FileNotFoundError: ``log_dir`` holds no ``*.metrics.jsonl`` file.
-        ImportError: matplotlib is not installed (the ``plots`` extra).
+        NoFileLogError: ``log_dir`` holds no ``*.metrics.jsonl`` file (a ``FileNotFoundError``).
+        MissingExtraError: matplotlib is not installed (the ``plots`` extra; an ``ImportError``).
     """
-    figure_type = require("matplotlib.figure", who="plotting", extra="plots").Figure
+    figure_type = require(
+        "matplotlib.figure", who="plotting", distribution="substrax-tracking", extra="plots"
+    ).Figure
     source = Path(log_dir)
     files = sorted(source.glob("*.metrics.jsonl"))
     if not files:
-        raise FileNotFoundError(
-            f"{str(source)!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger or create_logger wrote"
-        )
+        raise NoFileLogError(source)
     target = Path(out_dir) if out_dir is not None else source / "plots"
     target.mkdir(parents=True, exist_ok=True)
     sections: list[str] = []
@@ -98,7 +100,8 @@ def plot_log_dir(
             )
         sections.append(f"<h2>{html.escape(run)}</h2>\n" + "\n".join(items))
     page = target / "index.html"
-    page.write_text(
+    write_atomically(
+        page,
         "<!doctype html>\n<html><head><meta charset='utf-8'><title>"
         + html.escape(source.name)
         + "</title><style>body{font-family:sans-serif}figure{display:inline-block;margin:8px}</style>"
@@ -107,6 +110,5 @@ def plot_log_dir(
         + "</h1>\n"
         + "\n".join(sections)
         + "\n</body></html>\n",
-        encoding="utf-8",
     )
     return page

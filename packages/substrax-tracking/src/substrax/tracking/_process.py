@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import sys
 
+from substrax.support import check_int
+
+from ._errors import ProcessIndexVariableError
+
 
 __all__ = ["PROCESS_INDEX_ENV_VARS", "current_process_index"]
 
@@ -23,9 +27,7 @@ def current_process_index(explicit: int | None = None) -> int:
         3
     """
     if explicit is not None:
-        if explicit < 0:
-            raise ValueError(f"process_index={explicit!r} must be >= 0")
-        return explicit
+        return check_int("process_index", explicit, minimum=0)
     jax = sys.modules.get("jax")
     if jax is not None and hasattr(jax, "process_index"):
         return int(jax.process_index())
@@ -35,7 +37,5 @@ def current_process_index(explicit: int | None = None) -> int:
             try:
                 return int(value)
             except ValueError:
-                raise ValueError(
-                    f"{var}={value!r} is not a process index (an integer >= 0)"
-                ) from None
+                raise ProcessIndexVariableError(var, value) from None
     return 0

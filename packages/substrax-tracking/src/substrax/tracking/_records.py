@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._base import as_scalar, histogram_summary, safe_name
+from ._errors import NotARecordError
 from ._file import json_ready
 from ._media import save_image
 
@@ -75,7 +76,7 @@ class Record:
             "histogram",
             "artifact",
         ):
-            raise ValueError(f"not a substrax tracking record: {data!r}")
+            raise NotARecordError(f"not a substrax tracking record: {data!r}")
         return cls(
             kind=data["kind"],
             step=data["step"],

@@ -13,11 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from substrax.support import check_int, check_seconds
+
 from ._background import AsyncDelivery
-from ._base import Logger, LoggerClosedError, MetricOverflowError, safe_name
+from ._base import Logger, safe_name
+from ._errors import LoggedTypeError, LoggerClosedError, MetricOverflowError
 from ._paths import resolve_log_dir
 from ._records import Record
-from ._seconds import check_seconds
 from ._spool import Sink
 
 
@@ -38,7 +40,9 @@ def _close_open_loggers() -> None:
 def _check_scalar(name: str, value: Any) -> None:
     # Cheap checks only: converting an on-device array would wait for the step to finish.
     if isinstance(value, bool | str | bytes) or value is None:
-        raise TypeError(f"scalar {name!r} must be a number, got {type(value).__name__} {value!r}")
+        raise LoggedTypeError(
+            f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"
+        )
     if type(value) is int:
         try:
             float(value)
@@ -52,7 +56,7 @@ class RemoteLogger(Logger):
     Subclasses build their sink (the backend run) and call :meth:`_start`. A call puts a record
     on a bounded queue and returns; values are converted on the worker (an on-device array
     is read there, not in the step). A backend that fails is warned about once (``logging``,
-    logger ``substrax.tracking``); while it fails, records go to :attr:`spool_path` on disk and
+    under the ``substrax.tracking`` logger); while it fails, records go to :attr:`spool_path` on disk and
     are retried from there in order. :meth:`close` returns within ``close_timeout`` (plus half
     a second) whatever the backend does, leaving what is undelivered in the spool for
     ``python -m substrax.tracking replay``.
@@ -76,8 +80,7 @@ class RemoteLogger(Logger):
     ) -> None:
         super().__init__(name, process_index=process_index, all_processes=all_processes)
         close_timeout = check_seconds("close_timeout", close_timeout)
-        if max_queue < 1:
-            raise ValueError(f"max_queue={max_queue!r} must be >= 1")
+        max_queue = check_int("max_queue", max_queue, minimum=1)
         self.close_timeout = float(close_timeout)
         self._max_queue = max_queue
         self._delivery = None

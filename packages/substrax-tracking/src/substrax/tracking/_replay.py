@@ -12,14 +12,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from substrax.support import check_seconds
+
 from ._records import Record
-from ._seconds import check_seconds
 from ._spool import Sink, SpoolFile, sink_factory, spool_line
 
 
 __all__ = ["ReplayResult", "replay_spool", "target_key"]
 
-_log = logging.getLogger("substrax.tracking")
+_logger = logging.getLogger(__name__)
 
 _CHUNK = 1000
 
@@ -155,7 +156,7 @@ class _Replay:
             try:
                 sink.finish()
             except Exception as error:
-                _log.warning("could not finish the replayed run %s: %s", key, error)
+                _logger.warning("could not finish the replayed run %s: %s", key, error)
 
     def _todo(self, indexes: list[int]) -> list[int]:
         """The lines to send; a line spooled with an error (refused before) is set aside."""
@@ -328,14 +329,14 @@ def replay_spool(
         spool, sinks=sinks, include_refused=include_refused, timeout=timeout
     )
     if result.bad_lines:
-        _log.warning(
+        _logger.warning(
             "%s: %d lines are not records: %s",
             spool.path,
             len(result.bad_lines),
             result.describe_bad_lines(),
         )
     if result.refused:
-        _log.warning(
+        _logger.warning(
             "%s: %d records were refused by their backend and moved to %s: %s",
             spool.path,
             result.refused,
@@ -343,7 +344,7 @@ def replay_spool(
             "; ".join(sorted(set(result.refused_reasons)))[:2000],
         )
     for target, error in errors.values():
-        _log.warning(
+        _logger.warning(
             "replay to %s failed (%s: %s); its records stay in %s",
             dict(target),
             type(error).__name__,
@@ -351,7 +352,7 @@ def replay_spool(
             spool.path,
         )
     if result.timed_out:
-        _log.warning(
+        _logger.warning(
             "replay of %s stopped after %.0f s with %d records undelivered; they stay in the spool",
             spool.path,
             time.monotonic() - started,

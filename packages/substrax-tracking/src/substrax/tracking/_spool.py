@@ -13,17 +13,18 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from substrax.support import write_atomically
+
+from ._errors import NotARecordError, NotASpoolError, SpoolNotFoundError, UnknownBackendError
 from ._records import Record
 
 
 __all__ = [
     "BadLine",
-    "NotASpoolError",
     "Sink",
     "SpoolContent",
     "SpoolFile",
     "SpoolLine",
-    "SpoolNotFoundError",
     "register_sink_factory",
     "sink_factory",
 ]
@@ -59,40 +60,6 @@ _FACTORIES: dict[str, Callable[[Mapping[str, Any]], Sink]] = {}
 def register_sink_factory(backend: str, factory: Callable[[Mapping[str, Any]], Sink]) -> None:
     """Register how to rebuild a sink for ``backend`` from its spooled ``target`` data."""
     _FACTORIES[backend] = factory
-
-
-class SpoolNotFoundError(FileNotFoundError):
-    """A spool file to replay does not exist.
-
-    Attributes:
-        path: the path that was given.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        super().__init__(
-            f"spool file {str(path)!r} does not exist; pass the <log_dir>/<name>.spool.jsonl path "
-            "that the logger's warning named"
-        )
-
-
-class NotASpoolError(ValueError):
-    """A path given as a spool file is not one: a directory, a device, or a file without records.
-
-    Nothing at the path is changed.
-
-    Attributes:
-        path: the path that was given.
-        reason: what it is instead.
-    """
-
-    def __init__(self, path: Path, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(
-            f"{str(path)!r} is not a spool file ({reason}); it is left untouched; pass the "
-            "<log_dir>/<name>.spool.jsonl path that the logger's warning named"
-        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,17 +108,17 @@ class SpoolContent:
 def _check_line(text: str) -> dict[str, Any]:
     line = json.loads(text)
     if not isinstance(line, dict):
-        raise ValueError(f"a JSON {type(line).__name__}, not an object")  # noqa: TRY004
+        raise NotARecordError(f"a JSON {type(line).__name__}, not an object")
     checked = cast("dict[str, Any]", line)
     unknown = set(checked) - {"target", "record", "error"}
     if unknown:
-        raise ValueError(f"unknown fields {sorted(unknown)}")
+        raise NotARecordError(f"unknown fields {sorted(unknown)}")
     target = checked.get("target")
     if not isinstance(target, dict) or "backend" not in target:
-        raise ValueError("no target naming a backend")
+        raise NotARecordError("no target naming a backend")
     record = checked.get("record")
     if not isinstance(record, dict):
-        raise ValueError("no record")  # noqa: TRY004
+        raise NotARecordError("no record")
     Record.from_json(cast("dict[str, Any]", record))
     return checked
 
@@ -319,12 +286,7 @@ class SpoolFile:
                 self.path.unlink(missing_ok=True)
                 held.discard()
                 return
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with tmp.open("w", encoding="utf-8") as file:
-                file.writelines(f"{text}\n" for text in kept)
-                file.flush()
-                os.fsync(file.fileno())
-            tmp.replace(self.path)
+            write_atomically(self.path, "".join(f"{text}\n" for text in kept))
 
     def restore_refused(self) -> int:
         """Move the records of ``<spool>.refused`` back into the spool, without their errors.
@@ -374,7 +336,7 @@ def sink_factory(target: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Sin
     """How to rebuild the sink that ``target`` (a spool line's target data) names.
 
     Raises:
-        ValueError: no backend of that name is known.
+        UnknownBackendError: no backend of that name is known (a ``ValueError``).
     """
     backend = target.get("backend")
     if backend not in _FACTORIES:
@@ -384,7 +346,5 @@ def sink_factory(target: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Sin
         for module in ("._mlflow", "._wandb"):
             importlib.import_module(module, __package__)
     if backend not in _FACTORIES:
-        raise ValueError(
-            f"spooled records name an unknown backend {backend!r}; known: {sorted(_FACTORIES)}"
-        )
+        raise UnknownBackendError(backend, sorted(_FACTORIES))
     return _FACTORIES[str(backend)]

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from substrax.support import require
+
 from ._base import Logger, as_scalar
-from ._extras import require
 from ._file import json_ready
 
 
@@ -50,7 +51,12 @@ class TensorBoardLogger(Logger):
         process_index: int | None = None,
         all_processes: bool = False,
     ) -> None:
-        tensorboard_x = require("tensorboardX", who="TensorBoardLogger", extra="tensorboard")
+        tensorboard_x = require(
+            "tensorboardX",
+            who="TensorBoardLogger",
+            distribution="substrax-tracking",
+            extra="tensorboard",
+        )
         super().__init__(name, process_index=process_index, all_processes=all_processes)
         self.log_dir = Path(log_dir).resolve()
         self._writer: Any = None

@@ -7,22 +7,23 @@ from __future__ import annotations
 import html
 import logging
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from ._base import LoggerClosedError, safe_name
-from ._extras import require
+from substrax.support import check_seconds, require
+
+from ._base import safe_name
+from ._errors import LoggerClosedError
+from ._first_attempt import FirstAttempt
 from ._records import Record
 from ._remote import RemoteLogger
-from ._seconds import check_seconds
 from ._spool import register_sink_factory
 
 
 __all__ = ["WandbLogger", "base_url", "bounded_settings"]
 
-_log = logging.getLogger("substrax.tracking")
+_logger = logging.getLogger(__name__)
 
 _STATS = ("min", "max", "mean", "std")
 _GRAPHQL_RETRIES = 2
@@ -30,7 +31,7 @@ _REPLAY_TIMEOUT = 10.0
 
 
 def _import_wandb() -> Any:
-    return require("wandb", who="WandbLogger", extra="wandb")
+    return require("wandb", who="WandbLogger", distribution="substrax-tracking", extra="wandb")
 
 
 _OFFLINE = ("offline", "dryrun", "disabled")
@@ -79,8 +80,7 @@ class _WandbSink:
         self.run: Any = None
         self._target = target
         self._init_options = init_options
-        self._first: threading.Thread | None = None
-        self.first_error: BaseException | None = None
+        self._first: FirstAttempt | None = None
 
     def connect(self, timeout: float) -> bool:
         """Start the run from a thread of its own; wait at most ``timeout`` seconds.
@@ -89,34 +89,28 @@ class _WandbSink:
             whether the run started. A refusal that retrying cannot fix (a ``UsageError``) is
             raised; a server that does not answer is not an error.
         """
-        self._first = threading.Thread(target=self._first_attempt, name="substrax-wandb-init")
-        self._first.daemon = True
-        self._first.start()
-        self._first.join(timeout)
-        if self._first.is_alive():
+        self._first = FirstAttempt(
+            lambda: self._init(self._init_options), name="substrax-wandb-init"
+        )
+        if not self._first.wait(timeout):
             return False
-        self._first = None
         error = self.first_error
         if error is not None and isinstance(error, _import_wandb().errors.UsageError):
             raise error
         return self.run is not None
 
-    def _first_attempt(self) -> None:
-        try:
-            self._init(self._init_options)
-        except Exception as error:
-            self.first_error = error
+    @property
+    def first_error(self) -> BaseException | None:
+        """What ``wandb.init`` raised first (None while it runs, or when it succeeded)."""
+        return None if self._first is None else self._first.error
 
     def _init(self, options: dict[str, Any]) -> None:
         self.run = _import_wandb().init(**options)
 
     def _ensure_run(self) -> Any:
         if self.run is None:
-            first = self._first
-            if first is not None:
-                if first.is_alive():
-                    raise _RunNotReadyError("wandb.init has not returned yet")
-                self._first = None
+            if self._first is not None and self._first.running():
+                raise _RunNotReadyError("wandb.init has not returned yet")
             if self.run is None:
                 self._init({**self._init_options, "resume": "allow"})
         return self.run
@@ -324,7 +318,7 @@ class WandbLogger(RemoteLogger):
         )
         if not sink.connect(connect_timeout):
             failure = sink.first_error
-            _log.warning(
+            _logger.warning(
                 "WandbLogger(%r): wandb.init %s; logging goes on, records are kept in %s and "
                 "sent once the run %s starts",
                 name,

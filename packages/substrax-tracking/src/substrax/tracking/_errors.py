@@ -1,0 +1,296 @@
+"""The errors substrax.tracking raises: each a subclass of the builtin error it replaced.
+
+Every public class here is re-exported from :mod:`substrax.tracking` and shows that module in
+tracebacks. Each carries the offending values as attributes; its message says what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+__all__ = [
+    "EmptyMetricNameError",
+    "FileLogValueError",
+    "ImageShapeError",
+    "InvalidLoggerNameError",
+    "LoggedTypeError",
+    "LoggerClosedError",
+    "MetricOverflowError",
+    "NoFileLogError",
+    "NoLoggerSelectedError",
+    "NotALoggerError",
+    "NotARecordError",
+    "NotASpoolError",
+    "ProcessIndexVariableError",
+    "SpoolNotFoundError",
+    "UnknownBackendError",
+]
+
+_SHOWN_DIGITS = 40
+
+
+class LoggerClosedError(RuntimeError):
+    """A logger was used after :meth:`Logger.close`.
+
+    Attributes:
+        logger_name: the logger's name.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, logger_name: str) -> None:
+        self.logger_name = logger_name
+        super().__init__(f"logger {logger_name!r} is closed; create a new one to log again")
+
+
+class InvalidLoggerNameError(ValueError):
+    """A logger was given a name that is empty or not a string.
+
+    Attributes:
+        name: the name given.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, name: object) -> None:
+        self.name = name
+        super().__init__(
+            f"name={name!r} must be a non-empty string; it names the run in every backend"
+        )
+
+
+class EmptyMetricNameError(ValueError):
+    """A metric was logged under an empty name (or a name that is not a string).
+
+    Attributes:
+        name: the name given.
+        value: the value logged under it.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, name: object, value: object) -> None:
+        self.name = name
+        self.value = value
+        super().__init__(
+            f"metric name {name!r} (value {value!r}) must be a non-empty string; "
+            "give the metric a name such as 'loss' or 'train/loss'"
+        )
+
+
+class LoggedTypeError(TypeError):
+    """A value of the wrong type was logged.
+
+    A scalar that is not a number, text that is not a str, hyperparameters that are not a
+    mapping, an image that is not an array.
+
+    Attributes:
+        what: what was being logged (``"scalar 'loss'"``, ``"text 'notes'"``, ``"hyperparameters"``).
+        value: the value given.
+        expected: what it must be instead.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, what: str, value: object, expected: str, *, got: str | None = None) -> None:
+        self.what = what
+        self.value = value
+        self.expected = expected
+        super().__init__(f"{what} must be {expected}, got {got or type(value).__name__}")
+
+
+class MetricOverflowError(OverflowError):
+    """A metric's value is too large for a float (a Python int past about 1.8e308).
+
+    Attributes:
+        name: the metric's name.
+        value: the value logged.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, name: str, value: object) -> None:
+        self.name = name
+        self.value = value
+        shown = repr(value)
+        if len(shown) > _SHOWN_DIGITS:
+            shown = f"{shown[:20]}...{shown[-10:]} ({len(shown)} digits)"
+        super().__init__(
+            f"scalar {name!r} = {shown} is too large for a float; log a scaled value "
+            "(or its logarithm) instead"
+        )
+
+
+class ImageShapeError(ValueError):
+    """An image array has a shape no backend can show.
+
+    Attributes:
+        name: the image's name.
+        shape: its shape.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, name: str, shape: tuple[int, ...]) -> None:
+        self.name = name
+        self.shape = shape
+        super().__init__(
+            f"image {name!r} has shape {shape}; expected (H, W), (H, W, 1), (H, W, 3) or "
+            "(H, W, 4): move the channel axis last, or log each image of a batch on its own"
+        )
+
+
+class NotALoggerError(TypeError):
+    """:class:`MultiLogger` was given something that is not a :class:`Logger`.
+
+    Attributes:
+        value: what was given.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+        super().__init__(
+            f"MultiLogger takes Logger instances, got {type(value).__name__}; wrap another "
+            "library's logger in a Logger subclass"
+        )
+
+
+class NoLoggerSelectedError(ValueError):
+    """:func:`create_logger` was asked for no backend at all."""
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "create_logger with console=False, log_to_file=False and tensorboard=False logs "
+            "nowhere; enable at least one of them"
+        )
+
+
+class ProcessIndexVariableError(ValueError):
+    """An environment variable that names the process index holds something else.
+
+    Attributes:
+        variable: the variable's name.
+        value: its value.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, variable: str, value: str) -> None:
+        self.variable = variable
+        self.value = value
+        super().__init__(
+            f"{variable}={value!r} is not a process index (an integer >= 0); set it to this "
+            "process's index or unset it"
+        )
+
+
+class FileLogValueError(ValueError):
+    """A value in a file log is neither a number nor one of ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
+
+    Attributes:
+        value: the value read.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+        super().__init__(
+            f"{value!r} is not a number of a substrax file log; the file was not written by "
+            "FileLogger, or was edited by hand"
+        )
+
+
+class NoFileLogError(FileNotFoundError):
+    """A directory to plot holds no file log (``*.metrics.jsonl``).
+
+    Attributes:
+        log_dir: the directory given.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        super().__init__(
+            f"{str(log_dir)!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger or "
+            "create_logger wrote"
+        )
+
+
+class SpoolNotFoundError(FileNotFoundError):
+    """A spool file to replay does not exist.
+
+    Attributes:
+        path: the path that was given.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(
+            f"spool file {str(path)!r} does not exist; pass the <log_dir>/<name>.spool.jsonl path "
+            "that the logger's warning named"
+        )
+
+
+class NotASpoolError(ValueError):
+    """A path given as a spool file is not one: a directory, a device, or a file without records.
+
+    Nothing at the path is changed.
+
+    Attributes:
+        path: the path that was given.
+        reason: what it is instead.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"{str(path)!r} is not a spool file ({reason}); it is left untouched; pass the "
+            "<log_dir>/<name>.spool.jsonl path that the logger's warning named"
+        )
+
+
+class UnknownBackendError(ValueError):
+    """Spooled records name a backend that no installed logger registered.
+
+    Attributes:
+        backend: the backend the records name.
+        known: the backends known.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, backend: object, known: Sequence[str]) -> None:
+        self.backend = backend
+        self.known = tuple(known)
+        super().__init__(
+            f"spooled records name an unknown backend {backend!r}; known: {list(self.known)}; "
+            "replay them with the substrax version that wrote them"
+        )
+
+
+class NotARecordError(ValueError):
+    """A line of a spool (or its record) is not a substrax tracking record.
+
+    Raised and caught inside a replay, which sets such lines aside in ``<spool>.bad`` with the
+    message as their reason.
+
+    Attributes:
+        reason: why it is not a record.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
