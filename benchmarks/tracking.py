@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from substrax.support import format_table
+
 
 def per_call(n: int, call: Callable[[int], object]) -> float:
     start = time.perf_counter()
@@ -118,10 +120,7 @@ def main() -> None:
                 f"vs wandb run.log, offline; drain {wb['drain_s']:.1f} s",
             )
         )
-    header = ("call", "µs/call", "direct µs", "ratio", "notes")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+    print(format_table(("call", "µs/call", "direct µs", "ratio", "notes"), rows))
     ok = file["per_s"] >= 100_000 and all(
         r["us"] < 50 and r["direct_us"] / r["us"] >= 20 for r in (ml, wb)
     )
