@@ -302,6 +302,45 @@ def test_replay_refuses_a_timeout_that_is_not_a_finite_number(tmp_path, capsys, 
         replay_spool(spool, timeout=float(timeout))
 
 
+def test_the_replay_command_says_what_it_could_not_deliver_in_one_line_and_exits_1(
+    tmp_path, capsys, monkeypatch
+):
+    from substrax.tracking import _spool
+    from substrax.tracking._cli import main
+
+    sink = Sink()
+    sink.down = True
+    monkeypatch.setitem(_spool._FACTORIES, "test", lambda _target: sink)
+    spool = tmp_path / "run.spool.jsonl"
+    lines = [
+        json.dumps({"target": sink.target(), "record": record(s).materialize(tmp_path).to_json()})
+        for s in range(3)
+    ]
+    spool.write_text("\n".join([*lines, "{cut short"]) + "\n")
+    assert main(["replay", str(spool), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {
+        "spool": str(spool),
+        "delivered": 0,
+        "remaining": 3,
+        "refused": 0,
+        "bad_lines": [4],
+        "timed_out": False,
+        "failures": [{"target": sink.target(), "error": "ConnectionError: server gone"}],
+    }
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"python -m substrax.tracking: error: 3 records stay in {spool}")
+    assert "ConnectionError: server gone" in line
+    assert "line 4:" in line
+    assert spool.read_text().splitlines() == lines  # kept for the next try
+
+    sink.down = False
+    assert main(["replay", str(spool)]) == 0
+    assert capsys.readouterr() == ("delivered 3, remaining 0\n", "")
+    assert steps(sink.received) == [0, 1, 2]
+    assert not spool.exists()
+
+
 def test_a_spooled_record_the_backend_refuses_is_set_aside_and_the_rest_is_delivered(
     make, tmp_path, caplog
 ):

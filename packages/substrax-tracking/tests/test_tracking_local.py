@@ -259,7 +259,7 @@ def test_importing_tracking_imports_no_jax_and_no_sdk():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
-def test_plot_command_renders_png_and_html(tmp_path):
+def test_plot_command_renders_png_and_html(tmp_path, capsys):
     with FileLogger("run", tmp_path) as logger:
         for step in range(5):
             logger.log_scalars({"loss": 1.0 / (step + 1), "train/acc": step / 5}, step=step)
@@ -273,6 +273,10 @@ def test_plot_command_renders_png_and_html(tmp_path):
     )
     page = tmp_path / "plots" / "index.html"
     assert result.stdout.strip() == str(page)
+    from substrax.tracking._cli import main
+
+    assert main(["plot", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"page": str(page)}
     html = page.read_text()
     for png in ("run.loss.png", "run.train_acc.png"):
         assert (tmp_path / "plots" / png).read_bytes()[:4] == b"\x89PNG"
