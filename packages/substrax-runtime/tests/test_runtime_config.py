@@ -84,7 +84,9 @@ def test_compilation_cache_dir_string_becomes_a_path(tmp_path):
 
 @pytest.mark.parametrize("fraction", [0.0, -0.1, 1.01, math.nan, math.inf])
 def test_memory_fraction_range(fraction):
-    with pytest.raises(ValueError, match=r"memory_fraction must be in \(0, 1\]"):
+    with pytest.raises(
+        ValueError, match=r"memory_fraction=.* must be a finite number > 0 and <= 1"
+    ):
         JaxRuntime(memory_fraction=fraction)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from substrax.runtime import CoordinatorPortError
 from substrax.runtime._coordinator import CoordinatorProcess
 from substrax.testing import free_port
 
@@ -38,11 +39,15 @@ def test_the_service_listens_once_started_and_is_gone_once_stopped():
 def test_a_taken_port_is_an_os_error_naming_the_address():
     with socket.create_server(("127.0.0.1", 0)) as taken:
         address = f"127.0.0.1:{taken.getsockname()[1]}"
-        with pytest.raises(OSError, match=f"did not start on {address}.*port taken"):
+        with pytest.raises(
+            CoordinatorPortError, match=f"did not start on {address}.*port taken"
+        ) as info:
             CoordinatorProcess.start(
                 address, num_processes=2, heartbeat_timeout=10, shutdown_timeout=10,
                 grace_seconds=30,
             )  # fmt: skip
+    assert isinstance(info.value, OSError)
+    assert info.value.address == address
 
 
 ORPHAN = """

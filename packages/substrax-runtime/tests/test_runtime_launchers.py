@@ -155,9 +155,9 @@ def test_coordinator_must_be_host_and_port(address):
 
 
 def test_counts_are_checked():
-    with pytest.raises(ValueError, match="num_processes must be at least 1"):
+    with pytest.raises(ValueError, match="num_processes=0 must be an integer >= 1"):
         LaunchSettings(coordinator_address=None, num_processes=0, process_id=0, source="argument")
-    with pytest.raises(TypeError, match="process_id must be an int"):
+    with pytest.raises(TypeError, match="process_id=True must be an integer, not bool"):
         LaunchSettings(
             coordinator_address=None, num_processes=2, process_id=True, source="argument"
         )

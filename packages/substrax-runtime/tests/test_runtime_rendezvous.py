@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from substrax.runtime import DistributedStartupError, initialize_distributed
+from substrax.runtime import CoordinatorPortError, DistributedStartupError, initialize_distributed
 from substrax.runtime._rendezvous import gather_peers, join_coordinator, split_address
 from substrax.testing import free_port
 
@@ -198,5 +198,7 @@ def test_the_error_survives_pickling_with_its_attributes():
 def test_a_taken_coordinator_port_is_named():
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        with pytest.raises(OSError, match=f"coordinator's port {port}"):
+        with pytest.raises(CoordinatorPortError, match=f"coordinator's port {port}") as info:
             gather_peers(f"127.0.0.1:{port}", num_processes=2, timeout=1)
+    assert isinstance(info.value, OSError)
+    assert info.value.errno is not None

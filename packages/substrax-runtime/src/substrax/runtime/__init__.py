@@ -27,6 +27,7 @@ from ._environment import (
     runtime_environment as runtime_environment,
 )
 from ._errors import (
+    CoordinatorPortError as CoordinatorPortError,
     DistributedStartupError as DistributedStartupError,
     RuntimeConfigurationError as RuntimeConfigurationError,
     XlaFlagConflictError as XlaFlagConflictError,
@@ -75,6 +76,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "DEFAULT_COORDINATOR_PORT",
     "PEER_FAILURE_EXIT_CODE",
+    "CoordinatorPortError",
     "DistributedInfo",
     "DistributedStartupError",
     "JaxRuntime",

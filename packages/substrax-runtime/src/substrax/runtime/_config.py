@@ -7,10 +7,11 @@
 # compilation cache directory is actually given.
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
+
+from substrax.support import check_float, check_int, check_seconds
 
 from ._xla_flags import merge_xla_flags
 
@@ -27,12 +28,6 @@ MATMUL_PRECISIONS: tuple[str, ...] = get_args(MatmulPrecision.__value__)
 def _check_bool(name: str, value: object) -> None:
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"JaxRuntime.{name} must be a bool or None, got {value!r}")
-
-
-def _check_number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"JaxRuntime.{name} must be a number, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,13 +57,14 @@ class JaxRuntime:
         XlaFlagConflictError: ``xla_flags`` repeats a flag with two values.
 
     Example:
+        >>> from substrax.runtime import JaxRuntime
         >>> runtime = JaxRuntime(platforms=("cpu",), cpu_devices=8)
         >>> runtime.cpu_devices
         8
         >>> JaxRuntime(cpu_devices=0)
         Traceback (most recent call last):
         ...
-        ValueError: JaxRuntime.cpu_devices must be at least 1, got 0
+        ValueError: JaxRuntime.cpu_devices=0 must be an integer >= 1
     """
 
     platforms: tuple[str, ...] | None = None
@@ -120,13 +116,8 @@ class JaxRuntime:
                 )
 
     def _check_cpu_devices(self) -> None:
-        count: object = self.cpu_devices
-        if count is None:
-            return
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise TypeError(f"JaxRuntime.cpu_devices must be an int, got {count!r}")
-        if count < 1:
-            raise ValueError(f"JaxRuntime.cpu_devices must be at least 1, got {count}")
+        if self.cpu_devices is not None:
+            check_int("JaxRuntime.cpu_devices", self.cpu_devices, minimum=1)
 
     def _check_cache_dir(self) -> None:
         path: object = self.compilation_cache_dir
@@ -146,21 +137,16 @@ class JaxRuntime:
             )
 
     def _check_memory_fraction(self) -> None:
-        if self.memory_fraction is None:
-            return
-        fraction = _check_number("memory_fraction", self.memory_fraction)
-        if not 0.0 < fraction <= 1.0:  # NaN fails this comparison too
-            raise ValueError(
-                f"JaxRuntime.memory_fraction must be in (0, 1], got {self.memory_fraction!r}"
+        if self.memory_fraction is not None:
+            check_float(
+                "JaxRuntime.memory_fraction",
+                self.memory_fraction,
+                minimum=0,
+                maximum=1,
+                exclusive_minimum=True,
             )
 
     def _check_min_compile_time(self) -> None:
         value = self.persistent_cache_min_compile_time_secs
-        if value is None:
-            return
-        seconds = _check_number("persistent_cache_min_compile_time_secs", value)
-        if not (math.isfinite(seconds) and seconds >= 0.0):
-            raise ValueError(
-                "JaxRuntime.persistent_cache_min_compile_time_secs must be a finite number "
-                f">= 0, got {value!r}"
-            )
+        if value is not None:
+            check_seconds("JaxRuntime.persistent_cache_min_compile_time_secs", value)

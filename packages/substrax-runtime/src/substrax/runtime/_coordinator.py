@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from ._errors import CoordinatorPortError
+
 
 _READY = b"ready\n"
 _STOP = b"stop\n"
@@ -64,7 +66,7 @@ class CoordinatorProcess:
         """Start the service on ``bind_address`` and wait until it listens.
 
         Raises:
-            OSError: The service did not start within ``timeout`` (its last log line says why,
+            CoordinatorPortError: The service (an ``OSError``) did not start within ``timeout`` (its last log line says why,
                 e.g. the port is taken).
         """
         argv = [
@@ -93,9 +95,10 @@ class CoordinatorProcess:
             _close_pipes(process)
             log.seek(0)
             lines = log.read().decode(errors="replace").strip().splitlines()
-        raise OSError(
+        raise CoordinatorPortError(
+            bind_address,
             f"jax's coordination service did not start on {bind_address} (exit status "
-            f"{process.returncode}): {lines[-1] if lines else 'no output'}; is the port taken?"
+            f"{process.returncode}): {lines[-1] if lines else 'no output'}",
         )
 
     def stop(self) -> None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from substrax.support import check_int
+
 from ._coordinator import CoordinatorProcess
 from ._errors import RuntimeConfigurationError
 from ._launchers import (
@@ -51,6 +53,7 @@ class DistributedInfo:
         source: Where the settings came from (``"single_process"`` when nothing was started).
 
     Example:
+        >>> from substrax.runtime import DistributedInfo
         >>> DistributedInfo(process_id=0, num_processes=1, coordinator=None,
         ...                 source="single_process").num_processes
         1
@@ -77,14 +80,6 @@ def _modal_launch(env: Mapping[str, str], port: int) -> LaunchSettings | None:
         return None
     ips = cluster.container_ipv4_ips or cluster.container_ips
     return launch_from_modal_cluster(rank=cluster.rank, container_ips=ips, coordinator_port=port)
-
-
-def _check_timeout(timeout: int, name: str = "initialization_timeout") -> None:
-    value: object = timeout
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be whole seconds (an int), got {timeout!r}")
-    if timeout < 1:
-        raise ValueError(f"{name} must be at least 1 second, got {timeout}")
 
 
 def initialize_distributed(
@@ -156,18 +151,20 @@ def initialize_distributed(
             ``initialization_timeout`` (a ``TimeoutError``).
         ValueError: The launch is inconsistent, or a run across several nodes names a loopback
             coordinator.
-        OSError: On process 0, the coordinator's port cannot be served (another process holds
+        CoordinatorPortError: On process 0 (an ``OSError``), the coordinator's port cannot be served (another process holds
             it).
         RuntimeConfigurationError: ``jax.distributed`` is already initialized with another
             process layout.
 
     Example:
+        >>> from substrax.runtime import initialize_distributed
         >>> initialize_distributed(env={})  # one process: nothing to start
         DistributedInfo(process_id=0, num_processes=1, coordinator=None, source='single_process')
     """
-    _check_timeout(initialization_timeout)
-    _check_timeout(heartbeat_timeout, "heartbeat_timeout")
-    _check_timeout(shutdown_timeout, "shutdown_timeout")
+    # jax takes whole seconds
+    check_int("initialization_timeout", initialization_timeout, minimum=1)
+    check_int("heartbeat_timeout", heartbeat_timeout, minimum=1)
+    check_int("shutdown_timeout", shutdown_timeout, minimum=1)
     source_env = os.environ if env is None else env
     if coordinator_address is not None or num_processes is not None or process_id is not None:
         launch = launch_from_arguments(

@@ -10,8 +10,10 @@ class RuntimeConfigurationError(RuntimeError):
         >>> raise RuntimeConfigurationError("platforms are read when jax starts")
         Traceback (most recent call last):
         ...
-        substrax.runtime._errors.RuntimeConfigurationError: platforms are read when jax starts
+        substrax.runtime.RuntimeConfigurationError: platforms are read when jax starts
     """
+
+    __module__ = "substrax.runtime"
 
 
 class XlaFlagConflictError(RuntimeConfigurationError):
@@ -23,10 +25,13 @@ class XlaFlagConflictError(RuntimeConfigurationError):
         requested: The value asked for (``None`` for a bare flag).
 
     Example:
+        >>> from substrax.runtime import XlaFlagConflictError
         >>> error = XlaFlagConflictError("--a", "1", "2")
         >>> str(error)
         "XLA flag --a is already set to '1' and was requested as '2'"
     """
+
+    __module__ = "substrax.runtime"
 
     flag: str
     existing: str | None
@@ -74,6 +79,7 @@ class DistributedStartupError(TimeoutError):
             answered on the coordinator's port.
 
     Example:
+        >>> from substrax.runtime import DistributedStartupError
         >>> error = DistributedStartupError("10.0.0.1:8476", process_id=0, num_processes=3,
         ...                                 arrived=(0, 2), timeout=30)
         >>> error.missing
@@ -83,6 +89,8 @@ class DistributedStartupError(TimeoutError):
         (1,); start every process with the same coordinator address and num_processes, or raise
         initialization_timeout
     """
+
+    __module__ = "substrax.runtime"
 
     coordinator_address: str
     process_id: int
@@ -197,3 +205,38 @@ class DistributedStartupError(TimeoutError):
             foreign=self.foreign,
         )
         return (rebuild, ())
+
+
+class CoordinatorPortError(OSError):
+    """Process 0 cannot serve the coordinator's port: our meeting point or jax's service.
+
+    Attributes:
+        address: The coordinator's ``host:port`` (the service's bind address).
+        reason: What failed, e.g. the system's message or the service's last log line.
+
+    Example:
+        >>> from substrax.runtime import CoordinatorPortError
+        >>> error = CoordinatorPortError("10.0.0.1:8476", "cannot listen: Address in use")
+        >>> isinstance(error, OSError), error.address
+        (True, '10.0.0.1:8476')
+    """
+
+    __module__ = "substrax.runtime"
+
+    address: str
+    reason: str
+
+    def __init__(self, address: str, reason: str, errno: int | None = None) -> None:
+        self.address = address
+        self.reason = reason
+        message = (
+            f"{reason}; is the port taken? Free it (another job's coordinator may still run on "
+            "this host) or choose another coordinator port"
+        )
+        if errno is None:
+            super().__init__(message)
+        else:
+            super().__init__(errno, message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.address, self.reason, self.errno))

@@ -5,6 +5,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from substrax.support import check_int
+
 
 DEFAULT_COORDINATOR_PORT = 8476
 
@@ -34,6 +36,7 @@ def coordinator_host(address: str) -> str:
         ValueError: The address has no ``:port`` or the port is not a number.
 
     Example:
+        >>> from substrax.runtime._launchers import coordinator_host
         >>> coordinator_host("[fd00::1]:8476")
         'fd00::1'
     """
@@ -49,6 +52,7 @@ def with_port(host: str, port: int) -> str:
     """Format ``host`` and ``port`` as a coordinator address (IPv6 in brackets).
 
     Example:
+        >>> from substrax.runtime._launchers import with_port
         >>> with_port("fd00::1", 8476)
         '[fd00::1]:8476'
     """
@@ -73,6 +77,7 @@ class LaunchSettings:
             a run across several nodes names a loopback coordinator.
 
     Example:
+        >>> from substrax.runtime import LaunchSettings
         >>> LaunchSettings(coordinator_address="10.0.0.1:8476", num_processes=2, process_id=1,
         ...                source="argument").process_id
         1
@@ -86,12 +91,8 @@ class LaunchSettings:
     num_nodes: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("num_processes", "process_id"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {value!r}")
-        if self.num_processes < 1:
-            raise ValueError(f"num_processes must be at least 1, got {self.num_processes}")
+        check_int("num_processes", self.num_processes, minimum=1)
+        check_int("process_id", self.process_id)
         if not 0 <= self.process_id < self.num_processes:
             raise ValueError(
                 f"process_id {self.process_id} is outside [0, {self.num_processes}) "
@@ -194,6 +195,7 @@ def launch_from_arguments(
         ValueError: An argument is missing for a multi-process run, or out of range.
 
     Example:
+        >>> from substrax.runtime._launchers import launch_from_arguments
         >>> launch_from_arguments({}, coordinator_address="127.0.0.1:1234", num_processes=2,
         ...                       process_id=0).num_processes
         2
@@ -245,6 +247,7 @@ def launch_from_environment(
         ValueError: A launcher's variables are partial, not integers, or inconsistent.
 
     Example:
+        >>> from substrax.runtime import launch_from_environment
         >>> launch = launch_from_environment({"SKYPILOT_NODE_IPS": "10.0.0.1\n10.0.0.2",
         ...                                   "SKYPILOT_NODE_RANK": "1", "SKYPILOT_NUM_NODES": "2"})
         >>> launch.coordinator_address, launch.process_id, launch.num_processes
@@ -302,6 +305,7 @@ def launch_from_modal_cluster(
         The settings, with ``source="modal"``.
 
     Example:
+        >>> from substrax.runtime import launch_from_modal_cluster
         >>> launch_from_modal_cluster(rank=0, container_ips=["10.1.0.1", "10.1.0.2"]).coordinator_address
         '10.1.0.1:8476'
     """

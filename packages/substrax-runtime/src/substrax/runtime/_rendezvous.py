@@ -19,7 +19,7 @@ import selectors
 import socket
 import time
 
-from ._errors import DistributedStartupError
+from ._errors import CoordinatorPortError, DistributedStartupError
 
 
 _HELLO = "substrax-rendezvous-1"
@@ -36,6 +36,7 @@ def split_address(address: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` too) as a host and a port number.
 
     Example:
+        >>> from substrax.runtime._rendezvous import split_address
         >>> split_address("[::1]:8476")
         ('::1', 8476)
     """
@@ -50,10 +51,10 @@ def _listener(address: str) -> socket.socket:
             return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
         return socket.create_server(("", port))
     except OSError as error:
-        raise OSError(
+        raise CoordinatorPortError(
+            address,
+            f"cannot listen on the coordinator's port {port} ({address}): {error.strerror}",
             error.errno,
-            f"cannot listen on the coordinator's port {port} ({address}): {error.strerror}; "
-            "is another job's coordinator still running on this host?",
         ) from error
 
 
@@ -72,7 +73,8 @@ def gather_peers(
     Raises:
         DistributedStartupError: Not every peer arrived within ``timeout`` (the peers that did
             are told who arrived and raise too).
-        OSError: The port cannot be bound (something else listens there).
+        CoordinatorPortError: The port cannot be bound (an ``OSError``: something else listens
+            there).
     """
     deadline = time.monotonic() + timeout
     arrived: dict[int, socket.socket] = {}

@@ -1,9 +1,8 @@
 """Pick a test run's backend and emulated CPU device count from its environment."""
 
-# Callers are untyped at run time: the isinstance checks below are the validation.
-# pyright: reportUnnecessaryIsInstance=false
-
 from collections.abc import Mapping
+
+from substrax.support import check_int
 
 from ._config import JaxRuntime
 from ._errors import RuntimeConfigurationError
@@ -45,14 +44,11 @@ def resolve_test_runtime(
         RuntimeConfigurationError: cuda is asked for and no CUDA plugin is installed.
 
     Example:
+        >>> from substrax.runtime import resolve_test_runtime
         >>> resolve_test_runtime({}, prefix="T_", cuda_plugin_available=False)
         JaxRuntime(platforms=('cpu',), cpu_devices=8, enable_x64=None, matmul_precision=None, compilation_cache_dir=None, xla_flags=(), preallocate=None, memory_fraction=None, debug_nans=None, log_compiles=None, persistent_cache_min_compile_time_secs=None)
     """
-    default: object = default_cpu_devices
-    if isinstance(default, bool) or not isinstance(default, int):
-        raise TypeError(f"default_cpu_devices must be an int, got {default_cpu_devices!r}")
-    if default_cpu_devices < 0:
-        raise ValueError(f"default_cpu_devices must be >= 0, got {default_cpu_devices}")
+    check_int("default_cpu_devices", default_cpu_devices, minimum=0)
     platforms_var = f"{prefix}JAX_PLATFORMS"
     requested = tuple(
         name.strip().lower() for name in env.get(platforms_var, "").split(",") if name.strip()
