@@ -27,6 +27,7 @@ class OutputLocation:
 
     Example:
         >>> from pathlib import Path
+        >>> from substrax.artifacts import OutputLocation
         >>> OutputLocation(path=Path("/tmp/x"), source="argument").source
         'argument'
     """
@@ -75,6 +76,7 @@ def resolve_output_dir(
             is not absolute.
 
     Example:
+        >>> from substrax.artifacts import resolve_output_dir
         >>> location = resolve_output_dir("demo", env={})
         >>> location.source, location.path.name, location.path.is_dir()
         ('run_default', 'demo', True)

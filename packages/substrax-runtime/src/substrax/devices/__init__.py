@@ -1,7 +1,7 @@
 """substrax.devices: one reading of the hardware, placement, and the batch-size table.
 
 Example:
-    >>> from substrax.devices import DeviceKind, detect_devices, get_batch_size_recommendation
+    >>> from substrax.devices import DeviceKind, detect_devices, get_batch_size_recommendation, HardwareType
     >>> info = detect_devices()
     >>> info.kind in set(DeviceKind)
     True

@@ -17,6 +17,7 @@ class UnknownHardwareError(LookupError):
         device_kind: The device's own name, when it was detected.
 
     Example:
+        >>> from substrax.devices import HardwareType, UnknownHardwareError
         >>> str(UnknownHardwareError(HardwareType.UNKNOWN, "NVIDIA L40S")).startswith("no batch")
         True
     """

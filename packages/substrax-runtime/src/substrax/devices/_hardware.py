@@ -24,6 +24,7 @@ class HardwareType(Enum):
     """Hardware the batch-size table knows, plus ``CPU`` and ``UNKNOWN``.
 
     Example:
+        >>> from substrax.devices import HardwareType
         >>> HardwareType.from_device_kind("NVIDIA H100 80GB HBM3")
         <HardwareType.H100: 'h100'>
         >>> HardwareType.from_device_kind("NVIDIA L40S")
@@ -53,6 +54,7 @@ class HardwareType(Enum):
             The hardware type.
 
         Example:
+            >>> from substrax.devices import HardwareType
             >>> HardwareType.from_device_kind("TPU v6 lite")
             <HardwareType.TPU_V6E: 'tpu_v6e'>
         """
@@ -95,6 +97,7 @@ class BatchSizeRecommendation:
         ValueError: A size is below 1, or ``min_batch_size > optimal_batch_size``.
 
     Example:
+        >>> from substrax.devices import BatchSizeRecommendation
         >>> BatchSizeRecommendation(min_batch_size=1, optimal_batch_size=8, critical_batch_size=8)
         BatchSizeRecommendation(min_batch_size=1, optimal_batch_size=8, critical_batch_size=8, max_memory_batch_size=None, notes='')
     """
@@ -158,6 +161,7 @@ def detect_hardware_type(devices: Sequence[DeviceLike] | None = None) -> Hardwar
 
     Example:
         >>> import jax
+        >>> from substrax.devices import detect_hardware_type
         >>> detect_hardware_type(jax.devices("cpu"))
         <HardwareType.CPU: 'cpu'>
     """
@@ -181,6 +185,7 @@ def get_batch_size_recommendation(
             accelerator is never given another one's numbers.
 
     Example:
+        >>> from substrax.devices import HardwareType, get_batch_size_recommendation
         >>> get_batch_size_recommendation(HardwareType.TPU_V5E).critical_batch_size
         241
     """

@@ -13,6 +13,7 @@ class DeviceKind(StrEnum):
     """The family of a jax platform.
 
     Example:
+        >>> from substrax.devices import DeviceKind
         >>> DeviceKind.from_platform("CUDA")
         <DeviceKind.GPU: 'gpu'>
     """
@@ -34,6 +35,7 @@ class DeviceKind(StrEnum):
             The kind; ``OTHER`` for a platform this table does not know.
 
         Example:
+            >>> from substrax.devices import DeviceKind
             >>> DeviceKind.from_platform("rocm"), DeviceKind.from_platform("weird")
             (<DeviceKind.GPU: 'gpu'>, <DeviceKind.OTHER: 'other'>)
         """
@@ -52,6 +54,7 @@ class DeviceLike(Protocol):
 
     Example:
         >>> import jax
+        >>> from substrax.devices import DeviceLike
         >>> isinstance(jax.devices()[0], DeviceLike)
         True
     """
@@ -83,6 +86,7 @@ class DeviceInfo:
         device_kinds: The distinct hardware names, in device order.
 
     Example:
+        >>> from substrax.devices import DeviceInfo, DeviceKind
         >>> info = DeviceInfo(platform="cpu", kind=DeviceKind.CPU, count=8, device_kinds=("cpu",))
         >>> info.has_accelerator
         False
@@ -103,6 +107,7 @@ def visible_devices(backend: str | None = None) -> Sequence[DeviceLike]:
     """The devices jax sees (``jax.devices(backend)``), typed as ``DeviceLike``.
 
     Example:
+        >>> from substrax.devices import visible_devices
         >>> len(visible_devices()) >= 1
         True
     """
@@ -116,6 +121,7 @@ def detect_devices() -> DeviceInfo:
         The platform, kind, count and hardware names.
 
     Example:
+        >>> from substrax.devices import detect_devices
         >>> info = detect_devices()
         >>> info.platform in {"cpu", "gpu", "tpu", "metal"} and info.count >= 1
         True
@@ -142,6 +148,7 @@ def place_on_device[T](pytree: T, device: DeviceLike | None = None) -> T:
 
     Example:
         >>> import jax, jax.numpy as jnp
+        >>> from substrax.devices import place_on_device
         >>> tree = place_on_device({"w": jnp.ones(2)}, jax.devices()[0])
         >>> tree["w"].devices() == {jax.devices()[0]}
         True

@@ -24,6 +24,8 @@ def discover_examples(root: Path | str, *, include: Iterable[str] | None = None)
 
     Example:
         >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.examples import discover_examples
         >>> root = Path(tempfile.mkdtemp())
         >>> for name in ("b.py", "a.py", "_helpers.py", "_lib/x.py", "notes.txt"):
         ...     (root / name).parent.mkdir(exist_ok=True)

@@ -11,6 +11,7 @@ class ExamplesRootNotADirectoryError(NotADirectoryError):
 
     Example:
         >>> from pathlib import Path
+        >>> from substrax.examples import ExamplesRootNotADirectoryError
         >>> print(ExamplesRootNotADirectoryError(Path("/no/such/examples")))
         examples root '/no/such/examples' is not a directory; pass the folder that holds the example scripts
     """

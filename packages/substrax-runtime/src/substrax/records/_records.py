@@ -41,6 +41,7 @@ def read_record[T](record_type: type[T], data: object) -> T:
 
     Example:
         >>> from dataclasses import dataclass
+        >>> from substrax.records import UNKNOWN_FIELDS_REFUSED, read_record
         >>> @dataclass(frozen=True)
         ... class Point:
         ...     __pydantic_config__ = UNKNOWN_FIELDS_REFUSED
@@ -75,6 +76,7 @@ def dump_record(record: object) -> dict[str, Any]:
 
     Example:
         >>> from dataclasses import dataclass
+        >>> from substrax.records import dump_record
         >>> @dataclass
         ... class Point:
         ...     x: float

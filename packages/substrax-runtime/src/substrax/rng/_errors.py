@@ -12,6 +12,7 @@ class MissingRngStreamError(ValueError):
         streams: The streams it accepts, in preference order.
 
     Example:
+        >>> from substrax.rng import MissingRngStreamError
         >>> str(MissingRngStreamError(context="dropout layer", streams=("dropout", "default")))
         "dropout layer needs an rng stream named one of ('dropout', 'default'); pass nnx.Rngs(dropout=...)"
     """

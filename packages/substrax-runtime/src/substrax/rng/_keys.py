@@ -56,6 +56,7 @@ def key_from(rng: "jax.Array | nnx.Rngs", *, streams: Sequence[str], context: st
 
     Example:
         >>> import jax
+        >>> from substrax.rng import key_from
         >>> key = key_from(jax.random.key(0), streams=("dropout",), context="demo")
         >>> key.shape
         ()
@@ -103,6 +104,7 @@ def fold_in_name(key: jax.Array, name: str) -> jax.Array:
 
     Example:
         >>> import jax
+        >>> from substrax.rng import fold_in_name
         >>> a = fold_in_name(jax.random.key(0), "params")
         >>> bool((jax.random.key_data(a) == jax.random.key_data(fold_in_name(jax.random.key(0), "params"))).all())
         True
@@ -129,6 +131,7 @@ def split_key(key: jax.Array, num: int = 2) -> jax.Array:
 
     Example:
         >>> import jax
+        >>> from substrax.rng import split_key
         >>> split_key(jax.random.key(0), 3).shape
         (3,)
     """
@@ -155,6 +158,7 @@ def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rng
             ``substrax-runtime[nnx]``).
 
     Example:
+        >>> from substrax.rng import rngs_from_seed
         >>> rngs = rngs_from_seed(0, ("params", "dropout"))
         >>> rngs.dropout().shape
         ()

@@ -66,6 +66,7 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
             ``XLA_PYTHON_CLIENT_MEM_FRACTION``.
 
     Example:
+        >>> from substrax.runtime import JaxRuntime, runtime_environment
         >>> runtime_environment(JaxRuntime(platforms=("cpu",), cpu_devices=8), {})
         {'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '8'}
     """
@@ -116,6 +117,7 @@ def child_environment(
         RuntimeConfigurationError: See ``runtime_environment``.
 
     Example:
+        >>> from substrax.runtime import JaxRuntime, child_environment
         >>> child = child_environment(JaxRuntime(cpu_devices=2), parent={"JAX_PLATFORMS": "cuda", "HOME": "/h"})
         >>> child
         {'HOME': '/h', 'JAX_NUM_CPU_DEVICES': '2'}

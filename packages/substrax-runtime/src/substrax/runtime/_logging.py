@@ -28,6 +28,7 @@ def configure_entry_point_logging(
 
     Example:
         >>> import io, logging
+        >>> from substrax.runtime import configure_entry_point_logging
         >>> buffer = io.StringIO()
         >>> handler = configure_entry_point_logging(stream=buffer)
         >>> logging.getLogger("demo").info("hello")

@@ -36,6 +36,7 @@ def parse_xla_flags(value: str) -> dict[str, str | None]:
         XlaFlagConflictError: A flag is repeated with a different value.
 
     Example:
+        >>> from substrax.runtime import parse_xla_flags
         >>> parse_xla_flags("--xla_force_host_platform_device_count=8 --xla_dump_hlo_as_text")
         {'--xla_force_host_platform_device_count': '8', '--xla_dump_hlo_as_text': None}
     """
@@ -66,6 +67,7 @@ def merge_xla_flags(existing: str, requested: Iterable[str]) -> str:
         XlaFlagConflictError: A requested flag is already set to another value.
 
     Example:
+        >>> from substrax.runtime import merge_xla_flags
         >>> merge_xla_flags("--a=1", ["--b", "--a=1"])
         '--a=1 --b'
     """

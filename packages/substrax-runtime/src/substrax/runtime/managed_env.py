@@ -12,6 +12,7 @@ Example:
     >>> print(render(managed_environment("PROJ", "cpu", env_root="/p")).splitlines()[3])
     export JAX_PLATFORMS=cpu
 """
+    >>> from substrax.runtime.managed_env import managed_environment, render
 
 import argparse
 import platform

@@ -28,6 +28,7 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
     Example:
         >>> import tempfile
         >>> from pathlib import Path
+        >>> from substrax.support import write_atomically
         >>> with tempfile.TemporaryDirectory() as directory:
         ...     target = Path(directory) / "state.json"
         ...     write_atomically(target, '{"step": 1}')

@@ -47,6 +47,7 @@ def error_line(prog: str, error: BaseException | str) -> str:
     A ``KeyError``'s message is its argument, not its quoted repr.
 
     Example:
+        >>> from substrax.support import error_line
         >>> error_line("substrax-compute", KeyError("no job named 'x'"))
         "substrax-compute: error: no job named 'x'"
     """
@@ -70,6 +71,7 @@ def run_command(
     ``failures`` types exit 1. Anything else is a bug and keeps its traceback.
 
     Example:
+        >>> from substrax.support import UsageError, run_command
         >>> def broken() -> int:
         ...     raise UsageError("no such directory: /nope")
         >>> import contextlib, io
@@ -93,6 +95,8 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """Give ``parser`` the ``--json`` flag every table-printing command has.
 
     Example:
+        >>> import argparse
+        >>> from substrax.support import add_json_flag
         >>> parser = argparse.ArgumentParser()
         >>> add_json_flag(parser)
         >>> parser.parse_args(["--json"]).json
@@ -105,6 +109,7 @@ def emit(data: object, text: str, *, as_json: bool) -> None:
     """Print ``data`` as indented JSON when ``as_json``, else the human ``text``.
 
     Example:
+        >>> from substrax.support import emit
         >>> emit({"step": 1}, "step 1", as_json=False)
         step 1
         >>> emit({"step": 1}, "step 1", as_json=True)

@@ -10,6 +10,7 @@ class Mode(StrEnum):
     equal to its string.
 
     Example:
+        >>> from substrax.support import Mode
         >>> Mode("max").better(0.9, 0.8)
         True
         >>> Mode.MIN == "min"

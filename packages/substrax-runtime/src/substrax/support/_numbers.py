@@ -12,6 +12,7 @@ def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
         ValueError: ``value`` is below ``minimum``.
 
     Example:
+        >>> from substrax.support import check_int
         >>> check_int("patience", 3, minimum=1)
         3
         >>> check_int("patience", 0, minimum=1)
@@ -57,6 +58,7 @@ def check_float(
         ValueError: ``value`` is NaN, infinite or out of bounds.
 
     Example:
+        >>> from substrax.support import check_float
         >>> check_float("timeout", 5, minimum=0, exclusive_minimum=True, unit="seconds")
         5.0
         >>> check_float("timeout", float("inf"), minimum=0, unit="seconds")
@@ -96,6 +98,7 @@ def check_seconds(name: str, value: object, *, positive: bool = False) -> float:
     """``value`` as a float if it is a finite number of seconds (> 0 with ``positive``, else >= 0).
 
     Example:
+        >>> from substrax.support import check_seconds
         >>> check_seconds("close_timeout", 5)
         5.0
         >>> check_seconds("poll_interval", 0, positive=True)

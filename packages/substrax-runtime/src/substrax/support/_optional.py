@@ -29,6 +29,7 @@ def install_hint(distribution: str, extra: str) -> str:
     """The sentence that tells how to install ``extra``: the meta-package's, then the part's.
 
     Example:
+        >>> from substrax.support import install_hint
         >>> install_hint("substrax-tracking", "wandb")
         "install it with `uv add 'substrax[wandb]'` (or `uv add 'substrax-tracking[wandb]'`)"
     """
@@ -45,6 +46,7 @@ def require(module: str, *, who: str, distribution: str, extra: str) -> Any:
         extra: the extra that brings it (``"wandb"``).
 
     Example:
+        >>> from substrax.support import require
         >>> require("json", who="this", distribution="substrax-runtime", extra="none").dumps([1])
         '[1]'
         >>> require("no_such_sdk", who="MyLogger", distribution="substrax-tracking", extra="x")
@@ -62,6 +64,7 @@ def optional(module: str) -> Any | None:
     """``module`` imported, or None when it is not installed (for a nicety such as rich output).
 
     Example:
+        >>> from substrax.support import optional
         >>> optional("no_such_sdk") is None
         True
     """

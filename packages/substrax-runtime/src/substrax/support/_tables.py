@@ -11,6 +11,7 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     """``rows`` under ``headers`` as aligned plain text, a rule under the headers; None is ``-``.
 
     Example:
+        >>> from substrax.support import format_table
         >>> print(format_table(["step", "loss"], [[1, 0.5], [20, None]]))
         step  loss
         ----  ----
@@ -33,6 +34,7 @@ def print_table(
     """Print a table: rich's on a terminal when rich is installed, :func:`format_table`'s else.
 
     Example:
+        >>> from substrax.support import print_table
         >>> print_table(["id", "state"], [["a", "running"]])
         id  state
         --  -------

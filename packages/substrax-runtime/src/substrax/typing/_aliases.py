@@ -18,6 +18,7 @@ class Checkpointable(Protocol):
     """Anything whose state can be saved and restored (e.g. a data iterator).
 
     Example:
+        >>> from substrax.typing import Checkpointable
         >>> class Counter:
         ...     def __init__(self) -> None:
         ...         self.n = 0

@@ -166,6 +166,7 @@ def json_objects(stdout: str) -> list[dict[str, "JsonValue"]]:
     a note can land before it or after it, before its newline.
 
     Example:
+        >>> from substrax.testing import json_objects
         >>> json_objects('[Gloo] Rank {"step": 3}0 is connected\nplain text\n{"loss": 0.5}\n')
         [{'step': 3}, {'loss': 0.5}]
     """
@@ -235,6 +236,7 @@ def run_python(
 
     Example:
         >>> from substrax.runtime import JaxRuntime
+        >>> from substrax.testing import run_python
         >>> program = "import json, jax; print(json.dumps(jax.device_count()))"
         >>> run_python(program, runtime=JaxRuntime(cpu_devices=4), timeout=120).check().last_json()
         4
@@ -281,6 +283,7 @@ def cuda_is_visible(*, timeout: float = 120.0) -> bool:
         ``True`` when a child with ``platforms=("cuda",)`` starts and reports a GPU backend.
 
     Example:
+        >>> from substrax.testing import cuda_is_visible
         >>> cuda_is_visible() in (True, False)
         True
     """

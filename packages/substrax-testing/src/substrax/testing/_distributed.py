@@ -26,6 +26,7 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free now (for a coordinator or a server in a test).
 
     Example:
+        >>> from substrax.testing import free_port
         >>> 0 < free_port() < 65536
         True
     """
@@ -79,6 +80,7 @@ def run_distributed(
 
     Example:
         >>> from substrax.runtime import JaxRuntime
+        >>> from substrax.testing import run_distributed
         >>> program = (
         ...     "import json, jax; from substrax.runtime import initialize_distributed; "
         ...     "initialize_distributed(); print(json.dumps(jax.device_count()))"

@@ -43,6 +43,7 @@ class TraceCounter:
     Example:
         >>> import jax
         >>> import jax.numpy as jnp
+        >>> from substrax.testing import TraceCounter
         >>> counter = TraceCounter()
         >>> step = jax.jit(counter.wrap(lambda x: x * 2))
         >>> with counter.expect(new_traces=1):

@@ -8,6 +8,7 @@ module imports no jax; entering the context managers does.
 Example:
     >>> import jax
     >>> import jax.numpy as jnp
+    >>> from substrax.testing import expect_compiles
     >>> step, x = jax.jit(lambda x: x + 1), jnp.ones(3)
     >>> with expect_compiles(1):
     ...     x = step(x)
@@ -58,6 +59,7 @@ def compiled_programs() -> Generator[list[str]]:
     Example:
         >>> import jax
         >>> import jax.numpy as jnp
+        >>> from substrax.testing import compiled_programs
         >>> x = jnp.ones(2)
         >>> with compiled_programs() as names:
         ...     _ = jax.jit(lambda x: x * 3)(x)
@@ -101,6 +103,7 @@ def expect_compiles(count: int) -> Generator[list[str]]:
     Example:
         >>> import jax
         >>> import jax.numpy as jnp
+        >>> from substrax.testing import expect_compiles
         >>> step, x = jax.jit(lambda x: x - 1), jnp.ones(4)
         >>> with expect_compiles(1):
         ...     for _ in range(3):

@@ -4,6 +4,7 @@ Importing this module imports no jax; entering ``restored_jax_config`` does.
 
 Example:
     >>> import jax
+    >>> from substrax.testing import restored_jax_config
     >>> with restored_jax_config() as changed:
     ...     jax.config.update("jax_debug_nans", True)
     >>> changed
