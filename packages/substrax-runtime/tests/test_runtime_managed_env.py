@@ -109,25 +109,39 @@ def test_write_then_show(tmp_path, capsys):
     assert f"XLA_CLIENT_MEM_FRACTION=(unset)  # {output}" in shown
 
 
-def test_cli_errors_exit_with_usage(tmp_path, capsys):
+PREFIX = "python -m substrax.runtime.managed_env: error: "
+
+
+def test_bad_input_exits_2_with_one_error_line(tmp_path, capsys):
+    output = tmp_path / "x"
+    assert main(["write", "--prefix", "bad", "--backend", "cpu", "--output", str(output)]) == 2
+    assert capsys.readouterr().err.startswith(f"{PREFIX}prefix 'bad' must be upper-case")
+    write = ["write", "--prefix", "P", "--backend", "cpu", "--output", str(output)]
+    assert main([*write, "--set", "NOEQ"]) == 2
+    assert capsys.readouterr().err == f"{PREFIX}--set 'NOEQ' must be NAME=VALUE\n"
+    assert not output.exists()
+    missing = tmp_path / "missing.env"
+    assert main(["show", "--prefix", "P", "--env-file", str(missing)]) == 2
+    assert capsys.readouterr().err == f"{PREFIX}cannot read {missing}: No such file or directory\n"
+    malformed = tmp_path / "bad.env"
+    malformed.write_text("JUST_A_NAME\n")
+    assert main(["show", "--prefix", "P", "--env-file", str(malformed)]) == 2
+    assert "expected NAME=value" in capsys.readouterr().err
+
+
+def test_an_unwritable_output_exits_1(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    output = blocker / "env.sh"  # a path under a regular file cannot be created
+    assert main(["write", "--prefix", "P", "--backend", "cpu", "--output", str(output)]) == 1
+    assert capsys.readouterr().err.startswith(f"{PREFIX}cannot write {output}")
+
+
+def test_a_usage_error_from_argparse_exits_2(capsys):
     with pytest.raises(SystemExit) as info:
-        main(["write", "--prefix", "bad", "--backend", "cpu", "--output", str(tmp_path / "x")])
+        main(["--no-such-flag"])
     assert info.value.code == 2
-    assert "prefix 'bad'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(
-            [
-                "write",
-                "--prefix",
-                "P",
-                "--backend",
-                "cpu",
-                "--output",
-                str(tmp_path / "x"),
-                "--set",
-                "NOEQ",
-            ]
-        )
+    assert PREFIX in capsys.readouterr().err
 
 
 def test_runs_as_a_module(tmp_path):

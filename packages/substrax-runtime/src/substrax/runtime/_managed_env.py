@@ -1,0 +1,150 @@
+"""The managed env file's contents: which backend, which variables, rendered for a shell.
+
+The command line around them is ``_managed_env_cli``, run as ``python -m
+substrax.runtime.managed_env``.
+"""
+
+import platform
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+
+type Backend = Literal["cpu", "cuda12", "metal"]
+type BackendChoice = Literal["auto", "cpu", "cuda12", "metal"]
+
+BACKEND_CHOICES: tuple[str, ...] = get_args(BackendChoice.__value__)
+
+_JAX_VARIABLES = (
+    "JAX_PLATFORMS",
+    "XLA_PYTHON_CLIENT_PREALLOCATE",
+    "XLA_CLIENT_MEM_FRACTION",
+)
+
+
+def nvidia_gpu_visible(*, timeout: float = 10.0) -> bool:
+    """Whether ``nvidia-smi -L`` lists at least one GPU (``False`` when it is missing or fails).
+
+    Example:
+        >>> from substrax.runtime.managed_env import nvidia_gpu_visible
+        >>> isinstance(nvidia_gpu_visible(), bool)
+        True
+    """
+    executable = shutil.which("nvidia-smi")
+    if executable is None:
+        return False
+    try:
+        result = subprocess.run(
+            [executable, "-L"], capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0 and any(
+        line.startswith("GPU ") for line in result.stdout.splitlines()
+    )
+
+
+def resolve_backend(
+    choice: str, *, system: str | None = None, machine: str | None = None, gpu: bool | None = None
+) -> Backend:
+    """Resolve ``auto`` to cuda12 (Linux with a visible GPU), metal (Darwin arm64) or cpu.
+
+    Args:
+        choice: ``auto``, ``cpu``, ``cuda12`` or ``metal``.
+        system: ``platform.system()`` by default.
+        machine: ``platform.machine()`` by default.
+        gpu: Whether an NVIDIA GPU is visible; probed with ``nvidia_gpu_visible`` by default.
+
+    Returns:
+        The concrete backend.
+
+    Raises:
+        ValueError: ``choice`` is not one of the four.
+
+    Example:
+        >>> from substrax.runtime.managed_env import resolve_backend
+        >>> resolve_backend("auto", system="Darwin", machine="arm64")
+        'metal'
+    """
+    if choice not in BACKEND_CHOICES:
+        raise ValueError(f"backend {choice!r} is not one of {', '.join(BACKEND_CHOICES)}")
+    if choice != "auto":
+        return choice  # type: ignore[return-value]
+    system = platform.system() if system is None else system
+    machine = platform.machine() if machine is None else machine
+    if system == "Darwin" and machine == "arm64":
+        return "metal"
+    if system == "Linux" and (nvidia_gpu_visible() if gpu is None else gpu):
+        return "cuda12"
+    return "cpu"
+
+
+def _check_prefix(prefix: str) -> None:
+    if not prefix or not prefix.replace("_", "A").isalnum() or not prefix.isupper():
+        raise ValueError(f"prefix {prefix!r} must be upper-case letters, digits and underscores")
+
+
+def managed_environment(
+    prefix: str,
+    backend: Backend,
+    *,
+    env_root: str,
+    overrides: Mapping[str, str] | None = None,
+) -> dict[str, str | None]:
+    """The variables the file manages: a value to export, or ``None`` to unset.
+
+    Args:
+        prefix: The project's prefix, e.g. ``"SUBSTRAX"``.
+        backend: ``cpu``, ``cuda12`` or ``metal``.
+        env_root: The project's root, exported as ``<P>_ENV_ROOT``.
+        overrides: Extra ``NAME: value`` pairs (``--set``), managed too.
+
+    Returns:
+        The managed variables, ``<P>_MANAGED_ENV_VARS`` listing them all.
+
+    Raises:
+        ValueError: The prefix, backend or an override name is invalid.
+
+    Example:
+        >>> from substrax.runtime.managed_env import managed_environment
+        >>> managed_environment("P", "cpu", env_root="/p")["XLA_CLIENT_MEM_FRACTION"] is None
+        True
+    """
+    _check_prefix(prefix)
+    if backend not in ("cpu", "cuda12", "metal"):
+        raise ValueError(f"backend {backend!r} must be cpu, cuda12 or metal (resolve auto first)")
+    env: dict[str, str | None] = {f"{prefix}_BACKEND": backend, f"{prefix}_ENV_ROOT": env_root}
+    if backend == "cpu":
+        env.update(dict.fromkeys(_JAX_VARIABLES))
+        env["JAX_PLATFORMS"] = "cpu"
+    else:
+        # On accelerators: no preallocation, and leave a quarter of memory to other processes.
+        env["JAX_PLATFORMS"] = "cuda" if backend == "cuda12" else None
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        env["XLA_CLIENT_MEM_FRACTION"] = "0.75"
+    for name, value in (overrides or {}).items():
+        if not name or not name.replace("_", "A").isalnum() or name[0].isdigit():
+            raise ValueError(f"--set name {name!r} is not a shell variable name")
+        env[name] = value
+    managed = f"{prefix}_MANAGED_ENV_VARS"
+    env[managed] = " ".join(sorted([*env, managed]))
+    return env
+
+
+def render(env: Mapping[str, str | None]) -> str:
+    """Render variables as ``export``/``unset`` lines for a POSIX shell.
+
+    Example:
+        >>> from substrax.runtime.managed_env import render
+        >>> print(render({"A": "x y", "B": None}))
+        # Managed by python -m substrax.runtime.managed_env; regenerate rather than edit.
+        export A='x y'
+        unset B
+        <BLANKLINE>
+    """
+    lines = ["# Managed by python -m substrax.runtime.managed_env; regenerate rather than edit."]
+    for name, value in env.items():
+        lines.append(f"unset {name}" if value is None else f"export {name}={shlex.quote(value)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,129 @@
+"""``python -m substrax.runtime.managed_env``: write the managed env file, or show what it sets.
+
+Exit 0 when done, 1 when the file cannot be written, 2 for bad usage or input (a prefix, a
+``--set`` or an env file that cannot be read); errors are one line,
+``python -m substrax.runtime.managed_env: error: <message>``.
+"""
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from substrax.support import CommandFailedError, UsageError, run_command, write_atomically
+
+from ._managed_env import BACKEND_CHOICES, managed_environment, render, resolve_backend
+
+
+PROG = "python -m substrax.runtime.managed_env"
+
+
+def _read_shell_file(path: Path) -> dict[str, str | None]:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from error
+    env: dict[str, str | None] = {}
+    for raw in text.splitlines():
+        try:
+            words = shlex.split(raw, comments=True)
+        except ValueError as error:  # an unclosed quote
+            raise UsageError(f"{path}: cannot read line {raw!r}: {error}") from None
+        if not words:
+            continue
+        if words[0] == "unset":
+            env.update(dict.fromkeys(words[1:]))
+            continue
+        assignment = words[1] if words[0] == "export" and len(words) > 1 else words[0]
+        name, sep, value = assignment.partition("=")
+        if not sep:
+            raise UsageError(f"{path}: cannot read line {raw!r}; expected NAME=value")
+        env[name] = value
+    return env
+
+
+def _show(prefix: str, env_file: Path, user_envs: Sequence[Path]) -> str:
+    env = _read_shell_file(env_file)
+    managed = set((env.get(f"{prefix}_MANAGED_ENV_VARS") or "").split())
+    origin = dict.fromkeys(env, str(env_file))
+    for user_env in user_envs:
+        for name, value in _read_shell_file(user_env).items():
+            env[name] = value
+            origin[name] = str(user_env)
+    lines: list[str] = []
+    for name in sorted(env):
+        value = env[name]
+        shown = "(unset)" if value is None else value
+        tag = "" if name in managed else "  [not managed]"
+        lines.append(f"{name}={shown}  # {origin[name]}{tag}")
+    return "\n".join(lines) + "\n"
+
+
+def _parse_set(values: Sequence[str]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set {item!r} must be NAME=VALUE")
+        pairs[name] = value
+    return pairs
+
+
+def _write(args: argparse.Namespace) -> int:
+    output: Path = args.output
+    root: Path = args.env_root or output.resolve().parent
+    try:
+        env = managed_environment(
+            args.prefix,
+            resolve_backend(args.backend),
+            env_root=str(root.resolve()),
+            overrides=_parse_set(args.overrides),
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    try:
+        write_atomically(output, render(env))
+    except OSError as error:
+        raise CommandFailedError(f"cannot write {output}: {error.strerror or error}") from error
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG)
+    commands = parser.add_subparsers(dest="command", required=True)
+    write = commands.add_parser("write", help="write the managed env file")
+    write.add_argument("--prefix", required=True)
+    write.add_argument("--backend", choices=BACKEND_CHOICES, default="auto")
+    write.add_argument("--output", required=True, type=Path)
+    write.add_argument("--env-root", type=Path, default=None)
+    write.add_argument("--set", dest="overrides", action="append", default=[], metavar="N=V")
+    show = commands.add_parser("show", help="show the variables a shell ends up with")
+    show.add_argument("--prefix", required=True)
+    show.add_argument("--env-file", required=True, type=Path)
+    show.add_argument("--user-env", action="append", default=[], type=Path)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``write`` or ``show`` command; returns the exit status (0, 1 or 2).
+
+    argparse's own usage errors exit 2 from inside ``parse_args``, as for every substrax command.
+
+    Example:
+        >>> import contextlib, io
+        >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+        ...     main(["show", "--prefix", "P", "--env-file", "/no/such/file.env"])
+        2
+        >>> print(err.getvalue(), end="")
+        python -m substrax.runtime.managed_env: error: cannot read /no/such/file.env: No such file or directory
+    """
+    args = _parser().parse_args(argv)
+    if args.command == "write":
+        return run_command(PROG, lambda: _write(args))
+
+    def show() -> int:
+        sys.stdout.write(_show(args.prefix, args.env_file, args.user_env))
+        return 0
+
+    return run_command(PROG, show)
