@@ -53,6 +53,8 @@ def aligned_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[An
     """An uninitialised C-ordered array whose data starts on an ``ALIGNMENT`` boundary.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._aligned_reads import ALIGNMENT, aligned_empty
         >>> aligned_empty((3, 5), np.dtype(np.float32)).ctypes.data % ALIGNMENT
         0
     """

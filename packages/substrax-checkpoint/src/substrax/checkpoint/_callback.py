@@ -38,7 +38,7 @@ class CheckpointCallback:
     Example:
         >>> import tempfile
         >>> import numpy as np
-        >>> from substrax.checkpoint import OrbaxCheckpointStore
+        >>> from substrax.checkpoint import OrbaxCheckpointStore, CheckpointCallback
         >>> store = OrbaxCheckpointStore(tempfile.mkdtemp())
         >>> callback = CheckpointCallback(store, items=lambda t: {"model": {"w": np.zeros(2)}})
         >>> callback.on_epoch_end(None, 0, {"val_loss": 0.5})

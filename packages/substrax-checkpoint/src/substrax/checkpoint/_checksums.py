@@ -68,6 +68,7 @@ def with_checksum(spec: _Spec) -> _Spec:
     A zarr v2 spec, or one that already checksums its chunks, is returned unchanged.
 
     Example:
+        >>> from substrax.checkpoint._checksums import with_checksum
         >>> spec = {"driver": "zarr3", "metadata": {"codecs": [{"name": "bytes"}]}}
         >>> [codec["name"] for codec in with_checksum(spec)["metadata"]["codecs"]]
         ['bytes', 'crc32c']
@@ -99,6 +100,7 @@ def corruption(error: BaseException) -> ValueError | None:
     apart by whether the step's directory is still there.
 
     Example:
+        >>> from substrax.checkpoint._checksums import corruption
         >>> corruption(ValueError("DATA_LOSS: Error reading ...: Digest mismatch")) is not None
         True
     """

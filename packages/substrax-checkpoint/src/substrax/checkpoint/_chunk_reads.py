@@ -63,6 +63,8 @@ def chunk_layout(spec: Mapping[str, Any], dtype: np.dtype[Any]) -> ChunkLayout |
     ``dtype`` is the type the read produces; a ``cast`` driver that changes it is another layout.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._chunk_reads import chunk_layout
         >>> chunk_layout({"driver": "zarr", "kvstore": {"driver": "file"}}, np.dtype("f4")) is None
         True
     """
@@ -159,6 +161,9 @@ def split(layout: ChunkLayout, bounds: Bounds, parts: int) -> list[Bounds]:
     Each region's chunks can then be checked and copied on a thread of its own.
 
     Example:
+        >>> import numpy as np
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint._chunk_reads import ChunkLayout, split
         >>> layout = ChunkLayout(
         ...     directory=Path("a"), shape=(8, 2), shard=(8, 2), inner=(2, 2), dtype=np.dtype("f4")
         ... )

@@ -281,3 +281,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError, CheckpointLockedError) as error:
         sys.stderr.write(f"error: {error}\n")
         return 1
+        >>> from substrax.checkpoint._cli import main

@@ -48,6 +48,7 @@ class CheckpointNotFoundError(FileNotFoundError):
         >>> CheckpointNotFoundError(step=7, directory=Path("/tmp/store"), deleted=True).deleted
         True
 
+        >>> from substrax.checkpoint import CheckpointNotWrittenError
     ``deleted`` is True when the step was deleted (by a writer's retention, or ``delete``)
     while it was being read: a reader following a live run skips it and reads a later step.
     """
@@ -75,6 +76,8 @@ class CheckpointNotFoundError(FileNotFoundError):
         if step is None:
             super().__init__(
                 f"the checkpoint store at {directory} is empty (no step saved yet): "
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointNotFoundError
                 "check the path, or start from scratch when latest_step() is None"
             )
             return
@@ -125,6 +128,7 @@ class DtypeMismatch:
     saved: str
     restored: str
 
+        >>> from substrax.checkpoint import UnsupportedCheckpointError
 
 class CheckpointDtypeMismatchError(ValueError):
     """Restoring would change the dtype of at least one leaf; pass ``cast_dtypes=True`` to allow it.
@@ -136,6 +140,8 @@ class CheckpointDtypeMismatchError(ValueError):
     """
 
     def __init__(self, *, step: int, mismatches: tuple[DtypeMismatch, ...]) -> None:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointWriteError
         self.step = step
         self.mismatches = mismatches
         shown = "; ".join(
@@ -156,6 +162,7 @@ class CheckpointLockedError(RuntimeError):
     ``host``, ``pid`` and ``since`` describe the holder as it recorded itself (None where the
     lock file could not be read).
 
+        >>> from substrax.checkpoint import DtypeMismatch
     Example:
         >>> error = CheckpointLockedError(
         ...     directory=Path("/tmp/store"), host="node1", pid=4242, since="2026-01-01T00:00:00+00:00"
@@ -172,6 +179,7 @@ class CheckpointLockedError(RuntimeError):
         self.pid = pid
         self.since = since
         holder = f"pid {pid if pid is not None else '?'} on host {host or '?'} since {since or '?'}"
+        >>> from substrax.checkpoint import CheckpointDtypeMismatchError, DtypeMismatch
         super().__init__(
             f"the checkpoint store at {directory} is being written by another process ({holder}); "
             "open it with read_only=True to read while it writes, or stop the other writer "
@@ -201,6 +209,8 @@ class CheckpointStoreNotADirectoryError(NotADirectoryError):
     Example:
         >>> CheckpointStoreNotADirectoryError(directory=Path("/etc/hostname")).directory
         PosixPath('/etc/hostname')
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointLockedError
     """
 
     def __init__(self, *, directory: Path) -> None:
@@ -229,6 +239,8 @@ class CheckpointWaitTimeoutError(TimeoutError):
         self.timeout = timeout
         self.latest_step = latest_step
         wanted = "no step" if after is None else f"no step after {after}"
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointStoreNotFoundError
         super().__init__(
             f"{wanted} was committed in {directory} within {timeout:g} s "
             f"(latest step: {latest_step}); check the writer is running, or pass a longer timeout="
@@ -247,6 +259,8 @@ class CheckpointCorruptError(ValueError):
         directory: the checkpoint store's root.
         path: the file (or the array's directory) whose bytes are corrupted.
         detail: what TensorStore found.
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointStoreNotADirectoryError
 
     Example:
         >>> error = CheckpointCorruptError(
@@ -265,6 +279,8 @@ class CheckpointCorruptError(ValueError):
         directory: Path,
         path: Path,
         detail: str = "checksum mismatch",
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointWaitTimeoutError
     ) -> None:
         self.step = step
         self.item = item
@@ -278,3 +294,5 @@ class CheckpointCorruptError(ValueError):
             f"({path}: {detail}); restore an earlier step (list_steps()), "
             "and check the others with `python -m substrax.checkpoint verify DIR`"
         )
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointCorruptError

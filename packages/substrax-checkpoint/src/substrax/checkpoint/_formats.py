@@ -95,6 +95,7 @@ def format2_metadata(raw: dict[str, Any], step: int) -> CheckpointMetadata:
     ``upgraded_from: {"format_version": 2}``.
 
     Example:
+        >>> from substrax.checkpoint._formats import format2_metadata
         >>> record = format2_metadata({"step": 7, "checkpoint_version": "2.0", "loss": 0.5,
         ...     "timestamp": 0.0, "model_type": "dict"}, 7)
         >>> record.metrics, record.extra["model_type"], record.created_at[:4]

@@ -37,6 +37,7 @@ class LockHolder:
     """The process that holds a store's writer lock, as it recorded itself (None: unreadable).
 
     Example:
+        >>> from substrax.checkpoint._lock import LockHolder
         >>> LockHolder(host="node1", pid=42, since="2026-01-01T00:00:00+00:00").pid
         42
     """
@@ -104,6 +105,8 @@ def read_holder(directory: Path) -> LockHolder:
 
     Example:
         >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint._lock import read_holder
         >>> read_holder(Path(tempfile.mkdtemp()))
         LockHolder(host=None, pid=None, since=None)
     """
@@ -154,6 +157,8 @@ def take_writer_lock(directory: Path, *, clean: Callable[[Path], None]) -> Write
 
     Example:
         >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint._lock import take_writer_lock
         >>> root = Path(tempfile.mkdtemp())
         >>> first = take_writer_lock(root, clean=lambda path: None)
         >>> second = take_writer_lock(root, clean=lambda path: None)  # the same process shares it

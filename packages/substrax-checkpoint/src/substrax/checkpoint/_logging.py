@@ -30,3 +30,6 @@ def quiet_orbax_notices() -> None:
     logger = logging.getLogger("absl")
     if not any(isinstance(f, _Expected) for f in logger.filters):
         logger.addFilter(_Expected())
+        >>> import logging
+        >>> from substrax.checkpoint import quiet_orbax_notices
+        >>> from substrax.checkpoint._logging import _Expected

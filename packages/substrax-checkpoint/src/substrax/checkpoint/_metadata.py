@@ -29,6 +29,7 @@ class Producer:
     """The program that wrote a checkpoint, e.g. a trainer and its version.
 
     Example:
+        >>> from substrax.checkpoint import Producer
         >>> Producer.from_dict(Producer(name="artifex", version="1.2").to_dict())
         Producer(name='artifex', version='1.2')
     """
@@ -61,6 +62,7 @@ class CheckpointMetadata:
     """The record stored beside every step: what it holds, who wrote it, and its metrics.
 
     Example:
+        >>> from substrax.checkpoint import CheckpointMetadata
         >>> record = CheckpointMetadata(step=10, items=("model",), metrics={"loss": 0.5})
         >>> CheckpointMetadata.from_dict(record.to_dict()) == record
         True
@@ -131,6 +133,7 @@ def check_item_names(names: "tuple[str, ...] | list[str] | Mapping[str, object]"
     """Refuse an empty item set or a name outside ``ITEM_NAMES``.
 
     Example:
+        >>> from substrax.checkpoint._metadata import check_item_names
         >>> check_item_names(("model", "rng"))
     """
     listed = list(names)
@@ -145,6 +148,7 @@ def check_extra(extra: Mapping[str, object]) -> None:
     """Refuse ``extra`` keys that collide with the record's own fields.
 
     Example:
+        >>> from substrax.checkpoint._metadata import check_extra
         >>> check_extra({"run": "a"})
     """
     clashes = sorted(set(extra) & RESERVED_METADATA_KEYS)
@@ -170,6 +174,7 @@ def library_versions() -> dict[str, str]:
     """The installed versions of the libraries a checkpoint depends on.
 
     Example:
+        >>> from substrax.checkpoint._metadata import library_versions
         >>> "jax" in library_versions()
         True
     """

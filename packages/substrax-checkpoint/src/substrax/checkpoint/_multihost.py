@@ -45,5 +45,6 @@ def is_primary() -> bool:
     Example:
         >>> is_primary()
         True
+        >>> from substrax.checkpoint._multihost import is_primary
     """
     return jax.process_index() == 0

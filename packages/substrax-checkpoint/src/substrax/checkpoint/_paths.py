@@ -9,6 +9,8 @@ def resolve_checkpoint_dir(checkpoint_dir: Path | None, run_dir: Path | None) ->
     """An explicit ``checkpoint_dir`` wins; otherwise ``run_dir / "checkpoints"``. Creates nothing.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import resolve_checkpoint_dir
         >>> resolve_checkpoint_dir(None, Path("/runs/a"))
         PosixPath('/runs/a/checkpoints')
         >>> resolve_checkpoint_dir(Path("/ckpt"), Path("/runs/a"))
@@ -45,6 +47,8 @@ def make_store_directory(directory: Path) -> None:
 
     Example:
         >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint._paths import make_store_directory
         >>> root = Path(tempfile.mkdtemp()) / "runs" / "a"
         >>> make_store_directory(root)
         >>> root.is_dir()

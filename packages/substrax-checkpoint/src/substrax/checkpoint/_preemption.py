@@ -128,7 +128,7 @@ class PreemptionHandler:
     Example:
         >>> import tempfile
         >>> import numpy as np
-        >>> from substrax.checkpoint import OrbaxCheckpointStore
+        >>> from substrax.checkpoint import OrbaxCheckpointStore, PreemptionHandler
         >>> store = OrbaxCheckpointStore(tempfile.mkdtemp())
         >>> with PreemptionHandler(store) as preemption:
         ...     for step in range(3):
@@ -232,7 +232,7 @@ class PreemptionHandler:
 
         Example:
             >>> import tempfile
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> from substrax.checkpoint import OrbaxCheckpointStore, PreemptionHandler
             >>> with PreemptionHandler(OrbaxCheckpointStore(tempfile.mkdtemp())) as preemption:
             ...     preemption.check(0, lambda: {"model": {}})
         """

@@ -15,7 +15,7 @@ class Checkpoint:
     """One restored step: its number, its items by name, and its metadata record.
 
     Example:
-        >>> from substrax.checkpoint import CheckpointMetadata
+        >>> from substrax.checkpoint import CheckpointMetadata, Checkpoint
         >>> record = CheckpointMetadata(step=1, items=("model",))
         >>> Checkpoint(1, {"model": {"w": 1.0}}, record).items["model"]
         {'w': 1.0}
@@ -32,7 +32,7 @@ class CheckpointStore(Protocol):
 
     Example:
         >>> import tempfile
-        >>> from substrax.checkpoint import OrbaxCheckpointStore
+        >>> from substrax.checkpoint import OrbaxCheckpointStore, CheckpointStore
         >>> isinstance(OrbaxCheckpointStore(tempfile.mkdtemp()), CheckpointStore)
         True
     """

@@ -18,6 +18,7 @@ def check_mode(mode: str) -> Mode:
     if mode == "min":
         return "min"
     if mode == "max":
+        >>> from substrax.checkpoint._retention import check_mode
         return "max"
     raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
 
@@ -39,6 +40,7 @@ class RetentionPolicy:
         [1, 3]
     """
 
+        >>> from substrax.checkpoint import RetentionPolicy
     max_to_keep: int | None = 5
     keep_best: int = 0
     best_metric: str | None = None

@@ -46,6 +46,8 @@ def host_snapshot(items: Mapping[str, PyTree]) -> HostSnapshot | None:
     """Freeze ``items`` in host memory, or None when an array lives on an accelerator.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._snapshot import host_snapshot
         >>> weights = np.ones(3, np.float32)
         >>> snapshot = host_snapshot({"model": {"w": weights}})
         >>> weights[:] = 0.0

@@ -90,6 +90,7 @@ class OrbaxCheckpointStore:
     ``kill -9``). A second writer is refused at open with ``CheckpointLockedError`` naming the
     holder (host, pid, since when): it never waits and never costs the writer a save. Stores of
     one process share the lock; in a multi-host job the job's processes together are the writer.
+        >>> from substrax.checkpoint import OrbaxCheckpointStore
     Only the lock's new holder removes the leftovers of an interrupted save, when it opens.
     ``read_only=True`` opens take no lock and never write, delete or rename anything; an
     evaluator follows a live run with ``wait_for_step``.
@@ -197,6 +198,7 @@ class OrbaxCheckpointStore:
                 return None
             self._manager_ = open_manager(
                 self._directory,
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
                 layout=self._layout,
                 async_save=self._async,
                 read_only=self._read_only,
@@ -208,6 +210,7 @@ class OrbaxCheckpointStore:
         """Let the writer thread's orbax call return before this thread uses the manager.
 
         Only the setup of a write runs there (milliseconds); its errors surface in ``wait``.
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
         """
         if self._control is not None:
             wait_for([self._control])
@@ -222,6 +225,7 @@ class OrbaxCheckpointStore:
             return self._index_
         if self._index_ is None:
             self._settle()
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
             if self._manager_ is not None:
                 steps = list(self._manager_.all_steps())
             else:  # a directory listing is enough: a step directory exists only once committed
@@ -273,6 +277,7 @@ class OrbaxCheckpointStore:
         if self._closed:
             raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
         if self._manager_ is None or self._read_only:  # the committed step directories
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
             return step_directories(self._directory)
         self._settle()
         return sorted(self._manager_.all_steps())
@@ -316,6 +321,7 @@ class OrbaxCheckpointStore:
         """
         step = self._resolve(step)
         with self._reading(step):
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
             return self._record(step).metadata
 
     @contextlib.contextmanager
@@ -346,6 +352,7 @@ class OrbaxCheckpointStore:
             step = self.latest_step()
             if step is None:
                 raise CheckpointNotFoundError(step=None, directory=self._directory)
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
         return step
 
     def _record(self, step: int) -> StepRecord:
@@ -393,6 +400,7 @@ class OrbaxCheckpointStore:
         while True:
             if self._closed:
                 raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
             steps = step_directories(self._directory)
             newer = [step for step in steps if after is None or step > after]
             if newer:
@@ -409,6 +417,7 @@ class OrbaxCheckpointStore:
 
     # -- writing -----------------------------------------------------------------------------
 
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
     def save(
         self,
         step: int,
@@ -469,6 +478,7 @@ class OrbaxCheckpointStore:
         index = self._index()
         if step in steps:
             manager.delete(step)
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
             self._empty_deleted()
             index.remove(step)
         index.add(step, IndexEntry(epoch=epoch, metrics=record.metrics))
@@ -496,6 +506,7 @@ class OrbaxCheckpointStore:
         return self._step_dir(step)
 
     def _background(self) -> ThreadPoolExecutor:
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-writer")
             self._resources.writer = self._writer

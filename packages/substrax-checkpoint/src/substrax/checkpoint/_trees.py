@@ -33,6 +33,8 @@ def leaf_path(path: tuple[object, ...]) -> str:
     """Join a jax key path into the ``a/b/0`` form used in dtype records and messages.
 
     Example:
+        >>> import jax
+        >>> from substrax.checkpoint._trees import leaf_path
         >>> leaf_path((jax.tree_util.DictKey("kernel"), jax.tree_util.GetAttrKey("value")))
         'kernel/value'
     """
@@ -43,6 +45,7 @@ def flat_leaves(tree: PyTree) -> list[tuple[str, Any]]:
     """Every leaf of ``tree`` with its joined path, in flattening order.
 
     Example:
+        >>> from substrax.checkpoint._trees import flat_leaves
         >>> flat_leaves({"a": 1, "b": [2]})
         [('a', 1), ('b/0', 2)]
     """
@@ -65,6 +68,8 @@ def dtype_record(items: Mapping[str, PyTree]) -> dict[str, dict[str, str]]:
     """``{item: {leaf_path: dtype}}`` for every leaf that has a dtype.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._trees import dtype_record
         >>> dtype_record({"model": {"w": np.zeros(2, np.float32), "n": 3}})
         {'model': {'w': 'float32'}}
     """
@@ -80,6 +85,8 @@ def host_kind(leaf: object) -> HostKind | None:
     """How ``leaf`` is kept on the host, or None for a ``jax.Array`` or a plain Python value.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._trees import host_kind
         >>> host_kind(np.zeros(2)), host_kind(np.int64(3)), host_kind(3)
         ('ndarray', 'numpy_scalar', None)
     """
@@ -94,6 +101,8 @@ def host_record(tree: PyTree) -> dict[str, HostKind]:
     """``{leaf_path: kind}`` for every NumPy leaf of ``tree``.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._trees import host_record
         >>> host_record({"order": np.arange(3), "seed": np.uint64(7), "position": 4})
         {'order': 'ndarray', 'seed': 'numpy_scalar'}
     """
@@ -116,6 +125,8 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
     inside orbax's (background) write.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._trees import for_saving
         >>> items, record = for_saving({"data_iterator": {"order": np.arange(2), "seed": np.int8(3)}})
         >>> record
         {'data_iterator': {'order': 'int64', 'seed': 'int8'}, 'host_leaves': {'data_iterator': {'order': 'ndarray', 'seed': 'numpy_scalar'}}}
@@ -175,6 +186,8 @@ def scalars_as_arrays(tree: PyTree) -> PyTree:
     array keeps its dtype, and ``as_saved`` turns it back into the scalar.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._trees import scalars_as_arrays
         >>> scalars_as_arrays({"seed": np.uint64(7)})["seed"].shape
         ()
     """
@@ -189,6 +202,8 @@ def as_saved(tree: PyTree, kinds: Mapping[str, str]) -> PyTree:
     """``tree`` with the 0-d arrays that ``kinds`` names as NumPy scalars turned back into them.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._trees import as_saved
         >>> as_saved({"seed": np.asarray(np.uint64(7))}, {"seed": "numpy_scalar"})
         {'seed': np.uint64(7)}
     """
@@ -338,6 +353,8 @@ def globalize_host_local(items: Mapping[str, PyTree]) -> dict[str, PyTree]:
     device again). Global arrays and every other leaf pass through unchanged.
 
     Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._trees import globalize_host_local
         >>> globalize_host_local({"model": {"w": np.zeros(2)}})["model"]["w"].tolist()
         [0.0, 0.0]
     """

@@ -20,6 +20,7 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
         >>> from pathlib import Path
         >>> source = Path(tempfile.mkdtemp())
         >>> upgrade_checkpoints(source, source / "upgraded")
+        >>> from substrax.checkpoint import upgrade_checkpoints
         []
     """
     src = Path(source).expanduser().resolve()

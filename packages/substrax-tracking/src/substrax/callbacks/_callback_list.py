@@ -17,7 +17,7 @@ def is_checkpointable(obj: object) -> bool:
     """Whether ``obj`` has ``get_state()`` and ``set_state(state, /)`` (``substrax.typing.Checkpointable``).
 
     Example:
-        >>> from substrax.callbacks import EarlyStopping
+        >>> from substrax.callbacks import EarlyStopping, is_checkpointable
         >>> is_checkpointable(EarlyStopping(patience=1)), is_checkpointable(object())
         (True, False)
     """
@@ -31,7 +31,7 @@ class CallbackList:
         callbacks: the callbacks, in the order their hooks run.
 
     Example:
-        >>> from substrax.callbacks import EarlyStoppingCallback, EarlyStoppingConfig
+        >>> from substrax.callbacks import EarlyStoppingCallback, EarlyStoppingConfig, CallbackList
         >>> stopper = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=1))
         >>> callbacks = CallbackList([stopper])
         >>> callbacks.on_epoch_end(None, 0, {"loss": 1.0})

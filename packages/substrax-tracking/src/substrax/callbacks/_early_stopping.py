@@ -38,6 +38,7 @@ class EarlyStoppingConfig:
         verbose: log (``logging``, under the ``substrax.callbacks`` logger) why training stopped.
 
     Example:
+        >>> from substrax.callbacks import EarlyStoppingConfig
         >>> EarlyStoppingConfig(monitor="val_acc", mode="max", patience=3).mode
         <Mode.MAX: 'max'>
     """
@@ -79,6 +80,7 @@ class EarlyStoppingCallback(BaseCallback):
         config: what to watch and when to stop; defaults to ``EarlyStoppingConfig()``.
 
     Example:
+        >>> from substrax.callbacks import EarlyStoppingCallback, EarlyStoppingConfig
         >>> callback = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=2))
         >>> for epoch, loss in enumerate([1.0, 0.9, 0.95, 0.97]):
         ...     callback.on_epoch_end(None, epoch, {"loss": loss})

@@ -57,6 +57,7 @@ class LossSpikeDetector(BaseCallback):
         on_spike: called with each :class:`LossSpike`.
 
     Example:
+        >>> from substrax.callbacks import LossSpikeDetector
         >>> detector = LossSpikeDetector(window=10, warmup=5, threshold=4.0)
         >>> for step, loss in enumerate([1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 9.0, 1.0]):
         ...     detector.on_batch_end(None, step, {"loss": loss})

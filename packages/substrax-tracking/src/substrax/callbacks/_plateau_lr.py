@@ -81,6 +81,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
         strict: raise :class:`MissingMetricError` when ``monitor`` is absent.
 
     Example:
+        >>> from substrax.callbacks import ReduceLROnPlateauCallback
         >>> callback = ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1)
         >>> for epoch, loss in enumerate([1.0, 1.0, 1.0]):
         ...     callback.on_epoch_end(None, epoch, {"loss": loss})

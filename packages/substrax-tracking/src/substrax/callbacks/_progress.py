@@ -33,6 +33,7 @@ class ProgressCallback(BaseCallback):
     Example:
         >>> import io
         >>> from rich.console import Console
+        >>> from substrax.callbacks import ProgressCallback
         >>> progress = ProgressCallback(total_steps=2, console=Console(file=io.StringIO()))
         >>> progress.on_train_begin(None)
         >>> for step in range(2):

@@ -17,6 +17,7 @@ class TrainerLike(Protocol):
     """What a callback may assume about the trainer that drives it: it has a ``model``.
 
     Example:
+        >>> from substrax.callbacks import TrainerLike
         >>> class Trainer:
         ...     model = None
         >>> isinstance(Trainer(), TrainerLike)
@@ -37,6 +38,7 @@ class TrainingCallback(Protocol):
     (the checkpoint store's callback) offer callbacks without importing this module.
 
     Example:
+        >>> from substrax.callbacks import BaseCallback, TrainingCallback
         >>> isinstance(BaseCallback(), TrainingCallback)
         True
     """
@@ -78,6 +80,7 @@ class BaseCallback:
     """A callback whose every hook does nothing; subclass it and override the hooks you need.
 
     Example:
+        >>> from substrax.callbacks import BaseCallback
         >>> class CountSteps(BaseCallback):
         ...     def __init__(self) -> None:
         ...         self.steps = 0

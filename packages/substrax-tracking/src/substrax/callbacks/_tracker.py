@@ -21,6 +21,8 @@ def check_mode(mode: object) -> Mode:
         ValueError: ``mode`` is anything else.
 
     Example:
+        >>> from substrax.callbacks import Mode
+        >>> from substrax.callbacks._tracker import check_mode
         >>> check_mode("max") is Mode.MAX
         True
     """
@@ -43,6 +45,7 @@ class BestMetricTracker:
         min_delta: how much better a value must be to count; must be >= 0.
 
     Example:
+        >>> from substrax.callbacks import BestMetricTracker
         >>> tracker = BestMetricTracker(mode="min", min_delta=0.1)
         >>> [tracker.register(v) for v in (1.0, 0.95, 0.5)]
         [True, False, True]
@@ -131,6 +134,7 @@ class EarlyStopping(BestMetricTracker):
         mode: ``"min"`` or ``"max"``.
 
     Example:
+        >>> from substrax.callbacks import EarlyStopping
         >>> stopper = EarlyStopping(patience=2, min_delta=0.01, mode="min")
         >>> [stopper.update(v) for v in (1.0, 0.5, 0.49, 0.495)]
         [True, True, False, False]

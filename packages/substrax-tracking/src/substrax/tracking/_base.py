@@ -42,6 +42,7 @@ def check_metric_name(name: object, value: object) -> None:
         EmptyMetricNameError: ``name`` is empty or not a string.
 
     Example:
+        >>> from substrax.tracking._base import check_metric_name
         >>> check_metric_name("loss", 0.5)
         >>> check_metric_name("", 0.5)
         Traceback (most recent call last):
@@ -56,6 +57,7 @@ def safe_name(name: str) -> str:
     """``name`` made safe for a file name (``train/loss`` -> ``train_loss``).
 
     Example:
+        >>> from substrax.tracking._base import safe_name
         >>> safe_name("train/loss")
         'train_loss'
     """
@@ -72,6 +74,7 @@ def as_scalar(name: str, value: Any) -> float:
 
     Example:
         >>> import numpy as np
+        >>> from substrax.tracking._base import as_scalar
         >>> as_scalar("loss", 3), as_scalar("loss", np.float64(0.5))
         (3.0, 0.5)
     """
@@ -248,6 +251,7 @@ def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
     """Counts, bin edges and summary statistics of ``values`` (numpy), JSON-ready.
 
     Example:
+        >>> from substrax.tracking._base import histogram_summary
         >>> histogram_summary([1.0, 2.0, 3.0], bins=2)["count"]
         3
     """

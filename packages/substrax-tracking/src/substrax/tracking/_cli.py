@@ -168,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Example:
         >>> import contextlib, io
+        >>> from substrax.tracking._cli import main
         >>> with contextlib.redirect_stderr(io.StringIO()) as err:
         ...     main(["replay", "/no/such/run.spool.jsonl"])
         2

@@ -39,6 +39,7 @@ class ConsoleLogger(Logger):
 
     Example:
         >>> import io
+        >>> from substrax.tracking import ConsoleLogger
         >>> out = io.StringIO()
         >>> logger = ConsoleLogger("demo", stream=out)
         >>> logger.log_scalars({"loss": 0.25, "acc": 0.91}, step=3)

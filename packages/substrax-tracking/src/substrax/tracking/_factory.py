@@ -49,6 +49,7 @@ def create_logger(
 
     Example:
         >>> import io, tempfile
+        >>> from substrax.tracking import create_logger
         >>> logger = create_logger("demo", log_dir=tempfile.mkdtemp(), stream=io.StringIO())
         >>> logger.log_hyperparams({"lr": 1e-3, "batch_size": 32})
         >>> for step in range(3):

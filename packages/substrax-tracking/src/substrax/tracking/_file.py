@@ -35,6 +35,7 @@ def json_ready(value: Any) -> Any:
     """``value`` as JSON data: numbers, strings, bools, None, lists and dicts; anything else as ``str``.
 
     Example:
+        >>> from substrax.tracking._file import json_ready
         >>> json_ready({"lr": 1e-3, "layers": (2, 3), "act": print})
         {'lr': 0.001, 'layers': [2, 3], 'act': '<built-in function print>'}
     """
@@ -62,6 +63,7 @@ def strict_json(value: Any) -> Any:
 
     Example:
         >>> import json
+        >>> from substrax.tracking._file import strict_json
         >>> json.dumps(strict_json({"min": float("nan"), "edges": [0.0, float("inf")]}))
         '{"min": "NaN", "edges": [0.0, "Infinity"]}'
     """
@@ -81,6 +83,7 @@ def decode_number(value: Any) -> float:
         FileLogValueError: ``value`` is neither (a ``ValueError``).
 
     Example:
+        >>> from substrax.tracking._file import decode_number
         >>> decode_number("-Infinity"), decode_number(0.5)
         (-inf, 0.5)
     """
@@ -115,6 +118,7 @@ class FileLogger(Logger):
 
     Example:
         >>> import tempfile, pathlib
+        >>> from substrax.tracking import FileLogger
         >>> log_dir = pathlib.Path(tempfile.mkdtemp())
         >>> with FileLogger("demo", log_dir) as logger:
         ...     logger.log_scalar("loss", 0.5, step=1)

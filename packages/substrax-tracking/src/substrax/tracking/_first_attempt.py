@@ -21,6 +21,7 @@ class FirstAttempt:
         name: the thread's name.
 
     Example:
+        >>> from substrax.tracking._first_attempt import FirstAttempt
         >>> attempt = FirstAttempt(lambda: None, name="demo-connect")
         >>> attempt.wait(5.0), attempt.running(), attempt.error
         (True, False, None)

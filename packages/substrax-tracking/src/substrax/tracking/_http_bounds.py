@@ -11,6 +11,7 @@ whatever MLflow does.
 
 Example:
     >>> import os
+    >>> from substrax.tracking._http_bounds import acquire, release
     >>> acquire("http://127.0.0.1:5000", 10.0)
     True
     >>> "MLFLOW_HTTP_REQUEST_MAX_RETRIES" in os.environ or "set by the user"

@@ -18,6 +18,7 @@ def save_image(stem: Path, image: Any) -> Path:
 
     Example:
         >>> import tempfile, pathlib, numpy as np
+        >>> from substrax.tracking._media import save_image
         >>> save_image(pathlib.Path(tempfile.mkdtemp()) / "x", np.zeros((2, 2))).suffix
         '.png'
     """

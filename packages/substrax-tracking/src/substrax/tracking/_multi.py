@@ -28,7 +28,7 @@ class MultiLogger(Logger):
 
     Example:
         >>> import io
-        >>> from substrax.tracking import ConsoleLogger
+        >>> from substrax.tracking import ConsoleLogger, MultiLogger
         >>> a, b = io.StringIO(), io.StringIO()
         >>> with MultiLogger([ConsoleLogger("a", stream=a), ConsoleLogger("b", stream=b)]) as logger:
         ...     logger.log_scalar("loss", 1.0, step=0)

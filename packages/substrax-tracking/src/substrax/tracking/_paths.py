@@ -17,6 +17,7 @@ def resolve_log_dir(name: str, log_dir: str | os.PathLike[str] | None) -> Path:
 
     Example:
         >>> import tempfile
+        >>> from substrax.tracking._paths import resolve_log_dir
         >>> resolve_log_dir("demo", tempfile.gettempdir()).is_absolute()
         True
     """

@@ -23,6 +23,7 @@ def current_process_index(explicit: int | None = None) -> int:
     ``SUBSTRAX_PROCESS_INDEX``, ``JAX_PROCESS_ID`` or ``RANK`` (0 when none is set).
 
     Example:
+        >>> from substrax.tracking import current_process_index
         >>> current_process_index(3)
         3
     """

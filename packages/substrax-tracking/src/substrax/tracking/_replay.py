@@ -29,6 +29,7 @@ def target_key(target: Mapping[str, Any]) -> str:
     """The key that groups spool lines by their target (``json.dumps`` with sorted keys).
 
     Example:
+        >>> from substrax.tracking._replay import target_key
         >>> target_key({"run": "r1", "backend": "mlflow"})
         '{"backend": "mlflow", "run": "r1"}'
     """
@@ -68,6 +69,7 @@ class ReplayResult:
         """The bad lines as ``line N: reason; ...`` (at most ``limit``), and where they went.
 
         Example:
+            >>> from substrax.tracking import ReplayResult
             >>> ReplayResult(delivered=0, remaining=0, bad_lines=(3,), bad_reasons=("cut",)).describe_bad_lines()
             'line 3: cut'
         """
@@ -316,6 +318,7 @@ def replay_spool(
 
     Example:
         >>> import tempfile, pathlib
+        >>> from substrax.tracking import replay_spool
         >>> spool = pathlib.Path(tempfile.mkdtemp()) / "run.spool.jsonl"
         >>> _ = spool.write_text('{"target": {"backend": "mlflow"}, "rec\n')
         >>> replay_spool(spool, timeout=10)

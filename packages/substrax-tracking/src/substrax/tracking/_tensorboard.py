@@ -38,6 +38,7 @@ class TensorBoardLogger(Logger):
 
     Example:
         >>> import tempfile
+        >>> from substrax.tracking import TensorBoardLogger
         >>> with TensorBoardLogger("demo", tempfile.mkdtemp()) as logger:
         ...     logger.log_scalar("loss", 0.5, step=1)
     """

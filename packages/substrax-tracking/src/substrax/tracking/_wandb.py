@@ -51,6 +51,7 @@ def bounded_settings(settings: Any, mode: str | None, timeout: float) -> Any:
     Offline, nothing changes.
 
     Example:
+        >>> from substrax.tracking._wandb import bounded_settings
         >>> bounded_settings(None, "offline", 10.0) is None
         True
         >>> bounded_settings({"init_timeout": 60}, None, 10.0)["init_timeout"]
@@ -171,6 +172,7 @@ def base_url(settings: Any) -> str | None:
     None when neither sets it (W&B then reads its own settings files).
 
     Example:
+        >>> from substrax.tracking._wandb import base_url
         >>> base_url({"base_url": "http://127.0.0.1:8080"})
         'http://127.0.0.1:8080'
     """
