@@ -10,8 +10,8 @@ MODULES = [
     "substrax.testing",
     "substrax.testing._child",
     "substrax.testing._traces",
-    "substrax.testing.compiles",
-    "substrax.testing.jax_config",
+    "substrax.testing._compiles",
+    "substrax.testing._jax_config",
 ]
 
 

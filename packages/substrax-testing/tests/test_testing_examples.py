@@ -5,7 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from substrax.testing import ChildFailedError, ExampleTimeoutError, run_example
+from substrax.testing import (
+    ChildFailedError,
+    ExampleNotFoundError,
+    ExampleTimeoutError,
+    run_example,
+)
 
 
 EXAMPLE = textwrap.dedent(
@@ -117,7 +122,7 @@ def test_a_conflicting_output_dir_in_env_is_refused(repo, tmp_path):
 
 
 def test_a_missing_example_is_refused(repo, tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"missing\.py"):
+    with pytest.raises(ExampleNotFoundError, match=r"missing\.py") as caught:
         run_example(
             Path("examples/missing.py"),
             repo_root=repo,
@@ -125,3 +130,5 @@ def test_a_missing_example_is_refused(repo, tmp_path):
             timeout=60,
             call_main=True,
         )
+    assert isinstance(caught.value, FileNotFoundError)
+    assert caught.value.path == (repo / "examples" / "missing.py").resolve()

@@ -149,9 +149,9 @@ def test_a_session_that_never_imports_jax_does_not_load_it(pytester):
     ("marker", "problem"),
     [
         ("devices", "is missing count"),
-        ("devices(True)", "needs a device count that is an int >= 1, got True"),
-        ("devices('2')", "needs a device count that is an int >= 1, got '2'"),
-        ("devices(0)", "needs a device count that is an int >= 1, got 0"),
+        ("devices(True)", "needs a device count: count=True must be an integer >= 1, not bool"),
+        ("devices('2')", "needs a device count: count='2' must be an integer >= 1, not str"),
+        ("devices(0)", "needs a device count: count=0 must be an integer >= 1"),
         ("devices(2, kind='quantum')", "names an unknown device kind 'quantum'*"),
         ("devices(2, kinds='gpu')", "got an unknown argument 'kinds'*"),
         ("devices(2, count=3)", "got 'count' twice"),

@@ -20,31 +20,33 @@ Example:
 """
 
 from ._child import (
-    ChildFailedError as ChildFailedError,
     ChildResult as ChildResult,
     cuda_is_visible as cuda_is_visible,
     json_objects as json_objects,
     run_python as run_python,
 )
-from ._distributed import free_port as free_port, run_distributed as run_distributed
-from ._examples import (
-    ExampleRun as ExampleRun,
-    ExampleTimeoutError as ExampleTimeoutError,
-    run_example as run_example,
-)
-from ._traces import RetraceError as RetraceError, TraceCounter as TraceCounter
-from .compiles import (
-    CompileCountError as CompileCountError,
+from ._compiles import (
     compiled_programs as compiled_programs,
     expect_compiles as expect_compiles,
 )
-from .jax_config import restored_jax_config as restored_jax_config
+from ._distributed import free_port as free_port, run_distributed as run_distributed
+from ._errors import (
+    ChildFailedError as ChildFailedError,
+    CompileCountError as CompileCountError,
+    ExampleNotFoundError as ExampleNotFoundError,
+    ExampleTimeoutError as ExampleTimeoutError,
+    RetraceError as RetraceError,
+)
+from ._examples import ExampleRun as ExampleRun, run_example as run_example
+from ._jax_config import restored_jax_config as restored_jax_config
+from ._traces import TraceCounter as TraceCounter
 
 
 __all__ = [
     "ChildFailedError",
     "ChildResult",
     "CompileCountError",
+    "ExampleNotFoundError",
     "ExampleRun",
     "ExampleTimeoutError",
     "RetraceError",

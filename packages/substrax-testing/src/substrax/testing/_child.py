@@ -1,8 +1,5 @@
 """``run_python``: run code in a fresh interpreter with the JAX settings a test chooses."""
 
-# Callers are untyped at run time: the isinstance checks below are the validation.
-# pyright: reportUnnecessaryIsInstance=false
-
 import dataclasses
 import json
 import subprocess
@@ -13,55 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self, cast
 
+from substrax.support import check_seconds
+
+from ._errors import ChildFailedError
+from ._output import describe, tail
+
 
 if TYPE_CHECKING:
     from substrax.runtime import JaxRuntime
     from substrax.typing import JsonValue
-
-STDERR_TAIL_LINES = 40
-_SHOWN_CODE = 60
-
-
-def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
-    return "\n".join(text.rstrip("\n").splitlines()[-lines:])
-
-
-def _describe(argv: tuple[str, ...]) -> str:
-    """Name a child run briefly: the script path, or the first line of ``-c`` code."""
-    match argv:
-        case (_, "-c", code, *_):
-            first = code.strip().splitlines()[0] if code.strip() else ""
-            shown = first if len(first) <= _SHOWN_CODE else first[: _SHOWN_CODE - 3] + "..."
-            return f"python -c {shown!r}"
-        case (_, script, *_):
-            return script
-        case _:
-            return " ".join(argv)
-
-
-class ChildFailedError(AssertionError):
-    """A child interpreter exited with a non-zero status.
-
-    Attributes:
-        result: The failed run, with its full stdout and stderr.
-
-    Example:
-        >>> from substrax.testing import ChildFailedError, run_python
-        >>> run = run_python("raise SystemExit(3)", timeout=60)
-        >>> try:
-        ...     run.check()
-        ... except ChildFailedError as error:
-        ...     error.result.returncode
-        3
-    """
-
-    def __init__(self, result: "ChildResult") -> None:
-        self.result = result
-        super().__init__(
-            f"child {_describe(result.argv)} exited with status {result.returncode} after "
-            f"{result.seconds:.1f} s; last {STDERR_TAIL_LINES} stderr lines:\n"
-            f"{_tail(result.stderr) or '(stderr was empty)'}"
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,8 +67,8 @@ class ChildResult:
         lines = [line for line in self.stdout.splitlines() if line.strip()]
         if not lines:
             raise ValueError(
-                f"child {_describe(self.argv)} printed nothing on stdout; print the result as the "
-                f"last line, e.g. print(json.dumps(result)); stderr tail:\n{_tail(self.stderr, 5)}"
+                f"child {describe(self.argv)} printed nothing on stdout; print the result as the "
+                f"last line, e.g. print(json.dumps(result)); stderr tail:\n{tail(self.stderr, 5)}"
             )
         return lines[-1]
 
@@ -197,11 +154,6 @@ def with_child_defaults(runtime: "JaxRuntime | None", env: Mapping[str, str]) ->
     return dataclasses.replace(chosen, **changes) if changes else chosen
 
 
-def check_timeout(timeout: float) -> None:
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-
-
 def run_python(
     program: str | Path,
     *args: str,
@@ -229,7 +181,8 @@ def run_python(
         The finished run; a non-zero exit is returned, not raised (call ``.check()``).
 
     Raises:
-        ValueError: ``timeout`` is not a positive number.
+        TypeError: ``timeout`` is not a number.
+        ValueError: ``timeout`` is not a positive finite number of seconds.
         subprocess.TimeoutExpired: The child ran past ``timeout`` (it is killed).
         RuntimeConfigurationError: The runtime conflicts with ``env`` (e.g. an XLA flag
             with two values); raised before the child starts.
@@ -243,7 +196,7 @@ def run_python(
     """
     from substrax.runtime import child_environment  # noqa: PLC0415 - keep the package import light
 
-    check_timeout(timeout)
+    check_seconds("timeout", timeout, positive=True)
     extra = dict(env or {})
     child_env = child_environment(with_child_defaults(runtime, extra), extra)
     if isinstance(program, Path):

@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._child import ChildResult, check_timeout, with_child_defaults
+from substrax.support import check_int, check_seconds
+
+from ._child import ChildResult, with_child_defaults
 
 
 if TYPE_CHECKING:
@@ -75,6 +77,7 @@ def run_distributed(
         One result per process, in process-id order; failures are returned, not raised.
 
     Raises:
+        TypeError: ``num_processes`` is not an int or ``timeout`` not a number.
         ValueError: ``num_processes`` is below 2 or ``timeout`` is not positive.
         subprocess.TimeoutExpired: The job ran past ``timeout`` (every process is killed).
 
@@ -93,13 +96,8 @@ def run_distributed(
     """
     from substrax.runtime import child_environment  # noqa: PLC0415 - keep the package import light
 
-    if (
-        isinstance(num_processes, bool)
-        or not isinstance(num_processes, int)
-        or num_processes < _MIN_PROCESSES
-    ):
-        raise ValueError(f"num_processes must be an int of at least 2, got {num_processes!r}")
-    check_timeout(timeout)
+    check_int("num_processes", num_processes, minimum=_MIN_PROCESSES)
+    check_seconds("timeout", timeout, positive=True)
     coordinator = f"127.0.0.1:{free_port()}"
     base = dict(env or {})
     if isinstance(program, Path):

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from ._child import STDERR_TAIL_LINES, ChildResult, run_python
+from ._child import ChildResult, run_python
+from ._errors import ExampleNotFoundError, ExampleTimeoutError
+from ._output import STDERR_TAIL_LINES
 
 
 if TYPE_CHECKING:
@@ -39,25 +41,6 @@ def plain(value):
 
 print(json.dumps(module.main(), default=plain))
 """
-
-
-class ExampleTimeoutError(AssertionError):
-    """An example ran past its timeout and was killed.
-
-    Attributes:
-        path: The example script.
-        timeout: The limit it ran past, in seconds.
-        stderr_tail: The last lines it wrote to stderr before it was killed.
-    """
-
-    def __init__(self, path: Path, timeout: float, stderr_tail: str) -> None:
-        self.path = path
-        self.timeout = timeout
-        self.stderr_tail = stderr_tail
-        super().__init__(
-            f"example {path} ran past its {timeout:g} s timeout and was killed; make it "
-            f"smaller or raise the timeout. Last stderr lines:\n{stderr_tail or '(none)'}"
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,7 +107,7 @@ def run_example(
         The run; a failed example is returned, not raised (call ``.check()``).
 
     Raises:
-        FileNotFoundError: ``path`` does not exist.
+        ExampleNotFoundError: ``path`` does not exist (a ``FileNotFoundError``).
         ValueError: ``env`` sets a different ``AVITAI_OUTPUT_DIR``.
         ExampleTimeoutError: The example ran past ``timeout``.
 
@@ -143,7 +126,7 @@ def run_example(
 
     script = (path if path.is_absolute() else repo_root / path).resolve()
     if not script.is_file():
-        raise FileNotFoundError(f"example {script} does not exist")
+        raise ExampleNotFoundError(script)
     target = output_dir.resolve()
     extra = dict(env or {})
     given = extra.get(OUTPUT_DIR_ENV)

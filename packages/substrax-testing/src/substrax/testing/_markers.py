@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from substrax.support import check_int
+
 
 if TYPE_CHECKING:
     from substrax.devices import DeviceKind
@@ -90,9 +92,10 @@ def parse_marker(nodeid: str, marker: pytest.Mark) -> DeviceRequirement | None:
             raise _usage(nodeid, marker, "names cpu, which is not an accelerator")
         return DeviceRequirement(count=None, kind=kind)
     bound = _arguments(nodeid, marker, ("count", "kind"), 1)
-    count = bound["count"]
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise _usage(nodeid, marker, f"needs a device count that is an int >= 1, got {count!r}")
+    try:
+        count = check_int("count", bound["count"], minimum=1)
+    except (TypeError, ValueError) as error:
+        raise _usage(nodeid, marker, f"needs a device count: {error}") from None
     return DeviceRequirement(count=count, kind=_kind(nodeid, marker, bound.get("kind")))
 
 

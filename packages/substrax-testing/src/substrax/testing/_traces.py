@@ -5,33 +5,9 @@ import threading
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 
+from substrax.support import check_int
 
-def check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be at least 0, got {value}")
-    return value
-
-
-class RetraceError(AssertionError):
-    """A block traced a function a different number of times than expected.
-
-    Attributes:
-        expected: The traces the block was expected to add.
-        observed: The traces it added.
-    """
-
-    def __init__(self, expected: int, observed: int) -> None:
-        self.expected = expected
-        self.observed = observed
-        hint = (
-            "; it retraced: look for changing shapes or dtypes, weakly typed values, "
-            "Python scalars or new static arguments between calls"
-            if observed > expected
-            else ""
-        )
-        super().__init__(f"expected {expected} new trace(s), observed {observed}{hint}")
+from ._errors import RetraceError
 
 
 class TraceCounter:
@@ -95,7 +71,7 @@ class TraceCounter:
             ValueError: ``new_traces`` is negative.
             RetraceError: The block added a different number of traces.
         """
-        expected = check_count("new_traces", new_traces)
+        expected = check_int("new_traces", new_traces, minimum=0)
         before = self._count
         yield
         observed = self._count - before

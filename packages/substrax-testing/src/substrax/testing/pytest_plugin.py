@@ -1,5 +1,6 @@
 """substrax's opt-in pytest plugin: a JAX test runtime, device markers, config isolation.
 
+This module's path is an interface: conftest files name it in ``pytest_plugins``.
 Opt in from a ``conftest.py`` (no ``pytest11`` entry point is registered, so installing
 substrax changes no other project's test runs)::
 
@@ -34,8 +35,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ._jax_config import restored_jax_config
 from ._markers import MARKERS, DeviceRequirement, parse_marker, skip_reason
-from .jax_config import restored_jax_config
 
 
 if TYPE_CHECKING:

@@ -16,34 +16,15 @@ Example:
 """
 
 import threading
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from contextlib import contextmanager
 
-from ._traces import check_count
+from substrax.support import check_int
 
+from ._errors import CompileCountError
 
-__all__ = ["BACKEND_COMPILE_EVENT", "CompileCountError", "compiled_programs", "expect_compiles"]
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-
-
-class CompileCountError(AssertionError):
-    """A block compiled a different number of programs than expected.
-
-    Attributes:
-        expected: The compilations the block was expected to make.
-        names: The names of the programs it compiled, in order (e.g. ``"jit(step)"``).
-    """
-
-    def __init__(self, expected: int, names: Sequence[str]) -> None:
-        self.expected = expected
-        self.names = tuple(names)
-        listed = ", ".join(self.names) or "none"
-        super().__init__(
-            f"expected {expected} compilation(s), observed {len(self.names)}: {listed}; "
-            "a repeated name means a retrace (changing shapes, dtypes, weak types or static "
-            "arguments), an unexpected one an op run eagerly outside the jitted step"
-        )
 
 
 @contextmanager
@@ -109,7 +90,7 @@ def expect_compiles(count: int) -> Generator[list[str]]:
         ...     for _ in range(3):
         ...         x = step(x)
     """
-    expected = check_count("count", count)
+    expected = check_int("count", count, minimum=0)
     with compiled_programs() as names:
         yield names
     if len(names) != expected:

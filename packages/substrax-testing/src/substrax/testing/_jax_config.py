@@ -18,9 +18,6 @@ from contextlib import contextmanager
 from typing import Any
 
 
-__all__ = ["changed_jax_config", "restored_jax_config", "snapshot_jax_config"]
-
-
 def snapshot_jax_config() -> dict[str, Any]:
     """Read every jax config option's current value (as this thread sees it).
 
