@@ -13,7 +13,16 @@ import substrax
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = {
-    "substrax-runtime": ("runtime", "devices", "artifacts", "rng", "typing", "records", "examples"),
+    "substrax-runtime": (
+        "runtime",
+        "devices",
+        "artifacts",
+        "rng",
+        "typing",
+        "records",
+        "examples",
+        "support",
+    ),
     "substrax-mesh": ("mesh",),
     "substrax-spmd": ("spmd", "optim"),
     "substrax-checkpoint": ("checkpoint",),

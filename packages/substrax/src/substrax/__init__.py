@@ -43,6 +43,7 @@ _PARTS = frozenset(
         "rng",
         "runtime",
         "spmd",
+        "support",
         "testing",
         "tracking",
         "typing",
