@@ -1,3 +1,4 @@
+import json
 import shlex
 import subprocess
 import sys
@@ -107,6 +108,16 @@ def test_write_then_show(tmp_path, capsys):
     assert f"EXTRA=2  # {user}" in shown
     assert f"MY_OWN=a b  # {user}  [not managed]" in shown
     assert f"XLA_CLIENT_MEM_FRACTION=(unset)  # {output}" in shown
+    show = ["show", "--prefix", "PROJ", "--env-file", str(output), "--user-env", str(user)]
+    assert main([*show, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["EXTRA"] == {"value": "2", "origin": str(user), "managed": True}
+    assert data["MY_OWN"] == {"value": "a b", "origin": str(user), "managed": False}
+    assert data["XLA_CLIENT_MEM_FRACTION"] == {
+        "value": None,
+        "origin": str(output),
+        "managed": True,
+    }
 
 
 PREFIX = "python -m substrax.runtime.managed_env: error: "

@@ -1,5 +1,7 @@
 """``python -m substrax.runtime.managed_env``: write the managed env file, or show what it sets.
 
+``show --json`` prints each variable's value, origin file and whether the file manages it.
+
 Exit 0 when done, 1 when the file cannot be written, 2 for bad usage or input (a prefix, a
 ``--set`` or an env file that cannot be read); errors are one line,
 ``python -m substrax.runtime.managed_env: error: <message>``.
@@ -7,11 +9,17 @@ Exit 0 when done, 1 when the file cannot be written, 2 for bad usage or input (a
 
 import argparse
 import shlex
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from substrax.support import CommandFailedError, UsageError, run_command, write_atomically
+from substrax.support import (
+    CommandFailedError,
+    UsageError,
+    add_json_flag,
+    emit,
+    run_command,
+    write_atomically,
+)
 
 from ._managed_env import BACKEND_CHOICES, managed_environment, render, resolve_backend
 
@@ -43,21 +51,25 @@ def _read_shell_file(path: Path) -> dict[str, str | None]:
     return env
 
 
-def _show(prefix: str, env_file: Path, user_envs: Sequence[Path]) -> str:
+def _show(args: argparse.Namespace) -> int:
+    env_file: Path = args.env_file
     env = _read_shell_file(env_file)
-    managed = set((env.get(f"{prefix}_MANAGED_ENV_VARS") or "").split())
+    managed = set((env.get(f"{args.prefix}_MANAGED_ENV_VARS") or "").split())
     origin = dict.fromkeys(env, str(env_file))
-    for user_env in user_envs:
+    for user_env in args.user_env:
         for name, value in _read_shell_file(user_env).items():
             env[name] = value
             origin[name] = str(user_env)
     lines: list[str] = []
+    data: dict[str, dict[str, str | bool | None]] = {}
     for name in sorted(env):
         value = env[name]
         shown = "(unset)" if value is None else value
         tag = "" if name in managed else "  [not managed]"
         lines.append(f"{name}={shown}  # {origin[name]}{tag}")
-    return "\n".join(lines) + "\n"
+        data[name] = {"value": value, "origin": origin[name], "managed": name in managed}
+    emit(data, "\n".join(lines), as_json=args.json)
+    return 0
 
 
 def _parse_set(values: Sequence[str]) -> dict[str, str]:
@@ -102,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--prefix", required=True)
     show.add_argument("--env-file", required=True, type=Path)
     show.add_argument("--user-env", action="append", default=[], type=Path)
+    add_json_flag(show)
     return parser
 
 
@@ -119,11 +132,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         python -m substrax.runtime.managed_env: error: cannot read /no/such/file.env: No such file or directory
     """
     args = _parser().parse_args(argv)
-    if args.command == "write":
-        return run_command(PROG, lambda: _write(args))
-
-    def show() -> int:
-        sys.stdout.write(_show(args.prefix, args.env_file, args.user_env))
-        return 0
-
-    return run_command(PROG, show)
+    command = _write if args.command == "write" else _show
+    return run_command(PROG, lambda: command(args))
