@@ -9,11 +9,12 @@ module imports neither jax nor any backend SDK.
 Example:
     >>> import io, tempfile
     >>> from substrax.tracking import create_logger
-    >>> logger = create_logger("demo", log_dir=tempfile.mkdtemp(), stream=io.StringIO())
-    >>> logger.log_hyperparams({"lr": 1e-3, "batch_size": 32})
-    >>> for step in range(3):
-    ...     logger.log_scalar("loss", 1.0 / (step + 1), step=step)
-    >>> logger.close()
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     logger = create_logger("demo", log_dir=directory, stream=io.StringIO())
+    ...     logger.log_hyperparams({"lr": 1e-3, "batch_size": 32})
+    ...     for step in range(3):
+    ...         logger.log_scalar("loss", 1.0 / (step + 1), step=step)
+    ...     logger.close()
 """
 
 from ._base import Logger as Logger
@@ -33,6 +34,7 @@ from ._errors import (
     ProcessIndexVariableError as ProcessIndexVariableError,
     SpoolNotFoundError as SpoolNotFoundError,
     UnknownBackendError as UnknownBackendError,
+    UploadNotFoundError as UploadNotFoundError,
 )
 from ._factory import create_logger as create_logger
 from ._file import FileLogger as FileLogger
@@ -69,6 +71,7 @@ __all__ = [
     "SpoolNotFoundError",
     "TensorBoardLogger",
     "UnknownBackendError",
+    "UploadNotFoundError",
     "WandbLogger",
     "create_logger",
     "current_process_index",

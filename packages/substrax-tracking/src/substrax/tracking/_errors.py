@@ -26,6 +26,7 @@ __all__ = [
     "ProcessIndexVariableError",
     "SpoolNotFoundError",
     "UnknownBackendError",
+    "UploadNotFoundError",
 ]
 
 _SHOWN_DIGITS = 40
@@ -221,6 +222,24 @@ class NoFileLogError(FileNotFoundError):
         super().__init__(
             f"{str(log_dir)!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger or "
             "create_logger wrote"
+        )
+
+
+class UploadNotFoundError(FileNotFoundError):
+    """A file or directory to upload to a run (an artifact, a model) does not exist.
+
+    Attributes:
+        what: what was to be uploaded (``"artifact"``, ``"model"``).
+        path: the path, resolved.
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, what: str, path: Path) -> None:
+        self.what = what
+        self.path = path
+        super().__init__(
+            f"{what} {str(path)!r} does not exist; pass the path of an existing file or directory"
         )
 
 

@@ -17,7 +17,12 @@ from substrax.support import check_int, check_seconds
 
 from ._background import AsyncDelivery
 from ._base import Logger, safe_name
-from ._errors import LoggedTypeError, LoggerClosedError, MetricOverflowError
+from ._errors import (
+    LoggedTypeError,
+    LoggerClosedError,
+    MetricOverflowError,
+    UploadNotFoundError,
+)
 from ._paths import resolve_log_dir
 from ._records import Record
 from ._spool import Sink
@@ -162,7 +167,7 @@ class RemoteLogger(Logger):
             raise LoggerClosedError(self.name)
         path = Path(local_path).resolve()
         if not path.exists():
-            raise FileNotFoundError(f"{what} {str(path)!r} does not exist")
+            raise UploadNotFoundError(what, path)
         if self.active:
             self._submit("artifact", None, {"path": str(path), **payload})
 
