@@ -10,6 +10,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from substrax.support import optional
+
 from ._base import Logger, as_scalar, histogram_summary
 
 
@@ -65,12 +67,9 @@ class ConsoleLogger(Logger):
         if use_rich is None:
             use_rich = bool(getattr(target, "isatty", lambda: False)())
         if use_rich:
-            try:
-                from rich.console import Console  # noqa: PLC0415
-            except ImportError:  # rich is an extra: fall back to plain lines
-                pass
-            else:
-                self._rich = Console(file=stream, highlight=False)
+            console = optional("rich.console")  # rich is an extra: without it, plain lines
+            if console is not None:
+                self._rich = console.Console(file=stream, highlight=False)
 
     def _emit(self, body: str, style: str = "") -> None:
         if self.level > logging.INFO:
