@@ -295,8 +295,8 @@ def test_replay_refuses_a_timeout_that_is_not_a_finite_number(tmp_path, capsys, 
     spool.write_text("")
     assert main(["replay", str(spool), "--timeout", timeout]) == 2
     assert capsys.readouterr().err == (
-        f"python -m substrax.tracking: error: --timeout {timeout} must be a finite number of "
-        "seconds >= 0 (0 waits as long as the backends take)\n"
+        f"python -m substrax.tracking: error: --timeout={float(timeout)!r} must be a finite number "
+        "of seconds >= 0 (0 waits as long as the backends take)\n"
     )
     with pytest.raises(ValueError, match="timeout="):
         replay_spool(spool, timeout=float(timeout))

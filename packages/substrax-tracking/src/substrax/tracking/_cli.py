@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from substrax.support import (
     MissingExtraError,
     UsageError,
     add_json_flag,
+    check_seconds,
     emit,
     run_command,
 )
@@ -142,12 +142,10 @@ def _problems(
 
 
 def _replay(args: argparse.Namespace) -> int:
-    timeout: float = args.timeout
-    if not math.isfinite(timeout) or timeout < 0:
-        raise UsageError(
-            f"--timeout {timeout:g} must be a finite number of seconds >= 0 (0 waits as long "
-            "as the backends take)"
-        )
+    try:
+        timeout = check_seconds("--timeout", args.timeout)
+    except ValueError as error:
+        raise UsageError(f"{error} (0 waits as long as the backends take)") from None
     result, failures = run_replay(
         SpoolFile(args.spool), include_refused=args.include_refused, timeout=timeout or None
     )
