@@ -1,10 +1,12 @@
 """substrax.artifacts: where a run writes its outputs, never the working tree. Imports no jax.
 
 Example:
+    >>> import tempfile
     >>> from substrax.artifacts import resolve_output_dir
-    >>> location = resolve_output_dir("fno_darcy", env={})
-    >>> location.source
-    'run_default'
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     location = resolve_output_dir("fno_darcy", env={"AVITAI_OUTPUT_DIR": directory})
+    ...     location.source, location.path.name
+    ('environment', 'fno_darcy')
 """
 
 from ._output_dir import (

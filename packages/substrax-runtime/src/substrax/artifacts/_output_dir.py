@@ -76,10 +76,12 @@ def resolve_output_dir(
             is not absolute.
 
     Example:
+        >>> import tempfile
         >>> from substrax.artifacts import resolve_output_dir
-        >>> location = resolve_output_dir("demo", env={})
-        >>> location.source, location.path.name, location.path.is_dir()
-        ('run_default', 'demo', True)
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     location = resolve_output_dir("demo", env={"AVITAI_OUTPUT_DIR": directory})
+        ...     location.source, location.path.name, location.path.is_dir()
+        ('environment', 'demo', True)
     """
     relative = _check_name(name)
     environ = os.environ if env is None else env

@@ -26,11 +26,12 @@ def discover_examples(root: Path | str, *, include: Iterable[str] | None = None)
         >>> import tempfile
         >>> from pathlib import Path
         >>> from substrax.examples import discover_examples
-        >>> root = Path(tempfile.mkdtemp())
-        >>> for name in ("b.py", "a.py", "_helpers.py", "_lib/x.py", "notes.txt"):
-        ...     (root / name).parent.mkdir(exist_ok=True)
-        ...     _ = (root / name).write_text("")
-        >>> [p.name for p in discover_examples(root)]
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     root = Path(directory)
+        ...     for name in ("b.py", "a.py", "_helpers.py", "_lib/x.py", "notes.txt"):
+        ...         (root / name).parent.mkdir(exist_ok=True)
+        ...         _ = (root / name).write_text("")
+        ...     [p.name for p in discover_examples(root)]
         ['a.py', 'b.py']
     """
     base = Path(root)

@@ -7,6 +7,7 @@ class RuntimeConfigurationError(RuntimeError):
     """A JAX setting that cannot be applied to this process (or to a child) as asked.
 
     Example:
+        >>> from substrax.runtime import RuntimeConfigurationError
         >>> raise RuntimeConfigurationError("platforms are read when jax starts")
         Traceback (most recent call last):
         ...

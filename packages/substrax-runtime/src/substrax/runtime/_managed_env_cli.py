@@ -125,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Example:
         >>> import contextlib, io
+        >>> from substrax.runtime.managed_env import main
         >>> with contextlib.redirect_stderr(io.StringIO()) as err:
         ...     main(["show", "--prefix", "P", "--env-file", "/no/such/file.env"])
         2

@@ -23,6 +23,7 @@ class UsageError(ValueError):
     """Bad input on a command line that argparse could not catch (exit 2).
 
     Example:
+        >>> from substrax.support import UsageError
         >>> str(UsageError("no job named 'dmeo'; known: demo"))
         "no job named 'dmeo'; known: demo"
     """
@@ -34,6 +35,7 @@ class CommandFailedError(RuntimeError):
     """The command's operation failed, its input was fine (exit 1).
 
     Example:
+        >>> from substrax.support import CommandFailedError
         >>> str(CommandFailedError("2 steps failed verification"))
         '2 steps failed verification'
     """

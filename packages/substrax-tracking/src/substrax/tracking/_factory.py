@@ -50,11 +50,12 @@ def create_logger(
     Example:
         >>> import io, tempfile
         >>> from substrax.tracking import create_logger
-        >>> logger = create_logger("demo", log_dir=tempfile.mkdtemp(), stream=io.StringIO())
-        >>> logger.log_hyperparams({"lr": 1e-3, "batch_size": 32})
-        >>> for step in range(3):
-        ...     logger.log_scalar("loss", 1.0 / (step + 1), step=step)
-        >>> logger.close()
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     logger = create_logger("demo", log_dir=directory, stream=io.StringIO())
+        ...     logger.log_hyperparams({"lr": 1e-3, "batch_size": 32})
+        ...     for step in range(3):
+        ...         logger.log_scalar("loss", 1.0 / (step + 1), step=step)
+        ...     logger.close()
     """
     loggers: list[Logger] = []
     if console:

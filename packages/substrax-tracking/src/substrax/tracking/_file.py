@@ -119,10 +119,11 @@ class FileLogger(Logger):
     Example:
         >>> import tempfile, pathlib
         >>> from substrax.tracking import FileLogger
-        >>> log_dir = pathlib.Path(tempfile.mkdtemp())
-        >>> with FileLogger("demo", log_dir) as logger:
-        ...     logger.log_scalar("loss", 0.5, step=1)
-        >>> (log_dir / "demo.metrics.csv").read_text().splitlines()[1].split(",")[1:]
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     log_dir = pathlib.Path(directory)
+        ...     with FileLogger("demo", log_dir) as logger:
+        ...         logger.log_scalar("loss", 0.5, step=1)
+        ...     (log_dir / "demo.metrics.csv").read_text().splitlines()[1].split(",")[1:]
         ['1', 'loss', '0.5']
     """
 

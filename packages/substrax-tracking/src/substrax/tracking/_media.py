@@ -19,7 +19,8 @@ def save_image(stem: Path, image: Any) -> Path:
     Example:
         >>> import tempfile, pathlib, numpy as np
         >>> from substrax.tracking._media import save_image
-        >>> save_image(pathlib.Path(tempfile.mkdtemp()) / "x", np.zeros((2, 2))).suffix
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     save_image(pathlib.Path(directory) / "x", np.zeros((2, 2))).suffix
         '.png'
     """
     import numpy as np  # noqa: PLC0415

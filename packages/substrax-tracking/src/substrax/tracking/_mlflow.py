@@ -287,9 +287,9 @@ class MLFlowLogger(RemoteLogger):
     Example:
         >>> import tempfile
         >>> from substrax.tracking import MLFlowLogger
-        >>> d = tempfile.mkdtemp()
-        >>> with MLFlowLogger("demo", tracking_uri=f"sqlite:///{d}/mlflow.db", log_dir=d) as logger:
-        ...     logger.log_scalar("loss", 0.5, step=1)
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     with MLFlowLogger("demo", tracking_uri=f"sqlite:///{d}/mlflow.db", log_dir=d) as logger:
+        ...         logger.log_scalar("loss", 0.5, step=1)
     """
 
     _sink: _MlflowSink | None

@@ -28,9 +28,10 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
     Example:
         >>> import tempfile, pathlib
         >>> from substrax.tracking import read_scalars
-        >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.metrics.jsonl"
-        >>> _ = p.write_text('{"time": 0, "step": 3, "name": "loss", "value": 0.5}\n')
-        >>> read_scalars(p)
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     p = pathlib.Path(directory) / "x.metrics.jsonl"
+        ...     _ = p.write_text('{"time": 0, "step": 3, "name": "loss", "value": 0.5}\n')
+        ...     read_scalars(p)
         {'loss': [(3, 0.5)]}
     """
     series: dict[str, list[tuple[int, float]]] = {}

@@ -319,9 +319,10 @@ def replay_spool(
     Example:
         >>> import tempfile, pathlib
         >>> from substrax.tracking import replay_spool
-        >>> spool = pathlib.Path(tempfile.mkdtemp()) / "run.spool.jsonl"
-        >>> _ = spool.write_text('{"target": {"backend": "mlflow"}, "rec\n')
-        >>> replay_spool(spool, timeout=10)
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     spool = pathlib.Path(directory) / "run.spool.jsonl"
+        ...     _ = spool.write_text('{"target": {"backend": "mlflow"}, "rec\n')
+        ...     replay_spool(spool, timeout=10)
         ReplayResult(delivered=0, remaining=0, bad_lines=(1,), timed_out=False, refused=0)
     """
     if timeout is not None:

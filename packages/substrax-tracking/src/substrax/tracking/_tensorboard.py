@@ -39,8 +39,9 @@ class TensorBoardLogger(Logger):
     Example:
         >>> import tempfile
         >>> from substrax.tracking import TensorBoardLogger
-        >>> with TensorBoardLogger("demo", tempfile.mkdtemp()) as logger:
-        ...     logger.log_scalar("loss", 0.5, step=1)
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     with TensorBoardLogger("demo", directory) as logger:
+        ...         logger.log_scalar("loss", 0.5, step=1)
     """
 
     def __init__(

@@ -247,8 +247,10 @@ class WandbLogger(RemoteLogger):
 
     Example:
         >>> import tempfile
-        >>> with WandbLogger("demo", project="p", log_dir=tempfile.mkdtemp(), mode="offline") as logger:  # doctest: +SKIP
-        ...     logger.log_scalar("loss", 0.5, step=1)
+        >>> from substrax.tracking import WandbLogger
+        >>> with tempfile.TemporaryDirectory() as directory:  # doctest: +SKIP
+        ...     with WandbLogger("demo", project="p", log_dir=directory, mode="offline") as logger:
+        ...         logger.log_scalar("loss", 0.5, step=1)
     """
 
     def __init__(
