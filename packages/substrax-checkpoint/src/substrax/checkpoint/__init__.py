@@ -7,12 +7,15 @@ Example:
     >>> import tempfile
     >>> import numpy as np
     >>> from substrax.checkpoint import OrbaxCheckpointStore
-    >>> with OrbaxCheckpointStore(tempfile.mkdtemp(), max_to_keep=3) as store:
-    ...     _ = store.save(100, {"model": {"w": np.ones(2)}}, epoch=2, metrics={"loss": 0.25})
-    ...     _ = store.save(200, {"model": {"w": np.zeros(2)}}, metrics={"loss": 0.20})
-    ...     (store.list_steps(), store.best_step("loss"), store.read_metadata(100).epoch)
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     with OrbaxCheckpointStore(directory, max_to_keep=3) as store:
+    ...         _ = store.save(100, {"model": {"w": np.ones(2)}}, epoch=2, metrics={"loss": 0.25})
+    ...         _ = store.save(200, {"model": {"w": np.zeros(2)}}, metrics={"loss": 0.20})
+    ...         (store.list_steps(), store.best_step("loss"), store.read_metadata(100).epoch)
     ([100, 200], 200, 2)
 """
+
+from substrax.support import Mode as Mode
 
 from ._callback import CheckpointCallback as CheckpointCallback
 from ._errors import (
@@ -21,13 +24,19 @@ from ._errors import (
     CheckpointLockedError as CheckpointLockedError,
     CheckpointNotFoundError as CheckpointNotFoundError,
     CheckpointNotWrittenError as CheckpointNotWrittenError,
+    CheckpointStoreClosedError as CheckpointStoreClosedError,
     CheckpointStoreNotADirectoryError as CheckpointStoreNotADirectoryError,
     CheckpointStoreNotFoundError as CheckpointStoreNotFoundError,
+    CheckpointStoreReadOnlyError as CheckpointStoreReadOnlyError,
     CheckpointWaitTimeoutError as CheckpointWaitTimeoutError,
     CheckpointWriteError as CheckpointWriteError,
+    DistributedNotInitializedError as DistributedNotInitializedError,
     DtypeMismatch as DtypeMismatch,
+    NotWrittenReason as NotWrittenReason,
     UnsupportedCheckpointError as UnsupportedCheckpointError,
+    UpgradeDestinationError as UpgradeDestinationError,
 )
+from ._logging import quiet_orbax_notices as quiet_orbax_notices
 from ._metadata import (
     CURRENT_FORMAT_VERSION as CURRENT_FORMAT_VERSION,
     FORMAT_NAME as FORMAT_NAME,
@@ -60,16 +69,23 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointNotWrittenError",
     "CheckpointStore",
+    "CheckpointStoreClosedError",
     "CheckpointStoreNotADirectoryError",
     "CheckpointStoreNotFoundError",
+    "CheckpointStoreReadOnlyError",
     "CheckpointWaitTimeoutError",
     "CheckpointWriteError",
+    "DistributedNotInitializedError",
     "DtypeMismatch",
+    "Mode",
+    "NotWrittenReason",
     "OrbaxCheckpointStore",
     "PreemptionHandler",
     "Producer",
     "RetentionPolicy",
     "UnsupportedCheckpointError",
+    "UpgradeDestinationError",
+    "quiet_orbax_notices",
     "resolve_checkpoint_dir",
     "upgrade_checkpoints",
 ]

@@ -2,19 +2,45 @@
 
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
 
-type NotWrittenReason = Literal["exists", "below_latest", "rejected"]
-
 _CHECKSUM = re.compile(r"checksum|digest", re.IGNORECASE)
 """Words of a report of bytes that fail their checksum (others: a missing or empty file...)."""
 
-_REASON_ADVICE: dict[str, str] = {
-    "exists": "pass overwrite=True to replace it, or save under a new step",
-    "below_latest": "steps only move forward; save under a step above the latest",
-    "rejected": "orbax refused the save; check the directory is writable",
+
+class NotWrittenReason(StrEnum):
+    """Why a save was refused; each reason compares equal to its string (``"exists"``...).
+
+    Example:
+        >>> from substrax.checkpoint import NotWrittenReason
+        >>> NotWrittenReason.BELOW_LATEST == "below_latest"
+        True
+        >>> NotWrittenReason("exists").advice
+        'pass overwrite=True to replace it, or save under a new step'
+    """
+
+    __module__ = "substrax.checkpoint"
+
+    EXISTS = "exists"
+    """The step is stored already and ``overwrite`` was not set."""
+    BELOW_LATEST = "below_latest"
+    """The step is below the latest stored step."""
+    REJECTED = "rejected"
+    """Orbax's ``save`` returned False."""
+
+    @property
+    def advice(self) -> str:
+        """What to do about it, in the error's message."""
+        return _ADVICE[self]
+
+
+_ADVICE: dict[NotWrittenReason, str] = {
+    NotWrittenReason.EXISTS: "pass overwrite=True to replace it, or save under a new step",
+    NotWrittenReason.BELOW_LATEST: "steps only move forward; save under a step above the latest",
+    NotWrittenReason.REJECTED: "orbax refused the save; check the directory is writable",
 }
 
 
@@ -22,18 +48,27 @@ class CheckpointNotWrittenError(RuntimeError):
     """A save was refused; ``reason`` says why (``exists``, ``below_latest`` or ``rejected``).
 
     Example:
+        >>> from substrax.checkpoint import CheckpointNotWrittenError
         >>> error = CheckpointNotWrittenError(step=3, latest_step=5, reason="below_latest")
-        >>> error.reason
-        'below_latest'
+        >>> error.reason == "below_latest"
+        True
     """
 
-    def __init__(self, *, step: int, latest_step: int | None, reason: NotWrittenReason) -> None:
+    __module__ = "substrax.checkpoint"
+
+    def __init__(
+        self,
+        *,
+        step: int,
+        latest_step: int | None,
+        reason: NotWrittenReason | Literal["exists", "below_latest", "rejected"],
+    ) -> None:
         self.step = step
         self.latest_step = latest_step
-        self.reason: NotWrittenReason = reason
+        self.reason = NotWrittenReason(reason)
         super().__init__(
-            f"checkpoint step {step} was not written ({reason}; latest step is {latest_step}): "
-            f"{_REASON_ADVICE[reason]}"
+            f"checkpoint step {step} was not written ({self.reason}; latest step is "
+            f"{latest_step}): {self.reason.advice}"
         )
 
 
@@ -41,6 +76,8 @@ class CheckpointNotFoundError(FileNotFoundError):
     """The store holds no step ``step`` (None: the latest step was asked of an empty store).
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointNotFoundError
         >>> CheckpointNotFoundError(step=7, directory=Path("/tmp/store")).step
         7
         >>> CheckpointNotFoundError(step=None, directory=Path("/tmp/store")).args[0]
@@ -48,10 +85,11 @@ class CheckpointNotFoundError(FileNotFoundError):
         >>> CheckpointNotFoundError(step=7, directory=Path("/tmp/store"), deleted=True).deleted
         True
 
-        >>> from substrax.checkpoint import CheckpointNotWrittenError
     ``deleted`` is True when the step was deleted (by a writer's retention, or ``delete``)
     while it was being read: a reader following a live run skips it and reads a later step.
     """
+
+    __module__ = "substrax.checkpoint"
 
     def __init__(
         self,
@@ -76,8 +114,6 @@ class CheckpointNotFoundError(FileNotFoundError):
         if step is None:
             super().__init__(
                 f"the checkpoint store at {directory} is empty (no step saved yet): "
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint import CheckpointNotFoundError
                 "check the path, or start from scratch when latest_step() is None"
             )
             return
@@ -92,18 +128,25 @@ class UnsupportedCheckpointError(ValueError):
     """The step is not a substrax checkpoint of a format this version can read.
 
     Example:
+        >>> from substrax.checkpoint import UnsupportedCheckpointError
         >>> UnsupportedCheckpointError("format 'other' is not substrax-checkpoint").args[0]
         "format 'other' is not substrax-checkpoint"
     """
+
+    __module__ = "substrax.checkpoint"
 
 
 class CheckpointWriteError(RuntimeError):
     """A background write failed; raised at the next ``save``, ``wait`` or ``close``.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointWriteError
         >>> CheckpointWriteError(step=4, directory=Path("/tmp/store"), cause="disk full").step
         4
     """
+
+    __module__ = "substrax.checkpoint"
 
     def __init__(self, *, step: int, directory: Path, cause: str) -> None:
         self.step = step
@@ -119,29 +162,32 @@ class DtypeMismatch:
     """One leaf whose stored dtype differs from the dtype it would be restored as.
 
     Example:
+        >>> from substrax.checkpoint import DtypeMismatch
         >>> DtypeMismatch(item="model", leaf="kernel/value", saved="float64", restored="float32")
         DtypeMismatch(item='model', leaf='kernel/value', saved='float64', restored='float32')
     """
+
+    __module__ = "substrax.checkpoint"
 
     item: str
     leaf: str
     saved: str
     restored: str
 
-        >>> from substrax.checkpoint import UnsupportedCheckpointError
 
 class CheckpointDtypeMismatchError(ValueError):
     """Restoring would change the dtype of at least one leaf; pass ``cast_dtypes=True`` to allow it.
 
     Example:
+        >>> from substrax.checkpoint import CheckpointDtypeMismatchError, DtypeMismatch
         >>> mismatch = DtypeMismatch(item="model", leaf="w", saved="float64", restored="float32")
         >>> CheckpointDtypeMismatchError(step=1, mismatches=(mismatch,)).mismatches[0].leaf
         'w'
     """
 
+    __module__ = "substrax.checkpoint"
+
     def __init__(self, *, step: int, mismatches: tuple[DtypeMismatch, ...]) -> None:
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint import CheckpointWriteError
         self.step = step
         self.mismatches = mismatches
         shown = "; ".join(
@@ -162,14 +208,17 @@ class CheckpointLockedError(RuntimeError):
     ``host``, ``pid`` and ``since`` describe the holder as it recorded itself (None where the
     lock file could not be read).
 
-        >>> from substrax.checkpoint import DtypeMismatch
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointLockedError
         >>> error = CheckpointLockedError(
         ...     directory=Path("/tmp/store"), host="node1", pid=4242, since="2026-01-01T00:00:00+00:00"
         ... )
         >>> error.pid
         4242
     """
+
+    __module__ = "substrax.checkpoint"
 
     def __init__(
         self, *, directory: Path, host: str | None, pid: int | None, since: str | None
@@ -179,7 +228,6 @@ class CheckpointLockedError(RuntimeError):
         self.pid = pid
         self.since = since
         holder = f"pid {pid if pid is not None else '?'} on host {host or '?'} since {since or '?'}"
-        >>> from substrax.checkpoint import CheckpointDtypeMismatchError, DtypeMismatch
         super().__init__(
             f"the checkpoint store at {directory} is being written by another process ({holder}); "
             "open it with read_only=True to read while it writes, or stop the other writer "
@@ -191,9 +239,13 @@ class CheckpointStoreNotFoundError(FileNotFoundError):
     """A store opened to be read does not exist.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointStoreNotFoundError
         >>> CheckpointStoreNotFoundError(directory=Path("/no/such/store")).directory
         PosixPath('/no/such/store')
     """
+
+    __module__ = "substrax.checkpoint"
 
     def __init__(self, *, directory: Path) -> None:
         self.directory = directory
@@ -207,11 +259,13 @@ class CheckpointStoreNotADirectoryError(NotADirectoryError):
     """The path of a store is a file, not a directory.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointStoreNotADirectoryError
         >>> CheckpointStoreNotADirectoryError(directory=Path("/etc/hostname")).directory
         PosixPath('/etc/hostname')
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint import CheckpointLockedError
     """
+
+    __module__ = "substrax.checkpoint"
 
     def __init__(self, *, directory: Path) -> None:
         self.directory = directory
@@ -225,11 +279,15 @@ class CheckpointWaitTimeoutError(TimeoutError):
     """``wait_for_step`` saw no step newer than ``after`` committed within ``timeout`` seconds.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointWaitTimeoutError
         >>> CheckpointWaitTimeoutError(
         ...     directory=Path("/tmp/store"), after=3, timeout=1.0, latest_step=3
         ... ).after
         3
     """
+
+    __module__ = "substrax.checkpoint"
 
     def __init__(
         self, *, directory: Path, after: int | None, timeout: float, latest_step: int | None
@@ -239,8 +297,6 @@ class CheckpointWaitTimeoutError(TimeoutError):
         self.timeout = timeout
         self.latest_step = latest_step
         wanted = "no step" if after is None else f"no step after {after}"
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint import CheckpointStoreNotFoundError
         super().__init__(
             f"{wanted} was committed in {directory} within {timeout:g} s "
             f"(latest step: {latest_step}); check the writer is running, or pass a longer timeout="
@@ -259,16 +315,18 @@ class CheckpointCorruptError(ValueError):
         directory: the checkpoint store's root.
         path: the file (or the array's directory) whose bytes are corrupted.
         detail: what TensorStore found.
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint import CheckpointStoreNotADirectoryError
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointCorruptError
         >>> error = CheckpointCorruptError(
         ...     step=7, item="model", leaf="w", directory=Path("/tmp/store"), path=Path("/tmp/store/7")
         ... )
         >>> (error.step, error.item, error.leaf)
         (7, 'model', 'w')
     """
+
+    __module__ = "substrax.checkpoint"
 
     def __init__(
         self,
@@ -279,8 +337,6 @@ class CheckpointCorruptError(ValueError):
         directory: Path,
         path: Path,
         detail: str = "checksum mismatch",
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint import CheckpointWaitTimeoutError
     ) -> None:
         self.step = step
         self.item = item
@@ -294,5 +350,86 @@ class CheckpointCorruptError(ValueError):
             f"({path}: {detail}); restore an earlier step (list_steps()), "
             "and check the others with `python -m substrax.checkpoint verify DIR`"
         )
+
+
+class CheckpointStoreClosedError(RuntimeError):
+    """The store was used after ``close()``.
+
+    Example:
         >>> from pathlib import Path
-        >>> from substrax.checkpoint import CheckpointCorruptError
+        >>> from substrax.checkpoint import CheckpointStoreClosedError
+        >>> CheckpointStoreClosedError(directory=Path("/tmp/store")).directory
+        PosixPath('/tmp/store')
+    """
+
+    __module__ = "substrax.checkpoint"
+
+    def __init__(self, *, directory: Path) -> None:
+        self.directory = directory
+        super().__init__(
+            f"the checkpoint store at {directory} is closed; "
+            "open a new OrbaxCheckpointStore on the directory to use it again"
+        )
+
+
+class CheckpointStoreReadOnlyError(PermissionError):
+    """A store opened with ``read_only=True`` was asked to write (``save``, ``delete``, ``prune``).
+
+    Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointStoreReadOnlyError
+        >>> CheckpointStoreReadOnlyError(directory=Path("/tmp/store"), operation="save").operation
+        'save'
+    """
+
+    __module__ = "substrax.checkpoint"
+
+    def __init__(self, *, directory: Path, operation: str) -> None:
+        self.directory = directory
+        self.operation = operation
+        super().__init__(
+            f"cannot {operation}: the checkpoint store at {directory} was opened read_only=True; "
+            "open it without read_only to save or delete"
+        )
+
+
+class DistributedNotInitializedError(RuntimeError):
+    """Several jax processes run but ``jax.distributed`` has no client to agree through.
+
+    Example:
+        >>> from substrax.checkpoint import DistributedNotInitializedError
+        >>> DistributedNotInitializedError(process_count=2, needed_by="the checkpoint store").args[0]
+        'there are 2 jax processes but no jax.distributed client; call ...'
+    """
+
+    __module__ = "substrax.checkpoint"
+
+    def __init__(self, *, process_count: int, needed_by: str) -> None:
+        self.process_count = process_count
+        self.needed_by = needed_by
+        super().__init__(
+            f"there are {process_count} jax processes but no jax.distributed client; call "
+            f"jax.distributed.initialize() before using {needed_by}"
+        )
+
+
+class UpgradeDestinationError(ValueError):
+    """``upgrade_checkpoints`` was given a destination it must not write into.
+
+    ``reason`` is ``"is the source"`` or ``"is not empty"``.
+
+    Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import UpgradeDestinationError
+        >>> UpgradeDestinationError(destination=Path("/tmp/a"), reason="is not empty").args[0]
+        'destination /tmp/a is not empty; upgrade into a new, empty directory'
+    """
+
+    __module__ = "substrax.checkpoint"
+
+    def __init__(
+        self, *, destination: Path, reason: Literal["is the source", "is not empty"]
+    ) -> None:
+        self.destination = destination
+        self.reason = reason
+        super().__init__(f"destination {destination} {reason}; upgrade into a new, empty directory")

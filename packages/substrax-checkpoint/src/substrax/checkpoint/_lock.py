@@ -107,7 +107,8 @@ def read_holder(directory: Path) -> LockHolder:
         >>> import tempfile
         >>> from pathlib import Path
         >>> from substrax.checkpoint._lock import read_holder
-        >>> read_holder(Path(tempfile.mkdtemp()))
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     read_holder(Path(directory))
         LockHolder(host=None, pid=None, since=None)
     """
     for attempt in range(_READ_TRIES):
@@ -159,12 +160,12 @@ def take_writer_lock(directory: Path, *, clean: Callable[[Path], None]) -> Write
         >>> import tempfile
         >>> from pathlib import Path
         >>> from substrax.checkpoint._lock import take_writer_lock
-        >>> root = Path(tempfile.mkdtemp())
-        >>> first = take_writer_lock(root, clean=lambda path: None)
-        >>> second = take_writer_lock(root, clean=lambda path: None)  # the same process shares it
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     first = take_writer_lock(Path(directory), clean=lambda path: None)
+        ...     second = take_writer_lock(Path(directory), clean=lambda path: None)  # shared here
+        ...     first.release(); second.release()
         >>> (first.fresh, second.fresh)
         (True, False)
-        >>> first.release(); second.release()
     """
     # jax's backend is touched only once jax.distributed runs: a single process never starts it
     if not jax.distributed.is_initialized() or jax.process_index() == 0:
@@ -181,7 +182,7 @@ def take_writer_lock(directory: Path, *, clean: Callable[[Path], None]) -> Write
     if jax.distributed.is_initialized():
         # process 0 decides: 0 a fresh lock, 1 a shared one, -pid (or -1) refused by pid
         code = 0 if fresh else 1 if holder is None else -(holder.pid or 1)
-        code = agree(code, topic="writer-lock")
+        code = int(agree(str(code), topic="writer-lock"))
         fresh = code == 0
         if code < 0 and holder is None:
             if local:

@@ -5,13 +5,15 @@ from typing import Final
 
 import jax
 
+from ._errors import DistributedNotInitializedError
+
 
 _TIMEOUT_MS: Final = 300_000
 _decisions = itertools.count()
 
 
-def agree(code: int, *, topic: str = "save") -> int:
-    """Return process 0's ``code`` on every process (the value itself on one process).
+def agree(value: str, *, topic: str = "save") -> str:
+    """Return process 0's ``value`` on every process (the value itself on one process).
 
     Every refusal of a save is decided from process 0's view of the directory, so all processes
     raise the same error or all enter the collective write. The value travels through
@@ -19,32 +21,32 @@ def agree(code: int, *, topic: str = "save") -> int:
     advances in the same order on every process.
 
     Example:
-        >>> agree(2)
-        2
+        >>> from substrax.checkpoint._multihost import agree
+        >>> agree("exists")
+        'exists'
     """
     if jax.process_count() == 1:
-        return code
+        return value
     from jax._src import distributed  # noqa: PLC0415 - the coordination client has no public path
 
     client = distributed.global_state.client
     if client is None:
-        raise RuntimeError(
-            "several jax processes but no jax.distributed client; call "
-            "jax.distributed.initialize() before using the checkpoint store"
+        raise DistributedNotInitializedError(
+            process_count=jax.process_count(), needed_by="the checkpoint store"
         )
     key = f"substrax_checkpoint/{topic}/{next(_decisions)}"
     if jax.process_index() == 0:
-        client.key_value_set(key, str(code))
-        return code
-    return int(client.blocking_key_value_get(key, _TIMEOUT_MS))
+        client.key_value_set(key, value)
+        return value
+    return str(client.blocking_key_value_get(key, _TIMEOUT_MS))
 
 
 def is_primary() -> bool:
     """Whether this process writes the store's own files (the index).
 
     Example:
+        >>> from substrax.checkpoint._multihost import is_primary
         >>> is_primary()
         True
-        >>> from substrax.checkpoint._multihost import is_primary
     """
     return jax.process_index() == 0

@@ -30,10 +30,12 @@ def check_store_directory(directory: Path) -> None:
     """Raise unless ``directory`` is an existing directory (what a reader opens).
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint._paths import check_store_directory
         >>> check_store_directory(Path("/no/such/store"))
         Traceback (most recent call last):
         ...
-        substrax.checkpoint._errors.CheckpointStoreNotFoundError: no checkpoint store at ...
+        substrax.checkpoint.CheckpointStoreNotFoundError: no checkpoint store at ...
     """
     if directory.is_dir():
         return
@@ -49,9 +51,10 @@ def make_store_directory(directory: Path) -> None:
         >>> import tempfile
         >>> from pathlib import Path
         >>> from substrax.checkpoint._paths import make_store_directory
-        >>> root = Path(tempfile.mkdtemp()) / "runs" / "a"
-        >>> make_store_directory(root)
-        >>> root.is_dir()
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     root = Path(directory) / "runs" / "a"
+        ...     make_store_directory(root)
+        ...     root.is_dir()
         True
     """
     if directory.exists() and not directory.is_dir():

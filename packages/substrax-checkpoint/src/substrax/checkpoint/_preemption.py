@@ -16,6 +16,9 @@ from typing import Any, Final, Self
 
 import jax
 
+from substrax.support import check_int
+
+from ._errors import DistributedNotInitializedError
 from ._protocol import CheckpointStore, PyTree
 
 
@@ -70,9 +73,8 @@ class _Agreement:
 
         client = distributed.global_state.client
         if client is None:
-            raise RuntimeError(
-                "several jax processes but no jax.distributed client; call "
-                "jax.distributed.initialize() before entering the PreemptionHandler"
+            raise DistributedNotInitializedError(
+                process_count=jax.process_count(), needed_by="the PreemptionHandler"
             )
         self._client = client
         self._prefix = f"substrax_preemption/{session}"
@@ -129,10 +131,12 @@ class PreemptionHandler:
         >>> import tempfile
         >>> import numpy as np
         >>> from substrax.checkpoint import OrbaxCheckpointStore, PreemptionHandler
-        >>> store = OrbaxCheckpointStore(tempfile.mkdtemp())
-        >>> with PreemptionHandler(store) as preemption:
-        ...     for step in range(3):
-        ...         preemption.check(step, lambda: {"model": {"w": np.zeros(2)}})
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     store = OrbaxCheckpointStore(directory)
+        ...     with PreemptionHandler(store) as preemption:
+        ...         for step in range(3):
+        ...             preemption.check(step, lambda: {"model": {"w": np.zeros(2)}})
+        ...     store.close()
         >>> preemption.requested
         False
     """
@@ -145,11 +149,7 @@ class PreemptionHandler:
         exit_code: int = 0,
         check_every: int = 1,
     ) -> None:
-        if isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(
-                f"check_every must be an int >= 1 (exchange the preemption flags every that "
-                f"many steps), got {check_every!r}"
-            )
+        check_int("check_every", check_every, minimum=1)
         self._store = store
         self._signals = tuple(signals)
         self._exit_code = exit_code
@@ -233,8 +233,9 @@ class PreemptionHandler:
         Example:
             >>> import tempfile
             >>> from substrax.checkpoint import OrbaxCheckpointStore, PreemptionHandler
-            >>> with PreemptionHandler(OrbaxCheckpointStore(tempfile.mkdtemp())) as preemption:
-            ...     preemption.check(0, lambda: {"model": {}})
+            >>> with tempfile.TemporaryDirectory() as directory:
+            ...     with OrbaxCheckpointStore(directory) as store, PreemptionHandler(store) as preemption:
+            ...         preemption.check(0, lambda: {"model": {}})
         """
         if not self._should_stop(step):
             return

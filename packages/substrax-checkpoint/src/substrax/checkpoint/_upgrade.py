@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from ._errors import CheckpointStoreNotFoundError, UpgradeDestinationError
 from ._store import OrbaxCheckpointStore
 
 
@@ -9,7 +10,8 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
     """Rewrite every step of ``source`` into ``destination`` in the current format.
 
     The source is only read. A destination equal to the source, or one that already holds
-    anything, is refused with ValueError. Dtype changes (64-bit data while x64 is off) raise
+    anything, is refused with ``UpgradeDestinationError`` (a ValueError); a missing source is
+    ``CheckpointStoreNotFoundError``. Dtype changes (64-bit data while x64 is off) raise
     ``CheckpointDtypeMismatchError`` rather than narrowing silently.
 
     Returns:
@@ -18,19 +20,19 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
     Example:
         >>> import tempfile
         >>> from pathlib import Path
-        >>> source = Path(tempfile.mkdtemp())
-        >>> upgrade_checkpoints(source, source / "upgraded")
         >>> from substrax.checkpoint import upgrade_checkpoints
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     upgrade_checkpoints(Path(directory), Path(directory) / "upgraded")
         []
     """
     src = Path(source).expanduser().resolve()
     dst = Path(destination).expanduser().resolve()
     if src == dst:
-        raise ValueError(f"destination {dst} is the source; upgrade into a new directory")
+        raise UpgradeDestinationError(destination=dst, reason="is the source")
     if dst.exists() and any(dst.iterdir()):
-        raise ValueError(f"destination {dst} is not empty; upgrade into a new directory")
+        raise UpgradeDestinationError(destination=dst, reason="is not empty")
     if not src.is_dir():
-        raise FileNotFoundError(f"no checkpoint store at {src}")
+        raise CheckpointStoreNotFoundError(directory=src)
     upgraded: list[int] = []
     with (
         OrbaxCheckpointStore(src, max_to_keep=None, read_only=True) as reader,
