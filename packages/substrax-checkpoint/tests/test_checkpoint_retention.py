@@ -4,7 +4,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from substrax.checkpoint import CheckpointWriteError, OrbaxCheckpointStore, RetentionPolicy
+from substrax.checkpoint import CheckpointWriteError, Mode, OrbaxCheckpointStore, RetentionPolicy
 
 
 def _save(store, step, loss=None):
@@ -51,7 +51,21 @@ def test_policy_validation():
         RetentionPolicy(max_to_keep=0)
     with pytest.raises(ValueError, match="mode"):
         RetentionPolicy(best_mode="up")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="keep_best=-1 must be an integer >= 0"):
+        RetentionPolicy(keep_best=-1)
+    with pytest.raises(ValueError, match="keep_every=0 must be an integer >= 1"):
+        RetentionPolicy(keep_every=0)
+    with pytest.raises(TypeError, match=r"max_to_keep=2.5 must be an integer >= 1, not float"):
+        RetentionPolicy(max_to_keep=2.5)  # type: ignore[arg-type]
     assert RetentionPolicy(max_to_keep=None).steps_to_keep([3, 1], {}) == {1, 3}
+
+
+@pytest.mark.parametrize("mode", ["max", Mode.MAX])
+def test_the_mode_is_a_mode_and_its_string_is_accepted(mode):
+    policy = RetentionPolicy(max_to_keep=1, keep_best=1, best_metric="acc", best_mode=mode)
+    assert policy.best_mode is Mode.MAX
+    metrics = {1: {"acc": 0.9}, 2: {"acc": 0.1}, 3: {"acc": 0.5}}
+    assert policy.steps_to_keep([1, 2, 3], metrics) == {1, 3}
 
 
 def test_async_save_returns_before_commit_and_blocking_mode(store_dir, tmp_path):

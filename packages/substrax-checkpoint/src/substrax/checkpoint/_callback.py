@@ -4,6 +4,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from substrax.support import check_int
+
 from ._protocol import CheckpointStore, PyTree
 
 
@@ -39,11 +41,12 @@ class CheckpointCallback:
         >>> import tempfile
         >>> import numpy as np
         >>> from substrax.checkpoint import OrbaxCheckpointStore, CheckpointCallback
-        >>> store = OrbaxCheckpointStore(tempfile.mkdtemp())
-        >>> callback = CheckpointCallback(store, items=lambda t: {"model": {"w": np.zeros(2)}})
-        >>> callback.on_epoch_end(None, 0, {"val_loss": 0.5})
-        >>> callback.on_train_end(None)
-        >>> store.read_metadata(0).metrics
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     with OrbaxCheckpointStore(directory) as store:
+        ...         callback = CheckpointCallback(store, items=lambda t: {"model": {"w": np.zeros(2)}})
+        ...         callback.on_epoch_end(None, 0, {"val_loss": 0.5})
+        ...         callback.on_train_end(None)
+        ...         store.read_metadata(0).metrics
         {'val_loss': 0.5}
     """
 
@@ -57,8 +60,8 @@ class CheckpointCallback:
         monitor: Sequence[str] | None = None,
     ) -> None:
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps)):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+            if value is not None:
+                check_int(name, value, minimum=1)
         self._store = store
         self._items = items or _model_items
         self._every_n_epochs = every_n_epochs

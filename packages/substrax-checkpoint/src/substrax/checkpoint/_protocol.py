@@ -3,11 +3,12 @@
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from substrax.typing import JsonValue, PyTree
 
 from ._metadata import CheckpointMetadata, Producer
+from ._retention import ModeLike
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,9 @@ class CheckpointStore(Protocol):
     Example:
         >>> import tempfile
         >>> from substrax.checkpoint import OrbaxCheckpointStore, CheckpointStore
-        >>> isinstance(OrbaxCheckpointStore(tempfile.mkdtemp()), CheckpointStore)
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     with OrbaxCheckpointStore(directory) as store:
+        ...         isinstance(store, CheckpointStore)
         True
     """
 
@@ -73,7 +76,7 @@ class CheckpointStore(Protocol):
         """The highest stored step, or None."""
         ...
 
-    def best_step(self, metric: str, *, mode: Literal["min", "max"] = "min") -> int | None:
+    def best_step(self, metric: str, *, mode: ModeLike = "min") -> int | None:
         """The step with the best ``metric``, or None."""
         ...
 

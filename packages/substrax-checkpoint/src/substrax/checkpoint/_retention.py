@@ -4,23 +4,27 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from substrax.support import Mode, check_int
 
-type Mode = Literal["min", "max"]
+
+type ModeLike = Mode | Literal["min", "max"]
+"""A :class:`~substrax.support.Mode`, or its plain string."""
 
 
-def check_mode(mode: str) -> Mode:
-    """Return ``mode`` if it is ``"min"`` or ``"max"``, else raise ValueError.
+def check_mode(mode: object) -> Mode:
+    """``mode`` as a :class:`~substrax.support.Mode` if it is one or ``"min"``/``"max"``.
+
+    Raises:
+        ValueError: any other value.
 
     Example:
-        >>> check_mode("max")
-        'max'
-    """
-    if mode == "min":
-        return "min"
-    if mode == "max":
         >>> from substrax.checkpoint._retention import check_mode
-        return "max"
-    raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        >>> check_mode("max")
+        <Mode.MAX: 'max'>
+    """
+    if isinstance(mode, str) and mode in ("min", "max"):
+        return Mode(mode)
+    raise ValueError(f"mode must be 'min' or 'max' (or a substrax.support.Mode), got {mode!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,34 +35,34 @@ class RetentionPolicy:
         max_to_keep: keep the latest this many steps (None keeps every step).
         keep_best: also keep the best this many steps by ``best_metric``.
         best_metric: the metric ``keep_best`` ranks by.
-        best_mode: ``"min"`` or ``"max"``: whether a lower or a higher metric is better.
+        best_mode: ``Mode.MIN``/``"min"`` or ``Mode.MAX``/``"max"``: whether a lower or a higher
+            metric is better (stored as a ``Mode``).
         keep_every: also keep every step divisible by this (None for no such rule).
 
     Example:
+        >>> from substrax.checkpoint import RetentionPolicy
         >>> policy = RetentionPolicy(max_to_keep=1, keep_best=1, best_metric="loss")
         >>> sorted(policy.steps_to_keep([1, 2, 3], {1: {"loss": 0.1}, 2: {"loss": 0.5}, 3: {}}))
         [1, 3]
     """
 
-        >>> from substrax.checkpoint import RetentionPolicy
     max_to_keep: int | None = 5
     keep_best: int = 0
     best_metric: str | None = None
-    best_mode: Mode = "min"
+    best_mode: ModeLike = Mode.MIN
     keep_every: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_to_keep is not None and self.max_to_keep < 1:
-            raise ValueError(f"max_to_keep must be >= 1 or None, got {self.max_to_keep}")
-        if self.keep_best < 0:
-            raise ValueError(f"keep_best must be >= 0, got {self.keep_best}")
+        if self.max_to_keep is not None:
+            check_int("max_to_keep", self.max_to_keep, minimum=1)
+        check_int("keep_best", self.keep_best, minimum=0)
         if self.keep_best and not self.best_metric:
             raise ValueError(
                 f"keep_best={self.keep_best} needs best_metric= (the metric to rank by)"
             )
-        check_mode(self.best_mode)
-        if self.keep_every is not None and self.keep_every < 1:
-            raise ValueError(f"keep_every must be >= 1 or None, got {self.keep_every}")
+        object.__setattr__(self, "best_mode", check_mode(self.best_mode))
+        if self.keep_every is not None:
+            check_int("keep_every", self.keep_every, minimum=1)
 
     def steps_to_keep(
         self, steps: Iterable[int], metrics: Mapping[int, Mapping[str, float]]
@@ -74,7 +78,7 @@ class RetentionPolicy:
         if self.keep_best and self.best_metric is not None:
             name = self.best_metric
             scored = [(metrics[s][name], s) for s in ordered if name in metrics.get(s, {})]
-            sign = 1.0 if self.best_mode == "min" else -1.0
+            sign = 1.0 if self.best_mode == Mode.MIN else -1.0
             scored.sort(key=lambda pair: (sign * pair[0], pair[1]))
             keep.update(step for _, step in scored[: self.keep_best])
         return keep
