@@ -1,4 +1,4 @@
-"""Quiet the orbax warnings that report what the store asked for, on every save or read-only open."""
+"""Opt-in quieting of the orbax warnings that report what the store asked for on purpose."""
 
 import logging
 from typing import Final
@@ -22,14 +22,24 @@ class _Expected(logging.Filter):
 
 
 def quiet_orbax_notices() -> None:
-    """Install the filter on the ``absl`` logger once (idempotent).
+    """Hide orbax's warnings about settings the store chooses on purpose (opt-in, idempotent).
+
+    Orbax logs through absl a warning at every save without OCDBT ("Skipping merge of OCDBT
+    checkpoints") and at every ``read_only`` open ("setting save_interval_steps=0"). They
+    report what the store asked for, not a problem. The store never touches another library's
+    loggers by itself: call this once to add a filter dropping exactly those messages to the
+    process-wide ``absl`` logger (every other absl message still shows).
+    ``python -m substrax.checkpoint`` calls it.
 
     Example:
+        >>> import logging
+        >>> from substrax.checkpoint import quiet_orbax_notices
+        >>> from substrax.checkpoint._logging import _Expected
         >>> quiet_orbax_notices()
+        >>> quiet_orbax_notices()  # a second call adds nothing
+        >>> sum(isinstance(f, _Expected) for f in logging.getLogger("absl").filters)
+        1
     """
     logger = logging.getLogger("absl")
     if not any(isinstance(f, _Expected) for f in logger.filters):
         logger.addFilter(_Expected())
-        >>> import logging
-        >>> from substrax.checkpoint import quiet_orbax_notices
-        >>> from substrax.checkpoint._logging import _Expected

@@ -18,7 +18,6 @@ import orbax.checkpoint as ocp
 from ._aligned_reads import AlignedRegistry
 from ._formats import DTYPES_ITEM, METADATA_ITEM
 from ._index import INDEX_FILE
-from ._logging import quiet_orbax_notices
 from ._metadata import ITEM_NAMES
 from ._retention import OrbaxPreservation
 from ._snapshot import HostSnapshot
@@ -72,7 +71,6 @@ def open_manager(
     preservation: OrbaxPreservation,
 ) -> ocp.CheckpointManager:
     """The orbax ``CheckpointManager`` of a store at ``directory``."""
-    quiet_orbax_notices()
     options = ocp.CheckpointManagerOptions(
         create=not read_only,
         read_only=read_only,

@@ -1,0 +1,35 @@
+"""The store leaves absl's logger alone; ``quiet_orbax_notices`` is the documented opt-in."""
+
+import json
+import subprocess
+import sys
+
+
+_CHILD = """
+import json, logging, sys
+import numpy as np
+from substrax.checkpoint import OrbaxCheckpointStore, quiet_orbax_notices
+
+absl = logging.getLogger("absl")
+with OrbaxCheckpointStore(sys.argv[1], async_save=False) as store:
+    store.save(1, {"model": {"w": np.zeros(2)}})
+with OrbaxCheckpointStore(sys.argv[1], read_only=True) as reader:
+    reader.restore(1)
+untouched = list(absl.filters)
+quiet_orbax_notices()
+quiet_orbax_notices()
+print(json.dumps({"before": len(untouched), "after": len(absl.filters)}))
+"""
+
+
+def test_only_an_opt_in_filters_the_absl_logger(store_dir):
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(store_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"before": 0, "after": 1}
+    assert "save_interval_steps=0" in done.stderr  # orbax's own notice, shown by default
