@@ -11,6 +11,8 @@ import pytest
 
 from substrax.checkpoint import (
     CheckpointNotFoundError,
+    CheckpointStoreClosedError,
+    CheckpointStoreReadOnlyError,
     CheckpointWaitTimeoutError,
     OrbaxCheckpointStore,
 )
@@ -40,10 +42,12 @@ def test_readers_write_delete_and_rename_nothing(store_dir, capsys):
         assert reader.best_step("loss") == 3
         assert reader.restore(2).items["data_iterator"]["i"] == 2
         assert reader.describe(3)["model"][0].shape == (3,)
-        with pytest.raises(PermissionError, match="read_only"):
+        with pytest.raises(CheckpointStoreReadOnlyError, match=r"cannot save: .* read_only"):
             reader.save(4, _state(4))
-        with pytest.raises(PermissionError, match="read_only"):
+        with pytest.raises(CheckpointStoreReadOnlyError, match="read_only") as refused:
             reader.delete(1)
+        assert isinstance(refused.value, PermissionError)
+        assert (refused.value.operation, refused.value.directory) == ("delete", store_dir.resolve())
     for command in (["ls"], ["verify"], ["prune", "--max-to-keep", "1", "--dry-run"]):
         assert main([command[0], "--json", str(store_dir), *command[1:]]) == 0
     assert main(["show", "--json", str(store_dir), "2"]) == 0
@@ -118,21 +122,32 @@ def test_wait_for_step(store_dir):
             reader.wait_for_step(timeout=1, poll_interval=0)
         assert writer.wait_for_step(after=2, timeout=1) == 7
         reader.close()
-        with pytest.raises(RuntimeError, match="closed"):
+        with pytest.raises(CheckpointStoreClosedError, match="closed") as closed:
             reader.wait_for_step(timeout=1)
+        assert isinstance(closed.value, RuntimeError)
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -1.0])
 def test_wait_for_step_refuses_a_timeout_that_is_not_a_finite_number_of_seconds(store_dir, value):
     store = OrbaxCheckpointStore(store_dir)
-    with store, pytest.raises(ValueError, match=rf"timeout must be .*got {value!r}"):
+    with (
+        store,
+        pytest.raises(
+            ValueError, match=rf"timeout={value!r} must be a finite number of seconds >= 0"
+        ),
+    ):
         store.wait_for_step(timeout=value)
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, 0.0, -0.5])
 def test_wait_for_step_refuses_a_poll_interval_that_is_not_positive_and_finite(store_dir, value):
     store = OrbaxCheckpointStore(store_dir)
-    with store, pytest.raises(ValueError, match=rf"poll_interval must be .*got {value!r}"):
+    with (
+        store,
+        pytest.raises(
+            ValueError, match=rf"poll_interval={value!r} must be a finite number of seconds > 0"
+        ),
+    ):
         store.wait_for_step(timeout=1.0, poll_interval=value)
 
 

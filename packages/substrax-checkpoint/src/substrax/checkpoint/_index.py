@@ -2,18 +2,21 @@
 
 The index answers ``best_step`` without reading any step's metadata. The file is only a cache:
 at open it is reconciled with the step directories, so a crash between a step's commit and the
-index write (or a deletion) can never make the index lie.
+index write (or a deletion) can never make the index lie. :class:`IndexBook` keeps a store's
+index in step with what the store commits, deletes and fails to write.
 """
 
 import json
 import math
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from ._retention import Mode
+from substrax.support import Mode, write_atomically
+
+from ._formats import read_step
+from ._multihost import is_primary
 
 
 INDEX_FILE: Final = "substrax_index.json"
@@ -45,7 +48,7 @@ class StepIndex:
             value = entry.metrics.get(name)
             if value is None or math.isnan(value):
                 continue
-            if best is None or _better(value, self.entries[best].metrics[name], mode):
+            if best is None or mode.better(value, self.entries[best].metrics[name]):
                 self._best[name, mode] = step
 
     def remove(self, step: int) -> None:
@@ -65,7 +68,7 @@ class StepIndex:
                 value = self.entries[step].metrics.get(metric)
                 if value is None or math.isnan(value):
                     continue
-                if best is None or _better(value, self.entries[best].metrics[metric], mode):
+                if best is None or mode.better(value, self.entries[best].metrics[metric]):
                     best = step
             self._best[key] = best
         return self._best[key]
@@ -75,7 +78,7 @@ class StepIndex:
         return {step: entry.metrics for step, entry in self.entries.items()}
 
     def write(self, root: Path) -> None:
-        """Write the index atomically (a temporary file renamed over the old one)."""
+        """Write the index file so that no reader or crash ever sees it half-written."""
         payload = {
             "format": _INDEX_FORMAT,
             "version": 1,
@@ -84,10 +87,7 @@ class StepIndex:
                 for step, e in sorted(self.entries.items())
             },
         }
-        target = root / INDEX_FILE
-        temporary = root / f".{INDEX_FILE}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps(payload))
-        temporary.replace(target)
+        write_atomically(root / INDEX_FILE, json.dumps(payload))
 
     @classmethod
     def load(
@@ -117,5 +117,90 @@ class StepIndex:
         return index
 
 
-def _better(value: float, best: float, mode: Mode) -> bool:
-    return value < best if mode == "min" else value > best
+class IndexBook:
+    """A store's :class:`StepIndex`: loaded at first use, followed by readers, kept by the writer.
+
+    A reader's writer lives in another process, so a ``read_only`` book reloads the index
+    whenever the committed steps changed. A writer's book is loaded once and updated by the
+    store at every save, deletion and failed write; process 0 persists it.
+
+    Args:
+        directory: the store's root.
+        read_only: the store is a reader (follows the directory, never writes the file).
+        steps: the steps the store holds now (the committed step directories for a reader).
+    """
+
+    def __init__(self, directory: Path, *, read_only: bool, steps: Callable[[], list[int]]) -> None:
+        self._directory = directory
+        self._read_only = read_only
+        self._steps = steps
+        self._index: StepIndex | None = None
+        self._loaded_steps: list[int] | None = None  # a reader's index reflects these steps
+
+    def index(self) -> StepIndex:
+        """The index, loaded (or, for a reader, reloaded when the steps changed) as needed."""
+        if self._index is None or self._read_only:
+            steps = self._steps()
+            if self._index is None or steps != self._loaded_steps:
+                self._index = StepIndex.load(self._directory, steps, self.read_entry)
+                self._loaded_steps = steps
+        return self._index
+
+    def read_entry(self, step: int) -> IndexEntry | None:
+        """``step``'s entry read from its metadata record (None when it cannot be read)."""
+        try:
+            record = read_step(self._directory / str(step), step)
+        except (OSError, ValueError):
+            return None
+        return IndexEntry(epoch=record.metadata.epoch, metrics=dict(record.metadata.metrics))
+
+    def metrics(self) -> dict[int, Mapping[str, float]]:
+        """Every indexed step's metrics."""
+        return self.index().metrics()
+
+    def best_step(self, metric: str, mode: Mode) -> int | None:
+        """The indexed step with the best ``metric``, or None."""
+        return self.index().best_step(metric, mode)
+
+    def saving(self, step: int, entry: IndexEntry) -> None:
+        """``step`` is being written with ``entry`` (replacing any entry it had)."""
+        self.index().add(step, entry)
+
+    def evict(self, steps: Iterable[int]) -> None:
+        """``steps`` leave the store (retention's choice, a deletion, a refused write)."""
+        index = self.index()
+        for step in steps:
+            index.remove(step)
+
+    def deleted(self, step: int) -> None:
+        """``step`` was deleted: drop it and persist the index."""
+        self.evict([step])
+        self.write()
+
+    def failed(self, step: int, held: Callable[[], Iterable[int]]) -> None:
+        """Writing ``step`` failed: drop it, re-read what the store ``held`` really, persist."""
+        if self._index is not None:
+            self._index.remove(step)
+            for step_held in held():
+                if step_held not in self._index.entries and (entry := self.read_entry(step_held)):
+                    self._index.add(step_held, entry)
+        self.write()
+
+    def committed(self, held: Iterable[int]) -> None:
+        """A write committed: drop the steps retention deleted (not in ``held``), persist."""
+        if self._index is None:
+            return
+        kept = set(held)
+        for step in [s for s in self._index.entries if s not in kept]:
+            self._index.remove(step)
+        self.write()
+
+    def write(self) -> None:
+        """Persist the index (process 0 of a writer only, once loaded and while the root exists)."""
+        if (
+            self._index is not None
+            and not self._read_only
+            and is_primary()
+            and self._directory.is_dir()
+        ):
+            self._index.write(self._directory)

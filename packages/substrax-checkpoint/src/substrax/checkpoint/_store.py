@@ -1,14 +1,16 @@
-"""``OrbaxCheckpointStore``: a step-addressed store of named PyTree items over orbax."""
+"""``OrbaxCheckpointStore``: a step-addressed store of named PyTree items over orbax.
+
+The store holds the semantics and delegates each job: the save path to :mod:`._save`, the
+index bookkeeping to :mod:`._index`, following a live writer to :mod:`._follow`, reading a
+step to :mod:`._restore` and the orbax plumbing to :mod:`._manager`.
+"""
 
 import contextlib
-import math
-import time
 import weakref
-from collections.abc import Generator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self, cast
+from typing import Self
 
 import jax
 import orbax.checkpoint as ocp
@@ -18,61 +20,28 @@ from substrax.typing import JsonValue
 from . import _trees
 from ._errors import (
     CheckpointNotFoundError,
-    CheckpointNotWrittenError,
-    CheckpointWaitTimeoutError,
-    CheckpointWriteError,
-    NotWrittenReason,
+    CheckpointStoreClosedError,
+    CheckpointStoreReadOnlyError,
 )
-from ._formats import DTYPES_ITEM, METADATA_ITEM, StepRecord, read_step
-from ._index import IndexEntry, StepIndex
-from ._lock import WriterLease, take_writer_lock
+from ._follow import deleted_under_read, wait_for_step
+from ._formats import StepRecord, read_step
+from ._index import IndexBook
+from ._lock import take_writer_lock
 from ._manager import (
     Layout,
     empty_deleted,
     has_deleted,
     open_manager,
     remove_partial_steps,
-    save_held,
     step_directories,
 )
-from ._metadata import (
-    CheckpointMetadata,
-    Producer,
-    check_extra,
-    check_item_names,
-    library_versions,
-)
-from ._multihost import agree, is_primary
+from ._metadata import CheckpointMetadata, Producer
+from ._multihost import is_primary
 from ._paths import check_store_directory, make_store_directory
 from ._protocol import Checkpoint, PyTree
 from ._restore import restore_items, stored_trees
-from ._retention import Mode, OrbaxPreservation, RetentionPolicy, check_mode
-from ._snapshot import host_snapshot
-
-
-_REASONS: Final[tuple[NotWrittenReason, ...]] = ("exists", "below_latest", "rejected")
-
-
-class _Resources:
-    """The writer lock and thread of a store: freed at ``close`` or when the store is collected.
-
-    It references neither the store nor its orbax manager (whose retention policy calls back
-    into the store), so a store nobody closed can be collected. It cannot be while orbax still
-    writes: orbax's thread holds the manager, and the manager the store.
-    """
-
-    def __init__(self, lease: WriterLease | None) -> None:
-        self.lease = lease
-        self.writer: ThreadPoolExecutor | None = None
-
-    def release(self) -> None:
-        lease, self.lease = self.lease, None
-        try:
-            if self.writer is not None:
-                self.writer.shutdown()  # the save call it runs finishes first
-        finally:
-            if lease is not None:
-                lease.release()
+from ._retention import ModeLike, OrbaxPreservation, RetentionPolicy, check_mode
+from ._save import SaveRequest, Writer
 
 
 class OrbaxCheckpointStore:
@@ -90,7 +59,6 @@ class OrbaxCheckpointStore:
     ``kill -9``). A second writer is refused at open with ``CheckpointLockedError`` naming the
     holder (host, pid, since when): it never waits and never costs the writer a save. Stores of
     one process share the lock; in a multi-host job the job's processes together are the writer.
-        >>> from substrax.checkpoint import OrbaxCheckpointStore
     Only the lock's new holder removes the leftovers of an interrupted save, when it opens.
     ``read_only=True`` opens take no lock and never write, delete or rename anything; an
     evaluator follows a live run with ``wait_for_step``.
@@ -100,7 +68,7 @@ class OrbaxCheckpointStore:
         max_to_keep: keep the latest this many steps (None keeps all).
         keep_best: also keep the best this many steps by ``best_metric``.
         best_metric: the metric that ``keep_best`` ranks by.
-        best_mode: ``"min"`` or ``"max"``.
+        best_mode: ``Mode.MIN``/``"min"`` or ``Mode.MAX``/``"max"``.
         keep_every: also keep every step divisible by this.
         async_save: False makes ``save`` return only once the step is committed.
         use_ocdbt: store each item's arrays in one OCDBT database (orbax's default) rather than
@@ -122,9 +90,11 @@ class OrbaxCheckpointStore:
     Example:
         >>> import tempfile
         >>> import numpy as np
-        >>> with OrbaxCheckpointStore(tempfile.mkdtemp(), max_to_keep=2) as store:
-        ...     _ = store.save(1, {"model": {"w": np.ones(3, np.float32)}}, metrics={"loss": 0.5})
-        ...     store.restore(1).items["model"]["w"].tolist()
+        >>> from substrax.checkpoint import OrbaxCheckpointStore
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     with OrbaxCheckpointStore(directory, max_to_keep=2) as store:
+        ...         _ = store.save(1, {"model": {"w": np.ones(3, np.float32)}}, metrics={"loss": 0.5})
+        ...         store.restore(1).items["model"]["w"].tolist()
         [1.0, 1.0, 1.0]
     """
 
@@ -135,7 +105,7 @@ class OrbaxCheckpointStore:
         max_to_keep: int | None = 5,
         keep_best: int = 0,
         best_metric: str | None = None,
-        best_mode: Mode = "min",
+        best_mode: ModeLike = "min",
         keep_every: int | None = None,
         async_save: bool = True,
         use_ocdbt: bool = False,
@@ -160,20 +130,15 @@ class OrbaxCheckpointStore:
         )
         self._read_only = read_only
         self._manager_: ocp.CheckpointManager | None = None
-        self._index_: StepIndex | None = None
-        self._pending: int | None = None
-        self._control: Future[bool] | None = None  # orbax's save call, run by the writer thread
-        self._writer: ThreadPoolExecutor | None = None
         self._closed = False
-        lease: WriterLease | None = None
         if read_only:
             check_store_directory(self._directory)
         else:
             make_store_directory(self._directory)
-            lease = take_writer_lock(self._directory, clean=remove_partial_steps)
-        self._resources = _Resources(lease)
-        self._release = weakref.finalize(self, self._resources.release)
-        self._index_steps: list[int] | None = None  # a reader's index reflects these steps
+        lease = None if read_only else take_writer_lock(self._directory, clean=remove_partial_steps)
+        self._writer = Writer(self._directory, lease)
+        self._release = weakref.finalize(self, self._writer.release)
+        self._book = IndexBook(self._directory, read_only=read_only, steps=self._held_steps)
 
     # -- properties --------------------------------------------------------------------------
 
@@ -190,76 +155,39 @@ class OrbaxCheckpointStore:
     # -- opening -----------------------------------------------------------------------------
 
     def _manager(self, *, create: bool = False) -> ocp.CheckpointManager | None:
-        if self._closed:
-            raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
-        self._settle()
+        self._check_open()
+        self._writer.settle()
         if self._manager_ is None:
             if not create and not self._directory.is_dir():
                 return None
             self._manager_ = open_manager(
                 self._directory,
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
                 layout=self._layout,
                 async_save=self._async,
                 read_only=self._read_only,
-                preservation=OrbaxPreservation(self._retention, self._metrics, self._evicted),
+                preservation=OrbaxPreservation(
+                    self._retention, self._book.metrics, self._book.evict
+                ),
             )
         return self._manager_
 
-    def _settle(self) -> None:
-        """Let the writer thread's orbax call return before this thread uses the manager.
+    def _held_steps(self) -> list[int]:
+        """The steps held: the committed step directories, or the writer's manager's steps."""
+        if self._manager_ is None or self._read_only:
+            return step_directories(self._directory)
+        self._writer.settle()
+        return sorted(self._manager_.all_steps())
 
-        Only the setup of a write runs there (milliseconds); its errors surface in ``wait``.
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-        """
-        if self._control is not None:
-            wait_for([self._control])
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CheckpointStoreClosedError(directory=self._directory)
 
-    def _index(self) -> StepIndex:
-        if self._read_only:  # a writer elsewhere adds and removes steps: follow the directory
-            steps = step_directories(self._directory)
-            if steps != self._index_steps:
-                self._index_ = StepIndex.load(self._directory, steps, self._read_entry)
-                self._index_steps = steps
-            assert self._index_ is not None  # noqa: S101 - loaded above or at a previous call
-            return self._index_
-        if self._index_ is None:
-            self._settle()
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            if self._manager_ is not None:
-                steps = list(self._manager_.all_steps())
-            else:  # a directory listing is enough: a step directory exists only once committed
-                steps = step_directories(self._directory)
-            self._index_ = StepIndex.load(self._directory, steps, self._read_entry)
-        return self._index_
-
-    def _read_entry(self, step: int) -> IndexEntry | None:
-        try:
-            record = read_step(self._step_dir(step), step)
-        except (OSError, ValueError):
-            return None
-        return IndexEntry(epoch=record.metadata.epoch, metrics=dict(record.metadata.metrics))
-
-    def _evicted(self, steps: list[int]) -> None:
-        """Retention will delete ``steps`` once the new step commits: drop them from the index now."""
-        index = self._index()
-        for step in steps:
-            index.remove(step)
-
-    def _metrics(self) -> dict[int, Mapping[str, float]]:
-        return self._index().metrics()
+    def _check_writable(self, operation: str) -> None:
+        if self._read_only:
+            raise CheckpointStoreReadOnlyError(directory=self._directory, operation=operation)
 
     def _step_dir(self, step: int) -> Path:
         return self._directory / str(step)
-
-    def _write_index(self) -> None:
-        if (
-            self._index_ is not None
-            and not self._read_only
-            and is_primary()
-            and self._directory.is_dir()
-        ):
-            self._index_.write(self._directory)
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -271,29 +199,28 @@ class OrbaxCheckpointStore:
 
         Example:
             >>> import tempfile
-            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).list_steps()
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.list_steps()
             []
         """
-        if self._closed:
-            raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
-        if self._manager_ is None or self._read_only:  # the committed step directories
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            return step_directories(self._directory)
-        self._settle()
-        return sorted(self._manager_.all_steps())
+        self._check_open()
+        return self._held_steps()
 
     def latest_step(self) -> int | None:
         """The highest stored step, or None for an empty store.
 
         Example:
             >>> import tempfile
-            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).latest_step() is None
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.latest_step() is None
             True
         """
         steps = self.list_steps()
         return steps[-1] if steps else None
 
-    def best_step(self, metric: str, *, mode: Mode = "min") -> int | None:
+    def best_step(self, metric: str, *, mode: ModeLike = "min") -> int | None:
         """The step whose ``metric`` is lowest (``"min"``) or highest (``"max"``), or None.
 
         Steps without the metric are skipped; ties go to the earliest step. Answered from an
@@ -301,10 +228,12 @@ class OrbaxCheckpointStore:
 
         Example:
             >>> import tempfile
-            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).best_step("loss") is None
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.best_step("loss") is None
             True
         """
-        return self._index().best_step(metric, check_mode(mode))
+        return self._book.best_step(metric, check_mode(mode))
 
     def read_metadata(self, step: int | None) -> CheckpointMetadata:
         """The metadata record of ``step`` (a legacy format-2 sidecar is mapped onto it).
@@ -314,37 +243,16 @@ class OrbaxCheckpointStore:
 
         Example:
             >>> import tempfile
-            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).read_metadata(3)
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.read_metadata(3)
             Traceback (most recent call last):
             ...
-            substrax.checkpoint._errors.CheckpointNotFoundError: no checkpoint step 3 ...
+            substrax.checkpoint.CheckpointNotFoundError: no checkpoint step 3 ...
         """
         step = self._resolve(step)
-        with self._reading(step):
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
+        with deleted_under_read(self._directory, step):
             return self._record(step).metadata
-
-    @contextlib.contextmanager
-    def _reading(self, step: int) -> Generator[None]:
-        """Raise ``CheckpointNotFoundError`` for a read of ``step`` that failed as it was deleted.
-
-        A writer's retention (or ``delete``) removes a step in one rename: when a read fails and
-        the step's directory is gone, the step was deleted under the read, whatever orbax or
-        TensorStore said about its missing files.
-        """
-        try:
-            yield
-        except CheckpointNotFoundError:
-            raise
-        except Exception as error:
-            if self._step_dir(step).is_dir():
-                raise
-            raise CheckpointNotFoundError(
-                step=step,
-                directory=self._directory,
-                available=tuple(step_directories(self._directory)),
-                deleted=True,
-            ) from error
 
     def _resolve(self, step: int | None) -> int:
         """``step``, or the latest step for None (an empty store raises, saying it is empty)."""
@@ -352,11 +260,10 @@ class OrbaxCheckpointStore:
             step = self.latest_step()
             if step is None:
                 raise CheckpointNotFoundError(step=None, directory=self._directory)
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
         return step
 
     def _record(self, step: int) -> StepRecord:
-        if step == self._pending:
+        if step == self._writer.pending:
             self.wait()
         if step not in self.list_steps():
             raise CheckpointNotFoundError(
@@ -376,48 +283,30 @@ class OrbaxCheckpointStore:
         Example:
             >>> import tempfile
             >>> import numpy as np
-            >>> root = tempfile.mkdtemp()
-            >>> with OrbaxCheckpointStore(root, async_save=False) as writer:
-            ...     _ = writer.save(3, {"model": {"w": np.zeros(2)}})
-            >>> evaluator = OrbaxCheckpointStore(root, read_only=True)
-            >>> evaluator.wait_for_step(after=2, timeout=10.0)
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as root:
+            ...     with OrbaxCheckpointStore(root, async_save=False) as writer:
+            ...         _ = writer.save(3, {"model": {"w": np.zeros(2)}})
+            ...     with OrbaxCheckpointStore(root, read_only=True) as evaluator:
+            ...         evaluator.wait_for_step(after=2, timeout=10.0)
             3
-            >>> evaluator.wait_for_step(after=3, timeout=0.1)
+            >>> with tempfile.TemporaryDirectory() as root:
+            ...     with OrbaxCheckpointStore(root, read_only=True) as evaluator:
+            ...         evaluator.wait_for_step(after=3, timeout=0.1)
             Traceback (most recent call last):
             ...
-            substrax.checkpoint._errors.CheckpointWaitTimeoutError: no step after 3 was committed ...
+            substrax.checkpoint.CheckpointWaitTimeoutError: no step after 3 was committed ...
         """
-        if not math.isfinite(timeout) or timeout < 0:
-            raise ValueError(
-                f"timeout must be a finite number of seconds >= 0, got {timeout!r}; "
-                "pass how long to wait (a large value to wait for a long run)"
-            )
-        if not math.isfinite(poll_interval) or poll_interval <= 0:
-            raise ValueError(
-                f"poll_interval must be a finite number of seconds > 0, got {poll_interval!r}"
-            )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._closed:
-                raise RuntimeError(f"the checkpoint store at {self._directory} is closed")
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            steps = step_directories(self._directory)
-            newer = [step for step in steps if after is None or step > after]
-            if newer:
-                return newer[-1]
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise CheckpointWaitTimeoutError(
-                    directory=self._directory,
-                    after=after,
-                    timeout=timeout,
-                    latest_step=steps[-1] if steps else None,
-                )
-            time.sleep(min(poll_interval, left))
+        return wait_for_step(
+            self._directory,
+            after,
+            timeout=timeout,
+            poll_interval=poll_interval,
+            check_open=self._check_open,
+        )
 
     # -- writing -----------------------------------------------------------------------------
 
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
     def save(
         self,
         step: int,
@@ -440,156 +329,70 @@ class OrbaxCheckpointStore:
         Example:
             >>> import tempfile
             >>> import numpy as np
-            >>> store = OrbaxCheckpointStore(tempfile.mkdtemp(), async_save=False)
-            >>> store.save(5, {"model": {"w": np.zeros(2)}}).name
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory:
+            ...     store = OrbaxCheckpointStore(directory, async_save=False)
+            ...     store.save(5, {"model": {"w": np.zeros(2)}}).name
+            ...     store.close()
             '5'
-            >>> store.close()
         """
-        self._check_writable()
-        if isinstance(step, bool) or not isinstance(cast(object, step), int) or step < 0:
-            raise ValueError(f"step must be an int >= 0, got {step!r}")
-        check_item_names(items)
-        check_extra(extra or {})
-        items, dtypes = _trees.for_saving(items)  # NumPy scalars as 0-d arrays, and their dtypes
-        record = CheckpointMetadata(
-            step=step,
-            epoch=epoch,
-            items=tuple(items),
-            libraries=library_versions(),
-            producer=producer,
-            metrics={name: float(value) for name, value in (metrics or {}).items()},
-            extra=dict(extra or {}),
+        self._check_writable("save")
+        request = SaveRequest.build(
+            step, items, epoch=epoch, metrics=metrics, producer=producer, extra=extra
         )
         manager = self._manager(create=True)
         assert manager is not None  # noqa: S101 - create=True always opens
         self.wait()
-        steps = self.list_steps()
-        latest = steps[-1] if steps else None
-        code = 0
-        if step in steps and not overwrite:
-            code = 1
-        elif latest is not None and step < latest:
-            code = 2
-        code = agree(code)
-        if code:
-            raise CheckpointNotWrittenError(
-                step=step, latest_step=latest, reason=_REASONS[code - 1]
-            )
-        index = self._index()
-        if step in steps:
-            manager.delete(step)
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            self._empty_deleted()
-            index.remove(step)
-        index.add(step, IndexEntry(epoch=epoch, metrics=record.metrics))
-        items = _trees.globalize_host_local(items)  # orbax saves only global arrays
-        snapshot = host_snapshot(items) if self._async and jax.process_count() == 1 else None
-        if snapshot is not None:
-            items = snapshot.items
-        args: dict[str, Any] = {
-            name: ocp.args.PyTreeSave({_trees.WRAPPER: tree}) for name, tree in items.items()
-        }
-        args[METADATA_ITEM] = ocp.args.JsonSave(record.to_dict())
-        args[DTYPES_ITEM] = ocp.args.JsonSave(dtypes)
-        if snapshot is not None:
-            self._control = self._background().submit(save_held, manager, step, args, snapshot)
-            self._pending = step
-            return self._step_dir(step)
-        accepted = bool(agree(int(manager.save(step, args=ocp.args.Composite(**args), force=True))))
-        if accepted:
-            self._pending = step
-        else:
-            index.remove(step)
-            raise CheckpointNotWrittenError(step=step, latest_step=latest, reason="rejected")
+        self._writer.write(
+            manager,
+            request,
+            steps=self.list_steps(),
+            overwrite=overwrite,
+            async_save=self._async,
+            book=self._book,
+            empty_deleted=self._empty_deleted,
+        )
         if not self._async:
             self.wait()
         return self._step_dir(step)
-
-    def _background(self) -> ThreadPoolExecutor:
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-writer")
-            self._resources.writer = self._writer
-        return self._writer
-
-    def _check_writable(self) -> None:
-        if self._read_only:
-            raise PermissionError(
-                f"the checkpoint store at {self._directory} was opened read_only=True; "
-                "open it without read_only to save or delete"
-            )
 
     def wait(self) -> None:
         """Block until the pending background write is committed; raise if it failed.
 
         Example:
             >>> import tempfile
-            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).wait()
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.wait()
         """
         manager = self._manager_
         if manager is None:
             return
-        step, self._pending = self._pending, None
-        control, self._control = self._control, None
-        try:
-            accepted = control is None or control.result()
-            manager.wait_until_finished()
-            manager.check_for_errors()
-        except Exception as error:
-            if step is not None:
-                self._forget(step)
-                raise CheckpointWriteError(
-                    step=step, directory=self._directory, cause=repr(error)
-                ) from error
-            raise
-        if step is not None and not accepted:
-            self._forget(step)
-            raise CheckpointNotWrittenError(
-                step=step, latest_step=self.latest_step(), reason="rejected"
-            )
-        if step is not None and not (self._step_dir(step) / METADATA_ITEM).is_dir():
-            self._forget(step)
-            raise CheckpointWriteError(
-                step=step, directory=self._directory, cause="its directory was never committed"
-            )
-        if step is not None:
-            self._sync_index()
+        committed = self._writer.finish(manager, forget=self._forget, latest_step=self.latest_step)
+        if committed is not None:
+            self._book.committed(manager.all_steps())
             if is_primary() and has_deleted(self._directory):  # what retention renamed away
-                self._background().submit(empty_deleted, self._directory)
+                self._writer.background().submit(empty_deleted, self._directory)
 
     def _forget(self, step: int) -> None:
         """A write failed: drop its step and re-read what the directory really holds."""
-        manager = self._manager_
-        if manager is not None:
-            manager.reload()
-        if self._index_ is not None:
-            self._index_.remove(step)
-            for held in self.list_steps():
-                if held not in self._index_.entries and (entry := self._read_entry(held)):
-                    self._index_.add(held, entry)
-        self._write_index()
-
-    def _sync_index(self) -> None:
-        """Drop index entries of steps retention deleted, then persist the index."""
-        manager = self._manager_
-        if manager is None or self._index_ is None:
-            return
-        held = set(manager.all_steps())
-        for step in [s for s in self._index_.entries if s not in held]:
-            self._index_.remove(step)
-        self._write_index()
+        if self._manager_ is not None:
+            self._manager_.reload()
+        self._book.failed(step, self.list_steps)
 
     def delete(self, step: int) -> None:
         """Remove ``step``; a step the store does not hold is ``CheckpointNotFoundError``.
 
         Example:
             >>> import tempfile
-            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).delete(1)
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.delete(1)
             Traceback (most recent call last):
             ...
-            substrax.checkpoint._errors.CheckpointNotFoundError: no checkpoint step 1 ...
+            substrax.checkpoint.CheckpointNotFoundError: no checkpoint step 1 ...
         """
-        self._check_writable()
+        self._check_writable("delete")
         self.wait()
         manager = self._manager()
         if manager is None or step not in manager.all_steps():
@@ -598,8 +401,7 @@ class OrbaxCheckpointStore:
             )
         manager.delete(step)
         self._empty_deleted()
-        self._index().remove(step)
-        self._write_index()
+        self._book.deleted(step)
 
     def _empty_deleted(self) -> None:
         if is_primary():  # orbax renames a deleted step on process 0 only
@@ -610,12 +412,14 @@ class OrbaxCheckpointStore:
 
         Example:
             >>> import tempfile
-            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).prune()
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.prune()
             []
         """
         self.wait()
         steps = self.list_steps()
-        keep = self._retention.steps_to_keep(steps, self._metrics())
+        keep = self._retention.steps_to_keep(steps, self._book.metrics())
         doomed = [step for step in steps if step not in keep]
         for step in doomed:
             self.delete(step)
@@ -626,7 +430,9 @@ class OrbaxCheckpointStore:
 
         Example:
             >>> import tempfile
-            >>> OrbaxCheckpointStore(tempfile.mkdtemp()).close()
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory:
+            ...     OrbaxCheckpointStore(directory).close()
         """
         if self._closed:
             return
@@ -634,11 +440,9 @@ class OrbaxCheckpointStore:
             self.wait()
         finally:
             self._closed = True
-            if self._writer is not None:
-                self._writer.shutdown()
+            self._writer.stop_thread()
             if self._manager_ is not None:
                 self._manager_.close()
-            self._resources.writer = None
             self._release()  # the writer lock, once this store's writes are done
 
     def __enter__(self) -> Self:
@@ -688,13 +492,14 @@ class OrbaxCheckpointStore:
         Example:
             >>> import tempfile
             >>> import numpy as np
-            >>> with OrbaxCheckpointStore(tempfile.mkdtemp()) as store:
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
             ...     _ = store.save(0, {"rng": {"seed": 3}})
             ...     store.restore(0).items["rng"]
             {'seed': 3}
         """
         step = self._resolve(step)
-        with self._reading(step):
+        with deleted_under_read(self._directory, step):
             record = self._record(step)
             manager = self._manager()
             assert manager is not None  # noqa: S101 - _record found the step
@@ -715,12 +520,13 @@ class OrbaxCheckpointStore:
         Example:
             >>> import tempfile
             >>> import numpy as np
-            >>> with OrbaxCheckpointStore(tempfile.mkdtemp()) as store:
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
             ...     _ = store.save(0, {"model": {"w": np.zeros((2, 3), np.float32)}})
             ...     store.describe(0)["model"][0].nbytes
             24
         """
-        with self._reading(step):
+        with deleted_under_read(self._directory, step):
             record = self._record(step)
             manager = self._manager()
             assert manager is not None  # noqa: S101 - _record found the step

@@ -1,0 +1,224 @@
+"""The save path: a save's request, its refusal decided once, the write handed to orbax.
+
+``OrbaxCheckpointStore.save`` validates a :class:`SaveRequest`, and its :class:`Writer` refuses
+it (one :class:`NotWrittenReason`, agreed by every process) or starts the write: on the caller's
+thread, or, when every array already lives in host memory in one process, on the writer thread
+while ``save`` returns. ``Writer.finish`` waits for that write and says whether it committed.
+"""
+
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from substrax.support import check_int
+from substrax.typing import JsonValue
+
+from . import _trees
+from ._errors import CheckpointNotWrittenError, CheckpointWriteError, NotWrittenReason
+from ._formats import DTYPES_ITEM, METADATA_ITEM
+from ._index import IndexBook, IndexEntry
+from ._lock import WriterLease
+from ._manager import save_held
+from ._metadata import CheckpointMetadata, Producer, check_extra, check_item_names, library_versions
+from ._multihost import agree
+from ._protocol import PyTree
+from ._snapshot import host_snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRequest:
+    """One validated save: the items as orbax writes them, their dtypes and the metadata record."""
+
+    step: int
+    items: dict[str, PyTree]
+    dtypes: dict[str, Any]
+    record: CheckpointMetadata
+
+    @classmethod
+    def build(
+        cls,
+        step: int,
+        items: Mapping[str, PyTree],
+        *,
+        epoch: int | None,
+        metrics: Mapping[str, float] | None,
+        producer: Producer | None,
+        extra: Mapping[str, JsonValue] | None,
+    ) -> "SaveRequest":
+        """Validate a save's arguments (ValueError or TypeError naming the bad one)."""
+        check_int("step", step, minimum=0)
+        check_item_names(items)
+        check_extra(extra or {})
+        saved, dtypes = _trees.for_saving(items)  # NumPy scalars as 0-d arrays, and their dtypes
+        record = CheckpointMetadata(
+            step=step,
+            epoch=epoch,
+            items=tuple(saved),
+            libraries=library_versions(),
+            producer=producer,
+            metrics={name: float(value) for name, value in (metrics or {}).items()},
+            extra=dict(extra or {}),
+        )
+        return cls(step=step, items=saved, dtypes=dtypes, record=record)
+
+    def entry(self) -> IndexEntry:
+        """The step's index entry."""
+        return IndexEntry(epoch=self.record.epoch, metrics=self.record.metrics)
+
+    def orbax_args(self, items: Mapping[str, PyTree]) -> dict[str, Any]:
+        """Orbax's composite arguments: ``items`` beside the metadata record and the dtypes."""
+        args: dict[str, Any] = {
+            name: ocp.args.PyTreeSave({_trees.WRAPPER: tree}) for name, tree in items.items()
+        }
+        args[METADATA_ITEM] = ocp.args.JsonSave(self.record.to_dict())
+        args[DTYPES_ITEM] = ocp.args.JsonSave(self.dtypes)
+        return args
+
+
+def refusal(step: int, steps: list[int], *, overwrite: bool) -> NotWrittenReason | None:
+    """Why ``step`` may not be written beside ``steps`` (ascending), None when it may.
+
+    Decided from process 0's view of the directory and returned on every process, so that all
+    processes raise the same error or all enter the collective write.
+
+    Example:
+        >>> from substrax.checkpoint._save import refusal
+        >>> refusal(3, [1, 5], overwrite=False)
+        <NotWrittenReason.BELOW_LATEST: 'below_latest'>
+        >>> refusal(5, [1, 5], overwrite=True) is None
+        True
+    """
+    reason: NotWrittenReason | None = None
+    if step in steps and not overwrite:
+        reason = NotWrittenReason.EXISTS
+    elif steps and step < steps[-1]:
+        reason = NotWrittenReason.BELOW_LATEST
+    agreed = agree(reason or "")
+    return NotWrittenReason(agreed) if agreed else None
+
+
+class Writer:
+    """A store's writing side: its writer lock, its writer thread and the one write in flight.
+
+    It references neither the store nor its orbax manager (whose retention policy calls back
+    into the store), so a store nobody closed can be collected and its finalizer release this.
+    """
+
+    def __init__(self, directory: Path, lease: WriterLease | None) -> None:
+        self._directory = directory
+        self._lease = lease
+        self._thread: ThreadPoolExecutor | None = None
+        self._control: Future[bool] | None = None  # orbax's save call, run by the writer thread
+        self.pending: int | None = None
+
+    def background(self) -> ThreadPoolExecutor:
+        """The writer thread (started at first use)."""
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-writer")
+        return self._thread
+
+    def settle(self) -> None:
+        """Let the writer thread's orbax call return before another thread uses the manager.
+
+        Only the setup of a write runs there (milliseconds); its errors surface in ``finish``.
+        """
+        if self._control is not None:
+            wait_for([self._control])
+
+    def write(
+        self,
+        manager: ocp.CheckpointManager,
+        request: SaveRequest,
+        *,
+        steps: list[int],
+        overwrite: bool,
+        async_save: bool,
+        book: IndexBook,
+        empty_deleted: Callable[[], None],
+    ) -> None:
+        """Refuse ``request`` (``CheckpointNotWrittenError``) or start writing it.
+
+        ``steps`` are the steps held (ascending, no write in flight); with ``overwrite`` an
+        existing step is deleted first. ``empty_deleted`` removes what orbax renamed away.
+        """
+        step = request.step
+        latest = steps[-1] if steps else None
+        reason = refusal(step, steps, overwrite=overwrite)
+        if reason is not None:
+            raise CheckpointNotWrittenError(step=step, latest_step=latest, reason=reason)
+        if step in steps:
+            manager.delete(step)
+            empty_deleted()
+        book.saving(step, request.entry())
+        items = _trees.globalize_host_local(request.items)  # orbax saves only global arrays
+        snapshot = host_snapshot(items) if async_save and jax.process_count() == 1 else None
+        if snapshot is not None:
+            args = request.orbax_args(snapshot.items)
+            self._control = self.background().submit(save_held, manager, step, args, snapshot)
+            self.pending = step
+            return
+        composite = ocp.args.Composite(**request.orbax_args(items))
+        if agree(str(bool(manager.save(step, args=composite, force=True)))) != "True":
+            book.evict([step])
+            raise CheckpointNotWrittenError(
+                step=step, latest_step=latest, reason=NotWrittenReason.REJECTED
+            )
+        self.pending = step
+
+    def finish(
+        self,
+        manager: ocp.CheckpointManager,
+        *,
+        forget: Callable[[int], None],
+        latest_step: Callable[[], int | None],
+    ) -> int | None:
+        """Wait for the write in flight; return its step once committed (None: none was).
+
+        A failed write calls ``forget`` with its step, then raises ``CheckpointWriteError`` (or
+        ``CheckpointNotWrittenError`` when orbax refused it on the writer thread).
+        """
+        step, self.pending = self.pending, None
+        control, self._control = self._control, None
+        try:
+            accepted = control is None or control.result()
+            manager.wait_until_finished()
+            manager.check_for_errors()
+        except Exception as error:
+            if step is None:
+                raise
+            forget(step)
+            raise CheckpointWriteError(
+                step=step, directory=self._directory, cause=repr(error)
+            ) from error
+        if step is None:
+            return None
+        if not accepted:
+            forget(step)
+            raise CheckpointNotWrittenError(
+                step=step, latest_step=latest_step(), reason=NotWrittenReason.REJECTED
+            )
+        if not (self._directory / str(step) / METADATA_ITEM).is_dir():
+            forget(step)
+            raise CheckpointWriteError(
+                step=step, directory=self._directory, cause="its directory was never committed"
+            )
+        return step
+
+    def stop_thread(self) -> None:
+        """Let the writer thread finish what it runs, and end it."""
+        if self._thread is not None:
+            self._thread.shutdown()
+
+    def release(self) -> None:
+        """End the writer thread, then free the writer lock (idempotent)."""
+        lease, self._lease = self._lease, None
+        try:
+            self.stop_thread()
+        finally:
+            if lease is not None:
+                lease.release()
