@@ -382,6 +382,7 @@ def test_the_command_line_names_a_bad_path(tmp_path: Path, command: str) -> None
     assert result.returncode == 2
     assert str(path) in result.stderr
     assert result.stdout == ""
+    assert result.stderr.startswith("python -m substrax.checkpoint: error: ")
     assert "Traceback" not in result.stderr
 
 

@@ -79,20 +79,59 @@ def test_module_entry_point(store_dir):
     assert len(json.loads(result.stdout)) == 4
 
 
+PREFIX = "python -m substrax.checkpoint: error: "
+
+
+def _error_line(capsys) -> str:
+    """The one line a failed command printed on stderr (and nothing on stdout)."""
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(PREFIX), err
+    assert err.count("\n") == 1, err
+    return err
+
+
 def test_a_missing_or_file_store_is_exit_2_naming_the_path(tmp_path, capsys):
     missing, file = tmp_path / "no" / "such", tmp_path / "file"
     file.write_text("not a store")
     for path in (missing, file):
         for args in (["ls"], ["verify"], ["prune", "--dry-run"], ["prune"]):
             assert main([args[0], str(path), *args[1:]]) == 2
-            assert str(path) in capsys.readouterr().err
+            assert str(path) in _error_line(capsys)
         assert main(["show", str(path), "1"]) == 2
-        assert str(path) in capsys.readouterr().err
+        assert str(path) in _error_line(capsys)
     assert not missing.exists(), "prune created the directory it was asked to prune"
     for source in (missing, file):
         assert main(["upgrade", str(source), str(tmp_path / "upgraded")]) == 2
-        assert str(source) in capsys.readouterr().err
+        assert str(source) in _error_line(capsys)
     assert not (tmp_path / "upgraded").exists()
+
+
+def test_a_bad_step_or_destination_is_exit_2(store_dir, tmp_path, capsys):
+    _fill(store_dir)
+    assert main(["show", str(store_dir), "7"]) == 2
+    assert "no checkpoint step 7" in _error_line(capsys)
+    for step in ("x", "-1", "1.5"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["show", str(store_dir), step])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{step!r} is not a step" in err
+        assert "Traceback" not in err
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "x").write_text("")
+    assert main(["upgrade", str(store_dir), str(busy)]) == 2
+    assert f"destination {busy} is not empty" in _error_line(capsys)
+    for rules, named in [
+        (["--max-to-keep", "0"], "max_to_keep=0 must be an integer >= 1"),
+        (["--keep-best", "1"], "keep_best=1 needs best_metric="),
+        (["--keep-every", "-2"], "keep_every=-2 must be an integer >= 1"),
+    ]:
+        assert main(["prune", str(store_dir), *rules]) == 2
+        assert named in _error_line(capsys)
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        assert store.list_steps() == [1, 2, 3, 4]
 
 
 def test_an_empty_path_is_exit_2_for_every_command(tmp_path, capsys):
@@ -114,7 +153,7 @@ def test_prune_refuses_a_store_another_process_writes(store_dir, capsys, writer_
     _fill(store_dir)
     with writer_elsewhere(store_dir) as writer:
         assert main(["prune", str(store_dir), "--max-to-keep", "1"]) == 1
-        assert f"pid {writer.pid}" in capsys.readouterr().err
+        assert f"pid {writer.pid}" in _error_line(capsys)
         assert main(["prune", "--json", str(store_dir), "--max-to-keep", "1", "--dry-run"]) == 0
         assert json.loads(capsys.readouterr().out)["deleted"] == [1, 2, 3]
     with OrbaxCheckpointStore(store_dir) as store:

@@ -1,4 +1,8 @@
-"""``python -m substrax.checkpoint``: see ``substrax.checkpoint._cli``."""
+"""``python -m substrax.checkpoint``: inspect and maintain a store (see ``substrax.checkpoint._cli``).
+
+This module's path is an interface: ``python -m substrax.checkpoint`` runs it. It only calls
+``main()``.
+"""
 
 import sys
 

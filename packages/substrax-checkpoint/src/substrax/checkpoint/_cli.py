@@ -2,40 +2,54 @@
 
 import argparse
 import contextlib
-import json
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+from substrax.support import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    add_json_flag,
+    emit,
+    format_table,
+    run_command,
+)
 
 from ._errors import (
     CheckpointCorruptError,
     CheckpointLockedError,
     CheckpointNotFoundError,
+    CheckpointNotWrittenError,
     CheckpointStoreNotADirectoryError,
     CheckpointStoreNotFoundError,
+    CheckpointWriteError,
+    UpgradeDestinationError,
 )
 from ._formats import read_step
+from ._logging import quiet_orbax_notices
 from ._metadata import CheckpointMetadata
 from ._paths import check_store_directory
+from ._retention import RetentionPolicy
 from ._store import OrbaxCheckpointStore
 from ._upgrade import upgrade_checkpoints
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [
-        [str(c) for c in headers],
-        *[[("-" if c is None else str(c)) for c in r] for r in rows],
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def _emit(args: argparse.Namespace, data: object, text: str) -> None:
-    sys.stdout.write((json.dumps(data, indent=2) if args.json else text) + "\n")
+PROG: Final = "python -m substrax.checkpoint"
+_USAGE: Final = (  # bad input: exit 2
+    CheckpointStoreNotFoundError,
+    CheckpointStoreNotADirectoryError,
+    CheckpointNotFoundError,
+    UpgradeDestinationError,
+)
+_FAILURES: Final = (  # the operation failed: exit 1
+    CheckpointLockedError,
+    CheckpointWriteError,
+    CheckpointNotWrittenError,
+    ValueError,
+    OSError,
+)
 
 
 def _store_path(text: str) -> Path:
@@ -43,6 +57,17 @@ def _store_path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("the path is empty; pass a checkpoint store's directory")
     return Path(text)
+
+
+def _step(text: str) -> int:
+    """A step argument: an integer >= 0."""
+    try:
+        step = int(text)
+    except ValueError:
+        step = -1
+    if step < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step: pass an integer >= 0")
+    return step
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -65,8 +90,12 @@ def _ls(args: argparse.Namespace) -> int:
         )
         for r in records
     ]
-    _emit(args, data, _table(("step", "epoch", "created_at", "metrics", "items"), rows))
-    return 0
+    emit(
+        data,
+        format_table(("step", "epoch", "created_at", "metrics", "items"), rows),
+        as_json=args.json,
+    )
+    return EXIT_OK
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -84,9 +113,9 @@ def _show(args: argparse.Namespace) -> int:
         for leaf in leaves
     ]
     total = sum(leaf.nbytes or 0 for leaves in tree.values() for leaf in leaves)
-    text = f"{meta}\n\n{_table(('item', 'leaf', 'shape', 'dtype', 'bytes'), rows)}\ntotal bytes: {total}"
-    _emit(args, data, text)
-    return 0
+    text = f"{meta}\n\n{format_table(('item', 'leaf', 'shape', 'dtype', 'bytes'), rows)}\ntotal bytes: {total}"
+    emit(data, text, as_json=args.json)
+    return EXIT_OK
 
 
 def _failure(item: str | None, leaf: str | None, error: BaseException) -> dict[str, Any]:
@@ -180,20 +209,32 @@ def _verify(args: argparse.Namespace) -> int:
         for f in r["failures"]
     ] + [(r["step"], r["status"], None, None, r["error"]) for r in results if r["ok"]]
     rows.sort(key=lambda row: row[0])
-    _emit(args, results, _table(("step", "status", "item", "leaf", "error"), rows))
-    return 0 if all(r["ok"] for r in results) else 1
+    emit(
+        results, format_table(("step", "status", "item", "leaf", "error"), rows), as_json=args.json
+    )
+    return EXIT_OK if all(r["ok"] for r in results) else EXIT_FAILED
 
 
 def _prune(args: argparse.Namespace) -> int:
+    try:
+        policy = RetentionPolicy(
+            max_to_keep=args.max_to_keep,
+            keep_best=args.keep_best,
+            best_metric=args.best_metric,
+            best_mode=args.best_mode,
+            keep_every=args.keep_every,
+        )
+    except ValueError as error:  # --max-to-keep 0, --keep-best without --best-metric...
+        raise UsageError(str(error)) from error
     check_store_directory(args.directory)  # a writer would create it
     with OrbaxCheckpointStore(
         args.directory,
         read_only=args.dry_run,  # a dry run writes, deletes and locks nothing
-        max_to_keep=args.max_to_keep,
-        keep_best=args.keep_best,
-        best_metric=args.best_metric,
-        best_mode=args.best_mode,
-        keep_every=args.keep_every,
+        max_to_keep=policy.max_to_keep,
+        keep_best=policy.keep_best,
+        best_metric=policy.best_metric,
+        best_mode=policy.best_mode,
+        keep_every=policy.keep_every,
     ) as store:
         before = store.list_steps()
         if args.dry_run:
@@ -210,8 +251,8 @@ def _prune(args: argparse.Namespace) -> int:
         kept = [s for s in before if s not in deleted]
     data = {"deleted": deleted, "kept": kept, "dry_run": bool(args.dry_run)}
     verb = "would delete" if args.dry_run else "deleted"
-    _emit(args, data, f"{verb} {len(deleted)} step(s): {deleted}\nkept: {kept}")
-    return 0
+    emit(data, f"{verb} {len(deleted)} step(s): {deleted}\nkept: {kept}", as_json=args.json)
+    return EXIT_OK
 
 
 def _upgrade(args: argparse.Namespace) -> int:
@@ -220,25 +261,25 @@ def _upgrade(args: argparse.Namespace) -> int:
     data = {"source": str(args.source), "destination": str(args.destination), "steps": steps}
     listed = ", ".join(map(str, steps))
     text = f"upgraded {len(steps)} step(s) from {args.source} to {args.destination}: {listed}"
-    _emit(args, data, text)
-    return 0
+    emit(data, text, as_json=args.json)
+    return EXIT_OK
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m substrax.checkpoint", description="Inspect and maintain a checkpoint store."
+        prog=PROG, description="Inspect and maintain a checkpoint store."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
-        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+        add_json_flag(sub)
         return sub
 
     command("ls", "list steps with their metrics").add_argument("directory", type=_store_path)
     show = command("show", "one step's metadata and tree (shapes, dtypes, bytes)")
     show.add_argument("directory", type=_store_path)
-    show.add_argument("step", type=int)
+    show.add_argument("step", type=_step)
     command("verify", "read every array of every step back, checking its checksums").add_argument(
         "directory", type=_store_path
     )
@@ -256,29 +297,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-_COMMANDS = {"ls": _ls, "show": _show, "verify": _verify, "prune": _prune, "upgrade": _upgrade}
+_COMMANDS: Final[dict[str, Callable[[argparse.Namespace], int]]] = {
+    "ls": _ls,
+    "show": _show,
+    "verify": _verify,
+    "prune": _prune,
+    "upgrade": _upgrade,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
-    0 on success, 1 for a failed command (a broken step, a store another process writes), 2 for
-    a store path that is missing or not a directory. Only ``prune`` without ``--dry-run`` and
-    ``upgrade``'s destination write; every other command opens the store ``read_only``.
+    0 on success; 1 for a failed operation (a broken step, a store another process writes);
+    2 for bad usage or input (a store path that is missing or not a directory, a step the store
+    does not hold, retention rules that make no sense, a destination that is not empty). Errors are one line on stderr,
+    ``python -m substrax.checkpoint: error: ...``. Only ``prune`` without ``--dry-run`` and
+    ``upgrade``'s destination write; every other command opens the store ``read_only``. Orbax's
+    notices about those settings are hidden (:func:`quiet_orbax_notices`).
 
     Example:
         >>> import tempfile
-        >>> main(["ls", "--json", tempfile.mkdtemp()])
+        >>> from substrax.checkpoint._cli import main
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     main(["ls", "--json", directory])
         []
         0
     """
-    args = _parser().parse_args(argv)
-    try:
-        return _COMMANDS[args.command](args)
-    except (CheckpointStoreNotFoundError, CheckpointStoreNotADirectoryError) as error:
-        sys.stderr.write(f"error: {error}\n")
-        return 2
-    except (ValueError, OSError, CheckpointLockedError) as error:
-        sys.stderr.write(f"error: {error}\n")
-        return 1
-        >>> from substrax.checkpoint._cli import main
+    parser = _parser()
+    args = parser.parse_args(argv)
+    quiet_orbax_notices()
+    command = _COMMANDS[args.command]
+    return run_command(parser.prog, lambda: command(args), usage=_USAGE, failures=_FAILURES)
