@@ -21,9 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from substrax.compute.backend import RunState
-from substrax.compute.local import LocalBackend
-from substrax.compute.spec import JobSpec, Task
+from substrax.compute import JobSpec, LocalBackend, RunState, Task
 
 
 TRIVIAL = ("python", "-c", "pass")

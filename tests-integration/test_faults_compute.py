@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from substrax.compute import read_compute_config, resolve_job
-from substrax.compute.modal_backend import ModalBackend
-from substrax.compute.skypilot_backend import SkyPilotBackend
+from substrax.compute import ModalBackend, SkyPilotBackend, read_compute_config, resolve_job
 
 
 PYPROJECT = """\
@@ -181,14 +179,14 @@ def test_malformed_pyproject_names_the_file_and_line(project: Path, tmp_path: Pa
     pyproject = project / "pyproject.toml"
     pyproject.write_text(PLAIN.replace('backend = "local"', "backend = local"))
     err = _one_line(_cli("run", "train", cwd=project, state=tmp_path))
-    assert err.startswith(f"substrax-compute: {pyproject}:6:11: not valid TOML: "), err
+    assert err.startswith(f"substrax-compute: error: {pyproject}:6:11: not valid TOML: "), err
 
 
 def test_malformed_lock_names_the_file(project: Path, tmp_path: Path) -> None:
     (project / "pyproject.toml").write_text(PLAIN)
     (project / "uv.lock").write_text("[[package]\n")
     err = _one_line(_cli("run", "train", "--backend", "modal", cwd=project, state=tmp_path))
-    assert err.startswith(f"substrax-compute: {project / 'uv.lock'}:1:"), err
+    assert err.startswith(f"substrax-compute: error: {project / 'uv.lock'}:1:"), err
 
 
 def test_into_a_plain_file_is_refused_naming_it(project: Path, tmp_path: Path) -> None:
@@ -196,7 +194,9 @@ def test_into_a_plain_file_is_refused_naming_it(project: Path, tmp_path: Path) -
     target = tmp_path / "outputs.txt"
     target.write_text("keep me")
     err = _one_line(_cli("run", "train", "--into", str(target), cwd=project, state=tmp_path))
-    assert err.startswith(f"substrax-compute: --into {target} is a file, not a directory"), err
+    assert err.startswith(f"substrax-compute: error: --into {target} is a file, not a directory"), (
+        err
+    )
     assert target.read_text() == "keep me"
 
 
@@ -209,7 +209,7 @@ def test_a_state_directory_that_is_a_file_is_refused(
     state.write_text("a file")
     err = _one_line(_cli(*command, cwd=project, state=state))
     assert err.startswith(
-        f"substrax-compute: the state directory ($SUBSTRAX_STATE_DIR) {state} is a file"
+        f"substrax-compute: error: the state directory ($SUBSTRAX_STATE_DIR) {state} is a file"
     ), err
 
 
@@ -223,7 +223,7 @@ def test_an_unknown_platform_is_refused_naming_it_and_the_valid_ones(
     )
     err = _one_line(_cli("run", "train", cwd=project, state=tmp_path))
     assert err.startswith(
-        "substrax-compute: tool.substrax.compute.jobs.train.runtime.platforms: "
+        "substrax-compute: error: tool.substrax.compute.jobs.train.runtime.platforms: "
         "JaxRuntime.platforms entry 'cdua' is not a platform jax knows "
         "(use one of: cpu, cuda, gpu, METAL, oneapi, proxy, rocm, tpu)"
     ), err

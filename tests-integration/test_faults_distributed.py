@@ -21,10 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from substrax.compute.backend import RunState
-from substrax.compute.local import LocalBackend
-from substrax.compute.manifest import MANIFEST_NAME, read_manifest
-from substrax.compute.spec import JobSpec, Task
+from substrax.compute import MANIFEST_NAME, JobSpec, LocalBackend, RunState, Task, read_manifest
 from substrax.runtime import PEER_FAILURE_EXIT_CODE, JaxRuntime, child_environment
 from substrax.testing import free_port, run_distributed
 from substrax.testing.compute import wait_until_final

@@ -2,9 +2,10 @@
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+
+from substrax.compute._processes import is_alive
 
 
 SPAWNS_A_CHILD = (
@@ -18,11 +19,7 @@ def _gone(pid: int, timeout: float = 10.0) -> bool:
     """Whether process ``pid`` has ended (or is a zombie) within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            return True
-        if state == "Z":
+        if not is_alive(pid, ""):
             return True
         time.sleep(0.05)
     return False

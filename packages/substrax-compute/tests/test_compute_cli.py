@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from substrax.compute.backend import RunStore
+from substrax.compute import RunStore
 from substrax.compute.cli import main
 
 
@@ -172,7 +172,7 @@ def test_cancel(project, capsys):
 def test_refusals_exit_2(project, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"substrax-compute: {message}"), err
+    assert err.startswith(f"substrax-compute: error: {message}"), err
 
 
 def test_bad_config_exits_2_with_the_path(project, capsys):
@@ -187,7 +187,7 @@ def test_bad_config_exits_2_with_the_path(project, capsys):
     err = capsys.readouterr().err
     assert (
         err
-        == "substrax-compute: tool.substrax.compute.jobs.ok.timeout_seconds: must be positive and finite, got -1\n"
+        == "substrax-compute: error: tool.substrax.compute.jobs.ok.timeout_seconds: must be positive and finite, got -1\n"
     )
 
 
@@ -203,8 +203,7 @@ def test_a_run_outlives_the_command_that_submitted_it(project, tmp_path):
     import subprocess
     import sys
 
-    from substrax.compute.backend import RunState
-    from substrax.compute.registry import load_backend
+    from substrax.compute import RunState, load_backend
 
     child = subprocess.run(
         [sys.executable, "-m", "substrax.compute.cli", "run", "slow", "--detach"],
@@ -232,7 +231,9 @@ def test_into_a_file_is_refused_before_anything_is_submitted(project, tmp_path, 
     ):
         assert main(["run", "ok", "--into", str(into)]) == 2
         captured = capsys.readouterr()
-        assert captured.err.startswith(f"substrax-compute: {says}; pass a directory"), captured.err
+        assert captured.err.startswith(f"substrax-compute: error: {says}; pass a directory"), (
+            captured.err
+        )
         assert "Submitted" not in captured.out
     assert RunStore().handles() == []
     assert blocker.read_text() == "mine"
@@ -246,7 +247,7 @@ def test_a_state_directory_that_is_a_file_is_refused(project, tmp_path, monkeypa
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err == (
-            f"substrax-compute: the state directory ($SUBSTRAX_STATE_DIR) {state} is a file, "
+            f"substrax-compute: error: the state directory ($SUBSTRAX_STATE_DIR) {state} is a file, "
             "not a directory; point $SUBSTRAX_STATE_DIR at a directory\n"
         )
 
@@ -258,7 +259,9 @@ def test_a_backend_state_dir_under_a_file_is_refused(project, tmp_path, capsys):
     assert f'state_dir = "{blocker}"' in text
     assert main(["run", "ok"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"substrax-compute: the local backend's state_dir {blocker} is a file")
+    assert err.startswith(
+        f"substrax-compute: error: the local backend's state_dir {blocker} is a file"
+    )
 
 
 def test_malformed_pyproject_exits_2_naming_the_file(project, capsys):
@@ -266,7 +269,7 @@ def test_malformed_pyproject_exits_2_naming_the_file(project, capsys):
     pyproject.write_text(pyproject.read_text().replace('backend = "local"', "backend = local"))
     assert main(["run", "ok"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"substrax-compute: {pyproject}:6:11: not valid TOML: "), err
+    assert err.startswith(f"substrax-compute: error: {pyproject}:6:11: not valid TOML: "), err
     assert err.count("\n") == 1
 
 
@@ -281,7 +284,7 @@ def test_an_unknown_platform_exits_2_naming_it(project, capsys):
     assert main(["run", "ok"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(
-        "substrax-compute: tool.substrax.compute.jobs.ok.runtime.platforms: JaxRuntime.platforms "
+        "substrax-compute: error: tool.substrax.compute.jobs.ok.runtime.platforms: JaxRuntime.platforms "
         "entry 'gpuu' is not a platform jax knows (use one of: cpu, cuda, gpu, METAL,"
     ), err
 

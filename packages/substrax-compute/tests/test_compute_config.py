@@ -5,15 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from substrax.compute import ConfigFileError
-from substrax.compute.config import (
+from substrax.compute import (
+    Accelerator,
     ComputeConfigError,
-    parse_compute_config,
+    ConfigFileError,
     read_compute_config,
-    require_locked_substrax,
     resolve_job,
 )
-from substrax.compute.spec import Accelerator
+from substrax.compute._config import parse_compute_config, require_locked_substrax
 
 
 def _job(**overrides):
@@ -140,11 +139,11 @@ BAD = [
     ),
     (
         _config(runtime={"cpu_devices": 0}),
-        f"{J}.runtime.cpu_devices: JaxRuntime.cpu_devices must be at least 1, got 0",
+        f"{J}.runtime.cpu_devices: JaxRuntime.cpu_devices=0 must be an integer >= 1",
     ),
     (
         _config(runtime={"memory_fraction": 2.0}),
-        f"{J}.runtime.memory_fraction: JaxRuntime.memory_fraction must be in (0, 1], got 2.0",
+        f"{J}.runtime.memory_fraction: JaxRuntime.memory_fraction=2.0 must be a finite number > 0 and <= 1",
     ),
     (_config(runtime={"xla_flags": ["not-a-flag"]}), f"{J}.runtime.xla_flags: "),
     (

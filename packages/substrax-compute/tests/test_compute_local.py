@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from substrax.compute.backend import RunState
-from substrax.compute.local import LocalBackend
-from substrax.compute.manifest import MANIFEST_NAME, read_manifest
-from substrax.compute.spec import JobSpec, Task
+from substrax.compute import JobSpec, LocalBackend, RunState, Task, read_manifest
+from substrax.compute._manifest import MANIFEST_NAME
 from substrax.testing.compute import BackendContract, wait_until_final
 
 
@@ -107,7 +105,7 @@ def test_secrets_reach_the_task_but_no_file_of_the_run(tmp_path, monkeypatch):
         for path in root.rglob("*"):
             if path.is_file():
                 assert secret not in path.read_text(errors="replace"), f"secret written to {path}"
-    assert secret not in handle.model_dump_json()
+    assert secret not in handle.to_json()
 
 
 def test_missing_secret_refuses_the_submission(tmp_path, monkeypatch):

@@ -6,12 +6,18 @@ import json
 
 import pytest
 
-from substrax.compute import modal_backend
-from substrax.compute.backend import RunState
-from substrax.compute.config import ComputeConfigError
-from substrax.compute.manifest import JobManifest, TaskOutcome, TaskStatus
-from substrax.compute.modal_backend import ModalBackend
-from substrax.compute.spec import JobSpec, Task, read_job_spec
+from substrax.compute import (
+    ComputeConfigError,
+    JobManifest,
+    JobSpec,
+    ModalBackend,
+    RunState,
+    Task,
+    TaskOutcome,
+    TaskStatus,
+    _modal_backend as modal_backend,
+    read_job_spec,
+)
 
 
 modal = pytest.importorskip(
@@ -244,7 +250,7 @@ def test_submit_spawns_the_worker_and_status_reads_the_volume(tmp_path, project,
     monkeypatch.setattr(
         modal.Volume,
         "read_file",
-        lambda _self, path: read.append(path) or iter([manifest.model_dump_json().encode()]),
+        lambda _self, path: read.append(path) or iter([json.dumps(manifest.to_dict()).encode()]),
     )
     assert backend.status(handle) is RunState.SUCCEEDED
     assert read == [f"{handle.run_id}/manifest.json"]

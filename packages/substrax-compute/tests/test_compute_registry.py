@@ -1,5 +1,6 @@
 """Backends found through the substrax.compute.backends entry-point group; handles and the store."""
 
+import dataclasses
 import importlib.metadata
 from datetime import UTC, datetime
 
@@ -12,9 +13,10 @@ from substrax.compute import (
     RunStore,
     UnknownBackendError,
     backend_names,
+    default_state_dir,
     load_backend,
 )
-from substrax.compute.backend import default_state_dir, new_run_id
+from substrax.compute._backend import new_run_id
 
 
 def test_built_in_backends_are_registered():
@@ -33,9 +35,7 @@ def _discover(*entries):
 
 def test_unknown_backend_lists_the_registered_ones():
     with pytest.raises(UnknownBackendError) as caught:
-        load_backend(
-            "nowhere", discover=_discover(("local", "substrax.compute.local:LocalBackend"))
-        )
+        load_backend("nowhere", discover=_discover(("local", "substrax.compute:LocalBackend")))
     assert caught.value.name == "nowhere"
     assert caught.value.known == ["local"]
     assert isinstance(caught.value, LookupError)
@@ -64,9 +64,7 @@ def test_store_round_trip_newest_first_and_unknown_run(tmp_path):
         submitted_at=datetime(2026, 1, 1, tzinfo=UTC),
         settings={"state_dir": "/s"},
     )
-    newer = older.model_copy(
-        update={"run_id": "a-2", "submitted_at": datetime(2026, 1, 2, tzinfo=UTC)}
-    )
+    newer = dataclasses.replace(older, run_id="a-2", submitted_at=datetime(2026, 1, 2, tzinfo=UTC))
     store.save(older)
     store.save(newer)
     assert store.load("a-1") == older

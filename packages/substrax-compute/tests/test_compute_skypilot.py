@@ -1,6 +1,7 @@
 """The skypilot backend: the real sky.Task built and validated from a job; stand-ins only for
 SkyPilot's API calls (launch, queue, cancel)."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -10,10 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from substrax.compute.backend import RunState
-from substrax.compute.config import ComputeConfigError
-from substrax.compute.skypilot_backend import SPEC_ENV, SkyPilotBackend, _sky, run_script
-from substrax.compute.spec import JobSpec, Task, read_job_spec
+from substrax.compute import (
+    ComputeConfigError,
+    JobSpec,
+    RunState,
+    SkyPilotBackend,
+    Task,
+    read_job_spec,
+)
+from substrax.compute._skypilot_backend import SPEC_ENV, _sky, run_script
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +232,7 @@ def test_spot_recovery_goes_through_managed_jobs(sky, tmp_path, monkeypatch):
 
 
 def test_finished_job_reads_the_manifest_and_fetches_from_the_bucket(sky, tmp_path, monkeypatch):
-    from substrax.compute.manifest import JobManifest, TaskOutcome, TaskStatus
+    from substrax.compute import JobManifest, TaskOutcome, TaskStatus
 
     bucket = tmp_path / "bucket"
     run_dir = bucket / "train-1"
@@ -236,7 +242,7 @@ def test_finished_job_reads_the_manifest_and_fetches_from_the_bucket(sky, tmp_pa
         name="fit", argv=("python",), status=TaskStatus.SUCCEEDED, returncode=0, seconds=1.0
     )
     (run_dir / "manifest.json").write_text(
-        JobManifest(job="train", finished=True, tasks=(outcome,)).model_dump_json()
+        json.dumps(JobManifest(job="train", finished=True, tasks=(outcome,)).to_dict())
     )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -251,7 +257,7 @@ def test_finished_job_reads_the_manifest_and_fetches_from_the_bucket(sky, tmp_pa
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     _stand_ins(monkeypatch, sky, queue=[{"job_id": 7, "status": "SUCCEEDED"}])
     backend = _backend(tmp_path)
-    handle = backend.submit(_spec(), project=tmp_path).model_copy(update={"run_id": "train-1"})
+    handle = dataclasses.replace(backend.submit(_spec(), project=tmp_path), run_id="train-1")
     assert backend.status(handle) is RunState.SUCCEEDED
     _stand_ins(monkeypatch, sky, queue=[])  # the cluster is gone: the manifest decides
     assert backend.status(handle) is RunState.SUCCEEDED

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from substrax.compute.manifest import MANIFEST_NAME, TaskStatus, read_manifest
-from substrax.compute.spec import JobSpec, Task, read_job_spec
-from substrax.compute.worker import node_outputs, run_job
+from substrax.compute import JobSpec, Task, TaskStatus, read_job_spec, read_manifest, run_job
+from substrax.compute._environment import node_outputs
+from substrax.compute._manifest import MANIFEST_NAME
 
 
 def _task(name, code, timeout=60.0):
@@ -228,8 +228,8 @@ def test_spec_of_another_version_is_refused(tmp_path):
 
 def test_importing_compute_does_not_import_jax():
     code = (
-        "import sys, substrax.compute, substrax.compute.worker, substrax.compute.cli, "
-        "substrax.compute.local, substrax.compute.modal_backend, substrax.compute.skypilot_backend; "
+        "import sys, substrax.compute, substrax.compute.worker, substrax.compute.cli; "
+        "from substrax.compute import LocalBackend, ModalBackend, SkyPilotBackend; "
         "bad = [m for m in ('jax', 'modal', 'sky', 'rich') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
     )
     child = subprocess.run(

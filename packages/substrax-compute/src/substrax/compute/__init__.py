@@ -3,7 +3,11 @@
 Jobs live in ``[tool.substrax.compute]``; ``substrax-compute run JOB`` submits one to a backend
 (``local``, ``modal``, ``skypilot`` or any registered in the ``substrax.compute.backends``
 entry-point group), every backend runs the same worker, and the outputs come back to this
-machine. Importing this package imports no jax.
+machine. Importing this package imports no jax, and nothing else either: each name is loaded
+from its module when first used (PEP 562), so pydantic is imported only when a config or a job
+spec is validated. Every name users import comes from here; the only public submodules are the
+entry points ``substrax.compute.cli`` (the ``substrax-compute`` console script) and
+``substrax.compute.worker`` (``python -m substrax.compute.worker``).
 
 Example:
     >>> from substrax.compute import JobSpec, Task, load_backend
@@ -16,81 +20,208 @@ Example:
     'local'
 """
 
-from ._paths import DirectoryPathError as DirectoryPathError
-from ._toml import ConfigFileError as ConfigFileError
-from ._upload import (
-    ALWAYS_LEFT_OUT as ALWAYS_LEFT_OUT,
-    NEVER_UPLOADED as NEVER_UPLOADED,
-    UPLOAD_IGNORE_FILE as UPLOAD_IGNORE_FILE,
-    UploadFileNotFoundError as UploadFileNotFoundError,
-    UploadSet as UploadSet,
-    UploadsProject as UploadsProject,
-    collect_upload as collect_upload,
-)
-from .backend import (
-    ComputeBackend as ComputeBackend,
-    RunHandle as RunHandle,
-    RunState as RunState,
-    RunStore as RunStore,
-    default_state_dir as default_state_dir,
-)
-from .config import (
-    ComputeConfig as ComputeConfig,
-    ComputeConfigError as ComputeConfigError,
-    JobConfig as JobConfig,
-    read_compute_config as read_compute_config,
-    resolve_job as resolve_job,
-)
-from .manifest import (
-    JobManifest as JobManifest,
-    RunDevices as RunDevices,
-    TaskOutcome as TaskOutcome,
-    TaskStatus as TaskStatus,
-    read_manifest as read_manifest,
-)
-from .registry import (
-    UnknownBackendError as UnknownBackendError,
-    backend_names as backend_names,
-    load_backend as load_backend,
-)
-from .spec import (
-    JOB_SPEC_VERSION as JOB_SPEC_VERSION,
-    KNOWN_PLATFORMS as KNOWN_PLATFORMS,
-    Accelerator as Accelerator,
-    JobSpec as JobSpec,
-    Mount as Mount,
-    MountAccess as MountAccess,
-    Resources as Resources,
-    Task as Task,
-    UnknownPlatformError as UnknownPlatformError,
-    example_tasks as example_tasks,
-    parse_accelerator as parse_accelerator,
-    read_job_spec as read_job_spec,
+import importlib
+from typing import TYPE_CHECKING, Any
+
+
+if TYPE_CHECKING:
+    from ._backend import (
+        ComputeBackend as ComputeBackend,
+        RunHandle as RunHandle,
+        RunState as RunState,
+        RunStore as RunStore,
+        default_state_dir as default_state_dir,
+    )
+    from ._config import (
+        ComputeConfig as ComputeConfig,
+        JobConfig as JobConfig,
+        read_compute_config as read_compute_config,
+        resolve_job as resolve_job,
+    )
+    from ._errors import (
+        AcceleratorFormatError as AcceleratorFormatError,
+        BackendFactoryError as BackendFactoryError,
+        ComputeConfigError as ComputeConfigError,
+        ComputeTableMissingError as ComputeTableMissingError,
+        ConfigFileError as ConfigFileError,
+        DirectoryPathError as DirectoryPathError,
+        FetchToolNotFoundError as FetchToolNotFoundError,
+        JobNotFoundError as JobNotFoundError,
+        MountDirectoryNotFoundError as MountDirectoryNotFoundError,
+        MountNotConfiguredError as MountNotConfiguredError,
+        MountPathError as MountPathError,
+        OutputPathError as OutputPathError,
+        ProjectDirectoryError as ProjectDirectoryError,
+        ProjectFileNotFoundError as ProjectFileNotFoundError,
+        RecordFormatError as RecordFormatError,
+        RecordVersionError as RecordVersionError,
+        RunNotFoundError as RunNotFoundError,
+        RuntimeFieldError as RuntimeFieldError,
+        SecretNotSetError as SecretNotSetError,
+        SubstraxNotLockedError as SubstraxNotLockedError,
+        UnknownBackendError as UnknownBackendError,
+        UnknownPlatformError as UnknownPlatformError,
+        UploadFileNotFoundError as UploadFileNotFoundError,
+    )
+    from ._local import LocalBackend as LocalBackend
+    from ._manifest import (
+        MANIFEST_NAME as MANIFEST_NAME,
+        JobManifest as JobManifest,
+        RunDevices as RunDevices,
+        TaskOutcome as TaskOutcome,
+        TaskStatus as TaskStatus,
+        read_manifest as read_manifest,
+    )
+    from ._modal_backend import ModalBackend as ModalBackend
+    from ._registry import backend_names as backend_names, load_backend as load_backend
+    from ._skypilot_backend import SkyPilotBackend as SkyPilotBackend
+    from ._spec import (
+        JOB_SPEC_VERSION as JOB_SPEC_VERSION,
+        KNOWN_PLATFORMS as KNOWN_PLATFORMS,
+        Accelerator as Accelerator,
+        JobSpec as JobSpec,
+        Mount as Mount,
+        MountAccess as MountAccess,
+        Resources as Resources,
+        Task as Task,
+        example_tasks as example_tasks,
+        parse_accelerator as parse_accelerator,
+        read_job_spec as read_job_spec,
+    )
+    from ._upload import (
+        ALWAYS_LEFT_OUT as ALWAYS_LEFT_OUT,
+        NEVER_UPLOADED as NEVER_UPLOADED,
+        UPLOAD_IGNORE_FILE as UPLOAD_IGNORE_FILE,
+        UploadSet as UploadSet,
+        UploadsProject as UploadsProject,
+        collect_upload as collect_upload,
+    )
+    from ._worker import run_job as run_job
+
+
+_ERRORS = (
+    "AcceleratorFormatError",
+    "BackendFactoryError",
+    "ComputeConfigError",
+    "ComputeTableMissingError",
+    "ConfigFileError",
+    "DirectoryPathError",
+    "FetchToolNotFoundError",
+    "JobNotFoundError",
+    "MountDirectoryNotFoundError",
+    "MountNotConfiguredError",
+    "MountPathError",
+    "OutputPathError",
+    "ProjectDirectoryError",
+    "ProjectFileNotFoundError",
+    "RecordFormatError",
+    "RecordVersionError",
+    "RunNotFoundError",
+    "RuntimeFieldError",
+    "SecretNotSetError",
+    "SubstraxNotLockedError",
+    "UnknownBackendError",
+    "UnknownPlatformError",
+    "UploadFileNotFoundError",
 )
 
+# Each public name and the private module that defines it.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(_ERRORS, "_errors"),
+    **dict.fromkeys(
+        ("ComputeBackend", "RunHandle", "RunState", "RunStore", "default_state_dir"), "_backend"
+    ),
+    **dict.fromkeys(
+        ("ComputeConfig", "JobConfig", "read_compute_config", "resolve_job"), "_config"
+    ),
+    **dict.fromkeys(
+        (
+            "MANIFEST_NAME",
+            "JobManifest",
+            "RunDevices",
+            "TaskOutcome",
+            "TaskStatus",
+            "read_manifest",
+        ),
+        "_manifest",
+    ),
+    **dict.fromkeys(("backend_names", "load_backend"), "_registry"),
+    **dict.fromkeys(
+        (
+            "JOB_SPEC_VERSION",
+            "KNOWN_PLATFORMS",
+            "Accelerator",
+            "JobSpec",
+            "Mount",
+            "MountAccess",
+            "Resources",
+            "Task",
+            "example_tasks",
+            "parse_accelerator",
+            "read_job_spec",
+        ),
+        "_spec",
+    ),
+    **dict.fromkeys(
+        (
+            "ALWAYS_LEFT_OUT",
+            "NEVER_UPLOADED",
+            "UPLOAD_IGNORE_FILE",
+            "UploadSet",
+            "UploadsProject",
+            "collect_upload",
+        ),
+        "_upload",
+    ),
+    "LocalBackend": "_local",
+    "ModalBackend": "_modal_backend",
+    "SkyPilotBackend": "_skypilot_backend",
+    "run_job": "_worker",
+}
 
 __all__ = [
     "ALWAYS_LEFT_OUT",
     "JOB_SPEC_VERSION",
     "KNOWN_PLATFORMS",
+    "MANIFEST_NAME",
     "NEVER_UPLOADED",
     "UPLOAD_IGNORE_FILE",
     "Accelerator",
+    "AcceleratorFormatError",
+    "BackendFactoryError",
     "ComputeBackend",
     "ComputeConfig",
     "ComputeConfigError",
+    "ComputeTableMissingError",
     "ConfigFileError",
     "DirectoryPathError",
+    "FetchToolNotFoundError",
     "JobConfig",
     "JobManifest",
+    "JobNotFoundError",
     "JobSpec",
+    "LocalBackend",
+    "ModalBackend",
     "Mount",
     "MountAccess",
+    "MountDirectoryNotFoundError",
+    "MountNotConfiguredError",
+    "MountPathError",
+    "OutputPathError",
+    "ProjectDirectoryError",
+    "ProjectFileNotFoundError",
+    "RecordFormatError",
+    "RecordVersionError",
     "Resources",
     "RunDevices",
     "RunHandle",
+    "RunNotFoundError",
     "RunState",
     "RunStore",
+    "RuntimeFieldError",
+    "SecretNotSetError",
+    "SkyPilotBackend",
+    "SubstraxNotLockedError",
     "Task",
     "TaskOutcome",
     "TaskStatus",
@@ -109,4 +240,19 @@ __all__ = [
     "read_job_spec",
     "read_manifest",
     "resolve_job",
+    "run_job",
 ]
+
+
+def __getattr__(name: str) -> Any:  # noqa: ANN401 - any of the public names
+    """Load a public name from its module on first use (PEP 562), then keep it here."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

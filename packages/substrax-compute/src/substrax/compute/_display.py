@@ -1,32 +1,23 @@
-"""What the CLI shows: live task progress while following, tables; rich when installed."""
+"""Following a run's log: task progress as it happens, a live status line under rich."""
 
 import re
 import sys
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Iterable
+from typing import TextIO
 
-from .worker import EVENT_PREFIX
+from substrax.support import optional
 
-
-if TYPE_CHECKING:
-    from rich.console import Console
+from ._environment import EVENT_PREFIX
 
 
 _STARTED = re.compile(r"task (?P<name>\S+) started \((?P<index>\d+)/(?P<total>\d+)\)")
-
-
-def _rich_console(stream: TextIO) -> "Console | None":
-    try:
-        from rich.console import Console  # noqa: PLC0415 - optional, the `rich` extra
-    except ImportError:
-        return None
-    return Console(file=stream, highlight=False, soft_wrap=True)
 
 
 def progress_line(line: str) -> str | None:
     """A short progress note for a worker event line, or None for ordinary output.
 
     Example:
+        >>> from substrax.compute._display import progress_line
         >>> progress_line("[substrax] task a started (1/3)")
         'running a (1/3)'
         >>> progress_line("[a] hello") is None
@@ -41,9 +32,21 @@ def progress_line(line: str) -> str | None:
 
 
 def follow(lines: Iterable[str], *, stream: TextIO | None = None) -> None:
-    """Print followed log lines, with a live status line of the current task under rich."""
+    """Print followed log lines, with a live status line of the current task under rich.
+
+    Example:
+        >>> from substrax.compute._display import follow
+        >>> follow(["[substrax] task a started (1/1)", "[a] hi"])
+        --- running a (1/1)
+        [a] hi
+    """
     out = stream if stream is not None else sys.stdout
-    console = _rich_console(out)
+    console_module = optional("rich.console")
+    console = (
+        None
+        if console_module is None
+        else console_module.Console(file=out, highlight=False, soft_wrap=True)
+    )
     if console is None or not console.is_terminal:
         for line in lines:
             note = progress_line(line)
@@ -59,33 +62,3 @@ def follow(lines: Iterable[str], *, stream: TextIO | None = None) -> None:
             status.update(note)
             if not _STARTED.fullmatch(line.removeprefix(EVENT_PREFIX)):
                 console.print(note, style="bold", markup=False)
-
-
-def table(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], *, stream: TextIO | None = None
-) -> None:
-    """Print ``rows`` under ``headers``: a rich table on a terminal, aligned plain text otherwise.
-
-    Example:
-        >>> import io
-        >>> buffer = io.StringIO()
-        >>> table(["id", "state"], [["a", "running"]], stream=buffer)
-        >>> print(buffer.getvalue().rstrip())
-        id  state
-        a   running
-    """
-    out = stream if stream is not None else sys.stdout
-    console = _rich_console(out)
-    if console is not None and console.is_terminal:
-        from rich.table import Table  # noqa: PLC0415
-
-        rich_table = Table(*headers)
-        for row in rows:
-            rich_table.add_row(*row)
-        console.print(rich_table)
-        return
-    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows, strict=False)]
-    for row in [headers, *rows]:
-        out.write(
-            "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() + "\n"
-        )

@@ -2,10 +2,17 @@
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .spec import JobSpec, jax_runtime
+from ._errors import SecretNotSetError
 
 
+if TYPE_CHECKING:
+    from ._spec import JobSpec
+
+
+EVENT_PREFIX = "[substrax] "
+"""How the worker's own progress lines (``task t started (1/2)``) begin in its output."""
 OUTPUT_DIR_ENV = "AVITAI_OUTPUT_DIR"
 NODE_RANK_ENV = "SUBSTRAX_NODE_RANK"
 DISTRIBUTED_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
@@ -15,6 +22,7 @@ def mount_env_name(name: str) -> str:
     """The variable that tells a task where mount ``name`` is (``SUBSTRAX_MOUNT_<NAME>``).
 
     Example:
+        >>> from substrax.compute._environment import mount_env_name
         >>> mount_env_name("data-sets")
         'SUBSTRAX_MOUNT_DATA_SETS'
     """
@@ -25,6 +33,8 @@ def node_outputs(outputs: Path, node: int) -> Path:
     """Where node ``node`` writes: ``outputs`` for node 0, ``outputs/nodes/<node>`` otherwise.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.compute._environment import node_outputs
         >>> node_outputs(Path("/o"), 2).as_posix()
         '/o/nodes/2'
     """
@@ -32,7 +42,7 @@ def node_outputs(outputs: Path, node: int) -> Path:
 
 
 def task_environment(
-    spec: JobSpec, task_dir: Path | None, *, parent: Mapping[str, str]
+    spec: "JobSpec", task_dir: Path | None, *, parent: Mapping[str, str]
 ) -> dict[str, str]:
     """The complete environment a task (or the probe) starts with.
 
@@ -40,14 +50,16 @@ def task_environment(
     variables are carried over, and the job's secrets are read from ``parent`` by name.
 
     Raises:
-        LookupError: A secret the job names is not set in ``parent``.
+        SecretNotSetError: A secret the job names is not set in ``parent``.
     """
     from substrax.runtime import child_environment  # noqa: PLC0415
+
+    from ._spec import jax_runtime  # noqa: PLC0415 - pydantic, only where a task starts
 
     env = dict(spec.env)
     missing = [name for name in spec.secrets if name not in parent]
     if missing:
-        raise LookupError(f"secrets {', '.join(missing)} are not set in the worker's environment")
+        raise SecretNotSetError(missing, "the worker's environment")
     env.update({name: parent[name] for name in spec.secrets})
     env.update({name: parent[name] for name in DISTRIBUTED_ENV if name in parent})
     for mount in spec.mounts:

@@ -5,21 +5,10 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ._errors import OutputPathError
+
 
 POLL_SECONDS = 0.1
-
-
-class OutputPathError(ValueError):
-    """An output path leaves the root it must stay in.
-
-    Attributes:
-        path: The offending path.
-        root: The root it must stay inside.
-    """
-
-    def __init__(self, path: Path, root: Path) -> None:
-        self.path, self.root = path, root
-        super().__init__(f"{path} is outside {root}; outputs must stay inside their run directory")
 
 
 def inside(root: Path, relative: str) -> Path:
@@ -29,6 +18,8 @@ def inside(root: Path, relative: str) -> Path:
         OutputPathError: ``relative`` is absolute or climbs out with ``..`` or a link.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.compute._files import inside
         >>> inside(Path("/r"), "a/b.txt").as_posix()
         '/r/a/b.txt'
     """

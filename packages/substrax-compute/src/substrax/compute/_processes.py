@@ -1,4 +1,8 @@
-"""Detached processes: spawn in a new session, recognise them later by pid and start time."""
+"""Detached processes: spawn in a new session, recognise them later by pid and start time.
+
+psutil reads a process's state and start time on every OS, so a pid reused by another
+process is never taken for the run's.
+"""
 
 import contextlib
 import os
@@ -8,42 +12,59 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 
 def start_time(pid: int) -> str:
-    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22).
+    """When process ``pid`` started, as psutil reports it (seconds since the epoch, as text).
 
-    Returns ``""`` where ``/proc`` is absent or the process is gone.
+    Stored with a pid so that a later check can tell the same process from a new one that
+    reuses its pid. Returns ``""`` where the process is gone or can't be inspected.
+
+    Example:
+        >>> import os
+        >>> from substrax.compute._processes import start_time
+        >>> start_time(os.getpid()) != ""
+        True
     """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return _stamp(psutil.Process(pid).create_time())
+    except psutil.Error:
         return ""
-    return stat.rpartition(")")[2].split()[19]
+
+
+def _stamp(created: float) -> str:
+    return f"{created:.3f}"
 
 
 def is_alive(pid: int, started: str) -> bool:
     """Whether ``pid`` is still the process that started at ``started`` and has not exited.
 
-    Reaps the process when it is this process's exited child, so no zombie is left behind.
+    A zombie counts as exited, and so does a process whose start time differs from
+    ``started`` (its pid was reused); an empty ``started`` skips that check. Reaps the process
+    when it is this process's exited child, so no zombie is left behind.
+
+    Example:
+        >>> import os
+        >>> from substrax.compute._processes import is_alive, start_time
+        >>> is_alive(os.getpid(), start_time(os.getpid()))
+        True
+        >>> is_alive(os.getpid(), "0.000")
+        False
     """
     with contextlib.suppress(ChildProcessError, OSError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    stat_path = Path(f"/proc/{pid}/stat")
-    if Path("/proc/self/stat").exists():
-        try:
-            fields = stat_path.read_text().rpartition(")")[2].split()
-        except OSError:
-            return False
-        return fields[0] != "Z" and (not started or fields[19] == started)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return not started or _stamp(process.create_time()) == started
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    return True
+    except psutil.AccessDenied:  # another user's process holds the pid: not ours any more
+        return False
 
 
 def spawn_detached(argv: Sequence[str], *, env: Mapping[str, str], log: Path) -> int:

@@ -1,6 +1,7 @@
 """Running one task: its process group, piped logs with secrets redacted, its timeout."""
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -9,14 +10,14 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, cast
 
 from ._environment import task_environment
-from .manifest import RunDevices, TaskOutcome, TaskStatus
-from .spec import JobSpec, Task
+from ._manifest import RunDevices, TaskOutcome, TaskStatus
 
 
-EVENT_PREFIX = "[substrax] "
+if TYPE_CHECKING:
+    from ._spec import JobSpec, Task
 STOP_SIGNAL = signal.SIGUSR1
 """The signal that asks a worker to stop its task gracefully (``TaskRunner.stop``)."""
 STOP_GRACE_SECONDS = 30.0
@@ -46,7 +47,7 @@ class _Redactor:
         return text
 
 
-def _argv(task: Task, python: str) -> list[str]:
+def _argv(task: "Task", python: str) -> list[str]:
     argv = list(task.argv)
     if argv[0] == "python":
         argv[0] = python
@@ -83,7 +84,7 @@ class TaskRunner:
     """
 
     def __init__(
-        self, spec: JobSpec, *, project: Path, root: Path, echo: bool, python: str
+        self, spec: "JobSpec", *, project: Path, root: Path, echo: bool, python: str
     ) -> None:
         self.spec, self.project, self.root, self.echo, self.python = (
             spec,
@@ -152,13 +153,13 @@ class TaskRunner:
             )
             lines = [line for line in result.stdout.splitlines() if line.strip()]
             if result.returncode == 0 and lines:
-                return RunDevices.model_validate_json(lines[-1])
+                return RunDevices.from_dict(json.loads(lines[-1]))
             log.write_text(self.redact(result.stdout + result.stderr))
         except (OSError, ValueError, LookupError, subprocess.TimeoutExpired) as error:
             log.write_text(self.redact(f"device probe failed: {error!r}\n"))
         return None
 
-    def run_task(self, task: Task, budget: float) -> TaskOutcome:
+    def run_task(self, task: "Task", budget: float) -> TaskOutcome:
         task_dir = self.root / task.name
         task_dir.mkdir(parents=True, exist_ok=True)
         argv = _argv(task, self.python)
@@ -190,16 +191,14 @@ class TaskRunner:
                     seconds=time.monotonic() - start,
                 )
             self.current = process
-            if process.stdout is None or process.stderr is None:  # pragma: no cover - PIPE given
-                raise RuntimeError("the task's pipes were not opened")
+            # Both pipes exist: Popen was given PIPE for each.
+            stdout, stderr = cast("IO[bytes]", process.stdout), cast("IO[bytes]", process.stderr)
             pumps = [
                 threading.Thread(
-                    target=_pump,
-                    args=(process.stdout, out, f"[{task.name}] ", self.echo, self.redact),
+                    target=_pump, args=(stdout, out, f"[{task.name}] ", self.echo, self.redact)
                 ),
                 threading.Thread(
-                    target=_pump,
-                    args=(process.stderr, err, f"[{task.name}] ", self.echo, self.redact),
+                    target=_pump, args=(stderr, err, f"[{task.name}] ", self.echo, self.redact)
                 ),
             ]
             for pump in pumps:
@@ -207,8 +206,8 @@ class TaskRunner:
             timed_out = self._wait(process, budget)
             for pump in pumps:
                 pump.join()
-            process.stdout.close()
-            process.stderr.close()
+            stdout.close()
+            stderr.close()
             self.current = None
         code = process.returncode
         if self.cancelled:

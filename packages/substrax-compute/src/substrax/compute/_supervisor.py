@@ -9,6 +9,7 @@ that. A cancelled run (SIGTERM to the session) records nothing.
 """
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -21,16 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from ._environment import node_outputs
+from ._environment import EVENT_PREFIX, node_outputs
+from ._manifest import MANIFEST_NAME, JobManifest, read_manifest, write_manifest
 from ._runner import STOP_GRACE_SECONDS, STOP_SIGNAL
-from .manifest import MANIFEST_NAME, JobManifest, read_manifest, write_manifest
 
 
 NODES_FILE = "nodes.json"
 CANCELLED_MARKER = "cancelled"
 _WORKER_MARGIN_SECONDS = 5.0
 _POLL_SECONDS = 0.1
-_EVENT = "[substrax] "
 
 
 def write_plan(
@@ -54,6 +54,7 @@ def describe_status(code: int) -> str:
     """A worker's exit status in words.
 
     Example:
+        >>> from substrax.compute._supervisor import describe_status
         >>> describe_status(-9), describe_status(3)
         ('killed by SIGKILL', 'exit status 3')
     """
@@ -63,7 +64,7 @@ def describe_status(code: int) -> str:
 
 
 def _say(text: str) -> None:
-    sys.stdout.write(f"{_EVENT}{text}\n")
+    sys.stdout.write(f"{EVENT_PREFIX}{text}\n")
     sys.stdout.flush()
 
 
@@ -137,9 +138,7 @@ def _record_failure(run_dir: Path, *, job: str, nodes: int, failed: tuple[int, i
     except (OSError, ValueError, TypeError):  # node 0 died before writing it, or mid-way
         manifest = JobManifest(job=job, node=0, nodes=nodes)
     node, code = failed
-    write_manifest(
-        path, manifest.model_copy(update={"failed_node": node, "failed_node_status": code})
-    )
+    write_manifest(path, dataclasses.replace(manifest, failed_node=node, failed_node_status=code))
 
 
 if __name__ == "__main__":

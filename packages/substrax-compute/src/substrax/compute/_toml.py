@@ -1,58 +1,23 @@
-"""Reading TOML files with errors that name them, and pydantic errors told as TOML paths."""
+"""Reading TOML files with errors that name them, and pydantic errors told as TOML paths.
+
+pydantic is imported only where a pydantic error is told, never by ``read_toml``.
+"""
 
 import json
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin
 
-from pydantic import BaseModel
-from pydantic_core import ErrorDetails
+from ._errors import ConfigFileError
+
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from pydantic_core import ErrorDetails
 
 
 ROOT_PATH = "tool.substrax.compute"
-
-
-class ComputeConfigError(ValueError):
-    """A ``[tool.substrax.compute]`` key is unknown or holds a bad value.
-
-    Attributes:
-        path: The TOML path of the first offending key.
-        reason: What is wrong with it.
-        problems: Every ``(path, reason)`` found.
-    """
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        self.problems = problems
-        self.path, self.reason = problems[0]
-        super().__init__("\n".join(f"{path}: {reason}" for path, reason in problems))
-
-
-ComputeConfigError.__module__ = "substrax.compute"  # its public home
-
-
-class ConfigFileError(ValueError):
-    """A file the configuration is read from (pyproject.toml, uv.lock) is not valid TOML or unreadable.
-
-    Attributes:
-        path: The file.
-        line: The 1-based line of the first error, when the parser gave one.
-        column: The 1-based column of the first error, when the parser gave one.
-        reason: The parser's (or the operating system's) description.
-    """
-
-    def __init__(
-        self, path: Path, reason: str, *, line: int | None = None, column: int | None = None
-    ) -> None:
-        self.path, self.reason, self.line, self.column = path, reason, line, column
-        if line is None:
-            message = f"{path}: cannot be read: {reason}"
-        else:
-            message = f"{path}:{line}:{column}: not valid TOML: {reason}; fix the file and retry"
-        super().__init__(message)
-
-
-ConfigFileError.__module__ = "substrax.compute"  # its public home
 
 _AT = re.compile(r"\s*\(at line (?P<line>\d+), column (?P<column>\d+)\)$")
 _AT_END = " (at end of document)"
@@ -62,6 +27,7 @@ def _end_of(text: str) -> tuple[int, int]:
     r"""The 1-based line and column just past the end of ``text`` (where tomllib stopped).
 
     Example:
+        >>> from substrax.compute._toml import _end_of
         >>> _end_of('a = "'), _end_of("a = 1\n[x")
         ((1, 6), (2, 3))
     """
@@ -77,9 +43,12 @@ def read_toml(path: Path) -> dict[str, Any]:
 
     Example:
         >>> import tempfile
-        >>> bad = Path(tempfile.mkdtemp()) / "pyproject.toml"
-        >>> _ = bad.write_text("[tool]\nname = \n")
-        >>> read_toml(bad)  # doctest: +ELLIPSIS
+        >>> from pathlib import Path
+        >>> from substrax.compute._toml import read_toml
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     bad = Path(directory) / "pyproject.toml"
+        ...     _ = bad.write_text("[tool]\nname = \n")
+        ...     read_toml(bad)
         Traceback (most recent call last):
         ...
         substrax.compute.ConfigFileError: .../pyproject.toml:2:8: not valid TOML: Invalid value; fix the file and retry
@@ -105,8 +74,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigFileError(path, error.strerror or str(error)) from None
 
 
-def model_at(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseModel] | None:
+def model_at(loc: tuple[int | str, ...], root: "type[BaseModel]") -> "type[BaseModel] | None":
     """The model class the key path ``loc`` points into, walking ``root``'s annotations."""
+    from pydantic import BaseModel  # noqa: PLC0415 - only when a config is validated
+
     current: Any = root
     for part in loc:
         while get_origin(current) is Annotated or hasattr(current, "__value__"):
@@ -126,7 +97,8 @@ def model_at(loc: tuple[int | str, ...], root: type[BaseModel]) -> type[BaseMode
     return models[0] if models else None
 
 
-def reason(error: ErrorDetails, root: type[BaseModel]) -> str:
+def reason(error: "ErrorDetails", root: "type[BaseModel]") -> str:
+    """What is wrong, in words, for one pydantic error of a TOML table."""
     kind = error["type"]
     loc = error["loc"]
     got = error.get("input")
@@ -148,6 +120,7 @@ def reason(error: ErrorDetails, root: type[BaseModel]) -> str:
 
 
 def toml_path(loc: tuple[int | str, ...], prefix: str = ROOT_PATH) -> str:
+    """The TOML path of a pydantic error location under ``prefix``."""
     parts = [prefix]
     for part in loc:
         if part == "[key]":

@@ -15,14 +15,18 @@ The rule, shared by every backend that copies the project somewhere else:
 
 Example:
     >>> import tempfile
-    >>> root = Path(tempfile.mkdtemp())
-    >>> for name in ("train.py", ".env", "id_rsa", "notes.txt"):
-    ...     _ = (root / name).write_text("x")
-    >>> _ = (root / ".substraxignore").write_text("notes.txt\n")
-    >>> upload = collect_upload(root)
+    >>> from pathlib import Path
+    >>> from substrax.compute import collect_upload
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     root = Path(directory)
+    ...     for name in ("train.py", ".env", "id_rsa", "notes.txt"):
+    ...         _ = (root / name).write_text("x")
+    ...     _ = (root / ".substraxignore").write_text("notes.txt\n")
+    ...     upload = collect_upload(root)
+    ...     with_key = collect_upload(root, include_files=("id_rsa",))
     >>> upload.files, upload.held_back
     (('.substraxignore', 'train.py'), ('.env', 'id_rsa'))
-    >>> collect_upload(root, include_files=("id_rsa",)).files
+    >>> with_key.files
     ('.substraxignore', 'id_rsa', 'train.py')
 """
 
@@ -36,9 +40,11 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import pathspec
 
+from ._errors import ProjectDirectoryError, UploadFileNotFoundError
+
 
 if TYPE_CHECKING:
-    from .spec import JobSpec
+    from ._spec import JobSpec
 
 
 UPLOAD_IGNORE_FILE = ".substraxignore"
@@ -67,25 +73,6 @@ They are matched against each path in lower case, and against the target of a li
 type UploadSource = Literal["git", "gitignore"]
 
 _STEP = 1024
-
-
-class UploadFileNotFoundError(FileNotFoundError):
-    """A file a job asked to upload by name is not a file inside the project.
-
-    Attributes:
-        name: The name as the job gave it.
-        project: The project root.
-    """
-
-    def __init__(self, name: str, project: Path) -> None:
-        self.name, self.project = name, project
-        super().__init__(
-            f"include_files names {name!r}, which is not a file in {project}; name files by "
-            "their normalised path relative to the project root, without '..'"
-        )
-
-
-UploadFileNotFoundError.__module__ = "substrax.compute"  # its public home
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,18 +211,20 @@ def collect_upload(
     Raises:
         UploadFileNotFoundError: A name in ``include_files`` is not a file inside the project,
             named by its normalised relative path (as the job's configuration requires).
-        NotADirectoryError: ``project`` is not a directory.
+        ProjectDirectoryError: ``project`` is not a directory.
 
     Example:
         >>> import tempfile
-        >>> root = Path(tempfile.mkdtemp())
-        >>> _ = (root / "a.py").write_text("print(1)")
-        >>> collect_upload(root).total_bytes
+        >>> from pathlib import Path
+        >>> from substrax.compute import collect_upload
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     _ = (Path(directory) / "a.py").write_text("print(1)")
+        ...     collect_upload(Path(directory)).total_bytes
         8
     """
     root = project.resolve()
     if not root.is_dir():
-        raise NotADirectoryError(f"project {project} is not a directory")
+        raise ProjectDirectoryError(project)
     listed = _git_files(root)
     source: UploadSource = "git" if listed else "gitignore"
     candidates = sorted({PurePosixPath(n).as_posix() for n in listed or _walked_files(root)})
@@ -264,6 +253,7 @@ def human_size(size: int) -> str:
     """A byte count for people: bytes, KiB, MiB or GiB with one decimal.
 
     Example:
+        >>> from substrax.compute._upload import human_size
         >>> human_size(512), human_size(1536), human_size(3 * 2**30)
         ('512 B', '1.5 KiB', '3.0 GiB')
     """

@@ -1,157 +1,19 @@
-r"""The worker every backend runs: ``python -m substrax.compute.worker --spec S --project P --outputs O``.
+"""``python -m substrax.compute.worker --spec S --project P --outputs O [--node-rank N]``.
 
-It probes the devices in a child, then runs each task in order from the project root with the
-job's JAX settings and ``AVITAI_OUTPUT_DIR=<outputs>/<task>``, writes the task's logs there,
-enforces timeouts, keeps going after a failed task and rewrites ``manifest.json`` atomically
-after every task. It never imports jax itself. SIGTERM (``cancel``) kills the running task's
-process group at once; ``STOP_SIGNAL`` (SIGUSR1, how the local supervisor stops the surviving
-nodes of a multi-node job) sends it SIGTERM and SIGKILL only after ``STOP_GRACE_SECONDS`` (30 s),
-so the task can run its peer-failure hook and flush its logs.
+This module's path is an interface: every backend starts the worker as ``python -m
+substrax.compute.worker`` on the machine that runs the job. The worker's logic lives in
+``substrax.compute._worker``; ``substrax.compute.run_job`` is the library entry.
 
-Example:
-    >>> import sys, tempfile
-    >>> from substrax.compute.spec import JobSpec, Task
-    >>> spec = JobSpec(name="j", probe_devices=False, timeout_seconds=60,
-    ...                tasks=(Task(name="t", argv=("python", "-c", "print(42)"), timeout_seconds=60),))
-    >>> out = Path(tempfile.mkdtemp())
-    >>> run_job(spec, project=Path("."), outputs=out, echo=False).succeeded
-    True
-    >>> (out / "t" / "stdout.log").read_text().strip()
-    '42'
+Exit codes: 0 every task succeeded, 1 a task did not, 2 bad arguments or an unreadable or
+invalid spec, 128 + SIGTERM the run was cancelled.
 """
 
-import argparse
-import json
-import os
-import signal
 import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
 
-from ._environment import (
-    DISTRIBUTED_ENV,
-    NODE_RANK_ENV,
-    OUTPUT_DIR_ENV,
-    mount_env_name,
-    node_outputs,
-    task_environment,
-)
-from ._runner import EVENT_PREFIX, STOP_SIGNAL, TaskRunner
-from .manifest import MANIFEST_NAME, JobManifest, TaskOutcome, write_manifest
-from .spec import JobSpec, read_job_spec
+from ._worker import main
 
 
-__all__ = [
-    "DISTRIBUTED_ENV",
-    "EVENT_PREFIX",
-    "NODE_RANK_ENV",
-    "OUTPUT_DIR_ENV",
-    "main",
-    "mount_env_name",
-    "node_outputs",
-    "run_job",
-    "task_environment",
-]
-
-
-def _event(echo: bool, text: str) -> None:
-    if echo:
-        sys.stdout.write(f"{EVENT_PREFIX}{text}\n")
-        sys.stdout.flush()
-
-
-def run_job(
-    spec: JobSpec,
-    *,
-    project: Path,
-    outputs: Path,
-    echo: bool = True,
-    python: str = sys.executable,
-    node: int = 0,
-    runner_hook: Callable[["TaskRunner"], None] | None = None,
-) -> JobManifest:
-    """Run every task of ``spec`` and return the final manifest (also written to disk).
-
-    Args:
-        spec: The job.
-        project: The project root every task runs from.
-        outputs: The run's output root (node 0 writes here, node N under ``nodes/N``).
-        echo: Echo task output with a ``[task]`` prefix, and progress events, to stdout.
-        python: The interpreter a leading ``python`` in a task's argv means.
-        node: This node's rank in a multi-node job.
-        runner_hook: Called with the runner before the first task (the CLI installs its
-            signal handlers through it).
-
-    Returns:
-        The manifest, ``finished`` unless the run was cancelled.
-    """
-    root = node_outputs(outputs, node).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    runner = TaskRunner(spec, project=project.resolve(), root=root, echo=echo, python=python)
-    if runner_hook is not None:
-        runner_hook(runner)
-    manifest_path = root / MANIFEST_NAME
-    manifest = JobManifest(job=spec.name, node=node, nodes=spec.nodes)
-    write_manifest(manifest_path, manifest)
-    deadline = time.monotonic() + spec.timeout_seconds
-    if spec.probe_devices:
-        _event(echo, "probing devices")
-        manifest = manifest.model_copy(update={"devices": runner.probe()})
-    outcomes: list[TaskOutcome] = []
-    for index, task in enumerate(spec.tasks, start=1):
-        _event(echo, f"task {task.name} started ({index}/{len(spec.tasks)})")
-        budget = min(task.timeout_seconds, deadline - time.monotonic())
-        outcome = runner.run_task(task, budget)
-        outcomes.append(outcome)
-        _event(
-            echo,
-            f"task {task.name} {outcome.status} ({index}/{len(spec.tasks)}) {outcome.seconds:.1f}s",
-        )
-        manifest = manifest.model_copy(update={"tasks": tuple(outcomes)})
-        write_manifest(manifest_path, manifest)
-        if runner.cancelled:
-            return manifest
-    manifest = manifest.model_copy(update={"finished": True})
-    write_manifest(manifest_path, manifest)
-    _event(echo, f"job {spec.name} {'succeeded' if manifest.succeeded else 'failed'}")
-    return manifest
-
-
-def _default_node() -> int:
-    for name in (NODE_RANK_ENV, "JAX_PROCESS_ID"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the worker from the command line; exits 0 when every task succeeded, else 1."""
-    parser = argparse.ArgumentParser(prog="python -m substrax.compute.worker")
-    parser.add_argument("--spec", type=Path, required=True, help="the job spec (spec.json)")
-    parser.add_argument("--project", type=Path, required=True, help="the project root")
-    parser.add_argument("--outputs", type=Path, required=True, help="the run's output root")
-    parser.add_argument("--node-rank", type=int, default=None, help="this node's rank")
-    args = parser.parse_args(argv)
-    spec = read_job_spec(json.loads(args.spec.read_text()))
-    node = _default_node() if args.node_rank is None else args.node_rank
-
-    def install(runner: TaskRunner) -> None:
-        def on_term(signum: int, frame: object) -> None:  # noqa: ARG001
-            runner.cancel()
-
-        def on_stop(signum: int, frame: object) -> None:  # noqa: ARG001
-            runner.stop()
-
-        signal.signal(signal.SIGTERM, on_term)
-        signal.signal(STOP_SIGNAL, on_stop)
-
-    manifest = run_job(
-        spec, project=args.project, outputs=args.outputs, node=node, runner_hook=install
-    )
-    if not manifest.finished:
-        return 128 + signal.SIGTERM
-    return 0 if manifest.succeeded else 1
+__all__ = ["main"]
 
 
 if __name__ == "__main__":

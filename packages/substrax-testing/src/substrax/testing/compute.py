@@ -2,7 +2,7 @@
 
 Example::
 
-    from substrax.compute.local import LocalBackend
+    from substrax.compute import LocalBackend
     from substrax.testing.compute import BackendContract
 
 
@@ -22,9 +22,17 @@ from typing import ClassVar
 
 import pytest
 
-from substrax.compute.backend import ComputeBackend, RunHandle, RunState, RunStore
-from substrax.compute.manifest import MANIFEST_NAME, TaskStatus, read_manifest
-from substrax.compute.spec import JobSpec, Task
+from substrax.compute import (
+    MANIFEST_NAME,
+    ComputeBackend,
+    JobSpec,
+    RunHandle,
+    RunState,
+    RunStore,
+    Task,
+    TaskStatus,
+    read_manifest,
+)
 
 
 _WRITES = """\
@@ -40,8 +48,7 @@ _SLEEPS = "import time\nprint('sleeping now', flush=True)\ntime.sleep(600)\n"
 _REOPEN = """\
 import json, sys
 from pathlib import Path
-from substrax.compute.backend import RunStore
-from substrax.compute.registry import load_backend
+from substrax.compute import RunStore, load_backend
 from substrax.testing.compute import wait_until_final
 handle = RunStore(Path(sys.argv[1])).load(sys.argv[2])
 backend = load_backend(handle.backend, handle.settings)

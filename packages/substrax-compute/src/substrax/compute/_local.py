@@ -13,41 +13,102 @@ interpreter for a job without extras; default the project's ``.venv`` python, el
 ``mounts`` (``{mount name: directory on this machine}``).
 
 Example:
+    >>> from substrax.compute import LocalBackend
     >>> backend = LocalBackend({})
     >>> backend.name
     'local'
 """
 
 import hashlib
+import json
 import os
 import shutil
 import signal
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
-from pydantic import Field, JsonValue
-
+from ._backend import RunHandle, RunState, backend_state_dir, new_run, stage_run
+from ._environment import NODE_RANK_ENV, mount_env_name, node_outputs
+from ._errors import (
+    ComputeConfigError,
+    MountDirectoryNotFoundError,
+    MountPathError,
+    SecretNotSetError,
+)
 from ._files import copy_outputs, follow_lines
+from ._manifest import MANIFEST_NAME, JobManifest, read_manifest
 from ._processes import free_port, is_alive, kill_group, spawn_detached, start_time, wait_all_dead
+from ._records import COMPONENT, JsonValue
 from ._supervisor import CANCELLED_MARKER, write_plan
-from .backend import RunHandle, RunState, backend_state_dir, new_run, stage_run
-from .config import parse_backend_settings
-from .manifest import MANIFEST_NAME, read_manifest
-from .spec import Component, JobSpec, Record
-from .worker import NODE_RANK_ENV, mount_env_name, node_outputs
+from ._toml import ROOT_PATH
+
+
+if TYPE_CHECKING:
+    from ._spec import JobSpec
 
 
 CANCEL_GRACE_SECONDS = 10.0
+_SETTINGS = ("state_dir", "python", "mounts")
 
 
-class LocalSettings(Record):
-    """The ``local`` backend's settings table."""
+def _got(value: object) -> str:
+    return json.dumps(value, default=str)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalSettings:
+    """The ``local`` backend's settings table, checked without pydantic (``status`` reads it).
+
+    Example:
+        >>> from substrax.compute._local import LocalSettings
+        >>> LocalSettings.read({"mounts": {"data": "/srv/data"}}).mounts
+        {'data': '/srv/data'}
+        >>> LocalSettings.read({"pyhton": "python3"})
+        Traceback (most recent call last):
+        ...
+        substrax.compute.ComputeConfigError: tool.substrax.compute.backends.local.pyhton: unknown key; allowed keys: state_dir, python, mounts
+    """
 
     state_dir: str | None = None
     python: str | None = None
-    mounts: dict[Component, str] = Field(default_factory=dict)
+    mounts: dict[str, str] = field(default_factory=dict[str, str])
+
+    @classmethod
+    def read(cls, settings: Mapping[str, object]) -> "LocalSettings":
+        """Check ``[tool.substrax.compute.backends.local]``; refusals name their TOML path.
+
+        Raises:
+            ComputeConfigError: Every unknown key and bad value.
+        """
+        prefix = f"{ROOT_PATH}.backends.local"
+        problems = [
+            (f"{prefix}.{key}", f"unknown key; allowed keys: {', '.join(_SETTINGS)}")
+            for key in settings
+            if key not in _SETTINGS
+        ]
+        for key in ("state_dir", "python"):
+            value = settings.get(key)
+            if value is not None and not isinstance(value, str):
+                problems.append((f"{prefix}.{key}", f"must be a string, got {_got(value)}"))
+        mounts = settings.get("mounts", {})
+        if not isinstance(mounts, dict):
+            problems.append((f"{prefix}.mounts", f"must be a table, got {_got(mounts)}"))
+            mounts = {}
+        for name, where in cast("dict[object, object]", mounts).items():
+            if not isinstance(name, str) or not COMPONENT.fullmatch(name) or name in {".", ".."}:
+                problems.append((f"{prefix}.mounts", f"key must be a mount name, got {_got(name)}"))
+            elif not isinstance(where, str):
+                problems.append((f"{prefix}.mounts.{name}", f"must be a string, got {_got(where)}"))
+        if problems:
+            raise ComputeConfigError(problems)
+        return cls(
+            state_dir=cast("str | None", settings.get("state_dir")),
+            python=cast("str | None", settings.get("python")),
+            mounts=dict(cast("dict[str, str]", mounts)),
+        )
 
 
 class LocalBackend:
@@ -57,14 +118,14 @@ class LocalBackend:
         settings: The ``[tool.substrax.compute.backends.local]`` table.
 
     Raises:
-        ValueError: A setting is unknown or malformed.
+        ComputeConfigError: A setting is unknown or malformed.
     """
 
     name = "local"
 
     def __init__(self, settings: Mapping[str, JsonValue] | None = None) -> None:
         self.raw_settings: dict[str, JsonValue] = dict(settings or {})
-        self.settings = parse_backend_settings(LocalSettings, self.name, self.raw_settings)
+        self.settings = LocalSettings.read(self.raw_settings)
         self.state_dir = backend_state_dir(self.settings.state_dir, self.name)
 
     def _python(self, project: Path) -> str:
@@ -73,7 +134,7 @@ class LocalBackend:
         venv = project / ".venv" / "bin" / "python"
         return str(venv) if venv.exists() else sys.executable
 
-    def worker_command(self, spec: JobSpec, project: Path) -> tuple[list[str], dict[str, str]]:
+    def worker_command(self, spec: "JobSpec", project: Path) -> tuple[list[str], dict[str, str]]:
         """The interpreter argv prefix and extra environment that run the worker for ``spec``.
 
         Without extras this is the project's interpreter. With extras it is ``uv run --frozen
@@ -90,27 +151,24 @@ class LocalBackend:
         argv.append("python")
         return argv, {"UV_PROJECT_ENVIRONMENT": str(self.state_dir / "envs" / key)}
 
-    def _mount_env(self, spec: JobSpec, project: Path) -> dict[str, str]:
+    def _mount_env(self, spec: "JobSpec", project: Path) -> dict[str, str]:
         env: dict[str, str] = {}
         for mount in spec.mounts:
             source = self.settings.mounts.get(mount.name)
             where = (project / source).resolve() if source else Path(mount.path)
             if source and not Path(source).is_absolute() and not where.is_relative_to(project):
-                raise ValueError(f"local mount {mount.name!r} source {source!r} escapes {project}")
+                raise MountPathError(mount.name, source, project)
             if not where.is_dir():
-                raise FileNotFoundError(
-                    f"mount {mount.name!r} has no directory here: set backends.local.mounts."
-                    f"{mount.name} to a directory on this machine"
-                )
+                raise MountDirectoryNotFoundError(mount.name, where)
             env[mount_env_name(mount.name)] = str(where)
         return env
 
-    def submit(self, spec: JobSpec, *, project: Path) -> RunHandle:
+    def submit(self, spec: "JobSpec", *, project: Path) -> RunHandle:
         """Stage the spec and start one detached worker per node."""
         project = project.resolve()
         missing = [name for name in spec.secrets if name not in os.environ]
         if missing:
-            raise LookupError(f"secrets {', '.join(missing)} are not set in this environment")
+            raise SecretNotSetError(missing)
         mount_env = self._mount_env(spec, project)
         run = new_run(spec, project)
         run_dir = stage_run(self.state_dir / "runs", run)
@@ -162,7 +220,7 @@ class LocalBackend:
             return RunState.CANCELLED
         outputs = run_dir / "outputs"
         nodes = int(handle.details.get("nodes", len(self._processes(handle))))
-        manifests: list[Any] = []
+        manifests: list[JobManifest | None] = []
         for node in range(nodes):
             path = node_outputs(outputs, node) / MANIFEST_NAME
             manifests.append(read_manifest(path) if path.is_file() else None)
@@ -170,8 +228,9 @@ class LocalBackend:
             return RunState.RUNNING if manifests[0] is not None else RunState.PENDING
         if manifests[0] is not None and manifests[0].failed_node is not None:
             return RunState.FAILED
-        if all(m is not None and m.finished for m in manifests):
-            return RunState.SUCCEEDED if all(m.succeeded for m in manifests) else RunState.FAILED
+        finished = [m for m in manifests if m is not None and m.finished]
+        if len(finished) == nodes:
+            return RunState.SUCCEEDED if all(m.succeeded for m in finished) else RunState.FAILED
         if alive:
             return RunState.RUNNING if manifests[0] is not None else RunState.PENDING
         return RunState.FAILED

@@ -6,11 +6,16 @@ by settings changed afterwards.
 
 Example:
     >>> import tempfile
-    >>> store = RunStore(Path(tempfile.mkdtemp()))
+    >>> from datetime import datetime
+    >>> from pathlib import Path
+    >>> from substrax.compute import RunHandle, RunStore
+    >>> from substrax.compute._backend import UTC
     >>> handle = RunHandle(run_id="demo-20260101T000000Z-abcdef", backend="local", job="demo",
     ...                    project="/p", submitted_at=datetime.now(UTC))
-    >>> store.save(handle)
-    >>> store.load(handle.run_id) == handle
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     store = RunStore(Path(directory))
+    ...     store.save(handle)
+    ...     store.load(handle.run_id) == handle
     True
 """
 
@@ -18,16 +23,20 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkable
 
-from pydantic import Field, JsonValue
+from substrax.support import write_atomically
 
-from .manifest import write_atomically
-from .spec import JobSpec, Record
+from ._errors import RecordFormatError, RunNotFoundError
+from ._records import JsonValue, read_fields, string_map
+
+
+if TYPE_CHECKING:
+    from ._spec import JobSpec
 
 
 STATE_DIR_ENV = "SUBSTRAX_STATE_DIR"
@@ -36,6 +45,8 @@ HANDLE_VERSION = 2
 
 class RunState(StrEnum):
     """Where a run stands."""
+
+    __module__ = "substrax.compute"
 
     PENDING = "pending"
     RUNNING = "running"
@@ -49,7 +60,8 @@ class RunState(StrEnum):
         return self in {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED}
 
 
-class RunHandle(Record):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunHandle:
     """What a backend needs to find a run again, saved as JSON by ``RunStore``.
 
     Attributes:
@@ -60,7 +72,17 @@ class RunHandle(Record):
         submitted_at: When it was submitted (UTC).
         details: Backend-specific identifiers (pid, app id, cluster name...).
         settings: The backend settings at submission; the backend is rebuilt from these.
+
+    Example:
+        >>> from datetime import UTC, datetime
+        >>> from substrax.compute import RunHandle
+        >>> handle = RunHandle(run_id="j-1", backend="local", job="j", project="/p",
+        ...                    submitted_at=datetime(2026, 1, 1, tzinfo=UTC))
+        >>> RunHandle.from_json(handle.to_json()) == handle
+        True
     """
+
+    __module__ = "substrax.compute"
 
     schema_version: Literal[2] = HANDLE_VERSION
     run_id: str
@@ -68,14 +90,74 @@ class RunHandle(Record):
     job: str
     project: str
     submitted_at: datetime
-    details: dict[str, str] = Field(default_factory=dict)
-    settings: dict[str, JsonValue] = Field(default_factory=dict)
+    details: dict[str, str] = field(default_factory=dict[str, str])
+    settings: dict[str, JsonValue] = field(default_factory=dict[str, JsonValue])
+
+    def to_json(self) -> str:
+        """The handle as the JSON text ``RunStore`` saves."""
+        data: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "run_id": self.run_id,
+            "backend": self.backend,
+            "job": self.job,
+            "project": self.project,
+            "submitted_at": self.submitted_at.isoformat(),
+            "details": self.details,
+            "settings": self.settings,
+        }
+        return json.dumps(data, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: object = "run handle") -> "RunHandle":
+        """Read a handle saved by ``to_json``, strictly.
+
+        Raises:
+            RecordFormatError: The text is not a handle this release wrote.
+        """
+        try:
+            loaded: object = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise RecordFormatError(source, f"not JSON ({error})") from None
+        fields = read_fields(
+            loaded,
+            source=source,
+            required={
+                "schema_version": int,
+                "run_id": str,
+                "backend": str,
+                "job": str,
+                "project": str,
+                "submitted_at": str,
+            },
+            optional={"details": dict, "settings": dict},
+        )
+        if fields["schema_version"] != HANDLE_VERSION:
+            raise RecordFormatError(
+                source, f"handle version {fields['schema_version']} is not {HANDLE_VERSION}"
+            )
+        try:
+            submitted_at = datetime.fromisoformat(fields["submitted_at"])
+        except ValueError:
+            raise RecordFormatError(
+                source, f"submitted_at {fields['submitted_at']!r} is not an ISO time"
+            ) from None
+        return cls(
+            run_id=fields["run_id"],
+            backend=fields["backend"],
+            job=fields["job"],
+            project=fields["project"],
+            submitted_at=submitted_at,
+            details=string_map(fields.get("details", {}), source=source, field="details"),
+            settings=cast("dict[str, JsonValue]", fields.get("settings", {})),
+        )
 
 
 def new_run_id(job: str, *, now: datetime | None = None) -> str:
     """A fresh run id, ``<job>-YYYYmmddTHHMMSSZ-<6 hex>``.
 
     Example:
+        >>> from datetime import datetime
+        >>> from substrax.compute._backend import UTC, new_run_id
         >>> new_run_id("demo", now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))[:22]
         'demo-20260102T030405Z-'
     """
@@ -88,7 +170,7 @@ class NewRun:
     """A run about to be submitted: its id, spec and project."""
 
     run_id: str
-    spec: JobSpec
+    spec: "JobSpec"
     project: Path
 
     def handle(
@@ -106,7 +188,7 @@ class NewRun:
         )
 
 
-def new_run(spec: JobSpec, project: Path) -> NewRun:
+def new_run(spec: "JobSpec", project: Path) -> NewRun:
     """A ``NewRun`` with a fresh id for ``spec``."""
     return NewRun(run_id=new_run_id(spec.name), spec=spec, project=project.resolve())
 
@@ -125,7 +207,7 @@ class ComputeBackend(Protocol):
 
     name: str
 
-    def submit(self, spec: JobSpec, *, project: Path) -> RunHandle:
+    def submit(self, spec: "JobSpec", *, project: Path) -> RunHandle:
         """Start ``spec`` from ``project`` and return its handle without waiting."""
         ...
 
@@ -150,23 +232,29 @@ type BackendFactory = Callable[[Mapping[str, JsonValue]], ComputeBackend]
 
 
 def default_state_dir() -> Path:
-    """``$SUBSTRAX_STATE_DIR``, else ``$XDG_STATE_HOME/substrax``, else ``~/.local/state/substrax``.
+    """``$SUBSTRAX_STATE_DIR``, else this user's state directory for ``substrax`` (platformdirs).
+
+    On Linux that is ``$XDG_STATE_HOME/substrax``, else ``~/.local/state/substrax``; on macOS
+    ``~/Library/Application Support/substrax``; on Windows under ``%LOCALAPPDATA%``.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.compute import default_state_dir
         >>> isinstance(default_state_dir(), Path)
         True
     """
     if os.environ.get(STATE_DIR_ENV):
         return Path(os.environ[STATE_DIR_ENV]).expanduser().resolve()
-    if os.environ.get("XDG_STATE_HOME"):
-        return Path(os.environ["XDG_STATE_HOME"]).expanduser().resolve() / "substrax"
-    return Path.home() / ".local" / "state" / "substrax"
+    import platformdirs  # noqa: PLC0415 - only where no $SUBSTRAX_STATE_DIR is set
+
+    return platformdirs.user_state_path("substrax").expanduser().resolve()
 
 
 def backend_state_dir(setting: JsonValue, name: str) -> Path:
     """A backend's own state directory: its ``state_dir`` setting, else ``<state>/compute/<name>``.
 
     Example:
+        >>> from substrax.compute._backend import backend_state_dir
         >>> backend_state_dir("/tmp/s", "local").as_posix()
         '/tmp/s'
     """
@@ -180,7 +268,10 @@ class RunStore:
 
     Example:
         >>> import tempfile
-        >>> RunStore(Path(tempfile.mkdtemp())).handles()
+        >>> from pathlib import Path
+        >>> from substrax.compute import RunStore
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     RunStore(Path(directory)).handles()
         []
     """
 
@@ -189,25 +280,23 @@ class RunStore:
 
     def save(self, handle: RunHandle) -> None:
         """Write (or replace) the handle's file."""
-        write_atomically(self.root / f"{handle.run_id}.json", handle.model_dump_json(indent=2))
+        write_atomically(self.root / f"{handle.run_id}.json", handle.to_json())
 
     def load(self, run_id: str) -> RunHandle:
         """The saved handle for ``run_id``.
 
         Raises:
-            KeyError: No run of that id was saved; the message names the store.
+            RunNotFoundError: No run of that id was saved; the message names the store.
+            RecordFormatError: The saved file is not a handle this release wrote.
         """
         path = self.root / f"{run_id}.json"
         if "/" in run_id or not path.is_file():
-            raise KeyError(f"no run {run_id!r} in {self.root}; `substrax-compute list` shows them")
-        return RunHandle.model_validate_json(path.read_text(), strict=True)
+            raise RunNotFoundError(run_id, self.root)
+        return RunHandle.from_json(path.read_text(), source=path)
 
     def handles(self) -> list[RunHandle]:
         """Every saved handle, newest first."""
         if not self.root.is_dir():
             return []
-        handles = [
-            RunHandle.model_validate_json(p.read_text(), strict=True)
-            for p in self.root.glob("*.json")
-        ]
+        handles = [RunHandle.from_json(p.read_text(), source=p) for p in self.root.glob("*.json")]
         return sorted(handles, key=lambda h: h.submitted_at, reverse=True)

@@ -1,6 +1,7 @@
 """The job spec: the one record a backend hands to the worker, strict and versioned.
 
 Example:
+    >>> from substrax.compute import JobSpec, Task, read_job_spec
     >>> spec = JobSpec(
     ...     name="demo",
     ...     tasks=(Task(name="hello", argv=("python", "-c", "print(1)"), timeout_seconds=60),),
@@ -19,6 +20,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from ._errors import (
+    AcceleratorFormatError,
+    RecordVersionError,
+    RuntimeFieldError,
+    UnknownPlatformError,
+)
+from ._records import COMPONENT
+
 
 if TYPE_CHECKING:
     from substrax.runtime import JaxRuntime
@@ -31,7 +40,6 @@ KNOWN_PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "rocm", "tpu", "gpu", "oneapi
 """The ``JAX_PLATFORMS`` names jax 0.12 knows (``jax._src.xla_bridge.known_platforms()`` before
 any plugin loads) and jax-metal's ``METAL``; kept here so that compute never imports jax."""
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_PATHS = (PurePosixPath("/outputs"), PurePosixPath("/project"))
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh"})
@@ -52,7 +60,7 @@ def _at_least_one(value: int) -> int:
 
 
 def _component(value: str) -> str:
-    if not _NAME.fullmatch(value) or value in {".", ".."}:
+    if not COMPONENT.fullmatch(value) or value in {".", ".."}:
         raise ValueError("must be one name of letters, digits, '.', '_' or '-' (no '/' or '..')")
     return value
 
@@ -103,26 +111,6 @@ type Argv = Annotated[tuple[str, ...], AfterValidator(_argv)]
 type RelativeFile = Annotated[str, AfterValidator(_relative_file)]
 
 
-class UnknownPlatformError(ValueError):
-    """A ``runtime.platforms`` entry is not a platform jax knows.
-
-    Attributes:
-        platform: The offending name.
-        known: The names jax knows (``KNOWN_PLATFORMS``).
-    """
-
-    def __init__(self, platform: str, known: tuple[str, ...] = KNOWN_PLATFORMS) -> None:
-        self.platform, self.known = platform, known
-        hint = next((f"; did you mean {k!r}?" for k in known if k.lower() == platform.lower()), "")
-        super().__init__(
-            f"JaxRuntime.platforms entry {platform!r} is not a platform jax knows{hint} "
-            f"(use one of: {', '.join(sorted(known, key=str.lower))})"
-        )
-
-
-UnknownPlatformError.__module__ = "substrax.compute"  # its public home
-
-
 class Record(BaseModel):
     """Base of every compute record: strict, frozen, unknown fields refused."""
 
@@ -133,6 +121,7 @@ class Accelerator(Record):
     """An accelerator request: a kind as the provider names it and how many.
 
     Example:
+        >>> from substrax.compute import Accelerator
         >>> Accelerator(kind="H100", count=8).label
         'H100:8'
     """
@@ -150,15 +139,16 @@ def parse_accelerator(text: str) -> Accelerator:
     """Read ``KIND`` or ``KIND:N`` (the ``--accelerator`` option).
 
     Raises:
-        ValueError: The text is not ``KIND[:N]`` with ``N`` a positive integer.
+        AcceleratorFormatError: The text is not ``KIND[:N]`` with ``N`` a positive integer.
 
     Example:
+        >>> from substrax.compute import parse_accelerator
         >>> parse_accelerator("H100:8")
         Accelerator(kind='H100', count=8)
     """
     kind, sep, count = text.partition(":")
     if sep and not count.isdigit():
-        raise ValueError(f"accelerator {text!r} must read KIND or KIND:N, e.g. H100:8")
+        raise AcceleratorFormatError(text)
     return Accelerator(kind=kind, count=int(count) if sep else 1)
 
 
@@ -166,6 +156,7 @@ class Mount(Record):
     """A named volume or bucket seen by every task at ``path``.
 
     Example:
+        >>> from substrax.compute import Mount
         >>> Mount(name="datasets", path="/data").access
         'read-only'
     """
@@ -179,6 +170,7 @@ class Task(Record):
     """One command the worker runs from the project root (a leading ``python`` is the project's).
 
     Example:
+        >>> from substrax.compute import Task
         >>> Task(name="t", argv=("python", "x.py"), timeout_seconds=10).argv
         ('python', 'x.py')
     """
@@ -192,6 +184,7 @@ class Resources(Record):
     """Minimum resources a job asks for.
 
     Example:
+        >>> from substrax.compute import Resources
         >>> Resources(cpu=4, memory_mib=8192).cpu
         4.0
     """
@@ -210,6 +203,7 @@ class JobSpec(Record):
     leave them out (a ``.env``, a key, a git-ignored file).
 
     Example:
+        >>> from substrax.compute import JobSpec, Task
         >>> spec = JobSpec(
         ...     name="j",
         ...     tasks=(Task(name="a", argv=("python", "a.py"), timeout_seconds=5),),
@@ -275,9 +269,10 @@ def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":
 
     Raises:
         UnknownPlatformError: A ``platforms`` entry is not in ``KNOWN_PLATFORMS``.
-        ValueError: A key is not a ``JaxRuntime`` field, or ``JaxRuntime`` refused a value.
+        RuntimeFieldError: A key is not a ``JaxRuntime`` field, or ``JaxRuntime`` refused a value.
 
     Example:
+        >>> from substrax.compute._spec import jax_runtime
         >>> jax_runtime({"platforms": ["cpu"]}).platforms
         ('cpu',)
         >>> jax_runtime({"platforms": ["cdua"]})
@@ -292,9 +287,10 @@ def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":
     known = {f.name for f in dataclasses.fields(JaxRuntime)}
     unknown = sorted(set(fields) - known)
     if unknown:
-        raise ValueError(
+        raise RuntimeFieldError(
             f"unknown JaxRuntime field {', '.join(map(repr, unknown))}; "
-            f"allowed: {', '.join(sorted(known))}"
+            f"allowed: {', '.join(sorted(known))}",
+            tuple(unknown),
         )
     kwargs: dict[str, Any] = {}
     for key, value in fields.items():
@@ -307,10 +303,10 @@ def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":
     try:
         runtime = JaxRuntime(**kwargs)
     except (TypeError, ValueError) as error:
-        raise ValueError(str(error)) from error
+        raise RuntimeFieldError(str(error)) from error
     for platform in runtime.platforms or ():
         if platform not in KNOWN_PLATFORMS:
-            raise UnknownPlatformError(platform)
+            raise UnknownPlatformError(platform, KNOWN_PLATFORMS)
     return runtime
 
 
@@ -318,19 +314,20 @@ def read_job_spec(data: Mapping[str, Any]) -> JobSpec:
     """Read a spec written by ``JobSpec.model_dump(mode="json")``, strictly.
 
     Raises:
-        ValueError: The version is not this release's, or the record is malformed.
+        RecordVersionError: The version is not this release's.
+        ValueError: The record is malformed (pydantic's ``ValidationError``).
 
     Example:
+        >>> from substrax.compute import read_job_spec
         >>> read_job_spec({"schema_version": 2})
         Traceback (most recent call last):
         ...
-        ValueError: job spec version 2 is not 4: submit and run with the same substrax release
+        substrax.compute.RecordVersionError: job spec version 2 is not 4: submit and run with the same substrax release
     """
     version = data.get("schema_version")
     if version != JOB_SPEC_VERSION:
-        raise ValueError(
-            f"job spec version {version!r} is not {JOB_SPEC_VERSION}: "
-            "submit and run with the same substrax release"
+        raise RecordVersionError(
+            "job spec", version, JOB_SPEC_VERSION, "submit and run with the same substrax release"
         )
     return JobSpec.model_validate_json(json.dumps(dict(data)), strict=True)
 
@@ -339,6 +336,8 @@ def example_tasks(paths: Iterable[Path], *, project: Path, timeout_seconds: floa
     """One task per example script, named after its path with dots for separators.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.compute import example_tasks
         >>> [t.name for t in example_tasks([Path("/p/examples/a/b.py")], project=Path("/p"), timeout_seconds=9)]
         ['examples.a.b']
     """

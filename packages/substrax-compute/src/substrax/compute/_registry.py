@@ -6,6 +6,7 @@ A provider registers a factory (``Callable[[Mapping[str, JsonValue]], ComputeBac
     mycloud = "my_package.backend:MyCloudBackend"
 
 Example:
+    >>> from substrax.compute import backend_names, load_backend
     >>> "local" in backend_names()
     True
     >>> load_backend("local").name
@@ -16,30 +17,14 @@ from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-from pydantic import JsonValue
-
-from .backend import ComputeBackend
+from ._backend import ComputeBackend
+from ._errors import BackendFactoryError, UnknownBackendError
+from ._records import JsonValue
 
 
 GROUP = "substrax.compute.backends"
 
 type Discover = Callable[..., Iterable[EntryPoint]]
-
-
-class UnknownBackendError(LookupError):
-    """No backend of that name is registered.
-
-    Attributes:
-        name: The name asked for.
-        known: The registered names.
-    """
-
-    def __init__(self, name: str, known: list[str]) -> None:
-        self.name, self.known = name, known
-        super().__init__(
-            f"no compute backend {name!r}; registered: {', '.join(known) or 'none'} "
-            f"(a provider registers one in the {GROUP!r} entry-point group)"
-        )
 
 
 def _entries(discover: Discover) -> dict[str, EntryPoint]:
@@ -61,16 +46,13 @@ def load_backend(
 
     Raises:
         UnknownBackendError: ``name`` is not registered.
-        TypeError: The factory returned something that is not a ``ComputeBackend``.
+        BackendFactoryError: The factory returned something that is not a ``ComputeBackend``.
     """
     entries = _entries(discover)
     if name not in entries:
-        raise UnknownBackendError(name, sorted(entries))
+        raise UnknownBackendError(name, sorted(entries), GROUP)
     factory: Any = entries[name].load()
     backend = factory(dict(settings or {}))
     if not isinstance(backend, ComputeBackend):
-        raise TypeError(
-            f"the {name!r} backend factory {entries[name].value} returned "
-            f"{type(backend).__name__}, which is not a ComputeBackend"
-        )
+        raise BackendFactoryError(name, entries[name].value, type(backend).__name__)
     return backend

@@ -16,6 +16,7 @@ project's ``.python-version``, else this interpreter's), ``ignore`` (more gitign
 out of the project copy) and ``state_dir``.
 
 Example:
+    >>> from substrax.compute import ModalBackend
     >>> ModalBackend({"outputs_volume": "demo-outputs"}).name
     'modal'
 """
@@ -27,17 +28,19 @@ import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, JsonValue
 
+from substrax.support import require
+
+from ._backend import RunHandle, RunState, backend_state_dir, new_run
+from ._config import parse_backend_settings
+from ._errors import MountNotConfiguredError, SecretNotSetError
 from ._files import inside
+from ._manifest import MANIFEST_NAME, read_manifest
+from ._spec import Component, JobSpec, Record
 from ._upload import UploadSet, collect_upload
-from .backend import RunHandle, RunState, backend_state_dir, new_run
-from .config import parse_backend_settings
-from .manifest import MANIFEST_NAME, read_manifest
-from .spec import Component, JobSpec, Record
 
 
 if TYPE_CHECKING:
@@ -60,14 +63,7 @@ class ModalSettings(Record):
     state_dir: str | None = None
 
 
-def _modal() -> ModuleType:
-    try:
-        import modal  # noqa: PLC0415 - optional SDK
-    except ImportError as error:
-        raise ImportError(
-            "the modal backend needs the Modal SDK: install it with `uv add 'substrax-compute[modal]'`"
-        ) from error
-    return modal
+_SDK = {"who": "the modal backend", "distribution": "substrax-compute", "extra": "modal"}
 
 
 def remote_worker(spec_json: str, run_id: str) -> int:
@@ -76,7 +72,7 @@ def remote_worker(spec_json: str, run_id: str) -> int:
     In a clustered function the rank and container addresses come from Modal's cluster info;
     ``JAX_COORDINATOR_ADDRESS``/``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID`` are set from them.
     """
-    modal = _modal()
+    modal = require("modal", **_SDK)
     spec = json.loads(spec_json)
     outputs = Path(OUTPUTS) / run_id
     outputs.mkdir(parents=True, exist_ok=True)
@@ -134,7 +130,7 @@ class ModalBackend:
         settings: The ``[tool.substrax.compute.backends.modal]`` table.
 
     Raises:
-        ValueError: ``outputs_volume`` is missing, or a setting is unknown or malformed.
+        ComputeConfigError: ``outputs_volume`` is missing, or a setting is unknown or malformed.
     """
 
     name = "modal"
@@ -153,7 +149,7 @@ class ModalBackend:
         return f"{sys.version_info.major}.{sys.version_info.minor}"
 
     def _volume(self, name: str) -> "modal.Volume":
-        return _modal().Volume.from_name(
+        return require("modal", **_SDK).Volume.from_name(
             name, environment_name=self.settings.environment, create_if_missing=True
         )
 
@@ -171,13 +167,14 @@ class ModalBackend:
         """Build the image, app and function for ``spec`` (no network is reached).
 
         Raises:
-            LookupError: A mount has no volume in the settings, or a secret is not set here.
+            MountNotConfiguredError: A mount has no volume in the settings.
+            SecretNotSetError: A secret the job names is not set here.
             UploadFileNotFoundError: A file in the job's ``include_files`` is not in the project.
         """
-        modal = _modal()
+        modal = require("modal", **_SDK)
         missing = [name for name in spec.secrets if name not in os.environ]
         if missing:
-            raise LookupError(f"secrets {', '.join(missing)} are not set in this environment")
+            raise SecretNotSetError(missing)
         upload = self.upload_set(spec, project=project)
         image = (
             modal.Image.debian_slim(python_version=self._python(project))
@@ -189,9 +186,11 @@ class ModalBackend:
         volumes: dict[str, Any] = {OUTPUTS: self._volume(self.settings.outputs_volume)}
         for mount in spec.mounts:
             if mount.name not in self.settings.volumes:
-                raise LookupError(
+                raise MountNotConfiguredError(
+                    mount.name,
                     f"mount {mount.name!r} has no Modal volume: set "
-                    f'backends.modal.volumes.{mount.name} = "<volume name>"'
+                    f'backends.modal.volumes.{mount.name} = "<volume name>"',
+                    f"backends.modal.volumes.{mount.name}",
                 )
             volume = self._volume(self.settings.volumes[mount.name])
             volumes[mount.path] = volume.read_only() if mount.access == "read-only" else volume
@@ -244,7 +243,7 @@ class ModalBackend:
         """Cancelled marker first; then whether the call is done; then the manifest."""
         if self._marker(handle).exists():
             return RunState.CANCELLED
-        modal = _modal()
+        modal = require("modal", **_SDK)
         call = modal.FunctionCall.from_id(handle.details["call_id"])
         try:
             call.get(timeout=0)
@@ -277,7 +276,7 @@ class ModalBackend:
         target.mkdir(parents=True, exist_ok=True)
         prefix = f"{handle.run_id}/"
         for entry in volume.listdir(handle.run_id, recursive=True):
-            if entry.type != _modal().volume.FileEntryType.FILE:
+            if entry.type != require("modal", **_SDK).volume.FileEntryType.FILE:
                 continue
             relative = entry.path.removeprefix("/").removeprefix(prefix)
             path = inside(target, relative)
@@ -292,4 +291,6 @@ class ModalBackend:
         marker = self._marker(handle)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
-        _modal().FunctionCall.from_id(handle.details["call_id"]).cancel(terminate_containers=True)
+        require("modal", **_SDK).FunctionCall.from_id(handle.details["call_id"]).cancel(
+            terminate_containers=True
+        )

@@ -19,11 +19,11 @@ Settings (``[tool.substrax.compute.backends.skypilot]``): ``outputs_bucket`` (``
 ``use_spot``, ``recover``, ``recovery_strategy``, ``max_restarts_on_errors``, ``state_dir``.
 
 Example:
+    >>> from substrax.compute import SkyPilotBackend
     >>> SkyPilotBackend({"outputs_bucket": "gs://my-outputs"}).name
     'skypilot'
 """
 
-import importlib
 import json
 import os
 import shlex
@@ -32,16 +32,18 @@ import subprocess
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, JsonValue, field_validator
 
+from substrax.support import require
+
+from ._backend import RunHandle, RunState, backend_state_dir, new_run
+from ._config import parse_backend_settings
+from ._errors import FetchToolNotFoundError, MountNotConfiguredError, SecretNotSetError
+from ._manifest import MANIFEST_NAME, read_manifest
+from ._spec import Component, JobSpec, Record
 from ._upload import UploadSet, collect_upload
-from .backend import RunHandle, RunState, backend_state_dir, new_run
-from .config import parse_backend_settings
-from .manifest import MANIFEST_NAME, read_manifest
-from .spec import Component, JobSpec, Record
 
 
 if TYPE_CHECKING:
@@ -55,25 +57,27 @@ SKYIGNORE = "# substrax-compute staged this workdir: every file here is uploaded
 """The ``.skyignore`` of a staged workdir: SkyPilot then applies no ``.gitignore`` of its own."""
 
 
-def _sky() -> ModuleType:
-    try:
-        with warnings.catch_warnings():
-            # SkyPilot's own modules use sqlalchemy 1.x and passlib APIs that warn on import.
-            warnings.filterwarnings(
-                "ignore", message=r"The ..declarative_base", category=DeprecationWarning
-            )
-            warnings.filterwarnings(
-                "ignore", message="'crypt' is deprecated", category=DeprecationWarning
-            )
-            import sky  # noqa: PLC0415 - optional SDK
+def _sky() -> Any:  # noqa: ANN401 - the SDK module
+    """SkyPilot with its jobs API, imported without the deprecation warnings its imports raise.
 
-            importlib.import_module("sky.jobs")
-    except ImportError as error:
-        raise ImportError(
-            "the skypilot backend needs SkyPilot: install it with "
-            "`uv add 'substrax-compute[skypilot]'`"
-        ) from error
-    return sky
+    Raises:
+        MissingExtraError: SkyPilot is not installed (the message names the extra).
+    """
+    with warnings.catch_warnings():
+        # SkyPilot's own modules use sqlalchemy 1.x and passlib APIs that warn on import.
+        warnings.filterwarnings(
+            "ignore", message=r"The ..declarative_base", category=DeprecationWarning
+        )
+        warnings.filterwarnings(
+            "ignore", message="'crypt' is deprecated", category=DeprecationWarning
+        )
+        sdk = {
+            "who": "the skypilot backend",
+            "distribution": "substrax-compute",
+            "extra": "skypilot",
+        }
+        require("sky.jobs", **sdk)
+        return require("sky", **sdk)
 
 
 class SkyPilotSettings(Record):
@@ -100,6 +104,8 @@ def setup_script(spec: JobSpec) -> str:
     """The setup commands: install uv when missing, then sync the locked project with extras.
 
     Example:
+        >>> from substrax.compute import JobSpec
+        >>> from substrax.compute._skypilot_backend import setup_script
         >>> spec = JobSpec.model_validate_json(
         ...     '{"name": "j", "timeout_seconds": 1, "extras": ["cuda12"],'
         ...     ' "tasks": [{"name": "t", "argv": ["python"], "timeout_seconds": 1}]}'
@@ -145,7 +151,7 @@ class SkyPilotBackend:
         settings: The ``[tool.substrax.compute.backends.skypilot]`` table.
 
     Raises:
-        ValueError: ``outputs_bucket`` is missing or not a bucket URI, or a setting is unknown.
+        ComputeConfigError: ``outputs_bucket`` is missing or not a bucket URI, or a setting is unknown.
     """
 
     name = "skypilot"
@@ -183,11 +189,12 @@ class SkyPilotBackend:
         The workdir is ``upload_dir(run_id)``, where ``stage`` copies the project's upload set.
 
         Raises:
-            LookupError: A mount has no bucket in the settings, or a secret is not set here.
+            MountNotConfiguredError: A mount has no bucket in the settings.
+            SecretNotSetError: A secret the job names is not set here.
         """
         missing = [name for name in spec.secrets if name not in os.environ]
         if missing:
-            raise LookupError(f"secrets {', '.join(missing)} are not set in this environment")
+            raise SecretNotSetError(missing)
         resources: dict[str, Any] = {"use_spot": self.settings.use_spot}
         if spec.resources.accelerator is not None:
             resources["accelerators"] = spec.resources.accelerator.label
@@ -207,9 +214,11 @@ class SkyPilotBackend:
         }
         for mount in spec.mounts:
             if mount.name not in self.settings.buckets:
-                raise LookupError(
+                raise MountNotConfiguredError(
+                    mount.name,
                     f"mount {mount.name!r} has no bucket: set backends.skypilot.buckets."
-                    f'{mount.name} = "gs://..."'
+                    f'{mount.name} = "gs://..."',
+                    f"backends.skypilot.buckets.{mount.name}",
                 )
             mode = "MOUNT" if mount.access == "read-only" else "MOUNT_CACHED"
             mounts[mount.path] = {"source": self.settings.buckets[mount.name], "mode": mode}
@@ -321,7 +330,7 @@ class SkyPilotBackend:
         else:
             argv = ["aws", "s3", "sync", source.replace("r2://", "s3://"), str(target)]
         if shutil.which(argv[0]) is None:
-            raise FileNotFoundError(f"fetching from {source} needs the `{argv[0]}` command")
+            raise FetchToolNotFoundError(argv[0], source)
         subprocess.run(argv, check=True, timeout=3600)
         return target
 

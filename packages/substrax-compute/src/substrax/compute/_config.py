@@ -5,6 +5,7 @@ Every refusal names the TOML path of the offending key::
     tool.substrax.compute.jobs.demo.resources.cpu: must be positive and finite, got -1
 
 Example:
+    >>> from substrax.compute._config import parse_compute_config
     >>> config = parse_compute_config(
     ...     {"jobs": {"demo": {"commands": {"hi": ["python", "-c", "print(1)"]}, "timeout_seconds": 60}}}
     ... )
@@ -19,8 +20,14 @@ from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, Field, JsonValue, ValidationError, model_validator
 
-from ._toml import ROOT_PATH, ComputeConfigError, read_toml, reason, toml_path
-from .spec import (
+from ._errors import (
+    ComputeConfigError,
+    ComputeTableMissingError,
+    JobNotFoundError,
+    ProjectFileNotFoundError,
+    SubstraxNotLockedError,
+)
+from ._spec import (
     Accelerator,
     Argv,
     Component,
@@ -37,6 +44,7 @@ from .spec import (
     example_tasks,
     jax_runtime,
 )
+from ._toml import ROOT_PATH, read_toml, reason, toml_path
 
 
 def _inside(value: str) -> str:
@@ -103,6 +111,7 @@ def parse_compute_config(table: Mapping[str, Any]) -> ComputeConfig:
         ComputeConfigError: Every unknown key and bad value, each with its TOML path.
 
     Example:
+        >>> from substrax.compute._config import parse_compute_config
         >>> parse_compute_config({"backend": "local", "colour": "red"})
         Traceback (most recent call last):
         ...
@@ -120,7 +129,10 @@ def parse_compute_config(table: Mapping[str, Any]) -> ComputeConfig:
             jax_runtime(job.runtime)
         except ValueError as error:
             text = str(error)
-            field = next((k for k in job.runtime if f".{k} " in text or f"{k!r}" in text), None)
+            field = next(
+                (k for k in job.runtime if any(n in text for n in (f".{k} ", f".{k}=", f"{k!r}"))),
+                None,
+            )
             if field is None and "XLA flag" in text and "xla_flags" in job.runtime:
                 field = "xla_flags"
             problems.append((f"{path}.{field}" if field else path, text))
@@ -138,6 +150,7 @@ def parse_backend_settings[M: BaseModel](
         ComputeConfigError: A key is unknown or a value is bad.
 
     Example:
+        >>> from substrax.compute._config import Record, parse_backend_settings
         >>> class S(Record):
         ...     region: str
         >>> parse_backend_settings(S, "mine", {})
@@ -157,29 +170,29 @@ def read_compute_config(project: Path) -> ComputeConfig:
     """Read ``[tool.substrax.compute]`` from ``project/pyproject.toml``.
 
     Raises:
-        FileNotFoundError: The project has no pyproject.toml.
+        ProjectFileNotFoundError: The project has no pyproject.toml.
         ConfigFileError: pyproject.toml is not valid TOML (the message names file, line, column).
-        LookupError: It has no ``[tool.substrax.compute]`` table.
+        ComputeTableMissingError: It has no ``[tool.substrax.compute]`` table.
         ComputeConfigError: A key is unknown or a value is bad (the message names its path).
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.compute import read_compute_config
         >>> read_compute_config(Path("/nonexistent"))
         Traceback (most recent call last):
         ...
-        FileNotFoundError: no pyproject.toml in /nonexistent: run from the project root or pass --project
+        substrax.compute.ProjectFileNotFoundError: no pyproject.toml in /nonexistent: run from the project root or pass --project
     """
     pyproject = project / "pyproject.toml"
     if not pyproject.is_file():
-        raise FileNotFoundError(
-            f"no pyproject.toml in {project}: run from the project root or pass --project"
+        raise ProjectFileNotFoundError(
+            pyproject,
+            f"no pyproject.toml in {project}: run from the project root or pass --project",
         )
     data = read_toml(pyproject)
     table = data.get("tool", {}).get("substrax", {}).get("compute")
     if table is None:
-        raise LookupError(
-            f"{pyproject} has no [{ROOT_PATH}] table; declare a job there, e.g. "
-            f'[{ROOT_PATH}.jobs.demo] with examples = ["examples"] and timeout_seconds = 600'
-        )
+        raise ComputeTableMissingError(pyproject, ROOT_PATH)
     return parse_compute_config(table)
 
 
@@ -193,11 +206,14 @@ def resolve_job(
     """Turn a configured job into the spec the worker runs (examples first, then commands).
 
     Raises:
-        KeyError: No job of that name; the message lists the configured ones.
-        FileNotFoundError: An examples directory does not exist or holds no script, or a name in
+        JobNotFoundError: No job of that name; the message lists the configured ones.
+        ProjectFileNotFoundError: An examples directory does not exist or holds no script, or a name in
             ``include_files`` is not a file in the project.
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.compute import resolve_job
+        >>> from substrax.compute._config import parse_compute_config
         >>> config = parse_compute_config(
         ...     {"jobs": {"j": {"commands": {"hi": ["python", "-V"]}, "timeout_seconds": 9}}}
         ... )
@@ -206,8 +222,7 @@ def resolve_job(
     """
     job = config.jobs.get(name)
     if job is None:
-        known = ", ".join(sorted(config.jobs)) or "none"
-        raise KeyError(f"no job {name!r} in [{ROOT_PATH}.jobs]; configured: {known}")
+        raise JobNotFoundError(name, sorted(config.jobs), ROOT_PATH)
     task_timeout = job.task_timeout_seconds or job.timeout_seconds
     tasks: list[Task] = []
     if job.examples:
@@ -216,17 +231,21 @@ def resolve_job(
         for directory in job.examples:
             root = project / directory
             if not root.is_dir():
-                raise FileNotFoundError(
-                    f"{ROOT_PATH}.jobs.{name}.examples: directory {directory!r} is not in {project}"
+                raise ProjectFileNotFoundError(
+                    root,
+                    f"{ROOT_PATH}.jobs.{name}.examples: directory {directory!r} is not in {project}",
                 )
             scripts = discover_examples(root)
             if not scripts:
-                raise FileNotFoundError(f"{root} holds no example script (*.py)")
+                raise ProjectFileNotFoundError(
+                    root, f"{root} holds no example script (*.py); add one or fix `examples`"
+                )
             tasks += example_tasks(scripts, project=project, timeout_seconds=task_timeout)
     for included in job.include_files:
         if not (project / included).is_file():
-            raise FileNotFoundError(
-                f"{ROOT_PATH}.jobs.{name}.include_files: {included!r} is not a file in {project}"
+            raise ProjectFileNotFoundError(
+                project / included,
+                f"{ROOT_PATH}.jobs.{name}.include_files: {included!r} is not a file in {project}",
             )
     tasks += [
         Task(name=task, argv=argv, timeout_seconds=task_timeout)
@@ -255,20 +274,22 @@ def require_locked_substrax(project: Path) -> str:
     """The substrax-compute version the project's ``uv.lock`` pins (``"editable"`` for a path).
 
     Raises:
-        FileNotFoundError: The project has no uv.lock (run ``uv lock``).
+        ProjectFileNotFoundError: The project has no uv.lock (run ``uv lock``).
         ConfigFileError: uv.lock is not valid TOML.
-        LookupError: substrax-compute is not in the lock (``uv add substrax-compute``).
+        SubstraxNotLockedError: substrax-compute is not in the lock (``uv add substrax-compute``).
 
     Example:
+        >>> from pathlib import Path
+        >>> from substrax.compute._config import require_locked_substrax
         >>> require_locked_substrax(Path("/nonexistent"))
         Traceback (most recent call last):
         ...
-        FileNotFoundError: no uv.lock in /nonexistent: run `uv lock` so the job runs what you tested
+        substrax.compute.ProjectFileNotFoundError: no uv.lock in /nonexistent: run `uv lock` so the job runs what you tested
     """
     lock = project / "uv.lock"
     if not lock.is_file():
-        raise FileNotFoundError(
-            f"no uv.lock in {project}: run `uv lock` so the job runs what you tested"
+        raise ProjectFileNotFoundError(
+            lock, f"no uv.lock in {project}: run `uv lock` so the job runs what you tested"
         )
     packages = read_toml(lock).get("package", [])
     for wanted in ("substrax-compute", "substrax"):
@@ -278,6 +299,4 @@ def require_locked_substrax(project: Path) -> str:
                 if {"editable", "path", "directory", "virtual"} & set(source):
                     return "editable"
                 return str(package.get("version", "unknown"))
-    raise LookupError(
-        f"substrax-compute is not in {lock}: `uv add substrax-compute` so the worker can run"
-    )
+    raise SubstraxNotLockedError(lock)

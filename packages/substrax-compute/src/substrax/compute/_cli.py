@@ -1,0 +1,378 @@
+"""``substrax-compute``: run a project's jobs and look after their runs.
+
+Exit codes (the substrax convention): 0 success; 1 the run did not succeed, or a backend's
+operation failed; 2 the command was refused (bad arguments, a bad config, an unknown job, run
+or backend, a missing file or SDK, a file where a directory must be), printed as one line
+``substrax-compute: error: <reason>``. ``--json`` prints JSON instead of a table.
+
+``status`` and ``list`` read only the run store and, for ``status``, the local backend's files:
+they import no pydantic, so they start quickly.
+
+Example::
+
+    uv run substrax-compute run demo                 # submit, follow, fetch
+    uv run substrax-compute run demo --dry-run       # what would be uploaded; submits nothing
+    uv run substrax-compute run demo --detach
+    uv run substrax-compute status --json
+    uv run substrax-compute fetch demo-20260101T000000Z-abc123 --into ./outputs
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from substrax.support import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommandFailedError,
+    MissingExtraError,
+    add_json_flag,
+    emit,
+    format_table,
+    print_table,
+    run_command,
+)
+
+from ._backend import (
+    STATE_DIR_ENV,
+    ComputeBackend,
+    RunHandle,
+    RunState,
+    RunStore,
+    default_state_dir,
+)
+from ._display import follow
+from ._paths import require_directory
+from ._registry import load_backend
+
+
+if TYPE_CHECKING:
+    from ._spec import JobSpec
+    from ._upload import UploadSet
+
+
+PROG = "substrax-compute"
+DEFAULT_BACKEND = "local"
+
+# Refused commands (exit 2): bad input of every kind, each error a subclass of one of these.
+_USAGE: tuple[type[BaseException], ...] = (
+    LookupError,
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    MissingExtraError,
+)
+# Failed operations (exit 1): a backend's command or the file system failed.
+_FAILURES: tuple[type[BaseException], ...] = (OSError, subprocess.SubprocessError)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Run a project's jobs on local, modal or skypilot."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="submit a job; follow it and fetch its outputs")
+    run.add_argument("job")
+    run.add_argument("--backend", help="a registered backend (default: the configured one)")
+    run.add_argument("--accelerator", help="KIND or KIND:N, e.g. H100:8")
+    run.add_argument("--project", type=Path, default=Path(), help="the project root")
+    run.add_argument("--detach", action="store_true", help="return once submitted")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the files that would be uploaded; submit nothing",
+    )
+    run.add_argument("--into", type=Path, help="fetch the outputs here")
+    add_json_flag(run)
+    status = commands.add_parser("status", help="the state of one run or of every run")
+    status.add_argument("run", nargs="?")
+    add_json_flag(status)
+    logs = commands.add_parser("logs", help="a run's log")
+    logs.add_argument("run")
+    logs.add_argument("--follow", action="store_true")
+    fetch = commands.add_parser("fetch", help="copy a run's outputs to this machine")
+    fetch.add_argument("run")
+    fetch.add_argument("--into", type=Path, help="default: the state directory, never the project")
+    cancel = commands.add_parser("cancel", help="stop a run")
+    cancel.add_argument("run")
+    add_json_flag(commands.add_parser("list", help="the runs submitted from this machine"))
+    return parser
+
+
+def _checked(backend: ComputeBackend) -> ComputeBackend:
+    """``backend``, refused when its ``state_dir`` (if it has one) is a file or under one."""
+    state_dir: object = getattr(backend, "state_dir", None)
+    if isinstance(state_dir, Path):
+        require_directory(
+            state_dir,
+            what=f"the {backend.name} backend's state_dir",
+            fix=f"set [tool.substrax.compute.backends.{backend.name}] state_dir to a directory",
+        )
+    return backend
+
+
+def _backend_for(handle: RunHandle) -> ComputeBackend:
+    return _checked(load_backend(handle.backend, handle.settings))
+
+
+def _state_dir() -> Path:
+    """The state directory, refused when a file stands where it must be."""
+    if os.environ.get(STATE_DIR_ENV):
+        what, fix = (
+            f"the state directory (${STATE_DIR_ENV})",
+            f"point ${STATE_DIR_ENV} at a directory",
+        )
+    else:
+        what, fix = "the state directory", f"set ${STATE_DIR_ENV} to a directory"
+    state = require_directory(default_state_dir(), what=what, fix=fix)
+    return require_directory(state / "compute", what=what, fix=fix)
+
+
+def _fetch_root(into: Path | None) -> Path:
+    if into is None:
+        return _state_dir() / "fetched"
+    return require_directory(
+        into.resolve(), what="--into", fix="pass a directory (it is created when missing)"
+    )
+
+
+def _upload_data(upload: "UploadSet") -> dict[str, Any]:
+    return {
+        "root": str(upload.root),
+        "source": upload.source,
+        "files": [
+            {"file": file, "bytes": size}
+            for file, size in zip(upload.files, upload.sizes, strict=True)
+        ],
+        "total_bytes": upload.total_bytes,
+        "held_back": list(upload.held_back),
+    }
+
+
+def _dry_run(
+    name: str, backend: ComputeBackend, spec: "JobSpec", project: Path, *, as_json: bool
+) -> int:
+    from ._upload import UPLOAD_IGNORE_FILE, UploadsProject, human_size  # noqa: PLC0415
+
+    tasks = [task.name for task in spec.tasks]
+    data: dict[str, Any] = {"job": spec.name, "backend": name, "tasks": tasks, "submitted": False}
+    out = sys.stdout
+    if not isinstance(backend, UploadsProject):
+        data["upload"] = None
+        text = (
+            f"Job {spec.name} on {name}: {len(tasks)} task(s): {', '.join(tasks)}\n"
+            f"The {name} backend uploads nothing; it runs the job in {project}.\n"
+            "Dry run: nothing was submitted."
+        )
+        emit(data, text, as_json=as_json)
+        return EXIT_OK
+    upload = backend.upload_set(spec, project=project)
+    data["upload"] = _upload_data(upload)
+    if as_json:
+        emit(data, "", as_json=True)
+        return EXIT_OK
+    out.write(f"Job {spec.name} on {name}: {len(tasks)} task(s): {', '.join(tasks)}\n")
+    rows = [[human_size(size), file] for file, size in zip(upload.files, upload.sizes, strict=True)]
+    print_table(["size", "file"], rows)
+    rules = (
+        "what git would track"
+        if upload.source == "git"
+        else "git listed no file: a walk honouring the project's .gitignore files"
+    )
+    out.write(
+        f"Would upload {len(upload.files)} file(s), {human_size(upload.total_bytes)} "
+        f"({upload.total_bytes} bytes) from {upload.root} ({rules}, less {UPLOAD_IGNORE_FILE})\n"
+    )
+    if upload.held_back:
+        out.write(
+            f"Held back as secrets: {', '.join(upload.held_back)} "
+            "(name one in the job's include_files to upload it)\n"
+        )
+    out.write("Dry run: nothing was submitted.\n")
+    return EXIT_OK
+
+
+def _summary(outputs: Sequence[str]) -> str:
+    """Top-level files by name and directories with their file counts.
+
+    Example:
+        >>> from substrax.compute._cli import _summary
+        >>> _summary(["plot.png", "ckpt/1/a", "ckpt/1/b"])
+        'plot.png, ckpt/ (2 files)'
+    """
+    counts: dict[str, int] = {}
+    for path in outputs:
+        head, sep, _ = path.partition("/")
+        key = f"{head}/" if sep else head
+        counts[key] = counts.get(key, 0) + 1
+    shown = [
+        k if not k.endswith("/") else f"{k} ({n} file{'s' * (n != 1)})" for k, n in counts.items()
+    ]
+    return ", ".join(shown) or "-"
+
+
+def _report(handle: RunHandle, state: RunState, fetched: Path, *, as_json: bool) -> None:
+    from ._environment import node_outputs  # noqa: PLC0415
+    from ._manifest import MANIFEST_NAME, read_manifest  # noqa: PLC0415
+    from ._supervisor import describe_status  # noqa: PLC0415
+
+    data: dict[str, Any] = {
+        "run": handle.run_id,
+        "backend": handle.backend,
+        "job": handle.job,
+        "state": str(state),
+        "outputs": str(fetched),
+        "tasks": [],
+        "failed_node": None,
+    }
+    lines: list[str] = []
+    path = fetched / MANIFEST_NAME
+    if path.is_file():
+        manifest = read_manifest(path)
+        data["tasks"] = [
+            {
+                "task": t.name,
+                "status": str(t.status),
+                "returncode": t.returncode,
+                "seconds": t.seconds,
+                "outputs": list(t.outputs),
+                "where": str(fetched / t.name),
+            }
+            for t in manifest.tasks
+        ]
+        rows = [
+            [t.name, str(t.status), f"{t.seconds:.1f}s", _summary(t.outputs), str(fetched / t.name)]
+            for t in manifest.tasks
+        ]
+        lines.append(format_table(["task", "status", "time", "outputs", "where"], rows))
+        if manifest.failed_node is not None:
+            node, code = manifest.failed_node, manifest.failed_node_status
+            data["failed_node"] = {"node": node, "status": code}
+            how = "" if code is None else f" ({describe_status(code)})"
+            lines.append(
+                f"Node {node} of {manifest.nodes} failed first{how}; the other nodes were "
+                f"stopped. Its logs: {node_outputs(fetched, node)}"
+            )
+    lines.append(f"{handle.run_id} {state}; outputs in {fetched}")
+    emit(data, "\n".join(lines), as_json=as_json)
+
+
+def _run(args: argparse.Namespace, store: RunStore) -> int:
+    from ._config import read_compute_config, require_locked_substrax, resolve_job  # noqa: PLC0415
+    from ._spec import parse_accelerator  # noqa: PLC0415
+
+    project = args.project.resolve()
+    fetch_root = _fetch_root(args.into)
+    config = read_compute_config(project)
+    name = args.backend or config.backend or DEFAULT_BACKEND
+    accelerator = parse_accelerator(args.accelerator) if args.accelerator else None
+    spec = resolve_job(config, args.job, project=project, accelerator=accelerator)
+    backend = _checked(load_backend(name, config.backends.get(name, {})))
+    if name != "local" or spec.extras:
+        require_locked_substrax(project)
+    if args.dry_run:
+        return _dry_run(name, backend, spec, project, as_json=args.json)
+    handle = backend.submit(spec, project=project)
+    store.save(handle)
+    # With --json, stdout holds only the JSON; what people read goes to stderr.
+    notes: TextIO = sys.stderr if args.json else sys.stdout
+    notes.write(f"Submitted {handle.run_id} to {name}.\n")
+    if args.detach:
+        notes.write(f"Follow it with: substrax-compute logs {handle.run_id} --follow\n")
+        if args.json:
+            emit({"run": handle.run_id, "backend": name, "job": spec.name}, "", as_json=True)
+        return EXIT_OK
+    notes.flush()
+    follow(backend.logs(handle, follow=True), stream=notes)
+    state = backend.status(handle)
+    while not state.is_final:
+        time.sleep(0.2)
+        state = backend.status(handle)
+    fetched = backend.fetch(handle, fetch_root)
+    _report(handle, state, fetched, as_json=args.json)
+    return EXIT_OK if state is RunState.SUCCEEDED else EXIT_FAILED
+
+
+def _status(run: str | None, store: RunStore, *, as_json: bool) -> int:
+    handles = [store.load(run)] if run else store.handles()
+    rows: list[list[str]] = []
+    for handle in handles:
+        state = _backend_for(handle).status(handle)
+        rows.append([handle.run_id, handle.backend, handle.job, str(state)])
+    headers = ["run", "backend", "job", "state"]
+    if as_json:
+        emit([dict(zip(headers, row, strict=True)) for row in rows], "", as_json=True)
+    else:
+        print_table(headers, rows)
+    failed = {str(RunState.FAILED), str(RunState.CANCELLED)}
+    return EXIT_FAILED if run and rows[0][3] in failed else EXIT_OK
+
+
+def _list(store: RunStore, *, as_json: bool) -> int:
+    handles = store.handles()
+    if as_json:
+        data = [
+            {
+                "run": h.run_id,
+                "backend": h.backend,
+                "job": h.job,
+                "submitted_at": h.submitted_at.isoformat(),
+            }
+            for h in handles
+        ]
+        emit(data, "", as_json=True)
+        return EXIT_OK
+    rows = [
+        [h.run_id, h.backend, h.job, h.submitted_at.strftime("%Y-%m-%d %H:%M:%S")] for h in handles
+    ]
+    print_table(["run", "backend", "job", "submitted (UTC)"], rows)
+    return EXIT_OK
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    store = RunStore(_state_dir() / "runs")
+    if args.command == "run":
+        return _run(args, store)
+    if args.command == "status":
+        return _status(args.run, store, as_json=args.json)
+    if args.command == "list":
+        return _list(store, as_json=args.json)
+    handle = store.load(args.run)
+    backend = _backend_for(handle)
+    if args.command == "logs":
+        lines = backend.logs(handle, follow=args.follow)
+        if args.follow:
+            follow(lines)
+        else:
+            sys.stdout.writelines(f"{line}\n" for line in lines)
+        return EXIT_OK
+    if args.command == "fetch":
+        sys.stdout.write(f"{backend.fetch(handle, _fetch_root(args.into))}\n")
+        return EXIT_OK
+    backend.cancel(handle)
+    state = backend.status(handle)
+    sys.stdout.write(f"{handle.run_id} {state}\n")
+    if state is not RunState.CANCELLED and not state.is_final:
+        raise CommandFailedError(f"{handle.run_id} is still {state} after cancel; retry cancel")
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0, 1 or 2).
+
+    Example:
+        >>> import contextlib, io
+        >>> from substrax.compute._cli import main
+        >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+        ...     main(["logs", "../nowhere"])
+        2
+        >>> err.getvalue().startswith("substrax-compute: error: no run '../nowhere'")
+        True
+    """
+    args = _parser().parse_args(argv)
+    return run_command(PROG, lambda: _dispatch(args), usage=_USAGE, failures=_FAILURES)

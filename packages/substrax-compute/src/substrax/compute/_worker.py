@@ -1,0 +1,165 @@
+r"""The worker every backend runs (``python -m substrax.compute.worker --spec S --project P --outputs O``).
+
+It probes the devices in a child, then runs each task in order from the project root with the
+job's JAX settings and ``AVITAI_OUTPUT_DIR=<outputs>/<task>``, writes the task's logs there,
+enforces timeouts, keeps going after a failed task and rewrites ``manifest.json`` atomically
+after every task. It never imports jax itself. SIGTERM (``cancel``) kills the running task's
+process group at once; ``STOP_SIGNAL`` (SIGUSR1, how the local supervisor stops the surviving
+nodes of a multi-node job) sends it SIGTERM and SIGKILL only after ``STOP_GRACE_SECONDS`` (30 s),
+so the task can run its peer-failure hook and flush its logs.
+
+Example:
+    >>> import sys, tempfile
+    >>> from substrax.compute import JobSpec, Task, run_job
+    >>> from pathlib import Path
+    >>> spec = JobSpec(name="j", probe_devices=False, timeout_seconds=60,
+    ...                tasks=(Task(name="t", argv=("python", "-c", "print(42)"), timeout_seconds=60),))
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     out = Path(directory) / "outputs"
+    ...     run_job(spec, project=Path(directory), outputs=out, echo=False).succeeded
+    ...     (out / "t" / "stdout.log").read_text().strip()
+    True
+    '42'
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from substrax.support import EXIT_FAILED, EXIT_OK, UsageError, run_command
+
+from ._environment import EVENT_PREFIX, NODE_RANK_ENV, node_outputs
+from ._manifest import MANIFEST_NAME, JobManifest, TaskOutcome, write_manifest
+from ._runner import STOP_SIGNAL, TaskRunner
+from ._spec import JobSpec, read_job_spec
+
+
+PROG = "python -m substrax.compute.worker"
+
+
+def _event(echo: bool, text: str) -> None:
+    if echo:
+        sys.stdout.write(f"{EVENT_PREFIX}{text}\n")
+        sys.stdout.flush()
+
+
+def run_job(
+    spec: JobSpec,
+    *,
+    project: Path,
+    outputs: Path,
+    echo: bool = True,
+    python: str = sys.executable,
+    node: int = 0,
+    runner_hook: Callable[["TaskRunner"], None] | None = None,
+) -> JobManifest:
+    """Run every task of ``spec`` and return the final manifest (also written to disk).
+
+    Args:
+        spec: The job.
+        project: The project root every task runs from.
+        outputs: The run's output root (node 0 writes here, node N under ``nodes/N``).
+        echo: Echo task output with a ``[task]`` prefix, and progress events, to stdout.
+        python: The interpreter a leading ``python`` in a task's argv means.
+        node: This node's rank in a multi-node job.
+        runner_hook: Called with the runner before the first task (the CLI installs its
+            signal handlers through it).
+
+    Returns:
+        The manifest, ``finished`` unless the run was cancelled.
+    """
+    root = node_outputs(outputs, node).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    runner = TaskRunner(spec, project=project.resolve(), root=root, echo=echo, python=python)
+    if runner_hook is not None:
+        runner_hook(runner)
+    manifest_path = root / MANIFEST_NAME
+    manifest = JobManifest(job=spec.name, node=node, nodes=spec.nodes)
+    write_manifest(manifest_path, manifest)
+    deadline = time.monotonic() + spec.timeout_seconds
+    if spec.probe_devices:
+        _event(echo, "probing devices")
+        manifest = dataclasses.replace(manifest, devices=runner.probe())
+    outcomes: list[TaskOutcome] = []
+    for index, task in enumerate(spec.tasks, start=1):
+        _event(echo, f"task {task.name} started ({index}/{len(spec.tasks)})")
+        budget = min(task.timeout_seconds, deadline - time.monotonic())
+        outcome = runner.run_task(task, budget)
+        outcomes.append(outcome)
+        _event(
+            echo,
+            f"task {task.name} {outcome.status} ({index}/{len(spec.tasks)}) {outcome.seconds:.1f}s",
+        )
+        manifest = dataclasses.replace(manifest, tasks=tuple(outcomes))
+        write_manifest(manifest_path, manifest)
+        if runner.cancelled:
+            return manifest
+    manifest = dataclasses.replace(manifest, finished=True)
+    write_manifest(manifest_path, manifest)
+    _event(echo, f"job {spec.name} {'succeeded' if manifest.succeeded else 'failed'}")
+    return manifest
+
+
+def _default_node() -> int:
+    for name in (NODE_RANK_ENV, "JAX_PROCESS_ID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Run a job's tasks on this node.")
+    parser.add_argument("--spec", type=Path, required=True, help="the job spec (spec.json)")
+    parser.add_argument("--project", type=Path, required=True, help="the project root")
+    parser.add_argument("--outputs", type=Path, required=True, help="the run's output root")
+    parser.add_argument("--node-rank", type=int, default=None, help="this node's rank")
+    return parser
+
+
+def _read_spec(path: Path) -> JobSpec:
+    """The spec in ``path``; an unreadable or invalid one is a usage error (exit 2)."""
+    try:
+        return read_job_spec(json.loads(path.read_text()))
+    except (OSError, ValueError) as error:
+        reason = str(error).replace("\n", "; ")
+        raise UsageError(f"--spec {path}: {reason}") from error
+
+
+def _run(args: argparse.Namespace) -> int:
+    spec = _read_spec(args.spec)
+    node = _default_node() if args.node_rank is None else args.node_rank
+
+    def install(runner: TaskRunner) -> None:
+        def on_term(signum: int, frame: object) -> None:  # noqa: ARG001
+            runner.cancel()
+
+        def on_stop(signum: int, frame: object) -> None:  # noqa: ARG001
+            runner.stop()
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(STOP_SIGNAL, on_stop)
+
+    manifest = run_job(
+        spec, project=args.project, outputs=args.outputs, node=node, runner_hook=install
+    )
+    if not manifest.finished:
+        return 128 + signal.SIGTERM
+    return EXIT_OK if manifest.succeeded else EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker from the command line.
+
+    Returns:
+        0 when every task succeeded, 1 when one did not, 2 for bad arguments or an unreadable
+        or invalid spec (``python -m substrax.compute.worker: error: ...``), and 128 + SIGTERM
+        when the run was cancelled.
+    """
+    args = _parser().parse_args(argv)
+    return run_command(PROG, lambda: _run(args))
