@@ -49,6 +49,7 @@ def test_version_is_the_meta_packages() -> None:
 
 def test_parts_are_reached_as_attributes() -> None:
     assert substrax.records.__name__ == "substrax.records"
+    assert substrax.runtime.__name__ == "substrax.runtime"
     assert "mesh" in dir(substrax)
 
 
