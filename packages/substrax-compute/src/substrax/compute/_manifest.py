@@ -228,8 +228,8 @@ def write_manifest(path: Path, manifest: JobManifest) -> None:
     Example:
         >>> import tempfile
         >>> from pathlib import Path
-        >>> from substrax.compute import JobManifest, read_manifest
-        >>> from substrax.compute._manifest import MANIFEST_NAME, write_manifest
+        >>> from substrax.compute import MANIFEST_NAME, JobManifest, read_manifest
+        >>> from substrax.compute._manifest import write_manifest
         >>> with tempfile.TemporaryDirectory() as directory:
         ...     target = Path(directory) / MANIFEST_NAME
         ...     write_manifest(target, JobManifest(job="j"))
