@@ -319,3 +319,76 @@ def test_dry_run_on_modal_lists_the_upload_and_holds_back_secrets(project, capsy
     assert "Held back as secrets: .env, id_ed25519 (name one in the job's include_files" in out
     assert "Dry run: nothing was submitted." in out
     assert RunStore().handles() == []
+
+
+def test_json_output_of_status_list_and_a_dry_run(project, capsys):
+    assert main(["run", "ok", "--detach", "--json"]) == 0
+    captured = capsys.readouterr()
+    submitted = json.loads(captured.out)
+    run_id = submitted["run"]
+    assert submitted == {"run": run_id, "backend": "local", "job": "ok"}
+    assert f"Submitted {run_id} to local." in captured.err
+    assert main(["logs", run_id, "--follow"]) == 0
+    capsys.readouterr()
+    assert main(["status", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"run": run_id, "backend": "local", "job": "ok", "state": "succeeded"}
+    ]
+    assert main(["list", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["run"], listed["job"]) == (run_id, "ok")
+    assert listed["submitted_at"].startswith(RunStore().load(run_id).submitted_at.isoformat()[:19])
+    assert main(["run", "ok", "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "job": "ok",
+        "backend": "local",
+        "tasks": ["writes"],
+        "submitted": False,
+        "upload": None,
+    }
+
+
+def test_run_with_json_prints_the_report_as_json_and_the_log_on_stderr(project, capsys):
+    assert main(["run", "bad", "--json", "--into", str(project.parent / "mine")]) == 1
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["state"] == "failed"
+    assert [(t["task"], t["status"], t["returncode"]) for t in report["tasks"]] == [
+        ("fails", "failed", 4),
+        ("writes", "succeeded", 0),
+    ]
+    assert "[writes] hello from the task" in captured.err
+
+
+def test_status_reads_runs_without_importing_pydantic(project):
+    import os
+    import subprocess
+    import sys
+
+    assert main(["run", "ok"]) == 0
+    code = (
+        "import sys; from substrax.compute.cli import main; code = main(['status']); "
+        "heavy = [m for m in ('pydantic', 'pathspec', 'jax') if m in sys.modules]; "
+        "print(heavy, file=sys.stderr); sys.exit(code or bool(heavy))"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=os.environ,
+        cwd=project,
+    )
+    assert child.returncode == 0, child.stderr
+    assert re.search(r"\s+local\s+ok\s+succeeded", child.stdout), child.stdout
+    assert child.stderr.strip() == "[]"
+
+
+def test_bad_arguments_exit_2_with_the_error_line(project, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--no-such-flag"])
+    assert exited.value.code == 2
+    assert "substrax-compute: error: " in capsys.readouterr().err
+    assert main(["cancel", "no-such-run"]) == 2
+    assert capsys.readouterr().err.startswith("substrax-compute: error: no run 'no-such-run' in ")

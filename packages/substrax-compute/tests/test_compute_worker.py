@@ -217,6 +217,33 @@ def test_worker_command_line_exit_codes(tmp_path):
         assert child.returncode == expected, child.stderr
 
 
+@pytest.mark.parametrize(
+    ("spec_text", "says"),
+    [
+        (None, "No such file"),
+        ("{not json", "Expecting property name"),
+        ('{"schema_version": 2}', "job spec version 2 is not 4"),
+    ],
+)
+def test_worker_refuses_a_bad_spec_with_exit_2_and_one_line(tmp_path, spec_text, says):
+    spec_path = tmp_path / "spec.json"
+    if spec_text is not None:
+        spec_path.write_text(spec_text)
+    child = subprocess.run(
+        [
+            sys.executable, "-m", "substrax.compute.worker", "--spec", str(spec_path),
+            "--project", str(tmp_path), "--outputs", str(tmp_path / "o"),
+        ],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert child.returncode == 2, child.stderr
+    assert child.stderr.startswith(
+        f"python -m substrax.compute.worker: error: --spec {spec_path}: "
+    ), child.stderr
+    assert says in child.stderr
+    assert child.stderr.count("\n") == 1, child.stderr
+
+
 def test_spec_of_another_version_is_refused(tmp_path):
     data = _spec(_task("t", "print(1)")).model_dump(mode="json")
     assert read_job_spec(data).tasks[0].name == "t"
