@@ -297,6 +297,35 @@ def test_plot_refuses_a_directory_without_a_file_log(tmp_path, capsys):
     assert "holds no *.metrics.jsonl file" in line
 
 
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ('{"time": 0, "step": 1, "value": 0.5}', "no 'name' field"),
+        ('{"time": 0, "step": 1, "name": "loss", "value": "high"}', "'high' is neither"),
+        ("[1, 2]", "has no attribute 'get'"),
+    ],
+)
+def test_a_file_log_line_that_is_no_metric_is_named_with_its_number(tmp_path, capsys, line, reason):
+    from substrax.tracking import FileLogValueError
+    from substrax.tracking._cli import main
+
+    log = tmp_path / "run.metrics.jsonl"
+    log.write_text('{"time": 0, "step": 0, "name": "loss", "value": 1.0}\n' + line + "\n")
+    with pytest.raises(ValueError, match=reason) as caught:
+        read_scalars(log)
+    assert isinstance(caught.value, FileLogValueError)
+    assert (caught.value.path, caught.value.line) == (log, 2)
+    assert main(["plot", str(tmp_path)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert error.startswith(f"python -m substrax.tracking: error: line 2 of {str(log)!r} is not")
+
+
+@pytest.mark.parametrize("flush_every", [-1.0, math.nan])
+def test_file_logger_refuses_a_flush_interval_that_is_not_seconds(tmp_path, flush_every):
+    with pytest.raises(ValueError, match="flush_every="):
+        FileLogger("run", tmp_path, flush_every=flush_every)
+
+
 def test_the_file_log_is_strict_json_and_reads_back_non_finite_floats(tmp_path):
     with FileLogger("strict", tmp_path) as logger:
         logger.log_scalars({"a": math.nan, "b": math.inf, "c": -math.inf, "d": 1.5}, step=0)

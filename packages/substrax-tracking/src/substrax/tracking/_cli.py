@@ -32,7 +32,7 @@ from substrax.support import (
     run_command,
 )
 
-from ._errors import NoFileLogError, NotASpoolError, SpoolNotFoundError
+from ._errors import FileLogValueError, NoFileLogError, NotASpoolError, SpoolNotFoundError
 from ._plot import plot_log_dir
 from ._replay import ReplayResult, run_replay
 from ._spool import SpoolFile
@@ -182,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             SpoolNotFoundError,
             NotASpoolError,
             NoFileLogError,
+            FileLogValueError,
             MissingExtraError,
             PermissionError,
         ),

@@ -192,19 +192,23 @@ class ProcessIndexVariableError(ValueError):
 
 
 class FileLogValueError(ValueError):
-    """A value in a file log is neither a number nor one of ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
+    """A line of a file log (``*.metrics.jsonl``) is JSON but not a metric :class:`FileLogger` wrote.
 
     Attributes:
-        value: the value read.
+        path: the file.
+        line: the line's number, from 1.
+        reason: what is wrong with it (a missing field, a value that is not a number).
     """
 
     __module__ = "substrax.tracking"
 
-    def __init__(self, value: object) -> None:
-        self.value = value
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
         super().__init__(
-            f"{value!r} is not a number of a substrax file log; the file was not written by "
-            "FileLogger, or was edited by hand"
+            f"line {line} of {str(path)!r} is not a metric of a substrax file log ({reason}); "
+            "pass a *.metrics.jsonl that a FileLogger wrote, or remove that line"
         )
 
 

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from substrax.support import install_hint, write_atomically
+from substrax.support import check_seconds, install_hint, optional, write_atomically
 
 from ._base import Logger, as_scalar, check_metric_name, histogram_summary, safe_name
-from ._errors import FileLogValueError, LoggerClosedError
+from ._errors import LoggerClosedError
 from ._media import save_image
 
 
@@ -80,7 +80,7 @@ def decode_number(value: Any) -> float:
     """A value of the file log as a float: a number, or one of the strings of :data:`NON_FINITE`.
 
     Raises:
-        FileLogValueError: ``value`` is neither (a ``ValueError``).
+        ValueError: ``value`` is neither.
 
     Example:
         >>> from substrax.tracking._file import decode_number
@@ -91,7 +91,7 @@ def decode_number(value: Any) -> float:
         return float(value)
     if isinstance(value, str) and value in NON_FINITE:
         return NON_FINITE[value]
-    raise FileLogValueError(value)
+    raise ValueError(f"{value!r} is neither a number nor one of {sorted(NON_FINITE)}")
 
 
 class FileLogger(Logger):
@@ -147,7 +147,7 @@ class FileLogger(Logger):
         self.hparams_json = self.log_dir / f"{stem}.hparams.json"
         self.text_jsonl = self.log_dir / f"{stem}.text.jsonl"
         self.histograms_jsonl = self.log_dir / f"{stem}.histograms.jsonl"
-        self.flush_every = float(flush_every)
+        self.flush_every = check_seconds("flush_every", flush_every)
         self._jsonl: TextIO | None = None
         self._csv: TextIO | None = None
         self._last_flush = time.time()
@@ -235,9 +235,7 @@ class FileLogger(Logger):
         return folder / f"{self.stem}.{safe_name(name)}{step_part}{index_part}{suffix}"
 
     def _pyplot_missing(self) -> bool:
-        try:
-            import matplotlib  # noqa: F401, PLC0415  # pyright: ignore[reportUnusedImport]
-        except ImportError:
+        if optional("matplotlib") is None:
             if not self._warned_plots:
                 self._warned_plots = True
                 _logger.warning(

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from substrax.support import optional
+
 
 __all__ = ["save_image"]
 
@@ -29,9 +31,8 @@ def save_image(stem: Path, image: Any) -> Path:
     array = np.asarray(image)
     if array.ndim == _COLOR and array.shape[-1] == 1:
         array = array[..., 0]
-    try:
-        from matplotlib import image as mpimage  # noqa: PLC0415
-    except ImportError:
+    mpimage = optional("matplotlib.image")
+    if mpimage is None:
         path = stem.parent / f"{stem.name}.npy"
         np.save(path, array)
         return path

@@ -11,7 +11,7 @@ from pathlib import Path
 from substrax.support import require, write_atomically
 
 from ._base import safe_name
-from ._errors import NoFileLogError
+from ._errors import FileLogValueError, NoFileLogError
 from ._file import decode_number
 
 
@@ -23,7 +23,12 @@ _MARKERS_BELOW = 50
 def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, float]]]:
     r"""The ``(step, value)`` series of each metric in a ``*.metrics.jsonl`` file (lines without a step are numbered).
 
-    Values written as ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` come back as floats.
+    Values written as ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` come back as floats. A line
+    that is not JSON (cut short by a crash) is skipped.
+
+    Raises:
+        FileLogValueError: a line is JSON but not a metric (no name or value, a value that is
+            not a number); a ``ValueError``.
 
     Example:
         >>> import tempfile, pathlib
@@ -43,10 +48,15 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
                 entry = json.loads(line)
             except json.JSONDecodeError:  # a line cut short by a crash
                 continue
-            step = entry.get("step")
-            series.setdefault(entry["name"], []).append(
-                (number if step is None else int(step), decode_number(entry["value"]))
-            )
+            try:
+                step = entry.get("step")
+                name = entry["name"]
+                point = (number if step is None else int(step), decode_number(entry["value"]))
+            except KeyError as error:
+                raise FileLogValueError(Path(path), number + 1, f"no {error} field") from None
+            except (AttributeError, TypeError, ValueError) as error:
+                raise FileLogValueError(Path(path), number + 1, str(error)) from None
+            series.setdefault(name, []).append(point)
     return series
 
 
@@ -64,6 +74,7 @@ def plot_log_dir(
 
     Raises:
         NoFileLogError: ``log_dir`` holds no ``*.metrics.jsonl`` file (a ``FileNotFoundError``).
+        FileLogValueError: a line of one is not a metric (a ``ValueError``).
         MissingExtraError: matplotlib is not installed (the ``plots`` extra; an ``ImportError``).
     """
     figure_type = require(
