@@ -46,8 +46,6 @@ HANDLE_VERSION = 2
 class RunState(StrEnum):
     """Where a run stands."""
 
-    __module__ = "substrax.compute"
-
     PENDING = "pending"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -81,8 +79,6 @@ class RunHandle:
         >>> RunHandle.from_json(handle.to_json()) == handle
         True
     """
-
-    __module__ = "substrax.compute"
 
     schema_version: Literal[2] = HANDLE_VERSION
     run_id: str

@@ -35,8 +35,6 @@ MANIFEST_NAME = "manifest.json"
 class TaskStatus(StrEnum):
     """How one task ended."""
 
-    __module__ = "substrax.compute"
-
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     TIMED_OUT = "timed-out"
@@ -52,8 +50,6 @@ class RunDevices:
         >>> RunDevices.from_dict({"platform": "cpu", "kinds": ["cpu"], "count": 8}).count
         8
     """
-
-    __module__ = "substrax.compute"
 
     platform: str
     kinds: tuple[str, ...]
@@ -80,8 +76,6 @@ class RunDevices:
 class TaskOutcome:
     """One task's result; ``outputs`` lists its files relative to its directory, logs excluded."""
 
-    __module__ = "substrax.compute"
-
     name: str
     argv: tuple[str, ...]
     status: TaskStatus
@@ -99,8 +93,6 @@ class JobManifest:
     (``failed_node``) and its worker's exit status (``failed_node_status``; negative: killed
     by that signal).
     """
-
-    __module__ = "substrax.compute"
 
     schema_version: Literal[4] = MANIFEST_VERSION
     job: str
