@@ -30,6 +30,7 @@ MANIFEST_VERSION = 4
 """The version of ``manifest.json`` this release writes and reads."""
 
 MANIFEST_NAME = "manifest.json"
+"""The manifest's file name: in a node's output root, and in a fetched run's directory."""
 
 
 class TaskStatus(StrEnum):

@@ -1,5 +1,8 @@
 """The job spec: the one record a backend hands to the worker, strict and versioned.
 
+The field validators raise plain ``ValueError``, as pydantic asks: pydantic gathers them into
+one ``ValidationError``, which the config reader turns into ``ComputeConfigError`` with paths.
+
 Example:
     >>> from substrax.compute import JobSpec, Task, read_job_spec
     >>> spec = JobSpec(
