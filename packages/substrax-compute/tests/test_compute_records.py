@@ -1,0 +1,133 @@
+"""The records compute writes for itself (run handles, manifests), read strictly without pydantic."""
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from substrax.compute import (
+    JobManifest,
+    RecordFormatError,
+    RecordVersionError,
+    RunDevices,
+    RunHandle,
+    RunNotFoundError,
+    RunStore,
+    TaskOutcome,
+    TaskStatus,
+    read_manifest,
+)
+from substrax.compute.cli import main
+
+
+def _manifest() -> JobManifest:
+    outcome = TaskOutcome(
+        name="t", argv=("python", "t.py"), status=TaskStatus.FAILED, returncode=3, seconds=1.5,
+        outputs=("plot.png",),
+    )  # fmt: skip
+    return JobManifest(
+        job="j",
+        nodes=2,
+        tasks=(outcome,),
+        finished=True,
+        devices=RunDevices(platform="cpu", kinds=("cpu",), count=8),
+        failed_node=1,
+        failed_node_status=-9,
+    )
+
+
+def test_a_manifest_round_trips_through_its_file(tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(_manifest().to_dict()))
+    assert read_manifest(path) == _manifest()
+    assert json.loads(path.read_text())["tasks"][0]["status"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"colour": "red"}, "unknown field(s) 'colour'"),
+        ({"finished": 1}, "field 'finished' is int 1, not bool"),
+        ({"node": True}, "field 'node' is bool True, not int"),
+        ({"job": None}, "field 'job' is NoneType None, not str"),
+        ({"tasks": [{"name": "t"}]}, "missing field(s) 'argv', 'returncode', 'seconds', 'status'"),
+        (
+            {"devices": {"platform": "cpu", "kinds": "cpu", "count": 1}},
+            "field 'kinds' is str 'cpu', not list",
+        ),
+    ],
+)
+def test_a_malformed_manifest_is_refused_naming_the_field(tmp_path, change, says):
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({**_manifest().to_dict(), **change}))
+    with pytest.raises(RecordFormatError) as caught:
+        read_manifest(path)
+    assert says in str(caught.value)
+    assert caught.value.source == path
+    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, TypeError)
+
+
+def test_a_manifest_of_another_version_or_not_an_object_is_refused(tmp_path):
+    with pytest.raises(RecordVersionError) as caught:
+        read_manifest({**_manifest().to_dict(), "schema_version": 3})
+    assert (caught.value.found, caught.value.expected) == (3, 4)
+    path = tmp_path / "manifest.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(RecordFormatError, match="holds list, not an object"):
+        read_manifest(path)
+
+
+def test_a_handle_written_by_pydantic_before_still_reads(tmp_path):
+    text = json.dumps(
+        {
+            "schema_version": 2,
+            "run_id": "j-20260101T000000Z-abcdef",
+            "backend": "local",
+            "job": "j",
+            "project": "/p",
+            "submitted_at": "2026-01-01T00:00:00.123456Z",
+            "details": {"pid": "1"},
+            "settings": {"state_dir": "/s", "mounts": {"d": "/data"}},
+        }
+    )
+    handle = RunHandle.from_json(text)
+    assert handle.submitted_at == datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=UTC)
+    assert handle.settings == {"state_dir": "/s", "mounts": {"d": "/data"}}
+    assert RunHandle.from_json(handle.to_json()) == handle
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", "not JSON"),
+        ('{"schema_version": 1}', "missing field(s)"),
+        (
+            '{"schema_version": 2, "run_id": "a", "backend": "local", "job": "j", "project": "/p",'
+            ' "submitted_at": "yesterday"}',
+            "submitted_at 'yesterday' is not an ISO time",
+        ),
+        (
+            '{"schema_version": 2, "run_id": "a", "backend": "local", "job": "j", "project": "/p",'
+            ' "submitted_at": "2026-01-01T00:00:00Z", "details": {"pid": 1}}',
+            "field 'details' is {'pid': 1}, not an object of strings",
+        ),
+    ],
+)
+def test_a_malformed_handle_is_refused(text, says):
+    with pytest.raises(RecordFormatError) as caught:
+        RunHandle.from_json(text, source="h.json")
+    assert says in str(caught.value)
+
+
+def test_a_corrupted_handle_file_makes_status_exit_2_naming_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(tmp_path))
+    store = RunStore()
+    store.root.mkdir(parents=True)
+    (store.root / "j-1.json").write_text('{"schema_version": 2')
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"substrax-compute: error: {store.root / 'j-1.json'}: not JSON"), err
+    with pytest.raises(RunNotFoundError) as caught:
+        store.load("j-2")
+    assert (caught.value.run_id, caught.value.root) == ("j-2", store.root)
