@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TextIO
 
 from substrax.support import (
     EXIT_FAILED,
@@ -33,7 +33,6 @@ from substrax.support import (
     MissingExtraError,
     add_json_flag,
     emit,
-    format_table,
     print_table,
     run_command,
 )
@@ -49,11 +48,7 @@ from ._backend import (
 from ._display import follow
 from ._paths import require_directory
 from ._registry import load_backend
-
-
-if TYPE_CHECKING:
-    from ._spec import JobSpec
-    from ._upload import UploadSet
+from ._report import dry_run, report
 
 
 PROG = "substrax-compute"
@@ -141,127 +136,6 @@ def _fetch_root(into: Path | None) -> Path:
     )
 
 
-def _upload_data(upload: "UploadSet") -> dict[str, Any]:
-    return {
-        "root": str(upload.root),
-        "source": upload.source,
-        "files": [
-            {"file": file, "bytes": size}
-            for file, size in zip(upload.files, upload.sizes, strict=True)
-        ],
-        "total_bytes": upload.total_bytes,
-        "held_back": list(upload.held_back),
-    }
-
-
-def _dry_run(
-    name: str, backend: ComputeBackend, spec: "JobSpec", project: Path, *, as_json: bool
-) -> int:
-    from ._upload import UPLOAD_IGNORE_FILE, UploadsProject, human_size  # noqa: PLC0415
-
-    tasks = [task.name for task in spec.tasks]
-    data: dict[str, Any] = {"job": spec.name, "backend": name, "tasks": tasks, "submitted": False}
-    out = sys.stdout
-    if not isinstance(backend, UploadsProject):
-        data["upload"] = None
-        text = (
-            f"Job {spec.name} on {name}: {len(tasks)} task(s): {', '.join(tasks)}\n"
-            f"The {name} backend uploads nothing; it runs the job in {project}.\n"
-            "Dry run: nothing was submitted."
-        )
-        emit(data, text, as_json=as_json)
-        return EXIT_OK
-    upload = backend.upload_set(spec, project=project)
-    data["upload"] = _upload_data(upload)
-    if as_json:
-        emit(data, "", as_json=True)
-        return EXIT_OK
-    out.write(f"Job {spec.name} on {name}: {len(tasks)} task(s): {', '.join(tasks)}\n")
-    rows = [[human_size(size), file] for file, size in zip(upload.files, upload.sizes, strict=True)]
-    print_table(["size", "file"], rows)
-    rules = (
-        "what git would track"
-        if upload.source == "git"
-        else "git listed no file: a walk honouring the project's .gitignore files"
-    )
-    out.write(
-        f"Would upload {len(upload.files)} file(s), {human_size(upload.total_bytes)} "
-        f"({upload.total_bytes} bytes) from {upload.root} ({rules}, less {UPLOAD_IGNORE_FILE})\n"
-    )
-    if upload.held_back:
-        out.write(
-            f"Held back as secrets: {', '.join(upload.held_back)} "
-            "(name one in the job's include_files to upload it)\n"
-        )
-    out.write("Dry run: nothing was submitted.\n")
-    return EXIT_OK
-
-
-def _summary(outputs: Sequence[str]) -> str:
-    """Top-level files by name and directories with their file counts.
-
-    Example:
-        >>> from substrax.compute._cli import _summary
-        >>> _summary(["plot.png", "ckpt/1/a", "ckpt/1/b"])
-        'plot.png, ckpt/ (2 files)'
-    """
-    counts: dict[str, int] = {}
-    for path in outputs:
-        head, sep, _ = path.partition("/")
-        key = f"{head}/" if sep else head
-        counts[key] = counts.get(key, 0) + 1
-    shown = [
-        k if not k.endswith("/") else f"{k} ({n} file{'s' * (n != 1)})" for k, n in counts.items()
-    ]
-    return ", ".join(shown) or "-"
-
-
-def _report(handle: RunHandle, state: RunState, fetched: Path, *, as_json: bool) -> None:
-    from ._environment import node_outputs  # noqa: PLC0415
-    from ._manifest import MANIFEST_NAME, read_manifest  # noqa: PLC0415
-    from ._supervisor import describe_status  # noqa: PLC0415
-
-    data: dict[str, Any] = {
-        "run": handle.run_id,
-        "backend": handle.backend,
-        "job": handle.job,
-        "state": str(state),
-        "outputs": str(fetched),
-        "tasks": [],
-        "failed_node": None,
-    }
-    lines: list[str] = []
-    path = fetched / MANIFEST_NAME
-    if path.is_file():
-        manifest = read_manifest(path)
-        data["tasks"] = [
-            {
-                "task": t.name,
-                "status": str(t.status),
-                "returncode": t.returncode,
-                "seconds": t.seconds,
-                "outputs": list(t.outputs),
-                "where": str(fetched / t.name),
-            }
-            for t in manifest.tasks
-        ]
-        rows = [
-            [t.name, str(t.status), f"{t.seconds:.1f}s", _summary(t.outputs), str(fetched / t.name)]
-            for t in manifest.tasks
-        ]
-        lines.append(format_table(["task", "status", "time", "outputs", "where"], rows))
-        if manifest.failed_node is not None:
-            node, code = manifest.failed_node, manifest.failed_node_status
-            data["failed_node"] = {"node": node, "status": code}
-            how = "" if code is None else f" ({describe_status(code)})"
-            lines.append(
-                f"Node {node} of {manifest.nodes} failed first{how}; the other nodes were "
-                f"stopped. Its logs: {node_outputs(fetched, node)}"
-            )
-    lines.append(f"{handle.run_id} {state}; outputs in {fetched}")
-    emit(data, "\n".join(lines), as_json=as_json)
-
-
 def _run(args: argparse.Namespace, store: RunStore) -> int:
     from ._config import read_compute_config, require_locked_substrax, resolve_job  # noqa: PLC0415
     from ._spec import parse_accelerator  # noqa: PLC0415
@@ -276,7 +150,7 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
     if name != "local" or spec.extras:
         require_locked_substrax(project)
     if args.dry_run:
-        return _dry_run(name, backend, spec, project, as_json=args.json)
+        return dry_run(name, backend, spec, project, as_json=args.json)
     handle = backend.submit(spec, project=project)
     store.save(handle)
     # With --json, stdout holds only the JSON; what people read goes to stderr.
@@ -294,7 +168,7 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
         time.sleep(0.2)
         state = backend.status(handle)
     fetched = backend.fetch(handle, fetch_root)
-    _report(handle, state, fetched, as_json=args.json)
+    report(handle, state, fetched, as_json=args.json)
     return EXIT_OK if state is RunState.SUCCEEDED else EXIT_FAILED
 
 
