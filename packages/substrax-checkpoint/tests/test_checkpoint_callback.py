@@ -1,8 +1,11 @@
+import sys
+
 import numpy as np
 import pytest
 from flax import nnx
 
 from substrax.checkpoint import CheckpointCallback, OrbaxCheckpointStore
+from substrax.support import MissingExtraError
 
 
 class Trainer:
@@ -72,3 +75,13 @@ def test_callback_validation(store_dir):
     with pytest.raises(ValueError, match="every_n_steps"):
         CheckpointCallback(OrbaxCheckpointStore(store_dir), every_n_steps=0)
     assert np.isfinite(1.0)
+
+
+def test_saving_the_model_without_flax_names_the_extra(store_dir, monkeypatch):
+    monkeypatch.setitem(sys.modules, "flax.nnx", None)  # flax.nnx cannot be imported
+    with OrbaxCheckpointStore(store_dir) as store:
+        callback = CheckpointCallback(store)
+        with pytest.raises(MissingExtraError, match=r"substrax-runtime\[nnx\]") as error:
+            callback.on_epoch_end(Trainer(), 0, {"loss": 1.0})
+        assert "pass items=" in str(error.value)
+        assert store.list_steps() == []

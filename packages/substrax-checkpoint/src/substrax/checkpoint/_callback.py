@@ -4,19 +4,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from substrax.support import check_int
+from substrax.support import check_int, require
 
 from ._protocol import CheckpointStore, PyTree
 
 
 def _model_items(trainer: object) -> dict[str, PyTree]:
-    try:
-        from flax import nnx  # noqa: PLC0415 - flax is optional for substrax-checkpoint
-    except ImportError as error:  # pragma: no cover - flax is in the dev environment
-        raise ImportError(
-            "CheckpointCallback without items= saves nnx.state(trainer.model) and needs flax; "
-            "install it with `uv add flax` or pass items=lambda trainer: {...}"
-        ) from error
+    """``nnx.state(trainer.model)``; flax is optional for substrax-checkpoint (``MissingExtraError``)."""
+    nnx = require(
+        "flax.nnx",
+        who="CheckpointCallback without items= (pass items= to save something else)",
+        distribution="substrax-runtime",
+        extra="nnx",
+    )
     return {"model": nnx.state(getattr(trainer, "model"))}  # noqa: B009 - any trainer with .model
 
 
