@@ -259,6 +259,25 @@ def test_importing_tracking_imports_no_jax_and_no_sdk():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_importing_tracking_loads_each_name_on_first_use():
+    code = (
+        "import sys, substrax.tracking as tracking\n"
+        "loaded = lambda: sorted(m for m in sys.modules if m.startswith('substrax.tracking.'))\n"
+        "assert loaded() == [], loaded()\n"
+        "assert tracking.FileLogger.__module__ == 'substrax.tracking._file'\n"
+        "assert 'substrax.tracking._mlflow' not in loaded(), loaded()\n"
+        "assert set(tracking.__all__) <= set(dir(tracking))\n"
+        "assert all(getattr(tracking, name) is not None for name in tracking.__all__)\n"
+        "try:\n"
+        "    tracking.NoSuchName\n"
+        "except AttributeError as error:\n"
+        "    assert 'NoSuchName' in str(error)\n"
+        "else:\n"
+        "    raise AssertionError('no AttributeError')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_plot_command_renders_png_and_html(tmp_path, capsys):
     with FileLogger("run", tmp_path) as logger:
         for step in range(5):

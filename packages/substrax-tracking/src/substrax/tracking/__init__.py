@@ -4,7 +4,9 @@ Every logger has one surface (``log_scalar``, ``log_scalars``/``log_metrics``,
 ``log_hyperparams``, ``log_text``, ``log_image``, ``log_histogram``, ``close``). The W&B and
 MLflow loggers send from a background thread, never stall the step, and keep what they could
 not deliver in a spool file (``python -m substrax.tracking replay SPOOL``). Importing this
-module imports neither jax nor any backend SDK.
+module imports neither jax nor any backend SDK, nor anything else: each name is loaded from its
+module when first used (PEP 562). Every name users import comes from here; the only public
+submodule is the ``python -m substrax.tracking`` entry, ``substrax.tracking.__main__``.
 
 Example:
     >>> import io, tempfile
@@ -17,36 +19,77 @@ Example:
     ...     logger.close()
 """
 
-from ._base import Logger as Logger
-from ._console import ConsoleLogger as ConsoleLogger
-from ._errors import (
-    EmptyMetricNameError as EmptyMetricNameError,
-    FileLogValueError as FileLogValueError,
-    ImageShapeError as ImageShapeError,
-    InvalidLoggerNameError as InvalidLoggerNameError,
-    LoggedTypeError as LoggedTypeError,
-    LoggerClosedError as LoggerClosedError,
-    MetricOverflowError as MetricOverflowError,
-    NoFileLogError as NoFileLogError,
-    NoLoggerSelectedError as NoLoggerSelectedError,
-    NotALoggerError as NotALoggerError,
-    NotASpoolError as NotASpoolError,
-    ProcessIndexVariableError as ProcessIndexVariableError,
-    SpoolNotFoundError as SpoolNotFoundError,
-    UnknownBackendError as UnknownBackendError,
-    UploadNotFoundError as UploadNotFoundError,
-)
-from ._factory import create_logger as create_logger
-from ._file import FileLogger as FileLogger
-from ._mlflow import MLFlowLogger as MLFlowLogger
-from ._multi import MultiLogger as MultiLogger
-from ._plot import plot_log_dir as plot_log_dir, read_scalars as read_scalars
-from ._process import current_process_index as current_process_index
-from ._remote import RemoteLogger as RemoteLogger
-from ._replay import ReplayResult as ReplayResult, replay_spool as replay_spool
-from ._tensorboard import TensorBoardLogger as TensorBoardLogger
-from ._wandb import WandbLogger as WandbLogger
+import importlib
+from typing import TYPE_CHECKING, Any
 
+
+if TYPE_CHECKING:
+    from ._base import Logger as Logger
+    from ._console import ConsoleLogger as ConsoleLogger
+    from ._errors import (
+        EmptyMetricNameError as EmptyMetricNameError,
+        FileLogValueError as FileLogValueError,
+        ImageShapeError as ImageShapeError,
+        InvalidLoggerNameError as InvalidLoggerNameError,
+        LoggedTypeError as LoggedTypeError,
+        LoggerClosedError as LoggerClosedError,
+        MetricOverflowError as MetricOverflowError,
+        NoFileLogError as NoFileLogError,
+        NoLoggerSelectedError as NoLoggerSelectedError,
+        NotALoggerError as NotALoggerError,
+        NotASpoolError as NotASpoolError,
+        ProcessIndexVariableError as ProcessIndexVariableError,
+        SpoolNotFoundError as SpoolNotFoundError,
+        UnknownBackendError as UnknownBackendError,
+        UploadNotFoundError as UploadNotFoundError,
+    )
+    from ._factory import create_logger as create_logger
+    from ._file import FileLogger as FileLogger
+    from ._mlflow import MLFlowLogger as MLFlowLogger
+    from ._multi import MultiLogger as MultiLogger
+    from ._plot import plot_log_dir as plot_log_dir, read_scalars as read_scalars
+    from ._process import current_process_index as current_process_index
+    from ._remote import RemoteLogger as RemoteLogger
+    from ._replay import ReplayResult as ReplayResult, replay_spool as replay_spool
+    from ._tensorboard import TensorBoardLogger as TensorBoardLogger
+    from ._wandb import WandbLogger as WandbLogger
+
+
+# Each public name and the private module that defines it.
+_HOMES: dict[str, str] = {
+    "Logger": "_base",
+    "ConsoleLogger": "_console",
+    **dict.fromkeys(
+        (
+            "EmptyMetricNameError",
+            "FileLogValueError",
+            "ImageShapeError",
+            "InvalidLoggerNameError",
+            "LoggedTypeError",
+            "LoggerClosedError",
+            "MetricOverflowError",
+            "NoFileLogError",
+            "NoLoggerSelectedError",
+            "NotALoggerError",
+            "NotASpoolError",
+            "ProcessIndexVariableError",
+            "SpoolNotFoundError",
+            "UnknownBackendError",
+            "UploadNotFoundError",
+        ),
+        "_errors",
+    ),
+    "create_logger": "_factory",
+    "FileLogger": "_file",
+    "MLFlowLogger": "_mlflow",
+    "MultiLogger": "_multi",
+    **dict.fromkeys(("plot_log_dir", "read_scalars"), "_plot"),
+    "current_process_index": "_process",
+    "RemoteLogger": "_remote",
+    **dict.fromkeys(("ReplayResult", "replay_spool"), "_replay"),
+    "TensorBoardLogger": "_tensorboard",
+    "WandbLogger": "_wandb",
+}
 
 __all__ = [
     "ConsoleLogger",
@@ -79,3 +122,16 @@ __all__ = [
     "read_scalars",
     "replay_spool",
 ]
+
+
+def __getattr__(name: str) -> Any:  # noqa: ANN401  (any of the public names)
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
