@@ -16,7 +16,8 @@ from substrax.checkpoint import (
     CheckpointWaitTimeoutError,
     OrbaxCheckpointStore,
 )
-from substrax.checkpoint._cli import _verify_step, main
+from substrax.checkpoint._cli import main
+from substrax.checkpoint._verify import verify_step
 
 
 def _tree(root):
@@ -164,8 +165,8 @@ def test_a_step_whose_directory_goes_while_it_is_read_is_not_found(store_dir):
                 read(2)
             assert (error.value.step, error.value.deleted, error.value.available) == (2, True, (1,))
             assert "was deleted while it was read" in str(error.value)
-        assert _verify_step(store, 2) is None  # verify reports it deleted, not FAILED
-        assert _verify_step(store, 1) == []
+        assert verify_step(store, 2) is None  # verify reports it deleted, not FAILED
+        assert verify_step(store, 1) == []
         (store_dir / "gone-2").rename(store_dir / "2")
 
 

@@ -18,7 +18,6 @@ from substrax.support import (
 )
 
 from ._errors import (
-    CheckpointCorruptError,
     CheckpointLockedError,
     CheckpointNotFoundError,
     CheckpointNotWrittenError,
@@ -27,13 +26,13 @@ from ._errors import (
     CheckpointWriteError,
     UpgradeDestinationError,
 )
-from ._formats import read_step
 from ._logging import quiet_orbax_notices
 from ._metadata import CheckpointMetadata
 from ._paths import check_store_directory
 from ._retention import RetentionPolicy
 from ._store import OrbaxCheckpointStore
 from ._upgrade import upgrade_checkpoints
+from ._verify import verify_step
 
 
 PROG: Final = "python -m substrax.checkpoint"
@@ -118,77 +117,11 @@ def _show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _failure(item: str | None, leaf: str | None, error: BaseException) -> dict[str, Any]:
-    corrupt = isinstance(error, CheckpointCorruptError)  # its own words, not its type
-    words = str(error) if corrupt else f"{type(error).__name__}: {error}"
-    return {"item": item, "leaf": leaf, "error": words}
-
-
-def _dtype_failures(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]]:
-    """Leaves whose dtype in the step's dtypes record differs from their array's own metadata."""
-    stored = store.describe(step)
-    try:
-        record = read_step(store.directory / str(step), step)
-    except (OSError, ValueError) as error:
-        if not (store.directory / str(step)).is_dir():
-            raise CheckpointNotFoundError(
-                step=step, directory=store.directory, deleted=True
-            ) from error
-        return []  # reading the metadata record failed, and was reported
-    failures: list[dict[str, Any]] = []
-    for item, saved in (record.dtypes or {}).items():
-        actual = {leaf.path: leaf.dtype for leaf in stored.get(item, [])}
-        for leaf, dtype in saved.items():
-            found = actual.get(leaf)
-            if found is None or found.startswith("key<") or found == dtype:
-                continue
-            failures.append(
-                {
-                    "item": item,
-                    "leaf": leaf,
-                    "error": f"the step's dtypes record says {dtype} but the array's metadata "
-                    f"says {found}: one of them was changed on disk; restore an earlier step",
-                }
-            )
-    return failures
-
-
-def _verify_step(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]] | None:
-    """Read every item of ``step`` back (checksums checked); one entry per item that failed.
-
-    None when the step was deleted while it was verified (a live writer's retention).
-    """
-    try:
-        items = store.read_metadata(step).items
-    except CheckpointNotFoundError:
-        return None
-    except Exception as error:
-        return [_failure(None, None, error)]
-    failures: list[dict[str, Any]] = []
-    try:
-        for item in items:
-            try:
-                store.restore(step, items=(item,), cast_dtypes=True)
-            except CheckpointNotFoundError:
-                raise
-            except CheckpointCorruptError as error:
-                failures.append(_failure(error.item, error.leaf, error))
-            except Exception as error:
-                failures.append(_failure(item, None, error))
-        failures += _dtype_failures(store, step)
-    except CheckpointNotFoundError:
-        return None
-    except Exception as error:
-        failures.append(_failure(None, None, error))
-    unique = {(f["item"], f["leaf"], f["error"]): f for f in failures}  # one damaged dtypes record
-    return list(unique.values())
-
-
 def _verify(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
         for step in store.list_steps():
-            failures = _verify_step(store, step)
+            failures = verify_step(store, step)
             status = "deleted" if failures is None else "FAILED" if failures else "ok"
             failures = failures or []
             first = failures[0] if failures else {"item": None, "leaf": None, "error": None}
