@@ -203,6 +203,14 @@ def test_metadata_record_is_strict():
         CheckpointMetadata.from_dict({k: v for k, v in data.items() if k != "format"})
     with pytest.raises(ValueError, match="unknown checkpoint item"):
         CheckpointMetadata(step=1, items=("weights",))
+    with pytest.raises(ValueError, match="step=-1 must be an integer >= 0"):
+        CheckpointMetadata(step=-1, items=("model",))
+    with pytest.raises(ValueError, match="epoch=-2 must be an integer >= 0"):
+        CheckpointMetadata(step=1, epoch=-2, items=("model",))
+    with pytest.raises(TypeError, match="metric 'loss'=True must be a finite number, not bool"):
+        CheckpointMetadata(step=1, items=("model",), metrics={"loss": True})
+    with pytest.raises(ValueError, match="metric 'loss'=inf must be a finite number; records"):
+        CheckpointMetadata(step=1, items=("model",), metrics={"loss": float("inf")})
     assert Producer.from_dict({"name": "a", "version": "1"}) == Producer(name="a", version="1")
 
 

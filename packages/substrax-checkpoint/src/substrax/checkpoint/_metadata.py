@@ -3,12 +3,12 @@
 import datetime
 import functools
 import importlib.metadata
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from substrax.records import UNKNOWN_FIELDS_REFUSED, read_record
+from substrax.support import check_float, check_int
 from substrax.typing import JsonValue
 
 from ._errors import UnsupportedCheckpointError
@@ -82,19 +82,18 @@ class CheckpointMetadata:
     created_at: str = field(default_factory=_utc_now)
 
     def __post_init__(self) -> None:
-        if self.step < 0:
-            raise ValueError(f"step must be >= 0, got {self.step}")
-        if self.epoch is not None and self.epoch < 0:
-            raise ValueError(f"epoch must be >= 0 or None, got {self.epoch}")
+        check_int("step", self.step, minimum=0)
+        if self.epoch is not None:
+            check_int("epoch", self.epoch, minimum=0)
         check_item_names(self.items)
         for name, value in self.metrics.items():
-            if isinstance(value, bool) or not isinstance(cast(object, value), int | float):
-                raise TypeError(f"metric {name!r} must be a number, got {value!r}")
-            if not math.isfinite(value):
+            try:
+                check_float(f"metric {name!r}", value)
+            except ValueError as error:
                 raise ValueError(
-                    f"metric {name!r} is {value}; records hold finite numbers only, so leave it "
-                    "out (or put str(value) in extra)"
-                )
+                    f"{error}; records hold finite numbers only, so leave it out "
+                    "(or put str(value) in extra)"
+                ) from None
         check_extra(self.extra)
 
     def to_dict(self) -> dict[str, Any]:
