@@ -61,6 +61,8 @@ def test_prune_by_retention(store_dir, capsys):
     args = ["prune", "--json", str(store_dir), "--max-to-keep", "1", "--keep-best", "1"]
     assert main([*args, "--best-metric", "loss", "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out)["deleted"] == [1, 3]
+    assert main([*args, "--best-metric", "loss", "--best-mode", "max", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["deleted"] == [2, 3]
     assert main([*args, "--best-metric", "loss"]) == 0
     assert json.loads(capsys.readouterr().out)["kept"] == [2, 4]
     with OrbaxCheckpointStore(store_dir) as store:

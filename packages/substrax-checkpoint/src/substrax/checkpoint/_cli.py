@@ -10,6 +10,7 @@ from typing import Any, Final
 from substrax.support import (
     EXIT_FAILED,
     EXIT_OK,
+    Mode,
     UsageError,
     add_json_flag,
     emit,
@@ -221,7 +222,7 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("--max-to-keep", type=int, default=None)
     prune.add_argument("--keep-best", type=int, default=0)
     prune.add_argument("--best-metric", default=None)
-    prune.add_argument("--best-mode", choices=("min", "max"), default="min")
+    prune.add_argument("--best-mode", choices=[mode.value for mode in Mode], default=Mode.MIN.value)
     prune.add_argument("--keep-every", type=int, default=None)
     prune.add_argument("--dry-run", action="store_true")
     upgrade = command("upgrade", "copy a store (any readable format) into the current format")
