@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,83 @@ def test_every_raise_beyond_a_bad_argument_uses_a_substrax_error() -> None:
         hit for source in SOURCES for path in source.rglob("*.py") for hit in _raised_builtins(path)
     ]
     assert raised == []
+
+
+# Module paths that are an interface: entry points, ``python -m`` targets, the pytest plugin, and
+# the import paths substrax 0.1.22 documented (../shared/reference).
+INTERFACE_MODULES = {
+    "substrax.testing.compute",
+    "substrax.checkpoint.__main__",
+    "substrax.tracking.__main__",
+    "substrax.runtime.managed_env",
+    "substrax.compute.cli",
+    "substrax.compute.worker",
+    "substrax.compute.spec",
+    "substrax.compute.backend",
+    "substrax.compute.registry",
+    "substrax.testing.pytest_plugin",
+    "substrax.testing.compiles",
+}
+
+
+def _public_modules() -> set[str]:
+    found: set[str] = set()
+    for source in SOURCES:
+        for path in source.rglob("*.py"):
+            parts = path.relative_to(source.parent).with_suffix("").parts
+            if path.name != "__init__.py" and not any(
+                p.startswith("_") and p != "__main__" for p in parts
+            ):
+                found.add(".".join(parts))
+    return found
+
+
+def test_public_module_paths_are_only_interfaces_and_say_so() -> None:
+    public = _public_modules()
+    assert public - INTERFACE_MODULES == set()
+    for name in sorted(INTERFACE_MODULES):
+        source = ROOT.joinpath(
+            *next(
+                s
+                for s in SOURCES
+                if (s.parent / name.replace(".", "/")).with_suffix(".py").exists()
+            ).parent.parts,
+            *name.split("."),
+        )
+        text = source.with_suffix(".py").read_text()
+        assert "path is an interface" in " ".join(text.split()), name
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(INTERFACE_MODULES - {"substrax.checkpoint.__main__", "substrax.tracking.__main__"}),
+)
+def test_interface_paths_import(name: str) -> None:
+    importlib.import_module(name)
+
+
+def _extras(distribution: str) -> set[str]:
+    directory = "substrax" if distribution == "substrax" else distribution
+    with (ROOT / "packages" / directory / "pyproject.toml").open("rb") as file:
+        return set(tomllib.load(file)["project"].get("optional-dependencies", {}))
+
+
+def test_every_extra_a_missing_sdk_names_exists() -> None:
+    named: set[tuple[str, str]] = set()
+    for source in SOURCES:
+        for path in source.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "require":
+                    words = {k.arg: k.value for k in node.keywords}
+                    if all(
+                        isinstance(words.get(k), ast.Constant) for k in ("distribution", "extra")
+                    ):
+                        named.add((words["distribution"].value, words["extra"].value))  # type: ignore[attr-defined]
+    assert len(named) > 5
+    missing = {
+        f"{where}[{extra}]"
+        for distribution, extra in named
+        for where in (distribution, "substrax")
+        if extra not in _extras(where)
+    }
+    assert missing == set()

@@ -1,6 +1,8 @@
 """substrax.support: the shared atomic write, optional imports, CLI convention, tables, numbers."""
 
 import io
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -35,6 +37,18 @@ def test_write_atomically_replaces_and_leaves_no_temporary(tmp_path: Path) -> No
     write_atomically(target, b"new")
     assert target.read_text() == "new"
     assert sorted(p.name for p in target.parent.iterdir()) == ["state.json"]
+
+
+def test_permissions_follow_the_umask_and_survive_a_rewrite(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        write_atomically(tmp_path / "new.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.txt").stat().st_mode) == 0o644
+    (tmp_path / "new.txt").chmod(0o640)
+    write_atomically(tmp_path / "new.txt", "y")
+    assert stat.S_IMODE((tmp_path / "new.txt").stat().st_mode) == 0o640
 
 
 def test_readers_never_see_a_partial_file(tmp_path: Path) -> None:

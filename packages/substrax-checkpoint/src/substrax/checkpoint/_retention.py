@@ -4,27 +4,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from substrax.support import Mode, check_int
+from substrax.support import Mode, check_int, check_mode
 
 
 type ModeLike = Mode | Literal["min", "max"]
 """A :class:`~substrax.support.Mode`, or its plain string."""
-
-
-def check_mode(mode: object) -> Mode:
-    """``mode`` as a :class:`~substrax.support.Mode` if it is one or ``"min"``/``"max"``.
-
-    Raises:
-        ValueError: any other value.
-
-    Example:
-        >>> from substrax.checkpoint._retention import check_mode
-        >>> check_mode("max")
-        <Mode.MAX: 'max'>
-    """
-    if isinstance(mode, str) and mode in ("min", "max"):
-        return Mode(mode)
-    raise ValueError(f"mode must be 'min' or 'max' (or a substrax.support.Mode), got {mode!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,7 +44,7 @@ class RetentionPolicy:
             raise ValueError(
                 f"keep_best={self.keep_best} needs best_metric= (the metric to rank by)"
             )
-        object.__setattr__(self, "best_mode", check_mode(self.best_mode))
+        object.__setattr__(self, "best_mode", check_mode("best_mode", self.best_mode))
         if self.keep_every is not None:
             check_int("keep_every", self.keep_every, minimum=1)
 

@@ -15,6 +15,7 @@ from typing import Self
 import jax
 import orbax.checkpoint as ocp
 
+from substrax.support import check_mode
 from substrax.typing import JsonValue
 
 from . import _trees
@@ -40,7 +41,7 @@ from ._multihost import is_primary
 from ._paths import check_store_directory, make_store_directory
 from ._protocol import Checkpoint, PyTree
 from ._restore import restore_items, stored_trees
-from ._retention import ModeLike, OrbaxPreservation, RetentionPolicy, check_mode
+from ._retention import ModeLike, OrbaxPreservation, RetentionPolicy
 from ._save import SaveRequest, Writer
 
 
@@ -233,7 +234,7 @@ class OrbaxCheckpointStore:
             ...     store.best_step("loss") is None
             True
         """
-        return self._book.best_step(metric, check_mode(mode))
+        return self._book.best_step(metric, check_mode("mode", mode))
 
     def read_metadata(self, step: int | None) -> CheckpointMetadata:
         """The metadata record of ``step`` (a legacy format-2 sidecar is mapped onto it).

@@ -7,7 +7,9 @@ machine. Importing this package imports no jax, and nothing else either: each na
 from its module when first used (PEP 562), so pydantic is imported only when a config or a job
 spec is validated. Every name users import comes from here; the only public submodules are the
 entry points ``substrax.compute.cli`` (the ``substrax-compute`` console script) and
-``substrax.compute.worker`` (``python -m substrax.compute.worker``).
+``substrax.compute.worker`` (``python -m substrax.compute.worker``), and the import paths
+substrax 0.1.22 documented (``substrax.compute.spec``, ``.backend``, ``.registry``), which
+re-export names from here.
 
 Example:
     >>> from substrax.compute import JobSpec, Task, load_backend

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         error_line as error_line,
         run_command as run_command,
     )
-    from ._mode import Mode as Mode
+    from ._mode import Mode as Mode, check_mode as check_mode
     from ._numbers import (
         check_float as check_float,
         check_int as check_int,
@@ -57,6 +57,7 @@ _LAZY = {
     "error_line": "._cli",
     "run_command": "._cli",
     "Mode": "._mode",
+    "check_mode": "._mode",
     "check_float": "._numbers",
     "check_int": "._numbers",
     "check_seconds": "._numbers",
@@ -89,6 +90,7 @@ __all__ = [
     "add_json_flag",
     "check_float",
     "check_int",
+    "check_mode",
     "check_seconds",
     "emit",
     "error_line",

@@ -25,3 +25,25 @@ class Mode(StrEnum):
     def better(self, candidate: float, incumbent: float) -> bool:
         """Whether ``candidate`` is strictly better than ``incumbent`` in this direction."""
         return candidate < incumbent if self is Mode.MIN else candidate > incumbent
+
+
+def check_mode(name: str, value: object) -> Mode:
+    """``value`` as a :class:`Mode` if it is one, ``"min"`` or ``"max"``.
+
+    Raises:
+        ValueError: anything else; the message names the argument ``name``.
+
+    Example:
+        >>> from substrax.support import check_mode
+        >>> check_mode("best_mode", "max")
+        <Mode.MAX: 'max'>
+        >>> check_mode("best_mode", "mx")
+        Traceback (most recent call last):
+        ...
+        ValueError: best_mode='mx' is not 'min' or 'max'; pass 'min' for a loss, 'max' for accuracy
+    """
+    if isinstance(value, str) and value in ("min", "max"):
+        return Mode(value)
+    raise ValueError(
+        f"{name}={value!r} is not 'min' or 'max'; pass 'min' for a loss, 'max' for accuracy"
+    )

@@ -36,6 +36,7 @@ from ._errors import (
     ExampleNotFoundError as ExampleNotFoundError,
     ExampleTimeoutError as ExampleTimeoutError,
     RetraceError as RetraceError,
+    RunNotFinalError as RunNotFinalError,
 )
 from ._examples import ExampleRun as ExampleRun, run_example as run_example
 from ._jax_config import restored_jax_config as restored_jax_config
@@ -50,6 +51,7 @@ __all__ = [
     "ExampleRun",
     "ExampleTimeoutError",
     "RetraceError",
+    "RunNotFinalError",
     "TraceCounter",
     "compiled_programs",
     "cuda_is_visible",

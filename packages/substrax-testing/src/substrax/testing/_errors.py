@@ -145,3 +145,29 @@ class CompileCountError(AssertionError):
             "a repeated name means a retrace (changing shapes, dtypes, weak types or static "
             "arguments), an unexpected one an op run eagerly outside the jitted step"
         )
+
+
+class RunNotFinalError(TimeoutError):
+    """A compute run was still not final when ``wait_until_final`` gave up on it.
+
+    Attributes:
+        run_id: the run's id.
+        state: its last state.
+        timeout: the seconds waited.
+
+    Example:
+        >>> from substrax.testing import RunNotFinalError
+        >>> str(RunNotFinalError("demo-1", "running", 30))
+        'run demo-1 is still running after 30 s; raise the timeout or look at its logs'
+    """
+
+    __module__ = "substrax.testing"
+
+    def __init__(self, run_id: str, state: str, timeout: float) -> None:
+        self.run_id = run_id
+        self.state = state
+        self.timeout = timeout
+        super().__init__(
+            f"run {run_id} is still {state} after {timeout:.0f} s; raise the timeout or look at"
+            " its logs"
+        )

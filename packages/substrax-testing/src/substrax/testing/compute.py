@@ -1,5 +1,9 @@
 """``BackendContract``: the tests every compute backend must pass, to inherit in a test module.
 
+This module's path is an interface: the spec names ``substrax.testing.compute.BackendContract``,
+and it is the one part of substrax.testing that imports substrax.compute (the ``compute`` extra),
+so it stays out of the package's ``__init__``.
+
 Example::
 
     from substrax.compute import LocalBackend
@@ -34,6 +38,8 @@ from substrax.compute import (
     read_manifest,
 )
 
+from ._errors import RunNotFinalError
+
 
 _WRITES = """\
 import os, pathlib
@@ -67,7 +73,8 @@ def wait_until_final(
     """Poll ``backend.status`` until the run is final; return that state.
 
     Raises:
-        TimeoutError: The run is still not final after ``timeout`` seconds.
+        RunNotFinalError: The run is still not final after ``timeout`` seconds (a
+            ``TimeoutError``).
     """
     deadline = time.monotonic() + timeout
     while True:
@@ -75,7 +82,7 @@ def wait_until_final(
         if state.is_final:
             return state
         if time.monotonic() > deadline:
-            raise TimeoutError(f"run {handle.run_id} is still {state} after {timeout:.0f} s")
+            raise RunNotFinalError(handle.run_id, str(state), timeout)
         time.sleep(interval)
 
 

@@ -7,11 +7,11 @@ import logging
 import math
 from typing import Any
 
-from substrax.support import Mode, check_float, check_int
+from substrax.support import Mode, check_float, check_int, check_mode
 
 from ._errors import MissingMetricError
 from ._protocol import BaseCallback, Logs
-from ._tracker import EarlyStopping, check_mode
+from ._tracker import EarlyStopping
 
 
 __all__ = ["EarlyStoppingCallback", "EarlyStoppingConfig"]
@@ -61,7 +61,7 @@ class EarlyStoppingConfig:
             raise ValueError(f"monitor={self.monitor!r} must be a non-empty metric name")
         check_int("patience", self.patience, minimum=1)
         check_float("min_delta", self.min_delta, minimum=0)
-        object.__setattr__(self, "mode", check_mode(self.mode))
+        object.__setattr__(self, "mode", check_mode("mode", self.mode))
         for name in ("stopping_threshold", "divergence_threshold"):
             value = getattr(self, name)
             if value is not None:

@@ -5,33 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from substrax.support import Mode, check_float, check_int
+from substrax.support import Mode, check_float, check_int, check_mode
 
 
-__all__ = ["BestMetricTracker", "EarlyStopping", "PlateauMode", "check_mode"]
+__all__ = ["BestMetricTracker", "EarlyStopping", "PlateauMode"]
 
 PlateauMode = Mode
 """The old name of :class:`substrax.support.Mode` (``PlateauMode.MIN is Mode.MIN``), kept for users."""
-
-
-def check_mode(mode: object) -> Mode:
-    """``mode`` as a :class:`~substrax.support.Mode`: a ``Mode``, ``"min"`` or ``"max"``.
-
-    Raises:
-        ValueError: ``mode`` is anything else.
-
-    Example:
-        >>> from substrax.callbacks import Mode
-        >>> from substrax.callbacks._tracker import check_mode
-        >>> check_mode("max") is Mode.MAX
-        True
-    """
-    try:
-        return Mode(mode)
-    except ValueError:
-        raise ValueError(
-            f"mode={mode!r} is not one of 'min' or 'max'; pass 'min' for a loss, 'max' for accuracy"
-        ) from None
 
 
 class BestMetricTracker:
@@ -57,7 +37,7 @@ class BestMetricTracker:
 
     def __init__(self, *, mode: Mode | str = Mode.MIN, min_delta: float = 0.0) -> None:
         self._min_delta = check_float("min_delta", min_delta, minimum=0)
-        self._mode = check_mode(mode)
+        self._mode = check_mode("mode", mode)
         self._best = math.inf if self._mode is Mode.MIN else -math.inf
         self._num_bad_epochs = 0
 
