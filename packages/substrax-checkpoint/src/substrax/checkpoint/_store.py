@@ -1,51 +1,32 @@
 """``OrbaxCheckpointStore``: a step-addressed store of named PyTree items over orbax.
 
-The store holds the semantics and delegates each job: the save path to :mod:`._save`, the
-index bookkeeping to :mod:`._index`, following a live writer to :mod:`._follow`, reading a
-step to :mod:`._restore` and the orbax plumbing to :mod:`._manager`.
+The store opens the directory and writes: saving, deleting and pruning steps. Its reads
+(restore, describe, metadata, the best step, waiting for a step) are inherited from
+:class:`._reads.StoreReads`, and listing steps, finishing the pending write and closing from
+:class:`._lifecycle.StoreLifecycle`. The save path itself is :mod:`._save`, the index
+bookkeeping :mod:`._index` and the orbax plumbing :mod:`._manager`.
 """
 
-import contextlib
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
-import jax
-import orbax.checkpoint as ocp
-
-from substrax.support import check_mode
 from substrax.typing import JsonValue
 
-from . import _trees
-from ._errors import (
-    CheckpointNotFoundError,
-    CheckpointStoreClosedError,
-    CheckpointStoreReadOnlyError,
-)
-from ._follow import deleted_under_read, wait_for_step
-from ._formats import StepRecord, read_step
+from ._errors import CheckpointNotFoundError
 from ._index import IndexBook
 from ._lock import take_writer_lock
-from ._manager import (
-    Layout,
-    empty_deleted,
-    has_deleted,
-    open_manager,
-    remove_partial_steps,
-    step_directories,
-)
-from ._metadata import CheckpointMetadata, Producer
+from ._manager import Layout, empty_deleted, remove_partial_steps
+from ._metadata import Producer
 from ._multihost import is_primary
 from ._paths import check_store_directory, make_store_directory
-from ._protocol import Checkpoint, PyTree
-from ._restore import restore_items, stored_trees
-from ._retention import ModeLike, OrbaxPreservation, RetentionPolicy
+from ._protocol import PyTree
+from ._reads import StoreReads
+from ._retention import ModeLike, RetentionPolicy
 from ._save import SaveRequest, Writer
 
 
-class OrbaxCheckpointStore:
+class OrbaxCheckpointStore(StoreReads):
     """A step-addressed store: each step holds named items beside one ``CheckpointMetadata``.
 
     Saves are asynchronous by default: ``save`` returns once the arrays are copied off the
@@ -130,7 +111,7 @@ class OrbaxCheckpointStore:
             ocdbt=use_ocdbt, zarr3=use_zarr3, compression=use_compression, checksums=use_checksums
         )
         self._read_only = read_only
-        self._manager_: ocp.CheckpointManager | None = None
+        self._manager_ = None
         self._closed = False
         if read_only:
             check_store_directory(self._directory)
@@ -140,171 +121,6 @@ class OrbaxCheckpointStore:
         self._writer = Writer(self._directory, lease)
         self._release = weakref.finalize(self, self._writer.release)
         self._book = IndexBook(self._directory, read_only=read_only, steps=self._held_steps)
-
-    # -- properties --------------------------------------------------------------------------
-
-    @property
-    def directory(self) -> Path:
-        """The store's root directory (absolute)."""
-        return self._directory
-
-    @property
-    def retention(self) -> RetentionPolicy:
-        """The retention rules applied after every committed save."""
-        return self._retention
-
-    # -- opening -----------------------------------------------------------------------------
-
-    def _manager(self, *, create: bool = False) -> ocp.CheckpointManager | None:
-        self._check_open()
-        self._writer.settle()
-        if self._manager_ is None:
-            if not create and not self._directory.is_dir():
-                return None
-            self._manager_ = open_manager(
-                self._directory,
-                layout=self._layout,
-                async_save=self._async,
-                read_only=self._read_only,
-                preservation=OrbaxPreservation(
-                    self._retention, self._book.metrics, self._book.evict
-                ),
-            )
-        return self._manager_
-
-    def _held_steps(self) -> list[int]:
-        """The steps held: the committed step directories, or the writer's manager's steps."""
-        if self._manager_ is None or self._read_only:
-            return step_directories(self._directory)
-        self._writer.settle()
-        return sorted(self._manager_.all_steps())
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise CheckpointStoreClosedError(directory=self._directory)
-
-    def _check_writable(self, operation: str) -> None:
-        if self._read_only:
-            raise CheckpointStoreReadOnlyError(directory=self._directory, operation=operation)
-
-    def _step_dir(self, step: int) -> Path:
-        return self._directory / str(step)
-
-    # -- queries -----------------------------------------------------------------------------
-
-    def list_steps(self) -> list[int]:
-        """Every stored step, ascending (a step being written by this store included).
-
-        A ``read_only`` store lists the committed step directories at every call, so it sees
-        what a writer in another process commits.
-
-        Example:
-            >>> import tempfile
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
-            ...     store.list_steps()
-            []
-        """
-        self._check_open()
-        return self._held_steps()
-
-    def latest_step(self) -> int | None:
-        """The highest stored step, or None for an empty store.
-
-        Example:
-            >>> import tempfile
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
-            ...     store.latest_step() is None
-            True
-        """
-        steps = self.list_steps()
-        return steps[-1] if steps else None
-
-    def best_step(self, metric: str, *, mode: ModeLike = "min") -> int | None:
-        """The step whose ``metric`` is lowest (``"min"``) or highest (``"max"``), or None.
-
-        Steps without the metric are skipped; ties go to the earliest step. Answered from an
-        in-memory index, so its cost does not grow with the number of steps.
-
-        Example:
-            >>> import tempfile
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
-            ...     store.best_step("loss") is None
-            True
-        """
-        return self._book.best_step(metric, check_mode("mode", mode))
-
-    def read_metadata(self, step: int | None) -> CheckpointMetadata:
-        """The metadata record of ``step`` (a legacy format-2 sidecar is mapped onto it).
-
-        ``None`` (what ``latest_step()`` returns for an empty store) reads the latest step; on an
-        empty store it raises ``CheckpointNotFoundError`` saying the store is empty.
-
-        Example:
-            >>> import tempfile
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
-            ...     store.read_metadata(3)
-            Traceback (most recent call last):
-            ...
-            substrax.checkpoint.CheckpointNotFoundError: no checkpoint step 3 ...
-        """
-        step = self._resolve(step)
-        with deleted_under_read(self._directory, step):
-            return self._record(step).metadata
-
-    def _resolve(self, step: int | None) -> int:
-        """``step``, or the latest step for None (an empty store raises, saying it is empty)."""
-        if step is None:
-            step = self.latest_step()
-            if step is None:
-                raise CheckpointNotFoundError(step=None, directory=self._directory)
-        return step
-
-    def _record(self, step: int) -> StepRecord:
-        if step == self._writer.pending:
-            self.wait()
-        if step not in self.list_steps():
-            raise CheckpointNotFoundError(
-                step=step, directory=self._directory, available=tuple(self.list_steps())
-            )
-        return read_step(self._step_dir(step), step)
-
-    def wait_for_step(
-        self, after: int | None = None, *, timeout: float, poll_interval: float = 0.5
-    ) -> int:
-        """Wait until a step above ``after`` (any step for None) is committed; return the newest.
-
-        An evaluator follows a live run with it, from a ``read_only`` store in another process:
-        a step counts once its directory is committed, never while it is being written. Raises
-        ``CheckpointWaitTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds.
-
-        Example:
-            >>> import tempfile
-            >>> import numpy as np
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as root:
-            ...     with OrbaxCheckpointStore(root, async_save=False) as writer:
-            ...         _ = writer.save(3, {"model": {"w": np.zeros(2)}})
-            ...     with OrbaxCheckpointStore(root, read_only=True) as evaluator:
-            ...         evaluator.wait_for_step(after=2, timeout=10.0)
-            3
-            >>> with tempfile.TemporaryDirectory() as root:
-            ...     with OrbaxCheckpointStore(root, read_only=True) as evaluator:
-            ...         evaluator.wait_for_step(after=3, timeout=0.1)
-            Traceback (most recent call last):
-            ...
-            substrax.checkpoint.CheckpointWaitTimeoutError: no step after 3 was committed ...
-        """
-        return wait_for_step(
-            self._directory,
-            after,
-            timeout=timeout,
-            poll_interval=poll_interval,
-            check_open=self._check_open,
-        )
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -357,30 +173,6 @@ class OrbaxCheckpointStore:
             self.wait()
         return self._step_dir(step)
 
-    def wait(self) -> None:
-        """Block until the pending background write is committed; raise if it failed.
-
-        Example:
-            >>> import tempfile
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
-            ...     store.wait()
-        """
-        manager = self._manager_
-        if manager is None:
-            return
-        committed = self._writer.finish(manager, forget=self._forget, latest_step=self.latest_step)
-        if committed is not None:
-            self._book.committed(manager.all_steps())
-            if is_primary() and has_deleted(self._directory):  # what retention renamed away
-                self._writer.background().submit(empty_deleted, self._directory)
-
-    def _forget(self, step: int) -> None:
-        """A write failed: drop its step and re-read what the directory really holds."""
-        if self._manager_ is not None:
-            self._manager_.reload()
-        self._book.failed(step, self.list_steps)
-
     def delete(self, step: int) -> None:
         """Remove ``step``; a step the store does not hold is ``CheckpointNotFoundError``.
 
@@ -426,110 +218,5 @@ class OrbaxCheckpointStore:
             self.delete(step)
         return doomed
 
-    def close(self) -> None:
-        """Finish the pending write (raising its error, if any) and release orbax's resources.
-
-        Example:
-            >>> import tempfile
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as directory:
-            ...     OrbaxCheckpointStore(directory).close()
-        """
-        if self._closed:
-            return
-        try:
-            self.wait()
-        finally:
-            self._closed = True
-            self._writer.stop_thread()
-            if self._manager_ is not None:
-                self._manager_.close()
-            self._release()  # the writer lock, once this store's writes are done
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-            return
-        with contextlib.suppress(Exception):
-            self.close()
-
     def __repr__(self) -> str:
         return f"OrbaxCheckpointStore({str(self._directory)!r}, retention={self._retention})"
-
-    # -- reading -----------------------------------------------------------------------------
-
-    def restore(
-        self,
-        step: int | None,
-        *,
-        templates: Mapping[str, PyTree] | None = None,
-        cast_dtypes: bool = False,
-        mesh: jax.sharding.Mesh | None = None,
-        items: Sequence[str] | None = None,
-    ) -> Checkpoint:
-        """Read ``step``: templated items land on their templates' shardings and dtypes.
-
-        Without a template an item comes back as stored (its saved placement when those devices
-        exist here, else the first local device). A template that does not fit raises ValueError
-        naming the first mismatching leaf; a dtype change raises
-        ``CheckpointDtypeMismatchError`` before any array is read unless ``cast_dtypes``.
-        Templates built by ``nnx.eval_shape`` under ``jax.set_mesh`` carry abstract meshes:
-        pass ``mesh=`` or restore inside ``jax.set_mesh(mesh)``. ``items=`` restores only the named
-        items (e.g. only ``("model",)`` for evaluation). ``step=None`` (what ``latest_step()``
-        returns for an empty store) restores the latest step; on an empty store it raises
-        ``CheckpointNotFoundError`` saying the store is empty, so a resume never starts from
-        scratch by accident. A step that a live writer's retention (or ``delete``) removes while
-        it is read raises ``CheckpointNotFoundError`` with ``deleted=True``; bytes or files of a
-        step that is still there that fail their checks raise ``CheckpointCorruptError``.
-
-        Example:
-            >>> import tempfile
-            >>> import numpy as np
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
-            ...     _ = store.save(0, {"rng": {"seed": 3}})
-            ...     store.restore(0).items["rng"]
-            {'seed': 3}
-        """
-        step = self._resolve(step)
-        with deleted_under_read(self._directory, step):
-            record = self._record(step)
-            manager = self._manager()
-            assert manager is not None  # noqa: S101 - _record found the step
-            values = restore_items(
-                manager,
-                step,
-                record,
-                templates=templates or {},
-                cast_dtypes=cast_dtypes,
-                mesh=mesh,
-                items=items,
-            )
-        return Checkpoint(step, values, record.metadata)
-
-    def describe(self, step: int) -> dict[str, list[_trees.StoredLeaf]]:
-        """Every item's leaves (path, shape, dtype, bytes) read from metadata, no array read.
-
-        Example:
-            >>> import tempfile
-            >>> import numpy as np
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
-            ...     _ = store.save(0, {"model": {"w": np.zeros((2, 3), np.float32)}})
-            ...     store.describe(0)["model"][0].nbytes
-            24
-        """
-        with deleted_under_read(self._directory, step):
-            record = self._record(step)
-            manager = self._manager()
-            assert manager is not None  # noqa: S101 - _record found the step
-            trees = stored_trees(manager, step, record)
-        return {name: _trees.describe(tree) for name, tree in trees.items()}

@@ -1,0 +1,177 @@
+"""The open store's lifecycle: its orbax manager, the steps it holds, the pending write, closing.
+
+``StoreLifecycle`` is the base of ``OrbaxCheckpointStore`` (whose ``__init__`` sets the state
+declared here): every operation, read or write, needs an open store, its steps and the pending
+background write finished. The reads live in :mod:`._reads`, the writes in :mod:`._store`.
+"""
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import orbax.checkpoint as ocp
+
+from ._errors import CheckpointStoreClosedError, CheckpointStoreReadOnlyError
+from ._index import IndexBook
+from ._manager import Layout, empty_deleted, has_deleted, open_manager, step_directories
+from ._multihost import is_primary
+from ._retention import OrbaxPreservation, RetentionPolicy
+from ._save import Writer
+
+
+class StoreLifecycle:
+    """An open step-addressed store: listing its steps, finishing its write, closing it."""
+
+    _directory: Path
+    _retention: RetentionPolicy
+    _async: bool
+    _layout: Layout
+    _read_only: bool
+    _manager_: ocp.CheckpointManager | None
+    _closed: bool
+    _writer: Writer
+    _release: Callable[[], object]
+    _book: IndexBook
+
+    # -- properties --------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        """The store's root directory (absolute)."""
+        return self._directory
+
+    @property
+    def retention(self) -> RetentionPolicy:
+        """The retention rules applied after every committed save."""
+        return self._retention
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def _manager(self, *, create: bool = False) -> ocp.CheckpointManager | None:
+        self._check_open()
+        self._writer.settle()
+        if self._manager_ is None:
+            if not create and not self._directory.is_dir():
+                return None
+            self._manager_ = open_manager(
+                self._directory,
+                layout=self._layout,
+                async_save=self._async,
+                read_only=self._read_only,
+                preservation=OrbaxPreservation(
+                    self._retention, self._book.metrics, self._book.evict
+                ),
+            )
+        return self._manager_
+
+    def _held_steps(self) -> list[int]:
+        """The steps held: the committed step directories, or the writer's manager's steps."""
+        if self._manager_ is None or self._read_only:
+            return step_directories(self._directory)
+        self._writer.settle()
+        return sorted(self._manager_.all_steps())
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CheckpointStoreClosedError(directory=self._directory)
+
+    def _check_writable(self, operation: str) -> None:
+        if self._read_only:
+            raise CheckpointStoreReadOnlyError(directory=self._directory, operation=operation)
+
+    def _step_dir(self, step: int) -> Path:
+        return self._directory / str(step)
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def list_steps(self) -> list[int]:
+        """Every stored step, ascending (a step being written by this store included).
+
+        A ``read_only`` store lists the committed step directories at every call, so it sees
+        what a writer in another process commits.
+
+        Example:
+            >>> import tempfile
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.list_steps()
+            []
+        """
+        self._check_open()
+        return self._held_steps()
+
+    def latest_step(self) -> int | None:
+        """The highest stored step, or None for an empty store.
+
+        Example:
+            >>> import tempfile
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.latest_step() is None
+            True
+        """
+        steps = self.list_steps()
+        return steps[-1] if steps else None
+
+    # -- the pending write and closing -------------------------------------------------------
+
+    def wait(self) -> None:
+        """Block until the pending background write is committed; raise if it failed.
+
+        Example:
+            >>> import tempfile
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
+            ...     store.wait()
+        """
+        manager = self._manager_
+        if manager is None:
+            return
+        committed = self._writer.finish(manager, forget=self._forget, latest_step=self.latest_step)
+        if committed is not None:
+            self._book.committed(manager.all_steps())
+            if is_primary() and has_deleted(self._directory):  # what retention renamed away
+                self._writer.background().submit(empty_deleted, self._directory)
+
+    def _forget(self, step: int) -> None:
+        """A write failed: drop its step and re-read what the directory really holds."""
+        if self._manager_ is not None:
+            self._manager_.reload()
+        self._book.failed(step, self.list_steps)
+
+    def close(self) -> None:
+        """Finish the pending write (raising its error, if any) and release orbax's resources.
+
+        Example:
+            >>> import tempfile
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory:
+            ...     OrbaxCheckpointStore(directory).close()
+        """
+        if self._closed:
+            return
+        try:
+            self.wait()
+        finally:
+            self._closed = True
+            self._writer.stop_thread()
+            if self._manager_ is not None:
+                self._manager_.close()
+            self._release()  # the writer lock, once this store's writes are done
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+            return
+        with contextlib.suppress(Exception):
+            self.close()
