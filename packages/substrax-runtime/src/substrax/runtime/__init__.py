@@ -17,8 +17,9 @@ Example:
     '4\n'
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from substrax.support import lazy_exports
 
 from ._config import JaxRuntime as JaxRuntime, MatmulPrecision as MatmulPrecision
 from ._environment import (
@@ -53,24 +54,15 @@ if TYPE_CHECKING:
 # Imported on first use (PEP 562): they bring logging, ipaddress and re, which a process that only
 # renders or applies settings before starting jax never needs.
 _LAZY = {
-    "DistributedInfo": "._distributed",
-    "initialize_distributed": "._distributed",
-    "DEFAULT_COORDINATOR_PORT": "._launchers",
-    "LaunchSettings": "._launchers",
-    "launch_from_environment": "._launchers",
-    "launch_from_modal_cluster": "._launchers",
-    "PEER_FAILURE_EXIT_CODE": "._peer_watch",
-    "configure_entry_point_logging": "._logging",
+    "DistributedInfo": "_distributed",
+    "initialize_distributed": "_distributed",
+    "DEFAULT_COORDINATOR_PORT": "_launchers",
+    "LaunchSettings": "_launchers",
+    "launch_from_environment": "_launchers",
+    "launch_from_modal_cluster": "_launchers",
+    "PEER_FAILURE_EXIT_CODE": "_peer_watch",
+    "configure_entry_point_logging": "_logging",
 }
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
 
 
 __all__ = [
@@ -95,3 +87,5 @@ __all__ = [
     "resolve_test_runtime",
     "runtime_environment",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -1,8 +1,9 @@
 """substrax.support: the building blocks every part shares, so each thing is done one way.
 
 Atomic file writes, optional SDK imports that name their extra, the command-line convention
-(exit codes, error lines, ``--json``, tables), validated numbers and the min/max mode. Imports
-no jax. Parts and plugins may rely on these names; they follow substrax-runtime's version.
+(exit codes, error lines, ``--json``, tables), validated numbers, the min/max mode and a
+package's names loaded on first use. Imports no jax. Parts and plugins may rely on these names;
+they follow substrax-runtime's version.
 
 Example:
     >>> from substrax.support import Mode, check_int, format_table
@@ -12,8 +13,9 @@ Example:
     True
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports as lazy_exports
 
 
 if TYPE_CHECKING:
@@ -46,37 +48,28 @@ if TYPE_CHECKING:
 # Each name loads its own module on first use (PEP 562): a part that only checks a number (the
 # runtime, whose import stays under 5% of jax's) never pays for argparse, json or tempfile.
 _LAZY = {
-    "write_atomically": "._atomic",
-    "EXIT_FAILED": "._cli",
-    "EXIT_OK": "._cli",
-    "EXIT_USAGE": "._cli",
-    "CommandFailedError": "._cli",
-    "UsageError": "._cli",
-    "add_json_flag": "._cli",
-    "emit": "._cli",
-    "error_line": "._cli",
-    "run_command": "._cli",
-    "Mode": "._mode",
-    "check_mode": "._mode",
-    "check_float": "._numbers",
-    "check_int": "._numbers",
-    "check_seconds": "._numbers",
-    "MissingExtraError": "._optional",
-    "install_hint": "._optional",
-    "optional": "._optional",
-    "require": "._optional",
-    "format_table": "._tables",
-    "print_table": "._tables",
+    "write_atomically": "_atomic",
+    "EXIT_FAILED": "_cli",
+    "EXIT_OK": "_cli",
+    "EXIT_USAGE": "_cli",
+    "CommandFailedError": "_cli",
+    "UsageError": "_cli",
+    "add_json_flag": "_cli",
+    "emit": "_cli",
+    "error_line": "_cli",
+    "run_command": "_cli",
+    "Mode": "_mode",
+    "check_mode": "_mode",
+    "check_float": "_numbers",
+    "check_int": "_numbers",
+    "check_seconds": "_numbers",
+    "MissingExtraError": "_optional",
+    "install_hint": "_optional",
+    "optional": "_optional",
+    "require": "_optional",
+    "format_table": "_tables",
+    "print_table": "_tables",
 }
-
-
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
 
 
 __all__ = [
@@ -96,9 +89,12 @@ __all__ = [
     "error_line",
     "format_table",
     "install_hint",
+    "lazy_exports",
     "optional",
     "print_table",
     "require",
     "run_command",
     "write_atomically",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

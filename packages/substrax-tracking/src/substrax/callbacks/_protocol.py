@@ -35,7 +35,8 @@ class TrainingCallback(Protocol):
     """The hooks a trainer calls during training; every parameter is positional-only.
 
     A callback is structural: any object with these eight methods is one, so other parts
-    (the checkpoint store's callback) offer callbacks without importing this module.
+    (the checkpoint store's callback) offer callbacks without importing this module. The hooks
+    here do nothing; :class:`BaseCallback` inherits them.
 
     Example:
         >>> from substrax.callbacks import BaseCallback, TrainingCallback
@@ -43,40 +44,34 @@ class TrainingCallback(Protocol):
         True
     """
 
+    __slots__ = ()
+
     def on_train_begin(self, trainer: object, /) -> None:
         """Called once before the first epoch."""
-        ...
 
     def on_train_end(self, trainer: object, /) -> None:
         """Called once after the last epoch."""
-        ...
 
     def on_epoch_begin(self, trainer: object, epoch: int, /) -> None:
         """Called at the start of each epoch."""
-        ...
 
     def on_epoch_end(self, trainer: object, epoch: int, logs: Logs, /) -> None:
         """Called at the end of each epoch with that epoch's metrics."""
-        ...
 
     def on_batch_begin(self, trainer: object, batch: int, /) -> None:
         """Called before each training step."""
-        ...
 
     def on_batch_end(self, trainer: object, batch: int, logs: Logs, /) -> None:
         """Called after each training step with its metrics."""
-        ...
 
     def on_validation_begin(self, trainer: object, /) -> None:
         """Called before a validation pass."""
-        ...
 
     def on_validation_end(self, trainer: object, logs: Logs, /) -> None:
         """Called after a validation pass with its metrics."""
-        ...
 
 
-class BaseCallback:
+class BaseCallback(TrainingCallback):
     """A callback whose every hook does nothing; subclass it and override the hooks you need.
 
     Example:
@@ -94,27 +89,3 @@ class BaseCallback:
     """
 
     __slots__ = ()
-
-    def on_train_begin(self, trainer: object, /) -> None:
-        """Do nothing before training."""
-
-    def on_train_end(self, trainer: object, /) -> None:
-        """Do nothing after training."""
-
-    def on_epoch_begin(self, trainer: object, epoch: int, /) -> None:
-        """Do nothing at the start of an epoch."""
-
-    def on_epoch_end(self, trainer: object, epoch: int, logs: Logs, /) -> None:
-        """Do nothing at the end of an epoch."""
-
-    def on_batch_begin(self, trainer: object, batch: int, /) -> None:
-        """Do nothing before a step."""
-
-    def on_batch_end(self, trainer: object, batch: int, logs: Logs, /) -> None:
-        """Do nothing after a step."""
-
-    def on_validation_begin(self, trainer: object, /) -> None:
-        """Do nothing before validation."""
-
-    def on_validation_end(self, trainer: object, logs: Logs, /) -> None:
-        """Do nothing after validation."""

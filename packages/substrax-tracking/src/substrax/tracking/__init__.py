@@ -19,8 +19,9 @@ Example:
     ...     logger.close()
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from substrax.support import lazy_exports
 
 
 if TYPE_CHECKING:
@@ -124,14 +125,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:  # noqa: ANN401  (any of the public names)
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+# Each name is loaded from its module on first use (PEP 562), then kept here.
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
