@@ -55,7 +55,7 @@ def test_parallelism_config():
 def test_strategy_is_abstract():
     with pytest.raises(TypeError):
         ShardingStrategy("data", 0)  # type: ignore[abstract]
-    with pytest.raises(ValueError, match="mesh_axis must be >= 0"):
+    with pytest.raises(ValueError, match="mesh_axis=-1 must be an integer >= 0"):
         DataParallelStrategy("data", -1)
 
 

@@ -10,6 +10,8 @@ from types import MappingProxyType
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from substrax.support import check_int
+
 from ._config import ParallelismConfig
 from ._errors import UnknownStrategyError
 
@@ -40,9 +42,7 @@ class ShardingStrategy(ABC):
         if not self.axis_name:
             msg = "axis_name must name a mesh axis"
             raise ValueError(msg)
-        if self.mesh_axis < 0:
-            msg = f"mesh_axis must be >= 0; got {self.mesh_axis}"
-            raise ValueError(msg)
+        check_int("mesh_axis", self.mesh_axis, minimum=0)
 
     @abstractmethod
     def get_partition_spec(self, tensor_shape: tuple[str, ...]) -> PartitionSpec:
@@ -91,9 +91,7 @@ class FSDPStrategy(ShardingStrategy):
 
     def __post_init__(self) -> None:
         ShardingStrategy.__post_init__(self)
-        if self.min_weight_size < 0:
-            msg = f"min_weight_size must be >= 0; got {self.min_weight_size}"
-            raise ValueError(msg)
+        check_int("min_weight_size", self.min_weight_size, minimum=0)
 
     def should_shard_weight(self, weight: jax.Array) -> bool:
         """Whether ``weight`` is large enough (first dimension >= ``min_weight_size``) to split."""
@@ -198,9 +196,7 @@ class PipelineParallelStrategy(ShardingStrategy):
 
     def __post_init__(self) -> None:
         ShardingStrategy.__post_init__(self)
-        if self.num_stages < 1:
-            msg = f"num_stages must be >= 1; got {self.num_stages}"
-            raise ValueError(msg)
+        check_int("num_stages", self.num_stages, minimum=1)
 
     def assign_layers_to_stages(self, num_layers: int) -> list[int]:
         """Layers per stage, as even as possible, earlier stages taking the remainder.

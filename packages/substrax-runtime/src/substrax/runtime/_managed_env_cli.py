@@ -27,6 +27,14 @@ from ._managed_env import BACKEND_CHOICES, managed_environment, render, resolve_
 PROG = "python -m substrax.runtime.managed_env"
 
 
+def _assignment(text: str, *, refusal: str) -> tuple[str, str]:
+    """``NAME=value`` split at its first ``=``; no ``=`` is a :class:`UsageError` saying ``refusal``."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise UsageError(refusal)
+    return name, value
+
+
 def _read_shell_file(path: Path) -> dict[str, str | None]:
     try:
         text = path.read_text()
@@ -44,9 +52,9 @@ def _read_shell_file(path: Path) -> dict[str, str | None]:
             env.update(dict.fromkeys(words[1:]))
             continue
         assignment = words[1] if words[0] == "export" and len(words) > 1 else words[0]
-        name, sep, value = assignment.partition("=")
-        if not sep:
-            raise UsageError(f"{path}: cannot read line {raw!r}; expected NAME=value")
+        name, value = _assignment(
+            assignment, refusal=f"{path}: cannot read line {raw!r}; expected NAME=value"
+        )
         env[name] = value
     return env
 
@@ -73,13 +81,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _parse_set(values: Sequence[str]) -> dict[str, str]:
-    pairs: dict[str, str] = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise UsageError(f"--set {item!r} must be NAME=VALUE")
-        pairs[name] = value
-    return pairs
+    return dict(_assignment(item, refusal=f"--set {item!r} must be NAME=VALUE") for item in values)
 
 
 def _write(args: argparse.Namespace) -> int:

@@ -11,12 +11,12 @@ submodule is the ``python -m substrax.tracking`` entry, ``substrax.tracking.__ma
 Example:
     >>> import io, tempfile
     >>> from substrax.tracking import create_logger
+    >>> out = io.StringIO()
     >>> with tempfile.TemporaryDirectory() as directory:
-    ...     logger = create_logger("demo", log_dir=directory, stream=io.StringIO())
-    ...     logger.log_hyperparams({"lr": 1e-3, "batch_size": 32})
-    ...     for step in range(3):
-    ...         logger.log_scalar("loss", 1.0 / (step + 1), step=step)
-    ...     logger.close()
+    ...     with create_logger("demo", log_dir=directory, stream=out) as logger:
+    ...         logger.log_scalars({"loss": 0.5, "acc": 0.9}, step=1)
+    >>> print(out.getvalue(), end="")
+    [demo] step       1 | loss        0.5 | acc        0.9
 """
 
 from typing import TYPE_CHECKING
