@@ -29,17 +29,9 @@ import orbax.checkpoint as ocp
 import tensorstore as ts
 from etils import epath
 
-from ._checksums import (
-    ChecksummedArrayHandler,
-    ChecksummedNumpyHandler,
-    ChecksummedScalarHandler,
-    checked_reads,
-    corrupt_error,
-    corruption,
-    metadata_of,
-    one_read,
-)
+from ._checksums import ChecksummedArrayHandler, ChecksummedNumpyHandler, ChecksummedScalarHandler
 from ._chunk_reads import Bounds, ChunkLayout, chunk_layout, read_region, split
+from ._corrupt_reads import checked_reads, corrupt_error, corruption, metadata_of, one_read
 
 
 ALIGNMENT: Final = 64

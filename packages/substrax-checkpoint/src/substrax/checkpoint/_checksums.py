@@ -1,4 +1,4 @@
-"""A CRC-32C checksum on every chunk of every array the store writes, and what a mismatch means.
+"""A CRC-32C checksum on every chunk of every array the store writes: the handlers that write it.
 
 Arrays are written as zarr v3 (the default layout, with or without OCDBT) with zarr's ``crc32c``
 codec last in each chunk's codec chain: TensorStore computes the checksum in C++ as it encodes
@@ -8,7 +8,8 @@ codec chain, so these handlers are orbax's ``ArrayHandler``, ``NumpyHandler`` an
 ``ScalarHandler`` with the spec of each write extended (the ``ArrayHandler``'s write steps are
 orbax 0.12's own, with the spec built the same way, and a jax array's shard split into chunks of
 at most :data:`CHUNK_BYTES`). Only the store's own handler registry uses them; orbax's global
-handlers are left as they are.
+handlers are left as they are. Their reads go through :mod:`._corrupt_reads`, which names the
+array whose stored bytes fail their checks.
 
 The checks cost throughput, restores most: TensorStore's checked decoding of a chunk runs at a
 few GB/s, where an unchecked chunk is read straight from the memory-mapped file.
@@ -19,11 +20,8 @@ checksums existed) is not checked; it restores as before.
 """
 
 import asyncio
-import re
-import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Final, Self
 
 import jax
@@ -41,8 +39,7 @@ from orbax.checkpoint._src.serialization import (
     tensorstore_utils,
 )
 
-from ._errors import CheckpointCorruptError
-from ._trees import leaf_path
+from ._corrupt_reads import checked_reads, metadata_of
 
 
 CRC32C: Final = "crc32c"
@@ -53,11 +50,6 @@ Orbax writes each array shard as one chunk. TensorStore checks a chunk's checksu
 it, at about half the speed for a 32 MiB chunk as for one of 16 MiB or less, and the store's own
 checked reads (:mod:`._chunk_reads`) share a shard's chunks out among threads.
 """
-_CORRUPT: Final = re.compile(
-    r"DATA_LOSS:|Error reading shard entry|Error decoding b-tree node|Digest mismatch"
-    r"|checksum verification failed|Data corruption detected|NOT_FOUND:"
-)
-_FILE: Final = re.compile(r'file "([^"]+)"')
 
 type _Spec = dict[str, Any]
 
@@ -84,120 +76,6 @@ def with_checksum(spec: _Spec) -> _Spec:
     if not any(codec.get("name") == CRC32C for codec in codecs):
         codecs.append({"name": CRC32C})
     return spec
-
-
-def corruption(error: BaseException) -> ValueError | None:
-    """TensorStore's report of stored bytes that fail their checks, in ``error`` or its causes.
-
-    TensorStore raises a ``ValueError``: ``DATA_LOSS: ... Digest mismatch, stored digest is
-    0x... but computed digest is 0x...`` for a chunk's checksum, ``DATA_LOSS`` for a shard index
-    that cannot be decoded, ``Error reading shard entry`` for a compressed chunk whose
-    decompression fails before its checksum is reached, ``Error decoding b-tree node`` for an
-    OCDBT node (which carries its own checksum), ``NOT_FOUND`` for a chunk or an array's
-    ``zarr.json`` that a committed step lacks (orbax writes every chunk, and reads with missing
-    chunks refused). Orbax's own array reads raise it again as the cause of a plain
-    ``Exception``. A step deleted while it is read fails the same way; the store tells the two
-    apart by whether the step's directory is still there.
-
-    Example:
-        >>> from substrax.checkpoint._checksums import corruption
-        >>> corruption(ValueError("DATA_LOSS: Error reading ...: Digest mismatch")) is not None
-        True
-    """
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, ValueError) and _CORRUPT.search(str(seen)):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def corrupt_error(
-    info: ocp.type_handlers.ParamInfo, cause: BaseException
-) -> CheckpointCorruptError:
-    """The store's error for a corrupted array, named by the step directory it was read from.
-
-    ``info.parent_dir`` is the item's directory, ``<store>/<step>/<item>``; the leaf is the
-    array's full key path in the item as orbax stores it.
-    """
-    item_dir = Path(str(info.parent_dir))
-    step_name = item_dir.parent.name
-    found = _FILE.search(str(cause))
-    return CheckpointCorruptError(
-        step=int(step_name) if step_name.isdigit() else None,
-        item=item_dir.name,
-        leaf=leaf_path(tuple(info.keypath or ())) if info.keypath else str(info.name),
-        directory=item_dir.parent.parent,
-        path=Path(found.group(1)) if found else item_dir / str(info.name),
-        detail=str(cause).split("[", 1)[0].strip(),
-    )
-
-
-_IN_FLIGHT: Final[
-    weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[Any]]]
-] = weakref.WeakKeyDictionary()
-
-
-async def one_read[T](read: Awaitable[T]) -> T:
-    """Await ``read``; when it fails, first let the event loop's other reads finish.
-
-    Orbax closes its event loop as soon as one read fails, and a TensorStore read still running
-    then reports into the closed loop (a ``RuntimeError`` printed on stderr). Every read of the
-    store's handlers is registered here, and a failed one waits for the others to settle.
-    """
-    running = _IN_FLIGHT.setdefault(asyncio.get_running_loop(), set())
-    task = asyncio.ensure_future(read)
-    running.add(task)
-    task.add_done_callback(running.discard)
-    try:
-        return await task
-    except Exception:
-        others = [other for other in running if other is not task]
-        if others:
-            await asyncio.wait(others)
-        raise
-
-
-async def checked_reads[T](
-    read: Callable[
-        [Sequence[ocp.type_handlers.ParamInfo], Sequence[Any] | None], Awaitable[Sequence[T]]
-    ],
-    infos: Sequence[ocp.type_handlers.ParamInfo],
-    args: Sequence[Any] | None,
-) -> Sequence[T]:
-    """``read(infos, args)``, with corrupted data raised as ``CheckpointCorruptError``.
-
-    When one read of several fails, the arrays are read again one at a time to name the one
-    whose bytes are corrupted.
-    """
-    try:
-        return await one_read(read(infos, args))
-    except Exception as error:
-        found = corruption(error)
-        if found is None:
-            raise
-        for i, info in enumerate(infos):
-            try:
-                await one_read(read([info], None if args is None else [args[i]]))
-            except Exception as one:
-                if (again := corruption(one)) is not None:
-                    raise corrupt_error(info, again) from again
-        raise corrupt_error(infos[0], found) from found
-
-
-def metadata_of(
-    handler: ocp.type_handlers.TypeHandler,
-) -> Callable[
-    [Sequence[ocp.type_handlers.ParamInfo], Sequence[Any] | None], Awaitable[Sequence[Any]]
-]:
-    """``handler.metadata`` in the form :func:`checked_reads` calls (its arguments unused)."""
-
-    def metadata(
-        infos: Sequence[ocp.type_handlers.ParamInfo], _: Sequence[Any] | None
-    ) -> Awaitable[Sequence[Any]]:
-        return handler.metadata(infos)
-
-    return metadata
 
 
 class ChecksummedNumpyHandler(ocp.type_handlers.NumpyHandler):
