@@ -11,7 +11,7 @@ import jax
 
 from substrax.support import check_mode
 
-from . import _trees
+from . import _templates
 from ._errors import CheckpointNotFoundError
 from ._follow import deleted_under_read, wait_for_step
 from ._formats import StepRecord, read_step
@@ -159,7 +159,7 @@ class StoreReads(StoreLifecycle):
             )
         return Checkpoint(step, values, record.metadata)
 
-    def describe(self, step: int) -> dict[str, list[_trees.StoredLeaf]]:
+    def describe(self, step: int) -> dict[str, list[_templates.StoredLeaf]]:
         """Every item's leaves (path, shape, dtype, bytes) read from metadata, no array read.
 
         Example:
@@ -176,4 +176,4 @@ class StoreReads(StoreLifecycle):
             manager = self._manager()
             assert manager is not None  # noqa: S101 - _record found the step
             trees = stored_trees(manager, step, record)
-        return {name: _trees.describe(tree) for name, tree in trees.items()}
+        return {name: _templates.describe(tree) for name, tree in trees.items()}

@@ -8,7 +8,7 @@ import orbax.checkpoint as ocp
 
 from substrax.typing import PyTree
 
-from . import _trees
+from . import _templates, _trees
 from ._errors import CheckpointCorruptError, CheckpointDtypeMismatchError, DtypeMismatch
 from ._formats import DTYPES_ITEM, StepRecord
 
@@ -108,14 +108,14 @@ def restore_items(
         name: _trees.host_record(tree) for name, tree in templates.items()
     }
     resolved = {
-        name: _trees.scalars_as_arrays(_trees.resolve_abstract_meshes(tree, mesh))
+        name: _trees.scalars_as_arrays(_templates.resolve_abstract_meshes(tree, mesh))
         for name, tree in templates.items()
     }
     mismatches: list[DtypeMismatch] = []
     for name, template in resolved.items():
-        _trees.check_template(name, stored[name], template)
+        _templates.check_template(name, stored[name], template)
         saved = _saved_dtypes(record, name, stored[name])
-        mismatches += _trees.dtype_mismatches(name, saved, template)
+        mismatches += _templates.dtype_mismatches(name, saved, template)
     if mismatches and not cast_dtypes:
         raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(mismatches))
     args: dict[str, Any] = {}
@@ -123,11 +123,11 @@ def restore_items(
         if name in resolved:
             target = {_trees.WRAPPER: resolved[name]} if wrapped else resolved[name]
             args[name] = ocp.args.PyTreeRestore(
-                item=target, restore_args=_trees.restore_args(target)
+                item=target, restore_args=_templates.restore_args(target)
             )
         else:
             kinds[name] = (record.host or {}).get(name, {})
-            restore = _trees.stored_restore_args(stored[name], kinds[name])
+            restore = _templates.stored_restore_args(stored[name], kinds[name])
             args[name] = ocp.args.PyTreeRestore(
                 restore_args={_trees.WRAPPER: restore} if wrapped else restore
             )
@@ -146,7 +146,7 @@ def restore_items(
             mismatch
             for name in held
             if name not in resolved
-            for mismatch in _trees.dtype_mismatches(
+            for mismatch in _templates.dtype_mismatches(
                 name, _saved_dtypes(record, name, stored[name]), values[name]
             )
         ]
