@@ -1,7 +1,8 @@
 """Fixtures shared by the compute tests (test modules cannot import each other by name)."""
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +36,15 @@ def spawns_a_child() -> str:
 def gone() -> Callable[..., bool]:
     """``gone(pid, timeout=10.0)``: whether process ``pid`` has ended (or is a zombie) in time."""
     return _gone
+
+
+def _write_files(root: Path, files: Mapping[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+@pytest.fixture
+def write_files() -> Callable[[Path, Mapping[str, str]], None]:
+    """``write_files(root, {relative path: text})``: write each file, creating its directories."""
+    return _write_files

@@ -1,7 +1,10 @@
 """substrax-compute: run, status, logs, fetch, cancel and list; exit codes 0, 1 and 2."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,6 +66,19 @@ def project(tmp_path, monkeypatch):
 
 def _run_id(out):
     return re.search(r"Submitted (\S+) to local\.", out).group(1)
+
+
+def _python(project, *args):
+    """``python ARGS`` in a fresh interpreter in ``project``, with this test's environment."""
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=os.environ,
+        cwd=project,
+    )
 
 
 def test_run_follows_fetches_outside_the_project_and_exits_0(project, tmp_path, capsys):
@@ -199,21 +215,10 @@ def test_no_pyproject_exits_2(tmp_path, monkeypatch, capsys):
 
 
 def test_a_run_outlives_the_command_that_submitted_it(project, tmp_path):
-    import os
-    import subprocess
-    import sys
-
     from substrax.compute import RunState, load_backend
 
-    child = subprocess.run(
-        [sys.executable, "-m", "substrax.compute.cli", "run", "slow", "--detach"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        env=os.environ,
-        cwd=project,
-    )
+    child = _python(project, "-m", "substrax.compute.cli", "run", "slow", "--detach")
+    assert child.returncode == 0, child.stderr
     run_id = _run_id(child.stdout)
     handle = RunStore().load(run_id)
     backend = load_backend(handle.backend, handle.settings)
@@ -361,25 +366,13 @@ def test_run_with_json_prints_the_report_as_json_and_the_log_on_stderr(project, 
 
 
 def test_status_reads_runs_without_importing_pydantic(project):
-    import os
-    import subprocess
-    import sys
-
     assert main(["run", "ok"]) == 0
     code = (
         "import sys; from substrax.compute.cli import main; code = main(['status']); "
         "heavy = [m for m in ('pydantic', 'pathspec', 'jax') if m in sys.modules]; "
         "print(heavy, file=sys.stderr); sys.exit(code or bool(heavy))"
     )
-    child = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=os.environ,
-        cwd=project,
-    )
+    child = _python(project, "-c", code)
     assert child.returncode == 0, child.stderr
     assert re.search(r"\s+local\s+ok\s+succeeded", child.stdout), child.stdout
     assert child.stderr.strip() == "[]"

@@ -123,23 +123,26 @@ def _uploaded(mount):
     return sorted(str(remote.relative_to("/project")) for _local, remote in selected)
 
 
-def test_the_image_gets_the_upload_set_and_never_an_unnamed_secret(tmp_path, project, mounts):
-    for name, text in {
-        ".env": "TOKEN=1\n",
-        ".substrax.env": "X=1\n",
-        "keys/id_ed25519": "key\n",
-        "deploy.key": "key\n",
-        ".gitignore": "data/\n",
-        "data/train.csv": "1,2\n",
-        ".substraxignore": "notes/\n",
-        "notes/draft.md": "draft\n",
-        "fit.py": "print(1)\n",
-        "scratch.tmp": "x\n",
-        ".venv/bin/python": "",
-        "pkg/__pycache__/m.pyc": "",
-    }.items():
-        (project / name).parent.mkdir(parents=True, exist_ok=True)
-        (project / name).write_text(text)
+def test_the_image_gets_the_upload_set_and_never_an_unnamed_secret(
+    tmp_path, project, mounts, write_files
+):
+    write_files(
+        project,
+        {
+            ".env": "TOKEN=1\n",
+            ".substrax.env": "X=1\n",
+            "keys/id_ed25519": "key\n",
+            "deploy.key": "key\n",
+            ".gitignore": "data/\n",
+            "data/train.csv": "1,2\n",
+            ".substraxignore": "notes/\n",
+            "notes/draft.md": "draft\n",
+            "fit.py": "print(1)\n",
+            "scratch.tmp": "x\n",
+            ".venv/bin/python": "",
+            "pkg/__pycache__/m.pyc": "",
+        },
+    )
     spec = _spec(include_files=("deploy.key",))
     plan = _backend(tmp_path, ignore=["*.tmp"]).plan(spec, project=project, run_id="r")
     expected = [

@@ -88,22 +88,23 @@ def _synced(sky, workdir, tmp_path):
     return sorted(os.path.relpath(f"/{n}", workdir) for n in names)
 
 
-def test_the_workdir_skypilot_syncs_is_the_upload_set(sky, tmp_path):
+def test_the_workdir_skypilot_syncs_is_the_upload_set(sky, tmp_path, write_files):
     project = tmp_path / "project"
-    for name, text in {
-        "pyproject.toml": "[project]\nname = 'p'\n",
-        "fit.py": "print(1)\n",
-        ".gitignore": "data/\n",
-        "data/train.csv": "1,2\n",
-        ".env": "TOKEN=1\n",
-        ".env.prod": "TOKEN=2\n",
-        "id_rsa": "key\n",
-        ".skyignore": "nothing\n",
-        ".substraxignore": "drafts/\n",
-        "drafts/a.md": "a\n",
-    }.items():
-        (project / name).parent.mkdir(parents=True, exist_ok=True)
-        (project / name).write_text(text)
+    write_files(
+        project,
+        {
+            "pyproject.toml": "[project]\nname = 'p'\n",
+            "fit.py": "print(1)\n",
+            ".gitignore": "data/\n",
+            "data/train.csv": "1,2\n",
+            ".env": "TOKEN=1\n",
+            ".env.prod": "TOKEN=2\n",
+            "id_rsa": "key\n",
+            ".skyignore": "nothing\n",
+            ".substraxignore": "drafts/\n",
+            "drafts/a.md": "a\n",
+        },
+    )
     backend = _backend(tmp_path)
     spec = _spec(include_files=(".env.prod",))
     task = backend.build_task(spec, project=project, run_id="r")

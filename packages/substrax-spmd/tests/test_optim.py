@@ -111,13 +111,18 @@ def test_weight_decay_mask_excludes_bias_and_scale(net):
     assert weight_decay_mask(net, everything)["norm"]["scale"] is True
 
 
-def test_masked_weight_decay_only_decays_the_selected_parameters(net):
-    config = OptimizerConfig(
+def _decaying(path_part: str) -> OptimizerConfig:
+    """AdamW (lr 0.1) decaying by 0.5 only the parameters whose path contains ``path_part``."""
+    return OptimizerConfig(
         optimizer_type="adamw",
         learning_rate=0.1,
         weight_decay=0.5,
-        weight_decay_filter=nnx.PathContains("kernel"),
+        weight_decay_filter=nnx.PathContains(path_part),
     )
+
+
+def test_masked_weight_decay_only_decays_the_selected_parameters(net):
+    config = _decaying("kernel")
     optimizer = create_optimizer(net, config)
     bias = np.asarray(net.dense.bias.get_value())
     kernel = np.asarray(net.dense.kernel.get_value())
@@ -130,12 +135,7 @@ def test_masked_weight_decay_only_decays_the_selected_parameters(net):
 
 
 def test_a_filter_that_selects_nothing_is_refused(net):
-    config = OptimizerConfig(
-        optimizer_type="adamw",
-        learning_rate=0.1,
-        weight_decay=0.5,
-        weight_decay_filter=nnx.PathContains("embedding"),
-    )
+    config = _decaying("embedding")
     with pytest.raises(OptimizerConfigError, match="selects none of the model's parameters"):
         create_transformation(net, config)
 

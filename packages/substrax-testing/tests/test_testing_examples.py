@@ -42,6 +42,18 @@ def repo(tmp_path) -> Path:
     return root
 
 
+def _run_main(repo: Path, tmp_path: Path, name: str, text: str):
+    """Write ``examples/<name>`` holding ``text`` and run it with ``call_main=True``."""
+    (repo / "examples" / name).write_text(text)
+    return run_example(
+        Path("examples") / name,
+        repo_root=repo,
+        output_dir=tmp_path / "out",
+        timeout=60,
+        call_main=True,
+    )
+
+
 def test_call_main_returns_the_json_summary_and_writes_outside_the_repo(repo, tmp_path):
     out = tmp_path / "out"
     run = run_example(
@@ -67,28 +79,14 @@ def test_without_call_main_the_file_runs_as_a_script(repo, tmp_path):
 
 
 def test_a_failing_example_is_returned_and_check_raises(repo, tmp_path):
-    (repo / "examples" / "broken.py").write_text("def main():\n    raise RuntimeError('nope')\n")
-    run = run_example(
-        Path("examples/broken.py"),
-        repo_root=repo,
-        output_dir=tmp_path / "out",
-        timeout=60,
-        call_main=True,
-    )
+    run = _run_main(repo, tmp_path, "broken.py", "def main():\n    raise RuntimeError('nope')\n")
     assert run.summary is None
     with pytest.raises(ChildFailedError, match="RuntimeError: nope"):
         run.check()
 
 
 def test_a_missing_main_is_named(repo, tmp_path):
-    (repo / "examples" / "no_main.py").write_text("x = 1\n")
-    run = run_example(
-        Path("examples/no_main.py"),
-        repo_root=repo,
-        output_dir=tmp_path / "out",
-        timeout=60,
-        call_main=True,
-    )
+    run = _run_main(repo, tmp_path, "no_main.py", "x = 1\n")
     assert "defines no main()" in run.result.stderr
 
 

@@ -18,6 +18,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def _found(key: str, value: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+    """200 with ``{key: value}``, or MLflow's 404 answer when there is no such ``key``."""
+    if value is None:
+        return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"no such {key}"}
+    return 200, {key: value}
+
+
 class VanishingMlflow:
     def __init__(self, port: int = 0, *, vanish_after_run: str | None = None) -> None:
         self.vanish_after_run = vanish_after_run
@@ -64,10 +71,7 @@ class VanishingMlflow:
         endpoint = path.removeprefix("/api/2.0/mlflow/")
         with self.lock:
             if endpoint == "experiments/get-by-name":
-                found = self.experiments.get(body.get("experiment_name", ""))
-                if found is None:
-                    return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no such"}
-                return 200, {"experiment": found}
+                return _found("experiment", self.experiments.get(body.get("experiment_name", "")))
             if endpoint == "experiments/create":
                 experiment_id = str(len(self.experiments) + 1)
                 self.experiments[body["name"]] = {
@@ -102,10 +106,7 @@ class VanishingMlflow:
                 }
                 return 200, {"run": self.runs[run_id]}
             if endpoint == "runs/get":
-                run = self.runs.get(body.get("run_id", ""))
-                if run is None:
-                    return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no run"}
-                return 200, {"run": run}
+                return _found("run", self.runs.get(body.get("run_id", "")))
             if endpoint == "runs/log-batch":
                 for metric in body.get("metrics", []):
                     self.metrics.append({**metric, "run_id": body["run_id"]})
