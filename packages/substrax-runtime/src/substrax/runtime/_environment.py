@@ -2,7 +2,7 @@
 
 import os
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from ._config import JaxRuntime
@@ -17,33 +17,29 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
+def _as_is(value: Any) -> Any:  # noqa: ANN401  (a setting's value, whatever its type)
+    return value
+
+
+# Each JaxRuntime field jax reads as a config option: the option's name (its environment variable
+# is the name upper-cased) and how the field's value is handed to jax.
+_CONFIG_OPTIONS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("enable_x64", "jax_enable_x64", _as_is),
+    ("matmul_precision", "jax_default_matmul_precision", _as_is),
+    ("compilation_cache_dir", "jax_compilation_cache_dir", str),
+    ("debug_nans", "jax_debug_nans", _as_is),
+    ("log_compiles", "jax_log_compiles", _as_is),
+    ("persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_compile_time_secs", float),
+)
+
+
 def _config_values(runtime: JaxRuntime) -> dict[str, tuple[str, str, Any]]:
     """The settings jax reads as config options: ``{field: (env var, config name, value)}``."""
     settings: dict[str, tuple[str, str, Any]] = {}
-    if runtime.enable_x64 is not None:
-        settings["enable_x64"] = ("JAX_ENABLE_X64", "jax_enable_x64", runtime.enable_x64)
-    if runtime.matmul_precision is not None:
-        settings["matmul_precision"] = (
-            "JAX_DEFAULT_MATMUL_PRECISION",
-            "jax_default_matmul_precision",
-            runtime.matmul_precision,
-        )
-    if runtime.compilation_cache_dir is not None:
-        settings["compilation_cache_dir"] = (
-            "JAX_COMPILATION_CACHE_DIR",
-            "jax_compilation_cache_dir",
-            str(runtime.compilation_cache_dir),
-        )
-    if runtime.debug_nans is not None:
-        settings["debug_nans"] = ("JAX_DEBUG_NANS", "jax_debug_nans", runtime.debug_nans)
-    if runtime.log_compiles is not None:
-        settings["log_compiles"] = ("JAX_LOG_COMPILES", "jax_log_compiles", runtime.log_compiles)
-    if runtime.persistent_cache_min_compile_time_secs is not None:
-        settings["persistent_cache_min_compile_time_secs"] = (
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-            "jax_persistent_cache_min_compile_time_secs",
-            float(runtime.persistent_cache_min_compile_time_secs),
-        )
+    for field, option, convert in _CONFIG_OPTIONS:
+        value = getattr(runtime, field)
+        if value is not None:
+            settings[field] = (option.upper(), option, convert(value))
     return settings
 
 
