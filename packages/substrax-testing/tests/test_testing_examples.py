@@ -42,16 +42,12 @@ def repo(tmp_path) -> Path:
     return root
 
 
-def _run_main(repo: Path, tmp_path: Path, name: str, text: str):
-    """Write ``examples/<name>`` holding ``text`` and run it with ``call_main=True``."""
-    (repo / "examples" / name).write_text(text)
-    return run_example(
-        Path("examples") / name,
-        repo_root=repo,
-        output_dir=tmp_path / "out",
-        timeout=60,
-        call_main=True,
-    )
+def _run(repo: Path, tmp_path: Path, name: str, text: str | None = None, **options):
+    """Run ``examples/<name>`` (first written with ``text``, if given); main() unless told not."""
+    if text is not None:
+        (repo / "examples" / name).write_text(text)
+    options = {"output_dir": tmp_path / "out", "timeout": 60, "call_main": True, **options}
+    return run_example(Path("examples") / name, repo_root=repo, **options)
 
 
 def test_call_main_returns_the_json_summary_and_writes_outside_the_repo(repo, tmp_path):
@@ -79,29 +75,21 @@ def test_without_call_main_the_file_runs_as_a_script(repo, tmp_path):
 
 
 def test_a_failing_example_is_returned_and_check_raises(repo, tmp_path):
-    run = _run_main(repo, tmp_path, "broken.py", "def main():\n    raise RuntimeError('nope')\n")
+    run = _run(repo, tmp_path, "broken.py", "def main():\n    raise RuntimeError('nope')\n")
     assert run.summary is None
     with pytest.raises(ChildFailedError, match="RuntimeError: nope"):
         run.check()
 
 
 def test_a_missing_main_is_named(repo, tmp_path):
-    run = _run_main(repo, tmp_path, "no_main.py", "x = 1\n")
+    run = _run(repo, tmp_path, "no_main.py", "x = 1\n")
     assert "defines no main()" in run.result.stderr
 
 
 def test_a_slow_example_raises_a_timeout_with_its_stderr(repo, tmp_path):
-    (repo / "examples" / "slow.py").write_text(
-        "import sys, time\nprint('warming up', file=sys.stderr, flush=True)\ntime.sleep(30)\n"
-    )
+    slow = "import sys, time\nprint('warming up', file=sys.stderr, flush=True)\ntime.sleep(30)\n"
     with pytest.raises(ExampleTimeoutError) as caught:
-        run_example(
-            Path("examples/slow.py"),
-            repo_root=repo,
-            output_dir=tmp_path / "out",
-            timeout=1.5,
-            call_main=False,
-        )
+        _run(repo, tmp_path, "slow.py", slow, timeout=1.5, call_main=False)
     assert caught.value.path == repo / "examples" / "slow.py"
     assert caught.value.timeout == 1.5
     assert "warming up" in caught.value.stderr_tail
@@ -109,24 +97,11 @@ def test_a_slow_example_raises_a_timeout_with_its_stderr(repo, tmp_path):
 
 def test_a_conflicting_output_dir_in_env_is_refused(repo, tmp_path):
     with pytest.raises(ValueError, match="AVITAI_OUTPUT_DIR"):
-        run_example(
-            Path("examples/train.py"),
-            repo_root=repo,
-            output_dir=tmp_path / "out",
-            timeout=60,
-            call_main=True,
-            env={"AVITAI_OUTPUT_DIR": str(tmp_path / "elsewhere")},
-        )
+        _run(repo, tmp_path, "train.py", env={"AVITAI_OUTPUT_DIR": str(tmp_path / "elsewhere")})
 
 
 def test_a_missing_example_is_refused(repo, tmp_path):
     with pytest.raises(ExampleNotFoundError, match=r"missing\.py") as caught:
-        run_example(
-            Path("examples/missing.py"),
-            repo_root=repo,
-            output_dir=tmp_path,
-            timeout=60,
-            call_main=True,
-        )
+        _run(repo, tmp_path, "missing.py", output_dir=tmp_path)
     assert isinstance(caught.value, FileNotFoundError)
     assert caught.value.path == (repo / "examples" / "missing.py").resolve()
