@@ -159,6 +159,10 @@ INTERFACE_MODULES = {
     "substrax.compute.spec",
     "substrax.compute.backend",
     "substrax.compute.registry",
+    "substrax.compute.config",
+    "substrax.compute.local",
+    "substrax.compute.modal_backend",
+    "substrax.compute.skypilot_backend",
     "substrax.testing.pytest_plugin",
     "substrax.testing.compiles",
 }

@@ -8,8 +8,9 @@ from its module when first used (PEP 562), so pydantic is imported only when a c
 spec is validated. Every name users import comes from here; the only public submodules are the
 entry points ``substrax.compute.cli`` (the ``substrax-compute`` console script) and
 ``substrax.compute.worker`` (``python -m substrax.compute.worker``), and the import paths
-substrax 0.1.22 documented (``substrax.compute.spec``, ``.backend``, ``.registry``), which
-re-export names from here.
+substrax 0.1.22 documented (``substrax.compute.spec``, ``.backend``, ``.registry``,
+``.config``, ``.local``, ``.modal_backend``, ``.skypilot_backend``), which re-export names from
+here.
 
 Example:
     >>> from substrax.compute import JobSpec, Task, load_backend

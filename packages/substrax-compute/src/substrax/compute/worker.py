@@ -10,10 +10,10 @@ invalid spec, 128 + SIGTERM the run was cancelled.
 
 import sys
 
-from ._worker import main
+from ._worker import main, run_job
 
 
-__all__ = ["main"]
+__all__ = ["main", "run_job"]
 
 
 if __name__ == "__main__":
