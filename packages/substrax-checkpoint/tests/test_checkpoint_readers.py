@@ -128,28 +128,19 @@ def test_wait_for_step(store_dir):
         assert isinstance(closed.value, RuntimeError)
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -1.0])
-def test_wait_for_step_refuses_a_timeout_that_is_not_a_finite_number_of_seconds(store_dir, value):
-    store = OrbaxCheckpointStore(store_dir)
-    with (
-        store,
-        pytest.raises(
-            ValueError, match=rf"timeout={value!r} must be a finite number of seconds >= 0"
-        ),
-    ):
-        store.wait_for_step(timeout=value)
-
-
-@pytest.mark.parametrize("value", [math.nan, math.inf, 0.0, -0.5])
-def test_wait_for_step_refuses_a_poll_interval_that_is_not_positive_and_finite(store_dir, value):
-    store = OrbaxCheckpointStore(store_dir)
-    with (
-        store,
-        pytest.raises(
-            ValueError, match=rf"poll_interval={value!r} must be a finite number of seconds > 0"
-        ),
-    ):
-        store.wait_for_step(timeout=1.0, poll_interval=value)
+@pytest.mark.parametrize(
+    ("argument", "value", "bound"),
+    [
+        *[("timeout", value, ">= 0") for value in (math.nan, math.inf, -math.inf, -1.0)],
+        *[("poll_interval", value, "> 0") for value in (math.nan, math.inf, 0.0, -0.5)],
+    ],
+)
+def test_wait_for_step_refuses_seconds_that_are_not_finite_or_out_of_range(
+    store_dir, argument, value, bound
+):
+    refusal = rf"{argument}={value!r} must be a finite number of seconds {bound}"
+    with OrbaxCheckpointStore(store_dir) as store, pytest.raises(ValueError, match=refusal):
+        store.wait_for_step(**{"timeout": 1.0, argument: value})
 
 
 def test_a_step_whose_directory_goes_while_it_is_read_is_not_found(store_dir):
