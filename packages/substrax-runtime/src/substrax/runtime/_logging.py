@@ -29,12 +29,15 @@ def configure_entry_point_logging(
     Example:
         >>> import io, logging
         >>> from substrax.runtime import configure_entry_point_logging
+        >>> root = logging.getLogger()
+        >>> level = root.level
         >>> buffer = io.StringIO()
         >>> handler = configure_entry_point_logging(stream=buffer)
         >>> logging.getLogger("demo").info("hello")
         >>> buffer.getvalue()
         'hello\n'
-        >>> logging.getLogger().removeHandler(handler)
+        >>> root.removeHandler(handler)  # an entry point keeps it; an example tidies up
+        >>> root.setLevel(level)
     """
     root = logging.getLogger()
     for existing in list(root.handlers):

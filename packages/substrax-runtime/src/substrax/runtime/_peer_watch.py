@@ -28,8 +28,7 @@ POLL_SECONDS = 1.0
 HOOK_SECONDS = 10.0
 DRAIN_SECONDS = 30.0
 _SHUTDOWN_BARRIER = "substrax_shutdown"
-# Not __name__: docs/guides/multi-host.md names this logger to users (public behaviour).
-_LOG = logging.getLogger("substrax.runtime.distributed")
+_LOG = logging.getLogger(__name__)
 
 
 class CoordinationClient(Protocol):

@@ -25,8 +25,7 @@ from ._peer_watch import HOOK_SECONDS, PEER_FAILURE_EXIT_CODE, reaches_stderr
 
 _UP = b"up\n"
 _DEAD = b"dead"
-# Not __name__: docs/guides/multi-host.md names this logger to users (public behaviour).
-_LOG = logging.getLogger("substrax.runtime.distributed")
+_LOG = logging.getLogger(__name__)
 
 
 class StartupGuard:
