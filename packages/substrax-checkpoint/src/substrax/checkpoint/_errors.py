@@ -6,6 +6,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
+from substrax.support import PicklableError
+
 
 _CHECKSUM = re.compile(r"checksum|digest", re.IGNORECASE)
 """Words of a report of bytes that fail their checksum (others: a missing or empty file...)."""
@@ -44,7 +46,7 @@ _ADVICE: dict[NotWrittenReason, str] = {
 }
 
 
-class CheckpointNotWrittenError(RuntimeError):
+class CheckpointNotWrittenError(PicklableError, RuntimeError):
     """A save was refused; ``reason`` says why (``exists``, ``below_latest`` or ``rejected``).
 
     Example:
@@ -72,7 +74,7 @@ class CheckpointNotWrittenError(RuntimeError):
         )
 
 
-class CheckpointNotFoundError(FileNotFoundError):
+class CheckpointNotFoundError(PicklableError, FileNotFoundError):
     """The store holds no step ``step`` (None: the latest step was asked of an empty store).
 
     Example:
@@ -124,7 +126,7 @@ class CheckpointNotFoundError(FileNotFoundError):
         )
 
 
-class UnsupportedCheckpointError(ValueError):
+class UnsupportedCheckpointError(PicklableError, ValueError):
     """The step is not a substrax checkpoint of a format this version can read.
 
     Example:
@@ -136,7 +138,7 @@ class UnsupportedCheckpointError(ValueError):
     __module__ = "substrax.checkpoint"
 
 
-class CheckpointWriteError(RuntimeError):
+class CheckpointWriteError(PicklableError, RuntimeError):
     """A background write failed; raised at the next ``save``, ``wait`` or ``close``.
 
     Example:
@@ -175,7 +177,7 @@ class DtypeMismatch:
     restored: str
 
 
-class CheckpointDtypeMismatchError(ValueError):
+class CheckpointDtypeMismatchError(PicklableError, ValueError):
     """Restoring would change the dtype of at least one leaf; pass ``cast_dtypes=True`` to allow it.
 
     Example:
@@ -202,7 +204,7 @@ class CheckpointDtypeMismatchError(ValueError):
         )
 
 
-class CheckpointLockedError(RuntimeError):
+class CheckpointLockedError(PicklableError, RuntimeError):
     """Another process writes the store: a store has one writing process (or one multi-host job).
 
     ``host``, ``pid`` and ``since`` describe the holder as it recorded itself (None where the
@@ -235,7 +237,7 @@ class CheckpointLockedError(RuntimeError):
         )
 
 
-class CheckpointStoreNotFoundError(FileNotFoundError):
+class CheckpointStoreNotFoundError(PicklableError, FileNotFoundError):
     """A store opened to be read does not exist.
 
     Example:
@@ -255,7 +257,7 @@ class CheckpointStoreNotFoundError(FileNotFoundError):
         )
 
 
-class CheckpointStoreNotADirectoryError(NotADirectoryError):
+class CheckpointStoreNotADirectoryError(PicklableError, NotADirectoryError):
     """The path of a store is a file, not a directory.
 
     Example:
@@ -275,7 +277,7 @@ class CheckpointStoreNotADirectoryError(NotADirectoryError):
         )
 
 
-class CheckpointWaitTimeoutError(TimeoutError):
+class CheckpointWaitTimeoutError(PicklableError, TimeoutError):
     """``wait_for_step`` saw no step newer than ``after`` committed within ``timeout`` seconds.
 
     Example:
@@ -303,7 +305,7 @@ class CheckpointWaitTimeoutError(TimeoutError):
         )
 
 
-class CheckpointCorruptError(ValueError):
+class CheckpointCorruptError(PicklableError, ValueError):
     """A stored array's bytes fail their checksum, or a file of the step is missing or damaged.
 
     The step cannot be restored as it was saved.
@@ -352,7 +354,7 @@ class CheckpointCorruptError(ValueError):
         )
 
 
-class CheckpointStoreClosedError(RuntimeError):
+class CheckpointStoreClosedError(PicklableError, RuntimeError):
     """The store was used after ``close()``.
 
     Example:
@@ -372,7 +374,7 @@ class CheckpointStoreClosedError(RuntimeError):
         )
 
 
-class CheckpointStoreReadOnlyError(PermissionError):
+class CheckpointStoreReadOnlyError(PicklableError, PermissionError):
     """A store opened with ``read_only=True`` was asked to write (``save``, ``delete``, ``prune``).
 
     Example:
@@ -393,7 +395,7 @@ class CheckpointStoreReadOnlyError(PermissionError):
         )
 
 
-class DistributedNotInitializedError(RuntimeError):
+class DistributedNotInitializedError(PicklableError, RuntimeError):
     """Several jax processes run but ``jax.distributed`` has no client to agree through.
 
     Example:
@@ -413,7 +415,7 @@ class DistributedNotInitializedError(RuntimeError):
         )
 
 
-class UpgradeDestinationError(ValueError):
+class UpgradeDestinationError(PicklableError, ValueError):
     """``upgrade_checkpoints`` was given a destination it must not write into.
 
     ``reason`` is ``"is the source"`` or ``"is not empty"``.

@@ -6,8 +6,10 @@ Each carries the offending values as attributes and says what to do; all are exp
 
 from pathlib import Path
 
+from substrax.support import PicklableError
 
-class ComputeConfigError(ValueError):
+
+class ComputeConfigError(PicklableError, ValueError):
     """A ``[tool.substrax.compute]`` key is unknown or holds a bad value.
 
     Attributes:
@@ -24,7 +26,7 @@ class ComputeConfigError(ValueError):
         super().__init__("\n".join(f"{path}: {reason}" for path, reason in problems))
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(PicklableError, ValueError):
     """A file the configuration is read from (pyproject.toml, uv.lock) is not valid TOML or unreadable.
 
     Attributes:
@@ -47,7 +49,7 @@ class ConfigFileError(ValueError):
         super().__init__(message)
 
 
-class ProjectFileNotFoundError(FileNotFoundError):
+class ProjectFileNotFoundError(PicklableError, FileNotFoundError):
     """A file or directory the project must have is missing (pyproject.toml, uv.lock, examples).
 
     Attributes:
@@ -64,7 +66,7 @@ class ProjectFileNotFoundError(FileNotFoundError):
         return str(self.args[0])
 
 
-class ComputeTableMissingError(LookupError):
+class ComputeTableMissingError(PicklableError, LookupError):
     """``pyproject.toml`` has no ``[tool.substrax.compute]`` table.
 
     Attributes:
@@ -81,7 +83,7 @@ class ComputeTableMissingError(LookupError):
         )
 
 
-class SubstraxNotLockedError(LookupError):
+class SubstraxNotLockedError(PicklableError, LookupError):
     """The project's ``uv.lock`` does not pin substrax-compute, so a worker elsewhere can't run.
 
     Attributes:
@@ -97,7 +99,7 @@ class SubstraxNotLockedError(LookupError):
         )
 
 
-class JobNotFoundError(KeyError):
+class JobNotFoundError(PicklableError, KeyError):
     """No job of that name is configured.
 
     Attributes:
@@ -117,7 +119,7 @@ class JobNotFoundError(KeyError):
         return str(self.args[0])
 
 
-class RunNotFoundError(KeyError):
+class RunNotFoundError(PicklableError, KeyError):
     """No run of that id was saved in the run store.
 
     Attributes:
@@ -135,7 +137,7 @@ class RunNotFoundError(KeyError):
         return str(self.args[0])
 
 
-class UnknownBackendError(LookupError):
+class UnknownBackendError(PicklableError, LookupError):
     """No backend of that name is registered.
 
     Attributes:
@@ -155,7 +157,7 @@ class UnknownBackendError(LookupError):
         )
 
 
-class BackendFactoryError(TypeError):
+class BackendFactoryError(PicklableError, TypeError):
     """A registered backend factory returned something that is not a ``ComputeBackend``.
 
     Attributes:
@@ -174,7 +176,7 @@ class BackendFactoryError(TypeError):
         )
 
 
-class UnknownPlatformError(ValueError):
+class UnknownPlatformError(PicklableError, ValueError):
     """A ``runtime.platforms`` entry is not a platform jax knows.
 
     Attributes:
@@ -193,7 +195,7 @@ class UnknownPlatformError(ValueError):
         )
 
 
-class RuntimeFieldError(ValueError):
+class RuntimeFieldError(PicklableError, ValueError):
     """A job's ``runtime`` table names a field ``JaxRuntime`` lacks, or one it refuses.
 
     Attributes:
@@ -207,7 +209,7 @@ class RuntimeFieldError(ValueError):
         super().__init__(message)
 
 
-class AcceleratorFormatError(ValueError):
+class AcceleratorFormatError(PicklableError, ValueError):
     """An ``--accelerator`` value is not ``KIND`` or ``KIND:N``.
 
     Attributes:
@@ -221,7 +223,7 @@ class AcceleratorFormatError(ValueError):
         super().__init__(f"accelerator {text!r} must read KIND or KIND:N, e.g. H100:8")
 
 
-class RecordVersionError(ValueError):
+class RecordVersionError(PicklableError, ValueError):
     """A job spec or manifest was written by another release (its ``schema_version`` differs).
 
     Attributes:
@@ -237,7 +239,7 @@ class RecordVersionError(ValueError):
         super().__init__(f"{record} version {found!r} is not {expected}: {fix}")
 
 
-class RecordFormatError(ValueError, TypeError):
+class RecordFormatError(PicklableError, ValueError, TypeError):
     """A stored record (a run handle, a manifest) is not the shape this release writes.
 
     Attributes:
@@ -254,7 +256,7 @@ class RecordFormatError(ValueError, TypeError):
         )
 
 
-class SecretNotSetError(LookupError):
+class SecretNotSetError(PicklableError, LookupError):
     """A secret the job names is not set in the environment that must pass it on.
 
     Attributes:
@@ -271,7 +273,7 @@ class SecretNotSetError(LookupError):
         )
 
 
-class MountNotConfiguredError(LookupError):
+class MountNotConfiguredError(PicklableError, LookupError):
     """A job mount has no source in the backend's settings (a volume, a bucket, a directory).
 
     Attributes:
@@ -286,7 +288,7 @@ class MountNotConfiguredError(LookupError):
         super().__init__(message)
 
 
-class MountDirectoryNotFoundError(FileNotFoundError):
+class MountDirectoryNotFoundError(PicklableError, FileNotFoundError):
     """A job mount has no directory on this machine for the local backend.
 
     Attributes:
@@ -307,7 +309,7 @@ class MountDirectoryNotFoundError(FileNotFoundError):
         return str(self.args[0])
 
 
-class MountPathError(ValueError):
+class MountPathError(PicklableError, ValueError):
     """A local mount's source directory lies outside the project.
 
     Attributes:
@@ -326,7 +328,7 @@ class MountPathError(ValueError):
         )
 
 
-class DirectoryPathError(NotADirectoryError):
+class DirectoryPathError(PicklableError, NotADirectoryError):
     """A path that must be (or become) a directory is a file, or lies under one.
 
     Attributes:
@@ -349,7 +351,7 @@ class DirectoryPathError(NotADirectoryError):
         return str(self.args[0])
 
 
-class ProjectDirectoryError(NotADirectoryError):
+class ProjectDirectoryError(PicklableError, NotADirectoryError):
     """The project root handed to a backend is not a directory.
 
     Attributes:
@@ -366,7 +368,7 @@ class ProjectDirectoryError(NotADirectoryError):
         return str(self.args[0])
 
 
-class UploadFileNotFoundError(FileNotFoundError):
+class UploadFileNotFoundError(PicklableError, FileNotFoundError):
     """A file a job asked to upload by name is not a file inside the project.
 
     Attributes:
@@ -384,7 +386,7 @@ class UploadFileNotFoundError(FileNotFoundError):
         )
 
 
-class OutputPathError(ValueError):
+class OutputPathError(PicklableError, ValueError):
     """An output path leaves the root it must stay in.
 
     Attributes:
@@ -399,7 +401,7 @@ class OutputPathError(ValueError):
         super().__init__(f"{path} is outside {root}; outputs must stay inside their run directory")
 
 
-class FetchToolNotFoundError(FileNotFoundError):
+class FetchToolNotFoundError(PicklableError, FileNotFoundError):
     """The cloud command a fetch needs (``gcloud``, ``aws``) is not on ``PATH``.
 
     Attributes:

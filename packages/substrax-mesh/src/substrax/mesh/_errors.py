@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from substrax.support import PicklableError
 
-class MeshShapeError(ValueError):
+
+class MeshShapeError(PicklableError, ValueError):
     """A mesh shape that the visible devices cannot hold, or that is malformed.
 
     Attributes:
@@ -27,7 +29,7 @@ class MeshShapeError(ValueError):
         self.device_count = device_count
 
 
-class UnknownLogicalAxisError(KeyError):
+class UnknownLogicalAxisError(PicklableError, KeyError):
     """A logical axis name that the rules do not map.
 
     Attributes:
@@ -54,7 +56,7 @@ class UnknownLogicalAxisError(KeyError):
         return str(self.args[0])
 
 
-class ShardingAnnotationError(ValueError):
+class ShardingAnnotationError(PicklableError, ValueError):
     """A variable whose annotation cannot become a sharding on this mesh.
 
     Attributes:
@@ -76,7 +78,7 @@ class ShardingAnnotationError(ValueError):
         self.annotation = annotation
 
 
-class UnknownStrategyError(KeyError):
+class UnknownStrategyError(PicklableError, KeyError):
     """Sharding specs proposed by strategies a ``MultiDimensionalStrategy`` does not hold.
 
     Attributes:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from substrax.support import PicklableError
+
 
 if TYPE_CHECKING:
     from ._hardware import HardwareType
 
 
-class UnknownHardwareError(LookupError):
+class UnknownHardwareError(PicklableError, LookupError):
     """The batch-size table has no entry for this hardware.
 
     Attributes:

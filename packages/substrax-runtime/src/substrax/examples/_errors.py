@@ -2,8 +2,10 @@
 
 from pathlib import Path
 
+from substrax.support import PicklableError
 
-class ExamplesRootNotADirectoryError(NotADirectoryError):
+
+class ExamplesRootNotADirectoryError(PicklableError, NotADirectoryError):
     """The examples root given to ``discover_examples`` is not a directory.
 
     Attributes:
@@ -26,6 +28,3 @@ class ExamplesRootNotADirectoryError(NotADirectoryError):
             f"examples root {str(root)!r} is not a directory; pass the folder that holds the "
             "example scripts"
         )
-
-    def __reduce__(self) -> tuple[type["ExamplesRootNotADirectoryError"], tuple[Path]]:
-        return (type(self), (self.root,))

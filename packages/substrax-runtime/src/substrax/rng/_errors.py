@@ -1,10 +1,11 @@
 """The errors of ``substrax.rng``."""
 
 from collections.abc import Sequence
-from typing import Any
+
+from substrax.support import PicklableError
 
 
-class MissingRngStreamError(ValueError):
+class MissingRngStreamError(PicklableError, ValueError):
     """An ``nnx.Rngs`` holds none of the streams a caller can draw from.
 
     Attributes:
@@ -29,10 +30,3 @@ class MissingRngStreamError(ValueError):
             f"{context} needs an rng stream named one of {self.streams}; "
             f"pass nnx.Rngs({self.streams[0] if self.streams else 'default'}=...)"
         )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_missing, (self.context, self.streams))
-
-
-def _rebuild_missing(context: str, streams: tuple[str, ...]) -> MissingRngStreamError:
-    return MissingRngStreamError(context=context, streams=streams)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         optional as optional,
         require as require,
     )
+    from ._pickling import PicklableError as PicklableError
     from ._tables import format_table as format_table, print_table as print_table
 
 # Each name loads its own module on first use (PEP 562): a part that only checks a number (the
@@ -67,6 +68,7 @@ _LAZY = {
     "install_hint": "_optional",
     "optional": "_optional",
     "require": "_optional",
+    "PicklableError": "_pickling",
     "format_table": "_tables",
     "print_table": "_tables",
 }
@@ -79,6 +81,7 @@ __all__ = [
     "CommandFailedError",
     "MissingExtraError",
     "Mode",
+    "PicklableError",
     "UsageError",
     "add_json_flag",
     "check_float",

@@ -13,13 +13,15 @@ import sys
 from collections.abc import Callable
 from typing import Final
 
+from ._pickling import PicklableError
+
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 
 
-class UsageError(ValueError):
+class UsageError(PicklableError, ValueError):
     """Bad input on a command line that argparse could not catch (exit 2).
 
     Example:
@@ -31,7 +33,7 @@ class UsageError(ValueError):
     __module__ = "substrax.support"
 
 
-class CommandFailedError(RuntimeError):
+class CommandFailedError(PicklableError, RuntimeError):
     """The command's operation failed, its input was fine (exit 1).
 
     Example:

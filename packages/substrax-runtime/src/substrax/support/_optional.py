@@ -5,8 +5,10 @@
 import importlib
 from typing import Any
 
+from ._pickling import PicklableError
 
-class MissingExtraError(ImportError):
+
+class MissingExtraError(PicklableError, ImportError):
     """An optional SDK is not installed; the message names the extra that brings it.
 
     Attributes:

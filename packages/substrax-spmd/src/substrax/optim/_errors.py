@@ -1,7 +1,9 @@
 """The errors of ``substrax.optim``."""
 
+from substrax.support import PicklableError
 
-class OptimizerConfigError(ValueError):
+
+class OptimizerConfigError(PicklableError, ValueError):
     """An optimizer configuration that cannot be built.
 
     Attributes:
@@ -23,7 +25,7 @@ class OptimizerConfigError(ValueError):
         self.value = value
 
 
-class LineSearchStateError(ValueError):
+class LineSearchStateError(PicklableError, ValueError):
     """An optimizer or model that a line-search update cannot run on reliably.
 
     Attributes:
@@ -42,7 +44,7 @@ class LineSearchStateError(ValueError):
         self.paths = paths
 
 
-class LearningRateNotFoundError(LookupError):
+class LearningRateNotFoundError(PicklableError, LookupError):
     """An optimizer whose state holds no injected learning rate to read.
 
     Example:

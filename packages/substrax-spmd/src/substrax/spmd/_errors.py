@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from substrax.support import PicklableError
+
 
 if TYPE_CHECKING:
     from jax.sharding import PartitionSpec
 
 
-class BatchPlacementError(ValueError):
+class BatchPlacementError(PicklableError, ValueError):
     """A batch leaf that its sharding cannot split.
 
     Attributes:
@@ -36,7 +38,7 @@ class BatchPlacementError(ValueError):
         self.spec = spec
 
 
-class UnknownReductionError(ValueError):
+class UnknownReductionError(PicklableError, ValueError):
     """A reduction name that is not mean, sum, max or min, or a name without a metric.
 
     Attributes:

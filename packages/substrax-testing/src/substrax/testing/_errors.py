@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from substrax.support import PicklableError
+
 from ._output import STDERR_TAIL_LINES, describe, tail
 
 
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
     from ._child import ChildResult
 
 
-class ChildFailedError(AssertionError):
+class ChildFailedError(PicklableError, AssertionError):
     """A child interpreter exited with a non-zero status.
 
     Attributes:
@@ -41,7 +43,7 @@ class ChildFailedError(AssertionError):
         )
 
 
-class ExampleNotFoundError(FileNotFoundError):
+class ExampleNotFoundError(PicklableError, FileNotFoundError):
     """``run_example`` was given a script that does not exist.
 
     Attributes:
@@ -63,11 +65,8 @@ class ExampleNotFoundError(FileNotFoundError):
             "repo_root)"
         )
 
-    def __reduce__(self) -> tuple[type[ExampleNotFoundError], tuple[Path]]:
-        return (type(self), (self.path,))
 
-
-class ExampleTimeoutError(AssertionError):
+class ExampleTimeoutError(PicklableError, AssertionError):
     """An example ran past its timeout and was killed.
 
     Attributes:
@@ -94,7 +93,7 @@ class ExampleTimeoutError(AssertionError):
         )
 
 
-class RetraceError(AssertionError):
+class RetraceError(PicklableError, AssertionError):
     """A block traced a function a different number of times than expected.
 
     Attributes:
@@ -121,7 +120,7 @@ class RetraceError(AssertionError):
         super().__init__(f"expected {expected} new trace(s), observed {observed}{hint}")
 
 
-class CompileCountError(AssertionError):
+class CompileCountError(PicklableError, AssertionError):
     """A block compiled a different number of programs than expected.
 
     Attributes:
@@ -147,7 +146,7 @@ class CompileCountError(AssertionError):
         )
 
 
-class RunNotFinalError(TimeoutError):
+class RunNotFinalError(PicklableError, TimeoutError):
     """A compute run was still not final when ``wait_until_final`` gave up on it.
 
     Attributes:

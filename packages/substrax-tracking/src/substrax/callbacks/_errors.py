@@ -6,11 +6,13 @@ tracebacks. Each carries the offending values as attributes; its message says wh
 
 from __future__ import annotations
 
+from substrax.support import PicklableError
+
 
 __all__ = ["CallbackStateMismatchError", "MissingMetricError", "NoLearningRateFoundError"]
 
 
-class CallbackStateMismatchError(ValueError):
+class CallbackStateMismatchError(PicklableError, ValueError):
     """A saved CallbackList state does not match the stateful callbacks of this list.
 
     Attributes:
@@ -30,7 +32,7 @@ class CallbackStateMismatchError(ValueError):
         )
 
 
-class MissingMetricError(KeyError):
+class MissingMetricError(PicklableError, KeyError):
     """A callback's monitored metric is not in the logs it was given.
 
     Attributes:
@@ -55,7 +57,7 @@ class MissingMetricError(KeyError):
         )
 
 
-class NoLearningRateFoundError(LookupError):
+class NoLearningRateFoundError(PicklableError, LookupError):
     """The optimizer state holds neither a ``reduce_on_plateau`` scale nor the hyperparameter.
 
     Attributes:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from substrax.support import PicklableError
+
 
 __all__ = [
     "EmptyMetricNameError",
@@ -32,7 +34,7 @@ __all__ = [
 _SHOWN_DIGITS = 40
 
 
-class LoggerClosedError(RuntimeError):
+class LoggerClosedError(PicklableError, RuntimeError):
     """A logger was used after :meth:`Logger.close`.
 
     Attributes:
@@ -46,7 +48,7 @@ class LoggerClosedError(RuntimeError):
         super().__init__(f"logger {logger_name!r} is closed; create a new one to log again")
 
 
-class InvalidLoggerNameError(ValueError):
+class InvalidLoggerNameError(PicklableError, ValueError):
     """A logger was given a name that is empty or not a string.
 
     Attributes:
@@ -62,7 +64,7 @@ class InvalidLoggerNameError(ValueError):
         )
 
 
-class EmptyMetricNameError(ValueError):
+class EmptyMetricNameError(PicklableError, ValueError):
     """A metric was logged under an empty name (or a name that is not a string).
 
     Attributes:
@@ -81,7 +83,7 @@ class EmptyMetricNameError(ValueError):
         )
 
 
-class LoggedTypeError(TypeError):
+class LoggedTypeError(PicklableError, TypeError):
     """A value of the wrong type was logged.
 
     A scalar that is not a number, text that is not a str, hyperparameters that are not a
@@ -102,7 +104,7 @@ class LoggedTypeError(TypeError):
         super().__init__(f"{what} must be {expected}, got {got or type(value).__name__}")
 
 
-class MetricOverflowError(OverflowError):
+class MetricOverflowError(PicklableError, OverflowError):
     """A metric's value is too large for a float (a Python int past about 1.8e308).
 
     Attributes:
@@ -124,7 +126,7 @@ class MetricOverflowError(OverflowError):
         )
 
 
-class ImageShapeError(ValueError):
+class ImageShapeError(PicklableError, ValueError):
     """An image array has a shape no backend can show.
 
     Attributes:
@@ -143,7 +145,7 @@ class ImageShapeError(ValueError):
         )
 
 
-class NotALoggerError(TypeError):
+class NotALoggerError(PicklableError, TypeError):
     """:class:`MultiLogger` was given something that is not a :class:`Logger`.
 
     Attributes:
@@ -160,7 +162,7 @@ class NotALoggerError(TypeError):
         )
 
 
-class NoLoggerSelectedError(ValueError):
+class NoLoggerSelectedError(PicklableError, ValueError):
     """:func:`create_logger` was asked for no backend at all."""
 
     __module__ = "substrax.tracking"
@@ -172,7 +174,7 @@ class NoLoggerSelectedError(ValueError):
         )
 
 
-class ProcessIndexVariableError(ValueError):
+class ProcessIndexVariableError(PicklableError, ValueError):
     """An environment variable that names the process index holds something else.
 
     Attributes:
@@ -191,7 +193,7 @@ class ProcessIndexVariableError(ValueError):
         )
 
 
-class FileLogValueError(ValueError):
+class FileLogValueError(PicklableError, ValueError):
     """A line of a file log (``*.metrics.jsonl``) is JSON but not a metric :class:`FileLogger` wrote.
 
     Attributes:
@@ -212,7 +214,7 @@ class FileLogValueError(ValueError):
         )
 
 
-class NoFileLogError(FileNotFoundError):
+class NoFileLogError(PicklableError, FileNotFoundError):
     """A directory to plot holds no file log (``*.metrics.jsonl``).
 
     Attributes:
@@ -229,7 +231,7 @@ class NoFileLogError(FileNotFoundError):
         )
 
 
-class UploadNotFoundError(FileNotFoundError):
+class UploadNotFoundError(PicklableError, FileNotFoundError):
     """A file or directory to upload to a run (an artifact, a model) does not exist.
 
     Attributes:
@@ -247,7 +249,7 @@ class UploadNotFoundError(FileNotFoundError):
         )
 
 
-class SpoolNotFoundError(FileNotFoundError):
+class SpoolNotFoundError(PicklableError, FileNotFoundError):
     """A spool file to replay does not exist.
 
     Attributes:
@@ -264,7 +266,7 @@ class SpoolNotFoundError(FileNotFoundError):
         )
 
 
-class NotASpoolError(ValueError):
+class NotASpoolError(PicklableError, ValueError):
     """A path given as a spool file is not one: a directory, a device, or a file without records.
 
     Nothing at the path is changed.
@@ -285,7 +287,7 @@ class NotASpoolError(ValueError):
         )
 
 
-class UnknownBackendError(ValueError):
+class UnknownBackendError(PicklableError, ValueError):
     """Spooled records name a backend that no installed logger registered.
 
     Attributes:
@@ -304,7 +306,7 @@ class UnknownBackendError(ValueError):
         )
 
 
-class NotARecordError(ValueError):
+class NotARecordError(PicklableError, ValueError):
     """A line of a spool (or its record) is not a substrax tracking record.
 
     Raised and caught inside a replay, which sets such lines aside in ``<spool>.bad`` with the
