@@ -27,7 +27,6 @@ from ._errors import (
     CheckpointWriteError,
     UpgradeDestinationError,
 )
-from ._logging import quiet_orbax_notices
 from ._metadata import CheckpointMetadata
 from ._paths import check_store_directory
 from ._retention import RetentionPolicy
@@ -245,10 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     0 on success; 1 for a failed operation (a broken step, a store another process writes);
     2 for bad usage or input (a store path that is missing or not a directory, a step the store
-    does not hold, retention rules that make no sense, a destination that is not empty). Errors are one line on stderr,
-    ``python -m substrax.checkpoint: error: ...``. Only ``prune`` without ``--dry-run`` and
-    ``upgrade``'s destination write; every other command opens the store ``read_only``. Orbax's
-    notices about those settings are hidden (:func:`quiet_orbax_notices`).
+    does not hold, retention rules that make no sense, a destination that is not empty). Errors
+    are one line on stderr, ``python -m substrax.checkpoint: error: ...``. Only ``prune``
+    without ``--dry-run`` and ``upgrade``'s destination write; every other command opens the
+    store ``read_only``. ``python -m substrax.checkpoint`` also hides orbax's notices about
+    those settings (:func:`quiet_orbax_notices`); called in-process, ``main`` leaves the
+    process's loggers alone.
 
     Example:
         >>> import tempfile
@@ -260,6 +261,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    quiet_orbax_notices()
     command = _COMMANDS[args.command]
     return run_command(parser.prog, lambda: command(args), usage=_USAGE, failures=_FAILURES)

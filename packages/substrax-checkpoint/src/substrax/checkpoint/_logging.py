@@ -37,8 +37,11 @@ def quiet_orbax_notices() -> None:
         >>> from substrax.checkpoint._logging import _Expected
         >>> quiet_orbax_notices()
         >>> quiet_orbax_notices()  # a second call adds nothing
-        >>> sum(isinstance(f, _Expected) for f in logging.getLogger("absl").filters)
+        >>> absl = logging.getLogger("absl")
+        >>> added = [f for f in absl.filters if isinstance(f, _Expected)]
+        >>> len(added)
         1
+        >>> absl.removeFilter(added[0])  # an example leaves the process's loggers as it found them
     """
     logger = logging.getLogger("absl")
     if not any(isinstance(f, _Expected) for f in logger.filters):
