@@ -5,8 +5,11 @@ The conventions are written down in CONTRIBUTING.md; these tests hold every part
 
 import ast
 import builtins
+import concurrent.futures
 import importlib
+import multiprocessing
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -229,3 +232,172 @@ def test_every_extra_a_missing_sdk_names_exists() -> None:
         if extra not in _extras(where)
     }
     assert missing == set()
+
+
+def _error_samples() -> list[BaseException]:
+    """One instance of every public error class, each built through its own ``__init__``."""
+    from jax.sharding import PartitionSpec
+
+    from substrax import (
+        callbacks,
+        checkpoint,
+        compute,
+        devices,
+        examples,
+        mesh,
+        optim,
+        rng,
+        runtime,
+        spmd,
+        support,
+        testing,
+        tracking,
+    )
+
+    here = Path("/data/run")
+    child = testing.ChildResult(
+        argv=("python", "-c", "1"), returncode=3, stdout="", stderr="boom", seconds=1.5
+    )
+    mismatch = checkpoint.DtypeMismatch(item="model", leaf="w", saved="float32", restored="int8")
+    return [
+        runtime.CoordinatorPortError("10.0.0.1:8476", "cannot listen"),
+        runtime.CoordinatorPortError("10.0.0.1:8476", "cannot listen", errno=98),
+        runtime.DistributedStartupError(
+            "10.0.0.1:8476", process_id=0, num_processes=3, arrived=(0, 2), timeout=30
+        ),
+        runtime.RuntimeConfigurationError("platforms are read when jax starts"),
+        runtime.XlaFlagConflictError("--a", None, "2"),
+        devices.UnknownHardwareError(devices.HardwareType.H100, device_kind="NVIDIA H100"),
+        rng.MissingRngStreamError(context="dropout", streams=("dropout", "default")),
+        examples.ExamplesRootNotADirectoryError(here),
+        support.CommandFailedError("the store is locked"),
+        support.MissingExtraError(
+            "WandbLogger", "wandb", distribution="substrax-tracking", extra="wandb"
+        ),
+        support.UsageError("step must be a number"),
+        mesh.MeshShapeError("too many devices", mesh_shape={"data": 3}, device_count=8),
+        mesh.ShardingAnnotationError("bad annotation", path="w", annotation=("x",)),
+        mesh.UnknownLogicalAxisError("heads", ("batch", "embed")),
+        mesh.UnknownStrategyError("w", unknown=("zz",), known=("fsdp", "tp")),
+        spmd.BatchPlacementError("uneven", path="x", shape=(3, 2), spec=PartitionSpec("data")),
+        spmd.UnknownReductionError("no such", name="loss", reduction="median"),
+        optim.LearningRateNotFoundError(),
+        optim.LineSearchStateError("no line search", paths=("opt", "0")),
+        optim.OptimizerConfigError("negative", field="learning_rate", value=-1.0),
+        checkpoint.CheckpointCorruptError(
+            step=3, item="model", leaf="w", directory=here, path=here / "3", detail="bad crc"
+        ),
+        checkpoint.CheckpointDtypeMismatchError(step=3, mismatches=(mismatch,)),
+        checkpoint.CheckpointLockedError(directory=here, host="node-1", pid=42, since="noon"),
+        checkpoint.CheckpointNotFoundError(step=5, directory=here, available=(1, 2)),
+        checkpoint.CheckpointNotWrittenError(
+            step=2, latest_step=4, reason=checkpoint.NotWrittenReason.BELOW_LATEST
+        ),
+        checkpoint.CheckpointStoreClosedError(directory=here),
+        checkpoint.CheckpointStoreNotADirectoryError(directory=here),
+        checkpoint.CheckpointStoreNotFoundError(directory=here),
+        checkpoint.CheckpointStoreReadOnlyError(directory=here, operation="save"),
+        checkpoint.CheckpointWaitTimeoutError(directory=here, after=1, timeout=2.5, latest_step=1),
+        checkpoint.CheckpointWriteError(step=3, directory=here, cause="disk full"),
+        checkpoint.DistributedNotInitializedError(process_count=2, needed_by="save"),
+        checkpoint.UnsupportedCheckpointError("format 9 is newer than this version"),
+        checkpoint.UpgradeDestinationError(destination=here, reason="is not empty"),
+        tracking.EmptyMetricNameError("", 1.0),
+        tracking.FileLogValueError(here, 3, "not JSON"),
+        tracking.ImageShapeError("sample", (3,)),
+        tracking.InvalidLoggerNameError(""),
+        tracking.LoggedTypeError("metric", object, "a number", got="type"),
+        tracking.LoggerClosedError("run"),
+        tracking.MetricOverflowError("loss", 10**400),
+        tracking.NoFileLogError(here),
+        tracking.NoLoggerSelectedError(),
+        tracking.NotALoggerError(3),
+        tracking.NotASpoolError(here, "no header"),
+        tracking.ProcessIndexVariableError("RANK", "one"),
+        tracking.SpoolNotFoundError(here),
+        tracking.UnknownBackendError("neptune", ("file", "wandb")),
+        tracking.UploadNotFoundError("artifact", here),
+        callbacks.CallbackStateMismatchError(("a", "b"), ("a",)),
+        callbacks.MissingMetricError("val_loss", ("loss",), "on_validation_end"),
+        callbacks.NoLearningRateFoundError("learning_rate"),
+        compute.AcceleratorFormatError("H100x8"),
+        compute.BackendFactoryError("modal", "make", "None"),
+        compute.ComputeConfigError([("timeout", "must be positive"), ("job", "unknown")]),
+        compute.ComputeTableMissingError(here / "pyproject.toml", "tool.substrax.compute"),
+        compute.ConfigFileError(here, "bad value", line=3, column=7),
+        compute.DirectoryPathError(here, here / "data", what="output", fix="remove it"),
+        compute.FetchToolNotFoundError("rsync", "remote"),
+        compute.JobNotFoundError("train", ["demo"], "tool.substrax.compute.jobs"),
+        compute.MountDirectoryNotFoundError("data", here),
+        compute.MountNotConfiguredError("data", "no volume", "volume"),
+        compute.MountPathError("data", "../up", here),
+        compute.OutputPathError(here / "out", here),
+        compute.ProjectDirectoryError(here),
+        compute.ProjectFileNotFoundError(here, "no pyproject.toml"),
+        compute.RecordFormatError(here, "not a table"),
+        compute.RecordVersionError("manifest", 9, 1, "upgrade substrax-compute"),
+        compute.RunNotFoundError("run-1", here),
+        compute.RuntimeFieldError("bad platforms", ("platforms",)),
+        compute.SecretNotSetError(["A", "B"]),
+        compute.SubstraxNotLockedError(here / "uv.lock"),
+        compute.UnknownBackendError("slurm", ["local", "modal"]),
+        compute.UnknownPlatformError("tpu9", ("cpu", "gpu")),
+        compute.UploadFileNotFoundError("data.csv", here),
+        testing.ChildFailedError(child),
+        testing.CompileCountError(1, ("step", "step")),
+        testing.ExampleNotFoundError(here / "missing.py"),
+        testing.ExampleTimeoutError(here / "slow.py", 60.0, "still running"),
+        testing.RetraceError(1, 2),
+        testing.RunNotFinalError("run-1", "RUNNING", 30.0),
+    ]
+
+
+def _seen(error: BaseException) -> tuple[object, ...]:
+    # what a caller reads: the type, the message, the args, our attributes and the builtin's own
+    builtin = ("errno", "strerror", "filename", "filename2", "name", "path", "msg")
+    return (
+        type(error),
+        str(error),
+        error.args,
+        vars(error),
+        [getattr(error, field, None) for field in builtin],
+    )
+
+
+def test_every_public_error_survives_pickling_whole() -> None:
+    samples = _error_samples()
+    missing = {cls for _, cls in _public_errors()} - {type(e) for e in samples}
+    assert missing == set(), "add a sample of each new error class to _error_samples"
+    broken: dict[str, str] = {}
+    for error in samples:
+        try:
+            copy = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+        except Exception as failure:
+            broken[type(error).__qualname__] = f"{type(failure).__name__}: {failure}"
+            continue
+        if _seen(copy) != _seen(error):
+            broken[type(error).__qualname__] = f"{_seen(error)} came back as {_seen(copy)}"
+    assert broken == {}
+
+
+def test_an_error_raised_in_a_worker_process_arrives_as_itself(tmp_path: Path) -> None:
+    import numpy as np
+
+    from substrax.checkpoint import CheckpointNotFoundError, OrbaxCheckpointStore
+
+    with OrbaxCheckpointStore(tmp_path) as store:
+        store.save(1, {"model": {"w": np.ones(2)}})
+    # the worker runs the real store; exec is a builtin, so the spawned child can unpickle it
+    restore = (
+        "from substrax.checkpoint import OrbaxCheckpointStore\n"
+        f"with OrbaxCheckpointStore({str(tmp_path)!r}, read_only=True) as store:\n"
+        "    store.restore(5)\n"
+    )
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        future = pool.submit(exec, restore)
+        with pytest.raises(CheckpointNotFoundError) as info:
+            future.result(timeout=300)
+    assert (info.value.step, info.value.available, info.value.directory) == (5, (1,), tmp_path)
+    assert isinstance(info.value, FileNotFoundError)
+    assert "no checkpoint step 5" in str(info.value)
