@@ -1,5 +1,8 @@
 """substrax.records: typed JSON records, read strictly. Imports no jax.
 
+Importing this package imports no pydantic either: it is loaded when a record is first read or
+dumped.
+
 Example:
     >>> from dataclasses import dataclass
     >>> from substrax.records import UNKNOWN_FIELDS_REFUSED, dump_record, read_record

@@ -6,17 +6,23 @@
 import dataclasses
 import functools
 import json
-from typing import Any, cast
-
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from typing import TYPE_CHECKING, Any, cast
 
 
-UNKNOWN_FIELDS_REFUSED = ConfigDict(extra="forbid")
+if TYPE_CHECKING:
+    from pydantic import ConfigDict, TypeAdapter
+
+
+# A plain dict (pydantic's ConfigDict is a TypedDict), so that importing this module imports no
+# pydantic: it is loaded when a record is first read or dumped.
+UNKNOWN_FIELDS_REFUSED: "ConfigDict" = {"extra": "forbid"}
 """Set as a record dataclass's ``__pydantic_config__`` so a misspelled key is refused."""
 
 
 @functools.cache
-def _adapter(record_type: object) -> TypeAdapter[Any]:
+def _adapter(record_type: object) -> "TypeAdapter[Any]":
+    from pydantic import TypeAdapter  # noqa: PLC0415 - pydantic only when a record is validated
+
     return TypeAdapter(cast("Any", record_type))
 
 
@@ -83,6 +89,8 @@ def dump_record(record: object) -> dict[str, Any]:
         >>> dump_record(Point(x=1.5))
         {'x': 1.5}
     """
+    from pydantic import BaseModel  # noqa: PLC0415 - pydantic only when a record is dumped
+
     if isinstance(record, BaseModel):
         return record.model_dump(mode="json")
     if not dataclasses.is_dataclass(record) or isinstance(record, type):

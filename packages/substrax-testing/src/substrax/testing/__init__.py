@@ -1,7 +1,8 @@
 """substrax.testing: fresh-interpreter runs, trace and compile counting, and a pytest plugin.
 
-Importing this package imports no jax: the helpers that need jax import it when called, so a
-test can still choose the JAX settings of its process. The pytest plugin is opt-in, from a
+Importing this package imports no jax: each name is loaded from its module when first used
+(PEP 562), and the helpers that need jax import it when called, so a test can still choose the
+JAX settings of its process. The pytest plugin is opt-in, from a
 ``conftest.py``: ``pytest_plugins = ["substrax.testing.pytest_plugin"]``.
 
 Example:
@@ -19,29 +20,56 @@ Example:
     ...         x = step(x)
 """
 
-from ._child import (
-    ChildResult as ChildResult,
-    cuda_is_visible as cuda_is_visible,
-    json_objects as json_objects,
-    run_python as run_python,
-)
-from ._compiles import (
-    compiled_programs as compiled_programs,
-    expect_compiles as expect_compiles,
-)
-from ._distributed import free_port as free_port, run_distributed as run_distributed
-from ._errors import (
-    ChildFailedError as ChildFailedError,
-    CompileCountError as CompileCountError,
-    ExampleNotFoundError as ExampleNotFoundError,
-    ExampleTimeoutError as ExampleTimeoutError,
-    RetraceError as RetraceError,
-    RunNotFinalError as RunNotFinalError,
-)
-from ._examples import ExampleRun as ExampleRun, run_example as run_example
-from ._jax_config import restored_jax_config as restored_jax_config
-from ._traces import TraceCounter as TraceCounter
+from typing import TYPE_CHECKING
 
+from substrax.support import lazy_exports
+
+
+if TYPE_CHECKING:
+    from ._child import (
+        ChildResult as ChildResult,
+        cuda_is_visible as cuda_is_visible,
+        json_objects as json_objects,
+        run_python as run_python,
+    )
+    from ._compiles import (
+        compiled_programs as compiled_programs,
+        expect_compiles as expect_compiles,
+    )
+    from ._distributed import free_port as free_port, run_distributed as run_distributed
+    from ._errors import (
+        ChildFailedError as ChildFailedError,
+        CompileCountError as CompileCountError,
+        ExampleNotFoundError as ExampleNotFoundError,
+        ExampleTimeoutError as ExampleTimeoutError,
+        RetraceError as RetraceError,
+        RunNotFinalError as RunNotFinalError,
+    )
+    from ._examples import ExampleRun as ExampleRun, run_example as run_example
+    from ._jax_config import restored_jax_config as restored_jax_config
+    from ._traces import TraceCounter as TraceCounter
+
+
+# Each public name and the private module that defines it.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(("ChildResult", "cuda_is_visible", "json_objects", "run_python"), "_child"),
+    **dict.fromkeys(("compiled_programs", "expect_compiles"), "_compiles"),
+    **dict.fromkeys(("free_port", "run_distributed"), "_distributed"),
+    **dict.fromkeys(
+        (
+            "ChildFailedError",
+            "CompileCountError",
+            "ExampleNotFoundError",
+            "ExampleTimeoutError",
+            "RetraceError",
+            "RunNotFinalError",
+        ),
+        "_errors",
+    ),
+    **dict.fromkeys(("ExampleRun", "run_example"), "_examples"),
+    "restored_jax_config": "_jax_config",
+    "TraceCounter": "_traces",
+}
 
 __all__ = [
     "ChildFailedError",
@@ -63,3 +91,7 @@ __all__ = [
     "run_example",
     "run_python",
 ]
+
+
+# Each name is loaded from its module on first use (PEP 562), then kept here.
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
