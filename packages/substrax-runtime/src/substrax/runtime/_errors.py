@@ -1,9 +1,9 @@
 """The errors of ``substrax.runtime``."""
 
-import functools
+from substrax.support import PicklableError
 
 
-class RuntimeConfigurationError(RuntimeError):
+class RuntimeConfigurationError(PicklableError, RuntimeError):
     """A JAX setting that cannot be applied to this process (or to a child) as asked.
 
     Example:
@@ -47,15 +47,12 @@ class XlaFlagConflictError(RuntimeConfigurationError):
             f"{_shown(requested)}"
         )
 
-    def __reduce__(self) -> tuple[type["XlaFlagConflictError"], tuple[str, str | None, str | None]]:
-        return (type(self), (self.flag, self.existing, self.requested))
-
 
 def _shown(value: str | None) -> str:
     return "a bare flag" if value is None else repr(value)
 
 
-class DistributedStartupError(TimeoutError):
+class DistributedStartupError(PicklableError, TimeoutError):
     """The processes of a ``jax.distributed`` job did not all meet within the timeout.
 
     Raised by ``initialize_distributed`` before jax waits on its own (jax would abort the process
@@ -192,23 +189,8 @@ class DistributedStartupError(TimeoutError):
     def __str__(self) -> str:
         return self._message()
 
-    def __reduce__(self) -> tuple[object, ...]:
-        rebuild = functools.partial(
-            DistributedStartupError,
-            self.coordinator_address,
-            process_id=self.process_id,
-            num_processes=self.num_processes,
-            arrived=self.arrived,
-            timeout=self.timeout,
-            reached=self.reached,
-            refused=self.refused,
-            coordinator_num_processes=self.coordinator_num_processes,
-            foreign=self.foreign,
-        )
-        return (rebuild, ())
 
-
-class CoordinatorPortError(OSError):
+class CoordinatorPortError(PicklableError, OSError):
     """Process 0 cannot serve the coordinator's port: our meeting point or jax's service.
 
     Attributes:
@@ -238,6 +220,3 @@ class CoordinatorPortError(OSError):
             super().__init__(message)
         else:
             super().__init__(errno, message)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.address, self.reason, self.errno))
