@@ -1,9 +1,9 @@
 """substrax.support: the building blocks every part shares, so each thing is done one way.
 
 Atomic file writes, optional SDK imports that name their extra, the command-line convention
-(exit codes, error lines, ``--json``, tables), validated numbers, the min/max mode and a
-package's names loaded on first use. Imports no jax. Parts and plugins may rely on these names;
-they follow substrax-runtime's version.
+(exit codes, error lines, ``--json``, tables), validated numbers, the min/max mode, errors that
+survive pickling and a package's names loaded on first use. Imports no jax. Parts and plugins
+may rely on these names; they follow substrax-runtime's version.
 
 Example:
     >>> from substrax.support import Mode, check_int, format_table
