@@ -112,7 +112,10 @@ def test_a_missing_or_file_store_is_exit_2_naming_the_path(tmp_path, capsys):
 def test_a_bad_step_or_destination_is_exit_2(store_dir, tmp_path, capsys):
     _fill(store_dir)
     assert main(["show", str(store_dir), "7"]) == 2
-    assert "no checkpoint step 7" in _error_line(capsys)
+    err = _error_line(capsys)
+    assert "no checkpoint step 7" in err
+    assert f"run `python -m substrax.checkpoint ls {store_dir}`" in err
+    assert "list_steps()" not in err
     for step in ("x", "-1", "1.5"):
         with pytest.raises(SystemExit) as exit_:
             main(["show", str(store_dir), step])
@@ -155,7 +158,10 @@ def test_prune_refuses_a_store_another_process_writes(store_dir, capsys, writer_
     _fill(store_dir)
     with writer_elsewhere(store_dir) as writer:
         assert main(["prune", str(store_dir), "--max-to-keep", "1"]) == 1
-        assert f"pid {writer.pid}" in _error_line(capsys)
+        err = _error_line(capsys)
+        assert f"pid {writer.pid}" in err
+        assert "wait for the writer to finish, or add --dry-run" in err
+        assert "read_only=True" not in err
         assert main(["prune", "--json", str(store_dir), "--max-to-keep", "1", "--dry-run"]) == 0
         assert json.loads(capsys.readouterr().out)["deleted"] == [1, 2, 3]
     with OrbaxCheckpointStore(store_dir) as store:
@@ -176,3 +182,48 @@ def test_readers_print_no_orbax_notices(store_dir):
         assert done.returncode == 0, done.stderr
         assert "read only" not in done.stderr
         assert "save_interval_steps" not in done.stderr
+
+
+def test_prune_refuses_a_best_metric_no_step_records(store_dir, capsys):
+    """A misspelled --best-metric would protect nothing: refused, exit 2, nothing deleted."""
+    _fill(store_dir)
+    for dry_run in (["--dry-run"], []):
+        argv = ["prune", str(store_dir), "--max-to-keep", "1", "--keep-best", "1"]
+        assert main([*argv, "--best-metric", "lsos", "--best-mode", "max", *dry_run]) == 2
+        err = _error_line(capsys)
+        assert "--best-metric 'lsos'" in err
+        assert "the steps record: loss" in err
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        assert store.list_steps() == [1, 2, 3, 4]
+
+
+def test_upgrade_into_a_file_is_exit_2(store_dir, tmp_path, capsys):
+    _fill(store_dir)
+    file = tmp_path / "afile"
+    file.write_text("x")
+    for destination in (file, file / "below"):
+        assert main(["upgrade", str(store_dir), str(destination)]) == 2
+        err = _error_line(capsys)
+        assert f"destination {destination} is not a directory" in err
+        assert "Errno" not in err
+    assert file.read_text() == "x"
+
+
+def test_ls_lists_the_readable_steps_and_marks_a_damaged_one(store_dir, capsys):
+    _fill(store_dir)
+    (store_dir / "3" / "metadata" / "metadata").write_text('{"x":')
+    assert main(["ls", "--json", str(store_dir)]) == 1
+    out, err = capsys.readouterr()
+    rows = {row["step"]: row for row in json.loads(out)}
+    assert sorted(rows) == [1, 2, 3, 4]
+    assert rows[3]["readable"] is False
+    assert "is not valid JSON" in rows[3]["error"]
+    assert rows[2]["readable"] is True
+    assert rows[2]["metrics"] == {"loss": 0.3}
+    assert err.startswith(PREFIX)
+    assert err.count("\n") == 1
+    assert "step(s) 3" in err
+    assert main(["ls", str(store_dir)]) == 1
+    table = capsys.readouterr().out
+    assert "UNREADABLE" in table
+    assert "loss=0.9" in table

@@ -4,7 +4,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from substrax.checkpoint import CheckpointWriteError, Mode, OrbaxCheckpointStore, RetentionPolicy
+from substrax.checkpoint import (
+    BestMetricNotRecordedError,
+    CheckpointWriteError,
+    Mode,
+    OrbaxCheckpointStore,
+    RetentionPolicy,
+)
 
 
 def _save(store, step, loss=None):
@@ -34,6 +40,28 @@ def test_newest_step_is_never_evicted(store_dir):
         _save(store, 3, 0.2)
         store.wait()
         assert store.list_steps() == [1, 3]
+
+
+def test_a_best_metric_no_step_records_never_deletes(store_dir, caplog):
+    """A misspelled best_metric keeps every step (with a warning); prune() refuses it."""
+    with OrbaxCheckpointStore(
+        store_dir, max_to_keep=1, keep_best=1, best_metric="lsos", async_save=False
+    ) as store:
+        for step, loss in [(1, 0.1), (2, 0.5), (3, 0.9)]:
+            _save(store, step, loss)
+        store.wait()
+        assert store.list_steps() == [1, 2, 3]
+        assert "'lsos', which no step records (the steps record: loss)" in caplog.text
+        with pytest.raises(BestMetricNotRecordedError) as raised:
+            store.prune()
+        assert raised.value.metric == "lsos"
+        assert raised.value.recorded == ("loss",)
+        assert isinstance(raised.value, ValueError)
+        assert store.list_steps() == [1, 2, 3]
+    with OrbaxCheckpointStore(
+        store_dir, max_to_keep=1, keep_best=1, best_metric="loss", async_save=False
+    ) as store:
+        assert store.prune() == [2]
 
 
 def test_keep_every(store_dir):

@@ -19,6 +19,7 @@ from substrax.support import Mode as Mode
 
 from ._callback import CheckpointCallback as CheckpointCallback
 from ._errors import (
+    BestMetricNotRecordedError as BestMetricNotRecordedError,
     CheckpointCorruptError as CheckpointCorruptError,
     CheckpointDtypeMismatchError as CheckpointDtypeMismatchError,
     CheckpointLockedError as CheckpointLockedError,
@@ -60,6 +61,7 @@ __all__ = [
     "ITEM_NAMES",
     "LIBRARY_NAMES",
     "RESERVED_METADATA_KEYS",
+    "BestMetricNotRecordedError",
     "Checkpoint",
     "CheckpointCallback",
     "CheckpointCorruptError",

@@ -10,6 +10,7 @@ from typing import Any, Final
 from substrax.support import (
     EXIT_FAILED,
     EXIT_OK,
+    CommandFailedError,
     Mode,
     UsageError,
     add_json_flag,
@@ -19,17 +20,18 @@ from substrax.support import (
 )
 
 from ._errors import (
+    BestMetricNotRecordedError,
     CheckpointLockedError,
     CheckpointNotFoundError,
     CheckpointNotWrittenError,
     CheckpointStoreNotADirectoryError,
     CheckpointStoreNotFoundError,
+    CheckpointStoreReadOnlyError,
     CheckpointWriteError,
     UpgradeDestinationError,
 )
-from ._metadata import CheckpointMetadata
 from ._paths import check_store_directory
-from ._retention import RetentionPolicy
+from ._retention import RetentionPolicy, recorded_metrics
 from ._store import OrbaxCheckpointStore
 from ._upgrade import upgrade_checkpoints
 from ._verify import verify_step
@@ -70,37 +72,65 @@ def _step(text: str) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    records: list[CheckpointMetadata] = []
+    """List every step; a step whose metadata cannot be read is listed as unreadable (exit 1)."""
+    data: list[dict[str, Any]] = []
+    rows: list[tuple[object, ...]] = []
+    unreadable: dict[int, str] = {}
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
         for step in store.list_steps():
-            with contextlib.suppress(CheckpointNotFoundError):  # a live writer deleted it since
-                records.append(store.read_metadata(step))
-    data = [
-        {"step": r.step, "epoch": r.epoch, "created_at": r.created_at, "metrics": dict(r.metrics)}
-        for r in records
-    ]
-    rows = [
-        (
-            r.step,
-            r.epoch,
-            r.created_at,
-            " ".join(f"{k}={v:.6g}" for k, v in r.metrics.items()),
-            ",".join(r.items),
-        )
-        for r in records
-    ]
+            try:
+                r = store.read_metadata(step)
+            except CheckpointNotFoundError:  # a live writer deleted it since
+                continue
+            except (ValueError, OSError) as error:  # a damaged or unreadable metadata file
+                unreadable[step] = " ".join(str(error).split())
+                data.append({"step": step, "readable": False, "error": unreadable[step]})
+                rows.append((step, None, None, f"UNREADABLE: {unreadable[step]}", None))
+                continue
+            data.append(
+                {
+                    "step": r.step,
+                    "readable": True,
+                    "epoch": r.epoch,
+                    "created_at": r.created_at,
+                    "metrics": dict(r.metrics),
+                }
+            )
+            rows.append(
+                (
+                    r.step,
+                    r.epoch,
+                    r.created_at,
+                    " ".join(f"{k}={v:.6g}" for k, v in r.metrics.items()),
+                    ",".join(r.items),
+                )
+            )
     emit(
         data,
         format_table(("step", "epoch", "created_at", "metrics", "items"), rows),
         as_json=args.json,
     )
+    if unreadable:
+        steps = ", ".join(map(str, unreadable))
+        raise CommandFailedError(
+            f"the metadata of step(s) {steps} in {args.directory} cannot be read (listed as "
+            "UNREADABLE); the other steps are listed; restore or delete the damaged step, and run "
+            f"`{PROG} verify {args.directory}` to check the rest"
+        )
     return EXIT_OK
 
 
 def _show(args: argparse.Namespace) -> int:
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
-        record = store.read_metadata(args.step)
-        tree = store.describe(args.step)
+        try:
+            record = store.read_metadata(args.step)
+            tree = store.describe(args.step)
+        except CheckpointNotFoundError as error:
+            held = ", ".join(map(str, error.available[-10:])) or "none"
+            raise UsageError(
+                f"no checkpoint step {args.step} in {args.directory} (steps held: {held}); "
+                f"run `{PROG} ls {args.directory}` to see the steps"
+            ) from None
     data = {
         "metadata": record.to_dict(),
         "items": {name: [asdict(leaf) for leaf in leaves] for name, leaves in tree.items()},
@@ -160,6 +190,29 @@ def _prune(args: argparse.Namespace) -> int:
     except ValueError as error:  # --max-to-keep 0, --keep-best without --best-metric...
         raise UsageError(str(error)) from error
     check_store_directory(args.directory)  # a writer would create it
+    try:
+        deleted, kept = _apply(args, policy)
+    except CheckpointLockedError as error:
+        pid = error.pid if error.pid is not None else "?"
+        raise CommandFailedError(
+            f"the checkpoint store at {args.directory} is being written by another process "
+            f"(pid {pid} on host {error.host or '?'}); wait for the writer to finish, or add "
+            "--dry-run to see what prune would delete"
+        ) from None
+    except BestMetricNotRecordedError as error:
+        shown = ", ".join(error.recorded) or "no metrics"
+        raise UsageError(
+            f"--best-metric {error.metric!r}: no step in {args.directory} records it (the steps "
+            f"record: {shown}); pass one of those, or drop --keep-best"
+        ) from None
+    data = {"deleted": deleted, "kept": kept, "dry_run": bool(args.dry_run)}
+    verb = "would delete" if args.dry_run else "deleted"
+    emit(data, f"{verb} {len(deleted)} step(s): {deleted}\nkept: {kept}", as_json=args.json)
+    return EXIT_OK
+
+
+def _apply(args: argparse.Namespace, policy: RetentionPolicy) -> tuple[list[int], list[int]]:
+    """Prune (or, with ``--dry-run``, work out) the steps ``policy`` drops: (deleted, kept)."""
     with OrbaxCheckpointStore(
         args.directory,
         read_only=args.dry_run,  # a dry run writes, deletes and locks nothing
@@ -177,15 +230,18 @@ def _prune(args: argparse.Namespace) -> int:
                     metrics[step] = store.read_metadata(step).metrics
             if args.keep_best:
                 before = [step for step in before if step in metrics]
+            missing = store.retention.unrecorded_metric(before, metrics)
+            if missing is not None:
+                raise BestMetricNotRecordedError(
+                    metric=missing,
+                    directory=args.directory,
+                    recorded=tuple(recorded_metrics(metrics)),
+                )
             keep = store.retention.steps_to_keep(before, metrics)
             deleted = [s for s in before if s not in keep]
         else:
             deleted = store.prune()
-        kept = [s for s in before if s not in deleted]
-    data = {"deleted": deleted, "kept": kept, "dry_run": bool(args.dry_run)}
-    verb = "would delete" if args.dry_run else "deleted"
-    emit(data, f"{verb} {len(deleted)} step(s): {deleted}\nkept: {kept}", as_json=args.json)
-    return EXIT_OK
+        return deleted, [s for s in before if s not in deleted]
 
 
 def _upgrade(args: argparse.Namespace) -> int:
@@ -244,7 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     0 on success; 1 for a failed operation (a broken step, a store another process writes);
     2 for bad usage or input (a store path that is missing or not a directory, a step the store
-    does not hold, retention rules that make no sense, a destination that is not empty). Errors
+    does not hold, retention rules that make no sense or rank by a metric no step records, a
+    destination that is not empty or is a file, a file this user may not read). ``ls`` lists a
+    step whose metadata cannot be read as UNREADABLE (``"readable": false`` with its ``error``
+    in ``--json``), lists the others, and exits 1: the listing is incomplete. Errors
     are one line on stderr, ``python -m substrax.checkpoint: error: ...``. Only ``prune``
     without ``--dry-run`` and ``upgrade``'s destination write; every other command opens the
     store ``read_only``. ``python -m substrax.checkpoint`` also hides orbax's notices about
@@ -262,4 +321,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     command = _COMMANDS[args.command]
-    return run_command(parser.prog, lambda: command(args), usage=_USAGE, failures=_FAILURES)
+    return run_command(
+        parser.prog, lambda: _permitted(command, args), usage=_USAGE, failures=_FAILURES
+    )
+
+
+def _permitted(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run ``command``; a file this user may not read or write is bad input (exit 2), named."""
+    try:
+        return command(args)
+    except CheckpointStoreReadOnlyError:
+        raise
+    except PermissionError as error:
+        path = error.filename if error.filename is not None else "a file of the store"
+        raise UsageError(
+            f"permission denied on {path}; give this user access to it (chmod/chown), or run "
+            "the command as the store's owner"
+        ) from None

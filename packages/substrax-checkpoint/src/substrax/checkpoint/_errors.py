@@ -418,7 +418,8 @@ class DistributedNotInitializedError(PicklableError, RuntimeError):
 class UpgradeDestinationError(PicklableError, ValueError):
     """``upgrade_checkpoints`` was given a destination it must not write into.
 
-    ``reason`` is ``"is the source"`` or ``"is not empty"``.
+    ``reason`` is ``"is the source"``, ``"is not empty"`` or ``"is not a directory"`` (a file
+    stands at the destination or at one of its parents).
 
     Example:
         >>> from pathlib import Path
@@ -430,8 +431,40 @@ class UpgradeDestinationError(PicklableError, ValueError):
     __module__ = "substrax.checkpoint"
 
     def __init__(
-        self, *, destination: Path, reason: Literal["is the source", "is not empty"]
+        self,
+        *,
+        destination: Path,
+        reason: Literal["is the source", "is not empty", "is not a directory"],
     ) -> None:
         self.destination = destination
         self.reason = reason
         super().__init__(f"destination {destination} {reason}; upgrade into a new, empty directory")
+
+
+class BestMetricNotRecordedError(PicklableError, ValueError):
+    """``prune`` was asked to keep the best steps by a metric that no step of the store records.
+
+    A misspelled ``best_metric`` would otherwise protect nothing and let the other rules delete
+    the best step. ``recorded`` lists the metric names the store's steps do record.
+
+    Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import BestMetricNotRecordedError
+        >>> error = BestMetricNotRecordedError(
+        ...     metric="lsos", directory=Path("/tmp/store"), recorded=("loss",)
+        ... )
+        >>> error.args[0]
+        "no step in /tmp/store records the metric 'lsos' that keep_best ranks by (the steps record: loss); pass one of those as best_metric, or drop keep_best"
+    """
+
+    __module__ = "substrax.checkpoint"
+
+    def __init__(self, *, metric: str, directory: Path, recorded: tuple[str, ...]) -> None:
+        self.metric = metric
+        self.directory = directory
+        self.recorded = recorded
+        shown = ", ".join(recorded) or "no metrics"
+        super().__init__(
+            f"no step in {directory} records the metric {metric!r} that keep_best ranks by "
+            f"(the steps record: {shown}); pass one of those as best_metric, or drop keep_best"
+        )

@@ -1,11 +1,14 @@
 """Which steps a store keeps: the latest N, the best k by a metric, and every K-th step."""
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from substrax.support import Mode, check_int, check_mode
 
+
+_logger = logging.getLogger(__name__)
 
 type ModeLike = Mode | Literal["min", "max"]
 """A :class:`~substrax.support.Mode`, or its plain string."""
@@ -22,6 +25,11 @@ class RetentionPolicy:
         best_mode: ``Mode.MIN``/``"min"`` or ``Mode.MAX``/``"max"``: whether a lower or a higher
             metric is better (stored as a ``Mode``).
         keep_every: also keep every step divisible by this (None for no such rule).
+
+    A ``keep_best`` rule whose ``best_metric`` no step records (a misspelled name) never deletes
+    by accident: :meth:`steps_to_keep` then keeps every step, the store's automatic retention
+    logs a warning, and ``OrbaxCheckpointStore.prune`` refuses with
+    ``BestMetricNotRecordedError``.
 
     Example:
         >>> from substrax.checkpoint import RetentionPolicy
@@ -51,10 +59,15 @@ class RetentionPolicy:
     def steps_to_keep(
         self, steps: Iterable[int], metrics: Mapping[int, Mapping[str, float]]
     ) -> set[int]:
-        """The steps these rules keep among ``steps``, given each step's metrics."""
+        """The steps these rules keep among ``steps``, given each step's metrics.
+
+        Every step is kept when ``keep_best`` ranks by a metric none of ``steps`` records.
+        """
         ordered = sorted(set(steps))
         if not ordered:
             return set()
+        if self.unrecorded_metric(ordered, metrics) is not None:
+            return set(ordered)
         keep = {ordered[-1]}
         keep.update(ordered if self.max_to_keep is None else ordered[-self.max_to_keep :])
         if self.keep_every is not None:
@@ -66,6 +79,30 @@ class RetentionPolicy:
             scored.sort(key=lambda pair: (sign * pair[0], pair[1]))
             keep.update(step for _, step in scored[: self.keep_best])
         return keep
+
+    def unrecorded_metric(
+        self, steps: Iterable[int], metrics: Mapping[int, Mapping[str, float]]
+    ) -> str | None:
+        """``best_metric`` when ``keep_best`` ranks by it and none of ``steps`` records it, else None.
+
+        Example:
+            >>> from substrax.checkpoint import RetentionPolicy
+            >>> policy = RetentionPolicy(max_to_keep=1, keep_best=1, best_metric="lsos")
+            >>> policy.unrecorded_metric([1, 2], {1: {"loss": 0.1}, 2: {"loss": 0.5}})
+            'lsos'
+        """
+        name = self.best_metric
+        if not self.keep_best or name is None:
+            return None
+        held = list(steps)
+        if not held or any(name in metrics.get(step, {}) for step in held):
+            return None
+        return name
+
+
+def recorded_metrics(metrics: Mapping[int, Mapping[str, float]]) -> list[str]:
+    """The metric names any step records, sorted."""
+    return sorted({name for values in metrics.values() for name in values})
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +119,18 @@ class OrbaxPreservation:
     def should_preserve(self, checkpoints: Sequence[Any], *, context: object) -> Sequence[bool]:
         """One bool per orbax checkpoint info: whether to keep it."""
         del context
-        keep = self.policy.steps_to_keep((info.step for info in checkpoints), self.metrics_of())
+        steps = [info.step for info in checkpoints]
+        metrics = self.metrics_of()
+        missing = self.policy.unrecorded_metric(steps, metrics)
+        if missing is not None and len(steps) > 1:
+            _logger.warning(
+                "keep_best ranks by the metric %r, which no step records (the steps record: %s); "
+                "keeping every step: check best_metric= or pass metrics={%r: ...} to save()",
+                missing,
+                ", ".join(recorded_metrics(metrics)) or "no metrics",
+                missing,
+            )
+        keep = self.policy.steps_to_keep(steps, metrics)
         decisions = [info.step in keep for info in checkpoints]
         evicted = [info.step for info, kept in zip(checkpoints, decisions, strict=True) if not kept]
         if evicted:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from substrax.typing import JsonValue
 
-from ._errors import CheckpointNotFoundError
+from ._errors import BestMetricNotRecordedError, CheckpointNotFoundError
 from ._index import IndexBook
 from ._lock import take_writer_lock
 from ._manager import Layout, empty_deleted, remove_partial_steps
@@ -22,7 +22,7 @@ from ._multihost import is_primary
 from ._paths import check_store_directory, make_store_directory
 from ._protocol import PyTree
 from ._reads import StoreReads
-from ._retention import ModeLike, RetentionPolicy
+from ._retention import ModeLike, RetentionPolicy, recorded_metrics
 from ._save import SaveRequest, Writer
 
 
@@ -203,6 +203,9 @@ class OrbaxCheckpointStore(StoreReads):
     def prune(self) -> list[int]:
         """Apply the retention rules to every stored step now; return the deleted steps.
 
+        A ``keep_best`` rule by a metric that no stored step records is refused with
+        ``BestMetricNotRecordedError`` (a ValueError) and nothing is deleted.
+
         Example:
             >>> import tempfile
             >>> from substrax.checkpoint import OrbaxCheckpointStore
@@ -212,7 +215,15 @@ class OrbaxCheckpointStore(StoreReads):
         """
         self.wait()
         steps = self.list_steps()
-        keep = self._retention.steps_to_keep(steps, self._book.metrics())
+        metrics = self._book.metrics()
+        missing = self._retention.unrecorded_metric(steps, metrics)
+        if missing is not None:
+            raise BestMetricNotRecordedError(
+                metric=missing,
+                directory=self._directory,
+                recorded=tuple(recorded_metrics({s: metrics.get(s, {}) for s in steps})),
+            )
+        keep = self._retention.steps_to_keep(steps, metrics)
         doomed = [step for step in steps if step not in keep]
         for step in doomed:
             self.delete(step)

@@ -9,8 +9,8 @@ from ._store import OrbaxCheckpointStore
 def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int]:
     """Rewrite every step of ``source`` into ``destination`` in the current format.
 
-    The source is only read. A destination equal to the source, or one that already holds
-    anything, is refused with ``UpgradeDestinationError`` (a ValueError); a missing source is
+    The source is only read. A destination equal to the source, one that already holds
+    anything, or a file (at the destination or one of its parents) is refused with ``UpgradeDestinationError`` (a ValueError); a missing source is
     ``CheckpointStoreNotFoundError``. Dtype changes (64-bit data while x64 is off) raise
     ``CheckpointDtypeMismatchError`` rather than narrowing silently.
 
@@ -29,6 +29,8 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
     dst = Path(destination).expanduser().resolve()
     if src == dst:
         raise UpgradeDestinationError(destination=dst, reason="is the source")
+    if any(path.exists() and not path.is_dir() for path in (dst, *dst.parents)):
+        raise UpgradeDestinationError(destination=dst, reason="is not a directory")
     if dst.exists() and any(dst.iterdir()):
         raise UpgradeDestinationError(destination=dst, reason="is not empty")
     if not src.is_dir():
