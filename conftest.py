@@ -6,6 +6,8 @@ globals, only what the example imports itself, so that it runs as written when p
 interpreter. No ``doctest_namespace`` is shared: nothing is common to every example.
 """
 
+import importlib
+
 import pytest
 
 
@@ -14,6 +16,32 @@ pytest_plugins = ["substrax.testing.pytest_plugin", "pytester"]
 # Scripts run as programs by the integration tests, never imported by collection. (pytest's
 # doctest collection already skips every ``__main__.py``.)
 collect_ignore_glob = ["tests-integration/programs/*.py"]
+
+
+# Packages whose ``__init__`` loads names on first use (PEP 562). An error class shows its package
+# as ``__module__``, so doctest finds its example only in that package's namespace, where a lazy
+# name appears once something used it: load every public name before collection, so what is
+# collected never depends on what happened to be imported first.
+_LAZY_PACKAGES = (
+    "substrax.support",
+    "substrax.runtime",
+    "substrax.mesh",
+    "substrax.spmd",
+    "substrax.optim",
+    "substrax.checkpoint",
+    "substrax.tracking",
+    "substrax.callbacks",
+    "substrax.compute",
+    "substrax.testing",
+)
+
+
+def pytest_collection() -> None:
+    """Load every public name of the lazy packages, so their examples are all collected."""
+    for name in _LAZY_PACKAGES:
+        package = importlib.import_module(name)
+        for public in getattr(package, "__all__", ()):
+            getattr(package, public)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
