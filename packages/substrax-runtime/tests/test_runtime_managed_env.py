@@ -140,12 +140,88 @@ def test_bad_input_exits_2_with_one_error_line(tmp_path, capsys):
     assert "expected NAME=value" in capsys.readouterr().err
 
 
-def test_an_unwritable_output_exits_1(tmp_path, capsys):
+def test_an_unwritable_output_exits_1(capsys):
+    output = "/proc/substrax-managed.env"  # no file can be created in /proc, even by root
+    assert main(["write", "--prefix", "P", "--backend", "cpu", "--output", output]) == 1
+    assert capsys.readouterr().err.startswith(f"{PREFIX}cannot write {output}")
+
+
+def test_an_output_under_a_file_or_a_directory_or_a_file_env_root_exits_2(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    output = blocker / "env.sh"  # a path under a regular file cannot be created
-    assert main(["write", "--prefix", "P", "--backend", "cpu", "--output", str(output)]) == 1
-    assert capsys.readouterr().err.startswith(f"{PREFIX}cannot write {output}")
+    write = ["write", "--prefix", "P", "--backend", "cpu"]
+    for argv, message in [
+        (["--output", str(blocker / "env.sh")], f"{blocker} is a file, not a directory"),
+        (["--output", str(tmp_path)], f"--output {tmp_path} is a directory"),
+        (["--output", str(tmp_path / "e.env"), "--env-root", str(blocker)], "is not a directory"),
+        (["--output", str(tmp_path / "e.env"), "--env-root", str(tmp_path / "no")], "does not"),
+    ]:
+        assert main([*write, *argv]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err.count("\n")) == ("", 1)
+        assert err.startswith(PREFIX)
+        assert message in err
+        assert "Errno" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    assert blocker.read_text() == ""
+
+
+@pytest.mark.parametrize("flag", ["--output", "--env-file", "--user-env"])
+def test_an_empty_path_exits_2(tmp_path, capsys, flag):
+    given = {"--output": [], "--env-file": [], "--user-env": ["--env-file", str(tmp_path)]}
+    command = "write" if flag == "--output" else "show"
+    with pytest.raises(SystemExit) as info:
+        main([command, "--prefix", "P", *given[flag], flag, ""])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "the path is empty" in err
+    assert "Traceback" not in err
+
+
+def test_an_env_file_that_is_not_utf8_exits_2(tmp_path, capsys):
+    good = tmp_path / "good.env"
+    good.write_text("A=1\n")
+    latin1 = tmp_path / "latin1.env"
+    latin1.write_bytes(b"A=\xff\n")
+    for extra in (
+        ["--env-file", str(latin1)],
+        ["--env-file", str(good), "--user-env", str(latin1)],
+    ):
+        assert main(["show", "--prefix", "P", *extra]) == 2
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err == (
+            f"{PREFIX}cannot read {latin1}: it is not UTF-8 text (byte 2); pass an env file "
+            "written by `python -m substrax.runtime.managed_env write`, or convert it to UTF-8\n"
+        )
+
+
+def test_a_value_with_a_line_break_is_refused_and_what_is_written_reads_back(tmp_path, capsys):
+    output = tmp_path / "e.env"
+    write = ["write", "--prefix", "P", "--backend", "cpu", "--output", str(output)]
+    for value in ("1\nB=2", "1\r", "a\0b"):
+        assert main([*write, "--set", f"A={value}"]) == 2
+        assert "holds a line break or NUL" in capsys.readouterr().err
+        assert not output.exists()
+    odd = 'it\'s "quoted" $HOME `x` \\ \t tab # not a comment'
+    assert main([*write, "--set", f"A={odd}"]) == 0
+    assert main(["show", "--json", "--prefix", "P", "--env-file", str(output)]) == 0
+    assert json.loads(capsys.readouterr().out)["A"]["value"] == odd
+
+
+def test_write_through_a_symbolic_link_keeps_the_link(tmp_path, capsys):
+    target = tmp_path / "real" / "proj.env"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    link = tmp_path / ".proj.env"
+    link.symlink_to(target)
+    write = ["write", "--prefix", "P", "--backend", "cpu", "--output", str(link)]
+    assert main([*write, "--env-root", str(tmp_path)]) == 0
+    assert link.is_symlink()
+    assert link.resolve() == target
+    assert "export P_BACKEND=cpu" in target.read_text()
+    assert main(["show", "--json", "--prefix", "P", "--env-file", str(link)]) == 0
+    assert json.loads(capsys.readouterr().out)["P_ENV_ROOT"]["value"] == str(tmp_path)
 
 
 def test_a_usage_error_from_argparse_exits_2(capsys):

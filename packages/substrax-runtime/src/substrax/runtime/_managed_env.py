@@ -105,7 +105,8 @@ def managed_environment(
         The managed variables, ``<P>_MANAGED_ENV_VARS`` listing them all.
 
     Raises:
-        ValueError: The prefix, backend or an override name is invalid.
+        ValueError: The prefix, backend or an override name is invalid, or an override's value
+            holds a line break or NUL.
 
     Example:
         >>> from substrax.runtime.managed_env import managed_environment
@@ -127,6 +128,11 @@ def managed_environment(
     for name, value in (overrides or {}).items():
         if not name or not name.replace("_", "A").isalnum() or name[0].isdigit():
             raise ValueError(f"--set name {name!r} is not a shell variable name")
+        if any(char in value for char in "\n\r\0"):
+            raise ValueError(
+                f"--set {name}={value!r}: the value holds a line break or NUL, which the env "
+                "file (one variable a line) cannot hold; pass a single-line value"
+            )
         env[name] = value
     managed = f"{prefix}_MANAGED_ENV_VARS"
     env[managed] = " ".join(sorted([*env, managed]))

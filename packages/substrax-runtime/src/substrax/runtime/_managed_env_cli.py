@@ -3,8 +3,11 @@
 ``show --json`` prints each variable's value, origin file and whether the file manages it.
 
 Exit 0 when done, 1 when the file cannot be written, 2 for bad usage or input (a prefix, a
-``--set`` or an env file that cannot be read); errors are one line,
-``python -m substrax.runtime.managed_env: error: <message>``.
+``--set`` with a newline in its value, an env file that cannot be read or is not UTF-8, an
+empty path, an ``--output`` that is a directory or lies under a file, an ``--env-root`` that is
+not a directory); errors are one line,
+``python -m substrax.runtime.managed_env: error: <message>``. ``write --output`` through a
+symbolic link writes the file the link points to, and the link stays.
 """
 
 import argparse
@@ -35,11 +38,23 @@ def _assignment(text: str, *, refusal: str) -> tuple[str, str]:
     return name, value
 
 
+def _path(text: str) -> Path:
+    """A path argument; an empty one is refused (``Path("")`` would be the working directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the path is empty; pass a file's path")
+    return Path(text)
+
+
 def _read_shell_file(path: Path) -> dict[str, str | None]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"cannot read {path}: it is not UTF-8 text (byte {error.start}); pass an env file "
+            f"written by `{PROG} write`, or convert it to UTF-8"
+        ) from None
     env: dict[str, str | None] = {}
     for raw in text.splitlines():
         try:
@@ -85,8 +100,22 @@ def _parse_set(values: Sequence[str]) -> dict[str, str]:
 
 
 def _write(args: argparse.Namespace) -> int:
-    output: Path = args.output
-    root: Path = args.env_root or output.resolve().parent
+    output: Path = args.output.resolve()  # through a symbolic link: write the file it names
+    if output.is_dir():
+        raise UsageError(
+            f"--output {args.output} is a directory; pass the env file's path, e.g. "
+            f"{args.output / f'.{args.prefix.lower()}.env'}"
+        )
+    for path in output.parents:
+        if path.exists() and not path.is_dir():
+            raise UsageError(
+                f"--output {args.output}: {path} is a file, not a directory; pass a path in a "
+                "directory"
+            )
+    if args.env_root is not None and not args.env_root.is_dir():
+        what = "is not a directory" if args.env_root.exists() else "does not exist"
+        raise UsageError(f"--env-root {args.env_root} {what}; pass the project's root directory")
+    root: Path = args.env_root or output.parent
     try:
         env = managed_environment(
             args.prefix,
@@ -109,13 +138,13 @@ def _parser() -> argparse.ArgumentParser:
     write = commands.add_parser("write", help="write the managed env file")
     write.add_argument("--prefix", required=True)
     write.add_argument("--backend", choices=BACKEND_CHOICES, default="auto")
-    write.add_argument("--output", required=True, type=Path)
-    write.add_argument("--env-root", type=Path, default=None)
+    write.add_argument("--output", required=True, type=_path)
+    write.add_argument("--env-root", type=_path, default=None)
     write.add_argument("--set", dest="overrides", action="append", default=[], metavar="N=V")
     show = commands.add_parser("show", help="show the variables a shell ends up with")
     show.add_argument("--prefix", required=True)
-    show.add_argument("--env-file", required=True, type=Path)
-    show.add_argument("--user-env", action="append", default=[], type=Path)
+    show.add_argument("--env-file", required=True, type=_path)
+    show.add_argument("--user-env", action="append", default=[], type=_path)
     add_json_flag(show)
     return parser
 
