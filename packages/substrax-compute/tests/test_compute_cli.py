@@ -103,6 +103,12 @@ def test_run_of_a_failing_job_exits_1_and_runs_the_next_task(project, capsys):
         ("writes", "succeeded", 0),
     ]
     assert f"{run_id} failed" in out
+    assert main(["status", run_id]) == 1
+    captured = capsys.readouterr()
+    assert re.search(rf"{run_id}\s+local\s+bad\s+failed", captured.out)
+    assert captured.err == (
+        f"substrax-compute: error: run {run_id} failed; `substrax-compute logs {run_id}` shows why\n"
+    )
 
 
 def test_run_of_a_multi_node_job_names_the_node_that_failed(project, capsys):
@@ -162,7 +168,11 @@ def test_cancel(project, capsys):
         time.sleep(0.05)
     assert main(["cancel", run_id]) == 0
     assert f"{run_id} cancelled" in capsys.readouterr().out
-    assert main(["status", run_id]) == 1
+    # A cancelled run's status is a successful query: exit 0, no error line.
+    assert main(["status", run_id]) == 0
+    captured = capsys.readouterr()
+    assert re.search(rf"{run_id}\s+local\s+slow\s+cancelled", captured.out)
+    assert captured.err == ""
 
 
 @pytest.mark.parametrize(
@@ -177,6 +187,11 @@ def test_cancel(project, capsys):
             "no compute backend 'nowhere'; registered: local, modal, skypilot",
         ),
         (["run", "ok", "--accelerator", "H100:x"], "accelerator 'H100:x' must read KIND or KIND:N"),
+        (
+            ["run", "ok", "--accelerator", "H100:99999999999999999999"],
+            "accelerator 'H100:99999999999999999999' must read KIND or KIND:N with N from 1 to 64",
+        ),
+        (["run", "ok", "--accelerator", "H100:0"], "accelerator 'H100:0' must read KIND or KIND:N"),
         (
             ["run", "ok", "--backend", "modal"],
             "tool.substrax.compute.backends.modal.outputs_volume: is required",
@@ -203,7 +218,7 @@ def test_bad_config_exits_2_with_the_path(project, capsys):
     err = capsys.readouterr().err
     assert (
         err
-        == "substrax-compute: error: tool.substrax.compute.jobs.ok.timeout_seconds: must be positive and finite, got -1\n"
+        == f"substrax-compute: error: tool.substrax.compute.jobs.ok.timeout_seconds: must be positive and finite, got -1 (in {project / 'pyproject.toml'})\n"
     )
 
 
@@ -385,3 +400,130 @@ def test_bad_arguments_exit_2_with_the_error_line(project, capsys):
     assert "substrax-compute: error: " in capsys.readouterr().err
     assert main(["cancel", "no-such-run"]) == 2
     assert capsys.readouterr().err.startswith("substrax-compute: error: no run 'no-such-run' in ")
+
+
+def test_a_huge_node_count_is_refused_with_one_line(project, capsys):
+    text = (project / "pyproject.toml").read_text()
+    (project / "pyproject.toml").write_text(
+        text.replace(
+            "probe_devices = false\nnodes = 2\n",
+            "probe_devices = false\nnodes = 99999999999999999999\n",
+        )
+    )
+    for argv in (["run", "race", "--dry-run"], ["run", "race"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            "substrax-compute: error: tool.substrax.compute.jobs.race.nodes: must be between 1 "
+            f"and 1024, got 99999999999999999999 (in {project / 'pyproject.toml'})\n"
+        )
+    assert RunStore().handles() == []
+
+
+def _finished_run(capsys, job="ok"):
+    assert main(["run", job, "--detach"]) == 0
+    run_id = _run_id(capsys.readouterr().out)
+    assert main(["logs", run_id, "--follow"]) == 0
+    capsys.readouterr()
+    return run_id
+
+
+def test_damaged_run_records_are_skipped_and_reported_once(project, capsys):
+    run_id = _finished_run(capsys)
+    store = RunStore()
+    truncated = store.root / "trunc-1.json"
+    truncated.write_text('{"run_id": ')
+    directory = store.root / "dir-1.json"
+    directory.mkdir()
+    unknown = store.root / "nosuch-1.json"
+    good = store.load(run_id)
+    unknown.write_text(
+        good.to_json()
+        .replace('"backend": "local"', '"backend": "nosuch"')
+        .replace(run_id, "nosuch-1")
+    )
+    for argv in (["list"], ["list", "--json"], ["status"], ["status", "--json"]):
+        assert main(argv) == 0, argv
+        captured = capsys.readouterr()
+        if "--json" in argv:
+            assert [row["run"] for row in json.loads(captured.out)] == [run_id]
+        else:
+            assert run_id in captured.out
+        lines = captured.err.splitlines()
+        assert len(lines) == 3, captured.err
+        for path in (truncated, directory):
+            assert (
+                sum(
+                    line.startswith(f"substrax-compute: warning: skipped run record {path} ")
+                    for line in lines
+                )
+                == 1
+            ), captured.err
+        assert sum(str(unknown) in line and "'nosuch'" in line for line in lines) == 1
+        assert all(line.endswith("remove it") for line in lines), captured.err
+    for name, path, says in (
+        ("trunc-1", truncated, "not JSON"),
+        ("dir-1", directory, "it is a directory, not a run record"),
+        ("nosuch-1", unknown, "its backend 'nosuch' can't be loaded"),
+    ):
+        for command in ("status", "logs", "fetch", "cancel"):
+            assert main([command, name]) == 2, (command, name)
+            err = capsys.readouterr().err
+            assert err.startswith(
+                f"substrax-compute: error: run record {path} can't be used: {says}"
+            ), err
+            assert err.endswith("remove it\n"), err
+            assert err.count("\n") == 1, err
+
+
+def test_logs_and_fetch_of_a_run_whose_directory_is_gone_exit_1_naming_it(
+    project, tmp_path, capsys
+):
+    import shutil
+
+    run_id = _finished_run(capsys)
+    run_dir = Path(RunStore().load(run_id).details["run_dir"])
+    shutil.rmtree(run_dir)
+    into = tmp_path / "here"
+    for argv in (
+        ["logs", run_id],
+        ["logs", run_id, "--follow"],
+        ["fetch", run_id, "--into", str(into)],
+    ):
+        assert main(argv) == 1, argv
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err == (
+            f"substrax-compute: error: run {run_id}'s directory {run_dir} is gone, so its logs and "
+            "outputs can't be read; the run's record stays in `substrax-compute list` until you remove it\n"
+        )
+    assert not (into / run_id).exists()
+
+
+def test_an_unreadable_runs_directory_exits_1_naming_it(project, tmp_path, capsys):
+    runs = tmp_path / "state" / "compute" / "runs"
+    runs.parent.mkdir(parents=True)
+    runs.write_text("not a directory")
+    for argv in (["status"], ["list"], ["list", "--json"]):
+        assert main(argv) == 1, argv
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err == (
+            f"substrax-compute: error: cannot read the runs directory {runs}: it is not a directory; "
+            "make it a directory this user can read, or move it away\n"
+        )
+
+
+def test_fetch_replaces_files_whole_never_in_place(project, tmp_path, capsys):
+    run_id = _finished_run(capsys)
+    into = tmp_path / "here"
+    assert main(["fetch", run_id, "--into", str(into)]) == 0
+    manifest = into / run_id / "manifest.json"
+    fresh = manifest.read_text()
+    manifest.write_text("old")
+    held = tmp_path / "held.json"
+    held.hardlink_to(manifest)  # a reader holding the old file, as a kill -9 mid-copy would leave
+    assert main(["fetch", run_id, "--into", str(into)]) == 0
+    assert manifest.read_text() == fresh
+    assert held.read_text() == "old", "the manifest was rewritten in place"
+    assert not [p for p in (into / run_id).rglob("*") if p.name.endswith(".tmp")]

@@ -108,14 +108,17 @@ BAD = [
         _config(resources={"gpus": 2}),
         f"{J}.resources.gpus: unknown key; allowed keys: accelerator, cpu, memory_mib",
     ),
-    (_config(resources={"memory_mib": 0}), f"{J}.resources.memory_mib: must be at least 1, got 0"),
+    (
+        _config(resources={"memory_mib": 0}),
+        f"{J}.resources.memory_mib: must be between 1 and 16777216, got 0",
+    ),
     (
         _config(resources={"memory_mib": 1.5}),
         f"{J}.resources.memory_mib: Input should be a valid integer, got 1.5",
     ),
     (
         _config(resources={"accelerator": {"kind": "H100", "count": 0}}),
-        f"{J}.resources.accelerator.count: must be at least 1, got 0",
+        f"{J}.resources.accelerator.count: must be between 1 and 64, got 0",
     ),
     (
         _config(resources={"accelerator": {"kind": "H 100"}}),
@@ -188,7 +191,19 @@ BAD = [
         _config(mounts=[{"name": "../d", "path": "/data"}]),
         f"{J}.mounts[0].name: must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"../d\"",
     ),
-    (_config(nodes=0), f"{J}.nodes: must be at least 1, got 0"),
+    (_config(nodes=0), f"{J}.nodes: must be between 1 and 1024, got 0"),
+    (
+        _config(nodes=99999999999999999999),
+        f"{J}.nodes: must be between 1 and 1024, got 99999999999999999999",
+    ),
+    (
+        _config(accelerator={"kind": "H100", "count": 10**20}),
+        f"{J}.accelerator.count: must be between 1 and 64, got 100000000000000000000",
+    ),
+    (
+        _config(resources={"memory_mib": 1 << 40}),
+        f"{J}.resources.memory_mib: must be between 1 and 16777216, got 1099511627776",
+    ),
     (_config(nodes=1.5), f"{J}.nodes: Input should be a valid integer, got 1.5"),
     (
         _config(probe_devices="yes"),
@@ -222,6 +237,23 @@ def test_every_problem_is_reported():
     with pytest.raises(ComputeConfigError) as caught:
         parse_compute_config(_config(nodes=0, resources={"cpu": -1}))
     assert [path for path, _ in caught.value.problems] == [f"{J}.resources.cpu", f"{J}.nodes"]
+
+
+def test_several_problems_are_one_line_naming_the_file_and_every_key(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.substrax.compute.jobs.demo]\ncommands = { hi = ['x'] }\ntimeout_seconds = 5\n"
+        "nodes = 0\nresources = { cpu = -1 }\ncolour = 'red'\n"
+    )
+    with pytest.raises(ComputeConfigError) as caught:
+        read_compute_config(tmp_path)
+    text = str(caught.value)
+    assert "\n" not in text
+    assert text.startswith(
+        f"3 problems in {tmp_path / 'pyproject.toml'} [tool.substrax.compute]: "
+    ), text
+    for key in ("demo.resources.cpu", "demo.nodes", "demo.colour"):
+        assert f"tool.substrax.compute.jobs.{key}: " in text
+    assert caught.value.source == tmp_path / "pyproject.toml"
 
 
 def test_good_config_reads_back_every_field():
@@ -310,7 +342,7 @@ def test_bad_toml_value_names_its_path(tmp_path):
     )
     with pytest.raises(
         ComputeConfigError,
-        match=r"^tool\.substrax\.compute\.jobs\.demo\.resources\.cpu: must be positive and finite, got -1$",
+        match=r"^tool\.substrax\.compute\.jobs\.demo\.resources\.cpu: must be positive and finite, got -1 \(in .*pyproject\.toml\)$",
     ):
         read_compute_config(tmp_path)
 

@@ -284,3 +284,37 @@ def test_cancelling_a_multi_node_job_records_no_failed_node(tmp_path):
     manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
     assert manifest.failed_node is None
     assert [t.status for t in manifest.tasks] == ["cancelled"]
+
+
+def test_the_job_timeout_bounds_a_multi_node_run_whose_workers_hang(tmp_path):
+    import subprocess
+
+    from substrax.compute._supervisor import write_plan
+
+    hang = [sys.executable, "-c", "import time; time.sleep(600)"]
+    write_plan(
+        tmp_path,
+        job="j",
+        timeout_seconds=1,
+        nodes=[(hang, {}, tmp_path / "worker.log"), (hang, {}, tmp_path / "worker-1.log")],
+    )
+    start = time.monotonic()
+    child = subprocess.run(
+        [sys.executable, "-m", "substrax.compute._supervisor", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert time.monotonic() - start < 60
+    assert child.returncode == 1, child.stderr
+    assert "job timed out after 1 s; stopping the nodes" in child.stdout
+
+
+def test_the_node_plan_is_replaced_whole(tmp_path):
+    from substrax.compute._supervisor import NODES_FILE, write_plan
+
+    plan = tmp_path / NODES_FILE
+    plan.write_text("old")
+    held = tmp_path / "held.json"
+    held.hardlink_to(plan)
+    write_plan(tmp_path, job="j", timeout_seconds=5, nodes=[(["true"], {}, tmp_path / "w.log")])
+    assert json.loads(plan.read_text())["timeout_seconds"] == 5
+    assert held.read_text() == "old"

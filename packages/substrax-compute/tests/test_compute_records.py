@@ -120,14 +120,23 @@ def test_a_malformed_handle_is_refused(text, says):
     assert says in str(caught.value)
 
 
-def test_a_corrupted_handle_file_makes_status_exit_2_naming_it(tmp_path, monkeypatch, capsys):
+def test_a_corrupted_handle_file_makes_status_of_it_exit_2_naming_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(tmp_path))
     store = RunStore()
     store.root.mkdir(parents=True)
     (store.root / "j-1.json").write_text('{"schema_version": 2')
-    assert main(["status"]) == 2
+    assert main(["status", "j-1"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"substrax-compute: error: {store.root / 'j-1.json'}: not JSON"), err
+    assert err.startswith(
+        f"substrax-compute: error: run record {store.root / 'j-1.json'} can't be used: not JSON"
+    ), err
+    assert err.endswith("; remove it\n"), err
+    assert main(["status"]) == 0  # the others are still shown; this one is skipped with a warning
+    assert capsys.readouterr().err.startswith(
+        f"substrax-compute: warning: skipped run record {store.root / 'j-1.json'} "
+    )
+    with pytest.raises(RecordFormatError, match="not JSON"):  # still a RecordFormatError
+        store.handles()
     with pytest.raises(RunNotFoundError) as caught:
         store.load("j-2")
     assert (caught.value.run_id, caught.value.root) == ("j-2", store.root)

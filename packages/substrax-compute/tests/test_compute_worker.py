@@ -263,3 +263,71 @@ def test_importing_compute_does_not_import_jax():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
     assert child.returncode == 0, child.stdout + child.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (
+            ["--project", "{tmp}/misspelled"],
+            "--project '{tmp}/misspelled' is not a directory; pass the project root",
+        ),
+        (["--node-rank", "-1"], "--node-rank -1 is outside this 1-node job; pass 0 to 0"),
+        (
+            ["--node-rank", "99999999999999999999"],
+            "--node-rank 99999999999999999999 is outside this 1-node job",
+        ),
+        (["--outputs", ""], "--outputs is empty; pass the run's output directory"),
+        (
+            ["--outputs", "{tmp}/file"],
+            "--outputs '{tmp}/file' cannot be a directory: {tmp}/file is a file",
+        ),
+        (
+            ["--outputs", "{tmp}/file/o"],
+            "--outputs '{tmp}/file/o' cannot be a directory: {tmp}/file is a file",
+        ),
+    ],
+)
+def test_worker_refuses_bad_arguments_with_exit_2_and_one_line(tmp_path, flags, says):
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(_spec(_task("t", "print(1)")).model_dump(mode="json")))
+    (tmp_path / "file").write_text("mine")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    child = subprocess.run(
+        [
+            sys.executable, "-m", "substrax.compute.worker", "--spec", str(spec_path),
+            "--project", str(tmp_path), "--outputs", str(tmp_path / "o"),
+            *(flag.format(tmp=tmp_path) for flag in flags),
+        ],
+        capture_output=True, text=True, timeout=60, check=False, cwd=cwd,
+    )  # fmt: skip
+    assert child.returncode == 2, child.stderr
+    assert child.stderr.startswith(
+        f"python -m substrax.compute.worker: error: {says.format(tmp=tmp_path)}"
+    ), child.stderr
+    assert child.stderr.count("\n") == 1, child.stderr
+    assert not (tmp_path / "o").exists()
+    assert list(cwd.iterdir()) == []
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_a_hung_device_probe_is_bounded_by_the_job_timeout(tmp_path):
+    hangs = tmp_path / "hangs"
+    hangs.write_text("#!/bin/sh\nexec sleep 600\n")
+    hangs.chmod(0o755)
+    spec = JobSpec(
+        name="w",
+        tasks=(Task(name="t", argv=(sys.executable, "-c", "print(1)"), timeout_seconds=2),),
+        timeout_seconds=2,
+        probe_devices=True,
+    )
+    start = time.monotonic()
+    manifest = run_job(
+        spec, project=tmp_path, outputs=tmp_path / "o", echo=False, python=str(hangs)
+    )
+    assert time.monotonic() - start < 30
+    assert manifest.finished
+    assert manifest.devices is None
+    assert manifest.tasks[0].status is TaskStatus.TIMED_OUT
+    assert "device probe failed" in (tmp_path / "o" / "devices.log").read_text()

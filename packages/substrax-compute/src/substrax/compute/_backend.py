@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkabl
 
 from substrax.support import write_atomically
 
-from ._errors import RecordFormatError, RunNotFoundError
+from ._errors import RecordFormatError, RunNotFoundError, RunRecordError, RunStoreError
 from ._records import JsonValue, read_fields, string_map
 
 
@@ -283,16 +283,70 @@ class RunStore:
 
         Raises:
             RunNotFoundError: No run of that id was saved; the message names the store.
-            RecordFormatError: The saved file is not a handle this release wrote.
+            RunRecordError: The saved record can't be read or is not a handle this release
+                wrote (a truncated file, a directory in its place); the message names the file
+                and says to remove it.
         """
         path = self.root / f"{run_id}.json"
-        if "/" in run_id or not path.is_file():
+        if "/" in run_id or not (path.is_file() or path.is_dir()):
             raise RunNotFoundError(run_id, self.root)
-        return RunHandle.from_json(path.read_text(), source=path)
+        return self._read(path)
+
+    @staticmethod
+    def _read(path: Path) -> RunHandle:
+        if path.is_dir():
+            raise RunRecordError(path, "it is a directory, not a run record")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise RunRecordError(path, f"it can't be read ({error})") from None
+        try:
+            return RunHandle.from_json(text, source=path)
+        except RecordFormatError as error:
+            raise RunRecordError(path, error.problem) from None
+
+    def scan(self) -> tuple[list[RunHandle], list[RunRecordError]]:
+        """Every readable handle, newest first, and a ``RunRecordError`` per damaged record.
+
+        Raises:
+            RunStoreError: The store's directory exists but can't be listed (a file stands in
+                its place, or this user may not read it).
+
+        Example:
+            >>> import tempfile
+            >>> from pathlib import Path
+            >>> from substrax.compute import RunStore
+            >>> with tempfile.TemporaryDirectory() as directory:
+            ...     _ = (Path(directory) / "j-1.json").write_text('{"run_id": ')
+            ...     handles, damaged = RunStore(Path(directory)).scan()
+            ...     handles, [error.path.name for error in damaged]
+            ([], ['j-1.json'])
+        """
+        if not self.root.exists():
+            return [], []
+        if not self.root.is_dir():
+            raise RunStoreError(self.root, "it is not a directory")
+        try:
+            paths = sorted(path for path in self.root.iterdir() if path.suffix == ".json")
+        except OSError as error:
+            raise RunStoreError(self.root, error.strerror or str(error)) from None
+        handles: list[RunHandle] = []
+        damaged: list[RunRecordError] = []
+        for path in paths:
+            try:
+                handles.append(self._read(path))
+            except RunRecordError as error:
+                damaged.append(error)
+        return sorted(handles, key=lambda h: h.submitted_at, reverse=True), damaged
 
     def handles(self) -> list[RunHandle]:
-        """Every saved handle, newest first."""
-        if not self.root.is_dir():
-            return []
-        handles = [RunHandle.from_json(p.read_text(), source=p) for p in self.root.glob("*.json")]
-        return sorted(handles, key=lambda h: h.submitted_at, reverse=True)
+        """Every saved handle, newest first.
+
+        Raises:
+            RunRecordError: A saved record is damaged (``scan`` lists the others).
+            RunStoreError: The store's directory can't be listed.
+        """
+        handles, damaged = self.scan()
+        if damaged:
+            raise damaged[0]
+        return handles

@@ -5,6 +5,14 @@ operation failed; 2 the command was refused (bad arguments, a bad config, an unk
 or backend, a missing file or SDK, a file where a directory must be), printed as one line
 ``substrax-compute: error: <reason>``. ``--json`` prints JSON instead of a table.
 
+``status RUN`` exits 0 when the run succeeded, is still pending or running, or was cancelled
+(the query worked), and 1 with an error line when the run failed. ``status`` and ``list`` of
+every run skip a damaged run record (a truncated file, a directory in its place, a backend that
+isn't installed), say so once on stderr (``substrax-compute: warning: skipped run record PATH
+...; remove it``) and show the others; ``status RUN``, ``logs``, ``fetch`` and ``cancel`` of that
+run exit 2 naming the file. ``logs`` and ``fetch`` of a run whose directory is gone exit 1
+naming it. A runs directory that can't be read exits 1 naming it.
+
 ``status`` and ``list`` read only the run store and, for ``status``, the local backend's files:
 they import no pydantic, so they start quickly.
 
@@ -46,6 +54,7 @@ from ._backend import (
     default_state_dir,
 )
 from ._display import follow
+from ._errors import RunDirectoryGoneError, RunRecordError
 from ._paths import require_directory
 from ._registry import load_backend
 from ._report import dry_run, report
@@ -62,6 +71,8 @@ _USAGE: tuple[type[BaseException], ...] = (
     NotADirectoryError,
     MissingExtraError,
 )
+# A stored run's backend that can't be built: unknown, not installed, or bad stored settings.
+_BACKEND_ERRORS: tuple[type[BaseException], ...] = (LookupError, ImportError, ValueError, TypeError)
 # Failed operations (exit 1): a backend's command or the file system failed.
 _FAILURES: tuple[type[BaseException], ...] = (OSError, subprocess.SubprocessError)
 
@@ -84,7 +95,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--into", type=Path, help="fetch the outputs here")
     add_json_flag(run)
-    status = commands.add_parser("status", help="the state of one run or of every run")
+    status = commands.add_parser(
+        "status",
+        help="the state of one run or of every run",
+        description=(
+            "The state of one run or of every run. With RUN: exit 0 when the run succeeded, is "
+            "pending or running, or was cancelled; 1 when it failed. Damaged run records are "
+            "skipped with a warning."
+        ),
+    )
     status.add_argument("run", nargs="?")
     add_json_flag(status)
     logs = commands.add_parser("logs", help="a run's log")
@@ -111,8 +130,17 @@ def _checked(backend: ComputeBackend) -> ComputeBackend:
     return backend
 
 
-def _backend_for(handle: RunHandle) -> ComputeBackend:
-    return _checked(load_backend(handle.backend, handle.settings))
+def _backend_for(store: RunStore, handle: RunHandle) -> ComputeBackend:
+    """The backend that runs ``handle``; one that can't be built makes its record unusable."""
+    try:
+        backend = load_backend(handle.backend, handle.settings)
+    except _BACKEND_ERRORS as error:
+        raise RunRecordError(
+            store.root / f"{handle.run_id}.json",
+            f"its backend {handle.backend!r} can't be loaded ({error})",
+            fix="fix that, or remove it",
+        ) from None
+    return _checked(backend)
 
 
 def _state_dir() -> Path:
@@ -172,23 +200,42 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
     return EXIT_OK if state is RunState.SUCCEEDED else EXIT_FAILED
 
 
-def _status(run: str | None, store: RunStore, *, as_json: bool) -> int:
-    handles = [store.load(run)] if run else store.handles()
-    rows: list[list[str]] = []
+def _usable_runs(store: RunStore) -> list[tuple[RunHandle, ComputeBackend]]:
+    """Every stored run with its backend; each damaged record is skipped with one warning."""
+    handles, damaged = store.scan()
+    runs: list[tuple[RunHandle, ComputeBackend]] = []
     for handle in handles:
-        state = _backend_for(handle).status(handle)
+        try:
+            runs.append((handle, _backend_for(store, handle)))
+        except RunRecordError as error:
+            damaged.append(error)
+    for error in damaged:
+        sys.stderr.write(f"{PROG}: warning: skipped {error}\n")
+    return runs
+
+
+def _status(run: str | None, store: RunStore, *, as_json: bool) -> int:
+    if run:
+        handle = store.load(run)
+        runs = [(handle, _backend_for(store, handle))]
+    else:
+        runs = _usable_runs(store)
+    rows: list[list[str]] = []
+    for handle, backend in runs:
+        state = backend.status(handle)
         rows.append([handle.run_id, handle.backend, handle.job, str(state)])
     headers = ["run", "backend", "job", "state"]
     if as_json:
         emit([dict(zip(headers, row, strict=True)) for row in rows], "", as_json=True)
     else:
         print_table(headers, rows)
-    failed = {str(RunState.FAILED), str(RunState.CANCELLED)}
-    return EXIT_FAILED if run and rows[0][3] in failed else EXIT_OK
+    if run and rows[0][3] == str(RunState.FAILED):
+        raise CommandFailedError(f"run {run} failed; `{PROG} logs {run}` shows why")
+    return EXIT_OK
 
 
 def _list(store: RunStore, *, as_json: bool) -> int:
-    handles = store.handles()
+    handles = [handle for handle, _ in _usable_runs(store)]
     if as_json:
         data = [
             {
@@ -217,7 +264,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "list":
         return _list(store, as_json=args.json)
     handle = store.load(args.run)
-    backend = _backend_for(handle)
+    backend = _backend_for(store, handle)
+    try:
+        return _on_run(args, handle, backend)
+    except RunDirectoryGoneError as error:  # the run exists, its files don't: the operation failed
+        raise CommandFailedError(str(error)) from error
+
+
+def _on_run(args: argparse.Namespace, handle: RunHandle, backend: ComputeBackend) -> int:
     if args.command == "logs":
         lines = backend.logs(handle, follow=args.follow)
         if args.follow:

@@ -31,10 +31,10 @@ from ._spec import (
     Accelerator,
     Argv,
     Component,
-    Count,
     EnvName,
     JobSpec,
     Mount,
+    NodeCount,
     Positive,
     Record,
     RelativeFile,
@@ -68,7 +68,7 @@ class JobConfig(Record):
     env: dict[EnvName, str] = Field(default_factory=dict)
     secrets: tuple[EnvName, ...] = ()
     mounts: tuple[Mount, ...] = ()
-    nodes: Count = 1
+    nodes: NodeCount = 1
     probe_devices: bool = True
     include_files: tuple[RelativeFile, ...] = ()
 
@@ -193,7 +193,10 @@ def read_compute_config(project: Path) -> ComputeConfig:
     table = data.get("tool", {}).get("substrax", {}).get("compute")
     if table is None:
         raise ComputeTableMissingError(pyproject, ROOT_PATH)
-    return parse_compute_config(table)
+    try:
+        return parse_compute_config(table)
+    except ComputeConfigError as error:
+        raise ComputeConfigError(error.problems, source=pyproject) from None
 
 
 def resolve_job(

@@ -9,6 +9,9 @@ from pathlib import Path
 from substrax.support import PicklableError
 
 
+_ROOT = "tool.substrax.compute"
+
+
 class ComputeConfigError(PicklableError, ValueError):
     """A ``[tool.substrax.compute]`` key is unknown or holds a bad value.
 
@@ -16,14 +19,24 @@ class ComputeConfigError(PicklableError, ValueError):
         path: The TOML path of the first offending key.
         reason: What is wrong with it.
         problems: Every ``(path, reason)`` found.
+        source: The file the table was read from (a pyproject.toml), or None.
+
+    The message is one line: ``path: reason (in FILE)``, or with several problems ``N problems
+    in FILE [tool.substrax.compute]: path: reason; path: reason``.
     """
 
     __module__ = "substrax.compute"
 
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        self.problems = problems
+    def __init__(self, problems: list[tuple[str, str]], *, source: object = None) -> None:
+        self.problems, self.source = problems, source
         self.path, self.reason = problems[0]
-        super().__init__("\n".join(f"{path}: {reason}" for path, reason in problems))
+        listed = "; ".join(f"{path}: {reason}" for path, reason in problems)
+        if len(problems) > 1:
+            where = f"{source} [{_ROOT}]" if source is not None else f"[{_ROOT}]"
+            message = f"{len(problems)} problems in {where}: {listed}"
+        else:
+            message = listed if source is None else f"{listed} (in {source})"
+        super().__init__(message)
 
 
 class ConfigFileError(PicklableError, ValueError):
@@ -220,7 +233,9 @@ class AcceleratorFormatError(PicklableError, ValueError):
 
     def __init__(self, text: str) -> None:
         self.text = text
-        super().__init__(f"accelerator {text!r} must read KIND or KIND:N, e.g. H100:8")
+        super().__init__(
+            f"accelerator {text!r} must read KIND or KIND:N with N from 1 to 64, e.g. H100:8"
+        )
 
 
 class RecordVersionError(PicklableError, ValueError):
@@ -415,6 +430,68 @@ class FetchToolNotFoundError(PicklableError, FileNotFoundError):
         self.command, self.source = command, source
         super().__init__(
             f"fetching from {source} needs the `{command}` command; install it and log in"
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RunRecordError(RecordFormatError):
+    """A stored run record (a handle in the run store) can't be used.
+
+    It is unreadable or truncated, a directory stands in its place, or it names a backend that
+    isn't installed or can't be built.
+
+    Attributes:
+        path: The record's file (also ``source``).
+        reason: What is wrong with it (also ``problem``).
+        fix: What to do, ending in "remove it".
+    """
+
+    __module__ = "substrax.compute"
+
+    def __init__(self, path: Path, reason: str, *, fix: str = "remove it") -> None:
+        self.source, self.problem = path, reason
+        self.path, self.reason, self.fix = path, reason, fix
+        super(RecordFormatError, self).__init__(f"run record {path} can't be used: {reason}; {fix}")
+
+
+class RunDirectoryGoneError(PicklableError, FileNotFoundError):
+    """A stored run's directory (its logs and outputs) is no longer on this machine.
+
+    Attributes:
+        run_id: The run.
+        run_dir: The directory that is gone.
+    """
+
+    __module__ = "substrax.compute"
+
+    def __init__(self, run_id: str, run_dir: Path) -> None:
+        self.run_id, self.run_dir = run_id, run_dir
+        super().__init__(
+            f"run {run_id}'s directory {run_dir} is gone, so its logs and outputs can't be read; "
+            "the run's record stays in `substrax-compute list` until you remove it"
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RunStoreError(PicklableError, OSError):
+    """The run store's directory exists but can't be read (a file in its place, no permission).
+
+    Attributes:
+        root: The run store's directory.
+        reason: Why it can't be read.
+    """
+
+    __module__ = "substrax.compute"
+
+    def __init__(self, root: Path, reason: str) -> None:
+        self.root, self.reason = root, reason
+        super().__init__(
+            f"cannot read the runs directory {root}: {reason}; "
+            "make it a directory this user can read, or move it away"
         )
 
     def __str__(self) -> str:

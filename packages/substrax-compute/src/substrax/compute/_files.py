@@ -1,5 +1,8 @@
 """Copying a run's outputs without leaving their root, and following a growing log file."""
 
+import contextlib
+import os
+import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -30,8 +33,43 @@ def inside(root: Path, relative: str) -> Path:
     return target
 
 
+def copy_atomically(source: Path, destination: Path) -> None:
+    """Copy ``source`` (data and metadata) over ``destination`` in one step.
+
+    The copy goes to a temporary file beside ``destination``, is fsync'd and renamed over it,
+    so a reader, or a kill -9 mid-copy, sees the old file or the new one, never a part. On any
+    error the temporary file is removed and ``destination`` is left as it was.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.compute._files import copy_atomically
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     source, copy = Path(directory) / "a.json", Path(directory) / "b.json"
+        ...     _ = source.write_text("{}")
+        ...     copy_atomically(source, copy)
+        ...     copy.read_text()
+        '{}'
+    """
+    temporary = destination.with_name(f".{destination.name}.{secrets.token_hex(6)}.tmp")
+    try:
+        shutil.copy2(source, temporary)
+        with temporary.open("rb+") as file:
+            os.fsync(file.fileno())
+        temporary.replace(destination)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    with contextlib.suppress(OSError):  # make the rename durable where directories open
+        fd = os.open(destination.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def copy_outputs(source: Path, target: Path) -> None:
-    """Copy the regular files under ``source`` to ``target``; links are never followed."""
+    """Copy the regular files under ``source`` to ``target`` atomically; links are never followed."""
     target.mkdir(parents=True, exist_ok=True)
     if not source.is_dir():
         return
@@ -42,7 +80,7 @@ def copy_outputs(source: Path, target: Path) -> None:
         relative = path.relative_to(base)
         destination = inside(target, relative.as_posix())
         destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, destination)
+        copy_atomically(path, destination)
 
 
 def follow_lines(path: Path, *, done: Callable[[], bool] | None) -> Iterator[str]:

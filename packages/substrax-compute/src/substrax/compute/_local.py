@@ -36,9 +36,10 @@ from ._errors import (
     ComputeConfigError,
     MountDirectoryNotFoundError,
     MountPathError,
+    RunDirectoryGoneError,
     SecretNotSetError,
 )
-from ._files import copy_outputs, follow_lines
+from ._files import copy_atomically, copy_outputs, follow_lines
 from ._manifest import MANIFEST_NAME, JobManifest, read_manifest
 from ._processes import free_port, is_alive, kill_group, spawn_detached, start_time, wait_all_dead
 from ._records import COMPONENT, JsonValue
@@ -194,7 +195,9 @@ class LocalBackend:
             argv, env, log = commands[0]
             pid = spawn_detached(argv, env={**os.environ, **env}, log=log)
         else:
-            plan = write_plan(run_dir, job=spec.name, nodes=commands)
+            plan = write_plan(
+                run_dir, job=spec.name, timeout_seconds=spec.timeout_seconds, nodes=commands
+            )
             supervisor = [sys.executable, "-m", "substrax.compute._supervisor", str(plan.parent)]
             pid = spawn_detached(supervisor, env=os.environ, log=commands[0][2])
         details = {
@@ -235,18 +238,34 @@ class LocalBackend:
             return RunState.RUNNING if manifests[0] is not None else RunState.PENDING
         return RunState.FAILED
 
+    @staticmethod
+    def _run_dir(handle: RunHandle) -> Path:
+        """The run's directory, refused when it is gone (removed by hand, a wiped state dir)."""
+        run_dir = Path(handle.details["run_dir"])
+        if not run_dir.is_dir():
+            raise RunDirectoryGoneError(handle.run_id, run_dir)
+        return run_dir
+
     def logs(self, handle: RunHandle, *, follow: bool) -> Iterator[str]:
-        """Lines of node 0's worker log; with ``follow``, until the run is final."""
-        log = Path(handle.details["run_dir"]) / "worker.log"
+        """Lines of node 0's worker log; with ``follow``, until the run is final.
+
+        Raises:
+            RunDirectoryGoneError: The run's directory is no longer there.
+        """
+        log = self._run_dir(handle) / "worker.log"
         return follow_lines(log, done=(lambda: self.status(handle).is_final) if follow else None)
 
     def fetch(self, handle: RunHandle, destination: Path) -> Path:
-        """Copy the outputs and worker logs to ``destination/<run_id>``."""
-        run_dir = Path(handle.details["run_dir"])
+        """Copy the outputs and worker logs to ``destination/<run_id>``.
+
+        Raises:
+            RunDirectoryGoneError: The run's directory is no longer there.
+        """
+        run_dir = self._run_dir(handle)
         target = destination / handle.run_id
         copy_outputs(run_dir / "outputs", target)
         for log in run_dir.glob("worker*.log"):
-            shutil.copy2(log, target / log.name)
+            copy_atomically(log, target / log.name)
         return target
 
     def cancel(self, handle: RunHandle) -> None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, JsonValue
 
-from substrax.support import require
+from substrax.support import require, write_atomically
 
 from ._backend import RunHandle, RunState, backend_state_dir, new_run
 from ._config import parse_backend_settings
@@ -281,7 +281,7 @@ class ModalBackend:
             relative = entry.path.removeprefix("/").removeprefix(prefix)
             path = inside(target, relative)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(self._read(entry.path))
+            write_atomically(path, self._read(entry.path))
         return target
 
     def cancel(self, handle: RunHandle) -> None:

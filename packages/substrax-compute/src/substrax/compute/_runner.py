@@ -138,7 +138,8 @@ class TaskRunner:
             else:
                 return False
 
-    def probe(self) -> RunDevices | None:
+    def probe(self, budget: float = PROBE_SECONDS) -> RunDevices | None:
+        """The devices the job's tasks would see, within ``budget`` (and ``PROBE_SECONDS``)."""
         log = self.root / "devices.log"
         try:
             env = task_environment(self.spec, None, parent=os.environ)
@@ -148,7 +149,7 @@ class TaskRunner:
                 cwd=self.project,
                 capture_output=True,
                 text=True,
-                timeout=PROBE_SECONDS,
+                timeout=max(0.0, min(budget, PROBE_SECONDS)),
                 check=False,
             )
             lines = [line for line in result.stdout.splitlines() if line.strip()]

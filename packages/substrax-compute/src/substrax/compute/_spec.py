@@ -56,10 +56,21 @@ def _positive(value: float) -> float:
     return value
 
 
-def _at_least_one(value: int) -> int:
-    if value < 1:
-        raise ValueError("must be at least 1")
-    return value
+MAX_NODES = 1024
+"""The most nodes a job may ask for; a count beyond it is a typo, not a cluster."""
+MAX_ACCELERATORS = 64
+"""The most accelerators one node may ask for."""
+MAX_MEMORY_MIB = 1 << 24
+"""The most memory a job may ask for per node, in MiB (16 TiB)."""
+
+
+def _at_most(maximum: int) -> AfterValidator:
+    def check(value: int) -> int:
+        if not 1 <= value <= maximum:
+            raise ValueError(f"must be between 1 and {maximum}")
+        return value
+
+    return AfterValidator(check)
 
 
 def _component(value: str) -> str:
@@ -107,7 +118,9 @@ def _argv(value: tuple[str, ...]) -> tuple[str, ...]:
 
 
 type Positive = Annotated[float, AfterValidator(_positive)]
-type Count = Annotated[int, AfterValidator(_at_least_one)]
+type NodeCount = Annotated[int, _at_most(MAX_NODES)]
+type AcceleratorCount = Annotated[int, _at_most(MAX_ACCELERATORS)]
+type MemoryMiB = Annotated[int, _at_most(MAX_MEMORY_MIB)]
 type Component = Annotated[str, AfterValidator(_component)]
 type EnvName = Annotated[str, AfterValidator(_env_name)]
 type Argv = Annotated[tuple[str, ...], AfterValidator(_argv)]
@@ -130,7 +143,7 @@ class Accelerator(Record):
     """
 
     kind: Annotated[str, AfterValidator(_component)]
-    count: Count = 1
+    count: AcceleratorCount = 1
 
     @property
     def label(self) -> str:
@@ -150,7 +163,8 @@ def parse_accelerator(text: str) -> Accelerator:
         Accelerator(kind='H100', count=8)
     """
     kind, sep, count = text.partition(":")
-    if sep and not count.isdigit():
+    digits = count.isascii() and count.isdigit() and len(count) <= len(str(MAX_ACCELERATORS))
+    if sep and not (digits and 1 <= int(count) <= MAX_ACCELERATORS):
         raise AcceleratorFormatError(text)
     return Accelerator(kind=kind, count=int(count) if sep else 1)
 
@@ -194,7 +208,7 @@ class Resources(Record):
 
     accelerator: Accelerator | None = None
     cpu: Positive | None = None
-    memory_mib: Count | None = None
+    memory_mib: MemoryMiB | None = None
 
 
 class JobSpec(Record):
@@ -227,7 +241,7 @@ class JobSpec(Record):
     env: dict[EnvName, str] = Field(default_factory=dict)
     secrets: tuple[EnvName, ...] = ()
     mounts: tuple[Mount, ...] = ()
-    nodes: Count = 1
+    nodes: NodeCount = 1
     probe_devices: bool = True
     include_files: tuple[RelativeFile, ...] = ()
 

@@ -5,7 +5,10 @@ per node from ``RUN_DIR/nodes.json`` (each with this process's environment plus 
 variables), waits for them, and once a worker exits with a non-zero status it stops the others (their
 tasks get SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``) and records in the job's manifest
 (node 0's) which node failed first and how, before it exits itself: the run is not final before
-that. A cancelled run (SIGTERM to the session) records nothing.
+that. A cancelled run (SIGTERM to the session) records nothing. The job's ``timeout_seconds``
+bounds the whole run, node starts included: once it has passed (plus ``_WORKER_MARGIN_SECONDS``
+for the workers to stop their own tasks) no further node is started and the running ones are
+stopped as above.
 """
 
 import contextlib
@@ -22,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from substrax.support import write_atomically
+
 from ._environment import EVENT_PREFIX, node_outputs
 from ._manifest import MANIFEST_NAME, JobManifest, read_manifest, write_manifest
 from ._runner import STOP_GRACE_SECONDS, STOP_SIGNAL
@@ -34,19 +39,24 @@ _POLL_SECONDS = 0.1
 
 
 def write_plan(
-    run_dir: Path, *, job: str, nodes: Sequence[tuple[Sequence[str], dict[str, str], Path]]
+    run_dir: Path,
+    *,
+    job: str,
+    timeout_seconds: float,
+    nodes: Sequence[tuple[Sequence[str], dict[str, str], Path]],
 ) -> Path:
-    """Write the workers to start: each node's argv, its own variables and its log file.
+    """Write the workers to start (each node's argv, its own variables and its log file) atomically.
 
     The variables hold no secrets: secrets reach the workers through the environment the
     supervisor inherits.
     """
     plan = {
         "job": job,
+        "timeout_seconds": timeout_seconds,
         "nodes": [{"argv": list(argv), "env": env, "log": str(log)} for argv, env, log in nodes],
     }
     path = run_dir / NODES_FILE
-    path.write_text(json.dumps(plan, indent=2))
+    write_atomically(path, json.dumps(plan, indent=2))
     return path
 
 
@@ -91,7 +101,9 @@ def supervise(run_dir: Path) -> int:
     stopped so is never the one blamed.
     """
     plan = cast("dict[str, Any]", json.loads((run_dir / NODES_FILE).read_text()))
+    deadline = time.monotonic() + float(plan["timeout_seconds"]) + _WORKER_MARGIN_SECONDS
     cancelled = False
+    timed_out = False
 
     def on_term(signum: int, frame: object) -> None:  # noqa: ARG001
         nonlocal cancelled
@@ -99,10 +111,20 @@ def supervise(run_dir: Path) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     ended: queue.Queue[tuple[int, int]] = queue.Queue()
-    running = {node: _start(entry, ended, node) for node, entry in enumerate(plan["nodes"])}
+    running: dict[int, int] = {}
+    for node, entry in enumerate(plan["nodes"]):
+        if cancelled or time.monotonic() > deadline:
+            break
+        running[node] = _start(entry, ended, node)
     failed: tuple[int, int] | None = None
     kill_at: float | None = None
     while running:
+        if not timed_out and failed is None and time.monotonic() > deadline:
+            timed_out = True
+            _say(f"job timed out after {plan['timeout_seconds']} s; stopping the nodes")
+            for pid in running.values():
+                _signal(pid, STOP_SIGNAL)
+            kill_at = time.monotonic() + STOP_GRACE_SECONDS + _WORKER_MARGIN_SECONDS
         try:
             node, code = ended.get(timeout=_POLL_SECONDS)
         except queue.Empty:
@@ -110,7 +132,7 @@ def supervise(run_dir: Path) -> int:
         else:
             del running[node]
             cancelled = cancelled or (run_dir / CANCELLED_MARKER).exists()
-            if code != 0 and failed is None and not cancelled:
+            if code != 0 and failed is None and not cancelled and not timed_out:
                 failed = (node, code)
                 _say(f"node {node} failed ({describe_status(code)}); stopping the other nodes")
                 for pid in running.values():
@@ -121,7 +143,7 @@ def supervise(run_dir: Path) -> int:
                 _signal(pid, signal.SIGKILL)
             kill_at = None
     if failed is None:
-        return 0
+        return 1 if timed_out else 0
     _record_failure(run_dir, job=plan["job"], nodes=len(plan["nodes"]), failed=failed)
     return 1
 

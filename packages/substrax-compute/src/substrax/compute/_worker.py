@@ -85,7 +85,7 @@ def run_job(
     deadline = time.monotonic() + spec.timeout_seconds
     if spec.probe_devices:
         _event(echo, "probing devices")
-        manifest = dataclasses.replace(manifest, devices=runner.probe())
+        manifest = dataclasses.replace(manifest, devices=runner.probe(deadline - time.monotonic()))
     outcomes: list[TaskOutcome] = []
     for index, task in enumerate(spec.tasks, start=1):
         _event(echo, f"task {task.name} started ({index}/{len(spec.tasks)})")
@@ -116,8 +116,10 @@ def _default_node() -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Run a job's tasks on this node.")
     parser.add_argument("--spec", type=Path, required=True, help="the job spec (spec.json)")
-    parser.add_argument("--project", type=Path, required=True, help="the project root")
-    parser.add_argument("--outputs", type=Path, required=True, help="the run's output root")
+    parser.add_argument("--project", required=True, help="the project root (a directory)")
+    parser.add_argument(
+        "--outputs", required=True, help="the run's output root (a directory, created if missing)"
+    )
     parser.add_argument("--node-rank", type=int, default=None, help="this node's rank")
     return parser
 
@@ -131,9 +133,31 @@ def _read_spec(path: Path) -> JobSpec:
         raise UsageError(f"--spec {path}: {reason}") from error
 
 
+def _check_paths(project: str, outputs: str) -> tuple[Path, Path]:
+    """``--project`` and ``--outputs`` as paths; bad ones are usage errors (exit 2)."""
+    if not project or not Path(project).is_dir():
+        raise UsageError(f"--project {project!r} is not a directory; pass the project root")
+    if not outputs:
+        raise UsageError("--outputs is empty; pass the run's output directory")
+    for candidate in (Path(outputs), *Path(outputs).parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                raise UsageError(
+                    f"--outputs {outputs!r} cannot be a directory: {candidate} is a file; "
+                    "pass a directory"
+                )
+            break
+    return Path(project), Path(outputs)
+
+
 def _run(args: argparse.Namespace) -> int:
     spec = _read_spec(args.spec)
+    project, outputs = _check_paths(args.project, args.outputs)
     node = _default_node() if args.node_rank is None else args.node_rank
+    if not 0 <= node < spec.nodes:
+        raise UsageError(
+            f"--node-rank {node} is outside this {spec.nodes}-node job; pass 0 to {spec.nodes - 1}"
+        )
 
     def install(runner: TaskRunner) -> None:
         def on_term(signum: int, frame: object) -> None:  # noqa: ARG001
@@ -145,9 +169,7 @@ def _run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(STOP_SIGNAL, on_stop)
 
-    manifest = run_job(
-        spec, project=args.project, outputs=args.outputs, node=node, runner_hook=install
-    )
+    manifest = run_job(spec, project=project, outputs=outputs, node=node, runner_hook=install)
     if not manifest.finished:
         return 128 + signal.SIGTERM
     return EXIT_OK if manifest.succeeded else EXIT_FAILED
@@ -157,8 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the worker from the command line.
 
     Returns:
-        0 when every task succeeded, 1 when one did not, 2 for bad arguments or an unreadable
-        or invalid spec (``python -m substrax.compute.worker: error: ...``), and 128 + SIGTERM
+        0 when every task succeeded, 1 when one did not, 2 for bad arguments (a ``--project``
+        that is not a directory, an empty ``--outputs`` or one where a file stands, a
+        ``--node-rank`` outside ``[0, nodes)``) or an unreadable or invalid spec
+        (``python -m substrax.compute.worker: error: ...``), and 128 + SIGTERM
         when the run was cancelled.
     """
     args = _parser().parse_args(argv)
