@@ -284,6 +284,9 @@ def _error_samples() -> list[BaseException]:
         optim.LearningRateNotFoundError(),
         optim.LineSearchStateError("no line search", paths=("opt", "0")),
         optim.OptimizerConfigError("negative", field="learning_rate", value=-1.0),
+        checkpoint.BestMetricNotRecordedError(
+            metric="val_loss", directory=here, recorded=("loss",)
+        ),
         checkpoint.CheckpointCorruptError(
             step=3, item="model", leaf="w", directory=here, path=here / "3", detail="bad crc"
         ),
@@ -302,6 +305,7 @@ def _error_samples() -> list[BaseException]:
         checkpoint.DistributedNotInitializedError(process_count=2, needed_by="save"),
         checkpoint.UnsupportedCheckpointError("format 9 is newer than this version"),
         checkpoint.UpgradeDestinationError(destination=here, reason="is not empty"),
+        checkpoint.BestMetricNotRecordedError(metric="lsos", directory=here, recorded=("loss",)),
         tracking.EmptyMetricNameError("", 1.0),
         tracking.FileLogValueError(here, 3, "not JSON"),
         tracking.ImageShapeError("sample", (3,)),
@@ -315,6 +319,7 @@ def _error_samples() -> list[BaseException]:
         tracking.NotASpoolError(here, "no header"),
         tracking.ProcessIndexVariableError("RANK", "one"),
         tracking.SpoolNotFoundError(here),
+        tracking.SpoolBusyError(here, 4242),
         tracking.UnknownBackendError("neptune", ("file", "wandb")),
         tracking.UploadNotFoundError("artifact", here),
         callbacks.CallbackStateMismatchError(("a", "b"), ("a",)),
