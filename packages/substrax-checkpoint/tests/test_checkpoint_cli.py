@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -227,3 +228,19 @@ def test_ls_lists_the_readable_steps_and_marks_a_damaged_one(store_dir, capsys):
     table = capsys.readouterr().out
     assert "UNREADABLE" in table
     assert "loss=0.9" in table
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root reads every file: needs a user that file modes apply to"
+)
+def test_a_store_this_user_may_not_read_is_exit_2_naming_the_path(store_dir, capsys):
+    _fill(store_dir)
+    store_dir.chmod(0)
+    try:
+        assert main(["ls", str(store_dir)]) == 2
+        err = _error_line(capsys)
+        assert f"permission denied on {store_dir}" in err
+        assert "chmod" in err
+        assert "Errno" not in err
+    finally:
+        store_dir.chmod(0o755)
