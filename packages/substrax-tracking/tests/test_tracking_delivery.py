@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -443,3 +444,116 @@ def test_close_stays_within_its_timeout_with_a_large_spool(make, tmp_path):
     assert delivery.close(timeout=0.5) == 200_000
     assert time.monotonic() - started < 0.5 + 0.5 + 3  # was 7 s: the spool parsed twice
     assert len(spool.read_text().splitlines()) == 200_000
+
+
+SLOW_REPLAY = """
+import fcntl, os, sys, time
+from substrax.tracking import _spool
+from substrax.tracking._cli import main
+
+out, go = sys.argv[1], sys.argv[1] + ".go"
+
+class SlowSink:
+    def __init__(self, target):
+        self._target = dict(target)
+    def target(self):
+        return self._target
+    def deliver(self, records):
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go) and time.monotonic() < deadline:  # the test says when
+            time.sleep(0.01)
+        with open(out, "a") as file:
+            file.write("".join(f"{r.step}\\n" for r in records))
+    def is_permanent(self, error):
+        return False
+    def finish(self):
+        pass
+
+_spool.register_sink_factory("test", SlowSink)
+sys.exit(main(["replay", "--json", *sys.argv[2:]]))
+"""
+
+
+def _replay_process(tmp_path, spool, *args):
+    return subprocess.Popen(
+        [sys.executable, "-c", SLOW_REPLAY, str(tmp_path / "received"), str(spool), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_second_replay_of_a_spool_waits_for_the_first_and_reports_truthfully(tmp_path):
+    """Two replays of one spool at once: every record is sent once, and the second says so."""
+    spool = tmp_path / "run.spool.jsonl"
+    target = {"backend": "test", "run": "r1"}
+    spool.write_text(
+        "".join(
+            json.dumps({"target": target, "record": record(s).materialize(tmp_path).to_json()})
+            + "\n"
+            for s in range(300)
+        )
+    )
+    lock = tmp_path / "run.spool.jsonl.replay.lock"
+    first = _replay_process(tmp_path, spool)
+    wait_for(lock.exists)
+    impatient = _replay_process(tmp_path, spool, "--timeout", "0.5")
+    out, err = impatient.communicate(timeout=60)
+    assert impatient.returncode == 1, err
+    [line] = err.splitlines()
+    assert line.startswith("python -m substrax.tracking: error: another replay")
+    assert f"pid {first.pid}" in line
+    second = _replay_process(tmp_path, spool, "--timeout", "0")  # waits in flock for the first
+    inode = f":{lock.stat().st_ino} "
+
+    def second_waits():
+        with Path("/proc/locks").open() as locks:
+            return any(
+                "-> FLOCK" in row and f" {second.pid} " in row and inode in row for row in locks
+            )
+
+    wait_for(second_waits, timeout=60)
+    (tmp_path / "received.go").touch()
+    for process in (first, second):
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        assert err == ""
+    assert json.loads(out)["waited_for"] == first.pid
+    assert (json.loads(out)["delivered"], json.loads(out)["remaining"]) == (0, 0)
+    received = (tmp_path / "received").read_text().split()
+    assert sorted(map(int, received)) == list(range(300))  # each record once
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["received", "received.go"]  # no lock
+
+
+def test_a_spooled_record_whose_target_lacks_a_field_is_a_bad_line(tmp_path, capsys):
+    """An MLflow target without its tracking_uri can never be sent: set aside, not kept forever."""
+    from substrax.tracking._cli import main
+
+    spool = tmp_path / "run.spool.jsonl"
+    target = {"backend": "mlflow", "run_id": "0123"}  # no tracking_uri
+    spool.write_text(
+        json.dumps({"target": target, "record": record(1).materialize(tmp_path).to_json()}) + "\n"
+    )
+    assert main(["replay", "--json", str(spool), "--timeout", "30"]) == 1
+    out, err = capsys.readouterr()
+    summary = json.loads(out)
+    assert (summary["delivered"], summary["remaining"], summary["bad_lines"]) == (0, 0, [1])
+    assert summary["failures"] == []
+    [line] = err.splitlines()
+    assert "1 lines of" in line
+    assert "'tracking_uri'" in line
+    assert not spool.exists()
+    assert json.loads((tmp_path / "run.spool.jsonl.bad").read_text())["target"] == target
+
+
+@pytest.mark.parametrize("path", ["", "/", "."])
+def test_replay_of_a_path_that_names_no_file_is_exit_2(path, capsys):
+    from substrax.tracking._cli import main
+
+    assert main(["replay", path]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    [line] = err.splitlines()
+    assert line.startswith("python -m substrax.tracking: error: ")
+    assert "spool" in line
+    assert "Traceback" not in err

@@ -316,6 +316,23 @@ def test_plot_refuses_a_directory_without_a_file_log(tmp_path, capsys):
     assert "holds no *.metrics.jsonl file" in line
 
 
+def test_plot_refuses_an_out_that_is_a_file(tmp_path, capsys):
+    from substrax.tracking._cli import main
+
+    with FileLogger("run", tmp_path / "log") as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    file = tmp_path / "afile"
+    file.write_text("x")
+    for out in (file, file / "plots"):
+        assert main(["plot", "--out", str(out), str(tmp_path / "log")]) == 2
+        out_text, err = capsys.readouterr()
+        assert out_text == ""
+        [line] = err.splitlines()
+        assert line.startswith(f"python -m substrax.tracking: error: --out {out}: {file} is a file")
+        assert "Errno" not in line
+    assert file.read_text() == "x"
+
+
 @pytest.mark.parametrize(
     ("line", "reason"),
     [

@@ -6,10 +6,13 @@ Commands:
 
 Exit status, as every substrax command line: 0 when the command did its work; 1 when it failed
 (``replay``: some records were not delivered: a backend unreachable, the time limit reached,
+another replay of the same spool still running when the time limit ran out,
 they stay in the spool; records a backend refused, moved to ``SPOOL.refused``; lines that are
 not records, moved to ``SPOOL.bad``); 2 for bad usage or input (a spool file that does not
 exist or is not a spool file, left untouched; a ``--timeout`` that is not a finite number
->= 0; a directory without a file log). Errors are one line, ``python -m substrax.tracking:
+>= 0; a directory without a file log; a plot ``--out`` that is a file). Two replays of one
+spool never run at once: the second waits for the first (within its ``--timeout``), then sends
+what the first left and says so. Errors are one line, ``python -m substrax.tracking:
 error: ...``.
 """
 
@@ -20,6 +23,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from substrax.support import (
@@ -32,7 +36,13 @@ from substrax.support import (
     run_command,
 )
 
-from ._errors import FileLogValueError, NoFileLogError, NotASpoolError, SpoolNotFoundError
+from ._errors import (
+    FileLogValueError,
+    NoFileLogError,
+    NotASpoolError,
+    SpoolBusyError,
+    SpoolNotFoundError,
+)
 from ._plot import plot_log_dir
 from ._replay import ReplayResult, run_replay
 from ._spool import SpoolFile
@@ -84,6 +94,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        out = Path(args.out)
+        if not args.out.strip():
+            raise UsageError("--out is empty; pass the directory to write the plots into")
+        for path in (out, *out.parents):
+            if path.exists() and not path.is_dir():
+                raise UsageError(
+                    f"--out {args.out}: {path} is a file, not a directory; pass a directory to "
+                    "write the plots into"
+                )
     page = plot_log_dir(args.log_dir, args.out)
     emit({"page": str(page)}, str(page), as_json=args.json)
     return 0
@@ -101,6 +121,7 @@ def _summary(
         "refused": result.refused,
         "bad_lines": list(result.bad_lines),
         "timed_out": result.timed_out,
+        **({"waited_for": result.waited_for} if result.waited_for is not None else {}),
         "failures": [
             {"target": dict(target), "error": f"{type(error).__name__}: {_one_line(error)}"}
             for target, error in failures.values()
@@ -146,14 +167,27 @@ def _replay(args: argparse.Namespace) -> int:
         timeout = check_seconds("--timeout", args.timeout)
     except ValueError as error:
         raise UsageError(f"{error} (0 waits as long as the backends take)") from None
+    if not args.spool.strip():
+        raise UsageError(
+            "the spool path is empty; pass the <log_dir>/<name>.spool.jsonl path that the "
+            "logger's warning named"
+        )
     result, failures = run_replay(
-        SpoolFile(args.spool), include_refused=args.include_refused, timeout=timeout or None
+        SpoolFile(args.spool),
+        include_refused=args.include_refused,
+        timeout=timeout or None,
+        wait=timeout or None,  # another replay of this spool is waited for within the time
     )
     if result.timed_out:
         _Exit.stuck = True
     summary = f"delivered {result.delivered}, remaining {result.remaining}" + (
         f", refused {result.refused}" if result.refused else ""
     )
+    if result.waited_for is not None:
+        summary += (
+            f" (after waiting for another replay of this spool, pid {result.waited_for}, "
+            "which sent what it held)"
+        )
     emit(_summary(args.spool, result, failures), summary, as_json=args.json)
     problems = _problems(args.spool, timeout, result, failures)
     if problems:
@@ -186,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             MissingExtraError,
             PermissionError,
         ),
-        failures=(OSError,),
+        failures=(SpoolBusyError, OSError),
     )
 
 

@@ -266,6 +266,35 @@ class SpoolNotFoundError(PicklableError, FileNotFoundError):
         )
 
 
+class SpoolBusyError(PicklableError, TimeoutError):
+    """Another replay held a spool file for longer than this replay could wait.
+
+    Two replays of one spool never run at once (each would send every record); the second
+    waits for the first, within its own time limit. Nothing was sent or changed.
+
+    Attributes:
+        path: the spool file.
+        pid: the process replaying it (None when it could not be read).
+
+    Example:
+        >>> from pathlib import Path
+        >>> from substrax.tracking import SpoolBusyError
+        >>> SpoolBusyError(Path("r.spool"), 4242).pid
+        4242
+    """
+
+    __module__ = "substrax.tracking"
+
+    def __init__(self, path: Path, pid: int | None) -> None:
+        self.path = path
+        self.pid = pid
+        holder = f"pid {pid}" if pid is not None else "another process"
+        super().__init__(
+            f"another replay ({holder}) is replaying {str(path)!r}; nothing was sent: run this "
+            "replay again when it has ended (or give it a longer --timeout to wait for it)"
+        )
+
+
 class NotASpoolError(PicklableError, ValueError):
     """A path given as a spool file is not one: a directory, a device, or a file without records.
 

@@ -14,8 +14,9 @@ from typing import Any
 
 from substrax.support import check_seconds
 
+from ._errors import NotARecordError
 from ._records import Record
-from ._spool import Sink, SpoolFile, sink_factory, spool_line
+from ._spool import BadLine, Sink, SpoolFile, sink_factory, spool_line
 
 
 __all__ = ["ReplayResult", "replay_spool", "target_key"]
@@ -53,6 +54,8 @@ class ReplayResult:
             error to ``<spool>.refused``; the records after them were delivered.
         refused_file: where the refused records went.
         refused_reasons: each refused record's error.
+        waited_for: the pid of another replay of the same spool that this one waited for
+            (None when it did not wait): what that replay left is what this one saw.
     """
 
     delivered: int
@@ -64,6 +67,7 @@ class ReplayResult:
     refused: int = 0
     refused_file: Path | None = dataclasses.field(default=None, repr=False)
     refused_reasons: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    waited_for: int | None = dataclasses.field(default=None, repr=False)
 
     def describe_bad_lines(self, limit: int = 10) -> str:
         """The bad lines as ``line N: reason; ...`` (at most ``limit``), and where they went.
@@ -108,6 +112,7 @@ class _Replay:
         self._lock = threading.Lock()
         self._delivered: set[int] = set()
         self._refused: dict[int, str] = {}
+        self._bad: dict[int, str] = {}
         self._settled = False
         self._built: dict[str, Sink] = {}
         self.errors: dict[str, tuple[Mapping[str, Any], BaseException]] = {}
@@ -141,7 +146,11 @@ class _Replay:
             try:
                 sink = self._sinks.get(key)
                 if sink is None:
-                    sink = self._sinks[key] = sink_factory(target)(target)
+                    try:
+                        sink = self._sinks[key] = sink_factory(target)(target)
+                    except NotARecordError as error:  # a target its backend cannot use
+                        self._set_bad(todo, str(error))
+                        continue
                     with self._lock:
                         built[key] = sink
                 for start in range(0, len(todo), _CHUNK):
@@ -194,23 +203,30 @@ class _Replay:
                 raise _Settled
             self._refused[index] = error
 
+    def _set_bad(self, indexes: list[int], reason: str) -> None:
+        with self._lock:
+            if self._settled:
+                raise _Settled
+            self._bad.update(dict.fromkeys(indexes, reason))
+
     def failures(self) -> dict[str, tuple[Mapping[str, Any], BaseException]]:
         """The error of each target that failed so far."""
         with self._lock:
             return dict(self.errors)
 
-    def settle(self) -> tuple[set[int], dict[int, str]]:
-        """Stop taking deliveries; return the lines delivered and those refused (with the error)."""
+    def settle(self) -> tuple[set[int], dict[int, str], dict[int, str]]:
+        """Stop taking deliveries; return the lines delivered, refused and bad (with the reason)."""
         with self._lock:
             self._settled = True
             delivered = set(self._delivered)
             refused = dict(self._refused)
+            bad = dict(self._bad)
             built = list(self._built.values())
         for sink in built:  # what a rebuilt sink holds (MLflow's HTTP bounds) is given back
             release = getattr(sink, "release", None)
             if callable(release):
                 release()
-        return delivered, refused
+        return delivered, refused, bad
 
 
 def _is_permanent(sink: Sink, error: BaseException) -> bool:
@@ -228,16 +244,49 @@ def run_replay(
     timeout: float | None = None,
     only: str | None = None,
     limit: int | None = None,
+    wait: float | None = 0.0,
 ) -> tuple[ReplayResult, dict[str, tuple[Mapping[str, Any], BaseException]]]:
     """:func:`replay_spool` without its warnings: the result and the error of each failed target.
 
     ``only`` (a :func:`target_key`) limits the replay to one target's lines, ``limit`` to the
-    first ``limit`` intact lines of the spool (the others are not read, and stay).
+    first ``limit`` intact lines of the spool (the others are not read, and stay). Another
+    replay of the same spool is waited for, for at most ``wait`` seconds (None: as long as it
+    takes; its time counts against ``timeout``); a spool it emptied meanwhile is an empty result.
 
     Raises:
         SpoolNotFoundError: the file does not exist.
         NotASpoolError: the path is not a spool file (nothing is changed).
+        SpoolBusyError: another replay held the spool for longer than ``wait`` (a TimeoutError).
     """
+    started = time.monotonic()
+    if spool.path.exists() or not include_refused:
+        spool.check_regular()
+    with spool.replaying(wait) as waited_for:
+        if waited_for is not None and not spool.path.exists() and not include_refused:
+            return ReplayResult(delivered=0, remaining=0, waited_for=waited_for), {}
+        if timeout is not None:
+            timeout = max(0.0, timeout - (time.monotonic() - started))
+        result, errors = _replay_held(
+            spool,
+            sinks=sinks,
+            include_refused=include_refused,
+            timeout=timeout,
+            only=only,
+            limit=limit,
+        )
+    return dataclasses.replace(result, waited_for=waited_for), errors
+
+
+def _replay_held(
+    spool: SpoolFile,
+    *,
+    sinks: Mapping[str, Sink] | None,
+    include_refused: bool,
+    timeout: float | None,
+    only: str | None,
+    limit: int | None,
+) -> tuple[ReplayResult, dict[str, tuple[Mapping[str, Any], BaseException]]]:
+    """:func:`run_replay` once this process holds the spool's replay lock."""
     if include_refused:
         spool.restore_refused()
     content = spool.read_content(limit)
@@ -255,24 +304,33 @@ def run_replay(
         worker.start()
         worker.join(timeout)
         timed_out = worker.is_alive()
-    delivered, refused = job.settle()
+    delivered, refused, unusable = job.settle()
     lines = content.lines
+    bad = sorted(
+        [*content.bad]
+        + [
+            BadLine(number=lines[i].number, text=lines[i].text, reason=r)
+            for i, r in unusable.items()
+        ],
+        key=lambda line: line.number,
+    )
+    content = dataclasses.replace(content, bad=bad)
     if lines or content.bad:
         spool.remove(
-            [lines[i].text for i in (*delivered, *refused)] + [bad.text for bad in content.bad],
+            [lines[i].text for i in (*delivered, *refused)] + [b.text for b in content.bad],
             refused=[
                 spool_line(lines[i].data["target"], lines[i].data["record"], error)
                 for i, error in sorted(refused.items())
             ],
-            bad=[bad.text for bad in content.bad],
+            bad=[b.text for b in content.bad],
         )
     result = ReplayResult(
         delivered=len(delivered),
-        remaining=len(lines) - len(delivered) - len(refused),
-        bad_lines=tuple(bad.number for bad in content.bad),
+        remaining=len(lines) - len(delivered) - len(refused) - len(unusable),
+        bad_lines=tuple(b.number for b in content.bad),
         timed_out=timed_out,
         bad_file=spool.bad_path if content.bad else None,
-        bad_reasons=tuple(bad.reason for bad in content.bad),
+        bad_reasons=tuple(b.reason for b in content.bad),
         refused=len(refused),
         refused_file=spool.refused_path if refused else None,
         refused_reasons=tuple(refused[i] for i in sorted(refused)),
@@ -296,7 +354,9 @@ def replay_spool(
     ignore for a metric of the same step, time and value). A record its backend refuses (such
     as an MLflow param logged again with another value) is moved with its error to
     ``<spool>.refused``, and the records after it are still sent. Other processes may append
-    to the spool meanwhile: a replay removes only the lines it delivered.
+    to the spool meanwhile: a replay removes only the lines it delivered. A second replay of
+    the same spool waits for the first (within its ``timeout``) and then sends what is left;
+    a line whose target lacks a field its backend needs is a bad line too.
 
     Args:
         path: the spool file.
@@ -312,6 +372,7 @@ def replay_spool(
 
     Raises:
         SpoolNotFoundError: the file does not exist (a ``FileNotFoundError``).
+        SpoolBusyError: another replay still held the spool when ``timeout`` ran out.
         NotASpoolError: the path is a directory, a device, or a file none of whose lines is a
             spool record (a ``ValueError``); nothing is changed.
         ValueError: ``timeout`` is NaN, infinite or negative.
@@ -330,7 +391,7 @@ def replay_spool(
     started = time.monotonic()
     spool = SpoolFile(path)
     result, errors = run_replay(
-        spool, sinks=sinks, include_refused=include_refused, timeout=timeout
+        spool, sinks=sinks, include_refused=include_refused, timeout=timeout, wait=timeout
     )
     if result.bad_lines:
         _logger.warning(

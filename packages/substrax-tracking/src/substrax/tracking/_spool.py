@@ -9,13 +9,20 @@ import fcntl
 import json
 import os
 import stat
+import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 from substrax.support import write_atomically
 
-from ._errors import NotARecordError, NotASpoolError, SpoolNotFoundError, UnknownBackendError
+from ._errors import (
+    NotARecordError,
+    NotASpoolError,
+    SpoolBusyError,
+    SpoolNotFoundError,
+    UnknownBackendError,
+)
 from ._records import Record
 
 
@@ -155,13 +162,61 @@ class SpoolFile:
 
     Args:
         path: the file (its directory is created on the first write).
+
+    Raises:
+        NotASpoolError: ``path`` names no file (``""``, ``.``, ``/``: a directory).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        if self.path.name in ("", ".", ".."):
+            raise NotASpoolError(self.path, "a directory")
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.refused_path = self.path.with_name(self.path.name + ".refused")
         self.bad_path = self.path.with_name(self.path.name + ".bad")
+        self.replay_lock_path = self.path.with_name(self.path.name + ".replay.lock")
+
+    @contextlib.contextmanager
+    def replaying(self, wait: float | None) -> Generator[int | None]:
+        """Hold the spool for a whole replay: a second replay waits for the first.
+
+        The lock is an exclusive ``flock`` on ``<spool>.replay.lock`` (holding the replaying
+        process's pid, removed when the replay ends); loggers appending meanwhile take only the
+        spool's own lock and are never held up. Yields the pid of the replay this one waited
+        for (None when it did not wait).
+
+        Args:
+            wait: the most seconds to wait for another replay (None: as long as it takes).
+
+        Raises:
+            SpoolBusyError: another replay still held the spool after ``wait`` seconds.
+        """
+        deadline = None if wait is None else time.monotonic() + wait
+        waited_for: int | None = None
+        while True:
+            try:
+                fd = os.open(self.replay_lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:  # no directory: no spool
+                raise SpoolNotFoundError(self.path) from None
+            try:
+                if not _try_flock(fd):
+                    waited_for = _pid_in(fd) or waited_for
+                    if not _flock_by(fd, deadline):
+                        raise SpoolBusyError(self.path, _pid_in(fd))
+                try:  # the lock file may have been removed (and made again) while we waited
+                    current = self.replay_lock_path.stat().st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    current = False
+                if current:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, str(os.getpid()).encode(), 0)
+                    try:
+                        yield waited_for
+                    finally:
+                        self.replay_lock_path.unlink(missing_ok=True)
+                    return
+            finally:
+                os.close(fd)
 
     @contextlib.contextmanager
     def _locked(self) -> Generator[_Held]:
@@ -179,6 +234,15 @@ class SpoolFile:
                     return
             finally:
                 os.close(fd)
+
+    def check_regular(self) -> None:
+        """Raise unless the spool is a regular file.
+
+        Raises:
+            SpoolNotFoundError: it does not exist.
+            NotASpoolError: it is a directory or a device.
+        """
+        self._check_regular()
 
     def _check_regular(self) -> None:
         try:
@@ -319,6 +383,33 @@ class SpoolFile:
         return len(lines)
 
 
+def _try_flock(fd: int) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` if no other holder has one."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _flock_by(fd: int, deadline: float | None) -> bool:
+    """Take an exclusive ``flock`` on ``fd``, waiting until ``deadline`` (None: for ever)."""
+    if deadline is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    while not _try_flock(fd):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _pid_in(fd: int) -> int | None:
+    """The pid a replay lock file holds (None when empty or unreadable)."""
+    text = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
+    return int(text) if text.isdigit() else None
+
+
 def _append_lines(path: Path, lines: list[str]) -> None:
     """Append ``lines`` with one write and an fsync (the caller holds the spool's lock)."""
     data = "".join(f"{line}\n" for line in lines).encode("utf-8")
@@ -335,6 +426,9 @@ def _append_lines(path: Path, lines: list[str]) -> None:
 def sink_factory(target: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Sink]:
     """How to rebuild the sink that ``target`` (a spool line's target data) names.
 
+    The returned factory raises ``NotARecordError`` for a target that lacks a field its
+    backend needs (such a line is set aside as a bad line, never retried).
+
     Raises:
         UnknownBackendError: no backend of that name is known (a ``ValueError``).
     """
@@ -347,4 +441,15 @@ def sink_factory(target: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Sin
             importlib.import_module(module, __package__)
     if backend not in _FACTORIES:
         raise UnknownBackendError(backend, sorted(_FACTORIES))
-    return _FACTORIES[str(backend)]
+    factory = _FACTORIES[str(backend)]
+
+    def build(target: Mapping[str, Any]) -> Sink:
+        try:
+            return factory(target)
+        except KeyError as error:  # the target lacks a field its backend needs: not a record
+            raise NotARecordError(
+                f"its {backend} target has no {error.args[0]!r} (a line written by hand, or "
+                "damaged)"
+            ) from None
+
+    return build
