@@ -121,7 +121,7 @@ def supervise(run_dir: Path) -> int:
     while running:
         if not timed_out and failed is None and time.monotonic() > deadline:
             timed_out = True
-            _say(f"job timed out after {plan['timeout_seconds']} s; stopping the nodes")
+            _say(f"job timed out after {float(plan['timeout_seconds']):g} s; stopping the nodes")
             for pid in running.values():
                 _signal(pid, STOP_SIGNAL)
             kill_at = time.monotonic() + STOP_GRACE_SECONDS + _WORKER_MARGIN_SECONDS
