@@ -83,7 +83,11 @@ def _ls(args: argparse.Namespace) -> int:
             except CheckpointNotFoundError:  # a live writer deleted it since
                 continue
             except (ValueError, OSError) as error:  # a damaged or unreadable metadata file
-                unreadable[step] = " ".join(str(error).split())
+                unreadable[step] = (
+                    f"permission denied on {error.filename}; give this user read access"
+                    if isinstance(error, PermissionError)
+                    else " ".join(str(error).split())
+                )
                 data.append({"step": step, "readable": False, "error": unreadable[step]})
                 rows.append((step, None, None, f"UNREADABLE: {unreadable[step]}", None))
                 continue
