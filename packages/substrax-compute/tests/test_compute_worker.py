@@ -223,6 +223,15 @@ def test_worker_command_line_exit_codes(tmp_path):
         (None, "No such file"),
         ("{not json", "Expecting property name"),
         ('{"schema_version": 2}', "job spec version 2 is not 4"),
+        (
+            json.dumps(
+                {
+                    **_spec(_task("t", "print(1)")).model_dump(mode="json"),
+                    "resources": {"accelerator": {"kind": "H100", "count": 10**20}},
+                }
+            ),
+            "spec.resources.accelerator.count: must be between 1 and 64, got 100000000000000000000",
+        ),
     ],
 )
 def test_worker_refuses_a_bad_spec_with_exit_2_and_one_line(tmp_path, spec_text, says):

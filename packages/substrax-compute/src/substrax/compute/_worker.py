@@ -32,12 +32,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from substrax.support import EXIT_FAILED, EXIT_OK, UsageError, run_command
 
 from ._environment import EVENT_PREFIX, NODE_RANK_ENV, node_outputs
 from ._manifest import MANIFEST_NAME, JobManifest, TaskOutcome, write_manifest
 from ._runner import STOP_SIGNAL, TaskRunner
 from ._spec import JobSpec, read_job_spec
+from ._toml import reason, toml_path
 
 
 PROG = "python -m substrax.compute.worker"
@@ -128,9 +131,14 @@ def _read_spec(path: Path) -> JobSpec:
     """The spec in ``path``; an unreadable or invalid one is a usage error (exit 2)."""
     try:
         return read_job_spec(json.loads(path.read_text()))
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{toml_path(e['loc'], 'spec')}: {reason(e, JobSpec)}" for e in error.errors()
+        )
+        raise UsageError(f"--spec {path}: {problems}") from error
     except (OSError, ValueError) as error:
-        reason = str(error).replace("\n", "; ")
-        raise UsageError(f"--spec {path}: {reason}") from error
+        reason_text = str(error).replace("\n", "; ")
+        raise UsageError(f"--spec {path}: {reason_text}") from error
 
 
 def _check_paths(project: str, outputs: str) -> tuple[Path, Path]:
