@@ -52,6 +52,7 @@ def test_a_best_metric_no_step_records_never_deletes(store_dir, caplog):
         store.wait()
         assert store.list_steps() == [1, 2, 3]
         assert "'lsos', which no step records (the steps record: loss)" in caplog.text
+        assert caplog.text.count("which no step records") == 1  # once per store, not per save
         with pytest.raises(BestMetricNotRecordedError) as raised:
             store.prune()
         assert raised.value.metric == "lsos"

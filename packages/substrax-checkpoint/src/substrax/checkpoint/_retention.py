@@ -2,7 +2,7 @@
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from substrax.support import Mode, check_int, check_mode
@@ -109,12 +109,14 @@ def recorded_metrics(metrics: Mapping[int, Mapping[str, float]]) -> list[str]:
 class OrbaxPreservation:
     """An orbax ``PreservationPolicy`` that applies a ``RetentionPolicy`` with the store's metrics.
 
-    Orbax deletes the steps it does not preserve only after the newest step is committed.
+    Orbax deletes the steps it does not preserve only after the newest step is committed. A
+    ``best_metric`` that no step records is warned about once per store.
     """
 
     policy: RetentionPolicy
     metrics_of: Callable[[], Mapping[int, Mapping[str, float]]]
     on_evict: Callable[[list[int]], None]
+    warned: set[str] = field(default_factory=set[str], compare=False)
 
     def should_preserve(self, checkpoints: Sequence[Any], *, context: object) -> Sequence[bool]:
         """One bool per orbax checkpoint info: whether to keep it."""
@@ -122,7 +124,8 @@ class OrbaxPreservation:
         steps = [info.step for info in checkpoints]
         metrics = self.metrics_of()
         missing = self.policy.unrecorded_metric(steps, metrics)
-        if missing is not None and len(steps) > 1:
+        if missing is not None and len(steps) > 1 and missing not in self.warned:
+            self.warned.add(missing)
             _logger.warning(
                 "keep_best ranks by the metric %r, which no step records (the steps record: %s); "
                 "keeping every step: check best_metric= or pass metrics={%r: ...} to save()",
