@@ -527,3 +527,48 @@ def test_fetch_replaces_files_whole_never_in_place(project, tmp_path, capsys):
     assert manifest.read_text() == fresh
     assert held.read_text() == "old", "the manifest was rewritten in place"
     assert not [p for p in (into / run_id).rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_status_skips_a_run_whose_backend_sdk_is_missing(project, tmp_path, capsys):
+    from datetime import UTC, datetime
+
+    from substrax.compute import RunHandle
+
+    run_id = _finished_run(capsys)
+    modal_run = RunHandle(
+        run_id="m-1",
+        backend="modal",
+        job="ok",
+        project=str(project),
+        submitted_at=datetime.now(UTC),
+        details={"call_id": "fc-none"},
+        settings={"outputs_volume": "v", "state_dir": str(tmp_path / "modal-state")},
+    )
+    RunStore().save(modal_run)
+    broken = tmp_path / "no-sdk" / "modal"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('modal is not installed here')\n")
+    env = {**os.environ, "PYTHONPATH": str(broken.parent)}
+
+    def cli(*argv):
+        return subprocess.run(
+            [sys.executable, "-m", "substrax.compute.cli", *argv],
+            capture_output=True, text=True, timeout=60, check=False, env=env, cwd=project,
+        )  # fmt: skip
+
+    every = cli("status")
+    assert every.returncode == 0, every.stderr
+    assert run_id in every.stdout
+    assert "m-1" not in every.stdout
+    record = RunStore().root / "m-1.json"
+    assert every.stderr.startswith(
+        f"substrax-compute: warning: skipped run record {record} can't be used: its backend 'modal'"
+    ), every.stderr
+    assert every.stderr.endswith("; install that, or remove it\n"), every.stderr
+    assert every.stderr.count("\n") == 1
+    one = cli("status", "m-1")
+    assert one.returncode == 2, one.stderr
+    assert one.stderr.startswith(f"substrax-compute: error: run record {record} can't be used"), (
+        one.stderr
+    )
+    assert one.stderr.count("\n") == 1

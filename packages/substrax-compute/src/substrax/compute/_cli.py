@@ -222,7 +222,18 @@ def _status(run: str | None, store: RunStore, *, as_json: bool) -> int:
         runs = _usable_runs(store)
     rows: list[list[str]] = []
     for handle, backend in runs:
-        state = backend.status(handle)
+        try:
+            state = backend.status(handle)
+        except MissingExtraError as error:  # the backend's SDK is not installed here
+            problem = RunRecordError(
+                store.root / f"{handle.run_id}.json",
+                f"its backend {handle.backend!r} can't be used ({error})",
+                fix="install that, or remove it",
+            )
+            if run:
+                raise problem from None
+            sys.stderr.write(f"{PROG}: warning: skipped {problem}\n")
+            continue
         rows.append([handle.run_id, handle.backend, handle.job, str(state)])
     headers = ["run", "backend", "job", "state"]
     if as_json:
