@@ -40,12 +40,12 @@ def net():
     [
         ({"optimizer_type": "adamax"}, OptimizerConfigError, "optimizer_type 'adamax' is unknown"),
         ({"gradient_clip_norm": 1.0, "gradient_clip_value": 1.0}, OptimizerConfigError, "not both"),
-        ({"gradient_clip_norm": 0.0}, OptimizerConfigError, "gradient_clip_norm must be > 0"),
-        ({"gradient_clip_value": -1.0}, OptimizerConfigError, "gradient_clip_value must be > 0"),
+        ({"gradient_clip_norm": 0.0}, OptimizerConfigError, "gradient_clip_norm=0.0 must be a finite number > 0"),
+        ({"gradient_clip_value": -1.0}, OptimizerConfigError, "gradient_clip_value=-1.0 must be a finite number > 0"),
         (
             {"weight_decay": -0.1, "optimizer_type": "adamw"},
             OptimizerConfigError,
-            "weight_decay must be >= 0",
+            "weight_decay=-0.1 must be a finite number >= 0",
         ),
         ({"weight_decay": 0.1}, OptimizerConfigError, "'adam' has none"),
         ({"momentum": 0.9}, OptimizerConfigError, "momentum is for"),
@@ -65,6 +65,56 @@ def net():
 def test_config_refusals(kwargs, error, match):
     with pytest.raises(error, match=match):
         OptimizerConfig(**{"learning_rate": 1e-3, **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"learning_rate": float("nan")}, "learning_rate"),
+        ({"learning_rate": float("inf")}, "learning_rate"),
+        ({"optimizer_type": "adamw", "weight_decay": float("nan")}, "weight_decay"),
+        ({"optimizer_type": "adamw", "weight_decay": float("inf")}, "weight_decay"),
+        ({"gradient_clip_norm": float("nan")}, "gradient_clip_norm"),
+        ({"gradient_clip_norm": float("inf")}, "gradient_clip_norm"),
+        ({"b1": 1.5}, "b1"),
+        ({"b1": 1.0}, "b1"),
+        ({"b2": -0.1}, "b2"),
+        ({"eps": -1e-8}, "eps"),
+        ({"optimizer_type": "sgd", "momentum": -0.9}, "momentum"),
+        ({"optimizer_type": "sgd", "momentum": float("nan")}, "momentum"),
+    ],
+)
+def test_non_finite_and_out_of_range_numbers_are_refused_naming_the_field(kwargs, field):
+    with pytest.raises(OptimizerConfigError, match=f"{field}=.* must be a finite number") as info:
+        OptimizerConfig(**{"learning_rate": 1e-3, **kwargs})
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("rate", [np.float32(1e-3), np.float64(1e-3), jnp.asarray(1e-3)])
+def test_a_numpy_or_jax_scalar_learning_rate_is_refused_asking_for_a_float(rate):
+    with pytest.raises(TypeError, match=r"pass a Python number: float\(learning_rate\)"):
+        OptimizerConfig(learning_rate=rate)
+
+
+def test_a_callable_that_is_not_a_schedule_is_refused_at_construction():
+    def two_arguments(step, total):
+        return 1e-3
+
+    with pytest.raises(OptimizerConfigError, match="calling it on step 0 raised TypeError") as info:
+        OptimizerConfig(learning_rate=two_arguments)
+    assert info.value.field == "learning_rate"
+    with pytest.raises(OptimizerConfigError, match="must return one finite number"):
+        OptimizerConfig(learning_rate=lambda step: jnp.ones(3) * 1e-3)
+    with pytest.raises(OptimizerConfigError, match="must return one finite number"):
+        OptimizerConfig(learning_rate=lambda step: float("nan"))
+    with pytest.raises(OptimizerConfigError, match="must return one finite number"):
+        OptimizerConfig(learning_rate=lambda step: None)
+
+
+def test_optax_schedules_and_warmup_from_zero_are_accepted():
+    OptimizerConfig(learning_rate=optax.linear_schedule(0.0, 1e-3, transition_steps=10))
+    OptimizerConfig(learning_rate=optax.cosine_decay_schedule(1e-3, decay_steps=100))
+    OptimizerConfig(learning_rate=optax.constant_schedule(1e-3))
 
 
 def test_config_error_carries_field_and_value():

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+import jax
+import numpy as np
 import optax
 from flax import nnx
 
@@ -58,16 +60,17 @@ class OptimizerConfig:
         if self.optimizer_type not in OPTIMIZER_TYPES:
             msg = f"optimizer_type {self.optimizer_type!r} is unknown; use one of {OPTIMIZER_TYPES}"
             raise OptimizerConfigError(msg, field="optimizer_type", value=self.optimizer_type)
-        if not callable(self.learning_rate):
-            try:
-                check_float("learning_rate", self.learning_rate, minimum=0, exclusive_minimum=True)
-            except TypeError as error:
-                raise TypeError(f"{error}; or pass an optax schedule") from None
-            except ValueError as error:
-                msg = str(error)
-                raise OptimizerConfigError(
-                    msg, field="learning_rate", value=self.learning_rate
-                ) from None
+        _check_learning_rate(self.learning_rate)
+        _check("b1", self.b1, minimum=0, maximum=1, exclusive_maximum=True)
+        _check("b2", self.b2, minimum=0, maximum=1, exclusive_maximum=True)
+        _check("eps", self.eps, minimum=0)
+        _check("weight_decay", self.weight_decay, minimum=0)
+        if self.momentum is not None:
+            _check("momentum", self.momentum, minimum=0)
+        for name in ("gradient_clip_norm", "gradient_clip_value"):
+            clip = getattr(self, name)
+            if clip is not None:
+                _check(name, clip, minimum=0, exclusive_minimum=True)
         if self.gradient_clip_norm is not None and self.gradient_clip_value is not None:
             msg = (
                 f"set gradient_clip_norm ({self.gradient_clip_norm}) or gradient_clip_value "
@@ -76,14 +79,6 @@ class OptimizerConfig:
             raise OptimizerConfigError(
                 msg, field="gradient_clip_norm", value=self.gradient_clip_norm
             )
-        for name in ("gradient_clip_norm", "gradient_clip_value"):
-            clip = getattr(self, name)
-            if clip is not None and clip <= 0:
-                msg = f"{name} must be > 0; got {clip}"
-                raise OptimizerConfigError(msg, field=name, value=clip)
-        if self.weight_decay < 0:
-            msg = f"weight_decay must be >= 0; got {self.weight_decay}"
-            raise OptimizerConfigError(msg, field="weight_decay", value=self.weight_decay)
         if self.weight_decay > 0 and self.optimizer_type not in DECOUPLED_DECAY_TYPES:
             msg = (
                 f"weight_decay={self.weight_decay} needs decoupled decay; {self.optimizer_type!r} has "
@@ -99,3 +94,58 @@ class OptimizerConfig:
                 "tag; use nnx.PathContains(...) or a callable (path, value) -> bool"
             )
             raise TypeError(msg)
+
+
+def _check(
+    name: str,
+    value: object,
+    *,
+    minimum: float,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+    exclusive_maximum: bool = False,
+) -> None:
+    """Refuse a field that is not a finite number within the bounds, naming it."""
+    if isinstance(value, (np.generic, np.ndarray, jax.Array)):
+        msg = f"{name}={value!r} is a {type(value).__name__}; pass a Python number: float({name})"
+        raise TypeError(msg)
+    try:
+        check_float(
+            name,
+            value,
+            minimum=minimum,
+            maximum=maximum,
+            exclusive_minimum=exclusive_minimum,
+            exclusive_maximum=exclusive_maximum,
+        )
+    except ValueError as error:
+        raise OptimizerConfigError(str(error), field=name, value=value) from None
+
+
+def _check_learning_rate(learning_rate: object) -> None:
+    """Refuse a learning rate that is neither a positive finite number nor a working schedule."""
+    if not callable(learning_rate) or isinstance(learning_rate, jax.Array):
+        try:
+            _check("learning_rate", learning_rate, minimum=0, exclusive_minimum=True)
+        except TypeError as error:
+            raise TypeError(f"{error}; or pass an optax schedule (a callable of the step)") from None
+        return
+    try:
+        first = learning_rate(0)
+    except Exception as error:  # noqa: BLE001 - any failure of a user's schedule is reported whole
+        msg = (
+            f"learning_rate {learning_rate!r} is not a schedule: calling it on step 0 raised "
+            f"{type(error).__name__}: {error}; pass a callable of one argument, the step count "
+            "(an optax.Schedule such as optax.cosine_decay_schedule(...))"
+        )
+        raise OptimizerConfigError(msg, field="learning_rate", value=learning_rate) from error
+    try:
+        value = np.asarray(first, dtype=np.float64)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value.shape != () or not np.isfinite(value):
+        msg = (
+            f"learning_rate schedule {learning_rate!r} returned {first!r} for step 0; a schedule "
+            "must return one finite number for each step"
+        )
+        raise OptimizerConfigError(msg, field="learning_rate", value=learning_rate)
