@@ -40,8 +40,16 @@ def net():
     [
         ({"optimizer_type": "adamax"}, OptimizerConfigError, "optimizer_type 'adamax' is unknown"),
         ({"gradient_clip_norm": 1.0, "gradient_clip_value": 1.0}, OptimizerConfigError, "not both"),
-        ({"gradient_clip_norm": 0.0}, OptimizerConfigError, "gradient_clip_norm=0.0 must be a finite number > 0"),
-        ({"gradient_clip_value": -1.0}, OptimizerConfigError, "gradient_clip_value=-1.0 must be a finite number > 0"),
+        (
+            {"gradient_clip_norm": 0.0},
+            OptimizerConfigError,
+            "gradient_clip_norm=0.0 must be a finite number > 0",
+        ),
+        (
+            {"gradient_clip_value": -1.0},
+            OptimizerConfigError,
+            "gradient_clip_value=-1.0 must be a finite number > 0",
+        ),
         (
             {"weight_decay": -0.1, "optimizer_type": "adamw"},
             OptimizerConfigError,
@@ -104,11 +112,11 @@ def test_a_callable_that_is_not_a_schedule_is_refused_at_construction():
         OptimizerConfig(learning_rate=two_arguments)
     assert info.value.field == "learning_rate"
     with pytest.raises(OptimizerConfigError, match="must return one finite number"):
-        OptimizerConfig(learning_rate=lambda step: jnp.ones(3) * 1e-3)
+        OptimizerConfig(learning_rate=lambda _step: jnp.ones(3) * 1e-3)
     with pytest.raises(OptimizerConfigError, match="must return one finite number"):
-        OptimizerConfig(learning_rate=lambda step: float("nan"))
+        OptimizerConfig(learning_rate=lambda _step: float("nan"))
     with pytest.raises(OptimizerConfigError, match="must return one finite number"):
-        OptimizerConfig(learning_rate=lambda step: None)
+        OptimizerConfig(learning_rate=lambda _step: None)
 
 
 def test_optax_schedules_and_warmup_from_zero_are_accepted():

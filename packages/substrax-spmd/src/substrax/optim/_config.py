@@ -128,11 +128,13 @@ def _check_learning_rate(learning_rate: object) -> None:
         try:
             _check("learning_rate", learning_rate, minimum=0, exclusive_minimum=True)
         except TypeError as error:
-            raise TypeError(f"{error}; or pass an optax schedule (a callable of the step)") from None
+            raise TypeError(
+                f"{error}; or pass an optax schedule (a callable of the step)"
+            ) from None
         return
     try:
         first = learning_rate(0)
-    except Exception as error:  # noqa: BLE001 - any failure of a user's schedule is reported whole
+    except Exception as error:
         msg = (
             f"learning_rate {learning_rate!r} is not a schedule: calling it on step 0 raised "
             f"{type(error).__name__}: {error}; pass a callable of one argument, the step count "
