@@ -209,7 +209,7 @@ def test_callback_state_round_trip_and_refusal():
     callback = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=2))
     run(callback, [1.0, 2.0, 3.0])
     state = callback.get_state()
-    assert set(state) == {"stopper", "stopped_epoch", "stop_reason"}
+    assert set(state) == {"stopper", "stopped_epoch", "stop_reason", "monitor", "mode"}
     restored = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=2))
     restored.set_state(state)
     assert restored.should_stop

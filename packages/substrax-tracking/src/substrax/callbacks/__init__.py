@@ -24,7 +24,9 @@ from ._early_stopping import (
 )
 from ._errors import (
     CallbackStateMismatchError as CallbackStateMismatchError,
+    MetricValueError as MetricValueError,
     MissingMetricError as MissingMetricError,
+    MonitorMismatchError as MonitorMismatchError,
     NoLearningRateFoundError as NoLearningRateFoundError,
 )
 from ._loss_spike import LossSpike as LossSpike, LossSpikeDetector as LossSpikeDetector
@@ -54,8 +56,10 @@ __all__ = [
     "Logs",
     "LossSpike",
     "LossSpikeDetector",
+    "MetricValueError",
     "MissingMetricError",
     "Mode",
+    "MonitorMismatchError",
     "NoLearningRateFoundError",
     "PlateauMode",
     "ProgressCallback",

@@ -9,7 +9,8 @@ from typing import Any
 
 from substrax.support import Mode, check_float, check_int, check_mode
 
-from ._errors import MissingMetricError
+from ._errors import MissingMetricError, MonitorMismatchError
+from ._metrics import metric_value
 from ._protocol import BaseCallback, Logs
 from ._tracker import EarlyStopping
 
@@ -153,7 +154,7 @@ class EarlyStoppingCallback(BaseCallback):
             return
         if self.should_stop:
             return
-        value = float(logs[config.monitor])
+        value = metric_value(config.monitor, logs[config.monitor], who="EarlyStoppingCallback")
         minimize = config.mode is Mode.MIN
         reason: str | None = None
         if config.check_finite and not math.isfinite(value):
@@ -185,26 +186,33 @@ class EarlyStoppingCallback(BaseCallback):
                 _logger.info("early stopping at epoch %d: %s", epoch, reason)
 
     def get_state(self) -> dict[str, Any]:
-        """The state to checkpoint: ``{"stopper", "stopped_epoch", "stop_reason"}``."""
+        """The state to checkpoint: ``{"stopper", "stopped_epoch", "stop_reason", "monitor", "mode"}``."""
         return {
             "stopper": self._stopper.get_state(),
             "stopped_epoch": self._stopped_epoch,
             "stop_reason": self._stop_reason,
+            "monitor": self._config.monitor,
+            "mode": self._config.mode.value,
         }
 
     def set_state(self, state: dict[str, Any], /) -> None:
-        """Restore a state from :meth:`get_state` (``stop_reason`` may be absent).
+        """Restore a state from :meth:`get_state` (``stop_reason``, ``monitor``, ``mode`` may be absent).
 
         Raises:
             ValueError: keys are missing or unknown.
+            MonitorMismatchError: the state was saved for another monitor or mode.
         """
-        required, optional = {"stopper", "stopped_epoch"}, {"stop_reason"}
+        required, optional = {"stopper", "stopped_epoch"}, {"stop_reason", "monitor", "mode"}
         keys = set(state)
         if not required <= keys or keys - required - optional:
             raise ValueError(
                 f"EarlyStoppingCallback state needs the keys {sorted(required)} (and optionally "
-                f"'stop_reason'); got {sorted(keys)}"
+                f"'stop_reason', 'monitor', 'mode'); got {sorted(keys)}"
             )
+        configured = (self._config.monitor, self._config.mode.value)
+        saved = (str(state.get("monitor", configured[0])), str(state.get("mode", configured[1])))
+        if saved != configured:
+            raise MonitorMismatchError(saved, configured)
         self._stopper.set_state(state["stopper"])
         stopped = state["stopped_epoch"]
         self._stopped_epoch = None if stopped is None else int(stopped)

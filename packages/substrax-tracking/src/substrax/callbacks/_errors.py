@@ -9,7 +9,13 @@ from __future__ import annotations
 from substrax.support import PicklableError
 
 
-__all__ = ["CallbackStateMismatchError", "MissingMetricError", "NoLearningRateFoundError"]
+__all__ = [
+    "CallbackStateMismatchError",
+    "MetricValueError",
+    "MissingMetricError",
+    "MonitorMismatchError",
+    "NoLearningRateFoundError",
+]
 
 
 class CallbackStateMismatchError(PicklableError, ValueError):
@@ -72,4 +78,60 @@ class NoLearningRateFoundError(PicklableError, LookupError):
             "the optimizer state holds no `optax.contrib.reduce_on_plateau` state and no "
             f"`optax.inject_hyperparams` hyperparameter {hyperparam!r}; chain "
             "reduce_on_plateau into the transformation or wrap it in inject_hyperparams"
+        )
+
+
+class MetricValueError(PicklableError, TypeError):
+    """A logged metric that is not one number (None, a string, a vector).
+
+    Attributes:
+        metric: the metric's name in the logs.
+        value: what was logged under it.
+        who: the callback that read it.
+
+    Example:
+        >>> from substrax.callbacks import MetricValueError
+        >>> error = MetricValueError("loss", None, who="LossSpikeDetector")
+        >>> error.metric, error.value
+        ('loss', None)
+    """
+
+    __module__ = "substrax.callbacks"
+
+    def __init__(self, metric: str, value: object, *, who: str) -> None:
+        self.metric = metric
+        self.value = value
+        self.who = who
+        shape = getattr(value, "shape", None)
+        what = f"an array of shape {shape}" if shape is not None else f"{value!r:.80}"
+        super().__init__(
+            f"{who} reads metric {metric!r} as one number, but it was logged as {what} "
+            f"({type(value).__name__}); log a scalar (reduce a vector with .mean(), or log "
+            "its parts under their own names)"
+        )
+
+
+class MonitorMismatchError(PicklableError, ValueError):
+    """A saved callback state that was recorded for another metric or mode.
+
+    Attributes:
+        saved: the ``(monitor, mode)`` the state was saved with.
+        configured: the ``(monitor, mode)`` of the callback restoring it.
+
+    Example:
+        >>> from substrax.callbacks import MonitorMismatchError
+        >>> MonitorMismatchError(("val_loss", "min"), ("val_acc", "max")).saved
+        ('val_loss', 'min')
+    """
+
+    __module__ = "substrax.callbacks"
+
+    def __init__(self, saved: tuple[str, str], configured: tuple[str, str]) -> None:
+        self.saved = saved
+        self.configured = configured
+        super().__init__(
+            f"the saved early-stopping state tracks {saved[0]!r} ({saved[1]}), but this callback "
+            f"watches {configured[0]!r} ({configured[1]}); its best value and patience count "
+            "mean nothing here: restore it into a callback with the same monitor and mode, or "
+            "start this callback fresh (leave its state out of the restore)"
         )

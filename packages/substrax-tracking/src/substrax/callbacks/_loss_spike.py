@@ -12,6 +12,7 @@ from typing import Any
 
 from substrax.support import check_float, check_int
 
+from ._metrics import metric_value, warn_missing_metric
 from ._protocol import BaseCallback, Logs
 
 
@@ -47,7 +48,8 @@ class LossSpikeDetector(BaseCallback):
     ``on_spike``; after ``max_spikes`` spikes :attr:`should_stop` turns true.
 
     Args:
-        monitor: the metric name in the batch-end logs.
+        monitor: the metric name in the batch-end logs. Logs that never held it are warned
+            about once (a misspelled name), naming the metrics they did hold.
         window: how many recent values to compare with (>= 2).
         threshold: the number of standard deviations that counts as a spike (> 0).
         warmup: values to see before flagging (>= 2, <= window).
@@ -91,6 +93,8 @@ class LossSpikeDetector(BaseCallback):
         self.on_spike = on_spike
         self.spikes: list[LossSpike] = []
         self._recent: deque[float] = deque(maxlen=window)
+        self._seen = False
+        self._warned = False
 
     @property
     def should_stop(self) -> bool:
@@ -100,8 +104,12 @@ class LossSpikeDetector(BaseCallback):
     def on_batch_end(self, _trainer: object, batch: int, logs: Logs, /) -> None:
         """Compare the step's value with the recent window."""
         if self.monitor not in logs:
+            if not (self._seen or self._warned):
+                self._warned = True
+                warn_missing_metric("LossSpikeDetector", self.monitor, logs)
             return
-        value = float(logs[self.monitor])
+        self._seen = True
+        value = metric_value(self.monitor, logs[self.monitor], who="LossSpikeDetector")
         if len(self._recent) >= self.warmup or not math.isfinite(value):
             mean = statistics.fmean(self._recent) if self._recent else math.nan
             std = statistics.pstdev(self._recent) if len(self._recent) > 1 else 0.0

@@ -9,6 +9,7 @@ from typing import Any
 
 from substrax.support import check_int, require
 
+from ._metrics import as_metric_names, metric_value, warn_missing_metric
 from ._protocol import BaseCallback, Logs
 
 
@@ -23,7 +24,8 @@ class ProgressCallback(BaseCallback):
 
     Args:
         total_steps: the number of steps, for the bar and the ETA; None for an open-ended bar.
-        metrics: the log keys to show beside the bar.
+        metrics: the log key (a string) or keys to show beside the bar. A key the first
+            step's logs lack is warned about once, naming the keys they held.
         console: a ``rich.console.Console`` to draw on; default: rich's own.
         description: the text before the bar.
 
@@ -47,7 +49,7 @@ class ProgressCallback(BaseCallback):
         self,
         *,
         total_steps: int | None = None,
-        metrics: Sequence[str] = ("loss",),
+        metrics: str | Sequence[str] = ("loss",),
         console: Any = None,
         description: str = "training",
     ) -> None:
@@ -57,7 +59,9 @@ class ProgressCallback(BaseCallback):
         if total_steps is not None:
             check_int("total_steps", total_steps, minimum=0)
         self.total_steps = total_steps
-        self.metrics = tuple(metrics)
+        self.metrics = as_metric_names("metrics", metrics)
+        self._unseen = set(self.metrics)
+        self._checked = False
         self.steps = 0
         self._description = description
         self._progress = rich_progress.Progress(
@@ -85,7 +89,16 @@ class ProgressCallback(BaseCallback):
         if self._task is None:
             self.on_train_begin(trainer)
         self.steps += 1
-        shown = "  ".join(f"{key}={float(logs[key]):.4g}" for key in self.metrics if key in logs)
+        self._unseen.difference_update(logs)
+        if not self._checked:
+            self._checked = True
+            for key in sorted(self._unseen):
+                warn_missing_metric("ProgressCallback", key, logs)
+        shown = "  ".join(
+            f"{key}={metric_value(key, logs[key], who='ProgressCallback'):.4g}"
+            for key in self.metrics
+            if key in logs
+        )
         task = self._progress.tasks[0]
         speed = task.speed
         rate = f"{speed:.1f} steps/s" if speed else ""

@@ -1,0 +1,103 @@
+import io
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from substrax.callbacks import (
+    EarlyStoppingCallback,
+    EarlyStoppingConfig,
+    LossSpikeDetector,
+    MetricValueError,
+    MonitorMismatchError,
+    ProgressCallback,
+)
+
+
+def _progress(**options):
+    from rich.console import Console
+
+    return ProgressCallback(console=Console(file=io.StringIO(), width=200), **options)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(np.ones(3), "shape (3,)"), (None, "None"), ("0.5", "'0.5'"), (jnp.ones((2, 2)), "(2, 2)")],
+)
+@pytest.mark.parametrize(
+    "feed",
+    [
+        lambda logs: LossSpikeDetector().on_batch_end(None, 0, logs),
+        lambda logs: _progress().on_batch_end(None, 0, logs),
+        lambda logs: EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss")).on_epoch_end(
+            None, 0, logs
+        ),
+    ],
+    ids=["spike", "progress", "early_stopping"],
+)
+def test_a_metric_that_is_not_one_number_is_refused_naming_it(feed, value, shown):
+    with pytest.raises(MetricValueError, match=r"metric 'loss'.*" + re.escape(shown)) as info:
+        feed({"loss": value})
+    assert info.value.metric == "loss"
+    assert isinstance(info.value, TypeError)
+
+
+def test_numpy_and_jax_scalars_are_read_as_numbers():
+    detector = LossSpikeDetector(window=4, warmup=2)
+    for step, loss in enumerate([np.float32(1.0), jnp.asarray(1.0), 1]):
+        detector.on_batch_end(None, step, {"loss": loss})
+    assert detector.spikes == []
+
+
+def test_a_misspelled_spike_metric_is_warned_about_once_naming_what_was_logged(caplog):
+    detector = LossSpikeDetector(monitor="losss")
+    with caplog.at_level("WARNING", logger="substrax.callbacks"):
+        for step in range(5):
+            detector.on_batch_end(None, step, {"loss": 1.0, "lr": 0.1})
+    warnings = [r for r in caplog.records if "losss" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "['loss', 'lr']" in warnings[0].getMessage()
+
+
+def test_a_spike_metric_logged_only_sometimes_is_not_warned_about(caplog):
+    detector = LossSpikeDetector(monitor="loss")
+    with caplog.at_level("WARNING", logger="substrax.callbacks"):
+        detector.on_batch_end(None, 0, {"loss": 1.0})
+        detector.on_batch_end(None, 1, {"lr": 0.1})
+    assert caplog.records == []
+
+
+def test_a_misspelled_progress_metric_is_warned_about_once(caplog):
+    progress = _progress(metrics=("loss", "acc"))
+    with caplog.at_level("WARNING", logger="substrax.callbacks"):
+        progress.on_train_begin(None)
+        for step in range(3):
+            progress.on_batch_end(None, step, {"loss": 0.5, "accuracy": 0.9})
+        progress.on_train_end(None)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "'acc'" in warnings[0]
+    assert "['accuracy', 'loss']" in warnings[0]
+
+
+def test_a_single_string_is_one_progress_metric():
+    assert _progress(metrics="loss").metrics == ("loss",)
+    assert _progress(metrics=["loss", "lr"]).metrics == ("loss", "lr")
+    with pytest.raises(TypeError, match="must be metric names"):
+        _progress(metrics=["loss", 3])
+
+
+def test_early_stopping_state_for_another_metric_or_mode_is_refused():
+    saved = EarlyStoppingCallback(EarlyStoppingConfig(monitor="val_loss", mode="min"))
+    saved.on_epoch_end(None, 0, {"val_loss": 0.3})
+    state = saved.get_state()
+    for monitor, mode in [("val_acc", "max"), ("val_acc", "min"), ("val_loss", "max")]:
+        other = EarlyStoppingCallback(EarlyStoppingConfig(monitor=monitor, mode=mode))
+        with pytest.raises(MonitorMismatchError, match="restore it into a callback") as info:
+            other.set_state(state)
+        assert info.value.saved == ("val_loss", "min")
+        assert info.value.configured == (monitor, mode)
+    same = EarlyStoppingCallback(EarlyStoppingConfig(monitor="val_loss", mode="min"))
+    same.set_state(state)
+    assert same.best_score == pytest.approx(0.3)
