@@ -6,6 +6,7 @@ from substrax.mesh import (
     DeviceMeshManager,
     MeshInfo,
     MeshShapeError,
+    _meshes,
     create_device_mesh,
     create_multihost_mesh,
 )
@@ -23,6 +24,21 @@ def test_mapping_and_pairs_give_the_same_auto_mesh():
 def test_a_smaller_mesh_uses_the_first_devices():
     mesh = create_device_mesh({"data": 4})
     assert set(mesh.devices.flat) == set(jax.devices()[:4])
+
+
+def test_a_smaller_mesh_is_warned_about_once_naming_the_devices_left_out(caplog, monkeypatch):
+    # forget what earlier tests in this process were warned about
+    monkeypatch.setattr(_meshes, "_warned_smaller", set())
+    with caplog.at_level("WARNING", logger="substrax.mesh"):
+        create_device_mesh({"data": 3})
+        create_device_mesh({"data": 3})
+        create_device_mesh({"data": 8})
+    warnings = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert warnings == [
+        "mesh shape {'data': 3} uses 3 of the 8 devices; the other 5 are left out and stay "
+        "idle. Size the mesh to every device (e.g. {'data': jax.device_count()}), or pass "
+        "devices= to choose them (said once per mesh size)"
+    ]
 
 
 def test_axis_types_are_honoured_and_checked():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,24 @@ type MeshShape = Mapping[str, int] | Sequence[tuple[str, int]]
 
 
 _PAIR = 2
+_logger = logging.getLogger(__name__)
+_warned_smaller: set[tuple[int, int]] = set()
+
+
+def _warn_smaller_mesh(shape: dict[str, int], needed: int, available: int) -> None:
+    """Say once per (mesh size, device count) that a mesh leaves devices unused."""
+    if (needed, available) in _warned_smaller:
+        return
+    _warned_smaller.add((needed, available))
+    _logger.warning(
+        "mesh shape %s uses %d of the %d devices; the other %d are left out and stay idle. "
+        "Size the mesh to every device (e.g. {'data': jax.device_count()}), or pass devices= "
+        "to choose them (said once per mesh size)",
+        shape,
+        needed,
+        available,
+        available - needed,
+    )
 
 
 def _normalize_shape(mesh_shape: MeshShape) -> dict[str, int]:
@@ -59,6 +78,8 @@ def create_device_mesh(
 
     Uses the first ``prod(sizes)`` of ``devices`` (all visible devices by default), laid
     out by ``jax.make_mesh`` so that neighbouring mesh positions are close on the hardware.
+    A mesh that leaves devices out is logged once (a WARNING on ``substrax.mesh``) per mesh
+    size and device count, naming how many stay idle.
 
     Args:
         mesh_shape: Axis name to size, as a mapping or a list of ``(name, size)`` pairs.
@@ -87,6 +108,8 @@ def create_device_mesh(
             "(set JAX_NUM_CPU_DEVICES or pass devices=)"
         )
         raise MeshShapeError(msg, mesh_shape=shape, device_count=len(pool))
+    if needed < len(pool):
+        _warn_smaller_mesh(shape, needed, len(pool))
     if axis_types is None:
         types = (AxisType.Auto,) * len(shape)
     else:
