@@ -7,12 +7,14 @@ import pytest
 
 from substrax.devices import (
     BATCH_SIZE_TABLE,
+    DENSE_PEAK_TFLOPS,
     BatchSizeRecommendation,
     DeviceInfo,
     DeviceKind,
     DeviceLike,
     HardwareType,
     UnknownHardwareError,
+    dense_peak_flops,
     detect_devices,
     detect_hardware_type,
     get_batch_size_recommendation,
@@ -109,6 +111,14 @@ def test_table_covers_every_known_hardware_and_is_frozen():
         assert rec.min_batch_size <= rec.critical_batch_size <= rec.optimal_batch_size
         assert rec.optimal_batch_size % 8 == 0
         assert rec.notes
+
+
+def test_dense_peak_is_known_for_accelerators_and_none_on_cpu_or_unknown():
+    assert dense_peak_flops(HardwareType.A100) == pytest.approx(312e12)
+    assert dense_peak_flops(HardwareType.CPU) is None
+    assert dense_peak_flops(HardwareType.UNKNOWN) is None
+    assert dense_peak_flops() is None  # the tests run on CPU devices
+    assert set(DENSE_PEAK_TFLOPS) == set(BATCH_SIZE_TABLE) - {HardwareType.CPU}
 
 
 def test_recommendation_values_follow_the_roofline():

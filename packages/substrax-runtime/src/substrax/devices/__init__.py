@@ -12,8 +12,10 @@ Example:
 from ._errors import UnknownHardwareError as UnknownHardwareError
 from ._hardware import (
     BATCH_SIZE_TABLE as BATCH_SIZE_TABLE,
+    DENSE_PEAK_TFLOPS as DENSE_PEAK_TFLOPS,
     BatchSizeRecommendation as BatchSizeRecommendation,
     HardwareType as HardwareType,
+    dense_peak_flops as dense_peak_flops,
     detect_hardware_type as detect_hardware_type,
     get_batch_size_recommendation as get_batch_size_recommendation,
 )
@@ -29,12 +31,14 @@ from ._info import (
 
 __all__ = [
     "BATCH_SIZE_TABLE",
+    "DENSE_PEAK_TFLOPS",
     "BatchSizeRecommendation",
     "DeviceInfo",
     "DeviceKind",
     "DeviceLike",
     "HardwareType",
     "UnknownHardwareError",
+    "dense_peak_flops",
     "detect_devices",
     "detect_hardware_type",
     "get_batch_size_recommendation",

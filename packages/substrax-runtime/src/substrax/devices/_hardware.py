@@ -135,16 +135,32 @@ def _roofline(tflops: float, tbps: float, memory: str) -> BatchSizeRecommendatio
     )
 
 
+DENSE_PEAK_TFLOPS: Mapping[HardwareType, float] = MappingProxyType(
+    {
+        HardwareType.H100: 989.0,
+        HardwareType.H200: 989.0,
+        HardwareType.B200: 2250.0,
+        HardwareType.L4: 121.0,
+        HardwareType.A100: 312.0,
+        HardwareType.TPU_V5E: 197.0,
+        HardwareType.TPU_V5P: 459.0,
+        HardwareType.TPU_V6E: 918.0,
+    }
+)
+"""Each accelerator's dense bf16 peak per device, in TFLOP/s (read-only); no CPU or UNKNOWN entry."""
+
+_PEAK = DENSE_PEAK_TFLOPS
+
 BATCH_SIZE_TABLE: Mapping[HardwareType, BatchSizeRecommendation] = MappingProxyType(
     {
-        HardwareType.H100: _roofline(989.0, 3.35, "80 GB HBM3 (SXM)"),
-        HardwareType.H200: _roofline(989.0, 4.8, "141 GB HBM3e"),
-        HardwareType.B200: _roofline(2250.0, 8.0, "180 GB HBM3e"),
-        HardwareType.L4: _roofline(121.0, 0.3, "24 GB GDDR6"),
-        HardwareType.A100: _roofline(312.0, 2.039, "80 GB HBM2e (SXM)"),
-        HardwareType.TPU_V5E: _roofline(197.0, 0.819, "16 GB HBM2"),
-        HardwareType.TPU_V5P: _roofline(459.0, 2.765, "95 GB HBM2e"),
-        HardwareType.TPU_V6E: _roofline(918.0, 1.64, "32 GB HBM"),
+        HardwareType.H100: _roofline(_PEAK[HardwareType.H100], 3.35, "80 GB HBM3 (SXM)"),
+        HardwareType.H200: _roofline(_PEAK[HardwareType.H200], 4.8, "141 GB HBM3e"),
+        HardwareType.B200: _roofline(_PEAK[HardwareType.B200], 8.0, "180 GB HBM3e"),
+        HardwareType.L4: _roofline(_PEAK[HardwareType.L4], 0.3, "24 GB GDDR6"),
+        HardwareType.A100: _roofline(_PEAK[HardwareType.A100], 2.039, "80 GB HBM2e (SXM)"),
+        HardwareType.TPU_V5E: _roofline(_PEAK[HardwareType.TPU_V5E], 0.819, "16 GB HBM2"),
+        HardwareType.TPU_V5P: _roofline(_PEAK[HardwareType.TPU_V5P], 2.765, "95 GB HBM2e"),
+        HardwareType.TPU_V6E: _roofline(_PEAK[HardwareType.TPU_V6E], 1.64, "32 GB HBM"),
         HardwareType.CPU: BatchSizeRecommendation(
             min_batch_size=1,
             optimal_batch_size=32,
@@ -198,3 +214,25 @@ def get_batch_size_recommendation(
         return BATCH_SIZE_TABLE[hardware_type]
     except KeyError:
         raise UnknownHardwareError(hardware_type, device_kind) from None
+
+
+def dense_peak_flops(hardware_type: HardwareType | None = None) -> float | None:
+    """One device's dense bf16 peak in FLOP/s, or None where it is unknown (CPU, ``UNKNOWN``).
+
+    The denominator of model FLOPs utilisation (MFU). An unrecognised accelerator is never
+    given another one's peak.
+
+    Args:
+        hardware_type: The hardware; ``None`` detects it from the first visible device.
+
+    Example:
+        >>> from substrax.devices import HardwareType, dense_peak_flops
+        >>> dense_peak_flops(HardwareType.H100)
+        989000000000000.0
+        >>> dense_peak_flops(HardwareType.CPU) is None
+        True
+    """
+    if hardware_type is None:
+        hardware_type = detect_hardware_type()
+    tflops = DENSE_PEAK_TFLOPS.get(hardware_type)
+    return None if tflops is None else tflops * 1e12

@@ -24,6 +24,7 @@ from ._early_stopping import (
 )
 from ._errors import (
     CallbackStateMismatchError as CallbackStateMismatchError,
+    CostAnalysisError as CostAnalysisError,
     MetricValueError as MetricValueError,
     MissingMetricError as MissingMetricError,
     MonitorMismatchError as MonitorMismatchError,
@@ -31,12 +32,18 @@ from ._errors import (
 )
 from ._loss_spike import LossSpike as LossSpike, LossSpikeDetector as LossSpikeDetector
 from ._plateau_lr import ReduceLROnPlateauCallback as ReduceLROnPlateauCallback
+from ._profiler import ProfilerWindow as ProfilerWindow
 from ._progress import ProgressCallback as ProgressCallback
 from ._protocol import (
     BaseCallback as BaseCallback,
     Logs as Logs,
     TrainerLike as TrainerLike,
     TrainingCallback as TrainingCallback,
+)
+from ._throughput import (
+    MetricsLogger as MetricsLogger,
+    ThroughputMeter as ThroughputMeter,
+    step_flops as step_flops,
 )
 from ._tracker import (
     BestMetricTracker as BestMetricTracker,
@@ -50,6 +57,7 @@ __all__ = [
     "BestMetricTracker",
     "CallbackList",
     "CallbackStateMismatchError",
+    "CostAnalysisError",
     "EarlyStopping",
     "EarlyStoppingCallback",
     "EarlyStoppingConfig",
@@ -57,14 +65,18 @@ __all__ = [
     "LossSpike",
     "LossSpikeDetector",
     "MetricValueError",
+    "MetricsLogger",
     "MissingMetricError",
     "Mode",
     "MonitorMismatchError",
     "NoLearningRateFoundError",
     "PlateauMode",
+    "ProfilerWindow",
     "ProgressCallback",
     "ReduceLROnPlateauCallback",
+    "ThroughputMeter",
     "TrainerLike",
     "TrainingCallback",
     "is_checkpointable",
+    "step_flops",
 ]

@@ -11,6 +11,7 @@ from substrax.support import PicklableError
 
 __all__ = [
     "CallbackStateMismatchError",
+    "CostAnalysisError",
     "MetricValueError",
     "MissingMetricError",
     "MonitorMismatchError",
@@ -134,4 +135,29 @@ class MonitorMismatchError(PicklableError, ValueError):
             f"watches {configured[0]!r} ({configured[1]}); its best value and patience count "
             "mean nothing here: restore it into a callback with the same monitor and mode, or "
             "start this callback fresh (leave its state out of the restore)"
+        )
+
+
+class CostAnalysisError(PicklableError, LookupError):
+    """A compiled step whose cost analysis reports no FLOP count (some backends give none).
+
+    Attributes:
+        function: a description of what was analysed.
+        analysis: what the cost analysis returned.
+
+    Example:
+        >>> from substrax.callbacks import CostAnalysisError
+        >>> CostAnalysisError("step", None).analysis is None
+        True
+    """
+
+    __module__ = "substrax.callbacks"
+
+    def __init__(self, function: object, analysis: object) -> None:
+        self.function = f"{function!r:.120}"
+        self.analysis = analysis
+        super().__init__(
+            f"XLA's cost analysis of {self.function} reports no FLOP count (it gave "
+            f"{analysis!r:.200}); pass ThroughputMeter(flops_per_step=...) yourself, e.g. "
+            "6 * parameters * tokens per step divided by the number of devices"
         )

@@ -1,0 +1,147 @@
+"""ProfilerWindow: trace steps N to N+M with ``jax.profiler``, for TensorBoard and Perfetto."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from substrax.support import check_int
+
+from ._protocol import BaseCallback, Logs
+
+
+__all__ = ["ProfilerWindow"]
+
+_logger = logging.getLogger(__name__)
+
+
+class ProfilerWindow(BaseCallback):
+    """Trace ``num_steps`` steps from ``start_step`` with ``jax.profiler`` into ``log_dir``.
+
+    The trace starts before step ``start_step`` (in ``on_batch_begin``, or at the end of the
+    step before it for a loop that calls only ``on_batch_end``) and stops after step
+    ``start_step + num_steps - 1`` has been computed. It lands in
+    ``log_dir/plugins/profile/<run>/`` as ``*.xplane.pb`` (TensorBoard's profile plugin, or
+    ``xprof``) and, with ``perfetto=True``, ``perfetto_trace.json.gz`` for ui.perfetto.dev.
+
+    A run that ends inside the window stops the trace in ``on_train_end``; one that raises stops
+    it on leaving a ``with ProfilerWindow(...)`` block, or at the latest when the interpreter
+    exits, so the steps traced so far are kept. A trace another part already started is left
+    alone (logged once) rather than failing the run.
+
+    Args:
+        start_step: the first traced step (the ``batch`` index the loop passes), >= 0.
+        num_steps: how many steps to trace, >= 1.
+        log_dir: where the trace goes, e.g. the run's output directory / ``"profile"``.
+        perfetto: also write a Perfetto trace.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> import jax.numpy as jnp
+        >>> from substrax.callbacks import ProfilerWindow
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     with ProfilerWindow(start_step=1, num_steps=2, log_dir=tmp) as profiler:
+        ...         for step in range(4):
+        ...             profiler.on_batch_begin(None, step)
+        ...             loss = jnp.sum(jnp.ones(8) * step)
+        ...             profiler.on_batch_end(None, step, {"loss": loss})
+        ...     any(Path(tmp).rglob("*.xplane.pb"))
+        True
+    """
+
+    def __init__(
+        self, *, start_step: int, num_steps: int, log_dir: str | Path, perfetto: bool = False
+    ) -> None:
+        self.start_step = check_int("start_step", start_step, minimum=0)
+        self.num_steps = check_int("num_steps", num_steps, minimum=1)
+        self.log_dir = Path(log_dir)
+        self.perfetto = perfetto
+        self._tracing = False
+        self._done = False
+
+    @property
+    def tracing(self) -> bool:
+        """Whether this window's trace is running now."""
+        return self._tracing
+
+    @property
+    def done(self) -> bool:
+        """Whether the window has been traced (or given up on)."""
+        return self._done
+
+    @property
+    def last_step(self) -> int:
+        """The last traced step."""
+        return self.start_step + self.num_steps - 1
+
+    def on_train_begin(self, _trainer: object, /) -> None:
+        """Start the trace when the window begins at step 0."""
+        if self.start_step == 0:
+            self._start()
+
+    def on_batch_begin(self, _trainer: object, batch: int, /) -> None:
+        """Start the trace before the window's first step."""
+        if self.start_step <= batch <= self.last_step:
+            self._start()
+
+    def on_batch_end(self, _trainer: object, batch: int, logs: Logs, /) -> None:
+        """Stop the trace once the window's last step is computed; start it for the next step."""
+        if self._tracing and batch >= self.last_step:
+            self._stop(logs)
+        elif batch + 1 == self.start_step:
+            self._start()
+
+    def on_train_end(self, _trainer: object, /) -> None:
+        """Stop a trace the run ended inside of."""
+        self.close()
+
+    def close(self) -> None:
+        """Stop the trace if it runs (idempotent)."""
+        if self._tracing:
+            self._stop({})
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        _exc_type: type[BaseException] | None,
+        _exc: BaseException | None,
+        _traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        if self._tracing or self._done:
+            return
+        import jax  # noqa: PLC0415  (a run that profiles has jax loaded)
+
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            jax.profiler.start_trace(self.log_dir, create_perfetto_trace=self.perfetto)
+        except RuntimeError as error:
+            self._done = True
+            _logger.warning(
+                "ProfilerWindow could not start its trace (%s); steps %d-%d are not traced. "
+                "Stop the other trace (jax.profiler.stop_trace) or drop this window",
+                error,
+                self.start_step,
+                self.last_step,
+            )
+            return
+        self._tracing = True
+        atexit.register(self.close)
+        _logger.info("profiling steps %d-%d into %s", self.start_step, self.last_step, self.log_dir)
+
+    def _stop(self, logs: Logs) -> None:
+        import jax  # noqa: PLC0415  (only reached after a trace started, with jax loaded)
+
+        jax.block_until_ready([value for value in logs.values() if isinstance(value, jax.Array)])
+        self._tracing = False
+        self._done = True
+        atexit.unregister(self.close)
+        jax.profiler.stop_trace()

@@ -1,0 +1,104 @@
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from substrax.callbacks import BaseCallback, CallbackList, ProfilerWindow
+
+
+@jax.jit
+def _step(x):
+    return x @ x.T / x.shape[0]
+
+
+def _trace_files(log_dir: Path) -> list[Path]:
+    return [path for path in log_dir.rglob("*") if path.is_file()]
+
+
+def _run(callbacks, steps: int, *, begin_hooks: bool = True) -> None:
+    x = jnp.ones((64, 64))
+    callbacks.on_train_begin(None)
+    for index in range(steps):
+        if begin_hooks:
+            callbacks.on_batch_begin(None, index)
+        x = _step(x)
+        callbacks.on_batch_end(None, index, {"loss": x[0, 0]})
+    callbacks.on_train_end(None)
+
+
+def _assert_a_readable_trace(log_dir: Path) -> None:
+    xplanes = list(log_dir.glob("plugins/profile/*/*.xplane.pb"))
+    assert len(xplanes) == 1, _trace_files(log_dir)
+    assert xplanes[0].stat().st_size > 0
+
+
+def _profiler_is_free(tmp_path: Path) -> bool:
+    jax.profiler.start_trace(tmp_path / "probe")
+    jax.profiler.stop_trace()
+    return True
+
+
+@pytest.mark.parametrize("begin_hooks", [True, False], ids=["batch_begin", "batch_end_only"])
+def test_the_window_traces_its_steps_into_the_log_dir(tmp_path, begin_hooks):
+    window = ProfilerWindow(start_step=2, num_steps=2, log_dir=tmp_path / "profile", perfetto=True)
+    traced: list[int] = []
+
+    class Watch(BaseCallback):
+        def on_batch_end(self, _trainer, batch, _logs):
+            if window.tracing:
+                traced.append(batch)
+
+    _run(CallbackList([Watch(), window]), 6, begin_hooks=begin_hooks)
+    assert traced == [2, 3]  # traced while steps 2 and 3 ran; stopped after step 3's outputs
+    assert window.done
+    assert not window.tracing
+    _assert_a_readable_trace(tmp_path / "profile")
+    perfetto = list((tmp_path / "profile").rglob("perfetto_trace.json.gz"))
+    assert perfetto
+    assert perfetto[0].stat().st_size > 0
+
+
+def test_a_run_that_ends_inside_the_window_stops_the_trace(tmp_path):
+    window = ProfilerWindow(start_step=1, num_steps=100, log_dir=tmp_path / "profile")
+    _run(CallbackList([window]), 3)
+    assert window.done
+    assert not window.tracing
+    _assert_a_readable_trace(tmp_path / "profile")
+    assert _profiler_is_free(tmp_path)
+
+
+def test_an_exception_inside_the_window_stops_the_trace(tmp_path):
+    x = jnp.ones((64, 64))
+    window = ProfilerWindow(start_step=0, num_steps=10, log_dir=tmp_path / "profile")
+    with pytest.raises(ZeroDivisionError), window:  # noqa: PT012 - the loop raises mid-window
+        window.on_train_begin(None)
+        for index in range(3):
+            x = _step(x)
+            window.on_batch_end(None, index, {"loss": x[0, 0]})
+            if index == 1:
+                _ = 1 / 0
+    assert not window.tracing
+    _assert_a_readable_trace(tmp_path / "profile")
+    assert _profiler_is_free(tmp_path)
+
+
+def test_a_trace_already_running_is_left_alone(tmp_path, caplog):
+    jax.profiler.start_trace(tmp_path / "other")
+    try:
+        window = ProfilerWindow(start_step=0, num_steps=2, log_dir=tmp_path / "profile")
+        with caplog.at_level("WARNING", logger="substrax.callbacks"):
+            _run(CallbackList([window]), 3)
+    finally:
+        jax.profiler.stop_trace()
+    assert window.done
+    assert not window.tracing
+    assert "could not start its trace" in caplog.text
+    _assert_a_readable_trace(tmp_path / "other")
+
+
+def test_bad_options_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="num_steps=0"):
+        ProfilerWindow(start_step=0, num_steps=0, log_dir=tmp_path)
+    with pytest.raises(TypeError, match="start_step"):
+        ProfilerWindow(start_step=1.5, num_steps=1, log_dir=tmp_path)  # type: ignore[arg-type]

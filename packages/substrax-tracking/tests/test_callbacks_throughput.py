@@ -1,0 +1,134 @@
+from collections.abc import Iterator, Mapping
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+from substrax.callbacks import CallbackList, ThroughputMeter, step_flops
+from substrax.tracking import FileLogger, read_scalars
+
+
+BATCH, WIDTH = 1024, 128
+
+
+@pytest.fixture(scope="module")
+def sharded_step():
+    mesh = jax.make_mesh((8,), ("data",), (AxisType.Auto,))
+    x = jax.device_put(jnp.ones((BATCH, WIDTH)), NamedSharding(mesh, PartitionSpec("data")))
+    w = jnp.full((WIDTH, WIDTH), 0.01)
+
+    @jax.jit
+    def step(w, x):
+        loss = jnp.mean((x @ w) ** 2)
+        return w - 0.01 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w), loss
+
+    return step, w, x
+
+
+class CountingLogs(Mapping[str, object]):
+    """Real batch-end logs that count how often their values are read."""
+
+    def __init__(self, logs: dict[str, object]) -> None:
+        self._logs = logs
+        self.reads = 0
+
+    def __getitem__(self, key: str) -> object:
+        self.reads += 1
+        return self._logs[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._logs)
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def values(self):
+        self.reads += 1
+        return self._logs.values()
+
+
+def test_step_flops_reads_one_devices_share_of_a_sharded_step(sharded_step):
+    step, w, x = sharded_step
+    per_device = step_flops(step, w, x)
+    # forward and backward matmuls: 2 x (2 * B * W * W), split over 8 devices, plus elementwise
+    matmuls = 2 * 2 * BATCH * WIDTH * WIDTH / 8
+    assert matmuls <= per_device <= 1.2 * matmuls
+    assert step_flops(step.lower(w, x)) == per_device
+    assert step_flops(step.lower(w, x).compile()) == per_device
+
+
+def test_the_meter_logs_throughput_through_a_file_logger(sharded_step, tmp_path):
+    step, w, x = sharded_step
+    flops = step_flops(step, w, x)
+    with FileLogger("run", tmp_path, flush_every=0) as logger:
+        meter = ThroughputMeter(
+            logger,
+            window=4,
+            examples_per_step=BATCH,
+            tokens_per_example=16,
+            flops_per_step=flops,
+            peak_flops=1e12,
+        )
+        callbacks = CallbackList([meter])
+        callbacks.on_train_begin(None)
+        for index in range(9):
+            w, loss = step(w, x)
+            callbacks.on_batch_end(None, index, {"loss": loss})
+        callbacks.on_train_end(None)
+    series = read_scalars(tmp_path / "run.metrics.jsonl")
+    assert set(series) == {
+        "throughput/steps_per_sec",
+        "throughput/examples_per_sec",
+        "throughput/tokens_per_sec",
+        "throughput/flops_per_sec_per_device",
+        "throughput/mfu",
+    }
+    # step 0 starts the clock; windows of 4 steps end at steps 4 and 8
+    assert [step for step, _ in series["throughput/steps_per_sec"]] == [4, 8]
+    latest = meter.latest
+    assert latest["steps_per_sec"] > 0
+    assert latest["examples_per_sec"] == pytest.approx(latest["steps_per_sec"] * BATCH)
+    assert latest["tokens_per_sec"] == pytest.approx(latest["steps_per_sec"] * BATCH * 16)
+    assert latest["flops_per_sec_per_device"] == pytest.approx(latest["steps_per_sec"] * flops)
+    assert latest["mfu"] == pytest.approx(latest["flops_per_sec_per_device"] / 1e12)
+
+
+def test_mfu_is_none_and_not_logged_where_the_peak_is_unknown(sharded_step, tmp_path):
+    step, w, x = sharded_step
+    with FileLogger("cpu", tmp_path, flush_every=0) as logger:
+        meter = ThroughputMeter(logger, window=2, flops_per_step=step_flops(step, w, x))
+        for index in range(3):
+            w, loss = step(w, x)
+            meter.on_batch_end(None, index, {"loss": loss})
+    assert meter.peak_flops is None  # the tests run on CPU devices
+    assert meter.latest["mfu"] is None
+    assert "throughput/mfu" not in read_scalars(tmp_path / "cpu.metrics.jsonl")
+
+
+def test_the_meter_reads_the_step_outputs_only_at_window_ends(sharded_step):
+    step, w, x = sharded_step
+    meter = ThroughputMeter(window=5)
+    all_logs = []
+    for index in range(11):
+        w, loss = step(w, x)
+        logs = CountingLogs({"loss": loss})
+        meter.on_batch_end(None, index, logs)
+        all_logs.append(logs)
+    # the first step starts the clock, steps 5 and 10 end windows: no other step is waited on
+    assert [index for index, logs in enumerate(all_logs) if logs.reads] == [0, 5, 10]
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"window": 0}, ValueError, "window=0"),
+        ({"tokens_per_example": 8}, ValueError, "needs examples_per_step"),
+        ({"flops_per_step": float("nan")}, ValueError, "flops_per_step=nan"),
+        ({"peak_flops": 0.0}, ValueError, "peak_flops=0.0"),
+        ({"examples_per_step": 2.5}, TypeError, "examples_per_step=2.5"),
+    ],
+)
+def test_the_meter_refuses_bad_options(options, error, match):
+    with pytest.raises(error, match=match):
+        ThroughputMeter(**options)
