@@ -324,6 +324,7 @@ def _error_samples() -> list[BaseException]:
         tracking.UploadNotFoundError("artifact", here),
         callbacks.CallbackStateMismatchError(("a", "b"), ("a",)),
         callbacks.MissingMetricError("val_loss", ("loss",), "on_validation_end"),
+        callbacks.CostAnalysisError("step", None),
         callbacks.MetricValueError("loss", None, who="LossSpikeDetector"),
         callbacks.MonitorMismatchError(("val_loss", "min"), ("val_acc", "max")),
         callbacks.NoLearningRateFoundError("learning_rate"),
