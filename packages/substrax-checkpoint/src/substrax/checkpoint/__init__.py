@@ -3,6 +3,11 @@
 A checkpoint is a step holding named items (``model``, ``optimizer``, ``rng``,
 ``data_iterator``, ``extensions``), each a PyTree, beside one ``CheckpointMetadata`` record.
 
+Importing this package imports nothing else, not even jax or orbax: each name is loaded from its
+module when first used (PEP 562). Orbax comes with the store (:class:`OrbaxCheckpointStore`,
+:func:`upgrade_checkpoints`), jax with :class:`PreemptionHandler`; the errors, records and
+policies need neither.
+
 Example:
     >>> import tempfile
     >>> import numpy as np
@@ -15,45 +20,95 @@ Example:
     ([100, 200], 200, 2)
 """
 
-from substrax.support import Mode as Mode
+from typing import TYPE_CHECKING
 
-from ._callback import CheckpointCallback as CheckpointCallback
-from ._errors import (
-    BestMetricNotRecordedError as BestMetricNotRecordedError,
-    CheckpointCorruptError as CheckpointCorruptError,
-    CheckpointDtypeMismatchError as CheckpointDtypeMismatchError,
-    CheckpointLockedError as CheckpointLockedError,
-    CheckpointNotFoundError as CheckpointNotFoundError,
-    CheckpointNotWrittenError as CheckpointNotWrittenError,
-    CheckpointStoreClosedError as CheckpointStoreClosedError,
-    CheckpointStoreNotADirectoryError as CheckpointStoreNotADirectoryError,
-    CheckpointStoreNotFoundError as CheckpointStoreNotFoundError,
-    CheckpointStoreReadOnlyError as CheckpointStoreReadOnlyError,
-    CheckpointWaitTimeoutError as CheckpointWaitTimeoutError,
-    CheckpointWriteError as CheckpointWriteError,
-    DistributedNotInitializedError as DistributedNotInitializedError,
-    DtypeMismatch as DtypeMismatch,
-    NotWrittenReason as NotWrittenReason,
-    UnsupportedCheckpointError as UnsupportedCheckpointError,
-    UpgradeDestinationError as UpgradeDestinationError,
-)
-from ._logging import quiet_orbax_notices as quiet_orbax_notices
-from ._metadata import (
-    CURRENT_FORMAT_VERSION as CURRENT_FORMAT_VERSION,
-    FORMAT_NAME as FORMAT_NAME,
-    ITEM_NAMES as ITEM_NAMES,
-    LIBRARY_NAMES as LIBRARY_NAMES,
-    RESERVED_METADATA_KEYS as RESERVED_METADATA_KEYS,
-    CheckpointMetadata as CheckpointMetadata,
-    Producer as Producer,
-)
-from ._paths import resolve_checkpoint_dir as resolve_checkpoint_dir
-from ._preemption import PreemptionHandler as PreemptionHandler
-from ._protocol import Checkpoint as Checkpoint, CheckpointStore as CheckpointStore
-from ._retention import RetentionPolicy as RetentionPolicy
-from ._store import OrbaxCheckpointStore as OrbaxCheckpointStore
-from ._upgrade import upgrade_checkpoints as upgrade_checkpoints
+from substrax.support import Mode as Mode, lazy_exports
 
+
+if TYPE_CHECKING:
+    from ._callback import CheckpointCallback as CheckpointCallback
+    from ._errors import (
+        BestMetricNotRecordedError as BestMetricNotRecordedError,
+        CheckpointCorruptError as CheckpointCorruptError,
+        CheckpointDtypeMismatchError as CheckpointDtypeMismatchError,
+        CheckpointLockedError as CheckpointLockedError,
+        CheckpointNotFoundError as CheckpointNotFoundError,
+        CheckpointNotWrittenError as CheckpointNotWrittenError,
+        CheckpointStoreClosedError as CheckpointStoreClosedError,
+        CheckpointStoreNotADirectoryError as CheckpointStoreNotADirectoryError,
+        CheckpointStoreNotFoundError as CheckpointStoreNotFoundError,
+        CheckpointStoreReadOnlyError as CheckpointStoreReadOnlyError,
+        CheckpointWaitTimeoutError as CheckpointWaitTimeoutError,
+        CheckpointWriteError as CheckpointWriteError,
+        DistributedNotInitializedError as DistributedNotInitializedError,
+        DtypeMismatch as DtypeMismatch,
+        NotWrittenReason as NotWrittenReason,
+        UnsupportedCheckpointError as UnsupportedCheckpointError,
+        UpgradeDestinationError as UpgradeDestinationError,
+    )
+    from ._logging import quiet_orbax_notices as quiet_orbax_notices
+    from ._metadata import (
+        CURRENT_FORMAT_VERSION as CURRENT_FORMAT_VERSION,
+        FORMAT_NAME as FORMAT_NAME,
+        ITEM_NAMES as ITEM_NAMES,
+        LIBRARY_NAMES as LIBRARY_NAMES,
+        RESERVED_METADATA_KEYS as RESERVED_METADATA_KEYS,
+        CheckpointMetadata as CheckpointMetadata,
+        Producer as Producer,
+    )
+    from ._paths import resolve_checkpoint_dir as resolve_checkpoint_dir
+    from ._preemption import PreemptionHandler as PreemptionHandler
+    from ._protocol import Checkpoint as Checkpoint, CheckpointStore as CheckpointStore
+    from ._retention import RetentionPolicy as RetentionPolicy
+    from ._store import OrbaxCheckpointStore as OrbaxCheckpointStore
+    from ._upgrade import upgrade_checkpoints as upgrade_checkpoints
+
+
+# Each public name and the private module that defines it.
+_HOMES: dict[str, str] = {
+    "CheckpointCallback": "_callback",
+    **dict.fromkeys(
+        (
+            "BestMetricNotRecordedError",
+            "CheckpointCorruptError",
+            "CheckpointDtypeMismatchError",
+            "CheckpointLockedError",
+            "CheckpointNotFoundError",
+            "CheckpointNotWrittenError",
+            "CheckpointStoreClosedError",
+            "CheckpointStoreNotADirectoryError",
+            "CheckpointStoreNotFoundError",
+            "CheckpointStoreReadOnlyError",
+            "CheckpointWaitTimeoutError",
+            "CheckpointWriteError",
+            "DistributedNotInitializedError",
+            "DtypeMismatch",
+            "NotWrittenReason",
+            "UnsupportedCheckpointError",
+            "UpgradeDestinationError",
+        ),
+        "_errors",
+    ),
+    "quiet_orbax_notices": "_logging",
+    **dict.fromkeys(
+        (
+            "CURRENT_FORMAT_VERSION",
+            "FORMAT_NAME",
+            "ITEM_NAMES",
+            "LIBRARY_NAMES",
+            "RESERVED_METADATA_KEYS",
+            "CheckpointMetadata",
+            "Producer",
+        ),
+        "_metadata",
+    ),
+    "resolve_checkpoint_dir": "_paths",
+    "PreemptionHandler": "_preemption",
+    **dict.fromkeys(("Checkpoint", "CheckpointStore"), "_protocol"),
+    "RetentionPolicy": "_retention",
+    "OrbaxCheckpointStore": "_store",
+    "upgrade_checkpoints": "_upgrade",
+}
 
 __all__ = [
     "CURRENT_FORMAT_VERSION",
@@ -91,3 +146,7 @@ __all__ = [
     "resolve_checkpoint_dir",
     "upgrade_checkpoints",
 ]
+
+
+# Each name is loaded from its module on first use (PEP 562), then kept here.
+__getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
