@@ -282,6 +282,10 @@ def _error_samples() -> list[BaseException]:
         mesh.UnknownStrategyError("w", unknown=("zz",), known=("fsdp", "tp")),
         spmd.BatchPlacementError("uneven", path="x", shape=(3, 2), spec=PartitionSpec("data")),
         spmd.UnknownReductionError("no such", name="loss", reduction="median"),
+        spmd.OptimizerMismatchError(
+            "another model", path="[0].mu['bias']", model_shape=(1,), optimizer_shape=(3,)
+        ),
+        spmd.UnknownAxisError("no batch axis", axis_name="batch", available=("data",)),
         optim.LearningRateNotFoundError(),
         optim.LineSearchStateError("no line search", paths=("opt", "0")),
         optim.OptimizerConfigError("negative", field="learning_rate", value=-1.0),

@@ -27,6 +27,8 @@ from substrax.support import lazy_exports
 if TYPE_CHECKING:
     from ._errors import (
         BatchPlacementError as BatchPlacementError,
+        OptimizerMismatchError as OptimizerMismatchError,
+        UnknownAxisError as UnknownAxisError,
         UnknownReductionError as UnknownReductionError,
     )
     from ._placement import (
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 # Each public name and the private module that defines it.
 _HOMES: dict[str, str] = {
     **dict.fromkeys(("BatchPlacementError", "UnknownReductionError"), "_errors"),
+    **dict.fromkeys(("OptimizerMismatchError", "UnknownAxisError"), "_errors"),
     **dict.fromkeys(
         ("create_data_parallel_sharding", "place_batch_on_shards", "place_nnx_state_on_shards"),
         "_placement",
@@ -83,8 +86,10 @@ _HOMES: dict[str, str] = {
 __all__ = [
     "REDUCTIONS",
     "BatchPlacementError",
+    "OptimizerMismatchError",
     "Reduction",
     "TrainStep",
+    "UnknownAxisError",
     "UnknownReductionError",
     "all_gather",
     "collect_from_devices",

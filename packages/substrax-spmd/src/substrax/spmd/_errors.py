@@ -58,3 +58,58 @@ class UnknownReductionError(PicklableError, ValueError):
         super().__init__(message)
         self.name = name
         self.reduction = reduction
+
+
+class OptimizerMismatchError(PicklableError, ValueError):
+    """An optimizer whose state was built for another model than the one it is given with.
+
+    Attributes:
+        path: The first optimizer-state leaf that differs, e.g. ``"[0].mu['kernel']"``.
+        model_shape: The shape the model's parameters need there (None: the model has no leaf there).
+        optimizer_shape: The shape the optimizer holds there (None: the optimizer has no leaf there).
+
+    Example:
+        >>> from substrax.spmd import OptimizerMismatchError
+        >>> error = OptimizerMismatchError(
+        ...     "built for another model", path="[0].mu['kernel']", model_shape=(4, 1), optimizer_shape=(4, 3)
+        ... )
+        >>> error.model_shape, error.optimizer_shape
+        ((4, 1), (4, 3))
+    """
+
+    __module__ = "substrax.spmd"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str,
+        model_shape: tuple[int, ...] | None,
+        optimizer_shape: tuple[int, ...] | None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.model_shape = model_shape
+        self.optimizer_shape = optimizer_shape
+
+
+class UnknownAxisError(PicklableError, NameError):
+    """A collective asked for a mesh axis that the surrounding ``shard_map`` or ``pmap`` lacks.
+
+    Attributes:
+        axis_name: The axis asked for.
+        available: The axis names bound where the collective ran.
+
+    Example:
+        >>> from substrax.spmd import UnknownAxisError
+        >>> error = UnknownAxisError("no batch axis", axis_name="batch", available=("data",))
+        >>> error.axis_name, error.available
+        ('batch', ('data',))
+    """
+
+    __module__ = "substrax.spmd"
+
+    def __init__(self, message: str, *, axis_name: object, available: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.axis_name = axis_name
+        self.available = available

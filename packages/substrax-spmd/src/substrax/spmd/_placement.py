@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,27 +49,134 @@ def _split_rank(sharding: Sharding) -> int:
     return 0
 
 
-def _refuse(batch: PyTree, sharding: Sharding | PyTree) -> None:
+def _is_local(leaf: object) -> bool:
+    """Whether ``leaf`` is this process's rows rather than a global array."""
+    return not (isinstance(leaf, jax.Array) and not leaf.is_fully_addressable)
+
+
+def _misfit(shape: tuple[int, ...], sharding: Sharding, *, rows_only: bool = False) -> str | None:
+    """Why ``sharding`` cannot split an array of ``shape``, or None if it can.
+
+    With ``rows_only`` (one process's rows of a global array, whose global shape only jax
+    knows) just the number of dimensions is checked.
+    """
+    need = _split_rank(sharding)
+    if len(shape) < need:
+        return f"splits {need} dimension(s)"
+    if rows_only or not isinstance(sharding, NamedSharding):
+        return None
+    mesh_shape = dict(sharding.mesh.shape)
+    for dim, entry in enumerate(sharding.spec):
+        if entry is None:
+            continue
+        axes: tuple[str, ...] = entry if isinstance(entry, tuple) else (entry,)
+        ways = math.prod(mesh_shape[axis] for axis in axes)
+        if shape[dim] % ways:
+            named = " x ".join(f"{axis!r} ({mesh_shape[axis]})" for axis in axes)
+            return (
+                f"splits its dimension {dim} ({shape[dim]}) {ways} ways over mesh axis {named}, "
+                f"and {ways} does not divide {shape[dim]}"
+            )
+    return None
+
+
+def _refuse(batch: PyTree, sharding: Sharding | PyTree, *, multi: bool = False) -> None:
     """Find, with paths, the first leaf its sharding cannot split, and raise for it."""
     is_sharding = lambda x: isinstance(x, Sharding)  # noqa: E731
 
     def check(prefix_path: tuple[Any, ...], shard: Sharding, subtree: PyTree) -> None:
-        need = _split_rank(shard)
         for path, leaf in jax.tree_util.tree_flatten_with_path(subtree)[0]:
-            if isinstance(leaf, _ARRAY_TYPES) and np.ndim(leaf) < need:
-                where = jax.tree_util.keystr((*prefix_path, *path))
-                spec = shard.spec if isinstance(shard, NamedSharding) else PartitionSpec()
-                msg = (
-                    f"batch leaf {where} has shape {np.shape(leaf)} but its sharding {spec} splits "
-                    f"{need} dimension(s); give it a replicated sharding, e.g. "
-                    "NamedSharding(mesh, PartitionSpec()), through a pytree prefix of shardings"
-                )
-                raise BatchPlacementError(msg, path=where, shape=np.shape(leaf), spec=spec)
+            if not isinstance(leaf, _ARRAY_TYPES):
+                continue
+            why = _misfit(np.shape(leaf), shard, rows_only=multi and _is_local(leaf))
+            if why is None:
+                continue
+            where = jax.tree_util.keystr((*prefix_path, *path))
+            spec = shard.spec if isinstance(shard, NamedSharding) else PartitionSpec()
+            fix = (
+                "give it a replicated sharding, e.g. NamedSharding(mesh, PartitionSpec()), "
+                "through a pytree prefix of shardings"
+                if np.ndim(leaf) < _split_rank(shard)
+                else "make the batch size a multiple of it (drop or pad the last rows)"
+            )
+            msg = f"batch leaf {where} has shape {np.shape(leaf)} but its sharding {spec} {why}; {fix}"
+            raise BatchPlacementError(msg, path=where, shape=np.shape(leaf), spec=spec)
 
     if is_sharding(sharding):
         check((), sharding, batch)
         return
     jax.tree_util.tree_map_with_path(check, sharding, batch, is_leaf=is_sharding)
+
+
+def _refuse_non_shardings(sharding: object) -> None:
+    """Refuse a ``PartitionSpec`` (or anything else) where shardings are expected."""
+    for leaf in jax.tree.leaves(sharding):
+        if isinstance(leaf, Sharding):
+            continue
+        if isinstance(leaf, PartitionSpec):
+            msg = (
+                f"batch sharding {leaf} is a PartitionSpec, not a sharding: wrap it, "
+                f"NamedSharding(mesh, {leaf}) (a TrainStep with a mesh does this for you)"
+            )
+        else:
+            msg = (
+                f"batch sharding must be a jax Sharding or a pytree prefix of them; got a "
+                f"{type(leaf).__name__} ({leaf!r})"
+            )
+        raise TypeError(msg)
+
+
+def resolve_batch_sharding(sharding: object, mesh: Mesh | None) -> Sharding | PyTree:
+    """Turn each ``PartitionSpec`` in a batch-sharding prefix into ``NamedSharding(mesh, spec)``.
+
+    Raises:
+        TypeError: For a ``PartitionSpec`` without a mesh to put it on, or a leaf that is neither.
+    """
+    if mesh is not None:
+        sharding = jax.tree.map(
+            lambda s: NamedSharding(mesh, s) if isinstance(s, PartitionSpec) else s, sharding
+        )
+    _refuse_non_shardings(sharding)
+    return sharding
+
+
+def _on_target(leaf: object, target: Sharding) -> bool:
+    if not isinstance(leaf, jax.Array):
+        return False
+    current = leaf.sharding
+    return current is target or current == target
+
+
+def _targets(batch: PyTree, sharding: Sharding | PyTree, index: list[int]) -> list[Sharding]:
+    """The sharding of each array leaf (positions ``index`` among ``batch``'s leaves)."""
+    if isinstance(sharding, Sharding):
+        return [sharding] * len(index)
+    _refuse_non_shardings(sharding)
+    pairs = jax.tree.map(
+        lambda s, sub: (s, sub), sharding, batch, is_leaf=lambda x: isinstance(x, Sharding)
+    )
+    per_leaf: list[Sharding] = []
+    for shard, sub in jax.tree.leaves(
+        pairs,
+        is_leaf=lambda x: isinstance(x, tuple) and len(x) == _PAIR and isinstance(x[0], Sharding),
+    ):  # pyright: ignore[reportUnknownArgumentType]
+        per_leaf.extend([shard] * len(jax.tree.leaves(sub)))
+    return [per_leaf[i] for i in index]
+
+
+def _place_across_processes(local: list[Any], shardings: list[Sharding]) -> list[jax.Array]:
+    """Assemble process-local rows in one call, and reshard global arrays."""
+    placed: list[Any] = list(local)
+    rows = [k for k, x in enumerate(local) if _is_local(x)]
+    made = jax.make_array_from_process_local_data(
+        [shardings[k] for k in rows], [local[k] for k in rows]
+    )
+    for k, array in zip(rows, made, strict=True):
+        placed[k] = array
+    for k, x in enumerate(local):
+        if not _is_local(x):
+            placed[k] = jax.device_put(x, shardings[k])
+    return placed
 
 
 def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
@@ -78,8 +186,10 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
     one process one batched ``jax.device_put`` (what ``make_array_from_process_local_data``
     does there); on several, one ``jax.make_array_from_process_local_data``, where each
     process passes the rows it loaded and jax assembles the global array (a replicated leaf
-    must be equal on every process). Any other leaf, such as a string or a Python number, is
-    returned as it is. Call it outside ``jax.jit``.
+    must be equal on every process). A ``jax.Array`` already on its sharding is kept as it is;
+    one on another sharding is resharded (on several processes, a global array is resharded
+    and a process-local one is taken as this process's rows). Any other leaf, such as a string
+    or a Python number, is returned as it is. Call it outside ``jax.jit``.
 
     Args:
         batch: The batch this process loaded.
@@ -91,7 +201,10 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
 
     Raises:
         BatchPlacementError: A ValueError, if a leaf has fewer dimensions than its sharding
-            splits; the message names the leaf's path.
+            splits, or a split dimension that its mesh axes do not divide (a 12-row batch on an
+            8-way data axis); the message names the leaf's path and the sizes.
+        TypeError: If ``sharding`` is (or holds) a ``PartitionSpec``: wrap it in
+            ``NamedSharding(mesh, spec)``.
 
     Example:
         >>> import numpy as np
@@ -102,41 +215,28 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
         >>> placed["x"].sharding.spec, placed["name"]
         (P('data',), 'b0')
     """
-    if isinstance(sharding, Sharding):
-        leaves, treedef = jax.tree.flatten(batch)
-        need = _split_rank(sharding)
-        index = [i for i, leaf in enumerate(leaves) if isinstance(leaf, _ARRAY_TYPES)]
-        if need and any(np.ndim(leaves[i]) < need for i in index):
-            _refuse(batch, sharding)
-        shardings: list[Sharding] | Sharding = sharding
-    else:
-        pairs = jax.tree.map(
-            lambda s, sub: (s, sub), sharding, batch, is_leaf=lambda x: isinstance(x, Sharding)
-        )
-        leaves, treedef = jax.tree.flatten(batch)
-        per_leaf: list[Sharding] = []
-        for shard, sub in jax.tree.leaves(
-            pairs,
-            is_leaf=lambda x: (
-                isinstance(x, tuple) and len(x) == _PAIR and isinstance(x[0], Sharding)
-            ),
-        ):  # pyright: ignore[reportUnknownArgumentType]
-            per_leaf.extend([shard] * len(jax.tree.leaves(sub)))
-        index = [i for i, leaf in enumerate(leaves) if isinstance(leaf, _ARRAY_TYPES)]
-        shardings = [per_leaf[i] for i in index]
-        if any(np.ndim(leaves[i]) < _split_rank(s) for i, s in zip(index, shardings, strict=True)):
-            _refuse(batch, sharding)
-    if not index:
+    leaves, treedef = jax.tree.flatten(batch)
+    index = [i for i, leaf in enumerate(leaves) if isinstance(leaf, _ARRAY_TYPES)]
+    targets = _targets(batch, sharding, index)
+    multi = jax.process_count() > 1
+    moves: list[tuple[int, Sharding]] = []
+    for i, target in zip(index, targets, strict=True):
+        leaf = leaves[i]
+        if _on_target(leaf, target):
+            continue
+        if _misfit(np.shape(leaf), target, rows_only=multi and _is_local(leaf)) is not None:
+            _refuse(batch, sharding, multi=multi)
+        moves.append((i, target))
+    if not moves:
         return batch
-    local = [leaves[i] for i in index]
-    if jax.process_count() == 1:
+    local = [leaves[i] for i, _ in moves]
+    shardings = [target for _, target in moves]
+    if not multi:
         # What make_array_from_process_local_data does on one process, minus its pytree work.
         placed = jax.device_put(local, shardings)
     else:
-        if isinstance(shardings, Sharding):
-            shardings = [shardings] * len(local)
-        placed = jax.make_array_from_process_local_data(shardings, local)
-    for i, array in zip(index, placed, strict=True):
+        placed = _place_across_processes(local, shardings)
+    for (i, _), array in zip(moves, placed, strict=True):
         leaves[i] = array
     return jax.tree.unflatten(treedef, leaves)
 

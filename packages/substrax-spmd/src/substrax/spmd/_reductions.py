@@ -11,7 +11,7 @@ import numpy as np
 
 from substrax.typing import PyTree
 
-from ._errors import UnknownReductionError
+from ._errors import UnknownAxisError, UnknownReductionError
 
 
 type Reduction = Literal["mean", "sum", "max", "min"]
@@ -33,8 +33,24 @@ def _map_arrays[T](fn: Callable[[Any], Any], metrics: T, *, min_ndim: int = 1) -
 
 
 def _across[T](collective: Callable[[Any, str], Any], tree: T, axis_name: str) -> T:
-    """Apply ``collective(leaf, axis_name)`` to every array leaf, scalars included."""
-    return _map_arrays(lambda x: collective(x, axis_name), tree, min_ndim=0)
+    """Apply ``collective(leaf, axis_name)`` to every array leaf, scalars included.
+
+    Raises:
+        UnknownAxisError: A NameError, if ``axis_name`` is not bound where this runs (jax says
+            only ``AssertionError`` under ``shard_map``); the message lists the names that are.
+    """
+    try:
+        return _map_arrays(lambda x: collective(x, axis_name), tree, min_ndim=0)
+    except (AssertionError, NameError) as error:
+        available = tuple(str(name) for name in jax.sharding.get_abstract_mesh().axis_names)
+        if axis_name in available:
+            raise
+        where = f"the mesh axes here are {available}" if available else "no mesh axis is bound here"
+        msg = (
+            f"axis_name {axis_name!r} is not bound: {where}; pass axis_name= one of them, "
+            "and call this inside jax.shard_map or jax.pmap"
+        )
+        raise UnknownAxisError(msg, axis_name=axis_name, available=available) from error
 
 
 def reduce_mean[T](metrics: T) -> T:
@@ -166,6 +182,10 @@ def reduce_gradient_tree[T](
 
 def reduce_mean_collective[T](metrics: T, axis_name: str = "batch") -> T:
     """Average every array leaf across ``axis_name`` (inside ``shard_map`` or ``pmap`` only).
+
+    Raises:
+        UnknownAxisError: A NameError, if no mapped axis is named ``axis_name`` (a mesh of
+            ``"data"`` under ``shard_map`` with the default ``"batch"``); it lists the names.
 
     Example:
         >>> import jax

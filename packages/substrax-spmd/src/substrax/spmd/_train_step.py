@@ -18,7 +18,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 
 from substrax.typing import PyTree
 
-from ._placement import place_batch_on_shards
+from ._consistency import check_loss_output, check_optimizer_matches
+from ._placement import place_batch_on_shards, resolve_batch_sharding
 
 
 def _strong(x: PyTree) -> PyTree:
@@ -47,7 +48,15 @@ class TrainStep[M: nnx.Module]:
 
     Because buffers are donated, the ``model`` and ``optimizer`` objects passed in are stale
     after the first step until :meth:`sync` writes the current state back; the :attr:`model`
-    and :attr:`optimizer` properties sync for you.
+    and :attr:`optimizer` properties sync for you. Once synced, the objects stay live: every
+    step writes its new arrays into them, and an array changed in them between steps (a
+    callback lowering an ``optax.inject_hyperparams`` learning rate, a restored checkpoint) is
+    read back, onto the same sharding and dtype, before the next step, without a recompile.
+
+    Mistakes are refused early: an optimizer whose state was built for another model
+    (:class:`~substrax.spmd.OptimizerMismatchError`), a ``loss_fn`` output that does not match
+    ``has_aux`` (``TypeError`` at the first call), and a batch that ``batch_sharding`` cannot
+    split (:class:`~substrax.spmd.BatchPlacementError`, naming the leaf and the sizes).
 
     Args:
         model: The model.
@@ -55,8 +64,10 @@ class TrainStep[M: nnx.Module]:
         loss_fn: ``(model, batch) -> loss``, or ``-> (loss, aux)`` with ``has_aux=True``.
         mesh: The mesh; arrays not yet on it are replicated onto it, and the step runs under
             ``jax.set_mesh(mesh)``. Taken from the state's shardings when None.
-        batch_sharding: Where a host batch goes: a sharding or a pytree prefix of them. A batch
-            with any leaf that is not a ``jax.Array`` is placed with ``place_batch_on_shards``.
+        batch_sharding: Where every batch goes: a sharding or a pytree prefix of them, placed
+            with ``place_batch_on_shards`` at each call (a ``jax.Array`` already there is kept,
+            one on another sharding is resharded). A ``PartitionSpec`` is taken as
+            ``NamedSharding(mesh, spec)``; without a mesh it is refused with a ``TypeError``.
         has_aux: Whether ``loss_fn`` returns ``(loss, aux)``.
         donate: Donate the state buffers (the point of the exercise; turn off to debug).
 
@@ -86,11 +97,13 @@ class TrainStep[M: nnx.Module]:
         has_aux: bool = False,
         donate: bool = True,
     ) -> None:
+        check_optimizer_matches(model, optimizer)
         self._model = model
         self._optimizer = optimizer
-        self._batch_sharding = batch_sharding
         self._has_aux = has_aux
         graphdef, state = nnx.split((model, optimizer))
+        # the live Variables of both objects, one per state leaf (nnx.split keeps them)
+        variables = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
         leaves, treedef = jax.tree.flatten(state)
         leaves = [_strong(x) for x in leaves]
         mesh = mesh if mesh is not None else _mesh_of(leaves)
@@ -112,15 +125,28 @@ class TrainStep[M: nnx.Module]:
             # on uncommitted inputs would compile a second program
             leaves = jax.device_put(leaves, metric_sharding)
         self._mesh = mesh
+        self._batch_sharding = (
+            None if batch_sharding is None else resolve_batch_sharding(batch_sharding, mesh)
+        )
         self._leaves: list[Any] = leaves
+        self._variables: list[nnx.Variable[Any]] | None = (
+            variables if len(variables) == len(leaves) else None
+        )
+        self._live = False
         self._treedef = treedef
         self._synced = False
-        self.sync()
+        self._write_back()
         shardings = [x.sharding for x in leaves]
 
         def pure(leaves: list[PyTree], batch: PyTree) -> tuple[list[PyTree], PyTree]:
             model, optimizer = nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))
-            grad_fn = nnx.value_and_grad(lambda m: loss_fn(m, batch), has_aux=has_aux)
+
+            def checked_loss(m: M) -> Any:  # noqa: ANN401  (a loss, or (loss, aux))
+                out = loss_fn(m, batch)
+                check_loss_output(out, has_aux=has_aux)
+                return out
+
+            grad_fn = nnx.value_and_grad(checked_loss, has_aux=has_aux)
             out, grads = grad_fn(model)
             optimizer.update(model, grads)
             return jax.tree.leaves(nnx.state((model, optimizer))), out
@@ -143,17 +169,48 @@ class TrainStep[M: nnx.Module]:
 
     def __call__(self, batch: PyTree) -> PyTree:
         """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
-        if self._batch_sharding is not None and not all(
-            isinstance(x, jax.Array) for x in jax.tree.leaves(batch)
-        ):
+        if self._batch_sharding is not None:
             batch = place_batch_on_shards(batch, self._batch_sharding)
+        if self._live:
+            self._read_back()
         if self._mesh is None:
             self._leaves, out = self._jitted(self._leaves, batch)
         else:
             with jax.set_mesh(self._mesh):
                 self._leaves, out = self._jitted(self._leaves, batch)
         self._synced = False
+        if self._live:
+            self._write_back()
         return out
+
+    def _read_back(self) -> None:
+        """Take the arrays changed in the live objects since the last step, placed like the old."""
+        if self._variables is None:
+            return
+        leaves = self._leaves
+        changed = [i for i, v in enumerate(self._variables) if v.get_raw_value() is not leaves[i]]
+        if not changed:
+            return
+        values: list[Any] = []
+        for i in changed:
+            value, old = self._variables[i].get_raw_value(), leaves[i]
+            if getattr(value, "dtype", None) != old.dtype:
+                value = jnp.asarray(value, dtype=old.dtype)
+            if jnp.shape(value) != old.shape:
+                path = jax.tree_util.tree_leaves_with_path(
+                    self.state, is_leaf=lambda x: isinstance(x, nnx.Variable)
+                )[i][0]
+                owner = ("model", "optimizer")[int(getattr(path[0], "key", 0))]
+                where = owner + jax.tree_util.keystr(path[1:])
+                msg = (
+                    f"{where} was set to shape {jnp.shape(value)}, but the step was built for "
+                    f"{old.shape}; a TrainStep's state keeps its shapes, so build a new TrainStep"
+                )
+                raise ValueError(msg)
+            values.append(_strong(value))
+        placed = jax.device_put(values, [leaves[i].sharding for i in changed])
+        for i, array in zip(changed, placed, strict=True):
+            leaves[i] = array
 
     @property
     def state(self) -> nnx.State[Any, Any]:
@@ -161,10 +218,23 @@ class TrainStep[M: nnx.Module]:
         return jax.tree.unflatten(self._treedef, self._leaves)
 
     def sync(self) -> None:
-        """Write the current state back into the model and optimizer objects."""
-        if not self._synced:
+        """Write the current state back into the model and optimizer objects, and keep them live.
+
+        From then on each step reads back the arrays changed in the objects before it runs and
+        writes its new state into them after.
+        """
+        self._write_back()
+        self._live = True
+
+    def _write_back(self) -> None:
+        if self._synced:
+            return
+        if self._variables is None:
             nnx.update((self._model, self._optimizer), self.state)
-            self._synced = True
+        else:
+            for variable, leaf in zip(self._variables, self._leaves, strict=True):
+                variable.set_raw_value(leaf)
+        self._synced = True
 
     @property
     def model(self) -> M:
