@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from substrax.support import lazy_exports
 
+from ._cache import default_compilation_cache_dir as default_compilation_cache_dir
 from ._config import JaxRuntime as JaxRuntime, MatmulPrecision as MatmulPrecision
 from ._environment import (
     apply_runtime as apply_runtime,
@@ -79,6 +80,7 @@ __all__ = [
     "apply_runtime",
     "child_environment",
     "configure_entry_point_logging",
+    "default_compilation_cache_dir",
     "initialize_distributed",
     "launch_from_environment",
     "launch_from_modal_cluster",
@@ -88,4 +90,5 @@ __all__ = [
     "runtime_environment",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
+if not TYPE_CHECKING:  # pyright then reports a misspelled import instead of typing it Any
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

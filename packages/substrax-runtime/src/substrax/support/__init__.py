@@ -100,4 +100,5 @@ __all__ = [
     "write_atomically",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
+if not TYPE_CHECKING:  # pyright then reports a misspelled import instead of typing it Any
+    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
