@@ -66,7 +66,9 @@ class ReduceLROnPlateauCallback(BaseCallback):
     * ``optax.inject_hyperparams``: ``hyperparams[hyperparam]`` is set to ``base * scale``.
 
     With a flax ``nnx.Optimizer`` (passed as ``optimizer=`` or found as ``trainer.optimizer``)
-    the state is changed in place; for a plain optax state call :meth:`apply`.
+    the state is changed in place; for a plain optax state call :meth:`apply`. A
+    ``substrax.spmd.TrainStep`` works either way (as the trainer, or ``optimizer=step.optimizer``):
+    it reads the changed rate back before its next compiled call, without recompiling.
 
     Args:
         monitor: the metric name in the epoch-end logs.
