@@ -90,5 +90,4 @@ __all__ = [
     "runtime_environment",
 ]
 
-if not TYPE_CHECKING:  # pyright then reports a misspelled import instead of typing it Any
-    __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
+lazy_exports(__name__, _LAZY, __all__)

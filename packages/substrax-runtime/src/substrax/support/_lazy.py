@@ -1,19 +1,19 @@
 """A package's public names loaded from their private modules on first use (PEP 562)."""
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from importlib import import_module
 from typing import Any
 
 
-def lazy_exports(
-    package: str, homes: Mapping[str, str], public: Iterable[str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The module ``__getattr__`` and ``__dir__`` that load each public name when first used.
+def lazy_exports(package: str, homes: Mapping[str, str], public: Iterable[str]) -> None:
+    """Give ``package`` a module ``__getattr__`` and ``__dir__`` loading each public name on use.
 
     A package's ``__init__`` keeps its ``if TYPE_CHECKING:`` imports (what type checkers and
-    readers see) and its ``__all__``, and lets this load each name from its module the first time
-    it is asked for; the value is then kept in the package, so later uses cost nothing.
+    readers see) and its ``__all__``, and calls this last to load each name from its module the
+    first time it is asked for; the value is then kept in the package, so later uses cost
+    nothing. The hooks are set on the module object at run time, so type checkers see no
+    module-level ``__getattr__`` and still report a misspelled import.
 
     Args:
         package: The package's ``__name__``.
@@ -21,15 +21,11 @@ def lazy_exports(
             (``{"Mode": "_mode"}``).
         public: What ``dir(package)`` lists besides the package's globals (its ``__all__``).
 
-    Returns:
-        ``(__getattr__, __dir__)``, to assign at the package's top level.
-
     Example:
-        >>> from substrax.support import lazy_exports
-        >>> getattr_, dir_ = lazy_exports("substrax.support", {"Mode": "_mode"}, ["Mode"])
-        >>> getattr_("Mode").MAX
+        >>> import substrax.support
+        >>> substrax.support.Mode.MAX  # loaded from substrax.support._mode on first use
         <Mode.MAX: 'max'>
-        >>> getattr_("nothing")
+        >>> substrax.support.nothing
         Traceback (most recent call last):
         ...
         AttributeError: module 'substrax.support' has no attribute 'nothing'
@@ -47,4 +43,6 @@ def lazy_exports(
     def module_dir() -> list[str]:
         return sorted({*vars(sys.modules[package]), *listed})
 
-    return module_getattr, module_dir
+    module = sys.modules[package]
+    setattr(module, "__getattr__", module_getattr)  # noqa: B010  (PEP 562's hook, set at run time)
+    setattr(module, "__dir__", module_dir)  # noqa: B010

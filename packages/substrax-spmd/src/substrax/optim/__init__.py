@@ -103,5 +103,4 @@ __all__ = [
 
 
 # Each name is loaded from its module on first use (PEP 562), then kept here.
-if not TYPE_CHECKING:  # pyright then reports a misspelled import instead of typing it Any
-    __getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
+lazy_exports(__name__, _HOMES, __all__)
