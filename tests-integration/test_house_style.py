@@ -286,6 +286,7 @@ def _error_samples() -> list[BaseException]:
             "another model", path="[0].mu['bias']", model_shape=(1,), optimizer_shape=(3,)
         ),
         spmd.UnknownAxisError("no batch axis", axis_name="batch", available=("data",)),
+        spmd.BatchSplitError("10 rows in 4 parts", path="['x']", shape=(10, 2), parts=4),
         optim.LearningRateNotFoundError(),
         optim.LineSearchStateError("no line search", paths=("opt", "0")),
         optim.OptimizerConfigError("negative", field="learning_rate", value=-1.0),

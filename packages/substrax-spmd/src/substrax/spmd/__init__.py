@@ -27,15 +27,18 @@ from substrax.support import lazy_exports
 if TYPE_CHECKING:
     from ._errors import (
         BatchPlacementError as BatchPlacementError,
+        BatchSplitError as BatchSplitError,
         OptimizerMismatchError as OptimizerMismatchError,
         UnknownAxisError as UnknownAxisError,
         UnknownReductionError as UnknownReductionError,
     )
+    from ._eval_step import EvalStep as EvalStep
     from ._placement import (
         create_data_parallel_sharding as create_data_parallel_sharding,
         place_batch_on_shards as place_batch_on_shards,
         place_nnx_state_on_shards as place_nnx_state_on_shards,
     )
+    from ._precision import PrecisionPolicy as PrecisionPolicy
     from ._reductions import (
         REDUCTIONS as REDUCTIONS,
         Reduction as Reduction,
@@ -56,8 +59,10 @@ if TYPE_CHECKING:
 
 # Each public name and the private module that defines it.
 _HOMES: dict[str, str] = {
-    **dict.fromkeys(("BatchPlacementError", "UnknownReductionError"), "_errors"),
+    **dict.fromkeys(("BatchPlacementError", "BatchSplitError", "UnknownReductionError"), "_errors"),
     **dict.fromkeys(("OptimizerMismatchError", "UnknownAxisError"), "_errors"),
+    "EvalStep": "_eval_step",
+    "PrecisionPolicy": "_precision",
     **dict.fromkeys(
         ("create_data_parallel_sharding", "place_batch_on_shards", "place_nnx_state_on_shards"),
         "_placement",
@@ -86,7 +91,10 @@ _HOMES: dict[str, str] = {
 __all__ = [
     "REDUCTIONS",
     "BatchPlacementError",
+    "BatchSplitError",
+    "EvalStep",
     "OptimizerMismatchError",
+    "PrecisionPolicy",
     "Reduction",
     "TrainStep",
     "UnknownAxisError",

@@ -60,6 +60,34 @@ class UnknownReductionError(PicklableError, ValueError):
         self.reduction = reduction
 
 
+class BatchSplitError(PicklableError, ValueError):
+    """A batch leaf that cannot be split into microbatches or into the steps of one call.
+
+    Raised when a step with ``accumulate_steps=N`` gets a leaf whose leading dimension ``N``
+    does not divide, or a step with ``steps_per_call=k`` gets a leaf whose leading dimension is
+    not ``k``.
+
+    Attributes:
+        path: The leaf's key path, e.g. ``"['x']"``.
+        shape: The leaf's shape.
+        parts: The number of microbatches or steps asked for.
+
+    Example:
+        >>> from substrax.spmd import BatchSplitError
+        >>> error = BatchSplitError("10 rows in 4 microbatches", path="['x']", shape=(10,), parts=4)
+        >>> error.path, error.shape, error.parts
+        ("['x']", (10,), 4)
+    """
+
+    __module__ = "substrax.spmd"
+
+    def __init__(self, message: str, *, path: str, shape: tuple[int, ...], parts: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.shape = shape
+        self.parts = parts
+
+
 class OptimizerMismatchError(PicklableError, ValueError):
     """An optimizer whose state was built for another model than the one it is given with.
 

@@ -9,7 +9,7 @@ every step as one pure compiled call; the nnx objects are written back when aske
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 from substrax.typing import PyTree
 
 from ._consistency import check_loss_output, check_optimizer_matches
+from ._features import with_loop_features
+from ._multi_step import stacked_sharding
 from ._placement import place_batch_on_shards, resolve_batch_sharding
+
+
+if TYPE_CHECKING:
+    from ._precision import PrecisionPolicy
 
 
 def _strong(x: PyTree) -> PyTree:
@@ -70,6 +76,17 @@ class TrainStep[M: nnx.Module]:
             ``NamedSharding(mesh, spec)``; without a mesh it is refused with a ``TypeError``.
         has_aux: Whether ``loss_fn`` returns ``(loss, aux)``.
         donate: Donate the state buffers (the point of the exercise; turn off to debug).
+        accumulate_steps: Split each batch into this many microbatches inside the compiled
+            step (a ``lax.scan``) and average their gradients in float32: one update, the same
+            as on the whole batch for a mean loss, with one microbatch's activations in memory.
+            Every batch leaf's leading dimension must be a multiple of it
+            (:class:`~substrax.spmd.BatchSplitError` names the leaf otherwise); the loss and
+            aux are averaged over the microbatches.
+        steps_per_call: Run this many steps in one call (a ``lax.scan``) on batches stacked on
+            a new leading axis; the call returns the per-step losses (and aux) stacked.
+            ``batch_sharding`` then describes one batch; the stacked axis is not split.
+        precision: A :class:`~substrax.spmd.PrecisionPolicy`: the parameters stay in its
+            ``param_dtype`` and are cast to its ``compute_dtype`` where used inside the step.
 
     Example:
         >>> import optax
@@ -96,6 +113,9 @@ class TrainStep[M: nnx.Module]:
         batch_sharding: Sharding | PyTree | None = None,
         has_aux: bool = False,
         donate: bool = True,
+        accumulate_steps: int = 1,
+        steps_per_call: int = 1,
+        precision: PrecisionPolicy | None = None,
     ) -> None:
         check_optimizer_matches(model, optimizer)
         self._model = model
@@ -128,6 +148,8 @@ class TrainStep[M: nnx.Module]:
         self._batch_sharding = (
             None if batch_sharding is None else resolve_batch_sharding(batch_sharding, mesh)
         )
+        if steps_per_call != 1 and self._batch_sharding is not None:
+            self._batch_sharding = stacked_sharding(self._batch_sharding)
         self._leaves: list[Any] = leaves
         self._variables: list[nnx.Variable[Any]] | None = (
             variables if len(variables) == len(leaves) else None
@@ -151,8 +173,20 @@ class TrainStep[M: nnx.Module]:
             optimizer.update(model, grads)
             return jax.tree.leaves(nnx.state((model, optimizer))), out
 
-        self._jitted = jax.jit(
+        step = with_loop_features(
             pure,
+            graphdef=graphdef,
+            treedef=treedef,
+            loss_fn=loss_fn,
+            has_aux=has_aux,
+            optimizer=optimizer,
+            model=model,
+            accumulate_steps=accumulate_steps,
+            steps_per_call=steps_per_call,
+            precision=precision,
+        )
+        self._jitted = jax.jit(
+            step,
             donate_argnums=(0,) if donate else (),
             out_shardings=(shardings, metric_sharding),
         )
@@ -258,6 +292,9 @@ def make_train_step[M: nnx.Module](
     batch_sharding: Sharding | PyTree | None = None,
     has_aux: bool = False,
     donate: bool = True,
+    accumulate_steps: int = 1,
+    steps_per_call: int = 1,
+    precision: PrecisionPolicy | None = None,
 ) -> TrainStep[M]:
     """Build a :class:`TrainStep`; the same arguments.
 
@@ -280,4 +317,7 @@ def make_train_step[M: nnx.Module](
         batch_sharding=batch_sharding,
         has_aux=has_aux,
         donate=donate,
+        accumulate_steps=accumulate_steps,
+        steps_per_call=steps_per_call,
+        precision=precision,
     )

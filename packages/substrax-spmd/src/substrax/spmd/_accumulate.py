@@ -1,0 +1,85 @@
+"""Gradient accumulation: one batch split into microbatches inside one compiled step.
+
+A ``jax.lax.scan`` runs the forward and backward pass on one microbatch at a time and adds the
+gradients into float32 accumulators, so the step holds one microbatch's activations and one
+gradient buffer at a time, however many microbatches there are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from substrax.typing import PyTree
+
+from ._errors import BatchSplitError
+
+
+# (params, rest, microbatch) -> ((loss, aux), grads, rest)
+type GradFn = Callable[[PyTree, PyTree, PyTree], tuple[tuple[Any, Any], PyTree, PyTree]]
+
+
+def split_microbatches(batch: PyTree, count: int) -> PyTree:
+    """Split every leaf's leading dimension into ``count`` microbatches, stacked on axis 0.
+
+    Microbatch ``i`` takes rows ``i, i + count, i + 2 * count, ...``: under data-parallel
+    sharding each device's block of rows splits into its own share of every microbatch, so no
+    rows move between devices. The mean over microbatches of a mean loss is the mean loss of
+    the batch whatever rows each microbatch takes.
+
+    Raises:
+        BatchSplitError: A leaf that is a scalar or whose leading dimension ``count`` does not
+            divide, named by its key path.
+    """
+
+    def split(path: tuple[Any, ...], x: PyTree) -> PyTree:
+        shape: tuple[int, ...] = tuple(getattr(x, "shape", ()))
+        if not shape or shape[0] % count:
+            rows = f"{shape[0]} rows" if shape else "a scalar"
+            raise BatchSplitError(
+                f"batch leaf {jax.tree_util.keystr(path)} of shape {shape} is {rows}, which "
+                f"cannot be split into {count} equal microbatches; give a batch whose leading "
+                f"dimension is a multiple of accumulate_steps={count}",
+                path=jax.tree_util.keystr(path),
+                shape=shape,
+                parts=count,
+            )
+        return jnp.swapaxes(x.reshape(shape[0] // count, count, *shape[1:]), 0, 1)
+
+    return jax.tree_util.tree_map_with_path(split, batch)
+
+
+def _zeros_f32(x: jax.Array) -> jax.Array:
+    dtype = jnp.float32 if jnp.issubdtype(x.dtype, jnp.floating) else x.dtype
+    return jnp.zeros(x.shape, dtype)
+
+
+def accumulate_gradients(
+    grad_fn: GradFn, params: PyTree, rest: PyTree, batch: PyTree, count: int
+) -> tuple[tuple[Any, Any], PyTree, PyTree]:
+    """Run ``grad_fn`` on each of ``count`` microbatches of ``batch`` and average the results.
+
+    The gradients are summed in float32 and divided by ``count`` (so a mean loss gives the
+    gradient of the whole batch), then cast to each parameter's dtype. The loss and every
+    auxiliary leaf are averaged over the microbatches. ``rest`` (batch statistics, RNG counts)
+    is threaded through the microbatches in order.
+    """
+    microbatches = split_microbatches(batch, count)
+
+    def body(
+        carry: tuple[PyTree, PyTree], microbatch: PyTree
+    ) -> tuple[tuple[PyTree, PyTree], tuple[Any, Any]]:
+        total, state = carry
+        out, grads, state = grad_fn(params, state, microbatch)
+        total = jax.tree.map(lambda t, g: t + g.astype(t.dtype), total, grads)
+        return (total, state), out
+
+    zeros = jax.tree.map(_zeros_f32, params)
+    (total, rest), (losses, aux) = jax.lax.scan(body, (zeros, rest), microbatches)
+    grads = jax.tree.map(lambda t, p: (t / count).astype(p.dtype), total, params)
+    loss = jnp.mean(losses, axis=0)
+    aux = jax.tree.map(lambda x: jnp.mean(x, axis=0), aux)
+    return (loss, aux), grads, rest

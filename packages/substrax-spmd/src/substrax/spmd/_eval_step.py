@@ -1,0 +1,143 @@
+"""A compiled evaluation step: metrics of a model on a batch, no update, no donation.
+
+The metrics are means over the global batch. Under data-parallel sharding each device holds
+some rows; the mean is one program over the sharded batch, so XLA reduces across devices and
+every device (and process) gets the same value, equal to the mean computed on one device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
+
+from substrax.typing import PyTree
+
+from ._placement import place_batch_on_shards
+from ._precision import PrecisionPolicy
+from ._train_step import TrainStep
+
+
+def _weighted(metric: jax.Array, *, count: int) -> np.ndarray[Any, Any]:
+    return np.asarray(metric, np.float64) * count
+
+
+def _rows(batch: PyTree) -> int:
+    leaves = jax.tree.leaves(batch)
+    shape = getattr(leaves[0], "shape", ()) if leaves else ()
+    if not shape:
+        raise ValueError("evaluate needs batches whose first leaf has a leading (row) dimension")
+    return int(shape[0])
+
+
+class EvalStep[M: nnx.Module]:
+    """A compiled evaluation step: ``metric_fn(model, batch)`` reduced to global means.
+
+    ``metric_fn`` returns a pytree (usually a dict) of arrays: per-example values (such as
+    ``argmax(logits) == labels``) or scalars. Each leaf is averaged over all its elements inside
+    the compiled step, so with a batch sharded over a data axis the result is the mean over the
+    global batch, reduced across devices, and replicated. The model's state is read on each call
+    (never donated, never updated); the step compiles once per batch shape.
+
+    Args:
+        model: The model, or a :class:`TrainStep` whose current state is evaluated (without a
+            sync) on each call.
+        metric_fn: ``(model, batch) -> pytree of arrays``.
+        mesh: The mesh; taken from the state's shardings when None.
+        batch_sharding: Where a host batch goes, as for :class:`TrainStep`.
+        precision: A :class:`PrecisionPolicy`: the model's floating state and the batch are
+            cast to its compute dtype, metrics to its output dtype.
+        eval_mode: Run the model in evaluation mode (``Module.eval()``: dropout off, batch
+            norm on its running averages) inside the step; the model object is not changed.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> from substrax.spmd import EvalStep
+        >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+        >>> def metrics(m, b):
+        ...     return {"mse": (m(b["x"]) - b["y"]) ** 2, "zero": jnp.zeros(())}
+        >>> evaluate = EvalStep(model, metrics)
+        >>> batch = {"x": jnp.zeros((4, 2)), "y": jnp.ones((4, 1))}
+        >>> {k: float(v) for k, v in evaluate(batch).items()}
+        {'mse': 1.0, 'zero': 0.0}
+        >>> evaluate.evaluate([batch, batch])
+        {'mse': 1.0, 'zero': 0.0}
+    """
+
+    def __init__(
+        self,
+        model: M | TrainStep[M],
+        metric_fn: Callable[[M, Any], PyTree],
+        *,
+        mesh: Mesh | None = None,
+        batch_sharding: Sharding | PyTree | None = None,
+        precision: PrecisionPolicy | None = None,
+        eval_mode: bool = True,
+    ) -> None:
+        self._source = model
+        self._batch_sharding = batch_sharding
+        # a TrainStep's own model object, unsynced: syncing would make every step write back
+        module = model._model if isinstance(model, TrainStep) else model  # pyright: ignore[reportPrivateUsage]
+        graphdef = nnx.graphdef(module)
+        if mesh is None and isinstance(model, TrainStep):
+            mesh = model.mesh
+        self._mesh = mesh
+
+        def pure(state: PyTree, batch: PyTree) -> PyTree:
+            if precision is not None:
+                state, batch = precision.cast_to_compute((state, batch))
+            model = nnx.merge(graphdef, state)
+            if eval_mode:
+                model.eval()
+            metrics = jax.tree.map(jnp.mean, metric_fn(model, batch))
+            return precision.cast_to_output(metrics) if precision is not None else metrics
+
+        if mesh is None:
+            self._jitted = jax.jit(pure)
+        else:  # every device (and process) gets the whole reduced value
+            self._jitted = jax.jit(pure, out_shardings=NamedSharding(mesh, PartitionSpec()))
+
+    @property
+    def jitted(self) -> PyTree:
+        """The underlying ``jax.jit`` function ``(model_state, batch) -> metrics``."""
+        return self._jitted
+
+    def _state(self) -> PyTree:
+        if isinstance(self._source, TrainStep):
+            return self._source.state[0]
+        return nnx.state(self._source)
+
+    def __call__(self, batch: PyTree) -> PyTree:
+        """The metrics on ``batch``, each a replicated scalar: its mean over the global batch."""
+        if self._batch_sharding is not None and not all(
+            isinstance(x, jax.Array) for x in jax.tree.leaves(batch)
+        ):
+            batch = place_batch_on_shards(batch, self._batch_sharding)
+        if self._mesh is None:
+            return self._jitted(self._state(), batch)
+        with jax.set_mesh(self._mesh):
+            return self._jitted(self._state(), batch)
+
+    def evaluate(self, batches: Iterable[PyTree]) -> PyTree:
+        """The metrics over several batches, each batch weighted by its number of rows.
+
+        The result is the mean over every row of every batch (for per-example metrics), as
+        Python floats in the structure ``metric_fn`` returns.
+        """
+        total: PyTree = None
+        rows = 0
+        for batch in batches:
+            count = _rows(batch)
+            metrics = jax.tree.map(partial(_weighted, count=count), self(batch))
+            total = metrics if total is None else jax.tree.map(np.add, total, metrics)
+            rows += count
+        if total is None:
+            raise ValueError("evaluate got no batches; give at least one")
+        return jax.tree.map(lambda x: float(x / rows), total)

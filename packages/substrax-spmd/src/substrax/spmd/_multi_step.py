@@ -1,0 +1,56 @@
+"""Several train steps in one dispatch: a ``lax.scan`` over batches stacked on a leading axis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from substrax.typing import PyTree
+
+from ._errors import BatchSplitError
+from ._update import PureStep
+
+
+def stacked_sharding(batch_sharding: PyTree) -> PyTree:
+    """The sharding of ``k`` batches stacked on a new leading axis: that axis is not split.
+
+    Each ``NamedSharding`` in the prefix tree ``batch_sharding`` gains a leading ``None`` in
+    its partition spec, so the data axis still splits each batch's rows.
+    """
+
+    def stack(sharding: PyTree) -> PyTree:
+        if isinstance(sharding, NamedSharding):
+            return NamedSharding(sharding.mesh, PartitionSpec(None, *sharding.spec))
+        return sharding
+
+    return jax.tree.map(stack, batch_sharding, is_leaf=lambda x: isinstance(x, NamedSharding))
+
+
+def repeat_steps(update: PureStep, steps: int) -> PureStep:
+    """Run ``update`` over ``steps`` batches stacked on a leading axis, in one ``lax.scan``.
+
+    The outputs (losses, aux) come back stacked, one row per step.
+
+    Raises:
+        BatchSplitError: A leaf whose leading dimension is not ``steps``, named by its path.
+    """
+
+    def check(path: tuple[Any, ...], x: PyTree) -> None:
+        shape = tuple(getattr(x, "shape", ()))
+        if not shape or shape[0] != steps:
+            raise BatchSplitError(
+                f"batch leaf {jax.tree_util.keystr(path)} of shape {shape} does not hold "
+                f"steps_per_call={steps} batches; stack {steps} batches on a new leading axis "
+                f"(e.g. np.stack) so that every leaf has shape ({steps}, batch, ...)",
+                path=jax.tree_util.keystr(path),
+                shape=shape,
+                parts=steps,
+            )
+
+    def many(leaves: list[Any], batches: PyTree) -> tuple[list[Any], PyTree]:
+        jax.tree_util.tree_map_with_path(check, batches)
+        return jax.lax.scan(update, leaves, batches)
+
+    return many

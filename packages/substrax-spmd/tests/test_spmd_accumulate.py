@@ -1,0 +1,173 @@
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from substrax.mesh import create_device_mesh
+from substrax.spmd import (
+    BatchSplitError,
+    TrainStep,
+    create_data_parallel_sharding,
+    make_train_step,
+    place_batch_on_shards,
+)
+from substrax.spmd._accumulate import split_microbatches
+from substrax.testing import expect_compiles
+
+
+class MLP(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.up = nnx.Linear(8, 32, rngs=rngs)
+        self.down = nnx.Linear(32, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.down(jax.nn.relu(self.up(x)))
+
+
+def mse_with_aux(model, batch):
+    pred = model(batch["x"])
+    return ((pred - batch["y"]) ** 2).mean(), {"mean_pred": pred.mean()}
+
+
+def params_of(model):
+    return {
+        "/".join(map(str, k)): np.asarray(v.get_value())
+        for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))
+    }
+
+
+def train(host_batches, *, accumulate_steps, mesh=None):
+    model = MLP(nnx.Rngs(0))
+    step = make_train_step(
+        model,
+        nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+        mse_with_aux,
+        mesh=mesh,
+        batch_sharding=None if mesh is None else create_data_parallel_sharding(mesh),
+        has_aux=True,
+        accumulate_steps=accumulate_steps,
+    )
+    with expect_compiles(1):
+        outs = [step(b) for b in host_batches]
+    return outs, params_of(step.model)
+
+
+def test_microbatches_take_strided_rows_and_indivisible_batches_are_refused():
+    batch = {"x": np.arange(8 * 3).reshape(8, 3), "y": np.arange(8)}
+    micro = split_microbatches(batch, 4)
+    assert micro["x"].shape == (4, 2, 3)
+    np.testing.assert_array_equal(micro["y"], [[0, 4], [1, 5], [2, 6], [3, 7]])
+    with pytest.raises(BatchSplitError, match=r"\['y'\].*accumulate_steps=3") as caught:
+        split_microbatches({"x": np.ones((9, 3)), "y": np.ones(8)}, 3)
+    assert (caught.value.path, caught.value.shape, caught.value.parts) == ("['y']", (8,), 3)
+
+
+def test_accumulated_step_equals_one_step_on_the_whole_batch(host_batches):
+    mesh = create_device_mesh({"data": 8})
+    whole, whole_params = train(host_batches, accumulate_steps=1, mesh=mesh)
+    # 16 rows: 2 microbatches of 8, one row per device in each
+    accumulated, params = train(host_batches, accumulate_steps=2, mesh=mesh)
+    for (loss, aux), (want, want_aux) in zip(accumulated, whole, strict=True):
+        assert float(loss) == pytest.approx(float(want), rel=1e-5)
+        assert float(aux["mean_pred"]) == pytest.approx(float(want_aux["mean_pred"]), rel=1e-4)
+    for name, value in whole_params.items():
+        np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    # on one device, 4 microbatches of 4 rows
+    unsharded, unsharded_params = train(host_batches, accumulate_steps=4)
+    assert float(unsharded[-1][0]) == pytest.approx(float(whole[-1][0]), rel=1e-5)
+    for name, value in whole_params.items():
+        np.testing.assert_allclose(unsharded_params[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_the_microbatch_count_does_not_divide_is_refused(host_batches):
+    model = MLP(nnx.Rngs(0))
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+        lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean(),
+        accumulate_steps=3,
+    )
+    with pytest.raises(BatchSplitError, match=r"\['x'\] of shape \(16, 8\)") as caught:
+        step(host_batches[0])
+    assert caught.value.parts == 3
+    assert step(jax.tree.map(lambda x: x[:15], host_batches[0])).shape == ()
+
+
+class Wide(nnx.Module):
+    """Few parameters, wide activations: activation memory dominates a step."""
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.up = nnx.Linear(4, 1024, rngs=rngs)
+        self.down = nnx.Linear(1024, 1, rngs=rngs)
+
+    def __call__(self, x):
+        hidden = self.up(x)
+        return self.down(jax.nn.gelu(hidden) * jnp.tanh(hidden) + jnp.sin(hidden))
+
+
+def compiled(step, batch):
+    with jax.set_mesh(step.mesh):
+        return step.jitted.lower(jax.tree.leaves(step.state), batch).compile()
+
+
+def test_peak_memory_is_one_microbatch_not_the_whole_batch():
+    mesh = create_device_mesh({"data": 8})
+    sharding = create_data_parallel_sharding(mesh)
+
+    def build(accumulate_steps):
+        model = Wide(nnx.Rngs(0))
+        return TrainStep(
+            model,
+            nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param),
+            lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean(),
+            mesh=mesh,
+            batch_sharding=sharding,
+            accumulate_steps=accumulate_steps,
+        )
+
+    def rows(n):
+        return place_batch_on_shards({"x": np.ones((n, 4)), "y": np.ones((n, 1))}, sharding)
+
+    accumulated = compiled(build(8), rows(2048))
+    micro = compiled(build(1), rows(256)).memory_analysis().temp_size_in_bytes
+    whole = compiled(build(1), rows(2048)).memory_analysis().temp_size_in_bytes
+    temp = accumulated.memory_analysis().temp_size_in_bytes
+    assert temp <= 1.2 * micro, (temp, micro)  # one microbatch's activations + one gradient
+    assert whole > 4 * micro  # and the model's activations do dominate
+    # the strided split keeps each device's rows on it: only the gradient all-reduce remains
+    collectives = set(
+        re.findall(r"all-gather|all-to-all|collective-permute", accumulated.as_text())
+    )
+    assert collectives == set()
+
+
+class Stateful(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense = nnx.Linear(8, 8, rngs=rngs)
+        self.norm = nnx.BatchNorm(8, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.out = nnx.Linear(8, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(self.drop(self.norm(self.dense(x))))
+
+
+def test_batch_statistics_and_rng_state_advance_per_microbatch(host_batches):
+    model = Stateful(nnx.Rngs(0))
+    mean_before = np.asarray(model.norm.mean.get_value()).copy()
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+        lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean(),
+        accumulate_steps=4,
+    )
+    with expect_compiles(1):
+        losses = [float(step(b)) for b in host_batches]
+    assert len(set(losses)) == 3
+    synced = step.model
+    assert not np.allclose(np.asarray(synced.norm.mean.get_value()), mean_before)
+    assert int(synced.drop.rngs.count.get_value()) == 3 * 4  # one dropout key per microbatch

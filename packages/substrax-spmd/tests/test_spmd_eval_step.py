@@ -1,0 +1,129 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from substrax.mesh import create_device_mesh
+from substrax.spmd import (
+    EvalStep,
+    PrecisionPolicy,
+    TrainStep,
+    create_data_parallel_sharding,
+    place_batch_on_shards,
+)
+from substrax.testing import expect_compiles
+
+
+class Classifier(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.dense = nnx.Linear(8, 16, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.out = nnx.Linear(16, 3, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(self.drop(jax.nn.relu(self.dense(x))))
+
+
+def metrics(model, batch):
+    logits = model(batch["x"])
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])
+    return {"loss": losses, "accuracy": jnp.argmax(logits, -1) == batch["label"]}
+
+
+def numpy_metrics(model, batch):
+    """The same metrics, computed eagerly on one device from host arrays."""
+    model.eval()
+    logits = np.asarray(model(jnp.asarray(batch["x"])))
+    shifted = logits - logits.max(-1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    picked = np.take_along_axis(logp, batch["label"][:, None], -1)[:, 0]
+    return {
+        "loss": float(-picked.mean()),
+        "accuracy": float((logits.argmax(-1) == batch["label"]).mean()),
+    }
+
+
+@pytest.fixture(scope="module")
+def eval_batch():
+    rng = np.random.default_rng(1)
+    return {
+        "x": rng.normal(size=(32, 8)).astype(np.float32),
+        "label": rng.integers(0, 3, size=32).astype(np.int32),
+    }
+
+
+def test_sharded_metrics_are_global_means_equal_to_one_device(eval_batch):
+    mesh = create_device_mesh({"data": 8})
+    sharding = create_data_parallel_sharding(mesh)
+    model = Classifier(nnx.Rngs(0))
+    evaluate = EvalStep(model, metrics, mesh=mesh, batch_sharding=sharding)
+    placed = place_batch_on_shards(eval_batch, sharding)
+    assert placed["x"].addressable_shards[0].data.shape == (4, 8)  # each device has 4 rows
+    with expect_compiles(1):
+        out = evaluate(placed)
+        evaluate(eval_batch)  # a host batch is placed on the sharding, same program
+    assert out["loss"].sharding == NamedSharding(mesh, P())  # replicated on every device
+    expected = numpy_metrics(Classifier(nnx.Rngs(0)), eval_batch)
+    assert float(out["loss"]) == pytest.approx(expected["loss"], rel=1e-5)
+    assert float(out["accuracy"]) == pytest.approx(expected["accuracy"])
+    assert not model.drop.deterministic  # eval mode applied inside the step only
+
+
+def test_evaluate_weights_batches_by_rows(eval_batch):
+    model = Classifier(nnx.Rngs(0))
+    evaluate = EvalStep(model, metrics)
+    first = {k: v[:24] for k, v in eval_batch.items()}
+    second = {k: v[24:] for k, v in eval_batch.items()}
+    whole = evaluate(eval_batch)
+    combined = evaluate.evaluate([first, second])
+    assert combined["loss"] == pytest.approx(float(whole["loss"]), rel=1e-5)
+    assert combined["accuracy"] == pytest.approx(float(whole["accuracy"]))
+    with pytest.raises(ValueError, match="no batches"):
+        evaluate.evaluate([])
+
+
+def test_reads_the_train_steps_current_state_without_donating_it(eval_batch):
+    model = Classifier(nnx.Rngs(0))
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param),
+        lambda m, b: metrics(m, b)["loss"].mean(),
+    )
+    step(eval_batch)
+    evaluate = EvalStep(step, metrics)
+    before = float(evaluate(eval_batch)["loss"])
+    for _ in range(5):
+        step(eval_batch)
+    assert model.dense.kernel.get_value().is_deleted()  # the step was not made to sync
+    state = step.state
+    after = float(evaluate(eval_batch)["loss"])
+    assert after < before  # the trained state, not the one at construction
+    kernel = state[0]["dense"]["kernel"].get_value()
+    assert not kernel.is_deleted()  # evaluation donates nothing
+    assert after == pytest.approx(numpy_metrics(step.model, eval_batch)["loss"], rel=1e-5)
+
+
+def test_eval_mode_off_keeps_dropout(eval_batch):
+    model = Classifier(nnx.Rngs(0))
+    on = EvalStep(model, metrics)(eval_batch)
+    off = EvalStep(model, metrics, eval_mode=False)(eval_batch)
+    assert float(on["loss"]) != pytest.approx(float(off["loss"]), rel=1e-3)
+
+
+def test_precision_policy_computes_in_bfloat16_and_returns_float32(eval_batch):
+    seen: list[jnp.dtype] = []
+
+    def recorded(model, batch):
+        seen.extend([model.dense.kernel.get_value().dtype, batch["x"].dtype])
+        return metrics(model, batch)
+
+    model = Classifier(nnx.Rngs(0))
+    out = EvalStep(model, recorded, precision=PrecisionPolicy(compute_dtype="bfloat16"))(eval_batch)
+    assert seen == [jnp.bfloat16, jnp.bfloat16]
+    assert out["loss"].dtype == jnp.float32
+    expected = numpy_metrics(Classifier(nnx.Rngs(0)), eval_batch)["loss"]
+    assert float(out["loss"]) == pytest.approx(expected, rel=2e-2)
+    assert model.dense.kernel.get_value().dtype == jnp.float32
