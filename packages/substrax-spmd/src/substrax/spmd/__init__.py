@@ -118,4 +118,4 @@ __all__ = [
 
 
 # Each name is loaded from its module on first use (PEP 562), then kept here.
-__getattr__, __dir__ = lazy_exports(__name__, _HOMES, __all__)
+lazy_exports(__name__, _HOMES, __all__)
