@@ -1,5 +1,8 @@
 """apply_runtime in fresh interpreters: before jax is imported, and after."""
 
+from substrax.runtime import default_compilation_cache_dir
+
+
 BEFORE_IMPORT = """
 import json, os, sys
 from substrax.runtime import JaxRuntime, apply_runtime
@@ -51,7 +54,11 @@ print(json.dumps(out))
 
 def test_before_import_writes_the_environment(child):
     out = child(BEFORE_IMPORT, env={"JAX_PLATFORMS": "cpu"})
-    assert out["target"] == {"XLA_FLAGS": "--xla_a=1 --xla_b", "JAX_NUM_CPU_DEVICES": "3"}
+    assert out["target"] == {
+        "XLA_FLAGS": "--xla_a=1 --xla_b",
+        "JAX_NUM_CPU_DEVICES": "3",
+        "JAX_COMPILATION_CACHE_DIR": str(default_compilation_cache_dir()),
+    }
     assert out["devices"] == 3
     assert out["x64"] is True
     assert out["debug_nans"] is True

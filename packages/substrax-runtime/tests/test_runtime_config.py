@@ -7,12 +7,15 @@ import pytest
 from substrax.runtime import JaxRuntime, XlaFlagConflictError
 
 
-def test_defaults_leave_everything_alone():
+def test_defaults_leave_everything_alone_but_keep_the_compilation_cache():
     runtime = JaxRuntime()
     assert runtime.platforms is None
     assert runtime.xla_flags == ()
+    assert runtime.compilation_cache is True
     assert all(
-        getattr(runtime, field.name) in (None, ()) for field in dataclasses.fields(JaxRuntime)
+        getattr(runtime, field.name) in (None, ())
+        for field in dataclasses.fields(JaxRuntime)
+        if field.name != "compilation_cache"
     )
 
 

@@ -5,8 +5,13 @@ from substrax.runtime import (
     RuntimeConfigurationError,
     XlaFlagConflictError,
     child_environment,
+    default_compilation_cache_dir,
     runtime_environment,
 )
+
+
+# what every runtime renders unless told otherwise: the persistent compilation cache, on
+CACHE = {"JAX_COMPILATION_CACHE_DIR": str(default_compilation_cache_dir())}
 
 
 def test_every_field_maps_to_its_variable(tmp_path):
@@ -38,17 +43,35 @@ def test_every_field_maps_to_its_variable(tmp_path):
     }
 
 
+def test_the_compilation_cache_is_on_by_default_overridable_and_off_when_told(tmp_path):
+    assert default_compilation_cache_dir().is_absolute()
+    assert runtime_environment(JaxRuntime(), {}) == CACHE
+    assert runtime_environment(JaxRuntime(compilation_cache_dir=tmp_path), {}) == {
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path)
+    }
+    assert runtime_environment(JaxRuntime(compilation_cache=False), {}) == {
+        "JAX_ENABLE_COMPILATION_CACHE": "false"
+    }
+    with pytest.raises(ValueError, match="drop one of the two"):
+        JaxRuntime(compilation_cache=False, compilation_cache_dir=tmp_path)
+    with pytest.raises(TypeError, match="compilation_cache must be a bool"):
+        JaxRuntime(compilation_cache="yes")  # type: ignore[arg-type]
+
+
 def test_only_set_variables_are_returned():
     base = {"JAX_PLATFORMS": "tpu", "HOME": "/home/x"}
-    assert runtime_environment(JaxRuntime(enable_x64=False), base) == {"JAX_ENABLE_X64": "false"}
-    assert runtime_environment(JaxRuntime(), base) == {}
+    assert runtime_environment(JaxRuntime(enable_x64=False), base) == {
+        "JAX_ENABLE_X64": "false",
+        **CACHE,
+    }
+    assert runtime_environment(JaxRuntime(), base) == CACHE
 
 
 def test_xla_flags_merge_with_base():
     env = runtime_environment(JaxRuntime(xla_flags=("--b=2",)), {"XLA_FLAGS": "--a=1 --b=2"})
-    assert env == {"XLA_FLAGS": "--a=1 --b=2"}
+    assert env == {"XLA_FLAGS": "--a=1 --b=2", **CACHE}
     env = runtime_environment(JaxRuntime(xla_flags=("--c",)), {"XLA_FLAGS": "--a=1"})
-    assert env == {"XLA_FLAGS": "--a=1 --c"}
+    assert env == {"XLA_FLAGS": "--a=1 --c", **CACHE}
 
 
 def test_xla_flag_conflict_with_base():
@@ -62,14 +85,15 @@ def test_deprecated_memory_fraction_variable_is_refused():
     with pytest.raises(RuntimeConfigurationError, match="XLA_PYTHON_CLIENT_MEM_FRACTION"):
         runtime_environment(JaxRuntime(memory_fraction=0.5), base)
     assert runtime_environment(JaxRuntime(preallocate=True), base) == {
-        "XLA_PYTHON_CLIENT_PREALLOCATE": "true"
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
+        **CACHE,
     }
 
 
 def test_child_environment_drops_inherited_jax_settings():
     parent = {"JAX_PLATFORMS": "cuda", "XLA_FLAGS": "--a=1", "PATH": "/bin", "JAXLIKE": "kept"}
     child = child_environment(JaxRuntime(cpu_devices=2), parent=parent)
-    assert child == {"PATH": "/bin", "JAXLIKE": "kept", "JAX_NUM_CPU_DEVICES": "2"}
+    assert child == {"PATH": "/bin", "JAXLIKE": "kept", "JAX_NUM_CPU_DEVICES": "2", **CACHE}
 
 
 def test_child_environment_env_then_runtime():
@@ -78,7 +102,13 @@ def test_child_environment_env_then_runtime():
         {"XLA_FLAGS": "--a=1", "JAX_PLATFORMS": "tpu", "EXTRA": "1"},
         parent={"HOME": "/h"},
     )
-    assert child == {"HOME": "/h", "XLA_FLAGS": "--a=1 --b", "JAX_PLATFORMS": "cpu", "EXTRA": "1"}
+    assert child == {
+        "HOME": "/h",
+        "XLA_FLAGS": "--a=1 --b",
+        "JAX_PLATFORMS": "cpu",
+        "EXTRA": "1",
+        **CACHE,
+    }
 
 
 def test_child_environment_conflict_raises_before_the_child_starts():

@@ -13,7 +13,7 @@ def resolve(env, *, cuda=False, default=8):
 
 
 def test_default_is_cpu_with_default_devices():
-    assert resolve({}) == JaxRuntime(platforms=("cpu",), cpu_devices=8)
+    assert resolve({}) == JaxRuntime(platforms=("cpu",), cpu_devices=8, compilation_cache=False)
     assert resolve({}, default=2).cpu_devices == 2
     assert resolve({}, default=0).cpu_devices is None
 
@@ -24,7 +24,7 @@ def test_inherited_accelerator_platforms_do_not_move_tests():
 
 def test_prefixed_platforms_select_accelerators():
     assert resolve({f"{P}JAX_PLATFORMS": "cuda,cpu"}, cuda=True) == JaxRuntime(
-        platforms=("cuda", "cpu")
+        platforms=("cuda", "cpu"), compilation_cache=False
     )
     assert resolve({f"{P}JAX_PLATFORMS": "tpu"}).platforms == ("tpu",)
 

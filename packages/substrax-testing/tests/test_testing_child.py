@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pydantic
 import pytest
 
-from substrax.runtime import JaxRuntime, XlaFlagConflictError
+from substrax.runtime import JaxRuntime, XlaFlagConflictError, default_compilation_cache_dir
 from substrax.testing import ChildFailedError, ChildResult, cuda_is_visible, run_python
 
 
@@ -36,6 +36,7 @@ def test_the_child_gets_cpu_defaults_and_none_of_the_parents_jax_settings(monkey
     run = run_python(ENV_PROGRAM, timeout=60, env={"SUBSTRAX_PROBE": "1"}).check()
     assert run.last_json() == {
         "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": str(default_compilation_cache_dir()),
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "SUBSTRAX_PROBE": "1",
     }
@@ -49,6 +50,7 @@ def test_the_runtime_and_env_choose_over_the_defaults():
     assert run.check().last_json() == {
         "JAX_PLATFORMS": "tpu",
         "JAX_NUM_CPU_DEVICES": "3",
+        "JAX_COMPILATION_CACHE_DIR": str(default_compilation_cache_dir()),
         "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
         "XLA_FLAGS": "--xla_a=1",
     }

@@ -42,7 +42,11 @@ class JaxRuntime:
         cpu_devices: Emulated CPU devices (``JAX_NUM_CPU_DEVICES``), at least 1.
         enable_x64: 64-bit types (``JAX_ENABLE_X64``).
         matmul_precision: Default matmul precision (``JAX_DEFAULT_MATMUL_PRECISION``).
-        compilation_cache_dir: Absolute persistent-cache path (``JAX_COMPILATION_CACHE_DIR``).
+        compilation_cache_dir: Absolute persistent-cache path (``JAX_COMPILATION_CACHE_DIR``);
+            None keeps it in :func:`default_compilation_cache_dir`, the user cache directory.
+        compilation_cache: jax's persistent compilation cache, on by default so that a second
+            run of the same program skips compiling its steps; False turns it off
+            (``JAX_ENABLE_COMPILATION_CACHE=false``).
         xla_flags: Flags merged by name into ``XLA_FLAGS``.
         preallocate: Accelerator memory preallocation (``XLA_PYTHON_CLIENT_PREALLOCATE``).
         memory_fraction: Accelerator memory share in (0, 1] (``XLA_CLIENT_MEM_FRACTION``).
@@ -72,6 +76,7 @@ class JaxRuntime:
     enable_x64: bool | None = None
     matmul_precision: MatmulPrecision | None = None
     compilation_cache_dir: Path | None = None
+    compilation_cache: bool = True
     xla_flags: tuple[str, ...] = ()
     preallocate: bool | None = None
     memory_fraction: float | None = None
@@ -120,9 +125,17 @@ class JaxRuntime:
             check_int("JaxRuntime.cpu_devices", self.cpu_devices, minimum=1)
 
     def _check_cache_dir(self) -> None:
+        enabled: object = self.compilation_cache
+        if not isinstance(enabled, bool):
+            raise TypeError(f"JaxRuntime.compilation_cache must be a bool, got {enabled!r}")
         path: object = self.compilation_cache_dir
         if path is None:
             return
+        if not enabled:
+            raise ValueError(
+                f"JaxRuntime.compilation_cache=False turns the cache off, but "
+                f"compilation_cache_dir={str(path)!r} names one; drop one of the two"
+            )
         from pathlib import Path  # noqa: PLC0415 - see the note on the imports
 
         if isinstance(path, str | os.PathLike) and not isinstance(path, Path):  # coerce str paths

@@ -5,6 +5,7 @@ import sys
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
+from ._cache import default_compilation_cache_dir
 from ._config import JaxRuntime
 from ._errors import RuntimeConfigurationError
 from ._xla_flags import merge_xla_flags, parse_xla_flags
@@ -26,7 +27,6 @@ def _as_is(value: Any) -> Any:  # noqa: ANN401  (a setting's value, whatever its
 _CONFIG_OPTIONS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("enable_x64", "jax_enable_x64", _as_is),
     ("matmul_precision", "jax_default_matmul_precision", _as_is),
-    ("compilation_cache_dir", "jax_compilation_cache_dir", str),
     ("debug_nans", "jax_debug_nans", _as_is),
     ("log_compiles", "jax_log_compiles", _as_is),
     ("persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_compile_time_secs", float),
@@ -36,6 +36,19 @@ _CONFIG_OPTIONS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
 def _config_values(runtime: JaxRuntime) -> dict[str, tuple[str, str, Any]]:
     """The settings jax reads as config options: ``{field: (env var, config name, value)}``."""
     settings: dict[str, tuple[str, str, Any]] = {}
+    if runtime.compilation_cache:
+        cache_dir = runtime.compilation_cache_dir or default_compilation_cache_dir()
+        settings["compilation_cache_dir"] = (
+            "JAX_COMPILATION_CACHE_DIR",
+            "jax_compilation_cache_dir",
+            str(cache_dir),
+        )
+    else:
+        settings["compilation_cache"] = (
+            "JAX_ENABLE_COMPILATION_CACHE",
+            "jax_enable_compilation_cache",
+            False,
+        )
     for field, option, convert in _CONFIG_OPTIONS:
         value = getattr(runtime, field)
         if value is not None:
@@ -63,8 +76,10 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
 
     Example:
         >>> from substrax.runtime import JaxRuntime, runtime_environment
-        >>> runtime_environment(JaxRuntime(platforms=("cpu",), cpu_devices=8), {})
-        {'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '8'}
+        >>> runtime_environment(JaxRuntime(platforms=("cpu",), cpu_devices=8), {})  # doctest: +ELLIPSIS
+        {'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '8', 'JAX_COMPILATION_CACHE_DIR': '.../substrax/jax'}
+        >>> runtime_environment(JaxRuntime(cpu_devices=8, compilation_cache=False), {})
+        {'JAX_NUM_CPU_DEVICES': '8', 'JAX_ENABLE_COMPILATION_CACHE': 'false'}
     """
     env: dict[str, str] = {}
     if runtime.platforms is not None:
@@ -114,9 +129,9 @@ def child_environment(
 
     Example:
         >>> from substrax.runtime import JaxRuntime, child_environment
-        >>> child = child_environment(JaxRuntime(cpu_devices=2), parent={"JAX_PLATFORMS": "cuda", "HOME": "/h"})
-        >>> child
-        {'HOME': '/h', 'JAX_NUM_CPU_DEVICES': '2'}
+        >>> runtime = JaxRuntime(cpu_devices=2, compilation_cache=False)
+        >>> child_environment(runtime, parent={"JAX_PLATFORMS": "cuda", "HOME": "/h"})
+        {'HOME': '/h', 'JAX_NUM_CPU_DEVICES': '2', 'JAX_ENABLE_COMPILATION_CACHE': 'false'}
     """
     source = os.environ if parent is None else parent
     child = {
@@ -193,7 +208,9 @@ def _refuse_startup_settings(runtime: JaxRuntime, environ: Mapping[str, str]) ->
         environ,
     )
     stale.extend(
-        f"{name}={value!r}" for name, value in rendered.items() if environ.get(name) != value
+        f"{name}={value!r}"
+        for name, value in rendered.items()
+        if name.startswith("XLA_") and environ.get(name) != value
     )
     if stale:
         raise RuntimeConfigurationError(

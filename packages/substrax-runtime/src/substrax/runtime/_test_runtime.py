@@ -30,6 +30,9 @@ def resolve_test_runtime(
     2. none, when ``JAX_NUM_CPU_DEVICES`` or ``--xla_force_host_platform_device_count`` is set;
     3. ``default_cpu_devices``.
 
+    The persistent compilation cache is off, so that a test run neither reads nor writes the
+    user's cache directory.
+
     Args:
         env: The session's environment (usually ``os.environ``).
         prefix: The project's variable prefix, e.g. ``"SUBSTRAX_TEST_"``.
@@ -46,7 +49,7 @@ def resolve_test_runtime(
     Example:
         >>> from substrax.runtime import resolve_test_runtime
         >>> resolve_test_runtime({}, prefix="T_", cuda_plugin_available=False)
-        JaxRuntime(platforms=('cpu',), cpu_devices=8, enable_x64=None, matmul_precision=None, compilation_cache_dir=None, xla_flags=(), preallocate=None, memory_fraction=None, debug_nans=None, log_compiles=None, persistent_cache_min_compile_time_secs=None)
+        JaxRuntime(platforms=('cpu',), cpu_devices=8, enable_x64=None, matmul_precision=None, compilation_cache_dir=None, compilation_cache=False, xla_flags=(), preallocate=None, memory_fraction=None, debug_nans=None, log_compiles=None, persistent_cache_min_compile_time_secs=None)
     """
     check_int("default_cpu_devices", default_cpu_devices, minimum=0)
     platforms_var = f"{prefix}JAX_PLATFORMS"
@@ -59,9 +62,11 @@ def resolve_test_runtime(
                 f"{platforms_var}={env[platforms_var]!r} asks for cuda, but no jax CUDA plugin "
                 "is installed; install jax[cuda12] (the substrax-runtime[cuda12] extra) or unset it"
             )
-        return JaxRuntime(platforms=requested)
+        return JaxRuntime(platforms=requested, compilation_cache=False)
     return JaxRuntime(
-        platforms=("cpu",), cpu_devices=_cpu_device_count(env, prefix, default_cpu_devices)
+        platforms=("cpu",),
+        cpu_devices=_cpu_device_count(env, prefix, default_cpu_devices),
+        compilation_cache=False,
     )
 
 
