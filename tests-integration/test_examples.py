@@ -1,5 +1,6 @@
 """Every script in examples/ runs in a fresh interpreter, its outputs kept out of the repository."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,27 @@ def test_quick_start_trains_on_eight_devices_and_checkpoints(
     assert summary["devices"] == 8
     assert summary["checkpoint_steps"][-1] >= 2
     assert summary["final_loss"] < 10.0
+
+
+def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(
+    example_runs: dict[str, tuple[ExampleRun, Path]],
+) -> None:
+    run, outputs = example_runs["digits_classifier"]
+    summary = run.check().summary
+    assert summary["devices"] == 8
+    assert summary["test_accuracy"] >= 0.97
+    assert summary["best_step"] in summary["checkpoint_steps"]
+    # best-k by validation accuracy (3) plus the newest step, whatever the epoch count
+    assert 1 <= len(summary["checkpoint_steps"]) <= 4
+    assert summary["epochs"] > 1
+    root = outputs / "digits_classifier"
+    assert json.loads((root / "summary.json").read_text()) == summary
+    held = sorted(int(p.name) for p in (root / "checkpoints").iterdir() if p.name.isdigit())
+    assert held == summary["checkpoint_steps"]
+    log = (root / "logs" / "digits_classifier.metrics.jsonl").read_text()
+    records = [json.loads(line) for line in log.splitlines()]
+    names = {record["name"] for record in records}
+    assert {"train_loss", "val_loss", "val_accuracy", "test_accuracy"} <= names
+    (test_record,) = (r for r in records if r["name"] == "test_accuracy")
+    assert test_record["value"] == summary["test_accuracy"]
+    assert (root / "logs" / "plots" / "index.html").exists()
