@@ -43,6 +43,7 @@ EXPECTED = (
     "placement",
     "checkpoint",
     "tracking",
+    "loop_overhead",
 )
 # Smaller runs for --quick, per benchmark (a benchmark not listed runs with no arguments).
 QUICK_ARGS: dict[str, tuple[str, ...]] = {
@@ -50,6 +51,7 @@ QUICK_ARGS: dict[str, tuple[str, ...]] = {
     "compute_overhead": ("--repeats", "3"),
     "checkpoint": ("--mb", "64", "--steps", "200"),
     "tracking": ("--quick",),
+    "loop_overhead": ("--quick",),
 }
 VERSIONS = ("jax", "jaxlib", "flax", "orbax-checkpoint", "optax", "mlflow", "wandb")
 

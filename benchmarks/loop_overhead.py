@@ -1,0 +1,293 @@
+"""What the plumbing costs inside a training loop: logging, checkpointing and callbacks per step.
+
+Run: ``uv run python benchmarks/loop_overhead.py [--steps 100] [--repeats 7] [--quick]``. One
+process on 1 CPU device (``JAX_PLATFORMS=cpu``) trains an MLP 256-1024-1024-10 (batch 256,
+adam through ``optax.inject_hyperparams``, a 16 MB state with the optimizer's) with one
+``substrax.spmd.TrainStep``, and times the same loop
+
+* bare: the step, and its loss read to the host (every variant reads it, as any loop that
+  watches its loss does, so the ratios are the plumbing's own cost);
+* with logging every step: a ``FileLogger`` alone, then with an ``MLFlowLogger`` on SQLite (a
+  local file, no server), flushed at the end of the run;
+* with the store saving every 10 steps: ``OrbaxCheckpointStore`` (async, its defaults);
+* with plain orbax saving every 10 steps: a ``CheckpointManager`` (async, its defaults);
+* with every callback on: early stopping, plateau learning-rate reduction (both checked at
+  each "epoch" of 50 steps), loss-spike detection, a progress bar (drawn into a buffer) and a
+  ``CheckpointCallback`` saving to the store every 10 steps.
+
+Each time is the run's whole wall time, the wait for pending saves (and the loggers' flush) at
+its end included, divided by its steps: what a user pays per step. The variants run in rounds,
+each round in another order, so load drifts hit all alike; a variant's overhead is the median
+over rounds of its time over the bare loop's in the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import absl.logging
+import jax
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from substrax.spmd import TrainStep
+
+
+absl.logging.set_verbosity(absl.logging.ERROR)  # orbax's per-save notes would bury the table
+
+EVERY = 10  # steps between saves
+EPOCH = 50  # steps between the callbacks' epoch-end checks
+BARE = "bare loop"
+FILE_LOG = "file log every step"
+LOGGING = "logging every step (file + MLflow/SQLite)"
+STORE = f"store saving every {EVERY} steps"
+ORBAX = f"plain orbax saving every {EVERY} steps"
+CALLBACKS = "every callback (checkpoint included)"
+
+
+class MLP(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(256, 1024, rngs=rngs)
+        self.l2 = nnx.Linear(1024, 1024, rngs=rngs)
+        self.l3 = nnx.Linear(1024, 10, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.l3(jax.nn.relu(self.l2(jax.nn.relu(self.l1(x)))))
+
+
+def loss_fn(model: MLP, batch: dict[str, jax.Array]) -> jax.Array:
+    logits = model(batch["x"])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["y"]).mean()
+
+
+@dataclass
+class Variant:
+    """One way to run the loop: what happens after each step, and at the end of a run."""
+
+    after: Callable[[int, float], None] = lambda _step, _loss: None
+    end: Callable[[], None] = lambda: None
+    close: Callable[[], None] = lambda: None
+    times: list[float] = field(default_factory=list)  # seconds per step, one per round
+
+
+def _logging(base: Path, *, mlflow: bool) -> Variant:
+    from substrax.tracking import FileLogger, Logger, MLFlowLogger, MultiLogger
+
+    directory = base / ("logs" if mlflow else "file-log")
+    loggers: list[Logger] = [FileLogger("bench", directory)]
+    if mlflow:
+        uri = f"sqlite:///{directory / 'mlflow.db'}"
+        loggers.append(MLFlowLogger("bench", tracking_uri=uri, log_dir=directory))
+    logger = MultiLogger(loggers)
+    return Variant(
+        after=lambda step, loss: logger.log_scalar("loss", loss, step=step),
+        end=logger.flush,
+        close=logger.close,
+    )
+
+
+class _Counter:
+    """The steps a store or manager numbers its saves by, increasing across runs."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+
+def _store(base: Path, train: TrainStep[MLP]) -> Variant:
+    from substrax.checkpoint import OrbaxCheckpointStore
+
+    store = OrbaxCheckpointStore(base / "store", max_to_keep=2)
+    count = _Counter()
+
+    def after(_step: int, loss: float) -> None:
+        count.step += 1
+        if count.step % EVERY == 0:
+            store.save(count.step, {"model": train.state}, metrics={"loss": loss})
+
+    return Variant(after=after, end=store.wait, close=store.close)
+
+
+def _orbax(base: Path, train: TrainStep[MLP]) -> Variant:
+    options = ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=True)
+    manager = ocp.CheckpointManager(base / "orbax", options=options)
+    count = _Counter()
+
+    def after(_step: int, _loss: float) -> None:
+        count.step += 1
+        if count.step % EVERY == 0:
+            manager.save(
+                count.step, args=ocp.args.Composite(state=ocp.args.PyTreeSave(train.state))
+            )
+
+    return Variant(after=after, end=manager.wait_until_finished, close=manager.close)
+
+
+def _callbacks(base: Path, train: TrainStep[MLP], steps: int) -> Variant:
+    from rich.console import Console
+
+    from substrax.callbacks import (
+        CallbackList,
+        EarlyStoppingCallback,
+        EarlyStoppingConfig,
+        LossSpikeDetector,
+        ProgressCallback,
+        ReduceLROnPlateauCallback,
+    )
+    from substrax.checkpoint import CheckpointCallback, OrbaxCheckpointStore
+
+    store = OrbaxCheckpointStore(base / "callbacks", max_to_keep=2)
+    callbacks = CallbackList(
+        [
+            EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=1000)),
+            ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1000),
+            LossSpikeDetector(monitor="loss"),
+            ProgressCallback(total_steps=steps, console=Console(file=io.StringIO())),
+            CheckpointCallback(
+                store,
+                items=lambda _trainer: {"model": train.state},
+                every_n_epochs=None,
+                every_n_steps=EVERY,
+                monitor=("loss",),
+            ),
+        ]
+    )
+    epoch_losses: list[float] = []
+    started: list[bool] = []
+
+    def after(step: int, loss: float) -> None:
+        if not started:
+            callbacks.on_train_begin(train)
+            started.append(True)
+        if step % EPOCH == 0:
+            callbacks.on_epoch_begin(train, step // EPOCH)
+        callbacks.on_batch_begin(train, step)
+        logs = {"loss": loss}
+        callbacks.on_batch_end(train, step, logs)
+        epoch_losses.append(loss)
+        if (step + 1) % EPOCH == 0:
+            callbacks.on_epoch_end(train, step // EPOCH, {"loss": statistics.fmean(epoch_losses)})
+            epoch_losses.clear()
+
+    def end() -> None:
+        store.wait()  # what on_train_end does, without ending the progress bar between runs
+
+    def close() -> None:
+        callbacks.on_train_end(train)
+        store.close()
+
+    return Variant(after=after, end=end, close=close)
+
+
+def measure(steps: int, repeats: int, base: Path) -> dict[str, Variant]:
+    model = MLP(nnx.Rngs(0))
+    tx = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    train = TrainStep(model, optimizer, loss_fn)
+    rng = np.random.default_rng(0)
+    batch = {
+        "x": jax.device_put(rng.normal(size=(256, 256)).astype(np.float32)),
+        "y": jax.device_put(rng.integers(0, 10, size=(256,)).astype(np.int32)),
+    }
+    state_mb = sum(leaf.nbytes for leaf in jax.tree.leaves(train.state)) / (1 << 20)
+    print(
+        f"MLP 256-1024-1024-10, batch 256, adam; state {state_mb:.1f} MB;"
+        f" {jax.device_count()} {jax.default_backend()} device(s), {os.cpu_count()} CPU cores;"
+        f" {steps} steps per run, {repeats} rounds"
+    )
+    variants = {
+        BARE: Variant(),
+        FILE_LOG: _logging(base, mlflow=False),
+        LOGGING: _logging(base, mlflow=True),
+        STORE: _store(base, train),
+        ORBAX: _orbax(base, train),
+        CALLBACKS: _callbacks(base, train, steps * (repeats + 1)),
+    }
+
+    def run(variant: Variant, count: int) -> float:
+        start = time.perf_counter()
+        for step in range(count):
+            variant.after(step, float(train(batch)))
+        variant.end()
+        return (time.perf_counter() - start) / count
+
+    order = random.Random(0)  # noqa: S311 - an order of runs, not a secret
+    for variant in variants.values():  # warm up: compile, open, the first save of each writer
+        run(variant, 2 * EVERY)
+    try:
+        for _ in range(repeats):
+            names = list(variants)
+            order.shuffle(names)
+            for name in names:
+                variants[name].times.append(run(variants[name], steps))
+    finally:
+        for variant in variants.values():
+            variant.close()
+    return variants
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+def table(variants: dict[str, Variant]) -> dict[str, float]:
+    """Print the table; return each variant's median overhead over the bare loop."""
+    bare = variants[BARE].times
+    overhead = {
+        name: statistics.median(t / b - 1.0 for t, b in zip(v.times, bare, strict=True))
+        for name, v in variants.items()
+    }
+    print()
+    print(f"{'loop':44} {'ms/step':>8} {'min':>7} {'max':>7} {'overhead':>9}")
+    for name, variant in variants.items():
+        print(
+            f"{name:44} {statistics.median(variant.times) * 1e3:8.2f}"
+            f" {min(variant.times) * 1e3:7.2f} {max(variant.times) * 1e3:7.2f}"
+            f" {overhead[name]:+8.1%}"
+        )
+    print("(ms/step: median over rounds, wait for pending saves included; overhead: median over")
+    print(" rounds of the run's time over the bare loop's in the same round)")
+    store, orbax = overhead[STORE], overhead[ORBAX]
+    print("goals:")
+    for name in (FILE_LOG, LOGGING):
+        cost = overhead[name]
+        print(f"  {name} < 1% of step time: {cost:+.2%} ({_verdict(cost < 0.01)})")
+    ratio = store / orbax if orbax > 0 else float("inf")
+    print(
+        f"  store's save overhead <= half of plain orbax's: {store:+.1%} vs {orbax:+.1%},"
+        f" {ratio:.2f}x ({_verdict(store <= 0.5 * orbax)})"
+    )
+    return overhead
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100, help="steps per timed run")
+    parser.add_argument("--repeats", type=int, default=7, help="rounds of every variant")
+    parser.add_argument("--quick", action="store_true", help="a smaller run: 50 steps, 3 rounds")
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: temp)")
+    args = parser.parse_args()
+    steps, repeats = (50, 3) if args.quick else (args.steps, args.repeats)
+    base = Path(args.dir or tempfile.mkdtemp(prefix="substrax-loop-bench-"))
+    try:
+        table(measure(steps, repeats, base))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
