@@ -37,9 +37,8 @@ def as_metric_names(name: str, metrics: str | Sequence[str]) -> tuple[str, ...]:
     """
     names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     for entry in names:
-        entry_: object = entry
-        if not isinstance(entry_, str) or not entry_:
-            raise TypeError(f"{name}={metrics!r} must be metric names (strings); got {entry_!r}")
+        if not isinstance(entry, str) or not entry:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"{name}={metrics!r} must be metric names (strings); got {entry!r}")
     return names
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from substrax.support import check_float, check_int
 
@@ -17,8 +17,18 @@ from ._protocol import BaseCallback, Logs
 __all__ = ["MetricsLogger", "ThroughputMeter", "step_flops"]
 
 
+@runtime_checkable
 class MetricsLogger(Protocol):
-    """Anything with ``log_metrics(metrics, step)``: every substrax.tracking logger."""
+    """Anything with ``log_metrics(metrics, step)``: every substrax.tracking logger.
+
+    Example:
+        >>> import tempfile
+        >>> from substrax.callbacks import MetricsLogger
+        >>> from substrax.tracking import FileLogger
+        >>> with tempfile.TemporaryDirectory() as tmp, FileLogger("run", tmp) as logger:
+        ...     isinstance(logger, MetricsLogger)
+        True
+    """
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Record ``metrics`` at ``step``."""
