@@ -1,3 +1,6 @@
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -102,3 +105,28 @@ def test_bad_options_are_refused(tmp_path):
         ProfilerWindow(start_step=0, num_steps=0, log_dir=tmp_path)
     with pytest.raises(TypeError, match="start_step"):
         ProfilerWindow(start_step=1.5, num_steps=1, log_dir=tmp_path)  # type: ignore[arg-type]
+
+
+def test_a_process_that_dies_of_an_exception_inside_the_window_keeps_its_trace(tmp_path):
+    program = f"""
+import jax.numpy as jnp
+from substrax.callbacks import ProfilerWindow
+window = ProfilerWindow(start_step=0, num_steps=10, log_dir={str(tmp_path / "profile")!r})
+window.on_train_begin(None)
+for step in range(3):
+    loss = jnp.sum(jnp.ones(8) * step)
+    window.on_batch_end(None, step, {{"loss": loss}})
+raise SystemExit("the loop died inside the window")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", program],
+        env={k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+        | {"JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "the loop died inside the window" in result.stderr
+    _assert_a_readable_trace(tmp_path / "profile")
