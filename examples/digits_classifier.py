@@ -5,10 +5,9 @@
 The 1,797 8x8 handwritten digits ship with scikit-learn (nothing is downloaded). They are split
 once, with a fixed seed, into train, validation and test sets (70/15/15). A two-layer CNN trains,
 on images shifted at random by up to a pixel, with a ``TrainStep`` whose batches are sharded over
-every device (8 emulated CPU devices unless
-JAX_NUM_CPU_DEVICES says otherwise). After each epoch it is evaluated on the validation set; early
-stopping watches the validation loss, and the checkpoint store keeps the best few epochs by
-validation accuracy. At the end the best checkpoint is restored and scored on the test set.
+every device (8 emulated CPU devices unless JAX_NUM_CPU_DEVICES says otherwise). After each
+epoch it is evaluated on the validation set; early stopping watches the validation loss, and the
+checkpoint store keeps the best few epochs by validation accuracy. At the end the best checkpoint is restored and scored on the test set.
 
 Everything it writes goes under $AVITAI_OUTPUT_DIR/digits_classifier, or a per-run temporary
 directory. That is the checkpoints, the metrics log with a plot of it, and ``summary.json``. The
