@@ -25,7 +25,16 @@ pytestmark = pytest.mark.xdist_group("wheels")
 ROOT = Path(__file__).resolve().parents[1]
 
 WHEEL_MODULES = {
-    "substrax_runtime": {"runtime", "devices", "artifacts", "rng", "typing", "records", "examples"},
+    "substrax_runtime": {
+        "runtime",
+        "devices",
+        "artifacts",
+        "rng",
+        "typing",
+        "records",
+        "examples",
+        "support",
+    },
     "substrax_mesh": {"mesh"},
     "substrax_spmd": {"spmd", "optim"},
     "substrax_checkpoint": {"checkpoint"},
@@ -43,6 +52,7 @@ RUNTIME_MODULES = (
     "substrax.typing",
     "substrax.records",
     "substrax.examples",
+    "substrax.support",
 )
 
 OPTIONAL_SDKS = ("wandb", "mlflow", "modal", "sky", "tensorboardX", "tensorboard")
