@@ -40,6 +40,7 @@ from orbax.checkpoint._src.serialization import (
 )
 
 from ._corrupt_reads import checked_reads, metadata_of
+from ._durability import batched_sync, sync_filesystem, unsynced
 
 
 CRC32C: Final = "crc32c"
@@ -219,6 +220,10 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
         """Orbax's write of host copies, each spec with the checksum codec."""
         ocdbt = bool(infos[0].is_ocdbt_checkpoint)
         limiter = infos[0].byte_limiter
+        await infos[0].await_path_creation()
+        # one flush of the file system once every array is written, not one per file
+        # (``_durability``); an OCDBT item keeps TensorStore's own flushes
+        batched = not ocdbt and batched_sync(infos[0].parent_dir)
         transaction = (
             ts.Transaction(atomic=True)
             if ocdbt and (limiter is None or isinstance(limiter, limits.UnlimitedInFlightBytes))
@@ -244,7 +249,7 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
                     value,
                     with_checksum(spec.json),
                     primary_host=self._primary_host,
-                    context=info.ts_context,
+                    context=unsynced(info.ts_context) if batched else info.ts_context,
                     transaction=transaction,
                     byte_limiter=info.byte_limiter,
                 )
@@ -267,3 +272,5 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
             raise
         if transaction is not None:
             await transaction.commit_async()
+        if batched:
+            await asyncio.to_thread(sync_filesystem, infos[0].parent_dir)
