@@ -7,7 +7,8 @@ On a machine without an accelerator it emulates 8 CPU devices (unless JAX_NUM_CP
 otherwise), so the batch really is sharded 8 ways and XLA inserts the gradient all-reduce; with
 GPUs or TPUs it runs on them. Everything it
 writes goes under $AVITAI_OUTPUT_DIR/quick_start, or a per-run temporary directory: never the
-working tree. The last line it prints is a JSON summary with the paths of what it produced.
+working tree. The last line it prints is a JSON summary with the paths of what it produced, also
+written to ``summary.json`` there.
 """
 
 import json
@@ -78,7 +79,7 @@ def main() -> dict[str, object]:
     logger.close()
     plot = plot_log_dir(outputs / "logs")
 
-    return {
+    summary: dict[str, object] = {
         "devices": info.count,
         "platform": info.platform,
         "final_loss": loss,
@@ -89,6 +90,9 @@ def main() -> dict[str, object]:
             "checkpoints": str(outputs / "checkpoints"),
         },
     }
+    # What `substrax-compute run` reads for its results table.
+    (outputs / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 if __name__ == "__main__":

@@ -1,5 +1,8 @@
 """What ``substrax-compute run`` prints: a dry run's upload listing, a finished run's tasks.
 
+A finished run ends with the results table of :mod:`substrax.compute._results`, read from the
+``summary.json`` each task wrote.
+
 Each as text for people (tables through ``substrax.support``) or, with ``--json``, as JSON.
 """
 
@@ -13,6 +16,7 @@ from substrax.support import EXIT_OK, emit, format_table, print_table
 
 if TYPE_CHECKING:
     from ._backend import ComputeBackend, RunHandle, RunState
+    from ._results import TaskResult
     from ._spec import JobSpec
     from ._upload import UploadSet
 
@@ -95,6 +99,7 @@ def summary(outputs: Sequence[str]) -> str:
 def report(handle: "RunHandle", state: "RunState", fetched: Path, *, as_json: bool) -> None:
     from ._environment import node_outputs  # noqa: PLC0415
     from ._manifest import MANIFEST_NAME, read_manifest  # noqa: PLC0415
+    from ._results import SUMMARY_NAME, read_result, results_table  # noqa: PLC0415
     from ._supervisor import describe_status  # noqa: PLC0415
 
     data: dict[str, Any] = {
@@ -107,9 +112,11 @@ def report(handle: "RunHandle", state: "RunState", fetched: Path, *, as_json: bo
         "failed_node": None,
     }
     lines: list[str] = []
+    results: list[TaskResult] = []
     path = fetched / MANIFEST_NAME
     if path.is_file():
         manifest = read_manifest(path)
+        results = [read_result(t.name, fetched / t.name, t.outputs) for t in manifest.tasks]
         data["tasks"] = [
             {
                 "task": t.name,
@@ -135,4 +142,8 @@ def report(handle: "RunHandle", state: "RunState", fetched: Path, *, as_json: bo
                 f"stopped. Its logs: {node_outputs(fetched, node)}"
             )
     lines.append(f"{handle.run_id} {state}; outputs in {fetched}")
+    table = results_table(results, root=fetched)
+    if table:
+        lines.append(f"Results (from each task's {SUMMARY_NAME}; paths under {fetched}):\n{table}")
+    data["results"] = [result.to_dict() for result in results]
     emit(data, "\n".join(lines), as_json=as_json)
