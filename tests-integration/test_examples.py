@@ -73,3 +73,27 @@ def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(
     (test_record,) = (r for r in records if r["name"] == "test_accuracy")
     assert test_record["value"] == summary["test_accuracy"]
     assert (root / "logs" / "plots" / "index.html").exists()
+
+
+def test_transformer_lm_beats_the_unigram_baseline_and_logs_its_throughput_and_profile(
+    example_runs: dict[str, tuple[ExampleRun, Path]],
+) -> None:
+    run, outputs = example_runs["transformer_lm"]
+    summary = run.check().summary
+    assert summary["devices"] == 8
+    assert summary["val_loss"] < summary["unigram_baseline"] - 0.5  # nats
+    assert summary["tokens_per_second"] > 0
+    assert summary["mfu"] is None  # no known dense peak on CPU
+    root = outputs / "transformer_lm"
+    assert json.loads((root / "summary.json").read_text()) == summary
+    profile = Path(summary["outputs"]["profile"])
+    assert list(profile.glob("plugins/profile/*/*.xplane.pb"))
+    log = (root / "logs" / "transformer_lm.metrics.jsonl").read_text()
+    records = [json.loads(line) for line in log.splitlines()]
+    speeds = [r["value"] for r in records if r["name"] == "throughput/tokens_per_sec"]
+    assert speeds
+    assert all(speed > 0 for speed in speeds)
+    assert speeds[-1] == summary["tokens_per_second"]
+    (last_val,) = (r for r in records if r["name"] == "val_loss" and r["step"] == summary["steps"])
+    assert last_val["value"] == summary["val_loss"]
+    assert not any(r["name"] == "throughput/mfu" for r in records)
