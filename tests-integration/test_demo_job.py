@@ -42,3 +42,8 @@ def test_demo_job_runs_every_example_and_fetches_the_outputs(tmp_path: Path) -> 
     assert (quick_start / "logs" / "plots" / "index.html").exists()
     assert any((quick_start / "checkpoints").iterdir())
     assert not (ROOT / "quick_start").exists()
+    # The run ends with the results table: one row per example, each from its summary.json.
+    results = result.stdout[result.stdout.index("Results (from each task's summary.json") :]
+    rows = results.splitlines()[3:]
+    assert [row.split()[0] for row in rows] == expected, results
+    assert "Note:" not in results
