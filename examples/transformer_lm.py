@@ -240,6 +240,8 @@ def main() -> dict[str, object]:
         "tokens_per_second": meter.latest["tokens_per_sec"],
         "mfu": meter.latest["mfu"],
         "flops_per_step_per_device": flops,
+        # the FSDP layout the step keeps: each device holds 1/8 of this table
+        "embedding_spec": list(step.model.embed.embedding.get_value().sharding.spec),
         "seconds": round(time.perf_counter() - start, 1),
         "outputs": {
             "metrics": str(outputs / "logs"),

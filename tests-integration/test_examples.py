@@ -84,6 +84,7 @@ def test_transformer_lm_beats_the_unigram_baseline_and_logs_its_throughput_and_p
     assert summary["val_loss"] < summary["unigram_baseline"] - 0.5  # nats
     assert summary["tokens_per_second"] > 0
     assert summary["mfu"] is None  # no known dense peak on CPU
+    assert summary["embedding_spec"] == [None, "fsdp"]  # FSDP, not replicated
     root = outputs / "transformer_lm"
     assert json.loads((root / "summary.json").read_text()) == summary
     profile = Path(summary["outputs"]["profile"])
