@@ -40,7 +40,6 @@ from orbax.checkpoint._src.serialization import (
 )
 
 from ._corrupt_reads import checked_reads, metadata_of
-from ._durability import batched_sync, sync_filesystem, unsynced
 
 
 CRC32C: Final = "crc32c"
@@ -220,10 +219,6 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
         """Orbax's write of host copies, each spec with the checksum codec."""
         ocdbt = bool(infos[0].is_ocdbt_checkpoint)
         limiter = infos[0].byte_limiter
-        await infos[0].await_path_creation()
-        # one flush of the file system once every array is written, not one per file
-        # (``_durability``); an OCDBT item keeps TensorStore's own flushes
-        batched = not ocdbt and batched_sync(infos[0].parent_dir)
         transaction = (
             ts.Transaction(atomic=True)
             if ocdbt and (limiter is None or isinstance(limiter, limits.UnlimitedInFlightBytes))
@@ -249,7 +244,7 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
                     value,
                     with_checksum(spec.json),
                     primary_host=self._primary_host,
-                    context=unsynced(info.ts_context) if batched else info.ts_context,
+                    context=info.ts_context,
                     transaction=transaction,
                     byte_limiter=info.byte_limiter,
                 )
@@ -272,5 +267,3 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
             raise
         if transaction is not None:
             await transaction.commit_async()
-        if batched:
-            await asyncio.to_thread(sync_filesystem, infos[0].parent_dir)
