@@ -3,6 +3,8 @@
 # Callers are untyped at run time: the isinstance checks below are the validation.
 # pyright: reportUnnecessaryIsInstance=false
 
+import json
+import re
 import socket
 import subprocess
 import sys
@@ -13,14 +15,17 @@ from typing import TYPE_CHECKING
 
 from substrax.support import check_int, check_seconds
 
-from ._child import ChildResult, with_child_defaults
+from ._child import ChildResult, json_objects, with_child_defaults
 
 
 if TYPE_CHECKING:
     from substrax.runtime import JaxRuntime
 
-# gloo (jax's CPU collectives) prints connection notes from C++ straight to stdout.
-_NATIVE_NOTES = ("[Gloo] ",)
+# gloo (jax's CPU collectives) prints connection notes from C++ straight to stdout, piece by
+# piece from another thread: "[Gloo] Rank 0 is connected to 1 peer ranks. Expected ...". A line
+# of the child's own can land inside one, so a line holding a piece of a note keeps only the JSON
+# objects in it.
+_NATIVE_NOTE = re.compile(r"\[Gloo\] |peer ranks")
 _MIN_PROCESSES = 2
 
 
@@ -38,7 +43,19 @@ def free_port() -> int:
 
 
 def _without_native_notes(stdout: str) -> str:
-    kept = [line for line in stdout.splitlines(keepends=True) if not line.startswith(_NATIVE_NOTES)]
+    r"""``stdout`` without gloo's notes, keeping a JSON line that landed inside one.
+
+    Example:
+        >>> from substrax.testing._distributed import _without_native_notes
+        >>> _without_native_notes('[Gloo] Rank {"a": 1}\n0 is connected to 1 peer ranks.\nok\n')
+        '{"a": 1}\nok\n'
+    """
+    kept: list[str] = []
+    for line in stdout.splitlines(keepends=True):
+        if _NATIVE_NOTE.search(line) is None:
+            kept.append(line)
+        else:
+            kept.extend(json.dumps(found) + "\n" for found in json_objects(line))
     return "".join(kept)
 
 
