@@ -19,15 +19,6 @@ from substrax.spmd._accumulate import split_microbatches
 from substrax.testing import expect_compiles
 
 
-class MLP(nnx.Module):
-    def __init__(self, rngs: nnx.Rngs):
-        self.up = nnx.Linear(8, 32, rngs=rngs)
-        self.down = nnx.Linear(32, 1, rngs=rngs)
-
-    def __call__(self, x):
-        return self.down(jax.nn.relu(self.up(x)))
-
-
 def mse_with_aux(model, batch):
     pred = model(batch["x"])
     return ((pred - batch["y"]) ** 2).mean(), {"mean_pred": pred.mean()}
@@ -40,8 +31,8 @@ def params_of(model):
     }
 
 
-def train(host_batches, *, accumulate_steps, mesh=None):
-    model = MLP(nnx.Rngs(0))
+def train(new_mlp, host_batches, *, accumulate_steps, mesh=None):
+    model = new_mlp()
     step = make_train_step(
         model,
         nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
@@ -66,25 +57,25 @@ def test_microbatches_take_strided_rows_and_indivisible_batches_are_refused():
     assert (caught.value.path, caught.value.shape, caught.value.parts) == ("['y']", (8,), 3)
 
 
-def test_accumulated_step_equals_one_step_on_the_whole_batch(host_batches):
+def test_accumulated_step_equals_one_step_on_the_whole_batch(new_mlp, host_batches):
     mesh = create_device_mesh({"data": 8})
-    whole, whole_params = train(host_batches, accumulate_steps=1, mesh=mesh)
+    whole, whole_params = train(new_mlp, host_batches, accumulate_steps=1, mesh=mesh)
     # 16 rows: 2 microbatches of 8, one row per device in each
-    accumulated, params = train(host_batches, accumulate_steps=2, mesh=mesh)
+    accumulated, params = train(new_mlp, host_batches, accumulate_steps=2, mesh=mesh)
     for (loss, aux), (want, want_aux) in zip(accumulated, whole, strict=True):
         assert float(loss) == pytest.approx(float(want), rel=1e-5)
         assert float(aux["mean_pred"]) == pytest.approx(float(want_aux["mean_pred"]), rel=1e-4)
     for name, value in whole_params.items():
         np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     # on one device, 4 microbatches of 4 rows
-    unsharded, unsharded_params = train(host_batches, accumulate_steps=4)
+    unsharded, unsharded_params = train(new_mlp, host_batches, accumulate_steps=4)
     assert float(unsharded[-1][0]) == pytest.approx(float(whole[-1][0]), rel=1e-5)
     for name, value in whole_params.items():
         np.testing.assert_allclose(unsharded_params[name], value, rtol=1e-5, atol=1e-6)
 
 
-def test_a_batch_the_microbatch_count_does_not_divide_is_refused(host_batches):
-    model = MLP(nnx.Rngs(0))
+def test_a_batch_the_microbatch_count_does_not_divide_is_refused(new_mlp, host_batches):
+    model = new_mlp()
     step = TrainStep(
         model,
         nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),

@@ -9,15 +9,6 @@ from substrax.mesh import create_device_mesh
 from substrax.spmd import PrecisionPolicy, TrainStep, create_data_parallel_sharding
 
 
-class MLP(nnx.Module):
-    def __init__(self, rngs: nnx.Rngs, param_dtype=jnp.float32):
-        self.up = nnx.Linear(8, 32, rngs=rngs, param_dtype=param_dtype)
-        self.down = nnx.Linear(32, 1, rngs=rngs, param_dtype=param_dtype)
-
-    def __call__(self, x):
-        return self.down(jax.nn.relu(self.up(x)))
-
-
 def test_policy_validates_and_casts_only_floating_leaves():
     policy = PrecisionPolicy(compute_dtype=jnp.bfloat16, output_dtype="float32")
     assert policy.compute_dtype == jnp.bfloat16
@@ -32,7 +23,7 @@ def test_policy_validates_and_casts_only_floating_leaves():
         PrecisionPolicy(param_dtype="float33")
 
 
-def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(host_batches):
+def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(new_mlp, host_batches):
     mesh = create_device_mesh({"data": 8})
     seen: list[tuple[str, jnp.dtype]] = []
 
@@ -48,7 +39,7 @@ def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(host_batches)
         return ((model.down(jax.nn.relu(hidden)) - batch["y"]) ** 2).mean()
 
     policy = PrecisionPolicy(param_dtype="float32", compute_dtype="bfloat16")
-    model = MLP(nnx.Rngs(0))
+    model = new_mlp()
     step = TrainStep(
         model,
         nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
@@ -66,7 +57,7 @@ def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(host_batches)
     mu = step.optimizer.opt_state[0].mu["up"]["kernel"].get_value()
     assert mu.dtype == jnp.float32
 
-    reference = MLP(nnx.Rngs(0))
+    reference = new_mlp()
     plain = TrainStep(reference, nnx.Optimizer(reference, optax.adam(1e-2), wrt=nnx.Param), loss_fn)
     expected = [float(plain(b)) for b in host_batches]
     np.testing.assert_allclose([float(x) for x in losses], expected, rtol=3e-2)
@@ -77,8 +68,8 @@ def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(host_batches)
     )
 
 
-def test_parameters_not_in_the_param_dtype_are_refused():
-    model = MLP(nnx.Rngs(0), param_dtype=jnp.bfloat16)
+def test_parameters_not_in_the_param_dtype_are_refused(new_mlp):
+    model = new_mlp(param_dtype=jnp.bfloat16)
     optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
     with pytest.raises(ValueError, match=r"parameter .*bias.* is bfloat16 .* float32"):
         TrainStep(model, optimizer, lambda m, b: m(b).mean(), precision=PrecisionPolicy())
