@@ -48,3 +48,40 @@ def _write_files(root: Path, files: Mapping[str, str]) -> None:
 def write_files() -> Callable[[Path, Mapping[str, str]], None]:
     """``write_files(root, {relative path: text})``: write each file, creating its directories."""
     return _write_files
+
+
+_LOCAL_PROJECT = """\
+[project]
+name = "p"
+version = "0"
+
+[tool.substrax.compute]
+backend = "local"
+
+[tool.substrax.compute.backends.local]
+state_dir = "{state}"
+
+"""
+
+
+@pytest.fixture
+def local_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str, Mapping[str, str]], Path]:
+    """``local_project(jobs_toml, files)``: a project run on the local backend, as the cwd.
+
+    Its pyproject.toml holds the local backend (its state under ``tmp_path``) and the
+    ``[tool.substrax.compute.jobs.*]`` tables given; ``files`` are written beside it, and
+    ``SUBSTRAX_STATE_DIR`` points into ``tmp_path``. Returns the project's root.
+    """
+
+    def make(jobs: str, files: Mapping[str, str]) -> Path:
+        root = tmp_path / "project"
+        root.mkdir()
+        header = _LOCAL_PROJECT.format(state=tmp_path / "local-state")
+        _write_files(root, {"pyproject.toml": header + jobs, **files})
+        monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(tmp_path / "state"))
+        monkeypatch.chdir(root)
+        return root
+
+    return make

@@ -13,35 +13,25 @@ from substrax.compute import RunStore
 from substrax.compute.cli import main
 
 
-PYPROJECT = """\
-[project]
-name = "p"
-version = "0"
-
-[tool.substrax.compute]
-backend = "local"
-
-[tool.substrax.compute.backends.local]
-state_dir = "{state}"
-
+JOBS = """\
 [tool.substrax.compute.jobs.ok]
-commands = {{ writes = ["python", "writes.py"] }}
+commands = { writes = ["python", "writes.py"] }
 timeout_seconds = 60
 probe_devices = false
 
 [tool.substrax.compute.jobs.bad]
-commands = {{ fails = ["python", "-c", "raise SystemExit(4)"], writes = ["python", "writes.py"] }}
+commands = { fails = ["python", "-c", "raise SystemExit(4)"], writes = ["python", "writes.py"] }
 timeout_seconds = 60
 probe_devices = false
 
 [tool.substrax.compute.jobs.race]
-commands = {{ t = ["python", "-c", "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r); sys.exit(4 * r)"] }}
+commands = { t = ["python", "-c", "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r); sys.exit(4 * r)"] }
 timeout_seconds = 60
 probe_devices = false
 nodes = 2
 
 [tool.substrax.compute.jobs.slow]
-commands = {{ sleeps = ["python", "-c", "import time; print('sleeping now', flush=True); time.sleep(600)"] }}
+commands = { sleeps = ["python", "-c", "import time; print('sleeping now', flush=True); time.sleep(600)"] }
 timeout_seconds = 600
 probe_devices = false
 """
@@ -54,14 +44,8 @@ print("hello from the task", flush=True)
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch):
-    root = tmp_path / "project"
-    root.mkdir()
-    (root / "pyproject.toml").write_text(PYPROJECT.format(state=tmp_path / "local-state"))
-    (root / "writes.py").write_text(WRITES)
-    monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.chdir(root)
-    return root
+def project(local_project):
+    return local_project(JOBS, {"writes.py": WRITES})
 
 
 def _run_id(out):

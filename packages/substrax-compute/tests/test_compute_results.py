@@ -10,19 +10,9 @@ from substrax.compute._results import read_result, results_table
 from substrax.compute.cli import main
 
 
-PYPROJECT = """\
-[project]
-name = "p"
-version = "0"
-
-[tool.substrax.compute]
-backend = "local"
-
-[tool.substrax.compute.backends.local]
-state_dir = "{state}"
-
+JOBS = """\
 [tool.substrax.compute.jobs.results]
-commands = {{ lm = ["python", "lm.py"], digits = ["python", "digits.py"], broken = ["python", "broken.py"], plain = ["python", "-c", "print('no summary')"] }}
+commands = { lm = ["python", "lm.py"], digits = ["python", "digits.py"], broken = ["python", "broken.py"], plain = ["python", "-c", "print('no summary')"] }
 timeout_seconds = 60
 probe_devices = false
 """
@@ -56,16 +46,8 @@ import os, pathlib
 
 
 @pytest.fixture
-def project(tmp_path, monkeypatch):
-    root = tmp_path / "project"
-    root.mkdir()
-    (root / "pyproject.toml").write_text(PYPROJECT.format(state=tmp_path / "local-state"))
-    (root / "lm.py").write_text(LM)
-    (root / "digits.py").write_text(DIGITS)
-    (root / "broken.py").write_text(BROKEN)
-    monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.chdir(root)
-    return root
+def project(local_project):
+    return local_project(JOBS, {"lm.py": LM, "digits.py": DIGITS, "broken.py": BROKEN})
 
 
 def test_a_run_ends_with_the_results_table_and_json_carries_the_same(project, capsys):
