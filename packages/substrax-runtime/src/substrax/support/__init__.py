@@ -1,9 +1,10 @@
 """substrax.support: the building blocks every part shares, so each thing is done one way.
 
 Atomic file writes, optional SDK imports that name their extra, the command-line convention
-(exit codes, error lines, ``--json``, tables), validated numbers, the min/max mode, errors that
-survive pickling and a package's names loaded on first use. Imports no jax. Parts and plugins
-may rely on these names; they follow substrax-runtime's version.
+(exit codes, error lines, ``--json``, tables), validated numbers, the min/max mode, errors
+declared by their fields that survive pickling and a package's names loaded on first use.
+Imports no jax. Parts and plugins may rely on these names; they follow substrax-runtime's
+version.
 
 Example:
     >>> from substrax.support import Mode, check_int, format_table
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         require as require,
     )
     from ._pickling import PicklableError as PicklableError
+    from ._structured import StructuredError as StructuredError
     from ._tables import format_table as format_table, print_table as print_table
 
 # Each name loads its own module on first use (PEP 562): a part that only checks a number (the
@@ -69,6 +71,7 @@ _LAZY = {
     "optional": "_optional",
     "require": "_optional",
     "PicklableError": "_pickling",
+    "StructuredError": "_structured",
     "format_table": "_tables",
     "print_table": "_tables",
 }
@@ -82,6 +85,7 @@ __all__ = [
     "MissingExtraError",
     "Mode",
     "PicklableError",
+    "StructuredError",
     "UsageError",
     "add_json_flag",
     "check_float",

@@ -34,11 +34,11 @@ class PicklableError:
     def __reduce__(self) -> tuple[Any, ...]:
         """The rebuild that skips ``__init__``, with the builtin base's own args and state."""
         cls = cast("type[BaseException]", type(self))
-        _, args, *state = cast("tuple[Any, ...]", _builtin_base(cls).__reduce__(cast("Any", self)))
+        _, args, *state = cast("tuple[Any, ...]", builtin_base(cls).__reduce__(cast("Any", self)))
         return (_rebuild_error, (cls, args), *state)
 
 
-def _builtin_base(cls: type[BaseException]) -> type[BaseException]:
+def builtin_base(cls: type[BaseException]) -> type[BaseException]:
     return next(
         base
         for base in cls.__mro__
@@ -48,5 +48,5 @@ def _builtin_base(cls: type[BaseException]) -> type[BaseException]:
 
 def _rebuild_error(cls: type[BaseException], args: tuple[Any, ...]) -> BaseException:
     error = cls.__new__(cls, *args)
-    _builtin_base(cls).__init__(error, *args)
+    builtin_base(cls).__init__(error, *args)
     return error

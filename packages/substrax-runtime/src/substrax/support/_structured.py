@@ -1,0 +1,50 @@
+"""Errors declared by their fields and a message template, the way every part writes them."""
+
+import dataclasses
+from typing import Any, ClassVar, cast, dataclass_transform
+
+from ._pickling import PicklableError, builtin_base
+
+
+@dataclass_transform(eq_default=False)
+class StructuredError(PicklableError):
+    """An error whose annotated fields are its attributes and whose message is built from them.
+
+    A subclass lists its fields as class annotations and its message as ``template``, a
+    ``str.format`` pattern over the fields (``{step}``, ``{name!r}``); a message that needs more
+    than a pattern overrides ``_message``. The constructor is generated from the fields, in
+    order (``kw_only=True`` in the class statement makes them keyword-only), so the class body
+    holds no assignments to repeat. Put a builtin exception after it among the bases, as with
+    ``PicklableError``, which it extends: instances pickle with their fields.
+
+    Example:
+        >>> from substrax.support import StructuredError
+        >>> class StepMissingError(StructuredError, LookupError, kw_only=True):
+        ...     template = "step {step} is not in {directory}; saved steps: {steps}"
+        ...     step: int
+        ...     directory: str
+        ...     steps: tuple[int, ...] = ()
+        >>> error = StepMissingError(step=3, directory="/runs/a", steps=(1, 2))
+        >>> str(error), error.step
+        ('step 3 is not in /runs/a; saved steps: (1, 2)', 3)
+    """
+
+    __slots__ = ()
+    template: ClassVar[str] = "{message}"
+    """The message pattern, formatted with the fields (overridden by ``_message`` if needed)."""
+
+    def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a plain dataclass: the fields become __init__'s parameters; eq and repr stay the
+        # exception's own (identity, ``Name('message')``)
+        dataclasses.dataclass(cls, eq=False, repr=False, kw_only=kw_only)
+
+    def __post_init__(self) -> None:
+        error = cast("BaseException", self)
+        builtin_base(type(error)).__init__(error, self._message())
+
+    def _message(self) -> str:
+        """The error's text: ``template`` formatted with the fields."""
+        names = (field.name for field in dataclasses.fields(cast("Any", self)))
+        fields = {name: getattr(self, name) for name in names}
+        return self.template.format_map(fields)
