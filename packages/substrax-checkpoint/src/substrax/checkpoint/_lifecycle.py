@@ -5,13 +5,12 @@ declared here): every operation, read or write, needs an open store, its steps a
 background write finished. The reads live in :mod:`._reads`, the writes in :mod:`._store`.
 """
 
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 import orbax.checkpoint as ocp
+
+from substrax.support import Closeable
 
 from ._errors import CheckpointStoreClosedError, CheckpointStoreReadOnlyError
 from ._index import IndexBook
@@ -21,7 +20,7 @@ from ._retention import OrbaxPreservation, RetentionPolicy
 from ._save import Writer
 
 
-class StoreLifecycle:
+class StoreLifecycle(Closeable):
     """An open step-addressed store: listing its steps, finishing its write, closing it."""
 
     _directory: Path
@@ -160,18 +159,3 @@ class StoreLifecycle:
             if self._manager_ is not None:
                 self._manager_.close()
             self._release()  # the writer lock, once this store's writes are done
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-            return
-        with contextlib.suppress(Exception):
-            self.close()

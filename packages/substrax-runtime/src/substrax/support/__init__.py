@@ -1,10 +1,10 @@
 """substrax.support: the building blocks every part shares, so each thing is done one way.
 
-Atomic file writes, optional SDK imports that name their extra, the command-line convention
-(exit codes, error lines, ``--json``, tables), validated numbers, the min/max mode, errors
-declared by their fields that survive pickling and a package's names loaded on first use.
-Imports no jax. Parts and plugins may rely on these names; they follow substrax-runtime's
-version.
+Atomic file writes, ``with`` for closeable objects, optional SDK imports that name their extra,
+the command-line convention (exit codes, error lines, ``--json``, tables), validated numbers,
+the min/max mode, errors declared by their fields that survive pickling and a package's names
+loaded on first use. Imports no jax. Parts and plugins may rely on these names; they follow
+substrax-runtime's version.
 
 Example:
     >>> from substrax.support import Mode, check_int, format_table
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         error_line as error_line,
         run_command as run_command,
     )
+    from ._closeable import Closeable as Closeable
     from ._mode import Mode as Mode, check_mode as check_mode
     from ._numbers import (
         check_float as check_float,
@@ -61,6 +62,7 @@ _LAZY = {
     "emit": "_cli",
     "error_line": "_cli",
     "run_command": "_cli",
+    "Closeable": "_closeable",
     "Mode": "_mode",
     "check_mode": "_mode",
     "check_float": "_numbers",
@@ -81,6 +83,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "Closeable",
     "CommandFailedError",
     "MissingExtraError",
     "Mode",

@@ -33,7 +33,7 @@ class StructuredError(PicklableError):
     template: ClassVar[str] = "{message}"
     """The message pattern, formatted with the fields (overridden by ``_message`` if needed)."""
 
-    def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: Any) -> None:
+    def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         # a plain dataclass: the fields become __init__'s parameters; eq and repr stay the
         # exception's own (identity, ``Name('message')``)

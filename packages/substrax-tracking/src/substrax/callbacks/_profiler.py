@@ -5,10 +5,8 @@ from __future__ import annotations
 import atexit
 import logging
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
-from substrax.support import check_int
+from substrax.support import Closeable, check_int
 
 from ._protocol import BaseCallback, Logs
 
@@ -18,7 +16,7 @@ __all__ = ["ProfilerWindow"]
 _logger = logging.getLogger(__name__)
 
 
-class ProfilerWindow(BaseCallback):
+class ProfilerWindow(BaseCallback, Closeable):
     """Trace ``num_steps`` steps from ``start_step`` with ``jax.profiler`` into ``log_dir``.
 
     The trace starts before step ``start_step`` (in ``on_batch_begin``, or at the end of the
@@ -103,17 +101,6 @@ class ProfilerWindow(BaseCallback):
         """Stop the trace if it runs (idempotent)."""
         if self._tracing:
             self._stop({})
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        _exc_type: type[BaseException] | None,
-        _exc: BaseException | None,
-        _traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _start(self) -> None:
         if self._tracing or self._done:

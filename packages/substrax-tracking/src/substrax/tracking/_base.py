@@ -9,8 +9,9 @@ import math
 import numbers
 import re
 from collections.abc import Mapping, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
+
+from substrax.support import Closeable
 
 from ._errors import (
     EmptyMetricNameError,
@@ -102,7 +103,7 @@ def as_scalar(name: str, value: Any) -> float:
     )
 
 
-class Logger(abc.ABC):
+class Logger(Closeable):
     """The logging surface shared by every backend.
 
     Subclasses implement the ``_write_*`` methods; the public methods check that the logger
@@ -194,7 +195,7 @@ class Logger(abc.ABC):
         if self.active:
             self._write_histogram(name, values, step)
 
-    def flush(self) -> None:  # noqa: B027  (optional for a backend)
+    def flush(self) -> None:
         """Write out whatever is buffered."""
 
     def close(self) -> None:
@@ -203,17 +204,6 @@ class Logger(abc.ABC):
             self.closed = True
             if self.active:
                 self._close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
@@ -234,7 +224,7 @@ class Logger(abc.ABC):
     @abc.abstractmethod
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None: ...
 
-    def _close(self) -> None:  # noqa: B027  (optional for a backend)
+    def _close(self) -> None:
         """Release the backend (called once, on the logging process)."""
 
 

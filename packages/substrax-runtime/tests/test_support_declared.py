@@ -1,0 +1,114 @@
+"""StructuredError (errors declared by fields) and Closeable (``with`` closes), from substrax.support."""
+
+import logging
+import pickle
+from pathlib import Path
+
+import pytest
+
+from substrax.support import Closeable, PicklableError, StructuredError
+
+
+class _StoreError(StructuredError, RuntimeError, kw_only=True):
+    template = "store {directory} failed"
+    directory: Path
+
+
+class _StepGoneError(_StoreError, kw_only=True):
+    template = "step {step} is not in {directory}; saved: {saved}"
+    step: int
+    saved: tuple[int, ...] = ()
+
+
+class _MissingFileError(StructuredError, FileNotFoundError):
+    template = "no file at {path}"
+    path: Path
+
+
+class _ShownError(StructuredError, ValueError):
+    value: object
+
+    def _message(self) -> str:
+        return f"value {self.value!r} is {'empty' if not self.value else 'refused'}"
+
+
+def test_fields_become_the_constructor_and_the_message() -> None:
+    error = _StepGoneError(directory=Path("/runs/a"), step=3, saved=(1, 2))
+    assert (error.step, error.saved, error.directory) == (3, (1, 2), Path("/runs/a"))
+    assert str(error) == "step 3 is not in /runs/a; saved: (1, 2)"
+    assert error.args == (str(error),)
+    assert isinstance(error, _StoreError | RuntimeError | PicklableError)
+    assert repr(error) == "_StepGoneError('step 3 is not in /runs/a; saved: (1, 2)')"
+
+
+def test_keyword_only_fields_refuse_positions_and_missing_fields_are_named() -> None:
+    with pytest.raises(TypeError):
+        _StepGoneError(Path("/runs/a"), 3)  # pyright: ignore[reportCallIssue]
+    with pytest.raises(TypeError, match="step"):
+        _StepGoneError(directory=Path("/runs/a"))  # pyright: ignore[reportCallIssue]
+
+
+def test_a_message_method_replaces_the_template() -> None:
+    assert str(_ShownError("")) == "value '' is empty"
+    assert str(_ShownError(7)) == "value 7 is refused"
+
+
+def test_errors_compare_by_identity_like_any_exception() -> None:
+    one, two = _ShownError(1), _ShownError(1)
+    assert one != two
+    assert len({one, two}) == 2
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        _StepGoneError(directory=Path("/runs/a"), step=3),
+        _MissingFileError(Path("/runs/a/x")),
+        _ShownError([1, 2]),
+    ],
+    ids=["inherited-fields", "os-error", "message-method"],
+)
+def test_a_pickled_error_comes_back_whole(error: Exception) -> None:
+    copy = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    assert type(copy) is type(error)
+    assert (str(copy), copy.args, vars(copy)) == (str(error), error.args, vars(error))
+
+
+def test_an_os_error_keeps_its_builtin_attributes() -> None:
+    error = _MissingFileError(Path("/x"))
+    assert isinstance(error, FileNotFoundError)
+    assert (error.errno, error.filename, str(error)) == (None, None, "no file at /x")
+
+
+class _Handle(Closeable):
+    def __init__(self, *, fail: bool = False) -> None:
+        self.closed = 0
+        self.fail = fail
+
+    def close(self) -> None:
+        self.closed += 1
+        if self.fail:
+            raise OSError("disk gone")
+
+
+def test_leaving_a_block_closes_once() -> None:
+    with _Handle() as handle:
+        assert handle.closed == 0
+    assert handle.closed == 1
+
+
+def test_a_failure_to_close_surfaces_when_the_block_succeeded() -> None:
+    handle = _Handle(fail=True)
+    with pytest.raises(OSError, match="disk gone"), handle:
+        pass
+
+
+def test_the_blocks_own_error_wins_over_a_failure_to_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    handle = _Handle(fail=True)
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyError, match="step"), handle:
+        raise KeyError("step")
+    assert handle.closed == 1
+    assert "closing _Handle after KeyError failed as well" in caplog.text
+    assert "disk gone" in caplog.text
