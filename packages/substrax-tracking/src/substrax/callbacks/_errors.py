@@ -6,7 +6,7 @@ tracebacks. Each carries the offending values as attributes; its message says wh
 
 from __future__ import annotations
 
-from substrax.support import PicklableError
+from substrax.support import StructuredError
 
 
 __all__ = [
@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 
-class CallbackStateMismatchError(PicklableError, ValueError):
+class CallbackStateMismatchError(StructuredError, ValueError):
     """A saved CallbackList state does not match the stateful callbacks of this list.
 
     Attributes:
@@ -28,18 +28,18 @@ class CallbackStateMismatchError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.callbacks"
+    expected: tuple[str, ...]
+    found: tuple[str, ...]
 
-    def __init__(self, expected: tuple[str, ...], found: tuple[str, ...]) -> None:
-        self.expected = expected
-        self.found = found
-        super().__init__(
-            f"saved callback state covers positions {list(found)}, but this CallbackList has "
-            f"stateful callbacks at positions {list(expected)}; build the list with the same "
+    def _message(self) -> str:
+        return (
+            f"saved callback state covers positions {list(self.found)}, but this CallbackList has "
+            f"stateful callbacks at positions {list(self.expected)}; build the list with the same "
             "callbacks in the same order as when the state was saved"
         )
 
 
-class MissingMetricError(PicklableError, KeyError):
+class MissingMetricError(StructuredError, KeyError):
     """A callback's monitored metric is not in the logs it was given.
 
     Attributes:
@@ -49,14 +49,17 @@ class MissingMetricError(PicklableError, KeyError):
     """
 
     __module__ = "substrax.callbacks"
+    monitor: str
+    available: tuple[str, ...]
+    hook: str
 
-    def __init__(self, monitor: str, available: tuple[str, ...], hook: str) -> None:
-        self.monitor = monitor
-        self.available = available
-        self.hook = hook
-        super().__init__(monitor)
+    def __post_init__(self) -> None:
+        KeyError.__init__(self, self.monitor)  # a KeyError's args hold the missing key
 
     def __str__(self) -> str:
+        return self._message()
+
+    def _message(self) -> str:
         return (
             f"monitored metric {self.monitor!r} is not in the logs passed to {self.hook} "
             f"(they hold {list(self.available)}); log it there, change `monitor`, or pass "
@@ -64,7 +67,7 @@ class MissingMetricError(PicklableError, KeyError):
         )
 
 
-class NoLearningRateFoundError(PicklableError, LookupError):
+class NoLearningRateFoundError(StructuredError, LookupError):
     """The optimizer state holds neither a ``reduce_on_plateau`` scale nor the hyperparameter.
 
     Attributes:
@@ -72,17 +75,15 @@ class NoLearningRateFoundError(PicklableError, LookupError):
     """
 
     __module__ = "substrax.callbacks"
-
-    def __init__(self, hyperparam: str) -> None:
-        self.hyperparam = hyperparam
-        super().__init__(
-            "the optimizer state holds no `optax.contrib.reduce_on_plateau` state and no "
-            f"`optax.inject_hyperparams` hyperparameter {hyperparam!r}; chain "
-            "reduce_on_plateau into the transformation or wrap it in inject_hyperparams"
-        )
+    template = (
+        "the optimizer state holds no `optax.contrib.reduce_on_plateau` state and no "
+        "`optax.inject_hyperparams` hyperparameter {hyperparam!r}; chain "
+        "reduce_on_plateau into the transformation or wrap it in inject_hyperparams"
+    )
+    hyperparam: str
 
 
-class MetricValueError(PicklableError, TypeError):
+class MetricValueError(StructuredError, TypeError):
     """A logged metric that is not one number (None, a string, a vector).
 
     Attributes:
@@ -98,21 +99,21 @@ class MetricValueError(PicklableError, TypeError):
     """
 
     __module__ = "substrax.callbacks"
+    metric: str
+    value: object
+    who: str
 
-    def __init__(self, metric: str, value: object, *, who: str) -> None:
-        self.metric = metric
-        self.value = value
-        self.who = who
-        shape = getattr(value, "shape", None)
-        what = f"an array of shape {shape}" if shape is not None else f"{value!r:.80}"
-        super().__init__(
-            f"{who} reads metric {metric!r} as one number, but it was logged as {what} "
-            f"({type(value).__name__}); log a scalar (reduce a vector with .mean(), or log "
+    def _message(self) -> str:
+        shape = getattr(self.value, "shape", None)
+        what = f"an array of shape {shape}" if shape is not None else f"{self.value!r:.80}"
+        return (
+            f"{self.who} reads metric {self.metric!r} as one number, but it was logged as {what} "
+            f"({type(self.value).__name__}); log a scalar (reduce a vector with .mean(), or log "
             "its parts under their own names)"
         )
 
 
-class MonitorMismatchError(PicklableError, ValueError):
+class MonitorMismatchError(StructuredError, ValueError):
     """A saved callback state that was recorded for another metric or mode.
 
     Attributes:
@@ -126,19 +127,17 @@ class MonitorMismatchError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.callbacks"
-
-    def __init__(self, saved: tuple[str, str], configured: tuple[str, str]) -> None:
-        self.saved = saved
-        self.configured = configured
-        super().__init__(
-            f"the saved early-stopping state tracks {saved[0]!r} ({saved[1]}), but this callback "
-            f"watches {configured[0]!r} ({configured[1]}); its best value and patience count "
-            "mean nothing here: restore it into a callback with the same monitor and mode, or "
-            "start this callback fresh (leave its state out of the restore)"
-        )
+    template = (
+        "the saved early-stopping state tracks {saved[0]!r} ({saved[1]}), but this callback "
+        "watches {configured[0]!r} ({configured[1]}); its best value and patience count "
+        "mean nothing here: restore it into a callback with the same monitor and mode, or "
+        "start this callback fresh (leave its state out of the restore)"
+    )
+    saved: tuple[str, str]
+    configured: tuple[str, str]
 
 
-class CostAnalysisError(PicklableError, LookupError):
+class CostAnalysisError(StructuredError, LookupError):
     """A compiled step whose cost analysis reports no FLOP count (some backends give none).
 
     Attributes:
@@ -152,12 +151,14 @@ class CostAnalysisError(PicklableError, LookupError):
     """
 
     __module__ = "substrax.callbacks"
+    template = (
+        "XLA's cost analysis of {function} reports no FLOP count (it gave "
+        "{analysis!r:.200}); pass ThroughputMeter(flops_per_step=...) yourself, e.g. "
+        "6 * parameters * tokens per step divided by the number of devices"
+    )
+    function: object
+    analysis: object
 
-    def __init__(self, function: object, analysis: object) -> None:
-        self.function = f"{function!r:.120}"
-        self.analysis = analysis
-        super().__init__(
-            f"XLA's cost analysis of {self.function} reports no FLOP count (it gave "
-            f"{analysis!r:.200}); pass ThroughputMeter(flops_per_step=...) yourself, e.g. "
-            "6 * parameters * tokens per step divided by the number of devices"
-        )
+    def __post_init__(self) -> None:
+        self.function = f"{self.function!r:.120}"
+        super().__post_init__()

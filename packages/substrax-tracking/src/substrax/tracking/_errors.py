@@ -4,12 +4,11 @@ Every public class here is re-exported from :mod:`substrax.tracking` and shows t
 tracebacks. Each carries the offending values as attributes; its message says what to do.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
+from dataclasses import InitVar
 from pathlib import Path
 
-from substrax.support import PicklableError
+from substrax.support import PicklableError, StructuredError
 
 
 __all__ = [
@@ -34,7 +33,7 @@ __all__ = [
 _SHOWN_DIGITS = 40
 
 
-class LoggerClosedError(PicklableError, RuntimeError):
+class LoggerClosedError(StructuredError, RuntimeError):
     """A logger was used after :meth:`Logger.close`.
 
     Attributes:
@@ -42,13 +41,11 @@ class LoggerClosedError(PicklableError, RuntimeError):
     """
 
     __module__ = "substrax.tracking"
-
-    def __init__(self, logger_name: str) -> None:
-        self.logger_name = logger_name
-        super().__init__(f"logger {logger_name!r} is closed; create a new one to log again")
+    template = "logger {logger_name!r} is closed; create a new one to log again"
+    logger_name: str
 
 
-class InvalidLoggerNameError(PicklableError, ValueError):
+class InvalidLoggerNameError(StructuredError, ValueError):
     """A logger was given a name that is empty or not a string.
 
     Attributes:
@@ -56,15 +53,11 @@ class InvalidLoggerNameError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.tracking"
-
-    def __init__(self, name: object) -> None:
-        self.name = name
-        super().__init__(
-            f"name={name!r} must be a non-empty string; it names the run in every backend"
-        )
+    template = "name={name!r} must be a non-empty string; it names the run in every backend"
+    name: object
 
 
-class EmptyMetricNameError(PicklableError, ValueError):
+class EmptyMetricNameError(StructuredError, ValueError):
     """A metric was logged under an empty name (or a name that is not a string).
 
     Attributes:
@@ -73,17 +66,15 @@ class EmptyMetricNameError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.tracking"
-
-    def __init__(self, name: object, value: object) -> None:
-        self.name = name
-        self.value = value
-        super().__init__(
-            f"metric name {name!r} (value {value!r}) must be a non-empty string; "
-            "give the metric a name such as 'loss' or 'train/loss'"
-        )
+    template = (
+        "metric name {name!r} (value {value!r}) must be a non-empty string; "
+        "give the metric a name such as 'loss' or 'train/loss'"
+    )
+    name: object
+    value: object
 
 
-class LoggedTypeError(PicklableError, TypeError):
+class LoggedTypeError(StructuredError, TypeError):
     """A value of the wrong type was logged.
 
     A scalar that is not a number, text that is not a str, hyperparameters that are not a
@@ -93,18 +84,25 @@ class LoggedTypeError(PicklableError, TypeError):
         what: what was being logged (``"scalar 'loss'"``, ``"text 'notes'"``, ``"hyperparameters"``).
         value: the value given.
         expected: what it must be instead.
+
+    ``got``, when given, words what was logged in the message instead of the value's type name
+    (``"str 'x'"``); it is not kept as an attribute.
     """
 
     __module__ = "substrax.tracking"
+    what: str
+    value: object
+    expected: str
+    got: InitVar[str | None] = None
 
-    def __init__(self, what: str, value: object, expected: str, *, got: str | None = None) -> None:
-        self.what = what
-        self.value = value
-        self.expected = expected
-        super().__init__(f"{what} must be {expected}, got {got or type(value).__name__}")
+    def __post_init__(self, got: str | None = None) -> None:
+        # ``got`` only words the message, so the message is built here rather than by _message
+        TypeError.__init__(
+            self, f"{self.what} must be {self.expected}, got {got or type(self.value).__name__}"
+        )
 
 
-class MetricOverflowError(PicklableError, OverflowError):
+class MetricOverflowError(StructuredError, OverflowError):
     """A metric's value is too large for a float (a Python int past about 1.8e308).
 
     Attributes:
@@ -113,20 +111,20 @@ class MetricOverflowError(PicklableError, OverflowError):
     """
 
     __module__ = "substrax.tracking"
+    name: str
+    value: object
 
-    def __init__(self, name: str, value: object) -> None:
-        self.name = name
-        self.value = value
-        shown = repr(value)
+    def _message(self) -> str:
+        shown = repr(self.value)
         if len(shown) > _SHOWN_DIGITS:
             shown = f"{shown[:20]}...{shown[-10:]} ({len(shown)} digits)"
-        super().__init__(
-            f"scalar {name!r} = {shown} is too large for a float; log a scaled value "
+        return (
+            f"scalar {self.name!r} = {shown} is too large for a float; log a scaled value "
             "(or its logarithm) instead"
         )
 
 
-class ImageShapeError(PicklableError, ValueError):
+class ImageShapeError(StructuredError, ValueError):
     """An image array has a shape no backend can show.
 
     Attributes:
@@ -135,17 +133,15 @@ class ImageShapeError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.tracking"
-
-    def __init__(self, name: str, shape: tuple[int, ...]) -> None:
-        self.name = name
-        self.shape = shape
-        super().__init__(
-            f"image {name!r} has shape {shape}; expected (H, W), (H, W, 1), (H, W, 3) or "
-            "(H, W, 4): move the channel axis last, or log each image of a batch on its own"
-        )
+    template = (
+        "image {name!r} has shape {shape}; expected (H, W), (H, W, 1), (H, W, 3) or "
+        "(H, W, 4): move the channel axis last, or log each image of a batch on its own"
+    )
+    name: str
+    shape: tuple[int, ...]
 
 
-class NotALoggerError(PicklableError, TypeError):
+class NotALoggerError(StructuredError, TypeError):
     """:class:`MultiLogger` was given something that is not a :class:`Logger`.
 
     Attributes:
@@ -153,11 +149,11 @@ class NotALoggerError(PicklableError, TypeError):
     """
 
     __module__ = "substrax.tracking"
+    value: object
 
-    def __init__(self, value: object) -> None:
-        self.value = value
-        super().__init__(
-            f"MultiLogger takes Logger instances, got {type(value).__name__}; wrap another "
+    def _message(self) -> str:
+        return (
+            f"MultiLogger takes Logger instances, got {type(self.value).__name__}; wrap another "
             "library's logger in a Logger subclass"
         )
 
@@ -174,7 +170,7 @@ class NoLoggerSelectedError(PicklableError, ValueError):
         )
 
 
-class ProcessIndexVariableError(PicklableError, ValueError):
+class ProcessIndexVariableError(StructuredError, ValueError):
     """An environment variable that names the process index holds something else.
 
     Attributes:
@@ -183,17 +179,15 @@ class ProcessIndexVariableError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.tracking"
-
-    def __init__(self, variable: str, value: str) -> None:
-        self.variable = variable
-        self.value = value
-        super().__init__(
-            f"{variable}={value!r} is not a process index (an integer >= 0); set it to this "
-            "process's index or unset it"
-        )
+    template = (
+        "{variable}={value!r} is not a process index (an integer >= 0); set it to this "
+        "process's index or unset it"
+    )
+    variable: str
+    value: str
 
 
-class FileLogValueError(PicklableError, ValueError):
+class FileLogValueError(StructuredError, ValueError):
     """A line of a file log (``*.metrics.jsonl``) is JSON but not a metric :class:`FileLogger` wrote.
 
     Attributes:
@@ -203,18 +197,18 @@ class FileLogValueError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.tracking"
+    path: Path
+    line: int
+    reason: str
 
-    def __init__(self, path: Path, line: int, reason: str) -> None:
-        self.path = path
-        self.line = line
-        self.reason = reason
-        super().__init__(
-            f"line {line} of {str(path)!r} is not a metric of a substrax file log ({reason}); "
-            "pass a *.metrics.jsonl that a FileLogger wrote, or remove that line"
+    def _message(self) -> str:
+        return (
+            f"line {self.line} of {str(self.path)!r} is not a metric of a substrax file log "
+            f"({self.reason}); pass a *.metrics.jsonl that a FileLogger wrote, or remove that line"
         )
 
 
-class NoFileLogError(PicklableError, FileNotFoundError):
+class NoFileLogError(StructuredError, FileNotFoundError):
     """A directory to plot holds no file log (``*.metrics.jsonl``).
 
     Attributes:
@@ -222,16 +216,16 @@ class NoFileLogError(PicklableError, FileNotFoundError):
     """
 
     __module__ = "substrax.tracking"
+    log_dir: Path
 
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        super().__init__(
-            f"{str(log_dir)!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger or "
-            "create_logger wrote"
+    def _message(self) -> str:
+        return (
+            f"{str(self.log_dir)!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger "
+            "or create_logger wrote"
         )
 
 
-class UploadNotFoundError(PicklableError, FileNotFoundError):
+class UploadNotFoundError(StructuredError, FileNotFoundError):
     """A file or directory to upload to a run (an artifact, a model) does not exist.
 
     Attributes:
@@ -240,16 +234,17 @@ class UploadNotFoundError(PicklableError, FileNotFoundError):
     """
 
     __module__ = "substrax.tracking"
+    what: str
+    path: Path
 
-    def __init__(self, what: str, path: Path) -> None:
-        self.what = what
-        self.path = path
-        super().__init__(
-            f"{what} {str(path)!r} does not exist; pass the path of an existing file or directory"
+    def _message(self) -> str:
+        return (
+            f"{self.what} {str(self.path)!r} does not exist; pass the path of an existing file "
+            "or directory"
         )
 
 
-class SpoolNotFoundError(PicklableError, FileNotFoundError):
+class SpoolNotFoundError(StructuredError, FileNotFoundError):
     """A spool file to replay does not exist.
 
     Attributes:
@@ -257,16 +252,16 @@ class SpoolNotFoundError(PicklableError, FileNotFoundError):
     """
 
     __module__ = "substrax.tracking"
+    path: Path
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        super().__init__(
-            f"spool file {str(path)!r} does not exist; pass the <log_dir>/<name>.spool.jsonl path "
-            "that the logger's warning named"
+    def _message(self) -> str:
+        return (
+            f"spool file {str(self.path)!r} does not exist; pass the <log_dir>/<name>.spool.jsonl "
+            "path that the logger's warning named"
         )
 
 
-class SpoolBusyError(PicklableError, TimeoutError):
+class SpoolBusyError(StructuredError, TimeoutError):
     """Another replay held a spool file for longer than this replay could wait.
 
     Two replays of one spool never run at once (each would send every record); the second
@@ -284,18 +279,18 @@ class SpoolBusyError(PicklableError, TimeoutError):
     """
 
     __module__ = "substrax.tracking"
+    path: Path
+    pid: int | None
 
-    def __init__(self, path: Path, pid: int | None) -> None:
-        self.path = path
-        self.pid = pid
-        holder = f"pid {pid}" if pid is not None else "another process"
-        super().__init__(
-            f"another replay ({holder}) is replaying {str(path)!r}; nothing was sent: run this "
-            "replay again when it has ended (or give it a longer --timeout to wait for it)"
+    def _message(self) -> str:
+        holder = f"pid {self.pid}" if self.pid is not None else "another process"
+        return (
+            f"another replay ({holder}) is replaying {str(self.path)!r}; nothing was sent: run "
+            "this replay again when it has ended (or give it a longer --timeout to wait for it)"
         )
 
 
-class NotASpoolError(PicklableError, ValueError):
+class NotASpoolError(StructuredError, ValueError):
     """A path given as a spool file is not one: a directory, a device, or a file without records.
 
     Nothing at the path is changed.
@@ -306,17 +301,17 @@ class NotASpoolError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.tracking"
+    path: Path
+    reason: str
 
-    def __init__(self, path: Path, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(
-            f"{str(path)!r} is not a spool file ({reason}); it is left untouched; pass the "
-            "<log_dir>/<name>.spool.jsonl path that the logger's warning named"
+    def _message(self) -> str:
+        return (
+            f"{str(self.path)!r} is not a spool file ({self.reason}); it is left untouched; pass "
+            "the <log_dir>/<name>.spool.jsonl path that the logger's warning named"
         )
 
 
-class UnknownBackendError(PicklableError, ValueError):
+class UnknownBackendError(StructuredError, ValueError):
     """Spooled records name a backend that no installed logger registered.
 
     Attributes:
@@ -325,17 +320,21 @@ class UnknownBackendError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.tracking"
+    backend: object
+    known: Sequence[str]
 
-    def __init__(self, backend: object, known: Sequence[str]) -> None:
-        self.backend = backend
-        self.known = tuple(known)
-        super().__init__(
-            f"spooled records name an unknown backend {backend!r}; known: {list(self.known)}; "
-            "replay them with the substrax version that wrote them"
+    def __post_init__(self) -> None:
+        self.known = tuple(self.known)
+        super().__post_init__()
+
+    def _message(self) -> str:
+        return (
+            f"spooled records name an unknown backend {self.backend!r}; known: "
+            f"{list(self.known)}; replay them with the substrax version that wrote them"
         )
 
 
-class NotARecordError(PicklableError, ValueError):
+class NotARecordError(StructuredError, ValueError):
     """A line of a spool (or its record) is not a substrax tracking record.
 
     Raised and caught inside a replay, which sets such lines aside in ``<spool>.bad`` with the
@@ -345,6 +344,5 @@ class NotARecordError(PicklableError, ValueError):
         reason: why it is not a record.
     """
 
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
+    template = "{reason}"
+    reason: str
