@@ -6,7 +6,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from substrax.support import PicklableError
+from substrax.support import PicklableError, StructuredError
 
 
 _CHECKSUM = re.compile(r"checksum|digest", re.IGNORECASE)
@@ -46,7 +46,7 @@ _ADVICE: dict[NotWrittenReason, str] = {
 }
 
 
-class CheckpointNotWrittenError(PicklableError, RuntimeError):
+class CheckpointNotWrittenError(StructuredError, RuntimeError, kw_only=True):
     """A save was refused; ``reason`` says why (``exists``, ``below_latest`` or ``rejected``).
 
     Example:
@@ -58,23 +58,20 @@ class CheckpointNotWrittenError(PicklableError, RuntimeError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(
-        self,
-        *,
-        step: int,
-        latest_step: int | None,
-        reason: NotWrittenReason | Literal["exists", "below_latest", "rejected"],
-    ) -> None:
-        self.step = step
-        self.latest_step = latest_step
-        self.reason = NotWrittenReason(reason)
-        super().__init__(
-            f"checkpoint step {step} was not written ({self.reason}; latest step is "
-            f"{latest_step}): {self.reason.advice}"
-        )
+    template = (
+        "checkpoint step {step} was not written ({reason}; latest step is {latest_step}): "
+        "{reason.advice}"
+    )
+    step: int
+    latest_step: int | None
+    reason: NotWrittenReason | Literal["exists", "below_latest", "rejected"]
+
+    def __post_init__(self) -> None:
+        self.reason = NotWrittenReason(self.reason)
+        super().__post_init__()
 
 
-class CheckpointNotFoundError(PicklableError, FileNotFoundError):
+class CheckpointNotFoundError(StructuredError, FileNotFoundError, kw_only=True):
     """The store holds no step ``step`` (None: the latest step was asked of an empty store).
 
     Example:
@@ -93,35 +90,26 @@ class CheckpointNotFoundError(PicklableError, FileNotFoundError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(
-        self,
-        *,
-        step: int | None,
-        directory: Path,
-        available: tuple[int, ...] = (),
-        deleted: bool = False,
-    ) -> None:
-        self.step = step
-        self.directory = directory
-        self.available = available
-        self.deleted = deleted
-        if deleted:
-            shown = ", ".join(map(str, available[-10:])) or "none"
-            super().__init__(
-                f"checkpoint step {step} in {directory} was deleted while it was read "
+    step: int | None
+    directory: Path
+    available: tuple[int, ...] = ()
+    deleted: bool = False
+
+    def _message(self) -> str:
+        shown = ", ".join(map(str, self.available[-10:])) or "none"
+        if self.deleted:
+            return (
+                f"checkpoint step {self.step} in {self.directory} was deleted while it was read "
                 f"(a writer's retention or a delete removed it; steps held: {shown}); "
                 "read a step that list_steps() still lists"
             )
-            return
-        if step is None:
-            super().__init__(
-                f"the checkpoint store at {directory} is empty (no step saved yet): "
+        if self.step is None:
+            return (
+                f"the checkpoint store at {self.directory} is empty (no step saved yet): "
                 "check the path, or start from scratch when latest_step() is None"
             )
-            return
-        shown = ", ".join(map(str, available[-10:])) or "none"
-        super().__init__(
-            f"no checkpoint step {step} in {directory} (steps held: {shown}); "
+        return (
+            f"no checkpoint step {self.step} in {self.directory} (steps held: {shown}); "
             "call list_steps() to see what the store holds"
         )
 
@@ -138,8 +126,10 @@ class UnsupportedCheckpointError(PicklableError, ValueError):
     __module__ = "substrax.checkpoint"
 
 
-class CheckpointWriteError(PicklableError, RuntimeError):
+class CheckpointWriteError(StructuredError, RuntimeError, kw_only=True):
     """A background write failed; raised at the next ``save``, ``wait`` or ``close``.
+
+    ``cause`` says why, as text (the exception the write raised, or what it left out).
 
     Example:
         >>> from pathlib import Path
@@ -150,13 +140,13 @@ class CheckpointWriteError(PicklableError, RuntimeError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(self, *, step: int, directory: Path, cause: str) -> None:
-        self.step = step
-        self.directory = directory
-        super().__init__(
-            f"checkpoint step {step} in {directory} was not committed: {cause}; "
-            "the step is not in the store, save it again"
-        )
+    template = (
+        "checkpoint step {step} in {directory} was not committed: {cause}; "
+        "the step is not in the store, save it again"
+    )
+    step: int
+    directory: Path
+    cause: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,7 +167,7 @@ class DtypeMismatch:
     restored: str
 
 
-class CheckpointDtypeMismatchError(PicklableError, ValueError):
+class CheckpointDtypeMismatchError(StructuredError, ValueError, kw_only=True):
     """Restoring would change the dtype of at least one leaf; pass ``cast_dtypes=True`` to allow it.
 
     Example:
@@ -189,22 +179,24 @@ class CheckpointDtypeMismatchError(PicklableError, ValueError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(self, *, step: int, mismatches: tuple[DtypeMismatch, ...]) -> None:
-        self.step = step
-        self.mismatches = mismatches
+    step: int
+    mismatches: tuple[DtypeMismatch, ...]
+
+    def _message(self) -> str:
+        mismatches = self.mismatches
         shown = "; ".join(
             f"{m.item}:{m.leaf or '<root>'} {m.saved} -> {m.restored}" for m in mismatches[:5]
         )
         hint = ""
         if any(m.saved.endswith("64") and m.restored.endswith("32") for m in mismatches):
             hint = " (a 64-bit array narrows while x64 is off: set jax_enable_x64 to keep it)"
-        super().__init__(
-            f"restoring step {step} would change {len(mismatches)} dtype(s): {shown}{hint}; "
-            "pass cast_dtypes=True to cast, or use a template with the stored dtypes"
+        return (
+            f"restoring step {self.step} would change {len(mismatches)} dtype(s): "
+            f"{shown}{hint}; pass cast_dtypes=True to cast, or use a template with the stored dtypes"
         )
 
 
-class CheckpointLockedError(PicklableError, RuntimeError):
+class CheckpointLockedError(StructuredError, RuntimeError, kw_only=True):
     """Another process writes the store: a store has one writing process (or one multi-host job).
 
     ``host``, ``pid`` and ``since`` describe the holder as it recorded itself (None where the
@@ -222,22 +214,22 @@ class CheckpointLockedError(PicklableError, RuntimeError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(
-        self, *, directory: Path, host: str | None, pid: int | None, since: str | None
-    ) -> None:
-        self.directory = directory
-        self.host = host
-        self.pid = pid
-        self.since = since
-        holder = f"pid {pid if pid is not None else '?'} on host {host or '?'} since {since or '?'}"
-        super().__init__(
-            f"the checkpoint store at {directory} is being written by another process ({holder}); "
-            "open it with read_only=True to read while it writes, or stop the other writer "
-            "(in a multi-host job, open the store after jax.distributed.initialize())"
+    directory: Path
+    host: str | None
+    pid: int | None
+    since: str | None
+
+    def _message(self) -> str:
+        pid = self.pid if self.pid is not None else "?"
+        holder = f"pid {pid} on host {self.host or '?'} since {self.since or '?'}"
+        return (
+            f"the checkpoint store at {self.directory} is being written by another process "
+            f"({holder}); open it with read_only=True to read while it writes, or stop the other "
+            "writer (in a multi-host job, open the store after jax.distributed.initialize())"
         )
 
 
-class CheckpointStoreNotFoundError(PicklableError, FileNotFoundError):
+class CheckpointStoreNotFoundError(StructuredError, FileNotFoundError, kw_only=True):
     """A store opened to be read does not exist.
 
     Example:
@@ -249,15 +241,14 @@ class CheckpointStoreNotFoundError(PicklableError, FileNotFoundError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(self, *, directory: Path) -> None:
-        self.directory = directory
-        super().__init__(
-            f"no checkpoint store at {directory}: the directory does not exist; "
-            "check the path (a writer creates it when it opens the store)"
-        )
+    template = (
+        "no checkpoint store at {directory}: the directory does not exist; "
+        "check the path (a writer creates it when it opens the store)"
+    )
+    directory: Path
 
 
-class CheckpointStoreNotADirectoryError(PicklableError, NotADirectoryError):
+class CheckpointStoreNotADirectoryError(StructuredError, NotADirectoryError, kw_only=True):
     """The path of a store is a file, not a directory.
 
     Example:
@@ -269,15 +260,14 @@ class CheckpointStoreNotADirectoryError(PicklableError, NotADirectoryError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(self, *, directory: Path) -> None:
-        self.directory = directory
-        super().__init__(
-            f"{directory} is not a directory: a file stands at that path or above it; "
-            "pass the checkpoint store's directory"
-        )
+    template = (
+        "{directory} is not a directory: a file stands at that path or above it; "
+        "pass the checkpoint store's directory"
+    )
+    directory: Path
 
 
-class CheckpointWaitTimeoutError(PicklableError, TimeoutError):
+class CheckpointWaitTimeoutError(StructuredError, TimeoutError, kw_only=True):
     """``wait_for_step`` saw no step newer than ``after`` committed within ``timeout`` seconds.
 
     Example:
@@ -291,21 +281,21 @@ class CheckpointWaitTimeoutError(PicklableError, TimeoutError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(
-        self, *, directory: Path, after: int | None, timeout: float, latest_step: int | None
-    ) -> None:
-        self.directory = directory
-        self.after = after
-        self.timeout = timeout
-        self.latest_step = latest_step
-        wanted = "no step" if after is None else f"no step after {after}"
-        super().__init__(
-            f"{wanted} was committed in {directory} within {timeout:g} s "
-            f"(latest step: {latest_step}); check the writer is running, or pass a longer timeout="
+    directory: Path
+    after: int | None
+    timeout: float
+    latest_step: int | None
+
+    def _message(self) -> str:
+        wanted = "no step" if self.after is None else f"no step after {self.after}"
+        return (
+            f"{wanted} was committed in {self.directory} within {self.timeout:g} s "
+            f"(latest step: {self.latest_step}); check the writer is running, "
+            "or pass a longer timeout="
         )
 
 
-class CheckpointCorruptError(PicklableError, ValueError):
+class CheckpointCorruptError(StructuredError, ValueError, kw_only=True):
     """A stored array's bytes fail their checksum, or a file of the step is missing or damaged.
 
     The step cannot be restored as it was saved.
@@ -330,31 +320,23 @@ class CheckpointCorruptError(PicklableError, ValueError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(
-        self,
-        *,
-        step: int | None,
-        item: str,
-        leaf: str,
-        directory: Path,
-        path: Path,
-        detail: str = "checksum mismatch",
-    ) -> None:
-        self.step = step
-        self.item = item
-        self.leaf = leaf
-        self.directory = directory
-        self.path = path
-        self.detail = detail
-        super().__init__(
-            f"checkpoint step {step} in {directory} is corrupted: item {item!r} leaf {leaf!r} "
-            f"{'fails its checksum' if _CHECKSUM.search(detail) else 'is damaged'} "
-            f"({path}: {detail}); restore an earlier step (list_steps()), "
-            "and check the others with `python -m substrax.checkpoint verify DIR`"
+    step: int | None
+    item: str
+    leaf: str
+    directory: Path
+    path: Path
+    detail: str = "checksum mismatch"
+
+    def _message(self) -> str:
+        damage = "fails its checksum" if _CHECKSUM.search(self.detail) else "is damaged"
+        return (
+            f"checkpoint step {self.step} in {self.directory} is corrupted: item {self.item!r} "
+            f"leaf {self.leaf!r} {damage} ({self.path}: {self.detail}); restore an earlier step "
+            "(list_steps()), and check the others with `python -m substrax.checkpoint verify DIR`"
         )
 
 
-class CheckpointStoreClosedError(PicklableError, RuntimeError):
+class CheckpointStoreClosedError(StructuredError, RuntimeError, kw_only=True):
     """The store was used after ``close()``.
 
     Example:
@@ -366,15 +348,14 @@ class CheckpointStoreClosedError(PicklableError, RuntimeError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(self, *, directory: Path) -> None:
-        self.directory = directory
-        super().__init__(
-            f"the checkpoint store at {directory} is closed; "
-            "open a new OrbaxCheckpointStore on the directory to use it again"
-        )
+    template = (
+        "the checkpoint store at {directory} is closed; "
+        "open a new OrbaxCheckpointStore on the directory to use it again"
+    )
+    directory: Path
 
 
-class CheckpointStoreReadOnlyError(PicklableError, PermissionError):
+class CheckpointStoreReadOnlyError(StructuredError, PermissionError, kw_only=True):
     """A store opened with ``read_only=True`` was asked to write (``save``, ``delete``, ``prune``).
 
     Example:
@@ -386,16 +367,15 @@ class CheckpointStoreReadOnlyError(PicklableError, PermissionError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(self, *, directory: Path, operation: str) -> None:
-        self.directory = directory
-        self.operation = operation
-        super().__init__(
-            f"cannot {operation}: the checkpoint store at {directory} was opened read_only=True; "
-            "open it without read_only to save or delete"
-        )
+    template = (
+        "cannot {operation}: the checkpoint store at {directory} was opened read_only=True; "
+        "open it without read_only to save or delete"
+    )
+    directory: Path
+    operation: str
 
 
-class DistributedNotInitializedError(PicklableError, RuntimeError):
+class DistributedNotInitializedError(StructuredError, RuntimeError, kw_only=True):
     """Several jax processes run but ``jax.distributed`` has no client to agree through.
 
     Example:
@@ -406,16 +386,15 @@ class DistributedNotInitializedError(PicklableError, RuntimeError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(self, *, process_count: int, needed_by: str) -> None:
-        self.process_count = process_count
-        self.needed_by = needed_by
-        super().__init__(
-            f"there are {process_count} jax processes but no jax.distributed client; call "
-            f"jax.distributed.initialize() before using {needed_by}"
-        )
+    template = (
+        "there are {process_count} jax processes but no jax.distributed client; call "
+        "jax.distributed.initialize() before using {needed_by}"
+    )
+    process_count: int
+    needed_by: str
 
 
-class UpgradeDestinationError(PicklableError, ValueError):
+class UpgradeDestinationError(StructuredError, ValueError, kw_only=True):
     """``upgrade_checkpoints`` was given a destination it must not write into.
 
     ``reason`` is ``"is the source"``, ``"is not empty"`` or ``"is not a directory"`` (a file
@@ -430,18 +409,12 @@ class UpgradeDestinationError(PicklableError, ValueError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(
-        self,
-        *,
-        destination: Path,
-        reason: Literal["is the source", "is not empty", "is not a directory"],
-    ) -> None:
-        self.destination = destination
-        self.reason = reason
-        super().__init__(f"destination {destination} {reason}; upgrade into a new, empty directory")
+    template = "destination {destination} {reason}; upgrade into a new, empty directory"
+    destination: Path
+    reason: Literal["is the source", "is not empty", "is not a directory"]
 
 
-class BestMetricNotRecordedError(PicklableError, ValueError):
+class BestMetricNotRecordedError(StructuredError, ValueError, kw_only=True):
     """``prune`` was asked to keep the best steps by a metric that no step of the store records.
 
     A misspelled ``best_metric`` would otherwise protect nothing and let the other rules delete
@@ -459,12 +432,14 @@ class BestMetricNotRecordedError(PicklableError, ValueError):
 
     __module__ = "substrax.checkpoint"
 
-    def __init__(self, *, metric: str, directory: Path, recorded: tuple[str, ...]) -> None:
-        self.metric = metric
-        self.directory = directory
-        self.recorded = recorded
-        shown = ", ".join(recorded) or "no metrics"
-        super().__init__(
-            f"no step in {directory} records the metric {metric!r} that keep_best ranks by "
-            f"(the steps record: {shown}); pass one of those as best_metric, or drop keep_best"
+    metric: str
+    directory: Path
+    recorded: tuple[str, ...]
+
+    def _message(self) -> str:
+        shown = ", ".join(self.recorded) or "no metrics"
+        return (
+            f"no step in {self.directory} records the metric {self.metric!r} that keep_best "
+            f"ranks by (the steps record: {shown}); pass one of those as best_metric, "
+            "or drop keep_best"
         )

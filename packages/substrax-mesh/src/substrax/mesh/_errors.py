@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from substrax.support import PicklableError
+from substrax.support import StructuredError
 
 
-class MeshShapeError(PicklableError, ValueError):
+class MeshShapeError(StructuredError, ValueError):
     """A mesh shape that the visible devices cannot hold, or that is malformed.
 
     Attributes:
+        message: The error's text.
         mesh_shape: The requested shape, as a dict from axis name to size.
         device_count: How many devices were available to build it (-1 when not looked at).
 
@@ -23,13 +24,12 @@ class MeshShapeError(PicklableError, ValueError):
 
     __module__ = "substrax.mesh"
 
-    def __init__(self, message: str, *, mesh_shape: dict[str, int], device_count: int) -> None:
-        super().__init__(message)
-        self.mesh_shape = mesh_shape
-        self.device_count = device_count
+    message: str
+    mesh_shape: dict[str, int]
+    device_count: int
 
 
-class UnknownLogicalAxisError(PicklableError, KeyError):
+class UnknownLogicalAxisError(StructuredError, KeyError):
     """A logical axis name that the rules do not map.
 
     Attributes:
@@ -44,11 +44,16 @@ class UnknownLogicalAxisError(PicklableError, KeyError):
 
     __module__ = "substrax.mesh"
 
-    def __init__(self, name: str, known: Sequence[str]) -> None:
-        self.name = name
-        self.known = tuple(known)
-        super().__init__(
-            f"logical axis {name!r} is not in the rules (they map {list(self.known)}); "
+    name: str
+    known: Sequence[str]
+
+    def __post_init__(self) -> None:
+        self.known = tuple(self.known)
+        super().__post_init__()
+
+    def _message(self) -> str:
+        return (
+            f"logical axis {self.name!r} is not in the rules (they map {list(self.known)}); "
             "add it to the rules, mapped to a mesh axis or to None for replicated"
         )
 
@@ -56,10 +61,11 @@ class UnknownLogicalAxisError(PicklableError, KeyError):
         return str(self.args[0])
 
 
-class ShardingAnnotationError(PicklableError, ValueError):
+class ShardingAnnotationError(StructuredError, ValueError):
     """A variable whose annotation cannot become a sharding on this mesh.
 
     Attributes:
+        message: The error's text.
         path: The variable's path in the state, e.g. ``"layers/0/kernel"``.
         annotation: The variable's ``out_sharding`` metadata.
 
@@ -72,13 +78,12 @@ class ShardingAnnotationError(PicklableError, ValueError):
 
     __module__ = "substrax.mesh"
 
-    def __init__(self, message: str, *, path: str, annotation: object) -> None:
-        super().__init__(message)
-        self.path = path
-        self.annotation = annotation
+    message: str
+    path: str
+    annotation: object
 
 
-class UnknownStrategyError(PicklableError, KeyError):
+class UnknownStrategyError(StructuredError, KeyError):
     """Sharding specs proposed by strategies a ``MultiDimensionalStrategy`` does not hold.
 
     Attributes:
@@ -94,13 +99,19 @@ class UnknownStrategyError(PicklableError, KeyError):
 
     __module__ = "substrax.mesh"
 
-    def __init__(self, tensor_name: str, *, unknown: Sequence[str], known: Sequence[str]) -> None:
-        self.tensor_name = tensor_name
-        self.unknown = tuple(unknown)
-        self.known = tuple(known)
-        super().__init__(
-            f"specs proposed for {tensor_name!r} by unknown strategies {list(self.unknown)}; "
-            f"known: {list(self.known)}"
+    tensor_name: str
+    unknown: Sequence[str]
+    known: Sequence[str]
+
+    def __post_init__(self) -> None:
+        self.unknown = tuple(self.unknown)
+        self.known = tuple(self.known)
+        super().__post_init__()
+
+    def _message(self) -> str:
+        return (
+            f"specs proposed for {self.tensor_name!r} by unknown strategies "
+            f"{list(self.unknown)}; known: {list(self.known)}"
         )
 
     def __str__(self) -> str:

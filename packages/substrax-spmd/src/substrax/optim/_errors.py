@@ -1,12 +1,13 @@
 """The errors of ``substrax.optim``."""
 
-from substrax.support import PicklableError
+from substrax.support import StructuredError
 
 
-class OptimizerConfigError(PicklableError, ValueError):
+class OptimizerConfigError(StructuredError, ValueError):
     """An optimizer configuration that cannot be built.
 
     Attributes:
+        message: The error's text.
         field: The offending field.
         value: Its value.
 
@@ -19,16 +20,16 @@ class OptimizerConfigError(PicklableError, ValueError):
 
     __module__ = "substrax.optim"
 
-    def __init__(self, message: str, *, field: str, value: object) -> None:
-        super().__init__(message)
-        self.field = field
-        self.value = value
+    message: str
+    field: str
+    value: object
 
 
-class LineSearchStateError(PicklableError, ValueError):
+class LineSearchStateError(StructuredError, ValueError):
     """An optimizer or model that a line-search update cannot run on reliably.
 
     Attributes:
+        message: The error's text.
         paths: The offending leaves' key paths (weak types), or dtypes (mixed parameters).
 
     Example:
@@ -39,12 +40,11 @@ class LineSearchStateError(PicklableError, ValueError):
 
     __module__ = "substrax.optim"
 
-    def __init__(self, message: str, *, paths: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.paths = paths
+    message: str
+    paths: tuple[str, ...]
 
 
-class LearningRateNotFoundError(PicklableError, LookupError):
+class LearningRateNotFoundError(StructuredError, LookupError):
     """An optimizer whose state holds no injected learning rate to read.
 
     Example:
@@ -55,8 +55,7 @@ class LearningRateNotFoundError(PicklableError, LookupError):
 
     __module__ = "substrax.optim"
 
-    def __init__(self) -> None:
-        super().__init__(
-            "the optimizer state holds no injected learning_rate; wrap the optimizer in "
-            "optax.inject_hyperparams (create_transformation does)"
-        )
+    template = (
+        "the optimizer state holds no injected learning_rate; wrap the optimizer in "
+        "optax.inject_hyperparams (create_transformation does)"
+    )

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from substrax.support import PicklableError
+from substrax.support import StructuredError
 
 
 if TYPE_CHECKING:
     from jax.sharding import PartitionSpec
 
 
-class BatchPlacementError(PicklableError, ValueError):
+class BatchPlacementError(StructuredError, ValueError):
     """A batch leaf that its sharding cannot split.
 
     Attributes:
+        message: The error's text.
         path: The leaf's key path, e.g. ``"['rows']['x']"``.
         shape: The leaf's shape.
         spec: The partition spec it was given.
@@ -29,19 +30,17 @@ class BatchPlacementError(PicklableError, ValueError):
 
     __module__ = "substrax.spmd"
 
-    def __init__(
-        self, message: str, *, path: str, shape: tuple[int, ...], spec: PartitionSpec
-    ) -> None:
-        super().__init__(message)
-        self.path = path
-        self.shape = shape
-        self.spec = spec
+    message: str
+    path: str
+    shape: tuple[int, ...]
+    spec: PartitionSpec
 
 
-class UnknownReductionError(PicklableError, ValueError):
+class UnknownReductionError(StructuredError, ValueError):
     """A reduction name that is not mean, sum, max or min, or a name without a metric.
 
     Attributes:
+        message: The error's text.
         name: The metric concerned.
         reduction: The reduction asked for.
 
@@ -54,13 +53,12 @@ class UnknownReductionError(PicklableError, ValueError):
 
     __module__ = "substrax.spmd"
 
-    def __init__(self, message: str, *, name: str, reduction: object) -> None:
-        super().__init__(message)
-        self.name = name
-        self.reduction = reduction
+    message: str
+    name: str
+    reduction: object
 
 
-class BatchSplitError(PicklableError, ValueError):
+class BatchSplitError(StructuredError, ValueError):
     """A batch leaf that cannot be split into microbatches or into the steps of one call.
 
     Raised when a step with ``accumulate_steps=N`` gets a leaf whose leading dimension ``N``
@@ -68,6 +66,7 @@ class BatchSplitError(PicklableError, ValueError):
     not ``k``.
 
     Attributes:
+        message: The error's text.
         path: The leaf's key path, e.g. ``"['x']"``.
         shape: The leaf's shape.
         parts: The number of microbatches or steps asked for.
@@ -81,17 +80,17 @@ class BatchSplitError(PicklableError, ValueError):
 
     __module__ = "substrax.spmd"
 
-    def __init__(self, message: str, *, path: str, shape: tuple[int, ...], parts: int) -> None:
-        super().__init__(message)
-        self.path = path
-        self.shape = shape
-        self.parts = parts
+    message: str
+    path: str
+    shape: tuple[int, ...]
+    parts: int
 
 
-class OptimizerMismatchError(PicklableError, ValueError):
+class OptimizerMismatchError(StructuredError, ValueError):
     """An optimizer whose state was built for another model than the one it is given with.
 
     Attributes:
+        message: The error's text.
         path: The first optimizer-state leaf that differs, e.g. ``"[0].mu['kernel']"``.
         model_shape: The shape the model's parameters need there (None: the model has no leaf there).
         optimizer_shape: The shape the optimizer holds there (None: the optimizer has no leaf there).
@@ -107,24 +106,17 @@ class OptimizerMismatchError(PicklableError, ValueError):
 
     __module__ = "substrax.spmd"
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str,
-        model_shape: tuple[int, ...] | None,
-        optimizer_shape: tuple[int, ...] | None,
-    ) -> None:
-        super().__init__(message)
-        self.path = path
-        self.model_shape = model_shape
-        self.optimizer_shape = optimizer_shape
+    message: str
+    path: str
+    model_shape: tuple[int, ...] | None
+    optimizer_shape: tuple[int, ...] | None
 
 
-class UnknownAxisError(PicklableError, NameError):
+class UnknownAxisError(StructuredError, NameError):
     """A collective asked for a mesh axis that the surrounding ``shard_map`` or ``pmap`` lacks.
 
     Attributes:
+        message: The error's text.
         axis_name: The axis asked for.
         available: The axis names bound where the collective ran.
 
@@ -137,7 +129,6 @@ class UnknownAxisError(PicklableError, NameError):
 
     __module__ = "substrax.spmd"
 
-    def __init__(self, message: str, *, axis_name: object, available: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.axis_name = axis_name
-        self.available = available
+    message: str
+    axis_name: object
+    available: tuple[str, ...]
