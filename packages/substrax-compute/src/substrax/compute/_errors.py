@@ -4,15 +4,16 @@ Each carries the offending values as attributes and says what to do; all are exp
 ``substrax.compute``, whose name they show in tracebacks.
 """
 
+import dataclasses
 from pathlib import Path
 
-from substrax.support import PicklableError
+from substrax.support import StructuredError
 
 
 _ROOT = "tool.substrax.compute"
 
 
-class ComputeConfigError(PicklableError, ValueError):
+class ComputeConfigError(StructuredError, ValueError):
     """A ``[tool.substrax.compute]`` key is unknown or holds a bad value.
 
     Attributes:
@@ -27,19 +28,24 @@ class ComputeConfigError(PicklableError, ValueError):
 
     __module__ = "substrax.compute"
 
-    def __init__(self, problems: list[tuple[str, str]], *, source: object = None) -> None:
-        self.problems, self.source = problems, source
-        self.path, self.reason = problems[0]
-        listed = "; ".join(f"{path}: {reason}" for path, reason in problems)
-        if len(problems) > 1:
-            where = f"{source} [{_ROOT}]" if source is not None else f"[{_ROOT}]"
-            message = f"{len(problems)} problems in {where}: {listed}"
-        else:
-            message = listed if source is None else f"{listed} (in {source})"
-        super().__init__(message)
+    problems: list[tuple[str, str]]
+    source: object = None
+    path: str = dataclasses.field(init=False)
+    reason: str = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.path, self.reason = self.problems[0]
+        super().__post_init__()
+
+    def _message(self) -> str:
+        listed = "; ".join(f"{path}: {reason}" for path, reason in self.problems)
+        if len(self.problems) > 1:
+            where = f"{self.source} [{_ROOT}]" if self.source is not None else f"[{_ROOT}]"
+            return f"{len(self.problems)} problems in {where}: {listed}"
+        return listed if self.source is None else f"{listed} (in {self.source})"
 
 
-class ConfigFileError(PicklableError, ValueError):
+class ConfigFileError(StructuredError, ValueError):
     """A file the configuration is read from (pyproject.toml, uv.lock) is not valid TOML or unreadable.
 
     Attributes:
@@ -51,52 +57,56 @@ class ConfigFileError(PicklableError, ValueError):
 
     __module__ = "substrax.compute"
 
-    def __init__(
-        self, path: Path, reason: str, *, line: int | None = None, column: int | None = None
-    ) -> None:
-        self.path, self.reason, self.line, self.column = path, reason, line, column
-        if line is None:
-            message = f"{path}: cannot be read: {reason}"
-        else:
-            message = f"{path}:{line}:{column}: not valid TOML: {reason}; fix the file and retry"
-        super().__init__(message)
+    path: Path
+    reason: str
+    line: int | None = None
+    column: int | None = None
+
+    def _message(self) -> str:
+        if self.line is None:
+            return f"{self.path}: cannot be read: {self.reason}"
+        return (
+            f"{self.path}:{self.line}:{self.column}: not valid TOML: {self.reason}; "
+            "fix the file and retry"
+        )
 
 
-class ProjectFileNotFoundError(PicklableError, FileNotFoundError):
+class ProjectFileNotFoundError(StructuredError, FileNotFoundError):
     """A file or directory the project must have is missing (pyproject.toml, uv.lock, examples).
 
     Attributes:
         path: What was looked for.
+        message: The error's text, naming the file and what to do.
     """
 
     __module__ = "substrax.compute"
 
-    def __init__(self, path: Path, message: str) -> None:
-        self.path = path
-        super().__init__(message)
+    path: Path
+    message: str
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class ComputeTableMissingError(PicklableError, LookupError):
+class ComputeTableMissingError(StructuredError, LookupError):
     """``pyproject.toml`` has no ``[tool.substrax.compute]`` table.
 
     Attributes:
         pyproject: The file read.
+        table: The table looked for.
     """
 
     __module__ = "substrax.compute"
+    template = (
+        "{pyproject} has no [{table}] table; declare a job there, e.g. "
+        '[{table}.jobs.demo] with examples = ["examples"] and timeout_seconds = 600'
+    )
 
-    def __init__(self, pyproject: Path, table: str) -> None:
-        self.pyproject = pyproject
-        super().__init__(
-            f"{pyproject} has no [{table}] table; declare a job there, e.g. "
-            f'[{table}.jobs.demo] with examples = ["examples"] and timeout_seconds = 600'
-        )
+    pyproject: Path
+    table: str
 
 
-class SubstraxNotLockedError(PicklableError, LookupError):
+class SubstraxNotLockedError(StructuredError, LookupError):
     """The project's ``uv.lock`` does not pin substrax-compute, so a worker elsewhere can't run.
 
     Attributes:
@@ -104,35 +114,35 @@ class SubstraxNotLockedError(PicklableError, LookupError):
     """
 
     __module__ = "substrax.compute"
+    template = "substrax-compute is not in {lock}: `uv add substrax-compute` so the worker can run"
 
-    def __init__(self, lock: Path) -> None:
-        self.lock = lock
-        super().__init__(
-            f"substrax-compute is not in {lock}: `uv add substrax-compute` so the worker can run"
-        )
+    lock: Path
 
 
-class JobNotFoundError(PicklableError, KeyError):
+class JobNotFoundError(StructuredError, KeyError):
     """No job of that name is configured.
 
     Attributes:
         job: The name asked for.
         known: The configured job names.
+        table: The table the jobs are configured in.
     """
 
     __module__ = "substrax.compute"
 
-    def __init__(self, job: str, known: list[str], table: str) -> None:
-        self.job, self.known = job, known
-        super().__init__(
-            f"no job {job!r} in [{table}.jobs]; configured: {', '.join(known) or 'none'}"
-        )
+    job: str
+    known: list[str]
+    table: str
+
+    def _message(self) -> str:
+        known = ", ".join(self.known) or "none"
+        return f"no job {self.job!r} in [{self.table}.jobs]; configured: {known}"
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class RunNotFoundError(PicklableError, KeyError):
+class RunNotFoundError(StructuredError, KeyError):
     """No run of that id was saved in the run store.
 
     Attributes:
@@ -141,36 +151,38 @@ class RunNotFoundError(PicklableError, KeyError):
     """
 
     __module__ = "substrax.compute"
+    template = "no run {run_id!r} in {root}; `substrax-compute list` shows them"
 
-    def __init__(self, run_id: str, root: Path) -> None:
-        self.run_id, self.root = run_id, root
-        super().__init__(f"no run {run_id!r} in {root}; `substrax-compute list` shows them")
+    run_id: str
+    root: Path
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class UnknownBackendError(PicklableError, LookupError):
+class UnknownBackendError(StructuredError, LookupError):
     """No backend of that name is registered.
 
     Attributes:
         name: The name asked for.
         known: The registered names.
+        group: The entry-point group backends register in.
     """
 
     __module__ = "substrax.compute"
 
-    def __init__(
-        self, name: str, known: list[str], group: str = "substrax.compute.backends"
-    ) -> None:
-        self.name, self.known = name, known
-        super().__init__(
-            f"no compute backend {name!r}; registered: {', '.join(known) or 'none'} "
-            f"(a provider registers one in the {group!r} entry-point group)"
+    name: str
+    known: list[str]
+    group: str = "substrax.compute.backends"
+
+    def _message(self) -> str:
+        return (
+            f"no compute backend {self.name!r}; registered: {', '.join(self.known) or 'none'} "
+            f"(a provider registers one in the {self.group!r} entry-point group)"
         )
 
 
-class BackendFactoryError(PicklableError, TypeError):
+class BackendFactoryError(StructuredError, TypeError):
     """A registered backend factory returned something that is not a ``ComputeBackend``.
 
     Attributes:
@@ -180,16 +192,17 @@ class BackendFactoryError(PicklableError, TypeError):
     """
 
     __module__ = "substrax.compute"
+    template = (
+        "the {name!r} backend factory {factory} returned {returned}, which is not a "
+        "ComputeBackend; fix the factory registered in the entry point"
+    )
 
-    def __init__(self, name: str, factory: str, returned: str) -> None:
-        self.name, self.factory, self.returned = name, factory, returned
-        super().__init__(
-            f"the {name!r} backend factory {factory} returned {returned}, which is not a "
-            "ComputeBackend; fix the factory registered in the entry point"
-        )
+    name: str
+    factory: str
+    returned: str
 
 
-class UnknownPlatformError(PicklableError, ValueError):
+class UnknownPlatformError(StructuredError, ValueError):
     """A ``runtime.platforms`` entry is not a platform jax knows.
 
     Attributes:
@@ -199,30 +212,33 @@ class UnknownPlatformError(PicklableError, ValueError):
 
     __module__ = "substrax.compute"
 
-    def __init__(self, platform: str, known: tuple[str, ...]) -> None:
-        self.platform, self.known = platform, known
+    platform: str
+    known: tuple[str, ...]
+
+    def _message(self) -> str:
+        platform, known = self.platform, self.known
         hint = next((f"; did you mean {k!r}?" for k in known if k.lower() == platform.lower()), "")
-        super().__init__(
+        return (
             f"JaxRuntime.platforms entry {platform!r} is not a platform jax knows{hint} "
             f"(use one of: {', '.join(sorted(known, key=str.lower))})"
         )
 
 
-class RuntimeFieldError(PicklableError, ValueError):
+class RuntimeFieldError(StructuredError, ValueError):
     """A job's ``runtime`` table names a field ``JaxRuntime`` lacks, or one it refuses.
 
     Attributes:
+        message: The error's text.
         fields: The offending field names (empty when ``JaxRuntime`` refused a value).
     """
 
     __module__ = "substrax.compute"
 
-    def __init__(self, message: str, fields: tuple[str, ...] = ()) -> None:
-        self.fields = fields
-        super().__init__(message)
+    message: str
+    fields: tuple[str, ...] = ()
 
 
-class AcceleratorFormatError(PicklableError, ValueError):
+class AcceleratorFormatError(StructuredError, ValueError):
     """An ``--accelerator`` value is not ``KIND`` or ``KIND:N``.
 
     Attributes:
@@ -230,31 +246,31 @@ class AcceleratorFormatError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.compute"
+    template = "accelerator {text!r} must read KIND or KIND:N with N from 1 to 64, e.g. H100:8"
 
-    def __init__(self, text: str) -> None:
-        self.text = text
-        super().__init__(
-            f"accelerator {text!r} must read KIND or KIND:N with N from 1 to 64, e.g. H100:8"
-        )
+    text: str
 
 
-class RecordVersionError(PicklableError, ValueError):
+class RecordVersionError(StructuredError, ValueError):
     """A job spec or manifest was written by another release (its ``schema_version`` differs).
 
     Attributes:
         record: ``"job spec"`` or ``"manifest"``.
         found: The version read.
         expected: The version this release reads.
+        fix: What to do about it.
     """
 
     __module__ = "substrax.compute"
+    template = "{record} version {found!r} is not {expected}: {fix}"
 
-    def __init__(self, record: str, found: object, expected: int, fix: str) -> None:
-        self.record, self.found, self.expected = record, found, expected
-        super().__init__(f"{record} version {found!r} is not {expected}: {fix}")
+    record: str
+    found: object
+    expected: int
+    fix: str
 
 
-class RecordFormatError(PicklableError, ValueError, TypeError):
+class RecordFormatError(StructuredError, ValueError, TypeError):
     """A stored record (a run handle, a manifest) is not the shape this release writes.
 
     Attributes:
@@ -263,15 +279,13 @@ class RecordFormatError(PicklableError, ValueError, TypeError):
     """
 
     __module__ = "substrax.compute"
+    template = "{source}: {problem}; it was not written by this substrax-compute release"
 
-    def __init__(self, source: object, problem: str) -> None:
-        self.source, self.problem = source, problem
-        super().__init__(
-            f"{source}: {problem}; it was not written by this substrax-compute release"
-        )
+    source: object
+    problem: str
 
 
-class SecretNotSetError(PicklableError, LookupError):
+class SecretNotSetError(StructuredError, LookupError):
     """A secret the job names is not set in the environment that must pass it on.
 
     Attributes:
@@ -281,29 +295,33 @@ class SecretNotSetError(PicklableError, LookupError):
 
     __module__ = "substrax.compute"
 
-    def __init__(self, names: list[str], where: str = "this environment") -> None:
-        self.names, self.where = names, where
-        super().__init__(
-            f"secrets {', '.join(names)} are not set in {where}; export them before submitting"
+    names: list[str]
+    where: str = "this environment"
+
+    def _message(self) -> str:
+        return (
+            f"secrets {', '.join(self.names)} are not set in {self.where}; export them before "
+            "submitting"
         )
 
 
-class MountNotConfiguredError(PicklableError, LookupError):
+class MountNotConfiguredError(StructuredError, LookupError):
     """A job mount has no source in the backend's settings (a volume, a bucket, a directory).
 
     Attributes:
         mount: The mount's name.
+        message: The error's text.
         setting: The setting that would give it a source.
     """
 
     __module__ = "substrax.compute"
 
-    def __init__(self, mount: str, message: str, setting: str) -> None:
-        self.mount, self.setting = mount, setting
-        super().__init__(message)
+    mount: str
+    message: str
+    setting: str
 
 
-class MountDirectoryNotFoundError(PicklableError, FileNotFoundError):
+class MountDirectoryNotFoundError(StructuredError, FileNotFoundError):
     """A job mount has no directory on this machine for the local backend.
 
     Attributes:
@@ -312,19 +330,19 @@ class MountDirectoryNotFoundError(PicklableError, FileNotFoundError):
     """
 
     __module__ = "substrax.compute"
+    template = (
+        "mount {mount!r} has no directory here ({path}): set backends.local.mounts."
+        "{mount} to a directory on this machine"
+    )
 
-    def __init__(self, mount: str, path: Path) -> None:
-        self.mount, self.path = mount, path
-        super().__init__(
-            f"mount {mount!r} has no directory here ({path}): set backends.local.mounts."
-            f"{mount} to a directory on this machine"
-        )
+    mount: str
+    path: Path
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class MountPathError(PicklableError, ValueError):
+class MountPathError(StructuredError, ValueError):
     """A local mount's source directory lies outside the project.
 
     Attributes:
@@ -334,39 +352,45 @@ class MountPathError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.compute"
+    template = (
+        "local mount {mount!r} source {source!r} escapes {project}; name a directory "
+        "inside the project or an absolute path"
+    )
 
-    def __init__(self, mount: str, source: str, project: Path) -> None:
-        self.mount, self.source, self.project = mount, source, project
-        super().__init__(
-            f"local mount {mount!r} source {source!r} escapes {project}; name a directory "
-            "inside the project or an absolute path"
-        )
+    mount: str
+    source: str
+    project: Path
 
 
-class DirectoryPathError(PicklableError, NotADirectoryError):
+class DirectoryPathError(StructuredError, NotADirectoryError):
     """A path that must be (or become) a directory is a file, or lies under one.
 
     Attributes:
         path: The directory asked for.
         blocker: The existing file in the way (``path`` itself or one of its parents).
         what: What the directory is for, e.g. ``"--into"``.
+        fix: What to do about it.
     """
 
     __module__ = "substrax.compute"
 
-    def __init__(self, path: Path, blocker: Path, *, what: str, fix: str) -> None:
-        self.path, self.blocker, self.what = path, blocker, what
-        if blocker == path:
-            message = f"{what} {path} is a file, not a directory; {fix}"
-        else:
-            message = f"{what} {path} cannot be a directory: {blocker} is a file; {fix}"
-        super().__init__(message)
+    path: Path
+    blocker: Path
+    what: str
+    fix: str
+
+    def _message(self) -> str:
+        if self.blocker == self.path:
+            return f"{self.what} {self.path} is a file, not a directory; {self.fix}"
+        return (
+            f"{self.what} {self.path} cannot be a directory: {self.blocker} is a file; {self.fix}"
+        )
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class ProjectDirectoryError(PicklableError, NotADirectoryError):
+class ProjectDirectoryError(StructuredError, NotADirectoryError):
     """The project root handed to a backend is not a directory.
 
     Attributes:
@@ -374,16 +398,15 @@ class ProjectDirectoryError(PicklableError, NotADirectoryError):
     """
 
     __module__ = "substrax.compute"
+    template = "project {project} is not a directory; pass the project root"
 
-    def __init__(self, project: Path) -> None:
-        self.project = project
-        super().__init__(f"project {project} is not a directory; pass the project root")
+    project: Path
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class UploadFileNotFoundError(PicklableError, FileNotFoundError):
+class UploadFileNotFoundError(StructuredError, FileNotFoundError):
     """A file a job asked to upload by name is not a file inside the project.
 
     Attributes:
@@ -392,16 +415,16 @@ class UploadFileNotFoundError(PicklableError, FileNotFoundError):
     """
 
     __module__ = "substrax.compute"
+    template = (
+        "include_files names {name!r}, which is not a file in {project}; name files by "
+        "their normalised path relative to the project root, without '..'"
+    )
 
-    def __init__(self, name: str, project: Path) -> None:
-        self.name, self.project = name, project
-        super().__init__(
-            f"include_files names {name!r}, which is not a file in {project}; name files by "
-            "their normalised path relative to the project root, without '..'"
-        )
+    name: str
+    project: Path
 
 
-class OutputPathError(PicklableError, ValueError):
+class OutputPathError(StructuredError, ValueError):
     """An output path leaves the root it must stay in.
 
     Attributes:
@@ -410,13 +433,13 @@ class OutputPathError(PicklableError, ValueError):
     """
 
     __module__ = "substrax.compute"
+    template = "{path} is outside {root}; outputs must stay inside their run directory"
 
-    def __init__(self, path: Path, root: Path) -> None:
-        self.path, self.root = path, root
-        super().__init__(f"{path} is outside {root}; outputs must stay inside their run directory")
+    path: Path
+    root: Path
 
 
-class FetchToolNotFoundError(PicklableError, FileNotFoundError):
+class FetchToolNotFoundError(StructuredError, FileNotFoundError):
     """The cloud command a fetch needs (``gcloud``, ``aws``) is not on ``PATH``.
 
     Attributes:
@@ -425,12 +448,10 @@ class FetchToolNotFoundError(PicklableError, FileNotFoundError):
     """
 
     __module__ = "substrax.compute"
+    template = "fetching from {source} needs the `{command}` command; install it and log in"
 
-    def __init__(self, command: str, source: str) -> None:
-        self.command, self.source = command, source
-        super().__init__(
-            f"fetching from {source} needs the `{command}` command; install it and log in"
-        )
+    command: str
+    source: str
 
     def __str__(self) -> str:
         return str(self.args[0])
@@ -449,14 +470,20 @@ class RunRecordError(RecordFormatError):
     """
 
     __module__ = "substrax.compute"
+    template = "run record {path} can't be used: {reason}; {fix}"
 
-    def __init__(self, path: Path, reason: str, *, fix: str = "remove it") -> None:
-        self.source, self.problem = path, reason
-        self.path, self.reason, self.fix = path, reason, fix
-        super(RecordFormatError, self).__init__(f"run record {path} can't be used: {reason}; {fix}")
+    source: object = dataclasses.field(init=False)
+    problem: str = dataclasses.field(init=False)
+    path: Path
+    reason: str
+    fix: str = "remove it"
+
+    def __post_init__(self) -> None:
+        self.source, self.problem = self.path, self.reason
+        super().__post_init__()
 
 
-class RunDirectoryGoneError(PicklableError, FileNotFoundError):
+class RunDirectoryGoneError(StructuredError, FileNotFoundError):
     """A stored run's directory (its logs and outputs) is no longer on this machine.
 
     Attributes:
@@ -465,19 +492,19 @@ class RunDirectoryGoneError(PicklableError, FileNotFoundError):
     """
 
     __module__ = "substrax.compute"
+    template = (
+        "run {run_id}'s directory {run_dir} is gone, so its logs and outputs can't be read; "
+        "the run's record stays in `substrax-compute list` until you remove it"
+    )
 
-    def __init__(self, run_id: str, run_dir: Path) -> None:
-        self.run_id, self.run_dir = run_id, run_dir
-        super().__init__(
-            f"run {run_id}'s directory {run_dir} is gone, so its logs and outputs can't be read; "
-            "the run's record stays in `substrax-compute list` until you remove it"
-        )
+    run_id: str
+    run_dir: Path
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
-class RunStoreError(PicklableError, OSError):
+class RunStoreError(StructuredError, OSError):
     """The run store's directory exists but can't be read (a file in its place, no permission).
 
     Attributes:
@@ -486,13 +513,13 @@ class RunStoreError(PicklableError, OSError):
     """
 
     __module__ = "substrax.compute"
+    template = (
+        "cannot read the runs directory {root}: {reason}; "
+        "make it a directory this user can read, or move it away"
+    )
 
-    def __init__(self, root: Path, reason: str) -> None:
-        self.root, self.reason = root, reason
-        super().__init__(
-            f"cannot read the runs directory {root}: {reason}; "
-            "make it a directory this user can read, or move it away"
-        )
+    root: Path
+    reason: str
 
     def __str__(self) -> str:
         return str(self.args[0])

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from substrax.support import PicklableError
+from substrax.support import StructuredError
 
 
 if TYPE_CHECKING:
     from ._hardware import HardwareType
 
 
-class UnknownHardwareError(PicklableError, LookupError):
+class UnknownHardwareError(StructuredError, LookupError):
     """The batch-size table has no entry for this hardware.
 
     Attributes:
@@ -26,14 +26,15 @@ class UnknownHardwareError(PicklableError, LookupError):
 
     __module__ = "substrax.devices"
 
-    def __init__(self, hardware_type: HardwareType, device_kind: str | None = None) -> None:
+    hardware_type: HardwareType
+    device_kind: str | None = None
+
+    def _message(self) -> str:
         from ._hardware import BATCH_SIZE_TABLE  # noqa: PLC0415  (the table imports this module)
 
-        self.hardware_type = hardware_type
-        self.device_kind = device_kind
-        seen = f" (device_kind {device_kind!r})" if device_kind else ""
-        super().__init__(
-            f"no batch-size recommendation for {hardware_type.name}{seen}; the table knows "
+        seen = f" (device_kind {self.device_kind!r})" if self.device_kind else ""
+        return (
+            f"no batch-size recommendation for {self.hardware_type.name}{seen}; the table knows "
             f"{', '.join(h.name for h in BATCH_SIZE_TABLE)}. Pass hardware_type= for the "
             "closest match, or measure (calibrax owns hardware specs)"
         )

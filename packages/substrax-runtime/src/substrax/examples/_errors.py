@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from substrax.support import PicklableError
+from substrax.support import StructuredError
 
 
-class ExamplesRootNotADirectoryError(PicklableError, NotADirectoryError):
+class ExamplesRootNotADirectoryError(StructuredError, NotADirectoryError):
     """The examples root given to ``discover_examples`` is not a directory.
 
     Attributes:
@@ -22,9 +22,8 @@ class ExamplesRootNotADirectoryError(PicklableError, NotADirectoryError):
 
     root: Path
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        super().__init__(
-            f"examples root {str(root)!r} is not a directory; pass the folder that holds the "
-            "example scripts"
+    def _message(self) -> str:
+        return (
+            f"examples root {str(self.root)!r} is not a directory; pass the folder that holds "
+            "the example scripts"
         )

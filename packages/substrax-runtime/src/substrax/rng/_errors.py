@@ -2,10 +2,10 @@
 
 from collections.abc import Sequence
 
-from substrax.support import PicklableError
+from substrax.support import StructuredError
 
 
-class MissingRngStreamError(PicklableError, ValueError):
+class MissingRngStreamError(StructuredError, ValueError, kw_only=True):
     """An ``nnx.Rngs`` holds none of the streams a caller can draw from.
 
     Attributes:
@@ -21,12 +21,14 @@ class MissingRngStreamError(PicklableError, ValueError):
     __module__ = "substrax.rng"
 
     context: str
-    streams: tuple[str, ...]
+    streams: Sequence[str]
 
-    def __init__(self, *, context: str, streams: Sequence[str]) -> None:
-        self.context = context
-        self.streams = tuple(streams)
-        super().__init__(
-            f"{context} needs an rng stream named one of {self.streams}; "
+    def __post_init__(self) -> None:
+        self.streams = tuple(self.streams)
+        super().__post_init__()
+
+    def _message(self) -> str:
+        return (
+            f"{self.context} needs an rng stream named one of {self.streams}; "
             f"pass nnx.Rngs({self.streams[0] if self.streams else 'default'}=...)"
         )

@@ -1,6 +1,6 @@
 """The errors of ``substrax.runtime``."""
 
-from substrax.support import PicklableError
+from substrax.support import PicklableError, StructuredError
 
 
 class RuntimeConfigurationError(PicklableError, RuntimeError):
@@ -17,7 +17,7 @@ class RuntimeConfigurationError(PicklableError, RuntimeError):
     __module__ = "substrax.runtime"
 
 
-class XlaFlagConflictError(RuntimeConfigurationError):
+class XlaFlagConflictError(StructuredError, RuntimeConfigurationError):
     """An XLA flag requested with a value other than the one already set.
 
     Attributes:
@@ -38,13 +38,10 @@ class XlaFlagConflictError(RuntimeConfigurationError):
     existing: str | None
     requested: str | None
 
-    def __init__(self, flag: str, existing: str | None, requested: str | None) -> None:
-        self.flag = flag
-        self.existing = existing
-        self.requested = requested
-        super().__init__(
-            f"XLA flag {flag} is already set to {_shown(existing)} and was requested as "
-            f"{_shown(requested)}"
+    def _message(self) -> str:
+        return (
+            f"XLA flag {self.flag} is already set to {_shown(self.existing)} and was requested "
+            f"as {_shown(self.requested)}"
         )
 
 
@@ -52,7 +49,7 @@ def _shown(value: str | None) -> str:
     return "a bare flag" if value is None else repr(value)
 
 
-class DistributedStartupError(PicklableError, TimeoutError):
+class DistributedStartupError(StructuredError, TimeoutError):
     """The processes of a ``jax.distributed`` job did not all meet within the timeout.
 
     Raised by ``initialize_distributed`` before jax waits on its own (jax would abort the process
@@ -95,34 +92,10 @@ class DistributedStartupError(PicklableError, TimeoutError):
     num_processes: int
     arrived: tuple[int, ...] | None
     timeout: float
-    reached: bool
-    refused: tuple[tuple[int, int], ...]
-    coordinator_num_processes: int | None
-    foreign: bool
-
-    def __init__(
-        self,
-        coordinator_address: str,
-        *,
-        process_id: int,
-        num_processes: int,
-        arrived: tuple[int, ...] | None,
-        timeout: float,
-        reached: bool = True,
-        refused: tuple[tuple[int, int], ...] = (),
-        coordinator_num_processes: int | None = None,
-        foreign: bool = False,
-    ) -> None:
-        self.coordinator_address = coordinator_address
-        self.process_id = process_id
-        self.num_processes = num_processes
-        self.arrived = arrived
-        self.timeout = timeout
-        self.reached = reached
-        self.refused = refused
-        self.coordinator_num_processes = coordinator_num_processes
-        self.foreign = foreign
-        super().__init__(self._message())
+    reached: bool = True
+    refused: tuple[tuple[int, int], ...] = ()
+    coordinator_num_processes: int | None = None
+    foreign: bool = False
 
     @property
     def missing(self) -> tuple[int, ...] | None:

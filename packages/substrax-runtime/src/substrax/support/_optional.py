@@ -5,13 +5,14 @@
 import importlib
 from typing import Any
 
-from ._pickling import PicklableError
+from ._structured import StructuredError
 
 
-class MissingExtraError(PicklableError, ImportError):
+class MissingExtraError(StructuredError, ImportError):
     """An optional SDK is not installed; the message names the extra that brings it.
 
     Attributes:
+        who: what needed it.
         module: the module that failed to import.
         distribution: the substrax distribution whose extra installs it.
         extra: that extra's name.
@@ -19,12 +20,14 @@ class MissingExtraError(PicklableError, ImportError):
 
     __module__ = "substrax.support"
 
-    def __init__(self, who: str, module: str, *, distribution: str, extra: str) -> None:
-        self.module = module
-        self.distribution = distribution
-        self.extra = extra
-        package = module.partition(".")[0]
-        super().__init__(f"{who} needs {package}; {install_hint(distribution, extra)}")
+    who: str
+    module: str
+    distribution: str
+    extra: str
+
+    def _message(self) -> str:
+        package = self.module.partition(".")[0]
+        return f"{self.who} needs {package}; {install_hint(self.distribution, self.extra)}"
 
 
 def install_hint(distribution: str, extra: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from substrax.support import PicklableError
+from substrax.support import StructuredError
 
 from ._output import STDERR_TAIL_LINES, describe, tail
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._child import ChildResult
 
 
-class ChildFailedError(PicklableError, AssertionError):
+class ChildFailedError(StructuredError, AssertionError):
     """A child interpreter exited with a non-zero status.
 
     Attributes:
@@ -34,16 +34,18 @@ class ChildFailedError(PicklableError, AssertionError):
 
     __module__ = "substrax.testing"
 
-    def __init__(self, result: ChildResult) -> None:
-        self.result = result
-        super().__init__(
+    result: ChildResult
+
+    def _message(self) -> str:
+        result = self.result
+        return (
             f"child {describe(result.argv)} exited with status {result.returncode} after "
             f"{result.seconds:.1f} s; last {STDERR_TAIL_LINES} stderr lines:\n"
             f"{tail(result.stderr) or '(stderr was empty)'}"
         )
 
 
-class ExampleNotFoundError(PicklableError, FileNotFoundError):
+class ExampleNotFoundError(StructuredError, FileNotFoundError):
     """``run_example`` was given a script that does not exist.
 
     Attributes:
@@ -57,16 +59,14 @@ class ExampleNotFoundError(PicklableError, FileNotFoundError):
     """
 
     __module__ = "substrax.testing"
+    template = (
+        "example {path} does not exist; check the path (relative paths are read from repo_root)"
+    )
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        super().__init__(
-            f"example {path} does not exist; check the path (relative paths are read from "
-            "repo_root)"
-        )
+    path: Path
 
 
-class ExampleTimeoutError(PicklableError, AssertionError):
+class ExampleTimeoutError(StructuredError, AssertionError):
     """An example ran past its timeout and was killed.
 
     Attributes:
@@ -83,17 +83,18 @@ class ExampleTimeoutError(PicklableError, AssertionError):
 
     __module__ = "substrax.testing"
 
-    def __init__(self, path: Path, timeout: float, stderr_tail: str) -> None:
-        self.path = path
-        self.timeout = timeout
-        self.stderr_tail = stderr_tail
-        super().__init__(
-            f"example {path} ran past its {timeout:g} s timeout and was killed; make it "
-            f"smaller or raise the timeout. Last stderr lines:\n{stderr_tail or '(none)'}"
+    path: Path
+    timeout: float
+    stderr_tail: str
+
+    def _message(self) -> str:
+        return (
+            f"example {self.path} ran past its {self.timeout:g} s timeout and was killed; make "
+            f"it smaller or raise the timeout. Last stderr lines:\n{self.stderr_tail or '(none)'}"
         )
 
 
-class RetraceError(PicklableError, AssertionError):
+class RetraceError(StructuredError, AssertionError):
     """A block traced a function a different number of times than expected.
 
     Attributes:
@@ -108,19 +109,20 @@ class RetraceError(PicklableError, AssertionError):
 
     __module__ = "substrax.testing"
 
-    def __init__(self, expected: int, observed: int) -> None:
-        self.expected = expected
-        self.observed = observed
+    expected: int
+    observed: int
+
+    def _message(self) -> str:
         hint = (
             "; it retraced: look for changing shapes or dtypes, weakly typed values, "
             "Python scalars or new static arguments between calls"
-            if observed > expected
+            if self.observed > self.expected
             else ""
         )
-        super().__init__(f"expected {expected} new trace(s), observed {observed}{hint}")
+        return f"expected {self.expected} new trace(s), observed {self.observed}{hint}"
 
 
-class CompileCountError(PicklableError, AssertionError):
+class CompileCountError(StructuredError, AssertionError):
     """A block compiled a different number of programs than expected.
 
     Attributes:
@@ -135,18 +137,23 @@ class CompileCountError(PicklableError, AssertionError):
 
     __module__ = "substrax.testing"
 
-    def __init__(self, expected: int, names: Sequence[str]) -> None:
-        self.expected = expected
-        self.names = tuple(names)
+    expected: int
+    names: Sequence[str]
+
+    def __post_init__(self) -> None:
+        self.names = tuple(self.names)
+        super().__post_init__()
+
+    def _message(self) -> str:
         listed = ", ".join(self.names) or "none"
-        super().__init__(
-            f"expected {expected} compilation(s), observed {len(self.names)}: {listed}; "
+        return (
+            f"expected {self.expected} compilation(s), observed {len(self.names)}: {listed}; "
             "a repeated name means a retrace (changing shapes, dtypes, weak types or static "
             "arguments), an unexpected one an op run eagerly outside the jitted step"
         )
 
 
-class RunNotFinalError(PicklableError, TimeoutError):
+class RunNotFinalError(StructuredError, TimeoutError):
     """A compute run was still not final when ``wait_until_final`` gave up on it.
 
     Attributes:
@@ -161,12 +168,10 @@ class RunNotFinalError(PicklableError, TimeoutError):
     """
 
     __module__ = "substrax.testing"
+    template = (
+        "run {run_id} is still {state} after {timeout:.0f} s; raise the timeout or look at its logs"
+    )
 
-    def __init__(self, run_id: str, state: str, timeout: float) -> None:
-        self.run_id = run_id
-        self.state = state
-        self.timeout = timeout
-        super().__init__(
-            f"run {run_id} is still {state} after {timeout:.0f} s; raise the timeout or look at"
-            " its logs"
-        )
+    run_id: str
+    state: str
+    timeout: float
