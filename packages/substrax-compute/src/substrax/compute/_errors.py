@@ -472,15 +472,15 @@ class RunRecordError(RecordFormatError):
     __module__ = "substrax.compute"
     template = "run record {path} can't be used: {reason}; {fix}"
 
-    source: object = dataclasses.field(init=False)
-    problem: str = dataclasses.field(init=False)
     path: Path
     reason: str
-    fix: str = "remove it"
+    fix: str
 
-    def __post_init__(self) -> None:
-        self.source, self.problem = self.path, self.reason
-        super().__post_init__()
+    def __init__(self, path: Path, reason: str, *, fix: str = "remove it") -> None:
+        # by hand: its fields follow the inherited ``source`` and ``problem``, which take the
+        # same values; RecordFormatError's constructor sets those and formats this template
+        self.path, self.reason, self.fix = path, reason, fix
+        super().__init__(path, reason)
 
 
 class RunDirectoryGoneError(StructuredError, FileNotFoundError):

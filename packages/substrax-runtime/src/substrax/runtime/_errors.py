@@ -163,7 +163,7 @@ class DistributedStartupError(StructuredError, TimeoutError):
         return self._message()
 
 
-class CoordinatorPortError(PicklableError, OSError):
+class CoordinatorPortError(StructuredError, OSError):
     """Process 0 cannot serve the coordinator's port: our meeting point or jax's service.
 
     Attributes:
@@ -178,18 +178,16 @@ class CoordinatorPortError(PicklableError, OSError):
     """
 
     __module__ = "substrax.runtime"
+    template = (
+        "{reason}; is the port taken? Free it (another job's coordinator may still run on "
+        "this host) or choose another coordinator port"
+    )
 
     address: str
     reason: str
 
     def __init__(self, address: str, reason: str, errno: int | None = None) -> None:
-        self.address = address
-        self.reason = reason
-        message = (
-            f"{reason}; is the port taken? Free it (another job's coordinator may still run on "
-            "this host) or choose another coordinator port"
-        )
-        if errno is None:
-            super().__init__(message)
-        else:
-            super().__init__(errno, message)
+        # by hand: ``errno`` goes to OSError's own constructor (a field of that name would
+        # shadow OSError's attribute with its default)
+        self.address, self.reason = address, reason
+        OSError.__init__(self, *(() if errno is None else (errno,)), self._message())
