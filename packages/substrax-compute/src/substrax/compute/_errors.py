@@ -84,9 +84,6 @@ class ProjectFileNotFoundError(StructuredError, FileNotFoundError):
     path: Path
     message: str
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
 
 class ComputeTableMissingError(StructuredError, LookupError):
     """``pyproject.toml`` has no ``[tool.substrax.compute]`` table.
@@ -338,9 +335,6 @@ class MountDirectoryNotFoundError(StructuredError, FileNotFoundError):
     mount: str
     path: Path
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
 
 class MountPathError(StructuredError, ValueError):
     """A local mount's source directory lies outside the project.
@@ -386,9 +380,6 @@ class DirectoryPathError(StructuredError, NotADirectoryError):
             f"{self.what} {self.path} cannot be a directory: {self.blocker} is a file; {self.fix}"
         )
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
 
 class ProjectDirectoryError(StructuredError, NotADirectoryError):
     """The project root handed to a backend is not a directory.
@@ -401,9 +392,6 @@ class ProjectDirectoryError(StructuredError, NotADirectoryError):
     template = "project {project} is not a directory; pass the project root"
 
     project: Path
-
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 class UploadFileNotFoundError(StructuredError, FileNotFoundError):
@@ -453,9 +441,6 @@ class FetchToolNotFoundError(StructuredError, FileNotFoundError):
     command: str
     source: str
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
 
 class RunRecordError(RecordFormatError):
     """A stored run record (a handle in the run store) can't be used.
@@ -500,9 +485,6 @@ class RunDirectoryGoneError(StructuredError, FileNotFoundError):
     run_id: str
     run_dir: Path
 
-    def __str__(self) -> str:
-        return str(self.args[0])
-
 
 class RunStoreError(StructuredError, OSError):
     """The run store's directory exists but can't be read (a file in its place, no permission).
@@ -520,6 +502,3 @@ class RunStoreError(StructuredError, OSError):
 
     root: Path
     reason: str
-
-    def __str__(self) -> str:
-        return str(self.args[0])
