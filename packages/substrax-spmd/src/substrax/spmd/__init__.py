@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         UnknownAxisError as UnknownAxisError,
         UnknownReductionError as UnknownReductionError,
     )
+    from ._cost import StepCost as StepCost
     from ._eval_step import EvalStep as EvalStep
     from ._placement import (
         create_data_parallel_sharding as create_data_parallel_sharding,
@@ -62,6 +63,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(("BatchPlacementError", "BatchSplitError", "UnknownReductionError"), "_errors"),
     **dict.fromkeys(("OptimizerMismatchError", "UnknownAxisError"), "_errors"),
     "EvalStep": "_eval_step",
+    "StepCost": "_cost",
     "PrecisionPolicy": "_precision",
     **dict.fromkeys(
         ("create_data_parallel_sharding", "place_batch_on_shards", "place_nnx_state_on_shards"),
@@ -96,6 +98,7 @@ __all__ = [
     "OptimizerMismatchError",
     "PrecisionPolicy",
     "Reduction",
+    "StepCost",
     "TrainStep",
     "UnknownAxisError",
     "UnknownReductionError",

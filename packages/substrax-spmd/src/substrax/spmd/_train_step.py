@@ -19,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 from substrax.typing import PyTree
 
 from ._consistency import check_loss_output, check_optimizer_matches
+from ._cost import StepCost, abstract, read_cost
 from ._features import with_loop_features
 from ._multi_step import stacked_sharding
 from ._placement import place_batch_on_shards, resolve_batch_sharding
@@ -88,6 +89,10 @@ class TrainStep[M: nnx.Module]:
         precision: A :class:`~substrax.spmd.PrecisionPolicy`: the parameters stay in its
             ``param_dtype`` and are cast to its ``compute_dtype`` where used inside the step.
 
+    :meth:`cost` (and :meth:`flops_per_step`) read what one optimizer step costs per device
+    from XLA's cost analysis of the compiled step, the figure a
+    :class:`~substrax.callbacks.ThroughputMeter` takes for FLOP/s and MFU.
+
     Example:
         >>> import optax
         >>> import jax.numpy as jnp
@@ -148,6 +153,7 @@ class TrainStep[M: nnx.Module]:
         self._batch_sharding = (
             None if batch_sharding is None else resolve_batch_sharding(batch_sharding, mesh)
         )
+        self._one_batch_sharding = self._batch_sharding
         if steps_per_call != 1 and self._batch_sharding is not None:
             self._batch_sharding = stacked_sharding(self._batch_sharding)
         self._leaves: list[Any] = leaves
@@ -190,6 +196,26 @@ class TrainStep[M: nnx.Module]:
             donate_argnums=(0,) if donate else (),
             out_shardings=(shardings, metric_sharding),
         )
+        self._accumulate_steps = accumulate_steps
+        self._steps_per_call = steps_per_call
+        self._costs: dict[Any, StepCost] = {}
+        self._reference: Any = self._jitted
+        if accumulate_steps != 1 or steps_per_call != 1:
+            # one optimizer step on one whole batch, without the loops: XLA's cost analysis
+            # counts a loop's body once, whatever its trip count
+            one = with_loop_features(
+                pure,
+                graphdef=graphdef,
+                treedef=treedef,
+                loss_fn=loss_fn,
+                has_aux=has_aux,
+                optimizer=optimizer,
+                model=model,
+                accumulate_steps=1,
+                steps_per_call=1,
+                precision=precision,
+            )
+            self._reference = jax.jit(one, out_shardings=(shardings, metric_sharding))
 
     @property
     def jitted(self) -> PyTree:
@@ -216,6 +242,69 @@ class TrainStep[M: nnx.Module]:
         if self._live:
             self._write_back()
         return out
+
+    def cost(self, batch: PyTree) -> StepCost:
+        """What one optimizer step on ``batch`` costs per device, from XLA's cost analysis.
+
+        ``batch`` is a batch as this step is called with (only its shapes, dtypes and placement
+        are read; a host batch is placed on ``batch_sharding`` as a call would). The figures
+        are those of the compiled, partitioned program, for one device. They are per optimizer
+        step: with ``accumulate_steps=N`` the whole batch's N microbatches and its one update;
+        with ``steps_per_call=k`` one of the k steps of a call (one batch of the stack). XLA's
+        cost analysis counts a loop's body once, so with either feature the figures are read
+        from the same step compiled without its loop on one whole batch (an extra compilation,
+        no run); without them, from the step's own program, which a later call then reuses.
+        Each batch signature is analysed once.
+
+        Example:
+            >>> import optax
+            >>> import jax.numpy as jnp
+            >>> from flax import nnx
+            >>> from substrax.spmd import TrainStep
+            >>> model = nnx.Linear(16, 4, rngs=nnx.Rngs(0))
+            >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+            >>> step = TrainStep(model, optimizer, lambda m, b: (m(b) ** 2).mean())
+            >>> cost = step.cost(jnp.ones((32, 16)))
+            >>> cost.flops > 2 * 32 * 16 * 4, cost.devices  # at least the forward matmul
+            (True, 1)
+        """
+        if self._batch_sharding is not None:
+            batch = place_batch_on_shards(batch, self._batch_sharding)
+        unstack = self._steps_per_call != 1
+        one = jax.tree.map(lambda x: abstract(x, unstack=unstack), batch)
+        leaves, structure = jax.tree.flatten(one)
+        key = (structure, tuple(leaves))
+        cached = self._costs.get(key)
+        if cached is not None:
+            return cached
+        state = [abstract(x) for x in self._leaves]
+        flops, bytes_accessed = read_cost(self._reference, (state, one), mesh=self._mesh)
+        cost = StepCost(
+            flops=flops,
+            bytes_accessed=bytes_accessed,
+            devices=1 if self._mesh is None else self._mesh.size,
+            accumulate_steps=self._accumulate_steps,
+            steps_per_call=self._steps_per_call,
+        )
+        self._costs[key] = cost
+        return cost
+
+    def flops_per_step(self, batch: PyTree) -> float | None:
+        """``cost(batch).flops``: one device's FLOPs per optimizer step, as ThroughputMeter takes.
+
+        Example:
+            >>> import optax
+            >>> import jax.numpy as jnp
+            >>> from flax import nnx
+            >>> from substrax.spmd import TrainStep
+            >>> model = nnx.Linear(16, 4, rngs=nnx.Rngs(0))
+            >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+            >>> step = TrainStep(model, optimizer, lambda m, b: (m(b) ** 2).mean(), accumulate_steps=4)
+            >>> plain = TrainStep(model, optimizer, lambda m, b: (m(b) ** 2).mean())
+            >>> step.flops_per_step(jnp.ones((32, 16))) == plain.flops_per_step(jnp.ones((32, 16)))
+            True
+        """
+        return self.cost(batch).flops
 
     def _read_back(self) -> None:
         """Take the arrays changed in the live objects since the last step, placed like the old."""

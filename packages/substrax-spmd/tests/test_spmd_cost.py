@@ -1,0 +1,108 @@
+import jax
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from substrax.mesh import create_device_mesh
+from substrax.spmd import PrecisionPolicy, StepCost, TrainStep, create_data_parallel_sharding
+from substrax.testing import expect_compiles
+
+
+ROWS = 64
+
+
+def mse(model, batch):
+    return ((model(batch["x"]) - batch["y"]) ** 2).mean()
+
+
+def build(new_mlp, mesh, **options):
+    model = new_mlp()
+    return TrainStep(
+        model,
+        nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+        mse,
+        mesh=mesh,
+        batch_sharding=None if mesh is None else create_data_parallel_sharding(mesh),
+        **options,
+    )
+
+
+def batch(rows=ROWS):
+    rng = np.random.default_rng(0)
+    return {
+        "x": rng.normal(size=(rows, 8)).astype(np.float32),
+        "y": rng.normal(size=(rows, 1)).astype(np.float32),
+    }
+
+
+def stacked(k, rows=ROWS):
+    return jax.tree.map(lambda x: np.stack([x] * k), batch(rows))
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return create_device_mesh({"data": 8})
+
+
+@pytest.fixture(scope="module")
+def plain_cost(new_mlp, mesh):
+    return build(new_mlp, mesh).cost(batch())
+
+
+def test_the_cost_is_xla_s_figure_for_one_device_of_the_compiled_step(new_mlp, mesh, plain_cost):
+    step = build(new_mlp, mesh)
+    placed = jax.device_put(batch(), create_data_parallel_sharding(mesh))
+    with jax.set_mesh(mesh):
+        compiled = step.jitted.lower(jax.tree.leaves(step.state), placed).compile()
+    expected = compiled.cost_analysis()["flops"]
+    assert plain_cost == StepCost(flops=expected, bytes_accessed=plain_cost.bytes_accessed, devices=8)
+    assert plain_cost.bytes_accessed is not None
+    assert plain_cost.bytes_accessed > 0
+    assert plain_cost.total_flops == 8 * expected
+    # forward and backward of the two matmuls, one eighth of the rows on each device
+    matmuls = 3 * 2 * (ROWS // 8) * (8 * 32 + 32 * 1)
+    assert matmuls <= plain_cost.flops <= 4 * matmuls
+
+
+def test_more_rows_cost_more_and_the_figure_is_per_device(new_mlp, mesh, plain_cost):
+    step = build(new_mlp, mesh)
+    assert step.flops_per_step(batch(4 * ROWS)) > 2 * plain_cost.flops
+    one_device = build(new_mlp, None).cost(batch())
+    assert one_device.devices == 1
+    assert one_device.flops > 4 * plain_cost.flops  # the whole batch on one device
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"accumulate_steps": 4}, {"steps_per_call": 3}, {"accumulate_steps": 2, "steps_per_call": 3}],
+    ids=["accumulate", "steps_per_call", "both"],
+)
+def test_the_cost_is_per_optimizer_step_whatever_the_loops(new_mlp, mesh, plain_cost, options):
+    step = build(new_mlp, mesh, **options)
+    k = options.get("steps_per_call", 1)
+    given = stacked(k) if k > 1 else batch()
+    cost = step.cost(given)
+    # one optimizer step on the whole batch: the plain step's figure, not a loop body's
+    assert cost.flops == plain_cost.flops
+    assert cost.accumulate_steps == options.get("accumulate_steps", 1)
+    assert cost.steps_per_call == k
+    # the step still runs and trains on the batch it was costed for
+    losses = step(given)
+    assert np.shape(losses) == ((k,) if k > 1 else ())
+
+
+def test_a_plain_step_compiles_once_for_its_cost_and_its_calls(new_mlp, mesh):
+    step = build(new_mlp, mesh)
+    with expect_compiles(1):
+        cost = step.cost(batch())
+        step(batch())
+        step(batch())
+        assert step.cost(batch()) is cost  # analysed once per batch signature
+
+
+def test_precision_is_costed_as_compiled(new_mlp, mesh, plain_cost):
+    policy = PrecisionPolicy(param_dtype="float32", compute_dtype="bfloat16")
+    cost = build(new_mlp, mesh, precision=policy, accumulate_steps=2).cost(batch())
+    assert cost.flops is not None
+    assert cost.flops >= plain_cost.flops / 2  # same matmuls, plus the casts
