@@ -56,7 +56,9 @@ def test_the_cost_is_xla_s_figure_for_one_device_of_the_compiled_step(new_mlp, m
     with jax.set_mesh(mesh):
         compiled = step.jitted.lower(jax.tree.leaves(step.state), placed).compile()
     expected = compiled.cost_analysis()["flops"]
-    assert plain_cost == StepCost(flops=expected, bytes_accessed=plain_cost.bytes_accessed, devices=8)
+    assert plain_cost == StepCost(
+        flops=expected, bytes_accessed=plain_cost.bytes_accessed, devices=8
+    )
     assert plain_cost.bytes_accessed is not None
     assert plain_cost.bytes_accessed > 0
     assert plain_cost.total_flops == 8 * expected

@@ -1,3 +1,4 @@
+import time
 from collections.abc import Iterator, Mapping
 
 import jax
@@ -132,3 +133,62 @@ def test_the_meter_reads_the_step_outputs_only_at_window_ends(sharded_step):
 def test_the_meter_refuses_bad_options(options, error, match):
     with pytest.raises(error, match=match):
         ThroughputMeter(**options)
+
+
+PAUSE_S = 1.5
+
+
+def _window_seconds(meter):
+    return meter.window / meter.latest["steps_per_sec"]
+
+
+@pytest.mark.parametrize("how", ["context manager", "validation hooks"])
+def test_time_spent_paused_is_left_out_of_the_window(sharded_step, how):
+    step, w, x = sharded_step
+    meter = ThroughputMeter(window=4, peak_flops=None)
+    callbacks = CallbackList([meter])
+    callbacks.on_train_begin(None)
+    for index in range(5):  # step 0 starts the clock; the window ends at step 4
+        w, loss = step(w, x)
+        callbacks.on_batch_end(None, index, {"loss": loss})
+        if index == 2:  # an evaluation in the middle of the window
+            if how == "context manager":
+                with meter.pause():
+                    time.sleep(PAUSE_S)
+            else:
+                callbacks.on_validation_begin(None)
+                time.sleep(PAUSE_S)
+                callbacks.on_validation_end(None, {"val_loss": 0.0})
+    assert meter.paused_seconds >= PAUSE_S
+    # four small steps take milliseconds: the window is far shorter than the pause alone
+    assert _window_seconds(meter) < PAUSE_S
+
+
+def test_without_a_pause_the_same_wait_counts(sharded_step):
+    step, w, x = sharded_step
+    meter = ThroughputMeter(window=4, peak_flops=None)
+    for index in range(5):
+        w, loss = step(w, x)
+        meter.on_batch_end(None, index, {"loss": loss})
+        if index == 2:
+            time.sleep(PAUSE_S)
+    assert meter.paused_seconds == 0.0
+    assert _window_seconds(meter) >= PAUSE_S
+
+
+def test_pauses_nest_and_a_pause_waits_for_the_last_step(sharded_step):
+    step, w, x = sharded_step
+    meter = ThroughputMeter(window=2, peak_flops=None)
+    w, loss = step(w, x)
+    meter.on_batch_end(None, 0, {"loss": loss})
+    w, loss = step(w, x)
+    logs = CountingLogs({"loss": loss})
+    meter.on_batch_end(None, 1, logs)
+    assert logs.reads == 0
+    with meter.pause():
+        assert logs.reads == 1  # the dispatched step is waited for before the clock stops
+        with meter.pause():
+            time.sleep(1.0)
+        time.sleep(0.2)
+    # the outer pause is the one counted: 1.2 s, where adding the inner one too would give 2.2
+    assert 1.2 <= meter.paused_seconds < 2.2

@@ -25,6 +25,7 @@ from substrax.support import lazy_exports
 
 
 if TYPE_CHECKING:
+    from ._cost import StepCost as StepCost
     from ._errors import (
         BatchPlacementError as BatchPlacementError,
         BatchSplitError as BatchSplitError,
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
         UnknownAxisError as UnknownAxisError,
         UnknownReductionError as UnknownReductionError,
     )
-    from ._cost import StepCost as StepCost
     from ._eval_step import EvalStep as EvalStep
     from ._placement import (
         create_data_parallel_sharding as create_data_parallel_sharding,

@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from substrax.support import check_float, check_int
@@ -82,12 +83,21 @@ class ThroughputMeter(BaseCallback):
     first step (which compiles) is left out: the clock starts when it has finished.
     :attr:`latest` holds the last window's figures (``mfu`` None where the peak is unknown).
 
+    Time spent outside training (evaluation, waiting for a checkpoint, a data reload) is left
+    out of the windows by pausing the meter: ``with meter.pause(): ...``, or the
+    ``on_validation_begin``/``on_validation_end`` hooks, which a trainer calls around its
+    evaluation. A pause first waits for the last counted step to finish (so its compute stays
+    on the training side), then stops the clock until the pause ends; pauses nest.
+    :attr:`paused_seconds` adds up the time left out.
+
     Args:
         logger: where to log (``log_metrics(metrics, step)``); None only keeps :attr:`latest`.
         window: steps per measurement (>= 1).
         examples_per_step: the global batch size.
         tokens_per_example: tokens in each example (sequence length), for ``tokens_per_sec``.
-        flops_per_step: the FLOPs of one step on each device (:func:`step_flops`).
+        flops_per_step: the FLOPs of one step on each device: ``TrainStep.flops_per_step(batch)``
+            from substrax.spmd (per optimizer step, whatever its loops), or :func:`step_flops`
+            for any jitted step.
         peak_flops: one device's peak FLOP/s for MFU; ``"detect"`` reads it from
             ``substrax.devices``; None never computes MFU.
         prefix: put before every logged name.
@@ -140,16 +150,69 @@ class ThroughputMeter(BaseCallback):
         self.peak_flops: float | None = peak_flops
         self.prefix = prefix
         self.latest: dict[str, float | None] = {}
+        self.paused_seconds = 0.0
         self._mark: float | None = None
         self._steps = 0
+        self._last: Logs = {}
+        self._pauses = 0
+        self._paused_at: float | None = None
 
     def on_train_begin(self, _trainer: object, /) -> None:
         """Start afresh: the next step (which may compile) starts the clock."""
         self._mark = None
         self._steps = 0
 
+    @contextmanager
+    def pause(self) -> Iterator[None]:
+        """Leave the time inside this block out of the throughput (evaluation, checkpoint waits).
+
+        Example:
+            >>> import time
+            >>> from substrax.callbacks import ThroughputMeter
+            >>> meter = ThroughputMeter(window=2, peak_flops=None)
+            >>> meter.on_batch_end(None, 0, {})
+            >>> with meter.pause():
+            ...     time.sleep(0.2)  # an evaluation
+            >>> meter.paused_seconds >= 0.2
+            True
+        """
+        self._begin_pause()
+        try:
+            yield
+        finally:
+            self._end_pause()
+
+    def on_validation_begin(self, _trainer: object, /) -> None:
+        """Pause the clock for the evaluation (as :meth:`pause`)."""
+        self._begin_pause()
+
+    def on_validation_end(self, _trainer: object, _logs: Logs, /) -> None:
+        """Restart the clock after the evaluation."""
+        self._end_pause()
+
+    def _begin_pause(self) -> None:
+        self._pauses += 1
+        if self._pauses == 1:
+            if self._mark is not None:
+                _wait_for(self._last)  # the steps dispatched so far are training time
+            self._paused_at = time.perf_counter()
+
+    def _end_pause(self) -> None:
+        if self._pauses == 0:
+            return
+        self._pauses -= 1
+        if self._pauses or self._paused_at is None:
+            return
+        now = time.perf_counter()
+        paused, started = now - self._paused_at, self._paused_at
+        self._paused_at = None
+        self.paused_seconds += paused
+        if self._mark is not None:  # a clock started inside the pause starts now
+            self._mark = now if self._mark >= started else self._mark + paused
+
     def on_batch_end(self, _trainer: object, batch: int, logs: Logs, /) -> None:
         """Count the step; at a window's end, wait for it and log the window's throughput."""
+        self._last = logs
         if self._mark is None:
             _wait_for(logs)
             self._mark = time.perf_counter()
