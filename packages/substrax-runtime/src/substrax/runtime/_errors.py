@@ -159,9 +159,6 @@ class DistributedStartupError(StructuredError, TimeoutError):
             f"({arrived}){refused}{missing}; {fix}"
         )
 
-    def __str__(self) -> str:
-        return self._message()
-
 
 class CoordinatorPortError(StructuredError, OSError):
     """Process 0 cannot serve the coordinator's port: our meeting point or jax's service.
