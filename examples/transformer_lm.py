@@ -12,8 +12,10 @@ unless JAX_NUM_CPU_DEVICES says otherwise): its weights carry logical axis names
 mesh axis. The ``TrainStep`` computes in bfloat16 while parameters and optimizer state stay
 float32 (``PrecisionPolicy``), and accumulates gradients over microbatches. ``EvalStep`` gives the
 validation loss, printed beside the unigram baseline: the entropy of the training bytes'
-unigram distribution, in nats like the loss. ``ThroughputMeter`` logs tokens/s and MFU (None on
-CPU) to the metrics log and ``ProfilerWindow`` traces a few steps.
+unigram distribution, in nats like the loss. ``ThroughputMeter`` logs tokens/s, FLOP/s and MFU
+(None on CPU) to the metrics log, with the FLOPs of one optimizer step (all its microbatches)
+from ``TrainStep.flops_per_step`` and the evaluations paused out of its clock, and
+``ProfilerWindow`` traces a few steps.
 
 Everything it writes goes under $AVITAI_OUTPUT_DIR/transformer_lm, or a per-run temporary
 directory: the metrics log with a plot of it, the profile, and ``summary.json``. The last line it
@@ -39,7 +41,7 @@ import optax
 from flax import nnx
 
 from substrax.artifacts import resolve_output_dir
-from substrax.callbacks import CallbackList, ProfilerWindow, ThroughputMeter, step_flops
+from substrax.callbacks import CallbackList, ProfilerWindow, ThroughputMeter
 from substrax.devices import detect_devices
 from substrax.mesh import DeviceMeshManager, LogicalAxisRules, create_sharded_model
 from substrax.spmd import EvalStep, PrecisionPolicy, TrainStep, create_data_parallel_sharding
@@ -185,12 +187,10 @@ def main() -> dict[str, object]:
         }
     )
     first = windows(train, rng.integers(0, len(train) - SEQ_LEN - 1, size=BATCH_SIZE))
-    placed = jax.device_put(first, batch_sharding)
-    with jax.set_mesh(mesh):
-        flops = step_flops(step.jitted, jax.tree.leaves(step.state), placed)
+    flops = step.flops_per_step(first)  # per device and optimizer step: both microbatches
     meter = ThroughputMeter(
         logger,
-        window=EVAL_EVERY - 1,  # restarted after each evaluation: one window per interval
+        window=EVAL_EVERY // 4,
         examples_per_step=BATCH_SIZE,
         tokens_per_example=SEQ_LEN,
         flops_per_step=flops,
@@ -212,17 +212,17 @@ def main() -> dict[str, object]:
             losses.append(loss)
             batch = windows(train, rng.integers(0, len(train) - SEQ_LEN - 1, size=BATCH_SIZE))
             if (i + 1) % EVAL_EVERY == 0:
-                recent = [float(x) for x in jax.device_get(losses[-EVAL_EVERY:])]
-                for offset, value in enumerate(recent):
-                    logger.log_scalar("train_loss", value, step=i + 1 - len(recent) + offset)
-                val_loss = float(evaluate.evaluate(windows(val, s) for s in val_starts))
-                logger.log_metrics({"val_loss": val_loss}, step=i + 1)
+                with meter.pause():  # evaluating is not training: left out of tokens/s
+                    recent = [float(x) for x in jax.device_get(losses[-EVAL_EVERY:])]
+                    for offset, value in enumerate(recent):
+                        logger.log_scalar("train_loss", value, step=i + 1 - len(recent) + offset)
+                    val_loss = float(evaluate.evaluate(windows(val, s) for s in val_starts))
+                    logger.log_metrics({"val_loss": val_loss}, step=i + 1)
                 print(
                     f"step {i + 1:4d}  train_loss {np.mean(recent):.3f}  val_loss {val_loss:.3f}  "
                     f"(unigram baseline {baseline:.3f})  "
                     f"tokens/s {meter.latest['tokens_per_sec']:,.0f}"
                 )
-                meter.on_train_begin(None)  # restart its clock: its windows time training only
         callbacks.on_train_end(None)
     logger.close()
     plot = plot_log_dir(outputs / "logs")
