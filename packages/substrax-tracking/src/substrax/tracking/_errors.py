@@ -33,6 +33,23 @@ __all__ = [
 _SHOWN_DIGITS = 40
 
 
+class _PathTextError(StructuredError):
+    """A StructuredError whose ``template`` sees each Path field as its text.
+
+    ``{path!r}`` then shows ``'/runs/a'``, the way a user types the path, not ``PosixPath(...)``;
+    the attribute stays the Path.
+    """
+
+    __slots__ = ()
+
+    def _message(self) -> str:
+        fields = {
+            name: str(value) if isinstance(value, Path) else value
+            for name, value in vars(self).items()
+        }
+        return self.template.format_map(fields)
+
+
 class LoggerClosedError(StructuredError, RuntimeError):
     """A logger was used after :meth:`Logger.close`.
 
@@ -149,13 +166,11 @@ class NotALoggerError(StructuredError, TypeError):
     """
 
     __module__ = "substrax.tracking"
+    template = (
+        "MultiLogger takes Logger instances, got {value.__class__.__name__}; wrap another "
+        "library's logger in a Logger subclass"
+    )
     value: object
-
-    def _message(self) -> str:
-        return (
-            f"MultiLogger takes Logger instances, got {type(self.value).__name__}; wrap another "
-            "library's logger in a Logger subclass"
-        )
 
 
 class NoLoggerSelectedError(PicklableError, ValueError):
@@ -187,7 +202,7 @@ class ProcessIndexVariableError(StructuredError, ValueError):
     value: str
 
 
-class FileLogValueError(StructuredError, ValueError):
+class FileLogValueError(_PathTextError, ValueError):
     """A line of a file log (``*.metrics.jsonl``) is JSON but not a metric :class:`FileLogger` wrote.
 
     Attributes:
@@ -197,18 +212,16 @@ class FileLogValueError(StructuredError, ValueError):
     """
 
     __module__ = "substrax.tracking"
+    template = (
+        "line {line} of {path!r} is not a metric of a substrax file log ({reason}); "
+        "pass a *.metrics.jsonl that a FileLogger wrote, or remove that line"
+    )
     path: Path
     line: int
     reason: str
 
-    def _message(self) -> str:
-        return (
-            f"line {self.line} of {str(self.path)!r} is not a metric of a substrax file log "
-            f"({self.reason}); pass a *.metrics.jsonl that a FileLogger wrote, or remove that line"
-        )
 
-
-class NoFileLogError(StructuredError, FileNotFoundError):
+class NoFileLogError(_PathTextError, FileNotFoundError):
     """A directory to plot holds no file log (``*.metrics.jsonl``).
 
     Attributes:
@@ -216,16 +229,14 @@ class NoFileLogError(StructuredError, FileNotFoundError):
     """
 
     __module__ = "substrax.tracking"
+    template = (
+        "{log_dir!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger or "
+        "create_logger wrote"
+    )
     log_dir: Path
 
-    def _message(self) -> str:
-        return (
-            f"{str(self.log_dir)!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger "
-            "or create_logger wrote"
-        )
 
-
-class UploadNotFoundError(StructuredError, FileNotFoundError):
+class UploadNotFoundError(_PathTextError, FileNotFoundError):
     """A file or directory to upload to a run (an artifact, a model) does not exist.
 
     Attributes:
@@ -234,17 +245,12 @@ class UploadNotFoundError(StructuredError, FileNotFoundError):
     """
 
     __module__ = "substrax.tracking"
+    template = "{what} {path!r} does not exist; pass the path of an existing file or directory"
     what: str
     path: Path
 
-    def _message(self) -> str:
-        return (
-            f"{self.what} {str(self.path)!r} does not exist; pass the path of an existing file "
-            "or directory"
-        )
 
-
-class SpoolNotFoundError(StructuredError, FileNotFoundError):
+class SpoolNotFoundError(_PathTextError, FileNotFoundError):
     """A spool file to replay does not exist.
 
     Attributes:
@@ -252,13 +258,11 @@ class SpoolNotFoundError(StructuredError, FileNotFoundError):
     """
 
     __module__ = "substrax.tracking"
+    template = (
+        "spool file {path!r} does not exist; pass the <log_dir>/<name>.spool.jsonl path "
+        "that the logger's warning named"
+    )
     path: Path
-
-    def _message(self) -> str:
-        return (
-            f"spool file {str(self.path)!r} does not exist; pass the <log_dir>/<name>.spool.jsonl "
-            "path that the logger's warning named"
-        )
 
 
 class SpoolBusyError(StructuredError, TimeoutError):
@@ -290,7 +294,7 @@ class SpoolBusyError(StructuredError, TimeoutError):
         )
 
 
-class NotASpoolError(StructuredError, ValueError):
+class NotASpoolError(_PathTextError, ValueError):
     """A path given as a spool file is not one: a directory, a device, or a file without records.
 
     Nothing at the path is changed.
@@ -301,14 +305,12 @@ class NotASpoolError(StructuredError, ValueError):
     """
 
     __module__ = "substrax.tracking"
+    template = (
+        "{path!r} is not a spool file ({reason}); it is left untouched; pass the "
+        "<log_dir>/<name>.spool.jsonl path that the logger's warning named"
+    )
     path: Path
     reason: str
-
-    def _message(self) -> str:
-        return (
-            f"{str(self.path)!r} is not a spool file ({self.reason}); it is left untouched; pass "
-            "the <log_dir>/<name>.spool.jsonl path that the logger's warning named"
-        )
 
 
 class UnknownBackendError(StructuredError, ValueError):
