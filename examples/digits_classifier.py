@@ -6,8 +6,10 @@ The 1,797 8x8 handwritten digits ship with scikit-learn (nothing is downloaded).
 once, with a fixed seed, into train, validation and test sets (70/15/15). A two-layer CNN trains,
 on images shifted at random by up to a pixel, with a ``TrainStep`` whose batches are sharded over
 every device (8 emulated CPU devices unless JAX_NUM_CPU_DEVICES says otherwise). After each
-epoch it is evaluated on the validation set; early stopping watches the validation loss, and the
-checkpoint store keeps the best few epochs by validation accuracy. At the end the best checkpoint is restored and scored on the test set.
+epoch an ``EvalStep`` scores it on the validation set, sharded like the training batches, its
+loss and accuracy reduced across the devices inside the compiled step; early stopping watches
+the validation loss, and the checkpoint store keeps the best few epochs by validation accuracy.
+At the end the best checkpoint is restored and scored on the test set by the same ``EvalStep``.
 
 Everything it writes goes under $AVITAI_OUTPUT_DIR/digits_classifier, or a per-run temporary
 directory. That is the checkpoints, the metrics log with a plot of it, and ``summary.json``. The
@@ -36,7 +38,7 @@ from substrax.callbacks import EarlyStoppingCallback, EarlyStoppingConfig
 from substrax.checkpoint import OrbaxCheckpointStore
 from substrax.devices import detect_devices
 from substrax.mesh import DeviceMeshManager
-from substrax.spmd import TrainStep, create_data_parallel_sharding, place_batch_on_shards
+from substrax.spmd import EvalStep, TrainStep, create_data_parallel_sharding, place_batch_on_shards
 from substrax.tracking import create_logger, plot_log_dir
 
 
@@ -104,14 +106,17 @@ def loss_fn(model: CNN, batch: dict[str, jax.Array]) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
 
 
-@nnx.jit
-def evaluate(model: CNN, batch: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
-    """Mean loss and accuracy over the unmasked rows of one (sharded) batch."""
+def scores(model: CNN, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Mean loss and accuracy over the unmasked rows of one batch (its rows sharded: the sums
+    over them are reductions across the devices, which ``EvalStep`` compiles and replicates)."""
     logits = model(batch["image"])
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"])
     correct = (jnp.argmax(logits, axis=-1) == batch["label"]).astype(jnp.float32)
     count = batch["mask"].sum()
-    return (losses * batch["mask"]).sum() / count, (correct * batch["mask"]).sum() / count
+    return {
+        "loss": (losses * batch["mask"]).sum() / count,
+        "accuracy": (correct * batch["mask"]).sum() / count,
+    }
 
 
 def train_one_epoch(step: TrainStep[CNN], train: Split, rng: np.random.Generator) -> list[float]:
@@ -143,6 +148,9 @@ def main() -> dict[str, object]:
     model = CNN(rngs=nnx.Rngs(SEED))
     optimizer = nnx.Optimizer(model, optax.adam(LEARNING_RATE), wrt=nnx.Param)
     step = TrainStep(model, optimizer, loss_fn, mesh=mesh, batch_sharding=sharding)
+    # scores the model object, which the step keeps current once synced (step.model below) and
+    # into which the best checkpoint is restored: one compiled program for validation and test
+    evaluate = EvalStep(step.model, scores, mesh=mesh, batch_sharding=sharding)
     stopper = EarlyStoppingCallback(EarlyStoppingConfig(monitor="val_loss", patience=PATIENCE))
     logger = create_logger("digits_classifier", log_dir=outputs / "logs", console=False)
     logger.log_hyperparams(
@@ -175,15 +183,17 @@ def main() -> dict[str, object]:
                 logger.log_scalar("train_loss", loss, step=global_step + offset)
             global_step += len(losses)
 
-            with jax.set_mesh(mesh):
-                val_loss, val_accuracy = (float(x) for x in evaluate(step.model, val_batch))
-            metrics = {"val_loss": val_loss, "val_accuracy": val_accuracy}
+            val_scores = evaluate(val_batch)
+            metrics = {
+                "val_loss": float(val_scores["loss"]),
+                "val_accuracy": float(val_scores["accuracy"]),
+            }
             logger.log_metrics(metrics, step=global_step)
             items = {"model": nnx.state(step.model), "optimizer": nnx.state(step.optimizer)}
             store.save(global_step, items, epoch=epoch, metrics=metrics)
             print(
                 f"epoch {epoch:2d}  train_loss {np.mean(losses):.4f}  "
-                f"val_loss {val_loss:.4f}  val_accuracy {val_accuracy:.4f}"
+                f"val_loss {metrics['val_loss']:.4f}  val_accuracy {metrics['val_accuracy']:.4f}"
             )
             stopper.on_epoch_end(None, epoch, metrics)
             if stopper.should_stop:
@@ -196,8 +206,8 @@ def main() -> dict[str, object]:
         best_metrics = restored.metadata.metrics
         checkpoint_steps = store.list_steps()
 
-    with jax.set_mesh(mesh):
-        test_loss, test_accuracy = (float(x) for x in evaluate(model, test_batch))
+    test_scores = evaluate(test_batch)
+    test_loss, test_accuracy = float(test_scores["loss"]), float(test_scores["accuracy"])
     logger.log_metrics({"test_loss": test_loss, "test_accuracy": test_accuracy}, step=best)
     logger.close()
     plot = plot_log_dir(outputs / "logs")
