@@ -6,7 +6,7 @@ from typing import Any, ClassVar, cast, dataclass_transform
 from ._pickling import PicklableError, builtin_base
 
 
-@dataclass_transform(eq_default=False)
+@dataclass_transform(eq_default=False, field_specifiers=(dataclasses.field,))
 class StructuredError(PicklableError):
     """An error whose annotated fields are its attributes and whose message is built from them.
 
