@@ -323,6 +323,7 @@ def _error_samples() -> list[BaseException]:
         tracking.NotALoggerError(3),
         tracking.NotASpoolError(here, "no header"),
         tracking.ProcessIndexVariableError("RANK", "one"),
+        tracking.ResumeWithoutRunIdError("WandbLogger", 120),
         tracking.SpoolNotFoundError(here),
         tracking.SpoolBusyError(here, 4242),
         tracking.UnknownBackendError("neptune", ("file", "wandb")),

@@ -25,6 +25,7 @@ __all__ = [
     "NotARecordError",
     "NotASpoolError",
     "ProcessIndexVariableError",
+    "ResumeWithoutRunIdError",
     "SpoolNotFoundError",
     "UnknownBackendError",
     "UploadNotFoundError",
@@ -334,6 +335,23 @@ class UnknownBackendError(StructuredError, ValueError):
             f"spooled records name an unknown backend {self.backend!r}; known: "
             f"{list(self.known)}; replay them with the substrax version that wrote them"
         )
+
+
+class ResumeWithoutRunIdError(StructuredError, ValueError):
+    """A remote logger was given ``resume_step`` but no ``run_id`` to resume.
+
+    Attributes:
+        logger: the logger class.
+        resume_step: the step given.
+    """
+
+    __module__ = "substrax.tracking"
+    template = (
+        "{logger} got resume_step={resume_step!r} without run_id; pass the run id stored with "
+        "the checkpoint (the first attempt's logger.run_id) so that logging goes on in that run"
+    )
+    logger: str
+    resume_step: object
 
 
 class NotARecordError(StructuredError, ValueError):

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from substrax.support import check_seconds, install_hint, optional, write_atomically
+from substrax.support import check_int, check_seconds, install_hint, optional, write_atomically
 
 from ._base import Logger, as_scalar, check_metric_name, histogram_summary, safe_name
 from ._errors import LoggerClosedError
@@ -94,6 +94,68 @@ def decode_number(value: Any) -> float:
     raise ValueError(f"{value!r} is neither a number nor one of {sorted(NON_FINITE)}")
 
 
+def _complete_text(path: Path) -> tuple[str, bool]:
+    """The file's text up to its last newline, and whether a cut-short line followed it."""
+    text = path.read_text(encoding="utf-8")
+    end = text.rfind("\n") + 1
+    return text[:end], end < len(text)
+
+
+def _drop_jsonl_past(path: Path, step: int) -> int:
+    r"""Rewrite a JSONL log without its records of steps after ``step``; return how many it dropped.
+
+    A line that is not a JSON object with an integer ``step`` is kept, except a last line with
+    no newline (a write cut short), which is dropped.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.tracking._file import _drop_jsonl_past
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     log = Path(directory) / "run.metrics.jsonl"
+        ...     _ = log.write_text('{"step": 1}\n{"step": null}\n{"step": 5}\n{"ste')
+        ...     _drop_jsonl_past(log, 2), log.read_text()
+        (2, '{"step": 1}\n{"step": null}\n')
+    """
+    if not path.exists():
+        return 0
+    text, cut = _complete_text(path)
+    kept: list[str] = []
+    for line in text.splitlines(keepends=True):
+        try:
+            record: object = json.loads(line)
+        except ValueError:
+            kept.append(line)
+            continue
+        logged = cast("dict[str, object]", record).get("step") if isinstance(record, dict) else None
+        if not (type(logged) is int and logged > step):
+            kept.append(line)
+    dropped = len(text.splitlines()) - len(kept) + cut
+    if dropped:
+        write_atomically(path, "".join(kept))
+    return dropped
+
+
+def _drop_csv_past(path: Path, step: int) -> None:
+    """Rewrite the CSV metric log without its rows of steps after ``step`` (and a cut-short last row)."""
+    if not path.exists():
+        return
+    text, cut = _complete_text(path)
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    kept = [
+        row
+        for index, row in enumerate(rows)
+        if index == 0
+        or not (logged := row[1:2])
+        or not logged[0].isdigit()
+        or int(logged[0]) <= step
+    ]
+    if cut or len(kept) < len(rows):
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerows(kept)
+        write_atomically(path, buffer.getvalue())
+
+
 class FileLogger(Logger):
     """Write a run's log to files under ``log_dir`` with stable names, so that a resumed run appends.
 
@@ -109,22 +171,43 @@ class FileLogger(Logger):
     * ``images/`` and ``histograms/``: PNGs (needs matplotlib, the ``plots`` extra; without it
       images are saved as ``.npy`` and histogram plots are skipped, the JSONL is still written).
 
+    Resuming a run from a checkpoint of step ``S``: pass ``resume_step=S``. Before appending,
+    the logger rewrites its JSONL and CSV files (metrics, text, histograms; each atomically)
+    without the records of steps after ``S``, which the interrupted run logged past its
+    checkpoint and the resumed run logs again, so every step appears once. Records at or before
+    ``S`` and records without a step are kept; a last line cut short by a killed process (no
+    newline) is dropped. Image and histogram files of later steps are overwritten when those
+    steps are logged again, not deleted. :attr:`dropped_records` counts what was dropped.
+
     Args:
         name: the logger name, used in the file names.
         log_dir: the directory (created).
         flush_every: seconds between flushes of the metric files (0 flushes every call).
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: write on every process (each into its own ``<name>.p<index>.*`` files).
+        resume_step: the step of the checkpoint a resumed run restored; records past it are
+            dropped from the files (None: keep everything and append).
+
+    Raises:
+        TypeError: ``resume_step`` is not an int.
+        ValueError: ``resume_step`` is negative.
 
     Example:
         >>> import tempfile, pathlib
-        >>> from substrax.tracking import FileLogger
+        >>> from substrax.tracking import FileLogger, read_scalars
         >>> with tempfile.TemporaryDirectory() as directory:
         ...     log_dir = pathlib.Path(directory)
         ...     with FileLogger("demo", log_dir) as logger:
         ...         logger.log_scalar("loss", 0.5, step=1)
         ...     (log_dir / "demo.metrics.csv").read_text().splitlines()[1].split(",")[1:]
+        ...     with FileLogger("demo", log_dir) as logger:  # steps 2 and 3, then a preemption
+        ...         logger.log_scalars({"loss": 0.4}, step=2)
+        ...         logger.log_scalars({"loss": 0.3}, step=3)
+        ...     with FileLogger("demo", log_dir, resume_step=2) as logger:  # restored step 2
+        ...         logger.log_scalars({"loss": 0.25}, step=3)
+        ...     logger.dropped_records, read_scalars(log_dir / "demo.metrics.jsonl")["loss"]
         ['1', 'loss', '0.5']
+        (1, [(1, 0.5), (2, 0.4), (3, 0.25)])
     """
 
     def __init__(
@@ -135,8 +218,13 @@ class FileLogger(Logger):
         flush_every: float = 1.0,
         process_index: int | None = None,
         all_processes: bool = False,
+        resume_step: int | None = None,
     ) -> None:
         super().__init__(name, process_index=process_index, all_processes=all_processes)
+        if resume_step is not None:
+            check_int("resume_step", resume_step, minimum=0)
+        self.resume_step = resume_step
+        self.dropped_records = 0
         self.log_dir = Path(log_dir).resolve()
         stem = safe_name(name) + (
             f".p{self.process_index}" if all_processes and self.process_index else ""
@@ -155,6 +243,12 @@ class FileLogger(Logger):
         self._warned_plots = False
         if self.active:
             self.log_dir.mkdir(parents=True, exist_ok=True)
+            if resume_step is not None:
+                self.dropped_records = sum(
+                    _drop_jsonl_past(path, resume_step)
+                    for path in (self.metrics_jsonl, self.text_jsonl, self.histograms_jsonl)
+                )
+                _drop_csv_past(self.metrics_csv, resume_step)
             self._jsonl = self.metrics_jsonl.open("a", encoding="utf-8", buffering=1 << 16)
             new_csv = not self.metrics_csv.exists() or self.metrics_csv.stat().st_size == 0
             self._csv = self.metrics_csv.open("a", encoding="utf-8", newline="", buffering=1 << 16)

@@ -13,21 +13,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from substrax.support import check_seconds, require
+from substrax.support import check_int, check_seconds, require
 
 from . import _http_bounds as http_bounds
 from ._base import safe_name
+from ._errors import ResumeWithoutRunIdError
 from ._first_attempt import FirstAttempt
 from ._records import Record
 from ._remote import RemoteLogger
 from ._spool import register_sink_factory
 
 
-__all__ = ["RUN_KEY_TAG", "MLFlowLogger"]
+__all__ = ["RESUMED_FROM_TAG", "RUN_KEY_TAG", "MLFlowLogger"]
 
 _logger = logging.getLogger(__name__)
 
 RUN_KEY_TAG = "substrax.run_key"
+#: The tag a resumed run (``resume_step``) gets: the checkpoint step it resumed from.
+RESUMED_FROM_TAG = "substrax.resumed_from_step"
 
 _MAX_METRICS, _MAX_PARAMS = 1000, 100
 _STATS = ("min", "max", "mean", "std")
@@ -46,6 +49,21 @@ def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             flat[name] = value if isinstance(value, str) else json.dumps(value)
     return flat
+
+
+def _new_step(last: dict[str, int], key: str, step: int) -> bool:
+    """Whether the run has no value of ``key`` at or after ``step`` yet; if so, note ``step``.
+
+    Example:
+        >>> from substrax.tracking._mlflow import _new_step
+        >>> last = {"loss": 5}
+        >>> [_new_step(last, "loss", step) for step in (4, 5, 6, 6)], last
+        ([False, False, True, False], {'loss': 6})
+    """
+    if step <= last.get(key, -1):
+        return False
+    last[key] = step
+    return True
 
 
 class _RunNotReadyError(ConnectionError):
@@ -74,11 +92,16 @@ class _MlflowSink:
         spec: _RunSpec | None = None,
         registry_uri: str | None = None,
         request_timeout: float = http_bounds.DEFAULT_TIMEOUT,
+        resume_step: int | None = None,
     ) -> None:
         from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
         self.tracking_uri = tracking_uri
         self.run_id = run_id
+        self.resume_step = resume_step
+        # with resume_step: each metric's last step the run holds; values at or before it are
+        # not sent again (MLflow's history is append-only)
+        self.last_steps: dict[str, int] | None = None
         self.experiment_id: str | None = None
         self.spec = spec
         self._resume = run_id is not None
@@ -130,6 +153,12 @@ class _MlflowSink:
             self.experiment_id = run.info.experiment_id
             if run.info.status != "RUNNING":
                 client.update_run(self.run_id, status="RUNNING")
+            if self.resume_step is not None and self.last_steps is None:
+                self.last_steps = {
+                    key: max(m.step for m in client.get_metric_history(self.run_id, key))
+                    for key in run.data.metrics
+                }
+                client.set_tag(self.run_id, RESUMED_FROM_TAG, str(self.resume_step))
         else:
             spec = self.spec
             assert spec is not None  # noqa: S101
@@ -216,8 +245,17 @@ class _MlflowSink:
                     self.client.log_artifact(run_id, str(path), payload["artifact_path"])
         for start in range(0, len(params), _MAX_PARAMS):
             self.client.log_batch(run_id, params=params[start : start + _MAX_PARAMS])
+        self._log_metrics(run_id, metrics)
+
+    def _log_metrics(self, run_id: str, metrics: list[Any]) -> None:
+        """Send ``metrics``; with ``resume_step``, none at a step the run holds for its key."""
+        last = None if self.last_steps is None else dict(self.last_steps)
+        if last is not None:
+            metrics = [m for m in metrics if _new_step(last, m.key, m.step)]
         for start in range(0, len(metrics), _MAX_METRICS):
             self.client.log_batch(run_id, metrics=metrics[start : start + _MAX_METRICS])
+        if last is not None:
+            self.last_steps = last  # only once delivered: a retried batch is filtered the same
 
     def is_permanent(self, error: BaseException) -> bool:
         return getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE"
@@ -257,11 +295,23 @@ class MLFlowLogger(RemoteLogger):
     ``MLFLOW_HTTP_REQUEST_TIMEOUT`` are set; :meth:`close` returns within ``close_timeout``
     either way.
 
+    Resuming a run from a checkpoint of step ``S``: pass the first attempt's ``run_id`` and
+    ``resume_step=S``. MLflow's metric history is append-only (no API deletes a value), so the
+    values the interrupted attempt logged after ``S`` stay in the run. The resumed logger reads
+    each metric's last step from the run's history when it starts and does not send a scalar at
+    or before that step again (it keeps noting the steps it delivers): every step appears
+    once, and the steps between ``S`` and the interruption keep the first attempt's values.
+    Within the resumed logger a metric's steps must therefore increase. The run is tagged
+    ``substrax.resumed_from_step=S``. Params, text and artifacts are sent as usual (a file at
+    the same artifact path replaces the earlier one).
+
     Args:
         name: the run name (and the experiment name when ``experiment_name`` is None).
         experiment_name: the experiment, created if missing.
         run_name: the run's name; default ``name``.
         run_id: resume this run instead of creating one.
+        resume_step: with ``run_id``, the checkpoint step the run resumes from: values at steps
+            the run already holds for a metric are not sent again (see above).
         tracking_uri: the store (``http://...``, ``sqlite:///...``); default ``MLFLOW_TRACKING_URI``
             or ``sqlite:///<log_dir>/mlflow.db``, never the working tree.
         registry_uri: the model registry URI.
@@ -283,6 +333,7 @@ class MLFlowLogger(RemoteLogger):
         ImportError: mlflow is not installed (the ``mlflow`` extra).
         ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` not
             a finite number >= 0 (NaN and infinity are refused: pick a bound).
+        ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` (a ``ValueError``).
 
     Example:
         >>> import tempfile
@@ -312,9 +363,14 @@ class MLFlowLogger(RemoteLogger):
         max_queue: int = 100_000,
         process_index: int | None = None,
         all_processes: bool = False,
+        resume_step: int | None = None,
     ) -> None:
         _import_mlflow()
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
+        if resume_step is not None:
+            check_int("resume_step", resume_step, minimum=0)
+            if run_id is None:
+                raise ResumeWithoutRunIdError("MLFlowLogger", resume_step)
         super().__init__(
             name,
             log_dir=log_dir,
@@ -348,6 +404,7 @@ class MLFlowLogger(RemoteLogger):
             spec=None if run_id is not None else spec,
             registry_uri=registry_uri,
             request_timeout=connect_timeout,
+            resume_step=resume_step,
         )
         try:
             if local:  # no network: set up here, and let any error through

@@ -11,10 +11,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from substrax.support import check_seconds, require
+from substrax.support import check_int, check_seconds, require
 
 from ._base import safe_name
-from ._errors import LoggerClosedError
+from ._errors import LoggerClosedError, ResumeWithoutRunIdError
 from ._first_attempt import FirstAttempt
 from ._records import Record
 from ._remote import RemoteLogger
@@ -113,7 +113,9 @@ class _WandbSink:
             if self._first is not None and self._first.running():
                 raise _RunNotReadyError("wandb.init has not returned yet")
             if self.run is None:
-                self._init({**self._init_options, "resume": "allow"})
+                # resume the run the first attempt may have started (a rewind stays a rewind)
+                again = {} if "resume_from" in self._init_options else {"resume": "allow"}
+                self._init({**self._init_options, **again})
         return self.run
 
     def target(self) -> dict[str, Any]:
@@ -213,6 +215,14 @@ class WandbLogger(RemoteLogger):
     ``<pre>`` HTML, histograms as ``wandb.Histogram`` plus ``<name>/min|max|mean|std``.
     Set ``WANDB_MODE=offline`` (or pass ``mode="offline"``) to write the run locally.
 
+    Resuming a run from a checkpoint of step ``S``: pass the first attempt's ``run_id`` and
+    ``resume_step=S``. The run is started with W&B's rewind, ``resume_from="<run_id>?_step=S"``:
+    W&B truncates the run's history after step ``S`` and the resumed run logs from ``S + 1``,
+    so every step appears once. Offline, the resumed segment is a new ``offline-run-*``
+    directory whose run record carries that rewind point (``branch_point``); ``wandb sync``
+    applies it on the server. Rewinding is a W&B server feature (in preview; not on
+    self-managed servers); where the server refuses it, resume with ``run_id`` alone.
+
     Construction waits at most ``connect_timeout`` seconds for ``wandb.init`` (run in a thread
     of its own; online, its login, init and GraphQL waits are bounded too, see
     :func:`bounded_settings`). If W&B has not answered by then, a warning says so and the run
@@ -229,6 +239,8 @@ class WandbLogger(RemoteLogger):
         tags: the run's tags.
         notes: the run's notes.
         run_id: resume this run id (``resume="allow"``).
+        resume_step: with ``run_id``, rewind the run to this step (the checkpoint's) instead:
+            its history after it is dropped (``resume_from``).
         log_dir: the W&B ``dir``, image staging and the spool file; default
             ``resolve_output_dir(name)``.
         spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl`` (with
@@ -244,6 +256,7 @@ class WandbLogger(RemoteLogger):
         ImportError: wandb is not installed (the ``wandb`` extra).
         ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` not
             a finite number >= 0 (NaN and infinity are refused: pick a bound).
+        ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` (a ``ValueError``).
 
     Example:
         >>> import tempfile
@@ -270,10 +283,16 @@ class WandbLogger(RemoteLogger):
         max_queue: int = 100_000,
         process_index: int | None = None,
         all_processes: bool = False,
+        resume_step: int | None = None,
         **init_options: Any,
     ) -> None:
         wandb = _import_wandb()
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
+        if resume_step is not None:
+            check_int("resume_step", resume_step, minimum=0)
+            if run_id is None:
+                raise ResumeWithoutRunIdError("WandbLogger", resume_step)
+        self.resume_step = resume_step
         super().__init__(
             name,
             log_dir=log_dir,
@@ -290,7 +309,9 @@ class WandbLogger(RemoteLogger):
             return
         self.log_dir.mkdir(parents=True, exist_ok=True)
         init_options.setdefault("reinit", "create_new")
-        if run_id is not None:
+        if resume_step is not None:
+            init_options["resume_from"] = f"{run_id}?_step={resume_step}"
+        elif run_id is not None:
             init_options.setdefault("resume", "allow")
         self._run_id = run_id or wandb.util.generate_id()
         mode = init_options.get("mode") or os.environ.get("WANDB_MODE")

@@ -1,0 +1,288 @@
+"""Resuming a run from a checkpoint: each backend ends with every step exactly once.
+
+The first attempt logs past its checkpoint (step ``SAVED``) and stops (closed, or killed with
+SIGKILL); the resumed logger gets ``resume_step=SAVED`` and logs the steps after it again.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+
+import pytest
+
+from substrax.tracking import (
+    FileLogger,
+    MLFlowLogger,
+    ResumeWithoutRunIdError,
+    WandbLogger,
+    read_scalars,
+)
+
+
+SAVED, REACHED, END = 5, 9, 12  # the checkpoint, where the first attempt stopped, the end
+
+
+def first_attempt_values(step: int) -> float:
+    return 1.0 / (step + 1)
+
+
+def resumed_values(step: int) -> float:
+    return 100.0 + step
+
+
+def file_steps(log_dir, name="run"):
+    """Each metric's steps in the JSONL and the CSV log, with their values from the JSONL."""
+    jsonl = read_scalars(log_dir / f"{name}.metrics.jsonl")
+    csv_rows = (log_dir / f"{name}.metrics.csv").read_text().splitlines()
+    assert csv_rows[0] == "time,step,name,value"
+    csv_steps: dict[str, list[int | None]] = {}
+    for row in csv_rows[1:]:
+        _, step, metric, _ = row.split(",")
+        csv_steps.setdefault(metric, []).append(int(step) if step else None)
+    return jsonl, csv_steps
+
+
+def test_file_logger_drops_what_was_logged_past_the_restored_step(tmp_path):
+    with FileLogger("run", tmp_path) as logger:
+        for step in range(REACHED + 1):
+            logger.log_scalars({"loss": first_attempt_values(step), "acc": 0.5}, step=step)
+            logger.log_text("note", f"step {step}", step=step)
+            logger.log_histogram("w", [1.0, 2.0], step=step)
+        logger.log_scalar("final", 1.0)  # no step: kept whatever the resume step
+    with FileLogger("run", tmp_path, resume_step=SAVED) as logger:
+        # 2 scalars, 1 text and 1 histogram per dropped step
+        assert logger.dropped_records == 4 * (REACHED - SAVED)
+        for step in range(SAVED + 1, END + 1):
+            logger.log_scalars({"loss": resumed_values(step), "acc": 0.5}, step=step)
+            logger.log_text("note", f"again {step}", step=step)
+    jsonl, csv_steps = file_steps(tmp_path)
+    assert [step for step, _ in jsonl["loss"]] == list(range(END + 1))
+    assert dict(jsonl["loss"])[SAVED] == first_attempt_values(SAVED)
+    assert dict(jsonl["loss"])[SAVED + 1] == resumed_values(SAVED + 1)
+    assert csv_steps["loss"] == csv_steps["acc"] == list(range(END + 1))
+    assert len(jsonl["final"]) == 1
+    assert csv_steps["final"] == [None]
+    texts = [json.loads(line) for line in (tmp_path / "run.text.jsonl").read_text().splitlines()]
+    assert [t["step"] for t in texts] == list(range(END + 1))
+    assert texts[SAVED + 1]["text"] == f"again {SAVED + 1}"
+    histograms = (tmp_path / "run.histograms.jsonl").read_text().splitlines()
+    assert [json.loads(h)["step"] for h in histograms] == list(range(SAVED + 1))
+
+
+def test_file_logger_resume_step_is_checked(tmp_path):
+    with pytest.raises(ValueError, match="resume_step=-1"):
+        FileLogger("run", tmp_path, resume_step=-1)
+    with pytest.raises(TypeError, match="resume_step"):
+        FileLogger("run", tmp_path, resume_step=2.0)  # type: ignore[arg-type]
+
+
+def test_remote_loggers_refuse_resume_step_without_run_id(tmp_path):
+    with pytest.raises(ResumeWithoutRunIdError, match="run id stored with the checkpoint"):
+        MLFlowLogger("run", tracking_uri=f"sqlite:///{tmp_path}/m.db", resume_step=3)
+    pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
+    with pytest.raises(ResumeWithoutRunIdError) as caught:
+        WandbLogger("run", project="p", log_dir=tmp_path, mode="offline", resume_step=3)
+    assert caught.value.resume_step == 3
+
+
+def mlflow_history(uri, run_id, key):
+    from mlflow.tracking import MlflowClient
+
+    history = MlflowClient(tracking_uri=uri).get_metric_history(run_id, key)
+    return sorted((m.step, m.value) for m in history)
+
+
+@pytest.mark.xdist_group("mlflow_server")
+def test_mlflow_server_run_holds_every_step_once_after_a_resume(mlflow_server, tmp_path):
+    uri = mlflow_server.uri
+    with MLFlowLogger("first", tracking_uri=uri, log_dir=tmp_path / "a") as logger:
+        for step in range(REACHED + 1):
+            logger.log_scalars({"loss": first_attempt_values(step)}, step=step)
+        logger.log_scalar("val_loss", 2.0, step=SAVED)
+        run_id = logger.run_id
+    assert run_id is not None
+    with MLFlowLogger(
+        "first", tracking_uri=uri, log_dir=tmp_path / "b", run_id=run_id, resume_step=SAVED
+    ) as logger:
+        for step in range(SAVED + 1, END + 1):
+            logger.log_scalars({"loss": resumed_values(step)}, step=step)
+            if step % 5 == 0:
+                logger.log_scalar("val_loss", 1.0, step=step)
+        assert logger.wait_delivered(timeout=60)
+    loss = mlflow_history(uri, run_id, "loss")
+    assert [step for step, _ in loss] == list(range(END + 1))  # once each
+    values = dict(loss)
+    # append-only: the first attempt's values past the checkpoint stay, later steps are new
+    assert values[REACHED] == first_attempt_values(REACHED)
+    assert values[REACHED + 1] == resumed_values(REACHED + 1)
+    assert mlflow_history(uri, run_id, "val_loss") == [(SAVED, 2.0), (10, 1.0)]
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.data.tags["substrax.resumed_from_step"] == str(SAVED)
+    assert run.info.status == "FINISHED"
+
+
+def read_wandb_segments(log_dir):
+    """Each offline segment of the run: its rewind point (None) and its history rows."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    segments = []
+    for run_file in sorted((log_dir / "wandb").glob("offline-run-*/run-*.wandb")):
+        store = datastore.DataStore()
+        store.open_for_scan(str(run_file))
+        rewind, rows = None, []
+        while (data := store.scan_data()) is not None:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            kind = record.WhichOneof("record_type")
+            if kind == "run" and record.run.HasField("branch_point"):
+                point = record.run.branch_point
+                assert point.run == record.run.run_id  # a rewind of this run, not a fork
+                rewind = (point.metric, int(point.value))
+            elif kind == "history":
+                row = {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.history.item
+                }
+                rows.append(row)
+        store._fp.close()
+        segments.append((rewind, rows))
+    return segments
+
+
+def wandb_history(segments):
+    """The run's rows as W&B has them once synced: each rewind drops the rows after its step."""
+    rows = []
+    for rewind, segment in segments:
+        if rewind is not None:
+            metric, step = rewind
+            assert metric == "_step"
+            rows = [row for row in rows if row["_step"] <= step]
+        rows.extend(segment)
+    return rows
+
+
+@pytest.fixture
+def wandb_offline(monkeypatch):
+    pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
+    for key, value in {
+        "WANDB_MODE": "offline",
+        "WANDB_ERROR_REPORTING": "false",
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_DISABLE_CODE": "true",
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
+def wait_for_rows(log_dir, count, timeout=60.0):
+    """The segments once the files hold ``count`` rows (wandb's service writes them a bit later)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        segments = read_wandb_segments(log_dir)
+        if sum(len(rows) for _, rows in segments) >= count or time.monotonic() > deadline:
+            return segments
+        time.sleep(0.2)
+
+
+def test_wandb_offline_run_is_rewound_to_the_restored_step(wandb_offline, tmp_path):
+    with WandbLogger("run", project="substrax-tests", log_dir=tmp_path) as logger:
+        for step in range(REACHED + 1):
+            logger.log_scalars({"loss": first_attempt_values(step)}, step=step)
+        run_id = logger.run_id
+    with WandbLogger(
+        "run", project="substrax-tests", log_dir=tmp_path, run_id=run_id, resume_step=SAVED
+    ) as logger:
+        assert logger.run_id == run_id
+        for step in range(SAVED + 1, END + 1):
+            logger.log_scalars({"loss": resumed_values(step)}, step=step)
+    segments = wait_for_rows(tmp_path, (REACHED + 1) + (END - SAVED))
+    assert [rewind for rewind, _ in segments] == [None, ("_step", SAVED)]
+    assert [row["_step"] for row in segments[1][1]] == list(range(SAVED + 1, END + 1))
+    rows = wandb_history(segments)
+    assert [row["_step"] for row in rows] == list(range(END + 1))
+    assert rows[SAVED]["loss"] == first_attempt_values(SAVED)
+    assert rows[SAVED + 1]["loss"] == resumed_values(SAVED + 1)
+
+
+_KILLED_CHILD = """
+import json, sys
+from substrax.tracking import FileLogger, MLFlowLogger
+
+log_dir, uri = sys.argv[1], sys.argv[2]
+files = FileLogger("run", log_dir, flush_every=0)
+mlflow = MLFlowLogger("run", tracking_uri=uri, log_dir=log_dir)
+print(json.dumps({"run_id": mlflow.run_id}), flush=True)
+step = 0
+while True:
+    for logger in (files, mlflow):
+        logger.log_scalars({"loss": 1.0 / (step + 1)}, step=step)
+    if step == %(saved)d:  # the periodic checkpoint: what is logged so far has reached the backends
+        assert mlflow.wait_delivered(timeout=60)
+        print(json.dumps({"checkpoint": step}), flush=True)
+    if step == %(reached)d:
+        assert mlflow.wait_delivered(timeout=60)
+        print(json.dumps({"reached": step}), flush=True)
+    step += 1
+"""
+
+
+def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    script = _KILLED_CHILD % {"saved": SAVED, "reached": REACHED}
+    lines: list[str] = []
+    with subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), str(tmp_path), uri],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    ) as child:
+        try:
+            assert child.stdout is not None
+            deadline = time.monotonic() + 120
+            while not any("reached" in line for line in lines):
+                assert time.monotonic() < deadline, lines
+                line = child.stdout.readline()
+                assert line, f"the child exited early: {lines}"
+                lines.append(line)
+            time.sleep(0.3)  # it keeps logging past REACHED: some in the files, some not yet
+            child.send_signal(signal.SIGKILL)
+            assert child.wait(timeout=30) == -signal.SIGKILL
+        finally:
+            if child.poll() is None:
+                child.kill()
+    run_id = json.loads(lines[0])["run_id"]
+    assert json.loads(lines[1]) == {"checkpoint": SAVED}
+
+    killed_at = max(step for step, _ in read_scalars(tmp_path / "run.metrics.jsonl")["loss"])
+    assert killed_at >= REACHED
+    files = FileLogger("run", tmp_path, resume_step=SAVED)
+    mlflow = MLFlowLogger(
+        "run", tracking_uri=uri, log_dir=tmp_path, run_id=run_id, resume_step=SAVED
+    )
+    assert files.dropped_records >= killed_at - SAVED
+    end = killed_at + 5
+    for step in range(SAVED + 1, end + 1):
+        for logger in (files, mlflow):
+            logger.log_scalars({"loss": resumed_values(step)}, step=step)
+    files.close()
+    mlflow.close()
+
+    jsonl, csv_steps = file_steps(tmp_path)
+    assert [step for step, _ in jsonl["loss"]] == list(range(end + 1))
+    assert dict(jsonl["loss"])[SAVED + 1] == resumed_values(SAVED + 1)  # dropped, then relogged
+    assert csv_steps["loss"] == list(range(end + 1))
+    history = mlflow_history(uri, run_id, "loss")
+    counts = Counter(step for step, _ in history)
+    assert sorted(counts) == list(range(end + 1))
+    assert set(counts.values()) == {1}
+    # what the killed attempt delivered keeps its values; the rest came from the resumed one
+    assert dict(history)[REACHED] == first_attempt_values(REACHED)
+    assert dict(history)[end] == resumed_values(end)
