@@ -170,6 +170,7 @@ INTERFACE_MODULES = {
     "substrax.compute.skypilot_backend",
     "substrax.testing.pytest_plugin",
     "substrax.testing.compiles",
+    "substrax.mesh.strategies",
 }
 
 

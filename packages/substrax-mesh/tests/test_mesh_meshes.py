@@ -1,3 +1,5 @@
+import json
+
 import jax
 import pytest
 from jax.sharding import AxisType
@@ -9,6 +11,7 @@ from substrax.mesh import (
     _meshes,
     create_device_mesh,
     create_multihost_mesh,
+    mesh_info,
 )
 
 
@@ -90,8 +93,19 @@ def test_manager_layouts():
         DeviceMeshManager.create_hybrid_mesh(3, 4)
 
 
+def test_get_mesh_info_is_the_documented_plain_dict_json_accepts():
+    mesh = DeviceMeshManager.create_hybrid_mesh(2, 4)
+    info = DeviceMeshManager.get_mesh_info(mesh)
+    assert type(info) is dict
+    assert type(info["axes"]) is dict
+    assert info == {"total_devices": 8, "axes": {"data": 2, "model": 4}}
+    assert json.loads(json.dumps(info)) == info
+    info["axes"]["data"] = 3  # a fresh dict each call: changing it changes nothing else
+    assert DeviceMeshManager.get_mesh_info(mesh)["axes"] == {"data": 2, "model": 4}
+
+
 def test_mesh_info_reads_like_the_documented_dict():
-    info = DeviceMeshManager.get_mesh_info(DeviceMeshManager.create_hybrid_mesh(2, 4))
+    info = mesh_info(DeviceMeshManager.create_hybrid_mesh(2, 4))
     assert isinstance(info, MeshInfo)
     assert info == {"total_devices": 8, "axes": {"data": 2, "model": 4}}
     assert info["total_devices"] == 8

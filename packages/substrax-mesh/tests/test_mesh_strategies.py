@@ -2,6 +2,7 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import PartitionSpec as P
 
+import substrax.mesh
 from substrax.mesh import (
     DataParallelStrategy,
     FSDPStrategy,
@@ -12,6 +13,7 @@ from substrax.mesh import (
     ShardingStrategy,
     TensorParallelStrategy,
     create_device_mesh,
+    strategies,
 )
 
 
@@ -147,3 +149,18 @@ def test_multi_dimensional_strategy_refuses_shared_axes():
         MultiDimensionalStrategy(
             {"model": TensorParallelStrategy("model", 0), "fsdp": FSDPStrategy("model", 0)}, config
         )
+
+
+def test_the_documented_strategies_module_path_holds_the_same_names():
+    assert set(strategies.__all__) >= {
+        "DataParallelStrategy",
+        "FSDPStrategy",
+        "TensorParallelStrategy",
+        "PipelineParallelStrategy",
+        "MultiDimensionalStrategy",
+        "ShardingStrategy",
+        "ShardingConfig",
+        "ParallelismConfig",
+    }
+    for name in strategies.__all__:
+        assert getattr(strategies, name) is getattr(substrax.mesh, name), name

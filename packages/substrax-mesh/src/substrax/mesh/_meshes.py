@@ -276,7 +276,26 @@ class DeviceMeshManager:
 
     create_device_mesh = staticmethod(create_device_mesh)
     create_multihost_mesh = staticmethod(create_multihost_mesh)
-    get_mesh_info = staticmethod(mesh_info)
+
+    @staticmethod
+    def get_mesh_info(mesh: Mesh) -> dict[str, int | dict[str, int]]:
+        """Describe a mesh as the documented plain dict, which ``json.dumps`` accepts.
+
+        Args:
+            mesh: The device mesh to inspect.
+
+        Returns:
+            ``{"total_devices": int, "axes": {name: size}}``, axes in mesh order (a new dict
+            each call). :func:`mesh_info` gives the same as a typed, read-only ``MeshInfo``.
+
+        Example:
+            >>> import json
+            >>> from substrax.mesh import DeviceMeshManager
+            >>> mesh = DeviceMeshManager.create_hybrid_mesh(2, 4)
+            >>> json.dumps(DeviceMeshManager.get_mesh_info(mesh))
+            '{"total_devices": 8, "axes": {"data": 2, "model": 4}}'
+        """
+        return mesh_info(mesh).as_dict()
 
     @staticmethod
     def create_data_parallel_mesh(num_devices: int | None = None) -> Mesh:
