@@ -40,12 +40,22 @@ if TYPE_CHECKING:
     from ._errors import (
         ChildFailedError as ChildFailedError,
         CompileCountError as CompileCountError,
+        CountingFailedError as CountingFailedError,
         ExampleNotFoundError as ExampleNotFoundError,
         ExampleTimeoutError as ExampleTimeoutError,
         RetraceError as RetraceError,
         RunNotFinalError as RunNotFinalError,
+        ToolIdsInUseError as ToolIdsInUseError,
+        TooManyCallsError as TooManyCallsError,
+        UnevenCountError as UnevenCountError,
     )
     from ._examples import ExampleRun as ExampleRun, run_example as run_example
+    from ._jax_calls import (
+        CallCounts as CallCounts,
+        by_package as by_package,
+        counted_calls as counted_calls,
+        per_iteration as per_iteration,
+    )
     from ._jax_config import restored_jax_config as restored_jax_config
     from ._traces import TraceCounter as TraceCounter
 
@@ -59,33 +69,46 @@ _HOMES: dict[str, str] = {
         (
             "ChildFailedError",
             "CompileCountError",
+            "CountingFailedError",
             "ExampleNotFoundError",
             "ExampleTimeoutError",
             "RetraceError",
             "RunNotFinalError",
+            "TooManyCallsError",
+            "ToolIdsInUseError",
+            "UnevenCountError",
         ),
         "_errors",
     ),
     **dict.fromkeys(("ExampleRun", "run_example"), "_examples"),
+    **dict.fromkeys(("CallCounts", "by_package", "counted_calls", "per_iteration"), "_jax_calls"),
     "restored_jax_config": "_jax_config",
     "TraceCounter": "_traces",
 }
 
 __all__ = [
+    "CallCounts",
     "ChildFailedError",
     "ChildResult",
     "CompileCountError",
+    "CountingFailedError",
     "ExampleNotFoundError",
     "ExampleRun",
     "ExampleTimeoutError",
     "RetraceError",
     "RunNotFinalError",
+    "TooManyCallsError",
+    "ToolIdsInUseError",
     "TraceCounter",
+    "UnevenCountError",
+    "by_package",
     "compiled_programs",
+    "counted_calls",
     "cuda_is_visible",
     "expect_compiles",
     "free_port",
     "json_objects",
+    "per_iteration",
     "restored_jax_config",
     "run_distributed",
     "run_example",

@@ -140,10 +140,6 @@ class CompileCountError(StructuredError, AssertionError):
     expected: int
     names: Sequence[str]
 
-    def __post_init__(self) -> None:
-        self.names = tuple(self.names)
-        super().__post_init__()
-
     def _message(self) -> str:
         listed = ", ".join(self.names) or "none"
         return (
@@ -175,3 +171,123 @@ class RunNotFinalError(StructuredError, TimeoutError):
     run_id: str
     state: str
     timeout: float
+
+
+class ToolIdsInUseError(StructuredError, RuntimeError):
+    """``counted_calls`` found every ``sys.monitoring`` tool id taken.
+
+    Attributes:
+        in_use: The name of the tool holding each of the six ids.
+
+    Example:
+        >>> from substrax.testing import ToolIdsInUseError
+        >>> ToolIdsInUseError(("debugger", "coverage", "profiler", "a", "b", "optimizer")).in_use[1]
+        'coverage'
+    """
+
+    __module__ = "substrax.testing"
+    template = (
+        "every sys.monitoring tool id is taken ({in_use}); count calls without a debugger, "
+        "profiler or coverage tool attached, or leave a counted_calls block open fewer times"
+    )
+
+    in_use: tuple[str, ...]
+
+
+class CountingFailedError(StructuredError, RuntimeError):
+    """The keys function of ``counted_calls`` failed inside the block; counting stopped there.
+
+    Attributes:
+        kind: The kind of call it was attributing (``"dispatch"``, ...).
+        reason: What the keys function raised or returned.
+
+    Example:
+        >>> from substrax.testing import CountingFailedError
+        >>> print(CountingFailedError("dispatch", "KeyError: 'x'"))
+        counting stopped: the keys function failed on a dispatch (KeyError: 'x'); it gets the frame the call was made in and must return a str (by_package builds one)
+    """
+
+    __module__ = "substrax.testing"
+    template = (
+        "counting stopped: the keys function failed on a {kind} ({reason}); it gets the frame "
+        "the call was made in and must return a str (by_package builds one)"
+    )
+
+    kind: str
+    reason: str
+
+
+class UnevenCountError(StructuredError, AssertionError):
+    """A count did not grow by a whole number per loop iteration (``per_iteration``).
+
+    Attributes:
+        kind: The kind of call.
+        package: The package it was counted under.
+        short: Iterations of the shorter run.
+        short_count: Its count there.
+        long: Iterations of the longer run.
+        long_count: Its count there.
+
+    Example:
+        >>> from substrax.testing import UnevenCountError
+        >>> UnevenCountError("compile", "substrax", 2, 1, 5, 0).long_count
+        0
+    """
+
+    __module__ = "substrax.testing"
+    template = (
+        "{kind} calls by {package}: {short_count} over {short} iteration(s) but {long_count} "
+        "over {long}, not a whole number per iteration; warm the loop up before counting (a "
+        "first step compiles) and look for work done only on some iterations (a retrace, a "
+        "host read every k steps)"
+    )
+
+    kind: str
+    package: str
+    short: int
+    short_count: int
+    long: int
+    long_count: int
+
+
+_CALL_HINTS = {
+    "dispatch": "more programs run per step than expected: look for eager jnp ops outside the "
+    "jitted step",
+    "host_to_device": "host data is sent every step: keep the state on the device and place "
+    "batches once",
+    "device_to_host": "a value is read on the host every step (float(), np.asarray, printing, "
+    "an `if` on an array), which waits for the device: read metrics every k steps",
+    "compile": "the step compiles again every iteration: look for changing shapes, dtypes, "
+    "weak types or static arguments",
+}
+
+
+class TooManyCallsError(StructuredError, AssertionError):
+    """A loop iteration made more calls of a kind than allowed (``per_iteration``'s ``at_most``).
+
+    Attributes:
+        kind: The kind of call (``"device_to_host"``, ...).
+        limit: The most allowed per iteration.
+        observed: The calls one iteration made.
+        packages: ``(package, calls)`` pairs: who made them.
+
+    Example:
+        >>> from substrax.testing import TooManyCallsError
+        >>> TooManyCallsError("device_to_host", 0, 1, (("train", 1),)).observed
+        1
+    """
+
+    __module__ = "substrax.testing"
+
+    kind: str
+    limit: int
+    observed: int
+    packages: tuple[tuple[str, int], ...]
+
+    def _message(self) -> str:
+        who = ", ".join(f"{package}: {calls}" for package, calls in self.packages) or "none"
+        hint = _CALL_HINTS.get(self.kind, "")
+        return (
+            f"each iteration makes {self.observed} {self.kind} call(s), more than the "
+            f"{self.limit} allowed (by package: {who}); {hint}"
+        )
