@@ -112,3 +112,11 @@ def test_the_blocks_own_error_wins_over_a_failure_to_close(
     assert handle.closed == 1
     assert "closing _Handle after KeyError failed as well" in caplog.text
     assert "disk gone" in caplog.text
+
+
+def test_a_list_field_is_kept_as_a_tuple_the_caller_cannot_edit() -> None:
+    known = ["data", "model"]
+    error = _ShownError(known)
+    known.append("pipe")
+    assert error.value == ("data", "model")
+    assert str(error) == "value ('data', 'model') is refused"

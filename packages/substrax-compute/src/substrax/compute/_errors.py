@@ -5,6 +5,7 @@ Each carries the offending values as attributes and says what to do; all are exp
 """
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 from substrax.support import StructuredError
@@ -28,7 +29,7 @@ class ComputeConfigError(StructuredError, ValueError):
 
     __module__ = "substrax.compute"
 
-    problems: list[tuple[str, str]]
+    problems: Sequence[tuple[str, str]]
     source: object = None
     path: str = dataclasses.field(init=False)
     reason: str = dataclasses.field(init=False)
@@ -128,7 +129,7 @@ class JobNotFoundError(StructuredError, KeyError):
     __module__ = "substrax.compute"
 
     job: str
-    known: list[str]
+    known: Sequence[str]
     table: str
 
     def _message(self) -> str:
@@ -169,7 +170,7 @@ class UnknownBackendError(StructuredError, LookupError):
     __module__ = "substrax.compute"
 
     name: str
-    known: list[str]
+    known: Sequence[str]
     group: str = "substrax.compute.backends"
 
     def _message(self) -> str:
@@ -292,7 +293,7 @@ class SecretNotSetError(StructuredError, LookupError):
 
     __module__ = "substrax.compute"
 
-    names: list[str]
+    names: Sequence[str]
     where: str = "this environment"
 
     def _message(self) -> str:

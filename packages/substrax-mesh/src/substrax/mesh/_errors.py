@@ -47,10 +47,6 @@ class UnknownLogicalAxisError(StructuredError, KeyError):
     name: str
     known: Sequence[str]
 
-    def __post_init__(self) -> None:
-        self.known = tuple(self.known)
-        super().__post_init__()
-
     def _message(self) -> str:
         return (
             f"logical axis {self.name!r} is not in the rules (they map {list(self.known)}); "
@@ -102,11 +98,6 @@ class UnknownStrategyError(StructuredError, KeyError):
     tensor_name: str
     unknown: Sequence[str]
     known: Sequence[str]
-
-    def __post_init__(self) -> None:
-        self.unknown = tuple(self.unknown)
-        self.known = tuple(self.known)
-        super().__post_init__()
 
     def _message(self) -> str:
         return (

@@ -23,10 +23,6 @@ class MissingRngStreamError(StructuredError, ValueError, kw_only=True):
     context: str
     streams: Sequence[str]
 
-    def __post_init__(self) -> None:
-        self.streams = tuple(self.streams)
-        super().__post_init__()
-
     def _message(self) -> str:
         return (
             f"{self.context} needs an rng stream named one of {self.streams}; "

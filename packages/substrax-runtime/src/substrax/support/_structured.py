@@ -14,8 +14,9 @@ class StructuredError(PicklableError):
     ``str.format`` pattern over the fields (``{step}``, ``{name!r}``); a message that needs more
     than a pattern overrides ``_message``. The constructor is generated from the fields, in
     order (``kw_only=True`` in the class statement makes them keyword-only), so the class body
-    holds no assignments to repeat. Put a builtin exception after it among the bases, as with
-    ``PicklableError``, which it extends: instances pickle with their fields.
+    holds no assignments to repeat. A list given for a field is kept as a tuple, so the error
+    never shows a caller's later edits. Put a builtin exception after it among the bases, as
+    with ``PicklableError``, which it extends: instances pickle with their fields.
 
     Example:
         >>> from substrax.support import StructuredError
@@ -40,6 +41,9 @@ class StructuredError(PicklableError):
         dataclasses.dataclass(cls, eq=False, repr=False, kw_only=kw_only)
 
     def __post_init__(self) -> None:
+        for name, value in list(vars(self).items()):
+            if isinstance(value, list):  # never share (and show later edits of) a caller's list
+                setattr(self, name, tuple(cast("list[object]", value)))
         error = cast("BaseException", self)
         builtin_base(type(error)).__init__(error, self._message())
 

@@ -326,10 +326,6 @@ class UnknownBackendError(StructuredError, ValueError):
     backend: object
     known: Sequence[str]
 
-    def __post_init__(self) -> None:
-        self.known = tuple(self.known)
-        super().__post_init__()
-
     def _message(self) -> str:
         return (
             f"spooled records name an unknown backend {self.backend!r}; known: "
