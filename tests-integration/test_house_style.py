@@ -270,6 +270,7 @@ def _error_samples() -> list[BaseException]:
         runtime.RuntimeConfigurationError("platforms are read when jax starts"),
         runtime.XlaFlagConflictError("--a", None, "2"),
         devices.UnknownHardwareError(devices.HardwareType.H100, device_kind="NVIDIA H100"),
+        devices.BatchDimensionError(path="['x']", shape=(12, 2), batch_axis=0, parts=8),
         rng.MissingRngStreamError(context="dropout", streams=("dropout", "default")),
         examples.ExamplesRootNotADirectoryError(here),
         support.CommandFailedError("the store is locked"),

@@ -16,6 +16,7 @@ import substrax.mesh
 
 HEAVY = ("jax", "flax", "optax", "orbax", "pydantic")
 PARTS = [
+    "substrax.devices",
     "substrax.mesh",
     "substrax.spmd",
     "substrax.optim",
@@ -74,6 +75,15 @@ def test_importing_a_part_loads_no_heavy_library_and_shows_every_name(part: str)
 @pytest.mark.parametrize(
     ("statement", "expected"),
     [
+        # the device kinds, the batch-size table and its verdicts need nothing heavy; reading
+        # the devices or placing a batch starts jax
+        (
+            "from substrax.devices import BATCH_SIZE_TABLE, DeviceKind, HardwareType, "
+            "batch_size_verdict; batch_size_verdict(16, 8, hardware_type=HardwareType.CPU)",
+            [],
+        ),
+        ("from substrax.devices import detect_devices; detect_devices()", ["jax"]),
+        ("from substrax.devices import distribute_batch", ["jax"]),
         # meshes and rules need jax only; the logical-axis functions bring flax
         ("from substrax.mesh import DeviceMeshManager, fsdp_rules", ["jax"]),
         ("from substrax.mesh import shard_model", ["flax", "jax", "optax"]),

@@ -84,12 +84,15 @@ def test_place_on_a_chosen_device():
         ("TPU v5", HardwareType.TPU_V5P),
         ("TPU v5p", HardwareType.TPU_V5P),
         ("TPU v6 lite", HardwareType.TPU_V6E),
+        ("Tesla V100-SXM2-16GB", HardwareType.V100),
+        ("Tesla V100-PCIE-32GB", HardwareType.V100),
+        ("TPU v4", HardwareType.TPU_V4),
         ("cpu", HardwareType.CPU),
         # Unknown accelerators are never guessed as a neighbour.
         ("NVIDIA L40S", HardwareType.UNKNOWN),
         ("NVIDIA GH200 480GB", HardwareType.UNKNOWN),
-        ("Tesla V100-SXM2-16GB", HardwareType.UNKNOWN),
-        ("TPU v4", HardwareType.UNKNOWN),
+        ("TPU v4 lite", HardwareType.UNKNOWN),
+        ("Tesla V100S-PCIE-32GB", HardwareType.UNKNOWN),
         ("AMD Instinct MI300X", HardwareType.UNKNOWN),
         ("", HardwareType.UNKNOWN),
     ],
@@ -124,6 +127,13 @@ def test_dense_peak_is_known_for_accelerators_and_none_on_cpu_or_unknown():
 def test_recommendation_values_follow_the_roofline():
     assert get_batch_size_recommendation(HardwareType.H100).critical_batch_size == 295
     assert get_batch_size_recommendation(HardwareType.TPU_V5E).critical_batch_size == 241
+    # V100 SXM2: 125 TFLOP/s fp16 over 0.9 TB/s; TPU v4: 275 TFLOP/s bf16 over 1.2 TB/s
+    v100 = get_batch_size_recommendation(HardwareType.V100)
+    assert (v100.critical_batch_size, v100.optimal_batch_size) == (139, 144)
+    assert "fp16" in v100.notes
+    assert get_batch_size_recommendation(HardwareType.TPU_V4).critical_batch_size == 229
+    assert dense_peak_flops(HardwareType.V100) == pytest.approx(125e12)
+    assert dense_peak_flops(HardwareType.TPU_V4) == pytest.approx(275e12)
     assert get_batch_size_recommendation().critical_batch_size == 32  # detected: cpu
 
 

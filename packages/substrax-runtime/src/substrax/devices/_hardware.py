@@ -36,6 +36,8 @@ class HardwareType(Enum):
     B200 = "b200"
     L4 = "l4"
     A100 = "a100"
+    V100 = "v100"
+    TPU_V4 = "tpu_v4"
     TPU_V5E = "tpu_v5e"
     TPU_V5P = "tpu_v5p"
     TPU_V6E = "tpu_v6e"
@@ -75,6 +77,8 @@ _DEVICE_KIND_PATTERNS: tuple[tuple[re.Pattern[str], HardwareType], ...] = (
     (re.compile(r"\bB200\b", re.IGNORECASE), HardwareType.B200),
     (re.compile(r"\bL4\b", re.IGNORECASE), HardwareType.L4),
     (re.compile(r"\bA100\b", re.IGNORECASE), HardwareType.A100),
+    (re.compile(r"\bV100\b", re.IGNORECASE), HardwareType.V100),
+    (re.compile(r"^TPU v4$", re.IGNORECASE), HardwareType.TPU_V4),
     (re.compile(r"^TPU v5( lite|e)$", re.IGNORECASE), HardwareType.TPU_V5E),
     (re.compile(r"^TPU v5p?$", re.IGNORECASE), HardwareType.TPU_V5P),
     (re.compile(r"^TPU v6( lite|e)$", re.IGNORECASE), HardwareType.TPU_V6E),
@@ -125,13 +129,15 @@ class BatchSizeRecommendation:
             )
 
 
-def _roofline(tflops: float, tbps: float, memory: str) -> BatchSizeRecommendation:
+def _roofline(
+    tflops: float, tbps: float, memory: str, precision: str = "bf16"
+) -> BatchSizeRecommendation:
     critical = round(tflops / tbps)
     return BatchSizeRecommendation(
         min_batch_size=8,
         optimal_batch_size=-(-critical // 8) * 8,
         critical_batch_size=critical,
-        notes=f"dense bf16 {tflops:g} TFLOP/s over {tbps:g} TB/s; {memory}",
+        notes=f"dense {precision} {tflops:g} TFLOP/s over {tbps:g} TB/s; {memory}",
     )
 
 
@@ -142,12 +148,18 @@ DENSE_PEAK_TFLOPS: Mapping[HardwareType, float] = MappingProxyType(
         HardwareType.B200: 2250.0,
         HardwareType.L4: 121.0,
         HardwareType.A100: 312.0,
+        # NVIDIA V100 datasheet (SXM2): 125 TFLOP/s dense fp16 on tensor cores; Volta has no
+        # bf16, so its fp16 tensor peak stands in.
+        HardwareType.V100: 125.0,
+        # Google Cloud TPU v4 documentation (system architecture): 275 TFLOP/s bf16 per chip.
+        HardwareType.TPU_V4: 275.0,
         HardwareType.TPU_V5E: 197.0,
         HardwareType.TPU_V5P: 459.0,
         HardwareType.TPU_V6E: 918.0,
     }
 )
-"""Each accelerator's dense bf16 peak per device, in TFLOP/s (read-only); no CPU or UNKNOWN entry."""
+"""Each accelerator's dense bf16 peak per device, in TFLOP/s (read-only; V100, which lacks bf16:
+fp16); no CPU or UNKNOWN entry."""
 
 _PEAK = DENSE_PEAK_TFLOPS
 
@@ -158,6 +170,11 @@ BATCH_SIZE_TABLE: Mapping[HardwareType, BatchSizeRecommendation] = MappingProxyT
         HardwareType.B200: _roofline(_PEAK[HardwareType.B200], 8.0, "180 GB HBM3e"),
         HardwareType.L4: _roofline(_PEAK[HardwareType.L4], 0.3, "24 GB GDDR6"),
         HardwareType.A100: _roofline(_PEAK[HardwareType.A100], 2.039, "80 GB HBM2e (SXM)"),
+        # the same datasheets: V100 SXM2 900 GB/s HBM2; TPU v4 1200 GB/s HBM2 per chip
+        HardwareType.V100: _roofline(
+            _PEAK[HardwareType.V100], 0.9, "16 or 32 GB HBM2 (SXM2)", precision="fp16"
+        ),
+        HardwareType.TPU_V4: _roofline(_PEAK[HardwareType.TPU_V4], 1.2, "32 GB HBM2"),
         HardwareType.TPU_V5E: _roofline(_PEAK[HardwareType.TPU_V5E], 0.819, "16 GB HBM2"),
         HardwareType.TPU_V5P: _roofline(_PEAK[HardwareType.TPU_V5P], 2.765, "95 GB HBM2e"),
         HardwareType.TPU_V6E: _roofline(_PEAK[HardwareType.TPU_V6E], 1.64, "32 GB HBM"),

@@ -1,12 +1,13 @@
-"""Device kinds, one reading of the visible devices, and placing a pytree on one device."""
+"""Device kinds, one reading of the visible devices, and placing a pytree on one device.
+
+jax is imported by the functions that read or move devices, not by this module: the kinds, the
+protocol and the reading's record cost nothing to import.
+"""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, cast, runtime_checkable
-
-import jax
-from jax.sharding import SingleDeviceSharding
 
 
 class DeviceKind(StrEnum):
@@ -111,6 +112,8 @@ def visible_devices(backend: str | None = None) -> Sequence[DeviceLike]:
         >>> len(visible_devices()) >= 1
         True
     """
+    import jax  # noqa: PLC0415  (reading the devices starts jax; importing this module does not)
+
     return cast("Sequence[DeviceLike]", jax.devices(backend))
 
 
@@ -153,5 +156,8 @@ def place_on_device[T](pytree: T, device: DeviceLike | None = None) -> T:
         >>> tree["w"].devices() == {jax.devices()[0]}
         True
     """
+    import jax  # noqa: PLC0415  (see visible_devices)
+    from jax.sharding import SingleDeviceSharding  # noqa: PLC0415
+
     target = visible_devices()[0] if device is None else device
     return jax.device_put(pytree, SingleDeviceSharding(cast("Any", target)))

@@ -1,0 +1,191 @@
+"""Batch placement and batch-size verdicts of substrax.devices, on the 8 emulated CPU devices."""
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from substrax.devices import (
+    BatchDimensionError,
+    BatchSizeVerdict,
+    DevicePlacement,
+    HardwareType,
+    UnknownHardwareError,
+    batch_size_verdict,
+    distribute_batch,
+    get_batch_size_recommendation,
+    replicate_across_devices,
+    shard_batch_dim,
+)
+
+
+def _mesh(shape: dict[str, int]) -> Mesh:
+    count = int(np.prod(list(shape.values())))
+    return Mesh(np.array(jax.devices()[:count]).reshape(tuple(shape.values())), tuple(shape))
+
+
+def test_distribute_batch_gives_each_local_device_its_rows():
+    batch = {"x": np.arange(32.0).reshape(16, 2), "y": np.arange(16), "name": "b0", "n": 3}
+    placed = distribute_batch(batch)
+    assert placed["name"] == "b0"
+    assert placed["n"] == 3
+    for key in ("x", "y"):
+        array = placed[key]
+        assert isinstance(array, jax.Array)
+        assert array.devices() == set(jax.local_devices())
+        np.testing.assert_array_equal(np.asarray(array), batch[key])
+        for shard in array.addressable_shards:
+            assert shard.data.shape[0] == 2
+            np.testing.assert_array_equal(np.asarray(shard.data), batch[key][shard.index])
+
+
+def test_distribute_batch_over_chosen_devices_and_dimension():
+    chosen = jax.devices()[2:6]
+    placed = distribute_batch({"x": np.ones((3, 8))}, chosen, batch_axis=1)
+    assert placed["x"].devices() == set(chosen)
+    assert {shard.data.shape for shard in placed["x"].addressable_shards} == {(3, 2)}
+
+
+def test_shard_batch_dim_splits_the_chosen_dimension_over_one_mesh_axis():
+    mesh = _mesh({"data": 4, "model": 2})
+    batch = {"tokens": np.arange(2 * 8 * 3).reshape(2, 8, 3), "lengths": jnp.arange(8.0)}
+    placed = shard_batch_dim({"tokens": batch["tokens"]}, mesh, batch_axis=1)
+    tokens = placed["tokens"]
+    assert tokens.sharding == NamedSharding(mesh, PartitionSpec(None, "data"))
+    assert tokens.addressable_shards[0].data.shape == (2, 2, 3)  # replicated over "model"
+    np.testing.assert_array_equal(np.asarray(tokens), batch["tokens"])
+    lengths = shard_batch_dim(batch["lengths"], mesh, mesh_axis="model")
+    assert lengths.sharding.spec == PartitionSpec("model")
+    np.testing.assert_array_equal(np.asarray(lengths), np.arange(8.0))
+
+
+def test_an_uneven_batch_is_refused_naming_the_leaf_and_the_fix():
+    mesh = _mesh({"data": 8})
+    with pytest.raises(BatchDimensionError) as info:
+        shard_batch_dim({"rows": {"x": np.ones((12, 2))}}, mesh)
+    error = info.value
+    assert isinstance(error, ValueError)
+    assert (error.path, error.shape, error.batch_axis, error.parts) == (
+        "['rows']['x']",
+        (12, 2),
+        0,
+        8,
+    )
+    assert "12 rows" in str(error)
+    assert "multiple of 8" in str(error)
+
+
+def test_a_leaf_without_the_batch_dimension_is_refused_with_the_replicate_hint():
+    with pytest.raises(BatchDimensionError, match="no dimension 1") as info:
+        distribute_batch({"x": np.ones((8, 2)), "scale": np.float32(2.0)}, batch_axis=1)
+    assert info.value.path == "['scale']"
+    assert "replicate_across_devices" in str(info.value)
+
+
+def test_bad_arguments_are_value_errors():
+    mesh = _mesh({"data": 2})
+    with pytest.raises(ValueError, match="mesh_axis 'batch'"):
+        shard_batch_dim(np.ones((2,)), mesh, mesh_axis="batch")
+    with pytest.raises(ValueError, match="batch_axis"):
+        shard_batch_dim(np.ones((2,)), mesh, batch_axis=-1)
+    with pytest.raises(ValueError, match="devices is empty"):
+        replicate_across_devices(np.ones(2), [])
+
+
+def test_replicate_gives_every_device_the_whole_array():
+    params = {"w": np.arange(6.0).reshape(2, 3), "key": jax.random.key(0), "tag": "p"}
+    placed = replicate_across_devices(params)
+    w = placed["w"]
+    assert w.sharding.is_fully_replicated
+    assert len(w.addressable_shards) == jax.local_device_count()
+    for shard in w.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), params["w"])
+    assert placed["key"].devices() == set(jax.local_devices())
+    assert (
+        jax.random.key_data(placed["key"]).tolist() == jax.random.key_data(params["key"]).tolist()
+    )
+    assert placed["tag"] == "p"
+    # a replicated array feeds a computation with a sharded batch
+    batch = distribute_batch({"x": np.ones((8, 2))})
+    assert float(jnp.sum(batch["x"] @ w)) == pytest.approx(8 * np.sum(params["w"]))
+
+
+def test_the_verdict_refuses_an_uneven_split_with_the_nearest_multiples():
+    verdict = batch_size_verdict(12, 8, hardware_type=HardwareType.TPU_V4)
+    assert isinstance(verdict, BatchSizeVerdict)
+    assert not verdict
+    assert verdict.per_device_batch_size is None
+    assert verdict.reason == (
+        "12 rows do not split evenly over 8 devices (4 left over); use a multiple of 8, e.g. 8 or 16"
+    )
+    small = batch_size_verdict(3, 8, hardware_type=HardwareType.CPU)
+    assert not small
+    assert small.reason.endswith("e.g. 8")
+
+
+def test_the_verdict_marks_a_batch_below_the_critical_size_suboptimal():
+    tpu = get_batch_size_recommendation(HardwareType.TPU_V4)
+    verdict = batch_size_verdict(64, 8, hardware_type=HardwareType.TPU_V4)
+    assert verdict
+    assert verdict.suboptimal
+    assert verdict.per_device_batch_size == 8
+    assert f"critical batch size of {tpu.critical_batch_size}" in verdict.reason
+    assert f"{tpu.optimal_batch_size * 8} rows" in verdict.reason
+    big = batch_size_verdict(tpu.critical_batch_size * 8, 8, hardware_type=HardwareType.TPU_V4)
+    assert big
+    assert not big.suboptimal
+
+
+def test_the_verdict_on_unknown_hardware_judges_the_split_alone():
+    with pytest.raises(UnknownHardwareError):
+        get_batch_size_recommendation(HardwareType.UNKNOWN)
+    verdict = batch_size_verdict(16, 8, hardware_type=HardwareType.UNKNOWN)
+    assert verdict
+    assert not verdict.suboptimal
+    assert "no entry for UNKNOWN" in verdict.reason
+
+
+def test_the_verdict_reads_the_visible_devices_by_default():
+    verdict = batch_size_verdict(256)
+    assert (verdict.num_devices, verdict.hardware_type) == (8, HardwareType.CPU)
+    assert verdict.per_device_batch_size == 32
+    assert verdict
+    assert not verdict.suboptimal  # the CPU entry's critical size is 32
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [((0, 8), ValueError), ((8, 0), ValueError), ((True, 8), TypeError), ((8.0, 8), TypeError)],
+)
+def test_the_verdict_checks_its_numbers(args, error):
+    with pytest.raises(error):
+        batch_size_verdict(*args, hardware_type=HardwareType.CPU)
+
+
+def test_device_placement_keeps_the_0_1_22_names_over_the_functions(caplog):
+    placement = DevicePlacement()
+    assert placement.default_device == jax.devices()[0]
+    assert placement.hardware_type is HardwareType.CPU
+    assert placement.num_devices == 8
+    moved = placement.place_on_device({"a": np.ones(2)})
+    assert moved["a"].devices() == {jax.devices()[0]}
+    elsewhere = DevicePlacement(jax.devices()[5])
+    assert elsewhere.place_on_device(np.ones(2)).devices() == {jax.devices()[5]}
+    assert placement.place_on_device(np.ones(2), jax.devices()[1]).devices() == {jax.devices()[1]}
+    assert placement.replicate_across_devices(np.ones(2)).sharding.is_fully_replicated
+    mesh = _mesh({"data": 8})
+    assert placement.shard_batch_dim(np.ones((8, 2)), mesh).sharding.spec == PartitionSpec("data")
+    assert placement.get_batch_size_recommendation().critical_batch_size == 32
+    assert placement.get_batch_size_recommendation(HardwareType.V100).critical_batch_size == 139
+    ok, reason = placement.validate_batch_size(12)
+    assert (ok, reason) == (False, batch_size_verdict(12).reason)
+    with caplog.at_level(logging.WARNING, logger="substrax.devices"):
+        assert placement.validate_batch_size(64, warn_suboptimal=False)[0]
+        assert not caplog.records
+        assert placement.validate_batch_size(64)[0]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"batch size 64: {batch_size_verdict(64).reason}"
+    ]
