@@ -98,3 +98,63 @@ def test_transformer_lm_beats_the_unigram_baseline_and_logs_its_throughput_and_p
     (last_val,) = (r for r in records if r["name"] == "val_loss" and r["step"] == summary["steps"])
     assert last_val["value"] == summary["val_loss"]
     assert not any(r["name"] == "throughput/mfu" for r in records)
+
+
+def wandb_segments(log_dir: Path) -> list[tuple[int | None, list[int]]]:
+    """Each offline segment of a W&B run: its rewind step (None) and the steps of its rows."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    segments: list[tuple[int | None, list[int]]] = []
+    for run_file in sorted((log_dir / "wandb").glob("offline-run-*/run-*.wandb")):
+        store = datastore.DataStore()
+        store.open_for_scan(str(run_file))
+        rewind, steps = None, []
+        while (data := store.scan_data()) is not None:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            kind = record.WhichOneof("record_type")
+            if kind == "run" and record.run.HasField("branch_point"):
+                rewind = int(record.run.branch_point.value)
+            elif kind == "history" and any(i.key == "train_loss" for i in record.history.item):
+                steps.append(record.history.step.num)
+        store._fp.close()
+        segments.append((rewind, steps))
+    return segments
+
+
+def test_transformer_lm_preemption_resumes_into_the_same_runs_with_every_step_once(
+    example_runs: dict[str, tuple[ExampleRun, Path]],
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from substrax.tracking import read_scalars
+
+    run, outputs = example_runs["transformer_lm_preemption"]
+    summary = run.check().summary
+    steps = summary["steps"]
+    # SIGTERMed after it reported step 60: it saved the next step boundary and exited cleanly
+    assert summary["first_exit_code"] == 0
+    assert 60 <= summary["preempted_at_step"] < steps
+    assert summary["restored_step"] == summary["preempted_at_step"]
+    assert summary["restored_was_preempted"] is True
+    assert summary["steps_after"] == steps - summary["restored_step"]
+    assert summary["same_runs"]
+    assert summary["every_step_once"] == {"file": True, "mlflow": True, "wandb": True}
+    assert summary["val_loss"] < summary["unigram_baseline"]
+
+    root = outputs / "transformer_lm_preemption"
+    expected = list(range(1, steps + 1))
+    log = read_scalars(root / "logs" / "transformer_lm_preemption.metrics.jsonl")
+    assert [step for step, _ in log["train_loss"]] == expected
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    mlflow_run = summary["run_ids"]["mlflow"]
+    history = client.get_metric_history(mlflow_run, "train_loss")
+    assert sorted(m.step for m in history) == expected
+    tags = client.get_run(mlflow_run).data.tags
+    assert tags["substrax.resumed_from_step"] == str(summary["restored_step"])
+    (first, first_steps), (rewind, resumed_steps) = wandb_segments(root / "logs")
+    assert first is None
+    assert rewind == summary["restored_step"]
+    assert first_steps[:rewind] == list(range(1, rewind + 1))
+    assert resumed_steps == list(range(rewind + 1, steps + 1))
