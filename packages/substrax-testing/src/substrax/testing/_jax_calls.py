@@ -193,6 +193,7 @@ class _Recorder:
     thread: int
     counts: CallCounts
     failure: tuple[str, BaseException] | None = None
+    pending: object = None  # an array NumPy was just asked to read (counted already)
 
     def record(self, kind: str, frame: FrameType, events: int = 1) -> None:
         if self.failure is not None or threading.get_ident() != self.thread:
@@ -219,6 +220,12 @@ def _claim_tool_id() -> int:
             return tool
     in_use = tuple(str(monitoring.get_tool(tool)) for tool in range(6))
     raise ToolIdsInUseError(in_use)
+
+
+def _numpy_readers() -> tuple[object, ...]:
+    import numpy as np  # noqa: PLC0415
+
+    return (np.asarray, np.array, np.asanyarray, np.ascontiguousarray)
 
 
 def _value_code() -> CodeType:
@@ -251,18 +258,30 @@ def _hooks(recorder: _Recorder) -> _Hooks:
 
     chosen = recorder.weights
     dispatchers = (type(jax.jit(lambda: None)), jax.stages.Compiled)
+    readers = frozenset(map(id, _numpy_readers()))
     value_code, put_code = _value_code(), api.device_put.__code__
 
     def on_call(code: CodeType, offset: int, callee: object, arg0: object) -> None:
-        del code, offset, arg0
-        if isinstance(callee, dispatchers) and core.trace_ctx.is_top_level():
-            recorder.record(DISPATCH, sys._getframe(1))  # the calling frame
+        del code, offset
+        recorder.pending = None
+        if isinstance(callee, dispatchers):
+            if chosen[DISPATCH] and core.trace_ctx.is_top_level():
+                recorder.record(DISPATCH, sys._getframe(1))  # the calling frame
+        elif id(callee) in readers and getattr(arg0, "_npy_value", False) is None:
+            # NumPy reads a CPU array through the buffer protocol, out of Python's sight; on
+            # other devices it calls __array__, which reads ``_value``: count that read here
+            recorder.pending = arg0
+            if chosen[DEVICE_TO_HOST]:
+                recorder.record(DEVICE_TO_HOST, sys._getframe(1))
 
     def on_start(code: CodeType, offset: int) -> None:
         del offset
         frame = sys._getframe(1)  # the frame of the monitored function
         if code is value_code:
-            if frame.f_locals["self"]._npy_value is None:  # not read before: a transfer
+            array = frame.f_locals["self"]
+            if array is recorder.pending:  # counted when NumPy was called
+                recorder.pending = None
+            elif array._npy_value is None:  # not read before: a transfer
                 recorder.record(DEVICE_TO_HOST, frame)
         elif code is put_code and core.trace_ctx.is_top_level():
             leaves = jax.tree.leaves(frame.f_locals["x"])
@@ -350,7 +369,7 @@ def counted_calls(
         with _listening(hooks.on_compile, listen=bool(chosen[COMPILE])):
             for code in hooks.local_codes:
                 sys.monitoring.set_local_events(tool, code, events.PY_START)
-            if chosen[DISPATCH]:
+            if chosen[DISPATCH] or chosen[DEVICE_TO_HOST]:
                 sys.monitoring.set_events(tool, events.CALL)
             try:
                 yield recorder.counts

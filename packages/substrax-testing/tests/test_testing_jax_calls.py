@@ -1,0 +1,238 @@
+"""counted_calls, by_package and per_iteration on real jax programs."""
+
+import sys
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from substrax.testing import (
+    CallCounts,
+    CountingFailedError,
+    ToolIdsInUseError,
+    TooManyCallsError,
+    UnevenCountError,
+    by_package,
+    counted_calls,
+    per_iteration,
+)
+from substrax.testing.jax_calls import JAX_CALL_WEIGHTS, KINDS
+
+
+HERE = by_package(__name__)
+
+
+def test_each_kind_is_counted_and_attributed_to_the_calling_module():
+    double = jax.jit(lambda x: x * 2)
+    host, device = np.arange(4.0, dtype=np.float32), jnp.ones(2)
+    with counted_calls(HERE) as calls:
+        x = jax.device_put({"a": host, "b": host, "c": device})  # two host leaves
+        y = double(x["a"])  # compiles, then runs
+        y = double(y)  # cached: runs only
+        first = float(y[0])  # two eager ops (slice, squeeze), one read
+        again = np.asarray(y)  # a read (on CPU through the buffer protocol)
+        listed = y.tolist()  # a read
+    assert first == 0.0
+    assert again.tolist() == listed
+    assert calls.of("host_to_device") == 2
+    assert calls.of("dispatch") == 4
+    assert calls.of("device_to_host") == 3
+    assert calls.of("compile") >= 1  # the jit, and the eager slice/squeeze if not yet cached
+    assert set(calls.packages("compile")) == {__name__}
+    assert {package for _, package in calls} == {__name__}
+
+
+def test_calls_made_while_tracing_are_not_dispatches():
+    inner = jax.jit(lambda x: jnp.sin(x) + 1)
+    outer = jax.jit(lambda x: inner(jnp.cos(x)) * inner(x))
+    x = jnp.ones(3)
+    outer(x)
+    with counted_calls() as calls:
+        jax.block_until_ready(outer(x))
+    assert calls.kinds() == {"dispatch": 1, "host_to_device": 0, "device_to_host": 0, "compile": 0}
+
+
+def test_a_first_call_compiles_and_a_new_shape_compiles_again():
+    step = jax.jit(lambda x: x - 1)
+    five, six = jnp.ones(5), jnp.ones(6)
+    with counted_calls(HERE) as calls:
+        step(five)
+        step(five)
+        step(six)
+    assert calls.kinds() == {"dispatch": 3, "host_to_device": 0, "device_to_host": 0, "compile": 2}
+
+
+def test_other_threads_are_not_counted():
+    step, x = jax.jit(lambda x: x + 2), jnp.ones(3)
+    step(x)
+    with counted_calls() as calls:
+        worker = threading.Thread(target=lambda: [float(step(x)[0]) for _ in range(5)])
+        worker.start()
+        worker.join()
+        step(x)
+    assert calls.kinds()["dispatch"] == 1
+    assert calls.kinds()["device_to_host"] == 0
+
+
+def test_default_keys_name_the_first_package_outside_jax():
+    x = jnp.ones(3)
+    with counted_calls() as calls:
+        np.asarray(x + 1)
+    top = __name__.partition(".")[0]
+    assert calls.packages("dispatch") == {top: 1}
+    assert calls.packages("device_to_host") == {top: 1}
+
+
+def test_weights_choose_and_scale_the_kinds():
+    step, x = jax.jit(lambda x: x * 3), jnp.ones(2)
+    step(x)
+    with counted_calls(HERE, weights={"dispatch": 2}) as calls:
+        float(step(x).sum())
+    assert calls.kinds() == {"dispatch": 4, "host_to_device": 0, "device_to_host": 0, "compile": 0}
+    assert dict(JAX_CALL_WEIGHTS) == dict.fromkeys(KINDS, 1)
+
+
+@pytest.mark.parametrize(
+    ("weights", "error", "match"),
+    [
+        ({"dispatches": 1}, ValueError, "unknown call kind 'dispatches'"),
+        ({"compile": -1}, ValueError, "compile"),
+        ({"compile": 1.5}, TypeError, "compile"),
+    ],
+)
+def test_bad_weights_are_refused_before_counting(weights, error, match):
+    with pytest.raises(error, match=match), counted_calls(weights=weights):
+        raise AssertionError("the block must not run")
+    assert sys.monitoring.get_tool(3) is None
+
+
+def test_a_failing_keys_function_stops_counting_and_is_raised_at_exit():
+    def keys(frame):
+        raise KeyError(frame.f_code.co_name)
+
+    x = jnp.ones(2)
+    failed = pytest.raises(CountingFailedError, match="keys function failed on a dispatch")
+    with failed as info, counted_calls(keys):
+        x + 1
+    assert info.value.kind == "dispatch"
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_a_keys_function_must_return_a_str():
+    x = jnp.ones(2)
+    with (
+        pytest.raises(CountingFailedError, match="returned 3, not a str"),
+        counted_calls(lambda _: 3),
+    ):
+        x + 1
+
+
+def test_the_tool_id_is_released_and_blocks_nest():
+    before = [sys.monitoring.get_tool(tool) for tool in range(6)]
+    x = jnp.ones(2)
+    with counted_calls() as outer:
+        with counted_calls() as inner:
+            x + 1
+        x * 2
+    assert (outer.of("dispatch"), inner.of("dispatch")) == (2, 1)
+    assert [sys.monitoring.get_tool(tool) for tool in range(6)] == before
+
+
+def test_no_free_tool_id_is_an_error_naming_the_holders():
+    taken = [tool for tool in range(6) if sys.monitoring.get_tool(tool) is None]
+    for tool in taken:
+        sys.monitoring.use_tool_id(tool, f"holder{tool}")
+    try:
+        refused = pytest.raises(ToolIdsInUseError, match=r"every sys\.monitoring tool id")
+        with refused, counted_calls():
+            raise AssertionError("the block must not run")
+    finally:
+        for tool in taken:
+            sys.monitoring.free_tool_id(tool)
+
+
+def _looping(body):
+    def count(n):
+        with counted_calls(HERE) as calls:
+            for i in range(n):
+                body(i)
+        return calls
+
+    return count
+
+
+def test_per_iteration_subtracts_what_both_runs_share():
+    step, state = jax.jit(lambda x: x * 0.5), {"x": jnp.ones(4)}
+    step(state["x"])
+
+    def body(i):
+        state["x"] = step(state["x"])
+
+    def count(n):
+        with counted_calls(HERE) as calls:
+            np.asarray(state["x"])  # once per run: cancels out
+            for i in range(n):
+                body(i)
+        return calls
+
+    per = per_iteration(count, short=1, long=4, at_most={"dispatch": 1, "device_to_host": 0})
+    assert per == CallCounts({("dispatch", __name__): 1})
+
+
+def test_a_host_read_every_iteration_is_too_many():
+    step, state = jax.jit(lambda x: x + 1), {"x": jnp.zeros(())}
+    step(state["x"])
+
+    def body(i):
+        state["x"] = step(state["x"])
+        float(state["x"])
+
+    with pytest.raises(TooManyCallsError) as info:
+        per_iteration(_looping(body), short=2, long=4, at_most={"device_to_host": 0})
+    assert (info.value.kind, info.value.limit, info.value.observed) == ("device_to_host", 0, 1)
+    assert info.value.packages == ((__name__, 1),)
+    assert "read on the host every step" in str(info.value)
+
+
+def test_work_on_some_iterations_only_is_uneven():
+    step, x = jax.jit(lambda x: x + 1), jnp.zeros(())
+    step(x)
+
+    def body(i):
+        y = step(x)
+        if i % 3 == 2:
+            float(y)
+
+    with pytest.raises(UnevenCountError) as info:
+        per_iteration(_looping(body), short=1, long=3)
+    assert (info.value.kind, info.value.short_count, info.value.long_count) == (
+        "device_to_host",
+        0,
+        1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"short": 3, "long": 3}, "must be more than"),
+        ({"short": 1, "long": 2, "at_most": {"transfers": 0}}, "unknown call kind"),
+        ({"short": -1, "long": 2}, "short"),
+    ],
+)
+def test_per_iteration_refuses_bad_arguments(kwargs, match):
+    def count(n):
+        raise AssertionError("must not run")
+
+    with pytest.raises(ValueError, match=match):
+        per_iteration(count, **kwargs)
+
+
+def test_call_counts_views():
+    counts = CallCounts({("dispatch", "a"): 2, ("compile", "b"): 1})
+    assert counts.kinds() == {"dispatch": 2, "host_to_device": 0, "device_to_host": 0, "compile": 1}
+    assert counts.packages("compile") == {"b": 1}
+    with pytest.raises(ValueError, match="unknown call kind 'compiles'"):
+        counts.of("compiles")
