@@ -11,7 +11,7 @@ import itertools
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any, Final, Self
 
 import jax
@@ -183,12 +183,7 @@ class PreemptionHandler:
             self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self._agreement = None
         if self._stopping:  # on the way out after a preemption save: keep absorbing signals
             return
