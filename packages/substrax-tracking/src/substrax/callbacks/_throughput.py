@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -163,7 +163,7 @@ class ThroughputMeter(BaseCallback):
         self._steps = 0
 
     @contextmanager
-    def pause(self) -> Iterator[None]:
+    def pause(self) -> Generator[None]:
         """Leave the time inside this block out of the throughput (evaluation, checkpoint waits).
 
         Example:
