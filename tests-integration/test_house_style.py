@@ -33,6 +33,7 @@ PUBLIC_PACKAGES = [
     "substrax.examples",
     "substrax.support",
     "substrax.mesh",
+    "substrax.nnx_typing",
     "substrax.spmd",
     "substrax.optim",
     "substrax.checkpoint",

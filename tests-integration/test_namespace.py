@@ -23,7 +23,7 @@ PARTS = {
         "examples",
         "support",
     ),
-    "substrax-mesh": ("mesh",),
+    "substrax-mesh": ("mesh", "nnx_typing"),
     "substrax-spmd": ("spmd", "optim"),
     "substrax-checkpoint": ("checkpoint",),
     "substrax-tracking": ("tracking", "callbacks"),

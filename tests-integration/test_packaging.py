@@ -35,7 +35,7 @@ WHEEL_MODULES = {
         "examples",
         "support",
     },
-    "substrax_mesh": {"mesh"},
+    "substrax_mesh": {"mesh", "nnx_typing"},
     "substrax_spmd": {"spmd", "optim"},
     "substrax_checkpoint": {"checkpoint"},
     "substrax_tracking": {"tracking", "callbacks"},
@@ -62,7 +62,7 @@ TRAINING = ("flax", "orbax", "optax")
 INSTALLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "substrax-runtime": (RUNTIME_MODULES, (*TRAINING, *OPTIONAL_SDKS)),
     # flax itself requires orbax-checkpoint and optax, so the flax-based parts bring them along.
-    "substrax-mesh": (("substrax.mesh",), OPTIONAL_SDKS),
+    "substrax-mesh": (("substrax.mesh", "substrax.nnx_typing"), OPTIONAL_SDKS),
     "substrax-spmd": (("substrax.spmd", "substrax.optim"), OPTIONAL_SDKS),
     "substrax-checkpoint": (("substrax.checkpoint",), ("flax", "optax", *OPTIONAL_SDKS)),
     "substrax-tracking": (("substrax.tracking", "substrax.callbacks"), (*TRAINING, *OPTIONAL_SDKS)),

@@ -38,6 +38,7 @@ _PARTS = frozenset(
         "devices",
         "examples",
         "mesh",
+        "nnx_typing",
         "optim",
         "records",
         "rng",
