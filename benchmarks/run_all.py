@@ -44,6 +44,7 @@ EXPECTED = (
     "checkpoint",
     "tracking",
     "loop_overhead",
+    "compile_cache",
 )
 # Smaller runs for --quick, per benchmark (a benchmark not listed runs with no arguments).
 QUICK_ARGS: dict[str, tuple[str, ...]] = {
@@ -52,6 +53,7 @@ QUICK_ARGS: dict[str, tuple[str, ...]] = {
     "checkpoint": ("--mb", "64", "--steps", "200"),
     "tracking": ("--quick",),
     "loop_overhead": ("--quick",),
+    "compile_cache": ("--quick",),
 }
 VERSIONS = ("jax", "jaxlib", "flax", "orbax-checkpoint", "optax", "mlflow", "wandb")
 
