@@ -103,6 +103,41 @@ def test_submit_never_waits_for_a_blocked_backend(make):
     assert sink.attempts < 1000  # delivered in batches
 
 
+def test_records_are_held_for_the_batch_interval_and_sent_in_one_batch(make):
+    sink = Sink()
+    delivery = make(sink, batch_interval=60)
+    delivery.submit(record(0))
+    time.sleep(0.3)  # a worker that sent each record as it came would have sent this one alone
+    for step in range(1, 10):
+        delivery.submit(record(step))
+    assert sink.attempts == 0
+    assert delivery.flush(30)  # a flush sends what is held at once
+    assert steps(sink.received) == list(range(10))
+    assert sink.attempts == 1
+
+
+def test_held_records_go_without_a_flush_once_the_interval_passed_or_a_batch_is_full(make):
+    by_time = Sink()
+    make(by_time, batch_interval=0.1).submit(record(0))
+    wait_for(lambda: steps(by_time.received) == [0])
+    by_size = Sink()
+    delivery = make(by_size, batch_interval=60, max_batch=5)
+    for step in range(5):
+        delivery.submit(record(step))
+    wait_for(lambda: steps(by_size.received) == list(range(5)))
+    assert by_size.attempts == 1
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread CPU priority needs Linux")
+def test_the_worker_runs_at_a_lower_cpu_priority_than_the_caller(make):
+    ours = os.getpriority(os.PRIO_PROCESS, 0)
+    if ours >= 19:
+        pytest.skip("the tests run at the lowest CPU priority already: none is lower")
+    delivery = make(Sink())
+    wait_for(lambda: os.getpriority(os.PRIO_PROCESS, delivery._thread.native_id) > ours)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == ours  # the caller's thread is left alone
+
+
 def test_a_failing_backend_is_warned_once_retried_and_everything_arrives_in_order(make, caplog):
     sink = Sink()
     sink.down = True

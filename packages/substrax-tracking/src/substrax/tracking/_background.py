@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +25,23 @@ _CLOSE_GRACE = 0.5  # seconds past close's deadline for the worker to write the 
 _SPILL_BATCH = 1000  # records spilled past a full queue are written (and fsynced) in batches
 _SPILL_AGE = 0.5  # seconds, at most, that a spilled record waits in memory to be written
 _PROBE_LINES = 1000  # spool lines a retry sends before it reads the whole spool
+_NICE = 10  # how much lower the worker's CPU priority is than the training threads' (Linux)
+_LOWEST = 19  # the highest nice value there is
+
+
+def _lower_priority() -> None:
+    """Lower the calling thread's CPU priority, so that it yields the cores to the training step.
+
+    Linux gives each thread its own nice value; elsewhere ``setpriority`` on a thread id could
+    reach another process, so nothing is done there.
+    """
+    if sys.platform.startswith("linux"):
+        thread = threading.get_native_id()
+        try:
+            nice = os.getpriority(os.PRIO_PROCESS, thread)
+            os.setpriority(os.PRIO_PROCESS, thread, min(nice + _NICE, _LOWEST))
+        except OSError as error:  # a sandbox that forbids it: the worker runs at normal priority
+            _logger.debug("could not lower the delivery thread's priority: %s", error)
 
 
 class _Control:
@@ -38,7 +57,10 @@ class AsyncDelivery:
     """Deliver records to a sink from a worker thread; never block or raise in the caller.
 
     The caller's :meth:`submit` puts a record on a queue (past ``max_queue`` records, into the
-    spool file). The worker materializes records and sends them in batches. When the backend
+    spool file) and does nothing else: the worker does not even wake up for each record. It
+    holds what arrives for ``batch_interval`` seconds (or until ``max_batch`` records wait, or
+    :meth:`flush` or :meth:`close` is called), then materializes the records and sends them in
+    one batch, at a lower CPU priority than the training threads (Linux). When the backend
     fails, the worker warns once, writes the records it holds to the spool file (so that a
     crash loses nothing), keeps spooling while the backend is down, and retries with backoff
     by replaying the spool in order. Records the backend refuses go to ``<spool>.refused``
@@ -52,6 +74,7 @@ class AsyncDelivery:
         label: the name used in log messages.
         max_queue: the queue bound.
         max_batch: records per delivery.
+        batch_interval: the most seconds a record waits for others to be delivered with.
         retry_initial: the first retry delay in seconds (doubling up to ``retry_max``).
         retry_max: the longest delay between retries.
     """
@@ -65,6 +88,7 @@ class AsyncDelivery:
         label: str,
         max_queue: int = 100_000,
         max_batch: int = 1000,
+        batch_interval: float = 1.0,
         retry_initial: float = 0.05,
         retry_max: float = 2.0,
     ) -> None:
@@ -74,6 +98,7 @@ class AsyncDelivery:
         self.label = label
         self.max_queue = max_queue
         self.max_batch = max_batch
+        self.batch_interval = batch_interval
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self.delivered = 0
@@ -91,6 +116,10 @@ class AsyncDelivery:
         # the caller's take-over in close().
         self._lock = threading.Lock()
         self._pending: list[Record] = []
+        self._held_since = 0.0  # when the first record of the batch being held arrived
+        # Set by flush(), close() and a queue that holds a whole batch: wakes a worker that holds
+        # records (one that holds none waits on the queue itself).
+        self._wake = threading.Event()
         self._in_flight: list[Record] = []
         self._abandoned = False
         self._warned = False
@@ -108,8 +137,11 @@ class AsyncDelivery:
     # --- the caller's side --------------------------------------------------------------
     def submit(self, record: Record) -> None:
         """Queue ``record`` (never blocks on the backend; past ``max_queue``, into the spool file)."""
-        if self._queue.qsize() < self.max_queue:
+        queued = self._queue.qsize()
+        if queued < self.max_queue:
             self._queue.put(record)
+            if queued + 1 >= self.max_batch:
+                self._wake.set()
             return
         if not self._overflowed:
             self._overflowed = True
@@ -148,6 +180,7 @@ class AsyncDelivery:
             return False
         control = _Control("flush")
         self._queue.put(control)
+        self._wake.set()
         control.done.wait(timeout)
         return control.ok
 
@@ -162,6 +195,7 @@ class AsyncDelivery:
         """
         self._close_deadline = time.monotonic() + timeout
         self._queue.put(_Control("close"))
+        self._wake.set()
         self._thread.join(timeout + _CLOSE_GRACE)
         stuck = self._thread.is_alive()
         records = self._abandon()
@@ -233,24 +267,25 @@ class AsyncDelivery:
 
     # --- the worker ---------------------------------------------------------------------
     def _run(self) -> None:
+        _lower_priority()
         self._replay_spool_found()
         while not self._abandoned:
-            wait = max(0.0, self._next_retry - time.monotonic()) if self._failing else None
-            if self._spill:
-                wait = _SPILL_AGE if wait is None else min(wait, _SPILL_AGE)
-            records, controls = self._take(wait)
+            records, controls = self._next_items()
             with self._lock:
                 if self._abandoned:
                     return
+                if records and not self._pending:
+                    self._held_since = time.monotonic()
                 self._pending.extend(records)
             if controls or self._spill_due():
                 self._write_spill()
+            due = bool(controls) or self._batch_due()
             retry_due = self._failing and (controls or time.monotonic() >= self._next_retry)
-            if self._failing and not self._spool_pending():
+            if self._failing and (due or retry_due) and not self._spool_pending():
                 return
             if retry_due:
                 self._retry()
-            if not self._failing and self._pending:
+            if not self._failing and self._pending and due:
                 self._deliver_pending()
             if not self._failing and not self._pending and self._spool_dirty:
                 self._spool_dirty = False  # records spilled past the full queue: send them
@@ -262,6 +297,33 @@ class AsyncDelivery:
                     return
                 control.ok = not self._failing and not self._pending and not self._spool_dirty
                 control.done.set()
+
+    def _next_items(self) -> tuple[list[Record], list[_Control]]:
+        """Wait for what is next to do; return the records and controls queued by then.
+
+        A worker that holds no records waits on the queue. One that holds a batch sleeps until
+        the batch is due (or a retry, or a spill write), unless flush, close or a full batch
+        wakes it, so that a record submitted meanwhile costs the caller no thread switch.
+        """
+        now = time.monotonic()
+        wait = max(0.0, self._next_retry - now) if self._failing else None
+        if self._pending:
+            left = max(0.0, self._held_since + self.batch_interval - now)
+            wait = left if wait is None else min(wait, left)
+        if self._spill:
+            wait = _SPILL_AGE if wait is None else min(wait, _SPILL_AGE)
+        if not self._pending:
+            return self._take(wait)
+        self._wake.wait(wait)
+        self._wake.clear()
+        return self._take(0.0)
+
+    def _batch_due(self) -> bool:
+        """Whether the records held are sent now: a whole batch, or the oldest waited long enough."""
+        return (
+            len(self._pending) >= self.max_batch
+            or time.monotonic() - self._held_since >= self.batch_interval
+        )
 
     def _spill_due(self) -> bool:
         with self._spill_lock:
