@@ -116,8 +116,10 @@ def wandb_segments(log_dir: Path) -> list[tuple[int | None, list[int]]]:
             kind = record.WhichOneof("record_type")
             if kind == "run" and record.run.HasField("branch_point"):
                 rewind = int(record.run.branch_point.value)
-            elif kind == "history" and any(i.key == "train_loss" for i in record.history.item):
-                steps.append(record.history.step.num)
+            elif kind == "history":
+                keys = {item.key or "/".join(item.nested_key) for item in record.history.item}
+                if "train_loss" in keys:
+                    steps.append(record.history.step.num)
         store._fp.close()
         segments.append((rewind, steps))
     return segments
