@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ._child import ChildResult
+    from ._gradients import LeafGradientCheck
 
 
 class ChildFailedError(StructuredError, AssertionError):
@@ -291,3 +292,60 @@ class TooManyCallsError(StructuredError, AssertionError):
             f"each iteration makes {self.observed} {self.kind} call(s), more than the "
             f"{self.limit} allowed (by package: {who}); {hint}"
         )
+
+
+class GradientMismatchError(StructuredError, AssertionError):
+    """jax's gradient disagrees with central finite differences beyond the dtype's tolerance.
+
+    Attributes:
+        worst: The worst leaf: its path, mode, dtype, element, both values and errors.
+        leaves: Every checked leaf's summary, in order (one per leaf and mode).
+
+    Example:
+        >>> from substrax.testing import GradientMismatchError, LeafGradientCheck
+        >>> leaf = LeafGradientCheck(
+        ...     path="kernel", mode="rev", dtype="float32", index=(0,), analytic=2.0,
+        ...     numeric=1.0, max_abs_error=1.0, max_rel_error=1.0, checked=3, failing=1,
+        ... )
+        >>> GradientMismatchError(leaf, (leaf,)).worst.path
+        'kernel'
+    """
+
+    __module__ = "substrax.testing"
+
+    worst: LeafGradientCheck
+    leaves: tuple[LeafGradientCheck, ...]
+
+    def _message(self) -> str:
+        others = [leaf for leaf in self.leaves if leaf.failing and leaf != self.worst]
+        also = f"; {len(others)} other leaf check(s) failed too" if others else ""
+        return (
+            f"gradient check failed, worst leaf {self.worst.describe()}{also}. Look in the "
+            "loss for a non-differentiable step (argmax, rounding, an integer cast), a "
+            "stop_gradient or custom_vjp, or a kink within the finite-difference step (relu "
+            "at 0); pass tolerance= when the dtype's default is too strict for this model"
+        )
+
+
+class ZeroGradientError(StructuredError, AssertionError):
+    """Every gradient of a gradient check is zero, so it would prove nothing.
+
+    Attributes:
+        what: ``"parameters"`` or ``"input"``.
+        leaves: How many leaves were all zero.
+
+    Example:
+        >>> from substrax.testing import ZeroGradientError
+        >>> print(ZeroGradientError("parameters", 2))
+        every gradient with respect to the parameters is zero (2 leaves): the loss does not depend on them (a stop_gradient, an integer cast, a saturated activation, an unused branch); pass allow_zero=True if that is intended
+    """
+
+    __module__ = "substrax.testing"
+    template = (
+        "every gradient with respect to the {what} is zero ({leaves} leaves): the loss does not "
+        "depend on them (a stop_gradient, an integer cast, a saturated activation, an unused "
+        "branch); pass allow_zero=True if that is intended"
+    )
+
+    what: str
+    leaves: int

@@ -1,0 +1,190 @@
+"""Gradient checks on real nnx models: passes, the worst leaf of a wrong gradient, dtypes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from substrax.testing import (
+    GRADIENT_TOLERANCES,
+    GradientMismatchError,
+    GradientTolerance,
+    ZeroGradientError,
+    check_input_gradients,
+    check_parameter_gradients,
+)
+from substrax.testing.gradients import (
+    check_input_gradients as interface_input,
+    check_parameter_gradients as interface_parameters,
+)
+
+
+class Mlp(nnx.Module):
+    def __init__(self, *, dtype=jnp.float32, rngs):
+        # computing in the parameters' dtype (nnx's default): float64 for the reference
+        self.hidden = nnx.Linear(3, 8, param_dtype=dtype, rngs=rngs)
+        self.out = nnx.Linear(8, 1, param_dtype=dtype, rngs=rngs)
+        # deterministic: a dropout mask drawn under x64 (the reference) differs from float32's
+        self.dropout = nnx.Dropout(0.25, deterministic=True, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(self.dropout(jnp.tanh(self.hidden(x))))
+
+
+@jax.custom_jvp
+def wrong_square(x):
+    return x * x
+
+
+@wrong_square.defjvp
+def _wrong_square_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return x * x, 3.0 * x * t  # the true derivative is 2x
+
+
+class Scaled(nnx.Module):
+    def __init__(self, *, rngs):
+        self.linear = nnx.Linear(3, 2, rngs=rngs)
+        self.scale = nnx.Param(jnp.array([0.5, 1.5]))
+
+    def __call__(self, x):
+        return self.linear(x) * wrong_square(self.scale[...])
+
+
+def _inputs(dtype=np.float32):
+    return jnp.asarray(np.random.default_rng(0).normal(size=(5, 3)), dtype=dtype)
+
+
+def test_a_correct_model_passes_in_both_modes_and_is_left_unchanged():
+    model, x = Mlp(rngs=nnx.Rngs(0)), _inputs()
+    before = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
+    grads = check_parameter_gradients(model, lambda m: (m(x) ** 2).mean())
+    expected = nnx.grad(lambda m: (m(x) ** 2).mean())(model)
+    jax.tree.map(np.testing.assert_allclose, grads, nnx.state(expected, nnx.Param))
+    jax.tree.map(np.testing.assert_array_equal, nnx.state(model, nnx.Param), before)
+    grad = check_input_gradients(model, lambda m, v: jnp.sin(m(v)).sum(), x)
+    assert grad.shape == x.shape
+    assert interface_parameters is check_parameter_gradients
+    assert interface_input is check_input_gradients
+
+
+def test_a_wrong_derivative_names_the_worst_leaf():
+    model, x = Scaled(rngs=nnx.Rngs(1)), _inputs()
+    with pytest.raises(GradientMismatchError) as info:
+        check_parameter_gradients(model, lambda m: m(x).sum())
+    worst = info.value.worst
+    assert worst.path == "scale"
+    assert worst.index == (1,)  # the larger scale, the larger error
+    assert worst.numeric == pytest.approx(2 * 1.5 * float(model.linear(x)[:, 1].sum()), rel=1e-4)
+    assert worst.analytic == pytest.approx(1.5 * worst.numeric, rel=1e-4)
+    assert worst.failing == worst.checked == 2
+    assert {(leaf.path, leaf.mode) for leaf in info.value.leaves if leaf.failing} == {
+        ("scale", "rev"),
+        ("scale", "fwd"),
+    }
+    assert {leaf.path for leaf in info.value.leaves} == {"linear/bias", "linear/kernel", "scale"}
+    assert "worst leaf scale[1] (" in str(info.value)
+
+
+def test_the_wrong_leaf_is_left_out_with_a_filter():
+    model, x = Scaled(rngs=nnx.Rngs(1)), _inputs()
+    only_linear = nnx.All(nnx.Param, nnx.PathContains("linear"))
+    grads = check_parameter_gradients(model, lambda m: m(x).sum(), wrt=only_linear)
+    assert set(grads) == {"linear"}
+
+
+def test_an_all_zero_gradient_is_refused_unless_allowed():
+    model, x = Mlp(rngs=nnx.Rngs(2)), _inputs()
+
+    def unused(m):
+        return (m(x) * 0.0).sum()
+
+    with pytest.raises(ZeroGradientError) as info:
+        check_parameter_gradients(model, unused)
+    assert (info.value.what, info.value.leaves) == ("parameters", 4)
+    grads = check_parameter_gradients(model, unused, allow_zero=True)
+    assert all(not np.any(leaf) for leaf in jax.tree.leaves(grads))
+    with pytest.raises(ZeroGradientError, match="respect to the input"):
+        check_input_gradients(model, lambda m, v: jnp.round(m(v)).sum() * 0.0, x)
+
+
+def test_a_detached_loss_is_zero_for_jax_but_not_for_finite_differences():
+    model, x = Mlp(rngs=nnx.Rngs(2)), _inputs()
+
+    def detached(m):
+        return jax.lax.stop_gradient(m(x) ** 2).sum()
+
+    with pytest.raises(ZeroGradientError):
+        check_parameter_gradients(model, detached)
+    with pytest.raises(GradientMismatchError) as info:
+        check_parameter_gradients(model, detached, allow_zero=True)
+    assert info.value.worst.analytic == 0.0
+    assert info.value.worst.numeric != 0.0
+
+
+def test_bfloat16_is_checked_with_its_own_tolerance():
+    model, x = Mlp(dtype=jnp.bfloat16, rngs=nnx.Rngs(3)), _inputs()
+    grads = check_parameter_gradients(model, lambda m: (m(x).astype(jnp.float32) ** 2).mean())
+    assert {leaf.dtype for leaf in jax.tree.leaves(grads)} == {jnp.dtype(jnp.bfloat16)}
+    strict = GRADIENT_TOLERANCES["float64"]
+    with pytest.raises(GradientMismatchError) as info:
+        check_parameter_gradients(
+            model, lambda m: (m(x).astype(jnp.float32) ** 2).mean(), tolerance=strict
+        )
+    assert info.value.worst.dtype == "bfloat16"
+
+
+@pytest.mark.x64
+def test_float64_is_checked_tightly():
+    x = _inputs(np.float64)
+    model = nnx.Linear(3, 2, param_dtype=jnp.float64, rngs=nnx.Rngs(4))
+    check_parameter_gradients(model, lambda m: jnp.cos(m(x)).sum())
+
+    def nearly(m):  # a derivative off by a relative 1e-4: within float32's tolerance only
+        y = m(x)
+        return (y * (1 + 1e-4 * jnp.sin(jax.lax.stop_gradient(y)))).sum()
+
+    with pytest.raises(GradientMismatchError) as info:
+        check_parameter_gradients(model, nearly)
+    assert info.value.worst.dtype == "float64"
+    check_parameter_gradients(model, nearly, tolerance=GRADIENT_TOLERANCES["float32"])
+
+
+def test_only_a_sample_of_a_large_leaf_is_checked():
+    model = nnx.Linear(3, 64, rngs=nnx.Rngs(6))
+    with pytest.raises(GradientMismatchError) as info:
+        check_parameter_gradients(model, lambda m: wrong_square(m.kernel[...]).sum(), samples=5)
+    kernel = [leaf for leaf in info.value.leaves if leaf.path == "kernel"]
+    assert [(leaf.checked, leaf.failing) for leaf in kernel] == [(5, 5), (5, 5)]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda m, x: check_parameter_gradients(m, lambda m: m(x)), TypeError, "scalar"),
+        (
+            lambda m, x: check_input_gradients(m, lambda m, v: m(x).sum(), jnp.arange(3)),
+            TypeError,
+            "floating",
+        ),
+        (
+            lambda m, x: check_parameter_gradients(m, lambda m: m(x).sum(), modes=("bwd",)),
+            ValueError,
+            "modes",
+        ),
+        (
+            lambda m, x: check_parameter_gradients(m, lambda m: m(x).sum(), samples=0),
+            ValueError,
+            "samples",
+        ),
+    ],
+)
+def test_misuse_is_refused(call, error, match):
+    with pytest.raises(error, match=match):
+        call(nnx.Linear(3, 2, rngs=nnx.Rngs(7)), _inputs())
+
+
+def test_tolerance_values_are_validated():
+    with pytest.raises(ValueError, match="step"):
+        GradientTolerance(step=0.0, rtol=1e-3, atol=1e-5)
