@@ -5,14 +5,17 @@
 from __future__ import annotations
 
 import abc
+import logging
 import math
 import numbers
 import re
 from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from substrax.support import Closeable
 
+from . import _failure
 from ._errors import (
     EmptyMetricNameError,
     ImageShapeError,
@@ -29,6 +32,7 @@ __all__ = [
     "as_scalar",
     "check_metric_name",
     "histogram_summary",
+    "python_logger_name",
     "safe_name",
 ]
 
@@ -52,6 +56,17 @@ def check_metric_name(name: object, value: object) -> None:
     """
     if not name or not isinstance(name, str):
         raise EmptyMetricNameError(name, value)
+
+
+def python_logger_name(name: str) -> str:
+    """The name of the stdlib ``logging`` logger of the substrax logger ``name``.
+
+    Example:
+        >>> from substrax.tracking._base import python_logger_name
+        >>> python_logger_name("demo")
+        'substrax.tracking.run.demo'
+    """
+    return f"substrax.tracking.run.{name}"
 
 
 def safe_name(name: str) -> str:
@@ -109,6 +124,16 @@ class Logger(Closeable):
     Subclasses implement the ``_write_*`` methods; the public methods check that the logger
     is open and that this process logs (only process 0, unless ``all_processes``).
 
+    Messages: :meth:`log`, :meth:`debug`, :meth:`info`, :meth:`warning`, :meth:`error` and
+    :meth:`critical` go to :attr:`python_logger`, the stdlib ``logging`` logger
+    ``substrax.tracking.run.<name>``, so an application's handlers and filters (and pytest's
+    ``caplog``) see them. substrax adds no handler to it, except :class:`ConsoleLogger`'s own.
+
+    A failed run ends as failed (W&B: exit code 1; MLflow: status ``FAILED``): when the ``with``
+    block raises (anything but a clean ``SystemExit``), when :meth:`mark_failed` is called, or
+    when the process dies of an uncaught exception while the logger is open (a chained
+    :func:`sys.excepthook`, restored when the last logger closes).
+
     Args:
         name: the run or logger name.
         process_index: this process's index; default: see :func:`current_process_index`.
@@ -119,6 +144,7 @@ class Logger(Closeable):
         >>> import io
         >>> with ConsoleLogger("demo", stream=io.StringIO()) as logger:
         ...     logger.log_scalar("loss", 0.5, step=1)
+        ...     logger.info("epoch %d done", 1)
     """
 
     def __init__(
@@ -131,6 +157,9 @@ class Logger(Closeable):
         self.process_index = current_process_index(process_index)
         self.active = all_processes or self.process_index == 0
         self.closed = False
+        self.failed = False
+        self.python_logger = logging.getLogger(python_logger_name(name))
+        _failure.watch(self)
 
     # --- the public surface -------------------------------------------------------------
     def log_scalar(self, name: str, value: Any, step: int | None = None) -> None:
@@ -202,8 +231,61 @@ class Logger(Closeable):
         """Flush and release the backend; later calls raise :class:`LoggerClosedError`."""
         if not self.closed:
             self.closed = True
+            _failure.forget(self)
             if self.active:
                 self._close()
+
+    def mark_failed(self) -> None:
+        """Record that the run failed: closing ends it as failed (after :meth:`close`: nothing).
+
+        Leaving a ``with`` block by an exception, or an uncaught exception, calls it for you.
+        """
+        self.failed = True
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if _failure.failed_by(exc):
+            self.mark_failed()
+        super().__exit__(exc_type, exc, traceback)
+
+    # --- messages, through stdlib logging -------------------------------------------------
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        """Log ``msg % args`` at ``level`` to :attr:`python_logger` (as ``logging.Logger.log``).
+
+        On a process that does not log (see ``all_processes``) this does nothing.
+        """
+        self._message(level, msg, args, kwargs)
+
+    def debug(self, msg: object, *args: object, **kwargs: Any) -> None:
+        """:meth:`log` at ``DEBUG``."""
+        self._message(logging.DEBUG, msg, args, kwargs)
+
+    def info(self, msg: object, *args: object, **kwargs: Any) -> None:
+        """:meth:`log` at ``INFO``."""
+        self._message(logging.INFO, msg, args, kwargs)
+
+    def warning(self, msg: object, *args: object, **kwargs: Any) -> None:
+        """:meth:`log` at ``WARNING``."""
+        self._message(logging.WARNING, msg, args, kwargs)
+
+    def error(self, msg: object, *args: object, **kwargs: Any) -> None:
+        """:meth:`log` at ``ERROR``."""
+        self._message(logging.ERROR, msg, args, kwargs)
+
+    def critical(self, msg: object, *args: object, **kwargs: Any) -> None:
+        """:meth:`log` at ``CRITICAL``."""
+        self._message(logging.CRITICAL, msg, args, kwargs)
+
+    def _message(
+        self, level: int, msg: object, args: tuple[object, ...], kwargs: dict[str, Any]
+    ) -> None:
+        if self.active:
+            kwargs.setdefault("stacklevel", 3)  # the record names the caller of info() & co.
+            self.python_logger.log(level, msg, *args, **kwargs)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"

@@ -108,6 +108,7 @@ class _MlflowSink:
         self._ready = False
         self._bounded = http_bounds.acquire(tracking_uri, request_timeout)
         self._first: FirstAttempt | None = None
+        self.failed = False  # end the run as FAILED
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=registry_uri)
 
     @classmethod
@@ -262,7 +263,9 @@ class _MlflowSink:
 
     def finish(self) -> None:
         try:
-            self.client.set_terminated(self._ensure_run())
+            self.client.set_terminated(
+                self._ensure_run(), status="FAILED" if self.failed else "FINISHED"
+            )
         finally:
             self.release()
 
@@ -441,6 +444,13 @@ class MLFlowLogger(RemoteLogger):
         super()._close()
         if self._sink is not None:
             self._sink.release()
+
+    def mark_failed(self) -> None:
+        """End the run with status ``FAILED`` when it closes."""
+        super().mark_failed()
+        sink = getattr(self, "_sink", None)  # None also while __init__ runs
+        if sink is not None and not self.closed:
+            sink.failed = True
 
     def log_metric(self, name: str, value: Any, step: int | None = None) -> None:
         """Alias of :meth:`log_scalar` (MLflow's name)."""

@@ -76,5 +76,10 @@ class MultiLogger(Logger):
         """Flush every logger."""
         self._each(lambda logger: logger.flush())
 
+    def mark_failed(self) -> None:
+        """Mark every logger's run failed (see :meth:`Logger.mark_failed`)."""
+        super().mark_failed()
+        self._each(lambda logger: logger.mark_failed())
+
     def _close(self) -> None:
         self._each(lambda logger: logger.close())

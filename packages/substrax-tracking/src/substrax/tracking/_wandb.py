@@ -82,6 +82,7 @@ class _WandbSink:
         self._target = target
         self._init_options = init_options
         self._first: FirstAttempt | None = None
+        self.exit_code: int | None = None  # non-zero: the run failed
 
     def connect(self, timeout: float) -> bool:
         """Start the run from a thread of its own; wait at most ``timeout`` seconds.
@@ -165,7 +166,7 @@ class _WandbSink:
 
     def finish(self) -> None:
         if self.run is not None:
-            self.run.finish()
+            self.run.finish(exit_code=self.exit_code)
 
 
 def base_url(settings: Any) -> str | None:
@@ -388,6 +389,19 @@ class WandbLogger(RemoteLogger):
         """The W&B run id (None on processes that do not log)."""
         return None if self._sink is None else self._run_id
 
-    def finish(self) -> None:
-        """End the run (the same as :meth:`close`; calling it again does nothing)."""
+    def mark_failed(self, exit_code: int = 1) -> None:
+        """End the run with ``exit_code`` (non-zero: W&B shows it failed) when it closes."""
+        super().mark_failed()
+        sink = getattr(self, "_sink", None)  # None also while __init__ runs
+        if sink is not None and not self.closed:
+            sink.exit_code = exit_code
+
+    def finish(self, exit_code: int | None = None) -> None:
+        """End the run (the same as :meth:`close`; calling it again does nothing).
+
+        Args:
+            exit_code: the run's exit code; non-zero marks it failed (see :meth:`mark_failed`).
+        """
+        if exit_code:
+            self.mark_failed(exit_code)
         self.close()

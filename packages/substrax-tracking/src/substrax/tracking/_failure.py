@@ -1,0 +1,90 @@
+"""Failed runs end as failed: an uncaught exception marks every open logger before the process dies."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from types import TracebackType
+from typing import Protocol
+
+
+__all__ = ["failed_by", "forget", "watch"]
+
+type _ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
+
+
+class _Failable(Protocol):
+    def mark_failed(self) -> None: ...
+
+
+_OPEN: weakref.WeakSet[_Failable] = weakref.WeakSet()
+_LOCK = threading.Lock()
+_previous: _ExceptHook | None = None
+_installed = False
+
+
+def failed_by(error: BaseException | None) -> bool:
+    """Whether a run that ``error`` ended has failed: any exception but a clean ``SystemExit``.
+
+    Example:
+        >>> from substrax.tracking._failure import failed_by
+        >>> failed_by(ValueError("nan loss")), failed_by(SystemExit(0)), failed_by(SystemExit(3))
+        (True, False, True)
+    """
+    if error is None:
+        return False
+    if isinstance(error, SystemExit):
+        return error.code not in (0, None)
+    return True
+
+
+def _hook(
+    exc_type: type[BaseException], exc: BaseException, traceback: TracebackType | None
+) -> None:
+    """``sys.excepthook``: mark the open loggers failed, then hand over to the previous hook."""
+    try:
+        if failed_by(exc):
+            for logger in list(_OPEN):
+                logger.mark_failed()
+    finally:
+        (_previous or sys.__excepthook__)(exc_type, exc, traceback)
+
+
+def watch(logger: _Failable) -> None:
+    """Mark ``logger`` failed if the process dies of an uncaught exception while it is open.
+
+    The first logger watched chains :func:`sys.excepthook` (the previous hook still runs);
+    :func:`forget` of the last one restores it.
+
+    Example:
+        >>> from substrax.tracking._failure import forget, watch
+        >>> class Run:
+        ...     failed = False
+        ...     def mark_failed(self) -> None:
+        ...         self.failed = True
+        >>> run = Run()
+        >>> watch(run)  # the run trains; an uncaught exception now marks it failed
+        >>> forget(run)  # closed
+        >>> run.failed
+        False
+    """
+    global _previous, _installed
+    with _LOCK:
+        _OPEN.add(logger)
+        if not _installed:
+            _previous, _installed = sys.excepthook, True
+            sys.excepthook = _hook
+
+
+def forget(logger: _Failable) -> None:
+    """Stop watching ``logger`` (it closed); restore ``sys.excepthook`` when none is left.
+
+    A hook installed after ours stays: ours then only passes exceptions on to its predecessor.
+    """
+    global _previous, _installed
+    with _LOCK:
+        _OPEN.discard(logger)
+        if _installed and not _OPEN and sys.excepthook is _hook:
+            sys.excepthook, _previous, _installed = _previous or sys.__excepthook__, None, False

@@ -1,0 +1,173 @@
+"""A run that fails ends as failed: MLflow status FAILED on a real server, a W&B exit code != 0."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import weakref
+
+import pytest
+
+from substrax.tracking import (
+    ConsoleLogger,
+    FileLogger,
+    MLFlowLogger,
+    MultiLogger,
+    WandbLogger,
+    _failure,
+)
+
+
+pytest.importorskip("mlflow", reason="the mlflow extra is needed for MLFlowLogger")
+pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
+from mlflow.tracking import MlflowClient
+
+
+pytestmark = pytest.mark.xdist_group("mlflow_server")
+
+_WANDB_OFFLINE = {
+    "WANDB_MODE": "offline",
+    "WANDB_ERROR_REPORTING": "false",
+    "WANDB_SILENT": "true",
+    "WANDB_DISABLE_GIT": "true",
+    "WANDB_DISABLE_CODE": "true",
+}
+
+
+class TrainingDivergedError(RuntimeError):
+    """What the training code raises in these tests."""
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    for key, value in _WANDB_OFFLINE.items():
+        monkeypatch.setenv(key, value)
+
+
+def diverge(logger):
+    """A training loop that logs a step, then raises."""
+    logger.log_scalar("loss", 1.0, step=0)
+    raise TrainingDivergedError("loss is nan")
+
+
+def wandb_exit_code(root, timeout=60):
+    """The exit code the offline run under ``root`` recorded (None if no exit record came)."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    deadline = time.monotonic() + timeout  # the service writes the exit record just after finish
+    while True:
+        for run_file in (root / "wandb").glob("offline-run-*/run-*.wandb"):
+            store = datastore.DataStore()
+            store.open_for_scan(str(run_file))
+            try:
+                while (data := store.scan_data()) is not None:
+                    record = wandb_internal_pb2.Record()
+                    record.ParseFromString(data)
+                    if record.WhichOneof("record_type") == "exit":
+                        return record.exit.exit_code
+            finally:
+                store._fp.close()
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+
+
+def test_a_raising_block_leaves_a_failed_mlflow_run_on_the_server(mlflow_server, tmp_path):
+    logger = MLFlowLogger(
+        "fails", experiment_name="failures", tracking_uri=mlflow_server.uri, log_dir=tmp_path
+    )
+    with pytest.raises(TrainingDivergedError), logger:
+        diverge(logger)
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    run = client.get_run(logger.run_id)
+    assert run.info.status == "FAILED"
+    assert [m.value for m in client.get_metric_history(logger.run_id, "loss")] == [1.0]
+
+    with MLFlowLogger(
+        "passes", experiment_name="failures", tracking_uri=mlflow_server.uri, log_dir=tmp_path
+    ) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+
+
+def test_a_raising_block_gives_the_wandb_run_a_non_zero_exit_code(offline, tmp_path):
+    logger = WandbLogger("fails", project="substrax-tests", log_dir=tmp_path / "fails")
+    with pytest.raises(TrainingDivergedError), logger:
+        diverge(logger)
+    assert logger.failed
+    assert wandb_exit_code(tmp_path / "fails") == 1
+    with WandbLogger("passes", project="substrax-tests", log_dir=tmp_path / "passes") as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    assert wandb_exit_code(tmp_path / "passes") == 0
+
+
+def test_finish_with_an_exit_code_and_a_clean_system_exit(offline, tmp_path):
+    logger = WandbLogger("coded", project="substrax-tests", log_dir=tmp_path / "coded")
+    logger.finish(exit_code=3)
+    assert wandb_exit_code(tmp_path / "coded") == 3
+    with pytest.raises(SystemExit), FileLogger("done", tmp_path / "files") as files:
+        sys.exit(0)  # a clean exit is not a failure
+    assert not files.failed
+
+
+def test_a_multi_logger_marks_each_logger_failed(tmp_path):
+    files, console = FileLogger("a", tmp_path), ConsoleLogger("b", stream=None)
+    with pytest.raises(KeyError), MultiLogger([files, console]):
+        raise KeyError("batch")
+    assert files.failed
+    assert console.failed
+
+
+def test_the_excepthook_is_chained_while_a_logger_is_open_and_restored_after(monkeypatch, tmp_path):
+    seen = []
+
+    def previous(exc_type, exc, traceback):
+        seen.append(exc)
+
+    monkeypatch.setattr(sys, "excepthook", previous)
+    monkeypatch.setattr(_failure, "_OPEN", weakref.WeakSet())  # no other test's loggers
+    monkeypatch.setattr(_failure, "_installed", False)
+    monkeypatch.setattr(_failure, "_previous", None)
+    logger = FileLogger("hooked", tmp_path)
+    assert sys.excepthook is not previous
+    error = TrainingDivergedError("uncaught")
+    sys.excepthook(type(error), error, None)
+    assert logger.failed
+    assert seen == [error]  # the previous hook still ran (it prints the traceback)
+    logger.close()
+    assert sys.excepthook is previous
+
+
+def test_a_process_dying_of_an_exception_leaves_failed_runs(mlflow_server, tmp_path):
+    child = textwrap.dedent(
+        f"""
+        from substrax.tracking import MLFlowLogger, WandbLogger
+        mlflow = MLFlowLogger(
+            "died", experiment_name="failures", tracking_uri={mlflow_server.uri!r},
+            log_dir={str(tmp_path / "mlflow")!r},
+        )
+        wandb = WandbLogger("died", project="substrax-tests", log_dir={str(tmp_path / "wandb")!r})
+        print(mlflow.run_id, flush=True)
+        for step in range(3):
+            mlflow.log_scalar("loss", float(step), step=step)
+            wandb.log_scalar("loss", float(step), step=step)
+        raise RuntimeError("the training loop died")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env={**os.environ, **_WANDB_OFFLINE},
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "RuntimeError: the training loop died" in result.stderr  # the usual traceback
+    run_id = result.stdout.split()[0]
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    assert client.get_run(run_id).info.status == "FAILED"
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [0, 1, 2]
+    assert wandb_exit_code(tmp_path / "wandb") == 1
