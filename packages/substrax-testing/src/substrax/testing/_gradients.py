@@ -136,7 +136,8 @@ def _leaves(tree: object, who: str) -> list[_Leaf]:
     import jax.numpy as jnp  # noqa: PLC0415
 
     leaves: list[_Leaf] = []
-    for path, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    for entries, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        path = entries
         if len(path) > 1 and isinstance(path[-1], jax.tree_util.GetAttrKey):
             path = path[:-1]  # an nnx Variable's own ``value`` entry
         name = jax.tree_util.keystr(path, simple=True, separator="/") or "input"
@@ -182,6 +183,7 @@ def _sample(size: int, samples: int, seed: int, position: int) -> "np.ndarray":
 def _numeric(
     function: Callable[[PyTree, PyTree], PyTree],
     aux: PyTree,
+    *,
     treedef: "jax.tree_util.PyTreeDef",
     leaves: Sequence[_Leaf],
     picked: Sequence["np.ndarray"],
@@ -217,6 +219,7 @@ def _forward(
     function: Callable[[PyTree, PyTree], PyTree],
     tree: PyTree,
     aux: PyTree,
+    *,
     leaves: Sequence[_Leaf],
     position: int,
     indices: "np.ndarray",
@@ -282,7 +285,14 @@ def _check(
     picked = [
         _sample(leaf.value.size, count, seed, position) for position, leaf in enumerate(leaves)
     ]
-    numeric = _numeric(function, aux, jax.tree.structure(tree), leaves, picked, tolerances)
+    numeric = _numeric(
+        function,
+        aux,
+        treedef=jax.tree.structure(tree),
+        leaves=leaves,
+        picked=picked,
+        tolerances=tolerances,
+    )
     results: list[tuple[float, LeafGradientCheck]] = []
     for mode in chosen_modes:
         for position, leaf in enumerate(leaves):
@@ -290,7 +300,9 @@ def _check(
             if mode == "rev":
                 analytic = np.asarray(flat_gradient[position], dtype=np.float64).ravel()[indices]
             else:
-                analytic = _forward(function, tree, aux, leaves, position, indices)
+                analytic = _forward(
+                    function, tree, aux, leaves=leaves, position=position, indices=indices
+                )
             results.append(
                 _compare(
                     leaf,
