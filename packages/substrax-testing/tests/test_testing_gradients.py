@@ -164,7 +164,7 @@ def test_only_a_sample_of_a_large_leaf_is_checked():
     [
         (lambda m, x: check_parameter_gradients(m, lambda m: m(x)), TypeError, "scalar"),
         (
-            lambda m, x: check_input_gradients(m, lambda m, v: m(v).sum(), jnp.arange(3)),
+            lambda m, _: check_input_gradients(m, lambda m, v: m(v).sum(), jnp.arange(3)),
             TypeError,
             "floating",
         ),
