@@ -153,7 +153,6 @@ class TrainStep[M: nnx.Module]:
         self._batch_sharding = (
             None if batch_sharding is None else resolve_batch_sharding(batch_sharding, mesh)
         )
-        self._one_batch_sharding = self._batch_sharding
         if steps_per_call != 1 and self._batch_sharding is not None:
             self._batch_sharding = stacked_sharding(self._batch_sharding)
         self._leaves: list[Any] = leaves
