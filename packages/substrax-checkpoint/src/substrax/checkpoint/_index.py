@@ -9,6 +9,7 @@ index in step with what the store commits, deletes and fails to write.
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -77,8 +78,8 @@ class StepIndex:
         """Every step's metrics."""
         return {step: entry.metrics for step, entry in self.entries.items()}
 
-    def write(self, root: Path) -> None:
-        """Write the index file so that no reader or crash ever sees it half-written."""
+    def payload(self) -> str:
+        """The index file's text as of now."""
         payload = {
             "format": _INDEX_FORMAT,
             "version": 1,
@@ -87,7 +88,7 @@ class StepIndex:
                 for step, e in sorted(self.entries.items())
             },
         }
-        write_atomically(root / INDEX_FILE, json.dumps(payload))
+        return json.dumps(payload)
 
     @classmethod
     def load(
@@ -128,12 +129,23 @@ class IndexBook:
         directory: the store's root.
         read_only: the store is a reader (follows the directory, never writes the file).
         steps: the steps the store holds now (the committed step directories for a reader).
+        run: runs a file write on another thread, in submission order (None: on the caller's);
+            the write after a commit is then left running while the next save starts.
     """
 
-    def __init__(self, directory: Path, *, read_only: bool, steps: Callable[[], list[int]]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        read_only: bool,
+        steps: Callable[[], list[int]],
+        run: Callable[[Callable[[], None]], Future[None]] | None = None,
+    ) -> None:
         self._directory = directory
         self._read_only = read_only
         self._steps = steps
+        self._run = run
+        self._written: Future[None] | None = None  # the latest write left running
         self._index: StepIndex | None = None
         self._loaded_steps: list[int] | None = None  # a reader's index reflects these steps
 
@@ -187,20 +199,44 @@ class IndexBook:
         self.write()
 
     def committed(self, held: Iterable[int]) -> None:
-        """A write committed: drop the steps retention deleted (not in ``held``), persist."""
+        """A write committed: drop the steps retention deleted (not in ``held``), persist.
+
+        The file write is left running (see ``run``); :meth:`flush` waits for it.
+        """
         if self._index is None:
             return
         kept = set(held)
         for step in [s for s in self._index.entries if s not in kept]:
             self._index.remove(step)
-        self.write()
+        self.write(wait=False)
 
-    def write(self) -> None:
-        """Persist the index (process 0 of a writer only, once loaded and while the root exists)."""
+    def write(self, *, wait: bool = True) -> None:
+        """Persist the index (process 0 of a writer only, once loaded and while the root exists).
+
+        The text is taken now; ``wait=False`` leaves its file write running when ``run`` is set.
+        """
         if (
-            self._index is not None
-            and not self._read_only
-            and is_primary()
-            and self._directory.is_dir()
+            self._index is None
+            or self._read_only
+            or not is_primary()
+            or not self._directory.is_dir()
         ):
-            self._index.write(self._directory)
+            return
+        directory, text = self._directory, self._index.payload()
+
+        def persist() -> None:
+            if directory.is_dir():  # a store removed meanwhile is not created again
+                write_atomically(directory / INDEX_FILE, text)
+
+        if self._run is None:
+            persist()
+            return
+        self._written = self._run(persist)
+        if wait:
+            self.flush()
+
+    def flush(self) -> None:
+        """Wait for the index write left running, raising its error (if any)."""
+        written, self._written = self._written, None
+        if written is not None:
+            written.result()

@@ -125,6 +125,11 @@ class StoreLifecycle(Closeable):
             >>> with tempfile.TemporaryDirectory() as directory, OrbaxCheckpointStore(directory) as store:
             ...     store.wait()
         """
+        self._finish_write()
+        self._book.flush()
+
+    def _finish_write(self) -> None:
+        """Finish the pending write; leave its index write and removals to the chores thread."""
         manager = self._manager_
         if manager is None:
             return
@@ -132,7 +137,8 @@ class StoreLifecycle(Closeable):
         if committed is not None:
             self._book.committed(manager.all_steps())
             if is_primary() and has_deleted(self._directory):  # what retention renamed away
-                self._writer.background().submit(empty_deleted, self._directory)
+                directory = self._directory
+                self._writer.chore(lambda: empty_deleted(directory))
 
     def _forget(self, step: int) -> None:
         """A write failed: drop its step and re-read what the directory really holds."""

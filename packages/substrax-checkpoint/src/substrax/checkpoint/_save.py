@@ -113,6 +113,7 @@ class Writer:
         self._directory = directory
         self._lease = lease
         self._thread: ThreadPoolExecutor | None = None
+        self._chores: ThreadPoolExecutor | None = None
         self._control: Future[bool] | None = None  # orbax's save call, run by the writer thread
         self.pending: int | None = None
 
@@ -121,6 +122,16 @@ class Writer:
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-writer")
         return self._thread
+
+    def chore(self, work: Callable[[], None]) -> Future[None]:
+        """Run ``work`` on the chores thread (started at first use), after the chores before it.
+
+        Chores are the files a save leaves to tidy once committed (the index, deleted steps):
+        on their own thread they never delay the next save's write, nor the training thread.
+        """
+        if self._chores is None:
+            self._chores = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-chores")
+        return self._chores.submit(work)
 
     def settle(self) -> None:
         """Let the writer thread's orbax call return before another thread uses the manager.
@@ -210,9 +221,10 @@ class Writer:
         return step
 
     def stop_thread(self) -> None:
-        """Let the writer thread finish what it runs, and end it."""
-        if self._thread is not None:
-            self._thread.shutdown()
+        """Let the writer and chores threads finish what they run, and end them."""
+        for thread in (self._thread, self._chores):
+            if thread is not None:
+                thread.shutdown()
 
     def release(self) -> None:
         """End the writer thread, then free the writer lock (idempotent)."""

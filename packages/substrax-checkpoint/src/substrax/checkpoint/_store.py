@@ -120,7 +120,9 @@ class OrbaxCheckpointStore(StoreReads):
         lease = None if read_only else take_writer_lock(self._directory, clean=remove_partial_steps)
         self._writer = Writer(self._directory, lease)
         self._release = weakref.finalize(self, self._writer.release)
-        self._book = IndexBook(self._directory, read_only=read_only, steps=self._held_steps)
+        self._book = IndexBook(
+            self._directory, read_only=read_only, steps=self._held_steps, run=self._writer.chore
+        )
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -159,7 +161,7 @@ class OrbaxCheckpointStore(StoreReads):
         )
         manager = self._manager(create=True)
         assert manager is not None  # noqa: S101 - create=True always opens
-        self.wait()
+        self._finish_write()  # the index write it leaves running is ordered before the next
         self._writer.write(
             manager,
             request,
