@@ -21,7 +21,7 @@ from ._remote import RemoteLogger
 from ._spool import register_sink_factory
 
 
-__all__ = ["WandbLogger", "base_url", "bounded_settings"]
+__all__ = ["WandbLogger", "base_url", "bounded_settings", "wandb_root_dir"]
 
 _logger = logging.getLogger(__name__)
 
@@ -169,6 +169,55 @@ class _WandbSink:
             self.run.finish(exit_code=self.exit_code)
 
 
+def _settings_root_dir(settings: Any) -> str | None:
+    """The ``root_dir`` that ``settings`` (a mapping or a ``wandb.Settings``) sets, if any."""
+    if isinstance(settings, Mapping):
+        given = cast("Mapping[str, Any]", settings).get("root_dir")
+    elif "root_dir" in getattr(settings, "model_fields_set", ()):
+        given = getattr(settings, "root_dir", None)
+    else:
+        given = None
+    return str(given) if given else None
+
+
+def wandb_root_dir(
+    name: str,
+    log_dir: str | os.PathLike[str] | None,
+    init_options: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+) -> Path:
+    """The directory W&B writes a run under (its ``dir``): runs go to ``<it>/wandb/``.
+
+    In order: ``dir=`` (or ``settings``' ``root_dir``), then ``log_dir``, then W&B's own
+    ``WANDB_DIR``, then ``$AVITAI_OUTPUT_DIR/<name>``, then ``$XDG_DATA_HOME/substrax``
+    (``~/.local/share/substrax``): a directory that lasts, never a temporary one that the OS may
+    clear before ``wandb sync`` uploads the run, and never the working tree.
+
+    Example:
+        >>> from substrax.tracking._wandb import wandb_root_dir
+        >>> str(wandb_root_dir("demo", None, {}, env={"WANDB_DIR": "/data/wandb"}))
+        '/data/wandb'
+        >>> str(wandb_root_dir("demo", "/runs/demo", {}, env={"WANDB_DIR": "/data/wandb"}))
+        '/runs/demo'
+        >>> str(wandb_root_dir("demo", None, {}, env={"XDG_DATA_HOME": "/home/me/.data"}))
+        '/home/me/.data/substrax'
+    """
+    environ = os.environ if env is None else env
+    given = init_options.get("dir") or _settings_root_dir(init_options.get("settings"))
+    if given is None and log_dir is not None:
+        given = log_dir
+    if given is None and environ.get("WANDB_DIR"):
+        given = environ["WANDB_DIR"]
+    if given is not None:
+        return Path(given).expanduser().resolve()
+    from substrax.artifacts import resolve_output_dir  # noqa: PLC0415
+
+    if environ.get("AVITAI_OUTPUT_DIR"):
+        return resolve_output_dir(name, env=environ).path
+    data_home = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home).expanduser().resolve() / "substrax"
+
+
 def base_url(settings: Any) -> str | None:
     """The W&B server a run talks to: ``settings``' ``base_url`` if set there, else ``WANDB_BASE_URL``.
 
@@ -216,6 +265,15 @@ class WandbLogger(RemoteLogger):
     ``<pre>`` HTML, histograms as ``wandb.Histogram`` plus ``<name>/min|max|mean|std``.
     Set ``WANDB_MODE=offline`` (or pass ``mode="offline"``) to write the run locally.
 
+    Where runs go: W&B writes each run under ``<root_dir>/wandb/`` (offline:
+    ``<root_dir>/wandb/offline-run-<time>-<id>/``; upload it later with
+    ``wandb sync <root_dir>/wandb/offline-run-*``). :attr:`root_dir` is ``dir=`` if given,
+    else ``log_dir``, else ``$WANDB_DIR``, else ``$AVITAI_OUTPUT_DIR/<name>``, else
+    ``$XDG_DATA_HOME/substrax`` (``~/.local/share/substrax``): never a temporary directory
+    and never the working tree. W&B's other variables
+    (``WANDB_MODE``, ``WANDB_PROJECT``, ``WANDB_ENTITY``, ``WANDB_RUN_ID``, ``WANDB_TAGS``,
+    ``WANDB_NOTES``...) apply where the matching argument is not given; an argument wins.
+
     Resuming a run from a checkpoint of step ``S``: pass the first attempt's ``run_id`` and
     ``resume_step=S``. The run is started with W&B's rewind, ``resume_from="<run_id>?_step=S"``:
     W&B truncates the run's history after step ``S`` and the resumed run logs from ``S + 1``,
@@ -234,16 +292,16 @@ class WandbLogger(RemoteLogger):
 
     Args:
         name: the run name.
-        project: the W&B project.
-        entity: the W&B entity (team or user).
+        project: the W&B project; default ``WANDB_PROJECT`` (or W&B's default).
+        entity: the W&B entity (team or user); default ``WANDB_ENTITY``.
         config: the run's initial config (hyperparameters).
         tags: the run's tags.
         notes: the run's notes.
-        run_id: resume this run id (``resume="allow"``).
+        run_id: resume this run id (``resume="allow"``); default ``WANDB_RUN_ID`` or a new id.
         resume_step: with ``run_id``, rewind the run to this step (the checkpoint's) instead:
             its history after it is dropped (``resume_from``).
-        log_dir: the W&B ``dir``, image staging and the spool file; default
-            ``resolve_output_dir(name)``.
+        log_dir: the W&B ``dir`` (:attr:`root_dir`), image staging and the spool file;
+            default: :attr:`root_dir` as above, and ``resolve_output_dir(name)`` for the rest.
         spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl`` (with
             ``all_processes``, ``<name>.p<index>.spool.jsonl`` on a process other than 0).
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
@@ -270,7 +328,7 @@ class WandbLogger(RemoteLogger):
     def __init__(
         self,
         name: str,
-        project: str,
+        project: str | None = None,
         *,
         entity: str | None = None,
         config: Mapping[str, Any] | None = None,
@@ -303,43 +361,46 @@ class WandbLogger(RemoteLogger):
             process_index=process_index,
             all_processes=all_processes,
         )
-        self.project = project
+        self.project = project if project is not None else os.environ.get("WANDB_PROJECT")
+        self.root_dir = wandb_root_dir(name, log_dir, init_options)
         self._sink: _WandbSink | None = None
         self._run_id = run_id
         if not self.active:
             return
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        init_options.setdefault("reinit", "create_new")
+        self.root_dir.mkdir(parents=True, exist_ok=True)
+        if "WANDB_REINIT" not in os.environ:
+            init_options.setdefault("reinit", "create_new")
         if resume_step is not None:
             init_options["resume_from"] = f"{run_id}?_step={resume_step}"
         elif run_id is not None:
             init_options.setdefault("resume", "allow")
-        self._run_id = run_id or wandb.util.generate_id()
+        self._run_id = run_id or os.environ.get("WANDB_RUN_ID") or wandb.util.generate_id()
         mode = init_options.get("mode") or os.environ.get("WANDB_MODE")
         init_options["settings"] = bounded_settings(
             init_options.get("settings"), init_options.get("mode"), connect_timeout
         )
         target = {
             "backend": "wandb",
-            "project": project,
-            "entity": entity,
+            "project": self.project,
+            "entity": entity if entity is not None else os.environ.get("WANDB_ENTITY"),
             "run_id": self._run_id,
-            "dir": str(self.log_dir),
+            "dir": str(self.root_dir),
             "mode": mode,
             "base_url": base_url(init_options.get("settings")),
         }
         sink = _WandbSink(
             target,
             {
-                "project": project,
+                "project": self.project,
                 "entity": entity,
                 "name": name,
                 "config": dict(config or {}),
-                "tags": list(tags or ()),
+                "tags": None if tags is None else list(tags),
                 "notes": notes,
                 "id": self._run_id,
-                "dir": str(self.log_dir),
                 **init_options,
+                "dir": str(self.root_dir),
             },
         )
         if not sink.connect(connect_timeout):
@@ -356,6 +417,13 @@ class WandbLogger(RemoteLogger):
             )
         self._sink = sink
         self._start(sink, f"WandbLogger({name!r})")
+        _logger.info(
+            "WandbLogger(%r): run %s is written under %s (offline, upload it with `wandb sync %s`)",
+            name,
+            self._run_id,
+            self.root_dir / "wandb",
+            self.root_dir / "wandb" / f"offline-run-*-{self._run_id}",
+        )
 
     @property
     def run(self) -> Any:

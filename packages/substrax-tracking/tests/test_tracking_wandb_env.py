@@ -1,0 +1,133 @@
+"""WandbLogger honours W&B's own variables: runs under WANDB_DIR, WANDB_PROJECT/_TAGS/_RUN_ID.
+
+Offline runs are read back from their run files with wandb's own record reader.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from substrax.tracking import WandbLogger
+
+
+pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_CODE", "true")
+    for name in ("WANDB_DIR", "WANDB_PROJECT", "WANDB_TAGS", "WANDB_RUN_ID", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AVITAI_OUTPUT_DIR", str(tmp_path / "outputs"))  # spool and media
+
+
+def run_record(root, timeout=60):
+    """The run record and the logged steps of the one offline run under ``<root>/wandb``."""
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    deadline = time.monotonic() + timeout  # the service writes the last records after finish
+    while True:
+        run, steps = None, set()
+        for run_file in (Path(root) / "wandb").glob("offline-run-*/run-*.wandb"):
+            store = datastore.DataStore()
+            store.open_for_scan(str(run_file))
+            try:
+                while (data := store.scan_data()) is not None:
+                    record = wandb_internal_pb2.Record()
+                    record.ParseFromString(data)
+                    kind = record.WhichOneof("record_type")
+                    if kind == "run":
+                        run = record.run
+                    elif kind == "history":
+                        steps.add(record.history.step.num)
+            finally:
+                store._fp.close()
+        if (run is not None and steps) or time.monotonic() > deadline:
+            return run, steps
+        time.sleep(0.2)
+
+
+def test_offline_runs_go_under_wandb_dir(offline, monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
+    with WandbLogger("env", project="substrax-tests") as logger:
+        logger.log_scalar("loss", 0.5, step=3)
+    assert logger.root_dir == tmp_path / "wandb-dir"
+    run, steps = run_record(tmp_path / "wandb-dir")
+    assert run.run_id == logger.run_id
+    assert steps == {3}
+    assert not list((tmp_path / "outputs").rglob("offline-run-*"))  # only the spool lives there
+
+
+def test_an_explicit_directory_wins_over_wandb_dir(offline, monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
+    with WandbLogger("explicit", project="substrax-tests", log_dir=tmp_path / "logs") as logger:
+        logger.log_scalar("loss", 0.5, step=1)
+    with WandbLogger("init-dir", project="substrax-tests", dir=str(tmp_path / "chosen")) as other:
+        other.log_scalar("loss", 0.5, step=1)
+    assert run_record(tmp_path / "logs")[0].run_id == logger.run_id
+    assert run_record(tmp_path / "chosen")[0].run_id == other.run_id
+    assert not (tmp_path / "wandb-dir").exists()
+
+
+def test_without_any_directory_runs_last_outside_the_temporary_directory(
+    offline, monkeypatch, tmp_path
+):
+    monkeypatch.delenv("AVITAI_OUTPUT_DIR")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    with WandbLogger("lasting", project="substrax-tests") as logger:
+        logger.log_scalar("loss", 0.5, step=1)
+    assert logger.root_dir == tmp_path / "data" / "substrax"
+    assert run_record(logger.root_dir)[0].run_id == logger.run_id
+    monkeypatch.delenv("XDG_DATA_HOME")
+    default = WandbLogger("where", project="substrax-tests", process_index=1)  # starts no run
+    assert default.root_dir == Path.home() / ".local" / "share" / "substrax"
+    assert not default.root_dir.is_relative_to(tempfile.gettempdir())
+    default.close()
+
+
+def test_wandb_variables_apply_where_no_argument_is_given(offline, monkeypatch, tmp_path):
+    # W&B reads some variables (WANDB_TAGS) once per process: set them before it starts, as a
+    # user does
+    child = "from substrax.tracking import WandbLogger\n" + (
+        "with WandbLogger('vars') as logger:\n    logger.log_scalar('loss', 0.5, step=1)\n"
+    )
+    env = {
+        **os.environ,
+        "WANDB_DIR": str(tmp_path / "wandb-dir"),
+        "WANDB_PROJECT": "from-env",
+        "WANDB_TAGS": "nightly,env",
+        "WANDB_RUN_ID": "envrun123",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", child],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    run, steps = run_record(tmp_path / "wandb-dir")
+    assert (run.run_id, run.project, sorted(run.tags)) == (
+        "envrun123",
+        "from-env",
+        ["env", "nightly"],
+    )
+    assert steps == {1}
+
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "second"))
+    monkeypatch.setenv("WANDB_PROJECT", "from-env")
+    with WandbLogger("args", project="from-arg", tags=["mine"]) as logger:
+        logger.log_scalar("loss", 0.5, step=1)
+    run, _ = run_record(tmp_path / "second")
+    assert (run.project, list(run.tags)) == ("from-arg", ["mine"])  # an argument wins
