@@ -51,7 +51,12 @@ if TYPE_CHECKING:
         UnevenCountError as UnevenCountError,
         ZeroGradientError as ZeroGradientError,
     )
-    from ._examples import ExampleRun as ExampleRun, run_example as run_example
+    from ._examples import (
+        EXIT_UNAVAILABLE as EXIT_UNAVAILABLE,
+        ExampleRun as ExampleRun,
+        run_example as run_example,
+        unavailable_reason as unavailable_reason,
+    )
     from ._gradients import (
         GRADIENT_TOLERANCES as GRADIENT_TOLERANCES,
         GradientTolerance as GradientTolerance,
@@ -91,7 +96,9 @@ _HOMES: dict[str, str] = {
         ),
         "_errors",
     ),
-    **dict.fromkeys(("ExampleRun", "run_example"), "_examples"),
+    **dict.fromkeys(
+        ("EXIT_UNAVAILABLE", "ExampleRun", "run_example", "unavailable_reason"), "_examples"
+    ),
     **dict.fromkeys(
         (
             "GRADIENT_TOLERANCES",
@@ -108,6 +115,7 @@ _HOMES: dict[str, str] = {
 }
 
 __all__ = [
+    "EXIT_UNAVAILABLE",
     "GRADIENT_TOLERANCES",
     "CallCounts",
     "ChildFailedError",
@@ -141,6 +149,7 @@ __all__ = [
     "run_distributed",
     "run_example",
     "run_python",
+    "unavailable_reason",
 ]
 
 

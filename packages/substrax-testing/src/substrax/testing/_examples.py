@@ -1,10 +1,16 @@
-"""``run_example``: run one example script in its own interpreter, outputs redirected."""
+"""``run_example``: run one example script in its own interpreter, outputs redirected.
+
+An example that cannot run here (it needs a GPU, or an extra that is not installed) says so
+instead of failing: it exits with :data:`EXIT_UNAVAILABLE` (77, the "skipped" status of
+automake and CTest) after writing the reason as its last line on stderr. The run is then
+``unavailable`` rather than failed, and :func:`unavailable_reason` returns that reason.
+"""
 
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Final, Self
 
 from ._child import ChildResult, run_python
 from ._errors import ExampleNotFoundError, ExampleTimeoutError
@@ -14,6 +20,12 @@ from ._output import STDERR_TAIL_LINES
 if TYPE_CHECKING:
     from substrax.runtime import JaxRuntime
     from substrax.typing import JsonValue
+
+EXIT_UNAVAILABLE: Final = 77
+"""The exit status of an example that cannot run here; its last stderr line gives the reason."""
+
+UNAVAILABLE_PREFIX: Final = "unavailable:"
+"""An optional prefix of that reason line (``unavailable: needs a GPU``), dropped when read."""
 
 # Runs in the child: load the example under a fixed module name, call main(), print its JSON.
 _CALL_MAIN = """\
@@ -60,14 +72,101 @@ class ExampleRun:
     result: ChildResult
     summary: "JsonValue | None"
 
+    @property
+    def unavailable(self) -> str | None:
+        """The reason the example gave for not running here, or None.
+
+        Set when it exited with :data:`EXIT_UNAVAILABLE`: its last non-empty stderr line,
+        without the ``unavailable:`` prefix (``"(no reason given)"`` when stderr was empty).
+        """
+        return unavailable_reason(self.result)
+
+    @property
+    def status(self) -> str:
+        """``"succeeded"``, ``"unavailable: <reason>"`` or ``"failed"``."""
+        if self.result.succeeded:
+            return "succeeded"
+        reason = self.unavailable
+        return "failed" if reason is None else f"unavailable: {reason}"
+
     def check(self) -> Self:
         """Return this run if the example exited with status 0.
 
         Raises:
-            ChildFailedError: The example failed; the message ends with its stderr tail.
+            ChildFailedError: The example failed, or was unavailable; the message ends with
+                its stderr tail.
         """
         self.result.check()
         return self
+
+    def check_or_skip(self, signatures: Sequence[str] = ()) -> Self:
+        """In a test: skip it when the example was unavailable, else :meth:`check` the run.
+
+        Args:
+            signatures: Also take a failure whose stderr holds one of these texts
+                (case-insensitive) as unavailable, as :func:`unavailable_reason` does.
+
+        Returns:
+            This run, when it succeeded.
+
+        Raises:
+            pytest.skip.Exception: The example was unavailable; the reason reads
+                ``unavailable: <reason>``.
+            ChildFailedError: The example failed.
+        """
+        import pytest  # noqa: PLC0415 - only tests call this
+
+        reason = unavailable_reason(self.result, signatures)
+        if reason is not None:
+            pytest.skip(f"unavailable: {reason}")
+        return self.check()
+
+
+def unavailable_reason(
+    run: "ExampleRun | ChildResult", signatures: Sequence[str] = ()
+) -> str | None:
+    """Why a run could not run here, or None when it ran (or failed for another reason).
+
+    A run that exited with :data:`EXIT_UNAVAILABLE` gives its last non-empty stderr line
+    (without an ``unavailable:`` prefix). Otherwise, for a failed run, the first of
+    ``signatures`` found case-insensitively in its stderr names the reason: the stderr line
+    that holds it. A run that succeeded is never unavailable.
+
+    Args:
+        run: An example's run, or a child interpreter's result.
+        signatures: Texts that mark a missing capability in a failed run's stderr, such as
+            ``"MissingExtraError"`` or ``"Unable to initialize backend 'cuda'"``.
+
+    Returns:
+        The reason, or None.
+
+    Example:
+        >>> from substrax.testing import run_python, unavailable_reason
+        >>> program = "import sys; sys.exit('unavailable: needs 8 GPUs')"
+        >>> unavailable_reason(run_python(program, timeout=60)) is None  # exit status 1
+        True
+        >>> program = "import sys; print('needs 8 GPUs', file=sys.stderr); sys.exit(77)"
+        >>> unavailable_reason(run_python(program, timeout=60))
+        'needs 8 GPUs'
+        >>> program = "import wandb_not_installed"
+        >>> unavailable_reason(run_python(program, timeout=60), ["no module named"])
+        "ModuleNotFoundError: No module named 'wandb_not_installed'"
+    """
+    result = run.result if isinstance(run, ExampleRun) else run
+    lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+    if result.returncode == EXIT_UNAVAILABLE:
+        reason = lines[-1] if lines else "(no reason given)"
+        if reason.lower().startswith(UNAVAILABLE_PREFIX):
+            reason = reason[len(UNAVAILABLE_PREFIX) :].strip() or "(no reason given)"
+        return reason
+    if result.succeeded:
+        return None
+    for signature in signatures:
+        wanted = signature.lower()
+        for line in reversed(lines):
+            if wanted in line.lower():
+                return line
+    return None
 
 
 def _text(stream: str | bytes | None) -> str:

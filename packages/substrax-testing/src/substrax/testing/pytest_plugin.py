@@ -21,7 +21,9 @@ What it does:
   global config after each test and fails a test that changed it, naming the options.
 - A collection guard: the session stops when a module switched ``jax_enable_x64`` on at
   import (unless ``JAX_ENABLE_X64`` is set for the whole run).
-- Fixtures ``output_dir``, ``rng_key`` and ``rngs``.
+- Fixtures ``output_dir``, ``rng_seed``, ``rng_key`` and ``rngs``. The keys come from one
+  seed, 42 unless the run is given another with ``--substrax-seed N`` (the option can also sit
+  in the ``addopts`` of the pytest configuration); the report header shows the seed in force.
 
 Importing this module imports no jax.
 """
@@ -29,6 +31,7 @@ Importing this module imports no jax.
 import importlib.util
 import os
 import sys
+from argparse import ArgumentTypeError
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,6 +77,28 @@ def _configure_runtime() -> None:
         raise pytest.UsageError(f"substrax test runtime: {error}") from error
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--substrax-seed``: the seed of the ``rng_seed``, ``rng_key`` and ``rngs`` fixtures."""
+    parser.getgroup("substrax").addoption(
+        "--substrax-seed",
+        dest="substrax_seed",
+        metavar="N",
+        type=_seed,
+        default=SEED,
+        help=f"seed of the rng_seed, rng_key and rngs fixtures (default: {SEED})",
+    )
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ArgumentTypeError(f"--substrax-seed takes an integer >= 0, not {text!r}")
+    return value
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Register the markers and set the JAX runtime before any test module imports jax."""
     for line in MARKERS:
@@ -81,11 +106,14 @@ def pytest_configure(config: pytest.Config) -> None:
     _configure_runtime()
 
 
-def pytest_report_header() -> str:
-    """Show the JAX settings the session runs under."""
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Show the JAX settings the session runs under, and the seed of the key fixtures."""
     shown = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "JAX_ENABLE_X64", "XLA_FLAGS")
     settings = " ".join(f"{name}={os.environ[name]}" for name in shown if name in os.environ)
-    return f"substrax test runtime: {settings or 'jax defaults'}"
+    return [
+        f"substrax test runtime: {settings or 'jax defaults'}",
+        f"substrax seed: {config.option.substrax_seed} (change it with --substrax-seed N)",
+    ]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -173,16 +201,26 @@ def output_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def rng_key() -> "jax.Array":
-    """A typed PRNG key, ``jax.random.key(42)``."""
-    import jax  # noqa: PLC0415
-
-    return jax.random.key(SEED)
+def rng_seed(request: pytest.FixtureRequest) -> int:
+    """The session's seed: 42, or the ``--substrax-seed`` given."""
+    seed: int = request.config.option.substrax_seed
+    return seed
 
 
 @pytest.fixture
-def rngs() -> "nnx.Rngs":
-    """``rngs_from_seed(42, ("default", "params", "dropout", "sample"))`` (needs flax)."""
+def rng_key(rng_seed: int) -> "jax.Array":
+    """A typed PRNG key from the session's seed: ``jax.random.key(42)`` by default."""
+    import jax  # noqa: PLC0415
+
+    return jax.random.key(rng_seed)
+
+
+@pytest.fixture
+def rngs(rng_seed: int) -> "nnx.Rngs":
+    """``rngs_from_seed(seed, ("default", "params", "dropout", "sample"))`` (needs flax).
+
+    The seed is the session's (42 by default, ``--substrax-seed`` to change it).
+    """
     from substrax.rng import rngs_from_seed  # noqa: PLC0415
 
-    return rngs_from_seed(SEED, RNG_STREAMS)
+    return rngs_from_seed(rng_seed, RNG_STREAMS)
