@@ -60,7 +60,9 @@ class RemoteLogger(Logger):
 
     Subclasses build their sink (the backend run) and call :meth:`_start`. A call puts a record
     on a bounded queue and returns; values are converted on the worker (an on-device array
-    is read there, not in the step). A backend that fails is warned about once (``logging``,
+    is read there, not in the step). The worker, at a lower CPU priority than the training
+    threads (on Linux), sends what arrived in batches: a record reaches the backend at most
+    about a second after the call, and at once on :meth:`flush` and :meth:`close`. A backend that fails is warned about once (``logging``,
     under the ``substrax.tracking`` logger); while it fails, records go to :attr:`spool_path` on disk and
     are retried from there in order. :meth:`close` returns within ``close_timeout`` (plus half
     a second) whatever the backend does, leaving what is undelivered in the spool for
