@@ -171,6 +171,8 @@ INTERFACE_MODULES = {
     "substrax.compute.skypilot_backend",
     "substrax.testing.pytest_plugin",
     "substrax.testing.compiles",
+    "substrax.testing.gradients",
+    "substrax.testing.jax_calls",
     "substrax.mesh.strategies",
 }
 
@@ -262,6 +264,18 @@ def _error_samples() -> list[BaseException]:
         argv=("python", "-c", "1"), returncode=3, stdout="", stderr="boom", seconds=1.5
     )
     mismatch = checkpoint.DtypeMismatch(item="model", leaf="w", saved="float32", restored="int8")
+    leaf_check = testing.LeafGradientCheck(
+        path="kernel",
+        mode="rev",
+        dtype="float32",
+        index=(0, 1),
+        analytic=2.0,
+        numeric=1.0,
+        max_abs_error=1.0,
+        max_rel_error=1.0,
+        checked=4,
+        failing=1,
+    )
     return [
         runtime.CoordinatorPortError("10.0.0.1:8476", "cannot listen"),
         runtime.CoordinatorPortError("10.0.0.1:8476", "cannot listen", errno=98),
@@ -369,6 +383,12 @@ def _error_samples() -> list[BaseException]:
         testing.ExampleTimeoutError(here / "slow.py", 60.0, "still running"),
         testing.RetraceError(1, 2),
         testing.RunNotFinalError("run-1", "RUNNING", 30.0),
+        testing.ToolIdsInUseError(("pdb", "coverage", "profiler", "a", "b", "optimizer")),
+        testing.CountingFailedError("dispatch", "KeyError: 'x'"),
+        testing.UnevenCountError("compile", "substrax", 2, 1, 5, 0),
+        testing.TooManyCallsError("device_to_host", 0, 1, (("train", 1),)),
+        testing.GradientMismatchError(leaf_check, (leaf_check,)),
+        testing.ZeroGradientError("parameters", 4),
     ]
 
 

@@ -8,6 +8,7 @@ def test_importing_the_package_and_the_plugin_leaves_jax_unloaded():
         "import json, sys\n"
         "import substrax.testing, substrax.testing.pytest_plugin\n"
         "import substrax.testing._compiles, substrax.testing._jax_config\n"
+        "import substrax.testing.jax_calls, substrax.testing.gradients, substrax.testing._examples\n"
         "print(json.dumps(sorted(m for m in ('jax', 'jaxlib', 'flax') if m in sys.modules)))"
     )
     assert run_python(program, timeout=60).check().last_json() == []

@@ -128,7 +128,7 @@ class _Leaf:
 
 
 def _flax(who: str) -> Any:  # noqa: ANN401 - flax.nnx, untyped here
-    return require("flax.nnx", who=who, distribution="substrax-testing", extra="nnx")
+    return require("flax.nnx", who=who, distribution="substrax-runtime", extra="nnx")
 
 
 def _leaves(tree: object, who: str) -> list[_Leaf]:
