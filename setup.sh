@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create or refresh the development environment with uv and write the managed environment file
-# .substrax.env, which `source ./activate.sh` loads. A user-owned .env is never read or written.
+# Create or refresh the development environment with uv (the dev and test dependency groups, plus
+# the backend's group for this machine) and write the managed environment file .substrax.env,
+# which `source ./activate.sh` loads. A user-owned .env is never read or written.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -52,7 +53,8 @@ case "$backend" in
     *) echo "setup.sh: --backend must be auto, cpu, cuda12 or metal, got '$backend'" >&2; exit 2 ;;
 esac
 
-sync=(uv sync --locked)
+# The dev tools and the test dependencies, named so that a change of default groups keeps them.
+sync=(uv sync --locked --group dev --group test)
 [ -n "$python_version" ] && sync+=(--python "$python_version")
 [ "$resolved" != cpu ] && sync+=(--group "$resolved")
 for extra in ${extras[@]+"${extras[@]}"}; do sync+=(--group "$extra"); done

@@ -29,7 +29,7 @@ def test_dry_run_prints_the_backend_and_the_commands() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "backend: cpu (asked for cpu)",
-        "uv sync --locked",
+        "uv sync --locked --group dev --group test",
         "uv run --locked --no-sync python -m substrax.runtime.managed_env write"
         " --prefix SUBSTRAX --backend cpu --output .substrax.env",
     ]
@@ -43,7 +43,7 @@ def test_dry_run_with_every_option() -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == "backend: cuda12 (asked for cuda12)"
     assert lines[1] == "rm -rf .venv .substrax.env .pytest_cache build site"
-    assert lines[2] == "uv sync --locked --python 3.13 --group cuda12 --group docs"
+    assert lines[2] == "uv sync --locked --group dev --group test --python 3.13 --group cuda12 --group docs"
 
 
 def test_auto_resolves_to_cpu_without_a_gpu() -> None:

@@ -1,0 +1,120 @@
+"""The repository files the spec's README section promises, and what they say.
+
+LICENSE (MIT, as every distribution's metadata says), SECURITY.md (a private address for
+reports), CONTRIBUTING.md, a pre-commit configuration whose hooks include the test suite,
+``setup.sh`` syncing the dev and test dependency groups, a missing extra named as
+``substrax[wandb]``, and CI (``.ci/run``) running the suite, the sibling test and the
+lowest-direct resolution.
+"""
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+
+ROOT = Path(__file__).resolve().parents[1]
+DISTRIBUTIONS = sorted((ROOT / "packages").glob("*/pyproject.toml"))
+
+
+def test_license_is_mit_as_every_distribution_declares() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License\n")
+    assert "Copyright (c) 2026 the substrax authors" in text
+    assert 'THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND' in text
+    assert len(DISTRIBUTIONS) == 8
+    for pyproject in DISTRIBUTIONS:
+        project = tomllib.loads(pyproject.read_text())["project"]
+        assert project["license"] == "MIT", pyproject
+
+
+def test_security_policy_gives_a_private_address() -> None:
+    text = (ROOT / "SECURITY.md").read_text()
+    assert "never in a public issue" in text
+    assert "https://github.com/avitai/substrax/security/advisories/new" in text
+
+
+def test_readme_points_to_contributing_security_and_license() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in ("CONTRIBUTING.md", "SECURITY.md", "LICENSE"):
+        assert (ROOT / name).is_file(), name
+        assert f"]({name})" in readme, name
+
+
+def _hooks() -> dict[str, dict[str, object]]:
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    return {hook["id"]: hook for repo in config["repos"] for hook in repo["hooks"]}
+
+
+def test_pre_commit_config_is_valid() -> None:
+    pre_commit = shutil.which("pre-commit", path=str(Path(sys.executable).parent))
+    assert pre_commit is not None, "pre-commit is in the dev dependency group"
+    result = subprocess.run(
+        [pre_commit, "validate-config", ".pre-commit-config.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_test_suite_is_a_hook_run_on_push() -> None:
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    # `pre-commit install` installs the pre-push hook beside the pre-commit one.
+    assert "pre-push" in config["default_install_hook_types"]
+    hooks = _hooks()
+    suite = hooks["pytest"]
+    assert suite["entry"] == "uv run --locked pytest"  # the README's test command
+    assert suite["stages"] == ["pre-push", "manual"]
+    assert suite["pass_filenames"] is False
+    # The lint hooks run on each commit (the default stages), not again on push.
+    assert {"ruff-check", "ruff-format"} <= hooks.keys()
+    assert "pre-push" not in config["default_stages"]
+    assert all("stages" not in hook for name, hook in hooks.items() if name != "pytest")
+
+
+def test_setup_script_syncs_the_dev_and_test_groups() -> None:
+    result = subprocess.run(
+        ["bash", str(ROOT / "setup.sh"), "--dry-run", "--backend", "cpu"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "uv sync --locked --group dev --group test" in result.stdout.splitlines()
+    groups = tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]
+    assert any(requirement.startswith("pytest>=") for requirement in groups["test"])
+    assert any(requirement.startswith("ruff>=") for requirement in groups["dev"])
+
+
+def test_a_missing_extra_names_the_meta_package_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from substrax.support import MissingExtraError
+    from substrax.tracking import WandbLogger
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` now raises ImportError
+    with pytest.raises(MissingExtraError) as caught:
+        WandbLogger("run", "project")
+    message = str(caught.value)
+    # The spec's wording first, the part's own extra after it.
+    assert re.search(r"install it with `uv add 'substrax\[wandb\]'`", message), message
+    assert message.index("substrax[wandb]") < message.index("substrax-tracking[wandb]")
+    assert caught.value.extra == "wandb"
+
+
+def test_ci_runs_the_suite_the_siblings_and_the_declared_floors() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "uv run --locked pytest\n" in ci
+    assert "--resolution lowest-direct" in ci
+    assert "rm -f uv.lock" in ci  # the scratch copy's lock, never the committed one
+    # The sibling test is part of the suite, not deselected.
+    assert "--deselect" not in ci
+    assert not re.search(r"--ignore[= ]", ci)
+    assert (ROOT / "tests-integration" / "test_siblings.py").is_file()
