@@ -1,4 +1,4 @@
-"""ConsoleLogger: one aligned, readable line per call."""
+"""ConsoleLogger: one aligned, readable line per call, through stdlib ``logging``."""
 
 # ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -18,6 +20,86 @@ from ._base import Logger, as_scalar, histogram_summary
 __all__ = ["ConsoleLogger"]
 
 _SMALL = 1e-3
+_OWNER = "substrax_console"  # LogRecord attribute: the id of the ConsoleLogger that logged a line
+_STYLE = "substrax_style"  # LogRecord attribute: the rich style of a line
+_LEVELS_LOCK = threading.Lock()
+_LEVELS_SET: dict[str, int] = {}  # the level ConsoleLogger set on a stdlib logger, by name
+
+
+def _set_level(logger: logging.Logger, level: int) -> None:
+    """Let ``logger`` pass ``level`` records: set its level unless someone else has set one."""
+    with _LEVELS_LOCK:
+        ours = _LEVELS_SET.get(logger.name)
+        if logger.level in (logging.NOTSET, ours):
+            level = level if ours is None else min(level, ours)
+            logger.setLevel(level)
+            _LEVELS_SET[logger.name] = level
+
+
+def _handled_elsewhere(record: logging.LogRecord) -> bool:
+    """Whether a handler other than a ConsoleLogger's takes ``record`` (the application's)."""
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        for handler in logger.handlers:
+            if not isinstance(handler, _ConsoleHandler) and record.levelno >= handler.level:
+                return True
+        logger = logger.parent if logger.propagate else None
+    return False
+
+
+class _ConsoleHandler(logging.Handler):
+    """One ConsoleLogger's printing: its own lines, and its stdlib logger's messages.
+
+    A line another ConsoleLogger of the same name logged is left to that one; a message
+    (``logger.info(...)``) is printed by the first live ConsoleLogger handler only. Without an
+    explicit ``stream``, it prints only when no other handler takes the record, so an
+    application that configured ``logging`` sees each line once, through its own handlers.
+    """
+
+    def __init__(self, owner: ConsoleLogger, level: int, stream: TextIO | None, rich: Any) -> None:
+        super().__init__(level)
+        self._owner = weakref.ref(owner)
+        self._id = id(owner)
+        self._label = owner.name
+        self._stream = stream
+        self._rich = rich
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    def live(self) -> bool:
+        owner = self._owner()
+        return owner is not None and not owner.closed
+
+    def _takes(self, record: logging.LogRecord) -> bool:
+        owner = getattr(record, _OWNER, None)
+        if owner is not None:
+            return owner == self._id
+        if not self.live():
+            return False
+        first = next(
+            (
+                h
+                for h in logging.getLogger(record.name).handlers
+                if isinstance(h, _ConsoleHandler) and h.live()
+            ),
+            self,
+        )
+        return first is self
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self._takes(record) or (self._stream is None and _handled_elsewhere(record)):
+            return
+        try:
+            level = "" if record.levelno == logging.INFO else f"{record.levelname}: "
+            line = f"[{self._label}] {level}{self.format(record)}"
+            style = str(getattr(record, _STYLE, ""))
+            if self._rich is not None:
+                self._rich.print(
+                    f"[{style}]{line}[/]" if style else line, markup=bool(style), soft_wrap=True
+                )
+            else:
+                (self._stream if self._stream is not None else sys.stdout).write(line + "\n")
+        except Exception:  # logging's own policy: report, never raise
+            self.handleError(record)
 
 
 def _fmt(value: float) -> str:
@@ -30,11 +112,21 @@ class ConsoleLogger(Logger):
     ``step       3 | loss     0.2500 | acc      0.9100``. Images and histograms are shown as
     their shape or summary statistics.
 
+    Every line is an ``INFO`` record of the stdlib logger ``substrax.tracking.run.<name>``
+    (:attr:`python_logger`), so an application's handlers and filters, and pytest's ``caplog``,
+    see it. For the console to show anything without any ``logging`` set up, the ConsoleLogger
+    adds one handler to that logger only (never to the root logger or another library's), and
+    removes it on :meth:`close`: with an explicit ``stream`` it always prints there; without,
+    it prints to ``sys.stdout`` only the records no other handler takes, so an application
+    that configured ``logging`` sees each line once, through its own handlers. The messages of
+    :meth:`info`, :meth:`warning` & co. are printed the same way. Unless that stdlib logger
+    has a level set by someone else, it is set to ``level``.
+
     Args:
         name: the name printed at the start of each line.
-        stream: where to print; default: ``sys.stdout`` at each call.
-        level: ``logging.INFO`` prints everything; a higher level prints nothing but
-            hyperparameters and text at ``WARNING`` and above are still printed.
+        stream: where to print; default: ``sys.stdout`` at each call (see above).
+        level: ``logging.INFO`` prints every line; a higher level (``WARNING``) prints no
+            logged values, only messages at or above it (``logger.warning(...)``).
         use_rich: draw with rich; default: when rich is installed and the stream is a terminal.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: print on every process, not only process 0.
@@ -45,8 +137,11 @@ class ConsoleLogger(Logger):
         >>> out = io.StringIO()
         >>> logger = ConsoleLogger("demo", stream=out)
         >>> logger.log_scalars({"loss": 0.25, "acc": 0.91}, step=3)
-        >>> out.getvalue()
-        '[demo] step       3 | loss       0.25 | acc       0.91\n'
+        >>> logger.warning("loss went %s", "up")
+        >>> print(out.getvalue(), end="")
+        [demo] step       3 | loss       0.25 | acc       0.91
+        [demo] WARNING: loss went up
+        >>> logger.close()
     """
 
     def __init__(
@@ -62,26 +157,26 @@ class ConsoleLogger(Logger):
         super().__init__(name, process_index=process_index, all_processes=all_processes)
         self._stream = stream
         self.level = level
-        self._rich: Any = None
+        rich: Any = None
         target = stream if stream is not None else sys.stdout
         if use_rich is None:
             use_rich = bool(getattr(target, "isatty", lambda: False)())
         if use_rich:
             console = optional("rich.console")  # rich is an extra: without it, plain lines
             if console is not None:
-                self._rich = console.Console(file=stream, highlight=False)
+                rich = console.Console(file=stream, highlight=False)
+        self._handler: _ConsoleHandler | None = None
+        if self.active:
+            self._handler = _ConsoleHandler(self, level, stream, rich)
+            _set_level(self.python_logger, level)
+            self.python_logger.addHandler(self._handler)
 
     def _emit(self, body: str, style: str = "") -> None:
-        if self.level > logging.INFO:
-            return
-        line = f"[{self.name}] {body}"
-        if self._rich is not None:
-            self._rich.print(
-                f"[{style}]{line}[/]" if style else line, markup=bool(style), soft_wrap=True
-            )
-            return
-        stream = self._stream if self._stream is not None else sys.stdout
-        stream.write(line + "\n")
+        self.python_logger.info(body, extra={_OWNER: id(self), _STYLE: style})
+
+    def _close(self) -> None:
+        if self._handler is not None:
+            self.python_logger.removeHandler(self._handler)
 
     @staticmethod
     def _step(step: int | None) -> str:

@@ -39,7 +39,8 @@ def create_logger(
         console: print to the console.
         tensorboard: also write TensorBoard event files into ``log_dir`` (needs the
             ``tensorboard`` extra).
-        level: the console level (above ``INFO`` the console prints nothing).
+        level: the console level (above ``INFO`` the console prints no logged values, only
+            messages at or above it, see :class:`ConsoleLogger`).
         stream: the console stream; default stdout.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log on every process, not only process 0.

@@ -1,0 +1,121 @@
+"""Console output and logger messages go through stdlib logging (caplog, handlers, filters)."""
+
+import io
+import logging
+import subprocess
+import sys
+import textwrap
+
+from substrax.tracking import ConsoleLogger, FileLogger, MultiLogger
+
+
+def test_console_lines_are_records_of_the_named_logger(caplog):
+    out = io.StringIO()
+    with ConsoleLogger("cap", stream=out) as logger:
+        logger.log_scalars({"loss": 0.25}, step=3)
+        logger.log_hyperparams({"lr": 0.1})
+    [scalars, params] = [r for r in caplog.records if r.name == "substrax.tracking.run.cap"]
+    assert (scalars.levelno, scalars.getMessage()) == (
+        logging.INFO,
+        "step       3 | loss       0.25",
+    )
+    assert params.getMessage() == 'hyperparams {"lr": 0.1}'
+    assert out.getvalue().splitlines() == [
+        "[cap] step       3 | loss       0.25",
+        '[cap] hyperparams {"lr": 0.1}',
+    ]
+
+
+def test_the_convenience_methods_log_to_the_named_logger(caplog, tmp_path):
+    caplog.set_level(logging.DEBUG, logger="substrax.tracking.run.files")
+    with FileLogger("files", tmp_path) as logger:
+        logger.debug("batch %d", 1)
+        logger.info("epoch %d done", 2)
+        logger.warning("loss went up")
+        logger.error("nan at step %s", 7)
+        logger.critical("giving up")
+        logger.log(logging.INFO, "custom %s", "level")
+    records = [r for r in caplog.records if r.name == "substrax.tracking.run.files"]
+    assert [(r.levelname, r.getMessage()) for r in records] == [
+        ("DEBUG", "batch 1"),
+        ("INFO", "epoch 2 done"),
+        ("WARNING", "loss went up"),
+        ("ERROR", "nan at step 7"),
+        ("CRITICAL", "giving up"),
+        ("INFO", "custom level"),
+    ]
+    assert {r.funcName for r in records} == {"test_the_convenience_methods_log_to_the_named_logger"}
+
+
+def test_messages_print_on_the_console_once_and_only_on_process_0(caplog):
+    out, elsewhere = io.StringIO(), io.StringIO()
+    console = ConsoleLogger("shown", stream=out)
+    multi = MultiLogger([console], name="shown")  # the same stdlib logger
+    multi.info("from the fan-out")
+    console.warning("from the console")
+    ConsoleLogger("shown", stream=elsewhere, process_index=1).info("not on process 1")
+    multi.close()
+    assert out.getvalue().splitlines() == [
+        "[shown] from the fan-out",
+        "[shown] WARNING: from the console",
+    ]
+    assert elsewhere.getvalue() == ""
+    assert "not on process 1" not in caplog.text
+
+
+def test_a_filter_of_the_application_drops_console_lines(caplog):
+    out = io.StringIO()
+    logger = ConsoleLogger("filtered", stream=out)
+    logger.python_logger.addFilter(lambda record: "secret" not in record.getMessage())
+    try:
+        logger.log_text("note", "secret", step=0)
+        logger.log_text("note", "public", step=0)
+    finally:
+        logger.close()
+        logger.python_logger.filters.clear()
+    assert out.getvalue() == "[filtered] step       0 | note: public\n"
+    assert "secret" not in caplog.text
+    assert "public" in caplog.text
+
+
+def test_a_higher_level_prints_messages_but_no_values():
+    out = io.StringIO()
+    with ConsoleLogger("quiet", stream=out, level=logging.WARNING) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+        logger.info("not shown")
+        logger.warning("shown")
+    assert out.getvalue() == "[quiet] WARNING: shown\n"
+
+
+def test_the_handler_stays_on_the_named_logger_and_leaves_on_close():
+    root_handlers = list(logging.getLogger().handlers)
+    logger = ConsoleLogger("scoped", stream=io.StringIO())
+    assert len(logger.python_logger.handlers) == 1
+    assert logging.getLogger().handlers == root_handlers
+    assert logging.getLogger("substrax").handlers == []
+    logger.close()
+    assert logger.python_logger.handlers == []
+
+
+def test_without_logging_set_up_lines_go_to_stdout_and_once_through_the_app_handlers():
+    child = textwrap.dedent(
+        """
+        import logging, sys
+        from substrax.tracking import ConsoleLogger
+
+        logger = ConsoleLogger("plain")
+        logger.log_scalar("loss", 0.5, step=1)
+        logger.info("hello")
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s|%(message)s")
+        logger.log_scalar("loss", 0.25, step=2)  # now the application's handler shows it
+        logger.close()
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[plain] step       1 | loss        0.5", "[plain] hello"]
+    assert result.stderr.splitlines() == [
+        "substrax.tracking.run.plain|step       2 | loss       0.25"
+    ]
