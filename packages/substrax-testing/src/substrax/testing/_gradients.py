@@ -10,6 +10,7 @@ with its element, both values and the errors. Importing this module imports no j
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -184,7 +185,7 @@ def _numeric(
     function: Callable[[PyTree, PyTree], PyTree],
     aux: PyTree,
     *,
-    treedef: "jax.tree_util.PyTreeDef",
+    rebuild: Callable[[list["jax.Array"]], PyTree],
     leaves: Sequence[_Leaf],
     picked: Sequence["np.ndarray"],
     tolerances: Sequence[GradientTolerance],
@@ -196,7 +197,7 @@ def _numeric(
 
     numeric: list[np.ndarray] = []
     with jax.enable_x64(True):
-        reference = jax.jit(lambda values, aux: function(jax.tree.unflatten(treedef, values), aux))
+        reference = jax.jit(lambda values, aux: function(rebuild(values), aux))
         wide = [np.asarray(leaf.value, dtype=np.float64) for leaf in leaves]
         for position, indices in enumerate(picked):
             found = np.empty(len(indices))
@@ -288,7 +289,7 @@ def _check(
     numeric = _numeric(
         function,
         aux,
-        treedef=jax.tree.structure(tree),
+        rebuild=partial(jax.tree.unflatten, jax.tree.structure(tree)),
         leaves=leaves,
         picked=picked,
         tolerances=tolerances,
@@ -362,7 +363,7 @@ def check_parameter_gradients(
     seed: int = 0,
     tolerance: GradientTolerance | None = None,
     allow_zero: bool = False,
-) -> "nnx.State":
+) -> "nnx.State[Any, Any]":
     """Check ``loss(module)``'s gradients with respect to the parameters by finite differences.
 
     Each parameter leaf's gradient, computed by jax in the leaf's own dtype, is compared on

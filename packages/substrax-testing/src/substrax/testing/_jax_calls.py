@@ -228,6 +228,11 @@ def _numpy_readers() -> tuple[object, ...]:
     return (np.asarray, np.array, np.asanyarray, np.ascontiguousarray)
 
 
+def _frame(depth: int) -> FrameType:
+    """The frame ``depth`` levels above the caller (the frame a monitoring event came from)."""
+    return sys._getframe(depth + 1)  # pyright: ignore[reportPrivateUsage] - no public equivalent
+
+
 def _value_code() -> CodeType:
     from jax._src.array import ArrayImpl  # noqa: PLC0415 - no public path for the host read
 
@@ -266,17 +271,17 @@ def _hooks(recorder: _Recorder) -> _Hooks:
         recorder.pending = None
         if isinstance(callee, dispatchers):
             if chosen[DISPATCH] and core.trace_ctx.is_top_level():
-                recorder.record(DISPATCH, sys._getframe(1))  # the calling frame
+                recorder.record(DISPATCH, _frame(1))  # the calling frame
         elif id(callee) in readers and getattr(arg0, "_npy_value", False) is None:
             # NumPy reads a CPU array through the buffer protocol, out of Python's sight; on
             # other devices it calls __array__, which reads ``_value``: count that read here
             recorder.pending = arg0
             if chosen[DEVICE_TO_HOST]:
-                recorder.record(DEVICE_TO_HOST, sys._getframe(1))
+                recorder.record(DEVICE_TO_HOST, _frame(1))
 
     def on_start(code: CodeType, offset: int) -> None:
         del offset
-        frame = sys._getframe(1)  # the frame of the monitored function
+        frame = _frame(1)  # the frame of the monitored function
         if code is value_code:
             array = frame.f_locals["self"]
             if array is recorder.pending:  # counted when NumPy was called
@@ -292,7 +297,7 @@ def _hooks(recorder: _Recorder) -> _Hooks:
     def on_compile(event: str, duration_secs: float, **kwargs: object) -> None:
         del duration_secs, kwargs
         if event == BACKEND_COMPILE_EVENT:
-            recorder.record(COMPILE, sys._getframe(1))  # the compiling frame
+            recorder.record(COMPILE, _frame(1))  # the compiling frame
 
     local = ((value_code, DEVICE_TO_HOST), (put_code, HOST_TO_DEVICE))
     codes = tuple(code for code, kind in local if chosen[kind])
