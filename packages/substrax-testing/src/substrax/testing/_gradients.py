@@ -190,30 +190,44 @@ def _numeric(
     picked: Sequence["np.ndarray"],
     tolerances: Sequence[GradientTolerance],
 ) -> list["np.ndarray"]:
-    """Central differences of ``function`` on a float64 copy, at each picked element."""
+    """Central differences of ``function`` on a float64 copy, at each picked element.
+
+    One compiled call per leaf evaluates every moved copy of it (``jax.vmap`` over them).
+    """
     import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
     numeric: list[np.ndarray] = []
     with jax.enable_x64(True):
-        reference = jax.jit(lambda values, aux: function(rebuild(values), aux))
         wide = [np.asarray(leaf.value, dtype=np.float64) for leaf in leaves]
         for position, indices in enumerate(picked):
-            found = np.empty(len(indices))
-            for slot, flat_index in enumerate(indices):
-                index = np.unravel_index(flat_index, wide[position].shape)
-                x = float(wide[position][index])
-                step = tolerances[position].step * max(1.0, abs(x))
-                ends: list[float] = []
-                for sign in (1.0, -1.0):
-                    moved = wide[position].copy()
-                    moved[index] = x + sign * step
-                    values = [*wide[:position], moved, *wide[position + 1 :]]
-                    ends.append(float(reference([jnp.asarray(v) for v in values], aux)))
-                found[slot] = (ends[0] - ends[1]) / (2 * step)
-            numeric.append(found)
+            base = wide[position]
+            x = base.ravel()[indices]
+            steps = tolerances[position].step * np.maximum(1.0, np.abs(x))
+            moved = np.repeat(base.reshape(1, -1), 2 * len(indices), axis=0)
+            rows = np.arange(len(indices))
+            moved[rows, indices] += steps
+            moved[rows + len(indices), indices] -= steps
+            losses = np.asarray(
+                _at_leaf(function, rebuild, position)(moved.reshape(-1, *base.shape), wide, aux),
+                dtype=np.float64,
+            )
+            numeric.append((losses[: len(indices)] - losses[len(indices) :]) / (2 * steps))
     return numeric
+
+
+def _at_leaf(
+    function: Callable[[PyTree, PyTree], PyTree],
+    rebuild: Callable[[list["jax.Array"]], PyTree],
+    position: int,
+) -> Callable[..., "jax.Array"]:
+    """``function`` with one leaf replaced, vmapped over a stack of that leaf's values."""
+    import jax  # noqa: PLC0415
+
+    def evaluate(leaf: "jax.Array", values: list["jax.Array"], aux: PyTree) -> PyTree:
+        return function(rebuild([*values[:position], leaf, *values[position + 1 :]]), aux)
+
+    return jax.jit(jax.vmap(evaluate, in_axes=(0, None, None)))
 
 
 def _forward(
@@ -225,27 +239,25 @@ def _forward(
     position: int,
     indices: "np.ndarray",
 ) -> "np.ndarray":
-    """``jax.jvp`` along each picked element's unit vector of one leaf."""
+    """``jax.jvp`` along each picked element's unit vector of one leaf, in one vmapped call."""
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
     treedef = jax.tree.structure(tree)
-    along = jax.jit(
-        lambda values, tangents, aux: jax.jvp(
-            lambda v: function(v, aux), (values,), (jax.tree.unflatten(treedef, tangents),)
-        )[1]
-    )
     leaf = leaves[position]
     zeros = [jnp.zeros_like(other.value) for other in leaves]
-    analytic = np.empty(len(indices))
-    for slot, flat_index in enumerate(indices):
-        unit = np.zeros(leaf.value.size, dtype=leaf.value.dtype)
-        unit[flat_index] = 1
-        tangents = [*zeros[:position], jnp.asarray(unit.reshape(leaf.value.shape))]
-        tangents += zeros[position + 1 :]
-        analytic[slot] = float(np.asarray(along(tree, tangents, aux)))
-    return analytic
+
+    def along(unit: "jax.Array", values: PyTree, aux: PyTree) -> PyTree:
+        tangents = [*zeros[:position], unit, *zeros[position + 1 :]]
+        tangent = jax.tree.unflatten(treedef, tangents)
+        return jax.jvp(lambda v: function(v, aux), (values,), (tangent,))[1]
+
+    units = np.zeros((len(indices), leaf.value.size), dtype=leaf.value.dtype)
+    units[np.arange(len(indices)), indices] = 1
+    stacked = jnp.asarray(units.reshape(-1, *leaf.value.shape))
+    derivatives = jax.jit(jax.vmap(along, in_axes=(0, None, None)))(stacked, tree, aux)
+    return np.asarray(derivatives, dtype=np.float64)
 
 
 def _check(
