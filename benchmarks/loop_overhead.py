@@ -27,7 +27,35 @@ adam through ``optax.inject_hyperparams``, a 16 MB state with the optimizer's) w
 Each time is the run's whole wall time, the wait for pending saves (and the loggers' flush) at
 its end included, divided by its steps: what a user pays per step. The variants run in rounds,
 each round in another order, so load drifts hit all alike; a variant's overhead is the median
-over rounds of its time over the bare loop's in the same round.
+over rounds of its time over the bare loop's in the same round. Under the table, the store's
+and plain orbax's save split: the time the loop waits inside ``save`` and the process CPU a
+save burns beyond the bare loop (the background write, competing with XLA for the cores).
+
+Where a save's cost goes (2026-12-01, this shared 2-core machine; one save at a time, then in
+the loop; CPU per thread from ``/proc`` in 10 ms ticks, medians of 12 saves):
+
+* the store: ``save`` returns in 1-3 ms (validation, the host snapshot, handing over); its
+  write burns 80-100 ms of CPU: 35-40 ms in orbax's per-save threads (event loops, thread
+  pools, commit signalling), 20-35 ms in TensorStore's workers (26 leaves as 26 zarr3 arrays:
+  62 files and 58 directories, each file fsync'd), ~10 ms removing the step retention drops
+  (as many files again) and 5-10 ms of orbax's synchronous save part on the writer thread;
+* plain orbax: ``save`` blocks 20-60 ms (6 ms of it CPU, the rest waiting on its own threads);
+  its write burns 50-65 ms of CPU (30-40 ms in its threads, 10 ms TensorStore: OCDBT, 14 files);
+* in the loop, the store's time blocked in ``save`` fell from ~115 ms to ~12 ms per save once
+  the index write and the removal of dropped steps moved to a chores thread (they used to run
+  on the training thread and ahead of the next write); orbax's is ~60 ms. The process CPU per
+  save stays 100-120 ms for the store and ~80 ms for orbax: on 2 cores that CPU, not the wait,
+  is most of either overhead.
+
+So the goal (the store's overhead at most half of plain orbax's) is missed: the store writes
+through orbax's save path, whose own per-save machinery already costs about what half of plain
+orbax's whole save would allow, and its one-array-per-leaf layout (chosen for checked restores
+about 3x faster than orbax's, see the checkpoint benchmark) costs ~25 ms more CPU per save to
+write and delete than OCDBT (``use_ocdbt=True``: ~70 ms). A lower OS priority for the writer
+(nice 10) or the chores thread (nice 19) made the loop slower here (+51% and +88% against +32%
+in the same rounds): on a machine shared with other work a niced writer is starved while the
+next save waits for it. Quick runs (3 rounds) put the store at 0.67x and 0.82x of orbax's
+overhead (+60% vs +90%, +132% vs +160%), against 1.05-1.30x before the chores thread.
 """
 
 from __future__ import annotations
@@ -98,6 +126,8 @@ class Variant:
     setup: float = 0.0  # seconds to make the variant's objects, once, before any timed run
     worker: int | None = None  # the CPU clock of a background thread to account, if any
     worker_cpu: list[float] = field(default_factory=list)  # its CPU seconds per step, per round
+    cpu: list[float] = field(default_factory=list)  # the process's CPU seconds per step, per round
+    in_save: list[float] = field(default_factory=list)  # seconds the loop spent in save calls
 
 
 def _logging(base: Path, *, mlflow: bool) -> Variant:
@@ -144,28 +174,36 @@ def _store(base: Path, train: TrainStep[MLP]) -> Variant:
 
     store = OrbaxCheckpointStore(base / "store", max_to_keep=2)
     count = _Counter()
+    variant = Variant(end=store.wait, close=store.close)
 
     def after(_step: int, loss: float) -> None:
         count.step += 1
         if count.step % EVERY == 0:
+            started = time.perf_counter()
             store.save(count.step, {"model": train.state}, metrics={"loss": loss})
+            variant.in_save.append(time.perf_counter() - started)
 
-    return Variant(after=after, end=store.wait, close=store.close)
+    variant.after = after
+    return variant
 
 
 def _orbax(base: Path, train: TrainStep[MLP]) -> Variant:
     options = ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=True)
     manager = ocp.CheckpointManager(base / "orbax", options=options)
     count = _Counter()
+    variant = Variant(end=manager.wait_until_finished, close=manager.close)
 
     def after(_step: int, _loss: float) -> None:
         count.step += 1
         if count.step % EVERY == 0:
+            started = time.perf_counter()
             manager.save(
                 count.step, args=ocp.args.Composite(state=ocp.args.PyTreeSave(train.state))
             )
+            variant.in_save.append(time.perf_counter() - started)
 
-    return Variant(after=after, end=manager.wait_until_finished, close=manager.close)
+    variant.after = after
+    return variant
 
 
 def _callbacks(base: Path, train: TrainStep[MLP], steps: int) -> Variant:
@@ -251,6 +289,7 @@ def measure(steps: int, repeats: int, base: Path, log_steps: int) -> dict[str, V
 
     def run(variant: Variant, count: int) -> float:
         cpu = 0.0 if variant.worker is None else time.clock_gettime(variant.worker)
+        process = time.process_time()
         start = time.perf_counter()
         for step in range(count):
             variant.after(step, float(train(batch)))
@@ -258,6 +297,7 @@ def measure(steps: int, repeats: int, base: Path, log_steps: int) -> dict[str, V
         variant.end()
         done = time.perf_counter()
         variant.ends.append(done - ending)
+        variant.cpu.append((time.process_time() - process) / count)
         if variant.worker is not None:
             variant.worker_cpu.append((time.clock_gettime(variant.worker) - cpu) / count)
         return (done - start) / count
@@ -267,6 +307,8 @@ def measure(steps: int, repeats: int, base: Path, log_steps: int) -> dict[str, V
         run(variant, 2 * EVERY)
         variant.ends.clear()
         variant.worker_cpu.clear()
+        variant.cpu.clear()
+        variant.in_save.clear()
     try:
         for _ in range(repeats):
             names = list(variants)
@@ -313,6 +355,16 @@ def table(variants: dict[str, Variant]) -> dict[str, float]:
                 if variant.worker_cpu
                 else ""
             )
+        )
+    for name in (STORE, ORBAX):
+        variant = variants[name]
+        extra = statistics.median(
+            c - b for c, b in zip(variant.cpu, variants[BARE].cpu, strict=True)
+        )
+        print(
+            f"{name}: per save, the loop waits in save() {statistics.median(variant.in_save) * 1e3:.1f}"
+            f" ms (median; max {max(variant.in_save) * 1e3:.0f} ms) and the process burns"
+            f" {extra * EVERY * 1e3:.0f} ms of CPU more than the bare loop's (median over rounds)"
         )
     store, orbax = overhead[STORE], overhead[ORBAX]
     print("goals:")

@@ -4,6 +4,7 @@ import json
 import shutil
 
 import numpy as np
+import pytest
 
 import substrax.checkpoint._index as index_module
 from substrax.checkpoint import OrbaxCheckpointStore
@@ -49,3 +50,22 @@ def test_the_index_follows_saves_retention_and_deletes_on_disk(store_dir):
         assert list(indexed()) == ["3"]
     # written through a temporary file renamed over the index: none is left beside it
     assert [p.name for p in store_dir.iterdir() if p.name.startswith(f".{INDEX_FILE}")] == []
+
+
+def test_an_async_save_leaves_the_index_write_to_the_chores_thread_and_wait_finishes_it(store_dir):
+    def indexed():
+        return json.loads((store_dir / INDEX_FILE).read_text())["steps"]
+
+    with OrbaxCheckpointStore(store_dir, max_to_keep=2) as store:
+        for step in (1, 2, 3):
+            store.save(step, {"model": {"w": np.zeros(2)}}, metrics={"loss": step})
+        store.wait()
+        assert sorted(indexed()) == ["2", "3"]
+        (store_dir / INDEX_FILE).unlink()
+        (store_dir / INDEX_FILE).mkdir()  # the next index write cannot rename over it
+        store.save(4, {"model": {"w": np.zeros(2)}}, metrics={"loss": 4})
+        with pytest.raises(IsADirectoryError):
+            store.wait()  # the failed write is raised here, not lost on the chores thread
+        (store_dir / INDEX_FILE).rmdir()
+        store.save(5, {"model": {"w": np.zeros(2)}}, metrics={"loss": 5})
+    assert sorted(indexed()) == ["4", "5"]
