@@ -228,7 +228,7 @@ def child_env(outputs: Path) -> dict[str, str]:
     """The children's environment: W&B offline, its own files under the outputs."""
     home = outputs / "wandb-home"
     return {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},  # a service of its own
         "PYTHONUNBUFFERED": "1",
         "WANDB_MODE": "offline",
         "WANDB_SILENT": "true",

@@ -214,35 +214,36 @@ def test_wandb_offline_run_is_rewound_to_the_restored_step(wandb_offline, tmp_pa
 
 _KILLED_CHILD = """
 import json, sys
-from substrax.tracking import FileLogger, MLFlowLogger
+from substrax.tracking import FileLogger, MLFlowLogger, WandbLogger
 
 log_dir, uri = sys.argv[1], sys.argv[2]
 files = FileLogger("run", log_dir, flush_every=0)
 mlflow = MLFlowLogger("run", tracking_uri=uri, log_dir=log_dir)
-print(json.dumps({"run_id": mlflow.run_id}), flush=True)
+wandb = WandbLogger("run", project="substrax-tests", log_dir=log_dir)
+print(json.dumps({"mlflow": mlflow.run_id, "wandb": wandb.run_id}), flush=True)
 step = 0
 while True:
-    for logger in (files, mlflow):
+    for logger in (files, mlflow, wandb):
         logger.log_scalars({"loss": 1.0 / (step + 1)}, step=step)
-    if step == %(saved)d:  # the periodic checkpoint: what is logged so far has reached the backends
-        assert mlflow.wait_delivered(timeout=60)
-        print(json.dumps({"checkpoint": step}), flush=True)
-    if step == %(reached)d:
-        assert mlflow.wait_delivered(timeout=60)
-        print(json.dumps({"reached": step}), flush=True)
+    if step in (%(saved)d, %(reached)d):  # SAVED: the periodic checkpoint, all logged so far delivered
+        assert mlflow.wait_delivered(timeout=60) and wandb.wait_delivered(timeout=60)
+        print(json.dumps({"checkpoint" if step == %(saved)d else "reached": step}), flush=True)
     step += 1
 """
 
 
-def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    script = _KILLED_CHILD % {"saved": SAVED, "reached": REACHED}
+def run_until_killed(script: str, tmp_path, uri) -> list[str]:
+    """Run the child until it reports REACHED, a moment more, then SIGKILL it; its lines."""
     lines: list[str] = []
     with subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script), str(tmp_path), uri],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        # its own wandb service (a run of this process's service would outlive the kill)
+        env={
+            **{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
+            "PYTHONUNBUFFERED": "1",
+        },
     ) as child:
         try:
             assert child.stdout is not None
@@ -258,31 +259,65 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(tmp
         finally:
             if child.poll() is None:
                 child.kill()
-    run_id = json.loads(lines[0])["run_id"]
+    return lines
+
+
+def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(
+    wandb_offline, tmp_path
+):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    script = _KILLED_CHILD % {"saved": SAVED, "reached": REACHED}
+    lines = run_until_killed(script, tmp_path, uri)
+    run_ids = json.loads(lines[0])
     assert json.loads(lines[1]) == {"checkpoint": SAVED}
 
     killed_at = max(step for step, _ in read_scalars(tmp_path / "run.metrics.jsonl")["loss"])
     assert killed_at >= REACHED
     files = FileLogger("run", tmp_path, resume_step=SAVED)
     mlflow = MLFlowLogger(
-        "run", tracking_uri=uri, log_dir=tmp_path, run_id=run_id, resume_step=SAVED
+        "run", tracking_uri=uri, log_dir=tmp_path, run_id=run_ids["mlflow"], resume_step=SAVED
+    )
+    wandb = WandbLogger(
+        "run",
+        project="substrax-tests",
+        log_dir=tmp_path,
+        run_id=run_ids["wandb"],
+        resume_step=SAVED,
     )
     assert files.dropped_records >= killed_at - SAVED
     end = killed_at + 5
     for step in range(SAVED + 1, end + 1):
-        for logger in (files, mlflow):
+        for logger in (files, mlflow, wandb):
             logger.log_scalars({"loss": resumed_values(step)}, step=step)
-    files.close()
-    mlflow.close()
+    for logger in (files, mlflow, wandb):
+        logger.close()
 
     jsonl, csv_steps = file_steps(tmp_path)
     assert [step for step, _ in jsonl["loss"]] == list(range(end + 1))
     assert dict(jsonl["loss"])[SAVED + 1] == resumed_values(SAVED + 1)  # dropped, then relogged
     assert csv_steps["loss"] == list(range(end + 1))
-    history = mlflow_history(uri, run_id, "loss")
+    history = mlflow_history(uri, run_ids["mlflow"], "loss")
     counts = Counter(step for step, _ in history)
     assert sorted(counts) == list(range(end + 1))
     assert set(counts.values()) == {1}
     # what the killed attempt delivered keeps its values; the rest came from the resumed one
     assert dict(history)[REACHED] == first_attempt_values(REACHED)
     assert dict(history)[end] == resumed_values(end)
+    # W&B: wandb's service writes the offline run file in blocks, and a SIGKILL of the logging
+    # process loses what it had not written yet, so the killed segment holds some prefix of
+    # the steps (here, often none). The rewind drops its steps after the checkpoint, and the
+    # resumed segment brings every step after it: no step twice.
+    resumed = list(range(SAVED + 1, end + 1))
+    deadline = time.monotonic() + 60
+    while True:
+        segments = read_wandb_segments(tmp_path)
+        done = len(segments) == 2 and len(segments[1][1]) >= len(resumed)
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert [rewind for rewind, _ in segments] == [None, ("_step", SAVED)]
+    steps = [row["_step"] for row in wandb_history(segments)]
+    kept = steps[: len(steps) - len(resumed)]
+    assert kept == list(range(len(kept)))  # a prefix of the steps up to the checkpoint
+    assert len(kept) <= SAVED + 1
+    assert steps[len(kept) :] == resumed

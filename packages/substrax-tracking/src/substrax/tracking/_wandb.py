@@ -280,7 +280,10 @@ class WandbLogger(RemoteLogger):
     so every step appears once. Offline, the resumed segment is a new ``offline-run-*``
     directory whose run record carries that rewind point (``branch_point``); ``wandb sync``
     applies it on the server. Rewinding is a W&B server feature (in preview; not on
-    self-managed servers); where the server refuses it, resume with ``run_id`` alone.
+    self-managed servers); where the server refuses it, resume with ``run_id`` alone. W&B's
+    service writes an offline run file in blocks: when the logging process is killed with
+    SIGKILL, the rows it had not written yet are lost, those before the checkpoint included
+    (a SIGTERM handled by ``PreemptionHandler`` closes the logger and loses nothing).
 
     Construction waits at most ``connect_timeout`` seconds for ``wandb.init`` (run in a thread
     of its own; online, its login, init and GraphQL waits are bounded too, see
