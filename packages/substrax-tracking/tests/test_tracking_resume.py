@@ -321,3 +321,15 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(
     assert kept == list(range(len(kept)))  # a prefix of the steps up to the checkpoint
     assert len(kept) <= SAVED + 1
     assert steps[len(kept) :] == resumed
+
+
+def test_file_logger_drops_a_last_line_cut_inside_a_character(tmp_path):
+    with FileLogger("run", tmp_path) as logger:
+        for step in range(3):
+            logger.log_scalar("perte/é", 0.5, step=step)
+    with (tmp_path / "run.metrics.csv").open("ab") as file:
+        file.write("1.0,3,perte/é".encode()[:-1])  # a kill cut the row inside the 2-byte é
+    with FileLogger("run", tmp_path, resume_step=1) as logger:
+        assert logger.dropped_records == 1  # step 2 from the JSONL; the cut row is not a record
+    _, csv_steps = file_steps(tmp_path)
+    assert csv_steps == {"perte/é": [0, 1]}

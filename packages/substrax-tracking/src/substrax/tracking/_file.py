@@ -95,10 +95,13 @@ def decode_number(value: Any) -> float:
 
 
 def _complete_text(path: Path) -> tuple[str, bool]:
-    """The file's text up to its last newline, and whether a cut-short line followed it."""
-    text = path.read_text(encoding="utf-8")
-    end = text.rfind("\n") + 1
-    return text[:end], end < len(text)
+    """The file's text up to its last newline, and whether a cut-short line followed it.
+
+    Cut as bytes, then decoded: a kill may have cut the last line inside a character.
+    """
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    return data[:end].decode("utf-8"), end < len(data)
 
 
 def _drop_jsonl_past(path: Path, step: int) -> int:
