@@ -1,5 +1,6 @@
 """Console output and logger messages go through stdlib logging (caplog, handlers, filters)."""
 
+import gc
 import io
 import logging
 import subprocess
@@ -118,4 +119,20 @@ def test_without_logging_set_up_lines_go_to_stdout_and_once_through_the_app_hand
     assert result.stdout.splitlines() == ["[plain] step       1 | loss        0.5", "[plain] hello"]
     assert result.stderr.splitlines() == [
         "substrax.tracking.run.plain|step       2 | loss       0.25"
+    ]
+
+
+def test_a_console_logger_dropped_unclosed_prints_nothing_more():
+    old = io.StringIO()
+    ConsoleLogger("dropped", stream=old).log_scalar("loss", 1.0, step=0)
+    gc.collect()
+    new = io.StringIO()
+    with ConsoleLogger("dropped", stream=new) as logger:
+        assert len(logger.python_logger.handlers) == 1  # the dropped logger's handler is gone
+        logger.log_scalar("loss", 2.0, step=1)
+        logger.info("hello")
+    assert len(old.getvalue().splitlines()) == 1
+    assert new.getvalue().splitlines() == [
+        "[dropped] step       1 | loss          2",
+        "[dropped] hello",
     ]

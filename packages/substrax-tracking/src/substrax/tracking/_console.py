@@ -70,11 +70,11 @@ class _ConsoleHandler(logging.Handler):
         return owner is not None and not owner.closed
 
     def _takes(self, record: logging.LogRecord) -> bool:
+        if not self.live():
+            return False
         owner = getattr(record, _OWNER, None)
         if owner is not None:
             return owner == self._id
-        if not self.live():
-            return False
         first = next(
             (
                 h
@@ -169,6 +169,9 @@ class ConsoleLogger(Logger):
         if self.active:
             self._handler = _ConsoleHandler(self, level, stream, rich)
             _set_level(self.python_logger, level)
+            for handler in list(self.python_logger.handlers):  # those of loggers never closed
+                if isinstance(handler, _ConsoleHandler) and not handler.live():
+                    self.python_logger.removeHandler(handler)
             self.python_logger.addHandler(self._handler)
 
     def _emit(self, body: str, style: str = "") -> None:
