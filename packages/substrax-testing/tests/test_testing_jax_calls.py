@@ -103,9 +103,10 @@ def test_weights_choose_and_scale_the_kinds():
     ],
 )
 def test_bad_weights_are_refused_before_counting(weights, error, match):
+    before = [sys.monitoring.get_tool(tool) for tool in range(6)]
     with pytest.raises(error, match=match), counted_calls(weights=weights):
         raise AssertionError("the block must not run")
-    assert sys.monitoring.get_tool(3) is None
+    assert [sys.monitoring.get_tool(tool) for tool in range(6)] == before
 
 
 def test_a_failing_keys_function_stops_counting_and_is_raised_at_exit():
