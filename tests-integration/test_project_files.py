@@ -118,3 +118,43 @@ def test_ci_runs_the_suite_the_siblings_and_the_declared_floors() -> None:
     assert "--deselect" not in ci
     assert not re.search(r"--ignore[= ]", ci)
     assert (ROOT / "tests-integration" / "test_siblings.py").is_file()
+
+
+# The spec's floors (its README): jax>=0.11.1, flax>=0.12.9, orbax-checkpoint>=0.11.33,
+# pydantic>=2.10. A part that declares a higher one says why in its README.
+SPEC_FLOORS = {"jax": "0.11.1", "flax": "0.12.9", "orbax-checkpoint": "0.11.33", "pydantic": "2.10"}
+
+
+def _floors(pyproject: Path) -> dict[str, str]:
+    project = tomllib.loads(pyproject.read_text())["project"]
+    requirements = [
+        *project["dependencies"],
+        *(r for extra in project.get("optional-dependencies", {}).values() for r in extra),
+    ]
+    floors: dict[str, str] = {}
+    for requirement in requirements:
+        found = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?>=([^,]+)(?:,.*)?", requirement)
+        assert found is not None, requirement
+        floors[found[1]] = found[2]
+    return floors
+
+
+@pytest.mark.parametrize("pyproject", DISTRIBUTIONS, ids=lambda path: path.parent.name)
+def test_every_floor_is_in_the_readme_and_the_spec_floors_hold(pyproject: Path) -> None:
+    floors = {
+        name: version
+        for name, version in _floors(pyproject).items()
+        if not name.startswith("substrax")
+    }
+    if not floors:
+        return  # the meta-package declares only its parts
+    readme = (pyproject.parent / "README.md").read_text()
+    notes = " ".join(readme.partition("## Version floors")[2].split())
+    assert notes, f"{pyproject.parent.name}/README.md has no 'Version floors' section"
+    for name, version in floors.items():
+        assert f"`{name}>={version}`" in notes, (name, version)
+    # The spec's floors hold except orbax-checkpoint's, which the checkpoint README explains.
+    for name in ("jax", "flax", "pydantic"):
+        assert floors.get(name, SPEC_FLOORS[name]) == SPEC_FLOORS[name], name
+    if "orbax-checkpoint" in floors:
+        assert "not the spec's 0.11.33" in notes
