@@ -14,8 +14,9 @@ class Closeable(abc.ABC):
 
     Leaving the block closes the object. When the block raised, that exception is the one the
     caller sees: a failure to close on the way out is logged (with its traceback) instead of
-    replacing it. Store, loggers and profiler windows share this, so each one's ``with``
-    behaves alike.
+    replacing it. Before closing after an exception, ``_block_failed`` hears of it (a logger
+    marks its run failed there). Store, loggers and profiler windows share this, so each one's
+    ``with`` behaves alike.
 
     Example:
         >>> from substrax.support import Closeable
@@ -35,6 +36,9 @@ class Closeable(abc.ABC):
     def close(self) -> None:
         """Release what the object holds (called once on leaving a ``with`` block)."""
 
+    def _block_failed(self, error: BaseException) -> None:  # noqa: B027  (optional hook)
+        """Hear that the ``with`` block raised ``error``, just before closing (nothing here)."""
+
     def __enter__(self) -> Self:
         return self
 
@@ -48,6 +52,7 @@ class Closeable(abc.ABC):
             self.close()
             return
         try:
+            self._block_failed(exc)
             self.close()
         except Exception:
             _logger.warning(

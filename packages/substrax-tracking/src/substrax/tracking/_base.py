@@ -10,7 +10,6 @@ import math
 import numbers
 import re
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from substrax.support import Closeable
@@ -242,15 +241,9 @@ class Logger(Closeable):
         """
         self.failed = True
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if _failure.failed_by(exc):
+    def _block_failed(self, error: BaseException) -> None:
+        if _failure.failed_by(error):
             self.mark_failed()
-        super().__exit__(exc_type, exc, traceback)
 
     # --- messages, through stdlib logging -------------------------------------------------
     def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
