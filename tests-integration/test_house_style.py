@@ -286,6 +286,10 @@ def _error_samples() -> list[BaseException]:
         runtime.XlaFlagConflictError("--a", None, "2"),
         devices.UnknownHardwareError(devices.HardwareType.H100, device_kind="NVIDIA H100"),
         devices.BatchDimensionError(path="['x']", shape=(12, 2), batch_axis=0, parts=8),
+        devices.BatchDtypeError(path="['when']", dtype="datetime64[s]"),
+        devices.BatchSizeMismatchError(
+            path="['x']", size=16, other_path="['y']", other_size=8, batch_axis=0
+        ),
         rng.MissingRngStreamError(context="dropout", streams=("dropout", "default")),
         examples.ExamplesRootNotADirectoryError(here),
         support.CommandFailedError("the store is locked"),

@@ -86,13 +86,15 @@ def test_place_on_a_chosen_device():
         ("TPU v6 lite", HardwareType.TPU_V6E),
         ("Tesla V100-SXM2-16GB", HardwareType.V100),
         ("Tesla V100-PCIE-32GB", HardwareType.V100),
+        ("Tesla V100S-PCIE-32GB", HardwareType.V100),  # the faster-clocked PCIe V100
         ("TPU v4", HardwareType.TPU_V4),
         ("cpu", HardwareType.CPU),
         # Unknown accelerators are never guessed as a neighbour.
         ("NVIDIA L40S", HardwareType.UNKNOWN),
         ("NVIDIA GH200 480GB", HardwareType.UNKNOWN),
         ("TPU v4 lite", HardwareType.UNKNOWN),
-        ("Tesla V100S-PCIE-32GB", HardwareType.UNKNOWN),
+        ("Quadro GV100", HardwareType.UNKNOWN),
+        ("NVIDIA V1000", HardwareType.UNKNOWN),
         ("AMD Instinct MI300X", HardwareType.UNKNOWN),
         ("", HardwareType.UNKNOWN),
     ],
@@ -144,6 +146,22 @@ def test_unknown_hardware_is_a_lookup_error():
     assert info.value.hardware_type is HardwareType.UNKNOWN
     assert "Pass hardware_type=" in str(info.value)
     assert "H100" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["h100", "H100", " H100 "])
+def test_a_hardware_type_is_named_by_its_name_or_value_in_any_case(name):
+    assert HardwareType(name) is HardwareType.H100
+    assert get_batch_size_recommendation(name).critical_batch_size == 295
+    assert dense_peak_flops(name) == pytest.approx(989e12)
+
+
+def test_a_string_naming_no_hardware_type_is_refused_with_the_names():
+    assert HardwareType("Tpu_V5E") is HardwareType.TPU_V5E
+    with pytest.raises(ValueError, match=r"hardware_type='H800' names no HardwareType") as info:
+        get_batch_size_recommendation("H800")
+    assert "H100, H200" in str(info.value)
+    with pytest.raises(TypeError, match=r"hardware_type=3 must be a HardwareType .*not int"):
+        dense_peak_flops(3)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

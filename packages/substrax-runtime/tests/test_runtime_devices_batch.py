@@ -10,6 +10,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from substrax.devices import (
     BatchDimensionError,
+    BatchDtypeError,
+    BatchSizeMismatchError,
     BatchSizeVerdict,
     DevicePlacement,
     HardwareType,
@@ -95,6 +97,96 @@ def test_bad_arguments_are_value_errors():
         replicate_across_devices(np.ones(2), [])
 
 
+def test_numpy_strings_bytes_and_objects_pass_through_like_python_strings():
+    names, raw = np.array(["a", "bc"] * 4), np.array([b"x"] * 8)
+    blobs = np.array([{}] * 8, dtype=object)
+    batch = {"x": np.ones((8, 2)), "names": names, "raw": raw, "blobs": blobs, "s": np.str_("t")}
+    placed = distribute_batch(batch)
+    for key in ("names", "raw", "blobs", "s"):
+        assert placed[key] is batch[key]
+    assert placed["x"].sharding.spec == PartitionSpec("data")
+    replicated = replicate_across_devices({"names": names, "w": np.ones(2)})
+    assert replicated["names"] is names
+    assert replicated["w"].sharding.is_fully_replicated
+
+
+def test_a_big_endian_array_is_placed_in_native_byte_order():
+    rows = np.arange(16, dtype=">f4").reshape(8, 2)
+    placed = distribute_batch({"x": rows, "i": np.arange(8, dtype=">i8")})
+    assert placed["x"].dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(placed["x"]), rows)
+    np.testing.assert_array_equal(np.asarray(placed["i"]), np.arange(8))
+    mesh = _mesh({"data": 4})
+    assert shard_batch_dim(rows, mesh).dtype == np.float32
+    assert float(replicate_across_devices(np.array(2.5, dtype=">f8"))) == 2.5
+
+
+@pytest.mark.parametrize(
+    ("leaf", "dtype", "words"),
+    [
+        (np.ma.masked_array(np.ones((8, 2)), mask=np.zeros((8, 2))), "float64", "masked array"),
+        (np.arange(8).astype("datetime64[s]"), "datetime64[s]", "convert it"),
+        (np.zeros(8, dtype=[("a", "f4")]), "[('a', '<f4')]", "convert it"),
+    ],
+)
+def test_a_numpy_leaf_jax_cannot_hold_is_refused_naming_its_path_and_dtype(leaf, dtype, words):
+    for place in (distribute_batch, replicate_across_devices):
+        with pytest.raises(BatchDtypeError) as info:
+            place({"rows": {"x": np.ones((8, 2)), "bad": leaf}})
+        error = info.value
+        assert isinstance(error, TypeError)
+        assert (error.path, error.dtype) == ("['rows']['bad']", dtype)
+        assert error.masked == isinstance(leaf, np.ma.MaskedArray)
+        assert "['rows']['bad']" in str(error)
+        assert words in str(error)
+
+
+def test_leaves_with_different_batch_sizes_are_refused_naming_both():
+    with pytest.raises(BatchSizeMismatchError) as info:
+        distribute_batch({"x": np.ones((16, 2)), "y": np.ones((8,))})
+    error = info.value
+    assert isinstance(error, ValueError)
+    assert (error.path, error.size, error.other_path, error.other_size, error.batch_axis) == (
+        "['x']",
+        16,
+        "['y']",
+        8,
+        0,
+    )
+    assert "['x'] and ['y']" in str(error)
+    assert "16 rows against 8" in str(error)
+    with pytest.raises(BatchSizeMismatchError, match="dimension 1: 8 rows against 16"):
+        distribute_batch({"a": np.ones((3, 8)), "b": np.ones((3, 16))}, batch_axis=1)
+
+
+@pytest.mark.parametrize("axis", [np.int64(1), np.int32(1), np.uint8(1)])
+def test_a_numpy_integer_batch_axis_is_an_axis(axis):
+    placed = distribute_batch({"x": np.ones((3, 8))}, batch_axis=axis)
+    assert placed["x"].sharding.spec == PartitionSpec(None, "data")
+    on_mesh = shard_batch_dim(np.ones((3, 8)), _mesh({"data": 4}), batch_axis=axis)
+    assert on_mesh.sharding.spec == PartitionSpec(None, "data")
+    with pytest.raises(TypeError, match="not bool"):
+        distribute_batch({"x": np.ones((8, 2))}, batch_axis=True)
+    with pytest.raises(TypeError, match="not float64"):
+        distribute_batch({"x": np.ones((8, 2))}, batch_axis=np.float64(0))
+    with pytest.raises(ValueError, match=">= 0"):
+        distribute_batch({"x": np.ones((8, 2))}, batch_axis=np.int64(-1))
+
+
+@pytest.mark.parametrize("place", [distribute_batch, replicate_across_devices])
+def test_devices_must_be_distinct_jax_devices(place):
+    first = jax.devices()[0]
+    with pytest.raises(ValueError, match=r"names CpuDevice\(id=0\) more than once") as info:
+        place({"x": np.ones((8, 2))}, [first, jax.devices()[1], first])
+    assert "3 entries, 2 distinct" in str(info.value)
+    with pytest.raises(TypeError, match=r"devices\[1\]=1 \(int\) is not a jax device"):
+        place({"x": np.ones((8, 2))}, [first, 1])
+    with pytest.raises(TypeError, match="is one device; pass a sequence"):
+        place({"x": np.ones((8, 2))}, first)
+    chosen = place({"x": np.ones((8, 2))}, iter(jax.devices()[:2]))
+    assert chosen["x"].devices() == set(jax.devices()[:2])
+
+
 def test_replicate_gives_every_device_the_whole_array():
     params = {"w": np.arange(6.0).reshape(2, 3), "key": jax.random.key(0), "tag": "p"}
     placed = replicate_across_devices(params)
@@ -165,6 +257,23 @@ def test_the_verdict_checks_its_numbers(args, error):
         batch_size_verdict(*args, hardware_type=HardwareType.CPU)
 
 
+def test_the_verdict_takes_numpy_integers_and_hardware_names():
+    verdict = batch_size_verdict(np.int64(64), np.int32(8), hardware_type="h100")
+    assert verdict == batch_size_verdict(64, 8, hardware_type=HardwareType.H100)
+    assert type(verdict.batch_size) is int
+    assert type(verdict.num_devices) is int
+    assert batch_size_verdict(64, 8, hardware_type="TPU_V4").hardware_type is HardwareType.TPU_V4
+    with pytest.raises(TypeError, match="not bool"):
+        batch_size_verdict(np.True_, 8, hardware_type=HardwareType.CPU)
+    with pytest.raises(ValueError, match=r"hardware_type='a6000' names no HardwareType.*H100"):
+        batch_size_verdict(64, 8, hardware_type="a6000")
+    with pytest.raises(TypeError, match=r"hardware_type=1\.0 must be a HardwareType"):
+        batch_size_verdict(64, 8, hardware_type=1.0)  # type: ignore[arg-type]
+    ok, _ = DevicePlacement().validate_batch_size(np.int64(256), warn_suboptimal=False)
+    assert ok
+    assert DevicePlacement().get_batch_size_recommendation("v100").critical_batch_size == 139
+
+
 def test_device_placement_keeps_the_0_1_22_names_over_the_functions(caplog):
     placement = DevicePlacement()
     assert placement.default_device == jax.devices()[0]
@@ -172,6 +281,8 @@ def test_device_placement_keeps_the_0_1_22_names_over_the_functions(caplog):
     assert placement.num_devices == 8
     moved = placement.place_on_device({"a": np.ones(2)})
     assert moved["a"].devices() == {jax.devices()[0]}
+    with pytest.raises(TypeError, match=r"default_device=5 \(int\) is not a jax device"):
+        DevicePlacement(5)  # type: ignore[arg-type]
     elsewhere = DevicePlacement(jax.devices()[5])
     assert elsewhere.place_on_device(np.ones(2)).devices() == {jax.devices()[5]}
     assert placement.place_on_device(np.ones(2), jax.devices()[1]).devices() == {jax.devices()[1]}

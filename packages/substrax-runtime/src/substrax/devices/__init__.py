@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     )
     from ._errors import (
         BatchDimensionError as BatchDimensionError,
+        BatchDtypeError as BatchDtypeError,
+        BatchSizeMismatchError as BatchSizeMismatchError,
         UnknownHardwareError as UnknownHardwareError,
     )
     from ._hardware import (
@@ -54,7 +56,15 @@ if TYPE_CHECKING:
 # Each public name and the private module that defines it.
 _HOMES: dict[str, str] = {
     **dict.fromkeys(("distribute_batch", "replicate_across_devices", "shard_batch_dim"), "_batch"),
-    **dict.fromkeys(("BatchDimensionError", "UnknownHardwareError"), "_errors"),
+    **dict.fromkeys(
+        (
+            "BatchDimensionError",
+            "BatchDtypeError",
+            "BatchSizeMismatchError",
+            "UnknownHardwareError",
+        ),
+        "_errors",
+    ),
     **dict.fromkeys(
         (
             "BATCH_SIZE_TABLE",
@@ -86,6 +96,8 @@ __all__ = [
     "BATCH_SIZE_TABLE",
     "DENSE_PEAK_TFLOPS",
     "BatchDimensionError",
+    "BatchDtypeError",
+    "BatchSizeMismatchError",
     "BatchSizeRecommendation",
     "BatchSizeVerdict",
     "DeviceInfo",

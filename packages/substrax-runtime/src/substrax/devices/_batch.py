@@ -12,19 +12,41 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from substrax.support import check_int
 from substrax.typing import PyTree
 
-from ._errors import BatchDimensionError
+from ._errors import BatchDimensionError, BatchDtypeError, BatchSizeMismatchError
 from ._info import DeviceLike
+from ._numbers import check_index
 
 
-_ARRAY_TYPES = (np.ndarray, np.generic, jax.Array)
+# NumPy dtype kinds kept on the host as they are, like a Python string: str, bytes, object.
+_HOST_KINDS = frozenset("USO")
 
 
 def _is_process_local(leaf: object) -> bool:
     """Whether ``leaf`` is rows this process holds rather than a global array across processes."""
     return not (isinstance(leaf, jax.Array) and not leaf.is_fully_addressable)
+
+
+def _array_to_place(path: str, leaf: object) -> object | None:
+    """What to place for ``leaf``: the array (big-endian made native), or None to pass it through.
+
+    Raises:
+        BatchDtypeError: A NumPy leaf jax cannot hold (a masked array, a datetime or a
+            structured dtype); strings, bytes and objects pass through instead.
+    """
+    if isinstance(leaf, jax.Array):
+        return leaf
+    if not isinstance(leaf, np.ndarray | np.generic):
+        return None
+    dtype = cast("np.dtype[Any]", leaf.dtype)
+    if dtype.kind in _HOST_KINDS:
+        return None
+    if isinstance(leaf, np.ma.MaskedArray):
+        raise BatchDtypeError(path=path, dtype=str(dtype), masked=True)
+    if not (jax.dtypes.issubdtype(dtype, np.number) or jax.dtypes.issubdtype(dtype, np.bool_)):
+        raise BatchDtypeError(path=path, dtype=str(dtype))
+    return leaf if dtype.isnative else leaf.astype(dtype.newbyteorder("="))
 
 
 def _place(
@@ -33,10 +55,16 @@ def _place(
     """Put every array leaf of ``batch`` on ``sharding`` in one call; other leaves pass through."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(batch)
     leaves = [leaf for _, leaf in flat]
-    index = [i for i, leaf in enumerate(leaves) if isinstance(leaf, _ARRAY_TYPES)]
-    for i in index:
+    index: list[int] = []
+    for i, (key_path, leaf) in enumerate(flat):
+        path = jax.tree_util.keystr(key_path)
+        array = _array_to_place(path, leaf)
+        if array is None:
+            continue
         if check is not None:
-            check(jax.tree_util.keystr(flat[i][0]), leaves[i])
+            check(path, array)
+        leaves[i] = array
+        index.append(i)
     rows = [i for i in index if _is_process_local(leaves[i])]
     if rows:
         # On one process this is one batched device_put; on several, each process passes the
@@ -59,13 +87,14 @@ def shard_batch_dim(
 
     Array leaves (``jax.Array``, NumPy arrays and scalars) become global arrays on
     ``NamedSharding(mesh, P(None, ..., mesh_axis))``; any other leaf (a string, a Python
-    number) is returned as it is. On several processes each process passes the rows it
-    loaded and jax assembles the global array. Call it outside ``jax.jit``.
+    number, a NumPy array of strings, bytes or objects) is returned as it is. A big-endian
+    NumPy array is placed in native byte order. On several processes each process passes the
+    rows it loaded and jax assembles the global array. Call it outside ``jax.jit``.
 
     Args:
         batch: A pytree of host arrays.
         mesh: The mesh whose axis the batch dimension is split over.
-        batch_axis: The dimension to split (0: the leading one).
+        batch_axis: The dimension to split (0: the leading one); an int or a NumPy integer.
         mesh_axis: The mesh axis to split it over.
 
     Returns:
@@ -74,7 +103,10 @@ def shard_batch_dim(
     Raises:
         BatchDimensionError: A ``ValueError``: a leaf has no dimension ``batch_axis``, or (on
             one process) the axis size does not divide it; the message names the leaf's path.
+        BatchDtypeError: A ``TypeError``: a NumPy leaf jax cannot hold (a masked array, a
+            datetime or structured dtype); the message names the leaf's path and dtype.
         ValueError: ``mesh_axis`` is not an axis of ``mesh``, or ``batch_axis`` is negative.
+        TypeError: ``batch_axis`` is not an integer (or is a bool).
 
     Example:
         >>> import jax, numpy as np
@@ -85,28 +117,80 @@ def shard_batch_dim(
         >>> placed["x"].sharding.spec, placed["x"].addressable_shards[0].data.shape, placed["id"]
         (P(None, 'data'), (3, 2), 'b0')
     """
-    check_int("batch_axis", batch_axis, minimum=0)
+    return _shard(batch, mesh, check_index("batch_axis", batch_axis, minimum=0), mesh_axis)
+
+
+def _shard(
+    batch: PyTree, mesh: Mesh, batch_axis: int, mesh_axis: str, *, same_size: bool = False
+) -> PyTree:
+    """:func:`shard_batch_dim`; with ``same_size``, every array leaf's batch size must agree."""
     if mesh_axis not in mesh.axis_names:
         msg = f"mesh_axis {mesh_axis!r} is not an axis of the mesh {dict(mesh.shape)}; pass mesh_axis="
         raise ValueError(msg)
     parts = int(mesh.shape[mesh_axis])
     whole = jax.process_count() == 1
+    first: list[tuple[str, int]] = []  # the first array leaf's path and batch size
 
     def check(path: str, leaf: object) -> None:
         shape = tuple(int(n) for n in np.shape(cast("np.ndarray[Any, Any]", leaf)))
-        uneven = whole and len(shape) > batch_axis and shape[batch_axis] % parts
-        if len(shape) <= batch_axis or uneven:
+        if len(shape) <= batch_axis:
+            raise BatchDimensionError(path=path, shape=shape, batch_axis=batch_axis, parts=parts)
+        size = shape[batch_axis]
+        if same_size and first and first[0][1] != size:
+            raise BatchSizeMismatchError(
+                path=first[0][0],
+                size=first[0][1],
+                other_path=path,
+                other_size=size,
+                batch_axis=batch_axis,
+            )
+        if not first:
+            first.append((path, size))
+        if whole and size % parts:
             raise BatchDimensionError(path=path, shape=shape, batch_axis=batch_axis, parts=parts)
 
     spec = PartitionSpec(*([None] * batch_axis), mesh_axis)
     return _place(batch, NamedSharding(mesh, spec), check)
 
 
-def _local_mesh(devices: Sequence[DeviceLike] | None) -> Mesh:
-    chosen = jax.local_devices() if devices is None else list(devices)
+def _checked_devices(devices: Sequence[DeviceLike] | None) -> list[DeviceLike]:
+    """``devices`` as a list of distinct jax devices (this process's when None).
+
+    Raises:
+        TypeError: ``devices`` is one device rather than a sequence, or holds something else
+            (a device id, say).
+        ValueError: ``devices`` is empty or names a device twice.
+    """
+    if devices is None:
+        return cast("list[DeviceLike]", jax.local_devices())
+    if isinstance(devices, jax.Device):
+        msg = f"devices={devices!r} is one device; pass a sequence of them, e.g. [device]"
+        raise TypeError(msg)
+    chosen = list(devices)
     if not chosen:
         msg = "devices is empty; pass at least one device, or None for this process's devices"
         raise ValueError(msg)
+    for position, device in enumerate(chosen):
+        if not isinstance(device, jax.Device):
+            msg = (
+                f"devices[{position}]={device!r} ({type(device).__name__}) is not a jax device; "
+                "pass devices from jax.devices() or jax.local_devices() (jax.devices()[i], not i)"
+            )
+            raise TypeError(msg)
+    seen: set[DeviceLike] = set()
+    for device in chosen:
+        if device in seen:
+            msg = (
+                f"devices names {device!r} more than once ({len(chosen)} entries, "
+                f"{len(set(chosen))} distinct); pass each device once"
+            )
+            raise ValueError(msg)
+        seen.add(device)
+    return chosen
+
+
+def _local_mesh(devices: Sequence[DeviceLike] | None) -> Mesh:
+    chosen = _checked_devices(devices)
     grid = np.empty(len(chosen), dtype=object)
     grid[:] = chosen
     return Mesh(cast("np.ndarray[Any, Any]", grid), ("data",), axis_types=(AxisType.Auto,))
@@ -118,13 +202,15 @@ def distribute_batch(
     """Split a host batch over this process's devices, an equal slice of ``batch_axis`` each.
 
     Each array leaf becomes one ``jax.Array`` over a one-axis ``data`` mesh of ``devices``;
-    other leaves pass through. Use it for data parallelism within one process without building
-    a mesh; across processes, shard over a global mesh with :func:`shard_batch_dim`.
+    other leaves (strings, Python numbers, NumPy arrays of strings, bytes or objects) pass
+    through. Use it for data parallelism within one process without building a mesh; across
+    processes, shard over a global mesh with :func:`shard_batch_dim`.
 
     Args:
-        batch: A pytree of host arrays, the same leading batch size in every array leaf.
-        devices: The devices to split over; ``jax.local_devices()`` when None.
-        batch_axis: The dimension to split.
+        batch: A pytree of host arrays, the same batch size (along ``batch_axis``) in every
+            array leaf.
+        devices: Distinct jax devices to split over; ``jax.local_devices()`` when None.
+        batch_axis: The dimension to split; an int or a NumPy integer.
 
     Returns:
         The batch with every array leaf split over the devices.
@@ -132,7 +218,11 @@ def distribute_batch(
     Raises:
         BatchDimensionError: A leaf has no dimension ``batch_axis``, or the device count does
             not divide it.
-        ValueError: ``devices`` is empty.
+        BatchSizeMismatchError: Two array leaves differ in batch size; it names both.
+        BatchDtypeError: A NumPy leaf jax cannot hold (a masked array, a datetime dtype).
+        ValueError: ``devices`` is empty or names a device twice, or ``batch_axis`` is negative.
+        TypeError: ``devices`` holds something other than jax devices, or ``batch_axis`` is
+            not an integer.
 
     Example:
         >>> import jax, numpy as np
@@ -141,21 +231,25 @@ def distribute_batch(
         >>> len(placed["x"].addressable_shards) == jax.local_device_count()
         True
     """
-    return shard_batch_dim(batch, _local_mesh(devices), batch_axis=batch_axis)
+    axis = check_index("batch_axis", batch_axis, minimum=0)
+    return _shard(batch, _local_mesh(devices), axis, "data", same_size=True)
 
 
 def replicate_across_devices(pytree: PyTree, devices: Sequence[DeviceLike] | None = None) -> PyTree:
     """Give every device a full copy of each array leaf (one replicated ``jax.Array`` each).
 
     Args:
-        pytree: Arrays or array-likes in any pytree; other leaves pass through.
-        devices: The devices to copy to; ``jax.local_devices()`` when None.
+        pytree: Arrays in any pytree; other leaves (strings, Python numbers, NumPy arrays of
+            strings, bytes or objects) pass through.
+        devices: Distinct jax devices to copy to; ``jax.local_devices()`` when None.
 
     Returns:
         The same structure, every array leaf replicated over ``devices``.
 
     Raises:
-        ValueError: ``devices`` is empty.
+        BatchDtypeError: A NumPy leaf jax cannot hold (a masked array, a datetime dtype).
+        ValueError: ``devices`` is empty or names a device twice.
+        TypeError: ``devices`` holds something other than jax devices.
 
     Example:
         >>> import jax, numpy as np

@@ -77,3 +77,74 @@ class BatchDimensionError(StructuredError, ValueError, kw_only=True):
             f"{self.parts} devices; make the batch size a multiple of {self.parts} (drop or pad "
             "the last rows)"
         )
+
+
+class BatchDtypeError(StructuredError, TypeError, kw_only=True):
+    """A batch leaf jax cannot hold: a NumPy array of a non-numeric dtype, or a masked array.
+
+    String, bytes and object arrays are not this error: they pass through as strings do.
+
+    Attributes:
+        path: The leaf's key path, e.g. ``"['when']"``.
+        dtype: The leaf's dtype, e.g. ``"datetime64[s]"``.
+        masked: The leaf is a ``numpy.ma.MaskedArray`` (whose mask jax would drop).
+
+    Example:
+        >>> from substrax.devices import BatchDtypeError
+        >>> error = BatchDtypeError(path="['when']", dtype="datetime64[s]")
+        >>> isinstance(error, TypeError), "['when']" in str(error)
+        (True, True)
+    """
+
+    __module__ = "substrax.devices"
+
+    path: str
+    dtype: str
+    masked: bool = False
+
+    def _message(self) -> str:
+        if self.masked:
+            return (
+                f"batch leaf {self.path} is a numpy masked array ({self.dtype}), whose mask a jax "
+                "array cannot keep; pass the data filled (array.filled(0)) and the mask "
+                "(numpy.ma.getmaskarray(array)) as two leaves"
+            )
+        return (
+            f"batch leaf {self.path} has dtype {self.dtype}, which a jax array cannot hold; "
+            "convert it to a numeric or bool dtype (e.g. datetime64 to int64 with .astype), or "
+            "keep it out of the batch"
+        )
+
+
+class BatchSizeMismatchError(StructuredError, ValueError, kw_only=True):
+    """Two leaves of one batch with different sizes along the batch dimension.
+
+    Attributes:
+        path: The first leaf's key path.
+        size: Its size along ``batch_axis``.
+        other_path: The leaf that differs.
+        other_size: Its size along ``batch_axis``.
+        batch_axis: The batch dimension.
+
+    Example:
+        >>> from substrax.devices import BatchSizeMismatchError
+        >>> error = BatchSizeMismatchError(
+        ...     path="['x']", size=16, other_path="['y']", other_size=8, batch_axis=0
+        ... )
+        >>> str(error).startswith("batch leaves ['x'] and ['y'] differ")
+        True
+    """
+
+    __module__ = "substrax.devices"
+
+    template = (
+        "batch leaves {path} and {other_path} differ on dimension {batch_axis}: {size} rows "
+        "against {other_size}; every array leaf of a batch needs the same batch size (replicate "
+        "a leaf that is not per-row with replicate_across_devices)"
+    )
+
+    path: str
+    size: int
+    other_path: str
+    other_size: int
+    batch_axis: int

@@ -23,12 +23,18 @@ from ._info import DeviceKind, DeviceLike, visible_devices
 class HardwareType(Enum):
     """Hardware the batch-size table knows, plus ``CPU`` and ``UNKNOWN``.
 
+    ``HardwareType(text)`` takes a member's name or value in any case, so ``"H100"``,
+    ``"h100"`` and ``"tpu_v5e"`` all name one; wherever substrax takes a ``hardware_type``, such
+    a string works too.
+
     Example:
         >>> from substrax.devices import HardwareType
         >>> HardwareType.from_device_kind("NVIDIA H100 80GB HBM3")
         <HardwareType.H100: 'h100'>
         >>> HardwareType.from_device_kind("NVIDIA L40S")
         <HardwareType.UNKNOWN: 'unknown'>
+        >>> HardwareType("TPU_V5E")
+        <HardwareType.TPU_V5E: 'tpu_v5e'>
     """
 
     H100 = "h100"
@@ -43,6 +49,16 @@ class HardwareType(Enum):
     TPU_V6E = "tpu_v6e"
     CPU = "cpu"
     UNKNOWN = "unknown"
+
+    @classmethod
+    def _missing_(cls, value: object) -> "HardwareType | None":
+        """A name or value in any case (``"H100"``, ``" tpu_v4 "``); None for anything else."""
+        if isinstance(value, str):
+            text = value.strip().lower()
+            for member in cls:
+                if text in {member.value, member.name.lower()}:
+                    return member
+        return None
 
     @classmethod
     def from_device_kind(cls, device_kind: str, platform: str | None = None) -> "HardwareType":
@@ -70,6 +86,7 @@ class HardwareType(Enum):
 
 
 # Word boundaries keep L40S off L4 and GH200 off H200; TPU v5p reports itself as "TPU v5".
+# The V100S (PCIe, a faster clock and HBM2) is a V100 for a batch-size starting point.
 _DEVICE_KIND_PATTERNS: tuple[tuple[re.Pattern[str], HardwareType], ...] = (
     (re.compile(r"^cpu$", re.IGNORECASE), HardwareType.CPU),
     (re.compile(r"\bH100\b", re.IGNORECASE), HardwareType.H100),
@@ -77,7 +94,7 @@ _DEVICE_KIND_PATTERNS: tuple[tuple[re.Pattern[str], HardwareType], ...] = (
     (re.compile(r"\bB200\b", re.IGNORECASE), HardwareType.B200),
     (re.compile(r"\bL4\b", re.IGNORECASE), HardwareType.L4),
     (re.compile(r"\bA100\b", re.IGNORECASE), HardwareType.A100),
-    (re.compile(r"\bV100\b", re.IGNORECASE), HardwareType.V100),
+    (re.compile(r"\bV100S?\b", re.IGNORECASE), HardwareType.V100),
     (re.compile(r"^TPU v4$", re.IGNORECASE), HardwareType.TPU_V4),
     (re.compile(r"^TPU v5( lite|e)$", re.IGNORECASE), HardwareType.TPU_V5E),
     (re.compile(r"^TPU v5p?$", re.IGNORECASE), HardwareType.TPU_V5P),
@@ -189,6 +206,29 @@ BATCH_SIZE_TABLE: Mapping[HardwareType, BatchSizeRecommendation] = MappingProxyT
 """The recommendations by hardware (read-only). ``UNKNOWN`` has no entry by design."""
 
 
+def as_hardware_type(value: object) -> HardwareType:
+    """``value`` as a ``HardwareType``: a member, or a member's name or value in any case.
+
+    Raises:
+        TypeError: ``value`` is neither a ``HardwareType`` nor a string.
+        ValueError: The string names no ``HardwareType``.
+    """
+    if isinstance(value, HardwareType):
+        return value
+    names = ", ".join(member.name for member in HardwareType)
+    if not isinstance(value, str):
+        msg = (
+            f"hardware_type={value!r} must be a HardwareType or one of its names ({names}), "
+            f"not {type(value).__name__}"
+        )
+        raise TypeError(msg)
+    try:
+        return HardwareType(value)
+    except ValueError:
+        msg = f"hardware_type={value!r} names no HardwareType; use one of {names} (any case)"
+        raise ValueError(msg) from None
+
+
 def detect_hardware_type(devices: Sequence[DeviceLike] | None = None) -> HardwareType:
     """The hardware type of the first visible device (``UNKNOWN`` when unrecognised).
 
@@ -203,12 +243,13 @@ def detect_hardware_type(devices: Sequence[DeviceLike] | None = None) -> Hardwar
 
 
 def get_batch_size_recommendation(
-    hardware_type: HardwareType | None = None,
+    hardware_type: HardwareType | str | None = None,
 ) -> BatchSizeRecommendation:
     """Look up the batch-size starting points for ``hardware_type`` (detected when ``None``).
 
     Args:
-        hardware_type: The hardware; ``None`` detects it from the first visible device.
+        hardware_type: The hardware, or its name in any case (``"h100"``); ``None`` detects it
+            from the first visible device.
 
     Returns:
         The table's entry.
@@ -216,6 +257,8 @@ def get_batch_size_recommendation(
     Raises:
         UnknownHardwareError: The hardware is ``UNKNOWN`` (a ``LookupError``): an unrecognised
             accelerator is never given another one's numbers.
+        TypeError: ``hardware_type`` is neither a ``HardwareType`` nor a string.
+        ValueError: The string names no ``HardwareType``.
 
     Example:
         >>> from substrax.devices import HardwareType, get_batch_size_recommendation
@@ -226,21 +269,24 @@ def get_batch_size_recommendation(
     if hardware_type is None:
         first = visible_devices()[0]
         device_kind = first.device_kind
-        hardware_type = HardwareType.from_device_kind(device_kind, first.platform)
+        hardware = HardwareType.from_device_kind(device_kind, first.platform)
+    else:
+        hardware = as_hardware_type(hardware_type)
     try:
-        return BATCH_SIZE_TABLE[hardware_type]
+        return BATCH_SIZE_TABLE[hardware]
     except KeyError:
-        raise UnknownHardwareError(hardware_type, device_kind) from None
+        raise UnknownHardwareError(hardware, device_kind) from None
 
 
-def dense_peak_flops(hardware_type: HardwareType | None = None) -> float | None:
+def dense_peak_flops(hardware_type: HardwareType | str | None = None) -> float | None:
     """One device's dense bf16 peak in FLOP/s, or None where it is unknown (CPU, ``UNKNOWN``).
 
     The denominator of model FLOPs utilisation (MFU). An unrecognised accelerator is never
     given another one's peak.
 
     Args:
-        hardware_type: The hardware; ``None`` detects it from the first visible device.
+        hardware_type: The hardware, or its name in any case; ``None`` detects it from the
+            first visible device.
 
     Example:
         >>> from substrax.devices import HardwareType, dense_peak_flops
@@ -249,7 +295,6 @@ def dense_peak_flops(hardware_type: HardwareType | None = None) -> float | None:
         >>> dense_peak_flops(HardwareType.CPU) is None
         True
     """
-    if hardware_type is None:
-        hardware_type = detect_hardware_type()
-    tflops = DENSE_PEAK_TFLOPS.get(hardware_type)
+    hardware = detect_hardware_type() if hardware_type is None else as_hardware_type(hardware_type)
+    tflops = DENSE_PEAK_TFLOPS.get(hardware)
     return None if tflops is None else tflops * 1e12

@@ -30,6 +30,9 @@ class DevicePlacement:
         default_device: Where :meth:`place_on_device` puts data; the first visible device
             when None.
 
+    Raises:
+        TypeError: ``default_device`` is not a device (a device id, say).
+
     Example:
         >>> import jax, numpy as np
         >>> from substrax.devices import DevicePlacement, HardwareType
@@ -43,6 +46,12 @@ class DevicePlacement:
     __slots__ = ("_device",)
 
     def __init__(self, default_device: DeviceLike | None = None) -> None:
+        if default_device is not None and not isinstance(default_device, DeviceLike):
+            msg = (
+                f"default_device={default_device!r} ({type(default_device).__name__}) is not a "
+                "jax device; pass one from jax.devices() (jax.devices()[i], not i)"
+            )
+            raise TypeError(msg)
         self._device = default_device
 
     @property
@@ -78,9 +87,9 @@ class DevicePlacement:
         return shard_batch_dim(data, mesh, batch_axis=batch_axis, mesh_axis=mesh_axis)
 
     def get_batch_size_recommendation(
-        self, hardware_type: HardwareType | None = None
+        self, hardware_type: HardwareType | str | None = None
     ) -> BatchSizeRecommendation:
-        """The table's entry for ``hardware_type`` (the default device's when None).
+        """The table's entry for ``hardware_type`` or its name (the default device's when None).
 
         Raises:
             UnknownHardwareError: The hardware is ``UNKNOWN``.

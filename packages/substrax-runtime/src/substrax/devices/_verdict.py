@@ -2,10 +2,9 @@
 
 from dataclasses import dataclass
 
-from substrax.support import check_int
-
-from ._hardware import BATCH_SIZE_TABLE, HardwareType, detect_hardware_type
+from ._hardware import BATCH_SIZE_TABLE, HardwareType, as_hardware_type, detect_hardware_type
 from ._info import visible_devices
+from ._numbers import check_index
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,7 +58,7 @@ def batch_size_verdict(
     batch_size: int,
     num_devices: int | None = None,
     *,
-    hardware_type: HardwareType | None = None,
+    hardware_type: HardwareType | str | None = None,
 ) -> BatchSizeVerdict:
     """Judge a global batch size against the device count and the hardware's table entry.
 
@@ -68,17 +67,19 @@ def batch_size_verdict(
     does not know (``UNKNOWN``) is judged on the split alone.
 
     Args:
-        batch_size: The global batch size (every process's rows together).
+        batch_size: The global batch size (every process's rows together); an int or a
+            NumPy integer.
         num_devices: The devices it is split over; every visible device when None.
-        hardware_type: The hardware whose table entry applies; detected from the first
-            visible device when None.
+        hardware_type: The hardware whose table entry applies, or its name in any case
+            (``"h100"``); detected from the first visible device when None.
 
     Returns:
         The verdict, truthy when ok, with the reason.
 
     Raises:
-        TypeError: ``batch_size`` or ``num_devices`` is not an int.
-        ValueError: Either is below 1.
+        TypeError: ``batch_size`` or ``num_devices`` is not an integer (or is a bool), or
+            ``hardware_type`` is neither a ``HardwareType`` nor a string.
+        ValueError: Either number is below 1, or ``hardware_type`` names no ``HardwareType``.
 
     Example:
         >>> from substrax.devices import HardwareType, batch_size_verdict
@@ -88,17 +89,18 @@ def batch_size_verdict(
         >>> batch_size_verdict(4096, 8, hardware_type=HardwareType.H100).per_device_batch_size
         512
     """
-    check_int("batch_size", batch_size, minimum=1)
-    count = len(visible_devices()) if num_devices is None else num_devices
-    check_int("num_devices", count, minimum=1)
-    hardware = detect_hardware_type() if hardware_type is None else hardware_type
-    ok, reason, suboptimal = _judge(batch_size, count, hardware)
+    rows = check_index("batch_size", batch_size, minimum=1)
+    count = check_index(
+        "num_devices", len(visible_devices()) if num_devices is None else num_devices, minimum=1
+    )
+    hardware = detect_hardware_type() if hardware_type is None else as_hardware_type(hardware_type)
+    ok, reason, suboptimal = _judge(rows, count, hardware)
     return BatchSizeVerdict(
         ok=ok,
         reason=reason,
-        batch_size=batch_size,
+        batch_size=rows,
         num_devices=count,
-        per_device_batch_size=None if batch_size % count else batch_size // count,
+        per_device_batch_size=None if rows % count else rows // count,
         suboptimal=suboptimal,
         hardware_type=hardware,
     )
