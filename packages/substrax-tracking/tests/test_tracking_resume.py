@@ -333,3 +333,112 @@ def test_file_logger_drops_a_last_line_cut_inside_a_character(tmp_path):
         assert logger.dropped_records == 1  # step 2 from the JSONL; the cut row is not a record
     _, csv_steps = file_steps(tmp_path)
     assert csv_steps == {"perte/é": [0, 1]}
+
+
+def replay_in_a_subprocess(spool):
+    """``python -m substrax.tracking replay`` in a process of its own (and its own wandb service)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "substrax.tracking", "replay", str(spool), "--timeout", "60"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not spool.exists()
+
+
+@pytest.mark.xdist_group("mlflow_server")
+def test_mlflow_replay_of_a_resumed_run_skips_the_steps_the_run_holds(mlflow_server, tmp_path):
+    uri = mlflow_server.uri
+    with MLFlowLogger("replayed", tracking_uri=uri, log_dir=tmp_path / "a") as logger:
+        for step in range(REACHED + 1):
+            logger.log_scalars({"loss": first_attempt_values(step)}, step=step)
+        run_id = logger.run_id
+    mlflow_server.kill()
+    try:  # resumed while the server is down: everything is spooled
+        resumed = MLFlowLogger(
+            "replayed",
+            tracking_uri=uri,
+            log_dir=tmp_path / "b",
+            run_id=run_id,
+            resume_step=SAVED,
+            connect_timeout=1,
+            close_timeout=1,
+        )
+        for step in range(SAVED + 1, END + 1):
+            resumed.log_scalars({"loss": resumed_values(step)}, step=step)
+        resumed.close()
+    finally:
+        mlflow_server.start()
+        mlflow_server.wait_ready()
+    assert resumed.spooled == END - SAVED
+    replay_in_a_subprocess(resumed.spool_path)
+    loss = mlflow_history(uri, run_id, "loss")
+    assert [step for step, _ in loss] == list(range(END + 1))  # once each, as if live
+    assert dict(loss)[REACHED] == first_attempt_values(REACHED)
+    assert dict(loss)[END] == resumed_values(END)
+
+
+def test_mlflow_histogram_statistics_are_not_sent_twice_after_a_resume(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with MLFlowLogger("run", tracking_uri=uri, log_dir=tmp_path) as logger:
+        for step in range(REACHED + 1):
+            logger.log_histogram("w", [float(step), step + 1.0], step=step)
+        run_id = logger.run_id
+    with MLFlowLogger(
+        "run", tracking_uri=uri, log_dir=tmp_path, run_id=run_id, resume_step=SAVED
+    ) as logger:
+        for step in range(SAVED + 1, END + 1):
+            logger.log_histogram("w", [100.0, 101.0], step=step)
+    for stat in ("min", "max", "mean", "std"):
+        history = mlflow_history(uri, run_id, f"w/{stat}")
+        assert [step for step, _ in history] == list(range(END + 1)), stat
+    assert dict(mlflow_history(uri, run_id, "w/min"))[REACHED] == REACHED  # the first attempt's
+    assert dict(mlflow_history(uri, run_id, "w/min"))[END] == 100.0
+
+
+_SPOOLING_WANDB_CHILD = """
+import sys
+from substrax.tracking import WandbLogger
+
+log_dir = sys.argv[1]
+with WandbLogger("run", project="substrax-tests", log_dir=log_dir) as first:
+    for step in range(%(reached)d + 1):
+        first.log_scalars({"loss": 1.0}, step=step)
+# resumed, and closed before wandb.init returned: its records stay in the spool
+resumed = WandbLogger(
+    "run", project="substrax-tests", log_dir=log_dir, run_id=first.run_id,
+    resume_step=%(saved)d, connect_timeout=0.001, close_timeout=0,
+)
+for step in range(%(saved)d + 1, %(end)d + 1):
+    resumed.log_scalars({"loss": 2.0}, step=step)
+resumed.close()
+print(resumed.spooled)
+"""
+
+
+def test_wandb_replay_of_a_resumed_run_rewinds_it_like_the_live_logger(wandb_offline, tmp_path):
+    script = _SPOOLING_WANDB_CHILD % {"saved": SAVED, "reached": REACHED, "end": END}
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr
+    spooled = int(child.stdout.split()[-1])
+    assert spooled >= 1  # how many wandb.init's late start still took varies
+    spool = tmp_path / "run.spool.jsonl"
+    assert json.loads(spool.read_text().splitlines()[0])["target"]["resume_step"] == SAVED
+    replay_in_a_subprocess(spool)
+    segments = wait_for_rows(tmp_path, (REACHED + 1) + (END - SAVED))
+    assert segments[0][0] is None
+    assert segments[-1][0] is not None
+    assert segments[-1][0][1] >= SAVED  # rewound to the step before its first record
+    rows = wandb_history(segments)
+    assert [row["_step"] for row in rows] == list(range(END + 1))
+    assert [row["loss"] for row in rows] == [1.0] * (SAVED + 1) + [2.0] * (END - SAVED)

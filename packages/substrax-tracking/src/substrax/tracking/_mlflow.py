@@ -114,7 +114,12 @@ class _MlflowSink:
     @classmethod
     def from_target(cls, target: Mapping[str, Any]) -> _MlflowSink:
         if "run_id" in target:
-            return cls(str(target["tracking_uri"]), run_id=str(target["run_id"]))
+            resume_step = target.get("resume_step")
+            return cls(
+                str(target["tracking_uri"]),
+                run_id=str(target["run_id"]),
+                resume_step=None if resume_step is None else int(resume_step),
+            )
         spec = _RunSpec(
             experiment_name=str(target["experiment_name"]),
             run_name=str(target["run_name"]),
@@ -197,7 +202,10 @@ class _MlflowSink:
 
     def target(self) -> dict[str, Any]:
         if self.spec is None or self._ready:
-            return {"backend": "mlflow", "tracking_uri": self.tracking_uri, "run_id": self.run_id}
+            target = {"backend": "mlflow", "tracking_uri": self.tracking_uri, "run_id": self.run_id}
+            if self.resume_step is not None:  # a replay skips the steps the run holds, too
+                target["resume_step"] = self.resume_step
+            return target
         return {
             "backend": "mlflow",
             "tracking_uri": self.tracking_uri,
@@ -231,10 +239,7 @@ class _MlflowSink:
                     self.client.log_artifact(run_id, path, f"images/{safe_name(payload['name'])}")
             elif record.kind == "histogram":
                 name = payload["name"]
-                self.client.log_batch(
-                    run_id,
-                    metrics=[Metric(f"{name}/{s}", payload[s], stamp, step) for s in _STATS],
-                )
+                metrics.extend(Metric(f"{name}/{s}", payload[s], stamp, step) for s in _STATS)
                 self.client.log_dict(
                     run_id, payload, f"histograms/{safe_name(name)}/step_{step}.json"
                 )
@@ -306,7 +311,9 @@ class MLFlowLogger(RemoteLogger):
     once, and the steps between ``S`` and the interruption keep the first attempt's values.
     Within the resumed logger a metric's steps must therefore increase. The run is tagged
     ``substrax.resumed_from_step=S``. Params, text and artifacts are sent as usual (a file at
-    the same artifact path replaces the earlier one).
+    the same artifact path replaces the earlier one). Histogram statistics are filtered like
+    scalars, and records spooled by a resumed logger carry ``S``: a replay skips the steps the
+    run holds in the same way.
 
     Args:
         name: the run name (and the experiment name when ``experiment_name`` is None).

@@ -77,10 +77,18 @@ def bounded_settings(settings: Any, mode: str | None, timeout: float) -> Any:
 
 
 class _WandbSink:
-    def __init__(self, target: dict[str, Any], init_options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        target: dict[str, Any],
+        init_options: dict[str, Any],
+        *,
+        rewind_from: int | None = None,
+    ) -> None:
         self.run: Any = None
         self._target = target
         self._init_options = init_options
+        # a replay of a resumed run's spool: rewind the run to just before its first record
+        self._rewind_from = rewind_from
         self._first: FirstAttempt | None = None
         self.exit_code: int | None = None  # non-zero: the run failed
 
@@ -125,6 +133,10 @@ class _WandbSink:
     def deliver(self, records: list[Record]) -> None:
         import wandb  # noqa: PLC0415
 
+        if self.run is None and self._rewind_from is not None:
+            self._init_options["resume_from"] = _rewind_point(
+                self._init_options["id"], self._rewind_from, records
+            )
         run = self._ensure_run()
         for record in records:
             payload, step = record.payload, record.step
@@ -237,6 +249,24 @@ def base_url(settings: Any) -> str | None:
     return str(given) if given else os.environ.get("WANDB_BASE_URL") or None
 
 
+def _rewind_point(run_id: str, resume_step: int, records: Sequence[Record]) -> str:
+    """The ``resume_from`` of a replay of a resumed run's spooled ``records`` (the first ones).
+
+    The run is rewound to the step before the first spooled record, and never before
+    ``resume_step``: what the resumed logger delivered before it spooled stays, and what the
+    interrupted attempt logged past the checkpoint goes, as with the live logger.
+
+    Example:
+        >>> from substrax.tracking._records import Record
+        >>> from substrax.tracking._wandb import _rewind_point
+        >>> spooled = Record(kind="scalars", step=9, time=0.0, payload={"values": {"loss": 0.1}})
+        >>> _rewind_point("abc", 5, [spooled]), _rewind_point("abc", 5, [])
+        ('abc?_step=8', 'abc?_step=5')
+    """
+    steps = [record.step for record in records if record.step is not None]
+    return f"{run_id}?_step={max(resume_step, min(steps, default=resume_step + 1) - 1)}"
+
+
 def _sink_from_target(target: Mapping[str, Any]) -> _WandbSink:
     mode = target.get("mode")
     url = target.get("base_url")
@@ -246,12 +276,16 @@ def _sink_from_target(target: Mapping[str, Any]) -> _WandbSink:
         "id": target["run_id"],
         "dir": target.get("dir"),
         "mode": mode,
-        "resume": "allow",
         "reinit": "create_new",
         # the server the records were logged for, whatever WANDB_BASE_URL the replay has
         "settings": bounded_settings({"base_url": url} if url else None, mode, _REPLAY_TIMEOUT),
     }
-    return _WandbSink(dict(target), options)
+    resume_step = target.get("resume_step")
+    if resume_step is None:
+        options["resume"] = "allow"
+    return _WandbSink(
+        dict(target), options, rewind_from=None if resume_step is None else int(resume_step)
+    )
 
 
 register_sink_factory("wandb", _sink_from_target)
@@ -279,8 +313,10 @@ class WandbLogger(RemoteLogger):
     W&B truncates the run's history after step ``S`` and the resumed run logs from ``S + 1``,
     so every step appears once. Offline, the resumed segment is a new ``offline-run-*``
     directory whose run record carries that rewind point (``branch_point``); ``wandb sync``
-    applies it on the server. Rewinding is a W&B server feature (in preview; not on
-    self-managed servers); where the server refuses it, resume with ``run_id`` alone. W&B's
+    applies it on the server. Records a resumed logger spooled carry ``S``: a replay rewinds
+    the run to the step before the first of them (never before ``S``). Rewinding is a W&B
+    server feature (in preview; not on self-managed servers); where the server refuses it,
+    resume with ``run_id`` alone. W&B's
     service writes an offline run file in blocks: when the logging process is killed with
     SIGKILL, the rows it had not written yet are lost, those before the checkpoint included
     (a SIGTERM handled by ``PreemptionHandler`` closes the logger and loses nothing).
@@ -392,6 +428,8 @@ class WandbLogger(RemoteLogger):
             "mode": mode,
             "base_url": base_url(init_options.get("settings")),
         }
+        if resume_step is not None:  # a replay rewinds the run the same way
+            target["resume_step"] = resume_step
         sink = _WandbSink(
             target,
             {
