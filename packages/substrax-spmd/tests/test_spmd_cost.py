@@ -5,7 +5,14 @@ import pytest
 from flax import nnx
 
 from substrax.mesh import create_device_mesh
-from substrax.spmd import PrecisionPolicy, StepCost, TrainStep, create_data_parallel_sharding
+from substrax.spmd import (
+    BatchPlacementError,
+    BatchSplitError,
+    PrecisionPolicy,
+    StepCost,
+    TrainStep,
+    create_data_parallel_sharding,
+)
 from substrax.testing import expect_compiles
 
 
@@ -108,3 +115,51 @@ def test_precision_is_costed_as_compiled(new_mlp, mesh, plain_cost):
     cost = build(new_mlp, mesh, precision=policy, accumulate_steps=2).cost(batch())
     assert cost.flops is not None
     assert cost.flops >= plain_cost.flops / 2  # same matmuls, plus the casts
+
+
+@pytest.mark.parametrize(
+    ("options", "given", "error"),
+    [
+        ({"steps_per_call": 4, "mesh": None}, batch(), BatchSplitError),  # not stacked
+        ({"steps_per_call": 4}, batch(), BatchPlacementError),  # rows on the stacked axis
+        ({"steps_per_call": 4}, stacked(3), BatchSplitError),  # 3 batches for 4 steps
+        ({"accumulate_steps": 3}, batch(), BatchSplitError),  # 3 does not divide 64 rows
+        ({"accumulate_steps": 3, "steps_per_call": 2}, stacked(2), BatchSplitError),
+        ({}, batch(12), BatchPlacementError),  # 8 data shards do not divide 12 rows
+        ({}, jax.device_put(batch(12)), BatchPlacementError),
+    ],
+    ids=[
+        "unstacked",
+        "unstacked-sharded",
+        "short-stack",
+        "accumulate",
+        "accumulate-in-stack",
+        "rows",
+        "jax-rows",
+    ],
+)
+def test_a_batch_the_call_refuses_is_refused_by_cost_with_the_same_error(
+    new_mlp, mesh, options, given, error
+):
+    options = {"mesh": mesh, **options}
+    step = build(new_mlp, options.pop("mesh"), **options)
+    with pytest.raises(error) as by_cost:
+        step.flops_per_step(given)
+    with pytest.raises(error) as by_call:
+        step(given)
+    assert str(by_cost.value) == str(by_call.value)
+    assert by_cost.value.path in ("['x']", "['y']")
+
+
+def test_cost_refuses_a_bare_array_batch_naming_it(new_mlp):
+    model = new_mlp()
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+        lambda m, x: (m(x) ** 2).mean(),
+        steps_per_call=4,
+    )
+    rows = np.ones((32, 8), np.float32)
+    with pytest.raises(BatchSplitError, match=r"^the batch of shape \(32, 8\) does not hold"):
+        step.cost(rows)
+    assert step.flops_per_step(np.stack([rows] * 4)) is not None

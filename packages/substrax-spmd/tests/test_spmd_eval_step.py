@@ -8,6 +8,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from substrax.mesh import create_device_mesh
 from substrax.spmd import (
+    BatchPlacementError,
     EvalStep,
     PrecisionPolicy,
     TrainStep,
@@ -127,3 +128,67 @@ def test_precision_policy_computes_in_bfloat16_and_returns_float32(eval_batch):
     expected = numpy_metrics(Classifier(nnx.Rngs(0)), eval_batch)["loss"]
     assert float(out["loss"]) == pytest.approx(expected, rel=2e-2)
     assert model.dense.kernel.get_value().dtype == jnp.float32
+
+
+# --- EvalStep takes every batch through TrainStep's batch path ------------------------------
+
+
+def _train_step_on(mesh):
+    model = Classifier(nnx.Rngs(0))
+    return TrainStep(
+        model,
+        nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+        lambda m, b: metrics(m, b)["loss"].mean(),
+        mesh=mesh,
+        batch_sharding=create_data_parallel_sharding(mesh),
+    )
+
+
+def test_a_jax_array_batch_is_placed_on_batch_sharding_like_a_host_one(eval_batch):
+    mesh = create_device_mesh({"data": 8})
+    seen = []
+
+    def recorded(model, batch):
+        jax.debug.inspect_array_sharding(batch["x"], callback=seen.append)
+        return metrics(model, batch)
+
+    evaluate = EvalStep(Classifier(nnx.Rngs(0)), recorded, mesh=mesh, batch_sharding=P("data"))
+    on_one_device = jax.device_put(eval_batch, jax.devices()[3])
+    out = evaluate(on_one_device)
+    assert seen[0].is_equivalent_to(NamedSharding(mesh, P("data")), 2)  # split, not replicated
+    with expect_compiles(0):  # the host batch takes the same program
+        assert float(evaluate(eval_batch)["loss"]) == float(out["loss"])
+
+
+@pytest.mark.parametrize("as_jax", [True, False], ids=["jax-array", "numpy"])
+def test_a_batch_the_data_axis_does_not_divide_is_refused_as_the_train_step_refuses_it(
+    eval_batch, as_jax
+):
+    mesh = create_device_mesh({"data": 8})
+    step = _train_step_on(mesh)
+    evaluate = EvalStep(step, metrics, batch_sharding=create_data_parallel_sharding(mesh))
+    twelve = {k: v[:12] for k, v in eval_batch.items()}
+    if as_jax:
+        twelve = jax.device_put(twelve)
+    with pytest.raises(BatchPlacementError) as by_step:
+        step(twelve)
+    with pytest.raises(BatchPlacementError) as by_eval:
+        evaluate(twelve)
+    with pytest.raises(BatchPlacementError):
+        evaluate.evaluate([eval_batch, twelve])
+    assert str(by_eval.value) == str(by_step.value)
+    assert by_eval.value.path == "['label']"
+    assert "(12) 8 ways over mesh axis 'data' (8)" in str(by_eval.value)
+
+
+def test_an_empty_batch_is_skipped_by_evaluate(eval_batch):
+    mesh = create_device_mesh({"data": 8})
+    evaluate = EvalStep(
+        Classifier(nnx.Rngs(0)), metrics, batch_sharding=create_data_parallel_sharding(mesh)
+    )
+    empty = {k: v[:0] for k, v in eval_batch.items()}
+    expected = evaluate.evaluate([eval_batch])
+    assert evaluate.evaluate([eval_batch, empty]) == expected  # not NaN
+    assert evaluate.evaluate([empty, eval_batch, empty]) == expected
+    with pytest.raises(ValueError, match="only empty batches"):
+        evaluate.evaluate([empty, empty])

@@ -11,6 +11,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from substrax.mesh import create_device_mesh
 from substrax.spmd import (
     BatchPlacementError,
+    BatchSplitError,
     OptimizerMismatchError,
     TrainStep,
     UnknownAxisError,
@@ -81,6 +82,33 @@ def test_a_batch_the_data_axis_does_not_divide_is_refused_naming_the_leaf(mesh, 
     assert info.value.shape[0] == 12
     assert "(12) 8 ways over mesh axis 'data' (8)" in str(info.value)
     assert "multiple" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "rows", "error", "start"),
+    [
+        ({}, np.ones((12, 4), np.float32), BatchPlacementError, "the batch has shape (12, 4)"),
+        (
+            {"accumulate_steps": 3},
+            np.ones((16, 4), np.float32),
+            BatchSplitError,
+            "the batch of shape (16, 4) is 16 rows",
+        ),
+        (
+            {"steps_per_call": 2, "batch_sharding": None},
+            np.ones((16, 4), np.float32),
+            BatchSplitError,
+            "the batch of shape (16, 4) does not hold",
+        ),
+    ],
+    ids=["placement", "accumulate", "steps_per_call"],
+)
+def test_a_bare_array_batch_is_named_the_batch(mesh, options, rows, error, start):
+    step = data_parallel_step(mesh, lambda m, x: (m(x) ** 2).mean(), **options)
+    with pytest.raises(error) as info:
+        step(rows)
+    assert str(info.value).startswith(start)
+    assert info.value.path == ""  # the key path of a batch that is one array
 
 
 def test_place_batch_on_shards_keeps_placed_arrays_and_reshards_others(mesh):

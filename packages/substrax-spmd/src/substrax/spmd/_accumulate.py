@@ -16,10 +16,38 @@ import jax.numpy as jnp
 from substrax.typing import PyTree
 
 from ._errors import BatchSplitError
+from ._leaf_names import leaf_name
 
 
 # (params, rest, microbatch) -> ((loss, aux), grads, rest)
 type GradFn = Callable[[PyTree, PyTree, PyTree], tuple[tuple[Any, Any], PyTree, PyTree]]
+
+
+def check_microbatches(batch: PyTree, count: int) -> None:
+    """Refuse ``batch`` unless ``count`` divides every leaf's leading dimension.
+
+    Only shapes are read, so arrays, tracers and ``ShapeDtypeStruct`` all work; the compiled
+    step and :meth:`TrainStep.cost` run this same check.
+
+    Raises:
+        BatchSplitError: A leaf that is a scalar or whose leading dimension ``count`` does not
+            divide, named by its key path.
+    """
+
+    def check(path: tuple[Any, ...], x: PyTree) -> None:
+        shape: tuple[int, ...] = tuple(getattr(x, "shape", ()))
+        if not shape or shape[0] % count:
+            rows = f"{shape[0]} rows" if shape else "a scalar"
+            raise BatchSplitError(
+                f"{leaf_name(path)} of shape {shape} is {rows}, which "
+                f"cannot be split into {count} equal microbatches; give a batch whose leading "
+                f"dimension is a multiple of accumulate_steps={count}",
+                path=jax.tree_util.keystr(path),
+                shape=shape,
+                parts=count,
+            )
+
+    jax.tree_util.tree_map_with_path(check, batch)
 
 
 def split_microbatches(batch: PyTree, count: int) -> PyTree:
@@ -32,24 +60,15 @@ def split_microbatches(batch: PyTree, count: int) -> PyTree:
 
     Raises:
         BatchSplitError: A leaf that is a scalar or whose leading dimension ``count`` does not
-            divide, named by its key path.
+            divide, named by its key path (:func:`check_microbatches`).
     """
+    check_microbatches(batch, count)
 
-    def split(path: tuple[Any, ...], x: PyTree) -> PyTree:
-        shape: tuple[int, ...] = tuple(getattr(x, "shape", ()))
-        if not shape or shape[0] % count:
-            rows = f"{shape[0]} rows" if shape else "a scalar"
-            raise BatchSplitError(
-                f"batch leaf {jax.tree_util.keystr(path)} of shape {shape} is {rows}, which "
-                f"cannot be split into {count} equal microbatches; give a batch whose leading "
-                f"dimension is a multiple of accumulate_steps={count}",
-                path=jax.tree_util.keystr(path),
-                shape=shape,
-                parts=count,
-            )
-        return jnp.swapaxes(x.reshape(shape[0] // count, count, *shape[1:]), 0, 1)
+    def split(x: jax.Array) -> jax.Array:
+        rows = x.shape[0]
+        return jnp.swapaxes(x.reshape(rows // count, count, *x.shape[1:]), 0, 1)
 
-    return jax.tree_util.tree_map_with_path(split, batch)
+    return jax.tree.map(split, batch)
 
 
 def _zeros_f32(x: jax.Array) -> jax.Array:

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from substrax.typing import PyTree
 
-from ._placement import place_batch_on_shards
+from ._batch_rules import BatchRules
 from ._precision import PrecisionPolicy
 from ._train_step import TrainStep
 
@@ -29,6 +29,7 @@ def _weighted(metric: jax.Array, *, count: int) -> np.ndarray[Any, Any]:
 
 
 def _rows(batch: PyTree) -> int:
+    """The rows of a placed batch: its first leaf's leading dimension (global, once placed)."""
     leaves = jax.tree.leaves(batch)
     shape = getattr(leaves[0], "shape", ()) if leaves else ()
     if not shape:
@@ -50,7 +51,11 @@ class EvalStep[M: nnx.Module]:
             sync) on each call.
         metric_fn: ``(model, batch) -> pytree of arrays``.
         mesh: The mesh; taken from the state's shardings when None.
-        batch_sharding: Where a host batch goes, as for :class:`TrainStep`.
+        batch_sharding: Where every batch goes, as for :class:`TrainStep` and by the same
+            code: a host batch is placed on it, a ``jax.Array`` batch already there is kept
+            and one elsewhere is resharded, and a batch it cannot split (a 12-row batch on an
+            8-way data axis) is refused with :class:`~substrax.spmd.BatchPlacementError`,
+            naming the leaf. A ``PartitionSpec`` is taken on the mesh.
         precision: A :class:`PrecisionPolicy`: the model's floating state and the batch are
             cast to its compute dtype, metrics to its output dtype.
         eval_mode: Run the model in evaluation mode (``Module.eval()``: dropout off, batch
@@ -82,13 +87,13 @@ class EvalStep[M: nnx.Module]:
         eval_mode: bool = True,
     ) -> None:
         self._source = model
-        self._batch_sharding = batch_sharding
         # a TrainStep's own model object, unsynced: syncing would make every step write back
         module = model._model if isinstance(model, TrainStep) else model  # pyright: ignore[reportPrivateUsage]
         graphdef = nnx.graphdef(module)
         if mesh is None and isinstance(model, TrainStep):
             mesh = model.mesh
         self._mesh = mesh
+        self._batches = BatchRules.build(batch_sharding, mesh)
 
         def pure(state: PyTree, batch: PyTree) -> PyTree:
             if precision is not None:
@@ -115,11 +120,14 @@ class EvalStep[M: nnx.Module]:
         return nnx.state(self._source)
 
     def __call__(self, batch: PyTree) -> PyTree:
-        """The metrics on ``batch``, each a replicated scalar: its mean over the global batch."""
-        if self._batch_sharding is not None and not all(
-            isinstance(x, jax.Array) for x in jax.tree.leaves(batch)
-        ):
-            batch = place_batch_on_shards(batch, self._batch_sharding)
+        """The metrics on ``batch``, each a replicated scalar: its mean over the global batch.
+
+        Raises:
+            BatchPlacementError: A leaf that ``batch_sharding`` cannot split, named by its path.
+        """
+        return self._run(self._batches.place(batch))
+
+    def _run(self, batch: PyTree) -> PyTree:
         if self._mesh is None:
             return self._jitted(self._state(), batch)
         with jax.set_mesh(self._mesh):
@@ -129,15 +137,41 @@ class EvalStep[M: nnx.Module]:
         """The metrics over several batches, each batch weighted by its number of rows.
 
         The result is the mean over every row of every batch (for per-example metrics), as
-        Python floats in the structure ``metric_fn`` returns.
+        Python floats in the structure ``metric_fn`` returns. A batch's rows are its first
+        leaf's leading dimension, counted once the batch is placed (the global count on every
+        process). An empty batch (0 rows, such as a last batch a loader left empty) adds
+        nothing and is skipped without being run: its mean would be NaN.
+
+        Raises:
+            ValueError: If ``batches`` holds no batch with rows, or a batch whose first leaf
+                has no leading dimension.
+            BatchPlacementError: A leaf that ``batch_sharding`` cannot split.
+
+        Example:
+            >>> import numpy as np
+            >>> from flax import nnx
+            >>> from substrax.spmd import EvalStep
+            >>> model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+            >>> evaluate = EvalStep(model, lambda m, b: {"mse": (m(b["x"]) - b["y"]) ** 2})
+            >>> rows = {"x": np.zeros((4, 2), np.float32), "y": np.ones((4, 1), np.float32)}
+            >>> empty = {"x": np.zeros((0, 2), np.float32), "y": np.ones((0, 1), np.float32)}
+            >>> evaluate.evaluate([rows, empty])  # the empty batch is skipped, not a NaN
+            {'mse': 1.0}
         """
         total: PyTree = None
         rows = 0
+        seen = False
         for batch in batches:
-            count = _rows(batch)
-            metrics = jax.tree.map(partial(_weighted, count=count), self(batch))
+            seen = True
+            placed = self._batches.place(batch)
+            count = _rows(placed)
+            if count == 0:
+                continue
+            metrics = jax.tree.map(partial(_weighted, count=count), self._run(placed))
             total = metrics if total is None else jax.tree.map(np.add, total, metrics)
             rows += count
         if total is None:
-            raise ValueError("evaluate got no batches; give at least one")
+            what = "only empty batches (0 rows)" if seen else "no batches"
+            msg = f"evaluate got {what}; give at least one batch with rows"
+            raise ValueError(msg)
         return jax.tree.map(lambda x: float(x / rows), total)

@@ -10,6 +10,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from substrax.typing import PyTree
 
 from ._errors import BatchSplitError
+from ._leaf_names import leaf_name
 from ._update import PureStep
 
 
@@ -28,10 +29,11 @@ def stacked_sharding(batch_sharding: PyTree) -> PyTree:
     return jax.tree.map(stack, batch_sharding, is_leaf=lambda x: isinstance(x, NamedSharding))
 
 
-def repeat_steps(update: PureStep, steps: int) -> PureStep:
-    """Run ``update`` over ``steps`` batches stacked on a leading axis, in one ``lax.scan``.
+def check_stacked(batches: PyTree, steps: int) -> None:
+    """Refuse ``batches`` unless every leaf stacks ``steps`` batches on its leading axis.
 
-    The outputs (losses, aux) come back stacked, one row per step.
+    Only shapes are read, so arrays, tracers and ``ShapeDtypeStruct`` all work; the compiled
+    step and :meth:`TrainStep.cost` run this same check.
 
     Raises:
         BatchSplitError: A leaf whose leading dimension is not ``steps``, named by its path.
@@ -41,7 +43,7 @@ def repeat_steps(update: PureStep, steps: int) -> PureStep:
         shape = tuple(getattr(x, "shape", ()))
         if not shape or shape[0] != steps:
             raise BatchSplitError(
-                f"batch leaf {jax.tree_util.keystr(path)} of shape {shape} does not hold "
+                f"{leaf_name(path)} of shape {shape} does not hold "
                 f"steps_per_call={steps} batches; stack {steps} batches on a new leading axis "
                 f"(e.g. np.stack) so that every leaf has shape ({steps}, batch, ...)",
                 path=jax.tree_util.keystr(path),
@@ -49,8 +51,20 @@ def repeat_steps(update: PureStep, steps: int) -> PureStep:
                 parts=steps,
             )
 
+    jax.tree_util.tree_map_with_path(check, batches)
+
+
+def repeat_steps(update: PureStep, steps: int) -> PureStep:
+    """Run ``update`` over ``steps`` batches stacked on a leading axis, in one ``lax.scan``.
+
+    The outputs (losses, aux) come back stacked, one row per step.
+
+    Raises:
+        BatchSplitError: A leaf whose leading dimension is not ``steps``, named by its path.
+    """
+
     def many(leaves: list[Any], batches: PyTree) -> tuple[list[Any], PyTree]:
-        jax.tree_util.tree_map_with_path(check, batches)
+        check_stacked(batches, steps)
         return jax.lax.scan(update, leaves, batches)
 
     return many

@@ -14,6 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 from substrax.typing import PyTree
 
 from ._errors import BatchPlacementError
+from ._leaf_names import leaf_name
 
 
 def create_data_parallel_sharding(mesh: Mesh, data_axis: str = "data") -> NamedSharding:
@@ -99,7 +100,7 @@ def _refuse(batch: PyTree, sharding: Sharding | PyTree, *, multi: bool = False) 
                 if np.ndim(leaf) < _split_rank(shard)
                 else "make the batch size a multiple of it (drop or pad the last rows)"
             )
-            msg = f"batch leaf {where} has shape {np.shape(leaf)} but its sharding {spec} {why}; {fix}"
+            msg = f"{leaf_name(where)} has shape {np.shape(leaf)} but its sharding {spec} {why}; {fix}"
             raise BatchPlacementError(msg, path=where, shape=np.shape(leaf), spec=spec)
 
     if is_sharding(sharding):

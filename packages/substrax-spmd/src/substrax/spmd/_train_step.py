@@ -18,11 +18,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 
 from substrax.typing import PyTree
 
+from ._batch_rules import BatchRules
 from ._consistency import check_loss_output, check_optimizer_matches
 from ._cost import StepCost, abstract, read_cost
 from ._features import with_loop_features
-from ._multi_step import stacked_sharding
-from ._placement import place_batch_on_shards, resolve_batch_sharding
 
 
 if TYPE_CHECKING:
@@ -150,11 +149,9 @@ class TrainStep[M: nnx.Module]:
             # on uncommitted inputs would compile a second program
             leaves = jax.device_put(leaves, metric_sharding)
         self._mesh = mesh
-        self._batch_sharding = (
-            None if batch_sharding is None else resolve_batch_sharding(batch_sharding, mesh)
+        self._batches = BatchRules.build(
+            batch_sharding, mesh, accumulate_steps=accumulate_steps, steps_per_call=steps_per_call
         )
-        if steps_per_call != 1 and self._batch_sharding is not None:
-            self._batch_sharding = stacked_sharding(self._batch_sharding)
         self._leaves: list[Any] = leaves
         self._variables: list[nnx.Variable[Any]] | None = (
             variables if len(variables) == len(leaves) else None
@@ -228,8 +225,7 @@ class TrainStep[M: nnx.Module]:
 
     def __call__(self, batch: PyTree) -> PyTree:
         """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
-        if self._batch_sharding is not None:
-            batch = place_batch_on_shards(batch, self._batch_sharding)
+        batch = self._batches.place(batch)
         if self._live:
             self._read_back()
         if self._mesh is None:
@@ -253,7 +249,14 @@ class TrainStep[M: nnx.Module]:
         cost analysis counts a loop's body once, so with either feature the figures are read
         from the same step compiled without its loop on one whole batch (an extra compilation,
         no run); without them, from the step's own program, which a later call then reuses.
-        Each batch signature is analysed once.
+        Each batch signature is analysed once. The batch is checked as a call checks it, so a
+        batch the call would refuse is refused here with the same error, never costed.
+
+        Raises:
+            BatchPlacementError: A leaf that ``batch_sharding`` cannot split.
+            BatchSplitError: With ``steps_per_call=k``, a leaf that does not stack ``k``
+                batches; with ``accumulate_steps=N``, a batch whose leading dimension ``N``
+                does not divide (the leaf is named either way).
 
         Example:
             >>> import optax
@@ -267,8 +270,8 @@ class TrainStep[M: nnx.Module]:
             >>> cost.flops > 2 * 32 * 16 * 4, cost.devices  # at least the forward matmul
             (True, 1)
         """
-        if self._batch_sharding is not None:
-            batch = place_batch_on_shards(batch, self._batch_sharding)
+        batch = self._batches.place(batch)
+        self._batches.check_loops(batch)
         unstack = self._steps_per_call != 1
         one = jax.tree.map(lambda x: abstract(x, unstack=unstack), batch)
         leaves, structure = jax.tree.flatten(one)
