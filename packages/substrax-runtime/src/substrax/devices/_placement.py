@@ -2,6 +2,7 @@
 
 import logging
 from collections.abc import Sequence
+from typing import cast
 
 from jax.sharding import Mesh
 
@@ -46,7 +47,8 @@ class DevicePlacement:
     __slots__ = ("_device",)
 
     def __init__(self, default_device: DeviceLike | None = None) -> None:
-        if default_device is not None and not isinstance(default_device, DeviceLike):
+        given = cast("object", default_device)  # a caller may pass anything, e.g. a device id
+        if given is not None and not isinstance(given, DeviceLike):
             msg = (
                 f"default_device={default_device!r} ({type(default_device).__name__}) is not a "
                 "jax device; pass one from jax.devices() (jax.devices()[i], not i)"
