@@ -171,3 +171,44 @@ def test_a_process_dying_of_an_exception_leaves_failed_runs(mlflow_server, tmp_p
     assert client.get_run(run_id).info.status == "FAILED"
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == [0, 1, 2]
     assert wandb_exit_code(tmp_path / "wandb") == 1
+
+
+def test_dropped_loggers_and_multiprocessing_workers_end_their_runs(mlflow_server, tmp_path):
+    child = textwrap.dedent(
+        f"""
+        import multiprocessing, sys
+        from substrax.tracking import MLFlowLogger
+
+        def train(name):
+            logger = MLFlowLogger(  # never closed: dropped when train returns or raises
+                name, experiment_name="dropped", tracking_uri={mlflow_server.uri!r},
+                log_dir={str(tmp_path)!r},
+            )
+            logger.log_scalar("loss", 0.5, step=7)
+            print("RUN", name, logger.run_id, flush=True)
+
+        def worker(name):
+            train(name)
+            raise RuntimeError("the worker died")
+
+        if __name__ == "__main__":
+            for method in ("fork", "spawn"):
+                process = multiprocessing.get_context(method).Process(target=worker, args=(method,))
+                process.start()
+                process.join()
+            train("main")
+        """
+    )
+    script = tmp_path / "child.py"
+    script.write_text(child)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = dict(line.split()[1:] for line in result.stdout.splitlines() if line.startswith("RUN "))
+    assert set(runs) == {"fork", "spawn", "main"}, result.stdout
+    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    statuses = {name: client.get_run(run_id).info.status for name, run_id in runs.items()}
+    assert statuses == {"fork": "FAILED", "spawn": "FAILED", "main": "FINISHED"}
+    for run_id in runs.values():  # logged just before the end: delivered all the same
+        assert [m.value for m in client.get_metric_history(run_id, "loss")] == [0.5]

@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import atexit
+import multiprocessing.util
 import operator
 import os
+import sys
 import time
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from ._errors import (
     MetricOverflowError,
     UploadNotFoundError,
 )
+from ._failure import failed_by
 from ._paths import resolve_log_dir
 from ._records import Record
 from ._spool import Sink
@@ -31,15 +33,41 @@ from ._spool import Sink
 __all__ = ["RemoteLogger"]
 
 
-_OPEN: weakref.WeakSet[RemoteLogger] = weakref.WeakSet()
+# The loggers of this process not closed yet, held strongly: a logger dropped without close()
+# (made inside a function, or in a multiprocessing worker) is still closed at exit.
+_OPEN: dict[int, RemoteLogger] = {}
 _AT_EXIT_TIMEOUT = 10.0
+_EXIT_PRIORITY = 100  # multiprocessing finalizers: before pools and queues shut down
+_FINALIZED_PIDS: set[int] = set()  # the processes whose multiprocessing finalizer is registered
 
 
 def _close_open_loggers() -> None:
-    """At interpreter exit, deliver (or spool) what loggers that were never closed still hold."""
-    for logger in list(_OPEN):
+    """At exit, deliver (or spool) what loggers that were never closed still hold.
+
+    Runs from :mod:`atexit` and from a :mod:`multiprocessing` finalizer: a forked worker ends
+    by ``os._exit`` (no atexit), after running finalizers while its target's exception, if
+    any, is still in flight; that exception marks the runs failed.
+    """
+    error = sys.exc_info()[1]
+    for logger in list(_OPEN.values()):
+        if failed_by(error):
+            logger.mark_failed()
         logger.close_timeout = min(logger.close_timeout, _AT_EXIT_TIMEOUT)
         logger.close()
+
+
+def _register_exit_hooks() -> None:
+    # Run before the SDK's own exit hooks (atexit is last-in, first-out): W&B finishes its run
+    # at exit, so this logger must hand over what it holds first.
+    atexit.unregister(_close_open_loggers)
+    atexit.register(_close_open_loggers)
+    if os.getpid() not in _FINALIZED_PIDS:  # a forked child starts without its parent's finalizers
+        _FINALIZED_PIDS.add(os.getpid())
+        multiprocessing.util.Finalize(None, _close_open_loggers, exitpriority=_EXIT_PRIORITY)
+
+
+# A forked child does not own its parent's runs: it must not close (end) them at its exit.
+os.register_at_fork(after_in_child=_OPEN.clear)
 
 
 def _check_scalar(name: str, value: Any) -> None:
@@ -107,11 +135,8 @@ class RemoteLogger(Logger):
         self.media_dir = self.log_dir / f"{stem}.media"
 
     def _start(self, sink: Sink, label: str) -> None:
-        _OPEN.add(self)
-        # Run before the SDK's own exit hooks (atexit is last-in, first-out): W&B finishes its run
-        # at exit, so this logger must hand over what it holds first.
-        atexit.unregister(_close_open_loggers)
-        atexit.register(_close_open_loggers)
+        _OPEN[id(self)] = self
+        _register_exit_hooks()
         self._delivery = AsyncDelivery(
             sink,
             spool_path=self.spool_path,
@@ -185,6 +210,6 @@ class RemoteLogger(Logger):
         return self._delivery.flush(timeout)
 
     def _close(self) -> None:
-        _OPEN.discard(self)
+        _OPEN.pop(id(self), None)
         if self._delivery is not None:
             self._delivery.close(self.close_timeout)
