@@ -128,6 +128,7 @@ def test_the_meter_reads_the_step_outputs_only_at_window_ends(sharded_step):
         ({"flops_per_step": float("nan")}, ValueError, "flops_per_step=nan"),
         ({"peak_flops": 0.0}, ValueError, "peak_flops=0.0"),
         ({"examples_per_step": 2.5}, TypeError, "examples_per_step=2.5"),
+        ({"steps_per_call": 0}, ValueError, "steps_per_call=0"),
     ],
 )
 def test_the_meter_refuses_bad_options(options, error, match):
@@ -192,3 +193,66 @@ def test_pauses_nest_and_a_pause_waits_for_the_last_step(sharded_step):
         time.sleep(0.2)
     # the outer pause is the one counted: 1.2 s, where adding the inner one too would give 2.2
     assert 1.2 <= meter.paused_seconds < 2.2
+
+
+def test_with_steps_per_call_each_batch_end_counts_that_many_optimizer_steps():
+    meter = ThroughputMeter(
+        window=4,
+        examples_per_step=64,
+        tokens_per_example=16,
+        flops_per_step=1e6,
+        peak_flops=1e12,
+        steps_per_call=4,
+    )
+    start = time.perf_counter()
+    meter.on_batch_end(None, 0, {})  # starts the clock
+    for call in range(1, 5):  # one batch end per call of 4 optimizer steps
+        time.sleep(0.05)
+        meter.on_batch_end(None, call, {})
+    outside = time.perf_counter() - start
+    figures = meter.latest
+    # 16 optimizer steps, timed over at least the 0.2 s slept and at most the time around them
+    assert 16 / outside <= figures["steps_per_sec"] <= 16 / 0.2
+    assert figures["examples_per_sec"] == pytest.approx(64 * figures["steps_per_sec"])
+    assert figures["tokens_per_sec"] == pytest.approx(64 * 16 * figures["steps_per_sec"])
+    assert figures["flops_per_sec_per_device"] == pytest.approx(1e6 * figures["steps_per_sec"])
+    assert figures["mfu"] == pytest.approx(figures["flops_per_sec_per_device"] / 1e12)
+
+
+def test_a_pause_whose_wait_fails_raises_and_the_next_pause_still_counts(sharded_step):
+    step, w, x = sharded_step
+    meter = ThroughputMeter(window=3, peak_flops=None)
+    w, loss = step(w, x)
+    meter.on_batch_end(None, 0, {"loss": loss})
+    failed = jnp.ones(3)
+    failed.delete()  # an output that can never be waited for
+    meter.on_batch_end(None, 1, {"loss": failed})
+    with pytest.raises(jax.errors.JaxRuntimeError, match="deleted"), meter.pause():
+        pytest.fail("the block runs only once the pause has begun")
+    with meter.pause():  # not swallowed by a pause left open by the failure
+        time.sleep(PAUSE_S)
+    assert meter.paused_seconds >= PAUSE_S
+    for index in (2, 3):  # the window of steps 1 to 3 ends
+        w, loss = step(w, x)
+        meter.on_batch_end(None, index, {"loss": loss})
+    assert _window_seconds(meter) < PAUSE_S
+
+
+def test_train_begin_clears_a_validation_pause_that_never_ended(sharded_step):
+    step, w, x = sharded_step
+    meter = ThroughputMeter(window=2, peak_flops=None)
+    callbacks = CallbackList([meter])
+    callbacks.on_train_begin(None)
+    for index in range(2):
+        w, loss = step(w, x)
+        callbacks.on_batch_end(None, index, {"loss": loss})
+    callbacks.on_validation_begin(None)  # an evaluation that raised before its end hook
+    callbacks.on_train_begin(None)  # the trainer fits again
+    for index in range(3):
+        w, loss = step(w, x)
+        callbacks.on_batch_end(None, index, {"loss": loss})
+        if index == 1:
+            with meter.pause():
+                time.sleep(PAUSE_S)
+    assert meter.paused_seconds >= PAUSE_S  # the pause counted: no stale outer pause held it
+    assert _window_seconds(meter) < PAUSE_S

@@ -83,17 +83,26 @@ class ThroughputMeter(BaseCallback):
     first step (which compiles) is left out: the clock starts when it has finished.
     :attr:`latest` holds the last window's figures (``mfu`` None where the peak is unknown).
 
+    A step that runs several optimizer steps per call (``TrainStep(steps_per_call=k)`` from
+    substrax.spmd, one ``on_batch_end`` per call) is measured with ``steps_per_call=k``: each
+    ``on_batch_end`` then counts ``k`` optimizer steps, so ``steps_per_sec`` counts optimizer
+    steps and ``examples_per_step`` and ``flops_per_step`` stay per optimizer step (the global
+    batch of one of the ``k`` stacked batches, and ``TrainStep.flops_per_step``).
+
     Time spent outside training (evaluation, waiting for a checkpoint, a data reload) is left
     out of the windows by pausing the meter: ``with meter.pause(): ...``, or the
     ``on_validation_begin``/``on_validation_end`` hooks, which a trainer calls around its
     evaluation. A pause first waits for the last counted step to finish (so its compute stays
-    on the training side), then stops the clock until the pause ends; pauses nest.
-    :attr:`paused_seconds` adds up the time left out.
+    on the training side), then stops the clock until the pause ends; pauses nest. If that wait
+    raises (a step that failed), the error propagates and nothing is paused: the next pause
+    works as usual. :meth:`on_train_begin` clears a pause that was never ended (an evaluation
+    that raised before its end hook). :attr:`paused_seconds` adds up the time left out.
 
     Args:
         logger: where to log (``log_metrics(metrics, step)``); None only keeps :attr:`latest`.
-        window: steps per measurement (>= 1).
-        examples_per_step: the global batch size.
+        window: ``on_batch_end`` calls per measurement (>= 1): steps, or calls of
+            ``steps_per_call`` steps each.
+        examples_per_step: the global batch size (of one optimizer step).
         tokens_per_example: tokens in each example (sequence length), for ``tokens_per_sec``.
         flops_per_step: the FLOPs of one step on each device: ``TrainStep.flops_per_step(batch)``
             from substrax.spmd (per optimizer step, whatever its loops), or :func:`step_flops`
@@ -101,6 +110,8 @@ class ThroughputMeter(BaseCallback):
         peak_flops: one device's peak FLOP/s for MFU; ``"detect"`` reads it from
             ``substrax.devices``; None never computes MFU.
         prefix: put before every logged name.
+        steps_per_call: optimizer steps that each ``on_batch_end`` stands for (>= 1): the
+            ``steps_per_call`` of the train step called once per batch end.
 
     Example:
         >>> from substrax.callbacks import ThroughputMeter
@@ -123,8 +134,10 @@ class ThroughputMeter(BaseCallback):
         flops_per_step: float | None = None,
         peak_flops: float | Literal["detect"] | None = "detect",
         prefix: str = "throughput/",
+        steps_per_call: int = 1,
     ) -> None:
         check_int("window", window, minimum=1)
+        check_int("steps_per_call", steps_per_call, minimum=1)
         if examples_per_step is not None:
             check_int("examples_per_step", examples_per_step, minimum=1)
         if tokens_per_example is not None:
@@ -149,6 +162,7 @@ class ThroughputMeter(BaseCallback):
         self.flops_per_step = flops_per_step
         self.peak_flops: float | None = peak_flops
         self.prefix = prefix
+        self.steps_per_call = steps_per_call
         self.latest: dict[str, float | None] = {}
         self.paused_seconds = 0.0
         self._mark: float | None = None
@@ -158,9 +172,16 @@ class ThroughputMeter(BaseCallback):
         self._paused_at: float | None = None
 
     def on_train_begin(self, _trainer: object, /) -> None:
-        """Start afresh: the next step (which may compile) starts the clock."""
+        """Start afresh: the next step (which may compile) starts the clock.
+
+        A pause still open (an evaluation whose end hook never came) is dropped, with the
+        outputs the meter was to wait for; :attr:`paused_seconds` and :attr:`latest` are kept.
+        """
         self._mark = None
         self._steps = 0
+        self._last = {}
+        self._pauses = 0
+        self._paused_at = None
 
     @contextmanager
     def pause(self) -> Generator[None]:
@@ -191,11 +212,12 @@ class ThroughputMeter(BaseCallback):
         self._end_pause()
 
     def _begin_pause(self) -> None:
-        self._pauses += 1
-        if self._pauses == 1:
+        if self._pauses == 0:
+            last, self._last = self._last, {}  # waited for once: a failed step raises once
             if self._mark is not None:
-                _wait_for(self._last)  # the steps dispatched so far are training time
+                _wait_for(last)  # the steps dispatched so far are training time; may raise
             self._paused_at = time.perf_counter()
+        self._pauses += 1
 
     def _end_pause(self) -> None:
         if self._pauses == 0:
@@ -223,7 +245,7 @@ class ThroughputMeter(BaseCallback):
         _wait_for(logs)
         now = time.perf_counter()
         elapsed = max(now - self._mark, 1e-9)
-        self.latest = self._figures(self._steps / elapsed)
+        self.latest = self._figures(self._steps * self.steps_per_call / elapsed)
         self._mark, self._steps = now, 0
         if self.logger is not None:
             shown = {f"{self.prefix}{k}": v for k, v in self.latest.items() if v is not None}
