@@ -120,3 +120,47 @@ def test_a_list_field_is_kept_as_a_tuple_the_caller_cannot_edit() -> None:
     known.append("pipe")
     assert error.value == ("data", "model")
     assert str(error) == "value ('data', 'model') is refused"
+
+
+class _NamedImportError(StructuredError, ImportError, kw_only=True):
+    template = "no {name}"
+    name: str
+    path: str
+
+
+class _ExitError(StructuredError, SystemExit):
+    template = "quitting with {code}"
+    code: int
+
+
+def test_fields_named_like_the_builtins_own_attributes_keep_their_values() -> None:
+    error = _NamedImportError(name="wandb", path="/site/wandb")
+    assert (error.name, error.path, str(error)) == ("wandb", "/site/wandb", "no wandb")
+    copy = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    assert (copy.name, copy.path) == ("wandb", "/site/wandb")
+    assert _ExitError(3).code == 3
+
+
+def test_a_missing_extra_names_the_package_as_import_error_does() -> None:
+    from substrax.support import MissingExtraError
+
+    error = MissingExtraError(
+        "WandbLogger", "wandb.sdk", distribution="substrax-tracking", extra="wandb"
+    )
+    assert error.name == "wandb"
+    assert pickle.loads(pickle.dumps(error)).name == "wandb"  # noqa: S301 - our own bytes
+
+
+class _FlakyHook(_Handle):
+    def _block_failed(self, error: BaseException) -> None:
+        raise RuntimeError(f"cannot record {error!r}")
+
+
+def test_close_runs_even_when_recording_the_failure_fails(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    handle = _FlakyHook()
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyError), handle:
+        raise KeyError("step")
+    assert handle.closed == 1
+    assert "could not record the block's KeyError" in caplog.text

@@ -53,6 +53,14 @@ class Closeable(abc.ABC):
             return
         try:
             self._block_failed(exc)
+        except Exception:
+            _logger.warning(
+                "%s could not record the block's %s",
+                type(self).__name__,
+                type(exc).__name__,
+                exc_info=True,
+            )
+        try:
             self.close()
         except Exception:
             _logger.warning(

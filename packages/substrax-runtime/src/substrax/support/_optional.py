@@ -16,6 +16,7 @@ class MissingExtraError(StructuredError, ImportError):
         module: the module that failed to import.
         distribution: the substrax distribution whose extra installs it.
         extra: that extra's name.
+        name: the top-level package that is missing (``ImportError.name``, e.g. ``"wandb"``).
     """
 
     __module__ = "substrax.support"
@@ -24,6 +25,10 @@ class MissingExtraError(StructuredError, ImportError):
     module: str
     distribution: str
     extra: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.name = self.module.partition(".")[0]  # what `except ImportError as e` checks
 
     def _message(self) -> str:
         package = self.module.partition(".")[0]

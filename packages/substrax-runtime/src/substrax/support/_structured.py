@@ -41,14 +41,21 @@ class StructuredError(PicklableError):
         dataclasses.dataclass(cls, eq=False, repr=False, kw_only=kw_only)
 
     def __post_init__(self) -> None:
-        for name, value in list(vars(self).items()):
+        fields = self._fields()
+        for name, value in fields.items():
             if isinstance(value, list):  # never share (and show later edits of) a caller's list
-                setattr(self, name, tuple(cast("list[object]", value)))
+                fields[name] = tuple(cast("list[object]", value))
+                setattr(self, name, fields[name])
         error = cast("BaseException", self)
         builtin_base(type(error)).__init__(error, self._message())
+        for name, value in fields.items():  # the builtin resets its own (ImportError.name, ...)
+            setattr(self, name, value)
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            field.name: getattr(self, field.name) for field in dataclasses.fields(cast("Any", self))
+        }
 
     def _message(self) -> str:
         """The error's text: ``template`` formatted with the fields."""
-        names = (field.name for field in dataclasses.fields(cast("Any", self)))
-        fields = {name: getattr(self, name) for name in names}
-        return self.template.format_map(fields)
+        return self.template.format_map(self._fields())
