@@ -336,6 +336,7 @@ def _error_samples() -> list[BaseException]:
         tracking.FileLogValueError(here, 3, "not JSON"),
         tracking.ImageShapeError("sample", (3,)),
         tracking.InvalidLoggerNameError(""),
+        tracking.LogDirNotWritableError("WandbLogger", here, "Permission denied"),
         tracking.LoggedTypeError("metric", object, "a number", got="type"),
         tracking.LoggerClosedError("run"),
         tracking.MetricOverflowError("loss", 10**400),

@@ -4,6 +4,7 @@ Offline runs are read back from their run files with wandb's own record reader.
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,3 +132,46 @@ def test_wandb_variables_apply_where_no_argument_is_given(offline, monkeypatch, 
         logger.log_scalar("loss", 0.5, step=1)
     run, _ = run_record(tmp_path / "second")
     assert (run.project, list(run.tags)) == ("from-arg", ["mine"])  # an argument wins
+
+
+def test_a_relative_xdg_data_home_is_ignored(monkeypatch, tmp_path):
+    from substrax.tracking._wandb import wandb_root_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path / "..")
+    root = wandb_root_dir("demo", None, {}, env={"XDG_DATA_HOME": "relative/data"})
+    assert root == tmp_path.resolve() / ".local" / "share" / "substrax"
+
+
+def test_a_log_dir_that_cannot_be_created_is_refused_up_front(offline, tmp_path):
+    from substrax.tracking import LogDirNotWritableError
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(LogDirNotWritableError) as raised:
+        WandbLogger("refused", log_dir=tmp_path / "a-file" / "runs")
+    assert raised.value.path == tmp_path / "a-file" / "runs"
+    assert "pass a writable log_dir=" in str(raised.value)
+
+
+def test_an_unwritable_wandb_dir_is_refused_not_replaced_by_tmp(offline, tmp_path):
+    read_only = tmp_path / "read-only"
+    read_only.mkdir(mode=0o555)
+    command = [sys.executable, "-c", "from substrax.tracking import WandbLogger; WandbLogger('ro')"]
+    if os.geteuid() == 0:  # root writes anywhere, unless it gives up that capability
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: cannot make a directory unwritable")
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *command]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "WANDB_DIR": str(read_only)},
+    )
+    assert result.returncode == 1
+    assert (
+        f"LogDirNotWritableError: WandbLogger: cannot write to the directory '{read_only}/wandb'"
+        in result.stderr
+    )
+    assert not (read_only / "wandb").exists()

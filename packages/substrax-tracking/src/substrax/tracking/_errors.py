@@ -16,6 +16,7 @@ __all__ = [
     "FileLogValueError",
     "ImageShapeError",
     "InvalidLoggerNameError",
+    "LogDirNotWritableError",
     "LoggedTypeError",
     "LoggerClosedError",
     "MetricOverflowError",
@@ -61,6 +62,28 @@ class LoggerClosedError(StructuredError, RuntimeError):
     __module__ = "substrax.tracking"
     template = "logger {logger_name!r} is closed; create a new one to log again"
     logger_name: str
+
+
+class LogDirNotWritableError(_PathTextError, PermissionError):
+    """A logger's directory cannot be created or written by this process.
+
+    Raised up front: W&B would otherwise write the run to ``/tmp/wandb`` without a word, while
+    the logger names the directory given.
+
+    Attributes:
+        logger: the logger class.
+        path: the directory (resolved).
+        reason: what failed (the operating system's message).
+    """
+
+    __module__ = "substrax.tracking"
+    template = (
+        "{logger}: cannot write to the directory {path!r} ({reason}); make it writable by this "
+        "process, or pass a writable log_dir= (or dir=, or set WANDB_DIR) instead"
+    )
+    logger: str
+    path: Path
+    reason: str
 
 
 class InvalidLoggerNameError(StructuredError, ValueError):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
+from ._errors import LogDirNotWritableError
 
-__all__ = ["resolve_log_dir"]
+
+__all__ = ["ensure_writable_dir", "resolve_log_dir"]
 
 
 def resolve_log_dir(name: str, log_dir: str | os.PathLike[str] | None) -> Path:
@@ -26,3 +29,24 @@ def resolve_log_dir(name: str, log_dir: str | os.PathLike[str] | None) -> Path:
     from substrax.artifacts import resolve_output_dir  # noqa: PLC0415
 
     return Path(resolve_output_dir(name).path)
+
+
+def ensure_writable_dir(path: Path, logger: str) -> None:
+    """Create the directory ``path`` if needed and check that this process can write in it.
+
+    Raises:
+        LogDirNotWritableError: it cannot be created, or a file cannot be created in it.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.tracking._paths import ensure_writable_dir
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     ensure_writable_dir(Path(directory) / "runs", "WandbLogger")
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):  # what the OS allows, whatever the mode bits say
+            pass
+    except OSError as error:
+        raise LogDirNotWritableError(logger, path, error.strerror or str(error)) from error

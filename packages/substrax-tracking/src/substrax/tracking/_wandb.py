@@ -16,6 +16,7 @@ from substrax.support import check_int, check_seconds, require
 from ._base import safe_name
 from ._errors import LoggerClosedError, ResumeWithoutRunIdError
 from ._first_attempt import FirstAttempt
+from ._paths import ensure_writable_dir
 from ._records import Record
 from ._remote import RemoteLogger
 from ._spool import register_sink_factory
@@ -202,8 +203,9 @@ def wandb_root_dir(
 
     In order: ``dir=`` (or ``settings``' ``root_dir``), then ``log_dir``, then W&B's own
     ``WANDB_DIR``, then ``$AVITAI_OUTPUT_DIR/<name>``, then ``$XDG_DATA_HOME/substrax``
-    (``~/.local/share/substrax``): a directory that lasts, never a temporary one that the OS may
-    clear before ``wandb sync`` uploads the run, and never the working tree.
+    (``~/.local/share/substrax``; a relative ``XDG_DATA_HOME`` is ignored, as the XDG spec says):
+    a directory that lasts, never a temporary one that the OS may clear before ``wandb sync``
+    uploads the run, and never the working tree.
 
     Example:
         >>> from substrax.tracking._wandb import wandb_root_dir
@@ -226,8 +228,10 @@ def wandb_root_dir(
 
     if environ.get("AVITAI_OUTPUT_DIR"):
         return resolve_output_dir(name, env=environ).path
-    data_home = environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home).expanduser().resolve() / "substrax"
+    data_home = environ.get("XDG_DATA_HOME", "")
+    if not Path(data_home).is_absolute():  # the XDG spec: a relative value is to be ignored
+        data_home = str(Path.home() / ".local" / "share")
+    return Path(data_home).resolve() / "substrax"
 
 
 def base_url(settings: Any) -> str | None:
@@ -406,8 +410,9 @@ class WandbLogger(RemoteLogger):
         self._run_id = run_id
         if not self.active:
             return
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.root_dir.mkdir(parents=True, exist_ok=True)
+        # W&B falls back to /tmp/wandb, silently, when its dir is not writable: refuse up front.
+        ensure_writable_dir(self.log_dir, "WandbLogger")
+        ensure_writable_dir(self.root_dir / "wandb", "WandbLogger")
         if "WANDB_REINIT" not in os.environ:
             init_options.setdefault("reinit", "create_new")
         if resume_step is not None:
