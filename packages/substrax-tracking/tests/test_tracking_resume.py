@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 from substrax.tracking import (
+    FileLogBusyError,
     FileLogger,
     MLFlowLogger,
     ResumeWithoutRunIdError,
@@ -442,3 +443,99 @@ def test_wandb_replay_of_a_resumed_run_rewinds_it_like_the_live_logger(wandb_off
     rows = wandb_history(segments)
     assert [row["_step"] for row in rows] == list(range(END + 1))
     assert [row["loss"] for row in rows] == [1.0] * (SAVED + 1) + [2.0] * (END - SAVED)
+
+
+_HOLDING_CHILD = """
+import sys
+from substrax.tracking import FileLogger
+
+with FileLogger("run", sys.argv[1], flush_every=0) as logger:
+    for step in range(3):
+        logger.log_scalar("other", float(step), step=step)
+    print("holding", flush=True)
+    sys.stdin.readline()  # until the test lets go
+    logger.log_scalar("other", 3.0, step=3)
+"""
+
+
+def test_a_file_log_held_by_another_process_is_refused_not_rewritten(tmp_path):
+    with subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_HOLDING_CHILD), str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        try:
+            assert child.stdout is not None
+            assert child.stdin is not None
+            assert child.stdout.readline() == "holding\n"
+            with pytest.raises(FileLogBusyError) as caught:
+                FileLogger("run", tmp_path, resume_step=1)
+            assert caught.value.pid == child.pid
+            assert caught.value.log_dir == tmp_path.resolve()
+            assert str(tmp_path) in str(caught.value)
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.wait(timeout=60) == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
+    assert not (tmp_path / "run.log.lock").exists()
+    assert [step for step, _ in read_scalars(tmp_path / "run.metrics.jsonl")["other"]] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    with FileLogger("run", tmp_path, resume_step=1) as logger:  # now it is free
+        assert logger.dropped_records == 2
+        with pytest.raises(FileLogBusyError, match="another name or log_dir"):
+            FileLogger("run", tmp_path)  # a second logger in the same process, too
+        with FileLogger("other", tmp_path):  # another name is another log
+            pass
+
+
+def test_file_logger_appends_after_a_line_a_kill_cut_short(tmp_path, caplog):
+    with FileLogger("run", tmp_path) as logger:
+        for step in range(3):
+            logger.log_scalar("loss", first_attempt_values(step), step=step)
+    for name in ("run.metrics.jsonl", "run.metrics.csv"):
+        data = (tmp_path / name).read_bytes()
+        (tmp_path / name).write_bytes(data[:-7])  # step 2's line, cut short by a kill
+    with FileLogger("run", tmp_path) as logger:  # restarted without resume_step
+        logger.log_scalar("loss", resumed_values(3), step=3)
+    assert "cut short" in caplog.text
+    jsonl, csv_steps = file_steps(tmp_path)
+    assert jsonl["loss"] == [(0, 1.0), (1, 0.5), (3, resumed_values(3))]
+    assert csv_steps["loss"] == [0, 1, 3]
+
+
+def test_a_csv_row_damaged_with_a_quote_does_not_hide_the_rows_after_it(tmp_path):
+    with FileLogger("run", tmp_path) as logger:
+        for step in range(REACHED + 1):
+            logger.log_scalar("loss", first_attempt_values(step), step=step)
+    csv_path = tmp_path / "run.metrics.csv"
+    lines = csv_path.read_text().splitlines(keepends=True)
+    lines[2] = lines[2].replace(",loss", ',"loss')  # step 1's row: an opening quote, no end
+    csv_path.write_text("".join(lines))
+    with FileLogger("run", tmp_path, resume_step=SAVED):
+        pass
+    rows = csv_path.read_text().splitlines()
+    assert [row.split(",")[1] for row in rows[1:]] == [str(step) for step in range(SAVED + 1)]
+
+
+def test_file_logger_warns_of_a_resume_step_its_log_does_not_reach(tmp_path, caplog):
+    with FileLogger("run", tmp_path / "missing", resume_step=7):
+        pass
+    assert "resume_step=7" in caplog.text
+    assert str(tmp_path / "missing") in caplog.text
+    caplog.clear()
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_scalar("loss", 0.5, step=3)
+    with FileLogger("run", tmp_path, resume_step=3):
+        pass
+    assert not caplog.text  # the log reaches step 3
+    with FileLogger("run", tmp_path, resume_step=9):
+        pass
+    assert "resume_step=9" in caplog.text
+    assert "up to 3" in caplog.text

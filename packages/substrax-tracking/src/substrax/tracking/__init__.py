@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ._console import ConsoleLogger as ConsoleLogger
     from ._errors import (
         EmptyMetricNameError as EmptyMetricNameError,
+        FileLogBusyError as FileLogBusyError,
         FileLogValueError as FileLogValueError,
         ImageShapeError as ImageShapeError,
         InvalidLoggerNameError as InvalidLoggerNameError,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         SpoolBusyError as SpoolBusyError,
         SpoolNotFoundError as SpoolNotFoundError,
         UnknownBackendError as UnknownBackendError,
+        UnknownRunIdError as UnknownRunIdError,
         UploadNotFoundError as UploadNotFoundError,
     )
     from ._factory import create_logger as create_logger
@@ -66,6 +68,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(
         (
             "EmptyMetricNameError",
+            "FileLogBusyError",
             "FileLogValueError",
             "ImageShapeError",
             "InvalidLoggerNameError",
@@ -82,6 +85,7 @@ _HOMES: dict[str, str] = {
             "SpoolBusyError",
             "SpoolNotFoundError",
             "UnknownBackendError",
+            "UnknownRunIdError",
             "UploadNotFoundError",
         ),
         "_errors",
@@ -101,6 +105,7 @@ _HOMES: dict[str, str] = {
 __all__ = [
     "ConsoleLogger",
     "EmptyMetricNameError",
+    "FileLogBusyError",
     "FileLogValueError",
     "FileLogger",
     "ImageShapeError",
@@ -124,6 +129,7 @@ __all__ = [
     "SpoolNotFoundError",
     "TensorBoardLogger",
     "UnknownBackendError",
+    "UnknownRunIdError",
     "UploadNotFoundError",
     "WandbLogger",
     "create_logger",

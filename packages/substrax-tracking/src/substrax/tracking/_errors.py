@@ -13,6 +13,7 @@ from substrax.support import PicklableError, StructuredError
 
 __all__ = [
     "EmptyMetricNameError",
+    "FileLogBusyError",
     "FileLogValueError",
     "ImageShapeError",
     "InvalidLoggerNameError",
@@ -29,6 +30,7 @@ __all__ = [
     "ResumeWithoutRunIdError",
     "SpoolNotFoundError",
     "UnknownBackendError",
+    "UnknownRunIdError",
     "UploadNotFoundError",
 ]
 
@@ -371,6 +373,52 @@ class ResumeWithoutRunIdError(StructuredError, ValueError):
     )
     logger: str
     resume_step: object
+
+
+class FileLogBusyError(_PathTextError, RuntimeError):
+    """Another :class:`FileLogger` (in this or another process) holds the same file log.
+
+    Two writers of one log would lose records: a resume rewrites the files under the other, and
+    lines of both interleave. Nothing was written.
+
+    Attributes:
+        log_dir: the directory.
+        name: the log's file name stem (the logger name made file-safe).
+        pid: the process holding it (None when it could not be read).
+    """
+
+    __module__ = "substrax.tracking"
+    log_dir: Path
+    name: str
+    pid: int | None
+
+    def _message(self) -> str:
+        holder = f"process {self.pid}" if self.pid is not None else "another process"
+        return (
+            f"the file log {self.name!r} in {str(self.log_dir)!r} is held by a FileLogger of "
+            f"{holder}; close that logger (or let that process end) first, or give this one "
+            "another name or log_dir"
+        )
+
+
+class UnknownRunIdError(StructuredError, ValueError):
+    """A remote logger was given a ``run_id`` that its tracking server does not know.
+
+    Attributes:
+        logger: the logger class.
+        run_id: the run id given.
+        tracking_uri: where it was looked up.
+    """
+
+    __module__ = "substrax.tracking"
+    template = (
+        "{logger}: the store at {tracking_uri} has no run {run_id!r}; pass the run id that the "
+        "first attempt's logger had (logger.run_id, stored with the checkpoint) and the "
+        "tracking_uri it logged to, or leave run_id out to start a new run"
+    )
+    logger: str
+    run_id: str
+    tracking_uri: str
 
 
 class NotARecordError(StructuredError, ValueError):

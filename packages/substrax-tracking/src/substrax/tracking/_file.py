@@ -14,12 +14,12 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, BinaryIO, TextIO, cast
 
 from substrax.support import check_int, check_seconds, install_hint, optional, write_atomically
 
 from ._base import Logger, as_scalar, check_metric_name, histogram_summary, safe_name
-from ._errors import LoggerClosedError
+from ._errors import FileLogBusyError, LoggerClosedError
 from ._media import save_image
 
 
@@ -104,8 +104,11 @@ def _complete_text(path: Path) -> tuple[str, bool]:
     return data[:end].decode("utf-8"), end < len(data)
 
 
-def _drop_jsonl_past(path: Path, step: int) -> int:
-    r"""Rewrite a JSONL log without its records of steps after ``step``; return how many it dropped.
+def _drop_jsonl_past(path: Path, step: int) -> tuple[int, int | None]:
+    r"""Rewrite a JSONL log without its records of steps after ``step``.
+
+    Returns:
+        how many records it dropped, and the highest step it held (None: none).
 
     A line that is not a JSON object with an integer ``step`` is kept, except a last line with
     no newline (a write cut short), which is dropped.
@@ -118,10 +121,11 @@ def _drop_jsonl_past(path: Path, step: int) -> int:
         ...     log = Path(directory) / "run.metrics.jsonl"
         ...     _ = log.write_text('{"step": 1}\n{"step": null}\n{"step": 5}\n{"ste')
         ...     _drop_jsonl_past(log, 2), log.read_text()
-        (2, '{"step": 1}\n{"step": null}\n')
+        ((2, 5), '{"step": 1}\n{"step": null}\n')
     """
     if not path.exists():
-        return 0
+        return 0, None
+    highest: int | None = None
     text, cut = _complete_text(path)
     kept: list[str] = []
     for line in text.splitlines(keepends=True):
@@ -131,12 +135,14 @@ def _drop_jsonl_past(path: Path, step: int) -> int:
             kept.append(line)
             continue
         logged = cast("dict[str, object]", record).get("step") if isinstance(record, dict) else None
+        if type(logged) is int:
+            highest = logged if highest is None else max(highest, logged)
         if not (type(logged) is int and logged > step):
             kept.append(line)
     dropped = len(text.splitlines()) - len(kept) + cut
     if dropped:
         write_atomically(path, "".join(kept))
-    return dropped
+    return dropped, highest
 
 
 def _drop_csv_past(path: Path, step: int) -> None:
@@ -144,19 +150,76 @@ def _drop_csv_past(path: Path, step: int) -> None:
     if not path.exists():
         return
     text, cut = _complete_text(path)
-    rows = list(csv.reader(io.StringIO(text, newline="")))
-    kept = [
-        row
-        for index, row in enumerate(rows)
-        if index == 0
-        or not (logged := row[1:2])
-        or not logged[0].isdigit()
-        or int(logged[0]) <= step
-    ]
-    if cut or len(kept) < len(rows):
-        buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerows(kept)
-        write_atomically(path, buffer.getvalue())
+    lines = text.splitlines(keepends=True)
+    # row by row: a line damaged with an opening quote cannot swallow the lines after it
+    kept = [line for index, line in enumerate(lines) if index == 0 or not _csv_past(line, step)]
+    if cut or len(kept) < len(lines):
+        write_atomically(path, "".join(kept))
+
+
+def _csv_past(line: str, step: int) -> bool:
+    """Whether a CSV metric line is a row of a step after ``step`` (a line not a row is kept)."""
+    try:
+        row = next(csv.reader([line]), [])
+    except csv.Error:
+        return False
+    logged = row[1:2]
+    return bool(logged) and logged[0].isdigit() and int(logged[0]) > step
+
+
+def _end_torn_line(path: Path) -> None:
+    """Drop a last line a killed process cut short (no newline), so appends start a new line."""
+    try:
+        with path.open("rb+") as file:
+            size = file.seek(0, os.SEEK_END)
+            if not size:
+                return
+            file.seek(-1, os.SEEK_END)
+            if file.read(1) == b"\n":
+                return
+            file.seek(0)
+            data = file.read()
+            file.truncate(data.rfind(b"\n") + 1)
+    except FileNotFoundError:
+        return
+    _logger.warning("%s ended in a line cut short (a killed process); it was dropped", path)
+
+
+def _hold_log(lock_path: Path, log_dir: Path, name: str) -> BinaryIO | None:
+    """Hold an exclusive ``flock`` on ``lock_path``: the open file (None where locks are missing).
+
+    Closing the file (or its collection with a logger dropped unclosed) lets it go.
+
+    Raises:
+        FileLogBusyError: another logger (of any process) holds it.
+    """
+    fcntl = optional("fcntl")
+    if fcntl is None:  # Windows: the log is not guarded
+        return None
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip()
+            os.close(fd)
+            raise FileLogBusyError(
+                log_dir, name, int(holder) if holder.isdigit() else None
+            ) from None
+        except OSError as error:  # a file system without locks (some network mounts)
+            os.close(fd)
+            _logger.debug("%s cannot be locked (%s); the log is not guarded", lock_path, error)
+            return None
+        try:
+            current = lock_path.stat().st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            held = os.fdopen(fd, "r+b", buffering=0)
+            held.truncate(0)
+            held.write(str(os.getpid()).encode())
+            return held
+        os.close(fd)  # a logger closing meanwhile removed the file we locked: lock the new one
 
 
 class FileLogger(Logger):
@@ -180,7 +243,16 @@ class FileLogger(Logger):
     checkpoint and the resumed run logs again, so every step appears once. Records at or before
     ``S`` and records without a step are kept; a last line cut short by a killed process (no
     newline) is dropped. Image and histogram files of later steps are overwritten when those
-    steps are logged again, not deleted. :attr:`dropped_records` counts what was dropped.
+    steps are logged again, not deleted. :attr:`dropped_records` counts what was dropped. A
+    ``resume_step`` past every step the log holds, or a log that is not there, is warned about
+    (a ``name`` or ``log_dir`` other than the first attempt's?). Without ``resume_step``, a last
+    line cut short is dropped too, so that the next record starts a line of its own.
+
+    One logger at a time holds a file log: while it is open it holds an exclusive ``flock`` on
+    ``<name>.log.lock`` (removed at :meth:`close`), and a second :class:`FileLogger` of the same
+    ``name`` and ``log_dir``, in any process, raises :class:`FileLogBusyError` instead of
+    writing into (or rewriting) the same files. Where the file system has no ``flock``
+    (Windows, some network mounts), the log is not guarded.
 
     Args:
         name: the logger name, used in the file names.
@@ -194,6 +266,7 @@ class FileLogger(Logger):
     Raises:
         TypeError: ``resume_step`` is not an int.
         ValueError: ``resume_step`` is negative.
+        FileLogBusyError: another open logger holds this file log.
 
     Example:
         >>> import tempfile, pathlib
@@ -244,19 +317,61 @@ class FileLogger(Logger):
         self._last_flush = time.time()
         self._names: dict[str, tuple[str, str]] = {}
         self._warned_plots = False
+        self._held: BinaryIO | None = None
         if self.active:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            if resume_step is not None:
-                self.dropped_records = sum(
-                    _drop_jsonl_past(path, resume_step)
-                    for path in (self.metrics_jsonl, self.text_jsonl, self.histograms_jsonl)
+            self.lock_path = self.log_dir / f"{stem}.log.lock"
+            self._held = _hold_log(self.lock_path, self.log_dir, stem)
+            try:
+                self._open(resume_step)
+            except BaseException:
+                self._release()
+                raise
+
+    def _open(self, resume_step: int | None) -> None:
+        logs = (self.metrics_jsonl, self.text_jsonl, self.histograms_jsonl)
+        if resume_step is not None:
+            found = [_drop_jsonl_past(path, resume_step) for path in logs]
+            self.dropped_records = sum(dropped for dropped, _ in found)
+            _drop_csv_past(self.metrics_csv, resume_step)
+            steps = [highest for _, highest in found if highest is not None]
+            if not any(path.exists() for path in (*logs, self.metrics_csv)):
+                _logger.warning(
+                    "FileLogger(%r): resume_step=%d, but %s holds no file log %r (%s); check "
+                    "that name and log_dir are the first attempt's",
+                    self.name,
+                    resume_step,
+                    self.log_dir,
+                    self.stem,
+                    self.metrics_jsonl.name,
                 )
-                _drop_csv_past(self.metrics_csv, resume_step)
-            self._jsonl = self.metrics_jsonl.open("a", encoding="utf-8", buffering=1 << 16)
-            new_csv = not self.metrics_csv.exists() or self.metrics_csv.stat().st_size == 0
-            self._csv = self.metrics_csv.open("a", encoding="utf-8", newline="", buffering=1 << 16)
-            if new_csv:
-                self._csv.write("time,step,name,value\n")
+            elif max(steps, default=-1) < resume_step:
+                _logger.warning(
+                    "FileLogger(%r): resume_step=%d, but the file log %s holds steps only up to "
+                    "%s; the records of the steps after that are missing from it",
+                    self.name,
+                    resume_step,
+                    self.metrics_jsonl,
+                    max(steps) if steps else "none",
+                )
+        else:
+            for path in (*logs, self.metrics_csv):
+                _end_torn_line(path)
+        self._jsonl = self.metrics_jsonl.open("a", encoding="utf-8", buffering=1 << 16)
+        new_csv = not self.metrics_csv.exists() or self.metrics_csv.stat().st_size == 0
+        self._csv = self.metrics_csv.open("a", encoding="utf-8", newline="", buffering=1 << 16)
+        if new_csv:
+            self._csv.write("time,step,name,value\n")
+
+    def _release(self) -> None:
+        """Let the file log go: close its files and remove the lock."""
+        for file in (self._jsonl, self._csv):
+            if file is not None:
+                file.close()
+        held, self._held = self._held, None
+        if held is not None:
+            self.lock_path.unlink(missing_ok=True)  # before the lock goes: never another's file
+            held.close()
 
     def _encoded(self, key: str, value: Any) -> tuple[str, str]:
         encoded = self._names.get(key)
@@ -374,6 +489,4 @@ class FileLogger(Logger):
 
     def _close(self) -> None:
         self.flush()
-        for file in (self._jsonl, self._csv):
-            if file is not None:
-                file.close()
+        self._release()
