@@ -37,7 +37,7 @@ def test_unknown_backend_lists_the_registered_ones():
     with pytest.raises(UnknownBackendError) as caught:
         load_backend("nowhere", discover=_discover(("local", "substrax.compute:LocalBackend")))
     assert caught.value.name == "nowhere"
-    assert caught.value.known == ["local"]
+    assert caught.value.known == ("local",)
     assert isinstance(caught.value, LookupError)
 
 
