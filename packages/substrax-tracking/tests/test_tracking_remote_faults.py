@@ -10,7 +10,7 @@ import time
 import pytest
 
 from substrax.testing import free_port
-from substrax.tracking import MLFlowLogger, SpoolNotFoundError, replay_spool
+from substrax.tracking import MLFlowLogger, SpoolNotFoundError, UnknownRunIdError, replay_spool
 
 
 pytest.importorskip("mlflow", reason="the mlflow extra is needed for MLFlowLogger")
@@ -137,8 +137,10 @@ def test_a_server_that_refuses_the_run_id_raises_at_construction(vanishing_mlflo
     from mlflow.exceptions import RestException
 
     server = vanishing_mlflow()
-    with pytest.raises(RestException, match="RESOURCE_DOES_NOT_EXIST"):
+    with pytest.raises(UnknownRunIdError, match="leave run_id out") as caught:
         MLFlowLogger("resume", tracking_uri=server.uri, log_dir=tmp_path, run_id="nope")
+    assert (caught.value.run_id, caught.value.tracking_uri) == ("nope", server.uri)
+    assert isinstance(caught.value.__cause__, RestException)  # the server's answer
     with pytest.raises(ValueError, match="connect_timeout"):
         MLFlowLogger("x", tracking_uri=server.uri, log_dir=tmp_path, connect_timeout=0)
 

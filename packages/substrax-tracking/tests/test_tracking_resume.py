@@ -20,7 +20,9 @@ from substrax.tracking import (
     FileLogger,
     MLFlowLogger,
     ResumeWithoutRunIdError,
+    UnknownRunIdError,
     WandbLogger,
+    create_logger,
     read_scalars,
 )
 
@@ -539,3 +541,25 @@ def test_file_logger_warns_of_a_resume_step_its_log_does_not_reach(tmp_path, cap
         pass
     assert "resume_step=9" in caplog.text
     assert "up to 3" in caplog.text
+
+
+def test_mlflow_unknown_run_id_names_the_store_and_what_to_do(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(UnknownRunIdError) as caught:
+        MLFlowLogger("run", tracking_uri=uri, log_dir=tmp_path, run_id="0" * 32, resume_step=3)
+    assert caught.value.tracking_uri == uri
+    assert caught.value.run_id == "0" * 32
+    assert uri in str(caught.value)
+    assert "logger.run_id" in str(caught.value)
+
+
+def test_create_logger_resumes_its_file_log(tmp_path):
+    with create_logger("run", tmp_path, console=False) as logger:
+        for step in range(REACHED + 1):
+            logger.log_scalar("loss", first_attempt_values(step), step=step)
+    with create_logger("run", tmp_path, console=False, resume_step=SAVED) as logger:
+        for step in range(SAVED + 1, END + 1):
+            logger.log_scalar("loss", resumed_values(step), step=step)
+    jsonl, csv_steps = file_steps(tmp_path)
+    assert [step for step, _ in jsonl["loss"]] == csv_steps["loss"] == list(range(END + 1))
+    assert dict(jsonl["loss"])[SAVED + 1] == resumed_values(SAVED + 1)

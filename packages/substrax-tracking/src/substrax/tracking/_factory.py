@@ -28,6 +28,7 @@ def create_logger(
     stream: TextIO | None = None,
     process_index: int | None = None,
     all_processes: bool = False,
+    resume_step: int | None = None,
 ) -> Logger:
     """A logger that prints to the console and writes a :class:`FileLogger` log.
 
@@ -44,6 +45,9 @@ def create_logger(
         stream: the console stream; default stdout.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log on every process, not only process 0.
+        resume_step: the step of the checkpoint a resumed run restored: the file log drops
+            what it holds past it (see :class:`FileLogger`); TensorBoard's event files are
+            not rewritten.
 
     Returns:
         One logger, or a :class:`MultiLogger` of several.
@@ -74,7 +78,11 @@ def create_logger(
         if log_to_file:
             loggers.append(
                 FileLogger(
-                    name, directory, process_index=process_index, all_processes=all_processes
+                    name,
+                    directory,
+                    process_index=process_index,
+                    all_processes=all_processes,
+                    resume_step=resume_step,
                 )
             )
         if tensorboard:

@@ -17,7 +17,7 @@ from substrax.support import check_int, check_seconds, require
 
 from . import _http_bounds as http_bounds
 from ._base import safe_name
-from ._errors import ResumeWithoutRunIdError
+from ._errors import ResumeWithoutRunIdError, UnknownRunIdError
 from ._first_attempt import FirstAttempt
 from ._records import Record
 from ._remote import RemoteLogger
@@ -34,6 +34,7 @@ RESUMED_FROM_TAG = "substrax.resumed_from_step"
 
 _MAX_METRICS, _MAX_PARAMS = 1000, 100
 _STATS = ("min", "max", "mean", "std")
+_NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"  # MLflow's error code for an unknown run id
 
 
 def _import_mlflow() -> Any:
@@ -297,7 +298,8 @@ class MLFlowLogger(RemoteLogger):
     answer by then is warned about, and the run goes on: records are spooled, and the run is
     created (tagged ``substrax.run_key``) and sent everything once the server answers, by
     this logger or by ``python -m substrax.tracking replay``. :attr:`run_id` is None until
-    then. A server that answers with an error (an unknown ``run_id``) raises at construction.
+    then. A server that answers with an error raises at construction (an unknown ``run_id``:
+    :class:`UnknownRunIdError`).
     For an ``http(s)`` server, MLflow's own HTTP retries are turned off and each request is
     bounded by ``connect_timeout`` unless ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` or
     ``MLFLOW_HTTP_REQUEST_TIMEOUT`` are set; :meth:`close` returns within ``close_timeout``
@@ -344,6 +346,7 @@ class MLFlowLogger(RemoteLogger):
         ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` not
             a finite number >= 0 (NaN and infinity are refused: pick a bound).
         ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` (a ``ValueError``).
+        UnknownRunIdError: the store has no run ``run_id`` (a ``ValueError``).
 
     Example:
         >>> import tempfile
@@ -431,8 +434,10 @@ class MLFlowLogger(RemoteLogger):
                     else f"could not be reached ({type(failure).__name__}: {failure})",
                     self.spool_path,
                 )
-        except BaseException:
+        except BaseException as error:
             sink.release()
+            if run_id is not None and getattr(error, "error_code", None) == _NOT_FOUND:
+                raise UnknownRunIdError("MLFlowLogger", run_id, self.tracking_uri) from error
             raise
         self._sink = sink
         self._start(sink, f"MLFlowLogger({name!r})")
