@@ -22,6 +22,7 @@ from ._first_attempt import FirstAttempt
 from ._records import Record
 from ._remote import RemoteLogger
 from ._spool import register_sink_factory
+from ._store_lock import store_lock
 
 
 __all__ = ["RESUMED_FROM_TAG", "RUN_KEY_TAG", "MLFlowLogger"]
@@ -110,7 +111,8 @@ class _MlflowSink:
         self._bounded = http_bounds.acquire(tracking_uri, request_timeout)
         self._first: FirstAttempt | None = None
         self.failed = False  # end the run as FAILED
-        self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=registry_uri)
+        with store_lock(tracking_uri):  # opening a new sqlite store creates its tables
+            self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=registry_uri)
 
     @classmethod
     def from_target(cls, target: Mapping[str, Any]) -> _MlflowSink:
@@ -153,6 +155,10 @@ class _MlflowSink:
 
     def set_up(self) -> None:
         """Find or create the run (and resume it), through the network."""
+        with store_lock(self.tracking_uri):  # jobs starting together create one experiment
+            self._set_up()
+
+    def _set_up(self) -> None:
         client = self.client
         if self._resume:
             assert self.run_id is not None  # noqa: S101
