@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,78 @@ def vanishing_mlflow():
     yield start
     for server in started:
         server.close()
+
+
+WANDB_OFFLINE_ENV = {
+    "WANDB_MODE": "offline",
+    "WANDB_ERROR_REPORTING": "false",
+    "WANDB_SILENT": "true",
+    "WANDB_DISABLE_GIT": "true",
+    "WANDB_DISABLE_CODE": "true",
+}
+
+
+@pytest.fixture
+def wandb_offline(monkeypatch):
+    """W&B offline and quiet for this test and the children it starts; skips without wandb."""
+    pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
+    for key, value in WANDB_OFFLINE_ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+WandbRecords = list[tuple[str, Any]]  # (record_type, wandb_internal_pb2.Record) of one run file
+
+
+def read_wandb_run_file(path: Path) -> WandbRecords:
+    """The records of one offline run file, with wandb's own reader, as far as they are written.
+
+    W&B's service creates the file before it writes its header, and writes records in blocks: a
+    file not written yet, or cut inside a record, holds the records read up to there.
+    """
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk.internal import datastore
+
+    records: WandbRecords = []
+    store = datastore.DataStore()
+    try:
+        store.open_for_scan(str(path))
+        while (data := store.scan_data()) is not None:
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            records.append((record.WhichOneof("record_type"), record))
+    except AssertionError:  # "header is 0 bytes", a short record header, a record not all there
+        pass
+    finally:
+        store.close()
+    return records
+
+
+class WandbRuns:
+    """Reads the offline run files under ``<root>/wandb``: ``runs(root)`` and ``runs.wait(...)``."""
+
+    def __call__(self, root: Path) -> list[WandbRecords]:
+        """The records of each ``offline-run-*/run-*.wandb`` under ``<root>/wandb``, by path."""
+        files = sorted((Path(root) / "wandb").glob("offline-run-*/run-*.wandb"))
+        return [read_wandb_run_file(path) for path in files]
+
+    def wait(
+        self, root: Path, until: Callable[[list[WandbRecords]], object], timeout: float = 60.0
+    ) -> list[WandbRecords]:
+        """The runs once ``until(runs)`` holds, or as they are after ``timeout`` seconds.
+
+        ``run.finish()`` returns once the run is handed over; W&B's service writes the last
+        records a moment later, more so on a loaded machine.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            runs = self(root)
+            if until(runs) or time.monotonic() > deadline:
+                return runs
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def wandb_runs():
+    """A :class:`WandbRuns`: the records of the offline runs under a root, and a wait for them."""
+    pytest.importorskip("wandb", reason="the wandb extra is needed to read W&B run files")
+    return WandbRuns()

@@ -131,20 +131,12 @@ def test_mlflow_server_run_holds_every_step_once_after_a_resume(mlflow_server, t
     assert run.info.status == "FINISHED"
 
 
-def read_wandb_segments(log_dir):
-    """Each offline segment of the run: its rewind point (None) and its history rows."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
-
+def wandb_segments(runs):
+    """Each offline segment of the run (a run file): its rewind point (None) and history rows."""
     segments = []
-    for run_file in sorted((log_dir / "wandb").glob("offline-run-*/run-*.wandb")):
-        store = datastore.DataStore()
-        store.open_for_scan(str(run_file))
+    for records in runs:
         rewind, rows = None, []
-        while (data := store.scan_data()) is not None:
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
-            kind = record.WhichOneof("record_type")
+        for kind, record in records:
             if kind == "run" and record.run.HasField("branch_point"):
                 point = record.run.branch_point
                 assert point.run == record.run.run_id  # a rewind of this run, not a fork
@@ -155,7 +147,6 @@ def read_wandb_segments(log_dir):
                     for item in record.history.item
                 }
                 rows.append(row)
-        store._fp.close()
         segments.append((rewind, rows))
     return segments
 
@@ -173,29 +164,19 @@ def wandb_history(segments):
 
 
 @pytest.fixture
-def wandb_offline(monkeypatch):
-    pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
-    for key, value in {
-        "WANDB_MODE": "offline",
-        "WANDB_ERROR_REPORTING": "false",
-        "WANDB_SILENT": "true",
-        "WANDB_DISABLE_GIT": "true",
-        "WANDB_DISABLE_CODE": "true",
-    }.items():
-        monkeypatch.setenv(key, value)
+def wait_for_rows(wandb_runs):
+    """``wait_for_rows(log_dir, count)``: the segments once the files hold ``count`` rows."""
+
+    def read(log_dir, count):
+        def written(runs):
+            return sum(len(rows) for _, rows in wandb_segments(runs)) >= count
+
+        return wandb_segments(wandb_runs.wait(log_dir, written))
+
+    return read
 
 
-def wait_for_rows(log_dir, count, timeout=60.0):
-    """The segments once the files hold ``count`` rows (wandb's service writes them a bit later)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        segments = read_wandb_segments(log_dir)
-        if sum(len(rows) for _, rows in segments) >= count or time.monotonic() > deadline:
-            return segments
-        time.sleep(0.2)
-
-
-def test_wandb_offline_run_is_rewound_to_the_restored_step(wandb_offline, tmp_path):
+def test_wandb_offline_run_is_rewound_to_the_restored_step(wandb_offline, wait_for_rows, tmp_path):
     with WandbLogger("run", project="substrax-tests", log_dir=tmp_path) as logger:
         for step in range(REACHED + 1):
             logger.log_scalars({"loss": first_attempt_values(step)}, step=step)
@@ -266,7 +247,7 @@ def run_until_killed(script: str, tmp_path, uri) -> list[str]:
 
 
 def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(
-    wandb_offline, tmp_path
+    wandb_offline, wandb_runs, tmp_path
 ):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     script = _KILLED_CHILD % {"saved": SAVED, "reached": REACHED}
@@ -311,13 +292,12 @@ def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(
     # the steps (here, often none). The rewind drops its steps after the checkpoint, and the
     # resumed segment brings every step after it: no step twice.
     resumed = list(range(SAVED + 1, end + 1))
-    deadline = time.monotonic() + 60
-    while True:
-        segments = read_wandb_segments(tmp_path)
-        done = len(segments) == 2 and len(segments[1][1]) >= len(resumed)
-        if done or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+
+    def written(runs):
+        segments = wandb_segments(runs)
+        return len(segments) == 2 and len(segments[1][1]) >= len(resumed)
+
+    segments = wandb_segments(wandb_runs.wait(tmp_path, written))
     assert [rewind for rewind, _ in segments] == [None, ("_step", SAVED)]
     steps = [row["_step"] for row in wandb_history(segments)]
     kept = steps[: len(steps) - len(resumed)]
@@ -422,7 +402,9 @@ print(resumed.spooled)
 """
 
 
-def test_wandb_replay_of_a_resumed_run_rewinds_it_like_the_live_logger(wandb_offline, tmp_path):
+def test_wandb_replay_of_a_resumed_run_rewinds_it_like_the_live_logger(
+    wandb_offline, wait_for_rows, tmp_path
+):
     script = _SPOOLING_WANDB_CHILD % {"saved": SAVED, "reached": REACHED, "end": END}
     child = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script), str(tmp_path)],

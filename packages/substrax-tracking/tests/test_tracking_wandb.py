@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -14,31 +13,10 @@ from substrax.tracking import WandbLogger
 pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
 
 
-@pytest.fixture
-def offline(monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
-    monkeypatch.setenv("WANDB_DISABLE_CODE", "true")
-
-
-def read_run(log_dir):
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
-
-    [run_file] = list((log_dir / "wandb").glob("offline-run-*/run-*.wandb"))
-    store = datastore.DataStore()
-    store.open_for_scan(str(run_file))
+def history_config_summary(records):
+    """The history rows, config and summary in the records of one run file."""
     history, config, summary = [], {}, {}
-    while True:
-        data = store.scan_data()
-        if data is None:
-            store._fp.close()
-            break
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
+    for kind, record in records:
         if kind == "history":
             row = {
                 item.key or "/".join(item.nested_key): json.loads(item.value_json)
@@ -59,21 +37,24 @@ def read_run(log_dir):
     return history, config, summary
 
 
-def read_complete_run(log_dir, steps, timeout=60):
-    """Read the run file once wandb's service has written the given steps to it.
+@pytest.fixture
+def read_complete_run(wandb_runs):
+    """``read_complete_run(log_dir, steps)``: the one run file, once it holds the given steps."""
 
-    ``run.finish()`` returns once the run is handed over; the service may write the last
-    records to the file a moment later, more so on a loaded machine.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        history, config, summary = read_run(log_dir)
-        if set(steps) <= {row["_step"] for row in history} or time.monotonic() > deadline:
-            return history, config, summary
-        time.sleep(0.2)
+    def read(log_dir, steps):
+        def written(runs):
+            logged = {
+                row["_step"] for records in runs for row in history_config_summary(records)[0]
+            }
+            return len(runs) == 1 and set(steps) <= logged
+
+        [records] = wandb_runs.wait(log_dir, written)
+        return history_config_summary(records)
+
+    return read
 
 
-def test_offline_run_reads_back(offline, tmp_path):
+def test_offline_run_reads_back(wandb_offline, read_complete_run, tmp_path):
     with WandbLogger(
         "demo", project="substrax-tests", log_dir=tmp_path, config={"lr": 1e-3}
     ) as logger:
@@ -106,7 +87,7 @@ def test_offline_run_reads_back(offline, tmp_path):
     assert (batch["value"] if isinstance(batch, dict) else batch) == 32
 
 
-def test_process_one_starts_no_run(offline, tmp_path):
+def test_process_one_starts_no_run(wandb_offline, tmp_path):
     with WandbLogger("demo", project="substrax-tests", log_dir=tmp_path, process_index=1) as logger:
         logger.log_scalar("loss", 1.0, step=0)
     assert logger.run_id is None
@@ -132,7 +113,9 @@ def test_missing_sdks_fail_at_construction(monkeypatch, tmp_path):
         ProgressCallback()
 
 
-def test_a_logger_never_closed_hands_its_records_to_wandb_at_exit(offline, tmp_path):
+def test_a_logger_never_closed_hands_its_records_to_wandb_at_exit(
+    wandb_offline, read_complete_run, tmp_path
+):
     code = (
         "from substrax.tracking import WandbLogger\n"
         f"logger = WandbLogger('exit', project='substrax-tests', log_dir={str(tmp_path)!r})\n"
@@ -147,7 +130,7 @@ def test_a_logger_never_closed_hands_its_records_to_wandb_at_exit(offline, tmp_p
     assert sorted(row["_step"] for row in history if "loss" in row) == list(range(50))
 
 
-def test_log_model_and_artifact_reach_the_offline_run(offline, tmp_path):
+def test_log_model_and_artifact_reach_the_offline_run(wandb_offline, wandb_runs, tmp_path):
     model = tmp_path / "model.bin"
     model.write_bytes(b"weights")
     with WandbLogger("art", project="substrax-tests", log_dir=tmp_path / "logs") as logger:
@@ -156,33 +139,17 @@ def test_log_model_and_artifact_reach_the_offline_run(offline, tmp_path):
         with pytest.raises(FileNotFoundError, match="missing"):
             logger.log_model(tmp_path / "missing")
     [run_dir] = list((tmp_path / "logs" / "wandb").glob("offline-run-*"))
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
 
-    [run_file] = list(run_dir.glob("run-*.wandb"))
+    def artifacts(runs):
+        return [
+            (record.artifact.name, record.artifact.type, json.loads(record.artifact.metadata))
+            for records in runs
+            for kind, record in records
+            if kind == "artifact"
+        ]
 
-    def artifacts():
-        store = datastore.DataStore()
-        store.open_for_scan(str(run_file))
-        found = []
-        while (data := store.scan_data()) is not None:
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
-            if record.WhichOneof("record_type") == "artifact":
-                found.append(
-                    (
-                        record.artifact.name,
-                        record.artifact.type,
-                        json.loads(record.artifact.metadata),
-                    )
-                )
-        store._fp.close()
-        return found
-
-    deadline = time.monotonic() + 60  # the service may write the last records just after finish
-    while not artifacts() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert artifacts() == [("art-model", "model", {"epochs": 3})]
+    runs = wandb_runs.wait(tmp_path / "logs", artifacts)
+    assert artifacts(runs) == [("art-model", "model", {"epochs": 3})]
     assert (run_dir / "files" / "model.bin").read_bytes() == b"weights"
 
 
@@ -205,7 +172,7 @@ def test_online_settings_are_bounded_unless_the_user_chose(monkeypatch):
     assert bounded_settings(None, None, 7.0) is None
 
 
-def test_the_spool_records_the_server_and_a_replay_uses_it(offline, tmp_path, monkeypatch):
+def test_the_spool_records_the_server_and_a_replay_uses_it(wandb_offline, tmp_path, monkeypatch):
     from substrax.tracking._wandb import _sink_from_target
 
     logged_for = "http://127.0.0.1:18081"
@@ -220,3 +187,29 @@ def test_the_spool_records_the_server_and_a_replay_uses_it(offline, tmp_path, mo
         "wb2", project="p", log_dir=tmp_path, settings={"base_url": explicit}
     ) as logger:
         assert logger._sink.target()["base_url"] == explicit
+
+
+def test_a_run_file_not_written_yet_or_cut_short_reads_as_its_records_so_far(
+    wandb_offline, wandb_runs, tmp_path
+):
+    with WandbLogger("cut", project="substrax-tests", log_dir=tmp_path / "whole") as logger:
+        for step in range(20):
+            logger.log_scalar("loss", float(step), step=step)
+
+    def exited(runs):
+        return any(kind == "exit" for records in runs for kind, _ in records)
+
+    [whole] = wandb_runs.wait(tmp_path / "whole", exited)
+    [run_file] = (tmp_path / "whole" / "wandb").glob("offline-run-*/run-*.wandb")
+    data = run_file.read_bytes()
+    cut = tmp_path / "cut" / "wandb" / run_file.parent.name / run_file.name
+    cut.parent.mkdir(parents=True)
+    read = {}
+    for size in (0, 3, 7, 20, len(data) // 2, len(data) - 1, len(data)):
+        cut.write_bytes(data[:size])  # created, header half written, records cut anywhere
+        [read[size]] = wandb_runs(tmp_path / "cut")
+        assert read[size] == whole[: len(read[size])]
+    assert read[0] == read[3] == read[7] == read[20] == []
+    assert 0 < len(read[len(data) // 2]) < len(whole)
+    assert len(read[len(data) - 1]) == len(whole) - 1
+    assert read[len(data)] == whole

@@ -8,7 +8,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -20,45 +19,38 @@ pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
 
 
 @pytest.fixture
-def offline(monkeypatch, tmp_path):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
-    monkeypatch.setenv("WANDB_DISABLE_CODE", "true")
+def offline(wandb_offline, monkeypatch, tmp_path):
     for name in ("WANDB_DIR", "WANDB_PROJECT", "WANDB_TAGS", "WANDB_RUN_ID", "XDG_DATA_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AVITAI_OUTPUT_DIR", str(tmp_path / "outputs"))  # spool and media
 
 
-def run_record(root, timeout=60):
-    """The run record and the logged steps of the one offline run under ``<root>/wandb``."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
-
-    deadline = time.monotonic() + timeout  # the service writes the last records after finish
-    while True:
-        run, steps = None, set()
-        for run_file in (Path(root) / "wandb").glob("offline-run-*/run-*.wandb"):
-            store = datastore.DataStore()
-            store.open_for_scan(str(run_file))
-            try:
-                while (data := store.scan_data()) is not None:
-                    record = wandb_internal_pb2.Record()
-                    record.ParseFromString(data)
-                    kind = record.WhichOneof("record_type")
-                    if kind == "run":
-                        run = record.run
-                    elif kind == "history":
-                        steps.add(record.history.step.num)
-            finally:
-                store._fp.close()
-        if (run is not None and steps) or time.monotonic() > deadline:
-            return run, steps
-        time.sleep(0.2)
+def run_and_steps(runs):
+    """The run record (None before it is written) and the logged steps in ``runs``."""
+    run, steps = None, set()
+    for kind, record in (item for records in runs for item in records):
+        if kind == "run":
+            run = record.run
+        elif kind == "history":
+            steps.add(record.history.step.num)
+    return run, steps
 
 
-def test_offline_runs_go_under_wandb_dir(offline, monkeypatch, tmp_path):
+@pytest.fixture
+def run_record(wandb_runs):
+    """``run_record(root)``: the run record and logged steps of the one offline run under root."""
+
+    def read(root):
+        def written(runs):
+            run, steps = run_and_steps(runs)
+            return run is not None and steps
+
+        return run_and_steps(wandb_runs.wait(root, written))
+
+    return read
+
+
+def test_offline_runs_go_under_wandb_dir(offline, run_record, monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
     with WandbLogger("env", project="substrax-tests") as logger:
         logger.log_scalar("loss", 0.5, step=3)
@@ -69,7 +61,7 @@ def test_offline_runs_go_under_wandb_dir(offline, monkeypatch, tmp_path):
     assert not list((tmp_path / "outputs").rglob("offline-run-*"))  # only the spool lives there
 
 
-def test_an_explicit_directory_wins_over_wandb_dir(offline, monkeypatch, tmp_path):
+def test_an_explicit_directory_wins_over_wandb_dir(offline, run_record, monkeypatch, tmp_path):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
     with WandbLogger("explicit", project="substrax-tests", log_dir=tmp_path / "logs") as logger:
         logger.log_scalar("loss", 0.5, step=1)
@@ -81,7 +73,7 @@ def test_an_explicit_directory_wins_over_wandb_dir(offline, monkeypatch, tmp_pat
 
 
 def test_without_any_directory_runs_last_outside_the_temporary_directory(
-    offline, monkeypatch, tmp_path
+    offline, run_record, monkeypatch, tmp_path
 ):
     monkeypatch.delenv("AVITAI_OUTPUT_DIR")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
@@ -96,7 +88,9 @@ def test_without_any_directory_runs_last_outside_the_temporary_directory(
     default.close()
 
 
-def test_wandb_variables_apply_where_no_argument_is_given(offline, monkeypatch, tmp_path):
+def test_wandb_variables_apply_where_no_argument_is_given(
+    offline, run_record, monkeypatch, tmp_path
+):
     # W&B reads some variables (WANDB_TAGS) once per process: set them before it starts, as a
     # user does
     child = "from substrax.tracking import WandbLogger\n" + (
