@@ -209,7 +209,11 @@ class _MlflowSink:
 
     def target(self) -> dict[str, Any]:
         if self.spec is None or self._ready:
-            target = {"backend": "mlflow", "tracking_uri": self.tracking_uri, "run_id": self.run_id}
+            target: dict[str, Any] = {
+                "backend": "mlflow",
+                "tracking_uri": self.tracking_uri,
+                "run_id": self.run_id,
+            }
             if self.resume_step is not None:  # a replay skips the steps the run holds, too
                 target["resume_step"] = self.resume_step
             return target
