@@ -212,3 +212,68 @@ def test_dropped_loggers_and_multiprocessing_workers_end_their_runs(mlflow_serve
     assert statuses == {"fork": "FAILED", "spawn": "FAILED", "main": "FINISHED"}
     for run_id in runs.values():  # logged just before the end: delivered all the same
         assert [m.value for m in client.get_metric_history(run_id, "loss")] == [0.5]
+
+
+@pytest.fixture
+def fresh_hook(monkeypatch):
+    """``sys.excepthook`` as a test sets it, and no other test's loggers watched."""
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    monkeypatch.setattr(_failure, "_OPEN", weakref.WeakSet())
+    monkeypatch.setattr(_failure, "_installed", False)
+    monkeypatch.setattr(_failure, "_previous", None)
+    monkeypatch.setattr(_failure, "_ORIGINAL", [])
+
+
+def test_a_logger_opened_after_the_hook_was_replaced_chains_it_again(fresh_hook, tmp_path):
+    seen = []
+    first = FileLogger("first", tmp_path)
+    sys.excepthook = lambda _type, exc, _traceback: seen.append(exc)  # chains to nothing
+    first.close()
+    second = FileLogger("second", tmp_path)
+    error = TrainingDivergedError("uncaught")
+    sys.excepthook(type(error), error, None)
+    assert second.failed
+    assert seen == [error]
+    second.close()
+    assert sys.excepthook is not _failure._hook  # the application's hook is back
+
+
+def test_a_hook_that_chains_back_to_ours_runs_each_hook_once(fresh_hook, tmp_path):
+    seen = []
+    sys.excepthook = lambda *_: seen.append("original")
+    first = FileLogger("first", tmp_path)
+    ours = sys.excepthook
+
+    def application(exc_type, exc, traceback):
+        seen.append("application")
+        ours(exc_type, exc, traceback)
+
+    sys.excepthook = application
+    second = FileLogger("second", tmp_path)  # above the application's hook again
+    error = TrainingDivergedError("uncaught")
+    sys.excepthook(type(error), error, None)
+    assert first.failed
+    assert second.failed
+    assert seen == ["application", "original"]
+    first.close()
+    second.close()
+
+
+def test_a_script_dying_under_a_replaced_hook_still_fails_its_run(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    child = textwrap.dedent(
+        f"""
+        import sys
+        from substrax.tracking import MLFlowLogger
+        logger = MLFlowLogger("replaced", tracking_uri={uri!r}, log_dir={str(tmp_path)!r})
+        print("RUN", logger.run_id, flush=True)
+        sys.excepthook = sys.__excepthook__  # an application's hook, chaining to nothing
+        raise RuntimeError("loss is nan")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    run_id = next(line.split()[1] for line in result.stdout.splitlines() if line.startswith("RUN "))
+    assert MlflowClient(tracking_uri=uri).get_run(run_id).info.status == "FAILED"

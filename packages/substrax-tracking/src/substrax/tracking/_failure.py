@@ -21,7 +21,9 @@ class _Failable(Protocol):
 
 _OPEN: weakref.WeakSet[_Failable] = weakref.WeakSet()
 _LOCK = threading.Lock()
-_previous: _ExceptHook | None = None
+_CALLING = threading.local()  # .on while _hook runs: a hook it hands over to may chain back to it
+_previous: _ExceptHook | None = None  # the hook ours hands over to
+_ORIGINAL: list[_ExceptHook] = []  # the hook before ours was first installed
 _installed = False
 
 
@@ -44,19 +46,27 @@ def _hook(
     exc_type: type[BaseException], exc: BaseException, traceback: TracebackType | None
 ) -> None:
     """``sys.excepthook``: mark the open loggers failed, then hand over to the previous hook."""
+    if getattr(_CALLING, "on", False):  # reinstalled above a hook that chains back to ours
+        (_ORIGINAL[0] if _ORIGINAL else sys.__excepthook__)(exc_type, exc, traceback)
+        return
+    _CALLING.on = True
     try:
         if failed_by(exc):
             for logger in list(_OPEN):
                 logger.mark_failed()
     finally:
-        (_previous or sys.__excepthook__)(exc_type, exc, traceback)
+        try:
+            (_previous or sys.__excepthook__)(exc_type, exc, traceback)
+        finally:
+            _CALLING.on = False
 
 
 def watch(logger: _Failable) -> None:
     """Mark ``logger`` failed if the process dies of an uncaught exception while it is open.
 
     The first logger watched chains :func:`sys.excepthook` (the previous hook still runs);
-    :func:`forget` of the last one restores it.
+    :func:`forget` of the last one restores it. A logger watched after another hook replaced
+    ours chains it again, above that hook.
 
     Example:
         >>> from substrax.tracking._failure import forget, watch
@@ -73,7 +83,9 @@ def watch(logger: _Failable) -> None:
     global _previous, _installed
     with _LOCK:
         _OPEN.add(logger)
-        if not _installed:
+        if sys.excepthook is not _hook:  # not installed yet, or replaced since
+            if not _installed:
+                _ORIGINAL[:] = [sys.excepthook]
             _previous, _installed = sys.excepthook, True
             sys.excepthook = _hook
 
@@ -87,4 +99,10 @@ def forget(logger: _Failable) -> None:
     with _LOCK:
         _OPEN.discard(logger)
         if _installed and not _OPEN and sys.excepthook is _hook:
-            sys.excepthook, _previous, _installed = _previous or sys.__excepthook__, None, False
+            sys.excepthook = _previous or sys.__excepthook__
+            if _ORIGINAL and _ORIGINAL[0] is not sys.excepthook:  # a hook ours was put above
+                # ours stays in that hook's chain: from now on it hands over to the first hook
+                _previous, _installed = _ORIGINAL[0], True
+            else:
+                _previous, _installed = None, False
+                _ORIGINAL.clear()

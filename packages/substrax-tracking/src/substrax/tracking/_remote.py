@@ -46,14 +46,23 @@ def _close_open_loggers() -> None:
 
     Runs from :mod:`atexit` and from a :mod:`multiprocessing` finalizer: a forked worker ends
     by ``os._exit`` (no atexit), after running finalizers while its target's exception, if
-    any, is still in flight; that exception marks the runs failed.
+    any, is still in flight; that exception marks the runs failed. So does the exception a
+    script dies of (``sys.last_exc``), even if an application's ``sys.excepthook`` replaced
+    the one that marks them.
     """
-    error = sys.exc_info()[1]
+    error = sys.exc_info()[1] or _died_of()
     for logger in list(_OPEN.values()):
         if failed_by(error):
             logger.mark_failed()
         logger.close_timeout = min(logger.close_timeout, _AT_EXIT_TIMEOUT)
         logger.close()
+
+
+def _died_of() -> BaseException | None:
+    """The uncaught exception the interpreter exits of, outside interactive sessions."""
+    if sys.flags.interactive or hasattr(sys, "ps1") or "IPython" in sys.modules:
+        return None  # there, an error at an earlier prompt did not end the session
+    return getattr(sys, "last_exc", None)
 
 
 def _register_exit_hooks() -> None:
