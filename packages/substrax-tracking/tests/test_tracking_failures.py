@@ -1,10 +1,8 @@
 """A run that fails ends as failed: MLflow status FAILED on a real server, a W&B exit code != 0."""
 
-import os
 import subprocess
 import sys
 import textwrap
-import time
 import weakref
 
 import pytest
@@ -26,23 +24,9 @@ from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.xdist_group("mlflow_server")
 
-_WANDB_OFFLINE = {
-    "WANDB_MODE": "offline",
-    "WANDB_ERROR_REPORTING": "false",
-    "WANDB_SILENT": "true",
-    "WANDB_DISABLE_GIT": "true",
-    "WANDB_DISABLE_CODE": "true",
-}
-
 
 class TrainingDivergedError(RuntimeError):
     """What the training code raises in these tests."""
-
-
-@pytest.fixture
-def offline(monkeypatch):
-    for key, value in _WANDB_OFFLINE.items():
-        monkeypatch.setenv(key, value)
 
 
 def diverge(logger):
@@ -51,27 +35,20 @@ def diverge(logger):
     raise TrainingDivergedError("loss is nan")
 
 
-def wandb_exit_code(root, timeout=60):
-    """The exit code the offline run under ``root`` recorded (None if no exit record came)."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
+def exit_codes(runs):
+    """The exit codes the runs recorded, in the order of their files."""
+    return [record.exit.exit_code for records in runs for kind, record in records if kind == "exit"]
 
-    deadline = time.monotonic() + timeout  # the service writes the exit record just after finish
-    while True:
-        for run_file in (root / "wandb").glob("offline-run-*/run-*.wandb"):
-            store = datastore.DataStore()
-            store.open_for_scan(str(run_file))
-            try:
-                while (data := store.scan_data()) is not None:
-                    record = wandb_internal_pb2.Record()
-                    record.ParseFromString(data)
-                    if record.WhichOneof("record_type") == "exit":
-                        return record.exit.exit_code
-            finally:
-                store._fp.close()
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.2)
+
+@pytest.fixture
+def wandb_exit_code(wandb_runs):
+    """``wandb_exit_code(root)``: the offline run's exit code (None if no exit record came)."""
+
+    def read(root):
+        codes = exit_codes(wandb_runs.wait(root, exit_codes))
+        return codes[0] if codes else None
+
+    return read
 
 
 def test_a_raising_block_leaves_a_failed_mlflow_run_on_the_server(mlflow_server, tmp_path):
@@ -92,7 +69,9 @@ def test_a_raising_block_leaves_a_failed_mlflow_run_on_the_server(mlflow_server,
     assert client.get_run(logger.run_id).info.status == "FINISHED"
 
 
-def test_a_raising_block_gives_the_wandb_run_a_non_zero_exit_code(offline, tmp_path):
+def test_a_raising_block_gives_the_wandb_run_a_non_zero_exit_code(
+    wandb_offline, wandb_exit_code, tmp_path
+):
     logger = WandbLogger("fails", project="substrax-tests", log_dir=tmp_path / "fails")
     with pytest.raises(TrainingDivergedError), logger:
         diverge(logger)
@@ -103,7 +82,7 @@ def test_a_raising_block_gives_the_wandb_run_a_non_zero_exit_code(offline, tmp_p
     assert wandb_exit_code(tmp_path / "passes") == 0
 
 
-def test_finish_with_an_exit_code_and_a_clean_system_exit(offline, tmp_path):
+def test_finish_with_an_exit_code_and_a_clean_system_exit(wandb_offline, wandb_exit_code, tmp_path):
     logger = WandbLogger("coded", project="substrax-tests", log_dir=tmp_path / "coded")
     logger.finish(exit_code=3)
     assert wandb_exit_code(tmp_path / "coded") == 3
@@ -140,7 +119,9 @@ def test_the_excepthook_is_chained_while_a_logger_is_open_and_restored_after(mon
     assert sys.excepthook is previous
 
 
-def test_a_process_dying_of_an_exception_leaves_failed_runs(mlflow_server, tmp_path):
+def test_a_process_dying_of_an_exception_leaves_failed_runs(
+    mlflow_server, wandb_offline, wandb_exit_code, tmp_path
+):
     child = textwrap.dedent(
         f"""
         from substrax.tracking import MLFlowLogger, WandbLogger
@@ -162,7 +143,6 @@ def test_a_process_dying_of_an_exception_leaves_failed_runs(mlflow_server, tmp_p
         text=True,
         timeout=240,
         check=False,
-        env={**os.environ, **_WANDB_OFFLINE},
     )
     assert result.returncode == 1, result.stderr[-3000:]
     assert "RuntimeError: the training loop died" in result.stderr  # the usual traceback
