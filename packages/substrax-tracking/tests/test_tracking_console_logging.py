@@ -88,6 +88,25 @@ def test_a_higher_level_prints_messages_but_no_values():
     assert out.getvalue() == "[quiet] WARNING: shown\n"
 
 
+def test_a_level_the_application_set_on_a_parent_logger_is_respected():
+    out = io.StringIO()
+    with ConsoleLogger("parent-level", stream=out) as logger:  # sets its own logger to INFO
+        logger.info("before")
+    parent = logging.getLogger("substrax")
+    previous = parent.level
+    parent.setLevel(logging.WARNING)
+    try:
+        with ConsoleLogger("parent-level", stream=out) as logger:
+            logger.log_scalar("loss", 1.0, step=0)
+            logger.info("hidden")
+            logger.warning("shown")
+        with ConsoleLogger("parent-level-new", stream=out) as logger:
+            logger.info("hidden too")
+    finally:
+        parent.setLevel(previous)
+    assert out.getvalue().splitlines() == ["[parent-level] before", "[parent-level] WARNING: shown"]
+
+
 def test_the_handler_stays_on_the_named_logger_and_leaves_on_close():
     root_handlers = list(logging.getLogger().handlers)
     logger = ConsoleLogger("scoped", stream=io.StringIO())

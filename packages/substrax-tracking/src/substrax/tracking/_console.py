@@ -26,11 +26,29 @@ _LEVELS_LOCK = threading.Lock()
 _LEVELS_SET: dict[str, int] = {}  # the level ConsoleLogger set on a stdlib logger, by name
 
 
+def _parent_level_set(logger: logging.Logger) -> bool:
+    """Whether a parent of ``logger`` below the root (``substrax``, ...) has a level of its own."""
+    parent = logger.parent
+    while parent is not None and parent is not logging.root:
+        if parent.level != logging.NOTSET:
+            return True
+        parent = parent.parent
+    return False
+
+
 def _set_level(logger: logging.Logger, level: int) -> None:
-    """Let ``logger`` pass ``level`` records: set its level unless someone else has set one."""
+    """Let ``logger`` pass ``level`` records: set its level unless someone else has set one.
+
+    Someone else: on ``logger`` itself, or on a parent below the root (the application's
+    ``logging.getLogger("substrax").setLevel(logging.WARNING)`` applies to every run logger).
+    """
     with _LEVELS_LOCK:
         ours = _LEVELS_SET.get(logger.name)
-        if logger.level in (logging.NOTSET, ours):
+        if _parent_level_set(logger):
+            if ours is not None and logger.level == ours:  # ours, from before: the parent's applies
+                logger.setLevel(logging.NOTSET)
+            _LEVELS_SET.pop(logger.name, None)
+        elif logger.level in (logging.NOTSET, ours):
             level = level if ours is None else min(level, ours)
             logger.setLevel(level)
             _LEVELS_SET[logger.name] = level
@@ -119,8 +137,9 @@ class ConsoleLogger(Logger):
     removes it on :meth:`close`: with an explicit ``stream`` it always prints there; without,
     it prints to ``sys.stdout`` only the records no other handler takes, so an application
     that configured ``logging`` sees each line once, through its own handlers. The messages of
-    :meth:`info`, :meth:`warning` & co. are printed the same way. Unless that stdlib logger
-    has a level set by someone else, it is set to ``level``.
+    :meth:`info`, :meth:`warning` & co. are printed the same way. Unless that stdlib logger,
+    or one of its parents below the root (``substrax``, ``substrax.tracking``, ...), has a
+    level set by someone else, it is set to ``level``.
 
     Args:
         name: the name printed at the start of each line.
