@@ -1,7 +1,5 @@
 """The errors of ``substrax.mesh``."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 from substrax.support import StructuredError

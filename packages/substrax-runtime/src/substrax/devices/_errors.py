@@ -1,14 +1,8 @@
 """The errors of ``substrax.devices``."""
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
 from substrax.support import StructuredError
 
-
-if TYPE_CHECKING:
-    from ._hardware import HardwareType
+from ._hardware import HardwareType
 
 
 class UnknownHardwareError(StructuredError, LookupError):

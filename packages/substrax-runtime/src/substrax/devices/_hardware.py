@@ -16,7 +16,6 @@ from types import MappingProxyType
 
 from substrax.support import check_int
 
-from ._errors import UnknownHardwareError
 from ._info import DeviceKind, DeviceLike, visible_devices
 
 
@@ -275,6 +274,8 @@ def get_batch_size_recommendation(
     try:
         return BATCH_SIZE_TABLE[hardware]
     except KeyError:
+        from ._errors import UnknownHardwareError  # noqa: PLC0415 - _errors imports this module
+
         raise UnknownHardwareError(hardware, device_kind) from None
 
 

@@ -1,7 +1,5 @@
 """The errors of ``substrax.spmd``."""
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING
 
 from substrax.support import StructuredError
@@ -9,6 +7,8 @@ from substrax.support import StructuredError
 
 if TYPE_CHECKING:
     from jax.sharding import PartitionSpec
+else:
+    PartitionSpec = object  # the class itself would load jax with the errors: a runtime stand-in
 
 
 class BatchPlacementError(StructuredError, ValueError):

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Self, cast
 
 from substrax.support import check_seconds
 
-from ._errors import ChildFailedError
 from ._output import describe, tail
 
 
@@ -59,6 +58,8 @@ class ChildResult:
             ChildFailedError: The child exited with a non-zero status; the message ends with
                 the last 40 lines of its stderr.
         """
+        from ._errors import ChildFailedError  # noqa: PLC0415 - _errors imports this module
+
         if self.returncode != 0:
             raise ChildFailedError(self)
         return self

@@ -1,20 +1,13 @@
 """The errors of ``substrax.testing``: failed checks are ``AssertionError`` s, as pytest reports."""
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from pathlib import Path
 
 from substrax.support import StructuredError
 
+from ._child import ChildResult
+from ._gradients import LeafGradientCheck
 from ._output import STDERR_TAIL_LINES, describe, tail
-
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from pathlib import Path
-
-    from ._child import ChildResult
-    from ._gradients import LeafGradientCheck
 
 
 class ChildFailedError(StructuredError, AssertionError):

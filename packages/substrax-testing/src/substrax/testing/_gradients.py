@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any, Final
 from substrax.support import check_float, check_int, require
 from substrax.typing import PyTree
 
-from ._errors import GradientMismatchError, ZeroGradientError
-
 
 if TYPE_CHECKING:
     import jax
@@ -281,6 +279,8 @@ def _check(
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
+
+    from ._errors import GradientMismatchError, ZeroGradientError  # noqa: PLC0415 - a cycle
 
     chosen_modes = _check_modes(modes)
     count = check_int("samples", samples, minimum=1)

@@ -4,8 +4,6 @@ Every class here is re-exported from :mod:`substrax.callbacks` and shows that mo
 tracebacks. Each carries the offending values as attributes; its message says what to do.
 """
 
-from __future__ import annotations
-
 from substrax.support import StructuredError
 
 
