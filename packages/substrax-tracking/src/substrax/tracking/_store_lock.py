@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 
@@ -31,7 +31,7 @@ def sqlite_path(tracking_uri: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def store_lock(tracking_uri: str) -> Iterator[None]:
+def store_lock(tracking_uri: str) -> Generator[None]:
     """Hold ``<db>.lock`` (``fcntl.flock``) while setting up the sqlite store of ``tracking_uri``.
 
     MLflow creates and migrates a sqlite store's tables when a client first opens it; jobs of a
