@@ -59,10 +59,22 @@ def _close_open_loggers() -> None:
 
 
 def _died_of() -> BaseException | None:
-    """The uncaught exception the interpreter exits of, outside interactive sessions."""
+    """The uncaught exception the interpreter exits of, outside interactive sessions.
+
+    ``sys.last_exc`` is set for the exception a script dies of, and also by tools that report an
+    exception they caught (pytest, for a failed test): only one that left the top level of
+    ``__main__`` counts.
+    """
     if sys.flags.interactive or hasattr(sys, "ps1") or "IPython" in sys.modules:
         return None  # there, an error at an earlier prompt did not end the session
-    return getattr(sys, "last_exc", None)
+    error: BaseException | None = getattr(sys, "last_exc", None)
+    traceback = None if error is None else error.__traceback__
+    while traceback is not None:
+        frame = traceback.tb_frame
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+            return error
+        traceback = traceback.tb_next
+    return None
 
 
 def _register_exit_hooks() -> None:
