@@ -122,7 +122,7 @@ def test_a_bad_step_or_destination_is_exit_2(store_dir, tmp_path, capsys):
             main(["show", str(store_dir), step])
         assert exit_.value.code == 2
         err = capsys.readouterr().err
-        assert f"{step!r} is not a step" in err
+        assert f"step takes an integer >= 0, not {step!r}" in err
         assert "Traceback" not in err
     busy = tmp_path / "busy"
     busy.mkdir()

@@ -16,6 +16,7 @@ from substrax.support import (
     add_json_flag,
     emit,
     format_table,
+    int_argument,
     run_command,
 )
 
@@ -58,17 +59,6 @@ def _store_path(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("the path is empty; pass a checkpoint store's directory")
     return Path(text)
-
-
-def _step(text: str) -> int:
-    """A step argument: an integer >= 0."""
-    try:
-        step = int(text)
-    except ValueError:
-        step = -1
-    if step < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a step: pass an integer >= 0")
-    return step
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -272,7 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     command("ls", "list steps with their metrics").add_argument("directory", type=_store_path)
     show = command("show", "one step's metadata and tree (shapes, dtypes, bytes)")
     show.add_argument("directory", type=_store_path)
-    show.add_argument("step", type=_step)
+    show.add_argument("step", type=int_argument("step"))
     command("verify", "read every array of every step back, checking its checksums").add_argument(
         "directory", type=_store_path
     )

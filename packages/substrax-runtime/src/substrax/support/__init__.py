@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         add_json_flag as add_json_flag,
         emit as emit,
         error_line as error_line,
+        int_argument as int_argument,
         run_command as run_command,
     )
     from ._closeable import Closeable as Closeable
@@ -61,6 +62,7 @@ _LAZY = {
     "add_json_flag": "_cli",
     "emit": "_cli",
     "error_line": "_cli",
+    "int_argument": "_cli",
     "run_command": "_cli",
     "Closeable": "_closeable",
     "Mode": "_mode",
@@ -99,6 +101,7 @@ __all__ = [
     "error_line",
     "format_table",
     "install_hint",
+    "int_argument",
     "lazy_exports",
     "optional",
     "print_table",

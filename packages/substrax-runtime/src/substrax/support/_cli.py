@@ -95,6 +95,34 @@ def run_command(
         return EXIT_FAILED
 
 
+def int_argument(name: str, *, minimum: int = 0) -> Callable[[str], int]:
+    """An argparse ``type=`` for a whole number >= ``minimum``; other text is a usage error.
+
+    Example:
+        >>> import argparse
+        >>> from substrax.support import int_argument
+        >>> parser = argparse.ArgumentParser(prog="tool")
+        >>> _ = parser.add_argument("step", type=int_argument("step"))
+        >>> parser.parse_args(["12"]).step
+        12
+        >>> int_argument("step")("-1")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: step takes an integer >= 0, not '-1'
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} takes an integer >= {minimum}, not {text!r}")
+        return value
+
+    return parse
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     """Give ``parser`` the ``--json`` flag every table-printing command has.
 

@@ -31,12 +31,13 @@ Importing this module imports no jax.
 import importlib.util
 import os
 import sys
-from argparse import ArgumentTypeError
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from substrax.support import int_argument
 
 from ._jax_config import restored_jax_config
 from ._markers import MARKERS, DeviceRequirement, parse_marker, skip_reason
@@ -83,20 +84,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--substrax-seed",
         dest="substrax_seed",
         metavar="N",
-        type=_seed,
+        type=int_argument("--substrax-seed"),
         default=SEED,
         help=f"seed of the rng_seed, rng_key and rngs fixtures (default: {SEED})",
     )
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise ArgumentTypeError(f"--substrax-seed takes an integer >= 0, not {text!r}")
-    return value
 
 
 def pytest_configure(config: pytest.Config) -> None:
