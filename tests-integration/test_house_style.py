@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import typing
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,26 @@ def test_every_public_error_shows_the_module_users_import_it_from() -> None:
         and getattr(importlib.import_module(error.__module__), error.__name__, None) is not error
     }
     assert wrong == {}
+
+
+def test_every_public_error_has_type_hints_that_resolve() -> None:
+    # annotations evaluated when the class is made: a string would be resolved in the public
+    # package (its __module__), which need not hold the names the private module imported
+    unresolved: dict[str, str] = {}
+    for package, error in _public_errors():
+        strings = [
+            name
+            for name, hint in vars(error).get("__annotations__", {}).items()
+            if isinstance(hint, str)
+        ]
+        try:
+            typing.get_type_hints(error)
+        except Exception as failure:
+            unresolved[f"{package}.{error.__name__}"] = f"{type(failure).__name__}: {failure}"
+        else:
+            if strings:
+                unresolved[f"{package}.{error.__name__}"] = f"string annotations: {strings}"
+    assert unresolved == {}
 
 
 def _raised_builtins(path: Path) -> list[str]:
@@ -327,6 +348,7 @@ def _error_samples() -> list[BaseException]:
         checkpoint.CheckpointStoreNotADirectoryError(directory=here),
         checkpoint.CheckpointStoreNotFoundError(directory=here),
         checkpoint.CheckpointStoreReadOnlyError(directory=here, operation="save"),
+        checkpoint.CheckpointStoreRemovedError(directory=here),
         checkpoint.CheckpointWaitTimeoutError(directory=here, after=1, timeout=2.5, latest_step=1),
         checkpoint.CheckpointWriteError(step=3, directory=here, cause="disk full"),
         checkpoint.DistributedNotInitializedError(process_count=2, needed_by="save"),

@@ -229,6 +229,29 @@ class CheckpointLockedError(StructuredError, RuntimeError, kw_only=True):
         )
 
 
+class CheckpointStoreRemovedError(StructuredError, RuntimeError, kw_only=True):
+    """The writer's directory was removed (or its lock file replaced) while the store was open.
+
+    Its writer lock went with the directory, so another process may now write there: the store
+    saves nothing more (and never creates the directory again); close it and open a new one.
+
+    Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointStoreRemovedError
+        >>> CheckpointStoreRemovedError(directory=Path("/tmp/store")).args[0]
+        'the checkpoint store at /tmp/store was removed (or its writer lock file replaced) ...'
+    """
+
+    __module__ = "substrax.checkpoint"
+
+    template = (
+        "the checkpoint store at {directory} was removed (or its writer lock file replaced) "
+        "while this store had it open, and its writer lock with it: nothing more is saved there; "
+        "close this store and open a new OrbaxCheckpointStore on the directory to write again"
+    )
+    directory: Path
+
+
 class CheckpointStoreNotFoundError(StructuredError, FileNotFoundError, kw_only=True):
     """A store opened to be read does not exist.
 

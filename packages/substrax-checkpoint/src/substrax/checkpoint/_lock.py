@@ -51,6 +51,7 @@ class LockHolder:
 class _Held:
     fd: int
     count: int
+    identity: tuple[int, int]  # the lock file's (st_dev, st_ino): gone or changed, the lock is lost
 
 
 _held: dict[Path, _Held] = {}
@@ -64,6 +65,7 @@ def _forget_after_fork() -> None:
     for held in _held.values():
         with contextlib.suppress(OSError):
             os.close(held.fd)
+        held.fd = -1  # the leases the child inherited release nothing
     _held.clear()
 
 
@@ -80,24 +82,44 @@ class WriterLease:
     def __init__(self, directory: Path, *, fresh: bool, local: bool) -> None:
         self.directory = directory
         self.fresh = fresh
-        self._local = local  # this process holds (a share of) the flock
+        with _guard:  # the flock this process holds (a share of), None on other processes
+            self._held = _held.get(directory) if local else None
         self._released = False
+
+    def intact(self) -> bool:
+        """Whether the lock file this lease locked still stands at its path (True elsewhere).
+
+        Removing the directory (or replacing the lock file) drops the lock without a word: the
+        next writer to open the directory locks a new file. The lock file is compared by device
+        and inode with the one locked at open.
+        """
+        held = self._held
+        return held is None or self._released or _intact(self.directory, held)
 
     def release(self) -> None:
         """Give this share back; the last share of the process unlocks the file."""
         with _guard:
-            if self._released:
+            held = self._held
+            if self._released or held is None or held.fd < 0:
+                self._released = True
                 return
             self._released = True
-            if not self._local:
-                return
-            held = _held.get(self.directory)
-            if held is None:
-                return
             held.count -= 1
             if held.count == 0:
-                del _held[self.directory]
+                if _held.get(self.directory) is held:
+                    del _held[self.directory]
                 os.close(held.fd)  # closing the descriptor drops the flock
+
+
+def _intact(directory: Path, held: _Held) -> bool:
+    """Whether ``held``'s lock file still stands in ``directory`` (a file it cannot stat: yes)."""
+    try:
+        found = (directory / LOCK_FILE).stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True  # unreadable, not gone: the write that follows reports it
+    return (found.st_dev, found.st_ino) == held.identity
 
 
 def read_holder(directory: Path) -> LockHolder:
@@ -127,9 +149,10 @@ def _lock_here(directory: Path) -> tuple[bool, LockHolder | None]:
     """Take (or share) the flock in this process: (fresh, None), or (False, holder) if refused."""
     with _guard:
         held = _held.get(directory)
-        if held is not None:
+        if held is not None and _intact(directory, held):
             held.count += 1
             return False, None
+        # none held, or its file removed with the directory: its stores keep it and fail to save
         fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -146,7 +169,8 @@ def _lock_here(directory: Path) -> tuple[bool, LockHolder | None]:
         }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
-        _held[directory] = _Held(fd=fd, count=1)
+        found = os.fstat(fd)
+        _held[directory] = _Held(fd=fd, count=1, identity=(found.st_dev, found.st_ino))
         return True, None
 
 

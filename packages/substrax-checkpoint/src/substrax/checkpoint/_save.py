@@ -6,6 +6,7 @@ thread, or, when every array already lives in host memory in one process, on the
 while ``save`` returns. ``Writer.finish`` waits for that write and says whether it committed.
 """
 
+import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from dataclasses import dataclass
@@ -19,7 +20,12 @@ from substrax.support import check_int
 from substrax.typing import JsonValue
 
 from . import _trees
-from ._errors import CheckpointNotWrittenError, CheckpointWriteError, NotWrittenReason
+from ._errors import (
+    CheckpointNotWrittenError,
+    CheckpointStoreRemovedError,
+    CheckpointWriteError,
+    NotWrittenReason,
+)
 from ._formats import DTYPES_ITEM, METADATA_ITEM
 from ._index import IndexBook, IndexEntry
 from ._lock import WriterLease
@@ -28,6 +34,9 @@ from ._metadata import CheckpointMetadata, Producer, check_extra, check_item_nam
 from ._multihost import agree
 from ._protocol import PyTree
 from ._snapshot import host_snapshot
+
+
+_logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +142,16 @@ class Writer:
             self._chores = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-chores")
         return self._chores.submit(work)
 
+    def check_lock(self) -> None:
+        """Raise ``CheckpointStoreRemovedError`` (on every process) if the writer lock was lost.
+
+        It is lost when the directory is removed, or its lock file replaced, under the open
+        store: orbax would create the directory again without it and let a second writer in.
+        """
+        intact = self._lease is None or self._lease.intact()
+        if agree(str(intact), topic="writer-lock") != "True":
+            raise CheckpointStoreRemovedError(directory=self._directory)
+
     def settle(self) -> None:
         """Let the writer thread's orbax call return before another thread uses the manager.
 
@@ -191,7 +210,9 @@ class Writer:
         """Wait for the write in flight; return its step once committed (None: none was).
 
         A failed write calls ``forget`` with its step, then raises ``CheckpointWriteError`` (or
-        ``CheckpointNotWrittenError`` when orbax refused it on the writer thread).
+        ``CheckpointNotWrittenError`` when orbax refused it on the writer thread). When ``forget``
+        fails too (the directory that refused the write refuses the index), that is logged and
+        the write's own error raised.
         """
         step, self.pending = self.pending, None
         control, self._control = self._control, None
@@ -202,23 +223,35 @@ class Writer:
         except Exception as error:
             if step is None:
                 raise
-            forget(step)
+            self._forget(forget, step)
             raise CheckpointWriteError(
                 step=step, directory=self._directory, cause=repr(error)
             ) from error
         if step is None:
             return None
         if not accepted:
-            forget(step)
+            self._forget(forget, step)
             raise CheckpointNotWrittenError(
                 step=step, latest_step=latest_step(), reason=NotWrittenReason.REJECTED
             )
         if not (self._directory / str(step) / METADATA_ITEM).is_dir():
-            forget(step)
+            self._forget(forget, step)
             raise CheckpointWriteError(
                 step=step, directory=self._directory, cause="its directory was never committed"
             )
         return step
+
+    def _forget(self, forget: Callable[[int], None], step: int) -> None:
+        """Call ``forget(step)``; its failure is logged, never raised in place of the write's."""
+        try:
+            forget(step)
+        except Exception:
+            _logger.warning(
+                "checkpoint step %s in %s failed, and so did updating the store's index after it",
+                step,
+                self._directory,
+                exc_info=True,
+            )
 
     def stop_thread(self) -> None:
         """Let the writer and chores threads finish what they run, and end them."""

@@ -140,8 +140,10 @@ class OrbaxCheckpointStore(StoreReads):
         """Write ``items`` as step ``step`` and return the step's directory.
 
         Refused with ``CheckpointNotWrittenError`` when the step exists (unless ``overwrite``),
-        when it is below the latest step, or when orbax rejects it. With several processes the
-        refusal is decided by process 0 and raised on every process, and a host-local
+        when it is below the latest step, or when orbax rejects it. When the directory was
+        removed (or its writer lock file replaced) since the store opened, the writer lock went
+        with it: the save raises ``CheckpointStoreRemovedError`` and creates nothing. With several
+        processes the refusal is decided by process 0 and raised on every process, and a host-local
         ``jax.Array`` (a PRNG key or nnx state never placed on the global mesh) is saved as
         process 0's value: it must be equal on every process.
 
@@ -156,6 +158,7 @@ class OrbaxCheckpointStore(StoreReads):
             '5'
         """
         self._check_writable("save")
+        self._writer.check_lock()  # never recreate a removed store: its lock went with it
         request = SaveRequest.build(
             step, items, epoch=epoch, metrics=metrics, producer=producer, extra=extra
         )

@@ -1,0 +1,171 @@
+"""The store's directory changed under an open writer: made read-only, removed, its lock replaced."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from substrax.checkpoint import (
+    CheckpointStoreRemovedError,
+    OrbaxCheckpointStore,
+)
+from substrax.checkpoint._lock import LOCK_FILE
+
+
+STATE = {"model": {"w": np.ones(4, np.float32)}}
+
+# Saves step 1, makes the directory read-only, saves step 2 (whose write and then whose index
+# update are refused) and reports, as one JSON line, what closing the store raised and logged.
+# It leaves at once: orbax's threads for the failed write wait on its signals until their
+# coordination timeout, and would hold a normal exit that long.
+READ_ONLY_RUN = textwrap.dedent(
+    """
+    import json, logging, os, sys
+    import numpy as np
+    from substrax.checkpoint import OrbaxCheckpointStore
+
+    logged = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())
+    logging.getLogger("substrax.checkpoint").addHandler(handler)
+    directory = sys.argv[1]
+    state = {"model": {"w": np.ones(4, np.float32)}}
+    try:
+        with OrbaxCheckpointStore(directory) as store:
+            store.save(1, state)
+            store.wait()
+            os.chmod(directory, 0o555)
+            store.save(2, state)
+    except BaseException as error:
+        print(json.dumps({
+            "raised": f"{type(error).__module__}.{type(error).__name__}",
+            "step": getattr(error, "step", None),
+            "directory": str(getattr(error, "directory", None)),
+            "cause": type(error.__cause__).__name__,
+            "logged": logged,
+        }))
+    else:
+        print(json.dumps({"raised": None, "logged": logged}))
+    sys.stdout.flush()
+    os._exit(0)  # orbax's threads still wait for the signals of the write that failed
+    """
+)
+
+
+def _open_elsewhere(directory) -> str:
+    """Open ``directory`` as a writer in another process: "opened", or the error's class name."""
+    program = (
+        "import sys\n"
+        "from substrax.checkpoint import CheckpointLockedError, OrbaxCheckpointStore\n"
+        "try:\n"
+        "    OrbaxCheckpointStore(sys.argv[1]).close()\n"
+        "except CheckpointLockedError:\n"
+        "    print('CheckpointLockedError')\n"
+        "else:\n"
+        "    print('opened')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program, str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.split()[-1]
+
+
+def _without_root_file_access(argv: list[str]) -> list[str]:
+    """``argv`` run so that file modes apply: as root, without the capabilities that skip them."""
+    if os.geteuid() != 0:
+        return argv
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
+
+
+def test_a_directory_made_read_only_raises_the_write_error_not_the_index_s(store_dir):
+    store_dir.mkdir()
+    try:
+        result = subprocess.run(
+            _without_root_file_access([sys.executable, "-c", READ_ONLY_RUN, str(store_dir)]),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        store_dir.chmod(0o755)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["raised"] == "substrax.checkpoint.CheckpointWriteError", report
+    assert report["step"] == 2
+    assert report["directory"] == str(store_dir)
+    assert report["cause"] == "PermissionError"  # the write's own error, chained
+    # the index update that failed after it is logged, naming the step and the directory
+    assert any("step 2" in line and str(store_dir) in line for line in report["logged"]), report
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [1]
+
+
+def test_a_removed_directory_is_refused_at_save_and_not_created_again(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, STATE)
+        store.wait()
+        shutil.rmtree(store_dir)
+        with pytest.raises(CheckpointStoreRemovedError) as error:
+            store.save(2, STATE)
+        assert error.value.directory == store_dir
+        assert str(store_dir) in str(error.value)
+        assert "removed" in str(error.value)
+        assert not store_dir.exists()
+        with pytest.raises(CheckpointStoreRemovedError):  # every later save too
+            store.save(3, STATE)
+    assert not store_dir.exists()  # closing created nothing either
+
+
+def test_a_store_opened_after_the_removal_takes_a_lock_of_its_own(store_dir):
+    # a notebook re-runs its cell after removing the directory: the new store locks the new
+    # directory (the old one's lock went with the old directory) and saves; the old one may not
+    old = OrbaxCheckpointStore(store_dir)
+    old.save(1, STATE)
+    old.wait()
+    shutil.rmtree(store_dir)
+    with OrbaxCheckpointStore(store_dir) as new:
+        new.save(5, STATE)
+        new.wait()
+        with pytest.raises(CheckpointStoreRemovedError):
+            old.save(2, STATE)
+        old.close()  # releases the old lock only: the new store's stays held
+        assert json.loads((store_dir / LOCK_FILE).read_text())["pid"] == os.getpid()
+        new.save(6, STATE)
+        assert _open_elsewhere(store_dir) == "CheckpointLockedError"
+    assert _open_elsewhere(store_dir) == "opened"
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [5, 6]
+
+
+def test_a_replaced_lock_file_means_another_writer_may_hold_the_directory(store_dir):
+    # a second writer got in after the directory was removed and made again: its lock file
+    # stands where ours was, and our saves stop rather than write beside it
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, STATE)
+        store.wait()
+        lock = store_dir / LOCK_FILE
+        lock.unlink()
+        lock.write_text("{}")
+        with pytest.raises(CheckpointStoreRemovedError):
+            store.save(2, STATE)
+        assert store.list_steps() == [1]
+
+
+def test_a_store_whose_directory_stayed_saves_on(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, STATE)
+        store.wait()
+        store.save(2, STATE)
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [1, 2]
