@@ -47,6 +47,7 @@ READ_ONLY_RUN = textwrap.dedent(
             "step": getattr(error, "step", None),
             "directory": str(getattr(error, "directory", None)),
             "cause": type(error.__cause__).__name__,
+            "message": str(error),
             "logged": logged,
         }))
     else:
@@ -105,6 +106,7 @@ def test_a_directory_made_read_only_raises_the_write_error_not_the_index_s(store
     assert report["step"] == 2
     assert report["directory"] == str(store_dir)
     assert report["cause"] == "PermissionError"  # the write's own error, chained
+    assert "PermissionError: [Errno 13]" in report["message"]  # naming the file it refused
     # the index update that failed after it is logged, naming the step and the directory
     assert any("step 2" in line and str(store_dir) in line for line in report["logged"]), report
     with OrbaxCheckpointStore(store_dir, read_only=True) as reader:

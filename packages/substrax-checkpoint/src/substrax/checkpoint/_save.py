@@ -225,7 +225,7 @@ class Writer:
                 raise
             self._forget(forget, step)
             raise CheckpointWriteError(
-                step=step, directory=self._directory, cause=repr(error)
+                step=step, directory=self._directory, cause=f"{type(error).__name__}: {error}"
             ) from error
         if step is None:
             return None
