@@ -43,7 +43,10 @@ def test_dry_run_with_every_option() -> None:
     lines = result.stdout.splitlines()
     assert lines[0] == "backend: cuda12 (asked for cuda12)"
     assert lines[1] == "rm -rf .venv .substrax.env .pytest_cache build site"
-    assert lines[2] == "uv sync --locked --group dev --group test --python 3.13 --group cuda12 --group docs"
+    assert (
+        lines[2]
+        == "uv sync --locked --group dev --group test --python 3.13 --group cuda12 --group docs"
+    )
 
 
 def test_auto_resolves_to_cpu_without_a_gpu() -> None:
