@@ -19,6 +19,7 @@ from . import _http_bounds as http_bounds
 from ._base import safe_name
 from ._errors import ResumeWithoutRunIdError, UnknownRunIdError
 from ._first_attempt import FirstAttempt
+from ._mlflow_child import MetricWriter
 from ._records import Record
 from ._remote import RemoteLogger
 from ._spool import register_sink_factory
@@ -111,6 +112,7 @@ class _MlflowSink:
         self._bounded = http_bounds.acquire(tracking_uri, request_timeout)
         self._first: FirstAttempt | None = None
         self.failed = False  # end the run as FAILED
+        self.writer = MetricWriter(tracking_uri, label=f"MLflow at {tracking_uri}")
         with store_lock(tracking_uri):  # opening a new sqlite store creates its tables
             self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=registry_uri)
 
@@ -270,7 +272,10 @@ class _MlflowSink:
         if last is not None:
             metrics = [m for m in metrics if _new_step(last, m.key, m.step)]
         for start in range(0, len(metrics), _MAX_METRICS):
-            self.client.log_batch(run_id, metrics=metrics[start : start + _MAX_METRICS])
+            batch = metrics[start : start + _MAX_METRICS]
+            rows = [(m.key, m.value, m.timestamp, m.step) for m in batch]
+            if not self.writer.log_batch(run_id, rows):
+                self.client.log_batch(run_id, metrics=batch)
         if last is not None:
             self.last_steps = last  # only once delivered: a retried batch is filtered the same
 
@@ -286,7 +291,8 @@ class _MlflowSink:
             self.release()
 
     def release(self) -> None:
-        """Give back the HTTP bounds this sink holds (once)."""
+        """End the metric writer process, give back the HTTP bounds this sink holds (once)."""
+        self.writer.close()
         if self._bounded:
             self._bounded = False
             http_bounds.release()
@@ -314,6 +320,10 @@ class MLFlowLogger(RemoteLogger):
     bounded by ``connect_timeout`` unless ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` or
     ``MLFLOW_HTTP_REQUEST_TIMEOUT`` are set; :meth:`close` returns within ``close_timeout``
     either way.
+
+    On a database store (``sqlite:``, ``postgresql:``, ...) a run past its first 1,000 metric
+    values writes them from a child process of lower priority, which ends with the logger: MLflow's
+    SQL store spends its CPU there, not under the training loop's GIL.
 
     Resuming a run from a checkpoint of step ``S``: pass the first attempt's ``run_id`` and
     ``resume_step=S``. MLflow's metric history is append-only (no API deletes a value), so the

@@ -1,0 +1,271 @@
+"""MLflow's metric writes to a database store, from a helper process at a lower CPU priority.
+
+MLflow's SQL store spends about 0.07 ms of CPU per metric value in SQLAlchemy, holding the GIL.
+Inside the training process that time is taken from the training loop's own Python: each time
+the loop needs the GIL back it waits for the delivery thread to give it up. A run that has
+logged ``SPAWN_AFTER`` metric values to a database store (``sqlite:``, ``postgresql:``, ...)
+moves these writes to a child process, ``python -m substrax.tracking._mlflow_child URI NICE``
+(the training process's interpreter, 10 nicer than it): the delivery thread hands it each batch
+over a pipe and waits for its answer without holding the GIL. Short runs never start one.
+Everything else (the run, params, artifacts, ending the run) stays in the logger's process.
+
+The child writes nothing but the batches it is sent, answers each with one line, and ends when
+its input closes: when the logger closes, or the training process dies (kill -9 included). A
+child that dies is started again for the next batch; the batch it held is retried by the
+logger's delivery, like any failed delivery (at worst a batch MLflow had already committed is
+written twice). A child that fails to start three times in a row (it never says it is ready)
+is given up, with one warning, and the writes go back into the logger's process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from typing import IO, Any, Final
+
+
+__all__ = ["SPAWN_AFTER", "MetricWriter", "MetricWriterError", "uses_child"]
+
+_logger = logging.getLogger(__name__)
+
+SPAWN_AFTER = 1000
+"""Metric values a sink writes in its own process before it moves the writes to a child."""
+_MODULE: Final = "substrax.tracking._mlflow_child"
+_READY: Final = "ready"
+_START_TIMEOUT: Final = 120.0  # seconds a child may take to import MLflow and open the store
+_EXIT_GRACE: Final = 5.0  # seconds a closing child has to finish its batch before it is killed
+_NICE: Final = 10
+_LOWEST: Final = 19  # the highest nice value there is
+_STARTS: Final = 3  # failed starts in a row before the writes go back into the logger's process
+_DATABASES: Final = frozenset({"sqlite", "postgresql", "mysql", "mssql"})
+
+type MetricRow = tuple[str, float, int, int]
+"""One metric value as sent: key, value, timestamp (ms) and step."""
+
+
+def uses_child(tracking_uri: str) -> bool:
+    """Whether ``tracking_uri`` is a database store, whose writes a child process takes over.
+
+    Example:
+        >>> from substrax.tracking._mlflow_child import uses_child
+        >>> uses_child("sqlite:////runs/mlflow.db"), uses_child("http://127.0.0.1:5000")
+        (True, False)
+    """
+    scheme = tracking_uri.partition(":")[0].partition("+")[0].lower()
+    return scheme in _DATABASES
+
+
+class MetricWriterError(ConnectionError):
+    """A batch the child could not write: it died, or MLflow raised there.
+
+    Attributes:
+        error_code: MLflow's error code of what the child raised (None when it died).
+    """
+
+    def __init__(self, message: str, error_code: str | None = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+class MetricWriter:
+    """The parent's side: counts the values written, starts the child, sends it batches.
+
+    Args:
+        tracking_uri: the database store.
+        label: the name used in log messages.
+    """
+
+    def __init__(self, tracking_uri: str, *, label: str) -> None:
+        self.tracking_uri = tracking_uri
+        self.label = label
+        self.written = 0  # values written in this process before the child took over
+        self.given_up = not uses_child(tracking_uri)
+        self._child: subprocess.Popen[bytes] | None = None
+        self._failed_starts = 0
+        self.closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id (None when there is none)."""
+        child = self._child
+        return None if child is None or child.poll() is not None else child.pid
+
+    def log_batch(self, run_id: str, rows: Sequence[MetricRow]) -> bool:
+        """Write ``rows`` through the child; False when the caller writes them itself.
+
+        Raises:
+            MetricWriterError: the child died with the batch, or MLflow refused it there.
+        """
+        with self._lock:
+            if self.closed:
+                raise MetricWriterError("the MLflow logger is closed; the batch is kept")
+            if self.given_up or self.written < SPAWN_AFTER:
+                self.written += len(rows)
+                return False
+            child = self._running()
+            if child is None:
+                return False
+            return self._send(child, {"run_id": run_id, "metrics": list(rows)})
+
+    def close(self) -> None:
+        """End the child for good: its input closes, it finishes its batch and exits (or is killed).
+
+        A batch sent afterwards raises ``MetricWriterError`` (and is kept by the spool).
+        """
+        self.closed = True
+        self._stop()
+
+    def _stop(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        _end(child)
+
+    def _running(self) -> subprocess.Popen[bytes] | None:
+        child = self._child
+        if child is not None and child.poll() is None:
+            return child
+        self._stop()  # a child that died: its pipes
+        try:
+            self._child = _start(self.tracking_uri)
+        except (OSError, MetricWriterError) as error:
+            self._failed_starts += 1
+            if self._failed_starts < _STARTS:
+                raise MetricWriterError(
+                    f"the MLflow writer process could not start ({error}); the batch is retried"
+                ) from error
+            self.given_up = True
+            _logger.warning(
+                "%s: the MLflow writer process could not start %d times (%s); metrics are "
+                "written from this process",
+                self.label,
+                _STARTS,
+                error,
+            )
+            return None
+        self._failed_starts = 0
+        return self._child
+
+    def _send(self, child: subprocess.Popen[bytes], request: dict[str, Any]) -> bool:
+        assert child.stdin is not None  # noqa: S101
+        assert child.stdout is not None  # noqa: S101
+        try:
+            child.stdin.write(json.dumps(request).encode() + b"\n")
+            child.stdin.flush()
+            line = child.stdout.readline()
+        except (OSError, ValueError):  # a closed pipe: the child died, or close() ended it
+            line = b""
+        if not line:
+            self._stop()
+            code = child.returncode
+            raise MetricWriterError(
+                f"the MLflow writer process (pid {child.pid}) ended with the batch "
+                f"(exit code {code}); it is retried"
+            )
+        answer = json.loads(line)
+        if "error" in answer:
+            raise MetricWriterError(
+                f"{answer['error']}: {answer['message']}", error_code=answer.get("error_code")
+            )
+        return True
+
+
+def _start(tracking_uri: str) -> subprocess.Popen[bytes]:
+    """Start a child for ``tracking_uri`` and wait until it says it is ready."""
+    nice = min(os.getpriority(os.PRIO_PROCESS, os.getpid()) + _NICE, _LOWEST)
+    child = subprocess.Popen(
+        [sys.executable, "-m", _MODULE, tracking_uri, str(nice)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,  # a Ctrl-C for the training process must not cut a batch
+    )
+    assert child.stdout is not None  # noqa: S101
+    ready = _readline(child.stdout, _START_TIMEOUT)
+    if ready.strip() == _READY.encode():
+        return child
+    try:  # its output closed: it is exiting
+        why = f"it exited with code {child.wait(_EXIT_GRACE)} before it was ready"
+    except subprocess.TimeoutExpired:
+        why = f"it did not become ready within {_START_TIMEOUT:g} s"
+    _end(child)
+    raise MetricWriterError(why)
+
+
+def _readline(stream: IO[bytes], timeout: float) -> bytes:
+    """One line from ``stream``, or b"" if none came within ``timeout`` seconds (or it closed)."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    return stream.readline() if ready else b""
+
+
+def _end(child: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        if child.stdin is not None:
+            child.stdin.close()
+    try:
+        child.wait(_EXIT_GRACE)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+    if child.stdout is not None:
+        child.stdout.close()
+
+
+def _serve(tracking_uri: str, requests: IO[bytes], answers: IO[bytes]) -> None:
+    """The child's loop: write each batch read from ``requests``, answer it on ``answers``."""
+    from mlflow.entities import Metric  # noqa: PLC0415
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    from ._store_lock import store_lock  # noqa: PLC0415
+
+    with store_lock(tracking_uri):  # a store another job is still creating
+        client = MlflowClient(tracking_uri=tracking_uri)
+    answers.write(_READY.encode() + b"\n")
+    answers.flush()
+    for line in requests:
+        request = json.loads(line)
+        metrics = [
+            Metric(key, value, stamp, step) for key, value, stamp, step in request["metrics"]
+        ]
+        try:
+            client.log_batch(request["run_id"], metrics=metrics)
+            answer: dict[str, Any] = {"ok": True}
+        except Exception as error:
+            answer = {
+                "error": type(error).__name__,
+                "message": str(error),
+                "error_code": getattr(error, "error_code", None),
+            }
+        answers.write(json.dumps(answer).encode() + b"\n")
+        answers.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a child for a tracking URI at a nice value (the two arguments)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    match args:
+        case [tracking_uri, nice] if nice.isdigit():
+            pass
+        case _:
+            sys.stderr.write(f"usage: python -m {_MODULE} TRACKING_URI NICE\n")
+            return 2
+    with contextlib.suppress(OSError):  # inherited from a thread already lowered: keep that
+        os.setpriority(os.PRIO_PROCESS, 0, max(os.getpriority(os.PRIO_PROCESS, 0), int(nice)))
+    # the answers get the pipe to themselves: anything else written to stdout goes to stderr
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    logging.basicConfig(level=logging.WARNING)
+    with answers:
+        _serve(tracking_uri, sys.stdin.buffer, answers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
