@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
-from substrax.checkpoint import CheckpointCorruptError, OrbaxCheckpointStore
+from substrax.checkpoint import CheckpointCorruptError, OrbaxCheckpointStore, _checksums
 from substrax.checkpoint._chunk_reads import chunk_layout, read_region
 
 
@@ -132,7 +132,7 @@ def test_a_flipped_bit_in_a_shard_index_is_refused(store_dir):
     values = jnp.arange(64.0).reshape(8, 8)
     with OrbaxCheckpointStore(store_dir, async_save=False) as store:
         store.save(1, {"model": {"w": values}})
-    chunk = store_dir / "1" / "model" / "tree.w" / "c" / "0" / "0"
+    chunk = store_dir / "1" / "model" / "tree.w" / "c.0.0"
     data = bytearray(chunk.read_bytes())
     data[-10] ^= 0x01  # inside the index at the file's end
     chunk.write_bytes(bytes(data))
@@ -141,3 +141,37 @@ def test_a_flipped_bit_in_a_shard_index_is_refused(store_dir):
         pytest.raises(CheckpointCorruptError, match="shard index"),
     ):
         store.restore(1, templates={"model": {"w": values}})
+
+
+def test_arrays_are_written_with_flat_chunk_keys_one_directory_each(store_dir):
+    values = {"m": jnp.arange(12.0).reshape(3, 4), "v": jnp.arange(5.0), "s": jnp.float32(2)}
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(1, {"model": values})
+    item = store_dir / "1" / "model"
+    for name, chunk in (("m", "c.0.0"), ("v", "c.0"), ("s", "c")):
+        array = item / f"tree.{name}"
+        assert sorted(p.name for p in array.iterdir()) == [chunk, "zarr.json"]
+        layout = _layout_of(array)
+        assert layout is not None
+        assert layout.separator == "."
+
+
+def test_steps_written_with_nested_chunk_keys_still_read_directly(store_dir, monkeypatch):
+    """Steps saved before the flat keys (``c/0/0``) keep the direct checked reads."""
+    monkeypatch.setattr(_checksums, "with_flat_keys", lambda spec: spec)
+    values = np.arange(4224 * 1032, dtype=np.float32).reshape(4224, 1032)  # two chunks
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(1, {"model": {"w": jnp.asarray(values), "v": jnp.arange(3.0)}})
+    array = store_dir / "1" / "model" / "tree.w"
+    assert (array / "c" / "0" / "0").is_file()
+    layout = _layout_of(array)
+    assert layout is not None
+    assert layout.separator == "/"
+    out = np.empty_like(values)
+    assert read_region(layout, ((0, 4224), (0, 1032)), out)
+    np.testing.assert_array_equal(out, values)
+    monkeypatch.undo()
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        restored = store.restore(1).items["model"]
+    np.testing.assert_array_equal(np.asarray(restored["w"]), values)
+    np.testing.assert_array_equal(np.asarray(restored["v"]), np.arange(3.0))

@@ -7,7 +7,8 @@ returning a wrong value. Orbax builds its zarr3 write specs inside its handlers 
 codec chain, so these handlers are orbax's ``ArrayHandler``, ``NumpyHandler`` and
 ``ScalarHandler`` with the spec of each write extended (the ``ArrayHandler``'s write steps are
 orbax 0.12's own, with the spec built the same way, and a jax array's shard split into chunks of
-at most :data:`CHUNK_BYTES`). Only the store's own handler registry uses them; orbax's global
+at most :data:`CHUNK_BYTES`). Arrays in files get ``.``-separated chunk keys as well
+(:data:`KEY_SEPARATOR`: fewer directories per save). Only the store's own handler registry uses them; orbax's global
 handlers are left as they are. Their reads go through :mod:`._corrupt_reads`, which names the
 array whose stored bytes fail their checks.
 
@@ -78,6 +79,52 @@ def with_checksum(spec: _Spec) -> _Spec:
     return spec
 
 
+KEY_SEPARATOR: Final = "."
+"""The chunk keys' separator of the arrays the store writes as files: ``c.0.1``, not ``c/0/1``.
+
+zarr's default separator makes a directory per axis but the last under each array's ``c/``: a
+2-d array is 3 directories and 2 files, where ``.`` makes it 1 and 2. Every save creates those
+inodes and the step retention drops removes them: on a file system where creating and removing
+inodes is dear (an ext4 without a journal checks every free inode against recent deletions),
+the directories cost more CPU than writing the bytes. Any zarr v3 reader follows the array's
+``zarr.json`` to its chunks, and the store's own checked reads (:mod:`._chunk_reads`) read both.
+"""
+
+
+def with_flat_keys(spec: _Spec) -> _Spec:
+    """``spec`` (an orbax write spec) with ``.``-separated chunk keys: a zarr3 array in files.
+
+    An array in OCDBT (its keys are no files), a zarr v2 array, or one whose spec names its
+    chunk keys already, is returned unchanged.
+
+    Example:
+        >>> from substrax.checkpoint._checksums import with_flat_keys
+        >>> spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": "a/"}, "metadata": {}}
+        >>> with_flat_keys(spec)["metadata"]["chunk_key_encoding"]["configuration"]
+        {'separator': '.'}
+    """
+    array = spec
+    while array.get("driver") == "cast":
+        array = array["base"]
+    kvstore = array.get("kvstore")
+    if (
+        array.get("driver") != "zarr3"
+        or not isinstance(kvstore, dict)
+        or kvstore.get("driver") != "file"  # pyright: ignore[reportUnknownMemberType]
+    ):
+        return spec
+    metadata: _Spec = array.setdefault("metadata", {})
+    metadata.setdefault(
+        "chunk_key_encoding", {"name": "default", "configuration": {"separator": KEY_SEPARATOR}}
+    )
+    return spec
+
+
+def _store_spec(spec: _Spec) -> _Spec:
+    """The spec the store writes an array with: checksummed chunks under flat keys."""
+    return with_flat_keys(with_checksum(spec))
+
+
 class ChecksummedNumpyHandler(ocp.type_handlers.NumpyHandler):
     """Orbax's ``NumpyHandler``, writing zarr3 chunks with a ``crc32c`` checksum."""
 
@@ -97,7 +144,7 @@ class ChecksummedNumpyHandler(ocp.type_handlers.NumpyHandler):
     async def _open_and_write(
         self, value: np.ndarray[Any, Any], tspec: _Spec, ts_context: ts.Context
     ) -> None:
-        spec = with_checksum(tspec) if self._checksums else tspec
+        spec = _store_spec(tspec) if self._checksums else tspec
         await super()._open_and_write(value, spec, ts_context)
 
     async def deserialize(  # pyright: ignore[reportIncompatibleMethodOverride] - orbax's own
@@ -121,9 +168,9 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
     """Orbax's ``ArrayHandler``, writing zarr3 chunks with a ``crc32c`` checksum.
 
     The write steps are orbax's (copy to host, the sharding file, one TensorStore write per
-    array, the per-process array metadata); only the spec of each array gains the codec. A
-    handler with a dispatcher, a host memory budget or replica-separate folders (options the
-    store never sets) writes as orbax does.
+    array, the per-process array metadata); only the spec of each array changes (the codec,
+    flat chunk keys). A handler with a dispatcher, a host memory budget or replica-separate
+    folders (options the store never sets) writes as orbax does.
     """
 
     _checksums: bool = True
@@ -242,7 +289,7 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
             writes.append(
                 serialization.async_serialize_from_host(
                     value,
-                    with_checksum(spec.json),
+                    _store_spec(spec.json),
                     primary_host=self._primary_host,
                     context=info.ts_context,
                     transaction=transaction,

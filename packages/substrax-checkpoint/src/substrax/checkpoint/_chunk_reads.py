@@ -35,11 +35,13 @@ class ChunkLayout:
     """Where and how a checksummed zarr3 array's chunks lie on disk.
 
     Attributes:
-        directory: the array's directory (``zarr.json`` and ``c/``).
+        directory: the array's directory (``zarr.json`` and the shard files).
         shape: the array's shape.
         shard: the shape of one shard file's region.
         inner: the shape of one chunk in a shard.
         dtype: the stored element type (little-endian on disk).
+        separator: the chunk keys' separator: ``/`` (``c/0/1``, a directory per axis but the
+            last, zarr's default) or ``.`` (``c.0.1``, one file beside ``zarr.json``).
     """
 
     directory: Path
@@ -47,6 +49,23 @@ class ChunkLayout:
     shard: tuple[int, ...]
     inner: tuple[int, ...]
     dtype: np.dtype[Any]
+    separator: str = "/"
+
+    def shard_path(self, cell: Sequence[int]) -> Path:
+        """The file of the shard at grid position ``cell`` (``c`` alone for a 0-d array).
+
+        Example:
+            >>> import numpy as np
+            >>> from pathlib import Path
+            >>> from substrax.checkpoint._chunk_reads import ChunkLayout
+            >>> layout = ChunkLayout(
+            ...     directory=Path("a"), shape=(4, 4), shard=(2, 4), inner=(2, 4),
+            ...     dtype=np.dtype("f4"), separator=".",
+            ... )
+            >>> str(layout.shard_path((1, 0)))
+            'a/c.1.0'
+        """
+        return self.directory / self.separator.join(["c", *map(str, cell)])
 
 
 def _codecs(codecs: Sequence[Mapping[str, Any]], dtype: np.dtype[Any]) -> bool:
@@ -73,13 +92,14 @@ def chunk_layout(spec: Mapping[str, Any], dtype: np.dtype[Any]) -> ChunkLayout |
     metadata = spec.get("metadata", {})
     kvstore = spec.get("kvstore", {})
     codecs = metadata.get("codecs", [])
+    keys = metadata.get("chunk_key_encoding", {})
+    separator = keys.get("configuration", {}).get("separator", "/")
     if (
         spec.get("driver") != "zarr3"
         or kvstore.get("driver") != "file"
         or metadata.get("data_type") != np.dtype(dtype).name
-        or metadata.get("chunk_key_encoding", {}).get("configuration", {}).get("separator", "/")
-        != "/"
-        or metadata.get("chunk_key_encoding", {}).get("name") != "default"
+        or separator not in ("/", ".")
+        or keys.get("name") != "default"
         or len(codecs) != 1
         or codecs[0].get("name") != "sharding_indexed"
     ):
@@ -97,7 +117,12 @@ def chunk_layout(spec: Mapping[str, Any], dtype: np.dtype[Any]) -> ChunkLayout |
     ):
         return None
     return ChunkLayout(
-        directory=Path(kvstore["path"]), shape=shape, shard=shard, inner=inner, dtype=dtype
+        directory=Path(kvstore["path"]),
+        shape=shape,
+        shard=shard,
+        inner=inner,
+        dtype=dtype,
+        separator=separator,
     )
 
 
@@ -191,7 +216,7 @@ def read_region(layout: ChunkLayout, bounds: Bounds, out: np.ndarray[Any, Any]) 
     index_bytes = 16 * math.prod(per_shard) + 4
     cells = [_span(lo, hi, size) for (lo, hi), size in zip(bounds, layout.shard, strict=True)]
     for cell in product(*cells):
-        path = layout.directory.joinpath("c", *map(str, cell))
+        path = layout.shard_path(cell)
         raw = _mapped(path)
         if raw.size < index_bytes:
             return False
