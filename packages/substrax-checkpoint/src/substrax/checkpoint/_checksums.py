@@ -120,6 +120,11 @@ def with_flat_keys(spec: _Spec) -> _Spec:
     return spec
 
 
+async def _all(writes: Sequence[Awaitable[Any]]) -> None:
+    """Await every one of ``writes`` (concurrently), raising the first failure."""
+    await asyncio.gather(*writes)
+
+
 def _store_spec(spec: _Spec) -> _Spec:
     """The spec the store writes an array with: checksummed chunks under flat keys."""
     return with_flat_keys(with_checksum(spec))
@@ -168,7 +173,8 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
     """Orbax's ``ArrayHandler``, writing zarr3 chunks with a ``crc32c`` checksum.
 
     The write steps are orbax's (copy to host, the sharding file, one TensorStore write per
-    array, the per-process array metadata); only the spec of each array changes (the codec,
+    array, the per-process array metadata), run by one commit future where orbax starts two;
+    only the spec of each array changes (the codec,
     flat chunk keys). A handler with a dispatcher, a host memory budget or replica-separate
     folders (options the store never sets) writes as orbax does.
     """
@@ -239,22 +245,20 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
             self._max_replicas_for_replica_parallel,
             enable_pinned_host_transfer=infos[0].enable_pinned_host_transfer,
         )
-        futures: list[future.Future] = []
+        writes: list[Awaitable[Any]] = [self._write(on_host, infos, args, extra)]
         if self._enable_write_sharding_file:
-            shardings = jax_array_handlers._async_serialize_shardings(  # pyright: ignore[reportPrivateUsage]
-                shardings=[array.sharding for array in arrays],
-                infos=infos,
-                primary_host=self._primary_host,
+            writes.append(
+                jax_array_handlers._async_serialize_shardings(  # pyright: ignore[reportPrivateUsage]
+                    shardings=[array.sharding for array in arrays],
+                    infos=infos,
+                    primary_host=self._primary_host,
+                )
             )
-            futures.append(
-                future.CommitFutureAwaitingContractedSignals(shardings, name="serialize_shardings")
-            )
-        futures.append(
-            future.CommitFutureAwaitingContractedSignals(
-                self._write(on_host, infos, args, extra), name="array_type_handler"
-            )
-        )
-        return futures
+        # one commit future for both writes where orbax makes one each: each future is a thread
+        # of its own, with an event loop of its own, started at every save
+        return [
+            future.CommitFutureAwaitingContractedSignals(_all(writes), name="array_type_handler")
+        ]
 
     async def _write(
         self,
