@@ -34,7 +34,10 @@ class OrbaxCheckpointStore(StoreReads):
     ``CheckpointWriteError`` at the next ``save``, ``wait`` or ``close``. When every array lives
     on CPU devices (already host memory) in a single process, even orbax's setup of the write
     runs in the background: ``save`` only holds the buffers in place and returns. A step appears on disk
-    only once complete (one final rename), and a reader lists only such steps.
+    only once complete (one final rename), and a reader lists only such steps. Its files are not
+    fsync'd (orbax never syncs its JSON files; the store's array files are not synced either): a
+    step committed before its process dies, even by ``kill -9``, is whole, but one committed
+    shortly before a power cut or a kernel crash may not be (a restore or ``verify`` says so).
 
     One writer, many readers: a store opened without ``read_only`` takes the directory's writer
     lock (``.substrax-writer.lock``, an OS lock the kernel frees when the process dies, even by
