@@ -4,9 +4,11 @@ Run: ``uv run python benchmarks/checkpoint.py [--mb 256] [--steps 1000]``. One r
 by side on the same 256 MB state and disk:
 
 * raw disk: the state's bytes written with ``open().write`` straight from the arrays' memory and
-  ``os.fsync``-ed, as TensorStore (under orbax) syncs every file it writes, then read back with
-  ``np.fromfile``: the baseline of the "vs raw" columns. The same write without ``fsync`` (it
-  stops in the page cache, at memory speed) is printed beside it;
+  ``os.fsync``-ed, as TensorStore under plain orbax syncs every array file it writes, then read
+  back with ``np.fromfile``: the baseline of the "vs raw" columns. The same write without
+  ``fsync`` (it stops in the page cache, at memory speed) is printed beside it: the store writes
+  its array files that way (orbax syncs none of a step's JSON files either, so a sync never made
+  a step whole after a power cut; a ``kill -9`` leaves committed steps whole either way);
 * plain orbax: a ``CheckpointManager`` with its defaults (async, OCDBT), save+wait and restore;
 * substrax: ``OrbaxCheckpointStore`` under each orbax setting it offers (OCDBT on/off, zarr3
   on/off), save+commit and restore onto templates; the default settings once more without

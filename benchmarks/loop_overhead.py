@@ -12,12 +12,16 @@ adam through ``optax.inject_hyperparams``, a 16 MB state with the optimizer's) w
   local file, no server). The loggers are made once, before any timed run, as a training
   script makes them before its loop; that setup (with MLflow: the database, its tables, the
   experiment and the run) is timed apart and printed under the table, not counted per step.
-  Each timed run is 1000 steps (``--log-steps``), about 5 s, and ends with the loggers'
-  ``flush``: everything logged is in MLflow's database before the run counts as done. The
-  flush's own time and the CPU time of MLflow's delivery thread per step are printed too. A
-  run of 100 steps would add a flush every 100 steps, which a training run does not do: the
-  records a flush waits for are those of the last ``batch_interval`` (1 s), whatever the run's
-  length;
+  Each timed run is 1000 steps (``--log-steps``), about 6 s, and ends with the loggers'
+  ``flush``: everything logged is in MLflow's database before the run counts as done; they are
+  compared with a bare run of the same length in the same round. A logger past its first 1000
+  metric values writes MLflow's database from a child process
+  (``substrax.tracking._mlflow_child``); the benchmark logs that many before any timed run, as
+  setup, so the timed runs see a long run's steady state. The flush's own time, the time of the
+  logging calls on the training thread, the CPU of MLflow's delivery thread and of the writer
+  process per step are printed too. A run of 100 steps would add a flush every 100 steps, which
+  a training run does not do: the records a flush waits for are those of the last
+  ``batch_interval`` (1 s), whatever the run's length;
 * with the store saving every 10 steps: ``OrbaxCheckpointStore`` (async, its defaults);
 * with plain orbax saving every 10 steps: a ``CheckpointManager`` (async, its defaults);
 * with every callback on: early stopping, plateau learning-rate reduction (both checked at
@@ -31,31 +35,42 @@ over rounds of its time over the bare loop's in the same round. Under the table,
 and plain orbax's save split: the time the loop waits inside ``save`` and the process CPU a
 save burns beyond the bare loop (the background write, competing with XLA for the cores).
 
-Where a save's cost goes (2026-12-01, this shared 2-core machine; one save at a time, then in
-the loop; CPU per thread from ``/proc`` in 10 ms ticks, medians of 12 saves):
+What it measured (2026-12-01, this 2-core machine, quiet; 7 rounds, bare step 5.9 ms):
 
-* the store: ``save`` returns in 1-3 ms (validation, the host snapshot, handing over); its
-  write burns 80-100 ms of CPU: 35-40 ms in orbax's per-save threads (event loops, thread
-  pools, commit signalling), 20-35 ms in TensorStore's workers (26 leaves as 26 zarr3 arrays:
-  62 files and 58 directories, each file fsync'd), ~10 ms removing the step retention drops
-  (as many files again) and 5-10 ms of orbax's synchronous save part on the writer thread;
-* plain orbax: ``save`` blocks 20-60 ms (6 ms of it CPU, the rest waiting on its own threads);
-  its write burns 50-65 ms of CPU (30-40 ms in its threads, 10 ms TensorStore: OCDBT, 14 files);
-* in the loop, the store's time blocked in ``save`` fell from ~115 ms to ~12 ms per save once
-  the index write and the removal of dropped steps moved to a chores thread (they used to run
-  on the training thread and ahead of the next write); orbax's is ~60 ms. The process CPU per
-  save stays 100-120 ms for the store and ~80 ms for orbax: on 2 cores that CPU, not the wait,
-  is most of either overhead.
+* logging: the file log alone -1.2%, +1.3%, -1.1%, +0.2%, +0.7%, -0.8% in six runs (noise of
+  about +-1.3% sets the resolution); file + MLflow/SQLite +1.35% in the run before the writer
+  process, then +1.15%, +2.29%, +1.16%, +2.46%, +0.68% in five runs (the first two against a
+  100-step bare run, the last two with the writer at nice 19, no better than 10). On the
+  training thread the logging calls cost 0.022 ms per
+  step (0.37%; the file log alone 0.015 ms); the flush at a run's end 5-11 ms per 1000 steps
+  (0.1-0.2%); MLflow's delivery thread now burns 0.006 ms of CPU per step (0.093 ms when it
+  wrote the database itself, holding the GIL) and the writer process 0.060 ms, niced. MLflow's
+  SQL store costs about 0.07 ms of CPU per value whichever process runs it; on two cores that
+  XLA keeps busy, that CPU is what is left of the overhead.
+* saves: the store burns 65-69 ms of process CPU per save beyond the bare loop, plain orbax
+  66-73 ms; the loop waits 1.6 ms in the store's ``save`` against orbax's 8.3-8.6 ms. Overheads
+  +70.2% vs +81.4% (0.86x), +73.1% vs +81.4% (0.90x), +75.1% vs +84.0% (0.89x), +73.0% vs
+  +82.3% (0.89x): the goal (at most half) is missed. Before today's changes: +112.5% vs
+  +108.5% (1.04x), 99 ms of CPU per save each.
 
-So the goal (the store's overhead at most half of plain orbax's) is missed: the store writes
-through orbax's save path, whose own per-save machinery already costs about what half of plain
-orbax's whole save would allow, and its one-array-per-leaf layout (chosen for checked restores
-about 3x faster than orbax's, see the checkpoint benchmark) costs ~25 ms more CPU per save to
-write and delete than OCDBT (``use_ocdbt=True``: ~70 ms). A lower OS priority for the writer
-(nice 10) or the chores thread (nice 19) made the loop slower here (+51% and +88% against +32%
-in the same rounds): on a machine shared with other work a niced writer is starved while the
-next save waits for it. Quick runs (3 rounds) put the store at 0.67x and 0.82x of orbax's
-overhead (+60% vs +90%, +132% vs +160%), against 1.05-1.30x before the chores thread.
+Where a save's CPU goes now (save + wait in a loop, medians of 40 saves, this VM's ext4): ~30
+ms in orbax's per-save threads (about 26 short-lived threads and 14 new event loops per save,
+18 of the threads from ``asyncio.to_thread``: commit futures, JSON items, finalization), ~25 ms
+in TensorStore's workers (mostly ext4's per-inode cost: 62 files in 31 directories per step),
+~5 ms on the store's writer thread, ~3 ms removing the dropped step on the chores thread, ~3 ms
+on the training thread. What came off today: one directory per array instead of one per axis
+(chunk keys ``c.0.1``: 93 inodes per step instead of 122; ext4 checks each new inode against
+recent deletions), one commit future per save instead of two in the store's array handler, and
+no ``fsync`` of the array files (about 190 syncs per save; orbax never syncs a step's JSON
+files, so the syncs never made a step survive a power cut whole; a ``kill -9`` leaves whole
+steps either way, tested). Tried without effect: a synchronous ``CheckpointManager`` on the
+writer thread (about 2 ms less, at the price of a second manager sharing the steps), orbax's
+``create_directories_asynchronously=False``, TensorStore's I/O and copy concurrency capped at 1
+or 2; a lower OS priority for the writer made the loop slower (a niced writer is starved while
+the next save waits for it). Half of plain orbax's overhead (~35 ms of CPU per save) is about
+what orbax's own per-save machinery costs, which the store runs through: the spec puts the
+store over ``CheckpointManager`` with ``PyTreeSave`` items, and only a write path of its own
+could go below that.
 """
 
 from __future__ import annotations
@@ -92,6 +107,7 @@ absl.logging.set_verbosity(absl.logging.ERROR)  # orbax's per-save notes would b
 EVERY = 10  # steps between saves
 EPOCH = 50  # steps between the callbacks' epoch-end checks
 BARE = "bare loop"
+BARE_LONG = "bare loop, as long as a logging run"
 FILE_LOG = "file log every step"
 LOGGING = "logging every step (file + MLflow/SQLite)"
 STORE = f"store saving every {EVERY} steps"
@@ -130,6 +146,9 @@ class Variant:
     child_cpu: list[float] = field(default_factory=list)  # its CPU seconds per step, per round
     cpu: list[float] = field(default_factory=list)  # the process's CPU seconds per step, per round
     in_save: list[float] = field(default_factory=list)  # seconds the loop spent in save calls
+    in_after: list[float] = field(
+        default_factory=list
+    )  # seconds per step spent in after(), per round
 
 
 def _logging(base: Path, *, mlflow: bool) -> Variant:
@@ -294,6 +313,7 @@ def measure(steps: int, repeats: int, base: Path, log_steps: int) -> dict[str, V
     )
     variants = {
         BARE: Variant(),
+        BARE_LONG: Variant(),
         FILE_LOG: _logging(base, mlflow=False),
         LOGGING: _logging(base, mlflow=True),
         STORE: _store(base, train),
@@ -306,9 +326,14 @@ def measure(steps: int, repeats: int, base: Path, log_steps: int) -> dict[str, V
         child = _process_cpu(variant.child)
         process = time.process_time()
         start = time.perf_counter()
+        inside = 0.0
         for step in range(count):
-            variant.after(step, float(train(batch)))
+            loss = float(train(batch))
+            called = time.perf_counter()
+            variant.after(step, loss)
+            inside += time.perf_counter() - called
         ending = time.perf_counter()
+        variant.in_after.append(inside / count)
         variant.end()
         done = time.perf_counter()
         variant.ends.append(done - ending)
@@ -325,6 +350,7 @@ def measure(steps: int, repeats: int, base: Path, log_steps: int) -> dict[str, V
         variant.ends.clear()
         variant.worker_cpu.clear()
         variant.child_cpu.clear()
+        variant.in_after.clear()
         variant.cpu.clear()
         variant.in_save.clear()
     try:
@@ -332,7 +358,7 @@ def measure(steps: int, repeats: int, base: Path, log_steps: int) -> dict[str, V
             names = list(variants)
             order.shuffle(names)
             for name in names:
-                count = log_steps if name in (FILE_LOG, LOGGING) else steps
+                count = log_steps if name in (BARE_LONG, FILE_LOG, LOGGING) else steps
                 variants[name].times.append(run(variants[name], count))
     finally:
         for variant in variants.values():
@@ -354,9 +380,12 @@ def _verdict(met: bool) -> str:
 
 def table(variants: dict[str, Variant]) -> dict[str, float]:
     """Print the table; return each variant's median overhead over the bare loop."""
-    bare = variants[BARE].times
+
+    def reference(name: str) -> list[float]:  # a bare run as long as the variant's
+        return variants[BARE_LONG if name in (FILE_LOG, LOGGING) else BARE].times
+
     overhead = {
-        name: statistics.median(t / b - 1.0 for t, b in zip(v.times, bare, strict=True))
+        name: statistics.median(t / b - 1.0 for t, b in zip(v.times, reference(name), strict=True))
         for name, v in variants.items()
     }
     print()
@@ -368,13 +397,14 @@ def table(variants: dict[str, Variant]) -> dict[str, float]:
             f" {overhead[name]:+8.1%}"
         )
     print("(ms/step: median over rounds, wait for pending saves included; overhead: median over")
-    print(" rounds of the run's time over the bare loop's in the same round)")
+    print(" rounds of the run's time over the bare loop's of the same length in the same round)")
     for name in (FILE_LOG, LOGGING):
         variant = variants[name]
         print(
             f"{name}: made once before the runs in {variant.setup * 1e3:.0f} ms (not in the"
             f" table); its flush at each run's end {statistics.median(variant.ends) * 1e3:.1f} ms"
-            " (median, in the table)"
+            " (median, in the table); the logging calls themselves"
+            f" {statistics.median(variant.in_after) * 1e3:.3f} ms per step on the training thread"
             + (
                 f"; its delivery thread's CPU {statistics.median(variant.worker_cpu) * 1e3:.3f}"
                 " ms per step (in the table as far as it slows the loop)"
