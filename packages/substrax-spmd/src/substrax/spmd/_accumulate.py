@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from substrax.typing import PyTree
 
 from ._errors import BatchSplitError
-from ._leaf_names import leaf_name
+from ._leaf_names import leaf_name, leaf_shapes
 
 
 # (params, rest, microbatch) -> ((loss, aux), grads, rest)
@@ -33,21 +33,17 @@ def check_microbatches(batch: PyTree, count: int) -> None:
         BatchSplitError: A leaf that is a scalar or whose leading dimension ``count`` does not
             divide, named by its key path.
     """
-
-    def check(path: tuple[Any, ...], x: PyTree) -> None:
-        shape: tuple[int, ...] = tuple(getattr(x, "shape", ()))
+    for path, shape in leaf_shapes(batch):
         if not shape or shape[0] % count:
             rows = f"{shape[0]} rows" if shape else "a scalar"
             raise BatchSplitError(
                 f"{leaf_name(path)} of shape {shape} is {rows}, which "
                 f"cannot be split into {count} equal microbatches; give a batch whose leading "
                 f"dimension is a multiple of accumulate_steps={count}",
-                path=jax.tree_util.keystr(path),
+                path=path,
                 shape=shape,
                 parts=count,
             )
-
-    jax.tree_util.tree_map_with_path(check, batch)
 
 
 def split_microbatches(batch: PyTree, count: int) -> PyTree:

@@ -8,18 +8,7 @@ import jax
 from flax import nnx
 
 from ._errors import OptimizerMismatchError
-
-
-def _shape(leaf: Any) -> tuple[int, ...]:  # noqa: ANN401  (a Variable or an array-like)
-    value = leaf.get_value() if isinstance(leaf, nnx.Variable) else leaf
-    return tuple(getattr(value, "shape", ()))
-
-
-def _shapes(tree: Any) -> list[tuple[str, tuple[int, ...]]]:  # noqa: ANN401  (any optax state)
-    leaves = jax.tree_util.tree_leaves_with_path(
-        tree, is_leaf=lambda x: isinstance(x, nnx.Variable)
-    )
-    return [(jax.tree_util.keystr(path), _shape(leaf)) for path, leaf in leaves]
+from ._leaf_names import leaf_shapes
 
 
 def check_optimizer_matches(model: nnx.Module, optimizer: nnx.Optimizer[Any]) -> None:
@@ -31,8 +20,8 @@ def check_optimizer_matches(model: nnx.Module, optimizer: nnx.Optimizer[Any]) ->
     Raises:
         OptimizerMismatchError: A ValueError naming the first leaf that differs.
     """
-    expected = _shapes(jax.eval_shape(optimizer.tx.init, nnx.state(model, optimizer.wrt)))
-    actual = _shapes(optimizer.opt_state)
+    expected = leaf_shapes(jax.eval_shape(optimizer.tx.init, nnx.state(model, optimizer.wrt)))
+    actual = leaf_shapes(optimizer.opt_state)
     if expected == actual:
         return
     for i in range(max(len(expected), len(actual))):

@@ -10,7 +10,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from substrax.typing import PyTree
 
 from ._errors import BatchSplitError
-from ._leaf_names import leaf_name
+from ._leaf_names import leaf_name, leaf_shapes
 from ._update import PureStep
 
 
@@ -38,20 +38,16 @@ def check_stacked(batches: PyTree, steps: int) -> None:
     Raises:
         BatchSplitError: A leaf whose leading dimension is not ``steps``, named by its path.
     """
-
-    def check(path: tuple[Any, ...], x: PyTree) -> None:
-        shape = tuple(getattr(x, "shape", ()))
+    for path, shape in leaf_shapes(batches):
         if not shape or shape[0] != steps:
             raise BatchSplitError(
                 f"{leaf_name(path)} of shape {shape} does not hold "
                 f"steps_per_call={steps} batches; stack {steps} batches on a new leading axis "
                 f"(e.g. np.stack) so that every leaf has shape ({steps}, batch, ...)",
-                path=jax.tree_util.keystr(path),
+                path=path,
                 shape=shape,
                 parts=steps,
             )
-
-    jax.tree_util.tree_map_with_path(check, batches)
 
 
 def repeat_steps(update: PureStep, steps: int) -> PureStep:
