@@ -8,8 +8,9 @@ every step as one pure compiled call; the nnx objects are written back when aske
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import jax
 import jax.numpy as jnp
@@ -175,7 +176,8 @@ class TrainStep[M: nnx.Module]:
             optimizer.update(model, grads)
             return jax.tree.leaves(nnx.state((model, optimizer))), out
 
-        step = with_loop_features(
+        loops = functools.partial(
+            with_loop_features,
             pure,
             graphdef=graphdef,
             treedef=treedef,
@@ -183,10 +185,9 @@ class TrainStep[M: nnx.Module]:
             has_aux=has_aux,
             optimizer=optimizer,
             model=model,
-            accumulate_steps=accumulate_steps,
-            steps_per_call=steps_per_call,
             precision=precision,
         )
+        step = loops(accumulate_steps=accumulate_steps, steps_per_call=steps_per_call)
         self._jitted = jax.jit(
             step,
             donate_argnums=(0,) if donate else (),
@@ -199,18 +200,7 @@ class TrainStep[M: nnx.Module]:
         if accumulate_steps != 1 or steps_per_call != 1:
             # one optimizer step on one whole batch, without the loops: XLA's cost analysis
             # counts a loop's body once, whatever its trip count
-            one = with_loop_features(
-                pure,
-                graphdef=graphdef,
-                treedef=treedef,
-                loss_fn=loss_fn,
-                has_aux=has_aux,
-                optimizer=optimizer,
-                model=model,
-                accumulate_steps=1,
-                steps_per_call=1,
-                precision=precision,
-            )
+            one = loops(accumulate_steps=1, steps_per_call=1)
             self._reference = jax.jit(one, out_shardings=(shardings, metric_sharding))
 
     @property
@@ -374,18 +364,23 @@ class TrainStep[M: nnx.Module]:
         return self._optimizer
 
 
+class _Options(TypedDict, total=False):
+    """The keyword arguments of :class:`TrainStep`, which :func:`make_train_step` passes on."""
+
+    mesh: Mesh | None
+    batch_sharding: Sharding | PyTree | None
+    has_aux: bool
+    donate: bool
+    accumulate_steps: int
+    steps_per_call: int
+    precision: PrecisionPolicy | None
+
+
 def make_train_step[M: nnx.Module](
     model: M,
     optimizer: nnx.Optimizer[M],
     loss_fn: Callable[[M, Any], Any],
-    *,
-    mesh: Mesh | None = None,
-    batch_sharding: Sharding | PyTree | None = None,
-    has_aux: bool = False,
-    donate: bool = True,
-    accumulate_steps: int = 1,
-    steps_per_call: int = 1,
-    precision: PrecisionPolicy | None = None,
+    **options: Unpack[_Options],
 ) -> TrainStep[M]:
     """Build a :class:`TrainStep`; the same arguments.
 
@@ -400,15 +395,4 @@ def make_train_step[M: nnx.Module](
         >>> step(jnp.ones((4, 2))).shape
         ()
     """
-    return TrainStep(
-        model,
-        optimizer,
-        loss_fn,
-        mesh=mesh,
-        batch_sharding=batch_sharding,
-        has_aux=has_aux,
-        donate=donate,
-        accumulate_steps=accumulate_steps,
-        steps_per_call=steps_per_call,
-        precision=precision,
-    )
+    return TrainStep(model, optimizer, loss_fn, **options)
