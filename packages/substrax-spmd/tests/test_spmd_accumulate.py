@@ -12,7 +12,6 @@ from substrax.spmd import (
     BatchSplitError,
     TrainStep,
     create_data_parallel_sharding,
-    make_train_step,
     place_batch_on_shards,
 )
 from substrax.spmd._accumulate import split_microbatches
@@ -31,16 +30,9 @@ def params_of(model):
     }
 
 
-def train(new_mlp, host_batches, *, accumulate_steps, mesh=None):
-    model = new_mlp()
-    step = make_train_step(
-        model,
-        nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
-        mse_with_aux,
-        mesh=mesh,
-        batch_sharding=None if mesh is None else create_data_parallel_sharding(mesh),
-        has_aux=True,
-        accumulate_steps=accumulate_steps,
+def train(new_train_step, host_batches, *, accumulate_steps, mesh=None):
+    step = new_train_step(
+        mesh, loss_fn=mse_with_aux, has_aux=True, accumulate_steps=accumulate_steps
     )
     with expect_compiles(1):
         outs = [step(b) for b in host_batches]
@@ -57,18 +49,18 @@ def test_microbatches_take_strided_rows_and_indivisible_batches_are_refused():
     assert (caught.value.path, caught.value.shape, caught.value.parts) == ("['y']", (8,), 3)
 
 
-def test_accumulated_step_equals_one_step_on_the_whole_batch(new_mlp, host_batches):
+def test_accumulated_step_equals_one_step_on_the_whole_batch(new_train_step, host_batches):
     mesh = create_device_mesh({"data": 8})
-    whole, whole_params = train(new_mlp, host_batches, accumulate_steps=1, mesh=mesh)
+    whole, whole_params = train(new_train_step, host_batches, accumulate_steps=1, mesh=mesh)
     # 16 rows: 2 microbatches of 8, one row per device in each
-    accumulated, params = train(new_mlp, host_batches, accumulate_steps=2, mesh=mesh)
+    accumulated, params = train(new_train_step, host_batches, accumulate_steps=2, mesh=mesh)
     for (loss, aux), (want, want_aux) in zip(accumulated, whole, strict=True):
         assert float(loss) == pytest.approx(float(want), rel=1e-5)
         assert float(aux["mean_pred"]) == pytest.approx(float(want_aux["mean_pred"]), rel=1e-4)
     for name, value in whole_params.items():
         np.testing.assert_allclose(params[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     # on one device, 4 microbatches of 4 rows
-    unsharded, unsharded_params = train(new_mlp, host_batches, accumulate_steps=4)
+    unsharded, unsharded_params = train(new_train_step, host_batches, accumulate_steps=4)
     assert float(unsharded[-1][0]) == pytest.approx(float(whole[-1][0]), rel=1e-5)
     for name, value in whole_params.items():
         np.testing.assert_allclose(unsharded_params[name], value, rtol=1e-5, atol=1e-6)
@@ -136,19 +128,8 @@ def test_peak_memory_is_one_microbatch_not_the_whole_batch():
     assert collectives == set()
 
 
-class Stateful(nnx.Module):
-    def __init__(self, rngs: nnx.Rngs):
-        self.dense = nnx.Linear(8, 8, rngs=rngs)
-        self.norm = nnx.BatchNorm(8, rngs=rngs)
-        self.drop = nnx.Dropout(0.5, rngs=rngs)
-        self.out = nnx.Linear(8, 1, rngs=rngs)
-
-    def __call__(self, x):
-        return self.out(self.drop(self.norm(self.dense(x))))
-
-
-def test_batch_statistics_and_rng_state_advance_per_microbatch(host_batches):
-    model = Stateful(nnx.Rngs(0))
+def test_batch_statistics_and_rng_state_advance_per_microbatch(new_stateful, host_batches):
+    model = new_stateful()
     mean_before = np.asarray(model.norm.mean.get_value()).copy()
     step = TrainStep(
         model,

@@ -19,22 +19,6 @@ from substrax.testing import expect_compiles
 ROWS = 64
 
 
-def mse(model, batch):
-    return ((model(batch["x"]) - batch["y"]) ** 2).mean()
-
-
-def build(new_mlp, mesh, **options):
-    model = new_mlp()
-    return TrainStep(
-        model,
-        nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
-        mse,
-        mesh=mesh,
-        batch_sharding=None if mesh is None else create_data_parallel_sharding(mesh),
-        **options,
-    )
-
-
 def batch(rows=ROWS):
     rng = np.random.default_rng(0)
     return {
@@ -53,12 +37,14 @@ def mesh():
 
 
 @pytest.fixture(scope="module")
-def plain_cost(new_mlp, mesh):
-    return build(new_mlp, mesh).cost(batch())
+def plain_cost(new_train_step, mesh):
+    return new_train_step(mesh).cost(batch())
 
 
-def test_the_cost_is_xla_s_figure_for_one_device_of_the_compiled_step(new_mlp, mesh, plain_cost):
-    step = build(new_mlp, mesh)
+def test_the_cost_is_xla_s_figure_for_one_device_of_the_compiled_step(
+    new_train_step, mesh, plain_cost
+):
+    step = new_train_step(mesh)
     placed = jax.device_put(batch(), create_data_parallel_sharding(mesh))
     with jax.set_mesh(mesh):
         compiled = step.jitted.lower(jax.tree.leaves(step.state), placed).compile()
@@ -74,10 +60,10 @@ def test_the_cost_is_xla_s_figure_for_one_device_of_the_compiled_step(new_mlp, m
     assert matmuls <= plain_cost.flops <= 4 * matmuls
 
 
-def test_more_rows_cost_more_and_the_figure_is_per_device(new_mlp, mesh, plain_cost):
-    step = build(new_mlp, mesh)
+def test_more_rows_cost_more_and_the_figure_is_per_device(new_train_step, mesh, plain_cost):
+    step = new_train_step(mesh)
     assert step.flops_per_step(batch(4 * ROWS)) > 2 * plain_cost.flops
-    one_device = build(new_mlp, None).cost(batch())
+    one_device = new_train_step(None).cost(batch())
     assert one_device.devices == 1
     assert one_device.flops > 4 * plain_cost.flops  # the whole batch on one device
 
@@ -87,8 +73,10 @@ def test_more_rows_cost_more_and_the_figure_is_per_device(new_mlp, mesh, plain_c
     [{"accumulate_steps": 4}, {"steps_per_call": 3}, {"accumulate_steps": 2, "steps_per_call": 3}],
     ids=["accumulate", "steps_per_call", "both"],
 )
-def test_the_cost_is_per_optimizer_step_whatever_the_loops(new_mlp, mesh, plain_cost, options):
-    step = build(new_mlp, mesh, **options)
+def test_the_cost_is_per_optimizer_step_whatever_the_loops(
+    new_train_step, mesh, plain_cost, options
+):
+    step = new_train_step(mesh, **options)
     k = options.get("steps_per_call", 1)
     given = stacked(k) if k > 1 else batch()
     cost = step.cost(given)
@@ -101,8 +89,8 @@ def test_the_cost_is_per_optimizer_step_whatever_the_loops(new_mlp, mesh, plain_
     assert np.shape(losses) == ((k,) if k > 1 else ())
 
 
-def test_a_plain_step_compiles_once_for_its_cost_and_its_calls(new_mlp, mesh):
-    step = build(new_mlp, mesh)
+def test_a_plain_step_compiles_once_for_its_cost_and_its_calls(new_train_step, mesh):
+    step = new_train_step(mesh)
     with expect_compiles(1):
         cost = step.cost(batch())
         step(batch())
@@ -110,9 +98,9 @@ def test_a_plain_step_compiles_once_for_its_cost_and_its_calls(new_mlp, mesh):
         assert step.cost(batch()) is cost  # analysed once per batch signature
 
 
-def test_precision_is_costed_as_compiled(new_mlp, mesh, plain_cost):
+def test_precision_is_costed_as_compiled(new_train_step, mesh, plain_cost):
     policy = PrecisionPolicy(param_dtype="float32", compute_dtype="bfloat16")
-    cost = build(new_mlp, mesh, precision=policy, accumulate_steps=2).cost(batch())
+    cost = new_train_step(mesh, precision=policy, accumulate_steps=2).cost(batch())
     assert cost.flops is not None
     assert cost.flops >= plain_cost.flops / 2  # same matmuls, plus the casts
 
@@ -139,10 +127,10 @@ def test_precision_is_costed_as_compiled(new_mlp, mesh, plain_cost):
     ],
 )
 def test_a_batch_the_call_refuses_is_refused_by_cost_with_the_same_error(
-    new_mlp, mesh, options, given, error
+    new_train_step, mesh, options, given, error
 ):
     options = {"mesh": mesh, **options}
-    step = build(new_mlp, options.pop("mesh"), **options)
+    step = new_train_step(options.pop("mesh"), **options)
     with pytest.raises(error) as by_cost:
         step.flops_per_step(given)
     with pytest.raises(error) as by_call:

@@ -6,7 +6,7 @@ import pytest
 from flax import nnx
 
 from substrax.mesh import create_device_mesh
-from substrax.spmd import PrecisionPolicy, TrainStep, create_data_parallel_sharding
+from substrax.spmd import PrecisionPolicy, TrainStep
 
 
 def test_policy_validates_and_casts_only_floating_leaves():
@@ -23,7 +23,7 @@ def test_policy_validates_and_casts_only_floating_leaves():
         PrecisionPolicy(param_dtype="float33")
 
 
-def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(new_mlp, host_batches):
+def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(new_train_step, host_batches):
     mesh = create_device_mesh({"data": 8})
     seen: list[tuple[str, jnp.dtype]] = []
 
@@ -39,15 +39,7 @@ def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(new_mlp, host
         return ((model.down(jax.nn.relu(hidden)) - batch["y"]) ** 2).mean()
 
     policy = PrecisionPolicy(param_dtype="float32", compute_dtype="bfloat16")
-    model = new_mlp()
-    step = TrainStep(
-        model,
-        nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
-        loss_fn,
-        mesh=mesh,
-        batch_sharding=create_data_parallel_sharding(mesh),
-        precision=policy,
-    )
+    step = new_train_step(mesh, loss_fn=loss_fn, precision=policy)
     losses = [step(b) for b in host_batches]
     assert dict(seen) == {"kernel": jnp.bfloat16, "x": jnp.bfloat16, "hidden": jnp.bfloat16}
     assert {loss.dtype for loss in losses} == {jnp.dtype("float32")}
@@ -57,8 +49,7 @@ def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(new_mlp, host
     mu = step.optimizer.opt_state[0].mu["up"]["kernel"].get_value()
     assert mu.dtype == jnp.float32
 
-    reference = new_mlp()
-    plain = TrainStep(reference, nnx.Optimizer(reference, optax.adam(1e-2), wrt=nnx.Param), loss_fn)
+    plain = new_train_step(loss_fn=loss_fn)
     expected = [float(plain(b)) for b in host_batches]
     np.testing.assert_allclose([float(x) for x in losses], expected, rtol=3e-2)
     np.testing.assert_allclose(

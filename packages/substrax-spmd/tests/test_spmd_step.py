@@ -170,19 +170,8 @@ def test_fsdp_state_stays_sharded_and_compiles_once(host_batches, single_device)
     assert mu.sharding.spec == P("model", None)
 
 
-class Stateful(nnx.Module):
-    def __init__(self, rngs):
-        self.dense = nnx.Linear(8, 8, rngs=rngs)
-        self.norm = nnx.BatchNorm(8, rngs=rngs)
-        self.drop = nnx.Dropout(0.5, rngs=rngs)
-        self.out = nnx.Linear(8, 1, rngs=rngs)
-
-    def __call__(self, x):
-        return self.out(self.drop(self.norm(self.dense(x))))
-
-
-def test_batch_stats_and_rng_state_advance_and_compile_once(host_batches):
-    model = Stateful(nnx.Rngs(0))
+def test_batch_stats_and_rng_state_advance_and_compile_once(new_stateful, host_batches):
+    model = new_stateful()
     step = TrainStep(model, nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param), mse)
     placed = [jax.device_put(b) for b in host_batches]
     mean_before = np.asarray(model.norm.mean.get_value()).copy()
