@@ -52,6 +52,15 @@ def _run_id(out):
     return re.search(r"Submitted (\S+) to local\.", out).group(1)
 
 
+def _edit_pyproject(project, old, new):
+    """Replace ``old``, which must be there, with ``new`` in the project's pyproject.toml."""
+    pyproject = project / "pyproject.toml"
+    text = pyproject.read_text()
+    assert old in text, old
+    pyproject.write_text(text.replace(old, new))
+    return pyproject
+
+
 def _python(project, *args):
     """``python ARGS`` in a fresh interpreter in ``project``, with this test's environment."""
     return subprocess.run(
@@ -130,8 +139,7 @@ def test_detached_run_then_status_logs_fetch_list(project, tmp_path, capsys):
 def test_stored_run_uses_the_settings_it_was_submitted_with(project, tmp_path, capsys):
     assert main(["run", "ok", "--detach"]) == 0
     run_id = _run_id(capsys.readouterr().out)
-    text = (project / "pyproject.toml").read_text()
-    (project / "pyproject.toml").write_text(text.replace("local-state", "moved-state"))
+    _edit_pyproject(project, "local-state", "moved-state")
     assert main(["logs", run_id, "--follow"]) == 0
     assert main(["status", run_id]) == 0
     assert "succeeded" in capsys.readouterr().out
@@ -191,12 +199,10 @@ def test_refusals_exit_2(project, capsys, argv, message):
 
 
 def test_bad_config_exits_2_with_the_path(project, capsys):
-    text = (project / "pyproject.toml").read_text()
-    (project / "pyproject.toml").write_text(
-        text.replace(
-            "timeout_seconds = 60\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
-            "timeout_seconds = -1\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
-        )
+    _edit_pyproject(
+        project,
+        "timeout_seconds = 60\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
+        "timeout_seconds = -1\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
     )
     assert main(["run", "ok"]) == 2
     err = capsys.readouterr().err
@@ -269,8 +275,7 @@ def test_a_backend_state_dir_under_a_file_is_refused(project, tmp_path, capsys):
 
 
 def test_malformed_pyproject_exits_2_naming_the_file(project, capsys):
-    pyproject = project / "pyproject.toml"
-    pyproject.write_text(pyproject.read_text().replace('backend = "local"', "backend = local"))
+    pyproject = _edit_pyproject(project, 'backend = "local"', "backend = local")
     assert main(["run", "ok"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"substrax-compute: error: {pyproject}:6:11: not valid TOML: "), err
@@ -278,12 +283,10 @@ def test_malformed_pyproject_exits_2_naming_the_file(project, capsys):
 
 
 def test_an_unknown_platform_exits_2_naming_it(project, capsys):
-    pyproject = project / "pyproject.toml"
-    pyproject.write_text(
-        pyproject.read_text().replace(
-            "[tool.substrax.compute.jobs.ok]\n",
-            '[tool.substrax.compute.jobs.ok]\nruntime = { platforms = ["gpuu"] }\n',
-        )
+    _edit_pyproject(
+        project,
+        "[tool.substrax.compute.jobs.ok]\n",
+        '[tool.substrax.compute.jobs.ok]\nruntime = { platforms = ["gpuu"] }\n',
     )
     assert main(["run", "ok"]) == 2
     err = capsys.readouterr().err
@@ -387,12 +390,10 @@ def test_bad_arguments_exit_2_with_the_error_line(project, capsys):
 
 
 def test_a_huge_node_count_is_refused_with_one_line(project, capsys):
-    text = (project / "pyproject.toml").read_text()
-    (project / "pyproject.toml").write_text(
-        text.replace(
-            "probe_devices = false\nnodes = 2\n",
-            "probe_devices = false\nnodes = 99999999999999999999\n",
-        )
+    _edit_pyproject(
+        project,
+        "probe_devices = false\nnodes = 2\n",
+        "probe_devices = false\nnodes = 99999999999999999999\n",
     )
     for argv in (["run", "race", "--dry-run"], ["run", "race"]):
         assert main(argv) == 2
