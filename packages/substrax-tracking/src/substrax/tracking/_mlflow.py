@@ -13,15 +13,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from substrax.support import check_int, check_seconds, require
+from substrax.support import check_seconds, require
 
 from . import _http_bounds as http_bounds
 from ._base import safe_name
-from ._errors import ResumeWithoutRunIdError, UnknownRunIdError
+from ._errors import UnknownRunIdError
 from ._first_attempt import FirstAttempt
 from ._mlflow_child import MetricWriter
 from ._records import Record
-from ._remote import RemoteLogger
+from ._remote import RemoteLogger, check_resume
 from ._spool import register_sink_factory
 from ._store_lock import store_lock
 
@@ -400,10 +400,7 @@ class MLFlowLogger(RemoteLogger):
     ) -> None:
         _import_mlflow()
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
-        if resume_step is not None:
-            check_int("resume_step", resume_step, minimum=0)
-            if run_id is None:
-                raise ResumeWithoutRunIdError("MLFlowLogger", resume_step)
+        check_resume("MLFlowLogger", resume_step, run_id)
         super().__init__(
             name,
             log_dir=log_dir,

@@ -22,6 +22,7 @@ from ._errors import (
     LoggedTypeError,
     LoggerClosedError,
     MetricOverflowError,
+    ResumeWithoutRunIdError,
     UploadNotFoundError,
 )
 from ._failure import failed_by
@@ -30,7 +31,7 @@ from ._records import Record
 from ._spool import Sink
 
 
-__all__ = ["RemoteLogger"]
+__all__ = ["RemoteLogger", "check_resume"]
 
 
 # The loggers of this process not closed yet, held strongly: a logger dropped without close()
@@ -102,6 +103,22 @@ def _check_scalar(name: str, value: Any) -> None:
             float(value)
         except OverflowError:
             raise MetricOverflowError(name, value) from None
+
+
+def check_resume(logger: str, resume_step: int | None, run_id: str | None) -> None:
+    """Refuse a ``resume_step`` that is not an int >= 0, or one without the ``run_id`` it resumes.
+
+    Example:
+        >>> from substrax.tracking._remote import check_resume
+        >>> check_resume("MLFlowLogger", 3, None)
+        Traceback (most recent call last):
+        ...
+        substrax.tracking.ResumeWithoutRunIdError: MLFlowLogger got resume_step=3 without run_id; ...
+    """
+    if resume_step is not None:
+        check_int("resume_step", resume_step, minimum=0)
+        if run_id is None:
+            raise ResumeWithoutRunIdError(logger, resume_step)
 
 
 class RemoteLogger(Logger):

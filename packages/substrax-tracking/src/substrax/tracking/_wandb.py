@@ -11,14 +11,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from substrax.support import check_int, check_seconds, require
+from substrax.support import check_seconds, require
 
 from ._base import safe_name
-from ._errors import LoggerClosedError, ResumeWithoutRunIdError
+from ._errors import LoggerClosedError
 from ._first_attempt import FirstAttempt
 from ._paths import ensure_writable_dir
 from ._records import Record
-from ._remote import RemoteLogger
+from ._remote import RemoteLogger, check_resume
 from ._spool import register_sink_factory
 
 
@@ -182,12 +182,12 @@ class _WandbSink:
             self.run.finish(exit_code=self.exit_code)
 
 
-def _settings_root_dir(settings: Any) -> str | None:
-    """The ``root_dir`` that ``settings`` (a mapping or a ``wandb.Settings``) sets, if any."""
+def _setting(settings: Any, key: str) -> str | None:
+    """What ``settings`` (a mapping or a ``wandb.Settings``) sets ``key`` to, as text, if anything."""
     if isinstance(settings, Mapping):
-        given = cast("Mapping[str, Any]", settings).get("root_dir")
-    elif "root_dir" in getattr(settings, "model_fields_set", ()):
-        given = getattr(settings, "root_dir", None)
+        given = cast("Mapping[str, Any]", settings).get(key)
+    elif key in getattr(settings, "model_fields_set", ()):
+        given = getattr(settings, key, None)
     else:
         given = None
     return str(given) if given else None
