@@ -217,7 +217,7 @@ def wandb_root_dir(
         '/home/me/.data/substrax'
     """
     environ = os.environ if env is None else env
-    given = init_options.get("dir") or _settings_root_dir(init_options.get("settings"))
+    given = init_options.get("dir") or _setting(init_options.get("settings"), "root_dir")
     if given is None and log_dir is not None:
         given = log_dir
     if given is None and environ.get("WANDB_DIR"):
@@ -244,13 +244,7 @@ def base_url(settings: Any) -> str | None:
         >>> base_url({"base_url": "http://127.0.0.1:8080"})
         'http://127.0.0.1:8080'
     """
-    if isinstance(settings, Mapping):
-        given = cast("Mapping[str, Any]", settings).get("base_url")
-    elif "base_url" in getattr(settings, "model_fields_set", ()):
-        given = getattr(settings, "base_url", None)
-    else:
-        given = None
-    return str(given) if given else os.environ.get("WANDB_BASE_URL") or None
+    return _setting(settings, "base_url") or os.environ.get("WANDB_BASE_URL") or None
 
 
 def _rewind_point(run_id: str, resume_step: int, records: Sequence[Record]) -> str:
@@ -390,10 +384,7 @@ class WandbLogger(RemoteLogger):
     ) -> None:
         wandb = _import_wandb()
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
-        if resume_step is not None:
-            check_int("resume_step", resume_step, minimum=0)
-            if run_id is None:
-                raise ResumeWithoutRunIdError("WandbLogger", resume_step)
+        check_resume("WandbLogger", resume_step, run_id)
         self.resume_step = resume_step
         super().__init__(
             name,
