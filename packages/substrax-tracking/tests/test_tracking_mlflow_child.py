@@ -1,5 +1,6 @@
 """MLflow's database writes from the writer child process: real SQLite stores, real processes."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -147,6 +148,23 @@ def test_a_child_killed_inside_a_batch_loses_nothing(spawn_early, tmp_path, capl
         run_id = logger.run_id
     assert steps_of(uri, run_id, "loss") == list(range(20))
     assert "MLflow writer process" in caplog.text
+
+
+def test_a_hung_child_does_not_hold_close_and_its_batch_is_spooled(spawn_early, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    logger = MLFlowLogger("hung", tracking_uri=uri, log_dir=tmp_path, close_timeout=2)
+    pid = start_child(logger)
+    os.kill(pid, signal.SIGSTOP)  # alive but never answers
+    for step in range(10, 20):
+        logger.log_scalar("loss", float(step), step=step)
+    assert not logger.wait_delivered(timeout=1.5)
+    start = time.monotonic()
+    logger.close()
+    assert time.monotonic() - start < 2 + 1.5  # close_timeout, half a second, the spool write
+    assert gone(pid)
+    spooled = [json.loads(line)["record"] for line in logger.spool_path.read_text().splitlines()]
+    assert sorted(record["step"] for record in spooled) == list(range(10, 20))
+    assert steps_of(uri, logger.run_id, "loss") == list(range(10))
 
 
 def test_a_value_mlflow_refuses_in_the_child_is_kept_and_the_rest_goes_on(spawn_early, tmp_path):

@@ -121,13 +121,18 @@ class MetricWriter:
         A batch sent afterwards raises ``MetricWriterError`` (and is kept by the spool).
         """
         self.closed = True
-        self._stop()
+        idle = self._lock.acquire(blocking=False)
+        try:  # a batch still in flight (close_timeout ran out) is kept by the spool: no grace
+            self._stop(grace=_EXIT_GRACE if idle else 0.0)
+        finally:
+            if idle:
+                self._lock.release()
 
-    def _stop(self) -> None:
+    def _stop(self, grace: float = _EXIT_GRACE) -> None:
         child, self._child = self._child, None
         if child is None:
             return
-        _end(child)
+        _end(child, grace)
 
     def _running(self) -> subprocess.Popen[bytes] | None:
         child = self._child
@@ -205,12 +210,13 @@ def _readline(stream: IO[bytes], timeout: float) -> bytes:
     return stream.readline() if ready else b""
 
 
-def _end(child: subprocess.Popen[bytes]) -> None:
+def _end(child: subprocess.Popen[bytes], grace: float = _EXIT_GRACE) -> None:
+    """Close the child's input and give it ``grace`` seconds to finish its batch, then kill it."""
     with contextlib.suppress(OSError, ValueError):
         if child.stdin is not None:
             child.stdin.close()
     try:
-        child.wait(_EXIT_GRACE)
+        child.wait(grace)
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
