@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -47,6 +48,19 @@ def _writer_elsewhere(directory: Path) -> Iterator["subprocess.Popen[str]"]:
 def writer_elsewhere() -> Callable[[Path], contextlib.AbstractContextManager[Any]]:
     """``with writer_elsewhere(directory) as process:``: another process writing the store."""
     return _writer_elsewhere
+
+
+def _run_where_file_modes_apply(argv: list[str]) -> "subprocess.CompletedProcess[str]":
+    """Run ``argv`` to its end, output captured; as root, without the capabilities that skip modes."""
+    if os.geteuid() == 0:
+        argv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def run_where_file_modes_apply() -> Callable[[list[str]], "subprocess.CompletedProcess[str]"]:
+    """``run_where_file_modes_apply(argv)``: a child that a chmod refuses, even when run as root."""
+    return _run_where_file_modes_apply
 
 
 def write_format2_step(root: Path, step: int, payload: Any, sidecar: dict[str, Any]) -> Path:

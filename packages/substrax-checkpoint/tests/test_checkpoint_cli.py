@@ -1,5 +1,4 @@
 import json
-import os
 import subprocess
 import sys
 
@@ -230,24 +229,14 @@ def test_ls_lists_the_readable_steps_and_marks_a_damaged_one(store_dir, capsys):
     assert "loss=0.9" in table
 
 
-def _without_root_file_access(argv: list[str]) -> list[str]:
-    """``argv`` run so that file modes apply: as root, without the capabilities that skip them."""
-    if os.geteuid() != 0:
-        return argv
-    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
-
-
-def test_a_store_this_user_may_not_read_is_exit_2_naming_the_path(store_dir):
+def test_a_store_this_user_may_not_read_is_exit_2_naming_the_path(
+    store_dir, run_where_file_modes_apply
+):
     _fill(store_dir)
     store_dir.chmod(0)
     try:
-        argv = [sys.executable, "-m", "substrax.checkpoint", "ls", str(store_dir)]
-        result = subprocess.run(
-            _without_root_file_access(argv),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        result = run_where_file_modes_apply(
+            [sys.executable, "-m", "substrax.checkpoint", "ls", str(store_dir)]
         )
     finally:
         store_dir.chmod(0o755)

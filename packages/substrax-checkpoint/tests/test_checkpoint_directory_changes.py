@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 
@@ -15,6 +14,7 @@ from substrax.checkpoint import (
     OrbaxCheckpointStore,
 )
 from substrax.checkpoint._lock import LOCK_FILE
+from substrax.testing import run_python
 
 
 STATE = {"model": {"w": np.ones(4, np.float32)}}
@@ -70,34 +70,15 @@ def _open_elsewhere(directory) -> str:
         "else:\n"
         "    print('opened')\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", program, str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.split()[-1]
+    return run_python(program, str(directory), timeout=120).check().stdout.split()[-1]
 
 
-def _without_root_file_access(argv: list[str]) -> list[str]:
-    """``argv`` run so that file modes apply: as root, without the capabilities that skip them."""
-    if os.geteuid() != 0:
-        return argv
-    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *argv]
-
-
-def test_a_directory_made_read_only_raises_the_write_error_not_the_index_s(store_dir):
+def test_a_directory_made_read_only_raises_the_write_error_not_the_index_s(
+    store_dir, run_where_file_modes_apply
+):
     store_dir.mkdir()
     try:
-        result = subprocess.run(
-            _without_root_file_access([sys.executable, "-c", READ_ONLY_RUN, str(store_dir)]),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        result = run_where_file_modes_apply([sys.executable, "-c", READ_ONLY_RUN, str(store_dir)])
     finally:
         store_dir.chmod(0o755)
     assert result.returncode == 0, result.stderr[-3000:]

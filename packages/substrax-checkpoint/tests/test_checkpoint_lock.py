@@ -16,6 +16,7 @@ import pytest
 
 from substrax.checkpoint import CheckpointLockedError, OrbaxCheckpointStore
 from substrax.checkpoint._lock import LOCK_FILE, read_holder
+from substrax.testing import run_python
 
 
 # a second process tries to open the store: it prints what happened as one JSON line
@@ -36,15 +37,7 @@ OPENER = textwrap.dedent(
 
 
 def _open_elsewhere(directory: Path, mode: str = "write") -> dict:
-    result = subprocess.run(
-        [sys.executable, "-c", OPENER, str(directory), mode],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.splitlines()[-1])
+    return run_python(OPENER, str(directory), mode, timeout=120).check().last_json()
 
 
 def test_a_second_writer_process_is_refused_and_a_reader_is_not(store_dir):

@@ -1,8 +1,6 @@
 """The store leaves absl's logger alone; ``quiet_orbax_notices`` is the documented opt-in."""
 
-import json
-import subprocess
-import sys
+from substrax.testing import run_python
 
 
 _CHILD = """
@@ -23,13 +21,6 @@ print(json.dumps({"before": len(untouched), "after": len(absl.filters)}))
 
 
 def test_only_an_opt_in_filters_the_absl_logger(store_dir):
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(store_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == {"before": 0, "after": 1}
+    done = run_python(_CHILD, str(store_dir), timeout=120).check()
+    assert done.last_json() == {"before": 0, "after": 1}
     assert "save_interval_steps=0" in done.stderr  # orbax's own notice, shown by default
