@@ -178,7 +178,9 @@ def _logging(base: Path, *, mlflow: bool) -> Variant:
         for step in range(SPAWN_AFTER + 1):
             logger.log_scalar("warm-up", 0.0, step=step)
         logger.flush()
-        child = mlflow_logger._sink.writer.pid if mlflow_logger._sink else None
+        if mlflow_logger._sink:  # the child starts without holding the logger: wait for it here
+            mlflow_logger._sink.writer.wait_ready(timeout=120)
+            child = mlflow_logger._sink.writer.pid
     setup = time.perf_counter() - started
     # MLflow is written to from the logger's delivery thread: its CPU time is accounted below.
     workers = [

@@ -1,6 +1,7 @@
 """MLflow's database writes from the writer child process: real SQLite stores, real processes."""
 
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -59,11 +60,12 @@ def writer(logger):
 
 
 def start_child(logger, key="loss"):
-    """Log steps 0-9 in two deliveries: the second one starts the child."""
+    """Log steps 0-9 in two deliveries: the second one starts the child; wait until it is up."""
     for first in (0, 5):
         for step in range(first, first + 5):
             logger.log_scalar(key, float(step), step=step)
         assert logger.wait_delivered(timeout=60)
+    assert writer(logger).wait_ready(timeout=120)
     pid = writer(logger).pid
     assert pid is not None
     return pid
@@ -124,7 +126,8 @@ def test_a_child_killed_between_batches_is_replaced_and_nothing_is_lost(spawn_ea
         assert gone(first)
         for step in range(30, 60):
             logger.log_scalar("loss", float(step), step=step)
-        assert delivered(logger)
+        assert delivered(logger)  # from the logger's process while the new child starts
+        assert writer(logger).wait_ready(timeout=120)
         second = writer(logger).pid
         run_id = logger.run_id
     assert second not in (None, first)
@@ -185,19 +188,44 @@ def test_a_value_mlflow_refuses_in_the_child_is_kept_and_the_rest_goes_on(spawn_
 def test_a_child_that_cannot_start_is_given_up_with_one_warning(
     spawn_early, monkeypatch, tmp_path, caplog
 ):
+    caplog.set_level(logging.INFO, logger=_mlflow_child.__name__)
     monkeypatch.setattr(_mlflow_child, "_MODULE", "substrax.tracking._no_such_module")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    deadline = time.monotonic() + 120
     with MLFlowLogger("fallback", tracking_uri=uri, log_dir=tmp_path) as logger:
-        for step in range(30):
-            logger.log_scalar("loss", float(step), step=step)
-            if step % 10 == 9:
-                assert delivered(logger)
+        step = 0
+        while not writer(logger).given_up and time.monotonic() < deadline:
+            for _ in range(5):
+                logger.log_scalar("loss", float(step), step=step)
+                step += 1
+            assert delivered(logger)
+            time.sleep(0.2)
         assert writer(logger).given_up
         run_id = logger.run_id
-    assert steps_of(uri, run_id, "loss") == list(range(30))
-    warnings = [r for r in caplog.records if r.name == _mlflow_child.__name__]
-    assert len(warnings) == 1
-    assert "could not start 3 times (it exited with code 1" in warnings[0].getMessage()
+    assert steps_of(uri, run_id, "loss") == list(range(step))
+    records = [r for r in caplog.records if r.name == _mlflow_child.__name__]
+    assert [r.levelno for r in records] == [logging.INFO, logging.INFO, logging.WARNING]
+    assert "could not start 3 times (it exited with code 1" in records[-1].getMessage()
+
+
+def test_a_slow_start_holds_neither_delivery_nor_close(spawn_early, monkeypatch, tmp_path):
+    (tmp_path / "slow_writer.py").write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(_mlflow_child, "_MODULE", "slow_writer")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    logger = MLFlowLogger("slow", tracking_uri=uri, log_dir=tmp_path, close_timeout=5)
+    for first in range(0, 30, 5):
+        for step in range(first, first + 5):
+            logger.log_scalar("loss", float(step), step=step)
+        assert logger.wait_delivered(timeout=30)  # written here while the child "starts"
+    starting = writer(logger)._starting
+    assert starting is not None
+    assert writer(logger).pid is None
+    began = time.monotonic()
+    logger.close()
+    assert time.monotonic() - began < 5
+    assert gone(starting.pid)
+    assert steps_of(uri, logger.run_id, "loss") == list(range(30))
 
 
 def test_the_child_ends_when_the_training_process_is_killed(tmp_path):
@@ -211,6 +239,7 @@ def test_the_child_ends_when_the_training_process_is_killed(tmp_path):
         for step in range(20):
             logger.log_scalar("loss", float(step), step=step)
             logger.wait_delivered(timeout=60)
+        logger._sink.writer.wait_ready(timeout=120)
         print(logger._sink.writer.pid, flush=True)
         time.sleep(600)
         """

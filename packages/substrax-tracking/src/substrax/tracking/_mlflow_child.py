@@ -13,8 +13,10 @@ The child writes nothing but the batches it is sent, answers each with one line,
 its input closes: when the logger closes, or the training process dies (kill -9 included). A
 child that dies is started again for the next batch; the batch it held is retried by the
 logger's delivery, like any failed delivery (at worst a batch MLflow had already committed is
-written twice). A child that fails to start three times in a row (it never says it is ready)
-is given up, with one warning, and the writes go back into the logger's process.
+written twice). The logger never waits for a child to start: until it says it is ready, the
+batches are written in the logger's process. A child that fails to start three times in a row
+(it exits, or is not ready within two minutes) is given up, with one warning, and the writes
+stay in the logger's process.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import IO, Any, Final
 
@@ -77,6 +80,10 @@ class MetricWriterError(ConnectionError):
 class MetricWriter:
     """The parent's side: counts the values written, starts the child, sends it batches.
 
+    A child is started without waiting for it: until it says it is ready, the batches are
+    written in the logger's process as before, so a start (MLflow's import, seconds on a busy
+    machine) never holds the delivery, a flush or a close.
+
     Args:
         tracking_uri: the database store.
         label: the name used in log messages.
@@ -87,14 +94,16 @@ class MetricWriter:
         self.label = label
         self.written = 0  # values written in this process before the child took over
         self.given_up = not uses_child(tracking_uri)
-        self._child: subprocess.Popen[bytes] | None = None
+        self._child: subprocess.Popen[bytes] | None = None  # ready: it takes batches
+        self._starting: subprocess.Popen[bytes] | None = None  # not ready yet
+        self._started_at = 0.0
         self._failed_starts = 0
         self.closed = False
         self._lock = threading.Lock()
 
     @property
     def pid(self) -> int | None:
-        """The running child's process id (None when there is none)."""
+        """The process id of the child taking batches (None when there is none)."""
         child = self._child
         return None if child is None or child.poll() is not None else child.pid
 
@@ -110,10 +119,17 @@ class MetricWriter:
             if self.given_up or self.written < SPAWN_AFTER:
                 self.written += len(rows)
                 return False
-            child = self._running()
+            child = self._ready_child(wait=0.0)
             if child is None:
                 return False
             return self._send(child, {"run_id": run_id, "metrics": list(rows)})
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a child being started; whether one takes batches."""
+        with self._lock:
+            if self._starting is not None:
+                self._ready_child(wait=timeout)
+            return self.pid is not None
 
     def close(self) -> None:
         """End the child for good: its input closes, it finishes its batch and exits (or is killed).
@@ -129,35 +145,69 @@ class MetricWriter:
                 self._lock.release()
 
     def _stop(self, grace: float = _EXIT_GRACE) -> None:
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            _end(starting, 0.0)
         child, self._child = self._child, None
-        if child is None:
-            return
-        _end(child, grace)
+        if child is not None:
+            _end(child, grace)
 
-    def _running(self) -> subprocess.Popen[bytes] | None:
+    def _ready_child(self, wait: float) -> subprocess.Popen[bytes] | None:
+        """The child taking batches; None while one starts (waiting up to ``wait`` s for it)."""
         child = self._child
         if child is not None and child.poll() is None:
             return child
-        self._stop()  # a child that died: its pipes
-        try:
-            self._child = _start(self.tracking_uri)
-        except (OSError, MetricWriterError) as error:
-            self._failed_starts += 1
-            if self._failed_starts < _STARTS:
-                raise MetricWriterError(
-                    f"the MLflow writer process could not start ({error}); the batch is retried"
-                ) from error
-            self.given_up = True
-            _logger.warning(
-                "%s: the MLflow writer process could not start %d times (%s); metrics are "
-                "written from this process",
-                self.label,
-                _STARTS,
-                error,
+        if child is not None:  # died between batches: its pipes, and a new one
+            self._child = None
+            _end(child, 0.0)
+        if self._starting is None:
+            try:
+                self._starting = _spawn(self.tracking_uri)
+            except OSError as error:
+                self._failed_start(str(error))
+                return None
+            self._started_at = time.monotonic()
+        starting = self._starting
+        assert starting.stdout is not None  # noqa: S101
+        line = _readline(starting.stdout, wait)
+        if line.strip() == _READY.encode():
+            self._child, self._starting = starting, None
+            self._failed_starts = 0
+            return starting
+        waited = time.monotonic() - self._started_at
+        if line == b"":
+            if starting.poll() is None and waited < _START_TIMEOUT:
+                return None  # still importing MLflow and opening the store
+            why = (
+                f"it did not become ready within {_START_TIMEOUT:g} s"
+                if starting.poll() is None
+                else f"it exited with code {starting.returncode} before it was ready"
             )
-            return None
-        self._failed_starts = 0
-        return self._child
+        else:
+            why = f"it wrote {line[:200]!r} instead of {_READY!r}"
+        self._starting = None
+        _end(starting, 0.0)
+        self._failed_start(why)
+        return None
+
+    def _failed_start(self, why: str) -> None:
+        self._failed_starts += 1
+        if self._failed_starts < _STARTS:
+            _logger.info(
+                "%s: the MLflow writer process could not start (%s); writing from this process "
+                "and trying again",
+                self.label,
+                why,
+            )
+            return
+        self.given_up = True
+        _logger.warning(
+            "%s: the MLflow writer process could not start %d times (%s); metrics are "
+            "written from this process",
+            self.label,
+            _STARTS,
+            why,
+        )
 
     def _send(self, child: subprocess.Popen[bytes], request: dict[str, Any]) -> bool:
         assert child.stdin is not None  # noqa: S101
@@ -183,25 +233,15 @@ class MetricWriter:
         return True
 
 
-def _start(tracking_uri: str) -> subprocess.Popen[bytes]:
-    """Start a child for ``tracking_uri`` and wait until it says it is ready."""
+def _spawn(tracking_uri: str) -> subprocess.Popen[bytes]:
+    """Start a child for ``tracking_uri``; it writes ``ready`` once it can take batches."""
     nice = min(os.getpriority(os.PRIO_PROCESS, os.getpid()) + _NICE, _LOWEST)
-    child = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", _MODULE, tracking_uri, str(nice)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         start_new_session=True,  # a Ctrl-C for the training process must not cut a batch
     )
-    assert child.stdout is not None  # noqa: S101
-    ready = _readline(child.stdout, _START_TIMEOUT)
-    if ready.strip() == _READY.encode():
-        return child
-    try:  # its output closed: it is exiting
-        why = f"it exited with code {child.wait(_EXIT_GRACE)} before it was ready"
-    except subprocess.TimeoutExpired:
-        why = f"it did not become ready within {_START_TIMEOUT:g} s"
-    _end(child)
-    raise MetricWriterError(why)
 
 
 def _readline(stream: IO[bytes], timeout: float) -> bytes:
