@@ -30,17 +30,20 @@ ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"}
 WORDS = 1 << 20  # float32 words per array: a state of two 4 MB arrays is 8 MB
 
 # saves STEPS states of 8 MB, one every EVERY seconds, asynchronously, keeping the newest KEEP
-# (0: all); prints "open", then each step once save() returned, then "done" and waits for a
-# line on stdin before closing
+# (0: all); prints "open", waits for the file GO if one is named (a sixth argument), then prints
+# each step once save() returned, then "done" and waits for a line on stdin before closing
 WRITER = textwrap.dedent(
     f"""
-    import json, sys, time
+    import json, os, sys, time
     import numpy as np
     from substrax.checkpoint import CheckpointWriteError, OrbaxCheckpointStore
     directory, steps, every, keep = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+    go = sys.argv[5] if len(sys.argv) > 5 else None
     failed = []
     store = OrbaxCheckpointStore(directory, max_to_keep=keep or None)
     print("open", flush=True)
+    while go is not None and not os.path.exists(go):
+        time.sleep(0.01)
     for step in range(1, steps + 1):
         state = {{"model": {{"w": np.full({WORDS}, step, np.float32)}},
                  "optimizer": {{"mu": np.full({WORDS}, -step, np.float32)}},
@@ -156,12 +159,14 @@ def _check_step(store: OrbaxCheckpointStore, step: int) -> None:
 
 def test_readers_beside_a_live_writer_cost_it_no_save(tmp_path: Path) -> None:
     """The reproduction: 40 saves of 8 MB every 0.15 s while another process opens and lists."""
-    directory, stop = tmp_path / "store", tmp_path / "stop"
-    writer = _start(WRITER, directory, 40, 0.15, 0, stdin=True)
+    directory, stop, go = tmp_path / "store", tmp_path / "stop", tmp_path / "go"
+    writer = _start(WRITER, directory, 40, 0.15, 0, go, stdin=True)
     with _reaped(writer):
         assert _line(writer) == "open"
         reader = _start(READER, directory, stop, "plain")
         with _reaped(reader):
+            assert _line(reader) == "polling"  # the saves start once the reader is at work
+            go.touch()
             while _line(writer) != "done":
                 pass
             stop.touch()
