@@ -318,3 +318,25 @@ def test_the_node_plan_is_replaced_whole(tmp_path):
     write_plan(tmp_path, job="j", timeout_seconds=5, nodes=[(["true"], {}, tmp_path / "w.log")])
     assert json.loads(plan.read_text())["timeout_seconds"] == 5
     assert held.read_text() == "old"
+
+
+def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later(tmp_path):
+    # node 1's task fails at once but its worker goes on to a long second task; node 0's task
+    # fails later (as a peer's would) and its worker exits first
+    first = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(3 * (1 - r)); sys.exit(5 - 2 * r)"
+    second = "import os, time; time.sleep(60 * int(os.environ['JAX_PROCESS_ID']))"
+    spec = _spec(_task("fails", first), _task("lingers", second), nodes=2)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    fetched = backend.fetch(handle, tmp_path / "f")
+    manifest = read_manifest(fetched / MANIFEST_NAME)
+    assert manifest.failed_node == 1
+    node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
+    assert [(t.name, t.status, t.returncode) for t in node_1.tasks] == [
+        ("fails", "failed", 3),
+        ("lingers", "cancelled", -15),
+    ]
+    log = (fetched / "worker.log").read_text()
+    assert "node 0 failed (exit status 1); stopping the other nodes" in log
+    assert "its task failed before node 0's" in log

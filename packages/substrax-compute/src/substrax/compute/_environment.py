@@ -16,6 +16,8 @@ EVENT_PREFIX = "[substrax] "
 OUTPUT_DIR_ENV = "AVITAI_OUTPUT_DIR"
 NODE_RANK_ENV = "SUBSTRAX_NODE_RANK"
 DISTRIBUTED_ENV = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+FAILED_AT_ENV = "SUBSTRAX_FAILED_AT_FILE"
+"""Set by the multi-node supervisor: where a worker writes the time its first task failed."""
 
 
 def mount_env_name(name: str) -> str:

@@ -90,9 +90,9 @@ class JobManifest:
     """The worker's record of a run on one node (node 0 writes ``outputs/manifest.json``).
 
     In a multi-node job, node 0's manifest is the job's: when a node's worker fails, the
-    launcher stops the others and records there the first node that failed
-    (``failed_node``) and its worker's exit status (``failed_node_status``; negative: killed
-    by that signal).
+    launcher stops the others and records there the node that failed first (``failed_node``:
+    the one whose task failed first, or whose worker exited first without a failed task) and
+    its worker's exit status (``failed_node_status``; negative: killed by that signal).
     """
 
     schema_version: Literal[4] = MANIFEST_VERSION

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from substrax.support import write_atomically
 
-from ._environment import EVENT_PREFIX, node_outputs
+from ._environment import EVENT_PREFIX, FAILED_AT_ENV, node_outputs
 from ._manifest import MANIFEST_NAME, JobManifest, read_manifest, write_manifest
 from ._runner import STOP_GRACE_SECONDS, STOP_SIGNAL
 
@@ -78,12 +78,18 @@ def _say(text: str) -> None:
     sys.stdout.flush()
 
 
-def _start(entry: dict[str, Any], ended: queue.Queue[tuple[int, int]], node: int) -> int:
+def _failed_at(run_dir: Path, node: int) -> Path:
+    return run_dir / f"node-{node}.failed-at"
+
+
+def _start(
+    run_dir: Path, entry: dict[str, Any], ended: queue.Queue[tuple[int, int]], node: int
+) -> int:
     """Start one node's worker and a thread that reports its exit, in the order exits happen."""
     with Path(entry["log"]).open("ab") as log:
         process = subprocess.Popen(
             entry["argv"],
-            env={**os.environ, **entry["env"]},
+            env={**os.environ, **entry["env"], FAILED_AT_ENV: str(_failed_at(run_dir, node))},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -95,10 +101,12 @@ def _start(entry: dict[str, Any], ended: queue.Queue[tuple[int, int]], node: int
 def supervise(run_dir: Path) -> int:
     """Run the planned workers until all ended; 0 when none failed, else 1.
 
-    The first worker to exit with a non-zero status is the failed node; the others are then
-    sent ``STOP_SIGNAL`` (their tasks get SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``)
-    and are killed themselves when still running ``_WORKER_MARGIN_SECONDS`` after that. A node
-    stopped so is never the one blamed.
+    When a worker exits with a non-zero status, the others are sent ``STOP_SIGNAL`` (their
+    tasks get SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``) and are killed themselves when
+    still running ``_WORKER_MARGIN_SECONDS`` after that. The failed node is the one whose task
+    failed first, by the time each worker wrote when it saw its task fail (a peer's failure
+    makes the others' tasks fail too, and their workers may exit in any order); without such a
+    record, the first worker to exit non-zero. A node stopped so is never the one blamed.
     """
     plan = cast("dict[str, Any]", json.loads((run_dir / NODES_FILE).read_text()))
     deadline = time.monotonic() + float(plan["timeout_seconds"]) + _WORKER_MARGIN_SECONDS
@@ -112,10 +120,11 @@ def supervise(run_dir: Path) -> int:
     signal.signal(signal.SIGTERM, on_term)
     ended: queue.Queue[tuple[int, int]] = queue.Queue()
     running: dict[int, int] = {}
+    exits: dict[int, int] = {}
     for node, entry in enumerate(plan["nodes"]):
         if cancelled or time.monotonic() > deadline:
             break
-        running[node] = _start(entry, ended, node)
+        running[node] = _start(run_dir, entry, ended, node)
     failed: tuple[int, int] | None = None
     kill_at: float | None = None
     while running:
@@ -131,6 +140,7 @@ def supervise(run_dir: Path) -> int:
             pass
         else:
             del running[node]
+            exits[node] = code
             cancelled = cancelled or (run_dir / CANCELLED_MARKER).exists()
             if code != 0 and failed is None and not cancelled and not timed_out:
                 failed = (node, code)
@@ -144,8 +154,30 @@ def supervise(run_dir: Path) -> int:
             kill_at = None
     if failed is None:
         return 1 if timed_out else 0
+    failed = _blame(run_dir, exits, first_exit=failed)
     _record_failure(run_dir, job=plan["job"], nodes=len(plan["nodes"]), failed=failed)
     return 1
+
+
+def _blame(run_dir: Path, exits: dict[int, int], *, first_exit: tuple[int, int]) -> tuple[int, int]:
+    """The failed node whose task failed first, and its worker's exit status.
+
+    ``first_exit`` (the first worker to exit non-zero) when no failed node recorded the time.
+    """
+    times: dict[int, float] = {}
+    for node, code in exits.items():
+        if code != 0:
+            with contextlib.suppress(OSError, ValueError):
+                times[node] = float(_failed_at(run_dir, node).read_text())
+    if not times:
+        return first_exit
+    node = min(times, key=times.__getitem__)
+    if node != first_exit[0]:
+        _say(
+            f"node {node} failed ({describe_status(exits[node])}): its task failed before "
+            f"node {first_exit[0]}'s"
+        )
+    return node, exits[node]
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

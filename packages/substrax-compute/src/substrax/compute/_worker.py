@@ -23,6 +23,7 @@ Example:
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,10 +35,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from substrax.support import EXIT_FAILED, EXIT_OK, UsageError, run_command
+from substrax.support import EXIT_FAILED, EXIT_OK, UsageError, run_command, write_atomically
 
-from ._environment import EVENT_PREFIX, NODE_RANK_ENV, node_outputs
-from ._manifest import MANIFEST_NAME, JobManifest, TaskOutcome, write_manifest
+from ._environment import EVENT_PREFIX, FAILED_AT_ENV, NODE_RANK_ENV, node_outputs
+from ._manifest import MANIFEST_NAME, JobManifest, TaskOutcome, TaskStatus, write_manifest
 from ._runner import STOP_SIGNAL, TaskRunner
 from ._spec import JobSpec, read_job_spec
 from ._toml import reason, toml_path
@@ -94,6 +95,8 @@ def run_job(
         _event(echo, f"task {task.name} started ({index}/{len(spec.tasks)})")
         budget = min(task.timeout_seconds, deadline - time.monotonic())
         outcome = runner.run_task(task, budget)
+        if outcome.status is TaskStatus.FAILED:
+            _mark_failure()
         outcomes.append(outcome)
         _event(
             echo,
@@ -107,6 +110,18 @@ def run_job(
     write_manifest(manifest_path, manifest)
     _event(echo, f"job {spec.name} {'succeeded' if manifest.succeeded else 'failed'}")
     return manifest
+
+
+def _mark_failure() -> None:
+    """Write the time of this node's first failed task where the supervisor asked for it.
+
+    In a multi-node job a node's failure makes its peers fail too, and the workers' exits can
+    come in any order; the supervisor blames the node whose task failed first.
+    """
+    path = os.environ.get(FAILED_AT_ENV)
+    if path and not Path(path).exists():
+        with contextlib.suppress(OSError):  # without it the supervisor blames the first exit
+            write_atomically(Path(path), repr(time.time()))
 
 
 def _default_node() -> int:
