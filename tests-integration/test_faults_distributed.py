@@ -44,6 +44,11 @@ STARTUP = textwrap.dedent(
 )
 
 
+# the startup's 5 s timeout, not jax's own 300 s: the span includes importing jax, which takes
+# seconds more on a loaded machine (10.2 s was seen on 2 busy cores)
+BOUNDED = 5 + 25
+
+
 def _startup(address: str, rank: int, processes: int) -> dict:
     env = child_environment(JaxRuntime(platforms=("cpu",)), {})
     result = subprocess.run(
@@ -61,7 +66,7 @@ def _startup(address: str, rank: int, processes: int) -> dict:
 def test_a_dead_coordinator_is_a_python_exception_naming_the_address():
     address = f"127.0.0.1:{free_port()}"
     seen = _startup(address, rank=1, processes=2)
-    assert seen["seconds"] < 5 + 5
+    assert seen["seconds"] < BOUNDED
     assert (seen["address"], seen["arrived"], seen["timeout_error"]) == (address, None, True)
     assert address in seen["message"]
 
@@ -69,7 +74,7 @@ def test_a_dead_coordinator_is_a_python_exception_naming_the_address():
 def test_a_coordinator_whose_peers_never_come_names_who_arrived():
     address = f"127.0.0.1:{free_port()}"
     seen = _startup(address, rank=0, processes=3)
-    assert seen["seconds"] < 5 + 5
+    assert seen["seconds"] < BOUNDED
     assert seen["arrived"] == [0]
     assert "1 of 3 processes arrived" in seen["message"]
 
