@@ -339,4 +339,42 @@ def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later
     ]
     log = (fetched / "worker.log").read_text()
     assert "node 0 failed (exit status 1); stopping the other nodes" in log
-    assert "its task failed before node 0's" in log
+    assert "first: node 0's task failed after it or stopped because a peer died" in log
+
+
+def test_a_task_that_stopped_for_a_dead_peer_is_not_blamed_though_it_failed_first(tmp_path):
+    # node 0's task ends first, with the peer watch's status (a peer died); node 1's task fails
+    # later with its own error; node 0's worker exits first
+    first = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(0.3 + r); sys.exit(1 if r else 75)"
+    second = "import os, time; time.sleep(2 if os.environ['JAX_PROCESS_ID'] == '0' else 60)"
+    spec = _spec(_task("fails", first), _task("lingers", second), nodes=2)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    fetched = backend.fetch(handle, tmp_path / "f")
+    assert read_manifest(fetched / MANIFEST_NAME).failed_node == 1
+    node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
+    assert [(t.status, t.returncode) for t in node_1.tasks] == [("failed", 1), ("cancelled", -15)]
+    log = (fetched / "worker.log").read_text()
+    assert "node 0 failed (exit status 1); stopping the other nodes" in log
+    assert "first: node 0's task failed after it or stopped because a peer died" in log
+
+
+def test_a_node_stopped_while_its_own_failure_was_under_way_is_named(tmp_path):
+    # node 1's task is failing (it ignores SIGTERM, as a process in jax's shutdown does) when
+    # node 0's task stops for the dead peer and node 0's worker exits first
+    first = (
+        "import os, signal, sys, time; r = int(os.environ['JAX_PROCESS_ID']); "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "time.sleep(0.3 + 1.5 * r); sys.exit(1 if r else 75)"
+    )
+    spec = _spec(_task("fails", first), _task("next", "pass"), nodes=2)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    fetched = backend.fetch(handle, tmp_path / "f")
+    assert read_manifest(fetched / MANIFEST_NAME).failed_node == 1
+    node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
+    assert [(t.status, t.returncode) for t in node_1.tasks] == [("cancelled", 1)]
+    log = (fetched / "worker.log").read_text()
+    assert "node 0 failed (exit status 1); stopping the other nodes" in log

@@ -23,8 +23,9 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
+from substrax.runtime import PEER_FAILURE_EXIT_CODE
 from substrax.support import write_atomically
 
 from ._environment import EVENT_PREFIX, FAILED_AT_ENV, node_outputs
@@ -105,8 +106,9 @@ def supervise(run_dir: Path) -> int:
     tasks get SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``) and are killed themselves when
     still running ``_WORKER_MARGIN_SECONDS`` after that. The failed node is the one whose task
     failed first, by the time each worker wrote when it saw its task fail (a peer's failure
-    makes the others' tasks fail too, and their workers may exit in any order); without such a
-    record, the first worker to exit non-zero. A node stopped so is never the one blamed.
+    makes the others' tasks fail too, and their workers may exit in any order), a task that
+    stopped because a peer died coming after any other; without such a record, the first
+    worker to exit non-zero. A node stopped so is never the one blamed.
     """
     plan = cast("dict[str, Any]", json.loads((run_dir / NODES_FILE).read_text()))
     deadline = time.monotonic() + float(plan["timeout_seconds"]) + _WORKER_MARGIN_SECONDS
@@ -120,7 +122,7 @@ def supervise(run_dir: Path) -> int:
     signal.signal(signal.SIGTERM, on_term)
     ended: queue.Queue[tuple[int, int]] = queue.Queue()
     running: dict[int, int] = {}
-    exits: dict[int, int] = {}
+    exits: dict[int, _Exit] = {}
     for node, entry in enumerate(plan["nodes"]):
         if cancelled or time.monotonic() > deadline:
             break
@@ -140,7 +142,7 @@ def supervise(run_dir: Path) -> int:
             pass
         else:
             del running[node]
-            exits[node] = code
+            exits[node] = _Exit(code, time.time(), stopped=failed is not None or timed_out)
             cancelled = cancelled or (run_dir / CANCELLED_MARKER).exists()
             if code != 0 and failed is None and not cancelled and not timed_out:
                 failed = (node, code)
@@ -159,25 +161,39 @@ def supervise(run_dir: Path) -> int:
     return 1
 
 
-def _blame(run_dir: Path, exits: dict[int, int], *, first_exit: tuple[int, int]) -> tuple[int, int]:
-    """The failed node whose task failed first, and its worker's exit status.
+class _Exit(NamedTuple):
+    code: int
+    seen: float  # when the supervisor saw the worker exit (time.time())
+    stopped: bool  # it had been sent STOP_SIGNAL by then
 
-    ``first_exit`` (the first worker to exit non-zero) when no failed node recorded the time.
+
+def _blame(
+    run_dir: Path, exits: dict[int, _Exit], *, first_exit: tuple[int, int]
+) -> tuple[int, int]:
+    """The node that failed first, and its worker's exit status.
+
+    A failed node's time is when its worker saw its task fail (the record it wrote), else when
+    its worker exited; a task that ended with ``PEER_FAILURE_EXIT_CODE`` stopped because a
+    peer died (its peer watch said so) and comes after any other failure, whatever the times.
+    A node that was stopped and left no record of a failed task is not a candidate.
     """
-    times: dict[int, float] = {}
-    for node, code in exits.items():
-        if code != 0:
-            with contextlib.suppress(OSError, ValueError):
-                times[node] = float(_failed_at(run_dir, node).read_text())
-    if not times:
-        return first_exit
-    node = min(times, key=times.__getitem__)
+    order: dict[int, tuple[bool, float]] = {}
+    for node, (code, seen, stopped) in exits.items():
+        if code == 0:
+            continue
+        try:
+            record = json.loads(_failed_at(run_dir, node).read_text())
+            order[node] = (record["returncode"] == PEER_FAILURE_EXIT_CODE, float(record["time"]))
+        except (OSError, ValueError, KeyError, TypeError):  # none: its worker died, or stopped
+            if not stopped:
+                order[node] = (False, seen)
+    node = min(order, key=order.__getitem__, default=first_exit[0])
     if node != first_exit[0]:
         _say(
-            f"node {node} failed ({describe_status(exits[node])}): its task failed before "
-            f"node {first_exit[0]}'s"
+            f"node {node} failed ({describe_status(exits[node].code)}) first: node "
+            f"{first_exit[0]}'s task failed after it or stopped because a peer died"
         )
-    return node, exits[node]
+    return node, exits[node].code
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

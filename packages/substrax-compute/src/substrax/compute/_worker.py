@@ -95,8 +95,8 @@ def run_job(
         _event(echo, f"task {task.name} started ({index}/{len(spec.tasks)})")
         budget = min(task.timeout_seconds, deadline - time.monotonic())
         outcome = runner.run_task(task, budget)
-        if outcome.status is TaskStatus.FAILED:
-            _mark_failure()
+        if outcome.status is TaskStatus.FAILED or (outcome.returncode or 0) > 0:
+            _mark_failure(outcome.returncode)  # a stopped task that exits 1 was failing already
         outcomes.append(outcome)
         _event(
             echo,
@@ -112,16 +112,19 @@ def run_job(
     return manifest
 
 
-def _mark_failure() -> None:
-    """Write the time of this node's first failed task where the supervisor asked for it.
+def _mark_failure(returncode: int | None) -> None:
+    """Write when this node's first task failed, and how, where the supervisor asked for it.
 
     In a multi-node job a node's failure makes its peers fail too, and the workers' exits can
-    come in any order; the supervisor blames the node whose task failed first.
+    come in any order; the supervisor blames the node whose task failed first. A task the
+    supervisor stopped counts when it ended with a status of its own (a process that raised
+    can take seconds to exit while jax shuts down; the stop signal itself ends none that way).
     """
     path = os.environ.get(FAILED_AT_ENV)
     if path and not Path(path).exists():
+        record = json.dumps({"time": time.time(), "returncode": returncode})
         with contextlib.suppress(OSError):  # without it the supervisor blames the first exit
-            write_atomically(Path(path), repr(time.time()))
+            write_atomically(Path(path), record)
 
 
 def _default_node() -> int:
