@@ -331,7 +331,7 @@ def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later
     assert wait_until_final(backend, handle, 60) is RunState.FAILED
     fetched = backend.fetch(handle, tmp_path / "f")
     manifest = read_manifest(fetched / MANIFEST_NAME)
-    assert manifest.failed_node == 1
+    assert (manifest.failed_node, manifest.failed_node_status) == (1, 3)  # its task's status
     node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
     assert [(t.name, t.status, t.returncode) for t in node_1.tasks] == [
         ("fails", "failed", 3),
@@ -373,7 +373,8 @@ def test_a_node_stopped_while_its_own_failure_was_under_way_is_named(tmp_path):
     handle = backend.submit(spec, project=tmp_path)
     assert wait_until_final(backend, handle, 60) is RunState.FAILED
     fetched = backend.fetch(handle, tmp_path / "f")
-    assert read_manifest(fetched / MANIFEST_NAME).failed_node == 1
+    manifest = read_manifest(fetched / MANIFEST_NAME)
+    assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
     node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
     assert [(t.status, t.returncode) for t in node_1.tasks] == [("cancelled", 1)]
     log = (fetched / "worker.log").read_text()

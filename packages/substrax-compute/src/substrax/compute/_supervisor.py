@@ -170,7 +170,7 @@ class _Exit(NamedTuple):
 def _blame(
     run_dir: Path, exits: dict[int, _Exit], *, first_exit: tuple[int, int]
 ) -> tuple[int, int]:
-    """The node that failed first, and its worker's exit status.
+    """The node that failed first, and its worker's exit status (its task's, if it was stopped).
 
     A failed node's time is when its worker saw its task fail (the record it wrote), else when
     its worker exited; a task that ended with ``PEER_FAILURE_EXIT_CODE`` stopped because a
@@ -178,22 +178,25 @@ def _blame(
     A node that was stopped and left no record of a failed task is not a candidate.
     """
     order: dict[int, tuple[bool, float]] = {}
+    status = {node: code for node, (code, _, _) in exits.items()}
     for node, (code, seen, stopped) in exits.items():
         if code == 0:
             continue
         try:
             record = json.loads(_failed_at(run_dir, node).read_text())
             order[node] = (record["returncode"] == PEER_FAILURE_EXIT_CODE, float(record["time"]))
+            if stopped and isinstance(record["returncode"], int):
+                status[node] = record["returncode"]  # its task's, not the stopped worker's
         except (OSError, ValueError, KeyError, TypeError):  # none: its worker died, or stopped
             if not stopped:
                 order[node] = (False, seen)
     node = min(order, key=order.__getitem__, default=first_exit[0])
     if node != first_exit[0]:
         _say(
-            f"node {node} failed ({describe_status(exits[node].code)}) first: node "
+            f"node {node} failed ({describe_status(status[node])}) first: node "
             f"{first_exit[0]}'s task failed after it or stopped because a peer died"
         )
-    return node, exits[node].code
+    return node, status[node]
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
