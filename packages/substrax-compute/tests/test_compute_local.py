@@ -233,7 +233,14 @@ else:
 def _failed_two_node_job(tmp_path, program):
     """Run ``program`` as a two-node job that fails; its fetched outputs and manifest."""
     (tmp_path / "job.py").write_text(program)
-    spec = _spec(Task(name="job", argv=("python", "job.py"), timeout_seconds=300), nodes=2)
+    return _failed_two_node_tasks(
+        tmp_path, Task(name="job", argv=("python", "job.py"), timeout_seconds=300)
+    )
+
+
+def _failed_two_node_tasks(tmp_path, *tasks):
+    """Run ``tasks`` as a two-node job that fails; its fetched outputs and manifest."""
+    spec = _spec(*tasks, nodes=2)
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     handle = backend.submit(spec, project=tmp_path)
     assert wait_until_final(backend, handle, 60) is RunState.FAILED
@@ -325,12 +332,9 @@ def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later
     # fails later (as a peer's would) and its worker exits first
     first = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(3 * (1 - r)); sys.exit(5 - 2 * r)"
     second = "import os, time; time.sleep(60 * int(os.environ['JAX_PROCESS_ID']))"
-    spec = _spec(_task("fails", first), _task("lingers", second), nodes=2)
-    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
-    handle = backend.submit(spec, project=tmp_path)
-    assert wait_until_final(backend, handle, 60) is RunState.FAILED
-    fetched = backend.fetch(handle, tmp_path / "f")
-    manifest = read_manifest(fetched / MANIFEST_NAME)
+    fetched, manifest = _failed_two_node_tasks(
+        tmp_path, _task("fails", first), _task("lingers", second)
+    )
     assert (manifest.failed_node, manifest.failed_node_status) == (1, 3)  # its task's status
     node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
     assert [(t.name, t.status, t.returncode) for t in node_1.tasks] == [
@@ -347,12 +351,10 @@ def test_a_task_that_stopped_for_a_dead_peer_is_not_blamed_though_it_failed_firs
     # later with its own error; node 0's worker exits first
     first = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(0.3 + r); sys.exit(1 if r else 75)"
     second = "import os, time; time.sleep(2 if os.environ['JAX_PROCESS_ID'] == '0' else 60)"
-    spec = _spec(_task("fails", first), _task("lingers", second), nodes=2)
-    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
-    handle = backend.submit(spec, project=tmp_path)
-    assert wait_until_final(backend, handle, 60) is RunState.FAILED
-    fetched = backend.fetch(handle, tmp_path / "f")
-    assert read_manifest(fetched / MANIFEST_NAME).failed_node == 1
+    fetched, manifest = _failed_two_node_tasks(
+        tmp_path, _task("fails", first), _task("lingers", second)
+    )
+    assert manifest.failed_node == 1
     node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
     assert [(t.status, t.returncode) for t in node_1.tasks] == [("failed", 1), ("cancelled", -15)]
     log = (fetched / "worker.log").read_text()
@@ -368,12 +370,9 @@ def test_a_node_stopped_while_its_own_failure_was_under_way_is_named(tmp_path):
         "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         "time.sleep(0.3 + 1.5 * r); sys.exit(1 if r else 75)"
     )
-    spec = _spec(_task("fails", first), _task("next", "pass"), nodes=2)
-    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
-    handle = backend.submit(spec, project=tmp_path)
-    assert wait_until_final(backend, handle, 60) is RunState.FAILED
-    fetched = backend.fetch(handle, tmp_path / "f")
-    manifest = read_manifest(fetched / MANIFEST_NAME)
+    fetched, manifest = _failed_two_node_tasks(
+        tmp_path, _task("fails", first), _task("next", "pass")
+    )
     assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
     node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
     assert [(t.status, t.returncode) for t in node_1.tasks] == [("cancelled", 1)]
