@@ -1,28 +1,85 @@
-"""Every script in examples/ runs in a fresh interpreter, its outputs kept out of the repository."""
+"""The README's demo command runs every script in examples/; each example's results are checked.
+
+``uv run substrax-compute run demo`` goes through the console script, the local backend and the
+worker (the repository's pyproject declares the ``demo`` job), and its outputs are fetched outside
+the working tree. The job runs once for the whole module (it trains every example: minutes), and
+each example's checks read what the run fetched: its ``summary.json``, checkpoints and logs.
+"""
 
 import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from substrax.examples import discover_examples
-from substrax.testing import ExampleRun, run_example
 
 
-# The module-scoped fixture is costly: keep these tests on one xdist worker.
+# The module-scoped run is costly: keep these tests on one xdist worker.
 pytestmark = pytest.mark.xdist_group("examples")
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = discover_examples(ROOT / "examples")
+TASKS = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in EXAMPLES]
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One run of the demo job: its console output, its fetched outputs and its state directory."""
+
+    result: subprocess.CompletedProcess[str]
+    fetched: Path
+    state: Path
+
+    def outputs(self, name: str) -> Path:
+        """Where example ``name`` wrote, as fetched: ``<run>/examples.<name>/<name>``."""
+        return self.fetched / f"examples.{name}" / name
+
+    def summary(self, name: str) -> dict[str, Any]:
+        """What example ``name``'s ``main()`` returned, from its ``summary.json``."""
+        return json.loads((self.outputs(name) / "summary.json").read_text())
+
+    def task_dir(self, name: str) -> Path:
+        """The directory the worker gave example ``name`` (``AVITAI_OUTPUT_DIR``) on this machine."""
+        (found,) = (p for p in self.state.rglob(f"examples.{name}") if p.parent.name == "outputs")
+        return found
 
 
 @pytest.fixture(scope="module")
-def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[ExampleRun, Path]]:
-    runs: dict[str, tuple[ExampleRun, Path]] = {}
-    for path in EXAMPLES:
-        outputs = tmp_path_factory.mktemp(path.stem) / "outputs"
-        run = run_example(path, repo_root=ROOT, output_dir=outputs, timeout=300, call_main=True)
-        runs[path.stem] = (run, outputs)
-    return runs
+def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    base = tmp_path_factory.mktemp("demo")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env["SUBSTRAX_STATE_DIR"] = str(base / "state")
+    script = Path(sys.executable).parent / "substrax-compute"
+    result = subprocess.run(
+        [str(script), "run", "demo", "--into", str(base / "fetched")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    (fetched,) = (base / "fetched").iterdir()
+    return DemoRun(result=result, fetched=fetched, state=base / "state")
+
+
+def test_demo_job_runs_every_example_and_prints_one_results_table(demo: DemoRun) -> None:
+    stdout = demo.result.stdout
+    assert f"{demo.fetched.name} succeeded; outputs in {demo.fetched}" in stdout
+    manifest = json.loads((demo.fetched / "manifest.json").read_text())
+    assert [task["name"] for task in manifest["tasks"]] == TASKS
+    assert {task["status"] for task in manifest["tasks"]} == {"succeeded"}
+    assert not (ROOT / "quick_start").exists()
+    # The run ends with the results table: one row per example, each from its summary.json.
+    results = stdout[stdout.index("Results (from each task's summary.json") :]
+    rows = results.splitlines()[3:]
+    assert [row.split()[0] for row in rows] == TASKS, results
+    assert "Note:" not in results
 
 
 def test_the_quick_start_is_an_example() -> None:
@@ -30,40 +87,33 @@ def test_the_quick_start_is_an_example() -> None:
 
 
 @pytest.mark.parametrize("name", [p.stem for p in EXAMPLES])
-def test_example_runs_and_writes_only_under_its_output_dir(
-    name: str, example_runs: dict[str, tuple[ExampleRun, Path]]
-) -> None:
-    run, outputs = example_runs[name]
-    summary = run.check().summary
-    assert isinstance(summary, dict)
-    for produced in summary.get("outputs", {}).values():
+def test_example_writes_only_under_its_output_dir(name: str, demo: DemoRun) -> None:
+    produced_paths = demo.summary(name)["outputs"].values()
+    assert produced_paths
+    for produced in produced_paths:
         assert Path(produced).exists()
-        assert Path(produced).is_relative_to(outputs)
+        assert Path(produced).is_relative_to(demo.task_dir(name))
 
 
-def test_quick_start_trains_on_eight_devices_and_checkpoints(
-    example_runs: dict[str, tuple[ExampleRun, Path]],
-) -> None:
-    run, _ = example_runs["quick_start"]
-    summary = run.check().summary
+def test_quick_start_trains_on_eight_devices_and_checkpoints(demo: DemoRun) -> None:
+    summary = demo.summary("quick_start")
     assert summary["devices"] == 8
     assert summary["checkpoint_steps"][-1] >= 2
     assert summary["final_loss"] < 10.0
+    root = demo.outputs("quick_start")
+    assert (root / "logs" / "plots" / "index.html").exists()
+    assert any((root / "checkpoints").iterdir())
 
 
-def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(
-    example_runs: dict[str, tuple[ExampleRun, Path]],
-) -> None:
-    run, outputs = example_runs["digits_classifier"]
-    summary = run.check().summary
+def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(demo: DemoRun) -> None:
+    summary = demo.summary("digits_classifier")
     assert summary["devices"] == 8
     assert summary["test_accuracy"] >= 0.97
     assert summary["best_step"] in summary["checkpoint_steps"]
     # best-k by validation accuracy (3) plus the newest step, whatever the epoch count
     assert 1 <= len(summary["checkpoint_steps"]) <= 4
     assert summary["epochs"] > 1
-    root = outputs / "digits_classifier"
-    assert json.loads((root / "summary.json").read_text()) == summary
+    root = demo.outputs("digits_classifier")
     held = sorted(int(p.name) for p in (root / "checkpoints").iterdir() if p.name.isdigit())
     assert held == summary["checkpoint_steps"]
     log = (root / "logs" / "digits_classifier.metrics.jsonl").read_text()
@@ -76,17 +126,15 @@ def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(
 
 
 def test_transformer_lm_beats_the_unigram_baseline_and_logs_its_throughput_and_profile(
-    example_runs: dict[str, tuple[ExampleRun, Path]],
+    demo: DemoRun,
 ) -> None:
-    run, outputs = example_runs["transformer_lm"]
-    summary = run.check().summary
+    summary = demo.summary("transformer_lm")
     assert summary["devices"] == 8
     assert summary["val_loss"] < summary["unigram_baseline"] - 0.5  # nats
     assert summary["tokens_per_second"] > 0
     assert summary["mfu"] is None  # no known dense peak on CPU
     assert summary["embedding_spec"] == [None, "fsdp"]  # FSDP, not replicated
-    root = outputs / "transformer_lm"
-    assert json.loads((root / "summary.json").read_text()) == summary
+    root = demo.outputs("transformer_lm")
     profile = Path(summary["outputs"]["profile"])
     assert list(profile.glob("plugins/profile/*/*.xplane.pb"))
     log = (root / "logs" / "transformer_lm.metrics.jsonl").read_text()
@@ -126,14 +174,13 @@ def wandb_segments(log_dir: Path) -> list[tuple[int | None, list[int]]]:
 
 
 def test_transformer_lm_preemption_resumes_into_the_same_runs_with_every_step_once(
-    example_runs: dict[str, tuple[ExampleRun, Path]],
+    demo: DemoRun,
 ) -> None:
     from mlflow.tracking import MlflowClient
 
     from substrax.tracking import read_scalars
 
-    run, outputs = example_runs["transformer_lm_preemption"]
-    summary = run.check().summary
+    summary = demo.summary("transformer_lm_preemption")
     steps = summary["steps"]
     # SIGTERMed after it reported step 60: it saved the next step boundary and exited cleanly
     assert summary["first_exit_code"] == 0
@@ -145,7 +192,7 @@ def test_transformer_lm_preemption_resumes_into_the_same_runs_with_every_step_on
     assert summary["every_step_once"] == {"file": True, "mlflow": True, "wandb": True}
     assert summary["val_loss"] < summary["unigram_baseline"]
 
-    root = outputs / "transformer_lm_preemption"
+    root = demo.outputs("transformer_lm_preemption")
     expected = list(range(1, steps + 1))
     log = read_scalars(root / "logs" / "transformer_lm_preemption.metrics.jsonl")
     assert [step for step, _ in log["train_loss"]] == expected

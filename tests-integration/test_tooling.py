@@ -1,7 +1,7 @@
 """The repository's own checks run as tests, so the README's one test command covers them.
 
 ruff (lint and format), pyright strict over every part's ``src`` (through scripts/typecheck.py), the import-linter layer
-contracts, and the lock file's agreement with the pyprojects.
+contracts, the lock file's agreement with the pyprojects, and the xdist grouping the suite relies on.
 """
 
 import os
@@ -72,3 +72,34 @@ def test_lock_matches_the_pyprojects() -> None:
         env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+GROUPED = """
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.xdist_group("costly")
+
+
+@pytest.fixture(scope="module")
+def costly() -> None:
+    with Path("setups.txt").open("a") as log:
+        log.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+
+@pytest.mark.parametrize("n", range(6))
+def test_grouped(n: int, costly: None) -> None:
+    pass
+"""
+
+
+def test_xdist_groups_keep_a_costly_fixture_on_one_worker(pytester: pytest.Pytester) -> None:
+    # The suite's addopts distribute by xdist_group: the MLflow server, the demo job's run and the
+    # wheel builds are each made once. A pytest or pytest-xdist release that breaks the grouping
+    # (pytest-xdist#1386) makes each worker make them again; this fails first.
+    pytester.makepyfile(test_grouped=GROUPED)
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(passed=6)
+    assert len((pytester.path / "setups.txt").read_text().split()) == 1

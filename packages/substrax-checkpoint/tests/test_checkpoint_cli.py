@@ -69,6 +69,7 @@ def test_prune_by_retention(store_dir, capsys):
         assert store.list_steps() == [2, 4]
 
 
+@pytest.mark.slow
 def test_module_entry_point(store_dir):
     _fill(store_dir)
     result = subprocess.run(

@@ -110,6 +110,7 @@ def test_a_removed_directory_is_refused_at_save_and_not_created_again(store_dir)
     assert not store_dir.exists()  # closing created nothing either
 
 
+@pytest.mark.slow
 def test_a_store_opened_after_the_removal_takes_a_lock_of_its_own(store_dir):
     # a notebook re-runs its cell after removing the directory: the new store locks the new
     # directory (the old one's lock went with the old directory) and saves; the old one may not

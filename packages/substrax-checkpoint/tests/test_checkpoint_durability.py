@@ -37,6 +37,7 @@ SAVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay", [0.0, 0.13, 0.37])
 def test_a_writer_killed_mid_save_leaves_only_whole_steps(store_dir, delay):
     saver = subprocess.Popen(

@@ -161,6 +161,7 @@ def test_a_step_whose_directory_goes_while_it_is_read_is_not_found(store_dir):
         (store_dir / "gone-2").rename(store_dir / "2")
 
 
+@pytest.mark.slow
 def test_readers_of_a_live_writer_with_retention_see_only_deleted_steps(store_dir, capsys):
     """A writer keeping one step saves while readers restore, describe, list and verify."""
     store_dir.mkdir()

@@ -163,6 +163,7 @@ jax.distributed.shutdown()
 """
 
 
+@pytest.mark.slow
 def test_multi_node_job_runs_as_wired_local_processes(tmp_path):
     (tmp_path / "multi.py").write_text(MULTI_NODE)
     spec = _spec(
@@ -256,6 +257,7 @@ def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
     assert "node 0 got SIGTERM" in (fetched / "job" / "stdout.log").read_text()
 
 
+@pytest.mark.slow
 def test_a_surviving_task_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     stubborn = NODE_0_CLEANS_UP.replace("sys.exit(75)", 'print("still here", flush=True)')
     fetched, manifest = _failed_two_node_job(tmp_path, stubborn)

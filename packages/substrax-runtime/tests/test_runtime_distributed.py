@@ -240,6 +240,7 @@ time.sleep(120)  # the survivor waits here, outside any collective, until the wa
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("victim", "mode"),
     [(1, "wait"), (0, "wait"), (1, "raise"), (0, "raise"), (1, "raise-slow-hook")],

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from substrax.runtime import PEER_FAILURE_EXIT_CODE
 from substrax.testing import free_port
 
@@ -72,6 +74,7 @@ def test_a_peer_dying_after_the_rendezvous_ends_process_0_naming_it(tmp_path):
     assert (tmp_path / "hook.txt").read_text() == "1"
 
 
+@pytest.mark.slow
 def test_a_coordinator_dying_after_the_rendezvous_ends_its_peer_naming_it(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]

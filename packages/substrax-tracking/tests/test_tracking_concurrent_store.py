@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 _JOBS = 4
 
 
+@pytest.mark.slow
 def test_jobs_starting_together_on_a_new_default_store_all_start(tmp_path):
     go = tmp_path / "go"
     child = textwrap.dedent(

@@ -465,6 +465,7 @@ def test_processes_appending_while_a_replay_runs_lose_no_record(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no spool and no lock file left
 
 
+@pytest.mark.slow
 def test_close_stays_within_its_timeout_with_a_large_spool(make, tmp_path):
     sink = Sink()
     sink.down = True

@@ -98,6 +98,7 @@ def test_a_short_run_writes_from_its_own_process(tmp_path):
     assert steps_of(uri, run_id, "loss") == list(range(20))
 
 
+@pytest.mark.slow
 def test_past_the_threshold_a_niced_child_writes_and_ends_with_the_logger(spawn_early, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with MLFlowLogger("long", tracking_uri=uri, log_dir=tmp_path) as logger:
@@ -115,6 +116,7 @@ def test_past_the_threshold_a_niced_child_writes_and_ends_with_the_logger(spawn_
     assert MlflowClient(tracking_uri=uri).get_run(run_id).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_a_child_killed_between_batches_is_replaced_and_nothing_is_lost(spawn_early, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with MLFlowLogger("killed", tracking_uri=uri, log_dir=tmp_path) as logger:
@@ -134,6 +136,7 @@ def test_a_child_killed_between_batches_is_replaced_and_nothing_is_lost(spawn_ea
     assert steps_of(uri, run_id, "loss") == list(range(60))
 
 
+@pytest.mark.slow
 def test_a_child_killed_inside_a_batch_loses_nothing(spawn_early, tmp_path, caplog):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with MLFlowLogger("stuck", tracking_uri=uri, log_dir=tmp_path) as logger:
@@ -153,6 +156,7 @@ def test_a_child_killed_inside_a_batch_loses_nothing(spawn_early, tmp_path, capl
     assert "MLflow writer process" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_hung_child_does_not_hold_close_and_its_batch_is_spooled(spawn_early, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     logger = MLFlowLogger("hung", tracking_uri=uri, log_dir=tmp_path, close_timeout=2)
@@ -170,6 +174,7 @@ def test_a_hung_child_does_not_hold_close_and_its_batch_is_spooled(spawn_early, 
     assert steps_of(uri, logger.run_id, "loss") == list(range(10))
 
 
+@pytest.mark.slow
 def test_a_value_mlflow_refuses_in_the_child_is_kept_and_the_rest_goes_on(spawn_early, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with MLFlowLogger("refused", tracking_uri=uri, log_dir=tmp_path) as logger:
@@ -228,6 +233,7 @@ def test_a_slow_start_holds_neither_delivery_nor_close(spawn_early, monkeypatch,
     assert steps_of(uri, logger.run_id, "loss") == list(range(30))
 
 
+@pytest.mark.slow
 def test_the_child_ends_when_the_training_process_is_killed(tmp_path):
     program = textwrap.dedent(
         f"""

@@ -70,6 +70,7 @@ def test_every_metric_param_and_artifact_reads_back_through_the_server(mlflow_se
     assert Path(downloaded).read_text() == "weights"
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_run_loses_nothing(mlflow_server, tmp_path, caplog):
     client = MlflowClient(tracking_uri=mlflow_server.uri)
     caplog.set_level(logging.WARNING, logger="substrax.tracking")

@@ -246,6 +246,7 @@ def run_until_killed(script: str, tmp_path, uri) -> list[str]:
     return lines
 
 
+@pytest.mark.slow
 def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(
     wandb_offline, wandb_runs, tmp_path
 ):
@@ -332,6 +333,7 @@ def replay_in_a_subprocess(spool):
     assert not spool.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("mlflow_server")
 def test_mlflow_replay_of_a_resumed_run_skips_the_steps_the_run_holds(mlflow_server, tmp_path):
     uri = mlflow_server.uri
@@ -402,6 +404,7 @@ print(resumed.spooled)
 """
 
 
+@pytest.mark.slow
 def test_wandb_replay_of_a_resumed_run_rewinds_it_like_the_live_logger(
     wandb_offline, wait_for_rows, tmp_path
 ):
