@@ -111,7 +111,15 @@ def test_a_missing_extra_names_the_meta_package_extra(monkeypatch: pytest.Monkey
 
 def test_ci_runs_the_suite_the_siblings_and_the_declared_floors() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "uv run --locked pytest\n" in ci
+    readme = (ROOT / "README.md").read_text()
+    (test_command,) = (
+        line.split("#")[0].strip()
+        for line in readme.splitlines()
+        if "# the whole test suite" in line
+    )
+    commands = [line for line in ci.splitlines() if line.strip() and not line.startswith("#")]
+    assert commands[-1] == test_command == "uv run --locked pytest"  # what CI ends with
+    assert '"$python" -m pip install --quiet uv' in ci  # a fresh machine has no uv
     assert "--resolution lowest-direct" in ci
     assert "rm -f uv.lock" in ci  # the scratch copy's lock, never the committed one
     # The sibling test is part of the suite, not deselected.
