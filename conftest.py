@@ -3,12 +3,19 @@
 Every docstring example in ``packages/*/src`` is collected by pytest's ``--doctest-modules``
 (``addopts`` in pyproject.toml). An example runs in a namespace of its own: not its module's
 globals, only what the example imports itself, so that it runs as written when pasted into an
-interpreter. No ``doctest_namespace`` is shared: nothing is common to every example.
+interpreter. No ``doctest_namespace`` is shared: nothing is common to every example. Each runs
+in empty temporary, working and state directories of its own (``TMPDIR``, the current directory,
+``SUBSTRAX_STATE_DIR``), and fails if it leaves anything in them.
 """
 
 import importlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from _pytest.doctest import DoctestItem
 
 
 pytest_plugins = ["substrax.testing.pytest_plugin", "pytester"]
@@ -52,3 +59,49 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             module = example.globs.get("__name__")
             example.globs.clear()
             example.globs["__name__"] = module
+
+
+_CLEAN_DIRECTORIES = ("temporary", "working", "state")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """Run a docstring example in empty directories of its own; fail it if it leaves files there.
+
+    An example writes into a ``tempfile.TemporaryDirectory()`` block (CONTRIBUTING.md, "Docs and
+    examples"): whatever is left in the temporary directory, the working directory or substrax's
+    state directory once it ran is a file a user pasting it would find behind.
+    """
+    if not isinstance(item, DoctestItem):
+        return (yield)
+    with tempfile.TemporaryDirectory(prefix="substrax-example-") as root:
+        places = {name: Path(root, name) for name in _CLEAN_DIRECTORIES}
+        for place in places.values():
+            place.mkdir()
+        saved = {name: os.environ.get(name) for name in ("TMPDIR", "SUBSTRAX_STATE_DIR")}
+        cwd, tempdir = Path.cwd(), tempfile.tempdir
+        os.environ["TMPDIR"] = tempfile.tempdir = str(places["temporary"])
+        os.environ["SUBSTRAX_STATE_DIR"] = str(places["state"])
+        os.chdir(places["working"])
+        try:
+            result = yield
+        finally:
+            os.chdir(cwd)
+            tempfile.tempdir = tempdir
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+        left = {
+            name: sorted(str(path.relative_to(place)) for path in place.iterdir())
+            for name, place in places.items()
+            if any(place.iterdir())
+        }
+        if left:
+            pytest.fail(
+                f"the example left files behind: {left}; write into a"
+                " `with tempfile.TemporaryDirectory() as directory:` block",
+                pytrace=False,
+            )
+    return result
