@@ -67,16 +67,16 @@ def test_a_writer_killed_mid_save_leaves_only_whole_steps(store_dir, delay):
 
 
 def test_array_files_are_written_without_fsync(store_dir, monkeypatch):
-    from orbax.checkpoint._src.serialization import serialization
+    from substrax.checkpoint import _array_writes
 
     contexts: list[ts.Context] = []
-    write = serialization.async_serialize_from_host
+    write = _array_writes.write_arrays
 
-    async def recording(*args, context, **kwargs):
-        contexts.append(context)
-        return await write(*args, context=context, **kwargs)
+    def recording(writes, **kwargs):
+        contexts.extend(context for _, _, context in writes)
+        return write(writes, **kwargs)
 
-    monkeypatch.setattr(serialization, "async_serialize_from_host", recording)
+    monkeypatch.setattr(_array_writes, "write_arrays", recording)
     with OrbaxCheckpointStore(store_dir, async_save=False) as store:
         store.save(1, {"model": {"w": jnp.ones((4, 4)), "b": jnp.ones(4)}})
         assert len(contexts) == 2

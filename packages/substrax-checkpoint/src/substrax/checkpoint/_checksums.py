@@ -5,11 +5,11 @@ codec last in each chunk's codec chain: TensorStore computes the checksum in C++
 a chunk and checks it whenever the chunk is read, so a flipped bit fails the read instead of
 returning a wrong value. Orbax builds its zarr3 write specs inside its handlers with a fixed
 codec chain, so these handlers are orbax's ``ArrayHandler``, ``NumpyHandler`` and
-``ScalarHandler`` with the spec of each write extended (the ``ArrayHandler``'s write steps are
-orbax 0.12's own, with the spec built the same way, and a jax array's shard split into chunks of
-at most :data:`CHUNK_BYTES`). Arrays in files get ``.``-separated chunk keys as well
-(:data:`KEY_SEPARATOR`: fewer directories per save). Only the store's own handler registry uses them; orbax's global
-handlers are left as they are. Their reads go through :mod:`._corrupt_reads`, which names the
+``ScalarHandler`` with the spec of each write extended (the ``ArrayHandler`` writes what orbax
+0.12 writes, with the spec built the same way and a jax array's shard split into chunks of at
+most :data:`CHUNK_BYTES`, but every array at once: :mod:`._array_writes`). Arrays in files get
+``.``-separated chunk keys as well (:data:`KEY_SEPARATOR`: fewer directories per save). Only the
+store's own handler registry uses them; orbax's global handlers are left as they are. Their reads go through :mod:`._corrupt_reads`, which names the
 array whose stored bytes fail their checks.
 
 The checks cost throughput, restores most: TensorStore's checked decoding of a chunk runs at a
@@ -20,8 +20,7 @@ without checksums. A read of an array written without them (zarr v2, or any arra
 checksums existed) is not checked; it restores as before.
 """
 
-import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Final, Self
 
@@ -36,10 +35,10 @@ from orbax.checkpoint._src.serialization import (
     limits,
     ocdbt_utils,
     replica_slices,
-    serialization,
     tensorstore_utils,
 )
 
+from . import _array_writes
 from ._corrupt_reads import checked_reads, metadata_of
 
 
@@ -143,11 +142,6 @@ def unsynced(context: ts.Context | None) -> ts.Context:
     return ts.Context(spec) if context is None else ts.Context(spec, parent=context)
 
 
-async def _all(writes: Sequence[Awaitable[Any]]) -> None:
-    """Await every one of ``writes`` (concurrently), raising the first failure."""
-    await asyncio.gather(*writes)
-
-
 def _store_spec(spec: _Spec) -> _Spec:
     """The spec the store writes an array with: checksummed chunks under flat keys."""
     return with_flat_keys(with_checksum(spec))
@@ -197,11 +191,11 @@ class ChecksummedScalarHandler(ChecksummedNumpyHandler, ocp.type_handlers.Scalar
 class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
     """Orbax's ``ArrayHandler``, writing zarr3 chunks with a ``crc32c`` checksum.
 
-    The write steps are orbax's (copy to host, the sharding file, one TensorStore write per
-    array, the per-process array metadata), run by one commit future where orbax starts two;
-    only the spec of each array changes (the codec,
-    flat chunk keys). A handler with a dispatcher, a host memory budget or replica-separate
-    folders (options the store never sets) writes as orbax does.
+    It writes what orbax writes (the copy to host, every array, the sharding file, the
+    per-process array metadata), with two changes: each array's spec (the codec, flat chunk
+    keys), and the writes started together and awaited once (:mod:`._array_writes`), by one
+    commit future where orbax starts two. A handler with a dispatcher, a host memory budget or
+    replica-separate folders (options the store never sets) writes as orbax does.
     """
 
     _checksums: bool = True
@@ -270,42 +264,35 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
             self._max_replicas_for_replica_parallel,
             enable_pinned_host_transfer=infos[0].enable_pinned_host_transfer,
         )
-        writes: list[Awaitable[Any]] = [self._write(on_host, infos, args, extra)]
-        if self._enable_write_sharding_file:
-            writes.append(
-                jax_array_handlers._async_serialize_shardings(  # pyright: ignore[reportPrivateUsage]
-                    shardings=[array.sharding for array in arrays],
-                    infos=infos,
-                    primary_host=self._primary_host,
-                )
-            )
-        # one commit future for both writes where orbax makes one each: each future is a thread
-        # of its own, with an event loop of its own, started at every save
+        shardings = (
+            [array.sharding for array in arrays] if self._enable_write_sharding_file else None
+        )
+        # one commit future for the arrays and their sharding file where orbax makes one each:
+        # each future is a thread of its own, with an event loop of its own, started at every save
         return [
-            future.CommitFutureAwaitingContractedSignals(_all(writes), name="array_type_handler")
+            future.CommitFutureAwaitingContractedSignals(
+                self._write(on_host, infos, args, extra, shardings), name="array_type_handler"
+            )
         ]
 
     async def _write(
         self,
-        values: Sequence[Any],
+        values: Sequence[replica_slices.ReplicaSlices],
         infos: Sequence[ocp.type_handlers.ParamInfo],
         args: Sequence[ocp.SaveArgs],
         extra: dict[str, dict[str, str]],
+        shardings: Sequence[jax.sharding.Sharding | None] | None,
     ) -> None:
-        """Orbax's write of host copies, each spec with the checksum codec."""
+        """Write the host copies (each spec with the checksum codec), then the sharding file."""
         ocdbt = bool(infos[0].is_ocdbt_checkpoint)
-        limiter = infos[0].byte_limiter
-        transaction = (
-            ts.Transaction(atomic=True)
-            if ocdbt and (limiter is None or isinstance(limiter, limits.UnlimitedInFlightBytes))
-            else None
-        )
-        writes: list[Awaitable[Any]] = []
-        metadatas: list[Any] = []
-        contexts: dict[int, ts.Context] = {}  # one unsynced child per context of orbax's
-        for value, info, arg in zip(values, infos, args, strict=True):
+        limiter = infos[0].byte_limiter or limits.get_byte_limiter()
+        # as orbax: one transaction for an OCDBT write only when no byte limit bounds what it holds
+        unlimited = isinstance(limiter, limits.UnlimitedInFlightBytes)
+        transaction = ts.Transaction(atomic=True) if ocdbt and unlimited else None
+        for info in infos:
             await info.await_path_creation()
-            spec = tensorstore_utils.build_array_write_spec(
+        specs = [
+            tensorstore_utils.build_array_write_spec(
                 info=info,
                 arg=arg,
                 global_shape=value.global_shape,
@@ -316,33 +303,40 @@ class ChecksummedArrayHandler(ocp.type_handlers.ArrayHandler):
                 metadata_key=self._metadata_key,
                 ext_metadata=extra.get(str(info.name)),
             )
+            for value, info, arg in zip(values, infos, args, strict=True)
+        ]
+        contexts: dict[int, ts.Context] = {}  # one unsynced child per context of orbax's
+        for info in infos:
             if id(info.ts_context) not in contexts:
                 contexts[id(info.ts_context)] = unsynced(info.ts_context)
-            writes.append(
-                serialization.async_serialize_from_host(
-                    value,
-                    _store_spec(spec.json),
-                    primary_host=self._primary_host,
-                    context=contexts[id(info.ts_context)],
-                    transaction=transaction,
-                    byte_limiter=info.byte_limiter,
-                )
-            )
-            metadatas.append(spec.metadata)
-        store = self._array_metadata_store
-        if store is not None:
-            writes.append(
-                store.write(
+        primary = ocp.multihost.is_primary_host(self._primary_host)
+        writes = [
+            (value, _store_spec(spec.json), contexts[id(info.ts_context)])
+            for value, spec, info in zip(values, specs, infos, strict=True)
+        ]
+        try:
+            for nbytes, batch in _array_writes.batches(writes, limiter):
+                async with limits.reserved_bytes(limiter, nbytes):
+                    _array_writes.write_arrays(batch, transaction=transaction, primary=primary)
+            store = self._array_metadata_store
+            if store is not None:
+                await store.write(
                     checkpoint_dir=infos[0].parent_dir,
-                    array_metadatas=metadatas,
+                    array_metadatas=[spec.metadata for spec in specs],
                     process_index=ocp.multihost.process_index(),
                 )
-            )
-        try:
-            await asyncio.gather(*writes)
-        except asyncio.CancelledError:
+        except BaseException:
             if transaction is not None:
                 transaction.abort()
             raise
         if transaction is not None:
             await transaction.commit_async()
+        if shardings is not None and primary:
+            _array_writes.write_shardings(
+                [
+                    (sharding, info.parent_dir.as_posix(), info.name)
+                    for sharding, info in zip(shardings, infos, strict=True)
+                    if sharding is not None
+                ],
+                context=infos[0].ts_context,
+            )

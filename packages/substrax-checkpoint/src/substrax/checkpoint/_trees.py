@@ -57,6 +57,8 @@ def leaf_dtype(leaf: object) -> str | None:
     python = isinstance(leaf, (bool, int, float, str, *_PYTHON_METADATA))
     if dtype is None or (python and not isinstance(leaf, np.generic)):
         return None
+    if isinstance(dtype, np.dtype):  # every dtype but jax's extended ones (keys): no jax call
+        return dtype.name
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         return "uint32"
     return np.dtype(dtype).name
