@@ -15,7 +15,7 @@ import numpy as np
 from substrax.checkpoint import OrbaxCheckpointStore
 
 
-KILLS = 20
+KILLS = 12  # kill -9 at 12 random moments, two stores at a time
 LANES = 2
 
 CHILD = textwrap.dedent(

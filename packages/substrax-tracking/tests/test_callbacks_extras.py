@@ -145,6 +145,31 @@ def test_loss_spike_detector_quiet_during_warmup_and_on_a_flat_loss():
     assert detector.spikes == []
 
 
+def test_loss_spike_detector_ignores_rounding_above_a_loss_of_zero():
+    detector = LossSpikeDetector(window=10, warmup=3)
+    # a memorised batch: the loss reaches 0.0, then float32 rounding leaves 2.4e-7 at times
+    for step, value in enumerate([0.5, 0.1, 0.0, 0.0, 0.0, 0.0, *[2.38419e-07, 0.0] * 20]):
+        detector.on_batch_end(None, step, {"loss": value})
+    assert detector.spikes == []
+    detector.on_batch_end(None, 99, {"loss": 1e-3})  # a real rise from zero still counts
+    assert [spike.batch for spike in detector.spikes] == [99]
+
+
+def test_loss_spike_detector_takes_a_lasting_level_as_the_new_window():
+    detector = LossSpikeDetector(window=10, warmup=3)
+    for step, value in enumerate([1.0] * 5 + [5.0] * 20 + [25.0]):
+        detector.on_batch_end(None, step, {"loss": value})
+    # the rise to 5 is flagged while it lasts less than warmup steps, then 5 is the level
+    assert [spike.batch for spike in detector.spikes] == [5, 6, 7, 25]
+
+
+def test_loss_spike_detector_keeps_a_short_spike_out_of_the_window():
+    detector = LossSpikeDetector(window=10, warmup=3)
+    for step, value in enumerate([1.0] * 5 + [9.0, 9.0] + [1.0] * 3 + [9.0]):
+        detector.on_batch_end(None, step, {"loss": value})
+    assert [spike.batch for spike in detector.spikes] == [5, 6, 10]
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [

@@ -20,6 +20,8 @@ __all__ = ["LossSpike", "LossSpikeDetector"]
 
 _logger = logging.getLogger(__name__)
 _MIN_WINDOW = 2
+_RESOLUTION = 2.0**-23
+"""float32's resolution at 1.0: a deviation below it is rounding, never a spike."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,7 +45,10 @@ class LossSpikeDetector(BaseCallback):
     """Flag steps whose ``monitor`` value is more than ``threshold`` standard deviations above the recent mean.
 
     The recent window holds the last ``window`` non-spiking values; nothing is flagged until
-    ``warmup`` values have been seen. A NaN or infinite value is always a spike. Spikes are kept
+    ``warmup`` values have been seen. A NaN or infinite value is always a spike; a rise below
+    float32's resolution (about 1.2e-7) never is. A level the value stays at for ``warmup``
+    steps in a row, each flagged, becomes the new recent window: a loss that settles higher is
+    flagged while it rises, not at every later step. Spikes are kept
     in :attr:`spikes`, logged at WARNING on logger ``substrax.callbacks``, and passed to
     ``on_spike``; after ``max_spikes`` spikes :attr:`should_stop` turns true.
 
@@ -93,6 +98,7 @@ class LossSpikeDetector(BaseCallback):
         self.on_spike = on_spike
         self.spikes: list[LossSpike] = []
         self._recent: deque[float] = deque(maxlen=window)
+        self._streak: list[float] = []  # the finite spikes in a row, newest last
         self._seen = False
         self._warned = False
 
@@ -114,7 +120,9 @@ class LossSpikeDetector(BaseCallback):
             mean = statistics.fmean(self._recent) if self._recent else math.nan
             std = statistics.pstdev(self._recent) if len(self._recent) > 1 else 0.0
             floor = self.min_std_fraction * abs(mean) if math.isfinite(mean) else 0.0
-            if not math.isfinite(value) or value - mean > self.threshold * max(std, floor, 1e-12):
+            if not math.isfinite(value) or value - mean > self.threshold * max(
+                std, floor, _RESOLUTION
+            ):
                 spike = LossSpike(batch=batch, value=value, mean=mean, std=std)
                 self.spikes.append(spike)
                 _logger.warning(
@@ -127,5 +135,18 @@ class LossSpikeDetector(BaseCallback):
                 )
                 if self.on_spike is not None:
                     self.on_spike(spike)
+                self._settle(value)
                 return
+        self._streak.clear()
         self._recent.append(value)
+
+    def _settle(self, value: float) -> None:
+        """Count a spike in the current streak; ``warmup`` in a row make the new window."""
+        if not math.isfinite(value):
+            self._streak.clear()
+            return
+        self._streak.append(value)
+        if len(self._streak) >= self.warmup:
+            self._recent.clear()
+            self._recent.extend(self._streak)
+            self._streak.clear()
