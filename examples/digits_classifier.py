@@ -35,7 +35,7 @@ from sklearn.datasets import load_digits
 
 from substrax.artifacts import resolve_output_dir
 from substrax.callbacks import EarlyStoppingCallback, EarlyStoppingConfig
-from substrax.checkpoint import OrbaxCheckpointStore
+from substrax.checkpoint import OrbaxCheckpointStore, quiet_orbax_notices
 from substrax.devices import detect_devices
 from substrax.mesh import DeviceMeshManager
 from substrax.spmd import EvalStep, TrainStep, create_data_parallel_sharding, place_batch_on_shards
@@ -169,6 +169,7 @@ def main() -> dict[str, object]:
     shuffle = np.random.default_rng(SEED + 1)
     global_step = 0
     epoch = 0
+    quiet_orbax_notices()  # orbax's notice at every save is about a setting the store chose
     store = OrbaxCheckpointStore(
         outputs / "checkpoints",
         max_to_keep=1,
