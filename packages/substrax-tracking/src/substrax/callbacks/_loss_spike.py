@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import statistics
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +38,24 @@ class LossSpike:
     value: float
     mean: float
     std: float
+
+
+def _mean_std(values: deque[float]) -> tuple[float, float]:
+    """The mean and population standard deviation of ``values`` (NaN and 0 when empty).
+
+    ``math.fsum`` keeps them exact enough at a tenth of the cost of ``statistics.pstdev``'s
+    exact fractions, which every step would pay.
+
+    Example:
+        >>> from collections import deque
+        >>> from substrax.callbacks._loss_spike import _mean_std
+        >>> _mean_std(deque([1.0, 2.0, 3.0, 4.0]))
+        (2.5, 1.118033988749895)
+    """
+    if not values:
+        return math.nan, 0.0
+    mean = math.fsum(values) / len(values)
+    return mean, math.sqrt(math.fsum((value - mean) ** 2 for value in values) / len(values))
 
 
 class LossSpikeDetector(BaseCallback):
@@ -117,8 +134,7 @@ class LossSpikeDetector(BaseCallback):
         self._seen = True
         value = metric_value(self.monitor, logs[self.monitor], who="LossSpikeDetector")
         if len(self._recent) >= self.warmup or not math.isfinite(value):
-            mean = statistics.fmean(self._recent) if self._recent else math.nan
-            std = statistics.pstdev(self._recent) if len(self._recent) > 1 else 0.0
+            mean, std = _mean_std(self._recent)
             floor = self.min_std_fraction * abs(mean) if math.isfinite(mean) else 0.0
             if not math.isfinite(value) or value - mean > self.threshold * max(
                 std, floor, _RESOLUTION
