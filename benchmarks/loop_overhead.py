@@ -68,6 +68,12 @@ run: the file log alone +5.7% and file + MLflow/SQLite +3.4%, with the long bare
 against the short one (noise of several percent on this host; the file log's calls cost 0.112 ms
 per step, 0.5%); the logging calls 0.163 ms per step on the training thread, the writer process
 0.47 ms of CPU per step.
+A second run after LossSpikeDetector's fixes (bare step 21.1 ms): saves +50.0% vs +67.8%
+(0.74x), 181 vs 231 ms of CPU per save; every callback +50.7% (was +58.7%: the detector had
+warned at every step once the memorised batch's loss read 0.0, then 2.4e-7), about what the
+store's saves cost alone; logging +2.1% (file) and +7.9% (file + MLflow/SQLite) with the long
+bare run +3.6% against the short one: the two logging figures moved by 3-4 points between runs
+of the same code.
 
 Where a save's CPU went before the batched writes (save + wait in a loop, medians of 40 saves,
 the 2-core VM's ext4): ~30
