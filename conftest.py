@@ -93,11 +93,10 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-        left = {
-            name: sorted(str(path.relative_to(place)) for path in place.iterdir())
-            for name, place in places.items()
-            if any(place.iterdir())
+        listed = {
+            name: sorted(path.name for path in place.iterdir()) for name, place in places.items()
         }
+        left = {name: names for name, names in listed.items() if names}
         if left:
             pytest.fail(
                 f"the example left files behind: {left}; write into a"
