@@ -167,7 +167,19 @@ def _install_alone(distribution: str, wheels: dict[str, Path], venv: Path) -> Pa
     python = venv / "bin" / "python"
     wheel = wheels[distribution.replace("-", "_")]
     links = str(wheel.parent)
-    _run("pip", "install", "--python", str(python), "--find-links", links, str(wheel), env=env)
+    # without the workspace's compile-bytecode: compiling jax costs more than the one or two
+    # interpreters each of these environments starts would save
+    _run(
+        "pip",
+        "install",
+        "--no-compile-bytecode",
+        "--python",
+        str(python),
+        "--find-links",
+        links,
+        str(wheel),
+        env=env,
+    )
     return python
 
 
