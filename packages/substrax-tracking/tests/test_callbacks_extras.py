@@ -1,5 +1,6 @@
 import io
 import math
+import statistics
 
 import pytest
 
@@ -168,6 +169,18 @@ def test_loss_spike_detector_keeps_a_short_spike_out_of_the_window():
     for step, value in enumerate([1.0] * 5 + [9.0, 9.0] + [1.0] * 3 + [9.0]):
         detector.on_batch_end(None, step, {"loss": value})
     assert [spike.batch for spike in detector.spikes] == [5, 6, 10]
+
+
+def test_loss_spike_detector_takes_a_diverging_float64_loss_without_overflow():
+    # a float64 loss that has diverged to 1e170: squaring its deviations would overflow
+    detector = LossSpikeDetector(window=10, warmup=3)
+    values = [1e170, 2e170, 3e170, 2e170, 1e172]
+    for step, value in enumerate(values):
+        detector.on_batch_end(None, step, {"loss": value})
+    (spike,) = detector.spikes
+    assert spike.batch == 4
+    assert spike.mean == pytest.approx(statistics.fmean(values[:4]))
+    assert spike.std == pytest.approx(statistics.pstdev(values[:4]))
 
 
 @pytest.mark.parametrize(

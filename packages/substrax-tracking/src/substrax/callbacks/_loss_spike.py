@@ -43,8 +43,9 @@ class LossSpike:
 def _mean_std(values: deque[float]) -> tuple[float, float]:
     """The mean and population standard deviation of ``values`` (NaN and 0 when empty).
 
-    ``math.fsum`` keeps them exact enough at a tenth of the cost of ``statistics.pstdev``'s
-    exact fractions, which every step would pay.
+    ``math.fsum`` and ``math.hypot`` keep them exact enough at a tenth of the cost of
+    ``statistics.pstdev``'s exact fractions, which every step would pay; ``hypot`` scales, so a
+    diverged float64 loss (1e170) does not overflow where squaring its deviations would.
 
     Example:
         >>> from collections import deque
@@ -55,7 +56,7 @@ def _mean_std(values: deque[float]) -> tuple[float, float]:
     if not values:
         return math.nan, 0.0
     mean = math.fsum(values) / len(values)
-    return mean, math.sqrt(math.fsum((value - mean) ** 2 for value in values) / len(values))
+    return mean, math.hypot(*(value - mean for value in values)) / math.sqrt(len(values))
 
 
 class LossSpikeDetector(BaseCallback):
