@@ -7,6 +7,7 @@ reports), CONTRIBUTING.md, a pre-commit configuration whose hooks include the te
 lowest-direct resolution.
 """
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -145,6 +146,16 @@ def _floors(pyproject: Path) -> dict[str, str]:
         assert found is not None, requirement
         floors[found[1]] = found[2]
     return floors
+
+
+def test_the_environment_holds_the_bytecode_of_what_it_installs() -> None:
+    """uv installs with bytecode, so a fresh interpreter reads jax's instead of compiling it."""
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["uv"]
+    assert settings["compile-bytecode"] is True
+    import jax
+
+    source = Path(jax.__file__)
+    assert Path(importlib.util.cache_from_source(str(source))).is_file(), source
 
 
 @pytest.mark.parametrize("pyproject", DISTRIBUTIONS, ids=lambda path: path.parent.name)
