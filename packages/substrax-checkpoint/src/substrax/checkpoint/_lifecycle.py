@@ -29,6 +29,7 @@ class StoreLifecycle(Closeable):
     _layout: Layout
     _read_only: bool
     _manager_: ocp.CheckpointManager | None
+    _preservation: OrbaxPreservation
     _closed: bool
     _writer: Writer
     _release: Callable[[], object]
@@ -59,18 +60,34 @@ class StoreLifecycle(Closeable):
                 layout=self._layout,
                 async_save=self._async,
                 read_only=self._read_only,
-                preservation=OrbaxPreservation(
-                    self._retention, self._book.metrics, self._book.evict
-                ),
+                preservation=self._preservation,
             )
+        elif self._writer.stale:  # steps the writer wrote (and dropped) itself
+            self._writer.settle(own=True)
+            self._manager_.reload()
+            self._writer.stale = False
         return self._manager_
 
+    def _writable_manager(self) -> ocp.CheckpointManager:
+        manager = self._manager(create=True)
+        assert manager is not None  # noqa: S101 - create=True always opens
+        return manager
+
     def _held_steps(self) -> list[int]:
-        """The steps held: the committed step directories, or the writer's manager's steps."""
+        """The steps held: the committed step directories, or the writer's manager's steps.
+
+        A step being written is held; so are the steps the writer wrote itself, which orbax's
+        manager has not seen (read from the directory until the manager reloads).
+        """
         if self._manager_ is None or self._read_only:
             return step_directories(self._directory)
         self._writer.settle()
-        return sorted(self._manager_.all_steps())
+        if not self._writer.stale:
+            return sorted(self._manager_.all_steps())
+        held = set(step_directories(self._directory))
+        if self._writer.pending is not None:
+            held.add(self._writer.pending)
+        return sorted(held)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -135,7 +152,7 @@ class StoreLifecycle(Closeable):
             return
         committed = self._writer.finish(manager, forget=self._forget, latest_step=self.latest_step)
         if committed is not None:
-            self._book.committed(manager.all_steps())
+            self._book.committed(self._held_steps())
             if is_primary() and has_deleted(self._directory):  # what retention renamed away
                 directory = self._directory
                 self._writer.chore(lambda: empty_deleted(directory))
@@ -144,6 +161,7 @@ class StoreLifecycle(Closeable):
         """A write failed: drop its step and re-read what the directory really holds."""
         if self._manager_ is not None:
             self._manager_.reload()
+            self._writer.stale = False
         self._book.failed(step, self.list_steps)
 
     def close(self) -> None:

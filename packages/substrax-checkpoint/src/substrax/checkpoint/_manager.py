@@ -23,7 +23,7 @@ from ._retention import OrbaxPreservation
 from ._snapshot import HostSnapshot
 
 
-_TMP_MARK: Final = ".orbax-checkpoint-tmp"
+TMP_MARK: Final = ".orbax-checkpoint-tmp"
 DELETED: Final = ".substrax-deleted"  # a deleted step is renamed here, then its files removed
 _REGISTRIES: Final = {
     checksums: AlignedRegistry(checksums=checksums) for checksums in (True, False)
@@ -110,7 +110,7 @@ def remove_partial_steps(directory: Path) -> None:
     if not directory.is_dir():
         return
     for child in directory.iterdir():
-        if _TMP_MARK in child.name and child.is_dir():
+        if TMP_MARK in child.name and child.is_dir():
             shutil.rmtree(child, ignore_errors=True)
         elif child.name.startswith(f".{INDEX_FILE}.") and child.name.endswith(".tmp"):
             child.unlink(missing_ok=True)

@@ -3,14 +3,18 @@
 ``OrbaxCheckpointStore.save`` validates a :class:`SaveRequest`, and its :class:`Writer` refuses
 it (one :class:`NotWrittenReason`, agreed by every process) or starts the write: on the caller's
 thread, or, when every array already lives in host memory in one process, on the writer thread
-while ``save`` returns. ``Writer.finish`` waits for that write and says whether it committed.
+while ``save`` returns. A tree that orbax has written once in this store is then written by
+the writer itself, from that step's files (:mod:`._step_templates`), without orbax's per-save
+machinery. ``Writer.finish`` waits for that write and says whether it committed.
 """
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import jax
@@ -29,11 +33,13 @@ from ._errors import (
 from ._formats import DTYPES_ITEM, METADATA_ITEM
 from ._index import IndexBook, IndexEntry
 from ._lock import WriterLease
-from ._manager import save_held
+from ._manager import DELETED, TMP_MARK, save_held
 from ._metadata import CheckpointMetadata, Producer, check_extra, check_item_names, library_versions
 from ._multihost import agree
 from ._protocol import PyTree
-from ._snapshot import host_snapshot
+from ._retention import OrbaxPreservation
+from ._snapshot import HostSnapshot, host_snapshot
+from ._step_templates import Signature, StepTemplate, capture, signature, write_step
 
 
 _logger = logging.getLogger(__name__)
@@ -116,15 +122,31 @@ class Writer:
 
     It references neither the store nor its orbax manager (whose retention policy calls back
     into the store), so a store nobody closed can be collected and its finalizer release this.
+
+    Attributes:
+        pending: the step being written, None when no write is in flight.
+        stale: whether the writer committed or removed steps that orbax's manager has not
+            seen (its own writes); the store reloads the manager before it next uses it.
     """
 
-    def __init__(self, directory: Path, lease: WriterLease | None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        lease: WriterLease | None,
+        *,
+        templates: bool,
+    ) -> None:
         self._directory = directory
         self._lease = lease
+        self._templates = templates  # whether the layout lets the writer write steps itself
         self._thread: ThreadPoolExecutor | None = None
         self._chores: ThreadPoolExecutor | None = None
         self._control: Future[bool] | None = None  # orbax's save call, run by the writer thread
+        self._own: Future[None] | None = None  # a step the writer writes itself
+        self._template: StepTemplate | None = None
+        self._candidate: tuple[Signature, int] | None = None  # orbax's latest write, its tree
         self.pending: int | None = None
+        self.stale = False
 
     def background(self) -> ThreadPoolExecutor:
         """The writer thread (started at first use)."""
@@ -152,29 +174,35 @@ class Writer:
         if agree(str(intact), topic="writer-lock") != "True":
             raise CheckpointStoreRemovedError(directory=self._directory)
 
-    def settle(self) -> None:
+    def settle(self, *, own: bool = False) -> None:
         """Let the writer thread's orbax call return before another thread uses the manager.
 
         Only the setup of a write runs there (milliseconds); its errors surface in ``finish``.
+        With ``own``, wait for a step the writer writes itself too (the whole write).
         """
-        if self._control is not None:
-            wait_for([self._control])
+        futures: list[Future[Any] | None] = [self._control, self._own if own else None]
+        running = [future for future in futures if future is not None]
+        if running:
+            wait_for(running)
 
     def write(
         self,
-        manager: ocp.CheckpointManager,
+        manager: Callable[[], ocp.CheckpointManager],
         request: SaveRequest,
         *,
         steps: list[int],
         overwrite: bool,
         async_save: bool,
         book: IndexBook,
+        preservation: OrbaxPreservation,
         empty_deleted: Callable[[], None],
     ) -> None:
         """Refuse ``request`` (``CheckpointNotWrittenError``) or start writing it.
 
-        ``steps`` are the steps held (ascending, no write in flight); with ``overwrite`` an
-        existing step is deleted first. ``empty_deleted`` removes what orbax renamed away.
+        ``manager`` opens the store's orbax manager; ``steps`` are the steps held (ascending,
+        no write in flight); with ``overwrite`` an existing step is deleted first.
+        ``preservation`` is the store's retention (applied after a step the writer writes
+        itself); ``empty_deleted`` removes what orbax renamed away.
         """
         step = request.step
         latest = steps[-1] if steps else None
@@ -182,23 +210,89 @@ class Writer:
         if reason is not None:
             raise CheckpointNotWrittenError(step=step, latest_step=latest, reason=reason)
         if step in steps:
-            manager.delete(step)
+            manager().delete(step)
             empty_deleted()
+            steps = [held for held in steps if held != step]
         book.saving(step, request.entry())
         items = _trees.globalize_host_local(request.items)  # orbax saves only global arrays
         snapshot = host_snapshot(items) if async_save and jax.process_count() == 1 else None
         if snapshot is not None:
+            key = signature(snapshot.items, request.dtypes) if self._templates else None
+            template = self._template_for(key, snapshot.items)
+            if template is not None:
+                self._own = self.background().submit(
+                    self._write_own, template, request, snapshot, [*steps, step], preservation
+                )
+                self.pending, self.stale = step, True
+                return
+            self._candidate = None if key is None else (key, step)
             args = request.orbax_args(snapshot.items)
-            self._control = self.background().submit(save_held, manager, step, args, snapshot)
+            self._control = self.background().submit(save_held, manager(), step, args, snapshot)
             self.pending = step
             return
         composite = ocp.args.Composite(**request.orbax_args(items))
-        if agree(str(bool(manager.save(step, args=composite, force=True)))) != "True":
+        if agree(str(bool(manager().save(step, args=composite, force=True)))) != "True":
             book.evict([step])
             raise CheckpointNotWrittenError(
                 step=step, latest_step=latest, reason=NotWrittenReason.REJECTED
             )
         self.pending = step
+
+    def _template_for(self, key: Signature | None, items: dict[str, PyTree]) -> StepTemplate | None:
+        """The template to write a step of ``key``'s tree from; None leaves the step to orbax.
+
+        The first step of a tree goes to orbax; the next one of the same tree reads the files
+        orbax wrote for it.
+        """
+        if key is None:
+            return None
+        if self._template is not None and self._template.signature == key:
+            return self._template
+        candidate, self._candidate = self._candidate, None
+        if candidate is None or candidate[0] != key:
+            return None
+        self._template = capture(self._directory / str(candidate[1]), items, key)
+        return self._template
+
+    def _write_own(
+        self,
+        template: StepTemplate,
+        request: SaveRequest,
+        snapshot: HostSnapshot,
+        held: list[int],
+        preservation: OrbaxPreservation,
+    ) -> None:
+        """The writer thread's part of a step it writes itself: the step, then retention."""
+        step = request.step
+        final, temporary = self._directory / str(step), self._directory / f"{step}{TMP_MARK}"
+        write_step(template, final, temporary, snapshot.items, request.record.to_dict())
+        del snapshot
+        try:
+            self._retain(held, preservation)
+        except OSError:
+            _logger.warning(
+                "checkpoint step %s in %s was committed, but removing the steps that retention "
+                "drops failed; they stay until the next save removes them",
+                step,
+                self._directory,
+                exc_info=True,
+            )
+
+    def _retain(self, held: list[int], preservation: OrbaxPreservation) -> None:
+        """Apply the store's retention to ``held`` (the new step last), as orbax would.
+
+        A dropped step leaves the store in one rename into the deleted-steps folder, as orbax
+        removes one; the chores thread removes its files.
+        """
+        checkpoints = [SimpleNamespace(step=step) for step in held]
+        kept = preservation.should_preserve(checkpoints, context=None)
+        dropped = [step for step, keep in zip(held, kept, strict=True) if not keep]
+        if not dropped:
+            return
+        deleted = self._directory / DELETED
+        deleted.mkdir(exist_ok=True)
+        for step in dropped:
+            (self._directory / str(step)).rename(deleted / f"{step}.{time.time_ns()}")
 
     def finish(
         self,
@@ -216,8 +310,11 @@ class Writer:
         """
         step, self.pending = self.pending, None
         control, self._control = self._control, None
+        own, self._own = self._own, None
         try:
             accepted = control is None or control.result()
+            if own is not None:
+                own.result()
             manager.wait_until_finished()
             manager.check_for_errors()
         except Exception as error:

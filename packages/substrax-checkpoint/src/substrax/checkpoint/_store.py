@@ -22,7 +22,7 @@ from ._multihost import is_primary
 from ._paths import check_store_directory, make_store_directory
 from ._protocol import PyTree
 from ._reads import StoreReads
-from ._retention import ModeLike, RetentionPolicy, recorded_metrics
+from ._retention import ModeLike, OrbaxPreservation, RetentionPolicy, recorded_metrics
 from ._save import SaveRequest, Writer
 
 
@@ -121,10 +121,15 @@ class OrbaxCheckpointStore(StoreReads):
         else:
             make_store_directory(self._directory)
         lease = None if read_only else take_writer_lock(self._directory, clean=remove_partial_steps)
-        self._writer = Writer(self._directory, lease)
+        self._writer = Writer(
+            self._directory, lease, templates=self._layout.zarr3 and not self._layout.ocdbt
+        )
         self._release = weakref.finalize(self, self._writer.release)
         self._book = IndexBook(
             self._directory, read_only=read_only, steps=self._held_steps, run=self._writer.chore
+        )
+        self._preservation = OrbaxPreservation(
+            self._retention, self._book.metrics, self._book.evict
         )
 
     # -- writing -----------------------------------------------------------------------------
@@ -165,16 +170,16 @@ class OrbaxCheckpointStore(StoreReads):
         request = SaveRequest.build(
             step, items, epoch=epoch, metrics=metrics, producer=producer, extra=extra
         )
-        manager = self._manager(create=True)
-        assert manager is not None  # noqa: S101 - create=True always opens
+        self._check_open()
         self._finish_write()  # the index write it leaves running is ordered before the next
         self._writer.write(
-            manager,
+            self._writable_manager,
             request,
             steps=self.list_steps(),
             overwrite=overwrite,
             async_save=self._async,
             book=self._book,
+            preservation=self._preservation,
             empty_deleted=self._empty_deleted,
         )
         if not self._async:

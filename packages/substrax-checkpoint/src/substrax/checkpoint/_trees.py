@@ -20,7 +20,15 @@ type HostKind = Literal["ndarray", "numpy_scalar"]
 """How a host leaf was saved: a NumPy array, or a NumPy scalar (stored as a 0-d array)."""
 
 
-def _key_name(entry: object) -> str:
+def key_name(entry: object) -> str:
+    """One entry of a jax key path as text: a dict key, an attribute or an index.
+
+    Example:
+        >>> import jax
+        >>> from substrax.checkpoint._trees import key_name
+        >>> key_name(jax.tree_util.SequenceKey(2))
+        '2'
+    """
     for attribute in ("key", "name", "idx"):
         if hasattr(entry, attribute):
             return str(getattr(entry, attribute))
@@ -36,7 +44,7 @@ def leaf_path(path: tuple[object, ...]) -> str:
         >>> leaf_path((jax.tree_util.DictKey("kernel"), jax.tree_util.GetAttrKey("value")))
         'kernel/value'
     """
-    return "/".join(_key_name(entry) for entry in path)
+    return "/".join(key_name(entry) for entry in path)
 
 
 def flat_leaves(tree: PyTree) -> list[tuple[str, Any]]:
