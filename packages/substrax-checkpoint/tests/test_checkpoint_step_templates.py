@@ -13,6 +13,7 @@ import pytest
 from substrax.checkpoint import CheckpointWriteError, OrbaxCheckpointStore
 from substrax.checkpoint._manager import DELETED, TMP_MARK
 from substrax.checkpoint._step_templates import _CONTEXT, capture, signature, write_step
+from substrax.checkpoint._trees import for_saving
 
 
 def _state(value: float) -> dict[str, object]:
@@ -79,7 +80,7 @@ def test_a_step_written_from_the_template_has_the_files_orbax_wrote(store_dir, l
     )
     assert step_metadata["init_timestamp_nsecs"] <= step_metadata["commit_timestamp_nsecs"]
     assert str(store_dir / "2") in own_files["commit_success.txt"].decode()
-    template = capture(store_dir / "1", _state(3.0), ())
+    template = capture(store_dir / "1", *for_saving(_state(3.0)), ())
     assert template is not None
     arrays = [directory for found in template.arrays.values() for directory, _ in found]
     assert len(arrays) == 8
@@ -173,7 +174,7 @@ def test_a_write_that_fails_midway_leaves_no_temporary_directory(store_dir, monk
     def failing(*_args: object, **_kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    template = capture(store_dir / "1", _state(1.0), ("any",))
+    template = capture(store_dir / "1", *for_saving(_state(1.0)), ("any",))
     assert template is not None
     monkeypatch.setattr(Path, "write_text", failing)
     with pytest.raises(OSError, match="No space left"):
@@ -182,14 +183,91 @@ def test_a_write_that_fails_midway_leaves_no_temporary_directory(store_dir, monk
 
 
 def test_capture_refuses_a_step_of_another_tree(store_dir):
+    def capturing(items, step=1):
+        return capture(store_dir / str(step), *for_saving(items), ())
+
     with OrbaxCheckpointStore(store_dir) as store:
         store.save(1, {"model": {"w": jnp.zeros(3), "b": jnp.zeros(2)}})
-    step_dir = store_dir / "1"
-    assert capture(step_dir, {"model": {"w": jnp.zeros(3), "b": jnp.zeros(2)}}, ()) is not None
-    assert capture(step_dir, {"model": {"w": jnp.zeros(4), "b": jnp.zeros(2)}}, ()) is None
-    assert capture(step_dir, {"model": {"w": jnp.zeros(3)}}, ()) is None  # b names no leaf
-    assert capture(step_dir, {"model": {"v": jnp.zeros(3), "b": jnp.zeros(2)}}, ()) is None
-    assert capture(store_dir / "9", {"model": {"w": jnp.zeros(3)}}, ()) is None
+    assert capturing({"model": {"w": jnp.zeros(3), "b": jnp.zeros(2)}}) is not None
+    assert capturing({"model": {"w": jnp.zeros(4), "b": jnp.zeros(2)}}) is None
+    assert capturing({"model": {"w": jnp.zeros(3)}}) is None  # b names no leaf
+    assert capturing({"model": {"v": jnp.zeros(3), "b": jnp.zeros(2)}}) is None
+    assert capturing({"model": {"w": np.zeros(3), "b": jnp.zeros(2)}}) is None  # dtypes record
+    assert capturing({"model": {"w": jnp.zeros(3)}}, step=9) is None
+
+
+def test_a_step_rewritten_with_another_tree_is_never_the_template_of_its_first_tree(store_dir):
+    def a(value: int) -> dict[str, object]:
+        return {"model": {"w": jnp.full(3, value)}, "rng": jax.random.PRNGKey(value)}
+
+    def b(value: int) -> dict[str, object]:
+        return {"model": {"w": np.full(3, value)}, "rng": jax.random.key(value)}
+
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        store.save(1, a(1))
+        store.save(2, a(2))  # from a's template
+        store.save(3, b(3))  # orbax writes b
+        store.save(3, a(33), overwrite=True)  # step 3 holds a's files now
+        store.save(4, b(4))  # so b goes to orbax again, not to a template read from step 3
+        store.save(5, b(5))
+        store.wait()
+        restored = {step: store.restore(step).items for step in (3, 4, 5)}
+    assert isinstance(restored[3]["model"]["w"], jax.Array)
+    for step in (4, 5):
+        assert isinstance(restored[step]["model"]["w"], np.ndarray)
+        assert restored[step]["model"]["w"].tolist() == [step] * 3
+        assert jax.dtypes.issubdtype(restored[step]["rng"].dtype, jax.dtypes.prng_key)
+
+
+def test_a_tree_whose_node_metadata_cannot_be_compared_is_saved_by_orbax(store_dir):
+    @jax.tree_util.register_pytree_node_class
+    class Box:
+        def __init__(self, x: jax.Array, meta: np.ndarray) -> None:
+            self.x, self.meta = x, meta
+
+        def tree_flatten(self) -> tuple[tuple[jax.Array], np.ndarray]:
+            return (self.x,), self.meta
+
+        @classmethod
+        def tree_unflatten(cls, meta: np.ndarray, children: tuple[jax.Array]) -> "Box":
+            return cls(children[0], meta)
+
+    with OrbaxCheckpointStore(store_dir) as store:
+        for step in range(1, 5):
+            store.save(step, {"model": {"box": Box(jnp.full(2, step), np.arange(3))}})
+        store.wait()
+        assert store.list_steps() == [1, 2, 3, 4]
+
+
+def test_a_step_retention_drops_is_unlisted_from_the_save_on_as_with_orbax(store_dir):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=2) as store:
+        for step in range(1, 6):
+            store.save(step, {"model": {"w": jnp.full(4, float(step))}})
+            oldest = store.list_steps()[0]
+            assert store.restore(oldest).items["model"]["w"].tolist() == [float(oldest)] * 4
+        assert store.list_steps() == [4, 5]
+
+
+def test_a_store_removed_during_a_write_gets_no_step(store_dir, monkeypatch):
+    import shutil
+
+    from substrax.checkpoint import _save
+
+    original = _save.write_step
+
+    def removing(template, final, temporary, items, record, **kwargs):
+        shutil.rmtree(store_dir)
+        return original(template, final, temporary, items, record, **kwargs)
+
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1, _state(1.0))
+        store.wait()
+        monkeypatch.setattr(_save, "write_step", removing)
+        store.save(2, _state(2.0))
+        with pytest.raises(CheckpointWriteError, match="removed or replaced while step 2"):
+            store.wait()
+        assert not (store_dir / "2").exists()
+        assert not (store_dir / f"2{TMP_MARK}").exists()
 
 
 def test_the_step_being_written_is_listed_while_the_writer_writes_it(store_dir, monkeypatch):
@@ -198,10 +276,10 @@ def test_the_step_being_written_is_listed_while_the_writer_writes_it(store_dir, 
     started, release = threading.Event(), threading.Event()
     original = _save.write_step
 
-    def held(*args: object) -> None:
+    def held(*args: object, **kwargs: object) -> None:
         started.set()
         assert release.wait(60)
-        original(*args)  # pyright: ignore[reportArgumentType]
+        original(*args, **kwargs)  # pyright: ignore[reportArgumentType]
 
     monkeypatch.setattr(_save, "write_step", held)
     with OrbaxCheckpointStore(store_dir) as store:

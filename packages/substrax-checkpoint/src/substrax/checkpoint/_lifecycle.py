@@ -76,15 +76,16 @@ class StoreLifecycle(Closeable):
     def _held_steps(self) -> list[int]:
         """The steps held: the committed step directories, or the writer's manager's steps.
 
-        A step being written is held; so are the steps the writer wrote itself, which orbax's
-        manager has not seen (read from the directory until the manager reloads).
+        A step being written is held, and a step its retention drops no longer is; so are the
+        steps the writer wrote itself, which orbax's manager has not seen (read from the
+        directory until the manager reloads).
         """
         if self._manager_ is None or self._read_only:
             return step_directories(self._directory)
         self._writer.settle()
         if not self._writer.stale:
             return sorted(self._manager_.all_steps())
-        held = set(step_directories(self._directory))
+        held = set(step_directories(self._directory)) - self._writer.dropping
         if self._writer.pending is not None:
             held.add(self._writer.pending)
         return sorted(held)

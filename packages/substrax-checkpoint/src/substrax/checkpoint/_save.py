@@ -117,6 +117,24 @@ def refusal(step: int, steps: list[int], *, overwrite: bool) -> NotWrittenReason
     return NotWrittenReason(agreed) if agreed else None
 
 
+def _same(a: Signature, b: Signature) -> bool:
+    """Whether two signatures are equal; False when comparing them raises.
+
+    A custom pytree node whose metadata cannot be compared (a NumPy array) makes jax's treedef
+    comparison raise: such a tree is left to orbax.
+    """
+    try:
+        return a == b
+    except Exception:
+        return False
+
+
+def _dropped(held: list[int], preservation: OrbaxPreservation) -> list[int]:
+    """The steps of ``held`` (the new step last) that retention drops, evicted from the index."""
+    kept = preservation.should_preserve([SimpleNamespace(step=s) for s in held], context=None)
+    return [step for step, keep in zip(held, kept, strict=True) if not keep]
+
+
 class Writer:
     """A store's writing side: its writer lock, its writer thread and the one write in flight.
 
@@ -125,6 +143,8 @@ class Writer:
 
     Attributes:
         pending: the step being written, None when no write is in flight.
+        dropping: the steps retention drops once the step the writer writes itself commits;
+            no longer held from the save on, as orbax's own retention.
         stale: whether the writer committed or removed steps that orbax's manager has not
             seen (its own writes); the store reloads the manager before it next uses it.
     """
@@ -146,6 +166,7 @@ class Writer:
         self._template: StepTemplate | None = None
         self._candidate: tuple[Signature, int] | None = None  # orbax's latest write, its tree
         self.pending: int | None = None
+        self.dropping: frozenset[int] = frozenset()  # what retention drops after ``_own``
         self.stale = False
 
     def background(self) -> ThreadPoolExecutor:
@@ -213,17 +234,20 @@ class Writer:
             manager().delete(step)
             empty_deleted()
             steps = [held for held in steps if held != step]
+        if self._candidate is not None and self._candidate[1] == step:
+            self._candidate = None  # its files are about to be another write's
         book.saving(step, request.entry())
         items = _trees.globalize_host_local(request.items)  # orbax saves only global arrays
         snapshot = host_snapshot(items) if async_save and jax.process_count() == 1 else None
         if snapshot is not None:
             key = signature(snapshot.items, request.dtypes) if self._templates else None
-            template = self._template_for(key, snapshot.items)
+            template = self._template_for(key, snapshot.items, request.dtypes)
             if template is not None:
+                dropped = _dropped([*steps, step], preservation)
                 self._own = self.background().submit(
-                    self._write_own, template, request, snapshot, [*steps, step], preservation
+                    self._write_own, template, request, snapshot, dropped
                 )
-                self.pending, self.stale = step, True
+                self.pending, self.dropping, self.stale = step, frozenset(dropped), True
                 return
             self._candidate = None if key is None else (key, step)
             args = request.orbax_args(snapshot.items)
@@ -238,7 +262,9 @@ class Writer:
             )
         self.pending = step
 
-    def _template_for(self, key: Signature | None, items: dict[str, PyTree]) -> StepTemplate | None:
+    def _template_for(
+        self, key: Signature | None, items: dict[str, PyTree], dtypes: dict[str, Any]
+    ) -> StepTemplate | None:
         """The template to write a step of ``key``'s tree from; None leaves the step to orbax.
 
         The first step of a tree goes to orbax; the next one of the same tree reads the files
@@ -246,12 +272,12 @@ class Writer:
         """
         if key is None:
             return None
-        if self._template is not None and self._template.signature == key:
+        if self._template is not None and _same(self._template.signature, key):
             return self._template
         candidate, self._candidate = self._candidate, None
-        if candidate is None or candidate[0] != key:
+        if candidate is None or not _same(candidate[0], key):
             return None
-        self._template = capture(self._directory / str(candidate[1]), items, key)
+        self._template = capture(self._directory / str(candidate[1]), items, dtypes, key)
         return self._template
 
     def _write_own(
@@ -259,40 +285,35 @@ class Writer:
         template: StepTemplate,
         request: SaveRequest,
         snapshot: HostSnapshot,
-        held: list[int],
-        preservation: OrbaxPreservation,
+        dropped: list[int],
     ) -> None:
-        """The writer thread's part of a step it writes itself: the step, then retention."""
+        """The writer thread's part of a step it writes itself: the step, then what it drops.
+
+        A dropped step leaves the store in one rename into the deleted-steps folder, as orbax
+        removes one; the chores thread removes its files.
+        """
         step = request.step
         final, temporary = self._directory / str(step), self._directory / f"{step}{TMP_MARK}"
-        write_step(template, final, temporary, snapshot.items, request.record.to_dict())
+        record = request.record.to_dict()
+        write_step(template, final, temporary, snapshot.items, record, intact=self._intact)
         del snapshot
         try:
-            self._retain(held, preservation)
+            if dropped:
+                deleted = self._directory / DELETED
+                deleted.mkdir(exist_ok=True)
+                for gone in dropped:
+                    (self._directory / str(gone)).rename(deleted / f"{gone}.{time.time_ns()}")
         except OSError:
             _logger.warning(
                 "checkpoint step %s in %s was committed, but removing the steps that retention "
-                "drops failed; they stay until the next save removes them",
+                "drops failed; the next save's retention drops them again",
                 step,
                 self._directory,
                 exc_info=True,
             )
 
-    def _retain(self, held: list[int], preservation: OrbaxPreservation) -> None:
-        """Apply the store's retention to ``held`` (the new step last), as orbax would.
-
-        A dropped step leaves the store in one rename into the deleted-steps folder, as orbax
-        removes one; the chores thread removes its files.
-        """
-        checkpoints = [SimpleNamespace(step=step) for step in held]
-        kept = preservation.should_preserve(checkpoints, context=None)
-        dropped = [step for step, keep in zip(held, kept, strict=True) if not keep]
-        if not dropped:
-            return
-        deleted = self._directory / DELETED
-        deleted.mkdir(exist_ok=True)
-        for step in dropped:
-            (self._directory / str(step)).rename(deleted / f"{step}.{time.time_ns()}")
+    def _intact(self) -> bool:
+        return self._lease is None or self._lease.intact()
 
     def finish(
         self,
@@ -314,7 +335,10 @@ class Writer:
         try:
             accepted = control is None or control.result()
             if own is not None:
-                own.result()
+                try:
+                    own.result()
+                finally:
+                    self.dropping = frozenset()
             manager.wait_until_finished()
             manager.check_for_errors()
         except Exception as error:

@@ -31,11 +31,12 @@ Example:
     [2.0, 2.0, 2.0]
 """
 
+import contextlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -46,7 +47,7 @@ import tensorstore as ts
 
 from . import _trees
 from ._checksums import unsynced
-from ._formats import METADATA_ITEM
+from ._formats import DTYPES_ITEM, METADATA_ITEM
 from ._protocol import PyTree
 
 
@@ -57,6 +58,7 @@ STEP_METADATA: Final = "_CHECKPOINT_METADATA"
 """Orbax's step metadata file: its item handlers and the step's timestamps."""
 _ZARR: Final = "zarr.json"
 _RECORD: Final = f"{METADATA_ITEM}/metadata"  # the JSON handler's file in the ``metadata`` item
+_DTYPES: Final = f"{DTYPES_ITEM}/metadata"
 _CONTEXT: Final = unsynced(None)  # one TensorStore context for every save (no fsync, as orbax's)
 
 
@@ -128,11 +130,17 @@ def _fits(metadata: Mapping[str, Any], leaf: object) -> bool:
     return metadata.get("shape") == shape and metadata.get("data_type") == dtype
 
 
-def capture(step_dir: Path, items: Mapping[str, PyTree], key: Signature) -> StepTemplate | None:
+def capture(
+    step_dir: Path,
+    items: Mapping[str, PyTree],
+    dtypes: Mapping[str, Any],
+    key: Signature,
+) -> StepTemplate | None:
     """The template of the committed step ``step_dir``, which orbax wrote from ``items``.
 
-    None when its files are not what :func:`write_step` can write again: an array directory
-    that no leaf names, a leaf without an array of its shape and dtype, an unreadable file.
+    None when its files are not what :func:`write_step` can write again: a ``dtypes`` record
+    other than ``dtypes``, an array directory that no leaf names, a leaf without an array of
+    its shape and dtype, an unreadable file.
     """
     files: dict[str, bytes] = {}
     zarr: dict[str, dict[str, Any]] = {}
@@ -152,7 +160,11 @@ def capture(step_dir: Path, items: Mapping[str, PyTree], key: Signature) -> Step
                     files[path] = (step_dir / path).read_bytes()
     except (OSError, ValueError):
         return None
-    if step_metadata is None:
+    try:
+        recorded = json.loads(files.get(_DTYPES, b"null"))
+    except ValueError:
+        return None
+    if step_metadata is None or recorded != json.loads(json.dumps(dtypes)):
         return None
     arrays: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {}
     for name, tree in items.items():
@@ -185,59 +197,93 @@ def _writes(store: ts.TensorStore, leaf: object) -> list[ts.WriteFutures]:
     ]
 
 
+def _settle(futures: list[Any]) -> None:
+    """Wait for every TensorStore future in ``futures``, whatever each ends in."""
+    for future in futures:
+        with contextlib.suppress(Exception):  # the write's own error is the one raised
+            future.result()
+
+
+def _write_into(
+    temporary: Path,
+    template: StepTemplate,
+    final: Path,
+    items: Mapping[str, PyTree],
+    record: Mapping[str, Any],
+    *,
+    pending: list[Any],
+) -> None:
+    """Write every file of the step under ``temporary``; ``pending`` collects the futures."""
+    started = time.time_ns()
+    old, new = os.fsencode(template.source), os.fsencode(final)
+    if temporary.exists():  # what a failed write of this step left
+        shutil.rmtree(temporary)
+    arrays = [entry for found in template.arrays.values() for entry in found]
+    folders = {str(Path(path).parent) for path in template.files} | {d for d, _ in arrays}
+    folders.add(METADATA_ITEM)
+    for folder in sorted(folders):
+        (temporary / folder).mkdir(parents=True, exist_ok=True)
+    opening = [
+        ts.open(
+            {
+                "driver": "zarr3",
+                "kvstore": {"driver": "file", "path": f"{temporary / directory}/"},
+                "metadata": metadata,
+                "store_data_equal_to_fill_value": True,
+            },
+            create=True,
+            context=_CONTEXT,
+        )
+        for directory, metadata in arrays
+    ]
+    pending.extend(opening)
+    for path, data in template.files.items():
+        (temporary / path).write_bytes(data.replace(old, new))
+    (temporary / _RECORD).write_text(json.dumps(record))
+    leaves = [leaf for name in template.arrays for leaf in jax.tree.leaves(items[name])]
+    for opened, leaf in zip(opening, leaves, strict=True):
+        pending.extend(_writes(opened.result(), leaf))
+    for write in pending:
+        write.result()
+    step_metadata = dict(
+        template.step_metadata, init_timestamp_nsecs=started, commit_timestamp_nsecs=time.time_ns()
+    )
+    (temporary / STEP_METADATA).write_text(json.dumps(step_metadata))
+
+
+def _commit(temporary: Path, final: Path, template: StepTemplate, *, intact: bool) -> None:
+    """Rename ``temporary`` to ``final`` when it holds every file and the store still stands."""
+    missing = [path for path in (*template.files, _RECORD) if not (temporary / path).is_file()]
+    if missing or not intact:
+        raise FileNotFoundError(
+            f"the store directory {final.parent} was removed or replaced while step "
+            f"{final.name} was written (missing: {', '.join(missing) or 'its writer lock'})"
+        )
+    temporary.rename(final)
+
+
 def write_step(
     template: StepTemplate,
     final: Path,
     temporary: Path,
     items: Mapping[str, PyTree],
     record: Mapping[str, Any],
+    *,
+    intact: Callable[[], bool] = lambda: True,
 ) -> None:
     """Write ``items`` (of ``template``'s signature) and ``record`` as the step ``final``.
 
-    Everything is written under ``temporary``, which one rename makes ``final``; a failed
-    write removes it and raises. The arrays' buffers must stay in place until this returns.
+    Everything is written under ``temporary``, which one rename makes ``final`` once every
+    file is there and ``intact()`` says the store still stands (it is not renamed into a store
+    that was removed meanwhile: TensorStore would have made its folders again). A failed write
+    waits for the writes it started, removes ``temporary`` and raises. The arrays' buffers must
+    stay in place until this returns.
     """
-    started = time.time_ns()
-    old, new = os.fsencode(template.source), os.fsencode(final)
+    pending: list[Any] = []
     try:
-        if temporary.exists():  # what a failed write of this step left
-            shutil.rmtree(temporary)
-        arrays = [entry for found in template.arrays.values() for entry in found]
-        folders = {str(Path(path).parent) for path in template.files} | {d for d, _ in arrays}
-        folders.add(METADATA_ITEM)
-        for folder in sorted(folders):
-            (temporary / folder).mkdir(parents=True, exist_ok=True)
-        opening = [
-            ts.open(
-                {
-                    "driver": "zarr3",
-                    "kvstore": {"driver": "file", "path": f"{temporary / directory}/"},
-                    "metadata": metadata,
-                    "store_data_equal_to_fill_value": True,
-                },
-                create=True,
-                context=_CONTEXT,
-            )
-            for directory, metadata in arrays
-        ]
-        for path, data in template.files.items():
-            (temporary / path).write_bytes(data.replace(old, new))
-        (temporary / _RECORD).write_text(json.dumps(record))
-        leaves = [leaf for name in template.arrays for leaf in jax.tree.leaves(items[name])]
-        written = [
-            write
-            for opened, leaf in zip(opening, leaves, strict=True)
-            for write in _writes(opened.result(), leaf)
-        ]
-        for write in written:
-            write.result()
-        step_metadata = dict(
-            template.step_metadata,
-            init_timestamp_nsecs=started,
-            commit_timestamp_nsecs=time.time_ns(),
-        )
-        (temporary / STEP_METADATA).write_text(json.dumps(step_metadata))
-        temporary.rename(final)
+        _write_into(temporary, template, final, items, record, pending=pending)
+        _commit(temporary, final, template, intact=intact())
     except BaseException:
+        _settle(pending)
         shutil.rmtree(temporary, ignore_errors=True)
         raise
