@@ -316,6 +316,9 @@ class FileLogger(Logger):
         self._csv: TextIO | None = None
         self._last_flush = time.time()
         self._names: dict[str, tuple[str, str]] = {}
+        # (time, step, encoded name, value) of each scalar logged since the last flush: the
+        # lines are formatted at the flush, all at once, off the step-to-step critical path
+        self._pending: list[tuple[float, int | None, tuple[str, str], float]] = []
         self._warned_plots = False
         self._held: BinaryIO | None = None
         if self.active:
@@ -400,27 +403,44 @@ class FileLogger(Logger):
             self._write_one(key, value, step, now)
 
     def _write_one(self, key: str, value: Any, step: int | None, now: float) -> None:
-        jsonl, rows = self._jsonl, self._csv
-        assert jsonl is not None  # noqa: S101
-        assert rows is not None  # noqa: S101
+        """Check one scalar and keep it for the next flush, which writes its lines.
+
+        Right after a training step the interpreter runs several times slower than idle (the
+        step left the caches cold and XLA's threads on the cores), so the two lines are formatted
+        at the flush, with every other record since the last one, rather than here.
+        """
         number = value if type(value) is float else as_scalar(key, value)
         if step is not None and type(step) is not int:
             step = operator.index(step)  # np.int64, a jax integer: written as a plain integer
-        if math.isfinite(number):
-            text = repr(number)
-        else:
-            text = (
-                '"NaN"' if math.isnan(number) else ('"Infinity"' if number > 0 else '"-Infinity"')
-            )
         encoded = self._names.get(key) or self._encoded(key, value)
-        if step is None:
-            jsonl.write(f'{{"time":{now!r},"step":null,"name":{encoded[0]},"value":{text}}}\n')
-            rows.write(f"{now!r},,{encoded[1]},{number!r}\n")
-        else:
-            jsonl.write(f'{{"time":{now!r},"step":{step:d},"name":{encoded[0]},"value":{text}}}\n')
-            rows.write(f"{now!r},{step:d},{encoded[1]},{number!r}\n")
+        self._pending.append((now, step, encoded, number))
         if now - self._last_flush >= self.flush_every:
             self.flush()
+
+    def _write_pending(self) -> None:
+        """Write the lines of the scalars logged since the last flush to the metric files."""
+        pending, self._pending = self._pending, []
+        jsonl, rows = self._jsonl, self._csv
+        if not pending or jsonl is None or rows is None:
+            return
+        json_lines: list[str] = []
+        csv_lines: list[str] = []
+        for now, step, (json_name, csv_name), number in pending:
+            if math.isfinite(number):
+                text = repr(number)
+            else:
+                text = (
+                    '"NaN"'
+                    if math.isnan(number)
+                    else ('"Infinity"' if number > 0 else '"-Infinity"')
+                )
+            shown = "null" if step is None else f"{step:d}"
+            json_lines.append(
+                f'{{"time":{now!r},"step":{shown},"name":{json_name},"value":{text}}}\n'
+            )
+            csv_lines.append(f"{now!r},{'' if step is None else step},{csv_name},{number!r}\n")
+        jsonl.write("".join(json_lines))
+        rows.write("".join(csv_lines))
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         merged: dict[str, Any] = {}
@@ -483,6 +503,7 @@ class FileLogger(Logger):
         """Write the buffered metric lines to disk."""
         self._last_flush = time.time()
         if self._jsonl is not None and not self._jsonl.closed:
+            self._write_pending()
             self._jsonl.flush()
         if self._csv is not None and not self._csv.closed:
             self._csv.flush()
