@@ -47,6 +47,7 @@ import tensorstore as ts
 
 from . import _trees
 from ._checksums import unsynced
+from ._errors import CheckpointStoreRemovedError
 from ._formats import DTYPES_ITEM, METADATA_ITEM
 from ._protocol import PyTree
 
@@ -252,13 +253,15 @@ def _write_into(
 
 
 def _commit(temporary: Path, final: Path, template: StepTemplate, *, intact: bool) -> None:
-    """Rename ``temporary`` to ``final`` when it holds every file and the store still stands."""
+    """Rename ``temporary`` to ``final`` when it holds every file and the store still stands.
+
+    Raises:
+        CheckpointStoreRemovedError: the store's directory was removed (or its writer lock file
+            replaced) during the write: its files are missing, or the lock is.
+    """
     missing = [path for path in (*template.files, _RECORD) if not (temporary / path).is_file()]
     if missing or not intact:
-        raise FileNotFoundError(
-            f"the store directory {final.parent} was removed or replaced while step "
-            f"{final.name} was written (missing: {', '.join(missing) or 'its writer lock'})"
-        )
+        raise CheckpointStoreRemovedError(directory=final.parent)
     temporary.rename(final)
 
 
