@@ -222,8 +222,9 @@ class Writer:
 
         ``manager`` opens the store's orbax manager; ``steps`` are the steps held (ascending,
         no write in flight); with ``overwrite`` an existing step is deleted first.
-        ``preservation`` is the store's retention (applied after a step the writer writes
-        itself); ``empty_deleted`` removes what orbax renamed away.
+        ``preservation`` is the store's retention: for a step the writer writes itself, it
+        decides here which steps the step drops, and the writer drops them once the step
+        commits. ``empty_deleted`` removes what orbax renamed away.
         """
         step = request.step
         latest = steps[-1] if steps else None
