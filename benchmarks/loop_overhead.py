@@ -131,6 +131,11 @@ interval +0.054 to +0.124 ms), **0.57% of the step (0.36-0.82%): met**, where wh
 +0.114 ms on the training thread (0.76%, interval 0.42-1.03%) plus 0.215 ms of CPU per step off
 it (MLflow's delivery thread 0.015 ms, its writer process 0.200 ms: MLflow's SQL store), 2.19%
 counted in full: missed, by the CPU of MLflow's own store.
+A third full run, after ``FileLogger`` began formatting its lines at the flush, on a busier host
+(bare step 19.7 ms, ranging 16.0-22.0 ms over the rounds; the long bare run +12.2% against the
+short one): saves +34.9% vs +62.9%, **0.55x: missed in this run**, though a save's CPU beyond
+the bare loop was 94 ms against orbax's 212 (0.44x, as in the runs above); the file log +0.34%
+paired (0.11-0.56%), file + MLflow 0.75% + 1.84% off the training thread = 2.58%.
 """
 
 from __future__ import annotations
