@@ -121,7 +121,14 @@ class OrbaxPreservation:
     def should_preserve(self, checkpoints: Sequence[Any], *, context: object) -> Sequence[bool]:
         """One bool per orbax checkpoint info: whether to keep it."""
         del context
-        steps = [info.step for info in checkpoints]
+        dropped = set(self.drop([info.step for info in checkpoints]))
+        return [info.step not in dropped for info in checkpoints]
+
+    def drop(self, steps: Sequence[int]) -> list[int]:
+        """The steps of ``steps`` (the newest last) the policy drops, evicted from the index.
+
+        Orbax asks through :meth:`should_preserve`; a step the store writes itself asks here.
+        """
         metrics = self.metrics_of()
         missing = self.policy.unrecorded_metric(steps, metrics)
         if missing is not None and len(steps) > 1 and missing not in self.warned:
@@ -134,8 +141,7 @@ class OrbaxPreservation:
                 missing,
             )
         keep = self.policy.steps_to_keep(steps, metrics)
-        decisions = [info.step in keep for info in checkpoints]
-        evicted = [info.step for info, kept in zip(checkpoints, decisions, strict=True) if not kept]
+        evicted = [step for step in steps if step not in keep]
         if evicted:
             self.on_evict(evicted)
-        return decisions
+        return evicted

@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import jax
@@ -129,12 +128,6 @@ def _same(a: Signature, b: Signature) -> bool:
         return False
 
 
-def _dropped(held: list[int], preservation: OrbaxPreservation) -> list[int]:
-    """The steps of ``held`` (the new step last) that retention drops, evicted from the index."""
-    kept = preservation.should_preserve([SimpleNamespace(step=s) for s in held], context=None)
-    return [step for step, keep in zip(held, kept, strict=True) if not keep]
-
-
 class Writer:
     """A store's writing side: its writer lock, its writer thread and the one write in flight.
 
@@ -244,7 +237,7 @@ class Writer:
             key = signature(snapshot.items, request.dtypes) if self._templates else None
             template = self._template_for(key, snapshot.items, request.dtypes)
             if template is not None:
-                dropped = _dropped([*steps, step], preservation)
+                dropped = preservation.drop([*steps, step])
                 self._own = self.background().submit(
                     self._write_own, template, request, snapshot, dropped
                 )
