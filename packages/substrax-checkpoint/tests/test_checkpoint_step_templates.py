@@ -296,3 +296,17 @@ def test_the_step_being_written_is_listed_while_the_writer_writes_it(store_dir, 
 
 def test_arrays_written_from_templates_are_not_synced():
     assert _CONTEXT.spec.to_json() == {"file_io_sync": False}
+
+
+def test_a_damaged_first_step_is_no_template_and_later_steps_go_to_orbax(store_dir):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        store.save(1, _state(1.0))
+        store.wait()
+        (store_dir / "1" / "_CHECKPOINT_METADATA").write_text("{not json")  # a damaged disk
+        store.save(2, _state(2.0))  # no template from step 1: orbax writes it
+        store.save(3, _state(3.0))  # and step 2 is the template
+        store.wait()
+        assert store.list_steps() == [1, 2, 3]
+        _assert_restores(store, 2, 2.0)
+        _assert_restores(store, 3, 3.0)
+    assert json.loads((store_dir / "2" / "_CHECKPOINT_METADATA").read_text())["item_handlers"]
