@@ -310,3 +310,46 @@ def test_a_damaged_first_step_is_no_template_and_later_steps_go_to_orbax(store_d
         _assert_restores(store, 2, 2.0)
         _assert_restores(store, 3, 3.0)
     assert json.loads((store_dir / "2" / "_CHECKPOINT_METADATA").read_text())["item_handlers"]
+
+
+_WRITER = """
+import sys
+import jax.numpy as jnp
+from substrax.checkpoint import OrbaxCheckpointStore
+
+with OrbaxCheckpointStore(sys.argv[1], max_to_keep=3) as store:
+    for step in range(1, 81):  # every step after the first from the template
+        store.save(step, {"model": {"w": jnp.full(1 << 18, step, jnp.float32)}})
+"""
+
+
+def test_a_reader_in_another_process_reads_only_whole_steps_the_writer_wrote_itself(store_dir):
+    import subprocess
+    import sys
+
+    from substrax.checkpoint import CheckpointNotFoundError
+
+    store_dir.mkdir()
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(store_dir)])
+    read, unexpected = set[int](), list[str]()
+    try:
+        with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+            while writer.poll() is None:
+                for step in reader.list_steps():
+                    try:
+                        w = np.asarray(reader.restore(step).items["model"]["w"])
+                    except CheckpointNotFoundError:
+                        continue  # retention dropped it before or while it was read
+                    except Exception as error:  # every other error is a failure
+                        unexpected.append(f"step {step}: {type(error).__name__}: {error}")
+                        continue
+                    if not (w == step).all():
+                        unexpected.append(f"step {step} holds {w[:3]}")
+                    read.add(step)
+    finally:
+        writer.wait(timeout=120)
+    assert writer.returncode == 0
+    assert unexpected == []
+    assert len(read) > 1, "the reader read steps while the writer wrote them"
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [78, 79, 80]
