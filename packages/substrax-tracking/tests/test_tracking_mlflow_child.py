@@ -113,7 +113,9 @@ def test_past_the_threshold_a_niced_child_writes_and_ends_with_the_logger(spawn_
     assert gone(pid)
     assert steps_of(uri, run_id, "loss") == list(range(40))
     assert steps_of(uri, run_id, "acc") == list(range(10, 40))
-    assert MlflowClient(tracking_uri=uri).get_run(run_id).info.status == "FINISHED"
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics == {"loss": 39.0, "acc": 39 / 40}  # the latest values moved on
 
 
 @pytest.mark.slow

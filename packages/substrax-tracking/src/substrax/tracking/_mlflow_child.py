@@ -8,6 +8,9 @@ moves these writes to a child process, ``python -m substrax.tracking._mlflow_chi
 (the training process's interpreter, 10 nicer than it): the delivery thread hands it each batch
 over a pipe and waits for its answer without holding the GIL. Short runs never start one.
 Everything else (the run, params, artifacts, ending the run) stays in the logger's process.
+In a SQLite store, the child inserts the values of keys MLflow already wrote for the run
+straight into MLflow's tables (``substrax.tracking._mlflow_sqlite``: about a tenth of the CPU
+of MLflow's ORM); a key's first batch, and anything that path leaves, goes through MLflow.
 
 The child writes nothing but the batches it is sent, answers each with one line, and ends when
 its input closes: when the logger closes, or the training process dies (kill -9 included). A
@@ -269,28 +272,38 @@ def _serve(tracking_uri: str, requests: IO[bytes], answers: IO[bytes]) -> None:
     from mlflow.entities import Metric  # noqa: PLC0415
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
+    from ._mlflow_sqlite import SqliteMetricRows  # noqa: PLC0415
     from ._store_lock import store_lock  # noqa: PLC0415
 
     with store_lock(tracking_uri):  # a store another job is still creating
         client = MlflowClient(tracking_uri=tracking_uri)
+    direct = SqliteMetricRows.open(tracking_uri)
     answers.write(_READY.encode() + b"\n")
     answers.flush()
-    for line in requests:
-        request = json.loads(line)
-        metrics = [
-            Metric(key, value, stamp, step) for key, value, stamp, step in request["metrics"]
-        ]
-        try:
-            client.log_batch(request["run_id"], metrics=metrics)
-            answer: dict[str, Any] = {"ok": True}
-        except Exception as error:
-            answer = {
-                "error": type(error).__name__,
-                "message": str(error),
-                "error_code": getattr(error, "error_code", None),
-            }
-        answers.write(json.dumps(answer).encode() + b"\n")
-        answers.flush()
+    try:
+        for line in requests:
+            request = json.loads(line)
+            run_id, rows = request["run_id"], [tuple(row) for row in request["metrics"]]
+            try:
+                if direct is None or not direct.write(run_id, rows):
+                    client.log_batch(
+                        run_id,
+                        metrics=[Metric(key, value, t, step) for key, value, t, step in rows],
+                    )
+                    if direct is not None:
+                        direct.learn(run_id, rows)
+                answer: dict[str, Any] = {"ok": True}
+            except Exception as error:
+                answer = {
+                    "error": type(error).__name__,
+                    "message": str(error),
+                    "error_code": getattr(error, "error_code", None),
+                }
+            answers.write(json.dumps(answer).encode() + b"\n")
+            answers.flush()
+    finally:
+        if direct is not None:
+            direct.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
