@@ -18,6 +18,11 @@ import pytest
 from _pytest.doctest import DoctestItem
 
 
+# Tests talk to no address but 127.0.0.1. MLflow fetches a telemetry config from its servers at
+# the first tracked call unless told not to; its own check for pytest reads PYTEST_CURRENT_TEST,
+# which is not set while test modules are imported, nor in a server started at collection.
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
 pytest_plugins = ["substrax.testing.pytest_plugin", "pytester"]
 
 # Scripts run as programs by the integration tests, never imported by collection. (pytest's

@@ -136,6 +136,19 @@ A third full run, after ``FileLogger`` began formatting its lines at the flush, 
 short one): saves +34.9% vs +62.9%, **0.55x: missed in this run**, though a save's CPU beyond
 the bare loop was 94 ms against orbax's 212 (0.44x, as in the runs above); the file log +0.34%
 paired (0.11-0.56%), file + MLflow 0.75% + 1.84% off the training thread = 2.58%.
+
+With MLflow's writer process inserting known keys' values into the SQLite tables itself
+(``substrax.tracking._mlflow_sqlite``, one transaction per batch instead of MLflow's ORM), two
+full runs on 2026-12-02 on a slower host (bare step 24.3 and 23.5 ms). Through MLflow's ORM
+the writer process took 0.180-0.200 ms of CPU per step (the runs above). Opening a connection
+per batch (a first version: SQLite reads MLflow's schema anew, about 2 ms) it took 0.150 ms,
+file + MLflow +0.56% paired + 0.75% off the training thread = 1.31%. Keeping the connection:
+the writer process **0.070 ms** per step, file + MLflow +0.81% paired
+(0.52-1.16%) + 0.44% off the thread (the delivery thread 0.032 ms, the writer 0.070 ms) =
+**1.25%: still missed**; the file log alone +0.51% paired (0.16-0.79%, met). MLflow's share
+is now mostly the on-thread call (0.119 ms per step with it against 0.072 ms for the file log
+alone, flushes included). Saves in the same runs: +20.0% vs +70.4% (0.28x) and +23.9% vs
++61.5% (0.39x), met.
 """
 
 from __future__ import annotations
@@ -156,6 +169,9 @@ from pathlib import Path
 
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Benchmarks talk to no address but 127.0.0.1: MLflow would fetch its telemetry config at the
+# first tracked call.
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
 
 import absl.logging
 import jax

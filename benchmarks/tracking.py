@@ -20,6 +20,11 @@ from pathlib import Path
 from substrax.support import format_table
 
 
+# Benchmarks talk to no address but 127.0.0.1: MLflow would fetch its telemetry config at the
+# first tracked call.
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
+
 def per_call(n: int, call: Callable[[int], object]) -> float:
     start = time.perf_counter()
     for i in range(n):

@@ -19,6 +19,13 @@ def history(client, run_id, key):
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
+def test_mlflow_sends_no_telemetry_from_the_suite():
+    """Tests talk to no address but 127.0.0.1: MLflow's telemetry is off (the root conftest)."""
+    from mlflow.telemetry.utils import is_telemetry_disabled
+
+    assert is_telemetry_disabled()
+
+
 def test_everything_logged_reads_back_from_a_sqlite_store(sqlite_uri, tmp_path):
     artifact = tmp_path / "notes.txt"
     artifact.write_text("weights go here")

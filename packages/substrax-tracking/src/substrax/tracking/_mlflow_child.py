@@ -1,6 +1,6 @@
 """MLflow's metric writes to a database store, from a helper process at a lower CPU priority.
 
-MLflow's SQL store spends about 0.07 ms of CPU per metric value in SQLAlchemy, holding the GIL.
+MLflow's SQL store spends about 0.2 ms of CPU per metric value in SQLAlchemy, holding the GIL.
 Inside the training process that time is taken from the training loop's own Python: each time
 the loop needs the GIL back it waits for the delivery thread to give it up. A run that has
 logged ``SPAWN_AFTER`` metric values to a database store (``sqlite:``, ``postgresql:``, ...)
@@ -15,8 +15,7 @@ of MLflow's ORM); a key's first batch, and anything that path leaves, goes throu
 The child writes nothing but the batches it is sent, answers each with one line, and ends when
 its input closes: when the logger closes, or the training process dies (kill -9 included). A
 child that dies is started again for the next batch; the batch it held is retried by the
-logger's delivery, like any failed delivery (at worst a batch MLflow had already committed is
-written twice). The logger never waits for a child to start: until it says it is ready, the
+logger's delivery, like any failed delivery (MLflow skips the rows of it it already holds). The logger never waits for a child to start: until it says it is ready, the
 batches are written in the logger's process. A child that fails to start three times in a row
 (it exits, or is not ready within two minutes) is given up, with one warning, and the writes
 stay in the logger's process.
