@@ -119,6 +119,22 @@ def test_past_the_threshold_a_niced_child_writes_and_ends_with_the_logger(spawn_
 
 
 @pytest.mark.slow
+def test_a_relative_sqlite_path_is_the_same_file_after_the_script_changes_directory(
+    spawn_early, tmp_path, monkeypatch
+):
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    uri = "sqlite:///runs.db"
+    with MLFlowLogger("relative", tracking_uri=uri, log_dir=tmp_path / "logs") as logger:
+        monkeypatch.chdir(tmp_path / "elsewhere")  # before the child starts
+        start_child(logger)
+        assert delivered(logger)
+        run_id = logger.run_id
+    assert not (tmp_path / "elsewhere" / "runs.db").exists()
+    assert steps_of(f"sqlite:///{tmp_path / 'runs.db'}", run_id, "loss") == list(range(10))
+
+
+@pytest.mark.slow
 def test_a_child_killed_between_batches_is_replaced_and_nothing_is_lost(spawn_early, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with MLFlowLogger("killed", tracking_uri=uri, log_dir=tmp_path) as logger:

@@ -213,7 +213,60 @@ def test_a_database_put_in_place_of_the_one_written_is_opened_anew(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "uri", ["http://127.0.0.1:5000", "postgresql://u@127.0.0.1/db", "sqlite:///:memory:"]
+    "row",
+    [
+        ("loss", "2.5", NOW + 1, 1),  # MLflow converts a string
+        ("loss", True, NOW + 1, 1),
+        ("loss", 10**400, NOW + 1, 1),
+        ("loss", 0.5, -1, 1),  # MLflow refuses a timestamp before 1970
+        ("loss", 0.5, NOW + 1, 1.0),
+        ("loss", 0.5, NOW + 1, 2**63),  # more than SQLite's integers hold
+    ],
+)
+def test_a_value_mlflow_would_convert_or_refuse_is_left_to_it(sqlite_uri, row):
+    _, run_id, rows = learned(sqlite_uri, [("loss", 1.0, NOW, 0)])
+    before = metric_rows(sqlite_uri, run_id)
+    assert not rows.write(run_id, [("loss", 0.5, NOW + 1, 1), row])
+    assert metric_rows(sqlite_uri, run_id) == before
+
+
+def test_a_large_int_value_is_stored_as_mlflow_stores_it(sqlite_uri):
+    client, direct_run, rows = learned(sqlite_uri, [("loss", 1.0, NOW, 0)])
+    _, mlflow_run = new_run(sqlite_uri)
+    through_mlflow(client, mlflow_run, [("loss", 1.0, NOW, 0)])
+    batch = [("loss", 10**20, NOW + 1, 1), ("loss", -3, NOW + 2, 2)]
+    assert rows.write(direct_run, batch)
+    through_mlflow(client, mlflow_run, batch)
+    assert metric_rows(sqlite_uri, direct_run) == metric_rows(sqlite_uri, mlflow_run)
+
+
+def test_a_percent_escaped_path_is_the_file_mlflow_opens(tmp_path):
+    folder = tmp_path / "my runs"
+    folder.mkdir()
+    uri = f"sqlite:///{str(folder / 'mlflow.db').replace(' ', '%20')}"
+    _, run_id, rows = learned(uri, [("loss", 1.0, NOW, 0)])
+    assert rows.database == folder / "mlflow.db"
+    assert rows.write(run_id, [("loss", 0.5, NOW + 1, 1)])
+    rows.close()
+    steps = sorted(
+        m.step for m in MlflowClient(tracking_uri=uri).get_metric_history(run_id, "loss")
+    )
+    assert steps == [0, 1]
+
+
+def test_an_active_logged_model_leaves_every_batch_to_mlflow(sqlite_uri, monkeypatch):
+    monkeypatch.setenv("MLFLOW_ACTIVE_MODEL_ID", "m-0123456789abcdef")
+    assert SqliteMetricRows.open(sqlite_uri) is None
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://127.0.0.1:5000",
+        "postgresql://u@127.0.0.1/db",
+        "sqlite:///:memory:",
+        "sqlite:///file:/runs/mlflow.db?uri=true",  # a SQLite URI filename: SQLite finds it
+    ],
 )
 def test_other_stores_are_left_to_mlflow(uri):
     assert SqliteMetricRows.open(uri) is None

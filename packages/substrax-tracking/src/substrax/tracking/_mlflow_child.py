@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO, Any, Final
 
 
@@ -93,6 +94,7 @@ class MetricWriter:
 
     def __init__(self, tracking_uri: str, *, label: str) -> None:
         self.tracking_uri = tracking_uri
+        self.cwd = Path.cwd()  # a relative sqlite path names a file from here, not a later cwd
         self.label = label
         self.written = 0  # values written in this process before the child took over
         self.given_up = not uses_child(tracking_uri)
@@ -164,7 +166,7 @@ class MetricWriter:
             _end(child, 0.0)
         if self._starting is None:
             try:
-                self._starting = _spawn(self.tracking_uri)
+                self._starting = _spawn(self.tracking_uri, self.cwd)
             except OSError as error:
                 self._failed_start(str(error))
                 return None
@@ -235,13 +237,14 @@ class MetricWriter:
         return True
 
 
-def _spawn(tracking_uri: str) -> subprocess.Popen[bytes]:
-    """Start a child for ``tracking_uri``; it writes ``ready`` once it can take batches."""
+def _spawn(tracking_uri: str, cwd: Path) -> subprocess.Popen[bytes]:
+    """Start a child for ``tracking_uri`` in ``cwd``; it writes ``ready`` once it takes batches."""
     nice = min(os.getpriority(os.PRIO_PROCESS, os.getpid()) + _NICE, _LOWEST)
     return subprocess.Popen(
         [sys.executable, "-m", _MODULE, tracking_uri, str(nice)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        cwd=cwd,
         start_new_session=True,  # a Ctrl-C for the training process must not cut a batch
     )
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -34,6 +35,8 @@ __all__ = ["SqliteMetricRows"]
 
 _BUSY_TIMEOUT: Final = 10.0  # seconds a batch waits for another writer's transaction to end
 _ACTIVE: Final = "active"
+_INT64: Final = 2**63  # SQLite's integers are 64-bit
+_ACTIVE_MODEL_VARIABLES: Final = ("MLFLOW_ACTIVE_MODEL_ID", "_MLFLOW_ACTIVE_MODEL_ID")
 
 type Row = tuple[str, float, int, int]
 """One metric value: key, value, timestamp (ms) and step."""
@@ -58,11 +61,12 @@ class SqliteMetricRows:
     def open(cls, tracking_uri: str) -> SqliteMetricRows | None:
         """A writer for a ``sqlite:///`` store, or None.
 
-        None for another store, or an MLflow without the table models the statements are
-        compiled from: every batch then goes through MLflow.
+        None for another store, a SQLite URI filename, an active logged model (MLflow links
+        each value to it, in a table of its own), or an MLflow without the table models the
+        statements are compiled from: every batch then goes through MLflow.
         """
         database = sqlite_path(tracking_uri)
-        if database is None:
+        if database is None or _active_model():
             return None
         try:
             statements = _compile()
@@ -77,20 +81,22 @@ class SqliteMetricRows:
     def write(self, run_id: str, rows: Sequence[Row]) -> bool:
         """Insert ``rows`` into run ``run_id`` in one transaction; whether it did.
 
-        False, with nothing written, for a key MLflow has not written into the run yet, a run
-        that is no longer active, or a row already there.
+        False, with nothing written, for a key MLflow has not written into the run yet, a value
+        that is not a float (or an int a float holds), a timestamp before 1970, a step that is
+        not an int, a run that is no longer active, or a row already there: MLflow's
+        ``log_batch`` converts, refuses or skips those as it does.
 
         Raises:
             sqlite3.Error: the database could not be written (locked past the busy timeout,
                 full, damaged, removed); nothing of the batch is in it.
         """
-        if not rows or any((run_id, row[0]) not in self._known for row in rows):
+        if not rows or not all((run_id, row[0]) in self._known and _plain(row) for row in rows):
             return False
         values = [
             {
                 "run_uuid": run_id,
                 "key": key,
-                "value": _stored(value),
+                "value": _stored(float(value)),
                 "timestamp": stamp,
                 "step": step,
                 "is_nan": math.isnan(value),
@@ -144,8 +150,11 @@ class SqliteMetricRows:
         stage = connection.execute(*self._bind("stage", run_uuid=run_id)).fetchone()
         if stage is None or stage[0] != _ACTIVE:
             return False
-        rows = connection.execute(*self._bind("latest", run_uuid=run_id))
-        latest = {key: (step, stamp, value) for key, value, stamp, step in rows}
+        latest: dict[str, tuple[int, int, float]] = {}
+        for key in {value["key"] for value in values}:  # a run may hold thousands of keys
+            held = connection.execute(*self._bind("latest", run_uuid=run_id, key=key)).fetchone()
+            if held is not None:
+                latest[key] = (held[2], held[1], held[0])
         newest: dict[str, dict[str, Any]] = {}
         for value in values:
             key = value["key"]
@@ -163,6 +172,35 @@ class SqliteMetricRows:
     def _bind(self, name: str, **params: object) -> tuple[str, tuple[object, ...]]:
         sql, order = self._statements[name]
         return sql, _ordered(order, **params)
+
+
+def _plain(row: Row) -> bool:
+    """Whether MLflow would store ``row`` as it is.
+
+    That is a float (or an int within a float's range, not a bool) at a step that is a 64-bit
+    int, with a timestamp from 1970 on.
+    """
+    _, value, stamp, step = row
+    number = type(value) is float or (type(value) is int and abs(value) <= sys.float_info.max)
+    return number and type(stamp) is int and 0 <= stamp < _INT64 and _is_int64(step)
+
+
+def _is_int64(number: object) -> bool:
+    return type(number) is int and -_INT64 <= number < _INT64
+
+
+def _active_model() -> bool:
+    """Whether MLflow has an active logged model here.
+
+    Set in this thread, or in the environment a child process starts from
+    (``MLFLOW_ACTIVE_MODEL_ID``).
+    """
+    if any(os.environ.get(name) for name in _ACTIVE_MODEL_VARIABLES):
+        return True
+    import mlflow  # noqa: PLC0415
+
+    get_active_model_id = getattr(mlflow, "get_active_model_id", None)
+    return get_active_model_id is not None and get_active_model_id() is not None
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -211,8 +249,8 @@ def _compile() -> dict[str, tuple[str, tuple[str, ...]]]:
     columns = ("key", "value", "timestamp", "step", "is_nan")
     statements = {
         "stage": select(runs.c.lifecycle_stage).where(runs.c.run_uuid == bindparam("run_uuid")),
-        "latest": select(latest.c.key, latest.c.value, latest.c.timestamp, latest.c.step).where(
-            latest.c.run_uuid == bindparam("run_uuid")
+        "latest": select(latest.c.value, latest.c.timestamp, latest.c.step).where(
+            latest.c.run_uuid == bindparam("run_uuid"), latest.c.key == bindparam("key")
         ),
         "insert": insert(metrics).values(
             {name: bindparam(name) for name in ("run_uuid", *columns)}

@@ -19,15 +19,24 @@ _THREAD_LOCK = threading.RLock()  # flock is per open file: threads of one proce
 def sqlite_path(tracking_uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` tracking URI (None for any other store).
 
+    The path is read as SQLAlchemy, and so MLflow, reads it: percent-escapes decoded. None for
+    an in-memory database, and for a SQLite URI filename (``sqlite:///file:...?uri=true``),
+    whose file SQLite itself finds.
+
     Example:
         >>> from substrax.tracking._store_lock import sqlite_path
-        >>> sqlite_path("sqlite:////runs/mlflow.db"), sqlite_path("http://127.0.0.1:5000")
-        (PosixPath('/runs/mlflow.db'), None)
+        >>> sqlite_path("sqlite:////runs/my%20runs/mlflow.db"), sqlite_path("http://127.0.0.1:5000")
+        (PosixPath('/runs/my runs/mlflow.db'), None)
     """
     if not tracking_uri.startswith(_SQLITE):
         return None
-    path = tracking_uri[len(_SQLITE) :].partition("?")[0]
-    return Path(path) if path and path != ":memory:" else None
+    from sqlalchemy.engine import make_url  # noqa: PLC0415 - MLflow's own dependency
+
+    url = make_url(tracking_uri)
+    path = url.database
+    if not path or path == ":memory:" or url.query.get("uri") == "true":
+        return None
+    return Path(path)
 
 
 @contextlib.contextmanager
