@@ -148,7 +148,10 @@ the writer process **0.070 ms** per step, file + MLflow +0.81% paired
 **1.25%: still missed**; the file log alone +0.51% paired (0.16-0.79%, met). MLflow's share
 is now mostly the on-thread call (0.119 ms per step with it against 0.072 ms for the file log
 alone, flushes included). Saves in the same runs: +20.0% vs +70.4% (0.28x) and +23.9% vs
-+61.5% (0.39x), met.
++61.5% (0.39x), met. A third run after the review's fixes (latest values read per key; bare
+step 21.7 ms): the writer process 0.070 ms per step, file + MLflow +0.57% paired (0.26-0.97%)
++ 0.46% off the thread = **1.03%: missed by a hair** (whole runs +1.98%, the file log alone
++1.22%, the long bare run +2.2%); the file log +0.52% paired; saves +32.9% vs +68.5% (0.48x).
 """
 
 from __future__ import annotations
