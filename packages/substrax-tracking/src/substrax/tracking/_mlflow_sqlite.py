@@ -154,7 +154,7 @@ class SqliteMetricRows:
         for key in {value["key"] for value in values}:  # a run may hold thousands of keys
             held = connection.execute(*self._bind("latest", run_uuid=run_id, key=key)).fetchone()
             if held is not None:
-                latest[key] = (held[2], held[1], held[0])
+                latest[key] = held  # (step, timestamp, value): compared as _order compares
         newest: dict[str, dict[str, Any]] = {}
         for value in values:
             key = value["key"]
@@ -249,7 +249,7 @@ def _compile() -> dict[str, tuple[str, tuple[str, ...]]]:
     columns = ("key", "value", "timestamp", "step", "is_nan")
     statements = {
         "stage": select(runs.c.lifecycle_stage).where(runs.c.run_uuid == bindparam("run_uuid")),
-        "latest": select(latest.c.value, latest.c.timestamp, latest.c.step).where(
+        "latest": select(latest.c.step, latest.c.timestamp, latest.c.value).where(
             latest.c.run_uuid == bindparam("run_uuid"), latest.c.key == bindparam("key")
         ),
         "insert": insert(metrics).values(
