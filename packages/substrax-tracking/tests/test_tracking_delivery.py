@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from substrax.tracking import _background, replay_spool
@@ -101,6 +102,39 @@ def test_submit_never_waits_for_a_blocked_backend(make):
     assert delivery.flush(30)
     assert steps(sink.received) == list(range(1000))
     assert sink.attempts < 1000  # delivered in batches
+
+
+def test_a_scalar_queued_as_a_tuple_arrives_as_its_record_in_order(make):
+    sink = Sink()
+    delivery = make(sink)
+    delivery.submit(record(0))
+    delivery.submit(("loss", np.float32(1.5), 1, 123.0))  # what a logger's log_scalar queues
+    delivery.submit(record(2))
+    assert delivery.flush(30)
+    assert steps(sink.received) == [0, 1, 2]
+    one = sink.received[1]
+    assert (one.kind, one.time, one.payload) == ("scalars", 123.0, {"values": {"loss": 1.5}})
+    assert type(one.payload["values"]["loss"]) is float
+
+
+def test_scalars_queued_as_tuples_are_spilled_and_spooled_at_close_like_records(make, tmp_path):
+    sink = Sink()
+    sink.gate.clear()
+    delivery = make(sink, max_queue=2)
+    delivery.submit(("loss", 0.0, 0, time.time()))
+    wait_for(lambda: sink.attempts == 1)  # the worker holds step 0, blocked in the backend
+    for step in range(1, 6):  # two wait in the queue, three are spilled past it
+        delivery.submit(("loss", float(step), step, time.time()))
+    assert delivery.close(timeout=0.5) == 6
+    spooled = [
+        json.loads(line)["record"]
+        for line in (tmp_path / "run.spool.jsonl").read_text().splitlines()
+    ]
+    assert sorted((r["kind"], r["step"], r["payload"]["values"]["loss"]) for r in spooled) == [
+        ("scalars", step, float(step)) for step in range(6)
+    ]
+    sink.gate.set()  # the stuck call returns; the abandoned worker touches nothing more
+    delivery._thread.join(30)
 
 
 def test_records_are_held_for_the_batch_interval_and_sent_in_one_batch(make):

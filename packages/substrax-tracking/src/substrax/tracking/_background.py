@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ._errors import SpoolNotFoundError
-from ._records import Record
+from ._records import Record, Scalar, scalar_record
 from ._replay import ReplayResult, run_replay, target_key
 from ._spool import Sink, SpoolFile
 
@@ -111,7 +111,7 @@ class AsyncDelivery:
         self._spill_since = 0.0
         self._target = sink.target()
         self._key = target_key(self._target)
-        self._queue: queue.SimpleQueue[Record | _Control] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Record | Scalar | _Control] = queue.SimpleQueue()
         # _lock guards _pending, _in_flight, _abandoned and the worker's spool writes against
         # the caller's take-over in close().
         self._lock = threading.Lock()
@@ -135,8 +135,11 @@ class AsyncDelivery:
         self._thread.start()
 
     # --- the caller's side --------------------------------------------------------------
-    def submit(self, record: Record) -> None:
-        """Queue ``record`` (never blocks on the backend; past ``max_queue``, into the spool file)."""
+    def submit(self, record: Record | Scalar) -> None:
+        """Queue ``record`` (never blocks on the backend; past ``max_queue``, into the spool file).
+
+        A :data:`Scalar` tuple is made into its record by the worker.
+        """
         queued = self._queue.qsize()
         if queued < self.max_queue:
             self._queue.put(record)
@@ -152,7 +155,7 @@ class AsyncDelivery:
                 self.spool.path,
             )
         with self._spill_lock:
-            self._spill.append(record)
+            self._spill.append(record if isinstance(record, Record) else scalar_record(record))
             if len(self._spill) == 1:
                 self._spill_since = time.monotonic()
             due = (
@@ -222,10 +225,10 @@ class AsyncDelivery:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(item, Record):
-                records.append(item)
-            else:
+            if isinstance(item, _Control):
                 item.done.set()
+            else:
+                records.append(item if isinstance(item, Record) else scalar_record(item))
         return records + self._take_spill()
 
     def _spooled_now(self) -> int:
@@ -341,7 +344,7 @@ class AsyncDelivery:
             if isinstance(item, _Control):
                 controls.append(item)
                 break
-            records.append(item)
+            records.append(item if isinstance(item, Record) else scalar_record(item))
             if len(records) >= 10 * self.max_batch:
                 break
             try:

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO, TextIO, cast
 from substrax.support import check_int, check_seconds, install_hint, optional, write_atomically
 
 from ._base import Logger, as_scalar, check_metric_name, histogram_summary, safe_name
-from ._errors import FileLogBusyError, LoggerClosedError
+from ._errors import FileLogBusyError
 from ._media import save_image
 
 
@@ -385,17 +385,8 @@ class FileLogger(Logger):
             encoded = self._names[key] = (json.dumps(key), buffer.getvalue())
         return encoded
 
-    def log_scalar(self, name: str, value: Any, step: int | None = None) -> None:
-        """Log one scalar ``value`` under ``name`` at ``step`` (the fast path of :meth:`log_scalars`).
-
-        Raises:
-            EmptyMetricNameError: ``name`` is empty.
-            MetricOverflowError: ``value`` is too large for a float.
-        """
-        if self.closed:
-            raise LoggerClosedError(self.name)
-        if self.active:
-            self._write_one(name, value, step, time.time())
+    def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
+        self._write_one(name, value, step, time.time())
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         now = time.time()

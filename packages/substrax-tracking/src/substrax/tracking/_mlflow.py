@@ -19,7 +19,7 @@ from . import _http_bounds as http_bounds
 from ._base import safe_name
 from ._errors import UnknownRunIdError
 from ._first_attempt import FirstAttempt
-from ._mlflow_child import MetricWriter
+from ._mlflow_child import MetricRow, MetricWriter
 from ._records import Record
 from ._remote import RemoteLogger, check_resume
 from ._spool import register_sink_factory
@@ -226,16 +226,18 @@ class _MlflowSink:
         }
 
     def deliver(self, records: list[Record]) -> None:
-        from mlflow.entities import Metric, Param  # noqa: PLC0415
+        from mlflow.entities import Param  # noqa: PLC0415
 
         run_id = self._ensure_run()
-        metrics: list[Any] = []
+        metrics: list[
+            MetricRow
+        ] = []  # MLflow's Metric entities are made only if MLflow writes them
         params: list[Any] = []
         for record in records:
             stamp, step, payload = int(record.time * 1000), record.step or 0, record.payload
             if record.kind == "scalars":
                 metrics.extend(
-                    Metric(key, value, stamp, step) for key, value in payload["values"].items()
+                    (key, value, stamp, step) for key, value in payload["values"].items()
                 )
             elif record.kind == "hyperparams":
                 params.extend(
@@ -252,7 +254,7 @@ class _MlflowSink:
                     self.client.log_artifact(run_id, path, f"images/{safe_name(payload['name'])}")
             elif record.kind == "histogram":
                 name = payload["name"]
-                metrics.extend(Metric(f"{name}/{s}", payload[s], stamp, step) for s in _STATS)
+                metrics.extend((f"{name}/{s}", payload[s], stamp, step) for s in _STATS)
                 self.client.log_dict(
                     run_id, payload, f"histograms/{safe_name(name)}/step_{step}.json"
                 )
@@ -266,16 +268,17 @@ class _MlflowSink:
             self.client.log_batch(run_id, params=params[start : start + _MAX_PARAMS])
         self._log_metrics(run_id, metrics)
 
-    def _log_metrics(self, run_id: str, metrics: list[Any]) -> None:
+    def _log_metrics(self, run_id: str, metrics: list[MetricRow]) -> None:
         """Send ``metrics``; with ``resume_step``, none at a step the run holds for its key."""
+        from mlflow.entities import Metric  # noqa: PLC0415
+
         last = None if self.last_steps is None else dict(self.last_steps)
         if last is not None:
-            metrics = [m for m in metrics if _new_step(last, m.key, m.step)]
+            metrics = [row for row in metrics if _new_step(last, row[0], row[3])]
         for start in range(0, len(metrics), _MAX_METRICS):
-            batch = metrics[start : start + _MAX_METRICS]
-            rows = [(m.key, m.value, m.timestamp, m.step) for m in batch]
+            rows = metrics[start : start + _MAX_METRICS]
             if not self.writer.log_batch(run_id, rows):
-                self.client.log_batch(run_id, metrics=batch)
+                self.client.log_batch(run_id, metrics=[Metric(*row) for row in rows])
         if last is not None:
             self.last_steps = last  # only once delivered: a retried batch is filtered the same
 

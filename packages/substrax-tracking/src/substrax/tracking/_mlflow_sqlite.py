@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import os
 import sqlite3
 import sys
@@ -40,6 +41,10 @@ _ACTIVE_MODEL_VARIABLES: Final = ("MLFLOW_ACTIVE_MODEL_ID", "_MLFLOW_ACTIVE_MODE
 
 type Row = tuple[str, float, int, int]
 """One metric value: key, value, timestamp (ms) and step."""
+type Metric = tuple[str, str, float, int, int, bool]
+"""A row of MLflow's ``metrics`` table: run id, key, value as stored, timestamp, step, is_nan."""
+_COLUMNS: Final = ("run_uuid", "key", "value", "timestamp", "step", "is_nan")
+_KEY, _VALUE, _TIMESTAMP, _STEP = 1, 2, 3, 4  # where a Metric holds them
 
 
 class SqliteMetricRows:
@@ -54,6 +59,9 @@ class SqliteMetricRows:
     def __init__(self, database: Path, statements: dict[str, tuple[str, tuple[str, ...]]]) -> None:
         self.database = database
         self._statements = statements
+        self._insert, order = statements["insert"]
+        # a Metric tuple rearranged into the insert's parameters (the table's column order)
+        self._arrange = operator.itemgetter(*map(_COLUMNS.index, order))
         self._known: set[tuple[str, str]] = set()  # (run id, key) MLflow wrote in this process
         self._held: tuple[sqlite3.Connection, tuple[int, int] | None] | None = None
 
@@ -92,17 +100,7 @@ class SqliteMetricRows:
         """
         if not rows or not all((run_id, row[0]) in self._known and _plain(row) for row in rows):
             return False
-        values = [
-            {
-                "run_uuid": run_id,
-                "key": key,
-                "value": _stored(float(value)),
-                "timestamp": stamp,
-                "step": step,
-                "is_nan": math.isnan(value),
-            }
-            for key, value, stamp, step in rows
-        ]
+        values = [_metric(run_id, key, value, stamp, step) for key, value, stamp, step in rows]
         connection = self._connected()
         try:
             connection.execute("BEGIN IMMEDIATE")  # the latest values are read under the lock
@@ -144,29 +142,28 @@ class SqliteMetricRows:
             self._held = (connection, identity)
         return self._held[0]
 
-    def _write(
-        self, connection: sqlite3.Connection, run_id: str, values: list[dict[str, Any]]
-    ) -> bool:
+    def _write(self, connection: sqlite3.Connection, run_id: str, values: list[Metric]) -> bool:
         stage = connection.execute(*self._bind("stage", run_uuid=run_id)).fetchone()
         if stage is None or stage[0] != _ACTIVE:
             return False
         latest: dict[str, tuple[int, int, float]] = {}
-        for key in {value["key"] for value in values}:  # a run may hold thousands of keys
+        for key in {value[_KEY] for value in values}:  # a run may hold thousands of keys
             held = connection.execute(*self._bind("latest", run_uuid=run_id, key=key)).fetchone()
             if held is not None:
                 latest[key] = held  # (step, timestamp, value): compared as _order compares
-        newest: dict[str, dict[str, Any]] = {}
+        newest: dict[str, Metric] = {}
         for value in values:
-            key = value["key"]
+            key = value[_KEY]
             if key not in latest:  # MLflow made no latest-value row for it: its log_batch does
                 return False
             if key not in newest or _order(value) > _order(newest[key]):
                 newest[key] = value
-        sql, order = self._statements["insert"]
-        connection.executemany(sql, [_ordered(order, **value) for value in values])
+        connection.executemany(self._insert, map(self._arrange, values))
         for key, value in newest.items():
             if _order(value) > latest[key]:
-                connection.execute(*self._bind("advance", **value))
+                connection.execute(
+                    *self._bind("advance", **dict(zip(_COLUMNS, value, strict=True)))
+                )
         return True
 
     def _bind(self, name: str, **params: object) -> tuple[str, tuple[object, ...]]:
@@ -224,9 +221,15 @@ def _stored(value: float) -> float:
     return value
 
 
-def _order(value: dict[str, Any]) -> tuple[int, int, float]:
+def _metric(run_id: str, key: str, value: float, stamp: int, step: int) -> Metric:
+    """A row of MLflow's ``metrics`` table, in :data:`_COLUMNS`' order."""
+    number = float(value)
+    return run_id, key, _stored(number), stamp, step, math.isnan(number)
+
+
+def _order(value: Metric) -> tuple[int, int, float]:
     """What makes a value a key's latest in MLflow: its step, then timestamp, then value."""
-    return value["step"], value["timestamp"], value["value"]
+    return value[_STEP], value[_TIMESTAMP], value[_VALUE]
 
 
 def _ordered(order: tuple[str, ...], **params: object) -> tuple[object, ...]:
@@ -252,9 +255,7 @@ def _compile() -> dict[str, tuple[str, tuple[str, ...]]]:
         "latest": select(latest.c.step, latest.c.timestamp, latest.c.value).where(
             latest.c.run_uuid == bindparam("run_uuid"), latest.c.key == bindparam("key")
         ),
-        "insert": insert(metrics).values(
-            {name: bindparam(name) for name in ("run_uuid", *columns)}
-        ),
+        "insert": insert(metrics).values({name: bindparam(name) for name in _COLUMNS}),
         "advance": update(latest)
         .where(latest.c.run_uuid == bindparam("run_uuid"), latest.c.key == bindparam("key"))
         .values({name: bindparam(name) for name in columns if name != "key"}),

@@ -12,9 +12,29 @@ from ._file import json_ready
 from ._media import save_image
 
 
-__all__ = ["Record", "RecordKind"]
+__all__ = ["Record", "RecordKind", "Scalar", "scalar_record"]
 
 type RecordKind = Literal["scalars", "hyperparams", "text", "image", "histogram", "artifact"]
+
+
+type Scalar = tuple[str, Any, int, float]
+"""One scalar as a logging call queues it: name, value, step and ``time.time()``.
+
+The per-step call puts this tuple on the delivery's queue, and the worker makes the
+:class:`Record` (see :func:`scalar_record`): one object fewer made on the training thread.
+"""
+
+
+def scalar_record(scalar: Scalar) -> Record:
+    """The ``scalars`` record of one queued scalar.
+
+    Example:
+        >>> from substrax.tracking._records import scalar_record
+        >>> scalar_record(("loss", 0.5, 3, 1.0)).payload
+        {'values': {'loss': 0.5}}
+    """
+    name, value, step, when = scalar
+    return Record(kind="scalars", step=step, time=when, payload={"values": {name: value}})
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)

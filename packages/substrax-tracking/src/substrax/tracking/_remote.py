@@ -193,20 +193,31 @@ class RemoteLogger(Logger):
         """How many records went to the spool file."""
         return 0 if self._delivery is None else self._delivery.spooled
 
-    def _submit(self, kind: Any, step: int | None, payload: dict[str, Any]) -> None:
+    def _step(self, step: int | None) -> int:
+        """The step of a call: ``step`` as a plain int, or the last one given (0 before any)."""
         if step is None:
-            step = self._last_step
-        else:
-            if type(step) is not int:
-                step = operator.index(step)  # np.int64: a plain int, as the spool writes JSON
-            self._last_step = step
+            return self._last_step
+        if type(step) is not int:
+            step = operator.index(step)  # np.int64: a plain int, as the spool writes JSON
+        self._last_step = step
+        return step
+
+    def _submit(self, kind: Any, step: int | None, payload: dict[str, Any]) -> None:
         assert self._delivery is not None  # noqa: S101
-        self._delivery.submit(Record(kind=kind, step=step, time=time.time(), payload=payload))
+        self._delivery.submit(
+            Record(kind=kind, step=self._step(step), time=time.time(), payload=payload)
+        )
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         for key, value in metrics.items():
             _check_scalar(key, value)
         self._submit("scalars", step, {"values": dict(metrics)})
+
+    def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
+        if type(value) is not float:
+            _check_scalar(name, value)
+        assert self._delivery is not None  # noqa: S101
+        self._delivery.submit((name, value, self._step(step), time.time()))
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         self._submit("hyperparams", None, {"params": dict(params)})
