@@ -408,6 +408,12 @@ def test_an_empty_metric_name_is_refused(tmp_path, call, value):
     assert lines(tmp_path / "names.metrics.jsonl") == []
     with pytest.raises(EmptyMetricNameError):
         ConsoleLogger("c", stream=io.StringIO()).log_scalars({"": 1.0})
+    # a process that does not log refuses it too: the mistake shows on every process
+    with (
+        FileLogger("names", tmp_path / "p1", process_index=1) as quiet,
+        pytest.raises(EmptyMetricNameError),
+    ):
+        call(quiet)
 
 
 def test_a_value_too_large_for_a_float_names_its_key(tmp_path):

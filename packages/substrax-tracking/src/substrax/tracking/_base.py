@@ -165,7 +165,10 @@ class Logger(Closeable):
         """Log one scalar ``value`` under ``name`` at ``step``.
 
         Raises:
-            EmptyMetricNameError: ``name`` is empty.
+            LoggerClosedError: the logger is closed.
+            EmptyMetricNameError: ``name`` is empty or not a string (on every process).
+            LoggedTypeError: ``value`` is not a number (a bool, a string, None, an array).
+            MetricOverflowError: ``value`` is too large for a float.
         """
         if self.closed:
             raise LoggerClosedError(self.name)
@@ -301,7 +304,8 @@ class Logger(Closeable):
         A logging call right after a training step runs on cold caches, several times slower
         than the same call idle, so every object a per-step call touches counts: the backends
         that log every step (the file log and the remote ones) write one scalar without the
-        mapping.
+        mapping. A subclass that changes how scalars are written overrides this hook as well as
+        :meth:`_write_scalars` (``log_scalar`` calls only this one).
         """
         self._write_scalars({name: value}, step)
 
