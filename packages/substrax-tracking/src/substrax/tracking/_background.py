@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ._errors import SpoolNotFoundError
-from ._records import Record, Scalar, scalar_record
+from ._records import Record, Scalar, as_record
 from ._replay import ReplayResult, run_replay, target_key
 from ._spool import Sink, SpoolFile
 
@@ -155,7 +155,7 @@ class AsyncDelivery:
                 self.spool.path,
             )
         with self._spill_lock:
-            self._spill.append(record if isinstance(record, Record) else scalar_record(record))
+            self._spill.append(as_record(record))
             if len(self._spill) == 1:
                 self._spill_since = time.monotonic()
             due = (
@@ -228,7 +228,7 @@ class AsyncDelivery:
             if isinstance(item, _Control):
                 item.done.set()
             else:
-                records.append(item if isinstance(item, Record) else scalar_record(item))
+                records.append(as_record(item))
         return records + self._take_spill()
 
     def _spooled_now(self) -> int:
@@ -344,7 +344,7 @@ class AsyncDelivery:
             if isinstance(item, _Control):
                 controls.append(item)
                 break
-            records.append(item if isinstance(item, Record) else scalar_record(item))
+            records.append(as_record(item))
             if len(records) >= 10 * self.max_batch:
                 break
             try:

@@ -229,9 +229,8 @@ class _MlflowSink:
         from mlflow.entities import Param  # noqa: PLC0415
 
         run_id = self._ensure_run()
-        metrics: list[
-            MetricRow
-        ] = []  # MLflow's Metric entities are made only if MLflow writes them
+        # plain rows: MLflow's Metric entities are made only for a batch MLflow itself writes
+        metrics: list[MetricRow] = []
         params: list[Any] = []
         for record in records:
             stamp, step, payload = int(record.time * 1000), record.step or 0, record.payload

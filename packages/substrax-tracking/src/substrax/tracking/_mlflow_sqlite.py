@@ -249,7 +249,6 @@ def _compile() -> dict[str, tuple[str, tuple[str, ...]]]:
     runs: Any = SqlRun.__table__
     metrics: Any = SqlMetric.__table__
     latest: Any = SqlLatestMetric.__table__
-    columns = ("key", "value", "timestamp", "step", "is_nan")
     statements = {
         "stage": select(runs.c.lifecycle_stage).where(runs.c.run_uuid == bindparam("run_uuid")),
         "latest": select(latest.c.step, latest.c.timestamp, latest.c.value).where(
@@ -258,7 +257,7 @@ def _compile() -> dict[str, tuple[str, tuple[str, ...]]]:
         "insert": insert(metrics).values({name: bindparam(name) for name in _COLUMNS}),
         "advance": update(latest)
         .where(latest.c.run_uuid == bindparam("run_uuid"), latest.c.key == bindparam("key"))
-        .values({name: bindparam(name) for name in columns if name != "key"}),
+        .values({name: bindparam(name) for name in _COLUMNS if name not in ("run_uuid", "key")}),
     }
     dialect = sqlite.dialect()
     compiled: dict[str, tuple[str, tuple[str, ...]]] = {}

@@ -12,7 +12,7 @@ from ._file import json_ready
 from ._media import save_image
 
 
-__all__ = ["Record", "RecordKind", "Scalar", "scalar_record"]
+__all__ = ["Record", "RecordKind", "Scalar", "as_record"]
 
 type RecordKind = Literal["scalars", "hyperparams", "text", "image", "histogram", "artifact"]
 
@@ -21,19 +21,21 @@ type Scalar = tuple[str, Any, int, float]
 """One scalar as a logging call queues it: name, value, step and ``time.time()``.
 
 The per-step call puts this tuple on the delivery's queue, and the worker makes the
-:class:`Record` (see :func:`scalar_record`): one object fewer made on the training thread.
+:class:`Record` (see :func:`as_record`): one object fewer made on the training thread.
 """
 
 
-def scalar_record(scalar: Scalar) -> Record:
-    """The ``scalars`` record of one queued scalar.
+def as_record(item: Record | Scalar) -> Record:
+    """``item`` as a record: a queued :data:`Scalar` becomes its ``scalars`` record.
 
     Example:
-        >>> from substrax.tracking._records import scalar_record
-        >>> scalar_record(("loss", 0.5, 3, 1.0)).payload
+        >>> from substrax.tracking._records import as_record
+        >>> as_record(("loss", 0.5, 3, 1.0)).payload
         {'values': {'loss': 0.5}}
     """
-    name, value, step, when = scalar
+    if isinstance(item, Record):
+        return item
+    name, value, step, when = item
     return Record(kind="scalars", step=step, time=when, payload={"values": {name: value}})
 
 
