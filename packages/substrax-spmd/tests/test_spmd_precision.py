@@ -64,3 +64,80 @@ def test_parameters_not_in_the_param_dtype_are_refused(new_mlp):
     optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
     with pytest.raises(ValueError, match=r"parameter .*bias.* is bfloat16 .* float32"):
         TrainStep(model, optimizer, lambda m, b: m(b).mean(), precision=PrecisionPolicy())
+
+
+class _Tower(nnx.Module):
+    """Embed -> Linear -> LayerNorm -> Linear, with float32 parameters and flax's default dtypes."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.embed = nnx.Embed(16, 8, rngs=rngs)
+        self.hidden = nnx.Linear(8, 8, rngs=rngs)
+        self.norm = nnx.LayerNorm(8, rngs=rngs)
+        self.head = nnx.Linear(8, 16, rngs=rngs)
+
+
+def _tower_loss(seen):
+    def loss_fn(model, ids):
+        embedded = model.embed(ids)
+        hidden = model.hidden(embedded)
+        normed = model.norm(hidden)
+        logits = model.head(normed)
+        seen.update(embedded=embedded.dtype, hidden=hidden.dtype, normed=normed.dtype)
+        seen.update(logits=logits.dtype)
+        labels = jnp.roll(ids, 1, axis=-1)
+        return optax.softmax_cross_entropy_with_integer_labels(
+            logits.astype(jnp.float32), labels
+        ).mean()
+
+    return loss_fn
+
+
+def test_every_standard_layer_computes_in_the_compute_dtype_and_stores_float32():
+    from substrax.spmd import EvalStep
+
+    model = _Tower(nnx.Rngs(0))
+    seen: dict[str, jnp.dtype] = {}
+    policy = PrecisionPolicy(param_dtype="float32", compute_dtype="bfloat16")
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param),
+        _tower_loss(seen),
+        precision=policy,
+    )
+    ids = jnp.arange(32, dtype=jnp.int32).reshape(4, 8) % 16
+    loss = step(ids)
+    bf16 = jnp.dtype(jnp.bfloat16)
+    assert seen == {"embedded": bf16, "hidden": bf16, "normed": bf16, "logits": bf16}
+    assert loss.dtype == jnp.float32
+    assert {leaf.dtype for leaf in jax.tree.leaves(step.state)} <= {
+        jnp.dtype("float32"),
+        jnp.dtype("int32"),
+        jnp.dtype("uint32"),
+    }
+    assert step.model.embed.embedding.get_value().dtype == jnp.float32
+    assert step.model.head.kernel.get_value().dtype == jnp.float32
+    assert step.model.embed.dtype == jnp.float32  # the user's model keeps its own dtypes
+
+    seen.clear()
+    metrics = EvalStep(step, lambda m, b: {"loss": _tower_loss(seen)(m, b)}, precision=policy)
+    assert metrics(ids)["loss"].dtype == jnp.float32
+    assert seen["logits"] == bf16
+
+
+def test_set_compute_dtype_touches_only_floating_or_unset_dtypes():
+    class Custom(nnx.Module):
+        def __init__(self) -> None:
+            self.dtype = jnp.int8  # a user's own meaning: not a computation dtype
+            self.linear = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+
+    model = Custom()
+    PrecisionPolicy(compute_dtype="bfloat16").set_compute_dtype(model)
+    assert model.dtype == jnp.int8
+    assert model.linear.dtype == jnp.bfloat16
+    assert model.linear.kernel.get_value().dtype == jnp.float32
+
+
+def test_float16_compute_without_loss_scaling_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"compute_dtype=float16 needs loss scaling.*bfloat16"):
+        PrecisionPolicy(compute_dtype="float16")
+    assert PrecisionPolicy(output_dtype="float16").output_dtype == jnp.float16

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
         BatchSizeMismatchError as BatchSizeMismatchError,
         UnknownHardwareError as UnknownHardwareError,
     )
+    from ._flops import (
+        FlopCount as FlopCount,
+        count_flops as count_flops,
+        jaxpr_flops as jaxpr_flops,
+    )
     from ._hardware import (
         BATCH_SIZE_TABLE as BATCH_SIZE_TABLE,
         DENSE_PEAK_TFLOPS as DENSE_PEAK_TFLOPS,
@@ -65,6 +70,7 @@ _HOMES: dict[str, str] = {
         ),
         "_errors",
     ),
+    **dict.fromkeys(("FlopCount", "count_flops", "jaxpr_flops"), "_flops"),
     **dict.fromkeys(
         (
             "BATCH_SIZE_TABLE",
@@ -104,14 +110,17 @@ __all__ = [
     "DeviceKind",
     "DeviceLike",
     "DevicePlacement",
+    "FlopCount",
     "HardwareType",
     "UnknownHardwareError",
     "batch_size_verdict",
+    "count_flops",
     "dense_peak_flops",
     "detect_devices",
     "detect_hardware_type",
     "distribute_batch",
     "get_batch_size_recommendation",
+    "jaxpr_flops",
     "place_on_device",
     "replicate_across_devices",
     "shard_batch_dim",

@@ -1,9 +1,15 @@
-"""What one optimizer step of a compiled train step costs, from XLA's cost analysis."""
+"""What one optimizer step of a train step costs: its matrix FLOPs and XLA's bytes accessed.
+
+The FLOPs are counted from the step's jaxpr (:func:`substrax.devices.count_flops`), the same
+on every backend; XLA's post-optimisation figure leaves out the library calls a GPU's
+matmuls become. The bytes accessed are XLA's own figure for the compiled program.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from substrax.devices import FlopCount, jaxpr_flops
 from substrax.typing import PyTree
 
 
@@ -18,19 +25,24 @@ from substrax.typing import PyTree
 class StepCost:
     """The cost of one optimizer step of a :class:`~substrax.spmd.TrainStep`, per device.
 
-    The figures come from XLA's cost analysis of the compiled, partitioned program, so they are
-    one device's share of a sharded step (the work every device repeats, such as an update of
-    replicated parameters, counted on each). They are per optimizer step whatever the loop
-    features: with ``accumulate_steps=N`` one step is all N microbatches and the one update,
-    with ``steps_per_call=k`` one call is k steps and counts k times these figures.
+    ``flops`` counts the matmuls, convolutions and fused attention of the step's program,
+    forward and backward (two per multiply-add, from its jaxpr, on every backend alike), and
+    gives one device's share: the program's count over the devices. ``bytes_accessed`` is XLA's
+    cost analysis of the compiled, partitioned program for one device. Both are per optimizer
+    step whatever the loop features: with ``accumulate_steps=N`` one step is all N microbatches
+    and the one update, with ``steps_per_call=k`` one call is k steps and counts k times these
+    figures.
 
     Attributes:
-        flops: Floating-point operations per device and optimizer step; None where the
+        flops: Matrix FLOPs per device and optimizer step; None where they cannot be counted
+            (``flops_reason`` says why), never a partial figure.
+        bytes_accessed: Bytes read and written per device and optimizer step; None where the
             backend's cost analysis reports none.
-        bytes_accessed: Bytes read and written per device and optimizer step (None likewise).
         devices: How many devices run the step.
         accumulate_steps: The step's microbatches per optimizer step.
         steps_per_call: The step's optimizer steps per call.
+        flops_reason: Why ``flops`` is None (an opaque kernel, a while loop that multiplies);
+            None when it is a count.
 
     Example:
         >>> from substrax.spmd import StepCost
@@ -44,6 +56,7 @@ class StepCost:
     devices: int
     accumulate_steps: int = 1
     steps_per_call: int = 1
+    flops_reason: str | None = None
 
     @property
     def total_flops(self) -> float | None:
@@ -58,28 +71,43 @@ def _figure(analysis: Mapping[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def read_cost(
+def _under(mesh: Mesh | None) -> AbstractContextManager[Any]:
+    return nullcontext() if mesh is None else jax.set_mesh(mesh)
+
+
+def read_bytes(
     jitted: Any,  # noqa: ANN401  (a jax.jit function)
     args: tuple[PyTree, ...],
     *,
     mesh: Mesh | None,
-) -> tuple[float | None, float | None]:
-    """The FLOPs and bytes accessed of ``jitted`` compiled for ``args`` (abstract values work).
+) -> float | None:
+    """XLA's bytes accessed of ``jitted`` compiled for ``args`` (abstract values work).
 
     The compilation is jax's own: a program already compiled for the same shapes and
     shardings is not compiled again, and calling ``jitted`` afterwards reuses this one.
     """
-    if mesh is None:
+    with _under(mesh):
         compiled = jitted.lower(*args).compile()
-    else:
-        with jax.set_mesh(mesh):
-            compiled = jitted.lower(*args).compile()
     analysis = compiled.cost_analysis()
     if isinstance(analysis, list | tuple):  # older jax: one dict per program
         analysis = analysis[0] if analysis else None  # pyright: ignore[reportUnknownVariableType]
     if not isinstance(analysis, Mapping):
-        return None, None
-    return _figure(analysis, "flops"), _figure(analysis, "bytes accessed")  # pyright: ignore[reportUnknownArgumentType]
+        return None
+    return _figure(analysis, "bytes accessed")  # pyright: ignore[reportUnknownArgumentType]
+
+
+def count_program_flops(
+    jitted: Any,  # noqa: ANN401  (a jax.jit function)
+    args: tuple[PyTree, ...],
+    *,
+    mesh: Mesh | None,
+) -> FlopCount:
+    """The matrix FLOPs of one call of ``jitted`` on ``args``, from its traced program.
+
+    jax keeps the trace: compiling or calling ``jitted`` for the same signature reuses it.
+    """
+    with _under(mesh):
+        return jaxpr_flops(jitted.trace(*args).jaxpr)
 
 
 def abstract(x: PyTree, *, unstack: bool = False) -> PyTree:

@@ -99,6 +99,8 @@ class EvalStep[M: nnx.Module]:
             if precision is not None:
                 state, batch = precision.cast_to_compute((state, batch))
             model = nnx.merge(graphdef, state)
+            if precision is not None:
+                precision.set_compute_dtype(model)
             if eval_mode:
                 model.eval()
             metrics = jax.tree.map(jnp.mean, metric_fn(model, batch))

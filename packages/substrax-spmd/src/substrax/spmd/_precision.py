@@ -2,17 +2,22 @@
 
 The parameters stay in ``param_dtype``; inside the compiled step they are cast to
 ``compute_dtype`` where they are used, so no second full copy is kept between steps, and the
-gradient comes back through the cast in ``param_dtype``.
+gradient comes back through the cast in ``param_dtype``. Casting the parameters is not enough:
+flax's layers carry their own computation ``dtype`` (an ``nnx.Embed`` built with float32
+parameters keeps ``dtype=float32`` and promotes every activation after it back to float32), so
+the step also sets that ``dtype`` on the model it builds inside the trace, as flax's per-layer
+``dtype=`` would.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jax.typing import DTypeLike
 
 from substrax.typing import PyTree
@@ -26,6 +31,15 @@ def _floating(name: str, value: DTypeLike) -> np.dtype[Any]:
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"{name} must be a floating dtype such as 'bfloat16', got {dtype}")
     return dtype
+
+
+def _floating_or_none(value: object) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(jnp.issubdtype(jnp.dtype(cast("Any", value)), jnp.floating))
+    except TypeError:
+        return False
 
 
 def _cast_floating(tree: PyTree, dtype: np.dtype[Any]) -> PyTree:
@@ -43,9 +57,17 @@ class PrecisionPolicy:
 
     Given to :class:`TrainStep` or :class:`EvalStep` as ``precision=``. Inside the compiled
     step the floating parameters (the optimizer's ``wrt`` variables) and the floating batch
-    leaves are cast to ``compute_dtype`` where they are used; the loss and any metrics are cast
-    to ``output_dtype``. The stored parameters, their gradients and the optimizer state stay in
-    ``param_dtype``. There is no loss scaling: use bfloat16, not float16, for compute.
+    leaves are cast to ``compute_dtype`` where they are used, and every layer of the model built
+    there computes in it (:meth:`set_compute_dtype`), so the activations of ``nnx.Linear``,
+    ``nnx.Embed``, ``nnx.Conv``, the norms and attention come out in ``compute_dtype``; the loss
+    and any metrics are cast to ``output_dtype``. The stored parameters, their gradients and the
+    optimizer state stay in ``param_dtype``.
+
+    What stays in float32, as in MaxText and Levanter: flax's norms compute their mean and
+    variance in float32 (their output is ``compute_dtype``), and gradient accumulation sums in
+    float32. The loss's softmax is the loss function's: cast the logits to float32 before the
+    cross-entropy (``logits.astype(jnp.float32)``), as both do. There is no loss scaling, so a
+    float16 ``compute_dtype`` is refused: use bfloat16.
 
     Args:
         param_dtype: The dtype the parameters are stored in; a model whose floating parameters
@@ -70,6 +92,34 @@ class PrecisionPolicy:
     def __post_init__(self) -> None:
         for name in ("param_dtype", "compute_dtype", "output_dtype"):
             object.__setattr__(self, name, _floating(name, getattr(self, name)))
+        if self.compute_dtype == jnp.float16:
+            raise ValueError(
+                "compute_dtype=float16 needs loss scaling, which PrecisionPolicy does not do: "
+                "gradients under float16's smallest normal (6e-5) flush to zero. Use "
+                "compute_dtype='bfloat16' (float32's range), or keep float32"
+            )
+
+    def set_compute_dtype(self, module: nnx.Module) -> None:
+        """Make every layer of ``module`` compute in ``compute_dtype``, as flax's ``dtype=`` does.
+
+        Each submodule (``module`` included) whose ``dtype`` attribute is None or a floating
+        dtype gets ``compute_dtype``; other attributes, and the parameters themselves, are
+        untouched. The steps call it on the model they build inside the compiled function, never
+        on yours; call it yourself in a hand-written step, on a model merged inside the trace.
+
+        Example:
+            >>> from flax import nnx
+            >>> from substrax.spmd import PrecisionPolicy
+            >>> embed = nnx.Embed(10, 4, rngs=nnx.Rngs(0))
+            >>> embed.dtype
+            dtype('float32')
+            >>> PrecisionPolicy(compute_dtype="bfloat16").set_compute_dtype(embed)
+            >>> embed.dtype, embed.embedding.dtype
+            (dtype(bfloat16), dtype('float32'))
+        """
+        for _, layer in nnx.iter_modules(module):
+            if "dtype" in vars(layer) and _floating_or_none(vars(layer)["dtype"]):
+                setattr(layer, "dtype", self.compute_dtype)  # noqa: B010  (a layer's own attribute)
 
     def cast_to_compute(self, tree: PyTree) -> PyTree:
         """Cast every floating array leaf of ``tree`` to ``compute_dtype``; others unchanged."""

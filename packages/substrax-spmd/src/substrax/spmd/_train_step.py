@@ -21,7 +21,7 @@ from substrax.typing import PyTree
 
 from ._batch_rules import BatchRules
 from ._consistency import check_loss_output, check_optimizer_matches
-from ._cost import StepCost, abstract, read_cost
+from ._cost import StepCost, abstract, count_program_flops, read_bytes
 from ._features import with_loop_features
 
 
@@ -89,8 +89,8 @@ class TrainStep[M: nnx.Module]:
         precision: A :class:`~substrax.spmd.PrecisionPolicy`: the parameters stay in its
             ``param_dtype`` and are cast to its ``compute_dtype`` where used inside the step.
 
-    :meth:`cost` (and :meth:`flops_per_step`) read what one optimizer step costs per device
-    from XLA's cost analysis of the compiled step, the figure a
+    :meth:`cost` (and :meth:`flops_per_step`) count what one optimizer step costs per device:
+    the matrix FLOPs of the step's program, forward and backward, the figure a
     :class:`~substrax.callbacks.ThroughputMeter` takes for FLOP/s and MFU.
 
     Example:
@@ -199,7 +199,7 @@ class TrainStep[M: nnx.Module]:
         self._reference: Any = self._jitted
         if accumulate_steps != 1 or steps_per_call != 1:
             # one optimizer step on one whole batch, without the loops: XLA's cost analysis
-            # counts a loop's body once, whatever its trip count
+            # (the bytes accessed) counts a loop's body once, whatever its trip count
             one = loops(accumulate_steps=1, steps_per_call=1)
             self._reference = jax.jit(one, out_shardings=(shardings, metric_sharding))
 
@@ -229,18 +229,22 @@ class TrainStep[M: nnx.Module]:
         return out
 
     def cost(self, batch: PyTree) -> StepCost:
-        """What one optimizer step on ``batch`` costs per device, from XLA's cost analysis.
+        """What one optimizer step on ``batch`` costs per device: matrix FLOPs and bytes.
 
         ``batch`` is a batch as this step is called with (only its shapes, dtypes and placement
-        are read; a host batch is placed on ``batch_sharding`` as a call would). The figures
-        are those of the compiled, partitioned program, for one device. They are per optimizer
-        step: with ``accumulate_steps=N`` the whole batch's N microbatches and its one update;
-        with ``steps_per_call=k`` one of the k steps of a call (one batch of the stack). XLA's
-        cost analysis counts a loop's body once, so with either feature the figures are read
-        from the same step compiled without its loop on one whole batch (an extra compilation,
-        no run); without them, from the step's own program, which a later call then reuses.
-        Each batch signature is analysed once. The batch is checked as a call checks it, so a
-        batch the call would refuse is refused here with the same error, never costed.
+        are read; a host batch is placed on ``batch_sharding`` as a call would). The FLOPs are
+        the matmuls, convolutions and fused attention of the step's own program, forward and
+        backward, counted from its jaxpr (the same on every backend; a GPU's cuBLAS calls are
+        counted) and divided over the mesh's devices. They are per optimizer step: with
+        ``accumulate_steps=N`` all N microbatches and the one update; with
+        ``steps_per_call=k`` one k-th of a call. Where they cannot be counted (an opaque
+        kernel, a while loop that multiplies) ``flops`` is None and ``flops_reason`` says why.
+        ``bytes_accessed`` is XLA's cost analysis of the compiled program for one device
+        (read from the step compiled without its loops on one whole batch when it has them,
+        since XLA counts a loop's body once: an extra compilation, no run). The step's own
+        trace and compilation are reused by its calls. Each batch signature is analysed once.
+        The batch is checked as a call checks it, so a batch the call would refuse is refused
+        here with the same error, never costed.
 
         Raises:
             BatchPlacementError: A leaf that ``batch_sharding`` cannot split.
@@ -257,24 +261,29 @@ class TrainStep[M: nnx.Module]:
             >>> optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
             >>> step = TrainStep(model, optimizer, lambda m, b: (m(b) ** 2).mean())
             >>> cost = step.cost(jnp.ones((32, 16)))
-            >>> cost.flops > 2 * 32 * 16 * 4, cost.devices  # at least the forward matmul
-            (True, 1)
+            >>> cost.flops, cost.devices  # forward and the kernel's gradient: 2 * 2*32*16*4
+            (8192.0, 1)
         """
         batch = self._batches.place(batch)
         self._batches.check_loops(batch)
-        unstack = self._steps_per_call != 1
-        one = jax.tree.map(lambda x: abstract(x, unstack=unstack), batch)
-        leaves, structure = jax.tree.flatten(one)
+        whole = jax.tree.map(abstract, batch)
+        leaves, structure = jax.tree.flatten(whole)
         key = (structure, tuple(leaves))
         cached = self._costs.get(key)
         if cached is not None:
             return cached
         state = [abstract(x) for x in self._leaves]
-        flops, bytes_accessed = read_cost(self._reference, (state, one), mesh=self._mesh)
+        devices = 1 if self._mesh is None else self._mesh.size
+        counted = count_program_flops(self._jitted, (state, whole), mesh=self._mesh)
+        if self._steps_per_call != 1:
+            whole = jax.tree.map(lambda x: abstract(x, unstack=True), batch)
         cost = StepCost(
-            flops=flops,
-            bytes_accessed=bytes_accessed,
-            devices=1 if self._mesh is None else self._mesh.size,
+            flops=None
+            if counted.flops is None
+            else counted.flops / (devices * self._steps_per_call),
+            flops_reason=counted.reason,
+            bytes_accessed=read_bytes(self._reference, (state, whole), mesh=self._mesh),
+            devices=devices,
             accumulate_steps=self._accumulate_steps,
             steps_per_call=self._steps_per_call,
         )

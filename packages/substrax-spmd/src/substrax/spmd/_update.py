@@ -66,6 +66,8 @@ def build_update(
             else:
                 batch_in = batch
             model = nnx.merge(model_def, params, rest)
+            if precision is not None:
+                precision.set_compute_dtype(model)
             out = loss_fn(model, batch_in)
             check_loss_output(out, has_aux=has_aux)
             loss, aux = out if has_aux else (out, None)
