@@ -128,6 +128,33 @@ def test_donation_invalidates_old_buffers_until_sync(host_batches):
     assert model.up.kernel.get_value() is step.state[0]["up"]["kernel"].get_value()
 
 
+def test_a_checkpoint_restored_after_the_step_is_built_is_what_it_trains_on(host_batches):
+    trained = make_mlp(seed=1)
+    trained_opt = nnx.Optimizer(trained, optax.adam(1e-2), wrt=nnx.Param)
+    warm = TrainStep(trained, trained_opt, mse)
+    for batch in host_batches[:2]:
+        warm(batch)
+    saved = jax.tree.map(np.asarray, nnx.state((warm.model, warm.optimizer)))
+
+    # the reference: restore first, then build the step
+    model = make_mlp()
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    nnx.update((model, optimizer), jax.tree.map(jax.numpy.asarray, saved))
+    reference = TrainStep(model, optimizer, mse)
+    expected = [float(reference(b)) for b in host_batches[2:]]
+
+    # the finding: build the step, then restore into the objects it was built on
+    model = make_mlp()
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    step = TrainStep(model, optimizer, mse)
+    nnx.update((model, optimizer), jax.tree.map(jax.numpy.asarray, saved))
+    losses = [float(step(b)) for b in host_batches[2:]]
+    np.testing.assert_allclose(losses, expected, rtol=1e-6)
+    # the next access writes the trained state, not the state the step was built with
+    assert_same(params_of(step.model), params_of(reference.model))
+    assert int(step.optimizer.step.get_value()) == 2 + len(host_batches[2:])
+
+
 def test_without_donation_old_buffers_survive(host_batches):
     model = make_mlp()
     step = TrainStep(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), mse, donate=False)

@@ -53,12 +53,16 @@ class TrainStep[M: nnx.Module]:
     once per batch shape. Output shardings are pinned to the input ones, so sharded (FSDP,
     tensor-parallel) state stays where :func:`substrax.mesh.shard_model` put it.
 
-    Because buffers are donated, the ``model`` and ``optimizer`` objects passed in are stale
-    after the first step until :meth:`sync` writes the current state back; the :attr:`model`
-    and :attr:`optimizer` properties sync for you. Once synced, the objects stay live: every
-    step writes its new arrays into them, and an array changed in them between steps (a
-    callback lowering an ``optax.inject_hyperparams`` learning rate, a restored checkpoint) is
-    read back, onto the same sharding and dtype, before the next step, without a recompile.
+    Changes made to the ``model`` and ``optimizer`` objects before the first step (a
+    checkpoint restored into them with ``nnx.update`` after the step was built) are read by the
+    first step. Because buffers are donated, the objects passed in are stale after the first
+    step until :meth:`sync` writes the current state back; the :attr:`model` and
+    :attr:`optimizer` properties sync for you. Once synced, the objects stay live: every step
+    writes its new arrays into them, and an array changed in them between steps (a callback
+    lowering an ``optax.inject_hyperparams`` learning rate, a restored checkpoint) is read back,
+    onto the same sharding and dtype, before the next step, without a recompile. Between later
+    steps, change the state through :attr:`model` and :attr:`optimizer` (or after :meth:`sync`):
+    the objects as they were passed in hold donated buffers by then.
 
     Mistakes are refused early: an optimizer whose state was built for another model
     (:class:`~substrax.spmd.OptimizerMismatchError`), a ``loss_fn`` output that does not match
@@ -161,6 +165,9 @@ class TrainStep[M: nnx.Module]:
         self._treedef = treedef
         self._synced = False
         self._write_back()
+        # the objects are read back once before the first step, live or not: a checkpoint
+        # restored into them after the step was built is what the first step trains on
+        self._first = True
         shardings = [x.sharding for x in leaves]
 
         def pure(leaves: list[PyTree], batch: PyTree) -> tuple[list[PyTree], PyTree]:
@@ -216,8 +223,9 @@ class TrainStep[M: nnx.Module]:
     def __call__(self, batch: PyTree) -> PyTree:
         """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
         batch = self._batches.place(batch)
-        if self._live:
+        if self._live or self._first:
             self._read_back()
+            self._first = False
         if self._mesh is None:
             self._leaves, out = self._jitted(self._leaves, batch)
         else:
