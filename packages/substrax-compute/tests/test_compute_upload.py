@@ -246,3 +246,215 @@ def test_the_tokens_of_common_ml_and_infrastructure_tools_are_held_back(repo):
     upload = collect_upload(repo)
     assert set(upload.held_back) == {*HELD_BACK, *names}
     assert upload.files == UPLOADED
+
+
+# The credential files of the tools substrax users use, as they lie in a project (a home
+# directory's dot files copied in, a tool's config directory pointed inside the project). Each
+# must be held back and reported, tracked by git or not.
+CREDENTIAL_FILES = (
+    # the hostile test's finding
+    ".npmrc",
+    ".pgpass",
+    ".s3cfg",
+    ".boto",
+    ".databrickscfg",
+    ".vault-token",
+    "config/secret.yaml",
+    "config/secret.json",
+    "keys/release.gpg",
+    "keys/signing.asc",
+    "keys/AuthKey_ABC123.p8",
+    ".cache/huggingface/token",
+    # cloud CLIs
+    ".aws/credentials",
+    ".aws/config",
+    "application_default_credentials.json",
+    "deploy/my-project-service-account-key.json",
+    ".config/gcloud/credentials.db",
+    ".config/gcloud/legacy_credentials/me@example.com/adc.json",
+    ".azure/msal_token_cache.json",
+    ".azure/azureProfile.json",
+    ".oci/config",
+    ".lambda_cloud/lambda_keys",
+    ".runpod/config.toml",
+    ".sky/state.db",
+    ".modal.toml",
+    # package managers and git
+    ".netrc",
+    "_netrc",
+    ".pypirc",
+    ".git-credentials",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".config/gh/hosts.yml",
+    # databases
+    ".my.cnf",
+    ".mylogin.cnf",
+    # secrets files
+    "secrets.yaml",
+    "conf/secrets.json",
+    "conf/secret.toml",
+    "conf/secrets.yml",
+    ".env",
+    ".env.local",
+    "deploy/.env.production",
+    "deploy/prod.env",
+    # keys
+    ".ssh/config",
+    ".ssh/known_hosts",
+    "id_rsa",
+    "id_rsa.pub",
+    "keys/id_ed25519",
+    "certs/server.pem",
+    "certs/server.key",
+    "certs/client.p12",
+    "certs/client.pfx",
+    ".gnupg/pubring.kbx",
+    # Hugging Face, W&B
+    ".huggingface/token",
+    "hf_home/huggingface/stored_tokens",
+    ".huggingface_token",
+    "wandb/settings",
+    ".config/wandb/settings",
+    # Docker, Kubernetes
+    ".docker/config.json",
+    ".dockercfg",
+    ".kube/config",
+    "deploy/kubeconfig",
+    "deploy/kubeconfig.yaml",
+    "deploy/prod.kubeconfig",
+    # Terraform, web servers
+    "infra/terraform.tfstate",
+    "infra/terraform.tfstate.backup",
+    "infra/prod.tfvars",
+    ".terraformrc",
+    ".terraform.d/credentials.tfrc.json",
+    ".htpasswd",
+    "kaggle.json",
+)
+
+# Ordinary project files that only look like credentials: they are uploaded.
+LOOK_ALIKES = (
+    "README.md",
+    "config.yaml",
+    "configs/train.yaml",
+    "data/train.json",
+    "src/keys.py",
+    "src/secret_sharing.py",
+    "src/auth/token.py",
+    "src/tokens.py",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    ".github/workflows/ci.yml",
+    ".pre-commit-config.yaml",
+    ".python-version",
+    ".editorconfig",
+    "uv.lock",
+    "src/credentials.py",
+    "src/gcloud/storage.py",
+    "src/wandb_utils/settings.py",
+    "src/kube/config.py",
+    "docs/keys.md",
+    "docs/secrets.md",
+    "environment.yml",
+    "src/huggingface/tokenizer.py",
+    "notebooks/keyboard.ipynb",
+    "scripts/docker/Dockerfile",
+    ".docker/Dockerfile",
+    "deploy/.kube/deployment.yaml",
+    "terraform/main.tf",
+    "src/config.toml",
+)
+
+
+def _add(root, names):
+    for name in names:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("content\n")
+
+
+def test_the_credential_files_of_common_tools_are_held_back_and_reported(repo):
+    _add(repo, CREDENTIAL_FILES)
+    upload = collect_upload(repo)
+    leaked = sorted(set(CREDENTIAL_FILES) & set(upload.files))
+    assert leaked == []
+    assert set(CREDENTIAL_FILES) <= set(upload.held_back)
+    assert upload.files == UPLOADED
+
+
+def test_committed_credential_files_are_held_back_too(repo):
+    _add(repo, CREDENTIAL_FILES)
+    _git(repo, "add", "-f", *CREDENTIAL_FILES)
+    _git(repo, "commit", "-q", "-m", "oops")
+    upload = collect_upload(repo)
+    assert set(CREDENTIAL_FILES) <= set(upload.held_back)
+    assert set(CREDENTIAL_FILES) & set(upload.files) == set()
+
+
+def test_the_walk_without_git_holds_back_the_same_credential_files(tmp_path):
+    plain = _tree(tmp_path / "plain")
+    _add(plain, CREDENTIAL_FILES)
+    upload = collect_upload(plain)
+    assert upload.source == "gitignore"
+    assert set(CREDENTIAL_FILES) <= set(upload.held_back)
+    assert upload.files == UPLOADED
+
+
+def test_credential_files_deep_in_the_tree_and_in_any_case_are_held_back(repo):
+    names = tuple(f"nested/Deep/{name.upper()}" for name in CREDENTIAL_FILES)
+    _add(repo, names)
+    upload = collect_upload(repo)
+    assert set(names) & set(upload.files) == set()
+    assert set(names) <= set(upload.held_back)
+
+
+def test_look_alikes_of_credential_files_are_uploaded(repo):
+    _add(repo, LOOK_ALIKES)
+    _git(repo, "add", "-f", *LOOK_ALIKES)  # data/ is git-ignored: track data/train.json
+    _git(repo, "commit", "-q", "-m", "code")
+    upload = collect_upload(repo)
+    assert set(LOOK_ALIKES) <= set(upload.files)
+    assert upload.held_back == HELD_BACK
+
+
+def test_a_credential_file_named_by_the_job_is_uploaded_and_the_others_stay_held_back(repo):
+    _add(repo, CREDENTIAL_FILES)
+    chosen = (".npmrc", ".cache/huggingface/token", ".aws/config")
+    upload = collect_upload(repo, include_files=chosen)
+    assert set(chosen) <= set(upload.files)
+    assert set(chosen) & set(upload.held_back) == set()
+    assert set(upload.held_back) == set(CREDENTIAL_FILES) - set(chosen) | set(HELD_BACK)
+    assert ".aws/credentials" in upload.held_back
+
+
+def test_the_guide_lists_every_held_back_pattern():
+    from pathlib import Path
+
+    from substrax.compute import NEVER_UPLOADED
+
+    guide = Path(__file__).parents[3] / "docs" / "guides" / "compute.md"
+    if not guide.is_file():
+        pytest.skip("the docs are not next to this checkout")
+    text = guide.read_text()
+    missing = [pattern for pattern in NEVER_UPLOADED if f"`{pattern}`" not in text]
+    assert missing == []
+
+
+def test_a_dry_run_names_the_held_back_credential_files_and_the_override(repo, capsys):
+    from substrax.compute import JobSpec, Task
+    from substrax.compute._report import dry_run
+
+    _add(repo, (".npmrc", ".cache/huggingface/token", ".aws/credentials"))
+    task = Task(name="fit", argv=("python", "train.py"), timeout_seconds=5)
+    spec = JobSpec(name="j", tasks=(task,), timeout_seconds=5, include_files=(".npmrc",))
+
+    class Uploads:
+        def upload_set(self, spec, *, project):
+            return collect_upload(project, include_files=spec.include_files)
+
+    assert dry_run("modal", Uploads(), spec, repo, as_json=False) == 0
+    out = capsys.readouterr().out
+    held = ", ".join(sorted({*HELD_BACK, ".aws/credentials", ".cache/huggingface/token"}))
+    assert f"Held back as secrets: {held} (name one in the job's include_files" in out
+    assert ".npmrc" in out.split("Held back")[0]

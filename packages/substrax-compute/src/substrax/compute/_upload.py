@@ -8,9 +8,10 @@ The rule, shared by every backend that copies the project somewhere else:
 2. Leave out ``.git``, ``.venv`` and caches (``ALWAYS_LEFT_OUT``), then what the project's own
    ``.substraxignore`` (gitignore syntax, at the project root) and a backend's ``ignore``
    setting name.
-3. Hold back anything that looks like a secret (``NEVER_UPLOADED``: ``.env*``, ``*.pem``,
-   ``id_rsa*``, credentials JSON, ...; at any depth, whatever the letter case), and any link
-   whose target looks like one. A link that leads out of the project is never uploaded.
+3. Hold back the credential files of common tools (``NEVER_UPLOADED``: ``.env*``, keys,
+   cloud CLI, package manager, database, Hugging Face, W&B, Docker and Kubernetes credentials,
+   ...; at any depth, whatever the letter case), and any link whose target looks like one. A
+   link that leads out of the project is never uploaded.
 4. Add the files the job names in ``include_files``, whatever the rules above say.
 
 Example:
@@ -56,18 +57,39 @@ ALWAYS_LEFT_OUT: tuple[str, ...] = (
 """Gitignore patterns never uploaded: version control, the environment, caches."""
 
 NEVER_UPLOADED: tuple[str, ...] = (
-    ".env*", "*.env", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ppk",
-    "*.kdbx", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".netrc", ".pypirc",
-    ".git-credentials", "credentials*.json", "*-credentials.json", "*_credentials.json",
-    "*service-account*.json", "*service_account*.json", "client_secret*.json",
-    ".aws/", ".ssh/", ".gnupg/", "**/.docker/config.json", "**/.kube/config",
-    "**/.huggingface/token", ".huggingface_token", "**/.kaggle/kaggle.json", "kaggle.json",
-    "*.tfvars", "*.tfstate", "secrets.toml", "secrets.yaml", "secrets.yml", "secrets.json",
-    ".htpasswd", "*.keytab",
+    # environment and secrets files
+    ".env*", "*.env", "secret.json", "secret.yaml", "secret.yml", "secret.toml",
+    "secrets.json", "secrets.yaml", "secrets.yml", "secrets.toml", ".htpasswd", "*.keytab",
+    # private keys, certificates, key stores
+    "*.pem", "*.key", "*.p8", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ppk", "*.kdbx",
+    "*.gpg", "*.asc", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", ".ssh/", ".gnupg/",
+    # cloud CLIs and key files: AWS, Google Cloud, Azure, OCI, S3 tools, Databricks
+    ".aws/", "**/.config/gcloud/", "credentials*.json", "*-credentials.json",
+    "*_credentials.json", "*service-account*.json", "*service_account*.json",
+    "client_secret*.json", ".azure/", ".oci/", ".s3cfg", ".boto", ".databrickscfg",
+    # GPU clouds and the backends: Modal, SkyPilot, Lambda, RunPod
+    ".modal.toml", ".sky/", ".lambda_cloud/", ".runpod/",
+    # package managers, git and its hosts
+    ".netrc", "_netrc", ".pypirc", ".npmrc", "**/.cargo/credentials*", "**/.gem/credentials",
+    ".git-credentials", "**/.config/gh/hosts.yml",
+    # databases and vaults
+    ".pgpass", ".my.cnf", ".mylogin.cnf", ".vault-token",
+    # Hugging Face (``$HF_HOME/token``), W&B (``.netrc``, a settings file's ``api_key``), Kaggle
+    "**/huggingface/token", "**/huggingface/stored_tokens", "**/.huggingface/token",
+    "**/.huggingface/stored_tokens", ".huggingface_token", "**/wandb/settings", "kaggle.json",
+    # Docker and Kubernetes
+    "**/.docker/config.json", ".dockercfg", "**/.kube/config", "kubeconfig", "kubeconfig.yaml",
+    "kubeconfig.yml", "*.kubeconfig",
+    # Terraform (state and variables hold secrets in the clear)
+    "*.tfvars", "*.tfstate", "*.tfstate.*", ".terraformrc", "terraform.rc",
 )  # fmt: skip
 """Gitignore patterns (lower case) of files that hold secrets: held back unless a job names them.
 
-They are matched against each path in lower case, and against the target of a link.
+The credential files of the tools substrax users use, wherever they lie in the project (a name
+without a ``/`` matches at any depth, a ``dir/`` pattern holds back the whole directory,
+``**/a/b`` matches ``a/b`` under any directory). They are matched against each path in lower
+case, and against the target of a link. A job ships one on purpose by naming it in
+``include_files``.
 """
 
 type UploadSource = Literal["git", "gitignore"]
