@@ -1,4 +1,4 @@
-import time
+import functools
 from collections.abc import Iterator, Mapping
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from substrax.callbacks import CallbackList, ThroughputMeter, step_flops
+from substrax.callbacks import CallbackList, CostAnalysisError, ThroughputMeter, step_flops
 from substrax.tracking import FileLogger, read_scalars
 
 
@@ -21,10 +21,25 @@ def sharded_step():
 
     @jax.jit
     def step(w, x):
-        loss = jnp.mean((x @ w) ** 2)
-        return w - 0.01 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w), loss
+        loss, grad = jax.value_and_grad(lambda w: jnp.mean((x @ w) ** 2))(w)
+        return w - 0.01 * grad, loss
 
     return step, w, x
+
+
+class FakeClock:
+    """A clock that moves only when a test moves it: no test sleeps to measure throughput."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class CountingLogs(Mapping[str, object]):
@@ -49,14 +64,55 @@ class CountingLogs(Mapping[str, object]):
         return self._logs.values()
 
 
-def test_step_flops_reads_one_devices_share_of_a_sharded_step(sharded_step):
+def test_step_flops_counts_one_devices_share_of_a_sharded_step(sharded_step):
     step, w, x = sharded_step
-    per_device = step_flops(step, w, x)
-    # forward and backward matmuls: 2 x (2 * B * W * W), split over 8 devices, plus elementwise
-    matmuls = 2 * 2 * BATCH * WIDTH * WIDTH / 8
-    assert matmuls <= per_device <= 1.2 * matmuls
-    assert step_flops(step.lower(w, x)) == per_device
-    assert step_flops(step.lower(w, x).compile()) == per_device
+    # the program's matmuls, forward (x @ w) and backward (x.T @ g): 2 x (2 * B * W * W), over
+    # the 8 devices x spans (w, on one of them, adds none)
+    assert step_flops(step, w, x) == 2 * 2 * BATCH * WIDTH * WIDTH / 8
+    # abstract inputs with their shardings: the same share
+    abstract_x = jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    abstract_w = jax.ShapeDtypeStruct(w.shape, w.dtype)
+    assert step_flops(step, abstract_w, abstract_x) == 2 * 2 * BATCH * WIDTH * WIDTH / 8
+    # the same program on one device's inputs is the whole count
+    assert step_flops(step, w, jnp.ones((BATCH, WIDTH))) == 2 * 2 * BATCH * WIDTH * WIDTH
+
+
+def test_step_flops_counts_abstract_inputs_plain_callables_and_static_arguments():
+    a, b = jax.ShapeDtypeStruct((4, 8), jnp.float32), jax.ShapeDtypeStruct((8, 2), jnp.float32)
+    assert step_flops(lambda a, b: a @ b, a, b) == 128.0  # traced, never run
+
+    def power(a, b, times):
+        return functools.reduce(jnp.matmul, [a] * times) @ b
+
+    power = jax.jit(power, static_argnums=2)
+    square = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    assert step_flops(power, square, b, 3) == 2 * (2 * 8 * 8 * 8) + 2 * 8 * 8 * 2
+
+
+def test_step_flops_refuses_a_lowered_or_compiled_step(sharded_step):
+    step, w, x = sharded_step
+    for stage in (step.lower(w, x), step.lower(w, x).compile(), step.trace(w, x)):
+        with pytest.raises(TypeError, match=r"pass the jitted function and its arguments"):
+            step_flops(stage)
+
+
+def _multiply_in_a_while_loop(a):
+    return jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] @ a), (0, a))[1]
+
+
+@pytest.mark.parametrize(
+    ("function", "reason"),
+    [
+        (jnp.sin, "no matmul, convolution or attention"),
+        (_multiply_in_a_while_loop, "inside a while loop"),
+    ],
+    ids=["no matrix work", "a while loop that multiplies"],
+)
+def test_step_flops_raises_with_the_reason_where_nothing_can_be_counted(function, reason):
+    with pytest.raises(CostAnalysisError, match=reason) as info:
+        step_flops(jax.jit(function), jnp.ones((4, 4)))
+    assert reason in info.value.reason
+    assert "flops_per_step=" in str(info.value)
 
 
 def test_the_meter_logs_throughput_through_a_file_logger(sharded_step, tmp_path):
@@ -102,9 +158,29 @@ def test_mfu_is_none_and_not_logged_where_the_peak_is_unknown(sharded_step, tmp_
         for index in range(3):
             w, loss = step(w, x)
             meter.on_batch_end(None, index, {"loss": loss})
+        meter.on_train_end(None)  # times the last window, if its end had not been computed
     assert meter.peak_flops is None  # the tests run on CPU devices
     assert meter.latest["mfu"] is None
-    assert "throughput/mfu" not in read_scalars(tmp_path / "cpu.metrics.jsonl")
+    series = read_scalars(tmp_path / "cpu.metrics.jsonl")
+    assert "throughput/flops_per_sec_per_device" in series
+    assert "throughput/mfu" not in series
+
+
+def test_without_flops_per_step_no_flops_or_mfu_is_logged_never_zero(tmp_path):
+    clock = FakeClock()
+    with FileLogger("uncounted", tmp_path, flush_every=0) as logger:
+        # flops_per_step=None: what TrainStep.flops_per_step gives for a step it cannot count
+        meter = ThroughputMeter(
+            logger, window=2, examples_per_step=8, flops_per_step=None, peak_flops=1e12, clock=clock
+        )
+        for index in range(5):
+            clock.advance(0.5)
+            meter.on_batch_end(None, index, {"loss": 0.5})
+    series = read_scalars(tmp_path / "uncounted.metrics.jsonl")
+    assert set(series) == {"throughput/steps_per_sec", "throughput/examples_per_sec"}
+    assert series["throughput/steps_per_sec"] == [(2, 2.0), (4, 2.0)]
+    assert meter.latest["flops_per_sec_per_device"] is None
+    assert meter.latest["mfu"] is None
 
 
 def test_the_meter_reads_the_step_outputs_only_at_window_ends(sharded_step):
@@ -116,8 +192,20 @@ def test_the_meter_reads_the_step_outputs_only_at_window_ends(sharded_step):
         logs = CountingLogs({"loss": loss})
         meter.on_batch_end(None, index, logs)
         all_logs.append(logs)
-    # the first step starts the clock, steps 5 and 10 end windows: no other step is waited on
+    # the first step starts the clock, steps 5 and 10 end windows: no other step is looked at
     assert [index for index, logs in enumerate(all_logs) if logs.reads] == [0, 5, 10]
+
+
+def test_a_window_end_is_timed_when_its_step_is_computed_not_when_it_was_dispatched():
+    clock = FakeClock()
+    meter = ThroughputMeter(window=2, peak_flops=None, clock=clock)
+    meter.on_batch_end(None, 0, {"loss": jnp.asarray(1.0)})  # computed: the clock starts at once
+    reads = clock.reads
+    clock.advance(1.0)
+    meter.on_batch_end(None, 1, {"loss": jnp.asarray(1.0)})
+    meter.on_batch_end(None, 2, {"loss": jnp.asarray(1.0)})  # the window's end, computed: timed
+    assert clock.reads == reads + 1  # the clock is read at window ends only
+    assert meter.latest["steps_per_sec"] == pytest.approx(2 / 1.0)
 
 
 @pytest.mark.parametrize(
@@ -126,6 +214,8 @@ def test_the_meter_reads_the_step_outputs_only_at_window_ends(sharded_step):
         ({"window": 0}, ValueError, "window=0"),
         ({"tokens_per_example": 8}, ValueError, "needs examples_per_step"),
         ({"flops_per_step": float("nan")}, ValueError, "flops_per_step=nan"),
+        ({"flops_per_step": 0.0}, ValueError, "flops_per_step=0.0"),
+        ({"clock": 3.0}, TypeError, "clock=3.0"),
         ({"peak_flops": 0.0}, ValueError, "peak_flops=0.0"),
         ({"examples_per_step": 2.5}, TypeError, "examples_per_step=2.5"),
         ({"steps_per_call": 0}, ValueError, "steps_per_call=0"),
@@ -136,7 +226,8 @@ def test_the_meter_refuses_bad_options(options, error, match):
         ThroughputMeter(**options)
 
 
-PAUSE_S = 1.5
+PAUSE_S = 30.0
+STEP_S = 0.01
 
 
 def _window_seconds(meter):
@@ -146,40 +237,48 @@ def _window_seconds(meter):
 @pytest.mark.parametrize("how", ["context manager", "validation hooks"])
 def test_time_spent_paused_is_left_out_of_the_window(sharded_step, how):
     step, w, x = sharded_step
-    meter = ThroughputMeter(window=4, peak_flops=None)
+    clock = FakeClock()
+    meter = ThroughputMeter(window=4, peak_flops=None, clock=clock)
     callbacks = CallbackList([meter])
     callbacks.on_train_begin(None)
     for index in range(5):  # step 0 starts the clock; the window ends at step 4
         w, loss = step(w, x)
+        loss.block_until_ready()  # the step takes STEP_S on the fake clock
+        clock.advance(STEP_S)
         callbacks.on_batch_end(None, index, {"loss": loss})
         if index == 2:  # an evaluation in the middle of the window
             if how == "context manager":
                 with meter.pause():
-                    time.sleep(PAUSE_S)
+                    clock.advance(PAUSE_S)
             else:
                 callbacks.on_validation_begin(None)
-                time.sleep(PAUSE_S)
+                clock.advance(PAUSE_S)
                 callbacks.on_validation_end(None, {"val_loss": 0.0})
-    assert meter.paused_seconds >= PAUSE_S
-    # four small steps take milliseconds: the window is far shorter than the pause alone
-    assert _window_seconds(meter) < PAUSE_S
+    callbacks.on_train_end(None)
+    assert meter.paused_seconds == pytest.approx(PAUSE_S)
+    assert _window_seconds(meter) == pytest.approx(4 * STEP_S)  # the window timed the steps only
 
 
 def test_without_a_pause_the_same_wait_counts(sharded_step):
     step, w, x = sharded_step
-    meter = ThroughputMeter(window=4, peak_flops=None)
+    clock = FakeClock()
+    meter = ThroughputMeter(window=4, peak_flops=None, clock=clock)
     for index in range(5):
         w, loss = step(w, x)
+        loss.block_until_ready()
+        clock.advance(STEP_S)
         meter.on_batch_end(None, index, {"loss": loss})
         if index == 2:
-            time.sleep(PAUSE_S)
+            clock.advance(PAUSE_S)
+    meter.on_train_end(None)
     assert meter.paused_seconds == 0.0
-    assert _window_seconds(meter) >= PAUSE_S
+    assert _window_seconds(meter) == pytest.approx(4 * STEP_S + PAUSE_S)
 
 
 def test_pauses_nest_and_a_pause_waits_for_the_last_step(sharded_step):
     step, w, x = sharded_step
-    meter = ThroughputMeter(window=2, peak_flops=None)
+    clock = FakeClock()
+    meter = ThroughputMeter(window=2, peak_flops=None, clock=clock)
     w, loss = step(w, x)
     meter.on_batch_end(None, 0, {"loss": loss})
     w, loss = step(w, x)
@@ -188,14 +287,16 @@ def test_pauses_nest_and_a_pause_waits_for_the_last_step(sharded_step):
     assert logs.reads == 0
     with meter.pause():
         assert logs.reads == 1  # the dispatched step is waited for before the clock stops
+        assert loss.is_ready()
         with meter.pause():
-            time.sleep(1.0)
-        time.sleep(0.2)
-    # the outer pause is the one counted: 1.2 s, where adding the inner one too would give 2.2
-    assert 1.2 <= meter.paused_seconds < 2.2
+            clock.advance(1.0)
+        clock.advance(0.25)
+    # the outer pause is the one counted: 1.25 s, where adding the inner one too would give 2.25
+    assert meter.paused_seconds == pytest.approx(1.25)
 
 
 def test_with_steps_per_call_each_batch_end_counts_that_many_optimizer_steps():
+    clock = FakeClock()
     meter = ThroughputMeter(
         window=4,
         examples_per_step=64,
@@ -203,16 +304,15 @@ def test_with_steps_per_call_each_batch_end_counts_that_many_optimizer_steps():
         flops_per_step=1e6,
         peak_flops=1e12,
         steps_per_call=4,
+        clock=clock,
     )
-    start = time.perf_counter()
     meter.on_batch_end(None, 0, {})  # starts the clock
     for call in range(1, 5):  # one batch end per call of 4 optimizer steps
-        time.sleep(0.05)
+        clock.advance(0.05)
         meter.on_batch_end(None, call, {})
-    outside = time.perf_counter() - start
     figures = meter.latest
-    # 16 optimizer steps, timed over at least the 0.2 s slept and at most the time around them
-    assert 16 / outside <= figures["steps_per_sec"] <= 16 / 0.2
+    # 16 optimizer steps in 0.2 s
+    assert figures["steps_per_sec"] == pytest.approx(16 / 0.2)
     assert figures["examples_per_sec"] == pytest.approx(64 * figures["steps_per_sec"])
     assert figures["tokens_per_sec"] == pytest.approx(64 * 16 * figures["steps_per_sec"])
     assert figures["flops_per_sec_per_device"] == pytest.approx(1e6 * figures["steps_per_sec"])
@@ -221,7 +321,8 @@ def test_with_steps_per_call_each_batch_end_counts_that_many_optimizer_steps():
 
 def test_a_pause_whose_wait_fails_raises_and_the_next_pause_still_counts(sharded_step):
     step, w, x = sharded_step
-    meter = ThroughputMeter(window=3, peak_flops=None)
+    clock = FakeClock()
+    meter = ThroughputMeter(window=3, peak_flops=None, clock=clock)
     w, loss = step(w, x)
     meter.on_batch_end(None, 0, {"loss": loss})
     failed = jnp.ones(3)
@@ -230,17 +331,34 @@ def test_a_pause_whose_wait_fails_raises_and_the_next_pause_still_counts(sharded
     with pytest.raises(jax.errors.JaxRuntimeError, match="deleted"), meter.pause():
         pytest.fail("the block runs only once the pause has begun")
     with meter.pause():  # not swallowed by a pause left open by the failure
-        time.sleep(PAUSE_S)
-    assert meter.paused_seconds >= PAUSE_S
+        clock.advance(PAUSE_S)
+    assert meter.paused_seconds == pytest.approx(PAUSE_S)
     for index in (2, 3):  # the window of steps 1 to 3 ends
         w, loss = step(w, x)
+        clock.advance(STEP_S)
         meter.on_batch_end(None, index, {"loss": loss})
+    meter.on_train_end(None)
     assert _window_seconds(meter) < PAUSE_S
+
+
+def test_a_window_end_waits_for_its_outputs_that_were_not_donated_since(sharded_step):
+    step, w, x = sharded_step
+    clock = FakeClock()
+    meter = ThroughputMeter(window=1, peak_flops=None, clock=clock)
+    meter.on_batch_end(None, 0, {"loss": jnp.asarray(1.0)})
+    w, loss = step(w, x)
+    counter = jnp.asarray(1)  # a value of the donated state, not computed yet say
+    meter.on_batch_end(None, 1, {"loss": loss, "step": counter})  # a window's end
+    counter.delete()  # the next step's call takes the state it was donated
+    clock.advance(1.0)
+    meter.on_batch_end(None, 2, {"loss": loss})  # times step 1 by its loss, raising nothing
+    assert meter.latest["steps_per_sec"] == pytest.approx(1.0)
 
 
 def test_train_begin_clears_a_validation_pause_that_never_ended(sharded_step):
     step, w, x = sharded_step
-    meter = ThroughputMeter(window=2, peak_flops=None)
+    clock = FakeClock()
+    meter = ThroughputMeter(window=2, peak_flops=None, clock=clock)
     callbacks = CallbackList([meter])
     callbacks.on_train_begin(None)
     for index in range(2):
@@ -250,9 +368,14 @@ def test_train_begin_clears_a_validation_pause_that_never_ended(sharded_step):
     callbacks.on_train_begin(None)  # the trainer fits again
     for index in range(3):
         w, loss = step(w, x)
+        loss.block_until_ready()  # the step takes STEP_S on the fake clock
+        clock.advance(STEP_S)
         callbacks.on_batch_end(None, index, {"loss": loss})
         if index == 1:
             with meter.pause():
-                time.sleep(PAUSE_S)
-    assert meter.paused_seconds >= PAUSE_S  # the pause counted: no stale outer pause held it
-    assert _window_seconds(meter) < PAUSE_S
+                clock.advance(PAUSE_S)
+    callbacks.on_train_end(None)
+    assert meter.paused_seconds == pytest.approx(
+        PAUSE_S
+    )  # the pause counted: no stale outer pause held it
+    assert _window_seconds(meter) == pytest.approx(2 * STEP_S)

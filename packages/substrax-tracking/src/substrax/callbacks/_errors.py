@@ -136,27 +136,37 @@ class MonitorMismatchError(StructuredError, ValueError):
 
 
 class CostAnalysisError(StructuredError, LookupError):
-    """A compiled step whose cost analysis reports no FLOP count (some backends give none).
+    """A step whose FLOPs cannot be counted from its program, and why.
+
+    :func:`~substrax.callbacks.step_flops` counts from the step's jaxpr
+    (:func:`substrax.devices.count_flops`); it gives no figure rather than a partial one for a
+    program that multiplies inside a ``while`` loop, calls an opaque kernel (Pallas, an FFI
+    call) or has no matrix work at all.
 
     Attributes:
-        function: a description of what was analysed.
-        analysis: what the cost analysis returned.
+        function: a description of what was counted.
+        reason: why it cannot be counted (``FlopCount.reason``); None if not known.
 
     Example:
         >>> from substrax.callbacks import CostAnalysisError
-        >>> CostAnalysisError("step", None).analysis is None
-        True
+        >>> error = CostAnalysisError("step", "the program calls the opaque kernel 'pallas_call'")
+        >>> error.reason
+        "the program calls the opaque kernel 'pallas_call'"
     """
 
     __module__ = "substrax.callbacks"
-    template = (
-        "XLA's cost analysis of {function} reports no FLOP count (it gave "
-        "{analysis!r:.200}); pass ThroughputMeter(flops_per_step=...) yourself, e.g. "
-        "6 * parameters * tokens per step divided by the number of devices"
-    )
     function: object
-    analysis: object
+    reason: str | None
 
     def __post_init__(self) -> None:
         self.function = f"{self.function!r:.120}"
         super().__post_init__()
+
+    def _message(self) -> str:
+        why = self.reason or "no reason given"
+        return (
+            f"cannot count the FLOPs of {self.function} from its program: {why}. Pass "
+            "ThroughputMeter(flops_per_step=...) yourself (e.g. 6 * parameters * tokens per "
+            "step, divided by the number of devices), or flops_per_step=None to log no FLOP/s "
+            "or MFU"
+        )

@@ -11,7 +11,14 @@ from typing import Any
 
 from substrax.support import check_float, check_int
 
-from ._metrics import metric_value, warn_missing_metric
+from ._metrics import (
+    check_metric,
+    is_device_array,
+    metric_value,
+    warn_deleted,
+    warn_missing_metric,
+    was_deleted,
+)
 from ._protocol import BaseCallback, Logs
 
 
@@ -70,6 +77,19 @@ class LossSpikeDetector(BaseCallback):
     in :attr:`spikes`, logged at WARNING on logger ``substrax.callbacks``, and passed to
     ``on_spike``; after ``max_spikes`` spikes :attr:`should_stop` turns true.
 
+    A value logged as a jax array is decided one step late: ``on_batch_end`` keeps it and
+    reads it at the next ``on_batch_end``, when the next step has been dispatched, so reading
+    it never holds back the device (reading it at once would wait for the step before the next
+    one could be dispatched, every step). A spike found there carries its own step's
+    ``batch``, and :attr:`should_stop` turns true one step after it. A Python or numpy number
+    costs nothing to read and is decided at once (after a value still kept from the step
+    before, so values are always decided in order). ``on_epoch_end``, ``on_validation_end``,
+    ``on_train_end`` and :meth:`flush` decide the kept value at once, so a spike at the last
+    step is still reported; ``on_train_begin`` drops one left by a run that never ended.
+    A metric that is not one number (a vector, None) is refused at once, from its shape. A kept
+    array deleted before it is read (donated to the next step's call: log the loss the step
+    returns, not a value inside its donated state) is skipped, with one warning.
+
     Args:
         monitor: the metric name in the batch-end logs. Logs that never held it are warned
             about once (a misspelled name), naming the metrics they did hold.
@@ -119,6 +139,8 @@ class LossSpikeDetector(BaseCallback):
         self._streak: list[float] = []  # the finite spikes in a row, newest last
         self._seen = False
         self._warned = False
+        self._pending: tuple[int, Any] | None = None  # (batch, a jax array) to decide next
+        self._warned_deleted = False
 
     @property
     def should_stop(self) -> bool:
@@ -126,14 +148,55 @@ class LossSpikeDetector(BaseCallback):
         return self.max_spikes is not None and len(self.spikes) >= self.max_spikes
 
     def on_batch_end(self, _trainer: object, batch: int, logs: Logs, /) -> None:
-        """Compare the step's value with the recent window."""
+        """Decide the value kept from the step before; decide this step's, or keep a jax array.
+
+        Raises:
+            MetricValueError: the step's value is not one number (it is not kept).
+        """
+        self.flush()
         if self.monitor not in logs:
             if not (self._seen or self._warned):
                 self._warned = True
                 warn_missing_metric("LossSpikeDetector", self.monitor, logs)
             return
         self._seen = True
-        value = metric_value(self.monitor, logs[self.monitor], who="LossSpikeDetector")
+        value = logs[self.monitor]
+        check_metric(self.monitor, value, who="LossSpikeDetector")
+        if is_device_array(value):
+            self._pending = (batch, value)  # read at the next step: this one may still run
+        else:
+            self._decide(batch, value)
+
+    def flush(self) -> None:
+        """Decide the value kept from the last step now (this waits for that step)."""
+        if self._pending is not None:
+            batch, value = self._pending
+            self._pending = None  # decided once, even if reading it raises
+            if not was_deleted(value):
+                self._decide(batch, value)
+            elif not self._warned_deleted:
+                self._warned_deleted = True
+                warn_deleted("LossSpikeDetector", self.monitor, batch)
+
+    def on_train_begin(self, _trainer: object, /) -> None:
+        """Drop a value kept from a run that never reached ``on_train_end``."""
+        self._pending = None
+
+    def on_train_end(self, _trainer: object, /) -> None:
+        """Decide the last step's value."""
+        self.flush()
+
+    def on_epoch_end(self, _trainer: object, _epoch: int, _logs: Logs, /) -> None:
+        """Decide the last step's value before the epoch's own checks."""
+        self.flush()
+
+    def on_validation_end(self, _trainer: object, _logs: Logs, /) -> None:
+        """Decide the last step's value."""
+        self.flush()
+
+    def _decide(self, batch: int, logged: object) -> None:
+        """Compare one step's value with the recent window."""
+        value = metric_value(self.monitor, logged, who="LossSpikeDetector")
         if len(self._recent) >= self.warmup or not math.isfinite(value):
             mean, std = _mean_std(self._recent)
             floor = self.min_std_fraction * abs(mean) if math.isfinite(mean) else 0.0

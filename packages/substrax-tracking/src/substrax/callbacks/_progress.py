@@ -4,16 +4,28 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from substrax.support import check_int, require
 
-from ._metrics import as_metric_names, metric_value, warn_missing_metric
+from ._metrics import (
+    as_metric_names,
+    check_metric,
+    is_device_array,
+    metric_value,
+    warn_deleted,
+    warn_missing_metric,
+    was_deleted,
+)
 from ._protocol import BaseCallback, Logs
 
 
 __all__ = ["ProgressCallback"]
+
+_DRAW_PER_SECOND = 10
+"""How often a batch end redraws the bar at most: rich refreshes the screen 10 times a second."""
 
 
 class ProgressCallback(BaseCallback):
@@ -21,6 +33,19 @@ class ProgressCallback(BaseCallback):
 
     The bar shows steps done, steps per second, elapsed time, the ETA (when ``total_steps`` is
     known) and the latest values of ``metrics`` from ``on_batch_end``.
+
+    The bar is redrawn (its count, rate and metrics given to rich) at a batch end at most 10
+    times a second, as often as rich refreshes the screen: a batch end in between only counts,
+    so a fast loop pays microseconds per step. A metric logged as a jax array is shown one step
+    late or more: ``on_batch_end`` keeps it, and a later batch end that redraws reads it, when a
+    later step has been dispatched, so the bar never holds back the device (reading it at once
+    would wait for each step before the next could be dispatched). A kept value that a newer
+    one replaces before a redraw is never read. A Python or numpy number is taken at once.
+    ``on_train_end`` reads the last step's values and draws the final count, so the bar ends on
+    them. A metric that is not one number (a vector, None) is refused at once, from its shape.
+    Each metric shows its latest value read, which :attr:`latest` holds too. A kept array
+    deleted before it is read (donated to a later step's call) is skipped, with one warning per
+    metric.
 
     Args:
         total_steps: the number of steps, for the bar and the ETA; None for an open-ended bar.
@@ -76,34 +101,84 @@ class ProgressCallback(BaseCallback):
             transient=False,
         )
         self._task: Any = None  # a rich TaskID once started
+        self._pending: dict[str, tuple[int, Any]] = {}  # the last step's jax arrays, by metric
+        self._warned_deleted: set[str] = set()
+        self._shown: dict[str, float] = {}  # each metric's latest value read
+        self._advance = 0  # steps not drawn yet
+        self._next_draw = 0.0  # time.monotonic() from which the next batch end redraws
+
+    @property
+    def latest(self) -> dict[str, float]:
+        """The value shown for each metric: the latest read (a jax array's at a later redraw)."""
+        return dict(self._shown)
 
     def on_train_begin(self, _trainer: object, /) -> None:
-        """Start the bar."""
+        """Start the bar (dropping values kept from a run that never reached its end)."""
+        self._pending = {}
+        self._advance = 0
+        self._next_draw = 0.0
         self._progress.start()
         self._task = self._progress.add_task(
             self._description, total=self.total_steps, rate="", metrics=""
         )
 
-    def on_batch_end(self, trainer: object, _batch: int, logs: Logs, /) -> None:
-        """Advance the bar by one step and show the latest metrics."""
+    def on_batch_end(self, trainer: object, batch: int, logs: Logs, /) -> None:
+        """Count the step; at most 10 times a second, redraw the bar.
+
+        A redraw reads the jax values kept from the steps before (this one may still run).
+        """
         if self._task is None:
             self.on_train_begin(trainer)
         self.steps += 1
+        self._advance += 1
         self._unseen.difference_update(logs)
         if not self._checked:
             self._checked = True
             for key in sorted(self._unseen):
                 warn_missing_metric("ProgressCallback", key, logs)
-        shown = "  ".join(
-            f"{key}={metric_value(key, logs[key], who='ProgressCallback'):.4g}"
-            for key in self.metrics
-            if key in logs
-        )
-        task = self._progress.tasks[0]
-        speed = task.speed
-        rate = f"{speed:.1f} steps/s" if speed else ""
-        self._progress.update(task.id, advance=1, rate=rate, metrics=shown)
+        logged = {key: logs[key] for key in self.metrics if key in logs}
+        for key, value in logged.items():
+            check_metric(key, value, who="ProgressCallback")
+        now = time.monotonic()
+        due = now >= self._next_draw
+        if due:
+            self._read_pending()  # the steps before: this one is dispatched
+        for key, value in logged.items():
+            if is_device_array(value):
+                self._pending[key] = (batch, value)  # replaces an older one not read
+            else:
+                self._shown[key] = metric_value(key, value, who="ProgressCallback")
+        if due:
+            self._next_draw = now + 1 / _DRAW_PER_SECOND
+            self._draw()
 
     def on_train_end(self, _trainer: object, /) -> None:
-        """Stop the bar, leaving its last state on screen."""
+        """Show the last step's values and stop the bar, leaving its last state on screen."""
+        if self._task is not None:
+            self._read_pending()
+            self._draw()
+        self._pending = {}
         self._progress.stop()
+
+    def _draw(self) -> None:
+        """Give the bar the steps counted since the last draw, the rate and the metrics."""
+        self._progress.update(self._task, advance=self._advance)
+        self._advance = 0
+        task = next(task for task in self._progress.tasks if task.id == self._task)
+        speed = task.speed
+        rate = f"{speed:.1f} steps/s" if speed else ""
+        self._progress.update(self._task, rate=rate, metrics=self._metrics_text())
+
+    def _read_pending(self) -> None:
+        pending, self._pending = self._pending, {}
+        for key, (batch, value) in pending.items():
+            if not was_deleted(value):
+                self._shown[key] = metric_value(key, value, who="ProgressCallback")
+            elif key not in self._warned_deleted:
+                self._warned_deleted.add(key)
+                warn_deleted("ProgressCallback", key, batch)
+
+    def _metrics_text(self) -> str:
+        return "  ".join(
+            f"{key}={self._shown[key]:.4g}" for key in self.metrics if key in self._shown
+        )
