@@ -45,6 +45,7 @@ EXPECTED = (
     "tracking",
     "loop_overhead",
     "compile_cache",
+    "accelerator",
 )
 # Smaller runs for --quick, per benchmark (a benchmark not listed runs with no arguments).
 QUICK_ARGS: dict[str, tuple[str, ...]] = {
@@ -54,6 +55,7 @@ QUICK_ARGS: dict[str, tuple[str, ...]] = {
     "tracking": ("--quick",),
     "loop_overhead": ("--quick",),
     "compile_cache": ("--quick",),
+    "accelerator": ("--quick",),
 }
 VERSIONS = ("jax", "jaxlib", "flax", "orbax-checkpoint", "optax", "mlflow", "wandb")
 
