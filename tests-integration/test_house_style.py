@@ -349,6 +349,10 @@ def _error_samples() -> list[BaseException]:
         checkpoint.CheckpointStoreNotFoundError(directory=here),
         checkpoint.CheckpointStoreReadOnlyError(directory=here, operation="save"),
         checkpoint.CheckpointStoreRemovedError(directory=here),
+        checkpoint.CheckpointStoreSupersededError(directory=here, operation="save"),
+        checkpoint.CheckpointLeafNameCollisionError(
+            item="model", paths=("a.b", "a/b"), stored_name="a.b"
+        ),
         checkpoint.CheckpointWaitTimeoutError(directory=here, after=1, timeout=2.5, latest_step=1),
         checkpoint.CheckpointWriteError(step=3, directory=here, cause="disk full"),
         checkpoint.DistributedNotInitializedError(process_count=2, needed_by="save"),

@@ -1,5 +1,6 @@
 import sys
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -85,3 +86,55 @@ def test_saving_the_model_without_flax_names_the_extra(store_dir, monkeypatch):
             callback.on_epoch_end(Trainer(), 0, {"loss": 1.0})
         assert "pass items=" in str(error.value)
         assert store.list_steps() == []
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_logged_metric_costs_no_checkpoint(store_dir, value):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        callback = CheckpointCallback(
+            store, items=lambda _: {"model": {"w": np.zeros(2)}}, every_n_steps=1
+        )
+        callback.on_train_begin(None)
+        callback.on_batch_end(None, 0, {"loss": 0.5})
+        callback.on_batch_end(None, 1, {"loss": value, "acc": 0.75})  # a diverged step
+        callback.on_train_end(None)
+        assert store.list_steps() == [1, 2]
+        record = store.read_metadata(2)
+        assert record.metrics == {"acc": 0.75}
+        assert [*record.nonfinite_metrics] == ["loss"]
+        assert store.best_step("loss") == 1
+
+
+@pytest.mark.parametrize("stacked", ["numpy", "jax"])
+def test_steps_per_call_counts_optimizer_steps_and_takes_the_last_stacked_loss(store_dir, stacked):
+    # TrainStep(steps_per_call=4): one on_batch_end per call of 4 optimizer steps, its loss
+    # stacked (one value per optimizer step)
+    make = np.asarray if stacked == "numpy" else jnp.asarray
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        callback = CheckpointCallback(
+            store,
+            items=lambda _: {"model": {"w": np.zeros(2)}},
+            every_n_epochs=1,
+            every_n_steps=6,
+            steps_per_call=4,
+        )
+        callback.on_train_begin(None)
+        for call in range(6):
+            losses = make([10.0 * call + i for i in range(4)], dtype=np.float32)
+            callback.on_batch_end(None, call, {"loss": losses})
+        assert callback.steps == 24
+        callback.on_epoch_end(None, 0, {"loss": make([1.0, 2.0, 3.0, 0.5], dtype=np.float32)})
+        callback.on_train_end(None)
+        # a save at the first call that reaches each multiple of 6 optimizer steps: 8, 12, 20, 24
+        assert store.list_steps() == [8, 12, 20, 24]
+        assert store.read_metadata(8).metrics == {"loss": 13.0}  # the last of call 1's losses
+        assert store.read_metadata(20).metrics == {"loss": 43.0}
+        assert store.best_step("loss") == 8
+
+
+def test_steps_per_call_is_validated(store_dir):
+    with (
+        OrbaxCheckpointStore(store_dir) as store,
+        pytest.raises(ValueError, match="steps_per_call=0 must be an integer >= 1"),
+    ):
+        CheckpointCallback(store, steps_per_call=0)

@@ -123,3 +123,45 @@ def test_verify_fails_a_leaf_whose_recorded_dtype_disagrees_with_its_array(
     failures = rows[2]["failures"]
     assert [(f["item"], f["leaf"]) for f in failures] == [("data_iterator", "order")]
     assert "dtypes record says" in failures[0]["error"]
+
+
+_DAMAGED_FILES = {
+    "sharding": ("model", "_sharding", "<root>"),
+    "tree_metadata": ("model", "_METADATA", "<root>"),
+    "array_metadata": ("model", "tree.w/zarr.json", "w"),
+    "host_array_metadata": ("data_iterator", "tree.order/zarr.json", "order"),
+}
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '"text"', "{}"])
+@pytest.mark.parametrize("damaged", list(_DAMAGED_FILES))
+def test_a_damaged_metadata_file_is_corrupt_naming_the_file(store_dir, capsys, damaged, content):
+    item, name, leaf = _DAMAGED_FILES[damaged]
+    _save(store_dir)
+    path = store_dir / "2" / item / name
+    path.write_text(content)
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        for read in (store.restore, store.describe):
+            with pytest.raises(CheckpointCorruptError) as error:
+                read(2)
+            assert (error.value.step, error.value.item, error.value.path) == (2, item, path)
+            assert error.value.leaf in (leaf, "w")  # orbax names the first leaf for _sharding
+            assert str(path) in str(error.value)
+        assert store.restore(1).step == 1
+    code, rows = _verify_rows(store_dir, capsys)
+    assert code == 1
+    assert rows[1]["ok"]
+    assert not rows[2]["ok"]
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", "{}"])
+def test_verify_fails_a_step_whose_array_metadatas_file_is_damaged(store_dir, capsys, content):
+    # orbax reads this file only when it writes a step: restores never need it, verify says so
+    _save(store_dir)
+    path = store_dir / "2" / "model" / "array_metadatas" / "process_0"
+    path.write_text(content)
+    code, rows = _verify_rows(store_dir, capsys)
+    assert code == 1
+    assert rows[1]["ok"]
+    assert [(f["item"], f["leaf"]) for f in rows[2]["failures"]] == [("model", "<root>")]
+    assert str(path) in rows[2]["failures"][0]["error"]

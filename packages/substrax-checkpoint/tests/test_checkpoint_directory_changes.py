@@ -5,12 +5,14 @@ import os
 import shutil
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from substrax.checkpoint import (
     CheckpointStoreRemovedError,
+    CheckpointWriteError,
     OrbaxCheckpointStore,
 )
 from substrax.checkpoint._lock import LOCK_FILE
@@ -108,6 +110,44 @@ def test_a_removed_directory_is_refused_at_save_and_not_created_again(store_dir)
         with pytest.raises(CheckpointStoreRemovedError):  # every later save too
             store.save(3, STATE)
     assert not store_dir.exists()  # closing created nothing either
+
+
+@pytest.mark.parametrize("written_by", ["orbax", "store"])
+def test_a_directory_removed_during_the_store_s_own_write_is_an_error_and_not_made_again(
+    store_dir, tmp_path, monkeypatch, written_by
+):
+    # `rm -rf` of the store while a step is written: the write's files land after the removal
+    # (TensorStore and orbax create the folders they miss), and the commit renames them into a
+    # directory that has no writer lock any more. Injected at the commit's rename, where the
+    # removal happens just before: the step's temporary directory is all that came back.
+    rename = os.rename
+    aside = tmp_path / "aside"
+
+    def remove_then_rename(src, dst, *args, **kwargs):
+        if "orbax-checkpoint-tmp" in str(src) and Path(dst) == store_dir / "2":
+            shutil.move(src, aside)
+            shutil.rmtree(store_dir)
+            store_dir.mkdir()
+            shutil.move(aside, src)
+        return rename(src, dst, *args, **kwargs)
+
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        if written_by == "store":  # step 2 is then written by the store from step 1's files
+            store.save(1, STATE)
+            store.wait()
+        monkeypatch.setattr(os, "rename", remove_then_rename)
+        monkeypatch.setattr(Path, "rename", remove_then_rename)
+        store.save(2, STATE)
+        with pytest.raises(CheckpointWriteError, match="CheckpointStoreRemovedError") as error:
+            store.wait()
+        monkeypatch.undo()
+        assert error.value.step == 2
+        assert isinstance(error.value.__cause__, CheckpointStoreRemovedError)
+        assert error.value.__cause__.directory == store_dir
+        assert not store_dir.exists(), "nothing of the removed store was made again"
+        with pytest.raises(CheckpointStoreRemovedError):
+            store.save(3, STATE)
+    assert not store_dir.exists()
 
 
 @pytest.mark.slow

@@ -2,6 +2,10 @@
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -69,3 +73,59 @@ def test_an_async_save_leaves_the_index_write_to_the_chores_thread_and_wait_fini
         (store_dir / INDEX_FILE).rmdir()
         store.save(5, {"model": {"w": np.zeros(2)}}, metrics={"loss": 5})
     assert sorted(indexed()) == ["4", "5"]
+
+
+# Saves steps 1 and 2, waits (the index holds both), overwrites step 2 with a better loss and
+# waits until that step is committed on disk, without a ``save`` or ``wait`` after it: the
+# parent kills it there with SIGKILL.
+_OVERWRITER = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    import numpy as np
+    from substrax.checkpoint import OrbaxCheckpointStore
+
+    root = Path(sys.argv[1])
+    store = OrbaxCheckpointStore(root, max_to_keep=None)
+    state = {"model": {"w": np.zeros(4, np.float32)}}
+    store.save(1, state, metrics={"loss": 0.5})
+    store.save(2, state, metrics={"loss": 0.9})
+    store.wait()
+    store.save(2, state, metrics={"loss": 0.1}, overwrite=True)
+    record = root / "2" / "metadata" / "metadata"
+    while True:
+        try:
+            if json.loads(record.read_text())["metrics"] == {"loss": 0.1}:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.01)
+    print("committed", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_kill_after_an_overwrite_leaves_an_index_that_agrees_with_the_step_on_disk(store_dir):
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _OVERWRITER, str(store_dir)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "committed"
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+        if writer.stdout is not None:
+            writer.stdout.close()
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.read_metadata(2).metrics == {"loss": 0.1}  # what step 2 holds on disk
+        assert reader.best_step("loss") == 2
+    policy = {"max_to_keep": 1, "keep_best": 1, "best_metric": "loss"}
+    with OrbaxCheckpointStore(store_dir, **policy) as store:  # the resumed run
+        assert store.best_step("loss") == 2
+        store.save(3, {"model": {"w": np.ones(4, np.float32)}}, metrics={"loss": 0.7})
+        store.wait()
+        assert store.list_steps() == [2, 3]  # retention kept the step that holds the best loss
+        assert store.read_metadata(2).metrics == {"loss": 0.1}

@@ -14,7 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from substrax.checkpoint import CheckpointLockedError, OrbaxCheckpointStore
+from substrax.checkpoint import (
+    CheckpointLockedError,
+    CheckpointStoreSupersededError,
+    OrbaxCheckpointStore,
+)
 from substrax.checkpoint._lock import LOCK_FILE, read_holder
 from substrax.testing import run_python
 
@@ -142,3 +146,36 @@ def test_the_holder_record_is_json_naming_the_process(store_dir):
     assert holder.since.endswith("+00:00")
     (store_dir / LOCK_FILE).write_text("{half a rec")
     assert read_holder(store_dir).pid is None
+
+
+def test_a_second_writer_store_of_the_process_takes_over_and_the_first_only_reads(store_dir):
+    # a notebook re-runs its cell: a second store opens the directory while the first one, never
+    # closed, still has a save in flight; with keep_best=1 they must not delete each other's best
+    state = {"model": {"w": np.ones(2, np.float32)}}
+    policy = {"max_to_keep": 1, "keep_best": 1, "best_metric": "loss"}
+    first = OrbaxCheckpointStore(store_dir, **policy)
+    first.save(1, state, metrics={"loss": 0.5})
+    first.save(2, state, metrics={"loss": 0.9})  # in flight when the second store opens
+    second = OrbaxCheckpointStore(store_dir, **policy)
+    assert second.list_steps() == [1, 2]  # the first store's write was finished first
+    second.save(3, state, metrics={"loss": 0.1})
+    with pytest.raises(CheckpointStoreSupersededError) as refused:
+        first.save(4, state, metrics={"loss": 0.05})
+    assert isinstance(refused.value, RuntimeError)
+    assert (refused.value.directory, refused.value.operation) == (store_dir, "save")
+    assert str(store_dir) in str(refused.value)
+    assert "another OrbaxCheckpointStore" in str(refused.value)
+    for writes in (lambda: first.delete(3), first.prune):
+        with pytest.raises(CheckpointStoreSupersededError):
+            writes()
+    second.save(4, state, metrics={"loss": 0.8})
+    second.wait()
+    for store in (first, second):  # the first store's reads follow what the second one writes
+        assert store.list_steps() == [3, 4]
+        assert store.best_step("loss") == 3
+        assert store.restore(store.best_step("loss")).metadata.metrics == {"loss": 0.1}
+    first.close()
+    assert _open_elsewhere(store_dir)["locked"] is True  # the second store still writes
+    second.save(5, state, metrics={"loss": 0.7})
+    second.close()
+    assert _open_elsewhere(store_dir) == {"locked": False, "steps": [3, 5]}

@@ -191,3 +191,21 @@ def test_check_every_is_validated(store_dir, every, error_type):
     with pytest.raises(error_type, match=r"check_every=.* must be an integer >= 1") as error:
         PreemptionHandler(OrbaxCheckpointStore(store_dir), check_every=every)
     assert repr(every) in str(error.value)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), "diverged"])
+def test_a_preemption_save_never_fails_because_of_a_metric(store_dir, value):
+    store = OrbaxCheckpointStore(store_dir, async_save=False)
+    metrics = {"loss": value, "acc": 0.5}
+    with PreemptionHandler(store) as handler:
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(SystemExit) as stopped:
+            handler.check(3, lambda: {"model": {"w": np.ones(1, np.float32)}}, metrics=metrics)
+    assert stopped.value.code == 0
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [3]
+        record = reader.read_metadata(3)
+    assert record.metrics == {"acc": 0.5}
+    assert record.extra["preempted"] is True
+    if isinstance(value, float):
+        assert [*record.nonfinite_metrics] == ["loss"]

@@ -136,6 +136,58 @@ def test_background_write_error_surfaces_at_next_save(store_dir, monkeypatch):
         assert store.list_steps() == [2]
 
 
+@pytest.mark.parametrize("written_by", ["orbax", "store"])
+def test_a_save_that_raises_the_previous_write_s_error_names_its_own_step_too(
+    store_dir, monkeypatch, written_by
+):
+    # step 2's commit fails in the background; the save of step 3 raises that error and writes
+    # nothing either: the error names both steps. Step 2 is orbax's first step of the tree, or
+    # a step the store writes itself from step 1's files.
+    rename = os.rename
+    failing = store_dir / "2"
+
+    def failing_rename(src, dst, *args, **kwargs):
+        if "orbax-checkpoint-tmp" in str(src) and Path(dst) == failing:
+            raise OSError(5, "injected I/O error while committing")
+        return rename(src, dst, *args, **kwargs)
+
+    state = {"model": {"w": np.arange(1 << 10, dtype=np.float32)}}
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        if written_by == "store":
+            store.save(1, state)
+            store.wait()
+        monkeypatch.setattr(os, "rename", failing_rename)
+        monkeypatch.setattr(Path, "rename", failing_rename)
+        store.save(2, state)  # returns before the write is committed
+        with pytest.raises(CheckpointWriteError) as error:
+            store.save(3, state)
+        assert error.value.step == 2
+        assert error.value.unwritten == (2, 3)
+        assert "injected I/O error" in str(error.value)
+        assert "steps 2 and 3" in str(error.value)
+        monkeypatch.undo()
+        assert store.list_steps() == ([1] if written_by == "store" else [])
+        store.save(3, state)
+        store.wait()
+        assert 3 in store.list_steps()
+
+
+def test_a_write_error_raised_by_wait_names_only_its_step():
+    error = CheckpointWriteError(step=4, directory=Path("/tmp/store"), cause="disk full")
+    assert error.unwritten == (4,)
+    assert "checkpoint step 4 in /tmp/store was not committed: disk full" in str(error)
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_a_nan_or_infinite_metric_is_never_the_best(mode):
+    policy = RetentionPolicy(max_to_keep=1, keep_best=1, best_metric="loss", best_mode=mode)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        metrics = {1: {"loss": bad}, 2: {"loss": 0.5}, 3: {"loss": 0.7}, 4: {"loss": 0.6}}
+        assert policy.steps_to_keep([1, 2, 3, 4], metrics) == {4, 2 if mode == "min" else 3}
+        nan_last = {1: {"loss": 0.5}, 2: {"loss": 0.7}, 3: {"loss": bad}, 4: {"loss": 0.9}}
+        assert policy.steps_to_keep([1, 2, 3, 4], nan_last) == {4, 1 if mode == "min" else 4}
+
+
 def test_partial_step_is_invisible_and_cleaned(store_dir):
     with OrbaxCheckpointStore(store_dir) as store:
         _save(store, 1, 0.5)

@@ -1,9 +1,19 @@
-"""The save path: validation, refusals decided once as a ``NotWrittenReason``, overwrites."""
+"""The save path: validation, refusals decided once as a ``NotWrittenReason``, overwrites,
+leaves whose stored names collide, and saves that fail before anything is written."""
 
+import datetime
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from substrax.checkpoint import CheckpointNotWrittenError, NotWrittenReason, OrbaxCheckpointStore
+from substrax.checkpoint import (
+    CheckpointLeafNameCollisionError,
+    CheckpointNotWrittenError,
+    NotWrittenReason,
+    OrbaxCheckpointStore,
+)
 from substrax.checkpoint._save import SaveRequest, refusal
 
 
@@ -77,3 +87,79 @@ def test_a_request_holds_what_orbax_writes():
     assert request.dtypes["model"] == {"w": "float32"}
     assert (request.entry().epoch, dict(request.entry().metrics)) == (1, {"loss": 1.0})
     assert sorted(request.orbax_args(request.items)) == ["dtypes", "metadata", "model"]
+
+
+def _colliding(kind: str, make) -> tuple[dict, tuple[str, str], str]:
+    """A tree two of whose leaves orbax would store under one name, their paths and that name."""
+    if kind == "dotted_key":
+        return {"a.b": make(1.0), "a": {"b": make(2.0)}}, ("a.b", "a/b"), "a.b"
+    return {"x": [make(1.0)], "x.0": make(2.0)}, ("x/0", "x.0"), "x.0"
+
+
+@pytest.mark.parametrize("async_save", [True, False], ids=["async", "blocking"])
+@pytest.mark.parametrize("leaves", ["numpy", "jax"])
+@pytest.mark.parametrize("kind", ["dotted_key", "dotted_index"])
+def test_leaves_whose_stored_names_collide_are_refused_naming_both(
+    store_dir, async_save, leaves, kind
+):
+    make = (
+        (lambda v: np.full(3, v, np.float32)) if leaves == "numpy" else (lambda v: jnp.full(3, v))
+    )
+    tree, paths, stored = _colliding(kind, make)
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None, async_save=async_save) as store:
+        for step in (1, 2):  # orbax writes a first step of a tree, the store a second one itself
+            with pytest.raises(CheckpointLeafNameCollisionError) as error:
+                store.save(step, {"model": tree})
+            assert isinstance(error.value, ValueError)
+            assert error.value.item == "model"
+            assert set(error.value.paths) == set(paths)
+            assert error.value.stored_name == stored
+            assert all(repr(path) in str(error.value) for path in paths)
+            store.save(step, {"model": {"a": make(float(step))}})  # nothing of it was kept
+        store.wait()
+        assert store.list_steps() == [1, 2]
+        assert store.best_step("loss") is None
+
+
+@pytest.mark.parametrize(
+    ("leaf", "async_save"),
+    [
+        ("datetime", False),
+        ("object", False),
+        ("bytes", False),
+        ("complex", False),
+        ("donated", False),
+        ("donated", True),
+    ],
+)
+def test_a_save_that_fails_at_once_leaves_no_trace_in_the_index(store_dir, leaf, async_save):
+    def bad() -> object:
+        if leaf == "datetime":
+            return datetime.datetime.now(tz=datetime.UTC)
+        if leaf == "object":
+            return np.array([object()], dtype=object)
+        if leaf == "bytes":
+            return b"abc"
+        if leaf == "complex":
+            return 1 + 2j
+        donated = jnp.ones(3)
+        jax.jit(lambda a: a + 1, donate_argnums=0)(donated)
+        return donated  # deleted by the donation
+
+    good = {"model": {"w": np.ones(3, np.float32)}}
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None, async_save=async_save) as store:
+        store.save(1, good, metrics={"loss": 0.5})
+        store.wait()
+        with pytest.raises(Exception):  # noqa: B017, PT011 - whatever jax or orbax raise
+            store.save(2, {"model": {"w": bad()}}, metrics={"loss": 0.1})
+        assert store.best_step("loss") == 1
+        assert store.latest_step() == 1
+        assert store.list_steps() == [1]
+        assert store.restore(store.best_step("loss")).step == 1
+        store.save(2, good, metrics={"loss": 0.7})  # the step can be saved again
+        store.wait()
+        assert store.list_steps() == [1, 2]
+        assert store.best_step("loss") == 1
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.best_step("loss") == 1
+        assert reader.read_metadata(2).metrics == {"loss": 0.7}

@@ -156,9 +156,27 @@ def test_metadata_record_is_strict():
     assert Producer.from_dict({"name": "a", "version": "1"}) == Producer(name="a", version="1")
 
 
-def test_non_finite_metric_is_refused(store_dir):
-    with OrbaxCheckpointStore(store_dir) as store, pytest.raises(ValueError, match="finite"):
-        store.save(1, {"model": {"w": np.zeros(2, np.float32)}}, metrics={"loss": float("nan")})
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_a_non_finite_metric_is_saved_aside_and_never_ranked(store_dir, mode):
+    state = {"model": {"w": np.zeros(2, np.float32)}}
+    policy = {"max_to_keep": 1, "keep_best": 1, "best_metric": "loss", "best_mode": mode}
+    with OrbaxCheckpointStore(store_dir, **policy) as store:
+        store.save(1, state, metrics={"loss": 0.5, "acc": 0.25})
+        for step, value in ((2, float("inf")), (3, float("-inf")), (4, float("nan"))):
+            store.save(step, state, metrics={"loss": value, "acc": 0.5})
+        store.wait()
+        assert store.best_step("loss", mode=mode) == 1
+        assert store.list_steps() == [1, 4]  # the best finite loss and the newest step
+        record = store.read_metadata(4)
+        assert record.metrics == {"acc": 0.5}
+        assert record.extra == {"nonfinite_metrics": {"loss": "nan"}}
+        assert [*record.nonfinite_metrics] == ["loss"]
+        assert np.isnan(record.nonfinite_metrics["loss"])
+        assert store.read_metadata(1).nonfinite_metrics == {}
+        with pytest.raises(ValueError, match="nonfinite_metrics"):  # the store's own key
+            store.save(5, state, extra={"nonfinite_metrics": {}})
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.best_step("loss", mode=mode) == 1
 
 
 def test_import_needs_no_flax_and_opening_initialises_no_backend(tmp_path):

@@ -1,8 +1,9 @@
 """``CheckpointCallback``: the training-callback protocol, structurally, saving to a store."""
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from substrax.support import check_int, require
 
@@ -20,22 +21,49 @@ def _model_items(trainer: object) -> dict[str, PyTree]:
     return {"model": nnx.state(getattr(trainer, "model"))}  # noqa: B009 - any trainer with .model
 
 
+def _last_value(value: object) -> float | None:
+    """``value`` as a float: a number, or the last entry of a 1-d array; None for anything else.
+
+    Example:
+        >>> import numpy as np
+        >>> from substrax.checkpoint._callback import _last_value
+        >>> _last_value(np.array([0.5, 0.25])), _last_value(2), _last_value("text")
+        (0.25, 2.0, None)
+    """
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple) and len(shape) == 1 and shape[0]:  # pyright: ignore[reportUnknownArgumentType]
+        value = np.asarray(value)[-1]
+    try:
+        return float(value)  # pyright: ignore[reportArgumentType]
+    except (TypeError, ValueError):
+        return None
+
+
 class CheckpointCallback:
     """Save the trainer's state every N epochs and/or every N steps, with the monitored metrics.
 
     It implements the training-callback hooks structurally (``on_train_begin`` …
     ``on_validation_end``), so any ``CallbackList`` drives it without this package importing
-    ``substrax.callbacks``. Steps are counted by ``on_batch_end``; an epoch-end save uses that
-    count as its step (or the epoch number before any batch was seen), and skips a step already
-    saved.
+    ``substrax.callbacks``. Optimizer steps are counted by ``on_batch_end``, ``steps_per_call``
+    per call (as ``ThroughputMeter`` counts them); a save is labelled with that count. An
+    epoch-end save uses it as its step (or the epoch number before any batch was seen), and
+    skips a step already saved.
+
+    A logged value stacked over the ``steps_per_call`` optimizer steps of one call (the loss of
+    ``TrainStep(steps_per_call=k)``, shape ``(k,)``) is recorded as its last value, that of the
+    step saved. A NaN or infinite metric (a diverged step) never costs the checkpoint: the store
+    saves the step and records the metric aside, out of ``best_step`` and ``keep_best``.
 
     Args:
         store: where checkpoints go.
         items: builds the items to save from the trainer (default:
             ``{"model": nnx.state(trainer.model)}``).
         every_n_epochs: save at the end of every this many epochs (None: never at epoch end).
-        every_n_steps: also save after every this many batches (None: never mid-epoch).
+        every_n_steps: also save every this many optimizer steps (None: never mid-epoch): at
+            the first ``on_batch_end`` whose count reaches a multiple of it.
         monitor: the log keys stored as metrics (None: every numeric log value).
+        steps_per_call: optimizer steps that each ``on_batch_end`` stands for (>= 1): the
+            ``steps_per_call`` of the train step called once per batch end.
 
     Example:
         >>> import tempfile
@@ -58,10 +86,13 @@ class CheckpointCallback:
         every_n_epochs: int | None = 1,
         every_n_steps: int | None = None,
         monitor: Sequence[str] | None = None,
+        steps_per_call: int = 1,
     ) -> None:
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps)):
             if value is not None:
                 check_int(name, value, minimum=1)
+        check_int("steps_per_call", steps_per_call, minimum=1)
+        self._steps_per_call = steps_per_call
         self._store = store
         self._items = items or _model_items
         self._every_n_epochs = every_n_epochs
@@ -73,19 +104,19 @@ class CheckpointCallback:
 
     @property
     def steps(self) -> int:
-        """The number of batches seen so far."""
+        """The number of optimizer steps counted so far (``steps_per_call`` per batch end)."""
         return self._steps
 
     def _metrics(self, logs: Mapping[str, Any] | None) -> dict[str, float]:
+        """The numeric log values (a stacked one's last), non-finite ones included."""
         logs = logs or {}
         names = self._monitor if self._monitor is not None else tuple(logs)
         metrics: dict[str, float] = {}
         for name in names:
-            try:
-                value = float(logs[name])
-            except (KeyError, TypeError, ValueError):
+            if name not in logs:
                 continue
-            if not math.isnan(value):
+            value = _last_value(logs[name])
+            if value is not None:
                 metrics[name] = value
         return metrics
 
@@ -127,10 +158,11 @@ class CheckpointCallback:
     def on_batch_end(
         self, trainer: object, batch: object, logs: Mapping[str, Any] | None, /
     ) -> None:
-        """Count the step; save every ``every_n_steps`` steps."""
+        """Count the call's optimizer steps; save when the count reaches a multiple of ``every_n_steps``."""
         del batch
-        self._steps += 1
-        if self._every_n_steps is not None and self._steps % self._every_n_steps == 0:
+        before, self._steps = self._steps, self._steps + self._steps_per_call
+        every = self._every_n_steps
+        if every is not None and self._steps // every > before // every:
             self._save(trainer, self._steps, None, logs)
 
     def on_validation_begin(self, trainer: object, /) -> None:

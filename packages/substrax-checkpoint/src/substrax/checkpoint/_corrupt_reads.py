@@ -9,6 +9,8 @@ other reads settle before a failed one is raised.
 """
 
 import asyncio
+import json
+import os
 import re
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,12 +28,88 @@ _CORRUPT: Final = re.compile(
     r"|checksum verification failed|Data corruption detected|NOT_FOUND:"
 )
 _FILE: Final = re.compile(r'file "([^"]+)"')
+_METADATA_FILES: Final = frozenset(
+    {"_sharding", "_METADATA", "_CHECKPOINT_METADATA", "zarr.json", ".zarray"}
+)
+"""The JSON files of a step that orbax and TensorStore read (``array_metadatas/*`` too)."""
+_ARRAY_METADATAS: Final = "array_metadatas"
+_REQUIRED_KEYS: Final = {"_METADATA": "tree_metadata", "zarr.json": "zarr_format"}
+_OCDBT: Final = "ocdbt.process_"  # a process's OCDBT database, not read
+
+
+def _is_metadata_file(path: Path) -> bool:
+    return path.name in _METADATA_FILES or path.parent.name == _ARRAY_METADATAS
+
+
+def json_damage(path: Path) -> str | None:
+    """What is wrong with the metadata file ``path`` (None: a JSON object as orbax expects).
+
+    ``_METADATA`` must hold ``tree_metadata``, ``zarr.json`` ``zarr_format`` and an
+    ``array_metadatas`` file ``array_metadatas``; a missing file is no damage here (a missing
+    array file is reported by the read that needs it).
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint._corrupt_reads import json_damage
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     path = Path(directory) / "_sharding"
+        ...     _ = path.write_text("[1, 2]")
+        ...     json_damage(path)
+        'not a JSON object'
+    """
+    try:
+        raw: object = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"unreadable: {error}"
+    except ValueError as error:
+        return f"not JSON: {error}"
+    if not isinstance(raw, dict):
+        return "not a JSON object"
+    required = _ARRAY_METADATAS if path.parent.name == _ARRAY_METADATAS else None
+    required = _REQUIRED_KEYS.get(path.name, required)
+    if required is not None and required not in raw:
+        return f"no {required!r} in the JSON object"
+    return None
+
+
+def metadata_damage(step_dir: Path) -> list[tuple[Path, str]]:
+    """Every damaged metadata file of the step ``step_dir`` (see :func:`json_damage`), sorted.
+
+    Chunk files and OCDBT databases are not read.
+    """
+    found: list[tuple[Path, str]] = []
+    for root, folders, names in os.walk(step_dir):
+        if "zarr.json" in names or ".zarray" in names:
+            folders.clear()  # an array: the rest is its chunks
+        folders[:] = [f for f in folders if f not in ("d", "c") and not f.startswith(_OCDBT)]
+        for name in names:
+            path = Path(root) / name
+            if _is_metadata_file(path) and (damage := json_damage(path)) is not None:
+                found.append((path, damage))
+    return sorted(found)
+
+
+def named_damage(error: BaseException) -> tuple[Path, str] | None:
+    """A damaged metadata file that ``error`` (or one of its causes) names, and its damage."""
+    seen: BaseException | None = error
+    while seen is not None:
+        for name in _FILE.findall(str(seen)):
+            path = Path(name)
+            if _is_metadata_file(path) and (damage := json_damage(path)) is not None:
+                return path, damage
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def corruption(error: BaseException) -> ValueError | None:
     """TensorStore's report of stored bytes that fail their checks, in ``error`` or its causes.
 
-    TensorStore raises a ``ValueError``: ``DATA_LOSS: ... Digest mismatch, stored digest is
+    TensorStore raises a ``ValueError``: ``FAILED_PRECONDITION`` for an array's ``zarr.json``
+    that is JSON but not the metadata orbax wrote (its file, named in the message, is checked
+    with :func:`json_damage`), ``DATA_LOSS: ... Digest mismatch, stored digest is
     0x... but computed digest is 0x...`` for a chunk's checksum, ``DATA_LOSS`` for a shard index
     that cannot be decoded, ``Error reading shard entry`` for a compressed chunk whose
     decompression fails before its checksum is reached, ``Error decoding b-tree node`` for an
@@ -49,6 +127,11 @@ def corruption(error: BaseException) -> ValueError | None:
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, ValueError) and _CORRUPT.search(str(seen)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    seen = error
+    while seen is not None:  # a metadata file it names is not what orbax wrote (valid JSON)
+        if isinstance(seen, ValueError) and named_damage(seen) is not None:
             return seen
         seen = seen.__cause__ or seen.__context__
     return None

@@ -65,10 +65,18 @@ class CheckpointNotWrittenError(StructuredError, RuntimeError, kw_only=True):
     step: int
     latest_step: int | None
     reason: NotWrittenReason | Literal["exists", "below_latest", "rejected"]
+    unwritten: tuple[int, ...] = ()
+    """Every step that is not in the store because of this error: ``(step,)``, or, when a
+    ``save`` raised it for the write before it, that step and the save's own."""
 
     def __post_init__(self) -> None:
         self.reason = NotWrittenReason(self.reason)
+        self.unwritten = tuple(self.unwritten) or (self.step,)
         super().__post_init__()
+
+    def _message(self) -> str:
+        text = self.template.format_map(self._fields())
+        return text + _also_unwritten(self.step, self.unwritten)
 
 
 class CheckpointNotFoundError(StructuredError, FileNotFoundError, kw_only=True):
@@ -140,13 +148,42 @@ class CheckpointWriteError(StructuredError, RuntimeError, kw_only=True):
 
     __module__ = "substrax.checkpoint"
 
-    template = (
-        "checkpoint step {step} in {directory} was not committed: {cause}; "
-        "the step is not in the store, save it again"
-    )
     step: int
     directory: Path
     cause: str
+    unwritten: tuple[int, ...] = ()
+    """Every step that is not in the store because of this error: ``(step,)``, or, when a
+    ``save`` raised it for the write before it, that step and the save's own (which was not
+    written either)."""
+
+    def __post_init__(self) -> None:
+        self.unwritten = tuple(self.unwritten) or (self.step,)
+        super().__post_init__()
+
+    def _message(self) -> str:
+        head = f"checkpoint step {self.step} in {self.directory} was not committed: {self.cause}"
+        if len(self.unwritten) == 1:
+            return f"{head}; the step is not in the store, save it again"
+        return head + _also_unwritten(self.step, self.unwritten)
+
+
+def _also_unwritten(step: int, unwritten: tuple[int, ...]) -> str:
+    """The end of a message naming the steps a save did not write besides ``step`` ("" if none).
+
+    Example:
+        >>> from substrax.checkpoint._errors import _also_unwritten
+        >>> _also_unwritten(4, (4, 5))
+        '; the save of step 5 raised this error and wrote nothing either: steps 4 and 5 are not in the store, save them again'
+    """
+    others = [s for s in unwritten if s != step]
+    if not others:
+        return ""
+    named = ", ".join(map(str, unwritten[:-1])) + f" and {unwritten[-1]}"
+    listed = ", ".join(map(str, others))
+    return (
+        f"; the save of step {listed} raised this error and wrote nothing either: "
+        f"steps {named} are not in the store, save them again"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,6 +287,66 @@ class CheckpointStoreRemovedError(StructuredError, RuntimeError, kw_only=True):
         "close this store and open a new OrbaxCheckpointStore on the directory to write again"
     )
     directory: Path
+
+
+class CheckpointStoreSupersededError(StructuredError, RuntimeError, kw_only=True):
+    """A writer store was asked to write after a newer store of its process opened its directory.
+
+    Opening a second writer ``OrbaxCheckpointStore`` on a directory in the same process (a
+    notebook cell run again while the first store is still open) makes the new store the
+    directory's writer: the first one finishes its pending write, then refuses ``save``,
+    ``delete`` and ``prune`` with this error, and its reads follow the directory as a reader's.
+
+    Example:
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import CheckpointStoreSupersededError
+        >>> CheckpointStoreSupersededError(directory=Path("/tmp/store"), operation="save").args[0]
+        'cannot save: another OrbaxCheckpointStore of this process opened /tmp/store ...'
+    """
+
+    __module__ = "substrax.checkpoint"
+
+    template = (
+        "cannot {operation}: another OrbaxCheckpointStore of this process opened {directory} "
+        "to write after this one (a notebook cell run again?) and took over its writing; this "
+        "store finished its last write and now only reads: save with the newer store (or close "
+        "both and open one)"
+    )
+    directory: Path
+    operation: str
+
+
+class CheckpointLeafNameCollisionError(StructuredError, ValueError, kw_only=True):
+    """Two leaves of an item would be stored under one name, and one restore as the other.
+
+    Orbax names a stored leaf by its keys joined with ``.``: ``{"a.b": x, "a": {"b": y}}`` or
+    ``{"x": [v], "x.0": w}`` hold two leaves of one stored name. ``save`` refuses such a tree
+    before anything is written.
+
+    Attributes:
+        item: the item holding both leaves.
+        paths: the two leaves' paths in the item (keys joined with ``/``).
+        stored_name: the name both would be stored under.
+
+    Example:
+        >>> from substrax.checkpoint import CheckpointLeafNameCollisionError
+        >>> error = CheckpointLeafNameCollisionError(
+        ...     item="model", paths=("a.b", "a/b"), stored_name="a.b"
+        ... )
+        >>> error.paths
+        ('a.b', 'a/b')
+    """
+
+    __module__ = "substrax.checkpoint"
+
+    template = (
+        "item {item!r} has two leaves, {paths[0]!r} and {paths[1]!r}, that would both be stored "
+        "as {stored_name!r} (orbax joins a leaf's keys with '.'), and one would restore in place "
+        "of the other; rename a key so that no two leaves' keys join to the same name"
+    )
+    item: str
+    paths: tuple[str, str]
+    stored_name: str
 
 
 class CheckpointStoreNotFoundError(StructuredError, FileNotFoundError, kw_only=True):

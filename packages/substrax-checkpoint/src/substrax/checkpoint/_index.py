@@ -1,8 +1,11 @@
 """An in-memory index of every step's epoch and metrics, cached in one JSON file at the root.
 
 The index answers ``best_step`` without reading any step's metadata. The file is only a cache:
-at open it is reconciled with the step directories, so a crash between a step's commit and the
-index write (or a deletion) can never make the index lie. :class:`IndexBook` keeps a store's
+at open it is reconciled with the step directories (entries of steps no longer there dropped,
+steps it lacks read from their own records), so a crash between a step's commit and the index
+write (or a deletion) can never make the index lie. The one entry reconciling cannot catch, that
+of a step replaced by another of the same number, is never on disk while the replacement can
+commit: an overwrite writes the index without the step before it deletes the old one. :class:`IndexBook` keeps a store's
 index in step with what the store commits, deletes and fails to write.
 """
 
@@ -47,7 +50,7 @@ class StepIndex:
         self.entries[step] = entry
         for (name, mode), best in list(self._best.items()):
             value = entry.metrics.get(name)
-            if value is None or math.isnan(value):
+            if value is None or not math.isfinite(value):
                 continue
             if best is None or mode.better(value, self.entries[best].metrics[name]):
                 self._best[name, mode] = step
@@ -61,13 +64,16 @@ class StepIndex:
                 del self._best[key]
 
     def best_step(self, metric: str, mode: Mode) -> int | None:
-        """The step with the best ``metric`` (the earliest on ties), or None when none has it."""
+        """The step with the best ``metric`` (the earliest on ties), or None when none has it.
+
+        A NaN or infinite value (in a record written before saves set them aside) never ranks.
+        """
         key = (metric, mode)
         if key not in self._best:
             best: int | None = None
             for step in sorted(self.entries):
                 value = self.entries[step].metrics.get(metric)
-                if value is None or math.isnan(value):
+                if value is None or not math.isfinite(value):
                     continue
                 if best is None or mode.better(value, self.entries[best].metrics[metric]):
                     best = step
@@ -131,6 +137,8 @@ class IndexBook:
         steps: the steps the store holds now (the committed step directories for a reader).
         run: runs a file write on another thread, in submission order (None: on the caller's);
             the write after a commit is then left running while the next save starts.
+        intact: whether the writer still holds the directory's lock: a directory removed (and
+            made again by a write) or locked by another writer since gets no index from here.
     """
 
     def __init__(
@@ -140,8 +148,10 @@ class IndexBook:
         read_only: bool,
         steps: Callable[[], list[int]],
         run: Callable[[Callable[[], None]], Future[None]] | None = None,
+        intact: Callable[[], bool] = lambda: True,
     ) -> None:
         self._directory = directory
+        self._intact = intact
         self._read_only = read_only
         self._steps = steps
         self._run = run
@@ -211,7 +221,7 @@ class IndexBook:
         self.write(wait=False)
 
     def write(self, *, wait: bool = True) -> None:
-        """Persist the index (process 0 of a writer only, once loaded and while the root exists).
+        """Persist the index (process 0 of a writer only, once loaded, while it holds the root).
 
         The text is taken now; ``wait=False`` leaves its file write running when ``run`` is set.
         """
@@ -222,10 +232,10 @@ class IndexBook:
             or not self._directory.is_dir()
         ):
             return
-        directory, text = self._directory, self._index.payload()
+        directory, text, intact = self._directory, self._index.payload(), self._intact
 
         def persist() -> None:
-            if directory.is_dir():  # a store removed meanwhile is not created again
+            if directory.is_dir() and intact():  # a store removed meanwhile gets no index
                 write_atomically(directory / INDEX_FILE, text)
 
         if self._run is None:

@@ -12,7 +12,11 @@ import orbax.checkpoint as ocp
 
 from substrax.support import Closeable
 
-from ._errors import CheckpointStoreClosedError, CheckpointStoreReadOnlyError
+from ._errors import (
+    CheckpointStoreClosedError,
+    CheckpointStoreReadOnlyError,
+    CheckpointStoreSupersededError,
+)
 from ._index import IndexBook
 from ._manager import Layout, empty_deleted, has_deleted, open_manager, step_directories
 from ._multihost import is_primary
@@ -28,6 +32,7 @@ class StoreLifecycle(Closeable):
     _async: bool
     _layout: Layout
     _read_only: bool
+    _superseded: bool  # a newer writer store of this process took the directory over
     _manager_: ocp.CheckpointManager | None
     _preservation: OrbaxPreservation
     _closed: bool
@@ -59,7 +64,7 @@ class StoreLifecycle(Closeable):
                 self._directory,
                 layout=self._layout,
                 async_save=self._async,
-                read_only=self._read_only,
+                read_only=self._read_only or self._superseded,
                 preservation=self._preservation,
             )
         elif self._writer.stale:  # steps the writer wrote (and dropped) itself
@@ -80,7 +85,7 @@ class StoreLifecycle(Closeable):
         steps the writer wrote itself, which orbax's manager has not seen (read from the
         directory until the manager reloads).
         """
-        if self._manager_ is None or self._read_only:
+        if self._manager_ is None or self._read_only or self._superseded:
             return step_directories(self._directory)
         self._writer.settle()
         if not self._writer.stale:
@@ -97,6 +102,12 @@ class StoreLifecycle(Closeable):
     def _check_writable(self, operation: str) -> None:
         if self._read_only:
             raise CheckpointStoreReadOnlyError(directory=self._directory, operation=operation)
+        self._check_current(operation)
+
+    def _check_current(self, operation: str) -> None:
+        """Refuse ``operation`` once a newer writer store of this process took the directory."""
+        if self._superseded:
+            raise CheckpointStoreSupersededError(directory=self._directory, operation=operation)
 
     def _step_dir(self, step: int) -> Path:
         return self._directory / str(step)

@@ -4,7 +4,9 @@ A store opened to write holds ``fcntl.flock`` on ``<directory>/.substrax-writer.
 records itself there (host, pid, since when). The kernel drops the lock when the holding process
 exits, however it exits (``kill -9`` included), so a crashed writer never blocks the next one.
 Within one process, the writing stores of one directory share the lock (a notebook re-running a
-cell opens a second store before the first is collected); the last one to close releases it. In
+cell opens a second store before the first is collected); the last one to close releases it.
+The newest of them is the directory's writer: the store hands over from the earlier one, which
+gives its share back (see ``OrbaxCheckpointStore``). In
 a multi-host job the job's processes together are one writer: process 0 takes the lock and every
 process acts on its outcome.
 """

@@ -117,6 +117,26 @@ def remove_partial_steps(directory: Path) -> None:
     empty_deleted(directory)
 
 
+def remove_remade(directory: Path, step: int) -> None:
+    """Remove what a write of ``step`` made again in ``directory`` after it was removed.
+
+    The step (committed or temporary), the index file and the deleted-steps folder; then the
+    directory itself when nothing else is left in it. Anything else there stays.
+    """
+    try:
+        children = list(directory.iterdir())
+    except OSError:
+        return
+    for child in children:
+        name = child.name
+        if name in (str(step), DELETED) or name.startswith(f"{step}{TMP_MARK}"):
+            shutil.rmtree(child, ignore_errors=True)
+        elif name == INDEX_FILE or (name.startswith(f".{INDEX_FILE}.") and name.endswith(".tmp")):
+            child.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        directory.rmdir()
+
+
 def has_deleted(directory: Path) -> bool:
     """Whether deleted steps wait under ``directory``'s deleted-steps folder for removal."""
     try:

@@ -18,6 +18,8 @@ FORMAT_NAME: Final = "substrax-checkpoint"
 CURRENT_FORMAT_VERSION: Final = 1
 ITEM_NAMES: Final = ("model", "optimizer", "rng", "data_iterator", "extensions")
 LIBRARY_NAMES: Final = ("jax", "flax", "orbax-checkpoint", "optax", "numpy", "substrax-checkpoint")
+NONFINITE_METRICS_KEY: Final = "nonfinite_metrics"
+"""The ``extra`` key under which a save records its non-finite metrics, as text (``"nan"``...)."""
 RESERVED_METADATA_KEYS: Final = frozenset(
     {"format", "format_version", "step", "epoch", "items", "libraries", "producer", "metrics"}
     | {"created_at", "checkpoint_version"}
@@ -95,6 +97,32 @@ class CheckpointMetadata:
                     "(or put str(value) in extra)"
                 ) from None
         check_extra(self.extra)
+
+    @property
+    def nonfinite_metrics(self) -> dict[str, float]:
+        """The metrics saved non-finite (NaN or infinite): recorded aside, never ranked.
+
+        ``metrics`` holds finite numbers only; a save given a NaN or infinite metric records it
+        in ``extra["nonfinite_metrics"]`` as text, returned here as floats.
+
+        Example:
+            >>> from substrax.checkpoint import CheckpointMetadata
+            >>> record = CheckpointMetadata(
+            ...     step=1, items=("model",), extra={"nonfinite_metrics": {"loss": "inf"}}
+            ... )
+            >>> record.nonfinite_metrics
+            {'loss': inf}
+        """
+        recorded = self.extra.get(NONFINITE_METRICS_KEY)
+        if not isinstance(recorded, dict):
+            return {}
+        values: dict[str, float] = {}
+        for name, text in recorded.items():
+            try:
+                values[name] = float(str(text))
+            except ValueError:
+                continue
+        return values
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON object stored on disk."""

@@ -8,6 +8,7 @@ all of them save together.
 import contextlib
 import ctypes
 import itertools
+import logging
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +26,7 @@ from ._protocol import CheckpointStore, PyTree
 type Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 _TIMEOUT_MS: Final = 300_000
+_logger = logging.getLogger(__name__)
 _sessions = itertools.count()
 
 
@@ -56,6 +58,25 @@ def _disposition(sig: signal.Signals) -> ctypes.Array[ctypes.c_char] | None:
 
 def _reinstall(sig: signal.Signals, disposition: ctypes.Array[ctypes.c_char]) -> None:
     ctypes.CDLL(None).sigaction(int(sig), disposition, None)
+
+
+def _numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """``metrics`` as floats (NaN and infinities kept); a value that is no number is left out.
+
+    Example:
+        >>> from substrax.checkpoint._preemption import _numbers
+        >>> _numbers({"loss": float("inf"), "note": "diverged", "acc": 1})
+        {'loss': inf, 'acc': 1.0}
+    """
+    numbers: dict[str, float] = {}
+    for name, value in metrics.items():
+        try:
+            numbers[name] = float(value)
+        except (TypeError, ValueError):
+            _logger.warning(
+                "the preemption save leaves out the metric %r: %r is not a number", name, value
+            )
+    return numbers
 
 
 class _Agreement:
@@ -220,7 +241,9 @@ class PreemptionHandler:
             step: the step just finished.
             items: builds the items to save (called only when saving).
             epoch: the epoch recorded with the save.
-            metrics: the metrics recorded with the save.
+            metrics: the metrics recorded with the save. None of them can fail the save: a NaN
+                or infinite one is recorded aside by the store (never ranked), and one that is
+                not a number is left out with a warning.
 
         Raises:
             SystemExit: after the save, with ``exit_code``.
@@ -237,7 +260,10 @@ class PreemptionHandler:
         self._stopping = True
         latest = self._store.latest_step()
         if latest is None or step > latest:
-            self._store.save(step, items(), epoch=epoch, metrics=metrics, extra={"preempted": True})
+            recorded = _numbers(metrics or {})
+            self._store.save(
+                step, items(), epoch=epoch, metrics=recorded, extra={"preempted": True}
+            )
         self._store.close()
         sys.stdout.flush()
         raise SystemExit(self._exit_code)

@@ -51,7 +51,10 @@ class CheckpointStore(Protocol):
         extra: Mapping[str, JsonValue] | None = None,
         overwrite: bool = False,
     ) -> Path:
-        """Write ``items`` as step ``step``."""
+        """Write ``items`` as step ``step``.
+
+        A NaN or infinite metric must not fail the save: it is recorded aside, never ranked.
+        """
         ...
 
     def restore(

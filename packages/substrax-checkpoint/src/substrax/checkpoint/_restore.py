@@ -1,7 +1,8 @@
 """Reading a step: template checks, dtype checks before any array is read, and placement."""
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
 import jax
 import orbax.checkpoint as ocp
@@ -9,6 +10,7 @@ import orbax.checkpoint as ocp
 from substrax.typing import PyTree
 
 from . import _templates, _trees
+from ._corrupt_reads import metadata_damage, named_damage
 from ._errors import CheckpointCorruptError, CheckpointDtypeMismatchError, DtypeMismatch
 from ._formats import DTYPES_ITEM, StepRecord
 
@@ -28,11 +30,57 @@ def stored_trees(
         metadata = manager.item_metadata(step)
     except CheckpointCorruptError as error:
         raise _in_step(error, step, wrapped=wrapped) from error.__cause__
+    except _DAMAGE_ERRORS as error:
+        raise _damaged(error, manager, step) from error
     trees: dict[str, PyTree] = {}
     for name in record.metadata.items if held is None else held:
         tree = getattr(metadata[name], "tree", metadata[name])
         trees[name] = tree[_trees.WRAPPER] if wrapped else tree
     return trees
+
+
+_DAMAGE_ERRORS: Final = (ValueError, KeyError, TypeError, AttributeError)
+"""What orbax raises reading a damaged metadata file (JSONDecodeError is a ValueError)."""
+_IN_AN_ARRAY: Final = 2  # parts of a path below the step before an array's own files
+_SHOWN: Final = 300  # characters of orbax's message shown in a corrupt error's detail
+
+
+def _damaged(error: Exception, manager: ocp.CheckpointManager, step: int) -> Exception:
+    """``CheckpointCorruptError`` naming the damaged metadata file behind ``error``, else ``error``.
+
+    Orbax reads a step's ``_sharding``, ``_METADATA`` and ``_CHECKPOINT_METADATA`` files itself
+    and raises whatever their damage leads to (``JSONDecodeError``, ``KeyError``,
+    ``AttributeError``, TensorStore's ``ValueError``). The file the error names, or else the
+    first of the step's metadata files that is not the JSON object orbax wrote, is named; an
+    error with no damaged file behind it is returned as it is.
+    """
+    root = Path(str(manager.directory))
+    step_dir = root / str(step)
+    found = named_damage(error)
+    if found is None or not found[0].is_relative_to(step_dir):
+        damaged = metadata_damage(step_dir)
+        if not damaged:
+            return error
+        found = damaged[0]
+    path, damage = found
+    parts = path.relative_to(step_dir).parts
+    item, leaf = (parts[0], "<root>") if len(parts) > 1 else ("<step>", "<root>")
+    if path.name in ("zarr.json", ".zarray") and len(parts) > _IN_AN_ARRAY:
+        leaf = path.parent.name.removeprefix(f"{_trees.WRAPPER}.").replace(".", "/")
+    return CheckpointCorruptError(
+        step=step,
+        item=item,
+        leaf=leaf,
+        directory=root,
+        path=path,
+        detail=f"{damage} ({type(error).__name__}: {_first_words(error)})",
+    )
+
+
+def _first_words(error: Exception) -> str:
+    """The start of ``error``'s message, without the TensorStore spec it may end with."""
+    text = str(error).split(" [tensorstore_spec", 1)[0].strip()
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}..."
 
 
 def _saved_dtypes(record: StepRecord, name: str, stored: PyTree) -> Mapping[str, str]:
@@ -135,6 +183,8 @@ def restore_items(
         restored = manager.restore(step, args=ocp.args.Composite(**args))
     except CheckpointCorruptError as error:
         raise _in_step(error, step, wrapped=wrapped) from error.__cause__
+    except _DAMAGE_ERRORS as error:
+        raise _damaged(error, manager, step) from error
     values = {
         name: _trees.as_saved(
             restored[name][_trees.WRAPPER] if wrapped else restored[name], kinds[name]

@@ -1,6 +1,7 @@
 """Which steps a store keeps: the latest N, the best k by a metric, and every K-th step."""
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -61,7 +62,8 @@ class RetentionPolicy:
     ) -> set[int]:
         """The steps these rules keep among ``steps``, given each step's metrics.
 
-        Every step is kept when ``keep_best`` ranks by a metric none of ``steps`` records.
+        Every step is kept when ``keep_best`` ranks by a metric none of ``steps`` records. A
+        NaN or infinite value never ranks: such a step is kept only by the other rules.
         """
         ordered = sorted(set(steps))
         if not ordered:
@@ -74,7 +76,11 @@ class RetentionPolicy:
             keep.update(step for step in ordered if step % self.keep_every == 0)
         if self.keep_best and self.best_metric is not None:
             name = self.best_metric
-            scored = [(metrics[s][name], s) for s in ordered if name in metrics.get(s, {})]
+            scored = [
+                (value, s)
+                for s in ordered
+                if (value := metrics.get(s, {}).get(name)) is not None and math.isfinite(value)
+            ]
             sign = 1.0 if self.best_mode == Mode.MIN else -1.0
             scored.sort(key=lambda pair: (sign * pair[0], pair[1]))
             keep.update(step for _, step in scored[: self.keep_best])

@@ -9,12 +9,13 @@ machinery. ``Writer.finish`` waits for that write and says whether it committed.
 """
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import jax
 import orbax.checkpoint as ocp
@@ -31,10 +32,17 @@ from ._errors import (
 )
 from ._formats import DTYPES_ITEM, METADATA_ITEM
 from ._index import IndexBook, IndexEntry
-from ._lock import WriterLease
-from ._manager import DELETED, TMP_MARK, save_held
-from ._metadata import CheckpointMetadata, Producer, check_extra, check_item_names, library_versions
-from ._multihost import agree
+from ._lock import LOCK_FILE, WriterLease
+from ._manager import DELETED, TMP_MARK, remove_remade, save_held
+from ._metadata import (
+    NONFINITE_METRICS_KEY,
+    CheckpointMetadata,
+    Producer,
+    check_extra,
+    check_item_names,
+    library_versions,
+)
+from ._multihost import agree, is_primary
 from ._protocol import PyTree
 from ._retention import OrbaxPreservation
 from ._snapshot import HostSnapshot, host_snapshot
@@ -64,19 +72,32 @@ class SaveRequest:
         producer: Producer | None,
         extra: Mapping[str, JsonValue] | None,
     ) -> "SaveRequest":
-        """Validate a save's arguments (ValueError or TypeError naming the bad one)."""
+        """Validate a save's arguments (ValueError or TypeError naming the bad one).
+
+        A NaN or infinite metric is kept out of ``metrics`` (so out of ``best_step`` and
+        ``keep_best``) and recorded as text under ``extra["nonfinite_metrics"]``.
+        """
         check_int("step", step, minimum=0)
         check_item_names(items)
         check_extra(extra or {})
+        if NONFINITE_METRICS_KEY in (extra or {}):
+            raise ValueError(
+                f"extra key {NONFINITE_METRICS_KEY!r} is where the store records non-finite "
+                "metrics; rename it"
+            )
         saved, dtypes = _trees.for_saving(items)  # NumPy scalars as 0-d arrays, and their dtypes
+        finite, nonfinite = split_metrics(metrics or {})
+        recorded: dict[str, JsonValue] = dict(extra or {})
+        if nonfinite:
+            recorded[NONFINITE_METRICS_KEY] = dict(nonfinite)
         record = CheckpointMetadata(
             step=step,
             epoch=epoch,
             items=tuple(saved),
             libraries=library_versions(),
             producer=producer,
-            metrics={name: float(value) for name, value in (metrics or {}).items()},
-            extra=dict(extra or {}),
+            metrics=finite,
+            extra=recorded,
         )
         return cls(step=step, items=saved, dtypes=dtypes, record=record)
 
@@ -92,6 +113,25 @@ class SaveRequest:
         args[METADATA_ITEM] = ocp.args.JsonSave(self.record.to_dict())
         args[DTYPES_ITEM] = ocp.args.JsonSave(self.dtypes)
         return args
+
+
+def split_metrics(metrics: Mapping[str, float]) -> tuple[dict[str, float], dict[str, str]]:
+    """``metrics`` as floats: the finite ones, and the others as text (``"nan"``, ``"inf"``...).
+
+    Example:
+        >>> from substrax.checkpoint._save import split_metrics
+        >>> split_metrics({"loss": float("inf"), "acc": 0.5})
+        ({'acc': 0.5}, {'loss': 'inf'})
+    """
+    finite: dict[str, float] = {}
+    nonfinite: dict[str, str] = {}
+    for name, value in metrics.items():
+        number = float(value)
+        if math.isfinite(number):
+            finite[name] = number
+        else:
+            nonfinite[name] = str(number)
+    return finite, nonfinite
 
 
 def refusal(step: int, steps: list[int], *, overwrite: bool) -> NotWrittenReason | None:
@@ -214,10 +254,14 @@ class Writer:
         """Refuse ``request`` (``CheckpointNotWrittenError``) or start writing it.
 
         ``manager`` opens the store's orbax manager; ``steps`` are the steps held (ascending,
-        no write in flight); with ``overwrite`` an existing step is deleted first.
-        ``preservation`` is the store's retention: for a step the writer writes itself, it
-        decides here which steps the step drops, and the writer drops them once the step
-        commits. ``empty_deleted`` removes what orbax renamed away.
+        no write in flight); with ``overwrite`` an existing step is deleted first, and the
+        index written without it before: a crash once the new step is committed (before the
+        index is written again) leaves no entry of the old step to trust, so the next open
+        reads the new step's own record. ``preservation`` is the store's retention: for a step
+        the writer writes itself, it decides here which steps the step drops, and the writer
+        drops them once the step commits. ``empty_deleted`` removes what orbax renamed away.
+        A write that fails here (orbax or jax refusing a leaf, a donated array) leaves no entry
+        in ``book``.
         """
         step = request.step
         latest = steps[-1] if steps else None
@@ -225,12 +269,33 @@ class Writer:
         if reason is not None:
             raise CheckpointNotWrittenError(step=step, latest_step=latest, reason=reason)
         if step in steps:
+            book.deleted(step)  # persisted before the step's directory is replaced
             manager().delete(step)
             empty_deleted()
             steps = [held for held in steps if held != step]
         if self._candidate is not None and self._candidate[1] == step:
             self._candidate = None  # its files are about to be another write's
         book.saving(step, request.entry())
+        try:
+            self._start(
+                manager, request, steps=steps, async_save=async_save, preservation=preservation
+            )
+        except BaseException:
+            book.evict([step])  # never written: no trace of it in the index
+            raise
+
+    def _start(
+        self,
+        manager: Callable[[], ocp.CheckpointManager],
+        request: SaveRequest,
+        *,
+        steps: list[int],
+        async_save: bool,
+        preservation: OrbaxPreservation,
+    ) -> None:
+        """Start writing ``request`` (``steps``: those held besides it); see :meth:`write`."""
+        step = request.step
+        latest = steps[-1] if steps else None
         items = _trees.globalize_host_local(request.items)  # orbax saves only global arrays
         snapshot = host_snapshot(items) if async_save and jax.process_count() == 1 else None
         if snapshot is not None:
@@ -250,7 +315,6 @@ class Writer:
             return
         composite = ocp.args.Composite(**request.orbax_args(items))
         if agree(str(bool(manager().save(step, args=composite, force=True)))) != "True":
-            book.evict([step])
             raise CheckpointNotWrittenError(
                 step=step, latest_step=latest, reason=NotWrittenReason.REJECTED
             )
@@ -309,6 +373,10 @@ class Writer:
     def _intact(self) -> bool:
         return self._lease is None or self._lease.intact()
 
+    def intact(self) -> bool:
+        """Whether this process's share of the writer lock still holds its directory's lock file."""
+        return self._intact()
+
     def finish(
         self,
         manager: ocp.CheckpointManager,
@@ -321,7 +389,9 @@ class Writer:
         A failed write calls ``forget`` with its step, then raises ``CheckpointWriteError`` (or
         ``CheckpointNotWrittenError`` when orbax refused it on the writer thread). When ``forget``
         fails too (the directory that refused the write refuses the index), that is logged and
-        the write's own error raised.
+        the write's own error raised. When the store's directory was removed during the write
+        (its writer lock with it), the write is ``CheckpointStoreRemovedError`` whatever it
+        ended in, and what it made again there is removed (see :meth:`_removed`).
         """
         step, self.pending = self.pending, None
         control, self._control = self._control, None
@@ -338,12 +408,16 @@ class Writer:
         except Exception as error:
             if step is None:
                 raise
+            if self._lost_lock():
+                self._removed(step, forget, error)
             self._forget(forget, step)
             raise CheckpointWriteError(
                 step=step, directory=self._directory, cause=f"{type(error).__name__}: {error}"
             ) from error
         if step is None:
             return None
+        if self._lost_lock():
+            self._removed(step, forget, None)
         if not accepted:
             self._forget(forget, step)
             raise CheckpointNotWrittenError(
@@ -355,6 +429,31 @@ class Writer:
                 step=step, directory=self._directory, cause="its directory was never committed"
             )
         return step
+
+    def _lost_lock(self) -> bool:
+        """Whether the writer lock was lost (decided by process 0, the same on every process)."""
+        return agree(str(self._intact()), topic="writer-lock") != "True"
+
+    def _removed(
+        self, step: int, forget: Callable[[int], None], error: Exception | None
+    ) -> NoReturn:
+        """Raise the error of a write of ``step`` into a store removed meanwhile, once tidied up.
+
+        Orbax and TensorStore create the folders a write misses, so a store removed during a
+        write comes back holding that step alone, without its writer lock, even when the write
+        itself succeeded. Where no other writer's lock file stands there, process 0 removes
+        what the write made again (and the directory, once empty); a directory another writer
+        locked since is left alone. Raises ``CheckpointWriteError`` whose cause is
+        ``CheckpointStoreRemovedError`` (itself caused by ``error``, what the write raised).
+        """
+        if is_primary() and not (self._directory / LOCK_FILE).exists():
+            remove_remade(self._directory, step)
+        self._forget(forget, step)
+        removed = CheckpointStoreRemovedError(directory=self._directory)
+        removed.__cause__ = error
+        raise CheckpointWriteError(
+            step=step, directory=self._directory, cause=f"CheckpointStoreRemovedError: {removed}"
+        ) from removed
 
     def _forget(self, forget: Callable[[int], None], step: int) -> None:
         """Call ``forget(step)``; its failure is logged, never raised in place of the write's."""

@@ -7,13 +7,21 @@ The store opens the directory and writes: saving, deleting and pruning steps. It
 bookkeeping :mod:`._index` and the orbax plumbing :mod:`._manager`.
 """
 
+import logging
+import os
+import threading
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
 from substrax.typing import JsonValue
 
-from ._errors import BestMetricNotRecordedError, CheckpointNotFoundError
+from ._errors import (
+    BestMetricNotRecordedError,
+    CheckpointNotFoundError,
+    CheckpointNotWrittenError,
+    CheckpointWriteError,
+)
 from ._index import IndexBook
 from ._lock import take_writer_lock
 from ._manager import Layout, empty_deleted, remove_partial_steps
@@ -24,6 +32,20 @@ from ._protocol import PyTree
 from ._reads import StoreReads
 from ._retention import ModeLike, OrbaxPreservation, RetentionPolicy, recorded_metrics
 from ._save import SaveRequest, Writer
+
+
+_logger = logging.getLogger(__name__)
+_writers: dict[Path, "weakref.ref[OrbaxCheckpointStore]"] = {}  # each directory's newest writer
+_writers_guard = threading.Lock()
+os.register_at_fork(after_in_child=_writers.clear)  # a child writes nothing of its parent's
+
+
+def _forget_writer(store: "OrbaxCheckpointStore") -> None:
+    """``store`` closed: it is no longer its directory's writer."""
+    with _writers_guard:
+        current = _writers.get(store.directory)
+        if current is not None and current() in (store, None):
+            del _writers[store.directory]
 
 
 class OrbaxCheckpointStore(StoreReads):
@@ -42,8 +64,13 @@ class OrbaxCheckpointStore(StoreReads):
     One writer, many readers: a store opened without ``read_only`` takes the directory's writer
     lock (``.substrax-writer.lock``, an OS lock the kernel frees when the process dies, even by
     ``kill -9``). A second writer is refused at open with ``CheckpointLockedError`` naming the
-    holder (host, pid, since when): it never waits and never costs the writer a save. Stores of
-    one process share the lock; in a multi-host job the job's processes together are the writer.
+    holder (host, pid, since when): it never waits and never costs the writer a save. Within one
+    process the newest writer store of a directory is its writer (a notebook cell run again
+    opens a second store while the first is still open): opening it finishes the earlier
+    store's pending write, and the earlier store then refuses ``save``, ``delete`` and ``prune``
+    with ``CheckpointStoreSupersededError`` while its reads follow the directory as a reader's,
+    so two stores never apply two retention decisions to one directory. In a multi-host job the
+    job's processes together are the writer.
     Only the lock's new holder removes the leftovers of an interrupted save, when it opens.
     ``read_only=True`` opens take no lock and never write, delete or rename anything; an
     evaluator follows a live run with ``wait_for_step``.
@@ -114,6 +141,7 @@ class OrbaxCheckpointStore(StoreReads):
             ocdbt=use_ocdbt, zarr3=use_zarr3, compression=use_compression, checksums=use_checksums
         )
         self._read_only = read_only
+        self._superseded = False
         self._manager_ = None
         self._closed = False
         if read_only:
@@ -126,11 +154,70 @@ class OrbaxCheckpointStore(StoreReads):
         )
         self._release = weakref.finalize(self, self._writer.release)
         self._book = IndexBook(
-            self._directory, read_only=read_only, steps=self._held_steps, run=self._writer.chore
+            self._directory,
+            read_only=read_only,
+            steps=self._held_steps,
+            run=self._writer.chore,
+            intact=self._writer.intact,
         )
         self._preservation = OrbaxPreservation(
             self._retention, self._book.metrics, self._book.evict
         )
+        if not read_only:
+            self._take_over()
+
+    # -- one writer store per directory and process ------------------------------------------
+
+    def _take_over(self) -> None:
+        """Become the directory's writer in this process; the earlier writer store hands over."""
+        with _writers_guard:
+            earlier = _writers.get(self._directory)
+            _writers[self._directory] = weakref.ref(self)
+        previous = earlier() if earlier is not None else None
+        if previous is not None and previous is not self:
+            previous._hand_over()
+
+    def _hand_over(self) -> None:
+        """A newer writer store of this process opened the directory: finish, then only read.
+
+        The pending write is finished (its error logged: the newer store lists what it left),
+        the index written, the orbax manager closed and this store's share of the writer lock
+        given back; from then on writes raise ``CheckpointStoreSupersededError`` and reads follow
+        the directory as a ``read_only`` store's. A store whose directory was removed under it
+        keeps failing its saves with ``CheckpointStoreRemovedError`` instead.
+        """
+        if self._closed or self._superseded or not self._writer.intact():
+            return
+        try:
+            self.wait()
+        except Exception:
+            _logger.warning(
+                "a newer OrbaxCheckpointStore of this process opened %s; the pending write of "
+                "the store it takes over from failed",
+                self._directory,
+                exc_info=True,
+            )
+        self._superseded = True
+        manager, self._manager_ = self._manager_, None
+        if manager is not None:
+            manager.close()
+        self._writer.stale = False
+        self._book = IndexBook(self._directory, read_only=True, steps=self._held_steps)
+        self._release()  # the writer thread and this store's share of the lock
+
+    def close(self) -> None:
+        """Finish the pending write (raising its error, if any) and release orbax's resources.
+
+        Example:
+            >>> import tempfile
+            >>> from substrax.checkpoint import OrbaxCheckpointStore
+            >>> with tempfile.TemporaryDirectory() as directory:
+            ...     OrbaxCheckpointStore(directory).close()
+        """
+        try:
+            super().close()
+        finally:
+            _forget_writer(self)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -148,7 +235,12 @@ class OrbaxCheckpointStore(StoreReads):
         """Write ``items`` as step ``step`` and return the step's directory.
 
         Refused with ``CheckpointNotWrittenError`` when the step exists (unless ``overwrite``),
-        when it is below the latest step, or when orbax rejects it. When the directory was
+        when it is below the latest step, or when orbax rejects it. When the previous
+        (background) write failed, its ``CheckpointWriteError`` is raised here and this step is
+        not written either: the error's ``unwritten`` names both steps. A NaN or infinite metric
+        is recorded aside (``CheckpointMetadata.nonfinite_metrics``), never ranked by
+        ``best_step`` or ``keep_best``; two leaves that orbax would store under one name are
+        refused with ``CheckpointLeafNameCollisionError``. When the directory was
         removed (or its writer lock file replaced) since the store opened, the writer lock went
         with it: the save raises ``CheckpointStoreRemovedError`` and creates nothing. With several
         processes the refusal is decided by process 0 and raised on every process, and a host-local
@@ -171,7 +263,22 @@ class OrbaxCheckpointStore(StoreReads):
             step, items, epoch=epoch, metrics=metrics, producer=producer, extra=extra
         )
         self._check_open()
-        self._finish_write()  # the index write it leaves running is ordered before the next
+        try:
+            self._finish_write()  # the index write it leaves running is ordered before the next
+        except CheckpointWriteError as error:  # the write before failed: this one is not made
+            raise CheckpointWriteError(
+                step=error.step,
+                directory=error.directory,
+                cause=error.cause,
+                unwritten=(*error.unwritten, step),
+            ) from error.__cause__
+        except CheckpointNotWrittenError as error:
+            raise CheckpointNotWrittenError(
+                step=error.step,
+                latest_step=error.latest_step,
+                reason=error.reason,
+                unwritten=(*error.unwritten, step),
+            ) from error.__cause__
         self._writer.write(
             self._writable_manager,
             request,
@@ -226,6 +333,7 @@ class OrbaxCheckpointStore(StoreReads):
             ...     store.prune()
             []
         """
+        self._check_current("prune")
         self.wait()
         steps = self.list_steps()
         metrics = self._book.metrics()

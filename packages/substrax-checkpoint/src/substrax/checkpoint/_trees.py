@@ -9,6 +9,7 @@ import orbax.checkpoint as ocp
 
 from substrax.typing import PyTree
 
+from ._errors import CheckpointLeafNameCollisionError
 from ._formats import HOST_LEAVES
 
 
@@ -72,6 +73,44 @@ def leaf_dtype(leaf: object) -> str | None:
     return np.dtype(dtype).name
 
 
+def stored_name(path: tuple[object, ...]) -> str:
+    """The name orbax stores a leaf under in its item: its keys joined with ``.``.
+
+    Example:
+        >>> import jax
+        >>> from substrax.checkpoint._trees import stored_name
+        >>> stored_name((jax.tree_util.DictKey("x"), jax.tree_util.SequenceKey(0)))
+        'x.0'
+    """
+    return ".".join(key_name(entry) for entry in path)
+
+
+def check_stored_names(item: str, paths: list[tuple[object, ...]]) -> None:
+    """Refuse two leaves of ``item`` that orbax would store under one name.
+
+    Orbax writes each leaf under its keys joined with ``.``; two leaves of one name overwrite
+    each other on disk, and one restores in place of the other. Raises
+    ``CheckpointLeafNameCollisionError`` naming both leaves' paths.
+
+    Example:
+        >>> import jax
+        >>> from substrax.checkpoint._trees import check_stored_names
+        >>> pairs, _ = jax.tree_util.tree_flatten_with_path({"a.b": 1, "a": {"b": 2}})
+        >>> check_stored_names("model", [path for path, _ in pairs])
+        Traceback (most recent call last):
+        ...
+        substrax.checkpoint.CheckpointLeafNameCollisionError: item 'model' has two leaves, 'a/b' and 'a.b', ...
+    """
+    seen: dict[str, tuple[object, ...]] = {}
+    for path in paths:
+        name = stored_name(path)
+        first = seen.setdefault(name, path)
+        if first is not path:
+            raise CheckpointLeafNameCollisionError(
+                item=item, paths=(leaf_path(first), leaf_path(path)), stored_name=name
+            )
+
+
 def dtype_record(items: Mapping[str, PyTree]) -> dict[str, dict[str, str]]:
     """``{item: {leaf_path: dtype}}`` for every leaf that has a dtype.
 
@@ -130,7 +169,8 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
     whatever jax's x64 setting. A record without that key (written before it existed) restores
     them as ``jax.Array`` as it did then. A Python int that no 64-bit integer holds, and an
     empty (zero-size) array, are refused here, naming their item and leaf, rather than failing
-    inside orbax's (background) write.
+    inside orbax's (background) write; so are two leaves that orbax would store under one name
+    (``CheckpointLeafNameCollisionError``, see :func:`check_stored_names`).
 
     Example:
         >>> import numpy as np
@@ -154,6 +194,7 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
     host: dict[str, dict[str, HostKind]] = {}
     for name, tree in items.items():
         pairs, treedef = jax.tree_util.tree_flatten_with_path(tree)
+        check_stored_names(name, [key_path for key_path, _ in pairs])
         leaves: list[object] = []
         dtypes[name] = {}
         kinds: dict[str, HostKind] = {}

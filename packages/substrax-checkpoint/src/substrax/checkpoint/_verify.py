@@ -3,8 +3,10 @@
 ``python -m substrax.checkpoint verify`` reports what this finds, one entry per failure.
 """
 
+from pathlib import Path
 from typing import Any
 
+from ._corrupt_reads import metadata_damage
 from ._errors import CheckpointCorruptError, CheckpointNotFoundError
 from ._formats import read_step
 from ._store import OrbaxCheckpointStore
@@ -45,9 +47,34 @@ def _dtype_failures(store: OrbaxCheckpointStore, step: int) -> list[dict[str, An
     return failures
 
 
+def _metadata_failures(
+    store: OrbaxCheckpointStore, step: int, reported: set[Path]
+) -> list[dict[str, Any]]:
+    """The step's damaged metadata files that no failed read reported.
+
+    Orbax reads ``array_metadatas`` only when it writes a step, and reads past a
+    ``_CHECKPOINT_METADATA`` that is not JSON: a restore never fails on them.
+    """
+    step_dir = store.directory / str(step)
+    failures: list[dict[str, Any]] = []
+    for path, damage in metadata_damage(step_dir):
+        if path in reported:
+            continue
+        parts = path.relative_to(step_dir).parts
+        failures.append(
+            {
+                "item": parts[0] if len(parts) > 1 else None,
+                "leaf": "<root>",
+                "error": f"{path} is damaged: {damage}; restore an earlier step",
+            }
+        )
+    return failures
+
+
 def verify_step(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]] | None:
     """Read every item of ``step`` back (checksums checked); one entry per item that failed.
 
+    A damaged metadata file that no read needs (orbax's ``array_metadatas``) fails it too.
     None when the step was deleted while it was verified (a live writer's retention).
     """
     try:
@@ -57,6 +84,7 @@ def verify_step(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]] 
     except Exception as error:
         return [_failure(None, None, error)]
     failures: list[dict[str, Any]] = []
+    reported: set[Path] = set()
     try:
         for item in items:
             try:
@@ -65,9 +93,11 @@ def verify_step(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]] 
                 raise
             except CheckpointCorruptError as error:
                 failures.append(_failure(error.item, error.leaf, error))
+                reported.add(error.path)
             except Exception as error:
                 failures.append(_failure(item, None, error))
         failures += _dtype_failures(store, step)
+        failures += _metadata_failures(store, step, reported)
     except CheckpointNotFoundError:
         return None
     except Exception as error:
