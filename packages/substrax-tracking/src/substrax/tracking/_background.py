@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ._errors import SpoolNotFoundError
-from ._records import Record, Scalar, as_record
+from ._records import Record, Scalar, as_record, prefetch_scalars
 from ._replay import ReplayResult, run_replay, target_key
 from ._spool import Sink, SpoolFile
 
@@ -106,6 +106,7 @@ class AsyncDelivery:
         self.refused = 0
         self.failures = 0
         self._counts = threading.Lock()
+        self._warned_unreadable: set[str] = set()  # metrics whose jax value could not be read
         self._spill: list[Record] = []
         self._spill_lock = threading.Lock()
         self._spill_since = 0.0
@@ -256,7 +257,7 @@ class AsyncDelivery:
         """Write ``records`` to the spool (with an ``error``: to ``<spool>.refused``); count them."""
         for record in records:
             try:
-                record.materialize(self.media_dir)
+                record.materialize(self.media_dir, label=self.label, warned=self._warned_unreadable)
             except Exception as failure:
                 record.payload = {"unserializable": repr(failure)}
                 record.materialized = True
@@ -363,9 +364,14 @@ class AsyncDelivery:
             if self._abandoned:
                 return False
             kept: list[Record] = []
+            prefetch_scalars(self._pending)
             for record in self._pending:
                 try:
-                    kept.append(record.materialize(self.media_dir))
+                    kept.append(
+                        record.materialize(
+                            self.media_dir, label=self.label, warned=self._warned_unreadable
+                        )
+                    )
                 except Exception as error:
                     _logger.warning(
                         "%s: a %s record at step %s cannot be sent (%s); it is kept in %s",

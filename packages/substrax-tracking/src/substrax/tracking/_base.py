@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import abc
+import atexit
 import logging
 import math
 import numbers
+import os
 import re
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from substrax.support import Closeable
@@ -30,13 +33,25 @@ __all__ = [
     "Logger",
     "as_scalar",
     "check_metric_name",
+    "drain_at_exit",
     "histogram_summary",
+    "is_device_array",
+    "prefetch",
     "python_logger_name",
+    "read_scalar",
     "safe_name",
+    "unread_scalar",
+    "value_ready",
 ]
+
+_logger = logging.getLogger(__name__)
 
 _GRAY, _COLOR = 2, 3
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+# Each type of value logged: whether it is a jax array (told apart without importing jax).
+_DEVICE_TYPES: dict[type, bool] = {}
+# Each dtype of a jax scalar logged: whether it is read as a float (a bool, integer or real dtype).
+_REAL_DTYPES: dict[Any, bool] = {}
 
 
 def check_metric_name(name: object, value: object) -> None:
@@ -117,6 +132,168 @@ def as_scalar(name: str, value: Any) -> float:
     )
 
 
+def is_device_array(value: Any) -> bool:
+    """Whether ``value`` is a jax array (its computation may still run), without importing jax.
+
+    Told by its type's module (``jax``/``jaxlib``) and its ``block_until_ready`` method, once per
+    type: a jax array or key array is one; a tracer, a numpy array or a Python number is not.
+
+    Example:
+        >>> import numpy as np
+        >>> from substrax.tracking._base import is_device_array
+        >>> is_device_array(0.5), is_device_array(np.float32(0.5))
+        (False, False)
+    """
+    kind = type(value)
+    known = _DEVICE_TYPES.get(kind)
+    if known is None:
+        module = str(getattr(kind, "__module__", "") or "")
+        known = _DEVICE_TYPES[kind] = module.partition(".")[0] in {"jax", "jaxlib"} and callable(
+            getattr(kind, "block_until_ready", None)
+        )
+    return known
+
+
+def _real_dtype(dtype: Any) -> bool:
+    """Whether a jax scalar of ``dtype`` reads as a float: bool, integer or real (bfloat16 too)."""
+    known = _REAL_DTYPES.get(dtype)
+    if known is None:
+        import jax.numpy as jnp  # noqa: PLC0415  (imported already: a jax array was logged)
+
+        known = _REAL_DTYPES[dtype] = any(
+            bool(jnp.issubdtype(dtype, kind)) for kind in (jnp.floating, jnp.integer, jnp.bool_)
+        )
+    return known
+
+
+def unread_scalar(name: str, value: Any) -> Any:
+    """``value`` as :func:`as_scalar` makes it, except a jax scalar, which is checked but not read.
+
+    A jax array's value is read only once its computation has finished: reading it here would
+    wait for the step that computes it, and stall jax's asynchronous dispatch. A 0-d jax array of
+    a bool, integer or real dtype, on devices of this process and not deleted, is returned
+    unread (checked by its dtype and shape, which need no wait); its reader reads it later with
+    :func:`read_scalar`. Anything else goes through :func:`as_scalar`, with its errors (a jax
+    array of several values raises the same :class:`LoggedTypeError` as a numpy one).
+
+    Raises:
+        LoggedTypeError: ``value`` is not a number (see :func:`as_scalar`).
+        MetricOverflowError: ``value`` is too large for a float.
+
+    Example:
+        >>> from substrax.tracking._base import unread_scalar
+        >>> unread_scalar("loss", 3)
+        3.0
+    """
+    if is_device_array(value):
+        try:
+            unread = (
+                not value.shape
+                and _real_dtype(value.dtype)
+                and value.is_fully_addressable
+                and not value.is_deleted()
+            )
+        except Exception:  # an array jax cannot describe: as_scalar says what is wrong with it
+            unread = False
+        if unread:
+            return value
+    return as_scalar(name, value)
+
+
+def value_ready(value: Any) -> bool:
+    """Whether a value :func:`unread_scalar` returned can be read without waiting (never blocks).
+
+    A float is; a jax array is once its computation has finished. A deleted one counts as
+    ready: reading it fails at once (:func:`read_scalar` skips it).
+    """
+    if type(value) is float:
+        return True
+    try:
+        return bool(value.is_ready())
+    except Exception:  # deleted (a donated buffer): reading it fails without waiting
+        return True
+
+
+def prefetch(values: Iterable[Any]) -> None:
+    """Start copying jax ``values`` to the host, all at once, before they are read one by one.
+
+    On an accelerator each read of a computed value is a device-to-host copy: started together,
+    the copies overlap rather than each waiting for the one before. Never blocks.
+    """
+    for value in values:
+        try:
+            value.copy_to_host_async()
+        except Exception:  # noqa: S112  (deleted: its read fails and says so)
+            continue
+
+
+def read_scalar(
+    label: str, name: str, value: Any, step: int | None, warned: set[str]
+) -> float | None:
+    """The float of a value :func:`unread_scalar` returned, waiting for its computation if need be.
+
+    A jax array that cannot be read any more (deleted, as a buffer donated to a later step is) is
+    skipped: None, with a warning naming the metric and step, once per metric name in
+    ``warned`` (the logger's set; later ones are logged at DEBUG).
+    """
+    if type(value) is float:
+        return value
+    try:
+        return float(value)
+    except Exception as error:
+        if name in warned:
+            _logger.debug("%s: %r at step %s could not be read: %s", label, name, step, error)
+        else:
+            warned.add(name)
+            _logger.warning(
+                "%s: the value of %r logged at step %s could not be read (%s: %s), so it is "
+                "skipped; log arrays the step does not donate (a buffer donated to the next step "
+                "is deleted before the logger reads it). Later values of %r that cannot be read "
+                "are skipped without this warning",
+                label,
+                name,
+                step,
+                type(error).__name__,
+                error,
+                name,
+            )
+        return None
+
+
+# Loggers holding jax values not read yet: at exit, each one's flush() writes them.
+_HOLDING: weakref.WeakSet[Logger] = weakref.WeakSet()
+
+
+def _drain_holding() -> None:
+    """At exit, write what open loggers hold unread (a SystemExit raised at SIGTERM included)."""
+    for logger in list(_HOLDING):
+        if not logger.closed:
+            try:
+                logger.flush()
+            except Exception as error:
+                _logger.warning("%r could not write what it held at exit: %s", logger, error)
+    _HOLDING.clear()
+
+
+def drain_at_exit(logger: Logger) -> None:
+    """Have :meth:`Logger.flush` of ``logger`` run at interpreter exit if it is still open then.
+
+    A logger that holds jax values unread writes them at its ``flush`` (waiting for them).
+
+    Called when a logger first holds a jax value unread. The hook is registered again each time
+    (atexit runs the last registered first), so that it runs before jax's own exit hooks, which
+    jax registered when it was imported, before any jax value existed.
+    """
+    if logger not in _HOLDING:
+        _HOLDING.add(logger)
+        atexit.unregister(_drain_holding)
+        atexit.register(_drain_holding)
+
+
+# A forked child does not write its parent's held values at its own exit (the parent does).
+os.register_at_fork(after_in_child=_HOLDING.clear)
+
+
 class Logger(Closeable):
     """The logging surface shared by every backend.
 
@@ -163,6 +340,12 @@ class Logger(Closeable):
     # --- the public surface -------------------------------------------------------------
     def log_scalar(self, name: str, value: Any, step: int | None = None) -> None:
         """Log one scalar ``value`` under ``name`` at ``step``.
+
+        ``value`` is a Python or numpy number, a one-element array, or a jax array: a 0-d jax
+        array is not read here (reading it waits for the step that computes it); each backend
+        reads it once it is computed, and :meth:`flush` and :meth:`close` wait for it. It must
+        not be a buffer donated to a later step, which deletes it (it is then skipped, with a
+        warning).
 
         Raises:
             LoggerClosedError: the logger is closed.

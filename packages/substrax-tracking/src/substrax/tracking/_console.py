@@ -9,12 +9,20 @@ import logging
 import sys
 import threading
 import weakref
+from collections import deque
 from collections.abc import Mapping
 from typing import Any, TextIO
 
 from substrax.support import optional
 
-from ._base import Logger, as_scalar, histogram_summary
+from ._base import (
+    Logger,
+    drain_at_exit,
+    histogram_summary,
+    read_scalar,
+    unread_scalar,
+    value_ready,
+)
 
 
 __all__ = ["ConsoleLogger"]
@@ -141,6 +149,11 @@ class ConsoleLogger(Logger):
     or one of its parents below the root (``substrax``, ``substrax.tracking``, ...), has a
     level set by someone else, it is set to ``level``.
 
+    A jax array logged as a scalar is not read by the call, which would wait for the step that
+    computes it: its line (and the lines logged after it) is printed by a later call once the
+    value is computed, usually one step later, and at the latest by :meth:`flush` or
+    :meth:`close`, which wait for it. Messages (:meth:`info` & co.) are printed at once.
+
     Args:
         name: the name printed at the start of each line.
         stream: where to print; default: ``sys.stdout`` at each call (see above).
@@ -185,6 +198,10 @@ class ConsoleLogger(Logger):
             if console is not None:
                 rich = console.Console(file=stream, highlight=False)
         self._handler: _ConsoleHandler | None = None
+        # Lines held behind a jax value not read yet, in order: (step, [(name, value)], "", "")
+        # for scalars, (None, None, body, style) for a line already formatted.
+        self._held: deque[tuple[int | None, list[tuple[str, Any]] | None, str, str]] = deque()
+        self._warned_unreadable: set[str] = set()
         if self.active:
             self._handler = _ConsoleHandler(self, level, stream, rich)
             _set_level(self.python_logger, level)
@@ -196,6 +213,38 @@ class ConsoleLogger(Logger):
     def _emit(self, body: str, style: str = "") -> None:
         self.python_logger.info(body, extra={_OWNER: id(self), _STYLE: style})
 
+    def _line(self, body: str, style: str = "") -> None:
+        """Print a line now, or after the lines held behind a jax value not read yet."""
+        if self._held:
+            self._held.append((None, None, body, style))
+            self._print_held(wait=False)
+        else:
+            self._emit(body, style)
+
+    def _print_held(self, *, wait: bool) -> None:
+        """Print the held lines in order; without ``wait``, up to a jax value still computed."""
+        held = self._held
+        while held:
+            step, items, body, style = held[0]
+            if items is not None:
+                if not wait and not all(value_ready(value) for _, value in items):
+                    return
+                parts: list[str] = []
+                for key, value in items:
+                    number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
+                    if number is not None:
+                        parts.append(f"{key} {_fmt(number)}")
+                body = self._step(step) + " | ".join(parts) if parts else ""
+            held.popleft()
+            if body:
+                self._emit(body, style)
+
+    def close(self) -> None:
+        """Print the lines held behind jax values (waiting for them), then stop printing."""
+        if not self.closed and self._held:  # while open: its handler prints only then
+            self._print_held(wait=True)
+        super().close()
+
     def _close(self) -> None:
         if self._handler is not None:
             self.python_logger.removeHandler(self._handler)
@@ -205,27 +254,44 @@ class ConsoleLogger(Logger):
         return f"step {step:>7} | " if step is not None else ""
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
-        parts = " | ".join(f"{key} {_fmt(as_scalar(key, value))}" for key, value in metrics.items())
-        self._emit(self._step(step) + parts)
+        if not self._held:  # numbers only, nothing held: the line is printed now
+            parts: list[str] = []
+            for key, value in metrics.items():
+                number = value if type(value) is float else unread_scalar(key, value)
+                if type(number) is not float:  # a jax array: the line is held
+                    break
+                parts.append(f"{key} {_fmt(number)}")
+            else:
+                self._emit(self._step(step) + " | ".join(parts))
+                return
+            drain_at_exit(self)
+        items = [
+            (key, value if type(value) is float else unread_scalar(key, value))
+            for key, value in metrics.items()
+        ]
+        self._held.append((step, items, "", ""))
+        self._print_held(wait=False)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
-        self._emit("hyperparams " + json.dumps(dict(params), default=str, sort_keys=True), "bold")
+        self._line("hyperparams " + json.dumps(dict(params), default=str, sort_keys=True), "bold")
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
-        self._emit(f"{self._step(step)}{name}: {text}")
+        self._line(f"{self._step(step)}{name}: {text}")
 
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
         shapes = ", ".join(str(tuple(image.shape)) for image in images)
-        self._emit(f"{self._step(step)}{name}: image {shapes}")
+        self._line(f"{self._step(step)}{name}: image {shapes}")
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         s = histogram_summary(values)
-        self._emit(
+        self._line(
             f"{self._step(step)}{name}: histogram n={s['count']} min={s['min']:.4g} "
             f"max={s['max']:.4g} mean={s['mean']:.4g} std={s['std']:.4g}"
         )
 
     def flush(self) -> None:
-        """Flush the stream."""
+        """Print the lines held behind jax values (waiting for them), then flush the stream."""
+        if self._held and not self.closed:
+            self._print_held(wait=True)
         stream = self._stream if self._stream is not None else sys.stdout
         stream.flush()

@@ -18,7 +18,17 @@ from typing import Any, BinaryIO, TextIO, cast
 
 from substrax.support import check_int, check_seconds, install_hint, optional, write_atomically
 
-from ._base import Logger, as_scalar, check_metric_name, histogram_summary, safe_name
+from ._base import (
+    Logger,
+    check_metric_name,
+    drain_at_exit,
+    histogram_summary,
+    prefetch,
+    read_scalar,
+    safe_name,
+    unread_scalar,
+    value_ready,
+)
 from ._errors import FileLogBusyError
 from ._media import save_image
 
@@ -248,6 +258,12 @@ class FileLogger(Logger):
     (a ``name`` or ``log_dir`` other than the first attempt's?). Without ``resume_step``, a last
     line cut short is dropped too, so that the next record starts a line of its own.
 
+    A jax array logged as a scalar is not read by the call, which would wait for the step that
+    computes it: the lines are written at the flush (every ``flush_every`` seconds, during a
+    logging call), which reads the values computed by then, in order, up to the first one still
+    being computed; that one and the records after it wait for the next flush. :meth:`flush`,
+    :meth:`close` and the interpreter's exit, with the logger still open, wait for them all.
+
     One logger at a time holds a file log: while it is open it holds an exclusive ``flock`` on
     ``<name>.log.lock`` (removed at :meth:`close`), and a second :class:`FileLogger` of the same
     ``name`` and ``log_dir``, in any process, raises :class:`FileLogBusyError` instead of
@@ -317,8 +333,11 @@ class FileLogger(Logger):
         self._last_flush = time.time()
         self._names: dict[str, tuple[str, str]] = {}
         # (time, step, encoded name, value) of each scalar logged since the last flush: the
-        # lines are formatted at the flush, all at once, off the step-to-step critical path
-        self._pending: list[tuple[float, int | None, tuple[str, str], float]] = []
+        # lines are formatted at the flush, all at once, off the step-to-step critical path. A
+        # value is a float, or a jax array read at a flush once its computation has finished.
+        self._pending: list[tuple[float, int | None, tuple[str, str], Any]] = []
+        self._unread = 0  # how many values of _pending are jax arrays not read yet
+        self._warned_unreadable: set[str] = set()
         self._warned_plots = False
         self._held: BinaryIO | None = None
         if self.active:
@@ -398,21 +417,66 @@ class FileLogger(Logger):
 
         Right after a training step the interpreter runs several times slower than idle (the
         step left the caches cold and XLA's threads on the cores), so the two lines are formatted
-        at the flush, with every other record since the last one, rather than here.
+        at the flush, with every other record since the last one, rather than here. A jax array
+        is kept unread: the flush reads it once its computation has finished.
         """
-        number = value if type(value) is float else as_scalar(key, value)
+        if type(value) is not float:
+            value = unread_scalar(key, value)
+            if type(value) is not float:  # a jax array, read at a flush
+                if not self._unread:
+                    drain_at_exit(self)
+                self._unread += 1
         if step is not None and type(step) is not int:
             step = operator.index(step)  # np.int64, a jax integer: written as a plain integer
         encoded = self._names.get(key) or self._encoded(key, value)
-        self._pending.append((now, step, encoded, number))
+        self._pending.append((now, step, encoded, value))
         if now - self._last_flush >= self.flush_every:
-            self.flush()
+            self._flush(wait=False)
 
-    def _write_pending(self) -> None:
+    def _read_pending(self, wait: bool) -> list[tuple[float, int | None, tuple[str, str], Any]]:
+        """Take the pending scalars whose values can be written, in order, reading jax arrays.
+
+        Without ``wait``, up to the first jax array whose computation still runs (that one and
+        the scalars after it wait for a later flush), so that the training thread never waits
+        for a step; with it, all of them. A value that cannot be read (its buffer deleted) is
+        skipped with a warning.
+        """
+        pending = self._pending
+        if not self._unread:
+            self._pending = []
+            return pending
+        end = len(pending)
+        if not wait:
+            end = next(
+                (
+                    index
+                    for index, entry in enumerate(pending)
+                    if type(entry[3]) is not float and not value_ready(entry[3])
+                ),
+                end,
+            )
+        taken, self._pending = pending[:end], pending[end:]
+        self._unread = sum(type(entry[3]) is not float for entry in self._pending)
+        prefetch(entry[3] for entry in taken if type(entry[3]) is not float)
+        ready: list[tuple[float, int | None, tuple[str, str], Any]] = []
+        for entry in taken:
+            now, step, encoded, value = entry
+            if type(value) is float:
+                ready.append(entry)
+                continue
+            name = json.loads(encoded[0])
+            number = read_scalar(repr(self), name, value, step, self._warned_unreadable)
+            if number is not None:
+                ready.append((now, step, encoded, number))
+        return ready
+
+    def _write_pending(self, wait: bool = True) -> None:
         """Write the lines of the scalars logged since the last flush to the metric files."""
-        pending, self._pending = self._pending, []
         jsonl, rows = self._jsonl, self._csv
-        if not pending or jsonl is None or rows is None:
+        if jsonl is None or rows is None:
+            return
+        pending = self._read_pending(wait)
+        if not pending:
             return
         json_lines: list[str] = []
         csv_lines: list[str] = []
@@ -491,10 +555,14 @@ class FileLogger(Logger):
         figure.savefig(self._media_path("histograms", name, step, 0, ".png"), dpi=80)
 
     def flush(self) -> None:
-        """Write the buffered metric lines to disk."""
+        """Write the buffered metric lines to disk, waiting for jax values still computed."""
+        self._flush(wait=True)
+
+    def _flush(self, *, wait: bool) -> None:
+        """Write the buffered lines; without ``wait``, only up to a jax value still computed."""
         self._last_flush = time.time()
         if self._jsonl is not None and not self._jsonl.closed:
-            self._write_pending()
+            self._write_pending(wait)
             self._jsonl.flush()
         if self._csv is not None and not self._csv.closed:
             self._csv.flush()

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from ._base import as_scalar, histogram_summary, safe_name
+from ._base import (
+    as_scalar,
+    histogram_summary,
+    is_device_array,
+    prefetch,
+    read_scalar,
+    safe_name,
+)
 from ._errors import NotARecordError
 from ._file import json_ready
 from ._media import save_image
 
 
-__all__ = ["Record", "RecordKind", "Scalar", "as_record"]
+__all__ = ["Record", "RecordKind", "Scalar", "as_record", "prefetch_scalars"]
+
+# The metrics warned about as unreadable, for a record materialized without a set of its own.
+_WARNED: set[str] = set()
 
 type RecordKind = Literal["scalars", "hyperparams", "text", "image", "histogram", "artifact"]
 
@@ -23,6 +34,21 @@ type Scalar = tuple[str, Any, int, float]
 The per-step call puts this tuple on the delivery's queue, and the worker makes the
 :class:`Record` (see :func:`as_record`): one object fewer made on the training thread.
 """
+
+
+def prefetch_scalars(records: Iterable[Record]) -> None:
+    """Start copying the jax values of ``records`` not materialized yet to the host, all at once.
+
+    Their reads by :meth:`Record.materialize` then overlap on an accelerator (see
+    :func:`prefetch`). Never blocks.
+    """
+    prefetch(
+        value
+        for record in records
+        if record.kind == "scalars" and not record.materialized
+        for value in record.payload["values"].values()
+        if is_device_array(value)
+    )
 
 
 def as_record(item: Record | Scalar) -> Record:
@@ -60,13 +86,32 @@ class Record:
     payload: dict[str, Any]
     materialized: bool = False
 
-    def materialize(self, media_dir: Path) -> Record:
-        """Turn the payload into JSON data (floats, histogram counts, image files under ``media_dir``)."""
+    def materialize(
+        self, media_dir: Path, *, label: str = "substrax.tracking", warned: set[str] | None = None
+    ) -> Record:
+        """Turn the payload into JSON data (floats, histogram counts, image files under ``media_dir``).
+
+        A jax array is read here (on the delivery thread), waiting for its computation if it
+        still runs. One that cannot be read (its buffer deleted: donated to a later step) is
+        left out of the record, with a warning naming ``label``, the metric and the step, once
+        per metric name in ``warned``.
+        """
         if self.materialized:
             return self
         payload = self.payload
         if self.kind == "scalars":
-            payload = {"values": {k: as_scalar(k, v) for k, v in payload["values"].items()}}
+            values: dict[str, float] = {}
+            for key, value in payload["values"].items():
+                if is_device_array(value):
+                    number = read_scalar(
+                        label, key, value, self.step, _WARNED if warned is None else warned
+                    )
+                    if number is None:
+                        continue
+                    values[key] = number
+                else:
+                    values[key] = as_scalar(key, value)
+            payload = {"values": values}
         elif self.kind == "hyperparams":
             payload = {"params": json_ready(payload["params"])}
         elif self.kind == "histogram":

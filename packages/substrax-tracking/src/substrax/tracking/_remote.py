@@ -17,7 +17,7 @@ from typing import Any
 from substrax.support import check_int, check_seconds
 
 from ._background import AsyncDelivery
-from ._base import Logger, safe_name
+from ._base import Logger, is_device_array, safe_name, unread_scalar
 from ._errors import (
     LoggedTypeError,
     LoggerClosedError,
@@ -94,6 +94,9 @@ os.register_at_fork(after_in_child=_OPEN.clear)
 
 def _check_scalar(name: str, value: Any) -> None:
     # Cheap checks only: converting an on-device array would wait for the step to finish.
+    if is_device_array(value):  # its dtype and shape: a jax array of several values is refused
+        unread_scalar(name, value)
+        return
     if isinstance(value, bool | str | bytes) or value is None:
         raise LoggedTypeError(
             f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"

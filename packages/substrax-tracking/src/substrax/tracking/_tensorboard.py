@@ -5,13 +5,15 @@
 from __future__ import annotations
 
 import os
+import time
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from substrax.support import require
 
-from ._base import Logger, as_scalar
+from ._base import Logger, drain_at_exit, read_scalar, unread_scalar, value_ready
 from ._file import json_ready
 
 
@@ -25,6 +27,11 @@ def _hparam_value(value: Any) -> Any:
 
 class TensorBoardLogger(Logger):
     """Write TensorBoard event files (scalars, hyperparameters, text, images, histograms).
+
+    A jax array logged as a scalar is not read by the call (which would wait for the step that
+    computes it): it is held, with the scalars logged after it, and written with its step and
+    the time it was logged by a later call once computed, and at the latest by :meth:`flush` or
+    :meth:`close`, which wait for it.
 
     Args:
         name: the run name.
@@ -62,6 +69,9 @@ class TensorBoardLogger(Logger):
         super().__init__(name, process_index=process_index, all_processes=all_processes)
         self.log_dir = Path(log_dir).resolve()
         self._writer: Any = None
+        # (name, value, step, time) of the scalars held behind a jax value not read yet, in order
+        self._held: deque[tuple[str, Any, int | None, float]] = deque()
+        self._warned_unreadable: set[str] = set()
         if self.active:
             self._writer = tensorboard_x.SummaryWriter(
                 logdir=str(self.log_dir), flush_secs=flush_secs
@@ -69,7 +79,27 @@ class TensorBoardLogger(Logger):
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         for key, value in metrics.items():
-            self._writer.add_scalar(key, as_scalar(key, value), global_step=step)
+            number = value if type(value) is float else unread_scalar(key, value)
+            if type(number) is float and not self._held:
+                self._writer.add_scalar(key, number, global_step=step)
+                continue
+            if not self._held:
+                drain_at_exit(self)
+            self._held.append((key, number, step, time.time()))
+        if self._held:
+            self._write_held(wait=False)
+
+    def _write_held(self, *, wait: bool) -> None:
+        """Write the held scalars in order; without ``wait``, up to a jax value still computed."""
+        held = self._held
+        while held:
+            key, value, step, when = held[0]
+            if not wait and not value_ready(value):
+                return
+            held.popleft()
+            number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
+            if number is not None:
+                self._writer.add_scalar(key, number, global_step=step, walltime=when)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         from tensorboardX.summary import hparams  # noqa: PLC0415
@@ -101,9 +131,12 @@ class TensorBoardLogger(Logger):
         )
 
     def flush(self) -> None:
-        """Flush the event file."""
+        """Write the scalars held behind jax values (waiting for them) and flush the event file."""
         if self._writer is not None:
+            if not self.closed:
+                self._write_held(wait=True)
             self._writer.flush()
 
     def _close(self) -> None:
+        self._write_held(wait=True)
         self._writer.close()

@@ -141,7 +141,8 @@ class _WandbSink:
         run = self._ensure_run()
         for record in records:
             payload, step = record.payload, record.step
-            if record.kind == "scalars":
+            # an empty scalars record (its jax values were deleted before they were read) logs no row
+            if record.kind == "scalars" and payload["values"]:
                 run.log(payload["values"], step=step)
             elif record.kind == "hyperparams":
                 run.config.update(payload["params"], allow_val_change=True)
