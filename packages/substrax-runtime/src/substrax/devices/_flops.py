@@ -173,8 +173,9 @@ def jaxpr_flops(program: Any) -> FlopCount:  # noqa: ANN401  (a Jaxpr or ClosedJ
 def count_flops(function: Callable[..., Any], *args: object, **kwargs: object) -> FlopCount:
     """The matrix FLOPs of one call of ``function`` on ``args``, counted from its jaxpr.
 
-    ``function`` is any jax-traceable callable, a ``jax.jit`` function included; ``args`` may
-    be arrays or ``jax.ShapeDtypeStruct``. It is traced, never compiled or run. The count is
+    ``function`` is any jax-traceable callable, or a ``jax.jit`` function (traced with its
+    static arguments, and the trace kept for its later calls); ``args`` may be arrays or
+    ``jax.ShapeDtypeStruct``. It is traced, never compiled or run. The count is
     the whole program's, summed over the devices a sharded program runs on: divide by the
     device count for one device's share. A backward pass is counted as the program has it
     (for a ``jax.grad`` program, about twice the forward), and a rematerialised forward again.
@@ -187,6 +188,9 @@ def count_flops(function: Callable[..., Any], *args: object, **kwargs: object) -
         >>> count_flops(jnp.sin, jnp.ones(3)).reason
         'the program has no matmul, convolution or attention'
     """
+    trace = getattr(function, "trace", None)
+    if callable(trace):  # a jax.jit function: traced as it is called, static arguments too
+        return jaxpr_flops(trace(*args, **kwargs).jaxpr)
     import jax  # noqa: PLC0415  (importing substrax.devices starts no jax)
 
     return jaxpr_flops(jax.make_jaxpr(function)(*args, **kwargs))

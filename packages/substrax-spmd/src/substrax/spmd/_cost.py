@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from substrax.devices import FlopCount, jaxpr_flops
+from substrax.devices import FlopCount, count_flops
 from substrax.typing import PyTree
 
 
@@ -107,7 +107,7 @@ def count_program_flops(
     jax keeps the trace: compiling or calling ``jitted`` for the same signature reuses it.
     """
     with _under(mesh):
-        return jaxpr_flops(jitted.trace(*args).jaxpr)
+        return count_flops(jitted, *args)
 
 
 def abstract(x: PyTree, *, unstack: bool = False) -> PyTree:

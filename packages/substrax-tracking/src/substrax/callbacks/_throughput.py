@@ -69,7 +69,7 @@ def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:
     """
     import jax  # noqa: PLC0415  (importing substrax.callbacks starts no jax)
 
-    from substrax.devices import jaxpr_flops  # noqa: PLC0415  (likewise)
+    from substrax.devices import count_flops  # noqa: PLC0415  (likewise)
 
     stages = (jax.stages.Lowered, jax.stages.Compiled, jax.stages.Traced)
     if isinstance(function, stages) or not callable(function):
@@ -77,12 +77,7 @@ def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:
             f"step_flops counts from a program's jaxpr, which {type(function).__name__} does "
             "not carry; pass the jitted function and its arguments: step_flops(step, *args)"
         )
-    jitted: Any = function  # a jax.jit function is traced as it is called, static args too
-    if callable(getattr(jitted, "trace", None)):
-        program = jitted.trace(*args, **kwargs).jaxpr
-    else:
-        program = jax.make_jaxpr(function)(*args, **kwargs)
-    count = jaxpr_flops(program)
+    count = count_flops(function, *args, **kwargs)
     if count.flops is None:
         raise CostAnalysisError(function, count.reason)
     return count.flops / _input_devices(jax.tree_util.tree_leaves((args, kwargs)))
