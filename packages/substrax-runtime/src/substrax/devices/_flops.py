@@ -188,7 +188,7 @@ def count_flops(function: Callable[..., Any], *args: object, **kwargs: object) -
         >>> count_flops(jnp.sin, jnp.ones(3)).reason
         'the program has no matmul, convolution or attention'
     """
-    trace = getattr(function, "trace", None)
+    trace: Callable[..., Any] | None = getattr(function, "trace", None)
     if callable(trace):  # a jax.jit function: traced as it is called, static arguments too
         return jaxpr_flops(trace(*args, **kwargs).jaxpr)
     import jax  # noqa: PLC0415  (importing substrax.devices starts no jax)
