@@ -163,3 +163,52 @@ def test_a_shard_map_body_counts_once_per_device():
 def test_jaxpr_flops_takes_a_traced_program():
     traced = jax.jit(lambda a, b: a @ b).trace(np.ones((4, 8), np.float32), jnp.ones((8, 2)))
     assert jaxpr_flops(traced.jaxpr).flops == 128.0
+
+
+@pytest.mark.parametrize("stride", [1, 2, 4])
+def test_a_strided_convolution_s_input_gradient_costs_what_its_forward_does(stride):
+    def conv(x, w):
+        return jax.lax.conv_general_dilated(
+            x, w, (stride, stride), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+
+    x, w = jnp.ones((2, 16, 16, 8)), jnp.ones((3, 3, 8, 8))
+    forward = count_flops(conv, x, w).flops
+    y, input_gradient = jax.vjp(lambda x: conv(x, w), x)
+    # the zeros a stride's transpose inserts are not multiplied in: a 1/stride^2 share of the
+    # dilated window, up to the padding at the edges
+    assert count_flops(input_gradient, y).flops == pytest.approx(forward, rel=0.15)
+
+
+def test_linear_algebra_is_counted_at_its_textbook_figures_and_a_solve_once():
+    n = 64
+    a = jnp.eye(n) * 2.0
+    lu = 2 * n**3 / 3
+    solves = 2 * n * n  # two triangular solves of one right-hand side
+    assert count_flops(jnp.linalg.solve, a, jnp.ones(n)).flops == pytest.approx(lu + solves)
+    assert count_flops(jnp.linalg.cholesky, a).flops == pytest.approx(n**3 / 3)
+    fft = count_flops(lambda x: jnp.fft.fft(x).real.sum(), jnp.ones((4, 1024)))
+    assert fft.flops == pytest.approx(4 * 5 * 1024 * 10)
+
+
+def test_a_complex_matmul_counts_four_real_multiply_adds():
+    a = jnp.ones((4, 8), jnp.complex64)
+    assert count_flops(jnp.matmul, a, a.T).flops == 4 * 2 * 4 * 8 * 4
+
+
+@pytest.mark.parametrize("decomposition", [jnp.linalg.eigh, jnp.linalg.svd, jnp.linalg.qr])
+def test_an_iterative_decomposition_gives_no_figure_rather_than_a_partial_one(decomposition):
+    a = jnp.eye(8)
+    counted = count_flops(lambda a: jax.tree.leaves(decomposition(a @ a))[0], a)
+    assert counted.flops is None
+    assert "not counted" in counted.reason
+
+
+def test_a_partly_manual_shard_map_counts_only_its_manual_axes():
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    with jax.set_mesh(mesh):
+        body = jax.shard_map(
+            lambda a, b: a @ b, in_specs=(P("x"), P()), out_specs=P("x"), axis_names={"x"}
+        )
+        counted = count_flops(jax.jit(body), jnp.ones((64, 64)), jnp.ones((64, 64)))
+    assert counted.flops == 2 * 64**3

@@ -167,3 +167,18 @@ def test_cost_refuses_a_bare_array_batch_naming_it(new_mlp):
     with pytest.raises(BatchSplitError, match=r"^the batch of shape \(32, 8\) does not hold"):
         step.cost(rows)
     assert step.flops_per_step(np.stack([rows] * 4)) is not None
+
+
+def test_an_uncommitted_jax_batch_is_costed_as_the_call_places_it(new_mlp, mesh):
+    model = new_mlp()
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+        lambda m, x: (m(x) ** 2).mean(),
+        mesh=mesh,
+    )
+    rows = jax.numpy.ones((32, 8))  # not committed to a device: the call places it
+    with expect_compiles(1):
+        cost = step.cost(rows)
+        step(rows)
+    assert cost.flops is not None

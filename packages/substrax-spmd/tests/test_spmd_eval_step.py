@@ -118,12 +118,14 @@ def test_precision_policy_computes_in_bfloat16_and_returns_float32(eval_batch):
     seen: list[jnp.dtype] = []
 
     def recorded(model, batch):
-        seen.extend([model.dense.kernel.get_value().dtype, batch["x"].dtype])
+        hidden = model.dense(batch["x"])
+        seen.extend([model.dense.kernel.get_value().dtype, batch["x"].dtype, hidden.dtype])
         return metrics(model, batch)
 
     model = Classifier(nnx.Rngs(0))
     out = EvalStep(model, recorded, precision=PrecisionPolicy(compute_dtype="bfloat16"))(eval_batch)
-    assert seen == [jnp.bfloat16, jnp.bfloat16]
+    # the batch as given; the layer casts it and computes in bfloat16
+    assert seen == [jnp.bfloat16, jnp.float32, jnp.bfloat16]
     assert out["loss"].dtype == jnp.float32
     expected = numpy_metrics(Classifier(nnx.Rngs(0)), eval_batch)["loss"]
     assert float(out["loss"]) == pytest.approx(expected, rel=2e-2)

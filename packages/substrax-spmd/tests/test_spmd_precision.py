@@ -41,7 +41,8 @@ def test_bfloat16_compute_keeps_float32_params_and_optimizer_state(new_train_ste
     policy = PrecisionPolicy(param_dtype="float32", compute_dtype="bfloat16")
     step = new_train_step(mesh, loss_fn=loss_fn, precision=policy)
     losses = [step(b) for b in host_batches]
-    assert dict(seen) == {"kernel": jnp.bfloat16, "x": jnp.bfloat16, "hidden": jnp.bfloat16}
+    # the batch is passed as given; the layer casts it, and computes in bfloat16
+    assert dict(seen) == {"kernel": jnp.bfloat16, "x": jnp.float32, "hidden": jnp.bfloat16}
     assert {loss.dtype for loss in losses} == {jnp.dtype("float32")}
     state = step.state
     kinds = {leaf.dtype for leaf in jax.tree.leaves(state[0])}
@@ -119,7 +120,7 @@ def test_every_standard_layer_computes_in_the_compute_dtype_and_stores_float32()
     assert step.model.embed.dtype == jnp.float32  # the user's model keeps its own dtypes
 
     seen.clear()
-    metrics = EvalStep(step, lambda m, b: {"loss": _tower_loss(seen)(m, b)}, precision=policy)
+    metrics = EvalStep(step, lambda m, b: {"loss": _tower_loss(seen)(m, b)})  # the step's policy
     assert metrics(ids)["loss"].dtype == jnp.float32
     assert seen["logits"] == bf16
 
@@ -137,7 +138,27 @@ def test_set_compute_dtype_touches_only_floating_or_unset_dtypes():
     assert model.linear.kernel.get_value().dtype == jnp.float32
 
 
-def test_float16_compute_without_loss_scaling_is_refused_with_the_fix():
+def test_float16_without_loss_scaling_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"compute_dtype=float16 needs loss scaling.*bfloat16"):
         PrecisionPolicy(compute_dtype="float16")
+    with pytest.raises(ValueError, match=r"param_dtype=float16 needs loss scaling.*bfloat16"):
+        PrecisionPolicy(param_dtype="float16", compute_dtype="bfloat16")
     assert PrecisionPolicy(output_dtype="float16").output_dtype == jnp.float16
+
+
+def test_float_targets_reach_the_loss_at_their_own_precision():
+    model = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+    seen = {}
+
+    def loss_fn(m, batch):
+        seen["y"] = batch["y"]
+        return ((m(batch["x"]).astype(jnp.float32) - batch["y"]) ** 2).mean()
+
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.sgd(0.0), wrt=nnx.Param),
+        loss_fn,
+        precision=PrecisionPolicy(compute_dtype="bfloat16"),
+    )
+    step({"x": np.zeros((2, 1), np.float32), "y": np.full((2, 1), 1000.7, np.float32)})
+    assert seen["y"].dtype == jnp.float32  # bfloat16 would have made it 1000

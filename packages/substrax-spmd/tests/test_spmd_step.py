@@ -210,3 +210,37 @@ def test_batch_stats_and_rng_state_advance_and_compile_once(new_stateful, host_b
         np.asarray(synced.norm.mean.get_value()), mean_before
     )  # BatchStat updated
     assert int(synced.drop.rngs.count.get_value()) == 3  # one dropout key per step
+
+
+@pytest.mark.parametrize("masked", ["masked", "multi_transform"])
+def test_an_optimizer_with_masked_state_still_reads_a_restore_and_a_new_learning_rate(masked):
+    def kernels(params):
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: "kernel" in jax.tree_util.keystr(path), params
+        )
+
+    adam = optax.inject_hyperparams(optax.adam)(learning_rate=0.1)
+    if masked == "masked":
+        transform = optax.masked(adam, kernels)
+    else:
+        transform = optax.multi_transform(
+            {"train": adam, "frozen": optax.set_to_zero()},
+            lambda p: jax.tree.map(lambda k: "train" if k else "frozen", kernels(p)),
+        )
+    model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, transform, wrt=nnx.Param),
+        lambda m, b: ((m(b["x"]) - b["y"]) ** 2).mean(),
+    )
+    batch = {"x": np.ones((4, 3), np.float32), "y": np.zeros((4, 2), np.float32)}
+    nnx.update(model, {"kernel": np.full((3, 2), 5.0, np.float32), "bias": np.zeros(2, np.float32)})
+    assert float(step(batch)) == pytest.approx(225.0)  # the restore, not the initial kernel
+    kernel = np.asarray(step.model.kernel.get_value())
+    hyperparams = jax.tree.leaves(
+        step.optimizer.opt_state, is_leaf=lambda x: hasattr(x, "hyperparams")
+    )
+    state = next(x for x in hyperparams if hasattr(x, "hyperparams"))
+    state.hyperparams["learning_rate"].set_value(jax.numpy.asarray(0.0))
+    step(batch)
+    np.testing.assert_array_equal(np.asarray(step.model.kernel.get_value()), kernel)

@@ -5,14 +5,19 @@ matrix multiplications become cuBLAS library calls that it does not count (an 81
 matmul reads ``-1``), so an MFU built on it reads about ten times low. The program's jaxpr
 says what it computes before any backend rewrites it, so this module counts from there.
 
-What is counted: ``dot_general`` (matmuls, einsums), ``conv_general_dilated``, ``ragged_dot``
-and cuDNN's fused attention, each at two FLOPs per multiply-add, through every nested program
-(``jit``, ``remat``, custom derivatives, ``shard_map``, ``pmap``), a ``scan`` body times its
-length and a ``cond`` at its costliest branch. Elementwise work, reductions and
-normalisation are not counted: they are a few percent of a model's FLOPs, and MFU is quoted
-on the matrix FLOPs (6·N per token for a dense transformer). What cannot be counted gives no
-figure, with the reason: a ``while`` loop whose body multiplies (its trip count is data), an
-opaque kernel (Pallas, an FFI or custom call), or a program without any matrix work.
+What is counted: ``dot_general`` (matmuls, einsums), ``conv_general_dilated`` (without the
+zeros a dilated input holds), ``ragged_dot`` and cuDNN's fused attention, each at two FLOPs per
+multiply-add (four real ones per complex one), plus the textbook counts of a triangular solve,
+Cholesky, LU and an FFT, through every nested program (``jit``, ``remat``, custom derivatives,
+``custom_linear_solve``'s solve, ``shard_map``, ``pmap``), a ``scan`` body times its length and
+a ``cond`` at its costliest branch. Elementwise work, reductions and normalisation are not
+counted: they are a few percent of a model's FLOPs, and MFU is quoted on the matrix FLOPs (6·N
+per token for a dense transformer). The count is of the program as written: a rematerialised
+forward pass is counted again in the backward pass (hardware FLOPs, which read above 6·N·T).
+What cannot be counted gives no figure, with the reason, never a partial one: a ``while``
+loop whose body multiplies (its trip count is data), an opaque kernel (Pallas, an FFI or custom
+call), an iterative decomposition (eigh, SVD, QR), a symbolic shape, or a
+program without any matrix work.
 """
 
 from __future__ import annotations
@@ -27,9 +32,12 @@ __all__ = ["FlopCount", "count_flops", "jaxpr_flops"]
 
 # Kernels whose work the jaxpr cannot see: substrings of their primitives' names.
 _OPAQUE = ("pallas", "ffi_call", "custom_call", "triton", "mosaic")
-# cuDNN's fused attention (``jax.nn.dot_product_attention(..., implementation="cudnn")``).
-_ATTENTION_FORWARD = "dot_product_attention_fwd"
-_ATTENTION_BACKWARD = "dot_product_attention_bwd"
+# Decompositions whose count depends on the data (iterations to converge): not counted.
+_UNCOUNTED = frozenset({"eigh", "eig", "svd", "schur", "qr", "geqrf", "householder_product"})
+_LINEAR_ALGEBRA = frozenset({"triangular_solve", "cholesky", "lu"})
+# cuDNN's fused attention (``jax.nn.dot_product_attention(..., implementation="cudnn")``):
+# ``dot_product_attention_{fwd,bwd}[_wrapper]`` and their fp8 forms.
+_ATTENTION = "dot_product_attention"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,8 +63,17 @@ class _Uncountable(Exception):  # noqa: N818  (internal control flow, never rais
     pass
 
 
-def _size(shape: Iterable[int]) -> int:
-    return math.prod(int(d) for d in shape)
+def _size(shape: Iterable[Any]) -> int:
+    try:
+        return math.prod(int(d) for d in shape)
+    except (TypeError, ValueError) as error:  # a symbolic (shape-polymorphic) dimension
+        raise _Uncountable(f"a shape has a symbolic dimension ({error})") from None
+
+
+def _complex(eqn: Any) -> int:  # noqa: ANN401
+    """Four real multiply-adds per complex one."""
+    dtype = getattr(eqn.outvars[0].aval, "dtype", None)
+    return 4 if dtype is not None and dtype.kind == "c" else 1
 
 
 def _shape(atom: Any) -> tuple[int, ...]:  # noqa: ANN401  (a jaxpr Var or Literal)
@@ -66,20 +83,52 @@ def _shape(atom: Any) -> tuple[int, ...]:  # noqa: ANN401  (a jaxpr Var or Liter
 def _dot_general(eqn: Any) -> float:  # noqa: ANN401  (a jaxpr equation)
     (contract, _), _ = eqn.params["dimension_numbers"]
     lhs = _shape(eqn.invars[0])
-    return 2.0 * _size(_shape(eqn.outvars[0])) * _size(lhs[d] for d in contract)
+    return 2.0 * _size(_shape(eqn.outvars[0])) * _size(lhs[d] for d in contract) * _complex(eqn)
 
 
 def _convolution(eqn: Any) -> float:  # noqa: ANN401
     kernel = _shape(eqn.invars[1])
     out_features = kernel[eqn.params["dimension_numbers"].rhs_spec[0]]
     # each output element takes (kernel size / output features) multiply-adds; the kernel's
-    # input-feature dimension is already divided by the feature groups
-    return 2.0 * _size(_shape(eqn.outvars[0])) * _size(kernel) / out_features
+    # input-feature dimension is already divided by the feature groups. A dilated input (a
+    # strided convolution's input gradient, a transposed convolution) is mostly the zeros the
+    # dilation inserts: only one window position in the dilation's size meets a real input.
+    dilation = _size(eqn.params.get("lhs_dilation") or ())
+    macs = _size(_shape(eqn.outvars[0])) * _size(kernel) / out_features / dilation
+    return 2.0 * macs * _complex(eqn)
 
 
 def _ragged_dot(eqn: Any) -> float:  # noqa: ANN401
     lhs, rhs = _shape(eqn.invars[0]), _shape(eqn.invars[1])  # (m, k) and (groups, k, n)
     return 2.0 * _size(lhs) * rhs[-1]
+
+
+def _matrix(eqn: Any) -> tuple[int, int, int]:  # noqa: ANN401
+    """A linear-algebra operand's batch size and its last two dimensions."""
+    shape = _shape(eqn.invars[0])
+    return _size(shape[:-2]), shape[-2], shape[-1]
+
+
+def _linear_algebra(eqn: Any) -> float:  # noqa: ANN401
+    """LAPACK's textbook counts: triangular solve, Cholesky and LU."""
+    name = eqn.primitive.name
+    if name == "triangular_solve":  # a (m, m) triangle against b's other dimension
+        batch, m, _ = _matrix(eqn)
+        b = _shape(eqn.invars[1])
+        return float(batch * m * m * (_size(b[-2:]) // m)) * _complex(eqn)
+    batch, m, n = _matrix(eqn)
+    if name == "cholesky":
+        return batch * m**3 / 3.0 * _complex(eqn)
+    k = min(m, n)  # lu: 2mnk - (m + n)k^2 + 2k^3/3, which is 2n^3/3 for a square matrix
+    return batch * (2.0 * m * n * k - (m + n) * k * k + 2.0 * k**3 / 3.0) * _complex(eqn)
+
+
+def _fft(eqn: Any) -> float:  # noqa: ANN401
+    """5 N log2 N per complex transform of N points (the Cooley-Tukey count)."""
+    lengths = [int(n) for n in eqn.params["fft_lengths"]]
+    points = _size(lengths)
+    transforms = _size(_shape(eqn.invars[0])) / points
+    return 5.0 * transforms * points * math.log2(max(points, 2))
 
 
 def _attention(eqn: Any, *, backward: bool) -> float:  # noqa: ANN401
@@ -117,38 +166,57 @@ def _replicas(eqn: Any) -> int:  # noqa: ANN401
     mesh = params.get("mesh")
     if mesh is None:
         return 1
-    axes = params.get("manual_axes") or mesh.axis_names
+    axes = (  # the axes the body is written per device for, as this jax names them
+        params.get("manual_axes") or params.get("newly_manual_axes") or mesh.axis_names
+    )
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
     return _size(sizes[a] for a in axes)
+
+
+_COUNTERS: dict[str, Callable[[Any], float]] = {
+    "dot_general": _dot_general,
+    "conv_general_dilated": _convolution,
+    "ragged_dot": _ragged_dot,
+    "ragged_dot_general": _ragged_dot,
+    "fft": _fft,
+    **dict.fromkeys(_LINEAR_ALGEBRA, _linear_algebra),
+}
+
+
+def _nested(eqn: Any) -> float:  # noqa: ANN401
+    """The FLOPs of the programs an equation runs: loops, branches, calls."""
+    name, params = eqn.primitive.name, eqn.params
+    if name == "cond":
+        return max(_count(branch) for branch in params["branches"])
+    if name == "while":
+        if _count(params["body_jaxpr"]) or _count(params["cond_jaxpr"]):
+            raise _Uncountable(
+                "the program multiplies inside a while loop, whose trip count is data; "
+                "use lax.scan or fori_loop with static bounds"
+            )
+        return 0.0
+    if name == "scan":
+        return int(params["length"]) * _count(params["jaxpr"])
+    if name == "custom_linear_solve":  # runs its solve; the other programs are for autodiff
+        return _count(params["jaxprs"].solve)
+    # jit, remat, custom_jvp/vjp, shard_map, pmap: their programs, once per copy
+    inner = sum(_count(sub) for sub in _subprograms(params))
+    return inner * _replicas(eqn) if inner else 0.0
 
 
 def _count(program: Any) -> float:  # noqa: ANN401
     total = 0.0
     for eqn in _eqns(program):
         name = eqn.primitive.name
-        if name == "dot_general":
-            total += _dot_general(eqn)
-        elif name == "conv_general_dilated":
-            total += _convolution(eqn)
-        elif name in {"ragged_dot", "ragged_dot_general"}:
-            total += _ragged_dot(eqn)
-        elif name.startswith((_ATTENTION_FORWARD, _ATTENTION_BACKWARD)):
-            total += _attention(eqn, backward=name.startswith(_ATTENTION_BACKWARD))
-        elif any(part in name for part in _OPAQUE):
-            raise _Uncountable(f"the program calls the opaque kernel {name!r}")
-        elif name == "cond":
-            total += max(_count(branch) for branch in eqn.params["branches"])
-        elif name == "while":
-            if _count(eqn.params["body_jaxpr"]) or _count(eqn.params["cond_jaxpr"]):
-                raise _Uncountable(
-                    "the program multiplies inside a while loop, whose trip count is data; "
-                    "use lax.scan or fori_loop with static bounds"
-                )
-        elif name == "scan":
-            total += int(eqn.params["length"]) * _count(eqn.params["jaxpr"])
-        else:  # jit, remat, custom_jvp/vjp, shard_map, pmap: their programs, once per copy
-            inner = sum(_count(sub) for sub in _subprograms(eqn.params))
-            total += inner * _replicas(eqn) if inner else 0.0
+        counter = _COUNTERS.get(name)
+        if counter is not None:
+            total += counter(eqn)
+        elif name.startswith(_ATTENTION):  # the fp8 forms too
+            total += _attention(eqn, backward="_bwd" in name)
+        elif name in _UNCOUNTED or any(part in name for part in _OPAQUE):
+            raise _Uncountable(f"the program calls {name!r}, whose FLOPs are not counted")
+        else:
+            total += _nested(eqn)
     return total
 
 

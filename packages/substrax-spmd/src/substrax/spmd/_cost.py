@@ -114,14 +114,17 @@ def abstract(x: PyTree, *, unstack: bool = False) -> PyTree:
     """``x`` as a ``ShapeDtypeStruct`` on its sharding; with ``unstack``, one of its rows.
 
     A row of an array stacked on an unsplit leading axis keeps the rest of its partition spec.
-    A NumPy array has no sharding yet (jax puts it on the default device); anything else (a
-    Python number) is returned as it is.
+    A NumPy array, or a jax array not committed to a device, has no sharding yet (the call
+    places it); anything else (a Python number) is returned as it is.
     """
     if isinstance(x, np.ndarray | np.generic):
         shape = np.shape(x)[1:] if unstack else np.shape(x)
         return jax.ShapeDtypeStruct(shape, jax.dtypes.canonicalize_dtype(x.dtype))
     if not isinstance(x, jax.Array):
         return x
+    if not getattr(x, "committed", True):  # placed by the call as a NumPy array would be
+        shape = tuple(x.shape)[1:] if unstack else tuple(x.shape)
+        return jax.ShapeDtypeStruct(shape, x.dtype)
     sharding = x.sharding
     shape = tuple(x.shape)
     if unstack:

@@ -56,8 +56,9 @@ class EvalStep[M: nnx.Module]:
             and one elsewhere is resharded, and a batch it cannot split (a 12-row batch on an
             8-way data axis) is refused with :class:`~substrax.spmd.BatchPlacementError`,
             naming the leaf. A ``PartitionSpec`` is taken on the mesh.
-        precision: A :class:`PrecisionPolicy`: the model's floating state and the batch are
-            cast to its compute dtype, metrics to its output dtype.
+        precision: A :class:`PrecisionPolicy`: the model's floating state is cast to its
+            compute dtype and its layers compute in it, metrics come out in its output dtype.
+            Taken from a :class:`TrainStep` given as ``model`` when None.
         eval_mode: Run the model in evaluation mode (``Module.eval()``: dropout off, batch
             norm on its running averages) inside the step; the model object is not changed.
 
@@ -90,14 +91,15 @@ class EvalStep[M: nnx.Module]:
         # a TrainStep's own model object, unsynced: syncing would make every step write back
         module = model._model if isinstance(model, TrainStep) else model  # pyright: ignore[reportPrivateUsage]
         graphdef = nnx.graphdef(module)
-        if mesh is None and isinstance(model, TrainStep):
-            mesh = model.mesh
+        if isinstance(model, TrainStep):
+            mesh = model.mesh if mesh is None else mesh
+            precision = model.precision if precision is None else precision
         self._mesh = mesh
         self._batches = BatchRules.build(batch_sharding, mesh)
 
         def pure(state: PyTree, batch: PyTree) -> PyTree:
             if precision is not None:
-                state, batch = precision.cast_to_compute((state, batch))
+                state = precision.cast_to_compute(state)
             model = nnx.merge(graphdef, state)
             if precision is not None:
                 precision.set_compute_dtype(model)

@@ -56,18 +56,20 @@ class PrecisionPolicy:
     """The dtypes of a mixed-precision step: stored parameters, computation, and outputs.
 
     Given to :class:`TrainStep` or :class:`EvalStep` as ``precision=``. Inside the compiled
-    step the floating parameters (the optimizer's ``wrt`` variables) and the floating batch
-    leaves are cast to ``compute_dtype`` where they are used, and every layer of the model built
-    there computes in it (:meth:`set_compute_dtype`), so the activations of ``nnx.Linear``,
-    ``nnx.Embed``, ``nnx.Conv``, the norms and attention come out in ``compute_dtype``; the loss
-    and any metrics are cast to ``output_dtype``. The stored parameters, their gradients and the
-    optimizer state stay in ``param_dtype``.
+    step the floating parameters (the optimizer's ``wrt`` variables) are cast to
+    ``compute_dtype`` where they are used, and every layer of the model built there computes in
+    it (:meth:`set_compute_dtype`), so the activations of ``nnx.Linear``, ``nnx.Embed``,
+    ``nnx.Conv``, the norms and attention come out in ``compute_dtype``; the loss and any
+    metrics are cast to ``output_dtype``. The batch is passed as given (a layer casts its input;
+    a float target keeps its precision). The stored parameters, their gradients and the
+    optimizer state stay in ``param_dtype``. Every layer whose ``dtype`` is None or floating is
+    switched, one built with ``dtype=jnp.float32`` on purpose too.
 
     What stays in float32, as in MaxText and Levanter: flax's norms compute their mean and
     variance in float32 (their output is ``compute_dtype``), and gradient accumulation sums in
     float32. The loss's softmax is the loss function's: cast the logits to float32 before the
-    cross-entropy (``logits.astype(jnp.float32)``), as both do. There is no loss scaling, so a
-    float16 ``compute_dtype`` is refused: use bfloat16.
+    cross-entropy (``logits.astype(jnp.float32)``), as both do. There is no loss scaling, so float16
+    (for compute or storage) is refused: use bfloat16.
 
     Args:
         param_dtype: The dtype the parameters are stored in; a model whose floating parameters
@@ -92,11 +94,12 @@ class PrecisionPolicy:
     def __post_init__(self) -> None:
         for name in ("param_dtype", "compute_dtype", "output_dtype"):
             object.__setattr__(self, name, _floating(name, getattr(self, name)))
-        if self.compute_dtype == jnp.float16:
+        if jnp.float16 in (self.compute_dtype, self.param_dtype):
+            name = "compute_dtype" if self.compute_dtype == jnp.float16 else "param_dtype"
             raise ValueError(
-                "compute_dtype=float16 needs loss scaling, which PrecisionPolicy does not do: "
-                "gradients under float16's smallest normal (6e-5) flush to zero. Use "
-                "compute_dtype='bfloat16' (float32's range), or keep float32"
+                f"{name}=float16 needs loss scaling, which PrecisionPolicy does not do: "
+                "gradients and optimizer moments under float16's smallest normal (6e-5) flush "
+                f"to zero. Use {name}='bfloat16' (float32's range), or keep float32"
             )
 
     def set_compute_dtype(self, module: nnx.Module) -> None:

@@ -91,7 +91,8 @@ class TrainStep[M: nnx.Module]:
             a new leading axis; the call returns the per-step losses (and aux) stacked.
             ``batch_sharding`` then describes one batch; the stacked axis is not split.
         precision: A :class:`~substrax.spmd.PrecisionPolicy`: the parameters stay in its
-            ``param_dtype`` and are cast to its ``compute_dtype`` where used inside the step.
+            ``param_dtype`` and are cast to its ``compute_dtype`` where used inside the step,
+            where every layer computes in ``compute_dtype``; the batch is passed as given.
 
     :meth:`cost` (and :meth:`flops_per_step`) count what one optimizer step costs per device:
     the matrix FLOPs of the step's program, forward and backward, the figure a
@@ -131,8 +132,13 @@ class TrainStep[M: nnx.Module]:
         self._optimizer = optimizer
         self._has_aux = has_aux
         graphdef, state = nnx.split((model, optimizer))
-        # the live Variables of both objects, one per state leaf (nnx.split keeps them)
-        variables = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+        # the live Variables of both objects, one per state leaf (nnx.split keeps them); a
+        # Variable holding no array (optax.masked's MaskedNode) has no leaf, and none here
+        variables = [
+            v
+            for v in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
+            if not isinstance(v, nnx.Variable) or jax.tree.leaves(v.get_raw_value())
+        ]
         leaves, treedef = jax.tree.flatten(state)
         leaves = [_strong(x) for x in leaves]
         mesh = mesh if mesh is not None else _mesh_of(leaves)
@@ -202,6 +208,7 @@ class TrainStep[M: nnx.Module]:
         )
         self._accumulate_steps = accumulate_steps
         self._steps_per_call = steps_per_call
+        self._precision = precision
         self._costs: dict[Any, StepCost] = {}
         self._reference: Any = self._jitted
         if accumulate_steps != 1 or steps_per_call != 1:
@@ -219,6 +226,11 @@ class TrainStep[M: nnx.Module]:
     def mesh(self) -> Mesh | None:
         """The mesh the step runs on, if any."""
         return self._mesh
+
+    @property
+    def precision(self) -> PrecisionPolicy | None:
+        """The step's precision policy, if any (an :class:`EvalStep` over the step takes it)."""
+        return self._precision
 
     def __call__(self, batch: PyTree) -> PyTree:
         """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
@@ -329,11 +341,9 @@ class TrainStep[M: nnx.Module]:
             if getattr(value, "dtype", None) != old.dtype:
                 value = jnp.asarray(value, dtype=old.dtype)
             if jnp.shape(value) != old.shape:
-                path = jax.tree_util.tree_leaves_with_path(
-                    self.state, is_leaf=lambda x: isinstance(x, nnx.Variable)
-                )[i][0]
+                path = jax.tree_util.tree_leaves_with_path(self.state)[i][0]
                 owner = ("model", "optimizer")[int(getattr(path[0], "key", 0))]
-                where = owner + jax.tree_util.keystr(path[1:])
+                where = owner + jax.tree_util.keystr(path[1:]).removesuffix(".value")
                 msg = (
                     f"{where} was set to shape {jnp.shape(value)}, but the step was built for "
                     f"{old.shape}; a TrainStep's state keeps its shapes, so build a new TrainStep"

@@ -51,7 +51,9 @@ def build_update(
 
     The model's ``wrt`` variables are differentiated with ``jax.value_and_grad``; under a
     precision policy they are cast to the compute dtype inside the differentiated function, so
-    the gradient comes back in the stored dtype and no second copy outlives the step.
+    the gradient comes back in the stored dtype and no second copy outlives the step, and the
+    model's layers compute in it (they cast their inputs; the batch itself is left as given,
+    so float targets keep their precision).
     """
 
     def grad_fn(
@@ -59,16 +61,11 @@ def build_update(
     ) -> tuple[tuple[Any, Any], PyTree, PyTree]:
         def loss_of(params: PyTree, rest: PyTree) -> tuple[Any, tuple[Any, PyTree]]:
             if precision is not None:
-                params, batch_in = (
-                    precision.cast_to_compute(params),
-                    precision.cast_to_compute(batch),
-                )
-            else:
-                batch_in = batch
+                params = precision.cast_to_compute(params)
             model = nnx.merge(model_def, params, rest)
             if precision is not None:
                 precision.set_compute_dtype(model)
-            out = loss_fn(model, batch_in)
+            out = loss_fn(model, batch)
             check_loss_output(out, has_aux=has_aux)
             loss, aux = out if has_aux else (out, None)
             if precision is not None:
