@@ -138,3 +138,65 @@ def test_steps_per_call_is_validated(store_dir):
         pytest.raises(ValueError, match="steps_per_call=0 must be an integer >= 1"),
     ):
         CheckpointCallback(store, steps_per_call=0)
+
+
+class _Watched:
+    """A store that notes each save in ``events`` (and otherwise is the store it wraps)."""
+
+    def __init__(self, store, events):
+        self._store = store
+        self._events = events
+
+    def save(self, step, items, **options):
+        self._events.append(("save", step))
+        return self._store.save(step, items, **options)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+class _Logger:
+    """A logger as the callback sees one: something with a flush()."""
+
+    def __init__(self, events, name, fails=False):
+        self._events = events
+        self._name = name
+        self._fails = fails
+
+    def flush(self):
+        self._events.append(("flush", self._name))
+        if self._fails:
+            raise OSError(28, "No space left on device")
+
+
+def test_the_loggers_are_flushed_before_each_save(store_dir, caplog):
+    events = []
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        callback = CheckpointCallback(
+            _Watched(store, events),
+            items=lambda _trainer: {"model": {"w": np.zeros(2)}},
+            every_n_epochs=1,
+            every_n_steps=2,
+            flush=[_Logger(events, "files"), _Logger(events, "mlflow", fails=True)],
+        )
+        _run(callback, None, epochs=1, batches=5)
+        assert store.list_steps() == [2, 4, 5]  # a flush that fails costs no checkpoint
+    flushed = [("flush", "files"), ("flush", "mlflow")]
+    assert events == [*flushed, ("save", 2), *flushed, ("save", 4), *flushed, ("save", 5)]
+    assert "could not flush before the save of step 2" in caplog.text
+
+
+def test_one_logger_is_taken_as_flush_and_what_cannot_flush_is_refused(store_dir):
+    events = []
+    with OrbaxCheckpointStore(store_dir) as store:
+        callback = CheckpointCallback(
+            store,
+            items=lambda _trainer: {"model": {"w": np.zeros(2)}},
+            flush=_Logger(events, "one"),
+        )
+        callback.on_epoch_end(None, 0, {})
+        assert events == [("flush", "one")]
+        with pytest.raises(TypeError, match="flush="):
+            CheckpointCallback(store, flush=[object()])
+        with pytest.raises(TypeError, match="flush="):
+            CheckpointCallback(store, flush=3)

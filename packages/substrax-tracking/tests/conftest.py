@@ -246,3 +246,44 @@ def wandb_runs():
     """A :class:`WandbRuns`: the records of the offline runs under a root, and a wait for them."""
     pytest.importorskip("wandb", reason="the wandb extra is needed to read W&B run files")
     return WandbRuns()
+
+
+class SmallDisk:
+    """A real 4 MB tmpfs at ``path``: :meth:`fill` leaves it without a free byte, :meth:`free` gives the room back."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.filler = path / ".filler"
+
+    def fill(self) -> None:
+        """Write a filler file until the file system refuses (ENOSPC), a page at a time at the end."""
+        with self.filler.open("ab", buffering=0) as file:
+            for size in (1 << 16, 1 << 12, 1 << 9, 1):
+                block = b"\0" * size
+                with contextlib.suppress(OSError):
+                    while True:
+                        file.write(block)
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A :class:`SmallDisk`: a real tmpfs of 4 MB that can be filled; skips where mount is not allowed."""
+    path = tmp_path / "disk"
+    path.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs (a real full disk) needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode(errors='replace')}")
+    try:
+        yield SmallDisk(path)
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False, timeout=30)

@@ -1,13 +1,85 @@
 """``CheckpointCallback``: the training-callback protocol, structurally, saving to a store."""
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from substrax.support import check_int, require
 
 from ._protocol import CheckpointStore, PyTree
+
+
+_logger = logging.getLogger(__name__)
+
+
+class Flushable(Protocol):
+    """Anything with a ``flush()``: the run's loggers, whose records a checkpoint must not outrun.
+
+    A ``substrax.tracking`` logger's ``flush()`` writes (and fsyncs) or delivers (or spools)
+    every record logged so far; this package does not import it, and takes any such object.
+    """
+
+    def flush(self) -> object:
+        """Make every record so far durable."""
+        ...
+
+
+def flushables(flush: Flushable | Iterable[Flushable] | None) -> tuple[Flushable, ...]:
+    """``flush=`` as a tuple: one object with a ``flush()`` method, or several, or none.
+
+    Raises:
+        TypeError: something given has no ``flush()`` method.
+
+    Example:
+        >>> import io
+        >>> from substrax.checkpoint._callback import flushables
+        >>> stream = io.StringIO()
+        >>> flushables(stream) == (stream,), flushables(None)
+        (True, ())
+    """
+    if flush is None:
+        return ()
+    if callable(getattr(flush, "flush", None)):
+        return (flush,)  # pyright: ignore[reportReturnType]
+    if not isinstance(flush, Iterable):
+        raise TypeError(
+            f"flush= takes objects with a flush() method (the run's loggers), got "
+            f"{type(flush).__name__}"
+        )
+    return tuple(_checked_flushable(item) for item in flush)  # pyright: ignore[reportUnknownVariableType]
+
+
+def _checked_flushable(item: object) -> Flushable:
+    """``item``, checked to have a ``flush()`` method.
+
+    Raises:
+        TypeError: it has none.
+    """
+    if not callable(getattr(item, "flush", None)):
+        raise TypeError(
+            f"flush= takes objects with a flush() method (the run's loggers), got "
+            f"{type(item).__name__} {item!r:.80}"
+        )
+    return item  # pyright: ignore[reportReturnType]
+
+
+def flush_before_saving(targets: Sequence[Flushable], step: int, who: str) -> None:
+    """Call each target's ``flush()`` before the save of ``step``; a failure never costs the save."""
+    for target in targets:
+        try:
+            target.flush()
+        except Exception as error:
+            _logger.warning(
+                "%s: %r could not flush before the save of step %d (%s: %s); the checkpoint is "
+                "saved all the same, and records of steps up to it may be missing after a crash",
+                who,
+                target,
+                step,
+                type(error).__name__,
+                error,
+            )
 
 
 def _model_items(trainer: object) -> dict[str, PyTree]:
@@ -54,6 +126,13 @@ class CheckpointCallback:
     step saved. A NaN or infinite metric (a diverged step) never costs the checkpoint: the store
     saves the step and records the metric aside, out of ``best_step`` and ``keep_best``.
 
+    ``flush=`` takes the run's loggers (anything with a ``flush()`` method; ``substrax.tracking``
+    loggers write and fsync, or deliver or spool, every record logged so far): each is flushed
+    before every save, so that a process killed right after a checkpoint (SIGKILL included)
+    leaves every record of the steps it covers, and a run resumed from it finds them all. Put
+    this callback after the one that logs a step's metrics, so that the step saved is logged
+    before the flush. A flush that raises is warned about and the checkpoint is saved anyway.
+
     Args:
         store: where checkpoints go.
         items: builds the items to save from the trainer (default:
@@ -64,6 +143,12 @@ class CheckpointCallback:
         monitor: the log keys stored as metrics (None: every numeric log value).
         steps_per_call: optimizer steps that each ``on_batch_end`` stands for (>= 1): the
             ``steps_per_call`` of the train step called once per batch end.
+        flush: the loggers (one, or several) flushed before each save.
+
+    Raises:
+        ValueError: ``every_n_epochs``, ``every_n_steps`` or ``steps_per_call`` is not an
+            int >= 1.
+        TypeError: something in ``flush`` has no ``flush()`` method.
 
     Example:
         >>> import tempfile
@@ -87,7 +172,9 @@ class CheckpointCallback:
         every_n_steps: int | None = None,
         monitor: Sequence[str] | None = None,
         steps_per_call: int = 1,
+        flush: Flushable | Iterable[Flushable] | None = None,
     ) -> None:
+        self._flush = flushables(flush)
         for name, value in (("every_n_epochs", every_n_epochs), ("every_n_steps", every_n_steps)):
             if value is not None:
                 check_int(name, value, minimum=1)
@@ -125,6 +212,7 @@ class CheckpointCallback:
     ) -> None:
         if self._last_saved is not None and step <= self._last_saved:
             return
+        flush_before_saving(self._flush, step, "CheckpointCallback")
         self._store.save(step, self._items(trainer), epoch=epoch, metrics=self._metrics(logs))
         self._last_saved = step
 

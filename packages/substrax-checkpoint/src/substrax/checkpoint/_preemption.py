@@ -11,7 +11,7 @@ import itertools
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import FrameType
 from typing import Any, Final, Self
 
@@ -19,6 +19,7 @@ import jax
 
 from substrax.support import check_int
 
+from ._callback import Flushable, flush_before_saving, flushables
 from ._errors import DistributedNotInitializedError
 from ._protocol import CheckpointStore, PyTree
 
@@ -139,14 +140,22 @@ class PreemptionHandler:
     fire for them; this handler's own exchange stops the processes); on leaving the block the
     previous C-level handlers are reinstalled exactly, jax's notifier included.
 
+    ``flush=`` takes the run's loggers (anything with a ``flush()`` method): they are flushed
+    before the save (``substrax.tracking`` loggers write, fsync, deliver or spool every record
+    logged so far), so that the records of every step the checkpoint covers outlive the
+    process, even if the grace period ends in a SIGKILL before the loggers are closed. A flush
+    that raises is warned about and the checkpoint is saved anyway.
+
     Args:
         store: where the last checkpoint goes.
         signals: the signals that mean "preempted" (SIGTERM by default).
         exit_code: the status the process exits with after the save.
         check_every: with several processes, exchange the flags only at steps divisible by this.
+        flush: the loggers (one, or several) flushed before the save.
 
     Raises:
         ValueError: ``check_every`` is not an int >= 1.
+        TypeError: something in ``flush`` has no ``flush()`` method.
 
     Example:
         >>> import tempfile
@@ -169,8 +178,10 @@ class PreemptionHandler:
         signals: Sequence[signal.Signals] = (signal.SIGTERM,),
         exit_code: int = 0,
         check_every: int = 1,
+        flush: Flushable | Iterable[Flushable] | None = None,
     ) -> None:
         check_int("check_every", check_every, minimum=1)
+        self._flush = flushables(flush)
         self._store = store
         self._signals = tuple(signals)
         self._exit_code = exit_code
@@ -258,6 +269,7 @@ class PreemptionHandler:
         if not self._should_stop(step):
             return
         self._stopping = True
+        flush_before_saving(self._flush, step, "PreemptionHandler")
         latest = self._store.latest_step()
         if latest is None or step > latest:
             recorded = _numbers(metrics or {})

@@ -8,10 +8,12 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ._errors import SpoolNotFoundError
-from ._records import Record, Scalar, as_record, prefetch_scalars
+from ._records import Record, Scalar, as_record, prefetch_scalars, split_scalars
 from ._replay import ReplayResult, run_replay, target_key
 from ._spool import Sink, SpoolFile
 
@@ -48,7 +50,7 @@ class _Control:
     __slots__ = ("done", "kind", "ok")
 
     def __init__(self, kind: str) -> None:
-        self.kind = kind
+        self.kind = kind  # "flush" (deliver), "persist" (deliver or spool) or "close"
         self.done = threading.Event()
         self.ok = False
 
@@ -59,13 +61,19 @@ class AsyncDelivery:
     The caller's :meth:`submit` puts a record on a queue (past ``max_queue`` records, into the
     spool file) and does nothing else: the worker does not even wake up for each record. It
     holds what arrives for ``batch_interval`` seconds (or until ``max_batch`` records wait, or
-    :meth:`flush` or :meth:`close` is called), then materializes the records and sends them in
-    one batch, at a lower CPU priority than the training threads (Linux). When the backend
-    fails, the worker warns once, writes the records it holds to the spool file (so that a
-    crash loses nothing), keeps spooling while the backend is down, and retries with backoff
-    by replaying the spool in order. Records the backend refuses go to ``<spool>.refused``
-    with their error, and the rest goes on. :meth:`close` never waits for the backend longer than its timeout: if the worker is
-    still inside a backend call by then, the caller spools what is undelivered itself.
+    :meth:`flush`, :meth:`persist` or :meth:`close` is called), then materializes the records
+    and sends them in one batch, at a lower CPU priority than the training threads (Linux).
+    When the backend fails, the worker warns once, writes the records it holds to the spool
+    file (so that a crash loses nothing), keeps spooling while the backend is down, and
+    retries with backoff by replaying the spool in order. A record the backend refuses for good
+    goes to ``<spool>.refused`` with its error (of a record of several scalars, only the
+    refused ones), and the rest goes on. When the spool itself cannot be written (a full
+    disk), the worker warns once and keeps the records in memory, in order, trying again with
+    backoff; nothing it holds is dropped and the worker never stops on an error.
+    :meth:`persist` returns within its timeout with every record submitted before it delivered
+    or in the spool, and :meth:`close` never waits for the backend longer than its timeout: if
+    the worker is still inside a backend call by then, the caller spools what is undelivered
+    itself.
 
     Args:
         sink: the backend run.
@@ -113,8 +121,8 @@ class AsyncDelivery:
         self._target = sink.target()
         self._key = target_key(self._target)
         self._queue: queue.SimpleQueue[Record | Scalar | _Control] = queue.SimpleQueue()
-        # _lock guards _pending, _in_flight, _abandoned and the worker's spool writes against
-        # the caller's take-over in close().
+        # _lock guards _pending, _in_flight, _in_call, _abandoned and the worker's spool writes
+        # against the caller's take-overs in persist() and close().
         self._lock = threading.Lock()
         self._pending: list[Record] = []
         self._held_since = 0.0  # when the first record of the batch being held arrived
@@ -122,6 +130,7 @@ class AsyncDelivery:
         # records (one that holds none waits on the queue itself).
         self._wake = threading.Event()
         self._in_flight: list[Record] = []
+        self._in_call = False  # the worker is inside a backend call (it holds no record itself)
         self._abandoned = False
         self._warned = False
         self._failing = False
@@ -130,6 +139,15 @@ class AsyncDelivery:
         self._overflowed = False
         self._spool_dirty = False
         self._close_deadline = 0.0
+        # The spool cannot be written (a full disk): why, and when to try again. Records then
+        # wait in memory (_pending, _spill, _refused_waiting), in order.
+        self._spool_error: str | None = None
+        self._next_spool_try = 0.0
+        self._spool_delay = retry_initial
+        self._warned_spool = False
+        self._refused_waiting: list[tuple[list[Record], str]] = []
+        self._warned_worker = False
+        self._held_controls: list[_Control] = []  # taken by the cycle that runs now
         self._thread = threading.Thread(
             target=self._run, name=f"substrax-tracking-{label}", daemon=True
         )
@@ -159,7 +177,7 @@ class AsyncDelivery:
             self._spill.append(as_record(record))
             if len(self._spill) == 1:
                 self._spill_since = time.monotonic()
-            due = (
+            due = self._spool_error is None and (  # a spool that failed: the worker retries it
                 len(self._spill) >= _SPILL_BATCH
                 or time.monotonic() - self._spill_since >= _SPILL_AGE
             )
@@ -172,11 +190,21 @@ class AsyncDelivery:
         return records
 
     def _write_spill(self) -> None:
-        """Write the records spilled past the full queue to the spool, in one batch."""
+        """Write the records spilled past the full queue to the spool, in one batch.
+
+        A spool that cannot be written keeps them spilled, in memory, for a later try.
+        """
+        if not self._spool_due():
+            return
         records = self._take_spill()
-        if records:
-            self._spool_records(records, None)
+        if not records:
+            return
+        if self._to_spool(records):
             self._spool_dirty = True
+            return
+        with self._spill_lock:
+            self._spill[:0] = records
+            self._spill_since = time.monotonic()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is delivered; return whether it was."""
@@ -187,6 +215,68 @@ class AsyncDelivery:
         self._wake.set()
         control.done.wait(timeout)
         return control.ok
+
+    def persist(self, timeout: float) -> bool:
+        """Deliver everything submitted so far, or write it to the spool file (fsynced).
+
+        Returns within ``timeout`` seconds (and the time to write the spool) whatever the
+        backend does: if the worker is still inside a backend call by then, the caller writes
+        what is undelivered to the spool itself (what that call was sending included: it may
+        arrive twice, which MLflow and W&B ignore for a metric of the same step, time and
+        value). A worker busy with anything else (reading a jax value still computed) is
+        waited for.
+
+        Returns:
+            whether every record submitted before the call was delivered or is in the spool
+            (False: the spool could not be written, a full disk; they wait in memory).
+        """
+        if not self._thread.is_alive():
+            return not self._pending and not self._spill
+        control = _Control("persist")
+        self._queue.put(control)
+        self._wake.set()
+        if control.done.wait(timeout):
+            return control.ok
+        while True:
+            with self._lock:
+                if self._abandoned:
+                    return False
+                if self._in_call and not control.done.is_set():
+                    return self._take_over(control)
+            if control.done.wait(0.05):
+                return control.ok
+
+    def _take_over(self, control: _Control) -> bool:
+        """Spool what the worker holds while it is inside a backend call (under ``_lock``)."""
+        records = [*self._in_flight, *self._pending]
+        queued: list[Record] = []
+        controls: list[_Control] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Control):
+                if item is not control:
+                    controls.append(item)
+            else:
+                queued.append(as_record(item))
+        spilled = self._take_spill()
+        try:
+            if self._to_spool([*records, *queued, *spilled]):
+                self._pending = []  # _in_flight stays the worker's: its call is still running
+                self._spool_dirty = True  # sent (in order) once the call returns
+                return True
+            if queued and not self._pending:
+                self._held_since = time.monotonic()
+            self._pending.extend(queued)
+            with self._spill_lock:
+                self._spill[:0] = spilled
+            return False
+        finally:
+            for other in controls:
+                self._queue.put(other)
+            control.done.set()
 
     def close(self, timeout: float = 30.0) -> int:
         """Deliver what it can within ``timeout`` seconds, spool the rest, end the run.
@@ -204,7 +294,31 @@ class AsyncDelivery:
         stuck = self._thread.is_alive()
         records = self._abandon()
         if records:
-            self._spool_records(records, None)
+            try:
+                self._spool_records(records, None)
+            except OSError as error:
+                _logger.error(  # noqa: TRY400  (the records are lost: say how many, and why)
+                    "%s: %d records could not be written to %s at close (%s: %s) and are lost; "
+                    "make room on its file system before a run ends",
+                    self.label,
+                    len(records),
+                    self.spool.path,
+                    type(error).__name__,
+                    error,
+                )
+                records = []
+        for refused, error_text in self._refused_waiting:
+            try:
+                self._spool_records(refused, error_text)
+            except OSError as error:
+                _logger.error(  # noqa: TRY400
+                    "%s: %d refused records could not be written to %s (%s)",
+                    self.label,
+                    len(refused),
+                    self.spool.refused_path,
+                    error,
+                )
+        self._refused_waiting = []
         left = self._spooled_now()
         if stuck or records:
             self._warn_left(
@@ -254,7 +368,11 @@ class AsyncDelivery:
             )
 
     def _spool_records(self, records: list[Record], error: str | None) -> int:
-        """Write ``records`` to the spool (with an ``error``: to ``<spool>.refused``); count them."""
+        """Write ``records`` to the spool (with an ``error``: to ``<spool>.refused``); count them.
+
+        Raises:
+            OSError: the file could not be written (nothing of it was counted).
+        """
         for record in records:
             try:
                 record.materialize(self.media_dir, label=self.label, warned=self._warned_unreadable)
@@ -269,37 +387,140 @@ class AsyncDelivery:
                 self.refused += written
         return written
 
+    def _to_spool(self, records: list[Record], error: str | None = None) -> bool:
+        """:meth:`_spool_records`, a failure to write noted (warned once); whether they were written."""
+        try:
+            self._spool_records(records, error)
+        except OSError as failure:
+            self._spool_failed(failure, len(records))
+            return False
+        if self._spool_error is not None:
+            self._spool_error = None
+            _logger.warning(
+                "%s: %s is written again; the records that waited in memory are kept there",
+                self.label,
+                self.spool.path,
+            )
+        return True
+
+    def _spool_failed(self, failure: OSError, count: int) -> None:
+        first = self._spool_error is None
+        self._spool_delay = (
+            self.retry_initial if first else min(self._spool_delay * 2, self.retry_max)
+        )
+        self._spool_error = f"{type(failure).__name__}: {failure}"
+        self._next_spool_try = time.monotonic() + self._spool_delay
+        if not self._warned_spool:
+            self._warned_spool = True
+            _logger.warning(
+                "%s could not write %s (%s); logging goes on: %d records and every later one "
+                "wait in memory, in order, and are delivered or written once there is room "
+                "(this is reported once; a crash before then loses them)",
+                self.label,
+                self.spool.path,
+                self._spool_error,
+                count,
+            )
+
+    def _spool_due(self) -> bool:
+        """Whether to write to the spool now: it works, or the next try after a failure is due."""
+        return self._spool_error is None or time.monotonic() >= self._next_spool_try
+
+    def _refuse(self, records: list[Record], error: str) -> None:
+        """Set ``records`` aside in ``<spool>.refused`` (in memory until that file can be written)."""
+        self._refused_waiting.append((records, error))
+        self._write_refused()
+
+    def _write_refused(self) -> None:
+        while self._refused_waiting and self._spool_due():
+            records, error = self._refused_waiting[0]
+            if not self._to_spool(records, error):
+                return
+            del self._refused_waiting[0]
+
     # --- the worker ---------------------------------------------------------------------
     def _run(self) -> None:
         _lower_priority()
         self._replay_spool_found()
         while not self._abandoned:
-            records, controls = self._next_items()
-            with self._lock:
-                if self._abandoned:
+            try:
+                if self._cycle():
                     return
-                if records and not self._pending:
-                    self._held_since = time.monotonic()
-                self._pending.extend(records)
-            if controls or self._spill_due():
-                self._write_spill()
-            due = bool(controls) or self._batch_due()
-            retry_due = self._failing and (controls or time.monotonic() >= self._next_retry)
-            if self._failing and (due or retry_due) and not self._spool_pending():
-                return
-            if retry_due:
-                self._retry()
-            if not self._failing and self._pending and due:
-                self._deliver_pending()
-            if not self._failing and not self._pending and self._spool_dirty:
-                self._spool_dirty = False  # records spilled past the full queue: send them
-                self._retry()
-            for control in controls:
-                if control.kind == "close":
-                    self._finish_close()
-                    control.done.set()
-                    return
+            except Exception as error:  # never die: the records it holds are still held
+                self._worker_failed(error)
+
+    def _worker_failed(self, error: Exception) -> None:
+        """Answer the controls of the cycle that raised (a close is queued again), pause, go on."""
+        held, self._held_controls = self._held_controls, []
+        for control in held:
+            if control.kind == "close":
+                self._queue.put(control)
+            else:
+                control.done.set()
+        if not self._warned_worker:
+            self._warned_worker = True
+            _logger.warning(
+                "%s: the delivery thread met an error (%s: %s); it goes on, and the records it "
+                "holds are kept (this is reported once)",
+                self.label,
+                type(error).__name__,
+                error,
+                exc_info=error,
+            )
+        else:
+            _logger.debug("%s: the delivery thread met an error again: %r", self.label, error)
+        time.sleep(self.retry_max)
+
+    def _cycle(self) -> bool:
+        """Take what is queued and act on it; True once the worker is done (closed or abandoned)."""
+        records, controls = self._next_items()
+        self._held_controls = controls
+        with self._lock:
+            if self._abandoned:
+                return True
+            if records and not self._pending:
+                self._held_since = time.monotonic()
+            self._pending.extend(records)
+        if controls or self._spill_due():
+            self._write_spill()
+        if self._refused_waiting:
+            self._write_refused()
+        due = bool(controls) or self._batch_due()
+        retry_due = self._failing and (bool(controls) or time.monotonic() >= self._next_retry)
+        if self._failing and (due or retry_due) and not self._spool_pending():
+            return True
+        if self._failing:  # what is held is in the spool now (unless the spool failed)
+            self._answer(controls, "persist")
+        if retry_due:
+            self._retry()
+        if not self._failing and self._pending and due:
+            self._deliver_pending()
+        if not self._failing and not self._pending and self._spool_dirty:
+            self._spool_dirty = False  # records spilled past the full queue: send them
+            self._retry()
+        done = self._answer_all(controls)
+        self._held_controls = []
+        return done
+
+    def _answer_all(self, controls: list[_Control]) -> bool:
+        """Answer the cycle's controls, in order; True once a close ended the worker."""
+        for control in controls:
+            if control.kind == "close":
+                self._finish_close()
+                control.done.set()
+                return True
+            if control.kind == "persist":
+                self._answer([control], "persist")
+            else:
                 control.ok = not self._failing and not self._pending and not self._spool_dirty
+                control.done.set()
+        return False
+
+    def _answer(self, controls: list[_Control], kind: str) -> None:
+        """Answer the ``persist`` controls: whether nothing is held in memory only."""
+        for control in controls:
+            if control.kind == kind and not control.done.is_set():
+                control.ok = not self._pending and not self._spill and not self._refused_waiting
                 control.done.set()
 
     def _next_items(self) -> tuple[list[Record], list[_Control]]:
@@ -310,12 +531,17 @@ class AsyncDelivery:
         wakes it, so that a record submitted meanwhile costs the caller no thread switch.
         """
         now = time.monotonic()
-        wait = max(0.0, self._next_retry - now) if self._failing else None
+        waits: list[float] = []
+        if self._failing:
+            waits.append(self._next_retry - now)
         if self._pending:
-            left = max(0.0, self._held_since + self.batch_interval - now)
-            wait = left if wait is None else min(wait, left)
-        if self._spill:
-            wait = _SPILL_AGE if wait is None else min(wait, _SPILL_AGE)
+            if self._failing and self._spool_error is not None:
+                waits.append(self._next_spool_try - now)  # nowhere to put them before then
+            else:
+                waits.append(self._held_since + self.batch_interval - now)
+        if self._spill or self._refused_waiting:
+            waits.append(_SPILL_AGE if self._spool_error is None else self._next_spool_try - now)
+        wait = max(0.0, min(waits)) if waits else None
         if not self._pending:
             return self._take(wait)
         self._wake.wait(wait)
@@ -323,15 +549,25 @@ class AsyncDelivery:
         return self._take(0.0)
 
     def _batch_due(self) -> bool:
-        """Whether the records held are sent now: a whole batch, or the oldest waited long enough."""
-        return (
-            len(self._pending) >= self.max_batch
-            or time.monotonic() - self._held_since >= self.batch_interval
-        )
+        """Whether the records held are sent (or spooled) now.
+
+        A whole batch, or the oldest waited long enough; while the backend fails and the spool
+        cannot be written either, not before the next try to write it.
+        """
+        if not self._pending:
+            return False
+        now = time.monotonic()
+        if self._failing and self._spool_error is not None and now < self._next_spool_try:
+            return False
+        return len(self._pending) >= self.max_batch or now - self._held_since >= self.batch_interval
 
     def _spill_due(self) -> bool:
         with self._spill_lock:
-            return bool(self._spill) and time.monotonic() - self._spill_since >= _SPILL_AGE
+            return (
+                bool(self._spill)
+                and time.monotonic() - self._spill_since >= _SPILL_AGE
+                and self._spool_due()
+            )
 
     def _take(self, wait: float | None) -> tuple[list[Record], list[_Control]]:
         """Records and controls from the queue: wait for the first, then take what is there."""
@@ -355,7 +591,7 @@ class AsyncDelivery:
         return records, controls
 
     def _materialize_pending(self) -> bool:
-        """Turn pending payloads into JSON data; a value that cannot be is spooled with its error.
+        """Turn pending payloads into JSON data; a value that cannot be is set aside with its error.
 
         Under the lock, so that a record is materialized once even if close() spools it.
         Returns False if close() took over.
@@ -381,58 +617,91 @@ class AsyncDelivery:
                         error,
                         self.spool.refused_path,
                     )
-                    self._spool_records([record], f"{type(error).__name__}: {error}")
+                    self._refuse([record], f"{type(error).__name__}: {error}")
             self._pending = kept
         return True
 
     def _deliver_pending(self) -> None:
-        singles = 0
+        """Send what is held, in batches; a record refused for good is set aside alone.
+
+        While the backend fails, this is the retry that probes it (the spool held nothing):
+        the first batch it takes ends the failure.
+        """
+        singles = 0  # how many of the next records are sent one at a time (to find a refusal)
         if not self._materialize_pending():
             return
         while self._pending:
             chunk = self._next_chunk(single=singles > 0)
-            try:
-                with self._lock:
-                    if self._abandoned:
-                        return
-                    self._in_flight = chunk
-                    del self._pending[: len(chunk)]
-                self.sink.deliver(chunk)
-            except Exception as error:
-                with self._lock:
-                    if self._abandoned:
-                        return
-                    self._pending[:0] = self._in_flight
-                    self._in_flight = []
-                if not self._is_permanent(error):
-                    self._on_failure(error)
-                    self._spool_pending()
-                    return
-                if len(chunk) > 1:  # find the refused record: send these one at a time
-                    singles = len(chunk)
-                    continue
-                _logger.warning(
-                    "%s refused a record (%s); it is kept in %s",
-                    self.label,
-                    error,
-                    self.spool.refused_path,
-                )
-                with self._lock:
-                    if self._abandoned:
-                        return
-                    del self._pending[:1]
-                    self._spool_records(chunk, f"{type(error).__name__}: {error}")
-                singles = max(0, singles - 1)
+            outcome = self._send(chunk)
+            if outcome is False:  # close() took over
+                return
+            if outcome is True:
+                singles = max(0, singles - len(chunk))
+                self.delivered += len(chunk)
+                self._recovered()
+                if self._spool_dirty:
+                    self._spool_dirty = False
+                    self._retry()
                 continue
+            if not self._is_permanent(outcome):
+                self._on_failure(outcome)
+                self._spool_pending()
+                return
+            left = self._set_aside(chunk, outcome, singles)
+            if left is None:
+                return
+            singles = left
+
+    def _send(self, chunk: list[Record]) -> bool | Exception:
+        """Deliver ``chunk`` (taken off ``_pending``): True, the error (put back), or False (closed)."""
+        with self._lock:
+            if self._abandoned:
+                return False
+            self._in_flight = chunk
+            self._in_call = True
+            del self._pending[: len(chunk)]
+        try:
+            self.sink.deliver(chunk)
+        except Exception as error:
             with self._lock:
+                self._in_call = False
                 if self._abandoned:
-                    return
+                    return False
+                self._pending[:0] = self._in_flight
                 self._in_flight = []
-            singles = max(0, singles - len(chunk))
-            self.delivered += len(chunk)
-            if self._spool_dirty:
-                self._spool_dirty = False
-                self._retry()
+            return error
+        with self._lock:
+            self._in_call = False
+            if self._abandoned:
+                return False
+            self._in_flight = []
+        return True
+
+    def _set_aside(self, chunk: list[Record], error: Exception, singles: int) -> int | None:
+        """After a refusal of ``chunk`` (back at the head of ``_pending``): the new ``singles``.
+
+        A batch is sent again one record at a time; a refused record of several scalars one
+        scalar at a time; a refused record alone is set aside in ``<spool>.refused``. None if
+        close() took over.
+        """
+        if len(chunk) > 1:
+            return len(chunk)
+        parts = split_scalars(chunk[0])
+        with self._lock:
+            if self._abandoned:
+                return None
+            if parts:
+                self._pending[:1] = parts
+                return max(0, singles - 1) + len(parts)
+            _logger.warning(
+                "%s refused a record (%s); it is kept in %s",
+                self.label,
+                error,
+                self.spool.refused_path,
+            )
+            del self._pending[:1]
+            self._refuse(chunk, f"{type(error).__name__}: {error}")
+        return max(0, singles - 1)
 
     def _next_chunk(self, *, single: bool) -> list[Record]:
         first = self._pending[0]
@@ -448,12 +717,20 @@ class AsyncDelivery:
         return self._pending[:end]
 
     def _spool_pending(self) -> bool:
-        """Move the pending records to the spool file; False if close() took over."""
+        """Move the pending records to the spool file; False if close() took over.
+
+        A spool that cannot be written (a full disk) keeps them pending, in memory.
+        """
         with self._lock:
             if self._abandoned:
                 return False
-            if self._pending:
-                self._spool_records(self._pending, None)
+            if not self._pending or not self._spool_due():
+                return True
+            if self._spool_error is not None:  # a try after a failure: one record first
+                if not self._to_spool(self._pending[:1]):
+                    return True
+                del self._pending[:1]
+            if self._to_spool(self._pending):
                 self._pending = []
         return True
 
@@ -481,30 +758,52 @@ class AsyncDelivery:
         self._next_retry = time.monotonic() + self._delay
         self._delay = min(self._delay * 2, self.retry_max)
 
+    def _replay(
+        self, limit: int | None
+    ) -> tuple[ReplayResult, dict[str, tuple[Mapping[str, Any], BaseException]]] | None:
+        """Replay this run's spooled records (a backend call); None if close() took over."""
+        with self._lock:
+            if self._abandoned:
+                return None
+            self._in_call = True
+        try:
+            return run_replay(self.spool, sinks={self._key: self.sink}, only=self._key, limit=limit)
+        finally:
+            with self._lock:
+                self._in_call = False
+
     def _retry(self) -> None:
-        """Send this run's spooled records, in order; on success the backend is back."""
-        if not self.spool.path.exists():
-            self._recovered()
+        """Send this run's spooled records, in order; on success the backend is back.
+
+        With nothing spooled, the records held in memory (a spool that could not be written)
+        are the probe.
+        """
+        replayed = 0
+        if self.spool.path.exists():
+            # While the backend fails, a retry reads and sends only the spool's first lines: a
+            # long spool is read in full once the backend took those.
+            for limit in (_PROBE_LINES, None) if self._failing else (None,):
+                try:
+                    done = self._replay(limit)
+                except SpoolNotFoundError:  # replayed meanwhile by another process
+                    break
+                except Exception as error:
+                    self._on_failure(error)
+                    return
+                if done is None:
+                    return
+                result, errors = done
+                replayed += result.delivered
+                self.delivered += result.delivered
+                self._note_refused(result)
+                if self._key in errors:
+                    self._on_failure(errors[self._key][1])
+                    return
+                if limit is not None and not self._spooled_now():
+                    break
+        if self._failing and not replayed and self._pending:
+            self._deliver_pending()
             return
-        # While the backend fails, a retry reads and sends only the spool's first lines: a long
-        # spool is read in full once the backend took those.
-        for limit in (_PROBE_LINES, None) if self._failing else (None,):
-            try:
-                result, errors = run_replay(
-                    self.spool, sinks={self._key: self.sink}, only=self._key, limit=limit
-                )
-            except SpoolNotFoundError:  # replayed meanwhile by another process
-                break
-            except Exception as error:
-                self._on_failure(error)
-                return
-            self.delivered += result.delivered
-            self._note_refused(result)
-            if self._key in errors:
-                self._on_failure(errors[self._key][1])
-                return
-            if limit is not None and not self._spooled_now():
-                break
         self._recovered()
 
     def _note_refused(self, result: ReplayResult) -> None:
@@ -548,6 +847,8 @@ class AsyncDelivery:
         left = len(self._pending)
         if not self._spool_pending():
             return
+        if self._pending or self._spill:
+            return  # the spool cannot be written: close() tries once more, and says what is lost
         if self._failing:
             # The backend is down: the run is ended by the replay that delivers its records.
             self._warn_left("the backend is unreachable")
@@ -583,11 +884,16 @@ class AsyncDelivery:
         """Send what an earlier run left in this spool file (every target in it)."""
         if not self.spool.path.exists():
             return
+        with self._lock:
+            self._in_call = True
         try:
             result, errors = run_replay(self.spool, sinks={self._key: self.sink})
         except Exception as error:
             _logger.warning("%s: could not replay %s: %s", self.label, self.spool.path, error)
             return
+        finally:
+            with self._lock:
+                self._in_call = False
         self.delivered += result.delivered
         self._note_refused(result)
         if result.delivered:

@@ -9,6 +9,7 @@ import atexit
 import logging
 import math
 import numbers
+import operator
 import os
 import re
 import weakref
@@ -22,6 +23,7 @@ from ._errors import (
     EmptyMetricNameError,
     ImageShapeError,
     InvalidLoggerNameError,
+    InvalidStepError,
     LoggedTypeError,
     LoggerClosedError,
     MetricOverflowError,
@@ -33,6 +35,7 @@ __all__ = [
     "Logger",
     "as_scalar",
     "check_metric_name",
+    "check_step",
     "drain_at_exit",
     "histogram_summary",
     "is_device_array",
@@ -70,6 +73,40 @@ def check_metric_name(name: object, value: object) -> None:
     """
     if not name or not isinstance(name, str):
         raise EmptyMetricNameError(name, value)
+
+
+def check_step(step: object) -> int:
+    """``step`` as a plain int, refused unless it is an integer in ``[0, 2**63 - 1]``.
+
+    A numpy (or jax) integer becomes the builtin int it holds. The logging calls check a plain
+    int in range themselves, inline (the per-step cost is a type and a range test), and call
+    this only for anything else.
+
+    Raises:
+        InvalidStepError: ``step`` is not an integer (a bool, a float, a string), is negative,
+            or is past ``2**63 - 1``, the largest step a backend stores.
+
+    Example:
+        >>> import numpy as np
+        >>> from substrax.tracking._base import check_step
+        >>> check_step(np.int64(3)), check_step(2**63 - 1)
+        (3, 9223372036854775807)
+        >>> check_step(2**64 - 1)
+        Traceback (most recent call last):
+        ...
+        substrax.tracking.InvalidStepError: step 18446744073709551615 is past the largest step, 2**63 - 1; ...
+    """
+    if isinstance(step, bool):
+        raise InvalidStepError(step, "is a bool, not an integer")
+    try:
+        number = operator.index(step)  # pyright: ignore[reportArgumentType]
+    except TypeError:
+        raise InvalidStepError(step, f"is a {type(step).__name__}, not an integer") from None
+    if number < 0:
+        raise InvalidStepError(step, "is negative")
+    if number >= 2**63:
+        raise InvalidStepError(step, "is past the largest step, 2**63 - 1")
+    return number
 
 
 def python_logger_name(name: str) -> str:
@@ -347,15 +384,21 @@ class Logger(Closeable):
         not be a buffer donated to a later step, which deletes it (it is then skipped, with a
         warning).
 
+        ``step`` is an int in ``[0, 2**63 - 1]`` (a numpy or jax integer too), or None.
+
         Raises:
             LoggerClosedError: the logger is closed.
             EmptyMetricNameError: ``name`` is empty or not a string (on every process).
+            InvalidStepError: ``step`` is not an integer in ``[0, 2**63 - 1]`` (on every
+                process).
             LoggedTypeError: ``value`` is not a number (a bool, a string, None, an array).
             MetricOverflowError: ``value`` is too large for a float.
         """
         if self.closed:
             raise LoggerClosedError(self.name)
         check_metric_name(name, value)
+        if step is not None and not (type(step) is int and 0 <= step < 2**63):
+            step = check_step(step)
         if self.active:
             self._write_scalar(name, value, step)
 
@@ -364,11 +407,14 @@ class Logger(Closeable):
 
         Raises:
             EmptyMetricNameError: a name is empty.
+            InvalidStepError: ``step`` is not an integer in ``[0, 2**63 - 1]``.
         """
         if self.closed:
             raise LoggerClosedError(self.name)
         for key, value in metrics.items():
             check_metric_name(key, value)
+        if step is not None and not (type(step) is int and 0 <= step < 2**63):
+            step = check_step(step)
         if self.active:
             self._write_scalars(metrics, step)
 
@@ -393,6 +439,8 @@ class Logger(Closeable):
         checked: object = text
         if not isinstance(checked, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise LoggedTypeError(f"text {name!r}", text, "a str")
+        if step is not None and not (type(step) is int and 0 <= step < 2**63):
+            step = check_step(step)
         if self.active:
             self._write_text(name, text, step)
 
@@ -400,6 +448,8 @@ class Logger(Closeable):
         """Log an image: an ``(H, W)``, ``(H, W, 3)`` or ``(H, W, 4)`` array, or a list of them."""
         if self.closed:
             raise LoggerClosedError(self.name)
+        if step is not None and not (type(step) is int and 0 <= step < 2**63):
+            step = check_step(step)
         if self.active:
             images = (
                 list(image)
@@ -414,11 +464,19 @@ class Logger(Closeable):
         """Log the distribution of ``values`` (any array-like of numbers)."""
         if self.closed:
             raise LoggerClosedError(self.name)
+        if step is not None and not (type(step) is int and 0 <= step < 2**63):
+            step = check_step(step)
         if self.active:
             self._write_histogram(name, values, step)
 
     def flush(self) -> None:
-        """Write out whatever is buffered."""
+        """Make every record logged so far durable: written (and fsynced), delivered or spooled.
+
+        After it returns, a kill of the process (SIGKILL included) loses nothing logged before
+        the call, so call it before saving a checkpoint (``CheckpointCallback(flush=...)`` and
+        ``PreemptionHandler(flush=...)`` do): a run resumed from the checkpoint then finds every
+        step up to it. Each backend says what it writes; a remote one returns within a bound.
+        """
 
     def close(self) -> None:
         """Flush and release the backend; later calls raise :class:`LoggerClosedError`."""

@@ -15,8 +15,10 @@ __all__ = [
     "EmptyMetricNameError",
     "FileLogBusyError",
     "FileLogValueError",
+    "FileLogWriteError",
     "ImageShapeError",
     "InvalidLoggerNameError",
+    "InvalidStepError",
     "LogDirNotWritableError",
     "LoggedTypeError",
     "LoggerClosedError",
@@ -115,6 +117,41 @@ class EmptyMetricNameError(StructuredError, ValueError):
     )
     name: object
     value: object
+
+
+class InvalidStepError(StructuredError, ValueError, TypeError):
+    """A step that is not an integer in ``[0, 2**63 - 1]`` was logged.
+
+    Every backend stores a step as a signed 64-bit integer (MLflow's store cannot hold a larger
+    one, TensorBoard and W&B neither), so a step past ``2**63 - 1`` (a ``uint64`` counter that
+    wrapped below zero, say), a negative one, or one that is not an integer is refused at the
+    call, before any backend sees it. Both a ``ValueError`` and a ``TypeError``: the check a
+    caller wrote for either one catches it.
+
+    Attributes:
+        step: the step given.
+        reason: what is wrong with it.
+
+    Example:
+        >>> from substrax.tracking import InvalidStepError
+        >>> error = InvalidStepError(2**64 - 1, "is past the largest step")
+        >>> error.step, isinstance(error, ValueError)
+        (18446744073709551615, True)
+    """
+
+    __module__ = "substrax.tracking"
+    step: object
+    reason: str
+
+    def _message(self) -> str:
+        shown = repr(self.step)
+        if len(shown) > _SHOWN_DIGITS:
+            shown = f"{shown[:20]}...{shown[-10:]} ({len(shown)} characters)"
+        return (
+            f"step {shown} {self.reason}; a step must be an int in [0, 2**63 - 1] (every backend "
+            "stores it as a signed 64-bit integer): log the step count itself (an int, or a numpy "
+            "or jax integer), not a wrapped or hashed counter"
+        )
 
 
 class LoggedTypeError(StructuredError, TypeError):
@@ -244,6 +281,29 @@ class FileLogValueError(_PathTextError, ValueError):
     )
     path: Path
     line: int
+    reason: str
+
+
+class FileLogWriteError(_PathTextError, OSError):
+    """A :class:`FileLogger` closed with lines it could not write (a full disk, a removed mount).
+
+    Until then the lines waited in memory and every flush tried them again; closing tried a
+    last time. Lines before them were written whole and in order.
+
+    Attributes:
+        path: the file the lines were for.
+        lines: how many lines of it were not written.
+        reason: the operating system's error.
+    """
+
+    __module__ = "substrax.tracking"
+    template = (
+        "{lines} lines of {path!r} were not written when the logger closed ({reason}); free "
+        "space on its file system (or check the mount) and log those steps again, or resume "
+        "the run from a checkpoint before them"
+    )
+    path: Path
+    lines: int
     reason: str
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -14,7 +15,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO, cast
+from typing import Any, BinaryIO, cast
 
 from substrax.support import check_int, check_seconds, install_hint, optional, write_atomically
 
@@ -29,7 +30,7 @@ from ._base import (
     unread_scalar,
     value_ready,
 )
-from ._errors import FileLogBusyError
+from ._errors import FileLogBusyError, FileLogWriteError
 from ._media import save_image
 
 
@@ -232,6 +233,78 @@ def _hold_log(lock_path: Path, log_dir: Path, name: str) -> BinaryIO | None:
         os.close(fd)  # a logger closing meanwhile removed the file we locked: lock the new one
 
 
+class _Appender:
+    """One append-only file of a file log: its lines wait here until written, and stay on a failure.
+
+    The bytes are written with ``os.write`` on an ``O_APPEND`` descriptor; a write that stops
+    (a full disk: ``ENOSPC``, a file size limit: ``EFBIG``) keeps what was not written, to be
+    written first by the next :meth:`write`, so the lines reach the file whole and in order.
+    """
+
+    __slots__ = ("dirty", "fd", "path", "waiting")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+        self.waiting = bytearray()
+        self.dirty = False  # written since the last sync
+
+    def add(self, text: str) -> None:
+        self.waiting += text.encode("utf-8")
+
+    @property
+    def lines(self) -> int:
+        """How many lines wait (a line written in part counts as one)."""
+        return self.waiting.count(b"\n")
+
+    def write(self) -> OSError | None:
+        """Write what waits; the error that stopped it (what is left still waits), or None."""
+        if not self.waiting:
+            return None
+        written = 0
+        try:
+            if self.fd is None:
+                self.fd = os.open(
+                    self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+                )
+            with memoryview(self.waiting) as view:
+                while written < len(view):
+                    written += os.write(self.fd, view[written:])
+        except OSError as error:
+            return error
+        finally:
+            if written:
+                del self.waiting[:written]
+                self.dirty = True
+        return None
+
+    def sync(self) -> OSError | None:
+        """``fsync`` what was written since the last sync; the error, or None."""
+        if self.fd is None or not self.dirty:
+            return None
+        try:
+            os.fsync(self.fd)
+        except OSError as error:
+            return error
+        self.dirty = False
+        return None
+
+    def drop_torn_line(self) -> None:
+        """Cut off the part of a line written before a failure, so the file ends with a whole line."""
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            size = os.fstat(self.fd).st_size
+            tail = os.pread(self.fd, min(size, 1 << 16), max(0, size - (1 << 16)))
+            if tail and not tail.endswith(b"\n"):
+                os.ftruncate(self.fd, size - (len(tail) - tail.rfind(b"\n") - 1))
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+
 class FileLogger(Logger):
     """Write a run's log to files under ``log_dir`` with stable names, so that a resumed run appends.
 
@@ -328,8 +401,15 @@ class FileLogger(Logger):
         self.text_jsonl = self.log_dir / f"{stem}.text.jsonl"
         self.histograms_jsonl = self.log_dir / f"{stem}.histograms.jsonl"
         self.flush_every = check_seconds("flush_every", flush_every)
-        self._jsonl: TextIO | None = None
-        self._csv: TextIO | None = None
+        # the metric files, and the text and histogram logs: their lines wait in these until
+        # written (a full disk keeps them there; see _write_files)
+        # (An instance holds at most 30 attributes: past that CPython's attribute lookups, of the
+        # per-step call too, get slower. The text and histogram logs are _appenders[2:].)
+        self._jsonl: _Appender | None = None
+        self._csv: _Appender | None = None
+        self._appenders: tuple[_Appender, ...] = ()
+        self._failing: dict[Path, str] = {}  # the files whose last write failed, and why
+        self._warned_unwritten = False
         self._last_flush = time.time()
         self._names: dict[str, tuple[str, str]] = {}
         # (time, step, encoded name, value) of each scalar logged since the last flush: the
@@ -379,17 +459,26 @@ class FileLogger(Logger):
         else:
             for path in (*logs, self.metrics_csv):
                 _end_torn_line(path)
-        self._jsonl = self.metrics_jsonl.open("a", encoding="utf-8", buffering=1 << 16)
-        new_csv = not self.metrics_csv.exists() or self.metrics_csv.stat().st_size == 0
-        self._csv = self.metrics_csv.open("a", encoding="utf-8", newline="", buffering=1 << 16)
-        if new_csv:
-            self._csv.write("time,step,name,value\n")
+        jsonl, rows = _Appender(self.metrics_jsonl), _Appender(self.metrics_csv)
+        self._appenders = (
+            jsonl,
+            rows,
+            _Appender(self.text_jsonl),
+            _Appender(self.histograms_jsonl),
+        )
+        for appender in (jsonl, rows):  # the metric files are made at once, as they always were
+            appender.fd = os.open(
+                appender.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
+        self._jsonl, self._csv = jsonl, rows
+        if rows.fd is not None and os.fstat(rows.fd).st_size == 0:
+            rows.add("time,step,name,value\n")
+            self._write_files()
 
     def _release(self) -> None:
         """Let the file log go: close its files and remove the lock."""
-        for file in (self._jsonl, self._csv):
-            if file is not None:
-                file.close()
+        for appender in self._appenders:
+            appender.close()
         held, self._held = self._held, None
         if held is not None:
             self.lock_path.unlink(missing_ok=True)  # before the lock goes: never another's file
@@ -471,7 +560,7 @@ class FileLogger(Logger):
         return ready
 
     def _write_pending(self, wait: bool = True) -> None:
-        """Write the lines of the scalars logged since the last flush to the metric files."""
+        """Format the lines of the scalars logged since the last flush, for the metric files."""
         jsonl, rows = self._jsonl, self._csv
         if jsonl is None or rows is None:
             return
@@ -494,8 +583,37 @@ class FileLogger(Logger):
                 f'{{"time":{now!r},"step":{shown},"name":{json_name},"value":{text}}}\n'
             )
             csv_lines.append(f"{now!r},{'' if step is None else step},{csv_name},{number!r}\n")
-        jsonl.write("".join(json_lines))
-        rows.write("".join(csv_lines))
+        jsonl.add("".join(json_lines))
+        rows.add("".join(csv_lines))
+
+    def _write_files(self) -> bool:
+        """Write every line waiting, file by file; whether all were written.
+
+        A file that cannot be written (a full disk) keeps its lines waiting, in order, for the
+        next write: no logging call raises for it. The first failure is warned about once,
+        naming the file; the warning's logger is ``substrax.tracking._file``.
+        """
+        failed: dict[Path, str] = {}
+        for appender in self._appenders:
+            if appender.waiting:
+                error = appender.write()
+                if error is not None:
+                    failed[appender.path] = f"{type(error).__name__}: {error.strerror or error}"
+        if failed and not self._failing:
+            if not self._warned_unwritten:
+                self._warned_unwritten = True
+                _logger.warning(
+                    "FileLogger(%r): %s cannot be written (%s); its lines wait in memory, in "
+                    "order, and are written once there is room (this is reported once; close() "
+                    "raises FileLogWriteError if they still cannot be written then)",
+                    self.name,
+                    " and ".join(str(path) for path in failed),
+                    "; ".join(sorted(set(failed.values()))),
+                )
+        elif self._failing and not failed:
+            _logger.info("FileLogger(%r): the lines that waited are written", self.name)
+        self._failing = failed
+        return not failed
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         merged: dict[str, Any] = {}
@@ -505,13 +623,13 @@ class FileLogger(Logger):
         text = json.dumps(merged, indent=2, sort_keys=True, allow_nan=False)
         write_atomically(self.hparams_json, text + "\n")
 
-    def _append(self, path: Path, record: dict[str, Any]) -> None:
-        with path.open("a", encoding="utf-8") as file:
-            file.write(json.dumps(strict_json(record), allow_nan=False) + "\n")
+    def _append(self, appender: _Appender, record: dict[str, Any]) -> None:
+        appender.add(json.dumps(strict_json(record), allow_nan=False) + "\n")
+        self._write_files()
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._append(
-            self.text_jsonl, {"time": time.time(), "step": step, "name": name, "text": text}
+            self._appenders[2], {"time": time.time(), "step": step, "name": name, "text": text}
         )
 
     def _media_path(self, kind: str, name: str, step: int | None, index: int, suffix: str) -> Path:
@@ -541,7 +659,7 @@ class FileLogger(Logger):
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         summary = histogram_summary(values)
         self._append(
-            self.histograms_jsonl, {"time": time.time(), "step": step, "name": name, **summary}
+            self._appenders[3], {"time": time.time(), "step": step, "name": name, **summary}
         )
         if self._pyplot_missing() or not summary["counts"]:
             return
@@ -555,18 +673,45 @@ class FileLogger(Logger):
         figure.savefig(self._media_path("histograms", name, step, 0, ".png"), dpi=80)
 
     def flush(self) -> None:
-        """Write the buffered metric lines to disk, waiting for jax values still computed."""
+        """Write every line logged so far to disk and ``fsync`` it, waiting for jax values still computed.
+
+        After it returns, a kill of the process (SIGKILL included), or of the machine, loses no
+        record logged before the call: call it before saving a checkpoint (see
+        ``CheckpointCallback(flush=...)``). On a full disk it does not raise: the lines wait
+        in memory (warned about once) and the next flush writes them.
+        """
         self._flush(wait=True)
+        if not self._failing:
+            self._sync()
+
+    def _sync(self) -> None:
+        for appender in self._appenders:
+            error = appender.sync()
+            if error is not None:
+                _logger.warning(
+                    "FileLogger(%r): fsync of %s failed: %s", self.name, appender.path, error
+                )
 
     def _flush(self, *, wait: bool) -> None:
         """Write the buffered lines; without ``wait``, only up to a jax value still computed."""
         self._last_flush = time.time()
-        if self._jsonl is not None and not self._jsonl.closed:
+        if self._jsonl is not None and self._jsonl.fd is not None:
             self._write_pending(wait)
-            self._jsonl.flush()
-        if self._csv is not None and not self._csv.closed:
-            self._csv.flush()
+            self._write_files()
 
     def _close(self) -> None:
-        self.flush()
-        self._release()
+        try:
+            self._flush(wait=True)
+            self._sync()
+            left = [appender for appender in self._appenders if appender.waiting]
+            for appender in left:
+                appender.drop_torn_line()
+        finally:
+            self._release()
+        if left:
+            first, others = left[0], left[1:]
+            reason = self._failing.get(first.path, "it could not be written")
+            if others:
+                reason += "; " + ", ".join(f"{a.lines} lines of {str(a.path)!r}" for a in others)
+                reason += " were not written either"
+            raise FileLogWriteError(first.path, first.lines, reason)

@@ -19,7 +19,7 @@ from . import _http_bounds as http_bounds
 from ._base import safe_name
 from ._errors import UnknownRunIdError
 from ._first_attempt import FirstAttempt
-from ._mlflow_child import MetricRow, MetricWriter
+from ._mlflow_child import MetricRow, MetricWriter, refused_for_good
 from ._records import Record
 from ._remote import RemoteLogger, check_resume
 from ._spool import register_sink_factory
@@ -282,7 +282,7 @@ class _MlflowSink:
             self.last_steps = last  # only once delivered: a retried batch is filtered the same
 
     def is_permanent(self, error: BaseException) -> bool:
-        return getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE"
+        return refused_for_good(error)
 
     def finish(self) -> None:
         try:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 
-__all__ = ["SPAWN_AFTER", "MetricWriter", "MetricWriterError", "uses_child"]
+__all__ = ["SPAWN_AFTER", "MetricWriter", "MetricWriterError", "refused_for_good", "uses_child"]
 
 _logger = logging.getLogger(__name__)
 
@@ -68,16 +68,55 @@ def uses_child(tracking_uri: str) -> bool:
     return scheme in _DATABASES
 
 
+def refused_for_good(error: BaseException) -> bool:
+    """Whether MLflow refused what it was sent, so that no retry can store it.
+
+    MLflow's ``INVALID_PARAMETER_VALUE`` (a metric name it does not accept, a param logged
+    again with another value); a value its store cannot hold (an ``OverflowError`` behind the
+    error: "Python int too large to convert to SQLite INTEGER"); a value the client refused
+    before sending (a ``ValueError`` or ``TypeError`` of its own: protobuf's "Value out of
+    range"); a batch the writer child found refused. A server that cannot be reached, does not
+    answer, or answers something that is not JSON is none of these: that is retried.
+
+    Example:
+        >>> from substrax.tracking._mlflow_child import refused_for_good
+        >>> refused_for_good(ValueError("Value out of range: 9223372036854775808"))
+        True
+        >>> refused_for_good(ConnectionRefusedError(111, "Connection refused"))
+        False
+    """
+    if getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE":
+        return True
+    if getattr(error, "refused", None) is True:  # the writer child's answer said so
+        return True
+    if isinstance(error, ValueError | TypeError | OverflowError) and not isinstance(
+        error, json.JSONDecodeError | UnicodeError
+    ):
+        return True
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OverflowError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 class MetricWriterError(ConnectionError):
     """A batch the child could not write: it died, or MLflow raised there.
 
     Attributes:
         error_code: MLflow's error code of what the child raised (None when it died).
+        refused: whether MLflow refused the batch for good (see :func:`refused_for_good`).
     """
 
-    def __init__(self, message: str, error_code: str | None = None) -> None:
+    def __init__(
+        self, message: str, error_code: str | None = None, *, refused: bool = False
+    ) -> None:
         super().__init__(message)
         self.error_code = error_code
+        self.refused = refused
 
 
 class MetricWriter:
@@ -232,7 +271,9 @@ class MetricWriter:
         answer = json.loads(line)
         if "error" in answer:
             raise MetricWriterError(
-                f"{answer['error']}: {answer['message']}", error_code=answer.get("error_code")
+                f"{answer['error']}: {answer['message']}",
+                error_code=answer.get("error_code"),
+                refused=answer.get("refused") is True,
             )
         return True
 
@@ -300,6 +341,7 @@ def _serve(tracking_uri: str, requests: IO[bytes], answers: IO[bytes]) -> None:
                     "error": type(error).__name__,
                     "message": str(error),
                     "error_code": getattr(error, "error_code", None),
+                    "refused": refused_for_good(error),
                 }
             answers.write(json.dumps(answer).encode() + b"\n")
             answers.flush()

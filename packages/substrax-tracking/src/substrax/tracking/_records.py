@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ._base import (
     as_scalar,
@@ -20,7 +20,7 @@ from ._file import json_ready
 from ._media import save_image
 
 
-__all__ = ["Record", "RecordKind", "Scalar", "as_record", "prefetch_scalars"]
+__all__ = ["Record", "RecordKind", "Scalar", "as_record", "prefetch_scalars", "split_scalars"]
 
 # The metrics warned about as unreadable, for a record materialized without a set of its own.
 _WARNED: set[str] = set()
@@ -63,6 +63,36 @@ def as_record(item: Record | Scalar) -> Record:
         return item
     name, value, step, when = item
     return Record(kind="scalars", step=step, time=when, payload={"values": {name: value}})
+
+
+def split_scalars(record: Record) -> list[Record]:
+    """A materialized record of several scalars as one record per scalar; [] for any other.
+
+    A backend that refuses such a record for one of its values (an MLflow metric name it does
+    not accept) is sent the parts one at a time, so that only the refused value is set aside.
+
+    Example:
+        >>> from substrax.tracking._records import Record, split_scalars
+        >>> both = Record(kind="scalars", step=3, time=1.0, payload={"values": {"a": 1.0, "b": 2.0}},
+        ...               materialized=True)
+        >>> [part.payload for part in split_scalars(both)]
+        [{'values': {'a': 1.0}}, {'values': {'b': 2.0}}]
+    """
+    if record.kind != "scalars" or not record.materialized:
+        return []
+    values = record.payload.get("values")
+    if not isinstance(values, dict) or len(values) <= 1:  # pyright: ignore[reportUnknownArgumentType]
+        return []
+    return [
+        Record(
+            kind="scalars",
+            step=record.step,
+            time=record.time,
+            payload={"values": {key: value}},
+            materialized=True,
+        )
+        for key, value in cast("dict[str, Any]", values).items()
+    ]
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)

@@ -38,6 +38,7 @@ __all__ = ["RemoteLogger", "check_resume"]
 # (made inside a function, or in a multiprocessing worker) is still closed at exit.
 _OPEN: dict[int, RemoteLogger] = {}
 _AT_EXIT_TIMEOUT = 10.0
+_FLUSH_TIMEOUT = 10.0  # the most seconds flush() waits for the backend before spooling
 _EXIT_PRIORITY = 100  # multiprocessing finalizers: before pools and queues shut down
 _FINALIZED_PIDS: set[int] = set()  # the processes whose multiprocessing finalizer is registered
 
@@ -251,9 +252,25 @@ class RemoteLogger(Logger):
             self._submit("artifact", None, {"path": str(path), **payload})
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until every call so far reached the backend."""
+        """Deliver every call so far, or write it to the spool file (fsynced), within a bound.
+
+        It waits for the backend at most ``timeout`` seconds (None: ``close_timeout``, at most
+        10 s); what is not delivered by then is written to the spool, so that a kill of the
+        process right after (SIGKILL included) loses nothing logged before the call. Call it
+        before saving a checkpoint (``CheckpointCallback(flush=...)`` and
+        ``PreemptionHandler(flush=...)`` do). On a full disk, what could not be written waits
+        in memory (warned about once). :meth:`wait_delivered` waits for the backend itself.
+
+        Raises:
+            ValueError: ``timeout`` is NaN, infinite or negative.
+        """
         if self._delivery is not None and not self.closed:
-            self._delivery.flush(timeout)
+            bound = (
+                min(self.close_timeout, _FLUSH_TIMEOUT)
+                if timeout is None
+                else check_seconds("timeout", timeout)
+            )
+            self._delivery.persist(bound)
 
     def wait_delivered(self, timeout: float | None = None) -> bool:
         """Wait until every call so far reached the backend; return whether all did."""

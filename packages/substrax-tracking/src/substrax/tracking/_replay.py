@@ -15,7 +15,7 @@ from typing import Any
 from substrax.support import check_seconds
 
 from ._errors import NotARecordError
-from ._records import Record
+from ._records import Record, split_scalars
 from ._spool import BadLine, Sink, SpoolFile, sink_factory, spool_line
 
 
@@ -51,7 +51,9 @@ class ReplayResult:
         bad_file: where the bad lines went.
         bad_reasons: why each bad line is not a record.
         refused: records their backend refused (a value it does not accept), moved with their
-            error to ``<spool>.refused``; the records after them were delivered.
+            error to ``<spool>.refused``; the records after them were delivered. Of a record
+            of several scalars refused for some of them, only those are set aside (a record of
+            their own each), and the record counts as delivered too.
         refused_file: where the refused records went.
         refused_reasons: each refused record's error.
         waited_for: the pid of another replay of the same spool that this one waited for
@@ -94,7 +96,9 @@ class _Replay:
     """Delivers spool lines group by group from its own thread; :meth:`settle` ends it at any time.
 
     A record its backend refuses (``Sink.is_permanent``) is set aside with its error, and the
-    rest goes on: a batch that is refused is sent again one record at a time to find it.
+    rest goes on: a batch that is refused is sent again one record at a time to find it, and a
+    refused record of several scalars one scalar at a time, so that only the refused ones are
+    set aside.
     """
 
     def __init__(
@@ -111,7 +115,9 @@ class _Replay:
         self._only = only
         self._lock = threading.Lock()
         self._delivered: set[int] = set()
-        self._refused: dict[int, str] = {}
+        # each refused line: the records set aside (the line's own, or the refused scalars of
+        # it), each with its error
+        self._refused: dict[int, list[tuple[dict[str, Any], str]]] = {}
         self._bad: dict[int, str] = {}
         self._settled = False
         self._built: dict[str, Sink] = {}
@@ -175,7 +181,7 @@ class _Replay:
         for i in indexes:
             error = self._lines[i].get("error")
             if error is not None and not self._include_refused:
-                self._refuse(i, str(error))
+                self._refuse(i, [(self._lines[i]["record"], str(error))])
             else:
                 todo.append(i)
         return todo
@@ -187,7 +193,7 @@ class _Replay:
             if not _is_permanent(sink, error):
                 raise
             if len(chunk) == 1:
-                self._refuse(chunk[0], f"{type(error).__name__}: {error}")
+                self._refuse_line(sink, chunk[0], f"{type(error).__name__}: {error}")
                 return
             for i in chunk:  # find the refused records: one at a time
                 self._deliver(sink, [i])
@@ -197,11 +203,33 @@ class _Replay:
                 raise _Settled
             self._delivered.update(chunk)
 
-    def _refuse(self, index: int, error: str) -> None:
+    def _refuse_line(self, sink: Sink, index: int, error: str) -> None:
+        """Set aside a refused line; of several scalars, only those refused one at a time."""
+        record = self._lines[index]["record"]
+        parts = split_scalars(Record.from_json(record))
+        refused: list[tuple[dict[str, Any], str]] = []
+        for part in parts:
+            try:
+                sink.deliver([part])
+            except Exception as failure:
+                if not _is_permanent(sink, failure):
+                    raise
+                refused.append((part.to_json(), f"{type(failure).__name__}: {failure}"))
+        if len(refused) == len(parts):  # all of it (or one record): the line as it is
+            self._refuse(index, [(record, refused[0][1] if refused else error)])
+            return
         with self._lock:
             if self._settled:
                 raise _Settled
-            self._refused[index] = error
+            self._delivered.add(index)
+            if refused:
+                self._refused[index] = refused
+
+    def _refuse(self, index: int, refused: list[tuple[dict[str, Any], str]]) -> None:
+        with self._lock:
+            if self._settled:
+                raise _Settled
+            self._refused[index] = refused
 
     def _set_bad(self, indexes: list[int], reason: str) -> None:
         with self._lock:
@@ -214,7 +242,9 @@ class _Replay:
         with self._lock:
             return dict(self.errors)
 
-    def settle(self) -> tuple[set[int], dict[int, str], dict[int, str]]:
+    def settle(
+        self,
+    ) -> tuple[set[int], dict[int, list[tuple[dict[str, Any], str]]], dict[int, str]]:
         """Stop taking deliveries; return the lines delivered, refused and bad (with the reason)."""
         with self._lock:
             self._settled = True
@@ -315,25 +345,25 @@ def _replay_held(
         key=lambda line: line.number,
     )
     content = dataclasses.replace(content, bad=bad)
+    set_aside = [(i, record, error) for i in sorted(refused) for record, error in refused[i]]
     if lines or content.bad:
         spool.remove(
-            [lines[i].text for i in (*delivered, *refused)] + [b.text for b in content.bad],
+            [lines[i].text for i in {*delivered, *refused}] + [b.text for b in content.bad],
             refused=[
-                spool_line(lines[i].data["target"], lines[i].data["record"], error)
-                for i, error in sorted(refused.items())
+                spool_line(lines[i].data["target"], record, error) for i, record, error in set_aside
             ],
             bad=[b.text for b in content.bad],
         )
     result = ReplayResult(
         delivered=len(delivered),
-        remaining=len(lines) - len(delivered) - len(refused) - len(unusable),
+        remaining=len(lines) - len({*delivered, *refused}) - len(unusable),
         bad_lines=tuple(b.number for b in content.bad),
         timed_out=timed_out,
         bad_file=spool.bad_path if content.bad else None,
         bad_reasons=tuple(b.reason for b in content.bad),
-        refused=len(refused),
-        refused_file=spool.refused_path if refused else None,
-        refused_reasons=tuple(refused[i] for i in sorted(refused)),
+        refused=len(set_aside),
+        refused_file=spool.refused_path if set_aside else None,
+        refused_reasons=tuple(error for _, _, error in set_aside),
     )
     return result, job.failures()
 

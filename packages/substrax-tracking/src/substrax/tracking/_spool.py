@@ -411,14 +411,27 @@ def _pid_in(fd: int) -> int | None:
 
 
 def _append_lines(path: Path, lines: list[str]) -> None:
-    """Append ``lines`` with one write and an fsync (the caller holds the spool's lock)."""
+    """Append ``lines`` with one write and an fsync (the caller holds the spool's lock).
+
+    All or nothing: a write that fails part way (a full disk) is cut off again, so the file
+    never ends in a line cut short that the next append would run into.
+
+    Raises:
+        OSError: the lines could not be written (the file is as it was).
+    """
     data = "".join(f"{line}\n" for line in lines).encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise
     finally:
         os.close(fd)
 

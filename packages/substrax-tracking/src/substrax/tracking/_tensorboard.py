@@ -25,6 +25,31 @@ def _hparam_value(value: Any) -> Any:
     return value if isinstance(value, bool | int | float | str) else str(value)
 
 
+def _write_queued(writer: Any) -> None:
+    """Have tensorboardX's writer thread write every event queued so far, then flush (fsync) the file.
+
+    ``SummaryWriter.flush`` flushes the event file but not the queue its writer thread takes the
+    events from, so events logged just before it may not be in the file yet. The thread is
+    stopped (its queue is first in, first out: it writes every event queued before the stop)
+    and started again. Another tensorboardX, without these parts, gets its plain flush.
+    """
+    events = getattr(getattr(writer, "file_writer", None), "event_writer", None)
+    worker = getattr(events, "_worker", None)
+    stop = getattr(worker, "stop", None)
+    if worker is not None and callable(stop) and worker.is_alive():
+        try:
+            queue, record_writer = events._event_queue, events._ev_writer  # pyright: ignore[reportOptionalMemberAccess, reportPrivateUsage]
+            flush_secs = events._flush_secs  # pyright: ignore[reportOptionalMemberAccess, reportPrivateUsage]
+        except AttributeError:
+            pass
+        else:
+            stop()
+            restarted = type(worker)(queue, record_writer, flush_secs)
+            events._worker = restarted  # pyright: ignore[reportOptionalMemberAccess, reportPrivateUsage]
+            restarted.start()
+    writer.flush()
+
+
 class TensorBoardLogger(Logger):
     """Write TensorBoard event files (scalars, hyperparameters, text, images, histograms).
 
@@ -131,11 +156,13 @@ class TensorBoardLogger(Logger):
         )
 
     def flush(self) -> None:
-        """Write the scalars held behind jax values (waiting for them) and flush the event file."""
+        """Write every event logged so far (waiting for held jax values) and fsync the event file."""
         if self._writer is not None:
             if not self.closed:
                 self._write_held(wait=True)
-            self._writer.flush()
+                _write_queued(self._writer)
+            else:
+                self._writer.flush()
 
     def _close(self) -> None:
         self._write_held(wait=True)

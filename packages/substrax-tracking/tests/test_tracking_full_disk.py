@@ -1,0 +1,115 @@
+"""The loggers on a real full disk (a small tmpfs filled to its last byte): nothing is dropped.
+
+Hostile findings 4 and 9: a spool write that fails killed MLflow's delivery thread for good, and
+a file log's failed flush raised from ``log_scalars`` and dropped the lines it held.
+"""
+
+import json
+import logging
+import shutil
+import threading
+import time
+
+import pytest
+
+from substrax import tracking
+from substrax.tracking import FileLogger, MLFlowLogger, read_scalars
+
+
+def wait_for(condition, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def thread_deaths(monkeypatch):
+    """The threads that died of an uncaught exception during the test."""
+    died = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    return died
+
+
+def test_a_file_log_on_a_full_disk_keeps_its_lines_and_writes_them_in_order_once_there_is_room(
+    small_disk, caplog
+):
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    logger = FileLogger("run", small_disk.path, flush_every=0)  # every call writes its line
+    logger.log_scalars({"loss": 0.0}, step=0)
+    small_disk.fill()
+    for step in range(1, 300):  # no call raises: the lines wait in memory
+        logger.log_scalars({"loss": float(step), "acc": step / 300}, step=step)
+    logger.flush()  # a flush that cannot write does not raise either
+    warned = [r.getMessage() for r in caplog.records if "cannot be written" in r.getMessage()]
+    assert len(warned) == 1, caplog.text  # once, however many writes failed
+    assert str(logger.metrics_jsonl) in warned[0] or str(logger.metrics_csv) in warned[0]
+    small_disk.free()
+    logger.log_scalar("loss", 300.0, step=300)  # the next write sends every line that waited
+    logger.close()
+    scalars = read_scalars(logger.metrics_jsonl)
+    assert scalars["loss"] == [(step, float(step)) for step in range(301)]
+    assert scalars["acc"] == [(step, step / 300) for step in range(1, 300)]
+    rows = logger.metrics_csv.read_text().splitlines()
+    assert rows[0] == "time,step,name,value"
+    assert [row.split(",")[1:3] for row in rows[1:] if ",loss," in row] == [
+        [str(step), "loss"] for step in range(301)
+    ]
+
+
+def test_closing_a_file_log_on_a_disk_still_full_says_which_lines_it_could_not_write(small_disk):
+    logger = FileLogger("run", small_disk.path, flush_every=0)
+    for step in range(5):
+        logger.log_scalar("loss", float(step), step=step)
+    small_disk.fill()
+    for step in range(5, 105):
+        logger.log_scalar("loss", float(step), step=step)
+    with pytest.raises(tracking.FileLogWriteError) as raised:
+        logger.close()
+    error = raised.value
+    assert isinstance(error, OSError)
+    assert error.path in (logger.metrics_jsonl, logger.metrics_csv)
+    assert error.lines > 0
+    assert str(error.path) in str(error)
+    assert logger.closed
+    small_disk.free()
+    # what was written before the disk filled is intact, and every line written is whole
+    written = read_scalars(logger.metrics_jsonl)["loss"]
+    assert written[:5] == [(step, float(step)) for step in range(5)]
+    assert written == [(step, float(step)) for step in range(len(written))]
+    assert len(written) + error.lines >= 105 or error.path == logger.metrics_csv
+    assert not (small_disk.path / "run.log.lock").exists()  # the log is let go all the same
+
+
+def test_mlflow_delivery_outlives_a_full_disk_and_delivers_every_record_once_there_is_room(
+    small_disk, sqlite_uri, caplog, thread_deaths
+):
+    from mlflow.tracking import MlflowClient
+
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    database = small_disk.path / "mlflow.db"  # the store and the spool share the full disk
+    shutil.copyfile(sqlite_uri.removeprefix("sqlite:///"), database)
+    uri = f"sqlite:///{database}"
+    logger = MLFlowLogger("full", tracking_uri=uri, log_dir=small_disk.path / "log")
+    logger.log_scalar("loss", 0.0, step=0)
+    assert logger.wait_delivered(60)
+    small_disk.fill()
+    for step in range(1, 4000):
+        logger.log_scalar("loss", float(step), step=step)
+    wait_for(lambda: logger._delivery.failures >= 2)  # the store failed, and a retry too
+    assert thread_deaths == []
+    assert logger._delivery._thread.is_alive()
+    small_disk.free()
+    assert logger.wait_delivered(120)  # delivered before close: nothing waits for it in memory
+    client = MlflowClient(tracking_uri=uri)
+    steps = sorted(m.step for m in client.get_metric_history(logger.run_id, "loss"))
+    assert steps == list(range(4000))
+    logger.close()
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+    assert thread_deaths == []
+    spool_warnings = [r for r in caplog.records if "could not write" in r.getMessage()]
+    assert len(spool_warnings) == 1, caplog.text  # the full disk is reported once
+    assert str(logger.spool_path) in spool_warnings[0].getMessage()
+    assert not logger.spool_path.exists() or not [
+        json.loads(line) for line in logger.spool_path.read_text().splitlines()
+    ]

@@ -1,0 +1,196 @@
+"""What a backend can never store: refused at the call, or set aside alone while the rest arrives.
+
+Hostile findings 5 and 10, against a real MLflow SQLite store: a step of 2**63 or more (a
+wrapped uint64 counter) was taken by every logger, then MLflow's "Python int too large" was
+retried as if the store were down, holding back every later record (and a replay of it); a key
+MLflow refuses took the valid keys logged in the same call with it.
+"""
+
+import io
+import json
+import logging
+import time
+
+import numpy as np
+import pytest
+
+from substrax import tracking
+from substrax.tracking import (
+    ConsoleLogger,
+    FileLogger,
+    MLFlowLogger,
+    MultiLogger,
+    read_scalars,
+    replay_spool,
+)
+from substrax.tracking._records import Record
+from substrax.tracking._spool import SpoolFile
+
+
+pytest.importorskip("mlflow", reason="the mlflow extra is needed for MLFlowLogger")
+from mlflow.tracking import MlflowClient
+
+
+def history(uri, run_id, key):
+    return sorted(
+        (m.step, m.value) for m in MlflowClient(tracking_uri=uri).get_metric_history(run_id, key)
+    )
+
+
+def refused_lines(path):
+    refused = path.with_name(path.name + ".refused")
+    return (
+        [json.loads(line) for line in refused.read_text().splitlines()] if refused.exists() else []
+    )
+
+
+def _calls(logger, step):
+    return {
+        "log_scalar": lambda: logger.log_scalar("loss", 0.5, step=step),
+        "log_scalars": lambda: logger.log_scalars({"loss": 0.5}, step=step),
+        "log_metrics": lambda: logger.log_metrics({"loss": 0.5}, step=step),
+        "log_text": lambda: logger.log_text("note", "x", step=step),
+        "log_histogram": lambda: logger.log_histogram("w", [1.0, 2.0], step=step),
+        "log_image": lambda: logger.log_image("img", np.zeros((2, 2)), step=step),
+    }
+
+
+@pytest.mark.parametrize(
+    ("step", "shown"),
+    [
+        (2**63, "9223372036854775808"),
+        (2**64 - 1, "18446744073709551615"),  # a uint64 counter wrapped below zero
+        (np.uint64(2**63 + 5), "9223372036854775813"),
+        (-1, "-1"),
+    ],
+)
+def test_a_step_no_backend_can_store_is_refused_at_the_call_by_every_logger(
+    tmp_path, sqlite_uri, step, shown
+):
+    files = FileLogger("run", tmp_path / "files", flush_every=0)
+    console = ConsoleLogger("run", stream=io.StringIO())
+    mlflow = MLFlowLogger("refused-steps", tracking_uri=sqlite_uri, log_dir=tmp_path / "ml")
+    multi = MultiLogger([FileLogger("multi", tmp_path / "multi", flush_every=0)])
+    for logger in (files, console, mlflow, multi):
+        for call, log in _calls(logger, step).items():
+            with pytest.raises(tracking.InvalidStepError) as raised:
+                log()
+            error = raised.value
+            assert isinstance(error, ValueError), call
+            assert error.step == step
+            message = str(error)
+            assert shown in message, message
+            assert "2**63 - 1" in message  # what a step must be
+        logger.log_scalar("loss", 0.25, step=2**63 - 1)  # the largest step there is
+        logger.close()
+    assert read_scalars(files.metrics_jsonl) == {"loss": [(2**63 - 1, 0.25)]}
+    assert history(sqlite_uri, mlflow.run_id, "loss") == [(2**63 - 1, 0.25)]
+    assert not mlflow.spool_path.exists()
+    assert refused_lines(mlflow.spool_path) == []
+
+
+@pytest.mark.parametrize("step", [1.5, "3", True])
+def test_a_step_that_is_not_an_integer_is_refused_at_the_call_naming_it(tmp_path, step):
+    with FileLogger("run", tmp_path, flush_every=0) as logger:
+        with pytest.raises(tracking.InvalidStepError) as raised:
+            logger.log_scalar("loss", 0.5, step=step)
+        assert isinstance(raised.value, TypeError)
+        assert repr(step) in str(raised.value)
+        logger.log_scalar("loss", 0.5, step=np.int64(7))  # a numpy integer is an integer
+    assert read_scalars(logger.metrics_jsonl) == {"loss": [(7, 0.5)]}
+
+
+def test_a_record_mlflow_refuses_for_good_is_set_aside_and_every_later_record_arrives(
+    tmp_path, sqlite_uri, caplog
+):
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    logger = MLFlowLogger("wrapped", tracking_uri=sqlite_uri, log_dir=tmp_path, close_timeout=60)
+    for step in range(100):
+        logger.log_scalar("loss", float(step), step=step)
+    # as a logger that let a wrapped counter through would have queued it
+    logger._delivery.submit(("loss", 1.0, 2**63, time.time()))
+    for step in range(100, 300):
+        logger.log_scalar("loss", float(step), step=step)
+    assert logger.wait_delivered(60)
+    logger.close()
+    assert history(sqlite_uri, logger.run_id, "loss") == [(s, float(s)) for s in range(300)]
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+    assert not logger.spool_path.exists()
+    [refused] = refused_lines(logger.spool_path)
+    assert refused["record"]["step"] == 2**63
+    assert "too large" in refused["error"]
+
+
+def test_a_replay_sets_aside_a_record_mlflow_refuses_for_good_and_delivers_the_rest(
+    tmp_path, sqlite_uri
+):
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    experiment = client.create_experiment(f"replay-wrapped-{time.time_ns()}")
+    run_id = client.create_run(experiment).info.run_id
+    target = {"backend": "mlflow", "tracking_uri": sqlite_uri, "run_id": run_id}
+    spool = SpoolFile(tmp_path / "run.spool.jsonl")
+
+    def scalar(step, value):
+        return Record(
+            kind="scalars",
+            step=step,
+            time=1.0 + step % 1000,
+            payload={"values": {"loss": value}},
+            materialized=True,
+        )
+
+    # the bad record comes first, as a wrapped counter's first step would
+    spool.append(target, [scalar(2**63, -1.0), *(scalar(s, float(s)) for s in range(299))])
+    result = replay_spool(spool.path, timeout=120)
+    assert (result.delivered, result.refused, result.remaining) == (299, 1, 0)
+    assert history(sqlite_uri, run_id, "loss") == [(s, float(s)) for s in range(299)]
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert not spool.path.exists()
+    [refused] = refused_lines(spool.path)
+    assert refused["record"]["step"] == 2**63
+
+
+def test_a_key_mlflow_refuses_sets_aside_only_itself_not_the_keys_logged_with_it(
+    tmp_path, sqlite_uri
+):
+    logger = MLFlowLogger("keys", tracking_uri=sqlite_uri, log_dir=tmp_path, close_timeout=60)
+    for step in range(5):
+        logger.log_metrics({"ok": float(step), "bad key!": 1.0, "also_ok": -float(step)}, step=step)
+    assert logger.wait_delivered(60)
+    logger.close()
+    assert history(sqlite_uri, logger.run_id, "ok") == [(s, float(s)) for s in range(5)]
+    assert history(sqlite_uri, logger.run_id, "also_ok") == [(s, -float(s)) for s in range(5)]
+    refused = refused_lines(logger.spool_path)
+    assert [line["record"]["payload"]["values"] for line in refused] == [{"bad key!": 1.0}] * 5
+    assert [line["record"]["step"] for line in refused] == list(range(5))
+    assert all(
+        "INVALID_PARAMETER_VALUE" in line["error"] or "Invalid" in line["error"] for line in refused
+    )
+
+
+def test_a_replay_sets_aside_only_the_refused_key_of_a_spooled_record(tmp_path, sqlite_uri):
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    experiment = client.create_experiment(f"replay-keys-{time.time_ns()}")
+    run_id = client.create_run(experiment).info.run_id
+    target = {"backend": "mlflow", "tracking_uri": sqlite_uri, "run_id": run_id}
+    spool = SpoolFile(tmp_path / "run.spool.jsonl")
+    spool.append(
+        target,
+        [
+            Record(
+                kind="scalars",
+                step=step,
+                time=float(step),
+                payload={"values": {"ok": float(step), "bad key!": 2.0}},
+                materialized=True,
+            )
+            for step in range(3)
+        ],
+    )
+    result = replay_spool(spool.path, timeout=120)
+    assert (result.delivered, result.refused, result.remaining) == (3, 3, 0)
+    assert history(sqlite_uri, run_id, "ok") == [(0, 0.0), (1, 1.0), (2, 2.0)]
+    refused = refused_lines(spool.path)
+    assert [line["record"]["payload"]["values"] for line in refused] == [{"bad key!": 2.0}] * 3
+    assert not spool.path.exists()
