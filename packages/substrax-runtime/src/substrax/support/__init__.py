@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         run_command as run_command,
     )
     from ._closeable import Closeable as Closeable
+    from ._device_values import is_device_array as is_device_array
     from ._mode import Mode as Mode, check_mode as check_mode
     from ._numbers import (
         check_float as check_float,
@@ -65,6 +66,7 @@ _LAZY = {
     "int_argument": "_cli",
     "run_command": "_cli",
     "Closeable": "_closeable",
+    "is_device_array": "_device_values",
     "Mode": "_mode",
     "check_mode": "_mode",
     "check_float": "_numbers",
@@ -102,6 +104,7 @@ __all__ = [
     "format_table",
     "install_hint",
     "int_argument",
+    "is_device_array",
     "lazy_exports",
     "optional",
     "print_table",

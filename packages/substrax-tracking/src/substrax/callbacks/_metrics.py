@@ -9,9 +9,10 @@ callbacks which values to keep and read one step later, once the next step is di
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
+
+from substrax.support import is_device_array
 
 from ._errors import MetricValueError
 
@@ -30,21 +31,6 @@ __all__ = [
 ]
 
 _logger = logging.getLogger(__name__)
-
-
-def is_device_array(value: object) -> bool:
-    """Whether ``value`` is a ``jax.Array`` (whose value may still be computing).
-
-    jax is not imported: a process that has not loaded it holds no jax arrays.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> from substrax.callbacks._metrics import is_device_array
-        >>> is_device_array(jnp.ones(())), is_device_array(1.0)
-        (True, False)
-    """
-    jax: Any = sys.modules.get("jax")
-    return jax is not None and isinstance(value, jax.Array)
 
 
 def was_deleted(value: object) -> bool:

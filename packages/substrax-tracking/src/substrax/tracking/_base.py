@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from substrax.support import Closeable
+from substrax.support import Closeable, is_device_array
 
 from . import _failure
 from ._errors import (
@@ -51,8 +51,6 @@ _logger = logging.getLogger(__name__)
 
 _GRAY, _COLOR = 2, 3
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
-# Each type of value logged: whether it is a jax array (told apart without importing jax).
-_DEVICE_TYPES: dict[type, bool] = {}
 # Each dtype of a jax scalar logged: whether it is read as a float (a bool, integer or real dtype).
 _REAL_DTYPES: dict[Any, bool] = {}
 
@@ -167,28 +165,6 @@ def as_scalar(name: str, value: Any) -> float:
         + (f" of size {size}" if size is not None else "")
         + "; log arrays with log_histogram or log_image",
     )
-
-
-def is_device_array(value: Any) -> bool:
-    """Whether ``value`` is a jax array (its computation may still run), without importing jax.
-
-    Told by its type's module (``jax``/``jaxlib``) and its ``block_until_ready`` method, once per
-    type: a jax array or key array is one; a tracer, a numpy array or a Python number is not.
-
-    Example:
-        >>> import numpy as np
-        >>> from substrax.tracking._base import is_device_array
-        >>> is_device_array(0.5), is_device_array(np.float32(0.5))
-        (False, False)
-    """
-    kind = type(value)
-    known = _DEVICE_TYPES.get(kind)
-    if known is None:
-        module = str(getattr(kind, "__module__", "") or "")
-        known = _DEVICE_TYPES[kind] = module.partition(".")[0] in {"jax", "jaxlib"} and callable(
-            getattr(kind, "block_until_ready", None)
-        )
-    return known
 
 
 def _real_dtype(dtype: Any) -> bool:

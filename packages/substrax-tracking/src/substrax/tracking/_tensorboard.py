@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections import deque
@@ -23,31 +24,6 @@ __all__ = ["TensorBoardLogger"]
 def _hparam_value(value: Any) -> Any:
     value = json_ready(value)
     return value if isinstance(value, bool | int | float | str) else str(value)
-
-
-def _write_queued(writer: Any) -> None:
-    """Have tensorboardX's writer thread write every event queued so far, then flush (fsync) the file.
-
-    ``SummaryWriter.flush`` flushes the event file but not the queue its writer thread takes the
-    events from, so events logged just before it may not be in the file yet. The thread is
-    stopped (its queue is first in, first out: it writes every event queued before the stop)
-    and started again. Another tensorboardX, without these parts, gets its plain flush.
-    """
-    events = getattr(getattr(writer, "file_writer", None), "event_writer", None)
-    worker = getattr(events, "_worker", None)
-    stop = getattr(worker, "stop", None)
-    if worker is not None and callable(stop) and worker.is_alive():
-        try:
-            queue, record_writer = events._event_queue, events._ev_writer  # pyright: ignore[reportOptionalMemberAccess, reportPrivateUsage]
-            flush_secs = events._flush_secs  # pyright: ignore[reportOptionalMemberAccess, reportPrivateUsage]
-        except AttributeError:
-            pass
-        else:
-            stop()
-            restarted = type(worker)(queue, record_writer, flush_secs)
-            events._worker = restarted  # pyright: ignore[reportOptionalMemberAccess, reportPrivateUsage]
-            restarted.start()
-    writer.flush()
 
 
 class TensorBoardLogger(Logger):
@@ -97,16 +73,25 @@ class TensorBoardLogger(Logger):
         # (name, value, step, time) of the scalars held behind a jax value not read yet, in order
         self._held: deque[tuple[str, Any, int | None, float]] = deque()
         self._warned_unreadable: set[str] = set()
+        self._new_writer = functools.partial(
+            tensorboard_x.SummaryWriter, logdir=str(self.log_dir), flush_secs=flush_secs
+        )
+        self._reopen = False  # closed by a flush: the next event opens a new event file
         if self.active:
-            self._writer = tensorboard_x.SummaryWriter(
-                logdir=str(self.log_dir), flush_secs=flush_secs
-            )
+            self._writer = self._new_writer()
+
+    def _events(self) -> Any:
+        """The event writer, opened again if a flush closed it."""
+        if self._reopen:
+            self._writer = self._new_writer()
+            self._reopen = False
+        return self._writer
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         for key, value in metrics.items():
             number = value if type(value) is float else unread_scalar(key, value)
             if type(number) is float and not self._held:
-                self._writer.add_scalar(key, number, global_step=step)
+                self._events().add_scalar(key, number, global_step=step)
                 continue
             if not self._held:
                 drain_at_exit(self)
@@ -124,19 +109,19 @@ class TensorBoardLogger(Logger):
             held.popleft()
             number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
             if number is not None:
-                self._writer.add_scalar(key, number, global_step=step, walltime=when)
+                self._events().add_scalar(key, number, global_step=step, walltime=when)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         from tensorboardX.summary import hparams  # noqa: PLC0415
 
         clean = {str(k): _hparam_value(v) for k, v in params.items()}
         experiment, start, end = hparams(clean, {})
-        file_writer = self._writer._get_file_writer()  # tensorboardX has no public handle
+        file_writer = self._events()._get_file_writer()  # tensorboardX has no public handle
         for summary in (experiment, start, end):
             file_writer.add_summary(summary)
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
-        self._writer.add_text(name, text, global_step=step)
+        self._events().add_text(name, text, global_step=step)
 
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
         import numpy as np  # noqa: PLC0415
@@ -146,12 +131,12 @@ class TensorBoardLogger(Logger):
             if array.ndim == 2:  # noqa: PLR2004  (a grayscale image gets a channel axis)
                 array = array[..., None]
             tag = name if len(images) == 1 else f"{name}/{index}"
-            self._writer.add_image(tag, array, global_step=step, dataformats="HWC")
+            self._events().add_image(tag, array, global_step=step, dataformats="HWC")
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         import numpy as np  # noqa: PLC0415
 
-        self._writer.add_histogram(
+        self._events().add_histogram(
             name, np.asarray(values, dtype=np.float64).ravel(), global_step=step
         )
 
@@ -159,8 +144,13 @@ class TensorBoardLogger(Logger):
         """Write every event logged so far (waiting for held jax values) and fsync the event file."""
         if self._writer is not None:
             if not self.closed:
+                # SummaryWriter.flush flushes the event file but not the queue its writer thread
+                # takes events from: closing it is tensorboardX's public way to write them all.
+                # The next event opens a new event file in the same run directory, which
+                # TensorBoard reads after this one.
                 self._write_held(wait=True)
-                _write_queued(self._writer)
+                self._writer.close()
+                self._reopen = True
             else:
                 self._writer.flush()
 
