@@ -348,9 +348,11 @@ def test_a_window_end_waits_for_its_outputs_that_were_not_donated_since(sharded_
     meter.on_batch_end(None, 0, {"loss": jnp.asarray(1.0)})
     w, loss = step(w, x)
     counter = jnp.asarray(1)  # a value of the donated state, not computed yet say
+    # the step takes 1 s on the fake clock, whether the meter reads it at this window end (the
+    # loss already computed) or at the next hook (still computing)
+    clock.advance(1.0)
     meter.on_batch_end(None, 1, {"loss": loss, "step": counter})  # a window's end
     counter.delete()  # the next step's call takes the state it was donated
-    clock.advance(1.0)
     meter.on_batch_end(None, 2, {"loss": loss})  # times step 1 by its loss, raising nothing
     assert meter.latest["steps_per_sec"] == pytest.approx(1.0)
 
