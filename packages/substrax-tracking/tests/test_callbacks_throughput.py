@@ -341,19 +341,22 @@ def test_a_pause_whose_wait_fails_raises_and_the_next_pause_still_counts(sharded
     assert _window_seconds(meter) < PAUSE_S
 
 
-def test_a_window_end_waits_for_its_outputs_that_were_not_donated_since(sharded_step):
-    step, w, x = sharded_step
+def test_a_window_end_waits_for_its_outputs_that_were_not_donated_since():
+    @jax.jit
+    def slow_loss(a):  # a loss still computing when its window ends: 100 matmuls of 512 x 512
+        return jax.lax.fori_loop(0, 100, lambda _, b: b @ a / 512.0, a).mean()
+
+    ones = jnp.ones((512, 512))
+    slow_loss(ones).block_until_ready()  # compiled before the meter sees it
     clock = FakeClock()
     meter = ThroughputMeter(window=1, peak_flops=None, clock=clock)
-    meter.on_batch_end(None, 0, {"loss": jnp.asarray(1.0)})
-    w, loss = step(w, x)
-    counter = jnp.asarray(1)  # a value of the donated state, not computed yet say
-    # the step takes 1 s on the fake clock, whether the meter reads it at this window end (the
-    # loss already computed) or at the next hook (still computing)
-    clock.advance(1.0)
+    meter.on_batch_end(None, 0, {"loss": jnp.asarray(1.0).block_until_ready()})  # starts at 0
+    clock.advance(1.0)  # step 1 takes 1 s on the fake clock
+    loss = slow_loss(ones)
+    counter = jnp.asarray(1)  # a value of the donated state
     meter.on_batch_end(None, 1, {"loss": loss, "step": counter})  # a window's end
     counter.delete()  # the next step's call takes the state it was donated
-    meter.on_batch_end(None, 2, {"loss": loss})  # times step 1 by its loss, raising nothing
+    meter.on_train_end(None)  # times step 1 by its loss, raising nothing
     assert meter.latest["steps_per_sec"] == pytest.approx(1.0)
 
 
