@@ -13,6 +13,12 @@ from substrax.checkpoint import CheckpointCorruptError, OrbaxCheckpointStore
 from substrax.checkpoint._cli import main
 
 
+# orbax's reader may leave a callback for its asyncio loop behind when a damaged file fails a
+# read, and the loop is closed before it runs (seen on CI): these tests check the error the store
+# raises, not orbax's clean-up
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
 def _items() -> dict[str, dict[str, object]]:
     return {
         "model": {"w": jnp.arange(4096, dtype=jnp.float32).reshape(64, 64)},
@@ -133,10 +139,6 @@ _DAMAGED_FILES = {
 }
 
 
-# orbax's reader may leave a callback for its asyncio loop behind when a damaged zarr.json fails
-# a read, and the loop is closed before it runs (seen at the lowest versions): the error the
-# store raises is what this test checks, not orbax's clean-up
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", '"text"', "{}"])
 @pytest.mark.parametrize("damaged", list(_DAMAGED_FILES))
 def test_a_damaged_metadata_file_is_corrupt_naming_the_file(store_dir, capsys, damaged, content):

@@ -168,10 +168,11 @@ def test_wandb_logger(wandb_offline, wandb_runs, tmp_path):
 
 def test_order_is_kept_and_a_flush_stops_at_a_value_still_computed(tmp_path):
     logger = FileLogger("run", tmp_path, flush_every=0)  # a (non-waiting) flush at every call
+    computed = jnp.float32(2.5).block_until_ready()  # before the slow value queues ahead of it
     logger.log_scalar("loss", 1.0, step=0)
     slow = Slow(0.3)
     logger.log_scalar("loss", slow.value, step=1)
-    logger.log_scalar("loss", jnp.float32(2.5), step=2)  # computed, but behind step 1
+    logger.log_scalar("loss", computed, step=2)  # computed, but behind step 1
     logger.log_scalar("loss", 3.0, step=3)
     slow.returned_early()
     assert read_scalars(tmp_path / "run.metrics.jsonl") == {"loss": [(0, 1.0)]}

@@ -245,6 +245,10 @@ def test_a_tensorboard_flush_writes_every_event_logged_before_it(tmp_path):
     board.Reload()
     assert [event.step for event in board.Scalars("loss")] == list(range(5000))
     logger.log_scalar("loss", 5000.0, step=5000)  # the writer goes on after a flush
+    logger.flush()  # a second file, opened in the same second, leaves the first one whole
+    logger.log_scalar("loss", 5001.0, step=5001)
     logger.close()
     board.Reload()
-    assert len(board.Scalars("loss")) == 5001
+    assert [event.step for event in board.Scalars("loss")] == list(range(5002))
+    again = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    assert [event.step for event in again.Reload().Scalars("loss")] == list(range(5002))

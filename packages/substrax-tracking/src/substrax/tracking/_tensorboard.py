@@ -77,13 +77,18 @@ class TensorBoardLogger(Logger):
             tensorboard_x.SummaryWriter, logdir=str(self.log_dir), flush_secs=flush_secs
         )
         self._reopen = False  # closed by a flush: the next event opens a new event file
+        self._files = 0  # event files opened after the first
         if self.active:
             self._writer = self._new_writer()
 
     def _events(self) -> Any:
         """The event writer, opened again if a flush closed it."""
         if self._reopen:
-            self._writer = self._new_writer()
+            # a file of its own: in the same second tensorboardX would name the new file as the
+            # last one, and open it for writing anew ('wb'), losing what the flush wrote; the
+            # suffix also sorts it after the last one, the order TensorBoard reads them in
+            self._files += 1
+            self._writer = self._new_writer(filename_suffix=f".{self._files:06d}")
             self._reopen = False
         return self._writer
 
