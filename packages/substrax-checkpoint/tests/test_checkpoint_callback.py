@@ -1,3 +1,4 @@
+import signal
 import sys
 
 import jax.numpy as jnp
@@ -5,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from substrax.checkpoint import CheckpointCallback, OrbaxCheckpointStore
+from substrax.checkpoint import CheckpointCallback, OrbaxCheckpointStore, PreemptionHandler
 from substrax.support import MissingExtraError
 
 
@@ -200,3 +201,33 @@ def test_one_logger_is_taken_as_flush_and_what_cannot_flush_is_refused(store_dir
             CheckpointCallback(store, flush=[object()])
         with pytest.raises(TypeError, match="flush="):
             CheckpointCallback(store, flush=3)
+
+
+# --- PreemptionHandler(flush=...): the run's loggers are flushed before the preemption save
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_preemption_save_flushes_the_loggers_first(store_dir, fails):
+    events = []
+    store = OrbaxCheckpointStore(store_dir)
+    items = lambda: {"model": {"w": np.zeros(2)}}  # noqa: E731
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with PreemptionHandler(
+            _Watched(store, events), flush=[_Logger(events, "logger", fails=fails)]
+        ) as preemption:
+            preemption.check(0, items)
+            assert events == []  # no signal yet: nothing is flushed at a step boundary
+            signal.raise_signal(signal.SIGTERM)
+            with pytest.raises(SystemExit):
+                preemption.check(1, items)
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # after a save it keeps absorbing signals
+    assert events == [("flush", "logger"), ("save", 1)]  # a flush that fails costs no checkpoint
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [1]
+
+
+def test_what_cannot_flush_is_refused_at_construction(store_dir):
+    with OrbaxCheckpointStore(store_dir) as store, pytest.raises(TypeError, match="flush="):
+        PreemptionHandler(store, flush=["not a logger"])
