@@ -5,6 +5,8 @@ from typing import Final
 
 import jax
 
+from substrax.runtime import distributed_state
+
 from ._errors import DistributedNotInitializedError
 
 
@@ -27,9 +29,7 @@ def agree(value: str, *, topic: str = "save") -> str:
     """
     if jax.process_count() == 1:
         return value
-    from jax._src import distributed  # noqa: PLC0415 - the coordination client has no public path
-
-    client = distributed.global_state.client
+    client = distributed_state().client
     if client is None:
         raise DistributedNotInitializedError(
             process_count=jax.process_count(), needed_by="the checkpoint store"

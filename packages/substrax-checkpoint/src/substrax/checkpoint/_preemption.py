@@ -17,6 +17,7 @@ from typing import Any, Final, Self
 
 import jax
 
+from substrax.runtime import distributed_state
 from substrax.support import check_int
 
 from ._callback import Flushable, flush_before_saving, flushables
@@ -91,9 +92,7 @@ class _Agreement:
     """
 
     def __init__(self, session: int) -> None:
-        from jax._src import distributed  # noqa: PLC0415 - the client has no public path
-
-        client = distributed.global_state.client
+        client = distributed_state().client
         if client is None:
             raise DistributedNotInitializedError(
                 process_count=jax.process_count(), needed_by="the PreemptionHandler"

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         DistributedInfo as DistributedInfo,
         initialize_distributed as initialize_distributed,
     )
+    from ._jax_client import distributed_state as distributed_state
     from ._launchers import (
         DEFAULT_COORDINATOR_PORT as DEFAULT_COORDINATOR_PORT,
         LaunchSettings as LaunchSettings,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "DistributedInfo": "_distributed",
     "initialize_distributed": "_distributed",
+    "distributed_state": "_jax_client",
     "DEFAULT_COORDINATOR_PORT": "_launchers",
     "LaunchSettings": "_launchers",
     "launch_from_environment": "_launchers",
@@ -81,6 +83,7 @@ __all__ = [
     "child_environment",
     "configure_entry_point_logging",
     "default_compilation_cache_dir",
+    "distributed_state",
     "initialize_distributed",
     "launch_from_environment",
     "launch_from_modal_cluster",

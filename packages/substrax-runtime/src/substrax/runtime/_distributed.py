@@ -274,9 +274,9 @@ def _watch_peers(
     coordinator: CoordinatorProcess | None,
 ) -> None:
     """Start the peer watch and make jax's shutdown meet the other processes first."""
-    from jax._src import distributed as jax_distributed  # noqa: PLC0415 - the client lives here
+    from ._jax_client import distributed_state  # noqa: PLC0415  (it imports jax)
 
-    state: Any = jax_distributed.global_state
+    state: Any = distributed_state()
     client = state.client
     hook = settings.on_peer_failure
     if coordinator is not None:
