@@ -71,9 +71,10 @@ def _concrete(sharding: object, path: str, mesh: jax.sharding.Mesh | None) -> ob
         return sharding
     candidate = mesh
     if candidate is None:
-        from jax._src import mesh as mesh_lib  # noqa: PLC0415 - no public getter in jax 0.12
-
-        found = cast("jax.sharding.Mesh | None", mesh_lib.get_concrete_mesh())
+        # the mesh set with jax.set_mesh (an empty one when none is); a jax without the public
+        # getter asks for restore(..., mesh=mesh) below
+        getter = getattr(jax.sharding, "get_mesh", None)
+        found = cast("jax.sharding.Mesh | None", getter() if callable(getter) else None)
         candidate = None if found is None or found.empty else found
     if candidate is None or dict(candidate.shape) != dict(abstract.shape):
         raise ValueError(
