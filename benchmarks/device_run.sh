@@ -18,7 +18,9 @@
 #         pydantic pydantic-core annotated-types typing-inspection platformdirs crc32c pathspec
 #
 # (pydantic-core and crc32c are compiled: the wheels must match the device's Python, assumed
-# 3.12 on x86_64 Linux, where jax 0.11.2 runs; change --python-version if it differs. pip also
+# 3.12 on x86_64 Linux, where jax 0.11.2 runs; for another, download the same list with its
+# --python-version into deps-cpXY/, e.g. build/device-wheels/deps-cp313, which the script then
+# takes instead. pip also
 # fetches typing-extensions, which the device has through flax: it is installed only where the
 # device's is older than pydantic asks for.)
 # Then carry the folder with the working tree: run(command="bash benchmarks/device_run.sh",
@@ -83,10 +85,14 @@ for name, (oldest, wheels) in wanted.items():
         print(wheels)
 PY
 )
+# compiled wheels for another Python than deps/'s 3.12 sit in deps-cpXY/ (e.g. deps-cp313)
+tag=$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+DEPS=$WHEELS/deps
+[[ -d $WHEELS/deps-$tag ]] && DEPS=$WHEELS/deps-$tag
 for prefix in $needed; do
-    found=("$WHEELS"/deps/"$prefix"*.whl)
+    found=("$DEPS"/"$prefix"*.whl)
     if ((${#found[@]} == 0)); then
-        log "the machine lacks ${prefix%-} and $WHEELS/deps holds no wheel of it"
+        log "the machine lacks ${prefix%-} and $DEPS holds no wheel of it"
     else
         wheels+=("${found[@]}")
     fi
