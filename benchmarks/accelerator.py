@@ -5,10 +5,10 @@ One process, on jax's default device (the first GPU or TPU; the CPU where there 
 device per step. Each measurement below is the same code on every backend; the sizes are an
 accelerator's (meant to take under 5 minutes on one H200, compilations included; not measured
 there yet) or, on the CPU, small versions that run in a minute or two (``--quick``; a few
-minutes without): the decoder of 1 and 2 at embed 128, 4 heads, 2 layers, MLP 512, 8 sequences
-of 128; the example's CPU model (embed 64, 8 sequences of 64) in place of the ~13M decoder. A
-goal about an accelerator's speed is then shown with its CPU figure and the verdict "needs an
-accelerator".
+minutes without): the decoder of 1, 2 and 7 at embed 128, 4 heads, 2 layers, MLP 512, 8
+sequences of 128; the example's CPU model (embed 64, 8 sequences of 64) in place of the ~13M
+decoder. A goal about an accelerator's speed is then shown with its CPU figure and the verdict
+"needs an accelerator".
 
 1. ``precision``: a step of a 100M decoder (the ``examples/transformer_lm.py`` model: embed 1024,
    16 heads, 8 layers, MLP 4096; 16 sequences of 1024 bytes; adamw) built three ways: float32;
@@ -43,8 +43,25 @@ accelerator".
    (100 on an accelerator, 10 on the CPU) against plain orbax's async ``CheckpointManager``
    and the bare loop (``loop_overhead.py``'s save variants). Every loop reads its loss at the
    steps it could save, so the three pay the same syncs. Goals: the loop waits in the store's
-   ``save`` at most half as long as in orbax's, and the store's overhead on the loop (the wait
-   for pending saves at a run's end included) is at most half of orbax's.
+   ``save`` no longer than in orbax's, and the store's overhead on the loop (the wait for
+   pending saves at a run's end included) is no more than orbax's: the store writes through
+   orbax's public ``CheckpointManager`` (its manifest besides), so it matches orbax rather
+   than beating it by half as it did writing steps itself from orbax's private modules.
+7. ``store``: the checkpoint store on the 100M decoder's float32 ``TrainStep`` (goal 1's, its
+   81-85 ms step on an H200) and its adamw state, 1.17 GB of float32 (on the CPU the small
+   decoder of 1 and 2, 5 MB). Goals, each judged on an accelerator only: (a) an async
+   ``OrbaxCheckpointStore.save`` blocks the caller at most 2x as long as a bare
+   ``jax.device_get`` of the same state (the median of a few saves, each once the one before
+   was written, and of as many ``device_get``, interleaved; a first save before, untimed); (b)
+   the loop saving every 25 steps (10 on the CPU) adds at most 5% to the bare loop's time, the
+   wait for pending saves at a run's end included (interleaved rounds of 100 steps on an
+   accelerator; both loops read the loss at the steps where one saves, as in 6); (c) a restore
+   onto the device (the state's abstract arrays with their shardings as templates, checksums
+   checked, the store opened in the timing) at least 1.3x faster than plain orbax's (a
+   ``CheckpointManager`` with its defaults, ``StandardSave`` then ``StandardRestore`` onto the
+   same abstract tree), each from a step written once by itself, its files read once (untimed)
+   just before so both read from the page cache; the median of 3 rounds, with the store's
+   restore of a step written without checksums (``use_checksums=False``) beside them.
 
 Under the table: the figures behind each verdict. ``--json PATH`` writes every result (and the
 device, versions and sizes) to PATH, rewritten after each goal, so that a run cut short still
@@ -59,6 +76,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import itertools
 import json
 import os
 import platform
@@ -94,6 +112,7 @@ import jax.numpy as jnp
 import loop_overhead
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import transformer_lm as lm
 from flax import nnx
 from jax.sharding import Mesh
@@ -105,7 +124,7 @@ from substrax.support import format_table
 
 
 NEEDS = "needs an accelerator"
-GOALS = ("precision", "flops", "logging", "mfu", "trainstep", "checkpoint")
+GOALS = ("precision", "flops", "logging", "mfu", "trainstep", "checkpoint", "store")
 VERSIONS = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
 
 
@@ -113,7 +132,7 @@ VERSIONS = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
 class Sizes:
     """What each goal runs: the models, and the steps and rounds of each timing."""
 
-    decoder: lm.Preset  # goals 1 and 2
+    decoder: lm.Preset  # goals 1, 2 and 7
     small: lm.Preset  # goals 3, 5 and 6
     mfu: lm.Preset  # goal 4
     precision: tuple[int, int]  # rounds, steps per run
@@ -122,6 +141,10 @@ class Sizes:
     checkpoint: tuple[int, int]
     save_stride: int  # steps between the save variants' calls (a save every EVERY calls)
     mfu_steps: int
+    store: tuple[int, int]  # goal 7b: rounds, steps per run
+    store_every: int  # 7b: steps between saves
+    store_saves: int  # 7a: saves timed, and as many device_get
+    store_restores: int  # 7c: rounds of restores
 
 
 def sizes(*, accelerator: bool, quick: bool) -> Sizes:
@@ -158,6 +181,10 @@ def sizes(*, accelerator: bool, quick: bool) -> Sizes:
                 checkpoint=(2, 200),
                 save_stride=10,
                 mfu_steps=20,
+                store=(2, 50),
+                store_every=25,
+                store_saves=3,
+                store_restores=3,
             )
         return Sizes(
             decoder=decoder,
@@ -169,6 +196,10 @@ def sizes(*, accelerator: bool, quick: bool) -> Sizes:
             checkpoint=(3, 300),
             save_stride=10,
             mfu_steps=30,
+            store=(2, 100),
+            store_every=25,
+            store_saves=5,
+            store_restores=3,
         )
     decoder = dataclasses.replace(
         lm.CPU,
@@ -194,6 +225,10 @@ def sizes(*, accelerator: bool, quick: bool) -> Sizes:
         checkpoint=(3, 30) if quick else (5, 50),
         save_stride=1,
         mfu_steps=4 if quick else 10,
+        store=(2, 20) if quick else (3, 30),
+        store_every=10,
+        store_saves=3 if quick else 5,
+        store_restores=3,
     )
 
 
@@ -321,7 +356,8 @@ def steps_of(step: Callable[[Any], Any], batch: Any) -> Callable[[int], Any]:
 
 
 class Bench:
-    """The goals, sharing the models they build (the 13M decoder's step serves 3, 5 and 6)."""
+    """The goals, sharing the models they build (the 13M decoder's step serves 3, 5 and 6, the
+    100M decoder's float32 step 1 and 7)."""
 
     def __init__(self, sizes: Sizes, *, accelerator: bool, base: Path) -> None:
         self.sizes = sizes
@@ -330,6 +366,7 @@ class Bench:
         self.mesh = one_device()
         self.policy_step: TrainStep[Any] | None = None
         self._small: tuple[TrainStep[Any], dict[str, jax.Array]] | None = None
+        self._float32: tuple[TrainStep[Any], dict[str, jax.Array]] | None = None
         # the small decoder computes in bf16 per layer on an accelerator, float32 on the CPU
         self.small_dtype = jnp.bfloat16 if accelerator else None
 
@@ -344,6 +381,15 @@ class Bench:
             jax.block_until_ready(step(batch))
             self._small = step, batch
         return self._small
+
+    def float32(self) -> tuple[TrainStep[Any], dict[str, jax.Array]]:
+        """The 100M decoder's float32 step (compiled; goal 1's when it ran) and its batch."""
+        if self._float32 is None:
+            step = train_step(self.sizes.decoder, self.mesh)
+            batch = on_device(self.sizes.decoder, self.mesh)
+            jax.block_until_ready(step(batch))
+            self._float32 = step, batch
+        return self._float32
 
     # 1 -----------------------------------------------------------------------------------------
     def precision(self) -> Iterator[Result]:
@@ -364,6 +410,7 @@ class Bench:
             {name: steps_of(step, batch) for name, step in steps.items()}, *self.sizes.precision
         )
         self.policy_step = steps["bf16 policy"]
+        self._float32 = steps["float32"], batch  # goal 7 saves and restores its state
         per_step = {name: ms(t) for name, t in times.items()}
         print(
             f"1. decoder {params(steps['float32']) / 1e6:.1f}M parameters, {preset.batch_size}x"
@@ -397,7 +444,7 @@ class Bench:
     def flops(self) -> Iterator[Result]:
         preset = self.sizes.decoder
         step = self.policy_step or train_step(preset, self.mesh, policy=True)
-        self.policy_step = None  # the three decoders go: the goals below need the memory
+        self.policy_step = None  # the bf16 decoders go (goal 7 keeps the float32 one, 1.2 GB)
         cost = step.cost(tokens(preset))
         matmuls, attention = analytic_flops(preset, preset.batch_size)
         analytic = (matmuls + attention) / cost.devices
@@ -683,8 +730,8 @@ class Bench:
             goal="6a",
             what=f"loop's wait in the store's save vs orbax's (every {every} steps)",
             measured=f"{blocked['store']:.1f} vs {blocked['plain orbax']:.1f} ms, {block:.2f}x",
-            target="<= 0.5x",
-            verdict=self.judge(block <= 0.5, accelerator_goal=False),
+            target="<= 1x",
+            verdict=self.judge(block <= 1.0, accelerator_goal=False),
             values=values,
         )
         store, orbax = overhead["store"], overhead["plain orbax"]
@@ -692,15 +739,264 @@ class Bench:
             goal="6b",
             what="store's overhead on the loop vs plain orbax's",
             measured=f"{store:+.1%} vs {orbax:+.1%}",
-            target="<= half",
-            verdict=self.judge(store <= 0.5 * orbax, accelerator_goal=False),
+            target="<= orbax's",
+            verdict=self.judge(store <= orbax, accelerator_goal=False),
             values=values,
         )
 
+    # 7 -----------------------------------------------------------------------------------------
+    def store(self) -> Iterator[Result]:
+        from substrax.checkpoint import OrbaxCheckpointStore
+
+        step, batch = self.float32()
+        jax.block_until_ready(step.state)
+        gb = sum(x.nbytes for x in jax.tree.leaves(step.state)) / 2**30  # as goal 6's MB
+        root = self.base / "goal-7-store"  # goal 6 writes under "store"
+        store = OrbaxCheckpointStore(root, max_to_keep=2)
+        numbers = itertools.count()  # the steps saved, increasing from 7a on through 7b
+        try:
+            yield self._store_blocking(store, numbers, step, gb)
+            yield self._store_loop(store, numbers, step, batch, gb)
+        finally:
+            store.close()
+            shutil.rmtree(root, ignore_errors=True)
+        yield self._store_restore(step, gb)
+        self._float32 = None  # the last goal to use it
+
+    def _store_blocking(
+        self, store: Any, numbers: Iterator[int], step: TrainStep[Any], gb: float
+    ) -> Result:
+        """7a: what an async save blocks the caller, against a bare ``jax.device_get``."""
+        state = step.state
+        store.save(next(numbers), {"model": state})  # a tree's first save: not what a run repeats
+        store.wait()
+        jax.device_get(state)  # and the first copy to the host
+        blocked: list[float] = []  # seconds in save()
+        written: list[float] = []  # seconds from the call until the step was written
+        fetched: list[float] = []  # seconds in device_get
+        for i in range(self.sizes.store_saves):
+            for what in ("save", "device_get") if i % 2 == 0 else ("device_get", "save"):
+                started = time.perf_counter()
+                if what == "save":
+                    store.save(next(numbers), {"model": state})
+                    blocked.append(time.perf_counter() - started)
+                    store.wait()  # each save once the one before is written
+                    written.append(time.perf_counter() - started)
+                else:
+                    host = jax.device_get(state)
+                    fetched.append(time.perf_counter() - started)
+                    del host
+        block, fetch = statistics.median(blocked), statistics.median(fetched)
+        over = block / fetch
+        print(
+            f"7a. decoder {params(step) / 1e6:.1f}M parameters, float32 state {volume(gb)}"
+            f" (parameters and adamw): an async save blocks the caller {block * 1e3:.1f} ms"
+            f" (median of {len(blocked)}, max {max(blocked) * 1e3:.1f}), the step written"
+            f" {statistics.median(written) * 1e3:.0f} ms after the call; jax.device_get"
+            f" {fetch * 1e3:.1f} ms ({rate(gb, fetch)}, median of {len(fetched)},"
+            " interleaved)"
+        )
+        return Result(
+            goal="7a",
+            what=f"async store.save's block vs jax.device_get ({volume(gb)})",
+            measured=f"{block * 1e3:.1f} vs {fetch * 1e3:.1f} ms, {over:.2f}x",
+            target="<= 2x",
+            verdict=self.judge(over <= 2.0, accelerator_goal=True),
+            values={
+                "state_gb": gb,
+                "save_blocks_ms": block * 1e3,
+                "device_get_ms": fetch * 1e3,
+                "save_over_device_get": over,
+                "written_ms": statistics.median(written) * 1e3,
+                "save_blocks_s_each": blocked,
+                "written_s_each": written,
+                "device_get_s_each": fetched,
+            },
+        )
+
+    def _store_loop(
+        self,
+        store: Any,
+        numbers: Iterator[int],
+        step: TrainStep[Any],
+        batch: dict[str, jax.Array],
+        gb: float,
+    ) -> Result:
+        """7b: the loop saving every ``store_every`` steps against the bare loop.
+
+        The store has saved this state's tree in 7a, and the step is compiled: no warm-up.
+        """
+        every = self.sizes.store_every
+        in_save: list[float] = []  # seconds the loop spent in save()
+        ends: list[float] = []  # seconds a run waited for its pending save at its end
+
+        def loop(*, save: bool) -> Callable[[int], Any]:
+            def run(n: int) -> Any:
+                loss = None
+                for i in range(n):
+                    loss = step(batch)
+                    if i % every == every - 1:
+                        value = float(loss)  # both loops read the loss here
+                        if save:
+                            started = time.perf_counter()
+                            store.save(
+                                next(numbers), {"model": step.state}, metrics={"loss": value}
+                            )
+                            in_save.append(time.perf_counter() - started)
+                if save:
+                    started = time.perf_counter()
+                    store.wait()  # the wait for the pending save is the loop's
+                    ends.append(time.perf_counter() - started)
+                return loss
+
+            return run
+
+        saving = f"saving every {every} steps"
+        times = interleaved({"bare": loop(save=False), saving: loop(save=True)}, *self.sizes.store)
+        cost = ratio(times, saving, "bare") - 1
+        bare, saved = ms(times["bare"]), ms(times[saving])
+        rounds, steps = self.sizes.store
+        print(
+            f"7b. the float32 step, state {volume(gb)}, a save every {every} steps: bare"
+            f" {bare:.2f} ms/step, saving {saved:.2f} ms/step (median of {rounds} rounds of"
+            f" {steps} steps, {steps // every} saves a run); the loop waits in save()"
+            f" {statistics.median(in_save) * 1e3:.1f} ms per save (max"
+            f" {max(in_save) * 1e3:.1f}), {statistics.median(ends) * 1e3:.1f} ms for the pending"
+            " save at a run's end"
+        )
+        return Result(
+            goal="7b",
+            what=f"loop saving every {every} steps vs bare ({bare:.1f} ms step)",
+            measured=f"{cost:+.2%}",
+            target="<= 5% of the loop",
+            verdict=self.judge(cost <= 0.05, accelerator_goal=True),
+            values={
+                "overhead": cost,
+                "save_every": every,
+                "ms_per_step": {"bare": bare, "saving": saved},
+                "in_save_ms": statistics.median(in_save) * 1e3,
+                "end_wait_ms": statistics.median(ends) * 1e3,
+                "rounds": times,
+            },
+        )
+
+    def _store_restore(self, step: TrainStep[Any], gb: float) -> Result:
+        """7c: a restore onto the device from the page cache, the store's against orbax's."""
+        from substrax.checkpoint import OrbaxCheckpointStore
+
+        state = step.state
+        abstract = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
+        )
+        checked, unchecked, orbax = "store", "store, no checksums", "plain orbax"
+        roots = {
+            name: self.base / f"goal-7-restore-{i}"
+            for i, name in enumerate((checked, unchecked, orbax))
+        }
+
+        def store_restore(name: str, *, checks: bool) -> Callable[[], Any]:
+            def restore() -> Any:
+                with OrbaxCheckpointStore(roots[name], use_checksums=checks) as reader:
+                    restored = reader.restore(0, templates={"model": abstract}).items["model"]
+                    return jax.block_until_ready(restored)
+
+            return restore
+
+        def orbax_restore() -> Any:
+            with ocp.CheckpointManager(roots[orbax]) as manager:
+                restored = manager.restore(0, args=ocp.args.StandardRestore(abstract))
+                return jax.block_until_ready(restored)
+
+        readers = {
+            checked: store_restore(checked, checks=True),
+            unchecked: store_restore(unchecked, checks=False),
+            orbax: orbax_restore,
+        }
+        times: dict[str, list[float]] = {name: [] for name in readers}
+        order = random.Random(0)  # noqa: S311  (an order of runs, not a secret)
+        try:
+            for name, checks in ((checked, True), (unchecked, False)):  # each step written once
+                with OrbaxCheckpointStore(roots[name], use_checksums=checks) as writer:
+                    writer.save(0, {"model": state})
+            with ocp.CheckpointManager(roots[orbax]) as manager:
+                manager.save(0, args=ocp.args.StandardSave(state))
+                manager.wait_until_finished()
+            for _ in range(self.sizes.store_restores):
+                names = list(readers)
+                order.shuffle(names)
+                for name in names:
+                    read_files(roots[name])  # in the page cache for every reader alike
+                    started = time.perf_counter()
+                    restored = readers[name]()
+                    times[name].append(time.perf_counter() - started)
+                    same(restored, state, name)
+                    del restored
+        finally:
+            for root in roots.values():
+                shutil.rmtree(root, ignore_errors=True)
+        median = {name: statistics.median(t) for name, t in times.items()}
+        speedup = median[orbax] / median[checked]
+        print(
+            f"7c. restore of the {volume(gb)} state onto {jax.devices()[0].platform} (abstract"
+            " templates with their shardings, files in the page cache, the store or manager"
+            f" opened in the timing; median of {self.sizes.store_restores}): store"
+            f" {median[checked] * 1e3:.0f} ms ({rate(gb, median[checked])}), without"
+            f" checksums {median[unchecked] * 1e3:.0f} ms ({rate(gb, median[unchecked])}),"
+            f" plain orbax {median[orbax] * 1e3:.0f} ms ({rate(gb, median[orbax])})"
+        )
+        return Result(
+            goal="7c",
+            what="store's restore (checksums checked) vs plain orbax's",
+            measured=f"{speedup:.2f}x ({median[checked]:.2f} vs {median[orbax]:.2f} s)",
+            target=">= 1.3x faster",
+            verdict=self.judge(speedup >= 1.3, accelerator_goal=True),
+            values={
+                "state_gb": gb,
+                "orbax_over_store": speedup,
+                "orbax_over_store_unchecked": median[orbax] / median[unchecked],
+                "restore_s": median,
+                "restore_s_each": times,
+            },
+        )
+
+
+def volume(gb: float) -> str:
+    """``gb`` (2**30 bytes) as GB, or as MB (2**20 bytes) below 1 GB."""
+    return f"{gb:.2f} GB" if gb >= 1 else f"{gb * 1024:.1f} MB"
+
+
+def rate(gb: float, seconds: float) -> str:
+    """``gb`` (2**30 bytes) in ``seconds``, in GB/s, or in MB/s below 1 GB/s."""
+    return volume(gb / seconds) + "/s"
+
+
+def read_files(root: Path) -> int:
+    """Read every file under ``root`` once, untimed: a restore then finds it in the page cache."""
+    total = 0
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with path.open("rb") as handle:
+                while chunk := handle.read(1 << 24):
+                    total += len(chunk)
+    return total
+
+
+def same(restored: Any, state: Any, reader: str) -> None:
+    """Raise unless ``restored`` holds ``state``'s arrays, on their shardings."""
+    pairs = zip(jax.tree.leaves(restored), jax.tree.leaves(state), strict=True)
+    for got, want in pairs:
+        placed = got.sharding.is_equivalent_to(want.sharding, want.ndim)
+        if not placed or not bool(jnp.array_equal(got, want)):
+            raise AssertionError(f"{reader}'s restore differs from the saved state")
+
 
 def params(step: TrainStep[Any]) -> int:
-    """The parameters of a step's model."""
-    return sum(x.size for x in jax.tree.leaves(nnx.state(step.model, nnx.Param)))
+    """The parameters of a step's model, counted in its state.
+
+    Not through ``step.model``: that syncs the step, whose every call would then write its state
+    back into the objects, a cost the goals timed after the count would pay.
+    """
+    return sum(x.size for x in jax.tree.leaves(nnx.filter_state(step.state, nnx.Param)))
 
 
 def _version(distribution: str) -> str:

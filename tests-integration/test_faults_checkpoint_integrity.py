@@ -29,7 +29,8 @@ SAVE = textwrap.dedent(
                                  jax.NamedSharding(mesh, jax.P("x"))),
         "bias": jnp.ones(256, jnp.float32),
     }
-    with OrbaxCheckpointStore(sys.argv[1], max_to_keep=None) as store:
+    # one directory per array (use_ocdbt=False), whose damaged files are named by array
+    with OrbaxCheckpointStore(sys.argv[1], max_to_keep=None, use_ocdbt=False) as store:
         for step in (10, 20):
             store.save(step, {"model": state, "data_iterator": {"seen": np.arange(64)}})
     """

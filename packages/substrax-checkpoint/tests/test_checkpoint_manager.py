@@ -31,7 +31,11 @@ def test_an_interrupted_save_leaves_nothing_after_the_cleanup(tmp_path):
 
 def test_every_layout_writes_what_it_names(tmp_path):
     value = {"w": np.arange(6, dtype=np.float32)}
-    for layout in (Layout(), Layout(ocdbt=True), Layout(zarr3=False, compression=True)):
+    for layout in (
+        Layout(),
+        Layout(ocdbt=False),
+        Layout(ocdbt=False, zarr3=False, compression=True),
+    ):
         root = tmp_path / f"{layout.ocdbt}-{layout.zarr3}-{layout.compression}"
         options = {
             "use_ocdbt": layout.ocdbt,

@@ -62,6 +62,7 @@ def test_other_format_is_unsupported(store_dir):
         store.save(1, {"model": {"w": np.zeros(2)}})
     path = store_dir / "1" / "metadata" / "metadata"
     record = json.loads(path.read_text())
+    (store_dir / "1" / "substrax_manifest.json").unlink()  # another writer's step has none
     path.write_text(json.dumps({**record, "format": "someone-else"}))
     with OrbaxCheckpointStore(store_dir) as store, pytest.raises(UnsupportedCheckpointError):
         store.restore(1)

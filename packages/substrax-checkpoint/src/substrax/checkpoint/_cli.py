@@ -145,12 +145,22 @@ def _verify(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
         for step in store.list_steps():
-            failures = verify_step(store, step)
-            status = "deleted" if failures is None else "FAILED" if failures else "ok"
+            failures, verified = verify_step(store, step)
+            status = (
+                "deleted"
+                if failures is None
+                else "FAILED"
+                if failures
+                else "ok"
+                if verified
+                else "unverified"
+            )
             failures = failures or []
             first = failures[0] if failures else {"item": None, "leaf": None, "error": None}
             if status == "deleted":
                 first = {**first, "error": "deleted while it was verified (a writer's retention)"}
+            elif status == "unverified":
+                first = {**first, "error": "no manifest (read back without checksums)"}
             results.append(
                 {
                     "step": step,
@@ -263,9 +273,9 @@ def _parser() -> argparse.ArgumentParser:
     show = command("show", "one step's metadata and tree (shapes, dtypes, bytes)")
     show.add_argument("directory", type=_store_path)
     show.add_argument("step", type=int_argument("step"))
-    command("verify", "read every array of every step back, checking its checksums").add_argument(
-        "directory", type=_store_path
-    )
+    command(
+        "verify", "check every step's files against its manifest (size and CRC-32C)"
+    ).add_argument("directory", type=_store_path)
     prune = command("prune", "delete the steps the retention rules do not keep")
     prune.add_argument("directory", type=_store_path)
     prune.add_argument("--max-to-keep", type=int, default=None)

@@ -9,7 +9,7 @@ from typing import Literal
 from substrax.support import PicklableError, StructuredError
 
 
-_CHECKSUM = re.compile(r"checksum|digest", re.IGNORECASE)
+_CHECKSUM = re.compile(r"checksum|digest|crc", re.IGNORECASE)
 """Words of a report of bytes that fail their checksum (others: a missing or empty file...)."""
 
 
@@ -426,7 +426,8 @@ class CheckpointCorruptError(StructuredError, ValueError, kw_only=True):
         leaf: the array's path in the item (``layer0/kernel``).
         directory: the checkpoint store's root.
         path: the file (or the array's directory) whose bytes are corrupted.
-        detail: what TensorStore found.
+        detail: what was found: the manifest's size or CRC-32C against the file's, or what
+            orbax raised reading a step without a manifest.
 
     Example:
         >>> from pathlib import Path

@@ -31,6 +31,7 @@ class StoreLifecycle(Closeable):
     _retention: RetentionPolicy
     _async: bool
     _layout: Layout
+    _checksums: bool  # manifests written after each commit, and checked by restores
     _read_only: bool
     _superseded: bool  # a newer writer store of this process took the directory over
     _manager_: ocp.CheckpointManager | None
@@ -67,10 +68,6 @@ class StoreLifecycle(Closeable):
                 read_only=self._read_only or self._superseded,
                 preservation=self._preservation,
             )
-        elif self._writer.stale:  # steps the writer wrote (and dropped) itself
-            self._writer.settle(own=True)
-            self._manager_.reload()
-            self._writer.stale = False
         return self._manager_
 
     def _writable_manager(self) -> ocp.CheckpointManager:
@@ -81,19 +78,12 @@ class StoreLifecycle(Closeable):
     def _held_steps(self) -> list[int]:
         """The steps held: the committed step directories, or the writer's manager's steps.
 
-        A step being written is held, and a step its retention drops no longer is; so are the
-        steps the writer wrote itself, which orbax's manager has not seen (read from the
-        directory until the manager reloads).
+        A step being written is held, and a step its retention drops no longer is.
         """
         if self._manager_ is None or self._read_only or self._superseded:
             return step_directories(self._directory)
         self._writer.settle()
-        if not self._writer.stale:
-            return sorted(self._manager_.all_steps())
-        held = set(step_directories(self._directory)) - self._writer.dropping
-        if self._writer.pending is not None:
-            held.add(self._writer.pending)
-        return sorted(held)
+        return sorted(self._manager_.all_steps())
 
     def _check_open(self) -> None:
         if self._closed:
@@ -173,7 +163,6 @@ class StoreLifecycle(Closeable):
         """A write failed: drop its step and re-read what the directory really holds."""
         if self._manager_ is not None:
             self._manager_.reload()
-            self._writer.stale = False
         self._book.failed(step, self.list_steps)
 
     def close(self) -> None:

@@ -1,9 +1,9 @@
 """How the store drives orbax: its handlers and options, the background save call, the disk.
 
 The store owns the semantics (steps, refusals, retention, the index); this module holds the
-orbax plumbing under it: one ``PyTreeCheckpointHandler`` per item name reading through
-:mod:`._aligned_reads`, two JSON items for the metadata record and the dtypes, the manager's
-options, and what an interrupted save leaves behind on disk.
+orbax plumbing under it: one ``PyTreeCheckpointHandler`` per item name, two JSON items for the
+metadata record and the dtypes, the manager's options, and what an interrupted save leaves
+behind on disk. Only orbax's public API: its handlers with the options they document.
 """
 
 import contextlib
@@ -15,19 +15,15 @@ from typing import Any, Final
 
 import orbax.checkpoint as ocp
 
-from ._aligned_reads import AlignedRegistry
 from ._formats import DTYPES_ITEM, METADATA_ITEM
 from ._index import INDEX_FILE
 from ._metadata import ITEM_NAMES
 from ._retention import OrbaxPreservation
-from ._snapshot import HostSnapshot
+from ._snapshot import Snapshot
 
 
 TMP_MARK: Final = ".orbax-checkpoint-tmp"
 DELETED: Final = ".substrax-deleted"  # a deleted step is renamed here, then its files removed
-_REGISTRIES: Final = {
-    checksums: AlignedRegistry(checksums=checksums) for checksums in (True, False)
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,13 +34,11 @@ class Layout:
         ocdbt: one OCDBT database per item rather than one directory per array.
         zarr3: zarr v3 rather than v2.
         compression: zstd-compressed chunks.
-        checksums: a ``crc32c`` checksum with every zarr3 chunk, checked by every read.
     """
 
-    ocdbt: bool = False
+    ocdbt: bool = True
     zarr3: bool = True
     compression: bool = False
-    checksums: bool = True
 
 
 def _handlers(layout: Layout) -> dict[str, ocp.CheckpointHandler]:
@@ -53,7 +47,6 @@ def _handlers(layout: Layout) -> dict[str, ocp.CheckpointHandler]:
             use_ocdbt=layout.ocdbt,
             use_zarr3=layout.zarr3,
             use_compression=layout.compression,
-            type_handler_registry=_REGISTRIES[layout.checksums],
         )
         for name in ITEM_NAMES
     }
@@ -86,11 +79,11 @@ def open_manager(
 
 
 def save_held(
-    manager: ocp.CheckpointManager, step: int, args: dict[str, Any], snapshot: HostSnapshot
+    manager: ocp.CheckpointManager, step: int, args: dict[str, Any], snapshot: Snapshot
 ) -> bool:
     """The writer thread's part of an asynchronous save: orbax's own (asynchronous) save call.
 
-    ``snapshot`` keeps the arrays' buffers in place until orbax holds its own views of them.
+    ``snapshot`` keeps the arrays' buffers in place until orbax holds its own copies of them.
     """
     try:
         # orbax raises a failed write once in every thread that waits for it; ``save`` waited

@@ -25,6 +25,8 @@ class Checkpoint:
     step: int
     items: dict[str, PyTree]
     metadata: CheckpointMetadata
+    verified: bool = False
+    """Whether the files read matched the step's manifest (False: no manifest, or checks off)."""
 
 
 @runtime_checkable

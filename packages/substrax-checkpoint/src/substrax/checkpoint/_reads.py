@@ -5,7 +5,9 @@ Reading one step's files is :mod:`._restore`'s job, and a step that a live write
 while it is read is :mod:`._follow`'s.
 """
 
+import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 
@@ -18,8 +20,11 @@ from ._formats import StepRecord, read_step
 from ._lifecycle import StoreLifecycle
 from ._metadata import CheckpointMetadata
 from ._protocol import Checkpoint, PyTree
-from ._restore import restore_items, stored_trees
+from ._restore import check_files, restore_items, stored_trees
 from ._retention import ModeLike
+
+
+_logger = logging.getLogger(__name__)
 
 
 class StoreReads(StoreLifecycle):
@@ -67,13 +72,17 @@ class StoreReads(StoreLifecycle):
                 raise CheckpointNotFoundError(step=None, directory=self._directory)
         return step
 
-    def _record(self, step: int) -> StepRecord:
+    def _require(self, step: int) -> None:
+        """Wait for ``step`` if it is being written; ``CheckpointNotFoundError`` if not held."""
         if step == self._writer.pending:
             self.wait()
         if step not in self.list_steps():
             raise CheckpointNotFoundError(
                 step=step, directory=self._directory, available=tuple(self.list_steps())
             )
+
+    def _record(self, step: int) -> StepRecord:
+        self._require(step)
         return read_step(self._step_dir(step), step)
 
     def wait_for_step(
@@ -131,8 +140,15 @@ class StoreReads(StoreLifecycle):
         returns for an empty store) restores the latest step; on an empty store it raises
         ``CheckpointNotFoundError`` saying the store is empty, so a resume never starts from
         scratch by accident. A step that a live writer's retention (or ``delete``) removes while
-        it is read raises ``CheckpointNotFoundError`` with ``deleted=True``; bytes or files of a
-        step that is still there that fail their checks raise ``CheckpointCorruptError``.
+        it is read raises ``CheckpointNotFoundError`` with ``deleted=True``.
+
+        The files read are first checked against the step's manifest (each file's size and
+        CRC-32C, written once orbax committed the step) unless the store was opened with
+        ``use_checksums=False``: a damaged file raises ``CheckpointCorruptError`` naming the
+        step, the item, the file and, where the layout tells it, the array. A step without a
+        manifest (written before manifests, or by a process killed between orbax's commit and
+        its manifest) restores unverified: ``Checkpoint.verified`` is False, and a log record
+        says so.
 
         Example:
             >>> import tempfile
@@ -145,19 +161,63 @@ class StoreReads(StoreLifecycle):
         """
         step = self._resolve(step)
         with deleted_under_read(self._directory, step):
-            record = self._record(step)
-            manager = self._manager()
-            assert manager is not None  # noqa: S101 - _record found the step
-            values = restore_items(
-                manager,
-                step,
-                record,
-                templates=templates or {},
-                cast_dtypes=cast_dtypes,
-                mesh=mesh,
-                items=items,
-            )
-        return Checkpoint(step, values, record.metadata)
+            self._require(step)  # a step being written is waited for, its manifest too
+            if not self._checksums:
+                record = read_step(self._step_dir(step), step)
+                values = self._restore_items(
+                    step,
+                    record,
+                    templates=templates,
+                    cast_dtypes=cast_dtypes,
+                    mesh=mesh,
+                    items=items,
+                )
+                return Checkpoint(step, values, record.metadata)
+            with ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-check") as pool:
+                # the files are checked while orbax reads them: the restore takes the longer of
+                # the two, not their sum; a damaged file is raised in place of what orbax says
+                check = pool.submit(check_files, self._directory, step, items)
+                try:
+                    record = read_step(self._step_dir(step), step)
+                    values = self._restore_items(
+                        step,
+                        record,
+                        templates=templates,
+                        cast_dtypes=cast_dtypes,
+                        mesh=mesh,
+                        items=items,
+                    )
+                finally:
+                    verified = check.result()  # raises CheckpointCorruptError first
+            if not verified:
+                _logger.info(
+                    "checkpoint step %s in %s has no manifest: restored unverified",
+                    step,
+                    self._directory,
+                )
+        return Checkpoint(step, values, record.metadata, verified=verified)
+
+    def _restore_items(
+        self,
+        step: int,
+        record: StepRecord,
+        *,
+        templates: Mapping[str, PyTree] | None,
+        cast_dtypes: bool,
+        mesh: jax.sharding.Mesh | None,
+        items: Sequence[str] | None,
+    ) -> dict[str, PyTree]:
+        manager = self._manager()
+        assert manager is not None  # noqa: S101 - _require found the step
+        return restore_items(
+            manager,
+            step,
+            record,
+            templates=templates or {},
+            cast_dtypes=cast_dtypes,
+            mesh=mesh,
+            items=items,
+        )
 
     def describe(self, step: int) -> dict[str, list[_templates.StoredLeaf]]:
         """Every item's leaves (path, shape, dtype, bytes) read from metadata, no array read.

@@ -10,9 +10,9 @@ import orbax.checkpoint as ocp
 from substrax.typing import PyTree
 
 from . import _templates, _trees
-from ._corrupt_reads import metadata_damage, named_damage
 from ._errors import CheckpointCorruptError, CheckpointDtypeMismatchError, DtypeMismatch
 from ._formats import DTYPES_ITEM, StepRecord
+from ._manifest import Damage, check_manifest, read_manifest
 
 
 def stored_trees(
@@ -28,8 +28,6 @@ def stored_trees(
     wrapped = record.layout == "current"
     try:
         metadata = manager.item_metadata(step)
-    except CheckpointCorruptError as error:
-        raise _in_step(error, step, wrapped=wrapped) from error.__cause__
     except _DAMAGE_ERRORS as error:
         raise _damaged(error, manager, step) from error
     trees: dict[str, PyTree] = {}
@@ -40,47 +38,63 @@ def stored_trees(
 
 
 _DAMAGE_ERRORS: Final = (ValueError, KeyError, TypeError, AttributeError)
-"""What orbax raises reading a damaged metadata file (JSONDecodeError is a ValueError)."""
-_IN_AN_ARRAY: Final = 2  # parts of a path below the step before an array's own files
+"""What orbax raises reading a damaged file (JSONDecodeError is a ValueError)."""
 _SHOWN: Final = 300  # characters of orbax's message shown in a corrupt error's detail
 
 
-def _damaged(error: Exception, manager: ocp.CheckpointManager, step: int) -> Exception:
-    """``CheckpointCorruptError`` naming the damaged metadata file behind ``error``, else ``error``.
+def _damaged(error: Exception, manager: ocp.CheckpointManager, step: int) -> CheckpointCorruptError:
+    """``CheckpointCorruptError`` for what orbax raised reading ``step``'s files.
 
-    Orbax reads a step's ``_sharding``, ``_METADATA`` and ``_CHECKPOINT_METADATA`` files itself
-    and raises whatever their damage leads to (``JSONDecodeError``, ``KeyError``,
-    ``AttributeError``, TensorStore's ``ValueError``). The file the error names, or else the
-    first of the step's metadata files that is not the JSON object orbax wrote, is named; an
-    error with no damaged file behind it is returned as it is.
+    Where the step has a manifest, the damaged file it finds is named (a read that checks no
+    manifest, such as ``describe``, lands here); else the step is, with orbax's words.
     """
     root = Path(str(manager.directory))
-    step_dir = root / str(step)
-    found = named_damage(error)
-    if found is None or not found[0].is_relative_to(step_dir):
-        damaged = metadata_damage(step_dir)
-        if not damaged:
-            return error
-        found = damaged[0]
-    path, damage = found
-    parts = path.relative_to(step_dir).parts
-    item, leaf = (parts[0], "<root>") if len(parts) > 1 else ("<step>", "<root>")
-    if path.name in ("zarr.json", ".zarray") and len(parts) > _IN_AN_ARRAY:
-        leaf = path.parent.name.removeprefix(f"{_trees.WRAPPER}.").replace(".", "/")
+    manifest = read_manifest(root / str(step))
+    damage = [] if manifest is None else check_manifest(root / str(step), manifest)
+    if damage:
+        return _corrupt(root, step, damage)
+    text = str(error).split(" [tensorstore_spec", 1)[0].strip()
+    shown = text if len(text) <= _SHOWN else f"{text[:_SHOWN]}..."
     return CheckpointCorruptError(
         step=step,
-        item=item,
-        leaf=leaf,
+        item="<step>",
+        leaf="<root>",
         directory=root,
-        path=path,
-        detail=f"{damage} ({type(error).__name__}: {_first_words(error)})",
+        path=root / str(step),
+        detail=f"orbax could not read it ({type(error).__name__}: {shown})",
     )
 
 
-def _first_words(error: Exception) -> str:
-    """The start of ``error``'s message, without the TensorStore spec it may end with."""
-    text = str(error).split(" [tensorstore_spec", 1)[0].strip()
-    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}..."
+def _corrupt(root: Path, step: int, damage: Sequence[Damage]) -> CheckpointCorruptError:
+    """The error naming the first of ``damage`` (its file, item and array), counting the others."""
+    first = damage[0]
+    others = f"; {len(damage) - 1} other file(s) damaged too" if len(damage) > 1 else ""
+    return CheckpointCorruptError(
+        step=step,
+        item=first.item or "<step>",
+        leaf=(first.array or "<root>").replace(".", "/"),
+        directory=root,
+        path=root / str(step) / first.file,
+        detail=f"{first.problem} against the step's manifest{others}",
+    )
+
+
+def check_files(root: Path, step: int, items: Sequence[str] | None) -> bool:
+    """Check ``step``'s files (of ``items``, or all) against its manifest; whether it had one.
+
+    Raises ``CheckpointCorruptError`` naming the first damaged file (its item and array when the
+    layout tells them), with how many others are damaged. A step without a manifest (written
+    before manifests, or interrupted between orbax's commit and its manifest) returns False:
+    it is unverified, and still restores.
+    """
+    step_dir = root / str(step)
+    manifest = read_manifest(step_dir)
+    if manifest is None:
+        return False
+    damage = check_manifest(step_dir, manifest, items=items)
+    if damage:
+        raise _corrupt(root, step, damage)
+    return True
 
 
 def _saved_dtypes(record: StepRecord, name: str, stored: PyTree) -> Mapping[str, str]:
@@ -98,24 +112,6 @@ def _held(record: StepRecord, step: int, items: Sequence[str] | None) -> tuple[s
             f"step {step} does not hold item(s) {missing} (it holds {held}); restore items it holds"
         )
     return tuple(name for name in held if name in items)
-
-
-def _in_step(error: CheckpointCorruptError, step: int, *, wrapped: bool) -> CheckpointCorruptError:
-    """``error`` naming ``step`` and the leaf's path in its item (without the wrapper node)."""
-    prefix = f"{_trees.WRAPPER}/"
-    leaf = error.leaf
-    if wrapped and (leaf == _trees.WRAPPER or leaf.startswith(prefix)):
-        leaf = leaf.removeprefix(_trees.WRAPPER).removeprefix("/")
-    elif wrapped and leaf.startswith(f"{_trees.WRAPPER}."):  # a parameter's name, from metadata
-        leaf = leaf.removeprefix(f"{_trees.WRAPPER}.").replace(".", "/")
-    return CheckpointCorruptError(
-        step=step,
-        item=error.item,
-        leaf=leaf or "<root>",
-        directory=error.directory,
-        path=error.path,
-        detail=error.detail,
-    )
 
 
 def restore_items(
@@ -181,8 +177,6 @@ def restore_items(
             )
     try:
         restored = manager.restore(step, args=ocp.args.Composite(**args))
-    except CheckpointCorruptError as error:
-        raise _in_step(error, step, wrapped=wrapped) from error.__cause__
     except _DAMAGE_ERRORS as error:
         raise _damaged(error, manager, step) from error
     values = {

@@ -1,16 +1,16 @@
 """The save path: a save's request, its refusal decided once, the write handed to orbax.
 
 ``OrbaxCheckpointStore.save`` validates a :class:`SaveRequest`, and its :class:`Writer` refuses
-it (one :class:`NotWrittenReason`, agreed by every process) or starts the write: on the caller's
-thread, or, when every array already lives in host memory in one process, on the writer thread
-while ``save`` returns. A tree that orbax has written once in this store is then written by
-the writer itself, from that step's files (:mod:`._step_templates`), without orbax's per-save
-machinery. ``Writer.finish`` waits for that write and says whether it committed.
+it (one :class:`NotWrittenReason`, agreed by every process) or starts the write through orbax's
+``CheckpointManager.save``: in one process on the writer thread, from a snapshot of the items
+(:mod:`._snapshot`), while ``save`` returns; with several, on the caller's thread. Once orbax commits the step,
+the writer thread writes its manifest (:mod:`._manifest`: every file's size and CRC-32C).
+``Writer.finish`` waits for both and says whether the step committed.
 """
 
+import contextlib
 import logging
 import math
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from dataclasses import dataclass
@@ -33,7 +33,8 @@ from ._errors import (
 from ._formats import DTYPES_ITEM, METADATA_ITEM
 from ._index import IndexBook, IndexEntry
 from ._lock import LOCK_FILE, WriterLease
-from ._manager import DELETED, TMP_MARK, remove_remade, save_held
+from ._manager import remove_remade, save_held
+from ._manifest import write_manifest
 from ._metadata import (
     NONFINITE_METRICS_KEY,
     CheckpointMetadata,
@@ -44,9 +45,7 @@ from ._metadata import (
 )
 from ._multihost import agree, is_primary
 from ._protocol import PyTree
-from ._retention import OrbaxPreservation
-from ._snapshot import HostSnapshot, host_snapshot
-from ._step_templates import Signature, StepTemplate, capture, signature, write_step
+from ._snapshot import snapshot
 
 
 _logger = logging.getLogger(__name__)
@@ -156,18 +155,6 @@ def refusal(step: int, steps: list[int], *, overwrite: bool) -> NotWrittenReason
     return NotWrittenReason(agreed) if agreed else None
 
 
-def _same(a: Signature, b: Signature) -> bool:
-    """Whether two signatures are equal; False when comparing them raises.
-
-    A custom pytree node whose metadata cannot be compared (a NumPy array) makes jax's treedef
-    comparison raise: such a tree is left to orbax.
-    """
-    try:
-        return a == b
-    except Exception:
-        return False
-
-
 class Writer:
     """A store's writing side: its writer lock, its writer thread and the one write in flight.
 
@@ -176,31 +163,17 @@ class Writer:
 
     Attributes:
         pending: the step being written, None when no write is in flight.
-        dropping: the steps retention drops once the step the writer writes itself commits;
-            no longer held from the save on, as orbax's own retention.
-        stale: whether the writer committed or removed steps that orbax's manager has not
-            seen (its own writes); the store reloads the manager before it next uses it.
     """
 
-    def __init__(
-        self,
-        directory: Path,
-        lease: WriterLease | None,
-        *,
-        templates: bool,
-    ) -> None:
+    def __init__(self, directory: Path, lease: WriterLease | None, *, manifests: bool) -> None:
         self._directory = directory
         self._lease = lease
-        self._templates = templates  # whether the layout lets the writer write steps itself
+        self._manifests = manifests  # whether a committed step gets its manifest
         self._thread: ThreadPoolExecutor | None = None
         self._chores: ThreadPoolExecutor | None = None
         self._control: Future[bool] | None = None  # orbax's save call, run by the writer thread
-        self._own: Future[None] | None = None  # a step the writer writes itself
-        self._template: StepTemplate | None = None
-        self._candidate: tuple[Signature, int] | None = None  # orbax's latest write, its tree
+        self._seal: Future[None] | None = None  # the manifest of the step in flight
         self.pending: int | None = None
-        self.dropping: frozenset[int] = frozenset()  # what retention drops after ``_own``
-        self.stale = False
 
     def background(self) -> ThreadPoolExecutor:
         """The writer thread (started at first use)."""
@@ -228,16 +201,13 @@ class Writer:
         if agree(str(intact), topic="writer-lock") != "True":
             raise CheckpointStoreRemovedError(directory=self._directory)
 
-    def settle(self, *, own: bool = False) -> None:
+    def settle(self) -> None:
         """Let the writer thread's orbax call return before another thread uses the manager.
 
         Only the setup of a write runs there (milliseconds); its errors surface in ``finish``.
-        With ``own``, wait for a step the writer writes itself too (the whole write).
         """
-        futures: list[Future[Any] | None] = [self._control, self._own if own else None]
-        running = [future for future in futures if future is not None]
-        if running:
-            wait_for(running)
+        if self._control is not None:
+            wait_for([self._control])
 
     def write(
         self,
@@ -248,7 +218,6 @@ class Writer:
         overwrite: bool,
         async_save: bool,
         book: IndexBook,
-        preservation: OrbaxPreservation,
         empty_deleted: Callable[[], None],
     ) -> None:
         """Refuse ``request`` (``CheckpointNotWrittenError``) or start writing it.
@@ -257,9 +226,7 @@ class Writer:
         no write in flight); with ``overwrite`` an existing step is deleted first, and the
         index written without it before: a crash once the new step is committed (before the
         index is written again) leaves no entry of the old step to trust, so the next open
-        reads the new step's own record. ``preservation`` is the store's retention: for a step
-        the writer writes itself, it decides here which steps the step drops, and the writer
-        drops them once the step commits. ``empty_deleted`` removes what orbax renamed away.
+        reads the new step's own record. ``empty_deleted`` removes what orbax renamed away.
         A write that fails here (orbax or jax refusing a leaf, a donated array) leaves no entry
         in ``book``.
         """
@@ -273,12 +240,10 @@ class Writer:
             manager().delete(step)
             empty_deleted()
             steps = [held for held in steps if held != step]
-        if self._candidate is not None and self._candidate[1] == step:
-            self._candidate = None  # its files are about to be another write's
         book.saving(step, request.entry())
         try:
             self._start(
-                manager, request, steps=steps, async_save=async_save, preservation=preservation
+                manager, request, latest=steps[-1] if steps else None, async_save=async_save
             )
         except BaseException:
             book.evict([step])  # never written: no trace of it in the index
@@ -289,85 +254,48 @@ class Writer:
         manager: Callable[[], ocp.CheckpointManager],
         request: SaveRequest,
         *,
-        steps: list[int],
+        latest: int | None,
         async_save: bool,
-        preservation: OrbaxPreservation,
     ) -> None:
-        """Start writing ``request`` (``steps``: those held besides it); see :meth:`write`."""
-        step = request.step
-        latest = steps[-1] if steps else None
+        """Start writing ``request`` (``latest``: the latest step held besides it); see :meth:`write`."""
+        step, orbax = request.step, manager()
         items = _trees.globalize_host_local(request.items)  # orbax saves only global arrays
-        snapshot = host_snapshot(items) if async_save and jax.process_count() == 1 else None
-        if snapshot is not None:
-            key = signature(snapshot.items, request.dtypes) if self._templates else None
-            template = self._template_for(key, snapshot.items, request.dtypes)
-            if template is not None:
-                dropped = preservation.drop([*steps, step])
-                self._own = self.background().submit(
-                    self._write_own, template, request, snapshot, dropped
+        # one process: orbax's save call on the writer thread, from a snapshot (with several,
+        # it waits on the other processes, so it stays on the caller's thread in step with theirs)
+        frozen = snapshot(items) if async_save and jax.process_count() == 1 else None
+        if frozen is not None:
+            args = request.orbax_args(frozen.items)
+            self._control = self.background().submit(save_held, orbax, step, args, frozen)
+        else:
+            composite = ocp.args.Composite(**request.orbax_args(items))
+            if agree(str(bool(orbax.save(step, args=composite, force=True)))) != "True":
+                raise CheckpointNotWrittenError(
+                    step=step, latest_step=latest, reason=NotWrittenReason.REJECTED
                 )
-                self.pending, self.dropping, self.stale = step, frozenset(dropped), True
-                return
-            self._candidate = None if key is None else (key, step)
-            args = request.orbax_args(snapshot.items)
-            self._control = self.background().submit(save_held, manager(), step, args, snapshot)
-            self.pending = step
-            return
-        composite = ocp.args.Composite(**request.orbax_args(items))
-        if agree(str(bool(manager().save(step, args=composite, force=True)))) != "True":
-            raise CheckpointNotWrittenError(
-                step=step, latest_step=latest, reason=NotWrittenReason.REJECTED
-            )
         self.pending = step
+        if self._manifests and is_primary():  # after the save call, on the same thread
+            self._seal = self.background().submit(self._write_manifest, orbax, step)
 
-    def _template_for(
-        self, key: Signature | None, items: dict[str, PyTree], dtypes: dict[str, Any]
-    ) -> StepTemplate | None:
-        """The template to write a step of ``key``'s tree from; None leaves the step to orbax.
+    def _write_manifest(self, manager: ocp.CheckpointManager, step: int) -> None:
+        """The writer thread's last part of a save: once orbax commits ``step``, its manifest.
 
-        The first step of a tree goes to orbax; the next one of the same tree reads the files
-        orbax wrote for it.
+        A write that failed leaves no manifest (``finish`` raises its error); a manifest that
+        cannot be written (a full disk) leaves the step committed but unverified, with a warning.
         """
-        if key is None:
-            return None
-        if self._template is not None and _same(self._template.signature, key):
-            return self._template
-        candidate, self._candidate = self._candidate, None
-        if candidate is None or not _same(candidate[0], key):
-            return None
-        self._template = capture(self._directory / str(candidate[1]), items, dtypes, key)
-        return self._template
-
-    def _write_own(
-        self,
-        template: StepTemplate,
-        request: SaveRequest,
-        snapshot: HostSnapshot,
-        dropped: list[int],
-    ) -> None:
-        """The writer thread's part of a step it writes itself: the step, then what it drops.
-
-        A dropped step leaves the store in one rename into the deleted-steps folder, as orbax
-        removes one; the chores thread removes its files.
-        """
-        step = request.step
-        final, temporary = self._directory / str(step), self._directory / f"{step}{TMP_MARK}"
-        record = request.record.to_dict()
-        write_step(template, final, temporary, snapshot.items, record, intact=self._intact)
-        del snapshot
+        with contextlib.suppress(Exception):  # a failed write is ``finish``'s to raise
+            manager.wait_until_finished()
+        step_dir = self._directory / str(step)
+        if not (step_dir / METADATA_ITEM).is_dir():
+            return
         try:
-            if dropped:
-                deleted = self._directory / DELETED
-                deleted.mkdir(exist_ok=True)
-                for gone in dropped:
-                    (self._directory / str(gone)).rename(deleted / f"{gone}.{time.time_ns()}")
-        except OSError:
+            write_manifest(step_dir)
+        except OSError as error:
             _logger.warning(
-                "checkpoint step %s in %s was committed, but removing the steps that retention "
-                "drops failed; the next save's retention drops them again",
+                "checkpoint step %s in %s was committed, but its manifest could not be written "
+                "(%s): it restores unverified",
                 step,
                 self._directory,
-                exc_info=True,
+                error,
             )
 
     def _intact(self) -> bool:
@@ -395,14 +323,11 @@ class Writer:
         """
         step, self.pending = self.pending, None
         control, self._control = self._control, None
-        own, self._own = self._own, None
+        seal, self._seal = self._seal, None
         try:
             accepted = control is None or control.result()
-            if own is not None:
-                try:
-                    own.result()
-                finally:
-                    self.dropping = frozenset()
+            if seal is not None:
+                seal.result()
             manager.wait_until_finished()
             manager.check_for_errors()
         except Exception as error:

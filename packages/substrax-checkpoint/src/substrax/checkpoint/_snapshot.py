@@ -1,12 +1,15 @@
-"""Host snapshots: a save's items held still in host memory while a background thread writes them.
+"""Snapshots: a save's items held still while a background thread hands them to orbax.
 
-On CPU devices a ``jax.Array`` already lives in host memory, so the copy off the device that an
-asynchronous save must finish before returning costs nothing: holding a NumPy view of every
-buffer is enough. A buffer with a view outstanding is never donated (jax leaves a donated
-argument alone while a host view of it exists) nor freed, so the values the writer reads are the
-values at the time of the save. NumPy leaves are copied (the caller may write into them), the
-containers are rebuilt, and Python scalars are immutable. Arrays on accelerators need a real
-copy to host, which orbax's own save makes; they get no snapshot here.
+An asynchronous save must not return before the values it saves are safe from the training
+step that follows (which may donate, so delete, the very buffers saved). On CPU devices a
+``jax.Array`` already lives in host memory: holding a NumPy view of every buffer is enough (jax
+leaves a donated argument alone while a host view of it exists), and costs nothing. An array on
+an accelerator is copied on its own device, with its sharding (one batched ``jax.device_put``,
+dispatched without waiting: the device's copy is far faster than the copy to host memory that
+orbax then makes on the writer thread). The copy holds as much device memory as the state until
+orbax has it in host memory; where the device has no room for it the save falls back to orbax's
+own blocking copy on the caller's thread. NumPy leaves are copied (the caller may write into
+them), the containers are rebuilt, and Python scalars are immutable.
 """
 
 from collections.abc import Mapping
@@ -20,12 +23,12 @@ from substrax.typing import PyTree
 
 
 @dataclass(frozen=True, slots=True)
-class HostSnapshot:
-    """Items frozen for a background write, with the views that keep their buffers in place.
+class Snapshot:
+    """Items frozen for a background write, with the views that keep CPU buffers in place.
 
     Attributes:
-        items: the items, with the caller's containers and NumPy leaves copied.
-        pins: host views of every array buffer; drop them once the writer holds its own.
+        items: the items, with accelerator arrays and NumPy leaves copied, containers rebuilt.
+        pins: host views of every CPU array buffer; drop them once the writer holds its own.
     """
 
     items: dict[str, PyTree]
@@ -42,25 +45,37 @@ def _views(leaf: jax.Array) -> list[np.ndarray[Any, Any]]:
     return [np.asarray(shard.data) for shard in leaf.addressable_shards]
 
 
-def host_snapshot(items: Mapping[str, PyTree]) -> HostSnapshot | None:
-    """Freeze ``items`` in host memory, or None when an array lives on an accelerator.
+def snapshot(items: Mapping[str, PyTree]) -> Snapshot | None:
+    """Freeze ``items`` for a background write; None when the device has no room for a copy.
 
     Example:
         >>> import numpy as np
-        >>> from substrax.checkpoint._snapshot import host_snapshot
+        >>> from substrax.checkpoint._snapshot import snapshot
         >>> weights = np.ones(3, np.float32)
-        >>> snapshot = host_snapshot({"model": {"w": weights}})
+        >>> frozen = snapshot({"model": {"w": weights}})
         >>> weights[:] = 0.0
-        >>> snapshot.items["model"]["w"].tolist()
+        >>> frozen.items["model"]["w"].tolist()
         [1.0, 1.0, 1.0]
     """
-    leaves = jax.tree.leaves(dict(items))
-    arrays = [leaf for leaf in leaves if isinstance(leaf, jax.Array)]
-    if not all(_on_host(array) for array in arrays):
-        return None
-    pins = tuple(view for array in arrays for view in _views(array))
-
-    def freeze(leaf: object) -> object:
-        return leaf.copy() if isinstance(leaf, np.ndarray) else leaf
-
-    return HostSnapshot({name: jax.tree.map(freeze, tree) for name, tree in items.items()}, pins)
+    leaves, treedef = jax.tree.flatten(dict(items))
+    on_device = [
+        i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array) and not _on_host(leaf)
+    ]
+    if on_device:
+        originals = [leaves[i] for i in on_device]
+        try:
+            copies = jax.device_put(
+                originals, [leaf.sharding for leaf in originals], may_alias=False
+            )
+        except jax.errors.JaxRuntimeError:  # no device memory for a copy of the state
+            return None
+        for i, copy in zip(on_device, copies, strict=True):
+            leaves[i] = copy
+    pins = tuple(
+        view
+        for leaf in leaves
+        if isinstance(leaf, jax.Array) and _on_host(leaf)
+        for view in _views(leaf)
+    )
+    frozen = [leaf.copy() if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
+    return Snapshot(jax.tree.unflatten(treedef, frozen), pins)

@@ -51,15 +51,18 @@ def _forget_writer(store: "OrbaxCheckpointStore") -> None:
 class OrbaxCheckpointStore(StoreReads):
     """A step-addressed store: each step holds named items beside one ``CheckpointMetadata``.
 
-    Saves are asynchronous by default: ``save`` returns once the arrays are copied off the
-    devices and the write finishes in the background; a failed background write raises
-    ``CheckpointWriteError`` at the next ``save``, ``wait`` or ``close``. When every array lives
-    on CPU devices (already host memory) in a single process, even orbax's setup of the write
-    runs in the background: ``save`` only holds the buffers in place and returns. A step appears on disk
-    only once complete (one final rename), and a reader lists only such steps. Its files are not
-    fsync'd (orbax never syncs its JSON files; the store's array files are not synced either): a
-    step committed before its process dies, even by ``kill -9``, is whole, but one committed
-    shortly before a power cut or a kernel crash may not be (a restore or ``verify`` says so).
+    Saves are asynchronous by default: in a single process ``save`` holds the state still (a
+    copy on each accelerator, dispatched without waiting; CPU buffers held in place) and
+    returns, and orbax's whole save, its copy to host memory included, runs on a writer thread;
+    with several processes, ``save`` returns once orbax copied the arrays to host memory. A
+    failed background write raises ``CheckpointWriteError`` at the next ``save``, ``wait`` or
+    ``close``. The accelerator copy holds as much device memory as the state until orbax has it
+    in host memory (where there is no room, the save makes orbax's blocking copy instead). Every step is
+    written by orbax's ``CheckpointManager`` (its public API only; plain orbax restores any step
+    the store wrote). A step appears on disk only once complete (orbax's final rename), and a
+    reader lists only such steps; its array files are fsynced as orbax does by default. Once orbax
+    commits a step, the store writes its manifest beside it (every file's size and CRC-32C,
+    written atomically), which ``restore`` and ``verify`` check.
 
     One writer, many readers: a store opened without ``read_only`` takes the directory's writer
     lock (``.substrax-writer.lock``, an OS lock the kernel frees when the process dies, even by
@@ -83,14 +86,16 @@ class OrbaxCheckpointStore(StoreReads):
         best_mode: ``Mode.MIN``/``"min"`` or ``Mode.MAX``/``"max"``.
         keep_every: also keep every step divisible by this.
         async_save: False makes ``save`` return only once the step is committed.
-        use_ocdbt: store each item's arrays in one OCDBT database (orbax's default) rather than
-            one directory per array; every layout reads back whatever the options.
+        use_ocdbt: store each item's arrays in one OCDBT database (the default, as orbax's:
+            a few files per item, so saves cost less per array) rather than one directory per
+            array (whose damaged files a restore names by array); every layout reads back
+            whatever the options.
         use_zarr3: write arrays as zarr v3 (the default) rather than v2.
         use_compression: zstd-compress array chunks (smaller files for compressible data, but
             slower saves and restores of typical float weights).
-        use_checksums: write a CRC-32C checksum with every chunk of every zarr3 array (the
-            default layouts); a restore then raises ``CheckpointCorruptError`` for bytes that
-            changed on disk instead of returning them. zarr v2 arrays carry no checksums.
+        use_checksums: write each committed step's manifest (every file's size and CRC-32C)
+            and check the files a restore reads against it: bytes changed on disk raise
+            ``CheckpointCorruptError`` instead of coming back. Every layout has one.
         read_only: open to read only: no lock, no cleanup, no index written, saves refused; a
             missing directory raises ``CheckpointStoreNotFoundError`` (a ``FileNotFoundError``).
 
@@ -120,7 +125,7 @@ class OrbaxCheckpointStore(StoreReads):
         best_mode: ModeLike = "min",
         keep_every: int | None = None,
         async_save: bool = True,
-        use_ocdbt: bool = False,
+        use_ocdbt: bool = True,
         use_zarr3: bool = True,
         use_compression: bool = False,
         use_checksums: bool = True,
@@ -137,9 +142,8 @@ class OrbaxCheckpointStore(StoreReads):
             keep_every=keep_every,
         )
         self._async = async_save
-        self._layout = Layout(
-            ocdbt=use_ocdbt, zarr3=use_zarr3, compression=use_compression, checksums=use_checksums
-        )
+        self._layout = Layout(ocdbt=use_ocdbt, zarr3=use_zarr3, compression=use_compression)
+        self._checksums = use_checksums
         self._read_only = read_only
         self._superseded = False
         self._manager_ = None
@@ -149,9 +153,7 @@ class OrbaxCheckpointStore(StoreReads):
         else:
             make_store_directory(self._directory)
         lease = None if read_only else take_writer_lock(self._directory, clean=remove_partial_steps)
-        self._writer = Writer(
-            self._directory, lease, templates=self._layout.zarr3 and not self._layout.ocdbt
-        )
+        self._writer = Writer(self._directory, lease, manifests=use_checksums)
         self._release = weakref.finalize(self, self._writer.release)
         self._book = IndexBook(
             self._directory,
@@ -201,7 +203,6 @@ class OrbaxCheckpointStore(StoreReads):
         manager, self._manager_ = self._manager_, None
         if manager is not None:
             manager.close()
-        self._writer.stale = False
         self._book = IndexBook(self._directory, read_only=True, steps=self._held_steps)
         self._release()  # the writer thread and this store's share of the lock
 
@@ -286,7 +287,6 @@ class OrbaxCheckpointStore(StoreReads):
             overwrite=overwrite,
             async_save=self._async,
             book=self._book,
-            preservation=self._preservation,
             empty_deleted=self._empty_deleted,
         )
         if not self._async:

@@ -1,4 +1,4 @@
-"""Verifying a step: every item read back with its checksums, every dtype against its record.
+"""Verifying a step: every file against its manifest, every dtype against its record.
 
 ``python -m substrax.checkpoint verify`` reports what this finds, one entry per failure.
 """
@@ -6,9 +6,9 @@
 from pathlib import Path
 from typing import Any
 
-from ._corrupt_reads import metadata_damage
 from ._errors import CheckpointCorruptError, CheckpointNotFoundError
 from ._formats import read_step
+from ._manifest import Manifest, check_manifest, read_manifest
 from ._store import OrbaxCheckpointStore
 
 
@@ -47,60 +47,66 @@ def _dtype_failures(store: OrbaxCheckpointStore, step: int) -> list[dict[str, An
     return failures
 
 
-def _metadata_failures(
-    store: OrbaxCheckpointStore, step: int, reported: set[Path]
-) -> list[dict[str, Any]]:
-    """The step's damaged metadata files that no failed read reported.
+def _manifest_failures(step_dir: Path, manifest: Manifest) -> list[dict[str, Any]]:
+    """One entry per file that differs from the step's manifest."""
+    return [
+        {
+            "item": damage.item,
+            "leaf": (damage.array or "<root>").replace(".", "/"),
+            "error": f"{step_dir / damage.file}: {damage.problem} against the step's manifest; "
+            "restore an earlier step",
+        }
+        for damage in check_manifest(step_dir, manifest)
+    ]
 
-    Orbax reads ``array_metadatas`` only when it writes a step, and reads past a
-    ``_CHECKPOINT_METADATA`` that is not JSON: a restore never fails on them.
-    """
-    step_dir = store.directory / str(step)
+
+def _read_back(
+    store: OrbaxCheckpointStore, step: int, items: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """A step without a manifest: every item read back, one entry per item orbax cannot read."""
     failures: list[dict[str, Any]] = []
-    for path, damage in metadata_damage(step_dir):
-        if path in reported:
-            continue
-        parts = path.relative_to(step_dir).parts
-        failures.append(
-            {
-                "item": parts[0] if len(parts) > 1 else None,
-                "leaf": "<root>",
-                "error": f"{path} is damaged: {damage}; restore an earlier step",
-            }
-        )
+    for item in items:
+        try:
+            store.restore(step, items=(item,), cast_dtypes=True)
+        except CheckpointNotFoundError:
+            raise
+        except Exception as error:
+            failures.append(_failure(item, None, error))
     return failures
 
 
-def verify_step(store: OrbaxCheckpointStore, step: int) -> list[dict[str, Any]] | None:
-    """Read every item of ``step`` back (checksums checked); one entry per item that failed.
+def verify_step(store: OrbaxCheckpointStore, step: int) -> tuple[list[dict[str, Any]] | None, bool]:
+    """Check ``step``: its failures (one entry each; None: deleted meanwhile), and whether verified.
 
-    A damaged metadata file that no read needs (orbax's ``array_metadatas``) fails it too.
-    None when the step was deleted while it was verified (a live writer's retention).
+    A step with a manifest has every file checked against it (size and CRC-32C) and is
+    verified; one without (written before manifests, or interrupted between orbax's commit and
+    its manifest) has every item read back instead, as far as orbax's reads can tell, and is
+    unverified. Both have every leaf's dtype checked against the step's dtypes record. None when
+    the step was deleted while it was verified (a live writer's retention).
     """
     try:
         items = store.read_metadata(step).items
     except CheckpointNotFoundError:
-        return None
+        return None, False
     except Exception as error:
-        return [_failure(None, None, error)]
+        return [_failure(None, None, error)], False
+    step_dir = store.directory / str(step)
     failures: list[dict[str, Any]] = []
-    reported: set[Path] = set()
     try:
-        for item in items:
-            try:
-                store.restore(step, items=(item,), cast_dtypes=True)
-            except CheckpointNotFoundError:
-                raise
-            except CheckpointCorruptError as error:
-                failures.append(_failure(error.item, error.leaf, error))
-                reported.add(error.path)
-            except Exception as error:
-                failures.append(_failure(item, None, error))
+        manifest = read_manifest(step_dir)
+        if manifest is not None:
+            failures += _manifest_failures(step_dir, manifest)
+        else:
+            failures += _read_back(store, step, items)
         failures += _dtype_failures(store, step)
-        failures += _metadata_failures(store, step, reported)
     except CheckpointNotFoundError:
-        return None
+        return None, False
+    except FileNotFoundError:
+        if not step_dir.is_dir():
+            return None, False
+        raise
     except Exception as error:
         failures.append(_failure(None, None, error))
+        manifest = None
     unique = {(f["item"], f["leaf"], f["error"]): f for f in failures}  # one damaged dtypes record
-    return list(unique.values())
+    return list(unique.values()), manifest is not None
