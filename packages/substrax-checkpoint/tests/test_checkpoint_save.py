@@ -89,6 +89,23 @@ def test_a_request_holds_what_orbax_writes():
     assert sorted(request.orbax_args(request.items)) == ["dtypes", "metadata", "model"]
 
 
+def test_a_request_records_host_leaves_and_refuses_what_orbax_cannot_store():
+    def build(items):
+        return SaveRequest.build(1, items, epoch=None, metrics=None, producer=None, extra=None)
+
+    request = build({"data_iterator": {"order": np.arange(2), "seed": np.int8(3), "position": 4}})
+    assert request.dtypes == {
+        "data_iterator": {"order": "int64", "seed": "int8"},
+        "host_leaves": {"data_iterator": {"order": "ndarray", "seed": "numpy_scalar"}},
+    }
+    huge = "leaf 'position' is the Python int 1180591620717411303424, which no 64-bit integer"
+    with pytest.raises(ValueError, match=f"item 'data_iterator' {huge} holds; save it as"):
+        build({"data_iterator": {"position": 2**70}})
+    empty = r"item 'model' leaf 'mask' is an empty array \(shape \(0, 3\)\): orbax cannot"
+    with pytest.raises(ValueError, match=empty):
+        build({"model": {"mask": np.zeros((0, 3))}})
+
+
 def _colliding(kind: str, make) -> tuple[dict, tuple[str, str], str]:
     """A tree two of whose leaves orbax would store under one name, their paths and that name."""
     if kind == "dotted_key":

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from substrax.checkpoint import OrbaxCheckpointStore
-from substrax.checkpoint._snapshot import snapshot
+from substrax.checkpoint._manager import snapshot
 
 
 def _donating_step():
@@ -55,9 +55,9 @@ def test_a_donating_step_right_after_an_async_save_leaves_the_checkpoint_intact(
 
 def test_arrays_off_the_cpu_are_copied_on_their_device_with_their_sharding(monkeypatch):
     """An accelerator's arrays (CPU devices standing in for one) are copied, not viewed."""
-    from substrax.checkpoint import _snapshot
+    from substrax.checkpoint import _manager
 
-    monkeypatch.setattr(_snapshot, "_on_host", lambda _leaf: False)
+    monkeypatch.setattr(_manager, "_on_host", lambda _leaf: False)
     mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
     weights = jax.device_put(jnp.arange(64.0), jax.NamedSharding(mesh, jax.P("data")))
     key = jax.random.key(3)

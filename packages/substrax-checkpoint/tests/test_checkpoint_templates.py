@@ -1,4 +1,4 @@
-"""Templates (``_templates``): the first leaf that does not fit named, dtype changes listed,
+"""Templates (``_restore``): the first leaf that does not fit named, dtype changes listed,
 abstract meshes made concrete. Restores onto templates end to end are in test_checkpoint_reads
 and tests-integration/test_checkpoint_topology.py."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from substrax.checkpoint import DtypeMismatch
-from substrax.checkpoint._templates import (
+from substrax.checkpoint._restore import (
     check_template,
     dtype_mismatches,
     resolve_abstract_meshes,

@@ -2,11 +2,8 @@
 
 A checkpoint is a step holding named items (``model``, ``optimizer``, ``rng``,
 ``data_iterator``, ``extensions``), each a PyTree, beside one ``CheckpointMetadata`` record.
-
 Importing this package imports nothing else, not even jax or orbax: each name is loaded from its
-module when first used (PEP 562). Orbax comes with the store (:class:`OrbaxCheckpointStore`,
-:func:`upgrade_checkpoints`), jax with :class:`PreemptionHandler`; the errors, records and
-policies need neither.
+module when first used (PEP 562); the errors, records and policies need neither.
 
 Example:
     >>> import tempfile
@@ -27,28 +24,6 @@ from substrax.support import Mode as Mode, lazy_exports
 
 if TYPE_CHECKING:
     from ._callback import CheckpointCallback as CheckpointCallback
-    from ._errors import (
-        BestMetricNotRecordedError as BestMetricNotRecordedError,
-        CheckpointCorruptError as CheckpointCorruptError,
-        CheckpointDtypeMismatchError as CheckpointDtypeMismatchError,
-        CheckpointLeafNameCollisionError as CheckpointLeafNameCollisionError,
-        CheckpointLockedError as CheckpointLockedError,
-        CheckpointNotFoundError as CheckpointNotFoundError,
-        CheckpointNotWrittenError as CheckpointNotWrittenError,
-        CheckpointStoreClosedError as CheckpointStoreClosedError,
-        CheckpointStoreNotADirectoryError as CheckpointStoreNotADirectoryError,
-        CheckpointStoreNotFoundError as CheckpointStoreNotFoundError,
-        CheckpointStoreReadOnlyError as CheckpointStoreReadOnlyError,
-        CheckpointStoreRemovedError as CheckpointStoreRemovedError,
-        CheckpointStoreSupersededError as CheckpointStoreSupersededError,
-        CheckpointWaitTimeoutError as CheckpointWaitTimeoutError,
-        CheckpointWriteError as CheckpointWriteError,
-        DistributedNotInitializedError as DistributedNotInitializedError,
-        DtypeMismatch as DtypeMismatch,
-        NotWrittenReason as NotWrittenReason,
-        UnsupportedCheckpointError as UnsupportedCheckpointError,
-        UpgradeDestinationError as UpgradeDestinationError,
-    )
     from ._logging import quiet_orbax_notices as quiet_orbax_notices
     from ._metadata import (
         CURRENT_FORMAT_VERSION as CURRENT_FORMAT_VERSION,
@@ -62,9 +37,35 @@ if TYPE_CHECKING:
     from ._paths import resolve_checkpoint_dir as resolve_checkpoint_dir
     from ._preemption import PreemptionHandler as PreemptionHandler
     from ._protocol import Checkpoint as Checkpoint, CheckpointStore as CheckpointStore
+    from ._read_errors import (
+        CheckpointCorruptError as CheckpointCorruptError,
+        CheckpointDtypeMismatchError as CheckpointDtypeMismatchError,
+        CheckpointNotFoundError as CheckpointNotFoundError,
+        CheckpointStoreClosedError as CheckpointStoreClosedError,
+        CheckpointStoreNotADirectoryError as CheckpointStoreNotADirectoryError,
+        CheckpointStoreNotFoundError as CheckpointStoreNotFoundError,
+        CheckpointWaitTimeoutError as CheckpointWaitTimeoutError,
+        DtypeMismatch as DtypeMismatch,
+        UnsupportedCheckpointError as UnsupportedCheckpointError,
+    )
     from ._retention import RetentionPolicy as RetentionPolicy
-    from ._store import OrbaxCheckpointStore as OrbaxCheckpointStore
-    from ._upgrade import upgrade_checkpoints as upgrade_checkpoints
+    from ._store import (
+        OrbaxCheckpointStore as OrbaxCheckpointStore,
+        upgrade_checkpoints as upgrade_checkpoints,
+    )
+    from ._write_errors import (
+        BestMetricNotRecordedError as BestMetricNotRecordedError,
+        CheckpointLeafNameCollisionError as CheckpointLeafNameCollisionError,
+        CheckpointLockedError as CheckpointLockedError,
+        CheckpointNotWrittenError as CheckpointNotWrittenError,
+        CheckpointStoreReadOnlyError as CheckpointStoreReadOnlyError,
+        CheckpointStoreRemovedError as CheckpointStoreRemovedError,
+        CheckpointStoreSupersededError as CheckpointStoreSupersededError,
+        CheckpointWriteError as CheckpointWriteError,
+        DistributedNotInitializedError as DistributedNotInitializedError,
+        NotWrittenReason as NotWrittenReason,
+        UpgradeDestinationError as UpgradeDestinationError,
+    )
 
 
 # Each public name and the private module that defines it.
@@ -72,28 +73,33 @@ _HOMES: dict[str, str] = {
     "CheckpointCallback": "_callback",
     **dict.fromkeys(
         (
-            "BestMetricNotRecordedError",
             "CheckpointCorruptError",
             "CheckpointDtypeMismatchError",
-            "CheckpointLeafNameCollisionError",
-            "CheckpointLockedError",
             "CheckpointNotFoundError",
-            "CheckpointNotWrittenError",
             "CheckpointStoreClosedError",
             "CheckpointStoreNotADirectoryError",
             "CheckpointStoreNotFoundError",
+            "CheckpointWaitTimeoutError",
+            "DtypeMismatch",
+            "UnsupportedCheckpointError",
+        ),
+        "_read_errors",
+    ),
+    **dict.fromkeys(
+        (
+            "BestMetricNotRecordedError",
+            "CheckpointLeafNameCollisionError",
+            "CheckpointLockedError",
+            "CheckpointNotWrittenError",
             "CheckpointStoreReadOnlyError",
             "CheckpointStoreRemovedError",
             "CheckpointStoreSupersededError",
-            "CheckpointWaitTimeoutError",
             "CheckpointWriteError",
             "DistributedNotInitializedError",
-            "DtypeMismatch",
             "NotWrittenReason",
-            "UnsupportedCheckpointError",
             "UpgradeDestinationError",
         ),
-        "_errors",
+        "_write_errors",
     ),
     "quiet_orbax_notices": "_logging",
     **dict.fromkeys(
@@ -112,8 +118,7 @@ _HOMES: dict[str, str] = {
     "PreemptionHandler": "_preemption",
     **dict.fromkeys(("Checkpoint", "CheckpointStore"), "_protocol"),
     "RetentionPolicy": "_retention",
-    "OrbaxCheckpointStore": "_store",
-    "upgrade_checkpoints": "_upgrade",
+    **dict.fromkeys(("OrbaxCheckpointStore", "upgrade_checkpoints"), "_store"),
 }
 
 __all__ = [

@@ -1,8 +1,4 @@
-"""``python -m substrax.checkpoint``: inspect and maintain a store (see ``substrax.checkpoint._cli``).
-
-This module's path is an interface: ``python -m substrax.checkpoint`` runs it. As the process's
-entry point it opts into :func:`~substrax.checkpoint.quiet_orbax_notices`, then calls ``main()``.
-"""
+"""``python -m substrax.checkpoint``: this module's path is an interface; it runs the CLI quietly."""
 
 import sys
 

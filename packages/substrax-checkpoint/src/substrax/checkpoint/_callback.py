@@ -2,7 +2,7 @@
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -15,11 +15,7 @@ _logger = logging.getLogger(__name__)
 
 
 class Flushable(Protocol):
-    """Anything with a ``flush()``: the run's loggers, whose records a checkpoint must not outrun.
-
-    A ``substrax.tracking`` logger's ``flush()`` writes (and fsyncs) or delivers (or spools)
-    every record logged so far; this package does not import it, and takes any such object.
-    """
+    """Anything with a ``flush()``: the run's loggers, whose records a checkpoint must not outrun."""
 
     def flush(self) -> object:
         """Make every record so far durable."""
@@ -27,42 +23,18 @@ class Flushable(Protocol):
 
 
 def flushables(flush: Flushable | Iterable[Flushable] | None) -> tuple[Flushable, ...]:
-    """``flush=`` as a tuple: one object with a ``flush()`` method, or several, or none.
-
-    Raises:
-        TypeError: something given has no ``flush()`` method.
-
-    Example:
-        >>> import io
-        >>> from substrax.checkpoint._callback import flushables
-        >>> stream = io.StringIO()
-        >>> flushables(stream) == (stream,), flushables(None)
-        (True, ())
-    """
+    """``flush=`` as a tuple (one object with a ``flush()`` method, several, or none); TypeError if not."""
     if flush is None:
         return ()
-    if callable(getattr(flush, "flush", None)):
-        return (flush,)  # pyright: ignore[reportReturnType]
-    if not isinstance(flush, Iterable):
-        raise TypeError(
-            f"flush= takes objects with a flush() method (the run's loggers), got "
-            f"{type(flush).__name__}"
-        )
-    return tuple(_checked_flushable(item) for item in flush)  # pyright: ignore[reportUnknownVariableType]
-
-
-def _checked_flushable(item: object) -> Flushable:
-    """``item``, checked to have a ``flush()`` method.
-
-    Raises:
-        TypeError: it has none.
-    """
-    if not callable(getattr(item, "flush", None)):
-        raise TypeError(
-            f"flush= takes objects with a flush() method (the run's loggers), got "
-            f"{type(item).__name__} {item!r:.80}"
-        )
-    return item  # pyright: ignore[reportReturnType]
+    many = isinstance(flush, Iterable) and not callable(getattr(flush, "flush", None))
+    found: tuple[object, ...] = tuple(cast("Iterable[object]", flush)) if many else (flush,)
+    for item in found:
+        if not callable(getattr(item, "flush", None)):
+            raise TypeError(
+                "flush= takes objects with a flush() method (the run's loggers), got "
+                f"{type(item).__name__}"
+            )
+    return cast("tuple[Flushable, ...]", found)
 
 
 def flush_before_saving(targets: Sequence[Flushable], step: int, who: str) -> None:
@@ -94,14 +66,7 @@ def _model_items(trainer: object) -> dict[str, PyTree]:
 
 
 def _last_value(value: object) -> float | None:
-    """``value`` as a float: a number, or the last entry of a 1-d array; None for anything else.
-
-    Example:
-        >>> import numpy as np
-        >>> from substrax.checkpoint._callback import _last_value
-        >>> _last_value(np.array([0.5, 0.25])), _last_value(2), _last_value("text")
-        (0.25, 2.0, None)
-    """
+    """``value`` as a float: a number, or the last entry of a 1-d array; None for anything else."""
     shape = getattr(value, "shape", None)
     if isinstance(shape, tuple) and len(shape) == 1 and shape[0]:  # pyright: ignore[reportUnknownArgumentType]
         value = np.asarray(value)[-1]
@@ -114,40 +79,23 @@ def _last_value(value: object) -> float | None:
 class CheckpointCallback:
     """Save the trainer's state every N epochs and/or every N steps, with the monitored metrics.
 
-    It implements the training-callback hooks structurally (``on_train_begin`` …
-    ``on_validation_end``), so any ``CallbackList`` drives it without this package importing
-    ``substrax.callbacks``. Optimizer steps are counted by ``on_batch_end``, ``steps_per_call``
-    per call (as ``ThroughputMeter`` counts them); a save is labelled with that count. An
-    epoch-end save uses it as its step (or the epoch number before any batch was seen), and
-    skips a step already saved.
-
-    A logged value stacked over the ``steps_per_call`` optimizer steps of one call (the loss of
-    ``TrainStep(steps_per_call=k)``, shape ``(k,)``) is recorded as its last value, that of the
-    step saved. A NaN or infinite metric (a diverged step) never costs the checkpoint: the store
-    saves the step and records the metric aside, out of ``best_step`` and ``keep_best``.
-
-    ``flush=`` takes the run's loggers (anything with a ``flush()`` method; ``substrax.tracking``
-    loggers write and fsync, or deliver or spool, every record logged so far): each is flushed
-    before every save, so that a process killed right after a checkpoint (SIGKILL included)
-    leaves every record of the steps it covers, and a run resumed from it finds them all. Put
-    this callback after the one that logs a step's metrics, so that the step saved is logged
-    before the flush. A flush that raises is warned about and the checkpoint is saved anyway.
+    It implements the training-callback hooks structurally (any ``CallbackList`` drives it).
+    A save is labelled with the optimizer steps counted (the epoch number before any batch),
+    and a step already saved is skipped. A logged value stacked over the steps of one call is
+    recorded as its last value; a NaN or infinite one is recorded aside by the store.
 
     Args:
         store: where checkpoints go.
-        items: builds the items to save from the trainer (default:
-            ``{"model": nnx.state(trainer.model)}``).
+        items: builds the items to save from the trainer (``{"model": nnx.state(trainer.model)}``).
         every_n_epochs: save at the end of every this many epochs (None: never at epoch end).
-        every_n_steps: also save every this many optimizer steps (None: never mid-epoch): at
-            the first ``on_batch_end`` whose count reaches a multiple of it.
+        every_n_steps: also save every this many optimizer steps (None: never mid-epoch).
         monitor: the log keys stored as metrics (None: every numeric log value).
-        steps_per_call: optimizer steps that each ``on_batch_end`` stands for (>= 1): the
-            ``steps_per_call`` of the train step called once per batch end.
-        flush: the loggers (one, or several) flushed before each save.
+        steps_per_call: optimizer steps that each ``on_batch_end`` stands for (>= 1).
+        flush: the run's loggers (anything with a ``flush()``), flushed before every save (put
+            this callback after the one that logs); a failed flush is warned about.
 
     Raises:
-        ValueError: ``every_n_epochs``, ``every_n_steps`` or ``steps_per_call`` is not an
-            int >= 1.
+        ValueError: ``every_n_epochs``, ``every_n_steps`` or ``steps_per_call`` is not >= 1.
         TypeError: something in ``flush`` has no ``flush()`` method.
 
     Example:
@@ -187,7 +135,6 @@ class CheckpointCallback:
         self._monitor = None if monitor is None else tuple(monitor)
         self._steps = 0
         self._last_saved: int | None = None
-        self._last_logs: Mapping[str, Any] = {}
 
     @property
     def steps(self) -> int:
@@ -198,14 +145,8 @@ class CheckpointCallback:
         """The numeric log values (a stacked one's last), non-finite ones included."""
         logs = logs or {}
         names = self._monitor if self._monitor is not None else tuple(logs)
-        metrics: dict[str, float] = {}
-        for name in names:
-            if name not in logs:
-                continue
-            value = _last_value(logs[name])
-            if value is not None:
-                metrics[name] = value
-        return metrics
+        values = {name: _last_value(logs[name]) for name in names if name in logs}
+        return {name: value for name, value in values.items() if value is not None}
 
     def _save(
         self, trainer: object, step: int, epoch: int | None, logs: Mapping[str, Any] | None

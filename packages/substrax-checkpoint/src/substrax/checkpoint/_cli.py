@@ -3,7 +3,7 @@
 import argparse
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,22 +20,23 @@ from substrax.support import (
     run_command,
 )
 
-from ._errors import (
-    BestMetricNotRecordedError,
-    CheckpointLockedError,
+from ._paths import check_store_directory
+from ._read_errors import (
     CheckpointNotFoundError,
-    CheckpointNotWrittenError,
     CheckpointStoreNotADirectoryError,
     CheckpointStoreNotFoundError,
+)
+from ._reads import verify_step
+from ._retention import RetentionPolicy, prunable
+from ._store import OrbaxCheckpointStore, upgrade_checkpoints
+from ._write_errors import (
+    BestMetricNotRecordedError,
+    CheckpointLockedError,
+    CheckpointNotWrittenError,
     CheckpointStoreReadOnlyError,
     CheckpointWriteError,
     UpgradeDestinationError,
 )
-from ._paths import check_store_directory
-from ._retention import RetentionPolicy, recorded_metrics
-from ._store import OrbaxCheckpointStore
-from ._upgrade import upgrade_checkpoints
-from ._verify import verify_step
 
 
 PROG: Final = "python -m substrax.checkpoint"
@@ -65,7 +66,7 @@ def _ls(args: argparse.Namespace) -> int:
     """List every step; a step whose metadata cannot be read is listed as unreadable (exit 1)."""
     data: list[dict[str, Any]] = []
     rows: list[tuple[object, ...]] = []
-    unreadable: dict[int, str] = {}
+    unreadable: list[int] = []
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
         for step in store.list_steps():
             try:
@@ -73,43 +74,34 @@ def _ls(args: argparse.Namespace) -> int:
             except CheckpointNotFoundError:  # a live writer deleted it since
                 continue
             except (ValueError, OSError) as error:  # a damaged or unreadable metadata file
-                unreadable[step] = (
+                text = (
                     f"permission denied on {error.filename}; give this user read access"
                     if isinstance(error, PermissionError)
                     else " ".join(str(error).split())
                 )
-                data.append({"step": step, "readable": False, "error": unreadable[step]})
-                rows.append((step, None, None, f"UNREADABLE: {unreadable[step]}", None))
+                unreadable.append(step)
+                data.append({"step": step, "readable": False, "error": text})
+                rows.append((step, None, None, f"UNREADABLE: {text}", None))
                 continue
+            metrics = dict(r.metrics)
             data.append(
                 {
                     "step": r.step,
                     "readable": True,
                     "epoch": r.epoch,
                     "created_at": r.created_at,
-                    "metrics": dict(r.metrics),
+                    "metrics": metrics,
                 }
             )
-            rows.append(
-                (
-                    r.step,
-                    r.epoch,
-                    r.created_at,
-                    " ".join(f"{k}={v:.6g}" for k, v in r.metrics.items()),
-                    ",".join(r.items),
-                )
-            )
-    emit(
-        data,
-        format_table(("step", "epoch", "created_at", "metrics", "items"), rows),
-        as_json=args.json,
-    )
+            shown = " ".join(f"{k}={v:.6g}" for k, v in metrics.items())
+            rows.append((r.step, r.epoch, r.created_at, shown, ",".join(r.items)))
+    table = format_table(("step", "epoch", "created_at", "metrics", "items"), rows)
+    emit(data, table, as_json=args.json)
     if unreadable:
-        steps = ", ".join(map(str, unreadable))
         raise CommandFailedError(
-            f"the metadata of step(s) {steps} in {args.directory} cannot be read (listed as "
-            "UNREADABLE); the other steps are listed; restore or delete the damaged step, and run "
-            f"`{PROG} verify {args.directory}` to check the rest"
+            f"the metadata of step(s) {', '.join(map(str, unreadable))} in {args.directory} cannot "
+            "be read (listed as UNREADABLE); the other steps are listed; restore or delete the "
+            f"damaged step, and run `{PROG} verify {args.directory}` to check the rest"
         )
     return EXIT_OK
 
@@ -141,34 +133,24 @@ def _show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_NOTES: Final = {
+    "deleted": "deleted while it was verified (a writer's retention)",
+    "unverified": "no manifest (read back without checksums)",
+}
+
+
 def _verify(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
         for step in store.list_steps():
             failures, verified = verify_step(store, step)
-            status = (
-                "deleted"
-                if failures is None
-                else "FAILED"
-                if failures
-                else "ok"
-                if verified
-                else "unverified"
-            )
-            failures = failures or []
-            first = failures[0] if failures else {"item": None, "leaf": None, "error": None}
-            if status == "deleted":
-                first = {**first, "error": "deleted while it was verified (a writer's retention)"}
-            elif status == "unverified":
-                first = {**first, "error": "no manifest (read back without checksums)"}
+            status = "FAILED" if failures else "ok" if verified else "unverified"
+            if failures is None:
+                status = "deleted"
+            note = {"item": None, "leaf": None, "error": _NOTES.get(status)}
+            entry = {"step": step, "ok": status != "FAILED", "status": status}
             results.append(
-                {
-                    "step": step,
-                    "ok": status != "FAILED",
-                    "status": status,
-                    **first,
-                    "failures": failures,
-                }
+                entry | (failures[0] if failures else note) | {"failures": failures or []}
             )
     rows = [
         (r["step"], "FAILED", f["item"], f["leaf"], f["error"])
@@ -176,20 +158,15 @@ def _verify(args: argparse.Namespace) -> int:
         for f in r["failures"]
     ] + [(r["step"], r["status"], None, None, r["error"]) for r in results if r["ok"]]
     rows.sort(key=lambda row: row[0])
-    emit(
-        results, format_table(("step", "status", "item", "leaf", "error"), rows), as_json=args.json
-    )
+    table = format_table(("step", "status", "item", "leaf", "error"), rows)
+    emit(results, table, as_json=args.json)
     return EXIT_OK if all(r["ok"] for r in results) else EXIT_FAILED
 
 
 def _prune(args: argparse.Namespace) -> int:
-    try:
+    try:  # each rule's flag is named after its field
         policy = RetentionPolicy(
-            max_to_keep=args.max_to_keep,
-            keep_best=args.keep_best,
-            best_metric=args.best_metric,
-            best_mode=args.best_mode,
-            keep_every=args.keep_every,
+            **{rule.name: getattr(args, rule.name) for rule in fields(RetentionPolicy)}
         )
     except ValueError as error:  # --max-to-keep 0, --keep-best without --best-metric...
         raise UsageError(str(error)) from error
@@ -217,34 +194,19 @@ def _prune(args: argparse.Namespace) -> int:
 
 def _apply(args: argparse.Namespace, policy: RetentionPolicy) -> tuple[list[int], list[int]]:
     """Prune (or, with ``--dry-run``, work out) the steps ``policy`` drops: (deleted, kept)."""
-    with OrbaxCheckpointStore(
-        args.directory,
-        read_only=args.dry_run,  # a dry run writes, deletes and locks nothing
-        max_to_keep=policy.max_to_keep,
-        keep_best=policy.keep_best,
-        best_metric=policy.best_metric,
-        best_mode=policy.best_mode,
-        keep_every=policy.keep_every,
-    ) as store:
+    # a dry run writes, deletes and locks nothing
+    with OrbaxCheckpointStore(args.directory, read_only=args.dry_run, **asdict(policy)) as store:
         before = store.list_steps()
-        if args.dry_run:
+        if not args.dry_run:
+            deleted = store.prune()
+        else:
             metrics: dict[int, Mapping[str, float]] = {}
             for step in before if args.keep_best else ():
                 with contextlib.suppress(CheckpointNotFoundError):  # a live writer deleted it
                     metrics[step] = store.read_metadata(step).metrics
             if args.keep_best:
                 before = [step for step in before if step in metrics]
-            missing = store.retention.unrecorded_metric(before, metrics)
-            if missing is not None:
-                raise BestMetricNotRecordedError(
-                    metric=missing,
-                    directory=args.directory,
-                    recorded=tuple(recorded_metrics(metrics)),
-                )
-            keep = store.retention.steps_to_keep(before, metrics)
-            deleted = [s for s in before if s not in keep]
-        else:
-            deleted = store.prune()
+            deleted = prunable(policy, before, metrics, args.directory)
         return deleted, [s for s in before if s not in deleted]
 
 
@@ -264,76 +226,55 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+    def command(
+        name: str, run: Callable[[argparse.Namespace], int], help_text: str, *paths: str
+    ) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text)
+        sub.set_defaults(run=run)
         add_json_flag(sub)
+        for path in paths:
+            sub.add_argument(path, type=_store_path)
         return sub
 
-    command("ls", "list steps with their metrics").add_argument("directory", type=_store_path)
-    show = command("show", "one step's metadata and tree (shapes, dtypes, bytes)")
-    show.add_argument("directory", type=_store_path)
+    command("ls", _ls, "list steps with their metrics", "directory")
+    show = command(
+        "show", _show, "one step's metadata and tree (shapes, dtypes, bytes)", "directory"
+    )
     show.add_argument("step", type=int_argument("step"))
-    command(
-        "verify", "check every step's files against its manifest (size and CRC-32C)"
-    ).add_argument("directory", type=_store_path)
-    prune = command("prune", "delete the steps the retention rules do not keep")
-    prune.add_argument("directory", type=_store_path)
+    verify = "check every step's files against its manifest (size and CRC-32C)"
+    command("verify", _verify, verify, "directory")
+    prune = command(
+        "prune", _prune, "delete the steps the retention rules do not keep", "directory"
+    )
     prune.add_argument("--max-to-keep", type=int, default=None)
     prune.add_argument("--keep-best", type=int, default=0)
     prune.add_argument("--best-metric", default=None)
     prune.add_argument("--best-mode", choices=[mode.value for mode in Mode], default=Mode.MIN.value)
     prune.add_argument("--keep-every", type=int, default=None)
     prune.add_argument("--dry-run", action="store_true")
-    upgrade = command("upgrade", "copy a store (any readable format) into the current format")
-    upgrade.add_argument("source", type=_store_path)
-    upgrade.add_argument("destination", type=_store_path)
+    upgrade = "copy a store (any readable format) into the current format"
+    command("upgrade", _upgrade, upgrade, "source", "destination")
     return parser
-
-
-_COMMANDS: Final[dict[str, Callable[[argparse.Namespace], int]]] = {
-    "ls": _ls,
-    "show": _show,
-    "verify": _verify,
-    "prune": _prune,
-    "upgrade": _upgrade,
-}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
-    0 on success; 1 for a failed operation (a broken step, a store another process writes);
-    2 for bad usage or input (a store path that is missing or not a directory, a step the store
-    does not hold, retention rules that make no sense or rank by a metric no step records, a
-    destination that is not empty or is a file, a file this user may not read). ``ls`` lists a
-    step whose metadata cannot be read as UNREADABLE (``"readable": false`` with its ``error``
-    in ``--json``), lists the others, and exits 1: the listing is incomplete. Errors
-    are one line on stderr, ``python -m substrax.checkpoint: error: ...``. Only ``prune``
-    without ``--dry-run`` and ``upgrade``'s destination write; every other command opens the
-    store ``read_only``. ``python -m substrax.checkpoint`` also hides orbax's notices about
-    those settings (:func:`quiet_orbax_notices`); called in-process, ``main`` leaves the
-    process's loggers alone.
-
-    Example:
-        >>> import tempfile
-        >>> from substrax.checkpoint._cli import main
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     main(["ls", "--json", directory])
-        []
-        0
+    0 on success; 1 for a failed operation (a broken step, a store another process writes, a
+    step ``ls`` lists as UNREADABLE); 2 for bad usage or input (a missing store, a step it does
+    not hold, bad retention rules, a destination that is not empty, a file this user may not
+    read), with one error line on stderr. Only ``prune`` without ``--dry-run`` and ``upgrade``
+    write. Called in-process, ``main`` leaves the process's loggers alone.
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    command = _COMMANDS[args.command]
-    return run_command(
-        parser.prog, lambda: _permitted(command, args), usage=_USAGE, failures=_FAILURES
-    )
+    return run_command(parser.prog, lambda: _permitted(args), usage=_USAGE, failures=_FAILURES)
 
 
-def _permitted(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Run ``command``; a file this user may not read or write is bad input (exit 2), named."""
+def _permitted(args: argparse.Namespace) -> int:
+    """Run the command; a file this user may not read or write is bad input (exit 2), named."""
     try:
-        return command(args)
+        return args.run(args)
     except CheckpointStoreReadOnlyError:
         raise
     except PermissionError as error:

@@ -1,12 +1,6 @@
-"""An in-memory index of every step's epoch and metrics, cached in one JSON file at the root.
+"""Every step's epoch and metrics in memory (``best_step`` reads no step's metadata).
 
-The index answers ``best_step`` without reading any step's metadata. The file is only a cache:
-at open it is reconciled with the step directories (entries of steps no longer there dropped,
-steps it lacks read from their own records), so a crash between a step's commit and the index
-write (or a deletion) can never make the index lie. The one entry reconciling cannot catch, that
-of a step replaced by another of the same number, is never on disk while the replacement can
-commit: an overwrite writes the index without the step before it deletes the old one. :class:`IndexBook` keeps a store's
-index in step with what the store commits, deletes and fails to write.
+They are cached in one JSON file at the root, reconciled with the step directories at open.
 """
 
 import json
@@ -19,8 +13,8 @@ from typing import Any, Final
 
 from substrax.support import Mode, write_atomically
 
-from ._formats import read_step
-from ._multihost import is_primary
+from ._lock import is_primary
+from ._metadata import read_step
 
 
 INDEX_FILE: Final = "substrax_index.json"
@@ -44,15 +38,19 @@ class StepIndex:
         default_factory=dict[tuple[str, Mode], int | None]
     )
 
+    def _beats(self, step: int, best: int | None, metric: str, mode: Mode) -> bool:
+        """Whether ``step``'s ``metric`` ranks above ``best``'s (a NaN or infinity never ranks)."""
+        value = self.entries[step].metrics.get(metric)
+        if value is None or not math.isfinite(value):
+            return False
+        return best is None or mode.better(value, self.entries[best].metrics[metric])
+
     def add(self, step: int, entry: IndexEntry) -> None:
         """Record ``step``; the cached best of each metric it carries is updated in O(1)."""
         self.remove(step)
         self.entries[step] = entry
         for (name, mode), best in list(self._best.items()):
-            value = entry.metrics.get(name)
-            if value is None or not math.isfinite(value):
-                continue
-            if best is None or mode.better(value, self.entries[best].metrics[name]):
+            if self._beats(step, best, name, mode):
                 self._best[name, mode] = step
 
     def remove(self, step: int) -> None:
@@ -64,18 +62,12 @@ class StepIndex:
                 del self._best[key]
 
     def best_step(self, metric: str, mode: Mode) -> int | None:
-        """The step with the best ``metric`` (the earliest on ties), or None when none has it.
-
-        A NaN or infinite value (in a record written before saves set them aside) never ranks.
-        """
+        """The step with the best ``metric`` (the earliest on ties), or None when none has it."""
         key = (metric, mode)
         if key not in self._best:
             best: int | None = None
             for step in sorted(self.entries):
-                value = self.entries[step].metrics.get(metric)
-                if value is None or not math.isfinite(value):
-                    continue
-                if best is None or mode.better(value, self.entries[best].metrics[metric]):
+                if self._beats(step, best, metric, mode):
                     best = step
             self._best[key] = best
         return self._best[key]
@@ -86,25 +78,17 @@ class StepIndex:
 
     def payload(self) -> str:
         """The index file's text as of now."""
-        payload = {
-            "format": _INDEX_FORMAT,
-            "version": 1,
-            "steps": {
-                str(step): {"epoch": e.epoch, "metrics": dict(e.metrics)}
-                for step, e in sorted(self.entries.items())
-            },
+        steps = {
+            str(step): {"epoch": e.epoch, "metrics": dict(e.metrics)}
+            for step, e in sorted(self.entries.items())
         }
-        return json.dumps(payload)
+        return json.dumps({"format": _INDEX_FORMAT, "version": 1, "steps": steps})
 
     @classmethod
     def load(
         cls, root: Path, steps: Iterable[int], read_entry: Callable[[int], IndexEntry | None]
     ) -> "StepIndex":
-        """Read the cached index and reconcile it with ``steps`` (the committed step directories).
-
-        Steps the cache lacks are read with ``read_entry``; cached steps no longer on disk are
-        dropped.
-        """
+        """The cached index reconciled with ``steps``: those it lacks read with ``read_entry``."""
         cached: dict[int, IndexEntry] = {}
         try:
             raw: Any = json.loads((root / INDEX_FILE).read_text())
@@ -116,10 +100,7 @@ class StepIndex:
             cached = {}
         index = cls()
         for step in steps:
-            entry = cached.get(step)
-            if entry is None:
-                entry = read_entry(step)
-            if entry is not None:
+            if (entry := cached.get(step) or read_entry(step)) is not None:
                 index.entries[step] = entry
         return index
 
@@ -127,18 +108,9 @@ class StepIndex:
 class IndexBook:
     """A store's :class:`StepIndex`: loaded at first use, followed by readers, kept by the writer.
 
-    A reader's writer lives in another process, so a ``read_only`` book reloads the index
-    whenever the committed steps changed. A writer's book is loaded once and updated by the
-    store at every save, deletion and failed write; process 0 persists it.
-
-    Args:
-        directory: the store's root.
-        read_only: the store is a reader (follows the directory, never writes the file).
-        steps: the steps the store holds now (the committed step directories for a reader).
-        run: runs a file write on another thread, in submission order (None: on the caller's);
-            the write after a commit is then left running while the next save starts.
-        intact: whether the writer still holds the directory's lock: a directory removed (and
-            made again by a write) or locked by another writer since gets no index from here.
+    A ``read_only`` book reloads the index whenever the committed ``steps`` changed. A writer's
+    is updated at every save, deletion and failed write; process 0 persists it with ``run`` (in
+    order, on another thread) while it holds the directory's lock (``intact``).
     """
 
     def __init__(
@@ -147,8 +119,8 @@ class IndexBook:
         *,
         read_only: bool,
         steps: Callable[[], list[int]],
-        run: Callable[[Callable[[], None]], Future[None]] | None = None,
-        intact: Callable[[], bool] = lambda: True,
+        run: Callable[[Callable[[], None]], Future[None]],
+        intact: Callable[[], bool],
     ) -> None:
         self._directory = directory
         self._intact = intact
@@ -158,6 +130,10 @@ class IndexBook:
         self._written: Future[None] | None = None  # the latest write left running
         self._index: StepIndex | None = None
         self._loaded_steps: list[int] | None = None  # a reader's index reflects these steps
+
+    def follow(self) -> None:
+        """The store only reads from now on: the index follows the directory, never written."""
+        self._read_only, self._index, self._written = True, None, None
 
     def index(self) -> StepIndex:
         """The index, loaded (or, for a reader, reloaded when the steps changed) as needed."""
@@ -209,10 +185,7 @@ class IndexBook:
         self.write()
 
     def committed(self, held: Iterable[int]) -> None:
-        """A write committed: drop the steps retention deleted (not in ``held``), persist.
-
-        The file write is left running (see ``run``); :meth:`flush` waits for it.
-        """
+        """A write committed: drop the steps retention deleted (not in ``held``); persist in the background."""
         if self._index is None:
             return
         kept = set(held)
@@ -221,16 +194,10 @@ class IndexBook:
         self.write(wait=False)
 
     def write(self, *, wait: bool = True) -> None:
-        """Persist the index (process 0 of a writer only, once loaded, while it holds the root).
-
-        The text is taken now; ``wait=False`` leaves its file write running when ``run`` is set.
-        """
-        if (
-            self._index is None
-            or self._read_only
-            or not is_primary()
-            or not self._directory.is_dir()
-        ):
+        """Persist the index as of now (process 0 of a writer only, while it holds the root)."""
+        if self._index is None or self._read_only or not is_primary():
+            return
+        if not self._directory.is_dir():
             return
         directory, text, intact = self._directory, self._index.payload(), self._intact
 
@@ -238,9 +205,6 @@ class IndexBook:
             if directory.is_dir() and intact():  # a store removed meanwhile gets no index
                 write_atomically(directory / INDEX_FILE, text)
 
-        if self._run is None:
-            persist()
-            return
         self._written = self._run(persist)
         if wait:
             self.flush()

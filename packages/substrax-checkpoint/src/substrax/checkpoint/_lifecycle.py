@@ -1,9 +1,4 @@
-"""The open store's lifecycle: its orbax manager, the steps it holds, the pending write, closing.
-
-``StoreLifecycle`` is the base of ``OrbaxCheckpointStore`` (whose ``__init__`` sets the state
-declared here): every operation, read or write, needs an open store, its steps and the pending
-background write finished. The reads live in :mod:`._reads`, the writes in :mod:`._store`.
-"""
+"""``StoreLifecycle``, a base of ``OrbaxCheckpointStore``: its orbax manager, steps, pending write."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -12,20 +7,17 @@ import orbax.checkpoint as ocp
 
 from substrax.support import Closeable
 
-from ._errors import (
-    CheckpointStoreClosedError,
-    CheckpointStoreReadOnlyError,
-    CheckpointStoreSupersededError,
-)
 from ._index import IndexBook
+from ._lock import is_primary
 from ._manager import Layout, empty_deleted, has_deleted, open_manager, step_directories
-from ._multihost import is_primary
+from ._read_errors import CheckpointStoreClosedError
 from ._retention import OrbaxPreservation, RetentionPolicy
 from ._save import Writer
+from ._write_errors import CheckpointStoreReadOnlyError, CheckpointStoreSupersededError
 
 
 class StoreLifecycle(Closeable):
-    """An open step-addressed store: listing its steps, finishing its write, closing it."""
+    """An open step-addressed store: its orbax manager, its steps, its pending write."""
 
     _directory: Path
     _retention: RetentionPolicy
@@ -41,8 +33,6 @@ class StoreLifecycle(Closeable):
     _release: Callable[[], object]
     _book: IndexBook
 
-    # -- properties --------------------------------------------------------------------------
-
     @property
     def directory(self) -> Path:
         """The store's root directory (absolute)."""
@@ -52,8 +42,6 @@ class StoreLifecycle(Closeable):
     def retention(self) -> RetentionPolicy:
         """The retention rules applied after every committed save."""
         return self._retention
-
-    # -- opening -----------------------------------------------------------------------------
 
     def _manager(self, *, create: bool = False) -> ocp.CheckpointManager | None:
         self._check_open()
@@ -76,10 +64,7 @@ class StoreLifecycle(Closeable):
         return manager
 
     def _held_steps(self) -> list[int]:
-        """The steps held: the committed step directories, or the writer's manager's steps.
-
-        A step being written is held, and a step its retention drops no longer is.
-        """
+        """The committed step directories, or (a writer's) the manager's steps, the one in flight too."""
         if self._manager_ is None or self._read_only or self._superseded:
             return step_directories(self._directory)
         self._writer.settle()
@@ -102,13 +87,10 @@ class StoreLifecycle(Closeable):
     def _step_dir(self, step: int) -> Path:
         return self._directory / str(step)
 
-    # -- steps -------------------------------------------------------------------------------
-
     def list_steps(self) -> list[int]:
         """Every stored step, ascending (a step being written by this store included).
 
-        A ``read_only`` store lists the committed step directories at every call, so it sees
-        what a writer in another process commits.
+        A ``read_only`` store sees what a writer in another process commits.
 
         Example:
             >>> import tempfile
@@ -132,8 +114,6 @@ class StoreLifecycle(Closeable):
         """
         steps = self.list_steps()
         return steps[-1] if steps else None
-
-    # -- the pending write and closing -------------------------------------------------------
 
     def wait(self) -> None:
         """Block until the pending background write is committed; raise if it failed.
@@ -164,23 +144,3 @@ class StoreLifecycle(Closeable):
         if self._manager_ is not None:
             self._manager_.reload()
         self._book.failed(step, self.list_steps)
-
-    def close(self) -> None:
-        """Finish the pending write (raising its error, if any) and release orbax's resources.
-
-        Example:
-            >>> import tempfile
-            >>> from substrax.checkpoint import OrbaxCheckpointStore
-            >>> with tempfile.TemporaryDirectory() as directory:
-            ...     OrbaxCheckpointStore(directory).close()
-        """
-        if self._closed:
-            return
-        try:
-            self.wait()
-        finally:
-            self._closed = True
-            self._writer.stop_thread()
-            if self._manager_ is not None:
-                self._manager_.close()
-            self._release()  # the writer lock, once this store's writes are done

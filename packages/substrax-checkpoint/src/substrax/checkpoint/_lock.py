@@ -1,18 +1,14 @@
-"""The writer lock: one writing process per store, freed by the operating system when it dies.
+"""The writer lock, one writing process per store, and how a job's processes agree.
 
 A store opened to write holds ``fcntl.flock`` on ``<directory>/.substrax-writer.lock`` and
-records itself there (host, pid, since when). The kernel drops the lock when the holding process
-exits, however it exits (``kill -9`` included), so a crashed writer never blocks the next one.
-Within one process, the writing stores of one directory share the lock (a notebook re-running a
-cell opens a second store before the first is collected); the last one to close releases it.
-The newest of them is the directory's writer: the store hands over from the earlier one, which
-gives its share back (see ``OrbaxCheckpointStore``). In
-a multi-host job the job's processes together are one writer: process 0 takes the lock and every
-process acts on its outcome.
+records itself there (host, pid, since when); the kernel frees it when the process dies. The
+writing stores of one directory in a process share the lock. In a multi-host job process 0
+decides (takes the lock, refuses a save) and every process acts on its decision (:func:`agree`).
 """
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import socket
@@ -26,23 +22,45 @@ from typing import Any, Final
 
 import jax
 
-from ._errors import CheckpointLockedError
-from ._multihost import agree
+from substrax.runtime import distributed_state
+
+from ._write_errors import CheckpointLockedError, DistributedNotInitializedError
 
 
 LOCK_FILE: Final = ".substrax-writer.lock"
 _READ_TRIES: Final = 20  # the holder writes its record just after locking: re-read until whole
+TIMEOUT_MS: Final = 300_000
+_decisions = itertools.count()
+
+
+def coordination_client(needed_by: str) -> Any:  # noqa: ANN401  (jax's private client)
+    """``jax.distributed``'s client; ``DistributedNotInitializedError`` naming ``needed_by`` if none."""
+    client = distributed_state().client
+    if client is None:
+        raise DistributedNotInitializedError(process_count=jax.process_count(), needed_by=needed_by)
+    return client
+
+
+def agree(value: str, *, topic: str = "save") -> str:
+    """Process 0's ``value`` on every process, through ``jax.distributed``'s key-value store."""
+    if jax.process_count() == 1:
+        return value
+    client = coordination_client("the checkpoint store")
+    key = f"substrax_checkpoint/{topic}/{next(_decisions)}"
+    if jax.process_index() == 0:
+        client.key_value_set(key, value)
+        return value
+    return str(client.blocking_key_value_get(key, TIMEOUT_MS))
+
+
+def is_primary() -> bool:
+    """Whether this process writes the store's own files (the index)."""
+    return jax.process_index() == 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LockHolder:
-    """The process that holds a store's writer lock, as it recorded itself (None: unreadable).
-
-    Example:
-        >>> from substrax.checkpoint._lock import LockHolder
-        >>> LockHolder(host="node1", pid=42, since="2026-01-01T00:00:00+00:00").pid
-        42
-    """
+    """The process that holds a store's writer lock, as it recorded itself (None: unreadable)."""
 
     host: str | None
     pid: int | None
@@ -75,37 +93,25 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 class WriterLease:
-    """This store's share of the writer lock; ``release`` is idempotent.
+    """This store's share of the writer lock; ``release`` is idempotent."""
 
-    ``fresh`` says that no other store of this job was writing the directory when this one
-    opened: only then are partial steps left behind by a dead writer removed.
-    """
-
-    def __init__(self, directory: Path, *, fresh: bool, local: bool) -> None:
+    def __init__(self, directory: Path, *, local: bool) -> None:
         self.directory = directory
-        self.fresh = fresh
         with _guard:  # the flock this process holds (a share of), None on other processes
             self._held = _held.get(directory) if local else None
         self._released = False
 
     def intact(self) -> bool:
-        """Whether the lock file this lease locked still stands at its path (True elsewhere).
-
-        Removing the directory (or replacing the lock file) drops the lock without a word: the
-        next writer to open the directory locks a new file. The lock file is compared by device
-        and inode with the one locked at open.
-        """
+        """Whether the lock file this lease locked (same device and inode) still stands there."""
         held = self._held
         return held is None or self._released or _intact(self.directory, held)
 
     def release(self) -> None:
         """Give this share back; the last share of the process unlocks the file."""
         with _guard:
-            held = self._held
-            if self._released or held is None or held.fd < 0:
-                self._released = True
+            held, released, self._released = self._held, self._released, True
+            if released or held is None or held.fd < 0:
                 return
-            self._released = True
             held.count -= 1
             if held.count == 0:
                 if _held.get(self.directory) is held:
@@ -125,16 +131,7 @@ def _intact(directory: Path, held: _Held) -> bool:
 
 
 def read_holder(directory: Path) -> LockHolder:
-    """The holder recorded in ``directory``'s lock file (fields None where unreadable).
-
-    Example:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint._lock import read_holder
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     read_holder(Path(directory))
-        LockHolder(host=None, pid=None, since=None)
-    """
+    """The holder recorded in ``directory``'s lock file (fields None where unreadable)."""
     for attempt in range(_READ_TRIES):
         try:
             raw: Any = json.loads((directory / LOCK_FILE).read_text())
@@ -177,22 +174,7 @@ def _lock_here(directory: Path) -> tuple[bool, LockHolder | None]:
 
 
 def take_writer_lock(directory: Path, *, clean: Callable[[Path], None]) -> WriterLease:
-    """Lock ``directory`` (an existing directory) for this job's writing; raise if another holds it.
-
-    ``clean`` runs once right after a fresh lock, before any other process of the job goes on:
-    no live writer owns what it removes.
-
-    Example:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint._lock import take_writer_lock
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     first = take_writer_lock(Path(directory), clean=lambda path: None)
-        ...     second = take_writer_lock(Path(directory), clean=lambda path: None)  # shared here
-        ...     first.release(); second.release()
-        >>> (first.fresh, second.fresh)
-        (True, False)
-    """
+    """Lock ``directory`` for this job's writing, ``clean`` it when fresh; raise if another holds it."""
     # jax's backend is touched only once jax.distributed runs: a single process never starts it
     if not jax.distributed.is_initialized() or jax.process_index() == 0:
         fresh, holder = _lock_here(directory)
@@ -200,19 +182,17 @@ def take_writer_lock(directory: Path, *, clean: Callable[[Path], None]) -> Write
             try:
                 clean(directory)
             except BaseException:
-                WriterLease(directory, fresh=True, local=True).release()
+                WriterLease(directory, local=True).release()
                 raise
         local = holder is None
     else:
-        fresh, holder, local = False, None, False
+        holder, local = None, False
     if jax.distributed.is_initialized():
-        # process 0 decides: 0 a fresh lock, 1 a shared one, -pid (or -1) refused by pid
-        code = 0 if fresh else 1 if holder is None else -(holder.pid or 1)
-        code = int(agree(str(code), topic="writer-lock"))
-        fresh = code == 0
+        # process 0 decides: 0 locked (fresh or shared), -pid (or -1) refused by pid
+        code = int(agree(str(0 if holder is None else -(holder.pid or 1)), topic="writer-lock"))
         if code < 0 and holder is None:
             if local:
-                WriterLease(directory, fresh=False, local=True).release()
+                WriterLease(directory, local=True).release()
             recorded = read_holder(directory)  # readable where the directory is shared
             pid = -code if code != -1 else recorded.pid
             holder = LockHolder(host=recorded.host, pid=pid, since=recorded.since)
@@ -220,4 +200,4 @@ def take_writer_lock(directory: Path, *, clean: Callable[[Path], None]) -> Write
         raise CheckpointLockedError(
             directory=directory, host=holder.host, pid=holder.pid, since=holder.since
         )
-    return WriterLease(directory, fresh=fresh, local=local)
+    return WriterLease(directory, local=local)

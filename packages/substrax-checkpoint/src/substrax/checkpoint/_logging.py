@@ -24,24 +24,18 @@ class _Expected(logging.Filter):
 def quiet_orbax_notices() -> None:
     """Hide orbax's warnings about settings the store chooses on purpose (opt-in, idempotent).
 
-    Orbax logs through absl a warning at every save without OCDBT ("Skipping merge of OCDBT
-    checkpoints") and at every ``read_only`` open ("setting save_interval_steps=0"). They
-    report what the store asked for, not a problem. The store never touches another library's
-    loggers by itself: call this once to add a filter dropping exactly those messages to the
-    process-wide ``absl`` logger (every other absl message still shows).
-    ``python -m substrax.checkpoint`` calls it.
+    Orbax warns through absl at every save without OCDBT and at every ``read_only`` open. The
+    store never touches another library's loggers by itself: this adds a filter dropping
+    exactly those messages to the ``absl`` logger. ``python -m substrax.checkpoint`` calls it.
 
     Example:
         >>> import logging
         >>> from substrax.checkpoint import quiet_orbax_notices
-        >>> from substrax.checkpoint._logging import _Expected
+        >>> absl, before = logging.getLogger("absl"), list(logging.getLogger("absl").filters)
         >>> quiet_orbax_notices()
         >>> quiet_orbax_notices()  # a second call adds nothing
-        >>> absl = logging.getLogger("absl")
-        >>> added = [f for f in absl.filters if isinstance(f, _Expected)]
-        >>> len(added)
-        1
-        >>> absl.removeFilter(added[0])  # an example leaves the process's loggers as it found them
+        >>> [added] = [f for f in absl.filters if f not in before]
+        >>> absl.removeFilter(added)  # an example leaves the process's loggers as it found them
     """
     logger = logging.getLogger("absl")
     if not any(isinstance(f, _Expected) for f in logger.filters):

@@ -1,25 +1,25 @@
-"""How the store drives orbax: its handlers and options, the background save call, the disk.
+"""How the store drives orbax (its public API only): handlers, options, the background save call.
 
-The store owns the semantics (steps, refusals, retention, the index); this module holds the
-orbax plumbing under it: one ``PyTreeCheckpointHandler`` per item name, two JSON items for the
-metadata record and the dtypes, the manager's options, and what an interrupted save leaves
-behind on disk. Only orbax's public API: its handlers with the options they document.
+Also the snapshot that call saves, and what an interrupted save or a deletion leaves on disk.
 """
 
 import contextlib
 import os
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
-from ._formats import DTYPES_ITEM, METADATA_ITEM
+from substrax.typing import PyTree
+
 from ._index import INDEX_FILE
-from ._metadata import ITEM_NAMES
+from ._metadata import DTYPES_ITEM, ITEM_NAMES, METADATA_ITEM
 from ._retention import OrbaxPreservation
-from ._snapshot import Snapshot
 
 
 TMP_MARK: Final = ".orbax-checkpoint-tmp"
@@ -28,13 +28,7 @@ DELETED: Final = ".substrax-deleted"  # a deleted step is renamed here, then its
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Layout:
-    """How arrays are laid out on disk (every layout reads back whatever the options).
-
-    Attributes:
-        ocdbt: one OCDBT database per item rather than one directory per array.
-        zarr3: zarr v3 rather than v2.
-        compression: zstd-compressed chunks.
-    """
+    """How arrays are laid out on disk: an OCDBT database per item, zarr v3, zstd (each on or off)."""
 
     ocdbt: bool = True
     zarr3: bool = True
@@ -78,28 +72,66 @@ def open_manager(
     return ocp.CheckpointManager(directory, options=options, item_handlers=_handlers(layout))
 
 
-def save_held(
-    manager: ocp.CheckpointManager, step: int, args: dict[str, Any], snapshot: Snapshot
-) -> bool:
-    """The writer thread's part of an asynchronous save: orbax's own (asynchronous) save call.
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Items frozen for a background write; ``pins`` hold every CPU buffer until orbax copied it."""
 
-    ``snapshot`` keeps the arrays' buffers in place until orbax holds its own copies of them.
-    """
+    items: dict[str, PyTree]
+    pins: tuple[np.ndarray[Any, Any], ...]
+
+
+def _on_host(leaf: jax.Array) -> bool:
+    return all(device.platform == "cpu" for device in leaf.sharding.device_set)
+
+
+def _views(leaf: jax.Array) -> list[np.ndarray[Any, Any]]:
+    if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        leaf = jax.random.key_data(leaf)  # the key's own uint32 buffer, not a copy
+    return [np.asarray(shard.data) for shard in leaf.addressable_shards]
+
+
+def snapshot(items: Mapping[str, PyTree]) -> Snapshot | None:
+    """Freeze ``items`` for a background write; None when the device has no room for a copy."""
+    leaves, treedef = jax.tree.flatten(dict(items))
+    on_device = [
+        i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array) and not _on_host(leaf)
+    ]
+    if on_device:
+        originals = [leaves[i] for i in on_device]
+        try:
+            copies = jax.device_put(
+                originals, [leaf.sharding for leaf in originals], may_alias=False
+            )
+        except jax.errors.JaxRuntimeError:  # no device memory for a copy of the state
+            return None
+        for i, copy in zip(on_device, copies, strict=True):
+            leaves[i] = copy
+    pins = tuple(
+        view
+        for leaf in leaves
+        if isinstance(leaf, jax.Array) and _on_host(leaf)
+        for view in _views(leaf)
+    )
+    frozen = [leaf.copy() if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
+    return Snapshot(jax.tree.unflatten(treedef, frozen), pins)
+
+
+def save_held(
+    manager: ocp.CheckpointManager, step: int, args: ocp.args.Composite, snapshot: Snapshot
+) -> bool:
+    """The writer thread's part of an asynchronous save: orbax's save call, ``snapshot`` held till then."""
     try:
         # orbax raises a failed write once in every thread that waits for it; ``save`` waited
         # on the caller's thread (and raised it there) before handing this step over
         with contextlib.suppress(Exception):
             manager.wait_until_finished()
-        return bool(manager.save(step, args=ocp.args.Composite(**args), force=True))
+        return bool(manager.save(step, args=args, force=True))
     finally:
         del snapshot
 
 
 def remove_partial_steps(directory: Path) -> None:
-    """Remove the temporary step directories and index files an interrupted save left behind.
-
-    Only the holder of the writer lock calls this, right after taking it: no live writer owns them.
-    """
+    """Remove what an interrupted save left behind (the writer lock's new holder calls this)."""
     if not directory.is_dir():
         return
     for child in directory.iterdir():
@@ -111,11 +143,7 @@ def remove_partial_steps(directory: Path) -> None:
 
 
 def remove_remade(directory: Path, step: int) -> None:
-    """Remove what a write of ``step`` made again in ``directory`` after it was removed.
-
-    The step (committed or temporary), the index file and the deleted-steps folder; then the
-    directory itself when nothing else is left in it. Anything else there stays.
-    """
+    """Remove what a write of ``step`` made again in a removed ``directory`` (it too, if left empty)."""
     try:
         children = list(directory.iterdir())
     except OSError:

@@ -1,15 +1,7 @@
 """A manifest in each committed step directory: every file's size and CRC-32C, checked on restore.
 
-After orbax commits ``<store>/12/``, :func:`write_manifest` records its files there, and
-:func:`check_manifest` later names each listed file that is missing or differs, with its item and
-(zarr) array, reading only orbax's on-disk layout. Unlisted files are not damage: a restore reads
-what the (checked) metadata names and orbax writes every chunk, so an extra file changes nothing,
-and reporting one would fail good steps over a file system's litter (``.nfs*``) or a file a
-later release adds.
-
-Files are read in 1 MiB blocks and hashed by ``crc32c``, which releases the GIL for blocks of 32
-KiB or more, on up to 8 threads, largest first. A file is hashed by one thread, so a step of many
-files (zarr writes one per chunk) gains the most. Symbolic links are never followed.
+:func:`check_manifest` names each listed file that is missing or differs, with its item and (zarr)
+array; unlisted files (``.nfs*`` litter) are not damage. Symbolic links are never followed.
 """
 
 import errno
@@ -29,17 +21,17 @@ import crc32c
 
 from substrax.support import write_atomically
 
+from ._metadata import DTYPES_ITEM, METADATA_ITEM, WRAPPER
+
 
 MANIFEST_FILE: Final = "substrax_manifest.json"
 """The manifest's name inside a step directory."""
 
 _FORMAT: Final = (1, "crc32c")
-_ALWAYS_CHECKED: Final = frozenset({"metadata", "dtypes"})
+_ALWAYS_CHECKED: Final = frozenset({METADATA_ITEM, DTYPES_ITEM})
 """Items every restore reads, checked whatever ``items`` names."""
 _ARRAY_METADATA: Final = frozenset({"zarr.json", ".zarray"})
 """The file that makes its directory a zarr array (v3, v2); OCDBT keeps these in its kvstore."""
-_WRAPPER: Final = "tree"
-"""The key every item is stored under (``{"tree": item}``), left out of array names."""
 _LEFTOVER: Final = re.compile(rf"\.{re.escape(MANIFEST_FILE)}\.[0-9a-f]+\.tmp")
 """The temporary file of a manifest write that was interrupted (``write_atomically``'s name)."""
 _CRC: Final = re.compile(r"[0-9a-f]{8}")
@@ -62,12 +54,7 @@ class FileRecord:
 
 @dataclass(frozen=True)
 class Manifest:
-    """A step's manifest: relative posix path -> :class:`FileRecord`.
-
-    ``unreadable`` says why a manifest file that exists can't be used (not JSON, another shape,
-    an unknown format); ``files`` is then empty and :func:`check_manifest` reports the manifest
-    itself as damage, so callers handle one outcome, a list of :class:`Damage`.
-    """
+    """A step's manifest: relative posix path -> :class:`FileRecord`, or why it is ``unreadable``."""
 
     files: Mapping[str, FileRecord]
     unreadable: str | None = None
@@ -75,21 +62,15 @@ class Manifest:
 
 @dataclass(frozen=True)
 class Damage:
-    """One file of a step that fails its check.
-
-    Example:
-        >>> from substrax.checkpoint._manifest import Damage
-        >>> print(Damage("model/tree.w/c/0/0", "model", "w", "missing"))
-        model/tree.w/c/0/0 (array 'w' of item 'model'): missing
-    """
+    """One file of a step that fails its check."""
 
     file: str
     """The file's path relative to the step directory, ``/``-separated."""
     item: str | None
-    """The item directory the file lies in (its first component); None for top-level files."""
+    """The item directory the file lies in; None for top-level files."""
     array: str | None
     """The array's key path (``layers.0.kernel``; ``""`` for an item that is one array) where the
-    layout names it (zarr), else None (OCDBT's shared files, an item's metadata files)."""
+    layout names it (zarr), else None."""
     problem: str
     """``missing``, ``size 100, recorded 120``, ``CRC-32C 1a2b3c4d, recorded 5e6f7a8b``..."""
 
@@ -100,10 +81,7 @@ class Damage:
 
 
 def _digest(path: str, expected_size: int | None, buffer: bytearray) -> tuple[int, int | None]:
-    """``path``'s size and CRC-32C; the CRC is None (the file unread) if the size isn't expected.
-
-    A path that is no regular file (a FIFO, a device put in a file's place) has size -1.
-    """
+    """``path``'s size and CRC-32C (None, unread, if the size isn't expected; -1: no file)."""
     with os.fdopen(os.open(path, _OPEN), "rb", buffering=0) as file:
         status = os.fstat(file.fileno())
         if not stat.S_ISREG(status.st_mode):
@@ -120,10 +98,7 @@ def _digest(path: str, expected_size: int | None, buffer: bytearray) -> tuple[in
 def _each_file[T](
     jobs: Sequence[tuple[str, int]], work: Callable[[str, bytearray], T]
 ) -> dict[str, T]:
-    """``work(path, buffer)`` for each ``(path, size)`` job, largest first, on a few threads.
-
-    Each thread takes jobs itself (a future per file costs more than a small file's read).
-    """
+    """``work(path, buffer)`` for each ``(path, size)`` job, largest first, on a few threads."""
     pending = iter(sorted(jobs, key=lambda job: job[1], reverse=True))
     lock, results = threading.Lock(), dict[str, T]()
 
@@ -166,20 +141,7 @@ def write_manifest(step_dir: Path) -> None:
     """Record every regular file under ``step_dir`` (a committed step) in its :data:`MANIFEST_FILE`.
 
     The JSON, ``{"format": 1, "algorithm": "crc32c", "files": {path: {"size": n, "crc32c":
-    "8 hex digits"}}}``, is written atomically (fsync'd, renamed, directory fsync'd). A step
-    directory that does not exist raises FileNotFoundError, and nothing is created.
-
-    Example:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint._manifest import check_manifest, read_manifest, write_manifest
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     step = Path(directory)
-        ...     _ = (step / "_CHECKPOINT_METADATA").write_text("{}")
-        ...     write_manifest(step)
-        ...     _ = (step / "_CHECKPOINT_METADATA").write_text("[]")
-        ...     [str(damage) for damage in check_manifest(step, read_manifest(step))]
-        ['_CHECKPOINT_METADATA (the step): CRC-32C ..., recorded ...']
+    "8 hex digits"}}}``, is written atomically.
     """
     digests = _each_file(
         _regular_files(step_dir), lambda path, buffer: _digest(f"{step_dir}/{path}", None, buffer)
@@ -212,12 +174,7 @@ def _parse(document: object) -> Manifest:
 
 
 def read_manifest(step_dir: Path) -> Manifest | None:
-    """``step_dir``'s manifest, or None when it has none (written before manifests, or crashed).
-
-    A manifest that exists but can't be read or parsed, or has another shape, is damage, not
-    absence: the :class:`Manifest` returned has ``unreadable`` set and :func:`check_manifest`
-    reports it. A step directory that does not exist raises FileNotFoundError.
-    """
+    """``step_dir``'s manifest, or None when it has none (written before manifests, or crashed)."""
     try:
         with os.fdopen(os.open(step_dir / MANIFEST_FILE, _OPEN), "rb") as file:
             return _parse(json.loads(file.read()))
@@ -229,16 +186,12 @@ def read_manifest(step_dir: Path) -> Manifest | None:
 
 
 def _locate(file: str, arrays: Collection[str]) -> tuple[str | None, str | None]:
-    """(item, array) of ``file``, given the directories that hold a zarr array.
-
-    Orbax names an array's directory by its key path joined with ``.``; the store's wrapper key
-    (``tree.layers.0.kernel``; ``tree`` alone for an item that is one array) is left out.
-    """
+    """(item, array) of ``file``, given the directories that hold a zarr array (wrapper left out)."""
     parts = file.split("/")
     for depth in range(len(parts) - 1, 0, -1):
         if "/".join(parts[:depth]) in arrays:
             key = ".".join(parts[1:depth])
-            return parts[0], "" if key == _WRAPPER else key.removeprefix(_WRAPPER + ".")
+            return parts[0], "" if key == WRAPPER else key.removeprefix(WRAPPER + ".")
     return (parts[0] if len(parts) > 1 else None), None
 
 
@@ -256,11 +209,9 @@ def _difference(size: int, crc: int | None, recorded: FileRecord) -> str | None:
 def check_manifest(
     step_dir: Path, manifest: Manifest, *, items: Collection[str] | None = None
 ) -> list[Damage]:
-    """Every listed file of ``step_dir`` that is missing or differs from ``manifest``; [] if intact.
+    """Every listed file of ``step_dir`` that is missing or differs from ``manifest``, by file.
 
-    With ``items``, only the files of those item directories are read, with those of ``metadata``
-    and ``dtypes`` and the step's top-level files (``_CHECKPOINT_METADATA``), which every restore
-    needs. Damage is sorted by file. A step directory that vanishes raises FileNotFoundError.
+    With ``items``, only those items' files are read, beside those every restore reads.
     """
     if isinstance(items, str):
         raise TypeError(f"items={items!r} is one string; pass a collection of names: [{items!r}]")

@@ -1,17 +1,25 @@
-"""The per-step ``CheckpointMetadata`` record, its producer, and the names it reserves."""
+"""The per-step ``CheckpointMetadata`` record, and reading it from every on-disk format.
 
+Format 1 (substrax 0.1.16 and later) stores each item as ``{"tree": item}`` beside ``metadata``
+and ``dtypes`` JSON records; legacy format 2 (0.1.0-0.1.9), one ``model`` payload beside a JSON
+sidecar stamped ``checkpoint_version: "2.0"``, is read in memory.
+"""
+
+import contextlib
 import datetime
 import functools
 import importlib.metadata
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final
+from pathlib import Path
+from typing import Any, Final, Literal, cast
 
 from substrax.records import UNKNOWN_FIELDS_REFUSED, read_record
 from substrax.support import check_float, check_int
 from substrax.typing import JsonValue
 
-from ._errors import UnsupportedCheckpointError
+from ._read_errors import UnsupportedCheckpointError
 
 
 FORMAT_NAME: Final = "substrax-checkpoint"
@@ -23,6 +31,21 @@ NONFINITE_METRICS_KEY: Final = "nonfinite_metrics"
 RESERVED_METADATA_KEYS: Final = frozenset(
     {"format", "format_version", "step", "epoch", "items", "libraries", "producer", "metrics"}
     | {"created_at", "checkpoint_version"}
+)
+
+type Layout = Literal["current", "format2"]
+
+METADATA_ITEM: Final = "metadata"
+DTYPES_ITEM: Final = "dtypes"
+WRAPPER: Final = "tree"
+"""Every item is stored as ``{"tree": item}`` so that a bare array (a lone PRNG key) is a PyTree."""
+HOST_LEAVES: Final = "host_leaves"
+"""Key of the dtypes record naming each item's NumPy leaves, ``{item: {leaf_path: kind}}``."""
+_JSON_FILE: Final = "metadata"
+"""The file orbax's ``JsonCheckpointHandler`` writes in an item's directory."""
+_FORMAT2_VERSION: Final = "2.0"
+_FORMAT2_FIELDS: Final = frozenset(
+    {"step", "checkpoint_version", "loss", "metrics", "epoch", "timestamp"}
 )
 
 
@@ -100,17 +123,12 @@ class CheckpointMetadata:
 
     @property
     def nonfinite_metrics(self) -> dict[str, float]:
-        """The metrics saved non-finite (NaN or infinite): recorded aside, never ranked.
-
-        ``metrics`` holds finite numbers only; a save given a NaN or infinite metric records it
-        in ``extra["nonfinite_metrics"]`` as text, returned here as floats.
+        """The metrics saved non-finite (recorded as text in ``extra``, never ranked), as floats.
 
         Example:
             >>> from substrax.checkpoint import CheckpointMetadata
-            >>> record = CheckpointMetadata(
-            ...     step=1, items=("model",), extra={"nonfinite_metrics": {"loss": "inf"}}
-            ... )
-            >>> record.nonfinite_metrics
+            >>> extra = {"nonfinite_metrics": {"loss": "inf"}}
+            >>> CheckpointMetadata(step=1, items=("model",), extra=extra).nonfinite_metrics
             {'loss': inf}
         """
         recorded = self.extra.get(NONFINITE_METRICS_KEY)
@@ -118,10 +136,8 @@ class CheckpointMetadata:
             return {}
         values: dict[str, float] = {}
         for name, text in recorded.items():
-            try:
+            with contextlib.suppress(ValueError):
                 values[name] = float(str(text))
-            except ValueError:
-                continue
         return values
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,12 +173,7 @@ class CheckpointMetadata:
 
 
 def check_item_names(names: "tuple[str, ...] | list[str] | Mapping[str, object]") -> None:
-    """Refuse an empty item set or a name outside ``ITEM_NAMES``.
-
-    Example:
-        >>> from substrax.checkpoint._metadata import check_item_names
-        >>> check_item_names(("model", "rng"))
-    """
+    """Refuse an empty item set or a name outside ``ITEM_NAMES``."""
     listed = list(names)
     if not listed:
         raise ValueError(f"a checkpoint needs at least one item; name one of {ITEM_NAMES}")
@@ -172,12 +183,7 @@ def check_item_names(names: "tuple[str, ...] | list[str] | Mapping[str, object]"
 
 
 def check_extra(extra: Mapping[str, object]) -> None:
-    """Refuse ``extra`` keys that collide with the record's own fields.
-
-    Example:
-        >>> from substrax.checkpoint._metadata import check_extra
-        >>> check_extra({"run": "a"})
-    """
+    """Refuse ``extra`` keys that collide with the record's own fields."""
     clashes = sorted(set(extra) & RESERVED_METADATA_KEYS)
     if clashes:
         raise ValueError(
@@ -190,19 +196,89 @@ def check_extra(extra: Mapping[str, object]) -> None:
 def _library_versions() -> tuple[tuple[str, str], ...]:
     versions: list[tuple[str, str]] = []
     for name in LIBRARY_NAMES:
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions.append((name, importlib.metadata.version(name)))
-        except importlib.metadata.PackageNotFoundError:
-            continue
     return tuple(versions)
 
 
 def library_versions() -> dict[str, str]:
-    """The installed versions of the libraries a checkpoint depends on.
-
-    Example:
-        >>> from substrax.checkpoint._metadata import library_versions
-        >>> "jax" in library_versions()
-        True
-    """
+    """The installed versions of the libraries a checkpoint depends on (a fresh dict each call)."""
     return dict(_library_versions())
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A step's metadata, the layout its items are stored in, and its stored dtypes (if kept).
+
+    ``host`` names each item's NumPy leaves (None before it was recorded: they restore as
+    ``jax.Array``); ``damaged_dtypes`` is the dtypes record's file and what is wrong with it.
+    """
+
+    metadata: CheckpointMetadata
+    layout: Layout
+    dtypes: dict[str, dict[str, str]] | None
+    host: dict[str, dict[str, str]] | None = None
+    damaged_dtypes: tuple[Path, str] | None = None
+
+
+def read_step(step_dir: Path, step: int) -> StepRecord:
+    """Read the metadata of the step stored in ``step_dir`` whatever format wrote it."""
+    path = step_dir / METADATA_ITEM / _JSON_FILE
+    try:
+        raw: object = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UnsupportedCheckpointError(
+            f"{step_dir} holds no {FORMAT_NAME} metadata record ({path} is missing); "
+            "it was not written by substrax-checkpoint"
+        ) from None
+    except ValueError as error:
+        raise UnsupportedCheckpointError(f"{path} is not valid JSON: {error}") from None
+    if not isinstance(raw, dict):
+        raise UnsupportedCheckpointError(f"{path} is not a JSON object")
+    raw = cast("dict[str, Any]", raw)
+    if raw.get("checkpoint_version") == _FORMAT2_VERSION:
+        return StepRecord(format2_metadata(raw, step), "format2", None)
+    metadata = CheckpointMetadata.from_dict(raw)
+    dtypes_file = step_dir / DTYPES_ITEM / _JSON_FILE
+    try:
+        dtypes: object = json.loads(dtypes_file.read_text())
+    except (OSError, ValueError) as error:
+        if not dtypes_file.parent.is_dir():  # written before the record existed
+            return StepRecord(metadata, "current", None)
+        detail = "the file is missing" if isinstance(error, OSError) else f"not JSON: {error}"
+        return StepRecord(metadata, "current", None, damaged_dtypes=(dtypes_file, detail))
+    if not isinstance(dtypes, dict):
+        damage = (dtypes_file, "not a JSON object")
+        return StepRecord(metadata, "current", None, damaged_dtypes=damage)
+    record = cast("dict[str, dict[str, Any]]", dict(dtypes))  # pyright: ignore[reportUnknownArgumentType]
+    host = record.pop(HOST_LEAVES, None)
+    return StepRecord(metadata, "current", record, host)
+
+
+def format2_metadata(raw: dict[str, Any], step: int) -> CheckpointMetadata:
+    """Map a format-2 sidecar onto the current record (its other keys go to ``extra``)."""
+    metrics: dict[str, float] = {}
+    if isinstance(raw.get("loss"), int | float):
+        metrics["loss"] = float(raw["loss"])
+    extra_metrics = raw.get("metrics")
+    if isinstance(extra_metrics, dict):
+        for key, value in extra_metrics.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                metrics.setdefault(str(key), float(value))
+    timestamp = raw.get("timestamp")
+    created = (
+        datetime.datetime.fromtimestamp(float(timestamp), tz=datetime.UTC).isoformat()
+        if isinstance(timestamp, int | float)
+        else _utc_now()
+    )
+    extra: dict[str, Any] = {k: v for k, v in raw.items() if k not in _FORMAT2_FIELDS}
+    extra["upgraded_from"] = {"format_version": 2}
+    epoch = raw.get("epoch")
+    return CheckpointMetadata(
+        step=int(raw.get("step", step)),
+        epoch=epoch if isinstance(epoch, int) else None,
+        items=("model",),
+        metrics=metrics,
+        extra=extra,
+        created_at=created,
+    )

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from ._errors import CheckpointStoreNotADirectoryError, CheckpointStoreNotFoundError
+from ._read_errors import CheckpointStoreNotADirectoryError, CheckpointStoreNotFoundError
 
 
 def resolve_checkpoint_dir(checkpoint_dir: Path | None, run_dir: Path | None) -> Path:
@@ -27,16 +27,7 @@ def resolve_checkpoint_dir(checkpoint_dir: Path | None, run_dir: Path | None) ->
 
 
 def check_store_directory(directory: Path) -> None:
-    """Raise unless ``directory`` is an existing directory (what a reader opens).
-
-    Example:
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint._paths import check_store_directory
-        >>> check_store_directory(Path("/no/such/store"))
-        Traceback (most recent call last):
-        ...
-        substrax.checkpoint.CheckpointStoreNotFoundError: no checkpoint store at ...
-    """
+    """Raise unless ``directory`` is an existing directory (what a reader opens)."""
     if directory.is_dir():
         return
     if directory.exists():
@@ -45,18 +36,7 @@ def check_store_directory(directory: Path) -> None:
 
 
 def make_store_directory(directory: Path) -> None:
-    """Create ``directory`` (and its parents) for a writer; a file in its place is an error.
-
-    Example:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint._paths import make_store_directory
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     root = Path(directory) / "runs" / "a"
-        ...     make_store_directory(root)
-        ...     root.is_dir()
-        True
-    """
+    """Create ``directory`` (and its parents) for a writer; a file in its place is an error."""
     if directory.exists() and not directory.is_dir():
         raise CheckpointStoreNotADirectoryError(directory=directory)
     try:

@@ -1,9 +1,4 @@
-"""An opt-in preemption handler: on SIGTERM (or jax's preemption notice) save, close, exit 0.
-
-With several ``jax.distributed`` processes each one gets its own signal at its own moment; the
-handler makes them agree, through ``jax.distributed``'s key-value store, on one step at which
-all of them save together.
-"""
+"""An opt-in preemption handler: on SIGTERM (or jax's preemption notice) save, close, exit 0."""
 
 import contextlib
 import ctypes
@@ -13,21 +8,19 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import FrameType
-from typing import Any, Final, Self
+from typing import Any, Self
 
 import jax
 
-from substrax.runtime import distributed_state
 from substrax.support import check_int
 
 from ._callback import Flushable, flush_before_saving, flushables
-from ._errors import DistributedNotInitializedError
+from ._lock import TIMEOUT_MS, coordination_client
 from ._protocol import CheckpointStore, PyTree
 
 
 type Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
-_TIMEOUT_MS: Final = 300_000
 _logger = logging.getLogger(__name__)
 _sessions = itertools.count()
 
@@ -45,11 +38,7 @@ def _jax_preemption_notice(step: int) -> bool:
 
 
 def _disposition(sig: signal.Signals) -> ctypes.Array[ctypes.c_char] | None:
-    """The C-level ``struct sigaction`` of ``sig`` as opaque bytes (None where unavailable).
-
-    Python's ``signal.signal`` returns the handler Python knows about; a handler installed from
-    C (jax's preemption notifier) reads as ``SIG_DFL``, and putting that back would drop it.
-    """
+    """The C-level ``struct sigaction`` of ``sig`` (None where unavailable): jax's reads as SIG_DFL."""
     buffer = ctypes.create_string_buffer(512)  # larger than any platform's struct sigaction
     try:
         sigaction = ctypes.CDLL(None).sigaction
@@ -58,18 +47,8 @@ def _disposition(sig: signal.Signals) -> ctypes.Array[ctypes.c_char] | None:
     return buffer if sigaction(int(sig), None, buffer) == 0 else None
 
 
-def _reinstall(sig: signal.Signals, disposition: ctypes.Array[ctypes.c_char]) -> None:
-    ctypes.CDLL(None).sigaction(int(sig), disposition, None)
-
-
 def _numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """``metrics`` as floats (NaN and infinities kept); a value that is no number is left out.
-
-    Example:
-        >>> from substrax.checkpoint._preemption import _numbers
-        >>> _numbers({"loss": float("inf"), "note": "diverged", "acc": 1})
-        {'loss': inf, 'acc': 1.0}
-    """
+    """``metrics`` as floats (NaN and infinities kept); a value that is no number is left out."""
     numbers: dict[str, float] = {}
     for name, value in metrics.items():
         try:
@@ -82,22 +61,10 @@ def _numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 
 class _Agreement:
-    """The logical OR of every process's flag, exchanged through the coordination service.
-
-    Round ``r``: a flagged process writes ``<prefix>/<r>/<process>``, every process waits at one
-    reused barrier, then lists ``<prefix>/<r>/``. Every write of round ``r`` happens before the
-    barrier and every listing after it, so all processes read the same answer. Two RPCs per
-    process and round whatever the number of processes; a key is written only by a flagged
-    process, so the coordinator's memory does not grow with the number of rounds.
-    """
+    """The logical OR of every process's flag: written by flagged processes, read after a barrier."""
 
     def __init__(self, session: int) -> None:
-        client = distributed_state().client
-        if client is None:
-            raise DistributedNotInitializedError(
-                process_count=jax.process_count(), needed_by="the PreemptionHandler"
-            )
-        self._client = client
+        self._client = coordination_client("the PreemptionHandler")
         self._prefix = f"substrax_preemption/{session}"
         self._process = jax.process_index()
         self._round = 0
@@ -106,7 +73,7 @@ class _Agreement:
         round_, self._round = self._round, self._round + 1
         if flagged:
             self._client.key_value_set(f"{self._prefix}/{round_}/{self._process}", "1")
-        self._client.wait_at_barrier(f"{self._prefix}/barrier", _TIMEOUT_MS)
+        self._client.wait_at_barrier(f"{self._prefix}/barrier", TIMEOUT_MS)
         return bool(self._client.key_value_dir_get(f"{self._prefix}/{round_}/"))
 
 
@@ -114,43 +81,22 @@ class PreemptionHandler:
     """Save a last checkpoint and exit cleanly when the process is told it will be preempted.
 
     Inside ``with PreemptionHandler(store):`` a SIGTERM only sets a flag; the training loop calls
-    ``check(step, items)`` at every step boundary (where the state is consistent), which saves
-    the step, waits for the write, closes the store and raises ``SystemExit(exit_code)``.
-    Signals that arrive after that (a scheduler signalling every host, a second SIGTERM) are
-    absorbed until the process has exited.
+    ``check(step, items)`` at every step boundary, which then saves the step, closes the store
+    and raises ``SystemExit(exit_code)``. Later signals are absorbed.
 
-    Several processes (``jax.distributed``): each process's signal arrives at its own moment, yet
-    every process stops at the same step. ``check`` exchanges the local flags through
-    ``jax.distributed``'s key-value store (a flag write by a signalled process, one barrier, one
-    directory read; no device collective, so the accelerator queue is not drained), and all
-    processes stop at the first exchange where any process was signalled. The exchange costs a
-    round trip to the coordinator: about 0.6 ms per step for two processes on one host, more
-    across a network. ``check_every=K`` runs it only at steps divisible by ``K``: K times less
-    overhead, but a signalled run trains up to ``K - 1`` more steps before saving, which must fit
-    in the grace period between the signal and the kill. Every process must call ``check`` with
-    the same steps (a process that stops calling it leaves the others waiting at the exchange).
-
-    jax's own preemption service (``jax_enable_preemption_service``, on by default in jax 0.12)
-    starts with ``jax.distributed.initialize``: it installs a C-level SIGTERM handler that
-    swallows the signal and starts a sync protocol that ``reached_preemption_sync_point(step)``
-    reports. ``check`` calls it at every step, so a notice jax received (e.g. a SIGTERM before
-    the ``with`` block) also stops every process at jax's agreed step. Inside the block the
-    Python handler receives the signals instead of jax's notifier (so jax's sync point does not
-    fire for them; this handler's own exchange stops the processes); on leaving the block the
-    previous C-level handlers are reinstalled exactly, jax's notifier included.
-
-    ``flush=`` takes the run's loggers (anything with a ``flush()`` method): they are flushed
-    before the save (``substrax.tracking`` loggers write, fsync, deliver or spool every record
-    logged so far), so that the records of every step the checkpoint covers outlive the
-    process, even if the grace period ends in a SIGKILL before the loggers are closed. A flush
-    that raises is warned about and the checkpoint is saved anyway.
+    With several processes (``jax.distributed``) every process stops at the same step: ``check``
+    exchanges the flags through ``jax.distributed``'s key-value store (about 0.6 ms per step);
+    ``check_every=K`` exchanges only at steps divisible by ``K``. Every process must call
+    ``check`` with the same steps. ``check`` also asks jax's own preemption service at every
+    step; jax's C-level SIGTERM handler is put back exactly on leaving the block.
 
     Args:
         store: where the last checkpoint goes.
         signals: the signals that mean "preempted" (SIGTERM by default).
         exit_code: the status the process exits with after the save.
         check_every: with several processes, exchange the flags only at steps divisible by this.
-        flush: the loggers (one, or several) flushed before the save.
+        flush: the run's loggers (anything with a ``flush()``), flushed before the save (a
+            failed flush is warned about, and the checkpoint saved anyway).
 
     Raises:
         ValueError: ``check_every`` is not an int >= 1.
@@ -222,7 +168,7 @@ class PreemptionHandler:
             with contextlib.suppress(ValueError, TypeError):
                 signal.signal(sig, previous)
             if (disposition := self._dispositions.get(sig)) is not None:
-                _reinstall(sig, disposition)  # exactly what was there, a C handler included
+                ctypes.CDLL(None).sigaction(int(sig), disposition, None)  # a C handler included
         self._previous.clear()
         self._dispositions.clear()
 
@@ -245,18 +191,9 @@ class PreemptionHandler:
     ) -> None:
         """At a step boundary: when any process was preempted, save ``items()`` as ``step`` and exit.
 
-        Call it at every step, on every process, with the same ``step``.
-
-        Args:
-            step: the step just finished.
-            items: builds the items to save (called only when saving).
-            epoch: the epoch recorded with the save.
-            metrics: the metrics recorded with the save. None of them can fail the save: a NaN
-                or infinite one is recorded aside by the store (never ranked), and one that is
-                not a number is left out with a warning.
-
-        Raises:
-            SystemExit: after the save, with ``exit_code``.
+        Call it at every step, on every process, with the same ``step``. ``items`` is called only
+        to save; ``epoch`` and ``metrics`` are recorded with the save (a non-finite metric aside,
+        one that is no number left out with a warning). Then ``SystemExit(exit_code)`` is raised.
 
         Example:
             >>> import tempfile

@@ -53,10 +53,7 @@ class CheckpointStore(Protocol):
         extra: Mapping[str, JsonValue] | None = None,
         overwrite: bool = False,
     ) -> Path:
-        """Write ``items`` as step ``step``.
-
-        A NaN or infinite metric must not fail the save: it is recorded aside, never ranked.
-        """
+        """Write ``items`` as step ``step``; a NaN or infinite metric is recorded aside, never fails it."""
         ...
 
     def restore(

@@ -1,30 +1,54 @@
-"""The store's reads: the best step, a step's metadata, waiting for a step, restores, describe.
+"""The store's reads (``StoreReads``, a base of ``OrbaxCheckpointStore``) and ``verify_step``."""
 
-``StoreReads`` is the read side of ``OrbaxCheckpointStore`` (its base class); it never writes.
-Reading one step's files is :mod:`._restore`'s job, and a step that a live writer deletes
-while it is read is :mod:`._follow`'s.
-"""
-
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import jax
 
-from substrax.support import check_mode
+from substrax.support import check_mode, check_seconds
 
-from . import _templates
-from ._errors import CheckpointNotFoundError
-from ._follow import deleted_under_read, wait_for_step
-from ._formats import StepRecord, read_step
 from ._lifecycle import StoreLifecycle
-from ._metadata import CheckpointMetadata
+from ._manager import step_directories
+from ._manifest import check_manifest, read_manifest
+from ._metadata import CheckpointMetadata, StepRecord, read_step
 from ._protocol import Checkpoint, PyTree
-from ._restore import check_files, restore_items, stored_trees
+from ._read_errors import (
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    CheckpointStoreClosedError,
+    CheckpointWaitTimeoutError,
+)
+from ._restore import StoredLeaf, check_files, restore_items, stored_leaves, stored_trees
 from ._retention import ModeLike
 
 
 _logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def deleted_under_read(directory: Path, step: int) -> Generator[None]:
+    """Raise ``CheckpointNotFoundError(deleted=True)`` for a read of ``step`` that failed as it was deleted.
+
+    A step leaves in one rename: a read that fails once its directory is gone was deleted under.
+    """
+    try:
+        yield
+    except (CheckpointNotFoundError, CheckpointStoreClosedError):
+        raise
+    except Exception as error:
+        if (directory / str(step)).is_dir():
+            raise
+        raise CheckpointNotFoundError(
+            step=step,
+            directory=directory,
+            available=tuple(step_directories(directory)),
+            deleted=True,
+        ) from error
 
 
 class StoreReads(StoreLifecycle):
@@ -33,8 +57,7 @@ class StoreReads(StoreLifecycle):
     def best_step(self, metric: str, *, mode: ModeLike = "min") -> int | None:
         """The step whose ``metric`` is lowest (``"min"``) or highest (``"max"``), or None.
 
-        Steps without the metric are skipped; ties go to the earliest step. Answered from an
-        in-memory index, so its cost does not grow with the number of steps.
+        Steps without the metric are skipped; ties go to the earliest step.
 
         Example:
             >>> import tempfile
@@ -46,10 +69,7 @@ class StoreReads(StoreLifecycle):
         return self._book.best_step(metric, check_mode("mode", mode))
 
     def read_metadata(self, step: int | None) -> CheckpointMetadata:
-        """The metadata record of ``step`` (a legacy format-2 sidecar is mapped onto it).
-
-        ``None`` (what ``latest_step()`` returns for an empty store) reads the latest step; on an
-        empty store it raises ``CheckpointNotFoundError`` saying the store is empty.
+        """The metadata record of ``step`` (None: the latest), a format-2 sidecar mapped onto it.
 
         Example:
             >>> import tempfile
@@ -90,9 +110,7 @@ class StoreReads(StoreLifecycle):
     ) -> int:
         """Wait until a step above ``after`` (any step for None) is committed; return the newest.
 
-        An evaluator follows a live run with it, from a ``read_only`` store in another process:
-        a step counts once its directory is committed, never while it is being written. Raises
-        ``CheckpointWaitTimeoutError`` (a ``TimeoutError``) after ``timeout`` seconds.
+        An evaluator follows a live run with it; ``CheckpointWaitTimeoutError`` after ``timeout``.
 
         Example:
             >>> import tempfile
@@ -104,20 +122,25 @@ class StoreReads(StoreLifecycle):
             ...     with OrbaxCheckpointStore(root, read_only=True) as evaluator:
             ...         evaluator.wait_for_step(after=2, timeout=10.0)
             3
-            >>> with tempfile.TemporaryDirectory() as root:
-            ...     with OrbaxCheckpointStore(root, read_only=True) as evaluator:
-            ...         evaluator.wait_for_step(after=3, timeout=0.1)
-            Traceback (most recent call last):
-            ...
-            substrax.checkpoint.CheckpointWaitTimeoutError: no step after 3 was committed ...
         """
-        return wait_for_step(
-            self._directory,
-            after,
-            timeout=timeout,
-            poll_interval=poll_interval,
-            check_open=self._check_open,
-        )
+        check_seconds("timeout", timeout)
+        check_seconds("poll_interval", poll_interval, positive=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_open()
+            steps = step_directories(self._directory)
+            newer = [step for step in steps if after is None or step > after]
+            if newer:
+                return newer[-1]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CheckpointWaitTimeoutError(
+                    directory=self._directory,
+                    after=after,
+                    timeout=timeout,
+                    latest_step=steps[-1] if steps else None,
+                )
+            time.sleep(min(poll_interval, left))
 
     def restore(
         self,
@@ -130,25 +153,13 @@ class StoreReads(StoreLifecycle):
     ) -> Checkpoint:
         """Read ``step``: templated items land on their templates' shardings and dtypes.
 
-        Without a template an item comes back as stored (its saved placement when those devices
-        exist here, else the first local device). A template that does not fit raises ValueError
-        naming the first mismatching leaf; a dtype change raises
-        ``CheckpointDtypeMismatchError`` before any array is read unless ``cast_dtypes``.
-        Templates built by ``nnx.eval_shape`` under ``jax.set_mesh`` carry abstract meshes:
-        pass ``mesh=`` or restore inside ``jax.set_mesh(mesh)``. ``items=`` restores only the named
-        items (e.g. only ``("model",)`` for evaluation). ``step=None`` (what ``latest_step()``
-        returns for an empty store) restores the latest step; on an empty store it raises
-        ``CheckpointNotFoundError`` saying the store is empty, so a resume never starts from
-        scratch by accident. A step that a live writer's retention (or ``delete``) removes while
-        it is read raises ``CheckpointNotFoundError`` with ``deleted=True``.
-
-        The files read are first checked against the step's manifest (each file's size and
-        CRC-32C, written once orbax committed the step) unless the store was opened with
-        ``use_checksums=False``: a damaged file raises ``CheckpointCorruptError`` naming the
-        step, the item, the file and, where the layout tells it, the array. A step without a
-        manifest (written before manifests, or by a process killed between orbax's commit and
-        its manifest) restores unverified: ``Checkpoint.verified`` is False, and a log record
-        says so.
+        Without a template an item comes back as stored (its saved placement, else the first
+        local device). A template that does not fit raises ValueError naming the first leaf; a
+        dtype change raises ``CheckpointDtypeMismatchError`` unless ``cast_dtypes``. Templates
+        with abstract meshes need ``mesh=`` or a ``jax.set_mesh`` block; ``items=`` restores only
+        the named items. ``step=None`` restores the latest step (on an empty store,
+        ``CheckpointNotFoundError``). The files read are checked against the step's manifest
+        (``CheckpointCorruptError``); a step without one restores unverified (``verified``).
 
         Example:
             >>> import tempfile
@@ -162,34 +173,28 @@ class StoreReads(StoreLifecycle):
         step = self._resolve(step)
         with deleted_under_read(self._directory, step):
             self._require(step)  # a step being written is waited for, its manifest too
-            if not self._checksums:
-                record = read_step(self._step_dir(step), step)
-                values = self._restore_items(
-                    step,
-                    record,
-                    templates=templates,
-                    cast_dtypes=cast_dtypes,
-                    mesh=mesh,
-                    items=items,
-                )
-                return Checkpoint(step, values, record.metadata)
             with ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-check") as pool:
                 # the files are checked while orbax reads them: the restore takes the longer of
                 # the two, not their sum; a damaged file is raised in place of what orbax says
-                check = pool.submit(check_files, self._directory, step, items)
+                check = None
+                if self._checksums:
+                    check = pool.submit(check_files, self._directory, step, items)
                 try:
                     record = read_step(self._step_dir(step), step)
-                    values = self._restore_items(
+                    manager = self._manager()
+                    assert manager is not None  # noqa: S101 - _require found the step
+                    values = restore_items(
+                        manager,
                         step,
                         record,
-                        templates=templates,
+                        templates=templates or {},
                         cast_dtypes=cast_dtypes,
                         mesh=mesh,
                         items=items,
                     )
                 finally:
-                    verified = check.result()  # raises CheckpointCorruptError first
-            if not verified:
+                    verified = check is not None and check.result()  # CheckpointCorruptError first
+            if check is not None and not verified:
                 _logger.info(
                     "checkpoint step %s in %s has no manifest: restored unverified",
                     step,
@@ -197,29 +202,7 @@ class StoreReads(StoreLifecycle):
                 )
         return Checkpoint(step, values, record.metadata, verified=verified)
 
-    def _restore_items(
-        self,
-        step: int,
-        record: StepRecord,
-        *,
-        templates: Mapping[str, PyTree] | None,
-        cast_dtypes: bool,
-        mesh: jax.sharding.Mesh | None,
-        items: Sequence[str] | None,
-    ) -> dict[str, PyTree]:
-        manager = self._manager()
-        assert manager is not None  # noqa: S101 - _require found the step
-        return restore_items(
-            manager,
-            step,
-            record,
-            templates=templates or {},
-            cast_dtypes=cast_dtypes,
-            mesh=mesh,
-            items=items,
-        )
-
-    def describe(self, step: int) -> dict[str, list[_templates.StoredLeaf]]:
+    def describe(self, step: int) -> dict[str, list[StoredLeaf]]:
         """Every item's leaves (path, shape, dtype, bytes) read from metadata, no array read.
 
         Example:
@@ -236,4 +219,85 @@ class StoreReads(StoreLifecycle):
             manager = self._manager()
             assert manager is not None  # noqa: S101 - _record found the step
             trees = stored_trees(manager, step, record)
-        return {name: _templates.describe(tree) for name, tree in trees.items()}
+        return {name: stored_leaves(tree) for name, tree in trees.items()}
+
+
+def _failure(item: str | None, leaf: str | None, error: BaseException) -> dict[str, Any]:
+    corrupt = isinstance(error, CheckpointCorruptError)  # its own words, not its type
+    words = str(error) if corrupt else f"{type(error).__name__}: {error}"
+    return {"item": item, "leaf": leaf, "error": words}
+
+
+def _dtype_failures(store: StoreReads, step: int) -> list[dict[str, Any]]:
+    """Leaves whose dtype in the step's dtypes record differs from their array's own metadata."""
+    stored = store.describe(step)
+    try:
+        record = read_step(store.directory / str(step), step)
+    except (OSError, ValueError) as error:
+        if not (store.directory / str(step)).is_dir():
+            raise CheckpointNotFoundError(
+                step=step, directory=store.directory, deleted=True
+            ) from error
+        return []  # reading the metadata record failed, and was reported
+    failures: list[dict[str, Any]] = []
+    for item, saved in (record.dtypes or {}).items():
+        actual = {leaf.path: leaf.dtype for leaf in stored.get(item, [])}
+        for leaf, dtype in saved.items():
+            found = actual.get(leaf)
+            if found is None or found.startswith("key<") or found == dtype:
+                continue
+            problem = f"the step's dtypes record says {dtype} but the array's metadata says {found}"
+            problem += ": one of them was changed on disk; restore an earlier step"
+            failures.append({"item": item, "leaf": leaf, "error": problem})
+    return failures
+
+
+def _read_back(store: StoreReads, step: int, items: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A step without a manifest: every item read back, one entry per item orbax cannot read."""
+    failures: list[dict[str, Any]] = []
+    for item in items:
+        try:
+            store.restore(step, items=(item,), cast_dtypes=True)
+        except CheckpointNotFoundError:
+            raise
+        except Exception as error:
+            failures.append(_failure(item, None, error))
+    return failures
+
+
+def verify_step(store: StoreReads, step: int) -> tuple[list[dict[str, Any]] | None, bool]:
+    """Check ``step``: its failures (one entry each; None: deleted meanwhile), and whether verified.
+
+    A step with a manifest has every file checked against it (verified), one without every
+    item read back (unverified); both have their dtypes checked against the dtypes record.
+    """
+    try:
+        items = store.read_metadata(step).items
+    except CheckpointNotFoundError:
+        return None, False
+    except Exception as error:
+        return [_failure(None, None, error)], False
+    step_dir = store.directory / str(step)
+    failures: list[dict[str, Any]] = []
+    try:
+        manifest = read_manifest(step_dir)
+        if manifest is None:
+            failures += _read_back(store, step, items)
+        else:
+            for damage in check_manifest(step_dir, manifest):
+                leaf = (damage.array or "<root>").replace(".", "/")
+                problem = f"{step_dir / damage.file}: {damage.problem} against the step's manifest"
+                message = f"{problem}; restore an earlier step"
+                failures.append({"item": damage.item, "leaf": leaf, "error": message})
+        failures += _dtype_failures(store, step)
+    except CheckpointNotFoundError:
+        return None, False
+    except FileNotFoundError:
+        if not step_dir.is_dir():
+            return None, False
+        raise
+    except Exception as error:
+        failures.append(_failure(None, None, error))
+        manifest = None
+    unique = {(f["item"], f["leaf"], f["error"]): f for f in failures}  # one damaged dtypes record
+    return list(unique.values()), manifest is not None

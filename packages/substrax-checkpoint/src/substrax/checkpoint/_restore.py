@@ -1,18 +1,153 @@
-"""Reading a step: template checks, dtype checks before any array is read, and placement."""
+"""Reading a step: template and dtype checks before any array is read, placement, stored leaves."""
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from substrax.typing import PyTree
 
-from . import _templates, _trees
-from ._errors import CheckpointCorruptError, CheckpointDtypeMismatchError, DtypeMismatch
-from ._formats import DTYPES_ITEM, StepRecord
+from . import _trees
 from ._manifest import Damage, check_manifest, read_manifest
+from ._metadata import DTYPES_ITEM, WRAPPER, StepRecord
+from ._read_errors import CheckpointCorruptError, CheckpointDtypeMismatchError, DtypeMismatch
+
+
+def dtype_mismatches(item: str, saved: Mapping[str, str], template: PyTree) -> list[DtypeMismatch]:
+    """The template leaves whose dtype differs from the stored one."""
+    return [
+        DtypeMismatch(item=item, leaf=path, saved=saved[path], restored=wanted)
+        for path, leaf in _trees.flat_leaves(template)
+        if (wanted := _trees.leaf_dtype(leaf)) is not None and saved.get(path, wanted) != wanted
+    ]
+
+
+def check_template(item: str, stored: PyTree, template: PyTree) -> None:
+    """Raise ValueError naming the first leaf where ``template`` does not fit the ``stored`` tree."""
+
+    def mismatch(path: str, problem: str) -> ValueError:
+        prefix = f"template for item {item!r} does not match the checkpoint: leaf {path!r}"
+        return ValueError(f"{prefix} {problem}")
+
+    saved = dict(_trees.flat_leaves(stored))
+    wanted = _trees.flat_leaves(template)
+    for path, leaf in wanted:
+        if path not in saved:
+            raise mismatch(
+                path, "is not stored (the store was written for another structure or architecture)"
+            )
+        saved_shape = getattr(saved[path], "shape", None)
+        shape = getattr(leaf, "shape", None)
+        if saved_shape is not None and shape is not None and tuple(saved_shape) != tuple(shape):
+            if jax.dtypes.issubdtype(getattr(leaf, "dtype", np.float32), jax.dtypes.prng_key):
+                continue
+            raise mismatch(
+                path,
+                f"has shape {tuple(shape)} in the template but {tuple(saved_shape)} in the checkpoint",
+            )
+    wanted_paths = {path for path, _ in wanted}
+    for path in saved:
+        if path not in wanted_paths:
+            raise mismatch(path, "is stored but missing from the template")
+
+
+def _concrete(sharding: object, path: str, mesh: jax.sharding.Mesh | None) -> object:
+    if not isinstance(sharding, jax.sharding.NamedSharding):
+        return sharding
+    abstract = sharding.mesh
+    if not isinstance(abstract, jax.sharding.AbstractMesh):
+        return sharding
+    candidate = mesh
+    if candidate is None:
+        # the mesh set with jax.set_mesh (an empty one when none is); a jax without the public
+        # getter asks for restore(..., mesh=mesh) below
+        getter = getattr(jax.sharding, "get_mesh", None)
+        found = cast("jax.sharding.Mesh | None", getter() if callable(getter) else None)
+        candidate = None if found is None or found.empty else found
+    if candidate is None or dict(candidate.shape) != dict(abstract.shape):
+        raise ValueError(
+            f"template leaf {path!r} carries an abstract mesh {dict(abstract.shape)} (a template "
+            "from nnx.eval_shape under a mesh); pass restore(..., mesh=mesh) or restore inside "
+            "`with jax.set_mesh(mesh):` with a concrete mesh of that shape"
+        )
+    return jax.sharding.NamedSharding(candidate, sharding.spec, memory_kind=sharding.memory_kind)
+
+
+def resolve_abstract_meshes(template: PyTree, mesh: jax.sharding.Mesh | None) -> PyTree:
+    """Replace abstract meshes in ``ShapeDtypeStruct`` leaves with a concrete mesh of that shape."""
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(template)
+    leaves: list[object] = []
+    for path, leaf in pairs:
+        if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is not None:
+            sharding = _concrete(leaf.sharding, _trees.leaf_path(path), mesh)
+            if sharding is not leaf.sharding:
+                leaf = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # noqa: PLW2901
+        leaves.append(leaf)
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def stored_restore_args(stored: PyTree, host: Mapping[str, str] | None = None) -> PyTree:
+    """Restore arguments without a template: arrays where saved, the leaves ``host`` names as NumPy."""
+    fallback = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+    def sharding_of(leaf: object) -> object:
+        if not isinstance(leaf, ocp.metadata.ArrayMetadata):
+            return None
+        if leaf.sharding is None:
+            return fallback
+        try:
+            return leaf.sharding.to_jax_sharding()
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            return fallback
+
+    args = ocp.checkpoint_utils.construct_restore_args(
+        stored, sharding_tree=jax.tree.map(sharding_of, stored)
+    )
+    if not host:
+        return args
+
+    def on_host(path: tuple[object, ...], _leaf: object, arg: object) -> object:
+        return ocp.RestoreArgs(restore_type=np.ndarray) if _trees.leaf_path(path) in host else arg
+
+    return jax.tree_util.tree_map_with_path(on_host, stored, args)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredLeaf:
+    """One stored leaf as its metadata describes it (no array is read)."""
+
+    path: str
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    nbytes: int | None
+
+
+def stored_leaves(stored: PyTree) -> list[StoredLeaf]:
+    """The leaves of an item's orbax metadata tree: path, shape, dtype and size in bytes."""
+    leaves: list[StoredLeaf] = []
+    for path, leaf in _trees.flat_leaves(stored):
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        name, nbytes = ("str" if isinstance(leaf, ocp.metadata.StringMetadata) else None), None
+        if dtype is not None and _is_key(dtype):
+            name = str(dtype)
+        elif dtype is not None:
+            name = np.dtype(dtype).name
+            if shape is not None:
+                nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        shape = None if shape is None else tuple(int(s) for s in shape)
+        leaves.append(StoredLeaf(path=path, shape=shape, dtype=name, nbytes=nbytes))
+    return leaves
+
+
+def _is_key(dtype: object) -> bool:
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))  # type: ignore[arg-type]
+    except TypeError:
+        return False
 
 
 def stored_trees(
@@ -21,10 +156,7 @@ def stored_trees(
     record: StepRecord,
     held: Sequence[str] | None = None,
 ) -> dict[str, PyTree]:
-    """Orbax's metadata tree of each item (no array is read), without the wrapper node.
-
-    A damaged array's metadata raises ``CheckpointCorruptError`` naming the leaf in its item.
-    """
+    """Orbax's metadata tree of each item (no array is read), without the wrapper node."""
     wrapped = record.layout == "current"
     try:
         metadata = manager.item_metadata(step)
@@ -33,7 +165,7 @@ def stored_trees(
     trees: dict[str, PyTree] = {}
     for name in record.metadata.items if held is None else held:
         tree = getattr(metadata[name], "tree", metadata[name])
-        trees[name] = tree[_trees.WRAPPER] if wrapped else tree
+        trees[name] = tree[WRAPPER] if wrapped else tree
     return trees
 
 
@@ -43,11 +175,7 @@ _SHOWN: Final = 300  # characters of orbax's message shown in a corrupt error's 
 
 
 def _damaged(error: Exception, manager: ocp.CheckpointManager, step: int) -> CheckpointCorruptError:
-    """``CheckpointCorruptError`` for what orbax raised reading ``step``'s files.
-
-    Where the step has a manifest, the damaged file it finds is named (a read that checks no
-    manifest, such as ``describe``, lands here); else the step is, with orbax's words.
-    """
+    """``CheckpointCorruptError`` for what orbax raised reading ``step``: the damaged file, or its words."""
     root = Path(str(manager.directory))
     manifest = read_manifest(root / str(step))
     damage = [] if manifest is None else check_manifest(root / str(step), manifest)
@@ -82,10 +210,7 @@ def _corrupt(root: Path, step: int, damage: Sequence[Damage]) -> CheckpointCorru
 def check_files(root: Path, step: int, items: Sequence[str] | None) -> bool:
     """Check ``step``'s files (of ``items``, or all) against its manifest; whether it had one.
 
-    Raises ``CheckpointCorruptError`` naming the first damaged file (its item and array when the
-    layout tells them), with how many others are damaged. A step without a manifest (written
-    before manifests, or interrupted between orbax's commit and its manifest) returns False:
-    it is unverified, and still restores.
+    Raises ``CheckpointCorruptError`` naming the first damaged file and counting the others.
     """
     step_dir = root / str(step)
     manifest = read_manifest(step_dir)
@@ -95,11 +220,6 @@ def check_files(root: Path, step: int, items: Sequence[str] | None) -> bool:
     if damage:
         raise _corrupt(root, step, damage)
     return True
-
-
-def _saved_dtypes(record: StepRecord, name: str, stored: PyTree) -> Mapping[str, str]:
-    saved = (record.dtypes or {}).get(name)
-    return saved if saved is not None else _trees.dtype_record({name: stored})[name]
 
 
 def _held(record: StepRecord, step: int, items: Sequence[str] | None) -> tuple[str, ...]:
@@ -124,11 +244,7 @@ def restore_items(
     mesh: jax.sharding.Mesh | None,
     items: Sequence[str] | None,
 ) -> dict[str, PyTree]:
-    """Restore the items of ``step``; templated ones onto their templates' shardings and dtypes.
-
-    The template structure and the dtypes are checked against the stored metadata before any
-    array is read; untemplated items are checked after (a 64-bit array narrowed by x64 being off).
-    """
+    """Restore ``step``'s items, templated ones onto their templates (checked before any read)."""
     if record.damaged_dtypes is not None:
         path, detail = record.damaged_dtypes
         raise CheckpointCorruptError(
@@ -147,53 +263,48 @@ def restore_items(
         )
     wrapped = record.layout == "current"
     stored = stored_trees(manager, step, record, held)
+
+    def mismatches(trees: Mapping[str, PyTree]) -> list[DtypeMismatch]:
+        """Each leaf of ``trees`` whose dtype differs from the stored one."""
+        found: list[DtypeMismatch] = []
+        for name, tree in trees.items():
+            saved = (record.dtypes or {}).get(name)
+            saved = _trees.dtype_record(stored[name]) if saved is None else saved
+            found += dtype_mismatches(name, saved, tree)
+        return found
+
     # NumPy leaves: a template's come back as its kinds, an untemplated item's as it was saved
     kinds: dict[str, Mapping[str, str]] = {
         name: _trees.host_record(tree) for name, tree in templates.items()
     }
     resolved = {
-        name: _trees.scalars_as_arrays(_templates.resolve_abstract_meshes(tree, mesh))
+        name: _trees.scalars_as_arrays(resolve_abstract_meshes(tree, mesh))
         for name, tree in templates.items()
     }
-    mismatches: list[DtypeMismatch] = []
     for name, template in resolved.items():
-        _templates.check_template(name, stored[name], template)
-        saved = _saved_dtypes(record, name, stored[name])
-        mismatches += _templates.dtype_mismatches(name, saved, template)
-    if mismatches and not cast_dtypes:
-        raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(mismatches))
+        check_template(name, stored[name], template)
+    if not cast_dtypes and (before := mismatches(resolved)):
+        raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(before))
     args: dict[str, Any] = {}
     for name in held:
         if name in resolved:
-            target = {_trees.WRAPPER: resolved[name]} if wrapped else resolved[name]
-            args[name] = ocp.args.PyTreeRestore(
-                item=target, restore_args=_templates.restore_args(target)
-            )
+            target = {WRAPPER: resolved[name]} if wrapped else resolved[name]
+            restore = ocp.checkpoint_utils.construct_restore_args(target)
+            args[name] = ocp.args.PyTreeRestore(item=target, restore_args=restore)
         else:
             kinds[name] = (record.host or {}).get(name, {})
-            restore = _templates.stored_restore_args(stored[name], kinds[name])
-            args[name] = ocp.args.PyTreeRestore(
-                restore_args={_trees.WRAPPER: restore} if wrapped else restore
-            )
+            restore = stored_restore_args(stored[name], kinds[name])
+            restore = {WRAPPER: restore} if wrapped else restore
+            args[name] = ocp.args.PyTreeRestore(restore_args=restore)
     try:
         restored = manager.restore(step, args=ocp.args.Composite(**args))
     except _DAMAGE_ERRORS as error:
         raise _damaged(error, manager, step) from error
     values = {
-        name: _trees.as_saved(
-            restored[name][_trees.WRAPPER] if wrapped else restored[name], kinds[name]
-        )
+        name: _trees.as_saved(restored[name][WRAPPER] if wrapped else restored[name], kinds[name])
         for name in held
     }
-    if not cast_dtypes:
-        after = [
-            mismatch
-            for name in held
-            if name not in resolved
-            for mismatch in _templates.dtype_mismatches(
-                name, _saved_dtypes(record, name, stored[name]), values[name]
-            )
-        ]
-        if after:
-            raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(after))
+    untemplated = {name: values[name] for name in held if name not in resolved}
+    if not cast_dtypes and (after := mismatches(untemplated)):
+        raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(after))
     return values

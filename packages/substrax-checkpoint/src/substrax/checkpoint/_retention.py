@@ -4,9 +4,12 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from substrax.support import Mode, check_int, check_mode
+
+from ._write_errors import BestMetricNotRecordedError
 
 
 _logger = logging.getLogger(__name__)
@@ -23,14 +26,11 @@ class RetentionPolicy:
         max_to_keep: keep the latest this many steps (None keeps every step).
         keep_best: also keep the best this many steps by ``best_metric``.
         best_metric: the metric ``keep_best`` ranks by.
-        best_mode: ``Mode.MIN``/``"min"`` or ``Mode.MAX``/``"max"``: whether a lower or a higher
-            metric is better (stored as a ``Mode``).
+        best_mode: ``Mode.MIN``/``"min"`` or ``Mode.MAX``/``"max"`` (stored as a ``Mode``).
         keep_every: also keep every step divisible by this (None for no such rule).
 
-    A ``keep_best`` rule whose ``best_metric`` no step records (a misspelled name) never deletes
-    by accident: :meth:`steps_to_keep` then keeps every step, the store's automatic retention
-    logs a warning, and ``OrbaxCheckpointStore.prune`` refuses with
-    ``BestMetricNotRecordedError``.
+    A ``keep_best`` rule by a metric no step records (a misspelled name) keeps every step, with
+    a warning (``prune`` refuses it with ``BestMetricNotRecordedError``).
 
     Example:
         >>> from substrax.checkpoint import RetentionPolicy
@@ -62,8 +62,7 @@ class RetentionPolicy:
     ) -> set[int]:
         """The steps these rules keep among ``steps``, given each step's metrics.
 
-        Every step is kept when ``keep_best`` ranks by a metric none of ``steps`` records. A
-        NaN or infinite value never ranks: such a step is kept only by the other rules.
+        Every step is kept when ``keep_best`` ranks by a metric none records; NaN never ranks.
         """
         ordered = sorted(set(steps))
         if not ordered:
@@ -111,13 +110,24 @@ def recorded_metrics(metrics: Mapping[int, Mapping[str, float]]) -> list[str]:
     return sorted({name for values in metrics.values() for name in values})
 
 
+def prunable(
+    policy: RetentionPolicy,
+    steps: Sequence[int],
+    metrics: Mapping[int, Mapping[str, float]],
+    directory: Path,
+) -> list[int]:
+    """The steps ``policy`` drops, for ``prune``; ``BestMetricNotRecordedError`` if none ranks."""
+    missing = policy.unrecorded_metric(steps, metrics)
+    if missing is not None:
+        recorded = tuple(recorded_metrics({step: metrics.get(step, {}) for step in steps}))
+        raise BestMetricNotRecordedError(metric=missing, directory=directory, recorded=recorded)
+    keep = policy.steps_to_keep(steps, metrics)
+    return [step for step in steps if step not in keep]
+
+
 @dataclass(frozen=True, slots=True)
 class OrbaxPreservation:
-    """An orbax ``PreservationPolicy`` that applies a ``RetentionPolicy`` with the store's metrics.
-
-    Orbax deletes the steps it does not preserve only after the newest step is committed. A
-    ``best_metric`` that no step records is warned about once per store.
-    """
+    """An orbax ``PreservationPolicy`` that applies a ``RetentionPolicy`` with the store's metrics."""
 
     policy: RetentionPolicy
     metrics_of: Callable[[], Mapping[int, Mapping[str, float]]]
@@ -125,16 +135,9 @@ class OrbaxPreservation:
     warned: set[str] = field(default_factory=set[str], compare=False)
 
     def should_preserve(self, checkpoints: Sequence[Any], *, context: object) -> Sequence[bool]:
-        """One bool per orbax checkpoint info: whether to keep it."""
+        """One bool per orbax checkpoint info: whether to keep it (the others leave the index)."""
         del context
-        dropped = set(self.drop([info.step for info in checkpoints]))
-        return [info.step not in dropped for info in checkpoints]
-
-    def drop(self, steps: Sequence[int]) -> list[int]:
-        """The steps of ``steps`` (the newest last) the policy drops, evicted from the index.
-
-        Orbax asks through :meth:`should_preserve`; a step the store writes itself asks here.
-        """
+        steps = [info.step for info in checkpoints]
         metrics = self.metrics_of()
         missing = self.policy.unrecorded_metric(steps, metrics)
         if missing is not None and len(steps) > 1 and missing not in self.warned:
@@ -147,7 +150,6 @@ class OrbaxPreservation:
                 missing,
             )
         keep = self.policy.steps_to_keep(steps, metrics)
-        evicted = [step for step in steps if step not in keep]
-        if evicted:
+        if evicted := [step for step in steps if step not in keep]:
             self.on_evict(evicted)
-        return evicted
+        return [step in keep for step in steps]

@@ -1,37 +1,27 @@
-"""``OrbaxCheckpointStore``: a step-addressed store of named PyTree items over orbax.
+"""``OrbaxCheckpointStore``, the step-addressed store (its reads are ``StoreReads``), and upgrades."""
 
-The store opens the directory and writes: saving, deleting and pruning steps. Its reads
-(restore, describe, metadata, the best step, waiting for a step) are inherited from
-:class:`._reads.StoreReads`, and listing steps, finishing the pending write and closing from
-:class:`._lifecycle.StoreLifecycle`. The save path itself is :mod:`._save`, the index
-bookkeeping :mod:`._index` and the orbax plumbing :mod:`._manager`.
-"""
-
+import dataclasses
 import logging
 import os
 import threading
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 from substrax.typing import JsonValue
 
-from ._errors import (
-    BestMetricNotRecordedError,
-    CheckpointNotFoundError,
-    CheckpointNotWrittenError,
-    CheckpointWriteError,
-)
 from ._index import IndexBook
-from ._lock import take_writer_lock
+from ._lock import is_primary, take_writer_lock
 from ._manager import Layout, empty_deleted, remove_partial_steps
 from ._metadata import Producer
-from ._multihost import is_primary
 from ._paths import check_store_directory, make_store_directory
 from ._protocol import PyTree
+from ._read_errors import CheckpointNotFoundError, CheckpointStoreNotFoundError
 from ._reads import StoreReads
-from ._retention import ModeLike, OrbaxPreservation, RetentionPolicy, recorded_metrics
+from ._retention import ModeLike, OrbaxPreservation, RetentionPolicy, prunable
 from ._save import SaveRequest, Writer
+from ._write_errors import CheckpointNotWrittenError, CheckpointWriteError, UpgradeDestinationError
 
 
 _logger = logging.getLogger(__name__)
@@ -51,32 +41,18 @@ def _forget_writer(store: "OrbaxCheckpointStore") -> None:
 class OrbaxCheckpointStore(StoreReads):
     """A step-addressed store: each step holds named items beside one ``CheckpointMetadata``.
 
-    Saves are asynchronous by default: in a single process ``save`` holds the state still (a
-    copy on each accelerator, dispatched without waiting; CPU buffers held in place) and
-    returns, and orbax's whole save, its copy to host memory included, runs on a writer thread;
-    with several processes, ``save`` returns once orbax copied the arrays to host memory. A
-    failed background write raises ``CheckpointWriteError`` at the next ``save``, ``wait`` or
-    ``close``. The accelerator copy holds as much device memory as the state until orbax has it
-    in host memory (where there is no room, the save makes orbax's blocking copy instead). Every step is
-    written by orbax's ``CheckpointManager`` (its public API only; plain orbax restores any step
-    the store wrote). A step appears on disk only once complete (orbax's final rename), and a
-    reader lists only such steps; its array files are fsynced as orbax does by default. Once orbax
-    commits a step, the store writes its manifest beside it (every file's size and CRC-32C,
-    written atomically), which ``restore`` and ``verify`` check.
+    Every step is written by orbax's ``CheckpointManager`` (plain orbax restores it) and
+    appears on disk only once complete, with a manifest of its files' sizes and CRC-32Cs that
+    ``restore`` and ``verify`` check. Saves are asynchronous by default: ``save`` holds the
+    state still (a copy on each accelerator) and returns while orbax's save runs on a writer
+    thread (with several processes, once orbax copied the arrays to host memory); a failed
+    background write raises ``CheckpointWriteError`` at the next ``save``, ``wait`` or ``close``.
 
-    One writer, many readers: a store opened without ``read_only`` takes the directory's writer
-    lock (``.substrax-writer.lock``, an OS lock the kernel frees when the process dies, even by
-    ``kill -9``). A second writer is refused at open with ``CheckpointLockedError`` naming the
-    holder (host, pid, since when): it never waits and never costs the writer a save. Within one
-    process the newest writer store of a directory is its writer (a notebook cell run again
-    opens a second store while the first is still open): opening it finishes the earlier
-    store's pending write, and the earlier store then refuses ``save``, ``delete`` and ``prune``
-    with ``CheckpointStoreSupersededError`` while its reads follow the directory as a reader's,
-    so two stores never apply two retention decisions to one directory. In a multi-host job the
-    job's processes together are the writer.
-    Only the lock's new holder removes the leftovers of an interrupted save, when it opens.
-    ``read_only=True`` opens take no lock and never write, delete or rename anything; an
-    evaluator follows a live run with ``wait_for_step``.
+    One writer, many readers: a writer takes the directory's lock (freed by the kernel when the
+    process dies) and a second writer is refused at open with ``CheckpointLockedError``; in one
+    process the newest writer store of a directory takes over, and the earlier one refuses
+    writes with ``CheckpointStoreSupersededError``. ``read_only=True`` opens take no lock and
+    never write; an evaluator follows a live run with ``wait_for_step``.
 
     Args:
         directory: the store's root (a writer creates it at open; a reader needs it to exist).
@@ -86,18 +62,11 @@ class OrbaxCheckpointStore(StoreReads):
         best_mode: ``Mode.MIN``/``"min"`` or ``Mode.MAX``/``"max"``.
         keep_every: also keep every step divisible by this.
         async_save: False makes ``save`` return only once the step is committed.
-        use_ocdbt: store each item's arrays in one OCDBT database (the default, as orbax's:
-            a few files per item, so saves cost less per array) rather than one directory per
-            array (whose damaged files a restore names by array); every layout reads back
-            whatever the options.
-        use_zarr3: write arrays as zarr v3 (the default) rather than v2.
-        use_compression: zstd-compress array chunks (smaller files for compressible data, but
-            slower saves and restores of typical float weights).
-        use_checksums: write each committed step's manifest (every file's size and CRC-32C)
-            and check the files a restore reads against it: bytes changed on disk raise
-            ``CheckpointCorruptError`` instead of coming back. Every layout has one.
-        read_only: open to read only: no lock, no cleanup, no index written, saves refused; a
-            missing directory raises ``CheckpointStoreNotFoundError`` (a ``FileNotFoundError``).
+        use_ocdbt: store each item's arrays in one OCDBT database rather than one per array.
+        use_zarr3: write arrays as zarr v3 rather than v2 (every layout reads back either way).
+        use_compression: zstd-compress array chunks (smaller files, slower saves and restores).
+        use_checksums: write each step's manifest and check the files a restore reads against it.
+        read_only: open to read only: no lock, no cleanup, no index written, saves refused.
 
     Raises:
         CheckpointLockedError: another process holds the writer lock (writers only).
@@ -168,8 +137,6 @@ class OrbaxCheckpointStore(StoreReads):
         if not read_only:
             self._take_over()
 
-    # -- one writer store per directory and process ------------------------------------------
-
     def _take_over(self) -> None:
         """Become the directory's writer in this process; the earlier writer store hands over."""
         with _writers_guard:
@@ -180,14 +147,7 @@ class OrbaxCheckpointStore(StoreReads):
             previous._hand_over()
 
     def _hand_over(self) -> None:
-        """A newer writer store of this process opened the directory: finish, then only read.
-
-        The pending write is finished (its error logged: the newer store lists what it left),
-        the index written, the orbax manager closed and this store's share of the writer lock
-        given back; from then on writes raise ``CheckpointStoreSupersededError`` and reads follow
-        the directory as a ``read_only`` store's. A store whose directory was removed under it
-        keeps failing its saves with ``CheckpointStoreRemovedError`` instead.
-        """
+        """A newer writer store of this process opened the directory: finish, then only read."""
         if self._closed or self._superseded or not self._writer.intact():
             return
         try:
@@ -203,7 +163,7 @@ class OrbaxCheckpointStore(StoreReads):
         manager, self._manager_ = self._manager_, None
         if manager is not None:
             manager.close()
-        self._book = IndexBook(self._directory, read_only=True, steps=self._held_steps)
+        self._book.follow()
         self._release()  # the writer thread and this store's share of the lock
 
     def close(self) -> None:
@@ -216,11 +176,17 @@ class OrbaxCheckpointStore(StoreReads):
             ...     OrbaxCheckpointStore(directory).close()
         """
         try:
-            super().close()
+            if not self._closed:
+                try:
+                    self.wait()
+                finally:
+                    self._closed = True
+                    self._writer.stop_thread()
+                    if self._manager_ is not None:
+                        self._manager_.close()
+                    self._release()  # the writer lock, once this store's writes are done
         finally:
             _forget_writer(self)
-
-    # -- writing -----------------------------------------------------------------------------
 
     def save(
         self,
@@ -236,17 +202,13 @@ class OrbaxCheckpointStore(StoreReads):
         """Write ``items`` as step ``step`` and return the step's directory.
 
         Refused with ``CheckpointNotWrittenError`` when the step exists (unless ``overwrite``),
-        when it is below the latest step, or when orbax rejects it. When the previous
-        (background) write failed, its ``CheckpointWriteError`` is raised here and this step is
-        not written either: the error's ``unwritten`` names both steps. A NaN or infinite metric
-        is recorded aside (``CheckpointMetadata.nonfinite_metrics``), never ranked by
-        ``best_step`` or ``keep_best``; two leaves that orbax would store under one name are
-        refused with ``CheckpointLeafNameCollisionError``. When the directory was
-        removed (or its writer lock file replaced) since the store opened, the writer lock went
-        with it: the save raises ``CheckpointStoreRemovedError`` and creates nothing. With several
-        processes the refusal is decided by process 0 and raised on every process, and a host-local
-        ``jax.Array`` (a PRNG key or nnx state never placed on the global mesh) is saved as
-        process 0's value: it must be equal on every process.
+        is below the latest step, or orbax rejects it. A failed previous (background) write is
+        raised here as ``CheckpointWriteError``, and this step is not written either (its
+        ``unwritten`` names both). A NaN or infinite metric is recorded aside, never ranked;
+        leaves orbax would store under one name raise ``CheckpointLeafNameCollisionError``; a
+        directory removed since the store opened raises ``CheckpointStoreRemovedError``. With
+        several processes a refusal is decided by process 0, and a host-local ``jax.Array`` is
+        saved as process 0's value.
 
         Example:
             >>> import tempfile
@@ -266,20 +228,9 @@ class OrbaxCheckpointStore(StoreReads):
         self._check_open()
         try:
             self._finish_write()  # the index write it leaves running is ordered before the next
-        except CheckpointWriteError as error:  # the write before failed: this one is not made
-            raise CheckpointWriteError(
-                step=error.step,
-                directory=error.directory,
-                cause=error.cause,
-                unwritten=(*error.unwritten, step),
-            ) from error.__cause__
-        except CheckpointNotWrittenError as error:
-            raise CheckpointNotWrittenError(
-                step=error.step,
-                latest_step=error.latest_step,
-                reason=error.reason,
-                unwritten=(*error.unwritten, step),
-            ) from error.__cause__
+        except (CheckpointWriteError, CheckpointNotWrittenError) as error:  # neither is this one
+            unwritten = (*error.unwritten, step)
+            raise dataclasses.replace(cast("Any", error), unwritten=unwritten) from error.__cause__
         self._writer.write(
             self._writable_manager,
             request,
@@ -323,8 +274,7 @@ class OrbaxCheckpointStore(StoreReads):
     def prune(self) -> list[int]:
         """Apply the retention rules to every stored step now; return the deleted steps.
 
-        A ``keep_best`` rule by a metric that no stored step records is refused with
-        ``BestMetricNotRecordedError`` (a ValueError) and nothing is deleted.
+        A ``keep_best`` rule by a metric no stored step records is ``BestMetricNotRecordedError``.
 
         Example:
             >>> import tempfile
@@ -335,20 +285,55 @@ class OrbaxCheckpointStore(StoreReads):
         """
         self._check_current("prune")
         self.wait()
-        steps = self.list_steps()
-        metrics = self._book.metrics()
-        missing = self._retention.unrecorded_metric(steps, metrics)
-        if missing is not None:
-            raise BestMetricNotRecordedError(
-                metric=missing,
-                directory=self._directory,
-                recorded=tuple(recorded_metrics({s: metrics.get(s, {}) for s in steps})),
-            )
-        keep = self._retention.steps_to_keep(steps, metrics)
-        doomed = [step for step in steps if step not in keep]
+        doomed = prunable(self._retention, self.list_steps(), self._book.metrics(), self._directory)
         for step in doomed:
             self.delete(step)
         return doomed
 
     def __repr__(self) -> str:
         return f"OrbaxCheckpointStore({str(self._directory)!r}, retention={self._retention})"
+
+
+def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int]:
+    """Rewrite every step of ``source`` (only read) into ``destination``; return them, ascending.
+
+    A destination equal to the source, not empty, or a file is ``UpgradeDestinationError``; a
+    missing source is ``CheckpointStoreNotFoundError``; 64-bit data while x64 is off is
+    ``CheckpointDtypeMismatchError`` rather than narrowing silently.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.checkpoint import upgrade_checkpoints
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     upgrade_checkpoints(Path(directory), Path(directory) / "upgraded")
+        []
+    """
+    src = Path(source).expanduser().resolve()
+    dst = Path(destination).expanduser().resolve()
+    if src == dst:
+        raise UpgradeDestinationError(destination=dst, reason="is the source")
+    if any(path.exists() and not path.is_dir() for path in (dst, *dst.parents)):
+        raise UpgradeDestinationError(destination=dst, reason="is not a directory")
+    if dst.exists() and any(dst.iterdir()):
+        raise UpgradeDestinationError(destination=dst, reason="is not empty")
+    if not src.is_dir():
+        raise CheckpointStoreNotFoundError(directory=src)
+    upgraded: list[int] = []
+    with (
+        OrbaxCheckpointStore(src, max_to_keep=None, read_only=True) as reader,
+        OrbaxCheckpointStore(dst, max_to_keep=None, async_save=False) as writer,
+    ):
+        for step in reader.list_steps():
+            checkpoint = reader.restore(step)
+            record = checkpoint.metadata
+            writer.save(
+                step,
+                checkpoint.items,
+                epoch=record.epoch,
+                metrics=record.metrics,
+                producer=record.producer,
+                extra=record.extra,
+            )
+            upgraded.append(step)
+    return upgraded
