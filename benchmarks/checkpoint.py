@@ -103,7 +103,7 @@ type Timer = tuple[Callable[[], float], Callable[[], float]]
 RAW = "raw disk (write + fsync / np.fromfile)"
 ORBAX = "plain orbax CheckpointManager defaults"
 _GOAL_MB = 256
-_DEFAULT_LAYOUT = (False, True, False)  # OrbaxCheckpointStore's: no OCDBT, zarr3, no zstd
+_DEFAULT_LAYOUT = (True, True, False)  # OrbaxCheckpointStore's: OCDBT, zarr3, no zstd
 UNCHECKED = "substrax default without checksums"
 
 
