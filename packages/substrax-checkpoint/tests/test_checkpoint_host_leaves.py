@@ -153,6 +153,7 @@ def test_dtypes_record_names_the_host_leaves(store_dir):
         "data_iterator": {"order": "int64", "seed": "uint64"},
         "model": {"w": "float32"},
         "host_leaves": {"data_iterator": {"order": "ndarray", "seed": "numpy_scalar"}},
+        "shapes": {"data_iterator": {"order": [2], "seed": []}, "model": {"w": [2]}},
     }
 
 

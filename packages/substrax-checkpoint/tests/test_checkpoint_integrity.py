@@ -209,3 +209,15 @@ def test_a_manifest_write_that_fails_leaves_the_step_committed_and_unverified(
         checkpoint = store.restore(1)
     assert not checkpoint.verified
     assert "its manifest could not be written" in caplog.text
+
+
+@pytest.mark.parametrize("manifest", [True, False])
+def test_items_given_as_one_string_is_refused_naming_the_fix(store_dir, manifest):
+    _save(store_dir)
+    if not manifest:
+        (store_dir / "3" / MANIFEST_FILE).unlink()
+    with (
+        OrbaxCheckpointStore(store_dir, read_only=True) as store,
+        pytest.raises(TypeError, match=r"\('model',\)|\['model'\]"),
+    ):
+        store.restore(3, items="model")

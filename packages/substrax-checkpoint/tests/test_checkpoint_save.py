@@ -97,6 +97,7 @@ def test_a_request_records_host_leaves_and_refuses_what_orbax_cannot_store():
     assert request.dtypes == {
         "data_iterator": {"order": "int64", "seed": "int8"},
         "host_leaves": {"data_iterator": {"order": "ndarray", "seed": "numpy_scalar"}},
+        "shapes": {"data_iterator": {"order": [2], "seed": []}},
     }
     huge = "leaf 'position' is the Python int 1180591620717411303424, which no 64-bit integer"
     with pytest.raises(ValueError, match=f"item 'data_iterator' {huge} holds; save it as"):

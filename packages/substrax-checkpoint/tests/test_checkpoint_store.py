@@ -110,6 +110,7 @@ def test_layout_is_format_version_1(store_dir):
         "model": {"w": "float32"},
         "rng": {"": "uint32"},
         "host_leaves": {"model": {"w": "ndarray"}},
+        "shapes": {"model": {"w": [2]}, "rng": {"": []}},
     }
     assert (step / "_CHECKPOINT_METADATA").is_file()
 

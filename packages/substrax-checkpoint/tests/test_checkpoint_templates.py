@@ -64,3 +64,29 @@ def test_an_abstract_mesh_needs_a_concrete_one_of_its_shape():
     assert resolved.sharding == jax.sharding.NamedSharding(mesh, spec)
     with jax.set_mesh(mesh):
         assert resolve_abstract_meshes(template, None)["w"].sharding.mesh == mesh
+
+
+def test_a_templated_restore_checks_the_step_s_recorded_shapes_without_orbax_metadata(
+    tmp_path, monkeypatch
+):
+    """The step's record holds every leaf's shape: orbax's metadata read (its restore reads it
+    again) is skipped for a template of those leaves, and a wrong shape is still refused."""
+    import orbax.checkpoint as ocp
+
+    from substrax.checkpoint import OrbaxCheckpointStore
+
+    weights = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32)}
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(1, {"model": weights})
+
+    def unread(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("orbax's item metadata was read")
+
+    monkeypatch.setattr(ocp.CheckpointManager, "item_metadata", unread)
+    with OrbaxCheckpointStore(tmp_path, read_only=True) as store:
+        restored = store.restore(1, templates={"model": weights}).items["model"]
+        np.testing.assert_array_equal(restored["w"], weights["w"])
+        with pytest.raises(ValueError, match="shape"):
+            store.restore(1, templates={"model": {**weights, "w": np.zeros((3, 2), np.float32)}})
+        with pytest.raises(AssertionError, match="item metadata"):
+            store.restore(1)  # no template: what orbax stored is read from its metadata

@@ -41,6 +41,7 @@ WRAPPER: Final = "tree"
 """Every item is stored as ``{"tree": item}`` so that a bare array (a lone PRNG key) is a PyTree."""
 HOST_LEAVES: Final = "host_leaves"
 """Key of the dtypes record naming each item's NumPy leaves, ``{item: {leaf_path: kind}}``."""
+SHAPES: Final = "shapes"  # key of the dtypes record holding ``{item: {leaf_path: [dims]}}``
 _JSON_FILE: Final = "metadata"
 """The file orbax's ``JsonCheckpointHandler`` writes in an item's directory."""
 _FORMAT2_VERSION: Final = "2.0"
@@ -219,6 +220,7 @@ class StepRecord:
     dtypes: dict[str, dict[str, str]] | None
     host: dict[str, dict[str, str]] | None = None
     damaged_dtypes: tuple[Path, str] | None = None
+    shapes: dict[str, dict[str, list[int]]] | None = None  # None: written before it was kept
 
 
 def read_step(step_dir: Path, step: int) -> StepRecord:
@@ -251,8 +253,8 @@ def read_step(step_dir: Path, step: int) -> StepRecord:
         damage = (dtypes_file, "not a JSON object")
         return StepRecord(metadata, "current", None, damaged_dtypes=damage)
     record = cast("dict[str, dict[str, Any]]", dict(dtypes))  # pyright: ignore[reportUnknownArgumentType]
-    host = record.pop(HOST_LEAVES, None)
-    return StepRecord(metadata, "current", record, host)
+    host, shapes = record.pop(HOST_LEAVES, None), record.pop(SHAPES, None)
+    return StepRecord(metadata, "current", record, host, shapes=shapes)
 
 
 def format2_metadata(raw: dict[str, Any], step: int) -> CheckpointMetadata:

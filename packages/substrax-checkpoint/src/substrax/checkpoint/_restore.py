@@ -3,6 +3,7 @@
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Final, cast
 
 import jax
@@ -212,8 +213,7 @@ def check_files(root: Path, step: int, items: Sequence[str] | None) -> bool:
 
     Raises ``CheckpointCorruptError`` naming the first damaged file and counting the others.
     """
-    step_dir = root / str(step)
-    manifest = read_manifest(step_dir)
+    manifest = read_manifest(step_dir := root / str(step))
     if manifest is None:
         return False
     damage = check_manifest(step_dir, manifest, items=items)
@@ -226,11 +226,11 @@ def _held(record: StepRecord, step: int, items: Sequence[str] | None) -> tuple[s
     held = record.metadata.items
     if items is None:
         return held
-    missing = [name for name in items if name not in held]
-    if missing:
-        raise ValueError(
-            f"step {step} does not hold item(s) {missing} (it holds {held}); restore items it holds"
-        )
+    if isinstance(items, str):  # not its letters: ('model',), as check_manifest says too
+        raise TypeError(f"items={items!r} is one string; pass a sequence of names: ({items!r},)")
+    if missing := [name for name in items if name not in held]:
+        what = f"step {step} does not hold item(s) {missing} (it holds {held})"
+        raise ValueError(f"{what}; restore items it holds")
     return tuple(name for name in held if name in items)
 
 
@@ -262,7 +262,19 @@ def restore_items(
             f"templates name item(s) {unknown} that step {step} does not hold (it holds {held})"
         )
     wrapped = record.layout == "current"
-    stored = stored_trees(manager, step, record, held)
+    resolved = {
+        name: _trees.scalars_as_arrays(resolve_abstract_meshes(tree, mesh))
+        for name, tree in templates.items()
+    }
+    # templates covering the recorded leaves skip orbax's metadata read (its restore reads it)
+    stored: dict[str, PyTree] = {
+        name: {path: SimpleNamespace(shape=tuple(shape)) for path, shape in shapes.items()}
+        for name, tree in resolved.items()
+        if (shapes := (record.shapes or {}).get(name)) is not None
+        and {path for path, _ in _trees.flat_leaves(tree)} == set(shapes)
+    }
+    if unread := [name for name in held if name not in stored]:
+        stored |= stored_trees(manager, step, record, unread)
 
     def mismatches(trees: Mapping[str, PyTree]) -> list[DtypeMismatch]:
         """Each leaf of ``trees`` whose dtype differs from the stored one."""
@@ -276,10 +288,6 @@ def restore_items(
     # NumPy leaves: a template's come back as its kinds, an untemplated item's as it was saved
     kinds: dict[str, Mapping[str, str]] = {
         name: _trees.host_record(tree) for name, tree in templates.items()
-    }
-    resolved = {
-        name: _trees.scalars_as_arrays(resolve_abstract_meshes(tree, mesh))
-        for name, tree in templates.items()
     }
     for name, template in resolved.items():
         check_template(name, stored[name], template)

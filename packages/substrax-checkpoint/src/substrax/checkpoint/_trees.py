@@ -9,7 +9,7 @@ import orbax.checkpoint as ocp
 
 from substrax.typing import PyTree
 
-from ._metadata import HOST_LEAVES
+from ._metadata import HOST_LEAVES, SHAPES
 from ._write_errors import CheckpointLeafNameCollisionError
 
 
@@ -90,12 +90,13 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
     """The items as orbax saves them, and the JSON of the step's ``dtypes`` item, in one pass.
 
     NumPy scalars become 0-d arrays. The JSON is each item's ``dtype_record`` plus, under
-    ``HOST_LEAVES``, its ``host_record``. A Python int that no 64-bit integer holds, an empty
+    ``HOST_LEAVES``, its ``host_record``, and under ``SHAPES`` its leaves' shapes. A Python int that no 64-bit integer holds, an empty
     array and two leaves of one stored name are refused here, not inside orbax's write.
     """
     saved: dict[str, PyTree] = {}
     dtypes: dict[str, dict[str, str]] = {}
     host: dict[str, dict[str, HostKind]] = {}
+    shapes: dict[str, dict[str, list[int]]] = {}  # every leaf with a dtype has its shape
     for name, tree in items.items():
         pairs, treedef = jax.tree_util.tree_flatten_with_path(tree)
         check_stored_names(name, [key_path for key_path, _ in pairs])
@@ -122,6 +123,7 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
                 )
             if dtype is not None:
                 dtypes[name][path] = dtype
+                shapes.setdefault(name, {})[path] = [int(d) for d in np.shape(leaf)]
             if kind is not None:
                 kinds[path] = kind
             leaves.append(np.asarray(leaf) if kind == "numpy_scalar" else leaf)
@@ -129,7 +131,7 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
             host[name] = kinds
         scalars = "numpy_scalar" in kinds.values()
         saved[name] = jax.tree_util.tree_unflatten(treedef, leaves) if scalars else tree
-    return saved, {**dtypes, HOST_LEAVES: host}
+    return saved, {**dtypes, HOST_LEAVES: host, SHAPES: shapes}
 
 
 def scalars_as_arrays(tree: PyTree) -> PyTree:
