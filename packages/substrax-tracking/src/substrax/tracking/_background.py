@@ -249,18 +249,8 @@ class AsyncDelivery:
     def _take_over(self, control: _Control) -> bool:
         """Spool what the worker holds while it is inside a backend call (under ``_lock``)."""
         records = [*self._in_flight, *self._pending]
-        queued: list[Record] = []
-        controls: list[_Control] = []
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, _Control):
-                if item is not control:
-                    controls.append(item)
-            else:
-                queued.append(as_record(item))
+        queued, controls = self._empty_queue()
+        controls = [other for other in controls if other is not control]
         spilled = self._take_spill()
         try:
             if self._to_spool([*records, *queued, *spilled]):
@@ -335,16 +325,24 @@ class AsyncDelivery:
             self._abandoned = True
             records = [*self._in_flight, *self._pending]
             self._in_flight, self._pending = [], []
+        queued, controls = self._empty_queue()
+        for item in controls:
+            item.done.set()
+        return records + queued + self._take_spill()
+
+    def _empty_queue(self) -> tuple[list[Record], list[_Control]]:
+        """Empty the queue: its records, in order, and its control messages."""
+        records: list[Record] = []
+        controls: list[_Control] = []
         while True:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
-                break
+                return records, controls
             if isinstance(item, _Control):
-                item.done.set()
+                controls.append(item)
             else:
                 records.append(as_record(item))
-        return records + self._take_spill()
 
     def _spooled_now(self) -> int:
         """How many of this run's records the spool holds (counted without parsing the lines)."""
