@@ -489,10 +489,8 @@ PRIVATE_MODULES = ("mlflow.store",)  # MLflow's storage layer: no stability prom
 PRIVATE_IMPORTS_ALLOWED = {
     # jax has no public path to its coordination service's client (one helper says why)
     ("substrax/runtime/_jax_client.py", "jax._src"),
-    # still to go: the jax call counter of the testing part (the test-suite issue) and the
-    # direct SQLite writer of the MLflow logger (the tracking issue)
+    # still to go: the jax call counter of the testing part (the test-suite issue)
     ("substrax/testing/_jax_calls.py", "jax._src"),
-    ("substrax/tracking/_mlflow_sqlite.py", "mlflow.store"),
 }
 
 

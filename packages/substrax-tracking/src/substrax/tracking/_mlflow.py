@@ -15,11 +15,9 @@ from typing import Any
 
 from substrax.support import check_seconds, require
 
-from . import _http_bounds as http_bounds
 from ._base import safe_name
 from ._errors import UnknownRunIdError
 from ._first_attempt import FirstAttempt
-from ._mlflow_child import MetricRow, MetricWriter, refused_for_good
 from ._records import Record
 from ._remote import RemoteLogger, check_resume
 from ._spool import register_sink_factory
@@ -37,6 +35,9 @@ RESUMED_FROM_TAG = "substrax.resumed_from_step"
 _MAX_METRICS, _MAX_PARAMS = 1000, 100
 _STATS = ("min", "max", "mean", "std")
 _NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"  # MLflow's error code for an unknown run id
+_CONNECT_TIMEOUT = 10.0
+
+type _MetricRow = tuple[str, float, int, int]  # key, value, timestamp (ms), step
 
 
 def _import_mlflow() -> Any:
@@ -52,6 +53,37 @@ def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
         else:
             flat[name] = value if isinstance(value, str) else json.dumps(value)
     return flat
+
+
+def refused_for_good(error: BaseException) -> bool:
+    """Whether MLflow refused what it was sent, so that no retry can store it.
+
+    MLflow's ``INVALID_PARAMETER_VALUE`` (a metric name it does not accept, a param logged again
+    with another value), or a value the client or its store cannot hold (a ``ValueError``,
+    ``TypeError`` or ``OverflowError``, raised or behind the error). A server that cannot be
+    reached, does not answer, or answers something that is not JSON is retried.
+
+    Example:
+        >>> from substrax.tracking._mlflow import refused_for_good
+        >>> refused_for_good(ValueError("Value out of range: 9223372036854775808"))
+        True
+        >>> refused_for_good(ConnectionRefusedError(111, "Connection refused"))
+        False
+    """
+    if getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE":
+        return True
+    if isinstance(error, ValueError | TypeError) and not isinstance(
+        error, json.JSONDecodeError | UnicodeError
+    ):
+        return True
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OverflowError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _new_step(last: dict[str, int], key: str, step: int) -> bool:
@@ -94,7 +126,6 @@ class _MlflowSink:
         run_id: str | None = None,
         spec: _RunSpec | None = None,
         registry_uri: str | None = None,
-        request_timeout: float = http_bounds.DEFAULT_TIMEOUT,
         resume_step: int | None = None,
     ) -> None:
         from mlflow.tracking import MlflowClient  # noqa: PLC0415
@@ -109,10 +140,8 @@ class _MlflowSink:
         self.spec = spec
         self._resume = run_id is not None
         self._ready = False
-        self._bounded = http_bounds.acquire(tracking_uri, request_timeout)
         self._first: FirstAttempt | None = None
         self.failed = False  # end the run as FAILED
-        self.writer = MetricWriter(tracking_uri, label=f"MLflow at {tracking_uri}")
         with store_lock(tracking_uri):  # opening a new sqlite store creates its tables
             self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=registry_uri)
 
@@ -229,8 +258,7 @@ class _MlflowSink:
         from mlflow.entities import Param  # noqa: PLC0415
 
         run_id = self._ensure_run()
-        # plain rows: MLflow's Metric entities are made only for a batch MLflow itself writes
-        metrics: list[MetricRow] = []
+        metrics: list[_MetricRow] = []
         params: list[Any] = []
         for record in records:
             stamp, step, payload = int(record.time * 1000), record.step or 0, record.payload
@@ -267,7 +295,7 @@ class _MlflowSink:
             self.client.log_batch(run_id, params=params[start : start + _MAX_PARAMS])
         self._log_metrics(run_id, metrics)
 
-    def _log_metrics(self, run_id: str, metrics: list[MetricRow]) -> None:
+    def _log_metrics(self, run_id: str, metrics: list[_MetricRow]) -> None:
         """Send ``metrics``; with ``resume_step``, none at a step the run holds for its key."""
         from mlflow.entities import Metric  # noqa: PLC0415
 
@@ -276,8 +304,7 @@ class _MlflowSink:
             metrics = [row for row in metrics if _new_step(last, row[0], row[3])]
         for start in range(0, len(metrics), _MAX_METRICS):
             rows = metrics[start : start + _MAX_METRICS]
-            if not self.writer.log_batch(run_id, rows):
-                self.client.log_batch(run_id, metrics=[Metric(*row) for row in rows])
+            self.client.log_batch(run_id, metrics=[Metric(*row) for row in rows])
         if last is not None:
             self.last_steps = last  # only once delivered: a retried batch is filtered the same
 
@@ -285,19 +312,9 @@ class _MlflowSink:
         return refused_for_good(error)
 
     def finish(self) -> None:
-        try:
-            self.client.set_terminated(
-                self._ensure_run(), status="FAILED" if self.failed else "FINISHED"
-            )
-        finally:
-            self.release()
-
-    def release(self) -> None:
-        """End the metric writer process, give back the HTTP bounds this sink holds (once)."""
-        self.writer.close()
-        if self._bounded:
-            self._bounded = False
-            http_bounds.release()
+        self.client.set_terminated(
+            self._ensure_run(), status="FAILED" if self.failed else "FINISHED"
+        )
 
 
 register_sink_factory("mlflow", _MlflowSink.from_target)
@@ -318,14 +335,12 @@ class MLFlowLogger(RemoteLogger):
     this logger or by ``python -m substrax.tracking replay``. :attr:`run_id` is None until
     then. A server that answers with an error raises at construction (an unknown ``run_id``:
     :class:`UnknownRunIdError`).
-    For an ``http(s)`` server, MLflow's own HTTP retries are turned off and each request is
-    bounded by ``connect_timeout`` unless ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` or
-    ``MLFLOW_HTTP_REQUEST_TIMEOUT`` are set; :meth:`close` returns within ``close_timeout``
-    either way.
-
-    On a database store (``sqlite:``, ``postgresql:``, ...) a run past its first 1,000 metric
-    values writes them from a child process of lower priority, which ends with the logger: MLflow's
-    SQL store spends its CPU there, not under the training loop's GIL.
+    Every request runs off the training thread, so construction and :meth:`close` keep their
+    bounds whatever MLflow's own HTTP settings are (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
+    ``MLFLOW_HTTP_REQUEST_TIMEOUT``: left as the user set them; their defaults retry a dead
+    server for minutes on the worker thread). A tracking server (``mlflow server``) is the
+    recommended store: the training process then pays an HTTP call per batch, where an
+    in-process ``sqlite:`` store runs MLflow's ORM under the training loop's GIL.
 
     Resuming a run from a checkpoint of step ``S``: pass the first attempt's ``run_id`` and
     ``resume_step=S``. MLflow's metric history is append-only (no API deletes a value), so the
@@ -357,8 +372,7 @@ class MLFlowLogger(RemoteLogger):
         spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl`` (with
             ``all_processes``, ``<name>.p<index>.spool.jsonl`` on a process other than 0).
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
-        connect_timeout: the most seconds construction waits for a server (and, unless set in
-            the environment, for one MLflow request).
+        connect_timeout: the most seconds construction waits for a server.
         max_queue: the queue bound (a full queue spills into the spool file).
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log from every process (each then makes its own run).
@@ -394,7 +408,7 @@ class MLFlowLogger(RemoteLogger):
         log_dir: str | os.PathLike[str] | None = None,
         spool_path: str | os.PathLike[str] | None = None,
         close_timeout: float = 30.0,
-        connect_timeout: float = http_bounds.DEFAULT_TIMEOUT,
+        connect_timeout: float = _CONNECT_TIMEOUT,
         max_queue: int = 100_000,
         process_index: int | None = None,
         all_processes: bool = False,
@@ -435,7 +449,6 @@ class MLFlowLogger(RemoteLogger):
             run_id=run_id,
             spec=None if run_id is not None else spec,
             registry_uri=registry_uri,
-            request_timeout=connect_timeout,
             resume_step=resume_step,
         )
         try:
@@ -454,7 +467,6 @@ class MLFlowLogger(RemoteLogger):
                     self.spool_path,
                 )
         except BaseException as error:
-            sink.release()
             if run_id is not None and getattr(error, "error_code", None) == _NOT_FOUND:
                 raise UnknownRunIdError("MLFlowLogger", run_id, self.tracking_uri) from error
             raise
@@ -470,11 +482,6 @@ class MLFlowLogger(RemoteLogger):
     def experiment_id(self) -> str | None:
         """The MLflow experiment id (None until known)."""
         return None if self._sink is None else self._sink.experiment_id
-
-    def _close(self) -> None:
-        super()._close()
-        if self._sink is not None:
-            self._sink.release()
 
     def mark_failed(self) -> None:
         """End the run with status ``FAILED`` when it closes."""
