@@ -200,6 +200,7 @@ def main() -> dict[str, object]:
             if stopper.should_stop:
                 break
 
+        store.wait()  # the last save committed: retention has dropped what it does not keep
         best = store.best_step("val_accuracy", mode="max")
         assert best is not None
         restored = store.restore(best, templates={"model": nnx.state(model)}, items=("model",))

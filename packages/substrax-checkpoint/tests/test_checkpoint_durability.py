@@ -1,5 +1,6 @@
 """What a save leaves on disk when its process dies: only whole steps, each with its manifest or none."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -63,3 +64,54 @@ def test_a_writer_killed_mid_save_leaves_only_whole_steps(store_dir, delay):
         store.save(following, {"model": {"w": jnp.zeros(2)}})
         assert store.list_steps()[-1] == following
     assert not list(store_dir.glob("*.orbax-checkpoint-tmp*")), "the partial save was removed"
+
+
+# commits step 2, then is killed as it writes the step's manifest: its temporary file left behind
+KILLED_BEFORE_MANIFEST = textwrap.dedent(
+    """
+    import os, signal, sys
+    import numpy as np
+    import substrax.checkpoint._save as save_module
+    from substrax.checkpoint import OrbaxCheckpointStore
+
+    def killed(step_dir):
+        (step_dir / ".substrax_manifest.json.5eed.tmp").write_text('{"format": 1, "fi')
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    store = OrbaxCheckpointStore(sys.argv[1], async_save=False)
+    store.save(1, {"model": {"w": np.arange(3.0)}})
+    save_module.write_manifest = killed
+    store.save(2, {"model": {"w": np.arange(3.0) + 2}})
+    """
+)
+
+
+def test_a_step_killed_before_its_manifest_stays_unverified_and_its_leftover_goes(
+    store_dir, monkeypatch, caplog, capsys
+):
+    from substrax.checkpoint import _manifest
+    from substrax.checkpoint._cli import main
+
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_BEFORE_MANIFEST, str(store_dir)], timeout=120, check=False
+    )
+    assert killed.returncode == -signal.SIGKILL
+    leftover = store_dir / "2" / f".{_manifest.MANIFEST_FILE}.5eed.tmp"
+    assert leftover.exists()
+    assert not (store_dir / "2" / _manifest.MANIFEST_FILE).exists()
+    monkeypatch.setattr(_manifest, "MANIFEST_WAIT", 0.3)  # the manifest never comes
+    with caplog.at_level("INFO"), OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.restore(1).verified
+        late = reader.restore(2)
+        assert not late.verified
+        np.testing.assert_array_equal(late.items["model"]["w"], np.arange(3.0) + 2)
+    assert "restored unverified" in caplog.text
+    assert leftover.exists(), "a reader removes nothing"
+    with OrbaxCheckpointStore(store_dir) as writer:  # the next writer tidies up
+        assert not leftover.exists()
+        assert sorted(p.name for p in store_dir.iterdir() if p.name.startswith(".substrax-m")) == []
+        assert not writer.restore(2).verified
+    assert not (store_dir / "2" / _manifest.MANIFEST_FILE).exists(), "never sealed after the fact"
+    capsys.readouterr()
+    assert main(["verify", "--json", str(store_dir)]) == 0
+    assert [row["status"] for row in json.loads(capsys.readouterr().out)] == ["ok", "unverified"]

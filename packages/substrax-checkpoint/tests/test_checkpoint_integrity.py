@@ -163,6 +163,24 @@ def test_a_step_without_a_manifest_restores_unverified(store_dir, caplog):
     assert main(["verify", str(store_dir), "--json"]) == 0
 
 
+def test_a_manifest_listing_no_files_is_damaged_never_trusted(store_dir, capsys):
+    _save(store_dir)
+    (store_dir / "3" / MANIFEST_FILE).write_text(
+        '{"format": 1, "algorithm": "crc32c", "files": {}}'
+    )
+    with (
+        OrbaxCheckpointStore(store_dir, read_only=True) as store,
+        pytest.raises(CheckpointCorruptError, match="lists no files") as refused,
+    ):
+        store.restore(3)
+    assert refused.value.path == store_dir.resolve() / "3" / MANIFEST_FILE
+    capsys.readouterr()
+    assert main(["verify", str(store_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out
+    assert "lists no files" in out
+
+
 def test_use_checksums_false_writes_and_checks_no_manifest(store_dir):
     state = _save(store_dir, use_checksums=False)
     assert not (store_dir / "3" / MANIFEST_FILE).exists()

@@ -202,6 +202,7 @@ def test_a_step_without_a_manifest_reads_as_none(saved: Path, tmp_path: Path) ->
         b'{"format": 2, "algorithm": "crc32c", "files": {}}',
         b'{"format": 1, "algorithm": "sha256", "files": {}}',
         b'{"format": 1, "algorithm": "crc32c"}',
+        b'{"format": 1, "algorithm": "crc32c", "files": {}}',  # lists nothing: checks nothing
         b'{"format": 1, "algorithm": "crc32c", "files": {"../x": {"size": 1, "crc32c": "00000000"}}}',
         b'{"format": 1, "algorithm": "crc32c", "files": {"/x": {"size": 1, "crc32c": "00000000"}}}',
         b'{"format": 1, "algorithm": "crc32c", "files": {"x": {"size": -1, "crc32c": "00000000"}}}',

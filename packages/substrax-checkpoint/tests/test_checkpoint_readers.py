@@ -17,6 +17,7 @@ from substrax.checkpoint import (
     OrbaxCheckpointStore,
 )
 from substrax.checkpoint._cli import main
+from substrax.checkpoint._manifest import MANIFEST_FILE
 from substrax.checkpoint._reads import verify_step
 
 
@@ -72,6 +73,32 @@ def test_a_reader_follows_a_writer(store_dir):
     np.testing.assert_array_equal(reader.restore(2).items["model"]["w"], np.full(3, 2.0))
     reader.close()
     writer.close()
+
+
+def test_a_reader_waits_for_the_manifest_a_live_writer_owes(store_dir, monkeypatch):
+    """The newest step is committed before its manifest: a reader waits for it, bounded."""
+    from substrax.checkpoint import _save as save_module
+
+    sealing = save_module.write_manifest
+
+    def slow_seal(step_dir):
+        time.sleep(1.0)
+        sealing(step_dir)
+
+    monkeypatch.setattr(save_module, "write_manifest", slow_seal)
+    with (
+        OrbaxCheckpointStore(store_dir) as writer,
+        OrbaxCheckpointStore(store_dir, read_only=True) as reader,
+    ):
+        for step in (1, 2):
+            writer.save(step, _state(step))
+            assert reader.wait_for_step(after=step - 1, timeout=60, poll_interval=0.01) == step
+            assert not (store_dir / str(step) / MANIFEST_FILE).exists()  # committed, not sealed
+            if step == 1:
+                checkpoint = reader.restore(step)
+                assert (checkpoint.step, checkpoint.verified) == (step, True)
+            else:
+                assert verify_step(reader, step) == ([], True)
 
 
 def test_an_empty_store_says_it_is_empty(store_dir):

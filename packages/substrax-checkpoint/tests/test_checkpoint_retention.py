@@ -199,3 +199,35 @@ def test_partial_step_is_invisible_and_cleaned(store_dir):
         assert not partial.exists()
         _save(store, 2, 0.4)
         assert store.latest_step() == 2
+
+
+def test_retention_deletes_a_step_only_once_the_next_is_committed_with_its_manifest(
+    store_dir, monkeypatch
+):
+    """max_to_keep=1: the old step stays held (and restorable) until the new one is sealed."""
+    from substrax.checkpoint import _save as save_module
+
+    sealing = save_module.write_manifest
+    held_at_seal: list[tuple[str, list[str]]] = []
+
+    def seal(step_dir: Path) -> None:
+        steps = sorted(p.name for p in store_dir.iterdir() if p.name.isdigit())
+        held_at_seal.append((step_dir.name, steps))
+        sealing(step_dir)
+
+    monkeypatch.setattr(save_module, "write_manifest", seal)
+    with OrbaxCheckpointStore(store_dir, max_to_keep=1) as store:
+        _save(store, 1)
+        store.wait()
+        _save(store, 2)  # in flight: step 1 is still the only committed step
+        assert 1 in store.list_steps()
+        restored = store.restore(1)
+        assert (restored.step, restored.verified) == (1, True)
+        np.testing.assert_array_equal(restored.items["model"]["w"], np.full(4, 1.0))
+        store.wait()
+        assert store.list_steps() == [2]
+    assert held_at_seal == [("1", ["1"]), ("2", ["1", "2"])]
+    assert not (store_dir / "1").exists()
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [2]
+        assert reader.restore(2).verified

@@ -11,7 +11,7 @@ from ._index import IndexBook
 from ._lock import is_primary
 from ._manager import Layout, empty_deleted, has_deleted, open_manager, step_directories
 from ._read_errors import CheckpointStoreClosedError
-from ._retention import OrbaxPreservation, RetentionPolicy
+from ._retention import RetentionPolicy, prunable
 from ._save import Writer
 from ._write_errors import CheckpointStoreReadOnlyError, CheckpointStoreSupersededError
 
@@ -27,7 +27,7 @@ class StoreLifecycle(Closeable):
     _read_only: bool
     _superseded: bool  # a newer writer store of this process took the directory over
     _manager_: ocp.CheckpointManager | None
-    _preservation: OrbaxPreservation
+    _warned: set[str]  # the metrics retention warned that no step records
     _closed: bool
     _writer: Writer
     _release: Callable[[], object]
@@ -40,7 +40,7 @@ class StoreLifecycle(Closeable):
 
     @property
     def retention(self) -> RetentionPolicy:
-        """The retention rules applied after every committed save."""
+        """The retention rules applied once each save is committed (and its manifest written)."""
         return self._retention
 
     def _manager(self, *, create: bool = False) -> ocp.CheckpointManager | None:
@@ -54,7 +54,6 @@ class StoreLifecycle(Closeable):
                 layout=self._layout,
                 async_save=self._async,
                 read_only=self._read_only or self._superseded,
-                preservation=self._preservation,
             )
         return self._manager_
 
@@ -133,7 +132,11 @@ class StoreLifecycle(Closeable):
         if manager is None:
             return
         committed = self._writer.finish(manager, forget=self._forget, latest_step=self.latest_step)
-        if committed is not None:
+        if committed is not None:  # sealed too: what retention drops goes only now
+            held, metrics = self._held_steps(), self._book.metrics()
+            dropped = prunable(self._retention, held, metrics, self._directory, warned=self._warned)
+            for step in dropped:
+                manager.delete(step)
             self._book.committed(self._held_steps())
             if is_primary() and has_deleted(self._directory):  # what retention renamed away
                 directory = self._directory

@@ -18,8 +18,8 @@ import orbax.checkpoint as ocp
 from substrax.typing import PyTree
 
 from ._index import INDEX_FILE
+from ._manifest import DUE_MARK, MANIFEST_FILE
 from ._metadata import DTYPES_ITEM, ITEM_NAMES, METADATA_ITEM
-from ._retention import OrbaxPreservation
 
 
 TMP_MARK: Final = ".orbax-checkpoint-tmp"
@@ -55,9 +55,8 @@ def open_manager(
     layout: Layout,
     async_save: bool,
     read_only: bool,
-    preservation: OrbaxPreservation,
 ) -> ocp.CheckpointManager:
-    """The orbax ``CheckpointManager`` of a store at ``directory``."""
+    """The orbax ``CheckpointManager`` at ``directory``; it keeps every step (the store prunes)."""
     options = ocp.CheckpointManagerOptions(
         create=not read_only,
         read_only=read_only,
@@ -66,7 +65,6 @@ def open_manager(
         # a step leaves the store in one rename, so a reader never lists a half-deleted step
         todelete_subdir=None if read_only else DELETED,
         enable_async_checkpointing=async_save,
-        preservation_policy=preservation,
         lightweight_initialize=True,
     )
     return ocp.CheckpointManager(directory, options=options, item_handlers=_handlers(layout))
@@ -135,9 +133,15 @@ def remove_partial_steps(directory: Path) -> None:
     if not directory.is_dir():
         return
     for child in directory.iterdir():
-        if TMP_MARK in child.name and child.is_dir():
+        name = child.name
+        if TMP_MARK in name and child.is_dir():
             shutil.rmtree(child, ignore_errors=True)
-        elif child.name.startswith(f".{INDEX_FILE}.") and child.name.endswith(".tmp"):
+        elif name.isdigit() and child.is_dir():  # a manifest never written: it stays unverified
+            for leftover in child.glob(f".{MANIFEST_FILE}.*.tmp"):  # write_atomically's name
+                leftover.unlink()
+        elif name.startswith(DUE_MARK) or (
+            name.startswith(f".{INDEX_FILE}.") and name.endswith(".tmp")
+        ):
             child.unlink(missing_ok=True)
     empty_deleted(directory)
 

@@ -4,6 +4,7 @@
 array; unlisted files (``.nfs*`` litter) are not damage. Symbolic links are never followed.
 """
 
+import contextlib
 import errno
 import functools
 import json
@@ -11,6 +12,7 @@ import os
 import re
 import stat
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +29,9 @@ from ._metadata import DTYPES_ITEM, METADATA_ITEM, WRAPPER
 MANIFEST_FILE: Final = "substrax_manifest.json"
 """The manifest's name inside a step directory."""
 
+DUE_MARK: Final = ".substrax-manifest-due."
+"""``<store>/<DUE_MARK><step>``: dropped by the writer before orbax's save, gone once sealed."""
+MANIFEST_WAIT: Final = 5.0  # seconds a read waits for a due manifest (a killed writer's: in vain)
 _FORMAT: Final = (1, "crc32c")
 _ALWAYS_CHECKED: Final = frozenset({METADATA_ITEM, DTYPES_ITEM})
 """Items every restore reads, checked whatever ``items`` names."""
@@ -170,19 +175,34 @@ def _parse(document: object) -> Manifest:
         if type(size) is not int or size < 0 or not isinstance(crc, str) or not _CRC.fullmatch(crc):
             return Manifest({}, unreadable=f"{path!r}: {record!r}, not {{'size', 'crc32c'}}")
         records[path] = FileRecord(size, int(crc, 16))
-    return Manifest(records)
+    return Manifest(records) if records else Manifest({}, unreadable="it lists no files")
+
+
+def mark_due(step_dir: Path | None, *, due: bool) -> None:
+    """Mark ``step_dir``'s manifest as due, or no longer; unmarked, readers don't wait for it."""
+    mark = None if step_dir is None else step_dir.parent / f"{DUE_MARK}{step_dir.name}"
+    with contextlib.suppress(OSError):
+        if mark is not None and due:
+            mark.touch()
+        elif mark is not None:
+            mark.unlink(missing_ok=True)
 
 
 def read_manifest(step_dir: Path) -> Manifest | None:
-    """``step_dir``'s manifest, or None when it has none (written before manifests, or crashed)."""
-    try:
-        with os.fdopen(os.open(step_dir / MANIFEST_FILE, _OPEN), "rb") as file:
-            return _parse(json.loads(file.read()))
-    except FileNotFoundError:
-        step_dir.stat()  # the step itself vanished: raise, don't call it unverified
-        return None
-    except (OSError, ValueError) as error:  # ValueError: not UTF-8, not JSON
-        return Manifest({}, unreadable=f"{type(error).__name__}: {error}")
+    """``step_dir``'s manifest (one due waited for, :data:`MANIFEST_WAIT` at most), or None."""
+    deadline = time.monotonic() + MANIFEST_WAIT
+    while True:
+        try:
+            with os.fdopen(os.open(step_dir / MANIFEST_FILE, _OPEN), "rb") as file:
+                return _parse(json.loads(file.read()))
+        except FileNotFoundError:
+            step_dir.stat()  # the step itself vanished: raise, don't call it unverified
+            due = (step_dir.parent / f"{DUE_MARK}{step_dir.name}").exists()
+            if not due or time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+        except (OSError, ValueError) as error:  # ValueError: not UTF-8, not JSON
+            return Manifest({}, unreadable=f"{type(error).__name__}: {error}")
 
 
 def _locate(file: str, arrays: Collection[str]) -> tuple[str | None, str | None]:

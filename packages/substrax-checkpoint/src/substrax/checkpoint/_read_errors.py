@@ -1,14 +1,9 @@
 """The errors of opening and reading a store, each carrying the values it complains about."""
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from substrax.support import PicklableError, StructuredError
-
-
-_CHECKSUM = re.compile(r"checksum|digest|crc", re.IGNORECASE)
-"""Words of a report of bytes that fail their checksum (others: a missing or empty file...)."""
 
 
 class CheckpointNotFoundError(StructuredError, FileNotFoundError, kw_only=True):
@@ -122,7 +117,7 @@ class CheckpointCorruptError(StructuredError, ValueError, kw_only=True):
         >>> CheckpointCorruptError(
         ...     step=7, item="model", leaf="w", directory=Path("/s"), path=Path("/s/7")
         ... ).args[0]
-        "checkpoint step 7 in /s is corrupted: item 'model' leaf 'w' fails its checksum ..."
+        "checkpoint step 7 in /s is corrupted: item 'model' leaf 'w' is damaged (/s/7: checksum ..."
     """
 
     __module__ = "substrax.checkpoint"
@@ -135,10 +130,9 @@ class CheckpointCorruptError(StructuredError, ValueError, kw_only=True):
     detail: str = "checksum mismatch"
 
     def _message(self) -> str:
-        damage = "fails its checksum" if _CHECKSUM.search(self.detail) else "is damaged"
         return (
             f"checkpoint step {self.step} in {self.directory} is corrupted: item {self.item!r} "
-            f"leaf {self.leaf!r} {damage} ({self.path}: {self.detail}); restore an earlier step "
+            f"leaf {self.leaf!r} is damaged ({self.path}: {self.detail}); restore an earlier step "
             "(list_steps()), and check the others with `python -m substrax.checkpoint verify DIR`"
         )
 

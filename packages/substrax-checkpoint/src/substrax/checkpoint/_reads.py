@@ -157,9 +157,9 @@ class StoreReads(StoreLifecycle):
         local device). A template that does not fit raises ValueError naming the first leaf; a
         dtype change raises ``CheckpointDtypeMismatchError`` unless ``cast_dtypes``. Templates
         with abstract meshes need ``mesh=`` or a ``jax.set_mesh`` block; ``items=`` restores only
-        the named items. ``step=None`` restores the latest step (on an empty store,
-        ``CheckpointNotFoundError``). The files read are checked against the step's manifest
-        (``CheckpointCorruptError``); a step without one restores unverified (``verified``).
+        the named items; ``step=None`` the latest step. The files read are checked against the
+        step's manifest (``CheckpointCorruptError``), one its live writer owes waited for a few
+        seconds; a step without one restores unverified (``verified``).
 
         Example:
             >>> import tempfile

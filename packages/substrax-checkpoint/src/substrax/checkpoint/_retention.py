@@ -2,10 +2,10 @@
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from substrax.support import Mode, check_int, check_mode
 
@@ -16,6 +16,7 @@ _logger = logging.getLogger(__name__)
 
 type ModeLike = Mode | Literal["min", "max"]
 """A :class:`~substrax.support.Mode`, or its plain string."""
+type StepMetrics = Mapping[int, Mapping[str, float]]  # each step's metrics, by name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,9 +58,7 @@ class RetentionPolicy:
         if self.keep_every is not None:
             check_int("keep_every", self.keep_every, minimum=1)
 
-    def steps_to_keep(
-        self, steps: Iterable[int], metrics: Mapping[int, Mapping[str, float]]
-    ) -> set[int]:
+    def steps_to_keep(self, steps: Iterable[int], metrics: StepMetrics) -> set[int]:
         """The steps these rules keep among ``steps``, given each step's metrics.
 
         Every step is kept when ``keep_best`` ranks by a metric none records; NaN never ranks.
@@ -85,9 +84,7 @@ class RetentionPolicy:
             keep.update(step for _, step in scored[: self.keep_best])
         return keep
 
-    def unrecorded_metric(
-        self, steps: Iterable[int], metrics: Mapping[int, Mapping[str, float]]
-    ) -> str | None:
+    def unrecorded_metric(self, steps: Iterable[int], metrics: StepMetrics) -> str | None:
         """``best_metric`` when ``keep_best`` ranks by it and none of ``steps`` records it, else None.
 
         Example:
@@ -105,7 +102,7 @@ class RetentionPolicy:
         return name
 
 
-def recorded_metrics(metrics: Mapping[int, Mapping[str, float]]) -> list[str]:
+def recorded_metrics(metrics: StepMetrics) -> list[str]:
     """The metric names any step records, sorted."""
     return sorted({name for values in metrics.values() for name in values})
 
@@ -113,43 +110,27 @@ def recorded_metrics(metrics: Mapping[int, Mapping[str, float]]) -> list[str]:
 def prunable(
     policy: RetentionPolicy,
     steps: Sequence[int],
-    metrics: Mapping[int, Mapping[str, float]],
+    metrics: StepMetrics,
     directory: Path,
+    *,
+    warned: set[str] | None = None,
 ) -> list[int]:
-    """The steps ``policy`` drops, for ``prune``; ``BestMetricNotRecordedError`` if none ranks."""
+    """The steps ``policy`` drops; ``BestMetricNotRecordedError`` if none records its metric.
+
+    With ``warned`` (the metrics warned of), such a metric keeps every step, warned of once.
+    """
     missing = policy.unrecorded_metric(steps, metrics)
-    if missing is not None:
+    if missing is not None and warned is None:
         recorded = tuple(recorded_metrics({step: metrics.get(step, {}) for step in steps}))
         raise BestMetricNotRecordedError(metric=missing, directory=directory, recorded=recorded)
+    if missing is not None and warned is not None and len(steps) > 1 and missing not in warned:
+        warned.add(missing)
+        _logger.warning(
+            "keep_best ranks by the metric %r, which no step records (the steps record: %s); "
+            "keeping every step: check best_metric= or pass metrics={%r: ...} to save()",
+            missing,
+            ", ".join(recorded_metrics(metrics)) or "no metrics",
+            missing,
+        )
     keep = policy.steps_to_keep(steps, metrics)
     return [step for step in steps if step not in keep]
-
-
-@dataclass(frozen=True, slots=True)
-class OrbaxPreservation:
-    """An orbax ``PreservationPolicy`` that applies a ``RetentionPolicy`` with the store's metrics."""
-
-    policy: RetentionPolicy
-    metrics_of: Callable[[], Mapping[int, Mapping[str, float]]]
-    on_evict: Callable[[list[int]], None]
-    warned: set[str] = field(default_factory=set[str], compare=False)
-
-    def should_preserve(self, checkpoints: Sequence[Any], *, context: object) -> Sequence[bool]:
-        """One bool per orbax checkpoint info: whether to keep it (the others leave the index)."""
-        del context
-        steps = [info.step for info in checkpoints]
-        metrics = self.metrics_of()
-        missing = self.policy.unrecorded_metric(steps, metrics)
-        if missing is not None and len(steps) > 1 and missing not in self.warned:
-            self.warned.add(missing)
-            _logger.warning(
-                "keep_best ranks by the metric %r, which no step records (the steps record: %s); "
-                "keeping every step: check best_metric= or pass metrics={%r: ...} to save()",
-                missing,
-                ", ".join(recorded_metrics(metrics)) or "no metrics",
-                missing,
-            )
-        keep = self.policy.steps_to_keep(steps, metrics)
-        if evicted := [step for step in steps if step not in keep]:
-            self.on_evict(evicted)
-        return [step in keep for step in steps]

@@ -1,7 +1,7 @@
 """The save path: a save's request, its refusal decided once, the write handed to orbax.
 
 In one process orbax's save runs on the writer thread, from a snapshot, while ``save`` returns;
-with several, on the caller's thread. Once orbax commits the step, its manifest is written.
+with several, on the caller's thread. Once orbax commits the step, its manifest (due till then).
 """
 
 import contextlib
@@ -23,7 +23,7 @@ from . import _trees
 from ._index import IndexBook, IndexEntry
 from ._lock import LOCK_FILE, WriterLease, agree, is_primary
 from ._manager import remove_remade, save_held, snapshot
-from ._manifest import write_manifest
+from ._manifest import mark_due, write_manifest
 from ._metadata import (
     DTYPES_ITEM,
     METADATA_ITEM,
@@ -186,11 +186,13 @@ class Writer:
             empty_deleted()
             steps = [held for held in steps if held != step]
         book.saving(step, request.entry())
+        sealing = self._directory / str(step) if self._manifests and is_primary() else None
+        mark_due(sealing, due=True)  # before orbax commits the step
         try:
-            self._start(
-                manager(), request, latest=steps[-1] if steps else None, async_save=async_save
-            )
+            latest = steps[-1] if steps else None
+            self._start(manager(), request, latest=latest, async_save=async_save, sealing=sealing)
         except BaseException:
+            mark_due(sealing, due=False)
             book.evict([step])  # never written: no trace of it in the index
             raise
 
@@ -201,8 +203,9 @@ class Writer:
         *,
         latest: int | None,
         async_save: bool,
+        sealing: Path | None,
     ) -> None:
-        """Start writing ``request`` (``latest``: the latest step held besides it)."""
+        """Start writing ``request`` (``latest``: the step before it; ``sealing``: its manifest's)."""
         step = request.step
         items = _trees.globalize_host_local(request.items)  # orbax saves only global arrays
         # one process: orbax's save call on the writer thread, from a snapshot (with several,
@@ -218,18 +221,17 @@ class Writer:
                     step=step, latest_step=latest, reason=NotWrittenReason.REJECTED
                 )
         self.pending = step
-        if self._manifests and is_primary():  # after the save call, on the same thread
+        if sealing is not None:  # after the save call, on the same thread
             self._seal = self._thread.submit(self._write_manifest, orbax, step)
 
     def _write_manifest(self, manager: ocp.CheckpointManager, step: int) -> None:
-        """Once orbax commits ``step``, its manifest; one that cannot be written is a warning."""
+        """Once orbax commits ``step``, its manifest, then no longer due; failing is a warning."""
         with contextlib.suppress(Exception):  # a failed write is ``finish``'s to raise
             manager.wait_until_finished()
         step_dir = self._directory / str(step)
-        if not (step_dir / METADATA_ITEM).is_dir():
-            return
         try:
-            write_manifest(step_dir)
+            if (step_dir / METADATA_ITEM).is_dir():
+                write_manifest(step_dir)
         except OSError as error:
             _logger.warning(
                 "checkpoint step %s in %s was committed, but its manifest could not be written "
@@ -238,6 +240,8 @@ class Writer:
                 self._directory,
                 error,
             )
+        finally:
+            mark_due(step_dir, due=False)
 
     def finish(
         self,

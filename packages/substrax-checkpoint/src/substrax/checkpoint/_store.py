@@ -17,9 +17,9 @@ from ._manager import Layout, empty_deleted, remove_partial_steps
 from ._metadata import Producer
 from ._paths import check_store_directory, make_store_directory
 from ._protocol import PyTree
-from ._read_errors import CheckpointNotFoundError, CheckpointStoreNotFoundError
+from ._read_errors import CheckpointStoreNotFoundError
 from ._reads import StoreReads
-from ._retention import ModeLike, OrbaxPreservation, RetentionPolicy, prunable
+from ._retention import ModeLike, RetentionPolicy, prunable
 from ._save import SaveRequest, Writer
 from ._write_errors import CheckpointNotWrittenError, CheckpointWriteError, UpgradeDestinationError
 
@@ -131,9 +131,7 @@ class OrbaxCheckpointStore(StoreReads):
             run=self._writer.chore,
             intact=self._writer.intact,
         )
-        self._preservation = OrbaxPreservation(
-            self._retention, self._book.metrics, self._book.evict
-        )
+        self._warned = set[str]()
         if not read_only:
             self._take_over()
 
@@ -258,12 +256,8 @@ class OrbaxCheckpointStore(StoreReads):
         """
         self._check_writable("delete")
         self.wait()
-        manager = self._manager()
-        if manager is None or step not in manager.all_steps():
-            raise CheckpointNotFoundError(
-                step=step, directory=self._directory, available=tuple(self.list_steps())
-            )
-        manager.delete(step)
+        self._require(step)
+        self._writable_manager().delete(step)
         self._empty_deleted()
         self._book.deleted(step)
 
