@@ -23,6 +23,18 @@ from substrax.testing import free_port
 SERVER_BOOT_SECONDS = 240
 
 
+@pytest.fixture(autouse=True)
+def bounded_mlflow_http(monkeypatch):
+    """MLflow's HTTP settings as the tracking guide advises a user to set them.
+
+    The logger never changes them; with MLflow's defaults (7 retries with backoff, 120 s per
+    request) a dead server holds the delivery thread for minutes before a failure is seen. The
+    logger's own bounds with slow settings are tested in tests-integration/test_faults_tracking.py.
+    """
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+
+
 class MlflowServer:
     """A real `mlflow server` on 127.0.0.1 with a SQLite backend store, started and stopped here."""
 

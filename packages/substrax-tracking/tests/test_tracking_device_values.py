@@ -271,7 +271,7 @@ def test_a_deleted_value_is_skipped_with_a_warning_and_the_rest_is_kept(
     make, tmp_path, request, caplog
 ):
     """A buffer deleted (donated to the next step) before the logger read it."""
-    caplog.set_level(logging.WARNING, logger="substrax.tracking._base")
+    caplog.set_level(logging.WARNING, logger="substrax.tracking._values")
     out = io.StringIO()
     logger = make_logger(make, tmp_path, request, out)
     slow = Slow(0.3)

@@ -15,17 +15,6 @@ from substrax.tracking import MLFlowLogger, SpoolNotFoundError, UnknownRunIdErro
 
 pytest.importorskip("mlflow", reason="the mlflow extra is needed for MLFlowLogger")
 
-# MLflow's HTTP settings as the tracking guide advises a user to set them: the logger's own
-# bounds hold without them (tests-integration/test_faults_tracking.py sets slow ones), but with
-# MLflow's defaults a request to a dead server retries for minutes before a late server is seen.
-BOUNDED_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
-
-
-@pytest.fixture
-def bounded_http(monkeypatch):
-    for name, value in BOUNDED_HTTP.items():
-        monkeypatch.setenv(name, value)
-
 
 def spooled(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -40,7 +29,7 @@ def wait_for(condition, timeout=30):
 
 @pytest.mark.parametrize("how", ["refuse", "silent"])
 def test_a_server_that_vanishes_after_the_run_is_created_loses_nothing_and_close_is_bounded(
-    vanishing_mlflow, tmp_path, caplog, bounded_http, how
+    vanishing_mlflow, tmp_path, caplog, how
 ):
     server = vanishing_mlflow(vanish_after_run=how)
     caplog.set_level(logging.WARNING, logger="substrax.tracking")
@@ -72,7 +61,7 @@ def test_a_server_that_vanishes_after_the_run_is_created_loses_nothing_and_close
 
 
 def test_records_are_spooled_while_the_server_is_down_not_held_in_memory(
-    vanishing_mlflow, tmp_path, bounded_http
+    vanishing_mlflow, tmp_path
 ):
     server = vanishing_mlflow(vanish_after_run="refuse")
     logger = MLFlowLogger("down", tracking_uri=server.uri, log_dir=tmp_path, close_timeout=3)
@@ -88,7 +77,7 @@ def test_records_are_spooled_while_the_server_is_down_not_held_in_memory(
 
 
 def test_no_server_at_construction_returns_at_once_and_delivers_once_it_answers(
-    vanishing_mlflow, tmp_path, caplog, bounded_http
+    vanishing_mlflow, tmp_path, caplog
 ):
     port = free_port()
     caplog.set_level(logging.WARNING, logger="substrax.tracking")

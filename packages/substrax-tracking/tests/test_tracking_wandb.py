@@ -157,7 +157,7 @@ def test_log_model_and_artifact_reach_the_offline_run(wandb_offline, wandb_runs,
 def test_online_settings_are_bounded_unless_the_user_chose(monkeypatch):
     import wandb
 
-    from substrax.tracking._wandb import bounded_settings
+    from substrax.tracking._wandb_sink import bounded_settings
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_INIT_TIMEOUT", "300")
@@ -174,7 +174,7 @@ def test_online_settings_are_bounded_unless_the_user_chose(monkeypatch):
 
 
 def test_the_spool_records_the_server_and_a_replay_uses_it(wandb_offline, tmp_path, monkeypatch):
-    from substrax.tracking._wandb import _sink_from_target
+    from substrax.tracking._wandb_sink import sink_from_target
 
     logged_for = "http://127.0.0.1:18081"
     monkeypatch.setenv("WANDB_BASE_URL", logged_for)
@@ -182,7 +182,7 @@ def test_the_spool_records_the_server_and_a_replay_uses_it(wandb_offline, tmp_pa
         target = logger._sink.target()
     assert target["base_url"] == logged_for
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:18082")  # the replaying shell's
-    assert _sink_from_target(target)._init_options["settings"]["base_url"] == logged_for
+    assert sink_from_target(target)._init_options["settings"]["base_url"] == logged_for
     explicit = "http://127.0.0.1:18083"
     with WandbLogger(
         "wb2", project="p", log_dir=tmp_path, settings={"base_url": explicit}

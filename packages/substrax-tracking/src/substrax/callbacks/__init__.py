@@ -2,17 +2,6 @@
 
 A callback is structural (:class:`TrainingCallback` is a Protocol); a trainer drives a
 :class:`CallbackList` through its hooks and reads ``should_stop`` itself.
-
-Example:
-    >>> from substrax.callbacks import EarlyStopping
-    >>> stopper = EarlyStopping(patience=2, min_delta=0.01, mode="min")
-    >>> improved = []
-    >>> for step, loss in enumerate([1.0, 0.5, 0.49, 0.495, 0.5]):
-    ...     improved.append(stopper.update(loss))
-    ...     if stopper.should_stop:
-    ...         break
-    >>> improved, step
-    ([True, True, False, False], 3)
 """
 
 from substrax.support import Mode as Mode

@@ -1,4 +1,4 @@
-"""CallbackList: dispatch every hook to several callbacks in order, and gather their state."""
+"""CallbackList: call each hook on several callbacks in order, and gather their state."""
 
 from __future__ import annotations
 
@@ -8,9 +8,6 @@ from substrax.typing import Checkpointable, CheckpointState
 
 from ._errors import CallbackStateMismatchError
 from ._protocol import Logs, TrainingCallback
-
-
-__all__ = ["CallbackList", "is_checkpointable"]
 
 
 def is_checkpointable(obj: object) -> bool:

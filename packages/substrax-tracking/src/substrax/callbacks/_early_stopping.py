@@ -12,10 +12,8 @@ from substrax.support import Mode, check_float, check_int, check_mode
 from ._errors import MissingMetricError, MonitorMismatchError
 from ._metrics import metric_value
 from ._protocol import BaseCallback, Logs
-from ._tracker import EarlyStopping
+from ._tracker import EarlyStopping, check_state_keys
 
-
-__all__ = ["EarlyStoppingCallback", "EarlyStoppingConfig"]
 
 _logger = logging.getLogger(__name__)
 
@@ -64,9 +62,8 @@ class EarlyStoppingConfig:
         check_float("min_delta", self.min_delta, minimum=0)
         object.__setattr__(self, "mode", check_mode("mode", self.mode))
         for name in ("stopping_threshold", "divergence_threshold"):
-            value = getattr(self, name)
-            if value is not None:
-                check_float(name, value)
+            if getattr(self, name) is not None:
+                check_float(name, getattr(self, name))
         if not (self.check_on_epoch_end or self.check_on_validation_end):
             raise ValueError(
                 "check_on_epoch_end and check_on_validation_end are both False, so the callback "
@@ -147,43 +144,39 @@ class EarlyStoppingCallback(BaseCallback):
             self._check(self._epoch, logs, "on_validation_end")
 
     def _check(self, epoch: int, logs: Logs, hook: str) -> None:
-        config = self._config
-        if config.monitor not in logs:
-            if config.strict:
-                raise MissingMetricError(config.monitor, tuple(logs), hook)
+        monitor = self._config.monitor
+        if monitor not in logs:
+            if self._config.strict:
+                raise MissingMetricError(monitor, tuple(logs), hook)
             return
         if self.should_stop:
             return
-        value = metric_value(config.monitor, logs[config.monitor], who="EarlyStoppingCallback")
-        minimize = config.mode is Mode.MIN
-        reason: str | None = None
-        if config.check_finite and not math.isfinite(value):
-            reason = f"{config.monitor}={value} is not finite"
-        elif config.stopping_threshold is not None and (
-            value <= config.stopping_threshold if minimize else value >= config.stopping_threshold
-        ):
-            reason = (
-                f"{config.monitor}={value} reached stopping_threshold={config.stopping_threshold}"
-            )
-        elif config.divergence_threshold is not None and (
-            value > config.divergence_threshold if minimize else value < config.divergence_threshold
-        ):
-            reason = (
-                f"{config.monitor}={value} diverged past "
-                f"divergence_threshold={config.divergence_threshold}"
-            )
-        else:
-            self._stopper.update(value)
-            if self._stopper.should_stop:
-                reason = (
-                    f"{config.monitor} did not improve by more than {config.min_delta} in "
-                    f"{config.patience} checks; best {self._stopper.best}"
-                )
-        if reason is not None:
-            self._stop_reason = reason
+        self._stop_reason = self._reason(
+            metric_value(monitor, logs[monitor], who="EarlyStoppingCallback")
+        )
+        if self._stop_reason is not None:
             self._stopped_epoch = epoch
-            if config.verbose:
-                _logger.info("early stopping at epoch %d: %s", epoch, reason)
+            if self._config.verbose:
+                _logger.info("early stopping at epoch %d: %s", epoch, self._stop_reason)
+
+    def _reason(self, value: float) -> str | None:
+        """Why ``value`` stops training, or None; a value no threshold stops counts for patience."""
+        config, named = self._config, f"{self._config.monitor}={value}"
+        sign = 1 if config.mode is Mode.MIN else -1  # compare as if smaller were better
+        stopping, diverged = config.stopping_threshold, config.divergence_threshold
+        if config.check_finite and not math.isfinite(value):
+            return f"{named} is not finite"
+        if stopping is not None and sign * value <= sign * stopping:
+            return f"{named} reached stopping_threshold={stopping}"
+        if diverged is not None and sign * value > sign * diverged:
+            return f"{named} diverged past divergence_threshold={diverged}"
+        self._stopper.update(value)
+        if self._stopper.should_stop:
+            return (
+                f"{config.monitor} did not improve by more than {config.min_delta} in "
+                f"{config.patience} checks; best {self._stopper.best}"
+            )
+        return None
 
     def get_state(self) -> dict[str, Any]:
         """The state to checkpoint: ``{"stopper", "stopped_epoch", "stop_reason", "monitor", "mode"}``."""
@@ -202,13 +195,8 @@ class EarlyStoppingCallback(BaseCallback):
             ValueError: keys are missing or unknown.
             MonitorMismatchError: the state was saved for another monitor or mode.
         """
-        required, optional = {"stopper", "stopped_epoch"}, {"stop_reason", "monitor", "mode"}
-        keys = set(state)
-        if not required <= keys or keys - required - optional:
-            raise ValueError(
-                f"EarlyStoppingCallback state needs the keys {sorted(required)} (and optionally "
-                f"'stop_reason', 'monitor', 'mode'); got {sorted(keys)}"
-            )
+        optional = ("stop_reason", "monitor", "mode")
+        check_state_keys(type(self).__name__, state, {"stopper", "stopped_epoch"}, optional)
         configured = (self._config.monitor, self._config.mode.value)
         saved = (str(state.get("monitor", configured[0])), str(state.get("mode", configured[1])))
         if saved != configured:

@@ -1,29 +1,10 @@
-"""The errors substrax.callbacks raises: each a subclass of the builtin error it replaced.
-
-Every class here is re-exported from :mod:`substrax.callbacks` and shows that module in
-tracebacks. Each carries the offending values as attributes; its message says what to do.
-"""
+"""The errors substrax.callbacks raises, each a subclass of the builtin error it replaces."""
 
 from substrax.support import StructuredError
 
 
-__all__ = [
-    "CallbackStateMismatchError",
-    "CostAnalysisError",
-    "MetricValueError",
-    "MissingMetricError",
-    "MonitorMismatchError",
-    "NoLearningRateFoundError",
-]
-
-
 class CallbackStateMismatchError(StructuredError, ValueError):
-    """A saved CallbackList state does not match the stateful callbacks of this list.
-
-    Attributes:
-        expected: the positions (as strings) of this list's stateful callbacks.
-        found: the positions in the saved state.
-    """
+    """A saved CallbackList state's positions (``found``) are not this list's (``expected``)."""
 
     __module__ = "substrax.callbacks"
     expected: tuple[str, ...]
@@ -38,13 +19,7 @@ class CallbackStateMismatchError(StructuredError, ValueError):
 
 
 class MissingMetricError(StructuredError, KeyError):
-    """A callback's monitored metric is not in the logs it was given.
-
-    Attributes:
-        monitor: the metric the callback watches.
-        available: the keys the logs did hold.
-        hook: the hook that was given the logs (``"on_epoch_end"``).
-    """
+    """A callback's ``monitor`` metric is not in the logs given to ``hook``; args hold the key."""
 
     __module__ = "substrax.callbacks"
     monitor: str
@@ -52,12 +27,9 @@ class MissingMetricError(StructuredError, KeyError):
     hook: str
 
     def __post_init__(self) -> None:
-        KeyError.__init__(self, self.monitor)  # a KeyError's args hold the missing key
+        KeyError.__init__(self, self.monitor)
 
     def __str__(self) -> str:
-        return self._message()
-
-    def _message(self) -> str:
         return (
             f"monitored metric {self.monitor!r} is not in the logs passed to {self.hook} "
             f"(they hold {list(self.available)}); log it there, change `monitor`, or pass "
@@ -66,11 +38,7 @@ class MissingMetricError(StructuredError, KeyError):
 
 
 class NoLearningRateFoundError(StructuredError, LookupError):
-    """The optimizer state holds neither a ``reduce_on_plateau`` scale nor the hyperparameter.
-
-    Attributes:
-        hyperparam: the injected hyperparameter name that was looked for.
-    """
+    """The optimizer state holds neither a ``reduce_on_plateau`` scale nor the hyperparameter."""
 
     __module__ = "substrax.callbacks"
     template = (
@@ -82,18 +50,12 @@ class NoLearningRateFoundError(StructuredError, LookupError):
 
 
 class MetricValueError(StructuredError, TypeError):
-    """A logged metric that is not one number (None, a string, a vector).
-
-    Attributes:
-        metric: the metric's name in the logs.
-        value: what was logged under it.
-        who: the callback that read it.
+    """A logged metric read by the callback ``who`` is not one number (None, a string, a vector).
 
     Example:
         >>> from substrax.callbacks import MetricValueError
-        >>> error = MetricValueError("loss", None, who="LossSpikeDetector")
-        >>> error.metric, error.value
-        ('loss', None)
+        >>> MetricValueError("loss", None, who="LossSpikeDetector").metric
+        'loss'
     """
 
     __module__ = "substrax.callbacks"
@@ -112,11 +74,7 @@ class MetricValueError(StructuredError, TypeError):
 
 
 class MonitorMismatchError(StructuredError, ValueError):
-    """A saved callback state that was recorded for another metric or mode.
-
-    Attributes:
-        saved: the ``(monitor, mode)`` the state was saved with.
-        configured: the ``(monitor, mode)`` of the callback restoring it.
+    """A saved early-stopping state was recorded for another ``(monitor, mode)`` than this one's.
 
     Example:
         >>> from substrax.callbacks import MonitorMismatchError
@@ -136,21 +94,11 @@ class MonitorMismatchError(StructuredError, ValueError):
 
 
 class CostAnalysisError(StructuredError, LookupError):
-    """A step whose FLOPs cannot be counted from its program, and why.
-
-    :func:`~substrax.callbacks.step_flops` counts from the step's jaxpr
-    (:func:`substrax.devices.count_flops`); it gives no figure rather than a partial one for a
-    program that multiplies inside a ``while`` loop, calls an opaque kernel (Pallas, an FFI
-    call) or has no matrix work at all.
-
-    Attributes:
-        function: a description of what was counted.
-        reason: why it cannot be counted (``FlopCount.reason``); None if not known.
+    """A step's FLOPs cannot be counted from its jaxpr; ``reason`` says why (None if unknown).
 
     Example:
         >>> from substrax.callbacks import CostAnalysisError
-        >>> error = CostAnalysisError("step", "the program calls the opaque kernel 'pallas_call'")
-        >>> error.reason
+        >>> CostAnalysisError("step", "the program calls the opaque kernel 'pallas_call'").reason
         "the program calls the opaque kernel 'pallas_call'"
     """
 
@@ -159,14 +107,13 @@ class CostAnalysisError(StructuredError, LookupError):
     reason: str | None
 
     def __post_init__(self) -> None:
-        self.function = f"{self.function!r:.120}"
+        self.function = f"{self.function!r:.120}"  # the description shown, not the function
         super().__post_init__()
 
     def _message(self) -> str:
-        why = self.reason or "no reason given"
         return (
-            f"cannot count the FLOPs of {self.function} from its program: {why}. Pass "
-            "ThroughputMeter(flops_per_step=...) yourself (e.g. 6 * parameters * tokens per "
-            "step, divided by the number of devices), or flops_per_step=None to log no FLOP/s "
-            "or MFU"
+            f"cannot count the FLOPs of {self.function} from its program: "
+            f"{self.reason or 'no reason given'}. Pass ThroughputMeter(flops_per_step=...) "
+            "yourself (e.g. 6 * parameters * tokens per step, divided by the number of devices), "
+            "or flops_per_step=None to log no FLOP/s or MFU"
         )

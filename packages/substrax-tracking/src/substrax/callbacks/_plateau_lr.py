@@ -13,62 +13,43 @@ from substrax.support import Mode, check_float, check_int
 
 from ._errors import MissingMetricError, NoLearningRateFoundError
 from ._protocol import BaseCallback, Logs
-from ._tracker import BestMetricTracker
+from ._tracker import BestMetricTracker, check_state_keys
 
-
-__all__ = ["ReduceLROnPlateauCallback"]
 
 _logger = logging.getLogger(__name__)
 
 
 def _is_plateau_state(node: object) -> bool:
-    fields = getattr(type(node), "_fields", None)
-    return (
-        isinstance(node, tuple)
-        and fields is not None
-        and "scale" in fields
-        and "plateau_count" in fields
-    )
-
-
-def _set(leaf: Any, value: float) -> Any:
-    """Return ``leaf`` set to ``value``: in place for a mutable variable, else a new array."""
-    if _is_variable(leaf):  # a flax nnx Variable: set in place
-        leaf.set_value(_like(leaf.get_value(), value))
-        return leaf
-    return _like(leaf, value)
-
-
-def _like(old: Any, value: float) -> Any:
-    dtype = getattr(old, "dtype", None)
-    if dtype is None:
-        return value
-    import jax.numpy as jnp  # noqa: PLC0415  (only reached with a jax optimizer state)
-
-    return jnp.asarray(value, dtype=dtype)
-
-
-def _get(leaf: Any) -> float:
-    return float(leaf.get_value() if _is_variable(leaf) else leaf)
+    """Whether ``node`` is an ``optax.contrib.reduce_on_plateau`` state (a named tuple)."""
+    fields = getattr(type(node), "_fields", ())
+    return isinstance(node, tuple) and "scale" in fields and "plateau_count" in fields
 
 
 def _is_variable(leaf: Any) -> bool:
     return callable(getattr(leaf, "get_value", None)) and callable(getattr(leaf, "set_value", None))
 
 
+def _set(leaf: Any, value: float) -> Any:
+    """``leaf`` set to ``value``: in place for a flax nnx Variable, else a new array of its dtype."""
+    if _is_variable(leaf):
+        leaf.set_value(_set(leaf.get_value(), value))
+        return leaf
+    if getattr(leaf, "dtype", None) is None:
+        return value
+    import jax.numpy as jnp  # noqa: PLC0415  (only reached with a jax optimizer state)
+
+    return jnp.asarray(value, dtype=leaf.dtype)
+
+
 class ReduceLROnPlateauCallback(BaseCallback):
     """Multiply the learning rate by ``factor`` when ``monitor`` has not improved for ``patience`` checks.
 
-    It drives one of two optimizer states, found by their structure (optax is not imported):
-
-    * ``optax.contrib.reduce_on_plateau`` chained into the transformation: its ``scale`` is set
-      (build it with a large ``patience`` so the transformation does not also act on its own);
-    * ``optax.inject_hyperparams``: ``hyperparams[hyperparam]`` is set to ``base * scale``.
-
-    With a flax ``nnx.Optimizer`` (passed as ``optimizer=`` or found as ``trainer.optimizer``)
-    the state is changed in place; for a plain optax state call :meth:`apply`. A
-    ``substrax.spmd.TrainStep`` works either way (as the trainer, or ``optimizer=step.optimizer``):
-    it reads the changed rate back before its next compiled call, without recompiling.
+    It sets the ``scale`` of an ``optax.contrib.reduce_on_plateau`` state chained into the
+    transformation (build it with a large ``patience`` so that it does not act on its own), or
+    ``hyperparams[hyperparam]`` of ``optax.inject_hyperparams`` to ``base * scale``. A flax
+    ``nnx.Optimizer`` (``optimizer=``, or ``trainer.optimizer``; a ``substrax.spmd.TrainStep``
+    either way) is changed in place, without a recompile; a plain optax state goes through
+    :meth:`apply`.
 
     Args:
         monitor: the metric name in the epoch-end logs.
@@ -136,13 +117,11 @@ class ReduceLROnPlateauCallback(BaseCallback):
                 raise MissingMetricError(self.monitor, tuple(logs), "on_epoch_end")
             return
         value = float(logs[self.monitor])
+        self._tracker.register(value)
         if self._cooldown_left > 0:
             self._cooldown_left -= 1
-            self._tracker.register(value)
-            if self._tracker.num_bad_epochs:
-                self._tracker.set_state({"best": self._tracker.best, "num_bad_epochs": 0})
+            self._tracker.set_state({"best": self._tracker.best, "num_bad_epochs": 0})
             return
-        self._tracker.register(value)
         if self._tracker.num_bad_epochs >= self.patience or not math.isfinite(value):
             new_scale = max(self._scale * self.factor, self.min_scale)
             if new_scale < self._scale:
@@ -153,8 +132,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
                     self._scale,
                     new_scale,
                 )
-            self._scale = new_scale
-            self._cooldown_left = self.cooldown
+            self._scale, self._cooldown_left = new_scale, self.cooldown
             self._tracker.set_state({"best": self._tracker.best, "num_bad_epochs": 0})
         optimizer = (
             self.optimizer if self.optimizer is not None else getattr(trainer, "optimizer", None)
@@ -170,7 +148,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
         """
         found = False
 
-        def visit(node: Any) -> Any:  # noqa: PLR0911  (one return per kind of node)
+        def visit(node: Any) -> Any:
             nonlocal found
             if _is_plateau_state(node):
                 found = True
@@ -180,7 +158,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
                 found = True
                 leaf = hyperparams[self.hyperparam]
                 if self._base_lr is None:
-                    self._base_lr = _get(leaf)
+                    self._base_lr = float(leaf.get_value() if _is_variable(leaf) else leaf)
                 new_leaf = _set(leaf, self._base_lr * self._scale)
                 if isinstance(hyperparams, dict):
                     hyperparams[self.hyperparam] = new_leaf
@@ -194,7 +172,6 @@ class ReduceLROnPlateauCallback(BaseCallback):
             if isinstance(node, Mapping):  # e.g. nnx.State: mutate children in place
                 for child in node.values():
                     visit(child)
-                return node
             return node
 
         result = visit(opt_state)
@@ -217,11 +194,9 @@ class ReduceLROnPlateauCallback(BaseCallback):
         Raises:
             ValueError: keys are missing or unknown.
         """
-        expected = {"tracker", "scale", "cooldown_left", "base_lr"}
-        if set(state) != expected:
-            raise ValueError(
-                f"ReduceLROnPlateauCallback state needs exactly {sorted(expected)}; got {sorted(state)}"
-            )
+        check_state_keys(
+            type(self).__name__, state, {"tracker", "scale", "cooldown_left", "base_lr"}
+        )
         self._tracker.set_state(state["tracker"])
         self._scale = float(state["scale"])
         self._cooldown_left = int(state["cooldown_left"])

@@ -11,24 +11,18 @@ from substrax.support import Closeable, check_int
 from ._protocol import BaseCallback, Logs
 
 
-__all__ = ["ProfilerWindow"]
-
 _logger = logging.getLogger(__name__)
 
 
 class ProfilerWindow(BaseCallback, Closeable):
     """Trace ``num_steps`` steps from ``start_step`` with ``jax.profiler`` into ``log_dir``.
 
-    The trace starts before step ``start_step`` (in ``on_batch_begin``, or at the end of the
-    step before it for a loop that calls only ``on_batch_end``) and stops after step
-    ``start_step + num_steps - 1`` has been computed. It lands in
-    ``log_dir/plugins/profile/<run>/`` as ``*.xplane.pb`` (TensorBoard's profile plugin, or
-    ``xprof``) and, with ``perfetto=True``, ``perfetto_trace.json.gz`` for ui.perfetto.dev.
-
-    A run that ends inside the window stops the trace in ``on_train_end``; one that raises stops
-    it on leaving a ``with ProfilerWindow(...)`` block, or at the latest when the interpreter
-    exits, so the steps traced so far are kept. A trace another part already started is left
-    alone (logged once) rather than failing the run.
+    The trace starts before step ``start_step`` and stops once step ``start_step + num_steps - 1``
+    is computed, into ``log_dir/plugins/profile/<run>/`` (``*.xplane.pb`` for TensorBoard or
+    ``xprof``; ``perfetto_trace.json.gz`` with ``perfetto=True``). A run that ends or raises
+    inside the window keeps the steps traced so far: ``on_train_end``, leaving a ``with`` block
+    or the interpreter's exit stops the trace. A trace already running is left alone, with a
+    warning.
 
     Args:
         start_step: the first traced step (the ``batch`` index the loop passes), >= 0.

@@ -8,21 +8,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from substrax.support import check_int, require
+from substrax.support import check_int, is_device_array, require
 
-from ._metrics import (
-    as_metric_names,
-    check_metric,
-    is_device_array,
-    metric_value,
-    warn_deleted,
-    warn_missing_metric,
-    was_deleted,
-)
+from ._metrics import check_metric, kept_alive, metric_value, warn_missing_metric
 from ._protocol import BaseCallback, Logs
 
-
-__all__ = ["ProgressCallback"]
 
 _DRAW_PER_SECOND = 10
 """How often a batch end redraws the bar at most: rich refreshes the screen 10 times a second."""
@@ -31,26 +21,16 @@ _DRAW_PER_SECOND = 10
 class ProgressCallback(BaseCallback):
     """Show training progress as a `rich <https://rich.readthedocs.io>`_ progress bar.
 
-    The bar shows steps done, steps per second, elapsed time, the ETA (when ``total_steps`` is
-    known) and the latest values of ``metrics`` from ``on_batch_end``.
-
-    The bar is redrawn (its count, rate and metrics given to rich) at a batch end at most 10
-    times a second, as often as rich refreshes the screen: a batch end in between only counts,
-    so a fast loop pays microseconds per step. A metric logged as a jax array is shown one step
-    late or more: ``on_batch_end`` keeps it, and a later batch end that redraws reads it, when a
-    later step has been dispatched, so the bar never holds back the device (reading it at once
-    would wait for each step before the next could be dispatched). A kept value that a newer
-    one replaces before a redraw is never read. A Python or numpy number is taken at once.
-    ``on_train_end`` reads the last step's values and draws the final count, so the bar ends on
-    them. A metric that is not one number (a vector, None) is refused at once, from its shape.
-    Each metric shows its latest value read, which :attr:`latest` holds too. A kept array
-    deleted before it is read (donated to a later step's call) is skipped, with one warning per
-    metric.
+    The bar shows steps done, steps per second, elapsed time, the ETA (given ``total_steps``)
+    and the latest values of ``metrics``. A batch end redraws it at most 10 times a second, and
+    otherwise only counts. A jax array is read at a later redraw, once a later step is
+    dispatched, so the bar never waits for a step; a kept array deleted before it is read
+    (donated) is skipped, with one warning. ``on_train_end`` draws the last values.
 
     Args:
         total_steps: the number of steps, for the bar and the ETA; None for an open-ended bar.
-        metrics: the log key (a string) or keys to show beside the bar. A key the first
-            step's logs lack is warned about once, naming the keys they held.
+        metrics: the log key (a string) or keys to show beside the bar; one the first step's
+            logs lack is warned about, naming the keys they hold.
         console: a ``rich.console.Console`` to draw on; default: rich's own.
         description: the text before the bar.
 
@@ -84,8 +64,10 @@ class ProgressCallback(BaseCallback):
         if total_steps is not None:
             check_int("total_steps", total_steps, minimum=0)
         self.total_steps = total_steps
-        self.metrics = as_metric_names("metrics", metrics)
-        self._unseen = set(self.metrics)
+        self.metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+        for name in self.metrics:
+            if not isinstance(name, str) or not name:  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise TypeError(f"metrics={metrics!r} must be metric names (strings); got {name!r}")
         self._checked = False
         self.steps = 0
         self._description = description
@@ -131,10 +113,9 @@ class ProgressCallback(BaseCallback):
             self.on_train_begin(trainer)
         self.steps += 1
         self._advance += 1
-        self._unseen.difference_update(logs)
         if not self._checked:
             self._checked = True
-            for key in sorted(self._unseen):
+            for key in sorted(set(self.metrics) - set(logs)):
                 warn_missing_metric("ProgressCallback", key, logs)
         logged = {key: logs[key] for key in self.metrics if key in logs}
         for key, value in logged.items():
@@ -164,21 +145,13 @@ class ProgressCallback(BaseCallback):
         """Give the bar the steps counted since the last draw, the rate and the metrics."""
         self._progress.update(self._task, advance=self._advance)
         self._advance = 0
-        task = next(task for task in self._progress.tasks if task.id == self._task)
-        speed = task.speed
+        speed = next(task.speed for task in self._progress.tasks if task.id == self._task)
+        shown = (f"{key}={self._shown[key]:.4g}" for key in self.metrics if key in self._shown)
         rate = f"{speed:.1f} steps/s" if speed else ""
-        self._progress.update(self._task, rate=rate, metrics=self._metrics_text())
+        self._progress.update(self._task, rate=rate, metrics="  ".join(shown))
 
     def _read_pending(self) -> None:
         pending, self._pending = self._pending, {}
         for key, (batch, value) in pending.items():
-            if not was_deleted(value):
+            if kept_alive("ProgressCallback", key, batch, value, self._warned_deleted):
                 self._shown[key] = metric_value(key, value, who="ProgressCallback")
-            elif key not in self._warned_deleted:
-                self._warned_deleted.add(key)
-                warn_deleted("ProgressCallback", key, batch)
-
-    def _metrics_text(self) -> str:
-        return "  ".join(
-            f"{key}={self._shown[key]:.4g}" for key in self.metrics if key in self._shown
-        )

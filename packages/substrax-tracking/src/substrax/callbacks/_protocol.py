@@ -6,8 +6,6 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 
-__all__ = ["BaseCallback", "Logs", "TrainerLike", "TrainingCallback"]
-
 type Logs = Mapping[str, Any]
 """The metrics a trainer hands to a hook, by name (``{"loss": 0.3, "val_loss": 0.4}``)."""
 
@@ -34,9 +32,8 @@ class TrainerLike(Protocol):
 class TrainingCallback(Protocol):
     """The hooks a trainer calls during training; every parameter is positional-only.
 
-    A callback is structural: any object with these eight methods is one, so other parts
-    (the checkpoint store's callback) offer callbacks without importing this module. The hooks
-    here do nothing; :class:`BaseCallback` inherits them.
+    Any object with these eight methods is a callback, so other parts offer callbacks without
+    importing this module.
 
     Example:
         >>> from substrax.callbacks import BaseCallback, TrainingCallback

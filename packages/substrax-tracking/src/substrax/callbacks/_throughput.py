@@ -5,19 +5,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from substrax.support import check_float, check_int
+from substrax.support import check_float, check_int, is_device_array
 
 from ._errors import CostAnalysisError
-from ._metrics import all_ready, device_arrays, wait_for
 from ._protocol import BaseCallback, Logs
-
-
-__all__ = ["MetricsLogger", "ThroughputMeter", "step_flops"]
 
 
 @runtime_checkable
@@ -41,24 +37,15 @@ class MetricsLogger(Protocol):
 def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:
     """One device's share of the matrix FLOPs of one call of ``function`` on ``args``.
 
-    The FLOPs are counted from the program's jaxpr (:func:`substrax.devices.jaxpr_flops`:
-    matmuls, convolutions and fused attention, two per multiply-add, forward and backward as
-    the program has them), the same on every backend. (XLA's cost analysis of a compiled
-    step, read before, leaves out the cuBLAS calls a GPU's matmuls become: an MFU built on it
-    read about ten times low there.)
-    ``function`` is a ``jax.jit`` function, traced for ``args`` with its static arguments, or
-    any jax-traceable callable; ``args`` may be arrays or ``jax.ShapeDtypeStruct``. It is
-    traced, never compiled or run. One device's share is the program's count divided by the
-    number of devices its inputs span (the devices of their shardings; 1 for inputs on one
-    device or on none yet): the work every device repeats on replicated values counts once.
+    The FLOPs are counted from the traced program (:func:`substrax.devices.count_flops`), never
+    compiled or run, and divided by the number of devices the inputs' shardings span.
+    ``function`` is any jax-traceable callable; ``args`` may be ``jax.ShapeDtypeStruct``.
 
     Raises:
-        CostAnalysisError: the program's FLOPs cannot be counted (a ``while`` loop that
-            multiplies, an opaque kernel such as Pallas or an FFI call, no matrix work); its
-            ``reason`` says which. No partial figure is given.
-        TypeError: ``function`` is a ``Lowered``, ``Compiled`` or ``Traced`` stage, which
-            carries no program to count from (pass the jitted function and its arguments), or
-            is not callable.
+        CostAnalysisError: the FLOPs cannot be counted (a ``while`` loop that multiplies, an
+            opaque kernel, no matrix work); its ``reason`` says which. No partial figure is given.
+        TypeError: ``function`` is a ``Lowered``, ``Compiled`` or ``Traced`` stage, or is not
+            callable.
 
     Example:
         >>> import jax
@@ -98,6 +85,26 @@ def _input_devices(leaves: list[Any]) -> int:
     return max(len(devices), abstract)
 
 
+def _device_arrays(values: Iterable[object]) -> tuple[Any, ...]:
+    return tuple(value for value in values if is_device_array(value))
+
+
+def _all_ready(arrays: Iterable[Any]) -> bool:
+    """Whether ``arrays`` are computed, without waiting; a failed or deleted one is not."""
+    try:
+        return all(array.is_ready() for array in arrays)
+    except RuntimeError:  # jax.errors.JaxRuntimeError: raised by _wait_for, where one waits
+        return False
+
+
+def _wait_for(arrays: Sequence[Any]) -> None:
+    """Block until ``arrays`` are computed; raises the error of a step that failed."""
+    if arrays:
+        import jax  # noqa: PLC0415  (holding jax arrays, the process has jax loaded)
+
+        jax.block_until_ready(list(arrays))
+
+
 @dataclass(frozen=True, slots=True)
 class _Boundary:
     """A window's start or end: a step whose outputs must be computed before the clock reads."""
@@ -110,70 +117,35 @@ class _Boundary:
 class ThroughputMeter(BaseCallback):
     """Measure training throughput over windows of steps and log it through any logger.
 
-    Every ``window`` steps the meter logs, under ``prefix``:
+    Every ``window`` steps it logs, under ``prefix``: ``steps_per_sec``, ``examples_per_sec`` and
+    ``tokens_per_sec`` (given their sizes), ``flops_per_sec_per_device`` (given
+    ``flops_per_step``) and ``mfu`` (given the device's peak too). :attr:`latest` holds the last
+    window's figures, None for those not known, which are never logged.
 
-    - ``steps_per_sec``; ``examples_per_sec`` with ``examples_per_step``; ``tokens_per_sec``
-      with ``tokens_per_example`` as well;
-    - ``flops_per_sec_per_device`` with ``flops_per_step`` (one device's share, as
-      :func:`step_flops` counts it or ``TrainStep.flops_per_step`` gives it); and ``mfu``, that
-      over the device's dense peak, when the peak is known
-      (``substrax.devices.dense_peak_flops``; None on CPU). Without ``flops_per_step`` (None:
-      the step's FLOPs could not be counted) neither is logged: absent, never 0.
+    A window runs from the moment one step's outputs (the jax arrays in its batch-end logs) are
+    computed to the moment those of the step ``window`` batch ends later are; the first step,
+    which compiles, only starts the clock. The meter never waits for a step before the next is
+    dispatched: it reads the clock once a boundary's outputs are ready, at the latest at the
+    next ``on_batch_end``. Outputs deleted by then (donated) are not waited for.
+    ``on_train_end`` logs the last full window.
 
-    :attr:`latest` holds the last window's figures, None for those not known
-    (``flops_per_sec_per_device`` and ``mfu`` without ``flops_per_step``, ``mfu`` without a
-    peak); only known figures are logged.
-
-    How the clock is read: a window runs from the moment one step's outputs (the jax arrays
-    among its batch-end logs) are computed to the moment those of the step ``window`` batch
-    ends later are, so the time of the steps' compute is counted, not that of their dispatch.
-    The meter never waits for a step before the next one is dispatched: at a boundary it keeps
-    the step's outputs and reads the clock once they are computed. That is at once if they
-    already are (``jax.Array.is_ready``; logs of host numbers have nothing to wait for); else
-    at the next hook: ``on_batch_begin`` and the epoch hooks read it if the outputs are
-    computed by then, without waiting, and the next ``on_batch_end`` waits for them with the
-    next step already dispatched, so the device keeps running meanwhile. The window's figures
-    are logged then, at the index of its last step. (An output donated to the next step's call
-    is deleted by then and not waited for: keep one that is not, such as the loss, in the
-    logs.) Between boundaries a batch end only counts. So in a loop that dispatches each step
-    before its batch end, the meter drains the device's queue neither per step nor per window.
-    The first step (which compiles) is left out: the clock starts when it has been computed.
-    ``on_train_end`` waits for the last window's end and logs it; a window still short of
-    ``window`` steps then is not logged.
-
-    A step that runs several optimizer steps per call (``TrainStep(steps_per_call=k)`` from
-    substrax.spmd, one ``on_batch_end`` per call) is measured with ``steps_per_call=k``: each
-    ``on_batch_end`` then counts ``k`` optimizer steps, so ``steps_per_sec`` counts optimizer
-    steps and ``examples_per_step`` and ``flops_per_step`` stay per optimizer step (the global
-    batch of one of the ``k`` stacked batches, and ``TrainStep.flops_per_step``).
-
-    Time spent outside training (evaluation, waiting for a checkpoint, a data reload) is left
-    out of the windows by pausing the meter: ``with meter.pause(): ...``, or the
-    ``on_validation_begin``/``on_validation_end`` hooks, which a trainer calls around its
-    evaluation. A pause first waits for the last counted step to finish (so its compute stays
-    on the training side; a pause is rare, and this is the meter's one wait that drains the
-    device's queue), then stops the clock until the pause ends; pauses nest. If that wait
-    raises (a step that failed), the error propagates and nothing is paused: the next pause
-    works as usual. :meth:`on_train_begin` clears a pause that was never ended (an evaluation
-    that raised before its end hook). :attr:`paused_seconds` adds up the time left out.
+    ``with meter.pause():``, or ``on_validation_begin``/``on_validation_end``, leaves time outside
+    training out: a pause waits for the last step, then stops the clock; pauses nest, and
+    ``on_train_begin`` clears one never ended. :attr:`paused_seconds` adds up the time left out.
 
     Args:
         logger: where to log (``log_metrics(metrics, step)``); None only keeps :attr:`latest`.
-        window: ``on_batch_end`` calls per measurement (>= 1): steps, or calls of
-            ``steps_per_call`` steps each.
+        window: ``on_batch_end`` calls per measurement (>= 1).
         examples_per_step: the global batch size (of one optimizer step).
         tokens_per_example: tokens in each example (sequence length), for ``tokens_per_sec``.
-        flops_per_step: the FLOPs of one step on each device (> 0): from substrax.spmd,
-            ``TrainStep.flops_per_step(batch)`` (per optimizer step, whatever its loops), or
-            :func:`step_flops` for any jitted step. None (what ``TrainStep.flops_per_step``
-            gives for a step it cannot count) logs no FLOP/s and no MFU.
+        flops_per_step: one device's FLOPs of one optimizer step (> 0), from
+            ``TrainStep.flops_per_step(batch)`` or :func:`step_flops`; None logs no FLOP/s or MFU.
         peak_flops: one device's peak FLOP/s for MFU; ``"detect"`` reads it from
             ``substrax.devices``; None never computes MFU.
         prefix: put before every logged name.
-        steps_per_call: optimizer steps that each ``on_batch_end`` stands for (>= 1): the
-            ``steps_per_call`` of the train step called once per batch end.
-        clock: the clock read at window boundaries and pauses, in seconds
-            (``time.perf_counter``); a test passes its own.
+        steps_per_call: optimizer steps each ``on_batch_end`` stands for (>= 1), as with
+            ``TrainStep(steps_per_call=k)``; the other figures stay per optimizer step.
+        clock: the clock read at window boundaries and pauses, in seconds.
 
     Example:
         >>> from substrax.callbacks import ThroughputMeter
@@ -233,25 +205,19 @@ class ThroughputMeter(BaseCallback):
         self.latest: dict[str, float | None] = {}
         self.paused_seconds = 0.0
         self._clock = clock
-        self._mark: float | None = None
-        self._steps = 0
-        self._boundary: _Boundary | None = None
-        self._last: Logs = {}
-        self._pauses = 0
-        self._paused_at: float | None = None
+        self.on_train_begin(None)
 
     def on_train_begin(self, _trainer: object, /) -> None:
         """Start afresh: the next step (which may compile) starts the clock.
 
-        A pause still open (an evaluation whose end hook never came) is dropped, with the
-        outputs the meter was to wait for; :attr:`paused_seconds` and :attr:`latest` are kept.
+        A pause never ended is dropped; :attr:`paused_seconds` and :attr:`latest` are kept.
         """
-        self._mark = None
-        self._steps = 0
-        self._boundary = None
-        self._last = {}
+        self._mark: float | None = None  # the clock's reading at the window's start
+        self._steps = 0  # batch ends counted in the window
+        self._boundary: _Boundary | None = None  # a window's start or end to time
+        self._last: Logs = {}  # the last batch end's logs, which a pause waits for
         self._pauses = 0
-        self._paused_at = None
+        self._paused_at: float | None = None
 
     def on_train_end(self, _trainer: object, /) -> None:
         """Wait for the last window's end step, if it is not computed yet, and log the window."""
@@ -302,7 +268,7 @@ class ThroughputMeter(BaseCallback):
             last, self._last = self._last, {}  # waited for once: a failed step raises once
             self._settle(wait=True)  # a window's end still to time; may raise
             if self._mark is not None:
-                wait_for(device_arrays(last.values()))  # dispatched steps are training time
+                _wait_for(_device_arrays(last.values()))  # dispatched steps are training time
             self._paused_at = self._clock()
         self._pauses += 1
 
@@ -337,7 +303,7 @@ class ThroughputMeter(BaseCallback):
 
     def _open(self, batch: int, logs: Logs, *, steps: int) -> None:
         """Make ``batch`` a window's boundary, timed now if its outputs are computed already."""
-        self._boundary = _Boundary(batch, device_arrays(logs.values()), steps)
+        self._boundary = _Boundary(batch, _device_arrays(logs.values()), steps)
         self._settle(wait=False)
 
     def _settle(self, *, wait: bool) -> None:
@@ -346,11 +312,11 @@ class ThroughputMeter(BaseCallback):
         Without ``wait`` nothing happens while the step still runs.
         """
         boundary = self._boundary
-        if boundary is None or not (wait or all_ready(boundary.arrays)):
+        if boundary is None or not (wait or _all_ready(boundary.arrays)):
             return
         self._boundary = None  # timed once, even if its step failed and the wait raises
         # an array donated to the next step's call is deleted: the others are waited for
-        wait_for([array for array in boundary.arrays if not array.is_deleted()])
+        _wait_for([array for array in boundary.arrays if not array.is_deleted()])
         now = self._clock()
         if self._mark is None or boundary.steps == 0:
             self._mark = now

@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from substrax.support import Mode, check_float, check_int, check_mode
 
 
-__all__ = ["BestMetricTracker", "EarlyStopping", "PlateauMode"]
-
 PlateauMode = Mode
-"""The old name of :class:`substrax.support.Mode` (``PlateauMode.MIN is Mode.MIN``), kept for users."""
+"""The old name of :class:`substrax.support.Mode` (``PlateauMode.MIN is Mode.MIN``)."""
+
+
+def check_state_keys(
+    who: str, state: Mapping[str, object], required: set[str], optional: Collection[str] = ()
+) -> None:
+    """Refuse a saved state that lacks a ``required`` key or holds one not known.
+
+    Raises:
+        ValueError: naming the missing and the unknown keys.
+    """
+    missing, unknown = required - set(state), set(state) - required - set(optional)
+    if missing or unknown:
+        also = f" (and optionally {sorted(optional)})" if optional else ""
+        raise ValueError(
+            f"{who} state needs exactly the keys {sorted(required)}{also}; "
+            f"missing {sorted(missing)}, unknown {sorted(unknown)}"
+        )
 
 
 class BestMetricTracker:
@@ -87,14 +103,7 @@ class BestMetricTracker:
         Raises:
             ValueError: keys are missing or unknown.
         """
-        expected = {"best", "num_bad_epochs"}
-        if set(state) != expected:
-            missing = sorted(expected - set(state))
-            unknown = sorted(set(state) - expected)
-            raise ValueError(
-                f"{type(self).__name__} state needs exactly the keys {sorted(expected)}; "
-                f"missing {missing}, unknown {unknown}"
-            )
+        check_state_keys(type(self).__name__, state, {"best", "num_bad_epochs"})
         self._best = float(state["best"])
         self._num_bad_epochs = int(state["num_bad_epochs"])
 
@@ -116,10 +125,13 @@ class EarlyStopping(BestMetricTracker):
     Example:
         >>> from substrax.callbacks import EarlyStopping
         >>> stopper = EarlyStopping(patience=2, min_delta=0.01, mode="min")
-        >>> [stopper.update(v) for v in (1.0, 0.5, 0.49, 0.495)]
-        [True, True, False, False]
-        >>> stopper.should_stop
-        True
+        >>> improved = []
+        >>> for step, loss in enumerate([1.0, 0.5, 0.49, 0.495, 0.5]):
+        ...     improved.append(stopper.update(loss))
+        ...     if stopper.should_stop:
+        ...         break
+        >>> improved, step
+        ([True, True, False, False], 3)
     """
 
     __slots__ = ("_patience",)

@@ -1,7 +1,6 @@
-"""``python -m substrax.tracking``: plot a file log, or replay a spool file.
+"""``python -m substrax.tracking``: plot a file log, or replay a spool file (``--help`` says how).
 
-This module's path is an interface: ``python -m substrax.tracking`` runs it. The command line
-lives in :mod:`substrax.tracking._cli` (``python -m substrax.tracking --help`` lists it).
+This module's path is an interface: ``python -m substrax.tracking`` runs it.
 """
 
 from ._cli import exit_with_main

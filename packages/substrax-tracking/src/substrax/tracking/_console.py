@@ -15,19 +15,13 @@ from typing import Any, TextIO
 
 from substrax.support import optional
 
-from ._base import (
-    Logger,
-    drain_at_exit,
-    histogram_summary,
-    read_scalar,
-    unread_scalar,
-    value_ready,
-)
+from ._base import Logger
+from ._values import drain_at_exit, histogram_summary, read_scalar, unread_scalar, value_ready
 
 
 __all__ = ["ConsoleLogger"]
 
-_SMALL = 1e-3
+_SMALL = 1e-3  # a number below it, but 0, is printed with an exponent
 _OWNER = "substrax_console"  # LogRecord attribute: the id of the ConsoleLogger that logged a line
 _STYLE = "substrax_style"  # LogRecord attribute: the rich style of a line
 _LEVELS_LOCK = threading.Lock()
@@ -45,11 +39,7 @@ def _parent_level_set(logger: logging.Logger) -> bool:
 
 
 def _set_level(logger: logging.Logger, level: int) -> None:
-    """Let ``logger`` pass ``level`` records: set its level unless someone else has set one.
-
-    Someone else: on ``logger`` itself, or on a parent below the root (the application's
-    ``logging.getLogger("substrax").setLevel(logging.WARNING)`` applies to every run logger).
-    """
+    """Set ``level`` on ``logger`` unless someone else set one on it or on a parent below the root."""
     with _LEVELS_LOCK:
         ours = _LEVELS_SET.get(logger.name)
         if _parent_level_set(logger):
@@ -74,12 +64,9 @@ def _handled_elsewhere(record: logging.LogRecord) -> bool:
 
 
 class _ConsoleHandler(logging.Handler):
-    """One ConsoleLogger's printing: its own lines, and its stdlib logger's messages.
+    """One ConsoleLogger's printing: its own lines, and messages when it is the first one live.
 
-    A line another ConsoleLogger of the same name logged is left to that one; a message
-    (``logger.info(...)``) is printed by the first live ConsoleLogger handler only. Without an
-    explicit ``stream``, it prints only when no other handler takes the record, so an
-    application that configured ``logging`` sees each line once, through its own handlers.
+    Without an explicit ``stream`` it prints only the records no other handler takes.
     """
 
     def __init__(self, owner: ConsoleLogger, level: int, stream: TextIO | None, rich: Any) -> None:
@@ -101,15 +88,9 @@ class _ConsoleHandler(logging.Handler):
         owner = getattr(record, _OWNER, None)
         if owner is not None:
             return owner == self._id
-        first = next(
-            (
-                h
-                for h in logging.getLogger(record.name).handlers
-                if isinstance(h, _ConsoleHandler) and h.live()
-            ),
-            self,
-        )
-        return first is self
+        handlers = logging.getLogger(record.name).handlers
+        live = (h for h in handlers if isinstance(h, _ConsoleHandler) and h.live())
+        return next(live, self) is self
 
     def emit(self, record: logging.LogRecord) -> None:
         if not self._takes(record) or (self._stream is None and _handled_elsewhere(record)):
@@ -132,33 +113,24 @@ def _fmt(value: float) -> str:
     return f"{value:>10.4g}" if abs(value) >= _SMALL or value == 0 else f"{value:>10.3e}"
 
 
+def _step(step: int | None) -> str:
+    return f"step {step:>7} | " if step is not None else ""
+
+
 class ConsoleLogger(Logger):
     r"""Print each call as one aligned line (with rich colours on a terminal, when rich is installed).
 
-    ``step       3 | loss     0.2500 | acc      0.9100``. Images and histograms are shown as
-    their shape or summary statistics.
-
-    Every line is an ``INFO`` record of the stdlib logger ``substrax.tracking.run.<name>``
-    (:attr:`python_logger`), so an application's handlers and filters, and pytest's ``caplog``,
-    see it. For the console to show anything without any ``logging`` set up, the ConsoleLogger
-    adds one handler to that logger only (never to the root logger or another library's), and
-    removes it on :meth:`close`: with an explicit ``stream`` it always prints there; without,
-    it prints to ``sys.stdout`` only the records no other handler takes, so an application
-    that configured ``logging`` sees each line once, through its own handlers. The messages of
-    :meth:`info`, :meth:`warning` & co. are printed the same way. Unless that stdlib logger,
-    or one of its parents below the root (``substrax``, ``substrax.tracking``, ...), has a
-    level set by someone else, it is set to ``level``.
-
-    A jax array logged as a scalar is not read by the call, which would wait for the step that
-    computes it: its line (and the lines logged after it) is printed by a later call once the
-    value is computed, usually one step later, and at the latest by :meth:`flush` or
-    :meth:`close`, which wait for it. Messages (:meth:`info` & co.) are printed at once.
+    Every line, and every message (:meth:`info` & co.), is a record of the stdlib logger
+    ``substrax.tracking.run.<name>`` (:attr:`python_logger`), so the application's handlers and
+    filters see it. The ConsoleLogger adds one handler to that logger only, until :meth:`close`:
+    it prints to ``stream``, or to ``sys.stdout`` the records no other handler takes. The logger's
+    level is set to ``level`` unless it, or a parent below the root, has a level already. A jax
+    array logged is printed once computed, by a later call, :meth:`flush` or :meth:`close`.
 
     Args:
         name: the name printed at the start of each line.
         stream: where to print; default: ``sys.stdout`` at each call (see above).
-        level: ``logging.INFO`` prints every line; a higher level (``WARNING``) prints no
-            logged values, only messages at or above it (``logger.warning(...)``).
+        level: ``logging.INFO`` prints every line; a higher level prints only messages.
         use_rich: draw with rich; default: when rich is installed and the stream is a terminal.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: print on every process, not only process 0.
@@ -189,17 +161,14 @@ class ConsoleLogger(Logger):
         super().__init__(name, process_index=process_index, all_processes=all_processes)
         self._stream = stream
         self.level = level
-        rich: Any = None
-        target = stream if stream is not None else sys.stdout
         if use_rich is None:
+            target = stream if stream is not None else sys.stdout
             use_rich = bool(getattr(target, "isatty", lambda: False)())
-        if use_rich:
-            console = optional("rich.console")  # rich is an extra: without it, plain lines
-            if console is not None:
-                rich = console.Console(file=stream, highlight=False)
+        console = optional("rich.console") if use_rich else None  # an extra: else plain lines
+        rich = console.Console(file=stream, highlight=False) if console is not None else None
         self._handler: _ConsoleHandler | None = None
-        # Lines held behind a jax value not read yet, in order: (step, [(name, value)], "", "")
-        # for scalars, (None, None, body, style) for a line already formatted.
+        # the lines waiting for a jax value, in order: (step, [(name, value)], "", "") for
+        # scalars, (None, None, line, style) for a line formatted already
         self._held: deque[tuple[int | None, list[tuple[str, Any]] | None, str, str]] = deque()
         self._warned_unreadable: set[str] = set()
         if self.active:
@@ -210,16 +179,9 @@ class ConsoleLogger(Logger):
                     self.python_logger.removeHandler(handler)
             self.python_logger.addHandler(self._handler)
 
-    def _emit(self, body: str, style: str = "") -> None:
-        self.python_logger.info(body, extra={_OWNER: id(self), _STYLE: style})
-
     def _line(self, body: str, style: str = "") -> None:
-        """Print a line now, or after the lines held behind a jax value not read yet."""
-        if self._held:
-            self._held.append((None, None, body, style))
-            self._print_held(wait=False)
-        else:
-            self._emit(body, style)
+        self._held.append((None, None, body, style))
+        self._print_held(wait=False)
 
     def _print_held(self, *, wait: bool) -> None:
         """Print the held lines in order; without ``wait``, up to a jax value still computed."""
@@ -231,17 +193,19 @@ class ConsoleLogger(Logger):
                     return
                 parts: list[str] = []
                 for key, value in items:
-                    number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
+                    number = value
+                    if type(value) is not float:
+                        number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
                     if number is not None:
                         parts.append(f"{key} {_fmt(number)}")
-                body = self._step(step) + " | ".join(parts) if parts else ""
+                body = _step(step) + " | ".join(parts) if parts else ""
             held.popleft()
             if body:
-                self._emit(body, style)
+                self.python_logger.info(body, extra={_OWNER: id(self), _STYLE: style})
 
     def close(self) -> None:
         """Print the lines held behind jax values (waiting for them), then stop printing."""
-        if not self.closed and self._held:  # while open: its handler prints only then
+        if not self.closed:  # its handler prints only while it is open
             self._print_held(wait=True)
         super().close()
 
@@ -249,26 +213,13 @@ class ConsoleLogger(Logger):
         if self._handler is not None:
             self.python_logger.removeHandler(self._handler)
 
-    @staticmethod
-    def _step(step: int | None) -> str:
-        return f"step {step:>7} | " if step is not None else ""
-
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
-        if not self._held:  # numbers only, nothing held: the line is printed now
-            parts: list[str] = []
-            for key, value in metrics.items():
-                number = value if type(value) is float else unread_scalar(key, value)
-                if type(number) is not float:  # a jax array: the line is held
-                    break
-                parts.append(f"{key} {_fmt(number)}")
-            else:
-                self._emit(self._step(step) + " | ".join(parts))
-                return
-            drain_at_exit(self)
         items = [
             (key, value if type(value) is float else unread_scalar(key, value))
             for key, value in metrics.items()
         ]
+        if any(type(value) is not float for _, value in items):  # a jax array, read later
+            drain_at_exit(self)
         self._held.append((step, items, "", ""))
         self._print_held(wait=False)
 
@@ -276,22 +227,21 @@ class ConsoleLogger(Logger):
         self._line("hyperparams " + json.dumps(dict(params), default=str, sort_keys=True), "bold")
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
-        self._line(f"{self._step(step)}{name}: {text}")
+        self._line(f"{_step(step)}{name}: {text}")
 
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
         shapes = ", ".join(str(tuple(image.shape)) for image in images)
-        self._line(f"{self._step(step)}{name}: image {shapes}")
+        self._line(f"{_step(step)}{name}: image {shapes}")
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         s = histogram_summary(values)
         self._line(
-            f"{self._step(step)}{name}: histogram n={s['count']} min={s['min']:.4g} "
+            f"{_step(step)}{name}: histogram n={s['count']} min={s['min']:.4g} "
             f"max={s['max']:.4g} mean={s['mean']:.4g} std={s['std']:.4g}"
         )
 
     def flush(self) -> None:
         """Print the lines held behind jax values (waiting for them), then flush the stream."""
-        if self._held and not self.closed:
+        if not self.closed:
             self._print_held(wait=True)
-        stream = self._stream if self._stream is not None else sys.stdout
-        stream.flush()
+        (self._stream if self._stream is not None else sys.stdout).flush()

@@ -1,86 +1,57 @@
-"""The errors substrax.tracking raises: each a subclass of the builtin error it replaced.
-
-Every public class here is re-exported from :mod:`substrax.tracking` and shows that module in
-tracebacks. Each carries the offending values as attributes; its message says what to do.
-"""
+"""The errors substrax.tracking raises, each a subclass of the builtin error it replaces."""
 
 from collections.abc import Sequence
 from dataclasses import InitVar
 from pathlib import Path
 
-from substrax.support import PicklableError, StructuredError
+from substrax.support import StructuredError
 
 
-__all__ = [
-    "EmptyMetricNameError",
-    "FileLogBusyError",
-    "FileLogValueError",
-    "FileLogWriteError",
-    "ImageShapeError",
-    "InvalidLoggerNameError",
-    "InvalidStepError",
-    "LogDirNotWritableError",
-    "LoggedTypeError",
-    "LoggerClosedError",
-    "MetricOverflowError",
-    "NoFileLogError",
-    "NoLoggerSelectedError",
-    "NotALoggerError",
-    "NotARecordError",
-    "NotASpoolError",
-    "ProcessIndexVariableError",
-    "ResumeWithoutRunIdError",
-    "SpoolNotFoundError",
-    "UnknownBackendError",
-    "UnknownRunIdError",
-    "UploadNotFoundError",
-]
-
-_SHOWN_DIGITS = 40
+_LONGEST_SHOWN = 40
 
 
-class _PathTextError(StructuredError):
-    """A StructuredError whose ``template`` sees each Path field as its text.
+def _shorten(value: object, unit: str) -> str:
+    """``repr(value)``, its middle cut out when it is longer than ``_LONGEST_SHOWN``."""
+    shown = repr(value)
+    if len(shown) > _LONGEST_SHOWN:
+        return f"{shown[:20]}...{shown[-10:]} ({len(shown)} {unit})"
+    return shown
 
-    ``{path!r}`` then shows ``'/runs/a'``, the way a user types the path, not ``PosixPath(...)``;
-    the attribute stays the Path.
+
+def _holder(pid: int | None, word: str) -> str:
+    return f"{word} {pid}" if pid is not None else "another process"
+
+
+class _TrackingError(StructuredError):
+    """An error shown as ``substrax.tracking``'s, whose template sees each Path as its text.
+
+    ``{path!r}`` shows ``'/runs/a'``, not ``PosixPath(...)``. Extend ``_shown`` to add a value.
     """
 
     __slots__ = ()
 
+    def __init_subclass__(cls, *, kw_only: bool = False) -> None:
+        cls.__module__ = "substrax.tracking"
+        super().__init_subclass__(kw_only=kw_only)
+
+    def _shown(self) -> dict[str, object]:
+        fields = self._fields().items()
+        return {name: str(value) if isinstance(value, Path) else value for name, value in fields}
+
     def _message(self) -> str:
-        fields = {
-            name: str(value) if isinstance(value, Path) else value
-            for name, value in vars(self).items()
-        }
-        return self.template.format_map(fields)
+        return self.template.format_map(self._shown())
 
 
-class LoggerClosedError(StructuredError, RuntimeError):
-    """A logger was used after :meth:`Logger.close`.
+class LoggerClosedError(_TrackingError, RuntimeError):
+    """A logger was used after :meth:`Logger.close`."""
 
-    Attributes:
-        logger_name: the logger's name.
-    """
-
-    __module__ = "substrax.tracking"
     template = "logger {logger_name!r} is closed; create a new one to log again"
     logger_name: str
 
 
-class LogDirNotWritableError(_PathTextError, PermissionError):
-    """A logger's directory cannot be created or written by this process.
+class LogDirNotWritableError(_TrackingError, PermissionError):
+    """A ``logger``'s directory ``path`` cannot be created or written; ``reason`` is the OS's."""
 
-    Raised up front: W&B would otherwise write the run to ``/tmp/wandb`` without a word, while
-    the logger names the directory given.
-
-    Attributes:
-        logger: the logger class.
-        path: the directory (resolved).
-        reason: what failed (the operating system's message).
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "{logger}: cannot write to the directory {path!r} ({reason}); make it writable by this "
         "process, or pass a writable log_dir= (or dir=, or set WANDB_DIR) instead"
@@ -90,27 +61,16 @@ class LogDirNotWritableError(_PathTextError, PermissionError):
     reason: str
 
 
-class InvalidLoggerNameError(StructuredError, ValueError):
-    """A logger was given a name that is empty or not a string.
+class InvalidLoggerNameError(_TrackingError, ValueError):
+    """A logger was given a name that is empty or not a string."""
 
-    Attributes:
-        name: the name given.
-    """
-
-    __module__ = "substrax.tracking"
     template = "name={name!r} must be a non-empty string; it names the run in every backend"
     name: object
 
 
-class EmptyMetricNameError(StructuredError, ValueError):
-    """A metric was logged under an empty name (or a name that is not a string).
+class EmptyMetricNameError(_TrackingError, ValueError):
+    """A metric was logged under an empty name (or one that is not a string)."""
 
-    Attributes:
-        name: the name given.
-        value: the value logged under it.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "metric name {name!r} (value {value!r}) must be a non-empty string; "
         "give the metric a name such as 'loss' or 'train/loss'"
@@ -119,100 +79,62 @@ class EmptyMetricNameError(StructuredError, ValueError):
     value: object
 
 
-class InvalidStepError(StructuredError, ValueError, TypeError):
-    """A step that is not an integer in ``[0, 2**63 - 1]`` was logged.
+class InvalidStepError(_TrackingError, ValueError, TypeError):
+    """A logged step is not an int in ``[0, 2**63 - 1]``, so no backend can store it.
 
-    Every backend stores a step as a signed 64-bit integer (MLflow's store cannot hold a larger
-    one, TensorBoard and W&B neither), so a step past ``2**63 - 1`` (a ``uint64`` counter that
-    wrapped below zero, say), a negative one, or one that is not an integer is refused at the
-    call, before any backend sees it. Both a ``ValueError`` and a ``TypeError``: the check a
-    caller wrote for either one catches it.
-
-    Attributes:
-        step: the step given.
-        reason: what is wrong with it.
+    Both a ``ValueError`` and a ``TypeError``, so a check written for either catches it.
 
     Example:
         >>> from substrax.tracking import InvalidStepError
-        >>> error = InvalidStepError(2**64 - 1, "is past the largest step")
-        >>> error.step, isinstance(error, ValueError)
-        (18446744073709551615, True)
+        >>> InvalidStepError(2**64 - 1, "is past the largest step").step
+        18446744073709551615
     """
 
-    __module__ = "substrax.tracking"
+    template = (
+        "step {shown_step} {reason}; a step must be an int in [0, 2**63 - 1] (every backend "
+        "stores it as a signed 64-bit integer): log the step count itself (an int, or a numpy "
+        "or jax integer), not a wrapped or hashed counter"
+    )
     step: object
     reason: str
 
-    def _message(self) -> str:
-        shown = repr(self.step)
-        if len(shown) > _SHOWN_DIGITS:
-            shown = f"{shown[:20]}...{shown[-10:]} ({len(shown)} characters)"
-        return (
-            f"step {shown} {self.reason}; a step must be an int in [0, 2**63 - 1] (every backend "
-            "stores it as a signed 64-bit integer): log the step count itself (an int, or a numpy "
-            "or jax integer), not a wrapped or hashed counter"
-        )
+    def _shown(self) -> dict[str, object]:
+        return super()._shown() | {"shown_step": _shorten(self.step, "characters")}
 
 
-class LoggedTypeError(StructuredError, TypeError):
-    """A value of the wrong type was logged.
+class LoggedTypeError(_TrackingError, TypeError):
+    """A value of the wrong type was logged: ``what`` (``"scalar 'loss'"``) must be ``expected``.
 
-    A scalar that is not a number, text that is not a str, hyperparameters that are not a
-    mapping, an image that is not an array.
-
-    Attributes:
-        what: what was being logged (``"scalar 'loss'"``, ``"text 'notes'"``, ``"hyperparameters"``).
-        value: the value given.
-        expected: what it must be instead.
-
-    ``got``, when given, words what was logged in the message instead of the value's type name
-    (``"str 'x'"``); it is not kept as an attribute.
+    ``got`` words what was logged in place of the value's type name; it is not an attribute.
     """
 
-    __module__ = "substrax.tracking"
     what: str
     value: object
     expected: str
     got: InitVar[str | None] = None
 
     def __post_init__(self, got: str | None = None) -> None:
-        # ``got`` only words the message, so the message is built here rather than by _message
-        TypeError.__init__(
-            self, f"{self.what} must be {self.expected}, got {got or type(self.value).__name__}"
-        )
+        got = got or type(self.value).__name__
+        TypeError.__init__(self, f"{self.what} must be {self.expected}, got {got}")
 
 
-class MetricOverflowError(StructuredError, OverflowError):
-    """A metric's value is too large for a float (a Python int past about 1.8e308).
+class MetricOverflowError(_TrackingError, OverflowError):
+    """A metric's value is too large for a float (a Python int past about 1.8e308)."""
 
-    Attributes:
-        name: the metric's name.
-        value: the value logged.
-    """
-
-    __module__ = "substrax.tracking"
+    template = (
+        "scalar {name!r} = {shown_value} is too large for a float; log a scaled value "
+        "(or its logarithm) instead"
+    )
     name: str
     value: object
 
-    def _message(self) -> str:
-        shown = repr(self.value)
-        if len(shown) > _SHOWN_DIGITS:
-            shown = f"{shown[:20]}...{shown[-10:]} ({len(shown)} digits)"
-        return (
-            f"scalar {self.name!r} = {shown} is too large for a float; log a scaled value "
-            "(or its logarithm) instead"
-        )
+    def _shown(self) -> dict[str, object]:
+        return super()._shown() | {"shown_value": _shorten(self.value, "digits")}
 
 
-class ImageShapeError(StructuredError, ValueError):
-    """An image array has a shape no backend can show.
+class ImageShapeError(_TrackingError, ValueError):
+    """An image array has a shape no backend can show."""
 
-    Attributes:
-        name: the image's name.
-        shape: its shape.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "image {name!r} has shape {shape}; expected (H, W), (H, W, 1), (H, W, 3) or "
         "(H, W, 4): move the channel axis last, or log each image of a batch on its own"
@@ -221,14 +143,9 @@ class ImageShapeError(StructuredError, ValueError):
     shape: tuple[int, ...]
 
 
-class NotALoggerError(StructuredError, TypeError):
-    """:class:`MultiLogger` was given something that is not a :class:`Logger`.
+class NotALoggerError(_TrackingError, TypeError):
+    """:class:`MultiLogger` was given something that is not a :class:`Logger`."""
 
-    Attributes:
-        value: what was given.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "MultiLogger takes Logger instances, got {value.__class__.__name__}; wrap another "
         "library's logger in a Logger subclass"
@@ -236,27 +153,18 @@ class NotALoggerError(StructuredError, TypeError):
     value: object
 
 
-class NoLoggerSelectedError(PicklableError, ValueError):
+class NoLoggerSelectedError(_TrackingError, ValueError):
     """:func:`create_logger` was asked for no backend at all."""
 
-    __module__ = "substrax.tracking"
-
-    def __init__(self) -> None:
-        super().__init__(
-            "create_logger with console=False, log_to_file=False and tensorboard=False logs "
-            "nowhere; enable at least one of them"
-        )
+    template = (
+        "create_logger with console=False, log_to_file=False and tensorboard=False logs "
+        "nowhere; enable at least one of them"
+    )
 
 
-class ProcessIndexVariableError(StructuredError, ValueError):
-    """An environment variable that names the process index holds something else.
+class ProcessIndexVariableError(_TrackingError, ValueError):
+    """An environment variable that names the process index holds something else."""
 
-    Attributes:
-        variable: the variable's name.
-        value: its value.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "{variable}={value!r} is not a process index (an integer >= 0); set it to this "
         "process's index or unset it"
@@ -265,16 +173,9 @@ class ProcessIndexVariableError(StructuredError, ValueError):
     value: str
 
 
-class FileLogValueError(_PathTextError, ValueError):
-    """A line of a file log (``*.metrics.jsonl``) is JSON but not a metric :class:`FileLogger` wrote.
+class FileLogValueError(_TrackingError, ValueError):
+    """Line ``line`` (from 1) of a ``*.metrics.jsonl`` is JSON but not a FileLogger's metric."""
 
-    Attributes:
-        path: the file.
-        line: the line's number, from 1.
-        reason: what is wrong with it (a missing field, a value that is not a number).
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "line {line} of {path!r} is not a metric of a substrax file log ({reason}); "
         "pass a *.metrics.jsonl that a FileLogger wrote, or remove that line"
@@ -284,19 +185,9 @@ class FileLogValueError(_PathTextError, ValueError):
     reason: str
 
 
-class FileLogWriteError(_PathTextError, OSError):
-    """A :class:`FileLogger` closed with lines it could not write (a full disk, a removed mount).
+class FileLogWriteError(_TrackingError, OSError):
+    """A :class:`FileLogger` closed with ``lines`` lines of ``path`` unwritten (a full disk)."""
 
-    Until then the lines waited in memory and every flush tried them again; closing tried a
-    last time. Lines before them were written whole and in order.
-
-    Attributes:
-        path: the file the lines were for.
-        lines: how many lines of it were not written.
-        reason: the operating system's error.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "{lines} lines of {path!r} were not written when the logger closed ({reason}); free "
         "space on its file system (or check the mount) and log those steps again, or resume "
@@ -307,14 +198,9 @@ class FileLogWriteError(_PathTextError, OSError):
     reason: str
 
 
-class NoFileLogError(_PathTextError, FileNotFoundError):
-    """A directory to plot holds no file log (``*.metrics.jsonl``).
+class NoFileLogError(_TrackingError, FileNotFoundError):
+    """A directory to plot holds no file log (``*.metrics.jsonl``)."""
 
-    Attributes:
-        log_dir: the directory given.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "{log_dir!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger or "
         "create_logger wrote"
@@ -322,28 +208,17 @@ class NoFileLogError(_PathTextError, FileNotFoundError):
     log_dir: Path
 
 
-class UploadNotFoundError(_PathTextError, FileNotFoundError):
-    """A file or directory to upload to a run (an artifact, a model) does not exist.
+class UploadNotFoundError(_TrackingError, FileNotFoundError):
+    """A file or directory to upload to a run (``what``: an artifact, a model) does not exist."""
 
-    Attributes:
-        what: what was to be uploaded (``"artifact"``, ``"model"``).
-        path: the path, resolved.
-    """
-
-    __module__ = "substrax.tracking"
     template = "{what} {path!r} does not exist; pass the path of an existing file or directory"
     what: str
     path: Path
 
 
-class SpoolNotFoundError(_PathTextError, FileNotFoundError):
-    """A spool file to replay does not exist.
+class SpoolNotFoundError(_TrackingError, FileNotFoundError):
+    """A spool file to replay does not exist."""
 
-    Attributes:
-        path: the path that was given.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "spool file {path!r} does not exist; pass the <log_dir>/<name>.spool.jsonl path "
         "that the logger's warning named"
@@ -351,15 +226,8 @@ class SpoolNotFoundError(_PathTextError, FileNotFoundError):
     path: Path
 
 
-class SpoolBusyError(StructuredError, TimeoutError):
-    """Another replay held a spool file for longer than this replay could wait.
-
-    Two replays of one spool never run at once (each would send every record); the second
-    waits for the first, within its own time limit. Nothing was sent or changed.
-
-    Attributes:
-        path: the spool file.
-        pid: the process replaying it (None when it could not be read).
+class SpoolBusyError(_TrackingError, TimeoutError):
+    """Another replay (``pid``, None if unknown) held a spool file longer than this one could wait.
 
     Example:
         >>> from pathlib import Path
@@ -368,29 +236,20 @@ class SpoolBusyError(StructuredError, TimeoutError):
         4242
     """
 
-    __module__ = "substrax.tracking"
+    template = (
+        "another replay ({holder}) is replaying {path!r}; nothing was sent: run this replay "
+        "again when it has ended (or give it a longer --timeout to wait for it)"
+    )
     path: Path
     pid: int | None
 
-    def _message(self) -> str:
-        holder = f"pid {self.pid}" if self.pid is not None else "another process"
-        return (
-            f"another replay ({holder}) is replaying {str(self.path)!r}; nothing was sent: run "
-            "this replay again when it has ended (or give it a longer --timeout to wait for it)"
-        )
+    def _shown(self) -> dict[str, object]:
+        return super()._shown() | {"holder": _holder(self.pid, "pid")}
 
 
-class NotASpoolError(_PathTextError, ValueError):
-    """A path given as a spool file is not one: a directory, a device, or a file without records.
+class NotASpoolError(_TrackingError, ValueError):
+    """A path given as a spool file is not one (``reason``: what it is instead); left untouched."""
 
-    Nothing at the path is changed.
-
-    Attributes:
-        path: the path that was given.
-        reason: what it is instead.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "{path!r} is not a spool file ({reason}); it is left untouched; pass the "
         "<log_dir>/<name>.spool.jsonl path that the logger's warning named"
@@ -399,34 +258,23 @@ class NotASpoolError(_PathTextError, ValueError):
     reason: str
 
 
-class UnknownBackendError(StructuredError, ValueError):
-    """Spooled records name a backend that no installed logger registered.
+class UnknownBackendError(_TrackingError, ValueError):
+    """Spooled records name a backend that no installed logger registered."""
 
-    Attributes:
-        backend: the backend the records name.
-        known: the backends known.
-    """
-
-    __module__ = "substrax.tracking"
+    template = (
+        "spooled records name an unknown backend {backend!r}; known: {known}; replay them "
+        "with the substrax version that wrote them"
+    )
     backend: object
     known: Sequence[str]
 
-    def _message(self) -> str:
-        return (
-            f"spooled records name an unknown backend {self.backend!r}; known: "
-            f"{list(self.known)}; replay them with the substrax version that wrote them"
-        )
+    def _shown(self) -> dict[str, object]:
+        return super()._shown() | {"known": list(self.known)}
 
 
-class ResumeWithoutRunIdError(StructuredError, ValueError):
-    """A remote logger was given ``resume_step`` but no ``run_id`` to resume.
+class ResumeWithoutRunIdError(_TrackingError, ValueError):
+    """A remote logger was given ``resume_step`` but no ``run_id`` to resume."""
 
-    Attributes:
-        logger: the logger class.
-        resume_step: the step given.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "{logger} got resume_step={resume_step!r} without run_id; pass the run id stored with "
         "the checkpoint (the first attempt's logger.run_id) so that logging goes on in that run"
@@ -435,42 +283,24 @@ class ResumeWithoutRunIdError(StructuredError, ValueError):
     resume_step: object
 
 
-class FileLogBusyError(_PathTextError, RuntimeError):
-    """Another :class:`FileLogger` (in this or another process) holds the same file log.
+class FileLogBusyError(_TrackingError, RuntimeError):
+    """Another FileLogger (``pid``, None if unknown) holds the file log ``name`` in ``log_dir``."""
 
-    Two writers of one log would lose records: a resume rewrites the files under the other, and
-    lines of both interleave. Nothing was written.
-
-    Attributes:
-        log_dir: the directory.
-        name: the log's file name stem (the logger name made file-safe).
-        pid: the process holding it (None when it could not be read).
-    """
-
-    __module__ = "substrax.tracking"
+    template = (
+        "the file log {name!r} in {log_dir!r} is held by a FileLogger of {holder}; close that "
+        "logger (or let that process end) first, or give this one another name or log_dir"
+    )
     log_dir: Path
     name: str
     pid: int | None
 
-    def _message(self) -> str:
-        holder = f"process {self.pid}" if self.pid is not None else "another process"
-        return (
-            f"the file log {self.name!r} in {str(self.log_dir)!r} is held by a FileLogger of "
-            f"{holder}; close that logger (or let that process end) first, or give this one "
-            "another name or log_dir"
-        )
+    def _shown(self) -> dict[str, object]:
+        return super()._shown() | {"holder": _holder(self.pid, "process")}
 
 
-class UnknownRunIdError(StructuredError, ValueError):
-    """A remote logger was given a ``run_id`` that its tracking server does not know.
+class UnknownRunIdError(_TrackingError, ValueError):
+    """A remote logger's ``run_id`` is not known to its tracking server (``tracking_uri``)."""
 
-    Attributes:
-        logger: the logger class.
-        run_id: the run id given.
-        tracking_uri: where it was looked up.
-    """
-
-    __module__ = "substrax.tracking"
     template = (
         "{logger}: the store at {tracking_uri} has no run {run_id!r}; pass the run id that the "
         "first attempt's logger had (logger.run_id, stored with the checkpoint) and the "
@@ -482,14 +312,7 @@ class UnknownRunIdError(StructuredError, ValueError):
 
 
 class NotARecordError(StructuredError, ValueError):
-    """A line of a spool (or its record) is not a substrax tracking record.
-
-    Raised and caught inside a replay, which sets such lines aside in ``<spool>.bad`` with the
-    message as their reason.
-
-    Attributes:
-        reason: why it is not a record.
-    """
+    """A spool line (or its record) is not a tracking record; a replay sets it aside in ``.bad``."""
 
     template = "{reason}"
     reason: str

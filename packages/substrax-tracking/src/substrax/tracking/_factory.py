@@ -34,20 +34,18 @@ def create_logger(
 
     Args:
         name: the run name.
-        log_dir: the directory of the file log; default ``resolve_output_dir(name)``
-            (``$AVITAI_OUTPUT_DIR/<name>`` or a per-run temporary directory, never the CWD).
+        log_dir: the file log's directory; default ``$AVITAI_OUTPUT_DIR/<name>`` or a per-run
+            temporary directory, never the CWD.
         log_to_file: write the file log.
         console: print to the console.
-        tensorboard: also write TensorBoard event files into ``log_dir`` (needs the
-            ``tensorboard`` extra).
-        level: the console level (above ``INFO`` the console prints no logged values, only
-            messages at or above it, see :class:`ConsoleLogger`).
+        tensorboard: also write TensorBoard event files into ``log_dir`` (the ``tensorboard``
+            extra).
+        level: the console level (see :class:`ConsoleLogger`).
         stream: the console stream; default stdout.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log on every process, not only process 0.
-        resume_step: the step of the checkpoint a resumed run restored: the file log drops
-            what it holds past it (see :class:`FileLogger`); TensorBoard's event files are
-            not rewritten.
+        resume_step: the step a resumed run restored: the file log drops what it holds past it
+            (see :class:`FileLogger`); TensorBoard's event files are not rewritten.
 
     Returns:
         One logger, or a :class:`MultiLogger` of several.

@@ -1,4 +1,4 @@
-"""Failed runs end as failed: an uncaught exception marks every open logger before the process dies."""
+"""An uncaught exception marks every open logger failed before the process dies."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class _Failable(Protocol):
 
 _OPEN: weakref.WeakSet[_Failable] = weakref.WeakSet()
 _LOCK = threading.Lock()
-_CALLING = threading.local()  # .on while _hook runs: a hook it hands over to may chain back to it
+_CALLING = threading.local()  # .on while _hook runs (a hook it hands over to may call it back)
 _previous: _ExceptHook | None = None  # the hook ours hands over to
 _ORIGINAL: list[_ExceptHook] = []  # the hook before ours was first installed
 _installed = False
@@ -35,18 +35,16 @@ def failed_by(error: BaseException | None) -> bool:
         >>> failed_by(ValueError("nan loss")), failed_by(SystemExit(0)), failed_by(SystemExit(3))
         (True, False, True)
     """
-    if error is None:
-        return False
     if isinstance(error, SystemExit):
         return error.code not in (0, None)
-    return True
+    return error is not None
 
 
 def _hook(
     exc_type: type[BaseException], exc: BaseException, traceback: TracebackType | None
 ) -> None:
     """``sys.excepthook``: mark the open loggers failed, then hand over to the previous hook."""
-    if getattr(_CALLING, "on", False):  # reinstalled above a hook that chains back to ours
+    if getattr(_CALLING, "on", False):  # called back by a hook ours was put above
         (_ORIGINAL[0] if _ORIGINAL else sys.__excepthook__)(exc_type, exc, traceback)
         return
     _CALLING.on = True
@@ -64,9 +62,8 @@ def _hook(
 def watch(logger: _Failable) -> None:
     """Mark ``logger`` failed if the process dies of an uncaught exception while it is open.
 
-    The first logger watched chains :func:`sys.excepthook` (the previous hook still runs);
-    :func:`forget` of the last one restores it. A logger watched after another hook replaced
-    ours chains it again, above that hook.
+    Ours is put above :func:`sys.excepthook` (which still runs), and again above a hook that
+    replaced it since.
 
     Example:
         >>> from substrax.tracking._failure import forget, watch
@@ -91,17 +88,16 @@ def watch(logger: _Failable) -> None:
 
 
 def forget(logger: _Failable) -> None:
-    """Stop watching ``logger`` (it closed); restore ``sys.excepthook`` when none is left.
+    """Stop watching ``logger``; put the previous ``sys.excepthook`` back when none is left.
 
-    A hook installed after ours stays: ours then only passes exceptions on to its predecessor.
+    A hook installed above ours stays, and ours then only passes exceptions on.
     """
     global _previous, _installed
     with _LOCK:
         _OPEN.discard(logger)
         if _installed and not _OPEN and sys.excepthook is _hook:
             sys.excepthook = _previous or sys.__excepthook__
-            if _ORIGINAL and _ORIGINAL[0] is not sys.excepthook:  # a hook ours was put above
-                # ours stays in that hook's chain: from now on it hands over to the first hook
+            if _ORIGINAL and _ORIGINAL[0] is not sys.excepthook:  # ours is in that hook's chain
                 _previous, _installed = _ORIGINAL[0], True
             else:
                 _previous, _installed = None, False

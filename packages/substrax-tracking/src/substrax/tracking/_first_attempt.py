@@ -1,4 +1,4 @@
-"""FirstAttempt: a remote sink's first call to its backend, in a thread of its own, waited for in time."""
+"""FirstAttempt: a sink's first backend call, in a thread of its own, waited for at most a bound."""
 
 from __future__ import annotations
 
@@ -6,19 +6,19 @@ import threading
 from collections.abc import Callable
 
 
-__all__ = ["FirstAttempt"]
+__all__ = ["FirstAttempt", "RunNotReadyError"]
+
+
+class RunNotReadyError(ConnectionError):
+    """A delivery came while the first attempt is still finding or creating the run: retried later."""
 
 
 class FirstAttempt:
-    """Run a sink's first backend call (find or create the run) without ever waiting past a bound.
+    """Run ``call`` (find or create the run) in a daemon thread named ``name``.
 
-    The call runs in a daemon thread; :meth:`wait` waits at most a timeout for it. A call that
-    has not returned by then goes on in its thread, and :meth:`running` tells the sink not to
-    start a second one meanwhile. An exception of the call is kept in :attr:`error`.
-
-    Args:
-        call: the first call (it raises when the backend refuses or cannot be reached).
-        name: the thread's name.
+    :meth:`wait` waits for it at most a timeout; a call not returned by then goes on, and
+    :meth:`running` tells the sink not to start a second one. Its exception is kept in
+    :attr:`error`.
 
     Example:
         >>> from substrax.tracking._first_attempt import FirstAttempt
@@ -28,11 +28,9 @@ class FirstAttempt:
     """
 
     def __init__(self, call: Callable[[], None], *, name: str) -> None:
-        self._call = call
-        self._thread: threading.Thread | None = threading.Thread(
-            target=self._run, name=name, daemon=True
-        )
         self.error: BaseException | None = None
+        self._call = call
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
@@ -43,17 +41,14 @@ class FirstAttempt:
 
     def wait(self, timeout: float) -> bool:
         """Wait at most ``timeout`` seconds for the call; return whether it has returned."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
+        self._thread.join(timeout)
         return not self.running()
 
     def running(self) -> bool:
         """Whether the call has not returned yet."""
-        thread = self._thread
-        if thread is None:
-            return False
-        if thread.is_alive():
-            return True
-        self._thread = None
-        return False
+        return self._thread.is_alive()
+
+    def check_returned(self, what: str) -> None:
+        """Raise :class:`RunNotReadyError` naming ``what`` while the call has not returned."""
+        if self.running():
+            raise RunNotReadyError(f"{what} has not returned yet")

@@ -1,4 +1,4 @@
-"""Saving images to files for the file log and for remote backends."""
+"""Saving a logged image to a file, for the file log and the remote backends."""
 
 # ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
 
@@ -32,12 +32,10 @@ def save_image(stem: Path, image: Any) -> Path:
     if array.ndim == _COLOR and array.shape[-1] == 1:
         array = array[..., 0]
     mpimage = optional("matplotlib.image")
+    path = stem.parent / (stem.name + (".npy" if mpimage is None else ".png"))
     if mpimage is None:
-        path = stem.parent / f"{stem.name}.npy"
         np.save(path, array)
-        return path
-    if array.dtype.kind == "f":
-        array = np.clip(array, 0.0, 1.0)
-    path = stem.parent / f"{stem.name}.png"
-    mpimage.imsave(path, array, cmap="gray" if array.ndim == _GRAY else None)
+    else:
+        array = np.clip(array, 0.0, 1.0) if array.dtype.kind == "f" else array
+        mpimage.imsave(path, array, cmap="gray" if array.ndim == _GRAY else None)
     return path

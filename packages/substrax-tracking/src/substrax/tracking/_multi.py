@@ -18,9 +18,9 @@ _logger = logging.getLogger(__name__)
 
 
 class MultiLogger(Logger):
-    """Send every call to several loggers, in order.
+    """Send every call to several loggers, in order; every one gets it even if an earlier one raises.
 
-    Every logger gets the call even if an earlier one raises; the first error is raised after.
+    The first error is raised once all had the call.
 
     Args:
         loggers: the backends.
@@ -47,8 +47,7 @@ class MultiLogger(Logger):
     def _each(self, method: str, *args: Any) -> None:
         """Call ``method(*args)`` on every logger; raise the first error once all had the call.
 
-        The method goes by name, not as a closure: ``log_scalar`` runs at every step, right
-        after it, on cold caches, where each frame it touches counts.
+        By name, not a closure: the per-step call runs on cold caches, where each frame counts.
         """
         first: Exception | None = None
         for logger in self.loggers:

@@ -13,10 +13,7 @@ __all__ = ["ensure_writable_dir", "resolve_log_dir"]
 
 
 def resolve_log_dir(name: str, log_dir: str | os.PathLike[str] | None) -> Path:
-    """``log_dir`` resolved, or ``substrax.artifacts.resolve_output_dir(name)`` when it is None.
-
-    The default is ``$AVITAI_OUTPUT_DIR/<name>`` or a per-run temporary directory, never the
-    current working directory.
+    """``log_dir`` resolved; when None, ``$AVITAI_OUTPUT_DIR/<name>`` or a per-run temporary directory.
 
     Example:
         >>> import tempfile

@@ -1,4 +1,4 @@
-"""Render the scalar curves of a file log to PNG files and an HTML page."""
+"""Read back the scalar curves of a file log, and render them to PNG files and an HTML page."""
 
 from __future__ import annotations
 
@@ -17,18 +17,22 @@ from ._file import decode_number
 
 __all__ = ["plot_log_dir", "read_scalars"]
 
-_MARKERS_BELOW = 50
+_MARKERS_BELOW = 50  # a curve of fewer points shows each one
+_PAGE = (
+    "<!doctype html>\n<html><head><meta charset='utf-8'><title>{title}</title><style>"
+    "body{{font-family:sans-serif}}figure{{display:inline-block;margin:8px}}</style>"
+    "</head><body>\n<h1>{heading}</h1>\n{sections}\n</body></html>\n"
+)
 
 
 def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, float]]]:
     r"""The ``(step, value)`` series of each metric in a ``*.metrics.jsonl`` file (lines without a step are numbered).
 
-    Values written as ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` come back as floats. A line
-    that is not JSON (cut short by a crash) is skipped.
+    ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` come back as floats; a line that is not JSON
+    (cut short by a crash) is skipped.
 
     Raises:
-        FileLogValueError: a line is JSON but not a metric (no name or value, a value that is
-            not a number); a ``ValueError``.
+        FileLogValueError: a line is JSON but not a metric (a ``ValueError``).
 
     Example:
         >>> import tempfile, pathlib
@@ -46,7 +50,7 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
                 continue
             try:
                 entry = json.loads(line)
-            except json.JSONDecodeError:  # a line cut short by a crash
+            except json.JSONDecodeError:
                 continue
             try:
                 step = entry.get("step")
@@ -89,39 +93,32 @@ def plot_log_dir(
     sections: list[str] = []
     for file in files:
         run = file.name.removesuffix(".metrics.jsonl")
-        items: list[str] = []
+        sections.append(f"<h2>{html.escape(run)}</h2>")
         for metric, points in sorted(read_scalars(file).items()):
             points.sort()
             figure = figure_type(figsize=(6, 3.5))
             axes = figure.add_subplot()
-            axes.plot(
-                [p[0] for p in points],
-                [p[1] for p in points],
-                marker="." if len(points) < _MARKERS_BELOW else None,
-            )
+            steps, values = zip(*points, strict=True)
+            axes.plot(steps, values, marker="." if len(points) < _MARKERS_BELOW else None)
             axes.set_title(f"{run}: {metric}")
             axes.set_xlabel("step")
             axes.grid(visible=True, alpha=0.3)
             png = target / f"{safe_name(run)}.{safe_name(metric)}.png"
             figure.tight_layout()
             figure.savefig(png, dpi=90)
-            last = points[-1][1]
-            shown = f"{last:.6g}" if math.isfinite(last) else str(last)
-            items.append(
+            last = f"{values[-1]:.6g}" if math.isfinite(values[-1]) else str(values[-1])
+            sections.append(
                 f'<figure><img src="{html.escape(png.name)}" alt="{html.escape(metric)}">'
-                f"<figcaption>{html.escape(metric)}: {len(points)} points, last {shown}</figcaption></figure>"
+                f"<figcaption>{html.escape(metric)}: {len(points)} points, last {last}"
+                "</figcaption></figure>"
             )
-        sections.append(f"<h2>{html.escape(run)}</h2>\n" + "\n".join(items))
     page = target / "index.html"
     write_atomically(
         page,
-        "<!doctype html>\n<html><head><meta charset='utf-8'><title>"
-        + html.escape(source.name)
-        + "</title><style>body{font-family:sans-serif}figure{display:inline-block;margin:8px}</style>"
-        + "</head><body>\n<h1>"
-        + html.escape(str(source))
-        + "</h1>\n"
-        + "\n".join(sections)
-        + "\n</body></html>\n",
+        _PAGE.format(
+            title=html.escape(source.name),
+            heading=html.escape(str(source)),
+            sections="\n".join(sections),
+        ),
     )
     return page

@@ -19,8 +19,8 @@ PROCESS_INDEX_ENV_VARS = ("SUBSTRAX_PROCESS_INDEX", "JAX_PROCESS_ID", "RANK")
 def current_process_index(explicit: int | None = None) -> int:
     """This process's index: ``explicit``, else ``jax.process_index()`` if jax is already imported, else the environment.
 
-    jax is never imported here: a process that has not loaded it is read from
-    ``SUBSTRAX_PROCESS_INDEX``, ``JAX_PROCESS_ID`` or ``RANK`` (0 when none is set).
+    jax is never imported here: without it, the index is the first of :data:`PROCESS_INDEX_ENV_VARS`
+    set (0 when none is).
 
     Example:
         >>> from substrax.tracking import current_process_index
@@ -33,8 +33,7 @@ def current_process_index(explicit: int | None = None) -> int:
     if jax is not None and hasattr(jax, "process_index"):
         return int(jax.process_index())
     for var in PROCESS_INDEX_ENV_VARS:
-        value = os.environ.get(var)
-        if value:
+        if value := os.environ.get(var):
             try:
                 return int(value)
             except ValueError:

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from ._base import (
-    as_scalar,
-    histogram_summary,
-    is_device_array,
-    prefetch,
-    read_scalar,
-    safe_name,
-)
+from substrax.support import is_device_array
+
+from ._base import safe_name
 from ._errors import NotARecordError
 from ._file import json_ready
 from ._media import save_image
+from ._values import as_scalar, histogram_summary, prefetch, read_scalar
 
 
 __all__ = ["Record", "RecordKind", "Scalar", "as_record", "prefetch_scalars", "split_scalars"]
@@ -27,21 +24,13 @@ _WARNED: set[str] = set()
 
 type RecordKind = Literal["scalars", "hyperparams", "text", "image", "histogram", "artifact"]
 
-
 type Scalar = tuple[str, Any, int, float]
-"""One scalar as a logging call queues it: name, value, step and ``time.time()``.
-
-The per-step call puts this tuple on the delivery's queue, and the worker makes the
-:class:`Record` (see :func:`as_record`): one object fewer made on the training thread.
-"""
+"""One scalar as the per-step call queues it (name, value, step, ``time.time()``); the worker
+makes it a :class:`Record` (:func:`as_record`), one object fewer made on the training thread."""
 
 
 def prefetch_scalars(records: Iterable[Record]) -> None:
-    """Start copying the jax values of ``records`` not materialized yet to the host, all at once.
-
-    Their reads by :meth:`Record.materialize` then overlap on an accelerator (see
-    :func:`prefetch`). Never blocks.
-    """
+    """Start copying the jax values of unmaterialized ``records`` to the host (never blocks)."""
     prefetch(
         value
         for record in records
@@ -68,8 +57,8 @@ def as_record(item: Record | Scalar) -> Record:
 def split_scalars(record: Record) -> list[Record]:
     """A materialized record of several scalars as one record per scalar; [] for any other.
 
-    A backend that refuses such a record for one of its values (an MLflow metric name it does
-    not accept) is sent the parts one at a time, so that only the refused value is set aside.
+    A backend that refuses one value of such a record is sent the parts one at a time, so that
+    only the refused value is set aside.
 
     Example:
         >>> from substrax.tracking._records import Record, split_scalars
@@ -78,36 +67,24 @@ def split_scalars(record: Record) -> list[Record]:
         >>> [part.payload for part in split_scalars(both)]
         [{'values': {'a': 1.0}}, {'values': {'b': 2.0}}]
     """
-    if record.kind != "scalars" or not record.materialized:
-        return []
     values = record.payload.get("values")
-    if not isinstance(values, dict) or len(values) <= 1:  # pyright: ignore[reportUnknownArgumentType]
+    if record.kind != "scalars" or not record.materialized or not isinstance(values, dict):
+        return []
+    parts = cast("dict[str, Any]", values)
+    if len(parts) <= 1:
         return []
     return [
-        Record(
-            kind="scalars",
-            step=record.step,
-            time=record.time,
-            payload={"values": {key: value}},
-            materialized=True,
-        )
-        for key, value in cast("dict[str, Any]", values).items()
+        dataclasses.replace(record, payload={"values": {key: value}})
+        for key, value in parts.items()
     ]
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Record:
-    """One logging call: its kind, step, wall time and payload.
+    """One logging call: its kind, step (or None), ``time.time()`` and payload.
 
     The payload holds the caller's objects (arrays, numbers) until :meth:`materialize` turns it
     into JSON data, off the training thread.
-
-    Attributes:
-        kind: what was logged.
-        step: the step, or None.
-        time: ``time.time()`` when it was logged.
-        payload: the data; JSON once ``materialized``.
-        materialized: whether the payload is JSON data.
     """
 
     kind: RecordKind
@@ -119,12 +96,11 @@ class Record:
     def materialize(
         self, media_dir: Path, *, label: str = "substrax.tracking", warned: set[str] | None = None
     ) -> Record:
-        """Turn the payload into JSON data (floats, histogram counts, image files under ``media_dir``).
+        """Make the payload JSON data (floats, histogram counts, image files under ``media_dir``).
 
-        A jax array is read here (on the delivery thread), waiting for its computation if it
-        still runs. One that cannot be read (its buffer deleted: donated to a later step) is
-        left out of the record, with a warning naming ``label``, the metric and the step, once
-        per metric name in ``warned``.
+        A jax array is read here, on the delivery thread. One that cannot be read (its buffer
+        donated to a later step) is left out, with a warning naming ``label``, the metric and
+        the step, once per metric name in ``warned``.
         """
         if self.materialized:
             return self
@@ -132,15 +108,14 @@ class Record:
         if self.kind == "scalars":
             values: dict[str, float] = {}
             for key, value in payload["values"].items():
-                if is_device_array(value):
-                    number = read_scalar(
-                        label, key, value, self.step, _WARNED if warned is None else warned
-                    )
-                    if number is None:
-                        continue
-                    values[key] = number
-                else:
+                if not is_device_array(value):
                     values[key] = as_scalar(key, value)
+                    continue
+                number = read_scalar(
+                    label, key, value, self.step, _WARNED if warned is None else warned
+                )
+                if number is not None:
+                    values[key] = number
             payload = {"values": values}
         elif self.kind == "hyperparams":
             payload = {"params": json_ready(payload["params"])}
@@ -148,10 +123,11 @@ class Record:
             payload = {"name": payload["name"], **histogram_summary(payload["values"])}
         elif self.kind == "image":
             name = payload["name"]
-            paths: list[str] = []
-            for index, image in enumerate(payload["images"]):
-                stem = f"{safe_name(name)}_step{self.step}_{index}_{int(self.time * 1e6)}"
-                paths.append(str(save_image(media_dir / stem, image)))
+            stem = f"{safe_name(name)}_step{self.step}"
+            paths = [
+                str(save_image(media_dir / f"{stem}_{index}_{int(self.time * 1e6)}", image))
+                for index, image in enumerate(payload["images"])
+            ]
             payload = {"name": name, "paths": paths}
         self.payload = payload
         self.materialized = True
@@ -163,16 +139,9 @@ class Record:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Record:
-        """A materialized record from :meth:`to_json` data."""
+        """A materialized record from :meth:`to_json` data (NotARecordError for anything else)."""
         unknown = set(data) - {"kind", "step", "time", "payload"}
-        if unknown or data.get("kind") not in (
-            "scalars",
-            "hyperparams",
-            "text",
-            "image",
-            "histogram",
-            "artifact",
-        ):
+        if unknown or data.get("kind") not in typing.get_args(RecordKind.__value__):
             raise NotARecordError(f"not a substrax tracking record: {data!r}")
         return cls(
             kind=data["kind"],

@@ -1,4 +1,4 @@
-"""RemoteLogger: the base of the W&B and MLflow loggers; every call goes through a background queue."""
+"""RemoteLogger: the base of the W&B and MLflow loggers, whose calls go through AsyncDelivery."""
 
 # ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
 
@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from substrax.support import check_int, check_seconds
+from substrax.support import check_int, check_seconds, is_device_array
 
 from ._background import AsyncDelivery
-from ._base import Logger, is_device_array, safe_name, unread_scalar
+from ._base import Logger, safe_name
 from ._errors import (
     LoggedTypeError,
     LoggerClosedError,
@@ -29,13 +29,13 @@ from ._failure import failed_by
 from ._paths import resolve_log_dir
 from ._records import Record
 from ._spool import Sink
+from ._values import unread_scalar
 
 
 __all__ = ["RemoteLogger", "check_resume"]
 
 
-# The loggers of this process not closed yet, held strongly: a logger dropped without close()
-# (made inside a function, or in a multiprocessing worker) is still closed at exit.
+# Held strongly, so that a logger dropped without close() is still closed at exit.
 _OPEN: dict[int, RemoteLogger] = {}
 _AT_EXIT_TIMEOUT = 10.0
 _FLUSH_TIMEOUT = 10.0  # the most seconds flush() waits for the backend before spooling
@@ -44,13 +44,10 @@ _FINALIZED_PIDS: set[int] = set()  # the processes whose multiprocessing finaliz
 
 
 def _close_open_loggers() -> None:
-    """At exit, deliver (or spool) what loggers that were never closed still hold.
+    """At exit, close the loggers never closed; the exception the process dies of marks them failed.
 
-    Runs from :mod:`atexit` and from a :mod:`multiprocessing` finalizer: a forked worker ends
-    by ``os._exit`` (no atexit), after running finalizers while its target's exception, if
-    any, is still in flight; that exception marks the runs failed. So does the exception a
-    script dies of (``sys.last_exc``), even if an application's ``sys.excepthook`` replaced
-    the one that marks them.
+    Runs from :mod:`atexit` and from a :mod:`multiprocessing` finalizer (a forked worker ends
+    by ``os._exit``, with its target's exception still in flight).
     """
     error = sys.exc_info()[1] or _died_of()
     for logger in list(_OPEN.values()):
@@ -61,14 +58,13 @@ def _close_open_loggers() -> None:
 
 
 def _died_of() -> BaseException | None:
-    """The uncaught exception the interpreter exits of, outside interactive sessions.
+    """The uncaught exception a script dies of (outside interactive sessions), if any.
 
-    ``sys.last_exc`` is set for the exception a script dies of, and also by tools that report an
-    exception they caught (pytest, for a failed test): only one that left the top level of
-    ``__main__`` counts.
+    ``sys.last_exc`` is also set by tools that report an exception they caught (pytest): only
+    one that left the top level of ``__main__`` counts.
     """
     if sys.flags.interactive or hasattr(sys, "ps1") or "IPython" in sys.modules:
-        return None  # there, an error at an earlier prompt did not end the session
+        return None
     error: BaseException | None = getattr(sys, "last_exc", None)
     traceback = None if error is None else error.__traceback__
     while traceback is not None:
@@ -80,11 +76,10 @@ def _died_of() -> BaseException | None:
 
 
 def _register_exit_hooks() -> None:
-    # Run before the SDK's own exit hooks (atexit is last-in, first-out): W&B finishes its run
-    # at exit, so this logger must hand over what it holds first.
+    # Last registered, first run: before W&B's own hook finishes its run.
     atexit.unregister(_close_open_loggers)
     atexit.register(_close_open_loggers)
-    if os.getpid() not in _FINALIZED_PIDS:  # a forked child starts without its parent's finalizers
+    if os.getpid() not in _FINALIZED_PIDS:  # a forked child has none of its parent's finalizers
         _FINALIZED_PIDS.add(os.getpid())
         multiprocessing.util.Finalize(None, _close_open_loggers, exitpriority=_EXIT_PRIORITY)
 
@@ -94,8 +89,8 @@ os.register_at_fork(after_in_child=_OPEN.clear)
 
 
 def _check_scalar(name: str, value: Any) -> None:
-    # Cheap checks only: converting an on-device array would wait for the step to finish.
-    if is_device_array(value):  # its dtype and shape: a jax array of several values is refused
+    """Refuse what is not a number, without reading an on-device array (only its dtype and shape)."""
+    if is_device_array(value):
         unread_scalar(name, value)
         return
     if isinstance(value, bool | str | bytes) or value is None:
@@ -128,15 +123,13 @@ def check_resume(logger: str, resume_step: int | None, run_id: str | None) -> No
 class RemoteLogger(Logger):
     """A logger whose backend is reached from a worker thread, so that a call costs microseconds.
 
-    Subclasses build their sink (the backend run) and call :meth:`_start`. A call puts a record
-    on a bounded queue and returns; values are converted on the worker (an on-device array
-    is read there, not in the step). The worker, at a lower CPU priority than the training
-    threads (on Linux), sends what arrived in batches: a record reaches the backend at most
-    about a second after the call, and at once on :meth:`flush` and :meth:`close`. A backend that fails is warned about once (``logging``,
-    under the ``substrax.tracking`` logger); while it fails, records go to :attr:`spool_path` on disk and
-    are retried from there in order. :meth:`close` returns within ``close_timeout`` (plus half
-    a second) whatever the backend does, leaving what is undelivered in the spool for
-    ``python -m substrax.tracking replay``.
+    Subclasses build their sink (the backend run) and call :meth:`_start`. A call queues a
+    record and returns; the worker reads its values (an on-device array too) and sends records
+    in batches, at most about a second after the call, at once on :meth:`flush` and
+    :meth:`close`. A failing backend is warned about once (under the ``substrax.tracking``
+    logger); meanwhile records go to :attr:`spool_path` and are retried from there in order.
+    :meth:`close` returns within ``close_timeout`` (plus half a second) whatever the backend
+    does, leaving what is undelivered in the spool for ``python -m substrax.tracking replay``.
 
     A call without a step uses the last step given (0 before any). A logger never closed is
     closed at interpreter exit (waiting at most 10 s before spooling).
@@ -165,7 +158,7 @@ class RemoteLogger(Logger):
         self.log_dir = (
             resolve_log_dir(name, log_dir) if self.active else Path(log_dir or ".").resolve()
         )
-        # Processes that all log (all_processes=True) each keep their own files, as FileLogger's.
+        # With all_processes=True, each process keeps its own files.
         stem = safe_name(name) + (
             f".p{self.process_index}" if all_processes and self.process_index else ""
         )
@@ -242,7 +235,7 @@ class RemoteLogger(Logger):
         self._submit_file("artifact", local_path, artifact_path=artifact_path)
 
     def _submit_file(self, what: str, local_path: str | os.PathLike[str], **payload: Any) -> None:
-        """Queue an ``artifact`` record for an existing file or directory (``what`` names it in errors)."""
+        """Queue an ``artifact`` record for an existing path (``what`` names it in errors)."""
         if self.closed:
             raise LoggerClosedError(self.name)
         path = Path(local_path).resolve()
@@ -255,11 +248,9 @@ class RemoteLogger(Logger):
         """Deliver every call so far, or write it to the spool file (fsynced), within a bound.
 
         It waits for the backend at most ``timeout`` seconds (None: ``close_timeout``, at most
-        10 s); what is not delivered by then is written to the spool, so that a kill of the
-        process right after (SIGKILL included) loses nothing logged before the call. Call it
-        before saving a checkpoint (``CheckpointCallback(flush=...)`` and
-        ``PreemptionHandler(flush=...)`` do). On a full disk, what could not be written waits
-        in memory (warned about once). :meth:`wait_delivered` waits for the backend itself.
+        10 s), then spools the rest, so that a kill right after (SIGKILL too) loses nothing
+        logged before. Call it before saving a checkpoint (``CheckpointCallback(flush=...)``
+        and ``PreemptionHandler(flush=...)`` do). :meth:`wait_delivered` waits for the backend.
 
         Raises:
             ValueError: ``timeout`` is NaN, infinite or negative.

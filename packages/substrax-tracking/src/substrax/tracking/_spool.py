@@ -6,6 +6,7 @@ import collections
 import contextlib
 import dataclasses
 import fcntl
+import importlib
 import json
 import os
 import stat
@@ -26,39 +27,22 @@ from ._errors import (
 from ._records import Record
 
 
-__all__ = [
-    "BadLine",
-    "Sink",
-    "SpoolContent",
-    "SpoolFile",
-    "SpoolLine",
-    "register_sink_factory",
-    "sink_factory",
-]
+__all__ = ["Sink", "SpoolFile", "SpoolLine", "build_sink", "register_sink_factory", "spool_line"]
 
 
 class Sink(Protocol):
     """Where a remote logger's records go: one run of one backend.
 
-    ``deliver`` sends records (all of them, or raises); ``target`` is JSON data naming the run,
-    enough for :func:`replay_spool` to build the sink again in another process.
+    ``target()`` is JSON data naming the backend (``"backend"``) and the run, enough to build
+    the sink again; ``deliver`` sends records in order or raises; ``is_permanent`` says whether
+    an error will not go away by retrying (a refused value, not a lost server); ``finish`` ends
+    the run.
     """
 
-    def target(self) -> dict[str, Any]:
-        """JSON data naming the backend (``"backend"``) and the run."""
-        ...
-
-    def deliver(self, records: list[Record]) -> None:
-        """Send ``records`` in order; raise if any could not be delivered."""
-        ...
-
-    def is_permanent(self, error: BaseException) -> bool:
-        """Whether ``error`` will not go away by retrying (a refused value, not a lost server)."""
-        ...
-
-    def finish(self) -> None:
-        """End the run."""
-        ...
+    def target(self) -> dict[str, Any]: ...
+    def deliver(self, records: list[Record]) -> None: ...
+    def is_permanent(self, error: BaseException) -> bool: ...
+    def finish(self) -> None: ...
 
 
 _FACTORIES: dict[str, Callable[[Mapping[str, Any]], Sink]] = {}
@@ -69,65 +53,25 @@ def register_sink_factory(backend: str, factory: Callable[[Mapping[str, Any]], S
     _FACTORIES[backend] = factory
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class BadLine:
-    """A spool line that is not a record (cut short by a crash, edited by hand).
+def build_sink(target: Mapping[str, Any]) -> Sink:
+    """The sink that ``target`` (a spool line's target data) names.
 
-    Attributes:
-        number: the line number, from 1.
-        text: the line as read.
-        reason: why it is not a record.
+    Raises:
+        UnknownBackendError: no backend of that name is known (a ``ValueError``).
+        NotARecordError: the target lacks a field its backend needs (a damaged line).
     """
-
-    number: int
-    text: str
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class SpoolLine:
-    """An intact spool line.
-
-    Attributes:
-        number: the line number, from 1.
-        text: the line as read (what :meth:`SpoolFile.remove` matches).
-        data: the line, parsed: ``{"target", "record"[, "error"]}``.
-    """
-
-    number: int
-    text: str
-    data: dict[str, Any]
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class SpoolContent:
-    """What :meth:`SpoolFile.read_content` found.
-
-    Attributes:
-        lines: the intact lines.
-        bad: the lines that are not records.
-    """
-
-    lines: list[SpoolLine]
-    bad: list[BadLine]
-
-
-def _check_line(text: str) -> dict[str, Any]:
-    line = json.loads(text)
-    if not isinstance(line, dict):
-        raise NotARecordError(f"a JSON {type(line).__name__}, not an object")
-    checked = cast("dict[str, Any]", line)
-    unknown = set(checked) - {"target", "record", "error"}
-    if unknown:
-        raise NotARecordError(f"unknown fields {sorted(unknown)}")
-    target = checked.get("target")
-    if not isinstance(target, dict) or "backend" not in target:
-        raise NotARecordError("no target naming a backend")
-    record = checked.get("record")
-    if not isinstance(record, dict):
-        raise NotARecordError("no record")
-    Record.from_json(cast("dict[str, Any]", record))
-    return checked
+    backend = target.get("backend")
+    if backend not in _FACTORIES:  # the backends register themselves when imported
+        for module in ("._mlflow_sink", "._wandb_sink"):
+            importlib.import_module(module, __package__)
+    if backend not in _FACTORIES:
+        raise UnknownBackendError(backend, sorted(_FACTORIES))
+    try:
+        return _FACTORIES[backend](target)
+    except KeyError as error:
+        raise NotARecordError(
+            f"its {backend} target has no {error.args[0]!r} (a line written by hand, or damaged)"
+        ) from None
 
 
 def spool_line(target: Mapping[str, Any], record: Mapping[str, Any], error: str | None) -> str:
@@ -138,33 +82,46 @@ def spool_line(target: Mapping[str, Any], record: Mapping[str, Any], error: str 
     return json.dumps(line)
 
 
-class _Held:
-    """The lock of a spool file, held: :meth:`discard` removes the lock file (no spool left)."""
+def _parse_line(text: str) -> dict[str, Any]:
+    """A spool line's data; raises ValueError, KeyError or TypeError for a line that is not one."""
+    line = json.loads(text)
+    if not isinstance(line, dict):
+        raise NotARecordError(f"a JSON {type(line).__name__}, not an object")
+    data = cast("dict[str, Any]", line)
+    if unknown := set(data) - {"target", "record", "error"}:
+        raise NotARecordError(f"unknown fields {sorted(unknown)}")
+    target = data.get("target")
+    if not isinstance(target, dict) or "backend" not in target:
+        raise NotARecordError("no target naming a backend")
+    if not isinstance(record := data.get("record"), dict):
+        raise NotARecordError("no record")
+    Record.from_json(cast("dict[str, Any]", record))
+    return data
 
-    def __init__(self, lock_path: Path) -> None:
-        self.lock_path = lock_path
-        self.discarded = False
 
-    def discard(self) -> None:
-        self.lock_path.unlink(missing_ok=True)
-        self.discarded = True
+@dataclasses.dataclass(frozen=True, slots=True)
+class SpoolLine:
+    """A non-blank spool line: its number (from 1), its text, and its data (None: not a record)."""
+
+    number: int
+    text: str
+    data: dict[str, Any] | None
+    reason: str = ""  # why it is not a record
 
 
 class SpoolFile:
     """An append-only JSONL file of ``{"target", "record"}`` lines, shared safely between processes.
 
-    Every change and every read holds an exclusive ``flock`` on ``<spool>.lock`` (removed with
-    the spool), so a logger, a second process logging to the same spool and a
-    ``python -m substrax.tracking replay`` can all work on one spool at once: a replay removes
-    exactly the lines it delivered, and keeps every line appended meanwhile. Records a backend
-    refused go to ``<spool>.refused`` with their error, lines that are not records to
-    ``<spool>.bad``.
+    Every change and read holds an exclusive ``flock`` on ``<spool>.lock`` (removed with the
+    spool): a replay removes exactly the lines it delivered, and keeps those appended meanwhile.
+    ``<spool>.refused`` holds the records a backend refused, each with its ``"error"``, and
+    ``<spool>.bad`` the lines that are not records.
 
     Args:
-        path: the file (its directory is created on the first write).
+        path: the file (its directory is made on the first write).
 
     Raises:
-        NotASpoolError: ``path`` names no file (``""``, ``.``, ``/``: a directory).
+        NotASpoolError: ``path`` names no file (``""``, ``.``, ``/``).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -177,13 +134,38 @@ class SpoolFile:
         self.replay_lock_path = self.path.with_name(self.path.name + ".replay.lock")
 
     @contextlib.contextmanager
-    def replaying(self, wait: float | None) -> Generator[int | None]:
-        """Hold the spool for a whole replay: a second replay waits for the first.
+    def _flock(self, path: Path, deadline: float | None = None) -> Generator[int | None]:
+        """Hold an exclusive ``flock`` on ``path`` until ``deadline``; yield a holder's pid met."""
+        holder: int | None = None
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except FileNotFoundError:  # no directory: no spool
+                raise SpoolNotFoundError(self.path) from None
+            try:
+                while not _try_flock(fd):
+                    holder = _pid_in(fd) or holder
+                    if deadline is None:
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                        break
+                    if time.monotonic() >= deadline:
+                        raise SpoolBusyError(self.path, holder)
+                    time.sleep(0.05)
+                try:
+                    current = path.stat().st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    current = False
+                if current:  # not removed (by a holder that left no spool) while we waited
+                    yield holder
+                    return
+            finally:
+                os.close(fd)
 
-        The lock is an exclusive ``flock`` on ``<spool>.replay.lock`` (holding the replaying
-        process's pid, removed when the replay ends); loggers appending meanwhile take only the
-        spool's own lock and are never held up. Yields the pid of the replay this one waited
-        for (None when it did not wait).
+    @contextlib.contextmanager
+    def replaying(self, wait: float | None) -> Generator[int | None]:
+        """Hold ``<spool>.replay.lock`` for a replay; yield the pid of one waited for, or None.
+
+        A second replay waits for the first; loggers appending meanwhile are never held up.
 
         Args:
             wait: the most seconds to wait for another replay (None: as long as it takes).
@@ -192,59 +174,15 @@ class SpoolFile:
             SpoolBusyError: another replay still held the spool after ``wait`` seconds.
         """
         deadline = None if wait is None else time.monotonic() + wait
-        waited_for: int | None = None
-        while True:
+        with self._flock(self.replay_lock_path, deadline) as waited_for:
+            self.replay_lock_path.write_text(str(os.getpid()))
             try:
-                fd = os.open(self.replay_lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except FileNotFoundError:  # no directory: no spool
-                raise SpoolNotFoundError(self.path) from None
-            try:
-                if not _try_flock(fd):
-                    waited_for = _pid_in(fd) or waited_for
-                    if not _flock_by(fd, deadline):
-                        raise SpoolBusyError(self.path, _pid_in(fd))
-                try:  # the lock file may have been removed (and made again) while we waited
-                    current = self.replay_lock_path.stat().st_ino == os.fstat(fd).st_ino
-                except FileNotFoundError:
-                    current = False
-                if current:
-                    os.ftruncate(fd, 0)
-                    os.pwrite(fd, str(os.getpid()).encode(), 0)
-                    try:
-                        yield waited_for
-                    finally:
-                        self.replay_lock_path.unlink(missing_ok=True)
-                    return
+                yield waited_for
             finally:
-                os.close(fd)
-
-    @contextlib.contextmanager
-    def _locked(self) -> Generator[_Held]:
-        """Hold the spool's lock (between processes and threads alike: a fresh ``flock`` each time)."""
-        while True:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                try:  # the lock file may have been removed (and made again) while we waited
-                    current = self.lock_path.stat().st_ino == os.fstat(fd).st_ino
-                except FileNotFoundError:
-                    current = False
-                if current:
-                    yield _Held(self.lock_path)
-                    return
-            finally:
-                os.close(fd)
+                self.replay_lock_path.unlink(missing_ok=True)
 
     def check_regular(self) -> None:
-        """Raise unless the spool is a regular file.
-
-        Raises:
-            SpoolNotFoundError: it does not exist.
-            NotASpoolError: it is a directory or a device.
-        """
-        self._check_regular()
-
-    def _check_regular(self) -> None:
+        """Raise SpoolNotFoundError if the spool does not exist, NotASpoolError if it is no file."""
         try:
             mode = self.path.stat().st_mode
         except FileNotFoundError:
@@ -256,128 +194,105 @@ class SpoolFile:
     def append(
         self, target: Mapping[str, Any], records: Iterable[Record], error: str | None = None
     ) -> int:
-        """Append materialized ``records`` for ``target`` (with an ``error``: to ``<spool>.refused``).
-
-        Returns:
-            how many were written.
-        """
+        """Append materialized ``records`` (with an ``error``: to ``<spool>.refused``); how many."""
         lines = [spool_line(target, record.to_json(), error) for record in records]
         if lines:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._locked():
+            with self._flock(self.lock_path):
                 _append_lines(self.refused_path if error is not None else self.path, lines)
         return len(lines)
 
-    def read_content(self, limit: int | None = None) -> SpoolContent:
-        """The intact lines and the bad ones (up to the ``limit``-th intact line).
+    def read_lines(self, limit: int | None = None) -> list[SpoolLine]:
+        """The non-blank lines, records or not, up to the ``limit``-th record.
 
         Raises:
             SpoolNotFoundError: the file does not exist.
-            NotASpoolError: the path is a directory or a device, or no line of it is a record
-                (nothing is changed).
+            NotASpoolError: it is not a regular file, or no line of it is a record (it is left).
         """
-        self._check_regular()
-        with self._locked() as held:
+        with self._flock(self.lock_path):
+            data = b""
             try:
-                self._check_regular()
+                self.check_regular()  # again: a replay may have removed it
                 data = self.path.read_bytes()
-            except (SpoolNotFoundError, NotASpoolError):
-                held.discard()
-                raise
-            if not data.strip():  # nothing to replay: the file is left as it is
-                held.discard()
-                return SpoolContent(lines=[], bad=[])
+            finally:
+                if not data.strip():  # gone or blank: no remove() follows to delete the lock file
+                    self.lock_path.unlink(missing_ok=True)
         lines: list[SpoolLine] = []
-        bad: list[BadLine] = []
+        records = 0
         for number, text in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
-            if limit is not None and len(lines) >= limit:
+            if records == limit:
                 break
             if not text.strip():
                 continue
             try:
-                lines.append(SpoolLine(number=number, text=text, data=_check_line(text)))
+                lines.append(SpoolLine(number, text, _parse_line(text)))
+                records += 1
             except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
-                bad.append(BadLine(number=number, text=text, reason=str(error)))
-        if bad and not lines and not any(b.text.startswith('{"target"') for b in bad):
-            with self._locked() as held:  # made by this call: nothing else locks a file like this
-                held.discard()
-            first = bad[0]
+                lines.append(SpoolLine(number, text, None, str(error)))
+        if lines and not records and not any(line.text.startswith('{"target"') for line in lines):
+            with self._flock(self.lock_path):  # made by this call: nothing else locks such a file
+                self.lock_path.unlink(missing_ok=True)
             raise NotASpoolError(
-                self.path, f"no line is a spool record; line {first.number}: {first.reason}"
+                self.path, f"no line is a spool record; line {lines[0].number}: {lines[0].reason}"
             )
-        return SpoolContent(lines=lines, bad=bad)
+        return lines
 
     def count(self, target: Mapping[str, Any]) -> int:
-        """How many lines of the spool are ``target``'s (0 without a file), without parsing them."""
+        """How many lines are ``target``'s (0 without a file), without parsing them."""
         prefix = ('{"target": ' + json.dumps(dict(target)) + ",").encode()
         if not self.path.is_file():
             return 0
-        with self._locked() as held:
+        with self._flock(self.lock_path):
             try:
                 data = self.path.read_bytes()
             except FileNotFoundError:
-                held.discard()
+                self.lock_path.unlink(missing_ok=True)
                 return 0
         return data.count(b"\n" + prefix) + data.startswith(prefix)
 
     def remove(
         self, texts: Iterable[str], *, refused: Iterable[str] = (), bad: Iterable[str] = ()
     ) -> None:
-        """Remove the lines ``texts`` (once each) from the spool, keeping every other line.
+        """Remove the lines ``texts`` (once each), keeping every other; an emptied spool is deleted.
 
-        ``refused`` lines (with their error) are first added to ``<spool>.refused`` and ``bad``
-        lines to ``<spool>.bad``. A spool left empty is deleted.
+        ``refused`` and ``bad`` lines are first added to ``<spool>.refused`` and ``<spool>.bad``.
         """
-        refused, bad = list(refused), list(bad)
         gone = collections.Counter(texts)
-        with self._locked() as held:
-            if refused:
-                _append_lines(self.refused_path, refused)
-            if bad:
-                _append_lines(self.bad_path, bad)
+        with self._flock(self.lock_path):
+            for path, lines in ((self.refused_path, list(refused)), (self.bad_path, list(bad))):
+                if lines:
+                    _append_lines(path, lines)
             try:
-                data = self.path.read_bytes()
+                data = self.path.read_text(encoding="utf-8", errors="replace")
             except FileNotFoundError:
-                held.discard()
-                return
+                data = ""
             kept: list[str] = []
-            for text in data.decode("utf-8", errors="replace").splitlines():
+            for text in data.splitlines():
                 if gone[text] > 0:
                     gone[text] -= 1
                 elif text.strip():
                     kept.append(text)
-            if not kept:
+            if kept:
+                write_atomically(self.path, "".join(f"{text}\n" for text in kept))
+            else:
                 self.path.unlink(missing_ok=True)
-                held.discard()
-                return
-            write_atomically(self.path, "".join(f"{text}\n" for text in kept))
+                self.lock_path.unlink(missing_ok=True)
 
     def restore_refused(self) -> int:
-        """Move the records of ``<spool>.refused`` back into the spool, without their errors.
-
-        Returns:
-            how many were moved.
-
-        Raises:
-            NotASpoolError: the spool path is a directory or a device.
-        """
-        if self.path.exists():
-            self._check_regular()
+        """Move the records of ``<spool>.refused`` back into the spool, without their errors."""
         if not self.refused_path.is_file():
             return 0
-        with self._locked():
+        with self._flock(self.lock_path):
             try:
                 data = self.refused_path.read_text(encoding="utf-8", errors="replace")
             except FileNotFoundError:
                 return 0
             lines: list[str] = []
             for text in data.splitlines():
-                try:
-                    line = _check_line(text)
-                except (ValueError, KeyError, TypeError):
-                    continue
-                line.pop("error", None)
-                lines.append(json.dumps(line))
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    line = _parse_line(text)
+                    line.pop("error", None)
+                    lines.append(json.dumps(line))
             _append_lines(self.path, lines)
             self.refused_path.unlink()
         return len(lines)
@@ -392,18 +307,6 @@ def _try_flock(fd: int) -> bool:
     return True
 
 
-def _flock_by(fd: int, deadline: float | None) -> bool:
-    """Take an exclusive ``flock`` on ``fd``, waiting until ``deadline`` (None: for ever)."""
-    if deadline is None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return True
-    while not _try_flock(fd):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _pid_in(fd: int) -> int | None:
     """The pid a replay lock file holds (None when empty or unreadable)."""
     text = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
@@ -411,14 +314,7 @@ def _pid_in(fd: int) -> int | None:
 
 
 def _append_lines(path: Path, lines: list[str]) -> None:
-    """Append ``lines`` with one write and an fsync (the caller holds the spool's lock).
-
-    All or nothing: a write that fails part way (a full disk) is cut off again, so the file
-    never ends in a line cut short that the next append would run into.
-
-    Raises:
-        OSError: the lines could not be written (the file is as it was).
-    """
+    """Append ``lines`` with one write and an fsync; a write failing part way is cut off again."""
     data = "".join(f"{line}\n" for line in lines).encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -434,35 +330,3 @@ def _append_lines(path: Path, lines: list[str]) -> None:
             raise
     finally:
         os.close(fd)
-
-
-def sink_factory(target: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], Sink]:
-    """How to rebuild the sink that ``target`` (a spool line's target data) names.
-
-    The returned factory raises ``NotARecordError`` for a target that lacks a field its
-    backend needs (such a line is set aside as a bad line, never retried).
-
-    Raises:
-        UnknownBackendError: no backend of that name is known (a ``ValueError``).
-    """
-    backend = target.get("backend")
-    if backend not in _FACTORIES:
-        # The backends register themselves on import; import them for a fresh process.
-        import importlib  # noqa: PLC0415
-
-        for module in ("._mlflow", "._wandb"):
-            importlib.import_module(module, __package__)
-    if backend not in _FACTORIES:
-        raise UnknownBackendError(backend, sorted(_FACTORIES))
-    factory = _FACTORIES[str(backend)]
-
-    def build(target: Mapping[str, Any]) -> Sink:
-        try:
-            return factory(target)
-        except KeyError as error:  # the target lacks a field its backend needs: not a record
-            raise NotARecordError(
-                f"its {backend} target has no {error.args[0]!r} (a line written by hand, or "
-                "damaged)"
-            ) from None
-
-    return build

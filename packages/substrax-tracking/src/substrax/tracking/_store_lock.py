@@ -12,40 +12,36 @@ from pathlib import Path
 
 __all__ = ["sqlite_path", "store_lock"]
 
-_SQLITE = "sqlite:///"
 _THREAD_LOCK = threading.RLock()  # flock is per open file: threads of one process queue here
 
 
 def sqlite_path(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` tracking URI (None for any other store).
+    """The database file of a ``sqlite:///`` tracking URI, read as SQLAlchemy reads it.
 
-    The path is read as SQLAlchemy, and so MLflow, reads it: percent-escapes decoded. None for
-    an in-memory database, and for a SQLite URI filename (``sqlite:///file:...?uri=true``),
-    whose file SQLite itself finds.
+    None for any other store, an in-memory database and a SQLite URI filename (``?uri=true``).
 
     Example:
         >>> from substrax.tracking._store_lock import sqlite_path
         >>> sqlite_path("sqlite:////runs/my%20runs/mlflow.db"), sqlite_path("http://127.0.0.1:5000")
         (PosixPath('/runs/my runs/mlflow.db'), None)
     """
-    if not tracking_uri.startswith(_SQLITE):
+    if not tracking_uri.startswith("sqlite:///"):
         return None
     from sqlalchemy.engine import make_url  # noqa: PLC0415 - MLflow's own dependency
 
     url = make_url(tracking_uri)
-    path = url.database
-    if not path or path == ":memory:" or url.query.get("uri") == "true":
+    if not url.database or url.database == ":memory:" or url.query.get("uri") == "true":
         return None
-    return Path(path)
+    return Path(url.database)
 
 
 @contextlib.contextmanager
 def store_lock(tracking_uri: str) -> Generator[None]:
-    """Hold ``<db>.lock`` (``fcntl.flock``) while setting up the sqlite store of ``tracking_uri``.
+    """Hold ``<db>.lock`` while setting up the sqlite store of ``tracking_uri`` (others: no lock).
 
-    MLflow creates and migrates a sqlite store's tables when a client first opens it; jobs of a
-    sweep that start together on one store would otherwise race in that migration (alembic's
-    "duplicate column name") and in creating the same experiment. Other stores: no lock.
+    MLflow creates and migrates a sqlite store's tables when a client first opens it: jobs of a
+    sweep starting together would otherwise race in that migration and in creating the same
+    experiment.
 
     Example:
         >>> import tempfile
@@ -55,13 +51,12 @@ def store_lock(tracking_uri: str) -> Generator[None]:
         ...         pass  # open the store, create the experiment
     """
     db = sqlite_path(tracking_uri)
-    if db is None:
-        yield
-        return
-    try:
-        db.parent.mkdir(parents=True, exist_ok=True)  # as MLflow would, but before the lock
-        lock = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:  # a read-only directory: MLflow reports that itself
+    lock = None
+    if db is not None:
+        with contextlib.suppress(OSError):  # a read-only directory: MLflow reports that itself
+            db.parent.mkdir(parents=True, exist_ok=True)
+            lock = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    if lock is None:
         yield
         return
     try:

@@ -14,8 +14,9 @@ from typing import Any
 
 from substrax.support import require
 
-from ._base import Logger, drain_at_exit, read_scalar, unread_scalar, value_ready
+from ._base import Logger
 from ._file import json_ready
+from ._values import drain_at_exit, read_scalar, unread_scalar, value_ready
 
 
 __all__ = ["TensorBoardLogger"]
@@ -30,9 +31,8 @@ class TensorBoardLogger(Logger):
     """Write TensorBoard event files (scalars, hyperparameters, text, images, histograms).
 
     A jax array logged as a scalar is not read by the call (which would wait for the step that
-    computes it): it is held, with the scalars logged after it, and written with its step and
-    the time it was logged by a later call once computed, and at the latest by :meth:`flush` or
-    :meth:`close`, which wait for it.
+    computes it): it is written, with the scalars logged after it, once computed, and at the
+    latest by :meth:`flush` or :meth:`close`.
 
     Args:
         name: the run name.
@@ -69,40 +69,32 @@ class TensorBoardLogger(Logger):
         )
         super().__init__(name, process_index=process_index, all_processes=all_processes)
         self.log_dir = Path(log_dir).resolve()
-        self._writer: Any = None
-        # (name, value, step, time) of the scalars held behind a jax value not read yet, in order
-        self._held: deque[tuple[str, Any, int | None, float]] = deque()
-        self._warned_unreadable: set[str] = set()
         self._new_writer = functools.partial(
             tensorboard_x.SummaryWriter, logdir=str(self.log_dir), flush_secs=flush_secs
         )
-        self._reopen = False  # closed by a flush: the next event opens a new event file
-        self._files = 0  # event files opened after the first
-        if self.active:
-            self._writer = self._new_writer()
+        self._writer: Any = self._new_writer() if self.active else None
+        self._reopened = 0  # event files opened after a flush closed the first
+        # (name, value, step, time) of the scalars not written yet: from a jax value not computed
+        self._held: deque[tuple[str, Any, int | None, float]] = deque()
+        self._warned_unreadable: set[str] = set()
 
     def _events(self) -> Any:
-        """The event writer, opened again if a flush closed it."""
-        if self._reopen:
-            # a file of its own: in the same second tensorboardX would name the new file as the
-            # last one, and open it for writing anew ('wb'), losing what the flush wrote; the
-            # suffix also sorts it after the last one, the order TensorBoard reads them in
-            self._files += 1
-            self._writer = self._new_writer(filename_suffix=f".{self._files:06d}")
-            self._reopen = False
+        """The event writer; after a flush closed the last one, a new one on a file of its own."""
+        if self._writer is None:
+            # the suffix sorts the file after the last one (TensorBoard reads them in order), and
+            # keeps tensorboardX from naming it as one opened in the same second, which it truncates
+            self._reopened += 1
+            self._writer = self._new_writer(filename_suffix=f".{self._reopened:06d}")
         return self._writer
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
+        now = time.time()
         for key, value in metrics.items():
             number = value if type(value) is float else unread_scalar(key, value)
-            if type(number) is float and not self._held:
-                self._events().add_scalar(key, number, global_step=step)
-                continue
-            if not self._held:
-                drain_at_exit(self)
-            self._held.append((key, number, step, time.time()))
+            self._held.append((key, number, step, now))
+        self._write_held(wait=False)
         if self._held:
-            self._write_held(wait=False)
+            drain_at_exit(self)
 
     def _write_held(self, *, wait: bool) -> None:
         """Write the held scalars in order; without ``wait``, up to a jax value still computed."""
@@ -119,11 +111,9 @@ class TensorBoardLogger(Logger):
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         from tensorboardX.summary import hparams  # noqa: PLC0415
 
-        clean = {str(k): _hparam_value(v) for k, v in params.items()}
-        experiment, start, end = hparams(clean, {})
-        file_writer = self._events()._get_file_writer()  # tensorboardX has no public handle
-        for summary in (experiment, start, end):
-            file_writer.add_summary(summary)
+        clean = {str(key): _hparam_value(value) for key, value in params.items()}
+        for summary in hparams(clean, {}):  # the experiment, session start and end
+            self._events().file_writer.add_summary(summary)
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._events().add_text(name, text, global_step=step)
@@ -146,19 +136,16 @@ class TensorBoardLogger(Logger):
         )
 
     def flush(self) -> None:
-        """Write every event logged so far (waiting for held jax values) and fsync the event file."""
-        if self._writer is not None:
-            if not self.closed:
-                # SummaryWriter.flush flushes the event file but not the queue its writer thread
-                # takes events from: closing it is tensorboardX's public way to write them all.
-                # The next event opens a new event file in the same run directory, which
-                # TensorBoard reads after this one.
-                self._write_held(wait=True)
-                self._writer.close()
-                self._reopen = True
-            else:
-                self._writer.flush()
+        """Write every event logged so far (waiting for held jax values) and fsync the event file.
+
+        The event file is closed (``SummaryWriter.flush`` leaves its writer thread's queue
+        unwritten); the next event opens a new one in the same directory.
+        """
+        if self.active and not self.closed:
+            self._close()
 
     def _close(self) -> None:
         self._write_held(wait=True)
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

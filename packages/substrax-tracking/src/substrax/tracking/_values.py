@@ -1,0 +1,224 @@
+"""The values a logger takes: scalars checked without reading a jax array, read later off the training thread."""
+
+# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import numbers
+import os
+import weakref
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from substrax.support import is_device_array
+
+from ._errors import (
+    LoggedTypeError,
+    MetricOverflowError,
+)
+
+
+if TYPE_CHECKING:
+    from ._base import Logger
+
+_logger = logging.getLogger(__name__)
+
+
+# Each dtype of a jax scalar logged: whether it is read as a float (a bool, integer or real dtype).
+_REAL_DTYPES: dict[Any, bool] = {}
+
+
+def as_scalar(name: str, value: Any) -> float:
+    """``value`` as a builtin float: Python and numpy numbers, 0-d and 1-element arrays.
+
+    Raises:
+        LoggedTypeError: ``value`` is not a number (a string, a bool, an array of several
+            values); a ``TypeError``.
+        MetricOverflowError: ``value`` is too large for a float.
+
+    Example:
+        >>> import numpy as np
+        >>> from substrax.tracking._values import as_scalar
+        >>> as_scalar("loss", 3), as_scalar("loss", np.float64(0.5))
+        (3.0, 0.5)
+    """
+    if type(value) is float:
+        return value
+    if isinstance(value, float):  # np.float64 and other subclasses: a builtin float, written as one
+        return float(value)
+    if isinstance(value, bool | str | bytes) or value is None:
+        raise LoggedTypeError(
+            f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"
+        )
+    size = getattr(value, "size", None)
+    if isinstance(value, numbers.Real) or size == 1:
+        try:
+            return float(value)
+        except OverflowError:
+            raise MetricOverflowError(name, value) from None
+    raise LoggedTypeError(
+        f"scalar {name!r}",
+        value,
+        "a number or a one-element array",
+        got=type(value).__name__
+        + (f" of size {size}" if size is not None else "")
+        + "; log arrays with log_histogram or log_image",
+    )
+
+
+def _real_dtype(dtype: Any) -> bool:
+    """Whether a jax scalar of ``dtype`` reads as a float: bool, integer or real (bfloat16 too)."""
+    known = _REAL_DTYPES.get(dtype)
+    if known is None:
+        import jax.numpy as jnp  # noqa: PLC0415  (imported already: a jax array was logged)
+
+        known = _REAL_DTYPES[dtype] = any(
+            bool(jnp.issubdtype(dtype, kind)) for kind in (jnp.floating, jnp.integer, jnp.bool_)
+        )
+    return known
+
+
+def unread_scalar(name: str, value: Any) -> Any:
+    """``value`` as :func:`as_scalar` makes it, except a jax scalar: checked, but not read.
+
+    Reading a jax array waits for the step that computes it and stalls jax's dispatch. A 0-d
+    jax array of a bool, integer or real dtype, addressable and not deleted, is returned as it
+    is (its dtype and shape need no wait), for :func:`read_scalar` later; anything else goes
+    through :func:`as_scalar`, with its errors.
+
+    Example:
+        >>> from substrax.tracking._values import unread_scalar
+        >>> unread_scalar("loss", 3)
+        3.0
+    """
+    if is_device_array(value):
+        try:
+            unread = (
+                not value.shape
+                and _real_dtype(value.dtype)
+                and value.is_fully_addressable
+                and not value.is_deleted()
+            )
+        except Exception:  # an array jax cannot describe: as_scalar says what is wrong with it
+            unread = False
+        if unread:
+            return value
+    return as_scalar(name, value)
+
+
+def value_ready(value: Any) -> bool:
+    """Whether a value :func:`unread_scalar` returned reads without waiting (a deleted one does)."""
+    if type(value) is float:
+        return True
+    try:
+        return bool(value.is_ready())
+    except Exception:  # deleted (a donated buffer): reading it fails without waiting
+        return True
+
+
+def prefetch(values: Iterable[Any]) -> None:
+    """Start the device-to-host copies of jax ``values`` together, so that they overlap."""
+    for value in values:
+        try:
+            value.copy_to_host_async()
+        except Exception:  # noqa: S112  (deleted: its read fails and says so)
+            continue
+
+
+def read_scalar(
+    label: str, name: str, value: Any, step: int | None, warned: set[str]
+) -> float | None:
+    """The float of a value :func:`unread_scalar` returned, waiting for its computation.
+
+    A jax array deleted since (a buffer donated to a later step) is None, with a warning naming
+    the metric and step once per name in ``warned`` (later ones at DEBUG).
+    """
+    if type(value) is float:
+        return value
+    try:
+        return float(value)
+    except Exception as error:
+        if name in warned:
+            _logger.debug("%s: %r at step %s could not be read: %s", label, name, step, error)
+        else:
+            warned.add(name)
+            _logger.warning(
+                "%s: the value of %r logged at step %s could not be read (%s: %s), so it is "
+                "skipped; log arrays the step does not donate (a buffer donated to the next step "
+                "is deleted before the logger reads it). Later values of %r that cannot be read "
+                "are skipped without this warning",
+                label,
+                name,
+                step,
+                type(error).__name__,
+                error,
+                name,
+            )
+        return None
+
+
+# Loggers holding jax values not read yet: at exit, each one's flush() writes them.
+_HOLDING: weakref.WeakSet[Logger] = weakref.WeakSet()
+
+
+def _drain_holding() -> None:
+    """At exit, write what open loggers hold unread (a SystemExit raised at SIGTERM included)."""
+    for logger in list(_HOLDING):
+        if not logger.closed:
+            try:
+                logger.flush()
+            except Exception as error:
+                _logger.warning("%r could not write what it held at exit: %s", logger, error)
+    _HOLDING.clear()
+
+
+def drain_at_exit(logger: Logger) -> None:
+    """Have ``logger.flush()`` write the jax values it holds unread at exit, if still open then.
+
+    Registered again each time (atexit runs the last first), so that it runs before the exit
+    hooks jax registered when it was imported.
+    """
+    if logger not in _HOLDING:
+        _HOLDING.add(logger)
+        atexit.unregister(_drain_holding)
+        atexit.register(_drain_holding)
+
+
+# A forked child does not write its parent's held values at its own exit (the parent does).
+os.register_at_fork(after_in_child=_HOLDING.clear)
+
+
+def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
+    """Counts, bin edges and summary statistics of ``values`` (numpy), JSON-ready.
+
+    Example:
+        >>> from substrax.tracking._values import histogram_summary
+        >>> histogram_summary([1.0, 2.0, 3.0], bins=2)["count"]
+        3
+    """
+    import numpy as np  # noqa: PLC0415
+
+    array = np.asarray(values, dtype=np.float64).ravel()
+    finite = array[np.isfinite(array)]
+    summary: dict[str, Any] = {"count": int(array.size)}
+    if finite.size == 0:
+        return (
+            summary
+            | dict.fromkeys(("min", "max", "mean", "std"), math.nan)
+            | {
+                "counts": [],
+                "edges": [],
+            }
+        )
+    counts, edges = np.histogram(finite, bins=bins)
+    return summary | {
+        "min": float(finite.min()),
+        "max": float(finite.max()),
+        "mean": float(finite.mean()),
+        "std": float(finite.std()),
+        "counts": counts.tolist(),
+        "edges": edges.tolist(),
+    }

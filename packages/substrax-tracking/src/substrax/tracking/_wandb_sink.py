@@ -1,0 +1,194 @@
+"""The W&B sink: one run started through wandb.init, and each batch sent with Run.log."""
+
+# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from substrax.support import require
+
+from ._first_attempt import FirstAttempt
+from ._records import Record
+from ._spool import register_sink_factory
+
+
+OFFLINE = ("offline", "dryrun", "disabled")
+_REPLAY_TIMEOUT = 10.0
+
+
+def import_wandb() -> Any:
+    return require("wandb", who="WandbLogger", distribution="substrax-tracking", extra="wandb")
+
+
+def bounded_settings(settings: Any, mode: str | None, timeout: float) -> Any:
+    """``settings`` for ``wandb.init`` with W&B's network waits bounded by ``timeout`` seconds.
+
+    Online, the login, the init and each GraphQL request (retried twice) are bounded where
+    neither ``settings`` nor a ``WANDB_*`` variable bounds them. Offline, nothing changes.
+
+    Example:
+        >>> from substrax.tracking._wandb_sink import bounded_settings
+        >>> bounded_settings(None, "offline", 10.0) is None
+        True
+        >>> bounded_settings({"init_timeout": 60}, None, 10.0)["init_timeout"]
+        60
+    """
+    if mode in OFFLINE or (mode is None and os.environ.get("WANDB_MODE") in OFFLINE):
+        return settings
+    waits = ("login_timeout", "init_timeout", "x_graphql_timeout_seconds")
+    bounds: dict[str, Any] = {**dict.fromkeys(waits, timeout), "x_graphql_retry_max": 2}
+    defaults = {key: bounds[key] for key in bounds if f"WANDB_{key.upper()}" not in os.environ}
+    if settings is None:
+        return defaults
+    if isinstance(settings, Mapping):
+        return {**defaults, **cast("Mapping[str, Any]", settings)}
+    for key, value in defaults.items():  # a wandb.Settings: fill in what it leaves unset
+        if getattr(settings, key, 0) is None:
+            setattr(settings, key, value)
+    return settings
+
+
+class WandbSink:
+    """The delivery sink of one W&B run: starts the run, then logs records to it."""
+
+    def __init__(
+        self,
+        target: dict[str, Any],
+        init_options: dict[str, Any],
+        *,
+        rewind_from: int | None = None,
+    ) -> None:
+        self._target = target
+        self._init_options = init_options
+        self._rewind_from = rewind_from  # replaying a resumed run: rewind to before its records
+        self._first: FirstAttempt | None = None
+        self.run: Any = None
+        self.exit_code: int | None = None  # non-zero: the run failed
+
+    def connect(self, timeout: float) -> str | None:
+        """Start the run in a thread of its own, waiting at most ``timeout`` seconds.
+
+        Returns:
+            why the run has not started, or None when it has. A ``UsageError`` (a refusal that
+            retrying cannot fix) is raised.
+        """
+        self._first = FirstAttempt(
+            lambda: self._init(self._init_options), name="substrax-wandb-init"
+        )
+        if not self._first.wait(timeout):
+            return f"did not return within {timeout:g} s"
+        error = self._first.error
+        if error is None:
+            return None
+        if isinstance(error, import_wandb().errors.UsageError):
+            raise error
+        return f"failed ({type(error).__name__}: {error})"
+
+    def _init(self, options: dict[str, Any]) -> None:
+        self.run = import_wandb().init(**options)
+
+    def _ensure_run(self) -> Any:
+        if self.run is None and self._first is not None:
+            self._first.check_returned("wandb.init")
+        if self.run is None:
+            # resume the run a failed first attempt may have started (a rewind stays a rewind)
+            again = {} if "resume_from" in self._init_options else {"resume": "allow"}
+            self._init({**self._init_options, **again})
+        return self.run
+
+    def target(self) -> dict[str, Any]:
+        return self._target
+
+    def deliver(self, records: list[Record]) -> None:
+        if self.run is None and self._rewind_from is not None:
+            self._init_options["resume_from"] = rewind_point(
+                self._init_options["id"], self._rewind_from, records
+            )
+        run = self._ensure_run()
+        for record in records:
+            if record.kind == "hyperparams":
+                run.config.update(record.payload["params"], allow_val_change=True)
+            elif record.kind == "artifact":
+                _upload(run, record.payload)
+            elif row := _history_row(record.kind, record.payload):
+                run.log(row, step=record.step)
+
+    def is_permanent(self, error: BaseException) -> bool:
+        return isinstance(error, TypeError | ValueError)
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=self.exit_code)
+
+
+def _history_row(kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The history row of a scalars, text, image or histogram record (empty: log nothing)."""
+    import wandb  # noqa: PLC0415
+
+    if kind == "scalars":  # empty when its jax values were deleted before they were read
+        return payload["values"]
+    name = payload["name"]
+    if kind == "text":
+        return {name: wandb.Html(f"<pre>{html.escape(payload['text'])}</pre>")}
+    if kind == "image":
+        return {name: [wandb.Image(path) for path in payload["paths"]]}
+    row: dict[str, Any] = {
+        f"{name}/{stat}": payload[stat] for stat in ("min", "max", "mean", "std")
+    }
+    if payload["counts"]:
+        row[name] = wandb.Histogram(np_histogram=(payload["counts"], payload["edges"]))
+    return row
+
+
+def _upload(run: Any, payload: Mapping[str, Any]) -> None:
+    """Save an artifact record's file with the run, or log it as a model artifact."""
+    import wandb  # noqa: PLC0415
+
+    path = Path(payload["path"])
+    if not payload.get("model_name"):
+        run.save(str(path), base_path=str(path.parent), policy="now")
+        return
+    artifact = wandb.Artifact(payload["model_name"], type="model", metadata=payload.get("metadata"))
+    if path.is_dir():
+        artifact.add_dir(str(path))
+    else:
+        artifact.add_file(str(path))
+    run.log_artifact(artifact)
+
+
+def rewind_point(run_id: str, resume_step: int, records: Sequence[Record]) -> str:
+    """The ``resume_from`` of a replay of a resumed run's first spooled ``records``.
+
+    The step before the first of them, never before ``resume_step``: what the resumed logger
+    delivered before it spooled stays.
+    """
+    steps = [record.step for record in records if record.step is not None]
+    return f"{run_id}?_step={max(resume_step, min(steps, default=resume_step + 1) - 1)}"
+
+
+def sink_from_target(target: Mapping[str, Any]) -> WandbSink:
+    """The sink a replay of spooled records sends them through."""
+    mode, url, resume_step = target.get("mode"), target.get("base_url"), target.get("resume_step")
+    options: dict[str, Any] = {
+        "project": target["project"],
+        "entity": target.get("entity"),
+        "id": target["run_id"],
+        "dir": target.get("dir"),
+        "mode": mode,
+        "reinit": "create_new",
+        # the server the records were logged for, whatever WANDB_BASE_URL the replay has
+        "settings": bounded_settings({"base_url": url} if url else None, mode, _REPLAY_TIMEOUT),
+    }
+    if resume_step is None:
+        options["resume"] = "allow"
+    return WandbSink(
+        dict(target), options, rewind_from=None if resume_step is None else int(resume_step)
+    )
+
+
+register_sink_factory("wandb", sink_from_target)
