@@ -464,3 +464,17 @@ def test_numpy_scalars_and_steps_are_written_as_plain_json_numbers(tmp_path):
     ]
     assert len(read_scalars(tmp_path / "np.metrics.jsonl")) == 6
     assert json.loads((tmp_path / "np.hparams.json").read_text()) == {"layers": [2], "lr": 0.1}
+
+
+def test_the_file_log_writes_its_messages_to_log_file(tmp_path):
+    with FileLogger("msgs", tmp_path) as logger:
+        logger.python_logger.setLevel(logging.INFO)
+        logger.info("epoch %d done", 3)
+        logger.debug("not at this level")
+        assert logger.metrics_file == logger.metrics_csv
+    logger.python_logger.setLevel(logging.NOTSET)
+    lines = logger.log_file.read_text().splitlines()
+    assert logger.log_file == tmp_path / "msgs.log"
+    assert len(lines) == 1
+    assert lines[0].endswith("INFO epoch 3 done")
+    assert not logger.python_logger.handlers  # closed: the file's handler is gone

@@ -39,6 +39,7 @@ __all__ = ["NON_FINITE", "FileLogger", "decode_number", "json_ready", "strict_js
 NON_FINITE = ("NaN", "Infinity", "-Infinity")
 
 _logger = logging.getLogger(__name__)
+_MESSAGE_FORMAT = "%(asctime)s %(levelname)s %(message)s"  # a line of <name>.log
 
 
 def json_ready(value: Any) -> Any:
@@ -82,6 +83,9 @@ class FileLogger(Logger):
     ``"-Infinity"``), ``<name>.metrics.csv`` (``time,step,name,value``), ``<name>.hparams.json``
     (merged), ``<name>.text.jsonl``, ``<name>.histograms.jsonl``, and PNGs in ``images/`` and
     ``histograms/`` (with matplotlib, the ``plots`` extra; without it images are ``.npy``).
+    The messages of :meth:`info` and its siblings that pass the run logger's level also go to
+    :attr:`log_file`, ``<name>.log``, one timestamped line each (:attr:`metrics_file` is the CSV:
+    the names 0.1.22's ``FileLogger`` had).
 
     ``resume_step=S`` (a run resumed from the checkpoint of step ``S``) first rewrites the JSONL
     and CSV files without the records of steps after ``S``, which the run logs again, so every
@@ -153,6 +157,9 @@ class FileLogger(Logger):
         )
         self.hparams_json = self.log_dir / f"{self.stem}.hparams.json"
         self.lock_path = self.log_dir / f"{self.stem}.log.lock"
+        self.log_file = self.log_dir / f"{self.stem}.log"  # the messages, as 0.1.22 wrote them
+        self.metrics_file = self.metrics_csv  # 0.1.22's name for the long-form metric rows
+        self._handler: logging.Handler | None = None
         self._failing: dict[Path, str] = {}  # the files whose last write failed, and why
         self._warned_unwritten = False
         self._warned_plots = False
@@ -171,6 +178,9 @@ class FileLogger(Logger):
             except BaseException:
                 self._release()
                 raise
+            self._handler = logging.FileHandler(self.log_file, encoding="utf-8", delay=True)
+            self._handler.setFormatter(logging.Formatter(_MESSAGE_FORMAT))
+            self.python_logger.addHandler(self._handler)
 
     def _open(self, resume_step: int | None) -> None:
         if resume_step is not None:
@@ -357,6 +367,9 @@ class FileLogger(Logger):
                 )
 
     def _close(self) -> None:
+        if self._handler is not None:
+            self.python_logger.removeHandler(self._handler)
+            self._handler.close()
         try:
             self._flush(wait=True)
             self._sync()
