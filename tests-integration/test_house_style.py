@@ -194,6 +194,7 @@ INTERFACE_MODULES = {
     "substrax.testing.compiles",
     "substrax.testing.gradients",
     "substrax.testing.jax_calls",
+    "substrax.testing.source_scans",
     "substrax.mesh.strategies",
 }
 

@@ -1,5 +1,7 @@
 """A store's path: a reader needs an existing directory, a writer creates one, a file is refused."""
 
+from pathlib import Path
+
 import pytest
 
 from substrax.checkpoint import (
@@ -51,3 +53,19 @@ def test_the_checks_alone(tmp_path):
     make_store_directory(tmp_path / "new")
     make_store_directory(tmp_path / "new")
     assert (tmp_path / "new").is_dir()
+
+
+def test_a_relative_checkpoint_dir_is_resolved_against_the_working_directory_now(
+    tmp_path, monkeypatch
+):
+    from substrax.checkpoint import resolve_checkpoint_dir
+
+    monkeypatch.chdir(tmp_path)
+    explicit = resolve_checkpoint_dir(Path("ckpt"), Path("/elsewhere"))
+    from_run = resolve_checkpoint_dir(None, Path("runs/a"))
+    monkeypatch.chdir("/")
+    assert explicit == tmp_path.resolve() / "ckpt"
+    assert from_run == tmp_path.resolve() / "runs" / "a" / "checkpoints"
+    assert resolve_checkpoint_dir(Path("~/ckpt"), None) == Path.home().resolve() / "ckpt"
+    assert not (tmp_path / "ckpt").exists()
+    assert not (tmp_path / "runs").exists(), "resolving creates nothing"

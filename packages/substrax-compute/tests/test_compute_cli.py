@@ -304,6 +304,50 @@ def test_dry_run_on_local_submits_nothing(project, capsys):
     assert RunStore().handles() == []
 
 
+def test_a_lock_without_substrax_is_refused_naming_the_file_before_submitting(project, capsys):
+    lock = project / "uv.lock"
+    lock.write_text('version = 1\n[[package]]\nname = "numpy"\nversion = "2.0.0"\n')
+    for argv in (["run", "ok"], ["run", "ok", "--dry-run"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"substrax-compute: error: substrax-compute is not in {lock}: "
+            "`uv add substrax-compute` so the worker can run\n"
+        )
+    assert RunStore().handles() == []
+
+
+def test_a_remote_backend_needs_a_uv_lock(project, capsys):
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text() + '\n[tool.substrax.compute.backends.modal]\noutputs_volume = "v"\n'
+    )
+    assert main(["run", "ok", "--backend", "modal", "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        f"substrax-compute: error: no uv.lock in {project}: run `uv lock` so the job runs what "
+        "you tested\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "ok", "--backend", "local", "--accelerator", "H100:8", "--project", ".",
+         "--detach", "--into", "out"],
+        ["status"],
+        ["status", "ok-20260101T000000Z-abc123"],
+        ["logs", "ok-20260101T000000Z-abc123", "--follow"],
+        ["fetch", "ok-20260101T000000Z-abc123", "--into", "out"],
+        ["cancel", "ok-20260101T000000Z-abc123"],
+    ],
+    ids=["run", "status", "status-run", "logs", "fetch", "cancel"],
+)  # fmt: skip
+def test_every_0_1_22_command_line_still_parses(argv):
+    from substrax.compute._cli import _parser
+
+    assert _parser().parse_args(argv).command == argv[0]
+
+
 def test_dry_run_on_modal_lists_the_upload_and_holds_back_secrets(project, capsys):
     (project / "uv.lock").write_text(
         '[[package]]\nname = "substrax-compute"\nversion = "0.2.0"\n'

@@ -26,6 +26,15 @@ def test_built_in_backends_are_registered():
     assert backend.name == "local"
 
 
+def test_entry_point_group_is_where_the_built_ins_are_registered():
+    from substrax.compute import ENTRY_POINT_GROUP
+    from substrax.compute.registry import ENTRY_POINT_GROUP as OLD_PATH_GROUP
+
+    assert ENTRY_POINT_GROUP == OLD_PATH_GROUP == "substrax.compute.backends"
+    registered = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    assert sorted(entry.name for entry in registered) == backend_names()
+
+
 def _discover(*entries):
     def discover(group):
         return [importlib.metadata.EntryPoint(name, value, group) for name, value in entries]

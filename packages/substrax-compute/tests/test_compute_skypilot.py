@@ -264,3 +264,28 @@ def test_finished_job_reads_the_manifest_and_fetches_from_the_bucket(sky, tmp_pa
     assert backend.status(handle) is RunState.SUCCEEDED
     fetched = backend.fetch(handle, tmp_path / "fetched")
     assert (fetched / "fit" / "stdout.log").read_text() == "fitting\n"
+
+
+def test_worker_python_starts_the_worker_in_the_built_task(sky, tmp_path):
+    default = _backend(tmp_path).build_task(_spec(), project=tmp_path, run_id="r1")
+    assert "uv run --frozen --no-sync python -m substrax.compute.worker" in default.run
+    backend = _backend(tmp_path, worker_python="/opt/sx/bin/python -X faulthandler")
+    task = backend.build_task(_spec(), project=tmp_path, run_id="r2")
+    assert isinstance(task, sky.Task)
+    assert "/opt/sx/bin/python -X faulthandler -m substrax.compute.worker --spec" in task.run
+    assert "uv run" not in task.run.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("", "must be one command line that starts Python, got ''"),
+        ("python\nrm -rf /", "must be one command line that starts Python"),
+        ("'unclosed", "is not a command line"),
+        (3, "worker_python"),
+    ],
+)
+def test_worker_python_refuses_what_is_not_one_command(tmp_path, value, message):
+    with pytest.raises(ComputeConfigError, match=r"backends\.skypilot\.worker_python") as error:
+        _backend(tmp_path, worker_python=value)
+    assert message in str(error.value)

@@ -17,6 +17,7 @@ from substrax.compute import (
     _display,
     example_tasks,
     parse_accelerator,
+    read_job_spec,
 )
 from substrax.compute._spec import jax_runtime
 
@@ -170,3 +171,49 @@ def test_include_files_are_relative_normalised_paths():
     for bad in ("/etc/passwd", "../x", "a/../b", "./a", "a/", ""):
         with pytest.raises(ValidationError, match="must be a file path relative to the project"):
             JobSpec(name="j", tasks=(task,), timeout_seconds=1, include_files=(bad,))
+
+
+def test_mount_access_is_a_str_enum_that_takes_either_form():
+    from substrax.compute import Mount, MountAccess
+
+    assert [m.value for m in MountAccess] == ["read-only", "read-write"]
+    assert Mount(name="d", path="/d").access is MountAccess.READ_ONLY
+    written = Mount(name="d", path="/d", access=MountAccess.READ_WRITE)
+    assert Mount(name="d", path="/d", access="read-write") == written
+    assert written.model_dump(mode="json")["access"] == "read-write"
+    with pytest.raises(ValueError, match="'read-only' or 'read-write'"):
+        Mount(name="d", path="/d", access="rw")
+
+
+def test_a_jax_runtime_is_stored_as_its_fields_and_read_back_the_same():
+    from substrax.runtime import JaxRuntime
+
+    runtime = JaxRuntime(
+        platforms=("cpu",), xla_flags=("--xla_a=1",), compilation_cache_dir=Path("/c")
+    )
+    spec = JobSpec(
+        name="j",
+        tasks=(Task(name="t", argv=("python",), timeout_seconds=1),),
+        timeout_seconds=1,
+        runtime=runtime,
+    )
+    assert spec.runtime == {
+        "platforms": ["cpu"],
+        "xla_flags": ["--xla_a=1"],
+        "compilation_cache_dir": "/c",
+    }
+    assert jax_runtime(spec.runtime) == runtime
+    assert read_job_spec(spec.model_dump(mode="json")) == spec
+
+
+def test_replace_validates_the_copy_and_leaves_the_original():
+    spec = JobSpec(
+        name="j", tasks=(Task(name="t", argv=("python",), timeout_seconds=1),), timeout_seconds=1
+    )
+    wider = spec.replace(nodes=2, env={"A": "1"})
+    assert (wider.nodes, wider.env, wider.tasks) == (2, {"A": "1"}, spec.tasks)
+    assert spec.nodes == 1
+    with pytest.raises(ValueError, match="nodes"):
+        spec.replace(nodes=0)
+    with pytest.raises(ValueError, match="unknown_field"):
+        spec.replace(unknown_field=1)

@@ -8,7 +8,17 @@ import time
 
 import pytest
 
-from substrax.compute import JobSpec, Task, TaskStatus, read_job_spec, read_manifest, run_job
+from substrax.compute import (
+    DEVICES_LOG,
+    STDERR_LOG,
+    STDOUT_LOG,
+    JobSpec,
+    Task,
+    TaskStatus,
+    read_job_spec,
+    read_manifest,
+    run_job,
+)
 from substrax.compute._environment import node_outputs
 from substrax.compute._manifest import MANIFEST_NAME
 
@@ -60,9 +70,13 @@ def test_logs_outputs_and_echo(tmp_path, capfd):
     )
     manifest = run_job(_spec(_task("t", code)), project=tmp_path, outputs=tmp_path / "o")
     task = manifest.tasks[0]
-    assert task.outputs == ("b.json", "sub/a.txt")
-    assert (tmp_path / "o" / "t" / "stdout.log").read_text() == "out line\n"
-    assert (tmp_path / "o" / "t" / "stderr.log").read_text() == "err line\n"
+    assert task.outputs == ("b.json", "sub/a.txt")  # the logs are not outputs
+    task_dir = tmp_path / "o" / "t"
+    assert sorted(p.name for p in task_dir.iterdir()) == sorted(
+        ["b.json", "sub", STDOUT_LOG, STDERR_LOG]
+    )
+    assert (task_dir / STDOUT_LOG).read_text() == "out line\n"
+    assert (task_dir / STDERR_LOG).read_text() == "err line\n"
     echoed = capfd.readouterr().out
     assert "[t] out line" in echoed
     assert "[t] err line" in echoed
@@ -181,7 +195,7 @@ def test_device_probe_is_recorded_and_a_failed_probe_is_logged(tmp_path):
         bad, project=tmp_path, outputs=tmp_path / "p", echo=False, python="/nonexistent/python"
     )
     assert manifest.devices is None
-    assert "device probe failed" in (tmp_path / "p" / "devices.log").read_text()
+    assert "device probe failed" in (tmp_path / "p" / DEVICES_LOG).read_text()
 
 
 def test_other_nodes_write_under_nodes(tmp_path):

@@ -48,6 +48,16 @@ def test_bad_names(name):
         resolve_output_dir(name, env={})
 
 
+@pytest.mark.parametrize("name", [".", "./", "./."])
+def test_the_output_root_itself_is_refused_before_anything_is_made(name, tmp_path):
+    root = tmp_path / "outputs"
+    with pytest.raises(ValueError, match=r"names no directory of its own") as error:
+        resolve_output_dir(name, env={OUTPUT_DIR_ENV: str(root)})
+    assert repr(name) in str(error.value)
+    assert "resolve_output_dir('fno_darcy')" in str(error.value)
+    assert not root.exists()
+
+
 def test_each_call_logs(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="substrax.artifacts"):
         resolve_output_dir("logged", env={OUTPUT_DIR_ENV: str(tmp_path)})

@@ -4,6 +4,7 @@ from substrax.runtime import (
     JaxRuntime,
     RuntimeConfigurationError,
     XlaFlagConflictError,
+    apply_runtime,
     child_environment,
     default_compilation_cache_dir,
     runtime_environment,
@@ -12,6 +13,28 @@ from substrax.runtime import (
 
 # what every runtime renders unless told otherwise: the persistent compilation cache, on
 CACHE = {"JAX_COMPILATION_CACHE_DIR": str(default_compilation_cache_dir())}
+
+
+def test_a_cache_directory_the_environment_already_sets_is_left_alone(tmp_path):
+    mine = {"JAX_COMPILATION_CACHE_DIR": "/srv/jax-cache"}
+    assert runtime_environment(JaxRuntime(), mine) == {}
+    assert runtime_environment(JaxRuntime(), {"JAX_COMPILATION_CACHE_DIR": ""}) == CACHE
+    explicit = JaxRuntime(compilation_cache_dir=tmp_path)
+    assert runtime_environment(explicit, mine) == {"JAX_COMPILATION_CACHE_DIR": str(tmp_path)}
+    # a child inherits no JAX_* variable from its parent, but keeps one passed in env=
+    child = child_environment(JaxRuntime(), mine, parent={"HOME": "/h"})
+    assert child["JAX_COMPILATION_CACHE_DIR"] == "/srv/jax-cache"
+    assert child_environment(JaxRuntime(), parent=mine)["JAX_COMPILATION_CACHE_DIR"] == str(
+        default_compilation_cache_dir()
+    )
+
+
+def test_apply_runtime_keeps_the_cache_directory_jax_was_started_with():
+    import jax
+
+    before = jax.config.jax_compilation_cache_dir
+    apply_runtime(JaxRuntime(), environ={"JAX_COMPILATION_CACHE_DIR": "/srv/jax-cache"})
+    assert jax.config.jax_compilation_cache_dir == before
 
 
 def test_every_field_maps_to_its_variable(tmp_path):

@@ -33,6 +33,25 @@ def test_accelerators_turn_preallocation_off(backend, platforms):
     assert "EXTRA_X" in env["PROJ_MANAGED_ENV_VARS"].split()
 
 
+def test_the_0_1_22_keyword_names_are_accepted():
+    ours = managed_environment("PROJ", "cuda12", env_root="/srv/p", overrides={"EXTRA_X": "1"})
+    release = managed_environment("PROJ", "cuda12", project_root="/srv/p", extra={"EXTRA_X": "1"})
+    assert release == ours
+    assert release["PROJ_ENV_ROOT"] == "/srv/p"
+    assert release["EXTRA_X"] == "1"
+    mixed = managed_environment("PROJ", "cpu", project_root="/p", overrides={"EXTRA_X": "1"})
+    assert mixed == managed_environment("PROJ", "cpu", env_root="/p", extra={"EXTRA_X": "1"})
+
+
+def test_a_setting_under_both_names_or_no_root_is_refused():
+    with pytest.raises(TypeError, match=r"env_root='/a' and project_root='/b'.*pass only env_root"):
+        managed_environment("P", "cpu", env_root="/a", project_root="/b")
+    with pytest.raises(TypeError, match=r"overrides=.* and extra=.*pass only overrides"):
+        managed_environment("P", "cpu", env_root="/a", overrides={"A": "1"}, extra={"A": "2"})
+    with pytest.raises(TypeError, match=r"pass env_root= \(0.1.22: project_root=\)"):
+        managed_environment("P", "cpu")
+
+
 @pytest.mark.parametrize("prefix", ["", "proj", "P-X", "P X"])
 def test_prefix_is_checked(prefix):
     with pytest.raises(ValueError, match="prefix"):

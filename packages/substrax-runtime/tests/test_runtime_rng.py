@@ -1,3 +1,4 @@
+import hashlib
 import pickle
 
 import jax
@@ -116,3 +117,19 @@ def test_fold_in_name_is_stable_across_interpreters():
 def test_fold_in_name_needs_a_name():
     with pytest.raises(ValueError, match="non-empty name"):
         fold_in_name(jax.random.key(0), "")
+
+
+def test_fold_in_name_folds_in_the_derivation_0_1_22_documents():
+    # the first 4 bytes of BLAKE2b-512 of the UTF-8 name, big-endian: pinned, so that a change of
+    # derivation (a digest size, a byte order, an encoding) changes every seeded stream loudly
+    assert int.from_bytes(hashlib.blake2b(b"params").digest()[:4], "big") == 1405647464
+    key = jax.random.key(0)
+    assert data(fold_in_name(key, "params")) == data(jax.random.fold_in(key, 1405647464))
+    assert data(fold_in_name(key, "params")) == [1056175915, 4064216867]
+    name = "décodeur"
+    folded = int.from_bytes(hashlib.blake2b(name.encode("utf-8")).digest()[:4], "big")
+    assert data(fold_in_name(key, name)) == data(jax.random.fold_in(key, folded))
+    # rngs_from_seed's streams are these keys
+    assert data(rngs_from_seed(0, ("params",)).params()) == data(
+        nnx.Rngs(params=fold_in_name(key, "params")).params()
+    )

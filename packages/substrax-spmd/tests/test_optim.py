@@ -2,6 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
@@ -16,6 +17,7 @@ from substrax.optim import (
     current_learning_rate,
     mask_from_filter,
     switch_at,
+    update_with_line_search,
     weight_decay_mask,
     with_strong_state_types,
 )
@@ -194,8 +196,47 @@ def test_masked_weight_decay_only_decays_the_selected_parameters(net):
 
 def test_a_filter_that_selects_nothing_is_refused(net):
     config = _decaying("embedding")
-    with pytest.raises(OptimizerConfigError, match="selects none of the model's parameters"):
+    with pytest.raises(
+        OptimizerConfigError, match="selects none of the model's parameters"
+    ) as info:
         create_transformation(net, config)
+    assert (info.value.field, info.value.value) == (
+        "weight_decay_filter",
+        config.weight_decay_filter,
+    )
+    assert isinstance(info.value, ValueError)
+    for kind in ("adamw", "lamb"):  # at any decay rate, and through create_optimizer too
+        silent = OptimizerConfig(
+            optimizer_type=kind, learning_rate=0.1, weight_decay_filter=nnx.PathContains("nope")
+        )
+        with pytest.raises(OptimizerConfigError, match=f"{kind} would decay nothing"):
+            create_optimizer(net, silent)
+
+
+@pytest.mark.parametrize("kind", ["adamw", "lamb"])
+def test_the_state_tree_does_not_depend_on_the_weight_decay_filter(net, kind, tmp_path):
+    def state(filter_):
+        config = OptimizerConfig(
+            optimizer_type=kind, learning_rate=0.1, weight_decay=0.5, weight_decay_filter=filter_
+        )
+        return nnx.as_pure(create_optimizer(net, config).opt_state)
+
+    trees = {
+        name: state(filter_)
+        for name, filter_ in [
+            ("none", None),
+            ("kernels", nnx.PathContains("kernel")),
+            ("no bias or scale", EXCLUDE_BIAS_AND_NORM_SCALE),
+        ]
+    }
+    structures = {name: jax.tree.structure(tree) for name, tree in trees.items()}
+    assert len(set(structures.values())) == 1, structures
+    # a checkpoint of the unfiltered optimizer restores into the filtered one's state
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "state", trees["none"])
+        checkpointer.wait_until_finished()
+        restored = checkpointer.restore(tmp_path / "state", trees["kernels"])
+    assert jax.tree.structure(restored) == structures["kernels"]
 
 
 def test_mask_from_filter_on_plain_pytrees():
@@ -262,6 +303,30 @@ def test_switch_at_changes_transformation_at_the_step():
         updates, state = tx.update({"w": jnp.ones(1)}, state, params)
         seen.append(round(float(updates["w"][0]), 6))
     assert seen == [-1.0, -1.0, -0.1, -0.1]
+
+
+def test_switch_at_from_adam_into_lbfgs_needs_no_hand_made_strong_types():
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32))
+    y = x @ jnp.array([[1.0], [-2.0], [0.5]]) + 0.3
+    model = nnx.Linear(3, 1, rngs=nnx.Rngs(0))
+    tx = switch_at(optax.adam(1e-2), optax.lbfgs(), step=3)
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+    traces = []
+
+    def body(model, optimizer):
+        traces.append(None)
+        return update_with_line_search(
+            model, optimizer, lambda m: ((m(x) - y) ** 2).mean(), objective_changed=False
+        )
+
+    step = nnx.jit(body)
+    values = [float(step(model, optimizer)) for _ in range(8)]
+    assert len(traces) == 1, "the step recompiled across the switch"
+    # adam's small steps first, then L-BFGS drives the least-squares loss to ~0
+    assert values[1] < values[0]
+    assert values[2] < values[1]
+    assert values[3] > 0.5 * values[0]
+    assert values[-1] < 1e-3 * values[0]
 
 
 @pytest.mark.parametrize(

@@ -87,3 +87,27 @@ def test_mixed_parameter_dtypes_are_refused():
     ):
         update_with_line_search(model, optimizer, lambda m: jnp.sum(m.kernel.get_value()))
     assert jax.device_count() == 8
+
+
+@pytest.mark.x64
+def test_a_float64_loss_over_float32_parameters():
+    assert jnp.zeros(()).dtype == jnp.float64  # x64 is on in this test
+
+    def loss64(model):
+        return ((model(X) - Y) ** 2).astype(jnp.float64).mean()
+
+    model = nnx.Linear(3, 1, rngs=nnx.Rngs(0))
+    assert model.kernel.get_value().dtype == jnp.float32
+    optimizer = nnx.Optimizer(model, with_strong_state_types(optax.lbfgs()), wrt=nnx.Param)
+    traces = []
+
+    def body(model, optimizer):
+        traces.append(None)
+        return update_with_line_search(model, optimizer, loss64, objective_changed=False)
+
+    step = nnx.jit(body)
+    values = [step(model, optimizer) for _ in range(4)]
+    assert {value.dtype for value in values} == {jnp.dtype(jnp.float32)}
+    assert len(traces) == 1, "the state's types changed between steps"
+    assert model.kernel.get_value().dtype == jnp.float32
+    np.testing.assert_allclose([float(v) for v in values], reference(4)[0], rtol=1e-4)

@@ -105,3 +105,53 @@ def test_a_missing_example_is_refused(repo, tmp_path):
         _run(repo, tmp_path, "missing.py", output_dir=tmp_path)
     assert isinstance(caught.value, FileNotFoundError)
     assert caught.value.path == (repo / "examples" / "missing.py").resolve()
+
+
+PATHS_EXAMPLE = textwrap.dedent(
+    """
+    import importlib.util
+    import sys
+
+
+    def main():
+        return {
+            "argv": sys.argv,
+            "sibling": importlib.util.find_spec("sibling") is not None,
+            "at_root": importlib.util.find_spec("at_root") is not None,
+        }
+    """
+)
+
+
+@pytest.fixture
+def paths_repo(repo) -> Path:
+    """A repository whose example can import a module beside it and one at the root, if let."""
+    (repo / "examples" / "sibling.py").write_text("")
+    (repo / "at_root.py").write_text("")
+    return repo
+
+
+def test_call_main_gives_main_an_empty_command_line(paths_repo, tmp_path):
+    run = _run(paths_repo, tmp_path, "paths.py", PATHS_EXAMPLE).check()
+    assert run.summary["argv"] == [str(paths_repo / "examples" / "paths.py")]
+
+
+def test_call_main_puts_the_script_directory_on_sys_path_as_a_script_run_does(paths_repo, tmp_path):
+    run = _run(paths_repo, tmp_path, "paths.py", PATHS_EXAMPLE, env={"PYTHONSAFEPATH": ""})
+    assert run.check().summary["sibling"] is True
+
+
+def test_call_main_honours_pythonsafepath(paths_repo, tmp_path):
+    run = _run(paths_repo, tmp_path, "paths.py", PATHS_EXAMPLE, env={"PYTHONSAFEPATH": "1"})
+    assert run.check().summary["sibling"] is False
+
+
+@pytest.mark.parametrize("call_main", [True, False])
+def test_the_repository_root_is_kept_off_sys_path(paths_repo, tmp_path, call_main):
+    (paths_repo / "examples" / "paths.py").write_text(PATHS_EXAMPLE)
+    script = "import json\nfrom paths import main\nprint(json.dumps(main()))\n"
+    (paths_repo / "examples" / "as_script.py").write_text(script)
+    name = "paths.py" if call_main else "as_script.py"
+    run = _run(paths_repo, tmp_path, name, call_main=call_main).check()
+    summary = run.summary if call_main else run.result.last_json()
+    assert summary["at_root"] is False

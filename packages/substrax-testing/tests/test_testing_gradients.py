@@ -192,3 +192,45 @@ def test_misuse_is_refused(call, error, match):
 def test_tolerance_values_are_validated():
     with pytest.raises(ValueError, match="step"):
         GradientTolerance(step=0.0, rtol=1e-3, atol=1e-5)
+
+
+class Affine(nnx.Module):
+    """A plain float32 module: raw nnx.Param arrays, no nnx layer."""
+
+    def __init__(self):
+        self.w = nnx.Param(jnp.arange(6.0, dtype=jnp.float32).reshape(3, 2) / 10)
+        self.b = nnx.Param(jnp.array([0.5, -0.5], dtype=jnp.float32))
+
+    def __call__(self, x):
+        return x @ self.w + self.b
+
+
+@pytest.mark.parametrize("make", [Affine, lambda: nnx.Linear(3, 2, rngs=nnx.Rngs(0))])
+def test_a_sum_of_squares_has_its_closed_form_gradients(make):
+    model, x = make(), _inputs()
+    params = nnx.state(model, nnx.Param)
+    w_name, b_name = ("w", "b") if isinstance(model, Affine) else ("kernel", "bias")
+    w, b = np.asarray(params[w_name][...], np.float64), np.asarray(params[b_name][...], np.float64)
+    xs = np.asarray(x, np.float64)
+    residual = xs @ w + b  # loss = sum((x w + b)^2): dL/dw = 2 x^T r, dL/db = 2 sum_rows r
+    grads = check_parameter_gradients(model, lambda m: jnp.sum(jnp.square(m(x))))
+    np.testing.assert_allclose(grads[w_name][...], 2 * xs.T @ residual, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grads[b_name][...], 2 * residual.sum(0), rtol=1e-5, atol=1e-5)
+    grad_x = check_input_gradients(model, lambda m, v: jnp.sum(jnp.square(m(v))), x)
+    np.testing.assert_allclose(grad_x, 2 * residual @ w.T, rtol=1e-5, atol=1e-5)
+
+
+def test_a_quadratic_form_has_its_closed_form_gradient_in_both_modes():
+    a = np.array([[2.0, 0.5, 0.0], [0.5, 1.0, -0.25], [0.0, -0.25, 3.0]], np.float32)
+
+    class Quadratic(nnx.Module):
+        def __init__(self):
+            self.v = nnx.Param(jnp.array([1.0, -2.0, 0.5], jnp.float32))
+
+        def __call__(self):
+            return 0.5 * self.v[...] @ a @ self.v[...]
+
+    model = Quadratic()
+    grads = check_parameter_gradients(model, lambda m: m(), modes=("fwd", "rev"))
+    expected = a.astype(np.float64) @ np.array([1.0, -2.0, 0.5])  # d(v^T A v / 2)/dv = A v
+    np.testing.assert_allclose(grads["v"][...], expected, rtol=1e-6)

@@ -1,7 +1,9 @@
 """counted_calls, by_package and per_iteration on real jax programs."""
 
+import json
 import sys
 import threading
+from collections import Counter
 
 import jax
 import jax.numpy as jnp
@@ -17,8 +19,9 @@ from substrax.testing import (
     by_package,
     counted_calls,
     per_iteration,
+    started,
 )
-from substrax.testing.jax_calls import JAX_CALL_WEIGHTS, KINDS
+from substrax.testing.jax_calls import ALIASES, JAX_CALL_WEIGHTS, KINDS
 
 
 HERE = by_package(__name__)
@@ -147,8 +150,10 @@ def test_no_free_tool_id_is_an_error_naming_the_holders():
         sys.monitoring.use_tool_id(tool, f"holder{tool}")
     try:
         refused = pytest.raises(ToolIdsInUseError, match=r"every sys\.monitoring tool id")
-        with refused, counted_calls():
+        with refused as info, counted_calls():
             raise AssertionError("the block must not run")
+        assert {f"holder{tool}" for tool in taken} <= set(info.value.in_use)
+        assert all(f"holder{tool}" in str(info.value) for tool in taken)
     finally:
         for tool in taken:
             sys.monitoring.free_tool_id(tool)
@@ -219,7 +224,6 @@ def test_work_on_some_iterations_only_is_uneven():
     ("kwargs", "match"),
     [
         ({"short": 3, "long": 3}, "must be more than"),
-        ({"short": 1, "long": 2, "at_most": {"transfers": 0}}, "unknown call kind"),
         ({"short": -1, "long": 2}, "short"),
     ],
 )
@@ -237,3 +241,109 @@ def test_call_counts_views():
     assert counts.packages("compile") == {"b": 1}
     with pytest.raises(ValueError, match="unknown call kind 'compiles'"):
         counts.of("compiles")
+
+
+def test_an_unknown_kind_in_at_most_is_refused_once_the_counts_name_their_kinds():
+    with pytest.raises(ValueError, match="unknown call kind 'transfers'"):
+        per_iteration(lambda _: CallCounts(), short=1, long=2, at_most={"transfers": 0})
+
+
+def _helper(n):
+    return [json.dumps(i) for i in range(n)]
+
+
+def test_started_functions_are_counted_by_package_and_by_name():
+    keys = by_package("json", named=(f"{__name__}._helper", "json.dumps"))
+    with counted_calls(keys, weights={"calls": started("json", f"{__name__}._helper")}) as calls:
+        _helper(3)
+    assert calls.custom_kinds == ("calls",)
+    assert calls.packages("calls")["json.dumps"] == 3
+    assert calls.of("calls", f"{__name__}._helper") == 1
+    assert calls.of("calls", "json") >= 3  # the encoder's own functions, each call
+    assert calls.kinds()["calls"] == calls.of("calls")
+    assert calls.of("dispatch") == 0  # only the kinds weighted are counted
+
+
+def test_a_weight_function_decides_how_much_each_start_counts():
+    def leaves(frame):  # the leaves handed to jax.device_put, traced calls included
+        if frame.f_code is not jax.device_put.__code__:
+            return 0
+        return len(jax.tree.leaves(frame.f_locals["x"]))
+
+    with counted_calls(HERE, weights={"put_leaves": leaves}) as calls:
+        jax.device_put({"a": np.ones(2), "b": (np.ones(1), jnp.ones(3))})
+        jax.device_put(np.ones(2))
+    assert calls == CallCounts({("put_leaves", __name__): 4}, custom_kinds=("put_leaves",))
+
+
+def test_the_names_of_0_1_22_are_accepted():
+    double = jax.jit(lambda x: x * 2)
+    double(jnp.ones(2))
+    weights = {"jit_dispatch": 1, "device_put": 1, "device_put_leaves": 1}
+    with counted_calls(HERE, weights=weights) as calls:
+        jax.device_put((np.ones(2), np.ones(3)))
+        double(jnp.ones(2))
+    assert ALIASES == {"jit_dispatch": "dispatch", "device_put_leaves": "host_to_device"}
+    assert calls.of("device_put") == 1
+    assert calls.of("device_put_leaves") == calls.of("host_to_device") == 2
+    assert calls.of("jit_dispatch") == calls.of("dispatch") >= 2  # jnp.ones runs a program too
+
+
+def test_per_iteration_works_key_by_key_on_any_counter():
+    counts = {1: Counter(steps=3, reads=1), 3: Counter(steps=7, reads=1)}
+    assert per_iteration(counts.__getitem__, short=1, long=3) == {"steps": 2}
+    with pytest.raises(TooManyCallsError) as too_many:
+        per_iteration(counts.__getitem__, short=1, long=3, at_most={"steps": 1})
+    assert (too_many.value.kind, too_many.value.observed) == ("steps", 2)
+    uneven = {1: Counter(steps=3), 3: Counter(steps=6)}
+    with pytest.raises(UnevenCountError) as info:
+        per_iteration(uneven.__getitem__, short=1, long=3)
+    assert (info.value.kind, info.value.short_count, info.value.long_count) == ("steps", 3, 6)
+
+
+def test_per_iteration_limits_a_custom_kind():
+    def count(n):
+        with counted_calls(HERE, weights={"calls": started(f"{__name__}._helper")}) as calls:
+            for _ in range(n):
+                _helper(1)
+                _helper(1)
+        return calls
+
+    per = per_iteration(count, short=1, long=3)
+    assert per == CallCounts({("calls", __name__): 2}, custom_kinds=("calls",))
+    with pytest.raises(TooManyCallsError) as info:
+        per_iteration(count, short=1, long=3, at_most={"calls": 1})
+    assert (info.value.kind, info.value.observed) == ("calls", 2)
+
+
+@pytest.mark.parametrize(
+    ("weight", "reason"),
+    [
+        (lambda _: 1 / 0, "ZeroDivisionError"),
+        (lambda _: -1, "not an int >= 0"),
+        (lambda _: "1", "not an int >= 0"),
+    ],
+)
+def test_a_failing_weight_function_stops_counting(weight, reason):
+    refused = pytest.raises(CountingFailedError, match=reason)
+    with refused as info, counted_calls(HERE, weights={"mine": weight}):
+        _helper(1)
+    assert info.value.kind == "mine"
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: by_package("mylib", named=("",)), "named must be non-empty"),
+        (started, "at least one"),
+        (lambda: started("mylib", ""), "names must be non-empty"),
+    ],
+)
+def test_bad_names_are_refused(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_an_int_weight_for_an_unknown_kind_points_to_weight_functions():
+    with pytest.raises(ValueError, match="weight function"), counted_calls(weights={"steps": 1}):
+        raise AssertionError("the block must not run")

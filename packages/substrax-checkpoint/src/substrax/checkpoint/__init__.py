@@ -33,6 +33,8 @@ if TYPE_CHECKING:
         RESERVED_METADATA_KEYS as RESERVED_METADATA_KEYS,
         CheckpointMetadata as CheckpointMetadata,
         Producer as Producer,
+        check_extra as check_extra,
+        library_versions as library_versions,
     )
     from ._paths import resolve_checkpoint_dir as resolve_checkpoint_dir
     from ._preemption import PreemptionHandler as PreemptionHandler
@@ -71,55 +73,30 @@ if TYPE_CHECKING:
 # Each public name and the private module that defines it.
 _HOMES: dict[str, str] = {
     "CheckpointCallback": "_callback",
-    **dict.fromkeys(
-        (
-            "CheckpointCorruptError",
-            "CheckpointDtypeMismatchError",
-            "CheckpointNotFoundError",
-            "CheckpointStoreClosedError",
-            "CheckpointStoreNotADirectoryError",
-            "CheckpointStoreNotFoundError",
-            "CheckpointWaitTimeoutError",
-            "DtypeMismatch",
-            "UnsupportedCheckpointError",
-        ),
-        "_read_errors",
-    ),
-    **dict.fromkeys(
-        (
-            "BestMetricNotRecordedError",
-            "CheckpointLeafNameCollisionError",
-            "CheckpointLockedError",
-            "CheckpointNotWrittenError",
-            "CheckpointStoreReadOnlyError",
-            "CheckpointStoreRemovedError",
-            "CheckpointStoreSupersededError",
-            "CheckpointWriteError",
-            "DistributedNotInitializedError",
-            "NotWrittenReason",
-            "UpgradeDestinationError",
-        ),
-        "_write_errors",
-    ),
+    **dict.fromkeys((
+        "CheckpointCorruptError", "CheckpointDtypeMismatchError", "CheckpointNotFoundError",
+        "CheckpointStoreClosedError", "CheckpointStoreNotADirectoryError",
+        "CheckpointStoreNotFoundError", "CheckpointWaitTimeoutError", "DtypeMismatch",
+        "UnsupportedCheckpointError",
+    ), "_read_errors"),
+    **dict.fromkeys((
+        "BestMetricNotRecordedError", "CheckpointLeafNameCollisionError", "CheckpointLockedError",
+        "CheckpointNotWrittenError", "CheckpointStoreReadOnlyError", "CheckpointStoreRemovedError",
+        "CheckpointStoreSupersededError", "CheckpointWriteError", "DistributedNotInitializedError",
+        "NotWrittenReason", "UpgradeDestinationError",
+    ), "_write_errors"),
     "quiet_orbax_notices": "_logging",
-    **dict.fromkeys(
-        (
-            "CURRENT_FORMAT_VERSION",
-            "FORMAT_NAME",
-            "ITEM_NAMES",
-            "LIBRARY_NAMES",
-            "RESERVED_METADATA_KEYS",
-            "CheckpointMetadata",
-            "Producer",
-        ),
-        "_metadata",
-    ),
+    **dict.fromkeys((
+        "CURRENT_FORMAT_VERSION", "FORMAT_NAME", "ITEM_NAMES", "LIBRARY_NAMES",
+        "RESERVED_METADATA_KEYS", "CheckpointMetadata", "Producer", "check_extra",
+        "library_versions",
+    ), "_metadata"),
     "resolve_checkpoint_dir": "_paths",
     "PreemptionHandler": "_preemption",
     **dict.fromkeys(("Checkpoint", "CheckpointStore"), "_protocol"),
     "RetentionPolicy": "_retention",
     **dict.fromkeys(("OrbaxCheckpointStore", "upgrade_checkpoints"), "_store"),
-}
+}  # fmt: skip
 
 __all__ = [
     "CURRENT_FORMAT_VERSION",
@@ -156,6 +133,8 @@ __all__ = [
     "RetentionPolicy",
     "UnsupportedCheckpointError",
     "UpgradeDestinationError",
+    "check_extra",
+    "library_versions",
     "quiet_orbax_notices",
     "resolve_checkpoint_dir",
     "upgrade_checkpoints",

@@ -1,8 +1,8 @@
-"""The per-step ``CheckpointMetadata`` record, and reading it from every on-disk format.
+"""The per-step ``CheckpointMetadata`` record, read from every on-disk format.
 
-Format 1 (substrax 0.1.16 and later) stores each item as ``{"tree": item}`` beside ``metadata``
-and ``dtypes`` JSON records; legacy format 2 (0.1.0-0.1.9), one ``model`` payload beside a JSON
-sidecar stamped ``checkpoint_version: "2.0"``, is read in memory.
+Format 1 stores each item as ``{"tree": item}`` beside ``metadata`` and ``dtypes`` records;
+legacy format 2 (a ``model`` payload, a sidecar stamped ``checkpoint_version: "2.0"``) is read
+in memory.
 """
 
 import contextlib
@@ -42,8 +42,7 @@ WRAPPER: Final = "tree"
 HOST_LEAVES: Final = "host_leaves"
 """Key of the dtypes record naming each item's NumPy leaves, ``{item: {leaf_path: kind}}``."""
 SHAPES: Final = "shapes"  # key of the dtypes record holding ``{item: {leaf_path: [dims]}}``
-_JSON_FILE: Final = "metadata"
-"""The file orbax's ``JsonCheckpointHandler`` writes in an item's directory."""
+_JSON_FILE: Final = "metadata"  # the file orbax's JsonCheckpointHandler writes in an item's dir
 _FORMAT2_VERSION: Final = "2.0"
 _FORMAT2_FIELDS: Final = frozenset(
     {"step", "checkpoint_version", "loss", "metrics", "epoch", "timestamp"}
@@ -184,7 +183,15 @@ def check_item_names(names: "tuple[str, ...] | list[str] | Mapping[str, object]"
 
 
 def check_extra(extra: Mapping[str, object]) -> None:
-    """Refuse ``extra`` keys that collide with the record's own fields."""
+    """Refuse ``extra`` keys in ``RESERVED_METADATA_KEYS`` (the record's own fields).
+
+    Example:
+        >>> from substrax.checkpoint import check_extra
+        >>> check_extra({"step": 3})
+        Traceback (most recent call last):
+        ...
+        ValueError: extra keys ['step'] are reserved by CheckpointMetadata; rename them ...
+    """
     clashes = sorted(set(extra) & RESERVED_METADATA_KEYS)
     if clashes:
         raise ValueError(
@@ -203,7 +210,13 @@ def _library_versions() -> tuple[tuple[str, str], ...]:
 
 
 def library_versions() -> dict[str, str]:
-    """The installed versions of the libraries a checkpoint depends on (a fresh dict each call)."""
+    """The installed versions of ``LIBRARY_NAMES`` a save records (a fresh dict each call).
+
+    Example:
+        >>> from substrax.checkpoint import library_versions
+        >>> "jax" in library_versions()
+        True
+    """
     return dict(_library_versions())
 
 

@@ -6,20 +6,23 @@ from ._read_errors import CheckpointStoreNotADirectoryError, CheckpointStoreNotF
 
 
 def resolve_checkpoint_dir(checkpoint_dir: Path | None, run_dir: Path | None) -> Path:
-    """An explicit ``checkpoint_dir`` wins; otherwise ``run_dir / "checkpoints"``. Creates nothing.
+    """An explicit ``checkpoint_dir`` wins, else ``run_dir / "checkpoints"``; creates nothing.
+
+    The result is absolute: a relative path is resolved against the working directory now, as
+    ``OrbaxCheckpointStore`` resolves its directory, so a later ``chdir`` cannot move it.
 
     Example:
         >>> from pathlib import Path
         >>> from substrax.checkpoint import resolve_checkpoint_dir
         >>> resolve_checkpoint_dir(None, Path("/runs/a"))
         PosixPath('/runs/a/checkpoints')
-        >>> resolve_checkpoint_dir(Path("/ckpt"), Path("/runs/a"))
-        PosixPath('/ckpt')
+        >>> resolve_checkpoint_dir(Path("ckpt"), None) == Path.cwd().resolve() / "ckpt"
+        True
     """
     if checkpoint_dir is not None:
-        return Path(checkpoint_dir)
+        return Path(checkpoint_dir).expanduser().resolve()
     if run_dir is not None:
-        return Path(run_dir) / "checkpoints"
+        return (Path(run_dir).expanduser() / "checkpoints").resolve()
     raise ValueError(
         "neither checkpoint_dir nor run_dir is set; pass the checkpoint directory or the run's "
         "output directory (e.g. substrax.artifacts.resolve_output_dir(...).path)"

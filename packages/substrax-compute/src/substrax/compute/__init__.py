@@ -72,7 +72,10 @@ if TYPE_CHECKING:
     )
     from ._local import LocalBackend as LocalBackend
     from ._manifest import (
+        DEVICES_LOG as DEVICES_LOG,
         MANIFEST_NAME as MANIFEST_NAME,
+        STDERR_LOG as STDERR_LOG,
+        STDOUT_LOG as STDOUT_LOG,
         JobManifest as JobManifest,
         RunDevices as RunDevices,
         TaskOutcome as TaskOutcome,
@@ -80,7 +83,11 @@ if TYPE_CHECKING:
         read_manifest as read_manifest,
     )
     from ._modal_backend import ModalBackend as ModalBackend
-    from ._registry import backend_names as backend_names, load_backend as load_backend
+    from ._registry import (
+        ENTRY_POINT_GROUP as ENTRY_POINT_GROUP,
+        backend_names as backend_names,
+        load_backend as load_backend,
+    )
     from ._skypilot_backend import SkyPilotBackend as SkyPilotBackend
     from ._spec import (
         JOB_SPEC_VERSION as JOB_SPEC_VERSION,
@@ -146,7 +153,10 @@ _HOMES: dict[str, str] = {
     ),
     **dict.fromkeys(
         (
+            "DEVICES_LOG",
             "MANIFEST_NAME",
+            "STDERR_LOG",
+            "STDOUT_LOG",
             "JobManifest",
             "RunDevices",
             "TaskOutcome",
@@ -155,7 +165,7 @@ _HOMES: dict[str, str] = {
         ),
         "_manifest",
     ),
-    **dict.fromkeys(("backend_names", "load_backend"), "_registry"),
+    **dict.fromkeys(("ENTRY_POINT_GROUP", "backend_names", "load_backend"), "_registry"),
     **dict.fromkeys(
         (
             "JOB_SPEC_VERSION",
@@ -191,10 +201,14 @@ _HOMES: dict[str, str] = {
 
 __all__ = [
     "ALWAYS_LEFT_OUT",
+    "DEVICES_LOG",
+    "ENTRY_POINT_GROUP",
     "JOB_SPEC_VERSION",
     "KNOWN_PLATFORMS",
     "MANIFEST_NAME",
     "NEVER_UPLOADED",
+    "STDERR_LOG",
+    "STDOUT_LOG",
     "UPLOAD_IGNORE_FILE",
     "Accelerator",
     "AcceleratorFormatError",

@@ -175,7 +175,9 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
     accelerator = parse_accelerator(args.accelerator) if args.accelerator else None
     spec = resolve_job(config, args.job, project=project, accelerator=accelerator)
     backend = _checked(load_backend(name, config.backends.get(name, {})))
-    if name != "local" or spec.extras:
+    # A remote worker or an extras environment installs from uv.lock, so it must pin substrax;
+    # a lock without it would give the local worker an environment without substrax too.
+    if name != "local" or spec.extras or (project / "uv.lock").exists():
         require_locked_substrax(project)
     if args.dry_run:
         return dry_run(name, backend, spec, project, as_json=args.json)

@@ -31,6 +31,18 @@ MANIFEST_VERSION = 4
 
 MANIFEST_NAME = "manifest.json"
 """The manifest's file name: in a node's output root, and in a fetched run's directory."""
+STDOUT_LOG = "stdout.log"
+"""A task's standard output, in its directory ``<outputs>/<task>/`` (secrets redacted).
+
+Example:
+    >>> from substrax.compute import DEVICES_LOG, STDERR_LOG, STDOUT_LOG
+    >>> STDOUT_LOG, STDERR_LOG, DEVICES_LOG
+    ('stdout.log', 'stderr.log', 'devices.log')
+"""
+STDERR_LOG = "stderr.log"
+"""A task's standard error, beside its ``STDOUT_LOG``."""
+DEVICES_LOG = "devices.log"
+"""The device probe's output when it failed, in the output root beside ``MANIFEST_NAME``."""
 
 
 class TaskStatus(StrEnum):

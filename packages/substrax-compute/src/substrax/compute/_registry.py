@@ -22,13 +22,14 @@ from ._errors import BackendFactoryError, UnknownBackendError
 from ._records import JsonValue
 
 
-GROUP = "substrax.compute.backends"
+ENTRY_POINT_GROUP = "substrax.compute.backends"
+"""The entry-point group a backend factory is registered in (the name 0.1.22 gave it)."""
 
 type Discover = Callable[..., Iterable[EntryPoint]]
 
 
 def _entries(discover: Discover) -> dict[str, EntryPoint]:
-    return {entry.name: entry for entry in discover(group=GROUP)}
+    return {entry.name: entry for entry in discover(group=ENTRY_POINT_GROUP)}
 
 
 def backend_names(*, discover: Discover = entry_points) -> list[str]:
@@ -50,7 +51,7 @@ def load_backend(
     """
     entries = _entries(discover)
     if name not in entries:
-        raise UnknownBackendError(name, sorted(entries), GROUP)
+        raise UnknownBackendError(name, sorted(entries), ENTRY_POINT_GROUP)
     factory: Any = entries[name].load()
     backend = factory(dict(settings or {}))
     if not isinstance(backend, ComputeBackend):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
 from ._environment import task_environment
-from ._manifest import RunDevices, TaskOutcome, TaskStatus
+from ._manifest import DEVICES_LOG, STDERR_LOG, STDOUT_LOG, RunDevices, TaskOutcome, TaskStatus
 
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ Long enough for a node whose peer died to notice it through jax's heartbeats (10
 run its ``on_peer_failure`` hook (at most 10 s) and flush its logs.
 """
 _WAIT_SLICE_SECONDS = 0.1
-LOG_NAMES = frozenset({"stdout.log", "stderr.log"})
+LOG_NAMES = frozenset({STDOUT_LOG, STDERR_LOG})
 PROBE_SECONDS = 300.0
 _PROBE = (
     "import json, jax; d = jax.devices(); print(json.dumps({'platform': d[0].platform, "
@@ -140,7 +140,7 @@ class TaskRunner:
 
     def probe(self, budget: float = PROBE_SECONDS) -> RunDevices | None:
         """The devices the job's tasks would see, within ``budget`` (and ``PROBE_SECONDS``)."""
-        log = self.root / "devices.log"
+        log = self.root / DEVICES_LOG
         try:
             env = task_environment(self.spec, None, parent=os.environ)
             result = subprocess.run(
@@ -165,7 +165,7 @@ class TaskRunner:
         task_dir.mkdir(parents=True, exist_ok=True)
         argv = _argv(task, self.python)
         start = time.monotonic()
-        with (task_dir / "stdout.log").open("w") as out, (task_dir / "stderr.log").open("w") as err:
+        with (task_dir / STDOUT_LOG).open("w") as out, (task_dir / STDERR_LOG).open("w") as err:
             if budget <= 0 or self.cancelled:
                 status = TaskStatus.CANCELLED if self.cancelled else TaskStatus.TIMED_OUT
                 return TaskOutcome(

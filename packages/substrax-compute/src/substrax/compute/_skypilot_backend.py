@@ -16,7 +16,9 @@ that leaves out only itself, points the workdir there, and removes it once SkyPi
 
 Settings (``[tool.substrax.compute.backends.skypilot]``): ``outputs_bucket`` (``gs://``,
 ``s3://`` or ``r2://``; required), ``buckets`` (``{mount name: bucket URI}``), ``infra``,
-``use_spot``, ``recover``, ``recovery_strategy``, ``max_restarts_on_errors``, ``state_dir``.
+``use_spot``, ``recover``, ``recovery_strategy``, ``max_restarts_on_errors``, ``state_dir``,
+``worker_python`` (the command that starts Python on a node for the worker; default
+``WORKER_PYTHON``, the locked project's interpreter through uv).
 
 Example:
     >>> from substrax.compute import SkyPilotBackend
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
 COORDINATOR_PORT = 8476
 SPEC_ENV = "SUBSTRAX_JOB_SPEC"
 _SCHEMES = ("gs://", "s3://", "r2://")
+WORKER_PYTHON = "uv run --frozen --no-sync python"
+"""The default ``worker_python``: the interpreter of the project ``setup`` synced."""
 SKYIGNORE = "# substrax-compute staged this workdir: every file here is uploaded\n/.skyignore\n"
 """The ``.skyignore`` of a staged workdir: SkyPilot then applies no ``.gitignore`` of its own."""
 
@@ -91,6 +95,18 @@ class SkyPilotSettings(Record):
     recovery_strategy: str = "EAGER_NEXT_REGION"
     max_restarts_on_errors: int = 0
     state_dir: str | None = None
+    worker_python: str = WORKER_PYTHON
+
+    @field_validator("worker_python")
+    @classmethod
+    def _worker_python(cls, value: str) -> str:
+        try:
+            words = shlex.split(value)
+        except ValueError as error:
+            raise ValueError(f"is not a command line ({error}): {value!r}") from None
+        if not words or "\n" in value:
+            raise ValueError(f"must be one command line that starts Python, got {value!r}")
+        return value
 
     @field_validator("outputs_bucket")
     @classmethod
@@ -126,8 +142,14 @@ def setup_script(spec: JobSpec) -> str:
     )
 
 
-def run_script(run_id: str) -> str:
-    """The run commands: the spec from the environment, the jax coordinator, then the worker."""
+def run_script(run_id: str, worker_python: str = WORKER_PYTHON) -> str:
+    """The run commands: the spec from the environment, the jax coordinator, then the worker.
+
+    Example:
+        >>> from substrax.compute._skypilot_backend import run_script
+        >>> run_script("r", "/opt/venv/bin/python").splitlines()[-1].split(" --spec")[0]
+        '/opt/venv/bin/python -m substrax.compute.worker'
+    """
     outputs = shlex.quote(f"/outputs/{run_id}")
     return "\n".join(
         [
@@ -138,7 +160,7 @@ def run_script(run_id: str) -> str:
             f':{COORDINATOR_PORT}"',
             'export JAX_NUM_PROCESSES="$SKYPILOT_NUM_NODES"',
             'export JAX_PROCESS_ID="$SKYPILOT_NODE_RANK"',
-            'uv run --frozen --no-sync python -m substrax.compute.worker --spec "$spec" '
+            f'{worker_python} -m substrax.compute.worker --spec "$spec" '
             f'--project . --outputs {outputs} --node-rank "$SKYPILOT_NODE_RANK"',
         ]
     )
@@ -230,7 +252,7 @@ class SkyPilotBackend:
             "file_mounts": mounts,
             "envs": {SPEC_ENV: json.dumps(spec.model_dump(mode="json"))},
             "setup": setup_script(spec),
-            "run": run_script(run_id),
+            "run": run_script(run_id, self.settings.worker_python),
         }
         if spec.secrets:
             config["secrets"] = {name: os.environ[name] for name in spec.secrets}

@@ -18,10 +18,20 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 from ._errors import (
     AcceleratorFormatError,
@@ -47,7 +57,22 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED_PATHS = (PurePosixPath("/outputs"), PurePosixPath("/project"))
 _SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh"})
 
-type MountAccess = Literal["read-only", "read-write"]
+
+class MountAccess(StrEnum):
+    """How a job mount is attached: read-only (the default) or read-write.
+
+    Each member equals its string, so a ``Mount`` (and pyproject.toml) takes either form.
+
+    Example:
+        >>> from substrax.compute import Mount, MountAccess
+        >>> Mount(name="out", path="/scratch", access="read-write").access is MountAccess.READ_WRITE
+        True
+        >>> MountAccess.READ_ONLY == "read-only"
+        True
+    """
+
+    READ_ONLY = "read-only"
+    READ_WRITE = "read-write"
 
 
 def _positive(value: float) -> float:
@@ -132,6 +157,19 @@ class Record(BaseModel):
 
     model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
 
+    def replace(self, **changes: Any) -> Self:  # noqa: ANN401 - any field's value
+        """A copy with ``changes``, validated again (where 0.1.22 took ``dataclasses.replace``).
+
+        Raises:
+            ValueError: A change is refused (pydantic's ``ValidationError`` names the field).
+
+        Example:
+            >>> from substrax.compute import Task
+            >>> Task(name="t", argv=("python",), timeout_seconds=5).replace(name="u").name
+            'u'
+        """
+        return self.model_validate({**dict(self), **changes})
+
 
 class Accelerator(Record):
     """An accelerator request: a kind as the provider names it and how many.
@@ -175,12 +213,12 @@ class Mount(Record):
     Example:
         >>> from substrax.compute import Mount
         >>> Mount(name="datasets", path="/data").access
-        'read-only'
+        <MountAccess.READ_ONLY: 'read-only'>
     """
 
     name: Component
     path: Annotated[str, AfterValidator(_mount_path)]
-    access: MountAccess = "read-only"
+    access: Annotated[MountAccess, Strict(False)] = MountAccess.READ_ONLY
 
 
 class Task(Record):
@@ -214,7 +252,8 @@ class Resources(Record):
 class JobSpec(Record):
     """Everything the worker needs to run a job; written as ``spec.json`` at submission.
 
-    ``runtime`` holds ``substrax.runtime.JaxRuntime`` fields as JSON; ``secrets`` holds only the
+    ``runtime`` holds ``substrax.runtime.JaxRuntime`` fields as JSON (a ``JaxRuntime`` given
+    here, as in 0.1.22, is stored as its fields); ``secrets`` holds only the
     *names* of variables passed through from the submitting environment, never their values;
     ``include_files`` names project files a remote backend uploads even though the upload rules
     leave them out (a ``.env``, a key, a git-ignored file).
@@ -245,6 +284,11 @@ class JobSpec(Record):
     probe_devices: bool = True
     include_files: tuple[RelativeFile, ...] = ()
 
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _runtime_fields(cls, value: object) -> object:
+        return value if isinstance(value, Mapping) else runtime_fields(value)
+
     @model_validator(mode="after")
     def _check(self) -> Self:
         if not self.tasks:
@@ -257,6 +301,18 @@ class JobSpec(Record):
         )
         jax_runtime(self.runtime)
         return self
+
+    def to_jax_runtime(self) -> "JaxRuntime":
+        """``runtime`` as the ``substrax.runtime.JaxRuntime`` it holds (0.1.22's ``spec.runtime``).
+
+        Example:
+            >>> from substrax.compute import JobSpec, Task
+            >>> task = Task(name="t", argv=("true",), timeout_seconds=60)
+            >>> spec = JobSpec(name="j", tasks=(task,), timeout_seconds=60, runtime={"platforms": ["cpu"]})
+            >>> spec.to_jax_runtime().platforms
+            ('cpu',)
+        """
+        return jax_runtime(self.runtime)
 
 
 def check_unique(
@@ -279,6 +335,35 @@ def check_unique(
     clash = sorted(set(secrets) & set(env))
     if clash:
         raise ValueError(f"{', '.join(clash)} named both in env and in secrets; keep one")
+
+
+def runtime_fields(runtime: object) -> object:
+    """A ``JaxRuntime``'s settings as ``JobSpec.runtime`` holds them (JSON); anything else as is.
+
+    Example:
+        >>> from substrax.compute._spec import runtime_fields
+        >>> from substrax.runtime import JaxRuntime
+        >>> runtime_fields(JaxRuntime(platforms=("cuda",), preallocate=False))
+        {'platforms': ['cuda'], 'preallocate': False}
+    """
+    import dataclasses  # noqa: PLC0415
+
+    from substrax.runtime import JaxRuntime  # noqa: PLC0415
+
+    if not isinstance(runtime, JaxRuntime):
+        return runtime
+    fields: dict[str, JsonValue] = {}
+    for field in dataclasses.fields(JaxRuntime):
+        value: Any = getattr(runtime, field.name)
+        if value != field.default:
+            fields[field.name] = (
+                list(value)
+                if isinstance(value, tuple)
+                else str(value)
+                if isinstance(value, Path)
+                else value
+            )
+    return fields
 
 
 def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":

@@ -4,8 +4,8 @@ This module's path is an interface: ``substrax.compute.registry`` is where 0.1.2
 the registry from. It holds no logic; the implementation lives in ``substrax.compute._registry``.
 
 Example:
-    >>> from substrax.compute.registry import GROUP, backend_names
-    >>> GROUP
+    >>> from substrax.compute.registry import ENTRY_POINT_GROUP, backend_names
+    >>> ENTRY_POINT_GROUP
     'substrax.compute.backends'
     >>> "local" in backend_names()
     True
@@ -15,7 +15,13 @@ from ._errors import (
     BackendFactoryError,
     UnknownBackendError,
 )
-from ._registry import GROUP, backend_names, load_backend
+from ._registry import ENTRY_POINT_GROUP, backend_names, load_backend
 
 
-__all__ = ["GROUP", "BackendFactoryError", "UnknownBackendError", "backend_names", "load_backend"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BackendFactoryError",
+    "UnknownBackendError",
+    "backend_names",
+    "load_backend",
+]

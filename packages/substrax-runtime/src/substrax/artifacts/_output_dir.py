@@ -45,6 +45,11 @@ def _check_name(name: str) -> PurePath:
             f"output name {name!r} must be a relative path inside the output directory, "
             "without '..'"
         )
+    if not relative.parts:  # "." or "./.": the output root itself, shared by every run
+        raise ValueError(
+            f"output name {name!r} names no directory of its own; name the run's outputs, "
+            "e.g. resolve_output_dir('fno_darcy'), or pass explicit= for an exact directory"
+        )
     return relative
 
 
@@ -72,8 +77,8 @@ def resolve_output_dir(
         The created directory and its source.
 
     Raises:
-        ValueError: ``name`` is empty, absolute or climbs with ``..``; or ``AVITAI_OUTPUT_DIR``
-            is not absolute.
+        ValueError: ``name`` is empty, ``"."``, absolute or climbs with ``..``; or
+            ``AVITAI_OUTPUT_DIR`` is not absolute.
 
     Example:
         >>> import tempfile

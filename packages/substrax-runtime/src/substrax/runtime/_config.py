@@ -43,7 +43,8 @@ class JaxRuntime:
         enable_x64: 64-bit types (``JAX_ENABLE_X64``).
         matmul_precision: Default matmul precision (``JAX_DEFAULT_MATMUL_PRECISION``).
         compilation_cache_dir: Absolute persistent-cache path (``JAX_COMPILATION_CACHE_DIR``);
-            None keeps it in :func:`default_compilation_cache_dir`, the user cache directory.
+            None keeps a ``JAX_COMPILATION_CACHE_DIR`` the environment already sets, else
+            :func:`default_compilation_cache_dir`, the user cache directory.
         compilation_cache: jax's persistent compilation cache, on by default so that a second
             run of the same program skips compiling its steps; False turns it off
             (``JAX_ENABLE_COMPILATION_CACHE=false``).

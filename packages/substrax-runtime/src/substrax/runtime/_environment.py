@@ -33,16 +33,22 @@ _CONFIG_OPTIONS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
 )
 
 
-def _config_values(runtime: JaxRuntime) -> dict[str, tuple[str, str, Any]]:
-    """The settings jax reads as config options: ``{field: (env var, config name, value)}``."""
+def _config_values(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[str, tuple[str, str, Any]]:
+    """The settings jax reads as config options: ``{field: (env var, config name, value)}``.
+
+    Without a ``compilation_cache_dir``, a ``JAX_COMPILATION_CACHE_DIR`` that ``base`` already
+    holds is left alone (the user chose it, as 0.1.22 let them); the default directory fills in
+    only when there is none.
+    """
     settings: dict[str, tuple[str, str, Any]] = {}
     if runtime.compilation_cache:
-        cache_dir = runtime.compilation_cache_dir or default_compilation_cache_dir()
-        settings["compilation_cache_dir"] = (
-            "JAX_COMPILATION_CACHE_DIR",
-            "jax_compilation_cache_dir",
-            str(cache_dir),
-        )
+        chosen = runtime.compilation_cache_dir
+        if chosen is not None or not base.get("JAX_COMPILATION_CACHE_DIR"):
+            settings["compilation_cache_dir"] = (
+                "JAX_COMPILATION_CACHE_DIR",
+                "jax_compilation_cache_dir",
+                str(chosen or default_compilation_cache_dir()),
+            )
     else:
         settings["compilation_cache"] = (
             "JAX_ENABLE_COMPILATION_CACHE",
@@ -60,7 +66,9 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
     """Render the variables ``runtime`` sets for a process that has not imported jax.
 
     Only the variables the runtime sets are returned. Each replaces its value in ``base``,
-    except ``XLA_FLAGS``, which is merged with ``base["XLA_FLAGS"]`` by flag name.
+    except ``XLA_FLAGS``, which is merged with ``base["XLA_FLAGS"]`` by flag name, and the
+    default compilation cache directory, which is not rendered when ``base`` already sets
+    ``JAX_COMPILATION_CACHE_DIR`` (an explicit ``compilation_cache_dir`` still replaces it).
 
     Args:
         runtime: The settings to render.
@@ -80,13 +88,15 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
         {'JAX_PLATFORMS': 'cpu', 'JAX_NUM_CPU_DEVICES': '8', 'JAX_COMPILATION_CACHE_DIR': '.../substrax/jax'}
         >>> runtime_environment(JaxRuntime(cpu_devices=8, compilation_cache=False), {})
         {'JAX_NUM_CPU_DEVICES': '8', 'JAX_ENABLE_COMPILATION_CACHE': 'false'}
+        >>> runtime_environment(JaxRuntime(), {"JAX_COMPILATION_CACHE_DIR": "/srv/jax-cache"})
+        {}
     """
     env: dict[str, str] = {}
     if runtime.platforms is not None:
         env["JAX_PLATFORMS"] = ",".join(runtime.platforms)
     if runtime.cpu_devices is not None:
         env["JAX_NUM_CPU_DEVICES"] = str(runtime.cpu_devices)
-    for var, _, value in _config_values(runtime).values():
+    for var, _, value in _config_values(runtime, base).values():
         env[var] = _bool(value) if isinstance(value, bool) else str(value)
     if runtime.xla_flags:
         env["XLA_FLAGS"] = merge_xla_flags(base.get("XLA_FLAGS", ""), runtime.xla_flags)
@@ -185,7 +195,7 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
                 f"cpu_devices={runtime.cpu_devices} cannot be applied: jax has already started "
                 f"its backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
             ) from error
-    for _, name, value in _config_values(runtime).values():
+    for _, name, value in _config_values(runtime, target).values():
         jax.config.update(name, value)
 
 

@@ -86,12 +86,26 @@ def _check_prefix(prefix: str) -> None:
         raise ValueError(f"prefix {prefix!r} must be upper-case letters, digits and underscores")
 
 
+def _release_keyword[T](
+    name: str, value: T | None, release_name: str, release_value: T | None
+) -> T | None:
+    """One of a keyword and its 0.1.22 name; both given is a TypeError naming the two."""
+    if value is not None and release_value is not None:
+        raise TypeError(
+            f"managed_environment got {name}={value!r} and {release_name}={release_value!r}, "
+            f"which are the same setting ({release_name} is its 0.1.22 name); pass only {name}"
+        )
+    return release_value if value is None else value
+
+
 def managed_environment(
     prefix: str,
     backend: Backend,
     *,
-    env_root: str,
+    env_root: str | None = None,
     overrides: Mapping[str, str] | None = None,
+    project_root: str | None = None,
+    extra: Mapping[str, str] | None = None,
 ) -> dict[str, str | None]:
     """The variables the file manages: a value to export, or ``None`` to unset.
 
@@ -100,11 +114,15 @@ def managed_environment(
         backend: ``cpu``, ``cuda12`` or ``metal``.
         env_root: The project's root, exported as ``<P>_ENV_ROOT``.
         overrides: Extra ``NAME: value`` pairs (``--set``), managed too.
+        project_root: ``env_root`` under its substrax 0.1.22 name.
+        extra: ``overrides`` under its substrax 0.1.22 name.
 
     Returns:
         The managed variables, ``<P>_MANAGED_ENV_VARS`` listing them all.
 
     Raises:
+        TypeError: Neither ``env_root`` nor ``project_root`` is given, or a setting is given
+            under both its names.
         ValueError: The prefix, backend or an override name is invalid, or an override's value
             holds a line break or NUL.
 
@@ -112,7 +130,15 @@ def managed_environment(
         >>> from substrax.runtime.managed_env import managed_environment
         >>> managed_environment("P", "cpu", env_root="/p")["XLA_CLIENT_MEM_FRACTION"] is None
         True
+        >>> managed_environment("P", "cpu", project_root="/p", extra={"A": "1"})["A"]
+        '1'
     """
+    env_root = _release_keyword("env_root", env_root, "project_root", project_root)
+    overrides = _release_keyword("overrides", overrides, "extra", extra)
+    if env_root is None:
+        raise TypeError(
+            "managed_environment needs the project's root: pass env_root= (0.1.22: project_root=)"
+        )
     _check_prefix(prefix)
     if backend not in ("cpu", "cuda12", "metal"):
         raise ValueError(f"backend {backend!r} must be cpu, cuda12 or metal (resolve auto first)")

@@ -53,10 +53,12 @@ def create_transformation(
 
     The optimizer is wrapped in ``optax.inject_hyperparams`` so its learning rate can be read
     (:func:`current_learning_rate`) and changed. adamw and lamb decay only the parameters
-    ``config.weight_decay_filter`` selects.
+    ``config.weight_decay_filter`` selects; their state is masked whether or not a filter is
+    set, so its tree does not depend on the filter (see :func:`mask_callable`).
 
     Raises:
-        OptimizerConfigError: If the weight-decay filter selects no parameter of ``model``.
+        OptimizerConfigError: If the optimizer is adamw or lamb and the weight-decay filter
+            selects no parameter of ``model`` (a misspelt path would silently decay nothing).
 
     Example:
         >>> import optax
@@ -67,12 +69,14 @@ def create_transformation(
         >>> isinstance(tx, optax.GradientTransformation)
         True
     """
-    if config.weight_decay > 0 and config.weight_decay_filter is not None:
+    if config.optimizer_type in DECOUPLED_DECAY_TYPES and config.weight_decay_filter is not None:
         mask = mask_from_filter(nnx.state(model, config.wrt), config.weight_decay_filter)
         if not any(jax.tree.leaves(mask)):
             msg = (
                 f"weight_decay_filter {config.weight_decay_filter!r} selects none of the model's "
-                "parameters; fix the filter or set weight_decay=0"
+                f"parameters, so {config.optimizer_type} would decay nothing; fix the filter "
+                "(nnx.PathContains('kernel'), EXCLUDE_BIAS_AND_NORM_SCALE, ...) or pass "
+                "weight_decay_filter=None to decay every parameter"
             )
             raise OptimizerConfigError(
                 msg, field="weight_decay_filter", value=config.weight_decay_filter
@@ -170,7 +174,11 @@ def switch_at(
     """Run ``first`` for the first ``step`` updates and ``second`` from then on.
 
     Both keep their state from the start (``optax.conditionally_transform``), so ``second``
-    starts with fresh statistics at the switch.
+    starts with fresh statistics at the switch. The initial state has no weakly typed leaves
+    (:func:`with_strong_state_types` is applied), so a jitted step compiles once across the
+    switch, and ``second`` may be a line search: ``switch_at(optax.adam(1e-3), optax.lbfgs(),
+    step=100)`` goes straight to :func:`update_with_line_search`, which forwards ``value``,
+    ``grad`` and ``value_fn`` to it.
 
     Raises:
         TypeError: If ``step`` is not an int.
@@ -196,7 +204,9 @@ def switch_at(
     def after(step: jax.typing.ArrayLike, **_: object) -> jax.Array:
         return jnp.greater_equal(step, switch)
 
-    return optax.chain(
-        optax.conditionally_transform(first, before),
-        optax.conditionally_transform(second, after),
+    return with_strong_state_types(
+        optax.chain(
+            optax.conditionally_transform(first, before),
+            optax.conditionally_transform(second, after),
+        )
     )

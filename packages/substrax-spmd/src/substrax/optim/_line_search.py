@@ -13,7 +13,8 @@ from flax import nnx
 from ._errors import LineSearchStateError
 
 
-def _check(model: nnx.Module, optimizer: nnx.Optimizer[Any]) -> None:
+def _check(model: nnx.Module, optimizer: nnx.Optimizer[Any]) -> jnp.dtype | None:
+    """Refuse a state or model a line search cannot run on; return the parameters' float dtype."""
     state = nnx.as_pure(optimizer.opt_state)
     weak = [
         jax.tree_util.keystr(path)
@@ -38,6 +39,7 @@ def _check(model: nnx.Module, optimizer: nnx.Optimizer[Any]) -> None:
             f"the parameters mix floating dtypes {dtypes}; a line search needs one, cast them first"
         )
         raise LineSearchStateError(msg, paths=tuple(dtypes))
+    return jnp.dtype(dtypes[0]) if dtypes else None
 
 
 def update_with_line_search[M: nnx.Module](
@@ -63,7 +65,9 @@ def update_with_line_search[M: nnx.Module](
             a traced bool is allowed.
 
     Returns:
-        The loss at the parameters before the update.
+        The loss at the parameters before the update, in the parameters' floating dtype: the
+        line search stores values in it, so a float64 loss over float32 parameters (with
+        ``jax_enable_x64`` on) is cast to float32 rather than changing the state's type.
 
     Raises:
         LineSearchStateError: A ValueError, if the optimizer state has weakly typed leaves or
@@ -83,13 +87,16 @@ def update_with_line_search[M: nnx.Module](
         >>> bool(step(model, optimizer) < first)
         True
     """
-    _check(model, optimizer)
+    dtype = _check(model, optimizer)
     graphdef, params, rest = nnx.split(model, optimizer.wrt, ...)
 
     def value_fn(pure_params: Any) -> jax.Array:  # noqa: ANN401  (optax passes a pure state)
         candidate = nnx.merge(graphdef, params, rest, copy=True)
         nnx.update(candidate, pure_params)
-        return loss_fn(candidate)
+        value = loss_fn(candidate)
+        # The line search keeps the value in its state in the parameters' dtype; a float64 loss
+        # over float32 parameters (x64 on) would change the state's type at every step.
+        return value if dtype is None else jnp.asarray(value, dtype=dtype)
 
     def fresh() -> tuple[jax.Array, Any]:
         return jax.value_and_grad(value_fn)(nnx.as_pure(params))

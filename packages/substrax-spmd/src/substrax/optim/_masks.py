@@ -59,18 +59,22 @@ def mask_from_filter(params: PyTree, filter_: PyTree) -> PyTree:
     )
 
 
-def mask_callable(config: OptimizerConfig) -> Callable[[Any], Any] | None:
-    """The mask optax's decoupled decay takes, or None to decay every parameter.
+def mask_callable(config: OptimizerConfig) -> Callable[[Any], Any]:
+    """The mask optax's decoupled decay takes: ``params -> tree of bools``.
+
+    Without a ``weight_decay_filter`` the mask selects every parameter (``...``) rather than
+    being None, so the optimizer state has the same tree (optax's ``MaskedState``) whatever the
+    filter: a checkpoint of the state restores after the filter is added, changed or removed.
 
     Example:
+        >>> import jax.numpy as jnp
         >>> from substrax.optim import OptimizerConfig, mask_callable
-        >>> mask_callable(OptimizerConfig(learning_rate=1e-3)) is None
-        True
+        >>> mask_callable(OptimizerConfig(learning_rate=1e-3))({"w": jnp.ones(2)})
+        {'w': True}
     """
     filter_ = config.weight_decay_filter
-    if filter_ is None:
-        return None
-    return lambda params: mask_from_filter(params, filter_)
+    selected = ... if filter_ is None else filter_
+    return lambda params: mask_from_filter(params, selected)
 
 
 def weight_decay_mask(model: nnx.Module, config: OptimizerConfig) -> dict[str, Any]:

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         by_package as by_package,
         counted_calls as counted_calls,
         per_iteration as per_iteration,
+        started as started,
     )
     from ._jax_config import restored_jax_config as restored_jax_config
     from ._traces import TraceCounter as TraceCounter
@@ -109,7 +110,9 @@ _HOMES: dict[str, str] = {
         ),
         "_gradients",
     ),
-    **dict.fromkeys(("CallCounts", "by_package", "counted_calls", "per_iteration"), "_jax_calls"),
+    **dict.fromkeys(
+        ("CallCounts", "by_package", "counted_calls", "per_iteration", "started"), "_jax_calls"
+    ),
     "restored_jax_config": "_jax_config",
     "TraceCounter": "_traces",
 }
@@ -149,6 +152,7 @@ __all__ = [
     "run_distributed",
     "run_example",
     "run_python",
+    "started",
     "unavailable_reason",
 ]
 

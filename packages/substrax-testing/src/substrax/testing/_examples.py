@@ -28,12 +28,19 @@ UNAVAILABLE_PREFIX: Final = "unavailable:"
 """An optional prefix of that reason line (``unavailable: needs a GPU``), dropped when read."""
 
 # Runs in the child: load the example under a fixed module name, call main(), print its JSON.
+# The example sees what a script run would: ``sys.argv == [path]`` (so an argparse main() reads
+# no arguments), its own directory first on sys.path unless PYTHONSAFEPATH is set, and not the
+# working directory (the repository root) that ``python -c`` puts there.
 _CALL_MAIN = """\
-import importlib.util, json, sys
+import importlib.util, json, os, sys
 from pathlib import Path
 
 path = Path(sys.argv[1])
-sys.path.insert(0, str(path.parent))
+sys.argv = [str(path)]
+here = os.path.realpath(os.getcwd())
+sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != here]
+if not sys.flags.safe_path:
+    sys.path.insert(0, str(path.parent))
 spec = importlib.util.spec_from_file_location("_substrax_example", path)
 module = importlib.util.module_from_spec(spec)
 sys.modules["_substrax_example"] = module
@@ -191,7 +198,10 @@ def run_example(
     resolves its outputs with ``substrax.artifacts.resolve_output_dir`` never writes into the
     repository. With ``call_main``, the file is loaded as the module ``_substrax_example``, its
     ``main()`` is called and the JSON of what it returns becomes ``ExampleRun.summary``;
-    otherwise the file runs as a script.
+    otherwise the file runs as a script. Either way the example sees what a script run sees:
+    ``sys.argv == [path]`` (``main()`` gets no command-line arguments), the script's directory
+    first on ``sys.path`` unless ``PYTHONSAFEPATH`` is set (in ``env`` or this environment),
+    and the repository root kept off ``sys.path``, so an import resolves as it would for a user.
 
     Args:
         path: The example script, absolute or relative to ``repo_root``.

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import contextmanager
 from types import CodeType, FrameType, MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from substrax.support import check_int
 
@@ -45,6 +45,15 @@ compilation (``compile``)."""
 JAX_CALL_WEIGHTS: Final[Mapping[str, int]] = MappingProxyType(dict.fromkeys(KINDS, 1))
 """The default weights: every kind counts once per event. A kind weighted 0 is not counted."""
 
+ALIASES: Final[Mapping[str, str]] = MappingProxyType(
+    {"jit_dispatch": DISPATCH, "device_put_leaves": HOST_TO_DEVICE}
+)
+"""substrax 0.1.22's names of two kinds, accepted wherever a kind is named. Its third,
+``device_put`` (calls of ``jax.device_put``), is a started-function kind: weighting it counts
+the calls of ``jax.device_put`` under that name."""
+
+DEVICE_PUT: Final = "device_put"
+
 DEFAULT_EXCLUDED: Final = (
     "jax",
     "jaxlib",
@@ -64,9 +73,16 @@ _TOOL_ORDER = (3, 4, 5, 2, 1, 0)
 type Keys = Callable[[FrameType], str]
 """Maps the frame a call was made in (the innermost one) to the key it is counted under."""
 
+type WeightFn = Callable[[FrameType], int]
+"""Counts started Python functions: given the frame of each function started in the block, how
+many to count under its kind (0: not counted)."""
+
 
 class CallCounts(Counter[tuple[str, str]]):
-    """Counts keyed by ``(kind, package)``; ``kind`` is one of :data:`KINDS`.
+    """Counts keyed by ``(kind, package)``; ``kind`` is one of :data:`KINDS` or a custom kind.
+
+    A custom kind is one ``counted_calls`` was given a weight function for (``custom_kinds``);
+    the names in :data:`ALIASES` stand for the kinds they name.
 
     Example:
         >>> from substrax.testing import CallCounts
@@ -75,54 +91,76 @@ class CallCounts(Counter[tuple[str, str]]):
         (3, 1, 0)
         >>> counts.packages("dispatch")
         {'other': 1, 'substrax': 2}
+        >>> CallCounts({("steps", "mylib"): 3}, custom_kinds=("steps",)).of("steps")
+        3
     """
+
+    custom_kinds: tuple[str, ...]
+
+    def __init__(
+        self,
+        counts: Mapping[tuple[str, str], int] | None = None,
+        /,
+        *,
+        custom_kinds: Sequence[str] = (),
+    ) -> None:
+        super().__init__(counts or {})
+        self.custom_kinds = tuple(custom_kinds)
 
     def of(self, kind: str, package: str | None = None) -> int:
         """The count of one kind, overall or for one package.
 
         Args:
-            kind: One of :data:`KINDS`.
+            kind: One of :data:`KINDS` (or :data:`ALIASES`), or a custom kind.
             package: A key the keys function returned; None sums over all of them.
 
         Returns:
             The count (0 when nothing of that kind was seen).
 
         Raises:
-            ValueError: ``kind`` is not one of :data:`KINDS`.
+            ValueError: ``kind`` is none of these.
         """
-        _check_kind(kind)
+        kind = _counted_kind(self, kind)
         if package is not None:
             return self[kind, package]
         return sum(count for (seen, _), count in self.items() if seen == kind)
 
     def kinds(self) -> dict[str, int]:
-        """Every kind's overall count, zeros included, in the order of :data:`KINDS`.
+        """Every kind's overall count, zeros included: :data:`KINDS`, then the custom kinds.
 
         Returns:
             ``{kind: count}``.
         """
-        return {kind: self.of(kind) for kind in KINDS}
+        return {kind: self.of(kind) for kind in (*KINDS, *self.custom_kinds)}
 
     def packages(self, kind: str) -> dict[str, int]:
         """One kind's counts by package, sorted by package.
 
         Args:
-            kind: One of :data:`KINDS`.
+            kind: One of :data:`KINDS` (or :data:`ALIASES`), or a custom kind.
 
         Returns:
             ``{package: count}`` for the packages with a non-zero count.
 
         Raises:
-            ValueError: ``kind`` is not one of :data:`KINDS`.
+            ValueError: ``kind`` is none of these.
         """
-        _check_kind(kind)
+        kind = _counted_kind(self, kind)
         return {p: n for (k, p), n in sorted(self.items()) if k == kind and n}
 
 
 def _check_kind(kind: str) -> str:
+    kind = ALIASES.get(kind, kind)
     if kind not in KINDS:
-        raise ValueError(f"unknown call kind {kind!r}; the kinds are {', '.join(KINDS)}")
+        raise ValueError(
+            f"unknown call kind {kind!r}; the kinds are {', '.join(KINDS)} (or 0.1.22's "
+            f"{', '.join(ALIASES)}); count other calls with a weight function"
+        )
     return kind
+
+
+def _counted_kind(counts: CallCounts, kind: str) -> str:
+    return kind if kind in counts.custom_kinds else _check_kind(kind)
 
 
 def _module_of(frame: FrameType) -> str:
@@ -134,18 +172,39 @@ def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def by_package(
-    *packages: str, excluded: Sequence[str] = DEFAULT_EXCLUDED, other: str = "other"
-) -> Keys:
-    """Build a keys function that names the package whose code made each call.
+def _function_of(frame: FrameType) -> str:
+    """The dotted name of the function a frame runs: ``module.qualname``."""
+    return f"{_module_of(frame)}.{frame.f_code.co_qualname}"
 
-    The stack is walked outward from the call. With ``packages``, the key is the most specific
-    listed package that the first matching frame's module belongs to (``"substrax.spmd"`` for
-    code in ``substrax.spmd._train_step``), and ``other`` when no frame matches. Without
-    ``packages``, the key is the top-level package of the first frame outside ``excluded``.
+
+def _check_names(what: str, names: Sequence[str]) -> tuple[str, ...]:
+    for name in names:
+        if not isinstance(name, str) or not name:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(
+                f"{what} must be non-empty dotted names, like 'substrax.spmd', not {name!r}"
+            )
+    return tuple(names)
+
+
+def by_package(
+    *packages: str,
+    named: Sequence[str] = (),
+    excluded: Sequence[str] = DEFAULT_EXCLUDED,
+    other: str = "other",
+) -> Keys:
+    """Build a keys function that names the package (or function) whose code made each call.
+
+    The stack is walked outward from the call. A frame running one of the ``named`` functions
+    (``"module.qualname"``) is counted under that name. With ``packages``, the key is the most
+    specific listed package that the first matching frame's module belongs to
+    (``"substrax.spmd"`` for code in ``substrax.spmd._train_step``), and ``other`` when no frame
+    matches. Without ``packages``, the key is the top-level package of the first frame outside
+    ``excluded``. For a started-function kind (a weight function), the walk begins at the
+    started function's own frame.
 
     Args:
         *packages: Dotted package or module names to attribute calls to.
+        named: Dotted function names (``"mylib.train.step"``) counted under their own name.
         excluded: Packages looked through (jax's own code, say) when no ``packages`` are given.
         other: The key of a call made by none of ``packages``.
 
@@ -153,7 +212,7 @@ def by_package(
         A keys function for :func:`counted_calls`.
 
     Raises:
-        ValueError: A package name is empty.
+        ValueError: A package or function name is empty.
 
     Example:
         >>> import sys
@@ -161,16 +220,18 @@ def by_package(
         >>> frame = eval("sys._getframe()", {"__name__": "mylib.train", "sys": sys})
         >>> by_package("mylib", "mylib.train")(frame), by_package("mylib")(frame)
         ('mylib.train', 'mylib')
-        >>> by_package("json")(frame)
-        'other'
+        >>> by_package("json")(frame), by_package("mylib", named=("mylib.train.<module>",))(frame)
+        ('other', 'mylib.train.<module>')
     """
-    if any(not name for name in (*packages, *excluded)):
-        raise ValueError("package names must be non-empty dotted names, like 'substrax.spmd'")
+    _check_names("packages", (*packages, *excluded))
+    functions = frozenset(_check_names("named", named))
     listed = sorted(packages, key=len, reverse=True)  # the most specific first
 
     def keys(frame: FrameType) -> str:
         current: FrameType | None = frame
         while current is not None:
+            if functions and (function := _function_of(current)) in functions:
+                return function
             module = _module_of(current)
             if listed:
                 for package in listed:
@@ -184,19 +245,62 @@ def by_package(
     return keys
 
 
+def started(*names: str) -> WeightFn:
+    """A weight function counting the starts of the named functions, or of any in a package.
+
+    Give it to :func:`counted_calls` as the weight of a kind of your own: each Python function
+    started in the block (called, or resumed as a generator) whose dotted name
+    (``"module.qualname"``) is one of ``names``, or whose module is within one of them, counts
+    once under that kind.
+
+    Args:
+        *names: Dotted function, module or package names.
+
+    Returns:
+        The weight function.
+
+    Raises:
+        ValueError: No name, or an empty one.
+
+    Example:
+        >>> import json
+        >>> from substrax.testing import by_package, counted_calls, started
+        >>> keys = by_package("json", named=("json.dumps",))
+        >>> with counted_calls(keys, weights={"calls": started("json")}) as calls:
+        ...     text = json.dumps([1])
+        >>> calls.packages("calls")["json.dumps"]
+        1
+    """
+    if not names:
+        raise ValueError("started() needs at least one function or package name, like 'mylib'")
+    chosen = _check_names("names", names)
+
+    def weight(frame: FrameType) -> int:
+        module = _module_of(frame)
+        if any(_within(module, name) for name in chosen):
+            return 1
+        return int(_function_of(frame) in chosen)
+
+    return weight
+
+
 @dataclasses.dataclass(slots=True)
 class _Recorder:
     """The state the callbacks share: what was counted, by whom, and the first failure."""
 
     keys: Keys
     weights: Mapping[str, int]
+    custom: Mapping[str, WeightFn]
     thread: int
     counts: CallCounts
     failure: tuple[str, BaseException] | None = None
     pending: object = None  # an array NumPy was just asked to read (counted already)
 
-    def record(self, kind: str, frame: FrameType, events: int = 1) -> None:
-        if self.failure is not None or threading.get_ident() != self.thread:
+    def counting(self) -> bool:
+        return self.failure is None and threading.get_ident() == self.thread
+
+    def record(self, kind: str, frame: FrameType, amount: int) -> None:
+        if not amount or not self.counting():
             return
         try:
             key = self.keys(frame)
@@ -206,7 +310,22 @@ class _Recorder:
         if not isinstance(key, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user code
             self.failure = (kind, TypeError(f"the keys function returned {key!r}, not a str"))
             return
-        self.counts[kind, key] += self.weights[kind] * events
+        self.counts[kind, key] += amount
+
+    def started(self, frame: FrameType) -> None:
+        """Weigh a started function for each custom kind."""
+        if not self.counting():
+            return
+        for kind, weight in self.custom.items():
+            try:
+                amount = weight(frame)
+            except Exception as error:  # re-raised as CountingFailedError at exit
+                self.failure = (kind, error)
+                return
+            if not isinstance(amount, int) or amount < 0:  # pyright: ignore[reportUnnecessaryIsInstance] - user code
+                self.failure = (kind, TypeError(f"the weight returned {amount!r}, not an int >= 0"))
+                return
+            self.record(kind, frame, amount)
 
 
 def _claim_tool_id() -> int:
@@ -240,12 +359,32 @@ def _value_code() -> CodeType:
     return getter.__code__
 
 
-def _weights(weights: Mapping[str, int] | None) -> dict[str, int]:
-    chosen = dict(JAX_CALL_WEIGHTS if weights is None else weights)
-    for kind, weight in chosen.items():
-        _check_kind(kind)
-        check_int(f"weights[{kind!r}]", weight, minimum=0)
-    return {kind: chosen.get(kind, 0) for kind in KINDS}
+def _weights(
+    weights: Mapping[str, int | WeightFn] | None,
+) -> tuple[dict[str, int], dict[str, WeightFn]]:
+    """The built-in kinds' weights (aliases resolved) and the custom kinds' weight functions."""
+    chosen: dict[str, int] = {}
+    custom: dict[str, WeightFn] = {}
+    for kind, weight in (JAX_CALL_WEIGHTS if weights is None else weights).items():
+        if kind == DEVICE_PUT and not callable(weight):
+            custom[kind] = _device_put_weight(check_int(f"weights[{kind!r}]", weight, minimum=0))
+        elif kind in KINDS or kind in ALIASES or not callable(weight):
+            chosen[_check_kind(kind)] = check_int(f"weights[{kind!r}]", weight, minimum=0)
+        else:
+            custom[kind] = weight
+    return {kind: chosen.get(kind, 0) for kind in KINDS}, custom
+
+
+def _device_put_weight(weight: int) -> WeightFn:
+    """0.1.22's ``device_put`` kind: each call of ``jax.device_put`` counts ``weight``."""
+    import jax  # noqa: PLC0415 - importing this module imports no jax
+
+    code = jax.device_put.__code__
+
+    def device_put(frame: FrameType) -> int:
+        return weight if frame.f_code is code else 0
+
+    return device_put
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -259,45 +398,46 @@ class _Hooks:
 def _hooks(recorder: _Recorder) -> _Hooks:
     """The callbacks that feed ``recorder``: sys.monitoring's and jax's compile listener."""
     import jax  # noqa: PLC0415 - importing this module imports no jax
-    from jax._src import api, core  # noqa: PLC0415 - the device_put and trace-state code
+    from jax._src import core  # noqa: PLC0415 - no public test for "not tracing"
 
     chosen = recorder.weights
     dispatchers = (type(jax.jit(lambda: None)), jax.stages.Compiled)
     readers = frozenset(map(id, _numpy_readers()))
-    value_code, put_code = _value_code(), api.device_put.__code__
+    value_code, put_code = _value_code(), jax.device_put.__code__
 
     def on_call(code: CodeType, offset: int, callee: object, arg0: object) -> None:
         del code, offset
         recorder.pending = None
         if isinstance(callee, dispatchers):
             if chosen[DISPATCH] and core.trace_ctx.is_top_level():
-                recorder.record(DISPATCH, _frame(1))  # the calling frame
+                recorder.record(DISPATCH, _frame(1), chosen[DISPATCH])  # the calling frame
         elif id(callee) in readers and getattr(arg0, "_npy_value", False) is None:
             # NumPy reads a CPU array through the buffer protocol, out of Python's sight; on
             # other devices it calls __array__, which reads ``_value``: count that read here
             recorder.pending = arg0
-            if chosen[DEVICE_TO_HOST]:
-                recorder.record(DEVICE_TO_HOST, _frame(1))
+            recorder.record(DEVICE_TO_HOST, _frame(1), chosen[DEVICE_TO_HOST])
 
     def on_start(code: CodeType, offset: int) -> None:
         del offset
         frame = _frame(1)  # the frame of the monitored function
-        if code is value_code:
+        if recorder.custom:
+            recorder.started(frame)
+        if code is value_code and chosen[DEVICE_TO_HOST]:
             array = frame.f_locals["self"]
             if array is recorder.pending:  # counted when NumPy was called
                 recorder.pending = None
             elif array._npy_value is None:  # not read before: a transfer
-                recorder.record(DEVICE_TO_HOST, frame)
-        elif code is put_code and core.trace_ctx.is_top_level():
+                recorder.record(DEVICE_TO_HOST, frame, chosen[DEVICE_TO_HOST])
+        elif code is put_code and chosen[HOST_TO_DEVICE] and core.trace_ctx.is_top_level():
             leaves = jax.tree.leaves(frame.f_locals["x"])
             hosted = sum(not isinstance(leaf, jax.Array) for leaf in leaves)
             if hosted:
-                recorder.record(HOST_TO_DEVICE, frame, hosted)
+                recorder.record(HOST_TO_DEVICE, frame, chosen[HOST_TO_DEVICE] * hosted)
 
     def on_compile(event: str, duration_secs: float, **kwargs: object) -> None:
         del duration_secs, kwargs
         if event == BACKEND_COMPILE_EVENT:
-            recorder.record(COMPILE, _frame(1))  # the compiling frame
+            recorder.record(COMPILE, _frame(1), chosen[COMPILE])  # the compiling frame
 
     local = ((value_code, DEVICE_TO_HOST), (put_code, HOST_TO_DEVICE))
     codes = tuple(code for code, kind in local if chosen[kind])
@@ -320,9 +460,9 @@ def _listening(listener: Callable[..., None], *, listen: bool) -> Generator[None
 
 @contextmanager
 def counted_calls(
-    keys: Keys | None = None, *, weights: Mapping[str, int] | None = None
+    keys: Keys | None = None, *, weights: Mapping[str, int | WeightFn] | None = None
 ) -> Generator[CallCounts]:
-    """Count the jax calls the block makes, by kind and by the package that made them.
+    """Count the jax calls (or any Python functions) the block makes, by kind and package.
 
     Counted, on the thread that entered the block: compiled programs run from Python at the
     top level (a ``jax.jit`` function or an eager op; calls made while tracing are not
@@ -331,22 +471,29 @@ def counted_calls(
     to a jitted function is moved inside jax's C++ dispatch, out of Python's sight: forbid
     those with ``jax.transfer_guard_host_to_device("disallow")``.
 
+    Any other kind is counted with a weight function (:data:`WeightFn`, :func:`started` builds
+    one): every Python function started on that thread is weighed, and counted under the key
+    of its own frame. ``weights={"device_put": 1}`` (0.1.22's name) counts the calls of
+    ``jax.device_put``, traced ones included.
+
     Args:
         keys: Names the package of each call from the frame it was made in; default:
             ``by_package()`` (the first package outside jax).
-        weights: How much each kind counts, by kind (default :data:`JAX_CALL_WEIGHTS`); a kind
-            left out or weighted 0 is not counted.
+        weights: How much each kind counts, by kind (default :data:`JAX_CALL_WEIGHTS`): an int
+            for the :data:`KINDS` (or their :data:`ALIASES`) and ``device_put``, a weight
+            function for a kind of your own. A kind left out or weighted 0 is not counted.
 
     Yields:
         The counts, filled as the block runs.
 
     Raises:
-        ValueError: A weight names an unknown kind.
-        TypeError: A weight is not an int.
+        ValueError: An int weight names an unknown kind.
+        TypeError: A built-in kind's weight is not an int.
         ToolIdsInUseError: Every ``sys.monitoring`` tool id is taken (a debugger, profiler
             or coverage tool holds them all).
-        CountingFailedError: The keys function raised (or returned a non-str) inside the
-            block; raised when the block exits normally, from that error.
+        CountingFailedError: The keys function raised (or returned a non-str), or a weight
+            function raised (or returned no int >= 0), inside the block; raised when the block
+            exits normally, from that error.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -358,12 +505,13 @@ def counted_calls(
         >>> calls.kinds()
         {'dispatch': 3, 'host_to_device': 0, 'device_to_host': 1, 'compile': 2}
     """
-    chosen = _weights(weights)
+    chosen, custom = _weights(weights)
     recorder = _Recorder(
         keys=keys or by_package(),
         weights=chosen,
+        custom=custom,
         thread=threading.get_ident(),
-        counts=CallCounts(),
+        counts=CallCounts(custom_kinds=tuple(custom)),
     )
     hooks = _hooks(recorder)
     events = sys.monitoring.events
@@ -374,8 +522,8 @@ def counted_calls(
         with _listening(hooks.on_compile, listen=bool(chosen[COMPILE])):
             for code in hooks.local_codes:
                 sys.monitoring.set_local_events(tool, code, events.PY_START)
-            if chosen[DISPATCH] or chosen[DEVICE_TO_HOST]:
-                sys.monitoring.set_events(tool, events.CALL)
+            calls = events.CALL if chosen[DISPATCH] or chosen[DEVICE_TO_HOST] else 0
+            sys.monitoring.set_events(tool, calls | (events.PY_START if custom else 0))
             try:
                 yield recorder.counts
             finally:
@@ -391,28 +539,31 @@ def counted_calls(
         raise CountingFailedError(kind, f"{type(error).__name__}: {error}") from error
 
 
-def per_iteration(
-    count_fn: Callable[[int], CallCounts],
+def per_iteration[K](
+    count_fn: Callable[[int], Mapping[K, int]],
     *,
     short: int,
     long: int,
     at_most: Mapping[str, int] | None = None,
-) -> CallCounts:
+) -> dict[K, int]:
     """The calls one loop iteration makes, from two runs of different lengths.
 
     ``count_fn(n)`` runs ``n`` iterations inside :func:`counted_calls` and returns the counts.
     What the two runs share (setup, a final read) cancels out; what is left must grow by a
-    whole number per iteration. Warm the loop up first: a first iteration that compiles makes
-    the first run differ from the second.
+    whole number per iteration, key by key. Warm the loop up first: a first iteration that
+    compiles makes the first run differ from the second. Counts of another shape (any mapping
+    from a key to a count, like 0.1.22's ``Counter``) are taken key by key, and ``at_most``
+    then limits keys.
 
     Args:
         count_fn: Runs ``n`` iterations and returns their counts.
         short: Iterations of the first run (at least 0).
         long: Iterations of the second run (more than ``short``).
-        at_most: The most calls of each kind one iteration may make, by kind.
+        at_most: The most calls one iteration may make, by kind (by key for other counts).
 
     Returns:
-        The counts of one iteration, by kind and package.
+        The counts of one iteration: a :class:`CallCounts` (by kind and package) when
+        ``count_fn`` returns those, else a dict by key; zero counts are left out.
 
     Raises:
         ValueError: ``long`` is not more than ``short``, or ``at_most`` names an unknown kind.
@@ -432,28 +583,47 @@ def per_iteration(
         ...     return calls
         >>> per_iteration(count, short=1, long=3, at_most={"device_to_host": 0}).kinds()
         {'dispatch': 1, 'host_to_device': 0, 'device_to_host': 0, 'compile': 0}
+        >>> per_iteration(lambda n: {"steps": 2 * n + 1}, short=1, long=3)
+        {'steps': 2}
     """
     first = check_int("short", short, minimum=0)
     second = check_int("long", long, minimum=0)
     if second <= first:
         raise ValueError(f"long={long} must be more than short={short}")
     limits = {
-        _check_kind(kind): check_int(f"at_most[{kind!r}]", n, minimum=0)
-        for kind, n in (at_most or {}).items()
+        kind: check_int(f"at_most[{kind!r}]", n, minimum=0) for kind, n in (at_most or {}).items()
     }
     before, after = count_fn(first), count_fn(second)
-    span = second - first
-    result = CallCounts()
-    for kind, package in sorted(set(before) | set(after)):
-        grown = after[kind, package] - before[kind, package]
-        if grown < 0 or grown % span:
-            raise UnevenCountError(
-                kind, package, first, before[kind, package], second, after[kind, package]
-            )
-        if grown:
-            result[kind, package] = grown // span
-    for kind, limit in limits.items():
-        observed = result.of(kind)
-        if observed > limit:
-            raise TooManyCallsError(kind, limit, observed, tuple(result.packages(kind).items()))
-    return result
+    if not (isinstance(before, CallCounts) and isinstance(after, CallCounts)):
+        grown = _grow(before, after, first=first, second=second, keyed=False)
+        for key, limit in limits.items():
+            if grown.get(key, 0) > limit:
+                raise TooManyCallsError(key, limit, grown[key], ((key, grown[key]),))
+        return grown
+    result = CallCounts(
+        custom_kinds=tuple(dict.fromkeys((*before.custom_kinds, *after.custom_kinds)))
+    )
+    result.update(_grow(before, after, first=first, second=second, keyed=True))
+    for named, n in limits.items():
+        kind = _counted_kind(result, named)
+        if (observed := result.of(kind)) > n:
+            raise TooManyCallsError(kind, n, observed, tuple(result.packages(kind).items()))
+    return result  # pyright: ignore[reportReturnType] - K is (kind, package) here
+
+
+def _grow(
+    before: Mapping[Any, int], after: Mapping[Any, int], *, first: int, second: int, keyed: bool
+) -> dict[Any, int]:
+    """Each key's growth per iteration from ``first`` to ``second`` iterations (zeros left out).
+
+    ``keyed``: the keys are ``(kind, package)`` pairs, named so in an ``UnevenCountError``.
+    """
+    span, grown = second - first, dict[Any, int]()
+    for key in sorted(set(before) | set(after), key=repr):
+        was, now = before.get(key, 0), after.get(key, 0)
+        if now - was < 0 or (now - was) % span:
+            kind, package = key if keyed else (str(key), "the counted block")
+            raise UnevenCountError(kind, package, first, was, second, now)
+        if now - was:
+            grown[key] = (now - was) // span
+    return grown

@@ -1,7 +1,8 @@
 """Counting jax calls per loop iteration, at the import path substrax 0.1.22 gave it.
 
 This module's path is an interface: ``substrax.testing.jax_calls`` is where 0.1.22 users import
-``counted_calls``, ``by_package``, ``per_iteration`` and ``JAX_CALL_WEIGHTS`` from. It holds no
+``counted_calls``, ``by_package``, ``per_iteration`` and ``JAX_CALL_WEIGHTS`` from (0.1.22's
+names of the kinds are in ``ALIASES``). It holds no
 logic; the implementation lives in ``substrax.testing._jax_calls``, and the functions are also
 in :mod:`substrax.testing`.
 
@@ -15,17 +16,21 @@ Example:
 
 from ._errors import CountingFailedError, ToolIdsInUseError, TooManyCallsError, UnevenCountError
 from ._jax_calls import (
+    ALIASES,
     JAX_CALL_WEIGHTS,
     KINDS,
     CallCounts,
     Keys,
+    WeightFn,
     by_package,
     counted_calls,
     per_iteration,
+    started,
 )
 
 
 __all__ = [
+    "ALIASES",
     "JAX_CALL_WEIGHTS",
     "KINDS",
     "CallCounts",
@@ -34,7 +39,9 @@ __all__ = [
     "TooManyCallsError",
     "ToolIdsInUseError",
     "UnevenCountError",
+    "WeightFn",
     "by_package",
     "counted_calls",
     "per_iteration",
+    "started",
 ]

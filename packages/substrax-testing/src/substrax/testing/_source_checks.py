@@ -1,0 +1,285 @@
+"""Static checks over Python sources: what a file runs at import time, and where a predicate holds.
+
+A predicate takes one syntax node (``ast.AST``) and says whether it is what the check looks
+for; :func:`writes_environment` and :func:`configures_logging` are the two a library most
+needs, and ``lambda node: isinstance(node, ast.Call)`` finds every call. Standard library only.
+"""
+
+import ast
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ._source_files import SourceText, existing
+
+
+type Predicate = Callable[[ast.AST], bool]
+
+_ENVIRON_METHODS = frozenset(
+    {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
+)
+_ENVIRON_FUNCTIONS = frozenset({"os.putenv", "os.unsetenv", "putenv", "unsetenv"})
+_LOGGING_FUNCTIONS = frozenset(
+    {
+        "logging.basicConfig",
+        "basicConfig",
+        "logging.config.dictConfig",
+        "logging.config.fileConfig",
+        "logging.config.listen",
+        "dictConfig",
+        "fileConfig",
+        "logging.disable",
+        "logging.captureWarnings",
+        "logging.setLoggerClass",
+        "logging.setLogRecordFactory",
+    }
+)
+_LOGGER_METHODS = frozenset(
+    {"addHandler", "removeHandler", "setLevel", "addFilter", "removeFilter"}
+)
+_LOGGER_ATTRIBUTES = frozenset({"handlers", "level", "filters", "propagate", "disabled"})
+_TYPE_CHECKING = frozenset({"TYPE_CHECKING", "typing.TYPE_CHECKING"})
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``"os.environ"`` for ``os.environ``, ``"x"`` for ``x``; None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        owner = _dotted(node.value)
+        return None if owner is None else f"{owner}.{node.attr}"
+    return None
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return _dotted(node) in {"os.environ", "os.environb", "environ", "environb"}
+
+
+def _is_root_logger(node: ast.AST) -> bool:
+    if _dotted(node) in {"logging.root", "logging.RootLogger.root"}:
+        return True
+    if not isinstance(node, ast.Call) or _dotted(node.func) not in {
+        "logging.getLogger",
+        "getLogger",
+    }:
+        return False
+    if node.keywords or len(node.args) > 1:
+        return False
+    named = node.args[0] if node.args else None
+    return named is None or (isinstance(named, ast.Constant) and named.value in {None, "", "root"})
+
+
+def writes_environment(node: ast.AST) -> bool:
+    r"""Whether ``node`` changes the process environment.
+
+    Matches an assignment to or deletion of ``os.environ[...]`` (or ``environ[...]``),
+    ``os.environ.update/setdefault/pop/popitem/clear(...)``, ``os.putenv`` and ``os.unsetenv``,
+    and rebinding ``os.environ`` itself. Reading the environment is not a match.
+
+    Example:
+        >>> import ast
+        >>> from substrax.testing.source_scans import writes_environment
+        >>> code = "os.environ['A'] = '1'\nos.environ.get('A')\nos.environ.setdefault('B', '2')"
+        >>> [node.lineno for node in ast.walk(ast.parse(code)) if writes_environment(node)]
+        [1, 3]
+    """
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+        return _is_environ(node.value)
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del):
+        return _is_environ(node)
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in _ENVIRON_METHODS:
+        return _is_environ(node.func.value)
+    return _dotted(node.func) in _ENVIRON_FUNCTIONS
+
+
+def configures_logging(node: ast.AST) -> bool:
+    r"""Whether ``node`` configures logging for the whole process.
+
+    Matches ``logging.basicConfig``, ``logging.config.dictConfig/fileConfig/listen``,
+    ``logging.disable``, ``logging.captureWarnings``, ``logging.setLoggerClass``,
+    ``logging.setLogRecordFactory``, and changing the root logger written out
+    (``logging.getLogger()``, ``logging.getLogger("root")`` or ``logging.root``): its
+    ``addHandler``, ``removeHandler``, ``setLevel``, ``addFilter``, ``removeFilter``, or
+    assigning its ``handlers``, ``level``, ``filters``, ``propagate`` or ``disabled``. A
+    library's own named logger is not a match, and neither is a root logger first stored in a
+    variable (the check reads one node at a time).
+
+    Example:
+        >>> import ast
+        >>> from substrax.testing.source_scans import configures_logging
+        >>> code = (
+        ...     "logging.getLogger('app').setLevel(10)\n"
+        ...     "logging.getLogger().setLevel(10)\n"
+        ...     "logging.basicConfig(level=10)"
+        ... )
+        >>> [node.lineno for node in ast.walk(ast.parse(code)) if configures_logging(node)]
+        [2, 3]
+    """
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        return node.attr in _LOGGER_ATTRIBUTES and _is_root_logger(node.value)
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in _LOGGER_METHODS:
+        return _is_root_logger(node.func.value)
+    return _dotted(node.func) in _LOGGING_FUNCTIONS
+
+
+def is_main_guard(node: ast.AST) -> bool:
+    r"""Whether ``node`` is an ``if __name__ == "__main__":`` statement (either operand order).
+
+    Example:
+        >>> import ast
+        >>> from substrax.testing.source_scans import is_main_guard
+        >>> is_main_guard(ast.parse('if __name__ == "__main__":\n    main()').body[0])
+        True
+        >>> is_main_guard(ast.parse('if __name__ != "__main__":\n    main()').body[0])
+        False
+    """
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    test = node.test
+    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
+        return False
+    sides = {_side(test.left), _side(test.comparators[0])}
+    return sides == {"name", "main"}
+
+
+def _side(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name) and node.id == "__name__":
+        return "name"
+    if isinstance(node, ast.Constant) and node.value == "__main__":
+        return "main"
+    return None
+
+
+def _qualified(scope: str, name: str) -> str:
+    return f"{scope}.{name}" if scope else name
+
+
+def _definition_time(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[ast.AST]:
+    """What a ``def`` or ``lambda`` evaluates where it stands: decorators and default values."""
+    arguments = node.args
+    evaluated: list[ast.AST] = [*arguments.defaults]
+    evaluated.extend(default for default in arguments.kw_defaults if default is not None)
+    if not isinstance(node, ast.Lambda):
+        evaluated = [*node.decorator_list, *evaluated]
+    return evaluated
+
+
+def _children(node: ast.AST, scope: str, *, import_time: bool) -> Iterator[tuple[ast.AST, str]]:
+    """The nodes under ``node`` with their scope; at import time, only what runs on import."""
+    if isinstance(node, ast.Lambda):
+        yield from ((child, scope) for child in _definition_time(node))
+        if not import_time:
+            yield node.body, scope
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        yield from ((child, scope) for child in _definition_time(node))
+        if not import_time:
+            yield from ((child, _qualified(scope, node.name)) for child in node.body)
+    elif isinstance(node, ast.ClassDef):
+        for child in (*node.decorator_list, *node.bases, *node.keywords):
+            yield child, scope
+        yield from ((child, _qualified(scope, node.name)) for child in node.body)
+    elif import_time and isinstance(node, ast.If) and _never_runs_on_import(node):
+        yield node.test, scope
+        yield from ((child, scope) for child in node.orelse)
+    else:
+        yield from ((child, scope) for child in ast.iter_child_nodes(node))
+
+
+def _never_runs_on_import(node: ast.If) -> bool:
+    return is_main_guard(node) or _dotted(node.test) in _TYPE_CHECKING
+
+
+def _scan(path: Path, predicate: Predicate, *, import_time: bool) -> list[SourceText]:
+    source = existing(path, "path").read_text(encoding="utf-8")
+    lines = source.splitlines()
+    found: list[SourceText] = []
+    pending: list[tuple[ast.AST, str]] = [(ast.parse(source, str(path)), "")]
+    while pending:
+        node, scope = pending.pop()
+        if predicate(node):
+            line = getattr(node, "lineno", 1)
+            found.append(
+                SourceText(path=str(path), line=line, scope=scope, text=lines[line - 1].strip())
+            )
+        pending.extend(_children(node, scope, import_time=import_time))
+    return sorted(found, key=lambda finding: finding.line)
+
+
+def import_time_lines(path: Path, predicate: Predicate) -> list[SourceText]:
+    r"""The places in a file where ``predicate`` holds in code that runs when it is imported.
+
+    Import time is the module body, class bodies, decorators and default values; not function
+    bodies, and not the body of an ``if __name__ == "__main__":`` or ``if TYPE_CHECKING:`` block.
+    Annotations are not scanned.
+
+    Args:
+        path: A Python file.
+        predicate: Whether a syntax node is a match (:func:`writes_environment`,
+            :func:`configures_logging`, or your own).
+
+    Returns:
+        One finding per matching node, in line order; ``scope`` names the class around it.
+
+    Raises:
+        SourceNotFoundError: ``path`` does not exist (a ``FileNotFoundError``).
+        SyntaxError: The file is not valid Python.
+
+    Example:
+        >>> import ast, tempfile
+        >>> from pathlib import Path
+        >>> from substrax.testing.source_scans import import_time_lines, writes_environment
+        >>> source = [
+        ...     "import os",
+        ...     "os.environ['XLA_FLAGS'] = '--xla_force_host_platform_device_count=8'",
+        ...     "jax.config.update('jax_enable_x64', True)",
+        ...     "def main():",
+        ...     "    os.environ['A'] = '1'",
+        ...     "if __name__ == '__main__':",
+        ...     "    main()",
+        ... ]
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     path = Path(directory) / "app.py"
+        ...     _ = path.write_text("\n".join(source))
+        ...     writes = import_time_lines(path, writes_environment)
+        ...     calls = import_time_lines(path, lambda node: isinstance(node, ast.Call))
+        >>> [finding.line for finding in writes]
+        [2]
+        >>> [finding.text for finding in calls]
+        ["jax.config.update('jax_enable_x64', True)"]
+    """
+    return _scan(path, predicate, import_time=True)
+
+
+def matching_lines(path: Path, predicate: Predicate) -> list[SourceText]:
+    r"""The places anywhere in a file where ``predicate`` holds, each with its enclosing scope.
+
+    Annotations are not scanned.
+
+    Args:
+        path: A Python file.
+        predicate: Whether a syntax node is a match.
+
+    Returns:
+        One finding per matching node, in line order; ``scope`` is the qualified name of the
+        function or class around it (``""`` at module level), so a check can allow a match in
+        named places only.
+
+    Raises:
+        SourceNotFoundError: ``path`` does not exist (a ``FileNotFoundError``).
+        SyntaxError: The file is not valid Python.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.testing.source_scans import configures_logging, matching_lines
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     path = Path(directory) / "cli.py"
+        ...     _ = path.write_text("import logging\ndef main():\n    logging.basicConfig()\n")
+        ...     found = matching_lines(path, configures_logging)
+        >>> [(finding.line, finding.scope) for finding in found]
+        [(3, 'main')]
+    """
+    return _scan(path, predicate, import_time=False)

@@ -1,0 +1,313 @@
+"""source_scans: Python files, import-time code, environment and logging writes, mesh calls, docs."""
+
+import ast
+import pickle
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from substrax.testing import run_python
+from substrax.testing.source_scans import (
+    SourceNotFoundError,
+    SourceText,
+    configures_logging,
+    documented_texts,
+    import_time_lines,
+    is_main_guard,
+    matching_lines,
+    python_files,
+    unguarded_make_mesh_calls,
+    writes_environment,
+)
+
+
+SCANS = Path(__file__).resolve().parents[1] / "src" / "substrax" / "testing"
+SCAN_MODULES = ["source_scans", "_source_files", "_source_checks", "_mesh_calls", "_documented"]
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text))
+    return root
+
+
+def _matches(code: str, predicate) -> list[int]:
+    return sorted({n.lineno for n in ast.walk(ast.parse(code)) if predicate(n)})
+
+
+def test_python_files_skips_environments_caches_and_build_outputs(tmp_path):
+    names = ["a.py", "pkg/b.py", ".venv/c.py", "build/d.py", "pkg/__pycache__/e.py", "f.txt"]
+    _write(tmp_path, dict.fromkeys(names, ""))
+    found = [p.relative_to(tmp_path).as_posix() for p in python_files(tmp_path)]
+    assert found == ["a.py", "pkg/b.py"]
+    custom = python_files(tmp_path, excluded={"pkg"})  # instead of the defaults
+    assert [p.relative_to(tmp_path).as_posix() for p in custom] == [
+        ".venv/c.py",
+        "a.py",
+        "build/d.py",
+    ]
+    assert python_files(tmp_path / "a.py") == [tmp_path / "a.py"]
+
+
+def test_python_files_refuses_a_missing_root_and_a_bare_string_of_names(tmp_path):
+    with pytest.raises(SourceNotFoundError, match=r"root names .*nowhere") as caught:
+        python_files(tmp_path / "nowhere")
+    assert isinstance(caught.value, FileNotFoundError)
+    assert caught.value.path == tmp_path / "nowhere"
+    copy = pickle.loads(pickle.dumps(caught.value))  # noqa: S301 - our own bytes
+    assert (copy.argument, copy.path, str(copy)) == ("root", caught.value.path, str(caught.value))
+    with pytest.raises(TypeError, match="'build'"):
+        python_files(tmp_path, excluded="build")
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("os.environ['A'] = '1'", True),
+        ("os.environ['A'] += '1'", True),
+        ("del os.environ['A']", True),
+        ("environ['A'] = '1'", True),
+        ("os.environ.update(A='1')", True),
+        ("os.environ.setdefault('A', '1')", True),
+        ("os.environ.pop('A', None)", True),
+        ("os.environ.clear()", True),
+        ("os.putenv('A', '1')", True),
+        ("os.unsetenv('A')", True),
+        ("os.environ = {}", True),
+        ("os.environ.get('A')", False),
+        ("value = os.environ['A']", False),
+        ("env = dict(os.environ); env['A'] = '1'", False),
+        ("settings.update(A='1')", False),
+    ],
+)
+def test_writes_environment(code, expected):
+    assert bool(_matches(code, writes_environment)) is expected
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("logging.basicConfig(level=logging.INFO)", True),
+        ("basicConfig()", True),
+        ("logging.config.dictConfig({})", True),
+        ("logging.disable(logging.INFO)", True),
+        ("logging.captureWarnings(True)", True),
+        ("logging.getLogger().addHandler(handler)", True),
+        ("logging.getLogger('root').setLevel(10)", True),
+        ("logging.getLogger(None).removeHandler(handler)", True),
+        ("logging.root.setLevel(10)", True),
+        ("logging.root.handlers = []", True),
+        ("logging.getLogger().handlers = []", True),
+        ("logging.getLogger('substrax').setLevel(10)", False),
+        ("logging.getLogger(__name__).addHandler(logging.NullHandler())", False),
+        ("logging.getLogger().getEffectiveLevel()", False),
+        ("logger.info('hello')", False),
+    ],
+)
+def test_configures_logging(code, expected):
+    assert bool(_matches(code, configures_logging)) is expected
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ('if __name__ == "__main__":\n    pass', True),
+        ("if '__main__' == __name__:\n    pass", True),
+        ('if __name__ != "__main__":\n    pass', False),
+        ('if __name__ == "__main__" and DEBUG:\n    pass', False),
+        ('if name == "__main__":\n    pass', False),
+        ("x = 1", False),
+    ],
+)
+def test_is_main_guard(code, expected):
+    assert is_main_guard(ast.parse(code).body[0]) is expected
+
+
+IMPORT_TIME = """\
+import os
+from typing import TYPE_CHECKING
+os.environ["AT_IMPORT"] = "1"
+if TYPE_CHECKING:
+    os.environ["NEVER"] = "1"
+@register(os.environ.setdefault("DECORATOR", "1"))
+def main(default=os.environ.pop("DEFAULT", None)):
+    os.environ["IN_FUNCTION"] = "1"
+    callback = lambda: os.putenv("IN_LAMBDA", "1")
+class Settings:
+    os.environ["IN_CLASS"] = "1"
+    def method(self):
+        os.environ["IN_METHOD"] = "1"
+if __name__ == "__main__":
+    os.environ["GUARDED"] = "1"
+else:
+    os.environ["IMPORTED"] = "1"
+"""
+
+
+def test_import_time_lines_reads_only_code_that_runs_on_import(tmp_path):
+    path = _write(tmp_path, {"module.py": IMPORT_TIME}) / "module.py"
+    found = import_time_lines(path, writes_environment)
+    assert [(f.line, f.scope) for f in found] == [
+        (3, ""),
+        (6, ""),
+        (7, ""),
+        (11, "Settings"),
+        (17, ""),
+    ]
+    assert found[0] == SourceText(
+        path=str(path), line=3, scope="", text='os.environ["AT_IMPORT"] = "1"'
+    )
+    assert str(found[3]) == f'{path}:11 (Settings): os.environ["IN_CLASS"] = "1"'
+
+
+def test_matching_lines_reads_everything_and_names_the_scope(tmp_path):
+    path = _write(tmp_path, {"module.py": IMPORT_TIME}) / "module.py"
+    found = matching_lines(path, writes_environment)
+    assert [(f.line, f.scope) for f in found] == [
+        (3, ""),
+        (5, ""),
+        (6, ""),
+        (7, ""),
+        (8, "main"),
+        (9, "main"),
+        (11, "Settings"),
+        (13, "Settings.method"),
+        (15, ""),
+        (17, ""),
+    ]
+
+
+def test_a_missing_or_broken_file_is_refused(tmp_path):
+    with pytest.raises(SourceNotFoundError, match="path names"):
+        import_time_lines(tmp_path / "missing.py", writes_environment)
+    (tmp_path / "broken.py").write_text("def (:\n")
+    with pytest.raises(SyntaxError):
+        matching_lines(tmp_path / "broken.py", writes_environment)
+
+
+MESH_CALLS = """\
+mesh = jax.make_mesh((8,), ("data",))
+mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+mesh = jax.make_mesh((2, 4), ("data", "model"), (AxisType.Auto,) * 2, devices=devices)
+mesh = jax.make_mesh(
+    (2, 4),
+    ("data", "model"),
+    devices=jax.devices()[:8],
+)
+def make_mesh(shape, names):
+mesh = make_mesh(*arguments)
+mesh = make_mesh(shape, names, **options)
+mesh = create_mesh((8,), ("data",))
+"""
+
+
+def test_unguarded_make_mesh_calls_finds_calls_that_leave_axis_types_to_jax():
+    found = unguarded_make_mesh_calls(MESH_CALLS)
+    assert [(f.path, f.line, f.text) for f in found] == [
+        ("<text>", 1, 'mesh = jax.make_mesh((8,), ("data",))'),
+        ("<text>", 4, "mesh = jax.make_mesh("),
+    ]
+
+
+def test_unguarded_make_mesh_calls_places_findings_in_a_documented_text():
+    page = "# Meshes\n\n```python\nmesh = jax.make_mesh((8,), ('data',))\n```\n"
+    text = SourceText(path="docs/mesh.md", line=10, scope="", text=page)
+    found = unguarded_make_mesh_calls(text)
+    assert [str(f) for f in found] == ["docs/mesh.md:13: mesh = jax.make_mesh((8,), ('data',))"]
+    assert unguarded_make_mesh_calls("mesh = jax.make_mesh((8,)") != []  # an unclosed call
+
+
+PACKAGE = {
+    "src/app/__init__.py": '"""The app."""\n',
+    "src/app/_core.py": """\
+        '''Core.'''
+        class Trainer:
+            '''Trains.'''
+            def fit(self):
+                '''Fits.'''
+                def inner():
+                    '''Not API.'''
+            def _step(self):
+                '''Private.'''
+        def _helper():
+            '''Private.'''
+        def undocumented():
+            pass
+        """,
+    "src/.venv/lib.py": '"""Not ours."""\n',
+    "README.md": "# App\n",
+    "docs/index.md": "Index\n",
+    "docs/api/ref.rst": "Reference\n",
+    "docs/notes.txt": "Not a page\n",
+    "examples/train.py": "print('train')\n",
+}
+
+
+def test_documented_texts_gathers_public_docstrings_pages_and_scripts(tmp_path):
+    root = _write(tmp_path, PACKAGE)
+    texts = documented_texts(
+        root,
+        package="src",
+        pages=["README.md"],
+        page_directories=["docs"],
+        script_directories=[root / "examples"],
+    )
+    assert [(t.path, t.line, t.scope, t.text) for t in texts] == [
+        ("src/app/__init__.py", 1, "", "The app."),
+        ("src/app/_core.py", 1, "", "Core."),
+        ("src/app/_core.py", 3, "Trainer", "Trains."),
+        ("src/app/_core.py", 5, "Trainer.fit", "Fits."),
+        ("README.md", 1, "", "# App\n"),
+        ("docs/api/ref.rst", 1, "", "Reference\n"),
+        ("docs/index.md", 1, "", "Index\n"),
+        ("examples/train.py", 1, "", "print('train')\n"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argument", "options"),
+    [
+        ("package", {"package": "lib"}),
+        ("pages", {"pages": ["MISSING.md"]}),
+        ("page_directories", {"page_directories": ["site"]}),
+        ("script_directories", {"script_directories": ["scripts"]}),
+    ],
+)
+def test_documented_texts_names_the_argument_with_a_missing_path(tmp_path, argument, options):
+    root = _write(tmp_path, PACKAGE)
+    with pytest.raises(SourceNotFoundError, match=f"^{argument} names ") as caught:
+        documented_texts(root, **{"package": "src", **options})
+    assert caught.value.argument == argument
+
+
+def test_documented_texts_refuses_a_single_path_where_it_wants_several(tmp_path):
+    root = _write(tmp_path, PACKAGE)
+    with pytest.raises(TypeError, match=r"pages must be a sequence of paths.*'README\.md'"):
+        documented_texts(root, package="src", pages="README.md")
+
+
+def test_the_scans_import_only_the_standard_library():
+    for name in SCAN_MODULES:
+        tree = ast.parse((SCANS / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            outside = [
+                module
+                for module in modules
+                if module.partition(".")[0] not in sys.stdlib_module_names
+                and module != "substrax.support"
+            ]
+            assert outside == [], f"{name}.py imports {outside}"
+    program = (
+        "import json, sys; import substrax.testing.source_scans; "
+        "print(json.dumps(sorted({'jax', 'flax', 'numpy', 'pytest'} & set(sys.modules))))"
+    )
+    assert run_python(program, timeout=60).check().last_json() == []
