@@ -378,6 +378,7 @@ def _error_samples() -> list[BaseException]:
         tracking.ResumeWithoutRunIdError("WandbLogger", 120),
         tracking.SpoolNotFoundError(here),
         tracking.SpoolBusyError(here, 4242),
+        tracking.StoreDirectoryMissingError("sqlite:////gone/mlflow.db", here / "gone"),
         tracking.UnknownBackendError("neptune", ("file", "wandb")),
         tracking.UnknownRunIdError("MLFlowLogger", "0a1b", "http://127.0.0.1:5000"),
         tracking.UploadNotFoundError("artifact", here),

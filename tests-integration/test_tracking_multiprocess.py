@@ -48,9 +48,11 @@ def test_only_process_zero_logs_and_mlflow_gets_one_run(tmp_path, monkeypatch):
     assert second["run_id"] is None
     assert sorted(p.name for p in (tmp_path / "files").iterdir()) == [
         "job.hparams.json",
+        "job.log",  # the console's lines, as FileLogger's log_file
         "job.metrics.csv",
         "job.metrics.jsonl",
     ]
+    assert "loss" in (tmp_path / "files" / "job.log").read_text()
     assert json.loads((tmp_path / "files" / "job.hparams.json").read_text()) == {"processes": 2}
     assert sorted(p.name for p in (tmp_path / "every").glob("*.metrics.jsonl")) == [
         "job.metrics.jsonl",

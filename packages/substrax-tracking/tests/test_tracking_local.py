@@ -478,3 +478,143 @@ def test_the_file_log_writes_its_messages_to_log_file(tmp_path):
     assert len(lines) == 1
     assert lines[0].endswith("INFO epoch 3 done")
     assert not logger.python_logger.handlers  # closed: the file's handler is gone
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("acc\ud800", "'\\ud800'"), ("a\nb", "'\\n'"), ("a\rb", "'\\r'")],
+    ids=["lone-surrogate", "newline", "carriage-return"],
+)
+def test_a_metric_name_no_file_can_hold_is_refused_at_the_call_by_every_logger(
+    tmp_path, name, shown
+):
+    from substrax.tracking import LoggedTypeError
+
+    with FileLogger("names", tmp_path, flush_every=3600) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+        for call in (
+            lambda: logger.log_scalar(name, 0.5, step=1),
+            lambda: logger.log_scalars({"ok": 2.0, name: 0.5}, step=1),
+            lambda: ConsoleLogger("c", stream=io.StringIO()).log_scalar(name, 0.5),
+        ):
+            with pytest.raises(LoggedTypeError, match="metric name") as caught:
+                call()
+            assert repr(name) in str(caught.value)
+            assert shown in str(caught.value)
+        logger.log_scalar("loss", 2.0, step=2)
+        logger.log_scalar("héllo wörld\ttab", 3.0, step=3)  # other characters are fine
+    assert [(r["name"], r["step"]) for r in lines(tmp_path / "names.metrics.jsonl")] == [
+        ("loss", 0),
+        ("loss", 2),
+        ("héllo wörld\ttab", 3),
+    ]
+    assert len((tmp_path / "names.metrics.csv").read_text().splitlines()) == 4
+
+
+def test_a_line_the_file_log_cannot_encode_never_loses_the_lines_taken_with_it(tmp_path):
+    with FileLogger("enc", tmp_path, flush_every=3600) as logger:
+        for step in range(3):
+            logger.log_scalar("loss", float(step), step=step)
+        logger._names["bad\ud800"] = ('"bad\\ud800"', "bad\ud800")  # past the call's check
+        logger._pending.append((0.0, 3, "bad\ud800", 1.0))
+        logger.log_scalar("loss", 4.0, step=4)
+    assert [r["step"] for r in lines(tmp_path / "enc.metrics.jsonl")] == [0, 1, 2, 3, 4]
+    assert len((tmp_path / "enc.metrics.csv").read_text().splitlines()) == 6
+
+
+def test_file_logger_from_several_threads_loses_no_row(tmp_path):
+    import threading
+
+    errors = []
+    with FileLogger("threads", tmp_path, flush_every=0) as logger:
+
+        def work(k):
+            try:
+                for step in range(3000):
+                    logger.log_scalar(f"m{k}", float(step), step=step)
+                    if step % 500 == 0:
+                        logger.log_text("note", f"{k} {step}", step=step)
+            except Exception as error:
+                errors.append(error)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == []
+    scalars = read_scalars(tmp_path / "threads.metrics.jsonl")
+    assert {name: sorted(step for step, _ in points) for name, points in scalars.items()} == {
+        f"m{k}": list(range(3000)) for k in range(4)
+    }
+    assert len(lines(tmp_path / "threads.text.jsonl")) == 24
+    with (tmp_path / "threads.metrics.csv").open(newline="") as file:
+        assert len(list(csv.reader(file))) == 1 + 4 * 3000
+
+
+def test_resume_keeps_a_csv_row_whose_name_holds_a_line_separator(tmp_path):
+    names = {"loss": 0, 'q"uo,te': 1, "a\u2028b": 2, "c\x85d": 3}
+    with FileLogger("r", tmp_path) as logger:
+        for step in range(10):
+            logger.log_scalars({name: float(step) for name in names}, step=step)
+    with FileLogger("r", tmp_path, resume_step=4) as logger:
+        assert logger.dropped_records == 5 * len(names)
+    with (tmp_path / "r.metrics.csv").open(newline="", encoding="utf-8") as file:
+        rows = list(csv.reader(file))
+    assert len(rows) == 1 + 5 * len(names)
+    assert sorted({row[2] for row in rows[1:]}) == sorted(names)
+    assert {row[1] for row in rows[1:]} == {str(step) for step in range(5)}
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b'{"time": 0, "step": 1, "name": "\xff\xfe", "value": 1}', "is not UTF-8 text"),
+        (b'{"time": 0, "step": 1e400, "name": "loss", "value": 1}', "infinity"),
+        (b'{"time": 0, "step": 1, "name": ["a"], "value": 1}', r"its name \['a'\] is not a string"),
+    ],
+    ids=["not-utf8", "step-inf", "name-list"],
+)
+def test_plot_reports_a_hostile_line_in_one_line_naming_it(tmp_path, capsys, line, reason):
+    from substrax.tracking import FileLogValueError
+    from substrax.tracking._cli import main
+
+    log = tmp_path / "run.metrics.jsonl"
+    log.write_bytes(b'{"time": 0, "step": 0, "name": "loss", "value": 1.0}\n' + line + b"\n")
+    with pytest.raises(FileLogValueError, match=reason) as caught:
+        read_scalars(log)
+    assert caught.value.line == 2
+    assert main(["plot", str(tmp_path)]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert error.startswith(f"python -m substrax.tracking: error: line 2 of {str(log)!r} is not")
+    log.write_bytes(b'{"time": 0, "step": 0, "name": "loss", "value": 1.0}\n{"name": "\xc3')
+    assert read_scalars(log) == {"loss": [(0, 1.0)]}  # a last line cut inside a character
+
+
+@pytest.mark.parametrize("timeout", ["1e300", "1e10"])
+def test_replay_refuses_a_timeout_past_the_longest_wait_in_one_line(tmp_path, capsys, timeout):
+    from substrax.tracking._cli import main
+
+    spool = tmp_path / "run.spool.jsonl"
+    spool.write_text("")
+    assert main(["replay", str(spool), "--timeout", timeout]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert error.startswith(
+        f"python -m substrax.tracking: error: --timeout={float(timeout)} is past"
+    )
+    assert main(["replay", str(spool), "--timeout", "9e9"]) == 0
+
+
+def test_console_hyperparams_of_keys_of_several_types_print_without_a_raw_error():
+    out = io.StringIO()
+    with ConsoleLogger("run", stream=out) as logger:
+        logger.log_hyperparams({1: "a", "b": 2, (3, 4): {5: 6, "c": 7}})
+    assert '[run] hyperparams {"(3, 4)": {"5": 6, "c": 7}, "1": "a", "b": 2}' in out.getvalue()
+
+
+def test_a_histogram_of_values_that_are_not_numbers_is_refused_naming_it(tmp_path):
+    from substrax.tracking import LoggedTypeError
+
+    for logger in (ConsoleLogger("c", stream=io.StringIO()), FileLogger("f", tmp_path)):
+        with logger, pytest.raises(LoggedTypeError, match="histogram 'weights' must be"):
+            logger.log_histogram("weights", ["a"], step=1)

@@ -194,3 +194,31 @@ def test_a_replay_sets_aside_only_the_refused_key_of_a_spooled_record(tmp_path, 
     refused = refused_lines(spool.path)
     assert [line["record"]["payload"]["values"] for line in refused] == [{"bad key!": 2.0}] * 3
     assert not spool.path.exists()
+
+
+def test_a_replay_never_creates_the_missing_directory_of_a_sqlite_store(tmp_path, capsys):
+    from substrax.tracking._cli import main
+
+    gone = tmp_path / "gone" / "x"
+    uri = f"sqlite:///{gone}/y.db"
+    target = {"backend": "mlflow", "tracking_uri": uri, "run_id": "abc"}
+    spool = SpoolFile(tmp_path / "run.spool.jsonl")
+    spool.append(target, [Record(kind="scalars", step=1, time=1.0, payload={"values": {"a": 1.0}})])
+    assert main(["replay", str(spool.path), "--timeout", "60"]) == 1
+    [error] = capsys.readouterr().err.splitlines()
+    assert f"the directory {str(gone)!r} of the store {uri} does not exist" in error
+    assert not (tmp_path / "gone").exists()
+    assert len(spool.read_lines()) == 1  # the record stays in the spool
+
+
+def test_include_refused_keeps_a_refused_line_that_is_not_a_record(tmp_path, caplog):
+    spool = tmp_path / "only.spool.jsonl"
+    refused = tmp_path / "only.spool.jsonl.refused"
+    refused.write_text('junk\n{"target": {"backend": "mlflow"}, "rec\n')
+    with caplog.at_level(logging.WARNING):
+        result = replay_spool(spool, include_refused=True, timeout=60)
+    assert result.delivered == 0
+    assert not refused.exists()
+    bad = tmp_path / "only.spool.jsonl.bad"
+    assert bad.read_text() == 'junk\n{"target": {"backend": "mlflow"}, "rec\n'
+    assert f"2 lines of {refused} are not records; they are moved to {bad}" in caplog.text

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from substrax.testing import free_port
@@ -192,3 +193,18 @@ def test_numpy_values_and_steps_are_spooled_as_plain_json_numbers(tmp_path):
     assert scalars["record"]["step"] == 3
     assert scalars["record"]["payload"] == {"values": {"f64": 0.5, "i64": 2.0}}
     assert params["record"]["payload"] == {"params": {"lr": 0.1}}
+
+
+@pytest.mark.parametrize("bad", [[1.0, 2.0], np.zeros(3), {"a": 1.0}, np.array(["x"])])
+def test_a_non_number_in_log_scalars_is_refused_at_the_call_naming_key_and_step(tmp_path, bad):
+    from substrax.tracking import LoggedTypeError, MLFlowLogger
+
+    logger = MLFlowLogger("bad", tracking_uri=f"sqlite:///{tmp_path}/m.db", log_dir=tmp_path)
+    with pytest.raises(LoggedTypeError, match=r"scalar 'bad' must be .* \(at step 7\)"):
+        logger.log_scalars({"loss": 0.5, "bad": bad}, step=7)
+    logger.log_scalars({"loss": 0.25}, step=8)
+    logger.close()
+    from mlflow.tracking import MlflowClient
+
+    history = MlflowClient(f"sqlite:///{tmp_path}/m.db").get_metric_history(logger.run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(8, 0.25)]

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import logging
-import os
 import queue
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._records import Record, Scalar, as_record
-from ._sender import Sender
+from ._records import Record, Scalar, as_record, on_host
+from ._sender import Sender, lower_priority
 from ._spool import Sink
 from ._spool_writer import describe
 
@@ -22,20 +20,7 @@ __all__ = ["AsyncDelivery"]
 _logger = logging.getLogger(__name__)
 
 _CLOSE_GRACE = 0.5  # seconds past close's deadline for the worker to write the spool and stop
-_SPILL_BATCH = 1000  # records spilled past a full queue are written (and fsynced) in batches
-_SPILL_AGE = 0.5  # seconds, at most, that a spilled record waits in memory to be written
-_NICE = 10  # how much lower the worker's CPU priority is than the training threads'
-
-
-def _lower_priority() -> None:
-    """Lower the calling thread's CPU priority (on Linux, where each thread has its own)."""
-    if sys.platform.startswith("linux"):
-        thread = threading.get_native_id()
-        try:
-            nice = os.getpriority(os.PRIO_PROCESS, thread)
-            os.setpriority(os.PRIO_PROCESS, thread, min(nice + _NICE, 19))  # 19: the lowest
-        except OSError as error:  # a sandbox that forbids it
-            _logger.debug("could not lower the delivery thread's priority: %s", error)
+_SPILL_BATCH = 1000  # held records past which spilled ones are written to the spool (fsynced)
 
 
 @dataclass(eq=False)
@@ -92,12 +77,15 @@ class AsyncDelivery(Sender):
         self.max_queue = max_queue
         self.batch_interval = batch_interval
         self._queue: queue.SimpleQueue[Record | Scalar | _Control] = queue.SimpleQueue()
-        self._spill: list[Record] = []  # past a full queue, not written to the spool yet
+        self._spill: list[Record | Scalar] = []  # past a full queue: taken after the queue
         self._spill_lock = threading.Lock()
-        self._spill_since = 0.0
+        self._spilling = (
+            False  # records go to _spill, not to the queue, until the worker takes them
+        )
         self._wake = threading.Event()  # wakes a worker that holds records
         self._close_deadline = 0.0
         self._held_controls: list[_Control] = []  # the running cycle's
+        self._flight_spooled: list[Record] | None = None  # the _in_flight spooled by a take-over
         self._thread = threading.Thread(
             target=self._run, name=f"substrax-tracking-{label}", daemon=True
         )
@@ -105,24 +93,30 @@ class AsyncDelivery(Sender):
 
     def submit(self, record: Record | Scalar) -> None:
         """Queue ``record`` (a :data:`Scalar` tuple is made a record by the worker)."""
-        queued = self._queue.qsize()
-        if queued < self.max_queue:
-            self._queue.put(record)
-            if queued + 1 >= self.max_batch:
-                self._wake.set()
-            return
+        if not self._spilling:
+            queued = self._queue.qsize()
+            if queued < self.max_queue:
+                self._queue.put(record)
+                if queued + 1 >= self.max_batch:
+                    self._wake.set()
+                return
+        with self._spill_lock:  # past a full queue: kept in order, behind what is queued
+            if not self._spilling and self._queue.qsize() < self.max_queue:
+                self._queue.put(record)
+                return
+            self._spilling = True
+            self._spill.append(record)
+            full = len(self._spill) >= _SPILL_BATCH
         if self._first("overflow"):
             _logger.warning(
                 f"{self.label}: the delivery queue is full; spilling records to "
                 f"{self._spool.file.path} (replayed once the backend keeps up)"
             )
-        with self._spill_lock:
-            self._spill.append(as_record(record))
-            if len(self._spill) == 1:
-                self._spill_since = time.monotonic()
-            due = len(self._spill) >= _SPILL_BATCH or self._spill_age() >= _SPILL_AGE
-        if due and not self._spool.backoff.failing:  # a failed spool is retried by the worker
-            self._write_spill()
+            self._wake.set()
+        if full and self._in_call:  # the worker is stuck in a backend call: spool what it holds
+            with self._lock:
+                if self._in_call and not self._abandoned and on_host(self._spill):
+                    self._spool_all()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is delivered; return whether it was."""
@@ -174,6 +168,8 @@ class AsyncDelivery(Sender):
         written = bool(records) and self._spool.write_last(records)
         self._spool.write_refused_last()
         left = self._spool.count()
+        if left and getattr(self.sink, "failed", False):  # the replay that ends the run: failed
+            self._spool.write_failed_mark()
         if stuck:
             why = f"close_timeout={timeout:g} s ran out while a backend call was still running"
             self._spool.warn_left(why, left)
@@ -189,21 +185,25 @@ class AsyncDelivery(Sender):
 
     def _take_over(self, control: _Control) -> bool:
         """Spool what the worker holds while it is inside a backend call (under ``_lock``)."""
-        queued, controls = self._take(everything=True)
-        spilled = self._take_spill()
         try:
-            if self._spool.write([*self._in_flight, *self._pending, *queued, *spilled]):
-                self._pending = []  # _in_flight stays the worker's: its call is still running
-                self._spool_dirty = True  # sent, in order, once the call returns
-                return True
-            self._hold(queued)
-            self._unspill(spilled)
-            return False
+            return self._spool_all(control)
         finally:
-            for other in controls:
-                if other is not control:
-                    self._queue.put(other)
             control.done.set()
+
+    def _spool_all(self, control: _Control | None = None) -> bool:
+        """Spool, in order, what the worker holds in a backend call and what waits (under ``_lock``)."""
+        queued, controls = self._take_all()
+        for other in controls:
+            if other is not control:
+                self._queue.put(other)
+        flight = [] if self._flight_spooled is self._in_flight else self._in_flight
+        if self._spool.write([*flight, *self._pending, *queued]):
+            self._pending = []  # _in_flight stays the worker's: its call is still running
+            self._flight_spooled = self._in_flight
+            self._spool_dirty = True  # sent, in order, once the call returns
+            return True
+        self._hold(queued)
+        return False
 
     def _abandon(self) -> list[Record]:
         """Stop the worker from touching anything; return the records it had not delivered."""
@@ -211,39 +211,24 @@ class AsyncDelivery(Sender):
             self._abandoned = True
             records = [*self._in_flight, *self._pending]
             self._in_flight, self._pending = [], []
-        queued, controls = self._take(everything=True)
+        queued, controls = self._take_all()
         for control in controls:
             control.done.set()
-        return records + queued + self._take_spill()
+        return records + queued
 
     def _only_on_disk(self) -> bool:
         """Whether no record waits in memory only (a spool that cannot be written)."""
         return not self._pending and not self._spill and not self._spool.waiting
 
-    def _spill_age(self) -> float:
-        return time.monotonic() - self._spill_since
-
-    def _take_spill(self) -> list[Record]:
+    def _take_all(self) -> tuple[list[Record], list[_Control]]:
+        """Take everything queued, then the records spilled past it (in the order submitted)."""
         with self._spill_lock:
-            records, self._spill = self._spill, []
-        return records
-
-    def _unspill(self, records: list[Record]) -> None:  # the spool could not be written
-        if records:
-            with self._spill_lock:
-                self._spill[:0] = records
-                self._spill_since = time.monotonic()
-
-    def _write_spill(self) -> None:
-        if self._spool.due():
-            records = self._take_spill()
-            if records and self._spool.write(records):
-                self._spool_dirty = True
-            else:
-                self._unspill(records)
+            records, controls = self._take(everything=True)
+            spilled, self._spill, self._spilling = self._spill, [], False
+        return records + [as_record(item) for item in spilled], controls
 
     def _run(self) -> None:
-        _lower_priority()
+        lower_priority()
         self._replay_spool_found()
         while not self._abandoned:
             try:
@@ -272,14 +257,16 @@ class AsyncDelivery(Sender):
 
     def _cycle(self) -> bool:
         """Take what is queued and act on it; True once the worker is done (closed or abandoned)."""
-        records, controls = self._next_items()
+        records, controls, spilled = self._next_items()
         self._held_controls = controls
         with self._lock:
             if self._abandoned:
                 return True
             self._hold(records)
-        if controls or self._spill_age() >= _SPILL_AGE:
-            self._write_spill()
+        if spilled and len(self._pending) >= _SPILL_BATCH:
+            with self._lock:  # the backend does not keep up: to the spool, sent from there
+                if not self._abandoned and self._spool.due() and self._spool.write(self._pending):
+                    self._pending, self._spool_dirty = [], True
         self._spool.write_refused()
         due = bool(controls) or self._batch_due()
         retry_due = self._backoff.failing and (bool(controls) or self._backoff.due())
@@ -290,11 +277,11 @@ class AsyncDelivery(Sender):
                 self._answer_persist(control)
         if retry_due:
             self._retry()
+        if not self._backoff.failing and self._spool_dirty:
+            self._spool_dirty = False  # spooled while the backend worked: sent before what is held
+            self._retry()
         if not self._backoff.failing and self._pending and due:
             self._deliver_pending()
-        if not self._backoff.failing and not self._pending and self._spool_dirty:
-            self._spool_dirty = False  # records spooled while the backend worked: send them
-            self._retry()
         for control in controls:
             self._answer_persist(control)
             if control.kind == "close":
@@ -311,8 +298,11 @@ class AsyncDelivery(Sender):
             control.ok = self._only_on_disk()
             control.done.set()
 
-    def _next_items(self) -> tuple[list[Record], list[_Control]]:
-        """Wait for what is next to do (with records held: until due, unless woken); take it."""
+    def _next_items(self) -> tuple[list[Record], list[_Control], bool]:
+        """Wait for what is next to do (with records held: until due, unless woken); take it.
+
+        Records spilled past a full queue are taken with all that is queued before them.
+        """
         now = time.monotonic()
         spool_next = self._spool.backoff.next_try if self._spool.backoff.failing else None
         waits: list[float] = []
@@ -321,14 +311,19 @@ class AsyncDelivery(Sender):
         if self._pending:  # while nothing works, they wait for the spool's next try
             due = self._held_since + self.batch_interval
             waits.append(spool_next if spool_next is not None and self._backoff.failing else due)
-        if self._spill or self._spool.waiting:
-            waits.append(now + _SPILL_AGE if spool_next is None else spool_next)
+        if self._spilling:
+            waits.append(now)
+        if self._spool.waiting:
+            waits.append(now + self.batch_interval if spool_next is None else spool_next)
         wait = max(0.0, min(waits) - now) if waits else None
-        if not self._pending:
-            return self._take(wait)
-        self._wake.wait(wait)
-        self._wake.clear()
-        return self._take()
+        if self._pending:
+            self._wake.wait(wait)
+            self._wake.clear()
+        records, controls = self._take(wait if not self._pending else 0.0)
+        if not self._spilling:
+            return records, controls, False
+        more, later = self._take_all()
+        return records + more, controls + later, True
 
     def _take(
         self, wait: float | None = 0.0, *, everything: bool = False
@@ -358,17 +353,16 @@ class AsyncDelivery(Sender):
         return len(self._pending) >= self.max_batch or waited >= self.batch_interval
 
     def _finish_close(self) -> None:
-        records, controls = self._take(everything=True)
+        records, controls = self._take_all()
         for control in controls:
             control.done.set()
         with self._lock:
             if self._abandoned:
                 return
             self._hold(records)
-        self._write_spill()
         self._deliver_until_deadline()
         left = len(self._pending)
-        if not self._spool_pending() or self._pending or self._spill:
+        if not self._spool_pending() or self._pending:
             return  # close() took over, or tries the spool once more and says what is lost
         if self._backoff.failing:  # the run is ended by the replay that delivers its records
             self._spool.warn_left("the backend is unreachable")
@@ -390,10 +384,10 @@ class AsyncDelivery(Sender):
                 else:
                     until = min(self._backoff.next_try, self._close_deadline)
                     time.sleep(max(0.0, until - time.monotonic()))
-            elif self._pending:
-                self._deliver_pending()
-            elif self._spool_dirty:
+            elif self._spool_dirty:  # spooled before what is held
                 self._spool_dirty = False
                 self._retry()
+            elif self._pending:
+                self._deliver_pending()
             else:
                 break

@@ -23,19 +23,26 @@ from ._errors import (
     LoggerClosedError,
 )
 from ._process import current_process_index
+from ._values import histogram_summary
 
 
 _GRAY, _COLOR = 2, 3
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+_CHECKED: set[str] = set()  # metric names that passed check_metric_name (a str's hash is kept)
+_CHECKED_MOST = 100_000
 
 
 def check_metric_name(name: object, value: object) -> None:
-    """Refuse an empty metric name (or one that is not a string).
+    """Refuse an empty metric name (or one that is not a string), or one no log file can hold.
+
+    A name that passed before passes after one set lookup (the per-step cost).
 
     Raises:
         EmptyMetricNameError: ``name`` is empty or not a string.
+        LoggedTypeError: ``name`` holds a lone surrogate (no UTF-8 file can hold it), a newline
+            or a carriage return (it would break a CSV row and a console line).
 
     Example:
         >>> from substrax.tracking._base import check_metric_name
@@ -45,8 +52,47 @@ def check_metric_name(name: object, value: object) -> None:
         ...
         substrax.tracking.EmptyMetricNameError: metric name '' (value 0.5) must be a non-empty string; give the metric a name such as 'loss' or 'train/loss'
     """
+    if type(name) is str and name in _CHECKED:  # the per-step call: one set lookup
+        return
     if not name or not isinstance(name, str):
         raise EmptyMetricNameError(name, value)
+    if not (name.isascii() and name.isprintable()):
+        _check_name_characters(name)
+    if type(name) is str and len(_CHECKED) < _CHECKED_MOST:
+        _CHECKED.add(name)
+
+
+def _check_name_characters(name: str) -> None:
+    """Refuse a name holding a line break or a lone surrogate (other characters are fine)."""
+    bad = next((char for char in "\n\r" if char in name), None)
+    if bad is None:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError as error:
+            bad = name[error.start]
+    if bad is not None:
+        raise LoggedTypeError(
+            f"metric name {name!r}",
+            name,
+            "a str that a UTF-8 file holds on one line (no lone surrogate, newline or "
+            "carriage return)",
+            f"one holding {bad!r}",
+        )
+
+
+def histogram_of(name: str, values: Any) -> dict[str, Any]:
+    """:func:`histogram_summary` of ``values``; a value that is not a number is refused by name.
+
+    Raises:
+        LoggedTypeError: ``values`` is not an array-like of real numbers (a ``TypeError``).
+    """
+    try:
+        return histogram_summary(values)
+    except (TypeError, ValueError) as error:
+        got = f"{type(values).__name__} ({error})"
+        raise LoggedTypeError(
+            f"histogram {name!r}", values, "an array-like of real numbers", got
+        ) from None
 
 
 def check_step(step: object) -> int | None:

@@ -9,6 +9,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -94,6 +95,11 @@ def _replay(args: argparse.Namespace) -> int:
         timeout = check_seconds("--timeout", args.timeout)
     except ValueError as error:
         raise UsageError(f"{error} (0 waits as long as the backends take)") from None
+    if timeout > threading.TIMEOUT_MAX:  # a thread's join would raise OverflowError
+        raise UsageError(
+            f"--timeout={args.timeout} is past the longest wait, {threading.TIMEOUT_MAX:.0f} "
+            "seconds; pass 0 to wait as long as the backends take"
+        )
     if not args.spool.strip():
         raise UsageError(
             "the spool path is empty; pass the <log_dir>/<name>.spool.jsonl path that the "

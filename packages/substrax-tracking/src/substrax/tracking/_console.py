@@ -15,8 +15,9 @@ from typing import Any, TextIO
 
 from substrax.support import optional
 
-from ._base import Logger
-from ._values import drain_at_exit, histogram_summary, read_scalar, unread_scalar, value_ready
+from ._base import Logger, histogram_of
+from ._log_files import json_ready
+from ._values import drain_at_exit, read_scalar, unread_scalar, value_ready
 
 
 __all__ = ["ConsoleLogger"]
@@ -224,7 +225,11 @@ class ConsoleLogger(Logger):
         self._print_held(wait=False)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
-        self._line("hyperparams " + json.dumps(dict(params), default=str, sort_keys=True), "bold")
+        try:
+            text = json.dumps(dict(params), default=str, sort_keys=True)
+        except TypeError:  # keys of several types (1 and "b"), or not JSON's: shown as text
+            text = json.dumps(json_ready(params), sort_keys=True)
+        self._line("hyperparams " + text, "bold")
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._line(f"{_step(step)}{name}: {text}")
@@ -234,7 +239,7 @@ class ConsoleLogger(Logger):
         self._line(f"{_step(step)}{name}: image {shapes}")
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
-        s = histogram_summary(values)
+        s = histogram_of(name, values)
         self._line(
             f"{_step(step)}{name}: histogram n={s['count']} min={s['min']:.4g} "
             f"max={s['max']:.4g} mean={s['mean']:.4g} std={s['std']:.4g}"

@@ -311,6 +311,25 @@ class UnknownRunIdError(_TrackingError, ValueError):
     tracking_uri: str
 
 
+class StoreDirectoryMissingError(_TrackingError, FileNotFoundError):
+    """A replay's target is a sqlite store whose directory is gone; a replay does not create it.
+
+    Example:
+        >>> from pathlib import Path
+        >>> from substrax.tracking._errors import StoreDirectoryMissingError
+        >>> StoreDirectoryMissingError("sqlite:////gone/mlflow.db", Path("/gone")).directory
+        PosixPath('/gone')
+    """
+
+    template = (
+        "the directory {directory!r} of the store {tracking_uri} does not exist, and a replay "
+        "does not create it (that would be a new, empty store): restore or mount that "
+        "directory, then replay again; the records stay in the spool"
+    )
+    tracking_uri: str
+    directory: Path
+
+
 class NotARecordError(StructuredError, ValueError):
     """A spool line (or its record) is not a tracking record; a replay sets it aside in ``.bad``."""
 

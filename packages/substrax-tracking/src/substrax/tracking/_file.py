@@ -12,20 +12,31 @@ import logging
 import math
 import operator
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from substrax.support import check_int, check_seconds, install_hint, optional, write_atomically
 
-from ._base import Logger, check_metric_name, safe_name
+from ._base import Logger, check_metric_name, histogram_of, safe_name
 from ._errors import FileLogWriteError
-from ._log_files import Appender, csv_step, drop_past, hold_log, jsonl_step
+from ._log_files import (
+    NON_FINITE,
+    Appender,
+    csv_step,
+    decode_number,
+    drop_past,
+    hold_log,
+    json_ready,
+    jsonl_step,
+    strict_json,
+)
 from ._media import save_image
 from ._values import (
     drain_at_exit,
-    histogram_summary,
     prefetch,
     read_scalar,
     unread_scalar,
@@ -35,44 +46,8 @@ from ._values import (
 
 __all__ = ["NON_FINITE", "FileLogger", "decode_number", "json_ready", "strict_json"]
 
-#: How the file log writes the floats that strict JSON cannot hold.
-NON_FINITE = ("NaN", "Infinity", "-Infinity")
-
 _logger = logging.getLogger(__name__)
 _MESSAGE_FORMAT = "%(asctime)s %(levelname)s %(message)s"  # a line of <name>.log
-
-
-def json_ready(value: Any) -> Any:
-    """``value`` as JSON data (numbers, strings, bools, None, lists, dicts); anything else as ``str``.
-
-    Example:
-        >>> from substrax.tracking._file import json_ready
-        >>> json_ready({"lr": 1e-3, "layers": (2, 3), "act": print})
-        {'lr': 0.001, 'layers': [2, 3], 'act': '<built-in function print>'}
-    """
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int | float):  # a subclass (np.float64) becomes the builtin number
-        return float(value) if isinstance(value, float) else int(value)
-    if isinstance(value, Mapping):
-        return {str(k): json_ready(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [json_ready(v) for v in value]
-    if getattr(value, "size", None) == 1 and hasattr(value, "item"):
-        return json_ready(value.item())
-    return str(value)
-
-
-def strict_json(value: Any) -> Any:
-    """JSON data with every NaN or infinite float written as one of the strings of :data:`NON_FINITE`."""
-    return json.loads(json.dumps(value), parse_constant=str)
-
-
-def decode_number(value: Any) -> float:
-    """A value of the file log as a float: a number, or one of :data:`NON_FINITE` (else ValueError)."""
-    if (isinstance(value, int | float) and not isinstance(value, bool)) or value in NON_FINITE:
-        return float(value)
-    raise ValueError(f"{value!r} is neither a number nor one of {sorted(NON_FINITE)}")
 
 
 class FileLogger(Logger):
@@ -166,8 +141,10 @@ class FileLogger(Logger):
         self._warned_unreadable: set[str] = set()
         self._last_flush = time.time()
         self._names: dict[str, tuple[str, str]] = {}  # a metric name, as JSON and as CSV
-        # (time, step, name, value: a float or a jax array) of each scalar not written yet
-        self._pending: list[tuple[float, int | None, str, Any]] = []
+        # (time, step, name, value: a float or a jax array) of each scalar not written yet: a
+        # deque, whose append is atomic, so threads log without a lock; a flush pops under _lock
+        self._pending: deque[tuple[float, int | None, str, Any]] = deque()
+        self._lock = threading.RLock()  # held by a flush, and by any write of the files
         self._unread = 0  # how many values of _pending are jax arrays
         self._held: BinaryIO | None = None
         if self.active:
@@ -245,32 +222,51 @@ class FileLogger(Logger):
 
     def _flush(self, *, wait: bool) -> None:
         """Write the scalars logged so far; without ``wait``, only up to a jax value still computed."""
-        self._last_flush = time.time()
+        with self._lock:
+            self._last_flush = time.time()
+            if self._files[0].fd is not None:  # else not this process's log, or closed
+                self._write_lines(self._take(wait=wait))
+
+    def _take(self, *, wait: bool) -> list[tuple[float, int | None, str, Any]]:
+        """Pop the scalars logged so far (threads append meanwhile), up to one not computed yet."""
+        pending, count = self._pending, len(self._pending)
+        if not self._unread:
+            return [pending.popleft() for _ in range(count)]
+        taken: list[tuple[float, int | None, str, Any]] = []
+        for _ in range(count):
+            entry = pending.popleft()
+            if not wait and not value_ready(entry[3]):
+                pending.appendleft(entry)
+                break
+            taken.append(entry)
+        unread = [entry[3] for entry in taken if type(entry[3]) is not float]
+        self._unread -= len(unread)
+        prefetch(unread)
+        return taken
+
+    def _write_lines(self, taken: list[tuple[float, int | None, str, Any]]) -> None:
+        """Format the lines of ``taken`` and write them; on an error, what is left waits again."""
         metrics, rows = self._files[:2]
-        if metrics.fd is None:  # not this process's log, or closed
-            return
-        taken = self._pending
-        if self._unread:
-            end = len(taken)
-            if not wait:
-                end = next((i for i, entry in enumerate(taken) if not value_ready(entry[3])), end)
-            taken, self._pending = taken[:end], taken[end:]
-            self._unread = sum(type(entry[3]) is not float for entry in self._pending)
-            prefetch(entry[3] for entry in taken if type(entry[3]) is not float)
-        else:
-            self._pending = []
-        for now, step, key, value in taken:
-            number = value
-            if type(value) is not float:
-                number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
-                if number is None:  # deleted (a donated buffer): skipped, with a warning
-                    continue
-            json_name, csv_name = self._names[key]
-            text = repr(number) if math.isfinite(number) else f'"{json.dumps(number)}"'
-            shown = "null" if step is None else str(step)
-            metrics.add(f'{{"time":{now!r},"step":{shown},"name":{json_name},"value":{text}}}\n')
-            rows.add(f"{now!r},{'' if step is None else step},{csv_name},{number!r}\n")
-        self._write_files()
+        done = 0
+        try:
+            for now, step, key, value in taken:
+                number = value
+                if type(value) is not float:  # None: deleted (a donated buffer), with a warning
+                    number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
+                if number is not None:
+                    json_name, csv_name = self._names[key]
+                    text = repr(number) if math.isfinite(number) else f'"{json.dumps(number)}"'
+                    shown = "null" if step is None else str(step)
+                    line = f'{{"time":{now!r},"step":{shown},"name":{json_name},"value":{text}}}\n'
+                    row = f"{now!r},{'' if step is None else step},{csv_name},{number!r}\n"
+                    metrics.add(line)
+                    rows.add(row)
+                done += 1
+        finally:
+            if done < len(taken):  # an interrupt: the rest waits for the next flush
+                self._pending.extendleft(reversed(taken[done:]))
+                self._unread += sum(type(entry[3]) is not float for entry in taken[done:])
+            self._write_files()
 
     def _write_files(self) -> None:
         """Write the lines waiting; a file that cannot be written keeps them (warned about once)."""
@@ -294,8 +290,10 @@ class FileLogger(Logger):
         self._failing = failed
 
     def _append(self, file: Appender, record: dict[str, Any]) -> None:
-        file.add(json.dumps(strict_json(record), allow_nan=False) + "\n")
-        self._write_files()
+        line = json.dumps(strict_json(record), allow_nan=False) + "\n"
+        with self._lock:
+            file.add(line)
+            self._write_files()
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         merged: dict[str, Any] = {}
@@ -335,7 +333,7 @@ class FileLogger(Logger):
             save_image(self._media_path("images", name, step, index, ""), image)
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
-        summary = histogram_summary(values)
+        summary = histogram_of(name, values)
         self._append(self._files[3], {"time": time.time(), "step": step, "name": name, **summary})
         if self._pyplot_missing() or not summary["counts"]:
             return
@@ -352,9 +350,10 @@ class FileLogger(Logger):
         After it returns, a kill loses no record logged before the call (call it before saving a
         checkpoint). On a full disk it does not raise: the next flush writes the lines.
         """
-        self._flush(wait=True)
-        if not self._failing:
-            self._sync()
+        with self._lock:
+            self._flush(wait=True)
+            if not self._failing:
+                self._sync()
 
     def _sync(self) -> None:
         for file in self._files:
@@ -370,15 +369,16 @@ class FileLogger(Logger):
         if self._handler is not None:
             self.python_logger.removeHandler(self._handler)
             self._handler.close()
-        try:
-            self._flush(wait=True)
-            self._sync()
-            left = [file for file in self._files if file.waiting]
-            for file in left:  # the file ends with its last whole line
-                with contextlib.suppress(OSError):
-                    file.drop_torn_line()
-        finally:
-            self._release()
+        with self._lock:
+            try:
+                self._flush(wait=True)
+                self._sync()
+                left = [file for file in self._files if file.waiting]
+                for file in left:  # the file ends with its last whole line
+                    with contextlib.suppress(OSError):
+                        file.drop_torn_line()
+            finally:
+                self._release()
         if left:
             first, others = left[0], left[1:]
             reason = self._failing.get(first.path, "it could not be written")

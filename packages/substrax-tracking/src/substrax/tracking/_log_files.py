@@ -1,5 +1,7 @@
 """The files of a file log: lines appended whole and in order, the log's lock, a resume's rewrite."""
 
+# ruff: noqa: ANN401  (logged values of any framework are typed Any on purpose)
+
 from __future__ import annotations
 
 import contextlib
@@ -7,18 +9,64 @@ import csv
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 from substrax.support import optional, write_atomically
 
 from ._errors import FileLogBusyError
 
 
-__all__ = ["Appender", "csv_step", "drop_past", "hold_log", "jsonl_step"]
+__all__ = [
+    "NON_FINITE",
+    "Appender",
+    "csv_step",
+    "decode_number",
+    "drop_past",
+    "hold_log",
+    "json_ready",
+    "jsonl_step",
+    "strict_json",
+]
+
+#: How the file log writes the floats that strict JSON cannot hold.
+NON_FINITE = ("NaN", "Infinity", "-Infinity")
 
 _logger = logging.getLogger(__name__)
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` as JSON data (numbers, strings, bools, None, lists, dicts); anything else as ``str``.
+
+    Example:
+        >>> from substrax.tracking._log_files import json_ready
+        >>> json_ready({"lr": 1e-3, "layers": (2, 3), "act": print})
+        {'lr': 0.001, 'layers': [2, 3], 'act': '<built-in function print>'}
+    """
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int | float):  # a subclass (np.float64) becomes the builtin number
+        return float(value) if isinstance(value, float) else int(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [json_ready(v) for v in value]
+    if getattr(value, "size", None) == 1 and hasattr(value, "item"):
+        return json_ready(value.item())
+    return str(value)
+
+
+def strict_json(value: Any) -> Any:
+    """JSON data with every NaN or infinite float written as one of the strings of :data:`NON_FINITE`."""
+    return json.loads(json.dumps(value), parse_constant=str)
+
+
+def decode_number(value: Any) -> float:
+    """A value of the file log as a float: a number, or one of :data:`NON_FINITE` (else ValueError)."""
+    if (isinstance(value, int | float) and not isinstance(value, bool)) or value in NON_FINITE:
+        return float(value)
+    raise ValueError(f"{value!r} is neither a number nor one of {sorted(NON_FINITE)}")
 
 
 def jsonl_step(line: str) -> int | None:
@@ -63,7 +111,7 @@ def drop_past(path: Path, step: int, step_of: Callable[[str], int | None]) -> tu
         return 0, -1
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
-    lines = data[:end].decode("utf-8").splitlines(keepends=True)
+    lines = [line + "\n" for line in data[:end].decode("utf-8").split("\n")[:-1]]  # not \u2028
     steps = [step_of(line) for line in lines]
     kept = [line for line, at in zip(lines, steps, strict=True) if at is None or at <= step]
     dropped = len(lines) - len(kept) + (end < len(data))
@@ -124,8 +172,8 @@ class Appender:
         return self.fd
 
     def add(self, text: str) -> None:
-        """Add lines to write."""
-        self.waiting += text.encode("utf-8")
+        """Add lines to write (a lone surrogate, which UTF-8 cannot hold, written escaped)."""
+        self.waiting += text.encode("utf-8", "backslashreplace")
 
     @property
     def lines(self) -> int:

@@ -44,7 +44,7 @@ def refused_for_good(error: BaseException) -> bool:
     """Whether MLflow refused what it was sent, so that no retry can store it.
 
     MLflow's ``INVALID_PARAMETER_VALUE`` (a metric name it does not accept, a param logged again
-    with another value), or a value the client or its store cannot hold (a ``ValueError``,
+    with another value), a local file that is gone, a record that lacks a key, or a value the client or its store cannot hold (a ``ValueError``,
     ``TypeError`` or ``OverflowError``, raised or behind the error). A server that cannot be
     reached, does not answer, or answers something that is not JSON is retried.
 
@@ -57,6 +57,8 @@ def refused_for_good(error: BaseException) -> bool:
     """
     if getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE":
         return True
+    if isinstance(error, LookupError | FileNotFoundError | NotADirectoryError):
+        return True  # a payload that lacks a key, a local file gone: about the record
     if isinstance(error, ValueError | TypeError) and not isinstance(
         error, json.JSONDecodeError | UnicodeError
     ):

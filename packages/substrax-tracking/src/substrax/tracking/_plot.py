@@ -32,7 +32,8 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
     (cut short by a crash) is skipped.
 
     Raises:
-        FileLogValueError: a line is JSON but not a metric (a ``ValueError``).
+        FileLogValueError: a line is JSON but not a metric (a ``ValueError``), or is not UTF-8
+            text (but for a last line cut short).
 
     Example:
         >>> import tempfile, pathlib
@@ -44,8 +45,15 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
         {'loss': [(3, 0.5)]}
     """
     series: dict[str, list[tuple[int, float]]] = {}
-    with Path(path).open(encoding="utf-8") as file:
-        for number, line in enumerate(file):
+    with Path(path).open("rb") as file:
+        for number, raw in enumerate(file):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                if not raw.endswith(b"\n"):  # a last line cut short inside a character
+                    continue
+                reason = f"it is not UTF-8 text: {error.reason} at byte {error.start}"
+                raise FileLogValueError(Path(path), number + 1, reason) from None
             if not line.strip():
                 continue
             try:
@@ -58,8 +66,11 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
                 point = (number if step is None else int(step), decode_number(entry["value"]))
             except KeyError as error:
                 raise FileLogValueError(Path(path), number + 1, f"no {error} field") from None
-            except (AttributeError, TypeError, ValueError) as error:
+            except (AttributeError, TypeError, ValueError, OverflowError) as error:
                 raise FileLogValueError(Path(path), number + 1, str(error)) from None
+            if not isinstance(name, str):
+                reason = f"its name {name!r} is not a string"
+                raise FileLogValueError(Path(path), number + 1, reason)
             series.setdefault(name, []).append(point)
     return series
 

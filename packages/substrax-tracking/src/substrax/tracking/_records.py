@@ -17,7 +17,15 @@ from ._media import save_image
 from ._values import as_scalar, histogram_summary, prefetch, read_scalar
 
 
-__all__ = ["Record", "RecordKind", "Scalar", "as_record", "prefetch_scalars", "split_scalars"]
+__all__ = [
+    "Record",
+    "RecordKind",
+    "Scalar",
+    "as_record",
+    "on_host",
+    "prefetch_scalars",
+    "split_scalars",
+]
 
 # The metrics warned about as unreadable, for a record materialized without a set of its own.
 _WARNED: set[str] = set()
@@ -38,6 +46,25 @@ def prefetch_scalars(records: Iterable[Record]) -> None:
         for value in record.payload["values"].values()
         if is_device_array(value)
     )
+
+
+def on_host(items: Iterable[Record | Scalar]) -> bool:
+    """Whether no value of ``items`` is a jax array (writing them reads nothing from a device)."""
+    for item in items:
+        if not isinstance(item, Record):
+            values: Iterable[Any] = (item[1],)
+        elif item.materialized:
+            continue
+        else:
+            payload = item.payload
+            values = (
+                [*payload.get("values", {}).values()]
+                if item.kind == "scalars"
+                else [payload.get("values"), *payload.get("images", ())]
+            )
+        if any(is_device_array(value) for value in values):
+            return False
+    return True
 
 
 def as_record(item: Record | Scalar) -> Record:

@@ -14,14 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from substrax.support import check_int, check_seconds, is_device_array
+from substrax.support import check_int, check_seconds
 
 from ._background import AsyncDelivery
 from ._base import Logger, safe_name
 from ._errors import (
     LoggedTypeError,
     LoggerClosedError,
-    MetricOverflowError,
     ResumeWithoutRunIdError,
     UploadNotFoundError,
 )
@@ -88,20 +87,22 @@ def _register_exit_hooks() -> None:
 os.register_at_fork(after_in_child=_OPEN.clear)
 
 
-def _check_scalar(name: str, value: Any) -> None:
-    """Refuse what is not a number, without reading an on-device array (only its dtype and shape)."""
-    if is_device_array(value):
+def _check_scalar(name: str, value: Any, step: int) -> None:
+    """Refuse what is not a number, without reading an on-device array (only its dtype and shape).
+
+    Raises:
+        LoggedTypeError: naming ``name`` and ``step``.
+        MetricOverflowError: an int too large for a float.
+    """
+    try:
         unread_scalar(name, value)
+    except LoggedTypeError as error:
+        expected, got = error.expected, str(error).partition(", got ")[2]
+    except (TypeError, ValueError) as error:  # a one-element array of strings
+        expected, got = "a number", f"{type(value).__name__} ({error})"
+    else:
         return
-    if isinstance(value, bool | str | bytes) or value is None:
-        raise LoggedTypeError(
-            f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"
-        )
-    if type(value) is int:
-        try:
-            float(value)
-        except OverflowError:
-            raise MetricOverflowError(name, value) from None
+    raise LoggedTypeError(f"scalar {name!r}", value, expected, got=f"{got} (at step {step})")
 
 
 def check_resume(logger: str, resume_step: int | None, run_id: str | None) -> None:
@@ -207,12 +208,13 @@ class RemoteLogger(Logger):
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         for key, value in metrics.items():
-            _check_scalar(key, value)
+            if type(value) is not float:
+                _check_scalar(key, value, self._last_step if step is None else step)
         self._submit("scalars", step, {"values": dict(metrics)})
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
         if type(value) is not float:
-            _check_scalar(name, value)
+            _check_scalar(name, value, self._last_step if step is None else step)
         assert self._delivery is not None  # noqa: S101
         self._delivery.submit((name, value, self._step(step), time.time()))
 

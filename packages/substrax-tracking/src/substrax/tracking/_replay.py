@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from substrax.support import check_seconds
 
@@ -20,7 +20,8 @@ from ._records import Record, split_scalars
 from ._spool import Sink, SpoolFile, SpoolLine, build_sink, spool_line
 
 
-__all__ = ["ReplayResult", "describe_error", "problems", "replay_spool", "run_replay", "target_key"]
+__all__ = ["ReplayResult", "describe_error", "is_permanent", "problems", "replay_spool"]
+__all__ += ["run_replay", "target_key"]
 
 _logger = logging.getLogger(__name__)
 
@@ -29,14 +30,14 @@ type Failures = dict[str, tuple[Mapping[str, Any], BaseException]]  # by target_
 
 
 def target_key(target: Mapping[str, Any]) -> str:
-    """The key that groups spool lines by their target (``json.dumps`` with sorted keys).
+    """The key that groups spool lines by their run (``json.dumps``, sorted, without ``failed``).
 
     Example:
         >>> from substrax.tracking._replay import target_key
-        >>> target_key({"run": "r1", "backend": "mlflow"})
+        >>> target_key({"run": "r1", "backend": "mlflow", "failed": True})
         '{"backend": "mlflow", "run": "r1"}'
     """
-    return json.dumps(target, sort_keys=True)
+    return json.dumps({k: v for k, v in target.items() if k != "failed"}, sort_keys=True)
 
 
 def describe_error(error: BaseException) -> str:
@@ -118,6 +119,10 @@ class _Replay:
         self._only = only
         self._built: dict[str, Sink] = {}  # the sinks this replay made
         self._failures: Failures = {}
+        # the runs a line of marks failed (the logger's run was marked failed): they end so
+        self._failed = {
+            target_key(d["target"]) for d in self.data.values() if d["target"].get("failed") is True
+        }
         self._settled = False
         self._lock = threading.Lock()
 
@@ -134,6 +139,8 @@ class _Replay:
         for key, sink in self._built.items():
             if key not in failed:
                 try:
+                    if key in self._failed:
+                        cast("Any", sink).failed = True
                     sink.finish()
                 except Exception as error:
                     _logger.warning("could not finish the replayed run %s: %s", key, error)
@@ -171,7 +178,7 @@ class _Replay:
         try:
             sink.deliver([Record.from_json(self.data[i]["record"]) for i in chunk])
         except Exception as error:
-            if not _is_permanent(sink, error):
+            if not is_permanent(sink, error):
                 raise
             if len(chunk) == 1:
                 self._refuse(sink, chunk[0], describe_error(error))
@@ -190,7 +197,7 @@ class _Replay:
             try:
                 sink.deliver([part])
             except Exception as failure:
-                if not _is_permanent(sink, failure):
+                if not is_permanent(sink, failure):
                     raise
                 refused.append((part.to_json(), describe_error(failure)))
         if len(refused) == len(parts):  # all of it (or a record of one part): the line as it is
@@ -228,7 +235,19 @@ class _Replay:
             return dict(self._failures)
 
 
-def _is_permanent(sink: Sink, error: BaseException) -> bool:
+def refused_record(error: BaseException) -> bool:
+    """Whether ``error`` is about the record sent, not the backend: no retry can deliver it.
+
+    A local file the record names that is gone (``FileNotFoundError``, ``NotADirectoryError``)
+    or a payload that lacks a key (a ``LookupError``: a damaged or unserializable record).
+    """
+    return isinstance(error, LookupError | FileNotFoundError | NotADirectoryError)
+
+
+def is_permanent(sink: Sink, error: BaseException) -> bool:
+    """Whether ``sink`` refused what it was sent for good (:func:`refused_record`, or its own say)."""
+    if refused_record(error):
+        return True
     try:
         return bool(sink.is_permanent(error))
     except Exception:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -11,19 +13,31 @@ from typing import Any
 
 from ._errors import SpoolNotFoundError
 from ._records import Record, prefetch_scalars, split_scalars
-from ._replay import ReplayResult, run_replay, target_key
+from ._replay import ReplayResult, is_permanent, run_replay, target_key
 from ._spool import Sink
 from ._spool_writer import Backoff, SpoolWriter, describe
 
 
-__all__ = ["Sender"]
+__all__ = ["Sender", "lower_priority"]
 
 _logger = logging.getLogger(__name__)
 
 _BATCHABLE = frozenset({"scalars", "hyperparams"})
 _PROBE_LINES = 1000  # spool lines a retry sends before it reads the whole spool
+_NICE = 10  # how much lower the worker's CPU priority is than the training threads'
 
 type _Replayed = tuple[ReplayResult, dict[str, tuple[Mapping[str, Any], BaseException]]]
+
+
+def lower_priority() -> None:
+    """Lower the calling thread's CPU priority (on Linux, where each thread has its own)."""
+    if sys.platform.startswith("linux"):
+        thread = threading.get_native_id()
+        try:
+            nice = os.getpriority(os.PRIO_PROCESS, thread)
+            os.setpriority(os.PRIO_PROCESS, thread, min(nice + _NICE, 19))  # 19: the lowest
+        except OSError as error:  # a sandbox that forbids it
+            _logger.debug("could not lower the delivery thread's priority: %s", error)
 
 
 class Sender:
@@ -201,10 +215,7 @@ class Sender:
         return max(0, singles - 1)
 
     def _is_permanent(self, error: Exception) -> bool:
-        try:
-            return bool(self.sink.is_permanent(error))
-        except Exception:
-            return False
+        return is_permanent(self.sink, error)
 
     def _on_failure(self, error: BaseException) -> None:
         self.failures += 1

@@ -8,6 +8,7 @@ import dataclasses
 import fcntl
 import importlib
 import json
+import logging
 import os
 import stat
 import time
@@ -22,12 +23,16 @@ from ._errors import (
     NotASpoolError,
     SpoolBusyError,
     SpoolNotFoundError,
+    StoreDirectoryMissingError,
     UnknownBackendError,
 )
 from ._records import Record
+from ._store_lock import sqlite_path
 
 
 __all__ = ["Sink", "SpoolFile", "SpoolLine", "build_sink", "register_sink_factory", "spool_line"]
+
+_logger = logging.getLogger(__name__)
 
 
 class Sink(Protocol):
@@ -58,6 +63,7 @@ def build_sink(target: Mapping[str, Any]) -> Sink:
 
     Raises:
         UnknownBackendError: no backend of that name is known (a ``ValueError``).
+        StoreDirectoryMissingError: the target is a sqlite store in a directory that is gone.
         NotARecordError: the target lacks a field its backend needs (a damaged line).
     """
     backend = target.get("backend")
@@ -66,6 +72,9 @@ def build_sink(target: Mapping[str, Any]) -> Sink:
             importlib.import_module(module, __package__)
     if backend not in _FACTORIES:
         raise UnknownBackendError(backend, sorted(_FACTORIES))
+    uri = target.get("tracking_uri")
+    if isinstance(uri, str) and (db := sqlite_path(uri)) is not None and not db.parent.is_dir():
+        raise StoreDirectoryMissingError(uri, db.parent)
     try:
         return _FACTORIES[backend](target)
     except KeyError as error:
@@ -279,7 +288,10 @@ class SpoolFile:
                 self.lock_path.unlink(missing_ok=True)
 
     def restore_refused(self) -> int:
-        """Move the records of ``<spool>.refused`` back into the spool, without their errors."""
+        """Move the records of ``<spool>.refused`` back into the spool, without their errors.
+
+        A line that is not a record goes to ``<spool>.bad`` (with a warning), never dropped.
+        """
         if not self.refused_path.is_file():
             return 0
         with self._flock(self.lock_path):
@@ -288,11 +300,23 @@ class SpoolFile:
             except FileNotFoundError:
                 return 0
             lines: list[str] = []
-            for text in data.splitlines():
-                with contextlib.suppress(ValueError, KeyError, TypeError):
+            bad: list[str] = []
+            for text in filter(str.strip, data.splitlines()):
+                try:
                     line = _parse_line(text)
-                    line.pop("error", None)
-                    lines.append(json.dumps(line))
+                except (ValueError, KeyError, TypeError):
+                    bad.append(text)
+                    continue
+                line.pop("error", None)
+                lines.append(json.dumps(line))
+            if bad:
+                _append_lines(self.bad_path, bad)
+                _logger.warning(
+                    "%d lines of %s are not records; they are moved to %s",
+                    len(bad),
+                    self.refused_path,
+                    self.bad_path,
+                )
             _append_lines(self.path, lines)
             self.refused_path.unlink()
         return len(lines)

@@ -163,6 +163,12 @@ class SpoolWriter:
             return False
         return True
 
+    def write_failed_mark(self) -> None:
+        """Append a record of no values whose target says the run failed, for its replay to end it so."""
+        self.target = {**self.target, "failed": True}
+        mark = Record(kind="scalars", step=None, time=time.time(), payload={"values": {}})
+        self.write_last([mark])
+
     def write_refused_last(self) -> None:
         """Write the refused records that wait, at close (see :meth:`write_last`)."""
         for record, error in self.waiting:

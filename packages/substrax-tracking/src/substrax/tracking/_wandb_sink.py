@@ -118,8 +118,18 @@ class WandbSink:
             elif row := _history_row(record.kind, record.payload):
                 run.log(row, step=record.step)
 
+    @property
+    def failed(self) -> bool:
+        """Whether the run ends failed (a non-zero exit code); set True: exit code 1."""
+        return bool(self.exit_code)
+
+    @failed.setter
+    def failed(self, failed: bool) -> None:
+        if failed != self.failed:
+            self.exit_code = 1 if failed else None
+
     def is_permanent(self, error: BaseException) -> bool:
-        return isinstance(error, TypeError | ValueError)
+        return isinstance(error, TypeError | ValueError | LookupError | FileNotFoundError)
 
     def finish(self) -> None:
         if self.run is not None:
