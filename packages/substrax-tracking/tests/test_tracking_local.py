@@ -618,3 +618,14 @@ def test_a_histogram_of_values_that_are_not_numbers_is_refused_naming_it(tmp_pat
     for logger in (ConsoleLogger("c", stream=io.StringIO()), FileLogger("f", tmp_path)):
         with logger, pytest.raises(LoggedTypeError, match="histogram 'weights' must be"):
             logger.log_histogram("weights", ["a"], step=1)
+
+
+def test_a_one_element_array_is_logged_as_its_number(tmp_path):
+    # numpy 2.5 refuses float() of a 1-d array; the logger reads its one element
+    from substrax.tracking import LoggedTypeError
+
+    with FileLogger("one", tmp_path) as logger:
+        logger.log_scalars({"a": np.array([1.5]), "b": np.zeros((1, 1))}, step=0)
+        with pytest.raises(LoggedTypeError, match="'c' must be a number"):
+            logger.log_scalar("c", np.array(["x"]), step=1)
+    assert read_scalars(tmp_path / "one.metrics.jsonl") == {"a": [(0, 1.5)], "b": [(0, 0.0)]}

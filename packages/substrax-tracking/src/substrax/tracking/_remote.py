@@ -98,8 +98,6 @@ def _check_scalar(name: str, value: Any, step: int) -> None:
         unread_scalar(name, value)
     except LoggedTypeError as error:
         expected, got = error.expected, str(error).partition(", got ")[2]
-    except (TypeError, ValueError) as error:  # a one-element array of strings
-        expected, got = "a number", f"{type(value).__name__} ({error})"
     else:
         return
     raise LoggedTypeError(f"scalar {name!r}", value, expected, got=f"{got} (at step {step})")

@@ -55,10 +55,14 @@ def as_scalar(name: str, value: Any) -> float:
         )
     size = getattr(value, "size", None)
     if isinstance(value, numbers.Real) or size == 1:
-        try:
-            return float(value)
+        try:  # numpy refuses float() of a 1-d array: its one element, through item()
+            return float(value.item() if size == 1 and getattr(value, "ndim", 0) else value)
         except OverflowError:
             raise MetricOverflowError(name, value) from None
+        except (TypeError, ValueError):  # one string, one object
+            raise LoggedTypeError(
+                f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"
+            ) from None
     raise LoggedTypeError(
         f"scalar {name!r}",
         value,
