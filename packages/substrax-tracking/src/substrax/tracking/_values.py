@@ -55,8 +55,9 @@ def as_scalar(name: str, value: Any) -> float:
         )
     size = getattr(value, "size", None)
     if isinstance(value, numbers.Real) or size == 1:
-        try:  # numpy refuses float() of a 1-d array: its one element, through item()
-            return float(value.item() if size == 1 and getattr(value, "ndim", 0) else value)
+        try:
+            array: Any = value  # a 1-d array of one element: float() refuses it, item() does not
+            return float(array.item() if size == 1 and getattr(array, "ndim", 0) else array)
         except OverflowError:
             raise MetricOverflowError(name, value) from None
         except (TypeError, ValueError):  # one string, one object
