@@ -43,7 +43,11 @@ if TYPE_CHECKING:
         DistributedInfo as DistributedInfo,
         initialize_distributed as initialize_distributed,
     )
-    from ._jax_client import distributed_state as distributed_state
+    from ._jax_client import (
+        array_read_code as array_read_code,
+        distributed_state as distributed_state,
+        top_level_check as top_level_check,
+    )
     from ._launchers import (
         DEFAULT_COORDINATOR_PORT as DEFAULT_COORDINATOR_PORT,
         LaunchSettings as LaunchSettings,
@@ -58,7 +62,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "DistributedInfo": "_distributed",
     "initialize_distributed": "_distributed",
-    "distributed_state": "_jax_client",
+    **dict.fromkeys(("array_read_code", "distributed_state", "top_level_check"), "_jax_client"),
     "DEFAULT_COORDINATOR_PORT": "_launchers",
     "LaunchSettings": "_launchers",
     "launch_from_environment": "_launchers",
@@ -80,6 +84,7 @@ __all__ = [
     "RuntimeConfigurationError",
     "XlaFlagConflictError",
     "apply_runtime",
+    "array_read_code",
     "child_environment",
     "configure_entry_point_logging",
     "default_compilation_cache_dir",
@@ -91,6 +96,7 @@ __all__ = [
     "parse_xla_flags",
     "resolve_test_runtime",
     "runtime_environment",
+    "top_level_check",
 ]
 
 lazy_exports(__name__, _LAZY, __all__)

@@ -12,7 +12,6 @@ compile event for compilations. Importing this module imports no jax; entering
 """
 
 import dataclasses
-import inspect
 import sys
 import threading
 from collections import Counter
@@ -352,13 +351,6 @@ def _frame(depth: int) -> FrameType:
     return sys._getframe(depth + 1)  # pyright: ignore[reportPrivateUsage] - no public equivalent
 
 
-def _value_code() -> CodeType:
-    from jax._src.array import ArrayImpl  # noqa: PLC0415 - no public path for the host read
-
-    getter = inspect.unwrap(ArrayImpl._value.fget)  # pyright: ignore[reportPrivateUsage, reportOptionalMemberAccess, reportAttributeAccessIssue, reportArgumentType]
-    return getter.__code__
-
-
 def _weights(
     weights: Mapping[str, int | WeightFn] | None,
 ) -> tuple[dict[str, int], dict[str, WeightFn]]:
@@ -398,18 +390,20 @@ class _Hooks:
 def _hooks(recorder: _Recorder) -> _Hooks:
     """The callbacks that feed ``recorder``: sys.monitoring's and jax's compile listener."""
     import jax  # noqa: PLC0415 - importing this module imports no jax
-    from jax._src import core  # noqa: PLC0415 - no public test for "not tracing"
+
+    from substrax.runtime import array_read_code, top_level_check  # noqa: PLC0415 - imports jax
 
     chosen = recorder.weights
     dispatchers = (type(jax.jit(lambda: None)), jax.stages.Compiled)
     readers = frozenset(map(id, _numpy_readers()))
-    value_code, put_code = _value_code(), jax.device_put.__code__
+    value_code, put_code = array_read_code(), jax.device_put.__code__
+    is_top_level = top_level_check()
 
     def on_call(code: CodeType, offset: int, callee: object, arg0: object) -> None:
         del code, offset
         recorder.pending = None
         if isinstance(callee, dispatchers):
-            if chosen[DISPATCH] and core.trace_ctx.is_top_level():
+            if chosen[DISPATCH] and is_top_level():
                 recorder.record(DISPATCH, _frame(1), chosen[DISPATCH])  # the calling frame
         elif id(callee) in readers and getattr(arg0, "_npy_value", False) is None:
             # NumPy reads a CPU array through the buffer protocol, out of Python's sight; on
@@ -428,7 +422,7 @@ def _hooks(recorder: _Recorder) -> _Hooks:
                 recorder.pending = None
             elif array._npy_value is None:  # not read before: a transfer
                 recorder.record(DEVICE_TO_HOST, frame, chosen[DEVICE_TO_HOST])
-        elif code is put_code and chosen[HOST_TO_DEVICE] and core.trace_ctx.is_top_level():
+        elif code is put_code and chosen[HOST_TO_DEVICE] and is_top_level():
             leaves = jax.tree.leaves(frame.f_locals["x"])
             hosted = sum(not isinstance(leaf, jax.Array) for leaf in leaves)
             if hosted:
