@@ -3,13 +3,17 @@
 - jax's distributed coordination client: jax starts it in ``jax.distributed.initialize`` for its
   own barriers; substrax needs it for agreement between processes (the checkpoint store's
   decisions, the preemption vote) and to watch peers.
-- whether jax is tracing: the testing part's call counting tells a real dispatch or transfer
-  from a call made while tracing; ``jax.core`` exports no such test.
-- the code of a jax array's host read: the call counting counts reads that transfer, not cached
-  ones; no public hook reports them.
+- a jax array's host read: the testing part's call counting counts reads of an array's value
+  on the host. No public hook reports one: ``jax.transfer_guard_device_to_host`` only logs
+  (from C++, without the Python caller) or raises, and never fires on CPU, whose reads copy
+  nothing; so the counting watches the property every read runs (``np.asarray``, ``float``,
+  ``tolist``, printing) and asks whether the array's host copy is cached.
 
-When jax moves one of these, one import breaks, loudly, here (``test_runtime_distributed`` and
-the testing part's call-counting tests call each).
+Whether jax is tracing is also asked here, through public API (``jax.extend.core``, jax's
+extension API, which may change faster than jax's own).
+
+When jax moves one of these, a call here breaks, loudly (``test_runtime_jax_client`` calls each;
+``test_runtime_distributed`` and the testing part's call-counting tests use them).
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ def distributed_state() -> Any:  # noqa: ANN401  (jax's private GlobalState)
 def top_level_check() -> Callable[[], bool]:
     """A function telling whether jax is outside every trace (a call dispatches for real).
 
+    It compares jax's current trace state with the top-level one (public API: jax's
+    ``eval_context`` and ``jax.extend.core.get_opaque_trace_state``), on the calling thread.
+
     Example:
         >>> import jax
         >>> from substrax.runtime import top_level_check
@@ -44,9 +51,16 @@ def top_level_check() -> Callable[[], bool]:
         >>> is_top_level(), inside
         (True, [False])
     """
-    from jax._src import core  # noqa: PLC0415 - no public test for "not tracing" (jax 0.12)
+    from jax.core import eval_context  # noqa: PLC0415 - importing this module imports no jax
+    from jax.extend.core import get_opaque_trace_state  # noqa: PLC0415
 
-    return core.trace_ctx.is_top_level
+    with eval_context():
+        top = get_opaque_trace_state()
+
+    def is_top_level() -> bool:
+        return get_opaque_trace_state() == top
+
+    return is_top_level
 
 
 def array_read_code() -> CodeType:
@@ -61,3 +75,27 @@ def array_read_code() -> CodeType:
 
     getter: Any = inspect.unwrap(ArrayImpl._value.fget)  # pyright: ignore[reportPrivateUsage, reportOptionalMemberAccess, reportAttributeAccessIssue, reportArgumentType, reportUnknownArgumentType]
     return getter.__code__
+
+
+def uncached_read_check() -> Callable[[object], bool]:
+    """A function telling whether reading a value on the host reads a jax array's buffer.
+
+    True for a jax array with no cached host copy (on CPU, always: its reads copy nothing, so
+    jax caches none); False for a cached one and for anything else.
+
+    Example:
+        >>> import jax.numpy as jnp, numpy as np
+        >>> from substrax.runtime._jax_client import uncached_read_check
+        >>> uncached = uncached_read_check()
+        >>> uncached(jnp.ones(2)), uncached(np.ones(2))
+        (True, False)
+    """
+    from jax._src.array import ArrayImpl  # noqa: PLC0415 - no public path for the host cache
+
+    # a jax that renamed its host cache fails here, when counting starts, not by counting nothing
+    _ = ArrayImpl._npy_value  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue, reportUnknownMemberType]
+
+    def uncached(value: object) -> bool:
+        return isinstance(value, ArrayImpl) and value._npy_value is None  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue, reportUnknownMemberType]
+
+    return uncached

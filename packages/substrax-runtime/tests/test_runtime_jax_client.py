@@ -1,0 +1,69 @@
+"""Each reach into jax that _jax_client holds still finds what it reads: it fails here when jax moves it."""
+
+import sys
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from substrax.runtime import array_read_code, distributed_state, top_level_check
+from substrax.runtime._jax_client import uncached_read_check
+
+
+def test_the_distributed_state_has_no_client_in_one_process():
+    assert distributed_state().client is None
+
+
+def test_the_top_level_check_is_false_inside_every_trace():
+    is_top_level, seen = top_level_check(), []
+
+    def record(x):
+        seen.append(is_top_level())
+        return x
+
+    jax.jit(record)(1.0)
+    jax.vmap(record)(jnp.ones(2))
+    jax.grad(record)(1.0)
+    jax.eval_shape(record, jnp.ones(3))  # a new shape: traced anew
+    assert (is_top_level(), seen) == (True, [False, False, False, False])
+
+
+def test_the_top_level_check_holds_on_another_thread():
+    is_top_level, seen = top_level_check(), []
+    worker = threading.Thread(target=lambda: seen.append(is_top_level()))
+    worker.start()
+    worker.join()
+    assert seen == [True]
+
+
+def _codes_run(read):
+    codes = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            codes.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        read()
+    finally:
+        sys.setprofile(None)
+    return codes
+
+
+def test_every_host_read_runs_the_read_code():
+    code = array_read_code()  # np.asarray too, but on CPU it reads the buffer, not this code
+    for read in (float, lambda x: x.tolist(), str, jax.device_get):
+        x = jnp.ones(()) + 1  # a fresh array: nothing cached
+        assert code in _codes_run(lambda: read(x)), read  # noqa: B023 - called at once
+
+
+def test_a_fresh_array_is_uncached_and_host_values_never_are():
+    uncached = uncached_read_check()
+    x = jnp.arange(3.0) * 2
+    assert uncached(x)
+    assert not any(map(uncached, (np.ones(2), 1.0, [x], None)))
+    np.asarray(x)
+    if x.devices().pop().platform != "cpu":  # CPU reads copy nothing, so nothing is cached
+        assert not uncached(x)

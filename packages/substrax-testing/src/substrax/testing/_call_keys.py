@@ -1,0 +1,149 @@
+"""Who made a counted call: ``by_package`` keys, and ``started`` weights for functions of your own.
+
+Both look at Python frames only (a frame's module and its code's qualified name); importing this
+module imports no jax.
+"""
+
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Final
+
+
+DEFAULT_EXCLUDED: Final = (
+    "jax",
+    "jaxlib",
+    "numpy",
+    "threading",
+    "queue",
+    "contextlib",
+    "functools",
+)
+"""Packages ``by_package`` looks through to find the code that made a call."""
+
+type Keys = Callable[[FrameType], str]
+"""Maps the frame a call was made in (the innermost one) to the key it is counted under."""
+
+type WeightFn = Callable[[FrameType], int]
+"""Counts started Python functions: given the frame of each function started in the block, how
+many to count under its kind (0: not counted)."""
+
+
+def _module_of(frame: FrameType) -> str:
+    name = frame.f_globals.get("__name__")
+    return name if isinstance(name, str) else "?"
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _function_of(frame: FrameType) -> str:
+    """The dotted name of the function a frame runs: ``module.qualname``."""
+    return f"{_module_of(frame)}.{frame.f_code.co_qualname}"
+
+
+def _check_names(what: str, names: Sequence[str]) -> tuple[str, ...]:
+    for name in names:
+        if not isinstance(name, str) or not name:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(
+                f"{what} must be non-empty dotted names, like 'substrax.spmd', not {name!r}"
+            )
+    return tuple(names)
+
+
+def by_package(
+    *packages: str,
+    named: Sequence[str] = (),
+    excluded: Sequence[str] = DEFAULT_EXCLUDED,
+    other: str = "other",
+) -> Keys:
+    """Build a keys function that names the package (or function) whose code made each call.
+
+    The stack is walked outward from the call. A frame running one of the ``named`` functions
+    (``"module.qualname"``) is counted under that name. With ``packages``, the key is the most
+    specific listed package that the first matching frame's module belongs to
+    (``"substrax.spmd"`` for code in ``substrax.spmd._train_step``), and ``other`` when no frame
+    matches. Without ``packages``, the key is the top-level package of the first frame outside
+    ``excluded``. For a started-function kind (a weight function), the walk begins at the
+    started function's own frame.
+
+    Args:
+        *packages: Dotted package or module names to attribute calls to.
+        named: Dotted function names (``"mylib.train.step"``) counted under their own name.
+        excluded: Packages looked through (jax's own code, say) when no ``packages`` are given.
+        other: The key of a call made by none of ``packages``.
+
+    Returns:
+        A keys function for :func:`counted_calls`.
+
+    Raises:
+        ValueError: A package or function name is empty.
+
+    Example:
+        >>> import sys
+        >>> from substrax.testing import by_package
+        >>> frame = eval("sys._getframe()", {"__name__": "mylib.train", "sys": sys})
+        >>> by_package("mylib", "mylib.train")(frame), by_package("mylib")(frame)
+        ('mylib.train', 'mylib')
+        >>> by_package("json")(frame), by_package("mylib", named=("mylib.train.<module>",))(frame)
+        ('other', 'mylib.train.<module>')
+    """
+    _check_names("packages", (*packages, *excluded))
+    functions = frozenset(_check_names("named", named))
+    listed = sorted(packages, key=len, reverse=True)  # the most specific first
+
+    def keys(frame: FrameType) -> str:
+        current: FrameType | None = frame
+        while current is not None:
+            if functions and (function := _function_of(current)) in functions:
+                return function
+            module = _module_of(current)
+            if listed:
+                for package in listed:
+                    if _within(module, package):
+                        return package
+            elif not any(_within(module, skipped) for skipped in excluded):
+                return module.partition(".")[0]
+            current = current.f_back
+        return other
+
+    return keys
+
+
+def started(*names: str) -> WeightFn:
+    """A weight function counting the starts of the named functions, or of any in a package.
+
+    Give it to :func:`counted_calls` as the weight of a kind of your own: each Python function
+    started in the block (called, or resumed as a generator) whose dotted name
+    (``"module.qualname"``) is one of ``names``, or whose module is within one of them, counts
+    once under that kind.
+
+    Args:
+        *names: Dotted function, module or package names.
+
+    Returns:
+        The weight function.
+
+    Raises:
+        ValueError: No name, or an empty one.
+
+    Example:
+        >>> import json
+        >>> from substrax.testing import by_package, counted_calls, started
+        >>> keys = by_package("json", named=("json.dumps",))
+        >>> with counted_calls(keys, weights={"calls": started("json")}) as calls:
+        ...     text = json.dumps([1])
+        >>> calls.packages("calls")["json.dumps"]
+        1
+    """
+    if not names:
+        raise ValueError("started() needs at least one function or package name, like 'mylib'")
+    chosen = _check_names("names", names)
+
+    def weight(frame: FrameType) -> int:
+        module = _module_of(frame)
+        if any(_within(module, name) for name in chosen):
+            return 1
+        return int(_function_of(frame) in chosen)
+
+    return weight
