@@ -34,15 +34,8 @@ class Mlp(nnx.Module):
         return self.out(self.dropout(jnp.tanh(self.hidden(x))))
 
 
-@jax.custom_jvp
-def wrong_square(x):
-    return x * x
-
-
-@wrong_square.defjvp
-def _wrong_square_jvp(primals, tangents):
-    (x,), (t,) = primals, tangents
-    return x * x, 3.0 * x * t  # the true derivative is 2x
+wrong_square = jax.custom_jvp(lambda x: x * x)
+wrong_square.defjvps(lambda t, _, x: 3.0 * x * t)  # the true derivative is 2x
 
 
 class Scaled(nnx.Module):
@@ -78,17 +71,65 @@ def test_a_wrong_derivative_names_the_worst_leaf():
     with pytest.raises(GradientMismatchError) as info:
         check_parameter_gradients(model, lambda m: m(x).sum())
     worst = info.value.worst
-    assert worst.path == "scale"
+    assert (worst.path, worst.dtype) == ("scale", "float32")
     assert worst.index == (1,)  # the larger scale, the larger error
     assert worst.numeric == pytest.approx(2 * 1.5 * float(model.linear(x)[:, 1].sum()), rel=1e-4)
-    assert worst.analytic == pytest.approx(1.5 * worst.numeric, rel=1e-4)
+    assert worst.analytic == pytest.approx(1.5 * worst.numeric, rel=1e-4)  # 3 s against 2 s
     assert worst.failing == worst.checked == 2
+    assert worst.max_rel_error == pytest.approx(0.5, rel=1e-4)
+    assert worst.tolerance == GRADIENT_TOLERANCES["float32"]
     assert {(leaf.path, leaf.mode) for leaf in info.value.leaves if leaf.failing} == {
         ("scale", "rev"),
         ("scale", "fwd"),
     }
     assert {leaf.path for leaf in info.value.leaves} == {"linear/bias", "linear/kernel", "scale"}
-    assert "worst leaf scale[1] (" in str(info.value)
+    passed = [leaf for leaf in info.value.leaves if not leaf.failing]
+    assert all(np.isnan(leaf.analytic) and leaf.index == () for leaf in passed)  # not localized
+    assert passed[0].describe() == (
+        "linear/bias (rev, float32): 2 checked elements within tolerance along a random "
+        "direction (rtol 0.002, atol 1e-05, step 0.001)"
+    )
+    message = str(info.value)
+    assert "worst leaf scale[1] (" in message
+    assert f"scale[1] ({worst.mode}, float32): analytic {worst.analytic:.6g}, numeric" in message
+    assert (
+        "2 of 2 checked elements out of tolerance (rtol 0.002, atol 1e-05, step 0.001)" in message
+    )
+    assert "1 other leaf check(s) failed too" in message
+    assert isinstance(info.value.__cause__, AssertionError)  # check_grads', with its numbers
+    assert "ACTUAL" in str(info.value.__cause__)
+
+
+MASK = np.zeros((3, 2), np.float32)
+MASK[2, 1] = 1.0
+
+
+wrong_at_one_element = jax.custom_jvp(lambda w: w * w)
+wrong_at_one_element.defjvps(lambda t, _, w: (2.0 + MASK) * w * t)  # 3 w, not 2 w, at [2, 1]
+
+
+class Plain(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.arange(1.0, 7.0, dtype=jnp.float32).reshape(3, 2) / 4)
+
+    def __call__(self):
+        return wrong_at_one_element(self.w[...]).sum()
+
+
+@pytest.mark.parametrize("modes", [("rev",), ("fwd",), ("rev", "fwd")])
+def test_a_failure_names_the_one_wrong_element(modes):
+    with pytest.raises(GradientMismatchError, match=r"worst leaf w\[2, 1\] \((rev|fwd), float32\)"):
+        check_parameter_gradients(Plain(), lambda m: m(), modes=modes)
+    with pytest.raises(GradientMismatchError) as info:
+        check_parameter_gradients(Plain(), lambda m: m(), modes=modes)
+    worst = info.value.worst
+    assert (worst.index, worst.checked, worst.failing) == ((2, 1), 6, 1)
+    assert worst.numeric == pytest.approx(2 * 1.5, rel=1e-5)  # d(w^2)/dw at w = 6/4
+    assert worst.analytic == pytest.approx(3 * 1.5, rel=1e-6)
+    assert worst.max_abs_error == pytest.approx(1.5, rel=1e-5)
+    assert [leaf.failing for leaf in info.value.leaves] == [1] * len(modes)
+    assert "1 of 6 checked elements out of tolerance" in str(info.value)
+    assert isinstance(info.value.__cause__, AssertionError)
 
 
 def test_the_wrong_leaf_is_left_out_with_a_filter():
@@ -161,6 +202,15 @@ def test_only_a_sample_of_a_large_leaf_is_checked():
         check_parameter_gradients(model, lambda m: wrong_square(m.kernel[...]).sum(), samples=5)
     kernel = [leaf for leaf in info.value.leaves if leaf.path == "kernel"]
     assert [(leaf.checked, leaf.failing) for leaf in kernel] == [(5, 5), (5, 5)]
+    worst = info.value.worst
+    assert worst.path == "kernel"
+    assert len(worst.index) == 2
+    assert worst.analytic == pytest.approx(1.5 * worst.numeric, rel=1e-3)
+    assert worst.numeric == pytest.approx(2 * float(model.kernel[worst.index]), rel=1e-3)
+
+
+def _params(**options):
+    return lambda m, x: check_parameter_gradients(m, lambda m: m(x).sum(), **options)
 
 
 @pytest.mark.parametrize(
@@ -170,17 +220,21 @@ def test_only_a_sample_of_a_large_leaf_is_checked():
         (
             lambda m, _: check_input_gradients(m, lambda m, v: m(v).sum(), jnp.arange(3)),
             TypeError,
-            "floating",
+            "floating arrays only; input is int32",
         ),
+        (_params(modes=("bwd",)), ValueError, r"modes must .* not \('bwd',\)"),
+        (_params(modes="rev"), ValueError, "modes must be a non-empty sequence .* not 'rev'"),
+        (_params(modes=()), ValueError, r"not \(\)"),
+        (_params(samples=0), ValueError, "samples=0 must be an integer >= 1"),
+        (_params(samples=2.5), TypeError, "samples=2.5 must be an integer"),
+        (_params(seed=-1), ValueError, "seed=-1 must be an integer >= 0"),
+        (_params(tolerance={"rtol": 1.0}), TypeError, "tolerance must be a GradientTolerance"),
         (
-            lambda m, x: check_parameter_gradients(m, lambda m: m(x).sum(), modes=("bwd",)),
+            lambda m, x: check_input_gradients(
+                m, lambda m, v: m(v.astype(jnp.float32)).sum(), x.astype(jnp.float8_e4m3fn)
+            ),
             ValueError,
-            "modes",
-        ),
-        (
-            lambda m, x: check_parameter_gradients(m, lambda m: m(x).sum(), samples=0),
-            ValueError,
-            "samples",
+            "no default gradient tolerance for float8_e4m3fn",
         ),
     ],
 )
@@ -194,43 +248,7 @@ def test_tolerance_values_are_validated():
         GradientTolerance(step=0.0, rtol=1e-3, atol=1e-5)
 
 
-class Affine(nnx.Module):
-    """A plain float32 module: raw nnx.Param arrays, no nnx layer."""
-
-    def __init__(self):
-        self.w = nnx.Param(jnp.arange(6.0, dtype=jnp.float32).reshape(3, 2) / 10)
-        self.b = nnx.Param(jnp.array([0.5, -0.5], dtype=jnp.float32))
-
-    def __call__(self, x):
-        return x @ self.w + self.b
-
-
-@pytest.mark.parametrize("make", [Affine, lambda: nnx.Linear(3, 2, rngs=nnx.Rngs(0))])
-def test_a_sum_of_squares_has_its_closed_form_gradients(make):
-    model, x = make(), _inputs()
-    params = nnx.state(model, nnx.Param)
-    w_name, b_name = ("w", "b") if isinstance(model, Affine) else ("kernel", "bias")
-    w, b = np.asarray(params[w_name][...], np.float64), np.asarray(params[b_name][...], np.float64)
-    xs = np.asarray(x, np.float64)
-    residual = xs @ w + b  # loss = sum((x w + b)^2): dL/dw = 2 x^T r, dL/db = 2 sum_rows r
-    grads = check_parameter_gradients(model, lambda m: jnp.sum(jnp.square(m(x))))
-    np.testing.assert_allclose(grads[w_name][...], 2 * xs.T @ residual, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(grads[b_name][...], 2 * residual.sum(0), rtol=1e-5, atol=1e-5)
-    grad_x = check_input_gradients(model, lambda m, v: jnp.sum(jnp.square(m(v))), x)
-    np.testing.assert_allclose(grad_x, 2 * residual @ w.T, rtol=1e-5, atol=1e-5)
-
-
-def test_a_quadratic_form_has_its_closed_form_gradient_in_both_modes():
-    a = np.array([[2.0, 0.5, 0.0], [0.5, 1.0, -0.25], [0.0, -0.25, 3.0]], np.float32)
-
-    class Quadratic(nnx.Module):
-        def __init__(self):
-            self.v = nnx.Param(jnp.array([1.0, -2.0, 0.5], jnp.float32))
-
-        def __call__(self):
-            return 0.5 * self.v[...] @ a @ self.v[...]
-
-    model = Quadratic()
-    grads = check_parameter_gradients(model, lambda m: m(), modes=("fwd", "rev"))
-    expected = a.astype(np.float64) @ np.array([1.0, -2.0, 0.5])  # d(v^T A v / 2)/dv = A v
-    np.testing.assert_allclose(grads["v"][...], expected, rtol=1e-6)
+def test_a_loss_that_is_not_finite_is_refused():
+    model, x = nnx.Linear(3, 2, rngs=nnx.Rngs(7)), _inputs()
+    with pytest.raises(ValueError, match="the loss is nan; finite differences need it finite"):
+        check_parameter_gradients(model, lambda m: jnp.log(-jnp.abs(m(x).sum())))

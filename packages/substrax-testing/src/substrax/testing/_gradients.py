@@ -1,16 +1,15 @@
-"""Check an nnx model's gradients against central finite differences, with per-dtype tolerances.
+"""Check an nnx model's gradients with ``jax.test_util.check_grads``, one leaf at a time.
 
-The gradients jax computes for the model as given (its own dtype) are compared, element by
-element on a sample of each leaf, with central differences of the loss computed on a float64
-copy (inside ``jax.enable_x64(True)``, which is thread-local). Reverse mode (``jax.grad``) and
-forward mode (``jax.jvp``) are both checked by default. A failure names the worst leaf, by path,
-with its element, both values and the errors. Importing this module imports no jax or flax.
+The loss becomes a function of a sample of one leaf's elements: its value is computed on a float64
+copy (in ``jax.enable_x64(True)``, thread-local), its derivative (a custom rule) is jax's on the
+leaves as given (``jax.jvp`` for ``"fwd"``, ``jax.grad`` for ``"rev"``) at the point checked. A
+failure is localized element by element (``_gradient_elements``): a :class:`GradientMismatchError`
+names the worst leaf, mode and element, caused by ``check_grads``'. Importing this imports no jax.
 """
 
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,10 +27,10 @@ if TYPE_CHECKING:
 class GradientTolerance:
     """How a leaf of one dtype is checked.
 
-    An element passes when ``|analytic - numeric| <= atol + rtol * |numeric|``.
+    A check passes when ``|analytic - numeric| <= atol + rtol * |numeric|``.
 
     Attributes:
-        step: The central-difference step, relative to ``max(1, |x|)``.
+        step: The central-difference step, relative to ``max(1, |x|)`` of the checked elements.
         rtol: The relative tolerance.
         atol: The absolute tolerance.
 
@@ -65,26 +64,32 @@ GRADIENT_TOLERANCES: Final[Mapping[str, GradientTolerance]] = MappingProxyType(
 against a float64 reference. Pass ``tolerance=`` for another dtype or a looser check."""
 
 MODES: Final = ("rev", "fwd")
-_TINY = 1e-300  # an allowance of 0 (rtol = atol = 0) makes any error infinitely bad
+_TINY = 1e-300  # check_grads reads a zero tolerance as "use numpy's default"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class LeafGradientCheck:
-    """The worst element of one leaf (for one mode) in a gradient check.
+    """One leaf's check in one mode, and its worst element where ``check_grads`` failed.
+
+    ``check_grads`` checks a random direction of the sampled elements; only when it fails are
+    they compared one by one, so a leaf that passed has no element or values (NaN).
 
     Attributes:
         path: The leaf's path (``"layers/0/kernel"``; ``"input"`` for the input).
         mode: ``"rev"`` (``jax.grad``) or ``"fwd"`` (``jax.jvp``).
         dtype: The leaf's dtype name.
-        index: The worst element's index in the leaf.
-        analytic: jax's derivative there.
-        numeric: The central difference there (float64).
+        index: The worst element's index in the leaf (``()`` when the check passed).
+        analytic: jax's derivative there (NaN when the check passed).
+        numeric: The float64 central difference there (NaN when the check passed).
         max_abs_error: The largest ``|analytic - numeric|`` over the checked elements.
         max_rel_error: The largest relative error over them.
-        checked: How many elements were checked.
-        failing: How many were out of tolerance.
+        checked: How many elements were checked (sampled).
+        failing: How many were out of tolerance (0 when the check passed).
+        tolerance: The tolerance the leaf was checked with.
 
     Example:
+        >>> import dataclasses
+        >>> import math
         >>> from substrax.testing import LeafGradientCheck
         >>> leaf = LeafGradientCheck(
         ...     path="kernel", mode="rev", dtype="float32", index=(0, 1), analytic=1.0,
@@ -92,6 +97,8 @@ class LeafGradientCheck:
         ... )
         >>> leaf.describe()
         'kernel[0, 1] (rev, float32): analytic 1, numeric 1.5; max abs error 0.5, max rel error 0.333; 1 of 4 checked elements out of tolerance'
+        >>> dataclasses.replace(leaf, index=(), analytic=math.nan, failing=0).describe()
+        'kernel (rev, float32): 4 checked elements within tolerance along a random direction'
     """
 
     path: str
@@ -104,41 +111,38 @@ class LeafGradientCheck:
     max_rel_error: float
     checked: int
     failing: int
+    tolerance: GradientTolerance | None = None
 
     def describe(self) -> str:
-        """One line: where, both values, the errors and how many elements failed.
-
-        Returns:
-            The line.
-        """
+        """One line: where, both values and the errors, how many elements failed, the tolerance."""
         where = f"[{', '.join(map(str, self.index))}]" if self.index else ""
-        return (
-            f"{self.path}{where} ({self.mode}, {self.dtype}): analytic {self.analytic:.6g}, "
-            f"numeric {self.numeric:.6g}; max abs error {self.max_abs_error:.3g}, max rel error "
-            f"{self.max_rel_error:.3g}; {self.failing} of {self.checked} checked elements out of "
-            "tolerance"
-        )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Leaf:
-    path: str
-    value: "jax.Array"
+        line = f"{self.path}{where} ({self.mode}, {self.dtype}): "
+        if self.failing or not math.isnan(self.analytic):
+            line += (
+                f"analytic {self.analytic:.6g}, numeric {self.numeric:.6g}; max abs error "
+                f"{self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}; "
+                f"{self.failing} of {self.checked} checked elements out of tolerance"
+            )
+        else:
+            line += f"{self.checked} checked elements within tolerance along a random direction"
+        if (chosen := self.tolerance) is not None:
+            line += f" (rtol {chosen.rtol:g}, atol {chosen.atol:g}, step {chosen.step:g})"
+        return line
 
 
 def _flax(who: str) -> Any:  # noqa: ANN401 - flax.nnx, untyped here
     return require("flax.nnx", who=who, distribution="substrax-runtime", extra="nnx")
 
 
-def _leaves(tree: object, who: str) -> list[_Leaf]:
+def _leaves(tree: object, who: str) -> list[tuple[str, "jax.Array"]]:
+    """Each leaf's path (``"input"`` for a bare array) and value; refuses a non-floating one."""
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
 
-    leaves: list[_Leaf] = []
-    for entries, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        path = entries
+    leaves: list[tuple[str, jax.Array]] = []
+    for path, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
         if len(path) > 1 and isinstance(path[-1], jax.tree_util.GetAttrKey):
-            path = path[:-1]  # an nnx Variable's own ``value`` entry
+            path = path[:-1]  # an nnx Variable's own ``value`` entry  # noqa: PLW2901
         name = jax.tree_util.keystr(path, simple=True, separator="/") or "input"
         array = jnp.asarray(value)
         if not jnp.issubdtype(array.dtype, jnp.floating):
@@ -146,135 +150,78 @@ def _leaves(tree: object, who: str) -> list[_Leaf]:
                 f"{who} differentiates floating arrays only; {name} is {array.dtype} (check "
                 "parameters with a wrt filter that leaves it out, or an input that is floats)"
             )
-        leaves.append(_Leaf(name, array))
+        leaves.append((name, array))
     return leaves
 
 
-def _tolerance(dtype: str, chosen: GradientTolerance | None) -> GradientTolerance:
-    if chosen is not None:
-        return chosen
-    try:
-        return GRADIENT_TOLERANCES[dtype]
-    except KeyError:
+def _tolerance(dtype: str, chosen: object) -> GradientTolerance:
+    if chosen is not None and not isinstance(chosen, GradientTolerance):
+        raise TypeError(f"tolerance must be a GradientTolerance or None, not {chosen!r}")
+    if chosen is None and dtype not in GRADIENT_TOLERANCES:
         known = ", ".join(GRADIENT_TOLERANCES)
-        raise ValueError(
-            f"no default gradient tolerance for {dtype} (known: {known}); pass tolerance="
-        ) from None
+        raise ValueError(f"no default gradient tolerance for {dtype} ({known}); pass tolerance=")
+    return chosen if isinstance(chosen, GradientTolerance) else GRADIENT_TOLERANCES[dtype]
 
 
-def _check_modes(modes: Sequence[str]) -> tuple[str, ...]:
-    chosen = tuple(modes)
-    unknown = [mode for mode in chosen if mode not in MODES]
-    if unknown or not chosen:
-        raise ValueError(f"modes must be some of {MODES}, not {chosen!r}")
-    return chosen
+def _check_leaf(
+    reference: Callable[["np.ndarray"], "jax.Array"],
+    along: Callable[["jax.Array"], "jax.Array"],
+    gradient: "np.ndarray",
+    start: "np.ndarray",
+    leaf: tuple[str, str, str, GradientTolerance, tuple["np.ndarray", tuple[int, ...]]],
+) -> tuple[float, LeafGradientCheck, AssertionError | None]:
+    """``check_grads`` at ``start`` on ``reference``, with jax's derivative there.
 
-
-def _sample(size: int, samples: int, seed: int, position: int) -> "np.ndarray":
-    import numpy as np  # noqa: PLC0415
-
-    if size <= samples:
-        return np.arange(size)
-    generator = np.random.default_rng([seed, position])
-    return np.sort(generator.choice(size, samples, replace=False))
-
-
-def _numeric(
-    function: Callable[[PyTree, PyTree], PyTree],
-    aux: PyTree,
-    *,
-    rebuild: Callable[[list["jax.Array"]], PyTree],
-    leaves: Sequence[_Leaf],
-    picked: Sequence["np.ndarray"],
-    tolerances: Sequence[GradientTolerance],
-) -> list["np.ndarray"]:
-    """Central differences of ``function`` on a float64 copy, at each picked element.
-
-    One compiled call per leaf evaluates every moved copy of it (``jax.vmap`` over them).
+    That is ``along(t)`` (fwd) or ``gradient`` (rev); ``leaf``: path, dtype, mode, tolerance,
+    and the sampled elements' flat indices and the leaf's shape. A failure is localized to an
+    element. Returns the worst element's error over its allowance, the summary and the failure.
     """
     import jax  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
+    from jax.test_util import check_grads  # noqa: PLC0415
 
-    numeric: list[np.ndarray] = []
-    with jax.enable_x64(True):
-        wide = [np.asarray(leaf.value, dtype=np.float64) for leaf in leaves]
-        for position, indices in enumerate(picked):
-            base = wide[position]
-            x = base.ravel()[indices]
-            steps = tolerances[position].step * np.maximum(1.0, np.abs(x))
-            moved = np.repeat(base.reshape(1, -1), 2 * len(indices), axis=0)
-            rows = np.arange(len(indices))
-            moved[rows, indices] += steps
-            moved[rows + len(indices), indices] -= steps
-            losses = np.asarray(
-                _at_leaf(function, rebuild, position)(moved.reshape(-1, *base.shape), wide, aux),
-                dtype=np.float64,
-            )
-            numeric.append((losses[: len(indices)] - losses[len(indices) :]) / (2 * steps))
-    return numeric
+    from ._gradient_elements import localize  # noqa: PLC0415 - only on a failure
 
-
-def _at_leaf(
-    function: Callable[[PyTree, PyTree], PyTree],
-    rebuild: Callable[[list["jax.Array"]], PyTree],
-    position: int,
-) -> Callable[..., "jax.Array"]:
-    """``function`` with one leaf replaced, vmapped over a stack of that leaf's values."""
-    import jax  # noqa: PLC0415
-
-    def evaluate(leaf: "jax.Array", values: list["jax.Array"], aux: PyTree) -> PyTree:
-        return function(rebuild([*values[:position], leaf, *values[position + 1 :]]), aux)
-
-    return jax.jit(jax.vmap(evaluate, in_axes=(0, None, None)))
-
-
-def _forward(
-    function: Callable[[PyTree, PyTree], PyTree],
-    tree: PyTree,
-    aux: PyTree,
-    *,
-    leaves: Sequence[_Leaf],
-    position: int,
-    indices: "np.ndarray",
-) -> "np.ndarray":
-    """``jax.jvp`` along each picked element's unit vector of one leaf, in one vmapped call."""
-    import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
-    import numpy as np  # noqa: PLC0415
-
-    treedef = jax.tree.structure(tree)
-    leaf = leaves[position]
-    zeros = [jnp.zeros_like(other.value) for other in leaves]
-
-    def along(unit: "jax.Array", values: PyTree, aux: PyTree) -> PyTree:
-        tangents = [*zeros[:position], unit, *zeros[position + 1 :]]
-        tangent = jax.tree.unflatten(treedef, tangents)
-        return jax.jvp(lambda v: function(v, aux), (values,), (tangent,))[1]
-
-    units = np.zeros((len(indices), leaf.value.size), dtype=leaf.value.dtype)
-    units[np.arange(len(indices)), indices] = 1
-    stacked = jnp.asarray(units.reshape(-1, *leaf.value.shape))
-    derivatives = jax.jit(jax.vmap(along, in_axes=(0, None, None)))(stacked, tree, aux)
-    return np.asarray(derivatives, dtype=np.float64)
+    path, dtype, mode, tolerance, where = leaf
+    if mode == "fwd":
+        checked = jax.custom_jvp(reference)
+        checked.defjvp(lambda x, t: (reference(*x), along(*t)))
+    else:
+        checked = jax.custom_vjp(reference)
+        checked.defvjp(lambda x: (reference(x), None), lambda _, c: (c * gradient,))
+    atol, rtol = tolerance.atol or _TINY, tolerance.rtol or _TINY  # 0 would be numpy's default
+    step = tolerance.step * max(1.0, float(np.max(np.abs(start))))
+    error = None
+    try:
+        check_grads(checked, (start,), 1, (mode,), atol, rtol, step)
+    except AssertionError as caught:
+        error = caught
+    except TypeError as caught:  # jax.jvp refuses a custom_vjp function
+        if mode == "fwd" and "custom_vjp" in str(caught):
+            hint = f"{path}: forward mode cannot differentiate a custom_vjp; pass modes=('rev',)"
+            raise TypeError(hint) from caught
+        raise
+    unknown = dict.fromkeys(("analytic", "numeric", "max_abs_error", "max_rel_error"), math.nan)
+    summary = LeafGradientCheck(
+        path=path, mode=mode, dtype=dtype, index=(), checked=start.size, failing=0, **unknown
+    )
+    summary = dataclasses.replace(summary, tolerance=tolerance)
+    if error is None:
+        return 0.0, summary, None
+    score, summary = localize(summary, reference, (gradient, along), start, eps=step, where=where)
+    return score, summary, error
 
 
 def _check(
     function: Callable[[PyTree, PyTree], PyTree],
     tree: PyTree,
     aux: PyTree,
-    *,
-    who: str,
-    what: str,
-    modes: Sequence[str],
-    samples: int,
-    seed: int,
-    tolerance: GradientTolerance | None,
-    allow_zero: bool,
+    names: tuple[str, str],
+    options: tuple[Sequence[str], int, int, GradientTolerance | None, bool],
 ) -> PyTree:
-    """Check ``function(tree, aux)``'s gradient in ``tree``; return it (in its dtypes).
+    """Check ``function(tree, aux)``'s gradient in ``tree``, leaf by leaf; return it.
 
-    ``aux`` (the rest of the model's state) is passed into every jitted call rather than
-    closed over, so nnx variables merged from it (an RNG count) belong to that trace.
+    ``names``: the caller, what it differentiates; ``options``: its keywords, in order.
     """
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
@@ -282,87 +229,61 @@ def _check(
 
     from ._errors import GradientMismatchError, ZeroGradientError  # noqa: PLC0415 - a cycle
 
-    chosen_modes = _check_modes(modes)
-    count = check_int("samples", samples, minimum=1)
+    (who, what), (modes, samples, seed, tolerance, allow_zero) = names, options
+    chosen = () if isinstance(modes, str) else tuple(modes)
+    if not chosen or any(mode not in MODES for mode in chosen):
+        raise ValueError(f"modes must be a non-empty sequence of some of {MODES}, not {modes!r}")
+    check_int("samples", samples, minimum=1)
+    check_int("seed", seed, minimum=0)
     leaves = _leaves(tree, who)
-    tolerances = [_tolerance(leaf.value.dtype.name, tolerance) for leaf in leaves]
+    tolerances = [_tolerance(value.dtype.name, tolerance) for _, value in leaves]
     output = jax.eval_shape(function, tree, aux)
     if getattr(output, "shape", None) != ():
         raise TypeError(f"{who}: the loss must return a scalar, not {output}")
-
-    gradient = jax.jit(jax.grad(function))(tree, aux)
+    value, gradient = jax.jit(jax.value_and_grad(function))(tree, aux)
+    if not math.isfinite(float(value)):  # check_grads takes nan for nan as equal
+        raise ValueError(f"{who}: the loss is {float(value)}; finite differences need it finite")
     flat_gradient = jax.tree.leaves(gradient)
     if not allow_zero and all(not bool(jnp.any(g != 0)) for g in flat_gradient):
         raise ZeroGradientError(what, len(flat_gradient))
 
-    picked = [
-        _sample(leaf.value.size, count, seed, position) for position, leaf in enumerate(leaves)
-    ]
-    numeric = _numeric(
-        function,
-        aux,
-        rebuild=partial(jax.tree.unflatten, jax.tree.structure(tree)),
-        leaves=leaves,
-        picked=picked,
-        tolerances=tolerances,
-    )
-    results: list[tuple[float, LeafGradientCheck]] = []
-    for mode in chosen_modes:
-        for position, leaf in enumerate(leaves):
-            indices = picked[position]
-            if mode == "rev":
-                analytic = np.asarray(flat_gradient[position], dtype=np.float64).ravel()[indices]
-            else:
-                analytic = _forward(
-                    function, tree, aux, leaves=leaves, position=position, indices=indices
-                )
-            results.append(
-                _compare(
-                    leaf,
-                    mode=mode,
-                    indices=indices,
-                    analytic=analytic,
-                    numeric=numeric[position],
-                    tolerance=tolerances[position],
-                )
-            )
-    if any(check.failing for _, check in results):
-        _, worst = max(results, key=lambda scored: scored[0])
-        raise GradientMismatchError(worst, tuple(check for _, check in results))
+    flat, treedef = [value for _, value in leaves], jax.tree.structure(tree)
+    tree = treedef.unflatten(flat)  # arrays, as ``jax.jvp`` wants them (not numpy or floats)
+    loss = jax.jit(lambda values, others: function(values, others).astype(jnp.float64))
+
+    def leaf_check(position: int, mode: str) -> tuple[float, LeafGradientCheck, Any]:
+        """One leaf's check; leaves are never indexed (an explicitly sharded one refuses)."""
+        (path, value), size = leaves[position], leaves[position][1].size
+        indices = np.arange(size)  # or ``samples`` of them, picked by ``seed``
+        if size > samples:
+            picked = np.random.default_rng([seed, position]).choice(indices, samples, False)
+            indices = np.sort(picked)
+        start = wide[position].ravel()[indices]
+
+        def placed(values: Any, dtype: Any) -> "jax.Array":  # noqa: ANN401 - the sample, in zeros
+            return jnp.zeros(size, dtype).at[indices].set(values.astype(dtype)).reshape(value.shape)
+
+        def reference(values: "np.ndarray") -> "jax.Array":
+            moved = wide[position] + placed(values - start, np.float64)
+            return loss(treedef.unflatten([*wide[:position], moved, *wide[position + 1 :]]), aux)
+
+        def along(t: "jax.Array") -> "jax.Array":
+            tangents: list[Any] = [jnp.zeros_like(v) for v in flat]
+            tangents[position] = placed(t, value.dtype)
+            return jax.jvp(lambda v: loss(v, aux), (tree,), (treedef.unflatten(tangents),))[1]
+
+        grad = np.asarray(flat_gradient[position], dtype=np.float64).ravel()[indices]
+        about = (path, value.dtype.name, mode, tolerances[position], (indices, value.shape))
+        return _check_leaf(reference, along, grad, start, about)
+
+    with jax.enable_x64(True):
+        wide = [np.asarray(value, dtype=np.float64) for value in flat]
+        results = [leaf_check(position, mode) for mode in chosen for position in range(len(flat))]
+    failed = [result for result in results if result[2] is not None]
+    if failed:
+        _, worst, cause = max(failed, key=lambda result: result[0])
+        raise GradientMismatchError(worst, tuple(summary for _, summary, _ in results)) from cause
     return gradient
-
-
-def _compare(
-    leaf: _Leaf,
-    *,
-    mode: str,
-    indices: "np.ndarray",
-    analytic: "np.ndarray",
-    numeric: "np.ndarray",
-    tolerance: GradientTolerance,
-) -> tuple[float, LeafGradientCheck]:
-    """The leaf's worst element (by error over its allowance, NaN worst) and its summary."""
-    import numpy as np  # noqa: PLC0415
-
-    error = np.abs(analytic - numeric)
-    relative = error / np.maximum(np.abs(numeric), np.finfo(np.float64).tiny)
-    allowed = tolerance.atol + tolerance.rtol * np.abs(numeric)
-    bad = ~(error <= allowed)  # NaN is out of tolerance
-    score = np.where(np.isfinite(error), error / np.maximum(allowed, _TINY), np.inf)
-    worst = int(np.argmax(score))
-    index = np.unravel_index(int(indices[worst]), leaf.value.shape)
-    return float(score[worst]), LeafGradientCheck(
-        path=leaf.path,
-        mode=mode,
-        dtype=leaf.value.dtype.name,
-        index=tuple(int(i) for i in index),
-        analytic=float(analytic[worst]),
-        numeric=float(numeric[worst]),
-        max_abs_error=float(np.nanmax(error)) if np.isfinite(error).any() else math.inf,
-        max_rel_error=float(np.nanmax(relative)) if np.isfinite(relative).any() else math.inf,
-        checked=len(indices),
-        failing=int(bad.sum()),
-    )
 
 
 def check_parameter_gradients(
@@ -378,18 +299,13 @@ def check_parameter_gradients(
 ) -> "nnx.State[Any, Any]":
     """Check ``loss(module)``'s gradients with respect to the parameters by finite differences.
 
-    Each parameter leaf's gradient, computed by jax in the leaf's own dtype, is compared on
-    ``samples`` elements (all of a smaller leaf, the same ones for a given ``seed``) with a
-    central difference of the loss on a float64 copy of the parameters. The tolerance is the
-    leaf dtype's in :data:`GRADIENT_TOLERANCES` unless ``tolerance`` is given. The module is
-    not changed: each evaluation runs on a copy merged from its state, so batch statistics
-    and RNG counts are not updated.
-
-    The reference is only as precise as the loss's arithmetic: a layer that computes in a
-    lower dtype than its parameters (nnx's ``dtype=``) limits it, so check such a model with
-    its compute dtype left to the parameters'. Under x64, random draws differ from float32's:
-    make stochastic layers deterministic (``nnx.Dropout(..., deterministic=True)``) for the
-    check.
+    Each parameter leaf is checked on its own by ``jax.test_util.check_grads``, on ``samples``
+    of its elements (``seed`` picks them): jax's derivative in the leaf's dtype along a random
+    direction of them against a central difference of the loss on a float64 copy, within the
+    dtype's :data:`GRADIENT_TOLERANCES` or ``tolerance``. The module is not changed (batch
+    statistics and RNG counts neither). The reference is only as precise as the loss: leave a
+    layer's compute ``dtype=`` to its parameters', and make dropout deterministic (x64 draws
+    differ).
 
     Args:
         module: The nnx model.
@@ -405,10 +321,10 @@ def check_parameter_gradients(
         The gradients (an ``nnx.State`` shaped like the checked variables).
 
     Raises:
-        GradientMismatchError: An element is out of tolerance; names the worst leaf.
+        GradientMismatchError: A leaf is out of tolerance; names the worst leaf and mode.
         ZeroGradientError: Every gradient is zero and ``allow_zero`` is False.
-        TypeError: The loss is not a scalar, or a checked variable is not floating.
-        ValueError: An unknown mode, or a dtype with no default tolerance.
+        TypeError: The loss is not a scalar, a checked leaf not floating, a bad ``tolerance``.
+        ValueError: Unknown modes, ``samples < 1``, ``seed < 0``, a dtype with no default.
         MissingExtraError: flax is not installed (the ``nnx`` extra).
 
     Example:
@@ -427,18 +343,8 @@ def check_parameter_gradients(
     def function(values: PyTree, others: PyTree) -> PyTree:
         return loss(nnx.merge(graphdef, values, others, copy=True))
 
-    return _check(
-        function,
-        params,
-        rest,
-        who="check_parameter_gradients",
-        what="parameters",
-        modes=modes,
-        samples=samples,
-        seed=seed,
-        tolerance=tolerance,
-        allow_zero=allow_zero,
-    )
+    options = (modes, samples, seed, tolerance, allow_zero)
+    return _check(function, params, rest, ("check_parameter_gradients", "parameters"), options)
 
 
 def check_input_gradients(
@@ -454,9 +360,7 @@ def check_input_gradients(
 ) -> "jax.Array":
     """Check ``loss(module, value)``'s gradient with respect to ``value`` by finite differences.
 
-    The same check as :func:`check_parameter_gradients`, with the input as the one leaf
-    (named ``"input"``): jax's gradient in the input's dtype against central differences on
-    a float64 copy, on ``samples`` elements.
+    The check of :func:`check_parameter_gradients`, on the input as the one leaf (``"input"``).
 
     Args:
         module: The nnx model (not changed).
@@ -472,11 +376,9 @@ def check_input_gradients(
         The gradient, shaped like ``value``.
 
     Raises:
-        GradientMismatchError: An element is out of tolerance.
+        GradientMismatchError: The input is out of tolerance in a mode.
         ZeroGradientError: The gradient is zero everywhere and ``allow_zero`` is False.
-        TypeError: The loss is not a scalar, or ``value`` is not floating.
-        ValueError: An unknown mode, or a dtype with no default tolerance.
-        MissingExtraError: flax is not installed (the ``nnx`` extra).
+        TypeError, ValueError, MissingExtraError: As :func:`check_parameter_gradients`.
 
     Example:
         >>> import jax.numpy as jnp
@@ -493,15 +395,5 @@ def check_input_gradients(
     def function(values: PyTree, others: PyTree) -> PyTree:
         return loss(nnx.merge(graphdef, others, copy=True), values)
 
-    return _check(
-        function,
-        value,
-        state,
-        who="check_input_gradients",
-        what="input",
-        modes=modes,
-        samples=samples,
-        seed=seed,
-        tolerance=tolerance,
-        allow_zero=allow_zero,
-    )
+    options = (modes, samples, seed, tolerance, allow_zero)
+    return _check(function, value, state, ("check_input_gradients", "input"), options)
