@@ -69,7 +69,7 @@ def test_prune_by_retention(store_dir, capsys):
         assert store.list_steps() == [2, 4]
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_module_entry_point(store_dir):
     _fill(store_dir)
     result = subprocess.run(
@@ -169,6 +169,7 @@ def test_prune_refuses_a_store_another_process_writes(store_dir, capsys, writer_
         assert store.list_steps() == [1, 2, 3, 4]
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_readers_print_no_orbax_notices(store_dir):
     """A read-only open is asked for: orbax's warnings about it are not shown to the user."""
     _fill(store_dir)

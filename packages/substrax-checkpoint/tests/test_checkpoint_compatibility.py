@@ -100,6 +100,7 @@ PLAIN_ORBAX = textwrap.dedent(
 )
 
 
+@pytest.mark.usefixtures("child_processes")
 @pytest.mark.parametrize("options", [{}, {"use_ocdbt": True}], ids=["default", "ocdbt"])
 def test_plain_orbax_restores_what_the_store_writes(store_dir, options):
     with OrbaxCheckpointStore(store_dir, **options) as store:

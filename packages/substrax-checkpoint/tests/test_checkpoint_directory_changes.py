@@ -150,7 +150,7 @@ def test_a_directory_removed_during_the_store_s_own_write_is_an_error_and_not_ma
     assert not store_dir.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_store_opened_after_the_removal_takes_a_lock_of_its_own(store_dir):
     # a notebook re-runs its cell after removing the directory: the new store locks the new
     # directory (the old one's lock went with the old directory) and saves; the old one may not

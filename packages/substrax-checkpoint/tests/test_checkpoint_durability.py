@@ -36,7 +36,7 @@ SAVER = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 @pytest.mark.parametrize("delay", [0.0, 0.13, 0.37])
 def test_a_writer_killed_mid_save_leaves_only_whole_steps(store_dir, delay):
     saver = subprocess.Popen(
@@ -86,6 +86,7 @@ KILLED_BEFORE_MANIFEST = textwrap.dedent(
 )
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_step_killed_before_its_manifest_stays_unverified_and_its_leftover_goes(
     store_dir, monkeypatch, caplog, capsys
 ):

@@ -97,6 +97,7 @@ def test_host_leaves_restore_as_saved_with_x64_on(store_dir):
         assert_same(store.restore(0).items["data_iterator"], saved)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_host_leaves_cross_x64_settings_between_processes(store_dir):
     """Saved with x64 off, restored by a process with x64 on, and back."""
     with OrbaxCheckpointStore(store_dir) as store:

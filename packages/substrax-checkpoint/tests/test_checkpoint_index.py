@@ -106,7 +106,7 @@ _OVERWRITER = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_kill_after_an_overwrite_leaves_an_index_that_agrees_with_the_step_on_disk(store_dir):
     writer = subprocess.Popen(
         [sys.executable, "-c", _OVERWRITER, str(store_dir)], stdout=subprocess.PIPE, text=True

@@ -44,7 +44,7 @@ def _open_elsewhere(directory: Path, mode: str = "write") -> dict:
     return run_python(OPENER, str(directory), mode, timeout=120).check().last_json()
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_second_writer_process_is_refused_and_a_reader_is_not(store_dir):
     with OrbaxCheckpointStore(store_dir, async_save=False) as store:
         store.save(1, {"model": {"w": np.ones(2, np.float32)}})
@@ -61,7 +61,7 @@ def test_a_second_writer_process_is_refused_and_a_reader_is_not(store_dir):
     assert _open_elsewhere(store_dir) == {"locked": False, "steps": [1, 2]}
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_stores_of_one_process_share_the_lock_until_the_last_closes(store_dir):
     first = OrbaxCheckpointStore(store_dir)
     second = OrbaxCheckpointStore(store_dir)  # a re-run notebook cell: not refused
@@ -71,7 +71,7 @@ def test_stores_of_one_process_share_the_lock_until_the_last_closes(store_dir):
     assert _open_elsewhere(store_dir)["locked"] is False
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_store_nobody_closed_releases_the_lock_when_collected(store_dir):
     store = OrbaxCheckpointStore(store_dir)
     store.save(1, {"model": {"w": np.zeros(4, np.float32)}})  # an asynchronous save in flight
@@ -85,7 +85,7 @@ def test_a_store_nobody_closed_releases_the_lock_when_collected(store_dir):
     assert _open_elsewhere(store_dir) == {"locked": False, "steps": [1]}
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_killed_holder_frees_the_lock(store_dir, writer_elsewhere):
     with writer_elsewhere(store_dir) as holder:  # SIGKILLed when the block ends
         with pytest.raises(CheckpointLockedError) as refused:
@@ -96,7 +96,7 @@ def test_a_killed_holder_frees_the_lock(store_dir, writer_elsewhere):
         assert store.list_steps() == []
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_forked_child_does_not_inherit_the_lock(store_dir):
     code = textwrap.dedent(
         """
@@ -148,6 +148,7 @@ def test_the_holder_record_is_json_naming_the_process(store_dir):
     assert read_holder(store_dir).pid is None
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_second_writer_store_of_the_process_takes_over_and_the_first_only_reads(store_dir):
     # a notebook re-runs its cell: a second store opens the directory while the first one, never
     # closed, still has a save in flight; with keep_best=1 they must not delete each other's best

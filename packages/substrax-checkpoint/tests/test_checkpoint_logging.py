@@ -1,5 +1,7 @@
 """The store leaves absl's logger alone; ``quiet_orbax_notices`` is the documented opt-in."""
 
+import pytest
+
 from substrax.testing import run_python
 
 
@@ -20,6 +22,7 @@ print(json.dumps({"before": len(untouched), "after": len(absl.filters)}))
 """
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_only_an_opt_in_filters_the_absl_logger(store_dir):
     done = run_python(_CHILD, str(store_dir), timeout=120).check()
     assert done.last_json() == {"before": 0, "after": 1}

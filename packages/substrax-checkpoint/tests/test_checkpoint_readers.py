@@ -4,7 +4,6 @@ says so."""
 import json
 import math
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -75,14 +74,14 @@ def test_a_reader_follows_a_writer(store_dir):
     writer.close()
 
 
-def test_a_reader_waits_for_the_manifest_a_live_writer_owes(store_dir, monkeypatch):
+def test_a_reader_waits_for_the_manifest_a_live_writer_owes(store_dir, monkeypatch, wall_clock):
     """The newest step is committed before its manifest: a reader waits for it, bounded."""
     from substrax.checkpoint import _save as save_module
 
     sealing = save_module.write_manifest
 
     def slow_seal(step_dir):
-        time.sleep(1.0)
+        wall_clock.sleep(1.0)
         sealing(step_dir)
 
     monkeypatch.setattr(save_module, "write_manifest", slow_seal)
@@ -118,7 +117,7 @@ def test_an_empty_store_says_it_is_empty(store_dir):
         assert reader.restore(reader.latest_step()).items["data_iterator"]["i"] == 4
 
 
-def test_wait_for_step(store_dir):
+def test_wait_for_step(store_dir, wall_clock):
     with OrbaxCheckpointStore(store_dir, async_save=False) as writer:
         reader = OrbaxCheckpointStore(store_dir, read_only=True)
         with pytest.raises(CheckpointWaitTimeoutError) as error:
@@ -132,7 +131,7 @@ def test_wait_for_step(store_dir):
         assert str(store_dir) in str(error.value)
 
         def save_later():
-            time.sleep(0.5)
+            wall_clock.sleep(0.5)
             writer.save(7, _state(7))
 
         thread = threading.Thread(target=save_later)
@@ -188,7 +187,7 @@ def test_a_step_whose_directory_goes_while_it_is_read_is_not_found(store_dir):
         (store_dir / "gone-2").rename(store_dir / "2")
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_readers_of_a_live_writer_with_retention_see_only_deleted_steps(store_dir, capsys):
     """A writer keeping one step saves while readers restore, describe, list and verify."""
     store_dir.mkdir()

@@ -180,6 +180,7 @@ def test_a_non_finite_metric_is_saved_aside_and_never_ranked(store_dir, mode):
         assert reader.best_step("loss", mode=mode) == 1
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_import_needs_no_flax_and_opening_initialises_no_backend(tmp_path):
     import subprocess
     import sys

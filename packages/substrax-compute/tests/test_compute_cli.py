@@ -61,6 +61,14 @@ def _edit_pyproject(project, old, new):
     return pyproject
 
 
+def _refused(capsys, argv, status=2):
+    """Run the command line on ``argv``, which must exit ``status`` and print nothing; its stderr."""
+    assert main(argv) == status, argv
+    captured = capsys.readouterr()
+    assert status == 2 or captured.out == "", captured.out
+    return captured.err
+
+
 def _python(project, *args):
     """``python ARGS`` in a fresh interpreter in ``project``, with this test's environment."""
     return subprocess.run(
@@ -193,30 +201,14 @@ def test_cancel(project, capsys):
     ],
 )
 def test_refusals_exit_2(project, capsys, argv, message):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
+    err = _refused(capsys, argv)
     assert err.startswith(f"substrax-compute: error: {message}"), err
-
-
-def test_bad_config_exits_2_with_the_path(project, capsys):
-    _edit_pyproject(
-        project,
-        "timeout_seconds = 60\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
-        "timeout_seconds = -1\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
-    )
-    assert main(["run", "ok"]) == 2
-    err = capsys.readouterr().err
-    assert (
-        err
-        == f"substrax-compute: error: tool.substrax.compute.jobs.ok.timeout_seconds: must be positive and finite, got -1 (in {project / 'pyproject.toml'})\n"
-    )
 
 
 def test_no_pyproject_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(tmp_path / "state"))
-    assert main(["run", "ok"]) == 2
-    assert "no pyproject.toml" in capsys.readouterr().err
+    assert "no pyproject.toml" in _refused(capsys, ["run", "ok"])
 
 
 def test_a_run_outlives_the_command_that_submitted_it(project, tmp_path):
@@ -254,8 +246,7 @@ def test_a_state_directory_that_is_a_file_is_refused(project, tmp_path, monkeypa
     state.write_text("not a directory")
     monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(state))
     for argv in (["run", "ok"], ["list"], ["status"]):
-        assert main(argv) == 2
-        err = capsys.readouterr().err
+        err = _refused(capsys, argv)
         assert err == (
             f"substrax-compute: error: the state directory ($SUBSTRAX_STATE_DIR) {state} is a file, "
             "not a directory; point $SUBSTRAX_STATE_DIR at a directory\n"
@@ -267,8 +258,7 @@ def test_a_backend_state_dir_under_a_file_is_refused(project, tmp_path, capsys):
     blocker = tmp_path / "local-state"
     blocker.write_text("x")
     assert f'state_dir = "{blocker}"' in text
-    assert main(["run", "ok"]) == 2
-    err = capsys.readouterr().err
+    err = _refused(capsys, ["run", "ok"])
     assert err.startswith(
         f"substrax-compute: error: the local backend's state_dir {blocker} is a file"
     )
@@ -276,24 +266,34 @@ def test_a_backend_state_dir_under_a_file_is_refused(project, tmp_path, capsys):
 
 def test_malformed_pyproject_exits_2_naming_the_file(project, capsys):
     pyproject = _edit_pyproject(project, 'backend = "local"', "backend = local")
-    assert main(["run", "ok"]) == 2
-    err = capsys.readouterr().err
+    err = _refused(capsys, ["run", "ok"])
     assert err.startswith(f"substrax-compute: error: {pyproject}:6:11: not valid TOML: "), err
     assert err.count("\n") == 1
 
 
-def test_an_unknown_platform_exits_2_naming_it(project, capsys):
-    _edit_pyproject(
-        project,
-        "[tool.substrax.compute.jobs.ok]\n",
-        '[tool.substrax.compute.jobs.ok]\nruntime = { platforms = ["gpuu"] }\n',
-    )
-    assert main(["run", "ok"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(
-        "substrax-compute: error: tool.substrax.compute.jobs.ok.runtime.platforms: JaxRuntime.platforms "
-        "entry 'gpuu' is not a platform jax knows (use one of: cpu, cuda, gpu, METAL,"
-    ), err
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "timeout_seconds = 60\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
+            "timeout_seconds = -1\nprobe_devices = false\n\n[tool.substrax.compute.jobs.bad]",
+            "tool.substrax.compute.jobs.ok.timeout_seconds: must be positive and finite, got -1"
+            " (in {pyproject})\n",
+        ),
+        (
+            "[tool.substrax.compute.jobs.ok]\n",
+            '[tool.substrax.compute.jobs.ok]\nruntime = { platforms = ["gpuu"] }\n',
+            "tool.substrax.compute.jobs.ok.runtime.platforms: JaxRuntime.platforms entry 'gpuu'"
+            " is not a platform jax knows (use one of: cpu, cuda, gpu, METAL,",
+        ),
+    ],
+)
+def test_a_bad_job_exits_2_naming_the_field_and_the_file(project, capsys, old, new, message):
+    _edit_pyproject(project, old, new)
+    err = _refused(capsys, ["run", "ok"])
+    expected = message.format(pyproject=project / "pyproject.toml")
+    assert err.startswith(f"substrax-compute: error: {expected}"), err
+    assert err.count("\n") == 1
 
 
 def test_dry_run_on_local_submits_nothing(project, capsys):
@@ -308,8 +308,7 @@ def test_a_lock_without_substrax_is_refused_naming_the_file_before_submitting(pr
     lock = project / "uv.lock"
     lock.write_text('version = 1\n[[package]]\nname = "numpy"\nversion = "2.0.0"\n')
     for argv in (["run", "ok"], ["run", "ok", "--dry-run"]):
-        assert main(argv) == 2
-        err = capsys.readouterr().err
+        err = _refused(capsys, argv)
         assert err == (
             f"substrax-compute: error: substrax-compute is not in {lock}: "
             "`uv add substrax-compute` so the worker can run\n"
@@ -322,8 +321,7 @@ def test_a_remote_backend_needs_a_uv_lock(project, capsys):
     pyproject.write_text(
         pyproject.read_text() + '\n[tool.substrax.compute.backends.modal]\noutputs_volume = "v"\n'
     )
-    assert main(["run", "ok", "--backend", "modal", "--dry-run"]) == 2
-    assert capsys.readouterr().err == (
+    assert _refused(capsys, ["run", "ok", "--backend", "modal", "--dry-run"]) == (
         f"substrax-compute: error: no uv.lock in {project}: run `uv lock` so the job runs what "
         "you tested\n"
     )
@@ -429,8 +427,9 @@ def test_bad_arguments_exit_2_with_the_error_line(project, capsys):
         main(["--no-such-flag"])
     assert exited.value.code == 2
     assert "substrax-compute: error: " in capsys.readouterr().err
-    assert main(["cancel", "no-such-run"]) == 2
-    assert capsys.readouterr().err.startswith("substrax-compute: error: no run 'no-such-run' in ")
+    assert _refused(capsys, ["cancel", "no-such-run"]).startswith(
+        "substrax-compute: error: no run 'no-such-run' in "
+    )
 
 
 def test_a_huge_node_count_is_refused_with_one_line(project, capsys):
@@ -440,8 +439,7 @@ def test_a_huge_node_count_is_refused_with_one_line(project, capsys):
         "probe_devices = false\nnodes = 99999999999999999999\n",
     )
     for argv in (["run", "race", "--dry-run"], ["run", "race"]):
-        assert main(argv) == 2
-        err = capsys.readouterr().err
+        err = _refused(capsys, argv)
         assert err == (
             "substrax-compute: error: tool.substrax.compute.jobs.race.nodes: must be between 1 "
             f"and 1024, got 99999999999999999999 (in {project / 'pyproject.toml'})\n"
@@ -519,10 +517,7 @@ def test_logs_and_fetch_of_a_run_whose_directory_is_gone_exit_1_naming_it(
         ["logs", run_id, "--follow"],
         ["fetch", run_id, "--into", str(into)],
     ):
-        assert main(argv) == 1, argv
-        captured = capsys.readouterr()
-        assert captured.out == ""
-        assert captured.err == (
+        assert _refused(capsys, argv, status=1) == (
             f"substrax-compute: error: run {run_id}'s directory {run_dir} is gone, so its logs and "
             "outputs can't be read; the run's record stays in `substrax-compute list` until you remove it\n"
         )
@@ -534,10 +529,7 @@ def test_an_unreadable_runs_directory_exits_1_naming_it(project, tmp_path, capsy
     runs.parent.mkdir(parents=True)
     runs.write_text("not a directory")
     for argv in (["status"], ["list"], ["list", "--json"]):
-        assert main(argv) == 1, argv
-        captured = capsys.readouterr()
-        assert captured.out == ""
-        assert captured.err == (
+        assert _refused(capsys, argv, status=1) == (
             f"substrax-compute: error: cannot read the runs directory {runs}: it is not a directory; "
             "make it a directory this user can read, or move it away\n"
         )

@@ -28,135 +28,136 @@ def _config(**overrides):
 P = "tool.substrax.compute"
 J = f"{P}.jobs.demo"
 
+NAME = "must be one name of letters, digits, '.', '_' or '-' (no '/' or '..')"
+NOT_DIRECTORY = "must be a directory relative to the project, without '..'"
+NOT_ABSOLUTE = "must be an absolute, normalised path other than '/'"
+ARGV_STRING = "must be an argv list such as ['python', 'x.py'], not a string (no shell strings)"
+JOB_KEYS = (
+    "examples, commands, timeout_seconds, task_timeout_seconds, extras, resources, accelerator, "
+    "runtime, env, secrets, mounts, nodes, probe_devices, include_files"
+)
+
+# Each job key, the values refused for it, and the refusal after the key's own path.
+BAD_JOB_VALUES = {
+    "timeout_seconds": [
+        (0, ": must be positive and finite, got 0"),
+        (-5, ": must be positive and finite, got -5"),
+        (float("inf"), ": must be positive and finite, got Infinity"),
+        ("60", ': Input should be a valid number, got "60"'),
+        (True, ": Input should be a valid number, got true"),
+    ],
+    "task_timeout_seconds": [(-1, ": must be positive and finite, got -1")],
+    "commands": [
+        ({"hi": "python -c 'print(1)'"}, f".hi: {ARGV_STRING}, got \"python -c 'print(1)'\""),
+        (
+            {"hi": []},
+            ".hi: must be a non-empty list of arguments (argv), e.g. ['python', 'x.py'], got []",
+        ),
+        (
+            {"hi": ["bash", "-c", "rm -rf /"]},
+            ".hi: runs a shell string (bash -c ...); write the command as an argv list instead, "
+            'got ["bash", "-c", "rm -rf /"]',
+        ),
+        (
+            {"hi": ["/bin/sh", "-ec", "x"]},
+            ".hi: runs a shell string (/bin/sh -c ...); write the command as an argv list "
+            'instead, got ["/bin/sh", "-ec", "x"]',
+        ),
+        ({"hi": ["python", 3]}, ".hi[1]: Input should be a valid string, got 3"),
+        ({"../up": ["python"]}, f'."../up": key {NAME}, got "../up"'),
+    ],
+    "examples": [
+        (["../elsewhere"], f'[0]: {NOT_DIRECTORY}, got "../elsewhere"'),
+        (["/abs"], f'[0]: {NOT_DIRECTORY}, got "/abs"'),
+        ("examples", ': must be a list, not a string (no shell strings), got "examples"'),
+    ],
+    "extras": [(["a b"], f'[0]: {NAME}, got "a b"')],
+    "resources": [
+        ({"cpu": -1}, ".cpu: must be positive and finite, got -1"),
+        ({"gpus": 2}, ".gpus: unknown key; allowed keys: accelerator, cpu, memory_mib"),
+        ({"memory_mib": 0}, ".memory_mib: must be between 1 and 16777216, got 0"),
+        ({"memory_mib": 1.5}, ".memory_mib: Input should be a valid integer, got 1.5"),
+        ({"memory_mib": 1 << 40}, ".memory_mib: must be between 1 and 16777216, got 1099511627776"),
+        (
+            {"accelerator": {"kind": "H100", "count": 0}},
+            ".accelerator.count: must be between 1 and 64, got 0",
+        ),
+        ({"accelerator": {"kind": "H 100"}}, f'.accelerator.kind: {NAME}, got "H 100"'),
+        ({"accelerator": {"count": 1}}, ".accelerator.kind: is required"),
+    ],
+    "accelerator": [
+        ({"kind": "L4", "type": "x"}, ".type: unknown key; allowed keys: kind, count"),
+        (
+            {"kind": "H100", "count": 10**20},
+            ".count: must be between 1 and 64, got 100000000000000000000",
+        ),
+    ],
+    "runtime": [
+        ({"cpu_device": 2}, ".cpu_device: unknown JaxRuntime field 'cpu_device'; allowed: "),
+        ({"cpu_devices": 0}, ".cpu_devices: JaxRuntime.cpu_devices=0 must be an integer >= 1"),
+        (
+            {"memory_fraction": 2.0},
+            ".memory_fraction: JaxRuntime.memory_fraction=2.0 must be a finite number > 0 and <= 1",
+        ),
+        ({"xla_flags": ["not-a-flag"]}, ".xla_flags: "),
+        (
+            {"platforms": ["cuda", "metal"]},
+            ".platforms: JaxRuntime.platforms entry 'metal' is not a platform jax knows; "
+            "did you mean 'METAL'?",
+        ),
+    ],
+    "env": [
+        ({"A B": "1"}, '."A B": key must be an environment variable name, got "A B"'),
+        ({"A": 1}, ".A: Input should be a valid string, got 1"),
+    ],
+    "secrets": [(["1BAD"], '[0]: must be an environment variable name, got "1BAD"')],
+    "mounts": [
+        ([{"name": "d", "path": "relative"}], f'[0].path: {NOT_ABSOLUTE}, got "relative"'),
+        ([{"name": "d", "path": "/data/../etc"}], f'[0].path: {NOT_ABSOLUTE}, got "/data/../etc"'),
+        ([{"name": "d", "path": "/"}], f'[0].path: {NOT_ABSOLUTE}, got "/"'),
+        (
+            [{"name": "d", "path": "/outputs/x"}],
+            '[0].path: must not overlap /outputs, which the worker owns, got "/outputs/x"',
+        ),
+        (
+            [{"name": "d", "path": "/data", "access": "rw"}],
+            "[0].access: Input should be 'read-only' or 'read-write', got \"rw\"",
+        ),
+        ([{"name": "../d", "path": "/data"}], f'[0].name: {NAME}, got "../d"'),
+    ],
+    "nodes": [
+        (0, ": must be between 1 and 1024, got 0"),
+        (99999999999999999999, ": must be between 1 and 1024, got 99999999999999999999"),
+        (1.5, ": Input should be a valid integer, got 1.5"),
+    ],
+    "probe_devices": [("yes", ': Input should be a valid boolean, got "yes"')],
+    "unknown": [(1, f": unknown key; allowed keys: {JOB_KEYS}")],
+    "include_files": [
+        (
+            ["../.env"],
+            "[0]: must be a file path relative to the project, normalised, without '..', "
+            'got "../.env"',
+        )
+    ],
+}
+
 BAD = [
     ({"colour": "red"}, f"{P}.colour: unknown key; allowed keys: backend, backends, jobs"),
     ({"backend": 3}, f"{P}.backend: Input should be a valid string, got 3"),
-    (
-        {"backend": "a/b"},
-        f"{P}.backend: must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"a/b\"",
-    ),
+    ({"backend": "a/b"}, f'{P}.backend: {NAME}, got "a/b"'),
     ({"backends": {"modal": 1}}, f"{P}.backends.modal: Input should be an object, got 1"),
     (
         {"jobs": {"demo": {"timeout_seconds": 60}}},
         f"{J}: a job needs `examples` directories or `commands` to run",
     ),
     ({"jobs": {"demo": {"commands": {"a": ["x"]}}}}, f"{J}.timeout_seconds: is required"),
-    (_config(timeout_seconds=0), f"{J}.timeout_seconds: must be positive and finite, got 0"),
-    (_config(timeout_seconds=-5), f"{J}.timeout_seconds: must be positive and finite, got -5"),
-    (
-        _config(timeout_seconds=float("inf")),
-        f"{J}.timeout_seconds: must be positive and finite, got Infinity",
-    ),
-    (
-        _config(timeout_seconds="60"),
-        f'{J}.timeout_seconds: Input should be a valid number, got "60"',
-    ),
-    (
-        _config(timeout_seconds=True),
-        f"{J}.timeout_seconds: Input should be a valid number, got true",
-    ),
-    (
-        _config(task_timeout_seconds=-1),
-        f"{J}.task_timeout_seconds: must be positive and finite, got -1",
-    ),
     (
         _config(task_timeout_seconds=61),
         f"{J}: `task_timeout_seconds` must not exceed the job's `timeout_seconds`",
     ),
     (
-        _config(commands={"hi": "python -c 'print(1)'"}),
-        f"{J}.commands.hi: must be an argv list such as ['python', 'x.py'], not a string (no shell strings), got \"python -c 'print(1)'\"",
-    ),
-    (
-        _config(commands={"hi": []}),
-        f"{J}.commands.hi: must be a non-empty list of arguments (argv), e.g. ['python', 'x.py'], got []",
-    ),
-    (
-        _config(commands={"hi": ["bash", "-c", "rm -rf /"]}),
-        f'{J}.commands.hi: runs a shell string (bash -c ...); write the command as an argv list instead, got ["bash", "-c", "rm -rf /"]',
-    ),
-    (
-        _config(commands={"hi": ["/bin/sh", "-ec", "x"]}),
-        f'{J}.commands.hi: runs a shell string (/bin/sh -c ...); write the command as an argv list instead, got ["/bin/sh", "-ec", "x"]',
-    ),
-    (
-        _config(commands={"hi": ["python", 3]}),
-        f"{J}.commands.hi[1]: Input should be a valid string, got 3",
-    ),
-    (
-        _config(commands={"../up": ["python"]}),
-        f"{J}.commands.\"../up\": key must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"../up\"",
-    ),
-    (
-        _config(examples=["../elsewhere"]),
-        f"{J}.examples[0]: must be a directory relative to the project, without '..', got \"../elsewhere\"",
-    ),
-    (
-        _config(examples=["/abs"]),
-        f"{J}.examples[0]: must be a directory relative to the project, without '..', got \"/abs\"",
-    ),
-    (
-        _config(examples="examples"),
-        f'{J}.examples: must be a list, not a string (no shell strings), got "examples"',
-    ),
-    (
-        _config(extras=["a b"]),
-        f"{J}.extras[0]: must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"a b\"",
-    ),
-    (_config(resources={"cpu": -1}), f"{J}.resources.cpu: must be positive and finite, got -1"),
-    (
-        _config(resources={"gpus": 2}),
-        f"{J}.resources.gpus: unknown key; allowed keys: accelerator, cpu, memory_mib",
-    ),
-    (
-        _config(resources={"memory_mib": 0}),
-        f"{J}.resources.memory_mib: must be between 1 and 16777216, got 0",
-    ),
-    (
-        _config(resources={"memory_mib": 1.5}),
-        f"{J}.resources.memory_mib: Input should be a valid integer, got 1.5",
-    ),
-    (
-        _config(resources={"accelerator": {"kind": "H100", "count": 0}}),
-        f"{J}.resources.accelerator.count: must be between 1 and 64, got 0",
-    ),
-    (
-        _config(resources={"accelerator": {"kind": "H 100"}}),
-        f"{J}.resources.accelerator.kind: must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"H 100\"",
-    ),
-    (
-        _config(resources={"accelerator": {"count": 1}}),
-        f"{J}.resources.accelerator.kind: is required",
-    ),
-    (
-        _config(accelerator={"kind": "L4", "type": "x"}),
-        f"{J}.accelerator.type: unknown key; allowed keys: kind, count",
-    ),
-    (
         _config(accelerator={"kind": "L4"}, resources={"accelerator": {"kind": "L4"}}),
         f"{J}: set `accelerator` or `resources.accelerator`, not both",
-    ),
-    (
-        _config(runtime={"cpu_device": 2}),
-        f"{J}.runtime.cpu_device: unknown JaxRuntime field 'cpu_device'; allowed: ",
-    ),
-    (
-        _config(runtime={"cpu_devices": 0}),
-        f"{J}.runtime.cpu_devices: JaxRuntime.cpu_devices=0 must be an integer >= 1",
-    ),
-    (
-        _config(runtime={"memory_fraction": 2.0}),
-        f"{J}.runtime.memory_fraction: JaxRuntime.memory_fraction=2.0 must be a finite number > 0 and <= 1",
-    ),
-    (_config(runtime={"xla_flags": ["not-a-flag"]}), f"{J}.runtime.xla_flags: "),
-    (
-        _config(env={"A B": "1"}),
-        f'{J}.env."A B": key must be an environment variable name, got "A B"',
-    ),
-    (_config(env={"A": 1}), f"{J}.env.A: Input should be a valid string, got 1"),
-    (
-        _config(secrets=["1BAD"]),
-        f'{J}.secrets[0]: must be an environment variable name, got "1BAD"',
     ),
     (_config(secrets=["TOKEN", "TOKEN"]), f"{J}: secrets must be unique; repeated: TOKEN"),
     (
@@ -167,59 +168,10 @@ BAD = [
         _config(mounts=[{"name": "a", "path": "/d"}, {"name": "b", "path": "/d"}]),
         f"{J}: mount paths must be unique; repeated: /d",
     ),
-    (
-        _config(mounts=[{"name": "d", "path": "relative"}]),
-        f"{J}.mounts[0].path: must be an absolute, normalised path other than '/', got \"relative\"",
-    ),
-    (
-        _config(mounts=[{"name": "d", "path": "/data/../etc"}]),
-        f"{J}.mounts[0].path: must be an absolute, normalised path other than '/', got \"/data/../etc\"",
-    ),
-    (
-        _config(mounts=[{"name": "d", "path": "/"}]),
-        f"{J}.mounts[0].path: must be an absolute, normalised path other than '/', got \"/\"",
-    ),
-    (
-        _config(mounts=[{"name": "d", "path": "/outputs/x"}]),
-        f'{J}.mounts[0].path: must not overlap /outputs, which the worker owns, got "/outputs/x"',
-    ),
-    (
-        _config(mounts=[{"name": "d", "path": "/data", "access": "rw"}]),
-        f"{J}.mounts[0].access: Input should be 'read-only' or 'read-write', got \"rw\"",
-    ),
-    (
-        _config(mounts=[{"name": "../d", "path": "/data"}]),
-        f"{J}.mounts[0].name: must be one name of letters, digits, '.', '_' or '-' (no '/' or '..'), got \"../d\"",
-    ),
-    (_config(nodes=0), f"{J}.nodes: must be between 1 and 1024, got 0"),
-    (
-        _config(nodes=99999999999999999999),
-        f"{J}.nodes: must be between 1 and 1024, got 99999999999999999999",
-    ),
-    (
-        _config(accelerator={"kind": "H100", "count": 10**20}),
-        f"{J}.accelerator.count: must be between 1 and 64, got 100000000000000000000",
-    ),
-    (
-        _config(resources={"memory_mib": 1 << 40}),
-        f"{J}.resources.memory_mib: must be between 1 and 16777216, got 1099511627776",
-    ),
-    (_config(nodes=1.5), f"{J}.nodes: Input should be a valid integer, got 1.5"),
-    (
-        _config(probe_devices="yes"),
-        f'{J}.probe_devices: Input should be a valid boolean, got "yes"',
-    ),
-    (
-        _config(unknown=1),
-        f"{J}.unknown: unknown key; allowed keys: examples, commands, timeout_seconds, task_timeout_seconds, extras, resources, accelerator, runtime, env, secrets, mounts, nodes, probe_devices, include_files",
-    ),
-    (
-        _config(include_files=["../.env"]),
-        f"{J}.include_files[0]: must be a file path relative to the project, normalised, without '..', got \"../.env\"",
-    ),
-    (
-        _config(runtime={"platforms": ["cuda", "metal"]}),
-        f"{J}.runtime.platforms: JaxRuntime.platforms entry 'metal' is not a platform jax knows; did you mean 'METAL'?",
+    *(
+        (_config(**{key: value}), f"{J}.{key}{refusal}")
+        for key, cases in BAD_JOB_VALUES.items()
+        for value, refusal in cases
     ),
 ]
 
@@ -347,35 +299,39 @@ def test_bad_toml_value_names_its_path(tmp_path):
         read_compute_config(tmp_path)
 
 
-def test_malformed_toml_names_the_file_line_and_column(tmp_path):
-    pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text("[tool.substrax.compute]\nbackend = 'local'\njobs = {\n")
+def _malformed(path, content, read):
+    """The ``ConfigFileError`` that ``read(path.parent)`` raises with ``content`` in ``path``."""
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
     with pytest.raises(ConfigFileError) as caught:
-        read_compute_config(tmp_path)
-    error = caught.value
+        read(path.parent)
+    return caught.value
+
+
+def test_malformed_toml_names_the_file_line_and_column(tmp_path):
+    pyproject, lock = tmp_path / "pyproject.toml", tmp_path / "uv.lock"
+    text = "[tool.substrax.compute]\nbackend = 'local'\njobs = {\n"
+    error = _malformed(pyproject, text, read_compute_config)
     assert (error.path, error.line) == (pyproject, 3)
     assert str(error).startswith(f"{pyproject}:3:{error.column}: not valid TOML: ")
-    pyproject.write_bytes(b"[project]\nname = '\xff'\n")
-    with pytest.raises(ConfigFileError, match=r"pyproject\.toml:2:9: not valid TOML: not UTF-8"):
-        read_compute_config(tmp_path)
+    error = _malformed(pyproject, b"[project]\nname = '\xff'\n", read_compute_config)
+    assert str(error).startswith(f"{pyproject}:2:9: not valid TOML: not UTF-8")
     pyproject.unlink()
-    (tmp_path / "uv.lock").write_text("[[package]\n")
-    with pytest.raises(ConfigFileError, match=r"uv\.lock:1:\d+: not valid TOML"):
-        require_locked_substrax(tmp_path)
+    error = _malformed(lock, "[[package]\n", require_locked_substrax)
+    assert (error.path, error.line) == (lock, 1)
+    assert str(error).startswith(f"{lock}:1:{error.column}: not valid TOML")
 
 
 def test_toml_that_ends_too_soon_names_where_it_ends(tmp_path):
     lock = tmp_path / "uv.lock"
-    lock.write_text('version = 1\n[[package]]\nname = "substrax-compute')
-    with pytest.raises(ConfigFileError) as caught:
-        require_locked_substrax(tmp_path)
-    assert (caught.value.line, caught.value.column) == (3, 25)
-    assert str(caught.value) == (
-        f"{lock}:3:25: not valid TOML: Unterminated string; fix the file and retry"
-    )
-    lock.write_text("version = 1\n[package")
-    with pytest.raises(ConfigFileError, match=r"uv\.lock:2:9: not valid TOML: Expected ']'"):
-        require_locked_substrax(tmp_path)
+    text = 'version = 1\n[[package]]\nname = "substrax-compute'
+    error = _malformed(lock, text, require_locked_substrax)
+    assert (error.line, error.column) == (3, 25)
+    assert str(error) == f"{lock}:3:25: not valid TOML: Unterminated string; fix the file and retry"
+    error = _malformed(lock, "version = 1\n[package", require_locked_substrax)
+    assert str(error).startswith(f"{lock}:2:9: not valid TOML: Expected ']'")
 
 
 def test_include_files_must_exist_when_the_job_is_resolved(tmp_path):

@@ -13,6 +13,7 @@ from substrax.compute._manifest import MANIFEST_NAME
 from substrax.testing.compute import BackendContract, wait_until_final
 
 
+@pytest.mark.usefixtures("child_processes")
 class TestLocalContract(BackendContract):
     def make_backend(self, state_dir: Path) -> LocalBackend:
         return LocalBackend({"state_dir": str(state_dir)})
@@ -163,7 +164,7 @@ jax.distributed.shutdown()
 """
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_multi_node_job_runs_as_wired_local_processes(tmp_path):
     (tmp_path / "multi.py").write_text(MULTI_NODE)
     spec = _spec(
@@ -257,7 +258,7 @@ def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
     assert "node 0 got SIGTERM" in (fetched / "job" / "stdout.log").read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_surviving_task_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     stubborn = NODE_0_CLEANS_UP.replace("sys.exit(75)", 'print("still here", flush=True)')
     fetched, manifest = _failed_two_node_job(tmp_path, stubborn)
@@ -295,6 +296,7 @@ def test_cancelling_a_multi_node_job_records_no_failed_node(tmp_path):
     assert [t.status for t in manifest.tasks] == ["cancelled"]
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_the_job_timeout_bounds_a_multi_node_run_whose_workers_hang(tmp_path):
     import subprocess
 

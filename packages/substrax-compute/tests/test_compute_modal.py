@@ -266,6 +266,7 @@ def test_submit_spawns_the_worker_and_status_reads_the_volume(tmp_path, project,
     assert backend.status(handle) is RunState.CANCELLED
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_remote_worker_runs_the_worker_in_the_container_layout(tmp_path, monkeypatch):
     outputs, project = tmp_path / "outputs", tmp_path / "project"
     project.mkdir()

@@ -28,9 +28,8 @@ def test_built_in_backends_are_registered():
 
 def test_entry_point_group_is_where_the_built_ins_are_registered():
     from substrax.compute import ENTRY_POINT_GROUP
-    from substrax.compute.registry import ENTRY_POINT_GROUP as OLD_PATH_GROUP
 
-    assert ENTRY_POINT_GROUP == OLD_PATH_GROUP == "substrax.compute.backends"
+    assert ENTRY_POINT_GROUP == "substrax.compute.backends"
     registered = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
     assert sorted(entry.name for entry in registered) == backend_names()
 

@@ -145,6 +145,7 @@ def test_sky_refuses_what_it_cannot_run(sky, tmp_path):
         )
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_run_script_wires_the_jax_coordinator_from_skypilot(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -232,6 +233,7 @@ def test_spot_recovery_goes_through_managed_jobs(sky, tmp_path, monkeypatch):
     assert handle.details["job_id"] == "11"
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_finished_job_reads_the_manifest_and_fetches_from_the_bucket(sky, tmp_path, monkeypatch):
     from substrax.compute import JobManifest, TaskOutcome, TaskStatus
 

@@ -140,6 +140,7 @@ def test_platforms_are_checked_against_the_ones_jax_knows():
         )
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_known_platforms_match_jax_own_list():
     """jax's ``known_platforms()`` before any plugin loads, read in a fresh interpreter."""
     import subprocess

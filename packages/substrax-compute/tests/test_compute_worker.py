@@ -39,6 +39,7 @@ ENV_DUMP = (
 )
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_each_task_runs_from_the_project_with_the_job_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--inherited=1")  # the parent's jax settings are dropped
     spec = _spec(
@@ -62,6 +63,7 @@ def test_each_task_runs_from_the_project_with_the_job_settings(tmp_path, monkeyp
     assert where == {"cwd": str(tmp_path.resolve())}
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_logs_outputs_and_echo(tmp_path, capfd):
     code = (
         "import os, sys, pathlib; print('out line'); print('err line', file=sys.stderr); "
@@ -84,6 +86,7 @@ def test_logs_outputs_and_echo(tmp_path, capfd):
     assert "[substrax] job w succeeded" in echoed
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_failed_and_unstartable_tasks_do_not_stop_the_next(tmp_path):
     spec = _spec(
         _task("fails", "raise SystemExit(3)"),
@@ -111,6 +114,7 @@ def test_task_timeout_kills_the_task_and_its_children(tmp_path, spawns_a_child, 
     assert gone(int(lines[0].split()[-1])), "the timed-out task's child outlived it"
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_job_budget_bounds_later_tasks(tmp_path):
     spec = _spec(
         _task("a", "import time; time.sleep(30)", timeout=30),
@@ -123,13 +127,13 @@ def test_job_budget_bounds_later_tasks(tmp_path):
     assert (tmp_path / "o" / "b" / "stdout.log").read_text() == ""
 
 
-def test_manifest_is_rewritten_after_every_task(tmp_path):
+def test_manifest_is_rewritten_after_every_task(tmp_path, wall_clock):
     gate = tmp_path / "gate"
     spec = _spec(
         _task("first", "print(1)"),
         _task(
             "second",
-            f"import pathlib, time\nwhile not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.05)",
+            f"import pathlib, time\nwhile not pathlib.Path({str(gate)!r}).exists(): wall_clock.sleep(0.05)",
         ),
     )
     thread = threading.Thread(
@@ -144,7 +148,7 @@ def test_manifest_is_rewritten_after_every_task(tmp_path):
     while time.monotonic() < deadline:
         if path.exists() and (seen := read_manifest(path)).tasks:
             break
-        time.sleep(0.02)
+        wall_clock.sleep(0.02)
     gate.touch()
     thread.join(30)
     assert seen is not None
@@ -156,6 +160,7 @@ def test_manifest_is_rewritten_after_every_task(tmp_path):
     assert not [p.name for p in path.parent.iterdir() if p.name.startswith(".")], "temp files left"
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_secrets_pass_through_and_are_redacted_from_logs(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("SX_TOKEN", "tok-9f8e7d6c")
     spec = _spec(
@@ -179,6 +184,7 @@ def test_missing_secret_fails_the_task_without_running_it(tmp_path, monkeypatch)
     assert "SX_ABSENT" in (tmp_path / "o" / "s" / "stderr.log").read_text()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_device_probe_is_recorded_and_a_failed_probe_is_logged(tmp_path):
     spec = _spec(
         _task("t", "print(1)"), runtime={"platforms": ["cpu"], "cpu_devices": 2}, probe_devices=True
@@ -198,6 +204,7 @@ def test_device_probe_is_recorded_and_a_failed_probe_is_logged(tmp_path):
     assert "device probe failed" in (tmp_path / "p" / DEVICES_LOG).read_text()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_other_nodes_write_under_nodes(tmp_path):
     manifest = run_job(
         _spec(_task("t", "print(1)")), project=tmp_path, outputs=tmp_path / "o", echo=False, node=1
@@ -207,6 +214,7 @@ def test_other_nodes_write_under_nodes(tmp_path):
     assert (tmp_path / "o" / "nodes" / "1" / MANIFEST_NAME).is_file()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_worker_command_line_exit_codes(tmp_path):
     for code, expected in (("print(1)", 0), ("raise SystemExit(2)", 1)):
         spec_path = tmp_path / "spec.json"
@@ -231,6 +239,7 @@ def test_worker_command_line_exit_codes(tmp_path):
         assert child.returncode == expected, child.stderr
 
 
+@pytest.mark.usefixtures("child_processes")
 @pytest.mark.parametrize(
     ("spec_text", "says"),
     [
@@ -276,6 +285,7 @@ def test_spec_of_another_version_is_refused(tmp_path):
         read_job_spec({**data, "colour": "red"})
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_importing_compute_does_not_import_jax():
     code = (
         "import sys, substrax.compute, substrax.compute.worker, substrax.compute.cli; "
@@ -288,6 +298,7 @@ def test_importing_compute_does_not_import_jax():
     assert child.returncode == 0, child.stdout + child.stderr
 
 
+@pytest.mark.usefixtures("child_processes")
 @pytest.mark.parametrize(
     ("flags", "says"),
     [
@@ -335,6 +346,7 @@ def test_worker_refuses_bad_arguments_with_exit_2_and_one_line(tmp_path, flags, 
     assert (tmp_path / "file").read_text() == "mine"
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_hung_device_probe_is_bounded_by_the_job_timeout(tmp_path):
     hangs = tmp_path / "hangs"
     hangs.write_text("#!/bin/sh\nexec sleep 600\n")

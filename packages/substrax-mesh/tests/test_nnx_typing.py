@@ -75,6 +75,7 @@ wrong: NnxState = 3
 """
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_pyright_strict_accepts_a_state_and_refuses_anything_else(tmp_path):
     program = tmp_path / "typed_use.py"
     program.write_text(_TYPED_USE)

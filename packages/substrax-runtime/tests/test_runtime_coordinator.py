@@ -22,6 +22,7 @@ def _serves(port: int) -> bool:
         return False
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_the_service_listens_once_started_and_is_gone_once_stopped():
     port = free_port()
     coordinator = CoordinatorProcess.start(
@@ -36,6 +37,7 @@ def test_the_service_listens_once_started_and_is_gone_once_stopped():
     assert not _serves(port)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_taken_port_is_an_os_error_naming_the_address():
     with socket.create_server(("127.0.0.1", 0)) as taken:
         address = f"127.0.0.1:{taken.getsockname()[1]}"
@@ -69,6 +71,7 @@ def _wait_until_free(port: int, seconds: float) -> float:
 @pytest.mark.skipif(
     not Path("/proc/net/tcp").exists(), reason="needs Linux's socket tables (/proc/net/tcp)"
 )
+@pytest.mark.usefixtures("child_processes")
 def test_an_orphaned_service_serves_its_clients_then_ends_before_its_grace():
     port = free_port()
     subprocess.run([sys.executable, "-c", ORPHAN, f"127.0.0.1:{port}"], check=True, timeout=60)

@@ -130,6 +130,7 @@ def _run_pair(port: int, launches: list[tuple[int, str, dict[str, str]]]) -> lis
     return outputs
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_two_local_processes_form_one_four_device_view():
     port = free_port()
     base = _base_env()
@@ -162,6 +163,7 @@ def _slurm_job_id() -> int:
     raise AssertionError("no free port in 61440-65535 for the SLURM run")
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_two_slurm_tasks_on_one_node_let_jax_find_the_coordinator():
     job_id = _slurm_job_id()
     base = _base_env() | {
@@ -240,11 +242,12 @@ time.sleep(120)  # the survivor waits here, outside any collective, until the wa
 """
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 @pytest.mark.parametrize(
     ("victim", "mode"),
     [(1, "wait"), (0, "wait"), (1, "raise"), (0, "raise"), (1, "raise-slow-hook")],
 )
+@pytest.mark.usefixtures("child_processes")
 def test_a_dead_peer_ends_the_survivor_through_its_hook_and_flushed_logs(tmp_path, victim, mode):
     from substrax.runtime import PEER_FAILURE_EXIT_CODE
 

@@ -147,7 +147,7 @@ def test_child_environment_without_runtime_defaults_to_os_environ(monkeypatch):
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in child
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_runtime_environment_reaches_a_child(child):
     # The spec's own example: the rendered variables give the child 8 devices.
     program = (

@@ -77,6 +77,7 @@ def test_resolve_backend():
         resolve_backend("rocm")
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_rendered_file_is_sourced_by_a_shell(tmp_path):
     env = managed_environment("PROJ", "cuda12", env_root="/p q", overrides={"NOTE": "it's"})
     script = tmp_path / "env.sh"
@@ -250,6 +251,7 @@ def test_a_usage_error_from_argparse_exits_2(capsys):
     assert PREFIX in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_runs_as_a_module(tmp_path):
     output = tmp_path / "e.sh"
     subprocess.run(

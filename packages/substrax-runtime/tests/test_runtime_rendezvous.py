@@ -32,13 +32,13 @@ def test_address_splits_into_host_and_port():
     assert split_address("[fd00::1]:9000") == ("fd00::1", 9000)
 
 
-def test_every_peer_arriving_lets_everyone_go():
+def test_every_peer_arriving_lets_everyone_go(wall_clock):
     address = f"127.0.0.1:{free_port()}"
     peers = [
         _in_thread(join_coordinator, address, process_id=p, num_processes=3, timeout=20)
         for p in (2, 1)  # peers may come first: they retry until the coordinator listens
     ]
-    time.sleep(0.5)
+    wall_clock.sleep(0.5)
     gather_peers(address, num_processes=3, timeout=20)
     for thread, outcome in peers:
         thread.join(timeout=20)
@@ -80,11 +80,11 @@ def test_the_coordinator_names_who_arrived_and_tells_the_peers_that_did():
     assert (peer_error.process_id, peer_error.arrived) == (2, (0, 2))
 
 
-def test_strangers_on_the_port_are_dropped_and_do_not_count():
+def test_strangers_on_the_port_are_dropped_and_do_not_count(wall_clock):
     address = f"127.0.0.1:{free_port()}"
     host, port = split_address(address)
     thread, outcome = _in_thread(gather_peers, address, num_processes=2, timeout=20)
-    time.sleep(0.3)
+    wall_clock.sleep(0.3)
     with socket.create_connection((host, port), timeout=5) as stranger:
         stranger.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # what a plain jax client sends
         assert stranger.recv(16) == b""  # dropped
@@ -115,13 +115,13 @@ def test_a_peer_started_with_another_process_count_is_refused_and_both_raise():
     assert "missing" not in str(coordinator_error)
 
 
-def test_a_second_peer_with_a_taken_process_id_is_refused():
+def test_a_second_peer_with_a_taken_process_id_is_refused(wall_clock):
     address = f"127.0.0.1:{free_port()}"
     thread, outcome = _in_thread(gather_peers, address, num_processes=3, timeout=20)
     first, first_outcome = _in_thread(
         join_coordinator, address, process_id=1, num_processes=3, timeout=20
     )
-    time.sleep(1.0)  # the first process 1 arrived
+    wall_clock.sleep(1.0)  # the first process 1 arrived
     with pytest.raises(DistributedStartupError, match="another process has process id 1"):
         join_coordinator(address, process_id=1, num_processes=3, timeout=20)
     join_coordinator(address, process_id=2, num_processes=3, timeout=20)

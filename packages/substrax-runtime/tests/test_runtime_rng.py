@@ -101,6 +101,7 @@ def test_split_key():
         split_key(jax.random.key(0), True)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_fold_in_name_is_stable_across_interpreters():
     program = (
         "import json, jax\n"

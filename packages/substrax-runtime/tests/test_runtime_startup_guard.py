@@ -51,7 +51,7 @@ def _ended(proc: subprocess.Popen[str]) -> str:
             proc.communicate()
 
 
-def test_a_peer_dying_after_the_rendezvous_ends_process_0_naming_it(tmp_path):
+def test_a_peer_dying_after_the_rendezvous_ends_process_0_naming_it(tmp_path, wall_clock):
     port = free_port()
     proc = _start(port, 0, tmp_path)
     deadline = time.monotonic() + 60
@@ -61,11 +61,11 @@ def test_a_peer_dying_after_the_rendezvous_ends_process_0_naming_it(tmp_path):
             break
         except OSError:
             assert time.monotonic() < deadline
-            time.sleep(0.2)
+            wall_clock.sleep(0.2)
     with peer:
         peer.sendall(b"substrax-rendezvous-1 1 2\n")
         assert peer.recv(16) == b"go\n"
-        time.sleep(1.0)  # process 0 is in jax.distributed.initialize, waiting for process 1
+        wall_clock.sleep(1.0)  # process 0 is in jax.distributed.initialize, waiting for process 1
     started = time.monotonic()
     stderr = _ended(proc)  # jax alone would abort it from C++ after initialization_timeout
     assert proc.returncode == PEER_FAILURE_EXIT_CODE, stderr[-3000:]
@@ -74,7 +74,7 @@ def test_a_peer_dying_after_the_rendezvous_ends_process_0_naming_it(tmp_path):
     assert (tmp_path / "hook.txt").read_text() == "1"
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_coordinator_dying_after_the_rendezvous_ends_its_peer_naming_it(tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]

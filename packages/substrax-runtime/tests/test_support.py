@@ -6,9 +6,9 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -72,7 +72,9 @@ def test_readers_never_see_a_partial_file(tmp_path: Path) -> None:
     assert seen <= {"a1000000", "b2000000"}
 
 
-def test_a_writer_killed_mid_write_leaves_a_whole_file(tmp_path: Path) -> None:
+def test_a_writer_killed_mid_write_leaves_a_whole_file(
+    tmp_path: Path, child_processes: None, wall_clock: Any
+) -> None:
     target = tmp_path / "state.txt"
     write_atomically(target, "committed")
     code = (
@@ -87,7 +89,7 @@ def test_a_writer_killed_mid_write_leaves_a_whole_file(tmp_path: Path) -> None:
     ) as child:
         assert child.stdout is not None
         assert child.stdout.readline() == "ready\n"
-        time.sleep(1.0)  # some writes done, one in flight
+        wall_clock.sleep(1.0)  # some writes done, one in flight
         child.kill()
         child.wait(timeout=10)
     assert target.read_text() in {"committed", "x" * 8_000_000}
@@ -177,6 +179,7 @@ def test_mode_accepts_strings_and_refuses_others() -> None:
         Mode("mni")
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_support_imports_no_jax() -> None:
     code = "import sys, substrax.support; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

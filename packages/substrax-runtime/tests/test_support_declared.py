@@ -2,6 +2,8 @@
 
 import logging
 import pickle
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -149,6 +151,48 @@ def test_a_missing_extra_names_the_package_as_import_error_does() -> None:
     )
     assert error.name == "wandb"
     assert pickle.loads(pickle.dumps(error)).name == "wandb"  # noqa: S301 - our own bytes
+
+
+class _PartError(StructuredError, public_module="fake_public_part"):
+    """A package's private base: it keeps its own module, the errors below it take the public one."""
+
+
+class PartMissingError(_PartError, LookupError):
+    template = "no part {name!r}"
+    name: str
+
+
+class _PartStateError(PartMissingError):
+    """A private class below the base: no name of the public module, it keeps its own."""
+
+
+class PartGoneError(_PartStateError):
+    template = "part {name!r} is gone"
+
+
+def test_the_errors_below_a_private_base_show_its_public_module(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _PartError.__module__ == _PartStateError.__module__ == __name__
+    assert PartMissingError.__module__ == PartGoneError.__module__ == "fake_public_part"
+    public = types.ModuleType("fake_public_part")
+    public.PartMissingError = PartMissingError  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_public_part", public)
+    copy = pickle.loads(pickle.dumps(PartMissingError("x")))  # noqa: S301 - our own bytes
+    assert (type(copy), copy.name, str(copy)) == (PartMissingError, "x", "no part 'x'")
+
+
+class _NoKeyError(StructuredError, KeyError):
+    template = "no key {key!r}; known: {known}"
+    key: str
+    known: tuple[str, ...] = ()
+
+
+def test_a_key_error_shows_its_message_as_written_not_quoted() -> None:
+    error = _NoKeyError("a", ("b",))
+    assert str(error) == "no key 'a'; known: ('b',)"
+    assert error.args == (str(error),)
+    assert str(pickle.loads(pickle.dumps(error))) == str(error)  # noqa: S301 - our own bytes
 
 
 class _FlakyHook(_Handle):

@@ -30,6 +30,7 @@ ENV_PROGRAM = (
 )
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_the_child_gets_cpu_defaults_and_none_of_the_parents_jax_settings(monkeypatch):
     monkeypatch.setenv("JAX_ENABLE_X64", "true")
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/nowhere")
@@ -44,6 +45,7 @@ def test_the_child_gets_cpu_defaults_and_none_of_the_parents_jax_settings(monkey
     assert run.seconds > 0
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_the_runtime_and_env_choose_over_the_defaults():
     runtime = JaxRuntime(cpu_devices=3, preallocate=True, xla_flags=("--xla_a=1",))
     run = run_python(ENV_PROGRAM, timeout=60, runtime=runtime, env={"JAX_PLATFORMS": "tpu"})
@@ -68,12 +70,14 @@ def test_a_flag_conflict_raises_before_the_child_starts(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_the_spec_example_runs_on_eight_emulated_devices():
     program = "import json, jax; print(json.dumps(jax.device_count()))"
     result = run_python(program, runtime=JaxRuntime(cpu_devices=8), timeout=120)
     assert result.check().last_json() == 8
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_script_gets_its_arguments_and_cwd(tmp_path):
     script = tmp_path / "script.py"
     script.write_text("import json, os, sys\nprint(json.dumps([sys.argv[1:], os.getcwd()]))\n")
@@ -82,6 +86,7 @@ def test_a_script_gets_its_arguments_and_cwd(tmp_path):
     assert run.last_json() == [["a", "b"], str(tmp_path)]
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_failure_is_returned_and_check_raises_with_the_stderr_tail():
     program = "import sys\nfor i in range(60): print(f'line {i}', file=sys.stderr)\nsys.exit(5)"
     run = run_python(program, timeout=60)
@@ -98,6 +103,7 @@ def test_a_failure_is_returned_and_check_raises_with_the_stderr_tail():
     assert isinstance(caught.value, AssertionError)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_timeout_raises():
     with pytest.raises(subprocess.TimeoutExpired):
         run_python("import time; time.sleep(30)", timeout=0.5)
@@ -141,6 +147,7 @@ def test_last_json_as_validates_strictly():
     assert _result(stdout=json.dumps([1, 2])).last_json_as(tuple[int, int]) == (1, 2)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_cuda_is_visible_answers_without_raising():
     visible = cuda_is_visible(timeout=120)
     assert isinstance(visible, bool)

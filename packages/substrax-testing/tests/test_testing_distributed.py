@@ -23,6 +23,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_two_processes_form_one_job_and_their_json_survives_gloo():
     runs = run_distributed(
         GATHER,
@@ -48,6 +49,7 @@ def test_fewer_than_two_processes_are_refused(count, error):
         run_distributed("pass", num_processes=count, timeout=10)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_peer_that_never_arrives_ends_in_a_timeout_with_every_process_killed():
     program = (
         "import os, sys, time\n"

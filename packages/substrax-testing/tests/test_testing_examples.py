@@ -50,6 +50,7 @@ def _run(repo: Path, tmp_path: Path, name: str, text: str | None = None, **optio
     return run_example(Path("examples") / name, repo_root=repo, **options)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_call_main_returns_the_json_summary_and_writes_outside_the_repo(repo, tmp_path):
     out = tmp_path / "out"
     run = run_example(
@@ -62,6 +63,7 @@ def test_call_main_returns_the_json_summary_and_writes_outside_the_repo(repo, tm
     assert sorted(p.name for p in (repo / "examples").iterdir()) == ["train.py"]
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_without_call_main_the_file_runs_as_a_script(repo, tmp_path):
     run = run_example(
         repo / "examples" / "train.py",
@@ -74,6 +76,7 @@ def test_without_call_main_the_file_runs_as_a_script(repo, tmp_path):
     assert run.check().result.last_json() == {"script": True, "cwd": str(repo)}
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_failing_example_is_returned_and_check_raises(repo, tmp_path):
     run = _run(repo, tmp_path, "broken.py", "def main():\n    raise RuntimeError('nope')\n")
     assert run.summary is None
@@ -81,11 +84,13 @@ def test_a_failing_example_is_returned_and_check_raises(repo, tmp_path):
         run.check()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_missing_main_is_named(repo, tmp_path):
     run = _run(repo, tmp_path, "no_main.py", "x = 1\n")
     assert "defines no main()" in run.result.stderr
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_slow_example_raises_a_timeout_with_its_stderr(repo, tmp_path):
     slow = "import sys, time\nprint('warming up', file=sys.stderr, flush=True)\ntime.sleep(30)\n"
     with pytest.raises(ExampleTimeoutError) as caught:
@@ -131,21 +136,25 @@ def paths_repo(repo) -> Path:
     return repo
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_call_main_gives_main_an_empty_command_line(paths_repo, tmp_path):
     run = _run(paths_repo, tmp_path, "paths.py", PATHS_EXAMPLE).check()
     assert run.summary["argv"] == [str(paths_repo / "examples" / "paths.py")]
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_call_main_puts_the_script_directory_on_sys_path_as_a_script_run_does(paths_repo, tmp_path):
     run = _run(paths_repo, tmp_path, "paths.py", PATHS_EXAMPLE, env={"PYTHONSAFEPATH": ""})
     assert run.check().summary["sibling"] is True
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_call_main_honours_pythonsafepath(paths_repo, tmp_path):
     run = _run(paths_repo, tmp_path, "paths.py", PATHS_EXAMPLE, env={"PYTHONSAFEPATH": "1"})
     assert run.check().summary["sibling"] is False
 
 
+@pytest.mark.usefixtures("child_processes")
 @pytest.mark.parametrize("call_main", [True, False])
 def test_the_repository_root_is_kept_off_sys_path(paths_repo, tmp_path, call_main):
     (paths_repo / "examples" / "paths.py").write_text(PATHS_EXAMPLE)

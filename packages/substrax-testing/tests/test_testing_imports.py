@@ -1,8 +1,11 @@
 """The package root and the plugin import no jax: a process can still configure jax."""
 
+import pytest
+
 from substrax.testing import run_python
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_importing_the_package_and_the_plugin_leaves_jax_unloaded():
     program = (
         "import json, sys\n"

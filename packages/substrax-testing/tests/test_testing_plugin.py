@@ -73,6 +73,7 @@ MARKED = """
 """
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_markers_skip_with_reasons_in_a_fresh_session(pytester, monkeypatch):
     for name in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS", "SUBSTRAX_TEST_DEVICE_COUNT"):
         monkeypatch.delenv(name, raising=False)
@@ -92,6 +93,7 @@ def test_markers_skip_with_reasons_in_a_fresh_session(pytester, monkeypatch):
     result.stdout.fnmatch_lines_random(["SKIPPED [[]1[]] test_inner.py:*: needs 9 device(s)*"])
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_device_count_already_set_is_kept(pytester, monkeypatch):
     monkeypatch.setenv("JAX_NUM_CPU_DEVICES", "4")
     monkeypatch.delenv("SUBSTRAX_TEST_DEVICE_COUNT", raising=False)
@@ -114,6 +116,7 @@ def test_a_device_count_already_set_is_kept(pytester, monkeypatch):
     result.stdout.fnmatch_lines(["SKIPPED * needs 5 device(s); visible: 4 cpu"])
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_malformed_device_count_variable_is_a_usage_error(pytester, monkeypatch):
     monkeypatch.setenv("SUBSTRAX_TEST_DEVICE_COUNT", "eight")
     _project(pytester, "def test_nothing():\n    pass\n")
@@ -122,6 +125,7 @@ def test_a_malformed_device_count_variable_is_a_usage_error(pytester, monkeypatc
     result.stderr.fnmatch_lines(["*substrax test runtime: SUBSTRAX_TEST_DEVICE_COUNT='eight'*"])
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_session_that_never_imports_jax_does_not_load_it(pytester):
     pytester.makeconftest(
         PLUGIN_CONFTEST

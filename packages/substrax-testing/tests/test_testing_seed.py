@@ -37,6 +37,7 @@ def _keys(pytester: pytest.Pytester, *args: str) -> dict:
     return {"header": result.outlines, **json.loads(line.partition("KEYS ")[2])}
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_the_seed_is_42_unless_one_option_changes_every_key_fixture(pytester):
     import jax
 

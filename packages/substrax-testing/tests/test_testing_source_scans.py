@@ -63,52 +63,64 @@ def test_python_files_refuses_a_missing_root_and_a_bare_string_of_names(tmp_path
         python_files(tmp_path, excluded="build")
 
 
-@pytest.mark.parametrize(
-    ("code", "expected"),
-    [
-        ("os.environ['A'] = '1'", True),
-        ("os.environ['A'] += '1'", True),
-        ("del os.environ['A']", True),
-        ("environ['A'] = '1'", True),
-        ("os.environ.update(A='1')", True),
-        ("os.environ.setdefault('A', '1')", True),
-        ("os.environ.pop('A', None)", True),
-        ("os.environ.clear()", True),
-        ("os.putenv('A', '1')", True),
-        ("os.unsetenv('A')", True),
-        ("os.environ = {}", True),
-        ("os.environ.get('A')", False),
-        ("value = os.environ['A']", False),
-        ("env = dict(os.environ); env['A'] = '1'", False),
-        ("settings.update(A='1')", False),
-    ],
-)
-def test_writes_environment(code, expected):
-    assert bool(_matches(code, writes_environment)) is expected
+# the code each check finds, and code like it that the check leaves alone
+FOUND_AND_LEFT = {
+    writes_environment: (
+        [
+            "os.environ['A'] = '1'",
+            "os.environ['A'] += '1'",
+            "del os.environ['A']",
+            "environ['A'] = '1'",
+            "os.environ.update(A='1')",
+            "os.environ.setdefault('A', '1')",
+            "os.environ.pop('A', None)",
+            "os.environ.clear()",
+            "os.putenv('A', '1')",
+            "os.unsetenv('A')",
+            "os.environ = {}",
+        ],
+        [
+            "os.environ.get('A')",
+            "value = os.environ['A']",
+            "env = dict(os.environ); env['A'] = '1'",
+            "settings.update(A='1')",
+        ],
+    ),
+    configures_logging: (
+        [
+            "logging.basicConfig(level=logging.INFO)",
+            "basicConfig()",
+            "logging.config.dictConfig({})",
+            "logging.disable(logging.INFO)",
+            "logging.captureWarnings(True)",
+            "logging.getLogger().addHandler(handler)",
+            "logging.getLogger('root').setLevel(10)",
+            "logging.getLogger(None).removeHandler(handler)",
+            "logging.root.setLevel(10)",
+            "logging.root.handlers = []",
+            "logging.getLogger().handlers = []",
+        ],
+        [
+            "logging.getLogger('substrax').setLevel(10)",
+            "logging.getLogger(__name__).addHandler(logging.NullHandler())",
+            "logging.getLogger().getEffectiveLevel()",
+            "logger.info('hello')",
+        ],
+    ),
+}
 
 
 @pytest.mark.parametrize(
-    ("code", "expected"),
+    ("check", "code", "expected"),
     [
-        ("logging.basicConfig(level=logging.INFO)", True),
-        ("basicConfig()", True),
-        ("logging.config.dictConfig({})", True),
-        ("logging.disable(logging.INFO)", True),
-        ("logging.captureWarnings(True)", True),
-        ("logging.getLogger().addHandler(handler)", True),
-        ("logging.getLogger('root').setLevel(10)", True),
-        ("logging.getLogger(None).removeHandler(handler)", True),
-        ("logging.root.setLevel(10)", True),
-        ("logging.root.handlers = []", True),
-        ("logging.getLogger().handlers = []", True),
-        ("logging.getLogger('substrax').setLevel(10)", False),
-        ("logging.getLogger(__name__).addHandler(logging.NullHandler())", False),
-        ("logging.getLogger().getEffectiveLevel()", False),
-        ("logger.info('hello')", False),
+        pytest.param(check, code, expected, id=f"{check.__name__}: {code}")
+        for check, (found, left) in FOUND_AND_LEFT.items()
+        for expected, codes in ((True, found), (False, left))
+        for code in codes
     ],
 )
-def test_configures_logging(code, expected):
-    assert bool(_matches(code, configures_logging)) is expected
+def test_a_check_finds_what_it_names_and_nothing_else(check, code, expected):
+    assert bool(_matches(code, check)) is expected
 
 
 @pytest.mark.parametrize(
@@ -147,37 +159,38 @@ else:
 """
 
 
-def test_import_time_lines_reads_only_code_that_runs_on_import(tmp_path):
+@pytest.mark.parametrize(
+    ("scan", "expected"),
+    [
+        # only the code that runs on import (not TYPE_CHECKING, a function body, a main guard)
+        (import_time_lines, [(3, ""), (6, ""), (7, ""), (11, "Settings"), (17, "")]),
+        # every line, named by the function or class around it
+        (
+            matching_lines,
+            [
+                (3, ""),
+                (5, ""),
+                (6, ""),
+                (7, ""),
+                (8, "main"),
+                (9, "main"),
+                (11, "Settings"),
+                (13, "Settings.method"),
+                (15, ""),
+                (17, ""),
+            ],
+        ),
+    ],
+)
+def test_a_scan_names_each_line_and_its_scope(tmp_path, scan, expected):
     path = _write(tmp_path, {"module.py": IMPORT_TIME}) / "module.py"
-    found = import_time_lines(path, writes_environment)
-    assert [(f.line, f.scope) for f in found] == [
-        (3, ""),
-        (6, ""),
-        (7, ""),
-        (11, "Settings"),
-        (17, ""),
-    ]
+    found = scan(path, writes_environment)
+    assert [(f.line, f.scope) for f in found] == expected
     assert found[0] == SourceText(
         path=str(path), line=3, scope="", text='os.environ["AT_IMPORT"] = "1"'
     )
-    assert str(found[3]) == f'{path}:11 (Settings): os.environ["IN_CLASS"] = "1"'
-
-
-def test_matching_lines_reads_everything_and_names_the_scope(tmp_path):
-    path = _write(tmp_path, {"module.py": IMPORT_TIME}) / "module.py"
-    found = matching_lines(path, writes_environment)
-    assert [(f.line, f.scope) for f in found] == [
-        (3, ""),
-        (5, ""),
-        (6, ""),
-        (7, ""),
-        (8, "main"),
-        (9, "main"),
-        (11, "Settings"),
-        (13, "Settings.method"),
-        (15, ""),
-        (17, ""),
-    ]
+    in_class = found[expected.index((11, "Settings"))]
+    assert str(in_class) == f'{path}:11 (Settings): os.environ["IN_CLASS"] = "1"'
 
 
 def test_a_missing_or_broken_file_is_refused(tmp_path):
@@ -289,6 +302,7 @@ def test_documented_texts_refuses_a_single_path_where_it_wants_several(tmp_path)
         documented_texts(root, package="src", pages="README.md")
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_the_scans_import_only_the_standard_library():
     for name in SCAN_MODULES:
         tree = ast.parse((SCANS / f"{name}.py").read_text())

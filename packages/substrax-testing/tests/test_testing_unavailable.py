@@ -37,6 +37,7 @@ def _example(tmp_path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.usefixtures("child_processes")
 @pytest.mark.parametrize("call_main", [True, False])
 def test_an_example_that_exits_77_is_unavailable_with_its_reason(tmp_path, call_main):
     path = _example(tmp_path, NEEDS_A_GPU)
@@ -55,6 +56,7 @@ def test_an_example_that_exits_77_is_unavailable_with_its_reason(tmp_path, call_
         run.check()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_failed_and_succeeded_runs_are_not_unavailable(tmp_path):
     failed = run_python("import sys; sys.exit('unavailable: but the status is 1')", timeout=60)
     assert unavailable_reason(failed) is None
@@ -64,6 +66,7 @@ def test_failed_and_succeeded_runs_are_not_unavailable(tmp_path):
     assert unavailable_reason(silent) == "(no reason given)"
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_signatures_mark_a_missing_capability_in_a_failure():
     run = run_python("import no_such_sdk_here", timeout=60)
     assert unavailable_reason(run) is None
@@ -73,6 +76,7 @@ def test_signatures_mark_a_missing_capability_in_a_failure():
     assert unavailable_reason(run, ["Unable to initialize backend"]) is None
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_test_skips_an_unavailable_example_with_the_reason(pytester, tmp_path):
     path = _example(tmp_path, NEEDS_A_GPU)
     pytester.makepyfile(

@@ -35,6 +35,19 @@ def bounded_mlflow_http(monkeypatch):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
 
 
+@pytest.fixture
+def wait_for() -> Callable[..., None]:
+    """``wait_for(condition, timeout=60)``: poll ``condition()`` until it holds, or fail the test."""
+
+    def wait(condition: Callable[[], object], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, "condition not reached"
+            time.sleep(0.01)
+
+    return wait
+
+
 class MlflowServer:
     """A real `mlflow server` on 127.0.0.1 with a SQLite backend store, started and stopped here."""
 

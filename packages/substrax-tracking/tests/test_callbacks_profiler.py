@@ -107,6 +107,7 @@ def test_bad_options_are_refused(tmp_path):
         ProfilerWindow(start_step=1.5, num_steps=1, log_dir=tmp_path)  # type: ignore[arg-type]
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_process_that_dies_of_an_exception_inside_the_window_keeps_its_trace(tmp_path):
     program = f"""
 import jax.numpy as jnp

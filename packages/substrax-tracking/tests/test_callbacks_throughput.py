@@ -42,6 +42,12 @@ class FakeClock:
         self.now += seconds
 
 
+def clocked_meter(window: int) -> tuple[FakeClock, ThroughputMeter]:
+    """A meter over ``window`` steps, with no peak, timed by the FakeClock returned with it."""
+    clock = FakeClock()
+    return clock, ThroughputMeter(window=window, peak_flops=None, clock=clock)
+
+
 class CountingLogs(Mapping[str, object]):
     """Real batch-end logs that count how often their values are read."""
 
@@ -197,8 +203,7 @@ def test_the_meter_reads_the_step_outputs_only_at_window_ends(sharded_step):
 
 
 def test_a_window_end_is_timed_when_its_step_is_computed_not_when_it_was_dispatched():
-    clock = FakeClock()
-    meter = ThroughputMeter(window=2, peak_flops=None, clock=clock)
+    clock, meter = clocked_meter(window=2)
     meter.on_batch_end(None, 0, {"loss": jnp.asarray(1.0)})  # computed: the clock starts at once
     reads = clock.reads
     clock.advance(1.0)
@@ -237,8 +242,7 @@ def _window_seconds(meter):
 @pytest.mark.parametrize("how", ["context manager", "validation hooks"])
 def test_time_spent_paused_is_left_out_of_the_window(sharded_step, how):
     step, w, x = sharded_step
-    clock = FakeClock()
-    meter = ThroughputMeter(window=4, peak_flops=None, clock=clock)
+    clock, meter = clocked_meter(window=4)
     callbacks = CallbackList([meter])
     callbacks.on_train_begin(None)
     for index in range(5):  # step 0 starts the clock; the window ends at step 4
@@ -261,8 +265,7 @@ def test_time_spent_paused_is_left_out_of_the_window(sharded_step, how):
 
 def test_without_a_pause_the_same_wait_counts(sharded_step):
     step, w, x = sharded_step
-    clock = FakeClock()
-    meter = ThroughputMeter(window=4, peak_flops=None, clock=clock)
+    clock, meter = clocked_meter(window=4)
     for index in range(5):
         w, loss = step(w, x)
         loss.block_until_ready()
@@ -277,8 +280,7 @@ def test_without_a_pause_the_same_wait_counts(sharded_step):
 
 def test_pauses_nest_and_a_pause_waits_for_the_last_step(sharded_step):
     step, w, x = sharded_step
-    clock = FakeClock()
-    meter = ThroughputMeter(window=2, peak_flops=None, clock=clock)
+    clock, meter = clocked_meter(window=2)
     w, loss = step(w, x)
     meter.on_batch_end(None, 0, {"loss": loss})
     w, loss = step(w, x)
@@ -321,8 +323,7 @@ def test_with_steps_per_call_each_batch_end_counts_that_many_optimizer_steps():
 
 def test_a_pause_whose_wait_fails_raises_and_the_next_pause_still_counts(sharded_step):
     step, w, x = sharded_step
-    clock = FakeClock()
-    meter = ThroughputMeter(window=3, peak_flops=None, clock=clock)
+    clock, meter = clocked_meter(window=3)
     w, loss = step(w, x)
     meter.on_batch_end(None, 0, {"loss": loss})
     failed = jnp.ones(3)
@@ -348,8 +349,7 @@ def test_a_window_end_waits_for_its_outputs_that_were_not_donated_since():
 
     ones = jnp.ones((512, 512))
     slow_loss(ones).block_until_ready()  # compiled before the meter sees it
-    clock = FakeClock()
-    meter = ThroughputMeter(window=1, peak_flops=None, clock=clock)
+    clock, meter = clocked_meter(window=1)
     meter.on_batch_end(None, 0, {"loss": jnp.asarray(1.0).block_until_ready()})  # starts at 0
     clock.advance(1.0)  # step 1 takes 1 s on the fake clock
     loss = slow_loss(ones)
@@ -362,8 +362,7 @@ def test_a_window_end_waits_for_its_outputs_that_were_not_donated_since():
 
 def test_train_begin_clears_a_validation_pause_that_never_ended(sharded_step):
     step, w, x = sharded_step
-    clock = FakeClock()
-    meter = ThroughputMeter(window=2, peak_flops=None, clock=clock)
+    clock, meter = clocked_meter(window=2)
     callbacks = CallbackList([meter])
     callbacks.on_train_begin(None)
     for index in range(2):

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 _JOBS = 3  # one creates the store, two race it: enough to show creation is serialised
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_jobs_starting_together_on_a_new_default_store_all_start(tmp_path):
     go = tmp_path / "go"
     child = textwrap.dedent(

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from substrax.tracking import ConsoleLogger, FileLogger, MultiLogger
 
 
@@ -117,6 +119,7 @@ def test_the_handler_stays_on_the_named_logger_and_leaves_on_close():
     assert logger.python_logger.handlers == []
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_without_logging_set_up_lines_go_to_stdout_and_once_through_the_app_handlers():
     child = textwrap.dedent(
         """

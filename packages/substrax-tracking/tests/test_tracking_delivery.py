@@ -61,13 +61,6 @@ def steps(records):
     return [r.step for r in records]
 
 
-def wait_for(condition, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def make(tmp_path):
     made = []
@@ -117,7 +110,9 @@ def test_a_scalar_queued_as_a_tuple_arrives_as_its_record_in_order(make):
     assert type(one.payload["values"]["loss"]) is float
 
 
-def test_scalars_queued_as_tuples_are_spilled_and_spooled_at_close_like_records(make, tmp_path):
+def test_scalars_queued_as_tuples_are_spilled_and_spooled_at_close_like_records(
+    make, tmp_path, wait_for
+):
     sink = Sink()
     sink.gate.clear()
     delivery = make(sink, max_queue=2)
@@ -137,11 +132,12 @@ def test_scalars_queued_as_tuples_are_spilled_and_spooled_at_close_like_records(
     delivery._thread.join(30)
 
 
-def test_records_are_held_for_the_batch_interval_and_sent_in_one_batch(make):
+def test_records_are_held_for_the_batch_interval_and_sent_in_one_batch(make, wall_clock):
     sink = Sink()
     delivery = make(sink, batch_interval=60)
     delivery.submit(record(0))
-    time.sleep(0.3)  # a worker that sent each record as it came would have sent this one alone
+    # a worker that sent each record as it came would have sent this one alone
+    wall_clock.sleep(0.3)
     for step in range(1, 10):
         delivery.submit(record(step))
     assert sink.attempts == 0
@@ -150,7 +146,9 @@ def test_records_are_held_for_the_batch_interval_and_sent_in_one_batch(make):
     assert sink.attempts == 1
 
 
-def test_held_records_go_without_a_flush_once_the_interval_passed_or_a_batch_is_full(make):
+def test_held_records_go_without_a_flush_once_the_interval_passed_or_a_batch_is_full(
+    make, wait_for
+):
     by_time = Sink()
     make(by_time, batch_interval=0.1).submit(record(0))
     wait_for(lambda: steps(by_time.received) == [0])
@@ -163,7 +161,7 @@ def test_held_records_go_without_a_flush_once_the_interval_passed_or_a_batch_is_
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="per-thread CPU priority needs Linux")
-def test_the_worker_runs_at_a_lower_cpu_priority_than_the_caller(make):
+def test_the_worker_runs_at_a_lower_cpu_priority_than_the_caller(make, wait_for):
     ours = os.getpriority(os.PRIO_PROCESS, 0)
     if ours >= 19:
         pytest.skip("the tests run at the lowest CPU priority already: none is lower")
@@ -172,7 +170,9 @@ def test_the_worker_runs_at_a_lower_cpu_priority_than_the_caller(make):
     assert os.getpriority(os.PRIO_PROCESS, 0) == ours  # the caller's thread is left alone
 
 
-def test_a_failing_backend_is_warned_once_retried_and_everything_arrives_in_order(make, caplog):
+def test_a_failing_backend_is_warned_once_retried_and_everything_arrives_in_order(
+    make, caplog, wait_for
+):
     sink = Sink()
     sink.down = True
     delivery = make(sink)
@@ -228,7 +228,7 @@ def test_a_later_logger_replays_the_spool_it_finds(make, tmp_path):
     assert not (tmp_path / "run.spool.jsonl").exists()
 
 
-def test_a_full_queue_spills_into_the_spool_in_batches_and_is_replayed(make, tmp_path):
+def test_a_full_queue_spills_into_the_spool_in_batches_and_is_replayed(make, tmp_path, wait_for):
     sink = Sink()
     sink.gate.clear()
     delivery = make(sink, max_queue=2)
@@ -267,7 +267,7 @@ def test_a_refused_record_is_set_aside_with_its_error_and_the_rest_goes_on(make,
 
 
 def test_close_returns_in_time_while_the_backend_is_stuck_and_spools_everything(
-    make, tmp_path, caplog
+    make, tmp_path, caplog, wait_for
 ):
     sink = Sink()
     sink.gate.clear()  # every delivery hangs inside the backend call
@@ -413,7 +413,7 @@ def test_the_replay_command_says_what_it_could_not_deliver_in_one_line_and_exits
 
 
 def test_a_spooled_record_the_backend_refuses_is_set_aside_and_the_rest_is_delivered(
-    make, tmp_path, caplog
+    make, tmp_path, caplog, wait_for
 ):
     sink = Sink()
     sink.down = True
@@ -480,6 +480,7 @@ for batch in range(batches):
 """
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_processes_appending_while_a_replay_runs_lose_no_record(tmp_path):
     spool = tmp_path / "run.spool.jsonl"
     sink = Sink()
@@ -500,8 +501,8 @@ def test_processes_appending_while_a_replay_runs_lose_no_record(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no spool and no lock file left
 
 
-@pytest.mark.slow
-def test_close_stays_within_its_timeout_with_a_large_spool(make, tmp_path):
+@pytest.mark.usefixtures("child_processes")
+def test_close_stays_within_its_timeout_with_a_large_spool(make, tmp_path, wait_for):
     sink = Sink()
     sink.down = True
     spool = tmp_path / "run.spool.jsonl"
@@ -555,7 +556,8 @@ def _replay_process(tmp_path, spool, *args):
     )
 
 
-def test_a_second_replay_of_a_spool_waits_for_the_first_and_reports_truthfully(tmp_path):
+@pytest.mark.usefixtures("child_processes")
+def test_a_second_replay_of_a_spool_waits_for_the_first_and_reports_truthfully(tmp_path, wait_for):
     """Two replays of one spool at once: every record is sent once, and the second says so."""
     spool = tmp_path / "run.spool.jsonl"
     target = {"backend": "test", "run": "r1"}
@@ -686,18 +688,18 @@ class SlowSink2(Sink):
         super().deliver(records)
 
 
-def test_records_spilled_past_a_full_queue_are_never_overtaken(make):
+def test_records_spilled_past_a_full_queue_are_never_overtaken(make, wall_clock):
     sink = SlowSink2()
     delivery = make(sink, max_queue=3, max_batch=2, batch_interval=0.001)
     for step in range(400):
         delivery.submit(record(step) if step % 2 else ("loss", float(step), step, time.time()))
         if step % 50 == 0:
-            time.sleep(0.01)
+            wall_clock.sleep(0.01)
     assert delivery.flush(30)
     assert steps(sink.received) == list(range(400))  # in order: W&B drops a step gone back
 
 
-def test_spilled_device_values_are_read_by_the_worker_not_the_caller(make, monkeypatch):
+def test_spilled_device_values_are_read_by_the_worker_not_the_caller(make, monkeypatch, wait_for):
     jnp = pytest.importorskip("jax.numpy")
     readers = set()
     materialize = Record.materialize

@@ -311,6 +311,7 @@ def test_a_deleted_value_is_skipped_with_a_warning_and_the_rest_is_kept(
         assert not logger.spool_path.exists()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_importing_tracking_and_logging_floats_imports_no_jax(tmp_path):
     code = (
         "import sys, io, substrax.tracking as tracking\n"
@@ -355,7 +356,7 @@ for step in range(100):
 """
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_values_still_computed_at_a_sigterm_are_written(tmp_path):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient

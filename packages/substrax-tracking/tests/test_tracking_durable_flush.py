@@ -104,7 +104,7 @@ def _every_step_to_the_checkpoint(steps):
     return set(range(1, CHECKPOINT_AT + 1)) <= set(steps)
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_kill_right_after_a_checkpoint_loses_no_row_up_to_its_step(tmp_path, sqlite_uri):
     run_id = _train_and_kill(tmp_path, sqlite_uri)
     logged = read_scalars(tmp_path / "logs" / "job.metrics.jsonl")
@@ -121,7 +121,7 @@ def test_a_kill_right_after_a_checkpoint_loses_no_row_up_to_its_step(tmp_path, s
     assert steps == list(range(1, CHECKPOINT_AT + 2))
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 @pytest.mark.xdist_group("mlflow_server")
 def test_with_the_server_down_a_kill_after_a_checkpoint_leaves_every_step_in_the_spool(
     tmp_path, mlflow_server

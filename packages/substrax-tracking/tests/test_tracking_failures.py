@@ -119,7 +119,7 @@ def test_the_excepthook_is_chained_while_a_logger_is_open_and_restored_after(mon
     assert sys.excepthook is previous
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_process_dying_of_an_exception_leaves_failed_runs(
     mlflow_server, wandb_offline, wandb_exit_code, tmp_path
 ):
@@ -154,7 +154,7 @@ def test_a_process_dying_of_an_exception_leaves_failed_runs(
     assert wandb_exit_code(tmp_path / "wandb") == 1
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_dropped_loggers_and_multiprocessing_workers_end_their_runs(mlflow_server, tmp_path):
     child = textwrap.dedent(
         f"""
@@ -241,7 +241,7 @@ def test_a_hook_that_chains_back_to_ours_runs_each_hook_once(fresh_hook, tmp_pat
     second.close()
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_script_dying_under_a_replaced_hook_still_fails_its_run(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     child = textwrap.dedent(

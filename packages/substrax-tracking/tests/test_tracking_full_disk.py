@@ -8,19 +8,11 @@ import json
 import logging
 import shutil
 import threading
-import time
 
 import pytest
 
 from substrax import tracking
 from substrax.tracking import FileLogger, MLFlowLogger, read_scalars
-
-
-def wait_for(condition, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -82,7 +74,7 @@ def test_closing_a_file_log_on_a_disk_still_full_says_which_lines_it_could_not_w
 
 
 def test_mlflow_delivery_outlives_a_full_disk_and_delivers_every_record_once_there_is_room(
-    small_disk, sqlite_uri, caplog, thread_deaths
+    small_disk, sqlite_uri, caplog, thread_deaths, wait_for
 ):
     from mlflow.tracking import MlflowClient
 

@@ -250,6 +250,7 @@ def test_only_process_zero_logs_unless_asked(tmp_path):
     assert (tmp_path / "all" / "demo.p1.metrics.jsonl").exists()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_importing_tracking_imports_no_jax_and_no_sdk():
     code = (
         "import sys, substrax.tracking, substrax.callbacks\n"
@@ -259,6 +260,7 @@ def test_importing_tracking_imports_no_jax_and_no_sdk():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_importing_tracking_loads_each_name_on_first_use():
     code = (
         "import sys, substrax.tracking as tracking\n"
@@ -278,6 +280,7 @@ def test_importing_tracking_loads_each_name_on_first_use():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_plot_command_renders_png_and_html(tmp_path, capsys):
     with FileLogger("run", tmp_path) as logger:
         for step in range(5):

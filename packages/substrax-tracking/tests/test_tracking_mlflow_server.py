@@ -24,13 +24,6 @@ def history(client, run_id, key):
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
-def wait_for(condition, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
-
-
 def test_every_metric_param_and_artifact_reads_back_through_the_server(mlflow_server, tmp_path):
     artifact = tmp_path / "model.txt"
     artifact.write_text("weights")
@@ -70,8 +63,8 @@ def test_every_metric_param_and_artifact_reads_back_through_the_server(mlflow_se
     assert Path(downloaded).read_text() == "weights"
 
 
-@pytest.mark.slow
-def test_a_server_killed_mid_run_loses_nothing(mlflow_server, tmp_path, caplog):
+@pytest.mark.usefixtures("child_processes")
+def test_a_server_killed_mid_run_loses_nothing(mlflow_server, tmp_path, caplog, wait_for):
     client = MlflowClient(tracking_uri=mlflow_server.uri)
     caplog.set_level(logging.WARNING, logger="substrax.tracking")
     kept = MLFlowLogger(

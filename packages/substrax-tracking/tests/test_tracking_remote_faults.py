@@ -21,13 +21,6 @@ def spooled(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def wait_for(condition, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("how", ["refuse", "silent"])
 def test_a_server_that_vanishes_after_the_run_is_created_loses_nothing_and_close_is_bounded(
     vanishing_mlflow, tmp_path, caplog, how
@@ -62,7 +55,7 @@ def test_a_server_that_vanishes_after_the_run_is_created_loses_nothing_and_close
 
 
 def test_records_are_spooled_while_the_server_is_down_not_held_in_memory(
-    vanishing_mlflow, tmp_path
+    vanishing_mlflow, tmp_path, wait_for
 ):
     server = vanishing_mlflow(vanish_after_run="refuse")
     logger = MLFlowLogger("down", tracking_uri=server.uri, log_dir=tmp_path, close_timeout=3)
@@ -78,7 +71,7 @@ def test_records_are_spooled_while_the_server_is_down_not_held_in_memory(
 
 
 def test_no_server_at_construction_returns_at_once_and_delivers_once_it_answers(
-    vanishing_mlflow, tmp_path, caplog
+    vanishing_mlflow, tmp_path, caplog, wait_for
 ):
     port = free_port()
     caplog.set_level(logging.WARNING, logger="substrax.tracking")
@@ -196,15 +189,17 @@ def test_numpy_values_and_steps_are_spooled_as_plain_json_numbers(tmp_path):
 
 
 @pytest.mark.parametrize("bad", [[1.0, 2.0], np.zeros(3), {"a": 1.0}, np.array(["x"])])
-def test_a_non_number_in_log_scalars_is_refused_at_the_call_naming_key_and_step(tmp_path, bad):
+def test_a_non_number_in_log_scalars_is_refused_at_the_call_naming_key_and_step(
+    tmp_path, sqlite_uri, bad
+):
     from substrax.tracking import LoggedTypeError, MLFlowLogger
 
-    logger = MLFlowLogger("bad", tracking_uri=f"sqlite:///{tmp_path}/m.db", log_dir=tmp_path)
+    logger = MLFlowLogger("bad", tracking_uri=sqlite_uri, log_dir=tmp_path)
     with pytest.raises(LoggedTypeError, match=r"scalar 'bad' must be .* \(at step 7\)"):
         logger.log_scalars({"loss": 0.5, "bad": bad}, step=7)
     logger.log_scalars({"loss": 0.25}, step=8)
     logger.close()
     from mlflow.tracking import MlflowClient
 
-    history = MlflowClient(f"sqlite:///{tmp_path}/m.db").get_metric_history(logger.run_id, "loss")
+    history = MlflowClient(sqlite_uri).get_metric_history(logger.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(8, 0.25)]

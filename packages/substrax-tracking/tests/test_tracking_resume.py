@@ -38,6 +38,13 @@ def resumed_values(step: int) -> float:
     return 100.0 + step
 
 
+def log_first_attempt(logger):
+    """Log the first attempt's loss at every step up to REACHED; return the run's id."""
+    for step in range(REACHED + 1):
+        logger.log_scalars({"loss": first_attempt_values(step)}, step=step)
+    return logger.run_id
+
+
 def file_steps(log_dir, name="run"):
     """Each metric's steps in the JSONL and the CSV log, with their values from the JSONL."""
     jsonl = read_scalars(log_dir / f"{name}.metrics.jsonl")
@@ -104,10 +111,8 @@ def mlflow_history(uri, run_id, key):
 def test_mlflow_server_run_holds_every_step_once_after_a_resume(mlflow_server, tmp_path):
     uri = mlflow_server.uri
     with MLFlowLogger("first", tracking_uri=uri, log_dir=tmp_path / "a") as logger:
-        for step in range(REACHED + 1):
-            logger.log_scalars({"loss": first_attempt_values(step)}, step=step)
+        run_id = log_first_attempt(logger)
         logger.log_scalar("val_loss", 2.0, step=SAVED)
-        run_id = logger.run_id
     assert run_id is not None
     with MLFlowLogger(
         "first", tracking_uri=uri, log_dir=tmp_path / "b", run_id=run_id, resume_step=SAVED
@@ -178,9 +183,7 @@ def wait_for_rows(wandb_runs):
 
 def test_wandb_offline_run_is_rewound_to_the_restored_step(wandb_offline, wait_for_rows, tmp_path):
     with WandbLogger("run", project="substrax-tests", log_dir=tmp_path) as logger:
-        for step in range(REACHED + 1):
-            logger.log_scalars({"loss": first_attempt_values(step)}, step=step)
-        run_id = logger.run_id
+        run_id = log_first_attempt(logger)
     with WandbLogger(
         "run", project="substrax-tests", log_dir=tmp_path, run_id=run_id, resume_step=SAVED
     ) as logger:
@@ -246,7 +249,7 @@ def run_until_killed(script: str, tmp_path, uri) -> list[str]:
     return lines
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_run_killed_with_sigkill_resumes_from_its_last_periodic_checkpoint(
     wandb_offline, wandb_runs, tmp_path
 ):
@@ -333,14 +336,12 @@ def replay_in_a_subprocess(spool):
     assert not spool.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 @pytest.mark.xdist_group("mlflow_server")
 def test_mlflow_replay_of_a_resumed_run_skips_the_steps_the_run_holds(mlflow_server, tmp_path):
     uri = mlflow_server.uri
     with MLFlowLogger("replayed", tracking_uri=uri, log_dir=tmp_path / "a") as logger:
-        for step in range(REACHED + 1):
-            logger.log_scalars({"loss": first_attempt_values(step)}, step=step)
-        run_id = logger.run_id
+        run_id = log_first_attempt(logger)
     mlflow_server.kill()
     try:  # resumed while the server is down: everything is spooled
         resumed = MLFlowLogger(
@@ -366,8 +367,8 @@ def test_mlflow_replay_of_a_resumed_run_skips_the_steps_the_run_holds(mlflow_ser
     assert dict(loss)[END] == resumed_values(END)
 
 
-def test_mlflow_histogram_statistics_are_not_sent_twice_after_a_resume(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_mlflow_histogram_statistics_are_not_sent_twice_after_a_resume(tmp_path, sqlite_uri):
+    uri = sqlite_uri
     with MLFlowLogger("run", tracking_uri=uri, log_dir=tmp_path) as logger:
         for step in range(REACHED + 1):
             logger.log_histogram("w", [float(step), step + 1.0], step=step)
@@ -404,7 +405,7 @@ print(resumed.spooled)
 """
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_wandb_replay_of_a_resumed_run_rewinds_it_like_the_live_logger(
     wandb_offline, wait_for_rows, tmp_path
 ):
@@ -445,6 +446,7 @@ with FileLogger("run", sys.argv[1], flush_every=0) as logger:
 """
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_file_log_held_by_another_process_is_refused_not_rewritten(tmp_path):
     with subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(_HOLDING_CHILD), str(tmp_path)],
@@ -528,8 +530,8 @@ def test_file_logger_warns_of_a_resume_step_its_log_does_not_reach(tmp_path, cap
     assert "up to 3" in caplog.text
 
 
-def test_mlflow_unknown_run_id_names_the_store_and_what_to_do(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_mlflow_unknown_run_id_names_the_store_and_what_to_do(tmp_path, sqlite_uri):
+    uri = sqlite_uri
     with pytest.raises(UnknownRunIdError) as caught:
         MLFlowLogger("run", tracking_uri=uri, log_dir=tmp_path, run_id="0" * 32, resume_step=3)
     assert caught.value.tracking_uri == uri

@@ -113,7 +113,7 @@ def test_missing_sdks_fail_at_construction(monkeypatch, tmp_path):
         ProgressCallback()
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("child_processes")
 def test_a_logger_never_closed_hands_its_records_to_wandb_at_exit(
     wandb_offline, read_complete_run, tmp_path
 ):

@@ -88,6 +88,7 @@ def test_without_any_directory_runs_last_outside_the_temporary_directory(
     default.close()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_wandb_variables_apply_where_no_argument_is_given(
     offline, run_record, monkeypatch, tmp_path
 ):
@@ -147,6 +148,7 @@ def test_a_log_dir_that_cannot_be_created_is_refused_up_front(offline, tmp_path)
     assert "pass a writable log_dir=" in str(raised.value)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_an_unwritable_wandb_dir_is_refused_not_replaced_by_tmp(offline, tmp_path):
     read_only = tmp_path / "read-only"
     read_only.mkdir(mode=0o555)

@@ -85,7 +85,7 @@ class PreemptionHandler:
     and raises ``SystemExit(exit_code)``. Later signals are absorbed.
 
     With several processes (``jax.distributed``) every process stops at the same step: ``check``
-    exchanges the flags through ``jax.distributed``'s key-value store (about 0.6 ms per step);
+    exchanges the flags through ``jax.distributed``'s key-value store, a round trip per step;
     ``check_every=K`` exchanges only at steps divisible by ``K``. Every process must call
     ``check`` with the same steps. ``check`` also asks jax's own preemption service at every
     step; jax's C-level SIGTERM handler is put back exactly on leaving the block.

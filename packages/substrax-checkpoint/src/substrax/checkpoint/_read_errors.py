@@ -6,7 +6,11 @@ from pathlib import Path
 from substrax.support import PicklableError, StructuredError
 
 
-class CheckpointNotFoundError(StructuredError, FileNotFoundError, kw_only=True):
+class _ReadError(StructuredError, public_module="substrax.checkpoint"):
+    """The base of the read errors: each shows as ``substrax.checkpoint``'s, where users import it."""
+
+
+class CheckpointNotFoundError(_ReadError, FileNotFoundError, kw_only=True):
     """The store holds no step ``step`` (None: the latest step was asked of an empty store).
 
     ``available`` lists the steps held; ``deleted`` is True when the step was deleted (by a
@@ -18,8 +22,6 @@ class CheckpointNotFoundError(StructuredError, FileNotFoundError, kw_only=True):
         >>> CheckpointNotFoundError(step=None, directory=Path("/tmp/store")).args[0]
         'the checkpoint store at /tmp/store is empty (no step saved yet): ...'
     """
-
-    __module__ = "substrax.checkpoint"
 
     step: int | None
     directory: Path
@@ -75,7 +77,7 @@ class DtypeMismatch:
     restored: str
 
 
-class CheckpointDtypeMismatchError(StructuredError, ValueError, kw_only=True):
+class CheckpointDtypeMismatchError(_ReadError, ValueError, kw_only=True):
     """Restoring would change the dtype of at least one leaf; pass ``cast_dtypes=True`` to allow it.
 
     Example:
@@ -84,8 +86,6 @@ class CheckpointDtypeMismatchError(StructuredError, ValueError, kw_only=True):
         >>> CheckpointDtypeMismatchError(step=1, mismatches=(mismatch,)).mismatches[0].leaf
         'w'
     """
-
-    __module__ = "substrax.checkpoint"
 
     step: int
     mismatches: tuple[DtypeMismatch, ...]
@@ -104,7 +104,7 @@ class CheckpointDtypeMismatchError(StructuredError, ValueError, kw_only=True):
         )
 
 
-class CheckpointCorruptError(StructuredError, ValueError, kw_only=True):
+class CheckpointCorruptError(_ReadError, ValueError, kw_only=True):
     """A file of the step fails its checksum, or is missing or damaged: it cannot be restored.
 
     ``item`` and ``leaf`` name the array (``model``, ``layer0/kernel``), ``path`` the damaged
@@ -119,8 +119,6 @@ class CheckpointCorruptError(StructuredError, ValueError, kw_only=True):
         ... ).args[0]
         "checkpoint step 7 in /s is corrupted: item 'model' leaf 'w' is damaged (/s/7: checksum ..."
     """
-
-    __module__ = "substrax.checkpoint"
 
     step: int | None
     item: str
@@ -137,7 +135,7 @@ class CheckpointCorruptError(StructuredError, ValueError, kw_only=True):
         )
 
 
-class CheckpointStoreNotFoundError(StructuredError, FileNotFoundError, kw_only=True):
+class CheckpointStoreNotFoundError(_ReadError, FileNotFoundError, kw_only=True):
     """A store opened to be read does not exist.
 
     Example:
@@ -147,8 +145,6 @@ class CheckpointStoreNotFoundError(StructuredError, FileNotFoundError, kw_only=T
         PosixPath('/no/such/store')
     """
 
-    __module__ = "substrax.checkpoint"
-
     template = (
         "no checkpoint store at {directory}: the directory does not exist; "
         "check the path (a writer creates it when it opens the store)"
@@ -156,7 +152,7 @@ class CheckpointStoreNotFoundError(StructuredError, FileNotFoundError, kw_only=T
     directory: Path
 
 
-class CheckpointStoreNotADirectoryError(StructuredError, NotADirectoryError, kw_only=True):
+class CheckpointStoreNotADirectoryError(_ReadError, NotADirectoryError, kw_only=True):
     """The path of a store is a file, not a directory.
 
     Example:
@@ -166,8 +162,6 @@ class CheckpointStoreNotADirectoryError(StructuredError, NotADirectoryError, kw_
         PosixPath('/etc/hostname')
     """
 
-    __module__ = "substrax.checkpoint"
-
     template = (
         "{directory} is not a directory: a file stands at that path or above it; "
         "pass the checkpoint store's directory"
@@ -175,7 +169,7 @@ class CheckpointStoreNotADirectoryError(StructuredError, NotADirectoryError, kw_
     directory: Path
 
 
-class CheckpointStoreClosedError(StructuredError, RuntimeError, kw_only=True):
+class CheckpointStoreClosedError(_ReadError, RuntimeError, kw_only=True):
     """The store was used after ``close()``.
 
     Example:
@@ -185,8 +179,6 @@ class CheckpointStoreClosedError(StructuredError, RuntimeError, kw_only=True):
         PosixPath('/tmp/store')
     """
 
-    __module__ = "substrax.checkpoint"
-
     template = (
         "the checkpoint store at {directory} is closed; "
         "open a new OrbaxCheckpointStore on the directory to use it again"
@@ -194,7 +186,7 @@ class CheckpointStoreClosedError(StructuredError, RuntimeError, kw_only=True):
     directory: Path
 
 
-class CheckpointWaitTimeoutError(StructuredError, TimeoutError, kw_only=True):
+class CheckpointWaitTimeoutError(_ReadError, TimeoutError, kw_only=True):
     """``wait_for_step`` saw no step newer than ``after`` committed within ``timeout`` seconds.
 
     Example:
@@ -203,8 +195,6 @@ class CheckpointWaitTimeoutError(StructuredError, TimeoutError, kw_only=True):
         >>> CheckpointWaitTimeoutError(directory=Path("/s"), after=3, timeout=1, latest_step=3).args[0]
         'no step after 3 was committed in /s within 1 s (latest step: 3); ...'
     """
-
-    __module__ = "substrax.checkpoint"
 
     directory: Path
     after: int | None

@@ -53,7 +53,11 @@ def _also_unwritten(step: int, unwritten: tuple[int, ...]) -> str:
     )
 
 
-class CheckpointNotWrittenError(StructuredError, RuntimeError, kw_only=True):
+class _WriteError(StructuredError, public_module="substrax.checkpoint"):
+    """The base of the write errors: each shows as ``substrax.checkpoint``'s, where users import it."""
+
+
+class CheckpointNotWrittenError(_WriteError, RuntimeError, kw_only=True):
     """A save was refused; ``reason`` says why (``exists``, ``below_latest`` or ``rejected``).
 
     Example:
@@ -61,8 +65,6 @@ class CheckpointNotWrittenError(StructuredError, RuntimeError, kw_only=True):
         >>> CheckpointNotWrittenError(step=3, latest_step=5, reason="below_latest").reason
         <NotWrittenReason.BELOW_LATEST: 'below_latest'>
     """
-
-    __module__ = "substrax.checkpoint"
 
     template = (
         "checkpoint step {step} was not written ({reason}; latest step is {latest_step}): "
@@ -84,7 +86,7 @@ class CheckpointNotWrittenError(StructuredError, RuntimeError, kw_only=True):
         return super()._message() + _also_unwritten(self.step, self.unwritten)
 
 
-class CheckpointWriteError(StructuredError, RuntimeError, kw_only=True):
+class CheckpointWriteError(_WriteError, RuntimeError, kw_only=True):
     """A background write failed; raised at the next ``save``, ``wait`` or ``close``.
 
     ``cause`` says why, as text (the exception the write raised, or what it left out).
@@ -97,8 +99,6 @@ class CheckpointWriteError(StructuredError, RuntimeError, kw_only=True):
         ... ).args[0]
         'checkpoint step 4 in /tmp/store was not committed: disk full; the save of step 5 raised this error and wrote nothing either: steps 4 and 5 are not in the store, save them again'
     """
-
-    __module__ = "substrax.checkpoint"
 
     step: int
     directory: Path
@@ -117,7 +117,7 @@ class CheckpointWriteError(StructuredError, RuntimeError, kw_only=True):
         return head + _also_unwritten(self.step, self.unwritten)
 
 
-class CheckpointLeafNameCollisionError(StructuredError, ValueError, kw_only=True):
+class CheckpointLeafNameCollisionError(_WriteError, ValueError, kw_only=True):
     """Two leaves of ``item`` would be stored under one name, and one restore as the other.
 
     Orbax names a stored leaf by its keys joined with ``.`` (``stored_name``): ``{"a.b": x,
@@ -129,8 +129,6 @@ class CheckpointLeafNameCollisionError(StructuredError, ValueError, kw_only=True
         ('a.b', 'a/b')
     """
 
-    __module__ = "substrax.checkpoint"
-
     template = (
         "item {item!r} has two leaves, {paths[0]!r} and {paths[1]!r}, that would both be stored "
         "as {stored_name!r} (orbax joins a leaf's keys with '.'), and one would restore in place "
@@ -141,7 +139,7 @@ class CheckpointLeafNameCollisionError(StructuredError, ValueError, kw_only=True
     stored_name: str
 
 
-class CheckpointLockedError(StructuredError, RuntimeError, kw_only=True):
+class CheckpointLockedError(_WriteError, RuntimeError, kw_only=True):
     """Another process writes the store: a store has one writing process (or one multi-host job).
 
     ``host``, ``pid`` and ``since`` describe the holder (None where the lock file is unreadable).
@@ -152,8 +150,6 @@ class CheckpointLockedError(StructuredError, RuntimeError, kw_only=True):
         >>> CheckpointLockedError(directory=Path("/s"), host="node1", pid=42, since=None).args[0]
         'the checkpoint store at /s is being written by another process (pid 42 on host node1 since ?); ...'
     """
-
-    __module__ = "substrax.checkpoint"
 
     directory: Path
     host: str | None
@@ -170,7 +166,7 @@ class CheckpointLockedError(StructuredError, RuntimeError, kw_only=True):
         )
 
 
-class CheckpointStoreRemovedError(StructuredError, RuntimeError, kw_only=True):
+class CheckpointStoreRemovedError(_WriteError, RuntimeError, kw_only=True):
     """The writer's directory was removed (or its lock file replaced) while the store was open.
 
     Its writer lock went with it: the store saves nothing more there (nor creates it again).
@@ -182,8 +178,6 @@ class CheckpointStoreRemovedError(StructuredError, RuntimeError, kw_only=True):
         'the checkpoint store at /tmp/store was removed (or its writer lock file replaced) ...'
     """
 
-    __module__ = "substrax.checkpoint"
-
     template = (
         "the checkpoint store at {directory} was removed (or its writer lock file replaced) "
         "while this store had it open, and its writer lock with it: nothing more is saved there; "
@@ -192,7 +186,7 @@ class CheckpointStoreRemovedError(StructuredError, RuntimeError, kw_only=True):
     directory: Path
 
 
-class CheckpointStoreSupersededError(StructuredError, RuntimeError, kw_only=True):
+class CheckpointStoreSupersededError(_WriteError, RuntimeError, kw_only=True):
     """A writer store was asked to write after a newer store of its process opened its directory.
 
     The newer store (a notebook cell run again) took over: the first one finished its write and
@@ -205,8 +199,6 @@ class CheckpointStoreSupersededError(StructuredError, RuntimeError, kw_only=True
         'cannot save: another OrbaxCheckpointStore of this process opened /tmp/store ...'
     """
 
-    __module__ = "substrax.checkpoint"
-
     template = (
         "cannot {operation}: another OrbaxCheckpointStore of this process opened {directory} "
         "to write after this one (a notebook cell run again?) and took over its writing; this "
@@ -217,7 +209,7 @@ class CheckpointStoreSupersededError(StructuredError, RuntimeError, kw_only=True
     operation: str
 
 
-class CheckpointStoreReadOnlyError(StructuredError, PermissionError, kw_only=True):
+class CheckpointStoreReadOnlyError(_WriteError, PermissionError, kw_only=True):
     """A store opened with ``read_only=True`` was asked to write (``save``, ``delete``, ``prune``).
 
     Example:
@@ -227,8 +219,6 @@ class CheckpointStoreReadOnlyError(StructuredError, PermissionError, kw_only=Tru
         'save'
     """
 
-    __module__ = "substrax.checkpoint"
-
     template = (
         "cannot {operation}: the checkpoint store at {directory} was opened read_only=True; "
         "open it without read_only to save or delete"
@@ -237,7 +227,7 @@ class CheckpointStoreReadOnlyError(StructuredError, PermissionError, kw_only=Tru
     operation: str
 
 
-class DistributedNotInitializedError(StructuredError, RuntimeError, kw_only=True):
+class DistributedNotInitializedError(_WriteError, RuntimeError, kw_only=True):
     """Several jax processes run but ``jax.distributed`` has no client to agree through.
 
     Example:
@@ -245,8 +235,6 @@ class DistributedNotInitializedError(StructuredError, RuntimeError, kw_only=True
         >>> DistributedNotInitializedError(process_count=2, needed_by="the checkpoint store").args[0]
         'there are 2 jax processes but no jax.distributed client; call ...'
     """
-
-    __module__ = "substrax.checkpoint"
 
     template = (
         "there are {process_count} jax processes but no jax.distributed client; call "
@@ -256,7 +244,7 @@ class DistributedNotInitializedError(StructuredError, RuntimeError, kw_only=True
     needed_by: str
 
 
-class BestMetricNotRecordedError(StructuredError, ValueError, kw_only=True):
+class BestMetricNotRecordedError(_WriteError, ValueError, kw_only=True):
     """``prune`` was asked to keep the best steps by a metric that no step of the store records.
 
     A misspelled ``best_metric`` would protect nothing; ``recorded`` lists the names recorded.
@@ -267,8 +255,6 @@ class BestMetricNotRecordedError(StructuredError, ValueError, kw_only=True):
         >>> BestMetricNotRecordedError(metric="lsos", directory=Path("/s"), recorded=("loss",)).args[0]
         "no step in /s records the metric 'lsos' that keep_best ranks by (the steps record: loss); pass one of those as best_metric, or drop keep_best"
     """
-
-    __module__ = "substrax.checkpoint"
 
     metric: str
     directory: Path
@@ -283,7 +269,7 @@ class BestMetricNotRecordedError(StructuredError, ValueError, kw_only=True):
         )
 
 
-class UpgradeDestinationError(StructuredError, ValueError, kw_only=True):
+class UpgradeDestinationError(_WriteError, ValueError, kw_only=True):
     """``upgrade_checkpoints`` was given a destination it must not write into.
 
     ``reason`` is ``"is the source"``, ``"is not empty"`` or ``"is not a directory"``.
@@ -294,8 +280,6 @@ class UpgradeDestinationError(StructuredError, ValueError, kw_only=True):
         >>> UpgradeDestinationError(destination=Path("/tmp/a"), reason="is not empty").args[0]
         'destination /tmp/a is not empty; upgrade into a new, empty directory'
     """
-
-    __module__ = "substrax.checkpoint"
 
     template = "destination {destination} {reason}; upgrade into a new, empty directory"
     destination: Path

@@ -54,10 +54,10 @@ from ._backend import (
     default_state_dir,
 )
 from ._display import follow
-from ._errors import RunDirectoryGoneError, RunRecordError
 from ._paths import require_directory
 from ._registry import load_backend
 from ._report import dry_run, report
+from ._run_errors import RunDirectoryGoneError, RunRecordError
 
 
 PROG = "substrax-compute"

@@ -16,10 +16,11 @@ Example:
 import json
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Protocol, Self, cast
 
 from pydantic import AfterValidator, BaseModel, Field, JsonValue, ValidationError, model_validator
 
+from ._backend import backend_state_dir
 from ._errors import (
     ComputeConfigError,
     ComputeTableMissingError,
@@ -29,21 +30,16 @@ from ._errors import (
 )
 from ._spec import (
     Accelerator,
-    Argv,
-    Component,
-    EnvName,
     JobSpec,
     Mount,
-    NodeCount,
-    Positive,
     Record,
-    RelativeFile,
     Resources,
     Task,
     check_unique,
     example_tasks,
     jax_runtime,
 )
+from ._spec_types import Argv, Component, EnvName, NodeCount, Positive, RelativeFile
 from ._toml import ROOT_PATH, read_toml, reason, toml_path
 
 
@@ -164,6 +160,34 @@ def parse_backend_settings[M: BaseModel](
         prefix = f"{ROOT_PATH}.backends.{name}"
         problems = [(toml_path(e["loc"], prefix), reason(e, model)) for e in error.errors()]
         raise ComputeConfigError(problems) from None
+
+
+class _BackendSettings(Protocol):
+    state_dir: str | None
+
+
+def read_backend_settings[M: BaseModel](
+    model: type[M], name: str, settings: Mapping[str, JsonValue] | None
+) -> tuple[dict[str, JsonValue], M, Path]:
+    """A backend's settings table as given, validated with ``model``, and its state directory.
+
+    ``model`` has a ``state_dir`` setting; without one, the directory is
+    ``<state>/compute/<name>``.
+
+    Raises:
+        ComputeConfigError: A key is unknown or a value is bad (:func:`parse_backend_settings`).
+
+    Example:
+        >>> from substrax.compute._config import Record, read_backend_settings
+        >>> class S(Record):
+        ...     state_dir: str | None = None
+        >>> raw, parsed, state_dir = read_backend_settings(S, "mine", {"state_dir": "/tmp/s"})
+        >>> raw, state_dir.as_posix()
+        ({'state_dir': '/tmp/s'}, '/tmp/s')
+    """
+    raw = dict(settings or {})
+    parsed = parse_backend_settings(model, name, raw)
+    return raw, parsed, backend_state_dir(cast("_BackendSettings", parsed).state_dir, name)
 
 
 def read_compute_config(project: Path) -> ComputeConfig:

@@ -1,7 +1,8 @@
 """Every error substrax.compute raises, each a subclass of the builtin it once was.
 
 Each carries the offending values as attributes and says what to do; all are exported from
-``substrax.compute``, whose name they show in tracebacks.
+``substrax.compute``, whose name they show in tracebacks. Those of the configuration, jobs,
+backends and paths are declared here; those of stored runs and records in ``_run_errors``.
 """
 
 import dataclasses
@@ -14,7 +15,11 @@ from substrax.support import StructuredError
 _ROOT = "tool.substrax.compute"
 
 
-class ComputeConfigError(StructuredError, ValueError):
+class _ComputeError(StructuredError, public_module="substrax.compute"):
+    """The base of every error here: each shows as ``substrax.compute``'s, where users import it."""
+
+
+class ComputeConfigError(_ComputeError, ValueError):
     """A ``[tool.substrax.compute]`` key is unknown or holds a bad value.
 
     Attributes:
@@ -26,8 +31,6 @@ class ComputeConfigError(StructuredError, ValueError):
     The message is one line: ``path: reason (in FILE)``, or with several problems ``N problems
     in FILE [tool.substrax.compute]: path: reason; path: reason``.
     """
-
-    __module__ = "substrax.compute"
 
     problems: Sequence[tuple[str, str]]
     source: object = None
@@ -46,7 +49,7 @@ class ComputeConfigError(StructuredError, ValueError):
         return listed if self.source is None else f"{listed} (in {self.source})"
 
 
-class ConfigFileError(StructuredError, ValueError):
+class ConfigFileError(_ComputeError, ValueError):
     """A file the configuration is read from (pyproject.toml, uv.lock) is not valid TOML or unreadable.
 
     Attributes:
@@ -55,8 +58,6 @@ class ConfigFileError(StructuredError, ValueError):
         column: The 1-based column of the first error, when the parser gave one.
         reason: The parser's (or the operating system's) description.
     """
-
-    __module__ = "substrax.compute"
 
     path: Path
     reason: str
@@ -72,7 +73,7 @@ class ConfigFileError(StructuredError, ValueError):
         )
 
 
-class ProjectFileNotFoundError(StructuredError, FileNotFoundError):
+class ProjectFileNotFoundError(_ComputeError, FileNotFoundError):
     """A file or directory the project must have is missing (pyproject.toml, uv.lock, examples).
 
     Attributes:
@@ -80,13 +81,11 @@ class ProjectFileNotFoundError(StructuredError, FileNotFoundError):
         message: The error's text, naming the file and what to do.
     """
 
-    __module__ = "substrax.compute"
-
     path: Path
     message: str
 
 
-class ComputeTableMissingError(StructuredError, LookupError):
+class ComputeTableMissingError(_ComputeError, LookupError):
     """``pyproject.toml`` has no ``[tool.substrax.compute]`` table.
 
     Attributes:
@@ -94,7 +93,6 @@ class ComputeTableMissingError(StructuredError, LookupError):
         table: The table looked for.
     """
 
-    __module__ = "substrax.compute"
     template = (
         "{pyproject} has no [{table}] table; declare a job there, e.g. "
         '[{table}.jobs.demo] with examples = ["examples"] and timeout_seconds = 600'
@@ -104,20 +102,19 @@ class ComputeTableMissingError(StructuredError, LookupError):
     table: str
 
 
-class SubstraxNotLockedError(StructuredError, LookupError):
+class SubstraxNotLockedError(_ComputeError, LookupError):
     """The project's ``uv.lock`` does not pin substrax-compute, so a worker elsewhere can't run.
 
     Attributes:
         lock: The lock file read.
     """
 
-    __module__ = "substrax.compute"
     template = "substrax-compute is not in {lock}: `uv add substrax-compute` so the worker can run"
 
     lock: Path
 
 
-class JobNotFoundError(StructuredError, KeyError):
+class JobNotFoundError(_ComputeError, KeyError):
     """No job of that name is configured.
 
     Attributes:
@@ -125,8 +122,6 @@ class JobNotFoundError(StructuredError, KeyError):
         known: The configured job names.
         table: The table the jobs are configured in.
     """
-
-    __module__ = "substrax.compute"
 
     job: str
     known: Sequence[str]
@@ -136,29 +131,8 @@ class JobNotFoundError(StructuredError, KeyError):
         known = ", ".join(self.known) or "none"
         return f"no job {self.job!r} in [{self.table}.jobs]; configured: {known}"
 
-    def __str__(self) -> str:
-        return str(self.args[0])
 
-
-class RunNotFoundError(StructuredError, KeyError):
-    """No run of that id was saved in the run store.
-
-    Attributes:
-        run_id: The id asked for.
-        root: The store's directory.
-    """
-
-    __module__ = "substrax.compute"
-    template = "no run {run_id!r} in {root}; `substrax-compute list` shows them"
-
-    run_id: str
-    root: Path
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class UnknownBackendError(StructuredError, LookupError):
+class UnknownBackendError(_ComputeError, LookupError):
     """No backend of that name is registered.
 
     Attributes:
@@ -166,8 +140,6 @@ class UnknownBackendError(StructuredError, LookupError):
         known: The registered names.
         group: The entry-point group backends register in.
     """
-
-    __module__ = "substrax.compute"
 
     name: str
     known: Sequence[str]
@@ -180,7 +152,7 @@ class UnknownBackendError(StructuredError, LookupError):
         )
 
 
-class BackendFactoryError(StructuredError, TypeError):
+class BackendFactoryError(_ComputeError, TypeError):
     """A registered backend factory returned something that is not a ``ComputeBackend``.
 
     Attributes:
@@ -189,7 +161,6 @@ class BackendFactoryError(StructuredError, TypeError):
         returned: The type name of what it returned.
     """
 
-    __module__ = "substrax.compute"
     template = (
         "the {name!r} backend factory {factory} returned {returned}, which is not a "
         "ComputeBackend; fix the factory registered in the entry point"
@@ -200,15 +171,13 @@ class BackendFactoryError(StructuredError, TypeError):
     returned: str
 
 
-class UnknownPlatformError(StructuredError, ValueError):
+class UnknownPlatformError(_ComputeError, ValueError):
     """A ``runtime.platforms`` entry is not a platform jax knows.
 
     Attributes:
         platform: The offending name.
         known: The names jax knows (``KNOWN_PLATFORMS``).
     """
-
-    __module__ = "substrax.compute"
 
     platform: str
     known: tuple[str, ...]
@@ -222,7 +191,7 @@ class UnknownPlatformError(StructuredError, ValueError):
         )
 
 
-class RuntimeFieldError(StructuredError, ValueError):
+class RuntimeFieldError(_ComputeError, ValueError):
     """A job's ``runtime`` table names a field ``JaxRuntime`` lacks, or one it refuses.
 
     Attributes:
@@ -230,68 +199,29 @@ class RuntimeFieldError(StructuredError, ValueError):
         fields: The offending field names (empty when ``JaxRuntime`` refused a value).
     """
 
-    __module__ = "substrax.compute"
-
     message: str
     fields: tuple[str, ...] = ()
 
 
-class AcceleratorFormatError(StructuredError, ValueError):
+class AcceleratorFormatError(_ComputeError, ValueError):
     """An ``--accelerator`` value is not ``KIND`` or ``KIND:N``.
 
     Attributes:
         text: The value given.
     """
 
-    __module__ = "substrax.compute"
     template = "accelerator {text!r} must read KIND or KIND:N with N from 1 to 64, e.g. H100:8"
 
     text: str
 
 
-class RecordVersionError(StructuredError, ValueError):
-    """A job spec or manifest was written by another release (its ``schema_version`` differs).
-
-    Attributes:
-        record: ``"job spec"`` or ``"manifest"``.
-        found: The version read.
-        expected: The version this release reads.
-        fix: What to do about it.
-    """
-
-    __module__ = "substrax.compute"
-    template = "{record} version {found!r} is not {expected}: {fix}"
-
-    record: str
-    found: object
-    expected: int
-    fix: str
-
-
-class RecordFormatError(StructuredError, ValueError, TypeError):
-    """A stored record (a run handle, a manifest) is not the shape this release writes.
-
-    Attributes:
-        source: Where it was read from (a path, or ``"data"``).
-        problem: What is wrong with it.
-    """
-
-    __module__ = "substrax.compute"
-    template = "{source}: {problem}; it was not written by this substrax-compute release"
-
-    source: object
-    problem: str
-
-
-class SecretNotSetError(StructuredError, LookupError):
+class SecretNotSetError(_ComputeError, LookupError):
     """A secret the job names is not set in the environment that must pass it on.
 
     Attributes:
         names: The missing variable names.
         where: Whose environment (``"this environment"``, ``"the worker's environment"``).
     """
-
-    __module__ = "substrax.compute"
 
     names: Sequence[str]
     where: str = "this environment"
@@ -303,7 +233,7 @@ class SecretNotSetError(StructuredError, LookupError):
         )
 
 
-class MountNotConfiguredError(StructuredError, LookupError):
+class MountNotConfiguredError(_ComputeError, LookupError):
     """A job mount has no source in the backend's settings (a volume, a bucket, a directory).
 
     Attributes:
@@ -312,14 +242,12 @@ class MountNotConfiguredError(StructuredError, LookupError):
         setting: The setting that would give it a source.
     """
 
-    __module__ = "substrax.compute"
-
     mount: str
     message: str
     setting: str
 
 
-class MountDirectoryNotFoundError(StructuredError, FileNotFoundError):
+class MountDirectoryNotFoundError(_ComputeError, FileNotFoundError):
     """A job mount has no directory on this machine for the local backend.
 
     Attributes:
@@ -327,7 +255,6 @@ class MountDirectoryNotFoundError(StructuredError, FileNotFoundError):
         path: The directory looked for.
     """
 
-    __module__ = "substrax.compute"
     template = (
         "mount {mount!r} has no directory here ({path}): set backends.local.mounts."
         "{mount} to a directory on this machine"
@@ -337,7 +264,7 @@ class MountDirectoryNotFoundError(StructuredError, FileNotFoundError):
     path: Path
 
 
-class MountPathError(StructuredError, ValueError):
+class MountPathError(_ComputeError, ValueError):
     """A local mount's source directory lies outside the project.
 
     Attributes:
@@ -346,7 +273,6 @@ class MountPathError(StructuredError, ValueError):
         project: The project root.
     """
 
-    __module__ = "substrax.compute"
     template = (
         "local mount {mount!r} source {source!r} escapes {project}; name a directory "
         "inside the project or an absolute path"
@@ -357,7 +283,7 @@ class MountPathError(StructuredError, ValueError):
     project: Path
 
 
-class DirectoryPathError(StructuredError, NotADirectoryError):
+class DirectoryPathError(_ComputeError, NotADirectoryError):
     """A path that must be (or become) a directory is a file, or lies under one.
 
     Attributes:
@@ -366,8 +292,6 @@ class DirectoryPathError(StructuredError, NotADirectoryError):
         what: What the directory is for, e.g. ``"--into"``.
         fix: What to do about it.
     """
-
-    __module__ = "substrax.compute"
 
     path: Path
     blocker: Path
@@ -382,20 +306,19 @@ class DirectoryPathError(StructuredError, NotADirectoryError):
         )
 
 
-class ProjectDirectoryError(StructuredError, NotADirectoryError):
+class ProjectDirectoryError(_ComputeError, NotADirectoryError):
     """The project root handed to a backend is not a directory.
 
     Attributes:
         project: The path given.
     """
 
-    __module__ = "substrax.compute"
     template = "project {project} is not a directory; pass the project root"
 
     project: Path
 
 
-class UploadFileNotFoundError(StructuredError, FileNotFoundError):
+class UploadFileNotFoundError(_ComputeError, FileNotFoundError):
     """A file a job asked to upload by name is not a file inside the project.
 
     Attributes:
@@ -403,7 +326,6 @@ class UploadFileNotFoundError(StructuredError, FileNotFoundError):
         project: The project root.
     """
 
-    __module__ = "substrax.compute"
     template = (
         "include_files names {name!r}, which is not a file in {project}; name files by "
         "their normalised path relative to the project root, without '..'"
@@ -413,7 +335,7 @@ class UploadFileNotFoundError(StructuredError, FileNotFoundError):
     project: Path
 
 
-class OutputPathError(StructuredError, ValueError):
+class OutputPathError(_ComputeError, ValueError):
     """An output path leaves the root it must stay in.
 
     Attributes:
@@ -421,14 +343,13 @@ class OutputPathError(StructuredError, ValueError):
         root: The root it must stay inside.
     """
 
-    __module__ = "substrax.compute"
     template = "{path} is outside {root}; outputs must stay inside their run directory"
 
     path: Path
     root: Path
 
 
-class FetchToolNotFoundError(StructuredError, FileNotFoundError):
+class FetchToolNotFoundError(_ComputeError, FileNotFoundError):
     """The cloud command a fetch needs (``gcloud``, ``aws``) is not on ``PATH``.
 
     Attributes:
@@ -436,70 +357,7 @@ class FetchToolNotFoundError(StructuredError, FileNotFoundError):
         source: The bucket path being fetched.
     """
 
-    __module__ = "substrax.compute"
     template = "fetching from {source} needs the `{command}` command; install it and log in"
 
     command: str
     source: str
-
-
-class RunRecordError(RecordFormatError):
-    """A stored run record (a handle in the run store) can't be used.
-
-    It is unreadable or truncated, a directory stands in its place, or it names a backend that
-    isn't installed or can't be built.
-
-    Attributes:
-        path: The record's file (also ``source``).
-        reason: What is wrong with it (also ``problem``).
-        fix: What to do, ending in "remove it".
-    """
-
-    __module__ = "substrax.compute"
-    template = "run record {path} can't be used: {reason}; {fix}"
-
-    path: Path
-    reason: str
-    fix: str
-
-    def __init__(self, path: Path, reason: str, *, fix: str = "remove it") -> None:
-        # by hand: its fields follow the inherited ``source`` and ``problem``, which take the
-        # same values; RecordFormatError's constructor sets those and formats this template
-        self.path, self.reason, self.fix = path, reason, fix
-        super().__init__(path, reason)
-
-
-class RunDirectoryGoneError(StructuredError, FileNotFoundError):
-    """A stored run's directory (its logs and outputs) is no longer on this machine.
-
-    Attributes:
-        run_id: The run.
-        run_dir: The directory that is gone.
-    """
-
-    __module__ = "substrax.compute"
-    template = (
-        "run {run_id}'s directory {run_dir} is gone, so its logs and outputs can't be read; "
-        "the run's record stays in `substrax-compute list` until you remove it"
-    )
-
-    run_id: str
-    run_dir: Path
-
-
-class RunStoreError(StructuredError, OSError):
-    """The run store's directory exists but can't be read (a file in its place, no permission).
-
-    Attributes:
-        root: The run store's directory.
-        reason: Why it can't be read.
-    """
-
-    __module__ = "substrax.compute"
-    template = (
-        "cannot read the runs directory {root}: {reason}; "
-        "make it a directory this user can read, or move it away"
-    )
-
-    root: Path
-    reason: str

@@ -36,13 +36,13 @@ from ._errors import (
     ComputeConfigError,
     MountDirectoryNotFoundError,
     MountPathError,
-    RunDirectoryGoneError,
     SecretNotSetError,
 )
 from ._files import copy_atomically, copy_outputs, follow_lines
 from ._manifest import MANIFEST_NAME, JobManifest, read_manifest
 from ._processes import free_port, is_alive, kill_group, spawn_detached, start_time, wait_all_dead
 from ._records import COMPONENT, JsonValue
+from ._run_errors import RunDirectoryGoneError
 from ._supervisor import CANCELLED_MARKER, write_plan
 from ._toml import ROOT_PATH
 

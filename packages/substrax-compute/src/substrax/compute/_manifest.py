@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from substrax.support import write_atomically
 
-from ._errors import RecordFormatError, RecordVersionError
 from ._records import read_fields, strings
+from ._run_errors import RecordFormatError, RecordVersionError
 
 
 MANIFEST_VERSION = 4

@@ -34,12 +34,13 @@ from pydantic import Field, JsonValue
 
 from substrax.support import require, write_atomically
 
-from ._backend import RunHandle, RunState, backend_state_dir, new_run
-from ._config import parse_backend_settings
-from ._errors import MountNotConfiguredError, SecretNotSetError
+from ._backend import MountSources, RunHandle, RunState, new_run
+from ._config import read_backend_settings
+from ._errors import SecretNotSetError
 from ._files import inside
 from ._manifest import MANIFEST_NAME, read_manifest
-from ._spec import Component, JobSpec, Record
+from ._spec import JobSpec, Record
+from ._spec_types import Component
 from ._upload import UploadSet, collect_upload
 
 
@@ -64,6 +65,7 @@ class ModalSettings(Record):
 
 
 _SDK = {"who": "the modal backend", "distribution": "substrax-compute", "extra": "modal"}
+_VOLUMES = MountSources("backends.modal.volumes", "Modal volume", "<volume name>")
 
 
 def remote_worker(spec_json: str, run_id: str) -> int:
@@ -136,9 +138,9 @@ class ModalBackend:
     name = "modal"
 
     def __init__(self, settings: Mapping[str, JsonValue] | None = None) -> None:
-        self.raw_settings: dict[str, JsonValue] = dict(settings or {})
-        self.settings = parse_backend_settings(ModalSettings, self.name, self.raw_settings)
-        self.state_dir = backend_state_dir(self.settings.state_dir, self.name)
+        self.raw_settings, self.settings, self.state_dir = read_backend_settings(
+            ModalSettings, self.name, settings
+        )
 
     def _python(self, project: Path) -> str:
         if self.settings.python:
@@ -184,15 +186,8 @@ class ModalBackend:
             )
         )
         volumes: dict[str, Any] = {OUTPUTS: self._volume(self.settings.outputs_volume)}
-        for mount in spec.mounts:
-            if mount.name not in self.settings.volumes:
-                raise MountNotConfiguredError(
-                    mount.name,
-                    f"mount {mount.name!r} has no Modal volume: set "
-                    f'backends.modal.volumes.{mount.name} = "<volume name>"',
-                    f"backends.modal.volumes.{mount.name}",
-                )
-            volume = self._volume(self.settings.volumes[mount.name])
+        for mount, name in _VOLUMES.of(spec.mounts, self.settings.volumes):
+            volume = self._volume(name)
             volumes[mount.path] = volume.read_only() if mount.access == "read-only" else volume
         secrets = [
             modal.Secret.from_dict({"SUBSTRAX_OUTPUTS_VOLUME": self.settings.outputs_volume})

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, cast
 
-from ._errors import RecordFormatError
+from ._run_errors import RecordFormatError
 
 
 type Kind = type | tuple[type, ...]

@@ -40,11 +40,12 @@ from pydantic import Field, JsonValue, field_validator
 
 from substrax.support import require
 
-from ._backend import RunHandle, RunState, backend_state_dir, new_run
-from ._config import parse_backend_settings
-from ._errors import FetchToolNotFoundError, MountNotConfiguredError, SecretNotSetError
+from ._backend import MountSources, RunHandle, RunState, new_run
+from ._config import read_backend_settings
+from ._errors import FetchToolNotFoundError, SecretNotSetError
 from ._manifest import MANIFEST_NAME, read_manifest
-from ._spec import Component, JobSpec, Record
+from ._spec import JobSpec, Record
+from ._spec_types import Component
 from ._upload import UploadSet, collect_upload
 
 
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 COORDINATOR_PORT = 8476
 SPEC_ENV = "SUBSTRAX_JOB_SPEC"
 _SCHEMES = ("gs://", "s3://", "r2://")
+_BUCKETS = MountSources("backends.skypilot.buckets", "bucket", "gs://...")
 WORKER_PYTHON = "uv run --frozen --no-sync python"
 """The default ``worker_python``: the interpreter of the project ``setup`` synced."""
 SKYIGNORE = "# substrax-compute staged this workdir: every file here is uploaded\n/.skyignore\n"
@@ -179,9 +181,9 @@ class SkyPilotBackend:
     name = "skypilot"
 
     def __init__(self, settings: Mapping[str, JsonValue] | None = None) -> None:
-        self.raw_settings: dict[str, JsonValue] = dict(settings or {})
-        self.settings = parse_backend_settings(SkyPilotSettings, self.name, self.raw_settings)
-        self.state_dir = backend_state_dir(self.settings.state_dir, self.name)
+        self.raw_settings, self.settings, self.state_dir = read_backend_settings(
+            SkyPilotSettings, self.name, settings
+        )
 
     def upload_dir(self, run_id: str) -> Path:
         """Where ``stage`` puts a run's upload set: ``<state_dir>/uploads/<run_id>``."""
@@ -234,16 +236,9 @@ class SkyPilotBackend:
         mounts: dict[str, Any] = {
             "/outputs": {"source": self.settings.outputs_bucket, "mode": "MOUNT"}
         }
-        for mount in spec.mounts:
-            if mount.name not in self.settings.buckets:
-                raise MountNotConfiguredError(
-                    mount.name,
-                    f"mount {mount.name!r} has no bucket: set backends.skypilot.buckets."
-                    f'{mount.name} = "gs://..."',
-                    f"backends.skypilot.buckets.{mount.name}",
-                )
+        for mount, bucket in _BUCKETS.of(spec.mounts, self.settings.buckets):
             mode = "MOUNT" if mount.access == "read-only" else "MOUNT_CACHED"
-            mounts[mount.path] = {"source": self.settings.buckets[mount.name], "mode": mode}
+            mounts[mount.path] = {"source": bucket, "mode": mode}
         config: dict[str, Any] = {
             "name": f"sx-{run_id}"[:63].lower().replace("_", "-").replace(".", "-"),
             "workdir": str(self.upload_dir(run_id)),

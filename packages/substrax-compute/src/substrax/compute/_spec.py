@@ -1,7 +1,8 @@
 """The job spec: the one record a backend hands to the worker, strict and versioned.
 
-The field validators raise plain ``ValueError``, as pydantic asks: pydantic gathers them into
-one ``ValidationError``, which the config reader turns into ``ComputeConfigError`` with paths.
+The field validators (the types of ``_spec_types``, and the checks here) raise plain
+``ValueError``, as pydantic asks: pydantic gathers them into one ``ValidationError``, which the
+config reader turns into ``ComputeConfigError`` with paths.
 
 Example:
     >>> from substrax.compute import JobSpec, Task, read_job_spec
@@ -15,15 +16,12 @@ Example:
 """
 
 import json
-import math
-import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -33,13 +31,20 @@ from pydantic import (
     model_validator,
 )
 
-from ._errors import (
-    AcceleratorFormatError,
-    RecordVersionError,
-    RuntimeFieldError,
-    UnknownPlatformError,
+from ._errors import AcceleratorFormatError, RuntimeFieldError, UnknownPlatformError
+from ._run_errors import RecordVersionError
+from ._spec_types import (
+    MAX_ACCELERATORS,
+    AcceleratorCount,
+    Argv,
+    Component,
+    EnvName,
+    MemoryMiB,
+    MountPath,
+    NodeCount,
+    Positive,
+    RelativeFile,
 )
-from ._records import COMPONENT
 
 
 if TYPE_CHECKING:
@@ -52,10 +57,6 @@ JOB_SPEC_VERSION = 4
 KNOWN_PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "rocm", "tpu", "gpu", "oneapi", "proxy", "METAL")
 """The ``JAX_PLATFORMS`` names jax 0.12 knows (``jax._src.xla_bridge.known_platforms()`` before
 any plugin loads) and jax-metal's ``METAL``; kept here so that compute never imports jax."""
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RESERVED_PATHS = (PurePosixPath("/outputs"), PurePosixPath("/project"))
-_SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh"})
 
 
 class MountAccess(StrEnum):
@@ -73,83 +74,6 @@ class MountAccess(StrEnum):
 
     READ_ONLY = "read-only"
     READ_WRITE = "read-write"
-
-
-def _positive(value: float) -> float:
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError("must be positive and finite")
-    return value
-
-
-MAX_NODES = 1024
-"""The most nodes a job may ask for; a count beyond it is a typo, not a cluster."""
-MAX_ACCELERATORS = 64
-"""The most accelerators one node may ask for."""
-MAX_MEMORY_MIB = 1 << 24
-"""The most memory a job may ask for per node, in MiB (16 TiB)."""
-
-
-def _at_most(maximum: int) -> AfterValidator:
-    def check(value: int) -> int:
-        if not 1 <= value <= maximum:
-            raise ValueError(f"must be between 1 and {maximum}")
-        return value
-
-    return AfterValidator(check)
-
-
-def _component(value: str) -> str:
-    if not COMPONENT.fullmatch(value) or value in {".", ".."}:
-        raise ValueError("must be one name of letters, digits, '.', '_' or '-' (no '/' or '..')")
-    return value
-
-
-def _env_name(value: str) -> str:
-    if not _ENV_NAME.fullmatch(value):
-        raise ValueError("must be an environment variable name")
-    return value
-
-
-def _mount_path(value: str) -> str:
-    path = PurePosixPath(value)
-    if not path.is_absolute() or ".." in path.parts or str(path) != value or path == path.parent:
-        raise ValueError("must be an absolute, normalised path other than '/'")
-    for reserved in _RESERVED_PATHS:
-        if path == reserved or reserved in path.parents or path in reserved.parents:
-            raise ValueError(f"must not overlap {reserved}, which the worker owns")
-    return value
-
-
-def _is_dash_c(arg: str) -> bool:
-    return arg.startswith("-") and not arg.startswith("--") and "c" in arg
-
-
-def _relative_file(value: str) -> str:
-    path = PurePosixPath(value)
-    if not value or path.is_absolute() or ".." in path.parts or path.as_posix() != value:
-        raise ValueError("must be a file path relative to the project, normalised, without '..'")
-    return value
-
-
-def _argv(value: tuple[str, ...]) -> tuple[str, ...]:
-    if not value or not value[0]:
-        raise ValueError("must be a non-empty list of arguments (argv), e.g. ['python', 'x.py']")
-    program = PurePosixPath(value[0]).name
-    if program in _SHELLS and any(_is_dash_c(arg) for arg in value[1:]):
-        raise ValueError(
-            f"runs a shell string ({value[0]} -c ...); write the command as an argv list instead"
-        )
-    return value
-
-
-type Positive = Annotated[float, AfterValidator(_positive)]
-type NodeCount = Annotated[int, _at_most(MAX_NODES)]
-type AcceleratorCount = Annotated[int, _at_most(MAX_ACCELERATORS)]
-type MemoryMiB = Annotated[int, _at_most(MAX_MEMORY_MIB)]
-type Component = Annotated[str, AfterValidator(_component)]
-type EnvName = Annotated[str, AfterValidator(_env_name)]
-type Argv = Annotated[tuple[str, ...], AfterValidator(_argv)]
-type RelativeFile = Annotated[str, AfterValidator(_relative_file)]
 
 
 class Record(BaseModel):
@@ -180,7 +104,7 @@ class Accelerator(Record):
         'H100:8'
     """
 
-    kind: Annotated[str, AfterValidator(_component)]
+    kind: Component
     count: AcceleratorCount = 1
 
     @property
@@ -217,7 +141,7 @@ class Mount(Record):
     """
 
     name: Component
-    path: Annotated[str, AfterValidator(_mount_path)]
+    path: MountPath
     access: Annotated[MountAccess, Strict(False)] = MountAccess.READ_ONLY
 
 

@@ -5,7 +5,11 @@ from collections.abc import Sequence
 from substrax.support import StructuredError
 
 
-class MeshShapeError(StructuredError, ValueError):
+class _MeshError(StructuredError, public_module="substrax.mesh"):
+    """The base of every error here: each shows as ``substrax.mesh``'s, where users import it."""
+
+
+class MeshShapeError(_MeshError, ValueError):
     """A mesh shape that the visible devices cannot hold, or that is malformed.
 
     Attributes:
@@ -20,14 +24,12 @@ class MeshShapeError(StructuredError, ValueError):
         ({'data': 8}, 4)
     """
 
-    __module__ = "substrax.mesh"
-
     message: str
     mesh_shape: dict[str, int]
     device_count: int
 
 
-class UnknownLogicalAxisError(StructuredError, KeyError):
+class UnknownLogicalAxisError(_MeshError, KeyError):
     """A logical axis name that the rules do not map.
 
     Attributes:
@@ -40,8 +42,6 @@ class UnknownLogicalAxisError(StructuredError, KeyError):
         logical axis 'mlp' is not in the rules (they map ['batch']); add it to the rules, mapped to a mesh axis or to None for replicated
     """
 
-    __module__ = "substrax.mesh"
-
     name: str
     known: Sequence[str]
 
@@ -51,11 +51,8 @@ class UnknownLogicalAxisError(StructuredError, KeyError):
             "add it to the rules, mapped to a mesh axis or to None for replicated"
         )
 
-    def __str__(self) -> str:
-        return str(self.args[0])
 
-
-class ShardingAnnotationError(StructuredError, ValueError):
+class ShardingAnnotationError(_MeshError, ValueError):
     """A variable whose annotation cannot become a sharding on this mesh.
 
     Attributes:
@@ -70,14 +67,12 @@ class ShardingAnnotationError(StructuredError, ValueError):
         ('layers/0/kernel', ('x',))
     """
 
-    __module__ = "substrax.mesh"
-
     message: str
     path: str
     annotation: object
 
 
-class UnknownStrategyError(StructuredError, KeyError):
+class UnknownStrategyError(_MeshError, KeyError):
     """Sharding specs proposed by strategies a ``MultiDimensionalStrategy`` does not hold.
 
     Attributes:
@@ -91,8 +86,6 @@ class UnknownStrategyError(StructuredError, KeyError):
         specs proposed for 'w' by unknown strategies ['tp']; known: ['fsdp']
     """
 
-    __module__ = "substrax.mesh"
-
     tensor_name: str
     unknown: Sequence[str]
     known: Sequence[str]
@@ -102,6 +95,3 @@ class UnknownStrategyError(StructuredError, KeyError):
             f"specs proposed for {self.tensor_name!r} by unknown strategies "
             f"{list(self.unknown)}; known: {list(self.known)}"
         )
-
-    def __str__(self) -> str:
-        return str(self.args[0])

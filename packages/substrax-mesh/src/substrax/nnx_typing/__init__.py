@@ -16,12 +16,9 @@ Example:
     ['bias.value', 'kernel.value']
 """
 
-from ._aliases import (
-    KeyPath as KeyPath,
-    NnxState as NnxState,
-    PathEntry as PathEntry,
-    path_entry_key as path_entry_key,
-)
+from substrax.support import lazy_exports
 
 
-__all__ = ["KeyPath", "NnxState", "PathEntry", "path_entry_key"]
+# Every public name is listed once, in __init__.pyi beside this file (what type checkers read),
+# and loads now.
+lazy_exports(__name__, eager=True)

@@ -9,12 +9,9 @@ Example:
     ('environment', 'fno_darcy')
 """
 
-from ._output_dir import (
-    OUTPUT_DIR_ENV as OUTPUT_DIR_ENV,
-    OutputLocation as OutputLocation,
-    OutputSource as OutputSource,
-    resolve_output_dir as resolve_output_dir,
-)
+from substrax.support import lazy_exports
 
 
-__all__ = ["OUTPUT_DIR_ENV", "OutputLocation", "OutputSource", "resolve_output_dir"]
+# Every public name is listed once, in __init__.pyi beside this file (what type checkers read),
+# and loads now.
+lazy_exports(__name__, eager=True)

@@ -5,7 +5,11 @@ from substrax.support import StructuredError
 from ._hardware import HardwareType
 
 
-class UnknownHardwareError(StructuredError, LookupError):
+class _DevicesError(StructuredError, public_module="substrax.devices"):
+    """The base of every error here: each shows as ``substrax.devices``'s, where users import it."""
+
+
+class UnknownHardwareError(_DevicesError, LookupError):
     """The batch-size table has no entry for this hardware.
 
     Attributes:
@@ -17,8 +21,6 @@ class UnknownHardwareError(StructuredError, LookupError):
         >>> str(UnknownHardwareError(HardwareType.UNKNOWN, "NVIDIA L40S")).startswith("no batch")
         True
     """
-
-    __module__ = "substrax.devices"
 
     hardware_type: HardwareType
     device_kind: str | None = None
@@ -34,7 +36,7 @@ class UnknownHardwareError(StructuredError, LookupError):
         )
 
 
-class BatchDimensionError(StructuredError, ValueError, kw_only=True):
+class BatchDimensionError(_DevicesError, ValueError, kw_only=True):
     """A batch leaf whose batch dimension cannot be split evenly over the devices.
 
     Attributes:
@@ -49,8 +51,6 @@ class BatchDimensionError(StructuredError, ValueError, kw_only=True):
         >>> error.parts, "multiple of 8" in str(error)
         (8, True)
     """
-
-    __module__ = "substrax.devices"
 
     path: str
     shape: tuple[int, ...]
@@ -73,7 +73,7 @@ class BatchDimensionError(StructuredError, ValueError, kw_only=True):
         )
 
 
-class BatchDtypeError(StructuredError, TypeError, kw_only=True):
+class BatchDtypeError(_DevicesError, TypeError, kw_only=True):
     """A batch leaf jax cannot hold: a NumPy array of a non-numeric dtype, or a masked array.
 
     String, bytes and object arrays are not this error: they pass through as strings do.
@@ -89,8 +89,6 @@ class BatchDtypeError(StructuredError, TypeError, kw_only=True):
         >>> isinstance(error, TypeError), "['when']" in str(error)
         (True, True)
     """
-
-    __module__ = "substrax.devices"
 
     path: str
     dtype: str
@@ -110,7 +108,7 @@ class BatchDtypeError(StructuredError, TypeError, kw_only=True):
         )
 
 
-class BatchSizeMismatchError(StructuredError, ValueError, kw_only=True):
+class BatchSizeMismatchError(_DevicesError, ValueError, kw_only=True):
     """Two leaves of one batch with different sizes along the batch dimension.
 
     Attributes:
@@ -128,8 +126,6 @@ class BatchSizeMismatchError(StructuredError, ValueError, kw_only=True):
         >>> str(error).startswith("batch leaves ['x'] and ['y'] differ")
         True
     """
-
-    __module__ = "substrax.devices"
 
     template = (
         "batch leaves {path} and {other_path} differ on dimension {batch_axis}: {size} rows "

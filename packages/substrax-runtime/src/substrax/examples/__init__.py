@@ -7,8 +7,9 @@ Example:
     <function discover_examples at ...>
 """
 
-from ._discover import discover_examples as discover_examples
-from ._errors import ExamplesRootNotADirectoryError as ExamplesRootNotADirectoryError
+from substrax.support import lazy_exports
 
 
-__all__ = ["ExamplesRootNotADirectoryError", "discover_examples"]
+# Every public name is listed once, in __init__.pyi beside this file (what type checkers read),
+# and loads now.
+lazy_exports(__name__, eager=True)

@@ -15,11 +15,9 @@ Example:
     Run(name='a', steps=3)
 """
 
-from ._records import (
-    UNKNOWN_FIELDS_REFUSED as UNKNOWN_FIELDS_REFUSED,
-    dump_record as dump_record,
-    read_record as read_record,
-)
+from substrax.support import lazy_exports
 
 
-__all__ = ["UNKNOWN_FIELDS_REFUSED", "dump_record", "read_record"]
+# Every public name is listed once, in __init__.pyi beside this file (what type checkers read),
+# and loads now.
+lazy_exports(__name__, eager=True)

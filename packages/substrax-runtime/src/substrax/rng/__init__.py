@@ -10,21 +10,9 @@ Example:
     (4,)
 """
 
-from ._errors import MissingRngStreamError as MissingRngStreamError
-from ._keys import (
-    NNX_EXTRA as NNX_EXTRA,
-    fold_in_name as fold_in_name,
-    key_from as key_from,
-    rngs_from_seed as rngs_from_seed,
-    split_key as split_key,
-)
+from substrax.support import lazy_exports
 
 
-__all__ = [
-    "NNX_EXTRA",
-    "MissingRngStreamError",
-    "fold_in_name",
-    "key_from",
-    "rngs_from_seed",
-    "split_key",
-]
+# Every public name is listed once, in __init__.pyi beside this file (what type checkers read),
+# and loads now.
+lazy_exports(__name__, eager=True)

@@ -17,7 +17,11 @@ class RuntimeConfigurationError(PicklableError, RuntimeError):
     __module__ = "substrax.runtime"
 
 
-class XlaFlagConflictError(StructuredError, RuntimeConfigurationError):
+class _SubstraxRuntimeError(StructuredError, public_module="substrax.runtime"):
+    """The base of the errors below: each shows as ``substrax.runtime``'s, where users import it."""
+
+
+class XlaFlagConflictError(_SubstraxRuntimeError, RuntimeConfigurationError):
     """An XLA flag requested with a value other than the one already set.
 
     Attributes:
@@ -31,8 +35,6 @@ class XlaFlagConflictError(StructuredError, RuntimeConfigurationError):
         >>> str(error)
         "XLA flag --a is already set to '1' and was requested as '2'"
     """
-
-    __module__ = "substrax.runtime"
 
     flag: str
     existing: str | None
@@ -49,7 +51,7 @@ def _shown(value: str | None) -> str:
     return "a bare flag" if value is None else repr(value)
 
 
-class DistributedStartupError(StructuredError, TimeoutError):
+class DistributedStartupError(_SubstraxRuntimeError, TimeoutError):
     """The processes of a ``jax.distributed`` job did not all meet within the timeout.
 
     Raised by ``initialize_distributed`` before jax waits on its own (jax would abort the process
@@ -84,8 +86,6 @@ class DistributedStartupError(StructuredError, TimeoutError):
         (1,); start every process with the same coordinator address and num_processes, or raise
         initialization_timeout
     """
-
-    __module__ = "substrax.runtime"
 
     coordinator_address: str
     process_id: int
@@ -160,7 +160,7 @@ class DistributedStartupError(StructuredError, TimeoutError):
         )
 
 
-class CoordinatorPortError(StructuredError, OSError):
+class CoordinatorPortError(_SubstraxRuntimeError, OSError):
     """Process 0 cannot serve the coordinator's port: our meeting point or jax's service.
 
     Attributes:
@@ -174,7 +174,6 @@ class CoordinatorPortError(StructuredError, OSError):
         (True, '10.0.0.1:8476')
     """
 
-    __module__ = "substrax.runtime"
     template = (
         "{reason}; is the port taken? Free it (another job's coordinator may still run on "
         "this host) or choose another coordinator port"

@@ -85,7 +85,7 @@ def uncached_read_check() -> Callable[[object], bool]:
 
     Example:
         >>> import jax.numpy as jnp, numpy as np
-        >>> from substrax.runtime._jax_client import uncached_read_check
+        >>> from substrax.runtime import uncached_read_check
         >>> uncached = uncached_read_check()
         >>> uncached(jnp.ones(2)), uncached(np.ones(2))
         (True, False)

@@ -1,6 +1,6 @@
 """Errors that survive pickling, so one raised in a worker process arrives whole in its parent."""
 
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 
 class PicklableError:
@@ -16,6 +16,13 @@ class PicklableError:
     original's ``args`` and attributes: same type, same ``str()``, same attributes. The class
     must not define ``__new__``.
 
+    A package's errors show the name users import them by (``substrax.compute.RunStoreError``,
+    not ``substrax.compute._errors.RunStoreError``) in tracebacks, docs and pickles: either a
+    class sets ``__module__`` in its body, or the package declares its errors under one private
+    base, ``class _ComputeError(StructuredError, public_module="substrax.compute")``, and every
+    public class below that base takes the public module (the base, and any class whose name
+    starts with ``_``, keeps its own).
+
     Example:
         >>> import pickle
         >>> from substrax.support import MissingExtraError, PicklableError
@@ -30,6 +37,14 @@ class PicklableError:
     """
 
     __slots__ = ()
+    _public_module: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, *, public_module: str | None = None) -> None:
+        super().__init_subclass__()
+        if public_module is not None:
+            cls._public_module = public_module
+        elif cls._public_module is not None and not cls.__name__.startswith("_"):
+            cls.__module__ = cls._public_module  # a private class is no name of the package
 
     def __reduce__(self) -> tuple[Any, ...]:
         """The rebuild that skips ``__init__``, with the builtin base's own args and state."""

@@ -16,7 +16,8 @@ class StructuredError(PicklableError):
     order (``kw_only=True`` in the class statement makes them keyword-only), so the class body
     holds no assignments to repeat. A list given for a field is kept as a tuple, so the error
     never shows a caller's later edits. Put a builtin exception after it among the bases, as
-    with ``PicklableError``, which it extends: instances pickle with their fields.
+    with ``PicklableError``, which it extends: instances pickle with their fields, and a
+    package's private base can give them their public module (``public_module=``).
 
     Example:
         >>> from substrax.support import StructuredError
@@ -34,8 +35,8 @@ class StructuredError(PicklableError):
     template: ClassVar[str] = "{message}"
     """The message pattern, formatted with the fields (overridden by ``_message`` if needed)."""
 
-    def __init_subclass__(cls, *, kw_only: bool = False, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
+    def __init_subclass__(cls, *, kw_only: bool = False, public_module: str | None = None) -> None:
+        super().__init_subclass__(public_module=public_module)
         # a plain dataclass: the fields become __init__'s parameters; eq and repr stay the
         # exception's own (identity, ``Name('message')``)
         dataclasses.dataclass(cls, eq=False, repr=False, kw_only=kw_only)
@@ -50,6 +51,11 @@ class StructuredError(PicklableError):
         builtin_base(type(error)).__init__(error, self._message())
         for name, value in fields.items():  # the builtin resets its own (ImportError.name, ...)
             setattr(self, name, value)
+
+    def __str__(self) -> str:
+        """The message as written, a ``KeyError``'s too (whose own ``str()`` quotes it)."""
+        args = cast("BaseException", self).args
+        return str(args[0]) if len(args) == 1 else super().__str__()
 
     def _fields(self) -> dict[str, Any]:
         return {

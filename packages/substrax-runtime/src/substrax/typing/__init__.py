@@ -7,12 +7,9 @@ Example:
     True
 """
 
-from ._aliases import (
-    Checkpointable as Checkpointable,
-    CheckpointState as CheckpointState,
-    JsonValue as JsonValue,
-    PyTree as PyTree,
-)
+from substrax.support import lazy_exports
 
 
-__all__ = ["CheckpointState", "Checkpointable", "JsonValue", "PyTree"]
+# Every public name is listed once, in __init__.pyi beside this file (what type checkers read),
+# and loads now.
+lazy_exports(__name__, eager=True)

@@ -3,7 +3,11 @@
 from substrax.support import StructuredError
 
 
-class OptimizerConfigError(StructuredError, ValueError):
+class _OptimError(StructuredError, public_module="substrax.optim"):
+    """The base of every error here: each shows as ``substrax.optim``'s, where users import it."""
+
+
+class OptimizerConfigError(_OptimError, ValueError):
     """An optimizer configuration that cannot be built.
 
     Attributes:
@@ -18,14 +22,12 @@ class OptimizerConfigError(StructuredError, ValueError):
         ('momentum', 0.9)
     """
 
-    __module__ = "substrax.optim"
-
     message: str
     field: str
     value: object
 
 
-class LineSearchStateError(StructuredError, ValueError):
+class LineSearchStateError(_OptimError, ValueError):
     """An optimizer or model that a line-search update cannot run on reliably.
 
     Attributes:
@@ -38,13 +40,11 @@ class LineSearchStateError(StructuredError, ValueError):
         ("['count']",)
     """
 
-    __module__ = "substrax.optim"
-
     message: str
     paths: tuple[str, ...]
 
 
-class LearningRateNotFoundError(StructuredError, LookupError):
+class LearningRateNotFoundError(_OptimError, LookupError):
     """An optimizer whose state holds no injected learning rate to read.
 
     Example:
@@ -52,8 +52,6 @@ class LearningRateNotFoundError(StructuredError, LookupError):
         >>> str(LearningRateNotFoundError())[:44]
         'the optimizer state holds no injected learni'
     """
-
-    __module__ = "substrax.optim"
 
     template = (
         "the optimizer state holds no injected learning_rate; wrap the optimizer in "

@@ -15,8 +15,7 @@ import jax.numpy as jnp
 
 from substrax.typing import PyTree
 
-from ._errors import BatchSplitError
-from ._leaf_names import leaf_name, leaf_shapes
+from ._leaf_names import check_leading_rows
 
 
 # (params, rest, microbatch) -> ((loss, aux), grads, rest)
@@ -26,24 +25,21 @@ type GradFn = Callable[[PyTree, PyTree, PyTree], tuple[tuple[Any, Any], PyTree, 
 def check_microbatches(batch: PyTree, count: int) -> None:
     """Refuse ``batch`` unless ``count`` divides every leaf's leading dimension.
 
-    Only shapes are read, so arrays, tracers and ``ShapeDtypeStruct`` all work; the compiled
-    step and :meth:`TrainStep.cost` run this same check.
+    The compiled step and :meth:`TrainStep.cost` run this same check (on shapes only).
 
     Raises:
         BatchSplitError: A leaf that is a scalar or whose leading dimension ``count`` does not
             divide, named by its key path.
     """
-    for path, shape in leaf_shapes(batch):
-        if not shape or shape[0] % count:
-            rows = f"{shape[0]} rows" if shape else "a scalar"
-            raise BatchSplitError(
-                f"{leaf_name(path)} of shape {shape} is {rows}, which "
-                f"cannot be split into {count} equal microbatches; give a batch whose leading "
-                f"dimension is a multiple of accumulate_steps={count}",
-                path=path,
-                shape=shape,
-                parts=count,
-            )
+
+    def problem(shape: tuple[int, ...]) -> str:
+        rows = f"{shape[0]} rows" if shape else "a scalar"
+        return (
+            f"is {rows}, which cannot be split into {count} equal microbatches; give a batch "
+            f"whose leading dimension is a multiple of accumulate_steps={count}"
+        )
+
+    check_leading_rows(batch, count, lambda rows: rows % count == 0, problem)
 
 
 def split_microbatches(batch: PyTree, count: int) -> PyTree:

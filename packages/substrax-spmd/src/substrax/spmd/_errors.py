@@ -11,7 +11,19 @@ else:
     PartitionSpec = object  # the class itself would load jax with the errors: a runtime stand-in
 
 
-class BatchPlacementError(StructuredError, ValueError):
+class _SpmdError(StructuredError, public_module="substrax.spmd"):
+    """The base of every error here: each shows as ``substrax.spmd``'s, where users import it."""
+
+
+class _BatchLeafError(_SpmdError):
+    """A batch leaf refused: ``message``, the leaf's key path (``"['rows']['x']"``) and shape."""
+
+    message: str
+    path: str
+    shape: tuple[int, ...]
+
+
+class BatchPlacementError(_BatchLeafError, ValueError):
     """A batch leaf that its sharding cannot split.
 
     Attributes:
@@ -28,15 +40,10 @@ class BatchPlacementError(StructuredError, ValueError):
         ("['x']", (7,))
     """
 
-    __module__ = "substrax.spmd"
-
-    message: str
-    path: str
-    shape: tuple[int, ...]
     spec: PartitionSpec
 
 
-class UnknownReductionError(StructuredError, ValueError):
+class UnknownReductionError(_SpmdError, ValueError):
     """A reduction name that is not mean, sum, max or min, or a name without a metric.
 
     Attributes:
@@ -51,14 +58,12 @@ class UnknownReductionError(StructuredError, ValueError):
         ('loss', 'median')
     """
 
-    __module__ = "substrax.spmd"
-
     message: str
     name: str
     reduction: object
 
 
-class BatchSplitError(StructuredError, ValueError):
+class BatchSplitError(_BatchLeafError, ValueError):
     """A batch leaf that cannot be split into microbatches or into the steps of one call.
 
     Raised when a step with ``accumulate_steps=N`` gets a leaf whose leading dimension ``N``
@@ -78,15 +83,10 @@ class BatchSplitError(StructuredError, ValueError):
         ("['x']", (10,), 4)
     """
 
-    __module__ = "substrax.spmd"
-
-    message: str
-    path: str
-    shape: tuple[int, ...]
     parts: int
 
 
-class OptimizerMismatchError(StructuredError, ValueError):
+class OptimizerMismatchError(_SpmdError, ValueError):
     """An optimizer whose state was built for another model than the one it is given with.
 
     Attributes:
@@ -104,15 +104,13 @@ class OptimizerMismatchError(StructuredError, ValueError):
         ((4, 1), (4, 3))
     """
 
-    __module__ = "substrax.spmd"
-
     message: str
     path: str
     model_shape: tuple[int, ...] | None
     optimizer_shape: tuple[int, ...] | None
 
 
-class UnknownAxisError(StructuredError, NameError):
+class UnknownAxisError(_SpmdError, NameError):
     """A collective asked for a mesh axis that the surrounding ``shard_map`` or ``pmap`` lacks.
 
     Attributes:
@@ -126,8 +124,6 @@ class UnknownAxisError(StructuredError, NameError):
         >>> error.axis_name, error.available
         ('batch', ('data',))
     """
-
-    __module__ = "substrax.spmd"
 
     message: str
     axis_name: object

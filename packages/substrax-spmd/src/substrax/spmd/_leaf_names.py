@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
 from flax import nnx
+
+from ._errors import BatchSplitError
 
 
 def leaf_name(path: tuple[Any, ...] | str) -> str:
@@ -31,3 +34,24 @@ def leaf_shapes(tree: Any) -> list[tuple[str, tuple[int, ...]]]:  # noqa: ANN401
         tree, is_leaf=lambda x: isinstance(x, nnx.Variable)
     )
     return [(jax.tree_util.keystr(path), _shape(leaf)) for path, leaf in leaves]
+
+
+def check_leading_rows(
+    batch: Any,  # noqa: ANN401  (any pytree)
+    parts: int,
+    fits: Callable[[int], bool],
+    problem: Callable[[tuple[int, ...]], str],
+) -> None:
+    """Refuse ``batch`` unless every leaf has a leading dimension that ``fits``.
+
+    Only shapes are read (:func:`leaf_shapes`), so the compiled step and :meth:`TrainStep.cost`
+    run the same check.
+
+    Raises:
+        BatchSplitError: The first leaf that is a scalar or whose leading dimension does not
+            fit, named by its key path; the message goes on with ``problem(shape)``.
+    """
+    for path, shape in leaf_shapes(batch):
+        if not shape or not fits(shape[0]):
+            message = f"{leaf_name(path)} of shape {shape} {problem(shape)}"
+            raise BatchSplitError(message, path=path, shape=shape, parts=parts)

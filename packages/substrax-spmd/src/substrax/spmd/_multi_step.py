@@ -9,8 +9,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from substrax.typing import PyTree
 
-from ._errors import BatchSplitError
-from ._leaf_names import leaf_name, leaf_shapes
+from ._leaf_names import check_leading_rows
 from ._update import PureStep
 
 
@@ -32,22 +31,20 @@ def stacked_sharding(batch_sharding: PyTree) -> PyTree:
 def check_stacked(batches: PyTree, steps: int) -> None:
     """Refuse ``batches`` unless every leaf stacks ``steps`` batches on its leading axis.
 
-    Only shapes are read, so arrays, tracers and ``ShapeDtypeStruct`` all work; the compiled
-    step and :meth:`TrainStep.cost` run this same check.
+    The compiled step and :meth:`TrainStep.cost` run this same check (on shapes only).
 
     Raises:
         BatchSplitError: A leaf whose leading dimension is not ``steps``, named by its path.
     """
-    for path, shape in leaf_shapes(batches):
-        if not shape or shape[0] != steps:
-            raise BatchSplitError(
-                f"{leaf_name(path)} of shape {shape} does not hold "
-                f"steps_per_call={steps} batches; stack {steps} batches on a new leading axis "
-                f"(e.g. np.stack) so that every leaf has shape ({steps}, batch, ...)",
-                path=path,
-                shape=shape,
-                parts=steps,
-            )
+    check_leading_rows(
+        batches,
+        steps,
+        lambda rows: rows == steps,
+        lambda _: (
+            f"does not hold steps_per_call={steps} batches; stack {steps} batches on a new "
+            f"leading axis (e.g. np.stack) so that every leaf has shape ({steps}, batch, ...)"
+        ),
+    )
 
 
 def repeat_steps(update: PureStep, steps: int) -> PureStep:

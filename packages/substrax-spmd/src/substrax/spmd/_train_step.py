@@ -1,8 +1,8 @@
 """A train step at hand-written ``jax.jit`` speed: pure function over split nnx state.
 
-``nnx.jit`` walks the module graph on every call (about 2,300 us for a small MLP on CPU);
-a ``jax.jit`` over the flat list of state arrays, with those arrays donated, costs a few
-hundred. :class:`TrainStep` splits the model and optimizer once, keeps the arrays, and runs
+``nnx.jit`` walks the module graph on every call; a ``jax.jit`` over the flat list of state
+arrays, with those arrays donated, does not (``benchmarks/train_step.py`` measures both).
+:class:`TrainStep` splits the model and optimizer once, keeps the arrays, and runs
 every step as one pure compiled call; the nnx objects are written back when asked for.
 """
 
@@ -13,9 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+from jax.sharding import Mesh, Sharding
 
 from substrax.typing import PyTree
 
@@ -23,25 +22,11 @@ from ._batch_rules import BatchRules
 from ._consistency import check_loss_output, check_optimizer_matches
 from ._cost import StepCost, abstract, count_program_flops, read_bytes
 from ._features import with_loop_features
+from ._step_state import place_state, read_back
 
 
 if TYPE_CHECKING:
     from ._precision import PrecisionPolicy
-
-
-def _strong(x: PyTree) -> PyTree:
-    """Drop a weak type, so the first step's output matches its input and nothing retraces."""
-    if isinstance(x, jax.Array) and getattr(x, "weak_type", False):  # key arrays have none
-        return jnp.array(x, dtype=x.dtype)
-    return x
-
-
-def _mesh_of(leaves: list[Any]) -> Mesh | None:
-    for leaf in leaves:
-        sharding = getattr(leaf, "sharding", None)
-        if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
-            return sharding.mesh
-    return None
 
 
 class TrainStep[M: nnx.Module]:
@@ -140,25 +125,7 @@ class TrainStep[M: nnx.Module]:
             if not isinstance(v, nnx.Variable) or jax.tree.leaves(v.get_raw_value())
         ]
         leaves, treedef = jax.tree.flatten(state)
-        leaves = [_strong(x) for x in leaves]
-        mesh = mesh if mesh is not None else _mesh_of(leaves)
-        if mesh is not None:
-            replicated = NamedSharding(mesh, PartitionSpec())
-            mesh_devices = set(mesh.devices.flat)
-            leaves = [
-                x
-                if isinstance(x, jax.Array) and x.sharding.device_set == mesh_devices
-                else jax.device_put(x, replicated)
-                for x in leaves
-            ]
-            metric_sharding: Sharding = replicated
-        else:
-            leaves = [jnp.asarray(x) for x in leaves]
-            device = next(iter(leaves[0].devices())) if leaves else jax.devices()[0]
-            metric_sharding = SingleDeviceSharding(device)
-            # commit the state to its device: the step's outputs are committed, and a first call
-            # on uncommitted inputs would compile a second program
-            leaves = jax.device_put(leaves, metric_sharding)
+        leaves, mesh, metric_sharding = place_state(leaves, mesh)
         self._mesh = mesh
         self._batches = BatchRules.build(
             batch_sharding, mesh, accumulate_steps=accumulate_steps, steps_per_call=steps_per_call
@@ -329,30 +296,8 @@ class TrainStep[M: nnx.Module]:
 
     def _read_back(self) -> None:
         """Take the arrays changed in the live objects since the last step, placed like the old."""
-        if self._variables is None:
-            return
-        leaves = self._leaves
-        changed = [i for i, v in enumerate(self._variables) if v.get_raw_value() is not leaves[i]]
-        if not changed:
-            return
-        values: list[Any] = []
-        for i in changed:
-            value, old = self._variables[i].get_raw_value(), leaves[i]
-            if getattr(value, "dtype", None) != old.dtype:
-                value = jnp.asarray(value, dtype=old.dtype)
-            if jnp.shape(value) != old.shape:
-                path = jax.tree_util.tree_leaves_with_path(self.state)[i][0]
-                owner = ("model", "optimizer")[int(getattr(path[0], "key", 0))]
-                where = owner + jax.tree_util.keystr(path[1:]).removesuffix(".value")
-                msg = (
-                    f"{where} was set to shape {jnp.shape(value)}, but the step was built for "
-                    f"{old.shape}; a TrainStep's state keeps its shapes, so build a new TrainStep"
-                )
-                raise ValueError(msg)
-            values.append(_strong(value))
-        placed = jax.device_put(values, [leaves[i].sharding for i in changed])
-        for i, array in zip(changed, placed, strict=True):
-            leaves[i] = array
+        if self._variables is not None:
+            read_back(self._variables, self._leaves, self.state)
 
     @property
     def state(self) -> nnx.State[Any, Any]:

@@ -147,8 +147,11 @@ def build_hooks(recorder: Recorder) -> Hooks:
     """The callbacks that feed ``recorder``: sys.monitoring's and jax's compile listener."""
     import jax  # noqa: PLC0415 - importing this module imports no jax
 
-    from substrax.runtime import array_read_code, top_level_check  # noqa: PLC0415 - imports jax
-    from substrax.runtime._jax_client import uncached_read_check  # noqa: PLC0415
+    from substrax.runtime import (  # noqa: PLC0415 - imports jax
+        array_read_code,
+        top_level_check,
+        uncached_read_check,
+    )
 
     chosen = recorder.weights
     dispatchers = (type(jax.jit(lambda: None)), jax.stages.Compiled)

@@ -10,7 +10,11 @@ from ._gradients import LeafGradientCheck
 from ._output import STDERR_TAIL_LINES, describe, tail
 
 
-class ChildFailedError(StructuredError, AssertionError):
+class _TestingError(StructuredError, public_module="substrax.testing"):
+    """The base of every error here: each shows as ``substrax.testing``'s, where users import it."""
+
+
+class ChildFailedError(_TestingError, AssertionError):
     """A child interpreter exited with a non-zero status.
 
     Attributes:
@@ -26,8 +30,6 @@ class ChildFailedError(StructuredError, AssertionError):
         3
     """
 
-    __module__ = "substrax.testing"
-
     result: ChildResult
 
     def _message(self) -> str:
@@ -39,7 +41,7 @@ class ChildFailedError(StructuredError, AssertionError):
         )
 
 
-class ExampleNotFoundError(StructuredError, FileNotFoundError):
+class ExampleNotFoundError(_TestingError, FileNotFoundError):
     """``run_example`` was given a script that does not exist.
 
     Attributes:
@@ -52,7 +54,6 @@ class ExampleNotFoundError(StructuredError, FileNotFoundError):
         example /repo/examples/missing.py does not exist; check the path (relative paths are read from repo_root)
     """
 
-    __module__ = "substrax.testing"
     template = (
         "example {path} does not exist; check the path (relative paths are read from repo_root)"
     )
@@ -60,7 +61,7 @@ class ExampleNotFoundError(StructuredError, FileNotFoundError):
     path: Path
 
 
-class ExampleTimeoutError(StructuredError, AssertionError):
+class ExampleTimeoutError(_TestingError, AssertionError):
     """An example ran past its timeout and was killed.
 
     Attributes:
@@ -75,8 +76,6 @@ class ExampleTimeoutError(StructuredError, AssertionError):
         60
     """
 
-    __module__ = "substrax.testing"
-
     path: Path
     timeout: float
     stderr_tail: str
@@ -88,7 +87,7 @@ class ExampleTimeoutError(StructuredError, AssertionError):
         )
 
 
-class RetraceError(StructuredError, AssertionError):
+class RetraceError(_TestingError, AssertionError):
     """A block traced a function a different number of times than expected.
 
     Attributes:
@@ -100,8 +99,6 @@ class RetraceError(StructuredError, AssertionError):
         >>> print(RetraceError(1, 1 + 1))
         expected 1 new trace(s), observed 2; it retraced: look for changing shapes or dtypes, weakly typed values, Python scalars or new static arguments between calls
     """
-
-    __module__ = "substrax.testing"
 
     expected: int
     observed: int
@@ -116,7 +113,7 @@ class RetraceError(StructuredError, AssertionError):
         return f"expected {self.expected} new trace(s), observed {self.observed}{hint}"
 
 
-class CompileCountError(StructuredError, AssertionError):
+class CompileCountError(_TestingError, AssertionError):
     """A block compiled a different number of programs than expected.
 
     Attributes:
@@ -128,8 +125,6 @@ class CompileCountError(StructuredError, AssertionError):
         >>> CompileCountError(1, ["jit(step)", "jit(step)"]).names
         ('jit(step)', 'jit(step)')
     """
-
-    __module__ = "substrax.testing"
 
     expected: int
     names: Sequence[str]
@@ -143,7 +138,7 @@ class CompileCountError(StructuredError, AssertionError):
         )
 
 
-class RunNotFinalError(StructuredError, TimeoutError):
+class RunNotFinalError(_TestingError, TimeoutError):
     """A compute run was still not final when ``wait_until_final`` gave up on it.
 
     Attributes:
@@ -157,7 +152,6 @@ class RunNotFinalError(StructuredError, TimeoutError):
         'run demo-1 is still running after 30 s; raise the timeout or look at its logs'
     """
 
-    __module__ = "substrax.testing"
     template = (
         "run {run_id} is still {state} after {timeout:.0f} s; raise the timeout or look at its logs"
     )
@@ -167,7 +161,7 @@ class RunNotFinalError(StructuredError, TimeoutError):
     timeout: float
 
 
-class ToolIdsInUseError(StructuredError, RuntimeError):
+class ToolIdsInUseError(_TestingError, RuntimeError):
     """``counted_calls`` found every ``sys.monitoring`` tool id taken.
 
     Attributes:
@@ -179,7 +173,6 @@ class ToolIdsInUseError(StructuredError, RuntimeError):
         'coverage'
     """
 
-    __module__ = "substrax.testing"
     template = (
         "every sys.monitoring tool id is taken ({in_use}); count calls without a debugger, "
         "profiler or coverage tool attached, or leave a counted_calls block open fewer times"
@@ -188,7 +181,7 @@ class ToolIdsInUseError(StructuredError, RuntimeError):
     in_use: tuple[str, ...]
 
 
-class CountingFailedError(StructuredError, RuntimeError):
+class CountingFailedError(_TestingError, RuntimeError):
     """The keys function of ``counted_calls`` failed inside the block; counting stopped there.
 
     Attributes:
@@ -201,7 +194,6 @@ class CountingFailedError(StructuredError, RuntimeError):
         counting stopped: the keys function failed on a dispatch (KeyError: 'x'); it gets the frame the call was made in and must return a str (by_package builds one)
     """
 
-    __module__ = "substrax.testing"
     template = (
         "counting stopped: the keys function failed on a {kind} ({reason}); it gets the frame "
         "the call was made in and must return a str (by_package builds one)"
@@ -211,7 +203,7 @@ class CountingFailedError(StructuredError, RuntimeError):
     reason: str
 
 
-class UnevenCountError(StructuredError, AssertionError):
+class UnevenCountError(_TestingError, AssertionError):
     """A count did not grow by a whole number per loop iteration (``per_iteration``).
 
     Attributes:
@@ -228,7 +220,6 @@ class UnevenCountError(StructuredError, AssertionError):
         0
     """
 
-    __module__ = "substrax.testing"
     template = (
         "{kind} calls by {package}: {short_count} over {short} iteration(s) but {long_count} "
         "over {long}, not a whole number per iteration; warm the loop up before counting (a "
@@ -256,7 +247,7 @@ _CALL_HINTS = {
 }
 
 
-class TooManyCallsError(StructuredError, AssertionError):
+class TooManyCallsError(_TestingError, AssertionError):
     """A loop iteration made more calls of a kind than allowed (``per_iteration``'s ``at_most``).
 
     Attributes:
@@ -270,8 +261,6 @@ class TooManyCallsError(StructuredError, AssertionError):
         >>> TooManyCallsError("device_to_host", 0, 1, (("train", 1),)).observed
         1
     """
-
-    __module__ = "substrax.testing"
 
     kind: str
     limit: int
@@ -287,7 +276,7 @@ class TooManyCallsError(StructuredError, AssertionError):
         )
 
 
-class GradientMismatchError(StructuredError, AssertionError):
+class GradientMismatchError(_TestingError, AssertionError):
     """jax's gradient disagrees with central finite differences beyond the dtype's tolerance.
 
     Attributes:
@@ -304,8 +293,6 @@ class GradientMismatchError(StructuredError, AssertionError):
         'kernel'
     """
 
-    __module__ = "substrax.testing"
-
     worst: LeafGradientCheck
     leaves: tuple[LeafGradientCheck, ...]
 
@@ -320,7 +307,7 @@ class GradientMismatchError(StructuredError, AssertionError):
         )
 
 
-class ZeroGradientError(StructuredError, AssertionError):
+class ZeroGradientError(_TestingError, AssertionError):
     """Every gradient of a gradient check is zero, so it would prove nothing.
 
     Attributes:
@@ -333,7 +320,6 @@ class ZeroGradientError(StructuredError, AssertionError):
         every gradient with respect to the parameters is zero (2 leaves): the loss does not depend on them (a stop_gradient, an integer cast, a saturated activation, an unused branch); pass allow_zero=True if that is intended
     """
 
-    __module__ = "substrax.testing"
     template = (
         "every gradient with respect to the {what} is zero ({leaves} leaves): the loss does not "
         "depend on them (a stop_gradient, an integer cast, a saturated activation, an unused "

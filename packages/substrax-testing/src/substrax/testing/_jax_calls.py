@@ -9,8 +9,8 @@ iteration, so a test can assert a loop makes one dispatch and no host transfer p
 The counting uses ``sys.monitoring`` (Python 3.12+) for the Python-level calls, jax's public
 trace state to leave out calls made while tracing, and jax's own compile event
 (``jax.monitoring``) for compilations; ``_call_hooks`` says which mechanism reports each kind.
-The kinds and counts live in ``_call_counts``, the keys and weights in ``_call_keys``; their
-public names are importable from here too. Importing this module imports no jax; entering
+The kinds and counts live in ``_call_counts``, the keys and weights in ``_call_keys``; the
+public ones are importable from here too. Importing this module imports no jax; entering
 ``counted_calls`` does.
 """
 
@@ -22,26 +22,9 @@ from typing import Any
 
 from substrax.support import check_int
 
-from ._call_counts import (
-    ALIASES,
-    COMPILE,
-    DEVICE_PUT,
-    DEVICE_TO_HOST,
-    DISPATCH,
-    HOST_TO_DEVICE,
-    JAX_CALL_WEIGHTS,
-    KINDS,
-    CallCounts,
-    counted_kind,
-)
+from ._call_counts import COMPILE, DEVICE_TO_HOST, DISPATCH, CallCounts, counted_kind
 from ._call_hooks import Recorder, build_hooks, resolve_weights
-from ._call_keys import (
-    DEFAULT_EXCLUDED,
-    Keys,
-    WeightFn,
-    by_package,
-    started,
-)
+from ._call_keys import Keys, WeightFn, by_package, started
 from ._errors import (
     CountingFailedError,
     ToolIdsInUseError,
@@ -50,16 +33,7 @@ from ._errors import (
 )
 
 
-__all__ = [  # the names defined in _call_counts and _call_keys are importable from here too
-    "ALIASES",
-    "COMPILE",
-    "DEFAULT_EXCLUDED",
-    "DEVICE_PUT",
-    "DEVICE_TO_HOST",
-    "DISPATCH",
-    "HOST_TO_DEVICE",
-    "JAX_CALL_WEIGHTS",
-    "KINDS",
+__all__ = [  # CallCounts, Keys, WeightFn, by_package and started are importable from here too
     "CallCounts",
     "Keys",
     "WeightFn",

@@ -6,7 +6,7 @@ needs, and ``lambda node: isinstance(node, ast.Call)`` finds every call. Standar
 """
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from ._source_files import SourceText, existing
@@ -68,6 +68,20 @@ def _is_root_logger(node: ast.AST) -> bool:
     return named is None or (isinstance(named, ast.Constant) and named.value in {None, "", "root"})
 
 
+def _calls(
+    node: ast.AST,
+    methods: Collection[str],
+    receiver: Callable[[ast.AST], bool],
+    functions: Collection[str],
+) -> bool:
+    """Whether ``node`` calls one of ``methods`` on a ``receiver``, or one of ``functions``."""
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in methods:
+        return receiver(node.func.value)
+    return _dotted(node.func) in functions
+
+
 def writes_environment(node: ast.AST) -> bool:
     r"""Whether ``node`` changes the process environment.
 
@@ -86,11 +100,7 @@ def writes_environment(node: ast.AST) -> bool:
         return _is_environ(node.value)
     if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del):
         return _is_environ(node)
-    if not isinstance(node, ast.Call):
-        return False
-    if isinstance(node.func, ast.Attribute) and node.func.attr in _ENVIRON_METHODS:
-        return _is_environ(node.func.value)
-    return _dotted(node.func) in _ENVIRON_FUNCTIONS
+    return _calls(node, _ENVIRON_METHODS, _is_environ, _ENVIRON_FUNCTIONS)
 
 
 def configures_logging(node: ast.AST) -> bool:
@@ -118,11 +128,7 @@ def configures_logging(node: ast.AST) -> bool:
     """
     if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
         return node.attr in _LOGGER_ATTRIBUTES and _is_root_logger(node.value)
-    if not isinstance(node, ast.Call):
-        return False
-    if isinstance(node.func, ast.Attribute) and node.func.attr in _LOGGER_METHODS:
-        return _is_root_logger(node.func.value)
-    return _dotted(node.func) in _LOGGING_FUNCTIONS
+    return _calls(node, _LOGGER_METHODS, _is_root_logger, _LOGGING_FUNCTIONS)
 
 
 def is_main_guard(node: ast.AST) -> bool:

@@ -14,11 +14,9 @@ Example:
     1
 """
 
+from ._call_counts import ALIASES, JAX_CALL_WEIGHTS, KINDS
 from ._errors import CountingFailedError, ToolIdsInUseError, TooManyCallsError, UnevenCountError
 from ._jax_calls import (
-    ALIASES,
-    JAX_CALL_WEIGHTS,
-    KINDS,
     CallCounts,
     Keys,
     WeightFn,

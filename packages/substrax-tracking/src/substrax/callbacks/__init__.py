@@ -4,68 +4,9 @@ A callback is structural (:class:`TrainingCallback` is a Protocol); a trainer dr
 :class:`CallbackList` through its hooks and reads ``should_stop`` itself.
 """
 
-from substrax.support import Mode as Mode
-
-from ._callback_list import CallbackList as CallbackList, is_checkpointable as is_checkpointable
-from ._early_stopping import (
-    EarlyStoppingCallback as EarlyStoppingCallback,
-    EarlyStoppingConfig as EarlyStoppingConfig,
-)
-from ._errors import (
-    CallbackStateMismatchError as CallbackStateMismatchError,
-    CostAnalysisError as CostAnalysisError,
-    MetricValueError as MetricValueError,
-    MissingMetricError as MissingMetricError,
-    MonitorMismatchError as MonitorMismatchError,
-    NoLearningRateFoundError as NoLearningRateFoundError,
-)
-from ._loss_spike import LossSpike as LossSpike, LossSpikeDetector as LossSpikeDetector
-from ._plateau_lr import ReduceLROnPlateauCallback as ReduceLROnPlateauCallback
-from ._profiler import ProfilerWindow as ProfilerWindow
-from ._progress import ProgressCallback as ProgressCallback
-from ._protocol import (
-    BaseCallback as BaseCallback,
-    Logs as Logs,
-    TrainerLike as TrainerLike,
-    TrainingCallback as TrainingCallback,
-)
-from ._throughput import (
-    MetricsLogger as MetricsLogger,
-    ThroughputMeter as ThroughputMeter,
-    step_flops as step_flops,
-)
-from ._tracker import (
-    BestMetricTracker as BestMetricTracker,
-    EarlyStopping as EarlyStopping,
-    PlateauMode as PlateauMode,
-)
+from substrax.support import lazy_exports
 
 
-__all__ = [
-    "BaseCallback",
-    "BestMetricTracker",
-    "CallbackList",
-    "CallbackStateMismatchError",
-    "CostAnalysisError",
-    "EarlyStopping",
-    "EarlyStoppingCallback",
-    "EarlyStoppingConfig",
-    "Logs",
-    "LossSpike",
-    "LossSpikeDetector",
-    "MetricValueError",
-    "MetricsLogger",
-    "MissingMetricError",
-    "Mode",
-    "MonitorMismatchError",
-    "NoLearningRateFoundError",
-    "PlateauMode",
-    "ProfilerWindow",
-    "ProgressCallback",
-    "ReduceLROnPlateauCallback",
-    "ThroughputMeter",
-    "TrainerLike",
-    "TrainingCallback",
-    "is_checkpointable",
-    "step_flops",
-]
+# Every public name is listed once, in __init__.pyi beside this file (what type checkers read),
+# and loads now.
+lazy_exports(__name__, eager=True)

@@ -3,10 +3,13 @@
 from substrax.support import StructuredError
 
 
-class CallbackStateMismatchError(StructuredError, ValueError):
+class _CallbackError(StructuredError, public_module="substrax.callbacks"):
+    """The base of every error here: each shows as ``substrax.callbacks``'s, where users import it."""
+
+
+class CallbackStateMismatchError(_CallbackError, ValueError):
     """A saved CallbackList state's positions (``found``) are not this list's (``expected``)."""
 
-    __module__ = "substrax.callbacks"
     expected: tuple[str, ...]
     found: tuple[str, ...]
 
@@ -18,10 +21,9 @@ class CallbackStateMismatchError(StructuredError, ValueError):
         )
 
 
-class MissingMetricError(StructuredError, KeyError):
+class MissingMetricError(_CallbackError, KeyError):
     """A callback's ``monitor`` metric is not in the logs given to ``hook``; args hold the key."""
 
-    __module__ = "substrax.callbacks"
     monitor: str
     available: tuple[str, ...]
     hook: str
@@ -37,10 +39,9 @@ class MissingMetricError(StructuredError, KeyError):
         )
 
 
-class NoLearningRateFoundError(StructuredError, LookupError):
+class NoLearningRateFoundError(_CallbackError, LookupError):
     """The optimizer state holds neither a ``reduce_on_plateau`` scale nor the hyperparameter."""
 
-    __module__ = "substrax.callbacks"
     template = (
         "the optimizer state holds no `optax.contrib.reduce_on_plateau` state and no "
         "`optax.inject_hyperparams` hyperparameter {hyperparam!r}; chain "
@@ -49,7 +50,7 @@ class NoLearningRateFoundError(StructuredError, LookupError):
     hyperparam: str
 
 
-class MetricValueError(StructuredError, TypeError):
+class MetricValueError(_CallbackError, TypeError):
     """A logged metric read by the callback ``who`` is not one number (None, a string, a vector).
 
     Example:
@@ -58,7 +59,6 @@ class MetricValueError(StructuredError, TypeError):
         'loss'
     """
 
-    __module__ = "substrax.callbacks"
     metric: str
     value: object
     who: str
@@ -73,7 +73,7 @@ class MetricValueError(StructuredError, TypeError):
         )
 
 
-class MonitorMismatchError(StructuredError, ValueError):
+class MonitorMismatchError(_CallbackError, ValueError):
     """A saved early-stopping state was recorded for another ``(monitor, mode)`` than this one's.
 
     Example:
@@ -82,7 +82,6 @@ class MonitorMismatchError(StructuredError, ValueError):
         ('val_loss', 'min')
     """
 
-    __module__ = "substrax.callbacks"
     template = (
         "the saved early-stopping state tracks {saved[0]!r} ({saved[1]}), but this callback "
         "watches {configured[0]!r} ({configured[1]}); its best value and patience count "
@@ -93,7 +92,7 @@ class MonitorMismatchError(StructuredError, ValueError):
     configured: tuple[str, str]
 
 
-class CostAnalysisError(StructuredError, LookupError):
+class CostAnalysisError(_CallbackError, LookupError):
     """A step's FLOPs cannot be counted from its jaxpr; ``reason`` says why (None if unknown).
 
     Example:
@@ -102,7 +101,6 @@ class CostAnalysisError(StructuredError, LookupError):
         "the program calls the opaque kernel 'pallas_call'"
     """
 
-    __module__ = "substrax.callbacks"
     function: object
     reason: str | None
 

@@ -7,10 +7,10 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Unpack
 
 from ._records import Record, Scalar, as_record, on_host
-from ._sender import Sender, lower_priority
+from ._sender import Sender, SenderOptions, lower_priority
 from ._spool import Sink
 from ._spool_writer import describe
 
@@ -42,38 +42,21 @@ class AsyncDelivery(Sender):
 
     Args:
         sink: the backend run.
-        spool_path: the spool file.
-        media_dir: where images are written before upload.
-        label: the name used in log messages.
         max_queue: the queue bound.
-        max_batch: records per delivery.
         batch_interval: the most seconds a record waits for others to be delivered with.
-        retry_initial: the first retry delay in seconds (doubling up to ``retry_max``).
-        retry_max: the longest delay between retries.
+        **options: the spool, the media directory, the label and the batching and retries, as
+            :class:`Sender` takes them.
     """
 
     def __init__(
         self,
         sink: Sink,
         *,
-        spool_path: Path,
-        media_dir: Path,
-        label: str,
         max_queue: int = 100_000,
-        max_batch: int = 1000,
         batch_interval: float = 1.0,
-        retry_initial: float = 0.05,
-        retry_max: float = 2.0,
+        **options: Unpack[SenderOptions],
     ) -> None:
-        super().__init__(
-            sink,
-            spool_path=spool_path,
-            media_dir=media_dir,
-            label=label,
-            max_batch=max_batch,
-            retry_initial=retry_initial,
-            retry_max=retry_max,
-        )
+        super().__init__(sink, **options)
         self.max_queue = max_queue
         self.batch_interval = batch_interval
         self._queue: queue.SimpleQueue[Record | Scalar | _Control] = queue.SimpleQueue()
@@ -87,7 +70,7 @@ class AsyncDelivery(Sender):
         self._held_controls: list[_Control] = []  # the running cycle's
         self._flight_spooled: list[Record] | None = None  # the _in_flight spooled by a take-over
         self._thread = threading.Thread(
-            target=self._run, name=f"substrax-tracking-{label}", daemon=True
+            target=self._run, name=f"substrax-tracking-{self.label}", daemon=True
         )
         self._thread.start()
 

@@ -3,6 +3,7 @@
 from collections.abc import Sequence
 from dataclasses import InitVar
 from pathlib import Path
+from typing import ClassVar
 
 from substrax.support import StructuredError
 
@@ -18,21 +19,11 @@ def _shorten(value: object, unit: str) -> str:
     return shown
 
 
-def _holder(pid: int | None, word: str) -> str:
-    return f"{word} {pid}" if pid is not None else "another process"
-
-
-class _TrackingError(StructuredError):
+class _TrackingError(StructuredError, public_module="substrax.tracking"):
     """An error shown as ``substrax.tracking``'s, whose template sees each Path as its text.
 
     ``{path!r}`` shows ``'/runs/a'``, not ``PosixPath(...)``. Extend ``_shown`` to add a value.
     """
-
-    __slots__ = ()
-
-    def __init_subclass__(cls, *, kw_only: bool = False) -> None:
-        cls.__module__ = "substrax.tracking"
-        super().__init_subclass__(kw_only=kw_only)
 
     def _shown(self) -> dict[str, object]:
         fields = self._fields().items()
@@ -40,6 +31,18 @@ class _TrackingError(StructuredError):
 
     def _message(self) -> str:
         return self.template.format_map(self._shown())
+
+
+class _HeldError(_TrackingError):
+    """A file another process holds: ``{holder}`` names it by its ``pid`` field (None: unknown)."""
+
+    holder_word: ClassVar[str]
+    """How ``{holder}`` names the process: ``"pid 4242"``, ``"process 4242"``."""
+
+    def _shown(self) -> dict[str, object]:
+        shown = super()._shown()
+        pid = shown["pid"]
+        return shown | {"holder": "another process" if pid is None else f"{self.holder_word} {pid}"}
 
 
 class LoggerClosedError(_TrackingError, RuntimeError):
@@ -226,7 +229,7 @@ class SpoolNotFoundError(_TrackingError, FileNotFoundError):
     path: Path
 
 
-class SpoolBusyError(_TrackingError, TimeoutError):
+class SpoolBusyError(_HeldError, TimeoutError):
     """Another replay (``pid``, None if unknown) held a spool file longer than this one could wait.
 
     Example:
@@ -240,11 +243,9 @@ class SpoolBusyError(_TrackingError, TimeoutError):
         "another replay ({holder}) is replaying {path!r}; nothing was sent: run this replay "
         "again when it has ended (or give it a longer --timeout to wait for it)"
     )
+    holder_word = "pid"
     path: Path
     pid: int | None
-
-    def _shown(self) -> dict[str, object]:
-        return super()._shown() | {"holder": _holder(self.pid, "pid")}
 
 
 class NotASpoolError(_TrackingError, ValueError):
@@ -283,19 +284,17 @@ class ResumeWithoutRunIdError(_TrackingError, ValueError):
     resume_step: object
 
 
-class FileLogBusyError(_TrackingError, RuntimeError):
+class FileLogBusyError(_HeldError, RuntimeError):
     """Another FileLogger (``pid``, None if unknown) holds the file log ``name`` in ``log_dir``."""
 
     template = (
         "the file log {name!r} in {log_dir!r} is held by a FileLogger of {holder}; close that "
         "logger (or let that process end) first, or give this one another name or log_dir"
     )
+    holder_word = "process"
     log_dir: Path
     name: str
     pid: int | None
-
-    def _shown(self) -> dict[str, object]:
-        return super()._shown() | {"holder": _holder(self.pid, "process")}
 
 
 class UnknownRunIdError(_TrackingError, ValueError):

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from ._errors import SpoolNotFoundError
 from ._records import Record, prefetch_scalars, split_scalars
@@ -18,7 +18,7 @@ from ._spool import Sink
 from ._spool_writer import Backoff, SpoolWriter, describe
 
 
-__all__ = ["Sender", "lower_priority"]
+__all__ = ["Sender", "SenderOptions", "lower_priority"]
 
 _logger = logging.getLogger(__name__)
 
@@ -40,6 +40,17 @@ def lower_priority() -> None:
             _logger.debug("could not lower the delivery thread's priority: %s", error)
 
 
+class SenderOptions(TypedDict):
+    """The keyword arguments of :class:`Sender`, which :class:`AsyncDelivery` passes on."""
+
+    spool_path: Path
+    media_dir: Path
+    label: str
+    max_batch: NotRequired[int]
+    retry_initial: NotRequired[float]
+    retry_max: NotRequired[float]
+
+
 class Sender:
     """Send the records held in ``_pending`` to a sink; the base of :class:`AsyncDelivery`.
 
@@ -48,6 +59,15 @@ class Sender:
     rest goes on. While the sink fails (warned once), records go to the spool and are retried
     from there, in order, with backoff. ``_lock`` guards what is held against a caller that
     takes it over while a backend call runs; once ``_abandoned``, nothing is touched.
+
+    Args:
+        sink: the backend run.
+        spool_path: the spool file.
+        media_dir: where images are written before upload.
+        label: the name used in log messages.
+        max_batch: records per delivery.
+        retry_initial: the first retry delay in seconds (doubling up to ``retry_max``).
+        retry_max: the longest delay between retries.
     """
 
     def __init__(
@@ -57,9 +77,9 @@ class Sender:
         spool_path: Path,
         media_dir: Path,
         label: str,
-        max_batch: int,
-        retry_initial: float,
-        retry_max: float,
+        max_batch: int = 1000,
+        retry_initial: float = 0.05,
+        retry_max: float = 2.0,
     ) -> None:
         self.sink = sink
         self.label = label
