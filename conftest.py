@@ -1,5 +1,18 @@
 """The project's own suites run under substrax's opt-in pytest plugin (and may use pytester).
 
+Every test belongs to one tier, given here by where it lives and the fixtures it uses, never by
+a mark written on the test (``TIERS`` below):
+
+- ``unit``: fast and in one process: the tests under ``packages/*/tests`` and every docstring
+  example, unless they use a fixture that starts other processes or servers.
+- ``integration``: real servers, several processes, kill -9, the examples in their short mode:
+  ``tests-integration/``, and the package tests using one of ``INTEGRATION_FIXTURES``.
+- ``release``: what a release needs once: the built packages (``RELEASE_MODULES``), the
+  siblings installed beside them, the docs site and the full demo.
+
+The README's command runs unit and integration (``-m "not release"`` in ``addopts``); CI also
+runs ``-m unit`` at the lowest versions the parts allow and ``-m release``.
+
 Every docstring example in ``packages/*/src`` is collected by pytest's ``--doctest-modules``
 (``addopts`` in pyproject.toml). An example runs in a namespace of its own: not its module's
 globals, only what the example imports itself, so that it runs as written when pasted into an
@@ -8,11 +21,17 @@ in empty temporary, working and state directories of its own (``TMPDIR``, the cu
 ``SUBSTRAX_STATE_DIR``), and fails if it leaves anything in them.
 """
 
+import contextlib
 import importlib
 import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _pytest.doctest import DoctestItem
@@ -56,14 +75,136 @@ def pytest_collection() -> None:
             getattr(package, public)
 
 
+ROOT = Path(__file__).resolve().parent
+
+# The modules of tests-integration/ that make a release's checks: wheels, siblings, site, demo.
+RELEASE_MODULES = frozenset(
+    {"test_packaging.py", "test_siblings.py", "test_docs_build.py", "test_demo.py"}
+)
+
+# Fixtures that start processes or servers: a package test that uses one is an integration test.
+INTEGRATION_FIXTURES = frozenset(
+    {
+        "child_processes",  # below: the test starts processes of its own
+        "child",  # runtime: a Python child with a timeout
+        "spawns_a_child",  # compute: a task that starts a grandchild
+        "local_project",  # compute: jobs run by the local backend's worker processes
+        "writer_elsewhere",  # checkpoint: a writer in another process, SIGKILLed
+        "run_where_file_modes_apply",  # checkpoint: a child without root's file access
+        "mlflow_server",  # tracking: a real `mlflow server` on 127.0.0.1
+        "vanishing_mlflow",  # tracking: a server that dies mid-run
+        "wandb_offline",  # tracking: W&B's own service process (wandb-core)
+        "small_disk",  # tracking: a 4 MiB tmpfs mounted for the test (a full disk)
+        "two_processes",  # checkpoint: a two-process jax job
+        "wall_clock",  # below: the test waits in real time on threads or processes
+    }
+)
+
+
+# Tools the code under test runs and waits a moment for (the upload set asks git what it tracks):
+# a unit test may start these.
+QUICK_TOOLS = frozenset({"git"})
+
+
+def tier(item: pytest.Item) -> str:
+    """The tier of ``item``: ``release``, ``integration`` or ``unit`` (see the module docstring)."""
+    path = Path(str(item.path)).resolve()
+    if path.is_relative_to(ROOT / "tests-integration"):
+        return "release" if path.name in RELEASE_MODULES else "integration"
+    if INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return "integration"
+    return "unit"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Give each docstring example an empty namespace instead of a copy of its module's globals."""
+    """Mark each test with its tier; give each docstring example an empty namespace."""
     for item in items:
+        item.add_marker(tier(item))
         example = getattr(item, "dtest", None)  # a DoctestItem's doctest.DocTest
         if example is not None:
             module = example.globs.get("__name__")
             example.globs.clear()
             example.globs["__name__"] = module
+
+
+def _children() -> set[int]:
+    """The process ids whose parent is this process (Linux's /proc; empty elsewhere)."""
+    found: set[int] = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # the fields after the command's closing parenthesis: state, then the parent's pid
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == os.getpid():
+                found.add(int(stat.parent.name))
+    return found
+
+
+@pytest.fixture
+def child_processes() -> Iterator[None]:
+    """For a test that starts processes of its own: an integration test; kills what it leaves.
+
+    A child still running when the test ends (a failed assertion before its ``wait``) is
+    killed, so that no process of one test outlives it and waits forever.
+    """
+    before = _children()
+    yield
+    for pid in _children() - before:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+class WallClock:
+    """Real time, for a test whose threads or processes must let it pass: an integration test."""
+
+    sleep = staticmethod(time.sleep)
+
+
+@pytest.fixture
+def wall_clock() -> WallClock:
+    """Real time (``wall_clock.sleep``), which makes the test that asks for it an integration test.
+
+    A unit test moves a clock it gives the code under test; one whose threads or processes race
+    against real time (a writer that seals a step later, a peer that arrives late) sleeps here.
+    """
+    return WallClock()
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_stay_in_one_process_and_move_their_own_clocks(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fail a unit test that starts a process, or that sleeps in real time.
+
+    A test that starts processes (itself or through the code under test) asks for
+    ``child_processes``, which makes it an integration test. Only a sleep written in a test module
+    counts: the code under test, a background thread or a helper polling for one (until a
+    deadline) may sleep; a test gives the code under test a clock it moves, or, if threads must
+    race real time, sleeps through ``wall_clock``. Docstring examples are left alone.
+    """
+    if request.node.get_closest_marker("unit") is None or isinstance(request.node, DoctestItem):
+        return
+    real_sleep, real_start = time.sleep, subprocess.Popen.__init__
+
+    def sleep(seconds: float) -> None:
+        if Path(sys._getframe(1).f_code.co_filename).name.startswith("test_"):
+            pytest.fail(
+                f"a unit test slept {seconds} s in real time: give the code under test a clock"
+                " the test moves (or, if threads or processes must race real time, use"
+                " wall_clock.sleep)"
+            )
+        real_sleep(seconds)
+
+    def start(self: subprocess.Popen[str], args: Any, *more: Any, **options: Any) -> None:  # noqa: ANN401
+        program = args if isinstance(args, str | bytes | os.PathLike) else next(iter(args), "")
+        if Path(os.fsdecode(program)).name in QUICK_TOOLS:
+            real_start(self, args, *more, **options)
+            return
+        pytest.fail(
+            f"a unit test started a process ({args!r}): ask for the child_processes fixture,"
+            " which makes it an integration test"
+        )
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    monkeypatch.setattr(subprocess.Popen, "__init__", start)
 
 
 _CLEAN_DIRECTORIES = ("temporary", "working", "state")

@@ -42,9 +42,10 @@ from substrax.spmd import EvalStep, TrainStep, create_data_parallel_sharding, pl
 from substrax.tracking import create_logger, plot_log_dir
 
 
+QUICK = os.environ.get("SUBSTRAX_EXAMPLES_QUICK") == "1"  # every code path, in seconds (tests)
 SEED = 0
 BATCH_SIZE = 64  # divisible by the 8-way data axis
-MAX_EPOCHS = 40
+MAX_EPOCHS = 5 if QUICK else 40
 LEARNING_RATE = 3e-3
 PATIENCE = 5  # epochs without a lower validation loss before stopping
 KEEP_BEST = 3  # checkpoints kept by validation accuracy

@@ -34,6 +34,10 @@ from substrax.spmd import create_data_parallel_sharding, place_batch_on_shards, 
 from substrax.tracking import create_logger, plot_log_dir
 
 
+QUICK = os.environ.get("SUBSTRAX_EXAMPLES_QUICK") == "1"  # every code path, in seconds (tests)
+STEPS = 5 if QUICK else 20
+
+
 def loss_fn(model: nnx.Linear, batch: dict[str, jax.Array]) -> jax.Array:
     return jnp.mean((model(batch["x"]) - batch["y"]) ** 2)
 
@@ -61,7 +65,7 @@ def main() -> dict[str, object]:
     logger = create_logger("quick_start", log_dir=outputs / "logs")
     logger.log_hyperparams({"learning_rate": 1e-1, "batch_size": 32, "devices": info.count})
     with OrbaxCheckpointStore(outputs / "checkpoints", max_to_keep=2) as store:
-        for step in range(20):
+        for step in range(STEPS):
             with jax.set_mesh(mesh):
                 loss = float(train_step(model, optimizer, batch))
             logger.log_scalar("loss", loss, step=step)

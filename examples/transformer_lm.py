@@ -63,17 +63,18 @@ from substrax.support import MissingExtraError
 from substrax.tracking import create_logger, plot_log_dir
 
 
+QUICK = os.environ.get("SUBSTRAX_EXAMPLES_QUICK") == "1"  # every code path, in seconds (tests)
 SEED = 0
 MAX_FILES = 120  # the first files of the sorted list: about 3 MB of text
 SEQ_LEN = 64
 BATCH_SIZE = 32  # sequences per step: 4 per device on 8 devices
 ACCUMULATE_STEPS = 2  # microbatches per step
-STEPS = 400
+STEPS = 8 if QUICK else 400
 EVAL_BATCHES = 8
 LEARNING_RATE = 3e-3
 EMBED, HEADS, LAYERS, MLP = 64, 4, 2, 256
-PROFILE_STEPS = (20, 3)  # first traced step, how many
-EVAL_EVERY = 80  # steps between validation losses
+PROFILE_STEPS = (2, 1) if QUICK else (20, 3)  # first traced step, how many
+EVAL_EVERY = 4 if QUICK else 80  # steps between validation losses
 VOCAB = 256  # bytes
 
 # Pure FSDP: one mesh axis carries the batch and each weight's "embed" dimension.

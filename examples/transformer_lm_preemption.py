@@ -48,10 +48,11 @@ if TYPE_CHECKING:  # imported for real in the training process only (they start 
 
 
 NAME = "transformer_lm_preemption"
-STEPS = 120
-SAVE_EVERY = 40  # periodic checkpoints; the preemption saves its own step
-PREEMPT_AFTER = 60  # the scheduler sends SIGTERM once the first attempt reports this step
-REPORT_EVERY = 10  # steps between the progress lines a child prints
+QUICK = os.environ.get("SUBSTRAX_EXAMPLES_QUICK") == "1"  # every code path, in seconds (tests)
+STEPS = 24 if QUICK else 120
+SAVE_EVERY = STEPS // 3  # periodic checkpoints; the preemption saves its own step
+PREEMPT_AFTER = STEPS // 2  # the scheduler sends SIGTERM once the first attempt reports this step
+REPORT_EVERY = STEPS // 12  # steps between the progress lines a child prints
 LEARNING_RATE = 3e-3
 METRIC = "train_loss"
 WANDB_PROJECT = "substrax-examples"
@@ -76,8 +77,9 @@ def restored_state(
 
     def make() -> tuple[Any, Any]:
         model = lm.TransformerLM(rngs=nnx.Rngs(lm.SEED))
+        warmup = min(20, STEPS // 2)
         schedule = optax.warmup_cosine_decay_schedule(
-            0.0, LEARNING_RATE, 20, STEPS, 0.1 * LEARNING_RATE
+            0.0, LEARNING_RATE, warmup, STEPS, 0.1 * LEARNING_RATE
         )
         return model, nnx.Optimizer(model, optax.adamw(schedule, weight_decay=0.01), wrt=nnx.Param)
 

@@ -1,9 +1,13 @@
-"""The README's demo command runs every script in examples/; each example's results are checked.
+"""Every example, in its short mode, run by the README's demo command; what a short run shows.
 
-``uv run substrax-compute run demo`` goes through the console script, the local backend and the
-worker (the repository's pyproject declares the ``demo`` job), and its outputs are fetched outside
-the working tree. The job runs once for the whole module (it trains every example: minutes), and
-each example's checks read what the run fetched: its ``summary.json``, checkpoints and logs.
+``SUBSTRAX_EXAMPLES_QUICK=1 uv run substrax-compute run demo`` goes through the console script,
+the local backend and the worker (the repository's pyproject declares the ``demo`` job), whose
+tasks inherit the variable; its outputs are fetched outside the working tree. In the short mode
+each example takes every code path (training, checkpointing, logging, restoring, the
+preemption's kill and resume) in a few steps. The job runs once for the whole module, and each
+example's checks read what the run fetched: its ``summary.json``, checkpoints and logs. What
+needs the full training (the accuracy and losses it reaches) is checked by ``test_demo.py``, the
+release tier's run of the full demo.
 """
 
 import json
@@ -53,6 +57,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     base = tmp_path_factory.mktemp("demo")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
     env["SUBSTRAX_STATE_DIR"] = str(base / "state")
+    env["SUBSTRAX_EXAMPLES_QUICK"] = "1"  # the examples' short mode
     script = Path(sys.executable).parent / "substrax-compute"
     result = subprocess.run(
         [str(script), "run", "demo", "--into", str(base / "fetched")],
@@ -60,7 +65,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=600,
         check=False,
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
@@ -88,6 +93,8 @@ def test_the_quick_start_is_an_example() -> None:
 
 @pytest.mark.parametrize("name", [p.stem for p in EXAMPLES])
 def test_example_writes_only_under_its_output_dir(name: str, demo: DemoRun) -> None:
+    summary_path = demo.outputs(name) / "summary.json"
+    assert summary_path.is_file()
     produced_paths = demo.summary(name)["outputs"].values()
     assert produced_paths
     for produced in produced_paths:
@@ -98,21 +105,22 @@ def test_example_writes_only_under_its_output_dir(name: str, demo: DemoRun) -> N
 def test_quick_start_trains_on_eight_devices_and_checkpoints(demo: DemoRun) -> None:
     summary = demo.summary("quick_start")
     assert summary["devices"] == 8
-    assert summary["checkpoint_steps"][-1] >= 2
+    assert summary["checkpoint_steps"] == [3, 4]  # the short mode's 5 steps, the newest two kept
     assert summary["final_loss"] < 10.0
     root = demo.outputs("quick_start")
     assert (root / "logs" / "plots" / "index.html").exists()
     assert any((root / "checkpoints").iterdir())
 
 
-def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(demo: DemoRun) -> None:
+def test_digits_classifier_keeps_its_best_checkpoints_and_scores_the_best(demo: DemoRun) -> None:
     summary = demo.summary("digits_classifier")
     assert summary["devices"] == 8
-    assert summary["test_accuracy"] >= 0.97
+    assert 0.0 <= summary["test_accuracy"] <= 1.0
     assert summary["best_step"] in summary["checkpoint_steps"]
-    # best-k by validation accuracy (3) plus the newest step, whatever the epoch count
+    # best-k by validation accuracy (3) plus the newest step, whatever the epoch count: more
+    # epochs than that, so retention has dropped some
     assert 1 <= len(summary["checkpoint_steps"]) <= 4
-    assert summary["epochs"] > 1
+    assert summary["epochs"] > len(summary["checkpoint_steps"])
     root = demo.outputs("digits_classifier")
     held = sorted(int(p.name) for p in (root / "checkpoints").iterdir() if p.name.isdigit())
     assert held == summary["checkpoint_steps"]
@@ -122,15 +130,13 @@ def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(demo: Dem
     assert {"train_loss", "val_loss", "val_accuracy", "test_accuracy"} <= names
     (test_record,) = (r for r in records if r["name"] == "test_accuracy")
     assert test_record["value"] == summary["test_accuracy"]
+    assert test_record["step"] == summary["best_step"]
     assert (root / "logs" / "plots" / "index.html").exists()
 
 
-def test_transformer_lm_beats_the_unigram_baseline_and_logs_its_throughput_and_profile(
-    demo: DemoRun,
-) -> None:
+def test_transformer_lm_logs_its_validation_loss_throughput_and_profile(demo: DemoRun) -> None:
     summary = demo.summary("transformer_lm")
     assert summary["devices"] == 8
-    assert summary["val_loss"] < summary["unigram_baseline"] - 0.5  # nats
     assert summary["tokens_per_second"] > 0
     assert summary["mfu"] is None  # no known dense peak on CPU
     assert summary["embedding_spec"] == [None, "fsdp"]  # FSDP, not replicated
@@ -143,6 +149,8 @@ def test_transformer_lm_beats_the_unigram_baseline_and_logs_its_throughput_and_p
     assert speeds
     assert all(speed > 0 for speed in speeds)
     assert speeds[-1] == summary["tokens_per_second"]
+    train_steps = [r["step"] for r in records if r["name"] == "train_loss"]
+    assert train_steps == list(range(summary["steps"]))  # each step once
     (last_val,) = (r for r in records if r["name"] == "val_loss" and r["step"] == summary["steps"])
     assert last_val["value"] == summary["val_loss"]
     assert not any(r["name"] == "throughput/mfu" for r in records)
@@ -182,15 +190,14 @@ def test_transformer_lm_preemption_resumes_into_the_same_runs_with_every_step_on
 
     summary = demo.summary("transformer_lm_preemption")
     steps = summary["steps"]
-    # SIGTERMed after it reported step 60: it saved the next step boundary and exited cleanly
+    # SIGTERMed once it reported half its steps: it saved the next step boundary and exited cleanly
     assert summary["first_exit_code"] == 0
-    assert 60 <= summary["preempted_at_step"] < steps
+    assert steps // 2 <= summary["preempted_at_step"] < steps
     assert summary["restored_step"] == summary["preempted_at_step"]
     assert summary["restored_was_preempted"] is True
     assert summary["steps_after"] == steps - summary["restored_step"]
     assert summary["same_runs"]
     assert summary["every_step_once"] == {"file": True, "mlflow": True, "wandb": True}
-    assert summary["val_loss"] < summary["unigram_baseline"]
 
     root = demo.outputs("transformer_lm_preemption")
     expected = list(range(1, steps + 1))

@@ -1,10 +1,11 @@
 """Packaging, from built wheels rather than the editable workspace.
 
-One module-scoped ``uv build --all-packages`` (each sdist, then each wheel built from its sdist)
-backs every assertion: each part's wheel holds only its own subpackages; each part installed
-alone into a fresh virtual environment imports every one of its modules and pulled only its own
-dependencies; the meta-package installs every part and ``import substrax`` reaches them lazily;
-every extra resolves. Sibling parts come from the built wheels (``--find-links``), third-party
+The run's one ``uv build --all-packages`` (each sdist, then each wheel built from its sdist; the
+``built_packages`` fixture of tests-integration/conftest.py, or ``SUBSTRAX_WHEELS``) backs every
+assertion: each part's wheel holds only its own subpackages; each part installed alone into a
+fresh virtual environment imports every one of its modules and pulled only its own dependencies;
+the meta-package installs every part and ``import substrax`` reaches them lazily; every extra
+resolves. Sibling parts come from the built wheels (``--find-links``), third-party
 packages from the package index, installed from uv's cache.
 """
 
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 
-# The module-scoped fixture is costly: keep these tests on one xdist worker.
+# These tests stay on one xdist worker; the build they share is shared by every worker.
 pytestmark = pytest.mark.xdist_group("wheels")
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,12 +91,10 @@ def _run(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> str
 
 
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("wheels")
-    _run("build", "--all-packages", "--out-dir", str(out))
-    built = {path.name.split("-")[0]: path for path in out.glob("*.whl")}
+def wheels(built_packages: Path) -> dict[str, Path]:
+    built = {path.name.split("-")[0]: path for path in built_packages.glob("*.whl")}
     assert set(built) == {*WHEEL_MODULES, "substrax"}, sorted(built)
-    sdists = {path.name.rsplit("-", 1)[0] for path in out.glob("*.tar.gz")}
+    sdists = {path.name.rsplit("-", 1)[0] for path in built_packages.glob("*.tar.gz")}
     assert sdists == set(built), sorted(sdists)
     return built
 

@@ -3,8 +3,8 @@
 LICENSE (MIT, as every distribution's metadata says), SECURITY.md (a private address for
 reports), CONTRIBUTING.md, a pre-commit configuration whose hooks include the test suite,
 ``setup.sh`` syncing the dev and test dependency groups, a missing extra named as
-``substrax[wandb]``, and CI (``.ci/run``) running the suite, the sibling test and the
-lowest-direct resolution.
+``substrax[wandb]``, and CI (``.ci/run``) running the checks, the README's command, the unit tier
+at the lowest-direct resolution and the release tier, in that order.
 """
 
 import importlib.util
@@ -110,22 +110,30 @@ def test_a_missing_extra_names_the_meta_package_extra(monkeypatch: pytest.Monkey
     assert caught.value.extra == "wandb"
 
 
-def test_ci_runs_the_suite_the_siblings_and_the_declared_floors() -> None:
+def test_ci_runs_the_checks_the_readme_command_the_floors_and_the_release_tier_in_order() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
-    (test_command,) = (
+    (test_command,) = {
         line.split("#")[0].strip()
         for line in readme.splitlines()
-        if "# the whole test suite" in line
-    )
-    commands = [line for line in ci.splitlines() if line.strip() and not line.startswith("#")]
-    assert commands[-1] == test_command == "uv run --locked pytest"  # what CI ends with
+        if "# the unit and integration tiers" in line
+    }
+    assert test_command == "uv run --locked pytest"
+    commands = [
+        line.strip() for line in ci.splitlines() if line.strip() and not line.startswith("#")
+    ]
+    steps = [
+        "uv run --locked pre-commit run --all-files --show-diff-on-failure",
+        test_command,
+        "uv lock --resolution lowest-direct",
+        "uv run --locked pytest -m release",
+    ]
+    assert [commands.index(step) for step in steps] == sorted(commands.index(s) for s in steps)
     assert '"$python" -m pip install --quiet uv' in ci  # a fresh machine has no uv
-    assert "--resolution lowest-direct" in ci
     assert "rm -f uv.lock" in ci  # the scratch copy's lock, never the committed one
-    # The sibling test is part of the suite, not deselected.
-    assert "--deselect" not in ci
-    assert not re.search(r"--ignore[= ]", ci)
+    assert "-m unit" in ci  # the floors run the unit tier
+    assert "SUBSTRAX_WHEELS" in ci  # the packages are built once for the release tier
+    assert "--deselect" not in ci  # no test is left out of its tier
     assert (ROOT / "tests-integration" / "test_siblings.py").is_file()
 
 

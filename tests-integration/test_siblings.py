@@ -1,8 +1,9 @@
 """calibrax 0.1.14 and datarax 0.1.17, installed from the package index beside our built wheels.
 
 Both siblings import substrax (``substrax.typing``, ``.records``, ``.rng``, ``.devices``,
-``.checkpoint``). One module-scoped fixture builds this checkout's wheels (``uv build
---all-packages``), creates a fresh Python 3.12 environment (``uv venv --python 3.12``) and
+``.checkpoint``). One module-scoped fixture takes this checkout's wheels from the run's one
+``uv build --all-packages`` (the ``built_packages`` fixture of tests-integration/conftest.py, or
+``SUBSTRAX_WHEELS``), creates a fresh Python 3.12 environment (``uv venv --python 3.12``) and
 installs the wheels with the two pinned sibling releases and whatever they require, resolved by
 uv from the package index: what a user gets from ``pip install substrax calibrax datarax``. Each
 test then runs one sibling code path that goes through substrax in that environment
@@ -65,12 +66,10 @@ def _uv(*args: str, cwd: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def sibling_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def sibling_python(tmp_path_factory: pytest.TempPathFactory, built_packages: Path) -> Path:
     """A fresh 3.12 environment: our wheels, calibrax 0.1.14, datarax 0.1.17 and their needs."""
     where = tmp_path_factory.mktemp("siblings")
-    wheels = where / "wheels"
-    _uv("build", "--all-packages", "--wheel", "--out-dir", str(wheels), cwd=ROOT)
-    built = sorted(wheels.glob("*.whl"))
+    built = sorted(built_packages.glob("*.whl"))
     assert len(built) == len(OUR_DISTRIBUTIONS), [wheel.name for wheel in built]
     venv = where / "venv"
     _uv("venv", "--python", "3.12", str(venv), cwd=where)
