@@ -120,6 +120,7 @@ def test_each_part_wheel_holds_only_its_subpackages(
     assert all(name.startswith("substrax/") for name in names), names
     for module in WHEEL_MODULES[distribution]:
         assert f"substrax/{module}/__init__.py" in names
+        assert f"substrax/{module}/__init__.pyi" in names  # the one list of its exports
         assert f"substrax/{module}/py.typed" in names
 
 
