@@ -1,7 +1,7 @@
 """The project's own suites run under substrax's opt-in pytest plugin (and may use pytester).
 
 Every test belongs to one tier, given here by where it lives and the fixtures it uses, never by
-a mark written on the test (``TIERS`` below):
+a mark written on the test (``tier`` below):
 
 - ``unit``: fast and in one process: the tests under ``packages/*/tests`` and every docstring
   example, unless they use a fixture that starts other processes or servers.
