@@ -118,6 +118,16 @@ def test_an_eager_module_the_stub_does_not_name_is_refused(package: tuple[str, P
         _import(name, directory, 'lazy_exports(__name__, eager=("._c",))')
 
 
+def test_a_package_installed_without_its_stub_names_the_damage(
+    package: tuple[str, Path],
+) -> None:
+    name, directory = package
+    (directory / "__init__.pyi").unlink()  # what a hand-pruned or half-copied install leaves
+    with pytest.raises(ImportError, match=r"installed without .*__init__\.pyi.*reinstall") as error:
+        _import(name, directory, "lazy_exports(__name__)")
+    assert error.value.name == name
+
+
 def test_lazy_exports_is_support_s_own_mechanism() -> None:
     assert substrax.support.lazy_exports is lazy_exports
     assert substrax.support.__all__ == sorted(substrax.support.__all__)

@@ -96,6 +96,7 @@ def lazy_exports(package: str, *, eager: bool | Iterable[str] = False) -> None:
             (``"._config"``), whose names to load now. The others load on first use.
 
     Raises:
+        ImportError: The package has no stub (a damaged install), naming its path.
         ValueError: The stub holds anything but ``from .module import Name as Name`` lines, or
             ``eager`` names a module it does not.
 
@@ -111,7 +112,16 @@ def lazy_exports(package: str, *, eager: bool | Iterable[str] = False) -> None:
         AttributeError: module 'substrax.support' has no attribute 'nothing'
     """
     module = sys.modules[package]
-    homes = read_stub(os.path.join(module.__path__[0], STUB_NAME))  # noqa: PTH118  (no pathlib import)
+    stub = os.path.join(module.__path__[0], STUB_NAME)  # noqa: PTH118  (no pathlib import)
+    try:
+        homes = read_stub(stub)
+    except FileNotFoundError:
+        raise ImportError(
+            f"{package} is installed without {stub}, the list of its public names: the install"
+            f" is damaged; reinstall the distribution that holds {package}",
+            name=package,
+            path=stub,
+        ) from None
 
     def load(name: str) -> object:
         value = getattr(import_module(homes[name], package), name)
