@@ -22,6 +22,14 @@ from importlib import import_module
 STUB_NAME = "__init__.pyi"
 
 
+class DamagedInstallError(ImportError):
+    """A package is installed without its ``__init__.pyi``: reinstalling its distribution mends it.
+
+    An ``ImportError`` (with ``name`` and ``path`` set), since it is raised while the package
+    imports; its own class so that the message, not the type, is what names the remedy.
+    """
+
+
 def read_stub(path: str) -> dict[str, str]:
     """Each name a package stub re-exports and the module it is imported from, as written.
 
@@ -116,7 +124,7 @@ def lazy_exports(package: str, *, eager: bool | Iterable[str] = False) -> None:
     try:
         homes = read_stub(stub)
     except FileNotFoundError:
-        raise ImportError(
+        raise DamagedInstallError(
             f"{package} is installed without {stub}, the list of its public names: the install"
             f" is damaged; reinstall the distribution that holds {package}",
             name=package,
