@@ -34,7 +34,7 @@ NOT_ABSOLUTE = "must be an absolute, normalised path other than '/'"
 ARGV_STRING = "must be an argv list such as ['python', 'x.py'], not a string (no shell strings)"
 JOB_KEYS = (
     "examples, commands, timeout_seconds, task_timeout_seconds, extras, resources, accelerator, "
-    "runtime, env, secrets, mounts, nodes, probe_devices, include_files"
+    "runtime, env, secrets, mounts, nodes, probe_devices, include_files, stop_grace_seconds"
 )
 
 # Each job key, the values refused for it, and the refusal after the key's own path.
@@ -47,6 +47,7 @@ BAD_JOB_VALUES = {
         (True, ": Input should be a valid number, got true"),
     ],
     "task_timeout_seconds": [(-1, ": must be positive and finite, got -1")],
+    "stop_grace_seconds": [(0, ": must be positive and finite, got 0")],
     "commands": [
         ({"hi": "python -c 'print(1)'"}, f".hi: {ARGV_STRING}, got \"python -c 'print(1)'\""),
         (
@@ -223,6 +224,7 @@ def test_good_config_reads_back_every_field():
                 secrets=["WANDB_API_KEY"],
                 mounts=[{"name": "datasets", "path": "/data"}],
                 nodes=2,
+                stop_grace_seconds=90,
             )
         },
     }
@@ -236,6 +238,7 @@ def test_good_config_reads_back_every_field():
     assert spec.runtime == table["jobs"]["demo"]["runtime"]
     assert spec.secrets == ("WANDB_API_KEY",)
     assert spec.nodes == 2
+    assert spec.stop_grace_seconds == 90.0
     assert spec.mounts[0].access == "read-only"
 
 

@@ -232,17 +232,16 @@ else:
 """
 
 
-def _failed_two_node_job(tmp_path, program):
+def _failed_two_node_job(tmp_path, program, **fields):
     """Run ``program`` as a two-node job that fails; its fetched outputs and manifest."""
     (tmp_path / "job.py").write_text(program)
-    return _failed_two_node_tasks(
-        tmp_path, Task(name="job", argv=("python", "job.py"), timeout_seconds=300)
-    )
+    task = Task(name="job", argv=("python", "job.py"), timeout_seconds=300)
+    return _failed_two_node_tasks(tmp_path, task, **fields)
 
 
-def _failed_two_node_tasks(tmp_path, *tasks):
+def _failed_two_node_tasks(tmp_path, *tasks, **fields):
     """Run ``tasks`` as a two-node job that fails; its fetched outputs and manifest."""
-    spec = _spec(*tasks, nodes=2)
+    spec = _spec(*tasks, nodes=2, **fields)
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     handle = backend.submit(spec, project=tmp_path)
     assert wait_until_final(backend, handle, 60) is RunState.FAILED
@@ -261,7 +260,7 @@ def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
 @pytest.mark.usefixtures("child_processes")
 def test_a_surviving_task_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     stubborn = NODE_0_CLEANS_UP.replace("sys.exit(75)", 'print("still here", flush=True)')
-    fetched, manifest = _failed_two_node_job(tmp_path, stubborn)
+    fetched, manifest = _failed_two_node_job(tmp_path, stubborn, stop_grace_seconds=2)
     assert manifest.failed_node == 1
     assert [(t.status, t.returncode) for t in manifest.tasks] == [("cancelled", -9)]
     assert "still here" in (fetched / "job" / "stdout.log").read_text()
@@ -307,6 +306,7 @@ def test_the_job_timeout_bounds_a_multi_node_run_whose_workers_hang(tmp_path):
         tmp_path,
         job="j",
         timeout_seconds=1,
+        stop_grace_seconds=30,
         nodes=[(hang, {}, tmp_path / "worker.log"), (hang, {}, tmp_path / "worker-1.log")],
     )
     start = time.monotonic()
@@ -326,8 +326,14 @@ def test_the_node_plan_is_replaced_whole(tmp_path):
     plan.write_text("old")
     held = tmp_path / "held.json"
     held.hardlink_to(plan)
-    write_plan(tmp_path, job="j", timeout_seconds=5, nodes=[(["true"], {}, tmp_path / "w.log")])
-    assert json.loads(plan.read_text())["timeout_seconds"] == 5
+    write_plan(
+        tmp_path,
+        job="j",
+        timeout_seconds=5,
+        stop_grace_seconds=7,
+        nodes=[(["true"], {}, tmp_path / "w.log")],
+    )
+    assert json.loads(plan.read_text())["stop_grace_seconds"] == 7
     assert held.read_text() == "old"
 
 

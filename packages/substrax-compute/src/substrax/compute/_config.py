@@ -29,6 +29,7 @@ from ._errors import (
     SubstraxNotLockedError,
 )
 from ._spec import (
+    STOP_GRACE_SECONDS,
     Accelerator,
     JobSpec,
     Mount,
@@ -67,6 +68,7 @@ class JobConfig(Record):
     nodes: NodeCount = 1
     probe_devices: bool = True
     include_files: tuple[RelativeFile, ...] = ()
+    stop_grace_seconds: Positive = STOP_GRACE_SECONDS
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -294,6 +296,7 @@ def resolve_job(
         nodes=job.nodes,
         probe_devices=job.probe_devices,
         include_files=job.include_files,
+        stop_grace_seconds=job.stop_grace_seconds,
     )
 
 

@@ -196,7 +196,11 @@ class LocalBackend:
             pid = spawn_detached(argv, env={**os.environ, **env}, log=log)
         else:
             plan = write_plan(
-                run_dir, job=spec.name, timeout_seconds=spec.timeout_seconds, nodes=commands
+                run_dir,
+                job=spec.name,
+                timeout_seconds=spec.timeout_seconds,
+                stop_grace_seconds=spec.stop_grace_seconds,
+                nodes=commands,
             )
             supervisor = [sys.executable, "-m", "substrax.compute._supervisor", str(plan.parent)]
             pid = spawn_detached(supervisor, env=os.environ, log=commands[0][2])

@@ -20,12 +20,6 @@ if TYPE_CHECKING:
     from ._spec import JobSpec, Task
 STOP_SIGNAL = signal.SIGUSR1
 """The signal that asks a worker to stop its task gracefully (``TaskRunner.stop``)."""
-STOP_GRACE_SECONDS = 30.0
-"""How long a stopped task has between its SIGTERM and its SIGKILL.
-
-Long enough for a node whose peer died to notice it through jax's heartbeats (10 s by default),
-run its ``on_peer_failure`` hook (at most 10 s) and flush its logs.
-"""
 _WAIT_SLICE_SECONDS = 0.1
 LOG_NAMES = frozenset({STDOUT_LOG, STDERR_LOG})
 PROBE_SECONDS = 300.0
@@ -80,7 +74,8 @@ class TaskRunner:
 
     ``cancel`` (the worker's SIGTERM handler) kills the current task at once; ``stop`` (its
     ``STOP_SIGNAL`` handler) sends the task's process group SIGTERM and kills it only after
-    ``STOP_GRACE_SECONDS``. Either way no later task starts and the task reads as cancelled.
+    the spec's ``stop_grace_seconds``. Either way no later task starts and the task reads as
+    cancelled.
     """
 
     def __init__(
@@ -106,14 +101,14 @@ class TaskRunner:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
 
-    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
-        """Have the current task's process group sent SIGTERM, then SIGKILL after ``grace``.
+    def stop(self) -> None:
+        """Have the current task's process group sent SIGTERM, then SIGKILL after the spec's grace.
 
         Safe in a signal handler: it only sets flags, and the task's wait sends the signals.
         """
         self.cancelled = True
         if self.kill_at is None:
-            self.kill_at = time.monotonic() + grace
+            self.kill_at = time.monotonic() + self.spec.stop_grace_seconds
 
     def _wait(self, process: subprocess.Popen[bytes], budget: float) -> bool:
         """Wait for ``process``; kill its group at the deadline or a stop's; True if timed out."""

@@ -52,6 +52,12 @@ if TYPE_CHECKING:
 
 
 JOB_SPEC_VERSION = 4
+STOP_GRACE_SECONDS = 30.0
+"""A stopped task's default time between its SIGTERM and its SIGKILL (``stop_grace_seconds``).
+
+Long enough for a node whose peer died to notice it through jax's heartbeats (10 s by default),
+run its ``on_peer_failure`` hook (at most 10 s) and flush its logs.
+"""
 """The version of the job spec this release writes and reads (4 added ``include_files``)."""
 
 KNOWN_PLATFORMS: tuple[str, ...] = ("cpu", "cuda", "rocm", "tpu", "gpu", "oneapi", "proxy", "METAL")
@@ -180,7 +186,9 @@ class JobSpec(Record):
     here, as in 0.1.22, is stored as its fields); ``secrets`` holds only the
     *names* of variables passed through from the submitting environment, never their values;
     ``include_files`` names project files a remote backend uploads even though the upload rules
-    leave them out (a ``.env``, a key, a git-ignored file).
+    leave them out (a ``.env``, a key, a git-ignored file); ``stop_grace_seconds`` is how long a
+    node's task has between its SIGTERM and its SIGKILL when the local backend stops a
+    multi-node job (another node failed, or the job timed out).
 
     Example:
         >>> from substrax.compute import JobSpec, Task
@@ -207,6 +215,7 @@ class JobSpec(Record):
     nodes: NodeCount = 1
     probe_devices: bool = True
     include_files: tuple[RelativeFile, ...] = ()
+    stop_grace_seconds: Positive = STOP_GRACE_SECONDS
 
     @field_validator("runtime", mode="before")
     @classmethod

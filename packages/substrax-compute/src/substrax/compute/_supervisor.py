@@ -3,7 +3,7 @@
 The local backend starts this detached, as the leader of the run's session. It starts one worker
 per node from ``RUN_DIR/nodes.json`` (each with this process's environment plus the node's own
 variables), waits for them, and once a worker exits with a non-zero status it stops the others (their
-tasks get SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``) and records in the job's manifest
+tasks get SIGTERM, then SIGKILL after the job's ``stop_grace_seconds``) and records in the job's manifest
 (node 0's) which node failed first and how, before it exits itself: the run is not final before
 that. A cancelled run (SIGTERM to the session) records nothing. The job's ``timeout_seconds``
 bounds the whole run, node starts included: once it has passed (plus ``_WORKER_MARGIN_SECONDS``
@@ -30,7 +30,7 @@ from substrax.support import write_atomically
 
 from ._environment import EVENT_PREFIX, FAILED_AT_ENV, node_outputs
 from ._manifest import MANIFEST_NAME, JobManifest, read_manifest, write_manifest
-from ._runner import STOP_GRACE_SECONDS, STOP_SIGNAL
+from ._runner import STOP_SIGNAL
 
 
 NODES_FILE = "nodes.json"
@@ -44,6 +44,7 @@ def write_plan(
     *,
     job: str,
     timeout_seconds: float,
+    stop_grace_seconds: float,
     nodes: Sequence[tuple[Sequence[str], dict[str, str], Path]],
 ) -> Path:
     """Write the workers to start (each node's argv, its own variables and its log file) atomically.
@@ -54,6 +55,7 @@ def write_plan(
     plan = {
         "job": job,
         "timeout_seconds": timeout_seconds,
+        "stop_grace_seconds": stop_grace_seconds,
         "nodes": [{"argv": list(argv), "env": env, "log": str(log)} for argv, env, log in nodes],
     }
     path = run_dir / NODES_FILE
@@ -103,7 +105,7 @@ def supervise(run_dir: Path) -> int:
     """Run the planned workers until all ended; 0 when none failed, else 1.
 
     When a worker exits with a non-zero status, the others are sent ``STOP_SIGNAL`` (their
-    tasks get SIGTERM, then SIGKILL after ``STOP_GRACE_SECONDS``) and are killed themselves when
+    tasks get SIGTERM, then SIGKILL after the job's ``stop_grace_seconds``) and are killed themselves when
     still running ``_WORKER_MARGIN_SECONDS`` after that. The failed node is the one whose task
     failed first, by the time each worker wrote when it saw its task fail (a peer's failure
     makes the others' tasks fail too, and their workers may exit in any order), a task that
@@ -112,6 +114,7 @@ def supervise(run_dir: Path) -> int:
     """
     plan = cast("dict[str, Any]", json.loads((run_dir / NODES_FILE).read_text()))
     deadline = time.monotonic() + float(plan["timeout_seconds"]) + _WORKER_MARGIN_SECONDS
+    grace = float(plan["stop_grace_seconds"]) + _WORKER_MARGIN_SECONDS
     cancelled = False
     timed_out = False
 
@@ -135,7 +138,7 @@ def supervise(run_dir: Path) -> int:
             _say(f"job timed out after {float(plan['timeout_seconds']):g} s; stopping the nodes")
             for pid in running.values():
                 _signal(pid, STOP_SIGNAL)
-            kill_at = time.monotonic() + STOP_GRACE_SECONDS + _WORKER_MARGIN_SECONDS
+            kill_at = time.monotonic() + grace
         try:
             node, code = ended.get(timeout=_POLL_SECONDS)
         except queue.Empty:
@@ -149,7 +152,7 @@ def supervise(run_dir: Path) -> int:
                 _say(f"node {node} failed ({describe_status(code)}); stopping the other nodes")
                 for pid in running.values():
                     _signal(pid, STOP_SIGNAL)
-                kill_at = time.monotonic() + STOP_GRACE_SECONDS + _WORKER_MARGIN_SECONDS
+                kill_at = time.monotonic() + grace
         if kill_at is not None and time.monotonic() > kill_at:
             for pid in running.values():
                 _signal(pid, signal.SIGKILL)

@@ -5,8 +5,9 @@ job's JAX settings and ``AVITAI_OUTPUT_DIR=<outputs>/<task>``, writes the task's
 enforces timeouts, keeps going after a failed task and rewrites ``manifest.json`` atomically
 after every task. It never imports jax itself. SIGTERM (``cancel``) kills the running task's
 process group at once; ``STOP_SIGNAL`` (SIGUSR1, how the local supervisor stops the surviving
-nodes of a multi-node job) sends it SIGTERM and SIGKILL only after ``STOP_GRACE_SECONDS`` (30 s),
-so the task can run its peer-failure hook and flush its logs.
+nodes of a multi-node job) sends it SIGTERM and SIGKILL only after the job's
+``stop_grace_seconds`` (30 s by default), so the task can run its peer-failure hook and flush
+its logs.
 
 Example:
     >>> import sys, tempfile
