@@ -40,7 +40,8 @@ runs on another machine (here it shares the cores, so whole runs feel it).
 
 Goals: the file log every step at most 1% of the bare step; file + MLflow through a server every
 step at most 2%; file + W&B offline every step at most 2%; the store's overhead no more than
-plain orbax's. Figures of past runs are in ``docs/benchmarks.md``.
+plain orbax's. Beside the W&B logger runs its plain alternative, measured the same way: a thread
+that calls W&B's ``run.log`` once a second with that second's rows (W&B's own cost of the rows). Figures of past runs are in ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -106,12 +107,19 @@ BARE_LONG = "bare loop, as long as a logging run"
 FILE_LOG = "file log every step"
 SERVER = "file + MLflow through a server, every step"
 WANDB = "file + W&B offline, every step"
+PLAIN_WANDB = "file + W&B offline by a plain thread, every step"
 SQLITE = "file + MLflow on SQLite in the process, every step"
 STORE = f"store saving every {EVERY} steps"
 ORBAX = f"plain orbax saving every {EVERY} steps"
 CALLBACKS = "every callback (checkpoint included)"
 # Each logging variant's goal, as a share of the bare step (None: informational).
-GOALS: dict[str, float | None] = {FILE_LOG: 0.01, SERVER: 0.02, WANDB: 0.02, SQLITE: None}
+GOALS: dict[str, float | None] = {
+    FILE_LOG: 0.01,
+    SERVER: 0.02,
+    WANDB: 0.02,
+    PLAIN_WANDB: None,
+    SQLITE: None,
+}
 
 
 class MLP(nnx.Module):
@@ -284,10 +292,63 @@ class MlflowServer:
         self.process = None
 
 
+class _PlainWandb:
+    """The plain alternative to ``WandbLogger``: the step's loss kept in a list, and a thread that
+    calls W&B's ``run.log`` once a second with that second's rows (reading each value there),
+    what a hand-written logger does to keep W&B off the training thread. No spool, no retries.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        import wandb
+
+        self.run = wandb.init(
+            project="bench", dir=str(directory), mode="offline", reinit="create_new"
+        )
+        self.rows: list[tuple[int, object]] = []
+        self.logged = self.sent = 0
+        self.wanted = 0  # the rows a flush waits for: sent at once, not at the next second
+        self.changed = threading.Condition()
+        self.closing = False
+        self.thread = threading.Thread(target=self._send, name="plain-wandb", daemon=True)
+        self.thread.start()
+
+    def log(self, step: int, loss: object) -> None:
+        with self.changed:
+            self.rows.append((step, loss))
+            self.logged += 1
+
+    def _send(self) -> None:
+        while True:
+            with self.changed:
+                self.changed.wait_for(lambda: self.closing or self.sent < self.wanted, timeout=1.0)
+                rows, self.rows = self.rows, []
+                closing = self.closing
+            for step, loss in rows:
+                self.run.log({"loss": float(np.asarray(loss))}, step=step)
+            with self.changed:
+                self.sent += len(rows)
+                self.changed.notify_all()
+            if closing:
+                return
+
+    def flush(self) -> None:
+        with self.changed:
+            self.wanted = self.logged
+            self.changed.notify_all()
+            self.changed.wait_for(lambda: self.sent >= self.wanted)
+
+    def close(self) -> None:
+        with self.changed:
+            self.closing = True
+            self.changed.notify_all()
+        self.thread.join()
+        self.run.finish()
+
+
 def _logging(base: Path, kind: str, server: MlflowServer | None = None) -> Variant:
     """A ``FileLogger``, alone (``"file"``) or with an MLflow (``"server"``, ``"sqlite"``) or W&B
-    (``"wandb"``) logger in a ``MultiLogger``, made before any timed run as a training script
-    makes them before its loop.
+    (``"wandb"``) logger in a ``MultiLogger``, or with the plain W&B thread (``"plain-wandb"``),
+    made before any timed run as a training script makes them before its loop.
 
     Their making (the run created on the server or in the database, ``wandb.init``) is timed on
     its own, as the variant's one-time setup. The threads and processes that appear while they
@@ -297,7 +358,7 @@ def _logging(base: Path, kind: str, server: MlflowServer | None = None) -> Varia
 
     if kind in ("server", "sqlite"):
         importlib.import_module("mlflow")  # the import is not the logger's setup
-    if kind == "wandb":
+    if kind in ("wandb", "plain-wandb"):
         importlib.import_module("wandb")
     directory = base / f"log-{kind}"
     directory.mkdir(parents=True)
@@ -315,16 +376,39 @@ def _logging(base: Path, kind: str, server: MlflowServer | None = None) -> Varia
         os.environ["WANDB_DIR"] = str(directory)
         loggers.append(WandbLogger("bench", project="bench", log_dir=directory))
     logger = MultiLogger(loggers)
+    plain = _PlainWandb(directory) if kind == "plain-wandb" else None
     setup = time.perf_counter() - started
     clocks = {
         t.ident: time.pthread_getcpuclockid(t.ident)
         for t in threading.enumerate()
         if t.ident is not None and t.ident not in threads and t.is_alive()
     }
+    if plain is not None:
+        written = plain
+
+        def after(step: int, loss: float) -> None:
+            logger.log_scalar("loss", loss, step=step)
+            written.log(step, loss)
+
+        def end() -> None:
+            logger.flush()
+            written.flush()
+
+        def close() -> None:
+            logger.close()
+            written.close()
+
+        actions = (after, end, close)
+    else:
+        actions = (
+            lambda step, loss: logger.log_scalar("loss", loss, step=step),
+            logger.flush,  # what was logged is delivered before the run counts as done
+            logger.close,
+        )
     return Variant(
-        after=lambda step, loss: logger.log_scalar("loss", loss, step=step),
-        end=logger.flush,  # what was logged is delivered before the run counts as done
-        close=logger.close,
+        after=actions[0],
+        end=actions[1],
+        close=actions[2],
         setup=setup,
         threads=clocks,
         helpers=[p for p in _children(os.getpid()) if p not in children],  # W&B's service
@@ -539,6 +623,15 @@ def measure(
         made[BARE_LONG] = Variant()
         made[FILE_LOG] = _logging(base, "file")
         made[WANDB] = _logging(base, "wandb")
+        made[PLAIN_WANDB] = _logging(base, "plain-wandb")
+        # W&B's SDK thread and its service process serve both W&B runs: each variant counts them
+        names = {t.ident: t.name for t in threading.enumerate()}
+        made[PLAIN_WANDB].threads |= {
+            ident: clock
+            for ident, clock in made[WANDB].threads.items()
+            if not names.get(ident, "").startswith("substrax-")
+        }
+        made[PLAIN_WANDB].helpers = made[WANDB].helpers
         if sqlite:
             made[SQLITE] = _logging(base, "sqlite")
         made[STORE] = _store(base, train)
@@ -550,7 +643,18 @@ def measure(
         print(f"the MLflow server answered /health {booted:.0f} s after its start")
         made[SERVER] = _logging(base, "server", server)
         warm_up(train, batch, made[SERVER])
-        order = (BARE, BARE_LONG, FILE_LOG, SERVER, WANDB, SQLITE, STORE, ORBAX, CALLBACKS)
+        order = (
+            BARE,
+            BARE_LONG,
+            FILE_LOG,
+            SERVER,
+            WANDB,
+            PLAIN_WANDB,
+            SQLITE,
+            STORE,
+            ORBAX,
+            CALLBACKS,
+        )
         variants = {name: made[name] for name in order if name in made}
         logging = [name for name in variants if name in GOALS]
         shuffle = random.Random(0)  # noqa: S311 - an order of runs, not a secret
@@ -608,7 +712,7 @@ def table(variants: dict[str, Variant]) -> dict[str, float]:
         ]
         if variant.thread_cpu:
             parts.append(
-                f"its threads' CPU (delivery{', W&B' if name == WANDB else ''})"
+                f"its threads' CPU (delivery{', W&B' if name in (WANDB, PLAIN_WANDB) else ''})"
                 f" {statistics.median(variant.thread_cpu) * 1e3:.3f} ms per step"
             )
         if variant.helper_cpu:
@@ -653,10 +757,12 @@ def table(variants: dict[str, Variant]) -> dict[str, float]:
     print("goals:")
     for name in logging:
         cost, goal = costs[name], GOALS[name]
+        against = {
+            SQLITE: f"through a server {costs[SERVER]:+.2%}",
+            PLAIN_WANDB: f"the plain alternative to the W&B logger's {costs[WANDB]:+.2%}",
+        }
         judged = (
-            f"informational, no goal; through a server {costs[SERVER]:+.2%}"
-            if goal is None
-            else _verdict(cost <= goal)
+            f"informational, no goal; {against[name]}" if goal is None else _verdict(cost <= goal)
         )
         print(
             f"  {name}"
