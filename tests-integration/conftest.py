@@ -1,4 +1,11 @@
-"""This checkout's distributions, built once per test run for every test that installs them.
+"""Fixtures of the integration and release tiers: the built distributions and the demo job.
+
+``demo_job`` runs the README's demo command (``substrax-compute run demo``, the job the
+repository's pyproject declares) through the console script, the local backend and the worker,
+fetching its outputs outside the working tree: in the examples' short mode for
+``test_examples.py``, in full for the release tier's ``test_demo.py``.
+
+This checkout's distributions, built once per test run for every test that installs them:
 
 ``built_packages`` is the directory ``uv build --all-packages`` wrote: each part's sdist, and each
 wheel built from its sdist. Under pytest-xdist the first worker that asks builds into a directory
@@ -14,9 +21,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -109,3 +120,70 @@ def built_packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if record["error"] is not None:
         pytest.fail(f"building the wheels on {record['worker']}: {record['error']}", pytrace=False)
     return directory
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One run of the demo job: its console output, its fetched outputs and its state directory."""
+
+    result: subprocess.CompletedProcess[str]
+    fetched: Path
+    state: Path
+
+    def outputs(self, name: str) -> Path:
+        """Where example ``name`` wrote, as fetched: ``<run>/examples.<name>/<name>``."""
+        return self.fetched / f"examples.{name}" / name
+
+    def summary(self, name: str) -> dict[str, Any]:
+        """What example ``name``'s ``main()`` returned, from its ``summary.json``."""
+        return json.loads((self.outputs(name) / "summary.json").read_text())
+
+    def task_dir(self, name: str) -> Path:
+        """The directory the worker gave example ``name`` (``AVITAI_OUTPUT_DIR``) on this machine."""
+        (found,) = (p for p in self.state.rglob(f"examples.{name}") if p.parent.name == "outputs")
+        return found
+
+    def check_results(self, tasks: list[str]) -> None:
+        """The run succeeded with ``tasks`` in order, and ended with one results row for each."""
+        stdout = self.result.stdout
+        assert f"{self.fetched.name} succeeded; outputs in {self.fetched}" in stdout
+        manifest = json.loads((self.fetched / "manifest.json").read_text())
+        assert [task["name"] for task in manifest["tasks"]] == tasks
+        assert {task["status"] for task in manifest["tasks"]} == {"succeeded"}
+        assert not (ROOT / "quick_start").exists()
+        # The run ends with the results table: one row per example, each from its summary.json.
+        results = stdout[stdout.index("Results (from each task's summary.json") :]
+        rows = results.splitlines()[3:]
+        assert [row.split()[0] for row in rows] == tasks, results
+        assert "Note:" not in results
+
+
+def _run_demo(base: Path, *, quick: bool, timeout: float) -> DemoRun:
+    """Run the demo job into ``base`` (its state and fetched outputs), short or in full."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("JAX_", "XLA_")) and k != "SUBSTRAX_EXAMPLES_QUICK"
+    }
+    env["SUBSTRAX_STATE_DIR"] = str(base / "state")
+    if quick:
+        env["SUBSTRAX_EXAMPLES_QUICK"] = "1"  # the examples' short mode
+    script = Path(sys.executable).parent / "substrax-compute"
+    result = subprocess.run(
+        [str(script), "run", "demo", "--into", str(base / "fetched")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    (fetched,) = (base / "fetched").iterdir()
+    return DemoRun(result=result, fetched=fetched, state=base / "state")
+
+
+@pytest.fixture(scope="session")
+def demo_job() -> Callable[..., DemoRun]:
+    """``demo_job(base, quick=..., timeout=...)``: run the demo job into ``base``; a ``DemoRun``."""
+    return _run_demo

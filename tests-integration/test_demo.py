@@ -9,12 +9,7 @@ preemption with every step once is ``test_examples.py``'s, on the examples' shor
 """
 
 import json
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,61 +25,16 @@ TASKS = [
 ]
 
 
-@dataclass(frozen=True)
-class DemoRun:
-    """One run of the demo job: its console output and its fetched outputs."""
-
-    result: subprocess.CompletedProcess[str]
-    fetched: Path
-
-    def outputs(self, name: str) -> Path:
-        """Where example ``name`` wrote, as fetched: ``<run>/examples.<name>/<name>``."""
-        return self.fetched / f"examples.{name}" / name
-
-    def summary(self, name: str) -> dict[str, Any]:
-        """What example ``name``'s ``main()`` returned, from its ``summary.json``."""
-        return json.loads((self.outputs(name) / "summary.json").read_text())
-
-
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    base = tmp_path_factory.mktemp("demo")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("JAX_", "XLA_")) and k != "SUBSTRAX_EXAMPLES_QUICK"
-    }
-    env["SUBSTRAX_STATE_DIR"] = str(base / "state")
-    script = Path(sys.executable).parent / "substrax-compute"
-    result = subprocess.run(
-        [str(script), "run", "demo", "--into", str(base / "fetched")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    (fetched,) = (base / "fetched").iterdir()
-    return DemoRun(result=result, fetched=fetched)
+def demo(tmp_path_factory, demo_job):
+    return demo_job(tmp_path_factory.mktemp("demo"), quick=False, timeout=900)
 
 
-def test_demo_job_runs_every_example_and_prints_one_results_table(demo: DemoRun) -> None:
-    stdout = demo.result.stdout
-    assert f"{demo.fetched.name} succeeded; outputs in {demo.fetched}" in stdout
-    manifest = json.loads((demo.fetched / "manifest.json").read_text())
-    assert [task["name"] for task in manifest["tasks"]] == TASKS
-    assert {task["status"] for task in manifest["tasks"]} == {"succeeded"}
-    assert not (ROOT / "quick_start").exists()
-    # The run ends with the results table: one row per example, each from its summary.json.
-    results = stdout[stdout.index("Results (from each task's summary.json") :]
-    rows = results.splitlines()[3:]
-    assert [row.split()[0] for row in rows] == TASKS, results
-    assert "Note:" not in results
+def test_demo_job_runs_every_example_and_prints_one_results_table(demo) -> None:
+    demo.check_results(TASKS)
 
 
-def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(demo: DemoRun) -> None:
+def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(demo) -> None:
     summary = demo.summary("digits_classifier")
     assert summary["devices"] == 8
     assert summary["test_accuracy"] >= 0.97
@@ -102,7 +52,7 @@ def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(demo: Dem
 
 
 def test_transformer_lm_beats_the_unigram_baseline_and_logs_its_throughput_and_profile(
-    demo: DemoRun,
+    demo,
 ) -> None:
     summary = demo.summary("transformer_lm")
     assert summary["devices"] == 8
@@ -125,7 +75,7 @@ def test_transformer_lm_beats_the_unigram_baseline_and_logs_its_throughput_and_p
 
 
 def test_transformer_lm_preemption_resumes_mid_run_and_beats_the_unigram_baseline(
-    demo: DemoRun,
+    demo,
 ) -> None:
     summary = demo.summary("transformer_lm_preemption")
     steps = summary["steps"]

@@ -11,12 +11,7 @@ release tier's run of the full demo.
 """
 
 import json
-import os
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,61 +25,13 @@ EXAMPLES = discover_examples(ROOT / "examples")
 TASKS = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in EXAMPLES]
 
 
-@dataclass(frozen=True)
-class DemoRun:
-    """One run of the demo job: its console output, its fetched outputs and its state directory."""
-
-    result: subprocess.CompletedProcess[str]
-    fetched: Path
-    state: Path
-
-    def outputs(self, name: str) -> Path:
-        """Where example ``name`` wrote, as fetched: ``<run>/examples.<name>/<name>``."""
-        return self.fetched / f"examples.{name}" / name
-
-    def summary(self, name: str) -> dict[str, Any]:
-        """What example ``name``'s ``main()`` returned, from its ``summary.json``."""
-        return json.loads((self.outputs(name) / "summary.json").read_text())
-
-    def task_dir(self, name: str) -> Path:
-        """The directory the worker gave example ``name`` (``AVITAI_OUTPUT_DIR``) on this machine."""
-        (found,) = (p for p in self.state.rglob(f"examples.{name}") if p.parent.name == "outputs")
-        return found
-
-
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
-    base = tmp_path_factory.mktemp("demo")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env["SUBSTRAX_STATE_DIR"] = str(base / "state")
-    env["SUBSTRAX_EXAMPLES_QUICK"] = "1"  # the examples' short mode
-    script = Path(sys.executable).parent / "substrax-compute"
-    result = subprocess.run(
-        [str(script), "run", "demo", "--into", str(base / "fetched")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    (fetched,) = (base / "fetched").iterdir()
-    return DemoRun(result=result, fetched=fetched, state=base / "state")
+def demo(tmp_path_factory, demo_job):
+    return demo_job(tmp_path_factory.mktemp("demo"), quick=True, timeout=600)
 
 
-def test_demo_job_runs_every_example_and_prints_one_results_table(demo: DemoRun) -> None:
-    stdout = demo.result.stdout
-    assert f"{demo.fetched.name} succeeded; outputs in {demo.fetched}" in stdout
-    manifest = json.loads((demo.fetched / "manifest.json").read_text())
-    assert [task["name"] for task in manifest["tasks"]] == TASKS
-    assert {task["status"] for task in manifest["tasks"]} == {"succeeded"}
-    assert not (ROOT / "quick_start").exists()
-    # The run ends with the results table: one row per example, each from its summary.json.
-    results = stdout[stdout.index("Results (from each task's summary.json") :]
-    rows = results.splitlines()[3:]
-    assert [row.split()[0] for row in rows] == TASKS, results
-    assert "Note:" not in results
+def test_demo_job_runs_every_example_and_prints_one_results_table(demo) -> None:
+    demo.check_results(TASKS)
 
 
 def test_the_quick_start_is_an_example() -> None:
@@ -92,7 +39,7 @@ def test_the_quick_start_is_an_example() -> None:
 
 
 @pytest.mark.parametrize("name", [p.stem for p in EXAMPLES])
-def test_example_writes_only_under_its_output_dir(name: str, demo: DemoRun) -> None:
+def test_example_writes_only_under_its_output_dir(name: str, demo) -> None:
     summary_path = demo.outputs(name) / "summary.json"
     assert summary_path.is_file()
     produced_paths = demo.summary(name)["outputs"].values()
@@ -102,7 +49,7 @@ def test_example_writes_only_under_its_output_dir(name: str, demo: DemoRun) -> N
         assert Path(produced).is_relative_to(demo.task_dir(name))
 
 
-def test_quick_start_trains_on_eight_devices_and_checkpoints(demo: DemoRun) -> None:
+def test_quick_start_trains_on_eight_devices_and_checkpoints(demo) -> None:
     summary = demo.summary("quick_start")
     assert summary["devices"] == 8
     assert summary["checkpoint_steps"] == [3, 4]  # the short mode's 5 steps, the newest two kept
@@ -112,7 +59,7 @@ def test_quick_start_trains_on_eight_devices_and_checkpoints(demo: DemoRun) -> N
     assert any((root / "checkpoints").iterdir())
 
 
-def test_digits_classifier_keeps_its_best_checkpoints_and_scores_the_best(demo: DemoRun) -> None:
+def test_digits_classifier_keeps_its_best_checkpoints_and_scores_the_best(demo) -> None:
     summary = demo.summary("digits_classifier")
     assert summary["devices"] == 8
     assert 0.0 <= summary["test_accuracy"] <= 1.0
@@ -134,7 +81,7 @@ def test_digits_classifier_keeps_its_best_checkpoints_and_scores_the_best(demo: 
     assert (root / "logs" / "plots" / "index.html").exists()
 
 
-def test_transformer_lm_logs_its_validation_loss_throughput_and_profile(demo: DemoRun) -> None:
+def test_transformer_lm_logs_its_validation_loss_throughput_and_profile(demo) -> None:
     summary = demo.summary("transformer_lm")
     assert summary["devices"] == 8
     assert summary["tokens_per_second"] > 0
@@ -182,7 +129,7 @@ def wandb_segments(log_dir: Path) -> list[tuple[int | None, list[int]]]:
 
 
 def test_transformer_lm_preemption_resumes_into_the_same_runs_with_every_step_once(
-    demo: DemoRun,
+    demo,
 ) -> None:
     from mlflow.tracking import MlflowClient
 
