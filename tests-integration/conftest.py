@@ -138,6 +138,11 @@ class DemoRun:
         """What example ``name``'s ``main()`` returned, from its ``summary.json``."""
         return json.loads((self.outputs(name) / "summary.json").read_text())
 
+    def metrics(self, name: str) -> list[dict[str, Any]]:
+        """Example ``name``'s file log: each record of its ``logs/<name>.metrics.jsonl``."""
+        log = self.outputs(name) / "logs" / f"{name}.metrics.jsonl"
+        return [json.loads(line) for line in log.read_text().splitlines()]
+
     def task_dir(self, name: str) -> Path:
         """The directory the worker gave example ``name`` (``AVITAI_OUTPUT_DIR``) on this machine."""
         (found,) = (p for p in self.state.rglob(f"examples.{name}") if p.parent.name == "outputs")

@@ -8,7 +8,6 @@ example takes every code path, writes only under its output directory and resume
 preemption with every step once is ``test_examples.py``'s, on the examples' short mode.
 """
 
-import json
 from pathlib import Path
 
 import pytest
@@ -45,8 +44,7 @@ def test_digits_classifier_reaches_97_percent_from_its_best_checkpoint(demo) -> 
     root = demo.outputs("digits_classifier")
     held = sorted(int(p.name) for p in (root / "checkpoints").iterdir() if p.name.isdigit())
     assert held == summary["checkpoint_steps"]
-    log = (root / "logs" / "digits_classifier.metrics.jsonl").read_text()
-    records = [json.loads(line) for line in log.splitlines()]
+    records = demo.metrics("digits_classifier")
     (test_record,) = (r for r in records if r["name"] == "test_accuracy")
     assert test_record["value"] == summary["test_accuracy"]
 
@@ -60,11 +58,9 @@ def test_transformer_lm_beats_the_unigram_baseline_and_logs_its_throughput_and_p
     assert summary["tokens_per_second"] > 0
     assert summary["mfu"] is None  # no known dense peak on CPU
     assert summary["embedding_spec"] == [None, "fsdp"]  # FSDP, not replicated
-    root = demo.outputs("transformer_lm")
     profile = Path(summary["outputs"]["profile"])
     assert list(profile.glob("plugins/profile/*/*.xplane.pb"))
-    log = (root / "logs" / "transformer_lm.metrics.jsonl").read_text()
-    records = [json.loads(line) for line in log.splitlines()]
+    records = demo.metrics("transformer_lm")
     speeds = [r["value"] for r in records if r["name"] == "throughput/tokens_per_sec"]
     assert speeds
     assert all(speed > 0 for speed in speeds)

@@ -10,7 +10,6 @@ needs the full training (the accuracy and losses it reaches) is checked by ``tes
 release tier's run of the full demo.
 """
 
-import json
 from pathlib import Path
 
 import pytest
@@ -71,8 +70,7 @@ def test_digits_classifier_keeps_its_best_checkpoints_and_scores_the_best(demo) 
     root = demo.outputs("digits_classifier")
     held = sorted(int(p.name) for p in (root / "checkpoints").iterdir() if p.name.isdigit())
     assert held == summary["checkpoint_steps"]
-    log = (root / "logs" / "digits_classifier.metrics.jsonl").read_text()
-    records = [json.loads(line) for line in log.splitlines()]
+    records = demo.metrics("digits_classifier")
     names = {record["name"] for record in records}
     assert {"train_loss", "val_loss", "val_accuracy", "test_accuracy"} <= names
     (test_record,) = (r for r in records if r["name"] == "test_accuracy")
@@ -87,11 +85,9 @@ def test_transformer_lm_logs_its_validation_loss_throughput_and_profile(demo) ->
     assert summary["tokens_per_second"] > 0
     assert summary["mfu"] is None  # no known dense peak on CPU
     assert summary["embedding_spec"] == [None, "fsdp"]  # FSDP, not replicated
-    root = demo.outputs("transformer_lm")
     profile = Path(summary["outputs"]["profile"])
     assert list(profile.glob("plugins/profile/*/*.xplane.pb"))
-    log = (root / "logs" / "transformer_lm.metrics.jsonl").read_text()
-    records = [json.loads(line) for line in log.splitlines()]
+    records = demo.metrics("transformer_lm")
     speeds = [r["value"] for r in records if r["name"] == "throughput/tokens_per_sec"]
     assert speeds
     assert all(speed > 0 for speed in speeds)
