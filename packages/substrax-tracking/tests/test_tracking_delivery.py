@@ -790,3 +790,38 @@ def test_every_step_spilled_past_a_tiny_queue_reaches_a_wandb_run(
             logger.log_scalars({"loss": float(step)}, step=step)
     [records] = wandb_runs.wait(tmp_path, lambda runs: set(range(300)) <= logged(runs))
     assert set(range(300)) <= logged([records])
+
+
+def test_the_worker_outlives_an_error_whose_report_fails_too(make, monkeypatch):
+    """A cycle that raises is reported; a log handler that raises as it reports (pytest's
+    does, and formatting a traceback can fail) must not end the worker either."""
+
+    class Raising(logging.Handler):  # as pytest's capture handler, whose handleError re-raises
+        def emit(self, _record):
+            raise KeyError("<a linecache entry dropped meanwhile>")
+
+    sink = Sink()
+    delivery = make(sink)
+    failed = threading.Event()
+    write_refused = delivery._spool.write_refused
+
+    def once(*args, **kwargs):
+        if not failed.is_set():
+            failed.set()
+            raise RuntimeError("a cycle that fails once")
+        return write_refused(*args, **kwargs)
+
+    monkeypatch.setattr(delivery._spool, "write_refused", once)
+    handler = Raising(level=logging.DEBUG)
+    logger = logging.getLogger("substrax.tracking._background")
+    logger.addHandler(handler)
+    try:
+        delivery.submit(record(0))
+        delivery.flush(30)  # answered (not delivered) by the cycle that raised
+    finally:
+        logger.removeHandler(handler)
+    assert failed.is_set()
+    assert delivery._thread.is_alive()
+    delivery.submit(record(1))
+    assert delivery.flush(30)
+    assert steps(sink.received) == [0, 1]

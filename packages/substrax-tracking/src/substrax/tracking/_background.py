@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -228,14 +229,17 @@ class AsyncDelivery(Sender):
                 self._queue.put(control)
             else:
                 control.done.set()
-        if self._first("worker"):
-            _logger.warning(
-                f"{self.label}: the delivery thread met an error ({describe(error)}); it goes "
-                "on, and the records it holds are kept (this is reported once)",
-                exc_info=error,
-            )
-        else:
-            _logger.debug("%s: the delivery thread met an error again: %r", self.label, error)
+        # A handler that raises (pytest's does) or a traceback that cannot be formatted (the
+        # stdlib's linecache races a library that drops its entries) must not end the worker.
+        with contextlib.suppress(Exception):
+            if self._first("worker"):
+                _logger.warning(
+                    f"{self.label}: the delivery thread met an error ({describe(error)}); it "
+                    "goes on, and the records it holds are kept (this is reported once)",
+                    exc_info=error,
+                )
+            else:
+                _logger.debug("%s: the delivery thread met an error again: %r", self.label, error)
         time.sleep(self._backoff.longest)
 
     def _cycle(self) -> bool:
