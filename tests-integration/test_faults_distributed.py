@@ -163,7 +163,7 @@ NODE = textwrap.dedent(
     import time
     import numpy as np
     from substrax.runtime import initialize_distributed
-    info = initialize_distributed(initialization_timeout=60)
+    info = initialize_distributed(initialization_timeout=60, heartbeat_timeout=3)
     import jax
     from jax.experimental import multihost_utils
     for i in range(100_000):
@@ -210,7 +210,9 @@ KILLED_NODE = textwrap.dedent(
     import numpy as np
     from substrax.runtime import initialize_distributed
     info = initialize_distributed(
-        initialization_timeout=60, on_peer_failure=lambda dead: print("hook", dead, flush=True)
+        initialization_timeout=60,
+        heartbeat_timeout=3,  # the hook, not the default's timing, is what these tests check
+        on_peer_failure=lambda dead: print("hook", dead, flush=True),
     )
     import jax
     from jax.experimental import multihost_utils
