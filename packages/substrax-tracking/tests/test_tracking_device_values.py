@@ -267,6 +267,38 @@ def test_a_jax_array_of_several_values_is_refused_at_the_call(make, tmp_path, re
 
 
 @pytest.mark.parametrize("make", ["file", "console", "tensorboard", "mlflow"])
+def test_a_one_element_array_is_logged_as_its_value_by_every_logger(make, tmp_path, request):
+    """A jax array of shape (1,) (a still-running one, and one computed) and a numpy one."""
+    out = io.StringIO()
+    logger = make_logger(make, tmp_path, request, out)
+    jnp.float32(0.0).reshape(1).block_until_ready()  # reshape compiled: not timed below
+    slow = Slow(0.25)
+    logger.log_scalars({"loss": slow.value.reshape(1)}, step=1)
+    slow.returned_early()
+    logger.log_scalar("loss", jnp.array([0.5], jnp.float32), step=2)
+    logger.log_metrics({"loss": np.array([0.75])}, step=3)
+    logger.close()
+    expected = [(1, 0.25), (2, 0.5), (3, 0.75)]
+    if make == "file":
+        assert read_scalars(tmp_path / "run.metrics.jsonl") == {"loss": expected}
+    elif make == "console":
+        assert [line.split()[-1] for line in out.getvalue().splitlines()] == ["0.25", "0.5", "0.75"]
+    elif make == "tensorboard":
+        from tensorboard.backend.event_processing import event_accumulator
+
+        accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+        accumulator.Reload()
+        assert [(e.step, e.value) for e in accumulator.Scalars("loss")] == expected
+    else:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=request.getfixturevalue("sqlite_uri"))
+        history = client.get_metric_history(logger.run_id, "loss")
+        assert sorted((m.step, m.value) for m in history) == expected
+        assert not logger.spool_path.exists()
+
+
+@pytest.mark.parametrize("make", ["file", "console", "tensorboard", "mlflow"])
 def test_a_deleted_value_is_skipped_with_a_warning_and_the_rest_is_kept(
     make, tmp_path, request, caplog
 ):

@@ -222,3 +222,72 @@ def test_include_refused_keeps_a_refused_line_that_is_not_a_record(tmp_path, cap
     bad = tmp_path / "only.spool.jsonl.bad"
     assert bad.read_text() == 'junk\n{"target": {"backend": "mlflow"}, "rec\n'
     assert f"2 lines of {refused} are not records; they are moved to {bad}" in caplog.text
+
+
+@pytest.mark.parametrize("logger", ["file", "tensorboard", "mlflow", "mlflow-store"])
+def test_a_file_where_the_log_directory_should_be_is_refused_at_construction_naming_it(
+    tmp_path, sqlite_uri, logger
+):
+    """Hostile finding: a file as log_dir was a bare FileExistsError (file log), a
+    NotADirectoryError (TensorBoard), or, for MLflow, records lost at close behind messages
+    that blamed a full disk; a store path that is a directory held MLflow's constructor for
+    about 100 s of its own retries."""
+    not_a_dir = tmp_path / "not_a_dir"
+    not_a_dir.write_text("")
+    makers = {
+        "file": lambda: FileLogger("run", not_a_dir),
+        "tensorboard": lambda: tracking.TensorBoardLogger("run", not_a_dir),
+        "mlflow": lambda: MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=not_a_dir),
+    }
+    if logger == "mlflow-store":
+        (tmp_path / "store.db").mkdir()
+        uri = f"sqlite:///{tmp_path / 'store.db'}"
+        makers[logger] = lambda: MLFlowLogger("run", tracking_uri=uri, log_dir=tmp_path / "logs")
+    elif logger == "tensorboard":
+        pytest.importorskip("tensorboardX", reason="the tensorboard extra is needed")
+    started = time.monotonic()
+    with pytest.raises(tracking.LogDirNotWritableError) as raised:
+        makers[logger]()
+    assert time.monotonic() - started < 10
+    assert isinstance(raised.value, PermissionError)
+    message = str(raised.value)
+    if logger == "mlflow-store":
+        assert f"'{tmp_path}'" in message
+        assert "its MLflow database 'store.db' is a directory, not a file" in message
+    else:
+        assert f"'{not_a_dir}' (a file is in its place)" in message
+    assert "WANDB_DIR" not in message  # W&B's own hint, only on W&B's error
+
+
+@pytest.mark.parametrize("logger", ["file", "console", "tensorboard", "mlflow"])
+def test_a_call_with_one_bad_value_writes_none_of_its_values(tmp_path, sqlite_uri, logger):
+    """Hostile finding: the file log and TensorBoard kept the good keys of a call that raised,
+    the other loggers none; and a numpy complex was written as its real part."""
+    out = io.StringIO()
+    if logger == "tensorboard":
+        pytest.importorskip("tensorboardX", reason="the tensorboard extra is needed")
+    made = {
+        "file": lambda: FileLogger("run", tmp_path),
+        "console": lambda: ConsoleLogger("run", stream=out),
+        "tensorboard": lambda: tracking.TensorBoardLogger("run", tmp_path),
+        "mlflow": lambda: MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path),
+    }[logger]()
+    with made:
+        with pytest.raises(tracking.LoggedTypeError, match="'bad' must be a number"):
+            made.log_scalars({"ok": 1.0, "bad": "x"}, step=0)
+        with pytest.raises(tracking.LoggedTypeError, match="'z' must be a number, got complex"):
+            made.log_scalars({"ok": 2.0, "z": np.complex64(1 + 2j)}, step=1)
+        made.log_scalar("ok", 3.0, step=2)
+    if logger == "file":
+        assert read_scalars(tmp_path / "run.metrics.jsonl") == {"ok": [(2, 3.0)]}
+    elif logger == "console":
+        assert out.getvalue().splitlines() == ["[run] step       2 | ok          3"]
+    elif logger == "tensorboard":
+        from tensorboard.backend.event_processing import event_accumulator
+
+        accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+        accumulator.Reload()
+        assert accumulator.Tags()["scalars"] == ["ok"]
+        assert [(e.step, e.value) for e in accumulator.Scalars("ok")] == [(2, 3.0)]
+    else:
+        assert history(sqlite_uri, made.run_id, "ok") == [(2, 3.0)]

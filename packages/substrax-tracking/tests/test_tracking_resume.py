@@ -181,11 +181,20 @@ def wait_for_rows(wandb_runs):
     return read
 
 
-def test_wandb_offline_run_is_rewound_to_the_restored_step(wandb_offline, wait_for_rows, tmp_path):
+@pytest.mark.parametrize("given", ["argument", "WANDB_RUN_ID"])
+def test_wandb_offline_run_is_rewound_to_the_restored_step(
+    wandb_offline, wait_for_rows, tmp_path, monkeypatch, given
+):
     with WandbLogger("run", project="substrax-tests", log_dir=tmp_path) as logger:
         run_id = log_first_attempt(logger)
+    if given == "WANDB_RUN_ID":  # the run id W&B's own variable names (hostile finding)
+        monkeypatch.setenv("WANDB_RUN_ID", run_id)
     with WandbLogger(
-        "run", project="substrax-tests", log_dir=tmp_path, run_id=run_id, resume_step=SAVED
+        "run",
+        project="substrax-tests",
+        log_dir=tmp_path,
+        run_id=run_id if given == "argument" else None,
+        resume_step=SAVED,
     ) as logger:
         assert logger.run_id == run_id
         for step in range(SAVED + 1, END + 1):

@@ -57,11 +57,15 @@ class LogDirNotWritableError(_TrackingError, PermissionError):
 
     template = (
         "{logger}: cannot write to the directory {path!r} ({reason}); make it writable by this "
-        "process, or pass a writable log_dir= (or dir=, or set WANDB_DIR) instead"
+        "process, or pass a writable log_dir={wandb_too} instead"
     )
     logger: str
     path: Path
     reason: str
+
+    def _shown(self) -> dict[str, object]:
+        wandb_too = " (or dir=, or set WANDB_DIR)" if self.logger == "WandbLogger" else ""
+        return super()._shown() | {"wandb_too": wandb_too}
 
 
 class InvalidLoggerNameError(_TrackingError, ValueError):

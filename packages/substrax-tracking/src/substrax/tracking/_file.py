@@ -35,6 +35,7 @@ from ._log_files import (
     strict_json,
 )
 from ._media import save_image
+from ._paths import ensure_writable_dir
 from ._values import (
     drain_at_exit,
     prefetch,
@@ -83,6 +84,8 @@ class FileLogger(Logger):
         TypeError: ``resume_step`` is not an int.
         ValueError: ``resume_step`` is negative.
         FileLogBusyError: another open logger holds this file log.
+        LogDirNotWritableError: ``log_dir`` cannot be created or written (a
+            ``PermissionError``; a file in its place, a read-only file system).
 
     Example:
         >>> import tempfile, pathlib
@@ -148,7 +151,7 @@ class FileLogger(Logger):
         self._unread = 0  # how many values of _pending are jax arrays
         self._held: BinaryIO | None = None
         if self.active:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
+            ensure_writable_dir(self.log_dir, "FileLogger")
             self._held = hold_log(self.lock_path, self.log_dir, self.stem)
             try:
                 self._open(resume_step)
@@ -194,21 +197,25 @@ class FileLogger(Logger):
             held.close()
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
-        self._write_one(name, value, step, time.time())
+        if type(value) is not float:
+            value = unread_scalar(name, value)
+        self._keep(name, value, step, time.time())
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         now = time.time()
-        for key, value in metrics.items():
-            self._write_one(key, value, step, now)
+        checked = [  # every value checked before any is kept: a call that raises writes nothing
+            (key, value if type(value) is float else unread_scalar(key, value))
+            for key, value in metrics.items()
+        ]
+        for key, value in checked:
+            self._keep(key, value, step, now)
 
-    def _write_one(self, key: str, value: Any, step: int | None, now: float) -> None:
-        """Check one scalar and keep it: the flush formats its lines, off the step's path."""
+    def _keep(self, key: str, value: Any, step: int | None, now: float) -> None:
+        """Keep one checked scalar: the flush formats its lines, off the step's path."""
         if type(value) is not float:
-            value = unread_scalar(key, value)
-            if type(value) is not float:
-                if not self._unread:
-                    drain_at_exit(self)
-                self._unread += 1
+            if not self._unread:
+                drain_at_exit(self)
+            self._unread += 1
         if step is not None and type(step) is not int:
             step = operator.index(step)  # np.int64, a jax integer: written as a plain integer
         if key not in self._names:

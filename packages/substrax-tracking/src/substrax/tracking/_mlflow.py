@@ -12,9 +12,11 @@ from typing import Any
 
 from substrax.support import check_seconds, require
 
-from ._errors import UnknownRunIdError
+from ._errors import LogDirNotWritableError, UnknownRunIdError
 from ._mlflow_sink import MlflowSink, RunSpec
+from ._paths import ensure_writable_dir
 from ._remote import RemoteLogger, check_resume
+from ._store_lock import sqlite_path
 
 
 _logger = logging.getLogger(__name__)
@@ -28,6 +30,23 @@ _CONNECT_TIMEOUT = 10.0
 
 def _import_mlflow() -> Any:
     return require("mlflow", who="MLFlowLogger", distribution="substrax-tracking", extra="mlflow")
+
+
+def _check_sqlite_store(tracking_uri: str) -> None:
+    """Refuse a ``sqlite:///`` store this process cannot create or open, before MLflow retries.
+
+    MLflow retries creating a store's engine for about 100 s, on the caller's thread.
+
+    Raises:
+        LogDirNotWritableError: its directory is not writable, or the database is a directory.
+    """
+    db = sqlite_path(tracking_uri)
+    if db is None:
+        return
+    ensure_writable_dir(db.parent, "MLFlowLogger")
+    if db.exists() and not db.is_file():
+        reason = f"its MLflow database {db.name!r} is a directory, not a file"
+        raise LogDirNotWritableError("MLFlowLogger", db.parent, reason)
 
 
 class MLFlowLogger(RemoteLogger):
@@ -93,6 +112,8 @@ class MLFlowLogger(RemoteLogger):
             a finite number >= 0 (NaN and infinity are refused: pick a bound).
         ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` (a ``ValueError``).
         UnknownRunIdError: the store has no run ``run_id`` (a ``ValueError``).
+        LogDirNotWritableError: ``log_dir``, or the directory of a ``sqlite:///`` store, cannot
+            be written, or the database is a directory (a ``PermissionError``).
 
     Example:
         >>> import tempfile
@@ -144,6 +165,8 @@ class MLFlowLogger(RemoteLogger):
         )
         if not self.active:
             return
+        ensure_writable_dir(self.log_dir, "MLFlowLogger")  # the spool's and the media's
+        _check_sqlite_store(self.tracking_uri)
         local = self.tracking_uri.startswith(("sqlite:", "file:", "/"))
         if artifact_location is None and local:
             artifact_location = (self.log_dir / "mlflow-artifacts").as_uri()

@@ -41,6 +41,8 @@ def ensure_writable_dir(path: Path, logger: str) -> None:
         >>> with tempfile.TemporaryDirectory() as directory:
         ...     ensure_writable_dir(Path(directory) / "runs", "WandbLogger")
     """
+    if path.exists() and not path.is_dir():
+        raise LogDirNotWritableError(logger, path, "a file is in its place")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):  # what the OS allows, whatever the mode bits say

@@ -87,19 +87,17 @@ def _register_exit_hooks() -> None:
 os.register_at_fork(after_in_child=_OPEN.clear)
 
 
-def _check_scalar(name: str, value: Any, step: int) -> None:
-    """Refuse what is not a number, without reading an on-device array (only its dtype and shape).
+def _check_scalar(name: str, value: Any, step: int) -> Any:
+    """``value`` as :func:`unread_scalar` makes it: a float, or a jax scalar not read yet.
 
     Raises:
         LoggedTypeError: naming ``name`` and ``step``.
         MetricOverflowError: an int too large for a float.
     """
     try:
-        unread_scalar(name, value)
+        return unread_scalar(name, value)
     except LoggedTypeError as error:
         expected, got = error.expected, str(error).partition(", got ")[2]
-    else:
-        return
     raise LoggedTypeError(f"scalar {name!r}", value, expected, got=f"{got} (at step {step})")
 
 
@@ -205,14 +203,16 @@ class RemoteLogger(Logger):
         )
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
-        for key, value in metrics.items():
-            if type(value) is not float:
-                _check_scalar(key, value, self._last_step if step is None else step)
-        self._submit("scalars", step, {"values": dict(metrics)})
+        at = self._last_step if step is None else step
+        values = {
+            key: value if type(value) is float else _check_scalar(key, value, at)
+            for key, value in metrics.items()
+        }
+        self._submit("scalars", step, {"values": values})
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
         if type(value) is not float:
-            _check_scalar(name, value, self._last_step if step is None else step)
+            value = _check_scalar(name, value, self._last_step if step is None else step)
         assert self._delivery is not None  # noqa: S101
         self._delivery.submit((name, value, self._step(step), time.time()))
 

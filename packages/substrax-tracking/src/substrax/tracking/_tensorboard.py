@@ -16,6 +16,7 @@ from substrax.support import require
 
 from ._base import Logger
 from ._file import json_ready
+from ._paths import ensure_writable_dir
 from ._values import drain_at_exit, read_scalar, unread_scalar, value_ready
 
 
@@ -43,6 +44,8 @@ class TensorBoardLogger(Logger):
 
     Raises:
         ImportError: tensorboardX is not installed (the ``tensorboard`` extra).
+        LogDirNotWritableError: ``log_dir`` cannot be created or written (a
+            ``PermissionError``; a file in its place, a read-only file system).
 
     Example:
         >>> import tempfile
@@ -72,6 +75,8 @@ class TensorBoardLogger(Logger):
         self._new_writer = functools.partial(
             tensorboard_x.SummaryWriter, logdir=str(self.log_dir), flush_secs=flush_secs
         )
+        if self.active:
+            ensure_writable_dir(self.log_dir, "TensorBoardLogger")
         self._writer: Any = self._new_writer() if self.active else None
         self._reopened = 0  # event files opened after a flush closed the first
         # (name, value, step, time) of the scalars not written yet: from a jax value not computed
@@ -89,9 +94,11 @@ class TensorBoardLogger(Logger):
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         now = time.time()
-        for key, value in metrics.items():
-            number = value if type(value) is float else unread_scalar(key, value)
-            self._held.append((key, number, step, now))
+        checked = [  # every value checked before any is held: a call that raises writes nothing
+            (key, value if type(value) is float else unread_scalar(key, value))
+            for key, value in metrics.items()
+        ]
+        self._held.extend((key, number, step, now) for key, number in checked)
         self._write_held(wait=False)
         if self._held:
             drain_at_exit(self)

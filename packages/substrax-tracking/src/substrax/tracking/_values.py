@@ -53,6 +53,10 @@ def as_scalar(name: str, value: Any) -> float:
         raise LoggedTypeError(
             f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"
         )
+    if getattr(getattr(value, "dtype", None), "kind", None) == "c":  # float() drops the imaginary
+        raise LoggedTypeError(
+            f"scalar {name!r}", value, "a number", got=f"complex {type(value).__name__} {value!r}"
+        )
     size = getattr(value, "size", None)
     if isinstance(value, numbers.Real) or size == 1:
         try:
@@ -89,10 +93,10 @@ def _real_dtype(dtype: Any) -> bool:
 def unread_scalar(name: str, value: Any) -> Any:
     """``value`` as :func:`as_scalar` makes it, except a jax scalar: checked, but not read.
 
-    Reading a jax array waits for the step that computes it and stalls jax's dispatch. A 0-d
-    jax array of a bool, integer or real dtype, addressable and not deleted, is returned as it
-    is (its dtype and shape need no wait), for :func:`read_scalar` later; anything else goes
-    through :func:`as_scalar`, with its errors.
+    Reading a jax array waits for the step that computes it and stalls jax's dispatch. A jax
+    array of one element (0-d, or shaped ``(1,)``) of a bool, integer or real dtype, addressable
+    and not deleted, is returned as it is (its dtype and shape need no wait), for
+    :func:`read_scalar` later; anything else goes through :func:`as_scalar`, with its errors.
 
     Example:
         >>> from substrax.tracking._values import unread_scalar
@@ -102,7 +106,7 @@ def unread_scalar(name: str, value: Any) -> Any:
     if is_device_array(value):
         try:
             unread = (
-                not value.shape
+                value.size == 1
                 and _real_dtype(value.dtype)
                 and value.is_fully_addressable
                 and not value.is_deleted()
@@ -144,7 +148,7 @@ def read_scalar(
     if type(value) is float:
         return value
     try:
-        return float(value)
+        return float(value.item())  # item(): float() refuses an array of shape (1,)
     except Exception as error:
         if name in warned:
             _logger.debug("%s: %r at step %s could not be read: %s", label, name, step, error)

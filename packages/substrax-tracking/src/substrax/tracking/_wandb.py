@@ -104,7 +104,8 @@ class WandbLogger(RemoteLogger):
         ImportError: wandb is not installed (the ``wandb`` extra).
         ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` not
             a finite number >= 0.
-        ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` (a ``ValueError``).
+        ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` or ``WANDB_RUN_ID`` (a
+            ``ValueError``).
         LogDirNotWritableError: a directory W&B writes to is not writable.
 
     Example:
@@ -137,6 +138,8 @@ class WandbLogger(RemoteLogger):
     ) -> None:
         wandb = import_wandb()
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
+        if run_id is None and resume_step is not None:  # W&B's default id, as wandb.init reads it
+            run_id = os.environ.get("WANDB_RUN_ID") or None
         check_resume("WandbLogger", resume_step, run_id)
         self.resume_step = resume_step
         super().__init__(
