@@ -17,7 +17,7 @@ from substrax.support import optional
 
 from ._base import Logger, histogram_of
 from ._log_files import json_ready
-from ._values import drain_at_exit, read_scalar, unread_scalar, value_ready
+from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
 
 
 __all__ = ["ConsoleLogger"]
@@ -215,10 +215,7 @@ class ConsoleLogger(Logger):
             self.python_logger.removeHandler(self._handler)
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
-        items = [
-            (key, value if type(value) is float else unread_scalar(key, value))
-            for key, value in metrics.items()
-        ]
+        items = checked_scalars(metrics, step)
         if any(type(value) is not float for _, value in items):  # a jax array, read later
             drain_at_exit(self)
         self._held.append((step, items, "", ""))

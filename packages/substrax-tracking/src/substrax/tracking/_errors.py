@@ -129,14 +129,19 @@ class MetricOverflowError(_TrackingError, OverflowError):
     """A metric's value is too large for a float (a Python int past about 1.8e308)."""
 
     template = (
-        "scalar {name!r} = {shown_value} is too large for a float; log a scaled value "
+        "scalar {name!r} = {shown_value}{at_step} is too large for a float; log a scaled value "
         "(or its logarithm) instead"
     )
     name: str
     value: object
+    step: int | None = None
 
     def _shown(self) -> dict[str, object]:
-        return super()._shown() | {"shown_value": _shorten(self.value, "digits")}
+        at_step = "" if self.step is None else f" (at step {self.step})"
+        return super()._shown() | {
+            "shown_value": _shorten(self.value, "digits"),
+            "at_step": at_step,
+        }
 
 
 class ImageShapeError(_TrackingError, ValueError):

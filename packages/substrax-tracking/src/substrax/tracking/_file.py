@@ -37,10 +37,11 @@ from ._log_files import (
 from ._media import save_image
 from ._paths import ensure_writable_dir
 from ._values import (
+    checked_scalar,
+    checked_scalars,
     drain_at_exit,
     prefetch,
     read_scalar,
-    unread_scalar,
     value_ready,
 )
 
@@ -197,17 +198,11 @@ class FileLogger(Logger):
             held.close()
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
-        if type(value) is not float:
-            value = unread_scalar(name, value)
-        self._keep(name, value, step, time.time())
+        self._keep(name, checked_scalar(name, value, step), step, time.time())
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         now = time.time()
-        checked = [  # every value checked before any is kept: a call that raises writes nothing
-            (key, value if type(value) is float else unread_scalar(key, value))
-            for key, value in metrics.items()
-        ]
-        for key, value in checked:
+        for key, value in checked_scalars(metrics, step):  # a call that raises writes nothing
             self._keep(key, value, step, now)
 
     def _keep(self, key: str, value: Any, step: int | None, now: float) -> None:

@@ -19,7 +19,6 @@ from substrax.support import check_int, check_seconds
 from ._background import AsyncDelivery
 from ._base import Logger, safe_name
 from ._errors import (
-    LoggedTypeError,
     LoggerClosedError,
     ResumeWithoutRunIdError,
     UploadNotFoundError,
@@ -28,7 +27,7 @@ from ._failure import failed_by
 from ._paths import resolve_log_dir
 from ._records import Record
 from ._spool import Sink
-from ._values import unread_scalar
+from ._values import checked_scalar, checked_scalars
 
 
 __all__ = ["RemoteLogger", "check_resume"]
@@ -85,20 +84,6 @@ def _register_exit_hooks() -> None:
 
 # A forked child does not own its parent's runs: it must not close (end) them at its exit.
 os.register_at_fork(after_in_child=_OPEN.clear)
-
-
-def _check_scalar(name: str, value: Any, step: int) -> Any:
-    """``value`` as :func:`unread_scalar` makes it: a float, or a jax scalar not read yet.
-
-    Raises:
-        LoggedTypeError: naming ``name`` and ``step``.
-        MetricOverflowError: an int too large for a float.
-    """
-    try:
-        return unread_scalar(name, value)
-    except LoggedTypeError as error:
-        expected, got = error.expected, str(error).partition(", got ")[2]
-    raise LoggedTypeError(f"scalar {name!r}", value, expected, got=f"{got} (at step {step})")
 
 
 def check_resume(logger: str, resume_step: int | None, run_id: str | None) -> None:
@@ -203,16 +188,11 @@ class RemoteLogger(Logger):
         )
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
-        at = self._last_step if step is None else step
-        values = {
-            key: value if type(value) is float else _check_scalar(key, value, at)
-            for key, value in metrics.items()
-        }
+        values = dict(checked_scalars(metrics, self._last_step if step is None else step))
         self._submit("scalars", step, {"values": values})
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
-        if type(value) is not float:
-            value = _check_scalar(name, value, self._last_step if step is None else step)
+        value = checked_scalar(name, value, self._last_step if step is None else step)
         assert self._delivery is not None  # noqa: S101
         self._delivery.submit((name, value, self._step(step), time.time()))
 

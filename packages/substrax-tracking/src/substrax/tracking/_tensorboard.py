@@ -17,7 +17,7 @@ from substrax.support import require
 from ._base import Logger
 from ._file import json_ready
 from ._paths import ensure_writable_dir
-from ._values import drain_at_exit, read_scalar, unread_scalar, value_ready
+from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
 
 
 __all__ = ["TensorBoardLogger"]
@@ -94,10 +94,7 @@ class TensorBoardLogger(Logger):
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         now = time.time()
-        checked = [  # every value checked before any is held: a call that raises writes nothing
-            (key, value if type(value) is float else unread_scalar(key, value))
-            for key, value in metrics.items()
-        ]
+        checked = checked_scalars(metrics, step)  # a call that raises writes nothing
         self._held.extend((key, number, step, now) for key, number in checked)
         self._write_held(wait=False)
         if self._held:

@@ -10,7 +10,7 @@ import math
 import numbers
 import os
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from substrax.support import is_device_array
@@ -116,6 +116,44 @@ def unread_scalar(name: str, value: Any) -> Any:
         if unread:
             return value
     return as_scalar(name, value)
+
+
+def checked_scalar(name: str, value: Any, step: int | None) -> Any:
+    """``value`` as :func:`unread_scalar` makes it (a float as it is), its errors naming ``step``.
+
+    Raises:
+        LoggedTypeError: ``value`` is not a number; the message names ``name`` and ``step``.
+        MetricOverflowError: ``value`` is too large for a float.
+
+    Example:
+        >>> from substrax.tracking._values import checked_scalar
+        >>> checked_scalar("loss", 2, step=7)
+        2.0
+        >>> checked_scalar("loss", "2", step=7)
+        Traceback (most recent call last):
+        ...
+        substrax.tracking.LoggedTypeError: scalar 'loss' must be a number, got str '2' (at step 7)
+    """
+    if type(value) is float:
+        return value
+    try:
+        return unread_scalar(name, value)
+    except LoggedTypeError as error:
+        if step is None:
+            raise
+        got = str(error).partition(", got ")[2]
+        raise LoggedTypeError(
+            error.what, value, error.expected, got=f"{got} (at step {step})"
+        ) from None
+    except MetricOverflowError:
+        if step is None:
+            raise
+        raise MetricOverflowError(name, value, step) from None
+
+
+def checked_scalars(metrics: Mapping[str, Any], step: int | None) -> list[tuple[str, Any]]:
+    """Each ``(key, value)`` of ``metrics`` through :func:`checked_scalar`, all before any is kept."""
+    return [(key, checked_scalar(key, value, step)) for key, value in metrics.items()]
 
 
 def value_ready(value: Any) -> bool:
