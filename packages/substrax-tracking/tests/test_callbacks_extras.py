@@ -195,3 +195,36 @@ def test_loss_spike_detector_takes_a_diverging_float64_loss_without_overflow():
 def test_loss_spike_detector_refuses_bad_options(options, match):
     with pytest.raises(ValueError, match=match):
         LossSpikeDetector(**options)
+
+
+def test_a_plain_optax_state_gets_the_reduced_scale_written_back():
+    """Hostile finding: with optimizer= an object holding a plain optax state (immutable
+    tuples), the callback's scale dropped but the optimizer's stayed 1.0, without a word."""
+    jnp = pytest.importorskip("jax.numpy", reason="jax is needed to build an optax state")
+    optax = pytest.importorskip("optax", reason="optax is needed for reduce_on_plateau")
+
+    class Holder:
+        def __init__(self, opt_state):
+            self.opt_state = opt_state
+
+    tx = optax.chain(optax.sgd(0.1), optax.contrib.reduce_on_plateau(patience=1000))
+    holder = Holder(tx.init({"w": jnp.ones(3)}))
+    callback = ReduceLROnPlateauCallback(monitor="loss", patience=1, factor=0.5, optimizer=holder)
+    for epoch in range(3):
+        callback.on_epoch_end(None, epoch, {"loss": 1.0})
+    assert callback.scale == 0.25
+    assert float(holder.opt_state[1].scale) == 0.25
+
+
+@pytest.mark.parametrize("value", [None, "0.5", [1.0, 2.0]])
+def test_plateau_refuses_a_monitored_value_that_is_not_one_number(value):
+    from substrax.callbacks import MetricValueError
+
+    with pytest.raises(MetricValueError, match="ReduceLROnPlateauCallback"):
+        ReduceLROnPlateauCallback(monitor="loss").on_epoch_end(None, 0, {"loss": value})
+
+
+@pytest.mark.parametrize("monitor", [None, ""])
+def test_plateau_refuses_a_monitor_that_is_not_a_name(monitor):
+    with pytest.raises(ValueError, match="must be a non-empty metric name"):
+        ReduceLROnPlateauCallback(monitor=monitor)

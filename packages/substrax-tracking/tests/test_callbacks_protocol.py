@@ -135,3 +135,47 @@ def test_callback_list_refuses_state_saved_for_other_positions():
 
 def test_plain_early_stopping_is_checkpointable():
     assert is_checkpointable(EarlyStopping(patience=1))
+
+
+def test_a_raising_callback_is_named_and_train_end_still_reaches_every_callback():
+    """Hostile finding: the first callback that raised ended the hook for the rest (a profiler
+    kept tracing, a progress bar stayed open) and the error did not say which callback raised."""
+    calls = []
+
+    class Raising(BaseCallback):
+        def __init__(self, message):
+            self.message = message
+
+        def __repr__(self):
+            return f"Raising({self.message!r})"
+
+        def on_batch_end(self, _trainer, _batch, _logs, /):
+            raise RuntimeError(self.message)
+
+        def on_train_end(self, _trainer, /):
+            raise RuntimeError(self.message)
+
+    callbacks = CallbackList([Raising("first"), Recorder("a", calls), Raising("second")])
+    with pytest.raises(RuntimeError, match="first") as raised:
+        callbacks.on_batch_end(None, 3, {"loss": 1.0})
+    assert raised.value.__notes__ == [
+        "in Raising('first').on_batch_end (callback 0 of this CallbackList)"
+    ]
+    assert calls == []  # a step's hook ends at its first error
+    with pytest.raises(RuntimeError, match="first") as raised:
+        callbacks.on_train_end(None)
+    assert calls == [("a", "on_train_end", (None,))]  # the end of training reaches every callback
+    assert raised.value.__notes__ == [
+        "in Raising('first').on_train_end (callback 0 of this CallbackList)",
+        "in Raising('second').on_train_end (callback 2 of this CallbackList), after it, also: "
+        "RuntimeError: second",
+    ]
+
+
+@pytest.mark.parametrize("bad", [None, "callback", 5])
+def test_something_that_is_not_a_callback_is_refused_naming_it(bad):
+    with pytest.raises(TypeError, match="CallbackList takes callbacks with every"):
+        CallbackList().add(bad)
+    with pytest.raises(TypeError, match=repr(bad)[:8]):
+        CallbackList([bad])
+    assert len(CallbackList([])) == 0

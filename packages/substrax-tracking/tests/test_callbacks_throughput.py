@@ -1,4 +1,5 @@
 import functools
+import math
 from collections.abc import Iterator, Mapping
 
 import jax
@@ -383,3 +384,30 @@ def test_train_begin_clears_a_validation_pause_that_never_ended(sharded_step):
         PAUSE_S
     )  # the pause counted: no stale outer pause held it
     assert _window_seconds(meter) == pytest.approx(2 * STEP_S)
+
+
+@pytest.mark.parametrize("moved", [0.0, -1.0, float("nan")])
+def test_a_window_the_clock_did_not_move_forward_over_is_not_logged(caplog, moved):
+    """Hostile finding: a clock that stood still or went back gave 2e9 steps/s (the elapsed
+    time was clamped to 1 ns), and a NaN clock was logged as a NaN throughput."""
+
+    class Logged:
+        def __init__(self) -> None:
+            self.rows: list[tuple[int | None, dict]] = []
+
+        def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+            self.rows.append((step, dict(metrics)))
+
+    clock, logger = FakeClock(), Logged()
+    meter = ThroughputMeter(logger, window=2, peak_flops=None, clock=clock)
+    for step in range(3):  # step 0 starts the clock; step 2 ends a window the clock did not cross
+        clock.now = moved if math.isnan(moved) else 100.0 + moved * step
+        meter.on_batch_end(None, step, {"loss": 0.5})
+    clock.now = 200.0
+    for step in range(3, 5):  # the next window, over a clock that moved, is logged
+        meter.on_batch_end(None, step, {"loss": 0.5})
+    meter.on_train_end(None)
+    # from a NaN reading, no window has a start to measure from
+    assert [step for step, _ in logger.rows] == ([] if math.isnan(moved) else [4])
+    assert "the clock read" in caplog.text
+    assert "window ending at step 2" in caplog.text

@@ -42,10 +42,23 @@ class CallbackList:
     __slots__ = ("_callbacks",)
 
     def __init__(self, callbacks: Iterable[TrainingCallback] | None = None) -> None:
-        self._callbacks: list[TrainingCallback] = list(callbacks or ())
+        self._callbacks: list[TrainingCallback] = []
+        for callback in callbacks or ():
+            self.add(callback)
 
     def add(self, callback: TrainingCallback) -> None:
-        """Append ``callback``; its hooks run after those already in the list."""
+        """Append ``callback``; its hooks run after those already in the list.
+
+        Raises:
+            TypeError: ``callback`` lacks the hooks of a :class:`TrainingCallback` (subclass
+                :class:`BaseCallback` to get them all).
+        """
+        if not isinstance(callback, TrainingCallback):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"CallbackList takes callbacks with every TrainingCallback hook, got "
+                f"{callback!r} ({type(callback).__name__}); subclass BaseCallback and override "
+                "the hooks you need"
+            )
         self._callbacks.append(callback)
 
     def remove(self, callback: TrainingCallback) -> None:
@@ -72,43 +85,61 @@ class CallbackList:
 
     def on_train_begin(self, trainer: object, /) -> None:
         """Call ``on_train_begin`` on every callback."""
-        for callback in self._callbacks:
-            callback.on_train_begin(trainer)
+        self._each("on_train_begin", trainer)
 
     def on_train_end(self, trainer: object, /) -> None:
-        """Call ``on_train_end`` on every callback."""
-        for callback in self._callbacks:
-            callback.on_train_end(trainer)
+        """Call ``on_train_end`` on every callback, each even if one before it raised.
+
+        A progress bar still closes and a profiler still stops after another callback failed;
+        the first error is raised once every callback ran (the others are noted on it).
+        """
+        self._each("on_train_end", trainer, every=True)
 
     def on_epoch_begin(self, trainer: object, epoch: int, /) -> None:
         """Call ``on_epoch_begin`` on every callback."""
-        for callback in self._callbacks:
-            callback.on_epoch_begin(trainer, epoch)
+        self._each("on_epoch_begin", trainer, epoch)
 
     def on_epoch_end(self, trainer: object, epoch: int, logs: Logs, /) -> None:
         """Call ``on_epoch_end`` on every callback."""
-        for callback in self._callbacks:
-            callback.on_epoch_end(trainer, epoch, logs)
+        self._each("on_epoch_end", trainer, epoch, logs)
 
     def on_batch_begin(self, trainer: object, batch: int, /) -> None:
         """Call ``on_batch_begin`` on every callback."""
-        for callback in self._callbacks:
-            callback.on_batch_begin(trainer, batch)
+        self._each("on_batch_begin", trainer, batch)
 
     def on_batch_end(self, trainer: object, batch: int, logs: Logs, /) -> None:
         """Call ``on_batch_end`` on every callback."""
-        for callback in self._callbacks:
-            callback.on_batch_end(trainer, batch, logs)
+        self._each("on_batch_end", trainer, batch, logs)
 
     def on_validation_begin(self, trainer: object, /) -> None:
         """Call ``on_validation_begin`` on every callback."""
-        for callback in self._callbacks:
-            callback.on_validation_begin(trainer)
+        self._each("on_validation_begin", trainer)
 
     def on_validation_end(self, trainer: object, logs: Logs, /) -> None:
         """Call ``on_validation_end`` on every callback."""
-        for callback in self._callbacks:
-            callback.on_validation_end(trainer, logs)
+        self._each("on_validation_end", trainer, logs)
+
+    def _each(self, hook: str, *args: object, every: bool = False) -> None:
+        """Call ``hook`` on each callback in order; an error names the callback that raised it.
+
+        Without ``every`` the first error ends the hook; with it, the rest still run and the
+        first error is raised after them.
+        """
+        first: Exception | None = None
+        for index, callback in enumerate(tuple(self._callbacks)):
+            try:
+                getattr(callback, hook)(*args)
+            except Exception as error:
+                where = f"in {callback!r}.{hook} (callback {index} of this CallbackList)"
+                if first is None:
+                    error.add_note(where)
+                    if not every:
+                        raise
+                    first = error
+                else:
+                    first.add_note(f"{where}, after it, also: {type(error).__name__}: {error}")
+        if first is not None:
+            raise first
 
     def _stateful(self) -> dict[str, Checkpointable]:
         return {

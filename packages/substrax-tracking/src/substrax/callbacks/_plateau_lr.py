@@ -12,6 +12,7 @@ from typing import Any
 from substrax.support import Mode, check_float, check_int
 
 from ._errors import MissingMetricError, NoLearningRateFoundError
+from ._metrics import metric_value
 from ._protocol import BaseCallback, Logs
 from ._tracker import BestMetricTracker, check_state_keys
 
@@ -91,6 +92,8 @@ class ReduceLROnPlateauCallback(BaseCallback):
         )
         check_int("patience", patience, minimum=1)
         check_int("cooldown", cooldown, minimum=0)
+        if not isinstance(monitor, str) or not monitor:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ValueError(f"monitor={monitor!r} must be a non-empty metric name")
         check_float("min_scale", min_scale, minimum=0, maximum=1)
         self.monitor = monitor
         self.factor = float(factor)
@@ -116,7 +119,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
             if self.strict:
                 raise MissingMetricError(self.monitor, tuple(logs), "on_epoch_end")
             return
-        value = float(logs[self.monitor])
+        value = metric_value(self.monitor, logs[self.monitor], who=type(self).__name__)
         self._tracker.register(value)
         if self._cooldown_left > 0:
             self._cooldown_left -= 1
@@ -138,7 +141,9 @@ class ReduceLROnPlateauCallback(BaseCallback):
             self.optimizer if self.optimizer is not None else getattr(trainer, "optimizer", None)
         )
         if optimizer is not None and hasattr(optimizer, "opt_state"):
-            self.apply(optimizer.opt_state)
+            state = self.apply(optimizer.opt_state)
+            if state is not optimizer.opt_state:  # a plain optax state: new tuples, not changed
+                optimizer.opt_state = state
 
     def apply(self, opt_state: Any) -> Any:
         """Write the current scale into ``opt_state``; return the (possibly new) state.

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from contextlib import contextmanager
@@ -14,6 +15,9 @@ from substrax.support import check_float, check_int, is_device_array
 
 from ._errors import CostAnalysisError
 from ._protocol import BaseCallback, Logs
+
+
+_logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -321,9 +325,17 @@ class ThroughputMeter(BaseCallback):
         if self._mark is None or boundary.steps == 0:
             self._mark = now
             return
-        elapsed = max(now - self._mark, 1e-9)
+        elapsed, self._mark = now - self._mark, now
+        if not elapsed > 0:  # a clock that stood still, went back or read NaN: no rate to give
+            _logger.warning(
+                "%s: the clock read %r s for the window ending at step %s; its throughput is not "
+                "logged (the clock must be monotonic, as time.perf_counter is)",
+                type(self).__name__,
+                elapsed,
+                boundary.batch,
+            )
+            return
         self.latest = self._figures(boundary.steps * self.steps_per_call / elapsed)
-        self._mark = now
         if self.logger is not None:
             shown = {f"{self.prefix}{k}": v for k, v in self.latest.items() if v is not None}
             self.logger.log_metrics(shown, step=boundary.batch)
