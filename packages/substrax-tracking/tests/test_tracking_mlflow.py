@@ -83,6 +83,30 @@ def test_everything_logged_reads_back_from_a_sqlite_store(sqlite_uri, tmp_path):
     assert not logger.spool_path.exists()
 
 
+def test_what_is_logged_is_what_the_objects_held_at_the_call(sqlite_uri, tmp_path):
+    """Hostile finding: the worker read the caller's dicts and arrays up to a second later, so
+    a config or a buffer changed right after the call reached MLflow (and W&B) changed."""
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow reads the image back")
+    config = {"optimizer": {"lr": 0.1}}
+    weights = np.zeros(1000)
+    image = np.full((4, 4, 3), 255, np.uint8)
+    logger = MLFlowLogger("snapshot", tracking_uri=sqlite_uri, log_dir=tmp_path)
+    with logger:
+        logger.log_hyperparams(config)
+        logger.log_histogram("weights", weights, step=0)
+        logger.log_image("sample", image, step=0)
+        config["optimizer"]["lr"] = 999.0  # before the worker's batch interval ends
+        weights[:] = 7.0
+        image[:] = 0
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    run = client.get_run(logger.run_id)
+    assert run.data.params == {"optimizer.lr": "0.1"}
+    assert history(client, logger.run_id, "weights/mean") == [(0, 0.0)]
+    [png] = client.list_artifacts(logger.run_id, "images/sample")
+    local = client.download_artifacts(logger.run_id, png.path, str(tmp_path / "dl"))
+    assert np.asarray(image_module.open(local))[0, 0, 0] == 255
+
+
 def test_a_run_id_resumes_the_same_run(sqlite_uri, tmp_path):
     with MLFlowLogger("resume", tracking_uri=sqlite_uri, log_dir=tmp_path) as first:
         first.log_scalar("loss", 1.0, step=0)

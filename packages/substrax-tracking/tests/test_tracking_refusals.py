@@ -293,3 +293,49 @@ def test_a_call_with_one_bad_value_writes_none_of_its_values(tmp_path, sqlite_ur
         assert [(e.step, e.value) for e in accumulator.Scalars("ok")] == [(2, 3.0)]
     else:
         assert history(sqlite_uri, made.run_id, "ok") == [(2, 3.0)]
+
+
+def test_a_text_mlflow_cannot_encode_is_set_aside_not_retried_for_ever(tmp_path, sqlite_uri):
+    """Hostile finding: a lone surrogate in a hyperparameter (or a text, now refused at the
+    call) was retried as if the store were down; nothing after it arrived, close waited its
+    whole timeout and the run stayed RUNNING."""
+    surrogate = "bad \ud800"
+    logger = MLFlowLogger("surrogate", tracking_uri=sqlite_uri, log_dir=tmp_path, close_timeout=60)
+    logger.log_hyperparams({"note": surrogate})
+    for step in range(3):
+        logger.log_scalar("loss", float(step), step=step)
+    logger.log_hyperparams({"lr": 0.1})
+    assert logger.wait_delivered(60)
+    logger.close()
+    run = MlflowClient(tracking_uri=sqlite_uri).get_run(logger.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"lr": "0.1"}
+    assert history(sqlite_uri, logger.run_id, "loss") == [(0, 0.0), (1, 1.0), (2, 2.0)]
+    refused = refused_lines(logger.spool_path)
+    assert [line["record"]["kind"] for line in refused] == ["hyperparams"]
+    assert all("surrogates not allowed" in line["error"] for line in refused)
+
+
+@pytest.mark.parametrize("logger", ["file", "console", "mlflow"])
+def test_a_name_or_text_no_backend_can_hold_is_refused_at_the_call(tmp_path, sqlite_uri, logger):
+    """Hostile finding: text, image and histogram names were not checked as metric names are
+    (None, "" and a lone surrogate reached each backend, which failed its own way), and a text
+    holding a lone surrogate was written by one logger and refused later by another."""
+    made = {
+        "file": lambda: FileLogger("run", tmp_path),
+        "console": lambda: ConsoleLogger("run", stream=io.StringIO()),
+        "mlflow": lambda: MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path),
+    }[logger]()
+    with made:
+        for bad in (None, ""):
+            with pytest.raises(tracking.EmptyMetricNameError):
+                made.log_text(bad, "x", step=0)
+            with pytest.raises(tracking.EmptyMetricNameError):
+                made.log_image(bad, np.zeros((2, 2)), step=0)
+            with pytest.raises(tracking.EmptyMetricNameError):
+                made.log_histogram(bad, [1.0, 2.0], step=0)
+        with pytest.raises(tracking.LoggedTypeError, match="'bad\\\\ud800'"):
+            made.log_histogram("bad\ud800", [1.0], step=0)
+        with pytest.raises(tracking.LoggedTypeError, match=r"text 'note' must be a str that UTF-8"):
+            made.log_text("note", "bad \ud800", step=0)
+        made.log_text("note", "fine", step=1)

@@ -241,11 +241,19 @@ class Logger(Closeable):
             self._write_hyperparams(params)
 
     def log_text(self, name: str, text: str, step: int | None = None) -> None:
-        """Log a piece of text."""
+        """Log a piece of text (any str UTF-8 can encode: a lone surrogate is refused)."""
         self._check_open()
+        check_metric_name(name, text)
         checked: object = text
         if not isinstance(checked, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise LoggedTypeError(f"text {name!r}", text, "a str")
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as error:
+                what = "a str that UTF-8 can encode"
+                got = f"one holding {text[error.start]!r} at {error.start}"
+                raise LoggedTypeError(f"text {name!r}", text, what, got) from None
         step = check_step(step)
         if self.active:
             self._write_text(name, text, step)
@@ -253,6 +261,7 @@ class Logger(Closeable):
     def log_image(self, name: str, image: Any, step: int | None = None) -> None:
         """Log an image: an ``(H, W)``, ``(H, W, 3)`` or ``(H, W, 4)`` array, or a list of them."""
         self._check_open()
+        check_metric_name(name, image)
         step = check_step(step)
         if self.active:
             images = (
@@ -267,6 +276,7 @@ class Logger(Closeable):
     def log_histogram(self, name: str, values: Any, step: int | None = None) -> None:
         """Log the distribution of ``values`` (any array-like of numbers)."""
         self._check_open()
+        check_metric_name(name, values)
         step = check_step(step)
         if self.active:
             self._write_histogram(name, values, step)

@@ -44,8 +44,9 @@ def refused_for_good(error: BaseException) -> bool:
     """Whether MLflow refused what it was sent, so that no retry can store it.
 
     MLflow's ``INVALID_PARAMETER_VALUE`` (a metric name it does not accept, a param logged again
-    with another value), a local file that is gone, a record that lacks a key, or a value the client or its store cannot hold (a ``ValueError``,
-    ``TypeError`` or ``OverflowError``, raised or behind the error). A server that cannot be
+    with another value), a local file that is gone, a record that lacks a key, or a value the
+    client or its store cannot hold (a ``ValueError``, ``TypeError``, ``OverflowError`` or a text
+    that cannot be encoded, raised or behind the error). A server that cannot be
     reached, does not answer, or answers something that is not JSON is retried.
 
     Example:
@@ -54,20 +55,23 @@ def refused_for_good(error: BaseException) -> bool:
         True
         >>> refused_for_good(ConnectionRefusedError(111, "Connection refused"))
         False
+        >>> refused_for_good(UnicodeEncodeError("utf-8", chr(0xD800), 0, 1, "surrogates"))
+        True
     """
     if getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE":
         return True
     if isinstance(error, LookupError | FileNotFoundError | NotADirectoryError):
         return True  # a payload that lacks a key, a local file gone: about the record
     if isinstance(error, ValueError | TypeError) and not isinstance(
-        error, json.JSONDecodeError | UnicodeError
+        error,
+        json.JSONDecodeError | UnicodeDecodeError,  # a server's answer that is not JSON
     ):
         return True
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
-        if isinstance(cause, OverflowError):
+        if isinstance(cause, OverflowError | UnicodeEncodeError):  # a lone surrogate in a text
             return True
         cause = cause.__cause__ or cause.__context__
     return False

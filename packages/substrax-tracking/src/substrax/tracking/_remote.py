@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import atexit
+import copy
 import multiprocessing.util
 import operator
 import os
@@ -14,16 +15,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from substrax.support import check_int, check_seconds
+from substrax.support import check_int, check_seconds, is_device_array
 
 from ._background import AsyncDelivery
-from ._base import Logger, safe_name
+from ._base import Logger, histogram_of, safe_name
 from ._errors import (
     LoggerClosedError,
     ResumeWithoutRunIdError,
     UploadNotFoundError,
 )
 from ._failure import failed_by
+from ._log_files import json_ready
 from ._paths import resolve_log_dir
 from ._records import Record
 from ._spool import Sink
@@ -181,11 +183,13 @@ class RemoteLogger(Logger):
         self._last_step = step
         return step
 
-    def _submit(self, kind: Any, step: int | None, payload: dict[str, Any]) -> None:
+    def _submit(
+        self, kind: Any, step: int | None, payload: dict[str, Any], *, materialized: bool = False
+    ) -> None:
         assert self._delivery is not None  # noqa: S101
-        self._delivery.submit(
-            Record(kind=kind, step=self._step(step), time=time.time(), payload=payload)
-        )
+        record = Record(kind=kind, step=self._step(step), time=time.time(), payload=payload)
+        record.materialized = materialized
+        self._delivery.submit(record)
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         values = dict(checked_scalars(metrics, self._last_step if step is None else step))
@@ -197,16 +201,23 @@ class RemoteLogger(Logger):
         self._delivery.submit((name, value, self._step(step), time.time()))
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
-        self._submit("hyperparams", None, {"params": dict(params)})
+        # as JSON data now: the worker would read the caller's dicts after they changed
+        self._submit("hyperparams", None, {"params": json_ready(dict(params))}, materialized=True)
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._submit("text", step, {"name": name, "text": text})
 
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
-        self._submit("image", step, {"name": name, "images": images})
+        # a host array copied now (the caller may fill it again); a jax array cannot change
+        kept = [image if is_device_array(image) else copy.copy(image) for image in images]
+        self._submit("image", step, {"name": name, "images": kept})
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
-        self._submit("histogram", step, {"name": name, "values": values})
+        if is_device_array(values):  # summarised by the worker, once computed
+            self._submit("histogram", step, {"name": name, "values": values})
+        else:  # a host array the caller may change: summarised now, as the file log does
+            summary = {"name": name, **histogram_of(name, values)}
+            self._submit("histogram", step, summary, materialized=True)
 
     def log_artifact(
         self, local_path: str | os.PathLike[str], artifact_path: str | None = None
