@@ -1,7 +1,9 @@
+import io
+
 import numpy as np
 import pytest
 
-from substrax.tracking import TensorBoardLogger
+from substrax.tracking import FileLogger, TensorBoardLogger
 
 
 event_accumulator = pytest.importorskip(
@@ -53,3 +55,50 @@ def test_process_one_writes_nothing(tmp_path):
     with TensorBoardLogger("run", tmp_path / "tb", process_index=1) as logger:
         logger.log_scalar("loss", 1.0, step=0)
     assert not (tmp_path / "tb").exists()
+
+
+PIXELS = {  # what each logged pixel is stored as, by the file log and TensorBoard alike
+    "int_100": (np.full((2, 2, 3), 100, np.int64), 100),
+    "int_300": (np.full((2, 2, 3), 300, np.int32), 255),
+    "float_over_1": (np.full((2, 2, 3), 1.5), 255),
+    "float_negative": (np.full((2, 2, 3), -0.5), 0),
+    "float_half_gray": (np.full((2, 2), 0.5), 128),
+    "bool": (np.ones((2, 2, 3), bool), 255),
+}
+
+
+def test_tensorboard_and_the_file_log_store_the_same_pixels(tmp_path):
+    """Hostile finding: tensorboardX scaled integer images by 255 and wrapped floats outside
+    [0, 1] (100 became 156, 1.5 became 126), and the file log refused int64 images."""
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow reads the pixels back")
+    with TensorBoardLogger("run", tmp_path / "tb") as board, FileLogger("run", tmp_path) as files:
+        for name, (image, _) in PIXELS.items():
+            board.log_image(name, image, step=0)
+            files.log_image(name, image, step=0)
+    accumulator = event_accumulator.EventAccumulator(
+        str(tmp_path / "tb"), size_guidance={event_accumulator.IMAGES: 0}
+    )
+    accumulator.Reload()
+    for name, (_, pixel) in PIXELS.items():
+        encoded = accumulator.Images(name)[0].encoded_image_string
+        assert np.asarray(image_module.open(io.BytesIO(encoded))).flat[0] == pixel, name
+        [png] = (tmp_path / "images").glob(f"run.{name}_step0*.png")
+        assert np.asarray(image_module.open(png)).flat[0] == pixel, name
+
+
+@pytest.mark.parametrize(
+    ("image", "error"),
+    [
+        (np.zeros((0, 5, 3)), "ImageShapeError"),
+        (np.full((2, 2), "a"), "LoggedTypeError"),
+        (np.full((2, 2), 1 + 2j), "LoggedTypeError"),
+    ],
+)
+def test_an_image_of_no_pixels_or_of_no_numbers_is_refused_at_the_call(tmp_path, image, error):
+    with (
+        TensorBoardLogger("run", tmp_path) as board,
+        pytest.raises((TypeError, ValueError)) as raised,
+    ):
+        board.log_image("sample", image, step=0)
+    assert type(raised.value).__name__ == error
+    assert "'sample'" in str(raised.value)

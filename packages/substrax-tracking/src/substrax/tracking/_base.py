@@ -382,5 +382,10 @@ def _check_image(name: str, image: Any) -> None:
     if shape is None:
         raise LoggedTypeError(f"image {name!r}", image, "an array (H, W[, C])")
     ok = len(shape) == _GRAY or (len(shape) == _COLOR and shape[-1] in (1, 3, 4))
-    if not ok:
+    if not ok or not all(shape):  # an image of no pixels too
         raise ImageShapeError(name, tuple(shape))
+    dtype = getattr(image, "dtype", None)
+    if getattr(dtype, "kind", "f") not in "biuf":  # strings, objects, complex numbers
+        raise LoggedTypeError(
+            f"image {name!r}", image, "an array of numbers (bool, int or float)", f"dtype {dtype}"
+        )

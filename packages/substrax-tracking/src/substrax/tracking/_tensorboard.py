@@ -16,6 +16,7 @@ from substrax.support import require
 
 from ._base import Logger
 from ._file import json_ready
+from ._media import image_pixels
 from ._paths import ensure_writable_dir
 from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
 
@@ -123,10 +124,8 @@ class TensorBoardLogger(Logger):
         self._events().add_text(name, text, global_step=step)
 
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
-        import numpy as np  # noqa: PLC0415
-
         for index, image in enumerate(images):
-            array = np.asarray(image)
+            array = image_pixels(image)  # uint8: the writer then neither scales nor wraps it
             if array.ndim == 2:  # noqa: PLR2004  (a grayscale image gets a channel axis)
                 array = array[..., None]
             tag = name if len(images) == 1 else f"{name}/{index}"
