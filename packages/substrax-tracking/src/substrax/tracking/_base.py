@@ -62,14 +62,20 @@ def check_metric_name(name: object, value: object) -> None:
         _CHECKED.add(name)
 
 
+def _unencodable(text: str) -> int | None:
+    """Where ``text`` holds a character UTF-8 cannot encode (a lone surrogate), if anywhere."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
+
+
 def _check_name_characters(name: str) -> None:
     """Refuse a name holding a line break or a lone surrogate (other characters are fine)."""
     bad = next((char for char in "\n\r" if char in name), None)
-    if bad is None:
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError as error:
-            bad = name[error.start]
+    if bad is None and (at := _unencodable(name)) is not None:
+        bad = name[at]
     if bad is not None:
         raise LoggedTypeError(
             f"metric name {name!r}",
@@ -247,13 +253,9 @@ class Logger(Closeable):
         checked: object = text
         if not isinstance(checked, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise LoggedTypeError(f"text {name!r}", text, "a str")
-        if not text.isascii():
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as error:
-                what = "a str that UTF-8 can encode"
-                got = f"one holding {text[error.start]!r} at {error.start}"
-                raise LoggedTypeError(f"text {name!r}", text, what, got) from None
+        if not text.isascii() and (at := _unencodable(text)) is not None:
+            got = f"one holding {text[at]!r} at {at}"
+            raise LoggedTypeError(f"text {name!r}", text, "a str that UTF-8 can encode", got)
         step = check_step(step)
         if self.active:
             self._write_text(name, text, step)

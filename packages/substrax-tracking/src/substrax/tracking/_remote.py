@@ -187,8 +187,13 @@ class RemoteLogger(Logger):
         self, kind: Any, step: int | None, payload: dict[str, Any], *, materialized: bool = False
     ) -> None:
         assert self._delivery is not None  # noqa: S101
-        record = Record(kind=kind, step=self._step(step), time=time.time(), payload=payload)
-        record.materialized = materialized
+        record = Record(
+            kind=kind,
+            step=self._step(step),
+            time=time.time(),
+            payload=payload,
+            materialized=materialized,
+        )
         self._delivery.submit(record)
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
