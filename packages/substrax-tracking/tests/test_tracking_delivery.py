@@ -110,15 +110,13 @@ def test_a_scalar_queued_as_a_tuple_arrives_as_its_record_in_order(make):
     assert type(one.payload["values"]["loss"]) is float
 
 
-def test_scalars_queued_as_tuples_are_spilled_and_spooled_at_close_like_records(
-    make, tmp_path, wait_for
-):
+def test_scalars_queued_as_tuples_are_spooled_at_close_like_records(make, tmp_path, wait_for):
     sink = Sink()
     sink.gate.clear()
     delivery = make(sink, max_queue=2)
     delivery.submit(("loss", 0.0, 0, time.time()))
     wait_for(lambda: sink.attempts == 1)  # the worker holds step 0, blocked in the backend
-    for step in range(1, 6):  # two wait in the queue, three are spilled past it
+    for step in range(1, 6):
         delivery.submit(("loss", float(step), step, time.time()))
     assert delivery.close(timeout=0.5) == 6
     spooled = [
@@ -128,8 +126,8 @@ def test_scalars_queued_as_tuples_are_spilled_and_spooled_at_close_like_records(
     assert sorted((r["kind"], r["step"], r["payload"]["values"]["loss"]) for r in spooled) == [
         ("scalars", step, float(step)) for step in range(6)
     ]
-    sink.gate.set()  # the stuck call returns; the abandoned worker touches nothing more
-    delivery._thread.join(30)
+    sink.gate.set()  # the stuck call returns
+    delivery._sender.join(30)
 
 
 def test_records_are_held_for_the_batch_interval_and_sent_in_one_batch(make, wall_clock):
@@ -153,7 +151,7 @@ def test_held_records_go_without_a_flush_once_the_interval_passed_or_a_batch_is_
     make(by_time, batch_interval=0.1).submit(record(0))
     wait_for(lambda: steps(by_time.received) == [0])
     by_size = Sink()
-    delivery = make(by_size, batch_interval=60, max_batch=5)
+    delivery = make(by_size, batch_interval=60, max_queue=5)
     for step in range(5):
         delivery.submit(record(step))
     wait_for(lambda: steps(by_size.received) == list(range(5)))
@@ -228,24 +226,25 @@ def test_a_later_logger_replays_the_spool_it_finds(make, tmp_path):
     assert not (tmp_path / "run.spool.jsonl").exists()
 
 
-def test_a_full_queue_spills_into_the_spool_in_batches_and_is_replayed(make, tmp_path, wait_for):
+def test_records_are_written_ahead_to_the_spool_while_the_backend_is_blocked(
+    make, tmp_path, wait_for
+):
     sink = Sink()
     sink.gate.clear()
     delivery = make(sink, max_queue=2)
     delivery.submit(record(0))
-    wait_for(lambda: sink.attempts == 1)  # the worker holds record 0, blocked in the backend
+    wait_for(lambda: sink.attempts == 1)  # the sender holds record 0, blocked in the backend
     for step in range(1, 2503):
         delivery.submit(record(step))
+    assert delivery.persist(30)  # the writer never waits for the backend
     spool = tmp_path / "run.spool.jsonl"
-    # each 1000 spilled (with what is queued before them, and the record in the stuck call
-    # once) go to the spool in order, one append and fsync each; the last ones wait in memory
     spooled = [json.loads(line)["record"]["step"] for line in spool.read_text().splitlines()]
-    assert spooled == list(range(2005))
-    assert delivery.spooled == 2005
+    assert spooled == list(range(2503))
+    assert delivery.spooled == 2503
     sink.gate.set()
     assert delivery.flush(30)
-    wait_for(lambda: not spool.exists())
-    assert sorted(set(steps(sink.received))) == list(range(2503))
+    assert not spool.exists()
+    assert steps(sink.received) == list(range(2503))
 
 
 def test_a_refused_record_is_set_aside_with_its_error_and_the_rest_goes_on(make, tmp_path, caplog):
@@ -284,10 +283,13 @@ def test_close_returns_in_time_while_the_backend_is_stuck_and_spools_everything(
         json.loads(line)["record"]["step"] for line in spool.read_text().splitlines()
     ) == (list(range(500)))
     assert f"python -m substrax.tracking replay {spool}" in caplog.text
-    sink.gate.set()  # the stuck call returns; the abandoned worker touches nothing more
-    delivery._thread.join(30)
-    assert not delivery._thread.is_alive()
-    assert len(spool.read_text().splitlines()) == 500
+    sink.gate.set()  # the stuck call returns: what it delivered leaves the spool, nothing more
+    delivery._sender.join(30)
+    assert not delivery._sender.is_alive()
+    lines = spool.read_text().splitlines() if spool.exists() else []
+    left = [json.loads(line)["record"]["step"] for line in lines]
+    assert sorted(left + steps(sink.received)) == list(range(500))
+    assert not sink.finished
 
 
 def test_replay_gives_up_after_its_timeout_and_keeps_every_record(tmp_path):
@@ -688,9 +690,9 @@ class SlowSink2(Sink):
         super().deliver(records)
 
 
-def test_records_spilled_past_a_full_queue_are_never_overtaken(make, wall_clock):
+def test_records_are_never_overtaken(make, wall_clock):
     sink = SlowSink2()
-    delivery = make(sink, max_queue=3, max_batch=2, batch_interval=0.001)
+    delivery = make(sink, max_queue=3, batch_interval=0.001)
     for step in range(400):
         delivery.submit(record(step) if step % 2 else ("loss", float(step), step, time.time()))
         if step % 50 == 0:
@@ -699,7 +701,7 @@ def test_records_spilled_past_a_full_queue_are_never_overtaken(make, wall_clock)
     assert steps(sink.received) == list(range(400))  # in order: W&B drops a step gone back
 
 
-def test_spilled_device_values_are_read_by_the_worker_not_the_caller(make, monkeypatch, wait_for):
+def test_device_values_are_read_by_the_writer_not_the_caller(make, monkeypatch, wait_for):
     jnp = pytest.importorskip("jax.numpy")
     readers = set()
     materialize = Record.materialize
@@ -714,7 +716,7 @@ def test_spilled_device_values_are_read_by_the_worker_not_the_caller(make, monke
     delivery = make(sink, max_queue=2)
     delivery.submit(record(0))
     wait_for(lambda: sink.attempts == 1)  # the worker is stuck in a backend call
-    for step in range(1, 1500):  # past a full queue, and past a spill batch
+    for step in range(1, 1500):
         delivery.submit(("loss", jnp.asarray(float(step)), step, time.time()))
     assert threading.current_thread().name not in readers
     sink.gate.set()
@@ -771,7 +773,7 @@ def test_a_spool_without_the_failed_mark_ends_the_run_finished(make, tmp_path):
     assert not replayed.failed
 
 
-def test_every_step_spilled_past_a_tiny_queue_reaches_a_wandb_run(
+def test_every_step_logged_with_a_tiny_queue_reaches_a_wandb_run(
     wandb_offline, wandb_runs, tmp_path
 ):
     pytest.importorskip("wandb")
@@ -803,15 +805,15 @@ def test_the_worker_outlives_an_error_whose_report_fails_too(make, monkeypatch):
     sink = Sink()
     delivery = make(sink)
     failed = threading.Event()
-    write_refused = delivery._spool.write_refused
+    write = delivery._spool.write
 
     def once(*args, **kwargs):
         if not failed.is_set():
             failed.set()
             raise RuntimeError("a cycle that fails once")
-        return write_refused(*args, **kwargs)
+        return write(*args, **kwargs)
 
-    monkeypatch.setattr(delivery._spool, "write_refused", once)
+    monkeypatch.setattr(delivery._spool, "write", once)
     handler = Raising(level=logging.DEBUG)
     logger = logging.getLogger("substrax.tracking._background")
     logger.addHandler(handler)

@@ -1,164 +1,205 @@
-"""AsyncDelivery: a queue and a worker thread between the training step and a remote backend."""
+"""AsyncDelivery: records written ahead to a spool file by one thread, sent from it by another."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Unpack
+from pathlib import Path
 
-from ._records import Record, Scalar, as_record, on_host
-from ._sender import Sender, SenderOptions, lower_priority
+from ._errors import SpoolNotFoundError
+from ._records import Record, Scalar, as_record, prefetch_scalars
+from ._replay import Failures, ReplayResult, deliver_in_memory, run_replay, target_key
 from ._spool import Sink
-from ._spool_writer import describe
+from ._spool_writer import Backoff, SpoolWriter, describe
 
 
-__all__ = ["AsyncDelivery"]
+__all__ = ["AsyncDelivery", "lower_priority"]
 
 _logger = logging.getLogger(__name__)
 
-_CLOSE_GRACE = 0.5  # seconds past close's deadline for the worker to write the spool and stop
-_SPILL_BATCH = 1000  # held records past which spilled ones are written to the spool (fsynced)
+_CLOSE_GRACE = 0.5  # seconds past close's deadline for the threads to stop
+_PROBE_LINES = 1000  # spool lines a retry sends before it reads the whole spool
+_NICE = 10  # how much lower the threads' CPU priority is than the training threads'
+_LOCK_WAIT = 10.0  # the most seconds a send waits for another to let go of the spool
+# The targets of this process's open deliveries: a first send of a spool leaves their lines
+# (two loggers of one name in one directory share a spool file) to their own sender.
+_LIVE: set[str] = set()
+
+
+def lower_priority() -> None:
+    """Lower the calling thread's CPU priority (on Linux, where each thread has its own)."""
+    if sys.platform.startswith("linux"):
+        thread = threading.get_native_id()
+        try:
+            nice = os.getpriority(os.PRIO_PROCESS, thread)
+            os.setpriority(os.PRIO_PROCESS, thread, min(nice + _NICE, 19))  # 19: the lowest
+        except OSError as error:  # a sandbox that forbids it
+            _logger.debug("could not lower the delivery thread's priority: %s", error)
 
 
 @dataclass(eq=False)
 class _Control:
-    kind: str  # "flush" (deliver), "persist" (deliver or spool) or "close"
+    kind: str  # "flush" (deliver), "persist" (on disk) or "close"
     ok: bool = False
+    sent_after: int = 0  # a flush: the sender passes started before its records were written
     done: threading.Event = field(default_factory=threading.Event)
 
 
-class AsyncDelivery(Sender):
-    """Deliver records to a sink from a worker thread; never block or raise in the caller.
+class AsyncDelivery:
+    """Deliver records to a sink in the background; never block or raise in the caller.
 
-    :meth:`submit` queues a record (past ``max_queue``, into the spool file). The worker, at a
-    lower CPU priority than the training threads (Linux), holds records for ``batch_interval``
-    seconds (or until ``max_batch`` wait, or :meth:`flush`, :meth:`persist` or :meth:`close`),
-    then reads their values and sends them as :class:`Sender` does. While the spool cannot be
-    written (a full disk), records wait in memory, in order. Nothing is dropped, and no error
-    stops the worker.
+    The spool file is written ahead: :meth:`submit` queues a record; the writer thread reads its
+    values (an on-device array too) and appends it to the spool, at most ``batch_interval``
+    seconds later (sooner once ``max_queue`` records wait, and at once on :meth:`flush`,
+    :meth:`persist` and :meth:`close`). The sender thread sends the spool to the sink as
+    ``replay`` does, in order and in batches, removing what arrived and setting aside what the
+    sink refuses for good; a failing sink is warned about once and retried with backoff. While
+    the spool cannot be written (a full disk), records wait in memory, in order, and the sender
+    sends them from there. Both threads run at a lower CPU priority than the training threads
+    (Linux), and no error stops them.
 
     Args:
         sink: the backend run.
-        max_queue: the queue bound.
-        batch_interval: the most seconds a record waits for others to be delivered with.
-        **options: the spool, the media directory, the label and the batching and retries, as
-            :class:`Sender` takes them.
+        spool_path: the spool file.
+        media_dir: where images are written before upload.
+        label: the name used in log messages.
+        max_queue: records waiting past which the writer writes at once.
+        batch_interval: the most seconds a record waits to be written.
+        retry_initial: the first retry delay in seconds (doubling up to ``retry_max``).
+        retry_max: the longest delay between retries.
     """
 
     def __init__(
         self,
         sink: Sink,
         *,
-        max_queue: int = 100_000,
+        spool_path: Path,
+        media_dir: Path,
+        label: str,
+        max_queue: int = 1000,
         batch_interval: float = 1.0,
-        **options: Unpack[SenderOptions],
+        retry_initial: float = 0.05,
+        retry_max: float = 2.0,
     ) -> None:
-        super().__init__(sink, **options)
+        self.sink = sink
+        self.label = label
         self.max_queue = max_queue
         self.batch_interval = batch_interval
+        self.delivered = 0
+        self.failures = 0
+        target = sink.target()
+        self._key = target_key(target)
+        _LIVE.add(self._key)
+        self._backoff = Backoff(retry_initial, retry_max)  # the sink's
+        self._spool = SpoolWriter(
+            spool_path,
+            target,
+            media_dir=media_dir,
+            label=label,
+            backoff=Backoff(retry_initial, retry_max),
+        )
         self._queue: queue.SimpleQueue[Record | Scalar | _Control] = queue.SimpleQueue()
-        self._spill: list[Record | Scalar] = []  # past a full queue: taken after the queue
-        self._spill_lock = threading.Lock()
-        self._spilling = (
-            False  # records go to _spill, not to the queue, until the worker takes them
-        )
-        self._wake = threading.Event()  # wakes a worker that holds records
-        self._close_deadline = 0.0
-        self._held_controls: list[_Control] = []  # the running cycle's
-        self._flight_spooled: list[Record] | None = None  # the _in_flight spooled by a take-over
-        self._thread = threading.Thread(
-            target=self._run, name=f"substrax-tracking-{self.label}", daemon=True
-        )
-        self._thread.start()
+        self._wake = threading.Event()  # wakes the writer
+        self._send = threading.Event()  # wakes the sender
+        self._passes = threading.Condition()  # the sender's passes, started and done
+        self._started = self._done = 0
+        self._unwritten: list[Record] = []  # materialized, waiting for room on disk
+        self._unwritten_lock = threading.Lock()
+        self._unsynced = False
+        self._deadline = 0.0  # close's: the sender's last moment
+        self._closing = threading.Event()  # set by the writer once close's records are written
+        self._abandoned = False
+        self._warned: set[str] = set()
+        self._thread = self._start(self._write_loop, f"substrax-tracking-{label}")
+        self._sender = self._start(self._send_loop, f"substrax-tracking-{label}-send")
+
+    def _start(self, loop: Callable[[], bool], name: str) -> threading.Thread:
+        thread = threading.Thread(target=self._guarded, args=(loop,), name=name, daemon=True)
+        thread.start()
+        return thread
+
+    @property
+    def spooled(self) -> int:
+        """How many of this run's records the spool file holds now (not delivered yet)."""
+        return self._spool.count()
+
+    @property
+    def refused(self) -> int:
+        """How many records the backend refused (kept in ``<spool>.refused``)."""
+        return self._spool.refused
 
     def submit(self, record: Record | Scalar) -> None:
-        """Queue ``record`` (a :data:`Scalar` tuple is made a record by the worker)."""
-        if not self._spilling:
-            queued = self._queue.qsize()
-            if queued < self.max_queue:
-                self._queue.put(record)
-                if queued + 1 >= self.max_batch:
-                    self._wake.set()
-                return
-        with self._spill_lock:  # past a full queue: kept in order, behind what is queued
-            if not self._spilling and self._queue.qsize() < self.max_queue:
-                self._queue.put(record)
-                return
-            self._spilling = True
-            self._spill.append(record)
-            full = len(self._spill) >= _SPILL_BATCH
-        if self._first("overflow"):
-            _logger.warning(
-                f"{self.label}: the delivery queue is full; spilling records to "
-                f"{self._spool.file.path} (replayed once the backend keeps up)"
-            )
+        """Queue ``record`` (a :data:`Scalar` tuple is made a record by the writer)."""
+        self._queue.put(record)
+        if self._queue.qsize() >= self.max_queue:
             self._wake.set()
-        if full and self._in_call:  # the worker is stuck in a backend call: spool what it holds
-            with self._lock:
-                if self._in_call and not self._abandoned and on_host(self._spill):
-                    self._spool_all()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything submitted so far is delivered; return whether it was."""
         if not self._thread.is_alive():
             return False
+        deadline = None if timeout is None else time.monotonic() + timeout
         control = self._control("flush")
-        control.done.wait(timeout)
-        return control.ok
+        if not control.done.wait(timeout):
+            return False
+        with self._passes:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self._passes.wait_for(lambda: self._done > control.sent_after, left):
+                return False
+        return not self._backoff.failing and not self._unwritten and not self._spool.count()
 
     def persist(self, timeout: float) -> bool:
-        """Deliver everything submitted so far, or write it to the spool file (fsynced).
-
-        Returns within ``timeout`` seconds (and the time to write the spool): a worker still
-        inside a backend call by then is taken over, its call's records spooled too (MLflow and
-        W&B ignore such a record if it also arrives). A worker busy otherwise is waited for.
+        """Write everything submitted so far to the spool file and fsync it, within ``timeout``.
 
         Returns:
-            whether every record submitted before the call was delivered or is in the spool
-            (False: the spool could not be written, a full disk; they wait in memory).
+            whether every record submitted before the call is delivered or on disk (False: the
+            spool could not be written, a full disk, and they wait in memory; or the time ran
+            out).
         """
         if not self._thread.is_alive():
-            return self._only_on_disk()
+            return not self._unwritten
         control = self._control("persist")
-        if control.done.wait(timeout):
-            return control.ok
-        while True:
-            with self._lock:
-                if self._abandoned:
-                    return False
-                if self._in_call and not control.done.is_set():
-                    return self._take_over(control)
-            if control.done.wait(0.05):
-                return control.ok
+        return control.done.wait(timeout) and control.ok
 
     def close(self, timeout: float = 30.0) -> int:
-        """Deliver what it can within ``timeout`` seconds, spool the rest, end the run.
+        """Deliver what it can within ``timeout`` seconds, keep the rest in the spool, end the run.
 
-        Returns within ``timeout`` plus half a second (and the time to write the spool file)
-        whatever the backend does.
+        Returns within ``timeout`` plus about a second whatever the backend does.
 
         Returns:
             how many of this run's records the spool file holds afterwards.
         """
-        self._close_deadline = time.monotonic() + timeout
+        self._deadline = time.monotonic() + timeout
         self._control("close")
         self._thread.join(timeout + _CLOSE_GRACE)
-        stuck = self._thread.is_alive()
-        records = self._abandon()
-        written = bool(records) and self._spool.write_last(records)
-        self._spool.write_refused_last()
+        self._sender.join(max(0.0, self._deadline - time.monotonic()) + _CLOSE_GRACE)
+        stuck = self._sender.is_alive()
+        self._abandoned = True
+        _LIVE.discard(self._key)
+        self._send.set()
         left = self._spool.count()
+        if self._unwritten:
+            _logger.error(
+                f"{self.label}: {len(self._unwritten)} records could neither be written to "
+                f"{self._spool.file.path} nor delivered by close and are lost; make room on its "
+                "file system before a run ends"
+            )
         if left and getattr(self.sink, "failed", False):  # the replay that ends the run: failed
             self._spool.write_failed_mark()
         if stuck:
             why = f"close_timeout={timeout:g} s ran out while a backend call was still running"
             self._spool.warn_left(why, left)
-        elif written:
-            self._spool.warn_left("the delivery thread stopped", left)
+        elif self._backoff.failing:
+            self._spool.warn_left("the backend is unreachable", left)
+        else:
+            self._spool.warn_left("close_timeout ran out", left)
         return left
 
     def _control(self, kind: str) -> _Control:
@@ -167,214 +208,192 @@ class AsyncDelivery(Sender):
         self._wake.set()
         return control
 
-    def _take_over(self, control: _Control) -> bool:
-        """Spool what the worker holds while it is inside a backend call (under ``_lock``)."""
-        try:
-            return self._spool_all(control)
-        finally:
-            control.done.set()
+    def _first(self, what: str) -> bool:
+        """Whether ``what`` happens for the first time (it is warned about once)."""
+        first = what not in self._warned
+        self._warned.add(what)
+        return first
 
-    def _spool_all(self, control: _Control | None = None) -> bool:
-        """Spool, in order, what the worker holds in a backend call and what waits (under ``_lock``)."""
-        queued, controls = self._take_all()
-        for other in controls:
-            if other is not control:
-                self._queue.put(other)
-        flight = [] if self._flight_spooled is self._in_flight else self._in_flight
-        if self._spool.write([*flight, *self._pending, *queued]):
-            self._pending = []  # _in_flight stays the worker's: its call is still running
-            self._flight_spooled = self._in_flight
-            self._spool_dirty = True  # sent, in order, once the call returns
-            return True
-        self._hold(queued)
-        return False
-
-    def _abandon(self) -> list[Record]:
-        """Stop the worker from touching anything; return the records it had not delivered."""
-        with self._lock:
-            self._abandoned = True
-            records = [*self._in_flight, *self._pending]
-            self._in_flight, self._pending = [], []
-        queued, controls = self._take_all()
-        for control in controls:
-            control.done.set()
-        return records + queued
-
-    def _only_on_disk(self) -> bool:
-        """Whether no record waits in memory only (a spool that cannot be written)."""
-        return not self._pending and not self._spill and not self._spool.waiting
-
-    def _take_all(self) -> tuple[list[Record], list[_Control]]:
-        """Take everything queued, then the records spilled past it (in the order submitted)."""
-        with self._spill_lock:
-            records, controls = self._take(everything=True)
-            spilled, self._spill, self._spilling = self._spill, [], False
-        return records + [as_record(item) for item in spilled], controls
-
-    def _run(self) -> None:
+    def _guarded(self, loop: Callable[[], bool]) -> None:
+        """Run ``loop`` until it says it is done; an error is reported (once) and the loop goes on."""
         lower_priority()
-        self._replay_spool_found()
         while not self._abandoned:
             try:
-                if self._cycle():
+                if loop():
                     return
-            except Exception as error:  # never die: the records it holds are still held
-                self._worker_failed(error)
+            except Exception as error:
+                # A handler that raises (pytest's does) or a traceback that cannot be formatted
+                # (the stdlib's linecache races a library that drops its entries) must not end it.
+                with contextlib.suppress(Exception):
+                    if self._first("worker"):
+                        _logger.warning(
+                            f"{self.label}: a delivery thread met an error ({describe(error)}); "
+                            "it goes on, and no record is dropped (this is reported once)",
+                            exc_info=error,
+                        )
+                    else:
+                        _logger.debug("%s: a delivery thread met an error: %r", self.label, error)
+                time.sleep(self._backoff.longest)
 
-    def _worker_failed(self, error: Exception) -> None:
-        """Answer the controls of the cycle that raised (a close is queued again), pause, go on."""
-        held, self._held_controls = self._held_controls, []
-        for control in held:
-            if control.kind == "close":
-                self._queue.put(control)
-            else:
-                control.done.set()
-        # A handler that raises (pytest's does) or a traceback that cannot be formatted (the
-        # stdlib's linecache races a library that drops its entries) must not end the worker.
-        with contextlib.suppress(Exception):
-            if self._first("worker"):
-                _logger.warning(
-                    f"{self.label}: the delivery thread met an error ({describe(error)}); it "
-                    "goes on, and the records it holds are kept (this is reported once)",
-                    exc_info=error,
-                )
-            else:
-                _logger.debug("%s: the delivery thread met an error again: %r", self.label, error)
-        time.sleep(self._backoff.longest)
+    # The writer.
 
-    def _cycle(self) -> bool:
-        """Take what is queued and act on it; True once the worker is done (closed or abandoned)."""
-        records, controls, spilled = self._next_items()
-        self._held_controls = controls
-        with self._lock:
-            if self._abandoned:
-                return True
-            self._hold(records)
-        if spilled and len(self._pending) >= _SPILL_BATCH:
-            with self._lock:  # the backend does not keep up: to the spool, sent from there
-                if not self._abandoned and self._spool.due() and self._spool.write(self._pending):
-                    self._pending, self._spool_dirty = [], True
-        self._spool.write_refused()
-        due = bool(controls) or self._batch_due()
-        retry_due = self._backoff.failing and (bool(controls) or self._backoff.due())
-        if self._backoff.failing:
-            if (due or retry_due) and not self._spool_pending():
-                return True
-            for control in controls:  # what is held is in the spool now (unless it failed)
-                self._answer_persist(control)
-        if retry_due:
-            self._retry()
-        if not self._backoff.failing and self._spool_dirty:
-            self._spool_dirty = False  # spooled while the backend worked: sent before what is held
-            self._retry()
-        if not self._backoff.failing and self._pending and due:
-            self._deliver_pending()
-        for control in controls:
-            self._answer_persist(control)
-            if control.kind == "close":
-                self._finish_close()
-            elif control.kind == "flush":
-                control.ok = not (self._backoff.failing or self._pending or self._spool_dirty)
-            control.done.set()
-        self._held_controls = []
-        return any(control.kind == "close" for control in controls)
-
-    def _answer_persist(self, control: _Control) -> None:
-        """Answer a ``persist`` (unless a take-over did): whether nothing waits in memory only."""
-        if control.kind == "persist" and not control.done.is_set():
-            control.ok = self._only_on_disk()
-            control.done.set()
-
-    def _next_items(self) -> tuple[list[Record], list[_Control], bool]:
-        """Wait for what is next to do (with records held: until due, unless woken); take it.
-
-        Records spilled past a full queue are taken with all that is queued before them.
-        """
-        now = time.monotonic()
-        spool_next = self._spool.backoff.next_try if self._spool.backoff.failing else None
-        waits: list[float] = []
-        if self._backoff.failing:
-            waits.append(self._backoff.next_try)
-        if self._pending:  # while nothing works, they wait for the spool's next try
-            due = self._held_since + self.batch_interval
-            waits.append(spool_next if spool_next is not None and self._backoff.failing else due)
-        if self._spilling:
-            waits.append(now)
-        if self._spool.waiting:
-            waits.append(now + self.batch_interval if spool_next is None else spool_next)
-        wait = max(0.0, min(waits) - now) if waits else None
-        if self._pending:
-            self._wake.wait(wait)
-            self._wake.clear()
-        records, controls = self._take(wait if not self._pending else 0.0)
-        if not self._spilling:
-            return records, controls, False
-        more, later = self._take_all()
-        return records + more, controls + later, True
-
-    def _take(
-        self, wait: float | None = 0.0, *, everything: bool = False
-    ) -> tuple[list[Record], list[_Control]]:
-        """Wait up to ``wait`` s for an item, then take all queued, or up to a control or ten batches."""
+    def _write_loop(self) -> bool:
+        """Wait for records (or a control), write them; True once closed."""
+        wait = self._spool.backoff.wait() if self._unwritten else None
+        self._wake.wait(self.batch_interval if wait is None else min(wait, self.batch_interval))
+        self._wake.clear()
         records: list[Record] = []
         controls: list[_Control] = []
-        try:
-            item = self._queue.get(timeout=wait)
+        with contextlib.suppress(queue.Empty):
             while True:
+                item = self._queue.get_nowait()
                 if isinstance(item, _Control):
                     controls.append(item)
                 else:
                     records.append(as_record(item))
-                if not everything and (controls or len(records) >= 10 * self.max_batch):
-                    break
-                item = self._queue.get_nowait()
-        except queue.Empty:
-            pass
-        return records, controls
-
-    def _batch_due(self) -> bool:
-        """Whether the held records go now: a full batch, or waited enough (if all is down, the spool's next try)."""
-        if not self._pending or (self._backoff.failing and not self._spool.due()):
-            return False
-        waited = time.monotonic() - self._held_since
-        return len(self._pending) >= self.max_batch or waited >= self.batch_interval
-
-    def _finish_close(self) -> None:
-        records, controls = self._take_all()
-        for control in controls:
-            control.done.set()
-        with self._lock:
-            if self._abandoned:
-                return
-            self._hold(records)
-        self._deliver_until_deadline()
-        left = len(self._pending)
-        if not self._spool_pending() or self._pending:
-            return  # close() took over, or tries the spool once more and says what is lost
-        if self._backoff.failing:  # the run is ended by the replay that delivers its records
-            self._spool.warn_left("the backend is unreachable")
-            return
-        if left:
-            self._spool.warn_left(f"close_timeout ran out with {left} records to send")
         try:
-            self.sink.finish()
-        except Exception as error:
-            _logger.warning(f"{self.label}: could not end the run cleanly: {error}")
+            self._write(records, sync=any(c.kind != "flush" for c in controls))
+        finally:
+            for control in controls:
+                control.ok = not self._unwritten
+                with self._passes:
+                    control.sent_after = self._started
+                if control.kind == "close":
+                    self._closing.set()
+                control.done.set()
+            if controls:
+                self._send.set()
+        return any(control.kind == "close" for control in controls)
 
-    def _deliver_until_deadline(self) -> None:
-        while time.monotonic() < self._close_deadline:
-            if self._backoff.failing:
-                if not self._spool_pending():
-                    return
-                if self._backoff.due():
-                    self._retry()
-                else:
-                    until = min(self._backoff.next_try, self._close_deadline)
-                    time.sleep(max(0.0, until - time.monotonic()))
-            elif self._spool_dirty:  # spooled before what is held
-                self._spool_dirty = False
-                self._retry()
-            elif self._pending:
-                self._deliver_pending()
-            else:
+    def _write(self, records: list[Record], *, sync: bool) -> None:
+        """Read ``records``' values and append them, after any that wait, to the spool."""
+        prefetch_scalars(records)
+        materialized = [self._spool.materialize(record) for record in records]
+        with self._unwritten_lock:
+            self._unwritten.extend(materialized)
+            if self._unwritten and self._spool.backoff.due():
+                if self._spool.write(self._unwritten, sync=sync):
+                    self._unwritten = []
+                    self._unsynced = not sync
+            elif sync and self._unsynced:
+                self._spool.file.sync()
+                self._unsynced = False
+        if records or self._unwritten:  # written, or to be sent from memory
+            self._send.set()
+
+    # The sender.
+
+    def _send_loop(self) -> bool:
+        """Send the spool (all of it the first time); True once closed."""
+        if self._started == 0:
+            self._send_pass(only=None)
+        while not self._closing.is_set() and not self._abandoned:
+            self._send.wait(self._backoff.wait())
+            if not self._backoff.due():  # woken while the sink fails: wait for the next try
+                self._closing.wait(self._backoff.wait())
+                continue
+            self._send.clear()
+            if not self._closing.is_set():
+                self._send_pass(only=self._key)
+        self._finish()
+        return True
+
+    def _send_pass(self, only: str | None) -> None:
+        """Send what the spool holds (``only`` one target's), then what waits in memory."""
+        with self._passes:
+            self._started += 1
+        try:
+            if self._send_spool(only) and self._unwritten:
+                self._send_unwritten()
+        finally:
+            with self._passes:
+                self._done += 1
+                self._passes.notify_all()
+
+    def _send_spool(self, only: str | None) -> bool:
+        """Replay the spool (a probe of its first lines while the sink fails); whether it all went."""
+        if not self._spool.file.path.exists():
+            return self._recovered()
+        for limit in (_PROBE_LINES, None) if self._backoff.failing else (None,):
+            try:
+                result, errors = run_replay(
+                    self._spool.file,
+                    sinks={self._key: self.sink},
+                    only=only,
+                    skip=frozenset(_LIVE - {self._key}),
+                    limit=limit,
+                    wait=_LOCK_WAIT,
+                )
+            except SpoolNotFoundError:  # replayed meanwhile by another process
+                return self._recovered()
+            except Exception as error:  # another replay holds it, or it cannot be read
+                return self._failed(error)
+            self.delivered += result.delivered
+            self._spool.note_refused(result)
+            if only is None:
+                self._report_found(result, errors)
+            if self._key in errors:
+                return self._failed(errors[self._key][1])
+            if limit is not None and not self._spool.count():
                 break
+        return self._recovered()
+
+    def _send_unwritten(self) -> None:
+        """Send the records that wait in memory for room on disk, as a replay sends the spool."""
+        with self._unwritten_lock:
+            records = list(self._unwritten)
+        job, error = deliver_in_memory(records, self._spool.target, self.sink)
+        self.delivered += len(job.delivered)
+        with self._unwritten_lock:
+            done = {id(records[i]) for i in (*job.delivered, *job.refused)}
+            self._unwritten = [r for r in self._unwritten if id(r) not in done]
+        self._spool.add_refused([entry for i in sorted(job.refused) for entry in job.refused[i]])
+        _ = self._recovered() if error is None else self._failed(error)
+
+    def _report_found(self, result: ReplayResult, errors: Failures) -> None:
+        """Say what a replay of an earlier run's spool did."""
+        path = self._spool.file.path
+        if result.delivered:
+            _logger.info(f"{self.label}: replayed {result.delivered} spooled records")
+        if result.bad_lines:
+            bad = result.describe_bad_lines()
+            _logger.warning(f"{self.label}: lines of {path} are not records: {bad}")
+        for key, (target, error) in errors.items():
+            if key != self._key:
+                _logger.warning(
+                    f"{self.label}: records for {target} in {path} could not be replayed yet "
+                    f"({error})"
+                )
+
+    def _failed(self, error: BaseException) -> bool:
+        self.failures += 1
+        if self._first("backend"):
+            path = self._spool.file.path
+            _logger.warning(
+                f"{self.label} could not deliver ({describe(error)}); logging goes on, records "
+                f"are kept in {path} and retried (this is reported once); if they are still "
+                f"there when the run ends, send them with `python -m substrax.tracking replay "
+                f"{path}`"
+            )
+        self._backoff.fail()
+        return False
+
+    def _recovered(self) -> bool:
+        if self._backoff.recover():
+            _logger.warning(f"{self.label}: delivering again after {self.failures} failed attempts")
+        return True
+
+    def _finish(self) -> None:
+        """At close: send until the deadline; with nothing left, end the run."""
+        while not self._abandoned and time.monotonic() < self._deadline:
+            if self._backoff.due():
+                self._send_pass(only=self._key)
+                if not self._backoff.failing and not self._unwritten and not self._spool.count():
+                    try:
+                        self.sink.finish()
+                    except Exception as error:
+                        _logger.warning(f"{self.label}: could not end the run cleanly: {error}")
+                    return
+            time.sleep(
+                max(0.0, min(self._backoff.wait() or 0.05, self._deadline - time.monotonic()))
+            )

@@ -102,7 +102,7 @@ class MLFlowLogger(RemoteLogger):
             ``all_processes``, ``<name>.p<index>.spool.jsonl`` on a process other than 0).
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
         connect_timeout: the most seconds construction waits for a server.
-        max_queue: the queue bound (a full queue spills into the spool file).
+        max_queue: records waiting past which the worker writes them to the spool at once.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log from every process (each then makes its own run).
 

@@ -22,7 +22,6 @@ __all__ = [
     "RecordKind",
     "Scalar",
     "as_record",
-    "on_host",
     "prefetch_scalars",
     "split_scalars",
 ]
@@ -46,25 +45,6 @@ def prefetch_scalars(records: Iterable[Record]) -> None:
         for value in record.payload["values"].values()
         if is_device_array(value)
     )
-
-
-def on_host(items: Iterable[Record | Scalar]) -> bool:
-    """Whether no value of ``items`` is a jax array (writing them reads nothing from a device)."""
-    for item in items:
-        if not isinstance(item, Record):
-            values: Iterable[Any] = (item[1],)
-        elif item.materialized:
-            continue
-        else:
-            payload = item.payload
-            values = (
-                [*payload.get("values", {}).values()]
-                if item.kind == "scalars"
-                else [payload.get("values"), *payload.get("images", ())]
-            )
-        if any(is_device_array(value) for value in values):
-            return False
-    return True
 
 
 def as_record(item: Record | Scalar) -> Record:

@@ -38,7 +38,7 @@ __all__ = ["RemoteLogger", "check_resume"]
 # Held strongly, so that a logger dropped without close() is still closed at exit.
 _OPEN: dict[int, RemoteLogger] = {}
 _AT_EXIT_TIMEOUT = 10.0
-_FLUSH_TIMEOUT = 10.0  # the most seconds flush() waits for the backend before spooling
+_FLUSH_TIMEOUT = 10.0  # the most seconds flush() waits by default
 _EXIT_PRIORITY = 100  # multiprocessing finalizers: before pools and queues shut down
 _FINALIZED_PIDS: set[int] = set()  # the processes whose multiprocessing finalizer is registered
 
@@ -105,18 +105,18 @@ def check_resume(logger: str, resume_step: int | None, run_id: str | None) -> No
 
 
 class RemoteLogger(Logger):
-    """A logger whose backend is reached from a worker thread, so that a call costs microseconds.
+    """A logger whose backend is reached from worker threads, so that a call costs microseconds.
 
     Subclasses build their sink (the backend run) and call :meth:`_start`. A call queues a
-    record and returns; the worker reads its values (an on-device array too) and sends records
-    in batches, at most about a second after the call, at once on :meth:`flush` and
-    :meth:`close`. A failing backend is warned about once (under the ``substrax.tracking``
-    logger); meanwhile records go to :attr:`spool_path` and are retried from there in order.
-    :meth:`close` returns within ``close_timeout`` (plus half a second) whatever the backend
+    record and returns; a worker reads its values (an on-device array too) and writes them
+    ahead to :attr:`spool_path`, at most about a second after the call; another sends the
+    spool to the backend in order and in batches, removing what arrived. A failing backend is
+    warned about once (under the ``substrax.tracking`` logger) and retried with backoff.
+    :meth:`close` returns within ``close_timeout`` (plus about a second) whatever the backend
     does, leaving what is undelivered in the spool for ``python -m substrax.tracking replay``.
 
     A call without a step uses the last step given (0 before any). A logger never closed is
-    closed at interpreter exit (waiting at most 10 s before spooling).
+    closed at interpreter exit (waiting at most 10 s for the backend).
     """
 
     _delivery: AsyncDelivery | None
@@ -171,7 +171,7 @@ class RemoteLogger(Logger):
 
     @property
     def spooled(self) -> int:
-        """How many records went to the spool file."""
+        """How many of this run's records the spool file holds, not delivered yet."""
         return 0 if self._delivery is None else self._delivery.spooled
 
     def _step(self, step: int | None) -> int:
@@ -241,12 +241,14 @@ class RemoteLogger(Logger):
             self._submit("artifact", None, {"path": str(path), **payload})
 
     def flush(self, timeout: float | None = None) -> None:
-        """Deliver every call so far, or write it to the spool file (fsynced), within a bound.
+        """Write every call so far to the spool file (fsynced), then deliver it, within a bound.
 
-        It waits for the backend at most ``timeout`` seconds (None: ``close_timeout``, at most
-        10 s), then spools the rest, so that a kill right after (SIGKILL too) loses nothing
-        logged before. Call it before saving a checkpoint (``CheckpointCallback(flush=...)``
-        and ``PreemptionHandler(flush=...)`` do). :meth:`wait_delivered` waits for the backend.
+        The writer never waits for the backend, so a kill right after (SIGKILL too) loses
+        nothing logged before: what the backend has not taken is sent from the spool. It then
+        waits for the backend for what is left of ``timeout`` seconds (None: ``close_timeout``,
+        at most 10 s). Call it before saving a checkpoint (``CheckpointCallback(flush=...)``
+        and ``PreemptionHandler(flush=...)`` do). :meth:`wait_delivered` waits for the backend
+        alone.
 
         Raises:
             ValueError: ``timeout`` is NaN, infinite or negative.
@@ -257,7 +259,9 @@ class RemoteLogger(Logger):
                 if timeout is None
                 else check_seconds("timeout", timeout)
             )
-            self._delivery.persist(bound)
+            deadline = time.monotonic() + bound
+            if self._delivery.persist(bound):  # on disk: now wait for the backend, within it
+                self._delivery.flush(max(0.0, deadline - time.monotonic()))
 
     def wait_delivered(self, timeout: float | None = None) -> bool:
         """Wait until every call so far reached the backend; return whether all did."""

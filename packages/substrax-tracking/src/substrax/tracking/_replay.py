@@ -20,8 +20,8 @@ from ._records import Record, split_scalars
 from ._spool import Sink, SpoolFile, SpoolLine, build_sink, spool_line
 
 
-__all__ = ["ReplayResult", "describe_error", "is_permanent", "problems", "replay_spool"]
-__all__ += ["run_replay", "target_key"]
+__all__ = ["Failures", "ReplayResult", "describe_error", "is_permanent", "problems", "replay_spool"]
+__all__ += ["deliver_in_memory", "run_replay", "target_key"]
 
 _logger = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ class _Replay:
         *,
         include_refused: bool,
         only: str | None,
+        skip: frozenset[str] = frozenset(),
     ) -> None:
         self.data = {i: line.data for i, line in enumerate(lines) if line.data is not None}
         self.delivered: set[int] = set()
@@ -117,6 +118,7 @@ class _Replay:
         self._sinks = dict(sinks)
         self._include_refused = include_refused
         self._only = only
+        self._skip = skip
         self._built: dict[str, Sink] = {}  # the sinks this replay made
         self._failures: Failures = {}
         # the runs a line of marks failed (the logger's run was marked failed): they end so
@@ -132,7 +134,7 @@ class _Replay:
         keyed = ((target_key(data["target"]), i) for i, data in self.data.items())
         try:
             for key, group in itertools.groupby(keyed, key=lambda pair: pair[0]):
-                if key not in failed and self._only in (None, key):
+                if key not in failed | self._skip and self._only in (None, key):
                     self._send(key, [i for _, i in group], failed)
         except _Settled:
             return
@@ -261,12 +263,14 @@ def run_replay(
     include_refused: bool = False,
     timeout: float | None = None,
     only: str | None = None,
+    skip: frozenset[str] = frozenset(),
     limit: int | None = None,
     wait: float | None = 0.0,
 ) -> tuple[ReplayResult, Failures]:
     """:func:`replay_spool` without its warnings: the result, and the error of each failed target.
 
-    ``only`` (a :func:`target_key`) limits the replay to one target's lines, ``limit`` to the
+    ``only`` (a :func:`target_key`) limits the replay to one target's lines, ``skip`` leaves
+    those targets' lines (a live logger's), ``limit`` to the
     spool's first ``limit`` records. Another replay of the spool is waited for at most ``wait``
     seconds (None: as long as it takes), within ``timeout``.
 
@@ -284,11 +288,15 @@ def run_replay(
         if include_refused:
             spool.restore_refused()
         lines = spool.read_lines(limit)
-        job = _Replay(lines, sinks or {}, include_refused=include_refused, only=only)
-        worker = threading.Thread(target=job.run, name="substrax-tracking-replay", daemon=True)
-        worker.start()
-        worker.join(None if timeout is None else max(0.0, timeout - time.monotonic() + started))
-        timed_out = worker.is_alive()
+        job = _Replay(lines, sinks or {}, include_refused=include_refused, only=only, skip=skip)
+        if timeout is None:
+            job.run()
+            timed_out = False
+        else:
+            worker = threading.Thread(target=job.run, name="substrax-tracking-replay", daemon=True)
+            worker.start()
+            worker.join(max(0.0, timeout - time.monotonic() + started))
+            timed_out = worker.is_alive()
         failures = job.settle()
         bad = sorted(job.bad)
         set_aside = [entry for i in sorted(job.refused) for entry in job.refused[i]]
@@ -312,6 +320,25 @@ def run_replay(
         waited_for=waited_for,
     )
     return result, failures
+
+
+def deliver_in_memory(
+    records: Sequence[Record], target: Mapping[str, Any], sink: Sink
+) -> tuple[_Replay, BaseException | None]:
+    """Send materialized ``records`` of ``target`` to ``sink`` as a replay sends spool lines.
+
+    Returns:
+        the replay (its ``delivered`` and ``refused`` are indexes into ``records``) and the
+        error that stopped the rest (None: each record was delivered or refused).
+    """
+    lines = [
+        SpoolLine(i + 1, "", {"target": dict(target), "record": record.to_json()})
+        for i, record in enumerate(records)
+    ]
+    job = _Replay(lines, {target_key(target): sink}, include_refused=False, only=None)
+    job.run()
+    failures = job.settle()
+    return job, next(iter(failures.values()))[1] if failures else None
 
 
 def problems(

@@ -201,15 +201,42 @@ class SpoolFile:
             raise NotASpoolError(self.path, kind)
 
     def append(
-        self, target: Mapping[str, Any], records: Iterable[Record], error: str | None = None
+        self,
+        target: Mapping[str, Any],
+        records: Iterable[Record],
+        error: str | None = None,
+        *,
+        sync: bool = True,
     ) -> int:
-        """Append materialized ``records`` (with an ``error``: to ``<spool>.refused``); how many."""
+        """Append materialized ``records`` (with an ``error``: to ``<spool>.refused``); how many.
+
+        ``sync=False`` leaves the fsync to a later append: the lines then outlive the process
+        (a kill -9), not a power cut.
+        """
         lines = [spool_line(target, record.to_json(), error) for record in records]
         if lines:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._flock(self.lock_path):
-                _append_lines(self.refused_path if error is not None else self.path, lines)
+                path = self.refused_path if error is not None else self.path
+                _append_lines(path, lines, sync=sync)
         return len(lines)
+
+    def sync(self) -> None:
+        """Make the spool's lines appended with ``sync=False`` outlive a power cut (an fsync)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def add_refused(self, lines: list[str]) -> None:
+        """Append spool ``lines`` (each with its ``"error"``) to ``<spool>.refused``."""
+        if lines:
+            with self._flock(self.lock_path):
+                _append_lines(self.refused_path, lines)
 
     def read_lines(self, limit: int | None = None) -> list[SpoolLine]:
         """The non-blank lines, records or not, up to the ``limit``-th record.
@@ -337,8 +364,8 @@ def _pid_in(fd: int) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _append_lines(path: Path, lines: list[str]) -> None:
-    """Append ``lines`` with one write and an fsync; a write failing part way is cut off again."""
+def _append_lines(path: Path, lines: list[str], *, sync: bool = True) -> None:
+    """Append ``lines`` with one write (and an fsync); a write failing part way is cut off again."""
     data = "".join(f"{line}\n" for line in lines).encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -347,7 +374,8 @@ def _append_lines(path: Path, lines: list[str]) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if sync:
+                os.fsync(fd)
         except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, start)

@@ -49,13 +49,16 @@ class Backoff:
         """Whether to try now: nothing failed, or the next try is due."""
         return not self.failing or time.monotonic() >= self.next_try
 
+    def wait(self) -> float | None:
+        """Seconds until the next try (None: nothing failed)."""
+        return max(0.0, self.next_try - time.monotonic()) if self.failing else None
+
 
 class SpoolWriter:
     """Write one run's records to its spool file, counting them, and say when it cannot.
 
-    A write that fails (a full disk) is warned about once and tried again by ``backoff``; the
-    caller keeps the records meanwhile. Records the backend refused go to ``<spool>.refused``
-    with their error, and wait here, in order, while that file cannot be written.
+    A write that fails (a full disk) is warned about once and tried again by :attr:`backoff`;
+    the caller keeps the records meanwhile.
     """
 
     def __init__(
@@ -66,40 +69,26 @@ class SpoolWriter:
         self.media_dir = media_dir
         self.label = label
         self.backoff = backoff
-        self.spooled = 0
         self.refused = 0
-        self.waiting: list[tuple[Record, str]] = []  # refused records not written yet
         self._unreadable: set[str] = set()  # metrics whose jax value could not be read (warned)
         self._counts = threading.Lock()
         self._warned = False
 
     def materialize(self, record: Record) -> Record:
-        """Read ``record``'s values into JSON data (see :meth:`Record.materialize`)."""
-        return record.materialize(self.media_dir, label=self.label, warned=self._unreadable)
-
-    def write_or_raise(self, records: list[Record], error: str | None = None) -> None:
-        """Append ``records`` (with an ``error``: to ``<spool>.refused``) and count them.
-
-        Raises:
-            OSError: the file could not be written (nothing of it was counted).
-        """
-        for record in records:
-            try:
-                self.materialize(record)
-            except Exception as failure:
-                record.payload = {"unserializable": repr(failure)}
-                record.materialized = True
-        written = self.file.append(self.target, records, error)
-        with self._counts:
-            if error is None:
-                self.spooled += written
-            else:
-                self.refused += written
-
-    def write(self, records: list[Record], error: str | None = None) -> bool:
-        """:meth:`write_or_raise`; return whether it could (a failure is warned about once)."""
+        """Read ``record``'s values into JSON data; one that cannot be is kept as its error."""
         try:
-            self.write_or_raise(records, error)
+            return record.materialize(self.media_dir, label=self.label, warned=self._unreadable)
+        except Exception as failure:  # refused by its backend, with this error, once replayed
+            record.payload, record.materialized = {"unserializable": repr(failure)}, True
+            return record
+
+    def write(self, records: list[Record], error: str | None = None, *, sync: bool = True) -> bool:
+        """Append materialized ``records`` (with an ``error``: to ``<spool>.refused``); whether it could.
+
+        A failure is warned about once and noted in :attr:`backoff`.
+        """
+        try:
+            written = self.file.append(self.target, records, error, sync=sync)
         except OSError as failure:
             self.backoff.fail()
             if not self._warned:
@@ -111,6 +100,9 @@ class SpoolWriter:
                     "once; a crash before then loses them)"
                 )
             return False
+        if error is not None:
+            with self._counts:
+                self.refused += written
         if self.backoff.recover():
             _logger.warning(
                 f"{self.label}: {self.file.path} is written again; the records that waited in "
@@ -118,23 +110,16 @@ class SpoolWriter:
             )
         return True
 
-    def due(self) -> bool:
-        """Whether to write now: the file works, or the next try after a failure is due."""
-        return self.backoff.due()
-
-    def refuse(self, record: Record, error: Exception) -> None:
-        """Set ``record`` aside in ``<spool>.refused`` with ``error``, and say so."""
-        _logger.warning(
-            f"{self.label}: a {record.kind} record at step {record.step} is refused "
-            f"({describe(error)}); it is kept in {self.file.refused_path}"
-        )
-        self.waiting.append((record, describe(error)))
-        self.write_refused()
-
-    def write_refused(self) -> None:
-        """Write the refused records that wait, in order, while the file can be written."""
-        while self.waiting and self.due() and self.write([self.waiting[0][0]], self.waiting[0][1]):
-            del self.waiting[0]
+    def add_refused(self, entries: list[tuple[str, str]]) -> None:
+        """Keep refused spool lines (each with its error) in ``<spool>.refused``, and say so."""
+        for line, reason in entries:
+            _logger.warning(f"{self.label}: a record is refused ({reason}); it is kept: {line}")
+        try:
+            self.file.add_refused([line for line, _ in entries])
+        except OSError as failure:
+            _logger.error(f"{self.label}: could not write {self.file.refused_path}: {failure}")  # noqa: TRY400
+        with self._counts:
+            self.refused += len(entries)
 
     def note_refused(self, result: ReplayResult) -> None:
         """Count and report the spooled records a replay moved to ``<spool>.refused``."""
@@ -147,33 +132,11 @@ class SpoolWriter:
                 f"kept in {result.refused_file}, the rest goes on"
             )
 
-    def write_last(self, records: list[Record], error: str | None = None) -> bool:
-        """Write ``records`` at close, without a later try: whether it could (if not, say so)."""
-        try:
-            self.write_or_raise(records, error)
-        except OSError as failure:
-            what, path = (
-                ("", self.file.path) if error is None else ("refused ", self.file.refused_path)
-            )
-            _logger.error(  # noqa: TRY400  (the records are lost: say how many, and why)
-                f"{self.label}: {len(records)} {what}records could not be written to {path} at "
-                f"close ({describe(failure)}) and are lost; make room on its file system before "
-                "a run ends"
-            )
-            return False
-        return True
-
     def write_failed_mark(self) -> None:
         """Append a record of no values whose target says the run failed, for its replay to end it so."""
         self.target = {**self.target, "failed": True}
         mark = Record(kind="scalars", step=None, time=time.time(), payload={"values": {}})
-        self.write_last([mark])
-
-    def write_refused_last(self) -> None:
-        """Write the refused records that wait, at close (see :meth:`write_last`)."""
-        for record, error in self.waiting:
-            self.write_last([record], error)
-        self.waiting = []
+        self.write([mark.materialize(self.media_dir)])
 
     def count(self) -> int:
         """How many of this run's records the spool holds (counted without parsing the lines)."""

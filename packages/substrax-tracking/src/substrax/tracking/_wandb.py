@@ -95,7 +95,7 @@ class WandbLogger(RemoteLogger):
         spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl``.
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
         connect_timeout: the most seconds construction waits for ``wandb.init``.
-        max_queue: the queue bound.
+        max_queue: records waiting past which the worker writes them to the spool at once.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log from every process.
         **init_options: passed to ``wandb.init`` (``mode``, ``group``, ``settings``...).
