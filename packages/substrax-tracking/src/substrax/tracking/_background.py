@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -15,33 +13,22 @@ from pathlib import Path
 
 from ._errors import SpoolNotFoundError
 from ._records import Record, Scalar, as_record, prefetch_scalars
-from ._replay import Failures, ReplayResult, deliver_in_memory, run_replay, target_key
+from ._replay import ReplayResult, run_replay
+from ._send import Failures, deliver_in_memory, describe_error, target_key
 from ._spool import Sink
-from ._spool_writer import Backoff, SpoolWriter, describe
+from ._spool_writer import Backoff, SpoolWriter, lower_priority
 
 
-__all__ = ["AsyncDelivery", "lower_priority"]
+__all__ = ["AsyncDelivery"]
 
 _logger = logging.getLogger(__name__)
 
 _CLOSE_GRACE = 0.5  # seconds past close's deadline for the threads to stop
 _PROBE_LINES = 1000  # spool lines a retry sends before it reads the whole spool
-_NICE = 10  # how much lower the threads' CPU priority is than the training threads'
 _LOCK_WAIT = 10.0  # the most seconds a send waits for another to let go of the spool
 # The targets of this process's open deliveries: a first send of a spool leaves their lines
 # (two loggers of one name in one directory share a spool file) to their own sender.
 _LIVE: set[str] = set()
-
-
-def lower_priority() -> None:
-    """Lower the calling thread's CPU priority (on Linux, where each thread has its own)."""
-    if sys.platform.startswith("linux"):
-        thread = threading.get_native_id()
-        try:
-            nice = os.getpriority(os.PRIO_PROCESS, thread)
-            os.setpriority(os.PRIO_PROCESS, thread, min(nice + _NICE, 19))  # 19: the lowest
-        except OSError as error:  # a sandbox that forbids it
-            _logger.debug("could not lower the delivery thread's priority: %s", error)
 
 
 @dataclass(eq=False)
@@ -98,12 +85,9 @@ class AsyncDelivery:
         self._key = target_key(target)
         _LIVE.add(self._key)
         self._backoff = Backoff(retry_initial, retry_max)  # the sink's
+        backoff = Backoff(retry_initial, retry_max)  # the spool's
         self._spool = SpoolWriter(
-            spool_path,
-            target,
-            media_dir=media_dir,
-            label=label,
-            backoff=Backoff(retry_initial, retry_max),
+            spool_path, target, media_dir=media_dir, label=label, backoff=backoff
         )
         self._queue: queue.SimpleQueue[Record | Scalar | _Control] = queue.SimpleQueue()
         self._wake = threading.Event()  # wakes the writer
@@ -195,11 +179,9 @@ class AsyncDelivery:
             self._spool.write_failed_mark()
         if stuck:
             why = f"close_timeout={timeout:g} s ran out while a backend call was still running"
-            self._spool.warn_left(why, left)
-        elif self._backoff.failing:
-            self._spool.warn_left("the backend is unreachable", left)
         else:
-            self._spool.warn_left("close_timeout ran out", left)
+            why = "the backend is unreachable" if self._backoff.failing else "close_timeout ran out"
+        self._spool.warn_left(why, left)
         return left
 
     def _control(self, kind: str) -> _Control:
@@ -227,8 +209,9 @@ class AsyncDelivery:
                 with contextlib.suppress(Exception):
                     if self._first("worker"):
                         _logger.warning(
-                            f"{self.label}: a delivery thread met an error ({describe(error)}); "
-                            "it goes on, and no record is dropped (this is reported once)",
+                            f"{self.label}: a delivery thread met an error "
+                            f"({describe_error(error)}); it goes on, and no record is dropped "
+                            "(this is reported once)",
                             exc_info=error,
                         )
                     else:
@@ -370,7 +353,7 @@ class AsyncDelivery:
         if self._first("backend"):
             path = self._spool.file.path
             _logger.warning(
-                f"{self.label} could not deliver ({describe(error)}); logging goes on, records "
+                f"{self.label} could not deliver ({describe_error(error)}); logging goes on, records "
                 f"are kept in {path} and retried (this is reported once); if they are still "
                 f"there when the run ends, send them with `python -m substrax.tracking replay "
                 f"{path}`"

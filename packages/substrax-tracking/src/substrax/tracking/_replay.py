@@ -3,46 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
 
 from substrax.support import check_seconds
 
-from ._errors import NotARecordError
-from ._records import Record, split_scalars
-from ._spool import Sink, SpoolFile, SpoolLine, build_sink, spool_line
+from ._send import Failures, Sending, describe_error
+from ._spool import Sink, SpoolFile
 
 
-__all__ = ["Failures", "ReplayResult", "describe_error", "is_permanent", "problems", "replay_spool"]
-__all__ += ["deliver_in_memory", "run_replay", "target_key"]
+__all__ = ["ReplayResult", "problems", "replay_spool", "run_replay"]
 
 _logger = logging.getLogger(__name__)
-
-_CHUNK = 1000
-type Failures = dict[str, tuple[Mapping[str, Any], BaseException]]  # by target_key
-
-
-def target_key(target: Mapping[str, Any]) -> str:
-    """The key that groups spool lines by their run (``json.dumps``, sorted, without ``failed``).
-
-    Example:
-        >>> from substrax.tracking._replay import target_key
-        >>> target_key({"run": "r1", "backend": "mlflow", "failed": True})
-        '{"backend": "mlflow", "run": "r1"}'
-    """
-    return json.dumps({k: v for k, v in target.items() if k != "failed"}, sort_keys=True)
-
-
-def describe_error(error: BaseException) -> str:
-    """``error`` as ``Type: message`` on one line (an SDK's message may span several)."""
-    return " ".join(f"{type(error).__name__}: {error}".split())
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,171 +67,6 @@ class ReplayResult:
         return shown + more + where
 
 
-class _Settled(BaseException):  # not an Exception: passes the handlers around backend calls
-    """The replay's result was taken (its time ran out): deliver nothing more."""
-
-
-class _Replay:
-    """Delivers spool lines target by target; :meth:`settle` fixes the result at any time.
-
-    Of a batch its backend refuses (``Sink.is_permanent``), the records are sent one at a time,
-    and of a refused record of several scalars, each scalar: only refused values are set aside.
-    """
-
-    def __init__(
-        self,
-        lines: list[SpoolLine],
-        sinks: Mapping[str, Sink],
-        *,
-        include_refused: bool,
-        only: str | None,
-        skip: frozenset[str] = frozenset(),
-    ) -> None:
-        self.data = {i: line.data for i, line in enumerate(lines) if line.data is not None}
-        self.delivered: set[int] = set()
-        self.refused: dict[int, list[tuple[str, str]]] = {}  # spool lines set aside, and why
-        self.bad = {i: line.reason for i, line in enumerate(lines) if line.data is None}
-        self._sinks = dict(sinks)
-        self._include_refused = include_refused
-        self._only = only
-        self._skip = skip
-        self._built: dict[str, Sink] = {}  # the sinks this replay made
-        self._failures: Failures = {}
-        # the runs a line of marks failed (the logger's run was marked failed): they end so
-        self._failed = {
-            target_key(d["target"]) for d in self.data.values() if d["target"].get("failed") is True
-        }
-        self._settled = False
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        """Deliver every line, then finish the runs of the sinks it made."""
-        failed: set[str] = set()
-        keyed = ((target_key(data["target"]), i) for i, data in self.data.items())
-        try:
-            for key, group in itertools.groupby(keyed, key=lambda pair: pair[0]):
-                if key not in failed | self._skip and self._only in (None, key):
-                    self._send(key, [i for _, i in group], failed)
-        except _Settled:
-            return
-        for key, sink in self._built.items():
-            if key not in failed:
-                try:
-                    if key in self._failed:
-                        cast("Any", sink).failed = True
-                    sink.finish()
-                except Exception as error:
-                    _logger.warning("could not finish the replayed run %s: %s", key, error)
-
-    def _send(self, key: str, indexes: list[int], failed: set[str]) -> None:
-        """Send one run of ``key``'s lines; a line spooled with an error was refused before."""
-        todo: list[int] = []
-        for i in indexes:
-            error = self.data[i].get("error")
-            if error is None or self._include_refused:
-                todo.append(i)
-            else:
-                self._note([i], refused=[(self.data[i]["record"], str(error))])
-        if not todo:
-            return
-        target = self.data[todo[0]]["target"]
-        try:
-            sink = self._sinks.get(key)
-            if sink is None:
-                try:
-                    sink = self._sinks[key] = build_sink(target)
-                except NotARecordError as error:  # a target its backend cannot use
-                    self._note(todo, bad=str(error))
-                    return
-                with self._lock:
-                    self._built[key] = sink
-            for start in range(0, len(todo), _CHUNK):
-                self._deliver(sink, todo[start : start + _CHUNK])
-        except Exception as error:
-            failed.add(key)
-            with self._lock:
-                self._failures[key] = (target, error)
-
-    def _deliver(self, sink: Sink, chunk: list[int]) -> None:
-        try:
-            sink.deliver([Record.from_json(self.data[i]["record"]) for i in chunk])
-        except Exception as error:
-            if not is_permanent(sink, error):
-                raise
-            if len(chunk) == 1:
-                self._refuse(sink, chunk[0], describe_error(error))
-            else:  # find the refused records: one at a time
-                for i in chunk:
-                    self._deliver(sink, [i])
-            return
-        self._note(chunk, delivered=True)
-
-    def _refuse(self, sink: Sink, index: int, error: str) -> None:
-        """Set a refused line aside; of several scalars, only those refused one at a time."""
-        record = self.data[index]["record"]
-        parts = split_scalars(Record.from_json(record))
-        refused: list[tuple[dict[str, Any], str]] = []
-        for part in parts:
-            try:
-                sink.deliver([part])
-            except Exception as failure:
-                if not is_permanent(sink, failure):
-                    raise
-                refused.append((part.to_json(), describe_error(failure)))
-        if len(refused) == len(parts):  # all of it (or a record of one part): the line as it is
-            self._note([index], refused=[(record, refused[0][1] if refused else error)])
-        else:
-            self._note([index], delivered=True, refused=refused)
-
-    def _note(
-        self,
-        indexes: Iterable[int],
-        *,
-        delivered: bool = False,
-        refused: Sequence[tuple[dict[str, Any], str]] = (),
-        bad: str | None = None,
-    ) -> None:
-        """Record what became of lines, unless the result was taken (then stop the replay)."""
-        with self._lock:
-            if self._settled:
-                raise _Settled
-            for i in indexes:
-                if delivered:
-                    self.delivered.add(i)
-                if refused:
-                    target = self.data[i]["target"]
-                    self.refused[i] = [
-                        (spool_line(target, record, error), error) for record, error in refused
-                    ]
-                if bad is not None:
-                    self.bad[i] = bad
-
-    def settle(self) -> Failures:
-        """Fix the result (lines delivered later stay in the spool); the failures so far."""
-        with self._lock:
-            self._settled = True
-            return dict(self._failures)
-
-
-def refused_record(error: BaseException) -> bool:
-    """Whether ``error`` is about the record sent, not the backend: no retry can deliver it.
-
-    A local file the record names that is gone (``FileNotFoundError``, ``NotADirectoryError``)
-    or a payload that lacks a key (a ``LookupError``: a damaged or unserializable record).
-    """
-    return isinstance(error, LookupError | FileNotFoundError | NotADirectoryError)
-
-
-def is_permanent(sink: Sink, error: BaseException) -> bool:
-    """Whether ``sink`` refused what it was sent for good (:func:`refused_record`, or its own say)."""
-    if refused_record(error):
-        return True
-    try:
-        return bool(sink.is_permanent(error))
-    except Exception:
-        return False
-
-
 def run_replay(
     spool: SpoolFile,
     *,
@@ -288,7 +99,7 @@ def run_replay(
         if include_refused:
             spool.restore_refused()
         lines = spool.read_lines(limit)
-        job = _Replay(lines, sinks or {}, include_refused=include_refused, only=only, skip=skip)
+        job = Sending(lines, sinks or {}, include_refused=include_refused, only=only, skip=skip)
         if timeout is None:
             job.run()
             timed_out = False
@@ -320,25 +131,6 @@ def run_replay(
         waited_for=waited_for,
     )
     return result, failures
-
-
-def deliver_in_memory(
-    records: Sequence[Record], target: Mapping[str, Any], sink: Sink
-) -> tuple[_Replay, BaseException | None]:
-    """Send materialized ``records`` of ``target`` to ``sink`` as a replay sends spool lines.
-
-    Returns:
-        the replay (its ``delivered`` and ``refused`` are indexes into ``records``) and the
-        error that stopped the rest (None: each record was delivered or refused).
-    """
-    lines = [
-        SpoolLine(i + 1, "", {"target": dict(target), "record": record.to_json()})
-        for i, record in enumerate(records)
-    ]
-    job = _Replay(lines, {target_key(target): sink}, include_refused=False, only=None)
-    job.run()
-    failures = job.settle()
-    return job, next(iter(failures.values()))[1] if failures else None
 
 
 def problems(

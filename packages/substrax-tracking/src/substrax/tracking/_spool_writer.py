@@ -1,8 +1,10 @@
-"""SpoolWriter: a run's writes to its spool file, which outlive a full disk, retried by a Backoff."""
+"""What the delivery threads use: SpoolWriter (a run's writes to its spool), Backoff, lower_priority."""
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -11,17 +13,26 @@ from typing import Any
 
 from ._records import Record
 from ._replay import ReplayResult
+from ._send import describe_error
 from ._spool import SpoolFile
 
 
-__all__ = ["Backoff", "SpoolWriter", "describe"]
+__all__ = ["Backoff", "SpoolWriter", "lower_priority"]
 
 _logger = logging.getLogger(__name__)
 
+_NICE = 10  # how much lower the threads' CPU priority is than the training threads'
 
-def describe(error: BaseException) -> str:
-    """``Type: message``, as errors are named in warnings and in ``<spool>.refused``."""
-    return f"{type(error).__name__}: {error}"
+
+def lower_priority() -> None:
+    """Lower the calling thread's CPU priority (on Linux, where each thread has its own)."""
+    if sys.platform.startswith("linux"):
+        thread = threading.get_native_id()
+        try:
+            nice = os.getpriority(os.PRIO_PROCESS, thread)
+            os.setpriority(os.PRIO_PROCESS, thread, min(nice + _NICE, 19))  # 19: the lowest
+        except OSError as error:  # a sandbox that forbids it
+            _logger.debug("could not lower the delivery thread's priority: %s", error)
 
 
 @dataclass
@@ -94,7 +105,7 @@ class SpoolWriter:
             if not self._warned:
                 self._warned = True
                 _logger.warning(
-                    f"{self.label} could not write {self.file.path} ({describe(failure)}); "
+                    f"{self.label} could not write {self.file.path} ({describe_error(failure)}); "
                     f"logging goes on: {len(records)} records and every later one wait in memory, "
                     "in order, and are delivered or written once there is room (this is reported "
                     "once; a crash before then loses them)"
