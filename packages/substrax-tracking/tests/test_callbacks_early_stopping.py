@@ -1,4 +1,6 @@
+import json
 import math
+import re
 
 import pytest
 
@@ -9,7 +11,9 @@ from substrax.callbacks import (
     EarlyStoppingConfig,
     MissingMetricError,
     Mode,
+    MonitorMismatchError,
     PlateauMode,
+    ReduceLROnPlateauCallback,
 )
 from substrax.support import Mode as SupportMode
 
@@ -228,3 +232,121 @@ def test_verbose_logs_the_reason(caplog):
     with caplog.at_level("INFO", logger="substrax.callbacks"):
         run(callback, [1.0, 2.0])
     assert "early stopping at epoch 1" in caplog.text
+
+
+def _plateau(monitor="loss", mode="min"):
+    return ReduceLROnPlateauCallback(monitor=monitor, mode=mode, factor=0.5, patience=1)
+
+
+def _stopper(monitor="loss", mode="min"):
+    return EarlyStoppingCallback(EarlyStoppingConfig(monitor=monitor, mode=mode, patience=2))
+
+
+TRACKER = {"best": 1.0, "num_bad_epochs": 0}
+PLATEAU = {"tracker": TRACKER, "scale": 0.5, "cooldown_left": 0, "base_lr": None}
+STOPPER = {"stopper": TRACKER, "stopped_epoch": None}
+
+
+@pytest.mark.parametrize(
+    ("make", "state", "named"),
+    [
+        (BestMetricTracker, {"best": math.nan, "num_bad_epochs": 0}, "best=nan"),
+        (BestMetricTracker, {"best": "0.3", "num_bad_epochs": 0}, "best='0.3'"),
+        (BestMetricTracker, {"best": 1.0, "num_bad_epochs": -3}, "num_bad_epochs=-3"),
+        (BestMetricTracker, {"best": 1.0, "num_bad_epochs": 1.5}, "num_bad_epochs=1.5"),
+        (BestMetricTracker, {"best": 1.0, "num_bad_epochs": True}, "num_bad_epochs=True"),
+        (_stopper, {**STOPPER, "stopped_epoch": -5}, "stopped_epoch=-5"),
+        (_stopper, {**STOPPER, "stopped_epoch": "3"}, "stopped_epoch='3'"),
+        (_stopper, {**STOPPER, "stopped_epoch": 2, "stop_reason": 5}, "stop_reason=5"),
+        (_stopper, {**STOPPER, "stop_reason": "patience"}, "stop_reason='patience'"),
+        (_stopper, {**STOPPER, "stopper": {"best": math.nan, "num_bad_epochs": 0}}, "best=nan"),
+        (_plateau, {**PLATEAU, "scale": 5.0}, "scale=5.0"),
+        (_plateau, {**PLATEAU, "scale": math.nan}, "scale=nan"),
+        (_plateau, {**PLATEAU, "cooldown_left": -1}, "cooldown_left=-1"),
+        (_plateau, {**PLATEAU, "base_lr": math.inf}, "base_lr=inf"),
+        (_plateau, {**PLATEAU, "tracker": {"best": 1.0, "num_bad_epochs": -1}}, "num_bad_epochs"),
+    ],
+)
+def test_a_malformed_state_is_refused_naming_the_field_and_value(make, state, named):
+    """Hostile finding: set_state took a negative count, a NaN best or a scale of 5 silently."""
+    callback = make()
+    before = callback.get_state()
+    with pytest.raises(ValueError, match=re.escape(named)):
+        callback.set_state(state)
+    assert callback.get_state() == before  # nothing restored halfway
+
+
+@pytest.mark.parametrize("make", [BestMetricTracker, _stopper, _plateau])
+@pytest.mark.parametrize("state", [None, [1.0, 0], "state"])
+def test_a_state_that_is_not_a_dict_is_refused_naming_it(make, state):
+    with pytest.raises(TypeError, match="must be a dict from get_state"):
+        make().set_state(state)
+
+
+@pytest.mark.parametrize("make", [_stopper, _plateau])
+@pytest.mark.parametrize(
+    ("monitor", "mode", "differs"),
+    [("acc", "min", "another monitor"), ("loss", "max", "another mode"), ("acc", "max", "and")],
+)
+def test_a_state_saved_for_another_monitor_or_mode_is_refused_saying_which(
+    make, monitor, mode, differs
+):
+    state = make().get_state()
+    with pytest.raises(MonitorMismatchError, match=differs) as info:
+        make(monitor, mode).set_state(state)
+    assert info.value.saved == ("loss", "min")
+    assert info.value.configured == (monitor, mode)
+
+
+def test_a_plateau_state_without_monitor_and_mode_is_still_restored():
+    saved = plateau_run([1.0, 1.0, 1.0])
+    state = {k: v for k, v in saved.get_state().items() if k not in ("monitor", "mode")}
+    restored = _plateau()
+    restored.set_state(state)
+    assert restored.scale == saved.scale == 0.25
+
+
+def plateau_run(values):
+    callback = _plateau()
+    for epoch, value in enumerate(values):
+        callback.on_epoch_end(None, epoch, {"loss": value})
+    return callback
+
+
+def _patience(mode="min"):
+    return EarlyStopping(patience=2, mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+@pytest.mark.parametrize("make", [BestMetricTracker, _patience, _stopper, _plateau])
+def test_every_state_is_strict_json_and_round_trips_through_it(make, mode):
+    """Hostile finding: a fresh tracker's best is inf, which strict JSON cannot hold."""
+    for values in ([], [1.0, 2.0]):
+        saved = make(mode=mode)
+        for epoch, value in enumerate(values):
+            if isinstance(saved, BestMetricTracker):
+                saved.register(value)
+            else:
+                saved.on_epoch_end(None, epoch, {"loss": value})
+        restored = make(mode=mode)
+        restored.set_state(json.loads(json.dumps(saved.get_state(), allow_nan=False)))
+        assert restored.get_state() == saved.get_state()
+        if isinstance(saved, BestMetricTracker):
+            assert restored.best == saved.best  # inf or -inf before the first value, as saved
+
+
+def test_a_tracker_takes_none_and_an_infinite_best_as_no_best_yet():
+    for best, mode, restored in [
+        (None, "min", math.inf),
+        (None, "max", -math.inf),
+        (math.inf, "min", math.inf),
+        (-math.inf, "min", -math.inf),
+    ]:
+        tracker = BestMetricTracker(mode=mode)
+        tracker.set_state({"best": best, "num_bad_epochs": 0})
+        assert tracker.best == restored
+    diverged = BestMetricTracker(mode="min")
+    diverged.register(-math.inf)  # a best of -inf is written finite and read back as -inf
+    tracker = BestMetricTracker(mode="min")
+    tracker.set_state(json.loads(json.dumps(diverged.get_state(), allow_nan=False)))
+    assert tracker.best == -math.inf

@@ -1,5 +1,6 @@
 import io
 import math
+import re
 import statistics
 
 import pytest
@@ -228,3 +229,63 @@ def test_plateau_refuses_a_monitored_value_that_is_not_one_number(value):
 def test_plateau_refuses_a_monitor_that_is_not_a_name(monitor):
     with pytest.raises(ValueError, match="must be a non-empty metric name"):
         ReduceLROnPlateauCallback(monitor=monitor)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"min_std_fraction": math.inf}, "min_std_fraction=inf"),
+        ({"min_std_fraction": math.nan}, "min_std_fraction=nan"),
+        ({"min_std_fraction": -0.5}, "min_std_fraction=-0.5"),
+        ({"threshold": math.nan}, "threshold=nan"),
+        ({"threshold": math.inf}, "threshold=inf"),
+        ({"monitor": ""}, "monitor=''"),
+    ],
+)
+def test_loss_spike_detector_refuses_a_non_finite_or_negative_option_naming_it(options, named):
+    """Hostile finding: min_std_fraction=inf or nan was taken, and no spike was ever flagged."""
+    with pytest.raises(ValueError, match=re.escape(named)):
+        LossSpikeDetector(**options)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [({"min_std_fraction": "0.1"}, "min_std_fraction"), ({"on_spike": 5}, "on_spike=5")],
+)
+def test_loss_spike_detector_refuses_an_option_of_the_wrong_type(options, named):
+    with pytest.raises(TypeError, match=named):
+        LossSpikeDetector(**options)
+
+
+def test_a_second_run_starts_a_fresh_bar_and_leaves_the_first_as_it_was():
+    """Hostile finding: a second on_train_begin added a bar beside the first run's finished one,
+    which was drawn again (a stale, duplicated bar), and the step count went on from the first."""
+    from rich.console import Console
+
+    out = io.StringIO()
+    progress = ProgressCallback(total_steps=3, console=Console(file=out, width=140))
+    for steps in (3, 1):
+        progress.on_train_begin(None)
+        for step in range(steps):
+            progress.on_batch_end(None, step, {"loss": 0.5})
+        progress.on_train_end(None)
+        assert progress.steps == steps
+    lines = out.getvalue().splitlines()
+    assert [line.split()[2] for line in lines] == ["3/3", "1/3"]  # no stale bar drawn again
+
+
+def test_a_run_that_never_ended_has_its_bar_closed_by_the_next_run():
+    from rich.console import Console
+
+    out = io.StringIO()
+    progress = ProgressCallback(total_steps=3, console=Console(file=out, width=140))
+    progress.on_train_begin(None)
+    progress.on_batch_end(None, 0, {"loss": 0.5})  # the run raises here, before on_train_end
+    progress.on_train_begin(None)
+    for step in range(2):
+        progress.on_batch_end(None, step, {"loss": 0.25})
+    progress.on_train_end(None)
+    lines = out.getvalue().splitlines()
+    assert [line.split()[2] for line in lines] == ["1/3", "2/3"]
+    assert progress.latest == {"loss": 0.25}
+    assert progress.steps == 2

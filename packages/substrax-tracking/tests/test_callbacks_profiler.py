@@ -131,3 +131,37 @@ raise SystemExit("the loop died inside the window")
     assert result.returncode == 1, result.stderr[-2000:]
     assert "the loop died inside the window" in result.stderr
     _assert_a_readable_trace(tmp_path / "profile")
+
+
+@pytest.mark.parametrize("below", [False, True], ids=["the_file", "a_folder_in_it"])
+def test_a_log_dir_that_is_a_file_is_refused_at_construction(tmp_path, below):
+    """Hostile finding: a log_dir naming a file was taken, and failed (FileExistsError) only
+    when the window started, in the middle of the run."""
+    (tmp_path / "trace").write_text("not a folder")
+    log_dir = tmp_path / "trace" / "profile" if below else tmp_path / "trace"
+    with pytest.raises(ValueError, match=r"must be a directory.*'.*trace' is a file"):
+        ProfilerWindow(start_step=0, num_steps=1, log_dir=log_dir)
+
+
+@pytest.mark.parametrize("begin_hooks", [True, False], ids=["batch_begin", "batch_end_only"])
+def test_a_window_already_past_at_the_first_step_is_warned_about_once(
+    tmp_path, caplog, begin_hooks
+):
+    """Hostile finding: a resumed run that starts after the window traced nothing, silently."""
+    window = ProfilerWindow(start_step=2, num_steps=2, log_dir=tmp_path / "profile")
+    x = jnp.ones((8, 8))
+    with caplog.at_level("WARNING", logger="substrax.callbacks"):
+        window.on_train_begin(None)
+        for step in range(100, 104):  # resumed at step 100
+            if begin_hooks:
+                window.on_batch_begin(None, step)
+            x = _step(x)
+            window.on_batch_end(None, step, {"loss": x[0, 0]})
+        window.on_train_end(None)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings == [
+        "ProfilerWindow skips steps 2-3, already past at step 100 (a resumed run?): nothing is "
+        "traced; choose a window after the run's first step"
+    ]
+    assert window.done
+    assert not (tmp_path / "profile").exists()

@@ -47,12 +47,7 @@ class CallbackList:
             self.add(callback)
 
     def add(self, callback: TrainingCallback) -> None:
-        """Append ``callback``; its hooks run after those already in the list.
-
-        Raises:
-            TypeError: ``callback`` lacks the hooks of a :class:`TrainingCallback` (subclass
-                :class:`BaseCallback` to get them all).
-        """
+        """Append ``callback`` (its hooks run last); a TypeError if it lacks a hook."""
         if not isinstance(callback, TrainingCallback):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
                 f"CallbackList takes callbacks with every TrainingCallback hook, got "
@@ -62,11 +57,7 @@ class CallbackList:
         self._callbacks.append(callback)
 
     def remove(self, callback: TrainingCallback) -> None:
-        """Remove ``callback``.
-
-        Raises:
-            ValueError: ``callback`` is not in the list.
-        """
+        """Remove ``callback``; a ValueError if it is not in the list."""
         try:
             self._callbacks.remove(callback)
         except ValueError:
@@ -120,11 +111,7 @@ class CallbackList:
         self._each("on_validation_end", trainer, logs)
 
     def _each(self, hook: str, *args: object, every: bool = False) -> None:
-        """Call ``hook`` on each callback in order; an error names the callback that raised it.
-
-        Without ``every`` the first error ends the hook; with it, the rest still run and the
-        first error is raised after them.
-        """
+        """Call ``hook`` on each callback, naming one that raised; ``every`` goes on past errors."""
         first: Exception | None = None
         for index, callback in enumerate(tuple(self._callbacks)):
             try:

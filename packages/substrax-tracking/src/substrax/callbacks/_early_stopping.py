@@ -9,13 +9,13 @@ from typing import Any
 
 from substrax.support import Mode, check_float, check_int, check_mode
 
-from ._errors import MissingMetricError, MonitorMismatchError
-from ._metrics import metric_value
+from ._metrics import check_monitor, metric_value, monitored
 from ._protocol import BaseCallback, Logs
-from ._tracker import EarlyStopping, check_state_keys
+from ._tracker import EarlyStopping, check_monitor_state, check_state, state_number
 
 
 _logger = logging.getLogger(__name__)
+_WHO = "EarlyStoppingCallback"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,9 +55,7 @@ class EarlyStoppingConfig:
     verbose: bool = False
 
     def __post_init__(self) -> None:
-        monitor: object = self.monitor
-        if not isinstance(monitor, str) or not monitor:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f"monitor={self.monitor!r} must be a non-empty metric name")
+        check_monitor(self.monitor)
         check_int("patience", self.patience, minimum=1)
         check_float("min_delta", self.min_delta, minimum=0)
         object.__setattr__(self, "mode", check_mode("mode", self.mode))
@@ -145,15 +143,9 @@ class EarlyStoppingCallback(BaseCallback):
 
     def _check(self, epoch: int, logs: Logs, hook: str) -> None:
         monitor = self._config.monitor
-        if monitor not in logs:
-            if self._config.strict:
-                raise MissingMetricError(monitor, tuple(logs), hook)
+        if not monitored(monitor, logs, hook, strict=self._config.strict) or self.should_stop:
             return
-        if self.should_stop:
-            return
-        self._stop_reason = self._reason(
-            metric_value(monitor, logs[monitor], who="EarlyStoppingCallback")
-        )
+        self._stop_reason = self._reason(metric_value(monitor, logs[monitor], who=_WHO))
         if self._stop_reason is not None:
             self._stopped_epoch = epoch
             if self._config.verbose:
@@ -179,7 +171,7 @@ class EarlyStoppingCallback(BaseCallback):
         return None
 
     def get_state(self) -> dict[str, Any]:
-        """The state to checkpoint: ``{"stopper", "stopped_epoch", "stop_reason", "monitor", "mode"}``."""
+        """The state to checkpoint, strict JSON: ``{"stopper", "stopped_epoch", "stop_reason", "monitor", "mode"}``."""
         return {
             "stopper": self._stopper.get_state(),
             "stopped_epoch": self._stopped_epoch,
@@ -192,19 +184,24 @@ class EarlyStoppingCallback(BaseCallback):
         """Restore a state from :meth:`get_state` (``stop_reason``, ``monitor``, ``mode`` may be absent).
 
         Raises:
-            ValueError: keys are missing or unknown.
+            ValueError: a key is missing or unknown, or a value is malformed (the message names it).
             MonitorMismatchError: the state was saved for another monitor or mode.
         """
         optional = ("stop_reason", "monitor", "mode")
-        check_state_keys(type(self).__name__, state, {"stopper", "stopped_epoch"}, optional)
-        configured = (self._config.monitor, self._config.mode.value)
-        saved = (str(state.get("monitor", configured[0])), str(state.get("mode", configured[1])))
-        if saved != configured:
-            raise MonitorMismatchError(saved, configured)
-        self._stopper.set_state(state["stopper"])
-        stopped = state["stopped_epoch"]
-        self._stopped_epoch = None if stopped is None else int(stopped)
-        reason = state.get("stop_reason")
-        if reason is None and self._stopped_epoch is not None:
+        checked = check_state(_WHO, state, {"stopper", "stopped_epoch"}, optional)
+        check_monitor_state(checked, self._config.monitor, self._config.mode)
+        wanted = "None or an integer >= 0"
+        stopped = state_number(
+            _WHO, checked, "stopped_epoch", wanted, integer=True, low=0, none=True
+        )
+        reason = checked.get("stop_reason")
+        if not isinstance(reason, str | None) or (reason is not None and stopped is None):
+            raise ValueError(
+                f"{_WHO} state holds stop_reason={reason!r:.80} with stopped_epoch={stopped}; "
+                "a reason is None or a string, given only with the epoch it stopped at"
+            )
+        self._stopper.set_state(checked["stopper"])
+        self._stopped_epoch = stopped
+        if reason is None and stopped is not None:
             reason = "restored from a state saved after stopping"
         self._stop_reason = reason

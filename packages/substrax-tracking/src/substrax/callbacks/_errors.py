@@ -74,7 +74,7 @@ class MetricValueError(_CallbackError, TypeError):
 
 
 class MonitorMismatchError(_CallbackError, ValueError):
-    """A saved early-stopping state was recorded for another ``(monitor, mode)`` than this one's.
+    """A saved callback state was recorded for another ``(monitor, mode)`` than this callback's.
 
     Example:
         >>> from substrax.callbacks import MonitorMismatchError
@@ -82,14 +82,18 @@ class MonitorMismatchError(_CallbackError, ValueError):
         ('val_loss', 'min')
     """
 
-    template = (
-        "the saved early-stopping state tracks {saved[0]!r} ({saved[1]}), but this callback "
-        "watches {configured[0]!r} ({configured[1]}); its best value and patience count "
-        "mean nothing here: restore it into a callback with the same monitor and mode, or "
-        "start this callback fresh (leave its state out of the restore)"
-    )
     saved: tuple[str, str]
     configured: tuple[str, str]
+
+    def _message(self) -> str:
+        pairs = zip(("monitor", "mode"), self.saved, self.configured, strict=True)
+        differs = " and ".join(name for name, saved, configured in pairs if saved != configured)
+        return (
+            f"the saved state tracks {self.saved[0]!r} ({self.saved[1]}), but this callback "
+            f"watches {self.configured[0]!r} ({self.configured[1]}): another {differs}. Its best "
+            "value and patience count mean nothing here: restore it into a callback with the "
+            "same monitor and mode, or start this callback fresh (leave its state out)"
+        )
 
 
 class CostAnalysisError(_CallbackError, LookupError):

@@ -11,11 +11,12 @@ from typing import Any
 
 from substrax.support import check_float, check_int, is_device_array
 
-from ._metrics import check_metric, kept_alive, metric_value, warn_missing_metric
+from ._metrics import check_metric, check_monitor, kept_alive, metric_value, warn_missing_metric
 from ._protocol import BaseCallback, Logs
 
 
 _logger = logging.getLogger(__name__)
+_WHO = "LossSpikeDetector"
 _MIN_WINDOW = 2
 _RESOLUTION = 2.0**-23
 """float32's resolution at 1.0: a deviation below it is rounding, never a spike."""
@@ -39,10 +40,7 @@ class LossSpike:
 
 
 def _mean_std(values: deque[float]) -> tuple[float, float]:
-    """The mean and population standard deviation of ``values`` (NaN and 0 when empty).
-
-    ``math.hypot`` scales: a diverged float64 loss (1e170) does not overflow as squares would.
-    """
+    """The mean and population deviation (NaN and 0 if empty); hypot does not overflow at 1e170."""
     if not values:
         return math.nan, 0.0
     mean = math.fsum(values) / len(values)
@@ -65,10 +63,14 @@ class LossSpikeDetector(BaseCallback):
         window: how many recent values to compare with (>= 2).
         threshold: the number of standard deviations that counts as a spike (> 0).
         warmup: values to see before flagging (>= 2, <= window).
-        min_std_fraction: a floor on the deviation, as a fraction of the mean's magnitude,
+        min_std_fraction: a floor on the deviation, as a fraction of the mean's magnitude (>= 0),
             so that a perfectly flat loss does not flag tiny wiggles.
         max_spikes: spikes after which ``should_stop`` is true; None never.
         on_spike: called with each :class:`LossSpike`.
+
+    Raises:
+        ValueError: a number is out of its range, infinite or NaN; the message names it.
+        TypeError: a number has the wrong type, or ``on_spike`` is not callable.
 
     Example:
         >>> from substrax.callbacks import LossSpikeDetector
@@ -94,13 +96,14 @@ class LossSpikeDetector(BaseCallback):
         check_int("warmup", warmup, minimum=_MIN_WINDOW)
         if warmup > window:
             raise ValueError(f"warmup={warmup!r} must be at most window={window}")
-        check_float("threshold", threshold, minimum=0, exclusive_minimum=True)
         if max_spikes is not None:
             check_int("max_spikes", max_spikes, minimum=1)
-        self.monitor = monitor
-        self.threshold = float(threshold)
+        if on_spike is not None and not callable(on_spike):
+            raise TypeError(f"on_spike={on_spike!r} must be a function taking a LossSpike")
+        self.monitor = check_monitor(monitor)
+        self.threshold = check_float("threshold", threshold, minimum=0, exclusive_minimum=True)
         self.warmup = warmup
-        self.min_std_fraction = float(min_std_fraction)
+        self.min_std_fraction = check_float("min_std_fraction", min_std_fraction, minimum=0)
         self.max_spikes = max_spikes
         self.on_spike = on_spike
         self.spikes: list[LossSpike] = []
@@ -108,7 +111,7 @@ class LossSpikeDetector(BaseCallback):
         self._streak: list[float] = []  # the finite spikes in a row
         self._seen = False
         self._pending: tuple[int, Any] | None = None  # (batch, a jax array) to decide next
-        self._warned = False  # that the logs lack the monitor
+        self._warned = False  # of logs without the monitor
         self._warned_deleted: set[str] = set()
 
     @property
@@ -126,11 +129,11 @@ class LossSpikeDetector(BaseCallback):
         if self.monitor not in logs:
             if not (self._seen or self._warned):
                 self._warned = True
-                warn_missing_metric("LossSpikeDetector", self.monitor, logs)
+                warn_missing_metric(_WHO, self.monitor, logs)
             return
         self._seen = True
         value = logs[self.monitor]
-        check_metric(self.monitor, value, who="LossSpikeDetector")
+        check_metric(self.monitor, value, who=_WHO)
         if is_device_array(value):
             self._pending = (batch, value)  # this step may still run
         else:
@@ -140,7 +143,7 @@ class LossSpikeDetector(BaseCallback):
         """Decide the value kept from the last step now (this waits for that step)."""
         if self._pending is not None:
             (batch, value), self._pending = self._pending, None  # once, even if reading raises
-            if kept_alive("LossSpikeDetector", self.monitor, batch, value, self._warned_deleted):
+            if kept_alive(_WHO, self.monitor, batch, value, self._warned_deleted):
                 self._decide(batch, value)
 
     def on_train_begin(self, _trainer: object, /) -> None:
@@ -160,7 +163,7 @@ class LossSpikeDetector(BaseCallback):
         self.flush()
 
     def _decide(self, batch: int, logged: object) -> None:
-        value = metric_value(self.monitor, logged, who="LossSpikeDetector")
+        value = metric_value(self.monitor, logged, who=_WHO)
         mean, std = _mean_std(self._recent)
         floor = self.min_std_fraction * abs(mean) if math.isfinite(mean) else 0.0
         if math.isfinite(value) and not (

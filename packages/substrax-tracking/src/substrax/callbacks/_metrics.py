@@ -1,4 +1,4 @@
-"""Reading a logged metric: one number, or an error naming it; a jax array kept to read later.
+"""Reading a watched metric: one number, or an error naming it; a jax array kept to read later.
 
 A metric logged as a jax array may still be computing, and ``float`` on it waits for its step;
 the callbacks check it from its type and shape alone and read it one step later.
@@ -11,29 +11,35 @@ from collections.abc import Collection
 
 from substrax.support import is_device_array
 
-from ._errors import MetricValueError
+from ._errors import MetricValueError, MissingMetricError
+from ._protocol import Logs
 
 
 _logger = logging.getLogger(__name__)
 
 
-def check_metric(name: str, value: object, *, who: str) -> None:
-    """Refuse ``value`` unless it may be one number, from its type and shape alone (no wait).
+def check_monitor(monitor: object) -> str:
+    """``monitor`` if it is a non-empty metric name, else a ValueError."""
+    if not isinstance(monitor, str) or not monitor:
+        raise ValueError(f"monitor={monitor!r} must be a non-empty metric name")
+    return monitor
 
-    Raises:
-        MetricValueError: ``value`` is None, a string, or has a shape other than ``()``.
-    """
-    shape = getattr(value, "shape", ())
-    if value is None or isinstance(value, (str, bytes)) or shape != ():
+
+def monitored(monitor: str, logs: Logs, hook: str, *, strict: bool) -> bool:
+    """Whether ``logs`` hold ``monitor``; if not and ``strict``, a :class:`MissingMetricError`."""
+    if monitor not in logs and strict:
+        raise MissingMetricError(monitor, tuple(logs), hook)
+    return monitor in logs
+
+
+def check_metric(name: str, value: object, *, who: str) -> None:
+    """Refuse (MetricValueError) a ``value`` that cannot be one number, from its type and shape."""
+    if value is None or isinstance(value, (str, bytes)) or getattr(value, "shape", ()) != ():
         raise MetricValueError(name, value, who=who)
 
 
 def metric_value(name: str, value: object, *, who: str) -> float:
-    """``value`` as a float (a jax array is read from the device, waiting for its step).
-
-    Raises:
-        MetricValueError: ``value`` is not one number; the message names the metric and ``who``.
-    """
+    """``value`` as a float (a jax array waits for its step), or a MetricValueError."""
     check_metric(name, value, who=who)
     try:
         return float(value)  # pyright: ignore[reportArgumentType]
@@ -42,11 +48,7 @@ def metric_value(name: str, value: object, *, who: str) -> float:
 
 
 def kept_alive(who: str, metric: str, batch: int, value: object, warned: set[str]) -> bool:
-    """Whether a value kept from step ``batch`` is still readable.
-
-    A jax array deleted since (donated to a later call) is not: the first time per metric in
-    ``warned``, that is logged as a warning.
-    """
+    """Whether a value kept from step ``batch`` is readable (not donated); warns once per metric."""
     if not (is_device_array(value) and value.is_deleted()):  # pyright: ignore[reportAttributeAccessIssue]
         return True
     if metric not in warned:

@@ -11,10 +11,10 @@ from typing import Any
 
 from substrax.support import Mode, check_float, check_int
 
-from ._errors import MissingMetricError, NoLearningRateFoundError
-from ._metrics import metric_value
+from ._errors import NoLearningRateFoundError
+from ._metrics import check_monitor, metric_value, monitored
 from ._protocol import BaseCallback, Logs
-from ._tracker import BestMetricTracker, check_state_keys
+from ._tracker import LARGEST, BestMetricTracker, check_monitor_state, check_state, state_number
 
 
 _logger = logging.getLogger(__name__)
@@ -92,10 +92,8 @@ class ReduceLROnPlateauCallback(BaseCallback):
         )
         check_int("patience", patience, minimum=1)
         check_int("cooldown", cooldown, minimum=0)
-        if not isinstance(monitor, str) or not monitor:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise ValueError(f"monitor={monitor!r} must be a non-empty metric name")
         check_float("min_scale", min_scale, minimum=0, maximum=1)
-        self.monitor = monitor
+        self.monitor = check_monitor(monitor)
         self.factor = float(factor)
         self.patience = patience
         self.cooldown = cooldown
@@ -115,9 +113,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
 
     def on_epoch_end(self, trainer: object, epoch: int, logs: Logs, /) -> None:
         """Register the metric, reduce the scale on a plateau, and write it into the optimizer."""
-        if self.monitor not in logs:
-            if self.strict:
-                raise MissingMetricError(self.monitor, tuple(logs), "on_epoch_end")
+        if not monitored(self.monitor, logs, "on_epoch_end", strict=self.strict):
             return
         value = metric_value(self.monitor, logs[self.monitor], who=type(self).__name__)
         self._tracker.register(value)
@@ -185,24 +181,33 @@ class ReduceLROnPlateauCallback(BaseCallback):
         return result
 
     def get_state(self) -> dict[str, Any]:
-        """The state to checkpoint."""
+        """The state to checkpoint, strict JSON."""
         return {
             "tracker": self._tracker.get_state(),
             "scale": self._scale,
             "cooldown_left": self._cooldown_left,
             "base_lr": self._base_lr,
+            "monitor": self.monitor,
+            "mode": self._tracker.mode.value,
         }
 
     def set_state(self, state: dict[str, Any], /) -> None:
-        """Restore a state from :meth:`get_state`.
+        """Restore a state from :meth:`get_state` (``monitor`` and ``mode`` may be absent).
 
         Raises:
-            ValueError: keys are missing or unknown.
+            ValueError: a key is missing or unknown, or a value is malformed (the message names it).
+            MonitorMismatchError: the state was saved for another monitor or mode.
         """
-        check_state_keys(
-            type(self).__name__, state, {"tracker", "scale", "cooldown_left", "base_lr"}
+        who, required = type(self).__name__, {"tracker", "scale", "cooldown_left", "base_lr"}
+        checked = check_state(who, state, required, ("monitor", "mode"))
+        check_monitor_state(checked, self.monitor, self._tracker.mode)
+        scale = state_number(who, checked, "scale", "a number in [0, 1]", low=0, high=1)
+        cooldown = state_number(
+            who, checked, "cooldown_left", "an integer >= 0", integer=True, low=0
         )
-        self._tracker.set_state(state["tracker"])
-        self._scale = float(state["scale"])
-        self._cooldown_left = int(state["cooldown_left"])
-        self._base_lr = None if state["base_lr"] is None else float(state["base_lr"])
+        wanted = "None or a finite number"
+        base_lr = state_number(
+            who, checked, "base_lr", wanted, low=-LARGEST, high=LARGEST, none=True
+        )
+        self._tracker.set_state(checked["tracker"])
+        self._scale, self._cooldown_left, self._base_lr = scale, cooldown, base_lr

@@ -21,14 +21,17 @@ class ProfilerWindow(BaseCallback, Closeable):
     is computed, into ``log_dir/plugins/profile/<run>/`` (``*.xplane.pb`` for TensorBoard or
     ``xprof``; ``perfetto_trace.json.gz`` with ``perfetto=True``). A run that ends or raises
     inside the window keeps the steps traced so far: ``on_train_end``, leaving a ``with`` block
-    or the interpreter's exit stops the trace. A trace already running is left alone, with a
-    warning.
+    or the interpreter's exit stops the trace. A trace already running is left alone, and a
+    window already past at the first step seen (a resumed run) is skipped, each with a warning.
 
     Args:
         start_step: the first traced step (the ``batch`` index the loop passes), >= 0.
         num_steps: how many steps to trace, >= 1.
         log_dir: where the trace goes, e.g. the run's output directory / ``"profile"``.
         perfetto: also write a Perfetto trace.
+
+    Raises:
+        ValueError: ``log_dir`` (or a folder above it) is an existing file.
 
     Example:
         >>> import tempfile
@@ -51,6 +54,12 @@ class ProfilerWindow(BaseCallback, Closeable):
         self.start_step = check_int("start_step", start_step, minimum=0)
         self.num_steps = check_int("num_steps", num_steps, minimum=1)
         self.log_dir = Path(log_dir)
+        paths = (self.log_dir, *self.log_dir.parents)
+        if file := next((path for path in paths if path.exists() and not path.is_dir()), None):
+            raise ValueError(
+                f"log_dir={str(log_dir)!r} must be a directory for the trace, but "
+                f"{str(file)!r} is a file"
+            )
         self.perfetto = perfetto
         self._tracing = False
         self._done = False
@@ -79,6 +88,7 @@ class ProfilerWindow(BaseCallback, Closeable):
         """Start the trace before the window's first step."""
         if self.start_step <= batch <= self.last_step:
             self._start()
+        self._skip_past(batch)
 
     def on_batch_end(self, _trainer: object, batch: int, logs: Logs, /) -> None:
         """Stop the trace once the window's last step is computed; start it for the next step."""
@@ -86,6 +96,7 @@ class ProfilerWindow(BaseCallback, Closeable):
             self._stop(logs)
         elif batch + 1 == self.start_step:
             self._start()
+        self._skip_past(batch)
 
     def on_train_end(self, _trainer: object, /) -> None:
         """Stop a trace the run ended inside of."""
@@ -117,6 +128,17 @@ class ProfilerWindow(BaseCallback, Closeable):
         self._tracing = True
         atexit.register(self.close)
         _logger.info("profiling steps %d-%d into %s", self.start_step, self.last_step, self.log_dir)
+
+    def _skip_past(self, batch: int) -> None:
+        if batch > self.last_step and not (self._done or self._tracing):
+            self._done = True
+            _logger.warning(
+                "ProfilerWindow skips steps %d-%d, already past at step %d (a resumed run?): "
+                "nothing is traced; choose a window after the run's first step",
+                self.start_step,
+                self.last_step,
+                batch,
+            )
 
     def _stop(self, logs: Logs) -> None:
         import jax  # noqa: PLC0415  (only reached after a trace started, with jax loaded)

@@ -25,7 +25,8 @@ class ProgressCallback(BaseCallback):
     and the latest values of ``metrics``. A batch end redraws it at most 10 times a second, and
     otherwise only counts. A jax array is read at a later redraw, once a later step is
     dispatched, so the bar never waits for a step; a kept array deleted before it is read
-    (donated) is skipped, with one warning. ``on_train_end`` draws the last values.
+    (donated) is skipped, with one warning. ``on_train_end`` draws the last values; a later
+    ``on_train_begin`` (another run) starts a fresh bar, ``steps`` and :attr:`latest` anew.
 
     Args:
         total_steps: the number of steps, for the bar and the ETA; None for an open-ended bar.
@@ -69,7 +70,6 @@ class ProgressCallback(BaseCallback):
             if not isinstance(name, str) or not name:  # pyright: ignore[reportUnnecessaryIsInstance]
                 raise TypeError(f"metrics={metrics!r} must be metric names (strings); got {name!r}")
         self._checked = False
-        self.steps = 0
         self._description = description
         self._progress = rich_progress.Progress(
             rich_progress.TextColumn("[bold]{task.description}"),
@@ -83,11 +83,8 @@ class ProgressCallback(BaseCallback):
             transient=False,
         )
         self._task: Any = None  # a rich TaskID once started
-        self._pending: dict[str, tuple[int, Any]] = {}  # the last step's jax arrays, by metric
         self._warned_deleted: set[str] = set()
-        self._shown: dict[str, float] = {}  # each metric's latest value read
-        self._advance = 0  # steps not drawn yet
-        self._next_draw = 0.0  # time.monotonic() from which the next batch end redraws
+        self._reset()
 
     @property
     def latest(self) -> dict[str, float]:
@@ -95,10 +92,12 @@ class ProgressCallback(BaseCallback):
         return dict(self._shown)
 
     def on_train_begin(self, _trainer: object, /) -> None:
-        """Start the bar (dropping values kept from a run that never reached its end)."""
-        self._pending = {}
-        self._advance = 0
-        self._next_draw = 0.0
+        """Start a fresh bar; an earlier run's is stopped (left on screen as it was) and dropped."""
+        if self._task is not None:
+            if self._progress.live.is_started:
+                self._progress.stop()
+            self._progress.remove_task(self._task)
+        self._reset()
         self._progress.start()
         self._task = self._progress.add_task(
             self._description, total=self.total_steps, rate="", metrics=""
@@ -141,8 +140,14 @@ class ProgressCallback(BaseCallback):
         self._pending = {}
         self._progress.stop()
 
+    def _reset(self) -> None:
+        self.steps = 0
+        self._pending: dict[str, tuple[int, Any]] = {}  # the last step's jax arrays, by metric
+        self._shown: dict[str, float] = {}  # each metric's latest value read
+        self._advance = 0  # steps not drawn yet
+        self._next_draw = 0.0  # time.monotonic() from which the next batch end redraws
+
     def _draw(self) -> None:
-        """Give the bar the steps counted since the last draw, the rate and the metrics."""
         self._progress.update(self._task, advance=self._advance)
         self._advance = 0
         speed = next(task.speed for task in self._progress.tasks if task.id == self._task)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
@@ -75,13 +76,10 @@ def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:
 
 
 def _input_devices(leaves: list[Any]) -> int:
-    """How many devices the inputs span: their shardings' devices together (at least 1)."""
+    """How many devices the inputs' shardings span together (at least 1)."""
     devices: set[Any] = set()
     abstract = 1  # a sharding over an abstract mesh names no devices, only their number
-    for leaf in leaves:
-        sharding = getattr(leaf, "sharding", None)
-        if sharding is None:
-            continue
+    for sharding in filter(None, (getattr(leaf, "sharding", None) for leaf in leaves)):
         try:
             devices.update(sharding.device_set)
         except (AttributeError, TypeError, ValueError, RuntimeError):
@@ -94,15 +92,14 @@ def _device_arrays(values: Iterable[object]) -> tuple[Any, ...]:
 
 
 def _all_ready(arrays: Iterable[Any]) -> bool:
-    """Whether ``arrays`` are computed, without waiting; a failed or deleted one is not."""
+    """Whether ``arrays`` are computed, without waiting (a failed or deleted one is not)."""
     try:
         return all(array.is_ready() for array in arrays)
-    except RuntimeError:  # jax.errors.JaxRuntimeError: raised by _wait_for, where one waits
+    except RuntimeError:  # a failed step: _wait_for raises its error, where one waits
         return False
 
 
 def _wait_for(arrays: Sequence[Any]) -> None:
-    """Block until ``arrays`` are computed; raises the error of a step that failed."""
     if arrays:
         import jax  # noqa: PLC0415  (holding jax arrays, the process has jax loaded)
 
@@ -186,16 +183,15 @@ class ThroughputMeter(BaseCallback):
                     f"tokens_per_example={tokens_per_example} needs examples_per_step (the "
                     "global batch size) to count tokens per step; pass both"
                 )
+        positive = functools.partial(check_float, minimum=0, exclusive_minimum=True)
         if flops_per_step is not None:
-            flops_per_step = check_float(
-                "flops_per_step", flops_per_step, minimum=0, exclusive_minimum=True
-            )
+            flops_per_step = positive("flops_per_step", flops_per_step)
         if peak_flops == "detect":
             from substrax.devices import dense_peak_flops  # noqa: PLC0415  (reads the devices: jax)
 
             peak_flops = dense_peak_flops()
         elif peak_flops is not None:
-            peak_flops = check_float("peak_flops", peak_flops, minimum=0, exclusive_minimum=True)
+            peak_flops = positive("peak_flops", peak_flops)
         if not callable(clock):
             raise TypeError(f"clock={clock!r} must be a function returning seconds")
         self.logger = logger
@@ -212,10 +208,7 @@ class ThroughputMeter(BaseCallback):
         self.on_train_begin(None)
 
     def on_train_begin(self, _trainer: object, /) -> None:
-        """Start afresh: the next step (which may compile) starts the clock.
-
-        A pause never ended is dropped; :attr:`paused_seconds` and :attr:`latest` are kept.
-        """
+        """Start afresh (the next step starts the clock), dropping a pause never ended."""
         self._mark: float | None = None  # the clock's reading at the window's start
         self._steps = 0  # batch ends counted in the window
         self._boundary: _Boundary | None = None  # a window's start or end to time
@@ -290,11 +283,7 @@ class ThroughputMeter(BaseCallback):
             self._mark = now if self._mark >= started else self._mark + paused
 
     def on_batch_end(self, _trainer: object, batch: int, logs: Logs, /) -> None:
-        """Count the step; at a window's end, keep its outputs, to read the clock once computed.
-
-        A window's end kept from an earlier step is timed first: this waits for that step's
-        outputs, with this step already dispatched.
-        """
+        """Time a window's end kept from an earlier step; keep this one's outputs at a window's end."""
         self._settle(wait=True)
         self._last = logs
         if self._mark is None:  # the first step (it compiles): its end starts the clock
@@ -306,20 +295,15 @@ class ThroughputMeter(BaseCallback):
             self._steps = 0
 
     def _open(self, batch: int, logs: Logs, *, steps: int) -> None:
-        """Make ``batch`` a window's boundary, timed now if its outputs are computed already."""
         self._boundary = _Boundary(batch, _device_arrays(logs.values()), steps)
         self._settle(wait=False)
 
     def _settle(self, *, wait: bool) -> None:
-        """Read the clock for the kept boundary once its step is computed; log a window's end.
-
-        Without ``wait`` nothing happens while the step still runs.
-        """
+        """Time the kept boundary (without ``wait``, only if computed); log a window's end."""
         boundary = self._boundary
         if boundary is None or not (wait or _all_ready(boundary.arrays)):
             return
         self._boundary = None  # timed once, even if its step failed and the wait raises
-        # an array donated to the next step's call is deleted: the others are waited for
         _wait_for([array for array in boundary.arrays if not array.is_deleted()])
         now = self._clock()
         if self._mark is None or boundary.steps == 0:

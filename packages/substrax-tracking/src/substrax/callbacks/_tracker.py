@@ -1,26 +1,31 @@
-"""BestMetricTracker and EarlyStopping: the plain, framework-free improvement rules."""
+"""BestMetricTracker and EarlyStopping, the plain improvement rules; checks of saved states."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import operator
+import sys
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, cast
 
 from substrax.support import Mode, check_float, check_int, check_mode
+
+from ._errors import MonitorMismatchError
 
 
 PlateauMode = Mode
 """The old name of :class:`substrax.support.Mode` (``PlateauMode.MIN is Mode.MIN``)."""
+LARGEST = sys.float_info.max
 
 
-def check_state_keys(
-    who: str, state: Mapping[str, object], required: set[str], optional: Collection[str] = ()
-) -> None:
-    """Refuse a saved state that lacks a ``required`` key or holds one not known.
-
-    Raises:
-        ValueError: naming the missing and the unknown keys.
-    """
+def check_state(
+    who: str, state: object, required: set[str], optional: Collection[str] = ()
+) -> Mapping[str, Any]:
+    """``state`` if it is a mapping with each ``required`` key and no unknown one."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"{who} state must be a dict from get_state(), not {state!r:.80}")
+    state = cast("Mapping[str, Any]", state)
     missing, unknown = required - set(state), set(state) - required - set(optional)
     if missing or unknown:
         also = f" (and optionally {sorted(optional)})" if optional else ""
@@ -28,6 +33,42 @@ def check_state_keys(
             f"{who} state needs exactly the keys {sorted(required)}{also}; "
             f"missing {sorted(missing)}, unknown {sorted(unknown)}"
         )
+    return state
+
+
+def state_number(
+    who: str,
+    state: Mapping[str, Any],
+    key: str,
+    wanted: str,
+    *,
+    integer: bool = False,
+    low: float = -math.inf,
+    high: float = math.inf,
+    none: bool = False,
+) -> Any:  # noqa: ANN401  (an int or a float, or None where ``none``)
+    """``state[key]`` as a number in ``[low, high]`` (None where ``none``), else a ValueError naming it."""
+    value = state.get(key)
+    if value is None and none:
+        return None
+    number: float = math.nan
+    if value is not None and not isinstance(value, (bool, str, bytes)):
+        with contextlib.suppress(TypeError, ValueError):
+            number = operator.index(value) if integer else float(value)  # numpy scalars too
+    if not low <= number <= high:  # NaN too
+        raise ValueError(
+            f"{who} state holds {key}={value!r:.80}, which is not {wanted}; restore a state "
+            "that get_state() returned"
+        )
+    return number
+
+
+def check_monitor_state(state: Mapping[str, Any], monitor: str, mode: Mode) -> None:
+    """Refuse (MonitorMismatchError) a state saved for another monitor or mode; absent keys match."""
+    configured = (monitor, mode.value)
+    saved = (str(state.get("monitor", monitor)), str(state.get("mode", mode.value)))
+    if saved != configured:
+        raise MonitorMismatchError(saved, configured)
 
 
 class BestMetricTracker:
@@ -94,18 +135,29 @@ class BestMetricTracker:
         return False
 
     def get_state(self) -> dict[str, Any]:
-        """The state to checkpoint: ``{"best", "num_bad_epochs"}``."""
-        return {"best": self._best, "num_bad_epochs": self._num_bad_epochs}
+        """The state to checkpoint: ``{"best", "num_bad_epochs"}``, strict JSON.
+
+        An infinite best (none yet) is written as the largest float of its sign, so that the
+        state keeps one structure, the one a checkpoint's template gives.
+        """
+        best = math.copysign(LARGEST, self._best) if math.isinf(self._best) else self._best
+        return {"best": best, "num_bad_epochs": self._num_bad_epochs}
 
     def set_state(self, state: dict[str, Any], /) -> None:
-        """Restore a state from :meth:`get_state`.
+        """Restore a state from :meth:`get_state`; a ``best`` of None means none yet.
 
         Raises:
-            ValueError: keys are missing or unknown.
+            ValueError: a key is missing or unknown, or a value is malformed (the message names it).
         """
-        check_state_keys(type(self).__name__, state, {"best", "num_bad_epochs"})
-        self._best = float(state["best"])
-        self._num_bad_epochs = int(state["num_bad_epochs"])
+        who = type(self).__name__
+        checked = check_state(who, state, {"best", "num_bad_epochs"})
+        best = state_number(who, checked, "best", "a number, or None for no best yet", none=True)
+        wanted = "an integer >= 0"
+        bad = state_number(who, checked, "num_bad_epochs", wanted, integer=True, low=0)
+        if best is None:
+            best = math.inf if self._mode is Mode.MIN else -math.inf
+        self._best = math.copysign(math.inf, best) if abs(best) >= LARGEST else best
+        self._num_bad_epochs = bad
 
     def __repr__(self) -> str:
         return (
