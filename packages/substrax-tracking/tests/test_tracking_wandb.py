@@ -214,3 +214,19 @@ def test_a_run_file_not_written_yet_or_cut_short_reads_as_its_records_so_far(
     assert 0 < len(read[len(data) // 2]) < len(whole)
     assert len(read[len(data) - 1]) == len(whole) - 1
     assert read[len(data)] == whole
+
+
+def test_a_step_below_one_already_logged_is_warned_about_not_dropped_silently(
+    wandb_offline, tmp_path, caplog
+):
+    with (
+        caplog.at_level("WARNING", logger="substrax.tracking"),
+        WandbLogger("back", project="substrax-tests", log_dir=tmp_path) as logger,
+    ):
+        logger.log_scalars({"loss": 1.0}, step=5)
+        logger.log_scalars({"loss": 2.0, "acc": 0.5}, step=3)
+        logger.log_scalars({"loss": 3.0}, step=2)
+    warnings = [r.getMessage() for r in caplog.records if "came after step" in r.getMessage()]
+    assert len(warnings) == 1  # once
+    assert "['acc', 'loss'] at step 3 came after step 5" in warnings[0]
+    assert "drops this row" in warnings[0]

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import html
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,6 +17,8 @@ from ._first_attempt import FirstAttempt
 from ._records import Record
 from ._spool import register_sink_factory
 
+
+_logger = logging.getLogger(__name__)
 
 OFFLINE = ("offline", "dryrun", "disabled")
 _REPLAY_TIMEOUT = 10.0
@@ -69,6 +72,8 @@ class WandbSink:
         self._first: FirstAttempt | None = None
         self.run: Any = None
         self.exit_code: int | None = None  # non-zero: the run failed
+        self._last_step = -1  # the highest step sent to the run's history
+        self._warned_back = False
 
     def connect(self, timeout: float) -> str | None:
         """Start the run in a thread of its own, waiting at most ``timeout`` seconds.
@@ -116,7 +121,22 @@ class WandbSink:
             elif record.kind == "artifact":
                 _upload(run, record.payload)
             elif row := _history_row(record.kind, record.payload):
+                self._check_order(row, record.step)
                 run.log(row, step=record.step)
+
+    def _check_order(self, row: Mapping[str, Any], step: int | None) -> None:
+        """Warn (once) of a step below one sent already: W&B's history drops such a row."""
+        if step is None:
+            return
+        if step < self._last_step and not self._warned_back:
+            self._warned_back = True
+            _logger.warning(
+                f"W&B run {self._target.get('run_id')}: {sorted(row)} at step {step} came after "
+                f"step {self._last_step}; W&B keeps a run's steps increasing and drops this row "
+                "(and any later one below the highest step; this is reported once); log steps "
+                "in order, or log the value with its own x-axis (wandb's define_metric)"
+            )
+        self._last_step = max(self._last_step, step)
 
     @property
     def failed(self) -> bool:
