@@ -210,3 +210,15 @@ def test_bad_options_are_refused(sqlite_uri, tmp_path):
             MLFlowLogger("x", tracking_uri=sqlite_uri, log_dir=tmp_path, connect_timeout=bad)
     with pytest.raises(ValueError, match="max_queue"):
         MLFlowLogger("x", tracking_uri=sqlite_uri, log_dir=tmp_path, max_queue=0)
+
+
+def test_hyperparameters_that_become_one_mlflow_param_are_refused_at_the_call(tmp_path, sqlite_uri):
+    with MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        with pytest.raises(
+            ValueError, match=r"two hyperparameters become the MLflow param 'opt\.lr'"
+        ):
+            logger.log_hyperparams({"opt": {"lr": 0.1}, "opt.lr": 0.2})
+        logger.log_hyperparams({"opt": {"lr": 0.1}, "name": "adam"})
+        run_id = logger.run_id
+    params = MlflowClient(tracking_uri=sqlite_uri).get_run(run_id).data.params
+    assert params == {"opt.lr": "0.1", "name": "adam"}

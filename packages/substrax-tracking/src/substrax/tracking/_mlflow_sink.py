@@ -29,14 +29,28 @@ _STATS = ("min", "max", "mean", "std")
 type _MetricRow = tuple[str, float, int, int]  # key, value, timestamp (ms), step
 
 
-def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """MLflow params of nested hyperparameters: names joined with dots, values as text.
+
+    Raises:
+        ValueError: two of them become one param (``{"a": {"b": 1}, "a.b": 2}``).
+
+    Example:
+        >>> from substrax.tracking._mlflow_sink import flatten
+        >>> flatten({"opt": {"lr": 0.1}, "name": "adam"})
+        {'opt.lr': '0.1', 'name': 'adam'}
+    """
     flat: dict[str, str] = {}
     for key, value in params.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}."))
-        else:
-            flat[name] = value if isinstance(value, str) else json.dumps(value)
+        parts = flatten(value, f"{name}.") if isinstance(value, Mapping) else {name: value}
+        for part, text in parts.items():
+            if part in flat:
+                raise ValueError(
+                    f"MLFlowLogger: two hyperparameters become the MLflow param {part!r} "
+                    "(nested names are joined with dots); rename one of them"
+                )
+            flat[part] = text if isinstance(text, str) else json.dumps(text)
     return flat
 
 
@@ -253,7 +267,7 @@ class MlflowSink:
                 )
             elif record.kind == "hyperparams":
                 params.extend(
-                    Param(key, value) for key, value in _flatten(payload["params"]).items()
+                    Param(key, value) for key, value in flatten(payload["params"]).items()
                 )
             elif record.kind == "text":
                 self.client.log_text(
