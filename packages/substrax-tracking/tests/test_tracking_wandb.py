@@ -154,6 +154,26 @@ def test_log_model_and_artifact_reach_the_offline_run(wandb_offline, wandb_runs,
     assert (run_dir / "files" / "model.bin").read_bytes() == b"weights"
 
 
+def test_log_artifact_puts_files_under_their_artifact_path(wandb_offline, tmp_path):
+    (tmp_path / "out" / "sub").mkdir(parents=True)
+    (tmp_path / "out" / "a.txt").write_text("a")
+    (tmp_path / "out" / "sub" / "b.txt").write_text("b")
+    with WandbLogger("art", project="substrax-tests", log_dir=tmp_path / "logs") as logger:
+        logger.log_artifact(tmp_path / "out" / "a.txt", artifact_path="ckpt")
+        logger.log_artifact(tmp_path / "out", artifact_path="eval/all")
+        logger.log_artifact(tmp_path / "out" / "sub" / "b.txt")
+        for outside in ("../up", "/abs"):
+            with pytest.raises(ValueError, match="must be a relative path inside the run"):
+                logger.log_artifact(tmp_path / "out", artifact_path=outside)
+    [run_dir] = list((tmp_path / "logs" / "wandb").glob("offline-run-*"))
+    files = run_dir / "files"
+    assert (files / "ckpt" / "a.txt").read_text() == "a"
+    assert (files / "eval" / "all" / "a.txt").read_text() == "a"
+    assert (files / "eval" / "all" / "sub" / "b.txt").read_text() == "b"
+    assert (files / "b.txt").read_text() == "b"
+    assert not (files / "a.txt").exists()  # artifact_path was ignored
+
+
 def test_online_settings_are_bounded_unless_the_user_chose(monkeypatch):
     import wandb
 

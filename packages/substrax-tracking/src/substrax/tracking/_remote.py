@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from substrax.support import check_int, check_seconds, is_device_array
@@ -227,7 +227,19 @@ class RemoteLogger(Logger):
     def log_artifact(
         self, local_path: str | os.PathLike[str], artifact_path: str | None = None
     ) -> None:
-        """Upload a file (or a directory's files) to the run, under ``artifact_path``."""
+        """Upload a file (or a directory's files) to the run, under ``artifact_path``.
+
+        Raises:
+            UploadNotFoundError: ``local_path`` does not exist.
+            ValueError: ``artifact_path`` is absolute or climbs out of the run (``..``).
+        """
+        if artifact_path is not None and (
+            PurePosixPath(artifact_path).is_absolute() or ".." in PurePosixPath(artifact_path).parts
+        ):
+            raise ValueError(
+                f"artifact_path={artifact_path!r} must be a relative path inside the run, such "
+                "as 'checkpoints' or 'eval/plots'"
+            )
         self._submit_file("artifact", local_path, artifact_path=artifact_path)
 
     def _submit_file(self, what: str, local_path: str | os.PathLike[str], **payload: Any) -> None:

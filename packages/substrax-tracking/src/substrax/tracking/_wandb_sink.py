@@ -181,7 +181,20 @@ def _upload(run: Any, payload: Mapping[str, Any]) -> None:
 
     path = Path(payload["path"])
     if not payload.get("model_name"):
-        run.save(str(path), base_path=str(path.parent), policy="now")
+        under = payload.get("artifact_path")
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            if under is None:  # the file's name, or the directory's and its path in it
+                run.save(str(file), base_path=str(path.parent), policy="now")
+                continue
+            # W&B names a file by its path under base_path: staged in the run's files, linked
+            staged = (
+                Path(run.dir) / under / file.relative_to(path if path.is_dir() else path.parent)
+            )
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            staged.unlink(missing_ok=True)
+            staged.symlink_to(file)
+            run.save(str(staged), base_path=str(run.dir), policy="now")
         return
     artifact = wandb.Artifact(payload["model_name"], type="model", metadata=payload.get("metadata"))
     if path.is_dir():
