@@ -5,6 +5,8 @@ import logging
 import math
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -632,3 +634,102 @@ def test_a_one_element_array_is_logged_as_its_number(tmp_path):
         with pytest.raises(LoggedTypeError, match="'c' must be a number"):
             logger.log_scalar("c", np.array(["x"]), step=1)
     assert read_scalars(tmp_path / "one.metrics.jsonl") == {"a": [(0, 1.5)], "b": [(0, 0.0)]}
+
+
+@pytest.fixture
+def held_encoder(monkeypatch):
+    """PIL's PNG encoder made to wait for ``gate`` (10 s at most), recording the thread it ran on."""
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow (the plots extra) encodes")
+    gate, threads = threading.Event(), []
+    real_save = image_module.Image.save
+
+    def save(image, *args, **kwargs):
+        threads.append(threading.current_thread())
+        gate.wait(10)
+        return real_save(image, *args, **kwargs)
+
+    monkeypatch.setattr(image_module.Image, "save", save)
+    return gate, threads
+
+
+@pytest.mark.parametrize("kind", ["file", "tensorboard"])
+def test_an_image_is_encoded_off_the_calling_thread_from_a_copy_of_its_pixels(
+    tmp_path, held_encoder, kind
+):
+    """Hostile finding: a 10000x10000x3 image blocked the training thread for 30-40 s, encoding
+    its PNG in the call."""
+    gate, threads = held_encoder
+    if kind == "file":
+        logger = FileLogger("run", tmp_path)
+    else:
+        pytest.importorskip("tensorboardX", reason="the tensorboard extra is needed")
+        from substrax.tracking import TensorBoardLogger
+
+        logger = TensorBoardLogger("run", tmp_path)
+    image = np.full((6, 5, 3), 200, np.uint8)
+    started = time.monotonic()
+    logger.log_image("big", image, step=0)
+    took = time.monotonic() - started
+    image[:] = 0  # the caller reuses its buffer at once
+    gate.set()
+    logger.close()
+    assert took < 5, f"log_image waited {took:.1f} s for the encoder"
+    assert threads, "nothing was encoded"
+    assert threading.current_thread() not in threads
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow reads the pixels back")
+    if kind == "file":
+        stored = np.asarray(image_module.open(tmp_path / "images" / "run.big_step0.png"))
+    else:
+        event_accumulator = pytest.importorskip(
+            "tensorboard.backend.event_processing.event_accumulator",
+            reason="the tensorboard package (dev dependency) reads the event files back",
+        )
+        accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+        accumulator.Reload()
+        encoded = accumulator.Images("big")[0].encoded_image_string
+        stored = np.asarray(image_module.open(io.BytesIO(encoded)))
+    assert stored.shape == (6, 5, 3)
+    assert (stored == 200).all()
+
+
+def test_an_image_a_full_disk_refuses_is_named_in_a_warning_and_raises_nothing(
+    tmp_path, monkeypatch, caplog
+):
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow (the plots extra) encodes")
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(image_module.Image, "save", full_disk)
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_image("img", np.zeros((4, 4, 3)), step=0)
+        logger.flush()  # as for lines, a full disk does not stop the run
+        logger.log_scalar("loss", 1.0, step=0)
+    [warning] = [r.getMessage() for r in caplog.records if "could not be written" in r.getMessage()]
+    assert str(tmp_path / "images" / "run.img_step0") in warning
+    assert "No space left" in warning
+    assert read_scalars(logger.metrics_jsonl) == {"loss": [(0, 1.0)]}
+
+
+def test_multi_logger_uploads_an_artifact_to_mlflow_and_passes_the_local_loggers_by(
+    tmp_path, sqlite_uri
+):
+    """Hostile finding: MultiLogger had no log_artifact, which its remote loggers have."""
+    from mlflow.tracking import MlflowClient
+
+    from substrax.tracking import MLFlowLogger, UploadNotFoundError
+
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+    remote = MLFlowLogger("multi", tracking_uri=sqlite_uri, log_dir=tmp_path / "mlflow")
+    local = [ConsoleLogger("multi", stream=io.StringIO()), FileLogger("multi", tmp_path / "files")]
+    with MultiLogger([*local, remote]) as multi:
+        multi.log_artifact(model, "models")
+        missing = tmp_path / "no" / "such.bin"
+        with pytest.raises(UploadNotFoundError, match=str(missing)) as raised:
+            multi.log_artifact(missing)
+        assert isinstance(raised.value, FileNotFoundError)
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    assert [a.path for a in client.list_artifacts(remote.run_id, "models")] == ["models/model.bin"]
+    with pytest.raises(LoggerClosedError):
+        multi.log_artifact(model)

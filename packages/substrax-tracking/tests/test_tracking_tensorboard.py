@@ -102,3 +102,28 @@ def test_an_image_of_no_pixels_or_of_no_numbers_is_refused_at_the_call(tmp_path,
         board.log_image("sample", image, step=0)
     assert type(raised.value).__name__ == error
     assert "'sample'" in str(raised.value)
+
+
+def test_every_log_hyperparams_call_is_kept_later_values_winning(tmp_path):
+    """Hostile finding: TensorBoard keeps the first hparams summary of a run, so a second
+    ``log_hyperparams`` call was silently dropped."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    with TensorBoardLogger("run", tmp_path) as logger:
+        logger.log_hyperparams({"lr": 1e-3, "opt": "adam"})
+        logger.log_scalar("loss", 1.0, step=0)
+        logger.flush()
+        logger.log_hyperparams({"lr": 1e-4, "batch": 32})
+        logger.log_hyperparams({"warmup": 10})
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    contents = accumulator.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(contents["_hparams_/session_start_info"])
+    hparams = start.session_start_info.hparams
+    assert set(hparams) == {"lr", "opt", "batch", "warmup"}
+    assert hparams["lr"].number_value == pytest.approx(1e-4)
+    assert hparams["opt"].string_value == "adam"
+    assert (hparams["batch"].number_value, hparams["warmup"].number_value) == (32, 10)
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(contents["_hparams_/experiment"])
+    assert {info.name for info in experiment.experiment.hparam_infos} == set(hparams)
+    assert [e.value for e in accumulator.Scalars("loss")] == [1.0]

@@ -32,7 +32,8 @@ from ._errors import (
     SpoolNotFoundError,
 )
 from ._plot import plot_log_dir
-from ._replay import describe_error, problems, run_replay
+from ._replay import problems, run_replay
+from ._send import describe_error
 from ._spool import SpoolFile
 
 
@@ -147,19 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     command = _plot if args.command == "plot" else _replay
-    return run_command(
-        PROG,
-        lambda: command(args),
-        usage=(
-            SpoolNotFoundError,
-            NotASpoolError,
-            NoFileLogError,
-            FileLogValueError,
-            MissingExtraError,
-            PermissionError,
-        ),
-        failures=(SpoolBusyError, OSError),
-    )
+    usage = (SpoolNotFoundError, NotASpoolError, NoFileLogError, FileLogValueError)
+    usage += (MissingExtraError, PermissionError)
+    return run_command(PROG, lambda: command(args), usage=usage, failures=(SpoolBusyError, OSError))
 
 
 def exit_with_main() -> NoReturn:

@@ -29,28 +29,20 @@ _LEVELS_LOCK = threading.Lock()
 _LEVELS_SET: dict[str, int] = {}  # the level ConsoleLogger set on a stdlib logger, by name
 
 
-def _parent_level_set(logger: logging.Logger) -> bool:
-    """Whether a parent of ``logger`` below the root (``substrax``, ...) has a level of its own."""
-    parent = logger.parent
-    while parent is not None and parent is not logging.root:
-        if parent.level != logging.NOTSET:
-            return True
-        parent = parent.parent
-    return False
-
-
 def _set_level(logger: logging.Logger, level: int) -> None:
     """Set ``level`` on ``logger`` unless someone else set one on it or on a parent below the root."""
+    parent = logger.parent
+    while parent is not None and parent is not logging.root and parent.level == logging.NOTSET:
+        parent = parent.parent
     with _LEVELS_LOCK:
         ours = _LEVELS_SET.get(logger.name)
-        if _parent_level_set(logger):
-            if ours is not None and logger.level == ours:  # ours, from before: the parent's applies
+        if parent is not None and parent is not logging.root:  # a parent's level applies
+            if ours is not None and logger.level == ours:
                 logger.setLevel(logging.NOTSET)
             _LEVELS_SET.pop(logger.name, None)
         elif logger.level in (logging.NOTSET, ours):
-            level = level if ours is None else min(level, ours)
+            _LEVELS_SET[logger.name] = level = level if ours is None else min(level, ours)
             logger.setLevel(level)
-            _LEVELS_SET[logger.name] = level
 
 
 def _handled_elsewhere(record: logging.LogRecord) -> bool:
@@ -65,10 +57,7 @@ def _handled_elsewhere(record: logging.LogRecord) -> bool:
 
 
 class _ConsoleHandler(logging.Handler):
-    """One ConsoleLogger's printing: its own lines, and messages when it is the first one live.
-
-    Without an explicit ``stream`` it prints only the records no other handler takes.
-    """
+    """One ConsoleLogger's lines, and messages if it is the first live (no ``stream``: those no other handler takes)."""
 
     def __init__(self, owner: ConsoleLogger, level: int, stream: TextIO | None, rich: Any) -> None:
         super().__init__(level)
@@ -126,7 +115,8 @@ class ConsoleLogger(Logger):
     filters see it. The ConsoleLogger adds one handler to that logger only, until :meth:`close`:
     it prints to ``stream``, or to ``sys.stdout`` the records no other handler takes. The logger's
     level is set to ``level`` unless it, or a parent below the root, has a level already. A jax
-    array logged is printed once computed, by a later call, :meth:`flush` or :meth:`close`.
+    array logged is printed once computed, by a later call, :meth:`flush` or :meth:`close`. It
+    has no ``log_artifact`` (:meth:`MultiLogger.log_artifact` passes it by).
 
     Args:
         name: the name printed at the start of each line.
@@ -168,9 +158,9 @@ class ConsoleLogger(Logger):
         console = optional("rich.console") if use_rich else None  # an extra: else plain lines
         rich = console.Console(file=stream, highlight=False) if console is not None else None
         self._handler: _ConsoleHandler | None = None
-        # the lines waiting for a jax value, in order: (step, [(name, value)], "", "") for
-        # scalars, (None, None, line, style) for a line formatted already
-        self._held: deque[tuple[int | None, list[tuple[str, Any]] | None, str, str]] = deque()
+        # the lines not printed yet, in order: (step, [(name, value)], "") for scalars (waiting
+        # for a jax value), (None, line, style) for a line formatted already
+        self._held: deque[tuple[int | None, list[tuple[str, Any]] | str, str]] = deque()
         self._warned_unreadable: set[str] = set()
         if self.active:
             self._handler = _ConsoleHandler(self, level, stream, rich)
@@ -181,24 +171,20 @@ class ConsoleLogger(Logger):
             self.python_logger.addHandler(self._handler)
 
     def _line(self, body: str, style: str = "") -> None:
-        self._held.append((None, None, body, style))
+        self._held.append((None, body, style))
         self._print_held(wait=False)
 
     def _print_held(self, *, wait: bool) -> None:
         """Print the held lines in order; without ``wait``, up to a jax value still computed."""
         held = self._held
         while held:
-            step, items, body, style = held[0]
-            if items is not None:
-                if not wait and not all(value_ready(value) for _, value in items):
+            step, body, style = held[0]
+            if not isinstance(body, str):
+                if not wait and not all(value_ready(value) for _, value in body):
                     return
-                parts: list[str] = []
-                for key, value in items:
-                    number = value
-                    if type(value) is not float:
-                        number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
-                    if number is not None:
-                        parts.append(f"{key} {_fmt(number)}")
+                warned = self._warned_unreadable
+                numbers = [(key, read_scalar(repr(self), key, v, step, warned)) for key, v in body]
+                parts = [f"{key} {_fmt(number)}" for key, number in numbers if number is not None]
                 body = _step(step) + " | ".join(parts) if parts else ""
             held.popleft()
             if body:
@@ -218,7 +204,7 @@ class ConsoleLogger(Logger):
         items = checked_scalars(metrics, step)
         if any(type(value) is not float for _, value in items):  # a jax array, read later
             drain_at_exit(self)
-        self._held.append((step, items, "", ""))
+        self._held.append((step, items, ""))
         self._print_held(wait=False)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TextIO
+from typing import TextIO, TypedDict
 
 from ._base import Logger
 from ._console import ConsoleLogger
@@ -15,6 +15,11 @@ from ._paths import resolve_log_dir
 
 
 __all__ = ["create_logger"]
+
+
+class _Each(TypedDict):
+    process_index: int | None
+    all_processes: bool
 
 
 def create_logger(
@@ -60,40 +65,18 @@ def create_logger(
         ...         logger.log_scalar("loss", 1.0 / (step + 1), step=step)
         ...     logger.close()
     """
+    each: _Each = {"process_index": process_index, "all_processes": all_processes}
     loggers: list[Logger] = []
     if console:
-        loggers.append(
-            ConsoleLogger(
-                name,
-                stream=stream,
-                level=level,
-                process_index=process_index,
-                all_processes=all_processes,
-            )
-        )
+        loggers.append(ConsoleLogger(name, stream=stream, level=level, **each))
     if log_to_file or tensorboard:
         directory = resolve_log_dir(name, log_dir)
         if log_to_file:
-            loggers.append(
-                FileLogger(
-                    name,
-                    directory,
-                    process_index=process_index,
-                    all_processes=all_processes,
-                    resume_step=resume_step,
-                )
-            )
+            loggers.append(FileLogger(name, directory, resume_step=resume_step, **each))
         if tensorboard:
             from ._tensorboard import TensorBoardLogger  # noqa: PLC0415
 
-            loggers.append(
-                TensorBoardLogger(
-                    name,
-                    directory / "tensorboard",
-                    process_index=process_index,
-                    all_processes=all_processes,
-                )
-            )
+            loggers.append(TensorBoardLogger(name, directory / "tensorboard", **each))
     if not loggers:
         raise NoLoggerSelectedError
     return loggers[0] if len(loggers) == 1 else MultiLogger(loggers, name=name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import json
 import logging
@@ -23,18 +24,8 @@ from substrax.support import check_int, check_seconds, install_hint, optional, w
 
 from ._base import Logger, check_metric_name, histogram_of, safe_name
 from ._errors import FileLogWriteError
-from ._log_files import (
-    NON_FINITE,
-    Appender,
-    csv_step,
-    decode_number,
-    drop_past,
-    hold_log,
-    json_ready,
-    jsonl_step,
-    strict_json,
-)
-from ._media import save_image
+from ._log_files import Appender, csv_step, drop_past, hold_log, json_ready, jsonl_step, strict_json
+from ._media import ImageWriter, save_image
 from ._paths import ensure_writable_dir
 from ._values import (
     checked_scalar,
@@ -46,10 +37,10 @@ from ._values import (
 )
 
 
-__all__ = ["NON_FINITE", "FileLogger", "decode_number", "json_ready", "strict_json"]
+__all__ = ["FileLogger", "json_ready"]
 
 _logger = logging.getLogger(__name__)
-_MESSAGE_FORMAT = "%(asctime)s %(levelname)s %(message)s"  # a line of <name>.log
+_Pending = tuple[float, int | None, str, Any]  # (time, step, name, value: a float or a jax array)
 
 
 class FileLogger(Logger):
@@ -57,19 +48,21 @@ class FileLogger(Logger):
 
     Files (``<name>`` made file-safe): ``<name>.metrics.jsonl`` (``{"time", "step", "name",
     "value"}`` per scalar, strict JSON: NaN and infinities as ``"NaN"``, ``"Infinity"``,
-    ``"-Infinity"``), ``<name>.metrics.csv`` (``time,step,name,value``), ``<name>.hparams.json``
-    (merged), ``<name>.text.jsonl``, ``<name>.histograms.jsonl``, and PNGs in ``images/`` and
-    ``histograms/`` (with matplotlib, the ``plots`` extra; without it images are ``.npy``).
-    The messages of :meth:`info` and its siblings that pass the run logger's level also go to
-    :attr:`log_file`, ``<name>.log``, one timestamped line each (:attr:`metrics_file` is the CSV:
-    the names 0.1.22's ``FileLogger`` had).
+    ``"-Infinity"``), ``<name>.metrics.csv`` (``time,step,name,value``; :attr:`metrics_file`, as
+    0.1.22 named it), ``<name>.hparams.json`` (merged), ``<name>.text.jsonl``,
+    ``<name>.histograms.jsonl``, PNGs in ``images/`` and ``histograms/`` (with matplotlib, the
+    ``plots`` extra; without it images are ``.npy``), and :attr:`log_file`, ``<name>.log``: a
+    timestamped line per message of :meth:`info` & co. that passes the run logger's level. It has
+    no ``log_artifact``: its files are on this disk already.
 
     ``resume_step=S`` (a run resumed from the checkpoint of step ``S``) first rewrites the JSONL
     and CSV files without the records of steps after ``S``, which the run logs again, so every
     step appears once (:attr:`dropped_records` counts them). A last line a kill cut short is
     dropped. A jax array logged is read at a later flush (every ``flush_every`` seconds), once
     computed; :meth:`flush` and :meth:`close` wait for it. On a full disk no call raises: the
-    lines wait in memory (warned about once) until there is room. While open, the logger holds a
+    lines wait in memory (warned about once) until there is room. An image is encoded and
+    written by a thread of the logger's own (the call copies it; :meth:`flush` waits for it): one
+    a full disk refuses is lost, with a warning naming it. While open, the logger holds a
     ``flock`` on ``<name>.log.lock``: a second logger of the same files raises
     :class:`FileLogBusyError`.
 
@@ -136,20 +129,20 @@ class FileLogger(Logger):
         )
         self.hparams_json = self.log_dir / f"{self.stem}.hparams.json"
         self.lock_path = self.log_dir / f"{self.stem}.log.lock"
-        self.log_file = self.log_dir / f"{self.stem}.log"  # the messages, as 0.1.22 wrote them
-        self.metrics_file = self.metrics_csv  # 0.1.22's name for the long-form metric rows
+        self.log_file = self.log_dir / f"{self.stem}.log"
+        self.metrics_file = self.metrics_csv
         self._handler: logging.Handler | None = None
         self._failing: dict[Path, str] = {}  # the files whose last write failed, and why
-        self._warned_unwritten = False
-        self._warned_plots = False
+        self._warned_unwritten = self._warned_plots = False
         self._warned_unreadable: set[str] = set()
         self._last_flush = time.time()
         self._names: dict[str, tuple[str, str]] = {}  # a metric name, as JSON and as CSV
-        # (time, step, name, value: a float or a jax array) of each scalar not written yet: a
-        # deque, whose append is atomic, so threads log without a lock; a flush pops under _lock
-        self._pending: deque[tuple[float, int | None, str, Any]] = deque()
-        self._lock = threading.RLock()  # held by a flush, and by any write of the files
+        # the scalars not written yet: a deque, whose append is atomic, so threads log without a
+        # lock; a flush pops under _lock, which any write of the files holds
+        self._pending: deque[_Pending] = deque()
+        self._lock = threading.RLock()
         self._unread = 0  # how many values of _pending are jax arrays
+        self._images = ImageWriter(f"FileLogger({name!r}) images")
         self._held: BinaryIO | None = None
         if self.active:
             ensure_writable_dir(self.log_dir, "FileLogger")
@@ -160,7 +153,7 @@ class FileLogger(Logger):
                 self._release()
                 raise
             self._handler = logging.FileHandler(self.log_file, encoding="utf-8", delay=True)
-            self._handler.setFormatter(logging.Formatter(_MESSAGE_FORMAT))
+            self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             self.python_logger.addHandler(self._handler)
 
     def _open(self, resume_step: int | None) -> None:
@@ -179,14 +172,13 @@ class FileLogger(Logger):
                     self.metrics_jsonl,
                     f"steps only up to {highest}" if highest >= 0 else "no step",
                 )
-        metrics, rows = self._files[:2]
-        for file in self._files:  # the metric files are made at once, the others when written
-            if (file in (metrics, rows) or file.path.exists()) and file.drop_torn_line():
+        for file in self._files:  # the metric files are made now, the others when written
+            if (file in self._files[:2] or file.path.exists()) and file.drop_torn_line():
                 _logger.warning(
                     "%s ended in a line cut short (a killed process); it was dropped", file.path
                 )
-        if os.fstat(rows.open()).st_size == 0:
-            rows.add("time,step,name,value\n")
+        if os.fstat(self._files[1].open()).st_size == 0:
+            self._files[1].add("time,step,name,value\n")
             self._write_files()
 
     def _release(self) -> None:
@@ -229,24 +221,20 @@ class FileLogger(Logger):
             if self._files[0].fd is not None:  # else not this process's log, or closed
                 self._write_lines(self._take(wait=wait))
 
-    def _take(self, *, wait: bool) -> list[tuple[float, int | None, str, Any]]:
+    def _take(self, *, wait: bool) -> list[_Pending]:
         """Pop the scalars logged so far (threads append meanwhile), up to one not computed yet."""
-        pending, count = self._pending, len(self._pending)
-        if not self._unread:
-            return [pending.popleft() for _ in range(count)]
-        taken: list[tuple[float, int | None, str, Any]] = []
-        for _ in range(count):
-            entry = pending.popleft()
-            if not wait and not value_ready(entry[3]):
-                pending.appendleft(entry)
+        pending, taken, check = self._pending, list[_Pending](), self._unread and not wait
+        for _ in range(len(pending)):
+            if check and not value_ready(pending[0][3]):
                 break
-            taken.append(entry)
-        unread = [entry[3] for entry in taken if type(entry[3]) is not float]
-        self._unread -= len(unread)
-        prefetch(unread)
+            taken.append(pending.popleft())
+        if self._unread:
+            unread = [entry[3] for entry in taken if type(entry[3]) is not float]
+            self._unread -= len(unread)
+            prefetch(unread)
         return taken
 
-    def _write_lines(self, taken: list[tuple[float, int | None, str, Any]]) -> None:
+    def _write_lines(self, taken: list[_Pending]) -> None:
         """Format the lines of ``taken`` and write them; on an error, what is left waits again."""
         metrics, rows = self._files[:2]
         done = 0
@@ -292,7 +280,7 @@ class FileLogger(Logger):
         self._failing = failed
 
     def _append(self, file: Appender, record: dict[str, Any]) -> None:
-        line = json.dumps(strict_json(record), allow_nan=False) + "\n"
+        line = json.dumps(strict_json({"time": time.time(), **record}), allow_nan=False) + "\n"
         with self._lock:
             file.add(line)
             self._write_files()
@@ -306,16 +294,13 @@ class FileLogger(Logger):
         write_atomically(self.hparams_json, text + "\n")
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
-        self._append(
-            self._files[2], {"time": time.time(), "step": step, "name": name, "text": text}
-        )
+        self._append(self._files[2], {"step": step, "name": name, "text": text})
 
     def _media_path(self, kind: str, name: str, step: int | None, index: int, suffix: str) -> Path:
         folder = self.log_dir / kind
         folder.mkdir(exist_ok=True)
-        step_part = "" if step is None else f"_step{step}"
-        index_part = f"_{index}" if index else ""
-        return folder / f"{self.stem}.{safe_name(name)}{step_part}{index_part}{suffix}"
+        parts = ("" if step is None else f"_step{step}") + (f"_{index}" if index else "")
+        return folder / f"{self.stem}.{safe_name(name)}{parts}{suffix}"
 
     def _pyplot_missing(self) -> bool:
         """Whether matplotlib is missing (warned about once)."""
@@ -332,11 +317,24 @@ class FileLogger(Logger):
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
         self._pyplot_missing()
         for index, image in enumerate(images):
-            save_image(self._media_path("images", name, step, index, ""), image)
+            stem = self._media_path("images", name, step, index, "")
+            self._images.submit(functools.partial(self._save_image, stem), image)
+
+    def _save_image(self, stem: Path, image: Any) -> None:
+        """Save ``image`` (in the image thread); one a full disk refuses is lost, with a warning."""
+        try:
+            save_image(stem, image)
+        except OSError as error:
+            _logger.warning(
+                "FileLogger(%r): image %s could not be written (%s); it is lost",
+                self.name,
+                stem,
+                error,
+            )
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         summary = histogram_of(name, values)
-        self._append(self._files[3], {"time": time.time(), "step": step, "name": name, **summary})
+        self._append(self._files[3], {"step": step, "name": name, **summary})
         if self._pyplot_missing() or not summary["counts"]:
             return
         from matplotlib.figure import Figure  # noqa: PLC0415
@@ -347,7 +345,7 @@ class FileLogger(Logger):
         figure.savefig(self._media_path("histograms", name, step, 0, ".png"), dpi=80)
 
     def flush(self) -> None:
-        """Write every line logged so far and ``fsync`` it, waiting for jax values still computed.
+        """Write every line and image logged so far and ``fsync`` the lines, waiting for jax values.
 
         After it returns, a kill loses no record logged before the call (call it before saving a
         checkpoint). On a full disk it does not raise: the next flush writes the lines.
@@ -356,6 +354,7 @@ class FileLogger(Logger):
             self._flush(wait=True)
             if not self._failing:
                 self._sync()
+        self._images.wait()
 
     def _sync(self) -> None:
         for file in self._files:
@@ -371,20 +370,24 @@ class FileLogger(Logger):
         if self._handler is not None:
             self.python_logger.removeHandler(self._handler)
             self._handler.close()
-        with self._lock:
-            try:
-                self._flush(wait=True)
-                self._sync()
-                left = [file for file in self._files if file.waiting]
-                for file in left:  # the file ends with its last whole line
-                    with contextlib.suppress(OSError):
-                        file.drop_torn_line()
-            finally:
-                self._release()
+        try:
+            self._images.wait()
+        finally:
+            with self._lock:
+                try:
+                    self._flush(wait=True)
+                    self._sync()
+                    left = [file for file in self._files if file.waiting]
+                    for file in left:  # the file ends with its last whole line
+                        with contextlib.suppress(OSError):
+                            file.drop_torn_line()
+                finally:
+                    self._release()
         if left:
-            first, others = left[0], left[1:]
-            reason = self._failing.get(first.path, "it could not be written")
+            counts = [(file.path, file.waiting.count(b"\n")) for file in left]
+            (path, lines), others = counts[0], counts[1:]
+            reason = self._failing.get(path, "it could not be written")
             if others:
-                reason += "; " + ", ".join(f"{f.lines} lines of {str(f.path)!r}" for f in others)
+                reason += "; " + ", ".join(f"{n} lines of {str(p)!r}" for p, n in others)
                 reason += " were not written either"
-            raise FileLogWriteError(first.path, first.lines, reason)
+            raise FileLogWriteError(path, lines, reason)

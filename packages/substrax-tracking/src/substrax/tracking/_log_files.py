@@ -92,10 +92,7 @@ def drop_past(path: Path, step: int, step_of: Callable[[str], int | None]) -> tu
     r"""Rewrite a log without its lines of steps after ``step`` and a cut-short last line.
 
     Parsed line by line (a damaged CSV quote cannot swallow the next), cut as bytes (a kill may
-    cut a character).
-
-    Returns:
-        How many lines it dropped, and the highest step it held (-1: none).
+    cut a character). Returns how many lines it dropped, and the highest step it held (-1: none).
 
     Example:
         >>> import tempfile
@@ -123,11 +120,10 @@ def drop_past(path: Path, step: int, step_of: Callable[[str], int | None]) -> tu
 def hold_log(lock_path: Path, log_dir: Path, name: str) -> BinaryIO | None:
     """Hold an exclusive ``flock`` on ``lock_path`` until the file returned (None: no locks) closes.
 
-    Raises:
-        FileLogBusyError: another logger (of any process) holds it.
+    Raises FileLogBusyError when another logger (of any process) holds it.
     """
-    fcntl = optional("fcntl")
-    if fcntl is None:  # Windows
+    fcntl = optional("fcntl")  # None on Windows
+    if fcntl is None:
         return None
     while True:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -154,8 +150,7 @@ def hold_log(lock_path: Path, log_dir: Path, name: str) -> BinaryIO | None:
 class Appender:
     """One append-only file: lines wait here until written, and a write that stops keeps the rest.
 
-    What a full disk or a file size limit stopped is written first by the next :meth:`write`, so
-    lines reach the file whole and in order.
+    What a full disk or a file size limit stopped is written first by the next :meth:`write`.
     """
 
     __slots__ = ("fd", "path", "waiting")
@@ -174,11 +169,6 @@ class Appender:
     def add(self, text: str) -> None:
         """Add lines to write (a lone surrogate, which UTF-8 cannot hold, written escaped)."""
         self.waiting += text.encode("utf-8", "backslashreplace")
-
-    @property
-    def lines(self) -> int:
-        """How many lines wait (a line written in part counts as one)."""
-        return self.waiting.count(b"\n")
 
     def write(self) -> OSError | None:
         """Write what waits; the error that stopped it, or None."""

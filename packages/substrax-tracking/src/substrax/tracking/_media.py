@@ -1,18 +1,23 @@
-"""Saving a logged image to a file, for the file log and the remote backends."""
+"""Logged images: their pixels by one rule, their PNG files, and a thread that stores them."""
 
 # ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
 
 from __future__ import annotations
 
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from substrax.support import optional
 
 
-__all__ = ["image_pixels", "save_image"]
+__all__ = ["ImageWriter", "image_pixels", "save_image"]
 
-_GRAY, _COLOR = 2, 3
+_COLOR = 3
+_MOST_WAITING = 1 << 30  # bytes of pixels waiting to be stored before a call waits for the oldest
 
 
 def image_pixels(image: Any) -> Any:
@@ -31,38 +36,78 @@ def image_pixels(image: Any) -> Any:
     import numpy as np  # noqa: PLC0415
 
     array = np.asarray(image)
-    kind = array.dtype.kind
     if array.dtype == np.uint8:
         return array
-    if kind == "b":
+    if array.dtype.kind == "b":
         return array.astype(np.uint8) * np.uint8(255)
-    if kind == "f":
+    if array.dtype.kind == "f":
         scaled = np.nan_to_num(np.clip(array.astype(np.float64), 0.0, 1.0), nan=0.0) * 255.0
         return np.rint(scaled).astype(np.uint8)
     return np.clip(array, 0, 255).astype(np.uint8)  # the other integers (checked at the call)
 
 
 def save_image(stem: Path, image: Any) -> Path:
-    """Save ``image`` (H, W[, C]) as ``<stem>.png`` (matplotlib) or ``<stem>.npy`` without it; return the path.
-
-    Example:
-        >>> import tempfile, pathlib, numpy as np
-        >>> from substrax.tracking._media import save_image
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     save_image(pathlib.Path(directory) / "x", np.zeros((2, 2))).suffix
-        '.png'
-    """
+    """Save ``image`` (H, W[, C]) as ``<stem>.png`` (with matplotlib) or ``<stem>.npy`` without it; return the path."""
     import numpy as np  # noqa: PLC0415
 
     stem.parent.mkdir(parents=True, exist_ok=True)
     array = np.asarray(image)
     if array.ndim == _COLOR and array.shape[-1] == 1:
         array = array[..., 0]
-    mpimage = optional("matplotlib.image")
-    path = stem.parent / (stem.name + (".npy" if mpimage is None else ".png"))
-    if mpimage is None:
-        np.save(path, array)
+    png = optional("matplotlib") is not None
+    path = stem.parent / f"{stem.name}{'.png' if png else '.npy'}"
+    if png:  # through Pillow, a dependency of matplotlib; zlib level 1: faster than 6, a bit larger
+        from PIL import Image  # noqa: PLC0415
+
+        Image.fromarray(image_pixels(array)).save(path, format="PNG", compress_level=1)
     else:
-        pixels = image_pixels(array)
-        mpimage.imsave(path, pixels, cmap="gray" if array.ndim == _GRAY else None, vmin=0, vmax=255)
+        np.save(path, array)
     return path
+
+
+class ImageWriter:
+    """Store logged images in a thread of their own, in order: the call only copies the array.
+
+    A call waits for the oldest images only while over a GiB of them waits; a thread is started
+    by the first call after :meth:`wait`, which raises the first error of a store since the last.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._pool: ThreadPoolExecutor | None = None
+        self._jobs: deque[tuple[Future[object], int]] = deque()
+        self._waiting = 0  # bytes
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, store: Callable[[Any], object], image: Any) -> None:
+        """Have ``store(copy)`` run in the thread, ``copy`` a numpy copy of ``image``."""
+        import numpy as np  # noqa: PLC0415
+
+        array = np.array(image)  # the caller may reuse (or donate) its buffer once this returns
+        with self._lock:
+            while self._jobs and (
+                self._jobs[0][0].done() or self._waiting + array.nbytes > _MOST_WAITING
+            ):
+                self._take()
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix=self._name)
+            self._jobs.append((self._pool.submit(store, array), array.nbytes))
+            self._waiting += array.nbytes
+
+    def _take(self) -> None:
+        job, size = self._jobs.popleft()
+        self._waiting -= size
+        self._error = self._error or job.exception()
+
+    def wait(self) -> None:
+        """Wait until every image submitted is stored, end the thread, and raise a store's error."""
+        with self._lock:
+            while self._jobs:
+                self._take()
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
+            error, self._error = self._error, None
+        if error is not None:
+            raise error

@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from ._base import Logger
-from ._errors import NotALoggerError
+from ._errors import NotALoggerError, UploadNotFoundError
 
 
 __all__ = ["MultiLogger"]
@@ -45,14 +47,13 @@ class MultiLogger(Logger):
                 raise NotALoggerError(logger)
 
     def _each(self, method: str, *args: Any) -> None:
-        """Call ``method(*args)`` on every logger; raise the first error once all had the call.
-
-        By name, not a closure: the per-step call runs on cold caches, where each frame counts.
-        """
+        """Call ``method(*args)`` on each logger that has it, by name (no closure on the per-step path); raise the first error once all had it."""
         first: Exception | None = None
         for logger in self.loggers:
             try:
-                getattr(logger, method)(*args)
+                call = getattr(logger, method, None)
+                if call is not None:
+                    call(*args)
             except Exception as error:
                 if first is None:
                     first = error
@@ -60,6 +61,33 @@ class MultiLogger(Logger):
                     _logger.warning("%r also failed: %s", logger, error)
         if first is not None:
             raise first
+
+    def log_artifact(
+        self, local_path: str | os.PathLike[str], artifact_path: str | None = None
+    ) -> None:
+        """Upload a file (or a directory's files) to the run of each logger that takes artifacts.
+
+        The W&B and MLflow loggers take it; the console, file and TensorBoard loggers have no
+        ``log_artifact`` (their files are on this disk already) and are passed by.
+
+        Raises:
+            LoggerClosedError: the logger is closed.
+            UploadNotFoundError: ``local_path`` does not exist (a ``FileNotFoundError``); no
+                logger had the call.
+
+        Example:
+            >>> import io
+            >>> from substrax.tracking import ConsoleLogger, MultiLogger
+            >>> with MultiLogger([ConsoleLogger("a", stream=io.StringIO())]) as logger:
+            ...     logger.log_artifact("/no/such/model.bin")
+            Traceback (most recent call last):
+            ...
+            substrax.tracking.UploadNotFoundError: artifact '/no/such/model.bin' does not exist; ...
+        """
+        self._check_open()
+        if not Path(local_path).exists():
+            raise UploadNotFoundError("artifact", Path(local_path).resolve())
+        self._each("log_artifact", local_path, artifact_path)
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         self._each("log_scalars", metrics, step)

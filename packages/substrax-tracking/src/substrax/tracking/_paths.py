@@ -13,14 +13,7 @@ __all__ = ["ensure_writable_dir", "resolve_log_dir"]
 
 
 def resolve_log_dir(name: str, log_dir: str | os.PathLike[str] | None) -> Path:
-    """``log_dir`` resolved; when None, ``$AVITAI_OUTPUT_DIR/<name>`` or a per-run temporary directory.
-
-    Example:
-        >>> import tempfile
-        >>> from substrax.tracking._paths import resolve_log_dir
-        >>> resolve_log_dir("demo", tempfile.gettempdir()).is_absolute()
-        True
-    """
+    """``log_dir`` resolved; when None, ``$AVITAI_OUTPUT_DIR/<name>`` or a per-run temporary directory."""
     if log_dir is not None:
         return Path(log_dir).resolve()
     from substrax.artifacts import resolve_output_dir  # noqa: PLC0415
@@ -29,18 +22,7 @@ def resolve_log_dir(name: str, log_dir: str | os.PathLike[str] | None) -> Path:
 
 
 def ensure_writable_dir(path: Path, logger: str) -> None:
-    """Create the directory ``path`` if needed and check that this process can write in it.
-
-    Raises:
-        LogDirNotWritableError: it cannot be created, or a file cannot be created in it.
-
-    Example:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> from substrax.tracking._paths import ensure_writable_dir
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     ensure_writable_dir(Path(directory) / "runs", "WandbLogger")
-    """
+    """Create the directory ``path`` if needed; LogDirNotWritableError if this process cannot write in it."""
     if path.exists() and not path.is_dir():
         raise LogDirNotWritableError(logger, path, "a file is in its place")
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 import os
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from substrax.support import require, write_atomically
 
 from ._base import safe_name
 from ._errors import FileLogValueError, NoFileLogError
-from ._file import decode_number
+from ._log_files import decode_number
 
 
 __all__ = ["plot_log_dir", "read_scalars"]
@@ -44,33 +43,32 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
         ...     read_scalars(p)
         {'loss': [(3, 0.5)]}
     """
-    series: dict[str, list[tuple[int, float]]] = {}
-    with Path(path).open("rb") as file:
-        for number, raw in enumerate(file):
+    source, series = Path(path), dict[str, list[tuple[int, float]]]()
+    with source.open("rb") as file:
+        for index, raw in enumerate(file):
             try:
                 line = raw.decode("utf-8")
+                entry = json.loads(line) if line.strip() else None
             except UnicodeDecodeError as error:
                 if not raw.endswith(b"\n"):  # a last line cut short inside a character
                     continue
                 reason = f"it is not UTF-8 text: {error.reason} at byte {error.start}"
-                raise FileLogValueError(Path(path), number + 1, reason) from None
-            if not line.strip():
+                raise FileLogValueError(source, index + 1, reason) from None
+            except json.JSONDecodeError:  # a line cut short by a crash
                 continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
+            if entry is None:
                 continue
             try:
                 step = entry.get("step")
                 name = entry["name"]
-                point = (number if step is None else int(step), decode_number(entry["value"]))
+                point = (index if step is None else int(step), decode_number(entry["value"]))
             except KeyError as error:
-                raise FileLogValueError(Path(path), number + 1, f"no {error} field") from None
+                raise FileLogValueError(source, index + 1, f"no {error} field") from None
             except (AttributeError, TypeError, ValueError, OverflowError) as error:
-                raise FileLogValueError(Path(path), number + 1, str(error)) from None
+                raise FileLogValueError(source, index + 1, str(error)) from None
             if not isinstance(name, str):
                 reason = f"its name {name!r} is not a string"
-                raise FileLogValueError(Path(path), number + 1, reason)
+                raise FileLogValueError(source, index + 1, reason)
             series.setdefault(name, []).append(point)
     return series
 
@@ -111,25 +109,16 @@ def plot_log_dir(
             axes = figure.add_subplot()
             steps, values = zip(*points, strict=True)
             axes.plot(steps, values, marker="." if len(points) < _MARKERS_BELOW else None)
-            axes.set_title(f"{run}: {metric}")
-            axes.set_xlabel("step")
+            axes.set(title=f"{run}: {metric}", xlabel="step")
             axes.grid(visible=True, alpha=0.3)
             png = target / f"{safe_name(run)}.{safe_name(metric)}.png"
             figure.tight_layout()
             figure.savefig(png, dpi=90)
-            last = f"{values[-1]:.6g}" if math.isfinite(values[-1]) else str(values[-1])
             sections.append(
                 f'<figure><img src="{html.escape(png.name)}" alt="{html.escape(metric)}">'
-                f"<figcaption>{html.escape(metric)}: {len(points)} points, last {last}"
+                f"<figcaption>{html.escape(metric)}: {len(points)} points, last {values[-1]:.6g}"
                 "</figcaption></figure>"
             )
-    page = target / "index.html"
-    write_atomically(
-        page,
-        _PAGE.format(
-            title=html.escape(source.name),
-            heading=html.escape(str(source)),
-            sections="\n".join(sections),
-        ),
-    )
+    page, title, heading = target / "index.html", html.escape(source.name), html.escape(str(source))
+    write_atomically(page, _PAGE.format(title=title, heading=heading, sections="\n".join(sections)))
     return page

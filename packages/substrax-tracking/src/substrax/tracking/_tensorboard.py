@@ -14,9 +14,9 @@ from typing import Any
 
 from substrax.support import require
 
-from ._base import Logger
-from ._file import json_ready
-from ._media import image_pixels
+from ._base import Logger, safe_name
+from ._log_files import json_ready
+from ._media import ImageWriter, image_pixels
 from ._paths import ensure_writable_dir
 from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
 
@@ -34,7 +34,12 @@ class TensorBoardLogger(Logger):
 
     A jax array logged as a scalar is not read by the call (which would wait for the step that
     computes it): it is written, with the scalars logged after it, once computed, and at the
-    latest by :meth:`flush` or :meth:`close`.
+    latest by :meth:`flush` or :meth:`close`. An image is encoded in a thread of the logger's
+    own (the call copies it); an error there is raised by the next :meth:`flush` or
+    :meth:`close`. TensorBoard shows the first hyperparameters it reads in a run: each
+    :meth:`log_hyperparams` call writes all this logger was given (later values win) to
+    :attr:`hparams_file`, ``events.hparams.tfevents.<name>``, replacing it; its name sorts
+    before the other event files, which TensorBoard reads in name order.
 
     Args:
         name: the run name.
@@ -83,6 +88,10 @@ class TensorBoardLogger(Logger):
         # (name, value, step, time) of the scalars not written yet: from a jax value not computed
         self._held: deque[tuple[str, Any, int | None, float]] = deque()
         self._warned_unreadable: set[str] = set()
+        self._hparams: dict[str, Any] = {}  # every call's, merged
+        self._started = time.time()
+        self.hparams_file = self.log_dir / f"events.hparams.tfevents.{safe_name(name)}"
+        self._images = ImageWriter(f"TensorBoardLogger({name!r}) images")
 
     def _events(self) -> Any:
         """The event writer; after a flush closed the last one, a new one on a file of its own."""
@@ -114,22 +123,40 @@ class TensorBoardLogger(Logger):
                 self._events().add_scalar(key, number, global_step=step, walltime=when)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
+        from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
+            Event,  # pyright: ignore[reportAttributeAccessIssue]  (generated: no stub)
+        )
+        from tensorboardX.record_writer import RecordWriter  # noqa: PLC0415
         from tensorboardX.summary import hparams  # noqa: PLC0415
 
-        clean = {str(key): _hparam_value(value) for key, value in params.items()}
-        for summary in hparams(clean, {}):  # the experiment, session start and end
-            self._events().file_writer.add_summary(summary)
+        self._hparams.update({str(key): _hparam_value(value) for key, value in params.items()})
+        temporary = self.log_dir / f".{safe_name(self.name)}.hparams.tmp"
+        writer = RecordWriter(str(temporary))  # no event file (no "tfevents") until renamed whole
+        now = self._started  # the file is read first: its time is the run's start
+        writer.write(Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
+        for summary in hparams(self._hparams, {}):  # the experiment, session start and end
+            writer.write(Event(wall_time=now, summary=summary).SerializeToString())
+        writer.flush()
+        writer.close()
+        temporary.replace(self.hparams_file)
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._events().add_text(name, text, global_step=step)
 
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
         for index, image in enumerate(images):
-            array = image_pixels(image)  # uint8: the writer then neither scales nor wraps it
-            if array.ndim == 2:  # noqa: PLR2004  (a grayscale image gets a channel axis)
-                array = array[..., None]
             tag = name if len(images) == 1 else f"{name}/{index}"
-            self._events().add_image(tag, array, global_step=step, dataformats="HWC")
+            store = functools.partial(self._store_image, self._events(), tag, step, time.time())
+            self._images.submit(store, image)
+
+    @staticmethod
+    def _store_image(writer: Any, tag: str, step: int | None, when: float, image: Any) -> None:
+        from tensorboardX.summary import image as image_summary  # noqa: PLC0415
+
+        pixels = image_pixels(image)  # uint8: the writer then neither scales nor wraps it
+        pixels = pixels[..., None] if pixels.ndim == 2 else pixels  # noqa: PLR2004  (gray)
+        summary = image_summary(tag, pixels, dataformats="HWC")
+        writer.file_writer.add_summary(summary, global_step=step, walltime=when)
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         import numpy as np  # noqa: PLC0415
@@ -149,6 +176,9 @@ class TensorBoardLogger(Logger):
 
     def _close(self) -> None:
         self._write_held(wait=True)
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        try:
+            self._images.wait()
+        finally:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
