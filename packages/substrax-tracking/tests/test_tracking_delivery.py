@@ -378,12 +378,12 @@ def test_replay_refuses_a_timeout_that_is_not_a_finite_number(tmp_path, capsys, 
 def test_the_replay_command_says_what_it_could_not_deliver_in_one_line_and_exits_1(
     tmp_path, capsys, monkeypatch
 ):
-    from substrax.tracking import _spool
+    from substrax.tracking import _sink
     from substrax.tracking._cli import main
 
     sink = Sink()
     sink.down = True
-    monkeypatch.setitem(_spool._FACTORIES, "test", lambda _target: sink)
+    monkeypatch.setitem(_sink._FACTORIES, "test", lambda _target: sink)
     spool = tmp_path / "run.spool.jsonl"
     lines = [
         json.dumps({"target": sink.target(), "record": record(s).materialize(tmp_path).to_json()})
@@ -523,7 +523,7 @@ def test_close_stays_within_its_timeout_with_a_large_spool(make, tmp_path, wait_
 
 SLOW_REPLAY = """
 import fcntl, os, sys, time
-from substrax.tracking import _spool
+from substrax.tracking import _sink
 from substrax.tracking._cli import main
 
 out, go = sys.argv[1], sys.argv[1] + ".go"
@@ -544,7 +544,7 @@ class SlowSink:
     def finish(self):
         pass
 
-_spool.register_sink_factory("test", SlowSink)
+_sink.register_sink_factory("test", SlowSink)
 sys.exit(main(["replay", "--json", *sys.argv[2:]]))
 """
 
@@ -738,7 +738,7 @@ class FailedSink(Sink):
 
 
 def test_a_run_marked_failed_whose_records_were_spooled_ends_failed_when_replayed(make, tmp_path):
-    from substrax.tracking._spool import register_sink_factory
+    from substrax.tracking._sink import register_sink_factory
 
     register_sink_factory("test", FailedSink)
     sink = FailedSink()
@@ -758,7 +758,7 @@ def test_a_run_marked_failed_whose_records_were_spooled_ends_failed_when_replaye
 
 
 def test_a_spool_without_the_failed_mark_ends_the_run_finished(make, tmp_path):
-    from substrax.tracking._spool import register_sink_factory
+    from substrax.tracking._sink import register_sink_factory
 
     register_sink_factory("test", FailedSink)
     sink = FailedSink()

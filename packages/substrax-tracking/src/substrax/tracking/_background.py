@@ -13,9 +13,9 @@ from pathlib import Path
 
 from ._errors import SpoolNotFoundError
 from ._records import Record, Scalar, as_record, prefetch_scalars
-from ._replay import ReplayResult, run_replay
-from ._send import Failures, deliver_in_memory, describe_error, target_key
-from ._spool import Sink
+from ._replay import run_replay
+from ._send import deliver_in_memory, describe_error, run_of, target_key
+from ._sink import Sink
 from ._spool_writer import Backoff, SpoolWriter, lower_priority
 
 
@@ -26,9 +26,6 @@ _logger = logging.getLogger(__name__)
 _CLOSE_GRACE = 0.5  # seconds past close's deadline for the threads to stop
 _PROBE_LINES = 1000  # spool lines a retry sends before it reads the whole spool
 _LOCK_WAIT = 10.0  # the most seconds a send waits for another to let go of the spool
-# The targets of this process's open deliveries: a first send of a spool leaves their lines
-# (two loggers of one name in one directory share a spool file) to their own sender.
-_LIVE: set[str] = set()
 
 
 @dataclass(eq=False)
@@ -82,8 +79,7 @@ class AsyncDelivery:
         self.delivered = 0
         self.failures = 0
         target = sink.target()
-        self._key = target_key(target)
-        _LIVE.add(self._key)
+        self._key, self._run = target_key(target), run_of(target)
         self._backoff = Backoff(retry_initial, retry_max)  # the sink's
         backoff = Backoff(retry_initial, retry_max)  # the spool's
         self._spool = SpoolWriter(
@@ -94,13 +90,20 @@ class AsyncDelivery:
         self._send = threading.Event()  # wakes the sender
         self._passes = threading.Condition()  # the sender's passes, started and done
         self._started = self._done = 0
+        self._raw: list[Record] = []  # values not read yet: an image waits for room on disk
         self._unwritten: list[Record] = []  # materialized, waiting for room on disk
         self._unwritten_lock = threading.Lock()
         self._unsynced = False
         self._deadline = 0.0  # close's: the sender's last moment
         self._closing = threading.Event()  # set by the writer once close's records are written
         self._abandoned = False
+        self._finished = False  # the run was ended
         self._warned: set[str] = set()
+        # Held while this delivery sends its run: a replay (in any process) leaves it alone.
+        try:
+            self._live: int | None = self._spool.file.hold_live(self._run)
+        except OSError:
+            self._live = None
         self._thread = self._start(self._write_loop, f"substrax-tracking-{label}")
         self._sender = self._start(self._send_loop, f"substrax-tracking-{label}-send")
 
@@ -137,7 +140,11 @@ class AsyncDelivery:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self._passes.wait_for(lambda: self._done > control.sent_after, left):
                 return False
-        return not self._backoff.failing and not self._unwritten and not self._spool.count()
+        return not self._backoff.failing and not self._waiting() and not self._spool.count()
+
+    def _waiting(self) -> int:
+        """How many records wait in memory (for room on disk)."""
+        return len(self._raw) + len(self._unwritten)
 
     def persist(self, timeout: float) -> bool:
         """Write everything submitted so far to the spool file and fsync it, within ``timeout``.
@@ -148,7 +155,7 @@ class AsyncDelivery:
             out).
         """
         if not self._thread.is_alive():
-            return not self._unwritten
+            return not self._waiting()
         control = self._control("persist")
         return control.done.wait(timeout) and control.ok
 
@@ -166,17 +173,20 @@ class AsyncDelivery:
         self._sender.join(max(0.0, self._deadline - time.monotonic()) + _CLOSE_GRACE)
         stuck = self._sender.is_alive()
         self._abandoned = True
-        _LIVE.discard(self._key)
         self._send.set()
-        left = self._spool.count()
-        if self._unwritten:
+        if self._waiting():
             _logger.error(
-                f"{self.label}: {len(self._unwritten)} records could neither be written to "
+                f"{self.label}: {self._waiting()} records could neither be written to "
                 f"{self._spool.file.path} nor delivered by close and are lost; make room on its "
                 "file system before a run ends"
             )
-        if left and getattr(self.sink, "failed", False):  # the replay that ends the run: failed
-            self._spool.write_failed_mark()
+        left = self._spool.count()
+        failed = bool(getattr(self.sink, "failed", False))
+        if not self._finished and (failed or not left):  # for the replay that ends the run
+            self._spool.write_end_mark(failed=failed)
+            left = self._spool.count()
+        if self._live is not None:
+            self._spool.file.let_go_live(self._run, self._live)
         if stuck:
             why = f"close_timeout={timeout:g} s ran out while a backend call was still running"
         else:
@@ -235,10 +245,10 @@ class AsyncDelivery:
                 else:
                     records.append(as_record(item))
         try:
-            self._write(records, sync=any(c.kind != "flush" for c in controls))
+            self._write(records, sync=any(c.kind != "flush" for c in controls), now=bool(controls))
         finally:
             for control in controls:
-                control.ok = not self._unwritten
+                control.ok = not self._waiting()
                 with self._passes:
                     control.sent_after = self._started
                 if control.kind == "close":
@@ -248,13 +258,25 @@ class AsyncDelivery:
                 self._send.set()
         return any(control.kind == "close" for control in controls)
 
-    def _write(self, records: list[Record], *, sync: bool) -> None:
-        """Read ``records``' values and append them, after any that wait, to the spool."""
-        prefetch_scalars(records)
-        materialized = [self._spool.materialize(record) for record in records]
+    def _write(self, records: list[Record], *, sync: bool, now: bool) -> None:
+        """Read ``records``' values and append them, after any that wait, to the spool.
+
+        After a failure (a full disk) it tries again when the backoff says, or ``now``.
+        """
+        self._raw.extend(records)
+        prefetch_scalars(self._raw)
+        materialized: list[Record] = []
+        if now or self._spool.backoff.due():
+            while self._raw:
+                try:
+                    materialized.append(self._spool.materialize(self._raw[0]))
+                except OSError as error:  # an image the disk has no room for: it waits, in order
+                    self._spool.cannot_write(self._spool.media_dir, error, len(self._raw))
+                    break
+                del self._raw[0]
         with self._unwritten_lock:
             self._unwritten.extend(materialized)
-            if self._unwritten and self._spool.backoff.due():
+            if self._unwritten and (now or self._spool.backoff.due()):
                 if self._spool.write(self._unwritten, sync=sync):
                     self._unwritten = []
                     self._unsynced = not sync
@@ -303,7 +325,8 @@ class AsyncDelivery:
                     self._spool.file,
                     sinks={self._key: self.sink},
                     only=only,
-                    skip=frozenset(_LIVE - {self._key}),
+                    own=self._run,
+                    stop=lambda: self._abandoned,
                     limit=limit,
                     wait=_LOCK_WAIT,
                 )
@@ -314,7 +337,7 @@ class AsyncDelivery:
             self.delivered += result.delivered
             self._spool.note_refused(result)
             if only is None:
-                self._report_found(result, errors)
+                self._spool.report_found(result, errors, self._key)
             if self._key in errors:
                 return self._failed(errors[self._key][1])
             if limit is not None and not self._spool.count():
@@ -332,21 +355,6 @@ class AsyncDelivery:
             self._unwritten = [r for r in self._unwritten if id(r) not in done]
         self._spool.add_refused([entry for i in sorted(job.refused) for entry in job.refused[i]])
         _ = self._recovered() if error is None else self._failed(error)
-
-    def _report_found(self, result: ReplayResult, errors: Failures) -> None:
-        """Say what a replay of an earlier run's spool did."""
-        path = self._spool.file.path
-        if result.delivered:
-            _logger.info(f"{self.label}: replayed {result.delivered} spooled records")
-        if result.bad_lines:
-            bad = result.describe_bad_lines()
-            _logger.warning(f"{self.label}: lines of {path} are not records: {bad}")
-        for key, (target, error) in errors.items():
-            if key != self._key:
-                _logger.warning(
-                    f"{self.label}: records for {target} in {path} could not be replayed yet "
-                    f"({error})"
-                )
 
     def _failed(self, error: BaseException) -> bool:
         self.failures += 1
@@ -367,16 +375,22 @@ class AsyncDelivery:
         return True
 
     def _finish(self) -> None:
-        """At close: send until the deadline; with nothing left, end the run."""
+        """At close: send until the deadline, then end the run (retried with a backoff of its own)."""
+        end = Backoff(self._backoff.initial, self._backoff.longest)
         while not self._abandoned and time.monotonic() < self._deadline:
-            if self._backoff.due():
+            if self._backoff.due() and (
+                self._started == 0 or self._waiting() or self._spool.count()
+            ):
                 self._send_pass(only=self._key)
-                if not self._backoff.failing and not self._unwritten and not self._spool.count():
-                    try:
-                        self.sink.finish()
-                    except Exception as error:
-                        _logger.warning(f"{self.label}: could not end the run cleanly: {error}")
+            done = not self._backoff.failing and not self._waiting() and not self._spool.count()
+            if done and end.due():
+                try:
+                    self.sink.finish()
+                except Exception as error:
+                    end.fail()
+                    _logger.debug("%s: could not end the run yet: %r", self.label, error)
+                else:
+                    self._finished = True
                     return
-            time.sleep(
-                max(0.0, min(self._backoff.wait() or 0.05, self._deadline - time.monotonic()))
-            )
+            waits = [w for w in (self._backoff.wait(), end.wait()) if w is not None]
+            time.sleep(max(0.0, min([*waits, 0.05, self._deadline - time.monotonic()])))

@@ -11,7 +11,7 @@ from typing import Any
 from ._base import safe_name
 from ._first_attempt import FirstAttempt
 from ._records import Record
-from ._spool import register_sink_factory
+from ._sink import register_sink_factory
 from ._store_lock import store_lock
 
 
@@ -198,11 +198,7 @@ class MlflowSink:
             self.experiment_id = run.info.experiment_id
             if run.info.status != "RUNNING":
                 client.update_run(self.run_id, status="RUNNING")
-            if self.resume_step is not None and self.last_steps is None:
-                self.last_steps = {
-                    key: max(m.step for m in client.get_metric_history(self.run_id, key))
-                    for key in run.data.metrics
-                }
+            if self.resume_step is not None:
                 client.set_tag(self.run_id, RESUMED_FROM_TAG, str(self.resume_step))
         else:
             spec = self.spec
@@ -298,6 +294,13 @@ class MlflowSink:
         """Send ``metrics``; with ``resume_step``, none at a step the run holds for its key."""
         from mlflow.entities import Metric  # noqa: PLC0415
 
+        if self.resume_step is not None and self.last_steps is None:
+            # read at the first send, after what an earlier attempt left in the spool arrived
+            run = self.client.get_run(run_id)
+            self.last_steps = {
+                key: max(m.step for m in self.client.get_metric_history(run_id, key))
+                for key in run.data.metrics
+            }
         last = None if self.last_steps is None else dict(self.last_steps)
         if last is not None:
             metrics = [row for row in metrics if _new_step(last, row[0], row[3])]

@@ -28,7 +28,7 @@ from ._failure import failed_by
 from ._log_files import json_ready
 from ._paths import resolve_log_dir
 from ._records import Record
-from ._spool import Sink
+from ._sink import Sink
 from ._values import checked_scalar, checked_scalars
 
 

@@ -7,13 +7,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from substrax.support import check_seconds
 
 from ._send import Failures, Sending, describe_error
-from ._spool import Sink, SpoolFile
+from ._sink import Sink
+from ._spool import SpoolFile
 
 
 __all__ = ["ReplayResult", "problems", "replay_spool", "run_replay"]
@@ -74,15 +75,17 @@ def run_replay(
     include_refused: bool = False,
     timeout: float | None = None,
     only: str | None = None,
-    skip: frozenset[str] = frozenset(),
+    own: str | None = None,
+    stop: Callable[[], bool] | None = None,
     limit: int | None = None,
     wait: float | None = 0.0,
 ) -> tuple[ReplayResult, Failures]:
     """:func:`replay_spool` without its warnings: the result, and the error of each failed target.
 
-    ``only`` (a :func:`target_key`) limits the replay to one target's lines, ``skip`` leaves
-    those targets' lines (a live logger's), ``limit`` to the
-    spool's first ``limit`` records. Another replay of the spool is waited for at most ``wait``
+    ``only`` (a :func:`target_key`) limits the replay to one target's lines and ``limit`` to
+    the spool's first ``limit`` records. A run a logger still sends (in any process) is left to
+    it, unless it is ``own`` (a :func:`run_of`: the replaying logger's); ``stop`` ends the
+    replay before its next batch. Another replay of the spool is waited for at most ``wait``
     seconds (None: as long as it takes), within ``timeout``.
 
     Raises:
@@ -99,7 +102,15 @@ def run_replay(
         if include_refused:
             spool.restore_refused()
         lines = spool.read_lines(limit)
-        job = Sending(lines, sinks or {}, include_refused=include_refused, only=only, skip=skip)
+        job = Sending(
+            lines,
+            sinks or {},
+            include_refused=include_refused,
+            only=only,
+            live=spool.is_live,
+            own=own,
+            stop=stop or (lambda: False),
+        )
         if timeout is None:
             job.run()
             timed_out = False

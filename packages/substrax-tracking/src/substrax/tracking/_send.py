@@ -6,16 +6,17 @@ import itertools
 import json
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from ._errors import NotARecordError
 from ._records import Record, split_scalars
-from ._spool import Sink, SpoolLine, build_sink, spool_line
+from ._sink import Sink, build_sink
+from ._spool import SpoolLine, spool_line
 
 
 __all__ = ["Failures", "Sending", "deliver_in_memory", "describe_error", "is_permanent"]
-__all__ += ["target_key"]
+__all__ += ["run_of", "target_key"]
 
 _logger = logging.getLogger(__name__)
 
@@ -34,6 +35,25 @@ def target_key(target: Mapping[str, Any]) -> str:
     return json.dumps({k: v for k, v in target.items() if k != "failed"}, sort_keys=True)
 
 
+def run_of(target: Mapping[str, Any]) -> str:
+    """The run a target sends to, whoever logs it: its key without a resumed logger's step.
+
+    Example:
+        >>> from substrax.tracking._send import run_of
+        >>> run_of({"backend": "mlflow", "run_id": "r1", "resume_step": 3})
+        '{"backend": "mlflow", "run_id": "r1"}'
+    """
+    return target_key({k: v for k, v in target.items() if k != "resume_step"})
+
+
+def _never() -> bool:
+    return False
+
+
+def _nobody(_run: str) -> bool:
+    return False
+
+
 def describe_error(error: BaseException) -> str:
     """``error`` as ``Type: message`` on one line (an SDK's message may span several)."""
     return " ".join(f"{type(error).__name__}: {error}".split())
@@ -48,6 +68,9 @@ class Sending:
 
     Of a batch its backend refuses (``Sink.is_permanent``), the records are sent one at a time,
     and of a refused record of several scalars, each scalar: only refused values are set aside.
+    The lines of a run that ``live`` says a logger still sends are left to it, unless it is
+    ``own`` (the sender's); a run is ended only when no logger sends it. ``stop`` ends the
+    sending before the next batch.
     """
 
     def __init__(
@@ -57,7 +80,9 @@ class Sending:
         *,
         include_refused: bool,
         only: str | None,
-        skip: frozenset[str] = frozenset(),
+        live: Callable[[str], bool] = _nobody,
+        own: str | None = None,
+        stop: Callable[[], bool] = _never,
     ) -> None:
         self.data = {i: line.data for i, line in enumerate(lines) if line.data is not None}
         self.delivered: set[int] = set()
@@ -66,8 +91,8 @@ class Sending:
         self._sinks = dict(sinks)
         self._include_refused = include_refused
         self._only = only
-        self._skip = skip
-        self._built: dict[str, Sink] = {}  # the sinks this replay made
+        self._live, self._own, self._stop = live, own, stop
+        self._built: dict[str, tuple[Sink, str]] = {}  # the sinks this replay made, and runs
         self._failures: Failures = {}
         # the runs a line of marks failed (the logger's run was marked failed): they end so
         self._failed = {
@@ -82,12 +107,16 @@ class Sending:
         keyed = ((target_key(data["target"]), i) for i, data in self.data.items())
         try:
             for key, group in itertools.groupby(keyed, key=lambda pair: pair[0]):
-                if key not in failed | self._skip and self._only in (None, key):
-                    self._send(key, [i for _, i in group], failed)
+                indexes = [i for _, i in group]
+                if key in failed or self._only not in (None, key):
+                    continue
+                run = run_of(self.data[indexes[0]]["target"])
+                if run == self._own or not self._live(run):
+                    self._send(key, indexes, failed)
         except _Settled:
             return
-        for key, sink in self._built.items():
-            if key not in failed:
+        for key, (sink, run) in self._built.items():
+            if key not in failed and run != self._own and not self._live(run):
                 try:
                     if key in self._failed:
                         cast("Any", sink).failed = True
@@ -116,7 +145,7 @@ class Sending:
                     self._note(todo, bad=str(error))
                     return
                 with self._lock:
-                    self._built[key] = sink
+                    self._built[key] = (sink, run_of(target))
             for start in range(0, len(todo), _CHUNK):
                 self._deliver(sink, todo[start : start + _CHUNK])
         except Exception as error:
@@ -125,6 +154,8 @@ class Sending:
                 self._failures[key] = (target, error)
 
     def _deliver(self, sink: Sink, chunk: list[int]) -> None:
+        if self._stop():
+            raise _Settled
         try:
             sink.deliver([Record.from_json(self.data[i]["record"]) for i in chunk])
         except Exception as error:

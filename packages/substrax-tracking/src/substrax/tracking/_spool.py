@@ -6,15 +6,15 @@ import collections
 import contextlib
 import dataclasses
 import fcntl
-import importlib
+import hashlib
 import json
 import logging
 import os
 import stat
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from substrax.support import write_atomically
 
@@ -23,64 +23,13 @@ from ._errors import (
     NotASpoolError,
     SpoolBusyError,
     SpoolNotFoundError,
-    StoreDirectoryMissingError,
-    UnknownBackendError,
 )
 from ._records import Record
-from ._store_lock import sqlite_path
 
 
-__all__ = ["Sink", "SpoolFile", "SpoolLine", "build_sink", "register_sink_factory", "spool_line"]
+__all__ = ["SpoolFile", "SpoolLine", "spool_line"]
 
 _logger = logging.getLogger(__name__)
-
-
-class Sink(Protocol):
-    """Where a remote logger's records go: one run of one backend.
-
-    ``target()`` is JSON data naming the backend (``"backend"``) and the run, enough to build
-    the sink again; ``deliver`` sends records in order or raises; ``is_permanent`` says whether
-    an error will not go away by retrying (a refused value, not a lost server); ``finish`` ends
-    the run.
-    """
-
-    def target(self) -> dict[str, Any]: ...
-    def deliver(self, records: list[Record]) -> None: ...
-    def is_permanent(self, error: BaseException) -> bool: ...
-    def finish(self) -> None: ...
-
-
-_FACTORIES: dict[str, Callable[[Mapping[str, Any]], Sink]] = {}
-
-
-def register_sink_factory(backend: str, factory: Callable[[Mapping[str, Any]], Sink]) -> None:
-    """Register how to rebuild a sink for ``backend`` from its spooled ``target`` data."""
-    _FACTORIES[backend] = factory
-
-
-def build_sink(target: Mapping[str, Any]) -> Sink:
-    """The sink that ``target`` (a spool line's target data) names.
-
-    Raises:
-        UnknownBackendError: no backend of that name is known (a ``ValueError``).
-        StoreDirectoryMissingError: the target is a sqlite store in a directory that is gone.
-        NotARecordError: the target lacks a field its backend needs (a damaged line).
-    """
-    backend = target.get("backend")
-    if backend not in _FACTORIES:  # the backends register themselves when imported
-        for module in ("._mlflow_sink", "._wandb_sink"):
-            importlib.import_module(module, __package__)
-    if backend not in _FACTORIES:
-        raise UnknownBackendError(backend, sorted(_FACTORIES))
-    uri = target.get("tracking_uri")
-    if isinstance(uri, str) and (db := sqlite_path(uri)) is not None and not db.parent.is_dir():
-        raise StoreDirectoryMissingError(uri, db.parent)
-    try:
-        return _FACTORIES[backend](target)
-    except KeyError as error:
-        raise NotARecordError(
-            f"its {backend} target has no {error.args[0]!r} (a line written by hand, or damaged)"
-        ) from None
 
 
 def spool_line(target: Mapping[str, Any], record: Mapping[str, Any], error: str | None) -> str:
@@ -184,11 +133,47 @@ class SpoolFile:
         """
         deadline = None if wait is None else time.monotonic() + wait
         with self._flock(self.replay_lock_path, deadline) as waited_for:
-            self.replay_lock_path.write_text(str(os.getpid()))
+            with contextlib.suppress(OSError):  # only says who replays (a full disk: nobody)
+                self.replay_lock_path.write_text(str(os.getpid()))
             try:
                 yield waited_for
             finally:
                 self.replay_lock_path.unlink(missing_ok=True)
+
+    def _live_path(self, run: str) -> Path:
+        digest = hashlib.sha256(run.encode()).hexdigest()[:16]
+        return self.path.with_name(f"{self.path.name}.{digest}.live")
+
+    def hold_live(self, run: str) -> int:
+        """Hold ``run``'s live lock (a logger sends it) until the returned fd is closed."""
+        path = self._live_path(run)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
+        return fd
+
+    def let_go_live(self, run: str, fd: int) -> None:
+        """Let go of ``run``'s live lock (see :meth:`hold_live`), removing its file if unheld."""
+        os.close(fd)
+        path = self._live_path(run)
+        with contextlib.suppress(OSError):
+            probe = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                if _try_flock(probe):
+                    path.unlink()
+            finally:
+                os.close(probe)
+
+    def is_live(self, run: str) -> bool:
+        """Whether a logger (in any process) still sends ``run``'s records."""
+        try:
+            fd = os.open(self._live_path(run), os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            return not _try_flock(fd)
+        finally:
+            os.close(fd)
 
     def check_regular(self) -> None:
         """Raise SpoolNotFoundError if the spool does not exist, NotASpoolError if it is no file."""
@@ -213,7 +198,9 @@ class SpoolFile:
         ``sync=False`` leaves the fsync to a later append: the lines then outlive the process
         (a kill -9), not a power cut.
         """
-        lines = [spool_line(target, record.to_json(), error) for record in records]
+        head = '{"target": ' + json.dumps(dict(target)) + ', "record": '  # as spool_line writes
+        tail = "}" if error is None else ', "error": ' + json.dumps(error) + "}"
+        lines = [head + json.dumps(record.to_json()) + tail for record in records]
         if lines:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._flock(self.lock_path):
@@ -367,9 +354,11 @@ def _pid_in(fd: int) -> int | None:
 def _append_lines(path: Path, lines: list[str], *, sync: bool = True) -> None:
     """Append ``lines`` with one write (and an fsync); a write failing part way is cut off again."""
     data = "".join(f"{line}\n" for line in lines).encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         start = os.fstat(fd).st_size
+        if start and os.pread(fd, 1, start - 1) != b"\n":  # a last line cut short by a crash
+            data = b"\n" + data  # ends there: it stays a bad line, and the next is whole
         try:
             view = memoryview(data)
             while view:

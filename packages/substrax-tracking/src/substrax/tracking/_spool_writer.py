@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 
 from ._records import Record
 from ._replay import ReplayResult
-from ._send import describe_error
+from ._send import Failures, describe_error
 from ._spool import SpoolFile
 
 
@@ -86,9 +87,15 @@ class SpoolWriter:
         self._warned = False
 
     def materialize(self, record: Record) -> Record:
-        """Read ``record``'s values into JSON data; one that cannot be is kept as its error."""
+        """Read ``record``'s values into JSON data; one that cannot be is kept as its error.
+
+        Raises:
+            OSError: an image could not be written (a full disk): try again later.
+        """
         try:
             return record.materialize(self.media_dir, label=self.label, warned=self._unreadable)
+        except OSError:
+            raise
         except Exception as failure:  # refused by its backend, with this error, once replayed
             record.payload, record.materialized = {"unserializable": repr(failure)}, True
             return record
@@ -101,15 +108,7 @@ class SpoolWriter:
         try:
             written = self.file.append(self.target, records, error, sync=sync)
         except OSError as failure:
-            self.backoff.fail()
-            if not self._warned:
-                self._warned = True
-                _logger.warning(
-                    f"{self.label} could not write {self.file.path} ({describe_error(failure)}); "
-                    f"logging goes on: {len(records)} records and every later one wait in memory, "
-                    "in order, and are delivered or written once there is room (this is reported "
-                    "once; a crash before then loses them)"
-                )
+            self.cannot_write(self.file.path, failure, len(records))
             return False
         if error is not None:
             with self._counts:
@@ -132,6 +131,33 @@ class SpoolWriter:
         with self._counts:
             self.refused += len(entries)
 
+    def cannot_write(self, path: Path, failure: OSError, count: int) -> None:
+        """Note that ``path`` could not be written, for :attr:`backoff`; warn the first time."""
+        self.backoff.fail()
+        if not self._warned:
+            self._warned = True
+            _logger.warning(
+                f"{self.label} could not write {path} ({describe_error(failure)}); logging goes "
+                f"on: {count} records and every later one wait in memory, in order, and are "
+                "delivered or written once there is room (this is reported once; a crash before "
+                "then loses them)"
+            )
+
+    def report_found(self, result: ReplayResult, errors: Failures, own: str) -> None:
+        """Say what a send of the spool found left by earlier runs did (``own``: this run's key)."""
+        path = self.file.path
+        if result.delivered:
+            _logger.info(f"{self.label}: replayed {result.delivered} spooled records")
+        if result.bad_lines:
+            bad = result.describe_bad_lines()
+            _logger.warning(f"{self.label}: lines of {path} are not records: {bad}")
+        for key, (target, error) in errors.items():
+            if key != own:
+                _logger.warning(
+                    f"{self.label}: records for {target} in {path} could not be replayed yet "
+                    f"({error})"
+                )
+
     def note_refused(self, result: ReplayResult) -> None:
         """Count and report the spooled records a replay moved to ``<spool>.refused``."""
         if result.refused:
@@ -143,11 +169,12 @@ class SpoolWriter:
                 f"kept in {result.refused_file}, the rest goes on"
             )
 
-    def write_failed_mark(self) -> None:
-        """Append a record of no values whose target says the run failed, for its replay to end it so."""
-        self.target = {**self.target, "failed": True}
+    def write_end_mark(self, *, failed: bool) -> None:
+        """Append a record of no values that a replay delivers, then ends the run (failed)."""
+        target = {**self.target, "failed": True} if failed else self.target
         mark = Record(kind="scalars", step=None, time=time.time(), payload={"values": {}})
-        self.write([mark.materialize(self.media_dir)])
+        with contextlib.suppress(OSError):
+            self.file.append(target, [mark.materialize(self.media_dir)])
 
     def count(self) -> int:
         """How many of this run's records the spool holds (counted without parsing the lines)."""

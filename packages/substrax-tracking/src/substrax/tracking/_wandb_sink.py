@@ -15,7 +15,7 @@ from substrax.support import require
 
 from ._first_attempt import FirstAttempt
 from ._records import Record
-from ._spool import register_sink_factory
+from ._sink import register_sink_factory
 
 
 _logger = logging.getLogger(__name__)

@@ -1,0 +1,225 @@
+"""What a hostile user found in the write-ahead spool: each case a record lost, sent twice, or a run left open."""
+
+import json
+import time
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from substrax.tracking import MLFlowLogger, replay_spool
+from substrax.tracking._background import AsyncDelivery
+from substrax.tracking._records import Record
+from substrax.tracking._send import target_key
+from substrax.tracking._sink import register_sink_factory
+
+
+class Sink:
+    """A backend we control: down, slow, or unable to end the run."""
+
+    made: ClassVar[list["Sink"]] = []
+
+    def __init__(self, target=None):
+        self._target = dict(target or {"backend": "wa-test", "run": "r1"})
+        self.received = []
+        self.down = False
+        self.finish_down = False
+        self.finished = False
+        self.failed = False
+        self.delay = 0.0
+        self.sleep = None  # a wall clock's, where a test makes the backend slow
+        Sink.made.append(self)
+
+    def target(self):
+        return self._target
+
+    def deliver(self, records):
+        if self.delay:
+            self.sleep(self.delay)
+        if self.down:
+            raise ConnectionError("server gone")
+        self.received.extend(records)
+
+    def is_permanent(self, error):
+        return isinstance(error, ValueError)
+
+    def finish(self):
+        if self.finish_down:
+            raise ConnectionError("server gone at the end")
+        self.finished = True
+
+
+register_sink_factory("wa-test", Sink)
+
+
+def record(step, value=None):
+    values = {"loss": float(step) if value is None else value}
+    return Record(kind="scalars", step=step, time=time.time(), payload={"values": values})
+
+
+def steps(records):
+    return [r.step for r in records]
+
+
+@pytest.fixture
+def make(tmp_path):
+    made = []
+
+    def make(sink, spool=None, **options):
+        delivery = AsyncDelivery(
+            sink,
+            spool_path=spool or tmp_path / "run.spool.jsonl",
+            media_dir=tmp_path / "media",
+            label="test",
+            retry_initial=0.01,
+            retry_max=0.05,
+            **options,
+        )
+        made.append(delivery)
+        return delivery
+
+    yield make
+    for delivery in made:
+        if delivery._thread.is_alive():
+            delivery.close(5)
+
+
+def test_a_run_whose_end_fails_at_close_is_ended_by_the_replay(make, tmp_path):
+    sink = Sink()
+    delivery = make(sink)
+    delivery.submit(record(0))
+    assert delivery.flush(30)
+    sink.finish_down = True
+    assert delivery.close(timeout=0.3) == 1  # a mark for the replay that ends the run
+    assert not sink.finished
+    Sink.made.clear()
+    result = replay_spool(tmp_path / "run.spool.jsonl")
+    assert (result.delivered, result.remaining) == (1, 0)
+    [replayed] = Sink.made
+    assert replayed.finished
+    assert not replayed.failed
+
+
+def test_an_end_that_fails_once_is_retried_within_close_timeout(make, tmp_path):
+    sink = Sink()
+    delivery = make(sink)
+    delivery.submit(record(0))
+    ended = sink.finish
+
+    def once():
+        sink.finish = ended  # the next try works
+        raise ConnectionError("a blip")
+
+    sink.finish = once
+    assert delivery.close(timeout=5) == 0
+    assert sink.finished
+    assert steps(sink.received) == [0]
+    assert not (tmp_path / "run.spool.jsonl").exists()
+
+
+def test_a_replay_leaves_a_live_loggers_records_and_run_to_it(make, tmp_path):
+    sink = Sink()
+    sink.down = True
+    delivery = make(sink)
+    for step in range(5):
+        delivery.submit(record(step))
+    assert delivery.persist(30)
+    other = Sink()
+    key = target_key(sink.target())
+    result = replay_spool(tmp_path / "run.spool.jsonl", sinks={key: other})
+    assert (result.delivered, result.remaining) == (0, 5)  # the live logger sends them
+    assert other.received == []
+    assert not other.finished
+    sink.down = False
+    assert delivery.flush(30)
+    assert steps(sink.received) == list(range(5))
+    delivery.close(5)
+    assert sink.finished
+
+
+def test_a_record_appended_after_a_line_cut_by_a_crash_is_whole(make, tmp_path):
+    spool = tmp_path / "run.spool.jsonl"
+    spool.write_text('{"target": {"backend": "wa-test", "run": "r0"}, "rec')  # no newline
+    sink = Sink()
+    delivery = make(sink)
+    for step in range(3):
+        delivery.submit(record(step))
+    assert delivery.flush(30)
+    assert steps(sink.received) == [0, 1, 2]
+    assert '"rec' in (tmp_path / "run.spool.jsonl.bad").read_text()
+
+
+def test_close_stops_an_abandoned_sender_at_its_next_batch(make, tmp_path, wall_clock):
+    sink = Sink()
+    spool = tmp_path / "run.spool.jsonl"
+    line = {"target": sink.target(), "record": record(1).materialize(tmp_path).to_json()}
+    spool.write_text(f"{json.dumps(line)}\n" * 30_000)
+    sink.delay, sink.sleep = 0.2, wall_clock.sleep  # each batch of 1000
+    delivery = make(sink)
+    wall_clock.sleep(0.3)
+    delivery.close(timeout=0.1)  # it returns with the sender inside a batch
+    delivery._sender.join(5)
+    assert not delivery._sender.is_alive()  # it stopped after that batch
+    assert len(sink.received) < 15_000
+    left = len(spool.read_text().splitlines())
+    assert left + len(sink.received) == 30_000  # what arrived left the spool, nothing twice
+
+
+def test_with_the_disk_full_and_the_server_up_records_are_sent_from_memory(make, small_disk):
+    sink = Sink()
+    delivery = make(sink, spool=small_disk.path / "run.spool.jsonl")
+    small_disk.fill()
+    for step in range(300):
+        delivery.submit(record(step))
+    assert delivery.flush(30)
+    assert steps(sink.received) == list(range(300))
+    assert delivery.close(5) == 0
+    assert sink.finished
+
+
+def test_an_image_logged_while_the_disk_is_full_waits_and_arrives_whole(make, small_disk):
+    sink = Sink()
+    sink.down = True
+    delivery = make(sink, spool=small_disk.path / "run.spool.jsonl")
+    delivery._spool.media_dir = small_disk.path / "media"
+    small_disk.fill()
+    pixels = np.zeros((64, 64, 3), np.uint8)
+    delivery.submit(
+        Record(kind="image", step=1, time=time.time(), payload={"name": "x", "images": [pixels]})
+    )
+    assert not delivery.persist(2)  # nowhere to write it: it waits in memory
+    small_disk.free()
+    sink.down = False
+    assert delivery.flush(30)
+    [image] = sink.received
+    assert image.kind == "image"
+    assert "unserializable" not in image.payload
+    assert image.payload["paths"][0].endswith(".png")
+
+
+def test_a_resume_with_an_earlier_attempts_spool_logs_every_step_once(tmp_path, sqlite_uri):
+    from mlflow.tracking import MlflowClient
+
+    with MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path / "a") as first:
+        for step in range(111):
+            first.log_scalar("loss", float(step), step=step)
+        run_id = first.run_id
+    # what the first attempt left in its spool while the server was down: steps 111-150
+    target = {"backend": "mlflow", "tracking_uri": sqlite_uri, "run_id": run_id}
+    spool = tmp_path / "b" / "run.spool.jsonl"
+    spool.parent.mkdir()
+    lines = [
+        {"target": target, "record": record(step, 1000.0 + step).materialize(tmp_path).to_json()}
+        for step in range(111, 151)
+    ]
+    spool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with MLFlowLogger(
+        "run", tracking_uri=sqlite_uri, log_dir=tmp_path / "b", run_id=run_id, resume_step=100
+    ) as resumed:
+        for step in range(101, 201):
+            resumed.log_scalar("loss", float(step), step=step)
+    history = MlflowClient(tracking_uri=sqlite_uri).get_metric_history(run_id, "loss")
+    assert sorted(m.step for m in history) == list(range(201))  # each step once
+    values = {m.step: m.value for m in history}
+    assert values[120] == 1120.0  # what the first attempt logged keeps its value
+    assert values[180] == 180.0
