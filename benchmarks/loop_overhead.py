@@ -50,6 +50,7 @@ import argparse
 import contextlib
 import importlib
 import io
+import itertools
 import os
 import random
 import shutil
@@ -383,10 +384,14 @@ def _logging(base: Path, kind: str, server: MlflowServer | None = None) -> Varia
         for t in threading.enumerate()
         if t.ident is not None and t.ident not in threads and t.is_alive()
     }
+    # Each run counts its steps from 0; the loggers get steps that keep increasing across runs,
+    # as a training run's do (W&B's history drops a row whose step is below one it holds).
+    steps = itertools.count()
     if plain is not None:
         written = plain
 
-        def after(step: int, loss: float) -> None:
+        def after(_step: int, loss: float) -> None:
+            step = next(steps)
             logger.log_scalar("loss", loss, step=step)
             written.log(step, loss)
 
@@ -401,7 +406,7 @@ def _logging(base: Path, kind: str, server: MlflowServer | None = None) -> Varia
         actions = (after, end, close)
     else:
         actions = (
-            lambda step, loss: logger.log_scalar("loss", loss, step=step),
+            lambda _step, loss: logger.log_scalar("loss", loss, step=next(steps)),
             logger.flush,  # what was logged is delivered before the run counts as done
             logger.close,
         )
