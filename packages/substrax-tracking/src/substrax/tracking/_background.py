@@ -232,7 +232,7 @@ class AsyncDelivery:
 
     def _write_loop(self) -> bool:
         """Wait for records (or a control), write them; True once closed."""
-        wait = self._spool.backoff.wait() if self._unwritten else None
+        wait = self._spool.backoff.wait() if self._waiting() else None
         self._wake.wait(self.batch_interval if wait is None else min(wait, self.batch_interval))
         self._wake.clear()
         records: list[Record] = []
@@ -267,13 +267,13 @@ class AsyncDelivery:
         prefetch_scalars(self._raw)
         materialized: list[Record] = []
         if now or self._spool.backoff.due():
-            while self._raw:
+            for record in self._raw:
                 try:
-                    materialized.append(self._spool.materialize(self._raw[0]))
+                    materialized.append(self._spool.materialize(record))
                 except OSError as error:  # an image the disk has no room for: it waits, in order
                     self._spool.cannot_write(self._spool.media_dir, error, len(self._raw))
                     break
-                del self._raw[0]
+            del self._raw[: len(materialized)]
         with self._unwritten_lock:
             self._unwritten.extend(materialized)
             if self._unwritten and (now or self._spool.backoff.due()):
