@@ -312,3 +312,30 @@ def small_disk(tmp_path):
         yield SmallDisk(path)
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False, timeout=30)
+
+
+@pytest.fixture
+def make(tmp_path):
+    """``make(sink, spool=None, **options)``: an AsyncDelivery to ``sink`` with quick retries,
+    its spool ``<tmp>/run.spool.jsonl`` (or ``spool``); each is closed after the test."""
+    from substrax.tracking._background import AsyncDelivery
+
+    made = []
+
+    def make(sink, spool=None, **options):
+        delivery = AsyncDelivery(
+            sink,
+            spool_path=spool or tmp_path / "run.spool.jsonl",
+            media_dir=tmp_path / "media",
+            label="test",
+            retry_initial=0.01,
+            retry_max=0.05,
+            **options,
+        )
+        made.append(delivery)
+        return delivery
+
+    yield make
+    for delivery in made:
+        if delivery._thread.is_alive():
+            delivery.close(5)

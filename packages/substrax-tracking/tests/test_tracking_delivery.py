@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from substrax.tracking import replay_spool
-from substrax.tracking._background import AsyncDelivery
 from substrax.tracking._records import Record
 
 
@@ -59,29 +58,6 @@ def record(step, **values):
 
 def steps(records):
     return [r.step for r in records]
-
-
-@pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def make(sink, **options):
-        delivery = AsyncDelivery(
-            sink,
-            spool_path=tmp_path / "run.spool.jsonl",
-            media_dir=tmp_path / "media",
-            label="test",
-            retry_initial=0.01,
-            retry_max=0.05,
-            **options,
-        )
-        made.append(delivery)
-        return delivery
-
-    yield make
-    for delivery in made:
-        if delivery._thread.is_alive():
-            delivery.close(5)
 
 
 def test_submit_never_waits_for_a_blocked_backend(make):

@@ -5,10 +5,8 @@ import time
 from typing import ClassVar
 
 import numpy as np
-import pytest
 
 from substrax.tracking import MLFlowLogger, replay_spool
-from substrax.tracking._background import AsyncDelivery
 from substrax.tracking._records import Record
 from substrax.tracking._send import target_key
 from substrax.tracking._sink import register_sink_factory
@@ -59,29 +57,6 @@ def record(step, value=None):
 
 def steps(records):
     return [r.step for r in records]
-
-
-@pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def make(sink, spool=None, **options):
-        delivery = AsyncDelivery(
-            sink,
-            spool_path=spool or tmp_path / "run.spool.jsonl",
-            media_dir=tmp_path / "media",
-            label="test",
-            retry_initial=0.01,
-            retry_max=0.05,
-            **options,
-        )
-        made.append(delivery)
-        return delivery
-
-    yield make
-    for delivery in made:
-        if delivery._thread.is_alive():
-            delivery.close(5)
 
 
 def test_a_run_whose_end_fails_at_close_is_ended_by_the_replay(make, tmp_path):
