@@ -158,8 +158,10 @@ def test_log_artifact_puts_files_under_their_artifact_path(wandb_offline, tmp_pa
     (tmp_path / "out" / "sub").mkdir(parents=True)
     (tmp_path / "out" / "a.txt").write_text("a")
     (tmp_path / "out" / "sub" / "b.txt").write_text("b")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "out" / "a.txt")
     with WandbLogger("art", project="substrax-tests", log_dir=tmp_path / "logs") as logger:
         logger.log_artifact(tmp_path / "out" / "a.txt", artifact_path="ckpt")
+        logger.log_artifact(tmp_path / "link.txt", artifact_path="links")
         logger.log_artifact(tmp_path / "out", artifact_path="eval/all")
         logger.log_artifact(tmp_path / "out" / "sub" / "b.txt")
         for outside in ("../up", "/abs"):
@@ -171,7 +173,11 @@ def test_log_artifact_puts_files_under_their_artifact_path(wandb_offline, tmp_pa
     assert (files / "eval" / "all" / "a.txt").read_text() == "a"
     assert (files / "eval" / "all" / "sub" / "b.txt").read_text() == "b"
     assert (files / "b.txt").read_text() == "b"
+    assert (files / "links" / "link.txt").read_text() == "a"  # a link keeps its own name
     assert not (files / "a.txt").exists()  # artifact_path was ignored
+    (tmp_path / "out" / "a.txt").write_text("rewritten")  # W&B only linked to the file
+    assert (files / "ckpt" / "a.txt").read_text() == "a"
+    assert not (files / "ckpt" / "a.txt").is_symlink()
 
 
 def test_online_settings_are_bounded_unless_the_user_chose(monkeypatch):

@@ -5,6 +5,7 @@ import time
 from typing import ClassVar
 
 import numpy as np
+import pytest
 
 from substrax.tracking import MLFlowLogger, replay_spool
 from substrax.tracking._records import Record
@@ -16,6 +17,8 @@ class Sink:
     """A backend we control: down, slow, or unable to end the run."""
 
     made: ClassVar[list["Sink"]] = []
+    log: ClassVar[list[int] | None] = None  # every instance's delivered steps, in order
+    down_all: ClassVar[bool] = False
 
     def __init__(self, target=None):
         self._target = dict(target or {"backend": "wa-test", "run": "r1"})
@@ -34,9 +37,11 @@ class Sink:
     def deliver(self, records):
         if self.delay:
             self.sleep(self.delay)
-        if self.down:
+        if self.down or Sink.down_all:
             raise ConnectionError("server gone")
         self.received.extend(records)
+        if Sink.log is not None:
+            Sink.log.extend(r.step for r in records if r.step is not None)
 
     def is_permanent(self, error):
         return isinstance(error, ValueError)
@@ -59,13 +64,15 @@ def steps(records):
     return [r.step for r in records]
 
 
-def test_a_run_whose_end_fails_at_close_is_ended_by_the_replay(make, tmp_path):
+def test_a_run_whose_end_fails_at_close_is_ended_by_the_replay(make, tmp_path, caplog):
     sink = Sink()
     delivery = make(sink)
     delivery.submit(record(0))
     assert delivery.flush(30)
     sink.finish_down = True
-    assert delivery.close(timeout=0.3) == 1  # a mark for the replay that ends the run
+    with caplog.at_level("WARNING", logger="substrax.tracking"):
+        assert delivery.close(timeout=0.3) == 0  # every record arrived
+    assert "the run could not be ended" in caplog.text
     assert not sink.finished
     Sink.made.clear()
     result = replay_spool(tmp_path / "run.spool.jsonl")
@@ -198,3 +205,62 @@ def test_a_resume_with_an_earlier_attempts_spool_logs_every_step_once(tmp_path, 
     values = {m.step: m.value for m in history}
     assert values[120] == 1120.0  # what the first attempt logged keeps its value
     assert values[180] == 180.0
+
+
+class HangingSink(Sink):
+    """Another run's backend, which never answers."""
+
+    gate = None
+
+    def deliver(self, records):
+        HangingSink.gate.wait(30)
+        super().deliver(records)
+
+
+register_sink_factory("wa-hang", HangingSink)
+
+
+def test_another_runs_hanging_backend_holds_up_this_run_at_most_a_few_seconds(make, tmp_path):
+    import threading
+
+    HangingSink.gate = threading.Event()
+    spool = tmp_path / "run.spool.jsonl"
+    foreign = {"target": {"backend": "wa-hang", "run": "other"}, "record": record(0).to_json()}
+    spool.write_text(json.dumps(foreign) + "\n")
+    sink = Sink()
+    delivery = make(sink)
+    delivery.submit(record(1))
+    started = time.monotonic()
+    try:
+        assert delivery.flush(30)
+        assert time.monotonic() - started < 5 + 5  # the other run's send is bounded
+        assert steps(sink.received) == [1]
+    finally:
+        HangingSink.gate.set()
+
+
+def test_an_earlier_attempts_lines_of_the_same_run_go_first_once_the_server_answers(
+    make, tmp_path, monkeypatch
+):
+    sent = []
+    monkeypatch.setattr(Sink, "log", sent)
+    monkeypatch.setattr(Sink, "down_all", True)  # down as the resumed logger starts
+    spool = tmp_path / "run.spool.jsonl"
+    earlier = {"backend": "wa-test", "run": "r1"}  # the same run, before a resume
+    lines = [{"target": earlier, "record": record(step).to_json()} for step in range(3)]
+    spool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    sink = Sink({"backend": "wa-test", "run": "r1", "resume_step": 1})
+    delivery = make(sink)
+    delivery.submit(record(5))
+    assert not delivery.flush(2)
+    monkeypatch.setattr(Sink, "down_all", False)
+    assert delivery.flush(30)
+    assert sent == [0, 1, 2, 5]  # the earlier attempt's first, then this one's
+    assert not spool.exists()
+
+
+def test_hyperparameter_keys_that_are_one_name_once_written_are_refused(tmp_path):
+    from substrax.tracking import FileLogger
+
+    with FileLogger("run", tmp_path) as logger, pytest.raises(ValueError, match="are one name"):
+        logger.log_hyperparams({1: 2, "1": 3})

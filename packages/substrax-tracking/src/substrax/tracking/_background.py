@@ -26,6 +26,7 @@ _logger = logging.getLogger(__name__)
 _CLOSE_GRACE = 0.5  # seconds past close's deadline for the threads to stop
 _PROBE_LINES = 1000  # spool lines a retry sends before it reads the whole spool
 _LOCK_WAIT = 10.0  # the most seconds a send waits for another to let go of the spool
+_FOUND_TIMEOUT = 5.0  # the most seconds spent sending what other runs left in the spool
 
 
 @dataclass(eq=False)
@@ -98,6 +99,7 @@ class AsyncDelivery:
         self._closing = threading.Event()  # set by the writer once close's records are written
         self._abandoned = False
         self._finished = False  # the run was ended
+        self._end_failed = False  # ending it failed
         self._warned: set[str] = set()
         # Held while this delivery sends its run: a replay (in any process) leaves it alone.
         try:
@@ -184,14 +186,21 @@ class AsyncDelivery:
         failed = bool(getattr(self.sink, "failed", False))
         if not self._finished and (failed or not left):  # for the replay that ends the run
             self._spool.write_end_mark(failed=failed)
-            left = self._spool.count()
         if self._live is not None:
             self._spool.file.let_go_live(self._run, self._live)
         if stuck:
             why = f"close_timeout={timeout:g} s ran out while a backend call was still running"
+        elif self._backoff.failing or self._end_failed:
+            why = "the backend is unreachable"
         else:
-            why = "the backend is unreachable" if self._backoff.failing else "close_timeout ran out"
-        self._spool.warn_left(why, left)
+            why = "close_timeout ran out"
+        if left:
+            self._spool.warn_left(why, left)
+        elif not self._finished:
+            _logger.warning(
+                f"{self.label}: every record was delivered, but the run could not be ended "
+                f"({why}); `python -m substrax.tracking replay {self._spool.file.path}` ends it"
+            )
         return left
 
     def _control(self, kind: str) -> _Control:
@@ -289,9 +298,11 @@ class AsyncDelivery:
     # The sender.
 
     def _send_loop(self) -> bool:
-        """Send the spool (all of it the first time); True once closed."""
+        """Send the spool's lines of this run; True once closed."""
         if self._started == 0:
-            self._send_pass(only=None)
+            self._send_pass()
+            if not self._abandoned:
+                self._replay_found()
         while not self._closing.is_set() and not self._abandoned:
             self._send.wait(self._backoff.wait())
             if not self._backoff.due():  # woken while the sink fails: wait for the next try
@@ -299,23 +310,37 @@ class AsyncDelivery:
                 continue
             self._send.clear()
             if not self._closing.is_set():
-                self._send_pass(only=self._key)
+                self._send_pass()
         self._finish()
         return True
 
-    def _send_pass(self, only: str | None) -> None:
-        """Send what the spool holds (``only`` one target's), then what waits in memory."""
+    def _replay_found(self) -> None:
+        """Send, once and within a bound, what earlier runs of other loggers left in the spool."""
+        try:
+            result, errors = run_replay(
+                self._spool.file,
+                timeout=_FOUND_TIMEOUT,
+                wait=0.0,
+                stop=lambda: self._abandoned,
+            )
+        except Exception as error:  # none, or another replay holds it: theirs to send
+            _logger.debug("%s: no replay of other runs' records: %r", self.label, error)
+            return
+        self._spool.report_found(result, errors)
+
+    def _send_pass(self) -> None:
+        """Send what the spool holds of this run (an earlier attempt's too), then what waits in memory."""
         with self._passes:
             self._started += 1
         try:
-            if self._send_spool(only) and self._unwritten:
+            if self._send_spool() and self._unwritten:
                 self._send_unwritten()
         finally:
             with self._passes:
                 self._done += 1
                 self._passes.notify_all()
 
-    def _send_spool(self, only: str | None) -> bool:
+    def _send_spool(self) -> bool:
         """Replay the spool (a probe of its first lines while the sink fails); whether it all went."""
         if not self._spool.file.path.exists():
             return self._recovered()
@@ -324,7 +349,7 @@ class AsyncDelivery:
                 result, errors = run_replay(
                     self._spool.file,
                     sinks={self._key: self.sink},
-                    only=only,
+                    only=self._run,
                     own=self._run,
                     stop=lambda: self._abandoned,
                     limit=limit,
@@ -336,10 +361,8 @@ class AsyncDelivery:
                 return self._failed(error)
             self.delivered += result.delivered
             self._spool.note_refused(result)
-            if only is None:
-                self._spool.report_found(result, errors, self._key)
-            if self._key in errors:
-                return self._failed(errors[self._key][1])
+            if errors:  # of this run's lines, the only ones sent
+                return self._failed(next(iter(errors.values()))[1])
             if limit is not None and not self._spool.count():
                 break
         return self._recovered()
@@ -381,13 +404,14 @@ class AsyncDelivery:
             if self._backoff.due() and (
                 self._started == 0 or self._waiting() or self._spool.count()
             ):
-                self._send_pass(only=self._key)
+                self._send_pass()
             done = not self._backoff.failing and not self._waiting() and not self._spool.count()
             if done and end.due():
                 try:
                     self.sink.finish()
                 except Exception as error:
                     end.fail()
+                    self._end_failed = True
                     _logger.debug("%s: could not end the run yet: %r", self.label, error)
                 else:
                     self._finished = True

@@ -116,6 +116,8 @@ def _replay(args: argparse.Namespace) -> int:
     summary = f"delivered {result.delivered}, remaining {result.remaining}"
     if result.refused:
         summary += f", refused {result.refused}"
+    if result.live:
+        summary += f" ({result.live} of them left to the logger that still sends their run)"
     if result.waited_for is not None:
         summary += (
             f" (after waiting for another replay of this spool, pid {result.waited_for}, "

@@ -49,7 +49,11 @@ def json_ready(value: Any) -> Any:
     if isinstance(value, int | float):  # a subclass (np.float64) becomes the builtin number
         return float(value) if isinstance(value, float) else int(value)
     if isinstance(value, Mapping):
-        return {str(k): json_ready(v) for k, v in value.items()}
+        ready = {str(k): json_ready(v) for k, v in value.items()}
+        if len(ready) < len(value):  # {1: 2, "1": 3}
+            keys = [k for k in value if list(map(str, value)).count(str(k)) > 1]
+            raise ValueError(f"the keys {keys!r} are one name once written; rename one of them")
+        return ready
     if isinstance(value, list | tuple | set | frozenset):
         return [json_ready(v) for v in value]
     if getattr(value, "size", None) == 1 and hasattr(value, "item"):

@@ -246,7 +246,7 @@ class RemoteLogger(Logger):
         """Queue an ``artifact`` record for an existing path (``what`` names it in errors)."""
         if self.closed:
             raise LoggerClosedError(self.name)
-        path = Path(local_path).resolve()
+        path = Path(local_path).absolute()  # a link keeps its own name
         if not path.exists():
             raise UploadNotFoundError(what, path)
         if self.active:
@@ -272,8 +272,8 @@ class RemoteLogger(Logger):
                 else check_seconds("timeout", timeout)
             )
             deadline = time.monotonic() + bound
-            if self._delivery.persist(bound):  # on disk: now wait for the backend, within it
-                self._delivery.flush(max(0.0, deadline - time.monotonic()))
+            self._delivery.persist(bound)  # on disk (a full disk: sent from memory), then sent
+            self._delivery.flush(max(0.0, deadline - time.monotonic()))
 
     def wait_delivered(self, timeout: float | None = None) -> bool:
         """Wait until every call so far reached the backend; return whether all did."""

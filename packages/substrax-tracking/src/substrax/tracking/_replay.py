@@ -38,6 +38,7 @@ class ReplayResult:
         refused_file: where the refused records went.
         refused_reasons: each refused record's error.
         waited_for: the pid of another replay of the spool this one waited for, or None.
+        live: of the remaining records, those of runs a logger still sends, left to it.
     """
 
     delivered: int
@@ -50,6 +51,7 @@ class ReplayResult:
     refused_file: Path | None = dataclasses.field(default=None, repr=False)
     refused_reasons: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     waited_for: int | None = dataclasses.field(default=None, repr=False)
+    live: int = dataclasses.field(default=0, repr=False)
 
     def describe_bad_lines(self, limit: int = 10) -> str:
         """The bad lines as ``line N: reason; ...`` (at most ``limit``), and where they went.
@@ -82,7 +84,7 @@ def run_replay(
 ) -> tuple[ReplayResult, Failures]:
     """:func:`replay_spool` without its warnings: the result, and the error of each failed target.
 
-    ``only`` (a :func:`target_key`) limits the replay to one target's lines and ``limit`` to
+    ``only`` (a :func:`run_of`) limits the replay to one run's lines and ``limit`` to
     the spool's first ``limit`` records. A run a logger still sends (in any process) is left to
     it, unless it is ``own`` (a :func:`run_of`: the replaying logger's); ``stop`` ends the
     replay before its next batch. Another replay of the spool is waited for at most ``wait``
@@ -140,6 +142,7 @@ def run_replay(
         refused_file=spool.refused_path if set_aside else None,
         refused_reasons=tuple(error for _, error in set_aside),
         waited_for=waited_for,
+        live=job.left_live,
     )
     return result, failures
 
@@ -154,8 +157,10 @@ def problems(
             f"stopped after the time limit of {timeout:g} s; the {result.remaining} undelivered "
             f"records stay in {spool}; run the replay again when the backend answers"
         )
-    elif result.remaining:
-        found.append(f"{result.remaining} records stay in {spool} (a backend did not take them)")
+    elif result.remaining > result.live:
+        found.append(
+            f"{result.remaining - result.live} records stay in {spool} (a backend did not take them)"
+        )
     found.extend(
         f"replay to {dict(target)} failed: {describe_error(error)}"
         for target, error in failures.values()

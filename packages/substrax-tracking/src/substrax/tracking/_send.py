@@ -100,19 +100,25 @@ class Sending:
         }
         self._settled = False
         self._lock = threading.Lock()
+        self.left_live = 0  # lines of runs a logger still sends, left to it
 
     def run(self) -> None:
         """Deliver every line, then finish the runs of the sinks it made."""
         failed: set[str] = set()
+        failed_runs: set[str] = set()  # a later group of such a run waits: it is sent in order
         keyed = ((target_key(data["target"]), i) for i, data in self.data.items())
         try:
             for key, group in itertools.groupby(keyed, key=lambda pair: pair[0]):
                 indexes = [i for _, i in group]
-                if key in failed or self._only not in (None, key):
-                    continue
                 run = run_of(self.data[indexes[0]]["target"])
-                if run == self._own or not self._live(run):
-                    self._send(key, indexes, failed)
+                if key in failed or run in failed_runs or self._only not in (None, run):
+                    continue
+                if run != self._own and self._live(run):
+                    self.left_live += len(indexes)
+                    continue
+                self._send(key, indexes, failed)
+                if key in failed:
+                    failed_runs.add(run)
         except _Settled:
             return
         for key, (sink, run) in self._built.items():

@@ -148,30 +148,34 @@ class SpoolFile:
         """Hold ``run``'s live lock (a logger sends it) until the returned fd is closed."""
         path = self._live_path(run)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
-        return fd
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
+            try:
+                if path.stat().st_ino == os.fstat(fd).st_ino:  # not removed as it was let go
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
 
     def let_go_live(self, run: str, fd: int) -> None:
         """Let go of ``run``'s live lock (see :meth:`hold_live`), removing its file if unheld."""
         os.close(fd)
-        path = self._live_path(run)
-        with contextlib.suppress(OSError):
-            probe = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-            try:
-                if _try_flock(probe):
-                    path.unlink()
-            finally:
-                os.close(probe)
+        self.is_live(run)
 
     def is_live(self, run: str) -> bool:
-        """Whether a logger (in any process) still sends ``run``'s records."""
+        """Whether a logger (in any process) still sends ``run``'s records; a stale file is removed."""
+        path = self._live_path(run)
         try:
-            fd = os.open(self._live_path(run), os.O_RDWR | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except OSError:
             return False
         try:
-            return not _try_flock(fd)
+            if not _try_flock(fd):
+                return True
+            with contextlib.suppress(OSError):  # left by a logger that ended (a kill -9 too)
+                path.unlink()
+            return False
         finally:
             os.close(fd)
 

@@ -143,20 +143,19 @@ class SpoolWriter:
                 "then loses them)"
             )
 
-    def report_found(self, result: ReplayResult, errors: Failures, own: str) -> None:
-        """Say what a send of the spool found left by earlier runs did (``own``: this run's key)."""
+    def report_found(self, result: ReplayResult, errors: Failures) -> None:
+        """Say what a replay of what other runs left in the spool did."""
         path = self.file.path
         if result.delivered:
             _logger.info(f"{self.label}: replayed {result.delivered} spooled records")
         if result.bad_lines:
             bad = result.describe_bad_lines()
             _logger.warning(f"{self.label}: lines of {path} are not records: {bad}")
-        for key, (target, error) in errors.items():
-            if key != own:
-                _logger.warning(
-                    f"{self.label}: records for {target} in {path} could not be replayed yet "
-                    f"({error})"
-                )
+        for target, error in errors.values():
+            _logger.warning(
+                f"{self.label}: records for {target} in {path} could not be replayed yet "
+                f"({error}); `python -m substrax.tracking replay {path}` sends them"
+            )
 
     def note_refused(self, result: ReplayResult) -> None:
         """Count and report the spooled records a replay moved to ``<spool>.refused``."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import logging
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -181,19 +182,16 @@ def _upload(run: Any, payload: Mapping[str, Any]) -> None:
 
     path = Path(payload["path"])
     if not payload.get("model_name"):
+        # W&B names a file by its path under base_path, and an offline run only links to it:
+        # each is copied into the run's files, under artifact_path, as it is at the upload
         under = payload.get("artifact_path")
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        top = path if path.is_dir() and under is not None else path.parent
         for file in files:
-            if under is None:  # the file's name, or the directory's and its path in it
-                run.save(str(file), base_path=str(path.parent), policy="now")
-                continue
-            # W&B names a file by its path under base_path: staged in the run's files, linked
-            staged = (
-                Path(run.dir) / under / file.relative_to(path if path.is_dir() else path.parent)
-            )
+            staged = Path(run.dir) / (under or "") / file.relative_to(top)
             staged.parent.mkdir(parents=True, exist_ok=True)
             staged.unlink(missing_ok=True)
-            staged.symlink_to(file)
+            shutil.copyfile(file, staged)
             run.save(str(staged), base_path=str(run.dir), policy="now")
         return
     artifact = wandb.Artifact(payload["model_name"], type="model", metadata=payload.get("metadata"))
