@@ -1,6 +1,7 @@
 """What a hostile user found in the write-ahead spool: each case a record lost, sent twice, or a run left open."""
 
 import json
+import math
 import time
 from typing import ClassVar
 
@@ -29,6 +30,7 @@ class Sink:
         self.failed = False
         self.delay = 0.0
         self.sleep = None  # a wall clock's, where a test makes the backend slow
+        self.refuse_nan = False
         Sink.made.append(self)
 
     def target(self):
@@ -39,6 +41,10 @@ class Sink:
             self.sleep(self.delay)
         if self.down or Sink.down_all:
             raise ConnectionError("server gone")
+        if self.refuse_nan and any(
+            math.isnan(v) for r in records for v in r.payload.get("values", {}).values()
+        ):
+            raise ValueError("NaN refused")
         self.received.extend(records)
         if Sink.log is not None:
             Sink.log.extend(r.step for r in records if r.step is not None)
@@ -143,7 +149,7 @@ def test_close_stops_an_abandoned_sender_at_its_next_batch(make, tmp_path, wall_
     delivery._sender.join(5)
     assert not delivery._sender.is_alive()  # it stopped after that batch
     assert len(sink.received) < 15_000
-    left = len(spool.read_text().splitlines())
+    left = sum('"step": null' not in line for line in spool.read_text().splitlines())
     assert left + len(sink.received) == 30_000  # what arrived left the spool, nothing twice
 
 
@@ -264,3 +270,60 @@ def test_hyperparameter_keys_that_are_one_name_once_written_are_refused(tmp_path
 
     with FileLogger("run", tmp_path) as logger, pytest.raises(ValueError, match="are one name"):
         logger.log_hyperparams({1: 2, "1": 3})
+
+
+def test_flush_keeps_trying_a_failing_backend_within_its_timeout(make):
+    import threading
+
+    sink = Sink()
+    sink.down = True
+    delivery = make(sink)
+    delivery.submit(record(0))
+    up = threading.Timer(0.5, lambda: setattr(sink, "down", False))
+    up.start()
+    try:
+        assert delivery.flush(20)  # it gave up after the first failed send
+    finally:
+        up.cancel()
+    assert steps(sink.received) == [0]
+
+
+def test_a_replay_ends_no_run_whose_later_lines_failed(tmp_path, monkeypatch):
+    spool = tmp_path / "run.spool.jsonl"
+    first = {"backend": "wa-test", "run": "r9"}
+    resumed = {"backend": "wa-test", "run": "r9", "resume_step": 1}  # the same run
+    lines = [{"target": first, "record": record(0).to_json()}]
+    lines.append({"target": resumed, "record": record(2).to_json()})
+    spool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    deliver = Sink.deliver
+
+    def down_when_resumed(self, records):
+        if "resume_step" in self._target:
+            raise ConnectionError("server gone")
+        deliver(self, records)
+
+    monkeypatch.setattr(Sink, "deliver", down_when_resumed)
+    Sink.made.clear()
+    result = replay_spool(spool)
+    assert (result.delivered, result.remaining) == (1, 1)
+    assert not any(sink.finished for sink in Sink.made)  # its later lines are still to send
+
+
+def test_on_a_full_disk_a_delivered_line_is_not_sent_again(make, small_disk):
+    sink = Sink()
+    sink.down = True
+    delivery = make(sink, spool=small_disk.path / "run.spool.jsonl")
+    delivery.submit(record(0))
+    delivery.submit(record(1, value=float("nan")))  # refused: set aside needs room
+    delivery.submit(record(2))
+    assert delivery.persist(10)
+    small_disk.fill()
+    sink.down = False
+    sink.refuse_nan = True
+    delivery.flush(10)
+    delivery.flush(10)  # another send: the delivered lines left the spool in place
+    assert steps(sink.received) == [0, 2]
+    small_disk.free()
+    assert delivery.flush(10)
+    assert steps(sink.received) == [0, 2]
+    assert delivery.refused == 1

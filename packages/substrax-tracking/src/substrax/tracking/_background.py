@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import queue
 import threading
 import time
@@ -26,7 +27,7 @@ _logger = logging.getLogger(__name__)
 _CLOSE_GRACE = 0.5  # seconds past close's deadline for the threads to stop
 _PROBE_LINES = 1000  # spool lines a retry sends before it reads the whole spool
 _LOCK_WAIT = 10.0  # the most seconds a send waits for another to let go of the spool
-_FOUND_TIMEOUT = 5.0  # the most seconds spent sending what other runs left in the spool
+_SLICE = 0.1  # seconds a wait lasts before it looks whether a thread it waits for is gone
 
 
 @dataclass(eq=False)
@@ -48,17 +49,8 @@ class AsyncDelivery:
     sink refuses for good; a failing sink is warned about once and retried with backoff. While
     the spool cannot be written (a full disk), records wait in memory, in order, and the sender
     sends them from there. Both threads run at a lower CPU priority than the training threads
-    (Linux), and no error stops them.
-
-    Args:
-        sink: the backend run.
-        spool_path: the spool file.
-        media_dir: where images are written before upload.
-        label: the name used in log messages.
-        max_queue: records waiting past which the writer writes at once.
-        batch_interval: the most seconds a record waits to be written.
-        retry_initial: the first retry delay in seconds (doubling up to ``retry_max``).
-        retry_max: the longest delay between retries.
+    (Linux), and no error stops them. ``label`` names the run in log messages; a failed send
+    is tried again ``retry_initial`` seconds later, the delay doubling up to ``retry_max``.
     """
 
     def __init__(
@@ -94,6 +86,7 @@ class AsyncDelivery:
         self._raw: list[Record] = []  # values not read yet: an image waits for room on disk
         self._unwritten: list[Record] = []  # materialized, waiting for room on disk
         self._unwritten_lock = threading.Lock()
+        self._in_hand = 0  # of them, taken by the sender
         self._unsynced = False
         self._deadline = 0.0  # close's: the sender's last moment
         self._closing = threading.Event()  # set by the writer once close's records are written
@@ -131,30 +124,31 @@ class AsyncDelivery:
             self._wake.set()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until everything submitted so far is delivered; return whether it was."""
-        if not self._thread.is_alive():
-            return False
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Wait until everything submitted so far is delivered, sends retried meanwhile; whether it was."""
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         control = self._control("flush")
-        if not control.done.wait(timeout):
-            return False
-        with self._passes:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self._passes.wait_for(lambda: self._done > control.sent_after, left):
+        while not control.done.wait(min(_SLICE, max(0.0, deadline - time.monotonic()))):
+            if not self._thread.is_alive() or time.monotonic() >= deadline:
                 return False
-        return not self._backoff.failing and not self._waiting() and not self._spool.count()
+        after = control.sent_after
+        while True:  # until a send after the write leaves nothing, the time is out, or no sender
+            with self._passes:
+                wait = min(_SLICE, max(0.0, deadline - time.monotonic()))
+                passed = self._passes.wait_for(lambda after=after: self._done > after, wait)
+                after = self._started if passed else after
+            if passed and not (self._backoff.failing or self._waiting() or self._spool.count()):
+                return True
+            if time.monotonic() >= deadline or not self._sender.is_alive():
+                return False
 
     def _waiting(self) -> int:
         """How many records wait in memory (for room on disk)."""
-        return len(self._raw) + len(self._unwritten)
+        return len(self._raw) + len(self._unwritten) + self._in_hand
 
     def persist(self, timeout: float) -> bool:
-        """Write everything submitted so far to the spool file and fsync it, within ``timeout``.
+        """Write everything submitted so far to the spool and fsync it, within ``timeout``.
 
-        Returns:
-            whether every record submitted before the call is delivered or on disk (False: the
-            spool could not be written, a full disk, and they wait in memory; or the time ran
-            out).
+        Returns whether every record submitted before is delivered or on disk (not: a full disk).
         """
         if not self._thread.is_alive():
             return not self._waiting()
@@ -174,17 +168,13 @@ class AsyncDelivery:
         self._thread.join(timeout + _CLOSE_GRACE)
         self._sender.join(max(0.0, self._deadline - time.monotonic()) + _CLOSE_GRACE)
         stuck = self._sender.is_alive()
+        reading = self._thread.is_alive()  # still waiting for a value: the queue stays unread
         self._abandoned = True
         self._send.set()
-        if self._waiting():
-            _logger.error(
-                f"{self.label}: {self._waiting()} records could neither be written to "
-                f"{self._spool.file.path} nor delivered by close and are lost; make room on its "
-                "file system before a run ends"
-            )
+        lost = self._waiting() + (self._queue.qsize() if reading else 0)
         left = self._spool.count()
         failed = bool(getattr(self.sink, "failed", False))
-        if not self._finished and (failed or not left):  # for the replay that ends the run
+        if not self._finished and (failed or stuck or not left):  # for the replay that ends it
             self._spool.write_end_mark(failed=failed)
         if self._live is not None:
             self._spool.file.let_go_live(self._run, self._live)
@@ -194,13 +184,7 @@ class AsyncDelivery:
             why = "the backend is unreachable"
         else:
             why = "close_timeout ran out"
-        if left:
-            self._spool.warn_left(why, left)
-        elif not self._finished:
-            _logger.warning(
-                f"{self.label}: every record was delivered, but the run could not be ended "
-                f"({why}); `python -m substrax.tracking replay {self._spool.file.path}` ends it"
-            )
+        self._spool.report_close(why, left=left, lost=lost, reading=reading, ended=self._finished)
         return left
 
     def _control(self, kind: str) -> _Control:
@@ -290,7 +274,10 @@ class AsyncDelivery:
                     self._unwritten = []
                     self._unsynced = not sync
             elif sync and self._unsynced:
-                self._spool.file.sync()
+                try:
+                    self._spool.file.sync()
+                except OSError as error:
+                    self._spool.cannot_write(self._spool.file.path, error, 0)
                 self._unsynced = False
         if records or self._unwritten:  # written, or to be sent from memory
             self._send.set()
@@ -301,8 +288,8 @@ class AsyncDelivery:
         """Send the spool's lines of this run; True once closed."""
         if self._started == 0:
             self._send_pass()
-            if not self._abandoned:
-                self._replay_found()
+            if not self._abandoned and self._live is not None:  # this run stays its own
+                self._spool.replay_found(lambda: self._abandoned or self._closing.is_set())
         while not self._closing.is_set() and not self._abandoned:
             self._send.wait(self._backoff.wait())
             if not self._backoff.due():  # woken while the sink fails: wait for the next try
@@ -313,20 +300,6 @@ class AsyncDelivery:
                 self._send_pass()
         self._finish()
         return True
-
-    def _replay_found(self) -> None:
-        """Send, once and within a bound, what earlier runs of other loggers left in the spool."""
-        try:
-            result, errors = run_replay(
-                self._spool.file,
-                timeout=_FOUND_TIMEOUT,
-                wait=0.0,
-                stop=lambda: self._abandoned,
-            )
-        except Exception as error:  # none, or another replay holds it: theirs to send
-            _logger.debug("%s: no replay of other runs' records: %r", self.label, error)
-            return
-        self._spool.report_found(result, errors)
 
     def _send_pass(self) -> None:
         """Send what the spool holds of this run (an earlier attempt's too), then what waits in memory."""
@@ -369,13 +342,18 @@ class AsyncDelivery:
 
     def _send_unwritten(self) -> None:
         """Send the records that wait in memory for room on disk, as a replay sends the spool."""
-        with self._unwritten_lock:
-            records = list(self._unwritten)
-        job, error = deliver_in_memory(records, self._spool.target, self.sink)
+        with self._unwritten_lock:  # taken: the writer cannot also write them meanwhile
+            records, self._unwritten = self._unwritten, []
+            self._in_hand = len(records)
+        done: set[int] = set()
+        try:
+            job, error = deliver_in_memory(records, self._spool.target, self.sink)
+            done = {*job.delivered, *job.refused}
+        finally:
+            with self._unwritten_lock:  # what did not arrive waits again, first
+                self._unwritten[:0] = [r for i, r in enumerate(records) if i not in done]
+                self._in_hand = 0
         self.delivered += len(job.delivered)
-        with self._unwritten_lock:
-            done = {id(records[i]) for i in (*job.delivered, *job.refused)}
-            self._unwritten = [r for r in self._unwritten if id(r) not in done]
         self._spool.add_refused([entry for i in sorted(job.refused) for entry in job.refused[i]])
         _ = self._recovered() if error is None else self._failed(error)
 
@@ -402,7 +380,7 @@ class AsyncDelivery:
         end = Backoff(self._backoff.initial, self._backoff.longest)
         while not self._abandoned and time.monotonic() < self._deadline:
             if self._backoff.due() and (
-                self._started == 0 or self._waiting() or self._spool.count()
+                self._started == 0 or self._unwritten or self._spool.count()
             ):
                 self._send_pass()
             done = not self._backoff.failing and not self._waiting() and not self._spool.count()

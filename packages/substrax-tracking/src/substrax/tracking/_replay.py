@@ -125,12 +125,14 @@ def run_replay(
         bad = sorted(job.bad)
         set_aside = [entry for i in sorted(job.refused) for entry in job.refused[i]]
         done = {*job.delivered, *job.refused, *bad}
-        if done:
-            spool.remove(
-                [lines[i].text for i in done],
-                refused=[line for line, _ in set_aside],
-                bad=[lines[i].text for i in bad],
-            )
+        if done and not spool.remove(
+            [lines[i].text for i in done],
+            refused=[line for line, _ in set_aside],
+            bad=[lines[i].text for i in bad],
+            aside=[lines[i].text for i in {*job.refused, *bad}],
+        ):  # a full disk: what was set aside stays in the spool
+            set_aside, bad = [], []
+            done = set(job.delivered) - set(job.refused)
     result = ReplayResult(
         delivered=len(job.delivered),
         remaining=len(lines) - len(done),

@@ -122,7 +122,7 @@ class Sending:
         except _Settled:
             return
         for key, (sink, run) in self._built.items():
-            if key not in failed and run != self._own and not self._live(run):
+            if run not in failed_runs and run != self._own and not self._live(run):
                 try:
                     if key in self._failed:
                         cast("Any", sink).failed = True

@@ -123,13 +123,8 @@ class SpoolFile:
     def replaying(self, wait: float | None) -> Generator[int | None]:
         """Hold ``<spool>.replay.lock`` for a replay; yield the pid of one waited for, or None.
 
-        A second replay waits for the first; loggers appending meanwhile are never held up.
-
-        Args:
-            wait: the most seconds to wait for another replay (None: as long as it takes).
-
-        Raises:
-            SpoolBusyError: another replay still held the spool after ``wait`` seconds.
+        A second replay waits for the first, at most ``wait`` seconds (None: as long as it takes;
+        then SpoolBusyError); loggers appending meanwhile are never held up.
         """
         deadline = None if wait is None else time.monotonic() + wait
         with self._flock(self.replay_lock_path, deadline) as waited_for:
@@ -153,6 +148,7 @@ class SpoolFile:
             fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
             try:
                 if path.stat().st_ino == os.fstat(fd).st_ino:  # not removed as it was let go
+                    _LIVE_FDS.add(fd)
                     return fd
             except FileNotFoundError:
                 pass
@@ -160,6 +156,7 @@ class SpoolFile:
 
     def let_go_live(self, run: str, fd: int) -> None:
         """Let go of ``run``'s live lock (see :meth:`hold_live`), removing its file if unheld."""
+        _LIVE_FDS.discard(fd)
         os.close(fd)
         self.is_live(run)
 
@@ -199,8 +196,7 @@ class SpoolFile:
     ) -> int:
         """Append materialized ``records`` (with an ``error``: to ``<spool>.refused``); how many.
 
-        ``sync=False`` leaves the fsync to a later append: the lines then outlive the process
-        (a kill -9), not a power cut.
+        ``sync=False`` leaves the fsync to later: the lines outlive a kill -9, not a power cut.
         """
         head = '{"target": ' + json.dumps(dict(target)) + ', "record": '  # as spool_line writes
         tail = "}" if error is None else ', "error": ' + json.dumps(error) + "}"
@@ -213,15 +209,9 @@ class SpoolFile:
         return len(lines)
 
     def sync(self) -> None:
-        """Make the spool's lines appended with ``sync=False`` outlive a power cut (an fsync)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        """An fsync of the spool (lines appended with ``sync=False``), if there is one."""
+        with contextlib.suppress(FileNotFoundError), self.path.open("rb") as file:
+            os.fsync(file.fileno())
 
     def add_refused(self, lines: list[str]) -> None:
         """Append spool ``lines`` (each with its ``"error"``) to ``<spool>.refused``."""
@@ -278,17 +268,29 @@ class SpoolFile:
         return data.count(b"\n" + prefix) + data.startswith(prefix)
 
     def remove(
-        self, texts: Iterable[str], *, refused: Iterable[str] = (), bad: Iterable[str] = ()
-    ) -> None:
+        self,
+        texts: Iterable[str],
+        *,
+        refused: Iterable[str] = (),
+        bad: Iterable[str] = (),
+        aside: Iterable[str] = (),
+    ) -> bool:
         """Remove the lines ``texts`` (once each), keeping every other; an emptied spool is deleted.
 
-        ``refused`` and ``bad`` lines are first added to ``<spool>.refused`` and ``<spool>.bad``.
+        ``refused`` and ``bad`` lines go to ``<spool>.refused`` and ``<spool>.bad`` first (on a
+        full disk, their lines ``aside`` stay, and the spool is rewritten in place); whether
+        they went.
         """
         gone = collections.Counter(texts)
         with self._flock(self.lock_path):
-            for path, lines in ((self.refused_path, list(refused)), (self.bad_path, list(bad))):
-                if lines:
-                    _append_lines(path, lines)
+            try:
+                for path, lines in ((self.refused_path, list(refused)), (self.bad_path, list(bad))):
+                    if lines:
+                        _append_lines(path, lines)
+                moved = True
+            except OSError:
+                gone.subtract(aside)
+                moved = False
             try:
                 data = self.path.read_text(encoding="utf-8", errors="replace")
             except FileNotFoundError:
@@ -300,10 +302,17 @@ class SpoolFile:
                 elif text.strip():
                     kept.append(text)
             if kept:
-                write_atomically(self.path, "".join(f"{text}\n" for text in kept))
+                data = "".join(f"{text}\n" for text in kept)
+                try:
+                    write_atomically(self.path, data)
+                except OSError:  # no room for a copy: in place (it is no longer than before)
+                    with self.path.open("r+b") as file:
+                        file.write(data.encode("utf-8"))
+                        file.truncate()
             else:
                 self.path.unlink(missing_ok=True)
                 self.lock_path.unlink(missing_ok=True)
+        return moved
 
     def restore_refused(self) -> int:
         """Move the records of ``<spool>.refused`` back into the spool, without their errors.
@@ -338,6 +347,19 @@ class SpoolFile:
             _append_lines(self.path, lines)
             self.refused_path.unlink()
         return len(lines)
+
+
+_LIVE_FDS: set[int] = set()  # the live locks held: a forked child lets go of its copies
+
+
+def _close_live_fds() -> None:
+    for fd in _LIVE_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LIVE_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_close_live_fds)
 
 
 def _try_flock(fd: int) -> bool:

@@ -8,12 +8,13 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._records import Record
-from ._replay import ReplayResult
+from ._replay import ReplayResult, run_replay
 from ._send import Failures, describe_error
 from ._spool import SpoolFile
 
@@ -23,6 +24,7 @@ __all__ = ["Backoff", "SpoolWriter", "lower_priority"]
 _logger = logging.getLogger(__name__)
 
 _NICE = 10  # how much lower the threads' CPU priority is than the training threads'
+_FOUND_TIMEOUT = 5.0  # the most seconds spent sending what other runs left in the spool
 
 
 def lower_priority() -> None:
@@ -143,6 +145,15 @@ class SpoolWriter:
                 "then loses them)"
             )
 
+    def replay_found(self, stop: Callable[[], bool]) -> None:
+        """Send, once and within a bound, what other runs left in the spool (until ``stop``)."""
+        try:
+            result, errors = run_replay(self.file, timeout=_FOUND_TIMEOUT, wait=0.0, stop=stop)
+        except Exception as error:  # none, or another replay holds it: theirs to send
+            _logger.debug("%s: no replay of other runs' records: %r", self.label, error)
+            return
+        self.report_found(result, errors)
+
     def report_found(self, result: ReplayResult, errors: Failures) -> None:
         """Say what a replay of what other runs left in the spool did."""
         path = self.file.path
@@ -181,6 +192,26 @@ class SpoolWriter:
             return self.file.count(self.target)
         except OSError:
             return 0
+
+    def report_close(self, why: str, *, left: int, lost: int, reading: bool, ended: bool) -> None:
+        """Say what a close left: records ``lost`` (in memory), ``left`` in the spool, a run not ``ended``."""
+        if lost:
+            _logger.error(
+                f"{self.label}: {lost} records could neither be written to {self.file.path} nor "
+                "delivered by close and are lost; "
+                + (
+                    "the writer was still reading a value (a computation that had not ended)"
+                    if reading
+                    else "make room on its file system before a run ends"
+                )
+            )
+        if left:
+            self.warn_left(why, left)
+        elif not ended:
+            _logger.warning(
+                f"{self.label}: the run could not be ended ({why}); "
+                f"`python -m substrax.tracking replay {self.file.path}` ends it"
+            )
 
     def warn_left(self, why: str, count: int | None = None) -> None:
         """Say that records are left in the spool (if any are), and how to send them."""
