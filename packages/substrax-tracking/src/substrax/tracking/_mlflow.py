@@ -13,7 +13,6 @@ from typing import Any
 from substrax.support import check_seconds, require
 
 from ._errors import LogDirNotWritableError, UnknownRunIdError
-from ._log_files import json_ready
 from ._mlflow_sink import MlflowSink, RunSpec, flatten
 from ._paths import ensure_writable_dir
 from ._remote import RemoteLogger, check_resume
@@ -224,10 +223,8 @@ class MLFlowLogger(RemoteLogger):
         if sink is not None and not self.closed:
             sink.failed = True
 
-    def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
-        ready = json_ready(dict(params))
-        flatten(ready)  # two that become one MLflow param are refused here, not at delivery
-        self._submit("hyperparams", None, {"params": ready}, materialized=True)
+    def _check_hyperparams(self, params: dict[str, Any]) -> None:
+        flatten(params)  # two that become one MLflow param are refused here, not at delivery
 
     def log_metric(self, name: str, value: Any, step: int | None = None) -> None:
         """Alias of :meth:`log_scalar` (MLflow's name)."""

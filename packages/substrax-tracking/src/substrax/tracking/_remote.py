@@ -207,7 +207,12 @@ class RemoteLogger(Logger):
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         # as JSON data now: the worker would read the caller's dicts after they changed
-        self._submit("hyperparams", None, {"params": json_ready(dict(params))}, materialized=True)
+        ready = json_ready(dict(params))
+        self._check_hyperparams(ready)
+        self._submit("hyperparams", None, {"params": ready}, materialized=True)
+
+    def _check_hyperparams(self, params: dict[str, Any]) -> None:
+        """Refuse, at the call, hyperparameters (as JSON data) the backend cannot store."""
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._submit("text", step, {"name": name, "text": text})

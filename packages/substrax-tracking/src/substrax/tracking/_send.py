@@ -12,7 +12,7 @@ from typing import Any, cast
 from ._errors import NotARecordError
 from ._records import Record, split_scalars
 from ._sink import Sink, build_sink
-from ._spool import SpoolLine, spool_line
+from ._spool import SpoolLine, spool_lines
 
 
 __all__ = ["Failures", "Sending", "deliver_in_memory", "describe_error", "is_permanent"]
@@ -95,8 +95,9 @@ class Sending:
         self._built: dict[str, tuple[Sink, str]] = {}  # the sinks this replay made, and runs
         self._failures: Failures = {}
         # the runs a line of marks failed (the logger's run was marked failed): they end so
+        self._keys = {i: target_key(data["target"]) for i, data in self.data.items()}
         self._failed = {
-            target_key(d["target"]) for d in self.data.values() if d["target"].get("failed") is True
+            self._keys[i] for i, d in self.data.items() if d["target"].get("failed") is True
         }
         self._settled = False
         self._lock = threading.Lock()
@@ -106,7 +107,7 @@ class Sending:
         """Deliver every line, then finish the runs of the sinks it made."""
         failed: set[str] = set()
         failed_runs: set[str] = set()  # a later group of such a run waits: it is sent in order
-        keyed = ((target_key(data["target"]), i) for i, data in self.data.items())
+        keyed = ((key, i) for i, key in self._keys.items())
         try:
             for key, group in itertools.groupby(keyed, key=lambda pair: pair[0]):
                 indexes = [i for _, i in group]
@@ -210,7 +211,8 @@ class Sending:
                 if refused:
                     target = self.data[i]["target"]
                     self.refused[i] = [
-                        (spool_line(target, record, error), error) for record, error in refused
+                        (spool_lines(target, [record], error)[0], error)
+                        for record, error in refused
                     ]
                 if bad is not None:
                     self.bad[i] = bad

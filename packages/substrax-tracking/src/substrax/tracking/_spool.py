@@ -27,17 +27,26 @@ from ._errors import (
 from ._records import Record
 
 
-__all__ = ["SpoolFile", "SpoolLine", "spool_line"]
+__all__ = ["SpoolFile", "SpoolLine", "spool_lines"]
 
 _logger = logging.getLogger(__name__)
 
 
-def spool_line(target: Mapping[str, Any], record: Mapping[str, Any], error: str | None) -> str:
-    """One spool line (without its newline) for a record's JSON data."""
-    line: dict[str, Any] = {"target": dict(target), "record": dict(record)}
-    if error is not None:
-        line["error"] = error
-    return json.dumps(line)
+def spool_lines(
+    target: Mapping[str, Any], records: Iterable[Mapping[str, Any]], error: str | None = None
+) -> list[str]:
+    """The spool lines (without newlines) of records' JSON data: ``{"target", "record"[, "error"]}``.
+
+    The target is encoded once for all of them.
+
+    Example:
+        >>> from substrax.tracking._spool import spool_lines
+        >>> spool_lines({"backend": "b"}, [{"step": 1}], "E: x")
+        ['{"target": {"backend": "b"}, "record": {"step": 1}, "error": "E: x"}']
+    """
+    head = '{"target": ' + json.dumps(dict(target)) + ', "record": '
+    tail = "}" if error is None else ', "error": ' + json.dumps(error) + "}"
+    return [head + json.dumps(dict(record)) + tail for record in records]
 
 
 def _parse_line(text: str) -> dict[str, Any]:
@@ -198,9 +207,7 @@ class SpoolFile:
 
         ``sync=False`` leaves the fsync to later: the lines outlive a kill -9, not a power cut.
         """
-        head = '{"target": ' + json.dumps(dict(target)) + ', "record": '  # as spool_line writes
-        tail = "}" if error is None else ', "error": ' + json.dumps(error) + "}"
-        lines = [head + json.dumps(record.to_json()) + tail for record in records]
+        lines = spool_lines(target, (record.to_json() for record in records), error)
         if lines:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._flock(self.lock_path):
