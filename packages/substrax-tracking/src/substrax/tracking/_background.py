@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._errors import SpoolNotFoundError
+from ._live import hold_live, let_go_live
 from ._records import Record, Scalar, as_record, prefetch_scalars
 from ._replay import run_replay
 from ._send import deliver_in_memory, describe_error, run_of, target_key
@@ -96,7 +97,7 @@ class AsyncDelivery:
         self._warned: set[str] = set()
         # Held while this delivery sends its run: a replay (in any process) leaves it alone.
         try:
-            self._live: int | None = self._spool.file.hold_live(self._run)
+            self._live: int | None = hold_live(self._spool.file.path, self._run)
         except OSError:
             self._live = None
         self._thread = self._start(self._write_loop, f"substrax-tracking-{label}")
@@ -177,7 +178,7 @@ class AsyncDelivery:
         if not self._finished and (failed or stuck or not left):  # for the replay that ends it
             self._spool.write_end_mark(failed=failed)
         if self._live is not None:
-            self._spool.file.let_go_live(self._run, self._live)
+            let_go_live(self._spool.file.path, self._run, self._live)
         if stuck:
             why = f"close_timeout={timeout:g} s ran out while a backend call was still running"
         elif self._backoff.failing or self._end_failed:

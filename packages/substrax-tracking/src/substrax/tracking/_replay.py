@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from substrax.support import check_seconds
 
+from ._live import is_live
 from ._send import Failures, Sending, describe_error
 from ._sink import Sink
 from ._spool import SpoolFile
@@ -109,7 +111,7 @@ def run_replay(
             sinks or {},
             include_refused=include_refused,
             only=only,
-            live=spool.is_live,
+            live=functools.partial(is_live, spool.path),
             own=own,
             stop=stop or (lambda: False),
         )

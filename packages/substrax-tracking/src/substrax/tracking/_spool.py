@@ -6,7 +6,6 @@ import collections
 import contextlib
 import dataclasses
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from ._errors import (
     SpoolBusyError,
     SpoolNotFoundError,
 )
+from ._live import try_flock
 from ._records import Record
 
 
@@ -110,7 +110,7 @@ class SpoolFile:
             except FileNotFoundError:  # no directory: no spool
                 raise SpoolNotFoundError(self.path) from None
             try:
-                while not _try_flock(fd):
+                while not try_flock(fd):
                     holder = _pid_in(fd) or holder
                     if deadline is None:
                         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -143,47 +143,6 @@ class SpoolFile:
                 yield waited_for
             finally:
                 self.replay_lock_path.unlink(missing_ok=True)
-
-    def _live_path(self, run: str) -> Path:
-        digest = hashlib.sha256(run.encode()).hexdigest()[:16]
-        return self.path.with_name(f"{self.path.name}.{digest}.live")
-
-    def hold_live(self, run: str) -> int:
-        """Hold ``run``'s live lock (a logger sends it) until the returned fd is closed."""
-        path = self._live_path(run)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
-            try:
-                if path.stat().st_ino == os.fstat(fd).st_ino:  # not removed as it was let go
-                    _LIVE_FDS.add(fd)
-                    return fd
-            except FileNotFoundError:
-                pass
-            os.close(fd)
-
-    def let_go_live(self, run: str, fd: int) -> None:
-        """Let go of ``run``'s live lock (see :meth:`hold_live`), removing its file if unheld."""
-        _LIVE_FDS.discard(fd)
-        os.close(fd)
-        self.is_live(run)
-
-    def is_live(self, run: str) -> bool:
-        """Whether a logger (in any process) still sends ``run``'s records; a stale file is removed."""
-        path = self._live_path(run)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            if not _try_flock(fd):
-                return True
-            with contextlib.suppress(OSError):  # left by a logger that ended (a kill -9 too)
-                path.unlink()
-            return False
-        finally:
-            os.close(fd)
 
     def check_regular(self) -> None:
         """Raise SpoolNotFoundError if the spool does not exist, NotASpoolError if it is no file."""
@@ -354,28 +313,6 @@ class SpoolFile:
             _append_lines(self.path, lines)
             self.refused_path.unlink()
         return len(lines)
-
-
-_LIVE_FDS: set[int] = set()  # the live locks held: a forked child lets go of its copies
-
-
-def _close_live_fds() -> None:
-    for fd in _LIVE_FDS:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _LIVE_FDS.clear()
-
-
-os.register_at_fork(after_in_child=_close_live_fds)
-
-
-def _try_flock(fd: int) -> bool:
-    """Take an exclusive ``flock`` on ``fd`` if no other holder has one."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
 
 
 def _pid_in(fd: int) -> int | None:

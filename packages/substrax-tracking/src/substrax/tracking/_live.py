@@ -1,0 +1,95 @@
+"""Live locks: held by a logger while it sends a run, so that a replay leaves that run alone.
+
+A lock is ``<spool>.<hash of the run>.live``, taken with ``flock``: one in any process counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+from pathlib import Path
+
+
+__all__ = ["hold_live", "is_live", "let_go_live", "try_flock"]
+
+_HELD: set[int] = set()  # the live locks held here: a forked child lets go of its copies
+
+
+def _path(spool: Path, run: str) -> Path:
+    digest = hashlib.sha256(run.encode()).hexdigest()[:16]
+    return spool.with_name(f"{spool.name}.{digest}.live")
+
+
+def try_flock(fd: int) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` if no other holder has one."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def hold_live(spool: Path, run: str) -> int:
+    """Hold ``run``'s live lock beside ``spool`` until :func:`let_go_live` gets the returned fd."""
+    path = _path(spool, run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
+        try:
+            if path.stat().st_ino == os.fstat(fd).st_ino:  # not removed as it was let go
+                _HELD.add(fd)
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def let_go_live(spool: Path, run: str, fd: int) -> None:
+    """Let go of ``run``'s live lock, removing its file if no other logger holds it."""
+    _HELD.discard(fd)
+    os.close(fd)
+    is_live(spool, run)
+
+
+def is_live(spool: Path, run: str) -> bool:
+    """Whether a logger (in any process) still sends ``run``'s records; a stale file is removed.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.tracking._live import hold_live, is_live, let_go_live
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     spool = Path(directory) / "run.spool.jsonl"
+        ...     fd = hold_live(spool, "run-1")
+        ...     print(is_live(spool, "run-1"), is_live(spool, "run-2"))
+        ...     let_go_live(spool, "run-1", fd)
+        ...     print(is_live(spool, "run-1"))
+        True False
+        False
+    """
+    path = _path(spool, run)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not try_flock(fd):
+            return True
+        with contextlib.suppress(OSError):  # left by a logger that ended (a kill -9 too)
+            path.unlink()
+        return False
+    finally:
+        os.close(fd)
+
+
+def _let_go_in_child() -> None:
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_let_go_in_child)
