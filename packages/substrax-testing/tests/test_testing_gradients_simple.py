@@ -218,6 +218,14 @@ def test_float32_modules_under_x64():  # the marker: inside jax.enable_x64(True)
     test_least_squares_has_the_closed_form_gradient_in_both_modes()
 
 
+def test_float32_modules_under_strict_dtype_promotion():
+    # the float64 reference meets float32 data the loss closes over (X, A, Y): strict refuses it
+    with jax.numpy_dtype_promotion("strict"):
+        _assert_affine(Affine())
+        test_least_squares_has_the_closed_form_gradient_in_both_modes()
+    assert jax.config.jax_numpy_dtype_promotion == "standard"
+
+
 @pytest.mark.usefixtures("child_processes")
 def test_float32_modules_with_x64_switched_on_for_the_process():
     program = textwrap.dedent(
