@@ -16,7 +16,7 @@ WORKER = textwrap.dedent(
     import numpy as np
 
     from substrax.runtime import initialize_distributed
-    info = initialize_distributed(initialization_timeout=90)  # the launcher's JAX_* variables
+    info = initialize_distributed(initialization_timeout=90, heartbeat_timeout=60)  # load is no dead peer
     import jax
     from jax.sharding import NamedSharding, PartitionSpec as P
     from substrax.devices import distribute_batch, replicate_across_devices, shard_batch_dim

@@ -17,7 +17,7 @@ WORKER = textwrap.dedent(
 
     from substrax.runtime import initialize_distributed
 
-    initialize_distributed(initialization_timeout=90)
+    initialize_distributed(initialization_timeout=90, heartbeat_timeout=60)  # load is no dead peer
     out = sys.argv[1]
     from substrax.tracking import MLFlowLogger, create_logger
 
