@@ -120,7 +120,7 @@ def test_a_failing_keys_function_stops_counting_and_is_raised_at_exit():
     failed = pytest.raises(CountingFailedError, match="keys function failed on a dispatch")
     with failed as info, counted_calls(keys):
         x + 1
-    assert info.value.kind == "dispatch"
+    assert (info.value.kind, info.value.culprit) == ("dispatch", "keys")
     assert isinstance(info.value.__cause__, KeyError)
 
 
@@ -285,6 +285,11 @@ def test_the_names_of_0_1_22_are_accepted():
         double(jnp.ones(2))
     assert ALIASES == {"jit_dispatch": "dispatch", "device_put_leaves": "host_to_device"}
     assert calls.of("device_put") == 1
+    with counted_calls(HERE) as unweighted:
+        jax.device_put(np.ones(2))
+    assert unweighted.of("device_put") == 0  # counted only when weighted
+    with pytest.raises(ValueError, match="at_most names device_put, which was not counted"):
+        per_iteration(lambda _: CallCounts(), short=0, long=1, at_most={"device_put": 0})
     assert calls.of("device_put_leaves") == calls.of("host_to_device") == 2
     assert calls.of("jit_dispatch") == calls.of("dispatch") >= 2  # jnp.ones runs a program too
 
@@ -328,7 +333,24 @@ def test_a_failing_weight_function_stops_counting(weight, reason):
     refused = pytest.raises(CountingFailedError, match=reason)
     with refused as info, counted_calls(HERE, weights={"mine": weight}):
         _helper(1)
-    assert info.value.kind == "mine"
+    assert (info.value.kind, info.value.culprit) == ("mine", "weight")
+    assert "the weight function failed on a mine" in str(info.value)
+
+
+def test_the_garbage_collector_is_paused_in_the_block_and_restored_after():
+    import gc
+
+    assert gc.isenabled()
+    with counted_calls():
+        assert not gc.isenabled()  # a finalizer run by a collection would add its calls
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with counted_calls():
+            pass
+        assert not gc.isenabled()  # left as it was found
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize(

@@ -70,10 +70,12 @@ def test_failed_and_succeeded_runs_are_not_unavailable(tmp_path):
 def test_signatures_mark_a_missing_capability_in_a_failure():
     run = run_python("import no_such_sdk_here", timeout=60)
     assert unavailable_reason(run) is None
-    assert unavailable_reason(run, ["Unable to initialize backend", "NO MODULE NAMED"]) == (
-        "ModuleNotFoundError: No module named 'no_such_sdk_here'"
-    )
+    signatures = ["Unable to initialize backend", "NO MODULE NAMED", "no_such_sdk"]
+    assert unavailable_reason(run, signatures) == "NO MODULE NAMED"  # the first, as given
     assert unavailable_reason(run, ["Unable to initialize backend"]) is None
+    for wrong in ("no module named", [""], [None]):  # a text is not a list of them
+        with pytest.raises(TypeError, match="signatures must be a sequence of non-empty texts"):
+            unavailable_reason(run, wrong)
 
 
 @pytest.mark.usefixtures("child_processes")
@@ -112,7 +114,8 @@ def test_a_test_skips_an_unavailable_example_with_the_reason(pytester, tmp_path)
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines_random(
         [
-            "SKIPPED * unavailable: needs 1 gpu device; visible: 8 cpu",
-            "SKIPPED * unavailable: ModuleNotFoundError: No module named 'wandb_is_not_here'",
+            "SKIPPED *: unavailable: needs 1 gpu device; visible: 8 cpu",
+            "SKIPPED *: unavailable: ModuleNotFoundError: No module named 'wandb_is_not_here'",
         ]
     )
+    assert "unavailable: unavailable" not in result.stdout.str()

@@ -120,5 +120,8 @@ def check_kind(kind: str) -> str:
 
 
 def counted_kind(counts: CallCounts, kind: str) -> str:
-    """The kind ``kind`` names in ``counts``: one of its custom kinds, or a built-in one."""
-    return kind if kind in counts.custom_kinds else check_kind(kind)
+    """The kind ``kind`` names in ``counts``: one of its custom kinds, or a built-in one.
+
+    ``device_put`` is a kind too when it was not weighted (nothing counted: 0).
+    """
+    return kind if kind in counts.custom_kinds or kind == DEVICE_PUT else check_kind(kind)

@@ -54,7 +54,7 @@ class Recorder:
     custom: Mapping[str, WeightFn]
     thread: int
     counts: CallCounts
-    failure: tuple[str, BaseException] | None = None
+    failure: tuple[str, BaseException, str] | None = None  # kind, error, culprit
     pending: object = None  # an array NumPy was just asked to read (counted already)
 
     def counting(self) -> bool:
@@ -66,10 +66,10 @@ class Recorder:
         try:
             key = self.keys(frame)
         except Exception as error:  # re-raised as CountingFailedError when the block exits
-            self.failure = (kind, error)
+            self.failure = (kind, error, "keys")
             return
         if not isinstance(key, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user code
-            self.failure = (kind, TypeError(f"the keys function returned {key!r}, not a str"))
+            self.failure = (kind, TypeError(f"it returned {key!r}, not a str"), "keys")
             return
         self.counts[kind, key] += amount
 
@@ -81,10 +81,14 @@ class Recorder:
             try:
                 amount = weight(frame)
             except Exception as error:  # re-raised as CountingFailedError at exit
-                self.failure = (kind, error)
+                self.failure = (kind, error, "weight")
                 return
             if not isinstance(amount, int) or amount < 0:  # pyright: ignore[reportUnnecessaryIsInstance] - user code
-                self.failure = (kind, TypeError(f"the weight returned {amount!r}, not an int >= 0"))
+                self.failure = (
+                    kind,
+                    TypeError(f"it returned {amount!r}, not an int >= 0"),
+                    "weight",
+                )
                 return
             self.record(kind, frame, amount)
 

@@ -182,11 +182,12 @@ class ToolIdsInUseError(_TestingError, RuntimeError):
 
 
 class CountingFailedError(_TestingError, RuntimeError):
-    """The keys function of ``counted_calls`` failed inside the block; counting stopped there.
+    """A keys or weight function of ``counted_calls`` failed inside the block; counting stopped.
 
     Attributes:
         kind: The kind of call it was attributing (``"dispatch"``, ...).
-        reason: What the keys function raised or returned.
+        reason: What the function raised or returned.
+        culprit: Which function failed: ``"keys"`` or ``"weight"``.
 
     Example:
         >>> from substrax.testing import CountingFailedError
@@ -194,13 +195,20 @@ class CountingFailedError(_TestingError, RuntimeError):
         counting stopped: the keys function failed on a dispatch (KeyError: 'x'); it gets the frame the call was made in and must return a str (by_package builds one)
     """
 
-    template = (
-        "counting stopped: the keys function failed on a {kind} ({reason}); it gets the frame "
-        "the call was made in and must return a str (by_package builds one)"
-    )
-
     kind: str
     reason: str
+    culprit: str = "keys"
+
+    def _message(self) -> str:
+        if self.culprit == "weight":
+            hint = "it gets the frame of each started function and must return an int >= 0"
+        else:
+            hint = "it gets the frame the call was made in and must return a str"
+            hint += " (by_package builds one)"
+        return (
+            f"counting stopped: the {self.culprit} function failed on a {self.kind} "
+            f"({self.reason}); {hint}"
+        )
 
 
 class UnevenCountError(_TestingError, AssertionError):

@@ -118,12 +118,17 @@ class ExampleRun:
 
         Raises:
             pytest.skip.Exception: The example was unavailable; the reason reads
-                ``unavailable: <reason>``.
+                ``unavailable: <reason>`` (for a signature: the stderr line that holds it).
             ChildFailedError: The example failed.
         """
         import pytest  # noqa: PLC0415 - only tests call this
 
         reason = unavailable_reason(self.result, signatures)
+        if reason is not None and self.result.returncode != EXIT_UNAVAILABLE:
+            lines = self.result.stderr.splitlines()  # a signature: name the line that holds it
+            reason = next(
+                line.strip() for line in reversed(lines) if reason.lower() in line.lower()
+            )
         if reason is not None:
             pytest.skip(f"unavailable: {reason}")
         return self.check()
@@ -136,8 +141,8 @@ def unavailable_reason(
 
     A run that exited with :data:`EXIT_UNAVAILABLE` gives its last non-empty stderr line
     (without an ``unavailable:`` prefix). Otherwise, for a failed run, the first of
-    ``signatures`` found case-insensitively in its stderr names the reason: the stderr line
-    that holds it. A run that succeeded is never unavailable.
+    ``signatures`` found case-insensitively in its stderr is the reason, as given (as in
+    substrax 0.1.22). A run that succeeded is never unavailable.
 
     Args:
         run: An example's run, or a child interpreter's result.
@@ -156,9 +161,11 @@ def unavailable_reason(
         >>> unavailable_reason(run_python(program, timeout=60))
         'needs 8 GPUs'
         >>> program = "import wandb_not_installed"
-        >>> unavailable_reason(run_python(program, timeout=60), ["no module named"])
-        "ModuleNotFoundError: No module named 'wandb_not_installed'"
+        >>> unavailable_reason(run_python(program, timeout=60), ["CUDA", "no module named"])
+        'no module named'
     """
+    if isinstance(signatures, str) or not all(isinstance(t, str) and t for t in signatures):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+        raise TypeError(f"signatures must be a sequence of non-empty texts, not {signatures!r}")
     result = run.result if isinstance(run, ExampleRun) else run
     lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
     if result.returncode == EXIT_UNAVAILABLE:
@@ -168,12 +175,8 @@ def unavailable_reason(
         return reason
     if result.succeeded:
         return None
-    for signature in signatures:
-        wanted = signature.lower()
-        for line in reversed(lines):
-            if wanted in line.lower():
-                return line
-    return None
+    found = result.stderr.lower()
+    return next((signature for signature in signatures if signature.lower() in found), None)
 
 
 def _text(stream: str | bytes | None) -> str:

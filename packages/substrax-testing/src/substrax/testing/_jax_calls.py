@@ -14,6 +14,7 @@ public ones are importable from here too. Importing this module imports no jax; 
 ``counted_calls`` does.
 """
 
+import gc
 import sys
 import threading
 from collections.abc import Callable, Generator, Mapping
@@ -22,7 +23,14 @@ from typing import Any
 
 from substrax.support import check_int
 
-from ._call_counts import COMPILE, DEVICE_TO_HOST, DISPATCH, CallCounts, counted_kind
+from ._call_counts import (
+    COMPILE,
+    DEVICE_PUT,
+    DEVICE_TO_HOST,
+    DISPATCH,
+    CallCounts,
+    counted_kind,
+)
 from ._call_hooks import Recorder, build_hooks, resolve_weights
 from ._call_keys import Keys, WeightFn, by_package, started
 from ._errors import (
@@ -82,7 +90,8 @@ def counted_calls(
 ) -> Generator[CallCounts]:
     """Count the jax calls (or any Python functions) the block makes, by kind and package.
 
-    Counted, on the thread that entered the block: compiled programs run from Python at the
+    Counted, on the thread that entered the block, with the garbage collector paused (as in
+    0.1.22: a finalizer run by a collection would add its calls): compiled programs run from Python at the
     top level (a ``jax.jit`` function or an eager op; calls made while tracing are not
     dispatches), host values given to ``jax.device_put`` (one per leaf), reads of an array's
     value on the host that were not cached, and XLA compilations. A NumPy array passed straight
@@ -134,6 +143,8 @@ def counted_calls(
     hooks = build_hooks(recorder)
     events = sys.monitoring.events
     tool = _claim_tool_id()
+    collecting = gc.isenabled()
+    gc.disable()  # no collection in the block: a finalizer's calls would be counted
     try:
         sys.monitoring.register_callback(tool, events.CALL, hooks.on_call)
         sys.monitoring.register_callback(tool, events.PY_START, hooks.on_start)
@@ -152,9 +163,11 @@ def counted_calls(
         sys.monitoring.register_callback(tool, events.CALL, None)
         sys.monitoring.register_callback(tool, events.PY_START, None)
         sys.monitoring.free_tool_id(tool)
+        if collecting:
+            gc.enable()
     if recorder.failure is not None:
-        kind, error = recorder.failure
-        raise CountingFailedError(kind, f"{type(error).__name__}: {error}") from error
+        kind, error, culprit = recorder.failure
+        raise CountingFailedError(kind, f"{type(error).__name__}: {error}", culprit) from error
 
 
 def per_iteration[K](
@@ -224,6 +237,11 @@ def per_iteration[K](
     result.update(_grow(before, after, first=first, second=second, keyed=True))
     for named, n in limits.items():
         kind = counted_kind(result, named)
+        if kind not in result.custom_kinds and kind == DEVICE_PUT:  # a limit that cannot fail
+            raise ValueError(
+                "at_most names device_put, which was not counted: weight it in count_fn's "
+                "counted_calls(weights={'device_put': 1, ...})"
+            )
         if (observed := result.of(kind)) > n:
             raise TooManyCallsError(kind, n, observed, tuple(result.packages(kind).items()))
     return result  # pyright: ignore[reportReturnType] - K is (kind, package) here
