@@ -366,3 +366,12 @@ def test_a_hung_device_probe_is_bounded_by_the_job_timeout(tmp_path):
     assert manifest.devices is None
     assert manifest.tasks[0].status is TaskStatus.TIMED_OUT
     assert "device probe failed" in (tmp_path / "o" / "devices.log").read_text()
+
+
+def test_the_worker_module_serves_the_manifest_names_where_0_1_22_did():
+    import substrax.compute
+    from substrax.compute import worker
+
+    for name in ("JobManifest", "RunDevices", "TaskOutcome", "read_manifest"):
+        assert getattr(worker, name) is getattr(substrax.compute, name)
+        assert name in worker.__all__

@@ -275,6 +275,7 @@ def test_current_learning_rate_needs_injected_hyperparameters(net):
     with pytest.raises(LearningRateNotFoundError, match="inject_hyperparams") as info:
         current_learning_rate(nnx.Optimizer(net, optax.sgd(0.1), wrt=nnx.Param))
     assert isinstance(info.value, LookupError)
+    assert isinstance(info.value, ValueError)  # what 0.1.22 raised
 
 
 def test_with_strong_state_types():

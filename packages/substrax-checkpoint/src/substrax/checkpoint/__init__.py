@@ -17,9 +17,27 @@ Example:
     ([100, 200], 200, 2)
 """
 
-from substrax.support import lazy_exports
+from substrax.support import lazy_exports, moved_modules
 
 
 # Every public name is listed once, in __init__.pyi beside this file (what type checkers read);
 # each loads from its module on first use (PEP 562), then is kept here.
 lazy_exports(__name__)
+
+# substrax 0.1.22's module path for the metadata record's names; importing it warns once.
+moved_modules(
+    {
+        "substrax.checkpoint.metadata": {
+            "substrax.checkpoint": [
+                "CURRENT_FORMAT_VERSION",
+                "FORMAT_NAME",
+                "LIBRARY_NAMES",
+                "RESERVED_METADATA_KEYS",
+                "CheckpointMetadata",
+                "Producer",
+                "check_extra",
+                "library_versions",
+            ]
+        }
+    }
+)

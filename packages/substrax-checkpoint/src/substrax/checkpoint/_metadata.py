@@ -10,6 +10,7 @@ import datetime
 import functools
 import importlib.metadata
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -183,7 +184,15 @@ def check_item_names(names: "tuple[str, ...] | list[str] | Mapping[str, object]"
 
 
 def check_extra(extra: Mapping[str, object]) -> None:
-    """Refuse ``extra`` keys in ``RESERVED_METADATA_KEYS`` (the record's own fields).
+    """Refuse ``extra`` unless it is JSON data, with text keys none of ``RESERVED_METADATA_KEYS``.
+
+    Every key of it (and of the objects it holds) is a non-empty str, and every value None, a
+    bool, an int, a finite float, a str, or a list or mapping of these, so that the record reads
+    back as it was saved (NaN and infinity are not JSON: ``str(value)`` keeps them).
+
+    Raises:
+        TypeError: ``extra`` is not a mapping, or a key or value is not JSON data (named by path).
+        ValueError: a float is not finite, a key is empty, or a key is reserved.
 
     Example:
         >>> from substrax.checkpoint import check_extra
@@ -191,13 +200,44 @@ def check_extra(extra: Mapping[str, object]) -> None:
         Traceback (most recent call last):
         ...
         ValueError: extra keys ['step'] are reserved by CheckpointMetadata; rename them ...
+        >>> check_extra({"history": [0.5, float("nan")]})
+        Traceback (most recent call last):
+        ...
+        ValueError: extra['history'][1] is nan, which JSON cannot hold; store str(value) instead
     """
+    if not isinstance(extra, Mapping):
+        raise TypeError(f"extra must be a mapping of str keys to JSON data, not {extra!r}")
+    _check_json(extra, "extra")
     clashes = sorted(set(extra) & RESERVED_METADATA_KEYS)
     if clashes:
         raise ValueError(
             f"extra keys {clashes} are reserved by CheckpointMetadata; rename them "
             f"(reserved: {sorted(RESERVED_METADATA_KEYS)})"
         )
+
+
+def _check_json(value: object, where: str) -> None:
+    """Refuse ``value`` (at ``where``) unless it is JSON data that reads back as it is."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where} is {value}, which JSON cannot hold; store str(value) instead")
+    if value is None or isinstance(value, bool | int | float | str):
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(cast("list[object]", value)):
+            _check_json(item, f"{where}[{index}]")
+        return
+    if isinstance(value, Mapping):
+        for key, item in cast("Mapping[object, object]", value).items():
+            if not isinstance(key, str):
+                raise TypeError(f"{where} has the key {key!r}, not a str; JSON keys are text")
+            if not key:
+                raise ValueError(f"{where} has an empty key; name each entry")
+            _check_json(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(
+        f"{where} holds a value of type {type(value).__name__!r}, not JSON data (None, bool, "
+        "int, float, str, list or dict); store a number or str(value)"
+    )
 
 
 @functools.cache

@@ -10,10 +10,12 @@ invalid spec, 128 + SIGTERM the run was cancelled.
 
 import sys
 
+from ._manifest import JobManifest, RunDevices, TaskOutcome, read_manifest
 from ._worker import main, run_job
 
 
-__all__ = ["main", "run_job"]
+# The manifest's names are here too, where substrax 0.1.22 served them.
+__all__ = ["JobManifest", "RunDevices", "TaskOutcome", "main", "read_manifest", "run_job"]
 
 
 if __name__ == "__main__":

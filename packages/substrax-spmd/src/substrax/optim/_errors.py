@@ -44,8 +44,10 @@ class LineSearchStateError(_OptimError, ValueError):
     paths: tuple[str, ...]
 
 
-class LearningRateNotFoundError(_OptimError, LookupError):
+class LearningRateNotFoundError(_OptimError, LookupError, ValueError):
     """An optimizer whose state holds no injected learning rate to read.
+
+    Also a ``ValueError``, the error 0.1.22's ``current_learning_rate`` raised.
 
     Example:
         >>> from substrax.optim import LearningRateNotFoundError
