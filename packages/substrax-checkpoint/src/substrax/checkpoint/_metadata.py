@@ -205,7 +205,7 @@ def check_extra(extra: Mapping[str, object]) -> None:
         ...
         ValueError: extra['history'][1] is nan, which JSON cannot hold; store str(value) instead
     """
-    if not isinstance(extra, Mapping):
+    if not isinstance(extra, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
         raise TypeError(f"extra must be a mapping of str keys to JSON data, not {extra!r}")
     _check_json(extra, "extra")
     clashes = sorted(set(extra) & RESERVED_METADATA_KEYS)
