@@ -69,3 +69,11 @@ def test_a_relative_checkpoint_dir_is_resolved_against_the_working_directory_now
     assert resolve_checkpoint_dir(Path("~/ckpt"), None) == Path.home().resolve() / "ckpt"
     assert not (tmp_path / "ckpt").exists()
     assert not (tmp_path / "runs").exists(), "resolving creates nothing"
+
+
+@pytest.mark.parametrize(("checkpoint_dir", "run_dir"), [("", None), (" ", None), (None, "")])
+def test_an_empty_directory_is_refused_not_read_as_the_working_directory(checkpoint_dir, run_dir):
+    from substrax.checkpoint import resolve_checkpoint_dir
+
+    with pytest.raises(ValueError, match=r"_dir='\s*' is empty"):
+        resolve_checkpoint_dir(checkpoint_dir, run_dir)

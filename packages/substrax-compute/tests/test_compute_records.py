@@ -1,5 +1,6 @@
 """The records compute writes for itself (run handles, manifests), read strictly without pydantic."""
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 
@@ -15,6 +16,7 @@ from substrax.compute import (
     RunStore,
     TaskOutcome,
     TaskStatus,
+    new_run_id,
     read_manifest,
 )
 from substrax.compute.cli import main
@@ -76,6 +78,35 @@ def test_a_manifest_of_another_version_or_not_an_object_is_refused(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(RecordFormatError, match="holds list, not an object"):
         read_manifest(path)
+
+
+@pytest.mark.parametrize("run_id", ["../../escape", "a/b", "", ".hidden", "a\\b"])
+def test_a_run_id_that_is_no_file_name_is_refused_and_nothing_is_written(tmp_path, run_id):
+    handle = RunHandle.from_json(_HANDLE)
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(ValueError, match="must name one file"):
+        store.save(dataclasses.replace(handle, run_id=run_id))
+    assert not any(tmp_path.rglob("*.json"))  # ../../escape.json was written outside the store
+
+
+@pytest.mark.parametrize("job", ["a/b", "", "..", 3])
+def test_a_new_run_id_needs_a_job_that_names_a_file(job):
+    with pytest.raises(ValueError, match=r"job=.* must name one file"):
+        new_run_id(job)
+
+
+_HANDLE = json.dumps(
+    {
+        "schema_version": 2,
+        "run_id": "j-20260101T000000Z-abcdef",
+        "backend": "local",
+        "job": "j",
+        "project": "/p",
+        "submitted_at": "2026-01-01T00:00:00Z",
+        "details": {},
+        "settings": {},
+    }
+)
 
 
 def test_a_handle_written_by_pydantic_before_still_reads(tmp_path):

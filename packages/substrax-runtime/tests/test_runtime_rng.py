@@ -78,6 +78,20 @@ def test_rngs_from_seed_seed_checks(seed, error):
         rngs_from_seed(seed)
 
 
+def test_a_seed_past_what_jax_takes_is_refused_not_folded_onto_a_small_one():
+    # with x64 off, jax.random.key(2**32) gave seed 0's keys; 2**63 raised a bare OverflowError
+    for seed in (2**32, 2**40):
+        with pytest.raises(ValueError, match=rf"seed={seed} is past 4294967295.*x64 off"):
+            rngs_from_seed(seed)
+    assert data(rngs_from_seed(2**32 - 1).default()) != data(rngs_from_seed(0).default())
+    with jax.enable_x64(True):
+        assert data(rngs_from_seed(2**32).default()) != data(rngs_from_seed(0).default())
+        with pytest.raises(
+            ValueError, match=r"seed=9223372036854775808 is past 9223372036854775807"
+        ):
+            rngs_from_seed(2**63)
+
+
 def test_rngs_from_seed_takes_a_numpy_integer_seed():
     assert data(rngs_from_seed(np.int64(7)).default()) == data(rngs_from_seed(7).default())
 

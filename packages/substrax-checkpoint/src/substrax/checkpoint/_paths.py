@@ -19,6 +19,9 @@ def resolve_checkpoint_dir(checkpoint_dir: Path | None, run_dir: Path | None) ->
         >>> resolve_checkpoint_dir(Path("ckpt"), None) == Path.cwd().resolve() / "ckpt"
         True
     """
+    for name, given in (("checkpoint_dir", checkpoint_dir), ("run_dir", run_dir)):
+        if isinstance(given, str) and not given.strip():  # Path("") would be the working dir
+            raise ValueError(f"{name}={given!r} is empty; pass a directory, or None")
     if checkpoint_dir is not None:
         return Path(checkpoint_dir).expanduser().resolve()
     if run_dir is not None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkabl
 from substrax.support import write_atomically
 
 from ._errors import MountNotConfiguredError
+from ._paths import check_file_name
 from ._records import JsonValue, read_fields, string_map
 from ._run_errors import RecordFormatError, RunNotFoundError, RunRecordError, RunStoreError
 
@@ -159,7 +160,7 @@ def new_run_id(job: str, *, now: datetime | None = None) -> str:
         'demo-20260102T030405Z-'
     """
     moment = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return f"{job}-{moment}-{secrets.token_hex(3)}"
+    return f"{check_file_name('job', job)}-{moment}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -317,8 +318,9 @@ class RunStore:
         self.root = root if root is not None else default_state_dir() / "compute" / "runs"
 
     def save(self, handle: RunHandle) -> None:
-        """Write (or replace) the handle's file."""
-        write_atomically(self.root / f"{handle.run_id}.json", handle.to_json())
+        """Write (or replace) the handle's file (ValueError: a run id that is no file name)."""
+        name = check_file_name("run_id", handle.run_id)
+        write_atomically(self.root / f"{name}.json", handle.to_json())
 
     def load(self, run_id: str) -> RunHandle:
         """The saved handle for ``run_id``.

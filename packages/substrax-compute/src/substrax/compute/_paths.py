@@ -29,3 +29,21 @@ def require_directory(path: Path, *, what: str, fix: str) -> Path:
                 raise DirectoryPathError(path, candidate, what=what, fix=fix)
             break
     return path
+
+
+def check_file_name(what: str, name: object) -> str:
+    """``name`` when it can name one file of a directory (a run id, a job): else ValueError.
+
+    Example:
+        >>> from substrax.compute._paths import check_file_name
+        >>> check_file_name("run_id", "../escape")
+        Traceback (most recent call last):
+        ...
+        ValueError: run_id='../escape' must name one file: a non-empty text without a slash, a backslash or a leading dot
+    """
+    if not isinstance(name, str) or not name or name.startswith(".") or {"/", "\\"} & set(name):
+        raise ValueError(
+            f"{what}={name!r} must name one file: a non-empty text without a slash, a "
+            "backslash or a leading dot"
+        )
+    return name

@@ -159,7 +159,8 @@ def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rng
 
     Raises:
         TypeError: ``seed`` is not an int (a bool is refused) or a name is not a string.
-        ValueError: ``seed`` is negative, or ``streams`` is empty or repeats a name.
+        ValueError: ``seed`` is negative or past what ``jax.random.key`` takes (``2**32 - 1``,
+            or ``2**63 - 1`` with x64 on), or ``streams`` is empty or repeats a name.
         MissingExtraError: flax is not installed (an ``ImportError``; install
             ``substrax-runtime[nnx]``).
 
@@ -170,6 +171,13 @@ def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rng
         ()
     """
     checked = check_int("seed", int(seed) if isinstance(seed, np.integer) else seed, minimum=0)
+    wide = jax.dtypes.canonicalize_dtype(np.int64) == np.int64  # jax_enable_x64, here and now
+    if checked > (largest := 2**63 - 1 if wide else 2**32 - 1):
+        hint = "" if wide else " with jax_enable_x64 off (it would give the keys of a small seed)"
+        raise ValueError(
+            f"seed={checked} is past {largest}, the largest seed jax.random.key takes{hint}; "
+            "use a smaller seed (seed % 2**32, say)"
+        )
     names = _check_streams(streams)
     if not names:
         raise ValueError("rngs_from_seed needs at least one stream name")
