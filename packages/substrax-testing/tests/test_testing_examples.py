@@ -61,6 +61,11 @@ def test_call_main_returns_the_json_summary_and_writes_outside_the_repo(repo, tm
     assert run.output_dir == out.resolve()
     assert (out / "result.txt").read_text() == "42"
     assert sorted(p.name for p in (repo / "examples").iterdir()) == ["train.py"]
+    # paths given as text, as 0.1.22's users may pass them
+    again = run_example(
+        "examples/train.py", repo_root=str(repo), output_dir=str(out), timeout=60, call_main=True
+    ).check()
+    assert (again.summary, again.path, again.output_dir) == (run.summary, run.path, run.output_dir)
 
 
 @pytest.mark.usefixtures("child_processes")

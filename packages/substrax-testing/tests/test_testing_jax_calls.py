@@ -357,12 +357,15 @@ def test_the_garbage_collector_is_paused_in_the_block_and_restored_after():
     ("build", "match"),
     [
         (lambda: by_package("mylib", named=("",)), "named must be non-empty"),
+        (lambda: by_package("mylib", named="mylib.f"), "named must be a sequence of names"),
+        (lambda: by_package(excluded="jax"), "excluded must be a sequence of names"),
+        (lambda: by_package("mylib", other=None), "other must be a non-empty str"),
         (started, "at least one"),
         (lambda: started("mylib", ""), "names must be non-empty"),
     ],
 )
 def test_bad_names_are_refused(build, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         build()
 
 

@@ -325,3 +325,18 @@ def test_the_scans_import_only_the_standard_library():
         "print(json.dumps(sorted({'jax', 'flax', 'numpy', 'pytest'} & set(sys.modules))))"
     )
     assert run_python(program, timeout=60).check().last_json() == []
+
+
+def test_every_scan_takes_a_path_as_a_str_too(tmp_path):
+    (tmp_path / "src").mkdir()
+    module = tmp_path / "src" / "app.py"
+    module.write_text("'The app.'\nimport os\nos.environ['A'] = '1'\n")
+    assert python_files(str(tmp_path)) == [module]
+    assert [t.line for t in import_time_lines(str(module), writes_environment)] == [3]
+    assert [t.line for t in matching_lines(str(module), writes_environment)] == [3]
+    texts = documented_texts(str(tmp_path), package="src")
+    assert [t.text for t in texts] == ["The app."]
+    with pytest.raises(SourceNotFoundError, match="root"):
+        documented_texts(str(tmp_path / "gone"), package="src")
+    with pytest.raises(TypeError, match="must be source text"):
+        unguarded_make_mesh_calls(None)

@@ -78,6 +78,8 @@ def by_package(
 
     Raises:
         ValueError: A package or function name is empty.
+        TypeError: ``named`` or ``excluded`` is one text (not a sequence of them), or ``other``
+            is not a non-empty str.
 
     Example:
         >>> import sys
@@ -88,6 +90,11 @@ def by_package(
         >>> by_package("json")(frame), by_package("mylib", named=("mylib.train.<module>",))(frame)
         ('other', 'mylib.train.<module>')
     """
+    for what, names in (("named", named), ("excluded", excluded)):
+        if isinstance(names, str):  # its letters would be taken as names
+            raise TypeError(f"{what} must be a sequence of names, not the text {names!r}")
+    if not isinstance(other, str) or not other:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"other must be a non-empty str (the key of other calls), not {other!r}")
     _check_names("packages", (*packages, *excluded))
     functions = frozenset(_check_names("named", named))
     listed = sorted(packages, key=len, reverse=True)  # the most specific first

@@ -46,7 +46,7 @@ def _whole(path: Path, root: Path) -> SourceText:
 
 
 def documented_texts(
-    root: Path,
+    root: Path | str,
     *,
     package: str | Path,
     pages: Sequence[str | Path] = (),
@@ -98,6 +98,7 @@ def documented_texts(
             raise TypeError(
                 f"{argument} must be a sequence of paths, not the single path {value!r}"
             )
+    root = existing(root, "root")
     texts: list[SourceText] = []
     for path in python_files(existing(root / package, "package")):
         tree = ast.parse(path.read_text("utf-8"), str(path))

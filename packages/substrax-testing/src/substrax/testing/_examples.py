@@ -186,10 +186,10 @@ def _text(stream: str | bytes | None) -> str:
 
 
 def run_example(
-    path: Path,
+    path: Path | str,
     *,
-    repo_root: Path,
-    output_dir: Path,
+    repo_root: Path | str,
+    output_dir: Path | str,
     timeout: float,
     call_main: bool,
     runtime: "JaxRuntime | None" = None,
@@ -237,6 +237,7 @@ def run_example(
     """
     from substrax.artifacts import OUTPUT_DIR_ENV  # noqa: PLC0415 - keep the package import light
 
+    path, repo_root, output_dir = Path(path), Path(repo_root), Path(output_dir)
     script = (path if path.is_absolute() else repo_root / path).resolve()
     if not script.is_file():
         raise ExampleNotFoundError(script)

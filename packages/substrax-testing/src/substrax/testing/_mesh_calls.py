@@ -81,6 +81,8 @@ def unguarded_make_mesh_calls(text: str | SourceText) -> list[SourceText]:
     """
     if isinstance(text, SourceText):
         path, first_line, scope, body = text.path, text.line, text.scope, text.text
+    elif not isinstance(text, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+        raise TypeError(f"text must be source text (a str or SourceText), not {text!r}")
     else:
         path, first_line, scope, body = "<text>", 1, "", text
     lines = body.splitlines()

@@ -198,8 +198,9 @@ def _never_runs_on_import(node: ast.If) -> bool:
     return is_main_guard(node) or _dotted(node.test) in _TYPE_CHECKING
 
 
-def _scan(path: Path, predicate: Predicate, *, import_time: bool) -> list[SourceText]:
-    source = existing(path, "path").read_text(encoding="utf-8")
+def _scan(path: Path | str, predicate: Predicate, *, import_time: bool) -> list[SourceText]:
+    path = existing(path, "path")
+    source = path.read_text(encoding="utf-8")
     lines = source.splitlines()
     found: list[SourceText] = []
     pending: list[tuple[ast.AST, str]] = [(ast.parse(source, str(path)), "")]
@@ -214,7 +215,7 @@ def _scan(path: Path, predicate: Predicate, *, import_time: bool) -> list[Source
     return sorted(found, key=lambda finding: finding.line)
 
 
-def import_time_lines(path: Path, predicate: Predicate) -> list[SourceText]:
+def import_time_lines(path: Path | str, predicate: Predicate) -> list[SourceText]:
     r"""The places in a file where ``predicate`` holds in code that runs when it is imported.
 
     Import time is the module body, class bodies, decorators and default values; not function
@@ -259,7 +260,7 @@ def import_time_lines(path: Path, predicate: Predicate) -> list[SourceText]:
     return _scan(path, predicate, import_time=True)
 
 
-def matching_lines(path: Path, predicate: Predicate) -> list[SourceText]:
+def matching_lines(path: Path | str, predicate: Predicate) -> list[SourceText]:
     r"""The places anywhere in a file where ``predicate`` holds, each with its enclosing scope.
 
     Annotations are not scanned.

@@ -84,14 +84,15 @@ class SourceText:
         return f"{self.path}:{self.line}{where}: {self.text}"
 
 
-def existing(path: Path, argument: str) -> Path:
-    """Return ``path``, or raise :class:`SourceNotFoundError` naming ``argument`` if it is missing."""
+def existing(path: Path | str, argument: str) -> Path:
+    """``path`` as a Path, or :class:`SourceNotFoundError` naming ``argument`` if it is missing."""
+    path = Path(path)
     if not path.exists():
         raise SourceNotFoundError(argument=argument, path=path)
     return path
 
 
-def python_files(root: Path, *, excluded: Iterable[str] = EXCLUDED_DIRECTORIES) -> list[Path]:
+def python_files(root: Path | str, *, excluded: Iterable[str] = EXCLUDED_DIRECTORIES) -> list[Path]:
     """The ``*.py`` files under ``root``, sorted, skipping excluded directories.
 
     Args:
@@ -122,7 +123,7 @@ def python_files(root: Path, *, excluded: Iterable[str] = EXCLUDED_DIRECTORIES) 
         raise TypeError(
             f"excluded must be a collection of directory names, not the str {excluded!r}"
         )
-    existing(root, "root")
+    root = existing(root, "root")
     if root.is_file():
         return [root]
     skipped = frozenset(excluded)
