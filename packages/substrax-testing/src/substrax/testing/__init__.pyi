@@ -29,10 +29,12 @@ from ._examples import (
     run_example as run_example,
     unavailable_reason as unavailable_reason,
 )
-from ._gradients import (
+from ._gradient_records import (
     GRADIENT_TOLERANCES as GRADIENT_TOLERANCES,
     GradientTolerance as GradientTolerance,
     LeafGradientCheck as LeafGradientCheck,
+)
+from ._gradients import (
     check_input_gradients as check_input_gradients,
     check_parameter_gradients as check_parameter_gradients,
 )

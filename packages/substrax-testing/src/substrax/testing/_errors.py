@@ -6,7 +6,7 @@ from pathlib import Path
 from substrax.support import StructuredError
 
 from ._child import ChildResult
-from ._gradients import LeafGradientCheck
+from ._gradient_records import LeafGradientCheck
 from ._output import STDERR_TAIL_LINES, describe, tail
 
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ._gradients import LeafGradientCheck
+from ._gradient_records import LeafGradientCheck
 
 
 if TYPE_CHECKING:

@@ -9,12 +9,13 @@ names the worst leaf, mode and element, caused by ``check_grads``'. Importing th
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from substrax.support import check_float, check_int, require
+from substrax.support import check_int, require
 from substrax.typing import PyTree
+
+from ._gradient_records import GRADIENT_TOLERANCES, GradientTolerance, LeafGradientCheck
 
 
 if TYPE_CHECKING:
@@ -23,111 +24,8 @@ if TYPE_CHECKING:
     from flax import nnx
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class GradientTolerance:
-    """How a leaf of one dtype is checked.
-
-    A check passes when ``|analytic - numeric| <= atol + rtol * |numeric|``.
-
-    Attributes:
-        step: The central-difference step, relative to ``max(1, |x|)`` of the checked elements.
-        rtol: The relative tolerance.
-        atol: The absolute tolerance.
-
-    Example:
-        >>> from substrax.testing import GRADIENT_TOLERANCES, GradientTolerance
-        >>> GRADIENT_TOLERANCES["float32"].rtol
-        0.002
-        >>> GradientTolerance(step=1e-3, rtol=1e-2, atol=1e-4).atol
-        0.0001
-    """
-
-    step: float
-    rtol: float
-    atol: float
-
-    def __post_init__(self) -> None:
-        check_float("step", self.step, minimum=0.0, exclusive_minimum=True)
-        check_float("rtol", self.rtol, minimum=0.0)
-        check_float("atol", self.atol, minimum=0.0)
-
-
-GRADIENT_TOLERANCES: Final[Mapping[str, GradientTolerance]] = MappingProxyType(
-    {
-        "float64": GradientTolerance(step=1e-6, rtol=1e-6, atol=1e-9),
-        "float32": GradientTolerance(step=1e-3, rtol=2e-3, atol=1e-5),
-        "float16": GradientTolerance(step=1e-2, rtol=1e-2, atol=1e-3),
-        "bfloat16": GradientTolerance(step=1e-2, rtol=5e-2, atol=1e-2),
-    }
-)
-"""The default tolerance of each floating dtype, by name: the analytic gradient in that dtype
-against a float64 reference. Pass ``tolerance=`` for another dtype or a looser check."""
-
 MODES: Final = ("rev", "fwd")
 _TINY = 1e-300  # check_grads reads a zero tolerance as "use numpy's default"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class LeafGradientCheck:
-    """One leaf's check in one mode, and its worst element where ``check_grads`` failed.
-
-    ``check_grads`` checks a random direction of the sampled elements; only when it fails are
-    they compared one by one, so a leaf that passed has no element or values (NaN).
-
-    Attributes:
-        path: The leaf's path (``"layers/0/kernel"``; ``"input"`` for the input).
-        mode: ``"rev"`` (``jax.grad``) or ``"fwd"`` (``jax.jvp``).
-        dtype: The leaf's dtype name.
-        index: The worst element's index in the leaf (``()`` when the check passed).
-        analytic: jax's derivative there (NaN when the check passed).
-        numeric: The float64 central difference there (NaN when the check passed).
-        max_abs_error: The largest ``|analytic - numeric|`` over the checked elements.
-        max_rel_error: The largest relative error over them.
-        checked: How many elements were checked (sampled).
-        failing: How many were out of tolerance (0 when the check passed).
-        tolerance: The tolerance the leaf was checked with.
-
-    Example:
-        >>> import dataclasses
-        >>> import math
-        >>> from substrax.testing import LeafGradientCheck
-        >>> leaf = LeafGradientCheck(
-        ...     path="kernel", mode="rev", dtype="float32", index=(0, 1), analytic=1.0,
-        ...     numeric=1.5, max_abs_error=0.5, max_rel_error=1 / 3, checked=4, failing=1,
-        ... )
-        >>> leaf.describe()
-        'kernel[0, 1] (rev, float32): analytic 1, numeric 1.5; max abs error 0.5, max rel error 0.333; 1 of 4 checked elements out of tolerance'
-        >>> dataclasses.replace(leaf, index=(), analytic=math.nan, failing=0).describe()
-        'kernel (rev, float32): 4 checked elements within tolerance along a random direction'
-    """
-
-    path: str
-    mode: str
-    dtype: str
-    index: tuple[int, ...]
-    analytic: float
-    numeric: float
-    max_abs_error: float
-    max_rel_error: float
-    checked: int
-    failing: int
-    tolerance: GradientTolerance | None = None
-
-    def describe(self) -> str:
-        """One line: where, both values and the errors, how many elements failed, the tolerance."""
-        where = f"[{', '.join(map(str, self.index))}]" if self.index else ""
-        line = f"{self.path}{where} ({self.mode}, {self.dtype}): "
-        if self.failing or not math.isnan(self.analytic):
-            line += (
-                f"analytic {self.analytic:.6g}, numeric {self.numeric:.6g}; max abs error "
-                f"{self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}; "
-                f"{self.failing} of {self.checked} checked elements out of tolerance"
-            )
-        else:
-            line += f"{self.checked} checked elements within tolerance along a random direction"
-        if (chosen := self.tolerance) is not None:
-            line += f" (rtol {chosen.rtol:g}, atol {chosen.atol:g}, step {chosen.step:g})"
-        return line
 
 
 def _flax(who: str) -> Any:  # noqa: ANN401 - flax.nnx, untyped here
@@ -152,6 +50,12 @@ def _leaves(tree: object, who: str) -> list[tuple[str, "jax.Array"]]:
             )
         leaves.append((name, array))
     return leaves
+
+
+def _floating(value: object) -> bool:
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    return isinstance(value, jnp.ndarray) and jnp.issubdtype(value.dtype, jnp.floating)
 
 
 def _tolerance(dtype: str, chosen: object) -> GradientTolerance:
@@ -265,7 +169,7 @@ def _check(
 
         def reference(values: "np.ndarray") -> "jax.Array":
             moved = wide[position] + placed(values - start, np.float64)
-            return loss(treedef.unflatten([*wide[:position], moved, *wide[position + 1 :]]), aux)
+            return loss(treedef.unflatten([*wide[:position], moved, *wide[position + 1 :]]), rest)
 
         def along(t: "jax.Array") -> "jax.Array":
             tangents: list[Any] = [jnp.zeros_like(v) for v in flat]
@@ -276,9 +180,11 @@ def _check(
         about = (path, value.dtype.name, mode, tolerances[position], (indices, value.shape))
         return _check_leaf(reference, along, grad, start, about)
 
-    # float64 meets the float32 data a loss closes over: a strict dtype promotion would refuse it
+    # float64 meets float32 data a loss closes over (a strict promotion refuses it); the other
+    # state (batch statistics) is widened too: a float64 update written into float32 warns
     with jax.enable_x64(True), jax.numpy_dtype_promotion("standard"):
         wide = [np.asarray(value, dtype=np.float64) for value in flat]
+        rest = jax.tree.map(lambda x: x.astype(np.float64) if _floating(x) else x, aux)
         results = [leaf_check(position, mode) for mode in chosen for position in range(len(flat))]
     failed = [result for result in results if result[2] is not None]
     if failed:

@@ -12,14 +12,8 @@ Example:
 """
 
 from ._errors import GradientMismatchError, ZeroGradientError
-from ._gradients import (
-    GRADIENT_TOLERANCES,
-    MODES,
-    GradientTolerance,
-    LeafGradientCheck,
-    check_input_gradients,
-    check_parameter_gradients,
-)
+from ._gradient_records import GRADIENT_TOLERANCES, GradientTolerance, LeafGradientCheck
+from ._gradients import MODES, check_input_gradients, check_parameter_gradients
 
 
 __all__ = [
