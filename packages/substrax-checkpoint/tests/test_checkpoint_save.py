@@ -181,3 +181,30 @@ def test_a_save_that_fails_at_once_leaves_no_trace_in_the_index(store_dir, leaf,
     with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
         assert reader.best_step("loss") == 1
         assert reader.read_metadata(2).metrics == {"loss": 0.7}
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"metrics": {"loss": "low"}}, TypeError, "metric 'loss' must be a number, not 'low'"),
+        ({"metrics": {"loss": "0.5"}}, TypeError, "metric 'loss' must be a number"),
+        ({"producer": {"name": "p"}}, TypeError, r"producer must be a Producer\(name=..."),
+    ],
+)
+def test_a_save_refuses_a_wrong_type_by_name_and_writes_nothing(store_dir, options, error, match):
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        with pytest.raises(error, match=match):
+            store.save(1, {"model": {"w": np.zeros(2)}}, **options)
+        assert store.list_steps() == []
+
+
+@pytest.mark.parametrize(("step", "error"), [("5", TypeError), (-1, ValueError), (1.0, TypeError)])
+def test_a_read_refuses_a_step_that_is_no_step_number(store_dir, step, error):
+    # restore("5") said "no checkpoint step 5 ... (steps held: 5)"
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(5, {"model": {"w": np.zeros(2)}})
+        with pytest.raises(error, match="step"):
+            store.restore(step)
+        with pytest.raises(error, match="step"):
+            store.read_metadata(step)
+        assert store.restore(np.int64(5)).step == 5

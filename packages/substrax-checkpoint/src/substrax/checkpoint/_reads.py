@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
 
-from substrax.support import check_mode, check_seconds
+from substrax.support import check_int, check_mode, check_seconds
 
 from ._lifecycle import StoreLifecycle
 from ._manager import step_directories
@@ -86,10 +87,11 @@ class StoreReads(StoreLifecycle):
 
     def _resolve(self, step: int | None) -> int:
         """``step``, or the latest step for None (an empty store raises, saying it is empty)."""
+        if step is not None:
+            return check_int("step", int(step) if isinstance(step, np.integer) else step, minimum=0)
+        step = self.latest_step()
         if step is None:
-            step = self.latest_step()
-            if step is None:
-                raise CheckpointNotFoundError(step=None, directory=self._directory)
+            raise CheckpointNotFoundError(step=None, directory=self._directory)
         return step
 
     def _require(self, step: int) -> None:

@@ -47,6 +47,16 @@ from ._write_errors import (
 _logger = logging.getLogger(__name__)
 
 
+def _number(name: str, value: object) -> float:
+    """A metric's value as a float (NaN and infinity too); anything else is refused by name."""
+    try:
+        if not isinstance(value, str | bytes):  # float("0.5") would take a text
+            return float(value)  # pyright: ignore[reportArgumentType] - a number or scalar array
+    except (TypeError, ValueError):
+        pass
+    raise TypeError(f"metric {name!r} must be a number, not {value!r}")
+
+
 @dataclass(frozen=True, slots=True)
 class SaveRequest:
     """One validated save: the items as orbax writes them, their dtypes and the metadata record."""
@@ -77,7 +87,9 @@ class SaveRequest:
                 "metrics; rename it"
             )
         saved, dtypes = _trees.for_saving(items)  # NumPy scalars as 0-d arrays, and their dtypes
-        numbers = {name: float(value) for name, value in (metrics or {}).items()}
+        if producer is not None and not isinstance(producer, Producer):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"producer must be a Producer(name=..., version=...), not {producer!r}")
+        numbers = {name: _number(name, value) for name, value in (metrics or {}).items()}
         finite = {name: value for name, value in numbers.items() if math.isfinite(value)}
         nonfinite = {name: str(value) for name, value in numbers.items() if name not in finite}
         recorded: dict[str, JsonValue] = dict(extra or {})
