@@ -280,6 +280,7 @@ def test_read_from_pyproject(tmp_path):
         '[tool.substrax.compute.jobs.demo]\ncommands = { hi = ["python", "-V"] }\ntimeout_seconds = 5\n'
     )
     assert read_compute_config(tmp_path).jobs["demo"].commands == {"hi": ("python", "-V")}
+    assert read_compute_config(str(tmp_path)) == read_compute_config(tmp_path)  # a str path too
 
 
 def test_pyproject_without_table_or_file(tmp_path):

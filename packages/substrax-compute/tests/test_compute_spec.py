@@ -218,3 +218,8 @@ def test_replace_validates_the_copy_and_leaves_the_original():
         spec.replace(nodes=0)
     with pytest.raises(ValueError, match="unknown_field"):
         spec.replace(unknown_field=1)
+
+
+def test_a_spec_that_is_no_mapping_is_refused_by_type():
+    with pytest.raises(TypeError, match="a job spec is a mapping"):
+        read_job_spec("{}")

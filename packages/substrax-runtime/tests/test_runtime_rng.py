@@ -148,3 +148,10 @@ def test_fold_in_name_folds_in_the_derivation_0_1_22_documents():
     assert data(rngs_from_seed(0, ("params",)).params()) == data(
         nnx.Rngs(params=fold_in_name(key, "params")).params()
     )
+
+
+def test_fold_in_name_refuses_a_name_that_is_no_str_as_a_type_error():
+    with pytest.raises(TypeError, match="needs a name"):
+        fold_in_name(jax.random.key(0), 3)
+    with pytest.raises(ValueError, match="non-empty"):
+        fold_in_name(jax.random.key(0), "")

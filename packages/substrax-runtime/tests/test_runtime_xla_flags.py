@@ -72,3 +72,8 @@ def test_merge_refuses_malformed_requested_flag():
 def test_merge_refuses_a_bare_string():
     with pytest.raises(TypeError, match="iterable of flags"):
         merge_xla_flags("", "--a=1")
+
+
+def test_flags_that_are_no_str_are_refused_by_type():
+    with pytest.raises(TypeError, match="XLA_FLAGS must be a str"):
+        parse_xla_flags(None)

@@ -336,3 +336,15 @@ def test_switch_at_from_adam_into_lbfgs_needs_no_hand_made_strong_types():
 def test_switch_at_refuses_a_bad_step(step, error):
     with pytest.raises(error, match=r"step=.* must be an integer >= 1"):
         switch_at(optax.sgd(1.0), optax.sgd(0.1), step=step)
+
+
+def test_a_wrong_argument_type_is_named_not_an_attribute_error(net):
+    config = OptimizerConfig(learning_rate=0.1)
+    with pytest.raises(TypeError, match="config must be an OptimizerConfig"):
+        create_transformation(net, {"learning_rate": 0.1})
+    with pytest.raises(TypeError, match=r"model must be an nnx\.Module"):
+        create_transformation(None, config)
+    with pytest.raises(TypeError, match=r"optimizer must be an nnx\.Optimizer, not int 42"):
+        current_learning_rate(42)
+    with pytest.raises(TypeError, match="tx must be an optax transformation"):
+        with_strong_state_types("adam")

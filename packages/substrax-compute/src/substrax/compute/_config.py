@@ -192,7 +192,7 @@ def read_backend_settings[M: BaseModel](
     return raw, parsed, backend_state_dir(cast("_BackendSettings", parsed).state_dir, name)
 
 
-def read_compute_config(project: Path) -> ComputeConfig:
+def read_compute_config(project: Path | str) -> ComputeConfig:
     """Read ``[tool.substrax.compute]`` from ``project/pyproject.toml``.
 
     Raises:
@@ -209,7 +209,7 @@ def read_compute_config(project: Path) -> ComputeConfig:
         ...
         substrax.compute.ProjectFileNotFoundError: no pyproject.toml in /nonexistent: run from the project root or pass --project
     """
-    pyproject = project / "pyproject.toml"
+    pyproject = Path(project) / "pyproject.toml"
     if not pyproject.is_file():
         raise ProjectFileNotFoundError(
             pyproject,

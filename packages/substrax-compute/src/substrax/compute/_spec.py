@@ -359,6 +359,8 @@ def read_job_spec(data: Mapping[str, Any]) -> JobSpec:
         ...
         substrax.compute.RecordVersionError: job spec version 2 is not 4: submit and run with the same substrax release
     """
+    if not isinstance(data, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+        raise TypeError(f"a job spec is a mapping (the spec's JSON, parsed), not {data!r:.80}")
     version = data.get("schema_version")
     if version != JOB_SPEC_VERSION:
         raise RecordVersionError(

@@ -106,6 +106,7 @@ def fold_in_name(key: jax.Array, name: str) -> jax.Array:
         The derived key.
 
     Raises:
+        TypeError: ``name`` is not a str.
         ValueError: ``name`` is empty.
 
     Example:
@@ -115,8 +116,10 @@ def fold_in_name(key: jax.Array, name: str) -> jax.Array:
         >>> bool((jax.random.key_data(a) == jax.random.key_data(fold_in_name(jax.random.key(0), "params"))).all())
         True
     """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"fold_in_name needs a non-empty name, got {name!r}")
+    if not isinstance(name, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+        raise TypeError(f"fold_in_name needs a name (a non-empty str), got {name!r}")
+    if not name:
+        raise ValueError("fold_in_name needs a non-empty name, got ''")
     digest = hashlib.blake2b(name.encode("utf-8")).digest()
     return jax.random.fold_in(key, np.uint32(int.from_bytes(digest[:4], "big")))
 

@@ -40,6 +40,8 @@ def parse_xla_flags(value: str) -> dict[str, str | None]:
         >>> parse_xla_flags("--xla_force_host_platform_device_count=8 --xla_dump_hlo_as_text")
         {'--xla_force_host_platform_device_count': '8', '--xla_dump_hlo_as_text': None}
     """
+    if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
+        raise TypeError(f"XLA_FLAGS must be a str of flags, not {value!r}")
     flags: dict[str, str | None] = {}
     for token in value.split():
         name, flag_value = _split(token)
