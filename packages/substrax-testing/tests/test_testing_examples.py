@@ -169,3 +169,11 @@ def test_the_repository_root_is_kept_off_sys_path(paths_repo, tmp_path, call_mai
     run = _run(paths_repo, tmp_path, name, call_main=call_main).check()
     summary = run.summary if call_main else run.result.last_json()
     assert summary["at_root"] is False
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_line_printed_after_main_returned_does_not_hide_its_summary(repo, tmp_path):
+    text = "import atexit\natexit.register(print, 'bye')\n\ndef main():\n    return {'ok': 1}\n"
+    run = _run(repo, tmp_path, "with_exit_hook.py", text).check()
+    assert run.summary == {"ok": 1}
+    assert run.result.stdout.splitlines()[-1] == "bye"

@@ -6,11 +6,13 @@ automake and CTest) after writing the reason as its last line on stderr. The run
 ``unavailable`` rather than failed, and :func:`unavailable_reason` returns that reason.
 """
 
+import contextlib
+import json
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Self
+from typing import TYPE_CHECKING, Final, Self, cast
 
 from ._child import ChildResult, run_python
 from ._errors import ExampleNotFoundError, ExampleTimeoutError
@@ -260,5 +262,13 @@ def run_example(
     except subprocess.TimeoutExpired as expired:
         tail = "\n".join(_text(expired.stderr).splitlines()[-STDERR_TAIL_LINES:])
         raise ExampleTimeoutError(script, timeout, tail) from expired
-    summary = result.last_json() if call_main and result.succeeded else None
+    summary = _summary(script, result.stdout) if call_main and result.succeeded else None
     return ExampleRun(path=script, output_dir=target, result=result, summary=summary)
+
+
+def _summary(script: Path, stdout: str) -> "JsonValue":
+    """main()'s JSON: the last stdout line that is JSON (an exit hook may print after it)."""
+    for line in reversed(stdout.splitlines()):
+        with contextlib.suppress(json.JSONDecodeError):
+            return cast("JsonValue", json.loads(line))
+    raise ValueError(f"{script}: main() succeeded but printed no JSON line on stdout")
