@@ -90,6 +90,8 @@ def test_example_task_names(tmp_path):
         ("examples.a", ("python", "examples/a.py")),
         ("examples.deep.b", ("python", "examples/deep/b.py")),
     ]
+    with pytest.raises(ValueError, match="is not under the project"):
+        example_tasks([Path("/elsewhere/x.py")], project=tmp_path, timeout_seconds=5)
 
 
 LINES = [

@@ -48,6 +48,13 @@ def test_bad_names(name):
         resolve_output_dir(name, env={})
 
 
+@pytest.mark.parametrize(("name", "hint"), [(Path("p"), "explicit="), (3, ""), (None, "")])
+def test_a_name_that_is_no_str_is_refused_by_type(name, hint):
+    with pytest.raises(TypeError, match="output name must be a str") as error:
+        resolve_output_dir(name, env={})
+    assert hint in str(error.value)
+
+
 @pytest.mark.parametrize("name", [".", "./", "./."])
 def test_the_output_root_itself_is_refused_before_anything_is_made(name, tmp_path):
     root = tmp_path / "outputs"

@@ -155,3 +155,8 @@ def test_fold_in_name_refuses_a_name_that_is_no_str_as_a_type_error():
         fold_in_name(jax.random.key(0), 3)
     with pytest.raises(ValueError, match="non-empty"):
         fold_in_name(jax.random.key(0), "")
+
+
+def test_key_from_needs_a_stream_name():
+    with pytest.raises(ValueError, match="demo: key_from needs at least one stream name"):
+        key_from(nnx.Rngs(0), streams=(), context="demo")

@@ -379,7 +379,9 @@ def example_tasks(paths: Iterable[Path], *, project: Path, timeout_seconds: floa
         ['examples.a.b']
     """
     tasks: list[Task] = []
-    for path in paths:
+    for path in map(Path, paths):
+        if not path.is_relative_to(project):
+            raise ValueError(f"example {path} is not under the project {project}; pass its path")
         relative = path.relative_to(project)
         name = ".".join(relative.with_suffix("").parts)
         tasks.append(

@@ -37,7 +37,10 @@ class OutputLocation:
 
 
 def _check_name(name: str) -> PurePath:
-    if not isinstance(name, str) or not name.strip():  # pyright: ignore[reportUnnecessaryIsInstance]
+    if not isinstance(name, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        hint = " (a directory of your own goes in explicit=)" if isinstance(name, PurePath) else ""
+        raise TypeError(f"output name must be a str naming the run's outputs, got {name!r}{hint}")
+    if not name.strip():
         raise ValueError(f"output name must be a non-empty relative path, got {name!r}")
     relative = PurePath(name)
     if relative.is_absolute() or relative.anchor or ".." in relative.parts:

@@ -62,6 +62,8 @@ def key_from(rng: "jax.Array | nnx.Rngs", *, streams: Sequence[str], context: st
         ()
     """
     names = _check_streams(streams)
+    if not names:
+        raise ValueError(f"{context}: key_from needs at least one stream name, got streams=()")
     if _is_rngs(rng):
         rngs: Any = rng
         for name in names:
