@@ -78,6 +78,8 @@ def test_an_uneven_batch_is_refused_naming_the_leaf_and_the_fix():
     )
     assert "12 rows" in str(error)
     assert "multiple of 8" in str(error)
+    with pytest.raises(BatchDimensionError, match=r"^the batch has shape \(12, 2\)"):
+        shard_batch_dim(np.ones((12, 2)), mesh)  # one array: no leaf path to name
 
 
 def test_a_leaf_without_the_batch_dimension_is_refused_with_the_replicate_hint():

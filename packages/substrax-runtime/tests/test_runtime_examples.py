@@ -50,3 +50,5 @@ def test_errors(tree):
     assert info.value.root == tree / "missing"
     with pytest.raises(TypeError, match="iterable of patterns"):
         discover_examples(tree, include="a.py")
+    with pytest.raises(ValueError, match="names no directory"):  # not the working directory
+        discover_examples("")

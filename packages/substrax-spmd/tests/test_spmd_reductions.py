@@ -63,6 +63,15 @@ def test_reduce_custom():
     assert float(reduce_custom(metrics)["loss"]) == 2.0
 
 
+def test_reduce_custom_refuses_to_pass_a_metric_it_was_asked_to_reduce_through_unreduced():
+    with pytest.raises(TypeError, match="reduce_fn asks 'sum' of metric 'a', a dict"):
+        reduce_custom({"a": {"x": jnp.ones(2)}}, {"a": "sum"})
+    assert reduce_custom({"n": 3, "f": np.float32(2.0)}, {"n": "sum", "f": "max"}) == {
+        "n": 3,
+        "f": np.float32(2.0),
+    }
+
+
 def test_reduce_custom_refusals():
     with pytest.raises(
         UnknownReductionError, match="metric 'loss' asks for reduction 'median'"

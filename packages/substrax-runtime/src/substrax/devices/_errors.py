@@ -58,7 +58,8 @@ class BatchDimensionError(_DevicesError, ValueError, kw_only=True):
     parts: int
 
     def _message(self) -> str:
-        where = f"batch leaf {self.path} has shape {self.shape}"
+        leaf = f"batch leaf {self.path}" if self.path else "the batch"
+        where = f"{leaf} has shape {self.shape}"
         if self.batch_axis >= len(self.shape):
             return (
                 f"{where}: no dimension {self.batch_axis} to split over {self.parts} devices; "

@@ -34,6 +34,8 @@ def discover_examples(root: Path | str, *, include: Iterable[str] | None = None)
         ...     [p.name for p in discover_examples(root)]
         ['a.py', 'b.py']
     """
+    if isinstance(root, str) and not root.strip():  # Path("") is the working directory
+        raise ValueError("root='' names no directory; pass the examples directory")
     base = Path(root)
     if not base.is_dir():
         raise ExamplesRootNotADirectoryError(base)

@@ -25,6 +25,11 @@ def _is_array(value: object, min_ndim: int = 1) -> TypeGuard[jax.Array | np.ndar
     return isinstance(value, _ARRAYS) and value.ndim >= min_ndim
 
 
+def _number_like(value: object) -> bool:
+    """Whether ``value`` is a number or an array (what a metric's reduction may leave as is)."""
+    return isinstance(value, int | float | np.generic | jax.Array | np.ndarray)
+
+
 def _map_arrays[T](fn: Callable[[Any], Any], metrics: T, *, min_ndim: int = 1) -> T:
     def one(leaf: PyTree) -> PyTree:
         return fn(leaf) if _is_array(leaf, min_ndim) else leaf
@@ -147,8 +152,11 @@ def reduce_custom[V](
         op = ops.get(name, "mean")
         if op is not None and _is_array(value):
             out[name] = _BY_NAME[op](value)
-        else:
-            out[name] = value
+            continue
+        if name in ops and op is not None and not _number_like(value):  # a dict passes unreduced
+            kind = type(value).__name__
+            raise TypeError(f"reduce_fn asks {op!r} of metric {name!r}, a {kind}, not an array")
+        out[name] = value
     return out
 
 
