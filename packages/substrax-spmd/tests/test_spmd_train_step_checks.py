@@ -18,6 +18,7 @@ from substrax.spmd import (
     create_data_parallel_sharding,
     place_batch_on_shards,
     reduce_mean_collective,
+    spmd_train_step,
 )
 from substrax.testing import expect_compiles
 
@@ -160,6 +161,19 @@ def test_an_optimizer_built_for_another_model_is_refused_naming_the_leaf():
     assert (info.value.model_shape, info.value.optimizer_shape) == ((1,), (3,))
     assert "nnx.Optimizer(model" in str(info.value)
     assert model.kernel.get_value().shape == (4, 1)
+
+
+def test_spmd_train_step_refuses_an_optimizer_built_for_another_model_too():
+    # it raised jax's raw "add got incompatible shapes" from inside the update
+    model = nnx.Linear(4, 1, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(nnx.Linear(4, 3, rngs=nnx.Rngs(0)), optax.adam(1e-2), wrt=nnx.Param)
+    batch = {"x": jnp.ones((8, 4)), "y": jnp.zeros((8, 1))}
+    step = nnx.jit(lambda m, o, b: spmd_train_step(m, o, mse, b))
+    for run in (step, lambda m, o, b: spmd_train_step(m, o, mse, b)):  # traced, and eager
+        with pytest.raises(OptimizerMismatchError, match=r"\[0\]\.mu\['bias'\]"):
+            run(model, optimizer, batch)
+    own = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    assert float(step(model, own, batch)) > float(step(model, own, batch))
 
 
 def test_an_optimizer_for_a_model_with_other_parameters_is_refused():

@@ -10,6 +10,8 @@ from flax import nnx
 
 from substrax.typing import PyTree
 
+from ._consistency import check_optimizer_matches
+
 
 def spmd_train_step[M: nnx.Module](
     model: M,
@@ -32,6 +34,9 @@ def spmd_train_step[M: nnx.Module](
     Returns:
         The loss before the update.
 
+    Raises:
+        OptimizerMismatchError: ``optimizer`` holds state built for another model's parameters.
+
     Example:
         >>> import optax
         >>> import jax
@@ -45,6 +50,7 @@ def spmd_train_step[M: nnx.Module](
         >>> bool(step(model, optimizer, batch) > step(model, optimizer, batch))
         True
     """
+    check_optimizer_matches(model, optimizer)  # at trace time: once per compilation
     loss, grads = nnx.value_and_grad(lambda m: loss_fn(m, batch))(model)
     optimizer.update(model, grads)
     return loss
