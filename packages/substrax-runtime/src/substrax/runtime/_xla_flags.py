@@ -2,6 +2,8 @@
 
 from collections.abc import Iterable
 
+from substrax.support import check_type
+
 from ._errors import XlaFlagConflictError
 
 
@@ -40,8 +42,7 @@ def parse_xla_flags(value: str) -> dict[str, str | None]:
         >>> parse_xla_flags("--xla_force_host_platform_device_count=8 --xla_dump_hlo_as_text")
         {'--xla_force_host_platform_device_count': '8', '--xla_dump_hlo_as_text': None}
     """
-    if not isinstance(value, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
-        raise TypeError(f"XLA_FLAGS must be a str of flags, not {value!r}")
+    check_type("XLA_FLAGS", value, str, "a str of flags")
     flags: dict[str, str | None] = {}
     for token in value.split():
         name, flag_value = _split(token)

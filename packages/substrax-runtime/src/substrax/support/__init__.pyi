@@ -33,3 +33,4 @@ from ._optional import (
 from ._pickling import PicklableError as PicklableError
 from ._structured import StructuredError as StructuredError
 from ._tables import format_table as format_table, print_table as print_table
+from ._types import check_type as check_type

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from substrax.support import check_int
+from substrax.support import check_int, check_type
 from substrax.typing import PyTree
 
 from ._config import DECOUPLED_DECAY_TYPES, OptimizerConfig
@@ -46,11 +46,6 @@ def _base(config: OptimizerConfig) -> optax.GradientTransformation:  # noqa: PLR
     return inject(optax.adam)(learning_rate=lr, **moments)
 
 
-def _check_type(name: str, value: object, kind: type, wanted: str) -> None:
-    if not isinstance(value, kind):
-        raise TypeError(f"{name} must be {wanted}, not {type(value).__name__} {value!r:.60}")
-
-
 def create_transformation(
     model: nnx.Module, config: OptimizerConfig
 ) -> optax.GradientTransformation:
@@ -74,8 +69,8 @@ def create_transformation(
         >>> isinstance(tx, optax.GradientTransformation)
         True
     """
-    _check_type("model", model, nnx.Module, "an nnx.Module")
-    _check_type("config", config, OptimizerConfig, "an OptimizerConfig(...)")
+    check_type("model", model, nnx.Module, "an nnx.Module")
+    check_type("config", config, OptimizerConfig, "an OptimizerConfig(...)")
     if config.optimizer_type in DECOUPLED_DECAY_TYPES and config.weight_decay_filter is not None:
         mask = mask_from_filter(nnx.state(model, config.wrt), config.weight_decay_filter)
         if not any(jax.tree.leaves(mask)):
@@ -143,7 +138,7 @@ def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
         >>> float(current_learning_rate(create_optimizer(model, OptimizerConfig(learning_rate=0.5))))
         0.5
     """
-    _check_type("optimizer", optimizer, nnx.Optimizer, "an nnx.Optimizer")
+    check_type("optimizer", optimizer, nnx.Optimizer, "an nnx.Optimizer")
     found = _find_learning_rate(optimizer.opt_state)
     if found is None:
         raise LearningRateNotFoundError
@@ -164,7 +159,7 @@ def with_strong_state_types(
         >>> tx.init({"w": jnp.ones(2)}).hyperparams["learning_rate"].weak_type
         False
     """
-    _check_type("tx", tx, optax.GradientTransformation, "an optax transformation (optax.adam(...))")
+    check_type("tx", tx, optax.GradientTransformation, "an optax transformation (optax.adam(...))")
 
     def strong(x: PyTree) -> PyTree:
         if isinstance(x, jax.Array) and getattr(x, "weak_type", False):  # key arrays have none
