@@ -13,6 +13,7 @@ from substrax.compute import (
     RunStore,
     UnknownBackendError,
     backend_names,
+    backend_state_dir,
     default_state_dir,
     load_backend,
 )
@@ -94,3 +95,17 @@ def test_run_ids():
     run_id = new_run_id("demo", now=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
     assert run_id.startswith("demo-20260102T030405Z-")
     assert len(run_id) == len("demo-20260102T030405Z-") + 6
+
+
+@pytest.mark.parametrize("bad", [3, ["/tmp/s"], {"path": "/tmp/s"}, True])
+def test_backend_state_dir_refuses_a_setting_that_is_not_a_path_naming_it(bad):
+    match = rf"setting=.* must be a state directory \(a str or a Path\), or None .*not {type(bad).__name__}"
+    with pytest.raises(TypeError, match=match):
+        backend_state_dir(bad, "local")
+
+
+def test_backend_state_dir_takes_a_path_as_its_text(tmp_path):
+    assert backend_state_dir(tmp_path / "s", "local") == backend_state_dir(
+        str(tmp_path / "s"), "local"
+    )
+    assert backend_state_dir(str(tmp_path / "s"), "local") == (tmp_path / "s").resolve()

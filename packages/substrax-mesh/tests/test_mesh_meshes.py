@@ -124,3 +124,11 @@ def test_multihost_mesh_on_one_process_is_the_plain_mesh():
         create_multihost_mesh({"data": 4}, {"pipeline": 2})
     with pytest.raises(MeshShapeError, match="needs 16 devices"):
         create_multihost_mesh({"data": 8}, {"data": 2})
+
+
+@pytest.mark.parametrize("bad", [None, "data", {"data": 2}])
+def test_mesh_info_refuses_what_is_not_a_mesh_naming_it(bad):
+    with pytest.raises(TypeError, match=r"mesh must be a jax.sharding.Mesh"):
+        DeviceMeshManager.get_mesh_info(bad)
+    with pytest.raises(TypeError, match=rf"mesh must be .*, not {type(bad).__name__}"):
+        mesh_info(bad)

@@ -31,6 +31,27 @@ def test_mesh_rules_is_frozen_and_keyword_only():
         MeshRules("data")  # type: ignore[misc]
 
 
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        (3, TypeError, r"logical axis 'mlp' maps to 3 \(int\); use a mesh axis name"),
+        (("model", 1), TypeError, r"logical axis 'mlp' maps to \('model', 1\)"),
+        ("", ValueError, r"logical axis 'mlp' maps to '', an empty mesh axis name"),
+        (("model", ""), ValueError, r"logical axis 'mlp' maps to \('model', ''\), an empty"),
+    ],
+)
+def test_mesh_rules_refuse_what_is_not_a_mesh_axis_naming_the_field(bad, error, match):
+    with pytest.raises(error, match=match):
+        MeshRules(data="data", mlp=bad)
+
+
+def test_mesh_rules_keep_several_axes_as_a_hashable_tuple():
+    rules = MeshRules(data=["replica", "data"])  # type: ignore[arg-type]
+    assert rules.data == ("replica", "data")
+    assert rules("data") == (("replica", "data"),)
+    assert hash(rules) == hash(MeshRules(data=("replica", "data")))  # type: ignore[arg-type]
+
+
 def test_logical_axis_rules_is_an_open_mapping():
     rules = LogicalAxisRules([("batch", ("data", "fsdp")), ("vocab", "model"), ("embed", None)])
     assert rules("batch", "vocab", None) == (("data", "fsdp"), "model", None)
@@ -47,6 +68,24 @@ def test_logical_axis_rules_refusals():
         LogicalAxisRules([("a", "data"), ("a", "model")])
     with pytest.raises(TypeError, match="maps to 3"):
         LogicalAxisRules({"a": 3})  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize(
+    ("rules", "error", "match"),
+    [
+        (None, TypeError, r"rules=None \(NoneType\) must be a mapping from logical axis names"),
+        ("batch", TypeError, r"rules='batch' \(str\) must be a mapping"),
+        ([1], TypeError, r"rules must be \(name, mesh axes\) pairs; got 1 \(int\)"),
+        ([("a", "b", "c")], TypeError, r"pairs; got \('a', 'b', 'c'\)"),
+        ({3: "data"}, TypeError, r"logical axis name 3 \(int\) must be a non-empty str"),
+        ({"": "data"}, ValueError, r"logical axis name '' must be a non-empty str"),
+        ({"batch": ""}, ValueError, r"logical axis 'batch' maps to '', an empty mesh axis"),
+    ],
+)
+def test_logical_axis_rules_refuse_malformed_entries_naming_them(rules, error, match):
+    with pytest.raises(error, match=match):
+        LogicalAxisRules(rules)
+    assert LogicalAxisRules([["batch", "data"]]) == {"batch": "data"}  # pairs as lists (JSON)
 
 
 def test_partition_spec_for_names():

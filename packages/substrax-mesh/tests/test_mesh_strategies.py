@@ -61,6 +61,22 @@ def test_strategy_is_abstract():
         DataParallelStrategy("data", -1)
 
 
+@pytest.mark.parametrize(
+    ("axis_name", "mesh_axis", "error", "match"),
+    [
+        (3, 0, TypeError, r"axis_name must be a mesh axis name \(a str\), not int 3"),
+        (("data",), 0, TypeError, r"axis_name must be a mesh axis name .*not tuple"),
+        (None, 0, TypeError, r"axis_name must be a mesh axis name .*not NoneType None"),
+        ("", 0, ValueError, r"axis_name='' must name a mesh axis"),
+        ("data", "0", TypeError, r"mesh_axis='0' must be an integer >= 0, not str"),
+        ("data", 1.0, TypeError, r"mesh_axis=1.0 must be an integer >= 0, not float"),
+    ],
+)
+def test_data_parallel_strategy_refuses_bad_fields_naming_them(axis_name, mesh_axis, error, match):
+    with pytest.raises(error, match=match):
+        DataParallelStrategy(axis_name, mesh_axis)
+
+
 def test_data_parallel_strategy():
     mesh = create_device_mesh({"data": 8})
     strategy = DataParallelStrategy("data", 0)

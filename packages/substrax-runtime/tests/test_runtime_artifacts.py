@@ -70,3 +70,13 @@ def test_each_call_logs(tmp_path, caplog):
         resolve_output_dir("logged", env={OUTPUT_DIR_ENV: str(tmp_path)})
     assert "environment" in caplog.text
     assert str(tmp_path / "logged") in caplog.text
+
+
+def test_output_location_refuses_an_unknown_source_naming_the_allowed_ones():
+    match = r"source='cli' must be one of \('argument', 'environment', 'run_default'\)"
+    with pytest.raises(ValueError, match=match):
+        OutputLocation(path=Path("/tmp/x"), source="cli")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"source must be one of .*, not NoneType None"):
+        OutputLocation(path=Path("/tmp/x"), source=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"path must be a pathlib.Path, not str '/tmp/x'"):
+        OutputLocation(path="/tmp/x", source="argument")  # type: ignore[arg-type]

@@ -48,6 +48,29 @@ def test_detect_devices_reads_the_emulated_cpus():
     assert dataclasses.replace(info, kind=DeviceKind.TPU).has_accelerator
 
 
+@pytest.mark.parametrize(
+    ("field", "bad", "error", "match"),
+    [
+        ("platform", 3, TypeError, r"platform must be a jax platform name \(a str\), not int 3"),
+        ("platform", " ", ValueError, r"platform=' ' must name a jax platform"),
+        ("kind", "cpu", TypeError, r"kind must be a DeviceKind.*not str 'cpu'"),
+        ("count", 0, ValueError, r"count=0 must be an integer >= 1"),
+        ("count", -2, ValueError, r"count=-2 must be an integer >= 1"),
+        ("count", "8", TypeError, r"count='8' must be an integer >= 1, not str"),
+        ("count", True, TypeError, r"count=True must be an integer >= 1, not bool"),
+        ("device_kinds", "cpu", TypeError, r"device_kinds must be a tuple .*not str 'cpu'"),
+        ("device_kinds", ["cpu"], TypeError, r"device_kinds must be a tuple .*not list"),
+        ("device_kinds", ("cpu", 1), TypeError, r"device_kinds\[1\] must be a hardware name"),
+        ("device_kinds", (), ValueError, r"device_kinds=\(\) must name at least one"),
+    ],
+)
+def test_device_info_refuses_nonsense_fields_naming_them(field, bad, error, match):
+    fields = {"platform": "cpu", "kind": DeviceKind.CPU, "count": 8, "device_kinds": ("cpu",)}
+    with pytest.raises(error, match=match):
+        DeviceInfo(**{**fields, field: bad})
+    assert DeviceInfo(**{**fields, "count": np.int64(2)}).count == 2  # a numpy count is an int
+
+
 def test_visible_devices_are_device_like():
     devices = visible_devices()
     assert len(devices) == jax.device_count()
@@ -66,6 +89,12 @@ def test_place_on_a_chosen_device():
     moved = place_on_device(jnp.arange(4), target)
     assert moved.devices() == {target}
     assert moved.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("bad", ["cpu", 3, jax.devices])
+def test_place_on_device_refuses_what_is_not_a_device_naming_it(bad):
+    with pytest.raises(TypeError, match=r"device=.* is not a jax device; pass one from jax"):
+        place_on_device(jnp.arange(4), bad)
 
 
 @pytest.mark.parametrize(

@@ -125,3 +125,9 @@ def test_collect_from_devices():
     out = collect_from_devices({"loss": jnp.array([1.0, 2.0, 3.0]), "epoch": 4})
     assert [float(v) for v in out["loss"]] == [1.0, 2.0, 3.0]
     assert out["epoch"] == 4
+
+
+@pytest.mark.parametrize("bad", [None, "loss", [jnp.ones(2)]])
+def test_collect_from_devices_refuses_what_is_not_a_mapping_naming_it(bad):
+    with pytest.raises(TypeError, match=rf"metrics must be a mapping .*, not {type(bad).__name__}"):
+        collect_from_devices(bad)

@@ -110,6 +110,25 @@ def test_a_conflicting_output_dir_in_env_is_refused(repo, tmp_path):
         _run(repo, tmp_path, "train.py", env={"AVITAI_OUTPUT_DIR": str(tmp_path / "elsewhere")})
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"timeout": -1}, ValueError, r"timeout=-1 must be a finite number of seconds > 0"),
+        ({"timeout": 0}, ValueError, r"timeout=0 must be a finite number of seconds > 0"),
+        ({"timeout": "60"}, TypeError, r"timeout='60' must be a finite number"),
+        ({"call_main": "no"}, TypeError, r"call_main must be True or False, not str 'no'"),
+        ({"call_main": 1}, TypeError, r"call_main must be True or False, not int 1"),
+    ],
+)
+def test_a_bad_timeout_or_call_main_is_refused_before_output_dir_is_made(
+    repo, tmp_path, options, error, match
+):
+    out = tmp_path / "not_made"
+    with pytest.raises(error, match=match):
+        _run(repo, tmp_path, "train.py", output_dir=out, **options)
+    assert not out.exists()
+
+
 def test_a_missing_example_is_refused(repo, tmp_path):
     with pytest.raises(ExampleNotFoundError, match=r"missing\.py") as caught:
         _run(repo, tmp_path, "missing.py", output_dir=tmp_path)

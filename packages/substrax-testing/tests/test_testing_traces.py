@@ -104,3 +104,11 @@ def test_bad_expectations_are_refused(value, error):
         pass
     with pytest.raises(error), expect_compiles(value):
         pass
+
+
+@pytest.mark.parametrize("bad", [5, None, "step"])
+def test_wrap_refuses_what_is_not_callable_naming_it(bad):
+    with pytest.raises(
+        TypeError, match=rf"fn={bad!r} must be a callable .*, not {type(bad).__name__}"
+    ):
+        TraceCounter().wrap(bad)

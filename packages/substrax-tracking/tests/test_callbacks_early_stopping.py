@@ -2,6 +2,8 @@ import json
 import math
 import re
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from substrax.callbacks import (
@@ -38,6 +40,29 @@ def test_tracker_min_and_max_modes_with_min_delta():
     assert high.best == -math.inf
     assert [high.register(v) for v in (1.0, 1.0, 2.0)] == [True, False, True]
     assert high.mode is PlateauMode.MAX
+
+
+@pytest.mark.parametrize(
+    "bad", ["1.0", b"1", True, np.True_, None, 1j, np.array([1.0, 2.0]), jnp.array(True)]
+)
+@pytest.mark.parametrize("make", [BestMetricTracker, lambda: EarlyStopping(patience=1)])
+def test_a_value_that_is_not_one_real_number_is_refused_naming_it(make, bad):
+    tracker = make()
+    who = type(tracker).__name__
+    with pytest.raises(TypeError, match=rf"{who} got value=.* it wants one real number"):
+        tracker.update(bad) if isinstance(tracker, EarlyStopping) else tracker.register(bad)
+    assert (tracker.best, tracker.num_bad_epochs) == (math.inf, 0)  # nothing was recorded
+
+
+def test_numpy_and_jax_scalars_are_real_numbers():
+    tracker = BestMetricTracker()
+    assert [tracker.register(v) for v in (3, np.float32(2.0), jnp.array(1.0), np.int64(0))] == [
+        True,
+        True,
+        True,
+        True,
+    ]
+    assert tracker.best == 0.0
 
 
 def test_the_mode_is_the_shared_one_under_both_names():

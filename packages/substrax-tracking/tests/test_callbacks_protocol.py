@@ -133,6 +133,13 @@ def test_callback_list_refuses_state_saved_for_other_positions():
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize("bad", [None, "01", [{"count": 1}]])
+def test_callback_list_refuses_a_state_that_is_not_a_mapping_naming_it(bad):
+    wanted = r"state must be a dict from CallbackList.get_state\(\)"
+    with pytest.raises(TypeError, match=rf"{wanted}, not {type(bad).__name__}"):
+        CallbackList([BaseCallback(), Counter()]).set_state(bad)
+
+
 def test_plain_early_stopping_is_checkpointable():
     assert is_checkpointable(EarlyStopping(patience=1))
 

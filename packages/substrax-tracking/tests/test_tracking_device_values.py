@@ -1,9 +1,11 @@
 """Every logger takes a jax value whose step still runs and returns without waiting for it.
 
-A slow value: a jitted loop of (512, 512) matmuls, dispatched and logged at once. Each test
-checks that the logging call returned while the value was still being computed (it took at
-least ``SLOW`` seconds, the call under ``FAST``), then that the backend, read back after
-``close``, holds the exact float32 value at the step it was logged at.
+A slow value: a jitted loop of (512, 512) matmuls, sized to take about a second, dispatched and
+logged at once. Each test checks that the logging call returned while the value was still being
+computed (``is_ready()`` was still false), then that the backend, read back after ``close``,
+holds the exact float32 value at the step it was logged at. No threshold in seconds: a machine
+that speeds up or slows down between the sizing and the test changes how long the value takes,
+not whether the call waited for it.
 """
 
 import functools
@@ -32,10 +34,8 @@ from substrax.tracking import (
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
-SLOW = 0.3  # seconds a slow value takes at least, measured in each test
-FAST = 0.05  # seconds a logging call may take at most
-CALIBRATED = 1.0  # seconds the slow computation is sized for (over 3x SLOW: it was sized on a
-# loaded machine, which may be idle when the value runs)
+CALIBRATED = 1.0  # seconds the slow computation is sized for: a call that does not wait for it
+# returns long before, on a loaded machine too
 
 
 @functools.cache
@@ -68,14 +68,15 @@ class Slow:
         self.value = fn(jnp.float32(base))
 
     def returned_early(self):
-        """Assert the logging call just made returned fast, before the value was computed."""
+        """Assert the logging call just made returned before the value was computed."""
         returned = time.perf_counter() - self.started
         running = not self.value.is_ready()
         self.value.block_until_ready()
         computed = time.perf_counter() - self.started
-        assert computed >= SLOW, f"the value took {computed:.3f} s: not slow enough to tell"
-        assert returned < FAST, f"the logging call took {returned:.3f} s"
-        assert running, "the value was computed before the logging call returned"
+        assert running, (
+            f"the logging call returned after {returned:.3f} s, when the value was computed: it "
+            f"waited for it (the value took {computed:.3f} s)"
+        )
 
 
 # --- each backend returns at once, then holds the exact value ---------------------------------

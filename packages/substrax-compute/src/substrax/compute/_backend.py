@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkabl
 from substrax.support import write_atomically
 
 from ._errors import MountNotConfiguredError
-from ._paths import check_file_name
+from ._paths import check_file_name, check_state_dir
 from ._records import JsonValue, read_fields, string_map
 from ._run_errors import RecordFormatError, RunNotFoundError, RunRecordError, RunStoreError
 
@@ -248,7 +248,7 @@ def default_state_dir() -> Path:
     return platformdirs.user_state_path("substrax").expanduser().resolve()
 
 
-def backend_state_dir(setting: JsonValue, name: str) -> Path:
+def backend_state_dir(setting: JsonValue | os.PathLike[str], name: str) -> Path:
     """A backend's own state directory: its ``state_dir`` setting, else ``<state>/compute/<name>``.
 
     Example:
@@ -256,8 +256,8 @@ def backend_state_dir(setting: JsonValue, name: str) -> Path:
         >>> backend_state_dir("/tmp/s", "local").as_posix()
         '/tmp/s'
     """
-    if isinstance(setting, str) and setting:
-        return Path(setting).expanduser().resolve()
+    if state_dir := check_state_dir(setting):  # a TypeError for a setting of another type
+        return Path(state_dir).expanduser().resolve()
     return default_state_dir() / "compute" / name
 
 

@@ -1,6 +1,8 @@
 """Directories the CLI writes to, refused up front when a plain file stands in the way."""
 
+import os
 from pathlib import Path
+from typing import cast
 
 from ._errors import DirectoryPathError
 
@@ -47,3 +49,21 @@ def check_file_name(what: str, name: object) -> str:
             "backslash or a leading dot"
         )
     return name
+
+
+def check_state_dir(setting: object) -> str | os.PathLike[str] | None:
+    """A backend's ``state_dir`` setting when it is a path (a str or a Path) or None, else TypeError.
+
+    Example:
+        >>> from substrax.compute._paths import check_state_dir
+        >>> check_state_dir(3)
+        Traceback (most recent call last):
+        ...
+        TypeError: setting=3 must be a state directory (a str or a Path), or None for the default, not int
+    """
+    if setting is not None and not isinstance(setting, (str, os.PathLike)):
+        raise TypeError(
+            f"setting={setting!r:.80} must be a state directory (a str or a Path), or None for "
+            f"the default, not {type(setting).__name__}"
+        )
+    return cast("str | os.PathLike[str] | None", setting)

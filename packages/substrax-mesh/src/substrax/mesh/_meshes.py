@@ -14,7 +14,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh
 
 from substrax.devices import visible_devices
-from substrax.support import check_int
+from substrax.support import check_int, check_type
 
 from ._errors import MeshShapeError
 
@@ -254,11 +254,15 @@ def mesh_info(mesh: Mesh) -> MeshInfo:
     Returns:
         Its device count and axis sizes.
 
+    Raises:
+        TypeError: ``mesh`` is not a ``jax.sharding.Mesh``.
+
     Example:
         >>> from substrax.mesh import create_device_mesh, mesh_info
         >>> mesh_info(create_device_mesh({"data": 2})).axes["data"]
         2
     """
+    check_type("mesh", mesh, Mesh, "a jax.sharding.Mesh, e.g. create_device_mesh({'data': 2})")
     return MeshInfo(total_devices=int(mesh.devices.size), axes=dict(mesh.shape))
 
 
@@ -287,6 +291,9 @@ class DeviceMeshManager:
         Returns:
             ``{"total_devices": int, "axes": {name: size}}``, axes in mesh order (a new dict
             each call). :func:`mesh_info` gives the same as a typed, read-only ``MeshInfo``.
+
+        Raises:
+            TypeError: ``mesh`` is not a ``jax.sharding.Mesh``.
 
         Example:
             >>> import json

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import MappingProxyType
+from typing import cast
 
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -15,13 +16,39 @@ type MeshAxes = str | tuple[str, ...] | None
 """Where one logical dimension goes: a mesh axis, several mesh axes, or nowhere (replicated)."""
 
 
+_WANTED = "a mesh axis name (a non-empty str), a tuple of them, or None"
+_PAIR = 2
+
+
 def _check_axes(name: str, axes: object) -> MeshAxes:
-    if axes is None or isinstance(axes, str):
+    if axes is None:
         return axes
-    if isinstance(axes, (tuple, list)) and all(isinstance(a, str) for a in axes):  # pyright: ignore[reportUnknownVariableType]
-        return tuple(axes)  # pyright: ignore[reportUnknownArgumentType]
-    msg = f"logical axis {name!r} maps to {axes!r}; use a mesh axis name, a tuple of them, or None"
-    raise TypeError(msg)
+    if isinstance(axes, str):
+        checked: tuple[str, ...] = (axes,)
+    elif isinstance(axes, (tuple, list)) and all(isinstance(a, str) for a in axes):
+        checked = tuple(axes)
+    else:
+        msg = f"logical axis {name!r} maps to {axes!r} ({type(axes).__name__}); use {_WANTED}"
+        raise TypeError(msg)
+    if not all(checked):
+        msg = f"logical axis {name!r} maps to {axes!r}, an empty mesh axis name; use {_WANTED}"
+        raise ValueError(msg)
+    return axes if isinstance(axes, str) else checked
+
+
+def _check_pair(pair: object) -> tuple[str, object]:
+    """One ``(logical name, mesh axes)`` rule, its name a non-empty str."""
+    if not isinstance(pair, (tuple, list)) or len(pair) != _PAIR:
+        msg = f"logical axis rules must be (name, mesh axes) pairs; got {pair!r} ({type(pair).__name__})"
+        raise TypeError(msg)
+    name, axes = cast("tuple[object, object]", tuple(pair))
+    if not isinstance(name, str):
+        msg = f"logical axis name {name!r} ({type(name).__name__}) must be a non-empty str"
+        raise TypeError(msg)
+    if not name:
+        msg = "logical axis name '' must be a non-empty str"
+        raise ValueError(msg)
+    return name, axes
 
 
 class LogicalAxisRules(Mapping[str, MeshAxes]):
@@ -42,9 +69,16 @@ class LogicalAxisRules(Mapping[str, MeshAxes]):
     __slots__ = ("_rules",)
 
     def __init__(self, rules: Mapping[str, MeshAxes] | Sequence[tuple[str, MeshAxes]] = ()) -> None:
+        given = cast("object", rules)
+        if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+            msg = (
+                f"rules={rules!r:.80} ({type(rules).__name__}) must be a mapping from logical "
+                "axis names to mesh axes, or a sequence of (name, mesh axes) pairs"
+            )
+            raise TypeError(msg)
         pairs = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
         checked: dict[str, MeshAxes] = {}
-        for name, axes in pairs:
+        for name, axes in map(_check_pair, pairs):
             if name in checked:
                 msg = f"logical axis {name!r} is mapped twice; give each name one mesh axis"
                 raise ValueError(msg)
@@ -89,6 +123,10 @@ class MeshRules:
         mlp: Mesh axis of MLP hidden dimensions.
         heads: Mesh axis of attention-head dimensions.
 
+    Raises:
+        TypeError: A field is not a mesh axis name, a tuple of them, or None.
+        ValueError: A field names an empty mesh axis (``""``).
+
     Example:
         >>> from substrax.mesh import MeshRules
         >>> rules = MeshRules(data="data", mlp="model")
@@ -100,6 +138,10 @@ class MeshRules:
     embed: str | None = None
     mlp: str | None = None
     heads: str | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # a list of axes is kept as a tuple, so that the rules hash
+            object.__setattr__(self, f.name, _check_axes(f.name, getattr(self, f.name)))
 
     def __call__(self, *keys: str) -> tuple[str | None, ...]:
         """Look up the mesh axes of logical dimension names.

@@ -10,7 +10,7 @@ from types import MappingProxyType
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from substrax.support import check_int
+from substrax.support import check_int, check_type
 
 from ._config import ParallelismConfig
 from ._errors import UnknownStrategyError
@@ -33,14 +33,18 @@ class ShardingStrategy(ABC):
     Attributes:
         axis_name: The mesh axis the strategy uses.
         mesh_axis: The index of that axis in the mesh.
+
+    Raises:
+        TypeError: ``axis_name`` is not a str, or ``mesh_axis`` not an int.
+        ValueError: ``axis_name`` is empty, or ``mesh_axis`` negative.
     """
 
     axis_name: str
     mesh_axis: int
 
     def __post_init__(self) -> None:
-        if not self.axis_name:
-            msg = "axis_name must name a mesh axis"
+        if not check_type("axis_name", self.axis_name, str, "a mesh axis name (a str)"):
+            msg = "axis_name='' must name a mesh axis, e.g. 'data'"
             raise ValueError(msg)
         check_int("mesh_axis", self.mesh_axis, minimum=0)
 

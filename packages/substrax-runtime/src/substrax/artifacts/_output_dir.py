@@ -7,7 +7,9 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Literal
+from typing import Literal, get_args
+
+from substrax.support import check_type
 
 
 OUTPUT_DIR_ENV = "AVITAI_OUTPUT_DIR"
@@ -25,6 +27,10 @@ class OutputLocation:
         path: The directory (it exists).
         source: ``"argument"``, ``"environment"`` or ``"run_default"``.
 
+    Raises:
+        TypeError: ``path`` is not a ``Path``, or ``source`` not a str.
+        ValueError: ``source`` is not one of the three above.
+
     Example:
         >>> from pathlib import Path
         >>> from substrax.artifacts import OutputLocation
@@ -34,6 +40,12 @@ class OutputLocation:
 
     path: Path
     source: OutputSource
+
+    def __post_init__(self) -> None:
+        check_type("path", self.path, Path, "a pathlib.Path")
+        allowed = get_args(OutputSource.__value__)
+        if check_type("source", self.source, str, f"one of {allowed}") not in allowed:
+            raise ValueError(f"source={self.source!r} must be one of {allowed}")
 
 
 def _check_name(name: str) -> PurePath:

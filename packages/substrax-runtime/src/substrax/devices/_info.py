@@ -9,6 +9,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, cast, runtime_checkable
 
+from substrax.support import check_type
+
+from ._numbers import check_index
+
 
 class DeviceKind(StrEnum):
     """The family of a jax platform.
@@ -83,8 +87,12 @@ class DeviceInfo:
     Attributes:
         platform: The default backend's platform name.
         kind: Its ``DeviceKind``.
-        count: How many devices (across all processes).
-        device_kinds: The distinct hardware names, in device order.
+        count: How many devices (across all processes), at least 1.
+        device_kinds: The distinct hardware names, in device order (at least one).
+
+    Raises:
+        TypeError: A field has the wrong type (``count="8"``, ``kind="cpu"``, a list of names).
+        ValueError: ``platform`` is empty, ``count`` is below 1 or ``device_kinds`` is empty.
 
     Example:
         >>> from substrax.devices import DeviceInfo, DeviceKind
@@ -97,6 +105,19 @@ class DeviceInfo:
     kind: DeviceKind
     count: int
     device_kinds: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        platform = check_type("platform", self.platform, str, "a jax platform name (a str)")
+        if not platform.strip():
+            raise ValueError(f"platform={platform!r} must name a jax platform, e.g. 'cpu'")
+        check_type("kind", self.kind, DeviceKind, "a DeviceKind, e.g. DeviceKind.CPU")
+        check_index("count", self.count, minimum=1)
+        wanted = "a tuple of hardware names (str), e.g. ('cpu',)"
+        names = check_type("device_kinds", self.device_kinds, tuple, wanted)
+        for i, name in enumerate(cast("tuple[object, ...]", names)):
+            check_type(f"device_kinds[{i}]", name, str, "a hardware name (a str)")
+        if not names:
+            raise ValueError(f"device_kinds=() must name at least one device kind: {wanted}")
 
     @property
     def has_accelerator(self) -> bool:
@@ -149,6 +170,9 @@ def place_on_device[T](pytree: T, device: DeviceLike | None = None) -> T:
     Returns:
         The same structure with each leaf committed to ``device``.
 
+    Raises:
+        TypeError: ``device`` is not a jax device (a device id, a platform name).
+
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from substrax.devices import place_on_device
@@ -159,5 +183,10 @@ def place_on_device[T](pytree: T, device: DeviceLike | None = None) -> T:
     import jax  # noqa: PLC0415  (see visible_devices)
     from jax.sharding import SingleDeviceSharding  # noqa: PLC0415
 
+    if device is not None and not isinstance(cast("object", device), DeviceLike):
+        raise TypeError(
+            f"device={device!r:.80} ({type(device).__name__}) is not a jax device; pass one "
+            "from jax.devices() (jax.devices()[i], not i), or None for the first"
+        )
     target = visible_devices()[0] if device is None else device
     return jax.device_put(pytree, SingleDeviceSharding(cast("Any", target)))

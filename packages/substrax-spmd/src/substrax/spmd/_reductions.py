@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from substrax.support import check_type
 from substrax.typing import PyTree
 
 from ._errors import UnknownAxisError, UnknownReductionError
@@ -239,12 +240,16 @@ def collect_from_devices[V](metrics: Mapping[str, V]) -> dict[str, list[jax.Arra
 
     Call it outside the mapped function, on what ``pmap`` or ``shard_map`` returned.
 
+    Raises:
+        TypeError: ``metrics`` is not a mapping of metric names to values.
+
     Example:
         >>> import jax.numpy as jnp
         >>> from substrax.spmd import collect_from_devices
         >>> collect_from_devices({"loss": jnp.array([1.0, 2.0]), "tag": "eval"})["loss"]
         [Array(1., dtype=float32), Array(2., dtype=float32)]
     """
+    check_type("metrics", metrics, Mapping, "a mapping of metric names to per-device values")
     out: dict[str, list[jax.Array] | V] = {}
     for name, value in metrics.items():
         if _is_array(value):

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Self, cast
 
+from substrax.support import check_seconds, check_type
+
 from ._child import ChildResult, run_python
 from ._errors import ExampleNotFoundError, ExampleTimeoutError
 from ._output import STDERR_TAIL_LINES
@@ -221,8 +223,10 @@ def run_example(
         The run; a failed example is returned, not raised (call ``.check()``).
 
     Raises:
+        TypeError: ``timeout`` is not a number, or ``call_main`` not a bool.
+        ValueError: ``timeout`` is not a positive finite number of seconds (nothing is
+            created), or ``env`` sets a different ``AVITAI_OUTPUT_DIR``.
         ExampleNotFoundError: ``path`` does not exist (a ``FileNotFoundError``).
-        ValueError: ``env`` sets a different ``AVITAI_OUTPUT_DIR``.
         ExampleTimeoutError: The example ran past ``timeout``.
 
     Example (in a test, where pytest gives ``tmp_path``; it runs a whole example, so it is
@@ -239,6 +243,8 @@ def run_example(
     """
     from substrax.artifacts import OUTPUT_DIR_ENV  # noqa: PLC0415 - keep the package import light
 
+    check_seconds("timeout", timeout, positive=True)  # before output_dir is created
+    check_type("call_main", call_main, bool, "True or False")
     path, repo_root, output_dir = Path(path), Path(repo_root), Path(output_dir)
     script = (path if path.is_absolute() else repo_root / path).resolve()
     if not script.is_file():

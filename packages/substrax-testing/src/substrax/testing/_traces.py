@@ -46,7 +46,15 @@ class TraceCounter:
 
         Returns:
             A function with ``fn``'s signature and metadata.
+
+        Raises:
+            TypeError: ``fn`` is not callable.
         """
+        if not callable(fn):
+            raise TypeError(
+                f"fn={fn!r:.80} must be a callable (the function whose body to count), "
+                f"not {type(fn).__name__}"
+            )
 
         @functools.wraps(fn)
         def counted(*args: P.args, **kwargs: P.kwargs) -> R:

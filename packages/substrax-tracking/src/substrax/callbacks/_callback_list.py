@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
+from substrax.support import check_type
 from substrax.typing import Checkpointable, CheckpointState
 
 from ._errors import CallbackStateMismatchError
@@ -141,8 +142,10 @@ class CallbackList:
         """Give each checkpointable callback its saved state back.
 
         Raises:
+            TypeError: ``state`` is not a mapping (a dict from :meth:`get_state`).
             CallbackStateMismatchError: the saved positions differ from this list's stateful ones.
         """
+        check_type("state", state, Mapping, "a dict from CallbackList.get_state()")
         stateful = self._stateful()
         if set(state) != set(stateful):
             raise CallbackStateMismatchError(tuple(stateful), tuple(sorted(state)))

@@ -125,14 +125,30 @@ class BestMetricTracker:
         return value > self._best + self._min_delta
 
     def register(self, value: float) -> bool:
-        """Record ``value``; return whether it improved on the best."""
-        value = float(value)
+        """Record ``value``; return whether it improved on the best.
+
+        Raises:
+            TypeError: ``value`` is not one real number (a bool, a str, None, a vector).
+        """
+        value = self._number(value)
         if self.is_improvement(value):
             self._best = value
             self._num_bad_epochs = 0
             return True
         self._num_bad_epochs += 1
         return False
+
+    def _number(self, value: object) -> float:
+        """``value`` as a float: an int, a float or a 0-d numeric array (numpy, jax), not a bool."""
+        kind = getattr(getattr(value, "dtype", None), "kind", "f")
+        if not isinstance(value, (bool, str, bytes)) and kind not in "bcOSU":
+            with contextlib.suppress(TypeError, ValueError):
+                if getattr(value, "shape", ()) == ():
+                    return float(value)  # pyright: ignore[reportArgumentType]
+        raise TypeError(
+            f"{type(self).__name__} got value={value!r:.80} ({type(value).__name__}); it "
+            "wants one real number (an int, a float or a 0-d array) of the metric it tracks"
+        )
 
     def get_state(self) -> dict[str, Any]:
         """The state to checkpoint: ``{"best", "num_bad_epochs"}``, strict JSON.
@@ -201,7 +217,7 @@ class EarlyStopping(BestMetricTracker):
         return self._patience
 
     def update(self, value: float) -> bool:
-        """Record ``value``; return whether it improved on the best."""
+        """Record ``value``; return whether it improved on the best (TypeError: not a number)."""
         return self.register(value)
 
     @property
