@@ -34,7 +34,7 @@ from substrax.tracking import (
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
-CALIBRATED = 1.0  # seconds the slow computation is sized for: a call that does not wait for it
+CALIBRATED = 0.5  # seconds the slow computation is sized for: a call that does not wait for it
 # returns long before, on a loaded machine too
 
 
