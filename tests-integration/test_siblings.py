@@ -7,7 +7,9 @@ Both siblings import substrax (``substrax.typing``, ``.records``, ``.rng``, ``.d
 installs the wheels with the two pinned sibling releases and whatever they require, resolved by
 uv from the package index: what a user gets from ``pip install substrax calibrax datarax``. Each
 test then runs one sibling code path that goes through substrax in that environment
-(``programs/sibling_paths.py``) with 8 emulated CPU devices, and asserts on what it saw.
+(``programs/sibling_paths.py``) with 8 emulated CPU devices, and asserts on what it saw. datarax's
+``IteratorCheckpoint`` also saves an iterator state of NumPy int64 and uint64 values through our
+store and restores it exactly, with x64 off and then on (``programs/datarax_iterator_state.py``).
 
 The versions are pinned: a newer sibling release is a deliberate bump of ``SIBLINGS``.
 """
@@ -26,6 +28,7 @@ import pytest
 pytestmark = [pytest.mark.xdist_group("siblings"), pytest.mark.timeout(1200)]
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests-integration" / "programs" / "sibling_paths.py"
+ITERATOR_STATE = ROOT / "tests-integration" / "programs" / "datarax_iterator_state.py"
 SIBLINGS = ("calibrax==0.1.14", "datarax==0.1.17")
 OUR_DISTRIBUTIONS = {
     "substrax",
@@ -216,3 +219,45 @@ def test_datarax_sharding_with_substrax_placement(sibling_python: Path, tmp_path
     # datarax's prefetcher puts each batch on the data-parallel sharding substrax made.
     assert report["prefetched_spec"] == "P('data',)"
     assert report["prefetched_shards"] == 8
+
+
+def _iterator_state(
+    python: Path, mode: str, root: Path, work: Path, *, x64: bool
+) -> dict[str, Any]:
+    """Run programs/datarax_iterator_state.py (``save`` or ``restore`` under ``root``)."""
+    env = _clean_env() | {"JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "1" if x64 else "0"}
+    result = subprocess.run(
+        [str(python), str(ITERATOR_STATE), mode, str(root)],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 0, f"{mode} failed:\n{result.stderr[-4000:]}"
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["datarax"] == "0.1.17"
+    assert Path(report["substrax"]).is_relative_to(python.parents[1])
+    assert report["restored"] == report["saved"]
+    restored = report["restored"]
+    assert restored["order"][:2] == ["ndarray", "int64"]
+    assert restored["seed"][:2] == ["uint64", "uint64"]
+    assert restored["position"] == ["int", "", repr(2**40 + 3)]
+    return report
+
+
+def test_datarax_iterator_state_with_int64_arrays_restores_exactly(
+    sibling_python: Path, tmp_path: Path
+) -> None:
+    report = _iterator_state(sibling_python, "save", tmp_path / "pipeline", tmp_path, x64=False)
+    assert report["x64"] is False
+
+
+def test_datarax_iterator_state_saved_with_x64_off_restores_with_x64_on(
+    sibling_python: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "pipeline"
+    _iterator_state(sibling_python, "save", root, tmp_path, x64=False)
+    report = _iterator_state(sibling_python, "restore", root, tmp_path, x64=True)
+    assert report["x64"] is True
