@@ -139,6 +139,12 @@ def test_sky_refuses_what_it_cannot_run(sky, tmp_path):
         ComputeConfigError, match=r"backends\.skypilot\.outputs_bucket: must be a bucket URI"
     ):
         SkyPilotBackend({"outputs_bucket": "/local/dir"})
+    with pytest.raises(
+        ComputeConfigError, match=r"skypilot\.sky: 0\.1\.22's `sky` command is not run"
+    ):
+        SkyPilotBackend({"outputs_bucket": "gs://b", "sky": "/opt/sky/bin/sky"})
+    with pytest.raises(ComputeConfigError, match=r"skypilot\.skyy: unknown key; allowed keys: "):
+        SkyPilotBackend({"outputs_bucket": "gs://b", "skyy": "x"})
     with pytest.raises(LookupError, match=r"backends\.skypilot\.buckets\.datasets"):
         _backend(tmp_path).build_task(
             _spec(mounts=({"name": "datasets", "path": "/data"},)), project=tmp_path, run_id="r"

@@ -34,7 +34,8 @@ import subprocess
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, JsonValue, field_validator
 
@@ -98,6 +99,14 @@ class SkyPilotSettings(Record):
     max_restarts_on_errors: int = 0
     state_dir: str | None = None
     worker_python: str = WORKER_PYTHON
+
+    RETIRED: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {
+            "sky": "0.1.22's `sky` command is not run: the backend calls SkyPilot's Python SDK in "
+            "this interpreter; add the extra (substrax-compute[skypilot]) to the project instead "
+            "(docs/migrating-from-0.1.22.md)"
+        }
+    )
 
     @field_validator("worker_python")
     @classmethod

@@ -6,6 +6,7 @@ pydantic is imported only where a pydantic error is told, never by ``read_toml``
 import json
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, get_args, get_origin
 
@@ -104,6 +105,9 @@ def reason(error: "ErrorDetails", root: "type[BaseModel]") -> str:
     got = error.get("input")
     if kind == "extra_forbidden":
         model = model_at(loc[:-1], root)
+        retired: Mapping[str, str] = getattr(model, "RETIRED", {})  # a key 0.1.22 read, and why not
+        if str(loc[-1]) in retired:
+            return retired[str(loc[-1])]
         allowed = f"; allowed keys: {', '.join(model.model_fields)}" if model else ""
         return f"unknown key{allowed}"
     if kind == "missing":
