@@ -501,7 +501,9 @@ def test_close_stays_within_its_timeout_with_a_large_spool(make, tmp_path, wait_
     took = time.monotonic() - started
     # close counts the lines without parsing them (it once parsed the spool twice): measured
     # against the machine's own time for one read, so that a loaded machine is no excuse
-    assert took < 0.5 + 0.5 + read / 2, f"close took {took:.2f} s; one read of the spool {read:.2f} s"
+    assert took < 0.5 + 0.5 + read / 2, (
+        f"close took {took:.2f} s; one read of the spool {read:.2f} s"
+    )
     assert len(spool.read_text().splitlines()) == 50_000
 
 
