@@ -88,22 +88,24 @@ def _installed(python: Path) -> dict[str, str]:
     return {entry["name"]: entry["version"] for entry in json.loads(listing)}
 
 
-def _check(python: Path, check: str, work: Path) -> dict[str, Any]:
-    env = _clean_env() | {
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-    }
+def _report(python: Path, program: Path, *args: str, work: Path, **env: str) -> dict[str, Any]:
+    """Run ``program`` in the siblings' environment from ``work``; the JSON line it printed last."""
     result = subprocess.run(
-        [str(python), str(PROGRAM), check, str(work)],
+        [str(python), str(program), *args],
         cwd=work,  # not the checkout, so `substrax` can only come from the environment
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
-        env=env,
+        env=_clean_env() | {"JAX_PLATFORMS": "cpu", **env},
     )
-    assert result.returncode == 0, f"{check} failed:\n{result.stderr[-4000:]}"
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert result.returncode == 0, f"{program.name} {args[0]} failed:\n{result.stderr[-4000:]}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _check(python: Path, check: str, work: Path) -> dict[str, Any]:
+    devices = "--xla_force_host_platform_device_count=8"
+    report = _report(python, PROGRAM, check, str(work), work=work, XLA_FLAGS=devices)
     assert report.pop("check") == check
     return report
 
@@ -225,18 +227,8 @@ def _iterator_state(
     python: Path, mode: str, root: Path, work: Path, *, x64: bool
 ) -> dict[str, Any]:
     """Run programs/datarax_iterator_state.py (``save`` or ``restore`` under ``root``)."""
-    env = _clean_env() | {"JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "1" if x64 else "0"}
-    result = subprocess.run(
-        [str(python), str(ITERATOR_STATE), mode, str(root)],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=env,
-    )
-    assert result.returncode == 0, f"{mode} failed:\n{result.stderr[-4000:]}"
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    x64_flag = "1" if x64 else "0"
+    report = _report(python, ITERATOR_STATE, mode, str(root), work=work, JAX_ENABLE_X64=x64_flag)
     assert report["datarax"] == "0.1.17"
     assert Path(report["substrax"]).is_relative_to(python.parents[1])
     assert report["restored"] == report["saved"]
