@@ -1,4 +1,6 @@
 import csv
+import decimal
+import fractions
 import io
 import json
 import logging
@@ -14,6 +16,7 @@ import pytest
 from substrax.tracking import (
     ConsoleLogger,
     FileLogger,
+    LoggedTypeError,
     Logger,
     LoggerClosedError,
     MultiLogger,
@@ -186,6 +189,25 @@ def test_multi_logger_fans_out_and_still_reaches_all_on_error(tmp_path):
     assert files.closed
     with pytest.raises(TypeError, match="Logger"):
         MultiLogger([object()])  # type: ignore[list-item]
+
+
+def test_multi_logger_raises_a_refusal_every_logger_makes_once_and_warns_of_other_errors(
+    tmp_path, caplog
+):
+    class Broken(ConsoleLogger):
+        def _write_scalars(self, _metrics, _step):
+            raise RuntimeError(f"{self.name} is down")
+
+    with (
+        MultiLogger([ConsoleLogger("c", stream=io.StringIO()), FileLogger("f", tmp_path)]) as multi,
+        pytest.raises(LoggedTypeError, match="'x' must be a number"),
+    ):
+        multi.log_scalar("x", None, step=1)
+    assert "also failed" not in caplog.text  # the same refusal by both: raised, not repeated
+    loggers = [Broken("a", stream=io.StringIO()), Broken("b", stream=io.StringIO())]
+    with MultiLogger(loggers) as multi, pytest.raises(RuntimeError, match="a is down"):
+        multi.log_scalar("y", 1.0, step=1)
+    assert "also failed: b is down" in caplog.text
 
 
 def test_create_logger_gives_console_and_files(tmp_path):
@@ -444,6 +466,8 @@ def test_numpy_scalars_and_steps_are_written_as_plain_json_numbers(tmp_path):
         "i64": np.int64(3),
         "mean": np.mean([0.1, 0.2]),
         "nan": np.float64("nan"),
+        "decimal": decimal.Decimal("0.125"),  # a number as fractions.Fraction is
+        "fraction": fractions.Fraction(1, 4),
     }
     with FileLogger("np", tmp_path) as logger:
         logger.log_scalar("one", np.float64(1.5), step=np.int64(7))
@@ -457,6 +481,8 @@ def test_numpy_scalars_and_steps_are_written_as_plain_json_numbers(tmp_path):
         ("i64", 8, 3.0),
         ("mean", 8, float(np.mean([0.1, 0.2]))),
         ("nan", 8, "NaN"),
+        ("decimal", 8, 0.125),
+        ("fraction", 8, 0.25),
     ]
     rows = list(csv.DictReader(io.StringIO((tmp_path / "np.metrics.csv").read_text())))
     assert [(r["step"], r["value"]) for r in rows] == [
@@ -466,8 +492,10 @@ def test_numpy_scalars_and_steps_are_written_as_plain_json_numbers(tmp_path):
         ("8", "3.0"),
         ("8", repr(float(np.mean([0.1, 0.2])))),
         ("8", "nan"),
+        ("8", "0.125"),
+        ("8", "0.25"),
     ]
-    assert len(read_scalars(tmp_path / "np.metrics.jsonl")) == 6
+    assert len(read_scalars(tmp_path / "np.metrics.jsonl")) == 8
     assert json.loads((tmp_path / "np.hparams.json").read_text()) == {"layers": [2], "lr": 0.1}
 
 

@@ -277,6 +277,9 @@ def test_a_call_with_one_bad_value_writes_none_of_its_values(tmp_path, sqlite_ur
             made.log_scalars({"ok": 1.0, "bad": "x"}, step=0)
         with pytest.raises(tracking.LoggedTypeError, match=r"'z' must .*complex.*\(at step 1\)$"):
             made.log_scalars({"ok": 2.0, "z": np.complex64(1 + 2j)}, step=1)
+        for text in (np.array("1"), np.array(["2"]), np.array(b"3")):  # float() would parse them
+            with pytest.raises(tracking.LoggedTypeError, match=r"'s' must .*an array of [<|]"):
+                made.log_scalar("s", text, step=1)
         with pytest.raises(tracking.MetricOverflowError, match=r"'big' = .* \(at step 1\) is"):
             made.log_scalar("big", 10**400, step=1)
         made.log_scalar("ok", 3.0, step=2)

@@ -57,7 +57,7 @@ class MultiLogger(Logger):
             except Exception as error:
                 if first is None:
                     first = error
-                else:
+                elif (type(error), str(error)) != (type(first), str(first)):  # not the same refusal
                     _logger.warning("%r also failed: %s", logger, error)
         if first is not None:
             raise first

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import atexit
+import decimal
 import logging
 import math
 import numbers
@@ -53,12 +54,17 @@ def as_scalar(name: str, value: Any) -> float:
         raise LoggedTypeError(
             f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"
         )
-    if getattr(getattr(value, "dtype", None), "kind", None) == "c":  # float() drops the imaginary
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    if kind == "c":  # float() drops the imaginary part
         raise LoggedTypeError(
             f"scalar {name!r}", value, "a number", got=f"complex {type(value).__name__} {value!r}"
         )
+    if kind in ("U", "S", "V"):  # float() parses np.array("1") as it would the string
+        raise LoggedTypeError(
+            f"scalar {name!r}", value, "a number", got=f"an array of {value.dtype} {value!r}"
+        )
     size = getattr(value, "size", None)
-    if isinstance(value, numbers.Real) or size == 1:
+    if isinstance(value, numbers.Real | decimal.Decimal) or size == 1:
         try:
             array: Any = value  # a 1-d array of one element: float() refuses it, item() does not
             return float(array.item() if size == 1 and getattr(array, "ndim", 0) else array)
