@@ -359,6 +359,7 @@ def _error_samples() -> list[BaseException]:
         tracking.FileLogWriteError(here / "run.metrics.jsonl", 12, "No space left on device"),
         tracking.ImageShapeError("sample", (3,)),
         tracking.InvalidLoggerNameError(""),
+        tracking.InvalidSpoolPathError("MLFlowLogger", here, "it is a directory"),
         tracking.InvalidStepError(2**64 - 1, "is past the largest step"),
         tracking.LogDirNotWritableError("WandbLogger", here, "Permission denied"),
         tracking.LoggedTypeError("metric", object, "a number", got="type"),

@@ -761,3 +761,25 @@ def test_multi_logger_uploads_an_artifact_to_mlflow_and_passes_the_local_loggers
     assert [a.path for a in client.list_artifacts(remote.run_id, "models")] == ["models/model.bin"]
     with pytest.raises(LoggerClosedError):
         multi.log_artifact(model)
+
+
+def test_media_of_names_that_clean_to_one_file_name_never_share_a_file(tmp_path):
+    """Hostile finding 7: "a b" and "a:b" at one step were both written to c.a_b_step1.png, the
+    second overwriting the first."""
+    import hashlib
+
+    def digest(name):
+        return hashlib.sha256(name.encode()).hexdigest()[:8]
+
+    with FileLogger("c", tmp_path) as logger:
+        for value, name in enumerate(("a b", "a:b", "a_b", "sample")):
+            logger.log_image(name, np.full((2, 2), value / 4), step=1)
+            logger.log_histogram(name, [1.0, float(value + 2)], step=1)
+    expected = [
+        f"c.a_b-{digest('a b')}_step1.png",
+        f"c.a_b-{digest('a:b')}_step1.png",
+        "c.a_b_step1.png",  # a file-safe name keeps its file name
+        "c.sample_step1.png",
+    ]
+    for kind in ("images", "histograms"):
+        assert sorted(p.name for p in (tmp_path / kind).iterdir()) == sorted(expected)

@@ -222,3 +222,106 @@ def test_hyperparameters_that_become_one_mlflow_param_are_refused_at_the_call(tm
         run_id = logger.run_id
     params = MlflowClient(tracking_uri=sqlite_uri).get_run(run_id).data.params
     assert params == {"opt.lr": "0.1", "name": "adam"}
+
+
+def refused_payloads(logger):
+    refused_file = logger.spool_path.with_name(logger.spool_path.name + ".refused")
+    return [json.loads(line)["record"]["payload"] for line in refused_file.read_text().splitlines()]
+
+
+def test_a_param_mlflow_refuses_is_set_aside_alone_and_the_others_of_its_call_arrive(
+    sqlite_uri, tmp_path
+):
+    """Hostile finding: one param MLflow refused (a changed value, a bad name) lost the call."""
+    with MLFlowLogger("params", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        logger.log_hyperparams({"lr": 0.1, "epochs": 10})
+        assert logger.wait_delivered(60)
+        logger.log_hyperparams({"epochs": 20, "best_ckpt": "step_900"})  # epochs changes
+        logger.log_hyperparams({"good": 1, "bad key!": 2, "nested": {"also_good": 3}})
+        for seed in (1, 2, 1):  # in one batch: the same value again is no refusal
+            logger.log_hyperparams({"seed": seed})
+    params = MlflowClient(tracking_uri=sqlite_uri).get_run(logger.run_id).data.params
+    assert params == {
+        "lr": "0.1",
+        "epochs": "10",
+        "best_ckpt": "step_900",
+        "good": "1",
+        "nested.also_good": "3",
+        "seed": "1",
+    }
+    assert refused_payloads(logger) == [
+        {"params": {"epochs": 20}},
+        {"params": {"bad key!": 2}},
+        {"params": {"seed": 2}},
+    ]
+
+
+def test_each_key_mlflow_refuses_is_warned_once_with_its_first_step_and_where_it_is_kept(
+    sqlite_uri, tmp_path, caplog
+):
+    """Hostile finding: one warning per batch, no step, cut at 2000 characters (8 of 18 keys)."""
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    with MLFlowLogger("keys", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        logger.log_scalars({f"bad%{i}": 1.0 for i in range(18)}, step=1)
+        for step in range(2, 5):  # a batch each
+            logger.log_scalars({"ok": 1.0, "bad%": 2.0}, step=step)
+            assert logger.wait_delivered(60)
+    assert history(MlflowClient(tracking_uri=sqlite_uri), logger.run_id, "ok") == [
+        (2, 1.0),
+        (3, 1.0),
+        (4, 1.0),
+    ]
+    assert sum(len(p["values"]) for p in refused_payloads(logger)) == 18 + 3  # each is kept
+    warned = [r.getMessage() for r in caplog.records if r.name.endswith("_refusals")]
+    keys = [f"bad%{i}" for i in range(18)] + ["bad%"]
+    assert sorted(m.split("refused metric ")[1].split(" at ")[0] for m in warned) == sorted(
+        repr(key) for key in keys
+    )  # each key once
+    [bad] = [m for m in warned if "metric 'bad%' " in m]
+    assert "at step 2 (MlflowException: Invalid value" in bad
+    assert f"{logger.spool_path}.refused" in bad
+    batches = [r for r in caplog.records if r.name.endswith("_spool_writer")]
+    assert sum('"bad%"' in r.getMessage() for r in batches) == 1  # not again at steps 3, 4
+
+
+def test_a_resumed_logger_sends_each_step_it_logs_even_one_that_goes_back_or_repeats(
+    sqlite_uri, tmp_path, caplog
+):
+    """Hostile finding: a resumed logger silently dropped steps at or below the last one it sent."""
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    with MLFlowLogger("job", tracking_uri=sqlite_uri, log_dir=tmp_path) as first:
+        for step in range(10):
+            first.log_scalar("loss", 1.0, step=step)
+        first.log_scalar("eval", 0.5, step=5)
+    with MLFlowLogger(
+        "job", tracking_uri=sqlite_uri, log_dir=tmp_path, run_id=first.run_id, resume_step=5
+    ) as resumed:
+        for step in (7, 9):  # the run holds them: not sent again
+            resumed.log_scalar("loss", 2.0, step=step)
+        resumed.log_scalar("eval", 1.0, step=12)
+        resumed.log_scalar("eval", 2.0, step=11)
+        resumed.log_scalar("eval", 3.0, step=12)
+        resumed.log_scalar("loss", 3.0, step=10)
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    assert history(client, first.run_id, "eval") == [(5, 0.5), (11, 2.0), (12, 1.0), (12, 3.0)]
+    assert history(client, first.run_id, "loss") == [(s, 1.0) for s in range(10)] + [(10, 3.0)]
+    [warning] = [r.getMessage() for r in caplog.records if "not sent again" in r.getMessage()]
+    assert "'loss' up to step 9" in warning
+    assert "at step 7" in warning
+
+
+@pytest.mark.parametrize("run_id", [" 0123abcd", "../../etc", "", " ", "abc\n"])
+def test_a_run_id_mlflow_cannot_have_is_refused_before_anything_is_made(tmp_path, run_id):
+    from substrax.tracking import UnknownRunIdError
+
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    with pytest.raises(UnknownRunIdError, match=r"has no run"):
+        MLFlowLogger("job", tracking_uri=uri, log_dir=tmp_path / "logs", run_id=run_id)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_too_long_an_experiment_name_is_refused_naming_the_argument_and_the_bound(tmp_path):
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    with pytest.raises(ValueError, match=r"experiment_name is 501 characters long.* at most 500"):
+        MLFlowLogger("job", experiment_name="x" * 501, tracking_uri=uri, log_dir=tmp_path / "l")
+    assert list(tmp_path.iterdir()) == []

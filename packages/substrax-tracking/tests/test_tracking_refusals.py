@@ -342,3 +342,88 @@ def test_a_name_or_text_no_backend_can_hold_is_refused_at_the_call(tmp_path, sql
         with pytest.raises(tracking.LoggedTypeError, match=r"text 'note' must be a str that UTF-8"):
             made.log_text("note", "bad \ud800", step=0)
         made.log_text("note", "fine", step=1)
+
+
+@pytest.mark.parametrize("logger", ["file", "console", "tensorboard", "mlflow", "wandb"])
+def test_a_name_too_long_for_the_files_named_after_it_is_refused_at_construction(
+    tmp_path, monkeypatch, logger
+):
+    """Hostile finding 2: past 255 bytes a spool file's name failed in the sender thread (every
+    record lost), at 236 characters no replay could lock the spool, and the file log and
+    TensorBoard (at log_hyperparams) raised a bare OSError. Now one bound for every logger."""
+    from substrax.tracking._paths import NAME_MOST
+
+    if logger == "tensorboard":
+        pytest.importorskip("tensorboardX", reason="the tensorboard extra is needed")
+    if logger == "wandb":
+        pytest.importorskip("wandb", reason="the wandb extra is needed")
+        monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "out"
+    monkeypatch.setenv("AVITAI_OUTPUT_DIR", str(out))  # MLflow's default log_dir: out/<name>
+    make = {
+        "file": lambda name: FileLogger(name, out),
+        "console": lambda name: ConsoleLogger(name, stream=io.StringIO()),
+        "tensorboard": lambda name: tracking.TensorBoardLogger(name, out),
+        "mlflow": lambda name: MLFlowLogger(name, tracking_uri=f"sqlite:///{out}/mlflow.db"),
+        "wandb": lambda name: tracking.WandbLogger(name, log_dir=out, mode="offline"),
+    }[logger]
+    for name in ("n" * (NAME_MOST + 1), "n" * 300, "é" * (NAME_MOST // 2 + 1)):
+        with pytest.raises(tracking.InvalidLoggerNameError) as raised:
+            make(name)
+        assert isinstance(raised.value, ValueError)
+        size = len(name.encode())
+        assert str(raised.value) == (
+            f"name={name[:19]!r}...{name[-9:]!r} ({size} bytes) is too long: a file named after "
+            "it would pass 255 bytes, the most a file system allows in one name; give a name of "
+            f"at most {NAME_MOST} bytes (UTF-8)"
+        ).replace("'...'", "...")
+    assert not out.exists()  # nothing made before the refusal
+
+
+def test_a_name_of_the_most_bytes_allowed_fits_the_longest_files_named_after_it(
+    tmp_path, sqlite_uri
+):
+    from substrax.tracking._paths import NAME_MOST
+
+    name = "n" * NAME_MOST
+    options = {"all_processes": True, "process_index": 999999, "flush_every": 0}
+    with FileLogger(name, tmp_path, **options) as logger:
+        logger.log_histogram("w", [1.0, 2.0], step=2)
+        logger.log_scalar("loss", 1.0, step=2)
+    with FileLogger(name, tmp_path, resume_step=1, **options) as logger:  # rewrites each log
+        logger.log_scalar("loss", 0.5, step=2)
+    assert logger.dropped_records == 2  # .<name>.p999999.histograms.jsonl.<hex>.tmp: 255 bytes
+    assert read_scalars(logger.metrics_jsonl) == {"loss": [(2, 0.5)]}
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    run_id = client.create_run(client.create_experiment(f"long-{time.time_ns()}")).info.run_id
+    target = {"backend": "mlflow", "tracking_uri": sqlite_uri, "run_id": run_id}
+    spool = SpoolFile(tmp_path / f"{name}.p999999.spool.jsonl")  # a remote logger's, alike
+    spool.append(target, [Record(kind="scalars", step=1, time=1.0, payload={"values": {"a": 1.0}})])
+    assert replay_spool(spool.path, timeout=60).delivered == 1
+    assert history(sqlite_uri, run_id, "a") == [(1, 1.0)]
+
+
+@pytest.mark.parametrize("spool", ["a directory", "under a file", "too long a name"])
+def test_a_spool_path_that_cannot_be_a_spool_file_is_refused_at_construction_naming_it(
+    tmp_path, sqlite_uri, spool
+):
+    """Hostile finding 3: a directory as spool_path was taken, and at close its records were
+    "lost; make room on its file system", MLflow getting none of them."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("")
+    path, reason = {
+        "a directory": (tmp_path / "dir", "it is a directory"),
+        "under a file": (
+            tmp_path / "file" / "run.spool.jsonl",
+            "its directory cannot be written: a file is in its place",
+        ),
+        "too long a name": (tmp_path / ("s" * 234), "its name is longer than 233 bytes"),
+    }[spool]
+    logs = tmp_path / "logs"
+    with pytest.raises(tracking.InvalidSpoolPathError) as raised:
+        MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=logs, spool_path=path)
+    assert isinstance(raised.value, ValueError)
+    assert str(raised.value).startswith(
+        f"MLFlowLogger: spool_path={str(path)!r} cannot be the spool file ({reason}); pass the "
+    )
+    assert not logs.exists()

@@ -1,4 +1,5 @@
 import io
+import logging
 
 import numpy as np
 import pytest
@@ -127,3 +128,32 @@ def test_every_log_hyperparams_call_is_kept_later_values_winning(tmp_path):
     experiment = plugin_data_pb2.HParamsPluginData.FromString(contents["_hparams_/experiment"])
     assert {info.name for info in experiment.experiment.hparam_infos} == set(hparams)
     assert [e.value for e in accumulator.Scalars("loss")] == [1.0]
+
+
+def test_names_that_become_one_tag_are_logged_as_it_with_a_warning_once_each(tmp_path, caplog):
+    """Hostile finding 7: eight names became the tag "a_b" (and "/a" became "a") without a word:
+    eight metrics in one series."""
+    names = ["a b", "a:b", "a%b", "a,b", 'a"b', "a\\b", "a\tb", "a\x00b"]
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    with TensorBoardLogger("run", tmp_path) as logger:
+        for step in range(2):
+            logger.log_scalars({name: float(step) for name in [*names, "/a", "ok"]}, step=step)
+        logger.log_histogram("a b", [1.0, 2.0], step=0)
+        logger.log_image("a:b", np.zeros((2, 2)), step=0)
+    shown = "TensorBoardLogger(name='run')"
+    changed = [f"{shown}: {n!r} is not a TensorBoard tag; it is logged as 'a_b'" for n in names]
+    merged = [
+        f"{shown}: 'a b' and {n!r} are both logged as the tag 'a_b', in one series; give them "
+        "names that differ in letters, digits, '_', '-', '.' or '/'"
+        for n in names[1:]
+    ]
+    slash = f"{shown}: '/a' is not a TensorBoard tag; it is logged as 'a'"
+    assert sorted(caplog.messages) == sorted([*changed, *merged, slash])
+    accumulator = event_accumulator.EventAccumulator(
+        str(tmp_path), size_guidance={event_accumulator.SCALARS: 0}
+    )
+    accumulator.Reload()
+    assert len(accumulator.Scalars("a_b")) == 2 * len(names)  # merged, none dropped
+    assert [(e.step, e.value) for e in accumulator.Scalars("a")] == [(0, 0.0), (1, 1.0)]
+    assert [(e.step, e.value) for e in accumulator.Scalars("ok")] == [(0, 0.0), (1, 1.0)]
+    assert accumulator.Tags()["images"] == ["a_b"]

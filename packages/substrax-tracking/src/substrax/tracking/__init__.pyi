@@ -10,6 +10,7 @@ from ._errors import (
     FileLogWriteError as FileLogWriteError,
     ImageShapeError as ImageShapeError,
     InvalidLoggerNameError as InvalidLoggerNameError,
+    InvalidSpoolPathError as InvalidSpoolPathError,
     InvalidStepError as InvalidStepError,
     LogDirNotWritableError as LogDirNotWritableError,
     LoggedTypeError as LoggedTypeError,

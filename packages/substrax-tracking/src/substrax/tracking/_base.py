@@ -17,11 +17,11 @@ from . import _failure
 from ._errors import (
     EmptyMetricNameError,
     ImageShapeError,
-    InvalidLoggerNameError,
     InvalidStepError,
     LoggedTypeError,
     LoggerClosedError,
 )
+from ._paths import check_logger_name
 from ._process import current_process_index
 from ._values import histogram_summary
 
@@ -186,10 +186,7 @@ class Logger(Closeable):
     def __init__(
         self, name: str, *, process_index: int | None = None, all_processes: bool = False
     ) -> None:
-        checked: object = name
-        if not isinstance(checked, str) or not checked:  # pyright: ignore[reportUnnecessaryIsInstance]
-            raise InvalidLoggerNameError(name)
-        self.name = name
+        self.name = check_logger_name(name)  # before anything is made on disk
         self.process_index = current_process_index(process_index)
         self.active = all_processes or self.process_index == 0
         self.closed = False

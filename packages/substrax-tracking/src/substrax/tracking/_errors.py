@@ -11,11 +11,11 @@ from substrax.support import StructuredError
 _LONGEST_SHOWN = 40
 
 
-def _shorten(value: object, unit: str) -> str:
-    """``repr(value)``, its middle cut out when it is longer than ``_LONGEST_SHOWN``."""
+def _shorten(value: object, unit: str, size: int | None = None) -> str:
+    """``repr(value)``, its middle cut out when longer than ``_LONGEST_SHOWN`` (then ``size`` shown)."""
     shown = repr(value)
     if len(shown) > _LONGEST_SHOWN:
-        return f"{shown[:20]}...{shown[-10:]} ({len(shown)} {unit})"
+        return f"{shown[:20]}...{shown[-10:]} ({len(shown) if size is None else size} {unit})"
     return shown
 
 
@@ -69,10 +69,52 @@ class LogDirNotWritableError(_TrackingError, PermissionError):
 
 
 class InvalidLoggerNameError(_TrackingError, ValueError):
-    """A logger was given a name that is empty or not a string."""
+    """A logger was given a name that is empty, not a string, or past ``most`` bytes (UTF-8).
 
-    template = "name={name!r} must be a non-empty string; it names the run in every backend"
+    ``most`` is None for a name that is empty or not a string.
+
+    Example:
+        >>> from substrax.tracking import InvalidLoggerNameError
+        >>> print(InvalidLoggerNameError("n" * 300, 212))
+        name='nnnnnnnnnnnnnnnnnnn...nnnnnnnnn' (300 bytes) is too long: a file named after it would pass 255 bytes, the most a file system allows in one name; give a name of at most 212 bytes (UTF-8)
+    """
+
+    template = "name={shown_name} {problem}"
     name: object
+    most: int | None = None
+
+    def _shown(self) -> dict[str, object]:
+        shown = repr(self.name)
+        problem = "must be a non-empty string; it names the run in every backend"
+        if self.most is not None:
+            shown = _shorten(
+                self.name, "bytes", len(str(self.name).encode("utf-8", "surrogatepass"))
+            )
+            problem = (
+                "is too long: a file named after it would pass 255 bytes, the most a file "
+                f"system allows in one name; give a name of at most {self.most} bytes (UTF-8)"
+            )
+        return super()._shown() | {"shown_name": shown, "problem": problem}
+
+
+class InvalidSpoolPathError(_TrackingError, ValueError):
+    """A ``logger``'s ``spool_path`` cannot be its spool file (``reason``: why).
+
+    Example:
+        >>> from pathlib import Path
+        >>> from substrax.tracking import InvalidSpoolPathError
+        >>> print(InvalidSpoolPathError("MLFlowLogger", Path("/runs"), "it is a directory"))
+        MLFlowLogger: spool_path='/runs' cannot be the spool file (it is a directory); pass the path of a file in a directory this process can write, or leave spool_path out (<log_dir>/<name>.spool.jsonl)
+    """
+
+    template = (
+        "{logger}: spool_path={path!r} cannot be the spool file ({reason}); pass the path of a "
+        "file in a directory this process can write, or leave spool_path out "
+        "(<log_dir>/<name>.spool.jsonl)"
+    )
+    logger: str
+    path: Path
+    reason: str
 
 
 class EmptyMetricNameError(_TrackingError, ValueError):

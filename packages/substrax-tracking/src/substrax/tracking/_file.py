@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import hashlib
 import io
 import json
 import logging
@@ -50,8 +51,9 @@ class FileLogger(Logger):
     "value"}`` per scalar, strict JSON: NaN and infinities as ``"NaN"``, ``"Infinity"``,
     ``"-Infinity"``), ``<name>.metrics.csv`` (``time,step,name,value``; :attr:`metrics_file`, as
     0.1.22 named it), ``<name>.hparams.json`` (merged), ``<name>.text.jsonl``,
-    ``<name>.histograms.jsonl``, PNGs in ``images/`` and ``histograms/`` (with matplotlib, the
-    ``plots`` extra; without it images are ``.npy``), and :attr:`log_file`, ``<name>.log``: a
+    ``<name>.histograms.jsonl``, PNGs ``<name>.<metric>_step<step>.png`` in ``images/`` and
+    ``histograms/`` (with matplotlib, the ``plots`` extra; without it images are ``.npy``; a
+    metric name that is not file-safe gets ``-<hash>``), and :attr:`log_file`, ``<name>.log``: a
     timestamped line per message of :meth:`info` & co. that passes the run logger's level. It has
     no ``log_artifact``: its files are on this disk already.
 
@@ -300,7 +302,10 @@ class FileLogger(Logger):
         folder = self.log_dir / kind
         folder.mkdir(exist_ok=True)
         parts = ("" if step is None else f"_step{step}") + (f"_{index}" if index else "")
-        return folder / f"{self.stem}.{safe_name(name)}{parts}{suffix}"
+        safe = safe_name(name)
+        if safe != name:  # "a b" and "a:b" are both "a_b": a hash of each keeps them apart
+            safe += "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+        return folder / f"{self.stem}.{safe}{parts}{suffix}"
 
     def _pyplot_missing(self) -> bool:
         """Whether matplotlib is missing (warned about once)."""

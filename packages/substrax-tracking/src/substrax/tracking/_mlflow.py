@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -13,9 +14,12 @@ from typing import Any
 from substrax.support import check_seconds, require
 
 from ._errors import LogDirNotWritableError, UnknownRunIdError
-from ._mlflow_sink import MlflowSink, RunSpec, flatten
+from ._log_files import json_ready
+from ._mlflow_sink import MlflowSink, RunSpec, flat_params
 from ._paths import ensure_writable_dir
+from ._refusals import RefusalNotes
 from ._remote import RemoteLogger, check_resume
+from ._spool import SpoolFile
 from ._store_lock import sqlite_path
 
 
@@ -28,8 +32,35 @@ _NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"  # MLflow's error code for an unknown run
 _CONNECT_TIMEOUT = 10.0
 
 
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,255}")  # what MLflow accepts as a run id
+_LONGEST_EXPERIMENT = 500  # characters of an experiment's name (MLflow's bound)
+
+
 def _import_mlflow() -> Any:
     return require("mlflow", who="MLFlowLogger", distribution="substrax-tracking", extra="mlflow")
+
+
+def _check_run(
+    run_id: str | None, experiment_name: str | None, name: str, tracking_uri: str | None
+) -> None:
+    """Refuse, before any request, a ``run_id`` no MLflow run has, or too long an experiment name.
+
+    Raises:
+        UnknownRunIdError: ``run_id`` is not an MLflow run id (empty, spaces, ``/``...).
+        ValueError: the experiment's name is longer than MLflow allows.
+    """
+    if run_id is not None and _RUN_ID.fullmatch(run_id) is None:
+        uri = (
+            tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///<log_dir>/mlflow.db"
+        )
+        raise UnknownRunIdError("MLFlowLogger", run_id, uri)
+    experiment = experiment_name or name
+    if run_id is None and len(experiment) > _LONGEST_EXPERIMENT:
+        which = "experiment_name" if experiment_name else "name (the experiment_name by default)"
+        raise ValueError(
+            f"MLFlowLogger: {which} is {len(experiment)} characters long; MLflow allows at most "
+            f"{_LONGEST_EXPERIMENT} in an experiment name: pass a shorter experiment_name"
+        )
 
 
 def _check_sqlite_store(tracking_uri: str) -> None:
@@ -56,7 +87,9 @@ class MLFlowLogger(RemoteLogger):
     however many processes it has. Hyperparameters become params (nested mappings flattened
     with dots, non-strings as JSON); text, images and histograms become artifacts under
     ``text/``, ``images/`` and ``histograms/`` (histograms also log
-    ``<name>/min|max|mean|std`` metrics).
+    ``<name>/min|max|mean|std`` metrics). A value MLflow refuses (a name it does not accept, a
+    param logged again with another value) is set aside alone in ``<spool>.refused``, warned
+    about the first time its key is refused; the other values of the call arrive.
 
     Construction waits at most ``connect_timeout`` seconds for a server. One that does not
     answer by then is warned about, and the run goes on: records are spooled, and the run is
@@ -74,10 +107,10 @@ class MLFlowLogger(RemoteLogger):
     Resuming a run from a checkpoint of step ``S``: pass the first attempt's ``run_id`` and
     ``resume_step=S``. MLflow's metric history is append-only (no API deletes a value), so the
     values the interrupted attempt logged after ``S`` stay in the run. The resumed logger reads
-    each metric's last step from the run's history when it starts and does not send a scalar at
-    or before that step again (it keeps noting the steps it delivers): every step appears
-    once, and the steps between ``S`` and the interruption keep the first attempt's values.
-    Within the resumed logger a metric's steps must therefore increase. The run is tagged
+    each metric's last step from the run's history when it first sends and does not send a
+    scalar at or before that step (warned about once): every step appears once, and the steps
+    between ``S`` and the interruption keep the first attempt's values. What it logs past
+    them is all sent, a step that goes back or repeats too. The run is tagged
     ``substrax.resumed_from_step=S``. Params, text and artifacts are sent as usual (a file at
     the same artifact path replaces the earlier one). Histogram statistics are filtered like
     scalars, and records spooled by a resumed logger carry ``S``: a replay skips the steps the
@@ -111,7 +144,10 @@ class MLFlowLogger(RemoteLogger):
         ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` not
             a finite number >= 0 (NaN and infinity are refused: pick a bound).
         ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` (a ``ValueError``).
-        UnknownRunIdError: the store has no run ``run_id`` (a ``ValueError``).
+        UnknownRunIdError: the store has no run ``run_id``, or it is no MLflow run id (empty,
+            with spaces or ``/``), refused before any request (a ``ValueError``).
+        ValueError: the experiment's name (``experiment_name``, else ``name``) is longer than
+            the 500 characters MLflow allows.
         LogDirNotWritableError: ``log_dir``, or the directory of a ``sqlite:///`` store, cannot
             be written, or the database is a directory (a ``PermissionError``).
 
@@ -148,6 +184,7 @@ class MLFlowLogger(RemoteLogger):
         _import_mlflow()
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
         check_resume("MLFlowLogger", resume_step, run_id)
+        _check_run(run_id, experiment_name, name, tracking_uri)
         super().__init__(
             name,
             log_dir=log_dir,
@@ -184,6 +221,8 @@ class MLFlowLogger(RemoteLogger):
             registry_uri=registry_uri,
             resume_step=resume_step,
         )
+        label = f"MLFlowLogger({name!r})"
+        sink.refusals = RefusalNotes(label, SpoolFile(self.spool_path).refused_path)
         try:
             if local:  # no network: set up here, and let any error through
                 sink.set_up()
@@ -204,7 +243,7 @@ class MLFlowLogger(RemoteLogger):
                 raise UnknownRunIdError("MLFlowLogger", run_id, self.tracking_uri) from error
             raise
         self._sink = sink
-        self._start(sink, f"MLFlowLogger({name!r})")
+        self._start(sink, label)
 
     @property
     def run_id(self) -> str | None:
@@ -223,8 +262,11 @@ class MLFlowLogger(RemoteLogger):
         if sink is not None and not self.closed:
             sink.failed = True
 
-    def _check_hyperparams(self, params: dict[str, Any]) -> None:
-        flatten(params)  # two that become one MLflow param are refused here, not at delivery
+    def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
+        # one record a param: of those MLflow refuses (a bad name, a changed value), each is set
+        # aside alone and the others arrive; two that become one param are refused here
+        for key, value in list(flat_params(json_ready(dict(params)))):
+            self._submit("hyperparams", None, {"params": {key: value}}, materialized=True)
 
     def log_metric(self, name: str, value: Any, step: int | None = None) -> None:
         """Alias of :meth:`log_scalar` (MLflow's name)."""

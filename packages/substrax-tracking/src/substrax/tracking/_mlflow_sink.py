@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ._base import safe_name
 from ._first_attempt import FirstAttempt
 from ._records import Record
+from ._refusals import RefusalNotes
 from ._sink import register_sink_factory
 from ._store_lock import store_lock
+
+
+_logger = logging.getLogger(__name__)
 
 
 _MAX_METRICS, _MAX_PARAMS = 1000, 100  # MLflow's limits per log_batch
@@ -29,29 +34,40 @@ _STATS = ("min", "max", "mean", "std")
 type _MetricRow = tuple[str, float, int, int]  # key, value, timestamp (ms), step
 
 
-def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """MLflow params of nested hyperparameters: names joined with dots, values as text.
+def flat_params(params: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Each leaf of nested hyperparameters, named with dots (``opt.lr``), with its value.
 
     Raises:
         ValueError: two of them become one param (``{"a": {"b": 1}, "a.b": 2}``).
+
+    Example:
+        >>> from substrax.tracking._mlflow_sink import flat_params
+        >>> dict(flat_params({"opt": {"lr": 0.1}, "name": "adam"}))
+        {'opt.lr': 0.1, 'name': 'adam'}
+    """
+    seen: set[str] = set()
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        parts = flat_params(value, f"{name}.") if isinstance(value, Mapping) else [(name, value)]
+        for part, leaf in parts:
+            if part in seen:
+                raise ValueError(
+                    f"MLFlowLogger: two hyperparameters become the MLflow param {part!r} "
+                    "(nested names are joined with dots); rename one of them"
+                )
+            seen.add(part)
+            yield part, leaf
+
+
+def flatten(params: Mapping[str, Any]) -> dict[str, str]:
+    """MLflow params of nested hyperparameters (:func:`flat_params`), values as text.
 
     Example:
         >>> from substrax.tracking._mlflow_sink import flatten
         >>> flatten({"opt": {"lr": 0.1}, "name": "adam"})
         {'opt.lr': '0.1', 'name': 'adam'}
     """
-    flat: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        parts = flatten(value, f"{name}.") if isinstance(value, Mapping) else {name: value}
-        for part, text in parts.items():
-            if part in flat:
-                raise ValueError(
-                    f"MLFlowLogger: two hyperparameters become the MLflow param {part!r} "
-                    "(nested names are joined with dots); rename one of them"
-                )
-            flat[part] = text if isinstance(text, str) else json.dumps(text)
-    return flat
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in flat_params(params)}
 
 
 def refused_for_good(error: BaseException) -> bool:
@@ -91,21 +107,6 @@ def refused_for_good(error: BaseException) -> bool:
     return False
 
 
-def _new_step(last: dict[str, int], key: str, step: int) -> bool:
-    """Whether the run has no value of ``key`` at or after ``step`` yet; if so, note ``step``.
-
-    Example:
-        >>> from substrax.tracking._mlflow_sink import _new_step
-        >>> last = {"loss": 5}
-        >>> [_new_step(last, "loss", step) for step in (4, 5, 6, 6)], last
-        ([False, False, True, False], {'loss': 6})
-    """
-    if step <= last.get(key, -1):
-        return False
-    last[key] = step
-    return True
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RunSpec:
     """How to find or create the run: by id (a resumed run) or by a key tagged on a new run."""
@@ -134,9 +135,11 @@ class MlflowSink:
         self.tracking_uri = tracking_uri
         self.run_id = run_id
         self.resume_step = resume_step
-        # with resume_step: each metric's last step the run holds; values at or before it are
-        # not sent again (MLflow's history is append-only)
-        self.last_steps: dict[str, int] | None = None
+        # with resume_step: each metric's last step the run held when this sink first sent;
+        # values at or before it are not sent again (MLflow's history is append-only)
+        self.held: dict[str, int] | None = None
+        self._warned_held = False
+        self.refusals: RefusalNotes | None = None  # the live logger's: refusals warned once
         self.experiment_id: str | None = None
         self.spec = spec
         self._resume = run_id is not None
@@ -250,11 +253,19 @@ class MlflowSink:
         }
 
     def deliver(self, records: list[Record]) -> None:
+        try:
+            self._deliver(records)
+        except Exception as error:
+            if self.refusals is not None and self.is_permanent(error):
+                self.refusals.note(records, error)
+            raise
+
+    def _deliver(self, records: list[Record]) -> None:
         from mlflow.entities import Param  # noqa: PLC0415
 
         run_id = self._ensure_run()
         metrics: list[_MetricRow] = []
-        params: list[Any] = []
+        params: dict[tuple[str, str], None] = {}  # each once: MLflow refuses a key named twice
         for record in records:
             stamp, step, payload = int(record.time * 1000), record.step or 0, record.payload
             if record.kind == "scalars":
@@ -262,9 +273,7 @@ class MlflowSink:
                     (key, value, stamp, step) for key, value in payload["values"].items()
                 )
             elif record.kind == "hyperparams":
-                params.extend(
-                    Param(key, value) for key, value in flatten(payload["params"]).items()
-                )
+                params.update(dict.fromkeys(flatten(payload["params"]).items()))
             elif record.kind == "text":
                 self.client.log_text(
                     run_id,
@@ -286,29 +295,44 @@ class MlflowSink:
                     self.client.log_artifacts(run_id, str(path), payload["artifact_path"])
                 else:
                     self.client.log_artifact(run_id, str(path), payload["artifact_path"])
-        for start in range(0, len(params), _MAX_PARAMS):
-            self.client.log_batch(run_id, params=params[start : start + _MAX_PARAMS])
+        rows = [Param(key, value) for key, value in params]  # a key of two values: refused
+        for start in range(0, len(rows), _MAX_PARAMS):
+            self.client.log_batch(run_id, params=rows[start : start + _MAX_PARAMS])
         self._log_metrics(run_id, metrics)
 
     def _log_metrics(self, run_id: str, metrics: list[_MetricRow]) -> None:
-        """Send ``metrics``; with ``resume_step``, none at a step the run holds for its key."""
+        """Send ``metrics``; with ``resume_step``, none at a step the run held for its key."""
         from mlflow.entities import Metric  # noqa: PLC0415
 
-        if self.resume_step is not None and self.last_steps is None:
-            # read at the first send, after what an earlier attempt left in the spool arrived
-            run = self.client.get_run(run_id)
-            self.last_steps = {
-                key: max(m.step for m in self.client.get_metric_history(run_id, key))
-                for key in run.data.metrics
-            }
-        last = None if self.last_steps is None else dict(self.last_steps)
-        if last is not None:
-            metrics = [row for row in metrics if _new_step(last, row[0], row[3])]
+        if self.resume_step is not None and metrics:
+            metrics = self._not_held(run_id, metrics)
         for start in range(0, len(metrics), _MAX_METRICS):
             rows = metrics[start : start + _MAX_METRICS]
             self.client.log_batch(run_id, metrics=[Metric(*row) for row in rows])
-        if last is not None:
-            self.last_steps = last  # only once delivered: a retried batch is filtered the same
+
+    def _not_held(self, run_id: str, metrics: list[_MetricRow]) -> list[_MetricRow]:
+        """``metrics`` without those at or before the last step the run held for their key.
+
+        Only what the run held when this sink first sent: every value logged since is sent,
+        a step that goes back or repeats too. A value left out is warned about once.
+        """
+        if self.held is None:
+            # read at the first send, after what an earlier attempt left in the spool arrived
+            keys = self.client.get_run(run_id).data.metrics
+            history = self.client.get_metric_history
+            self.held = {key: max(m.step for m in history(run_id, key)) for key in keys}
+        held = self.held
+        kept = [row for row in metrics if row[3] > held.get(row[0], -1)]
+        if len(kept) < len(metrics) and not self._warned_held:
+            self._warned_held = True
+            key, _, _, step = next(row for row in metrics if row[3] <= held.get(row[0], -1))
+            _logger.warning(
+                f"MLflow run {run_id}, resumed from step {self.resume_step}, held {key!r} up to "
+                f"step {held[key]} when resumed: its value at step {step} is not sent again, nor "
+                "any value at or before the step the run held its metric to (this is reported "
+                "once; the earlier attempt's values stay, MLflow's history is append-only)"
+            )
+        return kept
 
     def is_permanent(self, error: BaseException) -> bool:
         return refused_for_good(error)

@@ -1,4 +1,4 @@
-"""Where a logger writes when no directory is given: the artifacts policy, never the working tree."""
+"""Where a logger writes: its directory, its spool file, and the file names made from its name."""
 
 from __future__ import annotations
 
@@ -6,10 +6,73 @@ import os
 import tempfile
 from pathlib import Path
 
-from ._errors import LogDirNotWritableError
+from ._errors import InvalidLoggerNameError, InvalidSpoolPathError, LogDirNotWritableError
 
 
-__all__ = ["ensure_writable_dir", "resolve_log_dir"]
+__all__ = [
+    "check_logger_name",
+    "check_spool_path",
+    "ensure_writable_dir",
+    "resolve_log_dir",
+]
+
+_FILE_NAME_MOST = 255  # the bytes of one path component (ext4, XFS, btrfs, APFS, tmpfs...)
+# The longest name a file made from a logger's name N gets: a FileLogger log rewritten on
+# resume (write_atomically's ".<file>.<12 hex>.tmp"), ".p999999" room for all_processes' suffix.
+# Shorter: a spool's "<N>.spool.jsonl" with its live lock "<spool>.<16 hex>.live" (longer than
+# its .replay.lock, .refused, .bad and .lock), TensorBoard's "events.hparams.tfevents.<N>".
+_LONGEST_MADE = ".N.p999999.histograms.jsonl.0123456789ab.tmp"
+_SPOOL_MADE = ".0123456789abcdef.live"  # the longest suffix of a file beside a spool
+NAME_MOST = _FILE_NAME_MOST - len(_LONGEST_MADE) + 1
+"""The most bytes (UTF-8) of a logger's name: every file named after it then fits."""
+
+
+def check_logger_name(name: object) -> str:
+    """``name``, refused if empty, not a str, or too long for the files named after it.
+
+    The same bound for every logger and process: nothing is created before it is checked.
+
+    Example:
+        >>> from substrax.tracking._paths import check_logger_name
+        >>> check_logger_name("demo")
+        'demo'
+        >>> check_logger_name("n" * 213)
+        Traceback (most recent call last):
+        ...
+        substrax.tracking.InvalidLoggerNameError: name='nnnnnnnnnnnnnnnnnnn...nnnnnnnnn' (213 bytes) is too long: ...
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidLoggerNameError(name)
+    if len(name.encode("utf-8", "surrogatepass")) > NAME_MOST:
+        raise InvalidLoggerNameError(name, NAME_MOST)
+    return name
+
+
+def check_spool_path(path: Path, logger: str) -> None:
+    """Refuse a spool path that is a directory, too long a name, or in a directory not writable.
+
+    Creates its directory if missing.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.tracking._paths import check_spool_path
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     check_spool_path(Path(directory), "MLFlowLogger")
+        Traceback (most recent call last):
+        ...
+        substrax.tracking.InvalidSpoolPathError: MLFlowLogger: spool_path='...' cannot be the spool file (it is a directory); ...
+    """
+    if path.is_dir():
+        raise InvalidSpoolPathError(logger, path, "it is a directory")
+    if len(os.fsencode(path.name) + _SPOOL_MADE.encode()) > _FILE_NAME_MOST:
+        most = _FILE_NAME_MOST - len(_SPOOL_MADE)
+        raise InvalidSpoolPathError(logger, path, f"its name is longer than {most} bytes")
+    try:
+        ensure_writable_dir(path.parent, logger)
+    except LogDirNotWritableError as error:
+        reason = f"its directory cannot be written: {error.reason}"
+        raise InvalidSpoolPathError(logger, path, reason) from error
 
 
 def resolve_log_dir(name: str, log_dir: str | os.PathLike[str] | None) -> Path:

@@ -26,7 +26,7 @@ from ._errors import (
 )
 from ._failure import failed_by
 from ._log_files import json_ready
-from ._paths import resolve_log_dir
+from ._paths import check_spool_path, resolve_log_dir
 from ._records import Record
 from ._sink import Sink
 from ._values import checked_scalar, checked_scalars
@@ -152,6 +152,8 @@ class RemoteLogger(Logger):
             else self.log_dir / f"{stem}.spool.jsonl"
         )
         self.media_dir = self.log_dir / f"{stem}.media"
+        if spool_path is not None and self.active:  # the default one is in the checked log_dir
+            check_spool_path(self.spool_path, type(self).__name__)
 
     def _start(self, sink: Sink, label: str) -> None:
         _OPEN[id(self)] = self
@@ -208,11 +210,7 @@ class RemoteLogger(Logger):
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         # as JSON data now: the worker would read the caller's dicts after they changed
         ready = json_ready(dict(params))
-        self._check_hyperparams(ready)
         self._submit("hyperparams", None, {"params": ready}, materialized=True)
-
-    def _check_hyperparams(self, params: dict[str, Any]) -> None:
-        """Refuse, at the call, hyperparameters (as JSON data) the backend cannot store."""
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._submit("text", step, {"name": name, "text": text})

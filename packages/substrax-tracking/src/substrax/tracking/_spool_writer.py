@@ -87,6 +87,7 @@ class SpoolWriter:
         self._unreadable: set[str] = set()  # metrics whose jax value could not be read (warned)
         self._counts = threading.Lock()
         self._warned = False
+        self._refusals_told: set[str] = set()  # refusal reasons warned about (repeats: debug)
 
     def materialize(self, record: Record) -> Record:
         """Read ``record``'s values into JSON data; one that cannot be is kept as its error.
@@ -173,8 +174,10 @@ class SpoolWriter:
         if result.refused:
             with self._counts:
                 self.refused += result.refused
-            reasons = "; ".join(sorted(set(result.refused_reasons)))[:2000]
-            _logger.warning(
+            new = set(result.refused_reasons) - self._refusals_told  # a key refused each step:
+            self._refusals_told |= new  # warned about once, then only at debug level
+            reasons = "; ".join(sorted(new or set(result.refused_reasons)))[:2000]
+            (_logger.warning if new else _logger.debug)(
                 f"{self.label} refused {result.refused} spooled records ({reasons}); they are "
                 f"kept in {result.refused_file}, the rest goes on"
             )

@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -23,6 +25,9 @@ from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
 
 __all__ = ["TensorBoardLogger"]
 
+_logger = logging.getLogger(__name__)
+_NOT_IN_TAG = re.compile(r"[^-/\w.]")  # what tensorboardX replaces by "_" in a tag
+
 
 def _hparam_value(value: Any) -> Any:
     value = json_ready(value)
@@ -39,7 +44,9 @@ class TensorBoardLogger(Logger):
     :meth:`close`. TensorBoard shows the first hyperparameters it reads in a run: each
     :meth:`log_hyperparams` call writes all this logger was given (later values win) to
     :attr:`hparams_file`, ``events.hparams.tfevents.<name>``, replacing it; its name sorts
-    before the other event files, which TensorBoard reads in name order.
+    before the other event files, which TensorBoard reads in name order. A name that is not a
+    legal tag is logged as tensorboardX makes it one (``"a b"`` as ``"a_b"``), with a warning,
+    and another when two names become one tag.
 
     Args:
         name: the run name.
@@ -92,6 +99,29 @@ class TensorBoardLogger(Logger):
         self._started = time.time()
         self.hparams_file = self.log_dir / f"events.hparams.tfevents.{safe_name(name)}"
         self._images = ImageWriter(f"TensorBoardLogger({name!r}) images")
+        self._tags: dict[str, str] = {}  # each name logged, and its tag
+        self._tagged: dict[str, str] = {}  # each tag, and the first name logged as it
+
+    def _tag(self, name: str) -> str:
+        """The tag tensorboardX stores ``name`` as; a change, or two names meeting, warned once."""
+        tag = self._tags.get(name)
+        if tag is None:
+            tag = self._tags[name] = _NOT_IN_TAG.sub("_", name).lstrip("/")
+            first = self._tagged.setdefault(tag, name)
+            if tag != name:
+                _logger.warning(
+                    "%r: %r is not a TensorBoard tag; it is logged as %r", self, name, tag
+                )
+            if first != name:
+                _logger.warning(
+                    "%r: %r and %r are both logged as the tag %r, in one series; give them "
+                    "names that differ in letters, digits, '_', '-', '.' or '/'",
+                    self,
+                    first,
+                    name,
+                    tag,
+                )
+        return tag
 
     def _events(self) -> Any:
         """The event writer; after a flush closed the last one, a new one on a file of its own."""
@@ -120,7 +150,7 @@ class TensorBoardLogger(Logger):
             held.popleft()
             number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
             if number is not None:
-                self._events().add_scalar(key, number, global_step=step, walltime=when)
+                self._events().add_scalar(self._tag(key), number, global_step=step, walltime=when)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
@@ -145,7 +175,7 @@ class TensorBoardLogger(Logger):
 
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
         for index, image in enumerate(images):
-            tag = name if len(images) == 1 else f"{name}/{index}"
+            tag = self._tag(name) + ("" if len(images) == 1 else f"/{index}")
             store = functools.partial(self._store_image, self._events(), tag, step, time.time())
             self._images.submit(store, image)
 
@@ -162,7 +192,7 @@ class TensorBoardLogger(Logger):
         import numpy as np  # noqa: PLC0415
 
         self._events().add_histogram(
-            name, np.asarray(values, dtype=np.float64).ravel(), global_step=step
+            self._tag(name), np.asarray(values, dtype=np.float64).ravel(), global_step=step
         )
 
     def flush(self) -> None:

@@ -1,0 +1,75 @@
+"""RefusalNotes: a warning the first time a backend refuses each key, naming its step and why."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import cast
+
+from ._records import Record
+from ._send import describe_error
+
+
+__all__ = ["RefusalNotes", "refused_key"]
+
+_logger = logging.getLogger(__name__)
+
+_LONGEST_REASON = 500  # characters of the backend's reason shown
+
+
+def refused_key(records: Sequence[Record]) -> str | None:
+    """What a batch of one key names (``metric 'loss'``); None for a batch of several keys.
+
+    Example:
+        >>> from substrax.tracking._records import Record
+        >>> from substrax.tracking._refusals import refused_key
+        >>> refused_key([Record(kind="scalars", step=3, time=0.0, payload={"values": {"a%": 1.0}})])
+        "metric 'a%'"
+        >>> refused_key([Record(kind="hyperparams", step=0, time=0.0, payload={"params": {"a": 1, "b": 2}})])
+    """
+    if len(records) != 1:
+        return None
+    record = records[0]
+    payload = record.payload
+    if record.kind == "artifact":
+        return f"artifact {payload.get('path')!r}"
+    if record.kind in ("scalars", "hyperparams"):
+        keys: object = payload.get("values" if record.kind == "scalars" else "params")
+        if not isinstance(keys, dict):  # a value that could not be read: the record stands in
+            return f"{record.kind} record"
+        names = list(cast("dict[str, object]", keys))
+        what = "metric" if record.kind == "scalars" else "param"
+        return f"{what} {names[0]!r}" if len(names) == 1 else None
+    return f"{record.kind} {payload.get('name')!r}"
+
+
+class RefusalNotes:
+    """Warn once per key its backend refuses for good, kept with its error in ``kept_in``.
+
+    A sink calls :meth:`note` with each batch the backend refused; the records a sender then
+    sets aside one at a time name one key each. A key refused again (at another step) is not
+    warned about again: ``kept_in`` (``<spool>.refused``) holds every refused record.
+    """
+
+    def __init__(self, label: str, kept_in: Path) -> None:
+        self.label = label
+        self.kept_in = kept_in
+        self.warned: set[str] = set()
+
+    def note(self, records: Sequence[Record], error: BaseException) -> None:
+        """Warn of the key of ``records`` (a batch of one key) the first time it is refused."""
+        key = refused_key(records)
+        if key is None or key in self.warned:
+            return
+        self.warned.add(key)
+        step = records[0].step
+        reason = describe_error(error)
+        if len(reason) > _LONGEST_REASON:
+            reason = reason[: _LONGEST_REASON - 3] + "..."
+        _logger.warning(
+            f"{self.label}: the backend refused {key}"
+            + ("" if step is None else f" at step {step}")
+            + f" ({reason}); it is kept in {self.kept_in} with its later refused values "
+            "(reported once a key)"
+        )
