@@ -48,7 +48,7 @@ if not sys.flags.safe_path:
 spec = importlib.util.spec_from_file_location("_substrax_example", path)
 module = importlib.util.module_from_spec(spec)
 sys.modules["_substrax_example"] = module
-spec.loader.exec_module(module)
+exec(compile(path.read_bytes(), str(path), "exec"), module.__dict__)  # no .pyc beside it, as a script
 if not callable(getattr(module, "main", None)):
     sys.exit(f"{path} defines no main(); run it with call_main=False")
 
