@@ -1,6 +1,7 @@
 import csv
 import decimal
 import fractions
+import hashlib
 import io
 import json
 import logging
@@ -324,7 +325,8 @@ def test_plot_command_renders_png_and_html(tmp_path, capsys):
     assert main(["plot", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"page": str(page)}
     html = page.read_text()
-    for png in ("run.loss.png", "run.train_acc.png"):
+    slashed = f"run.train_acc-{hashlib.sha256(b'train/acc').hexdigest()[:8]}.png"  # no other's
+    for png in ("run.loss.png", slashed):
         assert (tmp_path / "plots" / png).read_bytes()[:4] == b"\x89PNG"
         assert f'src="{png}"' in html
 
@@ -783,3 +785,18 @@ def test_media_of_names_that_clean_to_one_file_name_never_share_a_file(tmp_path)
     ]
     for kind in ("images", "histograms"):
         assert sorted(p.name for p in (tmp_path / kind).iterdir()) == sorted(expected)
+
+
+def test_media_of_a_name_past_a_file_names_bytes_are_written_under_a_cut_name_and_its_hash(
+    tmp_path,
+):
+    """Hostile finding: a metric name of 300 characters made a media file name past 255 bytes."""
+    long_names = ["m" * 300 + "1", "m" * 300 + "2", "é" * 200]  # the first two differ at the end
+    with FileLogger("c", tmp_path) as logger:
+        for name in long_names:
+            logger.log_image(name, np.zeros((2, 2)), step=1)
+            logger.log_histogram(name, [1.0, 2.0], step=1)
+    for kind in ("images", "histograms"):
+        names = [p.name for p in (tmp_path / kind).iterdir()]
+        assert len(names) == 3
+        assert all(len(n.encode()) <= 255 and n.endswith("_step1.png") for n in names)

@@ -325,3 +325,24 @@ def test_too_long_an_experiment_name_is_refused_naming_the_argument_and_the_boun
     with pytest.raises(ValueError, match=r"experiment_name is 501 characters long.* at most 500"):
         MLFlowLogger("job", experiment_name="x" * 501, tracking_uri=uri, log_dir=tmp_path / "l")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_text_and_images_of_names_that_clean_alike_are_kept_apart(sqlite_uri, tmp_path):
+    """Hostile finding: log_text("a b") and log_text("a:b") at one step wrote text/a_b/step_1.txt."""
+    with MLFlowLogger("alike", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        for index, name in enumerate(("a b", "a:b", "a_b")):
+            logger.log_text(name, f"text {index}", step=1)
+            logger.log_image(name, np.full((2, 2), index / 2), step=1)
+        run_id = logger.run_id
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    for root in ("text", "images"):
+        folders = [a.path for a in client.list_artifacts(run_id, root)]
+        assert len(folders) == 3, folders
+        assert f"{root}/a_b" in folders  # a file-safe name keeps its folder
+    texts = {
+        Path(
+            client.download_artifacts(run_id, f"{folder}/step_1.txt", str(tmp_path / "dl"))
+        ).read_text()
+        for folder in (a.path for a in client.list_artifacts(run_id, "text"))
+    }
+    assert texts == {"text 0", "text 1", "text 2"}

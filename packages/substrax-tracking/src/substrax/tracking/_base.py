@@ -7,7 +7,6 @@ from __future__ import annotations
 import abc
 import logging
 import operator
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,7 +28,6 @@ from ._values import histogram_summary
 _GRAY, _COLOR = 2, 3
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _CHECKED: set[str] = set()  # metric names that passed check_metric_name (a str's hash is kept)
 _CHECKED_MOST = 100_000
 
@@ -144,17 +142,6 @@ def python_logger_name(name: str) -> str:
         'substrax.tracking.run.demo'
     """
     return f"substrax.tracking.run.{name}"
-
-
-def safe_name(name: str) -> str:
-    """``name`` made safe for a file name (``train/loss`` -> ``train_loss``).
-
-    Example:
-        >>> from substrax.tracking._base import safe_name
-        >>> safe_name("train/loss")
-        'train_loss'
-    """
-    return _UNSAFE.sub("_", name).strip("_") or "_"
 
 
 class Logger(Closeable):

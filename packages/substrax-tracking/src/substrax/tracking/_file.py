@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
-import hashlib
 import io
 import json
 import logging
@@ -23,11 +22,11 @@ from typing import Any, BinaryIO
 
 from substrax.support import check_int, check_seconds, install_hint, optional, write_atomically
 
-from ._base import Logger, check_metric_name, histogram_of, safe_name
+from ._base import Logger, check_metric_name, histogram_of
 from ._errors import FileLogWriteError
 from ._log_files import Appender, csv_step, drop_past, hold_log, json_ready, jsonl_step, strict_json
 from ._media import ImageWriter, save_image
-from ._paths import ensure_writable_dir
+from ._paths import ensure_writable_dir, file_part, safe_name
 from ._values import (
     checked_scalar,
     checked_scalars,
@@ -302,9 +301,7 @@ class FileLogger(Logger):
         folder = self.log_dir / kind
         folder.mkdir(exist_ok=True)
         parts = ("" if step is None else f"_step{step}") + (f"_{index}" if index else "")
-        safe = safe_name(name)
-        if safe != name:  # "a b" and "a:b" are both "a_b": a hash of each keeps them apart
-            safe += "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+        safe = file_part(name, 251 - len(f"{self.stem}.{parts}".encode()))  # and a 4-byte suffix
         return folder / f"{self.stem}.{safe}{parts}{suffix}"
 
     def _pyplot_missing(self) -> bool:

@@ -9,8 +9,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._base import safe_name
 from ._first_attempt import FirstAttempt
+from ._paths import file_part
 from ._records import Record
 from ._refusals import RefusalNotes
 from ._sink import register_sink_factory
@@ -278,16 +278,16 @@ class MlflowSink:
                 self.client.log_text(
                     run_id,
                     payload["text"],
-                    f"text/{safe_name(payload['name'])}/step_{step}.txt",
+                    f"text/{file_part(payload['name'])}/step_{step}.txt",
                 )
             elif record.kind == "image":
                 for path in payload["paths"]:
-                    self.client.log_artifact(run_id, path, f"images/{safe_name(payload['name'])}")
+                    self.client.log_artifact(run_id, path, f"images/{file_part(payload['name'])}")
             elif record.kind == "histogram":
                 name = payload["name"]
                 metrics.extend((f"{name}/{s}", payload[s], stamp, step) for s in _STATS)
                 self.client.log_dict(
-                    run_id, payload, f"histograms/{safe_name(name)}/step_{step}.json"
+                    run_id, payload, f"histograms/{file_part(name)}/step_{step}.json"
                 )
             elif record.kind == "artifact":
                 path = Path(payload["path"])

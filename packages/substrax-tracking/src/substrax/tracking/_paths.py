@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -13,8 +15,13 @@ __all__ = [
     "check_logger_name",
     "check_spool_path",
     "ensure_writable_dir",
+    "file_part",
     "resolve_log_dir",
+    "safe_name",
 ]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+_DIGEST = 8  # hex digits of a name's hash in a file name
 
 _FILE_NAME_MOST = 255  # the bytes of one path component (ext4, XFS, btrfs, APFS, tmpfs...)
 # The longest name a file made from a logger's name N gets: a FileLogger log rewritten on
@@ -94,3 +101,32 @@ def ensure_writable_dir(path: Path, logger: str) -> None:
             pass
     except OSError as error:
         raise LogDirNotWritableError(logger, path, error.strerror or str(error)) from error
+
+
+def safe_name(name: str) -> str:
+    """``name`` made safe for a file name (``train/loss`` -> ``train_loss``).
+
+    Example:
+        >>> from substrax.tracking._paths import safe_name
+        >>> safe_name("train/loss")
+        'train_loss'
+    """
+    return _UNSAFE.sub("_", name).strip("_") or "_"
+
+
+def file_part(name: str, room: int = 200) -> str:
+    """``name`` in a file name: file-safe, at most ``room`` bytes, and never another name's.
+
+    A name that is file-safe and fits is kept; any other is cut to fit and gets 8 hex digits of
+    its hash, so that ``"a b"`` and ``"a:b"`` (both ``a_b`` once safe) never share a file.
+
+    Example:
+        >>> from substrax.tracking._paths import file_part
+        >>> file_part("loss"), file_part("a b") == file_part("a:b"), len(file_part("m" * 300))
+        ('loss', False, 200)
+    """
+    safe = safe_name(name)  # ASCII: a character is a byte
+    if safe == name and len(safe) <= room:
+        return safe
+    digest = hashlib.sha256(name.encode(errors="surrogatepass")).hexdigest()[:_DIGEST]
+    return f"{safe[: max(room - _DIGEST - 1, 1)]}-{digest}"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from substrax.support import require, write_atomically
 
-from ._base import safe_name
 from ._errors import FileLogValueError, NoFileLogError
 from ._log_files import decode_number
+from ._paths import file_part, safe_name
 
 
 __all__ = ["plot_log_dir", "read_scalars"]
@@ -111,7 +111,7 @@ def plot_log_dir(
             axes.plot(steps, values, marker="." if len(points) < _MARKERS_BELOW else None)
             axes.set(title=f"{run}: {metric}", xlabel="step")
             axes.grid(visible=True, alpha=0.3)
-            png = target / f"{safe_name(run)}.{safe_name(metric)}.png"
+            png = target / f"{safe_name(run)}.{file_part(metric)}.png"
             figure.tight_layout()
             figure.savefig(png, dpi=90)
             sections.append(

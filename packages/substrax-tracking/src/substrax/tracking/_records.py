@@ -10,10 +10,10 @@ from typing import Any, Literal, cast
 
 from substrax.support import is_device_array
 
-from ._base import safe_name
 from ._errors import NotARecordError
 from ._file import json_ready
 from ._media import save_image
+from ._paths import file_part
 from ._values import as_scalar, histogram_summary, prefetch, read_scalar
 
 
@@ -130,7 +130,7 @@ class Record:
             payload = {"name": payload["name"], **histogram_summary(payload["values"])}
         elif self.kind == "image":
             name = payload["name"]
-            stem = f"{safe_name(name)}_step{self.step}"
+            stem = f"{file_part(name)}_step{self.step}"
             paths = [
                 str(save_image(media_dir / f"{stem}_{index}_{int(self.time * 1e6)}", image))
                 for index, image in enumerate(payload["images"])

@@ -18,7 +18,7 @@ from typing import Any
 from substrax.support import check_int, check_seconds, is_device_array
 
 from ._background import AsyncDelivery
-from ._base import Logger, histogram_of, safe_name
+from ._base import Logger, histogram_of
 from ._errors import (
     LoggerClosedError,
     ResumeWithoutRunIdError,
@@ -26,7 +26,7 @@ from ._errors import (
 )
 from ._failure import failed_by
 from ._log_files import json_ready
-from ._paths import check_spool_path, resolve_log_dir
+from ._paths import check_spool_path, resolve_log_dir, safe_name
 from ._records import Record
 from ._sink import Sink
 from ._values import checked_scalar, checked_scalars

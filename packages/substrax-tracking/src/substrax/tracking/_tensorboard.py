@@ -16,10 +16,10 @@ from typing import Any
 
 from substrax.support import require
 
-from ._base import Logger, safe_name
+from ._base import Logger
 from ._log_files import json_ready
 from ._media import ImageWriter, image_pixels
-from ._paths import ensure_writable_dir
+from ._paths import ensure_writable_dir, safe_name
 from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
 
 

@@ -12,9 +12,8 @@ from typing import Any, cast
 
 from substrax.support import check_seconds
 
-from ._base import safe_name
 from ._errors import LoggerClosedError
-from ._paths import ensure_writable_dir
+from ._paths import ensure_writable_dir, safe_name
 from ._remote import RemoteLogger, check_resume
 from ._wandb_sink import WandbSink, bounded_settings, import_wandb
 
