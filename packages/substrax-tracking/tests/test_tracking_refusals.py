@@ -427,3 +427,25 @@ def test_a_spool_path_that_cannot_be_a_spool_file_is_refused_at_construction_nam
         f"MLFlowLogger: spool_path={str(path)!r} cannot be the spool file ({reason}); pass the "
     )
     assert not logs.exists()
+
+
+@pytest.mark.parametrize("logger", ["file", "console", "tensorboard", "mlflow"])
+def test_hyperparameters_holding_themselves_are_refused_at_the_call(tmp_path, sqlite_uri, logger):
+    """Hostile finding: a dict inside itself raised RecursionError (console: 'Circular reference
+    detected'), naming nothing."""
+    if logger == "tensorboard":
+        pytest.importorskip("tensorboardX", reason="the tensorboard extra is needed")
+    made = {
+        "file": lambda: FileLogger("run", tmp_path),
+        "console": lambda: ConsoleLogger("run", stream=io.StringIO()),
+        "tensorboard": lambda: tracking.TensorBoardLogger("run", tmp_path),
+        "mlflow": lambda: MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path),
+    }[logger]()
+    params: dict[str, object] = {"lr": 0.1, "layers": [2, 3]}
+    params["nested"] = {"again": params}
+    with made:
+        with pytest.raises(ValueError, match=r"a dict holds itself \(a cycle\)"):
+            made.log_hyperparams(params)
+        with pytest.raises(ValueError, match=r"the keys \[1, '1'\] are one name"):
+            made.log_hyperparams({1: 2, "1": 3})
+        made.log_hyperparams({"lr": 0.1, "shared": [params["layers"], params["layers"]]})

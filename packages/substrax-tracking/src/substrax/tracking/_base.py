@@ -20,6 +20,7 @@ from ._errors import (
     LoggedTypeError,
     LoggerClosedError,
 )
+from ._log_files import json_ready
 from ._paths import check_logger_name
 from ._process import current_process_index
 from ._values import histogram_summary
@@ -227,6 +228,7 @@ class Logger(Closeable):
         checked: object = params
         if not isinstance(checked, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise LoggedTypeError("hyperparameters", params, "a mapping of names to values")
+        json_ready(params)  # a cycle, or two keys that become one name: refused by every logger
         if self.active:
             self._write_hyperparams(params)
 

@@ -36,8 +36,11 @@ NON_FINITE = ("NaN", "Infinity", "-Infinity")
 _logger = logging.getLogger(__name__)
 
 
-def json_ready(value: Any) -> Any:
+def json_ready(value: Any, _within: tuple[int, ...] = ()) -> Any:
     """``value`` as JSON data (numbers, strings, bools, None, lists, dicts); anything else as ``str``.
+
+    Raises:
+        ValueError: ``value`` holds itself (a dict inside itself), or two keys become one name.
 
     Example:
         >>> from substrax.tracking._log_files import json_ready
@@ -48,14 +51,19 @@ def json_ready(value: Any) -> Any:
         return value
     if isinstance(value, int | float):  # a subclass (np.float64) becomes the builtin number
         return float(value) if isinstance(value, float) else int(value)
+    if isinstance(value, Mapping | list | tuple | set | frozenset):
+        if id(value) in _within:
+            what = type(value).__name__
+            raise ValueError(f"a {what} holds itself (a cycle); log a copy without the cycle")
+        _within = (*_within, id(value))
     if isinstance(value, Mapping):
-        ready = {str(k): json_ready(v) for k, v in value.items()}
+        ready = {str(k): json_ready(v, _within) for k, v in value.items()}
         if len(ready) < len(value):  # {1: 2, "1": 3}
             keys = [k for k in value if list(map(str, value)).count(str(k)) > 1]
             raise ValueError(f"the keys {keys!r} are one name once written; rename one of them")
         return ready
     if isinstance(value, list | tuple | set | frozenset):
-        return [json_ready(v) for v in value]
+        return [json_ready(v, _within) for v in value]
     if getattr(value, "size", None) == 1 and hasattr(value, "item"):
         return json_ready(value.item())
     return str(value)
