@@ -504,7 +504,9 @@ def test_close_stays_within_its_timeout_with_a_large_spool(make, tmp_path, wait_
     assert took < 0.5 + 0.5 + read / 2, (
         f"close took {took:.2f} s; one read of the spool {read:.2f} s"
     )
-    assert len(spool.read_text().splitlines()) == 50_000
+    kept = spool.read_text()
+    assert kept.count('"step": 1,') == 50_000  # every record, and at most the run's end mark
+    assert len(kept.splitlines()) - 50_000 in (0, 1)  # written when close found the sender busy
 
 
 SLOW_REPLAY = """
