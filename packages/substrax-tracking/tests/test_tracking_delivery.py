@@ -234,7 +234,6 @@ def test_a_refused_record_is_set_aside_with_its_error_and_the_rest_goes_on(make,
         assert delivery.flush(30)
     assert steps(sink.received) == [0, 2]
     assert not (tmp_path / "run.spool.jsonl").exists()
-    assert delivery.refused == 1
     refused = (tmp_path / "run.spool.jsonl.refused").read_text().splitlines()
     [line] = [json.loads(line) for line in refused]
     assert line["error"] == "ValueError: refused value"
@@ -415,7 +414,8 @@ def test_a_spooled_record_the_backend_refuses_is_set_aside_and_the_rest_is_deliv
     ]
     assert (line["record"]["step"], line["error"]) == (2, "ValueError: refused value")
     assert "unreachable" not in caplog.text
-    assert "refused 1 spooled records" in caplog.text
+    [warned] = [r.getMessage() for r in caplog.records if r.name.endswith("_refusals")]
+    assert "the backend refused metric 'refuse' at step 2 (ValueError: refused value)" in warned
 
 
 def test_replay_sets_a_refused_record_aside_and_include_refused_sends_it_again(tmp_path):

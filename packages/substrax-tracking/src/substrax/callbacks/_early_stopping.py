@@ -108,8 +108,7 @@ class EarlyStoppingCallback(BaseCallback):
     @property
     def best_score(self) -> float | None:
         """The best value so far, or None before the first finite one."""
-        best = self._stopper.best
-        return None if math.isinf(best) else best
+        return None if math.isinf(self._stopper.best) else self._stopper.best
 
     @property
     def stopped_epoch(self) -> int | None:
@@ -134,22 +133,22 @@ class EarlyStoppingCallback(BaseCallback):
         """Check the monitored metric if ``check_on_epoch_end``."""
         self._epoch = epoch
         if self._config.check_on_epoch_end:
-            self._check(epoch, logs, "on_epoch_end")
+            self._check(logs, "on_epoch_end")
 
     def on_validation_end(self, _trainer: object, logs: Logs, /) -> None:
         """Check the monitored metric if ``check_on_validation_end``."""
         if self._config.check_on_validation_end:
-            self._check(self._epoch, logs, "on_validation_end")
+            self._check(logs, "on_validation_end")
 
-    def _check(self, epoch: int, logs: Logs, hook: str) -> None:
+    def _check(self, logs: Logs, hook: str) -> None:
         monitor = self._config.monitor
         if not monitored(monitor, logs, hook, strict=self._config.strict) or self.should_stop:
             return
         self._stop_reason = self._reason(metric_value(monitor, logs[monitor], who=_WHO))
         if self._stop_reason is not None:
-            self._stopped_epoch = epoch
+            self._stopped_epoch = self._epoch
             if self._config.verbose:
-                _logger.info("early stopping at epoch %d: %s", epoch, self._stop_reason)
+                _logger.info("early stopping at epoch %d: %s", self._epoch, self._stop_reason)
 
     def _reason(self, value: float) -> str | None:
         """Why ``value`` stops training, or None; a value no threshold stops counts for patience."""

@@ -93,7 +93,7 @@ class LossSpikeDetector(BaseCallback):
         on_spike: Callable[[LossSpike], Any] | None = None,
     ) -> None:
         check_int("window", window, minimum=_MIN_WINDOW)
-        check_int("warmup", warmup, minimum=_MIN_WINDOW)
+        self.warmup = check_int("warmup", warmup, minimum=_MIN_WINDOW)
         if warmup > window:
             raise ValueError(f"warmup={warmup!r} must be at most window={window}")
         if max_spikes is not None:
@@ -102,16 +102,14 @@ class LossSpikeDetector(BaseCallback):
             raise TypeError(f"on_spike={on_spike!r} must be a function taking a LossSpike")
         self.monitor = check_monitor(monitor)
         self.threshold = check_float("threshold", threshold, minimum=0, exclusive_minimum=True)
-        self.warmup = warmup
         self.min_std_fraction = check_float("min_std_fraction", min_std_fraction, minimum=0)
         self.max_spikes = max_spikes
         self.on_spike = on_spike
         self.spikes: list[LossSpike] = []
         self._recent: deque[float] = deque(maxlen=window)
         self._streak: list[float] = []  # the finite spikes in a row
-        self._seen = False
+        self._checked = False  # whether logs held the monitor, or were warned about
         self._pending: tuple[int, Any] | None = None  # (batch, a jax array) to decide next
-        self._warned = False  # of logs without the monitor
         self._warned_deleted: set[str] = set()
 
     @property
@@ -126,12 +124,11 @@ class LossSpikeDetector(BaseCallback):
             MetricValueError: the step's value is not one number (it is not kept).
         """
         self.flush()
+        if not (self._checked or self.monitor in logs):
+            warn_missing_metric(_WHO, self.monitor, logs)
+        self._checked = True
         if self.monitor not in logs:
-            if not (self._seen or self._warned):
-                self._warned = True
-                warn_missing_metric(_WHO, self.monitor, logs)
             return
-        self._seen = True
         value = logs[self.monitor]
         check_metric(self.monitor, value, who=_WHO)
         if is_device_array(value):
@@ -187,6 +184,5 @@ class LossSpikeDetector(BaseCallback):
             self.on_spike(spike)
         self._streak = [*self._streak, value] if math.isfinite(value) else []
         if len(self._streak) >= self.warmup:  # a lasting level: the new window
-            self._recent.clear()
-            self._recent.extend(self._streak)
-            self._streak.clear()
+            self._recent = deque(self._streak, maxlen=self._recent.maxlen)
+            self._streak = []

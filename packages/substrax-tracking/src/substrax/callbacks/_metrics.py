@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from substrax.support import is_device_array
-
 from ._errors import MetricValueError, MissingMetricError
 from ._protocol import Logs
 
@@ -48,8 +46,8 @@ def metric_value(name: str, value: object, *, who: str) -> float:
 
 
 def kept_alive(who: str, metric: str, batch: int, value: object, warned: set[str]) -> bool:
-    """Whether a value kept from step ``batch`` is readable (not donated); warns once per metric."""
-    if not (is_device_array(value) and value.is_deleted()):  # pyright: ignore[reportAttributeAccessIssue]
+    """Whether a jax array kept from step ``batch`` is readable (not donated); warns once per metric."""
+    if not value.is_deleted():  # pyright: ignore[reportAttributeAccessIssue]
         return True
     if metric not in warned:
         warned.add(metric)

@@ -87,17 +87,13 @@ class ReduceLROnPlateauCallback(BaseCallback):
         optimizer: Any = None,
         strict: bool = True,
     ) -> None:
-        check_float(
+        self.factor = check_float(
             "factor", factor, minimum=0, maximum=1, exclusive_minimum=True, exclusive_maximum=True
         )
-        check_int("patience", patience, minimum=1)
-        check_int("cooldown", cooldown, minimum=0)
-        check_float("min_scale", min_scale, minimum=0, maximum=1)
+        self.patience = check_int("patience", patience, minimum=1)
+        self.cooldown = check_int("cooldown", cooldown, minimum=0)
+        self.min_scale = check_float("min_scale", min_scale, minimum=0, maximum=1)
         self.monitor = check_monitor(monitor)
-        self.factor = float(factor)
-        self.patience = patience
-        self.cooldown = cooldown
-        self.min_scale = float(min_scale)
         self.hyperparam = hyperparam
         self.optimizer = optimizer
         self.strict = strict

@@ -137,7 +137,6 @@ class ProgressCallback(BaseCallback):
         if self._task is not None:
             self._read_pending()
             self._draw()
-        self._pending = {}
         self._progress.stop()
 
     def _reset(self) -> None:

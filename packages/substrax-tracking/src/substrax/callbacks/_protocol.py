@@ -25,7 +25,6 @@ class TrainerLike(Protocol):
     @property
     def model(self) -> Any:  # noqa: ANN401  (any model type)
         """The model being trained."""
-        ...
 
 
 @runtime_checkable

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
@@ -36,7 +35,6 @@ class MetricsLogger(Protocol):
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Record ``metrics`` at ``step``."""
-        ...
 
 
 def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:
@@ -72,19 +70,15 @@ def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:
     count = count_flops(function, *args, **kwargs)
     if count.flops is None:
         raise CostAnalysisError(function, count.reason)
-    return count.flops / _input_devices(jax.tree_util.tree_leaves((args, kwargs)))
-
-
-def _input_devices(leaves: list[Any]) -> int:
-    """How many devices the inputs' shardings span together (at least 1)."""
-    devices: set[Any] = set()
+    devices: set[Any] = set()  # that the inputs' shardings span
     abstract = 1  # a sharding over an abstract mesh names no devices, only their number
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
     for sharding in filter(None, (getattr(leaf, "sharding", None) for leaf in leaves)):
         try:
             devices.update(sharding.device_set)
         except (AttributeError, TypeError, ValueError, RuntimeError):
             abstract = max(abstract, int(getattr(sharding, "num_devices", 1)))
-    return max(len(devices), abstract)
+    return count.flops / max(len(devices), abstract)
 
 
 def _device_arrays(values: Iterable[object]) -> tuple[Any, ...]:
@@ -172,8 +166,8 @@ class ThroughputMeter(BaseCallback):
         steps_per_call: int = 1,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        check_int("window", window, minimum=1)
-        check_int("steps_per_call", steps_per_call, minimum=1)
+        self.window = check_int("window", window, minimum=1)
+        self.steps_per_call = check_int("steps_per_call", steps_per_call, minimum=1)
         if examples_per_step is not None:
             check_int("examples_per_step", examples_per_step, minimum=1)
         if tokens_per_example is not None:
@@ -183,25 +177,24 @@ class ThroughputMeter(BaseCallback):
                     f"tokens_per_example={tokens_per_example} needs examples_per_step (the "
                     "global batch size) to count tokens per step; pass both"
                 )
-        positive = functools.partial(check_float, minimum=0, exclusive_minimum=True)
         if flops_per_step is not None:
-            flops_per_step = positive("flops_per_step", flops_per_step)
+            flops_per_step = check_float(
+                "flops_per_step", flops_per_step, minimum=0, exclusive_minimum=True
+            )
         if peak_flops == "detect":
             from substrax.devices import dense_peak_flops  # noqa: PLC0415  (reads the devices: jax)
 
             peak_flops = dense_peak_flops()
         elif peak_flops is not None:
-            peak_flops = positive("peak_flops", peak_flops)
+            peak_flops = check_float("peak_flops", peak_flops, minimum=0, exclusive_minimum=True)
         if not callable(clock):
             raise TypeError(f"clock={clock!r} must be a function returning seconds")
         self.logger = logger
-        self.window = window
         self.examples_per_step = examples_per_step
         self.tokens_per_example = tokens_per_example
         self.flops_per_step = flops_per_step
         self.peak_flops: float | None = peak_flops
         self.prefix = prefix
-        self.steps_per_call = steps_per_call
         self.latest: dict[str, float | None] = {}
         self.paused_seconds = 0.0
         self._clock = clock
@@ -246,21 +239,14 @@ class ThroughputMeter(BaseCallback):
             >>> meter.paused_seconds
             30.0
         """
-        self._begin_pause()
+        self.on_validation_begin(None)
         try:
             yield
         finally:
-            self._end_pause()
+            self.on_validation_end(None, {})
 
     def on_validation_begin(self, _trainer: object, /) -> None:
         """Pause the clock for the evaluation (as :meth:`pause`)."""
-        self._begin_pause()
-
-    def on_validation_end(self, _trainer: object, _logs: Logs, /) -> None:
-        """Restart the clock after the evaluation."""
-        self._end_pause()
-
-    def _begin_pause(self) -> None:
         if self._pauses == 0:
             last, self._last = self._last, {}  # waited for once: a failed step raises once
             self._settle(wait=True)  # a window's end still to time; may raise
@@ -269,10 +255,9 @@ class ThroughputMeter(BaseCallback):
             self._paused_at = self._clock()
         self._pauses += 1
 
-    def _end_pause(self) -> None:
-        if self._pauses == 0:
-            return
-        self._pauses -= 1
+    def on_validation_end(self, _trainer: object, _logs: Logs, /) -> None:
+        """Restart the clock after the evaluation."""
+        self._pauses = max(self._pauses - 1, 0)  # an end without a begin does nothing
         if self._pauses or self._paused_at is None:
             return
         now = self._clock()
@@ -286,16 +271,12 @@ class ThroughputMeter(BaseCallback):
         """Time a window's end kept from an earlier step; keep this one's outputs at a window's end."""
         self._settle(wait=True)
         self._last = logs
-        if self._mark is None:  # the first step (it compiles): its end starts the clock
-            self._open(batch, logs, steps=0)
-            return
-        self._steps += 1
-        if self._steps >= self.window:
-            self._open(batch, logs, steps=self._steps)
-            self._steps = 0
-
-    def _open(self, batch: int, logs: Logs, *, steps: int) -> None:
-        self._boundary = _Boundary(batch, _device_arrays(logs.values()), steps)
+        if self._mark is not None:  # else the first step (it compiles): its end starts the clock
+            self._steps += 1
+            if self._steps < self.window:
+                return
+        self._boundary = _Boundary(batch, _device_arrays(logs.values()), self._steps)
+        self._steps = 0
         self._settle(wait=False)
 
     def _settle(self, *, wait: bool) -> None:
@@ -306,7 +287,7 @@ class ThroughputMeter(BaseCallback):
         self._boundary = None  # timed once, even if its step failed and the wait raises
         _wait_for([array for array in boundary.arrays if not array.is_deleted()])
         now = self._clock()
-        if self._mark is None or boundary.steps == 0:
+        if self._mark is None:  # the boundary starts the clock
             self._mark = now
             return
         elapsed, self._mark = now - self._mark, now

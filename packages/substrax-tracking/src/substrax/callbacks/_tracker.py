@@ -207,9 +207,8 @@ class EarlyStopping(BestMetricTracker):
     def __init__(
         self, *, patience: int, min_delta: float = 0.0, mode: Mode | str = Mode.MIN
     ) -> None:
-        check_int("patience", patience, minimum=1)
+        self._patience = check_int("patience", patience, minimum=1)
         super().__init__(mode=mode, min_delta=min_delta)
-        self._patience = patience
 
     @property
     def patience(self) -> int:

@@ -113,11 +113,6 @@ class AsyncDelivery:
         """How many of this run's records the spool file holds now (not delivered yet)."""
         return self._spool.count()
 
-    @property
-    def refused(self) -> int:
-        """How many records the backend refused (kept in ``<spool>.refused``)."""
-        return self._spool.refused
-
     def submit(self, record: Record | Scalar) -> None:
         """Queue ``record`` (a :data:`Scalar` tuple is made a record by the writer)."""
         self._queue.put(record)
@@ -328,13 +323,13 @@ class AsyncDelivery:
                     stop=lambda: self._abandoned,
                     limit=limit,
                     wait=_LOCK_WAIT,
+                    on_refused=self._spool.refusals.note,
                 )
             except SpoolNotFoundError:  # replayed meanwhile by another process
                 return self._recovered()
             except Exception as error:  # another replay holds it, or it cannot be read
                 return self._failed(error)
             self.delivered += result.delivered
-            self._spool.note_refused(result)
             if errors:  # of this run's lines, the only ones sent
                 return self._failed(next(iter(errors.values()))[1])
             if limit is not None and not self._spool.count():
@@ -348,7 +343,9 @@ class AsyncDelivery:
             self._in_hand = len(records)
         done: set[int] = set()
         try:
-            job, error = deliver_in_memory(records, self._spool.target, self.sink)
+            job, error = deliver_in_memory(
+                records, self._spool.target, self.sink, self._spool.refusals.note
+            )
             done = {*job.delivered, *job.refused}
         finally:
             with self._unwritten_lock:  # what did not arrive waits again, first

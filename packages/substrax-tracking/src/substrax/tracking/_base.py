@@ -26,9 +26,6 @@ from ._process import current_process_index
 from ._values import histogram_summary
 
 
-_GRAY, _COLOR = 2, 3
-
-
 _CHECKED: set[str] = set()  # metric names that passed check_metric_name (a str's hash is kept)
 _CHECKED_MOST = 100_000
 
@@ -56,7 +53,17 @@ def check_metric_name(name: object, value: object) -> None:
     if not name or not isinstance(name, str):
         raise EmptyMetricNameError(name, value)
     if not (name.isascii() and name.isprintable()):
-        _check_name_characters(name)
+        bad = next((char for char in "\n\r" if char in name), None)
+        if bad is None and (at := _unencodable(name)) is not None:
+            bad = name[at]
+        if bad is not None:
+            raise LoggedTypeError(
+                f"metric name {name!r}",
+                name,
+                "a str that a UTF-8 file holds on one line (no lone surrogate, newline or "
+                "carriage return)",
+                f"one holding {bad!r}",
+            )
     if type(name) is str and len(_CHECKED) < _CHECKED_MOST:
         _CHECKED.add(name)
 
@@ -68,21 +75,6 @@ def _unencodable(text: str) -> int | None:
     except UnicodeEncodeError as error:
         return error.start
     return None
-
-
-def _check_name_characters(name: str) -> None:
-    """Refuse a name holding a line break or a lone surrogate (other characters are fine)."""
-    bad = next((char for char in "\n\r" if char in name), None)
-    if bad is None and (at := _unencodable(name)) is not None:
-        bad = name[at]
-    if bad is not None:
-        raise LoggedTypeError(
-            f"metric name {name!r}",
-            name,
-            "a str that a UTF-8 file holds on one line (no lone surrogate, newline or "
-            "carriage return)",
-            f"one holding {bad!r}",
-        )
 
 
 def histogram_of(name: str, values: Any) -> dict[str, Any]:
@@ -134,17 +126,6 @@ def check_step(step: object) -> int | None:
     return number
 
 
-def python_logger_name(name: str) -> str:
-    """The name of the stdlib ``logging`` logger of the substrax logger ``name``.
-
-    Example:
-        >>> from substrax.tracking._base import python_logger_name
-        >>> python_logger_name("demo")
-        'substrax.tracking.run.demo'
-    """
-    return f"substrax.tracking.run.{name}"
-
-
 class Logger(Closeable):
     """The logging surface shared by every backend.
 
@@ -179,7 +160,7 @@ class Logger(Closeable):
         self.active = all_processes or self.process_index == 0
         self.closed = False
         self.failed = False
-        self.python_logger = logging.getLogger(python_logger_name(name))
+        self.python_logger = logging.getLogger(f"substrax.tracking.run.{name}")
         _failure.watch(self)
 
     # --- the public surface -------------------------------------------------------------
@@ -225,8 +206,7 @@ class Logger(Closeable):
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Log the run's hyperparameters (merged with those logged before)."""
         self._check_open()
-        checked: object = params
-        if not isinstance(checked, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+        if not isinstance(params, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise LoggedTypeError("hyperparameters", params, "a mapping of names to values")
         json_ready(params)  # a cycle, or two keys that become one name: refused by every logger
         if self.active:
@@ -236,8 +216,7 @@ class Logger(Closeable):
         """Log a piece of text (any str UTF-8 can encode: a lone surrogate is refused)."""
         self._check_open()
         check_metric_name(name, text)
-        checked: object = text
-        if not isinstance(checked, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        if not isinstance(text, str):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise LoggedTypeError(f"text {name!r}", text, "a str")
         if not text.isascii() and (at := _unencodable(text)) is not None:
             got = f"one holding {text[at]!r} at {at}"
@@ -252,11 +231,8 @@ class Logger(Closeable):
         check_metric_name(name, image)
         step = check_step(step)
         if self.active:
-            images = (
-                list(image)
-                if isinstance(image, Sequence) and not hasattr(image, "shape")
-                else [image]
-            )
+            many = isinstance(image, Sequence) and not hasattr(image, "shape")
+            images = list(image) if many else [image]
             for one in images:
                 _check_image(name, one)
             self._write_images(name, images, step)
@@ -369,7 +345,7 @@ def _check_image(name: str, image: Any) -> None:
     shape = getattr(image, "shape", None)
     if shape is None:
         raise LoggedTypeError(f"image {name!r}", image, "an array (H, W[, C])")
-    ok = len(shape) == _GRAY or (len(shape) == _COLOR and shape[-1] in (1, 3, 4))
+    ok = len(shape) in (2, 3) and tuple(shape)[2:] in ((), (1,), (3,), (4,))
     if not ok or not all(shape):  # an image of no pixels too
         raise ImageShapeError(name, tuple(shape))
     dtype = getattr(image, "dtype", None)

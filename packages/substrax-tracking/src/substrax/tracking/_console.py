@@ -66,7 +66,6 @@ class _ConsoleHandler(logging.Handler):
         self._label = owner.name
         self._stream = stream
         self._rich = rich
-        self.setFormatter(logging.Formatter("%(message)s"))
 
     def live(self) -> bool:
         owner = self._owner()

@@ -36,8 +36,7 @@ class _TrackingError(StructuredError, public_module="substrax.tracking"):
 class _HeldError(_TrackingError):
     """A file another process holds: ``{holder}`` names it by its ``pid`` field (None: unknown)."""
 
-    holder_word: ClassVar[str]
-    """How ``{holder}`` names the process: ``"pid 4242"``, ``"process 4242"``."""
+    holder_word: ClassVar[str]  # "pid" shows "pid 4242", "process": "process 4242"
 
     def _shown(self) -> dict[str, object]:
         shown = super()._shown()

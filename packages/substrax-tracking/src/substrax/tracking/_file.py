@@ -11,7 +11,6 @@ import io
 import json
 import logging
 import math
-import operator
 import os
 import threading
 import time
@@ -22,7 +21,7 @@ from typing import Any, BinaryIO
 
 from substrax.support import check_int, check_seconds, install_hint, optional, write_atomically
 
-from ._base import Logger, check_metric_name, histogram_of
+from ._base import Logger, histogram_of
 from ._errors import FileLogWriteError
 from ._log_files import Appender, csv_step, drop_past, hold_log, json_ready, jsonl_step, strict_json
 from ._media import ImageWriter, save_image
@@ -204,10 +203,7 @@ class FileLogger(Logger):
             if not self._unread:
                 drain_at_exit(self)
             self._unread += 1
-        if step is not None and type(step) is not int:
-            step = operator.index(step)  # np.int64, a jax integer: written as a plain integer
         if key not in self._names:
-            check_metric_name(key, value)
             buffer = io.StringIO()
             csv.writer(buffer, lineterminator="").writerow([key])
             self._names[key] = (json.dumps(key), buffer.getvalue())
@@ -219,21 +215,18 @@ class FileLogger(Logger):
         """Write the scalars logged so far; without ``wait``, only up to a jax value still computed."""
         with self._lock:
             self._last_flush = time.time()
-            if self._files[0].fd is not None:  # else not this process's log, or closed
-                self._write_lines(self._take(wait=wait))
-
-    def _take(self, *, wait: bool) -> list[_Pending]:
-        """Pop the scalars logged so far (threads append meanwhile), up to one not computed yet."""
-        pending, taken, check = self._pending, list[_Pending](), self._unread and not wait
-        for _ in range(len(pending)):
-            if check and not value_ready(pending[0][3]):
-                break
-            taken.append(pending.popleft())
-        if self._unread:
-            unread = [entry[3] for entry in taken if type(entry[3]) is not float]
-            self._unread -= len(unread)
-            prefetch(unread)
-        return taken
+            if self._files[0].fd is None:  # not this process's log, or closed
+                return
+            pending, taken, check = self._pending, list[_Pending](), self._unread and not wait
+            for _ in range(len(pending)):  # threads append meanwhile
+                if check and not value_ready(pending[0][3]):
+                    break
+                taken.append(pending.popleft())
+            if self._unread:
+                unread = [entry[3] for entry in taken if type(entry[3]) is not float]
+                self._unread -= len(unread)
+                prefetch(unread)
+            self._write_lines(taken)
 
     def _write_lines(self, taken: list[_Pending]) -> None:
         """Format the lines of ``taken`` and write them; on an error, what is left waits again."""

@@ -16,39 +16,43 @@ class RunNotReadyError(ConnectionError):
 class FirstAttempt:
     """Run ``call`` (find or create the run) in a daemon thread named ``name``.
 
-    :meth:`wait` waits for it at most a timeout; a call not returned by then goes on, and
-    :meth:`running` tells the sink not to start a second one. Its exception is kept in
-    :attr:`error`.
+    A call not returned within the wait goes on, and :meth:`check_returned` keeps the sink from
+    starting a second one. Its exception is kept in :attr:`error`.
 
     Example:
         >>> from substrax.tracking._first_attempt import FirstAttempt
-        >>> attempt = FirstAttempt(lambda: None, name="demo-connect")
-        >>> attempt.wait(5.0), attempt.running(), attempt.error
-        (True, False, None)
+        >>> attempt = FirstAttempt(lambda: 1 / 0, name="demo-connect")
+        >>> attempt.why_not_ready(5.0, refused=KeyError, late="did not answer", failed="failed")
+        'failed (ZeroDivisionError: division by zero)'
     """
 
     def __init__(self, call: Callable[[], None], *, name: str) -> None:
         self.error: BaseException | None = None
-        self._call = call
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(call,), name=name, daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, call: Callable[[], None]) -> None:
         try:
-            self._call()
+            call()
         except Exception as error:
             self.error = error
 
-    def wait(self, timeout: float) -> bool:
-        """Wait at most ``timeout`` seconds for the call; return whether it has returned."""
-        self._thread.join(timeout)
-        return not self.running()
+    def why_not_ready(
+        self, timeout: float, *, refused: type[BaseException], late: str, failed: str
+    ) -> str | None:
+        """Wait at most ``timeout`` seconds: why the call has not succeeded (None: it has).
 
-    def running(self) -> bool:
-        """Whether the call has not returned yet."""
-        return self._thread.is_alive()
+        An error of type ``refused`` (the backend answered no) is raised.
+        """
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return f"{late} within {timeout:g} s"
+        error = self.error
+        if isinstance(error, refused):
+            raise error
+        return None if error is None else f"{failed} ({type(error).__name__}: {error})"
 
     def check_returned(self, what: str) -> None:
         """Raise :class:`RunNotReadyError` naming ``what`` while the call has not returned."""
-        if self.running():
+        if self._thread.is_alive():
             raise RunNotReadyError(f"{what} has not returned yet")

@@ -16,7 +16,6 @@ from substrax.support import optional
 
 __all__ = ["ImageWriter", "image_pixels", "save_image"]
 
-_COLOR = 3
 _MOST_WAITING = 1 << 30  # bytes of pixels waiting to be stored before a call waits for the oldest
 
 
@@ -52,7 +51,7 @@ def save_image(stem: Path, image: Any) -> Path:
 
     stem.parent.mkdir(parents=True, exist_ok=True)
     array = np.asarray(image)
-    if array.ndim == _COLOR and array.shape[-1] == 1:
+    if array.shape[2:] == (1,):  # (H, W, 1): gray
         array = array[..., 0]
     png = optional("matplotlib") is not None
     path = stem.parent / f"{stem.name}{'.png' if png else '.npy'}"

@@ -17,38 +17,21 @@ from ._errors import LogDirNotWritableError, UnknownRunIdError
 from ._log_files import json_ready
 from ._mlflow_sink import MlflowSink, RunSpec, flat_params
 from ._paths import ensure_writable_dir
-from ._refusals import RefusalNotes
 from ._remote import RemoteLogger, check_resume
-from ._spool import SpoolFile
 from ._store_lock import sqlite_path
 
 
 _logger = logging.getLogger(__name__)
 
-
 _NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"  # MLflow's error code for an unknown run id
-
-
-_CONNECT_TIMEOUT = 10.0
-
-
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,255}")  # what MLflow accepts as a run id
 _LONGEST_EXPERIMENT = 500  # characters of an experiment's name (MLflow's bound)
-
-
-def _import_mlflow() -> Any:
-    return require("mlflow", who="MLFlowLogger", distribution="substrax-tracking", extra="mlflow")
 
 
 def _check_run(
     run_id: str | None, experiment_name: str | None, name: str, tracking_uri: str | None
 ) -> None:
-    """Refuse, before any request, a ``run_id`` no MLflow run has, or too long an experiment name.
-
-    Raises:
-        UnknownRunIdError: ``run_id`` is not an MLflow run id (empty, spaces, ``/``...).
-        ValueError: the experiment's name is longer than MLflow allows.
-    """
+    """Refuse, before any request, a malformed ``run_id`` or too long an experiment name."""
     if run_id is not None and _RUN_ID.fullmatch(run_id) is None:
         uri = (
             tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///<log_dir>/mlflow.db"
@@ -61,23 +44,6 @@ def _check_run(
             f"MLFlowLogger: {which} is {len(experiment)} characters long; MLflow allows at most "
             f"{_LONGEST_EXPERIMENT} in an experiment name: pass a shorter experiment_name"
         )
-
-
-def _check_sqlite_store(tracking_uri: str) -> None:
-    """Refuse a ``sqlite:///`` store this process cannot create or open, before MLflow retries.
-
-    MLflow retries creating a store's engine for about 100 s, on the caller's thread.
-
-    Raises:
-        LogDirNotWritableError: its directory is not writable, or the database is a directory.
-    """
-    db = sqlite_path(tracking_uri)
-    if db is None:
-        return
-    ensure_writable_dir(db.parent, "MLFlowLogger")
-    if db.exists() and not db.is_file():
-        reason = f"its MLflow database {db.name!r} is a directory, not a file"
-        raise LogDirNotWritableError("MLFlowLogger", db.parent, reason)
 
 
 class MLFlowLogger(RemoteLogger):
@@ -121,8 +87,7 @@ class MLFlowLogger(RemoteLogger):
         experiment_name: the experiment, created if missing.
         run_name: the run's name; default ``name``.
         run_id: resume this run instead of creating one.
-        resume_step: with ``run_id``, the checkpoint step the run resumes from: values at steps
-            the run already holds for a metric are not sent again (see above).
+        resume_step: with ``run_id``, the checkpoint step the run resumes from (see above).
         tracking_uri: the store (``http://...``, ``sqlite:///...``); default ``MLFLOW_TRACKING_URI``
             or ``sqlite:///<log_dir>/mlflow.db``, never the working tree.
         registry_uri: the model registry URI.
@@ -159,7 +124,7 @@ class MLFlowLogger(RemoteLogger):
         ...         logger.log_scalar("loss", 0.5, step=1)
     """
 
-    _sink: MlflowSink | None
+    _sink: MlflowSink | None = None
 
     def __init__(
         self,
@@ -175,13 +140,13 @@ class MLFlowLogger(RemoteLogger):
         log_dir: str | os.PathLike[str] | None = None,
         spool_path: str | os.PathLike[str] | None = None,
         close_timeout: float = 30.0,
-        connect_timeout: float = _CONNECT_TIMEOUT,
+        connect_timeout: float = 10.0,
         max_queue: int = 100_000,
         process_index: int | None = None,
         all_processes: bool = False,
         resume_step: int | None = None,
     ) -> None:
-        _import_mlflow()
+        require("mlflow", who="MLFlowLogger", distribution="substrax-tracking", extra="mlflow")
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
         check_resume("MLFlowLogger", resume_step, run_id)
         _check_run(run_id, experiment_name, name, tracking_uri)
@@ -194,7 +159,6 @@ class MLFlowLogger(RemoteLogger):
             process_index=process_index,
             all_processes=all_processes,
         )
-        self._sink = None
         self.tracking_uri = (
             tracking_uri
             or os.environ.get("MLFLOW_TRACKING_URI")
@@ -203,7 +167,11 @@ class MLFlowLogger(RemoteLogger):
         if not self.active:
             return
         ensure_writable_dir(self.log_dir, "MLFlowLogger")  # the spool's and the media's
-        _check_sqlite_store(self.tracking_uri)
+        if (db := sqlite_path(self.tracking_uri)) is not None:  # MLflow would retry it for 100 s
+            ensure_writable_dir(db.parent, "MLFlowLogger")
+            if db.exists() and not db.is_file():
+                reason = f"its MLflow database {db.name!r} is a directory, not a file"
+                raise LogDirNotWritableError("MLFlowLogger", db.parent, reason)
         local = self.tracking_uri.startswith(("sqlite:", "file:", "/"))
         if artifact_location is None and local:
             artifact_location = (self.log_dir / "mlflow-artifacts").as_uri()
@@ -221,21 +189,16 @@ class MLFlowLogger(RemoteLogger):
             registry_uri=registry_uri,
             resume_step=resume_step,
         )
-        label = f"MLFlowLogger({name!r})"
-        sink.refusals = RefusalNotes(label, SpoolFile(self.spool_path).refused_path)
         try:
             if local:  # no network: set up here, and let any error through
                 sink.set_up()
-            elif not sink.connect(connect_timeout):
-                failure = sink.first_error
+            elif (why := sink.connect(connect_timeout)) is not None:
                 _logger.warning(
                     "MLFlowLogger(%r): MLflow at %s %s; logging goes on, records are kept in %s "
                     "and the run is created when the server answers",
                     name,
                     self.tracking_uri,
-                    f"did not answer within {connect_timeout:g} s"
-                    if failure is None
-                    else f"could not be reached ({type(failure).__name__}: {failure})",
+                    why,
                     self.spool_path,
                 )
         except BaseException as error:
@@ -243,7 +206,7 @@ class MLFlowLogger(RemoteLogger):
                 raise UnknownRunIdError("MLFlowLogger", run_id, self.tracking_uri) from error
             raise
         self._sink = sink
-        self._start(sink, label)
+        self._start(sink, f"MLFlowLogger({name!r})")
 
     @property
     def run_id(self) -> str | None:
@@ -258,9 +221,8 @@ class MLFlowLogger(RemoteLogger):
     def mark_failed(self) -> None:
         """End the run with status ``FAILED`` when it closes."""
         super().mark_failed()
-        sink = getattr(self, "_sink", None)  # None also while __init__ runs
-        if sink is not None and not self.closed:
-            sink.failed = True
+        if self._sink is not None and not self.closed:
+            self._sink.failed = True
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         # one record a param: of those MLflow refuses (a bad name, a changed value), each is set

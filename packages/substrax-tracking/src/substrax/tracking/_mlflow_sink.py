@@ -12,24 +12,18 @@ from typing import Any
 from ._first_attempt import FirstAttempt
 from ._paths import file_part
 from ._records import Record
-from ._refusals import RefusalNotes
 from ._sink import register_sink_factory
 from ._store_lock import store_lock
 
 
 _logger = logging.getLogger(__name__)
 
-
 _MAX_METRICS, _MAX_PARAMS = 1000, 100  # MLflow's limits per log_batch
+_STATS = ("min", "max", "mean", "std")
 RUN_KEY_TAG = "substrax.run_key"
-
 
 #: The tag a resumed run (``resume_step``) gets: the checkpoint step it resumed from.
 RESUMED_FROM_TAG = "substrax.resumed_from_step"
-
-
-_STATS = ("min", "max", "mean", "std")
-
 
 type _MetricRow = tuple[str, float, int, int]  # key, value, timestamp (ms), step
 
@@ -59,54 +53,6 @@ def flat_params(params: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[s
             yield part, leaf
 
 
-def flatten(params: Mapping[str, Any]) -> dict[str, str]:
-    """MLflow params of nested hyperparameters (:func:`flat_params`), values as text.
-
-    Example:
-        >>> from substrax.tracking._mlflow_sink import flatten
-        >>> flatten({"opt": {"lr": 0.1}, "name": "adam"})
-        {'opt.lr': '0.1', 'name': 'adam'}
-    """
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in flat_params(params)}
-
-
-def refused_for_good(error: BaseException) -> bool:
-    """Whether MLflow refused what it was sent, so that no retry can store it.
-
-    MLflow's ``INVALID_PARAMETER_VALUE`` (a metric name it does not accept, a param logged again
-    with another value), a local file that is gone, a record that lacks a key, or a value the
-    client or its store cannot hold (a ``ValueError``, ``TypeError``, ``OverflowError`` or a text
-    that cannot be encoded, raised or behind the error). A server that cannot be
-    reached, does not answer, or answers something that is not JSON is retried.
-
-    Example:
-        >>> from substrax.tracking._mlflow_sink import refused_for_good
-        >>> refused_for_good(ValueError("Value out of range: 9223372036854775808"))
-        True
-        >>> refused_for_good(ConnectionRefusedError(111, "Connection refused"))
-        False
-        >>> refused_for_good(UnicodeEncodeError("utf-8", chr(0xD800), 0, 1, "surrogates"))
-        True
-    """
-    if getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE":
-        return True
-    if isinstance(error, LookupError | FileNotFoundError | NotADirectoryError):
-        return True  # a payload that lacks a key, a local file gone: about the record
-    if isinstance(error, ValueError | TypeError) and not isinstance(
-        error,
-        json.JSONDecodeError | UnicodeDecodeError,  # a server's answer that is not JSON
-    ):
-        return True
-    seen: set[int] = set()
-    cause: BaseException | None = error
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, OverflowError | UnicodeEncodeError):  # a lone surrogate in a text
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return False
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RunSpec:
     """How to find or create the run: by id (a resumed run) or by a key tagged on a new run."""
@@ -134,18 +80,14 @@ class MlflowSink:
 
         self.tracking_uri = tracking_uri
         self.run_id = run_id
+        self.spec = spec  # None: resume run_id
         self.resume_step = resume_step
-        # with resume_step: each metric's last step the run held when this sink first sent;
-        # values at or before it are not sent again (MLflow's history is append-only)
-        self.held: dict[str, int] | None = None
+        self.held: dict[str, int] | None = None  # with resume_step: see _not_held
         self._warned_held = False
-        self.refusals: RefusalNotes | None = None  # the live logger's: refusals warned once
         self.experiment_id: str | None = None
-        self.spec = spec
-        self._resume = run_id is not None
+        self.failed = False  # end the run as FAILED
         self._ready = False
         self._first: FirstAttempt | None = None
-        self.failed = False  # end the run as FAILED
         with store_lock(tracking_uri):  # opening a new sqlite store creates its tables
             self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=registry_uri)
 
@@ -167,101 +109,73 @@ class MlflowSink:
         )
         return cls(str(target["tracking_uri"]), spec=spec)
 
-    def connect(self, timeout: float) -> bool:
-        """Try to find or create the run for at most ``timeout`` seconds (from a thread of its own).
+    def connect(self, timeout: float) -> str | None:
+        """Find or create the run from a thread of its own, waiting at most ``timeout`` seconds.
 
         Returns:
-            whether the run is ready. An answer of the server that refuses (an unknown run id,
-            a bad experiment) is raised; a server that does not answer is not an error.
+            why the run is not ready, or None when it is. An answer of the server that refuses
+            (an unknown run id, a bad experiment) is raised.
         """
-        self._first = FirstAttempt(self.set_up, name="substrax-mlflow-connect")
-        if not self._first.wait(timeout):
-            return False
         from mlflow.exceptions import RestException  # noqa: PLC0415
 
-        if isinstance(self.first_error, RestException):  # the server answered: it refuses
-            raise self.first_error
-        return self._ready
-
-    @property
-    def first_error(self) -> BaseException | None:
-        """What the first attempt raised (None while it runs, or when it succeeded)."""
-        return None if self._first is None else self._first.error
+        self._first = FirstAttempt(self.set_up, name="substrax-mlflow-connect")
+        return self._first.why_not_ready(
+            timeout, refused=RestException, late="did not answer", failed="could not be reached"
+        )
 
     def set_up(self) -> None:
         """Find or create the run (and resume it), through the network."""
+        client, spec = self.client, self.spec
         with store_lock(self.tracking_uri):  # jobs starting together create one experiment
-            self._set_up()
-
-    def _set_up(self) -> None:
-        client = self.client
-        if self._resume:
-            assert self.run_id is not None  # noqa: S101
-            run = client.get_run(self.run_id)
-            self.experiment_id = run.info.experiment_id
-            if run.info.status != "RUNNING":
-                client.update_run(self.run_id, status="RUNNING")
-            if self.resume_step is not None:
-                client.set_tag(self.run_id, RESUMED_FROM_TAG, str(self.resume_step))
-        else:
-            spec = self.spec
-            assert spec is not None  # noqa: S101
-            found = client.get_experiment_by_name(spec.experiment_name)
-            if found is not None:
-                experiment_id = found.experiment_id
+            if spec is None:
+                assert self.run_id is not None  # noqa: S101
+                run = client.get_run(self.run_id)
+                self.experiment_id = run.info.experiment_id
+                if run.info.status != "RUNNING":
+                    client.update_run(self.run_id, status="RUNNING")
+                if self.resume_step is not None:
+                    client.set_tag(self.run_id, RESUMED_FROM_TAG, str(self.resume_step))
             else:
-                experiment_id = client.create_experiment(
-                    spec.experiment_name, artifact_location=spec.artifact_location
+                found = client.get_experiment_by_name(spec.experiment_name)
+                if found is not None:
+                    experiment_id = found.experiment_id
+                else:
+                    experiment_id = client.create_experiment(
+                        spec.experiment_name, artifact_location=spec.artifact_location
+                    )
+                existing = client.search_runs(
+                    [experiment_id],
+                    filter_string=f"tags.`{RUN_KEY_TAG}` = '{spec.run_key}'",
+                    max_results=1,
                 )
-            existing = client.search_runs(
-                [experiment_id],
-                filter_string=f"tags.`{RUN_KEY_TAG}` = '{spec.run_key}'",
-                max_results=1,
-            )
-            if existing:
-                self.run_id = existing[0].info.run_id
-            else:
-                tags = {**spec.tags, RUN_KEY_TAG: spec.run_key}
-                created = client.create_run(experiment_id, run_name=spec.run_name, tags=tags)
-                self.run_id = created.info.run_id
-            self.experiment_id = experiment_id
-        self._ready = True
+                if existing:
+                    self.run_id = existing[0].info.run_id
+                else:
+                    tags = {**spec.tags, RUN_KEY_TAG: spec.run_key}
+                    created = client.create_run(experiment_id, run_name=spec.run_name, tags=tags)
+                    self.run_id = created.info.run_id
+                self.experiment_id = experiment_id
+            self._ready = True
 
     def _ensure_run(self) -> str:
+        if not self._ready and self._first is not None:
+            self._first.check_returned(f"MLflow at {self.tracking_uri}")
         if not self._ready:
-            if self._first is not None:
-                self._first.check_returned(f"MLflow at {self.tracking_uri}")
-            if not self._ready:
-                self.set_up()
+            self.set_up()
         assert self.run_id is not None  # noqa: S101
         return self.run_id
 
     def target(self) -> dict[str, Any]:
-        if self.spec is None or self._ready:
-            target: dict[str, Any] = {
-                "backend": "mlflow",
-                "tracking_uri": self.tracking_uri,
-                "run_id": self.run_id,
-            }
-            if self.resume_step is not None:  # a replay skips the steps the run holds, too
-                target["resume_step"] = self.resume_step
-            return target
-        return {
-            "backend": "mlflow",
-            "tracking_uri": self.tracking_uri,
-            **dataclasses.asdict(self.spec),
-        }
+        target: dict[str, Any] = {"backend": "mlflow", "tracking_uri": self.tracking_uri}
+        if self.spec is not None and not self._ready:
+            return target | dataclasses.asdict(self.spec)
+        target["run_id"] = self.run_id
+        if self.resume_step is not None:  # a replay skips the steps the run holds, too
+            target["resume_step"] = self.resume_step
+        return target
 
     def deliver(self, records: list[Record]) -> None:
-        try:
-            self._deliver(records)
-        except Exception as error:
-            if self.refusals is not None and self.is_permanent(error):
-                self.refusals.note(records, error)
-            raise
-
-    def _deliver(self, records: list[Record]) -> None:
-        from mlflow.entities import Param  # noqa: PLC0415
+        from mlflow.entities import Metric, Param  # noqa: PLC0415
 
         run_id = self._ensure_run()
         metrics: list[_MetricRow] = []
@@ -273,7 +187,8 @@ class MlflowSink:
                     (key, value, stamp, step) for key, value in payload["values"].items()
                 )
             elif record.kind == "hyperparams":
-                params.update(dict.fromkeys(flatten(payload["params"]).items()))
+                for key, value in flat_params(payload["params"]):
+                    params[key, value if isinstance(value, str) else json.dumps(value)] = None
             elif record.kind == "text":
                 self.client.log_text(
                     run_id,
@@ -291,24 +206,16 @@ class MlflowSink:
                 )
             elif record.kind == "artifact":
                 path = Path(payload["path"])
-                if path.is_dir():
-                    self.client.log_artifacts(run_id, str(path), payload["artifact_path"])
-                else:
-                    self.client.log_artifact(run_id, str(path), payload["artifact_path"])
+                upload = self.client.log_artifacts if path.is_dir() else self.client.log_artifact
+                upload(run_id, str(path), payload["artifact_path"])
         rows = [Param(key, value) for key, value in params]  # a key of two values: refused
         for start in range(0, len(rows), _MAX_PARAMS):
             self.client.log_batch(run_id, params=rows[start : start + _MAX_PARAMS])
-        self._log_metrics(run_id, metrics)
-
-    def _log_metrics(self, run_id: str, metrics: list[_MetricRow]) -> None:
-        """Send ``metrics``; with ``resume_step``, none at a step the run held for its key."""
-        from mlflow.entities import Metric  # noqa: PLC0415
-
         if self.resume_step is not None and metrics:
             metrics = self._not_held(run_id, metrics)
         for start in range(0, len(metrics), _MAX_METRICS):
-            rows = metrics[start : start + _MAX_METRICS]
-            self.client.log_batch(run_id, metrics=[Metric(*row) for row in rows])
+            batch = metrics[start : start + _MAX_METRICS]
+            self.client.log_batch(run_id, metrics=[Metric(*row) for row in batch])
 
     def _not_held(self, run_id: str, metrics: list[_MetricRow]) -> list[_MetricRow]:
         """``metrics`` without those at or before the last step the run held for their key.
@@ -334,8 +241,39 @@ class MlflowSink:
             )
         return kept
 
-    def is_permanent(self, error: BaseException) -> bool:
-        return refused_for_good(error)
+    @staticmethod
+    def is_permanent(error: BaseException) -> bool:
+        """Whether MLflow refused what it was sent, so that no retry can store it.
+
+        A server that cannot be reached, does not answer, or answers something that is not JSON
+        is retried.
+
+        Example:
+            >>> from substrax.tracking._mlflow_sink import MlflowSink
+            >>> MlflowSink.is_permanent(ValueError("Value out of range: 9223372036854775808"))
+            True
+            >>> MlflowSink.is_permanent(ConnectionRefusedError(111, "Connection refused"))
+            False
+            >>> MlflowSink.is_permanent(UnicodeEncodeError("utf-8", chr(0xD800), 0, 1, "surrogate"))
+            True
+        """
+        if getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE":
+            return True  # a metric name MLflow does not accept, a param changed
+        if isinstance(error, LookupError | FileNotFoundError | NotADirectoryError):
+            return True  # a payload that lacks a key, a local file gone: about the record
+        if isinstance(error, ValueError | TypeError) and not isinstance(
+            error,
+            json.JSONDecodeError | UnicodeDecodeError,  # a server's answer that is not JSON
+        ):
+            return True
+        seen: set[int] = set()
+        cause: BaseException | None = error
+        while cause is not None and id(cause) not in seen:  # raised, or behind the error
+            seen.add(id(cause))
+            if isinstance(cause, OverflowError | UnicodeEncodeError):  # a lone surrogate in a text
+                return True
+            cause = cause.__cause__ or cause.__context__
+        return False
 
     def finish(self) -> None:
         self.client.set_terminated(

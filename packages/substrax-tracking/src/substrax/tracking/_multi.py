@@ -42,8 +42,7 @@ class MultiLogger(Logger):
         super().__init__(name, process_index=0, all_processes=True)
         self.loggers: tuple[Logger, ...] = tuple(loggers)
         for logger in self.loggers:
-            checked: object = logger
-            if not isinstance(checked, Logger):  # pyright: ignore[reportUnnecessaryIsInstance]
+            if not isinstance(logger, Logger):  # pyright: ignore[reportUnnecessaryIsInstance]
                 raise NotALoggerError(logger)
 
     def _each(self, method: str, *args: Any) -> None:

@@ -47,14 +47,13 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
     with source.open("rb") as file:
         for index, raw in enumerate(file):
             try:
-                line = raw.decode("utf-8")
-                entry = json.loads(line) if line.strip() else None
+                entry = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as error:
                 if not raw.endswith(b"\n"):  # a last line cut short inside a character
                     continue
                 reason = f"it is not UTF-8 text: {error.reason} at byte {error.start}"
                 raise FileLogValueError(source, index + 1, reason) from None
-            except json.JSONDecodeError:  # a line cut short by a crash
+            except json.JSONDecodeError:  # a blank line, or one cut short by a crash
                 continue
             if entry is None:
                 continue

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
 from ._records import Record
-from ._send import describe_error
 
 
 __all__ = ["RefusalNotes", "refused_key"]
@@ -18,38 +16,34 @@ _logger = logging.getLogger(__name__)
 _LONGEST_REASON = 500  # characters of the backend's reason shown
 
 
-def refused_key(records: Sequence[Record]) -> str | None:
-    """What a batch of one key names (``metric 'loss'``); None for a batch of several keys.
+def refused_key(record: Record) -> str:
+    """What a refused record names: its key (``metric 'loss'``), or its kind when it has several.
 
     Example:
         >>> from substrax.tracking._records import Record
         >>> from substrax.tracking._refusals import refused_key
-        >>> refused_key([Record(kind="scalars", step=3, time=0.0, payload={"values": {"a%": 1.0}})])
+        >>> refused_key(Record(kind="scalars", step=3, time=0.0, payload={"values": {"a%": 1.0}}))
         "metric 'a%'"
-        >>> refused_key([Record(kind="hyperparams", step=0, time=0.0, payload={"params": {"a": 1, "b": 2}})])
+        >>> refused_key(Record(kind="hyperparams", step=0, time=0.0, payload={"params": {"a": 1, "b": 2}}))
+        'a hyperparams record'
     """
-    if len(records) != 1:
-        return None
-    record = records[0]
     payload = record.payload
     if record.kind == "artifact":
         return f"artifact {payload.get('path')!r}"
     if record.kind in ("scalars", "hyperparams"):
         keys: object = payload.get("values" if record.kind == "scalars" else "params")
-        if not isinstance(keys, dict):  # a value that could not be read: the record stands in
-            return f"{record.kind} record"
-        names = list(cast("dict[str, object]", keys))
+        names = list(cast("dict[str, object]", keys)) if isinstance(keys, dict) else []
         what = "metric" if record.kind == "scalars" else "param"
-        return f"{what} {names[0]!r}" if len(names) == 1 else None
+        return f"{what} {names[0]!r}" if len(names) == 1 else f"a {record.kind} record"
     return f"{record.kind} {payload.get('name')!r}"
 
 
 class RefusalNotes:
     """Warn once per key its backend refuses for good, kept with its error in ``kept_in``.
 
-    A sink calls :meth:`note` with each batch the backend refused; the records a sender then
-    sets aside one at a time name one key each. A key refused again (at another step) is not
-    warned about again: ``kept_in`` (``<spool>.refused``) holds every refused record.
+    The sender calls :meth:`note` with each record it sets aside (of a record of several
+    scalars, each refused scalar). A key refused again (at another step) is not warned about
+    again: ``kept_in`` (``<spool>.refused``) holds every refused record.
     """
 
     def __init__(self, label: str, kept_in: Path) -> None:
@@ -57,19 +51,17 @@ class RefusalNotes:
         self.kept_in = kept_in
         self.warned: set[str] = set()
 
-    def note(self, records: Sequence[Record], error: BaseException) -> None:
-        """Warn of the key of ``records`` (a batch of one key) the first time it is refused."""
-        key = refused_key(records)
-        if key is None or key in self.warned:
+    def note(self, record: Record, reason: str) -> None:
+        """Warn of ``record``'s key (refused for ``reason``) the first time it is refused."""
+        key = refused_key(record)
+        if key in self.warned:
             return
         self.warned.add(key)
-        step = records[0].step
-        reason = describe_error(error)
         if len(reason) > _LONGEST_REASON:
             reason = reason[: _LONGEST_REASON - 3] + "..."
         _logger.warning(
             f"{self.label}: the backend refused {key}"
-            + ("" if step is None else f" at step {step}")
+            + ("" if record.step is None else f" at step {record.step}")
             + f" ({reason}); it is kept in {self.kept_in} with its later refused values "
             "(reported once a key)"
         )

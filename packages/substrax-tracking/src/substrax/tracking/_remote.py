@@ -19,11 +19,7 @@ from substrax.support import check_int, check_seconds, is_device_array
 
 from ._background import AsyncDelivery
 from ._base import Logger, histogram_of
-from ._errors import (
-    LoggerClosedError,
-    ResumeWithoutRunIdError,
-    UploadNotFoundError,
-)
+from ._errors import ResumeWithoutRunIdError, UploadNotFoundError
 from ._failure import failed_by
 from ._log_files import json_ready
 from ._paths import check_spool_path, resolve_log_dir, safe_name
@@ -75,15 +71,6 @@ def _died_of() -> BaseException | None:
     return None
 
 
-def _register_exit_hooks() -> None:
-    # Last registered, first run: before W&B's own hook finishes its run.
-    atexit.unregister(_close_open_loggers)
-    atexit.register(_close_open_loggers)
-    if os.getpid() not in _FINALIZED_PIDS:  # a forked child has none of its parent's finalizers
-        _FINALIZED_PIDS.add(os.getpid())
-        multiprocessing.util.Finalize(None, _close_open_loggers, exitpriority=_EXIT_PRIORITY)
-
-
 # A forked child does not own its parent's runs: it must not close (end) them at its exit.
 os.register_at_fork(after_in_child=_OPEN.clear)
 
@@ -119,7 +106,7 @@ class RemoteLogger(Logger):
     closed at interpreter exit (waiting at most 10 s for the backend).
     """
 
-    _delivery: AsyncDelivery | None
+    _delivery: AsyncDelivery | None = None
 
     def __init__(
         self,
@@ -133,11 +120,8 @@ class RemoteLogger(Logger):
         all_processes: bool,
     ) -> None:
         super().__init__(name, process_index=process_index, all_processes=all_processes)
-        close_timeout = check_seconds("close_timeout", close_timeout)
-        max_queue = check_int("max_queue", max_queue, minimum=1)
-        self.close_timeout = float(close_timeout)
-        self._max_queue = max_queue
-        self._delivery = None
+        self.close_timeout = float(check_seconds("close_timeout", close_timeout))
+        self._max_queue = check_int("max_queue", max_queue, minimum=1)
         self._last_step = 0
         self.log_dir = (
             resolve_log_dir(name, log_dir) if self.active else Path(log_dir or ".").resolve()
@@ -157,7 +141,12 @@ class RemoteLogger(Logger):
 
     def _start(self, sink: Sink, label: str) -> None:
         _OPEN[id(self)] = self
-        _register_exit_hooks()
+        # last registered, first run: before W&B's own hook finishes its run
+        atexit.unregister(_close_open_loggers)
+        atexit.register(_close_open_loggers)
+        if os.getpid() not in _FINALIZED_PIDS:  # a forked child has none of its parent's finalizers
+            _FINALIZED_PIDS.add(os.getpid())
+            multiprocessing.util.Finalize(None, _close_open_loggers, exitpriority=_EXIT_PRIORITY)
         self._delivery = AsyncDelivery(
             sink,
             spool_path=self.spool_path,
@@ -209,8 +198,7 @@ class RemoteLogger(Logger):
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         # as JSON data now: the worker would read the caller's dicts after they changed
-        ready = json_ready(dict(params))
-        self._submit("hyperparams", None, {"params": ready}, materialized=True)
+        self._submit("hyperparams", None, {"params": json_ready(dict(params))}, materialized=True)
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._submit("text", step, {"name": name, "text": text})
@@ -236,9 +224,8 @@ class RemoteLogger(Logger):
             UploadNotFoundError: ``local_path`` does not exist.
             ValueError: ``artifact_path`` is absolute or climbs out of the run (``..``).
         """
-        if artifact_path is not None and (
-            PurePosixPath(artifact_path).is_absolute() or ".." in PurePosixPath(artifact_path).parts
-        ):
+        inside = PurePosixPath(artifact_path or ".")
+        if inside.is_absolute() or ".." in inside.parts:
             raise ValueError(
                 f"artifact_path={artifact_path!r} must be a relative path inside the run, such "
                 "as 'checkpoints' or 'eval/plots'"
@@ -247,8 +234,7 @@ class RemoteLogger(Logger):
 
     def _submit_file(self, what: str, local_path: str | os.PathLike[str], **payload: Any) -> None:
         """Queue an ``artifact`` record for an existing path (``what`` names it in errors)."""
-        if self.closed:
-            raise LoggerClosedError(self.name)
+        self._check_open()
         path = Path(local_path).absolute()  # a link keeps its own name
         if not path.exists():
             raise UploadNotFoundError(what, path)

@@ -14,6 +14,7 @@ from pathlib import Path
 from substrax.support import check_seconds
 
 from ._live import is_live
+from ._records import Record
 from ._send import Failures, Sending, describe_error
 from ._sink import Sink
 from ._spool import SpoolFile
@@ -83,6 +84,7 @@ def run_replay(
     stop: Callable[[], bool] | None = None,
     limit: int | None = None,
     wait: float | None = 0.0,
+    on_refused: Callable[[Record, str], None] | None = None,
 ) -> tuple[ReplayResult, Failures]:
     """:func:`replay_spool` without its warnings: the result, and the error of each failed target.
 
@@ -90,7 +92,8 @@ def run_replay(
     the spool's first ``limit`` records. A run a logger still sends (in any process) is left to
     it, unless it is ``own`` (a :func:`run_of`: the replaying logger's); ``stop`` ends the
     replay before its next batch. Another replay of the spool is waited for at most ``wait``
-    seconds (None: as long as it takes), within ``timeout``.
+    seconds (None: as long as it takes), within ``timeout``. ``on_refused`` hears of each
+    record set aside (a part of one too), and why.
 
     Raises:
         SpoolNotFoundError: the file does not exist.
@@ -114,6 +117,7 @@ def run_replay(
             live=functools.partial(is_live, spool.path),
             own=own,
             stop=stop or (lambda: False),
+            on_refused=on_refused,
         )
         if timeout is None:
             job.run()

@@ -54,6 +54,10 @@ def _nobody(_run: str) -> bool:
     return False
 
 
+def _unheard(_record: Record, _reason: str) -> None:
+    pass
+
+
 def describe_error(error: BaseException) -> str:
     """``error`` as ``Type: message`` on one line (an SDK's message may span several)."""
     return " ".join(f"{type(error).__name__}: {error}".split())
@@ -70,7 +74,7 @@ class Sending:
     and of a refused record of several scalars, each scalar: only refused values are set aside.
     The lines of a run that ``live`` says a logger still sends are left to it, unless it is
     ``own`` (the sender's); a run is ended only when no logger sends it. ``stop`` ends the
-    sending before the next batch.
+    sending before the next batch. ``on_refused`` hears of each record set aside, and why.
     """
 
     def __init__(
@@ -83,6 +87,7 @@ class Sending:
         live: Callable[[str], bool] = _nobody,
         own: str | None = None,
         stop: Callable[[], bool] = _never,
+        on_refused: Callable[[Record, str], None] | None = None,
     ) -> None:
         self.data = {i: line.data for i, line in enumerate(lines) if line.data is not None}
         self.delivered: set[int] = set()
@@ -92,6 +97,7 @@ class Sending:
         self._include_refused = include_refused
         self._only = only
         self._live, self._own, self._stop = live, own, stop
+        self._on_refused = on_refused or _unheard
         self._built: dict[str, tuple[Sink, str]] = {}  # the sinks this replay made, and runs
         self._failures: Failures = {}
         # the runs a line of marks failed (the logger's run was marked failed): they end so
@@ -180,18 +186,21 @@ class Sending:
         """Set a refused line aside; of several scalars, only those refused one at a time."""
         record = self.data[index]["record"]
         parts = split_scalars(Record.from_json(record))
-        refused: list[tuple[dict[str, Any], str]] = []
+        refused: list[tuple[Record, str]] = []
         for part in parts:
             try:
                 sink.deliver([part])
             except Exception as failure:
                 if not is_permanent(sink, failure):
                     raise
-                refused.append((part.to_json(), describe_error(failure)))
+                refused.append((part, describe_error(failure)))
         if len(refused) == len(parts):  # all of it (or a record of one part): the line as it is
             self._note([index], refused=[(record, refused[0][1] if refused else error)])
         else:
-            self._note([index], delivered=True, refused=refused)
+            parts_refused = [(part.to_json(), reason) for part, reason in refused]
+            self._note([index], delivered=True, refused=parts_refused)
+        for part, reason in refused or [(Record.from_json(record), error)]:
+            self._on_refused(part, reason)
 
     def _note(
         self,
@@ -240,7 +249,10 @@ def is_permanent(sink: Sink, error: BaseException) -> bool:
 
 
 def deliver_in_memory(
-    records: Sequence[Record], target: Mapping[str, Any], sink: Sink
+    records: Sequence[Record],
+    target: Mapping[str, Any],
+    sink: Sink,
+    on_refused: Callable[[Record, str], None] | None = None,
 ) -> tuple[Sending, BaseException | None]:
     """Send materialized ``records`` of ``target`` to ``sink`` as a replay sends spool lines.
 
@@ -252,7 +264,8 @@ def deliver_in_memory(
         SpoolLine(i + 1, "", {"target": dict(target), "record": record.to_json()})
         for i, record in enumerate(records)
     ]
-    job = Sending(lines, {target_key(target): sink}, include_refused=False, only=None)
+    sinks = {target_key(target): sink}
+    job = Sending(lines, sinks, include_refused=False, only=None, on_refused=on_refused)
     job.run()
     failures = job.settle()
     return job, next(iter(failures.values()))[1] if failures else None

@@ -158,21 +158,18 @@ class SpoolFile:
         self,
         target: Mapping[str, Any],
         records: Iterable[Record],
-        error: str | None = None,
         *,
         sync: bool = True,
-    ) -> int:
-        """Append materialized ``records`` (with an ``error``: to ``<spool>.refused``); how many.
+    ) -> None:
+        """Append materialized ``records``.
 
         ``sync=False`` leaves the fsync to later: the lines outlive a kill -9, not a power cut.
         """
-        lines = spool_lines(target, (record.to_json() for record in records), error)
+        lines = spool_lines(target, (record.to_json() for record in records))
         if lines:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._flock(self.lock_path):
-                path = self.refused_path if error is not None else self.path
-                _append_lines(path, lines, sync=sync)
-        return len(lines)
+                _append_lines(self.path, lines, sync=sync)
 
     def sync(self) -> None:
         """An fsync of the spool (lines appended with ``sync=False``), if there is one."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._records import Record
+from ._refusals import RefusalNotes
 from ._replay import ReplayResult, run_replay
 from ._send import Failures, describe_error
 from ._spool import SpoolFile
@@ -83,11 +84,9 @@ class SpoolWriter:
         self.media_dir = media_dir
         self.label = label
         self.backoff = backoff
-        self.refused = 0
         self._unreadable: set[str] = set()  # metrics whose jax value could not be read (warned)
-        self._counts = threading.Lock()
         self._warned = False
-        self._refusals_told: set[str] = set()  # refusal reasons warned about (repeats: debug)
+        self.refusals = RefusalNotes(label, self.file.refused_path)  # each key warned once
 
     def materialize(self, record: Record) -> Record:
         """Read ``record``'s values into JSON data; one that cannot be is kept as its error.
@@ -103,19 +102,13 @@ class SpoolWriter:
             record.payload, record.materialized = {"unserializable": repr(failure)}, True
             return record
 
-    def write(self, records: list[Record], error: str | None = None, *, sync: bool = True) -> bool:
-        """Append materialized ``records`` (with an ``error``: to ``<spool>.refused``); whether it could.
-
-        A failure is warned about once and noted in :attr:`backoff`.
-        """
+    def write(self, records: list[Record], *, sync: bool = True) -> bool:
+        """Append materialized ``records``; whether it could (a failure is warned about once)."""
         try:
-            written = self.file.append(self.target, records, error, sync=sync)
+            self.file.append(self.target, records, sync=sync)
         except OSError as failure:
             self.cannot_write(self.file.path, failure, len(records))
             return False
-        if error is not None:
-            with self._counts:
-                self.refused += written
         if self.backoff.recover():
             _logger.warning(
                 f"{self.label}: {self.file.path} is written again; the records that waited in "
@@ -124,15 +117,11 @@ class SpoolWriter:
         return True
 
     def add_refused(self, entries: list[tuple[str, str]]) -> None:
-        """Keep refused spool lines (each with its error) in ``<spool>.refused``, and say so."""
-        for line, reason in entries:
-            _logger.warning(f"{self.label}: a record is refused ({reason}); it is kept: {line}")
+        """Keep refused spool lines (each with its error) in ``<spool>.refused``."""
         try:
             self.file.add_refused([line for line, _ in entries])
         except OSError as failure:
             _logger.error(f"{self.label}: could not write {self.file.refused_path}: {failure}")  # noqa: TRY400
-        with self._counts:
-            self.refused += len(entries)
 
     def cannot_write(self, path: Path, failure: OSError, count: int) -> None:
         """Note that ``path`` could not be written, for :attr:`backoff`; warn the first time."""
@@ -149,7 +138,13 @@ class SpoolWriter:
     def replay_found(self, stop: Callable[[], bool]) -> None:
         """Send, once and within a bound, what other runs left in the spool (until ``stop``)."""
         try:
-            result, errors = run_replay(self.file, timeout=_FOUND_TIMEOUT, wait=0.0, stop=stop)
+            result, errors = run_replay(
+                self.file,
+                timeout=_FOUND_TIMEOUT,
+                wait=0.0,
+                stop=stop,
+                on_refused=self.refusals.note,
+            )
         except Exception as error:  # none, or another replay holds it: theirs to send
             _logger.debug("%s: no replay of other runs' records: %r", self.label, error)
             return
@@ -167,19 +162,6 @@ class SpoolWriter:
             _logger.warning(
                 f"{self.label}: records for {target} in {path} could not be replayed yet "
                 f"({error}); `python -m substrax.tracking replay {path}` sends them"
-            )
-
-    def note_refused(self, result: ReplayResult) -> None:
-        """Count and report the spooled records a replay moved to ``<spool>.refused``."""
-        if result.refused:
-            with self._counts:
-                self.refused += result.refused
-            new = set(result.refused_reasons) - self._refusals_told  # a key refused each step:
-            self._refusals_told |= new  # warned about once, then only at debug level
-            reasons = "; ".join(sorted(new or set(result.refused_reasons)))[:2000]
-            (_logger.warning if new else _logger.debug)(
-                f"{self.label} refused {result.refused} spooled records ({reasons}); they are "
-                f"kept in {result.refused_file}, the rest goes on"
             )
 
     def write_end_mark(self, *, failed: bool) -> None:

@@ -59,12 +59,9 @@ def store_lock(tracking_uri: str) -> Generator[None]:
     if lock is None:
         yield
         return
-    try:
-        with _THREAD_LOCK:
+    with _THREAD_LOCK:
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-    finally:
-        os.close(lock)
+            yield
+        finally:
+            os.close(lock)  # which releases the flock

@@ -29,11 +29,6 @@ _logger = logging.getLogger(__name__)
 _NOT_IN_TAG = re.compile(r"[^-/\w.]")  # what tensorboardX replaces by "_" in a tag
 
 
-def _hparam_value(value: Any) -> Any:
-    value = json_ready(value)
-    return value if isinstance(value, bool | int | float | str) else str(value)
-
-
 class TensorBoardLogger(Logger):
     """Write TensorBoard event files (scalars, hyperparameters, text, images, histograms).
 
@@ -159,7 +154,9 @@ class TensorBoardLogger(Logger):
         from tensorboardX.record_writer import RecordWriter  # noqa: PLC0415
         from tensorboardX.summary import hparams  # noqa: PLC0415
 
-        self._hparams.update({str(key): _hparam_value(value) for key, value in params.items()})
+        for key, value in json_ready(params).items():  # a list or None: shown as its str
+            plain = isinstance(value, bool | int | float | str)
+            self._hparams[key] = value if plain else str(value)
         temporary = self.log_dir / f".{safe_name(self.name)}.hparams.tmp"
         writer = RecordWriter(str(temporary))  # no event file (no "tfevents") until renamed whole
         now = self._started  # the file is read first: its time is the run's start

@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import decimal
+import functools
 import logging
 import math
 import numbers
@@ -16,20 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from substrax.support import is_device_array
 
-from ._errors import (
-    LoggedTypeError,
-    MetricOverflowError,
-)
+from ._errors import LoggedTypeError, MetricOverflowError
 
 
 if TYPE_CHECKING:
     from ._base import Logger
 
 _logger = logging.getLogger(__name__)
-
-
-# Each dtype of a jax scalar logged: whether it is read as a float (a bool, integer or real dtype).
-_REAL_DTYPES: dict[Any, bool] = {}
 
 
 def as_scalar(name: str, value: Any) -> float:
@@ -50,82 +45,46 @@ def as_scalar(name: str, value: Any) -> float:
         return value
     if isinstance(value, float):  # np.float64 and other subclasses: a builtin float, written as one
         return float(value)
-    if isinstance(value, bool | str | bytes) or value is None:
-        raise LoggedTypeError(
-            f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"
-        )
     kind = getattr(getattr(value, "dtype", None), "kind", None)
-    if kind == "c":  # float() drops the imaginary part
-        raise LoggedTypeError(
-            f"scalar {name!r}", value, "a number", got=f"complex {type(value).__name__} {value!r}"
-        )
-    if kind in ("U", "S", "V"):  # float() parses np.array("1") as it would the string
-        raise LoggedTypeError(
-            f"scalar {name!r}", value, "a number", got=f"an array of {value.dtype} {value!r}"
-        )
     size = getattr(value, "size", None)
-    if isinstance(value, numbers.Real | decimal.Decimal) or size == 1:
+    expected = "a number"
+    if isinstance(value, bool | str | bytes) or value is None:
+        got = f"{type(value).__name__} {value!r}"
+    elif kind == "c":  # float() drops the imaginary part
+        got = f"complex {type(value).__name__} {value!r}"
+    elif kind in ("U", "S", "V"):  # float() parses np.array("1") as it would the string
+        got = f"an array of {value.dtype} {value!r}"
+    elif isinstance(value, numbers.Real | decimal.Decimal) or size == 1:
         try:
             array: Any = value  # a 1-d array of one element: float() refuses it, item() does not
             return float(array.item() if size == 1 and getattr(array, "ndim", 0) else array)
         except OverflowError:
             raise MetricOverflowError(name, value) from None
         except (TypeError, ValueError):  # one string, one object
-            raise LoggedTypeError(
-                f"scalar {name!r}", value, "a number", got=f"{type(value).__name__} {value!r}"
-            ) from None
-    raise LoggedTypeError(
-        f"scalar {name!r}",
-        value,
-        "a number or a one-element array",
-        got=type(value).__name__
-        + (f" of size {size}" if size is not None else "")
-        + "; log arrays with log_histogram or log_image",
-    )
+            got = f"{type(value).__name__} {value!r}"
+    else:
+        expected = "a number or a one-element array"
+        of_size = "" if size is None else f" of size {size}"
+        got = f"{type(value).__name__}{of_size}; log arrays with log_histogram or log_image"
+    raise LoggedTypeError(f"scalar {name!r}", value, expected, got=got)
 
 
+@functools.cache  # once per dtype: a jax scalar is logged every step
 def _real_dtype(dtype: Any) -> bool:
     """Whether a jax scalar of ``dtype`` reads as a float: bool, integer or real (bfloat16 too)."""
-    known = _REAL_DTYPES.get(dtype)
-    if known is None:
-        import jax.numpy as jnp  # noqa: PLC0415  (imported already: a jax array was logged)
+    import jax.numpy as jnp  # noqa: PLC0415  (imported already: a jax array was logged)
 
-        known = _REAL_DTYPES[dtype] = any(
-            bool(jnp.issubdtype(dtype, kind)) for kind in (jnp.floating, jnp.integer, jnp.bool_)
-        )
-    return known
+    kinds = (jnp.floating, jnp.integer, jnp.bool_)
+    return any(bool(jnp.issubdtype(dtype, kind)) for kind in kinds)
 
 
-def unread_scalar(name: str, value: Any) -> Any:
+def checked_scalar(name: str, value: Any, step: int | None) -> Any:
     """``value`` as :func:`as_scalar` makes it, except a jax scalar: checked, but not read.
 
     Reading a jax array waits for the step that computes it and stalls jax's dispatch. A jax
     array of one element (0-d, or shaped ``(1,)``) of a bool, integer or real dtype, addressable
     and not deleted, is returned as it is (its dtype and shape need no wait), for
-    :func:`read_scalar` later; anything else goes through :func:`as_scalar`, with its errors.
-
-    Example:
-        >>> from substrax.tracking._values import unread_scalar
-        >>> unread_scalar("loss", 3)
-        3.0
-    """
-    if is_device_array(value):
-        try:
-            unread = (
-                value.size == 1
-                and _real_dtype(value.dtype)
-                and value.is_fully_addressable
-                and not value.is_deleted()
-            )
-        except Exception:  # an array jax cannot describe: as_scalar says what is wrong with it
-            unread = False
-        if unread:
-            return value
-    return as_scalar(name, value)
-
-
-def checked_scalar(name: str, value: Any, step: int | None) -> Any:
-    """``value`` as :func:`unread_scalar` makes it (a float as it is), its errors naming ``step``.
+    :func:`read_scalar` later; anything else goes through :func:`as_scalar`.
 
     Raises:
         LoggedTypeError: ``value`` is not a number; the message names ``name`` and ``step``.
@@ -142,19 +101,27 @@ def checked_scalar(name: str, value: Any, step: int | None) -> Any:
     """
     if type(value) is float:
         return value
+    if is_device_array(value):
+        try:
+            unread = (
+                value.size == 1
+                and _real_dtype(value.dtype)
+                and value.is_fully_addressable
+                and not value.is_deleted()
+            )
+        except Exception:  # an array jax cannot describe: as_scalar says what is wrong with it
+            unread = False
+        if unread:
+            return value
     try:
-        return unread_scalar(name, value)
-    except LoggedTypeError as error:
+        return as_scalar(name, value)
+    except (LoggedTypeError, MetricOverflowError) as error:
         if step is None:
             raise
-        got = str(error).partition(", got ")[2]
-        raise LoggedTypeError(
-            error.what, value, error.expected, got=f"{got} (at step {step})"
-        ) from None
-    except MetricOverflowError:
-        if step is None:
-            raise
-        raise MetricOverflowError(name, value, step) from None
+        if isinstance(error, MetricOverflowError):
+            raise MetricOverflowError(name, value, step) from None
+        got = f"{str(error).partition(', got ')[2]} (at step {step})"
+        raise LoggedTypeError(error.what, value, error.expected, got=got) from None
 
 
 def checked_scalars(metrics: Mapping[str, Any], step: int | None) -> list[tuple[str, Any]]:
@@ -163,7 +130,7 @@ def checked_scalars(metrics: Mapping[str, Any], step: int | None) -> list[tuple[
 
 
 def value_ready(value: Any) -> bool:
-    """Whether a value :func:`unread_scalar` returned reads without waiting (a deleted one does)."""
+    """Whether a value :func:`checked_scalar` returned reads without waiting (a deleted one does)."""
     if type(value) is float:
         return True
     try:
@@ -175,16 +142,14 @@ def value_ready(value: Any) -> bool:
 def prefetch(values: Iterable[Any]) -> None:
     """Start the device-to-host copies of jax ``values`` together, so that they overlap."""
     for value in values:
-        try:
+        with contextlib.suppress(Exception):  # deleted: its read fails and says so
             value.copy_to_host_async()
-        except Exception:  # noqa: S112  (deleted: its read fails and says so)
-            continue
 
 
 def read_scalar(
     label: str, name: str, value: Any, step: int | None, warned: set[str]
 ) -> float | None:
-    """The float of a value :func:`unread_scalar` returned, waiting for its computation.
+    """The float of a value :func:`checked_scalar` returned, waiting for its computation.
 
     A jax array deleted since (a buffer donated to a later step) is None, with a warning naming
     the metric and step once per name in ``warned`` (later ones at DEBUG).
@@ -258,14 +223,8 @@ def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
     finite = array[np.isfinite(array)]
     summary: dict[str, Any] = {"count": int(array.size)}
     if finite.size == 0:
-        return (
-            summary
-            | dict.fromkeys(("min", "max", "mean", "std"), math.nan)
-            | {
-                "counts": [],
-                "edges": [],
-            }
-        )
+        nan = dict.fromkeys(("min", "max", "mean", "std"), math.nan)
+        return summary | nan | {"counts": [], "edges": []}
     counts, edges = np.histogram(finite, bins=bins)
     return summary | {
         "min": float(finite.min()),

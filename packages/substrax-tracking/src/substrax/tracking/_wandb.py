@@ -12,7 +12,6 @@ from typing import Any, cast
 
 from substrax.support import check_seconds
 
-from ._errors import LoggerClosedError
 from ._paths import ensure_writable_dir, safe_name
 from ._remote import RemoteLogger, check_resume
 from ._wandb_sink import WandbSink, bounded_settings, import_wandb
@@ -115,6 +114,8 @@ class WandbLogger(RemoteLogger):
         ...         logger.log_scalar("loss", 0.5, step=1)
     """
 
+    _sink: WandbSink | None = None
+
     def __init__(
         self,
         name: str,
@@ -152,7 +153,6 @@ class WandbLogger(RemoteLogger):
         )
         self.project = project if project is not None else os.environ.get("WANDB_PROJECT")
         self.root_dir = wandb_root_dir(name, log_dir, init_options)
-        self._sink: WandbSink | None = None
         if not self.active:
             return
         ensure_writable_dir(self.log_dir, "WandbLogger")
@@ -237,17 +237,15 @@ class WandbLogger(RemoteLogger):
 
     def log_code(self, root: str | os.PathLike[str] = ".") -> None:
         """Save the source files under ``root`` with the run (``wandb.Run.log_code``), now."""
-        if self.closed:
-            raise LoggerClosedError(self.name)
+        self._check_open()
         if self.active and self.run is not None:
             self.run.log_code(str(root))
 
     def mark_failed(self, exit_code: int = 1) -> None:
         """End the run with ``exit_code`` (non-zero: W&B shows it failed) when it closes."""
         super().mark_failed()
-        sink = getattr(self, "_sink", None)  # None also while __init__ runs
-        if sink is not None and not self.closed:
-            sink.exit_code = exit_code
+        if self._sink is not None and not self.closed:
+            self._sink.exit_code = exit_code
 
     def finish(self, exit_code: int | None = None) -> None:
         """End the run as :meth:`close` does; a non-zero ``exit_code`` marks it failed."""

@@ -83,20 +83,14 @@ class WandbSink:
             why the run has not started, or None when it has. A ``UsageError`` (a refusal that
             retrying cannot fix) is raised.
         """
-        self._first = FirstAttempt(
-            lambda: self._init(self._init_options), name="substrax-wandb-init"
+        self._first = FirstAttempt(self._init, name="substrax-wandb-init")
+        refused = import_wandb().errors.UsageError
+        return self._first.why_not_ready(
+            timeout, refused=refused, late="did not return", failed="failed"
         )
-        if not self._first.wait(timeout):
-            return f"did not return within {timeout:g} s"
-        error = self._first.error
-        if error is None:
-            return None
-        if isinstance(error, import_wandb().errors.UsageError):
-            raise error
-        return f"failed ({type(error).__name__}: {error})"
 
-    def _init(self, options: dict[str, Any]) -> None:
-        self.run = import_wandb().init(**options)
+    def _init(self, **again: Any) -> None:
+        self.run = import_wandb().init(**{**self._init_options, **again})
 
     def _ensure_run(self) -> Any:
         if self.run is None and self._first is not None:
@@ -104,7 +98,7 @@ class WandbSink:
         if self.run is None:
             # resume the run a failed first attempt may have started (a rewind stays a rewind)
             again = {} if "resume_from" in self._init_options else {"resume": "allow"}
-            self._init({**self._init_options, **again})
+            self._init(**again)
         return self.run
 
     def target(self) -> dict[str, Any]:
