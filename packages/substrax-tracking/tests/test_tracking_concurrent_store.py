@@ -59,3 +59,37 @@ def test_jobs_starting_together_on_a_new_default_store_all_start(tmp_path):
     runs = client.search_runs([experiment.experiment_id])
     assert {run.info.run_id for run in runs} == run_ids
     assert len(run_ids) == _JOBS
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_child_forked_while_the_store_lock_is_held_does_not_keep_it(tmp_path):
+    """Hostile finding: the lock was let go by closing its file alone, so a child forked while it
+    was held (a data loader's worker) kept the store locked, and other jobs waiting, until it
+    exited."""
+    db = tmp_path / "mlflow.db"
+    child = textwrap.dedent(
+        f"""
+        import fcntl, os
+        from substrax.tracking._store_lock import store_lock
+
+        read, write = os.pipe()
+        with store_lock("sqlite:///{db}"):
+            pid = os.fork()
+            if pid == 0:  # a worker that outlives the lock's holder
+                os.close(write)
+                os.read(read, 1)
+                os._exit(0)
+        fd = os.open("{db}.lock", os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            print("free")
+        except BlockingIOError:
+            print("held by the forked child")
+        os.close(write)
+        os.waitpid(pid, 0)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "free"

@@ -815,3 +815,49 @@ def test_the_worker_outlives_an_error_whose_report_fails_too(make, monkeypatch):
     delivery.submit(record(1))
     assert delivery.flush(30)
     assert steps(sink.received) == [0, 1]
+
+
+class _OneKeyAtATime(Sink):
+    """Refuses any delivery holding more than one scalar key (each alone arrives) and any params."""
+
+    def deliver(self, records):
+        if any(r.kind == "hyperparams" for r in records):
+            raise ValueError("params cannot change")
+        if sum(len(r.payload.get("values", {})) for r in records) > 1:
+            raise ValueError("one key a request")
+        super().deliver(records)
+
+
+def test_a_record_whose_keys_each_arrive_alone_is_delivered_without_a_refusal_warning(
+    make, tmp_path, caplog
+):
+    """Hostile finding: such a record was warned about as refused though every value arrived."""
+    sink = _OneKeyAtATime()
+    delivery = make(sink)
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        delivery.submit(record(3, a=1.0, b=2.0))
+        assert delivery.flush(30)
+    assert [(r.step, r.payload["values"]) for r in sink.received] == [
+        (3, {"a": 1.0}),
+        (3, {"b": 2.0}),
+    ]
+    assert not (tmp_path / "run.spool.jsonl.refused").exists()
+    assert "refused" not in caplog.text
+
+
+def test_each_refused_set_of_params_is_warned_with_its_keys_and_without_a_step(make, caplog):
+    """Hostile finding: a refused record of several keys was warned as 'a hyperparams record',
+    once for all such records, at the last step logged."""
+    sink = _OneKeyAtATime()
+    delivery = make(sink)
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        for params in ({"lr": 0.1, "wd": 0.0}, {"optimizer": "adam", "seed": 1}):
+            delivery.submit(
+                Record(kind="hyperparams", step=7, time=0.0, payload={"params": params})
+            )
+        assert delivery.flush(30)
+    warned = [r.getMessage() for r in caplog.records if r.name.endswith("_refusals")]
+    assert len(warned) == 2
+    assert "refused params ['lr', 'wd'] (ValueError: params cannot change)" in warned[0]
+    assert "refused params ['optimizer', 'seed'] (" in warned[1]
+    assert not any("step" in message for message in warned)

@@ -457,8 +457,14 @@ def test_a_value_too_large_for_a_float_names_its_key(tmp_path):
             logger.log_scalars({"big/int": -(10**400)}, step=0)
         with pytest.raises(MetricOverflowError, match="'as_array'"):
             logger.log_scalar("as_array", np.array(10**400, dtype=object), step=0)
+        with pytest.raises(MetricOverflowError, match="'decimal'"):  # float() made it infinite
+            logger.log_scalar("decimal", decimal.Decimal("1e400"), step=0)
         logger.log_scalar("fine", 10**300, step=0)
-    assert read_scalars(tmp_path / "big.metrics.jsonl") == {"fine": [(0, 1e300)]}
+        logger.log_scalar("infinite", decimal.Decimal("Infinity"), step=0)  # infinite already
+    assert read_scalars(tmp_path / "big.metrics.jsonl") == {
+        "fine": [(0, 1e300)],
+        "infinite": [(0, math.inf)],
+    }
 
 
 def test_numpy_scalars_and_steps_are_written_as_plain_json_numbers(tmp_path):

@@ -346,3 +346,33 @@ def test_text_and_images_of_names_that_clean_alike_are_kept_apart(sqlite_uri, tm
         for folder in (a.path for a in client.list_artifacts(run_id, "text"))
     }
     assert texts == {"text 0", "text 1", "text 2"}
+
+
+def test_refusals_of_another_runs_records_are_named_so_and_leave_this_runs_warnings(
+    sqlite_uri, tmp_path, caplog, wait_for
+):
+    """Hostile finding: a refusal among what another run left in the spool was warned as this
+    logger's, and kept this run's own refusal of the same key from being warned at all."""
+    from substrax.tracking._records import Record
+    from substrax.tracking._spool import SpoolFile
+
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    old = client.create_run(client.create_experiment(f"old-{time.time_ns()}")).info.run_id
+    spool = tmp_path / "r.spool.jsonl"
+    target = {"backend": "mlflow", "tracking_uri": sqlite_uri, "run_id": old}
+    left = [
+        Record(kind="scalars", step=1000 + s, time=1.0, payload={"values": {"bad%": 1.0}})
+        for s in range(2)
+    ]
+    SpoolFile(spool).append(target, [record.materialize(tmp_path) for record in left])
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    refused = tmp_path / "r.spool.jsonl.refused"
+    with MLFlowLogger("r", tracking_uri=sqlite_uri, log_dir=tmp_path, spool_path=spool) as logger:
+        wait_for(lambda: refused.exists() and len(refused.read_text().splitlines()) == 2)
+        logger.log_metrics({"bad%": 5.0, "ok": 1.0}, step=0)
+    warned = [r.getMessage() for r in caplog.records if r.name.endswith("_refusals")]
+    [other] = [m for m in warned if "other runs' records" in m]
+    assert "refused metric 'bad%' at step 1000" in other
+    [own] = [m for m in warned if m not in (other,)]
+    assert own.startswith("MLFlowLogger('r'): the backend refused metric 'bad%' at step 0 (")
+    assert history(client, logger.run_id, "ok") == [(0, 1.0)]

@@ -157,3 +157,37 @@ def test_names_that_become_one_tag_are_logged_as_it_with_a_warning_once_each(tmp
     assert [(e.step, e.value) for e in accumulator.Scalars("a")] == [(0, 0.0), (1, 1.0)]
     assert [(e.step, e.value) for e in accumulator.Scalars("ok")] == [(0, 0.0), (1, 1.0)]
     assert accumulator.Tags()["images"] == ["a_b"]
+
+
+def test_a_histogram_without_a_finite_value_is_warned_about_not_raised(tmp_path, caplog):
+    """Hostile finding: an empty (or all-NaN) histogram raised tensorboardX's 'The histogram is
+    empty, please file a bug report.' at the call."""
+    with (
+        caplog.at_level(logging.WARNING, logger="substrax.tracking"),
+        TensorBoardLogger("run", tmp_path) as logger,
+    ):
+        for step in range(2):
+            logger.log_histogram("empty", np.array([]), step=step)
+            logger.log_histogram("nan", np.array([np.nan]), step=step)
+        logger.log_histogram("some", np.array([np.nan, 1.0, 2.0]), step=0)
+    warned = [r.getMessage() for r in caplog.records if "no finite value" in r.getMessage()]
+    assert len(warned) == 2  # once a name
+    assert "histogram 'empty' at step 0 has no finite value" in warned[0]
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    assert accumulator.Tags()["histograms"] == ["some"]
+
+
+def test_an_int_hyperparameter_past_int64_is_shown_as_its_digits(tmp_path):
+    """Hostile finding: 2**70 raised a numpy TypeError from the hparams summary."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    with TensorBoardLogger("run", tmp_path) as logger:
+        logger.log_hyperparams({"big": 2**70, "small": 3})
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    contents = accumulator.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(contents["_hparams_/session_start_info"])
+    hparams = start.session_start_info.hparams
+    assert hparams["big"].string_value == str(2**70)
+    assert hparams["small"].number_value == 3

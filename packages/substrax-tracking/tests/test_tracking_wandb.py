@@ -256,3 +256,19 @@ def test_a_step_below_one_already_logged_is_warned_about_not_dropped_silently(
     assert len(warnings) == 1  # once
     assert "['acc', 'loss'] at step 3 came after step 5" in warnings[0]
     assert "drops this row" in warnings[0]
+
+
+def test_a_refused_step_does_not_count_as_the_last_step_sent(wandb_offline, tmp_path, caplog):
+    """Hostile finding: a row W&B refused for its step past 2**63 - 1 still set the last step
+    sent, so every later row was warned about as dropped."""
+    import time
+
+    with (
+        caplog.at_level("WARNING", logger="substrax.tracking"),
+        WandbLogger("huge", project="substrax-tests", log_dir=tmp_path) as logger,
+    ):
+        logger.log_scalars({"ok": 1.0}, step=0)
+        logger._delivery.submit(("loss", 1.0, 2**63, time.time()))  # as a wrapped counter would
+        logger.log_scalars({"ok": 2.0}, step=5)
+    assert "came after step" not in caplog.text
+    assert "the backend refused metric 'loss' at step 9223372036854775808" in caplog.text

@@ -17,7 +17,7 @@ _LONGEST_REASON = 500  # characters of the backend's reason shown
 
 
 def refused_key(record: Record) -> str:
-    """What a refused record names: its key (``metric 'loss'``), or its kind when it has several.
+    """What a refused record names: its key (``metric 'loss'``), or its keys.
 
     Example:
         >>> from substrax.tracking._records import Record
@@ -25,16 +25,18 @@ def refused_key(record: Record) -> str:
         >>> refused_key(Record(kind="scalars", step=3, time=0.0, payload={"values": {"a%": 1.0}}))
         "metric 'a%'"
         >>> refused_key(Record(kind="hyperparams", step=0, time=0.0, payload={"params": {"a": 1, "b": 2}}))
-        'a hyperparams record'
+        "params ['a', 'b']"
     """
     payload = record.payload
     if record.kind == "artifact":
         return f"artifact {payload.get('path')!r}"
     if record.kind in ("scalars", "hyperparams"):
         keys: object = payload.get("values" if record.kind == "scalars" else "params")
-        names = list(cast("dict[str, object]", keys)) if isinstance(keys, dict) else []
+        if not isinstance(keys, dict):  # a value that could not be read: the record stands in
+            return f"a {record.kind} record"
+        names = list(cast("dict[str, object]", keys))
         what = "metric" if record.kind == "scalars" else "param"
-        return f"{what} {names[0]!r}" if len(names) == 1 else f"a {record.kind} record"
+        return f"{what} {names[0]!r}" if len(names) == 1 else f"{what}s {names}"
     return f"{record.kind} {payload.get('name')!r}"
 
 
@@ -61,7 +63,11 @@ class RefusalNotes:
             reason = reason[: _LONGEST_REASON - 3] + "..."
         _logger.warning(
             f"{self.label}: the backend refused {key}"
-            + ("" if record.step is None else f" at step {record.step}")
+            + (
+                ""
+                if record.step is None or record.kind == "hyperparams"
+                else f" at step {record.step}"
+            )
             + f" ({reason}); it is kept in {self.kept_in} with its later refused values "
             "(reported once a key)"
         )

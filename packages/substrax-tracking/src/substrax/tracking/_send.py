@@ -199,7 +199,7 @@ class Sending:
         else:
             parts_refused = [(part.to_json(), reason) for part, reason in refused]
             self._note([index], delivered=True, refused=parts_refused)
-        for part, reason in refused or [(Record.from_json(record), error)]:
+        for part, reason in refused if parts else [(Record.from_json(record), error)]:
             self._on_refused(part, reason)
 
     def _note(

@@ -143,7 +143,9 @@ class SpoolWriter:
                 timeout=_FOUND_TIMEOUT,
                 wait=0.0,
                 stop=stop,
-                on_refused=self.refusals.note,
+                on_refused=RefusalNotes(
+                    f"{self.label} (other runs' records)", self.refusals.kept_in
+                ).note,
             )
         except Exception as error:  # none, or another replay holds it: theirs to send
             _logger.debug("%s: no replay of other runs' records: %r", self.label, error)

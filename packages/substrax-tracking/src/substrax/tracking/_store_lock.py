@@ -64,4 +64,5 @@ def store_lock(tracking_uri: str) -> Generator[None]:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(lock)  # which releases the flock
+            fcntl.flock(lock, fcntl.LOCK_UN)  # before the close: a forked child holds a copy
+            os.close(lock)

@@ -91,6 +91,7 @@ class TensorBoardLogger(Logger):
         self._held: deque[tuple[str, Any, int | None, float]] = deque()
         self._warned_unreadable: set[str] = set()
         self._hparams: dict[str, Any] = {}  # every call's, merged
+        self._empty_histograms: set[str] = set()  # warned about: no finite value
         self._started = time.time()
         self.hparams_file = self.log_dir / f"events.hparams.tfevents.{safe_name(name)}"
         self._images = ImageWriter(f"TensorBoardLogger({name!r}) images")
@@ -155,7 +156,9 @@ class TensorBoardLogger(Logger):
         from tensorboardX.summary import hparams  # noqa: PLC0415
 
         for key, value in json_ready(params).items():  # a list or None: shown as its str
-            plain = isinstance(value, bool | int | float | str)
+            plain = isinstance(value, bool | float | str) or (
+                isinstance(value, int) and -(2**63) <= value < 2**63  # TensorBoard's int64
+            )
             self._hparams[key] = value if plain else str(value)
         temporary = self.log_dir / f".{safe_name(self.name)}.hparams.tmp"
         writer = RecordWriter(str(temporary))  # no event file (no "tfevents") until renamed whole
@@ -188,9 +191,17 @@ class TensorBoardLogger(Logger):
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         import numpy as np  # noqa: PLC0415
 
-        self._events().add_histogram(
-            self._tag(name), np.asarray(values, dtype=np.float64).ravel(), global_step=step
-        )
+        array = np.asarray(values, dtype=np.float64).ravel()
+        finite = array[np.isfinite(array)]  # NaN and infinity have no bin
+        if finite.size:
+            self._events().add_histogram(self._tag(name), finite, global_step=step)
+        elif name not in self._empty_histograms:
+            self._empty_histograms.add(name)
+            _logger.warning(
+                f"TensorBoardLogger({self.name!r}): histogram {name!r} at step {step} has no "
+                "finite value, which TensorBoard cannot show; it is not written (reported once "
+                "a name)"
+            )
 
     def flush(self) -> None:
         """Write every event logged so far (waiting for held jax values) and fsync the event file.

@@ -57,7 +57,10 @@ def as_scalar(name: str, value: Any) -> float:
     elif isinstance(value, numbers.Real | decimal.Decimal) or size == 1:
         try:
             array: Any = value  # a 1-d array of one element: float() refuses it, item() does not
-            return float(array.item() if size == 1 and getattr(array, "ndim", 0) else array)
+            number = float(array.item() if size == 1 and getattr(array, "ndim", 0) else array)
+            if math.isinf(number) and isinstance(value, decimal.Decimal) and value.is_finite():
+                raise OverflowError  # float() makes a Decimal too large for a float infinite
+            return number
         except OverflowError:
             raise MetricOverflowError(name, value) from None
         except (TypeError, ValueError):  # one string, one object

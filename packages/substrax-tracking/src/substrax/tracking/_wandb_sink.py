@@ -118,6 +118,8 @@ class WandbSink:
             elif row := _history_row(record.kind, record.payload):
                 self._check_order(row, record.step)
                 run.log(row, step=record.step)
+                if record.step is not None:  # once W&B took it: a refused step counts for nothing
+                    self._last_step = max(self._last_step, record.step)
 
     def _check_order(self, row: Mapping[str, Any], step: int | None) -> None:
         """Warn (once) of a step below one sent already: W&B's history drops such a row."""
@@ -131,7 +133,6 @@ class WandbSink:
                 "(and any later one below the highest step; this is reported once); log steps "
                 "in order, or log the value with its own x-axis (wandb's define_metric)"
             )
-        self._last_step = max(self._last_step, step)
 
     @property
     def failed(self) -> bool:
