@@ -58,13 +58,14 @@ def as_scalar(name: str, value: Any) -> float:
         try:
             array: Any = value  # a 1-d array of one element: float() refuses it, item() does not
             number = float(array.item() if size == 1 and getattr(array, "ndim", 0) else array)
-            if math.isinf(number) and isinstance(value, decimal.Decimal) and value.is_finite():
-                raise OverflowError  # float() makes a Decimal too large for a float infinite
-            return number
         except OverflowError:
             raise MetricOverflowError(name, value) from None
         except (TypeError, ValueError):  # one string, one object
             got = f"{type(value).__name__} {value!r}"
+        else:
+            if math.isinf(number) and isinstance(value, decimal.Decimal) and value.is_finite():
+                raise MetricOverflowError(name, value)  # float() made it infinite
+            return number
     else:
         expected = "a number or a one-element array"
         of_size = "" if size is None else f" of size {size}"
