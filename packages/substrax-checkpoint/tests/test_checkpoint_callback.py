@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from substrax.checkpoint import CheckpointCallback, OrbaxCheckpointStore, PreemptionHandler
+from substrax.checkpoint import (
+    CheckpointCallback,
+    CheckpointNotWrittenError,
+    OrbaxCheckpointStore,
+    PreemptionHandler,
+)
 from substrax.support import MissingExtraError
 
 
@@ -73,6 +78,57 @@ def test_saves_every_n_steps_and_resumes(store_dir):
         assert store.list_steps() == [2, 4, 5]
 
 
+def _items(_trainer):
+    return {"model": {"w": np.zeros(2)}}
+
+
+@pytest.mark.parametrize("epochs_again", [False, True])
+def test_a_resumed_run_driven_by_epochs_alone_goes_on_saving(store_dir, caplog, epochs_again):
+    # the resumed run's trainer counts its epochs on (3, 4, 5) or from 0 again
+    for epochs in (range(3), range(3) if epochs_again else range(3, 6)):
+        with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+            callback = CheckpointCallback(store, items=_items)
+            callback.on_train_begin(None)
+            for epoch in epochs:
+                callback.on_epoch_end(None, epoch, {"val_loss": 1.0 / (epoch + 1)})
+            callback.on_train_end(None)
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [0, 1, 2, 3, 4, 5]
+        assert reader.read_metadata(5).epoch == (2 if epochs_again else 5)
+    assert "skipped" not in caplog.text
+
+
+def test_a_save_skipped_as_not_newer_is_warned_about(store_dir, caplog):
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        callback = CheckpointCallback(store, items=_items)
+        callback.on_train_begin(None)
+        callback.on_batch_end(None, 0, {"loss": 1.0})
+        callback.on_epoch_end(None, 0, {"val_loss": 0.5})
+        callback.on_epoch_end(None, 1, {"val_loss": 0.4})  # an epoch without a batch
+        callback.on_train_end(None)
+        assert store.list_steps() == [1]
+    assert "the save of step 1 (epoch 1) is skipped: the store's latest step is 1" in caplog.text
+
+
+def test_the_epoch_metrics_reach_a_step_that_every_n_steps_saved_at_the_epoch_end(store_dir):
+    with OrbaxCheckpointStore(
+        store_dir, max_to_keep=2, keep_best=1, best_metric="val_loss"
+    ) as store:
+        callback = CheckpointCallback(
+            store, items=_items, every_n_steps=10, monitor=["loss", "val_loss"]
+        )
+        callback.on_train_begin(None)
+        for epoch, val_loss in enumerate([0.3, 0.1, 0.5, 0.6]):
+            for batch in range(10):
+                callback.on_batch_end(None, batch, {"loss": 5.0 - epoch})
+            callback.on_epoch_end(None, epoch, {"val_loss": val_loss})
+        callback.on_train_end(None)
+        assert store.best_step("val_loss") == 20
+        assert store.list_steps() == [20, 30, 40]  # the best kept beside the latest two
+        record = store.read_metadata(20)
+        assert (record.epoch, record.metrics) == (1, {"loss": 4.0, "val_loss": 0.1})
+
+
 def test_callback_validation(store_dir):
     with pytest.raises(ValueError, match="every_n_steps"):
         CheckpointCallback(OrbaxCheckpointStore(store_dir), every_n_steps=0)
@@ -130,7 +186,10 @@ def test_steps_per_call_counts_optimizer_steps_and_takes_the_last_stacked_loss(s
         assert store.list_steps() == [8, 12, 20, 24]
         assert store.read_metadata(8).metrics == {"loss": 13.0}  # the last of call 1's losses
         assert store.read_metadata(20).metrics == {"loss": 43.0}
-        assert store.best_step("loss") == 8
+        # the epoch ends at step 24, which its last call saved: saved again with the epoch's loss
+        record = store.read_metadata(24)
+        assert (record.epoch, record.metrics) == (0, {"loss": 0.5})
+        assert store.best_step("loss") == 24
 
 
 def test_steps_per_call_is_validated(store_dir):
@@ -231,3 +290,39 @@ def test_the_preemption_save_flushes_the_loggers_first(store_dir, fails):
 def test_what_cannot_flush_is_refused_at_construction(store_dir):
     with OrbaxCheckpointStore(store_dir) as store, pytest.raises(TypeError, match="flush="):
         PreemptionHandler(store, flush=["not a logger"])
+
+
+def _preempted_at(store_dir, step):
+    """``check(step)`` after a SIGTERM, under a handler on the store at ``store_dir``."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with PreemptionHandler(OrbaxCheckpointStore(store_dir)) as preemption:
+            signal.raise_signal(signal.SIGTERM)
+            preemption.check(step, lambda: {"model": {"w": np.full(2, 42.0)}})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_preemption_below_the_latest_step_raises_and_never_exits_as_saved(store_dir):
+    # a loop that counts from 0 again after a resume: its state cannot be saved as step 3
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(1000, {"model": {"w": np.zeros(2)}})
+    with pytest.raises(CheckpointNotWrittenError) as refused:
+        _preempted_at(store_dir, 3)
+    assert (refused.value.step, refused.value.latest_step) == (3, 1000)
+    assert refused.value.reason == "below_latest"
+    assert "its state is NOT saved, so it does not exit 0" in "".join(refused.value.__notes__)
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [1000]
+
+
+def test_a_preemption_at_the_latest_step_says_it_saves_nothing(store_dir, caplog):
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(5, {"model": {"w": np.zeros(2)}})
+    with pytest.raises(SystemExit) as stopped:
+        _preempted_at(store_dir, 5)
+    assert stopped.value.code == 0
+    assert "step 5 is the store's latest step already" in caplog.text
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [5]
+        assert "preempted" not in reader.read_metadata(5).extra

@@ -80,9 +80,16 @@ class CheckpointCallback:
     """Save the trainer's state every N epochs and/or every N steps, with the monitored metrics.
 
     It implements the training-callback hooks structurally (any ``CallbackList`` drives it).
-    A save is labelled with the optimizer steps counted (the epoch number before any batch),
-    and a step already saved is skipped. A logged value stacked over the steps of one call is
-    recorded as its last value; a NaN or infinite one is recorded aside by the store.
+    A save is labelled with the optimizer steps counted, from the store's latest step on a
+    resumed run (``on_train_begin``). Before any ``on_batch_end`` it is labelled with the epoch
+    number, or one past the latest step saved where the epoch is not above it (a resumed run
+    driven by epochs alone, its epochs counted on or from 0 again), so labels keep increasing.
+    An epoch end at the step its last batch just saved (``every_n_steps`` landing on the epoch
+    end) saves that step again, ``overwrite=True``, with the epoch and the epoch's metrics over
+    the batch's: the epoch's metrics (``val_loss``) reach the store. Any other save at or below
+    the latest step saved is skipped with a warning naming both.
+    A logged value stacked over the steps of one call is recorded as its last value; a NaN or
+    infinite one is recorded aside by the store.
 
     Args:
         store: where checkpoints go.
@@ -134,7 +141,10 @@ class CheckpointCallback:
         self._every_n_steps = every_n_steps
         self._monitor = None if monitor is None else tuple(monitor)
         self._steps = 0
-        self._last_saved: int | None = None
+        self._counted = False  # whether on_batch_end has counted any step
+        self._last_saved: int | None = None  # the latest step the store holds, to our knowledge
+        # the step the latest batch end saved, and the metrics it recorded, until the next save
+        self._batch_saved: tuple[int, dict[str, float]] | None = None
 
     @property
     def steps(self) -> int:
@@ -151,11 +161,30 @@ class CheckpointCallback:
     def _save(
         self, trainer: object, step: int, epoch: int | None, logs: Mapping[str, Any] | None
     ) -> None:
-        if self._last_saved is not None and step <= self._last_saved:
+        metrics = self._metrics(logs)
+        batch_saved, self._batch_saved = self._batch_saved, None
+        overwrite = False
+        if epoch is not None and batch_saved is not None and batch_saved[0] == step:
+            # every_n_steps landed on the epoch end: the step again, with the epoch's metrics
+            overwrite = True
+            metrics = {**batch_saved[1], **metrics}
+        elif self._last_saved is not None and step <= self._last_saved:
+            _logger.warning(
+                "CheckpointCallback: the save of step %d (epoch %s) is skipped: the store's "
+                "latest step is %d, and a store takes only steps above its latest; no optimizer "
+                "step was counted (on_batch_end) since that one was saved",
+                step,
+                epoch,
+                self._last_saved,
+            )
             return
         flush_before_saving(self._flush, step, "CheckpointCallback")
-        self._store.save(step, self._items(trainer), epoch=epoch, metrics=self._metrics(logs))
+        self._store.save(
+            step, self._items(trainer), epoch=epoch, metrics=metrics, overwrite=overwrite
+        )
         self._last_saved = step
+        if epoch is None:
+            self._batch_saved = (step, metrics)
 
     def on_train_begin(self, trainer: object, /) -> None:
         """Start counting steps from the store's latest step (a resumed run continues)."""
@@ -179,7 +208,13 @@ class CheckpointCallback:
         """Save every ``every_n_epochs`` epochs, with the monitored metrics."""
         if self._every_n_epochs is None or (epoch + 1) % self._every_n_epochs:
             return
-        self._save(trainer, self._steps if self._steps else epoch, epoch, logs)
+        if self._counted:
+            step = self._steps
+        elif self._last_saved is not None and epoch <= self._last_saved:
+            step = self._last_saved + 1  # a resumed run whose epochs are no steps above the latest
+        else:
+            step = epoch
+        self._save(trainer, step, epoch, logs)
 
     def on_batch_begin(self, trainer: object, batch: object, /) -> None:
         """Nothing to do before a batch."""
@@ -190,6 +225,8 @@ class CheckpointCallback:
         """Count the call's optimizer steps; save when the count reaches a multiple of ``every_n_steps``."""
         del batch
         before, self._steps = self._steps, self._steps + self._steps_per_call
+        self._counted = True
+        self._batch_saved = None  # the state moved on from the step a batch end saved
         every = self._every_n_steps
         if every is not None and self._steps // every > before // every:
             self._save(trainer, self._steps, None, logs)

@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import FrameType
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 import jax
 
@@ -17,6 +17,7 @@ from substrax.support import check_int
 from ._callback import Flushable, flush_before_saving, flushables
 from ._lock import TIMEOUT_MS, coordination_client
 from ._protocol import CheckpointStore, PyTree
+from ._write_errors import CheckpointNotWrittenError, NotWrittenReason
 
 
 type Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
@@ -82,7 +83,8 @@ class PreemptionHandler:
 
     Inside ``with PreemptionHandler(store):`` a SIGTERM only sets a flag; the training loop calls
     ``check(step, items)`` at every step boundary, which then saves the step, closes the store
-    and raises ``SystemExit(exit_code)``. Later signals are absorbed.
+    and raises ``SystemExit(exit_code)``. Later signals are absorbed. A step below the store's
+    latest is never saved, so ``check`` raises ``CheckpointNotWrittenError`` for it, never exits.
 
     With several processes (``jax.distributed``) every process stops at the same step: ``check``
     exchanges the flags through ``jax.distributed``'s key-value store, a round trip per step;
@@ -191,9 +193,13 @@ class PreemptionHandler:
     ) -> None:
         """At a step boundary: when any process was preempted, save ``items()`` as ``step`` and exit.
 
-        Call it at every step, on every process, with the same ``step``. ``items`` is called only
-        to save; ``epoch`` and ``metrics`` are recorded with the save (a non-finite metric aside,
-        one that is no number left out with a warning). Then ``SystemExit(exit_code)`` is raised.
+        Call it at every step, on every process, with the same ``step``: the run's global step,
+        counting on from a restored one. ``items`` is called only to save; ``epoch`` and
+        ``metrics`` are recorded with the save (a non-finite metric aside, one that is no number
+        left out with a warning). Then ``SystemExit(exit_code)`` is raised. A ``step`` that is
+        the store's latest already is not saved again (a warning names it); one below the latest
+        cannot be saved, and raises ``CheckpointNotWrittenError`` (``below_latest``) instead of
+        exiting as if the state were saved.
 
         Example:
             >>> import tempfile
@@ -204,14 +210,37 @@ class PreemptionHandler:
         """
         if not self._should_stop(step):
             return
-        self._stopping = True
-        flush_before_saving(self._flush, step, "PreemptionHandler")
         latest = self._store.latest_step()
-        if latest is None or step > latest:
+        if latest is not None and step < latest:
+            self._refuse(step, latest)
+        flush_before_saving(self._flush, step, "PreemptionHandler")
+        if latest == step:  # saved before the notice came, at this very step boundary
+            _logger.warning(
+                "PreemptionHandler: step %d is the store's latest step already, so the "
+                "preemption save writes nothing (the step holds the state saved at it); if "
+                "this loop counts its steps from 0 again after a resume, pass check() the "
+                "run's global step instead",
+                step,
+            )
+        else:
             recorded = _numbers(metrics or {})
             self._store.save(
                 step, items(), epoch=epoch, metrics=recorded, extra={"preempted": True}
             )
+        self._stopping = True
         self._store.close()
         sys.stdout.flush()
         raise SystemExit(self._exit_code)
+
+    def _refuse(self, step: int, latest: int) -> NoReturn:
+        """Raise ``CheckpointNotWrittenError``: ``step`` is below the store's latest step."""
+        error = CheckpointNotWrittenError(
+            step=step, latest_step=latest, reason=NotWrittenReason.BELOW_LATEST
+        )
+        error.add_note(
+            f"PreemptionHandler.check({step}): the process was preempted and its state is NOT "
+            f"saved, so it does not exit {self._exit_code}: the store holds step {latest}. "
+            "Pass check() the run's global step, counting on from the restored step (a loop "
+            "that counts from 0 again after a resume passes steps below the latest)."
+        )
+        raise error
