@@ -1,7 +1,10 @@
-"""The metadata record's public helpers: the library versions a save records, and the check
-that keeps ``extra`` off the record's own field names."""
+"""The metadata record's public helpers: the library versions a save records, the check that
+keeps ``extra`` off the record's own field names and to text JSON holds, and a record that does
+not read back reported as the step's corruption."""
 
 import importlib.metadata
+import json
+import os
 
 import numpy as np
 import pytest
@@ -9,8 +12,10 @@ import pytest
 from substrax.checkpoint import (
     LIBRARY_NAMES,
     RESERVED_METADATA_KEYS,
+    CheckpointCorruptError,
     CheckpointMetadata,
     OrbaxCheckpointStore,
+    Producer,
     check_extra,
     library_versions,
 )
@@ -84,3 +89,69 @@ def test_the_0_1_22_metadata_module_path_gives_the_same_names_and_warns():
         )
     assert OLD_LIBRARY_NAMES is substrax.checkpoint.LIBRARY_NAMES
     assert OLD_RESERVED is substrax.checkpoint.RESERVED_METADATA_KEYS
+
+
+BAD_NAME = os.fsdecode(b"/data/shard-\xff.tfrecord")  # a file name that is not UTF-8: '\udcff'
+ADVICE = r"lone surrogate .*os\.fsencode\(value\)\.decode\('utf-8', 'backslashreplace'\)"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "where"),
+    [
+        ({"extra": {"files": [BAD_NAME]}}, r"extra\['files'\]\[0\]"),
+        ({"extra": {"by_file": {BAD_NAME: 1}}}, r"a key of extra\['by_file'\]"),
+        ({"metrics": {BAD_NAME: 0.5}}, "a metric name"),
+        ({"metrics": {BAD_NAME: float("nan")}}, "a metric name"),  # recorded aside, in extra
+        ({"items": {"model": {"w": np.zeros(2), "path": BAD_NAME}}}, "item 'model' leaf 'path'"),
+        ({"items": {"model": {BAD_NAME: np.zeros(2)}}}, "the path of an item 'model' leaf"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_at_the_save_naming_where_it_is(store_dir, arguments, where):
+    # it used to be saved: every read of the step then raised pydantic's ValidationError, and
+    # retention could prune the steps that still read
+    with OrbaxCheckpointStore(store_dir, async_save=False, max_to_keep=1) as store:
+        store.save(1, {"model": {"w": np.ones(2)}}, metrics={"loss": 0.5})
+        items = arguments.pop("items", {"model": {"w": np.zeros(2)}})
+        with pytest.raises(ValueError, match=f"{where} is .*{ADVICE}"):
+            store.save(2, items, **arguments)
+        assert store.list_steps() == [1]
+        assert store.restore(1).metadata.metrics == {"loss": 0.5}
+        safe = os.fsencode(BAD_NAME).decode("utf-8", "backslashreplace")
+        store.save(2, {"model": {"w": np.zeros(2)}}, extra={"files": [safe]})
+        assert store.read_metadata(2).extra == {"files": ["/data/shard-\\xff.tfrecord"]}
+
+
+@pytest.mark.parametrize("field", ["name", "version"])
+def test_a_producer_with_a_lone_surrogate_is_refused_when_made(field):
+    fields = {"name": "trainer", "version": "1.0", field: BAD_NAME}
+    with pytest.raises(ValueError, match=rf"Producer\.{field} is .*{ADVICE}"):
+        Producer(**fields)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"extra": {"shard": BAD_NAME}},  # what a save used to accept
+        {"producer": {"name": BAD_NAME, "version": "1"}},
+        {"metrics": {"loss": "low"}},
+        {"step": -1},
+    ],
+    ids=["surrogate", "producer", "metric", "step"],
+)
+def test_a_metadata_record_that_does_not_read_back_is_corrupt_naming_step_and_file(
+    store_dir, change
+):
+    with OrbaxCheckpointStore(store_dir, async_save=False, use_checksums=False) as store:
+        store.save(1, {"model": {"w": np.zeros(2)}})
+        store.save(2, {"model": {"w": np.ones(2)}})
+    path = store_dir / "2" / "metadata" / "metadata"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        for read in (store.read_metadata, store.restore):
+            with pytest.raises(CheckpointCorruptError) as error:
+                read(2)
+            assert (error.value.step, error.value.path, error.value.item) == (2, path, "metadata")
+            assert "metadata record does not read back" in str(error.value)
+            assert "pydantic" not in type(error.value).__module__
+            str(error.value).encode()  # printable: no lone surrogate quoted
+        assert store.restore(1).step == 1  # the recovery the guide shows

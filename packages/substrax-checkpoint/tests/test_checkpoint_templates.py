@@ -90,3 +90,108 @@ def test_a_templated_restore_checks_the_step_s_recorded_shapes_without_orbax_met
             store.restore(1, templates={"model": {**weights, "w": np.zeros((3, 2), np.float32)}})
         with pytest.raises(AssertionError, match="item metadata"):
             store.restore(1)  # no template: what orbax stored is read from its metadata
+
+
+def test_a_python_number_s_kind_is_its_dtype_in_a_template():
+    saved = {"lr": "float64", "n": "int64", "big": "uint64", "h": "float32", "flag": "bool"}
+    template = {"lr": 0, "n": 0, "big": 0, "h": 0.0, "flag": False}
+    assert dtype_mismatches("d", saved, template) == [
+        DtypeMismatch(item="d", leaf="lr", saved="float64", restored="int")
+    ]
+    assert dtype_mismatches("d", {"n": "int64"}, {"n": jnp.zeros((), jnp.int32)}) == [
+        DtypeMismatch(item="d", leaf="n", saved="int64", restored="int32")
+    ]
+    assert dtype_mismatches("d", {"n": "int64", "f": "bfloat16"}, {"n": 0.0, "f": 0}) == [
+        DtypeMismatch(item="d", leaf="f", saved="bfloat16", restored="int"),
+        DtypeMismatch(item="d", leaf="n", saved="int64", restored="float"),
+    ]
+
+
+def test_python_numbers_restore_into_another_type_only_with_cast_dtypes(tmp_path):
+    # it used to be silent: position came back as Array(5, int32), lr as 0
+    from substrax.checkpoint import CheckpointDtypeMismatchError, OrbaxCheckpointStore
+
+    saved = {"position": 2**33 + 5, "lr": 0.1, "seen": 7}
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(0, {"data_iterator": saved})
+        template = {"position": jnp.array(0), "lr": 0, "seen": 0}
+        with pytest.raises(CheckpointDtypeMismatchError, match="cast_dtypes=True") as error:
+            store.restore(0, templates={"data_iterator": template})
+        assert {(m.leaf, m.saved, m.restored) for m in error.value.mismatches} == {
+            ("lr", "float64", "int"),
+            ("position", "int64", str(jnp.array(0).dtype)),
+        }
+        for wrong in (jnp.zeros(()), np.float32(0), 0.0):
+            with pytest.raises(
+                CheckpointDtypeMismatchError, match="data_iterator:position int64 -> "
+            ):
+                store.restore(0, templates={"data_iterator": {**template, "position": wrong}})
+        same = {"position": 0, "lr": 0.0, "seen": np.int64(0)}
+        restored = store.restore(0, templates={"data_iterator": same}).items["data_iterator"]
+        assert restored == saved
+        assert type(restored["position"]) is int
+        assert type(restored["lr"]) is float
+        cast = store.restore(0, templates={"data_iterator": template}, cast_dtypes=True)
+        assert cast.items["data_iterator"]["lr"] == 0  # asked for
+
+
+KEY = jax.random.key(0, impl="rbg")
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        (
+            {"model": {"w": 0.0, "n": 0}},
+            "'w' is a float64 array of shape (3,) in the checkpoint "
+            "but the Python float 0.0 in the template",
+        ),
+        (
+            {"model": {"w": np.zeros(3), "n": "x"}},
+            "'n' is a Python number (int64) in the checkpoint but a str in the template",
+        ),
+        ({"model": {"w": np.zeros(3), "n": 0, "s": 0}}, "'s' is not stored"),
+        ({"model": {"w": np.zeros(3)}}, "'n' is stored but missing from the template"),
+        (
+            {"rng": {"key": jax.random.key(0)}},
+            "'key' holds PRNG key data of shape (4,) in the "
+            "checkpoint but the template has a key<fry> PRNG key of shape (), whose key data has "
+            "shape (2,)",
+        ),
+        (
+            {"rng": {"key": jax.random.split(jax.random.key(0, impl="rbg"), 3)}},
+            "'key' has shape (3,) in the template but () in the checkpoint",
+        ),
+    ],
+    ids=[
+        "float-for-array",
+        "str-for-int",
+        "unstored",
+        "missing-python-leaf",
+        "threefry-for-rbg",
+        "split-keys",
+    ],
+)
+def test_a_template_that_does_not_fit_is_a_mismatch_naming_the_leaf_never_corruption(
+    tmp_path, template, message
+):
+    # it used to be CheckpointCorruptError ("step 0 ... is corrupted"), whose recovery (the
+    # guide's) restores an older step instead
+    from substrax.checkpoint import CheckpointCorruptError, OrbaxCheckpointStore
+
+    stored = {"model": {"w": np.arange(3.0), "n": 7}, "rng": {"key": KEY}}
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(0, stored)
+        with pytest.raises(ValueError, match=r"template for item .* does not match") as error:
+            store.restore(0, templates=template)
+        assert not isinstance(error.value, CheckpointCorruptError)
+        assert message in str(error.value)
+        fitting = {
+            "model": {"w": np.zeros(3), "n": 0},
+            "rng": {"key": jax.random.key(1, impl="rbg")},
+        }
+        restored = store.restore(0, templates=fitting).items
+        assert restored["model"]["n"] == 7
+        np.testing.assert_array_equal(
+            jax.random.key_data(restored["rng"]["key"]), jax.random.key_data(KEY)
+        )

@@ -20,7 +20,7 @@ from substrax.records import UNKNOWN_FIELDS_REFUSED, read_record
 from substrax.support import check_float, check_int
 from substrax.typing import JsonValue
 
-from ._read_errors import UnsupportedCheckpointError
+from ._read_errors import UnsupportedCheckpointError, unreadable_record
 
 
 FORMAT_NAME: Final = "substrax-checkpoint"
@@ -68,6 +68,8 @@ class Producer:
     def __post_init__(self) -> None:
         if not self.name.strip():
             raise ValueError("Producer.name is empty; name the program that writes checkpoints")
+        check_text("Producer.name", self.name)
+        check_text("Producer.version", self.version)
 
     def to_dict(self) -> dict[str, str]:
         """The producer as a JSON object."""
@@ -112,6 +114,15 @@ class CheckpointMetadata:
         if self.epoch is not None:
             check_int("epoch", self.epoch, minimum=0)
         check_item_names(self.items)
+        extra = cast("object", self.extra)  # user input: check_extra below says if not a mapping
+        nonfinite = extra.get(NONFINITE_METRICS_KEY) if isinstance(extra, Mapping) else None
+        names: list[object] = [*self.metrics]
+        names += (
+            cast("Mapping[object, object]", nonfinite) if isinstance(nonfinite, Mapping) else ()
+        )
+        for name in names:  # the nonfinite record's too: named as metrics, not as extra's keys
+            if isinstance(name, str):
+                check_text("a metric name", name)
         for name, value in self.metrics.items():
             try:
                 check_float(f"metric {name!r}", value)
@@ -216,10 +227,38 @@ def check_extra(extra: Mapping[str, object]) -> None:
         )
 
 
+def check_text(where: str, text: str) -> None:
+    r"""Refuse ``text`` (named ``where``) unless it is UTF-8: JSON readers refuse a lone surrogate.
+
+    ``os.fsdecode`` gives one for each byte of a file name that is not UTF-8.
+
+    Example:
+        >>> import os
+        >>> from substrax.checkpoint._metadata import check_text
+        >>> check_text("extra['files'][0]", os.fsdecode(b"shard-\xff"))
+        Traceback (most recent call last):
+        ...
+        ValueError: extra['files'][0] is 'shard-\udcff', whose character '\udcff' is a lone ...
+    """
+    if text.isascii():
+        return
+    try:
+        text.encode()
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{where} is {text!r}, whose character {text[error.start]!r} is a lone surrogate "
+            "(os.fsdecode's stand-in for a byte of a file name that is not UTF-8), which no JSON "
+            "record reads back; store os.fsencode(value).decode('utf-8', 'backslashreplace') "
+            "(or value.encode('utf-8', 'backslashreplace').decode()) instead"
+        ) from None
+
+
 def _check_json(value: object, where: str) -> None:
     """Refuse ``value`` (at ``where``) unless it is JSON data that reads back as it is."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{where} is {value}, which JSON cannot hold; store str(value) instead")
+    if isinstance(value, str):
+        check_text(where, value)
     if value is None or isinstance(value, bool | int | float | str):
         return
     if isinstance(value, list | tuple):
@@ -232,6 +271,7 @@ def _check_json(value: object, where: str) -> None:
                 raise TypeError(f"{where} has the key {key!r}, not a str; JSON keys are text")
             if not key:
                 raise ValueError(f"{where} has an empty key; name each entry")
+            check_text(f"a key of {where}", key)
             _check_json(item, f"{where}[{key!r}]")
         return
     raise TypeError(
@@ -291,9 +331,14 @@ def read_step(step_dir: Path, step: int) -> StepRecord:
     if not isinstance(raw, dict):
         raise UnsupportedCheckpointError(f"{path} is not a JSON object")
     raw = cast("dict[str, Any]", raw)
-    if raw.get("checkpoint_version") == _FORMAT2_VERSION:
-        return StepRecord(format2_metadata(raw, step), "format2", None)
-    metadata = CheckpointMetadata.from_dict(raw)
+    try:
+        if raw.get("checkpoint_version") == _FORMAT2_VERSION:
+            return StepRecord(format2_metadata(raw, step), "format2", None)
+        metadata = CheckpointMetadata.from_dict(raw)
+    except UnsupportedCheckpointError:
+        raise
+    except (ValueError, TypeError) as error:  # pydantic's ValidationError is a ValueError
+        raise unreadable_record(path, step, error) from error
     dtypes_file = step_dir / DTYPES_ITEM / _JSON_FILE
     try:
         dtypes: object = json.loads(dtypes_file.read_text())

@@ -97,7 +97,7 @@ class CheckpointDtypeMismatchError(_ReadError, ValueError, kw_only=True):
         )
         hint = ""
         if any(m.saved.endswith("64") and m.restored.endswith("32") for m in mismatches):
-            hint = " (a 64-bit array narrows while x64 is off: set jax_enable_x64 to keep it)"
+            hint = " (a 64-bit value narrows while x64 is off: set jax_enable_x64 to keep it)"
         return (
             f"restoring step {self.step} would change {len(mismatches)} dtype(s): "
             f"{shown}{hint}; pass cast_dtypes=True to cast, or use a template with the stored dtypes"
@@ -133,6 +133,21 @@ class CheckpointCorruptError(_ReadError, ValueError, kw_only=True):
             f"leaf {self.leaf!r} is damaged ({self.path}: {self.detail}); restore an earlier step "
             "(list_steps()), and check the others with `python -m substrax.checkpoint verify DIR`"
         )
+
+
+def unreadable_record(path: Path, step: int, error: Exception) -> CheckpointCorruptError:
+    """``CheckpointCorruptError`` for the metadata record at ``path`` that does not read as one."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    text = " ".join(line for line in lines[:3] if not line.startswith("For further information"))
+    text = text.encode("utf-8", "backslashreplace").decode()  # printable, whatever it quotes
+    return CheckpointCorruptError(
+        step=step,
+        item="metadata",
+        leaf="<root>",
+        directory=path.parent.parent.parent,
+        path=path,
+        detail=f"the step's metadata record does not read back ({text[:300]})",
+    )
 
 
 class CheckpointStoreNotFoundError(_ReadError, FileNotFoundError, kw_only=True):

@@ -1,10 +1,10 @@
-"""Reading a step: template and dtype checks before any array is read, placement, stored leaves."""
+"""Reading a step: templates checked before any array is read, placement, stored leaves."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import jax
 import numpy as np
@@ -16,79 +16,12 @@ from . import _trees
 from ._manifest import Damage, check_manifest, read_manifest
 from ._metadata import DTYPES_ITEM, WRAPPER, StepRecord
 from ._read_errors import CheckpointCorruptError, CheckpointDtypeMismatchError, DtypeMismatch
-
-
-def dtype_mismatches(item: str, saved: Mapping[str, str], template: PyTree) -> list[DtypeMismatch]:
-    """The template leaves whose dtype differs from the stored one."""
-    return [
-        DtypeMismatch(item=item, leaf=path, saved=saved[path], restored=wanted)
-        for path, leaf in _trees.flat_leaves(template)
-        if (wanted := _trees.leaf_dtype(leaf)) is not None and saved.get(path, wanted) != wanted
-    ]
-
-
-def check_template(item: str, stored: PyTree, template: PyTree) -> None:
-    """Raise ValueError naming the first leaf where ``template`` does not fit the ``stored`` tree."""
-
-    def mismatch(path: str, problem: str) -> ValueError:
-        prefix = f"template for item {item!r} does not match the checkpoint: leaf {path!r}"
-        return ValueError(f"{prefix} {problem}")
-
-    saved = dict(_trees.flat_leaves(stored))
-    wanted = _trees.flat_leaves(template)
-    for path, leaf in wanted:
-        if path not in saved:
-            raise mismatch(
-                path, "is not stored (the store was written for another structure or architecture)"
-            )
-        saved_shape = getattr(saved[path], "shape", None)
-        shape = getattr(leaf, "shape", None)
-        if saved_shape is not None and shape is not None and tuple(saved_shape) != tuple(shape):
-            if jax.dtypes.issubdtype(getattr(leaf, "dtype", np.float32), jax.dtypes.prng_key):
-                continue
-            raise mismatch(
-                path,
-                f"has shape {tuple(shape)} in the template but {tuple(saved_shape)} in the checkpoint",
-            )
-    wanted_paths = {path for path, _ in wanted}
-    for path in saved:
-        if path not in wanted_paths:
-            raise mismatch(path, "is stored but missing from the template")
-
-
-def _concrete(sharding: object, path: str, mesh: jax.sharding.Mesh | None) -> object:
-    if not isinstance(sharding, jax.sharding.NamedSharding):
-        return sharding
-    abstract = sharding.mesh
-    if not isinstance(abstract, jax.sharding.AbstractMesh):
-        return sharding
-    candidate = mesh
-    if candidate is None:
-        # the mesh set with jax.set_mesh (an empty one when none is); a jax without the public
-        # getter asks for restore(..., mesh=mesh) below
-        getter = getattr(jax.sharding, "get_mesh", None)
-        found = cast("jax.sharding.Mesh | None", getter() if callable(getter) else None)
-        candidate = None if found is None or found.empty else found
-    if candidate is None or dict(candidate.shape) != dict(abstract.shape):
-        raise ValueError(
-            f"template leaf {path!r} carries an abstract mesh {dict(abstract.shape)} (a template "
-            "from nnx.eval_shape under a mesh); pass restore(..., mesh=mesh) or restore inside "
-            "`with jax.set_mesh(mesh):` with a concrete mesh of that shape"
-        )
-    return jax.sharding.NamedSharding(candidate, sharding.spec, memory_kind=sharding.memory_kind)
-
-
-def resolve_abstract_meshes(template: PyTree, mesh: jax.sharding.Mesh | None) -> PyTree:
-    """Replace abstract meshes in ``ShapeDtypeStruct`` leaves with a concrete mesh of that shape."""
-    pairs, treedef = jax.tree_util.tree_flatten_with_path(template)
-    leaves: list[object] = []
-    for path, leaf in pairs:
-        if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is not None:
-            sharding = _concrete(leaf.sharding, _trees.leaf_path(path), mesh)
-            if sharding is not leaf.sharding:
-                leaf = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # noqa: PLW2901
-        leaves.append(leaf)
-    return jax.tree_util.tree_unflatten(treedef, leaves)
+from ._templates import (
+    check_template,
+    dtype_mismatches,
+    python_number_dtypes,
+    resolve_abstract_meshes,
+)
 
 
 def stored_restore_args(stored: PyTree, host: Mapping[str, str] | None = None) -> PyTree:
@@ -133,7 +66,7 @@ def stored_leaves(stored: PyTree) -> list[StoredLeaf]:
     for path, leaf in _trees.flat_leaves(stored):
         shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
         name, nbytes = ("str" if isinstance(leaf, ocp.metadata.StringMetadata) else None), None
-        if dtype is not None and _is_key(dtype):
+        if dtype is not None and _trees.is_key(dtype):
             name = str(dtype)
         elif dtype is not None:
             name = np.dtype(dtype).name
@@ -142,13 +75,6 @@ def stored_leaves(stored: PyTree) -> list[StoredLeaf]:
         shape = None if shape is None else tuple(int(s) for s in shape)
         leaves.append(StoredLeaf(path=path, shape=shape, dtype=name, nbytes=nbytes))
     return leaves
-
-
-def _is_key(dtype: object) -> bool:
-    try:
-        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))  # type: ignore[arg-type]
-    except TypeError:
-        return False
 
 
 def stored_trees(
@@ -175,13 +101,24 @@ _DAMAGE_ERRORS: Final = (ValueError, KeyError, TypeError, AttributeError)
 _SHOWN: Final = 300  # characters of orbax's message shown in a corrupt error's detail
 
 
-def _damaged(error: Exception, manager: ocp.CheckpointManager, step: int) -> CheckpointCorruptError:
-    """``CheckpointCorruptError`` for what orbax raised reading ``step``: the damaged file, or its words."""
+def _damaged(
+    error: Exception,
+    manager: ocp.CheckpointManager,
+    step: int,
+    unfit: Callable[[], ValueError | None] = lambda: None,
+) -> ValueError:
+    """What orbax's ``error`` reading ``step`` means, as the error to raise.
+
+    The damaged file (``CheckpointCorruptError``), else the template mismatch ``unfit`` finds
+    (``ValueError``), else corruption in orbax's words.
+    """
     root = Path(str(manager.directory))
     manifest = read_manifest(root / str(step))
     damage = [] if manifest is None else check_manifest(root / str(step), manifest)
     if damage:
         return _corrupt(root, step, damage)
+    if (mismatch := unfit()) is not None:
+        return mismatch
     text = str(error).split(" [tensorstore_spec", 1)[0].strip()
     shown = text if len(text) <= _SHOWN else f"{text[:_SHOWN]}..."
     return CheckpointCorruptError(
@@ -192,6 +129,25 @@ def _damaged(error: Exception, manager: ocp.CheckpointManager, step: int) -> Che
         path=root / str(step),
         detail=f"orbax could not read it ({type(error).__name__}: {shown})",
     )
+
+
+def _unfit(
+    manager: ocp.CheckpointManager, step: int, record: StepRecord, templates: Mapping[str, PyTree]
+) -> ValueError | None:
+    """The first template leaf that orbax's metadata of ``step`` shows does not fit, or None.
+
+    A template checked against the step's recorded shapes only (no Python leaves, no key's
+    implementation) is checked again here when orbax refuses it.
+    """
+    try:
+        stored = stored_trees(manager, step, record, list(templates))
+        for name, template in templates.items():
+            check_template(name, stored[name], template)
+    except CheckpointCorruptError:
+        return None
+    except ValueError as mismatch:
+        return mismatch
+    return None
 
 
 def _corrupt(root: Path, step: int, damage: Sequence[Damage]) -> CheckpointCorruptError:
@@ -282,6 +238,7 @@ def restore_items(
         for name, tree in trees.items():
             saved = (record.dtypes or {}).get(name)
             saved = _trees.dtype_record(stored[name]) if saved is None else saved
+            saved = {**saved, **python_number_dtypes(stored[name])}  # none in recorded shapes
             found += dtype_mismatches(name, saved, tree)
         return found
 
@@ -306,8 +263,10 @@ def restore_items(
             args[name] = ocp.args.PyTreeRestore(restore_args=restore)
     try:
         restored = manager.restore(step, args=ocp.args.Composite(**args))
-    except _DAMAGE_ERRORS as error:
-        raise _damaged(error, manager, step) from error
+    except _DAMAGE_ERRORS as error:  # damaged files, or a template orbax's metadata refuses
+        raise _damaged(
+            error, manager, step, lambda: _unfit(manager, step, record, resolved)
+        ) from error
     values = {
         name: _trees.as_saved(restored[name][WRAPPER] if wrapped else restored[name], kinds[name])
         for name in held

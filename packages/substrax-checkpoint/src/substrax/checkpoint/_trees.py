@@ -9,7 +9,7 @@ import orbax.checkpoint as ocp
 
 from substrax.typing import PyTree
 
-from ._metadata import HOST_LEAVES, SHAPES
+from ._metadata import HOST_LEAVES, SHAPES, check_text
 from ._write_errors import CheckpointLeafNameCollisionError
 
 
@@ -52,10 +52,15 @@ def leaf_dtype(leaf: object) -> str | None:
 
 
 def check_stored_names(item: str, paths: list[tuple[object, ...]]) -> None:
-    """Refuse (``CheckpointLeafNameCollisionError``) two leaves that orbax stores under one name."""
+    """Refuse (``CheckpointLeafNameCollisionError``) two leaves that orbax stores under one name.
+
+    A path that is not UTF-8 text (a lone surrogate in a key) is refused too (``ValueError``).
+    """
     seen: dict[str, tuple[object, ...]] = {}
     for path in paths:
         name = leaf_path(path, ".")
+        if not name.isascii():  # orbax writes the name into its JSON metadata
+            check_text(f"the path of an item {item!r} leaf", leaf_path(path))
         first = seen.setdefault(name, path)
         if first is not path:
             raise CheckpointLeafNameCollisionError(
@@ -105,6 +110,8 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
         kinds: dict[str, HostKind] = {}
         for key_path, leaf in pairs:
             dtype, kind = leaf_dtype(leaf), host_kind(leaf)
+            if isinstance(leaf, str) and not leaf.isascii():
+                check_text(f"item {name!r} leaf {leaf_path(key_path)!r}", leaf)
             if dtype is None and kind is None and not _too_large(leaf):
                 leaves.append(leaf)
                 continue
@@ -183,3 +190,11 @@ def globalize_host_local(items: Mapping[str, PyTree]) -> dict[str, PyTree]:
         return leaf
 
     return {name: jax.tree.map(convert, tree) for name, tree in items.items()}
+
+
+def is_key(dtype: object) -> bool:
+    """Whether ``dtype`` is a typed PRNG key's (``key<fry>``...)."""
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))  # type: ignore[arg-type]
+    except TypeError:
+        return False
