@@ -116,3 +116,52 @@ def test_a_step_killed_before_its_manifest_stays_unverified_and_its_leftover_goe
     capsys.readouterr()
     assert main(["verify", "--json", str(store_dir)]) == 0
     assert [row["status"] for row in json.loads(capsys.readouterr().out)] == ["ok", "unverified"]
+
+
+# saves steps 1 and 2, then overwrites step 2 and is killed: before the new step 2 is committed
+# ("before"), or once it is, as its manifest is written ("after")
+KILLED_MID_OVERWRITE = textwrap.dedent(
+    """
+    import os, signal, sys
+    import numpy as np
+    import substrax.checkpoint._save as save_module
+    from substrax.checkpoint import OrbaxCheckpointStore
+
+    def killed(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    store = OrbaxCheckpointStore(sys.argv[1], max_to_keep=None)
+    for step in (1, 2):
+        store.save(step, {"model": {"w": np.full(3, step, np.float32)}}, metrics={"loss": step})
+    store.wait()
+    if sys.argv[2] == "before":
+        save_module.save_held = killed
+    else:
+        save_module.write_manifest = killed
+    store.save(2, {"model": {"w": np.full(3, 9, np.float32)}}, metrics={"loss": 0.1}, overwrite=True)
+    store.wait()
+    """
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+@pytest.mark.parametrize(("killed", "value", "loss"), [("before", 2, 2.0), ("after", 9, 0.1)])
+def test_a_writer_killed_mid_overwrite_leaves_the_old_step_or_the_new_one(
+    store_dir, killed, value, loss, caplog
+):
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_MID_OVERWRITE, str(store_dir), killed],
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL
+    with caplog.at_level("WARNING"), OrbaxCheckpointStore(store_dir) as store:  # the next writer
+        assert store.list_steps() == [1, 2]
+        checkpoint = store.restore(2)
+        np.testing.assert_array_equal(checkpoint.items["model"]["w"], np.full(3, value))
+        assert checkpoint.metadata.metrics == {"loss": loss}
+        assert store.best_step("loss") == (2 if killed == "after" else 1)
+    assert ("the step it was replacing is back in place" in caplog.text) == (killed == "before")
+    assert not list((store_dir / ".substrax-replaced").iterdir())
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.best_step("loss") == (2 if killed == "after" else 1)

@@ -1,6 +1,10 @@
 """The open store's lifecycle (``_lifecycle``): its properties, the pending write finished by
 ``wait``, closing (idempotent, by a ``with`` block even when its body raises)."""
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -61,3 +65,59 @@ def test_a_with_block_closes_the_store_even_when_its_body_raises(store_dir):
         store.list_steps()
     with OrbaxCheckpointStore(store_dir) as next_writer:  # the writer lock was released
         assert next_writer.list_steps() == [1]
+
+
+# saves step 1, then step 2 asynchronously (its write held back a moment), and leaves the store
+# unclosed: the program ends (falls off its end, raises, sys.exit) or drops the store ("del")
+UNCLOSED = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    import substrax.checkpoint._save as save_module
+    from substrax.checkpoint import OrbaxCheckpointStore
+
+    held = save_module.save_held
+
+    def slow(*args):
+        time.sleep(0.5)
+        return held(*args)
+
+    store = OrbaxCheckpointStore(sys.argv[1])
+    store.save(1, {"model": {"w": np.ones(4, np.float32)}})
+    store.wait()
+    save_module.save_held = slow
+    store.save(2, {"model": {"w": np.full(4, 2, np.float32)}}, metrics={"loss": 0.5})
+    how = sys.argv[2]
+    if how == "raise":
+        raise RuntimeError("the training loop crashed")
+    if how == "exit":
+        sys.exit(3)
+    if how == "del":
+        del store
+        print("dropped", flush=True)
+    """
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+@pytest.mark.parametrize("how", ["end", "raise", "exit", "del"])
+def test_a_store_nobody_closed_finishes_its_write_or_warns_it_is_lost(store_dir, how):
+    child = subprocess.run(
+        [sys.executable, "-c", UNCLOSED, str(store_dir), how],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == {"raise": 1, "exit": 3}.get(how, 0), child.stderr
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        steps = reader.list_steps()
+        assert all(reader.restore(step).verified for step in steps)
+    if how == "del":  # dropped while the interpreter runs: the write finishes first
+        assert steps == [1, 2]
+        assert "dropped" in child.stdout
+        assert "is lost" not in child.stderr
+    else:  # an exiting interpreter starts no thread, and orbax's write needs new ones
+        assert steps == [1]
+        assert f"checkpoint step 2 in {store_dir} is lost" in child.stderr
+        assert "call store.close()" in child.stderr

@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 
 from substrax.checkpoint import OrbaxCheckpointStore
@@ -10,13 +12,17 @@ from substrax.checkpoint._manager import (
 )
 
 
-def test_step_directories_are_the_integer_named_directories(tmp_path):
-    for name in ("3", "10", "1"):
-        (tmp_path / name).mkdir()
+def test_step_directories_are_the_directories_holding_their_own_step_s_record(tmp_path):
+    for name in ("3", "10", "1", "5", "6", "007"):
+        (tmp_path / name / "metadata").mkdir(parents=True)
+        step = {"5": 4}.get(name, int(name))  # 5 holds step 4's record (a copy)
+        (tmp_path / name / "metadata" / "metadata").write_text(json.dumps({"step": step}))
+    (tmp_path / "6" / "metadata" / "metadata").write_text("{")  # damaged: still a step
     (tmp_path / "7").write_text("a file, not a step")
+    (tmp_path / "8" / "results").mkdir(parents=True)  # no record: not a step
     (tmp_path / "4.orbax-checkpoint-tmp").mkdir()
     (tmp_path / "best").mkdir()
-    assert step_directories(tmp_path) == [1, 3, 10]
+    assert step_directories(tmp_path) == [1, 3, 6, 10]
     assert step_directories(tmp_path / "absent") == []
 
 

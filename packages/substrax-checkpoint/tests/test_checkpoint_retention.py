@@ -6,6 +6,7 @@ import pytest
 
 from substrax.checkpoint import (
     BestMetricNotRecordedError,
+    CheckpointNotWrittenError,
     CheckpointWriteError,
     Mode,
     OrbaxCheckpointStore,
@@ -231,3 +232,28 @@ def test_retention_deletes_a_step_only_once_the_next_is_committed_with_its_manif
     with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
         assert reader.list_steps() == [2]
         assert reader.restore(2).verified
+
+
+def test_retention_and_prune_never_touch_folders_the_store_did_not_write(store_dir, caplog):
+    for seed in ("0", "1"):  # a sweep's per-seed results, named like steps
+        (store_dir / seed).mkdir(parents=True)
+        (store_dir / seed / "results.csv").write_text("precious")
+    with caplog.at_level("WARNING"):
+        with OrbaxCheckpointStore(store_dir, max_to_keep=1) as store:
+            _save(store, 100)
+            _save(store, 200)
+            store.wait()
+            assert store.list_steps() == [200]
+            assert store.prune() == []
+            with pytest.raises(CheckpointNotWrittenError) as occupied:  # never replaced
+                store.save(1, {"model": {"w": np.zeros(4)}}, overwrite=True)
+            assert occupied.value.reason == "occupied"
+            assert "move it out of the store" in str(occupied.value)
+        with OrbaxCheckpointStore(store_dir, max_to_keep=1, read_only=True) as reader:
+            assert reader.list_steps() == [200]
+    for seed in ("0", "1"):
+        assert (store_dir / seed / "results.csv").read_text() == "precious"
+    messages = [record.getMessage() for record in caplog.records]
+    warned = [message for message in messages if "is named like a checkpoint step" in message]
+    assert len(warned) == 2, "said once for each folder, however often the store looks"
+    assert all("leaves it in place" in message for message in warned)

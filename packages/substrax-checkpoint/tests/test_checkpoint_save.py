@@ -2,6 +2,8 @@
 leaves whose stored names collide, and saves that fail before anything is written."""
 
 import datetime
+import os
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,7 @@ import pytest
 from substrax.checkpoint import (
     CheckpointLeafNameCollisionError,
     CheckpointNotWrittenError,
+    CheckpointWriteError,
     NotWrittenReason,
     OrbaxCheckpointStore,
 )
@@ -63,10 +66,12 @@ def test_strict_writes(store_dir):
 )
 def test_one_refusal_per_save(step, steps, overwrite, expected):
     assert refusal(step, steps, overwrite=overwrite) is expected
+    assert refusal(step, steps, overwrite=overwrite, occupied=True) is NotWrittenReason.OCCUPIED
 
 
 def test_a_reason_is_its_string_and_says_what_to_do():
-    assert [reason.value for reason in NotWrittenReason] == ["exists", "below_latest", "rejected"]
+    reasons = ["exists", "below_latest", "rejected", "occupied"]
+    assert [reason.value for reason in NotWrittenReason] == reasons
     error = CheckpointNotWrittenError(step=2, latest_step=4, reason="rejected")
     assert error.reason is NotWrittenReason.REJECTED
     assert str(error).endswith(NotWrittenReason.REJECTED.advice)
@@ -208,3 +213,90 @@ def test_a_read_refuses_a_step_that_is_no_step_number(store_dir, step, error):
         with pytest.raises(error, match="step"):
             store.read_metadata(step)
         assert store.restore(np.int64(5)).step == 5
+
+
+@pytest.mark.parametrize("async_save", [False, True], ids=["blocking", "async"])
+@pytest.mark.parametrize("failure", ["datetime", "donated", "commit"])
+def test_a_failed_overwrite_keeps_the_step_it_would_replace(
+    store_dir, monkeypatch, failure, async_save
+):
+    rename = os.rename
+
+    def failing_commit(src, dst, *args, **kwargs):  # a full disk as orbax commits the new step
+        if "orbax-checkpoint-tmp" in str(src) and Path(dst) == store_dir / "2":
+            raise OSError(28, "injected: no space left on device")
+        return rename(src, dst, *args, **kwargs)
+
+    def bad() -> object:
+        if failure == "datetime":
+            return datetime.datetime.now(tz=datetime.UTC)
+        if failure == "commit":
+            monkeypatch.setattr(os, "rename", failing_commit)
+            return np.zeros(3, np.float32)
+        donated = jnp.ones(3)
+        jax.jit(lambda a: a + 1, donate_argnums=0)(donated)
+        return donated  # deleted by the donation
+
+    old = {"model": {"w": np.arange(3, dtype=np.float32)}}
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None, async_save=async_save) as store:
+        store.save(1, old, metrics={"loss": 0.5})
+        store.save(2, old, metrics={"loss": 0.4})
+        store.wait()
+
+        def overwrite() -> None:
+            store.save(2, {"model": {"w": bad()}}, metrics={"loss": 0.1}, overwrite=True)
+            store.wait()  # an asynchronous write fails here
+
+        with pytest.raises(Exception):  # noqa: B017, PT011 - whatever jax or orbax raise
+            overwrite()
+        monkeypatch.setattr(os, "rename", rename)
+        assert store.list_steps() == [1, 2]
+        assert store.best_step("loss") == 2
+        kept = store.restore(2)
+        np.testing.assert_array_equal(kept.items["model"]["w"], old["model"]["w"])
+        assert kept.metadata.metrics == {"loss": 0.4}
+        assert kept.verified
+        store.save(
+            2, {"model": {"w": np.ones(3, np.float32)}}, metrics={"loss": 0.9}, overwrite=True
+        )
+        store.wait()
+        assert store.restore(2).metadata.metrics == {"loss": 0.9}
+        assert store.best_step("loss") == 1
+    assert not list((store_dir / ".substrax-replaced").iterdir()), "the replaced step is gone"
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [1, 2]
+        assert reader.best_step("loss") == 1
+
+
+def test_a_save_onto_a_folder_that_is_not_a_step_is_refused(store_dir):
+    (store_dir / "7").mkdir(parents=True)
+    (store_dir / "7" / "notes.txt").write_text("mine")
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        for overwrite in (False, True):
+            with pytest.raises(CheckpointNotWrittenError, match="not a checkpoint step") as error:
+                store.save(7, {"model": {"w": np.zeros(2)}}, overwrite=overwrite)
+            assert error.value.reason is NotWrittenReason.OCCUPIED
+        assert store.list_steps() == []
+    assert (store_dir / "7" / "notes.txt").read_text() == "mine"
+
+
+def test_an_overwrite_whose_old_step_cannot_be_moved_aside_changes_nothing(store_dir, monkeypatch):
+    rename = os.rename
+
+    def refused(src, dst, *args, **kwargs):
+        if ".substrax-replaced" in str(dst):
+            raise PermissionError(13, "injected: permission denied", str(dst))
+        return rename(src, dst, *args, **kwargs)
+
+    old = {"model": {"w": np.arange(3, dtype=np.float32)}}
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(2, old, metrics={"loss": 0.4})
+        monkeypatch.setattr(os, "rename", refused)
+        with pytest.raises(CheckpointWriteError, match="could not be moved aside") as error:
+            store.save(2, {"model": {"w": np.ones(3)}}, metrics={"loss": 0.1}, overwrite=True)
+        assert "injected: permission denied" in str(error.value)
+        monkeypatch.setattr(os, "rename", rename)
+        assert store.list_steps() == [2]
+        assert store.best_step("loss") == 2
+        assert store.read_metadata(2).metrics == {"loss": 0.4}
+        np.testing.assert_array_equal(store.restore(2).items["model"]["w"], old["model"]["w"])

@@ -1,4 +1,5 @@
 import json
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -206,3 +207,49 @@ def test_resolve_checkpoint_dir(tmp_path):
     assert not (tmp_path / "checkpoints").exists()
     with pytest.raises(ValueError, match="neither"):
         resolve_checkpoint_dir(None, None)
+
+
+def test_a_step_directory_renamed_or_copied_is_not_a_step(store_dir, caplog, capsys):
+    from substrax.checkpoint._cli import main
+
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None, async_save=False) as store:
+        for step in (1, 2, 3):
+            store.save(step, {"model": {"w": np.full(4, step, np.float32)}}, metrics={"loss": step})
+    (store_dir / "3").rename(store_dir / "7")
+    shutil.copytree(store_dir / "1", store_dir / "9")
+    with caplog.at_level("WARNING"), OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [1, 2]
+        latest = reader.restore(None)
+        assert (latest.step, latest.metadata.step) == (2, 2)
+        np.testing.assert_array_equal(latest.items["model"]["w"], np.full(4, 2))
+        for step in (7, 9):
+            with pytest.raises(CheckpointNotFoundError):
+                reader.restore(step)
+        assert reader.best_step("loss") == 1
+    assert "holds the metadata record of step 1, not of step 9" in caplog.text
+    assert "holds the metadata record of step 3, not of step 7" in caplog.text
+    assert "rename it back to 3, or move it out of the store" in caplog.text
+    capsys.readouterr()
+    assert main(["ls", "--json", str(store_dir)]) == 0
+    assert [row["step"] for row in json.loads(capsys.readouterr().out)] == [1, 2]
+    with OrbaxCheckpointStore(store_dir, max_to_keep=1) as writer:
+        writer.save(10, {"model": {"w": np.zeros(4, np.float32)}})
+        writer.wait()
+        assert writer.list_steps() == [10]
+    assert (store_dir / "7").is_dir(), "left in place"
+    assert (store_dir / "9").is_dir(), "left in place"
+
+
+def test_a_reader_s_best_step_follows_an_overwrite(store_dir):
+    state = {"model": {"w": np.ones(2, np.float32)}}
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as writer:
+        writer.save(1, state, metrics={"loss": 0.5})
+        writer.save(2, state, metrics={"loss": 0.4})
+        writer.wait()
+        with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+            assert reader.best_step("loss") == 2
+            writer.save(2, state, metrics={"loss": 0.9}, overwrite=True)
+            writer.wait()
+            assert reader.list_steps() == [1, 2]
+            assert reader.best_step("loss") == 1
+            assert reader.read_metadata(2).metrics == {"loss": 0.9}

@@ -15,6 +15,7 @@ from substrax.support import Mode, write_atomically
 
 from ._lock import is_primary
 from ._metadata import read_step
+from ._steps import scan_steps
 
 
 INDEX_FILE: Final = "substrax_index.json"
@@ -108,7 +109,8 @@ class StepIndex:
 class IndexBook:
     """A store's :class:`StepIndex`: loaded at first use, followed by readers, kept by the writer.
 
-    A ``read_only`` book reloads the index whenever the committed ``steps`` changed. A writer's
+    A ``read_only`` book reloads the index whenever a committed step, or its record, changed
+    (a step overwritten keeps its number, not its record). A writer's
     is updated at every save, deletion and failed write; process 0 persists it with ``run`` (in
     order, on another thread) while it holds the directory's lock (``intact``).
     """
@@ -129,19 +131,23 @@ class IndexBook:
         self._run = run
         self._written: Future[None] | None = None  # the latest write left running
         self._index: StepIndex | None = None
-        self._loaded_steps: list[int] | None = None  # a reader's index reflects these steps
+        self._loaded: tuple[tuple[int, tuple[int, int, int]], ...] | None = None  # a reader's
+        # index reflects these steps, each as its record was (an overwrite changes the record)
 
     def follow(self) -> None:
         """The store only reads from now on: the index follows the directory, never written."""
         self._read_only, self._index, self._written = True, None, None
 
     def index(self) -> StepIndex:
-        """The index, loaded (or, for a reader, reloaded when the steps changed) as needed."""
-        if self._index is None or self._read_only:
-            steps = self._steps()
-            if self._index is None or steps != self._loaded_steps:
-                self._index = StepIndex.load(self._directory, steps, self.read_entry)
-                self._loaded_steps = steps
+        """The index, loaded (or, for a reader, reloaded when a step or its record changed)."""
+        if self._read_only:
+            held = scan_steps(self._directory).steps
+            seen = tuple(held.items())
+            if self._index is None or seen != self._loaded:
+                self._index = StepIndex.load(self._directory, held, self.read_entry)
+                self._loaded = seen
+        elif self._index is None:
+            self._index = StepIndex.load(self._directory, self._steps(), self.read_entry)
         return self._index
 
     def read_entry(self, step: int) -> IndexEntry | None:

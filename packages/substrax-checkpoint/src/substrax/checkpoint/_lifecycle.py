@@ -1,5 +1,6 @@
 """``StoreLifecycle``, a base of ``OrbaxCheckpointStore``: its orbax manager, steps, pending write."""
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,7 +14,11 @@ from ._manager import Layout, empty_deleted, has_deleted, open_manager, step_dir
 from ._read_errors import CheckpointStoreClosedError
 from ._retention import RetentionPolicy, prunable
 from ._save import Writer
+from ._steps import is_step, scan_steps
 from ._write_errors import CheckpointStoreReadOnlyError, CheckpointStoreSupersededError
+
+
+_logger = logging.getLogger(__name__)
 
 
 class StoreLifecycle(Closeable):
@@ -63,11 +68,16 @@ class StoreLifecycle(Closeable):
         return manager
 
     def _held_steps(self) -> list[int]:
-        """The committed step directories, or (a writer's) the manager's steps, the one in flight too."""
+        """The committed step directories, or (a writer's) the manager's steps, the one in flight too.
+
+        Only a directory holding the metadata record of its own step is a step: orbax's manager
+        also counts any other integer-named folder, which the store never lists, prunes or deletes.
+        """
         if self._manager_ is None or self._read_only or self._superseded:
             return step_directories(self._directory)
         self._writer.settle()
-        return sorted(self._manager_.all_steps())
+        others = scan_steps(self._directory).others
+        return sorted(step for step in self._manager_.all_steps() if step not in others)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -89,7 +99,8 @@ class StoreLifecycle(Closeable):
     def list_steps(self) -> list[int]:
         """Every stored step, ascending (a step being written by this store included).
 
-        A ``read_only`` store sees what a writer in another process commits.
+        A ``read_only`` store sees what a writer in another process commits. An integer-named
+        folder that holds no metadata record of its own step is not a step (a warning says so).
 
         Example:
             >>> import tempfile
@@ -141,6 +152,32 @@ class StoreLifecycle(Closeable):
             if is_primary() and has_deleted(self._directory):  # what retention renamed away
                 directory = self._directory
                 self._writer.chore(lambda: empty_deleted(directory))
+
+    def finish_at_exit(self, timeout: float) -> None:
+        """The interpreter exits with this store open: finish its pending write, or warn it is lost.
+
+        Waits ``timeout`` seconds at most. A write still running when the exit began cannot
+        finish: Python starts no thread then, and orbax's write needs new ones.
+        """
+        step = self._writer.pending
+        if self._closed or self._superseded or step is None:
+            return
+        error: Exception | None = None
+        if self._writer.join(max(timeout, 0.0)):
+            try:
+                self.close()
+            except Exception as failed:  # reported below: nobody is left to catch it
+                error = failed
+        if is_step(self._directory, step):  # committed: the next writer tidies what is left
+            return
+        _logger.warning(
+            "checkpoint step %s in %s is lost: the store was never closed and the write was "
+            "still running when the interpreter exited (%s); call store.close() (or use a with "
+            "block) before the program ends, so that the write finishes first",
+            step,
+            self._directory,
+            error or f"not finished within {timeout:.0f} s",
+        )
 
     def _forget(self, step: int) -> None:
         """A write failed: drop its step and re-read what the directory really holds."""

@@ -20,6 +20,7 @@ from substrax.typing import PyTree
 from ._index import INDEX_FILE
 from ._manifest import DUE_MARK, MANIFEST_FILE
 from ._metadata import DTYPES_ITEM, ITEM_NAMES, METADATA_ITEM
+from ._steps import restore_replaced, scan_steps
 
 
 TMP_MARK: Final = ".orbax-checkpoint-tmp"
@@ -129,7 +130,11 @@ def save_held(
 
 
 def remove_partial_steps(directory: Path) -> None:
-    """Remove what an interrupted save left behind (the writer lock's new holder calls this)."""
+    """Remove what an interrupted save left behind (the writer lock's new holder calls this).
+
+    A step an interrupted overwrite kept aside goes back in place unless its replacement was
+    committed (then it is removed).
+    """
     if not directory.is_dir():
         return
     for child in directory.iterdir():
@@ -143,6 +148,7 @@ def remove_partial_steps(directory: Path) -> None:
             name.startswith(f".{INDEX_FILE}.") and name.endswith(".tmp")
         ):
             child.unlink(missing_ok=True)
+    restore_replaced(directory)
     empty_deleted(directory)
 
 
@@ -185,8 +191,8 @@ def empty_deleted(directory: Path) -> None:
 
 
 def step_directories(directory: Path) -> list[int]:
-    """The committed steps under ``directory``: its sub-directories named by an integer."""
-    if not directory.is_dir():
-        return []
-    with os.scandir(directory) as entries:
-        return sorted(int(e.name) for e in entries if e.name.isdigit() and e.is_dir())
+    """The committed steps under ``directory``, ascending (other integer-named folders are not).
+
+    A step is a directory named by its step that holds that step's metadata record.
+    """
+    return list(scan_steps(directory).steps)

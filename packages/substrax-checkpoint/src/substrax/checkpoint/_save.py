@@ -7,6 +7,7 @@ with several, on the caller's thread. Once orbax commits the step, its manifest 
 import contextlib
 import logging
 import math
+import shutil
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_for
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from ._metadata import (
     library_versions,
 )
 from ._protocol import PyTree
+from ._steps import move_aside, move_back, scan_steps
 from ._write_errors import (
     CheckpointNotWrittenError,
     CheckpointStoreRemovedError,
@@ -120,10 +122,17 @@ class SaveRequest:
         return ocp.args.Composite(**args)
 
 
-def refusal(step: int, steps: list[int], *, overwrite: bool) -> NotWrittenReason | None:
-    """Why ``step`` may not be written beside ``steps`` (ascending; process 0's view), or None."""
+def refusal(
+    step: int, steps: list[int], *, overwrite: bool, occupied: bool = False
+) -> NotWrittenReason | None:
+    """Why ``step`` may not be written beside ``steps`` (ascending; process 0's view), or None.
+
+    ``occupied``: a folder named like the step is not a step (never replaced, even to overwrite).
+    """
     reason: NotWrittenReason | None = None
-    if step in steps and not overwrite:
+    if occupied:
+        reason = NotWrittenReason.OCCUPIED
+    elif step in steps and not overwrite:
         reason = NotWrittenReason.EXISTS
     elif steps and step < steps[-1]:
         reason = NotWrittenReason.BELOW_LATEST
@@ -145,7 +154,8 @@ class Writer:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-writer")
         self._chores = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-chores")
         self._control: Future[bool] | None = None  # orbax's save call, run by the writer thread
-        self._seal: Future[None] | None = None  # the manifest of the step in flight
+        self._seal: Future[None] | None = None  # the commit (and manifest) of the step in flight
+        self._aside: Path | None = None  # the step the write in flight replaces, kept till then
         self.pending: int | None = None
 
     def chore(self, work: Callable[[], None]) -> Future[None]:
@@ -179,23 +189,28 @@ class Writer:
         overwrite: bool,
         async_save: bool,
         book: IndexBook,
-        empty_deleted: Callable[[], None],
     ) -> None:
         """Refuse ``request`` (``CheckpointNotWrittenError``) or start writing it.
 
-        With ``overwrite`` an existing step is deleted first, and the index written without it
-        before (a crash then leaves no entry of the old step to trust). A write that fails here
-        leaves no entry in ``book``.
+        With ``overwrite`` an existing step is moved aside (``REPLACED``), the index written
+        without it before (a crash then leaves no entry of the old step to trust); it is removed
+        once the new step is committed, and put back if the write fails (or, after a crash, by
+        the next writer to open the store). A write that fails here leaves ``book`` as it was.
         """
         step = request.step
-        reason = refusal(step, steps, overwrite=overwrite)
+        occupied = step in scan_steps(self._directory).others
+        reason = refusal(step, steps, overwrite=overwrite, occupied=occupied)
         if reason is not None:
             latest = steps[-1] if steps else None
             raise CheckpointNotWrittenError(step=step, latest_step=latest, reason=reason)
+        aside = None
         if step in steps:
-            book.deleted(step)  # persisted before the step's directory is replaced
-            manager().delete(step)
-            empty_deleted()
+            book.deleted(step)  # persisted before the step's directory is moved
+            try:
+                aside = move_aside(self._directory, step, manager())
+            except CheckpointWriteError:
+                book.failed(step, lambda: [step])  # still in place: its entry back
+                raise
             steps = [held for held in steps if held != step]
         book.saving(step, request.entry())
         sealing = self._directory / str(step) if self._manifests and is_primary() else None
@@ -205,8 +220,13 @@ class Writer:
             self._start(manager(), request, latest=latest, async_save=async_save, sealing=sealing)
         except BaseException:
             mark_due(sealing, due=False)
-            book.evict([step])  # never written: no trace of it in the index
+            if aside is None:
+                book.evict([step])  # never written: no trace of it in the index
+            else:
+                move_back(self._directory, aside, manager())
+                book.failed(step, lambda: [step])  # the old step's entry, read back
             raise
+        self._aside = aside
 
     def _start(
         self,
@@ -233,13 +253,21 @@ class Writer:
                     step=step, latest_step=latest, reason=NotWrittenReason.REJECTED
                 )
         self.pending = step
-        if sealing is not None:  # after the save call, on the same thread
-            self._seal = self._thread.submit(self._write_manifest, orbax, step)
+        if sealing is not None or jax.process_count() == 1:  # after the save call, same thread
+            self._seal = self._thread.submit(self._seal_step, orbax, step, sealing is not None)
 
-    def _write_manifest(self, manager: ocp.CheckpointManager, step: int) -> None:
-        """Once orbax commits ``step``, its manifest, then no longer due; failing is a warning."""
-        with contextlib.suppress(Exception):  # a failed write is ``finish``'s to raise
+    def _seal_step(self, manager: ocp.CheckpointManager, step: int, manifest: bool) -> None:
+        """Once orbax commits ``step``, its manifest (if ``manifest``), then no longer due.
+
+        Failing to write the manifest is a warning; a failed write is ``finish``'s to raise.
+        """
+        with contextlib.suppress(Exception):
             manager.wait_until_finished()
+        if manifest:
+            self._write_manifest(step)
+
+    def _write_manifest(self, step: int) -> None:
+        """The manifest of committed ``step``, then no longer due; failing is a warning."""
         step_dir = self._directory / str(step)
         try:
             if (step_dir / METADATA_ITEM).is_dir():
@@ -254,6 +282,11 @@ class Writer:
             )
         finally:
             mark_due(step_dir, due=False)
+
+    def join(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for the write in flight; return whether it ended."""
+        running: list[Future[Any]] = [f for f in (self._control, self._seal) if f is not None]
+        return not wait_for(running, timeout=timeout).not_done
 
     def finish(
         self,
@@ -271,6 +304,7 @@ class Writer:
         step, self.pending = self.pending, None
         control, self._control = self._control, None
         seal, self._seal = self._seal, None
+        aside, self._aside = self._aside, None
         try:
             accepted = control is None or control.result()
             if seal is not None:
@@ -282,6 +316,7 @@ class Writer:
                 raise
             if self._lost_lock():
                 self._removed(step, forget, error)
+            move_back(self._directory, aside, manager)
             self._forget(forget, step)
             raise CheckpointWriteError(
                 step=step, directory=self._directory, cause=f"{type(error).__name__}: {error}"
@@ -291,15 +326,19 @@ class Writer:
         if self._lost_lock():
             self._removed(step, forget, None)
         if not accepted:
+            move_back(self._directory, aside, manager)
             self._forget(forget, step)
             raise CheckpointNotWrittenError(
                 step=step, latest_step=latest_step(), reason=NotWrittenReason.REJECTED
             )
         if not (self._directory / str(step) / METADATA_ITEM).is_dir():
+            move_back(self._directory, aside, manager)
             self._forget(forget, step)
             raise CheckpointWriteError(
                 step=step, directory=self._directory, cause="its directory was never committed"
             )
+        if aside is not None and is_primary():  # replaced: the old step goes now
+            self._chores.submit(shutil.rmtree, aside, ignore_errors=True)
         return step
 
     def _removed(

@@ -1,13 +1,15 @@
 """``OrbaxCheckpointStore``, the step-addressed store (its reads are ``StoreReads``), and upgrades."""
 
+import contextlib
 import dataclasses
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from substrax.typing import JsonValue
 
@@ -28,6 +30,25 @@ _logger = logging.getLogger(__name__)
 _writers: dict[Path, "weakref.ref[OrbaxCheckpointStore]"] = {}  # each directory's newest writer
 _writers_guard = threading.Lock()
 os.register_at_fork(after_in_child=_writers.clear)  # a child writes nothing of its parent's
+AT_EXIT_TIMEOUT: Final = 10.0  # the most seconds the interpreter's exit waits for unclosed saves
+
+
+def _finish_at_exit() -> None:
+    """At interpreter exit, finish the pending write of every writer store nobody closed.
+
+    Registered with ``threading``'s exit hooks: they run before ``concurrent.futures`` joins
+    its threads and refuses work, and before ``atexit`` (where ``weakref.finalize`` would have
+    released the writer lock). No thread starts there, so only a write orbax committed is kept.
+    """
+    with _writers_guard:
+        stores = [store for ref in _writers.values() if (store := ref()) is not None]
+    deadline = time.monotonic() + AT_EXIT_TIMEOUT
+    for store in stores:
+        store.finish_at_exit(deadline - time.monotonic())
+
+
+with contextlib.suppress(AttributeError, RuntimeError):  # no such hook, or already exiting
+    threading._register_atexit(_finish_at_exit)  # pyright: ignore[reportAttributeAccessIssue, reportPrivateUsage]
 
 
 def _forget_writer(store: "OrbaxCheckpointStore") -> None:
@@ -47,6 +68,9 @@ class OrbaxCheckpointStore(StoreReads):
     state still (a copy on each accelerator) and returns while orbax's save runs on a writer
     thread (with several processes, once orbax copied the arrays to host memory); a failed
     background write raises ``CheckpointWriteError`` at the next ``save``, ``wait`` or ``close``.
+    Close the store (or use a ``with`` block) before the program ends: a write still running
+    when the interpreter exits cannot finish (Python starts no thread then, and orbax's write
+    needs new ones), and a warning names the step lost; one orbax already committed is kept.
 
     One writer, many readers: a writer takes the directory's lock (freed by the kernel when the
     process dies) and a second writer is refused at open with ``CheckpointLockedError``; in one
@@ -124,10 +148,16 @@ class OrbaxCheckpointStore(StoreReads):
         lease = None if read_only else take_writer_lock(self._directory, clean=remove_partial_steps)
         self._writer = Writer(self._directory, lease, manifests=use_checksums)
         self._release = weakref.finalize(self, self._writer.release)
+        held = weakref.WeakMethod(self._held_steps)  # a store nobody holds is collected
+
+        def held_steps() -> list[int]:
+            method = held()
+            return [] if method is None else method()
+
         self._book = IndexBook(
             self._directory,
             read_only=read_only,
-            steps=self._held_steps,
+            steps=held_steps,
             run=self._writer.chore,
             intact=self._writer.intact,
         )
@@ -200,7 +230,9 @@ class OrbaxCheckpointStore(StoreReads):
         """Write ``items`` as step ``step`` and return the step's directory.
 
         Refused with ``CheckpointNotWrittenError`` when the step exists (unless ``overwrite``),
-        is below the latest step, or orbax rejects it. A failed previous (background) write is
+        is below the latest step, is the name of a folder that is not a step, or orbax rejects
+        it. With ``overwrite`` the step replaced is kept aside until the new one is committed,
+        and put back if the write fails. A failed previous (background) write is
         raised here as ``CheckpointWriteError``, and this step is not written either (its
         ``unwritten`` names both). A NaN or infinite metric is recorded aside, never ranked;
         leaves orbax would store under one name raise ``CheckpointLeafNameCollisionError``; a
@@ -236,7 +268,6 @@ class OrbaxCheckpointStore(StoreReads):
             overwrite=overwrite,
             async_save=self._async,
             book=self._book,
-            empty_deleted=self._empty_deleted,
         )
         if not self._async:
             self.wait()

@@ -26,6 +26,8 @@ class NotWrittenReason(StrEnum):
     """The step is below the latest stored step."""
     REJECTED = "rejected"
     """Orbax's ``save`` returned False."""
+    OCCUPIED = "occupied"
+    """A folder named like the step holds no checkpoint of it; the store leaves it in place."""
 
     @property
     def advice(self) -> str:
@@ -37,6 +39,10 @@ _ADVICE: dict[NotWrittenReason, str] = {
     NotWrittenReason.EXISTS: "pass overwrite=True to replace it, or save under a new step",
     NotWrittenReason.BELOW_LATEST: "steps only move forward; save under a step above the latest",
     NotWrittenReason.REJECTED: "orbax refused the save; check the directory is writable",
+    NotWrittenReason.OCCUPIED: (
+        "a folder of that name that is not a checkpoint step is in the way (the store never "
+        "deletes it, even with overwrite=True); move it out of the store, or save under another step"
+    ),
 }
 
 
@@ -58,7 +64,7 @@ class _WriteError(StructuredError, public_module="substrax.checkpoint"):
 
 
 class CheckpointNotWrittenError(_WriteError, RuntimeError, kw_only=True):
-    """A save was refused; ``reason`` says why (``exists``, ``below_latest`` or ``rejected``).
+    """A save was refused; ``reason`` says why (``exists``, ``below_latest``, ``rejected``, ``occupied``).
 
     Example:
         >>> from substrax.checkpoint import CheckpointNotWrittenError
@@ -72,7 +78,7 @@ class CheckpointNotWrittenError(_WriteError, RuntimeError, kw_only=True):
     )
     step: int
     latest_step: int | None
-    reason: NotWrittenReason | Literal["exists", "below_latest", "rejected"]
+    reason: NotWrittenReason | Literal["exists", "below_latest", "rejected", "occupied"]
     unwritten: tuple[int, ...] = ()
     """Every step not in the store because of this error: ``(step,)``, or, when a ``save``
     raised it for the write before it, that step and the save's own."""
