@@ -125,12 +125,14 @@ def test_ci_runs_the_checks_the_readme_command_the_floors_and_the_release_tier_i
     steps = [
         "uv run --locked pre-commit run --all-files --show-diff-on-failure",
         test_command,
-        "uv lock --resolution lowest-direct",
+        'uv run "${lowest_env[@]}" pytest packages -x -q -m unit --ignore-glob="packages/*/src/*"',
         "uv run --locked pytest -m release",
     ]
     assert [commands.index(step) for step in steps] == sorted(commands.index(s) for s in steps)
     assert '"$python" -m pip install --quiet uv' in ci  # a fresh machine has no uv
     assert "rm -f uv.lock" in ci  # the scratch copy's lock, never the committed one
+    assert "uv lock --resolution lowest-direct" in ci  # resolved while step 2 runs
+    assert "--resolution lowest-direct" in ci.split("lowest_env=(", 1)[1].split(")", 1)[0]
     assert "-m unit" in ci  # the floors run the unit tier
     assert "SUBSTRAX_WHEELS" in ci  # the packages are built once for the release tier
     assert "--deselect" not in ci  # no test is left out of its tier
