@@ -500,10 +500,10 @@ def test_close_stays_within_its_timeout_with_a_large_spool(make, tmp_path, wait_
     assert delivery.close(timeout=0.5) == 50_000
     took = time.monotonic() - started
     # close counts the lines without parsing them (it once parsed the spool twice): measured
-    # against the machine's own time for one read, so that a loaded machine is no excuse
-    assert took < 0.5 + 0.5 + read / 2, (
-        f"close took {took:.2f} s; one read of the spool {read:.2f} s"
-    )
+    # against the machine's own time for one read of the spool. Not half of it: on a loaded
+    # machine the sender, at a lower CPU priority, still parsing the spool when close runs holds
+    # the GIL until the OS schedules it again (a CI run saw close take 7.8 s against an 8.2 s read)
+    assert took < 0.5 + 0.5 + read, f"close took {took:.2f} s; one read of the spool {read:.2f} s"
     kept = spool.read_text()
     assert kept.count('"step": 1,') == 50_000  # every record, and at most the run's end mark
     assert len(kept.splitlines()) - 50_000 in (0, 1)  # written when close found the sender busy
