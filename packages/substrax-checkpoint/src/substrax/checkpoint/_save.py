@@ -37,7 +37,7 @@ from ._metadata import (
     library_versions,
 )
 from ._protocol import PyTree
-from ._steps import move_aside, move_back, scan_steps
+from ._steps import move_aside, move_back
 from ._write_errors import (
     CheckpointNotWrittenError,
     CheckpointStoreRemovedError,
@@ -198,7 +198,8 @@ class Writer:
         the next writer to open the store). A write that fails here leaves ``book`` as it was.
         """
         step = request.step
-        occupied = step in scan_steps(self._directory).others
+        # ``steps`` leaves out the folders that are no steps: one named like the step is foreign
+        occupied = step not in steps and (self._directory / str(step)).exists()
         reason = refusal(step, steps, overwrite=overwrite, occupied=occupied)
         if reason is not None:
             latest = steps[-1] if steps else None
