@@ -64,7 +64,10 @@ class VanishingMlflow:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.uri = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # checks for shutdown every 50 ms, not the standard 0.5 s each test's teardown would wait
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     def handle(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:  # noqa: PLR0911  (one answer per endpoint)
