@@ -272,3 +272,38 @@ def test_a_refused_step_does_not_count_as_the_last_step_sent(wandb_offline, tmp_
         logger.log_scalars({"ok": 2.0}, step=5)
     assert "came after step" not in caplog.text
     assert "the backend refused metric 'loss' at step 9223372036854775808" in caplog.text
+
+
+def test_rows_w_and_b_took_before_a_refusal_in_their_batch_are_not_sent_again(
+    wandb_offline, read_complete_run, tmp_path, caplog
+):
+    """Hostile finding: W&B's ``Run.log`` takes a batch one row at a time, so when a row is
+    refused the rows before it are already logged; the retry, one record at a time to find the
+    refused one, logged them again (W&B dropped them as steps gone back, and this was warned)."""
+    from substrax.tracking._records import Record
+    from substrax.tracking._send import deliver_in_memory
+    from substrax.tracking._wandb_sink import WandbSink
+
+    sink = WandbSink(
+        {"backend": "wandb", "run_id": "r"},
+        {"project": "substrax-tests", "dir": str(tmp_path), "mode": "offline", "id": "r"},
+    )
+    records = [
+        Record(kind="scalars", step=step, time=1.0, payload={"values": {"ok": float(step)}})
+        for step in (0, 1, 2**63, 5)  # W&B refuses a step past 2**63 - 1
+    ]
+    refused = []
+    with caplog.at_level("WARNING", logger="substrax.tracking"):
+        sending, error = deliver_in_memory(
+            records,
+            {"backend": "wandb"},
+            sink,
+            lambda record, why: refused.append((record.step, why)),
+        )
+        sink.finish()
+    assert error is None
+    assert sorted(sending.delivered) == [0, 1, 3]
+    assert [step for step, _ in refused] == [2**63]
+    assert "came after step" not in caplog.text
+    history, _, _ = read_complete_run(tmp_path, [0, 1, 5])
+    assert [(row["_step"], row["ok"]) for row in history] == [(0, 0.0), (1, 1.0), (5, 5.0)]

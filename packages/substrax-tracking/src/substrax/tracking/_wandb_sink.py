@@ -75,6 +75,8 @@ class WandbSink:
         self.exit_code: int | None = None  # non-zero: the run failed
         self._last_step = -1  # the highest step sent to the run's history
         self._warned_back = False
+        # records W&B took from a batch that then failed: the retry of the batch skips them
+        self._taken_before: list[Record] = []
 
     def connect(self, timeout: float) -> str | None:
         """Start the run in a thread of its own, waiting at most ``timeout`` seconds.
@@ -110,16 +112,29 @@ class WandbSink:
                 self._init_options["id"], self._rewind_from, records
             )
         run = self._ensure_run()
-        for record in records:
-            if record.kind == "hyperparams":
-                run.config.update(record.payload["params"], allow_val_change=True)
-            elif record.kind == "artifact":
-                _upload(run, record.payload)
-            elif row := _history_row(record.kind, record.payload):
-                self._check_order(row, record.step)
-                run.log(row, step=record.step)
-                if record.step is not None:  # once W&B took it: a refused step counts for nothing
-                    self._last_step = max(self._last_step, record.step)
+        taken: list[Record] = []
+        try:
+            for record in records:
+                if record in self._taken_before:  # sent again, one at a time, after a refusal
+                    self._taken_before.remove(record)
+                    continue
+                self._send(run, record)
+                taken.append(record)
+        except Exception:
+            # W&B's Run.log takes one row at a time: what it took stays taken
+            self._taken_before.extend(taken)
+            raise
+
+    def _send(self, run: Any, record: Record) -> None:
+        if record.kind == "hyperparams":
+            run.config.update(record.payload["params"], allow_val_change=True)
+        elif record.kind == "artifact":
+            _upload(run, record.payload)
+        elif row := _history_row(record.kind, record.payload):
+            self._check_order(row, record.step)
+            run.log(row, step=record.step)
+            if record.step is not None:  # once W&B took it: a refused step counts for nothing
+                self._last_step = max(self._last_step, record.step)
 
     def _check_order(self, row: Mapping[str, Any], step: int | None) -> None:
         """Warn (once) of a step below one sent already: W&B's history drops such a row."""
