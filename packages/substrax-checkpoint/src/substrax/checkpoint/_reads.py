@@ -196,9 +196,11 @@ class StoreReads(StoreLifecycle):
                     )
                 finally:
                     verified = check is not None and check.result()  # CheckpointCorruptError first
-            if check is not None and not verified:
-                _logger.info(
-                    "checkpoint step %s in %s has no manifest: restored unverified",
+            if check is not None and not verified:  # checksums asked for, none to check
+                _logger.warning(
+                    "checkpoint step %s in %s has no manifest (written before manifests, by a "
+                    "writer stopped before it wrote one, or the file was deleted): restored "
+                    "unverified, its files not checked",
                     step,
                     self._directory,
                 )
