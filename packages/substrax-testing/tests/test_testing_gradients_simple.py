@@ -3,7 +3,7 @@
 0.1.22 users reported ``check_parameter_gradients`` and ``check_input_gradients`` failing with
 "Cannot lower jaxpr ... broadcast_in_dim" on a plain float32 module with ``w`` and ``b``
 parameters. These tests run the checks on such modules, each way the report could have arisen
-(scalar and one-element parameters, a jitted loss, parameters broadcast from a Python float,
+(Variables holding ``jax.Ref`` values, which failed, scalar and one-element parameters, a jitted loss, parameters broadcast from a Python float,
 a module rebuilt by split/merge, sharding metadata, x64 on for the whole process), and check
 the returned gradients against the closed forms.
 """
@@ -97,6 +97,21 @@ def test_nnx_linear_has_its_closed_form_gradients():
     np.testing.assert_allclose(grads["bias"][...], expected["b"], rtol=1e-5, atol=1e-5)
     grad_x = check_input_gradients(model, _sum_of_squares, jnp.asarray(X))
     np.testing.assert_allclose(grad_x, expected_x, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["ref", "hijax"])
+def test_variables_holding_jax_refs_or_hijax_values(kind):
+    with nnx.var_defaults(**{kind: True}):  # flax's own switches: Variables made this way
+        model, linear = Affine(), nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    before = jax.tree.map(lambda x: np.array(x[...]), (nnx.state(model), nnx.state(linear)))
+    _assert_affine(model)
+    expected, _ = _affine_closed_form(Affine(linear.kernel[...], linear.bias[...]))
+    grads = check_parameter_gradients(linear, _sum_of_squares)
+    np.testing.assert_allclose(grads["kernel"][...], expected["w"], rtol=1e-5, atol=1e-5)
+    if kind == "ref":  # the module keeps its references, with the values they held
+        assert isinstance(nnx.state(linear)["kernel"].get_raw_value(), jax.Ref)
+    after = jax.tree.map(lambda x: np.array(x[...]), (nnx.state(model), nnx.state(linear)))
+    jax.tree.map(np.testing.assert_array_equal, after, before)
 
 
 @pytest.mark.parametrize("shape", [(), (1,)])

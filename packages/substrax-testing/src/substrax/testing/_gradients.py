@@ -32,6 +32,17 @@ def _flax(who: str) -> Any:  # noqa: ANN401 - flax.nnx, untyped here
     return require("flax.nnx", who=who, distribution="substrax-runtime", extra="nnx")
 
 
+def _read_refs(tree: PyTree) -> PyTree:
+    """``tree`` with each ``jax.Ref`` read: an nnx Variable made with ``ref=True`` holds one.
+
+    jax differentiates arrays, not references, and ``nnx.merge`` rebuilds the module from the
+    arrays; the module's own references are left as they were.
+    """
+    import jax  # noqa: PLC0415
+
+    return jax.tree.map(lambda leaf: leaf[...] if isinstance(leaf, jax.Ref) else leaf, tree)
+
+
 def _leaves(tree: object, who: str) -> list[tuple[str, "jax.Array"]]:
     """Each leaf's path (``"input"`` for a bare array) and value; refuses a non-floating one."""
     import jax  # noqa: PLC0415
@@ -246,6 +257,7 @@ def check_parameter_gradients(
     """
     nnx = _flax("check_parameter_gradients")
     graphdef, params, rest = nnx.split(module, nnx.Param if wrt is None else wrt, ...)
+    params, rest = _read_refs(params), _read_refs(rest)
 
     def function(values: PyTree, others: PyTree) -> PyTree:
         return loss(nnx.merge(graphdef, values, others, copy=True))
@@ -298,6 +310,7 @@ def check_input_gradients(
     """
     nnx = _flax("check_input_gradients")
     graphdef, state = nnx.split(module)
+    state, value = _read_refs(state), _read_refs(value)
 
     def function(values: PyTree, others: PyTree) -> PyTree:
         return loss(nnx.merge(graphdef, others, copy=True), values)
