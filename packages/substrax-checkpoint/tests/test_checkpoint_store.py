@@ -253,3 +253,21 @@ def test_a_reader_s_best_step_follows_an_overwrite(store_dir):
             assert reader.list_steps() == [1, 2]
             assert reader.best_step("loss") == 1
             assert reader.read_metadata(2).metrics == {"loss": 0.9}
+
+
+@pytest.mark.parametrize("kind", ["ref", "hijax"])
+def test_ref_and_hijax_variables_are_refused_by_name_and_their_plain_copy_round_trips(
+    store_dir, kind
+):
+    with nnx.var_defaults(**{kind: True}):  # orbax has no handler for a jax.Ref or a hijax value
+        model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    plain = nnx.Linear(3, 2, rngs=nnx.Rngs(1))
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        with pytest.raises(TypeError, match=r"^save \(item 'model'\) takes .*; bias holds a "):
+            store.save(1, {"model": nnx.state(model)})
+        assert store.list_steps() == []  # nothing written, nothing left behind
+        store.save(2, {"model": nnx.with_vars(nnx.state(model), ref=False, hijax=False)})
+        with pytest.raises(TypeError, match=r"^restore \(template 'model'\) takes .*with_vars"):
+            store.restore(2, templates={"model": nnx.state(model)})
+        nnx.update(plain, store.restore(2, templates={"model": nnx.state(plain)}).items["model"])
+    np.testing.assert_array_equal(plain.kernel[...], model.kernel[...])

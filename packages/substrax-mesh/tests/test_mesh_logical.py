@@ -133,3 +133,23 @@ def test_unknown_annotation_is_refused_with_path():
     mesh = create_device_mesh({"model": 8})
     with pytest.raises(ShardingAnnotationError, match=r"(up|down)/kernel: logical axis 'embed'"):
         state_shardings(make_mlp(), mesh, {"mlp": "model"})
+
+
+@pytest.mark.parametrize("kind", ["ref", "hijax"])
+def test_variables_holding_refs_or_hijax_values_are_refused_by_name(kind):
+    mesh = create_device_mesh({"data": 2, "model": 4})
+
+    def build():
+        with nnx.var_defaults(**{kind: True}):
+            return make_mlp()
+
+    for who, call in [
+        ("state_shardings", lambda: state_shardings(build(), mesh, TP_RULES)),
+        ("shard_model", lambda: shard_model(build(), mesh, TP_RULES)),
+    ] + (
+        [("create_sharded_model", lambda: create_sharded_model(build, mesh, TP_RULES))]
+        if kind == "ref"
+        else []
+    ):
+        with pytest.raises(TypeError, match=rf"^{who} takes .*; down/bias holds a .*with_vars"):
+            call()

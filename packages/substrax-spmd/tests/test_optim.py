@@ -348,3 +348,14 @@ def test_a_wrong_argument_type_is_named_not_an_attribute_error(net):
         current_learning_rate(42)
     with pytest.raises(TypeError, match="tx must be an optax transformation"):
         with_strong_state_types("adam")
+
+
+def test_create_optimizer_refuses_ref_parameters_by_name_and_takes_hijax_ones():
+    with nnx.var_defaults(ref=True):  # optax.inject_hyperparams reads a dtype a Ref lacks
+        refs = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"^create_optimizer takes .*; bias holds a jax\.Ref"):
+        create_optimizer(refs, OptimizerConfig(learning_rate=0.1))
+    with nnx.var_defaults(hijax=True):
+        hijax = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    optimizer = create_optimizer(hijax, OptimizerConfig(learning_rate=0.5))
+    assert float(current_learning_rate(optimizer)) == 0.5

@@ -12,6 +12,7 @@ from substrax.mesh import create_device_mesh
 from substrax.spmd import (
     BatchPlacementError,
     BatchSplitError,
+    EvalStep,
     OptimizerMismatchError,
     TrainStep,
     UnknownAxisError,
@@ -263,3 +264,26 @@ def test_a_parameter_set_to_another_shape_is_refused(mesh):
     step.model.kernel.set_value(jnp.zeros((4, 3)))
     with pytest.raises(ValueError, match=r"model\['kernel'\] was set to shape \(4, 3\).*\(4, 1\)"):
         step(host_batch())
+
+
+@pytest.mark.parametrize("kind", ["ref", "hijax"])
+def test_variables_holding_refs_or_hijax_values_are_refused_by_name(kind, mesh):
+    with nnx.var_defaults(**{kind: True}):  # flax's switches; jax.jit cannot return a Ref
+        model = nnx.Linear(4, 1, rngs=nnx.Rngs(0))
+        optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+    wanted = r"TrainStep takes Variables that hold arrays; bias holds a .*nnx\.with_vars"
+    with pytest.raises(TypeError, match=wanted):
+        TrainStep(model, optimizer, mse)
+    evaluate = (
+        EvalStep(model, lambda m, b: {"loss": mse(m, b)}, mesh=mesh) if kind == "hijax" else None
+    )
+    if kind == "ref":  # jax.jit takes a Ref without a mesh, not placed on one
+        with pytest.raises(TypeError, match=r"^EvalStep with a mesh takes Variables that hold"):
+            EvalStep(model, lambda m, b: {"loss": mse(m, b)}, mesh=mesh)
+    converted = nnx.with_vars(model, ref=False, hijax=False)
+    expected = EvalStep(converted, lambda m, b: {"loss": mse(m, b)})(host_batch())["loss"]
+    assert EvalStep(model, lambda m, b: {"loss": mse(m, b)})(host_batch())["loss"] == expected
+    if evaluate is not None:
+        np.testing.assert_allclose(evaluate(host_batch())["loss"], expected, rtol=1e-6)
+    step = TrainStep(converted, nnx.Optimizer(converted, optax.sgd(0.1), wrt=nnx.Param), mse)
+    assert np.isfinite(float(step(host_batch())))

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from substrax.support import check_array_variables
 from substrax.typing import PyTree
 
 from . import _trees
@@ -217,6 +218,8 @@ def restore_items(
         raise ValueError(
             f"templates name item(s) {unknown} that step {step} does not hold (it holds {held})"
         )
+    for name, tree in templates.items():
+        check_array_variables(tree, f"restore (template {name!r})")
     wrapped = record.layout == "current"
     resolved = {
         name: _trees.scalars_as_arrays(resolve_abstract_meshes(tree, mesh))

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import jax
 import orbax.checkpoint as ocp
 
-from substrax.support import check_int
+from substrax.support import check_array_variables, check_int
 from substrax.typing import JsonValue
 
 from . import _trees
@@ -82,6 +82,8 @@ class SaveRequest:
         """Validate a save's arguments (ValueError or TypeError naming the bad one)."""
         check_int("step", step, minimum=0)
         check_item_names(items)
+        for name, tree in items.items():  # orbax has no handler for a jax.Ref or hijax value
+            check_array_variables(tree, f"save (item {name!r})")
         check_extra(extra or {})
         if NONFINITE_METRICS_KEY in (extra or {}):
             raise ValueError(

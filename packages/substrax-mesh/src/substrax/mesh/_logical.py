@@ -15,6 +15,7 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from substrax.support import check_array_variables
 from substrax.typing import PyTree
 
 from ._errors import ShardingAnnotationError
@@ -151,6 +152,7 @@ def state_shardings(tree: PyTree, mesh: Mesh, rules: RulesLike = ()) -> PyTree:
         P(None, 'model')
     """
     state = tree if isinstance(tree, nnx.State) else nnx.state(tree)
+    check_array_variables(state, "state_shardings")
     table = as_logical_rules(rules)
 
     def one(path: tuple[Any, ...], variable: PyTree) -> PyTree:
@@ -187,6 +189,7 @@ def shard_model[N](node: N, mesh: Mesh, rules: RulesLike = ()) -> N:
         P('model', None)
     """
     state = nnx.state(node)
+    check_array_variables(state, "shard_model")
     shardings = state_shardings(state, mesh, rules)
     leaves, treedef = jax.tree.flatten(state)
     placed = jax.device_put(leaves, _sharding_leaves(shardings))
@@ -225,6 +228,7 @@ def create_sharded_model[M](factory: Callable[[], M], mesh: Mesh, rules: RulesLi
 
     abstract = nnx.eval_shape(build)
     graphdef, abstract_state = nnx.split(abstract)
+    check_array_variables(abstract_state, "create_sharded_model")
     shardings = state_shardings(abstract_state, mesh, rules)
     treedef = jax.tree.structure(abstract_state)
 

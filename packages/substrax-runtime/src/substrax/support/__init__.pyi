@@ -1,6 +1,7 @@
 # The public names of substrax.support, each once: type checkers read this stub, and at run time
 # substrax.support.lazy_exports reads it for __all__, dir() and each name's first use.
 
+from ._array_variables import check_array_variables as check_array_variables
 from ._atomic import write_atomically as write_atomically
 from ._cli import (
     EXIT_FAILED as EXIT_FAILED,

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from substrax.support import check_int, check_type
+from substrax.support import check_array_variables, check_int, check_type
 from substrax.typing import PyTree
 
 from ._config import DECOUPLED_DECAY_TYPES, OptimizerConfig
@@ -101,6 +101,8 @@ def create_optimizer[M: nnx.Module](model: M, config: OptimizerConfig) -> nnx.Op
         >>> create_optimizer(model, OptimizerConfig(learning_rate=1e-3)).wrt is nnx.Param
         True
     """
+    # optax.inject_hyperparams reads each parameter's dtype: a jax.Ref has none to give
+    check_array_variables(nnx.state(model, config.wrt), "create_optimizer", hijax=False)
     return nnx.Optimizer(model, create_transformation(model, config), wrt=config.wrt)
 
 

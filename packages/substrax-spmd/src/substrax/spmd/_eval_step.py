@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
+from substrax.support import check_array_variables
 from substrax.typing import PyTree
 
 from ._batch_rules import BatchRules
@@ -94,6 +95,8 @@ class EvalStep[M: nnx.Module]:
         if isinstance(model, TrainStep):
             mesh = model.mesh if mesh is None else mesh
             precision = model.precision if precision is None else precision
+        if mesh is not None:  # without a mesh jax.jit takes a Variable's jax.Ref
+            check_array_variables(nnx.state(module), "EvalStep with a mesh", hijax=False)
         self._mesh = mesh
         self._batches = BatchRules.build(batch_sharding, mesh)
 

@@ -16,6 +16,7 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, Sharding
 
+from substrax.support import check_array_variables
 from substrax.typing import PyTree
 
 from ._batch_rules import BatchRules
@@ -116,6 +117,8 @@ class TrainStep[M: nnx.Module]:
         self._model = model
         self._optimizer = optimizer
         self._has_aux = has_aux
+        check_array_variables(nnx.state(model), "TrainStep")
+        check_array_variables(nnx.state(optimizer), "TrainStep (its optimizer)")
         graphdef, state = nnx.split((model, optimizer))
         # the live Variables of both objects, one per state leaf (nnx.split keeps them); a
         # Variable holding no array (optax.masked's MaskedNode) has no leaf, and none here
