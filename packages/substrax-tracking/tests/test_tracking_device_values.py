@@ -229,13 +229,14 @@ def test_jax_values_read_as_python_numbers_do(tmp_path):
         logger.log_scalars(
             {"f16": jnp.float16(0.1), "bf16": jnp.bfloat16(0.1), "i": jnp.int32(3)}, step=0
         )
-        logger.log_scalar("b", jnp.bool_(True), step=0)
+        with pytest.raises(LoggedTypeError, match=r"scalar 'b' must be a number, got a bool"):
+            logger.log_scalar("b", jnp.bool_(True), step=0)  # refused, as Python's True is
         logger.log_scalar("nan", jnp.float32(math.nan), step=0)
     scalars = read_scalars(tmp_path / "run.metrics.jsonl")
     assert scalars["f16"] == [(0, float(np.float16(0.1)))]
     assert scalars["bf16"] == [(0, float(jnp.bfloat16(0.1)))]
     assert scalars["i"] == [(0, 3.0)]
-    assert scalars["b"] == [(0, 1.0)]
+    assert "b" not in scalars
     assert math.isnan(scalars["nan"][0][1])
 
 

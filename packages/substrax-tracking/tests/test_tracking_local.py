@@ -71,10 +71,13 @@ def test_console_with_rich_renders_the_same_text():
     assert "[run] step       1 | loss        0.5" in out.getvalue()
 
 
-@pytest.mark.parametrize("bad", ["1.0", True, None, np.ones(3)])
-def test_scalars_must_be_numbers(bad):
+@pytest.mark.parametrize("bad", ["1.0", True, np.True_, np.array([False]), None, np.ones(3)])
+def test_scalars_must_be_numbers(bad, tmp_path):
     with pytest.raises(TypeError, match="'x'"):
         ConsoleLogger("run", stream=io.StringIO()).log_scalar("x", bad)
+    with FileLogger("run", tmp_path) as logger, pytest.raises(TypeError, match="'x'"):
+        logger.log_scalars({"y": 1.0, "x": bad}, step=3)  # nothing of the call is written
+    assert read_scalars(tmp_path / "run.metrics.jsonl") == {}
 
 
 def test_images_must_be_image_shaped():

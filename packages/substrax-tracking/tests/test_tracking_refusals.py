@@ -45,13 +45,20 @@ def refused_lines(path):
 
 
 def _calls(logger, step):
+    """Each logging call at ``step``, by name, with what its refusal names as logged."""
     return {
-        "log_scalar": lambda: logger.log_scalar("loss", 0.5, step=step),
-        "log_scalars": lambda: logger.log_scalars({"loss": 0.5}, step=step),
-        "log_metrics": lambda: logger.log_metrics({"loss": 0.5}, step=step),
-        "log_text": lambda: logger.log_text("note", "x", step=step),
-        "log_histogram": lambda: logger.log_histogram("w", [1.0, 2.0], step=step),
-        "log_image": lambda: logger.log_image("img", np.zeros((2, 2)), step=step),
+        "log_scalar": (lambda: logger.log_scalar("loss", 0.5, step=step), "scalar 'loss'"),
+        "log_scalars": (
+            lambda: logger.log_scalars({"loss": 0.5, "acc": 1.0}, step=step),
+            "scalars 'loss', 'acc'",
+        ),
+        "log_metrics": (lambda: logger.log_metrics({"loss": 0.5}, step=step), "scalars 'loss'"),
+        "log_text": (lambda: logger.log_text("note", "x", step=step), "text 'note'"),
+        "log_histogram": (
+            lambda: logger.log_histogram("w", [1.0, 2.0], step=step),
+            "histogram 'w'",
+        ),
+        "log_image": (lambda: logger.log_image("img", np.zeros((2, 2)), step=step), "image 'img'"),
     }
 
 
@@ -72,7 +79,7 @@ def test_a_step_no_backend_can_store_is_refused_at_the_call_by_every_logger(
     mlflow = MLFlowLogger("refused-steps", tracking_uri=sqlite_uri, log_dir=tmp_path / "ml")
     multi = MultiLogger([FileLogger("multi", tmp_path / "multi", flush_every=0)])
     for logger in (files, console, mlflow, multi):
-        for call, log in _calls(logger, step).items():
+        for call, (log, logged) in _calls(logger, step).items():
             with pytest.raises(tracking.InvalidStepError) as raised:
                 log()
             error = raised.value
@@ -80,6 +87,7 @@ def test_a_step_no_backend_can_store_is_refused_at_the_call_by_every_logger(
             assert error.step == step
             message = str(error)
             assert shown in message, message
+            assert f"(logging {logged})" in message, message
             assert "2**63 - 1" in message  # what a step must be
         logger.log_scalar("loss", 0.25, step=2**63 - 1)  # the largest step there is
         logger.close()

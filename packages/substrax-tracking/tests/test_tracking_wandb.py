@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from substrax.tracking import WandbLogger
+from substrax.tracking import ReservedMetricNameError, WandbLogger
 
 
 pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
@@ -256,6 +256,54 @@ def test_a_step_below_one_already_logged_is_warned_about_not_dropped_silently(
     assert len(warnings) == 1  # once
     assert "['acc', 'loss'] at step 3 came after step 5" in warnings[0]
     assert "drops this row" in warnings[0]
+
+
+def test_a_key_logged_again_at_a_step_is_warned_about_once(
+    wandb_offline, read_complete_run, tmp_path, caplog
+):
+    with (
+        caplog.at_level("WARNING", logger="substrax.tracking"),
+        WandbLogger("again", project="substrax-tests", log_dir=tmp_path) as logger,
+    ):
+        logger.log_scalars({"loss": 1.0}, step=1)
+        logger.log_scalars({"acc": 0.5}, step=1)  # another key at the same step: one row
+        logger.flush()
+        logger.log_scalars({"loss": 2.0}, step=1)  # W&B keeps this one
+        logger.log_scalars({"loss": 3.0}, step=2)
+        logger.log_scalars({"loss": 4.0}, step=2)
+    warnings = [r.getMessage() for r in caplog.records if "logged again" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "['loss'] logged again at step 1; W&B keeps the last value" in warnings[0]
+    history, _, _ = read_complete_run(tmp_path, [1, 2])
+    assert [(row["_step"], row.get("loss"), row.get("acc")) for row in history] == [
+        (1, 2.0, 0.5),
+        (2, 4.0, None),
+    ]
+
+
+@pytest.mark.parametrize("name", ["_step", "_runtime", "_timestamp", "_wandb"])
+def test_a_key_w_and_b_writes_itself_is_refused_at_the_call(
+    wandb_offline, read_complete_run, tmp_path, name
+):
+    with WandbLogger("own", project="substrax-tests", log_dir=tmp_path) as logger:
+        logger.log_scalar("loss", 1.0, step=3)
+        for call in (
+            lambda: logger.log_scalar(name, 7.0),
+            lambda: logger.log_scalars({"acc": 0.5, name: 7.0}, step=4),
+            lambda: logger.log_text(name, "x", step=4),
+            lambda: logger.log_histogram(name, [1.0, 2.0], step=4),
+        ):
+            with pytest.raises(ReservedMetricNameError) as raised:
+                call()
+            assert isinstance(raised.value, ValueError)
+            assert f"metric name {name!r} (at step " in str(raised.value)
+            assert f"for example 'train{name}'" in str(raised.value)
+        logger.log_scalar("loss", 2.0, step=5)
+    history, _, _ = read_complete_run(tmp_path, [3, 5])
+    assert [(row["_step"], row["loss"], "acc" in row) for row in history] == [
+        (3, 1.0, False),
+        (5, 2.0, False),
+    ]
 
 
 def test_a_refused_step_does_not_count_as_the_last_step_sent(wandb_offline, tmp_path, caplog):

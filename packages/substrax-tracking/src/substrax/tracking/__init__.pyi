@@ -21,6 +21,7 @@ from ._errors import (
     NotALoggerError as NotALoggerError,
     NotASpoolError as NotASpoolError,
     ProcessIndexVariableError as ProcessIndexVariableError,
+    ReservedMetricNameError as ReservedMetricNameError,
     ResumeWithoutRunIdError as ResumeWithoutRunIdError,
     SpoolBusyError as SpoolBusyError,
     SpoolNotFoundError as SpoolNotFoundError,

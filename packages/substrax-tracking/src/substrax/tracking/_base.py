@@ -8,7 +8,7 @@ import abc
 import logging
 import operator
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from substrax.support import Closeable
 
@@ -92,10 +92,12 @@ def histogram_of(name: str, values: Any) -> dict[str, Any]:
         ) from None
 
 
-def check_step(step: object) -> int | None:
+def check_step(step: object, logged: str = "", name: object = None) -> int | None:
     """``step`` as a plain int (a numpy or jax integer too), or None; refused outside ``[0, 2**63 - 1]``.
 
-    A plain int in range is returned after a type and a range test, the per-step cost.
+    A plain int in range is returned after a type and a range test, the per-step cost. The
+    error names what was logged at the step: ``logged`` (``"scalar"``) and ``name`` (its key, or
+    the mapping whose keys were logged).
 
     Raises:
         InvalidStepError: ``step`` is not an integer (a bool, a float, a string), is negative,
@@ -106,23 +108,28 @@ def check_step(step: object) -> int | None:
         >>> from substrax.tracking._base import check_step
         >>> check_step(np.int64(3)), check_step(2**63 - 1)
         (3, 9223372036854775807)
-        >>> check_step(2**64 - 1)
+        >>> check_step(2**64 - 1, "scalar", "loss")
         Traceback (most recent call last):
         ...
-        substrax.tracking.InvalidStepError: step 18446744073709551615 is past the largest step, 2**63 - 1; ...
+        substrax.tracking.InvalidStepError: step 18446744073709551615 is past the largest step, 2**63 - 1 (logging scalar 'loss'); ...
     """
     if step is None or (type(step) is int and 0 <= step < 2**63):
         return step
+    keys: list[object] = (
+        list(cast("Mapping[object, object]", name)) if isinstance(name, Mapping) else [name]
+    )
+    what = f"{logged} " + ", ".join(map(repr, keys)) if logged else ""
     if isinstance(step, bool):
-        raise InvalidStepError(step, "is a bool, not an integer")
+        raise InvalidStepError(step, "is a bool, not an integer", what)
     try:
         number = operator.index(step)  # pyright: ignore[reportArgumentType]
     except TypeError:
-        raise InvalidStepError(step, f"is a {type(step).__name__}, not an integer") from None
+        reason = f"is a {type(step).__name__}, not an integer"
+        raise InvalidStepError(step, reason, what) from None
     if number < 0:
-        raise InvalidStepError(step, "is negative")
+        raise InvalidStepError(step, "is negative", what)
     if number >= 2**63:
-        raise InvalidStepError(step, "is past the largest step, 2**63 - 1")
+        raise InvalidStepError(step, "is past the largest step, 2**63 - 1", what)
     return number
 
 
@@ -181,7 +188,7 @@ class Logger(Closeable):
         """
         self._check_open()
         check_metric_name(name, value)
-        step = check_step(step)
+        step = check_step(step, "scalar", name)
         if self.active:
             self._write_scalar(name, value, step)
 
@@ -195,7 +202,7 @@ class Logger(Closeable):
         self._check_open()
         for key, value in metrics.items():
             check_metric_name(key, value)
-        step = check_step(step)
+        step = check_step(step, "scalars", metrics)
         if self.active:
             self._write_scalars(metrics, step)
 
@@ -221,7 +228,7 @@ class Logger(Closeable):
         if not text.isascii() and (at := _unencodable(text)) is not None:
             got = f"one holding {text[at]!r} at {at}"
             raise LoggedTypeError(f"text {name!r}", text, "a str that UTF-8 can encode", got)
-        step = check_step(step)
+        step = check_step(step, "text", name)
         if self.active:
             self._write_text(name, text, step)
 
@@ -229,7 +236,7 @@ class Logger(Closeable):
         """Log an image: an ``(H, W)``, ``(H, W, 3)`` or ``(H, W, 4)`` array, or a list of them."""
         self._check_open()
         check_metric_name(name, image)
-        step = check_step(step)
+        step = check_step(step, "image", name)
         if self.active:
             many = isinstance(image, Sequence) and not hasattr(image, "shape")
             images = list(image) if many else [image]
@@ -241,7 +248,7 @@ class Logger(Closeable):
         """Log the distribution of ``values`` (any array-like of numbers)."""
         self._check_open()
         check_metric_name(name, values)
-        step = check_step(step)
+        step = check_step(step, "histogram", name)
         if self.active:
             self._write_histogram(name, values, step)
 

@@ -139,15 +139,28 @@ class InvalidStepError(_TrackingError, ValueError, TypeError):
     """
 
     template = (
-        "step {shown_step} {reason}; a step must be an int in [0, 2**63 - 1] (every backend "
-        "stores it as a signed 64-bit integer): log the step count itself (an int, or a numpy "
-        "or jax integer), not a wrapped or hashed counter"
+        "step {shown_step} {reason}{of_logged}; a step must be an int in [0, 2**63 - 1] (every "
+        "backend stores it as a signed 64-bit integer): log the step count itself (an int, or "
+        "a numpy or jax integer), not a wrapped or hashed counter"
     )
     step: object
     reason: str
+    logged: str = ""  # what was logged at it: "scalar 'loss'"
 
     def _shown(self) -> dict[str, object]:
-        return super()._shown() | {"shown_step": _shorten(self.step, "characters")}
+        shown = super()._shown() | {"of_logged": self.logged and f" (logging {self.logged})"}
+        return shown | {"shown_step": _shorten(self.step, "characters")}
+
+
+class ReservedMetricNameError(_TrackingError, ValueError):
+    """A metric was logged under a name W&B sets itself in every history row (``_step``...)."""
+
+    template = (
+        "metric name {name!r} (at step {step}) is a key W&B writes itself in each history row and "
+        "would replace without a word; rename the metric, for example 'train{name}'"
+    )
+    name: str
+    step: object
 
 
 class LoggedTypeError(_TrackingError, TypeError):

@@ -7,7 +7,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 
 __all__ = ["failed_by", "forget", "watch"]
@@ -40,12 +40,26 @@ def failed_by(error: BaseException | None) -> bool:
     return error is not None
 
 
+def _prints_itself(hook: object) -> bool:
+    """Whether ``hook`` is W&B's: it prints the traceback, then calls the hook it replaced."""
+    return type(getattr(hook, "__self__", None)).__module__.startswith("wandb.")
+
+
+def _hand_over(
+    hook: _ExceptHook, above: object, error: tuple[type[BaseException], BaseException, Any]
+) -> None:
+    """Call ``hook``, unless it is Python's own and ``above`` (W&B's) printed the traceback."""
+    if not (hook is sys.__excepthook__ and _prints_itself(above)):
+        hook(*error)
+
+
 def _hook(
     exc_type: type[BaseException], exc: BaseException, traceback: TracebackType | None
 ) -> None:
     """``sys.excepthook``: mark the open loggers failed, then hand over to the previous hook."""
+    error = (exc_type, exc, traceback)
     if getattr(_CALLING, "on", False):  # called back by a hook ours was put above
-        (_ORIGINAL[0] if _ORIGINAL else sys.__excepthook__)(exc_type, exc, traceback)
+        _hand_over(_ORIGINAL[0] if _ORIGINAL else sys.__excepthook__, _previous, error)
         return
     _CALLING.on = True
     try:
@@ -53,8 +67,8 @@ def _hook(
             for logger in list(_OPEN):
                 logger.mark_failed()
     finally:
-        try:
-            (_previous or sys.__excepthook__)(exc_type, exc, traceback)
+        try:  # a hook put above ours (W&B's) called it: the traceback may be printed already
+            _hand_over(_previous or sys.__excepthook__, sys.excepthook, error)
         finally:
             _CALLING.on = False
 

@@ -148,8 +148,10 @@ class MlflowSink:
                     filter_string=f"tags.`{RUN_KEY_TAG}` = '{spec.run_key}'",
                     max_results=1,
                 )
-                if existing:
+                if existing:  # resumed by its key: running again, as by its id above
                     self.run_id = existing[0].info.run_id
+                    if existing[0].info.status != "RUNNING":
+                        client.update_run(self.run_id, status="RUNNING")
                 else:
                     tags = {**spec.tags, RUN_KEY_TAG: spec.run_key}
                     created = client.create_run(experiment_id, run_name=spec.run_name, tags=tags)
@@ -276,9 +278,11 @@ class MlflowSink:
         return False
 
     def finish(self) -> None:
-        self.client.set_terminated(
-            self._ensure_run(), status="FAILED" if self.failed else "FINISHED"
-        )
+        """End the run; a run another logger failed since this one began stays failed."""
+        run_id = self._ensure_run()  # set_up made it RUNNING: a FAILED now is a sharer's
+        if not self.failed and self.client.get_run(run_id).info.status == "FAILED":
+            return
+        self.client.set_terminated(run_id, status="FAILED" if self.failed else "FINISHED")
 
 
 register_sink_factory("mlflow", MlflowSink.from_target)

@@ -50,6 +50,8 @@ def as_scalar(name: str, value: Any) -> float:
     expected = "a number"
     if isinstance(value, bool | str | bytes) or value is None:
         got = f"{type(value).__name__} {value!r}"
+    elif kind == "b":  # a numpy or jax bool, refused as Python's is
+        got = f"a bool {type(value).__name__} {value!r}"
     elif kind == "c":  # float() drops the imaginary part
         got = f"complex {type(value).__name__} {value!r}"
     elif kind in ("U", "S", "V"):  # float() parses np.array("1") as it would the string
@@ -75,10 +77,10 @@ def as_scalar(name: str, value: Any) -> float:
 
 @functools.cache  # once per dtype: a jax scalar is logged every step
 def _real_dtype(dtype: Any) -> bool:
-    """Whether a jax scalar of ``dtype`` reads as a float: bool, integer or real (bfloat16 too)."""
+    """Whether a jax scalar of ``dtype`` reads as a float: integer or real (bfloat16 too)."""
     import jax.numpy as jnp  # noqa: PLC0415  (imported already: a jax array was logged)
 
-    kinds = (jnp.floating, jnp.integer, jnp.bool_)
+    kinds = (jnp.floating, jnp.integer)
     return any(bool(jnp.issubdtype(dtype, kind)) for kind in kinds)
 
 
@@ -86,7 +88,7 @@ def checked_scalar(name: str, value: Any, step: int | None) -> Any:
     """``value`` as :func:`as_scalar` makes it, except a jax scalar: checked, but not read.
 
     Reading a jax array waits for the step that computes it and stalls jax's dispatch. A jax
-    array of one element (0-d, or shaped ``(1,)``) of a bool, integer or real dtype, addressable
+    array of one element (0-d, or shaped ``(1,)``) of an integer or real dtype, addressable
     and not deleted, is returned as it is (its dtype and shape need no wait), for
     :func:`read_scalar` later; anything else goes through :func:`as_scalar`.
 

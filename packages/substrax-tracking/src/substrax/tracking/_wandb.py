@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from substrax.support import check_seconds
 
+from ._errors import ReservedMetricNameError
 from ._paths import ensure_writable_dir, safe_name
 from ._remote import RemoteLogger, check_resume
 from ._wandb_sink import WandbSink, bounded_settings, import_wandb
 
 
 _logger = logging.getLogger(__name__)
+
+# the keys W&B writes in each history row itself: a metric of that name is replaced silently
+_RESERVED: frozenset[str] = frozenset({"_step", "_runtime", "_timestamp", "_wandb"})
 
 
 def _setting(settings: Any, key: str) -> str | None:
@@ -219,6 +223,32 @@ class WandbLogger(RemoteLogger):
     def run_id(self) -> str | None:
         """The W&B run id (None on processes that do not log)."""
         return None if self._sink is None else self._run_id
+
+    def _own(self, names: Iterable[str], step: int | None) -> None:
+        """Refuse a name W&B writes itself (:data:`_RESERVED`), before anything is queued."""
+        if not _RESERVED.isdisjoint(names):
+            name = min(_RESERVED.intersection(names))
+            raise ReservedMetricNameError(name, self._last_step if step is None else step)
+
+    def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
+        self._own((name,), step)
+        super()._write_scalar(name, value, step)
+
+    def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
+        self._own(metrics, step)
+        super()._write_scalars(metrics, step)
+
+    def _write_text(self, name: str, text: str, step: int | None) -> None:
+        self._own((name,), step)
+        super()._write_text(name, text, step)
+
+    def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
+        self._own((name,), step)
+        super()._write_images(name, images, step)
+
+    def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
+        self._own((name,), step)
+        super()._write_histogram(name, values, step)
 
     def log_model(
         self,

@@ -74,7 +74,8 @@ class WandbSink:
         self.run: Any = None
         self.exit_code: int | None = None  # non-zero: the run failed
         self._last_step = -1  # the highest step sent to the run's history
-        self._warned_back = False
+        self._step_keys: set[str] = set()  # the keys sent at it
+        self._warned_back = self._warned_again = False
         # records W&B took from a batch that then failed: the retry of the batch skips them
         self._taken_before: list[Record] = []
 
@@ -133,13 +134,26 @@ class WandbSink:
         elif row := _history_row(record.kind, record.payload):
             self._check_order(row, record.step)
             run.log(row, step=record.step)
-            if record.step is not None:  # once W&B took it: a refused step counts for nothing
-                self._last_step = max(self._last_step, record.step)
+            if record.step is not None and record.step >= self._last_step:  # once W&B took it
+                if record.step > self._last_step:
+                    self._last_step, self._step_keys = record.step, set()
+                self._step_keys.update(row)
 
     def _check_order(self, row: Mapping[str, Any], step: int | None) -> None:
-        """Warn (once) of a step below one sent already: W&B's history drops such a row."""
+        """Warn (once each) of a dropped row and of a replaced value.
+
+        W&B drops a row at a step below one sent already, and replaces a key's value at the
+        latest step when the key is sent there again.
+        """
         if step is None:
             return
+        if step == self._last_step and not self._warned_again and self._step_keys & row.keys():
+            self._warned_again = True
+            _logger.warning(
+                f"W&B run {self._target.get('run_id')}: {sorted(self._step_keys & row.keys())} "
+                f"logged again at step {step}; W&B keeps the last value of a key at a step (this "
+                "is reported once); log each value at its own step, or under its own name"
+            )
         if step < self._last_step and not self._warned_back:
             self._warned_back = True
             _logger.warning(
