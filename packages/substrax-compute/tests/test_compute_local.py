@@ -1,7 +1,10 @@
 """The local backend passes the backend contract for real, plus its own behaviour."""
 
+import contextlib
 import hashlib
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -388,3 +391,49 @@ def test_a_node_stopped_while_its_own_failure_was_under_way_is_named(tmp_path):
     assert [(t.status, t.returncode) for t in node_1.tasks] == [("cancelled", 1)]
     log = (fetched / "worker.log").read_text()
     assert "node 0 failed (exit status 1); stopping the other nodes" in log
+
+
+LEAVES_A_CHILD = (
+    "import subprocess, sys; "
+    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], stdout={out}); "
+    "print('child', p.pid, flush=True)"
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+@pytest.mark.parametrize("holds_stdout", [False, True], ids=["detached", "holding stdout"])
+def test_what_a_task_leaves_running_ends_with_it(tmp_path, gone, holds_stdout):
+    out = "None" if holds_stdout else "subprocess.DEVNULL"
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    tasks = (
+        _task("leaves", LEAVES_A_CHILD.format(out=out), timeout=60),
+        _task("next", "print('next ran')"),
+    )
+    handle = backend.submit(_spec(*tasks, stop_grace_seconds=2), project=tmp_path)
+    start = time.monotonic()
+    assert wait_until_final(backend, handle, 60) is RunState.SUCCEEDED
+    assert time.monotonic() - start < 30  # not the child's 600 s, nor the task's 60 s
+    fetched = backend.fetch(handle, tmp_path / "fetched")
+    child = int((fetched / "leaves" / "stdout.log").read_text().split()[-1])
+    assert gone(child, timeout=5), "a task's child outlived its job"
+    assert (fetched / "next" / "stdout.log").read_text() == "next ran\n"
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_task_timeout_holds_though_a_child_out_of_its_group_keeps_its_output_open(tmp_path):
+    escapes = LEAVES_A_CHILD.replace("stdout={out}", "start_new_session=True")  # stdout: the task's
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(
+        _spec(_task("hangs", escapes + "; import time; time.sleep(600)", timeout=2)),
+        project=tmp_path,
+    )
+    start = time.monotonic()
+    try:
+        assert wait_until_final(backend, handle, 60) is RunState.FAILED
+        assert time.monotonic() - start < 30  # the timeout, then a bounded wait for its output
+        manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
+        assert [t.status for t in manifest.tasks] == ["timed-out"]
+    finally:
+        log = Path(handle.details["run_dir"]) / "outputs" / "hangs" / "stdout.log"
+        with contextlib.suppress(OSError, ValueError, IndexError):  # out of reach of any group
+            os.kill(int(log.read_text().split()[-1]), signal.SIGKILL)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 STOP_SIGNAL = signal.SIGUSR1
 """The signal that asks a worker to stop its task gracefully (``TaskRunner.stop``)."""
 _WAIT_SLICE_SECONDS = 0.1
+_PUMP_SECONDS = 5.0  # how long a log pump may run on once the task's group is gone
 LOG_NAMES = frozenset({STDOUT_LOG, STDERR_LOG})
 PROBE_SECONDS = 300.0
 _PROBE = (
@@ -49,13 +50,15 @@ def _argv(task: "Task", python: str) -> list[str]:
 
 
 def _pump(stream: IO[bytes], log: IO[str], prefix: str, echo: bool, redact: _Redactor) -> None:
-    for raw in iter(stream.readline, b""):
-        line = redact(raw.decode(errors="replace"))
-        log.write(line)
-        log.flush()
-        if echo:
-            sys.stdout.write(f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}")
-            sys.stdout.flush()
+    """Copy ``stream`` to ``log`` (and stdout); a log closed once the task ended stops it."""
+    with contextlib.suppress(ValueError):  # a process out of the task's group kept writing
+        for raw in iter(stream.readline, b""):
+            line = redact(raw.decode(errors="replace"))
+            log.write(line)
+            log.flush()
+            if echo:
+                sys.stdout.write(f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}")
+                sys.stdout.flush()
 
 
 def _listing(task_dir: Path) -> tuple[str, ...]:
@@ -133,6 +136,22 @@ class TaskRunner:
             else:
                 return False
 
+    def _end_leftovers(self, pgid: int) -> None:
+        """End what the task left running in its group: SIGTERM, SIGKILL after the stop grace.
+
+        A background child would outlive the job, and one holding the task's output would keep
+        its log, and so the job, open past every timeout.
+        """
+        deadline = time.monotonic() + self.spec.stop_grace_seconds
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pgid, sig)
+                while sig is signal.SIGTERM and time.monotonic() < deadline:
+                    time.sleep(_WAIT_SLICE_SECONDS)
+                    os.killpg(pgid, 0)  # ProcessLookupError once the group is empty
+            except (ProcessLookupError, PermissionError):
+                return
+
     def probe(self, budget: float = PROBE_SECONDS) -> RunDevices | None:
         """The devices the job's tasks would see, within ``budget`` (and ``PROBE_SECONDS``)."""
         log = self.root / DEVICES_LOG
@@ -191,19 +210,21 @@ class TaskRunner:
             stdout, stderr = cast("IO[bytes]", process.stdout), cast("IO[bytes]", process.stderr)
             pumps = [
                 threading.Thread(
-                    target=_pump, args=(stdout, out, f"[{task.name}] ", self.echo, self.redact)
-                ),
-                threading.Thread(
-                    target=_pump, args=(stderr, err, f"[{task.name}] ", self.echo, self.redact)
-                ),
+                    target=_pump,
+                    args=(pipe, log, f"[{task.name}] ", self.echo, self.redact),
+                    daemon=True,  # a process that left the task's group may hold its pipe
+                )
+                for pipe, log in ((stdout, out), (stderr, err))
             ]
             for pump in pumps:
                 pump.start()
             timed_out = self._wait(process, budget)
-            for pump in pumps:
-                pump.join()
-            stdout.close()
-            stderr.close()
+            self._end_leftovers(process.pid)
+            until = time.monotonic() + _PUMP_SECONDS
+            for pump, pipe in zip(pumps, (stdout, stderr), strict=True):
+                pump.join(max(0.0, until - time.monotonic()))
+                if not pump.is_alive():  # closing a pipe a pump still reads would wait for it
+                    pipe.close()
             self.current = None
         code = process.returncode
         if self.cancelled:
