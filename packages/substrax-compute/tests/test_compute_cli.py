@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -593,3 +594,32 @@ def test_status_skips_a_run_whose_backend_sdk_is_missing(project, tmp_path, caps
         one.stderr
     )
     assert one.stderr.count("\n") == 1
+
+
+def test_ctrl_c_while_run_follows_cancels_the_run_and_exits_130_with_one_line(project):
+    from substrax.compute import RunState, load_backend
+
+    command = subprocess.Popen(
+        [sys.executable, "-m", "substrax.compute", "run", "slow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ,
+        cwd=project,
+    )
+    try:
+        lines = []
+        for line in command.stdout:  # the run's followed log, as the user sees it
+            lines.append(line)
+            if "sleeping now" in line:
+                break
+        command.send_signal(signal.SIGINT)
+        out, err = command.communicate(timeout=60)
+    finally:
+        command.kill()
+    assert command.returncode == 130, err
+    assert err == "substrax-compute: interrupted\n"  # no traceback
+    run_id = _run_id("".join(lines))
+    assert f"Interrupted: cancelled {run_id}" in out
+    handle = RunStore().load(run_id)
+    assert load_backend(handle.backend, handle.settings).status(handle) is RunState.CANCELLED

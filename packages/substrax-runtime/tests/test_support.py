@@ -15,6 +15,7 @@ import pytest
 
 from substrax.support import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
     CommandFailedError,
     MissingExtraError,
@@ -131,11 +132,13 @@ def test_run_command_maps_errors_to_exit_codes(capsys: pytest.CaptureFixture[str
     assert run_command("p", raising(CommandFailedError("it broke"))) == EXIT_FAILED
     assert run_command("p", raising(KeyError("no job 'x'")), usage=(KeyError,)) == EXIT_USAGE
     assert run_command("p", raising(OSError("disk")), failures=(OSError,)) == EXIT_FAILED
+    assert run_command("p", raising(KeyboardInterrupt())) == EXIT_INTERRUPTED == 130
     assert capsys.readouterr().err.splitlines() == [
         "p: error: bad path",
         "p: error: it broke",
         "p: error: no job 'x'",
         "p: error: disk",
+        "p: interrupted",
     ]
     with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
         run_command("p", raising(ZeroDivisionError()))

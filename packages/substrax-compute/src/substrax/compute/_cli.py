@@ -13,6 +13,9 @@ isn't installed), say so once on stderr (``substrax-compute: warning: skipped ru
 run exit 2 naming the file. ``logs`` and ``fetch`` of a run whose directory is gone exit 1
 naming it. A runs directory that can't be read exits 1 naming it.
 
+Ctrl-C while ``run`` follows a run cancels the run and exits 130 (``--detach`` leaves it
+running apart).
+
 ``status`` and ``list`` read only the run store and, for ``status``, the local backend's files:
 they import no pydantic, so they start quickly.
 
@@ -192,11 +195,16 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
             emit({"run": handle.run_id, "backend": name, "job": spec.name}, "", as_json=True)
         return EXIT_OK
     notes.flush()
-    follow(backend.logs(handle, follow=True), stream=notes)
-    state = backend.status(handle)
-    while not state.is_final:
-        time.sleep(0.2)
+    try:
+        follow(backend.logs(handle, follow=True), stream=notes)
         state = backend.status(handle)
+        while not state.is_final:
+            time.sleep(0.2)
+            state = backend.status(handle)
+    except KeyboardInterrupt:  # Ctrl-C stops the run it follows, as it would stop a program
+        backend.cancel(handle)
+        notes.write(f"Interrupted: cancelled {handle.run_id} (--detach runs a job apart).\n")
+        raise
     fetched = backend.fetch(handle, fetch_root)
     report(handle, state, fetched, as_json=args.json)
     return EXIT_OK if state is RunState.SUCCEEDED else EXIT_FAILED

@@ -5,6 +5,7 @@ from ._array_variables import check_array_variables as check_array_variables
 from ._atomic import write_atomically as write_atomically
 from ._cli import (
     EXIT_FAILED as EXIT_FAILED,
+    EXIT_INTERRUPTED as EXIT_INTERRUPTED,
     EXIT_OK as EXIT_OK,
     EXIT_USAGE as EXIT_USAGE,
     CommandFailedError as CommandFailedError,

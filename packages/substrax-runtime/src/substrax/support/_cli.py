@@ -3,8 +3,9 @@
 Every entry (``substrax-compute``, ``python -m substrax.checkpoint``, ``python -m
 substrax.tracking``, the managed-env CLI) exits 0 when it did its work, 1 when the operation
 failed (a broken step, an unreachable server), 2 for bad usage or input (a misspelled path, a
-malformed file); argparse's own usage errors are exit 2 too. Errors are one line on stderr,
-``<prog>: error: <message>``, the prefix argparse uses, and never a traceback.
+malformed file); argparse's own usage errors are exit 2 too; Ctrl-C exits 130, as a shell
+reports SIGINT. Errors are one line on stderr, ``<prog>: error: <message>``, the prefix argparse
+uses, and never a traceback.
 """
 
 import argparse
@@ -19,6 +20,7 @@ from ._pickling import PicklableError
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130
 
 
 class UsageError(PicklableError, ValueError):
@@ -72,7 +74,8 @@ def run_command(
     """Run ``command``; a raised error becomes its one line on stderr and its exit code.
 
     :class:`UsageError` and the ``usage`` types exit 2; :class:`CommandFailedError` and the
-    ``failures`` types exit 1. Anything else is a bug and keeps its traceback.
+    ``failures`` types exit 1; Ctrl-C (``KeyboardInterrupt``) exits 130 with one line. Anything
+    else is a bug and keeps its traceback.
 
     Example:
         >>> from substrax.support import UsageError, run_command
@@ -93,6 +96,9 @@ def run_command(
     except (CommandFailedError, *failures) as error:
         sys.stderr.write(error_line(prog, error) + "\n")
         return EXIT_FAILED
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return EXIT_INTERRUPTED
 
 
 def int_argument(name: str, *, minimum: int = 0) -> Callable[[str], int]:
