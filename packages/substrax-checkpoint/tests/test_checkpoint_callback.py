@@ -326,3 +326,12 @@ def test_a_preemption_at_the_latest_step_says_it_saves_nothing(store_dir, caplog
     with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
         assert reader.list_steps() == [5]
         assert "preempted" not in reader.read_metadata(5).extra
+
+
+def test_items_that_are_not_a_function_are_refused_at_the_first_step_not_at_the_preemption(
+    store_dir,
+):
+    with OrbaxCheckpointStore(store_dir) as store, PreemptionHandler(store) as preemption:
+        with pytest.raises(TypeError, match=r"items must be a function .* not dict"):
+            preemption.check(0, {"model": {"w": np.zeros(2)}})  # no preemption yet
+        preemption.check(0, lambda: {"model": {"w": np.zeros(2)}})

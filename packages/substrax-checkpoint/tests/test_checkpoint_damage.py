@@ -174,3 +174,22 @@ def test_verify_fails_a_step_whose_array_metadatas_file_is_damaged(store_dir, ca
     assert rows[1]["ok"]
     assert [(f["item"], f["leaf"]) for f in rows[2]["failures"]] == [("model", "<root>")]
     assert str(path) in rows[2]["failures"][0]["error"]
+
+
+def test_a_step_that_lost_its_metadata_record_is_a_damaged_step_not_a_stranger(store_dir, capsys):
+    """Hostile finding: with its record gone, the latest step stopped being a step; the store
+    quietly resumed from the step before and verify passed."""
+    _save(store_dir)
+    record = store_dir / "2" / "metadata" / "metadata"
+    record.unlink()  # the step's manifest still lists it
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        assert store.list_steps() == [1, 2]
+        with pytest.raises(CheckpointCorruptError) as error:
+            store.restore(None)
+        assert error.value.step == 2
+        assert f"{record}: missing against the step's manifest" in str(error.value)
+        assert store.restore(1).step == 1
+    code, rows = _verify_rows(store_dir, capsys)
+    assert code == 1
+    assert rows[1]["ok"]
+    assert not rows[2]["ok"]

@@ -39,9 +39,32 @@ def test_index_is_reconciled_with_the_directory(store_dir):
         assert reopened.best_step("loss") == 1
 
 
+def test_a_step_put_back_from_another_store_is_indexed_by_its_own_record(store_dir, tmp_path):
+    """Hostile finding: a step directory replaced from a backup or another run kept the index's
+    old metrics, so best_step named the wrong step and keep_best deleted the true best."""
+    other = tmp_path / "other"
+    for directory, losses in ((store_dir, (0.5, 0.1, 0.6)), (other, (0.5, 0.9, 0.6))):
+        with OrbaxCheckpointStore(directory, max_to_keep=None) as store:
+            for step, loss in enumerate(losses, start=1):
+                store.save(step, {"model": {"w": np.full(2, loss)}}, metrics={"loss": loss})
+    shutil.rmtree(store_dir / "2")
+    shutil.copytree(other / "2", store_dir / "2")  # step 2 now holds loss 0.9
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.best_step("loss") == 1
+    with OrbaxCheckpointStore(store_dir, max_to_keep=1, keep_best=1, best_metric="loss") as store:
+        assert store.best_step("loss") == 1
+        store.save(4, {"model": {"w": np.full(2, 0.7)}}, metrics={"loss": 0.7})
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [1, 4]  # the true best kept, and the latest
+        assert reader.restore(1).items["model"]["w"].tolist() == [0.5, 0.5]
+
+
 def test_the_index_follows_saves_retention_and_deletes_on_disk(store_dir):
     def indexed():
-        return json.loads((store_dir / INDEX_FILE).read_text())["steps"]
+        steps = json.loads((store_dir / INDEX_FILE).read_text())["steps"]
+        for entry in steps.values():  # the identity of the record each entry was read from
+            assert [type(n) for n in entry.pop("record")] == [int, int, int], entry
+        return steps
 
     with OrbaxCheckpointStore(store_dir, max_to_keep=2, async_save=False) as store:
         for step in (1, 2, 3):
@@ -58,7 +81,10 @@ def test_the_index_follows_saves_retention_and_deletes_on_disk(store_dir):
 
 def test_an_async_save_leaves_the_index_write_to_the_chores_thread_and_wait_finishes_it(store_dir):
     def indexed():
-        return json.loads((store_dir / INDEX_FILE).read_text())["steps"]
+        steps = json.loads((store_dir / INDEX_FILE).read_text())["steps"]
+        for entry in steps.values():  # the identity of the record each entry was read from
+            assert [type(n) for n in entry.pop("record")] == [int, int, int], entry
+        return steps
 
     with OrbaxCheckpointStore(store_dir, max_to_keep=2) as store:
         for step in (1, 2, 3):

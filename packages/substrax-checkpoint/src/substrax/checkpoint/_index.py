@@ -1,6 +1,8 @@
 """Every step's epoch and metrics in memory (``best_step`` reads no step's metadata).
 
-They are cached in one JSON file at the root, reconciled with the step directories at open.
+They are cached in one JSON file at the root, each with the identity of the record it was read
+from (inode, mtime, size), and reconciled with the step directories at open: a step whose
+record is another (a step directory put back from a backup or another run) is read again.
 """
 
 import json
@@ -19,6 +21,7 @@ from ._steps import scan_steps
 
 
 INDEX_FILE: Final = "substrax_index.json"
+type Record = tuple[int, int, int]  # a step's metadata record: inode, mtime (ns), size
 _INDEX_FORMAT: Final = "substrax-checkpoint-index"
 
 
@@ -77,30 +80,39 @@ class StepIndex:
         """Every step's metrics."""
         return {step: entry.metrics for step, entry in self.entries.items()}
 
-    def payload(self) -> str:
-        """The index file's text as of now."""
+    @staticmethod
+    def payload(entries: Mapping[int, IndexEntry], records: Mapping[int, Record]) -> str:
+        """The index file's text: ``entries``, each with its step's record identity."""
         steps = {
-            str(step): {"epoch": e.epoch, "metrics": dict(e.metrics)}
-            for step, e in sorted(self.entries.items())
+            str(step): {"epoch": e.epoch, "metrics": dict(e.metrics), "record": records.get(step)}
+            for step, e in sorted(entries.items())
         }
         return json.dumps({"format": _INDEX_FORMAT, "version": 1, "steps": steps})
 
     @classmethod
     def load(
-        cls, root: Path, steps: Iterable[int], read_entry: Callable[[int], IndexEntry | None]
+        cls,
+        root: Path,
+        held: Mapping[int, Record | None],
+        read_entry: Callable[[int], IndexEntry | None],
     ) -> "StepIndex":
-        """The cached index reconciled with ``steps``: those it lacks read with ``read_entry``."""
+        """The cached index reconciled with the ``held`` steps and their records' identities.
+
+        A step the cache lacks, or cached from another record, is read with ``read_entry``.
+        """
         cached: dict[int, IndexEntry] = {}
         try:
             raw: Any = json.loads((root / INDEX_FILE).read_text())
             if raw.get("format") == _INDEX_FORMAT:
                 for key, value in raw["steps"].items():
-                    metrics = {str(k): float(v) for k, v in value["metrics"].items()}
-                    cached[int(key)] = IndexEntry(epoch=value["epoch"], metrics=metrics)
+                    step, record = int(key), held.get(int(key))
+                    if record is not None and tuple(value.get("record") or ()) == record:
+                        metrics = {str(k): float(v) for k, v in value["metrics"].items()}
+                        cached[step] = IndexEntry(epoch=value["epoch"], metrics=metrics)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             cached = {}
         index = cls()
-        for step in steps:
+        for step in held:
             if (entry := cached.get(step) or read_entry(step)) is not None:
                 index.entries[step] = entry
         return index
@@ -147,7 +159,9 @@ class IndexBook:
                 self._index = StepIndex.load(self._directory, held, self.read_entry)
                 self._loaded = seen
         elif self._index is None:
-            self._index = StepIndex.load(self._directory, self._steps(), self.read_entry)
+            records = scan_steps(self._directory).steps
+            held = {step: records.get(step) for step in self._steps()}
+            self._index = StepIndex.load(self._directory, held, self.read_entry)
         return self._index
 
     def read_entry(self, step: int) -> IndexEntry | None:
@@ -205,10 +219,11 @@ class IndexBook:
             return
         if not self._directory.is_dir():
             return
-        directory, text, intact = self._directory, self._index.payload(), self._intact
+        directory, entries, intact = self._directory, dict(self._index.entries), self._intact
 
         def persist() -> None:
             if directory.is_dir() and intact():  # a store removed meanwhile gets no index
+                text = StepIndex.payload(entries, scan_steps(directory).steps)
                 write_atomically(directory / INDEX_FILE, text)
 
         self._written = self._run(persist)

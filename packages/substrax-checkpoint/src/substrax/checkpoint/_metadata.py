@@ -323,8 +323,8 @@ def read_step(step_dir: Path, step: int) -> StepRecord:
         raw: object = json.loads(path.read_text())
     except FileNotFoundError:
         raise UnsupportedCheckpointError(
-            f"{step_dir} holds no {FORMAT_NAME} metadata record ({path} is missing); "
-            "it was not written by substrax-checkpoint"
+            f"{step_dir} holds no {FORMAT_NAME} metadata record ({path} is missing): it was "
+            "not written by substrax-checkpoint, or it lost its record"
         ) from None
     except ValueError as error:
         raise UnsupportedCheckpointError(f"{path} is not valid JSON: {error}") from None

@@ -194,7 +194,8 @@ class PreemptionHandler:
         """At a step boundary: when any process was preempted, save ``items()`` as ``step`` and exit.
 
         Call it at every step, on every process, with the same ``step``: the run's global step,
-        counting on from a restored one. ``items`` is called only to save; ``epoch`` and
+        counting on from a restored one. ``items`` (a function, refused at once otherwise) is
+        called only to save; ``epoch`` and
         ``metrics`` are recorded with the save (a non-finite metric aside, one that is no number
         left out with a warning). Then ``SystemExit(exit_code)`` is raised. A ``step`` that is
         the store's latest already is not saved again (a warning names it); one below the latest
@@ -208,6 +209,11 @@ class PreemptionHandler:
             ...     with OrbaxCheckpointStore(directory) as store, PreemptionHandler(store) as preemption:
             ...         preemption.check(0, lambda: {"model": {}})
         """
+        if not callable(items):  # refused at every step, not first at the preemption
+            raise TypeError(
+                f"items must be a function returning the items to save, such as lambda: "
+                f"{{'model': nnx.state(model)}}, not {type(items).__name__}"
+            )
         if not self._should_stop(step):
             return
         latest = self._store.latest_step()

@@ -19,6 +19,7 @@ from typing import Any, Final
 import orbax.checkpoint as ocp
 
 from ._lock import agree, is_primary
+from ._manifest import MANIFEST_FILE
 from ._metadata import METADATA_ITEM
 from ._write_errors import CheckpointWriteError
 
@@ -108,7 +109,9 @@ def scan_steps(directory: Path) -> StepScan:
         try:
             found = record.stat()
         except (FileNotFoundError, NotADirectoryError):
-            if Path(entry.path).is_dir():  # not removed meanwhile (retention's rename)
+            if (Path(entry.path) / MANIFEST_FILE).is_file():  # a sealed step that lost its record
+                steps[step] = (0, 0, 0)  # its reads say what is missing
+            elif Path(entry.path).is_dir():  # not removed meanwhile (retention's rename)
                 others.add(step)
                 _warn_once(directory, entry.name, None)
             continue
