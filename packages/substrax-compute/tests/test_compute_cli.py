@@ -190,9 +190,13 @@ def test_cancel(project, capsys):
         (["run", "ok", "--accelerator", "H100:x"], "accelerator 'H100:x' must read KIND or KIND:N"),
         (
             ["run", "ok", "--accelerator", "H100:99999999999999999999"],
-            "accelerator 'H100:99999999999999999999' must read KIND or KIND:N with N from 1 to 64",
+            "accelerator 'H100:99999999999999999999' must read KIND or KIND:N, KIND of letters, "
+            "digits, '.', '_' or '-' and N from 1 to 64",
         ),
         (["run", "ok", "--accelerator", "H100:0"], "accelerator 'H100:0' must read KIND or KIND:N"),
+        (["run", "ok", "--accelerator", "H1 00:8"], "accelerator 'H1 00:8' must read KIND"),
+        (["run", "ok", "--accelerator", ":8"], "accelerator ':8' must read KIND"),
+        (["run", "ok", "--accelerator", ""], "accelerator '' must read KIND"),
         (
             ["run", "ok", "--backend", "modal"],
             "tool.substrax.compute.backends.modal.outputs_volume: is required",
@@ -204,6 +208,7 @@ def test_cancel(project, capsys):
 def test_refusals_exit_2(project, capsys, argv, message):
     err = _refused(capsys, argv)
     assert err.startswith(f"substrax-compute: error: {message}"), err
+    assert err.count("\n") == 1, err  # one line, never pydantic's report
 
 
 def test_no_pyproject_exits_2(tmp_path, monkeypatch, capsys):
@@ -623,3 +628,21 @@ def test_ctrl_c_while_run_follows_cancels_the_run_and_exits_130_with_one_line(pr
     assert f"Interrupted: cancelled {run_id}" in out
     handle = RunStore().load(run_id)
     assert load_backend(handle.backend, handle.settings).status(handle) is RunState.CANCELLED
+
+
+def test_a_damaged_manifest_fails_its_run_s_status_naming_it_and_the_others_are_listed(
+    project, capsys
+):
+    damaged, good = _finished_run(capsys), _finished_run(capsys)
+    handle = RunStore().load(damaged)
+    manifest = Path(handle.details["run_dir"]) / "outputs" / "manifest.json"
+    manifest.write_text(manifest.read_text()[:40])  # cut short
+    assert main(["status", damaged]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"substrax-compute: error: {manifest}: is not JSON (")
+    assert err.count("\n") == 1, err
+    assert main(["status"]) == 0
+    captured = capsys.readouterr()
+    assert good in captured.out
+    assert damaged not in captured.out
+    assert captured.err.startswith(f"substrax-compute: warning: skipped run {damaged}: {manifest}")

@@ -3,10 +3,12 @@ network (App.run, Function.spawn, FunctionCall, Volume reads)."""
 
 import contextlib
 import json
+import re
 
 import pytest
 
 from substrax.compute import (
+    BackendRequestError,
     ComputeConfigError,
     JobManifest,
     JobSpec,
@@ -190,6 +192,14 @@ def test_refusals(tmp_path, project, monkeypatch):
         ModalBackend({})
     with pytest.raises(ComputeConfigError, match=r"backends\.modal\.gpu: unknown key"):
         ModalBackend({"outputs_volume": "x", "gpu": "A100"})
+    for settings, where in (  # names Modal would refuse at the request, refused here first
+        ({"outputs_volume": "my vol!"}, "outputs_volume: must be a Modal name"),
+        ({"outputs_volume": "x" * 65}, "outputs_volume: must be a Modal name"),
+        ({"outputs_volume": "x", "volumes": {"d": "a/b"}}, "volumes.d: must be a Modal name"),
+        ({"outputs_volume": "x", "python": "banana"}, "python: must be a Python version"),
+    ):
+        with pytest.raises(ComputeConfigError, match=rf"backends\.modal\.{re.escape(where)}"):
+            ModalBackend(settings)
     with pytest.raises(LookupError, match=r"backends\.modal\.volumes\.datasets"):
         _backend(tmp_path).plan(
             _spec(mounts=({"name": "datasets", "path": "/data"},)), project=project, run_id="r"
@@ -281,3 +291,19 @@ def test_remote_worker_runs_the_worker_in_the_container_layout(tmp_path, monkeyp
     assert code == 0
     assert committed == [True]
     assert (outputs / "train-1" / "fit" / "stdout.log").read_text() == "fitting\n"
+
+
+def test_an_sdk_error_at_submit_is_one_error_naming_the_backend(tmp_path, project, monkeypatch):
+    @contextlib.contextmanager
+    def run(self, detach=False, environment_name=None):
+        raise modal.exception.AuthError("Token missing. Could not authenticate client.")
+        yield self
+
+    monkeypatch.setattr(modal.App, "run", run)
+    with pytest.raises(BackendRequestError) as refused:
+        _backend(tmp_path).submit(_spec(), project=project)
+    assert str(refused.value) == (
+        "the modal backend could not submit the run: AuthError: Token missing. Could not "
+        "authenticate client."
+    )
+    assert isinstance(refused.value.__cause__, modal.exception.AuthError)

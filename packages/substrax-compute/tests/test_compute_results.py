@@ -125,6 +125,8 @@ def test_a_job_without_summaries_prints_no_results_table(tmp_path):
         ("[1, 2]", "holds a JSON list, not an object"),
         ('"text"', "holds a JSON str, not an object"),
         (b"\xff\xfe", "could not be read"),
+        ('{"loss": ' + "9" * 5001 + "}", "could not be read"),  # past Python's digit limit
+        ('{"loss": ', "could not be read"),
     ],
 )
 def test_a_summary_that_is_not_an_object_is_a_note(tmp_path, content, note):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from substrax.compute import (
+    BackendRequestError,
     ComputeConfigError,
     JobSpec,
     RunState,
@@ -124,12 +125,16 @@ def test_submit_removes_the_staged_workdir_whatever_happens(sky, tmp_path, monke
 
     def launch(task, **_options):
         seen.append(sorted(p.name for p in Path(task.workdir).iterdir()))
-        raise ConnectionError("no API server here")
+        raise ConnectionError("no API server\n here")
 
     monkeypatch.setattr(sky, "launch", launch)
     backend = _backend(tmp_path)
-    with pytest.raises(ConnectionError):
+    with pytest.raises(BackendRequestError) as refused:  # one error, exit 1 on the command line
         backend.submit(_spec(), project=project)
+    assert str(refused.value) == (
+        "the skypilot backend could not launch the run: ConnectionError: no API server here"
+    )
+    assert isinstance(refused.value.__cause__, ConnectionError)
     assert seen == [[".skyignore", "fit.py"]]
     assert list((backend.state_dir / "uploads").iterdir()) == []
 

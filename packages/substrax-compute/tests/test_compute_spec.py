@@ -25,9 +25,9 @@ from substrax.compute._spec import jax_runtime
 def test_accelerators():
     assert parse_accelerator("L4") == Accelerator(kind="L4", count=1)
     assert parse_accelerator("H100:8").label == "H100:8"
-    for bad in ("H100:", "H100:x", "H100:0", ":2", "a b"):
-        with pytest.raises(ValueError, match=r"KIND|must be|Input"):
-            parse_accelerator(bad)
+    for bad in ("H100:", "H100:x", "H100:0", ":2", "a b", "H1 00:8", "", "a/b"):
+        with pytest.raises(ValueError, match=r"^accelerator .* must read KIND or KIND:N, KIND of"):
+            parse_accelerator(bad)  # one line, never pydantic's report
 
 
 @pytest.mark.parametrize(
@@ -225,3 +225,9 @@ def test_replace_validates_the_copy_and_leaves_the_original():
 def test_a_spec_that_is_no_mapping_is_refused_by_type():
     with pytest.raises(TypeError, match="a job spec is a mapping"):
         read_job_spec("{}")
+
+
+@pytest.mark.parametrize("file", ["tr ain é.py", "a:b.py"])
+def test_an_example_whose_name_makes_no_task_name_is_refused_naming_the_file(tmp_path, file):
+    with pytest.raises(ValueError, match=r"^example examples/.* makes the task name .*rename"):
+        example_tasks([tmp_path / "examples" / file], project=tmp_path, timeout_seconds=9)

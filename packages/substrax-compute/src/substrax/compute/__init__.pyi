@@ -25,6 +25,7 @@ from ._config import (
 from ._errors import (
     AcceleratorFormatError as AcceleratorFormatError,
     BackendFactoryError as BackendFactoryError,
+    BackendRequestError as BackendRequestError,
     ComputeConfigError as ComputeConfigError,
     ComputeTableMissingError as ComputeTableMissingError,
     ConfigFileError as ConfigFileError,

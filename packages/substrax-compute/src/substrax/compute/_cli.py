@@ -57,10 +57,11 @@ from ._backend import (
     default_state_dir,
 )
 from ._display import follow
+from ._errors import BackendRequestError
 from ._paths import require_directory
 from ._registry import load_backend
 from ._report import dry_run, report
-from ._run_errors import RunDirectoryGoneError, RunRecordError
+from ._run_errors import RecordFormatError, RunDirectoryGoneError, RunRecordError
 
 
 PROG = "substrax-compute"
@@ -77,7 +78,11 @@ _USAGE: tuple[type[BaseException], ...] = (
 # A stored run's backend that can't be built: unknown, not installed, or bad stored settings.
 _BACKEND_ERRORS: tuple[type[BaseException], ...] = (LookupError, ImportError, ValueError, TypeError)
 # Failed operations (exit 1): a backend's command or the file system failed.
-_FAILURES: tuple[type[BaseException], ...] = (OSError, subprocess.SubprocessError)
+_FAILURES: tuple[type[BaseException], ...] = (
+    OSError,
+    subprocess.SubprocessError,
+    BackendRequestError,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -175,7 +180,7 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
     fetch_root = _fetch_root(args.into)
     config = read_compute_config(project)
     name = args.backend or config.backend or DEFAULT_BACKEND
-    accelerator = parse_accelerator(args.accelerator) if args.accelerator else None
+    accelerator = None if args.accelerator is None else parse_accelerator(args.accelerator)
     spec = resolve_job(config, args.job, project=project, accelerator=accelerator)
     backend = _checked(load_backend(name, config.backends.get(name, {})))
     # A remote worker or an extras environment installs from uv.lock, so it must pin substrax;
@@ -234,6 +239,11 @@ def _status(run: str | None, store: RunStore, *, as_json: bool) -> int:
     for handle, backend in runs:
         try:
             state = backend.status(handle)
+        except RecordFormatError as error:  # a damaged file of the run: its state is unknown
+            if run:
+                raise
+            sys.stderr.write(f"{PROG}: warning: skipped run {handle.run_id}: {error}\n")
+            continue
         except MissingExtraError as error:  # the backend's SDK is not installed here
             problem = RunRecordError(
                 store.root / f"{handle.run_id}.json",

@@ -210,7 +210,10 @@ class AcceleratorFormatError(_ComputeError, ValueError):
         text: The value given.
     """
 
-    template = "accelerator {text!r} must read KIND or KIND:N with N from 1 to 64, e.g. H100:8"
+    template = (
+        "accelerator {text!r} must read KIND or KIND:N, KIND of letters, digits, '.', '_' or "
+        "'-' and N from 1 to 64, e.g. H100:8"
+    )
 
     text: str
 
@@ -361,3 +364,18 @@ class FetchToolNotFoundError(_ComputeError, FileNotFoundError):
 
     command: str
     source: str
+
+
+class BackendRequestError(_ComputeError, RuntimeError):
+    """A backend's SDK failed a request it sent (``cause``: its error, on one line)."""
+
+    template = "the {backend} backend could not {operation}: {cause}"
+
+    backend: str
+    operation: str
+    cause: str
+
+    @classmethod
+    def of(cls, backend: str, operation: str, error: BaseException) -> "BackendRequestError":
+        """The error for ``error``, raised by ``backend``'s SDK while it tried ``operation``."""
+        return cls(backend, operation, " ".join(f"{type(error).__name__}: {error}".split()))

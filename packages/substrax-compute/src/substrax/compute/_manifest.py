@@ -188,7 +188,12 @@ def read_manifest(data: Mapping[str, Any] | Path) -> JobManifest:
     source: object = "manifest"
     loaded: object = data
     if isinstance(data, Path):
-        source, loaded = data, json.loads(data.read_text())
+        try:
+            source, loaded = data, json.loads(data.read_text())
+        except ValueError as error:  # cut short or damaged
+            raise RecordFormatError(
+                data, f"is not JSON ({error}): damaged or cut short, or"
+            ) from None
     if isinstance(loaded, Mapping):
         version = dict(loaded).get("schema_version")  # pyright: ignore[reportUnknownArgumentType]
         if version != MANIFEST_VERSION:

@@ -23,20 +23,21 @@ Example:
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field, JsonValue
+from pydantic import AfterValidator, Field, JsonValue
 
 from substrax.support import require, write_atomically
 
 from ._backend import MountSources, RunHandle, RunState, new_run
 from ._config import read_backend_settings
-from ._errors import SecretNotSetError
+from ._errors import BackendRequestError, SecretNotSetError
 from ._files import inside
 from ._manifest import MANIFEST_NAME, read_manifest
 from ._spec import JobSpec, Record
@@ -53,13 +54,28 @@ PROJECT = "/project"
 COORDINATOR_PORT = 8476
 
 
-class ModalSettings(Record):
-    """The ``modal`` backend's settings table."""
+def _modal_name(name: str) -> str:
+    """A volume name as Modal takes it: letters, digits, '-', '.', '_', at most 64 of them."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
+        raise ValueError("must be a Modal name: 1 to 64 letters, digits, '-', '.' or '_'")
+    return name
 
-    outputs_volume: str
-    volumes: dict[Component, str] = Field(default_factory=dict)
+
+def _python_version(version: str) -> str:
+    if not re.fullmatch(r"3\.\d{1,2}(\.\d{1,3})?", version):
+        raise ValueError("must be a Python version such as '3.12'")
+    return version
+
+
+class ModalSettings(Record):
+    """The ``modal`` backend's settings table (names checked before any request is sent)."""
+
+    outputs_volume: Annotated[str, AfterValidator(_modal_name)]
+    volumes: dict[Component, Annotated[str, AfterValidator(_modal_name)]] = Field(
+        default_factory=dict
+    )
     environment: str | None = None
-    python: str | None = None
+    python: Annotated[str, AfterValidator(_python_version)] | None = None
     ignore: tuple[str, ...] = ()
     state_dir: str | None = None
 
@@ -222,8 +238,11 @@ class ModalBackend:
         """Build the run's app and spawn the worker function, detached."""
         run = new_run(spec, project)
         plan = self.plan(spec, project=run.project, run_id=run.run_id)
-        with plan.app.run(detach=True, environment_name=self.settings.environment):
-            call = plan.function.spawn(plan.spec_json, run.run_id)
+        try:  # the network: no token, a name Modal refuses, no connection
+            with plan.app.run(detach=True, environment_name=self.settings.environment):
+                call = plan.function.spawn(plan.spec_json, run.run_id)
+        except Exception as error:
+            raise BackendRequestError.of(self.name, "submit the run", error) from error
         details = {"app_id": str(plan.app.app_id), "call_id": str(call.object_id)}
         return run.handle(self.name, details, self.raw_settings)
 

@@ -43,7 +43,7 @@ from substrax.support import require
 
 from ._backend import MountSources, RunHandle, RunState, new_run
 from ._config import read_backend_settings
-from ._errors import FetchToolNotFoundError, SecretNotSetError
+from ._errors import BackendRequestError, FetchToolNotFoundError, SecretNotSetError
 from ._manifest import MANIFEST_NAME, read_manifest
 from ._spec import JobSpec, Record
 from ._spec_types import Component
@@ -268,6 +268,16 @@ class SkyPilotBackend:
         self.stage(spec, project=project, run_id=run_id)
         return _sky().Task.from_yaml_config(config)
 
+    def _launch(self, sky: Any, task: "sky.Task", cluster: str) -> dict[str, str]:  # noqa: ANN401
+        """Launch ``task``; its handle's details (a managed job's id, or the cluster's)."""
+        if self.settings.recover:
+            job_ids, _ = sky.stream_and_get(sky.jobs.launch(task, name=cluster))
+            job_id = job_ids[0] if isinstance(job_ids, list) else job_ids
+            return {"managed": "true", "job_id": str(job_id), "cluster": cluster}
+        request = sky.launch(task, cluster_name=cluster, down=True, idle_minutes_to_autostop=1)
+        job_id, _ = sky.stream_and_get(request)
+        return {"managed": "false", "job_id": str(job_id), "cluster": cluster}
+
     def submit(self, spec: JobSpec, *, project: Path) -> RunHandle:
         """Launch the task: ``sky.jobs.launch`` with recovery, else ``sky.launch`` (torn down after)."""
         sky = _sky()
@@ -275,17 +285,10 @@ class SkyPilotBackend:
         try:
             task = self.build_task(spec, project=run.project, run_id=run.run_id)
             cluster = str(task.name)
-            if self.settings.recover:
-                request = sky.jobs.launch(task, name=cluster)
-                job_ids, _ = sky.stream_and_get(request)
-                job_id = job_ids[0] if isinstance(job_ids, list) else job_ids
-                details = {"managed": "true", "job_id": str(job_id), "cluster": cluster}
-            else:
-                request = sky.launch(
-                    task, cluster_name=cluster, down=True, idle_minutes_to_autostop=1
-                )
-                job_id, _ = sky.stream_and_get(request)
-                details = {"managed": "false", "job_id": str(job_id), "cluster": cluster}
+            try:  # the network: no API server, no credentials, a request SkyPilot refuses
+                details = self._launch(sky, task, cluster)
+            except Exception as error:
+                raise BackendRequestError.of(self.name, "launch the run", error) from error
         finally:  # the launch request has synced the workdir once it returns
             shutil.rmtree(self.upload_dir(run.run_id), ignore_errors=True)
         return run.handle(self.name, details, self.raw_settings)

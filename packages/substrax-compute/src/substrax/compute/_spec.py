@@ -134,7 +134,10 @@ def parse_accelerator(text: str) -> Accelerator:
     digits = count.isascii() and count.isdigit() and len(count) <= len(str(MAX_ACCELERATORS))
     if sep and not (digits and 1 <= int(count) <= MAX_ACCELERATORS):
         raise AcceleratorFormatError(text)
-    return Accelerator(kind=kind, count=int(count) if sep else 1)
+    try:
+        return Accelerator(kind=kind, count=int(count) if sep else 1)
+    except ValueError:  # pydantic's, about the kind
+        raise AcceleratorFormatError(text) from None
 
 
 class Mount(Record):
@@ -384,7 +387,13 @@ def example_tasks(paths: Iterable[Path], *, project: Path, timeout_seconds: floa
             raise ValueError(f"example {path} is not under the project {project}; pass its path")
         relative = path.relative_to(project)
         name = ".".join(relative.with_suffix("").parts)
-        tasks.append(
-            Task(name=name, argv=("python", relative.as_posix()), timeout_seconds=timeout_seconds)
-        )
+        try:
+            tasks.append(
+                Task(
+                    name=name, argv=("python", relative.as_posix()), timeout_seconds=timeout_seconds
+                )
+            )
+        except ValueError:  # pydantic's, about the name
+            msg = f"example {relative} makes the task name {name!r}, which must be letters, digits, '.', '_' or '-': rename the file"
+            raise ValueError(msg) from None
     return tasks
