@@ -375,3 +375,21 @@ def test_the_worker_module_serves_the_manifest_names_where_0_1_22_did():
     for name in ("JobManifest", "RunDevices", "TaskOutcome", "read_manifest"):
         assert getattr(worker, name) is getattr(substrax.compute, name)
         assert name in worker.__all__
+
+
+def test_a_full_disk_under_the_run_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from substrax.compute import _worker
+
+    def full(path, manifest):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(_worker, "write_manifest", full)  # as the disk refuses the manifest
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(_spec(_task("t", "print(1)")).model_dump(mode="json")))
+    argv = ["--spec", str(spec_path), "--project", str(tmp_path), "--outputs", str(tmp_path / "o")]
+    assert _worker.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m substrax.compute.worker: error: [Errno 28] No space left")
+    assert err.count("\n") == 1, err

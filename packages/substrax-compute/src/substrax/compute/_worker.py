@@ -209,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         0 when every task succeeded, 1 when one did not, 2 for bad arguments (a ``--project``
         that is not a directory, an empty ``--outputs`` or one where a file stands, a
         ``--node-rank`` outside ``[0, nodes)``) or an unreadable or invalid spec
-        (``python -m substrax.compute.worker: error: ...``), and 128 + SIGTERM
-        when the run was cancelled.
+        (``python -m substrax.compute.worker: error: ...``), 1 with such a line when the run's
+        files cannot be written (a full disk), and 128 + SIGTERM when the run was cancelled.
     """
     args = _parser().parse_args(argv)
-    return run_command(PROG, lambda: _run(args))
+    # a disk that fills up under the run's files: one line in the worker's log, exit 1
+    return run_command(PROG, lambda: _run(args), failures=(OSError,))
