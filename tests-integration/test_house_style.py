@@ -181,6 +181,7 @@ INTERFACE_MODULES = {
     "substrax.testing.compute",
     "substrax.checkpoint.__main__",
     "substrax.tracking.__main__",
+    "substrax.compute.__main__",
     "substrax.runtime.managed_env",
     "substrax.compute.cli",
     "substrax.compute.worker",
@@ -223,7 +224,14 @@ def test_public_module_paths_are_only_interfaces_and_say_so() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    sorted(INTERFACE_MODULES - {"substrax.checkpoint.__main__", "substrax.tracking.__main__"}),
+    sorted(
+        INTERFACE_MODULES
+        - {
+            "substrax.checkpoint.__main__",
+            "substrax.tracking.__main__",
+            "substrax.compute.__main__",
+        }
+    ),
 )
 def test_interface_paths_import(name: str) -> None:
     importlib.import_module(name)
@@ -370,6 +378,7 @@ def _error_samples() -> list[BaseException]:
         tracking.NotALoggerError(3),
         tracking.NotASpoolError(here, "no header"),
         tracking.ProcessIndexVariableError("RANK", "one"),
+        tracking.ReservedMetricNameError("_step", 7),
         tracking.ResumeWithoutRunIdError("WandbLogger", 120),
         tracking.SpoolNotFoundError(here),
         tracking.SpoolBusyError(here, 4242),
@@ -397,6 +406,7 @@ def _error_samples() -> list[BaseException]:
         compute.OutputPathError(here / "out", here),
         compute.ProjectDirectoryError(here),
         compute.ProjectFileNotFoundError(here, "no pyproject.toml"),
+        compute.BackendRequestError("modal", "submit the run", "AuthError: Token missing"),
         compute.RecordFormatError(here, "not a table"),
         compute.RecordVersionError("manifest", 9, 1, "upgrade substrax-compute"),
         compute.RunNotFoundError("run-1", here),
