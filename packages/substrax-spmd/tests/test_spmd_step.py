@@ -7,6 +7,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from substrax.mesh import create_device_mesh, fsdp_rules, shard_model
 from substrax.spmd import (
+    EvalStep,
     TrainStep,
     create_data_parallel_sharding,
     make_train_step,
@@ -153,6 +154,40 @@ def test_a_checkpoint_restored_after_the_step_is_built_is_what_it_trains_on(host
     # the next access writes the trained state, not the state the step was built with
     assert_same(params_of(step.model), params_of(reference.model))
     assert int(step.optimizer.step.get_value()) == 2 + len(host_batches[2:])
+
+
+@pytest.mark.parametrize("donate", [True, False])
+def test_a_restore_into_the_objects_between_steps_is_what_the_next_step_trains_on(
+    host_batches, donate
+):
+    """Hostile finding: after the first step, a restore written into the objects passed in
+    (not synced) was ignored by the next step, and a later ``step.model`` overwrote it."""
+    saved = jax.tree.map(np.asarray, nnx.state(make_mlp(seed=7)))
+    reference_model = make_mlp(seed=7)
+    reference = TrainStep(
+        reference_model, nnx.Optimizer(reference_model, optax.sgd(0.1), wrt=nnx.Param), mse
+    )
+    expected = float(reference(host_batches[1]))
+
+    model = make_mlp()
+    step = TrainStep(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), mse, donate=donate)
+    step(host_batches[0])
+    nnx.update(model, jax.tree.map(jax.numpy.asarray, saved))  # the object passed in
+    assert_same(params_of(step.model), params_of(make_mlp(seed=7)))  # an access keeps it
+    np.testing.assert_allclose(float(step(host_batches[1])), expected, rtol=1e-6)
+
+
+def test_an_eval_step_over_a_train_step_sees_a_restore_before_the_next_train_step(host_batches):
+    """Hostile finding: ``EvalStep(step)`` evaluated the step's stale state after a restore
+    into ``step.model``, until the next train step read it back."""
+    model = make_mlp()
+    step = TrainStep(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), mse)
+    step(host_batches[0])
+    evaluate = EvalStep(step, lambda m, b: {"loss": mse(m, b)})
+    restored = make_mlp(seed=7)
+    nnx.update(step.model, jax.tree.map(jax.numpy.copy, nnx.state(restored)))
+    expected = float(mse(restored, host_batches[1]))
+    np.testing.assert_allclose(float(evaluate(host_batches[1])["loss"]), expected, rtol=1e-6)
 
 
 def test_without_donation_old_buffers_survive(host_batches):

@@ -5,6 +5,7 @@ runs every step on it; these helpers put that list where the step runs and take 
 caller set in the live nnx objects between steps.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -69,16 +70,23 @@ def place_state(leaves: list[Any], mesh: Mesh | None) -> tuple[list[Any], Mesh |
     return jax.device_put(leaves, sharding), None, sharding
 
 
-def read_back(variables: list[nnx.Variable[Any]], leaves: list[Any], state: PyTree) -> None:
-    """Take into ``leaves`` the arrays changed in ``variables`` since, placed like the old ones.
+def read_back(
+    variables: list[nnx.Variable[Any]],
+    given: list[Any],
+    leaves: list[Any],
+    state: Callable[[], PyTree],
+) -> None:
+    """Take into ``leaves`` the arrays written into ``variables`` since the step wrote ``given``.
 
     A changed array keeps its leaf's dtype and sharding; one of another shape is refused.
+    Whether the objects are live or not, a restore written into them is what the next step
+    trains on, never the step's own stale state.
 
     Raises:
-        ValueError: A variable was set to another shape; the message names it in ``state``
+        ValueError: A variable was set to another shape; the message names it in ``state()``
             (the ``(model, optimizer)`` state the leaves are of).
     """
-    changed = [i for i, v in enumerate(variables) if v.get_raw_value() is not leaves[i]]
+    changed = [i for i, v in enumerate(variables) if v.get_raw_value() is not given[i]]
     if not changed:
         return
     values: list[Any] = []
@@ -87,7 +95,7 @@ def read_back(variables: list[nnx.Variable[Any]], leaves: list[Any], state: PyTr
         if getattr(value, "dtype", None) != old.dtype:
             value = jnp.asarray(value, dtype=old.dtype)
         if jnp.shape(value) != old.shape:
-            path = jax.tree_util.tree_leaves_with_path(state)[i][0]
+            path = jax.tree_util.tree_leaves_with_path(state())[i][0]
             owner = ("model", "optimizer")[int(getattr(path[0], "key", 0))]
             where = owner + jax.tree_util.keystr(path[1:]).removesuffix(".value")
             msg = (
@@ -99,3 +107,4 @@ def read_back(variables: list[nnx.Variable[Any]], leaves: list[Any], state: PyTr
     placed = jax.device_put(values, [leaves[i].sharding for i in changed])
     for i, array in zip(changed, placed, strict=True):
         leaves[i] = array
+        given[i] = variables[i].get_raw_value()  # taken: read again only once written again

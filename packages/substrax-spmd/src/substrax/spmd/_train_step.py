@@ -39,16 +39,14 @@ class TrainStep[M: nnx.Module]:
     once per batch shape. Output shardings are pinned to the input ones, so sharded (FSDP,
     tensor-parallel) state stays where :func:`substrax.mesh.shard_model` put it.
 
-    Changes made to the ``model`` and ``optimizer`` objects before the first step (a
-    checkpoint restored into them with ``nnx.update`` after the step was built) are read by the
-    first step. Because buffers are donated, the objects passed in are stale after the first
-    step until :meth:`sync` writes the current state back; the :attr:`model` and
-    :attr:`optimizer` properties sync for you. Once synced, the objects stay live: every step
-    writes its new arrays into them, and an array changed in them between steps (a callback
-    lowering an ``optax.inject_hyperparams`` learning rate, a restored checkpoint) is read back,
-    onto the same sharding and dtype, before the next step, without a recompile. Between later
-    steps, change the state through :attr:`model` and :attr:`optimizer` (or after :meth:`sync`):
-    the objects as they were passed in hold donated buffers by then.
+    An array written into the ``model`` or ``optimizer`` objects at any time (a checkpoint
+    restored with ``nnx.update``, a callback lowering an ``optax.inject_hyperparams`` learning
+    rate) is taken in, onto the same sharding and dtype, before the next step, by
+    :attr:`state` and by an :class:`EvalStep` over the step, without a recompile. Because
+    buffers are donated, the objects passed in are stale after the first step until
+    :meth:`sync` writes the current state back; the :attr:`model` and :attr:`optimizer`
+    properties sync for you. Once synced, the objects stay live: every step writes its new
+    arrays into them.
 
     Mistakes are refused early: an optimizer whose state was built for another model
     (:class:`~substrax.spmd.OptimizerMismatchError`), a ``loss_fn`` output that does not match
@@ -139,11 +137,9 @@ class TrainStep[M: nnx.Module]:
         )
         self._live = False
         self._treedef = treedef
+        self._given: list[Any] = []  # the arrays the step last wrote into the objects
         self._synced = False
         self._write_back()
-        # the objects are read back once before the first step, live or not: a checkpoint
-        # restored into them after the step was built is what the first step trains on
-        self._first = True
         shardings = [x.sharding for x in leaves]
 
         def pure(leaves: list[PyTree], batch: PyTree) -> tuple[list[PyTree], PyTree]:
@@ -205,9 +201,7 @@ class TrainStep[M: nnx.Module]:
     def __call__(self, batch: PyTree) -> PyTree:
         """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
         batch = self._batches.place(batch)
-        if self._live or self._first:
-            self._read_back()
-            self._first = False
+        self._read_back()
         if self._mesh is None:
             self._leaves, out = self._jitted(self._leaves, batch)
         else:
@@ -298,21 +292,27 @@ class TrainStep[M: nnx.Module]:
         return self.cost(batch).flops
 
     def _read_back(self) -> None:
-        """Take the arrays changed in the live objects since the last step, placed like the old."""
+        """Take the arrays written into the objects since the step last wrote them, placed alike."""
         if self._variables is not None:
-            read_back(self._variables, self._leaves, self.state)
+            state = functools.partial(jax.tree.unflatten, self._treedef, self._leaves)
+            read_back(self._variables, self._given, self._leaves, state)
 
     @property
     def state(self) -> nnx.State[Any, Any]:
-        """The current state of ``(model, optimizer)`` as an ``nnx.State`` (no copy)."""
+        """The current state of ``(model, optimizer)`` as an ``nnx.State`` (no copy).
+
+        Arrays written into the objects since the step last wrote them are taken in first.
+        """
+        self._read_back()
         return jax.tree.unflatten(self._treedef, self._leaves)
 
     def sync(self) -> None:
         """Write the current state back into the model and optimizer objects, and keep them live.
 
-        From then on each step reads back the arrays changed in the objects before it runs and
-        writes its new state into them after.
+        What was written into the objects since is taken in first. From then on each step
+        writes its new state into them after it runs.
         """
+        self._read_back()
         self._write_back()
         self._live = True
 
@@ -324,6 +324,7 @@ class TrainStep[M: nnx.Module]:
         else:
             for variable, leaf in zip(self._variables, self._leaves, strict=True):
                 variable.set_raw_value(leaf)
+            self._given = list(self._leaves)
         self._synced = True
 
     @property
