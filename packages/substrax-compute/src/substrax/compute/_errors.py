@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from substrax.support import StructuredError
+from substrax.support import StructuredError, describe_error
 
 
 _ROOT = "tool.substrax.compute"
@@ -378,4 +378,4 @@ class BackendRequestError(_ComputeError, RuntimeError):
     @classmethod
     def of(cls, backend: str, operation: str, error: BaseException) -> "BackendRequestError":
         """The error for ``error``, raised by ``backend``'s SDK while it tried ``operation``."""
-        return cls(backend, operation, " ".join(f"{type(error).__name__}: {error}".split()))
+        return cls(backend, operation, describe_error(error))

@@ -11,6 +11,7 @@ from ._cli import (
     CommandFailedError as CommandFailedError,
     UsageError as UsageError,
     add_json_flag as add_json_flag,
+    describe_error as describe_error,
     emit as emit,
     error_line as error_line,
     int_argument as int_argument,

@@ -64,6 +64,17 @@ def error_line(prog: str, error: BaseException | str) -> str:
     return f"{prog}: error: {message}"
 
 
+def describe_error(error: BaseException) -> str:
+    """``error`` as ``Type: message`` on one line (an SDK's message may span several).
+
+    Example:
+        >>> from substrax.support import describe_error
+        >>> describe_error(ConnectionError("no server" + chr(10) + "  at 127.0.0.1"))
+        'ConnectionError: no server at 127.0.0.1'
+    """
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
 def run_command(
     prog: str,
     command: Callable[[], int],

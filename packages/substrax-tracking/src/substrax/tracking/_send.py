@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
+from substrax.support import describe_error
+
 from ._errors import NotARecordError
 from ._records import Record, split_scalars
 from ._sink import Sink, build_sink
@@ -56,11 +58,6 @@ def _nobody(_run: str) -> bool:
 
 def _unheard(_record: Record, _reason: str) -> None:
     pass
-
-
-def describe_error(error: BaseException) -> str:
-    """``error`` as ``Type: message`` on one line (an SDK's message may span several)."""
-    return " ".join(f"{type(error).__name__}: {error}".split())
 
 
 class _Settled(BaseException):  # not an Exception: passes the handlers around backend calls
