@@ -335,3 +335,24 @@ def test_items_that_are_not_a_function_are_refused_at_the_first_step_not_at_the_
         with pytest.raises(TypeError, match=r"items must be a function .* not dict"):
             preemption.check(0, {"model": {"w": np.zeros(2)}})  # no preemption yet
         preemption.check(0, lambda: {"model": {"w": np.zeros(2)}})
+
+
+def test_monitor_takes_one_key_as_a_string_and_warns_of_a_key_an_epoch_end_lacks(store_dir, caplog):
+    """Hostile finding: ``monitor="val_loss"`` was split into its letters and recorded nothing,
+    and a misspelt key recorded nothing without a word."""
+    items = lambda _trainer: {"model": {"w": np.zeros(2)}}  # noqa: E731
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        CheckpointCallback(store, items=items, monitor="val_loss").on_epoch_end(
+            None, 0, {"val_loss": 0.5, "acc": 0.9}
+        )
+        misspelt = CheckpointCallback(store, items=items, monitor=["val_los"], every_n_steps=1)
+        misspelt.on_batch_end(None, 0, {"loss": 1.0})  # a step's logs: no warning
+        assert "val_los" not in caplog.text
+        for epoch in (1, 2):
+            misspelt.on_epoch_end(None, epoch, {"val_loss": 0.4})
+        store.wait()
+        assert store.read_metadata(0).metrics == {"val_loss": 0.5}
+        assert store.read_metadata(store.latest_step()).metrics == {}
+    assert caplog.text.count("monitored key 'val_los' is not in the logs") == 1
+    with pytest.raises(TypeError, match=r"monitor=.* must be a log key or keys"):
+        CheckpointCallback(store, monitor=["val_loss", 3])

@@ -85,6 +85,61 @@ def test_plateau_drives_an_injected_learning_rate_in_an_nnx_optimizer():
     assert float(lr.get_value()) == pytest.approx(0.025)
 
 
+def test_plateau_scales_each_injected_group_from_its_own_base_and_leaves_the_state_given():
+    """Hostile findings: two ``inject_hyperparams`` groups got one base (the first group's), a
+    10x learning-rate change before any plateau; ``apply`` also changed the state given."""
+    jnp = pytest.importorskip("jax.numpy", reason="jax is needed to build an optax state")
+    optax = pytest.importorskip("optax", reason="optax is needed for inject_hyperparams")
+    params = {"kernel": jnp.ones(2), "bias": jnp.ones(1)}
+    tx = optax.multi_transform(
+        {
+            "kernel": optax.inject_hyperparams(optax.sgd)(learning_rate=0.1),
+            "bias": optax.inject_hyperparams(optax.sgd)(learning_rate=0.01),
+        },
+        {"kernel": "kernel", "bias": "bias"},
+    )
+    state = tx.init(params)
+    callback = ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1)
+
+    def rates(opt_state):
+        inner = opt_state.inner_states
+        return {k: float(inner[k].inner_state.hyperparams["learning_rate"]) for k in inner}
+
+    given = rates(state)
+    state = callback.apply(state)  # scale 1: every group keeps its own rate
+    assert rates(state) == pytest.approx({"kernel": 0.1, "bias": 0.01})
+    callback.on_epoch_end(None, 0, {"loss": 1.0})
+    callback.on_epoch_end(None, 1, {"loss": 1.0})  # a plateau: scale 0.5
+    halved = callback.apply(state)
+    assert rates(halved) == pytest.approx({"kernel": 0.05, "bias": 0.005})
+    assert rates(state) == pytest.approx(given)  # the state given is left as it was
+    restored = ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1)
+    restored.set_state(callback.get_state())
+    assert callback.get_state()["base_lr"] == pytest.approx([0.1, 0.01])
+    assert rates(restored.apply(state)) == pytest.approx({"kernel": 0.05, "bias": 0.005})
+
+
+def test_plateau_warns_once_when_a_schedule_overrides_its_scale(caplog):
+    jnp = pytest.importorskip("jax.numpy", reason="jax is needed to build an optax state")
+    optax = pytest.importorskip("optax", reason="optax is needed for inject_hyperparams")
+    params = {"w": jnp.ones(2)}
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=optax.constant_schedule(0.1))
+    state = tx.init(params)
+    callback = plateau([1.0, 1.0, 1.0], factor=0.5, patience=1)  # scale 0.25
+    for _ in range(3):
+        state = callback.apply(state)
+        _, state = tx.update({"w": jnp.ones(2)}, state, params)  # the schedule sets it again
+    warnings = [r.getMessage() for r in caplog.records if "does not last" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "the injected learning_rate is 0.1, not the 0.025 it was set to" in warnings[0]
+
+
+@pytest.mark.parametrize("hyperparam", ["", 3, None])
+def test_plateau_refuses_a_hyperparam_that_is_no_name(hyperparam):
+    with pytest.raises(TypeError, match=r"hyperparam=.* must name an injected hyperparameter"):
+        ReduceLROnPlateauCallback(hyperparam=hyperparam)
+
+
 def test_plateau_refuses_a_state_without_a_learning_rate():
     with pytest.raises(NoLearningRateFoundError, match="inject_hyperparams"):
         ReduceLROnPlateauCallback().apply(({"mu": 1.0},))
@@ -117,9 +172,27 @@ def test_progress_bar_shows_steps_rate_and_metrics():
     assert "steps/s" in text
 
 
+def test_a_resumed_run_s_bar_starts_at_its_restored_step():
+    """Hostile finding: a run resumed at step 5 of 10 ended its bar at 5/10."""
+    from rich.console import Console
+
+    out = io.StringIO()
+    progress = ProgressCallback(
+        total_steps=10, initial_step=5, console=Console(file=out, width=140)
+    )
+    progress.on_train_begin(None)
+    for step in range(5, 10):
+        progress.on_batch_end(None, step, {"loss": 0.5})
+    progress.on_train_end(None)
+    assert progress.steps == 10
+    assert "10/10" in out.getvalue()
+
+
 def test_progress_refuses_negative_total():
     with pytest.raises(ValueError, match="total_steps"):
         ProgressCallback(total_steps=-1)
+    with pytest.raises(ValueError, match="initial_step"):
+        ProgressCallback(initial_step=-1)
 
 
 def test_loss_spike_detector_flags_spikes_and_non_finite(caplog):

@@ -96,14 +96,16 @@ class CheckpointCallback:
         items: builds the items to save from the trainer (``{"model": nnx.state(trainer.model)}``).
         every_n_epochs: save at the end of every this many epochs (None: never at epoch end).
         every_n_steps: also save every this many optimizer steps (None: never mid-epoch).
-        monitor: the log keys stored as metrics (None: every numeric log value).
+        monitor: the log key (a string) or keys stored as metrics (None: every numeric log
+            value); a key an epoch end's logs lack is warned about once.
         steps_per_call: optimizer steps that each ``on_batch_end`` stands for (>= 1).
         flush: the run's loggers (anything with a ``flush()``), flushed before every save (put
             this callback after the one that logs); a failed flush is warned about.
 
     Raises:
         ValueError: ``every_n_epochs``, ``every_n_steps`` or ``steps_per_call`` is not >= 1.
-        TypeError: something in ``flush`` has no ``flush()`` method.
+        TypeError: something in ``flush`` has no ``flush()`` method, or a ``monitor`` key is no
+            string.
 
     Example:
         >>> import tempfile
@@ -125,7 +127,7 @@ class CheckpointCallback:
         items: Callable[[object], Mapping[str, PyTree]] | None = None,
         every_n_epochs: int | None = 1,
         every_n_steps: int | None = None,
-        monitor: Sequence[str] | None = None,
+        monitor: str | Sequence[str] | None = None,
         steps_per_call: int = 1,
         flush: Flushable | Iterable[Flushable] | None = None,
     ) -> None:
@@ -139,7 +141,12 @@ class CheckpointCallback:
         self._items = items or _model_items
         self._every_n_epochs = every_n_epochs
         self._every_n_steps = every_n_steps
-        self._monitor = None if monitor is None else tuple(monitor)
+        self._monitor = (monitor,) if isinstance(monitor, str) else monitor
+        if self._monitor is not None:
+            self._monitor = tuple(self._monitor)
+            if not all(isinstance(name, str) and name for name in self._monitor):  # pyright: ignore[reportUnnecessaryIsInstance]
+                raise TypeError(f"monitor={monitor!r} must be a log key or keys (strings)")
+        self._missing: set[str] = set()  # monitored keys warned about, once each
         self._steps = 0
         self._counted = False  # whether on_batch_end has counted any step
         self._last_saved: int | None = None  # the latest step the store holds, to our knowledge
@@ -151,17 +158,29 @@ class CheckpointCallback:
         """The number of optimizer steps counted so far (``steps_per_call`` per batch end)."""
         return self._steps
 
-    def _metrics(self, logs: Mapping[str, Any] | None) -> dict[str, float]:
-        """The numeric log values (a stacked one's last), non-finite ones included."""
+    def _metrics(self, logs: Mapping[str, Any] | None, *, epoch_end: bool) -> dict[str, float]:
+        """The numeric log values (a stacked one's last), non-finite ones included.
+
+        A monitored key an epoch end's logs lack is warned about once (a step's may lack the
+        validation metrics).
+        """
         logs = logs or {}
         names = self._monitor if self._monitor is not None else tuple(logs)
+        for name in sorted(set(names) - set(logs) - self._missing if epoch_end else ()):
+            self._missing.add(name)
+            _logger.warning(
+                "CheckpointCallback: monitored key %r is not in the logs of this epoch's end "
+                "(they hold %s); its save records no value for it (a misspelt key?)",
+                name,
+                sorted(logs),
+            )
         values = {name: _last_value(logs[name]) for name in names if name in logs}
         return {name: value for name, value in values.items() if value is not None}
 
     def _save(
         self, trainer: object, step: int, epoch: int | None, logs: Mapping[str, Any] | None
     ) -> None:
-        metrics = self._metrics(logs)
+        metrics = self._metrics(logs, epoch_end=epoch is not None)
         batch_saved, self._batch_saved = self._batch_saved, None
         overwrite = False
         if epoch is not None and batch_saved is not None and batch_saved[0] == step:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from substrax.support import Mode, check_float, check_int
 
@@ -47,10 +47,15 @@ class ReduceLROnPlateauCallback(BaseCallback):
 
     It sets the ``scale`` of an ``optax.contrib.reduce_on_plateau`` state chained into the
     transformation (build it with a large ``patience`` so that it does not act on its own), or
-    ``hyperparams[hyperparam]`` of ``optax.inject_hyperparams`` to ``base * scale``. A flax
-    ``nnx.Optimizer`` (``optimizer=``, or ``trainer.optimizer``; a ``substrax.spmd.TrainStep``
-    either way) is changed in place, without a recompile; a plain optax state goes through
-    :meth:`apply`.
+    ``hyperparams[hyperparam]`` of ``optax.inject_hyperparams`` to ``base * scale``, each
+    injected group (``optax.multi_transform``) from its own base. A flax ``nnx.Optimizer``
+    (``optimizer=``, or ``trainer.optimizer``; a ``substrax.spmd.TrainStep`` either way) is
+    changed in place, without a recompile; a plain optax state goes through :meth:`apply`,
+    which returns a new state and leaves the one given as it was. The ``reduce_on_plateau``
+    route needs a loop that passes ``value=`` to the update (``TrainStep`` does not: use
+    ``inject_hyperparams`` there). An injected schedule is recomputed by optax at every
+    update, so no scale written over it lasts: that is warned about once. A NaN or infinite
+    metric counts as a plateau at once, whatever ``patience``.
 
     Args:
         monitor: the metric name in the epoch-end logs.
@@ -94,13 +99,17 @@ class ReduceLROnPlateauCallback(BaseCallback):
         self.cooldown = check_int("cooldown", cooldown, minimum=0)
         self.min_scale = check_float("min_scale", min_scale, minimum=0, maximum=1)
         self.monitor = check_monitor(monitor)
+        if not isinstance(hyperparam, str) or not hyperparam:  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"hyperparam={hyperparam!r} must name an injected hyperparameter")
         self.hyperparam = hyperparam
         self.optimizer = optimizer
         self.strict = strict
         self._tracker = BestMetricTracker(mode=mode, min_delta=min_delta)
         self._scale = 1.0
         self._cooldown_left = 0
-        self._base_lr: float | None = None
+        self._bases: list[float] = []  # each injected group's value before any scaling
+        self._written: list[float] = []  # the value each was last given
+        self._warned_schedule = False
 
     @property
     def scale(self) -> float:
@@ -143,23 +152,17 @@ class ReduceLROnPlateauCallback(BaseCallback):
         Raises:
             NoLearningRateFoundError: the state holds neither kind of learning-rate knob.
         """
-        found = False
+        found = 0  # the knobs found: the injected groups count in order
 
         def visit(node: Any) -> Any:
             nonlocal found
             if _is_plateau_state(node):
-                found = True
+                found += 1
                 return node._replace(scale=_set(node.scale, self._scale))
             hyperparams = getattr(node, "hyperparams", None)
             if isinstance(hyperparams, Mapping) and self.hyperparam in hyperparams:
-                found = True
-                leaf = hyperparams[self.hyperparam]
-                if self._base_lr is None:
-                    self._base_lr = float(leaf.get_value() if _is_variable(leaf) else leaf)
-                new_leaf = _set(leaf, self._base_lr * self._scale)
-                if isinstance(hyperparams, dict):
-                    hyperparams[self.hyperparam] = new_leaf
-                return node
+                found += 1
+                return self._inject(node, cast("Mapping[str, Any]", hyperparams), found - 1)
             if isinstance(node, tuple) and hasattr(type(node), "_fields"):
                 return type(node)(*(visit(child) for child in node))
             if isinstance(node, tuple | list):
@@ -176,13 +179,44 @@ class ReduceLROnPlateauCallback(BaseCallback):
             raise NoLearningRateFoundError(self.hyperparam)
         return result
 
+    def _inject(self, node: Any, hyperparams: Mapping[str, Any], group: int) -> Any:
+        """``node`` (an ``inject_hyperparams`` state) with its scaled value; an nnx one in place."""
+        leaf = hyperparams[self.hyperparam]
+        self._scale_group(group, float(leaf.get_value() if _is_variable(leaf) else leaf))
+        new_leaf = _set(leaf, self._written[group])
+        if _is_variable(leaf) or not hasattr(node, "_replace"):
+            if isinstance(hyperparams, dict):
+                hyperparams[self.hyperparam] = new_leaf
+            return node
+        return node._replace(hyperparams={**hyperparams, self.hyperparam: new_leaf})
+
+    def _scale_group(self, group: int, current: float) -> None:
+        """Set injected group ``group``'s next value; its base is its first value seen."""
+        if group == len(self._bases):
+            self._bases.append(current)
+            self._written.append(current)
+        elif not self._warned_schedule and not math.isclose(
+            current, self._written[group], rel_tol=1e-5
+        ):
+            self._warned_schedule = True
+            _logger.warning(
+                "ReduceLROnPlateauCallback: the injected %s is %g, not the %g it was set to: "
+                "something else sets it at every update (an optax schedule given to "
+                "inject_hyperparams is recomputed each step), so this callback's scale does "
+                "not last; inject a constant, or chain optax.contrib.reduce_on_plateau",
+                self.hyperparam,
+                current,
+                self._written[group],
+            )
+        self._written[group] = self._bases[group] * self._scale
+
     def get_state(self) -> dict[str, Any]:
         """The state to checkpoint, strict JSON."""
         return {
             "tracker": self._tracker.get_state(),
             "scale": self._scale,
             "cooldown_left": self._cooldown_left,
-            "base_lr": self._base_lr,
+            "base_lr": self._bases[0] if len(self._bases) == 1 else (self._bases or None),
             "monitor": self.monitor,
             "mode": self._tracker.mode.value,
         }
@@ -201,9 +235,15 @@ class ReduceLROnPlateauCallback(BaseCallback):
         cooldown = state_number(
             who, checked, "cooldown_left", "an integer >= 0", integer=True, low=0
         )
-        wanted = "None or a finite number"
-        base_lr = state_number(
-            who, checked, "base_lr", wanted, low=-LARGEST, high=LARGEST, none=True
-        )
+        wanted = "None, a finite number, or a list of them (one per injected group)"
+        bases = checked["base_lr"] if isinstance(checked["base_lr"], list) else [checked["base_lr"]]
+        values = [
+            state_number(
+                who, {"base_lr": b}, "base_lr", wanted, low=-LARGEST, high=LARGEST, none=True
+            )
+            for b in bases
+        ]
         self._tracker.set_state(checked["tracker"])
-        self._scale, self._cooldown_left, self._base_lr = scale, cooldown, base_lr
+        self._scale, self._cooldown_left = scale, cooldown
+        self._bases = [float(v) for v in values if v is not None]
+        self._written = [b * scale for b in self._bases]

@@ -30,6 +30,8 @@ class ProgressCallback(BaseCallback):
 
     Args:
         total_steps: the number of steps, for the bar and the ETA; None for an open-ended bar.
+        initial_step: the steps done before this run (a resumed run's restored step): the bar
+            starts there, and ``steps`` counts on from it.
         metrics: the log key (a string) or keys to show beside the bar; one the first step's
             logs lack is warned about, naming the keys they hold.
         console: a ``rich.console.Console`` to draw on; default: rich's own.
@@ -55,6 +57,7 @@ class ProgressCallback(BaseCallback):
         self,
         *,
         total_steps: int | None = None,
+        initial_step: int = 0,
         metrics: str | Sequence[str] = ("loss",),
         console: Any = None,
         description: str = "training",
@@ -65,6 +68,7 @@ class ProgressCallback(BaseCallback):
         if total_steps is not None:
             check_int("total_steps", total_steps, minimum=0)
         self.total_steps = total_steps
+        self.initial_step = check_int("initial_step", initial_step, minimum=0)
         self.metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         for name in self.metrics:
             if not isinstance(name, str) or not name:  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -100,7 +104,11 @@ class ProgressCallback(BaseCallback):
         self._reset()
         self._progress.start()
         self._task = self._progress.add_task(
-            self._description, total=self.total_steps, rate="", metrics=""
+            self._description,
+            total=self.total_steps,
+            completed=self.initial_step,
+            rate="",
+            metrics="",
         )
 
     def on_batch_end(self, trainer: object, batch: int, logs: Logs, /) -> None:
@@ -140,7 +148,7 @@ class ProgressCallback(BaseCallback):
         self._progress.stop()
 
     def _reset(self) -> None:
-        self.steps = 0
+        self.steps = self.initial_step
         self._pending: dict[str, tuple[int, Any]] = {}  # the last step's jax arrays, by metric
         self._shown: dict[str, float] = {}  # each metric's latest value read
         self._advance = 0  # steps not drawn yet
