@@ -80,3 +80,9 @@ def test_output_location_refuses_an_unknown_source_naming_the_allowed_ones():
         OutputLocation(path=Path("/tmp/x"), source=None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"path must be a pathlib.Path, not str '/tmp/x'"):
         OutputLocation(path="/tmp/x", source="argument")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("explicit", ["", " "])
+def test_an_empty_explicit_directory_is_refused_not_the_working_directory(explicit):
+    with pytest.raises(ValueError, match=r"explicit=.* names no directory"):
+        resolve_output_dir("run", explicit=explicit, env={})

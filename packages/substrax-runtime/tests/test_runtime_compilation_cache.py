@@ -89,3 +89,24 @@ def test_an_explicit_off_keeps_no_cache(child, monkeypatch, tmp_path):
     _, second = _run_twice(child, runtime)
     assert second["hits"] == 0
     assert _cache_files(tmp_path / "user-cache") == []
+
+
+def test_a_directory_applied_after_jax_compiled_is_the_one_written(child, tmp_path):
+    """Hostile finding: jax sets its cache up at the first compile, so a directory applied
+    after it was taken silently and nothing was written there."""
+    program = f"""
+import json, os, jax, jax.numpy as jnp
+from substrax.runtime import JaxRuntime, apply_runtime
+jax.jit(lambda a: a + 1)(jnp.ones(4)).block_until_ready()  # jax set its cache up: none
+files = []
+for name in ("first", "second"):
+    directory = {str(tmp_path)!r} + "/" + name
+    apply_runtime(JaxRuntime(compilation_cache_dir=directory,
+                             persistent_cache_min_compile_time_secs=0))
+    jax.jit(lambda a, n=len(name): a * n + 1)(jnp.ones(len(files) + 5)).block_until_ready()
+    files.append(sorted(os.listdir(directory)) if os.path.isdir(directory) else [])
+print(json.dumps({{"first": len(files[0]), "second": len(files[1])}}))
+"""
+    counts = child(program, env={"JAX_PLATFORMS": "cpu"})
+    assert counts["first"] >= 1, counts  # the first directory applied after a compile
+    assert counts["second"] >= 1, counts  # and the one that replaced it

@@ -100,11 +100,11 @@ def test_place_on_device_refuses_what_is_not_a_device_naming_it(bad):
 @pytest.mark.parametrize(
     ("hardware", "device_kinds"),
     [
-        (HardwareType.H100, ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"]),
+        (HardwareType.H100, ["NVIDIA H100 80GB HBM3"]),
         (HardwareType.H200, ["NVIDIA H200"]),
         (HardwareType.B200, ["NVIDIA B200"]),
         (HardwareType.L4, ["NVIDIA L4"]),
-        (HardwareType.A100, ["NVIDIA A100-SXM4-80GB"]),
+        (HardwareType.A100, ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB"]),  # one peak
         (HardwareType.TPU_V5E, ["TPU v5 lite", "TPU v5e"]),
         (HardwareType.TPU_V5P, ["TPU v5", "TPU v5p"]),
         (HardwareType.TPU_V6E, ["TPU v6 lite"]),
@@ -121,6 +121,10 @@ def test_place_on_device_refuses_what_is_not_a_device_naming_it(bad):
             [
                 "NVIDIA L40S",
                 "NVIDIA GH200 480GB",
+                # not the SXM parts' 989 TFLOP/s: 756 (PCIe) and 835 (NVL) would read MFU low
+                "NVIDIA H100 PCIe",
+                "NVIDIA H100 NVL",
+                "NVIDIA H200 NVL",
                 "TPU v4 lite",
                 "Quadro GV100",
                 "NVIDIA V1000",

@@ -79,12 +79,22 @@ if mode == "arguments":
                                   process_id=rank, initialization_timeout=60)
 else:
     info = initialize_distributed(initialization_timeout=60)  # launcher variables
+again = other = None
+if mode == "arguments":
+    again = initialize_distributed(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                                   process_id=rank).coordinator  # the same run: a no-op
+    try:  # another run's coordinator: refused, not taken as joined
+        initialize_distributed(coordinator_address="127.0.0.1:1", num_processes=2,
+                               process_id=rank)
+    except Exception as error:
+        other = f"{type(error).__name__}: {error}"
 import jax
 import jax.numpy as jnp
 from jax.experimental import multihost_utils
 gathered = multihost_utils.process_allgather(jnp.array([info.process_id]))
 print(json.dumps({
     "info": [info.process_id, info.num_processes, info.coordinator, info.source],
+    "again": again, "other": other,
     "devices": jax.device_count(), "local": jax.local_device_count(),
     "processes": jax.process_count(), "gathered": gathered.ravel().tolist(),
 }))
@@ -144,6 +154,11 @@ def test_two_local_processes_form_one_four_device_view():
     coordinator = f"127.0.0.1:{port}"
     assert outputs[0]["info"] == [0, 2, coordinator, "argument"]
     assert outputs[1]["info"] == [1, 2, coordinator, "jax_env"]
+    assert outputs[0]["again"] == coordinator  # initialized again with the same run: a no-op
+    assert outputs[0]["other"] == (  # with another run's coordinator: refused
+        f"RuntimeConfigurationError: jax.distributed is already initialized with coordinator "
+        f"{coordinator}, not 127.0.0.1:1; a process joins one run"
+    )
     # the job's service runs in a child process, whose log is not shown: no warning about
     # jax's experimental recoverable mode on every start
     assert not any("recoverable task feature" in out["stderr"] for out in outputs)

@@ -52,7 +52,7 @@ def test_a_setting_under_both_names_or_no_root_is_refused():
         managed_environment("P", "cpu")
 
 
-@pytest.mark.parametrize("prefix", ["", "proj", "P-X", "P X"])
+@pytest.mark.parametrize("prefix", ["", "proj", "P-X", "P X", "1A", "É", "PΩ"])  # sh names
 def test_prefix_is_checked(prefix):
     with pytest.raises(ValueError, match="prefix"):
         managed_environment(prefix, "cpu", env_root="/p")
@@ -61,8 +61,9 @@ def test_prefix_is_checked(prefix):
 def test_bad_backend_and_override_names():
     with pytest.raises(ValueError, match="resolve auto first"):
         managed_environment("P", "auto", env_root="/p")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="not a shell variable name"):
-        managed_environment("P", "cpu", env_root="/p", overrides={"1X": "v"})
+    for name in ("1X", "Ω", "A-B", ""):  # a shell cannot export any of them
+        with pytest.raises(ValueError, match="not a shell variable name"):
+            managed_environment("P", "cpu", env_root="/p", overrides={name: "v"})
 
 
 def test_resolve_backend():
@@ -219,9 +220,16 @@ def test_an_env_file_that_is_not_utf8_exits_2(tmp_path, capsys):
 def test_a_value_with_a_line_break_is_refused_and_what_is_written_reads_back(tmp_path, capsys):
     output = tmp_path / "e.env"
     write = ["write", "--prefix", "P", "--backend", "cpu", "--output", str(output)]
-    for value in ("1\nB=2", "1\r", "a\0b"):
+    for value, says in (
+        ("1\nB=2", "holds a line break or NUL"),
+        ("1\r", "holds a line break or NUL"),
+        ("a\0b", "holds a line break or NUL"),
+        ("x\udcffy", "holds text UTF-8 cannot encode"),  # a byte the terminal could not decode
+    ):
         assert main([*write, "--set", f"A={value}"]) == 2
-        assert "holds a line break or NUL" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert says in err
+        assert err.count("\n") == 1, err
         assert not output.exists()
     odd = 'it\'s "quoted" $HOME `x` \\ \t tab # not a comment'
     assert main([*write, "--set", f"A={odd}"]) == 0

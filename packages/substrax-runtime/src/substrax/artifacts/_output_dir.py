@@ -92,8 +92,8 @@ def resolve_output_dir(
         The created directory and its source.
 
     Raises:
-        ValueError: ``name`` is empty, ``"."``, absolute or climbs with ``..``; or
-            ``AVITAI_OUTPUT_DIR`` is not absolute.
+        ValueError: ``name`` is empty, ``"."``, absolute or climbs with ``..``; ``explicit``
+            is empty; or ``AVITAI_OUTPUT_DIR`` is not absolute.
 
     Example:
         >>> import tempfile
@@ -106,6 +106,11 @@ def resolve_output_dir(
     relative = _check_name(name)
     environ = os.environ if env is None else env
     if explicit is not None:
+        if not str(explicit).strip():  # Path("") is the working directory
+            raise ValueError(
+                f"explicit={explicit!r} names no directory; pass one, such as 'outputs/run1', "
+                "or None for the default"
+            )
         path, source = Path(explicit).expanduser().resolve(), "argument"
     elif raw := environ.get(OUTPUT_DIR_ENV, ""):
         root = Path(raw).expanduser()

@@ -85,9 +85,12 @@ class HardwareType(Enum):
 
 
 # Word boundaries keep L40S off L4 and GH200 off H200; TPU v5p reports itself as "TPU v5".
-# The V100S (PCIe, a faster clock and HBM2) is a V100 for a batch-size starting point.
+# The V100S (PCIe, a faster clock and HBM2) is a V100 for a batch-size starting point. The
+# H100 and H200 are the SXM parts: a PCIe or NVL card (756 and 835 TFLOP/s, not 989) is
+# unknown rather than given the SXM peak, which would read its MFU low.
 _DEVICE_KIND_PATTERNS: tuple[tuple[re.Pattern[str], HardwareType], ...] = (
     (re.compile(r"^cpu$", re.IGNORECASE), HardwareType.CPU),
+    (re.compile(r"\bH[12]00\b.*\b(PCIe|NVL)\b", re.IGNORECASE), HardwareType.UNKNOWN),
     (re.compile(r"\bH100\b", re.IGNORECASE), HardwareType.H100),
     (re.compile(r"\bH200\b", re.IGNORECASE), HardwareType.H200),
     (re.compile(r"\bB200\b", re.IGNORECASE), HardwareType.B200),

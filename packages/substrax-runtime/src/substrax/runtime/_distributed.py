@@ -37,6 +37,7 @@ DEFAULT_HEARTBEAT_TIMEOUT = 10
 DEFAULT_SHUTDOWN_TIMEOUT = 300
 """Seconds a finished process waits at exit for the others to finish too."""
 _IDLE_BIND_ADDRESS = "127.0.0.1:0"
+_STARTED: dict[str, str] = {}  # "coordinator": the address this process's run started with
 """Where process 0's own in-process coordination service listens when a child serves the job's
 (jax always starts one on process 0): a loopback port of the system's choosing, never used."""
 
@@ -316,17 +317,25 @@ def _watch_peers(
     watch.start()
 
 
+def _check_joined(launch: LaunchSettings, index: int, count: int) -> None:
+    """Refuse to start again as another process, or in another run, than the one joined."""
+    started, address = _STARTED.get("coordinator"), launch.coordinator_address
+    if (count, index) != (launch.num_processes, launch.process_id):
+        joined = f"as process {index} of {count}, not {launch.process_id} of {launch.num_processes}"
+    elif started and address not in (None, started):
+        joined = f"with coordinator {started}, not {address}; a process joins one run"
+    else:
+        return
+    raise RuntimeConfigurationError(f"jax.distributed is already initialized {joined}")
+
+
 def _start(
     launch: LaunchSettings, local_device_ids: Sequence[int] | None, settings: _Settings
 ) -> DistributedInfo:
     import jax  # noqa: PLC0415 - jax loads only when a multi-process run starts
 
     if jax.distributed.is_initialized():
-        if (jax.process_count(), jax.process_index()) != (launch.num_processes, launch.process_id):
-            raise RuntimeConfigurationError(
-                f"jax.distributed is already initialized as process {jax.process_index()} of "
-                f"{jax.process_count()}, not {launch.process_id} of {launch.num_processes}"
-            )
+        _check_joined(launch, jax.process_index(), jax.process_count())
     else:
         _LOG.info(
             "starting jax.distributed: process %d of %d, coordinator %s (%s)",
@@ -378,11 +387,13 @@ def _start(
                 coordinator.stop()
             raise
         guard.close()
+        if launch.coordinator_address:
+            _STARTED["coordinator"] = launch.coordinator_address
         if settings.fail_fast:
             _watch_peers(jax.process_index(), jax.process_count(), settings, coordinator)
     return DistributedInfo(
         process_id=jax.process_index(),
         num_processes=jax.process_count(),
-        coordinator=launch.coordinator_address,
+        coordinator=launch.coordinator_address or _STARTED.get("coordinator"),
         source=launch.source,
     )

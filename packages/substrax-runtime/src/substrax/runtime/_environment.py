@@ -195,8 +195,14 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
                 f"cpu_devices={runtime.cpu_devices} cannot be applied: jax has already started "
                 f"its backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
             ) from error
+    changed = False
     for _, name, value in _config_values(runtime, target).values():
+        changed |= "compilation_cache" in name and getattr(jax.config, name) != value
         jax.config.update(name, value)
+    if changed:  # jax sets its cache up at the first compile: a new directory needs a reset
+        from jax.experimental.compilation_cache import compilation_cache  # noqa: PLC0415
+
+        compilation_cache.reset_cache()
 
 
 def _refuse_startup_settings(runtime: JaxRuntime, environ: Mapping[str, str]) -> None:

@@ -5,6 +5,7 @@ substrax.runtime.managed_env``.
 """
 
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -82,8 +83,27 @@ def resolve_backend(
 
 
 def _check_prefix(prefix: str) -> None:
-    if not prefix or not prefix.replace("_", "A").isalnum() or not prefix.isupper():
-        raise ValueError(f"prefix {prefix!r} must be upper-case letters, digits and underscores")
+    if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", prefix):  # a shell variable name's start
+        raise ValueError(
+            f"prefix {prefix!r} must be upper-case ASCII letters, digits and underscores, "
+            "not starting with a digit"
+        )
+
+
+def _check_value(name: str, value: str) -> None:
+    """Refuse a value the env file (UTF-8, one variable a line) cannot hold."""
+    if any(char in value for char in "\n\r\0"):
+        raise ValueError(
+            f"--set {name}={value!r}: the value holds a line break or NUL, which the env "
+            "file (one variable a line) cannot hold; pass a single-line value"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{name}={value!r} holds text UTF-8 cannot encode (bytes the terminal could not "
+            "decode); pass it as UTF-8"
+        ) from None
 
 
 def _release_keyword[T](
@@ -151,14 +171,11 @@ def managed_environment(
         env["JAX_PLATFORMS"] = "cuda" if backend == "cuda12" else None
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         env["XLA_CLIENT_MEM_FRACTION"] = "0.75"
+    _check_value(f"{prefix}_ENV_ROOT", env_root)
     for name, value in (overrides or {}).items():
-        if not name or not name.replace("_", "A").isalnum() or name[0].isdigit():
-            raise ValueError(f"--set name {name!r} is not a shell variable name")
-        if any(char in value for char in "\n\r\0"):
-            raise ValueError(
-                f"--set {name}={value!r}: the value holds a line break or NUL, which the env "
-                "file (one variable a line) cannot hold; pass a single-line value"
-            )
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"--set name {name!r} is not a shell variable name (ASCII)")
+        _check_value(name, value)
         env[name] = value
     managed = f"{prefix}_MANAGED_ENV_VARS"
     env[managed] = " ".join(sorted([*env, managed]))
