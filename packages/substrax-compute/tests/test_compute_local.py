@@ -437,3 +437,24 @@ def test_a_task_timeout_holds_though_a_child_out_of_its_group_keeps_its_output_o
         log = Path(handle.details["run_dir"]) / "outputs" / "hangs" / "stdout.log"
         with contextlib.suppress(OSError, ValueError, IndexError):  # out of reach of any group
             os.kill(int(log.read_text().split()[-1]), signal.SIGKILL)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_cancel_ends_the_task_a_killed_worker_left_running(tmp_path, spawns_a_child, gone):
+    """Hostile finding: a worker killed mid-task left its task running (in its own session),
+    the run read as failed, and cancel of the failed run stopped nothing."""
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(_spec(_task("sleeper", spawns_a_child)), project=tmp_path)
+    child = None
+    for line in backend.logs(handle, follow=True):
+        if line.startswith("[sleeper] child "):
+            child = int(line.split()[-1])
+        if "sleeping now" in line:
+            break
+    assert child is not None
+    os.kill(int(handle.details["pids"]), signal.SIGKILL)  # the worker, as the OOM killer would
+    assert wait_until_final(backend, handle, 30) is RunState.FAILED
+    assert not gone(child, timeout=1), "the task ended with its worker: nothing to test"
+    backend.cancel(handle)
+    assert gone(child), "cancel left the killed worker's task running"
+    assert backend.status(handle) is RunState.FAILED  # it failed before it was cancelled

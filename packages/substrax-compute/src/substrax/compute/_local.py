@@ -19,6 +19,7 @@ Example:
     'local'
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -43,6 +44,7 @@ from ._manifest import MANIFEST_NAME, JobManifest, read_manifest
 from ._processes import free_port, is_alive, kill_group, spawn_detached, start_time, wait_all_dead
 from ._records import COMPONENT, JsonValue
 from ._run_errors import RunDirectoryGoneError
+from ._runner import TASK_PROCESS
 from ._supervisor import CANCELLED_MARKER, write_plan
 from ._toml import ROOT_PATH
 
@@ -273,12 +275,26 @@ class LocalBackend:
         return target
 
     def cancel(self, handle: RunHandle) -> None:
-        """Stop every worker and task of the run; a run already ended is left alone."""
-        if self.status(handle).is_final:
-            return
-        (Path(handle.details["run_dir"]) / CANCELLED_MARKER).touch()
-        pgid = int(handle.details["pgid"])
-        kill_group(pgid, signal.SIGTERM)
-        if not wait_all_dead(self._processes(handle), CANCEL_GRACE_SECONDS):
-            kill_group(pgid, signal.SIGKILL)
-            wait_all_dead(self._processes(handle), CANCEL_GRACE_SECONDS)
+        """Stop every worker and task of the run; of a run already ended, any task left running.
+
+        A worker killed mid-task (``kill -9``, the OOM killer) leaves its task running in its
+        own session, and the run reads as failed: its task's group is ended here.
+        """
+        run_dir = Path(handle.details["run_dir"])
+        if not self.status(handle).is_final:
+            (run_dir / CANCELLED_MARKER).touch()
+            _end_groups(self._processes(handle), int(handle.details["pgid"]))
+        for record in (run_dir / "outputs").rglob(TASK_PROCESS):
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                task = json.loads(record.read_text())
+                _end_groups([(int(task["pid"]), str(task["start"]))], int(task["pid"]))
+
+
+def _end_groups(processes: list[tuple[int, str]], pgid: int) -> None:
+    """SIGTERM the group ``pgid`` while ``processes`` live; SIGKILL it after the grace."""
+    if not any(is_alive(pid, started) for pid, started in processes):
+        return
+    kill_group(pgid, signal.SIGTERM)
+    if not wait_all_dead(processes, CANCEL_GRACE_SECONDS):
+        kill_group(pgid, signal.SIGKILL)
+        wait_all_dead(processes, CANCEL_GRACE_SECONDS)

@@ -12,8 +12,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
+from substrax.support import write_atomically
+
 from ._environment import task_environment
 from ._manifest import DEVICES_LOG, STDERR_LOG, STDOUT_LOG, RunDevices, TaskOutcome, TaskStatus
+from ._processes import start_time
 
 
 if TYPE_CHECKING:
@@ -22,6 +25,9 @@ STOP_SIGNAL = signal.SIGUSR1
 """The signal that asks a worker to stop its task gracefully (``TaskRunner.stop``)."""
 _WAIT_SLICE_SECONDS = 0.1
 _PUMP_SECONDS = 5.0  # how long a log pump may run on once the task's group is gone
+TASK_PROCESS = ".task-process.json"
+"""The running task's pid and start time, in its node's outputs: a worker killed mid-task
+leaves its task running (in its own session), and ``cancel`` finds it there."""
 LOG_NAMES = frozenset({STDOUT_LOG, STDERR_LOG})
 PROBE_SECONDS = 300.0
 _PROBE = (
@@ -206,6 +212,9 @@ class TaskRunner:
                     seconds=time.monotonic() - start,
                 )
             self.current = process
+            record = {"pid": process.pid, "start": start_time(process.pid)}
+            with contextlib.suppress(OSError):  # without it only the worker's end reaches it
+                write_atomically(self.root / TASK_PROCESS, json.dumps(record))
             # Both pipes exist: Popen was given PIPE for each.
             stdout, stderr = cast("IO[bytes]", process.stdout), cast("IO[bytes]", process.stderr)
             pumps = [
@@ -220,6 +229,7 @@ class TaskRunner:
                 pump.start()
             timed_out = self._wait(process, budget)
             self._end_leftovers(process.pid)
+            (self.root / TASK_PROCESS).unlink(missing_ok=True)
             until = time.monotonic() + _PUMP_SECONDS
             for pump, pipe in zip(pumps, (stdout, stderr), strict=True):
                 pump.join(max(0.0, until - time.monotonic()))
