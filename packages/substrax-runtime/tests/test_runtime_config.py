@@ -32,9 +32,10 @@ def test_frozen_slotted_keyword_only():
     ("platforms", "error", "match"),
     [
         ((), ValueError, "at least one platform"),
-        (("cpu", ""), ValueError, "non-blank"),
-        (("  ",), ValueError, "non-blank"),
+        (("cpu", ""), ValueError, "without commas or spaces"),
+        (("  ",), ValueError, "without commas or spaces"),
         (("cpu,cuda",), ValueError, "without commas"),
+        ((" cpu",), ValueError, "entry ' cpu' must be a name without commas or spaces around it"),
         ("cpu", TypeError, "tuple of names"),
         (["cpu"], TypeError, "tuple of names"),
         ((1,), TypeError, "tuple of names"),

@@ -154,6 +154,12 @@ def test_coordinator_must_be_host_and_port(address):
         coordinator_host(address)
 
 
+@pytest.mark.parametrize("address", ["127.0.0.1:0", "127.0.0.1:99999", "[fd00::1]:65536"])
+def test_a_port_no_peer_can_reach_is_refused_at_once(address):
+    with pytest.raises(ValueError, match=r"needs a port from 1 to 65535"):
+        coordinator_host(address)
+
+
 def test_counts_are_checked():
     with pytest.raises(ValueError, match="num_processes=0 must be an integer >= 1"):
         LaunchSettings(coordinator_address=None, num_processes=0, process_id=0, source="argument")

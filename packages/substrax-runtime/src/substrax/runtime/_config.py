@@ -116,9 +116,10 @@ class JaxRuntime:
         if not platforms:
             raise ValueError("JaxRuntime.platforms must name at least one platform, or be None")
         for name in platforms:
-            if not name.strip() or "," in name:
+            if not name.strip() or "," in name or name != name.strip():
                 raise ValueError(
-                    f"JaxRuntime.platforms entry {name!r} must be a non-blank name without commas"
+                    f"JaxRuntime.platforms entry {name!r} must be a name without commas or "
+                    "spaces around it, such as 'cpu' or 'cuda'"
                 )
 
     def _check_cpu_devices(self) -> None:

@@ -23,6 +23,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+_LAST_PORT = 65535
+
+
 def coordinator_host(address: str) -> str:
     """The host part of ``host:port`` (``[v6]:port`` keeps its address, brackets dropped).
 
@@ -33,7 +36,7 @@ def coordinator_host(address: str) -> str:
         The host.
 
     Raises:
-        ValueError: The address has no ``:port`` or the port is not a number.
+        ValueError: The address has no ``:port``, or the port is not a number from 1 to 65535.
 
     Example:
         >>> from substrax.runtime._launchers import coordinator_host
@@ -45,6 +48,8 @@ def coordinator_host(address: str) -> str:
         raise ValueError(
             f"coordinator address {address!r} must be host:port (an IPv6 host as [addr]:port)"
         )
+    if not 1 <= int(port) <= _LAST_PORT:  # 0 or 99999: no peer could ever reach it
+        raise ValueError(f"coordinator address {address!r} needs a port from 1 to {_LAST_PORT}")
     return host.strip("[]")
 
 
