@@ -32,6 +32,18 @@ def _task(name, code, timeout=120.0):
     return Task(name=name, argv=("python", "-c", code), timeout_seconds=timeout)
 
 
+def _submit_sleeper(backend, project, code):
+    """Submit one task running ``code`` (``spawns_a_child``); its handle and child's pid once asleep."""
+    handle = backend.submit(_spec(_task("sleeper", code)), project=project)
+    child = None
+    for line in backend.logs(handle, follow=True):
+        if line.startswith("[sleeper] child "):
+            child = int(line.split()[-1])
+        if "sleeping now" in line:
+            break
+    return handle, child
+
+
 def test_worker_command_without_extras_is_the_project_interpreter(tmp_path):
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     argv, env = backend.worker_command(_spec(_task("t", "")), tmp_path)
@@ -65,13 +77,7 @@ def test_declared_extras_are_installed_by_uv_into_a_run_environment(tmp_path):
 
 def test_cancel_kills_the_whole_process_group(tmp_path, spawns_a_child, gone):
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
-    handle = backend.submit(_spec(_task("sleeper", spawns_a_child)), project=tmp_path)
-    child = None
-    for line in backend.logs(handle, follow=True):
-        if line.startswith("[sleeper] child "):
-            child = int(line.split()[-1])
-        if "sleeping now" in line:
-            break
+    handle, child = _submit_sleeper(backend, tmp_path, spawns_a_child)
     backend.cancel(handle)
     assert backend.status(handle) is RunState.CANCELLED
     assert child is not None
@@ -444,13 +450,7 @@ def test_cancel_ends_the_task_a_killed_worker_left_running(tmp_path, spawns_a_ch
     """Hostile finding: a worker killed mid-task left its task running (in its own session),
     the run read as failed, and cancel of the failed run stopped nothing."""
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
-    handle = backend.submit(_spec(_task("sleeper", spawns_a_child)), project=tmp_path)
-    child = None
-    for line in backend.logs(handle, follow=True):
-        if line.startswith("[sleeper] child "):
-            child = int(line.split()[-1])
-        if "sleeping now" in line:
-            break
+    handle, child = _submit_sleeper(backend, tmp_path, spawns_a_child)
     assert child is not None
     os.kill(int(handle.details["pids"]), signal.SIGKILL)  # the worker, as the OOM killer would
     assert wait_until_final(backend, handle, 30) is RunState.FAILED
