@@ -113,6 +113,29 @@ def test_deprecated_memory_fraction_variable_is_refused():
     }
 
 
+@pytest.mark.parametrize("raw", ["0", "eight", "-2", "2.5", ""])
+def test_a_cpu_device_count_jax_would_fail_on_is_refused_naming_it(raw):
+    # "0" made jax fail only at its first device call, with "Could not determine process_index"
+    with pytest.raises(RuntimeConfigurationError, match=rf"JAX_NUM_CPU_DEVICES={raw!r} is not"):
+        runtime_environment(JaxRuntime(), {"JAX_NUM_CPU_DEVICES": raw})
+    with pytest.raises(RuntimeConfigurationError, match="JAX_NUM_CPU_DEVICES"):
+        child_environment(JaxRuntime(), {"JAX_NUM_CPU_DEVICES": raw}, parent={})
+    # cpu_devices replaces it, so nothing is wrong
+    assert (
+        runtime_environment(JaxRuntime(cpu_devices=2), {"JAX_NUM_CPU_DEVICES": raw})[
+            "JAX_NUM_CPU_DEVICES"
+        ]
+        == "2"
+    )
+
+
+@pytest.mark.parametrize("raw", ["8", " 8", "-1"])
+def test_a_cpu_device_count_jax_takes_is_kept(raw):
+    runtime = JaxRuntime(compilation_cache=False)
+    environ = child_environment(runtime, {"JAX_NUM_CPU_DEVICES": raw}, parent={})
+    assert environ["JAX_NUM_CPU_DEVICES"] == raw
+
+
 def test_child_environment_drops_inherited_jax_settings():
     parent = {"JAX_PLATFORMS": "cuda", "XLA_FLAGS": "--a=1", "PATH": "/bin", "JAXLIKE": "kept"}
     child = child_environment(JaxRuntime(cpu_devices=2), parent=parent)

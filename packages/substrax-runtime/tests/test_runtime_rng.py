@@ -1,5 +1,6 @@
 import hashlib
 import pickle
+import re
 
 import jax
 import jax.numpy as jnp
@@ -113,6 +114,28 @@ def test_split_key():
         split_key(jax.random.key(0), 0)
     with pytest.raises(TypeError, match="split_key num=True must be an integer >= 1, not bool"):
         split_key(jax.random.key(0), True)
+
+
+@pytest.mark.parametrize("derive", [fold_in_name, split_key], ids=["fold_in_name", "split_key"])
+@pytest.mark.parametrize(
+    ("key", "described"),
+    [
+        (0, "0"),
+        (np.zeros(3, np.uint32), "dtype uint32 and shape (3,)"),
+        (jax.random.split(jax.random.key(0), 2), "shape (2,)"),
+    ],
+    ids=["int", "raw-of-three", "two-keys"],
+)
+def test_a_value_that_is_not_one_key_is_refused_naming_it(derive, key, described):
+    who = derive.__name__
+    with pytest.raises(TypeError, match=rf"{who} needs one PRNG key .*{re.escape(described)}"):
+        derive(key, "params") if derive is fold_in_name else derive(key)
+
+
+def test_a_raw_uint32_key_is_one_key():
+    raw = jax.random.PRNGKey(0)
+    assert fold_in_name(raw, "params").shape == (2,)
+    assert split_key(raw).shape == (2, 2)
 
 
 @pytest.mark.usefixtures("child_processes")

@@ -70,16 +70,26 @@ def key_from(rng: "jax.Array | nnx.Rngs", *, streams: Sequence[str], context: st
             if name in rngs:
                 return rngs[name]()
         raise MissingRngStreamError(context=context, streams=names)
-    if isinstance(rng, jax.Array | np.ndarray):
-        if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
-            if rng.ndim == 0:
-                return jnp.asarray(rng)
-        elif rng.dtype == np.uint32 and rng.shape == (2,):
-            return jnp.asarray(rng)
+    if _is_one_key(rng):
+        return jnp.asarray(rng)
     raise TypeError(
         f"{context} needs one PRNG key (jax.random.key(seed)) or an nnx.Rngs, got "
         f"{_describe(rng)}; there is no default seed"
     )
+
+
+def _is_one_key(value: object) -> bool:
+    # a typed key of shape (), or a raw uint32 key of shape (2,)
+    if not isinstance(value, jax.Array | np.ndarray):
+        return False
+    if jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key):
+        return value.ndim == 0
+    return value.dtype == np.uint32 and value.shape == (2,)
+
+
+def _check_one_key(key: object, who: str) -> None:
+    if not _is_one_key(key):
+        raise TypeError(f"{who} needs one PRNG key (jax.random.key(seed)), got {_describe(key)}")
 
 
 def _describe(value: object) -> str:
@@ -108,7 +118,7 @@ def fold_in_name(key: jax.Array, name: str) -> jax.Array:
         The derived key.
 
     Raises:
-        TypeError: ``name`` is not a str.
+        TypeError: ``key`` is not one PRNG key, or ``name`` is not a str.
         ValueError: ``name`` is empty.
 
     Example:
@@ -118,6 +128,7 @@ def fold_in_name(key: jax.Array, name: str) -> jax.Array:
         >>> bool((jax.random.key_data(a) == jax.random.key_data(fold_in_name(jax.random.key(0), "params"))).all())
         True
     """
+    _check_one_key(key, "fold_in_name")
     if not isinstance(name, str):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
         raise TypeError(f"fold_in_name needs a name (a non-empty str), got {name!r}")
     if not name:
@@ -137,7 +148,7 @@ def split_key(key: jax.Array, num: int = 2) -> jax.Array:
         The keys, stacked on a leading axis of length ``num``.
 
     Raises:
-        TypeError: ``num`` is not an int (a bool is refused).
+        TypeError: ``key`` is not one PRNG key, or ``num`` is not an int (a bool is refused).
         ValueError: ``num`` is below 1.
 
     Example:
@@ -146,6 +157,7 @@ def split_key(key: jax.Array, num: int = 2) -> jax.Array:
         >>> split_key(jax.random.key(0), 3).shape
         (3,)
     """
+    _check_one_key(key, "split_key")
     return jax.random.split(key, check_int("split_key num", num, minimum=1))
 
 

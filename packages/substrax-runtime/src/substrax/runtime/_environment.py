@@ -80,7 +80,8 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
     Raises:
         XlaFlagConflictError: ``base`` sets one of ``runtime.xla_flags`` to another value.
         RuntimeConfigurationError: A memory fraction is set while ``base`` holds the deprecated
-            ``XLA_PYTHON_CLIENT_MEM_FRACTION``.
+            ``XLA_PYTHON_CLIENT_MEM_FRACTION``, or ``base`` holds a ``JAX_NUM_CPU_DEVICES`` that
+            is not a device count (``"0"``, ``"eight"``) and ``cpu_devices`` does not replace it.
 
     Example:
         >>> from substrax.runtime import JaxRuntime, runtime_environment
@@ -96,6 +97,8 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
         env["JAX_PLATFORMS"] = ",".join(runtime.platforms)
     if runtime.cpu_devices is not None:
         env["JAX_NUM_CPU_DEVICES"] = str(runtime.cpu_devices)
+    else:
+        _check_cpu_device_count(base)
     for var, _, value in _config_values(runtime, base).values():
         env[var] = _bool(value) if isinstance(value, bool) else str(value)
     if runtime.xla_flags:
@@ -111,6 +114,20 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
             )
         env["XLA_CLIENT_MEM_FRACTION"] = repr(float(runtime.memory_fraction))
     return env
+
+
+def _check_cpu_device_count(base: Mapping[str, str]) -> None:
+    """Refuse a ``JAX_NUM_CPU_DEVICES`` jax would fail on only when its CPU backend starts."""
+    raw = base.get("JAX_NUM_CPU_DEVICES")
+    if raw is None:
+        return
+    text = raw.strip()
+    number = text[1:] if text.startswith("-") else text
+    if not number.isdecimal() or (count := int(text)) == 0 or count < -1:  # -1: jax's default
+        raise RuntimeConfigurationError(
+            f"JAX_NUM_CPU_DEVICES={raw!r} is not a number of emulated CPU devices (a whole "
+            "number, at least 1); set it to one, unset it, or pass JaxRuntime(cpu_devices=...)"
+        )
 
 
 def child_environment(
