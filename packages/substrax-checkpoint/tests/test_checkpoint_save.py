@@ -112,6 +112,19 @@ def test_a_request_records_host_leaves_and_refuses_what_orbax_cannot_store():
         build({"model": {"mask": np.zeros((0, 3))}})
 
 
+@pytest.mark.parametrize("dtype", ["uint4", "uint2"])
+def test_a_dtype_tensorstore_cannot_store_is_refused_at_the_save(store_dir, dtype):
+    # it failed only at wait(), with orbax's traceback logged, and the step was gone
+    leaf = jnp.zeros(4, getattr(jnp, dtype))
+    with OrbaxCheckpointStore(store_dir) as store:
+        message = rf"item 'model' leaf 'w' has dtype {dtype}, which TensorStore .* cannot store"
+        with pytest.raises(TypeError, match=message):
+            store.save(1, {"model": {"w": leaf, "b": np.zeros(2)}})
+        store.save(1, {"model": {"w": leaf.astype(jnp.uint8), "b": np.zeros(2)}})
+        store.wait()
+        assert store.restore(1).items["model"]["w"].dtype == jnp.uint8
+
+
 def _colliding(kind: str, make) -> tuple[dict, tuple[str, str], str]:
     """A tree two of whose leaves orbax would store under one name, their paths and that name."""
     if kind == "dotted_key":
@@ -193,6 +206,9 @@ def test_a_save_that_fails_at_once_leaves_no_trace_in_the_index(store_dir, leaf,
     [
         ({"metrics": {"loss": "low"}}, TypeError, "metric 'loss' must be a number, not 'low'"),
         ({"metrics": {"loss": "0.5"}}, TypeError, "metric 'loss' must be a number"),
+        ({"metrics": {"ok": True}}, TypeError, "metric 'ok' must be a number, not the bool True"),
+        ({"metrics": {"ok": np.bool_(False)}}, TypeError, "metric 'ok' .* not the bool False"),
+        ({"metrics": {"ok": jnp.asarray(True)}}, TypeError, "metric 'ok' .* not the bool"),
         ({"producer": {"name": "p"}}, TypeError, r"producer must be a Producer\(name=..."),
     ],
 )

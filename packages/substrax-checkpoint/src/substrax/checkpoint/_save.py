@@ -51,6 +51,11 @@ _logger = logging.getLogger(__name__)
 
 def _number(name: str, value: object) -> float:
     """A metric's value as a float (NaN and infinity too); anything else is refused by name."""
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) == "bool":
+        # float(True) is 1.0: a flag would be ranked by best_step and keep_best as a score
+        raise TypeError(
+            f"metric {name!r} must be a number, not the bool {bool(value)}; a flag goes in extra="
+        )
     try:
         if not isinstance(value, str | bytes):  # float("0.5") would take a text
             return float(value)  # pyright: ignore[reportArgumentType] - a number or scalar array

@@ -1,11 +1,13 @@
 """PyTree helpers: leaf paths, stored dtypes, host leaves, and items as orbax saves them."""
 
+import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import tensorstore as ts
 
 from substrax.typing import PyTree
 
@@ -49,6 +51,16 @@ def leaf_dtype(leaf: object) -> str | None:
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         return "uint32"
     return np.dtype(dtype).name
+
+
+@functools.cache
+def _storable(dtype: str) -> bool:
+    """Whether TensorStore, which writes orbax's arrays, has the dtype (it lacks ``uint4``)."""
+    try:
+        ts.dtype(dtype)
+    except ValueError:
+        return False
+    return True
 
 
 def check_stored_names(item: str, paths: list[tuple[object, ...]]) -> None:
@@ -95,8 +107,9 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
     """The items as orbax saves them, and the JSON of the step's ``dtypes`` item, in one pass.
 
     NumPy scalars become 0-d arrays. The JSON is each item's ``dtype_record`` plus, under
-    ``HOST_LEAVES``, its ``host_record``, and under ``SHAPES`` its leaves' shapes. A Python int that no 64-bit integer holds, an empty
-    array and two leaves of one stored name are refused here, not inside orbax's write.
+    ``HOST_LEAVES``, its ``host_record``, and under ``SHAPES`` its leaves' shapes. A Python int
+    that no 64-bit integer holds, an empty array, a dtype TensorStore lacks and two leaves of one
+    stored name are refused here, not inside orbax's write.
     """
     saved: dict[str, PyTree] = {}
     dtypes: dict[str, dict[str, str]] = {}
@@ -127,6 +140,12 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
                     f"item {name!r} leaf {path!r} is an empty array (shape "
                     f"{tuple(getattr(leaf, 'shape', ()))}): orbax cannot store zero-size "
                     "arrays; leave the leaf out, or save a placeholder and its length"
+                )
+            if dtype is not None and not _storable(dtype):
+                raise TypeError(
+                    f"item {name!r} leaf {path!r} has dtype {dtype}, which TensorStore (orbax's "
+                    "array writer) cannot store; save it widened or as its bits (e.g. "
+                    "leaf.astype(jnp.uint8)) and convert it back after restoring"
                 )
             if dtype is not None:
                 dtypes[name][path] = dtype
