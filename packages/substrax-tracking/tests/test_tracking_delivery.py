@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -861,3 +862,53 @@ def test_each_refused_set_of_params_is_warned_with_its_keys_and_without_a_step(m
     assert "refused params ['lr', 'wd'] (ValueError: params cannot change)" in warned[0]
     assert "refused params ['optimizer', 'seed'] (" in warned[1]
     assert not any("step" in message for message in warned)
+
+
+class CreatedLater(Sink):
+    """A backend naming its run by a spec until a delivery creates it, then by its id (MLflow's)."""
+
+    arrivals: ClassVar[list[tuple[float | None, int | None]]] = []  # (resume_step, step)
+
+    def __init__(self, target=None):
+        super().__init__()
+        self.created = target is not None
+        self.resume = None if target is None else target.get("resume_step")
+
+    def target(self):
+        if not self.created:
+            return {"backend": "created-later", "spec": "k"}
+        resumed = {} if self.resume is None else {"resume_step": self.resume}
+        return {"backend": "created-later", "id": "r1", **resumed}
+
+    def deliver(self, records):
+        super().deliver(records)
+        self.created = True
+        CreatedLater.arrivals.extend((self.resume, r.step) for r in records)
+
+
+def test_a_run_named_once_it_exists_is_resumed_with_what_its_first_attempt_left(make, tmp_path):
+    # The first attempt's later records were spooled under the spec it began with, so the resumed
+    # logger (which knows the run by its id) sent its own steps first, and a replay of the spec's
+    # lines later gave MLflow those steps twice.
+    from substrax.tracking._sink import register_sink_factory
+
+    register_sink_factory("created-later", CreatedLater)
+    first = CreatedLater()
+    delivery = make(first)
+    delivery.submit(record(0))
+    assert delivery.flush(30)  # the run exists now, and has an id
+    first.down = True
+    for step in (1, 2):
+        delivery.submit(record(step))
+    assert delivery.close(timeout=0.2) == 2
+    spool = tmp_path / "run.spool.jsonl"
+    targets = [json.loads(line)["target"] for line in spool.read_text().splitlines()]
+    assert targets == [{"backend": "created-later", "id": "r1"}] * 2
+    CreatedLater.arrivals.clear()
+    resumed = make(CreatedLater({"backend": "created-later", "id": "r1", "resume_step": 0}))
+    resumed.submit(record(1, loss=11.0))
+    assert resumed.flush(30)
+    # what the first attempt left arrives first (a sink of the run without resume_step), then
+    # the resumed logger's own step
+    assert CreatedLater.arrivals == [(None, 1), (None, 2), (0, 1)]
+    assert not spool.exists()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._errors import SpoolNotFoundError
-from ._live import hold_live, let_go_live
+from ._live import LiveLocks
 from ._records import Record, Scalar, as_record, prefetch_scalars
 from ._replay import run_replay
 from ._send import deliver_in_memory, describe_error, run_of, target_key
@@ -73,7 +73,7 @@ class AsyncDelivery:
         self.delivered = 0
         self.failures = 0
         target = sink.target()
-        self._key, self._run = target_key(target), run_of(target)
+        self._run = run_of(target)
         self._backoff = Backoff(retry_initial, retry_max)  # the sink's
         backoff = Backoff(retry_initial, retry_max)  # the spool's
         self._spool = SpoolWriter(
@@ -95,13 +95,17 @@ class AsyncDelivery:
         self._finished = False  # the run was ended
         self._end_failed = False  # ending it failed
         self._warned: set[str] = set()
-        # Held while this delivery sends its run: a replay (in any process) leaves it alone.
-        try:
-            self._live: int | None = hold_live(self._spool.file.path, self._run)
-        except OSError:
-            self._live = None
+        self._lives = LiveLocks(self._spool.file.path)  # held: a replay leaves its runs alone
+        self._lives.hold(self._run)
         self._thread = self._start(self._write_loop, f"substrax-tracking-{label}")
         self._sender = self._start(self._send_loop, f"substrax-tracking-{label}-send")
+
+    def _follow_target(self) -> None:
+        """Once the sink names its run otherwise (created from a spec: by its id), spool so."""
+        if target_key(target := self.sink.target()) != target_key(self._spool.target):
+            self._run = run_of(target)
+            self._lives.hold(self._run)
+            self._spool.follow(target)
 
     def _start(self, loop: Callable[[], bool], name: str) -> threading.Thread:
         thread = threading.Thread(target=self._guarded, args=(loop,), name=name, daemon=True)
@@ -172,8 +176,7 @@ class AsyncDelivery:
         failed = bool(getattr(self.sink, "failed", False))
         if not self._finished and (failed or stuck or not left):  # for the replay that ends it
             self._spool.write_end_mark(failed=failed)
-        if self._live is not None:
-            let_go_live(self._spool.file.path, self._run, self._live)
+        self._lives.let_go()
         if stuck:
             why = f"close_timeout={timeout:g} s ran out while a backend call was still running"
         elif self._backoff.failing or self._end_failed:
@@ -284,7 +287,7 @@ class AsyncDelivery:
         """Send the spool's lines of this run; True once closed."""
         if self._started == 0:
             self._send_pass()
-            if not self._abandoned and self._live is not None:  # this run stays its own
+            if not self._abandoned and self._lives.held[self._run] is not None:  # it stays its own
                 self._spool.replay_found(lambda: self._abandoned or self._closing.is_set())
         while not self._closing.is_set() and not self._abandoned:
             self._send.wait(self._backoff.wait())
@@ -304,6 +307,7 @@ class AsyncDelivery:
         try:
             if self._send_spool() and self._unwritten:
                 self._send_unwritten()
+            self._follow_target()
         finally:
             with self._passes:
                 self._done += 1
@@ -317,9 +321,9 @@ class AsyncDelivery:
             try:
                 result, errors = run_replay(
                     self._spool.file,
-                    sinks={self._key: self.sink},
-                    only=self._run,
-                    own=self._run,
+                    sinks=dict.fromkeys(map(target_key, self._spool.targets()), self.sink),
+                    only=tuple(self._lives.held),
+                    own=tuple(self._lives.held),
                     stop=lambda: self._abandoned,
                     limit=limit,
                     wait=_LOCK_WAIT,

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 
-__all__ = ["hold_live", "is_live", "let_go_live", "try_flock"]
+__all__ = ["LiveLocks", "hold_live", "is_live", "let_go_live", "try_flock"]
 
 _HELD: set[int] = set()  # the live locks held here: a forked child lets go of its copies
 
@@ -83,6 +83,27 @@ def is_live(spool: Path, run: str) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+class LiveLocks:
+    """One logger's live locks beside ``spool``: one per name its run has had (a spec, an id)."""
+
+    def __init__(self, spool: Path) -> None:
+        self.spool = spool
+        self.held: dict[str, int | None] = {}  # None: not held (a replay may send the run too)
+
+    def hold(self, run: str) -> None:
+        """Hold ``run``'s live lock too."""
+        try:
+            self.held[run] = hold_live(self.spool, run)
+        except OSError:
+            self.held[run] = None
+
+    def let_go(self) -> None:
+        """Let go of every lock held."""
+        for run, fd in self.held.items():
+            if fd is not None:
+                let_go_live(self.spool, run, fd)
 
 
 def _let_go_in_child() -> None:

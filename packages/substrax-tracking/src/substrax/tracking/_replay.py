@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from substrax.support import check_seconds
@@ -79,8 +79,8 @@ def run_replay(
     sinks: Mapping[str, Sink] | None = None,
     include_refused: bool = False,
     timeout: float | None = None,
-    only: str | None = None,
-    own: str | None = None,
+    only: Collection[str] | None = None,
+    own: Collection[str] = (),
     stop: Callable[[], bool] | None = None,
     limit: int | None = None,
     wait: float | None = 0.0,
@@ -88,9 +88,9 @@ def run_replay(
 ) -> tuple[ReplayResult, Failures]:
     """:func:`replay_spool` without its warnings: the result, and the error of each failed target.
 
-    ``only`` (a :func:`run_of`) limits the replay to one run's lines and ``limit`` to
-    the spool's first ``limit`` records. A run a logger still sends (in any process) is left to
-    it, unless it is ``own`` (a :func:`run_of`: the replaying logger's); ``stop`` ends the
+    ``only`` (runs, each a :func:`run_of`) limits the replay to those runs' lines and ``limit``
+    to the spool's first ``limit`` records. A run a logger still sends (in any process) is left
+    to it, unless it is one of ``own`` (the replaying logger's runs); ``stop`` ends the
     replay before its next batch. Another replay of the spool is waited for at most ``wait``
     seconds (None: as long as it takes), within ``timeout``. ``on_refused`` hears of each
     record set aside (a part of one too), and why.

@@ -6,7 +6,7 @@ import itertools
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from substrax.support import describe_error
@@ -70,7 +70,7 @@ class Sending:
     Of a batch its backend refuses (``Sink.is_permanent``), the records are sent one at a time,
     and of a refused record of several scalars, each scalar: only refused values are set aside.
     The lines of a run that ``live`` says a logger still sends are left to it, unless it is
-    ``own`` (the sender's); a run is ended only when no logger sends it. ``stop`` ends the
+    one of ``own`` (the sender's); a run is ended only when no logger sends it. ``stop`` ends the
     sending before the next batch. ``on_refused`` hears of each record set aside, and why.
     """
 
@@ -80,9 +80,9 @@ class Sending:
         sinks: Mapping[str, Sink],
         *,
         include_refused: bool,
-        only: str | None,
+        only: Collection[str] | None,
         live: Callable[[str], bool] = _nobody,
-        own: str | None = None,
+        own: Collection[str] = (),
         stop: Callable[[], bool] = _never,
         on_refused: Callable[[Record, str], None] | None = None,
     ) -> None:
@@ -115,9 +115,9 @@ class Sending:
             for key, group in itertools.groupby(keyed, key=lambda pair: pair[0]):
                 indexes = [i for _, i in group]
                 run = run_of(self.data[indexes[0]]["target"])
-                if key in failed or run in failed_runs or self._only not in (None, run):
+                if key in failed or run in failed_runs or run not in (self._only or (run,)):
                     continue
-                if run != self._own and self._live(run):
+                if run not in self._own and self._live(run):
                     self.left_live += len(indexes)
                     continue
                 self._send(key, indexes, failed)
@@ -126,7 +126,7 @@ class Sending:
         except _Settled:
             return
         for key, (sink, run) in self._built.items():
-            if run not in failed_runs and run != self._own and not self._live(run):
+            if run not in failed_runs and run not in self._own and not self._live(run):
                 try:
                     if key in self._failed:
                         cast("Any", sink).failed = True

@@ -81,6 +81,7 @@ class SpoolWriter:
     ) -> None:
         self.file = SpoolFile(path)
         self.target = target
+        self._earlier: list[dict[str, Any]] = []  # targets this run's lines were written under
         self.media_dir = media_dir
         self.label = label
         self.backoff = backoff
@@ -173,10 +174,23 @@ class SpoolWriter:
         with contextlib.suppress(OSError):
             self.file.append(target, [mark.materialize(self.media_dir)])
 
+    def follow(self, target: dict[str, Any]) -> None:
+        """Write later records under ``target``: the run's name once it exists (an MLflow id).
+
+        A resumed logger knows its run by that name only, and sends what an earlier attempt
+        left under it before its own records (and a replay leaves them to a logger still alive).
+        """
+        self._earlier.append(self.target)
+        self.target = target
+
+    def targets(self) -> tuple[dict[str, Any], ...]:
+        """Every target this run's lines were written under, the current one last."""
+        return (*self._earlier, self.target)
+
     def count(self) -> int:
         """How many of this run's records the spool holds (counted without parsing the lines)."""
         try:
-            return self.file.count(self.target)
+            return sum(self.file.count(target) for target in self.targets())
         except OSError:
             return 0
 
