@@ -104,6 +104,15 @@ def test_failed_and_unstartable_tasks_do_not_stop_the_next(tmp_path):
     assert "no-such-program-xyz" in (tmp_path / "o" / "missing" / "stderr.log").read_text()
 
 
+@pytest.mark.usefixtures("child_processes")
+def test_why_a_task_could_not_start_is_echoed_like_its_output(tmp_path, capfd):
+    # it was only in the task's stderr.log: the console said "task missing failed", no reason
+    spec = _spec(Task(name="missing", argv=("no-such-program-xyz",), timeout_seconds=5))
+    run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=True)
+    echoed = capfd.readouterr().out
+    assert "[missing] could not start 'no-such-program-xyz': [Errno 2]" in echoed
+
+
 def test_task_timeout_kills_the_task_and_its_children(tmp_path, spawns_a_child, gone):
     spec = _spec(_task("slow", spawns_a_child, timeout=3.0), _task("next", "print(1)"))
     manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)

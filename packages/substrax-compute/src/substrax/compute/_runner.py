@@ -203,7 +203,11 @@ class TaskRunner:
                     start_new_session=True,
                 )
             except (OSError, LookupError, ValueError) as error:
-                err.write(self.redact(f"could not start {argv[0]!r}: {error}\n"))
+                reason = self.redact(f"could not start {argv[0]!r}: {error}\n")
+                err.write(reason)
+                if self.echo:  # as the task's own output is: else only its stderr.log says why
+                    sys.stdout.write(f"[{task.name}] {reason}")
+                    sys.stdout.flush()
                 return TaskOutcome(
                     name=task.name,
                     argv=task.argv,
