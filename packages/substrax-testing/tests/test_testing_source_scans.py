@@ -43,13 +43,41 @@ def test_python_files_skips_environments_caches_and_build_outputs(tmp_path):
     _write(tmp_path, dict.fromkeys(names, ""))
     found = [p.relative_to(tmp_path).as_posix() for p in python_files(tmp_path)]
     assert found == ["a.py", "pkg/b.py"]
-    custom = python_files(tmp_path, excluded={"pkg"})  # instead of the defaults
+    custom = python_files(tmp_path, excluded={"pkg"}, build_outputs=())  # instead of defaults
     assert [p.relative_to(tmp_path).as_posix() for p in custom] == [
         ".venv/c.py",
         "a.py",
         "build/d.py",
     ]
     assert python_files(tmp_path / "a.py") == [tmp_path / "a.py"]
+
+
+def test_python_files_scans_a_package_named_build_or_dist_and_skips_build_outputs(tmp_path):
+    names = [
+        "src/lib/__init__.py",
+        "src/lib/dist/__init__.py",  # subpackages: source
+        "src/lib/build/__init__.py",
+        "src/lib/build/steps.py",
+        "dist/__init__.py",  # a flat-layout package named dist, at the root
+        "build/lib/lib/__init__.py",  # what setuptools writes: outputs, at any depth
+        "packages/member/build/lib/member.py",
+        "packages/member/dist/script.py",
+        "src/lib/.venv/x.py",  # environments and caches: at any depth, package or not
+        "src/lib/__pycache__/__init__.py",
+    ]
+    _write(tmp_path, dict.fromkeys(names, ""))
+    found = [p.relative_to(tmp_path).as_posix() for p in python_files(tmp_path)]
+    assert found == [
+        "dist/__init__.py",
+        "src/lib/__init__.py",
+        "src/lib/build/__init__.py",
+        "src/lib/build/steps.py",
+        "src/lib/dist/__init__.py",
+    ]
+    everything = python_files(tmp_path, build_outputs=())
+    assert len(everything) == len(names) - 2
+    with pytest.raises(TypeError, match=r"build_outputs must be .*'dist'"):
+        python_files(tmp_path, build_outputs="dist")
 
 
 def test_python_files_refuses_a_missing_root_and_a_bare_string_of_names(tmp_path):
@@ -99,9 +127,17 @@ FOUND_AND_LEFT = {
             "logging.root.setLevel(10)",
             "logging.root.handlers = []",
             "logging.getLogger().handlers = []",
+            "logging.getLogger().handlers.clear()",
+            "logging.getLogger().handlers[:] = []",
+            "del logging.root.handlers[0]",
+            "logging.getLogger().filters.append(only_errors)",
+            "logging.getLogger(name=None).setLevel(10)",
         ],
         [
             "logging.getLogger('substrax').setLevel(10)",
+            "logging.getLogger(name='substrax').handlers.clear()",
+            "logging.getLogger().handlers[0].setLevel(10)",
+            "handlers.clear()",
             "logging.getLogger(__name__).addHandler(logging.NullHandler())",
             "logging.getLogger().getEffectiveLevel()",
             "logger.info('hello')",
@@ -193,6 +229,84 @@ def test_a_scan_names_each_line_and_its_scope(tmp_path, scan, expected):
     assert str(in_class) == f'{path}:11 (Settings): os.environ["IN_CLASS"] = "1"'
 
 
+@pytest.mark.parametrize(
+    ("check", "code", "lines"),
+    [
+        (writes_environment, "import os as _os\n_os.environ['A'] = '1'", [2]),
+        (writes_environment, "from os import environ as env\nenv['A'] = '1'", [2]),
+        (writes_environment, "from os import environ\nenviron.update(A='1')", [2]),
+        (writes_environment, "from os import putenv as put\nput('A', '1')", [2]),
+        (writes_environment, "import os.path\nos.environ['A'] = '1'", [2]),
+        (writes_environment, "from app.settings import environ\nenviron['A'] = '1'", []),
+        (writes_environment, "import app.settings as os\nos.environ['A'] = '1'", []),
+        (configures_logging, "import logging as log\nlog.basicConfig(level=10)", [2]),
+        (configures_logging, "import logging.config as lc\nlc.dictConfig({})", [2]),
+        (configures_logging, "from logging import config\nconfig.fileConfig('x.ini')", [2]),
+        (configures_logging, "from logging import getLogger as get\nget().setLevel(10)", [2]),
+        (configures_logging, "import logging as log\nlog.root.handlers.clear()", [2]),
+        (configures_logging, "from structlog import getLogger\ngetLogger().setLevel(10)", []),
+        (
+            writes_environment,
+            "import os, typing as t\nif t.TYPE_CHECKING:\n    os.environ['A'] = '1'",
+            [],
+        ),
+    ],
+)
+def test_a_scan_reads_names_through_the_files_imports(tmp_path, check, code, lines):
+    path = _write(tmp_path, {"module.py": code}) / "module.py"
+    assert [finding.line for finding in import_time_lines(path, check)] == lines
+    # outside a scan, a node is read as written again
+    assert _matches("os.environ['A'] = '1'", writes_environment) == [1]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import os\n\x0c\ndef f():\n    pass\nos.environ['A'] = '1'\n",  # a form feed
+        "import os\nDOC = 'a\u2028b\x1cc\x85d'\nX = 1\n\nos.environ['A'] = '1'\n",
+        "import os\r\nX = 1\rY = 2\n\nos.environ['A'] = '1'\r\n",  # CR, CRLF and LF ends
+    ],
+)
+def test_a_finding_shows_the_line_python_numbers(tmp_path, source):
+    path = tmp_path / "module.py"
+    path.write_bytes(source.encode())
+    found = matching_lines(path, writes_environment)
+    assert [(f.line, f.text) for f in found] == [(5, "os.environ['A'] = '1'")]
+    code = source.replace("os.environ['A'] = '1'", "mesh = jax.make_mesh((8,), ('data',))")
+    found = unguarded_make_mesh_calls(code)
+    assert [(f.line, f.text) for f in found] == [(5, "mesh = jax.make_mesh((8,), ('data',))")]
+
+
+def test_a_file_python_imports_is_read_as_python_reads_it(tmp_path):
+    (tmp_path / "src").mkdir()
+    bom = tmp_path / "src" / "bom.py"
+    bom.write_bytes(b"\xef\xbb\xbf'The doc.'\nimport os\nos.environ['A'] = '1'\n")
+    latin = tmp_path / "src" / "latin.py"
+    latin.write_bytes(b"# -*- coding: latin-1 -*-\n'Caf\xe9.'\nos.environ['A'] = '\xe9'\n")
+    assert [(f.line, f.text) for f in import_time_lines(bom, writes_environment)] == [
+        (3, "os.environ['A'] = '1'")
+    ]
+    assert [(f.line, f.text) for f in matching_lines(latin, writes_environment)] == [
+        (3, "os.environ['A'] = '\xe9'")
+    ]
+    texts = documented_texts(tmp_path, package="src", script_directories=["src"])
+    assert [t.text for t in texts] == [
+        "The doc.",
+        "Caf\xe9.",
+        "'The doc.'\nimport os\nos.environ['A'] = '1'\n",
+        "# -*- coding: latin-1 -*-\n'Caf\xe9.'\nos.environ['A'] = '\xe9'\n",
+    ]
+    empty = tmp_path / "empty.py"
+    empty.write_text("")
+    assert import_time_lines(empty, lambda node: isinstance(node, ast.Module)) == [
+        SourceText(path=str(empty), line=1, scope="", text="")
+    ]
+    undeclared = tmp_path / "undeclared.py"
+    undeclared.write_bytes(b"x = '\xe9'\n")  # not UTF-8, and no coding line says what it is
+    with pytest.raises(SyntaxError):
+        import_time_lines(undeclared, writes_environment)
+
+
 def test_a_missing_or_broken_file_is_refused(tmp_path):
     with pytest.raises(SourceNotFoundError, match="path names"):
         import_time_lines(tmp_path / "missing.py", writes_environment)
@@ -231,6 +345,29 @@ def test_unguarded_make_mesh_calls_places_findings_in_a_documented_text():
     found = unguarded_make_mesh_calls(text)
     assert [str(f) for f in found] == ["docs/mesh.md:13: mesh = jax.make_mesh((8,), ('data',))"]
     assert unguarded_make_mesh_calls("mesh = jax.make_mesh((8,)") != []  # an unclosed call
+
+
+@pytest.mark.parametrize(
+    ("code", "unguarded"),
+    [
+        ("jax.make_mesh(\n    (8,),  # data, model\n    ('data',),\n)", True),
+        ("jax.make_mesh((8,), 'data,', devices=devices)", True),
+        ("jax.make_mesh((8,), ('data',), axis_types=None)", True),
+        ("jax.make_mesh((8,), ('data',), None, devices=devices)", True),
+        ("jax.make_mesh((8,), ('data',), axis_types=None, **options)", True),
+        ("jax.make_mesh((8,), ('data',), devices=sorted(d, key=lambda d: ')'))", True),
+        (">>> mesh = jax.make_mesh(\n...     (8,),\n...     ('data',),\n... )", True),
+        ("Call `make_mesh(` first, then, later, more.", True),  # unclosed: cannot be read
+        (">>> jax.make_mesh(\n...     (8,),\n...     ('data',),\n...     (Auto,),\n... )", False),
+        (
+            "jax.make_mesh(\n    (8,),  # (the shape\n    ('data',),\n    axis_types=types,\n)",
+            False,
+        ),
+        ("jax.make_mesh((8,), ('data',), (Auto,))  # data, model", False),
+    ],
+)
+def test_unguarded_make_mesh_calls_reads_arguments_as_python_does(code, unguarded):
+    assert bool(unguarded_make_mesh_calls(code)) is unguarded
 
 
 PACKAGE = {
@@ -277,6 +414,55 @@ def test_documented_texts_gathers_public_docstrings_pages_and_scripts(tmp_path):
         ("docs/api/ref.rst", 1, "", "Reference\n"),
         ("docs/index.md", 1, "", "Index\n"),
         ("examples/train.py", 1, "", "print('train')\n"),
+    ]
+
+
+MESH_MODULE = """\
+    'Mesh helpers.'
+    import sys
+    DEFAULT_MESH = None
+    'Build it with ``jax.make_mesh((8,), ("data",))``.'
+    _PRIVATE = 1
+    'Not API.'
+    if sys.version_info >= (3, 11):
+        def make():
+            'Make it.'
+    else:
+        def make():
+            'Make it the old way.'
+    try:
+        import jax
+    except ImportError:
+        class Fallback:
+            'Without jax.'
+            size: int = 8
+            'Mesh size.'
+            shape: tuple[int, ...]
+            'Mesh shape.'
+    with suppress(ImportError):
+        type Axes = tuple[str, ...]
+        'Axis names.'
+    x = 1
+    y = 2
+    """
+
+
+def test_documented_texts_reads_attribute_docstrings_and_definitions_in_blocks(tmp_path):
+    root = _write(tmp_path, {"src/mesh.py": MESH_MODULE})
+    texts = documented_texts(root, package="src")
+    assert [(t.line, t.scope, t.text) for t in texts] == [
+        (1, "", "Mesh helpers."),
+        (4, "DEFAULT_MESH", 'Build it with ``jax.make_mesh((8,), ("data",))``.'),
+        (9, "make", "Make it."),
+        (12, "make", "Make it the old way."),
+        (17, "Fallback", "Without jax."),
+        (19, "Fallback.size", "Mesh size."),
+        (21, "Fallback.shape", "Mesh shape."),
+        (24, "Axes", "Axis names."),
+    ]
+    found = [str(hit) for text in texts for hit in unguarded_make_mesh_calls(text)]
+    assert found == [
+        'src/mesh.py:4 (DEFAULT_MESH): Build it with ``jax.make_mesh((8,), ("data",))``.'
     ]
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from ._source_files import SourceText, existing, python_files
+from ._source_files import SourceText, existing, python_files, python_text
 
 
 PAGE_SUFFIXES: Final = (".md", ".rst")
@@ -23,26 +23,82 @@ def _where(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
-def _docstrings(node: _Documented, scope: str) -> Iterator[tuple[str, int, str]]:
-    """``(scope, line, docstring)`` of ``node`` and of the public classes and functions in it."""
-    first = node.body[0] if node.body else None
+def _string(statement: ast.stmt | None) -> str | None:
+    """The text of ``statement`` if it is a string on its own (a docstring where it stands)."""
     if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
     ):
-        yield scope, first.lineno, first.value.value
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        return  # what is defined inside a function is not part of the API
-    for child in node.body:
-        if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and (
-            not child.name.startswith("_")
-        ):
-            yield from _docstrings(child, f"{scope}.{child.name}" if scope else child.name)
+        return statement.value.value
+    return None
+
+
+def _assigned(statement: ast.stmt) -> str | None:
+    """The name ``X = ...``, ``X: T = ...``, ``X: T`` or ``type X = ...`` binds; None otherwise."""
+    target: ast.expr
+    if isinstance(statement, ast.Assign):
+        target = statement.targets[0]
+    elif isinstance(statement, ast.AnnAssign):
+        target = statement.target
+    elif isinstance(statement, ast.TypeAlias):
+        target = statement.name
+    else:
+        return None
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def _blocks(statement: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The statement lists inside an ``if``, ``try``, ``with``, ``for``, ``while`` or ``match``."""
+    if isinstance(statement, ast.If | ast.For | ast.AsyncFor | ast.While):
+        yield from (statement.body, statement.orelse)
+    elif isinstance(statement, ast.With | ast.AsyncWith):
+        yield statement.body
+    elif isinstance(statement, ast.Try | ast.TryStar):
+        yield statement.body
+        yield from (handler.body for handler in statement.handlers)
+        yield from (statement.orelse, statement.finalbody)
+    elif isinstance(statement, ast.Match):
+        yield from (case.body for case in statement.cases)
+
+
+def _in_body(body: list[ast.stmt], scope: str) -> Iterator[tuple[str, int, str]]:
+    """The docstrings of the public definitions and attributes in a module or class body.
+
+    A definition or attribute inside an ``if``, ``try`` or ``with`` block counts as one beside
+    it; an attribute's docstring is the string statement right after its assignment.
+    """
+    for index, statement in enumerate(body):
+        following = body[index + 1] if index + 1 < len(body) else None
+        if isinstance(statement, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            if not statement.name.startswith("_"):
+                yield from _docstrings(statement, _qualified(scope, statement.name))
+        elif (name := _assigned(statement)) is not None:
+            text = _string(following)
+            if text is not None and following is not None and not name.startswith("_"):
+                yield _qualified(scope, name), following.lineno, text
+        else:
+            for block in _blocks(statement):
+                yield from _in_body(block, scope)
+
+
+def _docstrings(node: _Documented, scope: str) -> Iterator[tuple[str, int, str]]:
+    """``(scope, line, docstring)`` of ``node`` and of the public names defined in it."""
+    first = node.body[0] if node.body else None
+    text = _string(first)
+    if text is not None and first is not None:
+        yield scope, first.lineno, text
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        yield from _in_body(node.body, scope)  # what a function defines is not part of the API
+
+
+def _qualified(scope: str, name: str) -> str:
+    return f"{scope}.{name}" if scope else name
 
 
 def _whole(path: Path, root: Path) -> SourceText:
-    return SourceText(path=_where(path, root), line=1, scope="", text=path.read_text("utf-8"))
+    text = python_text(path) if path.suffix == ".py" else path.read_text("utf-8")
+    return SourceText(path=_where(path, root), line=1, scope="", text=text)
 
 
 def documented_texts(
@@ -61,8 +117,10 @@ def documented_texts(
         root: The repository root.
         package: A package's source directory (or one module): the docstring of each module
             and of each public class, function and method (a name without a leading ``_``),
-            read without importing it. ``scope`` names the class or function, ``line`` is the
-            docstring's first line.
+            and of each public attribute (a string right after ``X = ...`` or ``X: T``, at
+            module or class level), read without importing it; definitions inside ``if``,
+            ``try`` or ``with`` blocks count. ``scope`` names the class, function or attribute,
+            ``line`` is the docstring's first line.
         pages: Single pages read whole (``README.md``).
         page_directories: Directories whose ``.md`` and ``.rst`` files are read whole.
         script_directories: Directories whose Python files (example scripts) are read whole.
@@ -101,7 +159,7 @@ def documented_texts(
     root = existing(root, "root")
     texts: list[SourceText] = []
     for path in python_files(existing(root / package, "package")):
-        tree = ast.parse(path.read_text("utf-8"), str(path))
+        tree = ast.parse(path.read_bytes(), str(path))  # decoded as an import decodes it
         texts.extend(
             SourceText(path=_where(path, root), line=line, scope=scope, text=text)
             for scope, line, text in _docstrings(tree, "")

@@ -6,27 +6,26 @@ needs, and ``lambda node: isinstance(node, ast.Call)`` finds every call. Standar
 """
 
 import ast
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 
-from ._source_files import SourceText, existing
+from ._source_files import SourceText, existing, parsed_python
 
 
 type Predicate = Callable[[ast.AST], bool]
 
+_ENVIRON = frozenset({"os.environ", "os.environb"})
 _ENVIRON_METHODS = frozenset(
     {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
 )
-_ENVIRON_FUNCTIONS = frozenset({"os.putenv", "os.unsetenv", "putenv", "unsetenv"})
+_ENVIRON_FUNCTIONS = frozenset({"os.putenv", "os.unsetenv"})
 _LOGGING_FUNCTIONS = frozenset(
     {
         "logging.basicConfig",
-        "basicConfig",
         "logging.config.dictConfig",
         "logging.config.fileConfig",
         "logging.config.listen",
-        "dictConfig",
-        "fileConfig",
         "logging.disable",
         "logging.captureWarnings",
         "logging.setLoggerClass",
@@ -37,13 +36,46 @@ _LOGGER_METHODS = frozenset(
     {"addHandler", "removeHandler", "setLevel", "addFilter", "removeFilter"}
 )
 _LOGGER_ATTRIBUTES = frozenset({"handlers", "level", "filters", "propagate", "disabled"})
-_TYPE_CHECKING = frozenset({"TYPE_CHECKING", "typing.TYPE_CHECKING"})
+_LOGGER_LISTS = frozenset({"handlers", "filters"})
+_LIST_METHODS = frozenset({"append", "extend", "insert", "remove", "pop", "clear", "__setitem__"})
+# what a bare name most likely is when no import in the file says (a star import, or a node
+# read outside a scan): ``environ`` is ``os.environ``, ``basicConfig`` is ``logging.basicConfig``
+_CONVENTIONAL: Mapping[str, str] = {
+    **{name: f"os.{name}" for name in ("environ", "environb", "putenv", "unsetenv")},
+    **{name: f"logging.{name}" for name in ("basicConfig", "getLogger")},
+    **{name: f"logging.config.{name}" for name in ("dictConfig", "fileConfig")},
+    "TYPE_CHECKING": "typing.TYPE_CHECKING",
+}
+_IMPORTED: ContextVar[Mapping[str, str]] = ContextVar("_IMPORTED", default=_CONVENTIONAL)
+"""Local name to what it names (``{"_os": "os"}``) in the file a scan reads."""
+
+
+def _imports(tree: ast.Module) -> dict[str, str]:
+    """The names the file's imports bind, anywhere in it, each to the module or object it names."""
+    names = dict(_CONVENTIONAL)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname is None:  # ``import logging.config`` binds ``logging``
+                    head = alias.name.partition(".")[0]
+                    names[head] = head
+                else:
+                    names[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+            for alias in node.names:
+                if alias.name != "*":
+                    names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
 
 
 def _dotted(node: ast.AST) -> str | None:
-    """``"os.environ"`` for ``os.environ``, ``"x"`` for ``x``; None for anything else."""
+    """``"os.environ"`` for ``os.environ`` or ``_os.environ`` after ``import os as _os``.
+
+    The first name is read through the imports of the file being scanned; None for anything
+    but a name or a chain of attributes.
+    """
     if isinstance(node, ast.Name):
-        return node.id
+        return _IMPORTED.get().get(node.id, node.id)
     if isinstance(node, ast.Attribute):
         owner = _dotted(node.value)
         return None if owner is None else f"{owner}.{node.attr}"
@@ -51,21 +83,31 @@ def _dotted(node: ast.AST) -> str | None:
 
 
 def _is_environ(node: ast.AST) -> bool:
-    return _dotted(node) in {"os.environ", "os.environb", "environ", "environb"}
+    return _dotted(node) in _ENVIRON
 
 
 def _is_root_logger(node: ast.AST) -> bool:
     if _dotted(node) in {"logging.root", "logging.RootLogger.root"}:
         return True
-    if not isinstance(node, ast.Call) or _dotted(node.func) not in {
-        "logging.getLogger",
-        "getLogger",
-    }:
+    if not isinstance(node, ast.Call) or _dotted(node.func) != "logging.getLogger":
         return False
-    if node.keywords or len(node.args) > 1:
+    if any(keyword.arg != "name" for keyword in node.keywords):
         return False
-    named = node.args[0] if node.args else None
-    return named is None or (isinstance(named, ast.Constant) and named.value in {None, "", "root"})
+    named = [*node.args, *(keyword.value for keyword in node.keywords)]
+    if len(named) > 1:
+        return False
+    return not named or (
+        isinstance(named[0], ast.Constant) and named[0].value in {None, "", "root"}
+    )
+
+
+def _is_root_list(node: ast.AST) -> bool:
+    """Whether ``node`` is the root logger's ``handlers`` or ``filters`` list."""
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in _LOGGER_LISTS
+        and _is_root_logger(node.value)
+    )
 
 
 def _calls(
@@ -85,9 +127,15 @@ def _calls(
 def writes_environment(node: ast.AST) -> bool:
     r"""Whether ``node`` changes the process environment.
 
-    Matches an assignment to or deletion of ``os.environ[...]`` (or ``environ[...]``),
+    Matches an assignment to or deletion of ``os.environ[...]``,
     ``os.environ.update/setdefault/pop/popitem/clear(...)``, ``os.putenv`` and ``os.unsetenv``,
-    and rebinding ``os.environ`` itself. Reading the environment is not a match.
+    and rebinding ``os.environ`` itself. Reading the environment is not a match. In a scan
+    (:func:`import_time_lines`, :func:`matching_lines`) names are read through the file's
+    imports, so ``import os as _os`` then ``_os.environ[...] = ...`` and ``from os import
+    environ as env`` then ``env[...] = ...`` match; a bare ``environ``, ``putenv`` or
+    ``unsetenv`` no import explains (a star import, or a node read outside a scan) is taken as
+    the one in ``os``. Not followed: ``sys.modules["os"].environ``, or ``os.environ`` first
+    stored in a variable.
 
     Example:
         >>> import ast
@@ -110,10 +158,14 @@ def configures_logging(node: ast.AST) -> bool:
     ``logging.disable``, ``logging.captureWarnings``, ``logging.setLoggerClass``,
     ``logging.setLogRecordFactory``, and changing the root logger written out
     (``logging.getLogger()``, ``logging.getLogger("root")`` or ``logging.root``): its
-    ``addHandler``, ``removeHandler``, ``setLevel``, ``addFilter``, ``removeFilter``, or
-    assigning its ``handlers``, ``level``, ``filters``, ``propagate`` or ``disabled``. A
-    library's own named logger is not a match, and neither is a root logger first stored in a
-    variable (the check reads one node at a time).
+    ``addHandler``, ``removeHandler``, ``setLevel``, ``addFilter``, ``removeFilter``,
+    assigning or deleting its ``handlers``, ``level``, ``filters``, ``propagate`` or
+    ``disabled``, or changing its ``handlers`` or ``filters`` list in place (``.clear()``,
+    ``.append(...)``, ``[:] = []``, ...). In a scan names are read through the file's imports
+    (``import logging as log``, ``import logging.config as lc``, ``from logging import
+    getLogger``); a bare ``basicConfig``, ``dictConfig``, ``fileConfig`` or ``getLogger`` no
+    import explains is taken as logging's. A library's own named logger is not a match, and
+    neither is a root logger first stored in a variable (the check reads one node at a time).
 
     Example:
         >>> import ast
@@ -126,9 +178,13 @@ def configures_logging(node: ast.AST) -> bool:
         >>> [node.lineno for node in ast.walk(ast.parse(code)) if configures_logging(node)]
         [2, 3]
     """
-    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del):
         return node.attr in _LOGGER_ATTRIBUTES and _is_root_logger(node.value)
-    return _calls(node, _LOGGER_METHODS, _is_root_logger, _LOGGING_FUNCTIONS)
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+        return _is_root_list(node.value)
+    return _calls(node, _LOGGER_METHODS, _is_root_logger, _LOGGING_FUNCTIONS) or _calls(
+        node, _LIST_METHODS, _is_root_list, ()
+    )
 
 
 def is_main_guard(node: ast.AST) -> bool:
@@ -195,23 +251,25 @@ def _children(node: ast.AST, scope: str, *, import_time: bool) -> Iterator[tuple
 
 
 def _never_runs_on_import(node: ast.If) -> bool:
-    return is_main_guard(node) or _dotted(node.test) in _TYPE_CHECKING
+    return is_main_guard(node) or _dotted(node.test) == "typing.TYPE_CHECKING"
 
 
 def _scan(path: Path | str, predicate: Predicate, *, import_time: bool) -> list[SourceText]:
     path = existing(path, "path")
-    source = path.read_text(encoding="utf-8")
-    lines = source.splitlines()
+    tree, lines = parsed_python(path)
     found: list[SourceText] = []
-    pending: list[tuple[ast.AST, str]] = [(ast.parse(source, str(path)), "")]
-    while pending:
-        node, scope = pending.pop()
-        if predicate(node):
-            line = getattr(node, "lineno", 1)
-            found.append(
-                SourceText(path=str(path), line=line, scope=scope, text=lines[line - 1].strip())
-            )
-        pending.extend(_children(node, scope, import_time=import_time))
+    pending: list[tuple[ast.AST, str]] = [(tree, "")]
+    imported = _IMPORTED.set(_imports(tree))
+    try:
+        while pending:
+            node, scope = pending.pop()
+            if predicate(node):
+                line = getattr(node, "lineno", 1)  # 1 for the module itself
+                text = lines[line - 1].strip()
+                found.append(SourceText(path=str(path), line=line, scope=scope, text=text))
+            pending.extend(_children(node, scope, import_time=import_time))
+    finally:
+        _IMPORTED.reset(imported)
     return sorted(found, key=lambda finding: finding.line)
 
 
@@ -220,7 +278,9 @@ def import_time_lines(path: Path | str, predicate: Predicate) -> list[SourceText
 
     Import time is the module body, class bodies, decorators and default values; not function
     bodies, and not the body of an ``if __name__ == "__main__":`` or ``if TYPE_CHECKING:`` block.
-    Annotations are not scanned.
+    Annotations are not scanned. The file is read as Python imports it (a byte-order mark, a
+    ``# coding:`` line), and its imports say what a name is while the predicate runs (see
+    :func:`writes_environment`); ``line`` and ``text`` are the line ``ast`` numbers.
 
     Args:
         path: A Python file.
@@ -232,7 +292,7 @@ def import_time_lines(path: Path | str, predicate: Predicate) -> list[SourceText
 
     Raises:
         SourceNotFoundError: ``path`` does not exist (a ``FileNotFoundError``).
-        SyntaxError: The file is not valid Python.
+        SyntaxError: The file is not valid Python (or not in the encoding it declares).
 
     Example:
         >>> import ast, tempfile
@@ -263,7 +323,7 @@ def import_time_lines(path: Path | str, predicate: Predicate) -> list[SourceText
 def matching_lines(path: Path | str, predicate: Predicate) -> list[SourceText]:
     r"""The places anywhere in a file where ``predicate`` holds, each with its enclosing scope.
 
-    Annotations are not scanned.
+    Annotations are not scanned. The file is read as :func:`import_time_lines` reads it.
 
     Args:
         path: A Python file.
@@ -276,7 +336,7 @@ def matching_lines(path: Path | str, predicate: Predicate) -> list[SourceText]:
 
     Raises:
         SourceNotFoundError: ``path`` does not exist (a ``FileNotFoundError``).
-        SyntaxError: The file is not valid Python.
+        SyntaxError: The file is not valid Python (or not in the encoding it declares).
 
     Example:
         >>> import tempfile

@@ -4,6 +4,8 @@ Standard library only (and the error convention of ``substrax.support``, which i
 third-party code): a repository runs these scans in any environment, jax installed or not.
 """
 
+import ast
+import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +25,15 @@ EXCLUDED_DIRECTORIES: Final = frozenset(
         ".tox",
         ".venv",
         "__pycache__",
-        "build",
-        "dist",
         "node_modules",
         "site-packages",
         "venv",
     }
 )
-"""Directory names :func:`python_files` never enters: environments, caches and build outputs."""
+"""Directory names :func:`python_files` never enters, at any depth: environments and caches."""
+
+BUILD_OUTPUTS: Final = frozenset({"build", "dist"})
+"""Directory names :func:`python_files` skips where they are build outputs, not packages."""
 
 
 class SourceNotFoundError(StructuredError, FileNotFoundError, kw_only=True):
@@ -92,43 +95,87 @@ def existing(path: Path | str, argument: str) -> Path:
     return path
 
 
-def python_files(root: Path | str, *, excluded: Iterable[str] = EXCLUDED_DIRECTORIES) -> list[Path]:
-    """The ``*.py`` files under ``root``, sorted, skipping excluded directories.
+def python_text(path: Path) -> str:
+    r"""A Python file's text, decoded as Python decodes it (byte-order mark, ``# coding:`` line).
+
+    Line ends (``\r\n``, ``\r``) read as ``\n``, so ``text.split("\n")`` has the lines
+    ``ast`` counts; a form feed or U+2028 stays inside its line, as Python reads it.
+    """
+    with tokenize.open(path) as file:
+        return file.read()
+
+
+def parsed_python(path: Path) -> tuple[ast.Module, list[str]]:
+    """A Python file's syntax tree and its lines, numbered as the tree numbers them (from 0).
+
+    Raises:
+        SyntaxError: The file is not Python that Python would import (its bytes included).
+    """
+    tree = ast.parse(path.read_bytes(), str(path))  # decoded as an import decodes it
+    return tree, python_text(path).split("\n")
+
+
+def _skipped(directory: Path, skipped: frozenset[str], build_outputs: frozenset[str]) -> bool:
+    if directory.name in skipped:
+        return True
+    return directory.name in build_outputs and not (directory / "__init__.py").is_file()
+
+
+def python_files(
+    root: Path | str,
+    *,
+    excluded: Iterable[str] = EXCLUDED_DIRECTORIES,
+    build_outputs: Iterable[str] = BUILD_OUTPUTS,
+) -> list[Path]:
+    """The ``*.py`` files under ``root``, sorted, skipping environments, caches and build outputs.
+
+    A directory named in ``excluded`` is never entered. One named in ``build_outputs`` is
+    skipped unless it holds an ``__init__.py``: ``build/lib/app.py`` (what setuptools writes)
+    and ``dist/`` are outputs, at the root or in a workspace member alike, while a package
+    ``app/dist/__init__.py`` is source and is scanned. A namespace package (no
+    ``__init__.py``) named ``build`` or ``dist`` is skipped too: pass ``build_outputs=()``.
 
     Args:
         root: A directory (or a single ``.py`` file, returned as it is).
         excluded: Directory names never entered, at any depth (default:
-            :data:`EXCLUDED_DIRECTORIES`: ``.venv``, ``build``, ``dist``, caches, ...).
+            :data:`EXCLUDED_DIRECTORIES`: ``.git``, ``.venv``, ``__pycache__``, ...).
+        build_outputs: Directory names skipped where they hold no ``__init__.py`` (default:
+            :data:`BUILD_OUTPUTS`: ``build`` and ``dist``).
 
     Returns:
         The files, sorted by path.
 
     Raises:
         SourceNotFoundError: ``root`` does not exist (a ``FileNotFoundError``).
+        TypeError: ``excluded`` or ``build_outputs`` is a single ``str``, not a collection.
 
     Example:
         >>> import tempfile
         >>> from pathlib import Path
         >>> from substrax.testing.source_scans import python_files
+        >>> names = ["app/main.py", ".venv/lib/site.py", "build/lib/app.py", "app/dist/__init__.py"]
         >>> with tempfile.TemporaryDirectory() as directory:
         ...     root = Path(directory)
-        ...     for name in ("app/main.py", ".venv/lib/site.py", "build/lib/app.py", "README.md"):
+        ...     for name in names:
         ...         (root / name).parent.mkdir(parents=True, exist_ok=True)
         ...         _ = (root / name).write_text("")
         ...     found = [path.relative_to(root).as_posix() for path in python_files(root)]
         >>> found
-        ['app/main.py']
+        ['app/dist/__init__.py', 'app/main.py']
     """
-    if isinstance(excluded, str):
-        raise TypeError(
-            f"excluded must be a collection of directory names, not the str {excluded!r}"
-        )
+    for argument, value in (("excluded", excluded), ("build_outputs", build_outputs)):
+        if isinstance(value, str):
+            raise TypeError(
+                f"{argument} must be a collection of directory names, not the str {value!r}"
+            )
     root = existing(root, "root")
     if root.is_file():
         return [root]
-    skipped = frozenset(excluded)
+    skipped, outputs = frozenset(excluded), frozenset(build_outputs)
     found: list[Path] = []
     for directory, subdirectories, files in root.walk():
-        subdirectories[:] = [name for name in subdirectories if name not in skipped]
+        subdirectories[:] = [
+            name for name in subdirectories if not _skipped(directory / name, skipped, outputs)
+        ]
         found.extend(directory / name for name in files if name.endswith(".py"))
     return sorted(found)

@@ -35,10 +35,17 @@ from ._source_checks import (
     matching_lines,
     writes_environment,
 )
-from ._source_files import EXCLUDED_DIRECTORIES, SourceNotFoundError, SourceText, python_files
+from ._source_files import (
+    BUILD_OUTPUTS,
+    EXCLUDED_DIRECTORIES,
+    SourceNotFoundError,
+    SourceText,
+    python_files,
+)
 
 
 __all__ = [
+    "BUILD_OUTPUTS",
     "EXCLUDED_DIRECTORIES",
     "PAGE_SUFFIXES",
     "Predicate",
