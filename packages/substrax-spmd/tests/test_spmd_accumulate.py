@@ -14,7 +14,7 @@ from substrax.spmd import (
     create_data_parallel_sharding,
     place_batch_on_shards,
 )
-from substrax.spmd._accumulate import split_microbatches
+from substrax.spmd._accumulate import accumulate_gradients, split_microbatches
 from substrax.testing import expect_compiles
 
 
@@ -64,6 +64,21 @@ def test_accumulated_step_equals_one_step_on_the_whole_batch(new_train_step, hos
     assert float(unsharded[-1][0]) == pytest.approx(float(whole[-1][0]), rel=1e-5)
     for name, value in whole_params.items():
         np.testing.assert_allclose(unsharded_params[name], value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.x64
+def test_float64_gradients_are_summed_in_float64():
+    # they were summed in float32: a float64 model lost its gradients' last 8 digits
+    params = {"w": jnp.ones(3, jnp.float64)}
+
+    def grad_fn(p, rest, micro):
+        return (micro["g"][0], ()), jax.tree.map(lambda x: x * 0 + micro["g"][0], p), rest
+
+    batch = {"g": jnp.asarray([1.0, 1.0 + 1e-12], jnp.float64)}  # two microbatches of one row
+    (loss, _), grads, _ = accumulate_gradients(grad_fn, params, (), batch, 2)
+    assert grads["w"].dtype == jnp.float64
+    np.testing.assert_array_equal(grads["w"], np.full(3, (1.0 + (1.0 + 1e-12)) / 2))
+    assert float(loss) == (1.0 + (1.0 + 1e-12)) / 2
 
 
 def test_a_batch_the_microbatch_count_does_not_divide_is_refused(new_mlp, host_batches):

@@ -146,6 +146,20 @@ def _train_step_on(mesh):
     )
 
 
+def test_a_bfloat16_metric_is_averaged_in_the_output_dtype():
+    # the mean ran in bfloat16 before the cast: 1.005859375 came back as 1.0078125
+    values = np.asarray([1.0, 1.0078125, 1.0078125, 1.0078125], np.float32)  # each a bfloat16
+    model = nnx.Linear(1, 1, rngs=nnx.Rngs(0))
+    evaluate = EvalStep(
+        model,
+        lambda _model, b: {"v": b["v"].astype(jnp.bfloat16)},
+        precision=PrecisionPolicy(compute_dtype="bfloat16"),
+    )
+    out = evaluate({"v": values})
+    assert out["v"].dtype == jnp.float32
+    assert float(out["v"]) == 1.005859375
+
+
 def test_a_jax_array_batch_is_placed_on_batch_sharding_like_a_host_one(eval_batch):
     mesh = create_device_mesh({"data": 8})
     seen = []

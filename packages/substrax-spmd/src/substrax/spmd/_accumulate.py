@@ -63,9 +63,10 @@ def split_microbatches(batch: PyTree, count: int) -> PyTree:
     return jax.tree.map(split, batch)
 
 
-def _zeros_f32(x: jax.Array) -> jax.Array:
-    dtype = jnp.float32 if jnp.issubdtype(x.dtype, jnp.floating) else x.dtype
-    return jnp.zeros(x.shape, dtype)
+def _zeros_wide(x: jax.Array) -> jax.Array:
+    """Zeros to sum ``x``'s gradients in: at least float32 (a float64 one stays float64)."""
+    floating = jnp.issubdtype(x.dtype, jnp.floating)
+    return jnp.zeros(x.shape, jnp.promote_types(x.dtype, jnp.float32) if floating else x.dtype)
 
 
 def accumulate_gradients(
@@ -73,8 +74,8 @@ def accumulate_gradients(
 ) -> tuple[tuple[Any, Any], PyTree, PyTree]:
     """Run ``grad_fn`` on each of ``count`` microbatches of ``batch`` and average the results.
 
-    The gradients are summed in float32 and divided by ``count`` (so a mean loss gives the
-    gradient of the whole batch), then cast to each parameter's dtype. The loss and every
+    The gradients are summed in float32 (float64 ones in float64) and divided by ``count`` (so a
+    mean loss gives the gradient of the whole batch), then cast to each parameter's dtype. The loss and every
     auxiliary leaf are averaged over the microbatches. ``rest`` (batch statistics, RNG counts)
     is threaded through the microbatches in order.
     """
@@ -88,7 +89,7 @@ def accumulate_gradients(
         total = jax.tree.map(lambda t, g: t + g.astype(t.dtype), total, grads)
         return (total, state), out
 
-    zeros = jax.tree.map(_zeros_f32, params)
+    zeros = jax.tree.map(_zeros_wide, params)
     (total, rest), (losses, aux) = jax.lax.scan(body, (zeros, rest), microbatches)
     grads = jax.tree.map(lambda t, p: (t / count).astype(p.dtype), total, params)
     loss = jnp.mean(losses, axis=0)

@@ -108,8 +108,10 @@ class EvalStep[M: nnx.Module]:
                 precision.set_compute_dtype(model)
             if eval_mode:
                 model.eval()
-            metrics = jax.tree.map(jnp.mean, metric_fn(model, batch))
-            return precision.cast_to_output(metrics) if precision is not None else metrics
+            metrics = metric_fn(model, batch)
+            if precision is not None:  # before the mean: a bfloat16 mean keeps 3 digits
+                metrics = precision.cast_to_output(metrics)
+            return jax.tree.map(jnp.mean, metrics)
 
         if mesh is None:
             self._jitted = jax.jit(pure)

@@ -61,7 +61,8 @@ class PrecisionPolicy:
     it (:meth:`set_compute_dtype`), so the activations of ``nnx.Linear``, ``nnx.Embed``,
     ``nnx.Conv``, the norms and attention come out in ``compute_dtype``; the loss and any
     metrics are cast to ``output_dtype``. The batch is passed as given (a layer casts its input;
-    a float target keeps its precision). The stored parameters, their gradients and the
+    a float target keeps its precision): a module of your own that multiplies a float32 input
+    by a raw parameter computes in float32 (jax's promotion) unless it casts the input. The stored parameters, their gradients and the
     optimizer state stay in ``param_dtype``. Every layer whose ``dtype`` is None or floating is
     switched, one built with ``dtype=jnp.float32`` on purpose too.
 
