@@ -191,6 +191,19 @@ def test_linear_algebra_is_counted_at_its_textbook_figures_and_a_solve_once():
     assert fft.flops == pytest.approx(4 * 5 * 1024 * 10)
 
 
+def test_a_ragged_dot_and_its_gradients_count_each_row_against_one_group():
+    # the input gradient counted 2*m*n*n, the weight gradient every row against every group
+    m, k, n, groups = 64, 16, 48, 4
+    sizes = jnp.full(groups, m // groups, jnp.int32)
+
+    def loss(x, w):
+        return jax.lax.ragged_dot(x, w, sizes).sum()
+
+    x, w = jnp.ones((m, k)), jnp.ones((groups, k, n))
+    assert count_flops(loss, x, w).flops == 2 * m * k * n
+    assert count_flops(jax.grad(loss, argnums=(0, 1)), x, w).flops == 3 * 2 * m * k * n
+
+
 def test_a_complex_matmul_counts_four_real_multiply_adds():
     a = jnp.ones((4, 8), jnp.complex64)
     assert count_flops(jnp.matmul, a, a.T).flops == 4 * 2 * 4 * 8 * 4

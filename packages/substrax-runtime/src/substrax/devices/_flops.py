@@ -99,8 +99,17 @@ def _convolution(eqn: Any) -> float:  # noqa: ANN401
 
 
 def _ragged_dot(eqn: Any) -> float:  # noqa: ANN401
-    lhs, rhs = _shape(eqn.invars[0]), _shape(eqn.invars[1])  # (m, k) and (groups, k, n)
-    return 2.0 * _size(lhs) * rhs[-1]
+    """Each output element sums its contracted dimensions over one group's rows, never all."""
+    lhs, out = _shape(eqn.invars[0]), _size(_shape(eqn.outvars[0]))
+    numbers = eqn.params.get("ragged_dot_dimension_numbers")
+    if numbers is None:  # ragged_dot: (m, k) by (groups, k, n), each row meeting one group
+        return 2.0 * out * lhs[-1] * _complex(eqn)
+    (contracting, _), _ = numbers.dot_dimension_numbers
+    summed = _size(tuple(lhs[d] for d in contracting))
+    if numbers.rhs_group_dimensions:  # each row meets its group's matrix
+        return 2.0 * out * summed * _complex(eqn)
+    # the ragged dimension is contracted (a weight gradient): each group sums its own rows only
+    return 2.0 * out * summed / _shape(eqn.invars[2])[0] * _complex(eqn)
 
 
 def _matrix(eqn: Any) -> tuple[int, int, int]:  # noqa: ANN401
