@@ -37,6 +37,30 @@ def test_the_top_level_check_holds_on_another_thread():
     assert seen == [True]
 
 
+WARM_AFTER_TOP_LEVEL_CHECK = """
+import json, sys
+import jax, jax.numpy as jnp
+from substrax.runtime import top_level_check
+
+traces = []
+step = jax.jit(lambda x: traces.append(1) or x * 2)
+y = step(jnp.ones(3))
+loaded = set(sys.modules)
+is_top_level = top_level_check()
+top = is_top_level()
+y = step(y)
+new = sorted(name for name in set(sys.modules) - loaded if name.startswith("jax"))
+print(json.dumps({"top": top, "traces": len(traces), "new": new}))
+"""
+
+
+def test_the_top_level_check_leaves_warm_jitted_functions_warm(child):
+    # a jax module imported late can register a setting that is part of every jit cache key
+    # (jax.extend.core imports pallas, which does): each warm function would retrace once
+    out = child(WARM_AFTER_TOP_LEVEL_CHECK, env={"JAX_PLATFORMS": "cpu"})
+    assert out == {"top": True, "traces": 1, "new": []}
+
+
 def _codes_run(read):
     codes = set()
 

@@ -104,6 +104,17 @@ def test_a_failure_is_returned_and_check_raises_with_the_stderr_tail():
 
 
 @pytest.mark.usefixtures("child_processes")
+def test_output_that_is_not_utf8_is_kept_with_the_bad_bytes_replaced():
+    program = (
+        "import sys; sys.stdout.buffer.write(b'caf\\xe9\\n'); sys.stdout.flush(); print(1); "
+        "sys.stderr.buffer.write(b'\\xff err\\n')"
+    )
+    run = run_python(program, timeout=60).check()
+    assert (run.stdout, run.stderr) == ("caf\ufffd\n1\n", "\ufffd err\n")
+    assert run.last_json() == 1
+
+
+@pytest.mark.usefixtures("child_processes")
 def test_a_timeout_raises():
     with pytest.raises(subprocess.TimeoutExpired):
         run_python("import time; time.sleep(30)", timeout=0.5)

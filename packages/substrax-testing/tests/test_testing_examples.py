@@ -196,3 +196,58 @@ def test_a_line_printed_after_main_returned_does_not_hide_its_summary(repo, tmp_
     run = _run(repo, tmp_path, "with_exit_hook.py", text).check()
     assert run.summary == {"ok": 1}
     assert run.result.stdout.splitlines()[-1] == "bye"
+
+
+PROGRESS_EXAMPLE = textwrap.dedent(
+    """
+    import json
+
+
+    def main():
+        print(json.dumps({"epoch": 0}))  # JSON of its own, before the summary
+        print("..", end="", flush=True)  # progress dots: the line is left unfinished
+        return {"final": 1}
+    """
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_the_summary_is_what_main_returned_after_an_unfinished_line(repo, tmp_path):
+    run = _run(repo, tmp_path, "progress.py", PROGRESS_EXAMPLE).check()
+    assert run.summary == {"final": 1}
+    assert run.result.stdout.startswith('{"epoch": 0}\n..\n')
+    assert run.result.last_json() == {"final": 1}  # still the last line
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_json_an_exit_hook_prints_is_not_taken_for_the_summary(repo, tmp_path):
+    text = "import atexit\natexit.register(print, '{\"late\": 1}')\n\ndef main():\n    pass\n"
+    run = _run(repo, tmp_path, "late_json.py", text).check()
+    assert run.summary is None  # main() returned None
+    assert run.result.last_json() == {"late": 1}
+
+
+SPAWN_EXAMPLE = textwrap.dedent(
+    """
+    import multiprocessing
+
+
+    def square(x):
+        return x * x
+
+
+    def main():
+        with multiprocessing.get_context("spawn").Pool(2) as pool:
+            return {"squares": pool.map(square, [1, 2, 3]), "name": __name__}
+
+
+    if __name__ == "__main__":
+        raise AssertionError("call_main must not run the script's main block")
+    """
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_call_main_loads_the_example_so_spawned_children_import_it(repo, tmp_path):
+    run = _run(repo, tmp_path, "spawn.py", SPAWN_EXAMPLE, timeout=120).check()
+    assert run.summary == {"squares": [1, 4, 9], "name": "__mp_main__"}

@@ -84,10 +84,16 @@ def test_a_wrong_derivative_names_the_worst_leaf():
     }
     assert {leaf.path for leaf in info.value.leaves} == {"linear/bias", "linear/kernel", "scale"}
     passed = [leaf for leaf in info.value.leaves if not leaf.failing]
-    assert all(np.isnan(leaf.analytic) and leaf.index == () for leaf in passed)  # not localized
+    assert all(np.isnan(leaf.analytic) and leaf.index == () for leaf in passed)  # no element
     assert passed[0].describe() == (
-        "linear/bias (rev, float32): 2 checked elements within tolerance along a random "
-        "direction (rtol 0.002, atol 1e-05, step 0.001)"
+        "linear/bias (rev, float32): 2 checked elements within tolerance, each and along a "
+        "random direction (rtol 0.002, atol 1e-05, step 0.001)"
+    )
+    assert passed[0].max_abs_error < 1e-5  # rev compares each element: its errors are known
+    forward = next(leaf for leaf in passed if leaf.mode == "fwd")
+    assert np.isnan(forward.max_abs_error)  # fwd checks the direction only, when it passes
+    assert forward.describe().endswith(
+        "within tolerance along a random direction (rtol 0.002, atol 1e-05, step 0.001)"
     )
     message = str(info.value)
     assert "worst leaf scale[1] (" in message
@@ -130,6 +136,40 @@ def test_a_failure_names_the_one_wrong_element(modes):
     assert [leaf.failing for leaf in info.value.leaves] == [1] * len(modes)
     assert "1 of 6 checked elements out of tolerance" in str(info.value)
     assert isinstance(info.value.__cause__, AssertionError)
+
+
+SMALL = jnp.ones(16).at[5].set(0.001)  # loss = sum(SMALL * w): its gradient is SMALL
+
+
+@jax.custom_vjp
+def small_wrong_sign(w):
+    return (SMALL * w).sum()
+
+
+small_wrong_sign.defvjp(
+    lambda w: (small_wrong_sign(w), None),
+    lambda _, g: (g * SMALL.at[5].set(-0.001),),  # element 5: -0.001, not +0.001
+)
+
+
+class SmallElement(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.linspace(-1.0, 1.0, 16))
+
+    def __call__(self):
+        return small_wrong_sign(self.w[...])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rev_mode_compares_each_element_so_a_small_wrong_one_fails(seed):
+    # along a random direction the error (0.002) is within rtol of the sum of 16 elements
+    with pytest.raises(GradientMismatchError) as info:
+        check_parameter_gradients(SmallElement(), lambda m: m(), modes=("rev",), seed=seed)
+    worst = info.value.worst
+    assert (worst.path, worst.mode, worst.index, worst.failing) == ("w", "rev", (5,), 1)
+    assert worst.analytic == pytest.approx(-0.001)
+    assert worst.numeric == pytest.approx(0.001, rel=1e-3)
+    assert info.value.__cause__ is None  # check_grads passed: the elements failed
 
 
 def test_the_wrong_leaf_is_left_out_with_a_filter():
@@ -221,6 +261,16 @@ def _params(**options):
             lambda m, _: check_input_gradients(m, lambda m, v: m(v).sum(), jnp.arange(3)),
             TypeError,
             "floating arrays only; input is int32",
+        ),
+        (
+            lambda _, x: check_parameter_gradients(lambda p: p, lambda m: m(x).sum()),
+            TypeError,
+            r"check_parameter_gradients checks an nnx\.Module's gradients, not <function",
+        ),
+        (
+            lambda _, x: check_input_gradients(abs, lambda m, v: m(v).sum(), x),
+            TypeError,
+            r"check_input_gradients checks an nnx\.Module's gradients, not <built-in .*",
         ),
         (_params(modes=("bwd",)), ValueError, r"modes must .* not \('bwd',\)"),
         (_params(modes="rev"), ValueError, "modes must be a non-empty sequence .* not 'rev'"),

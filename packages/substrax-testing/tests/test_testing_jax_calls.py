@@ -1,5 +1,6 @@
 """counted_calls, by_package and per_iteration on real jax programs."""
 
+import copy
 import json
 import sys
 import threading
@@ -19,6 +20,7 @@ from substrax.testing import (
     by_package,
     counted_calls,
     per_iteration,
+    run_python,
     started,
 )
 from substrax.testing.jax_calls import ALIASES, JAX_CALL_WEIGHTS, KINDS
@@ -372,3 +374,104 @@ def test_bad_names_are_refused(build, match):
 def test_an_int_weight_for_an_unknown_kind_points_to_weight_functions():
     with pytest.raises(ValueError, match="weight function"), counted_calls(weights={"steps": 1}):
         raise AssertionError("the block must not run")
+
+
+FIRST_BLOCK = """
+import json
+import jax, jax.numpy as jnp
+from substrax.testing import counted_calls, per_iteration
+
+traces = []
+step = jax.jit(lambda x: traces.append(1) or x + 1)
+x = step(jnp.ones(3))  # warm: traced and compiled once
+with counted_calls() as calls:  # the process's first block
+    x = step(x)
+first = calls.kinds()
+
+
+def count(n):  # per_iteration's docstring example
+    global x
+    with counted_calls() as calls:
+        for _ in range(n):
+            x = step(x)
+    return calls
+
+
+per = per_iteration(count, short=1, long=3, at_most={"device_to_host": 0}).kinds()
+print(json.dumps({"first": first, "traces": len(traces), "per": per}))
+"""
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_first_block_in_a_process_leaves_warm_functions_warm():
+    out = run_python(FIRST_BLOCK, timeout=120).check().last_json()
+    quiet = {"dispatch": 1, "host_to_device": 0, "device_to_host": 0, "compile": 0}
+    assert out == {"first": quiet, "traces": 1, "per": quiet}
+
+
+def test_a_call_of_an_ahead_of_time_compiled_function_is_one_dispatch():
+    x = jnp.ones(3)
+    compiled = jax.jit(lambda x: x + 1).lower(x).compile()
+    compiled(x)
+    with counted_calls(HERE) as calls:
+        for _ in range(3):
+            compiled(x)
+    assert calls == CallCounts({("dispatch", __name__): 3})
+
+
+def test_a_limit_on_a_kind_the_weights_left_out_is_refused():
+    step, state = jax.jit(lambda x: x * 2), {"x": jnp.ones(3)}
+    step(state["x"])
+
+    def count(n):
+        with counted_calls(HERE, weights={"device_put": 1}) as calls:  # no built-in kind
+            for _ in range(n):
+                state["x"] = step(state["x"])
+                float(state["x"].sum())
+        return calls
+
+    assert count(1).uncounted == KINDS
+    for kind in ("device_to_host", "dispatch", "jit_dispatch"):
+        with pytest.raises(ValueError, match=f"at_most names {kind}, which was not counted"):
+            per_iteration(count, short=1, long=3, at_most={kind: 0})
+    with counted_calls(HERE, weights={"compile": 1}) as calls:
+        pass
+    assert calls.uncounted == ("dispatch", "host_to_device", "device_to_host")
+
+
+def test_per_iteration_copies_the_first_counts_before_the_second_run():
+    shared = Counter()
+
+    def count(n):  # the same counter both times, cleared for each run
+        shared.clear()
+        shared["steps"] += n
+        return shared
+
+    assert per_iteration(count, short=1, long=3) == {"steps": 1}
+    with pytest.raises(TooManyCallsError):
+        per_iteration(count, short=1, long=3, at_most={"steps": 0})
+    with pytest.raises(TypeError, match="count_fn must return a mapping of counts"):
+        per_iteration(lambda n: n, short=1, long=3)
+
+
+def test_call_counts_copies_keep_their_kinds():
+    counts = CallCounts({("steps", "a"): 1}, custom_kinds=("steps",), uncounted=("jit_dispatch",))
+    for copied in (counts.copy(), copy.copy(counts), copy.deepcopy(counts)):  # __reduce__
+        assert copied == counts
+        assert (copied.custom_kinds, copied.uncounted) == (("steps",), ("dispatch",))
+
+
+def _batches():
+    yield from range(3)
+
+
+def test_a_generator_counts_once_when_it_starts_not_at_each_resume():
+    weights = {"calls": started(f"{__name__}._batches")}
+    with counted_calls(HERE, weights=weights) as calls:
+        assert list(_batches()) == [0, 1, 2]
+    assert calls.of("calls") == 1
+    running = _batches()
+    next(running)
+    with counted_calls(HERE, weights=weights) as calls:
+        next(running)
+    assert calls.of("calls") == 0  # started before the block

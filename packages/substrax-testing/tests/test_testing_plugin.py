@@ -211,6 +211,74 @@ def test_a_test_that_changes_global_config_fails_after_restoring(pytester):
     assert not jax.config.jax_debug_nans
 
 
+def test_a_wider_fixture_that_leaves_the_config_changed_fails_its_teardown(pytester):
+    pytester.makeconftest(
+        PLUGIN_CONFTEST
+        + textwrap.dedent(
+            """
+            import jax
+            import pytest
+
+            @pytest.fixture(scope="session")
+            def log_compiles():  # changes the config for its tests, and sets it back
+                jax.config.update("jax_log_compiles", True)
+                yield
+                jax.config.update("jax_log_compiles", False)
+            """
+        )
+    )
+    pytester.makepyfile(
+        test_a=textwrap.dedent(
+            """
+            import jax
+            import pytest
+
+            @pytest.fixture(scope="module")
+            def nan_debugging():
+                jax.config.update("jax_debug_nans", True)  # never set back
+                yield
+
+            @pytest.fixture(scope="module")
+            def messy_teardown():
+                yield
+                jax.config.update("jax_debug_infs", True)  # changed after the tests
+
+            def test_uses_both(nan_debugging, log_compiles):
+                assert jax.config.jax_debug_nans and jax.config.jax_log_compiles
+
+            def test_still_sees_them(nan_debugging, log_compiles):
+                assert jax.config.jax_debug_nans and jax.config.jax_log_compiles
+
+            def test_asks_for_the_messy_one(messy_teardown):
+                pass
+            """
+        ),
+        test_b=textwrap.dedent(
+            """
+            import jax
+
+            def test_next_module_starts_clean():
+                assert not jax.config.jax_debug_nans
+            """
+        ),
+    )
+    result = pytester.runpytest_inprocess(*STRICT, "-p", "no:randomly")
+    result.assert_outcomes(passed=3, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_asks_for_the_messy_one*",
+            "*the module-scoped fixture 'nan_debugging' changed jax's global config and did not "
+            "set it back: jax_debug_nans (now restored)*",
+            "*ERROR at setup of test_next_module_starts_clean*",
+            "*jax's global config was changed outside any test and fixture setup*: "
+            "jax_debug_infs (now restored)*",
+        ]
+    )
+    assert not jax.config.jax_debug_nans
+    assert not jax.config.jax_debug_infs
+    assert not jax.config.jax_log_compiles
+
+
 def test_enabling_x64_at_import_stops_the_session(pytester, monkeypatch):
     monkeypatch.delenv("JAX_ENABLE_X64", raising=False)
     _project(

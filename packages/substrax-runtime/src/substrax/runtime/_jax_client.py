@@ -9,8 +9,11 @@
   nothing; so the counting watches the property every read runs (``np.asarray``, ``float``,
   ``tolist``, printing) and asks whether the array's host copy is cached.
 
-Whether jax is tracing is also asked here, through public API (``jax.extend.core``, jax's
-extension API, which may change faster than jax's own).
+- whether jax is tracing: the public way to ask, ``jax.extend.core.get_opaque_trace_state``,
+  costs a retrace. Importing ``jax.extend.core`` imports pallas, which registers settings that
+  are part of every jit cache key: each warm jitted function of the process would retrace and
+  recompile once (a first ``counted_calls`` block would count those compiles). So the current
+  trace is read here from ``jax._src.core``, which jax has imported already, setting nothing.
 
 When jax moves one of these, a call here breaks, loudly (``test_runtime_jax_client`` calls each;
 ``test_runtime_distributed`` and the testing part's call-counting tests use them).
@@ -40,8 +43,9 @@ def distributed_state() -> Any:  # noqa: ANN401  (jax's private GlobalState)
 def top_level_check() -> Callable[[], bool]:
     """A function telling whether jax is outside every trace (a call dispatches for real).
 
-    It compares jax's current trace state with the top-level one (public API: jax's
-    ``eval_context`` and ``jax.extend.core.get_opaque_trace_state``), on the calling thread.
+    It reads jax's current trace on the calling thread and compares it with jax's evaluation
+    trace. It imports no jax module jax has not imported already and sets nothing, so the jit
+    cache keys stay as they were: warm jitted functions stay warm.
 
     Example:
         >>> import jax
@@ -51,14 +55,12 @@ def top_level_check() -> Callable[[], bool]:
         >>> is_top_level(), inside
         (True, [False])
     """
-    from jax.core import eval_context  # noqa: PLC0415 - importing this module imports no jax
-    from jax.extend.core import get_opaque_trace_state  # noqa: PLC0415
+    from jax._src import core  # noqa: PLC0415 - no read-only public query (jax 0.12)
 
-    with eval_context():
-        top = get_opaque_trace_state()
+    context, evaluation = core.trace_ctx, core.eval_trace
 
     def is_top_level() -> bool:
-        return get_opaque_trace_state() == top
+        return context.trace is evaluation
 
     return is_top_level
 

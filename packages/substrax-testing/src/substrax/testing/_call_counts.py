@@ -37,7 +37,9 @@ class CallCounts(Counter[tuple[str, str]]):
     """Counts keyed by ``(kind, package)``; ``kind`` is one of :data:`KINDS` or a custom kind.
 
     A custom kind is one ``counted_calls`` was given a weight function for (``custom_kinds``);
-    the names in :data:`ALIASES` stand for the kinds they name.
+    the names in :data:`ALIASES` stand for the kinds they name. ``uncounted`` holds the
+    :data:`KINDS` the block did not count (its ``weights`` left them out or weighted them 0):
+    their counts read 0, and ``per_iteration`` refuses a limit on them.
 
     Example:
         >>> from substrax.testing import CallCounts
@@ -48,9 +50,12 @@ class CallCounts(Counter[tuple[str, str]]):
         {'other': 1, 'substrax': 2}
         >>> CallCounts({("steps", "mylib"): 3}, custom_kinds=("steps",)).of("steps")
         3
+        >>> CallCounts(uncounted=("compile",)).copy().uncounted
+        ('compile',)
     """
 
     custom_kinds: tuple[str, ...]
+    uncounted: tuple[str, ...]
 
     def __init__(
         self,
@@ -58,9 +63,19 @@ class CallCounts(Counter[tuple[str, str]]):
         /,
         *,
         custom_kinds: Sequence[str] = (),
+        uncounted: Sequence[str] = (),
     ) -> None:
         super().__init__(counts or {})
         self.custom_kinds = tuple(custom_kinds)
+        self.uncounted = tuple(dict.fromkeys(map(check_kind, uncounted)))
+
+    def copy(self) -> "CallCounts":
+        """A copy, with the same custom and uncounted kinds."""
+        return CallCounts(self, custom_kinds=self.custom_kinds, uncounted=self.uncounted)
+
+    def __reduce__(self) -> tuple[object, ...]:  # Counter's would drop the kinds
+        kinds = {"custom_kinds": self.custom_kinds, "uncounted": self.uncounted}
+        return (type(self), (dict(self),), kinds)
 
     def of(self, kind: str, package: str | None = None) -> int:
         """The count of one kind, overall or for one package.

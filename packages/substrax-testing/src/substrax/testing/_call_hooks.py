@@ -5,9 +5,10 @@ Each kind comes from the most public mechanism that reports it:
 - ``compile``: jax's own monitoring event, ``/jax/core/compile/backend_compile_duration``,
   recorded each time a program goes to the XLA compiler (``jax.monitoring``).
 - ``dispatch``: Python's ``sys.monitoring`` sees each call of a ``jax.jit`` function or a
-  ``jax.stages.Compiled`` (eager ops run through jitted primitives); jax's public trace state
-  (``jax.extend.core``, through ``substrax.runtime.top_level_check``) leaves out the calls made
-  while tracing.
+  ``jax.stages.Compiled`` (eager ops run through jitted primitives; the jitted function a
+  ``Compiled`` calls in turn is the same dispatch, not counted again); jax's current trace
+  (read by ``substrax.runtime.top_level_check``, which imports nothing new: a late import of
+  ``jax.extend`` would make warm functions retrace) leaves out the calls made while tracing.
 - ``host_to_device``: ``sys.monitoring`` sees ``jax.device_put`` start; its host leaves are
   counted with ``jax.tree.leaves``, outside every trace.
 - ``device_to_host``: no public hook reports a host read. ``jax.transfer_guard_device_to_host``
@@ -17,7 +18,8 @@ Each kind comes from the most public mechanism that reports it:
   buffer protocol, out of Python's sight); ``substrax.runtime`` holds that reach into jax and
   says why.
 
-Custom kinds weigh every started Python function (``sys.monitoring``'s ``PY_START``). Importing
+Custom kinds weigh every started Python function (``sys.monitoring``'s ``PY_START``: a call; a
+generator or coroutine starts once, when it first runs, its resumes are not starts). Importing
 this module imports no jax; building the hooks does.
 """
 
@@ -159,6 +161,7 @@ def build_hooks(recorder: Recorder) -> Hooks:
 
     chosen = recorder.weights
     dispatchers = (type(jax.jit(lambda: None)), jax.stages.Compiled)
+    compiled_call = jax.stages.Compiled.__call__.__code__  # calls a jitted function in turn
     readers = frozenset(map(id, _numpy_readers()))
     value_code, put_code = array_read_code(), jax.device_put.__code__
     is_top_level, uncached = top_level_check(), uncached_read_check()
@@ -167,8 +170,9 @@ def build_hooks(recorder: Recorder) -> Hooks:
         del code, offset
         recorder.pending = None
         if isinstance(callee, dispatchers):
-            if chosen[DISPATCH] and is_top_level():
-                recorder.record(DISPATCH, _frame(1), chosen[DISPATCH])  # the calling frame
+            caller = _frame(1)  # the calling frame
+            if chosen[DISPATCH] and caller.f_code is not compiled_call and is_top_level():
+                recorder.record(DISPATCH, caller, chosen[DISPATCH])
         elif id(callee) in readers and uncached(arg0):
             # NumPy reads a CPU array through the buffer protocol, out of Python's sight; on
             # other devices it calls __array__, which runs the host read: count that read here

@@ -24,8 +24,9 @@ type Keys = Callable[[FrameType], str]
 """Maps the frame a call was made in (the innermost one) to the key it is counted under."""
 
 type WeightFn = Callable[[FrameType], int]
-"""Counts started Python functions: given the frame of each function started in the block, how
-many to count under its kind (0: not counted)."""
+"""Counts started Python functions: given the frame of each function started in the block (each
+call; a generator when it first runs, not at its resumes), how many to count under its kind (0:
+not counted)."""
 
 
 def _module_of(frame: FrameType) -> str:
@@ -121,9 +122,10 @@ def started(*names: str) -> WeightFn:
     """A weight function counting the starts of the named functions, or of any in a package.
 
     Give it to :func:`counted_calls` as the weight of a kind of your own: each Python function
-    started in the block (called, or resumed as a generator) whose dotted name
-    (``"module.qualname"``) is one of ``names``, or whose module is within one of them, counts
-    once under that kind.
+    started in the block whose dotted name (``"module.qualname"``) is one of ``names``, or whose
+    module is within one of them, counts once under that kind. Calls are counted, not resumes: a
+    generator (or coroutine) counts once, when it first runs, however many items it yields, and
+    one started before the block counts nothing in it.
 
     Args:
         *names: Dotted function, module or package names.

@@ -168,7 +168,8 @@ def run_python(
     The child's environment is ``substrax.runtime.child_environment(runtime, env)``: the
     parent's variables without any ``JAX_*``/``XLA_*``, then ``env``, then the runtime's.
     Unless ``runtime`` or ``env`` chooses otherwise, the child runs on CPU without
-    preallocating accelerator memory.
+    preallocating accelerator memory. Its output is read as UTF-8, a byte that is not UTF-8
+    replaced by U+FFFD.
 
     Args:
         program: Source code (run with ``python -c``) or the path of a script.
@@ -210,7 +211,8 @@ def run_python(
         env=child_env,
         cwd=cwd,
         capture_output=True,
-        text=True,
+        encoding="utf-8",
+        errors="replace",  # a byte that is not UTF-8 becomes U+FFFD; the rest is kept
         timeout=timeout,
         check=False,
         stdin=subprocess.DEVNULL,

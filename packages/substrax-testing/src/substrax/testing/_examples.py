@@ -6,7 +6,6 @@ automake and CTest) after writing the reason as its last line on stderr. The run
 ``unavailable`` rather than failed, and :func:`unavailable_reason` returns that reason.
 """
 
-import contextlib
 import json
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -31,12 +30,18 @@ EXIT_UNAVAILABLE: Final = 77
 UNAVAILABLE_PREFIX: Final = "unavailable:"
 """An optional prefix of that reason line (``unavailable: needs a GPU``), dropped when read."""
 
-# Runs in the child: load the example under a fixed module name, call main(), print its JSON.
-# The example sees what a script run would: ``sys.argv == [path]`` (so an argparse main() reads
-# no arguments), its own directory first on sys.path unless PYTHONSAFEPATH is set, and not the
-# working directory (the repository root) that ``python -c`` puts there.
+_SUMMARY_MARKER: Final = "substrax.testing: main() returned:"  # a line, then main()'s JSON
+
+# Runs in the child: load the example as multiprocessing's spawned children load a main script
+# (the module ``__mp_main__``, also registered as ``__main__``, its file the example's and no
+# spec), so its ``if __name__ == "__main__":`` block does not run and a spawned child (a
+# "spawn" pool) imports the functions sent to it. Then call main() and print the marker line and
+# its JSON, on lines of their own. The example sees what a script run would: ``sys.argv ==
+# [path]`` (so an argparse main() reads no arguments), its own directory first on sys.path unless
+# PYTHONSAFEPATH is set, and not the working directory (the repository root) that ``python -c``
+# puts there.
 _CALL_MAIN = """\
-import importlib.util, json, os, sys
+import json, os, sys, types
 from pathlib import Path
 
 path = Path(sys.argv[1])
@@ -45,9 +50,10 @@ here = os.path.realpath(os.getcwd())
 sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != here]
 if not sys.flags.safe_path:
     sys.path.insert(0, str(path.parent))
-spec = importlib.util.spec_from_file_location("_substrax_example", path)
-module = importlib.util.module_from_spec(spec)
-sys.modules["_substrax_example"] = module
+module = types.ModuleType("__mp_main__")
+module.__file__ = str(path)
+module.__spec__ = None
+sys.modules["__main__"] = sys.modules["__mp_main__"] = module
 exec(compile(path.read_bytes(), str(path), "exec"), module.__dict__)  # no .pyc beside it, as a script
 if not callable(getattr(module, "main", None)):
     sys.exit(f"{path} defines no main(); run it with call_main=False")
@@ -62,8 +68,11 @@ def plain(value):
     raise TypeError(f"main() returned a {type(value).__name__}, which is not JSON")
 
 
-print(json.dumps(module.main(), default=plain))
-"""
+summary = json.dumps(module.main(), default=plain)
+# "\\n" first: main() may have left a line unfinished (progress dots)
+sys.stdout.write("\\n" + __SUMMARY_MARKER__ + "\\n" + summary + "\\n")
+sys.stdout.flush()
+""".replace("__SUMMARY_MARKER__", repr(_SUMMARY_MARKER))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,9 +212,12 @@ def run_example(
 
     The child runs in ``repo_root`` with ``AVITAI_OUTPUT_DIR=output_dir``, so an example that
     resolves its outputs with ``substrax.artifacts.resolve_output_dir`` never writes into the
-    repository. With ``call_main``, the file is loaded as the module ``_substrax_example``, its
-    ``main()`` is called and the JSON of what it returns becomes ``ExampleRun.summary``;
-    otherwise the file runs as a script. Either way the example sees what a script run sees:
+    repository. With ``call_main``, the file is loaded as a spawned multiprocessing child loads
+    a main script (the module ``__mp_main__``, registered as ``__main__`` too, so its ``if
+    __name__ == "__main__":`` block does not run and a "spawn" pool's children can import its
+    functions), its ``main()`` is called, and the JSON of what it returns, printed on a line of
+    its own after a marker line, becomes ``ExampleRun.summary``; otherwise the file runs as a
+    script. Either way the example sees what a script run sees:
     ``sys.argv == [path]`` (``main()`` gets no command-line arguments), the script's directory
     first on ``sys.path`` unless ``PYTHONSAFEPATH`` is set (in ``env`` or this environment),
     and the repository root kept off ``sys.path``, so an import resolves as it would for a user.
@@ -273,8 +285,20 @@ def run_example(
 
 
 def _summary(script: Path, stdout: str) -> "JsonValue":
-    """main()'s JSON: the last stdout line that is JSON (an exit hook may print after it)."""
-    for line in reversed(stdout.splitlines()):
-        with contextlib.suppress(json.JSONDecodeError):
-            return cast("JsonValue", json.loads(line))
-    raise ValueError(f"{script}: main() succeeded but printed no JSON line on stdout")
+    """main()'s JSON: the line after the last marker line (an exit hook may print after it)."""
+    lines = stdout.splitlines()
+    marks = [i for i, line in enumerate(lines) if line == _SUMMARY_MARKER]
+    if not marks or marks[-1] + 1 >= len(lines):
+        raise ValueError(
+            f"{script}: the example exited 0 but printed no summary (no {_SUMMARY_MARKER!r} "
+            "line followed by JSON on stdout): does it exit (sys.exit(0), os._exit) before "
+            "main() returns?"
+        )
+    line = lines[marks[-1] + 1]
+    try:
+        return cast("JsonValue", json.loads(line))
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{script}: the line after the summary marker is not JSON: {line!r} ({error.msg}); "
+            "another thread printed between them"
+        ) from error

@@ -1,11 +1,12 @@
-"""Find the worst element of a leaf that ``check_grads`` failed, element by element.
+"""Compare a leaf's sampled elements one by one, and find the worst.
 
-``check_grads`` checks one random direction of a leaf's sampled elements, so its failure says
-neither which element is wrong nor by how much. This runs only after such a failure: each sampled
-element's derivative (jax's, in the mode that failed) against its own central difference of the
-float64 reference, at ``check_grads``' step. It can find no element out of tolerance (``failing``
-0) where only the direction was, by cancellation; the leaf has still failed. Importing this module
-imports no jax.
+``check_grads`` checks one random direction of a leaf's sampled elements: its sum can hide a small
+element that is wrong, and its failure says neither which element is wrong nor by how much. This
+compares each sampled element's derivative (jax's, in the mode checked) with its own central
+difference of the float64 reference, at ``check_grads``' step: in reverse mode always (jax's
+gradient is at hand), in forward mode (one ``jax.jvp`` per element) after a failure. It can find no
+element out of tolerance (``failing`` 0) where only the direction was, by cancellation; the leaf
+has still failed. Importing this module imports no jax.
 """
 
 import dataclasses
@@ -34,7 +35,7 @@ def localize(
     """Compare jax's derivative of each sampled element with its own central difference.
 
     Args:
-        summary: The leaf's failed check (its path, mode, dtype, count and tolerance).
+        summary: The leaf's check (its path, mode, dtype, count and tolerance).
         reference: The float64 loss as a function of the sampled elements' values.
         derivatives: jax's gradient at them (used in ``"rev"``), and its derivative along a
             direction of them (used in ``"fwd"``: one ``jax.jvp`` per element's unit vector).

@@ -55,10 +55,12 @@ against a float64 reference. Pass ``tolerance=`` for another dtype or a looser c
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class LeafGradientCheck:
-    """One leaf's check in one mode, and its worst element where ``check_grads`` failed.
+    """One leaf's check in one mode, and its worst element where the check failed.
 
-    ``check_grads`` checks a random direction of the sampled elements; only when it fails are
-    they compared one by one, so a leaf that passed has no element or values (NaN).
+    In ``"rev"`` mode each sampled element is compared with its own central difference, and
+    ``check_grads`` checks a random direction of them; in ``"fwd"`` mode only the direction is
+    checked, and the elements are compared one by one only when it fails. A leaf that passed
+    names no element or values (NaN); in rev it keeps its largest errors.
 
     Attributes:
         path: The leaf's path (``"layers/0/kernel"``; ``"input"`` for the input).
@@ -67,8 +69,9 @@ class LeafGradientCheck:
         index: The worst element's index in the leaf (``()`` when the check passed).
         analytic: jax's derivative there (NaN when the check passed).
         numeric: The float64 central difference there (NaN when the check passed).
-        max_abs_error: The largest ``|analytic - numeric|`` over the checked elements.
-        max_rel_error: The largest relative error over them.
+        max_abs_error: The largest ``|analytic - numeric|`` over the checked elements (NaN
+            when they were not compared one by one: a fwd check that passed).
+        max_rel_error: The largest relative error over them (NaN likewise).
         checked: How many elements were checked (sampled).
         failing: How many were out of tolerance (0 when the check passed).
         tolerance: The tolerance the leaf was checked with.
@@ -84,7 +87,9 @@ class LeafGradientCheck:
         >>> leaf.describe()
         'kernel[0, 1] (rev, float32): analytic 1, numeric 1.5; max abs error 0.5, max rel error 0.333; 1 of 4 checked elements out of tolerance'
         >>> dataclasses.replace(leaf, index=(), analytic=math.nan, failing=0).describe()
-        'kernel (rev, float32): 4 checked elements within tolerance along a random direction'
+        'kernel (rev, float32): 4 checked elements within tolerance, each and along a random direction'
+        >>> dataclasses.replace(leaf, mode="fwd", index=(), analytic=math.nan, failing=0).describe()
+        'kernel (fwd, float32): 4 checked elements within tolerance along a random direction'
     """
 
     path: str
@@ -110,7 +115,10 @@ class LeafGradientCheck:
                 f"{self.failing} of {self.checked} checked elements out of tolerance"
             )
         else:
-            line += f"{self.checked} checked elements within tolerance along a random direction"
+            each = ", each and" if self.mode == "rev" else ""
+            line += (
+                f"{self.checked} checked elements within tolerance{each} along a random direction"
+            )
         if (chosen := self.tolerance) is not None:
             line += f" (rtol {chosen.rtol:g}, atol {chosen.atol:g}, step {chosen.step:g})"
         return line

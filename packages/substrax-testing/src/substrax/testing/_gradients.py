@@ -1,10 +1,13 @@
-"""Check an nnx model's gradients with ``jax.test_util.check_grads``, one leaf at a time.
+"""Check an nnx model's gradients against finite differences, one leaf at a time.
 
 The loss becomes a function of a sample of one leaf's elements: its value is computed on a float64
 copy (in ``jax.enable_x64(True)``, thread-local), its derivative (a custom rule) is jax's on the
-leaves as given (``jax.jvp`` for ``"fwd"``, ``jax.grad`` for ``"rev"``) at the point checked. A
-failure is localized element by element (``_gradient_elements``): a :class:`GradientMismatchError`
-names the worst leaf, mode and element, caused by ``check_grads``'. Importing this imports no jax.
+leaves as given (``jax.jvp`` for ``"fwd"``, ``jax.grad`` for ``"rev"``) at the point checked, and
+``jax.test_util.check_grads`` checks it along a random direction. In ``"rev"`` each sampled
+element is also compared with its own central difference (``_gradient_elements``), since the
+direction's sum can hide a small element that is wrong; in ``"fwd"`` only a failed direction is.
+A :class:`GradientMismatchError` names the worst leaf, mode and element, caused by
+``check_grads``' error where it failed. Importing this imports no jax.
 """
 
 import dataclasses
@@ -30,6 +33,15 @@ _TINY = 1e-300  # check_grads reads a zero tolerance as "use numpy's default"
 
 def _flax(who: str) -> Any:  # noqa: ANN401 - flax.nnx, untyped here
     return require("flax.nnx", who=who, distribution="substrax-runtime", extra="nnx")
+
+
+def _check_module(nnx: Any, module: object, who: str) -> None:  # noqa: ANN401 - flax.nnx
+    if not isinstance(module, nnx.Module):
+        raise TypeError(
+            f"{who} checks an nnx.Module's gradients, not {module!r} ({type(module).__name__}); "
+            "hold the parameters of a plain function as nnx.Param attributes of an nnx.Module "
+            "and pass that module"
+        )
 
 
 def _read_refs(tree: PyTree) -> PyTree:
@@ -84,12 +96,13 @@ def _check_leaf(
     gradient: "np.ndarray",
     start: "np.ndarray",
     leaf: tuple[str, str, str, GradientTolerance, tuple["np.ndarray", tuple[int, ...]]],
-) -> tuple[float, LeafGradientCheck, AssertionError | None]:
+) -> tuple[float, LeafGradientCheck, bool, AssertionError | None]:
     """``check_grads`` at ``start`` on ``reference``, with jax's derivative there.
 
     That is ``along(t)`` (fwd) or ``gradient`` (rev); ``leaf``: path, dtype, mode, tolerance,
-    and the sampled elements' flat indices and the leaf's shape. A failure is localized to an
-    element. Returns the worst element's error over its allowance, the summary and the failure.
+    and the sampled elements' flat indices and the leaf's shape. In rev, and after a failure,
+    each element is compared on its own. Returns the worst element's error over its allowance,
+    the summary, whether the leaf failed and ``check_grads``' error (None where it passed).
     """
     import jax  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
@@ -121,10 +134,14 @@ def _check_leaf(
         path=path, mode=mode, dtype=dtype, index=(), checked=start.size, failing=0, **unknown
     )
     summary = dataclasses.replace(summary, tolerance=tolerance)
-    if error is None:
-        return 0.0, summary, None
-    score, summary = localize(summary, reference, (gradient, along), start, eps=step, where=where)
-    return score, summary, error
+    if error is None and mode == "fwd":  # one jvp per element: compared only after a failure
+        return 0.0, summary, False, None
+    # rev: jax's gradient is at hand, so each element is compared with its own difference
+    score, found = localize(summary, reference, (gradient, along), start, eps=step, where=where)
+    if error is None and not found.failing:
+        errors = {"max_abs_error": found.max_abs_error, "max_rel_error": found.max_rel_error}
+        return 0.0, dataclasses.replace(summary, **errors), False, None
+    return score, found, True, error
 
 
 def _check(
@@ -166,7 +183,7 @@ def _check(
     tree = treedef.unflatten(flat)  # arrays, as ``jax.jvp`` wants them (not numpy or floats)
     loss = jax.jit(lambda values, others: function(values, others).astype(jnp.float64))
 
-    def leaf_check(position: int, mode: str) -> tuple[float, LeafGradientCheck, Any]:
+    def leaf_check(position: int, mode: str) -> tuple[float, LeafGradientCheck, bool, Any]:
         """One leaf's check; leaves are never indexed (an explicitly sharded one refuses)."""
         (path, value), size = leaves[position], leaves[position][1].size
         indices = np.arange(size)  # or ``samples`` of them, picked by ``seed``
@@ -197,10 +214,11 @@ def _check(
         wide = [np.asarray(value, dtype=np.float64) for value in flat]
         rest = jax.tree.map(lambda x: x.astype(np.float64) if _floating(x) else x, aux)
         results = [leaf_check(position, mode) for mode in chosen for position in range(len(flat))]
-    failed = [result for result in results if result[2] is not None]
+    failed = [result for result in results if result[2]]
     if failed:
-        _, worst, cause = max(failed, key=lambda result: result[0])
-        raise GradientMismatchError(worst, tuple(summary for _, summary, _ in results)) from cause
+        _, worst, _, cause = max(failed, key=lambda result: result[0])
+        summaries = tuple(summary for _, summary, _, _ in results)
+        raise GradientMismatchError(worst, summaries) from cause
     return gradient
 
 
@@ -217,11 +235,14 @@ def check_parameter_gradients(
 ) -> "nnx.State[Any, Any]":
     """Check ``loss(module)``'s gradients with respect to the parameters by finite differences.
 
-    Each parameter leaf is checked on its own by ``jax.test_util.check_grads``, on ``samples``
-    of its elements (``seed`` picks them): jax's derivative in the leaf's dtype along a random
-    direction of them against a central difference of the loss on a float64 copy, within the
-    dtype's :data:`GRADIENT_TOLERANCES` or ``tolerance``. The module is not changed (batch
-    statistics and RNG counts neither). The reference is only as precise as the loss: leave a
+    Each parameter leaf is checked on its own, on ``samples`` of its elements (``seed`` picks
+    them), against central differences of the loss on a float64 copy, within the dtype's
+    :data:`GRADIENT_TOLERANCES` or ``tolerance``: ``|analytic - numeric| <= atol + rtol *
+    |numeric|``. In ``"rev"`` mode every sampled element of jax's gradient (in the leaf's dtype)
+    must meet it against its own difference, and ``jax.test_util.check_grads`` must pass along a
+    random direction of them; in ``"fwd"`` mode ``check_grads`` checks ``jax.jvp`` along a
+    random direction (the elements are compared one by one only to report a failure). The
+    module is not changed (batch statistics and RNG counts neither). The reference is only as precise as the loss: leave a
     layer's compute ``dtype=`` to its parameters', and make dropout deterministic (x64 draws
     differ).
 
@@ -241,7 +262,8 @@ def check_parameter_gradients(
     Raises:
         GradientMismatchError: A leaf is out of tolerance; names the worst leaf and mode.
         ZeroGradientError: Every gradient is zero and ``allow_zero`` is False.
-        TypeError: The loss is not a scalar, a checked leaf not floating, a bad ``tolerance``.
+        TypeError: ``module`` is not an ``nnx.Module``, the loss is not a scalar, a checked
+            leaf not floating, a bad ``tolerance``.
         ValueError: Unknown modes, ``samples < 1``, ``seed < 0``, a dtype with no default.
         MissingExtraError: flax is not installed (the ``nnx`` extra).
 
@@ -256,6 +278,7 @@ def check_parameter_gradients(
         (3, 2)
     """
     nnx = _flax("check_parameter_gradients")
+    _check_module(nnx, module, "check_parameter_gradients")
     graphdef, params, rest = nnx.split(module, nnx.Param if wrt is None else wrt, ...)
     params, rest = _read_refs(params), _read_refs(rest)
 
@@ -309,6 +332,7 @@ def check_input_gradients(
         (4, 3)
     """
     nnx = _flax("check_input_gradients")
+    _check_module(nnx, module, "check_input_gradients")
     graphdef, state = nnx.split(module)
     state, value = _read_refs(state), _read_refs(value)
 

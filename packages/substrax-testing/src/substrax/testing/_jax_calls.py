@@ -6,8 +6,9 @@ gives no error. ``counted_calls`` counts these events in a block, attributed to 
 whose code made them, and ``per_iteration`` turns two loop lengths into an exact count per
 iteration, so a test can assert a loop makes one dispatch and no host transfer per step.
 
-The counting uses ``sys.monitoring`` (Python 3.12+) for the Python-level calls, jax's public
-trace state to leave out calls made while tracing, and jax's own compile event
+The counting uses ``sys.monitoring`` (Python 3.12+) for the Python-level calls, jax's current
+trace (read without importing anything, so warm functions stay warm) to leave out calls made
+while tracing, and jax's own compile event
 (``jax.monitoring``) for compilations; ``_call_hooks`` says which mechanism reports each kind.
 The kinds and counts live in ``_call_counts``, the keys and weights in ``_call_keys``; the
 public ones are importable from here too. Importing this module imports no jax; entering
@@ -99,8 +100,9 @@ def counted_calls(
     those with ``jax.transfer_guard_host_to_device("disallow")``.
 
     Any other kind is counted with a weight function (:data:`WeightFn`, :func:`started` builds
-    one): every Python function started on that thread is weighed, and counted under the key
-    of its own frame. ``weights={"device_put": 1}`` (0.1.22's name) counts the calls of
+    one): every Python function started on that thread is weighed (once per call: a generator
+    is weighed when it first runs, not at each resume), and counted under the key of its own
+    frame. ``weights={"device_put": 1}`` (0.1.22's name) counts the calls of
     ``jax.device_put``, traced ones included.
 
     Args:
@@ -111,7 +113,8 @@ def counted_calls(
             function for a kind of your own. A kind left out or weighted 0 is not counted.
 
     Yields:
-        The counts, filled as the block runs.
+        The counts, filled as the block runs; their ``uncounted`` names the built-in kinds
+        ``weights`` left out or weighted 0.
 
     Raises:
         ValueError: An int weight names an unknown kind.
@@ -123,14 +126,14 @@ def counted_calls(
             exits normally, from that error.
 
     Example:
-        >>> import jax, jax.numpy as jnp
+        >>> import jax, jax.numpy as jnp, numpy as np
         >>> from substrax.testing import by_package, counted_calls
         >>> double, x = jax.jit(lambda x: 2 * x), jnp.ones(3)
         >>> with counted_calls(by_package("doctest")) as calls:
-        ...     y = double(double(x))
-        ...     total = float(y.sum())
+        ...     y = double(double(x))  # the first call compiles
+        ...     values = np.asarray(y)
         >>> calls.kinds()
-        {'dispatch': 3, 'host_to_device': 0, 'device_to_host': 1, 'compile': 2}
+        {'dispatch': 2, 'host_to_device': 0, 'device_to_host': 1, 'compile': 1}
     """
     chosen, custom = resolve_weights(weights)
     recorder = Recorder(
@@ -138,7 +141,9 @@ def counted_calls(
         weights=chosen,
         custom=custom,
         thread=threading.get_ident(),
-        counts=CallCounts(custom_kinds=tuple(custom)),
+        counts=CallCounts(
+            custom_kinds=tuple(custom), uncounted=tuple(k for k, n in chosen.items() if not n)
+        ),
     )
     hooks = build_hooks(recorder)
     events = sys.monitoring.events
@@ -184,7 +189,8 @@ def per_iteration[K](
     whole number per iteration, key by key. Warm the loop up first: a first iteration that
     compiles makes the first run differ from the second. Counts of another shape (any mapping
     from a key to a count, like 0.1.22's ``Counter``) are taken key by key, and ``at_most``
-    then limits keys.
+    then limits keys. The first run's counts are copied before the second run, so ``count_fn``
+    may return the same counter both times.
 
     Args:
         count_fn: Runs ``n`` iterations and returns their counts.
@@ -197,7 +203,9 @@ def per_iteration[K](
         ``count_fn`` returns those, else a dict by key; zero counts are left out.
 
     Raises:
-        ValueError: ``long`` is not more than ``short``, or ``at_most`` names an unknown kind.
+        ValueError: ``long`` is not more than ``short``, or ``at_most`` names an unknown kind
+            or one ``count_fn``'s ``counted_calls`` did not count (its limit could not fail).
+        TypeError: ``count_fn`` returned something other than a mapping of counts.
         UnevenCountError: A count did not grow by a whole, non-negative number per iteration.
         TooManyCallsError: An iteration made more calls of a kind than ``at_most`` allows.
 
@@ -224,7 +232,8 @@ def per_iteration[K](
     limits = {
         kind: check_int(f"at_most[{kind!r}]", n, minimum=0) for kind, n in (at_most or {}).items()
     }
-    before, after = count_fn(first), count_fn(second)
+    before = _kept(count_fn(first))  # a copy: count_fn may return one counter twice
+    after = _kept(count_fn(second))
     if not (isinstance(before, CallCounts) and isinstance(after, CallCounts)):
         grown = _grow(before, after, first=first, second=second, keyed=False)
         for key, limit in limits.items():
@@ -232,19 +241,33 @@ def per_iteration[K](
                 raise TooManyCallsError(key, limit, grown[key], ((key, grown[key]),))
         return grown
     result = CallCounts(
-        custom_kinds=tuple(dict.fromkeys((*before.custom_kinds, *after.custom_kinds)))
+        custom_kinds=tuple(dict.fromkeys((*before.custom_kinds, *after.custom_kinds))),
+        uncounted=(*before.uncounted, *after.uncounted),
     )
     result.update(_grow(before, after, first=first, second=second, keyed=True))
     for named, n in limits.items():
         kind = counted_kind(result, named)
-        if kind not in result.custom_kinds and kind == DEVICE_PUT:  # a limit that cannot fail
-            raise ValueError(
-                "at_most names device_put, which was not counted: weight it in count_fn's "
-                "counted_calls(weights={'device_put': 1, ...})"
+        if kind in result.uncounted or (kind == DEVICE_PUT and kind not in result.custom_kinds):
+            raise ValueError(  # a limit that cannot fail
+                f"at_most names {named}, which was not counted (count_fn's counted_calls "
+                f"weights left it out or weighted it 0), so its limit cannot fail: weight it, "
+                f"counted_calls(weights={{{kind!r}: 1, ...}}), or leave it out of at_most"
             )
         if (observed := result.of(kind)) > n:
             raise TooManyCallsError(kind, n, observed, tuple(result.packages(kind).items()))
     return result  # pyright: ignore[reportReturnType] - K is (kind, package) here
+
+
+def _kept(counts: Mapping[Any, int]) -> Mapping[Any, int]:
+    """A copy of ``counts`` (a :class:`CallCounts` stays one, its kinds kept)."""
+    if isinstance(counts, CallCounts):
+        return counts.copy()
+    if not isinstance(counts, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - user code
+        raise TypeError(
+            f"count_fn must return a mapping of counts (the CallCounts counted_calls yields, "
+            f"or a Counter), not {counts!r}"
+        )
+    return dict(counts)
 
 
 def _grow(

@@ -18,7 +18,12 @@ What it does:
   kind=None)`` and ``accelerator(kind=None)`` (skips naming what is missing). A malformed
   marker is a usage error at collection.
 - Config isolation: the autouse fixture ``substrax_jax_config_isolation`` restores jax's
-  global config after each test and fails a test that changed it, naming the options.
+  global config after each test and fails a test that changed it, naming the options. A
+  module-, class-, package- or session-scoped fixture may change it for the tests that use it,
+  but must set it back in its teardown: one that does not is an error at that teardown, naming
+  the fixture and the options (restored). A change made outside any test or fixture setup (a
+  fixture's teardown, a hook) is an error of the next test, restored first. The baseline is
+  the config once jax is imported (after collection, usually).
 - A collection guard: the session stops when a module switched ``jax_enable_x64`` on at
   import (unless ``JAX_ENABLE_X64`` is set for the whole run).
 - Fixtures ``output_dir``, ``rng_seed``, ``rng_key`` and ``rngs``. The keys come from one
@@ -39,7 +44,7 @@ import pytest
 
 from substrax.support import int_argument
 
-from ._jax_config import restored_jax_config
+from ._jax_config import ConfigWatch, snapshot_jax_config
 from ._markers import MARKERS, DeviceRequirement, parse_marker, skip_reason
 
 
@@ -53,6 +58,11 @@ RNG_STREAMS = ("default", "params", "dropout", "sample")
 _CUDA_PLUGINS = ("jax_cuda13_plugin", "jax_cuda12_plugin")
 _MARKER_NAMES = ("x64", "devices", "accelerator")
 _REQUIREMENTS = pytest.StashKey[list[DeviceRequirement]]()
+_CONFIG_WATCH = pytest.StashKey[ConfigWatch]()
+_USE_CONTEXTS = (
+    "use jax's context managers (e.g. `with jax.enable_x64(True):`) or @pytest.mark.x64 "
+    "instead of jax.config.update"
+)
 _TRUTHY = frozenset({"1", "true", "yes", "on"})
 
 
@@ -94,6 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """Register the markers and set the JAX runtime before any test module imports jax."""
     for line in MARKERS:
         config.addinivalue_line("markers", line)
+    config.stash[_CONFIG_WATCH] = ConfigWatch()
     _configure_runtime()
 
 
@@ -121,8 +132,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Stop the session when collecting tests switched 64-bit mode on globally."""
-    del session
+    """Stop the session when collecting tests switched 64-bit mode on globally.
+
+    Otherwise, with jax imported, take the config every test and fixture is held to.
+    """
     if "jax" not in sys.modules:
         return
     import jax  # noqa: PLC0415 - already imported
@@ -133,6 +146,41 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             "calls jax.config.update('jax_enable_x64', True) at import), which changes the "
             "dtypes of every other test; mark the tests that need it with @pytest.mark.x64, "
             "or set JAX_ENABLE_X64=1 for the whole run"
+        )
+    if (watch := session.config.stash.get(_CONFIG_WATCH, None)) is not None:
+        watch.baseline()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+) -> Generator[None, object, object]:
+    """Record the jax config changes a fixture wider than a function makes in its setup."""
+    watch = request.config.stash.get(_CONFIG_WATCH, None)
+    if watch is None or fixturedef.scope == "function" or "jax" not in sys.modules:
+        return (yield)
+    watch.baseline()
+    before = snapshot_jax_config()
+    try:
+        return (yield)
+    finally:
+        watch.set_up(id(fixturedef), before)
+
+
+def pytest_fixture_post_finalizer(
+    fixturedef: pytest.FixtureDef[object], request: pytest.FixtureRequest
+) -> None:
+    """Fail the teardown of a wider fixture that left jax's config changed, after restoring it."""
+    watch = request.config.stash.get(_CONFIG_WATCH, None)
+    if watch is None or fixturedef.scope == "function" or "jax" not in sys.modules:
+        return
+    left = watch.torn_down(id(fixturedef))
+    if left:
+        pytest.fail(
+            f"the {fixturedef.scope}-scoped fixture {fixturedef.argname!r} changed jax's global "
+            f"config and did not set it back: {', '.join(left)} (now restored); set it back "
+            f"after its yield, or {_USE_CONTEXTS}",
+            pytrace=False,
         )
 
 
@@ -159,23 +207,35 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 
 
 @pytest.fixture(autouse=True)
-def substrax_jax_config_isolation() -> Iterator[None]:
+def substrax_jax_config_isolation(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test that changed jax's global config, after restoring it.
 
-    Only tests that start with jax already imported are checked (a session that never imports
-    jax never loads it here). Use jax's context managers (``with jax.enable_x64(True):``) or
-    the ``x64`` marker instead of ``jax.config.update``.
+    The config is held to the session's baseline with the changes of the wider fixtures set up
+    now. A test that starts with another config (changed by a fixture's teardown or a hook since
+    the last test) fails at its setup, after the config is restored. Only tests that start with
+    jax already imported are checked (a session that never imports jax never loads it here).
+    Use jax's context managers (``with jax.enable_x64(True):``) or the ``x64`` marker instead of
+    ``jax.config.update``.
     """
-    if "jax" not in sys.modules:
+    watch = request.config.stash.get(_CONFIG_WATCH, None)
+    if watch is None or "jax" not in sys.modules:
         yield
         return
-    with restored_jax_config() as changed:
+    if strays := watch.restore():
+        pytest.fail(
+            f"jax's global config was changed outside any test and fixture setup (by a "
+            f"fixture's teardown or a hook, since the last test): {', '.join(strays)} (now "
+            f"restored); {_USE_CONTEXTS}",
+            pytrace=False,
+        )
+    try:
         yield
+    finally:
+        changed = watch.restore()
     if changed:
         pytest.fail(
-            f"the test changed jax's global config: {', '.join(changed)} (now restored); use "
-            "jax's context managers (e.g. `with jax.enable_x64(True):`) or @pytest.mark.x64 "
-            "instead of jax.config.update",
+            f"the test changed jax's global config: {', '.join(changed)} (now restored); "
+            f"{_USE_CONTEXTS}",
             pytrace=False,
         )
 
