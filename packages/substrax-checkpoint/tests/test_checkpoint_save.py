@@ -126,15 +126,18 @@ def test_a_dtype_tensorstore_cannot_store_is_refused_at_the_save(store_dir, dtyp
 
 
 def _colliding(kind: str, make) -> tuple[dict, tuple[str, str], str]:
-    """A tree two of whose leaves orbax would store under one name, their paths and that name."""
+    """A tree two of whose leaves orbax would store (or the store record) under one name, their
+    paths and that name."""
     if kind == "dotted_key":
         return {"a.b": make(1.0), "a": {"b": make(2.0)}}, ("a.b", "a/b"), "a.b"
+    if kind == "slashed_key":  # orbax's names differ (a/b, a.b); the store's records would not
+        return {"a/b": make(1.0), "a": {"b": make(2.0)}}, ("['a/b']", "['a']['b']"), "a/b"
     return {"x": [make(1.0)], "x.0": make(2.0)}, ("x/0", "x.0"), "x.0"
 
 
 @pytest.mark.parametrize("async_save", [True, False], ids=["async", "blocking"])
 @pytest.mark.parametrize("leaves", ["numpy", "jax"])
-@pytest.mark.parametrize("kind", ["dotted_key", "dotted_index"])
+@pytest.mark.parametrize("kind", ["dotted_key", "dotted_index", "slashed_key"])
 def test_leaves_whose_stored_names_collide_are_refused_naming_both(
     store_dir, async_save, leaves, kind
 ):

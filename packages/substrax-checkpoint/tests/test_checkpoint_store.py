@@ -109,7 +109,7 @@ def test_layout_is_format_version_1(store_dir):
     assert record["items"] == ["model", "rng"]
     assert json.loads((step / "dtypes" / "metadata").read_text()) == {
         "model": {"w": "float32"},
-        "rng": {"": "uint32"},
+        "rng": {"": "key<fry>"},
         "host_leaves": {"model": {"w": "ndarray"}},
         "shapes": {"model": {"w": [2]}, "rng": {"": []}},
     }

@@ -1,6 +1,6 @@
 """Templates (``_restore``): the first leaf that does not fit named, dtype changes listed,
-abstract meshes made concrete. Restores onto templates end to end are in test_checkpoint_reads
-and tests-integration/test_checkpoint_topology.py."""
+abstract meshes made concrete, PRNG keys restored as the template's. Restores onto templates end
+to end are in test_checkpoint_reads and tests-integration/test_checkpoint_topology.py."""
 
 import re
 
@@ -8,12 +8,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
-from substrax.checkpoint import DtypeMismatch
+from substrax.checkpoint import DtypeMismatch, OrbaxCheckpointStore
 from substrax.checkpoint._restore import (
     check_template,
     dtype_mismatches,
-    resolve_abstract_meshes,
+    resolve_shardings,
 )
 
 
@@ -56,14 +57,24 @@ def test_an_abstract_mesh_needs_a_concrete_one_of_its_shape():
     with pytest.raises(
         ValueError, match=r"abstract mesh \{'data': 8\}.*restore\(\.\.\., mesh=mesh\)"
     ):
-        resolve_abstract_meshes(template, None)
+        resolve_shardings(template, None)
     other = jax.make_mesh((2, 4), ("a", "b"))
     with pytest.raises(ValueError, match="abstract mesh"):
-        resolve_abstract_meshes(template, other)
-    resolved = resolve_abstract_meshes(template, mesh)["w"]
+        resolve_shardings(template, other)
+    resolved = resolve_shardings(template, mesh)["w"]
     assert resolved.sharding == jax.sharding.NamedSharding(mesh, spec)
     with jax.set_mesh(mesh):
-        assert resolve_abstract_meshes(template, None)["w"].sharding.mesh == mesh
+        assert resolve_shardings(template, None)["w"].sharding.mesh == mesh
+
+
+def test_a_shape_dtype_struct_without_a_sharding_gets_the_default_device_s():
+    template = {"w": jax.ShapeDtypeStruct((2,), jnp.float32), "n": jax.ShapeDtypeStruct((), "i4")}
+    resolved = resolve_shardings(template, None, host={"n"})
+    assert resolved["w"].sharding == jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    assert resolved["n"].sharding is None  # saved as NumPy: restored as NumPy
+    with jax.default_device(jax.local_devices()[-1]):
+        placed = resolve_shardings(template, None)["w"].sharding
+    assert placed == jax.sharding.SingleDeviceSharding(jax.local_devices()[-1])
 
 
 def test_a_templated_restore_checks_the_step_s_recorded_shapes_without_orbax_metadata(
@@ -154,9 +165,8 @@ KEY = jax.random.key(0, impl="rbg")
         ({"model": {"w": np.zeros(3)}}, "'n' is stored but missing from the template"),
         (
             {"rng": {"key": jax.random.key(0)}},
-            "'key' holds PRNG key data of shape (4,) in the "
-            "checkpoint but the template has a key<fry> PRNG key of shape (), whose key data has "
-            "shape (2,)",
+            "'key' is a key<rbg> PRNG key in the checkpoint but a key<fry> PRNG key in the "
+            "template",
         ),
         (
             {"rng": {"key": jax.random.split(jax.random.key(0, impl="rbg"), 3)}},
@@ -195,3 +205,82 @@ def test_a_template_that_does_not_fit_is_a_mismatch_naming_the_leaf_never_corrup
         np.testing.assert_array_equal(
             jax.random.key_data(restored["rng"]["key"]), jax.random.key_data(KEY)
         )
+
+
+class _Model(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.linear = nnx.Linear(4, 3, rngs=rngs)
+        self.rngs = rngs
+
+
+def _data(leaf: jax.Array) -> np.ndarray:
+    return np.asarray(
+        jax.random.key_data(leaf)
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+        else leaf
+    )
+
+
+def test_an_nnx_eval_shape_template_without_a_mesh_restores_jax_arrays_and_typed_keys(tmp_path):
+    # its ShapeDtypeStructs have no sharding: they came back as NumPy, the key as its uint32 data
+    model = _Model(nnx.Rngs(0))
+    model.rngs()  # the key stream moves on
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(0, {"model": nnx.state(model)})
+        abstract = nnx.eval_shape(lambda: _Model(nnx.Rngs(1)))
+        restored = store.restore(0, templates={"model": nnx.state(abstract)}).items["model"]
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    pairs = zip(jax.tree.leaves(restored), jax.tree.leaves(nnx.state(model)), strict=True)
+    for leaf, saved in pairs:
+        assert isinstance(leaf, jax.Array)
+        assert (leaf.dtype, leaf.shape, leaf.sharding) == (saved.dtype, saved.shape, default)
+        np.testing.assert_array_equal(_data(leaf), _data(saved))
+    merged = nnx.merge(nnx.graphdef(abstract), restored)
+    assert isinstance(merged.linear.kernel.get_value(), jax.Array)
+    np.testing.assert_array_equal(_data(merged.rngs()), _data(model.rngs()))
+
+
+def test_a_jax_eval_shape_template_restores_typed_keys_and_numpy_leaves_as_saved(tmp_path):
+    def state(seed: int) -> dict[str, object]:
+        return {
+            "fry": jax.random.key(seed),
+            "rbg": jax.random.split(jax.random.key(seed, impl="rbg"), 2),
+            "w": jnp.arange(3.0) + seed,
+            "position": np.arange(2, dtype=np.int32) + seed,
+            "seen": np.float32(seed),
+        }
+
+    saved = state(3)
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(0, {"rng": saved})
+        restored = store.restore(0, templates={"rng": jax.eval_shape(lambda: state(0))}).items
+    restored = restored["rng"]
+    for name in ("fry", "rbg"):
+        assert restored[name].dtype == saved[name].dtype  # key<fry>, key<rbg>: typed keys
+        assert restored[name].shape == saved[name].shape
+        np.testing.assert_array_equal(_data(restored[name]), _data(saved[name]))
+    assert isinstance(restored["w"], jax.Array)
+    assert isinstance(restored["position"], np.ndarray)  # saved as NumPy, restored as NumPy
+    assert type(restored["seen"]) is np.float32
+    np.testing.assert_array_equal(restored["position"], saved["position"])
+
+
+@pytest.mark.parametrize("cast_dtypes", [False, True], ids=["exact", "cast"])
+@pytest.mark.parametrize("abstract", [False, True], ids=["key", "eval_shape"])
+def test_a_key_of_another_implementation_is_refused_though_its_data_fits(
+    tmp_path, abstract, cast_dtypes
+):
+    # rbg and unsafe_rbg keys hold uint32[4]: the stored rbg key came back for an unsafe_rbg one
+    template = {"key": jax.random.key(0, impl="unsafe_rbg")}
+    template = jax.eval_shape(lambda: template) if abstract else template
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(0, {"rng": {"key": KEY}})
+        message = (
+            "leaf 'key' is a key<rbg> PRNG key in the checkpoint but a key<urbg> PRNG key in the "
+            "template (cast_dtypes changes no key's implementation); give the template a key of "
+            "the implementation the step was saved with (dtype key<rbg>)"
+        )
+        with pytest.raises(ValueError, match=re.escape(message)):
+            store.restore(0, templates={"rng": template}, cast_dtypes=cast_dtypes)
+        with pytest.raises(ValueError, match=re.escape("a key<rbg> PRNG key in the checkpoint")):
+            store.restore(0, templates={"rng": {"key": jnp.zeros((), jnp.uint32)}})

@@ -18,16 +18,19 @@ from ._manifest import Damage, check_manifest, read_manifest
 from ._metadata import DTYPES_ITEM, WRAPPER, StepRecord
 from ._read_errors import CheckpointCorruptError, CheckpointDtypeMismatchError, DtypeMismatch
 from ._templates import (
+    check_keys,
     check_template,
     dtype_mismatches,
     python_number_dtypes,
-    resolve_abstract_meshes,
+    resolve_shardings,
+    restored_keys,
+    unplaced,
 )
 
 
 def stored_restore_args(stored: PyTree, host: Mapping[str, str] | None = None) -> PyTree:
     """Restore arguments without a template: arrays where saved, the leaves ``host`` names as NumPy."""
-    fallback = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    fallback = _trees.default_sharding()
 
     def sharding_of(leaf: object) -> object:
         if not isinstance(leaf, ocp.metadata.ArrayMetadata):
@@ -221,8 +224,12 @@ def restore_items(
     for name, tree in templates.items():
         check_array_variables(tree, f"restore (template {name!r})")
     wrapped = record.layout == "current"
+    # a ShapeDtypeStruct without a sharding: a leaf saved as NumPy comes back as saved, others
+    # as jax.Arrays on the default device
+    host = {name: (record.host or {}).get(name, {}) for name in templates}
+    bare = {name: unplaced(tree) & set(host[name]) for name, tree in templates.items()}
     resolved = {
-        name: _trees.scalars_as_arrays(resolve_abstract_meshes(tree, mesh))
+        name: _trees.scalars_as_arrays(resolve_shardings(tree, mesh, bare[name]))
         for name, tree in templates.items()
     }
     # templates covering the recorded leaves skip orbax's metadata read (its restore reads it)
@@ -235,22 +242,28 @@ def restore_items(
     if unread := [name for name in held if name not in stored]:
         stored |= stored_trees(manager, step, record, unread)
 
+    def saved_dtypes(name: str) -> dict[str, str]:
+        saved = (record.dtypes or {}).get(name)
+        saved = _trees.dtype_record(stored[name]) if saved is None else saved
+        return {**saved, **python_number_dtypes(stored[name])}  # none in recorded shapes
+
     def mismatches(trees: Mapping[str, PyTree]) -> list[DtypeMismatch]:
         """Each leaf of ``trees`` whose dtype differs from the stored one."""
-        found: list[DtypeMismatch] = []
-        for name, tree in trees.items():
-            saved = (record.dtypes or {}).get(name)
-            saved = _trees.dtype_record(stored[name]) if saved is None else saved
-            saved = {**saved, **python_number_dtypes(stored[name])}  # none in recorded shapes
-            found += dtype_mismatches(name, saved, tree)
-        return found
+        return [
+            m
+            for name, tree in trees.items()
+            for m in dtype_mismatches(name, saved_dtypes(name), tree)
+        ]
 
-    # NumPy leaves: a template's come back as its kinds, an untemplated item's as it was saved
+    # NumPy leaves: a template's come back as its kinds (a bare one's as saved), an
+    # untemplated item's as it was saved
     kinds: dict[str, Mapping[str, str]] = {
-        name: _trees.host_record(tree) for name, tree in templates.items()
+        name: {**{path: host[name][path] for path in bare[name]}, **_trees.host_record(tree)}
+        for name, tree in templates.items()
     }
     for name, template in resolved.items():
         check_template(name, stored[name], template)
+        check_keys(name, saved_dtypes(name), template)
     if not cast_dtypes and (before := mismatches(resolved)):
         raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(before))
     args: dict[str, Any] = {}
@@ -274,6 +287,8 @@ def restore_items(
         name: _trees.as_saved(restored[name][WRAPPER] if wrapped else restored[name], kinds[name])
         for name in held
     }
+    for name, template in resolved.items():
+        values[name] = restored_keys(name, values[name], template)
     untemplated = {name: values[name] for name in held if name not in resolved}
     if not cast_dtypes and (after := mismatches(untemplated)):
         raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(after))

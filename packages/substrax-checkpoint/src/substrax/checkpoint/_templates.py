@@ -5,7 +5,7 @@ there and what the template asks for; a dtype change (a plain Python number's ki
 a ``DtypeMismatch``.
 """
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Final, cast
 
 import jax
@@ -39,6 +39,8 @@ def _wanted(leaf: object) -> str | None:
 
 def _fits(saved: str, wanted: str) -> bool:
     """Whether a leaf stored as ``saved`` restores as ``wanted`` (``_wanted``) unchanged."""
+    if _trees.is_key_name(wanted) and saved == "uint32":
+        return True  # a key in a record written before keys had their own name
     kind = _PYTHON_NUMBERS.get(wanted)
     if kind is None:
         return saved == wanted
@@ -70,6 +72,78 @@ def dtype_mismatches(item: str, saved: Mapping[str, str], template: PyTree) -> l
         and path in saved
         and not _fits(saved[path], wanted)
     ]
+
+
+def _named(dtype: str) -> str:
+    what = f"{dtype} PRNG key" if _trees.is_key_name(dtype) else f"{dtype} value"
+    return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
+
+
+def _key_mismatch(item: str, path: str, stored: str, wanted: str) -> ValueError:
+    advice = (
+        f"a key of the implementation the step was saved with (dtype {stored})"
+        if _trees.is_key_name(stored)
+        else f"a {stored} leaf"
+    )
+    return ValueError(
+        f"template for item {item!r} does not match the checkpoint: leaf {path!r} is "
+        f"{_named(stored)} in the checkpoint but {_named(wanted)} in the template (cast_dtypes "
+        f"changes no key's implementation); give the template {advice}"
+    )
+
+
+def check_keys(item: str, saved: Mapping[str, str], template: PyTree) -> None:
+    """Raise ValueError at the first template leaf whose PRNG key does not fit the stored leaf.
+
+    A key where another implementation's key or no key is stored, or no key where one is.
+    """
+    for path, leaf in _trees.flat_leaves(template):
+        wanted, stored = _wanted(leaf), saved.get(path)
+        if wanted is None or stored is None or _fits(stored, wanted):
+            continue
+        if _trees.is_key_name(wanted) or _trees.is_key_name(stored):
+            raise _key_mismatch(item, path, stored, wanted)
+
+
+def _key_impl(key: object) -> str:
+    """The implementation of a typed PRNG key or of its ``ShapeDtypeStruct`` (``rbg``...)."""
+    found: list[str] = []
+    jax.eval_shape(lambda k: found.append(str(jax.random.key_impl(k))), key)
+    return found[0]
+
+
+def restored_keys(item: str, restored: PyTree, template: PyTree) -> PyTree:
+    """``restored`` with the leaves where ``template`` holds PRNG keys as keys of its dtype.
+
+    Orbax wraps a key's data in the implementation it stored, where it kept one.
+    """
+    keys = {
+        path: leaf
+        for path, leaf in _trees.flat_leaves(template)
+        if _trees.is_key(getattr(leaf, "dtype", None))
+    }
+    if not keys:
+        return restored
+
+    def as_key(path: str, leaf: jax.Array) -> jax.Array:
+        wanted = keys[path].dtype
+        if leaf.dtype == wanted:
+            return leaf
+        if _trees.is_key(leaf.dtype):  # a record from before keys were named could not tell
+            raise _key_mismatch(item, path, str(leaf.dtype), str(wanted))
+        try:  # key data that orbax did not wrap (no record of the implementation)
+            return jax.random.wrap_key_data(leaf, impl=_key_impl(keys[path]))
+        except TypeError as error:
+            raise _key_mismatch(
+                item, path, f"{leaf.dtype}{list(leaf.shape)}", str(wanted)
+            ) from error
+
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(restored)
+    leaves = [
+        as_key(path, leaf) if (path := _trees.leaf_path(key_path)) in keys else leaf
+        for key_path, leaf in pairs
+    ]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def _describe(leaf: object) -> str:
@@ -170,13 +244,35 @@ def _concrete(sharding: object, path: str, mesh: jax.sharding.Mesh | None) -> ob
     return jax.sharding.NamedSharding(candidate, sharding.spec, memory_kind=sharding.memory_kind)
 
 
-def resolve_abstract_meshes(template: PyTree, mesh: jax.sharding.Mesh | None) -> PyTree:
-    """Replace abstract meshes in ``ShapeDtypeStruct`` leaves with a concrete mesh of that shape."""
+def unplaced(template: PyTree) -> set[str]:
+    """The paths of ``template``'s ``ShapeDtypeStruct`` leaves without a sharding."""
+    return {
+        path
+        for path, leaf in _trees.flat_leaves(template)
+        if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None
+    }
+
+
+def resolve_shardings(
+    template: PyTree, mesh: jax.sharding.Mesh | None, host: Collection[str] = ()
+) -> PyTree:
+    """Give ``template``'s ``ShapeDtypeStruct`` leaves the sharding their arrays restore with.
+
+    An abstract mesh becomes a concrete mesh of its shape; a leaf without a sharding gets the
+    default device's (``default_sharding``), or keeps none (NumPy) where ``host`` names it.
+    """
     pairs, treedef = jax.tree_util.tree_flatten_with_path(template)
     leaves: list[object] = []
-    for path, leaf in pairs:
-        if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is not None:
-            sharding = _concrete(leaf.sharding, _trees.leaf_path(path), mesh)
+    for key_path, leaf in pairs:
+        path = _trees.leaf_path(key_path)
+        if isinstance(leaf, jax.ShapeDtypeStruct) and (
+            leaf.sharding is not None or path not in host
+        ):
+            sharding = (
+                _trees.default_sharding()
+                if leaf.sharding is None
+                else _concrete(leaf.sharding, path, mesh)
+            )
             if sharding is not leaf.sharding:
                 leaf = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # noqa: PLW2901
         leaves.append(leaf)

@@ -41,7 +41,10 @@ def flat_leaves(tree: PyTree) -> list[tuple[str, Any]]:
 
 
 def leaf_dtype(leaf: object) -> str | None:
-    """The dtype a leaf is stored with (a typed PRNG key's key data), or None for plain Python."""
+    """The dtype a leaf is stored with (``key<fry>`` for a typed PRNG key), or None for plain Python.
+
+    Records written before keys had their own name hold a key's data dtype, ``uint32``.
+    """
     dtype = getattr(leaf, "dtype", None)
     python = isinstance(leaf, (bool, int, float, str, *_PYTHON_METADATA))
     if dtype is None or (python and not isinstance(leaf, np.generic)):
@@ -49,7 +52,7 @@ def leaf_dtype(leaf: object) -> str | None:
     if isinstance(dtype, np.dtype):  # every dtype but jax's extended ones (keys): no jax call
         return dtype.name
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-        return "uint32"
+        return str(dtype)  # key<fry>: a key's own, told apart from its uint32 key data
     return np.dtype(dtype).name
 
 
@@ -64,20 +67,27 @@ def _storable(dtype: str) -> bool:
 
 
 def check_stored_names(item: str, paths: list[tuple[object, ...]]) -> None:
-    """Refuse (``CheckpointLeafNameCollisionError``) two leaves that orbax stores under one name.
+    """Refuse (``CheckpointLeafNameCollisionError``) two leaves stored or recorded under one name.
 
+    Orbax names a leaf by its keys joined with ``.``, the store's dtype, host and shape records
+    by its keys joined with ``/`` (``{"a/b": x, "a": {"b": y}}``: two leaves of record ``a/b``).
     A path that is not UTF-8 text (a lone surrogate in a key) is refused too (``ValueError``).
     """
-    seen: dict[str, tuple[object, ...]] = {}
+    stored: dict[str, tuple[object, ...]] = {}
+    recorded: dict[str, tuple[object, ...]] = {}
     for path in paths:
         name = leaf_path(path, ".")
         if not name.isascii():  # orbax writes the name into its JSON metadata
             check_text(f"the path of an item {item!r} leaf", leaf_path(path))
-        first = seen.setdefault(name, path)
+        first = stored.setdefault(name, path)
         if first is not path:
             raise CheckpointLeafNameCollisionError(
                 item=item, paths=(leaf_path(first), leaf_path(path)), stored_name=name
             )
+        first = recorded.setdefault(record := leaf_path(path), path)
+        if first is not path:  # told apart by their keys, as jax.tree_util.keystr shows them
+            shown = (jax.tree_util.keystr(first), jax.tree_util.keystr(path))
+            raise CheckpointLeafNameCollisionError(item=item, paths=shown, stored_name=record)
 
 
 def dtype_record(tree: PyTree) -> dict[str, str]:
@@ -141,7 +151,7 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
                     f"{tuple(getattr(leaf, 'shape', ()))}): orbax cannot store zero-size "
                     "arrays; leave the leaf out, or save a placeholder and its length"
                 )
-            if dtype is not None and not _storable(dtype):
+            if dtype is not None and not is_key_name(dtype) and not _storable(dtype):
                 raise TypeError(
                     f"item {name!r} leaf {path!r} has dtype {dtype}, which TensorStore (orbax's "
                     "array writer) cannot store; save it widened or as its bits (e.g. "
@@ -217,3 +227,21 @@ def is_key(dtype: object) -> bool:
         return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))  # type: ignore[arg-type]
     except TypeError:
         return False
+
+
+def is_key_name(dtype: str) -> bool:
+    """Whether a recorded dtype (``leaf_dtype``) is a typed PRNG key's (``key<fry>``...)."""
+    return dtype.startswith("key<")
+
+
+def default_sharding() -> jax.sharding.SingleDeviceSharding:
+    """This process's default device: ``jax.default_device``'s where set, else its first local one.
+
+    On several processes each process names its own device, so an array placed there is the
+    whole array on every process (a host-local array), as a restore without a template gives.
+    """
+    chosen: object = jax.config.jax_default_device
+    if isinstance(chosen, str):  # a platform: "cpu"
+        return jax.sharding.SingleDeviceSharding(jax.local_devices(backend=chosen)[0])
+    local = jax.local_devices()
+    return jax.sharding.SingleDeviceSharding(next((d for d in local if d == chosen), local[0]))

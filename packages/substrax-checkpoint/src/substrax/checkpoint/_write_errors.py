@@ -126,8 +126,11 @@ class CheckpointWriteError(_WriteError, RuntimeError, kw_only=True):
 class CheckpointLeafNameCollisionError(_WriteError, ValueError, kw_only=True):
     """Two leaves of ``item`` would be stored under one name, and one restore as the other.
 
-    Orbax names a stored leaf by its keys joined with ``.`` (``stored_name``): ``{"a.b": x,
-    "a": {"b": y}}`` holds two leaves of one stored name, at ``paths``.
+    Orbax names a stored leaf by its keys joined with ``.``, and the store records each leaf's
+    dtype and shape under its keys joined with ``/`` (``stored_name``): ``{"a.b": x, "a": {"b":
+    y}}`` holds two leaves of one stored name, at ``paths`` (``"a.b"`` and ``"a/b"``), and
+    ``{"a/b": x, "a": {"b": y}}`` two of one recorded name (``paths`` as ``jax.tree_util.keystr``
+    shows them: ``"['a/b']"`` and ``"['a']['b']"``).
 
     Example:
         >>> from substrax.checkpoint import CheckpointLeafNameCollisionError
@@ -137,8 +140,9 @@ class CheckpointLeafNameCollisionError(_WriteError, ValueError, kw_only=True):
 
     template = (
         "item {item!r} has two leaves, {paths[0]!r} and {paths[1]!r}, that would both be stored "
-        "as {stored_name!r} (orbax joins a leaf's keys with '.'), and one would restore in place "
-        "of the other; rename a key so that no two leaves' keys join to the same name"
+        "as {stored_name!r} (orbax joins a leaf's keys with '.', the store's records with '/'), "
+        "and one would restore in place of the other; rename a key so that no two leaves' keys "
+        "join to the same name"
     )
     item: str
     paths: tuple[str, str]
