@@ -50,6 +50,20 @@ def test_numpy_and_jax_scalars_are_read_as_numbers():
     assert detector.spikes == []
 
 
+def test_a_one_element_array_is_one_number_as_the_loggers_take_it():
+    # a (1,) loss was refused by the callbacks while every logger logged it as its value
+    detector = LossSpikeDetector(window=4, warmup=2)
+    for step, loss in enumerate([jnp.ones(1), np.ones(1), jnp.full((1, 1), 1.0), jnp.ones(1)]):
+        detector.on_batch_end(None, step, {"loss": loss})
+    detector.flush()
+    assert detector.spikes == []
+    stopper = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=1))
+    stopper.on_epoch_end(None, 0, {"loss": jnp.asarray([0.5])})
+    stopper.on_epoch_end(None, 1, {"loss": np.asarray([0.25])})
+    assert stopper.get_state()["stopper"]["best"] == 0.25
+    _progress().on_batch_end(None, 0, {"loss": jnp.ones(1)})
+
+
 def test_a_misspelled_spike_metric_is_warned_about_once_naming_what_was_logged(caplog):
     detector = LossSpikeDetector(monitor="losss")
     with caplog.at_level("WARNING", logger="substrax.callbacks"):

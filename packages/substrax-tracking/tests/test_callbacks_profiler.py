@@ -62,6 +62,18 @@ def test_the_window_traces_its_steps_into_the_log_dir(tmp_path, begin_hooks):
     assert perfetto[0].stat().st_size > 0
 
 
+def test_a_donated_array_in_the_logs_at_the_window_s_end_still_stops_the_trace(tmp_path):
+    # block_until_ready raised on the deleted buffer and the trace kept running
+    window = ProfilerWindow(start_step=0, num_steps=1, log_dir=tmp_path / "profile")
+    gone = jnp.ones(3) + 1
+    gone.delete()
+    window.on_train_begin(None)
+    window.on_batch_begin(None, 0)
+    window.on_batch_end(None, 0, {"loss": _step(jnp.ones((8, 8)))[0, 0], "state": gone})
+    assert not window.tracing
+    _assert_a_readable_trace(tmp_path / "profile")
+
+
 def test_a_run_that_ends_inside_the_window_stops_the_trace(tmp_path):
     window = ProfilerWindow(start_step=1, num_steps=100, log_dir=tmp_path / "profile")
     _run(CallbackList([window]), 3)

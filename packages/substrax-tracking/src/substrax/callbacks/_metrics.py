@@ -31,8 +31,11 @@ def monitored(monitor: str, logs: Logs, hook: str, *, strict: bool) -> bool:
 
 
 def check_metric(name: str, value: object, *, who: str) -> None:
-    """Refuse (MetricValueError) a ``value`` that cannot be one number, from its type and shape."""
-    if value is None or isinstance(value, (str, bytes)) or getattr(value, "shape", ()) != ():
+    """Refuse (MetricValueError) a ``value`` that cannot be one number, from its type and shape.
+
+    An array of one element (``()`` or ``(1,)``, as the loggers take) is one number.
+    """
+    if value is None or isinstance(value, (str, bytes)) or getattr(value, "size", 1) != 1:
         raise MetricValueError(name, value, who=who)
 
 
@@ -40,6 +43,8 @@ def metric_value(name: str, value: object, *, who: str) -> float:
     """``value`` as a float (a jax array waits for its step), or a MetricValueError."""
     check_metric(name, value, who=who)
     try:
+        if getattr(value, "ndim", 0):  # float() refuses a (1,) array; item() reads its element
+            return float(value.item())  # pyright: ignore[reportAttributeAccessIssue]
         return float(value)  # pyright: ignore[reportArgumentType]
     except (TypeError, ValueError):
         raise MetricValueError(name, value, who=who) from None

@@ -143,7 +143,9 @@ class ProfilerWindow(BaseCallback, Closeable):
     def _stop(self, logs: Logs) -> None:
         import jax  # noqa: PLC0415  (only reached after a trace started, with jax loaded)
 
-        jax.block_until_ready([value for value in logs.values() if isinstance(value, jax.Array)])
+        # the step's values, to trace it whole; a donated one (deleted) was consumed already
+        arrays = [v for v in logs.values() if isinstance(v, jax.Array) and not v.is_deleted()]
+        jax.block_until_ready(arrays)
         self._tracing = False
         self._done = True
         atexit.unregister(self.close)
