@@ -117,6 +117,23 @@ def test_fast_data_parallel_step_matches_and_compiles_once(host_batches, single_
         step(host_batches[0])
 
 
+def test_a_named_batch_sharding_gives_the_mesh_when_none_is_passed(host_batches, single_device):
+    # the state stayed on one device and every call failed with jax's "incompatible devices"
+    mesh = create_device_mesh({"data": 8})
+    model = make_mlp()
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+        mse,
+        batch_sharding=create_data_parallel_sharding(mesh),
+    )
+    assert step.mesh is mesh
+    losses = [float(step(b)) for b in host_batches]
+    np.testing.assert_allclose(losses, single_device[0], rtol=1e-5)
+    assert step.model.up.kernel.get_value().sharding == NamedSharding(mesh, P())
+    assert step.cost(host_batches[0]).flops > 0
+
+
 def test_donation_invalidates_old_buffers_until_sync(host_batches):
     model = make_mlp()
     step = TrainStep(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), mse)

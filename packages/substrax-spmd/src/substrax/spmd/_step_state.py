@@ -38,10 +38,21 @@ def _mesh_of(leaves: list[Any]) -> Mesh | None:
     return None
 
 
-def place_state(leaves: list[Any], mesh: Mesh | None) -> tuple[list[Any], Mesh | None, Sharding]:
+def sharding_mesh(shardings: object) -> Mesh | None:
+    """The mesh of the first ``NamedSharding`` in a pytree of shardings (a batch's), or None."""
+    for sharding in jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, Sharding)):
+        if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
+            return sharding.mesh
+    return None
+
+
+def place_state(
+    leaves: list[Any], mesh: Mesh | None, fallback: Mesh | None = None
+) -> tuple[list[Any], Mesh | None, Sharding]:
     """Put the state's arrays where the step runs; return them, the mesh and the metrics' sharding.
 
-    The mesh is ``mesh``, else the first one a leaf is sharded over. On a mesh, a leaf not
+    The mesh is ``mesh``, else the first one a leaf is sharded over, else ``fallback`` (the
+    batch sharding's). On a mesh, a leaf not
     already on all of its devices is replicated onto it; without one, every leaf is committed
     to the first leaf's device (a call on uncommitted inputs would compile a second program).
 
@@ -53,7 +64,7 @@ def place_state(leaves: list[Any], mesh: Mesh | None) -> tuple[list[Any], Mesh |
         (True, True)
     """
     leaves = [strong(x) for x in leaves]
-    mesh = mesh if mesh is not None else _mesh_of(leaves)
+    mesh = next((m for m in (mesh, _mesh_of(leaves), fallback) if m is not None), None)
     if mesh is not None:
         replicated = NamedSharding(mesh, PartitionSpec())
         mesh_devices = set(mesh.devices.flat)

@@ -23,7 +23,7 @@ from ._batch_rules import BatchRules
 from ._consistency import check_loss_output, check_optimizer_matches
 from ._cost import StepCost, abstract, count_program_flops, read_bytes
 from ._features import with_loop_features
-from ._step_state import place_state, read_back
+from ._step_state import place_state, read_back, sharding_mesh
 
 
 if TYPE_CHECKING:
@@ -58,7 +58,8 @@ class TrainStep[M: nnx.Module]:
         optimizer: The ``nnx.Optimizer`` over it.
         loss_fn: ``(model, batch) -> loss``, or ``-> (loss, aux)`` with ``has_aux=True``.
         mesh: The mesh; arrays not yet on it are replicated onto it, and the step runs under
-            ``jax.set_mesh(mesh)``. Taken from the state's shardings when None.
+            ``jax.set_mesh(mesh)``. Taken from the state's shardings when None, else from a
+            ``NamedSharding`` in ``batch_sharding``.
         batch_sharding: Where every batch goes: a sharding or a pytree prefix of them, placed
             with ``place_batch_on_shards`` at each call (a ``jax.Array`` already there is kept,
             one on another sharding is resharded). A ``PartitionSpec`` is taken as
@@ -126,7 +127,7 @@ class TrainStep[M: nnx.Module]:
             if not isinstance(v, nnx.Variable) or jax.tree.leaves(v.get_raw_value())
         ]
         leaves, treedef = jax.tree.flatten(state)
-        leaves, mesh, metric_sharding = place_state(leaves, mesh)
+        leaves, mesh, metric_sharding = place_state(leaves, mesh, sharding_mesh(batch_sharding))
         self._mesh = mesh
         self._batches = BatchRules.build(
             batch_sharding, mesh, accumulate_steps=accumulate_steps, steps_per_call=steps_per_call
