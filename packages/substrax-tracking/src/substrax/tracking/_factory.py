@@ -50,7 +50,8 @@ def create_logger(
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log on every process, not only process 0.
         resume_step: the step a resumed run restored: the file log drops what it holds past it
-            (see :class:`FileLogger`); TensorBoard's event files are not rewritten.
+            (see :class:`FileLogger`), and TensorBoard hides the steps after it that the earlier
+            event files hold (see :class:`TensorBoardLogger`).
 
     Returns:
         One logger, or a :class:`MultiLogger` of several.
@@ -76,7 +77,10 @@ def create_logger(
         if tensorboard:
             from ._tensorboard import TensorBoardLogger  # noqa: PLC0415
 
-            loggers.append(TensorBoardLogger(name, directory / "tensorboard", **each))
+            tensorboard_dir = directory / "tensorboard"
+            loggers.append(
+                TensorBoardLogger(name, tensorboard_dir, resume_step=resume_step, **each)
+            )
     if not loggers:
         raise NoLoggerSelectedError
     return loggers[0] if len(loggers) == 1 else MultiLogger(loggers, name=name)

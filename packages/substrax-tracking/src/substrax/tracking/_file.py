@@ -5,12 +5,9 @@
 from __future__ import annotations
 
 import contextlib
-import csv
 import functools
-import io
 import json
 import logging
-import math
 import os
 import threading
 import time
@@ -23,7 +20,19 @@ from substrax.support import check_int, check_seconds, install_hint, optional, w
 
 from ._base import Logger, histogram_of
 from ._errors import FileLogWriteError
-from ._log_files import Appender, csv_step, drop_past, hold_log, json_ready, jsonl_step, strict_json
+from ._log_files import (
+    CSV_HEADER,
+    Appender,
+    complete_metric_logs,
+    csv_field,
+    csv_step,
+    drop_past,
+    hold_log,
+    json_ready,
+    jsonl_step,
+    metric_lines,
+    strict_json,
+)
 from ._media import ImageWriter, save_image
 from ._paths import ensure_writable_dir, file_part, safe_name
 from ._values import (
@@ -58,9 +67,11 @@ class FileLogger(Logger):
     ``resume_step=S`` (a run resumed from the checkpoint of step ``S``) first rewrites the JSONL
     and CSV files without the records of steps after ``S``, which the run logs again, so every
     step appears once (:attr:`dropped_records` counts them). A last line a kill cut short is
-    dropped. A jax array logged is read at a later flush (every ``flush_every`` seconds), once
-    computed; :meth:`flush` and :meth:`close` wait for it. On a full disk no call raises: the
-    lines wait in memory (warned about once) until there is room. An image is encoded and
+    dropped, and records a kill left in one metric file only (between the writes of the JSONL and
+    the CSV) are added to the other, so that the two agree. A jax array logged is read at a later
+    flush (every ``flush_every`` seconds), once computed; :meth:`flush` and :meth:`close` wait for
+    it. On a full disk no call raises: the lines wait in memory (warned about once) until there is
+    room. An image is encoded and
     written by a thread of the logger's own (the call copies it; :meth:`flush` waits for it): one
     a full disk refuses is lost, with a warning naming it. While open, the logger holds a
     ``flock`` on ``<name>.log.lock``: a second logger of the same files raises
@@ -178,8 +189,9 @@ class FileLogger(Logger):
                     "%s ended in a line cut short (a killed process); it was dropped", file.path
                 )
         if os.fstat(self._files[1].open()).st_size == 0:
-            self._files[1].add("time,step,name,value\n")
-            self._write_files()
+            self._files[1].add(CSV_HEADER)
+        complete_metric_logs(*self._files[:2])  # a kill between the two files' writes
+        self._write_files()
 
     def _release(self) -> None:
         for file in self._files:
@@ -204,9 +216,7 @@ class FileLogger(Logger):
                 drain_at_exit(self)
             self._unread += 1
         if key not in self._names:
-            buffer = io.StringIO()
-            csv.writer(buffer, lineterminator="").writerow([key])
-            self._names[key] = (json.dumps(key), buffer.getvalue())
+            self._names[key] = (json.dumps(key), csv_field(key))
         self._pending.append((now, step, key, value))
         if now - self._last_flush >= self.flush_every:
             self._flush(wait=False)
@@ -238,11 +248,7 @@ class FileLogger(Logger):
                 if type(value) is not float:  # None: deleted (a donated buffer), with a warning
                     number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
                 if number is not None:
-                    json_name, csv_name = self._names[key]
-                    text = repr(number) if math.isfinite(number) else f'"{json.dumps(number)}"'
-                    shown = "null" if step is None else str(step)
-                    line = f'{{"time":{now!r},"step":{shown},"name":{json_name},"value":{text}}}\n'
-                    row = f"{now!r},{'' if step is None else step},{csv_name},{number!r}\n"
+                    line, row = metric_lines(now, step, self._names[key], number)
                     metrics.add(line)
                     rows.add(row)
                 done += 1

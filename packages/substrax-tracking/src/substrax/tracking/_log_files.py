@@ -1,4 +1,9 @@
-"""The files of a file log: lines appended whole and in order, the log's lock, a resume's rewrite."""
+"""The files of a file log: lines appended whole and in order, the log's lock, a resume's rewrite.
+
+The metric JSONL and CSV get one line per scalar each, in the same order, the JSONL's first: a
+kill between the two writes (or a full disk that refused one file's lines) leaves one file a few
+records ahead. :func:`complete_metric_logs` gives the other file those records when it opens.
+"""
 
 # ruff: noqa: ANN401  (logged values of any framework are typed Any on purpose)
 
@@ -6,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import json
 import logging
+import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
@@ -19,19 +26,25 @@ from ._errors import FileLogBusyError
 
 
 __all__ = [
+    "CSV_HEADER",
     "NON_FINITE",
     "Appender",
+    "complete_metric_logs",
+    "csv_field",
     "csv_step",
     "decode_number",
     "drop_past",
     "hold_log",
     "json_ready",
     "jsonl_step",
+    "metric_lines",
     "strict_json",
 ]
 
 #: How the file log writes the floats that strict JSON cannot hold.
 NON_FINITE = ("NaN", "Infinity", "-Infinity")
+#: The first line of the metric CSV.
+CSV_HEADER = "time,step,name,value\n"
 
 _logger = logging.getLogger(__name__)
 
@@ -210,3 +223,131 @@ class Appender:
         fd, self.fd = self.fd, None
         if fd is not None:
             os.close(fd)
+
+
+def csv_field(name: str) -> str:
+    """``name`` as a CSV field (quoted when it holds a comma or a quote)."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow([name])
+    return buffer.getvalue()
+
+
+def metric_lines(
+    now: float, step: int | None, names: tuple[str, str], number: float
+) -> tuple[str, str]:
+    r"""The JSONL line and the CSV row of a scalar; ``names``: its name as JSON and as CSV field.
+
+    Example:
+        >>> from substrax.tracking._log_files import metric_lines
+        >>> metric_lines(1.5, 3, ('"loss"', "loss"), float("nan"))
+        ('{"time":1.5,"step":3,"name":"loss","value":"NaN"}\n', '1.5,3,loss,nan\n')
+    """
+    json_name, csv_name = names
+    text = repr(number) if math.isfinite(number) else f'"{json.dumps(number)}"'
+    shown = "null" if step is None else str(step)
+    line = f'{{"time":{now!r},"step":{shown},"name":{json_name},"value":{text}}}\n'
+    row = f"{now!r},{'' if step is None else step},{csv_name},{number!r}\n"
+    return line, row
+
+
+def _row_of(line: str) -> str | None:
+    """The CSV row of a JSONL metric line; None for another line."""
+    try:
+        record = json.loads(line)
+        now, step, name = record["time"], record["step"], record["name"]
+        number = decode_number(record["value"])
+    except (ValueError, KeyError, TypeError):  # not JSON, not a dict, a key or value missing
+        return None
+    if type(now) is not float or type(name) is not str or not (step is None or type(step) is int):
+        return None
+    return metric_lines(now, step, (json.dumps(name), csv_field(name)), number)[1]
+
+
+def _line_of(row: str) -> str | None:
+    """The JSONL line of a CSV metric row; None for the header or another line."""
+    try:
+        now, step, name, value = next(csv.reader([row]), [])
+        number, at = float(value), int(step) if step else None
+        return metric_lines(float(now), at, (json.dumps(name), csv_field(name)), number)[0]
+    except (csv.Error, ValueError):  # another number of fields, or one not a number
+        return None
+
+
+def _backwards(path: Path, convert: Callable[[str], str | None]) -> Iterator[tuple[str, str]]:
+    """``(line, convert(line))`` for each line of ``path`` it converts, the last line first."""
+    with contextlib.suppress(FileNotFoundError), path.open("rb") as file:
+        end, head = file.seek(0, os.SEEK_END), b""  # head: a line begun in an earlier block
+        while end:
+            start = max(0, end - (1 << 16))
+            file.seek(start)
+            pieces = (file.read(end - start) + head).split(b"\n")
+            head, end = (pieces.pop(0) if start else b""), start
+            for piece in reversed(pieces[:-1] if pieces[-1] == b"" else pieces):
+                line = piece.decode("utf-8", "replace") + "\n"
+                converted = convert(line)
+                if converted is not None:
+                    yield line, converted
+
+
+def _missing(jsonl: Path, table: Path) -> tuple[list[str], list[str]] | None:
+    """The CSV rows ``table`` lacks and the JSONL lines ``jsonl`` lacks (one list empty).
+
+    Each file is read from its end, in turns, until one's last record is found in the other:
+    a read as long as what one file lacks. None: neither holds the other's last record.
+    """
+    scans = (_backwards(jsonl, _row_of), _backwards(table, _line_of))
+    lasts = [next(scan, None) for scan in scans]
+    if lasts[0] is None and lasts[1] is None:
+        return [], []
+    # what each scan looks for: the other file's last record, written as this file writes it
+    wanted = [None if last is None else last[0] for last in reversed(lasts)]
+    past: tuple[list[str], list[str]] = ([], [])  # each scan's records, converted, last first
+    for side, last in enumerate(lasts):
+        if last is not None:
+            if last[1] == wanted[side]:
+                return [], []  # the files agree
+            past[side].append(last[1])
+    open_scans = [side for side, last in enumerate(lasts) if last is not None]
+    while open_scans:
+        for side in list(open_scans):
+            record = next(scans[side], None)
+            if record is None:
+                open_scans.remove(side)
+                if wanted[side] is not None:
+                    continue  # this file does not hold the other's last record
+            if record is None or record[1] == wanted[side]:  # all of this file, or its part past
+                lacking = past[side][::-1]
+                return (lacking, []) if side == 0 else ([], lacking)
+            past[side].append(record[1])
+    return None
+
+
+def complete_metric_logs(jsonl: Appender, table: Appender) -> int:
+    """Add to the metric JSONL and CSV what the other holds past its last record; how many records.
+
+    The records wait in the appenders for the next write. Files that do not end alike (edited by
+    hand) get a CSV rewritten from the JSONL, with a warning: emptied (a kill then leaves it
+    empty, which the next open fills), then filled by the appender (a full disk refuses nothing).
+    """
+    missing = _missing(jsonl.path, table.path)
+    if missing is None:
+        _logger.warning(
+            "%s and %s do not end with the same records; the CSV is rewritten from the JSONL",
+            jsonl.path,
+            table.path,
+        )
+        os.ftruncate(table.open(), 0)
+        table.add(CSV_HEADER)
+        missing = _missing(jsonl.path, table.path) or ([], [])  # every record of the JSONL
+    rows, lines = missing
+    for appender, lacking, other in ((jsonl, lines, table), (table, rows, jsonl)):
+        if lacking:
+            appender.add("".join(lacking))
+            _logger.warning(
+                "%s lacked the last %d records of %s (a kill between the writes of the two, or a "
+                "full disk); they are added to it",
+                appender.path,
+                len(lacking),
+                other.path,
+            )
+    return len(rows) + len(lines)

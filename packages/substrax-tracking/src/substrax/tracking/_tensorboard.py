@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from substrax.support import require
+from substrax.support import check_int, require
 
 from ._base import Logger
 from ._log_files import json_ready
@@ -27,6 +27,27 @@ __all__ = ["TensorBoardLogger"]
 
 _logger = logging.getLogger(__name__)
 _NOT_IN_TAG = re.compile(r"[^-/\w.]")  # what tensorboardX replaces by "_" in a tag
+_NUMBERED = re.compile(r"events\.out\.tfevents\..*\.(\d{6})")  # an event file this logger named
+
+
+def _last_number(log_dir: Path) -> int:
+    """The highest number an event file of ``log_dir`` was named with here (0: none)."""
+    found = (_NUMBERED.fullmatch(path.name) for path in log_dir.glob("events.out.tfevents.*"))
+    return max((int(match[1]) for match in found if match), default=0)
+
+
+def _mark_restart(writer: Any, step: int) -> None:
+    """Write TensorBoard's restart marker: its readers drop the steps >= ``step`` read before."""
+    from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
+        Event,  # pyright: ignore[reportAttributeAccessIssue]  (generated: no stub)
+        SessionLog,  # pyright: ignore[reportAttributeAccessIssue]
+    )
+
+    start = SessionLog(status=SessionLog.START)
+    # twice: TensorBoard's Python loader (plugin_event_accumulator) takes a run's first START for
+    # its beginning, not a restart, and the first attempt wrote none
+    for _ in range(2):
+        writer.file_writer.add_event(Event(session_log=start), step=step)
 
 
 class TensorBoardLogger(Logger):
@@ -43,14 +64,25 @@ class TensorBoardLogger(Logger):
     legal tag is logged as tensorboardX makes it one (``"a b"`` as ``"a_b"``), with a warning,
     and another when two names become one tag.
 
+    ``resume_step=S`` (a run resumed from the checkpoint of step ``S`` into the same ``log_dir``)
+    starts the logger's first event file with TensorBoard's restart marker, a
+    ``SessionLog.START`` event at step ``S + 1`` (written twice: TensorBoard's Python loader
+    takes a run's first for its start): TensorBoard's readers then drop the events of steps after
+    ``S`` that the files before it hold, so every step shows once, with the resumed run's value.
+    Each event file of a logger is named to sort after those already in ``log_dir`` (TensorBoard
+    reads them in name order), even for a logger opened in the same second as an earlier one.
+
     Args:
         name: the run name.
         log_dir: the directory of the event files (created); ``tensorboard --logdir`` it.
         flush_secs: how often tensorboardX's writer flushes.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: write on every process.
+        resume_step: the step of the checkpoint a resumed run restored (None: a new run).
 
     Raises:
+        TypeError: ``resume_step`` is not an int.
+        ValueError: ``resume_step`` is negative.
         ImportError: tensorboardX is not installed (the ``tensorboard`` extra).
         LogDirNotWritableError: ``log_dir`` cannot be created or written (a
             ``PermissionError``; a file in its place, a read-only file system).
@@ -71,6 +103,7 @@ class TensorBoardLogger(Logger):
         flush_secs: int = 10,
         process_index: int | None = None,
         all_processes: bool = False,
+        resume_step: int | None = None,
     ) -> None:
         tensorboard_x = require(
             "tensorboardX",
@@ -79,14 +112,21 @@ class TensorBoardLogger(Logger):
             extra="tensorboard",
         )
         super().__init__(name, process_index=process_index, all_processes=all_processes)
+        if resume_step is not None:
+            check_int("resume_step", resume_step, minimum=0)
+        self.resume_step = resume_step
         self.log_dir = Path(log_dir).resolve()
         self._new_writer = functools.partial(
             tensorboard_x.SummaryWriter, logdir=str(self.log_dir), flush_secs=flush_secs
         )
+        self._writer: Any = None
+        self._opened = 0  # the number in the name of the last event file opened here
         if self.active:
             ensure_writable_dir(self.log_dir, "TensorBoardLogger")
-        self._writer: Any = self._new_writer() if self.active else None
-        self._reopened = 0  # event files opened after a flush closed the first
+            self._opened = _last_number(self.log_dir)
+            writer = self._events()  # the first event file, opened now
+            if resume_step is not None:
+                _mark_restart(writer, resume_step + 1)
         # (name, value, step, time) of the scalars not written yet: from a jax value not computed
         self._held: deque[tuple[str, Any, int | None, float]] = deque()
         self._warned_unreadable: set[str] = set()
@@ -122,10 +162,11 @@ class TensorBoardLogger(Logger):
     def _events(self) -> Any:
         """The event writer; after a flush closed the last one, a new one on a file of its own."""
         if self._writer is None:
-            # the suffix sorts the file after the last one (TensorBoard reads them in order), and
-            # keeps tensorboardX from naming it as one opened in the same second, which it truncates
-            self._reopened += 1
-            self._writer = self._new_writer(filename_suffix=f".{self._reopened:06d}")
+            # the suffix sorts the file after the last one in log_dir, this logger's or an earlier
+            # one's (TensorBoard reads them in order), and keeps tensorboardX from naming it as
+            # one opened in the same second, which it truncates
+            self._opened += 1
+            self._writer = self._new_writer(filename_suffix=f".{self._opened:06d}")
         return self._writer
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:

@@ -1,0 +1,105 @@
+"""A resumed TensorBoardLogger: TensorBoard shows every step once, with the resumed run's value.
+
+The first attempt logs past its checkpoint (step ``SAVED``) and stops; the resumed logger, in
+the same directory, gets ``resume_step=SAVED`` and logs the steps after it again. Both attempts
+run within one second here, as a fast restart would.
+"""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from substrax.tracking import TensorBoardLogger, create_logger
+
+
+event_accumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator",
+    reason="the tensorboard package (dev dependency) reads the event files back",
+)
+from tensorboard.backend.event_processing import plugin_event_accumulator  # noqa: E402
+from tensorboard.util import tensor_util  # noqa: E402
+
+
+SAVED, REACHED, END = 50, 80, 100  # the checkpoint, where the first attempt stopped, the end
+
+
+def read(log_dir):
+    """TensorBoard's reader (it purges what a restart marker orphans, by default) on ``log_dir``."""
+    accumulator = event_accumulator.EventAccumulator(
+        str(log_dir),
+        size_guidance={event_accumulator.SCALARS: 0, event_accumulator.HISTOGRAMS: 0},
+    )
+    accumulator.Reload()
+    return accumulator
+
+
+def ui_scalars(log_dir, tag):
+    """``tag``'s ``(step, value)`` as TensorBoard's UI loader (``--load_fast=false``) reads them."""
+    accumulator = plugin_event_accumulator.EventAccumulator(
+        str(log_dir), size_guidance={plugin_event_accumulator.TENSORS: 0}
+    )
+    accumulator.Reload()
+    return [
+        (event.step, float(tensor_util.make_ndarray(event.tensor_proto)))
+        for event in accumulator.Tensors(tag)
+    ]
+
+
+def test_a_resumed_logger_leaves_each_step_once_with_the_resumed_value(tmp_path):
+    with TensorBoardLogger("run", tmp_path) as logger:
+        for step in range(1, REACHED + 1):
+            logger.log_scalar("loss", float(step), step=step)
+            logger.log_histogram("w", np.full(3, float(step)), step=step)
+            if step == SAVED:
+                logger.flush()  # before the checkpoint: a second event file follows
+    with TensorBoardLogger("run", tmp_path, resume_step=SAVED) as logger:
+        assert logger.resume_step == SAVED
+        for step in range(SAVED + 1, END + 1):
+            logger.log_scalar("loss", 1000.0 + step, step=step)
+            logger.log_histogram("w", np.full(3, 1000.0 + step), step=step)
+            if step == 70:
+                logger.flush()  # the resumed logger's next event file purges nothing
+    accumulator = read(tmp_path)
+    loss = [(event.step, event.value) for event in accumulator.Scalars("loss")]
+    expected = [(step, float(step if step <= SAVED else 1000 + step)) for step in range(1, END + 1)]
+    assert loss == expected
+    assert ui_scalars(tmp_path, "loss") == expected
+    histograms = accumulator.Histograms("w")
+    assert Counter(h.step for h in histograms) == Counter(range(1, END + 1))
+    assert {h.step: h.histogram_value.max for h in histograms}[SAVED + 1] == 1000.0 + SAVED + 1
+
+
+def test_each_logger_of_a_directory_writes_a_file_named_after_the_last(tmp_path):
+    names: list[list[str]] = []
+    for resume_step in (None, 2, None):
+        before = set(tmp_path.glob("events.out.tfevents.*"))
+        with TensorBoardLogger("run", tmp_path, resume_step=resume_step) as logger:
+            logger.log_scalar("loss", 1.0, step=3)
+        names.append(sorted(p.name for p in set(tmp_path.glob("events.out.tfevents.*")) - before))
+    assert all(len(new) == 1 for new in names)  # none reuses (truncates) an earlier one's file
+    assert [new[0] for new in names] == sorted(new[0] for new in names)  # read in this order
+
+
+def test_resume_step_is_checked(tmp_path):
+    with pytest.raises(ValueError, match="resume_step=-1"):
+        TensorBoardLogger("run", tmp_path, resume_step=-1)
+    with pytest.raises(TypeError, match="resume_step"):
+        TensorBoardLogger("run", tmp_path, resume_step=2.0)  # type: ignore[arg-type]
+
+
+def test_create_logger_resumes_its_tensorboard_files(tmp_path):
+    options = {"console": False, "log_to_file": False, "tensorboard": True}
+    with create_logger("run", tmp_path, **options) as logger:
+        for step in range(1, REACHED + 1):
+            logger.log_scalar("loss", float(step), step=step)
+    with create_logger("run", tmp_path, resume_step=SAVED, **options) as logger:
+        for step in range(SAVED + 1, END + 1):
+            logger.log_scalar("loss", 1000.0 + step, step=step)
+    loss = {}
+    for event in read(tmp_path / "tensorboard").Scalars("loss"):
+        assert event.step not in loss
+        loss[event.step] = event.value
+    assert sorted(loss) == list(range(1, END + 1))
+    assert loss[SAVED] == SAVED
+    assert loss[SAVED + 1] == 1000.0 + SAVED + 1
