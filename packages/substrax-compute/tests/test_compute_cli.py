@@ -646,3 +646,22 @@ def test_a_damaged_manifest_fails_its_run_s_status_naming_it_and_the_others_are_
     assert good in captured.out
     assert damaged not in captured.out
     assert captured.err.startswith(f"substrax-compute: warning: skipped run {damaged}: {manifest}")
+
+
+def test_a_relative_state_dir_is_the_project_s_and_its_run_is_found_from_anywhere(
+    project, capsys, monkeypatch, tmp_path
+):
+    # it was taken from the working directory, and recorded as given: `status` run from another
+    # directory looked for the run somewhere else
+    _edit_pyproject(project, f'state_dir = "{tmp_path / "local-state"}"', 'state_dir = "mine"')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", "ok", "--project", str(project)]) == 0
+    run_id = _run_id(capsys.readouterr().out)
+    assert (project / "mine" / "runs").is_dir()
+    assert not (elsewhere / "mine").exists()
+    monkeypatch.chdir(tmp_path)
+    assert RunStore().load(run_id).settings["state_dir"] == str(project / "mine")
+    assert main(["status", run_id]) == 0
+    assert "succeeded" in capsys.readouterr().out

@@ -174,7 +174,14 @@ class NewRun:
     def handle(
         self, backend: str, details: Mapping[str, str], settings: Mapping[str, JsonValue]
     ) -> RunHandle:
-        """The handle for this run once ``backend`` accepted it."""
+        """The handle for this run once ``backend`` accepted it.
+
+        A relative ``state_dir`` setting is recorded as the directory it named here: read from
+        another working directory it would name another one, and the run would be lost.
+        """
+        recorded = dict(settings)
+        if isinstance(state_dir := recorded.get("state_dir"), str) and state_dir:
+            recorded["state_dir"] = str(Path(state_dir).expanduser().resolve())
         return RunHandle(
             run_id=self.run_id,
             backend=backend,
@@ -182,7 +189,7 @@ class NewRun:
             project=str(self.project),
             submitted_at=datetime.now(UTC),
             details=dict(details),
-            settings=dict(settings),
+            settings=recorded,
         )
 
 

@@ -182,7 +182,12 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
     name = args.backend or config.backend or DEFAULT_BACKEND
     accelerator = None if args.accelerator is None else parse_accelerator(args.accelerator)
     spec = resolve_job(config, args.job, project=project, accelerator=accelerator)
-    backend = _checked(load_backend(name, config.backends.get(name, {})))
+    settings = dict(config.backends.get(name, {}))
+    if isinstance(state_dir := settings.get("state_dir"), str) and state_dir:
+        settings["state_dir"] = str(
+            project / Path(state_dir).expanduser()
+        )  # the project's, not cwd's
+    backend = _checked(load_backend(name, settings))
     # A remote worker or an extras environment installs from uv.lock, so it must pin substrax;
     # a lock without it would give the local worker an environment without substrax too.
     if name != "local" or spec.extras or (project / "uv.lock").exists():
