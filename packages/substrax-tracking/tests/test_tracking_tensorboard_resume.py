@@ -81,6 +81,23 @@ def test_each_logger_of_a_directory_writes_a_file_named_after_the_last(tmp_path)
     assert [new[0] for new in names] == sorted(new[0] for new in names)  # read in this order
 
 
+def test_two_loggers_of_one_directory_never_open_the_same_file(tmp_path):
+    # each read the directory's last number once: after a flush one reopened the other's file
+    # (same second, same name) and tensorboardX emptied it, losing its first steps
+    first, second = TensorBoardLogger("a", tmp_path), TensorBoardLogger("b", tmp_path)
+    for start in (1, 11):
+        for step in range(start, start + 10):
+            first.log_scalar("a", 1.0, step=step)
+            second.log_scalar("b", 2.0, step=step)
+        second.flush()
+        first.flush()
+    first.close()
+    second.close()
+    events = read(tmp_path)
+    assert [e.step for e in events.Scalars("a")] == list(range(1, 21))
+    assert [e.step for e in events.Scalars("b")] == list(range(1, 21))
+
+
 def test_resume_step_is_checked(tmp_path):
     with pytest.raises(ValueError, match="resume_step=-1"):
         TensorBoardLogger("run", tmp_path, resume_step=-1)

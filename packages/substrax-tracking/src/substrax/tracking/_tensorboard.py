@@ -27,7 +27,8 @@ __all__ = ["TensorBoardLogger"]
 
 _logger = logging.getLogger(__name__)
 _NOT_IN_TAG = re.compile(r"[^-/\w.]")  # what tensorboardX replaces by "_" in a tag
-_NUMBERED = re.compile(r"events\.out\.tfevents\..*\.(\d{6})")  # an event file this logger named
+# an event file a TensorBoardLogger named: its number, then the process that wrote it
+_NUMBERED = re.compile(r"events\.out\.tfevents\..*\.(\d{6})(?:\.\d+)?")
 
 
 def _last_number(log_dir: Path) -> int:
@@ -120,10 +121,8 @@ class TensorBoardLogger(Logger):
             tensorboard_x.SummaryWriter, logdir=str(self.log_dir), flush_secs=flush_secs
         )
         self._writer: Any = None
-        self._opened = 0  # the number in the name of the last event file opened here
         if self.active:
             ensure_writable_dir(self.log_dir, "TensorBoardLogger")
-            self._opened = _last_number(self.log_dir)
             writer = self._events()  # the first event file, opened now
             if resume_step is not None:
                 _mark_restart(writer, resume_step + 1)
@@ -165,8 +164,10 @@ class TensorBoardLogger(Logger):
             # the suffix sorts the file after the last one in log_dir, this logger's or an earlier
             # one's (TensorBoard reads them in order), and keeps tensorboardX from naming it as
             # one opened in the same second, which it truncates
-            self._opened += 1
-            self._writer = self._new_writer(filename_suffix=f".{self._opened:06d}")
+            # read again at each file: another logger of log_dir may have opened one since; the
+            # pid keeps two processes that read the same number apart
+            number = _last_number(self.log_dir) + 1
+            self._writer = self._new_writer(filename_suffix=f".{number:06d}.{os.getpid()}")
         return self._writer
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
