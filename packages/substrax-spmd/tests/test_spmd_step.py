@@ -134,6 +134,24 @@ def test_a_named_batch_sharding_gives_the_mesh_when_none_is_passed(host_batches,
     assert step.cost(host_batches[0]).flops > 0
 
 
+def test_a_batch_sharding_naming_two_meshes_is_refused_at_construction():
+    # it was taken, and the first call failed with jax's "incompatible devices"
+    devices = np.asarray(jax.devices())
+    first = jax.sharding.Mesh(devices[:4], ("data",))
+    second = jax.sharding.Mesh(devices[4:], ("data",))
+    model = make_mlp()
+    with pytest.raises(ValueError, match=r"batch_sharding names 2 meshes .*same mesh"):
+        TrainStep(
+            model,
+            nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+            mse,
+            batch_sharding={
+                "x": NamedSharding(first, P("data")),
+                "y": NamedSharding(second, P("data")),
+            },
+        )
+
+
 def test_donation_invalidates_old_buffers_until_sync(host_batches):
     model = make_mlp()
     step = TrainStep(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), mse)

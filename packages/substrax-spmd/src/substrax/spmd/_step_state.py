@@ -39,11 +39,23 @@ def _mesh_of(leaves: list[Any]) -> Mesh | None:
 
 
 def sharding_mesh(shardings: object) -> Mesh | None:
-    """The mesh of the first ``NamedSharding`` in a pytree of shardings (a batch's), or None."""
-    for sharding in jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, Sharding)):
-        if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
-            return sharding.mesh
-    return None
+    """The one mesh the ``NamedSharding`` leaves of a pytree of shardings (a batch's) name, or None.
+
+    Raises:
+        ValueError: they name two meshes (one step runs on one).
+    """
+    leaves = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, Sharding))
+    meshes = list(
+        dict.fromkeys(
+            s.mesh for s in leaves if isinstance(s, NamedSharding) and isinstance(s.mesh, Mesh)
+        )
+    )
+    if len(meshes) > 1:
+        raise ValueError(
+            f"batch_sharding names {len(meshes)} meshes ({meshes[0]} and {meshes[1]}); a step "
+            "runs on one: build every NamedSharding of the batch on the same mesh"
+        )
+    return meshes[0] if meshes else None
 
 
 def place_state(
