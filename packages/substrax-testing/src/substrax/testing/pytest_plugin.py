@@ -23,7 +23,9 @@ What it does:
   but must set it back in its teardown: one that does not is an error at that teardown, naming
   the fixture and the options (restored). A change made outside any test or fixture setup (a
   fixture's teardown, a hook) is an error of the next test, restored first. The baseline is
-  the config once jax is imported (after collection, usually).
+  the config once jax is imported (after collection, usually): a wider fixture that is the
+  first to import jax and changes the config in the same setup is not seen (the change is
+  taken for the baseline); import jax in the test module or conftest to have it checked.
 - A collection guard: the session stops when a module switched ``jax_enable_x64`` on at
   import (unless ``JAX_ENABLE_X64`` is set for the whole run).
 - Fixtures ``output_dir``, ``rng_seed``, ``rng_key`` and ``rngs``. The keys come from one
