@@ -20,6 +20,7 @@ from substrax.tracking import (
     FileLogger,
     MLFlowLogger,
     ResumeWithoutRunIdError,
+    TensorBoardLogger,
     UnknownRunIdError,
     WandbLogger,
     create_logger,
@@ -84,11 +85,12 @@ def test_file_logger_drops_what_was_logged_past_the_restored_step(tmp_path):
     assert [json.loads(h)["step"] for h in histograms] == list(range(SAVED + 1))
 
 
-def test_file_logger_resume_step_is_checked(tmp_path):
+@pytest.mark.parametrize("logger", [FileLogger, TensorBoardLogger])
+def test_a_local_logger_s_resume_step_is_checked(tmp_path, logger):
     with pytest.raises(ValueError, match="resume_step=-1"):
-        FileLogger("run", tmp_path, resume_step=-1)
+        logger("run", tmp_path, resume_step=-1)
     with pytest.raises(TypeError, match="resume_step"):
-        FileLogger("run", tmp_path, resume_step=2.0)  # type: ignore[arg-type]
+        logger("run", tmp_path, resume_step=2.0)  # type: ignore[arg-type]
 
 
 def test_remote_loggers_refuse_resume_step_without_run_id(tmp_path):

@@ -98,13 +98,6 @@ def test_two_loggers_of_one_directory_never_open_the_same_file(tmp_path):
     assert [e.step for e in events.Scalars("b")] == list(range(1, 21))
 
 
-def test_resume_step_is_checked(tmp_path):
-    with pytest.raises(ValueError, match="resume_step=-1"):
-        TensorBoardLogger("run", tmp_path, resume_step=-1)
-    with pytest.raises(TypeError, match="resume_step"):
-        TensorBoardLogger("run", tmp_path, resume_step=2.0)  # type: ignore[arg-type]
-
-
 def test_create_logger_resumes_its_tensorboard_files(tmp_path):
     options = {"console": False, "log_to_file": False, "tensorboard": True}
     with create_logger("run", tmp_path, **options) as logger:
