@@ -66,6 +66,14 @@ BAD_JOB_VALUES = {
         ),
         ({"hi": ["python", 3]}, ".hi[1]: Input should be a valid string, got 3"),
         ({"../up": ["python"]}, f'."../up": key {NAME}, got "../up"'),
+        *(
+            (
+                {name: ["python"]},
+                f": task {name!r} is named like a file the run directory holds (manifest.json, "
+                "devices.log, nodes, worker.log, worker-N.log); rename it",
+            )
+            for name in ("manifest.json", "devices.log", "nodes", "worker.log", "worker-1.log")
+        ),
     ],
     "examples": [
         (["../elsewhere"], f'[0]: {NOT_DIRECTORY}, got "../elsewhere"'),
@@ -101,6 +109,10 @@ BAD_JOB_VALUES = {
             ".memory_fraction: JaxRuntime.memory_fraction=2.0 must be a finite number > 0 and <= 1",
         ),
         ({"xla_flags": ["not-a-flag"]}, ".xla_flags: "),
+        (
+            {"xla_flags": ["--a=1", "--a=2"]},
+            ".xla_flags: XLA flag --a is already set to '1' and was requested as '2'",
+        ),
         (
             {"platforms": ["cuda", "metal"]},
             ".platforms: JaxRuntime.platforms entry 'metal' is not a platform jax knows; "
@@ -168,6 +180,14 @@ BAD = [
     (
         _config(mounts=[{"name": "a", "path": "/d"}, {"name": "b", "path": "/d"}]),
         f"{J}: mount paths must be unique; repeated: /d",
+    ),
+    (
+        _config(mounts=[{"name": "data-a", "path": "/a"}, {"name": "data_a", "path": "/b"}]),
+        f"{J}: mounts 'data-a' and 'data_a' would both set SUBSTRAX_MOUNT_DATA_A; rename one",
+    ),
+    (
+        {"jobs": {"a.b": _job(runtime={"cpu_devices": 0})}},
+        f'{P}.jobs."a.b".runtime.cpu_devices: JaxRuntime.cpu_devices=0',
     ),
     *(
         (_config(**{key: value}), f"{J}.{key}{refusal}")
@@ -365,3 +385,75 @@ def test_locked_substrax(tmp_path):
         '[[package]]\nname = "substrax-compute"\nversion = "0.2.0"\nsource = { editable = "packages/x" }\n'
     )
     assert require_locked_substrax(tmp_path) == "editable"
+
+
+def test_an_example_and_a_command_of_one_task_name_are_refused_naming_both(tmp_path):
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "a.py").write_text("")
+    config = parse_compute_config(_config(examples=["examples"], commands={"examples.a": ["x"]}))
+    with pytest.raises(ComputeConfigError) as caught:
+        resolve_job(config, "demo", project=tmp_path)
+    assert str(caught.value) == (
+        f"{J}.commands.\"examples.a\": command 'examples.a' and example examples/a.py "
+        f"({J}.examples[0]) both make the task 'examples.a'; rename one"
+    )
+    config = parse_compute_config(_config(examples=["examples", "examples"]))
+    with pytest.raises(ComputeConfigError, match=r"examples\[1\]: example examples/a\.py and"):
+        resolve_job(config, "demo", project=tmp_path)
+
+
+def test_an_example_that_makes_a_reserved_or_bad_task_name_names_its_entry(tmp_path):
+    (tmp_path / "devices").mkdir()
+    (tmp_path / "devices" / "log.py").write_text("")
+    config = parse_compute_config(_config(examples=["devices"]))
+    with pytest.raises(ComputeConfigError) as caught:
+        resolve_job(config, "demo", project=tmp_path)
+    assert caught.value.path == f"{J}.examples[0]"
+    assert caught.value.reason.startswith(
+        "example devices/log.py: task 'devices.log' is named like a file the run directory holds"
+    )
+    (tmp_path / "devices" / "log.py").rename(tmp_path / "devices" / "a b.py")
+    with pytest.raises(ComputeConfigError, match=r"examples\[0\]: example devices/a b\.py makes"):
+        resolve_job(config, "demo", project=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('package = "x"\n', "`package` must be an array of tables ([[package]]), not a string"),
+        ("package = [1]\n", "`package[0]` must be a table, not an integer"),
+        (
+            '[[package]]\nname = "numpy"\n[[package]]\nname = "substrax-compute"\nsource = "x"\n',
+            "`package[1].source` (substrax-compute) must be a table, not a string",
+        ),
+    ],
+)
+def test_a_lock_of_the_wrong_shape_is_refused_naming_the_file(tmp_path, text, reason):
+    lock = tmp_path / "uv.lock"
+    error = _malformed(lock, text, require_locked_substrax)
+    assert (error.path, error.malformed) == (lock, True)
+    assert str(error) == f"{lock}: {reason}; run `uv lock` to rewrite the file"
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [("tool = 3\n", "tool"), ("[tool]\nsubstrax = 'x'\n", "tool.substrax")],
+)
+def test_a_pyproject_whose_tool_table_is_no_table_is_refused(tmp_path, text, where):
+    pyproject = tmp_path / "pyproject.toml"
+    error = _malformed(pyproject, text, read_compute_config)
+    assert str(error).startswith(f"{pyproject}: `{where}` must be a table, not ")
+
+
+def test_an_invalid_runtime_is_one_line_and_exit_2_from_the_command_line(tmp_path, capsys):
+    from substrax.compute.cli import main
+
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.substrax.compute.jobs.demo]\ncommands = { hi = ['x'] }\ntimeout_seconds = 5\n"
+        "runtime = { xla_flags = ['--a=1', '--a=2'] }\n"
+    )
+    assert main(["run", "demo", "--project", str(tmp_path), "--dry-run"]) == 2
+    assert capsys.readouterr().err == (
+        f"substrax-compute: error: {J}.runtime.xla_flags: XLA flag --a is already set to '1' "
+        f"and was requested as '2' (in {tmp_path / 'pyproject.toml'})\n"
+    )

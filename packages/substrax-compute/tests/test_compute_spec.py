@@ -231,3 +231,54 @@ def test_a_spec_that_is_no_mapping_is_refused_by_type():
 def test_an_example_whose_name_makes_no_task_name_is_refused_naming_the_file(tmp_path, file):
     with pytest.raises(ValueError, match=r"^example examples/.* makes the task name .*rename"):
         example_tasks([tmp_path / "examples" / file], project=tmp_path, timeout_seconds=9)
+
+
+def _spec(**fields):
+    task = Task(name="t", argv=("python",), timeout_seconds=1)
+    return JobSpec(name="j", tasks=(task,), timeout_seconds=1, **fields)
+
+
+@pytest.mark.parametrize(("a", "b"), [("data-a", "data_a"), ("Data", "data"), ("a.b", "a-b")])
+def test_mounts_that_would_set_one_variable_are_refused_naming_both(a, b):
+    mounts = (Mount(name=a, path="/d1"), Mount(name=b, path="/d2"))
+    variable = "SUBSTRAX_MOUNT_" + a.upper().replace("-", "_").replace(".", "_")
+    with pytest.raises(ValidationError, match=f"mounts '{a}' and '{b}' would both set {variable};"):
+        _spec(mounts=mounts)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "manifest.json",
+        "devices.log",
+        "nodes",
+        "worker.log",
+        "worker-3.log",
+        "Manifest.JSON",
+        "NODES",
+    ],
+)
+def test_task_names_the_run_directory_holds_are_refused(name):
+    task = Task(name=name, argv=("python",), timeout_seconds=1)
+    with pytest.raises(
+        ValidationError,
+        match=rf"task '{name}' is named like a file the run directory holds \(manifest\.json, "
+        r"devices\.log, nodes, worker\.log, worker-N\.log\); rename it",
+    ):
+        JobSpec(name="j", tasks=(task,), timeout_seconds=1)
+
+
+def test_task_names_near_the_reserved_ones_are_kept():
+    for name in ("manifest", "nodes.x", "worker-a.log", "my-devices.log", "worker.log.d"):
+        task = Task(name=name, argv=("python",), timeout_seconds=1)
+        assert _spec().replace(tasks=(task,)).tasks == (task,)
+
+
+def test_an_xla_flag_given_twice_is_a_runtime_field_error():
+    from substrax.compute import RuntimeFieldError
+
+    with pytest.raises(RuntimeFieldError, match=r"XLA flag --a is already set to '1'") as caught:
+        jax_runtime({"xla_flags": ["--a=1", "--a=2"]})
+    assert isinstance(caught.value, ValueError)
+    with pytest.raises(ValidationError, match="XLA flag --a is already set to '1'"):
+        _spec(runtime={"xla_flags": ["--a=1", "--a=2"]})

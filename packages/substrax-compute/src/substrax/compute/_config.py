@@ -18,12 +18,21 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Protocol, Self, cast
 
-from pydantic import AfterValidator, BaseModel, Field, JsonValue, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ._backend import backend_state_dir
 from ._errors import (
     ComputeConfigError,
     ComputeTableMissingError,
+    ConfigFileError,
     JobNotFoundError,
     ProjectFileNotFoundError,
     SubstraxNotLockedError,
@@ -40,8 +49,9 @@ from ._spec import (
     example_tasks,
     jax_runtime,
 )
+from ._spec_checks import check_task_name, distinct_tasks
 from ._spec_types import Argv, Component, EnvName, NodeCount, Positive, RelativeFile
-from ._toml import ROOT_PATH, read_toml, reason, toml_path
+from ._toml import ROOT_PATH, read_toml, reason, toml_kind, toml_path
 
 
 def _inside(value: str) -> str:
@@ -69,6 +79,13 @@ class JobConfig(Record):
     probe_devices: bool = True
     include_files: tuple[RelativeFile, ...] = ()
     stop_grace_seconds: Positive = STOP_GRACE_SECONDS
+
+    @field_validator("commands")
+    @classmethod
+    def _command_names(cls, commands: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        for name in commands:
+            check_task_name(name)
+        return commands
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -122,7 +139,7 @@ def parse_compute_config(table: Mapping[str, Any]) -> ComputeConfig:
         raise ComputeConfigError(problems) from None
     problems: list[tuple[str, str]] = []
     for name, job in config.jobs.items():
-        path = f"{ROOT_PATH}.jobs.{name}.runtime"
+        path = toml_path(("jobs", name, "runtime"))
         try:
             jax_runtime(job.runtime)
         except ValueError as error:
@@ -215,10 +232,15 @@ def read_compute_config(project: Path | str) -> ComputeConfig:
             pyproject,
             f"no pyproject.toml in {project}: run from the project root or pass --project",
         )
-    data = read_toml(pyproject)
-    table = data.get("tool", {}).get("substrax", {}).get("compute")
-    if table is None:
-        raise ComputeTableMissingError(pyproject, ROOT_PATH)
+    table: Any = read_toml(pyproject)
+    for depth, key in enumerate(ROOT_PATH.split(".")):
+        if not isinstance(table, dict):
+            where = ".".join(ROOT_PATH.split(".")[:depth])
+            msg = f"`{where}` must be a table, not {toml_kind(table)}; make it a [{where}] table"
+            raise ConfigFileError(pyproject, msg, malformed=True)
+        table = cast("dict[str, Any]", table).get(key)
+        if table is None:
+            raise ComputeTableMissingError(pyproject, ROOT_PATH)
     try:
         return parse_compute_config(table)
     except ComputeConfigError as error:
@@ -252,32 +274,40 @@ def resolve_job(
     job = config.jobs.get(name)
     if job is None:
         raise JobNotFoundError(name, sorted(config.jobs), ROOT_PATH)
+    where = toml_path(("jobs", name))
     task_timeout = job.task_timeout_seconds or job.timeout_seconds
-    tasks: list[Task] = []
+    tasks: list[tuple[Task, str, str]] = []  # each task, the TOML path that made it, and what
     if job.examples:
         from substrax.examples import discover_examples  # noqa: PLC0415
 
-        for directory in job.examples:
+        for index, directory in enumerate(job.examples):
             root = project / directory
             if not root.is_dir():
                 raise ProjectFileNotFoundError(
-                    root,
-                    f"{ROOT_PATH}.jobs.{name}.examples: directory {directory!r} is not in {project}",
+                    root, f"{where}.examples: directory {directory!r} is not in {project}"
                 )
             scripts = discover_examples(root)
             if not scripts:
                 raise ProjectFileNotFoundError(
                     root, f"{root} holds no example script (*.py); add one or fix `examples`"
                 )
-            tasks += example_tasks(scripts, project=project, timeout_seconds=task_timeout)
+            try:
+                made = example_tasks(scripts, project=project, timeout_seconds=task_timeout)
+            except ValueError as error:
+                raise ComputeConfigError([(f"{where}.examples[{index}]", str(error))]) from None
+            tasks += [(t, f"{where}.examples[{index}]", f"example {t.argv[1]}") for t in made]
     for included in job.include_files:
         if not (project / included).is_file():
             raise ProjectFileNotFoundError(
                 project / included,
-                f"{ROOT_PATH}.jobs.{name}.include_files: {included!r} is not a file in {project}",
+                f"{where}.include_files: {included!r} is not a file in {project}",
             )
     tasks += [
-        Task(name=task, argv=argv, timeout_seconds=task_timeout)
+        (
+            Task(name=task, argv=argv, timeout_seconds=task_timeout),
+            toml_path(("jobs", name, "commands", task)),
+            f"command {task!r}",
+        )
         for task, argv in job.commands.items()
     ]
     resources = job.requested_resources
@@ -285,7 +315,7 @@ def resolve_job(
         resources = resources.model_copy(update={"accelerator": accelerator})
     return JobSpec(
         name=name,
-        tasks=tuple(tasks),
+        tasks=distinct_tasks(tasks),
         timeout_seconds=job.timeout_seconds,
         resources=resources,
         extras=job.extras,
@@ -300,12 +330,32 @@ def resolve_job(
     )
 
 
+def _lock_packages(lock: Path) -> list[dict[str, Any]]:
+    """The ``[[package]]`` tables of ``lock``, refused unless each is a table.
+
+    Raises:
+        ConfigFileError: ``lock`` is not valid TOML, or ``package`` is not an array of tables.
+    """
+    packages: object = read_toml(lock).get("package", [])
+    if not isinstance(packages, list):
+        what, shown = "`package` must be an array of tables ([[package]])", packages
+    else:
+        entries = cast("list[object]", packages)
+        index = next((i for i, p in enumerate(entries) if not isinstance(p, dict)), None)
+        if index is None:
+            return cast("list[dict[str, Any]]", entries)
+        what, shown = f"`package[{index}]` must be a table", entries[index]
+    msg = f"{what}, not {toml_kind(shown)}; run `uv lock` to rewrite the file"
+    raise ConfigFileError(lock, msg, malformed=True)
+
+
 def require_locked_substrax(project: Path) -> str:
     """The substrax-compute version the project's ``uv.lock`` pins (``"editable"`` for a path).
 
     Raises:
         ProjectFileNotFoundError: The project has no uv.lock (run ``uv lock``).
-        ConfigFileError: uv.lock is not valid TOML.
+        ConfigFileError: uv.lock is not valid TOML, or not the shape uv writes (a ``package``
+            that is no array of tables, a ``source`` that is no table).
         SubstraxNotLockedError: substrax-compute is not in the lock (``uv add substrax-compute``).
 
     Example:
@@ -321,12 +371,20 @@ def require_locked_substrax(project: Path) -> str:
         raise ProjectFileNotFoundError(
             lock, f"no uv.lock in {project}: run `uv lock` so the job runs what you tested"
         )
-    packages = read_toml(lock).get("package", [])
+    packages = _lock_packages(lock)
     for wanted in ("substrax-compute", "substrax"):
-        for package in packages:
+        for index, package in enumerate(packages):
             if package.get("name") == wanted:
-                source = package.get("source", {})
-                if {"editable", "path", "directory", "virtual"} & set(source):
+                source: object = package.get("source", {})
+                if not isinstance(source, dict):
+                    msg = (
+                        f"`package[{index}].source` ({wanted}) must be a table, not "
+                        f"{toml_kind(source)}; run `uv lock` to rewrite the file"
+                    )
+                    raise ConfigFileError(lock, msg, malformed=True)
+                if {"editable", "path", "directory", "virtual"} & set(
+                    cast("dict[str, Any]", source)
+                ):
                     return "editable"
                 return str(package.get("version", "unknown"))
     raise SubstraxNotLockedError(lock)

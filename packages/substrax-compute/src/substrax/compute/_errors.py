@@ -50,21 +50,28 @@ class ComputeConfigError(_ComputeError, ValueError):
 
 
 class ConfigFileError(_ComputeError, ValueError):
-    """A file the configuration is read from (pyproject.toml, uv.lock) is not valid TOML or unreadable.
+    """A file the configuration is read from (pyproject.toml, uv.lock) is unreadable or malformed.
+
+    Malformed is not valid TOML, or valid TOML of the wrong shape (``package = "x"`` in uv.lock).
 
     Attributes:
         path: The file.
         line: The 1-based line of the first error, when the parser gave one.
         column: The 1-based column of the first error, when the parser gave one.
-        reason: The parser's (or the operating system's) description.
+        reason: The parser's (or the operating system's) description, or what is wrong with
+            the TOML's shape and what to do.
+        malformed: True when the file is valid TOML of the wrong shape.
     """
 
     path: Path
     reason: str
     line: int | None = None
     column: int | None = None
+    malformed: bool = False
 
     def _message(self) -> str:
+        if self.malformed:
+            return f"{self.path}: {self.reason}"
         if self.line is None:
             return f"{self.path}: cannot be read: {self.reason}"
         return (

@@ -1,6 +1,6 @@
 """The job spec: the one record a backend hands to the worker, strict and versioned.
 
-The field validators (the types of ``_spec_types``, and the checks here) raise plain
+The field validators (the types of ``_spec_types``, the checks of ``_spec_checks``) raise plain
 ``ValueError``, as pydantic asks: pydantic gathers them into one ``ValidationError``, which the
 config reader turns into ``ComputeConfigError`` with paths.
 
@@ -33,6 +33,7 @@ from pydantic import (
 
 from ._errors import AcceleratorFormatError, RuntimeFieldError, UnknownPlatformError
 from ._run_errors import RecordVersionError
+from ._spec_checks import check_unique
 from ._spec_types import (
     MAX_ACCELERATORS,
     AcceleratorCount,
@@ -251,28 +252,6 @@ class JobSpec(Record):
         return jax_runtime(self.runtime)
 
 
-def check_unique(
-    *, tasks: list[str], mounts: tuple[Mount, ...], secrets: tuple[str, ...], env: Mapping[str, str]
-) -> None:
-    """Refuse repeated task names, mount names, mount paths or secrets, and env/secret clashes.
-
-    Raises:
-        ValueError: Something is repeated; the message names it.
-    """
-    for what, values in (
-        ("task name", tasks),
-        ("mount name", [m.name for m in mounts]),
-        ("mount path", [m.path for m in mounts]),
-        ("secret", list(secrets)),
-    ):
-        repeated = sorted({v for v in values if values.count(v) > 1})
-        if repeated:
-            raise ValueError(f"{what}s must be unique; repeated: {', '.join(repeated)}")
-    clash = sorted(set(secrets) & set(env))
-    if clash:
-        raise ValueError(f"{', '.join(clash)} named both in env and in secrets; keep one")
-
-
 def runtime_fields(runtime: object) -> object:
     """A ``JaxRuntime``'s settings as ``JobSpec.runtime`` holds them (JSON); anything else as is.
 
@@ -307,7 +286,8 @@ def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":
 
     Raises:
         UnknownPlatformError: A ``platforms`` entry is not in ``KNOWN_PLATFORMS``.
-        RuntimeFieldError: A key is not a ``JaxRuntime`` field, or ``JaxRuntime`` refused a value.
+        RuntimeFieldError: A key is not a ``JaxRuntime`` field, or ``JaxRuntime`` refused a value
+            (an XLA flag given twice with two values among them).
 
     Example:
         >>> from substrax.compute._spec import jax_runtime
@@ -320,7 +300,7 @@ def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":
     """
     import dataclasses  # noqa: PLC0415
 
-    from substrax.runtime import JaxRuntime  # noqa: PLC0415
+    from substrax.runtime import JaxRuntime, RuntimeConfigurationError  # noqa: PLC0415
 
     known = {f.name for f in dataclasses.fields(JaxRuntime)}
     unknown = sorted(set(fields) - known)
@@ -340,7 +320,7 @@ def jax_runtime(fields: Mapping[str, Any]) -> "JaxRuntime":
             kwargs[key] = value
     try:
         runtime = JaxRuntime(**kwargs)
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RuntimeConfigurationError) as error:
         raise RuntimeFieldError(str(error)) from error
     for platform in runtime.platforms or ():
         if platform not in KNOWN_PLATFORMS:

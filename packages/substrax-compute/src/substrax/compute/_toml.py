@@ -75,6 +75,27 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigFileError(path, error.strerror or str(error)) from None
 
 
+_KINDS: Mapping[type, str] = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a float",
+    list: "an array",
+    dict: "a table",
+}
+
+
+def toml_kind(value: object) -> str:
+    """What ``value`` is, in TOML's words (``"a string"``), for a refusal.
+
+    Example:
+        >>> from substrax.compute._toml import toml_kind
+        >>> toml_kind("x"), toml_kind([1]), toml_kind(True)
+        ('a string', 'an array', 'a boolean')
+    """
+    return _KINDS.get(type(value), f"a {type(value).__name__}")
+
+
 def model_at(loc: tuple[int | str, ...], root: "type[BaseModel]") -> "type[BaseModel] | None":
     """The model class the key path ``loc`` points into, walking ``root``'s annotations."""
     from pydantic import BaseModel  # noqa: PLC0415 - only when a config is validated
