@@ -308,6 +308,9 @@ def _error_samples() -> list[BaseException]:
         ),
         runtime.RuntimeConfigurationError("platforms are read when jax starts"),
         runtime.XlaFlagConflictError("--a", None, "2"),
+        runtime.EnvironmentConflictError(
+            variable="JAX_PLATFORMS", given="cpu", required="tpu", setter="JaxRuntime", fix="x"
+        ),
         devices.UnknownHardwareError(devices.HardwareType.H100, device_kind="NVIDIA H100"),
         devices.BatchDimensionError(path="['x']", shape=(12, 2), batch_axis=0, parts=8),
         devices.BatchDtypeError(path="['when']", dtype="datetime64[s]"),

@@ -128,3 +128,16 @@ def test_xla_flags_are_checked_at_construction():
     with pytest.raises(TypeError, match="tuple of flags"):
         JaxRuntime(xla_flags=["--a=1"])  # type: ignore[arg-type]
     assert JaxRuntime(xla_flags=("--a=1", "--a=1")).xla_flags == ("--a=1", "--a=1")
+
+
+def test_cpu_devices_and_the_device_count_flag_must_agree():
+    # two counts for one setting: jax took cpu_devices and dropped the flag without a word
+    flag = "--xla_force_host_platform_device_count"
+    with pytest.raises(ValueError, match=rf"JAX_NUM_CPU_DEVICES=4 .* {flag}=8 .* two CPU device"):
+        JaxRuntime(cpu_devices=4, xla_flags=(f"{flag}=8",))
+    assert JaxRuntime(cpu_devices=4, xla_flags=(f"{flag}=4",)).cpu_devices == 4
+
+
+def test_a_quoted_xla_flag_value_is_accepted():
+    runtime = JaxRuntime(xla_flags=('--xla_dump_to="/tmp/a b"',))
+    assert runtime.xla_flags == ('--xla_dump_to="/tmp/a b"',)

@@ -21,6 +21,7 @@ from substrax.devices import (
     place_on_device,
     visible_devices,
 )
+from substrax.runtime import RuntimeConfigurationError
 
 
 @pytest.mark.parametrize(
@@ -36,6 +37,45 @@ from substrax.devices import (
 def test_kind_from_platform(kind, platforms):
     for platform in platforms:
         assert DeviceKind.from_platform(platform) is kind, platform
+
+
+def test_detect_devices_names_jax_platforms_when_jax_started_no_backend(monkeypatch):
+    # JAX_PLATFORMS=cuda without a GPU or the CUDA plugin: jax's bare AssertionError came through
+    from substrax.devices import _info
+
+    def no_backend(backend=None):
+        raise AssertionError
+
+    monkeypatch.setattr(_info, "visible_devices", no_backend)
+    platforms = jax.config.jax_platforms
+    if not platforms:
+        with pytest.raises(AssertionError):
+            detect_devices()
+        return
+    with pytest.raises(RuntimeConfigurationError, match=r"JAX_PLATFORMS=.*jax\[cuda12\]") as info:
+        detect_devices()
+    assert f"JAX_PLATFORMS={platforms!r}" in str(info.value)
+    assert "set JAX_PLATFORMS=cpu" in str(info.value)
+    assert isinstance(info.value.__cause__, AssertionError)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_detect_devices_with_cuda_and_no_gpu_raises_the_project_error(child):
+    from substrax.runtime.managed_env import nvidia_gpu_visible
+
+    if nvidia_gpu_visible():
+        pytest.skip("a GPU is visible: jax may start cuda here")
+    program = (
+        "import json\n"
+        "from substrax.devices import detect_devices\n"
+        "from substrax.runtime import RuntimeConfigurationError\n"
+        "try:\n"
+        "    detect_devices()\n"
+        "except RuntimeConfigurationError as error:\n"
+        "    print(json.dumps(str(error)))\n"
+    )
+    message = child(program, env={"JAX_PLATFORMS": "cuda"})
+    assert message.startswith("jax started none of the platforms JAX_PLATFORMS='cuda'")
 
 
 def test_detect_devices_reads_the_emulated_cpus():

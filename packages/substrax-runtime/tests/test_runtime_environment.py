@@ -1,6 +1,10 @@
+import pickle
+from pathlib import Path
+
 import pytest
 
 from substrax.runtime import (
+    EnvironmentConflictError,
     JaxRuntime,
     RuntimeConfigurationError,
     XlaFlagConflictError,
@@ -145,7 +149,7 @@ def test_child_environment_drops_inherited_jax_settings():
 def test_child_environment_env_then_runtime():
     child = child_environment(
         JaxRuntime(xla_flags=("--b",), platforms=("cpu",)),
-        {"XLA_FLAGS": "--a=1", "JAX_PLATFORMS": "tpu", "EXTRA": "1"},
+        {"XLA_FLAGS": "--a=1", "JAX_PLATFORMS": " cpu", "EXTRA": "1"},
         parent={"HOME": "/h"},
     )
     assert child == {
@@ -155,6 +159,94 @@ def test_child_environment_env_then_runtime():
         "EXTRA": "1",
         **CACHE,
     }
+
+
+@pytest.mark.parametrize(
+    ("runtime", "variable", "given", "required"),
+    [
+        (JaxRuntime(platforms=("tpu",)), "JAX_PLATFORMS", "cpu", "tpu"),
+        (JaxRuntime(enable_x64=False), "JAX_ENABLE_X64", "1", "false"),
+        (JaxRuntime(cpu_devices=4), "JAX_NUM_CPU_DEVICES", "8", "4"),
+        (JaxRuntime(memory_fraction=0.5), "XLA_CLIENT_MEM_FRACTION", "0.9", "0.5"),
+        (JaxRuntime(compilation_cache=False), "JAX_ENABLE_COMPILATION_CACHE", "true", "false"),
+        (JaxRuntime(compilation_cache_dir=Path("/a")), "JAX_COMPILATION_CACHE_DIR", "/b", "/a"),
+    ],
+)
+def test_an_env_value_the_runtime_sets_otherwise_is_refused_naming_both(
+    runtime, variable, given, required
+):
+    # the runtime's value replaced env's without a word, while an XLA flag conflict was refused
+    with pytest.raises(EnvironmentConflictError) as info:
+        child_environment(runtime, {variable: given}, parent={})
+    error = info.value
+    assert (error.variable, error.given, error.required) == (variable, given, required)
+    assert isinstance(error, ValueError)
+    assert isinstance(error, RuntimeConfigurationError)
+    message = str(error)
+    assert f"{variable}={given!r}" in message
+    assert repr(required) in message
+    assert "JaxRuntime." in message
+    assert f"drop {variable} from env" in message
+    copy = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own error, round-tripped
+    assert str(copy) == message
+
+
+@pytest.mark.parametrize(
+    ("runtime", "variable", "given"),
+    [
+        (JaxRuntime(enable_x64=True), "JAX_ENABLE_X64", "1"),
+        (JaxRuntime(enable_x64=False), "JAX_ENABLE_X64", "False"),
+        (JaxRuntime(cpu_devices=8), "JAX_NUM_CPU_DEVICES", " 8"),
+        (JaxRuntime(platforms=("cuda", "cpu")), "JAX_PLATFORMS", "cuda, cpu"),
+        (JaxRuntime(memory_fraction=0.5), "XLA_CLIENT_MEM_FRACTION", ".50"),
+        (JaxRuntime(compilation_cache_dir=Path("/a")), "JAX_COMPILATION_CACHE_DIR", "/a/"),
+    ],
+)
+def test_an_env_value_that_means_what_the_runtime_sets_is_accepted(runtime, variable, given):
+    child = child_environment(runtime, {variable: given}, parent={})
+    assert child[variable] == runtime_environment(runtime, {})[variable]
+
+
+def test_a_device_count_flag_jax_would_ignore_is_refused_naming_both():
+    # xla_flags asked for 4 devices; JAX_NUM_CPU_DEVICES=8 won, and the process had 8
+    flag = "--xla_force_host_platform_device_count"
+    runtime = JaxRuntime(xla_flags=(f"{flag}=4",), compilation_cache=False)
+    with pytest.raises(RuntimeConfigurationError, match=rf"JAX_NUM_CPU_DEVICES=8 .* {flag}=4"):
+        runtime_environment(runtime, {"JAX_NUM_CPU_DEVICES": "8"})
+    with pytest.raises(RuntimeConfigurationError, match="two CPU device counts"):
+        child_environment(runtime, {"JAX_NUM_CPU_DEVICES": "8"}, parent={})
+    for agreeing in ("4", "-1"):
+        env = runtime_environment(runtime, {"JAX_NUM_CPU_DEVICES": agreeing})
+        assert env["XLA_FLAGS"] == f"{flag}=4"
+    # env's flag against the runtime's cpu_devices: jax would take cpu_devices
+    with pytest.raises(RuntimeConfigurationError, match=r"cpu_devices\) and .*=4 \(env's"):
+        child_environment(JaxRuntime(cpu_devices=8), {"XLA_FLAGS": f"{flag}=4"}, parent={})
+    kept = child_environment(JaxRuntime(cpu_devices=4), {"XLA_FLAGS": f"{flag}=4"}, parent={})
+    assert kept["JAX_NUM_CPU_DEVICES"] == "4"
+
+
+def test_apply_runtime_keeps_a_cache_directory_set_through_jax_config(tmp_path):
+    # apply_runtime(JaxRuntime(enable_x64=...)) reset it to the default directory
+    import jax
+
+    before = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    try:
+        apply_runtime(JaxRuntime(enable_x64=jax.config.jax_enable_x64), environ={})
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_apply_runtime_after_import_refuses_a_device_count_flag_jax_ignores():
+    import jax
+
+    count = jax.config.jax_num_cpu_devices
+    if count in (-1, 3):
+        pytest.skip("the session's jax takes the flag's count")
+    flag = "--xla_force_host_platform_device_count=3"
+    with pytest.raises(RuntimeConfigurationError, match=rf"JAX_NUM_CPU_DEVICES={count} .*=3"):
+        apply_runtime(JaxRuntime(xla_flags=(flag,)), environ={"XLA_FLAGS": flag})
 
 
 def test_child_environment_conflict_raises_before_the_child_starts():

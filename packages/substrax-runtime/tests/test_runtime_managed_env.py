@@ -279,3 +279,54 @@ def test_runs_as_a_module(tmp_path):
         timeout=60,
     )
     assert f"export P_ENV_ROOT={tmp_path}" in output.read_text()
+
+
+def test_the_deprecated_memory_fraction_is_written_under_its_current_name():
+    # both were written, and jax refuses to start a GPU with both set
+    env = managed_environment(
+        "P", "cuda12", env_root="/p", overrides={"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9"}
+    )
+    assert env["XLA_CLIENT_MEM_FRACTION"] == "0.9"
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in env
+    assert "XLA_PYTHON_CLIENT_MEM_FRACTION" not in env["P_MANAGED_ENV_VARS"].split()
+    both = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.9", "XLA_CLIENT_MEM_FRACTION": "0.9"}
+    assert managed_environment("P", "cuda12", env_root="/p", overrides=both) == env
+    both["XLA_CLIENT_MEM_FRACTION"] = "0.5"
+    with pytest.raises(ValueError, match=r"two values; pass only --set XLA_CLIENT_MEM_FRACTION"):
+        managed_environment("P", "cuda12", env_root="/p", overrides=both)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("P_BACKEND", "cuda12", "pass --backend instead"),
+        ("P_ENV_ROOT", "/elsewhere", "pass --env-root instead"),
+        ("P_MANAGED_ENV_VARS", "A", "the variables it manages"),
+    ],
+)
+def test_a_set_that_contradicts_what_the_file_writes_itself_is_refused(name, value, says):
+    # --set P_BACKEND=cuda12 with --backend cpu wrote a file that said cuda12 and ran on cpu
+    with pytest.raises(ValueError, match=rf"--set {name}='{value}'.*{says}"):
+        managed_environment("P", "cpu", env_root="/p", overrides={name: value})
+    agreeing = {"P_BACKEND": "cpu", "P_ENV_ROOT": "/p"}
+    assert managed_environment("P", "cpu", env_root="/p", overrides=agreeing)["P_BACKEND"] == "cpu"
+
+
+def test_show_refuses_an_invalid_prefix_with_exit_2(tmp_path, capsys):
+    env_file = tmp_path / "e.env"
+    env_file.write_text("A=1\n")
+    assert main(["show", "--prefix", "p", "--env-file", str(env_file)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"{PREFIX}prefix 'p' must be upper-case")
+
+
+def test_an_empty_backend_is_refused(tmp_path, capsys):
+    output = tmp_path / "e.env"
+    with pytest.raises(SystemExit) as info:
+        main(["write", "--prefix", "P", "--backend", "", "--output", str(output)])
+    assert info.value.code == 2
+    assert "invalid choice: ''" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="backend '' must be cpu, cuda12 or metal"):
+        managed_environment("P", "", env_root="/p")  # type: ignore[arg-type]
+    assert not output.exists()

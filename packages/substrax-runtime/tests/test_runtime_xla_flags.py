@@ -77,3 +77,29 @@ def test_merge_refuses_a_bare_string():
 def test_flags_that_are_no_str_are_refused_by_type():
     with pytest.raises(TypeError, match="XLA_FLAGS must be a str"):
         parse_xla_flags(None)
+
+
+def test_a_quoted_value_is_read_as_xla_reads_it():
+    # `--xla_dump_to="/tmp/a b"` was refused as malformed, though XLA's own parser takes it
+    flags = parse_xla_flags('--xla_dump_to="/tmp/a b"  --b=\'x "y\' --c="q\\"d\\\\" --d=e"f')
+    assert flags == {"--xla_dump_to": "/tmp/a b", "--b": 'x "y', "--c": 'q"d\\', "--d": 'e"f'}
+    assert parse_xla_flags('--a="1" --a=1') == {"--a": "1"}  # the same value, quoted or not
+
+
+def test_a_quoted_value_merges_and_is_written_back_quoted():
+    merged = merge_xla_flags('--xla_dump_to="/tmp/a b"', ["--xla_dump_to='/tmp/a b'", "--x"])
+    assert merged == '--xla_dump_to="/tmp/a b" --x'
+    merged = merge_xla_flags("", ['--a="x \\"y\\""', "--b='it is'"])
+    assert merged == '--a="x \\"y\\"" --b="it is"'
+    assert parse_xla_flags(merged) == {"--a": 'x "y"', "--b": "it is"}  # reads back the same
+    with pytest.raises(XlaFlagConflictError, match="'/tmp/a b'"):
+        merge_xla_flags('--xla_dump_to="/tmp/a b"', ["--xla_dump_to=/tmp/c"])
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [('--a="x y', "never closes"), ("--a='x", "never closes"), ('--a="x"y', "after the quoted")],
+)
+def test_a_quote_xla_would_read_otherwise_is_refused(text, says):
+    with pytest.raises(ValueError, match=says):
+        parse_xla_flags(f"--ok {text}")

@@ -138,11 +138,36 @@ def visible_devices(backend: str | None = None) -> Sequence[DeviceLike]:
     return cast("Sequence[DeviceLike]", jax.devices(backend))
 
 
+def _no_backend_error() -> Exception | None:
+    """The error to raise when jax started no backend at all, or ``None`` if it is not that.
+
+    With ``JAX_PLATFORMS=cuda`` and no visible NVIDIA GPU, jax skips the one platform it was
+    asked for and fails on a bare ``AssertionError``.
+    """
+    import jax  # noqa: PLC0415  (see visible_devices)
+
+    from substrax.runtime import RuntimeConfigurationError  # noqa: PLC0415
+
+    platforms = str(jax.config.jax_platforms or "")
+    if not platforms:
+        return None
+    return RuntimeConfigurationError(
+        f"jax started none of the platforms JAX_PLATFORMS={platforms!r} (jax_platforms) names: "
+        "for cuda it needs a visible NVIDIA GPU and jax's CUDA plugin (install jax[cuda12], the "
+        "substrax-runtime[cuda12] extra); on a machine without one, set JAX_PLATFORMS=cpu, or "
+        "unset it to let jax choose"
+    )
+
+
 def detect_devices() -> DeviceInfo:
     """Read the default backend's devices once; errors propagate, never a silent CPU fallback.
 
     Returns:
         The platform, kind, count and hardware names.
+
+    Raises:
+        RuntimeConfigurationError: ``JAX_PLATFORMS`` names only platforms jax could not start
+            (``cuda`` without a visible GPU or without jax's CUDA plugin).
 
     Example:
         >>> from substrax.devices import detect_devices
@@ -150,7 +175,13 @@ def detect_devices() -> DeviceInfo:
         >>> info.platform in {"cpu", "gpu", "tpu", "metal"} and info.count >= 1
         True
     """
-    devices = visible_devices()
+    try:
+        devices = visible_devices()
+    except AssertionError as error:  # jax's own, when it started no backend
+        replacement = _no_backend_error()
+        if replacement is None:
+            raise
+        raise replacement from error
     platform = devices[0].platform
     return DeviceInfo(
         platform=platform,

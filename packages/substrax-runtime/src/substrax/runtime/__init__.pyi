@@ -15,6 +15,7 @@ from ._environment import (
 from ._errors import (
     CoordinatorPortError as CoordinatorPortError,
     DistributedStartupError as DistributedStartupError,
+    EnvironmentConflictError as EnvironmentConflictError,
     RuntimeConfigurationError as RuntimeConfigurationError,
     XlaFlagConflictError as XlaFlagConflictError,
 )

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from substrax.support import check_float, check_int, check_seconds
 
-from ._xla_flags import merge_xla_flags
+from ._xla_flags import (
+    HOST_DEVICE_COUNT_FLAG,
+    device_count_conflict,
+    merge_xla_flags,
+    parse_xla_flags,
+)
 
 
 if TYPE_CHECKING:
@@ -58,7 +63,8 @@ class JaxRuntime:
 
     Raises:
         TypeError: A field has the wrong type (a bool is never a count or a fraction).
-        ValueError: A value is out of range, a path is relative or an XLA flag is malformed.
+        ValueError: A value is out of range, a path is relative, an XLA flag is malformed, or
+            ``cpu_devices`` and ``--xla_force_host_platform_device_count`` ask for two counts.
         XlaFlagConflictError: ``xla_flags`` repeats a flag with two values.
 
     Example:
@@ -103,7 +109,13 @@ class JaxRuntime:
             raise TypeError(
                 f"JaxRuntime.xla_flags must be a tuple of flags, got {self.xla_flags!r}"
             )
-        merge_xla_flags("", self.xla_flags)
+        flag = parse_xla_flags(merge_xla_flags("", self.xla_flags)).get(HOST_DEVICE_COUNT_FLAG)
+        count = None if self.cpu_devices is None else str(self.cpu_devices)
+        conflict = device_count_conflict(
+            count, flag, count_from="JaxRuntime.cpu_devices", flag_from="JaxRuntime.xla_flags"
+        )
+        if conflict is not None:
+            raise ValueError(conflict)
 
     def _check_platforms(self) -> None:
         platforms: object = self.platforms

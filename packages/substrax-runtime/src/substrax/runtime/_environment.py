@@ -7,8 +7,13 @@ from typing import Any
 
 from ._cache import default_compilation_cache_dir
 from ._config import JaxRuntime
-from ._errors import RuntimeConfigurationError
-from ._xla_flags import merge_xla_flags, parse_xla_flags
+from ._errors import EnvironmentConflictError, RuntimeConfigurationError
+from ._xla_flags import (
+    HOST_DEVICE_COUNT_FLAG,
+    device_count_conflict,
+    merge_xla_flags,
+    parse_xla_flags,
+)
 
 
 DEPRECATED_MEMORY_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
@@ -31,6 +36,21 @@ _CONFIG_OPTIONS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("log_compiles", "jax_log_compiles", _as_is),
     ("persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_compile_time_secs", float),
 )
+
+# The JaxRuntime field that renders each variable, for the messages that name it.
+_FIELD_OF: dict[str, str] = {
+    "JAX_PLATFORMS": "platforms",
+    "JAX_NUM_CPU_DEVICES": "cpu_devices",
+    "JAX_COMPILATION_CACHE_DIR": "compilation_cache_dir",
+    "JAX_ENABLE_COMPILATION_CACHE": "compilation_cache",
+    "XLA_PYTHON_CLIENT_PREALLOCATE": "preallocate",
+    "XLA_CLIENT_MEM_FRACTION": "memory_fraction",
+    **{option.upper(): field for field, option, _ in _CONFIG_OPTIONS},
+}
+
+# The words jax reads as a boolean variable's true and false (its ``bool_env``).
+_TRUE_WORDS = frozenset({"1", "t", "true", "y", "yes", "on"})
+_FALSE_WORDS = frozenset({"0", "f", "false", "n", "no", "off"})
 
 
 def _config_values(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[str, tuple[str, str, Any]]:
@@ -81,7 +101,9 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
         XlaFlagConflictError: ``base`` sets one of ``runtime.xla_flags`` to another value.
         RuntimeConfigurationError: A memory fraction is set while ``base`` holds the deprecated
             ``XLA_PYTHON_CLIENT_MEM_FRACTION``, or ``base`` holds a ``JAX_NUM_CPU_DEVICES`` that
-            is not a device count (``"0"``, ``"eight"``) and ``cpu_devices`` does not replace it.
+            is not a device count (``"0"``, ``"eight"``) and ``cpu_devices`` does not replace it,
+            or ``xla_flags``' ``--xla_force_host_platform_device_count`` asks for another count
+            than ``base``'s ``JAX_NUM_CPU_DEVICES`` (which jax would take instead).
 
     Example:
         >>> from substrax.runtime import JaxRuntime, runtime_environment
@@ -103,6 +125,8 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
         env[var] = _bool(value) if isinstance(value, bool) else str(value)
     if runtime.xla_flags:
         env["XLA_FLAGS"] = merge_xla_flags(base.get("XLA_FLAGS", ""), runtime.xla_flags)
+        if runtime.cpu_devices is None:  # with both, JaxRuntime made sure they agree
+            _check_flag_device_count(runtime, base.get("JAX_NUM_CPU_DEVICES"), "the environment")
     if runtime.preallocate is not None:
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = _bool(runtime.preallocate)
     if runtime.memory_fraction is not None:
@@ -114,6 +138,16 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
             )
         env["XLA_CLIENT_MEM_FRACTION"] = repr(float(runtime.memory_fraction))
     return env
+
+
+def _check_flag_device_count(runtime: JaxRuntime, count: str | None, count_from: str) -> None:
+    """Refuse a device-count flag of ``runtime`` that jax would drop for ``count``."""
+    flag = parse_xla_flags(merge_xla_flags("", runtime.xla_flags)).get(HOST_DEVICE_COUNT_FLAG)
+    conflict = device_count_conflict(
+        count, flag, count_from=count_from, flag_from="JaxRuntime.xla_flags"
+    )
+    if conflict is not None:
+        raise RuntimeConfigurationError(conflict)
 
 
 def _check_cpu_device_count(base: Mapping[str, str]) -> None:
@@ -140,7 +174,10 @@ def child_environment(
 
     Starts from ``parent`` (default ``os.environ``) with every ``JAX_*`` and ``XLA_*`` variable
     dropped, so the child does not inherit this process's jax settings; adds ``env``; then lays
-    ``runtime_environment(runtime, ...)`` on top.
+    ``runtime_environment(runtime, ...)`` on top. A variable ``env`` sets that the runtime sets
+    to another value is refused, never replaced; one that means the same (``JAX_ENABLE_X64=1``
+    for ``enable_x64=True``, ``JAX_NUM_CPU_DEVICES=" 8"`` for ``cpu_devices=8``) is kept as
+    the runtime renders it.
 
     Args:
         runtime: The child's settings, or ``None`` for none beyond ``env``.
@@ -152,7 +189,10 @@ def child_environment(
 
     Raises:
         XlaFlagConflictError: ``env`` sets one of ``runtime.xla_flags`` to another value.
-        RuntimeConfigurationError: See ``runtime_environment``.
+        EnvironmentConflictError: ``env`` sets another variable the runtime sets to another
+            value, e.g. ``JAX_PLATFORMS=cpu`` with ``platforms=("tpu",)``.
+        RuntimeConfigurationError: ``env``'s ``--xla_force_host_platform_device_count`` asks
+            for another count than ``cpu_devices``; else see ``runtime_environment``.
 
     Example:
         >>> from substrax.runtime import JaxRuntime, child_environment
@@ -164,10 +204,59 @@ def child_environment(
     child = {
         name: value for name, value in source.items() if not (name.startswith(("JAX_", "XLA_")))
     }
-    child.update(env or {})
+    extra = dict(env or {})
+    child.update(extra)
     if runtime is not None:
-        child.update(runtime_environment(runtime, child))
+        rendered = runtime_environment(runtime, child)
+        _refuse_env_conflicts(runtime, extra, rendered)
+        child.update(rendered)
     return child
+
+
+def _agrees(variable: str, given: str, required: str) -> bool:
+    """Whether jax reads ``given`` as the setting the runtime rendered as ``required``."""
+    text = given.strip()
+    if text == required:
+        return True
+    if required in {"true", "false"}:
+        return text.lower() in (_TRUE_WORDS if required == "true" else _FALSE_WORDS)
+    if variable == "JAX_PLATFORMS":
+        return ",".join(p.strip() for p in text.split(",") if p.strip()) == required
+    if variable == "JAX_COMPILATION_CACHE_DIR":
+        return os.path.normpath(text) == os.path.normpath(required)
+    try:
+        return float(text) == float(required)
+    except ValueError:
+        return False
+
+
+def _refuse_env_conflicts(
+    runtime: JaxRuntime, env: Mapping[str, str], rendered: Mapping[str, str]
+) -> None:
+    """Raise for a variable ``env`` gives another value than the runtime renders for it."""
+    for variable, required in rendered.items():
+        given = env.get(variable)
+        # XLA_FLAGS is merged by flag name: a flag with two values raised already
+        if given is None or variable == "XLA_FLAGS" or _agrees(variable, given, required):
+            continue
+        field = _FIELD_OF.get(variable, variable)
+        raise EnvironmentConflictError(
+            variable=variable,
+            given=given,
+            required=required,
+            setter=f"JaxRuntime.{field}",
+            fix=f"set it in one place: drop {variable} from env, or change the runtime's {field}",
+        )
+    if runtime.cpu_devices is not None:
+        flag = parse_xla_flags(env.get("XLA_FLAGS", "")).get(HOST_DEVICE_COUNT_FLAG)
+        conflict = device_count_conflict(
+            str(runtime.cpu_devices),
+            flag,
+            count_from="JaxRuntime.cpu_devices",
+            flag_from="env's XLA_FLAGS",
+        )
+        if conflict is not None:
+            raise RuntimeConfigurationError(conflict)
 
 
 def _jax_is_imported() -> bool:
@@ -181,7 +270,9 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
     ``os.environ``) and jax reads them when it loads. Once jax is imported, ``platforms``,
     ``xla_flags``, ``preallocate`` and ``memory_fraction`` are refused unless ``environ``
     already holds exactly those values (they are read only when jax starts); the rest go
-    through ``jax.config.update``.
+    through ``jax.config.update``: only the fields the runtime gives, so a setting made with
+    ``jax.config.update`` stays, and the default compilation cache directory fills in only when
+    jax has none.
 
     Args:
         runtime: The settings to apply.
@@ -204,6 +295,9 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
     _refuse_startup_settings(runtime, target)
     import jax  # noqa: PLC0415 - jax is already imported; this only binds the name
 
+    if runtime.xla_flags and runtime.cpu_devices is None:
+        _check_flag_device_count(runtime, str(jax.config.jax_num_cpu_devices), "jax's config")
+
     if runtime.cpu_devices is not None and jax.config.jax_num_cpu_devices != runtime.cpu_devices:
         try:
             jax.config.update("jax_num_cpu_devices", runtime.cpu_devices)
@@ -212,8 +306,13 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
                 f"cpu_devices={runtime.cpu_devices} cannot be applied: jax has already started "
                 f"its backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
             ) from error
+    # a cache directory jax already has (from its environment, or jax.config.update) is kept:
+    # only the runtime's own compilation_cache_dir replaces it
+    base = dict(target)
+    if current_dir := jax.config.jax_compilation_cache_dir:
+        base["JAX_COMPILATION_CACHE_DIR"] = str(current_dir)
     changed = False
-    for _, name, value in _config_values(runtime, target).values():
+    for _, name, value in _config_values(runtime, base).values():
         changed |= "compilation_cache" in name and getattr(jax.config, name) != value
         jax.config.update(name, value)
     if changed:  # jax sets its cache up at the first compile: a new directory needs a reset

@@ -47,6 +47,44 @@ class XlaFlagConflictError(_SubstraxRuntimeError, RuntimeConfigurationError):
         )
 
 
+class EnvironmentConflictError(
+    _SubstraxRuntimeError, RuntimeConfigurationError, ValueError, kw_only=True
+):
+    """A variable given one value in a process's ``env`` and another by a setting substrax applies.
+
+    A value substrax must set is never replaced silently: ``child_environment`` raises it when
+    ``env`` sets a variable the runtime sets to another value (``JAX_PLATFORMS=cpu`` against
+    ``platforms=("tpu",)``); one that means the same (``JAX_ENABLE_X64=1`` for
+    ``enable_x64=True``) is accepted. It is a ``ValueError`` too: the value given is wrong.
+
+    Attributes:
+        variable: The variable's name, e.g. ``"JAX_PLATFORMS"``.
+        given: The value ``env`` gives it.
+        required: The value substrax sets; ``None`` where substrax leaves it unset.
+        setter: What sets it, e.g. ``"JaxRuntime.platforms"``.
+        fix: Where to set it instead.
+
+    Example:
+        >>> from substrax.runtime import EnvironmentConflictError
+        >>> error = EnvironmentConflictError(
+        ...     variable="JAX_PLATFORMS", given="cpu", required="tpu",
+        ...     setter="JaxRuntime.platforms", fix="set it in one place",
+        ... )
+        >>> print(error)
+        env sets JAX_PLATFORMS='cpu', but JaxRuntime.platforms sets it to 'tpu'; set it in one place
+    """
+
+    variable: str
+    given: str
+    required: str | None
+    setter: str
+    fix: str
+
+    def _message(self) -> str:
+        wanted = "leaves it unset" if self.required is None else f"sets it to {self.required!r}"
+        return f"env sets {self.variable}={self.given!r}, but {self.setter} {wanted}; {self.fix}"
+
+
 def _shown(value: str | None) -> str:
     return "a bare flag" if value is None else repr(value)
 

@@ -23,6 +23,8 @@ _JAX_VARIABLES = (
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "XLA_CLIENT_MEM_FRACTION",
 )
+_MEMORY_FRACTION = "XLA_CLIENT_MEM_FRACTION"
+_DEPRECATED_MEMORY_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 
 
 def nvidia_gpu_visible(*, timeout: float = 10.0) -> bool:
@@ -82,7 +84,13 @@ def resolve_backend(
     return "cpu"
 
 
-def _check_prefix(prefix: str) -> None:
+def check_prefix(prefix: str) -> None:
+    """Refuse a prefix that does not start a shell variable's name (``P``, ``MY_PROJ``).
+
+    Raises:
+        ValueError: ``prefix`` is not upper-case ASCII letters, digits and underscores, or
+            starts with a digit.
+    """
     if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", prefix):  # a shell variable name's start
         raise ValueError(
             f"prefix {prefix!r} must be upper-case ASCII letters, digits and underscores, "
@@ -133,7 +141,10 @@ def managed_environment(
         prefix: The project's prefix, e.g. ``"SUBSTRAX"``.
         backend: ``cpu``, ``cuda12`` or ``metal``.
         env_root: The project's root, exported as ``<P>_ENV_ROOT``.
-        overrides: Extra ``NAME: value`` pairs (``--set``), managed too.
+        overrides: Extra ``NAME: value`` pairs (``--set``), managed too; the deprecated
+            ``XLA_PYTHON_CLIENT_MEM_FRACTION`` is written as ``XLA_CLIENT_MEM_FRACTION`` (jax
+            refuses both), and ``<P>_BACKEND``/``<P>_ENV_ROOT`` only where they agree with
+            ``backend``/``env_root``.
         project_root: ``env_root`` under its substrax 0.1.22 name.
         extra: ``overrides`` under its substrax 0.1.22 name.
 
@@ -143,8 +154,9 @@ def managed_environment(
     Raises:
         TypeError: Neither ``env_root`` nor ``project_root`` is given, or a setting is given
             under both its names.
-        ValueError: The prefix, backend or an override name is invalid, or an override's value
-            holds a line break or NUL.
+        ValueError: The prefix, backend or an override name is invalid, an override's value
+            holds a line break or NUL, an override contradicts ``backend``, ``env_root`` or
+            the managed list, or both memory-fraction names are given two values.
 
     Example:
         >>> from substrax.runtime.managed_env import managed_environment
@@ -159,7 +171,7 @@ def managed_environment(
         raise TypeError(
             "managed_environment needs the project's root: pass env_root= (0.1.22: project_root=)"
         )
-    _check_prefix(prefix)
+    check_prefix(prefix)
     if backend not in ("cpu", "cuda12", "metal"):
         raise ValueError(f"backend {backend!r} must be cpu, cuda12 or metal (resolve auto first)")
     env: dict[str, str | None] = {f"{prefix}_BACKEND": backend, f"{prefix}_ENV_ROOT": env_root}
@@ -172,14 +184,44 @@ def managed_environment(
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         env["XLA_CLIENT_MEM_FRACTION"] = "0.75"
     _check_value(f"{prefix}_ENV_ROOT", env_root)
-    for name, value in (overrides or {}).items():
+    managed = f"{prefix}_MANAGED_ENV_VARS"
+    for name, value in _overrides(overrides or {}).items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"--set name {name!r} is not a shell variable name (ASCII)")
         _check_value(name, value)
+        if name == managed:
+            raise ValueError(
+                f"--set {name}={value!r}: the file writes {name} itself (the variables it "
+                "manages); drop the --set"
+            )
+        own = {f"{prefix}_BACKEND": "--backend", f"{prefix}_ENV_ROOT": "--env-root"}
+        if name in own and env[name] != value:
+            raise ValueError(
+                f"--set {name}={value!r} contradicts the {name}={env[name]!r} the file writes "
+                f"itself; drop the --set (pass {own[name]} instead)"
+            )
         env[name] = value
-    managed = f"{prefix}_MANAGED_ENV_VARS"
     env[managed] = " ".join(sorted([*env, managed]))
     return env
+
+
+def _overrides(overrides: Mapping[str, str]) -> dict[str, str]:
+    """``overrides`` with the deprecated memory-fraction name written as the current one.
+
+    jax refuses to start on a GPU when both names are set, so the file holds one.
+    """
+    result = dict(overrides)
+    if _DEPRECATED_MEMORY_FRACTION not in result:
+        return result
+    value = result.pop(_DEPRECATED_MEMORY_FRACTION)
+    current = result.setdefault(_MEMORY_FRACTION, value)
+    if current != value:
+        raise ValueError(
+            f"--set {_DEPRECATED_MEMORY_FRACTION}={value!r} and --set {_MEMORY_FRACTION}="
+            f"{current!r} set one setting (the first is its deprecated name) to two values; "
+            f"pass only --set {_MEMORY_FRACTION}=..."
+        )
+    return result
 
 
 def render(env: Mapping[str, str | None]) -> str:

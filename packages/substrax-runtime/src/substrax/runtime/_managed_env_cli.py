@@ -24,7 +24,13 @@ from substrax.support import (
     write_atomically,
 )
 
-from ._managed_env import BACKEND_CHOICES, managed_environment, render, resolve_backend
+from ._managed_env import (
+    BACKEND_CHOICES,
+    check_prefix,
+    managed_environment,
+    render,
+    resolve_backend,
+)
 
 
 PROG = "python -m substrax.runtime.managed_env"
@@ -75,6 +81,10 @@ def _read_shell_file(path: Path) -> dict[str, str | None]:
 
 
 def _show(args: argparse.Namespace) -> int:
+    try:
+        check_prefix(args.prefix)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
     env_file: Path = args.env_file
     env = _read_shell_file(env_file)
     managed = set((env.get(f"{args.prefix}_MANAGED_ENV_VARS") or "").split())

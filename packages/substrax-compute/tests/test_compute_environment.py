@@ -1,0 +1,136 @@
+"""What a task's process sees: ``task_environment`` laid over the worker's own environment."""
+
+from pathlib import Path
+
+import pytest
+
+from substrax.compute import JobSpec, Task
+from substrax.compute._environment import task_environment
+from substrax.runtime import (
+    EnvironmentConflictError,
+    RuntimeConfigurationError,
+    XlaFlagConflictError,
+    default_compilation_cache_dir,
+)
+
+
+DISTRIBUTED = {
+    "JAX_COORDINATOR_ADDRESS": "10.0.0.1:8476",
+    "JAX_NUM_PROCESSES": "2",
+    "JAX_PROCESS_ID": "1",
+}
+TASK_DIR = Path("/runs/r/outputs/t")
+
+
+def _spec(**fields):
+    task = Task(name="t", argv=("python", "-c", "pass"), timeout_seconds=5)
+    return JobSpec(name="j", tasks=(task,), timeout_seconds=5, **fields)
+
+
+def _jax(env):
+    return {name: value for name, value in env.items() if name.startswith(("JAX_", "XLA_"))}
+
+
+def test_a_one_node_task_drops_the_submitting_shells_distributed_variables():
+    # they were carried over, and initialize_distributed waited for peers that never came
+    env = task_environment(_spec(), TASK_DIR, parent={"HOME": "/h", **DISTRIBUTED})
+    assert not set(DISTRIBUTED) & set(env)
+    assert env["HOME"] == "/h"
+
+
+def test_a_multi_node_task_gets_the_distributed_variables_its_backend_set():
+    parent = {"SUBSTRAX_NODE_RANK": "1", **DISTRIBUTED}
+    env = task_environment(_spec(nodes=2), TASK_DIR, parent=parent)
+    assert {name: env[name] for name in DISTRIBUTED} == DISTRIBUTED
+    assert env["SUBSTRAX_NODE_RANK"] == "1"
+
+
+def test_the_users_compilation_cache_directory_is_kept(tmp_path):
+    # it was replaced by the default directory, though runtime.md says it is left alone
+    parent = {"JAX_COMPILATION_CACHE_DIR": "/srv/cache"}
+    env = task_environment(_spec(), TASK_DIR, parent=parent)
+    assert env["JAX_COMPILATION_CACHE_DIR"] == "/srv/cache"
+    # the job's own directory, or its cache turned off, still decides
+    own = _spec(runtime={"compilation_cache_dir": str(tmp_path)})
+    assert task_environment(own, TASK_DIR, parent=parent)["JAX_COMPILATION_CACHE_DIR"] == str(
+        tmp_path
+    )
+    off = task_environment(_spec(runtime={"compilation_cache": False}), TASK_DIR, parent=parent)
+    assert "JAX_COMPILATION_CACHE_DIR" not in off
+    assert off["JAX_ENABLE_COMPILATION_CACHE"] == "false"
+    default = task_environment(_spec(), TASK_DIR, parent={})
+    assert default["JAX_COMPILATION_CACHE_DIR"] == str(default_compilation_cache_dir())
+
+
+@pytest.mark.parametrize(
+    ("env", "runtime", "refusal"),
+    [
+        (
+            {"JAX_PLATFORMS": "cpu"},
+            {"platforms": ["tpu"]},
+            ("JAX_PLATFORMS", "cpu", "tpu", "as platforms in the runtime table"),
+        ),
+        (
+            {"JAX_ENABLE_X64": "1"},
+            {"enable_x64": False},
+            ("JAX_ENABLE_X64", "1", "false", "as enable_x64 in the runtime table"),
+        ),
+        (
+            {"AVITAI_OUTPUT_DIR": "/tmp/mine"},
+            {},
+            ("AVITAI_OUTPUT_DIR", "/tmp/mine", str(TASK_DIR), "drop it from the job's env"),
+        ),
+    ],
+)
+def test_a_job_env_entry_substrax_sets_otherwise_is_refused_naming_both(env, runtime, refusal):
+    # each was replaced by the runtime's or the worker's value without a word
+    variable, given, required, says = refusal
+    spec = _spec(env=env, runtime=runtime)
+    with pytest.raises(EnvironmentConflictError) as info:
+        task_environment(spec, TASK_DIR, parent={})
+    error = info.value
+    assert (error.variable, error.given, error.required) == (variable, given, required)
+    assert isinstance(error, ValueError)  # the worker fails the task with it and goes on
+    assert f"{variable}={given!r}" in str(error)
+    assert repr(required) in str(error)
+    assert says in str(error)
+
+
+def test_a_job_env_entry_that_agrees_with_substrax_is_accepted():
+    spec = _spec(
+        env={"JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "1", "AVITAI_OUTPUT_DIR": str(TASK_DIR)},
+        runtime={"platforms": ["cpu"], "enable_x64": True},
+    )
+    env = task_environment(spec, TASK_DIR, parent={})
+    assert env["AVITAI_OUTPUT_DIR"] == str(TASK_DIR)
+    assert _jax(env) == {
+        "JAX_PLATFORMS": "cpu",
+        "JAX_ENABLE_X64": "true",
+        "JAX_COMPILATION_CACHE_DIR": str(default_compilation_cache_dir()),
+    }
+
+
+def test_distributed_variables_in_the_job_env_are_refused_unless_they_agree():
+    one_node = _spec(env={"JAX_NUM_PROCESSES": "2"})
+    with pytest.raises(EnvironmentConflictError, match=r"1-node job .* leaves it unset; set nodes"):
+        task_environment(one_node, TASK_DIR, parent={})
+    two_nodes = _spec(nodes=2, env={"JAX_NUM_PROCESSES": "3"})
+    with pytest.raises(EnvironmentConflictError, match=r"'3', but the backend.* sets it to '2'"):
+        task_environment(two_nodes, TASK_DIR, parent=DISTRIBUTED)
+    agreeing = _spec(nodes=2, env={"JAX_NUM_PROCESSES": "2"})
+    assert task_environment(agreeing, TASK_DIR, parent=DISTRIBUTED)["JAX_NUM_PROCESSES"] == "2"
+
+
+def test_a_runtime_refusal_reaches_the_worker_as_a_value_error_naming_the_job():
+    # a RuntimeError went past the worker's handling of a task that cannot start
+    from substrax.compute._environment import _job_runtime_error
+
+    spec = _spec()
+    flag = _job_runtime_error(spec, XlaFlagConflictError("--a", "1", "2"))
+    assert isinstance(flag, EnvironmentConflictError)
+    assert (flag.variable, flag.given, flag.required) == ("XLA_FLAGS", "--a=1", "--a=2")
+    assert "xla_flags" in str(flag)
+    other = _job_runtime_error(spec, RuntimeConfigurationError("two CPU device counts"))
+    assert isinstance(other, ValueError)
+    assert "job 'j'" in str(other)
+    assert "two CPU device counts" in str(other)
