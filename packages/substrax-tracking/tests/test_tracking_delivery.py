@@ -122,6 +122,23 @@ def test_records_are_held_for_the_batch_interval_and_sent_in_one_batch(make, wal
     assert sink.attempts == 1
 
 
+def test_a_healthy_sender_sends_once_per_send_interval_and_at_once_for_a_flush(
+    make, wait_for, wall_clock
+):
+    sink = Sink()
+    delivery = make(sink, batch_interval=0.01, send_interval=60)
+    delivery.submit(record(0))
+    wait_for(lambda: steps(sink.received) == [0])  # the first pass goes at once
+    for step in range(1, 5):
+        delivery.submit(record(step))
+    assert delivery.persist(10)  # on disk, but the next pass is 60 s after the first
+    wall_clock.sleep(0.3)
+    assert steps(sink.received) == [0]
+    assert delivery.spooled == 4
+    assert delivery.flush(30)
+    assert steps(sink.received) == list(range(5))
+
+
 def test_held_records_go_without_a_flush_once_the_interval_passed_or_a_batch_is_full(
     make, wait_for
 ):

@@ -18,7 +18,7 @@ from ._records import Record, Scalar, as_record, prefetch_scalars
 from ._replay import run_replay
 from ._send import deliver_in_memory, describe_error, run_of, target_key
 from ._sink import Sink
-from ._spool_writer import Backoff, SpoolWriter, lower_priority
+from ._spool_writer import Backoff, SpoolWriter, start_worker
 
 
 __all__ = ["AsyncDelivery"]
@@ -46,7 +46,9 @@ class AsyncDelivery:
     values (an on-device array too) and appends it to the spool, at most ``batch_interval``
     seconds later (sooner once ``max_queue`` records wait, and at once on :meth:`flush`,
     :meth:`persist` and :meth:`close`). The sender thread sends the spool to the sink as
-    ``replay`` does, in order and in batches, removing what arrived and setting aside what the
+    ``replay`` does, in order and in batches (one pass every ``send_interval`` seconds at most,
+    at once for a flush or close: a backend's cost per call, as MLflow's HTTP request, is paid
+    less often), removing what arrived and setting aside what the
     sink refuses for good; a failing sink is warned about once and retried with backoff. While
     the spool cannot be written (a full disk), records wait in memory, in order, and the sender
     sends them from there. Both threads run at a lower CPU priority than the training threads
@@ -63,13 +65,14 @@ class AsyncDelivery:
         label: str,
         max_queue: int = 1000,
         batch_interval: float = 1.0,
+        send_interval: float = 5.0,
         retry_initial: float = 0.05,
         retry_max: float = 2.0,
     ) -> None:
         self.sink = sink
         self.label = label
         self.max_queue = max_queue
-        self.batch_interval = batch_interval
+        self.batch_interval, self.send_interval = batch_interval, send_interval
         self.delivered = 0
         self.failures = 0
         target = sink.target()
@@ -82,6 +85,8 @@ class AsyncDelivery:
         self._queue: queue.SimpleQueue[Record | Scalar | _Control] = queue.SimpleQueue()
         self._wake = threading.Event()  # wakes the writer
         self._send = threading.Event()  # wakes the sender
+        self._urgent = threading.Event()  # a flush or close waits: the sender sends at once
+        self._next_pass = 0.0  # the sender's next pass, unless urgent (time.monotonic())
         self._passes = threading.Condition()  # the sender's passes, started and done
         self._started = self._done = 0
         self._raw: list[Record] = []  # values not read yet: an image waits for room on disk
@@ -108,9 +113,14 @@ class AsyncDelivery:
             self._spool.follow(target)
 
     def _start(self, loop: Callable[[], bool], name: str) -> threading.Thread:
-        thread = threading.Thread(target=self._guarded, args=(loop,), name=name, daemon=True)
-        thread.start()
-        return thread
+        return start_worker(
+            loop,
+            name,
+            label=self.label,
+            stop=lambda: self._abandoned,
+            first=self._first,
+            pause=self._backoff.longest,
+        )
 
     @property
     def spooled(self) -> int:
@@ -170,6 +180,7 @@ class AsyncDelivery:
         stuck = self._sender.is_alive()
         reading = self._thread.is_alive()  # still waiting for a value: the queue stays unread
         self._abandoned = True
+        self._urgent.set()
         self._send.set()
         lost = self._waiting() + (self._queue.qsize() if reading else 0)
         left = self._spool.count()
@@ -198,28 +209,6 @@ class AsyncDelivery:
         self._warned.add(what)
         return first
 
-    def _guarded(self, loop: Callable[[], bool]) -> None:
-        """Run ``loop`` until it says it is done; an error is reported (once) and the loop goes on."""
-        lower_priority()
-        while not self._abandoned:
-            try:
-                if loop():
-                    return
-            except Exception as error:
-                # A handler that raises (pytest's does) or a traceback that cannot be formatted
-                # (the stdlib's linecache races a library that drops its entries) must not end it.
-                with contextlib.suppress(Exception):
-                    if self._first("worker"):
-                        _logger.warning(
-                            f"{self.label}: a delivery thread met an error "
-                            f"({describe_error(error)}); it goes on, and no record is dropped "
-                            "(this is reported once)",
-                            exc_info=error,
-                        )
-                    else:
-                        _logger.debug("%s: a delivery thread met an error: %r", self.label, error)
-                time.sleep(self._backoff.longest)
-
     # The writer.
 
     def _write_loop(self) -> bool:
@@ -247,6 +236,8 @@ class AsyncDelivery:
                     self._closing.set()
                 control.done.set()
             if controls:
+                if any(control.kind != "persist" for control in controls):
+                    self._urgent.set()  # a flush or close: the sender sends at once
                 self._send.set()
         return any(control.kind == "close" for control in controls)
 
@@ -294,8 +285,11 @@ class AsyncDelivery:
             if not self._backoff.due():  # woken while the sink fails: wait for the next try
                 self._closing.wait(self._backoff.wait())
                 continue
+            self._urgent.wait(self._next_pass - time.monotonic())  # a pass per send_interval
             self._send.clear()
+            self._urgent.clear()
             if not self._closing.is_set():
+                self._next_pass = time.monotonic() + self.send_interval
                 self._send_pass()
         self._finish()
         return True

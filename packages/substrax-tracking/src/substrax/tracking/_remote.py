@@ -97,7 +97,8 @@ class RemoteLogger(Logger):
     Subclasses build their sink (the backend run) and call :meth:`_start`. A call queues a
     record and returns; a worker reads its values (an on-device array too) and writes them
     ahead to :attr:`spool_path`, at most about a second after the call; another sends the
-    spool to the backend in order and in batches, removing what arrived. A failing backend is
+    spool to the backend in order and in batches (one every five seconds at most, at once on
+    :meth:`flush` and :meth:`close`), removing what arrived. A failing backend is
     warned about once (under the ``substrax.tracking`` logger) and retried with backoff.
     :meth:`close` returns within ``close_timeout`` (plus about a second) whatever the backend
     does, leaving what is undelivered in the spool for ``python -m substrax.tracking replay``.

@@ -20,7 +20,7 @@ from ._send import Failures, describe_error
 from ._spool import SpoolFile
 
 
-__all__ = ["Backoff", "SpoolWriter", "lower_priority"]
+__all__ = ["Backoff", "SpoolWriter", "lower_priority", "start_worker"]
 
 _logger = logging.getLogger(__name__)
 
@@ -37,6 +37,46 @@ def lower_priority() -> None:
             os.setpriority(os.PRIO_PROCESS, thread, min(nice + _NICE, 19))  # 19: the lowest
         except OSError as error:  # a sandbox that forbids it
             _logger.debug("could not lower the delivery thread's priority: %s", error)
+
+
+def start_worker(
+    loop: Callable[[], bool],
+    name: str,
+    *,
+    label: str,
+    stop: Callable[[], bool],
+    first: Callable[[str], bool],
+    pause: float,
+) -> threading.Thread:
+    """Start a daemon thread, at a lower priority, that runs ``loop`` until it returns True or ``stop``.
+
+    An error is reported (once, when ``first("worker")``), and the loop goes on ``pause``
+    seconds later: no error ends a delivery thread.
+    """
+
+    def guarded() -> None:
+        lower_priority()
+        while not stop():
+            try:
+                if loop():
+                    return
+            except Exception as error:
+                # A handler that raises (pytest's does) or a traceback that cannot be formatted
+                # (the stdlib's linecache races a library that drops its entries) must not end it.
+                with contextlib.suppress(Exception):
+                    if first("worker"):
+                        _logger.warning(
+                            f"{label}: a delivery thread met an error ({describe_error(error)}); "
+                            "it goes on, and no record is dropped (this is reported once)",
+                            exc_info=error,
+                        )
+                    else:
+                        _logger.debug("%s: a delivery thread met an error: %r", label, error)
+                time.sleep(pause)
+
+    thread = threading.Thread(target=guarded, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 @dataclass
