@@ -4,6 +4,8 @@ network (App.run, Function.spawn, FunctionCall, Volume reads)."""
 import contextlib
 import json
 import re
+import threading
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -13,6 +15,8 @@ from substrax.compute import (
     JobManifest,
     JobSpec,
     ModalBackend,
+    RecordFormatError,
+    RunHandle,
     RunState,
     Task,
     TaskOutcome,
@@ -307,3 +311,177 @@ def test_an_sdk_error_at_submit_is_one_error_naming_the_backend(tmp_path, projec
         "authenticate client."
     )
     assert isinstance(refused.value.__cause__, modal.exception.AuthError)
+
+
+def _handle(tmp_path, submitted_at=None):
+    return RunHandle(
+        run_id="train-20260101T000000Z-abcdef",
+        backend="modal",
+        job="train",
+        project=str(tmp_path),
+        submitted_at=submitted_at or datetime(2026, 1, 1, tzinfo=UTC),
+        details={"app_id": "ap-123", "call_id": "fc-123"},
+    )
+
+
+def _manifest_bytes(status=TaskStatus.SUCCEEDED):
+    outcome = TaskOutcome(name="fit", argv=("python",), status=status, returncode=0, seconds=1.0)
+    manifest = JobManifest(job="train", finished=True, tasks=(outcome,))
+    return json.dumps(manifest.to_dict()).encode()
+
+
+def _volume_holds(monkeypatch, content):
+    """``Volume.read_file`` returns ``content`` (bytes), or raises it (an exception)."""
+
+    def read_file(_self, _path):
+        if isinstance(content, BaseException):
+            raise content
+        return iter([content])
+
+    monkeypatch.setattr(modal.Volume, "read_file", read_file)
+
+
+def _call_is(monkeypatch, call):
+    monkeypatch.setattr(modal.FunctionCall, "from_id", staticmethod(lambda _call_id: call))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        modal.exception.ConnectionError("Could not connect to the Modal server."),
+        modal.exception.AuthError("Token missing. Could not authenticate client."),
+        modal.exception.ServiceError("unavailable"),
+    ],
+    ids=["no-connection", "no-token", "server-error"],
+)
+def test_modal_not_answering_is_no_run_state(tmp_path, monkeypatch, error):
+    _call_is(monkeypatch, _Call(error))
+    with pytest.raises(BackendRequestError) as unknown:
+        _backend(tmp_path).status(_handle(tmp_path))
+    assert str(unknown.value).startswith(
+        "the modal backend could not read the state of run train-20260101T000000Z-abcdef, "
+        f"which may still be running: {type(error).__name__}: "
+    )
+
+
+def test_status_reaching_no_modal_server_gives_up_in_time(tmp_path, monkeypatch):
+    """The real SDK, at a closed port on 127.0.0.1 (no token: it fails at once; with one, it
+    would retry for a minute, cut short by REQUEST_SECONDS)."""
+    monkeypatch.setenv("MODAL_SERVER_URL", "http://127.0.0.1:9")
+    monkeypatch.delenv("MODAL_TOKEN_ID", raising=False)
+    monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
+    monkeypatch.setattr(modal_backend, "REQUEST_SECONDS", 5.0)
+    with pytest.raises(BackendRequestError, match="which may still be running"):
+        _backend(tmp_path).status(_handle(tmp_path))
+
+
+def test_status_waits_on_modal_no_longer_than_request_seconds(tmp_path, monkeypatch):
+    released = threading.Event()
+
+    class _Hanging(_Call):
+        def get(self, timeout=None):  # noqa: ARG002 - FunctionCall.get's signature
+            released.wait(30)  # the SDK retrying a connection
+            raise TimeoutError
+
+    _call_is(monkeypatch, _Hanging(None))
+    monkeypatch.setattr(modal_backend, "REQUEST_SECONDS", 0.1)
+    try:
+        with pytest.raises(BackendRequestError, match=r"Modal did not answer in 0\.1 s"):
+            _backend(tmp_path).status(_handle(tmp_path))
+    finally:
+        released.set()
+
+
+@pytest.mark.parametrize(
+    ("outcome", "volume", "state"),
+    [
+        (TimeoutError(), None, RunState.RUNNING),  # no output yet
+        (modal.exception.FunctionTimeoutError("timed out"), None, RunState.FAILED),
+        (RuntimeError("the worker crashed"), None, RunState.FAILED),
+        (modal.exception.InputCancellation("cancelled"), None, RunState.CANCELLED),
+        (0, modal.exception.NotFoundError("no such file"), RunState.FAILED),  # no manifest
+        (modal.exception.OutputExpiredError(), _manifest_bytes(), RunState.SUCCEEDED),
+        (0, _manifest_bytes(TaskStatus.FAILED), RunState.FAILED),
+    ],
+    ids=["running", "timed-out", "crashed", "cancelled", "no-manifest", "expired", "failed"],
+)
+def test_status_tells_how_the_call_ended(tmp_path, monkeypatch, outcome, volume, state):
+    _call_is(monkeypatch, _Call(outcome))
+    _volume_holds(monkeypatch, volume if volume is not None else AssertionError("not read"))
+    assert _backend(tmp_path).status(_handle(tmp_path)) is state
+
+
+def test_a_manifest_that_cannot_be_read_is_no_failed_run(tmp_path, monkeypatch):
+    _call_is(monkeypatch, _Call(0))
+    backend = _backend(tmp_path)
+    _volume_holds(monkeypatch, modal.exception.ConnectionError("Could not connect."))
+    with pytest.raises(BackendRequestError, match=r"read the manifest of run train-.*unknown"):
+        backend.status(_handle(tmp_path))
+    _volume_holds(monkeypatch, b'{"schema_version": 4, "job": ')
+    with pytest.raises(RecordFormatError, match=r"volume runs: train-.*/manifest\.json: is not"):
+        backend.status(_handle(tmp_path))
+
+
+def test_cancel_cancels_a_run_whose_state_cannot_be_read(tmp_path, monkeypatch):
+    call = _Call(modal.exception.ConnectionError("Could not connect to the Modal server."))
+    _call_is(monkeypatch, call)
+    backend, handle = _backend(tmp_path), _handle(tmp_path)
+    backend.cancel(handle)
+    assert call.cancelled_with is True
+    assert backend.status(handle) is RunState.CANCELLED
+
+
+def test_a_cancel_modal_did_not_take_leaves_the_run_unknown(tmp_path, monkeypatch):
+    class _Refused(_Call):
+        def cancel(self, terminate_containers=False):  # noqa: ARG002 - FunctionCall.cancel's
+            raise modal.exception.ConnectionError("Could not connect to the Modal server.")
+
+    _call_is(monkeypatch, _Refused(TimeoutError()))
+    backend, handle = _backend(tmp_path), _handle(tmp_path)
+    with pytest.raises(
+        BackendRequestError, match=r"could not cancel run train-.*may still be running"
+    ):
+        backend.cancel(handle)
+    assert backend.status(handle) is RunState.RUNNING  # not marked cancelled
+
+
+@pytest.fixture
+def fake_modal_cli(tmp_path, monkeypatch):
+    """``sys.executable`` as seen by the backend: a script that records its arguments, prints
+    three lines and exits with $FAKE_EXIT; the run's state is never asked for."""
+    script = tmp_path / "python"
+    script.write_text(
+        f'#!/bin/sh\necho "$@" > {tmp_path / "argv"}\nprintf "one\\ntwo\\nthree\\n"\n'
+        'exit "${FAKE_EXIT:-0}"\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setattr(modal_backend.sys, "executable", str(script))
+
+    def no_status(_call_id):
+        raise AssertionError("logs asked for the run's state")
+
+    monkeypatch.setattr(modal.FunctionCall, "from_id", staticmethod(no_status))
+    return tmp_path / "argv"
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_logs_without_follow_prints_the_run_log_so_far_and_returns(tmp_path, fake_modal_cli):
+    backend = _backend(tmp_path)
+    handle = _handle(tmp_path, submitted_at=datetime.now(UTC).replace(microsecond=0))
+    assert list(backend.logs(handle, follow=False)) == ["one", "two", "three"]
+    since = (handle.submitted_at - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S+00:00")
+    assert fake_modal_cli.read_text().split() == [
+        "-m", "modal", "app", "logs", "ap-123", "--since", since,
+    ]  # fmt: skip
+    assert list(backend.logs(handle, follow=True)) == ["one", "two", "three"]
+    assert fake_modal_cli.read_text().split()[-2:] == ["ap-123", "--follow"]
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_logs_that_modal_cannot_give_are_an_error(tmp_path, fake_modal_cli, monkeypatch):
+    monkeypatch.setenv("FAKE_EXIT", "1")
+    lines = _backend(tmp_path).logs(_handle(tmp_path), follow=False)
+    assert [next(lines), next(lines), next(lines)] == ["one", "two", "three"]
+    with pytest.raises(BackendRequestError, match=r"`modal app logs` exited 1"):
+        next(lines)
+    assert fake_modal_cli.exists()

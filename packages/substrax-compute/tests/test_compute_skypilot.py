@@ -4,9 +4,11 @@ SkyPilot's API calls (launch, queue, cancel)."""
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,16 @@ from substrax.compute import (
     BackendRequestError,
     ComputeConfigError,
     JobSpec,
+    RecordFormatError,
+    RunHandle,
     RunState,
     SkyPilotBackend,
     Task,
+    new_run_id,
     read_job_spec,
 )
 from substrax.compute._skypilot_backend import SPEC_ENV, _sky, run_script
+from substrax.compute._skypilot_task import CLUSTER_NAME_MAX, cluster_name
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +209,7 @@ def _stand_ins(monkeypatch, sky, queue=()):
     monkeypatch.setattr(sky, "queue", record("queue", list(queue)))
     monkeypatch.setattr(sky.jobs, "queue", record("jobs.queue", list(queue)))
     monkeypatch.setattr(sky, "cancel", record("cancel", None))
+    monkeypatch.setattr(sky.jobs, "cancel", record("jobs.cancel", None))
     monkeypatch.setattr(sky, "down", record("down", None))
     monkeypatch.setattr(sky, "stream_and_get", lambda request: request[1])
     return calls
@@ -302,3 +309,165 @@ def test_worker_python_refuses_what_is_not_one_command(tmp_path, value, message)
     with pytest.raises(ComputeConfigError, match=r"backends\.skypilot\.worker_python") as error:
         _backend(tmp_path, worker_python=value)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "job",
+    ["train-transformer-language-model-large-v2", "x" * 60, "x" * 59 + "y", "A.b_c---d", "j"],
+)
+def test_every_run_gets_a_cluster_of_its_own(sky, tmp_path, job):
+    from sky.skylet.constants import CLUSTER_NAME_VALID_REGEX
+    from sky.utils.common_utils import check_cluster_name_is_valid
+
+    backend = _backend(tmp_path)
+    spec = _spec()
+    moment = datetime(2026, 1, 1, tzinfo=UTC)  # runs of one second: only the random part differs
+    run_ids = {new_run_id(job, now=moment) for _ in range(40)} | {
+        f"{'x' * 60}-20260101T000000Z-abcdef"
+    }
+    names = {backend.task_config(spec, run_id=run_id)["name"] for run_id in run_ids}
+    assert len(names) == len(run_ids)
+    for name in names:
+        assert len(name) <= CLUSTER_NAME_MAX
+        assert re.fullmatch(CLUSTER_NAME_VALID_REGEX, name), name
+        check_cluster_name_is_valid(name)
+        sky.Task(name=name).validate_name()  # the rule for task names too
+    assert cluster_name(f"{'x' * 60}-20260101T000000Z-abcdef") != cluster_name(
+        f"{'x' * 59}y-20260101T000000Z-abcdef"
+    )
+
+
+def _handle(managed=False):
+    return RunHandle(
+        run_id="train-20260101T000000Z-abcdef",
+        backend="skypilot",
+        job="train",
+        project="/p",
+        submitted_at=datetime(2026, 1, 1, tzinfo=UTC),
+        details={"managed": str(managed).lower(), "job_id": "7", "cluster": "sx-train-1"},
+    )
+
+
+def _bin(tmp_path, monkeypatch, *, alone=True, **scripts):
+    """Commands (``name=shell script body``) on a PATH of their own, ``alone`` or before PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir) if alone else f"{bin_dir}:{os.environ['PATH']}")
+
+
+@pytest.mark.usefixtures("child_processes")
+@pytest.mark.parametrize(
+    ("gcloud", "problem"),
+    [
+        (None, r"the `gcloud` command is not on PATH; install it and log in"),
+        (
+            'echo "ERROR: (gcloud.storage.cat) HTTPError 401: Anonymous caller" >&2; exit 1',
+            r"`gcloud` exited 1: ERROR: \(gcloud\.storage\.cat\) HTTPError 401",
+        ),
+    ],
+    ids=["no-gcloud", "refused"],
+)
+def test_a_manifest_that_cannot_be_read_is_no_failed_run(
+    sky, tmp_path, monkeypatch, gcloud, problem
+):
+    _stand_ins(monkeypatch, sky, queue=[])  # the job is gone: the manifest decides
+    _bin(tmp_path, monkeypatch, **({"gcloud": gcloud} if gcloud else {}))
+    backend = _backend(tmp_path)
+    with pytest.raises(BackendRequestError) as unknown:
+        backend.status(_handle())
+    assert re.fullmatch(
+        r"the skypilot backend could not read the manifest of run train-20260101T000000Z-abcdef "
+        r"\(gs://sx-runs/train-20260101T000000Z-abcdef/manifest\.json\), so its state is "
+        rf"unknown: {problem}.*",
+        str(unknown.value),
+    ), str(unknown.value)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_manifest_that_is_not_there_or_damaged(sky, tmp_path, monkeypatch):
+    _stand_ins(monkeypatch, sky, queue=[])  # the job is gone: the manifest decides
+    missing = "The following URLs matched no objects or files:"
+    missing = f'echo "ERROR: (gcloud.storage.cat) {missing}" >&2; exit 1'
+    _bin(tmp_path, monkeypatch, gcloud=missing)
+    backend = _backend(tmp_path)
+    assert backend.status(_handle()) is RunState.FAILED  # the job ended and wrote none
+    _bin(tmp_path, monkeypatch, gcloud='echo \'{"schema_version": 4, "job"\'')
+    with pytest.raises(RecordFormatError, match=r"manifest\.json: is not JSON"):
+        backend.status(_handle())
+
+
+@pytest.mark.parametrize("managed", [False, True])
+def test_cancel_cancels_a_run_whose_state_cannot_be_read(sky, tmp_path, monkeypatch, managed):
+    calls = _stand_ins(monkeypatch, sky)
+
+    def unreachable(*_args, **_kwargs):
+        raise ConnectionError("Could not connect to SkyPilot API server at http://127.0.0.1:9")
+
+    monkeypatch.setattr(sky, "queue", unreachable)
+    monkeypatch.setattr(sky.jobs, "queue", unreachable)
+    backend, handle = _backend(tmp_path), _handle(managed)
+    with pytest.raises(BackendRequestError, match=r"state of run train-.*may still be running"):
+        backend.status(handle)
+    backend.cancel(handle)
+    assert [c[0] for c in calls] == (["jobs.cancel"] if managed else ["cancel", "down"])
+    monkeypatch.setattr(sky, "cancel", unreachable)
+    monkeypatch.setattr(sky.jobs, "cancel", unreachable)
+    with pytest.raises(BackendRequestError, match=r"could not cancel run train-.*may still be"):
+        backend.cancel(handle)
+
+
+_R2_AWS = """\
+echo "$@ credentials=$AWS_SHARED_CREDENTIALS_FILE" >> {log}
+case "$*" in *"--endpoint-url https://acct-1.r2.cloudflarestorage.com --profile r2"*) ;;
+  *) echo "An error occurred (InvalidAccessKeyId)" >&2; exit 1 ;; esac
+if [ "$2" = cp ]; then cat {bucket}/${{3#s3://sx-r2/}}; fi
+if [ "$2" = sync ]; then cp -R {bucket}/${{3#s3://sx-r2/}}/. "$4"; fi
+"""
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_r2_outputs_are_read_at_cloudflares_endpoint(sky, tmp_path, monkeypatch):
+    from substrax.compute import JobManifest, TaskOutcome, TaskStatus
+
+    run_dir = tmp_path / "bucket" / "train-20260101T000000Z-abcdef"
+    (run_dir / "fit").mkdir(parents=True)
+    (run_dir / "fit" / "stdout.log").write_text("fitting\n")
+    outcome = TaskOutcome(
+        name="fit", argv=("python",), status=TaskStatus.SUCCEEDED, returncode=0, seconds=1.0
+    )
+    (run_dir / "manifest.json").write_text(
+        json.dumps(JobManifest(job="train", finished=True, tasks=(outcome,)).to_dict())
+    )
+    log = tmp_path / "aws.log"
+    _bin(
+        tmp_path, monkeypatch, alone=False, aws=_R2_AWS.format(log=log, bucket=tmp_path / "bucket")
+    )
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    _stand_ins(monkeypatch, sky, queue=[])  # the job is gone: the manifest decides
+    backend = _backend(tmp_path, outputs_bucket="r2://sx-r2")
+    with pytest.raises(BackendRequestError, match=r"home/\.cloudflare/accountid cannot be read"):
+        backend.status(_handle())
+    (tmp_path / "home" / ".cloudflare").mkdir(parents=True)
+    (tmp_path / "home" / ".cloudflare" / "accountid").write_text("acct-1\n")
+    assert backend.status(_handle()) is RunState.SUCCEEDED
+    fetched = backend.fetch(_handle(), tmp_path / "fetched")
+    assert (fetched / "fit" / "stdout.log").read_text() == "fitting\n"
+    credentials = f"credentials={tmp_path}/home/.cloudflare/r2.credentials"
+    assert [line.split()[:2] + line.split()[-5:] for line in log.read_text().splitlines()] == [
+        ["s3", "cp", "--endpoint-url", "https://acct-1.r2.cloudflarestorage.com", "--profile", "r2", credentials],
+        ["s3", "sync", "--endpoint-url", "https://acct-1.r2.cloudflarestorage.com", "--profile", "r2", credentials],
+    ]  # fmt: skip
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_fetch_the_cloud_refuses_is_one_error(sky, tmp_path, monkeypatch):
+    _bin(tmp_path, monkeypatch, gcloud='echo "ERROR: 403 Forbidden" >&2; exit 1')
+    with pytest.raises(BackendRequestError) as refused:
+        _backend(tmp_path).fetch(_handle(), tmp_path / "fetched")
+    assert str(refused.value).startswith(
+        "the skypilot backend could not copy gs://sx-runs/train-20260101T000000Z-abcdef to "
+        f"{tmp_path}/fetched/train-20260101T000000Z-abcdef: CalledProcessError: "
+    )

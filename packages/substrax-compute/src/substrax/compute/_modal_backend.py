@@ -28,6 +28,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,6 +41,8 @@ from ._config import read_backend_settings
 from ._errors import BackendRequestError, SecretNotSetError
 from ._files import inside
 from ._manifest import MANIFEST_NAME, read_manifest
+from ._modal_requests import REQUEST_SECONDS, call_outcome, unanswered, within
+from ._run_errors import RecordFormatError
 from ._spec import JobSpec, Record
 from ._spec_types import Component
 from ._upload import UploadSet, collect_upload
@@ -52,6 +55,8 @@ if TYPE_CHECKING:
 OUTPUTS = "/outputs"
 PROJECT = "/project"
 COORDINATOR_PORT = 8476
+_LOG_RANGE = timedelta(days=34)
+"""The longest time range ``logs`` asks ``modal app logs`` for (it refuses more than 35 days)."""
 
 
 def _modal_name(name: str) -> str:
@@ -254,34 +259,67 @@ class ModalBackend:
         return b"".join(volume.read_file(path))
 
     def status(self, handle: RunHandle) -> RunState:
-        """Cancelled marker first; then whether the call is done; then the manifest."""
+        """Cancelled marker first; then whether the call is done; then the manifest.
+
+        Each request to Modal gets ``REQUEST_SECONDS`` to answer.
+
+        Raises:
+            BackendRequestError: Modal did not answer: the run's state is unknown.
+            RecordFormatError: The run's manifest is damaged.
+        """
         if self._marker(handle).exists():
             return RunState.CANCELLED
         modal = require("modal", **_SDK)
         call = modal.FunctionCall.from_id(handle.details["call_id"])
+        unknown = f"read the state of run {handle.run_id}, which may still be running"
         try:
-            call.get(timeout=0)
-        except (TimeoutError, modal.exception.TimeoutError):
-            return RunState.RUNNING
-        except Exception:
-            return RunState.FAILED
+            state = within(REQUEST_SECONDS, lambda: call_outcome(call, modal), operation=unknown)
+        except unanswered(modal) as error:
+            raise BackendRequestError.of(self.name, unknown, error) from error
+        if state is not None:
+            return state
+        path = f"{handle.run_id}/{MANIFEST_NAME}"
+        where = f"volume {self.settings.outputs_volume}: {path}"
+        unread = f"read the manifest of run {handle.run_id} ({where}), so its state is unknown"
         try:
-            manifest = read_manifest(json.loads(self._read(f"{handle.run_id}/{MANIFEST_NAME}")))
-        except (OSError, ValueError, modal.exception.NotFoundError):
+            data = within(REQUEST_SECONDS, lambda: self._read(path), operation=unread)
+        except modal.exception.NotFoundError:  # the call is over; its worker wrote no manifest
             return RunState.FAILED
-        return RunState.SUCCEEDED if manifest.succeeded else RunState.FAILED
+        except Exception as error:
+            raise BackendRequestError.of(self.name, unread, error) from error
+        try:
+            loaded = json.loads(data)
+        except ValueError as error:
+            raise RecordFormatError(where, f"is not JSON ({error}): damaged, or") from None
+        return RunState.SUCCEEDED if read_manifest(loaded).succeeded else RunState.FAILED
 
     def logs(self, handle: RunHandle, *, follow: bool) -> Iterator[str]:
-        """The app's logs from ``modal app logs`` (which streams until the app stops)."""
+        """The app's logs from ``modal app logs``, streamed until the app stops with ``follow``.
+
+        Without ``follow``, the lines written since the run was submitted, and no more.
+
+        Raises:
+            BackendRequestError: ``modal app logs`` failed (its own message went to stderr).
+        """
         argv = [sys.executable, "-m", "modal", "app", "logs", handle.details["app_id"]]
+        if follow:
+            argv.append("--follow")
+        else:  # a minute early, for the clocks; Modal fetches no more than 35 days
+            since = max(handle.submitted_at - timedelta(minutes=1), datetime.now(UTC) - _LOG_RANGE)
+            argv += ["--since", since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")]
         with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as process:
             if process.stdout is None:  # pragma: no cover - PIPE given
                 return
-            for line in process.stdout:
-                yield line.rstrip("\n")
-                if not follow and self.status(handle).is_final:
-                    break
-            process.terminate()
+            try:
+                for line in process.stdout:
+                    yield line.rstrip("\n")
+            except GeneratorExit:  # the reader stopped early
+                process.terminate()
+                raise
+            code = process.wait()
+        if code != 0:
+            cause = f"`modal app logs` exited {code} (its message is above)"
+            raise BackendRequestError(self.name, f"read the logs of run {handle.run_id}", cause)
 
     def fetch(self, handle: RunHandle, destination: Path) -> Path:
         """Copy ``/outputs/<run_id>`` from the outputs volume to ``destination/<run_id>``."""
@@ -299,12 +337,25 @@ class ModalBackend:
         return target
 
     def cancel(self, handle: RunHandle) -> None:
-        """Terminate the function's containers; a finished run is left alone."""
-        if self.status(handle).is_final:
-            return
+        """Terminate the function's containers; a finished run is left alone.
+
+        A run whose state cannot be read is cancelled all the same; it is marked cancelled only
+        once Modal took the request.
+
+        Raises:
+            BackendRequestError: Modal did not take the request: the run may still be running.
+        """
+        try:
+            if self.status(handle).is_final:
+                return
+        except (BackendRequestError, RecordFormatError):
+            pass  # unknown is not over: cancel it
+        call = require("modal", **_SDK).FunctionCall.from_id(handle.details["call_id"])
+        try:
+            call.cancel(terminate_containers=True)
+        except Exception as error:
+            operation = f"cancel run {handle.run_id}, which may still be running"
+            raise BackendRequestError.of(self.name, operation, error) from error
         marker = self._marker(handle)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
-        require("modal", **_SDK).FunctionCall.from_id(handle.details["call_id"]).cancel(
-            terminate_containers=True
-        )

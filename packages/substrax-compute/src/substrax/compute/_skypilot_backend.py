@@ -6,7 +6,10 @@ bucket at ``/outputs`` and each job mount's bucket at its path, syncs the locked
 uv in ``setup`` and starts the worker in ``run``. With ``nodes > 1`` every node runs the worker
 with its ``SKYPILOT_NODE_RANK`` and the jax coordinator on the first of ``SKYPILOT_NODE_IPS``.
 With ``recover = true`` (spot recovery) the task goes through managed jobs (``sky.jobs.launch``);
-otherwise ``sky.launch`` starts a cluster that is torn down when the job ends.
+otherwise ``sky.launch`` starts a cluster that is torn down when the job ends. Each run has a
+cluster of its own (``cluster_name``). Once the job is over its manifest, read from the outputs
+bucket with the cloud's CLI (``_buckets``; R2 at Cloudflare's endpoint), decides its state; a
+state that cannot be read raises ``BackendRequestError`` and never reads as failed.
 
 SkyPilot syncs a workdir by its own rules (a ``.skyignore`` if there is one, else ``.gitignore``
 through git). So that it sends exactly what Modal gets, the backend stages the upload set
@@ -30,7 +33,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -42,9 +44,12 @@ from pydantic import Field, JsonValue, field_validator
 from substrax.support import require
 
 from ._backend import MountSources, RunHandle, RunState, new_run
+from ._buckets import read_object, sync_to
 from ._config import read_backend_settings
-from ._errors import BackendRequestError, FetchToolNotFoundError, SecretNotSetError
+from ._errors import BackendRequestError, SecretNotSetError
 from ._manifest import MANIFEST_NAME, read_manifest
+from ._run_errors import RecordFormatError
+from ._skypilot_task import SPEC_ENV, WORKER_PYTHON, cluster_name, run_script, setup_script
 from ._spec import JobSpec, Record
 from ._spec_types import Component
 from ._upload import UploadSet, collect_upload
@@ -54,12 +59,8 @@ if TYPE_CHECKING:
     import sky
 
 
-COORDINATOR_PORT = 8476
-SPEC_ENV = "SUBSTRAX_JOB_SPEC"
 _SCHEMES = ("gs://", "s3://", "r2://")
 _BUCKETS = MountSources("backends.skypilot.buckets", "bucket", "gs://...")
-WORKER_PYTHON = "uv run --frozen --no-sync python"
-"""The default ``worker_python``: the interpreter of the project ``setup`` synced."""
 SKYIGNORE = "# substrax-compute staged this workdir: every file here is uploaded\n/.skyignore\n"
 """The ``.skyignore`` of a staged workdir: SkyPilot then applies no ``.gitignore`` of its own."""
 
@@ -125,56 +126,6 @@ class SkyPilotSettings(Record):
         if not value.startswith(_SCHEMES) or len(value) <= len("gs://"):
             raise ValueError(f"must be a bucket URI starting with {', '.join(_SCHEMES)}")
         return value.rstrip("/")
-
-
-def setup_script(spec: JobSpec) -> str:
-    """The setup commands: install uv when missing, then sync the locked project with extras.
-
-    Example:
-        >>> from substrax.compute import JobSpec
-        >>> from substrax.compute._skypilot_backend import setup_script
-        >>> spec = JobSpec.model_validate_json(
-        ...     '{"name": "j", "timeout_seconds": 1, "extras": ["cuda12"],'
-        ...     ' "tasks": [{"name": "t", "argv": ["python"], "timeout_seconds": 1}]}'
-        ... )
-        >>> setup_script(spec).splitlines()[-1]
-        'uv sync --frozen --extra cuda12'
-    """
-    sync = ["uv", "sync", "--frozen"]
-    for extra in spec.extras:
-        sync += ["--extra", extra]
-    return "\n".join(
-        [
-            "set -euo pipefail",
-            "command -v uv >/dev/null || curl -LsSf https://astral.sh/uv/install.sh | sh",
-            'export PATH="$HOME/.local/bin:$PATH"',
-            shlex.join(sync),
-        ]
-    )
-
-
-def run_script(run_id: str, worker_python: str = WORKER_PYTHON) -> str:
-    """The run commands: the spec from the environment, the jax coordinator, then the worker.
-
-    Example:
-        >>> from substrax.compute._skypilot_backend import run_script
-        >>> run_script("r", "/opt/venv/bin/python").splitlines()[-1].split(" --spec")[0]
-        '/opt/venv/bin/python -m substrax.compute.worker'
-    """
-    outputs = shlex.quote(f"/outputs/{run_id}")
-    return "\n".join(
-        [
-            "set -euo pipefail",
-            'export PATH="$HOME/.local/bin:$PATH"',
-            f'spec="$(mktemp)"; printf "%s" "${SPEC_ENV}" > "$spec"',
-            'export JAX_COORDINATOR_ADDRESS="$(echo "$SKYPILOT_NODE_IPS" | head -n1)'
-            f':{COORDINATOR_PORT}"',
-            'export JAX_NUM_PROCESSES="$SKYPILOT_NUM_NODES"',
-            'export JAX_PROCESS_ID="$SKYPILOT_NODE_RANK"',
-            f'{worker_python} -m substrax.compute.worker --spec "$spec" '
-            f'--project . --outputs {outputs} --node-rank "$SKYPILOT_NODE_RANK"',
-        ]
-    )
 
 
 class SkyPilotBackend:
@@ -249,7 +200,7 @@ class SkyPilotBackend:
             mode = "MOUNT" if mount.access == "read-only" else "MOUNT_CACHED"
             mounts[mount.path] = {"source": bucket, "mode": mode}
         config: dict[str, Any] = {
-            "name": f"sx-{run_id}"[:63].lower().replace("_", "-").replace(".", "-"),
+            "name": cluster_name(run_id),
             "workdir": str(self.upload_dir(run_id)),
             "num_nodes": spec.nodes,
             "resources": resources,
@@ -294,32 +245,42 @@ class SkyPilotBackend:
         return run.handle(self.name, details, self.raw_settings)
 
     def _manifest_state(self, handle: RunHandle) -> RunState:
+        """The ended job's state from its manifest; FAILED when it wrote none.
+
+        Raises:
+            BackendRequestError: The manifest cannot be read (no CLI, no credentials, no network).
+            RecordFormatError: The manifest is damaged.
+        """
         path = f"{self.settings.outputs_bucket}/{handle.run_id}/{MANIFEST_NAME}"
-        argv = (
-            ["gcloud", "storage", "cat", path]
-            if path.startswith("gs://")
-            else ["aws", "s3", "cp", path.replace("r2://", "s3://"), "-"]
-        )
-        try:
-            text = subprocess.run(
-                argv, capture_output=True, text=True, check=True, timeout=120
-            ).stdout
-            manifest = read_manifest(json.loads(text))
-        except (OSError, ValueError, subprocess.SubprocessError):
+        what = f"the manifest of run {handle.run_id} ({path}), so its state is unknown"
+        text = read_object(path, backend=self.name, what=what)
+        if text is None:  # the job is over and its worker wrote no manifest
             return RunState.FAILED
-        return RunState.SUCCEEDED if manifest.succeeded else RunState.FAILED
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise RecordFormatError(path, f"is not JSON ({error}): damaged, or") from None
+        return RunState.SUCCEEDED if read_manifest(data).succeeded else RunState.FAILED
 
     def status(self, handle: RunHandle) -> RunState:
-        """Map SkyPilot's job status; once the job is over, the manifest decides."""
+        """Map SkyPilot's job status; once the job is over, the manifest decides.
+
+        Raises:
+            BackendRequestError: SkyPilot or the bucket cannot be reached: the state is unknown.
+        """
         sky = _sky()
         job_id = int(handle.details["job_id"])
-        if handle.details.get("managed") == "true":
-            records = sky.stream_and_get(sky.jobs.queue(refresh=False, job_ids=[job_id]))
-        else:
-            try:
-                records = sky.stream_and_get(sky.queue(handle.details["cluster"]))
-            except sky.exceptions.ClusterDoesNotExist:
-                records = []
+        try:  # the network: SkyPilot's API server, and the cloud behind it
+            if handle.details.get("managed") == "true":
+                records = sky.stream_and_get(sky.jobs.queue(refresh=False, job_ids=[job_id]))
+            else:
+                try:
+                    records = sky.stream_and_get(sky.queue(handle.details["cluster"]))
+                except sky.exceptions.ClusterDoesNotExist:
+                    records = []
+        except Exception as error:
+            operation = f"read the state of run {handle.run_id}, which may still be running"
+            raise BackendRequestError.of(self.name, operation, error) from error
         record = next((r for r in records if int(str(_field(r, "job_id"))) == job_id), None)
         if record is None:
             return self._manifest_state(handle)
@@ -354,26 +315,32 @@ class SkyPilotBackend:
         source = f"{self.settings.outputs_bucket}/{handle.run_id}"
         target = destination / handle.run_id
         target.mkdir(parents=True, exist_ok=True)
-        if source.startswith("gs://"):
-            argv = ["gcloud", "storage", "rsync", "--recursive", source, str(target)]
-        else:
-            argv = ["aws", "s3", "sync", source.replace("r2://", "s3://"), str(target)]
-        if shutil.which(argv[0]) is None:
-            raise FetchToolNotFoundError(argv[0], source)
-        subprocess.run(argv, check=True, timeout=3600)
+        sync_to(source, target, backend=self.name)
         return target
 
     def cancel(self, handle: RunHandle) -> None:
-        """Cancel the job (and tear its cluster down); a finished run is left alone."""
-        if self.status(handle).is_final:
-            return
+        """Cancel the job (and tear its cluster down); a finished run is left alone.
+
+        A run whose state cannot be read is cancelled all the same.
+        """
+        try:
+            if self.status(handle).is_final:
+                return
+        except (BackendRequestError, RecordFormatError):
+            pass  # unknown is not over: cancel it
         sky = _sky()
         job_id = int(handle.details["job_id"])
-        if handle.details.get("managed") == "true":
-            sky.stream_and_get(sky.jobs.cancel(job_ids=[job_id]))
-        else:
-            sky.stream_and_get(sky.cancel(handle.details["cluster"], job_ids=[job_id]))
-            sky.stream_and_get(sky.down(handle.details["cluster"]))
+        try:
+            if handle.details.get("managed") == "true":
+                sky.stream_and_get(sky.jobs.cancel(job_ids=[job_id]))
+            else:
+                sky.stream_and_get(sky.cancel(handle.details["cluster"], job_ids=[job_id]))
+                sky.stream_and_get(sky.down(handle.details["cluster"]))
+        except sky.exceptions.ClusterDoesNotExist:
+            return  # its cluster is gone: nothing runs
+        except Exception as error:
+            operation = f"cancel run {handle.run_id}, which may still be running"
+            raise BackendRequestError.of(self.name, operation, error) from error
 
 
 def _field(record: object, name: str) -> object:
