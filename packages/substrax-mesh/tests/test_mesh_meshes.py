@@ -126,6 +126,24 @@ def test_multihost_mesh_on_one_process_is_the_plain_mesh():
         create_multihost_mesh({"data": 8}, {"data": 2})
 
 
+@pytest.mark.parametrize(
+    ("ici", "dcn", "match"),
+    [
+        ({"data": 4}, {"data": 2}, r"stacks 2 processes, but the 8 devices span 1 processes"),
+        ({"data": 8, "model": 1}, {"data": -1, "model": -1}, r"'data' has size=-1 .* >= 1"),
+        ({"data": 8}, {"data": 0}, r"'data' has size=0 must be an integer >= 1"),
+        ({"data": 4}, {"data": 2.0}, r"'data' has size=2.0 .*, not float"),
+        ({"data": 4}, {"data": True}, r"'data' has size=True .*, not bool"),
+    ],
+)
+def test_multihost_mesh_refuses_a_bad_dcn_shape_naming_it(ici, dcn, match):
+    with pytest.raises(MeshShapeError, match=match) as info:
+        create_multihost_mesh(ici, dcn)
+    assert "dcn_shape" in str(info.value)
+    with pytest.raises(TypeError, match="dcn_shape must be a mapping"):
+        create_multihost_mesh({"data": 8}, [("data", 1)])  # pyright: ignore[reportArgumentType]
+
+
 @pytest.mark.parametrize("bad", [None, "data", {"data": 2}])
 def test_mesh_info_refuses_what_is_not_a_mesh_naming_it(bad):
     with pytest.raises(TypeError, match=r"mesh must be a jax.sharding.Mesh"):

@@ -120,6 +120,25 @@ def test_tensor_parallel_strategy():
         TensorParallelStrategy("model", 0, shard_dimension="rows")
 
 
+def test_strategies_refuse_a_dimension_the_axis_does_not_divide_naming_it():
+    mesh = create_device_mesh({"data": 2, "model": 4})
+    pattern = (
+        r"^TensorParallelStrategy cannot split dimension 1 \(size 6\) of the array of shape "
+        r"\(2, 6\) over mesh axis 'model' of size 4; make that dimension a multiple of 4"
+    )
+    with pytest.raises(ValueError, match=pattern):
+        TensorParallelStrategy("model", 1).apply_sharding(jnp.ones((2, 6)), mesh)
+    with pytest.raises(ValueError, match=r"dimension 0 \(size 6\) .* 'model' of size 4"):
+        TensorParallelStrategy("model", 1).apply_sharding(jnp.ones(6), mesh)
+    row = TensorParallelStrategy("model", 1, shard_dimension="in_features")
+    with pytest.raises(ValueError, match=r"dimension 0 \(size 2\) .* 'model' of size 4"):
+        row.apply_sharding(jnp.ones((2, 8)), mesh)
+    with pytest.raises(
+        ValueError, match=r"^DataParallelStrategy cannot split dimension 0 \(size 3\)"
+    ):
+        DataParallelStrategy("data", 0).apply_sharding(jnp.ones((3, 4)), mesh)
+
+
 def test_pipeline_strategy():
     mesh = create_device_mesh({"pipeline": 4})
     strategy = PipelineParallelStrategy("pipeline", 0, num_stages=4)

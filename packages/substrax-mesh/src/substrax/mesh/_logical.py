@@ -9,17 +9,20 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from substrax.support import check_array_variables
 from substrax.typing import PyTree
 
 from ._errors import ShardingAnnotationError
 from ._rules import LogicalAxisRules, RulesLike, as_logical_rules
+
+
+_NO_RULES = LogicalAxisRules()
 
 
 def _is_variable(x: object) -> bool:
@@ -78,8 +81,9 @@ def logical_to_mesh_spec(
     ``fsdp_rules()`` on a kernel annotated ``("embed", "mlp")`` splits only the first dimension.
 
     Raises:
-        ShardingAnnotationError: If a name is unknown, maps to an axis the mesh lacks, or a
-            dimension of ``shape`` is not divisible by its mesh axes.
+        ShardingAnnotationError: If a name is unknown, maps to an axis the mesh lacks, the
+            annotation names more dimensions than ``shape`` has, or a dimension of ``shape`` is
+            not divisible by its mesh axes.
 
     Example:
         >>> from substrax.mesh import create_device_mesh, fsdp_rules, logical_to_mesh_spec
@@ -88,6 +92,12 @@ def logical_to_mesh_spec(
         P('model', None)
     """
     table = as_logical_rules(rules)
+    if shape is not None and len(tuple(names)) > len(shape):
+        msg = (
+            f"{path}: annotation {names!r} names {len(tuple(names))} dimensions but the value "
+            f"has shape {shape} (rank {len(shape)}); give at most one name per dimension"
+        )
+        raise ShardingAnnotationError(msg, path=path, annotation=names)
     used: set[str] = set()
     entries: list[str | tuple[str, ...] | None] = []
     for dim, entry in enumerate(tuple(names)):
@@ -99,9 +109,6 @@ def logical_to_mesh_spec(
                     used.add(axis)
                     axes.append(axis)
         if shape is not None and axes:
-            if dim >= len(shape):
-                msg = f"{path}: annotation {names!r} names {len(tuple(names))} dimensions but the value has shape {shape}"
-                raise ShardingAnnotationError(msg, path=path, annotation=names)
             split = math.prod(mesh.shape[a] for a in axes)
             if shape[dim] % split:
                 msg = (
@@ -113,25 +120,75 @@ def logical_to_mesh_spec(
     return PartitionSpec(*entries)
 
 
+def _mesh_str(mesh: Mesh | AbstractMesh) -> str:
+    ids = sorted(mesh.device_ids.flatten().tolist()) if isinstance(mesh, Mesh) else "abstract"
+    return f"{dict(mesh.shape)} (devices {ids})"
+
+
+def _named_sharding_spec(annotation: NamedSharding, mesh: Mesh, path: str) -> PartitionSpec:
+    """The spec of a ``NamedSharding`` annotation, to be placed on ``mesh`` (not its own)."""
+    spec = annotation.spec
+    wanted = {a for entry in spec if entry is not None for a in _entry_axes(entry)}
+    missing = sorted(str(a) for a in wanted if a not in mesh.axis_names)
+    if missing:
+        msg = (
+            f"{path}: annotated with a NamedSharding {spec} on mesh {_mesh_str(annotation.mesh)}, "
+            f"whose axes {missing} the mesh it is placed on, {_mesh_str(mesh)}, lacks; annotate "
+            "with logical names and map them with rules, or place it on a mesh with those axes"
+        )
+        raise ShardingAnnotationError(msg, path=path, annotation=annotation)
+    return spec
+
+
+def _entry_axes(entry: object) -> tuple[object, ...]:
+    return (entry,) if isinstance(entry, str) else tuple(cast("tuple[object, ...]", entry))
+
+
+def _fits(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> bool:
+    if len(spec) > len(shape):
+        return False
+    for size, entry in zip(shape, spec, strict=False):
+        axes = () if entry is None else _entry_axes(entry)
+        if size % math.prod(mesh.shape[cast("str", a)] for a in axes):
+            return False
+    return True
+
+
 def _sharding_of(
     variable: nnx.Variable[Any], rules: LogicalAxisRules, mesh: Mesh, path: str
 ) -> NamedSharding:
     annotation = variable.get_metadata().get("out_sharding")
     if annotation is None:
         return NamedSharding(mesh, PartitionSpec())
+    shape = tuple(getattr(variable.get_value(), "shape", ()))
+    names: Any = annotation
+    memory_kind = None
     if isinstance(annotation, NamedSharding):
-        return annotation
-    value = variable.get_value()
-    shape = tuple(getattr(value, "shape", ()))
-    spec = logical_to_mesh_spec(annotation, rules, mesh, shape=shape, path=path)
-    return NamedSharding(mesh, spec)
+        # Its spec names mesh axes; it is placed on ``mesh`` (not its own), so a model lands on
+        # one mesh, and the mesh axes pass through no rules.
+        names = _named_sharding_spec(annotation, mesh, path)
+        rules, memory_kind = _NO_RULES, annotation.memory_kind
+    if isinstance(variable, nnx.OptState):
+        # Optimizer state copies its parameter's annotation; where its shape cannot take it
+        # (adafactor's factored statistics, shape-(1,) placeholders) it is replicated.
+        spec = logical_to_mesh_spec(names, rules, mesh, path=path)
+        if not _fits(spec, shape, mesh):
+            spec = PartitionSpec()
+    else:
+        spec = logical_to_mesh_spec(names, rules, mesh, shape=shape, path=path)
+    return NamedSharding(mesh, spec, memory_kind=memory_kind)
 
 
 def state_shardings(tree: PyTree, mesh: Mesh, rules: RulesLike = ()) -> PyTree:
     """The ``NamedSharding`` of every variable of a model, optimizer or state.
 
     Each variable's flax ``out_sharding`` annotation is mapped through ``rules``;
-    an unannotated variable is replicated.
+    an unannotated variable is replicated. A ``NamedSharding`` annotation is taken as its spec
+    of mesh axes and placed on ``mesh`` (not on its own mesh), so the whole tree lands on one
+    mesh. Optimizer state (``nnx.OptState``) copies its parameter's annotation; one whose shape
+    cannot take it (adafactor's factored row and column statistics, shape-``(1,)``
+    placeholders) is replicated. A variable that holds no array (``optax.masked``'s
+    ``MaskedNode``) is returned unchanged, with no sharding.
 
     Args:
         tree: An nnx graph node (module, optimizer, tuple of them) or an ``nnx.State``.
@@ -139,7 +196,13 @@ def state_shardings(tree: PyTree, mesh: Mesh, rules: RulesLike = ()) -> PyTree:
         rules: Logical name to mesh axes.
 
     Returns:
-        An ``nnx.State`` of the same structure whose variables hold ``NamedSharding`` values.
+        An ``nnx.State`` of the same structure whose variables hold ``NamedSharding`` values
+        (one leaf per array of ``tree``).
+
+    Raises:
+        ShardingAnnotationError: If an annotation does not fit its variable (see
+            :func:`logical_to_mesh_spec`), or a ``NamedSharding`` annotation names a mesh axis
+            that ``mesh`` lacks.
 
     Example:
         >>> from flax import nnx
@@ -158,6 +221,8 @@ def state_shardings(tree: PyTree, mesh: Mesh, rules: RulesLike = ()) -> PyTree:
     def one(path: tuple[Any, ...], variable: PyTree) -> PyTree:
         if not isinstance(variable, nnx.Variable):
             return NamedSharding(mesh, PartitionSpec())
+        if not jax.tree.leaves(variable.get_raw_value()):  # optax.masked's MaskedNode: no array
+            return variable
         return variable.replace(_sharding_of(variable, table, mesh, _path_str(path)))  # pyright: ignore[reportUnknownMemberType]
 
     return jax.tree_util.tree_map_with_path(one, state, is_leaf=_is_variable)
@@ -177,6 +242,9 @@ def shard_model[N](node: N, mesh: Mesh, rules: RulesLike = ()) -> N:
 
     Returns:
         ``node`` itself, its variables now global arrays on ``mesh``.
+
+    Raises:
+        ShardingAnnotationError: As :func:`state_shardings`.
 
     Example:
         >>> from flax import nnx
@@ -211,6 +279,9 @@ def create_sharded_model[M](factory: Callable[[], M], mesh: Mesh, rules: RulesLi
 
     Returns:
         The model, every variable a global array on its sharding.
+
+    Raises:
+        ShardingAnnotationError: As :func:`state_shardings`.
 
     Example:
         >>> from flax import nnx

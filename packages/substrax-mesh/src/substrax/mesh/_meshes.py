@@ -68,6 +68,23 @@ def _normalize_shape(mesh_shape: MeshShape) -> dict[str, int]:
     return shape
 
 
+def _normalize_dcn(dcn_shape: Mapping[str, int] | None, ici: dict[str, int]) -> dict[str, int]:
+    given = cast("object", {} if dcn_shape is None else dcn_shape)
+    check_type("dcn_shape", given, Mapping, "a mapping from axis name to a slice count, or None")
+    dcn = dict(cast("Mapping[str, object]", given))
+    unknown = sorted(set(dcn) - set(ici))
+    if unknown:
+        msg = f"dcn_shape names axes {unknown} that ici_shape {ici} lacks; add them with size 1"
+        raise MeshShapeError(msg, mesh_shape=ici, device_count=-1)
+    try:
+        return {
+            n: check_int(f"dcn_shape axis {n!r} has size", v, minimum=1) for n, v in dcn.items()
+        }
+    except (TypeError, ValueError) as error:
+        msg = f"{error}; give each dcn_shape axis the number of slices or processes along it"
+        raise MeshShapeError(msg, mesh_shape=ici, device_count=-1) from None
+
+
 def create_device_mesh(
     mesh_shape: MeshShape,
     devices: Sequence[Any] | None = None,
@@ -149,8 +166,9 @@ def create_multihost_mesh(
         The global mesh.
 
     Raises:
-        MeshShapeError: If the total size does not match the devices, or ``dcn_shape``
-            names an axis ``ici_shape`` lacks.
+        MeshShapeError: If the total size does not match the devices, ``dcn_shape`` names an
+            axis ``ici_shape`` lacks or has a size that is not an int >= 1, or its sizes do not
+            multiply to the number of slices (TPU) or processes the devices span.
 
     Example:
         >>> from substrax.mesh import create_multihost_mesh
@@ -159,11 +177,7 @@ def create_multihost_mesh(
         {'data': 2, 'model': 1}
     """
     ici = _normalize_shape(ici_shape)
-    dcn = dict(dcn_shape or {})
-    unknown = sorted(set(dcn) - set(ici))
-    if unknown:
-        msg = f"dcn_shape names axes {unknown} that ici_shape {ici} lacks; add them with size 1"
-        raise MeshShapeError(msg, mesh_shape=ici, device_count=-1)
+    dcn = _normalize_dcn(dcn_shape, ici)
     full = {name: size * dcn.get(name, 1) for name, size in ici.items()}
     if all(v == 1 for v in dcn.values()):
         return create_device_mesh(full, devices, axis_types=axis_types)
@@ -179,6 +193,15 @@ def create_multihost_mesh(
     # TPU slices are the DCN granule; elsewhere (CPU, GPU hosts, one slice) each process is.
     slices = {getattr(d, "slice_index", None) for d in pool}
     by_slice = None not in slices and len(slices) > 1
+    granules = len(slices) if by_slice else len({getattr(d, "process_index", 0) for d in pool})
+    if math.prod(dcn.values()) != granules:
+        unit = "slices" if by_slice else "processes"
+        msg = (
+            f"dcn_shape {dcn} stacks {math.prod(dcn.values())} {unit}, but the {len(pool)} "
+            f"devices span {granules} {unit}; make the product of dcn_shape {granules} (ici_shape "
+            "being the layout inside one), or leave dcn_shape out on a single host"
+        )
+        raise MeshShapeError(msg, mesh_shape=full, device_count=len(pool))
     grid = mesh_utils.create_hybrid_device_mesh(
         list(ici.values()),
         [dcn.get(name, 1) for name in ici],

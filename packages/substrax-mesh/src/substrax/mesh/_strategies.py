@@ -26,6 +26,19 @@ def _check_axis(axis_name: str, mesh: Mesh) -> None:
         raise ValueError(msg)
 
 
+def _put(array: jax.Array, mesh: Mesh, spec: PartitionSpec, who: str) -> jax.Array:
+    """``array`` placed by ``spec``, or a ValueError naming the dimension that does not divide."""
+    for dim, axis in enumerate(spec):
+        if isinstance(axis, str) and array.shape[dim] % mesh.shape[axis]:
+            msg = (
+                f"{who} cannot split dimension {dim} (size {array.shape[dim]}) of the array of "
+                f"shape {array.shape} over mesh axis {axis!r} of size {mesh.shape[axis]}; make "
+                f"that dimension a multiple of {mesh.shape[axis]}, or use a mesh axis that divides it"
+            )
+            raise ValueError(msg)
+    return jax.device_put(array, NamedSharding(mesh, spec))
+
+
 @dataclass(frozen=True, slots=True)
 class ShardingStrategy(ABC):
     """How one kind of parallelism lays tensors out on one mesh axis.
@@ -72,10 +85,14 @@ class DataParallelStrategy(ShardingStrategy):
         return PartitionSpec(*(self.axis_name if d == "batch" else None for d in tensor_shape))
 
     def apply_sharding(self, array: jax.Array, mesh: Mesh) -> jax.Array:
-        """Split the leading (batch) dimension of ``array`` over the axis."""
+        """Split the leading (batch) dimension of ``array`` over the axis.
+
+        Raises:
+            ValueError: If the axis is not in ``mesh``, or its size does not divide the batch.
+        """
         _check_axis(self.axis_name, mesh)
         spec = PartitionSpec(self.axis_name) if array.ndim else PartitionSpec()
-        return jax.device_put(array, NamedSharding(mesh, spec))
+        return _put(array, mesh, spec, "DataParallelStrategy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +189,12 @@ class TensorParallelStrategy(ShardingStrategy):
         return PartitionSpec(self.axis_name, None)
 
     def apply_sharding(self, array: jax.Array, mesh: Mesh) -> jax.Array:
-        """Split a kernel by :meth:`get_linear_weight_spec`, a bias of a column split; else replicate."""
+        """Split a kernel by :meth:`get_linear_weight_spec`, a bias of a column split; else replicate.
+
+        Raises:
+            ValueError: If the axis is not in ``mesh``, or its size does not divide the dimension
+                split (named, with the array's shape).
+        """
         _check_axis(self.axis_name, mesh)
         if array.ndim == 2:  # noqa: PLR2004  (a kernel)
             spec = self.get_linear_weight_spec()
@@ -180,7 +202,7 @@ class TensorParallelStrategy(ShardingStrategy):
             spec = PartitionSpec(self.axis_name)
         else:
             spec = PartitionSpec()
-        return jax.device_put(array, NamedSharding(mesh, spec))
+        return _put(array, mesh, spec, "TensorParallelStrategy")
 
 
 @dataclass(frozen=True, slots=True)
