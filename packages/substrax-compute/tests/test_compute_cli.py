@@ -648,6 +648,35 @@ def test_a_damaged_manifest_fails_its_run_s_status_naming_it_and_the_others_are_
     assert captured.err.startswith(f"substrax-compute: warning: skipped run {damaged}: {manifest}")
 
 
+def test_a_run_whose_backend_does_not_answer_is_listed_as_unknown_and_the_others_read(
+    project, capsys, monkeypatch
+):
+    # one run whose backend could not be asked stopped the whole listing
+    from substrax.compute._errors import BackendRequestError
+    from substrax.compute._local import LocalBackend
+
+    silent, good = _finished_run(capsys), _finished_run(capsys)
+    status = LocalBackend.status
+
+    def answer(self, handle):
+        if handle.run_id == silent:
+            raise BackendRequestError("local", f"read the state of run {silent}", "timed out")
+        return status(self, handle)
+
+    monkeypatch.setattr(LocalBackend, "status", answer)
+    assert main(["status"]) == 0
+    captured = capsys.readouterr()
+    rows = {line.split()[0]: line.split()[-1] for line in captured.out.splitlines()[2:]}
+    assert rows[silent] == "unknown"
+    assert rows[good] == "succeeded"
+    assert captured.err == (
+        f"substrax-compute: warning: the local backend could not read the state of run {silent}: "
+        "timed out\n"
+    )
+    assert main(["status", silent]) == 1  # asked for that run: its error, on one line
+    assert capsys.readouterr().err.count("\n") == 1
+
+
 def test_a_relative_state_dir_is_the_project_s_and_its_run_is_found_from_anywhere(
     project, capsys, monkeypatch, tmp_path
 ):
@@ -665,3 +694,90 @@ def test_a_relative_state_dir_is_the_project_s_and_its_run_is_found_from_anywher
     assert RunStore().load(run_id).settings["state_dir"] == str(project / "mine")
     assert main(["status", run_id]) == 0
     assert "succeeded" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_while_run_follows_cancels_the_run_as_ctrl_c_does(project, sig):
+    """Hostile finding: SIGTERM (a CI timeout) or SIGHUP killed the command with no message and
+    left the job running."""
+    from substrax.compute import RunState, load_backend
+
+    command = subprocess.Popen(
+        [sys.executable, "-m", "substrax.compute", "run", "slow"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ, cwd=project,
+    )  # fmt: skip
+    try:
+        lines = []
+        for line in command.stdout:
+            lines.append(line)
+            if "sleeping now" in line:
+                break
+        command.send_signal(sig)
+        out, err = command.communicate(timeout=60)
+    finally:
+        command.kill()
+    assert command.returncode == 128 + sig, err
+    assert err == f"substrax-compute: interrupted by {sig.name}\n"  # no traceback
+    run_id = _run_id("".join(lines))
+    assert f"Interrupted: cancelled {run_id}" in out
+    handle = RunStore().load(run_id)
+    assert load_backend(handle.backend, handle.settings).status(handle) is RunState.CANCELLED
+
+
+def test_an_empty_backend_is_refused_naming_it(project, capsys):
+    """Hostile finding: `--backend ""` silently ran on the configured backend."""
+    for empty in ("", " "):
+        err = _refused(capsys, ["run", "ok", "--backend", empty])
+        assert err == (
+            f"substrax-compute: error: --backend {empty!r} is empty; name a registered backend "
+            "(local, modal, skypilot, or one of yours), or leave --backend out for the configured one\n"
+        )
+    assert RunStore().handles() == []
+
+
+def test_into_a_directory_that_cannot_be_written_is_refused_before_submitting(
+    project, tmp_path, capsys, monkeypatch
+):
+    """Hostile finding: a read-only --into was found only after the run, whose success then
+    exited 1 with a bare errno line."""
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda path, mode: Path(path) != read_only and real_access(path, mode)
+    )  # as on a read-only mount (root may write anywhere else)
+    for into, says in (
+        (read_only, f"--into {read_only} is not writable by this user"),
+        (
+            read_only / "out",
+            f"--into {read_only / 'out'} can't be made: {read_only} is not writable",
+        ),
+    ):
+        err = _refused(capsys, ["run", "ok", "--into", str(into)])
+        assert err.startswith(f"substrax-compute: error: {says}"), err
+        assert err.endswith("; pass a directory you can write to\n"), err
+        assert err.count("\n") == 1
+    assert RunStore().handles() == []
+
+
+def test_run_under_a_c_locale_keeps_and_shows_non_ascii_output(project):
+    """Hostile finding: under LC_ALL=C a task's non-ASCII output stopped its log quietly: an
+    empty stdout.log on a run reported succeeded."""
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text() + "\n[tool.substrax.compute.jobs.accents]\n"
+        'commands = { t = ["python", "accents.py"] }\ntimeout_seconds = 60\nprobe_devices = false\n'
+    )
+    (project / "accents.py").write_text(
+        "import sys; sys.stdout.buffer.write(b'caf\\xc3\\xa9 \\xff\\n' * 5000)"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_")}
+    child = subprocess.run(
+        [sys.executable, "-m", "substrax.compute", "run", "accents", "--into", "out"],
+        capture_output=True, timeout=120, check=False, cwd=project,
+        env={**env, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""},
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.count(b"[t] caf? ?\n") == 5000  # what an ASCII console can show
+    (log,) = (project / "out").glob("*/t/stdout.log")
+    assert log.read_text(encoding="utf-8") == "caf\u00e9 \ufffd\n" * 5000

@@ -88,12 +88,43 @@ def test_cancel_kills_the_whole_process_group(tmp_path, spawns_a_child, gone):
 
 
 def test_a_worker_that_dies_is_a_failed_run(tmp_path):
-    backend = LocalBackend({"state_dir": str(tmp_path / "s"), "python": "/nonexistent/python"})
-    with pytest.raises(FileNotFoundError):
-        backend.submit(_spec(_task("t", "print(1)")), project=tmp_path)
     backend = LocalBackend({"state_dir": str(tmp_path / "s2"), "python": "false"})
     handle = backend.submit(_spec(_task("t", "print(1)")), project=tmp_path)
     assert wait_until_final(backend, handle, 30) is RunState.FAILED
+    manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
+    assert (manifest.failed_node, manifest.failed_node_status) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("python", "says"),
+    [
+        ("/nonexistent/python", "'/nonexistent/python' is no executable on this machine"),
+        (
+            "uv run --no-sync python",
+            "'uv run --no-sync python' is a command line, but the setting names one interpreter",
+        ),
+    ],
+)
+def test_a_python_setting_that_names_no_program_is_refused_naming_it(tmp_path, python, says):
+    """Hostile finding: 0.1.22's `python = "uv run --no-sync python"` gave a bare [Errno 2],
+    naming no setting, and left an empty run directory behind."""
+    backend = LocalBackend({"state_dir": str(tmp_path / "s"), "python": python})
+    with pytest.raises(ValueError, match=r"backends\.local\.python") as caught:
+        backend.submit(_spec(_task("t", "print(1)")), project=tmp_path)
+    assert says in str(caught.value)
+    assert f"{tmp_path / '.venv' / 'bin' / 'python'}" in str(caught.value)
+    assert "leave python out" in str(caught.value)
+    assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
+
+
+def test_submit_takes_a_project_given_as_text_and_refuses_what_is_no_path(tmp_path):
+    backend = LocalBackend({"state_dir": str(tmp_path / "s"), "python": "/nonexistent/python"})
+    with pytest.raises(
+        ValueError, match=r"backends\.local\.python"
+    ):  # past the project: it read it
+        backend.submit(_spec(_task("t", "print(1)")), project=str(tmp_path))
+    with pytest.raises(TypeError, match=r"project=3 must be the project's directory as a path"):
+        backend.submit(_spec(_task("t", "print(1)")), project=3)
 
 
 def test_secrets_reach_the_task_but_no_file_of_the_run(tmp_path, monkeypatch):
@@ -445,16 +476,119 @@ def test_a_task_timeout_holds_though_a_child_out_of_its_group_keeps_its_output_o
             os.kill(int(log.read_text().split()[-1]), signal.SIGKILL)
 
 
+def _worker_pids(supervisor, count, timeout=30.0):
+    """The pids of the ``count`` workers the supervisor ``supervisor`` started."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        workers = [p.pid for p in psutil.Process(supervisor).children()]
+        if len(workers) == count:
+            return workers
+        time.sleep(0.05)
+    raise AssertionError(f"the supervisor did not start {count} workers")
+
+
 @pytest.mark.usefixtures("child_processes")
-def test_cancel_ends_the_task_a_killed_worker_left_running(tmp_path, spawns_a_child, gone):
-    """Hostile finding: a worker killed mid-task left its task running (in its own session),
-    the run read as failed, and cancel of the failed run stopped nothing."""
+def test_the_supervisor_ends_the_task_of_a_worker_killed_mid_task_and_says_why(
+    tmp_path, spawns_a_child, gone, capsys
+):
+    """Hostile finding: a worker killed mid-task left its task running (in its own session)
+    until someone ran cancel, and the run read as failed with no task and no reason."""
+    from substrax.compute._report import report
+
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     handle, child = _submit_sleeper(backend, tmp_path, spawns_a_child)
     assert child is not None
-    os.kill(int(handle.details["pids"]), signal.SIGKILL)  # the worker, as the OOM killer would
-    assert wait_until_final(backend, handle, 30) is RunState.FAILED
+    (worker,) = _worker_pids(int(handle.details["pids"]), 1)
+    os.kill(worker, signal.SIGKILL)  # as the OOM killer would
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    assert gone(child, timeout=1), "the killed worker's task outlived the run"
+    fetched = backend.fetch(handle, tmp_path / "f")
+    manifest = read_manifest(fetched / MANIFEST_NAME)
+    assert (manifest.failed_node, manifest.failed_node_status) == (0, -9)
+    assert [(t.name, t.status) for t in manifest.tasks] == [("sleeper", "failed")]
+    report(handle, RunState.FAILED, fetched, as_json=False)
+    out = capsys.readouterr().out
+    assert "The worker of node 0 ended before the job finished (killed by SIGKILL)" in out
+    assert "node 0's worker left its task running" in (fetched / "worker.log").read_text()
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_cancel_ends_a_task_whose_worker_and_supervisor_were_killed(tmp_path, spawns_a_child, gone):
+    """Hostile finding: the run read as failed while its orphaned task ran on; cancel must end
+    a group whose leader is dead, however the run reads."""
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle, child = _submit_sleeper(backend, tmp_path, spawns_a_child)
+    assert child is not None
+    supervisor = int(handle.details["pids"])
+    (worker,) = _worker_pids(supervisor, 1)
+    os.kill(supervisor, signal.SIGKILL)
+    os.kill(worker, signal.SIGKILL)
+    assert backend.status(handle) is RunState.RUNNING  # its task lives on
     assert not gone(child, timeout=1), "the task ended with its worker: nothing to test"
     backend.cancel(handle)
     assert gone(child), "cancel left the killed worker's task running"
-    assert backend.status(handle) is RunState.FAILED  # it failed before it was cancelled
+    assert backend.status(handle) is RunState.CANCELLED
+
+
+TWO_TASKS = (
+    _task(
+        "sleeper", "import time; print('sleeping now', flush=True); time.sleep(120)", timeout=300
+    ),
+    _task("second", "print('second task ran')"),
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+@pytest.mark.parametrize("cancel", [False, True], ids=["workers-stop-alone", "cancel"])
+def test_a_multi_node_run_whose_supervisor_was_killed_stops_and_can_be_cancelled(
+    tmp_path, gone, cancel
+):
+    """Hostile finding: with its supervisor killed, the run read as failed at once while both
+    workers ran on, and cancel ended only their current tasks: each went on to the next."""
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(_spec(*TWO_TASKS, nodes=2, stop_grace_seconds=2), project=tmp_path)
+    run_dir = Path(handle.details["run_dir"])
+    supervisor = int(handle.details["pids"])
+    workers = _worker_pids(supervisor, 2)
+    for line in backend.logs(handle, follow=True):
+        if "sleeping now" in line:
+            break
+    os.kill(supervisor, signal.SIGKILL)
+    assert backend.status(handle) is RunState.RUNNING  # its workers live
+    if cancel:
+        backend.cancel(handle)
+        assert backend.status(handle) is RunState.CANCELLED
+    else:
+        assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    assert all(gone(pid, timeout=5) for pid in workers), "a worker outlived its supervisor"
+    for node in (0, 1):
+        outputs = run_dir / "outputs" / ("nodes/1" if node else "")
+        assert [t.name for t in read_manifest(outputs / MANIFEST_NAME).tasks] == ["sleeper"]
+        assert not (outputs / "second").exists(), f"node {node} started its next task"
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_task_saving_past_the_job_timeout_ends_a_finished_timed_out_run(tmp_path):
+    """The supervisor's stop, a margin after the job's timeout, must not turn a task that is
+    saving in its grace into a cancelled, unfinished job."""
+    saves = (
+        "import signal, sys, time\n"
+        "def on_term(signum, frame):\n"
+        "    time.sleep(7); print('saved', flush=True); sys.exit(3)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "time.sleep(60)\n"
+    )
+    spec = _spec(_task("saves", saves, timeout=60), timeout_seconds=2, stop_grace_seconds=20)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(spec, project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    fetched = backend.fetch(handle, tmp_path / "f")
+    manifest = read_manifest(fetched / MANIFEST_NAME)
+    assert manifest.finished
+    assert (manifest.failed_node, [(t.status, t.returncode) for t in manifest.tasks]) == (
+        None,
+        [("timed-out", 3)],
+    )
+    assert (fetched / "saves" / "stdout.log").read_text() == "saved\n"

@@ -171,3 +171,64 @@ def test_a_corrupted_handle_file_makes_status_of_it_exit_2_naming_it(tmp_path, m
     with pytest.raises(RunNotFoundError) as caught:
         store.load("j-2")
     assert (caught.value.run_id, caught.value.root) == ("j-2", store.root)
+
+
+def test_output_lost_from_a_tasks_logs_round_trips_and_is_written_only_when_lost(tmp_path):
+    lost = dataclasses.replace(
+        _manifest().tasks[0],
+        lost_log_bytes=4096,
+        lost_log_reason="writing stdout.log failed: [Errno 28] No space left on device",
+    )
+    manifest = dataclasses.replace(_manifest(), tasks=(lost, _manifest().tasks[0]))
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest.to_dict()))
+    assert read_manifest(path) == manifest
+    first, second = json.loads(path.read_text())["tasks"]
+    assert first["lost_log_bytes"] == 4096
+    assert "lost_log_bytes" not in second  # what an older release reads
+    assert "lost_log_reason" not in second
+
+
+def _report_of(tmp_path, manifest, capsys, state="failed"):
+    from substrax.compute import RunState
+    from substrax.compute._report import report
+
+    fetched = tmp_path / "fetched"
+    fetched.mkdir(exist_ok=True)
+    (fetched / "manifest.json").write_text(json.dumps(manifest.to_dict()))
+    report(RunHandle.from_json(_HANDLE), RunState(state), fetched, as_json=False)
+    text = capsys.readouterr().out
+    report(RunHandle.from_json(_HANDLE), RunState(state), fetched, as_json=True)
+    return fetched, text, json.loads(capsys.readouterr().out)
+
+
+def test_the_report_says_how_much_output_a_task_lost_and_why(tmp_path, capsys):
+    """Hostile finding: a full disk under a task's log went unreported."""
+    task = dataclasses.replace(
+        _manifest().tasks[0], lost_log_bytes=4096, lost_log_reason="writing stdout.log failed: x"
+    )
+    manifest = JobManifest(job="j", tasks=(task,), finished=True)
+    _, text, data = _report_of(tmp_path, manifest, capsys)
+    assert (
+        "Task t lost 4096 bytes of its output, not in its logs: writing stdout.log failed: x"
+        in text
+    )
+    assert (data["tasks"][0]["lost_log_bytes"], data["tasks"][0]["lost_log_reason"]) == (
+        4096,
+        "writing stdout.log failed: x",
+    )
+
+
+def test_the_report_names_a_dead_worker_and_an_unfinished_job(tmp_path, capsys):
+    """Hostile finding: a worker killed with kill -9 gave a failed run with no reason."""
+    died = JobManifest(job="j", failed_node=0, failed_node_status=-9)
+    fetched, text, _ = _report_of(tmp_path, died, capsys)
+    assert (
+        "The worker of node 0 ended before the job finished (killed by SIGKILL); its log: "
+        f"{fetched / 'worker.log'}"
+    ) in text
+    unfinished = JobManifest(job="j")
+    fetched, text, _ = _report_of(tmp_path, unfinished, capsys)
+    assert "The job did not finish and no node's failure was recorded" in text
+    _, text, _ = _report_of(tmp_path, unfinished, capsys, state="cancelled")
+    assert "did not finish" not in text

@@ -1,6 +1,7 @@
 """The worker: environment per task, logs, timeouts, failures, manifest, probe, secrets."""
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -402,3 +403,146 @@ def test_a_full_disk_under_the_run_is_one_line_and_exit_1(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert err.startswith("python -m substrax.compute.worker: error: [Errno 28] No space left")
     assert err.count("\n") == 1, err
+
+
+UNDECODABLE = (
+    "import sys; w = sys.stdout.buffer.write; w(b'\\xff first caf\\xc3\\xa9\\n'); "
+    "[w(b'plain ascii line number %d\\n' % i) for i in range(20000)]; w(b'END-OF-OUTPUT\\n')"
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_logs_are_utf_8_whatever_the_locale_and_output_past_the_pipe_never_hangs(tmp_path):
+    """Hostile finding: under LC_ALL=C the log was ASCII: a non-ASCII line stopped the pump
+    quietly (an empty stdout.log on a run that succeeded, or a task blocked on its full pipe)."""
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(
+        json.dumps(_spec(_task("t", UNDECODABLE, timeout=20)).model_dump(mode="json"))
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_")}
+    child = subprocess.run(
+        [
+            sys.executable, "-m", "substrax.compute.worker", "--spec", str(spec_path),
+            "--project", str(tmp_path), "--outputs", str(tmp_path / "o"),
+        ],
+        capture_output=True, timeout=60, check=False,
+        env={**env, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""},
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr
+    manifest = read_manifest(tmp_path / "o" / MANIFEST_NAME)
+    assert [(t.status, t.lost_log_bytes) for t in manifest.tasks] == [(TaskStatus.SUCCEEDED, 0)]
+    lines = (tmp_path / "o" / "t" / STDOUT_LOG).read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "\ufffd first caf\u00e9"
+    assert (len(lines), lines[-1]) == (20002, "END-OF-OUTPUT")
+    assert b"[t] END-OF-OUTPUT" in child.stdout  # the echo, in the worker's log
+
+
+class _FillsUp:
+    """A task's log on a disk that fills after ``room`` bytes: then each write is ENOSPC."""
+
+    def __init__(self, file, room):
+        self.file, self.room = file, room
+
+    def write(self, data):
+        import errno
+
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= len(data)
+        return self.file.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_full_disk_under_a_tasks_log_is_counted_and_never_blocks_the_task(tmp_path, monkeypatch):
+    """Hostile finding: ENOSPC killed the log pump quietly; the task then blocked on its full
+    pipe until the job timeout and read as timed out."""
+    from pathlib import Path
+
+    real_open = Path.open
+
+    def open_(self, *args, **kwargs):
+        file = real_open(self, *args, **kwargs)
+        return _FillsUp(file, 1000) if self.name == STDOUT_LOG else file
+
+    monkeypatch.setattr(Path, "open", open_)
+    code = (
+        "import sys; [print('x' * 40, i) for i in range(20000)]; print('err line', file=sys.stderr)"
+    )
+    spec = _spec(_task("big", code, timeout=10), _task("after", "print('after ran')"))
+    start = time.monotonic()
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    assert time.monotonic() - start < 8, "the task blocked on its pipe"
+    big, after = manifest.tasks
+    assert (big.status, after.status) == (TaskStatus.SUCCEEDED, TaskStatus.SUCCEEDED)
+    total = sum(len(f"{'x' * 40} {i}\n") for i in range(20000))
+    written = (tmp_path / "o" / "big" / STDOUT_LOG).stat().st_size
+    assert big.lost_log_bytes == total - written
+    assert big.lost_log_reason == "writing stdout.log failed: [Errno 28] No space left on device"
+    assert (tmp_path / "o" / "big" / STDERR_LOG).read_text() == "err line\n"
+    assert read_manifest(tmp_path / "o" / MANIFEST_NAME) == manifest
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_timed_out_task_gets_sigterm_and_the_grace_to_save_before_sigkill(tmp_path):
+    """Hostile finding: a task timeout was an immediate SIGKILL, so no final checkpoint."""
+    saves = (
+        "import os, pathlib, signal, sys, time\n"
+        "def on_term(signum, frame):\n"
+        "    pathlib.Path(os.environ['AVITAI_OUTPUT_DIR'], 'last.ckpt').write_text('saved')\n"
+        "    sys.exit(7)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    spec = _spec(
+        Task(name="saves", argv=("python", "-c", saves), timeout_seconds=2),
+        Task(name="stubborn", argv=("python", "-c", stubborn), timeout_seconds=2),
+        stop_grace_seconds=1,
+    )
+    start = time.monotonic()
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    assert time.monotonic() - start < 20
+    assert [(t.status, t.returncode) for t in manifest.tasks] == [
+        (TaskStatus.TIMED_OUT, 7),  # its own exit, after it saved
+        (TaskStatus.TIMED_OUT, -9),  # killed once the grace had passed
+    ]
+    assert (tmp_path / "o" / "saves" / "last.ckpt").read_text() == "saved"
+
+
+def test_a_worker_whose_supervisor_is_gone_stops_its_task():
+    from substrax.compute._worker import watch_supervisor
+
+    parents = iter([41, 41, 41, 1])
+    stopped = []
+
+    class Runner:
+        def stop(self):
+            stopped.append(True)
+
+    naps = []
+    watch_supervisor(41, Runner(), getppid=lambda: next(parents), sleep=naps.append)
+    assert stopped == [True]
+    assert len(naps) == 3
+
+
+def test_a_task_does_not_inherit_the_supervisor_pid_and_the_worker_keeps_it(monkeypatch):
+    # the worker once popped the variable from its own os.environ (process state changed by a
+    # library function), so that its tasks would not see it
+    from substrax.compute._runner import SUPERVISOR_ENV, _task_parent
+
+    monkeypatch.setenv(SUPERVISOR_ENV, "4242")
+    assert SUPERVISOR_ENV not in _task_parent()
+    assert os.environ[SUPERVISOR_ENV] == "4242"

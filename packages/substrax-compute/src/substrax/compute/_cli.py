@@ -13,8 +13,9 @@ isn't installed), say so once on stderr (``substrax-compute: warning: skipped ru
 run exit 2 naming the file. ``logs`` and ``fetch`` of a run whose directory is gone exit 1
 naming it. A runs directory that can't be read exits 1 naming it.
 
-Ctrl-C while ``run`` follows a run cancels the run and exits 130 (``--detach`` leaves it
-running apart).
+Ctrl-C while ``run`` follows a run cancels the run and exits 130; SIGTERM and SIGHUP (a CI
+timeout, a closed terminal) cancel it the same way and exit 128 + the signal (143, 129).
+``--detach`` leaves a run going apart from the command.
 
 ``status`` and ``list`` read only the run store and, for ``status``, the local backend's files:
 they import no pydantic, so they start quickly.
@@ -30,11 +31,14 @@ Example::
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TextIO
 
 from substrax.support import (
@@ -42,6 +46,7 @@ from substrax.support import (
     EXIT_OK,
     CommandFailedError,
     MissingExtraError,
+    UsageError,
     add_json_flag,
     emit,
     print_table,
@@ -167,9 +172,16 @@ def _state_dir() -> Path:
 def _fetch_root(into: Path | None) -> Path:
     if into is None:
         return _state_dir() / "fetched"
-    return require_directory(
+    path = require_directory(
         into.resolve(), what="--into", fix="pass a directory (it is created when missing)"
     )
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):  # checked now: the outputs come after the run
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        why = "is on a read-only file system" if read_only else "is not writable by this user"
+        what = f"--into {path}" if existing == path else f"--into {path} can't be made: {existing}"
+        raise UsageError(f"{what} {why}; pass a directory you can write to")
+    return path
 
 
 def _run(args: argparse.Namespace, store: RunStore) -> int:
@@ -178,6 +190,11 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
 
     project = args.project.resolve()
     fetch_root = _fetch_root(args.into)
+    if args.backend is not None and not args.backend.strip():
+        raise UsageError(
+            f"--backend {args.backend!r} is empty; name a registered backend (local, modal, "
+            "skypilot, or one of yours), or leave --backend out for the configured one"
+        )
     config = read_compute_config(project)
     name = args.backend or config.backend or DEFAULT_BACKEND
     accelerator = None if args.accelerator is None else parse_accelerator(args.accelerator)
@@ -205,19 +222,54 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
             emit({"run": handle.run_id, "backend": name, "job": spec.name}, "", as_json=True)
         return EXIT_OK
     notes.flush()
+    stopped_by: list[int] = []  # SIGTERM or SIGHUP, once one came
+
+    def on_stop(signum: int, frame: FrameType | None) -> None:
+        if not stopped_by:  # a second one must not cut the cancel short
+            stopped_by.append(signum)
+            signal.default_int_handler(signum, frame)  # KeyboardInterrupt: as Ctrl-C does
+
+    previous = _handle_signals(dict.fromkeys(_FOLLOW_SIGNALS, on_stop))
     try:
-        follow(backend.logs(handle, follow=True), stream=notes)
+        follow(_printable(backend.logs(handle, follow=True), notes), stream=notes)
         state = backend.status(handle)
         while not state.is_final:
             time.sleep(0.2)
             state = backend.status(handle)
-    except KeyboardInterrupt:  # Ctrl-C stops the run it follows, as it would stop a program
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP stop the run it follows
         backend.cancel(handle)
         notes.write(f"Interrupted: cancelled {handle.run_id} (--detach runs a job apart).\n")
-        raise
+        if not stopped_by:
+            raise
+        notes.flush()
+        sys.stderr.write(f"{PROG}: interrupted by {signal.Signals(stopped_by[0]).name}\n")
+        return 128 + stopped_by[0]
+    finally:
+        _handle_signals(previous)
     fetched = backend.fetch(handle, fetch_root)
     report(handle, state, fetched, as_json=args.json)
     return EXIT_OK if state is RunState.SUCCEEDED else EXIT_FAILED
+
+
+_FOLLOW_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+type _Handler = Callable[[int, FrameType | None], object] | int | None
+
+
+def _handle_signals(handlers: dict[signal.Signals, _Handler]) -> dict[signal.Signals, _Handler]:
+    """Install ``handlers`` (None: leave that one); return the ones they replaced.
+
+    Only the main thread may: elsewhere nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {sig: signal.signal(sig, h) for sig, h in handlers.items() if h is not None}
+
+
+def _printable(lines: Iterator[str], stream: TextIO) -> Iterator[str]:
+    """``lines`` with what ``stream``'s encoding can't show replaced (a C locale's ASCII)."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    for line in lines:
+        yield line.encode(encoding, errors="replace").decode(encoding)
 
 
 def _usable_runs(store: RunStore) -> list[tuple[RunHandle, ComputeBackend]]:
@@ -248,6 +300,12 @@ def _status(run: str | None, store: RunStore, *, as_json: bool) -> int:
             if run:
                 raise
             sys.stderr.write(f"{PROG}: warning: skipped run {handle.run_id}: {error}\n")
+            continue
+        except BackendRequestError as error:  # the backend did not answer: listed as unknown
+            if run:
+                raise
+            sys.stderr.write(f"{PROG}: warning: {error}\n")
+            rows.append([handle.run_id, handle.backend, handle.job, "unknown"])
             continue
         except MissingExtraError as error:  # the backend's SDK is not installed here
             problem = RunRecordError(
@@ -309,7 +367,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _on_run(args: argparse.Namespace, handle: RunHandle, backend: ComputeBackend) -> int:
     if args.command == "logs":
-        lines = backend.logs(handle, follow=args.follow)
+        lines = _printable(backend.logs(handle, follow=args.follow), sys.stdout)
         if args.follow:
             follow(lines)
         else:

@@ -87,14 +87,14 @@ def follow_lines(path: Path, *, done: Callable[[], bool] | None) -> Iterator[str
     """Yield the lines of ``path`` (without newlines); with ``done``, keep reading until it says so.
 
     The file may not exist yet; a partial last line is held back until its newline arrives or
-    the run is done.
+    the run is done. It is read as UTF-8 whatever the locale (the worker writes its log so).
     """
     position = 0
     pending = ""
     while True:
         finished = done() if done is not None else True
         if path.is_file():
-            with path.open(errors="replace") as file:
+            with path.open(encoding="utf-8", errors="replace") as file:  # as the worker writes it
                 file.seek(position)
                 chunk = file.read()
                 position = file.tell()

@@ -1,12 +1,15 @@
-"""The ``local`` backend: the worker runs detached on this machine.
+"""The ``local`` backend: the job runs detached on this machine.
 
-A one-node job's worker leads a new session. A job with ``nodes = N`` runs as N workers wired for
-``initialize_distributed`` on 127.0.0.1, so a multi-host job can be tried here first; a
-supervisor leads their session, and once a worker fails it stops the other nodes (their tasks get
-SIGTERM and 30 s before SIGKILL) and records the first failed node in the job's manifest; such a
-run is final only once the supervisor has exited. ``cancel`` stops a run's processes with one signal to
-its session's process group. Extras are installed with uv into an environment kept per (project, extras) under
-the state directory, never into the project's own ``.venv``.
+A supervisor leads the run's session and starts one worker per node: a job with ``nodes = N``
+runs as N workers wired for ``initialize_distributed`` on 127.0.0.1, so a multi-host job can be
+tried here first. Once a worker fails the supervisor stops the other nodes (their tasks get
+SIGTERM and 30 s before SIGKILL) and records the first failed node in the job's manifest; a
+worker that dies mid-task has its task ended by the supervisor, and a worker whose supervisor
+died stops its task and starts no other. A run is final only once none of its processes lives:
+the supervisor, a worker, or a task it recorded. ``cancel`` ends every process group the run
+recorded that still lives, whatever the run reads. Extras are installed with uv into an
+environment kept per (project, extras) under the state directory, never into the project's own
+``.venv``.
 
 Settings (``[tool.substrax.compute.backends.local]``): ``state_dir``, ``python`` (the
 interpreter for a job without extras; default the project's ``.venv`` python, else this one),
@@ -24,7 +27,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ from ._errors import (
 )
 from ._files import copy_atomically, copy_outputs, follow_lines
 from ._manifest import MANIFEST_NAME, JobManifest, read_manifest
-from ._processes import free_port, is_alive, kill_group, spawn_detached, start_time, wait_all_dead
+from ._processes import end_group, free_port, group_alive, spawn_detached, start_time
 from ._records import COMPONENT, JsonValue
 from ._run_errors import RunDirectoryGoneError
 from ._runner import TASK_PROCESS
@@ -137,6 +139,27 @@ class LocalBackend:
         venv = project / ".venv" / "bin" / "python"
         return str(venv) if venv.exists() else sys.executable
 
+    def _check_python(self, project: Path) -> None:
+        """Refuse a ``python`` setting that names no program here (0.1.22 took a command line)."""
+        value = self.settings.python
+        if not value or shutil.which(value):
+            return
+        what = (
+            "is a command line, but the setting names one interpreter"
+            if len(value.split()) > 1
+            else "is no executable on this machine"
+        )
+        raise ComputeConfigError(
+            [
+                (
+                    f"{ROOT_PATH}.backends.local.python",
+                    f"{value!r} {what}; write an interpreter's path (e.g. "
+                    f"{json.dumps(str(project / '.venv' / 'bin' / 'python'))}), or leave python "
+                    "out to use the project's .venv python",
+                )
+            ]
+        )
+
     def worker_command(self, spec: "JobSpec", project: Path) -> tuple[list[str], dict[str, str]]:
         """The interpreter argv prefix and extra environment that run the worker for ``spec``.
 
@@ -166,12 +189,19 @@ class LocalBackend:
             env[mount_env_name(mount.name)] = str(where)
         return env
 
-    def submit(self, spec: "JobSpec", *, project: Path) -> RunHandle:
-        """Stage the spec and start one detached worker per node."""
-        project = project.resolve()
+    def submit(self, spec: "JobSpec", *, project: "Path | str | os.PathLike[str]") -> RunHandle:
+        """Stage the spec and start the detached supervisor of one worker per node.
+
+        Raises:
+            TypeError: ``project`` is not a path (a str or an ``os.PathLike``).
+            ComputeConfigError: The ``python`` setting names no program on this machine.
+        """
+        project = _as_path(project).resolve()
         missing = [name for name in spec.secrets if name not in os.environ]
         if missing:
             raise SecretNotSetError(missing)
+        if not spec.extras:  # with extras, uv's python runs the worker
+            self._check_python(project)
         mount_env = self._mount_env(spec, project)
         run = new_run(spec, project)
         run_dir = stage_run(self.state_dir / "runs", run)
@@ -193,19 +223,15 @@ class LocalBackend:
             ]  # fmt: skip
             log = run_dir / ("worker.log" if node == 0 else f"worker-{node}.log")
             commands.append((argv, env, log))
-        if spec.nodes == 1:
-            argv, env, log = commands[0]
-            pid = spawn_detached(argv, env={**os.environ, **env}, log=log)
-        else:
-            plan = write_plan(
-                run_dir,
-                job=spec.name,
-                timeout_seconds=spec.timeout_seconds,
-                stop_grace_seconds=spec.stop_grace_seconds,
-                nodes=commands,
-            )
-            supervisor = [sys.executable, "-m", "substrax.compute._supervisor", str(plan.parent)]
-            pid = spawn_detached(supervisor, env=os.environ, log=commands[0][2])
+        plan = write_plan(
+            run_dir,
+            job=spec.name,
+            timeout_seconds=spec.timeout_seconds,
+            stop_grace_seconds=spec.stop_grace_seconds,
+            nodes=commands,
+        )
+        supervisor = [sys.executable, "-m", "substrax.compute._supervisor", str(plan.parent)]
+        pid = spawn_detached(supervisor, env=os.environ, log=commands[0][2])
         details = {
             "run_dir": str(run_dir),
             "pids": str(pid),
@@ -221,27 +247,46 @@ class LocalBackend:
         starts = handle.details.get("starts", "").split(",")
         return [(int(pid), starts[i] if i < len(starts) else "") for i, pid in enumerate(pids)]
 
+    @staticmethod
+    def _groups(handle: RunHandle) -> list[tuple[int, str]]:
+        """The run's process groups, each as (pgid, its leader's start).
+
+        The session's (the supervisor and the workers), then each running task's own, as its
+        node recorded it.
+        """
+        pgid = int(handle.details["pgid"])
+        started = dict(LocalBackend._processes(handle)).get(pgid, "")
+        groups = [(pgid, started)]
+        outputs = Path(handle.details["run_dir"]) / "outputs"
+        for node in range(int(handle.details.get("nodes", "1"))):
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                task = json.loads((node_outputs(outputs, node) / TASK_PROCESS).read_text())
+                groups.append((int(task["pid"]), str(task["start"])))
+        return groups
+
     def status(self, handle: RunHandle) -> RunState:
-        """Read the state from the marker, the process table and the manifests."""
+        """Read the state from the process table, the marker and the manifests.
+
+        The run is pending or running while any process of it lives: its supervisor, a worker
+        (the supervisor's session) or a task (the task's own session, as its node recorded it).
+        """
         run_dir = Path(handle.details["run_dir"])
-        alive = any(is_alive(pid, started) for pid, started in self._processes(handle))
-        if (run_dir / CANCELLED_MARKER).exists():
-            return RunState.CANCELLED
+        alive = any(group_alive(pgid, started) for pgid, started in self._groups(handle))
         outputs = run_dir / "outputs"
         nodes = int(handle.details.get("nodes", len(self._processes(handle))))
         manifests: list[JobManifest | None] = []
         for node in range(nodes):
             path = node_outputs(outputs, node) / MANIFEST_NAME
             manifests.append(read_manifest(path) if path.is_file() else None)
-        if nodes > 1 and alive:  # final once the supervisor has recorded a failed node, if any
+        if alive:
             return RunState.RUNNING if manifests[0] is not None else RunState.PENDING
+        if (run_dir / CANCELLED_MARKER).exists():
+            return RunState.CANCELLED
         if manifests[0] is not None and manifests[0].failed_node is not None:
             return RunState.FAILED
         finished = [m for m in manifests if m is not None and m.finished]
         if len(finished) == nodes:
             return RunState.SUCCEEDED if all(m.succeeded for m in finished) else RunState.FAILED
-        if alive:
-            return RunState.RUNNING if manifests[0] is not None else RunState.PENDING
         return RunState.FAILED
 
     @staticmethod
@@ -275,26 +320,26 @@ class LocalBackend:
         return target
 
     def cancel(self, handle: RunHandle) -> None:
-        """Stop every worker and task of the run; of a run already ended, any task left running.
+        """End every process group the run recorded that still lives, whatever the run reads.
 
-        A worker killed mid-task (``kill -9``, the OOM killer) leaves its task running in its
-        own session, and the run reads as failed: its task's group is ended here.
+        The session's group first (the supervisor and the workers, which end their tasks), then
+        each task's own (a worker killed mid-task, ``kill -9`` or the OOM killer, leaves its
+        task running there): SIGTERM, then SIGKILL after ``CANCEL_GRACE_SECONDS``. A group
+        whose leader is dead is still ended while a member lives. A run that was not final
+        reads as cancelled afterwards.
         """
         run_dir = Path(handle.details["run_dir"])
         if not self.status(handle).is_final:
             (run_dir / CANCELLED_MARKER).touch()
-            _end_groups(self._processes(handle), int(handle.details["pgid"]))
-        for record in (run_dir / "outputs").rglob(TASK_PROCESS):
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                task = json.loads(record.read_text())
-                _end_groups([(int(task["pid"]), str(task["start"]))], int(task["pid"]))
+        for pgid, started in self._groups(handle):
+            end_group(pgid, started, CANCEL_GRACE_SECONDS)
 
 
-def _end_groups(processes: list[tuple[int, str]], pgid: int) -> None:
-    """SIGTERM the group ``pgid`` while ``processes`` live; SIGKILL it after the grace."""
-    if not any(is_alive(pid, started) for pid, started in processes):
-        return
-    kill_group(pgid, signal.SIGTERM)
-    if not wait_all_dead(processes, CANCEL_GRACE_SECONDS):
-        kill_group(pgid, signal.SIGKILL)
-        wait_all_dead(processes, CANCEL_GRACE_SECONDS)
+def _as_path(project: object) -> Path:
+    """``project`` as a Path: a str or an ``os.PathLike``, else a TypeError naming it."""
+    if isinstance(project, str | os.PathLike):
+        return Path(cast("str | os.PathLike[str]", project))
+    raise TypeError(
+        f"project={project!r:.80} must be the project's directory as a path (a str or an "
+        f"os.PathLike), not {type(project).__name__}"
+    )

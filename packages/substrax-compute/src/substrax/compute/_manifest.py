@@ -45,6 +45,9 @@ DEVICES_LOG = "devices.log"
 """The device probe's output when it failed, in the output root beside ``MANIFEST_NAME``."""
 
 
+_ONLY_WHEN_LOST = frozenset({"lost_log_bytes", "lost_log_reason"})  # what older releases read
+
+
 class TaskStatus(StrEnum):
     """How one task ended."""
 
@@ -87,7 +90,12 @@ class RunDevices:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskOutcome:
-    """One task's result; ``outputs`` lists its files relative to its directory, logs excluded."""
+    """One task's result; ``outputs`` lists its files relative to its directory, logs excluded.
+
+    ``lost_log_bytes`` counts the bytes of the task's output that never reached its logs, once
+    writing them failed (a full disk, a file size limit), and ``lost_log_reason`` says why;
+    ``manifest.json`` holds the two only when output was lost.
+    """
 
     name: str
     argv: tuple[str, ...]
@@ -95,6 +103,8 @@ class TaskOutcome:
     returncode: int | None
     seconds: float
     outputs: tuple[str, ...] = ()
+    lost_log_bytes: int = 0
+    lost_log_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,7 +146,11 @@ class JobManifest:
         """
         data = dataclasses.asdict(self)
         data["tasks"] = [
-            {**task, "argv": list(task["argv"]), "outputs": list(task["outputs"])}
+            {
+                **{k: v for k, v in task.items() if k not in _ONLY_WHEN_LOST or v},
+                "argv": list(task["argv"]),
+                "outputs": list(task["outputs"]),
+            }
             for task in data["tasks"]
         ]
         if data["devices"] is not None:
@@ -155,7 +169,7 @@ def _outcome(data: object, source: object) -> TaskOutcome:
             "returncode": (int, type(None)),
             "seconds": float,
         },
-        optional={"outputs": list},
+        optional={"outputs": list, "lost_log_bytes": int, "lost_log_reason": (str, type(None))},
     )
     try:
         status = TaskStatus(fields["status"])
@@ -168,6 +182,8 @@ def _outcome(data: object, source: object) -> TaskOutcome:
         returncode=fields["returncode"],
         seconds=float(fields["seconds"]),
         outputs=strings(fields.get("outputs", []), source=source, field="outputs"),
+        lost_log_bytes=fields.get("lost_log_bytes", 0),
+        lost_log_reason=fields.get("lost_log_reason"),
     )
 
 

@@ -87,14 +87,61 @@ def kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def wait_all_dead(processes: Sequence[tuple[int, str]], timeout: float) -> bool:
-    """Poll until none of ``(pid, start)`` is alive or ``timeout`` passes; True if all ended."""
+def group_alive(pgid: int, started: str) -> bool:
+    """Whether the process group ``pgid``, led by the process that started at ``started``, lives.
+
+    Its leader alive is enough. A leader that is gone (``kill -9``) leaves the group alive while
+    any member is; a pid that another process holds now (its start time differs) is not the
+    group asked about. An empty ``started`` skips that check.
+
+    Example:
+        >>> import os
+        >>> from substrax.compute._processes import group_alive
+        >>> group_alive(os.getpgid(0), "")  # this process's own group
+        True
+        >>> group_alive(os.getpid(), "0.000")  # a pid that another process holds now
+        False
+    """
+    if is_alive(pgid, started):  # also reaps it when it is this process's exited child
+        return True
+    now = start_time(pgid)
+    if now and started and now != started:
+        return False
+    try:
+        os.killpg(pgid, 0)  # a zombie counts here: look for a member that is none
+    except (ProcessLookupError, PermissionError):
+        return False
+    return any(_member(pid, pgid) for pid in psutil.pids() if pid != pgid)
+
+
+def _member(pid: int, pgid: int) -> bool:
+    """Whether ``pid`` is a live (not zombie) process of the group ``pgid``."""
+    try:
+        return os.getpgid(pid) == pgid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (OSError, psutil.Error):
+        return False
+
+
+def _wait_group(pgid: int, started: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(is_alive(pid, started) for pid, started in processes):
-            return True
+    while group_alive(pgid, started):
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    return not any(is_alive(pid, started) for pid, started in processes)
+    return True
+
+
+def end_group(pgid: int, started: str, grace: float) -> None:
+    """SIGTERM the group ``pgid`` while it lives (:func:`group_alive`); SIGKILL it after ``grace``.
+
+    Returns once the group is gone, or ``grace`` after the SIGKILL.
+    """
+    if not group_alive(pgid, started):
+        return
+    kill_group(pgid, signal.SIGTERM)
+    if not _wait_group(pgid, started, grace):
+        kill_group(pgid, signal.SIGKILL)
+        _wait_group(pgid, started, grace)
 
 
 def free_port() -> int:

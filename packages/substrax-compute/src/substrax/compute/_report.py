@@ -16,6 +16,7 @@ from substrax.support import EXIT_OK, emit, format_table, print_table
 
 if TYPE_CHECKING:
     from ._backend import ComputeBackend, RunHandle, RunState
+    from ._manifest import JobManifest
     from ._results import TaskResult
     from ._spec import JobSpec
     from ._upload import UploadSet
@@ -96,11 +97,40 @@ def summary(outputs: Sequence[str]) -> str:
     return ", ".join(shown) or "-"
 
 
-def report(handle: "RunHandle", state: "RunState", fetched: Path, *, as_json: bool) -> None:
+def _failure_lines(manifest: "JobManifest", fetched: Path, state: "RunState") -> list[str]:
+    """Why the run failed beyond its tasks: the node that failed first, a worker that died."""
     from ._environment import node_outputs  # noqa: PLC0415
     from ._manifest import MANIFEST_NAME, read_manifest  # noqa: PLC0415
-    from ._results import SUMMARY_NAME, read_result, results_table  # noqa: PLC0415
     from ._supervisor import describe_status  # noqa: PLC0415
+
+    node, code = manifest.failed_node, manifest.failed_node_status
+    if node is None:
+        if state == "failed" and not manifest.finished:
+            return [
+                f"The job did not finish and no node's failure was recorded (a supervisor that "
+                f"died, a full disk); see {fetched / 'worker.log'}"
+            ]
+        return []
+    how = "" if code is None else f" ({describe_status(code)})"
+    logs = node_outputs(fetched, node)
+    if manifest.nodes == 1:
+        return [
+            f"The worker of node 0 ended before the job finished{how}; its log: {fetched / 'worker.log'}"
+        ]
+    try:
+        died = not read_manifest(logs / MANIFEST_NAME).finished
+    except (OSError, ValueError, TypeError):
+        died = True
+    ended = ": its worker ended before the job finished" if died else ""
+    return [
+        f"Node {node} of {manifest.nodes} failed first{how}{ended}; the other nodes were "
+        f"stopped. Its logs: {logs}"
+    ]
+
+
+def report(handle: "RunHandle", state: "RunState", fetched: Path, *, as_json: bool) -> None:
+    from ._manifest import MANIFEST_NAME, read_manifest  # noqa: PLC0415
+    from ._results import SUMMARY_NAME, read_result, results_table  # noqa: PLC0415
 
     data: dict[str, Any] = {
         "run": handle.run_id,
@@ -125,6 +155,8 @@ def report(handle: "RunHandle", state: "RunState", fetched: Path, *, as_json: bo
                 "seconds": t.seconds,
                 "outputs": list(t.outputs),
                 "where": str(fetched / t.name),
+                "lost_log_bytes": t.lost_log_bytes,
+                "lost_log_reason": t.lost_log_reason,
             }
             for t in manifest.tasks
         ]
@@ -133,14 +165,18 @@ def report(handle: "RunHandle", state: "RunState", fetched: Path, *, as_json: bo
             for t in manifest.tasks
         ]
         lines.append(format_table(["task", "status", "time", "outputs", "where"], rows))
+        lines += [
+            f"Task {t.name} lost {t.lost_log_bytes} bytes of its output, not in its logs: "
+            f"{t.lost_log_reason}"
+            for t in manifest.tasks
+            if t.lost_log_bytes
+        ]
         if manifest.failed_node is not None:
-            node, code = manifest.failed_node, manifest.failed_node_status
-            data["failed_node"] = {"node": node, "status": code}
-            how = "" if code is None else f" ({describe_status(code)})"
-            lines.append(
-                f"Node {node} of {manifest.nodes} failed first{how}; the other nodes were "
-                f"stopped. Its logs: {node_outputs(fetched, node)}"
-            )
+            data["failed_node"] = {
+                "node": manifest.failed_node,
+                "status": manifest.failed_node_status,
+            }
+        lines += _failure_lines(manifest, fetched, state)
     lines.append(f"{handle.run_id} {state}; outputs in {fetched}")
     table = results_table(results, root=fetched)
     if table:

@@ -1,6 +1,7 @@
 """Running one task: its process group, piped logs with secrets redacted, its timeout."""
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING, BinaryIO, cast
 
 from substrax.support import write_atomically
 
@@ -23,17 +24,27 @@ if TYPE_CHECKING:
     from ._spec import JobSpec, Task
 STOP_SIGNAL = signal.SIGUSR1
 """The signal that asks a worker to stop its task gracefully (``TaskRunner.stop``)."""
+SUPERVISOR_ENV = "SUBSTRAX_COMPUTE_SUPERVISOR_PID"
+"""The local supervisor's pid, given to the workers it starts: a worker whose supervisor is gone
+stops its task and starts no other."""
 _WAIT_SLICE_SECONDS = 0.1
 _PUMP_SECONDS = 5.0  # how long a log pump may run on once the task's group is gone
 TASK_PROCESS = ".task-process.json"
-"""The running task's pid and start time, in its node's outputs: a worker killed mid-task
-leaves its task running (in its own session), and ``cancel`` finds it there."""
-LOG_NAMES = frozenset({STDOUT_LOG, STDERR_LOG})
+"""The running task's pid, start time, name, argv and wall-clock start, in its node's outputs: a
+worker killed mid-task leaves its task running (in its own session), and the supervisor and
+``cancel`` find it there."""
+LOG_ORDER = (STDOUT_LOG, STDERR_LOG)
+LOG_NAMES = frozenset(LOG_ORDER)
 PROBE_SECONDS = 300.0
 _PROBE = (
     "import json, jax; d = jax.devices(); print(json.dumps({'platform': d[0].platform, "
     "'kinds': sorted({x.device_kind for x in d}), 'count': len(d)}))"
 )
+
+
+def _task_parent() -> dict[str, str]:
+    """This process's environment, as a task inherits it: without the supervisor's pid."""
+    return {k: v for k, v in os.environ.items() if k != SUPERVISOR_ENV}
 
 
 class _Redactor:
@@ -55,16 +66,71 @@ def _argv(task: "Task", python: str) -> list[str]:
     return argv
 
 
-def _pump(stream: IO[bytes], log: IO[str], prefix: str, echo: bool, redact: _Redactor) -> None:
-    """Copy ``stream`` to ``log`` (and stdout); a log closed once the task ended stops it."""
-    with contextlib.suppress(ValueError):  # a process out of the task's group kept writing
-        for raw in iter(stream.readline, b""):
-            line = redact(raw.decode(errors="replace"))
-            log.write(line)
-            log.flush()
-            if echo:
-                sys.stdout.write(f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}")
-                sys.stdout.flush()
+def echo(prefix: str, line: str) -> bool:
+    """Write ``line`` to stdout after ``prefix``; False when stdout is full or closed.
+
+    A character stdout's encoding lacks (a C locale) is shown replaced, never an error.
+    """
+    text = f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}"
+    try:
+        try:
+            sys.stdout.write(text)
+        except UnicodeEncodeError:
+            encoding = sys.stdout.encoding or "ascii"
+            sys.stdout.write(text.encode(encoding, errors="replace").decode(encoding))
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+class _Pump(threading.Thread):
+    """Copies one of a task's pipes to its log (and stdout) until the pipe closes; owns the log.
+
+    It never stops reading, so the task never blocks on a full pipe. The log is written as UTF-8
+    whatever the locale (undecodable bytes replaced). Once a write to the log fails (a full disk,
+    a file size limit), the rest of the output is discarded, and ``lost`` counts its bytes (the
+    line that failed included) and ``reason`` says why. An echo that fails ends the echo only.
+    """
+
+    def __init__(
+        self, stream: IO[bytes], log: BinaryIO, name: str, prefix: str | None, redact: _Redactor
+    ) -> None:
+        super().__init__(daemon=True)  # a process that left the task's group may hold its pipe
+        self.stream, self.log, self.name = stream, log, name
+        self.prefix, self.redact = prefix, redact
+        self.lost = 0
+        self.reason: str | None = None
+
+    def run(self) -> None:
+        try:
+            for raw in iter(self.stream.readline, b""):
+                if self.reason is not None:
+                    self.lost += len(raw)
+                    continue
+                line = self.redact(raw.decode("utf-8", errors="replace"))
+                self._write(raw, line.encode())
+                if self.prefix is not None and not echo(self.prefix, line):
+                    self.prefix = None  # stdout is full or closed: the log holds the output
+        finally:
+            with contextlib.suppress(OSError):
+                self.log.close()
+
+    def _write(self, raw: bytes, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                written = self.log.write(view) or 0
+                if not written:
+                    break
+                view = view[written:]
+        except OSError as error:
+            self.reason = f"writing {self.name} failed: {error}"
+        else:
+            if view:
+                self.reason = f"writing {self.name} failed: the file took no more bytes"
+        if self.reason is not None:
+            self.lost += len(raw)
 
 
 def _listing(task_dir: Path) -> tuple[str, ...]:
@@ -84,7 +150,8 @@ class TaskRunner:
     ``cancel`` (the worker's SIGTERM handler) kills the current task at once; ``stop`` (its
     ``STOP_SIGNAL`` handler) sends the task's process group SIGTERM and kills it only after
     the spec's ``stop_grace_seconds``. Either way no later task starts and the task reads as
-    cancelled.
+    cancelled. A task that reaches its timeout gets the same SIGTERM, then SIGKILL after the
+    same grace (time to save a last checkpoint), and reads as timed out.
     """
 
     def __init__(
@@ -120,27 +187,36 @@ class TaskRunner:
             self.kill_at = time.monotonic() + self.spec.stop_grace_seconds
 
     def _wait(self, process: subprocess.Popen[bytes], budget: float) -> bool:
-        """Wait for ``process``; kill its group at the deadline or a stop's; True if timed out."""
+        """Wait for ``process``; True if it timed out (its deadline came before any stop).
+
+        At its deadline or a stop its group gets SIGTERM, then SIGKILL after the spec's
+        ``stop_grace_seconds``.
+        """
         deadline = time.monotonic() + budget
+        timeout_kill_at: float | None = None
         terminated = False
         while True:
-            if self.kill_at is not None and not terminated:
+            now = time.monotonic()
+            if timeout_kill_at is None and self.kill_at is None and now >= deadline:
+                timeout_kill_at = now + self.spec.stop_grace_seconds
+            kill_at = min(
+                (t for t in (self.kill_at, timeout_kill_at) if t is not None), default=None
+            )
+            if kill_at is not None and not terminated:
                 terminated = True
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGTERM)
-            limit = deadline if self.kill_at is None else min(deadline, self.kill_at)
+            if kill_at is not None and now >= kill_at:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                return timeout_kill_at is not None
+            limit = deadline if kill_at is None else kill_at
             try:
-                process.wait(timeout=max(0.0, min(limit - time.monotonic(), _WAIT_SLICE_SECONDS)))
+                process.wait(timeout=max(0.0, min(limit - now, _WAIT_SLICE_SECONDS)))
             except subprocess.TimeoutExpired:
-                now = time.monotonic()
-                stopped = self.kill_at is not None and now >= self.kill_at
-                if stopped or now >= deadline:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
-                    return not stopped
-            else:
-                return False
+                continue
+            return timeout_kill_at is not None
 
     def _end_leftovers(self, pgid: int) -> None:
         """End what the task left running in its group: SIGTERM, SIGKILL after the stop grace.
@@ -162,7 +238,7 @@ class TaskRunner:
         """The devices the job's tasks would see, within ``budget`` (and ``PROBE_SECONDS``)."""
         log = self.root / DEVICES_LOG
         try:
-            env = task_environment(self.spec, None, parent=os.environ)
+            env = task_environment(self.spec, None, parent=_task_parent())
             result = subprocess.run(
                 [self.python, "-c", _PROBE],
                 env=env,
@@ -180,71 +256,78 @@ class TaskRunner:
             log.write_text(self.redact(f"device probe failed: {error!r}\n"))
         return None
 
+    def _outcome(self, task: "Task", status: TaskStatus, start: float) -> TaskOutcome:
+        return TaskOutcome(
+            name=task.name,
+            argv=task.argv,
+            status=status,
+            returncode=None,
+            seconds=time.monotonic() - start,
+        )
+
     def run_task(self, task: "Task", budget: float) -> TaskOutcome:
         task_dir = self.root / task.name
         task_dir.mkdir(parents=True, exist_ok=True)
         argv = _argv(task, self.python)
         start = time.monotonic()
-        with (task_dir / STDOUT_LOG).open("w") as out, (task_dir / STDERR_LOG).open("w") as err:
-            if budget <= 0 or self.cancelled:
-                status = TaskStatus.CANCELLED if self.cancelled else TaskStatus.TIMED_OUT
-                return TaskOutcome(
-                    name=task.name, argv=task.argv, status=status, returncode=None, seconds=0.0
-                )
-            try:
-                env = task_environment(self.spec, task_dir, parent=os.environ)
-                process = subprocess.Popen(
-                    argv,
-                    cwd=self.project,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    start_new_session=True,
-                )
-            except (OSError, LookupError, ValueError) as error:
-                reason = self.redact(f"could not start {argv[0]!r}: {error}\n")
-                err.write(reason)
-                if self.echo:  # as the task's own output is: else only its stderr.log says why
-                    sys.stdout.write(f"[{task.name}] {reason}")
-                    sys.stdout.flush()
-                return TaskOutcome(
-                    name=task.name,
-                    argv=task.argv,
-                    status=TaskStatus.FAILED,
-                    returncode=None,
-                    seconds=time.monotonic() - start,
-                )
-            self.current = process
-            record = {"pid": process.pid, "start": start_time(process.pid)}
-            with contextlib.suppress(OSError):  # without it only the worker's end reaches it
-                write_atomically(self.root / TASK_PROCESS, json.dumps(record))
-            # Both pipes exist: Popen was given PIPE for each.
-            stdout, stderr = cast("IO[bytes]", process.stdout), cast("IO[bytes]", process.stderr)
-            pumps = [
-                threading.Thread(
-                    target=_pump,
-                    args=(pipe, log, f"[{task.name}] ", self.echo, self.redact),
-                    daemon=True,  # a process that left the task's group may hold its pipe
-                )
-                for pipe, log in ((stdout, out), (stderr, err))
-            ]
-            for pump in pumps:
-                pump.start()
-            timed_out = self._wait(process, budget)
-            self._end_leftovers(process.pid)
-            (self.root / TASK_PROCESS).unlink(missing_ok=True)
-            until = time.monotonic() + _PUMP_SECONDS
-            for pump, pipe in zip(pumps, (stdout, stderr), strict=True):
-                pump.join(max(0.0, until - time.monotonic()))
-                if not pump.is_alive():  # closing a pipe a pump still reads would wait for it
-                    pipe.close()
-            self.current = None
+        out = (task_dir / STDOUT_LOG).open("wb", buffering=0)
+        err = (task_dir / STDERR_LOG).open("wb", buffering=0)
+        if budget <= 0 or self.cancelled:
+            out.close()
+            err.close()
+            status = TaskStatus.TIMED_OUT if budget <= 0 else TaskStatus.CANCELLED
+            return dataclasses.replace(self._outcome(task, status, start), seconds=0.0)
+        try:
+            env = task_environment(self.spec, task_dir, parent=_task_parent())
+            process = subprocess.Popen(
+                argv,
+                cwd=self.project,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except (OSError, LookupError, ValueError) as error:
+            reason = self.redact(f"could not start {argv[0]!r}: {error}\n")
+            with out, err, contextlib.suppress(OSError):
+                err.write(reason.encode())
+            if self.echo:  # as the task's own output is: else only its stderr.log says why
+                echo(f"[{task.name}] ", reason)
+            return self._outcome(task, TaskStatus.FAILED, start)
+        self.current = process
+        record = {
+            "pid": process.pid,
+            "start": start_time(process.pid),
+            "task": task.name,
+            "argv": list(task.argv),
+            "time": time.time(),
+        }
+        with contextlib.suppress(OSError):  # without it only the worker's end reaches it
+            write_atomically(self.root / TASK_PROCESS, json.dumps(record))
+        # Both pipes exist: Popen was given PIPE for each.
+        pipes = cast("IO[bytes]", process.stdout), cast("IO[bytes]", process.stderr)
+        prefix = f"[{task.name}] " if self.echo else None
+        pumps = [
+            _Pump(pipe, log, name, prefix, self.redact)
+            for pipe, log, name in zip(pipes, (out, err), LOG_ORDER, strict=True)
+        ]
+        for pump in pumps:
+            pump.start()
+        timed_out = self._wait(process, budget)
+        self._end_leftovers(process.pid)
+        (self.root / TASK_PROCESS).unlink(missing_ok=True)
+        until = time.monotonic() + _PUMP_SECONDS
+        for pump in pumps:
+            pump.join(max(0.0, until - time.monotonic()))
+            if not pump.is_alive():  # closing a pipe a pump still reads would wait for it
+                pump.stream.close()
+        self.current = None
         code = process.returncode
-        if self.cancelled:
-            status = TaskStatus.CANCELLED
-        elif timed_out:
+        if timed_out:
             status = TaskStatus.TIMED_OUT
+        elif self.cancelled:
+            status = TaskStatus.CANCELLED
         else:
             status = TaskStatus.SUCCEEDED if code == 0 else TaskStatus.FAILED
         return TaskOutcome(
@@ -254,4 +337,6 @@ class TaskRunner:
             returncode=code,
             seconds=time.monotonic() - start,
             outputs=_listing(task_dir),
+            lost_log_bytes=sum(pump.lost for pump in pumps),
+            lost_log_reason="; ".join(p.reason for p in pumps if p.reason is not None) or None,
         )

@@ -1,14 +1,19 @@
-"""``python -m substrax.compute._supervisor RUN_DIR``: a local multi-node job's workers, together.
+"""``python -m substrax.compute._supervisor RUN_DIR``: a local job's workers, together.
 
-The local backend starts this detached, as the leader of the run's session. It starts one worker
-per node from ``RUN_DIR/nodes.json`` (each with this process's environment plus the node's own
-variables), waits for them, and once a worker exits with a non-zero status it stops the others (their
-tasks get SIGTERM, then SIGKILL after the job's ``stop_grace_seconds``) and records in the job's manifest
-(node 0's) which node failed first and how, before it exits itself: the run is not final before
-that. A cancelled run (SIGTERM to the session) records nothing. The job's ``timeout_seconds``
-bounds the whole run, node starts included: once it has passed (plus ``_WORKER_MARGIN_SECONDS``
-for the workers to stop their own tasks) no further node is started and the running ones are
-stopped as above.
+The local backend starts this detached, as the leader of the run's session, for every run (one
+node or more). It starts one worker per node from ``RUN_DIR/nodes.json`` (each with this process's
+environment plus the node's own variables), waits for them, and once a worker exits with a non-zero
+status it stops the others (their tasks get SIGTERM, then SIGKILL after the job's
+``stop_grace_seconds``) and records in the job's manifest (node 0's) which node failed first and
+how, before it exits itself: the run is not final before that. A one-node job's worker counts as
+failed so only when it ended before finishing the job (killed, or it could not write the
+manifest): a job whose tasks failed is no node's failure. A worker that dies mid-task leaves its
+task running in the task's own session: its group is ended here (SIGTERM, then SIGKILL after the
+grace) and the task is added to its node's manifest. A cancelled run (SIGTERM to the session)
+records no failed node. The job's ``timeout_seconds`` bounds the whole run, node starts included:
+once it has passed (plus ``_WORKER_MARGIN_SECONDS`` for the workers to stop their own tasks) no
+further node is started and the running ones are stopped as above. Each worker is told this
+process's pid (``SUPERVISOR_ENV``), and stops on its own once this process is gone.
 """
 
 import contextlib
@@ -29,14 +34,24 @@ from substrax.runtime import PEER_FAILURE_EXIT_CODE
 from substrax.support import write_atomically
 
 from ._environment import EVENT_PREFIX, FAILED_AT_ENV, node_outputs
-from ._manifest import MANIFEST_NAME, JobManifest, read_manifest, write_manifest
-from ._runner import STOP_SIGNAL
+from ._manifest import (
+    MANIFEST_NAME,
+    JobManifest,
+    TaskOutcome,
+    TaskStatus,
+    read_manifest,
+    write_manifest,
+)
+from ._processes import end_group
+from ._runner import STOP_SIGNAL, SUPERVISOR_ENV, TASK_PROCESS
 
 
 NODES_FILE = "nodes.json"
 CANCELLED_MARKER = "cancelled"
 _WORKER_MARGIN_SECONDS = 5.0
 _POLL_SECONDS = 0.1
+NOT_STARTED = 127
+"""The status recorded for a node whose worker could not be started (as a shell's)."""
 
 
 def write_plan(
@@ -77,8 +92,9 @@ def describe_status(code: int) -> str:
 
 
 def _say(text: str) -> None:
-    sys.stdout.write(f"{EVENT_PREFIX}{text}\n")
-    sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):  # a full disk under the log stops nothing
+        sys.stdout.write(f"{EVENT_PREFIX}{text}\n")
+        sys.stdout.flush()
 
 
 def _failed_at(run_dir: Path, node: int) -> Path:
@@ -87,18 +103,97 @@ def _failed_at(run_dir: Path, node: int) -> Path:
 
 def _start(
     run_dir: Path, entry: dict[str, Any], ended: queue.Queue[tuple[int, int]], node: int
-) -> int:
-    """Start one node's worker and a thread that reports its exit, in the order exits happen."""
-    with Path(entry["log"]).open("ab") as log:
-        process = subprocess.Popen(
-            entry["argv"],
-            env={**os.environ, **entry["env"], FAILED_AT_ENV: str(_failed_at(run_dir, node))},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+) -> int | None:
+    """Start one node's worker and a thread that reports its exit, in the order exits happen.
+
+    A worker that cannot be started is reported at once as ended with ``NOT_STARTED``.
+    """
+    env = {
+        **os.environ,
+        **entry["env"],
+        FAILED_AT_ENV: str(_failed_at(run_dir, node)),
+        SUPERVISOR_ENV: str(os.getpid()),
+    }
+    try:
+        with Path(entry["log"]).open("ab") as log:
+            process = subprocess.Popen(
+                entry["argv"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+            )
+    except OSError as error:
+        _say(f"node {node}'s worker could not start: {error}")
+        ended.put((node, NOT_STARTED))
+        return None
     threading.Thread(target=lambda: ended.put((node, process.wait())), daemon=True).start()
     return process.pid
+
+
+def _finished(root: Path) -> bool:
+    """Whether the node whose outputs are ``root`` wrote a finished manifest."""
+    try:
+        return read_manifest(root / MANIFEST_NAME).finished
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _end_orphan(
+    root: Path, plan: dict[str, Any], node: int, *, status: TaskStatus
+) -> threading.Thread | None:
+    """End the task a dead worker left running (in its own session); add it to its manifest.
+
+    Its group gets SIGTERM, then SIGKILL after the job's grace, in the thread returned.
+    """
+    path = root / TASK_PROCESS
+    try:
+        record = json.loads(path.read_text())
+        pid, started = int(record["pid"]), str(record["start"])
+    except (OSError, ValueError, KeyError, TypeError):  # none: its worker was between tasks
+        return None
+    _say(f"node {node}'s worker left its task running (pid {pid}); ending it")
+
+    def end() -> None:
+        end_group(pid, started, float(plan["stop_grace_seconds"]))
+        path.unlink(missing_ok=True)
+
+    thread = threading.Thread(target=end)
+    thread.start()
+    manifest_path = root / MANIFEST_NAME
+    try:
+        manifest = read_manifest(manifest_path)
+    except (OSError, ValueError, TypeError):  # none yet, or cut short
+        manifest = JobManifest(job=plan["job"], node=node, nodes=len(plan["nodes"]))
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        outcome = TaskOutcome(
+            name=str(record["task"]),
+            argv=tuple(str(arg) for arg in record["argv"]),
+            status=status,
+            returncode=None,
+            seconds=max(0.0, time.time() - float(record["time"])),
+        )
+        write_manifest(
+            manifest_path, dataclasses.replace(manifest, tasks=(*manifest.tasks, outcome))
+        )
+    return thread
+
+
+def _ended(
+    run_dir: Path, plan: dict[str, Any], exit: tuple[int, int], stopped: bool, cancelled: bool
+) -> tuple[bool, threading.Thread | None]:
+    """After a worker's exit: whether it fails the job, and the thread ending the task it left.
+
+    A node of a multi-node job fails it with any non-zero status; a one-node job's worker only
+    when it ended before finishing the job (a job whose tasks failed is no node's failure). A
+    node stopped, or a cancelled run, fails nothing.
+    """
+    node, code = exit
+    root = node_outputs(run_dir / "outputs", node)
+    status = TaskStatus.CANCELLED if stopped or cancelled else TaskStatus.FAILED
+    ending = _end_orphan(root, plan, node, status=status)
+    if code == 0 or stopped or cancelled:
+        return False, ending
+    died = not _finished(root)
+    if died:
+        _say(f"node {node}'s worker ended before the job finished ({describe_status(code)})")
+    return died or len(plan["nodes"]) > 1, ending
 
 
 def supervise(run_dir: Path) -> int:
@@ -124,8 +219,9 @@ def supervise(run_dir: Path) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     ended: queue.Queue[tuple[int, int]] = queue.Queue()
-    running: dict[int, int] = {}
+    running: dict[int, int | None] = {}
     exits: dict[int, _Exit] = {}
+    endings: list[threading.Thread] = []
     for node, entry in enumerate(plan["nodes"]):
         if cancelled or time.monotonic() > deadline:
             break
@@ -136,8 +232,7 @@ def supervise(run_dir: Path) -> int:
         if not timed_out and failed is None and time.monotonic() > deadline:
             timed_out = True
             _say(f"job timed out after {float(plan['timeout_seconds']):g} s; stopping the nodes")
-            for pid in running.values():
-                _signal(pid, STOP_SIGNAL)
+            _signal_all(running, STOP_SIGNAL)
             kill_at = time.monotonic() + grace
         try:
             node, code = ended.get(timeout=_POLL_SECONDS)
@@ -145,18 +240,22 @@ def supervise(run_dir: Path) -> int:
             pass
         else:
             del running[node]
-            exits[node] = _Exit(code, time.time(), stopped=failed is not None or timed_out)
+            stopped = failed is not None or timed_out
+            exits[node] = _Exit(code, time.time(), stopped=stopped)
             cancelled = cancelled or (run_dir / CANCELLED_MARKER).exists()
-            if code != 0 and failed is None and not cancelled and not timed_out:
+            failing, ending = _ended(run_dir, plan, (node, code), stopped, cancelled)
+            endings += [ending] if ending is not None else []
+            if failing:
                 failed = (node, code)
-                _say(f"node {node} failed ({describe_status(code)}); stopping the other nodes")
-                for pid in running.values():
-                    _signal(pid, STOP_SIGNAL)
+                if len(plan["nodes"]) > 1:
+                    _say(f"node {node} failed ({describe_status(code)}); stopping the other nodes")
+                _signal_all(running, STOP_SIGNAL)
                 kill_at = time.monotonic() + grace
         if kill_at is not None and time.monotonic() > kill_at:
-            for pid in running.values():
-                _signal(pid, signal.SIGKILL)
+            _signal_all(running, signal.SIGKILL)
             kill_at = None
+    for ending in endings:
+        ending.join()
     if failed is None:
         return 1 if timed_out else 0
     failed = _blame(run_dir, exits, first_exit=failed)
@@ -202,9 +301,12 @@ def _blame(
     return node, status[node]
 
 
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
+def _signal_all(running: dict[int, int | None], sig: signal.Signals) -> None:
+    """Send ``sig`` to each running worker (None: one that could not start)."""
+    for pid in running.values():
+        if pid is not None and pid > 0:  # never 0 or -1: this group, every process
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
 
 def _record_failure(run_dir: Path, *, job: str, nodes: int, failed: tuple[int, int]) -> None:
@@ -214,7 +316,12 @@ def _record_failure(run_dir: Path, *, job: str, nodes: int, failed: tuple[int, i
     except (OSError, ValueError, TypeError):  # node 0 died before writing it, or mid-way
         manifest = JobManifest(job=job, node=0, nodes=nodes)
     node, code = failed
-    write_manifest(path, dataclasses.replace(manifest, failed_node=node, failed_node_status=code))
+    try:
+        write_manifest(
+            path, dataclasses.replace(manifest, failed_node=node, failed_node_status=code)
+        )
+    except OSError as error:  # a full disk: the run still reads as failed, from its manifest
+        _say(f"could not record node {node}'s failure in {path}: {error}")
 
 
 if __name__ == "__main__":

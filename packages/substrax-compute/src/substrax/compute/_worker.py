@@ -1,13 +1,14 @@
 r"""The worker every backend runs (``python -m substrax.compute.worker --spec S --project P --outputs O``).
 
 It probes the devices in a child, then runs each task in order from the project root with the
-job's JAX settings and ``AVITAI_OUTPUT_DIR=<outputs>/<task>``, writes the task's logs there,
-enforces timeouts, keeps going after a failed task and rewrites ``manifest.json`` atomically
-after every task. It never imports jax itself. SIGTERM (``cancel``) kills the running task's
-process group at once; ``STOP_SIGNAL`` (SIGUSR1, how the local supervisor stops the surviving
-nodes of a multi-node job) sends it SIGTERM and SIGKILL only after the job's
-``stop_grace_seconds`` (30 s by default), so the task can run its peer-failure hook and flush
-its logs.
+job's JAX settings and ``AVITAI_OUTPUT_DIR=<outputs>/<task>``, writes the task's logs there
+(UTF-8 whatever the locale), enforces timeouts, keeps going after a failed task and rewrites
+``manifest.json`` atomically after every task. It never imports jax itself. SIGTERM (``cancel``)
+kills the running task's process group at once; a task's timeout, and ``STOP_SIGNAL`` (SIGUSR1,
+how the local supervisor stops the surviving nodes of a multi-node job), send it SIGTERM and
+SIGKILL only after the job's ``stop_grace_seconds`` (30 s by default), so the task can save a
+last checkpoint, run its peer-failure hook and flush its logs. Started by the local supervisor,
+the worker stops the same way once that supervisor is gone.
 
 Example:
     >>> import sys, tempfile
@@ -26,10 +27,12 @@ Example:
 import argparse
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,7 +43,7 @@ from substrax.support import EXIT_FAILED, EXIT_OK, UsageError, run_command, writ
 
 from ._environment import EVENT_PREFIX, FAILED_AT_ENV, NODE_RANK_ENV, node_outputs
 from ._manifest import MANIFEST_NAME, JobManifest, TaskOutcome, TaskStatus, write_manifest
-from ._runner import STOP_SIGNAL, TaskRunner
+from ._runner import STOP_SIGNAL, SUPERVISOR_ENV, TaskRunner
 from ._spec import JobSpec, read_job_spec
 from ._toml import reason, toml_path
 
@@ -48,10 +51,31 @@ from ._toml import reason, toml_path
 PROG = "python -m substrax.compute.worker"
 
 
+_WATCH_SECONDS = 0.5
+
+
 def _event(echo: bool, text: str) -> None:
     if echo:
-        sys.stdout.write(f"{EVENT_PREFIX}{text}\n")
-        sys.stdout.flush()
+        with contextlib.suppress(OSError, ValueError):  # a full disk under the log stops no run
+            sys.stdout.write(f"{EVENT_PREFIX}{text}\n")
+            sys.stdout.flush()
+
+
+def watch_supervisor(
+    supervisor: int,
+    runner: TaskRunner,
+    *,
+    getppid: Callable[[], int] = os.getppid,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Stop ``runner`` once this worker's parent is no longer ``supervisor`` (it died).
+
+    The task gets SIGTERM, then SIGKILL after the grace, and no further task starts.
+    """
+    while getppid() == supervisor:
+        sleep(_WATCH_SECONDS)
+    _event(True, f"the supervisor (pid {supervisor}) is gone; stopping this node")
+    runner.stop()
 
 
 def run_job(
@@ -77,7 +101,8 @@ def run_job(
             signal handlers through it).
 
     Returns:
-        The manifest, ``finished`` unless the run was cancelled.
+        The manifest, ``finished`` unless the run was cancelled or stopped before the job's
+        deadline (a stop after it only ends the job's timeout).
     """
     root = node_outputs(outputs, node).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -99,13 +124,19 @@ def run_job(
         if outcome.status is TaskStatus.FAILED or (outcome.returncode or 0) > 0:
             _mark_failure(outcome.returncode)  # a stopped task that exits 1 was failing already
         outcomes.append(outcome)
+        if outcome.lost_log_bytes:
+            _event(
+                echo,
+                f"task {task.name} lost {outcome.lost_log_bytes} bytes of its output: "
+                f"{outcome.lost_log_reason}",
+            )
         _event(
             echo,
             f"task {task.name} {outcome.status} ({index}/{len(spec.tasks)}) {outcome.seconds:.1f}s",
         )
         manifest = dataclasses.replace(manifest, tasks=tuple(outcomes))
         write_manifest(manifest_path, manifest)
-        if runner.cancelled:
+        if runner.cancelled and time.monotonic() < deadline:  # past it: the job timed out
             return manifest
     manifest = dataclasses.replace(manifest, finished=True)
     write_manifest(manifest_path, manifest)
@@ -195,6 +226,12 @@ def _run(args: argparse.Namespace) -> int:
 
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(STOP_SIGNAL, on_stop)
+        supervisor = os.environ.get(SUPERVISOR_ENV, "")  # the tasks do not get it
+        if supervisor.isdigit():
+            watch = threading.Thread(
+                target=watch_supervisor, args=(int(supervisor), runner), daemon=True
+            )
+            watch.start()
 
     manifest = run_job(spec, project=project, outputs=outputs, node=node, runner_hook=install)
     if not manifest.finished:
@@ -213,5 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         files cannot be written (a full disk), and 128 + SIGTERM when the run was cancelled.
     """
     args = _parser().parse_args(argv)
+    if sys.stdout is sys.__stdout__ and isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(encoding="utf-8", errors="replace")  # the worker log, any locale
     # a disk that fills up under the run's files: one line in the worker's log, exit 1
     return run_command(PROG, lambda: _run(args), failures=(OSError,))
