@@ -158,3 +158,21 @@ def test_batch_statistics_and_rng_state_advance_per_microbatch(new_stateful, hos
     synced = step.model
     assert not np.allclose(np.asarray(synced.norm.mean.get_value()), mean_before)
     assert int(synced.drop.rngs.count.get_value()) == 3 * 4  # one dropout key per microbatch
+
+
+def test_a_per_example_aux_is_refused_naming_it_not_averaged_across_microbatches(new_train_step):
+    """Hostile finding: a per-example aux of 16 rows came back as 8, each the mean of two
+    examples of different microbatches."""
+
+    def per_example(model, batch):
+        errors = ((model(batch["x"]) - batch["y"]) ** 2)[:, 0]
+        return errors.mean(), {"mean": errors.mean(), "per": errors}
+
+    batch = {"x": np.ones((16, 8), np.float32), "y": np.zeros((16, 1), np.float32)}
+    step = new_train_step(loss_fn=per_example, has_aux=True, accumulate_steps=2)
+    with pytest.raises(
+        ValueError, match=re.escape("aux['per'] has shape (8,), but with accumulate_steps=2")
+    ):
+        step(batch)
+    _, aux = new_train_step(loss_fn=per_example, has_aux=True)(batch)  # one whole batch: as is
+    assert aux["per"].shape == (16,)

@@ -125,7 +125,8 @@ def test_precision_is_costed_as_compiled(new_train_step, mesh, plain_cost):
     ("options", "given", "error"),
     [
         ({"steps_per_call": 4, "mesh": None}, batch(), BatchSplitError),  # not stacked
-        ({"steps_per_call": 4}, batch(), BatchPlacementError),  # rows on the stacked axis
+        # refused as unstacked, not for its 64 rows on the 4 stacked batches' axis
+        ({"steps_per_call": 4}, batch(), BatchSplitError),
         ({"steps_per_call": 4}, stacked(3), BatchSplitError),  # 3 batches for 4 steps
         ({"accumulate_steps": 3}, batch(), BatchSplitError),  # 3 does not divide 64 rows
         ({"accumulate_steps": 3, "steps_per_call": 2}, stacked(2), BatchSplitError),

@@ -208,3 +208,32 @@ def test_an_empty_batch_is_skipped_by_evaluate(eval_batch):
     assert evaluate.evaluate([empty, eval_batch, empty]) == expected
     with pytest.raises(ValueError, match="only empty batches"):
         evaluate.evaluate([empty, empty])
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 2])
+def test_an_eval_step_over_a_train_step_takes_its_batch_sharding(eval_batch, steps_per_call):
+    """Hostile finding: ``EvalStep(step)`` took the batch replicated, so on several processes
+    each computed the metric of its own rows, and a 12-row batch on 8 shards was accepted."""
+    mesh = create_device_mesh({"data": 8})
+    model = Classifier(nnx.Rngs(0))
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+        lambda m, b: metrics(m, b)["loss"].mean(),
+        batch_sharding=P("data"),  # taken on the mesh the state gives
+        mesh=mesh,
+        steps_per_call=steps_per_call,
+    )
+    seen = []
+
+    def recorded(model, batch):
+        jax.debug.inspect_array_sharding(batch["x"], callback=seen.append)
+        return metrics(model, batch)
+
+    evaluate = EvalStep(step, recorded)
+    assert step.batch_sharding == NamedSharding(mesh, P("data"))  # one batch's, never stacked
+    evaluate(eval_batch)
+    assert seen[0].is_equivalent_to(NamedSharding(mesh, P("data")), 2)  # split, not replicated
+    twelve = {k: v[:12] for k, v in eval_batch.items()}
+    with pytest.raises(BatchPlacementError, match=r"\(12\) 8 ways over mesh axis 'data'"):
+        evaluate(twelve)

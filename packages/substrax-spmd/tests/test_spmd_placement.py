@@ -1,6 +1,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -8,6 +9,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from substrax.mesh import create_device_mesh
 from substrax.spmd import (
     BatchPlacementError,
+    TrainStep,
     create_data_parallel_sharding,
     place_batch_on_shards,
     place_nnx_state_on_shards,
@@ -123,3 +125,46 @@ def test_place_nnx_state_by_filter_and_state_sharding():
     )
     assert by_state_sharding["bias"].get_value().addressable_shards[0].data.shape == (2,)
     assert by_state_sharding["kernel"].get_value().sharding.spec == P()
+
+
+def test_a_prefix_with_a_none_or_a_missing_key_is_refused_naming_the_path(mesh):
+    """Hostile finding: both gave jax's raw pytree structure error, naming no leaf."""
+    sharding = create_data_parallel_sharding(mesh)
+    batch = {"x": np.ones((8, 4), np.float32), "y": np.zeros((8, 2), np.float32)}
+    with pytest.raises(TypeError, match=r"batch_sharding\['y'\] is None; .*PartitionSpec\(\)"):
+        place_batch_on_shards(batch, {"x": sharding, "y": None})
+    with pytest.raises(ValueError, match=r"batch leaf \['y'\] has no sharding in batch_sharding"):
+        place_batch_on_shards(batch, {"x": sharding})
+    extra = {"x": sharding, "y": sharding, "z": sharding}
+    with pytest.raises(ValueError, match=r"batch_sharding\['z'\] names a part the batch does not"):
+        place_batch_on_shards(batch, extra)
+
+
+def test_a_train_step_refuses_a_none_in_its_batch_sharding_when_built(mesh):
+    model = nnx.Linear(4, 2, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+    sharding = create_data_parallel_sharding(mesh)
+    with pytest.raises(TypeError, match=r"batch_sharding\['y'\] is None"):
+        TrainStep(
+            model,
+            optimizer,
+            lambda m, b: m(b["x"]).sum(),
+            batch_sharding={"x": sharding, "y": None},
+        )
+
+
+@pytest.mark.parametrize(
+    ("picked", "match"),
+    [
+        (nnx.RngCount, r"rngs/count has shape \(\) but its sharding P\('data',\) splits 1 dim"),
+        (nnx.PathContains("kernel"), r"0/kernel has shape \(8, 6\) .* 8 does not divide 6"),
+    ],
+    ids=["scalar", "indivisible"],
+)
+def test_place_nnx_state_refuses_a_spec_the_variable_cannot_take_naming_it(mesh, picked, match):
+    """Hostile finding: a spec on a 0-d value gave a raw jax error, naming no variable."""
+    model = nnx.Sequential(nnx.Linear(8, 6, rngs=nnx.Rngs(0)), nnx.Dropout(0.1, rngs=nnx.Rngs(1)))
+    spec = P("data") if picked is nnx.RngCount else P(None, "data")
+    rules = {picked: spec}
+    with pytest.raises(ValueError, match=match):
+        place_nnx_state_on_shards(nnx.state(model), mesh, rules)

@@ -33,11 +33,13 @@ class BatchRules:
     Attributes:
         sharding: The resolved batch sharding (a pytree prefix of shardings; with
             ``steps_per_call`` above 1, that of the stack), or None to leave batches as given.
+        one_batch: The resolved sharding of one batch (``sharding`` but for the stack).
         accumulate_steps: Microbatches per optimizer step.
         steps_per_call: Optimizer steps per call, on batches stacked on a leading axis.
     """
 
     sharding: Sharding | PyTree | None
+    one_batch: Sharding | PyTree | None = None
     accumulate_steps: int = 1
     steps_per_call: int = 1
 
@@ -55,21 +57,31 @@ class BatchRules:
         Raises:
             TypeError: A ``PartitionSpec`` without a mesh, or a leaf that is not a sharding.
         """
-        sharding = None
+        sharding = one_batch = None
         if batch_sharding is not None:
-            sharding = resolve_batch_sharding(batch_sharding, mesh)
+            sharding = one_batch = resolve_batch_sharding(batch_sharding, mesh)
             if steps_per_call != 1:
                 sharding = stacked_sharding(sharding)
         return cls(
-            sharding=sharding, accumulate_steps=accumulate_steps, steps_per_call=steps_per_call
+            sharding=sharding,
+            one_batch=one_batch,
+            accumulate_steps=accumulate_steps,
+            steps_per_call=steps_per_call,
         )
 
     def place(self, batch: PyTree) -> PyTree:
         """``batch`` with every array leaf on its sharding (checked against it), or as given.
 
+        With ``steps_per_call`` above 1 the stack is checked first, so a batch given unstacked
+        is refused as such, not for the rows of its stacked axis.
+
         Raises:
+            BatchSplitError: With ``steps_per_call=k``, a leaf that does not stack ``k``
+                batches, named by its path.
             BatchPlacementError: A leaf its sharding cannot split, named by its path.
         """
+        if self.steps_per_call != 1:
+            check_stacked(batch, self.steps_per_call)
         if self.sharding is None:
             return batch
         return place_batch_on_shards(batch, self.sharding)

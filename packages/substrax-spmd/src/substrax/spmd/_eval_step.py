@@ -56,7 +56,9 @@ class EvalStep[M: nnx.Module]:
             code: a host batch is placed on it, a ``jax.Array`` batch already there is kept
             and one elsewhere is resharded, and a batch it cannot split (a 12-row batch on an
             8-way data axis) is refused with :class:`~substrax.spmd.BatchPlacementError`,
-            naming the leaf. A ``PartitionSpec`` is taken on the mesh.
+            naming the leaf. A ``PartitionSpec`` is taken on the mesh. Taken from a
+            :class:`TrainStep` given as ``model`` when None (one batch's, with its
+            ``steps_per_call``), so that each process's rows make one global batch.
         precision: A :class:`PrecisionPolicy`: the model's floating state is cast to its
             compute dtype and its layers compute in it, metrics come out in its output dtype.
             Taken from a :class:`TrainStep` given as ``model`` when None.
@@ -95,6 +97,8 @@ class EvalStep[M: nnx.Module]:
         if isinstance(model, TrainStep):
             mesh = model.mesh if mesh is None else mesh
             precision = model.precision if precision is None else precision
+            if batch_sharding is None:  # its batches take the train step's path
+                batch_sharding = model.batch_sharding
         if mesh is not None:  # without a mesh jax.jit takes a Variable's jax.Ref
             check_array_variables(nnx.state(module), "EvalStep with a mesh", hijax=False)
         self._mesh = mesh

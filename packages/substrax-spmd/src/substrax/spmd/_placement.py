@@ -110,10 +110,17 @@ def _refuse(batch: PyTree, sharding: Sharding | PyTree, *, multi: bool = False) 
 
 
 def _refuse_non_shardings(sharding: object) -> None:
-    """Refuse a ``PartitionSpec`` (or anything else) where shardings are expected."""
-    for leaf in jax.tree.leaves(sharding):
+    """Refuse a ``PartitionSpec``, a None (or anything else) where shardings are expected."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(sharding, is_leaf=lambda x: x is None):
         if isinstance(leaf, Sharding):
             continue
+        if leaf is None:
+            where = f"batch_sharding{jax.tree_util.keystr(path)}"
+            msg = (
+                f"{where} is None; every part of a batch sharding prefix must be a sharding: "
+                "give that part one (NamedSharding(mesh, PartitionSpec()) replicates it)"
+            )
+            raise TypeError(msg)
         if isinstance(leaf, PartitionSpec):
             msg = (
                 f"batch sharding {leaf} is a PartitionSpec, not a sharding: wrap it, "
@@ -131,7 +138,8 @@ def resolve_batch_sharding(sharding: object, mesh: Mesh | None) -> Sharding | Py
     """Turn each ``PartitionSpec`` in a batch-sharding prefix into ``NamedSharding(mesh, spec)``.
 
     Raises:
-        TypeError: For a ``PartitionSpec`` without a mesh to put it on, or a leaf that is neither.
+        TypeError: For a ``PartitionSpec`` without a mesh to put it on, a None, or a leaf that
+            is neither (the message names the path).
     """
     if mesh is not None:
         sharding = jax.tree.map(
@@ -148,14 +156,40 @@ def _on_target(leaf: object, target: Sharding) -> bool:
     return current is target or current == target
 
 
+def _prefix_mismatch(batch: PyTree, sharding: PyTree, error: ValueError) -> str:
+    """Why ``sharding`` is no pytree prefix of ``batch``, naming the first path where not."""
+    covers = [
+        path
+        for path, _ in jax.tree_util.tree_leaves_with_path(
+            sharding, is_leaf=lambda x: isinstance(x, Sharding)
+        )
+    ]
+    leaves = [path for path, _ in jax.tree_util.tree_leaves_with_path(batch)]
+    fix = (
+        "give batch_sharding the batch's structure down to each sharding (a pytree prefix of "
+        "the batch), e.g. one entry for each key"
+    )
+    for leaf in leaves:
+        if not any(leaf[: len(path)] == path for path in covers):
+            return f"{leaf_name(leaf)} has no sharding in batch_sharding; {fix}"
+    for path in covers:
+        if not any(leaf[: len(path)] == path for leaf in leaves):
+            where = jax.tree_util.keystr(path)
+            return f"batch_sharding{where} names a part the batch does not have; {fix}"
+    return f"batch_sharding is not a pytree prefix of the batch ({error}); {fix}"
+
+
 def _targets(batch: PyTree, sharding: Sharding | PyTree, index: list[int]) -> list[Sharding]:
     """The sharding of each array leaf (positions ``index`` among ``batch``'s leaves)."""
     if isinstance(sharding, Sharding):
         return [sharding] * len(index)
     _refuse_non_shardings(sharding)
-    pairs = jax.tree.map(
-        lambda s, sub: (s, sub), sharding, batch, is_leaf=lambda x: isinstance(x, Sharding)
-    )
+    try:
+        pairs = jax.tree.map(
+            lambda s, sub: (s, sub), sharding, batch, is_leaf=lambda x: isinstance(x, Sharding)
+        )
+    except ValueError as error:  # jax's pytree structure error, which names no batch leaf
+        raise ValueError(_prefix_mismatch(batch, sharding, error)) from None
     per_leaf: list[Sharding] = []
     for shard, sub in jax.tree.leaves(
         pairs,
@@ -204,8 +238,10 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
         BatchPlacementError: A ValueError, if a leaf has fewer dimensions than its sharding
             splits, or a split dimension that its mesh axes do not divide (a 12-row batch on an
             8-way data axis); the message names the leaf's path and the sizes.
-        TypeError: If ``sharding`` is (or holds) a ``PartitionSpec``: wrap it in
-            ``NamedSharding(mesh, spec)``.
+        ValueError: If ``sharding`` is no pytree prefix of ``batch`` (a key missing, or one the
+            batch lacks); the message names the path.
+        TypeError: If ``sharding`` is (or holds) a ``PartitionSpec`` (wrap it in
+            ``NamedSharding(mesh, spec)``) or a None (the message names the path).
 
     Example:
         >>> import numpy as np
@@ -249,6 +285,36 @@ def _is_typed_key(value: object) -> bool:
     return isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
 
 
+def put_keys_as_data(values: list[Any], targets: list[Sharding]) -> list[Any]:
+    """``jax.device_put(values, targets)``, with typed PRNG keys moved as their key data.
+
+    Across processes jax places raw arrays onto a global sharding, but refuses a key array
+    that lives on one process's device; its key data goes, and is wrapped again there.
+    """
+    keys = {i: jax.random.key_impl(x) for i, x in enumerate(values) if _is_typed_key(x)}
+    raw = [jax.random.key_data(x) if i in keys else x for i, x in enumerate(values)]
+    placed = jax.device_put(raw, targets)
+    return [
+        jax.random.wrap_key_data(x, impl=keys[i]) if i in keys else x for i, x in enumerate(placed)
+    ]
+
+
+def _check_state_leaf(path: tuple[Any, ...], value: object, target: Sharding) -> None:
+    """Refuse a variable ``target`` cannot split, naming its path, shape and spec."""
+    for array in jax.tree.leaves(value):
+        shape = tuple(np.shape(array))
+        why = _misfit(shape, target)
+        if why is not None:
+            spec = target.spec if isinstance(target, NamedSharding) else PartitionSpec()
+            where = "/".join(str(key) for key in path)
+            msg = (
+                f"state variable {where} has shape {shape} but its sharding {spec} {why}; "
+                "give it a filter whose spec fits its shape (a variable no filter matches is "
+                "replicated)"
+            )
+            raise ValueError(msg)
+
+
 def place_nnx_state_on_shards(
     state: nnx.State[Any, Any], mesh: Mesh, filter_sharding: FilterShardings | None = None
 ) -> nnx.State[Any, Any]:
@@ -263,6 +329,10 @@ def place_nnx_state_on_shards(
 
     Returns:
         A state of the same structure, every array a global array on ``mesh``.
+
+    Raises:
+        ValueError: A variable its sharding cannot split (a spec on a scalar, or a dimension
+            its mesh axes do not divide), named by its path with its shape and spec.
 
     Example:
         >>> from flax import nnx
@@ -297,16 +367,10 @@ def place_nnx_state_on_shards(
     for path, variable in flat:
         value = variable.get_value() if isinstance(variable, nnx.Variable) else variable
         target = next((s for pred, s in rules if pred(path, variable)), replicated)
+        _check_state_leaf(path, value, target)
         leaves.append(value)
         targets.append(target)
-    # Typed PRNG keys travel as their key data: across processes jax places raw arrays onto a
-    # global sharding, but refuses a key array that lives on one process's device.
-    keys = {i: jax.random.key_impl(x) for i, x in enumerate(leaves) if _is_typed_key(x)}
-    raw = [jax.random.key_data(x) if i in keys else x for i, x in enumerate(leaves)]
-    placed = jax.device_put(raw, targets)
-    placed = [
-        jax.random.wrap_key_data(x, impl=keys[i]) if i in keys else x for i, x in enumerate(placed)
-    ]
+    placed = put_keys_as_data(leaves, targets)
     out: list[tuple[Any, Any]] = []
     for (path, variable), array in zip(flat, placed, strict=True):
         out.append((path, variable.replace(array) if isinstance(variable, nnx.Variable) else array))

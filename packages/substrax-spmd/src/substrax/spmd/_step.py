@@ -21,13 +21,15 @@ def spmd_train_step[M: nnx.Module](
 ) -> jax.Array:
     """One training step: differentiate ``loss_fn`` with ``nnx.value_and_grad`` and update.
 
+    The variables differentiated are the ones the optimizer updates (its ``wrt`` filter).
+
     Call it inside ``nnx.jit`` under ``jax.set_mesh(mesh)`` with a batch placed by
     ``place_batch_on_shards``; XLA inserts the gradient all-reduce. For a step at the speed
     of hand-written ``jax.jit``, use :class:`TrainStep`.
 
     Args:
         model: The model.
-        optimizer: The ``nnx.Optimizer`` over the model's parameters.
+        optimizer: The ``nnx.Optimizer`` over the model's parameters (those its ``wrt`` picks).
         loss_fn: ``(model, batch) -> scalar loss``.
         batch: The (placed) batch.
 
@@ -51,6 +53,9 @@ def spmd_train_step[M: nnx.Module](
         True
     """
     check_optimizer_matches(model, optimizer)  # at trace time: once per compilation
-    loss, grads = nnx.value_and_grad(lambda m: loss_fn(m, batch))(model)
+    grad_fn = nnx.value_and_grad(
+        lambda m: loss_fn(m, batch), argnums=nnx.DiffState(0, optimizer.wrt)
+    )
+    loss, grads = grad_fn(model)
     optimizer.update(model, grads)
     return loss

@@ -5,7 +5,6 @@ runs every step on it; these helpers put that list where the step runs and take 
 caller set in the live nnx objects between steps.
 """
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -14,6 +13,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
 from substrax.typing import PyTree
+
+from ._placement import put_keys_as_data
 
 
 def strong(x: PyTree) -> PyTree:
@@ -58,6 +59,39 @@ def sharding_mesh(shardings: object) -> Mesh | None:
     return meshes[0] if meshes else None
 
 
+def _buffer(x: Any) -> object:  # noqa: ANN401  (any leaf)
+    """What identifies the memory ``x`` holds: two leaves alike here share one buffer."""
+    if not isinstance(x, jax.Array):
+        return id(x)
+    try:
+        shard = x.addressable_data(0)
+        return (shard.device, shard.unsafe_buffer_pointer())
+    except (RuntimeError, NotImplementedError, ValueError, IndexError):  # no pointer here
+        return id(x)
+
+
+def own_buffers(leaves: list[Any], fresh: list[int] | None = None) -> None:
+    """Give each leaf a buffer of its own, copying one that another leaf already holds.
+
+    Two variables set to one array (``z = jnp.ones(2)``, ``a = nnx.Param(z)``, ``b =
+    nnx.Param(z)``) would hand one buffer to a donating step twice, which XLA refuses (and on
+    a mesh the failed call leaves the devices waiting). The leaves at ``fresh`` (all when
+    None) are the ones copied when they share; the others keep their buffers.
+    """
+    fresh = list(range(len(leaves))) if fresh is None else fresh
+    kept = set(range(len(leaves))) - set(fresh)
+    seen = {_buffer(leaves[i]) for i in kept if isinstance(leaves[i], jax.Array)}
+    for i in fresh:
+        x = leaves[i]
+        if not isinstance(x, jax.Array):
+            continue
+        key = _buffer(x)
+        if key in seen:
+            leaves[i] = jax.device_put(x, x.sharding, may_alias=False)
+            key = _buffer(leaves[i])
+        seen.add(key)
+
+
 def place_state(
     leaves: list[Any], mesh: Mesh | None, fallback: Mesh | None = None
 ) -> tuple[list[Any], Mesh | None, Sharding]:
@@ -65,8 +99,10 @@ def place_state(
 
     The mesh is ``mesh``, else the first one a leaf is sharded over, else ``fallback`` (the
     batch sharding's). On a mesh, a leaf not
-    already on all of its devices is replicated onto it; without one, every leaf is committed
-    to the first leaf's device (a call on uncommitted inputs would compile a second program).
+    already on all of its devices is replicated onto it (a typed PRNG key as its key data, so
+    that a key on one process's device reaches a mesh over several processes); without one,
+    every leaf is committed to the first leaf's device (a call on uncommitted inputs would
+    compile a second program). Every leaf gets a buffer of its own (:func:`own_buffers`).
 
     Example:
         >>> import jax.numpy as jnp
@@ -80,54 +116,106 @@ def place_state(
     if mesh is not None:
         replicated = NamedSharding(mesh, PartitionSpec())
         mesh_devices = set(mesh.devices.flat)
-        placed = [
-            x
-            if isinstance(x, jax.Array) and x.sharding.device_set == mesh_devices
-            else jax.device_put(x, replicated)
-            for x in leaves
+        moves = [
+            i
+            for i, x in enumerate(leaves)
+            if not (isinstance(x, jax.Array) and x.sharding.device_set == mesh_devices)
         ]
-        return placed, mesh, replicated
+        placed = put_keys_as_data([leaves[i] for i in moves], [replicated] * len(moves))
+        for i, array in zip(moves, placed, strict=True):
+            leaves[i] = array
+        own_buffers(leaves)
+        return leaves, mesh, replicated
     leaves = [jnp.asarray(x) for x in leaves]
     device = next(iter(leaves[0].devices())) if leaves else jax.devices()[0]
     sharding = SingleDeviceSharding(device)
-    return jax.device_put(leaves, sharding), None, sharding
+    leaves = jax.device_put(leaves, sharding)
+    own_buffers(leaves)
+    return leaves, None, sharding
 
 
-def read_back(
-    variables: list[nnx.Variable[Any]],
-    given: list[Any],
-    leaves: list[Any],
-    state: Callable[[], PyTree],
-) -> None:
-    """Take into ``leaves`` the arrays written into ``variables`` since the step wrote ``given``.
+class StateVariables:
+    """The live Variables of a flat state, each with the run of leaves its value flattens to.
 
-    A changed array keeps its leaf's dtype and sharding; one of another shape is refused.
-    Whether the objects are live or not, a restore written into them is what the next step
-    trains on, never the step's own stale state.
+    A Variable may hold one array or a pytree of them (``nnx.Variable((a, b))``); its leaves
+    follow one another in the flat state. A Variable holding no array (optax.masked's
+    ``MaskedNode``) has none and is not tracked, nor is a leaf that is no Variable's.
 
-    Raises:
-        ValueError: A variable was set to another shape; the message names it in ``state()``
-            (the ``(model, optimizer)`` state the leaves are of).
+    Args:
+        state: The ``nnx.State`` of ``(model, optimizer)`` that the flat leaves are of.
     """
-    changed = [i for i, v in enumerate(variables) if v.get_raw_value() is not given[i]]
-    if not changed:
-        return
-    values: list[Any] = []
-    for i in changed:
-        value, old = variables[i].get_raw_value(), leaves[i]
-        if getattr(value, "dtype", None) != old.dtype:
-            value = jnp.asarray(value, dtype=old.dtype)
-        if jnp.shape(value) != old.shape:
-            path = jax.tree_util.tree_leaves_with_path(state())[i][0]
-            owner = ("model", "optimizer")[int(getattr(path[0], "key", 0))]
-            where = owner + jax.tree_util.keystr(path[1:]).removesuffix(".value")
-            msg = (
-                f"{where} was set to shape {jnp.shape(value)}, but the step was built for "
-                f"{old.shape}; a TrainStep's state keeps its shapes, so build a new TrainStep"
+
+    def __init__(self, state: PyTree) -> None:
+        self._variables: list[nnx.Variable[Any]] = []
+        self._spans: list[tuple[int, int, Any]] = []  # (first leaf, leaf count, value treedef)
+        self._paths: list[Any] = []  # each Variable's key path in ``state``
+        self._given: list[Any] = []  # the raw value the step last wrote into each
+        start = 0
+        items = jax.tree_util.tree_leaves_with_path(
+            state, is_leaf=lambda x: isinstance(x, nnx.Variable)
+        )
+        for path, item in items:
+            count = len(jax.tree.leaves(item))
+            if isinstance(item, nnx.Variable) and count:
+                self._variables.append(item)  # pyright: ignore[reportUnknownArgumentType]
+                self._spans.append((start, count, jax.tree.structure(item.get_raw_value())))
+                self._paths.append(path)
+            start += count
+
+    def write_back(self, leaves: list[Any]) -> None:
+        """Set every Variable to its current leaves, and remember what was set."""
+        self._given = []
+        for variable, (start, count, treedef) in zip(self._variables, self._spans, strict=True):
+            variable.set_raw_value(jax.tree.unflatten(treedef, leaves[start : start + count]))
+            self._given.append(variable.get_raw_value())
+
+    def read_back(self, leaves: list[Any]) -> None:
+        """Take into ``leaves`` the arrays written into the Variables since :meth:`write_back`.
+
+        A changed array keeps its leaf's dtype and sharding (and gets a buffer of its own); one
+        of another shape, or a value of another structure, is refused. Whether the objects are
+        live or not, a restore written into them is what the next step trains on, never the
+        step's own stale state.
+
+        Raises:
+            ValueError: A variable was set to another shape or structure; the message names it
+                (``model.kernel``, ``optimizer.opt_state[0].mu['kernel']``).
+        """
+        changed = [
+            k for k, v in enumerate(self._variables) if v.get_raw_value() is not self._given[k]
+        ]
+        if not changed:
+            return
+        index: list[int] = []
+        values: list[Any] = []
+        for k in changed:
+            start, _, treedef = self._spans[k]
+            flat, structure = jax.tree_util.tree_flatten_with_path(
+                self._variables[k].get_raw_value()
             )
-            raise ValueError(msg)
-        values.append(strong(value))
-    placed = jax.device_put(values, [leaves[i].sharding for i in changed])
-    for i, array in zip(changed, placed, strict=True):
-        leaves[i] = array
-        given[i] = variables[i].get_raw_value()  # taken: read again only once written again
+            if structure != treedef:
+                self._refuse(k, (), f"a value of structure {structure}", f"{treedef}")
+            for j, (sub, value) in enumerate(flat):
+                old = leaves[start + j]
+                if getattr(value, "dtype", None) != old.dtype:
+                    value = jnp.asarray(value, dtype=old.dtype)  # noqa: PLW2901
+                if jnp.shape(value) != old.shape:
+                    self._refuse(k, sub, f"shape {jnp.shape(value)}", f"{old.shape}")
+                index.append(start + j)
+                values.append(strong(value))
+        placed = put_keys_as_data(values, [leaves[i].sharding for i in index])
+        for i, array in zip(index, placed, strict=True):
+            leaves[i] = array
+        own_buffers(leaves, index)
+        for k in changed:  # taken: read again only once written again
+            self._given[k] = self._variables[k].get_raw_value()
+
+    def _refuse(self, k: int, sub: tuple[Any, ...], got: str, built: str) -> None:
+        path = self._paths[k]
+        owner = ("model", "optimizer")[int(getattr(path[0], "key", 0))]
+        where = owner + jax.tree_util.keystr((*path[1:], *sub))
+        msg = (
+            f"{where} was set to {got}, but the step was built for {built}; a TrainStep's "
+            "state keeps its shapes, so build a new TrainStep"
+        )
+        raise ValueError(msg)

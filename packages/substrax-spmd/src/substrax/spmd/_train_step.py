@@ -23,7 +23,7 @@ from ._batch_rules import BatchRules
 from ._consistency import check_loss_output, check_optimizer_matches
 from ._cost import StepCost, abstract, count_program_flops, read_bytes
 from ._features import with_loop_features
-from ._step_state import place_state, read_back, sharding_mesh
+from ._step_state import StateVariables, place_state, sharding_mesh
 
 
 if TYPE_CHECKING:
@@ -39,10 +39,12 @@ class TrainStep[M: nnx.Module]:
     once per batch shape. Output shardings are pinned to the input ones, so sharded (FSDP,
     tensor-parallel) state stays where :func:`substrax.mesh.shard_model` put it.
 
-    An array written into the ``model`` or ``optimizer`` objects at any time (a checkpoint
+    The variables differentiated are the ones ``optimizer`` updates (its ``wrt`` filter). An
+    array written into the ``model`` or ``optimizer`` objects at any time (a checkpoint
     restored with ``nnx.update``, a callback lowering an ``optax.inject_hyperparams`` learning
     rate) is taken in, onto the same sharding and dtype, before the next step, by
-    :attr:`state` and by an :class:`EvalStep` over the step, without a recompile. Because
+    :attr:`state` and by an :class:`EvalStep` over the step, without a recompile (a Variable
+    holding a pytree of arrays too; variables set to one array get a buffer each). Because
     buffers are donated, the objects passed in are stale after the first step until
     :meth:`sync` writes the current state back; the :attr:`model` and :attr:`optimizer`
     properties sync for you. Once synced, the objects stay live: every step writes its new
@@ -71,7 +73,9 @@ class TrainStep[M: nnx.Module]:
             as on the whole batch for a mean loss, with one microbatch's activations in memory.
             Every batch leaf's leading dimension must be a multiple of it
             (:class:`~substrax.spmd.BatchSplitError` names the leaf otherwise); the loss and
-            aux are averaged over the microbatches.
+            aux are averaged over the microbatches, so every aux leaf must be a scalar (a
+            per-example one is refused with a ``ValueError`` naming it: reduce it in
+            ``loss_fn``).
         steps_per_call: Run this many steps in one call (a ``lax.scan``) on batches stacked on
             a new leading axis; the call returns the per-step losses (and aux) stacked.
             ``batch_sharding`` then describes one batch; the stacked axis is not split.
@@ -119,13 +123,8 @@ class TrainStep[M: nnx.Module]:
         check_array_variables(nnx.state(model), "TrainStep")
         check_array_variables(nnx.state(optimizer), "TrainStep (its optimizer)")
         graphdef, state = nnx.split((model, optimizer))
-        # the live Variables of both objects, one per state leaf (nnx.split keeps them); a
-        # Variable holding no array (optax.masked's MaskedNode) has no leaf, and none here
-        variables = [
-            v
-            for v in jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
-            if not isinstance(v, nnx.Variable) or jax.tree.leaves(v.get_raw_value())
-        ]
+        # the live Variables of both objects (nnx.split keeps them), where a restore is read
+        self._variables = StateVariables(state)
         leaves, treedef = jax.tree.flatten(state)
         leaves, mesh, metric_sharding = place_state(leaves, mesh, sharding_mesh(batch_sharding))
         self._mesh = mesh
@@ -133,15 +132,12 @@ class TrainStep[M: nnx.Module]:
             batch_sharding, mesh, accumulate_steps=accumulate_steps, steps_per_call=steps_per_call
         )
         self._leaves: list[Any] = leaves
-        self._variables: list[nnx.Variable[Any]] | None = (
-            variables if len(variables) == len(leaves) else None
-        )
         self._live = False
         self._treedef = treedef
-        self._given: list[Any] = []  # the arrays the step last wrote into the objects
         self._synced = False
         self._write_back()
         shardings = [x.sharding for x in leaves]
+        wrt = optimizer.wrt  # what the optimizer updates is what is differentiated
 
         def pure(leaves: list[PyTree], batch: PyTree) -> tuple[list[PyTree], PyTree]:
             model, optimizer = nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))
@@ -151,7 +147,9 @@ class TrainStep[M: nnx.Module]:
                 check_loss_output(out, has_aux=has_aux)
                 return out
 
-            grad_fn = nnx.value_and_grad(checked_loss, has_aux=has_aux)
+            grad_fn = nnx.value_and_grad(
+                checked_loss, argnums=nnx.DiffState(0, wrt), has_aux=has_aux
+            )
             out, grads = grad_fn(model)
             optimizer.update(model, grads)
             return jax.tree.leaves(nnx.state((model, optimizer))), out
@@ -193,6 +191,15 @@ class TrainStep[M: nnx.Module]:
     def mesh(self) -> Mesh | None:
         """The mesh the step runs on, if any."""
         return self._mesh
+
+    @property
+    def batch_sharding(self) -> Sharding | PyTree | None:
+        """Where each batch is placed (one batch's, with ``steps_per_call``), or None.
+
+        Resolved: a ``PartitionSpec`` given is a ``NamedSharding`` on the mesh here. An
+        :class:`EvalStep` over the step takes it.
+        """
+        return self._batches.one_batch
 
     @property
     def precision(self) -> PrecisionPolicy | None:
@@ -294,9 +301,7 @@ class TrainStep[M: nnx.Module]:
 
     def _read_back(self) -> None:
         """Take the arrays written into the objects since the step last wrote them, placed alike."""
-        if self._variables is not None:
-            state = functools.partial(jax.tree.unflatten, self._treedef, self._leaves)
-            read_back(self._variables, self._given, self._leaves, state)
+        self._variables.read_back(self._leaves)
 
     @property
     def state(self) -> nnx.State[Any, Any]:
@@ -320,12 +325,7 @@ class TrainStep[M: nnx.Module]:
     def _write_back(self) -> None:
         if self._synced:
             return
-        if self._variables is None:
-            nnx.update((self._model, self._optimizer), self.state)
-        else:
-            for variable, leaf in zip(self._variables, self._leaves, strict=True):
-                variable.set_raw_value(leaf)
-            self._given = list(self._leaves)
+        self._variables.write_back(self._leaves)
         self._synced = True
 
     @property
