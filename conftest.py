@@ -102,9 +102,10 @@ INTEGRATION_FIXTURES = frozenset(
 )
 
 
-# Tools the code under test runs and waits a moment for (the upload set asks git what it tracks):
-# a unit test may start these.
-QUICK_TOOLS = frozenset({"git"})
+# Tools the code under test runs and waits a moment for (the upload set asks git what it tracks;
+# the stdlib's platform.processor() asks `uname -p`, as MLflow's first import does): a unit test
+# may start these.
+QUICK_TOOLS = frozenset({"git", "uname"})
 
 
 def tier(item: pytest.Item) -> str:
