@@ -1,4 +1,5 @@
 import logging
+import os
 import tempfile
 from pathlib import Path
 
@@ -86,3 +87,39 @@ def test_output_location_refuses_an_unknown_source_naming_the_allowed_ones():
 def test_an_empty_explicit_directory_is_refused_not_the_working_directory(explicit):
     with pytest.raises(ValueError, match=r"explicit=.* names no directory"):
         resolve_output_dir("run", explicit=explicit, env={})
+
+
+def test_a_file_where_the_directory_goes_is_refused_naming_it(tmp_path):
+    blocker = tmp_path / "f"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match=r"explicit='.*/f': '.*/f' is a file, not a directory"):
+        resolve_output_dir("run", explicit=blocker, env={})
+    with pytest.raises(
+        ValueError, match=r"explicit='.*/f/deeper' leads to .* but '.*/f' is a file"
+    ):
+        resolve_output_dir("run", explicit=blocker / "deeper", env={})
+    match = rf"{OUTPUT_DIR_ENV}='.*/f' with output name 'r' leads to '.*/f/r', but '.*/f' is a file"
+    with pytest.raises(ValueError, match=match):
+        resolve_output_dir("r", env={OUTPUT_DIR_ENV: str(blocker)})
+    assert blocker.read_text() == "x"
+
+
+def test_a_nul_character_is_refused_naming_the_value(tmp_path):
+    with pytest.raises(ValueError, match=r"output name 'a\\x00b' holds a NUL character"):
+        resolve_output_dir("a\0b", env={OUTPUT_DIR_ENV: str(tmp_path)})
+    with pytest.raises(ValueError, match=r"explicit='.*\\x00x' holds a NUL character"):
+        resolve_output_dir("run", explicit=f"{tmp_path}/\0x", env={})
+    with pytest.raises(ValueError, match=rf"{OUTPUT_DIR_ENV}='.*\\x00x' holds a NUL character"):
+        resolve_output_dir("run", env={OUTPUT_DIR_ENV: f"{tmp_path}/\0x"})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_forked_child_gets_a_run_directory_of_its_own(monkeypatch):
+    parent = resolve_output_dir("one", env={}).path.parent
+    assert resolve_output_dir("two", env={}).path.parent == parent
+    monkeypatch.setattr(os, "getpid", lambda: -12345)  # what a forked child sees: another pid
+    child = resolve_output_dir("one", env={}).path.parent
+    assert child != parent
+    assert child.name.startswith("avitai-run-")
+    child.joinpath("one").rmdir()
+    child.rmdir()

@@ -52,3 +52,31 @@ def test_errors(tree):
         discover_examples(tree, include="a.py")
     with pytest.raises(ValueError, match="names no directory"):  # not the working directory
         discover_examples("")
+
+
+def test_hidden_files_and_directories_are_skipped(tree):
+    for name in (".ipynb_checkpoints/a-checkpoint.py", "sub/.cache/f.py", ".hidden.py"):
+        path = tree / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    found = [p.relative_to(tree).as_posix() for p in discover_examples(tree)]
+    assert found == ["a.py", "b.py", "sub/c.py", "sub/deep/e.py"]
+
+
+def test_symlinked_directories_are_followed_once_without_looping(tmp_path):
+    root, outside = tmp_path / "examples", tmp_path / "outside"
+    (root / "a").mkdir(parents=True)
+    outside.mkdir()
+    (root / "top.py").write_text("")
+    (root / "a" / "x.py").write_text("")
+    (outside / "o.py").write_text("")
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    (root / "a" / "loop").symlink_to(root, target_is_directory=True)  # back up: a loop
+    (root / "broken").symlink_to(tmp_path / "nowhere", target_is_directory=True)
+    found = [p.relative_to(root).as_posix() for p in discover_examples(root)]
+    assert found == ["a/x.py", "linked/o.py", "top.py"]
+
+
+def test_a_root_that_is_no_path_is_a_type_error():
+    with pytest.raises(TypeError, match=r"root must be the examples directory .* got 3"):
+        discover_examples(3)  # pyright: ignore[reportArgumentType]

@@ -1,8 +1,13 @@
+import dataclasses
 import enum
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
@@ -73,11 +78,117 @@ def test_validation_error_is_a_value_error():
         read_record(Record, {"name": "r", "step": 1, "loss": 0.5, "stpe": 2})
 
 
-def test_non_json_data_is_a_type_error():
-    with pytest.raises(TypeError, match="is not JSON"):
-        read_record(Record, {"name": "r", "step": 1, "loss": float("nan")})
-    with pytest.raises(TypeError, match="is not JSON"):
+def test_non_json_data_is_a_type_error_naming_where():
+    with pytest.raises(TypeError, match=r"is not JSON: name is a builtins.object"):
         read_record(Record, {"name": object()})
+    with pytest.raises(TypeError, match=r"tags\['a'\] is a numpy.int64 .*\.item\(\)"):
+        read_record(Record, {"name": "r", "step": 1, "loss": 0.5, "tags": {"a": np.int64(1)}})
+    with pytest.raises(TypeError, match=r"shape has the key a builtins.tuple"):
+        read_record(Record, {"name": "r", "step": 1, "loss": 0.5, "shape": {(1, 2): 3}})
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises(TypeError, match=r"shape\[0\] contains itself"):
+        read_record(Record, {"name": "r", "step": 1, "loss": 0.5, "shape": looped})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Floats:
+    __pydantic_config__ = UNKNOWN_FIELDS_REFUSED
+    x: float
+    maybe: float | None = None
+    either: float | int = 0
+    many: tuple[float, ...] = ()
+    named: dict[str, float] = field(default_factory=dict)
+    text_or_number: str | float = ""
+    anything: dict[str, Any] = field(default_factory=dict)
+
+
+def _same(a: object, b: object) -> bool:
+    return repr(a) == repr(b)  # nan != nan, but their reprs agree
+
+
+def test_non_finite_floats_are_written_as_strict_json_and_read_back():
+    nan, inf = float("nan"), float("inf")
+    record = Floats(
+        x=nan, maybe=-inf, either=inf, many=(1.0, nan), named={"loss": nan}, anything={"a": inf}
+    )
+    dumped = dump_record(record)
+    assert dumped == {
+        "x": "NaN",
+        "maybe": "-Infinity",
+        "either": "Infinity",
+        "many": [1.0, "NaN"],
+        "named": {"loss": "NaN"},
+        "text_or_number": "",
+        "anything": {"a": "Infinity"},  # pydantic alone wrote None here
+    }
+    text = json.dumps(dumped, allow_nan=False)  # strict JSON
+    back = read_record(Floats, json.loads(text))
+    assert _same(back, dataclasses.replace(record, anything={"a": "Infinity"}))
+    # What json.loads makes of a bare NaN token is read too.
+    assert _same(read_record(Floats, json.loads('{"x": NaN}')).x, nan)
+
+
+def test_non_finite_strings_are_read_only_where_a_float_is_due():
+    assert read_record(Floats, {"x": 1, "text_or_number": "NaN"}).text_or_number == "NaN"
+    with pytest.raises(ValidationError, match="step"):
+        read_record(Record, {"name": "r", "step": "NaN", "loss": 0.5})
+    with pytest.raises(ValidationError, match="name"):  # a str field keeps refusing a float
+        read_record(Record, {"name": float("nan"), "step": 1, "loss": 0.5})
+    with pytest.raises(ValidationError, match="x"):  # only the three spellings
+        read_record(Floats, {"x": "nan"})
+    assert _same(read_record(float, "-Infinity"), float("-inf"))
+
+
+def test_an_int_too_large_for_a_float_field_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"x is an int of about 401 digits.*inf"):
+        read_record(Floats, {"x": 10**400})
+    with pytest.raises(ValueError, match=r"named\['a'\] is an int .* -inf"):
+        read_record(Floats, {"x": 1, "named": {"a": -(10**400)}})
+    # An int field, or one that takes any JSON, keeps the int as it is.
+    assert read_record(Floats, {"x": 1, "anything": {"a": 10**400}}).anything == {"a": 10**400}
+    assert read_record(list[int], [10**400]) == [10**400]
+    assert read_record(Floats, {"x": 10**308}).x == 1e308
+
+
+@dataclass(frozen=True, kw_only=True)
+class Counts:
+    n: int
+    x: float
+    flag: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def test_numpy_and_jax_scalars_are_dumped_as_their_python_values():
+    record = Counts(
+        n=np.int64(2**60 + 1),  # pyright: ignore[reportArgumentType]
+        x=np.float32(0.5),  # pyright: ignore[reportArgumentType]
+        flag=np.bool_(True),  # pyright: ignore[reportArgumentType]
+        extra={"a": jnp.float32(1.5), "b": np.float64("nan"), "c": np.array(3)},
+    )
+    dumped = dump_record(record)
+    assert dumped == {
+        "n": 2**60 + 1,
+        "x": 0.5,
+        "flag": True,
+        "extra": {"a": 1.5, "b": "NaN", "c": 3},
+    }
+    assert type(dumped["n"]) is int
+    assert read_record(Counts, dumped).n == 2**60 + 1
+
+
+def test_a_value_with_no_json_form_is_refused_naming_its_field():
+    with pytest.raises(TypeError, match=r"extra\['b'\] holds a NumPy array of shape \(2,\)"):
+        dump_record(Counts(n=1, x=1.0, extra={"b": np.array([1, 2])}))
+    with pytest.raises(TypeError, match=r"extra\['o'\]\[1\] holds a builtins.object"):
+        dump_record(Counts(n=1, x=1.0, extra={"o": [1, object()]}))
+
+    @dataclass
+    class Outer:
+        inner: Counts
+
+    with pytest.raises(TypeError, match=r"inner\.n holds a JAX array of shape \(3,\)"):
+        dump_record(Outer(inner=Counts(n=jnp.zeros(3), x=1.0)))  # pyright: ignore[reportArgumentType]
 
 
 def test_other_types_read_strictly():

@@ -106,6 +106,18 @@ def test_rngs_from_seed_stream_checks():
         rngs_from_seed(0, ("a", ""))
 
 
+def test_names_that_derive_the_same_key_are_refused_naming_both():
+    # 32 bits of BLAKE2b: these two names fold in the same bits, so the same key, from any seed
+    key = jax.random.key(0)
+    assert data(fold_in_name(key, "layer_76135")) == data(fold_in_name(key, "layer_76334"))
+    with pytest.raises(ValueError, match="'layer_76135' and 'layer_76334' derive the same key"):
+        rngs_from_seed(0, ("params", "layer_76135", "layer_76334"))
+    # each alone keeps its stream: the derivation is unchanged
+    alone = rngs_from_seed(0, ("layer_76135", "params"))
+    expected = nnx.Rngs(layer_76135=fold_in_name(key, "layer_76135"))
+    assert data(alone.layer_76135()) == data(expected.layer_76135())
+
+
 def test_split_key():
     keys = split_key(jax.random.key(0), 3)
     assert keys.shape == (3,)

@@ -2,10 +2,12 @@
 
 import io
 import os
+import re
 import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from substrax.support import (
     MissingExtraError,
     Mode,
     UsageError,
+    _atomic,
     check_float,
     check_int,
     check_seconds,
@@ -94,6 +97,58 @@ def test_a_writer_killed_mid_write_leaves_a_whole_file(
         child.kill()
         child.wait(timeout=10)
     assert target.read_text() in {"committed", "x" * 8_000_000}
+
+
+def _temporary_of(target: Path, writer: str, *, age: float) -> Path:
+    """A temporary file of ``target`` named for ``writer``, last touched ``age`` seconds ago."""
+    leftover = target.with_name(f".{target.name}.{writer}00.tmp")
+    leftover.write_text("x" * 1000)
+    when = time.time() - age
+    os.utime(leftover, (when, when))
+    return leftover
+
+
+def test_a_temporary_named_for_the_writing_process_and_host(tmp_path: Path) -> None:
+    fd, temporary = _atomic._temporary_beside(tmp_path / "state.json")
+    os.close(fd)
+    digits = temporary.name.removeprefix(".state.json.").removesuffix(".tmp")
+    assert re.fullmatch(r"[0-9a-f]{12}", digits)  # the length and alphabet other parts expect
+    assert int(digits[:6], 16) == os.getpid()
+    assert digits[:10] == _atomic._writer_tag(os.getpid())
+
+
+def test_a_later_write_removes_what_a_dead_writer_left(tmp_path: Path) -> None:
+    target = tmp_path / "state.json"
+    gone = 0xFFFFFE  # past any pid_max: no such process
+    dead = _temporary_of(target, _atomic._writer_tag(gone), age=3600)
+    write_atomically(target, "new")
+    assert target.read_text() == "new"
+    assert not dead.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
+
+
+def test_a_temporary_that_may_still_be_written_is_kept(tmp_path: Path) -> None:
+    target = tmp_path / "state.json"
+    gone = 0xFFFFFE
+    elsewhere = f"{gone:06x}{'0000' if _atomic._host_tag() != '0000' else '0001'}"
+    kept = [
+        _temporary_of(target, _atomic._writer_tag(os.getppid()), age=3600),  # a live writer
+        _temporary_of(target, elsewhere, age=3600),  # a writer on another host
+        _temporary_of(target, _atomic._writer_tag(gone), age=1),  # just written
+        _temporary_of(tmp_path / "other.json", _atomic._writer_tag(gone), age=3600),
+    ]
+    write_atomically(target, "new")
+    assert all(path.exists() for path in kept)
+
+
+def test_every_temporary_name_taken_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    target = tmp_path / "state.json"
+    writer = _atomic._writer_tag(os.getpid())
+    for n in range(256):
+        target.with_name(f".state.json.{writer}{n:02x}.tmp").write_text("")
+    with pytest.raises(ValueError, match=r"temporary names .* are all taken; remove"):
+        write_atomically(target, "x")
+    assert not target.exists()
 
 
 def test_a_failed_write_keeps_the_old_content_and_no_temporary(tmp_path: Path) -> None:

@@ -207,7 +207,10 @@ def test_a_filter_that_selects_nothing_is_refused(net):
     assert isinstance(info.value, ValueError)
     for kind in ("adamw", "lamb"):  # at any decay rate, and through create_optimizer too
         silent = OptimizerConfig(
-            optimizer_type=kind, learning_rate=0.1, weight_decay_filter=nnx.PathContains("nope")
+            optimizer_type=kind,
+            learning_rate=0.1,
+            weight_decay=0.01,
+            weight_decay_filter=nnx.PathContains("nope"),
         )
         with pytest.raises(OptimizerConfigError, match=f"{kind} would decay nothing"):
             create_optimizer(net, silent)

@@ -54,6 +54,10 @@ def _check_name(name: str) -> PurePath:
         raise TypeError(f"output name must be a str naming the run's outputs, got {name!r}{hint}")
     if not name.strip():
         raise ValueError(f"output name must be a non-empty relative path, got {name!r}")
+    if "\0" in name:
+        raise ValueError(
+            f"output name {name!r} holds a NUL character, which no path may; remove it"
+        )
     relative = PurePath(name)
     if relative.is_absolute() or relative.anchor or ".." in relative.parts:
         raise ValueError(
@@ -69,9 +73,24 @@ def _check_name(name: str) -> PurePath:
 
 
 @functools.cache
-def _run_directory(temp_root: str) -> Path:
-    # One directory per process and temporary root, created on first use.
+def _run_directory(temp_root: str, pid: int) -> Path:
+    # One directory per process and temporary root, created on first use; keyed by the process
+    # id too, so that a forked child makes its own instead of sharing its parent's.
+    del pid
     return Path(tempfile.mkdtemp(prefix="avitai-run-", dir=temp_root))
+
+
+def _make(path: Path, given: str) -> None:
+    """Create ``path``; a clear ValueError naming ``given`` where a file is in its way."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        where = ":" if blocker == path else f" leads to {str(path)!r}, but"
+        raise ValueError(
+            f"{given}{where} {str(blocker)!r} is a file, not a directory; choose a directory "
+            "(or a path that does not exist yet), or move the file away"
+        ) from error
 
 
 def resolve_output_dir(
@@ -80,7 +99,8 @@ def resolve_output_dir(
     """Pick (and create) the directory a run writes ``name``'s outputs to.
 
     In order: ``explicit`` (resolved); ``$AVITAI_OUTPUT_DIR/name``, where the variable must be
-    absolute; ``<tmp>/avitai-run-XXXX/name`` under a run directory created once per process.
+    absolute; ``<tmp>/avitai-run-XXXX/name`` under a run directory created once per process (a
+    forked child makes its own).
     It never defaults into the working directory.
 
     Args:
@@ -93,7 +113,8 @@ def resolve_output_dir(
 
     Raises:
         ValueError: ``name`` is empty, ``"."``, absolute or climbs with ``..``; ``explicit``
-            is empty; or ``AVITAI_OUTPUT_DIR`` is not absolute.
+            is empty; ``AVITAI_OUTPUT_DIR`` is not absolute; any of them holds a NUL
+            character; or a file stands where the directory (or one above it) would be.
 
     Example:
         >>> import tempfile
@@ -111,8 +132,17 @@ def resolve_output_dir(
                 f"explicit={explicit!r} names no directory; pass one, such as 'outputs/run1', "
                 "or None for the default"
             )
+        given = f"explicit={str(explicit)!r}"
+        if "\0" in str(explicit):
+            raise ValueError(f"{given} holds a NUL character, which no path may; remove it")
         path, source = Path(explicit).expanduser().resolve(), "argument"
     elif raw := environ.get(OUTPUT_DIR_ENV, ""):
+        given = f"{OUTPUT_DIR_ENV}={raw!r} with output name {name!r}"
+        if "\0" in raw:
+            raise ValueError(
+                f"{OUTPUT_DIR_ENV}={raw!r} holds a NUL character, which no path may; set it to "
+                "an absolute directory"
+            )
         root = Path(raw).expanduser()
         if not root.is_absolute():
             raise ValueError(
@@ -121,7 +151,9 @@ def resolve_output_dir(
             )
         path, source = root / relative, "environment"
     else:
-        path, source = _run_directory(tempfile.gettempdir()) / relative, "run_default"
-    path.mkdir(parents=True, exist_ok=True)
+        run = _run_directory(tempfile.gettempdir(), os.getpid())
+        given = f"output name {name!r} under the run directory {str(run)!r}"
+        path, source = run / relative, "run_default"
+    _make(path, given)
     _LOG.info("outputs of %s go to %s (%s)", name, path, source)
     return OutputLocation(path=path, source=source)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -17,7 +20,7 @@ from ._errors import LearningRateNotFoundError, OptimizerConfigError
 from ._masks import mask_callable, mask_from_filter
 
 
-def _base(config: OptimizerConfig) -> optax.GradientTransformation:  # noqa: PLR0911
+def _base(model: nnx.Module, config: OptimizerConfig) -> optax.GradientTransformation:  # noqa: PLR0911
     kind, lr = config.optimizer_type, config.learning_rate
     moments = {"b1": config.b1, "b2": config.b2, "eps": config.eps}
     inject = optax.inject_hyperparams
@@ -26,7 +29,7 @@ def _base(config: OptimizerConfig) -> optax.GradientTransformation:  # noqa: PLR
         return inject(alias, static_args=("mask",))(
             learning_rate=lr,
             weight_decay=config.weight_decay,
-            mask=mask_callable(config),
+            mask=mask_callable(config, model),
             **moments,
         )
     if kind == "sgd":
@@ -57,7 +60,9 @@ def create_transformation(
     set, so its tree does not depend on the filter (see :func:`mask_callable`).
 
     Raises:
-        OptimizerConfigError: If the optimizer is adamw or lamb and the weight-decay filter
+        TypeError: If ``model`` is not an ``nnx.Module`` or ``config`` not an OptimizerConfig.
+        OptimizerConfigError: If ``config.wrt`` selects no array of ``model`` (an optimizer
+            that updates nothing), or the optimizer is adamw or lamb and the weight-decay filter
             selects no parameter of ``model`` (a misspelt path would silently decay nothing).
 
     Example:
@@ -71,8 +76,16 @@ def create_transformation(
     """
     check_type("model", model, nnx.Module, "an nnx.Module")
     check_type("config", config, OptimizerConfig, "an OptimizerConfig(...)")
+    params = nnx.state(model, config.wrt)
+    if not jax.tree.leaves(params):
+        msg = (
+            f"wrt={config.wrt!r} selects no array of the {type(model).__name__} model, so the "
+            "optimizer would update nothing; pass the model it trains, or a wrt filter that "
+            "selects its parameters (nnx.Param)"
+        )
+        raise OptimizerConfigError(msg, field="wrt", value=config.wrt)
     if config.optimizer_type in DECOUPLED_DECAY_TYPES and config.weight_decay_filter is not None:
-        mask = mask_from_filter(nnx.state(model, config.wrt), config.weight_decay_filter)
+        mask = mask_from_filter(params, config.weight_decay_filter)
         if not any(jax.tree.leaves(mask)):
             msg = (
                 f"weight_decay_filter {config.weight_decay_filter!r} selects none of the model's "
@@ -83,7 +96,7 @@ def create_transformation(
             raise OptimizerConfigError(
                 msg, field="weight_decay_filter", value=config.weight_decay_filter
             )
-    base = _base(config)
+    base = _base(model, config)
     if config.gradient_clip_norm is not None:
         return optax.chain(optax.clip_by_global_norm(config.gradient_clip_norm), base)
     if config.gradient_clip_value is not None:
@@ -94,6 +107,10 @@ def create_transformation(
 def create_optimizer[M: nnx.Module](model: M, config: OptimizerConfig) -> nnx.Optimizer[M]:
     """An ``nnx.Optimizer`` over ``model`` built from ``config``.
 
+    Raises:
+        TypeError: If ``model`` is not an ``nnx.Module`` or ``config`` not an OptimizerConfig.
+        OptimizerConfigError: As :func:`create_transformation`.
+
     Example:
         >>> from flax import nnx
         >>> from substrax.optim import OptimizerConfig, create_optimizer
@@ -101,6 +118,8 @@ def create_optimizer[M: nnx.Module](model: M, config: OptimizerConfig) -> nnx.Op
         >>> create_optimizer(model, OptimizerConfig(learning_rate=1e-3)).wrt is nnx.Param
         True
     """
+    check_type("model", model, nnx.Module, "an nnx.Module")
+    check_type("config", config, OptimizerConfig, "an OptimizerConfig(...)")
     # optax.inject_hyperparams reads each parameter's dtype: a jax.Ref has none to give
     check_array_variables(nnx.state(model, config.wrt), "create_optimizer", hijax=False)
     return nnx.Optimizer(model, create_transformation(model, config), wrt=config.wrt)
@@ -128,10 +147,14 @@ def _find_learning_rate(node: PyTree) -> PyTree:
 def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
     """The learning rate of the latest update (the schedule at step 0 before any update).
 
+    For a :func:`switch_at` transformation it is the rate of the optimizer that ran the latest
+    update (before any update, of the first one).
+
     Raises:
-        LearningRateNotFoundError: (a ``LookupError``) If the optimizer state holds no injected
-            ``learning_rate`` (build the transformation with ``optax.inject_hyperparams`` or
-            :func:`create_transformation`).
+        LearningRateNotFoundError: (a ``LookupError``) If the optimizer state, or the state of
+            the optimizer :func:`switch_at` ran last, holds no injected ``learning_rate``
+            (build the transformation with ``optax.inject_hyperparams`` or
+            :func:`create_transformation`). Under a trace that case gives NaN instead.
 
     Example:
         >>> from flax import nnx
@@ -141,11 +164,26 @@ def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
         0.5
     """
     check_type("optimizer", optimizer, nnx.Optimizer, "an nnx.Optimizer")
-    found = _find_learning_rate(optimizer.opt_state)
-    if found is None:
+    branches = switch_branches(optimizer.tx, nnx.as_pure(optimizer.opt_state), latest=True)
+    rates = [(_find_learning_rate(state), ran) for _, state, ran in branches]
+    if all(rate is None for rate, _ in rates):
         raise LearningRateNotFoundError
-    value = found.get_value() if isinstance(found, nnx.Variable) else found
-    return jnp.asarray(value)
+    if len(rates) == 1:
+        return jnp.asarray(rates[0][0])
+    chosen, found = jnp.asarray(jnp.nan), jnp.asarray(False)
+    for rate, ran in rates:
+        if rate is not None:
+            chosen, found = jnp.where(ran, rate, chosen), jnp.logical_or(found, ran)
+    try:
+        missing = not bool(found)
+    except jax.errors.ConcretizationTypeError:  # traced: the NaN stands for the missing rate
+        missing = False
+    if missing:
+        raise LearningRateNotFoundError(
+            where="the state of the optimizer switch_at ran last (it has a learning rate only in "
+            "the other one)"
+        )
+    return chosen
 
 
 def with_strong_state_types(
@@ -174,6 +212,44 @@ def with_strong_state_types(
     return optax.GradientTransformationExtraArgs(init, optax.with_extra_args_support(tx).update)
 
 
+@dataclass(frozen=True, slots=True)
+class _Switch:
+    step: int
+    first: optax.GradientTransformation
+    second: optax.GradientTransformation
+
+
+# switch_at's parts by its update function (a function is never copied, not even by deepcopy),
+# so current_learning_rate and update_with_line_search can tell which optimizer runs
+_SWITCHES: weakref.WeakKeyDictionary[Callable[..., Any], _Switch] = weakref.WeakKeyDictionary()
+
+
+def switch_branches(
+    tx: optax.GradientTransformation, state: PyTree, *, latest: bool
+) -> list[tuple[optax.GradientTransformation, PyTree, jax.Array | bool]]:
+    """The optimizers inside ``tx``, each with its state and whether it runs.
+
+    One ``(tx, state, True)`` unless ``tx`` is a :func:`switch_at` (nested ones are followed);
+    then each branch's flag says whether it ran the latest update (``latest``; before any
+    update, the first branch) or runs the next one. ``state`` holds arrays (``nnx.as_pure``).
+    """
+    switch = _SWITCHES.get(tx.update)
+    if switch is None:
+        return [(tx, state, True)]
+    found: list[tuple[optax.GradientTransformation, PyTree, jax.Array | bool]] = []
+    for index, (inner, branch) in enumerate(zip((switch.first, switch.second), state, strict=True)):
+        updates = jnp.asarray(branch.step)  # the updates run so far
+        update = jnp.maximum(updates - 1, 0) if latest else updates
+        runs = jnp.less(update, switch.step) if index == 0 else update >= switch.step
+        found.extend(
+            (leaf, leaf_state, jnp.logical_and(runs, leaf_runs))
+            for leaf, leaf_state, leaf_runs in switch_branches(
+                inner, branch.inner_state, latest=latest
+            )
+        )
+    return found
+
+
 def switch_at(
     first: optax.GradientTransformation, second: optax.GradientTransformation, *, step: int
 ) -> optax.GradientTransformationExtraArgs:
@@ -184,10 +260,12 @@ def switch_at(
     (:func:`with_strong_state_types` is applied), so a jitted step compiles once across the
     switch, and ``second`` may be a line search: ``switch_at(optax.adam(1e-3), optax.lbfgs(),
     step=100)`` goes straight to :func:`update_with_line_search`, which forwards ``value``,
-    ``grad`` and ``value_fn`` to it.
+    ``grad`` and ``value_fn`` to it. :func:`current_learning_rate` reads the rate of the
+    optimizer that ran the latest update.
 
     Raises:
-        TypeError: If ``step`` is not an int.
+        TypeError: If ``first`` or ``second`` is not an optax transformation, or ``step`` is
+            not an int.
         ValueError: If ``step`` is below 1.
 
     Example:
@@ -202,6 +280,9 @@ def switch_at(
         >>> float(first["w"][0]), round(float(second["w"][0]), 6)
         (-1.0, -0.1)
     """
+    wanted = "an optax transformation (optax.adam(...))"
+    check_type("first", first, optax.GradientTransformation, wanted)
+    check_type("second", second, optax.GradientTransformation, wanted)
     switch = check_int("step", step, minimum=1)
 
     def before(step: jax.typing.ArrayLike, **_: object) -> jax.Array:
@@ -210,9 +291,17 @@ def switch_at(
     def after(step: jax.typing.ArrayLike, **_: object) -> jax.Array:
         return jnp.greater_equal(step, switch)
 
-    return with_strong_state_types(
+    strong = with_strong_state_types(
         optax.chain(
             optax.conditionally_transform(first, before),
             optax.conditionally_transform(second, after),
         )
     )
+
+    def update(
+        updates: optax.Updates, state: PyTree, params: optax.Params | None = None, **extra: object
+    ) -> tuple[optax.Updates, PyTree]:
+        return strong.update(updates, state, params, **extra)
+
+    _SWITCHES[update] = _Switch(switch, first, second)
+    return optax.GradientTransformationExtraArgs(strong.init, update)

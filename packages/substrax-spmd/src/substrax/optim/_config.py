@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
@@ -19,6 +21,11 @@ type OptimizerType = Literal["adam", "adamw", "sgd", "rmsprop", "adagrad", "lamb
 OPTIMIZER_TYPES: tuple[str, ...] = get_args(OptimizerType.__value__)
 DECOUPLED_DECAY_TYPES: frozenset[str] = frozenset({"adamw", "lamb"})
 MOMENTUM_TYPES: frozenset[str] = frozenset({"sgd", "rmsprop"})
+# Those dividing by ``sqrt(v) + eps`` (or ``rsqrt(v + eps)``): with eps 0, a zero gradient gives
+# NaN. sgd has no eps; adagrad divides only where its accumulator is above 0.
+_POSITIVE_EPS_TYPES: frozenset[str] = frozenset(
+    {"adam", "adamw", "lamb", "radam", "nadam", "rmsprop"}
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,10 +70,19 @@ class OptimizerConfig:
         _check_learning_rate(self.learning_rate)
         _check("b1", self.b1, minimum=0, maximum=1, exclusive_maximum=True)
         _check("b2", self.b2, minimum=0, maximum=1, exclusive_maximum=True)
-        _check("eps", self.eps, minimum=0)
+        divides = self.optimizer_type in _POSITIVE_EPS_TYPES
+        _check(
+            "eps",
+            self.eps,
+            minimum=0,
+            exclusive_minimum=divides,
+            why=f" for {self.optimizer_type} (a zero gradient would give 0 / eps = NaN)"
+            if divides
+            else "",
+        )
         _check("weight_decay", self.weight_decay, minimum=0)
         if self.momentum is not None:
-            _check("momentum", self.momentum, minimum=0)
+            _check("momentum", self.momentum, minimum=0, maximum=1, exclusive_maximum=True)
         for name in ("gradient_clip_norm", "gradient_clip_value"):
             clip = getattr(self, name)
             if clip is not None:
@@ -88,12 +104,27 @@ class OptimizerConfig:
         if self.momentum is not None and self.optimizer_type not in MOMENTUM_TYPES:
             msg = f"momentum is for {sorted(MOMENTUM_TYPES)}; {self.optimizer_type!r} does not take it"
             raise OptimizerConfigError(msg, field="momentum", value=self.momentum)
+        self._check_weight_decay_filter()
+
+    def _check_weight_decay_filter(self) -> None:
+        if self.weight_decay_filter is None:
+            return
         if isinstance(self.weight_decay_filter, str):
             msg = (
                 f"weight_decay_filter {self.weight_decay_filter!r} is a string, which nnx reads as a "
                 "tag; use nnx.PathContains(...) or a callable (path, value) -> bool"
             )
             raise TypeError(msg)
+        if self.optimizer_type not in DECOUPLED_DECAY_TYPES or self.weight_decay == 0:
+            msg = (
+                f"weight_decay_filter {self.weight_decay_filter!r} has nothing to choose from: "
+                f"{self.optimizer_type!r} with weight_decay={self.weight_decay} decays no "
+                f"parameter; set weight_decay > 0 with one of {sorted(DECOUPLED_DECAY_TYPES)}, "
+                "or drop the filter"
+            )
+            raise OptimizerConfigError(
+                msg, field="weight_decay_filter", value=self.weight_decay_filter
+            )
 
 
 def _check(
@@ -104,8 +135,9 @@ def _check(
     maximum: float | None = None,
     exclusive_minimum: bool = False,
     exclusive_maximum: bool = False,
+    why: str = "",
 ) -> None:
-    """Refuse a field that is not a finite number within the bounds, naming it."""
+    """Refuse a field that is not a finite number within the bounds, naming it (and ``why``)."""
     if isinstance(value, (np.generic, np.ndarray, jax.Array)):
         msg = f"{name}={value!r} is a {type(value).__name__}; pass a Python number: float({name})"
         raise TypeError(msg)
@@ -119,11 +151,19 @@ def _check(
             exclusive_maximum=exclusive_maximum,
         )
     except ValueError as error:
-        raise OptimizerConfigError(str(error), field=name, value=value) from None
+        raise OptimizerConfigError(f"{error}{why}", field=name, value=value) from None
+
+
+# The steps a schedule is checked at: the first two, then one per decade up to a million.
+_CHECKED_STEPS: tuple[int, ...] = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
 
 
 def _check_learning_rate(learning_rate: object) -> None:
-    """Refuse a learning rate that is neither a positive finite number nor a working schedule."""
+    """Refuse a learning rate that is neither a positive finite number nor a working schedule.
+
+    A schedule is called as optax calls it, on an int32 array (traced under ``jit``): it must
+    trace, and return one finite number ``>= 0`` at each of :data:`_CHECKED_STEPS`.
+    """
     if not callable(learning_rate) or isinstance(learning_rate, jax.Array):
         try:
             _check("learning_rate", learning_rate, minimum=0, exclusive_minimum=True)
@@ -132,22 +172,39 @@ def _check_learning_rate(learning_rate: object) -> None:
                 f"{error}; or pass an optax schedule (a callable of the step)"
             ) from None
         return
+    for step in _CHECKED_STEPS:
+        try:
+            rate = learning_rate(jnp.asarray(step, jnp.int32))
+        except Exception as error:
+            msg = (
+                f"learning_rate {learning_rate!r} is not a schedule: calling it on step {step} "
+                f"raised {type(error).__name__}: {error}; pass a callable of one argument, the "
+                "step count (an optax.Schedule such as optax.cosine_decay_schedule(...))"
+            )
+            raise OptimizerConfigError(msg, field="learning_rate", value=learning_rate) from error
+        try:
+            value = np.asarray(rate, dtype=np.float64)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or value.shape != () or not np.isfinite(value) or value < 0:
+            msg = (
+                f"learning_rate schedule {learning_rate!r} returned {rate!r} for step {step}; a "
+                "schedule must return one finite number >= 0 for each step"
+            )
+            raise OptimizerConfigError(msg, field="learning_rate", value=learning_rate)
+        if step == 0:
+            _check_traceable(learning_rate)
+
+
+def _check_traceable(learning_rate: Callable[[jax.Array], object]) -> None:
+    """Refuse a schedule that cannot run on a traced step, as it does inside a jitted update."""
     try:
-        first = learning_rate(0)
+        jax.eval_shape(learning_rate, jax.ShapeDtypeStruct((), jnp.int32))
     except Exception as error:
         msg = (
-            f"learning_rate {learning_rate!r} is not a schedule: calling it on step 0 raised "
-            f"{type(error).__name__}: {error}; pass a callable of one argument, the step count "
-            "(an optax.Schedule such as optax.cosine_decay_schedule(...))"
+            f"learning_rate schedule {learning_rate!r} fails on a traced step, as in a jitted "
+            f"update: {type(error).__name__}: {str(error).splitlines()[0]}; branch with "
+            "jnp.where (not Python's if) or build it from optax schedules "
+            "(optax.piecewise_constant_schedule, optax.join_schedules, ...)"
         )
         raise OptimizerConfigError(msg, field="learning_rate", value=learning_rate) from error
-    try:
-        value = np.asarray(first, dtype=np.float64)
-    except (TypeError, ValueError):
-        value = None
-    if value is None or value.shape != () or not np.isfinite(value):
-        msg = (
-            f"learning_rate schedule {learning_rate!r} returned {first!r} for step 0; a schedule "
-            "must return one finite number for each step"
-        )
-        raise OptimizerConfigError(msg, field="learning_rate", value=learning_rate)

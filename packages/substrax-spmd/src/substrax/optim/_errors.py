@@ -49,6 +49,9 @@ class LearningRateNotFoundError(_OptimError, LookupError, ValueError):
 
     Also a ``ValueError``, the error 0.1.22's ``current_learning_rate`` raised.
 
+    Attributes:
+        where: The state that holds none.
+
     Example:
         >>> from substrax.optim import LearningRateNotFoundError
         >>> str(LearningRateNotFoundError())[:44]
@@ -56,6 +59,7 @@ class LearningRateNotFoundError(_OptimError, LookupError, ValueError):
     """
 
     template = (
-        "the optimizer state holds no injected learning_rate; wrap the optimizer in "
+        "{where} holds no injected learning_rate; wrap the optimizer in "
         "optax.inject_hyperparams (create_transformation does)"
     )
+    where: str = "the optimizer state"

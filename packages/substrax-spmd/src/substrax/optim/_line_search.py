@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from ._build import switch_branches
 from ._errors import LineSearchStateError
 
 
@@ -42,6 +43,35 @@ def _check(model: nnx.Module, optimizer: nnx.Optimizer[Any]) -> jnp.dtype | None
     return jnp.dtype(dtypes[0]) if dtypes else None
 
 
+def _is_conditional(node: object) -> bool:
+    return isinstance(node, (optax.ConditionallyTransformState, optax.ConditionallyMaskState))
+
+
+def _stored(optimizer: nnx.Optimizer[Any]) -> list[tuple[jax.Array, Any, jax.Array | bool]]:
+    """Each line search's stored ``(value, grad)`` with whether it runs the next update.
+
+    The optimizers of a :func:`switch_at` are told apart; a line search under any other
+    condition may not be the one running (its stored gradient may be stale), so it is left out.
+    """
+    state = nnx.as_pure(optimizer.opt_state)
+    found: list[tuple[jax.Array, Any, jax.Array | bool]] = []
+    for _, branch, runs in switch_branches(optimizer.tx, state, latest=False):
+        values = optax.tree.get_all_with_path(branch, "value")
+        grads = optax.tree.get_all_with_path(branch, "grad")
+        if len(values) > 1 or len(grads) > 1:
+            paths = tuple(jax.tree_util.keystr(path) for path, _ in [*values, *grads])
+            msg = (
+                f"the optimizer state stores a line search's value or grad at several places "
+                f"{list(paths)}, so the one to reuse is unknown; run one line search at a time, "
+                "or several in turn with substrax.optim.switch_at(first, second, step=...)"
+            )
+            raise LineSearchStateError(msg, paths=paths)
+        conditional = jax.tree.leaves(branch, is_leaf=_is_conditional)
+        if values and grads and not any(_is_conditional(node) for node in conditional):
+            found.append((values[0][1], grads[0][1], runs))
+    return found
+
+
 def update_with_line_search[M: nnx.Module](
     model: M,
     optimizer: nnx.Optimizer[M],
@@ -53,8 +83,9 @@ def update_with_line_search[M: nnx.Module](
 
     Line searches (``optax.lbfgs``, ``scale_by_zoom_linesearch``, ...) evaluate the loss at the
     accepted point and store its value and gradient. When the objective is unchanged (same
-    batch) and the stored value is finite, they are reused (``lax.cond``) instead of
-    differentiating again.
+    batch), the stored value is finite and the line search that stored it runs this update
+    (for :func:`switch_at`, the branch whose turn it is), they are reused (``lax.cond``)
+    instead of differentiating again.
 
     Args:
         model: The model.
@@ -70,8 +101,9 @@ def update_with_line_search[M: nnx.Module](
         ``jax_enable_x64`` on) is cast to float32 rather than changing the state's type.
 
     Raises:
-        LineSearchStateError: A ValueError, if the optimizer state has weakly typed leaves or
-            the parameters mix floating dtypes.
+        LineSearchStateError: A ValueError, if the optimizer state has weakly typed leaves,
+            the parameters mix floating dtypes, or the state stores several line searches'
+            values outside :func:`switch_at` branches.
 
     Example:
         >>> import optax
@@ -101,12 +133,20 @@ def update_with_line_search[M: nnx.Module](
     def fresh() -> tuple[jax.Array, Any]:
         return jax.value_and_grad(value_fn)(nnx.as_pure(params))
 
-    stored_value = optax.tree.get(nnx.as_pure(optimizer.opt_state), "value")
-    stored_grad = optax.tree.get(nnx.as_pure(optimizer.opt_state), "grad")
-    if stored_value is None or stored_grad is None or objective_changed is True:
+    stored = _stored(optimizer)
+    if not stored or objective_changed is True:
         value, grad = fresh()
     else:
-        reuse = jnp.logical_and(jnp.logical_not(objective_changed), jnp.isfinite(stored_value))
+        reuse = jnp.asarray(False)
+        stored_value, stored_grad = stored[0][0], stored[0][1]
+        for one_value, one_grad, runs in stored:
+            usable = jnp.logical_and(runs, jnp.isfinite(one_value))
+            reuse = jnp.logical_or(reuse, usable)
+            stored_value = jnp.where(usable, one_value, stored_value)
+            stored_grad = jax.tree.map(
+                lambda a, b, usable=usable: jnp.where(usable, a, b), one_grad, stored_grad
+            )
+        reuse = jnp.logical_and(jnp.logical_not(objective_changed), reuse)
         value, grad = jax.lax.cond(reuse, lambda: (stored_value, stored_grad), fresh)
     grads = jax.tree.map(
         lambda var, g: var.replace(g), params, grad, is_leaf=lambda x: isinstance(x, nnx.Variable)
