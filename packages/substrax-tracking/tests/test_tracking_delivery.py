@@ -27,6 +27,7 @@ class Sink:
         self.gate.set()
         self.finished = False
         self.attempts = 0
+        self.fail_next = 0  # how many sends fail next, as in a brief outage
 
     def target(self):
         return {"backend": "test", "run": "r1"}
@@ -36,6 +37,9 @@ class Sink:
         self.gate.wait(30)
         if self.down:
             raise ConnectionError("server gone")
+        if self.fail_next:
+            self.fail_next -= 1
+            raise ConnectionError("a blip")
         for record in records:
             if record.payload.get("values", {}).get("refuse"):
                 raise ValueError("refused value")
@@ -137,6 +141,20 @@ def test_a_healthy_sender_sends_once_per_send_interval_and_at_once_for_a_flush(
     assert delivery.spooled == 4
     assert delivery.flush(30)
     assert steps(sink.received) == list(range(5))
+
+
+def test_a_flush_after_a_brief_outage_retries_with_the_backoff_not_the_send_interval(make):
+    # the retries of a flush's pass waited for the next send_interval (5 s) each, so a flush
+    # of 3 s after one failed send returned False
+    sink = Sink()
+    delivery = make(sink, send_interval=60)
+    delivery.submit(record(0))
+    assert delivery.flush(30)
+    sink.fail_next = 2
+    for step in range(1, 4):
+        delivery.submit(record(step))
+    assert delivery.flush(10)
+    assert steps(sink.received) == list(range(4))
 
 
 def test_held_records_go_without_a_flush_once_the_interval_passed_or_a_batch_is_full(

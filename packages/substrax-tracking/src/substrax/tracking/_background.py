@@ -285,7 +285,8 @@ class AsyncDelivery:
             if not self._backoff.due():  # woken while the sink fails: wait for the next try
                 self._closing.wait(self._backoff.wait())
                 continue
-            self._urgent.wait(self._next_pass - time.monotonic())  # a pass per send_interval
+            if not self._backoff.failing:  # a retry goes when the backoff says
+                self._urgent.wait(self._next_pass - time.monotonic())  # a pass per send_interval
             self._send.clear()
             self._urgent.clear()
             if not self._closing.is_set():
