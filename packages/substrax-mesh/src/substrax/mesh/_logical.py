@@ -42,7 +42,7 @@ def _path_str(path: tuple[Any, ...]) -> str:
 
 
 def _mesh_axes_for(
-    name: str, rules: LogicalAxisRules, mesh: Mesh, path: str, annotation: object
+    name: str, rules: LogicalAxisRules, mesh: Mesh | AbstractMesh, path: str, annotation: object
 ) -> tuple[str, ...]:
     if name in rules:
         target = rules[name]
@@ -69,7 +69,7 @@ def _mesh_axes_for(
 def logical_to_mesh_spec(
     names: tuple[Any, ...] | PartitionSpec,
     rules: RulesLike,
-    mesh: Mesh,
+    mesh: Mesh | AbstractMesh,
     *,
     shape: tuple[int, ...] | None = None,
     path: str = "<array>",
@@ -120,31 +120,11 @@ def logical_to_mesh_spec(
     return PartitionSpec(*entries)
 
 
-def _mesh_str(mesh: Mesh | AbstractMesh) -> str:
-    ids = sorted(mesh.device_ids.flatten().tolist()) if isinstance(mesh, Mesh) else "abstract"
-    return f"{dict(mesh.shape)} (devices {ids})"
-
-
-def _named_sharding_spec(annotation: NamedSharding, mesh: Mesh, path: str) -> PartitionSpec:
-    """The spec of a ``NamedSharding`` annotation, to be placed on ``mesh`` (not its own)."""
-    spec = annotation.spec
-    wanted = {a for entry in spec if entry is not None for a in _entry_axes(entry)}
-    missing = sorted(str(a) for a in wanted if a not in mesh.axis_names)
-    if missing:
-        msg = (
-            f"{path}: annotated with a NamedSharding {spec} on mesh {_mesh_str(annotation.mesh)}, "
-            f"whose axes {missing} the mesh it is placed on, {_mesh_str(mesh)}, lacks; annotate "
-            "with logical names and map them with rules, or place it on a mesh with those axes"
-        )
-        raise ShardingAnnotationError(msg, path=path, annotation=annotation)
-    return spec
-
-
 def _entry_axes(entry: object) -> tuple[object, ...]:
     return (entry,) if isinstance(entry, str) else tuple(cast("tuple[object, ...]", entry))
 
 
-def _fits(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> bool:
+def _fits(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh | AbstractMesh) -> bool:
     if len(spec) > len(shape):
         return False
     for size, entry in zip(shape, spec, strict=False):
@@ -155,7 +135,7 @@ def _fits(spec: PartitionSpec, shape: tuple[int, ...], mesh: Mesh) -> bool:
 
 
 def _sharding_of(
-    variable: nnx.Variable[Any], rules: LogicalAxisRules, mesh: Mesh, path: str
+    variable: nnx.Variable[Any], rules: LogicalAxisRules, mesh: Mesh | AbstractMesh, path: str
 ) -> NamedSharding:
     annotation = variable.get_metadata().get("out_sharding")
     if annotation is None:
@@ -164,10 +144,10 @@ def _sharding_of(
     names: Any = annotation
     memory_kind = None
     if isinstance(annotation, NamedSharding):
-        # Its spec names mesh axes; it is placed on ``mesh`` (not its own), so a model lands on
-        # one mesh, and the mesh axes pass through no rules.
-        names = _named_sharding_spec(annotation, mesh, path)
-        rules, memory_kind = _NO_RULES, annotation.memory_kind
+        # An explicit placement, kept as given on its own mesh (a pipeline stage pinned to some
+        # devices); its spec names mesh axes, which pass through no rules.
+        names, rules, mesh = annotation.spec, _NO_RULES, annotation.mesh
+        memory_kind = annotation.memory_kind
     if isinstance(variable, nnx.OptState):
         # Optimizer state copies its parameter's annotation; where its shape cannot take it
         # (adafactor's factored statistics, shape-(1,) placeholders) it is replicated.
@@ -183,9 +163,8 @@ def state_shardings(tree: PyTree, mesh: Mesh, rules: RulesLike = ()) -> PyTree:
     """The ``NamedSharding`` of every variable of a model, optimizer or state.
 
     Each variable's flax ``out_sharding`` annotation is mapped through ``rules``;
-    an unannotated variable is replicated. A ``NamedSharding`` annotation is taken as its spec
-    of mesh axes and placed on ``mesh`` (not on its own mesh), so the whole tree lands on one
-    mesh. Optimizer state (``nnx.OptState``) copies its parameter's annotation; one whose shape
+    an unannotated variable is replicated. A ``NamedSharding`` annotation is an explicit
+    placement and is kept as given, on its own mesh (its rank and divisibility checked there). Optimizer state (``nnx.OptState``) copies its parameter's annotation; one whose shape
     cannot take it (adafactor's factored row and column statistics, shape-``(1,)``
     placeholders) is replicated. A variable that holds no array (``optax.masked``'s
     ``MaskedNode``) is returned unchanged, with no sharding.
