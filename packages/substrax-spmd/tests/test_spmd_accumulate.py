@@ -160,19 +160,32 @@ def test_batch_statistics_and_rng_state_advance_per_microbatch(new_stateful, hos
     assert int(synced.drop.rngs.count.get_value()) == 3 * 4  # one dropout key per microbatch
 
 
-def test_a_per_example_aux_is_refused_naming_it_not_averaged_across_microbatches(new_train_step):
-    """Hostile finding: a per-example aux of 16 rows came back as 8, each the mean of two
-    examples of different microbatches."""
+def per_class(model, batch):
+    """A (4,) aux that depends on which rows it sees (max, min, sum), and a (10,) one."""
+    errors = ((model(batch["x"]) - batch["y"]) ** 2)[:, 0]
+    stats = jnp.stack([errors.max(), errors.min(), errors.sum(), errors.mean()])
+    return errors.mean(), {"per_class": stats, "hist": jnp.zeros(10) + errors.mean()}
 
-    def per_example(model, batch):
-        errors = ((model(batch["x"]) - batch["y"]) ** 2)[:, 0]
-        return errors.mean(), {"mean": errors.mean(), "per": errors}
 
-    batch = {"x": np.ones((16, 8), np.float32), "y": np.zeros((16, 1), np.float32)}
-    step = new_train_step(loss_fn=per_example, has_aux=True, accumulate_steps=2)
-    with pytest.raises(
-        ValueError, match=re.escape("aux['per'] has shape (8,), but with accumulate_steps=2")
-    ):
-        step(batch)
-    _, aux = new_train_step(loss_fn=per_example, has_aux=True)(batch)  # one whole batch: as is
-    assert aux["per"].shape == (16,)
+@pytest.mark.parametrize("sharded", [False, True], ids=["one device", "data mesh"])
+def test_a_per_class_aux_is_the_mean_over_microbatches_of_each_microbatchs(
+    new_mlp, new_train_step, host_batches, sharded
+):
+    """Review of today's refusal: an aux with no per-example axis (per-class metrics, a
+    histogram) was refused under accumulate_steps > 1; averaging it over microbatches is right."""
+    batch = host_batches[0]
+    mesh = create_device_mesh({"data": 8}) if sharded else None
+    step = new_train_step(mesh, loss_fn=per_class, has_aux=True, accumulate_steps=2)
+    loss, aux = step(batch)
+    model = new_mlp()  # the parameters the step's loss and aux were computed with
+    # microbatch i takes rows i, i + 2, ...
+    each = [per_class(model, jax.tree.map(lambda x, i=i: x[i::2], batch))[1] for i in (0, 1)]
+    assert aux["per_class"].shape == (4,)
+    assert aux["hist"].shape == (10,)
+    for name in ("per_class", "hist"):
+        want = (np.asarray(each[0][name]) + np.asarray(each[1][name])) / 2
+        np.testing.assert_allclose(np.asarray(aux[name]), want, rtol=1e-5, err_msg=name)
+    # the whole batch's max and min are not the microbatches' mean of them
+    whole = per_class(model, batch)[1]["per_class"]
+    assert not np.allclose(np.asarray(aux["per_class"])[:3], np.asarray(whole)[:3])
+    assert float(loss) == pytest.approx(float(whole[3]), rel=1e-5)

@@ -1,3 +1,5 @@
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -237,3 +239,95 @@ def test_an_eval_step_over_a_train_step_takes_its_batch_sharding(eval_batch, ste
     twelve = {k: v[:12] for k, v in eval_batch.items()}
     with pytest.raises(BatchPlacementError, match=r"\(12\) 8 ways over mesh axis 'data'"):
         evaluate(twelve)
+
+
+# --- a batch sharding taken from the train step is fitted to each eval batch ----------------
+
+
+def _dict_sharded_step(mesh):
+    model = Classifier(nnx.Rngs(0))
+    data = NamedSharding(mesh, P("data"))
+    return TrainStep(
+        model,
+        nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+        lambda m, b: metrics(m, b)["loss"].mean(),
+        mesh=mesh,
+        batch_sharding={"x": data, "label": data},
+    )
+
+
+def test_keys_the_eval_batch_lacks_are_ignored_and_others_split_by_rows(eval_batch):
+    """Review: EvalStep(step) over a {x, label} batch_sharding refused an eval batch of only
+    {x} ("batch_sharding['label'] names a part the batch does not have")."""
+    mesh = create_device_mesh({"data": 8})
+    step = _dict_sharded_step(mesh)
+    seen = {}
+
+    def recorded(model, batch):
+        for name in ("x", "weight"):
+            jax.debug.inspect_array_sharding(batch[name], callback=partial(seen.__setitem__, name))
+        return {"mean_logit": model(batch["x"]) * batch["weight"][:, None]}
+
+    evaluate = EvalStep(step, recorded)
+    weight = np.linspace(0.0, 1.0, 32, dtype=np.float32)  # a key the prefix does not name
+    out = evaluate({"x": eval_batch["x"], "weight": weight})
+    for name, ndim in (("x", 2), ("weight", 1)):  # the uncovered key: the prefix's row split
+        assert seen[name].is_equivalent_to(NamedSharding(mesh, P("data")), ndim), name
+    model = Classifier(nnx.Rngs(0))
+    model.eval()
+    want = (np.asarray(model(jnp.asarray(eval_batch["x"]))) * weight[:, None]).mean()
+    assert float(out["mean_logit"]) == pytest.approx(float(want), rel=1e-5)
+    # a batch_sharding passed to the EvalStep is applied as given
+    explicit = EvalStep(step, recorded, batch_sharding=step.batch_sharding)
+    with pytest.raises(ValueError, match=r"batch_sharding\['label'\] names a part"):
+        explicit({"x": eval_batch["x"]})
+
+
+@pytest.mark.parametrize("scalar", [np.float32(24.0), np.asarray(24.0), jnp.asarray(24.0)])
+def test_a_scalar_leaf_of_the_eval_batch_is_replicated(eval_batch, scalar):
+    """Review: EvalStep(step) refused a 0-d ``n_valid`` under the step's P("data")."""
+    mesh = create_device_mesh({"data": 8})
+    step = _train_step_on(mesh)
+
+    def valid_mean(model, batch):
+        losses = metrics(model, batch)["loss"]
+        valid = jnp.arange(losses.shape[0]) < batch["n_valid"]
+        return {"loss": jnp.where(valid, losses, 0.0).sum() / batch["n_valid"]}
+
+    batch = {**eval_batch, "n_valid": scalar}  # the last 8 rows are padding
+    out = EvalStep(step, valid_mean)(batch)
+    rows = {k: v[:24] for k, v in eval_batch.items()}
+    want = numpy_metrics(Classifier(nnx.Rngs(0)), rows)["loss"]
+    assert float(out["loss"]) == pytest.approx(want, rel=1e-5)
+    out = EvalStep(_dict_sharded_step(mesh), valid_mean)(batch)  # under a dict prefix too
+    assert float(out["loss"]) == pytest.approx(want, rel=1e-5)
+    # evaluate counts the rows of the first leaf that has them (a scalar may sort first)
+    first = {**batch, "a_count": scalar}
+    assert EvalStep(step, valid_mean).evaluate([first])["loss"] == pytest.approx(want, rel=1e-5)
+
+
+def test_an_indivisible_eval_batch_is_refused_saying_what_to_do(eval_batch):
+    """Review: the 12-row final batch is refused (as the guide says), but the error named no
+    way out for an EvalStep that took its sharding from the train step."""
+    mesh = create_device_mesh({"data": 8})
+    step = _train_step_on(mesh)
+    twelve = {k: v[:12] for k, v in eval_batch.items()}
+    with pytest.raises(BatchPlacementError, match=r"\(12\) 8 ways over mesh axis 'data'") as info:
+        EvalStep(step, metrics)(twelve)
+    message = str(info.value)
+    assert "drop or pad the last rows" in message
+    assert "pass EvalStep(..., batch_sharding=...) explicitly" in message
+    assert "NamedSharding(mesh, PartitionSpec())" in message
+    assert info.value.path == "['label']"
+    # what it advises works: replicated, the 12 rows give the one-device metric
+    replicated = EvalStep(step, metrics, batch_sharding=NamedSharding(mesh, P()))
+    out = replicated(twelve)
+    assert float(out["loss"]) == pytest.approx(
+        numpy_metrics(Classifier(nnx.Rngs(0)), twelve)["loss"], rel=1e-5
+    )
+    assert replicated.evaluate([eval_batch, twelve])["loss"] == pytest.approx(
+        numpy_metrics(
+            Classifier(nnx.Rngs(0)), {k: np.concatenate([v, v[:12]]) for k, v in eval_batch.items()}
+        )["loss"],
+        rel=1e-5,
+    )

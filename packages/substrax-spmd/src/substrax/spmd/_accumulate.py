@@ -69,36 +69,18 @@ def _zeros_wide(x: jax.Array) -> jax.Array:
     return jnp.zeros(x.shape, jnp.promote_types(x.dtype, jnp.float32) if floating else x.dtype)
 
 
-def check_scalar_aux(aux: PyTree, count: int) -> None:
-    """Refuse an auxiliary output that is not scalars: ``aux`` is stacked, one row a microbatch.
-
-    A microbatch's per-example values (one per row) cannot be averaged with another
-    microbatch's, which holds other examples; a scalar can.
-
-    Raises:
-        ValueError: An aux leaf with dimensions, named by its key path, with its shape.
-    """
-    for path, leaf in jax.tree_util.tree_leaves_with_path(aux):
-        shape = tuple(jnp.shape(leaf))[1:]
-        if shape:
-            msg = (
-                f"aux{jax.tree_util.keystr(path)} has shape {shape}, but with "
-                f"accumulate_steps={count} every aux leaf is averaged over the microbatches, "
-                "which would mix their examples; reduce it to a scalar in loss_fn (e.g. its "
-                "mean), or return it from an EvalStep instead"
-            )
-            raise ValueError(msg)
-
-
 def accumulate_gradients(
     grad_fn: GradFn, params: PyTree, rest: PyTree, batch: PyTree, count: int
 ) -> tuple[tuple[Any, Any], PyTree, PyTree]:
     """Run ``grad_fn`` on each of ``count`` microbatches of ``batch`` and average the results.
 
     The gradients are summed in float32 (float64 ones in float64) and divided by ``count`` (so a
-    mean loss gives the gradient of the whole batch), then cast to each parameter's dtype. The loss and every
-    auxiliary leaf (each a scalar: :func:`check_scalar_aux`) are averaged over the microbatches. ``rest`` (batch statistics, RNG counts)
-    is threaded through the microbatches in order.
+    mean loss gives the gradient of the whole batch), then cast to each parameter's dtype. The
+    loss and every auxiliary leaf are averaged over the microbatches, element by element: right
+    for a scalar or a per-class vector, but a per-example aux (one value a row) would be
+    averaged across microbatches (``count`` times fewer rows, each the mean of rows of
+    different examples), so it should be reduced in ``loss_fn``. ``rest`` (batch statistics,
+    RNG counts) is threaded through the microbatches in order.
     """
     microbatches = split_microbatches(batch, count)
 
@@ -113,7 +95,6 @@ def accumulate_gradients(
     zeros = jax.tree.map(_zeros_wide, params)
     (total, rest), (losses, aux) = jax.lax.scan(body, (zeros, rest), microbatches)
     grads = jax.tree.map(lambda t, p: (t / count).astype(p.dtype), total, params)
-    check_scalar_aux(aux, count)
     loss = jnp.mean(losses, axis=0)
     aux = jax.tree.map(lambda x: jnp.mean(x, axis=0), aux)
     return (loss, aux), grads, rest

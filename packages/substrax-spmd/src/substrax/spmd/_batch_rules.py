@@ -3,16 +3,63 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, Sharding
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from substrax.typing import PyTree
 
 from ._accumulate import check_microbatches
+from ._errors import BatchPlacementError
 from ._multi_step import check_stacked, stacked_sharding
 from ._placement import place_batch_on_shards, resolve_batch_sharding
+
+
+_INHERITED_FIX = (
+    "; or, as this EvalStep took its batch_sharding from its TrainStep, pass "
+    "EvalStep(..., batch_sharding=...) explicitly (NamedSharding(mesh, PartitionSpec()) takes "
+    "each batch replicated: on several processes, each passes the whole batch)"
+)
+
+
+def _unsplit(shard: Sharding) -> Sharding:
+    """``shard`` splitting nothing: a ``NamedSharding`` replicated on its mesh, else as is."""
+    if isinstance(shard, NamedSharding):
+        return NamedSharding(shard.mesh, PartitionSpec())
+    return shard
+
+
+def _leading_split(shardings: list[Sharding]) -> Sharding:
+    """The first split of a leading (row) dimension among ``shardings``, else none."""
+    for shard in shardings:
+        if isinstance(shard, NamedSharding) and shard.spec and shard.spec[0] is not None:
+            return NamedSharding(shard.mesh, PartitionSpec(shard.spec[0]))
+    return _unsplit(shardings[0])
+
+
+def fit_inherited(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
+    """A sharding for each leaf of ``batch`` (a tree of its structure) from a train step's prefix.
+
+    A leaf takes the sharding of the part of the prefix that covers it; a leaf none covers
+    takes the prefix's split of the leading dimension (that of the first sharding in it that
+    splits dimension 0, replicated if none does); a 0-d leaf is replicated. Parts of the prefix
+    that ``batch`` lacks are ignored. An empty prefix is returned as it is.
+    """
+    covers: list[tuple[tuple[Any, ...], Sharding]] = list(
+        jax.tree_util.tree_leaves_with_path(sharding, is_leaf=lambda x: isinstance(x, Sharding))
+    )
+    if not covers:
+        return sharding
+    rows = _leading_split([shard for _, shard in covers])
+
+    def choose(path: tuple[Any, ...], leaf: object) -> Sharding:
+        shard = next((s for p, s in covers if path[: len(p)] == p), rows)
+        return _unsplit(shard) if getattr(leaf, "shape", None) == () else shard
+
+    # a None in the batch is a leaf here, so that its part of the tree is a sharding too
+    return jax.tree_util.tree_map_with_path(choose, batch, is_leaf=lambda x: x is None)
 
 
 def _one_of_stack(x: PyTree) -> PyTree:
@@ -36,12 +83,15 @@ class BatchRules:
         one_batch: The resolved sharding of one batch (``sharding`` but for the stack).
         accumulate_steps: Microbatches per optimizer step.
         steps_per_call: Optimizer steps per call, on batches stacked on a leading axis.
+        inherited: Whether ``sharding`` is another step's, fitted to each batch
+            (:func:`fit_inherited`) rather than required of it.
     """
 
     sharding: Sharding | PyTree | None
     one_batch: Sharding | PyTree | None = None
     accumulate_steps: int = 1
     steps_per_call: int = 1
+    inherited: bool = False
 
     @classmethod
     def build(
@@ -51,6 +101,7 @@ class BatchRules:
         *,
         accumulate_steps: int = 1,
         steps_per_call: int = 1,
+        inherited: bool = False,
     ) -> BatchRules:
         """Resolve ``batch_sharding`` (a ``PartitionSpec`` on ``mesh``; stacked for several steps).
 
@@ -67,24 +118,34 @@ class BatchRules:
             one_batch=one_batch,
             accumulate_steps=accumulate_steps,
             steps_per_call=steps_per_call,
+            inherited=inherited,
         )
 
     def place(self, batch: PyTree) -> PyTree:
         """``batch`` with every array leaf on its sharding (checked against it), or as given.
 
         With ``steps_per_call`` above 1 the stack is checked first, so a batch given unstacked
-        is refused as such, not for the rows of its stacked axis.
+        is refused as such, not for the rows of its stacked axis. An ``inherited`` sharding is
+        fitted to the batch first (:func:`fit_inherited`).
 
         Raises:
             BatchSplitError: With ``steps_per_call=k``, a leaf that does not stack ``k``
                 batches, named by its path.
-            BatchPlacementError: A leaf its sharding cannot split, named by its path.
+            BatchPlacementError: A leaf its sharding cannot split, named by its path (for an
+                ``inherited`` sharding, with how to pass another).
         """
         if self.steps_per_call != 1:
             check_stacked(batch, self.steps_per_call)
         if self.sharding is None:
             return batch
-        return place_batch_on_shards(batch, self.sharding)
+        if not self.inherited:
+            return place_batch_on_shards(batch, self.sharding)
+        try:
+            return place_batch_on_shards(batch, fit_inherited(batch, self.sharding))
+        except BatchPlacementError as error:
+            raise BatchPlacementError(
+                error.message + _INHERITED_FIX, path=error.path, shape=error.shape, spec=error.spec
+            ) from None
 
     def check_loops(self, batch: PyTree) -> None:
         """Run the checks of the step's loops on ``batch`` (only its shapes are read).

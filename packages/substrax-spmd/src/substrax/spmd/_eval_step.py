@@ -30,11 +30,14 @@ def _weighted(metric: jax.Array, *, count: int) -> np.ndarray[Any, Any]:
 
 
 def _rows(batch: PyTree) -> int:
-    """The rows of a placed batch: its first leaf's leading dimension (global, once placed)."""
-    leaves = jax.tree.leaves(batch)
-    shape = getattr(leaves[0], "shape", ()) if leaves else ()
+    """The rows of a placed batch: its first non-scalar leaf's leading dimension (global).
+
+    A scalar leaf (a count such as ``n_valid``) has no rows and is passed over.
+    """
+    shapes = (getattr(leaf, "shape", ()) for leaf in jax.tree.leaves(batch))
+    shape = next((shape for shape in shapes if shape), ())
     if not shape:
-        raise ValueError("evaluate needs batches whose first leaf has a leading (row) dimension")
+        raise ValueError("evaluate needs batches with a leaf that has a leading (row) dimension")
     return int(shape[0])
 
 
@@ -58,7 +61,15 @@ class EvalStep[M: nnx.Module]:
             8-way data axis) is refused with :class:`~substrax.spmd.BatchPlacementError`,
             naming the leaf. A ``PartitionSpec`` is taken on the mesh. Taken from a
             :class:`TrainStep` given as ``model`` when None (one batch's, with its
-            ``steps_per_call``), so that each process's rows make one global batch.
+            ``steps_per_call``), so that each process's rows make one global batch, and then
+            fitted to each eval batch: a part of the train step's prefix that the batch lacks
+            is ignored, a leaf no part covers takes the prefix's split of the leading (row)
+            dimension (the first such split in it; replicated if it has none), and a 0-d leaf
+            is replicated (on several processes it must be the same on each). A batch the data
+            axis does not divide (a last batch of 12 rows on 8 ways) is still refused: pad it,
+            drop the remainder, or pass ``batch_sharding`` here, e.g. ``NamedSharding(mesh,
+            PartitionSpec())`` to take each batch replicated (whole on every process). A
+            ``batch_sharding`` passed here is applied as given.
         precision: A :class:`PrecisionPolicy`: the model's floating state is cast to its
             compute dtype and its layers compute in it, metrics come out in its output dtype.
             Taken from a :class:`TrainStep` given as ``model`` when None.
@@ -94,6 +105,7 @@ class EvalStep[M: nnx.Module]:
         # a TrainStep's own model object, unsynced: syncing would make every step write back
         module = model._model if isinstance(model, TrainStep) else model  # pyright: ignore[reportPrivateUsage]
         graphdef = nnx.graphdef(module)
+        inherited = isinstance(model, TrainStep) and batch_sharding is None
         if isinstance(model, TrainStep):
             mesh = model.mesh if mesh is None else mesh
             precision = model.precision if precision is None else precision
@@ -102,7 +114,7 @@ class EvalStep[M: nnx.Module]:
         if mesh is not None:  # without a mesh jax.jit takes a Variable's jax.Ref
             check_array_variables(nnx.state(module), "EvalStep with a mesh", hijax=False)
         self._mesh = mesh
-        self._batches = BatchRules.build(batch_sharding, mesh)
+        self._batches = BatchRules.build(batch_sharding, mesh, inherited=inherited)
 
         def pure(state: PyTree, batch: PyTree) -> PyTree:
             if precision is not None:
@@ -151,13 +163,13 @@ class EvalStep[M: nnx.Module]:
 
         The result is the mean over every row of every batch (for per-example metrics), as
         Python floats in the structure ``metric_fn`` returns. A batch's rows are its first
-        leaf's leading dimension, counted once the batch is placed (the global count on every
+        non-scalar leaf's leading dimension, counted once the batch is placed (the global count on every
         process). An empty batch (0 rows, such as a last batch a loader left empty) adds
         nothing and is skipped without being run: its mean would be NaN.
 
         Raises:
-            ValueError: If ``batches`` holds no batch with rows, or a batch whose first leaf
-                has no leading dimension.
+            ValueError: If ``batches`` holds no batch with rows, or a batch whose leaves are
+                all scalars.
             BatchPlacementError: A leaf that ``batch_sharding`` cannot split.
 
         Example:

@@ -73,9 +73,10 @@ class TrainStep[M: nnx.Module]:
             as on the whole batch for a mean loss, with one microbatch's activations in memory.
             Every batch leaf's leading dimension must be a multiple of it
             (:class:`~substrax.spmd.BatchSplitError` names the leaf otherwise); the loss and
-            aux are averaged over the microbatches, so every aux leaf must be a scalar (a
-            per-example one is refused with a ``ValueError`` naming it: reduce it in
-            ``loss_fn``).
+            every aux leaf are averaged over the microbatches, element by element: right for a
+            scalar or a per-class vector (a histogram), but a per-example aux (one value a
+            row) would be averaged across microbatches (``accumulate_steps`` times fewer rows,
+            each mixing different examples), so reduce it in ``loss_fn``.
         steps_per_call: Run this many steps in one call (a ``lax.scan``) on batches stacked on
             a new leading axis; the call returns the per-step losses (and aux) stacked.
             ``batch_sharding`` then describes one batch; the stacked axis is not split.
