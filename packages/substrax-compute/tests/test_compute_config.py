@@ -457,3 +457,42 @@ def test_an_invalid_runtime_is_one_line_and_exit_2_from_the_command_line(tmp_pat
         f"substrax-compute: error: {J}.runtime.xla_flags: XLA flag --a is already set to '1' "
         f"and was requested as '2' (in {tmp_path / 'pyproject.toml'})\n"
     )
+
+
+@pytest.mark.parametrize("dry_run", [["--dry-run"], []], ids=["dry-run", "submit"])
+def test_a_job_env_contradicting_its_runtime_is_exit_2_before_anything_runs(
+    tmp_path, capsys, monkeypatch, dry_run
+):
+    """Hostile finding: it was refused only as the task started, on Modal or SkyPilot after the
+    cluster was provisioned, and the message blamed the interpreter."""
+    from substrax.compute.cli import main
+
+    monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(tmp_path / "state"))  # where a run would go
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.substrax.compute]\nbackend = 'local'\n"
+        f"[tool.substrax.compute.backends.local]\nstate_dir = '{tmp_path / 'state'}'\n"
+        "[tool.substrax.compute.jobs.demo]\ncommands = { hi = ['x'] }\ntimeout_seconds = 5\n"
+        "env = { JAX_ENABLE_X64 = '0' }\nruntime = { enable_x64 = true }\n"
+    )
+    assert main(["run", "demo", "--project", str(tmp_path), *dry_run]) == 2
+    assert capsys.readouterr().err == (
+        f"substrax-compute: error: {J}.env.JAX_ENABLE_X64: env sets JAX_ENABLE_X64='0', but the "
+        "runtime table of job 'demo' (enable_x64) sets it to 'true'; set it once: as enable_x64 "
+        f"in the runtime table, not as JAX_ENABLE_X64 in env (in {tmp_path / 'pyproject.toml'})\n"
+    )
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_job_env_contradicting_its_topology_names_its_path_and_an_agreeing_one_is_kept():
+    with pytest.raises(ComputeConfigError) as info:
+        parse_compute_config(_config(nodes=2, env={"JAX_NUM_PROCESSES": "3"}))
+    assert list(info.value.problems) == [
+        (
+            f"{J}.env.JAX_NUM_PROCESSES",
+            "env sets JAX_NUM_PROCESSES='3', but the backend, for a 2-node job, sets it to '2'; "
+            "substrax wires every node of the job: drop it from the job's env",
+        )
+    ]
+    one_node = {"JAX_NUM_PROCESSES": "1", "JAX_PROCESS_ID": "0"}  # a 1-node job's topology
+    config = parse_compute_config(_config(env=one_node))
+    assert resolve_job(config, "demo", project=Path()).env == one_node

@@ -4,6 +4,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -592,3 +593,129 @@ def test_a_task_saving_past_the_job_timeout_ends_a_finished_timed_out_run(tmp_pa
         [("timed-out", 3)],
     )
     assert (fetched / "saves" / "stdout.log").read_text() == "saved\n"
+
+
+_EXTRAS_PROJECT = """\
+[project]
+name = "p"
+version = "0"
+requires-python = ">=3.9"
+dependencies = []
+
+[project.optional-dependencies]
+x = []
+"""
+_EXTRAS_LOCK = """\
+version = 1
+revision = 3
+requires-python = ">=3.9"
+
+[[package]]
+name = "p"
+version = "0"
+source = { virtual = "." }
+
+[package.metadata]
+provides-extras = ["x"]
+"""
+
+
+def _extras_project(tmp_path, monkeypatch):
+    """A project with an empty extra that uv installs offline; the worker finds substrax there.
+
+    uv makes the run's environment from this interpreter; a ``sitecustomize`` on PYTHONPATH adds
+    this environment's packages to it, as installing substrax there would.
+    """
+    import sysconfig
+
+    if shutil.which("uv") is None:
+        pytest.skip("uv is not on PATH")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text(_EXTRAS_PROJECT)
+    (project / "uv.lock").write_text(_EXTRAS_LOCK)
+    site = tmp_path / "site"
+    site.mkdir()
+    packages = [sysconfig.get_paths()[key] for key in ("purelib", "platlib")]
+    (site / "sitecustomize.py").write_text(
+        f"import site\nfor path in {packages!r}:\n    site.addsitedir(path)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("UV_PYTHON", sys.executable)
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    return project
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_job_with_extras_runs_under_uv_to_the_end(tmp_path, monkeypatch):
+    """Hostile finding: with extras the worker runs under `uv run`, which stays its parent; the
+    worker took that for its supervisor being gone and every such job read failed, its task
+    cancelled after 0.0 s."""
+    project = _extras_project(tmp_path, monkeypatch)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    code = "import time; print('task ran', flush=True); time.sleep(1.5); print('task done')"
+    handle = backend.submit(_spec(_task("hi", code), extras=("x",)), project=project)
+    assert wait_until_final(backend, handle, 120) is RunState.SUCCEEDED
+    fetched = backend.fetch(handle, tmp_path / "f")
+    manifest = read_manifest(fetched / MANIFEST_NAME)
+    assert [(t.status, t.returncode) for t in manifest.tasks] == [("succeeded", 0)]
+    assert (fetched / "hi" / "stdout.log").read_text() == "task ran\ntask done\n"
+    assert "supervisor" not in (fetched / "worker.log").read_text()
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_worker_under_a_parent_of_its_own_runs_while_its_supervisor_lives_and_not_after(
+    tmp_path, monkeypatch, gone
+):
+    """The worker's parent is an intermediate process (as `uv run` is): the worker keeps its
+    task running while the supervisor lives, and stops it once the supervisor is killed."""
+    import psutil
+
+    wrapper = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+    monkeypatch.setattr(
+        LocalBackend,
+        "worker_command",
+        lambda *_: ([sys.executable, "-c", wrapper, sys.executable], {}),
+    )
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(_spec(*TWO_TASKS, stop_grace_seconds=2), project=tmp_path)
+    supervisor = int(handle.details["pids"])
+    for line in backend.logs(handle, follow=True):
+        if "sleeping now" in line:
+            break
+    everything = psutil.Process(supervisor).children(recursive=True)  # wrapper, worker, task
+    assert len(everything) >= 3, "the task did not start under a wrapped worker"
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:  # the supervisor lives: so does the task
+        assert backend.status(handle) is RunState.RUNNING
+        time.sleep(0.2)
+    os.kill(supervisor, signal.SIGKILL)
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    assert all(gone(p.pid, timeout=5) for p in everything), "a process outlived its supervisor"
+    manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
+    assert [(t.name, t.status) for t in manifest.tasks] == [("sleeper", "cancelled")]
+    log = (Path(handle.details["run_dir"]) / "worker.log").read_text()
+    assert f"the supervisor (pid {supervisor}) is gone; stopping this node" in log
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_slow_install_of_the_extras_does_not_turn_a_task_timeout_into_a_cancellation(
+    tmp_path, monkeypatch
+):
+    """Hostile finding: the supervisor's deadline counted uv's install of the extras, so it
+    stopped the worker before the worker's own deadline and the task read cancelled."""
+    project = _extras_project(tmp_path, monkeypatch)
+    slow = tmp_path / "bin" / "uv"
+    slow.parent.mkdir()
+    slow.write_text(f'#!/bin/sh\nsleep 9\nexec {shutil.which("uv")} "$@"\n')
+    slow.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{slow.parent}{os.pathsep}{os.environ['PATH']}")
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    sleeps = "import time; print('started', flush=True); time.sleep(60)"
+    spec = _spec(_task("long", sleeps), extras=("x",), timeout_seconds=3, stop_grace_seconds=1)
+    handle = backend.submit(spec, project=project)
+    assert wait_until_final(backend, handle, 120) is RunState.FAILED
+    manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
+    assert manifest.finished, "the supervisor stopped the worker before its own deadline"
+    assert [t.status for t in manifest.tasks] == ["timed-out"]

@@ -522,20 +522,53 @@ def test_a_timed_out_task_gets_sigterm_and_the_grace_to_save_before_sigkill(tmp_
     assert (tmp_path / "o" / "saves" / "last.ckpt").read_text() == "saved"
 
 
+class _Runner:
+    def __init__(self):
+        self.stopped = 0
+
+    def stop(self):
+        self.stopped += 1
+
+
 def test_a_worker_whose_supervisor_is_gone_stops_its_task():
     from substrax.compute._worker import watch_supervisor
 
-    parents = iter([41, 41, 41, 1])
-    stopped = []
+    lives = iter([True, True, True, False])
+    asked = []
 
-    class Runner:
-        def stop(self):
-            stopped.append(True)
+    def alive(pid, since):
+        asked.append((pid, since))
+        return next(lives)
 
-    naps = []
-    watch_supervisor(41, Runner(), getppid=lambda: next(parents), sleep=naps.append)
-    assert stopped == [True]
+    runner, naps = _Runner(), []
+    watch_supervisor(41, runner, alive=alive, started=lambda _pid: "12.500", sleep=naps.append)
+    assert runner.stopped == 1
     assert len(naps) == 3
+    assert set(asked) == {(41, "12.500")}  # its start time: a pid reused later is not it
+
+
+class _NappedError(Exception):
+    pass
+
+
+def _nap(seconds):
+    raise _NappedError
+
+
+def test_the_supervisor_watch_sees_a_live_process_and_not_a_reused_pid(monkeypatch):
+    """Hostile finding: with extras the worker runs under `uv run`, which stays its parent, so
+    a watch of os.getppid() stopped every such job's task at once (cancelled after 0.0 s)."""
+    from substrax.compute._worker import watch_supervisor
+
+    monkeypatch.setattr(os, "getppid", lambda: 4242)  # an intermediate parent, as uv run
+    runner = _Runner()
+    with pytest.raises(_NappedError):  # this process lives: the watch waits on
+        watch_supervisor(os.getpid(), runner, sleep=_nap)
+    assert runner.stopped == 0
+    watch_supervisor(os.getpid(), runner, started=lambda _pid: "1.000", sleep=_nap)
+    assert runner.stopped == 1  # another process than the one started then: gone
+    watch_supervisor(os.getpid(), runner, started=lambda _pid: "", sleep=_nap)
+    assert runner.stopped == 2  # gone before the watch began
 
 
 def test_a_task_does_not_inherit_the_supervisor_pid_and_the_worker_keeps_it(monkeypatch):
@@ -546,3 +579,19 @@ def test_a_task_does_not_inherit_the_supervisor_pid_and_the_worker_keeps_it(monk
     monkeypatch.setenv(SUPERVISOR_ENV, "4242")
     assert SUPERVISOR_ENV not in _task_parent()
     assert os.environ[SUPERVISOR_ENV] == "4242"
+
+
+def test_a_task_whose_job_env_contradicts_its_runtime_blames_the_env_not_the_interpreter(tmp_path):
+    """Hostile finding: "could not start '/.../python': env sets JAX_ENABLE_X64='0' ...", as if
+    the interpreter were missing. (A spec is refused this way when made; one written by hand
+    reaches the worker.)"""
+    valid = _spec(_task("t", "print(1)"), _task("after", "print(2)"), runtime={"enable_x64": True})
+    spec = valid.model_copy(update={"env": {"JAX_ENABLE_X64": "0"}})  # past the spec's checks
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    assert [(t.status, t.returncode) for t in manifest.tasks] == [("failed", None)] * 2
+    reason = (tmp_path / "o" / "t" / STDERR_LOG).read_text()
+    assert reason.startswith("task 't' not started: the job's env conflicts with its settings: ")
+    assert "env sets JAX_ENABLE_X64='0'" in reason
+    assert "enable_x64) sets it to 'true'" in reason
+    assert "could not start" not in reason
+    assert sys.executable not in reason

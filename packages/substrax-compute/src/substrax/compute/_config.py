@@ -29,6 +29,7 @@ from pydantic import (
 )
 
 from ._backend import backend_state_dir
+from ._environment import env_conflict
 from ._errors import (
     ComputeConfigError,
     ComputeTableMissingError,
@@ -141,7 +142,7 @@ def parse_compute_config(table: Mapping[str, Any]) -> ComputeConfig:
     for name, job in config.jobs.items():
         path = toml_path(("jobs", name, "runtime"))
         try:
-            jax_runtime(job.runtime)
+            runtime = jax_runtime(job.runtime)
         except ValueError as error:
             text = str(error)
             field = next(
@@ -151,6 +152,12 @@ def parse_compute_config(table: Mapping[str, Any]) -> ComputeConfig:
             if field is None and "XLA flag" in text and "xla_flags" in job.runtime:
                 field = "xla_flags"
             problems.append((f"{path}.{field}" if field else path, text))
+            continue
+        conflict = env_conflict(name, job.env, runtime=runtime, nodes=job.nodes)
+        if conflict is not None:  # refused here, not once a cluster runs its first task
+            variable = getattr(conflict, "variable", None)  # an EnvironmentConflictError's
+            where = ("jobs", name, "env", *([variable] if variable in job.env else []))
+            problems.append((toml_path(where), str(conflict)))
     if problems:
         raise ComputeConfigError(problems)
     return config

@@ -2,12 +2,14 @@
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ._errors import SecretNotSetError
 
 
 if TYPE_CHECKING:
+    from substrax.runtime import JaxRuntime
+
     from ._spec import JobSpec
 
 
@@ -43,26 +45,44 @@ def node_outputs(outputs: Path, node: int) -> Path:
     return outputs if node == 0 else outputs / "nodes" / str(node)
 
 
+_ONE_NODE = {"JAX_NUM_PROCESSES": 1, "JAX_PROCESS_ID": 0}
+"""The distributed variables a 1-node job's env may give, and the value that agrees with it."""
+_COUNTS = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+
+
+def _integer(text: str) -> int | None:
+    """``text`` as jax reads a process count or id (spaces around it allowed); else None."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _distributed_values(
+    nodes: int, parent: Mapping[str, str] | None
+) -> dict[str, tuple[str | None, str, str]]:
+    """The distributed variables substrax sets for a node (``parent``: None before any runs)."""
+    if nodes == 1:  # one node: no jax.distributed, whatever the submitting shell holds
+        fix = (
+            "set nodes = N for a multi-node job, and substrax wires every node (a 1-node job's "
+            "env may only give JAX_NUM_PROCESSES=1 and JAX_PROCESS_ID=0)"
+        )
+        unset: tuple[str | None, str, str] = (
+            None,
+            "substrax, running a 1-node job without jax.distributed,",
+            fix,
+        )
+        return dict.fromkeys(DISTRIBUTED_ENV, unset)
+    fix = "substrax wires every node of the job: drop it from the job's env"
+    if parent is None:  # before the run: only the count is known
+        return {"JAX_NUM_PROCESSES": (str(nodes), f"the backend, for a {nodes}-node job,", fix)}
+    setter = f"the backend, for node {parent.get(NODE_RANK_ENV, '?')} of {nodes},"
+    return {name: (parent[name], setter, fix) for name in DISTRIBUTED_ENV if name in parent}
+
+
 def _substrax_values(
     spec: "JobSpec", task_dir: Path | None, parent: Mapping[str, str]
 ) -> dict[str, tuple[str | None, str, str]]:
     """The variables substrax sets for a task: ``{name: (value or None for unset, by, fix)}``."""
-    values: dict[str, tuple[str | None, str, str]] = {}
-    if spec.nodes == 1:  # one node: no jax.distributed, whatever the submitting shell holds
-        for name in DISTRIBUTED_ENV:
-            values[name] = (
-                None,
-                "substrax, running a 1-node job without jax.distributed,",
-                "set nodes = N for a multi-node job, and substrax wires every node",
-            )
-    else:
-        for name in DISTRIBUTED_ENV:
-            if name in parent:
-                values[name] = (
-                    parent[name],
-                    f"the backend, for node {parent.get(NODE_RANK_ENV, '?')} of {spec.nodes}",
-                    "substrax wires every node of the job: drop it from the job's env",
-                )
+    values = _distributed_values(spec.nodes, parent)
     if NODE_RANK_ENV in parent:
         values[NODE_RANK_ENV] = (parent[NODE_RANK_ENV], "the backend", "drop it from the job's env")
     for mount in spec.mounts:
@@ -81,36 +101,43 @@ def _substrax_values(
     return values
 
 
-def _refuse_conflicts(spec: "JobSpec", values: Mapping[str, tuple[str | None, str, str]]) -> None:
+def _agrees(name: str, given: str, required: str | None, nodes: int) -> bool:
+    """Whether the job env's ``given`` means what substrax sets ``name`` to (``None``: unset)."""
+    if required is None:  # a 1-node job's count and rank, given as its topology has them
+        return nodes == 1 and name in _ONE_NODE and _integer(given) == _ONE_NODE[name]
+    if name in _COUNTS:
+        return _integer(given) is not None and _integer(given) == _integer(required)
+    if name == OUTPUT_DIR_ENV:
+        return Path(given).resolve() == Path(required).resolve()
+    return given == required
+
+
+def _conflict(
+    env: Mapping[str, str], values: Mapping[str, tuple[str | None, str, str]], nodes: int
+) -> ValueError | None:
+    """The first ``env`` entry that gives a variable of ``values`` another value, as an error."""
     from substrax.runtime import EnvironmentConflictError  # noqa: PLC0415
 
-    for name, given in spec.env.items():
+    for name, given in env.items():
         if name not in values:
             continue
         required, setter, fix = values[name]
-        same = required is not None and (
-            given == required
-            or (name == OUTPUT_DIR_ENV and Path(given).resolve() == Path(required).resolve())
-        )
-        if not same:
-            raise EnvironmentConflictError(
-                variable=name,
-                given=given,
-                required=required,
-                setter=setter,
-                fix=fix,
+        if not _agrees(name, given, required, nodes):
+            return EnvironmentConflictError(
+                variable=name, given=given, required=required, setter=setter, fix=fix
             )
+    return None
 
 
-def _job_runtime_error(spec: "JobSpec", error: Exception) -> ValueError | None:
-    """A runtime/env conflict of ``spec`` as a ``ValueError`` naming the job's runtime table.
+def _job_runtime_error(job: str, error: Exception) -> ValueError | None:
+    """A runtime/env conflict of job ``job`` as a ``ValueError`` naming the job's runtime table.
 
     A ``ValueError``, so that the worker fails the task with this reason instead of ending;
     ``None`` when ``error`` already is one, to raise as it is.
     """
     from substrax.runtime import EnvironmentConflictError, XlaFlagConflictError  # noqa: PLC0415
 
-    table = f"the runtime table of job {spec.name!r}"
+    table = f"the runtime table of job {job!r}"
     if isinstance(error, XlaFlagConflictError):
         flag = f"{error.flag}={error.existing}" if error.existing is not None else error.flag
         wanted = f"{error.flag}={error.requested}" if error.requested is not None else error.flag
@@ -132,7 +159,36 @@ def _job_runtime_error(spec: "JobSpec", error: Exception) -> ValueError | None:
         )
     if isinstance(error, ValueError):
         return None
-    return ValueError(f"job {spec.name!r}: its env and runtime table cannot both hold: {error}")
+    return ValueError(f"job {job!r}: its env and runtime table cannot both hold: {error}")
+
+
+def env_conflict(
+    job: str, env: Mapping[str, str], *, runtime: "JaxRuntime", nodes: int
+) -> ValueError | None:
+    """What job ``job``'s ``env`` contradicts that is known before it runs, as an error; or None.
+
+    Its runtime table (``JAX_ENABLE_X64 = "0"`` with ``enable_x64 = true``) and its topology: a
+    1-node job's env may give only ``JAX_NUM_PROCESSES=1`` and ``JAX_PROCESS_ID=0`` of the
+    distributed variables, a job of N nodes only ``JAX_NUM_PROCESSES=N``. What depends on where
+    a task runs (its output directory, a mount's path, a node's rank) is checked as it starts.
+
+    Example:
+        >>> from substrax.compute._environment import env_conflict
+        >>> from substrax.runtime import JaxRuntime
+        >>> print(env_conflict("j", {"JAX_ENABLE_X64": "0"}, runtime=JaxRuntime(enable_x64=True), nodes=1))
+        env sets JAX_ENABLE_X64='0', but the runtime table of job 'j' (enable_x64) sets it to 'true'; set it once: as enable_x64 in the runtime table, not as JAX_ENABLE_X64 in env
+    """
+    from substrax.runtime import RuntimeConfigurationError, child_environment  # noqa: PLC0415
+
+    conflict = _conflict(env, _distributed_values(nodes, None), nodes)
+    if conflict is not None:
+        return conflict
+    try:
+        child_environment(runtime, dict(env), parent={})
+    except RuntimeConfigurationError as error:
+        reworded = _job_runtime_error(job, error)
+        return reworded if reworded is not None else cast("ValueError", error)
+    return None
 
 
 def task_environment(
@@ -145,7 +201,8 @@ def task_environment(
     whatever the submitting shell holds); a ``JAX_COMPILATION_CACHE_DIR`` the parent sets is kept
     unless the job's runtime names its own directory; the job's secrets are read from ``parent``
     by name. A job ``env`` entry that gives a variable substrax sets (the runtime's, the output
-    directory, a mount's, the distributed ones) another value is refused, never replaced.
+    directory, a mount's, the distributed ones) another value is refused, never replaced; one
+    that agrees (``JAX_NUM_PROCESSES=1`` for a 1-node job) is kept.
 
     Raises:
         SecretNotSetError: A secret the job names is not set in ``parent``.
@@ -160,7 +217,9 @@ def task_environment(
 
     runtime = jax_runtime(spec.runtime)
     values = _substrax_values(spec, task_dir, parent)
-    _refuse_conflicts(spec, values)
+    conflict = _conflict(spec.env, values, spec.nodes)
+    if conflict is not None:
+        raise conflict
     env = dict(spec.env)
     missing = [name for name in spec.secrets if name not in parent]
     if missing:
@@ -173,7 +232,7 @@ def task_environment(
     try:
         return child_environment(runtime, env, parent=parent)
     except RuntimeConfigurationError as error:
-        reworded = _job_runtime_error(spec, error)
+        reworded = _job_runtime_error(spec.name, error)
         if reworded is None:
             raise
         raise reworded from error

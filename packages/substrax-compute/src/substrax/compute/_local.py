@@ -9,7 +9,8 @@ died stops its task and starts no other. A run is final only once none of its pr
 the supervisor, a worker, or a task it recorded. ``cancel`` ends every process group the run
 recorded that still lives, whatever the run reads. Extras are installed with uv into an
 environment kept per (project, extras) under the state directory, never into the project's own
-``.venv``.
+``.venv``; the install does not count against the job's ``timeout_seconds`` (the supervisor
+allows it up to ``EXTRAS_SETUP_SECONDS`` more).
 
 Settings (``[tool.substrax.compute.backends.local]``): ``state_dir``, ``python`` (the
 interpreter for a job without extras; default the project's ``.venv`` python, else this one),
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 
 
 CANCEL_GRACE_SECONDS = 10.0
+EXTRAS_SETUP_SECONDS = 1800.0
+"""How long ``uv`` may take to install a job's extras before its worker begins the job."""
 _SETTINGS = ("state_dir", "python", "mounts")
 
 
@@ -229,6 +232,7 @@ class LocalBackend:
             timeout_seconds=spec.timeout_seconds,
             stop_grace_seconds=spec.stop_grace_seconds,
             nodes=commands,
+            setup_seconds=EXTRAS_SETUP_SECONDS if spec.extras else 0.0,
         )
         supervisor = [sys.executable, "-m", "substrax.compute._supervisor", str(plan.parent)]
         pid = spawn_detached(supervisor, env=os.environ, log=commands[0][2])

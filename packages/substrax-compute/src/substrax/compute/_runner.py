@@ -47,6 +47,19 @@ def _task_parent() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != SUPERVISOR_ENV}
 
 
+def _environment_problem(task: "Task", error: Exception) -> str:
+    """Why ``task`` was not started, when its environment could not be built: never the program.
+
+    A job ``env`` entry that contradicts the runtime table or what substrax sets names both
+    values (``EnvironmentConflictError``'s message).
+    """
+    from substrax.runtime import EnvironmentConflictError  # noqa: PLC0415
+
+    if isinstance(error, EnvironmentConflictError):
+        return f"task {task.name!r} not started: the job's env conflicts with its settings: {error}"
+    return f"task {task.name!r} not started: the job's environment cannot be built: {error}"
+
+
 class _Redactor:
     """Replaces each secret's value with ``***`` in text that goes to a log."""
 
@@ -265,6 +278,18 @@ class TaskRunner:
             seconds=time.monotonic() - start,
         )
 
+    def _not_started(
+        self, task: "Task", why: str, logs: tuple[BinaryIO, BinaryIO], start: float
+    ) -> TaskOutcome:
+        """The outcome of a task that could not start: failed, ``why`` in its stderr.log."""
+        out, err = logs
+        reason = self.redact(why + "\n")
+        with out, err, contextlib.suppress(OSError):
+            err.write(reason.encode())
+        if self.echo:  # as the task's own output is: else only its stderr.log says why
+            echo(f"[{task.name}] ", reason)
+        return self._outcome(task, TaskStatus.FAILED, start)
+
     def run_task(self, task: "Task", budget: float) -> TaskOutcome:
         task_dir = self.root / task.name
         task_dir.mkdir(parents=True, exist_ok=True)
@@ -279,6 +304,9 @@ class TaskRunner:
             return dataclasses.replace(self._outcome(task, status, start), seconds=0.0)
         try:
             env = task_environment(self.spec, task_dir, parent=_task_parent())
+        except (LookupError, ValueError) as error:  # the job's env, secrets or runtime
+            return self._not_started(task, _environment_problem(task, error), (out, err), start)
+        try:
             process = subprocess.Popen(
                 argv,
                 cwd=self.project,
@@ -288,13 +316,10 @@ class TaskRunner:
                 stderr=subprocess.PIPE,
                 start_new_session=True,
             )
-        except (OSError, LookupError, ValueError) as error:
-            reason = self.redact(f"could not start {argv[0]!r}: {error}\n")
-            with out, err, contextlib.suppress(OSError):
-                err.write(reason.encode())
-            if self.echo:  # as the task's own output is: else only its stderr.log says why
-                echo(f"[{task.name}] ", reason)
-            return self._outcome(task, TaskStatus.FAILED, start)
+        except OSError as error:
+            return self._not_started(
+                task, f"could not start {argv[0]!r}: {error}", (out, err), start
+            )
         self.current = process
         record = {
             "pid": process.pid,

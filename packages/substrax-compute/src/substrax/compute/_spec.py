@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from ._environment import env_conflict
 from ._errors import AcceleratorFormatError, RuntimeFieldError, UnknownPlatformError
 from ._run_errors import RecordVersionError
 from ._spec_checks import check_unique
@@ -236,7 +237,11 @@ class JobSpec(Record):
             secrets=self.secrets,
             env=self.env,
         )
-        jax_runtime(self.runtime)
+        conflict = env_conflict(
+            self.name, self.env, runtime=jax_runtime(self.runtime), nodes=self.nodes
+        )
+        if conflict is not None:
+            raise conflict
         return self
 
     def to_jax_runtime(self) -> "JaxRuntime":

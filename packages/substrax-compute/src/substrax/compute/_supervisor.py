@@ -12,8 +12,12 @@ task running in the task's own session: its group is ended here (SIGTERM, then S
 grace) and the task is added to its node's manifest. A cancelled run (SIGTERM to the session)
 records no failed node. The job's ``timeout_seconds`` bounds the whole run, node starts included:
 once it has passed (plus ``_WORKER_MARGIN_SECONDS`` for the workers to stop their own tasks) no
-further node is started and the running ones are stopped as above. Each worker is told this
-process's pid (``SUPERVISOR_ENV``), and stops on its own once this process is gone.
+further node is started and the running ones are stopped as above. A plan's ``setup_seconds``
+(the local backend's allowance for ``uv`` to install a job's extras) is added to that deadline
+until every node's worker has begun its job (written its manifest), and the deadline is then
+the last one's start plus the timeout and the margin: a slow install never stops a worker
+before its own deadline, which turns its task's timeout into a cancellation. Each worker is
+told this process's pid (``SUPERVISOR_ENV``), and stops on its own once this process is gone.
 """
 
 import contextlib
@@ -61,16 +65,19 @@ def write_plan(
     timeout_seconds: float,
     stop_grace_seconds: float,
     nodes: Sequence[tuple[Sequence[str], dict[str, str], Path]],
+    setup_seconds: float = 0.0,
 ) -> Path:
     """Write the workers to start (each node's argv, its own variables and its log file) atomically.
 
     The variables hold no secrets: secrets reach the workers through the environment the
-    supervisor inherits.
+    supervisor inherits. ``setup_seconds`` is how long a worker may take to begin its job
+    beyond the job's timeout (an environment to install first).
     """
     plan = {
         "job": job,
         "timeout_seconds": timeout_seconds,
         "stop_grace_seconds": stop_grace_seconds,
+        "setup_seconds": setup_seconds,
         "nodes": [{"argv": list(argv), "env": env, "log": str(log)} for argv, env, log in nodes],
     }
     path = run_dir / NODES_FILE
@@ -196,6 +203,47 @@ def _ended(
     return died or len(plan["nodes"]) > 1, ending
 
 
+class _Deadline:
+    """When the supervisor stops the nodes: the job's timeout and a margin after their start.
+
+    Until every node's worker has begun its job (written its manifest), the plan's
+    ``setup_seconds`` is allowed on top, from the supervisor's own start.
+    """
+
+    def __init__(self, run_dir: Path, plan: dict[str, Any]) -> None:
+        self.outputs = run_dir / "outputs"
+        self.nodes = len(plan["nodes"])
+        self.timeout = float(plan["timeout_seconds"])
+        self.setup = float(plan.get("setup_seconds", 0.0))
+        self.at = time.monotonic() + self.setup + self.timeout + _WORKER_MARGIN_SECONDS
+        self.begun: dict[int, float] = {}
+
+    def passed(self) -> bool:
+        """Whether the deadline has passed, once the nodes seen beginning their jobs count."""
+        if self.setup and len(self.begun) < self.nodes:
+            now = time.monotonic()
+            for node in range(self.nodes):
+                manifest = node_outputs(self.outputs, node) / MANIFEST_NAME
+                if node not in self.begun and manifest.exists():
+                    self.begun[node] = now
+            if len(self.begun) == self.nodes:
+                last = max(self.begun.values())
+                self.at = min(self.at, last + self.timeout + _WORKER_MARGIN_SECONDS)
+        return time.monotonic() > self.at
+
+    def reason(self) -> str:
+        """Why the nodes are stopped, in words."""
+        if self.setup and len(self.begun) < self.nodes:
+            waiting = sorted(set(range(self.nodes)) - set(self.begun))
+            nodes = "node" + ("s" if len(waiting) > 1 else "")
+            return (
+                f"{nodes} {', '.join(map(str, waiting))} had not begun the job "
+                f"{self.setup + self.timeout:g} s after the run started (its environment's "
+                f"setup allowance of {self.setup:g} s plus the job's timeout); stopping the nodes"
+            )
+        return f"job timed out after {self.timeout:g} s; stopping the nodes"
+
+
 def supervise(run_dir: Path) -> int:
     """Run the planned workers until all ended; 0 when none failed, else 1.
 
@@ -208,7 +256,7 @@ def supervise(run_dir: Path) -> int:
     worker to exit non-zero. A node stopped so is never the one blamed.
     """
     plan = cast("dict[str, Any]", json.loads((run_dir / NODES_FILE).read_text()))
-    deadline = time.monotonic() + float(plan["timeout_seconds"]) + _WORKER_MARGIN_SECONDS
+    deadline = _Deadline(run_dir, plan)
     grace = float(plan["stop_grace_seconds"]) + _WORKER_MARGIN_SECONDS
     cancelled = False
     timed_out = False
@@ -223,15 +271,15 @@ def supervise(run_dir: Path) -> int:
     exits: dict[int, _Exit] = {}
     endings: list[threading.Thread] = []
     for node, entry in enumerate(plan["nodes"]):
-        if cancelled or time.monotonic() > deadline:
+        if cancelled or deadline.passed():
             break
         running[node] = _start(run_dir, entry, ended, node)
     failed: tuple[int, int] | None = None
     kill_at: float | None = None
     while running:
-        if not timed_out and failed is None and time.monotonic() > deadline:
+        if not timed_out and failed is None and deadline.passed():
             timed_out = True
-            _say(f"job timed out after {float(plan['timeout_seconds']):g} s; stopping the nodes")
+            _say(deadline.reason())
             _signal_all(running, STOP_SIGNAL)
             kill_at = time.monotonic() + grace
         try:

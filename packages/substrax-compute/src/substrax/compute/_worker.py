@@ -43,6 +43,7 @@ from substrax.support import EXIT_FAILED, EXIT_OK, UsageError, run_command, writ
 
 from ._environment import EVENT_PREFIX, FAILED_AT_ENV, NODE_RANK_ENV, node_outputs
 from ._manifest import MANIFEST_NAME, JobManifest, TaskOutcome, TaskStatus, write_manifest
+from ._processes import is_alive, start_time
 from ._runner import STOP_SIGNAL, SUPERVISOR_ENV, TaskRunner
 from ._spec import JobSpec, read_job_spec
 from ._toml import reason, toml_path
@@ -65,14 +66,19 @@ def watch_supervisor(
     supervisor: int,
     runner: TaskRunner,
     *,
-    getppid: Callable[[], int] = os.getppid,
+    alive: Callable[[int, str], bool] = is_alive,
+    started: Callable[[int], str] = start_time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Stop ``runner`` once this worker's parent is no longer ``supervisor`` (it died).
+    """Stop ``runner`` once the process ``supervisor`` has exited (a zombie counts as exited).
 
-    The task gets SIGTERM, then SIGKILL after the grace, and no further task starts.
+    The supervisor itself is watched, never this worker's parent: with extras the worker runs
+    under ``uv run``, which stays its parent. The supervisor is told from a later process that
+    reuses its pid by its start time, read when the watch begins. The task gets SIGTERM, then
+    SIGKILL after the grace, and no further task starts.
     """
-    while getppid() == supervisor:
+    since = started(supervisor)
+    while since and alive(supervisor, since):
         sleep(_WATCH_SECONDS)
     _event(True, f"the supervisor (pid {supervisor}) is gone; stopping this node")
     runner.stop()
