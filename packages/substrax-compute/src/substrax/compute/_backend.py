@@ -22,7 +22,7 @@ Example:
 import json
 import os
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -31,14 +31,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, cast, runtime_checkabl
 
 from substrax.support import write_atomically
 
-from ._errors import MountNotConfiguredError
 from ._paths import check_file_name, check_state_dir
 from ._records import JsonValue, read_fields, string_map
 from ._run_errors import RecordFormatError, RunNotFoundError, RunRecordError, RunStoreError
 
 
 if TYPE_CHECKING:
-    from ._spec import JobSpec, Mount
+    from ._spec import JobSpec
 
 
 STATE_DIR_ENV = "SUBSTRAX_STATE_DIR"
@@ -266,47 +265,6 @@ def backend_state_dir(setting: JsonValue | os.PathLike[str], name: str) -> Path:
     if state_dir := check_state_dir(setting):  # a TypeError for a setting of another type
         return Path(state_dir).expanduser().resolve()
     return default_state_dir() / "compute" / name
-
-
-@dataclass(frozen=True, slots=True)
-class MountSources:
-    """A backend setting that gives each job mount its source: Modal's volumes, SkyPilot's buckets.
-
-    ``setting`` is its TOML path (``backends.modal.volumes``), ``what`` names a source and
-    ``example`` shows one, for the error that names a missing one.
-
-    Example:
-        >>> from substrax.compute import Mount
-        >>> from substrax.compute._backend import MountSources
-        >>> disks = MountSources("backends.b.disks", "disk", "<disk>")
-        >>> disks.of([Mount(name="data", path="/data")], {})
-        Traceback (most recent call last):
-        ...
-        substrax.compute.MountNotConfiguredError: mount 'data' has no disk: set backends.b.disks.data = "<disk>"
-    """
-
-    setting: str
-    what: str
-    example: str
-
-    def of(
-        self, mounts: Iterable["Mount"], sources: Mapping[str, str]
-    ) -> list[tuple["Mount", str]]:
-        """Each of ``mounts`` with its source in ``sources`` (the setting's table).
-
-        Raises:
-            MountNotConfiguredError: A mount without a source; the message names the setting.
-        """
-        found: list[tuple[Mount, str]] = []
-        for mount in mounts:
-            setting = f"{self.setting}.{mount.name}"
-            if mount.name not in sources:
-                message = (
-                    f'mount {mount.name!r} has no {self.what}: set {setting} = "{self.example}"'
-                )
-                raise MountNotConfiguredError(mount.name, message, setting)
-            found.append((mount, sources[mount.name]))
-        return found
 
 
 class RunStore:

@@ -36,12 +36,13 @@ from pydantic import AfterValidator, Field, JsonValue
 
 from substrax.support import require, write_atomically
 
-from ._backend import MountSources, RunHandle, RunState, new_run
+from ._backend import RunHandle, RunState, new_run
 from ._config import read_backend_settings
 from ._errors import BackendRequestError, SecretNotSetError
 from ._files import inside
 from ._manifest import MANIFEST_NAME, read_manifest
 from ._modal_requests import REQUEST_SECONDS, call_outcome, unanswered, within
+from ._mounts import MountSources
 from ._run_errors import RecordFormatError
 from ._spec import JobSpec, Record
 from ._spec_types import Component

@@ -43,11 +43,12 @@ from pydantic import Field, JsonValue, field_validator
 
 from substrax.support import require
 
-from ._backend import MountSources, RunHandle, RunState, new_run
+from ._backend import RunHandle, RunState, new_run
 from ._buckets import read_object, sync_to
 from ._config import read_backend_settings
 from ._errors import BackendRequestError, SecretNotSetError
 from ._manifest import MANIFEST_NAME, read_manifest
+from ._mounts import MountSources
 from ._run_errors import RecordFormatError
 from ._skypilot_task import SPEC_ENV, WORKER_PYTHON, cluster_name, run_script, setup_script
 from ._spec import JobSpec, Record
