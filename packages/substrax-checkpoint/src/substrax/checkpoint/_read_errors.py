@@ -97,7 +97,10 @@ class CheckpointDtypeMismatchError(_ReadError, ValueError, kw_only=True):
         )
         hint = ""
         if any(m.saved.endswith("64") and m.restored.endswith("32") for m in mismatches):
-            hint = " (a 64-bit value narrows while x64 is off: set jax_enable_x64 to keep it)"
+            hint = (
+                " (a 64-bit value narrows while x64 is off: set jax_enable_x64 to keep it; a cast"
+                " wraps an integer past the 32-bit range)"
+            )
         return (
             f"restoring step {self.step} would change {len(mismatches)} dtype(s): "
             f"{shown}{hint}; pass cast_dtypes=True to cast, or use a template with the stored dtypes"

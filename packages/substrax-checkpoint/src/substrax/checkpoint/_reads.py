@@ -157,7 +157,8 @@ class StoreReads(StoreLifecycle):
 
         Without a template an item comes back as stored (its saved placement, else the first
         local device). A template that does not fit raises ValueError naming the first leaf; a
-        dtype change raises ``CheckpointDtypeMismatchError`` unless ``cast_dtypes``. Templates
+        dtype change raises ``CheckpointDtypeMismatchError`` unless ``cast_dtypes`` (NumPy's cast:
+        an integer past the target's range wraps). Templates
         with abstract meshes need ``mesh=`` or a ``jax.set_mesh`` block; ``items=`` restores only
         the named items; ``step=None`` the latest step. The files read are checked against the
         step's manifest (``CheckpointCorruptError``), one its live writer owes waited for a few
