@@ -118,7 +118,7 @@ with OrbaxCheckpointStore({str(store_dir)!r}) as store:
     with OrbaxCheckpointStore(store_dir, read_only=True) as store:
         assert_same(store.restore(1, items=("data_iterator",)).items["data_iterator"], host_state())
         # a jax.Array still narrows, and says so, and that a cast would wrap a large integer
-        with pytest.raises(CheckpointDtypeMismatchError, match="x64 is off.*a cast wraps"):
+        with pytest.raises(CheckpointDtypeMismatchError, match=r"x64 is off.*a cast wraps"):
             store.restore(1, items=("model",))
 
 
