@@ -122,7 +122,17 @@ def read_record[T](record_type: type[T], data: object) -> T:
             "e.g. json.loads(text)"
         ) from error
     adapter = _adapter(record_type)
-    record = _validate(adapter, text)
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    try:
+        record = _validate(adapter, text)
+    except ValidationError as error:  # an older pydantic refuses a long int for a float itself
+        for detail in error.errors(include_url=False):
+            given = detail.get("input")
+            if detail["type"] == "float_type" and _too_large(given):
+                path = functools.reduce(_step, detail["loc"], "")
+                raise _overflow(record_type, path, given) from None
+        raise
     if _LONG_INT.search(text):
         # where the record's type holds a float, pydantic dumps the inf it made of a long int
         dumped = adapter.dump_python(record, mode="json", warnings=False)
@@ -198,16 +208,28 @@ def _replace_non_finite(holder: list[Any], loc: tuple[int | str, ...], given: st
     return True
 
 
+def _too_large(value: object) -> bool:
+    """Whether ``value`` is an int past the largest float."""
+    return (
+        isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max
+    )
+
+
+def _overflow(record_type: object, path: str, data: int) -> ValueError:
+    """The refusal of an int at ``path`` too large for the float field it is read into."""
+    digits = int(data.bit_length() * math.log10(2)) + 1
+    return ValueError(
+        f"record data for {_type_name(record_type)}: {_where(path)} is an int of about "
+        f"{digits} digits, too large for a float (it would read as "
+        f"{'-' if data < 0 else ''}inf); store a number within ±1.8e308"
+    )
+
+
 def _refuse_overflow(record_type: object, data: object, dumped: object, path: str) -> None:
     """Refuse an int of ``data`` that the record holds as an infinite float."""
     if isinstance(data, int) and not isinstance(data, bool):
         if isinstance(dumped, float) and math.isinf(dumped):
-            digits = int(data.bit_length() * math.log10(2)) + 1
-            raise ValueError(
-                f"record data for {_type_name(record_type)}: {_where(path)} is an int of about "
-                f"{digits} digits, too large for a float (it would read as "
-                f"{'-' if data < 0 else ''}inf); store a number within ±1.8e308"
-            )
+            raise _overflow(record_type, path, data)
     elif isinstance(data, dict) and isinstance(dumped, dict):
         dumped_items = cast("dict[object, object]", dumped)
         for key, item in cast("dict[object, object]", data).items():
