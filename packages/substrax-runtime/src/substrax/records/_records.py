@@ -183,17 +183,23 @@ def _validate(adapter: "TypeAdapter[Any]", text: str) -> object:
             replaced = False
             for detail in error.errors(include_url=False):
                 given = detail.get("input")
-                if detail["type"] == "float_type" and isinstance(given, str):
-                    replaced |= _replace_non_finite(holder, (0, *detail["loc"]), given)
+                loc = (0, *detail["loc"])
+                if detail["type"] != "float_type":
+                    continue
+                if isinstance(given, str) and given in NON_FINITE_TEXT:
+                    replaced |= _replace(holder, loc, given, NON_FINITE_TEXT[given])
+                elif (
+                    isinstance(given, int) and not isinstance(given, bool) and not _too_large(given)
+                ):
+                    # an older pydantic-core refuses a JSON int past 64 bits for a float
+                    replaced |= _replace(holder, loc, given, float(given))
             if not replaced:
                 raise
             text = json.dumps(holder[0])
 
 
-def _replace_non_finite(holder: list[Any], loc: tuple[int | str, ...], given: str) -> bool:
-    """Put the float ``given`` spells where ``loc`` leads in ``holder``; False if it leads elsewhere."""
-    if given not in NON_FINITE_TEXT:
-        return False
+def _replace(holder: list[Any], loc: tuple[int | str, ...], given: object, value: float) -> bool:
+    """Put ``value`` for ``given`` where ``loc`` leads in ``holder``; False if it leads elsewhere."""
     parent: Any = None
     key: int | str = 0
     node: Any = holder
@@ -204,7 +210,7 @@ def _replace_non_finite(holder: list[Any], loc: tuple[int | str, ...], given: st
             parent, key, node = node, part, cast("list[Any]", node)[part]
     if parent is None or node != given:
         return False
-    parent[key] = NON_FINITE_TEXT[given]
+    parent[key] = value
     return True
 
 
