@@ -725,6 +725,52 @@ def test_records_are_never_overtaken(make, wall_clock):
     assert steps(sink.received) == list(range(400))  # in order: W&B drops a step gone back
 
 
+def test_a_steady_sender_sends_what_was_written_without_reading_the_spool_back(make, monkeypatch):
+    # every pass read the whole spool back and parsed it, about 25 us a record on this CPU
+    from substrax.tracking._spool import SpoolFile
+
+    reads = []
+    read_lines = SpoolFile.read_lines
+
+    def counted(spool, limit=None, **options):
+        reads.append(limit)
+        return read_lines(spool, limit, **options)
+
+    monkeypatch.setattr(SpoolFile, "read_lines", counted)
+    sink = Sink()
+    delivery = make(sink, send_interval=60)
+    for step in range(300):
+        delivery.submit(record(step))
+        if step % 50 == 49:
+            assert delivery.flush(30)
+    assert steps(sink.received) == list(range(300))
+    assert sink.attempts >= 6  # a pass each flush; the first (and its look for other runs') read
+    assert len(reads) <= 2
+
+
+def test_a_steady_sender_still_sets_a_refused_record_aside_and_reads_back_after_an_outage(
+    make, tmp_path
+):
+    sink = Sink()
+    delivery = make(sink, send_interval=60)
+    for step in range(3):
+        delivery.submit(record(step))
+        assert delivery.flush(30)
+    delivery.submit(record(3, refuse=1.0))
+    delivery.submit(record(4))
+    assert delivery.flush(30)
+    sink.fail_next = 2  # the next pass fails: the one after it reads what the spool holds
+    for step in range(5, 40):
+        delivery.submit(record(step))
+        if step % 10 == 0:
+            assert delivery.flush(30)
+    assert delivery.flush(30)
+    assert steps(sink.received) == [0, 1, 2, *range(4, 40)]  # each once, in order
+    assert not (tmp_path / "run.spool.jsonl").exists()
+    [refused] = (tmp_path / "run.spool.jsonl.refused").read_text().splitlines()
+    assert json.loads(refused)["record"]["step"] == 3
+
+
 def test_device_values_are_read_by_the_writer_not_the_caller(make, monkeypatch, wait_for):
     jnp = pytest.importorskip("jax.numpy")
     readers = set()

@@ -30,6 +30,7 @@ __all__ = [
 _WARNED: set[str] = set()
 
 type RecordKind = Literal["scalars", "hyperparams", "text", "image", "histogram", "artifact"]
+_KINDS = frozenset(typing.get_args(RecordKind.__value__))
 
 type Scalar = tuple[str, Any, int, float]
 """One scalar as the per-step call queues it (name, value, step, ``time.time()``); the worker
@@ -148,7 +149,7 @@ class Record:
     def from_json(cls, data: dict[str, Any]) -> Record:
         """A materialized record from :meth:`to_json` data (NotARecordError for anything else)."""
         unknown = set(data) - {"kind", "step", "time", "payload"}
-        if unknown or data.get("kind") not in typing.get_args(RecordKind.__value__):
+        if unknown or not isinstance(kind := data.get("kind"), str) or kind not in _KINDS:
             raise NotARecordError(f"not a substrax tracking record: {data!r}")
         return cls(
             kind=data["kind"],

@@ -17,7 +17,7 @@ from ._live import is_live
 from ._records import Record
 from ._send import Failures, Sending, describe_error
 from ._sink import Sink
-from ._spool import SpoolFile
+from ._spool import SpoolFile, SpoolLine
 
 
 __all__ = ["ReplayResult", "problems", "replay_spool", "run_replay"]
@@ -85,6 +85,7 @@ def run_replay(
     limit: int | None = None,
     wait: float | None = 0.0,
     on_refused: Callable[[Record, str], None] | None = None,
+    read: Callable[[int | None], list[SpoolLine]] | None = None,
 ) -> tuple[ReplayResult, Failures]:
     """:func:`replay_spool` without its warnings: the result, and the error of each failed target.
 
@@ -93,7 +94,8 @@ def run_replay(
     to it, unless it is one of ``own`` (the replaying logger's runs); ``stop`` ends the
     replay before its next batch. Another replay of the spool is waited for at most ``wait``
     seconds (None: as long as it takes), within ``timeout``. ``on_refused`` hears of each
-    record set aside (a part of one too), and why.
+    record set aside (a part of one too), and why. ``read`` gives the lines to send, once the
+    replay holds the spool (default: the spool's, up to ``limit`` records).
 
     Raises:
         SpoolNotFoundError: the file does not exist.
@@ -108,7 +110,7 @@ def run_replay(
             return ReplayResult(delivered=0, remaining=0, waited_for=waited_for), {}
         if include_refused:
             spool.restore_refused()
-        lines = spool.read_lines(limit)
+        lines = (read or spool.read_lines)(limit)
         job = Sending(
             lines,
             sinks or {},

@@ -87,6 +87,7 @@ class Sending:
         on_refused: Callable[[Record, str], None] | None = None,
     ) -> None:
         self.data = {i: line.data for i, line in enumerate(lines) if line.data is not None}
+        self._records = {i: line.record for i, line in enumerate(lines) if line.record is not None}
         self.delivered: set[int] = set()
         self.refused: dict[int, list[tuple[str, str]]] = {}  # spool lines set aside, and why
         self.bad = {i: line.reason for i, line in enumerate(lines) if line.data is None}
@@ -98,7 +99,12 @@ class Sending:
         self._built: dict[str, tuple[Sink, str]] = {}  # the sinks this replay made, and runs
         self._failures: Failures = {}
         # the runs a line of marks failed (the logger's run was marked failed): they end so
-        self._keys = {i: target_key(data["target"]) for i, data in self.data.items()}
+        self._keys: dict[int, str] = {}
+        target, key = None, ""
+        for i, data in self.data.items():  # a run's lines are together: their key is made once
+            if data["target"] != target:
+                target, key = data["target"], target_key(data["target"])
+            self._keys[i] = key
         self._failed = {
             self._keys[i] for i, d in self.data.items() if d["target"].get("failed") is True
         }
@@ -167,7 +173,7 @@ class Sending:
         if self._stop():
             raise _Settled
         try:
-            sink.deliver([Record.from_json(self.data[i]["record"]) for i in chunk])
+            sink.deliver([self._record(i) for i in chunk])
         except Exception as error:
             if not is_permanent(sink, error):
                 raise
@@ -178,6 +184,10 @@ class Sending:
                     self._deliver(sink, [i])
             return
         self._note(chunk, delivered=True)
+
+    def _record(self, index: int) -> Record:
+        found = self._records.get(index)
+        return Record.from_json(self.data[index]["record"]) if found is None else found
 
     def _refuse(self, sink: Sink, index: int, error: str) -> None:
         """Set a refused line aside; of several scalars, only those refused one at a time."""
@@ -258,7 +268,7 @@ def deliver_in_memory(
         error that stopped the rest (None: each record was delivered or refused).
     """
     lines = [
-        SpoolLine(i + 1, "", {"target": dict(target), "record": record.to_json()})
+        SpoolLine(i + 1, "", {"target": dict(target), "record": record.to_json()}, record=record)
         for i, record in enumerate(records)
     ]
     sinks = {target_key(target): sink}

@@ -49,8 +49,8 @@ def spool_lines(
     return [head + json.dumps(dict(record)) + tail for record in records]
 
 
-def _parse_line(text: str) -> dict[str, Any]:
-    """A spool line's data; raises ValueError, KeyError or TypeError for a line that is not one."""
+def _parse_line(text: str) -> tuple[dict[str, Any], Record]:
+    """A spool line's data and record; raises ValueError, KeyError or TypeError for a line that is not one."""
     line = json.loads(text)
     if not isinstance(line, dict):
         raise NotARecordError(f"a JSON {type(line).__name__}, not an object")
@@ -62,18 +62,18 @@ def _parse_line(text: str) -> dict[str, Any]:
         raise NotARecordError("no target naming a backend")
     if not isinstance(record := data.get("record"), dict):
         raise NotARecordError("no record")
-    Record.from_json(cast("dict[str, Any]", record))
-    return data
+    return data, Record.from_json(cast("dict[str, Any]", record))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SpoolLine:
-    """A non-blank spool line: its number (from 1), its text, and its data (None: not a record)."""
+    """A non-blank spool line: its number (from 1), its text, its data and record (None: not one)."""
 
     number: int
     text: str
     data: dict[str, Any] | None
     reason: str = ""  # why it is not a record
+    record: Record | None = None
 
 
 class SpoolFile:
@@ -160,16 +160,23 @@ class SpoolFile:
         records: Iterable[Record],
         *,
         sync: bool = True,
-    ) -> None:
-        """Append materialized ``records``.
+    ) -> list[SpoolLine]:
+        """Append materialized ``records``; the lines written (numbered 0: unknown).
 
         ``sync=False`` leaves the fsync to later: the lines outlive a kill -9, not a power cut.
         """
-        lines = spool_lines(target, (record.to_json() for record in records))
+        records = list(records)
+        data = [record.to_json() for record in records]
+        lines = spool_lines(target, data)
         if lines:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._flock(self.lock_path):
                 _append_lines(self.path, lines, sync=sync)
+        head = dict(target)
+        return [
+            SpoolLine(0, text, {"target": head, "record": payload}, record=record)
+            for text, payload, record in zip(lines, data, records, strict=True)
+        ]
 
     def sync(self) -> None:
         """An fsync of the spool (lines appended with ``sync=False``), if there is one."""
@@ -182,14 +189,21 @@ class SpoolFile:
             with self._flock(self.lock_path):
                 _append_lines(self.refused_path, lines)
 
-    def read_lines(self, limit: int | None = None) -> list[SpoolLine]:
+    def read_lines(
+        self,
+        limit: int | None = None,
+        *,
+        hold: contextlib.AbstractContextManager[object] | None = None,
+    ) -> list[SpoolLine]:
         """The non-blank lines, records or not, up to the ``limit``-th record.
+
+        ``hold`` is held while the file is read, not while its lines are parsed.
 
         Raises:
             SpoolNotFoundError: the file does not exist.
             NotASpoolError: it is not a regular file, or no line of it is a record (it is left).
         """
-        with self._flock(self.lock_path):
+        with hold or contextlib.nullcontext(), self._flock(self.lock_path):
             data = b""
             try:
                 self.check_regular()  # again: a replay may have removed it
@@ -205,7 +219,8 @@ class SpoolFile:
             if not text.strip():
                 continue
             try:
-                lines.append(SpoolLine(number, text, _parse_line(text)))
+                data, record = _parse_line(text)
+                lines.append(SpoolLine(number, text, data, record=record))
                 records += 1
             except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
                 lines.append(SpoolLine(number, text, None, str(error)))
@@ -293,7 +308,7 @@ class SpoolFile:
             bad: list[str] = []
             for text in filter(str.strip, data.splitlines()):
                 try:
-                    line = _parse_line(text)
+                    line, _ = _parse_line(text)
                 except (ValueError, KeyError, TypeError):
                     bad.append(text)
                     continue

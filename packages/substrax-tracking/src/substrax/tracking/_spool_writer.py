@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from ._records import Record
 from ._refusals import RefusalNotes
 from ._replay import ReplayResult, run_replay
 from ._send import Failures, describe_error
-from ._spool import SpoolFile
+from ._spool import SpoolFile, SpoolLine
 
 
 __all__ = ["Backoff", "SpoolWriter", "lower_priority", "start_worker"]
@@ -128,6 +128,8 @@ class SpoolWriter:
         self._unreadable: set[str] = set()  # metrics whose jax value could not be read (warned)
         self._warned = False
         self.refusals = RefusalNotes(label, self.file.refused_path)  # each key warned once
+        self.lock = threading.Lock()  # held by its caller around write(), and while it is read
+        self.fresh: list[SpoolLine] = []  # the lines written since the spool was last read
 
     def materialize(self, record: Record) -> Record:
         """Read ``record``'s values into JSON data; one that cannot be is kept as its error.
@@ -144,9 +146,12 @@ class SpoolWriter:
             return record
 
     def write(self, records: list[Record], *, sync: bool = True) -> bool:
-        """Append materialized ``records``; whether it could (a failure is warned about once)."""
+        """Append materialized ``records``; whether it could (a failure is warned about once).
+
+        The caller holds :attr:`lock`.
+        """
         try:
-            self.file.append(self.target, records, sync=sync)
+            self.fresh += self.file.append(self.target, records, sync=sync)
         except OSError as failure:
             self.cannot_write(self.file.path, failure, len(records))
             return False
@@ -156,6 +161,22 @@ class SpoolWriter:
                 "memory are kept there"
             )
         return True
+
+    def take_fresh(self, _limit: int | None = None) -> list[SpoolLine]:
+        """The lines written since the spool was last read (or since the last call)."""
+        with self.lock:
+            lines, self.fresh = self.fresh, []
+        return lines
+
+    def read_all(self, limit: int | None = None) -> list[SpoolLine]:
+        """The spool's lines (up to ``limit`` records); none written while it is read: none is fresh."""
+        return self.file.read_lines(limit, hold=self._reading())
+
+    @contextlib.contextmanager
+    def _reading(self) -> Generator[None]:
+        with self.lock:  # held for the read, not the parse (the writer waits meanwhile)
+            self.fresh = []
+            yield
 
     def add_refused(self, entries: list[tuple[str, str]]) -> None:
         """Keep refused spool lines (each with its error) in ``<spool>.refused``."""
