@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import ClassVar
 
@@ -725,18 +726,18 @@ def test_records_are_never_overtaken(make, wall_clock):
     assert steps(sink.received) == list(range(400))  # in order: W&B drops a step gone back
 
 
-def test_a_steady_sender_sends_what_was_written_without_reading_the_spool_back(make, monkeypatch):
-    # every pass read the whole spool back and parsed it, about 25 us a record on this CPU
-    from substrax.tracking._spool import SpoolFile
+def test_the_sender_does_not_parse_again_the_lines_its_writer_wrote(make, monkeypatch):
+    # every pass parsed the whole spool it read back, about 25 us a record on this CPU
+    from substrax.tracking import _spool
 
-    reads = []
-    read_lines = SpoolFile.read_lines
+    parsed = []
+    parse = _spool._parse_line
 
-    def counted(spool, limit=None, **options):
-        reads.append(limit)
-        return read_lines(spool, limit, **options)
+    def counted(text):
+        parsed.append(text)
+        return parse(text)
 
-    monkeypatch.setattr(SpoolFile, "read_lines", counted)
+    monkeypatch.setattr(_spool, "_parse_line", counted)
     sink = Sink()
     delivery = make(sink, send_interval=60)
     for step in range(300):
@@ -744,8 +745,80 @@ def test_a_steady_sender_sends_what_was_written_without_reading_the_spool_back(m
         if step % 50 == 49:
             assert delivery.flush(30)
     assert steps(sink.received) == list(range(300))
-    assert sink.attempts >= 6  # a pass each flush; the first (and its look for other runs') read
-    assert len(reads) <= 2
+    assert sink.attempts >= 6  # a pass each flush
+    assert len(parsed) < 30  # at most a line written while its pass read the spool
+
+
+def _replay_in_process(spool, *args):
+    from substrax.tracking._cli import main
+
+    return main(["replay", str(spool), *args])
+
+
+def test_a_refused_record_a_replay_puts_back_is_sent_by_the_running_logger(make, tmp_path):
+    # the sender sent only what its writer wrote: a line `replay --include-refused` put back
+    # into a live run's spool stayed there, and every flush waited out its whole timeout
+    sink = Sink()
+    delivery = make(sink, send_interval=60)
+    delivery.submit(record(0))
+    delivery.submit(record(1, refuse=1.0))
+    assert delivery.flush(30)
+    assert steps(sink.received) == [0]
+    spool = tmp_path / "run.spool.jsonl"
+    _replay_in_process(spool, "--include-refused")  # the live run's line is left to the logger
+    assert '"step": 1' in spool.read_text()
+    delivery.submit(record(2))
+    assert delivery.flush(10)
+    assert sorted(steps(sink.received)) == [0, 2]  # refused again: set aside again, not stuck
+    assert not spool.exists()
+    assert len((tmp_path / "run.spool.jsonl.refused").read_text().splitlines()) == 1
+
+
+def test_two_loggers_of_one_run_on_one_spool_send_each_record_once(make, tmp_path):
+    # a logger's first pass sent the lines the other wrote, which that one sent again
+    received = []
+    first, second = Sink(), Sink()
+    first.received = second.received = received
+    a = make(first, batch_interval=0.01, send_interval=60)
+    for step in range(20):
+        a.submit(record(step))
+    assert a.flush(30)
+    for step in range(20, 60):
+        a.submit(record(step))
+    assert a.persist(10)  # written, not sent: the next pass is a minute away
+    from substrax.tracking._live import hold_live, let_go_live
+    from substrax.tracking._send import run_of
+    from substrax.tracking._spool import SpoolFile
+
+    other = {"backend": "test", "run": "another"}  # a live run's line keeps the spool in place
+    held = hold_live(tmp_path / "run.spool.jsonl", run_of(other))
+    SpoolFile(tmp_path / "run.spool.jsonl").append(other, [record(0).materialize(tmp_path)])
+    b = make(second, batch_interval=0.01, send_interval=60)  # its first pass sends them
+    assert b.flush(30)
+    assert a.flush(30)
+    assert sorted(steps(received)) == list(range(60))
+    let_go_live(tmp_path / "run.spool.jsonl", run_of(other), held)
+
+
+def test_lines_written_while_the_backend_hangs_wait_on_disk_not_in_memory(make):
+    # every line written during a hanging call was also kept in memory (about 1 KB each)
+    sink = Sink()
+    delivery = make(sink)
+    delivery.submit(record(0))
+    assert delivery.flush(30)
+    sink.gate.clear()  # the next call hangs
+    tracemalloc.start()
+    try:
+        for step in range(1, 15_001):
+            delivery.submit(record(step))
+        assert delivery.persist(30)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 10 * 2**20  # 15,000 lines kept were about 18 MB
+    sink.gate.set()
+    assert delivery.flush(60)
+    assert steps(sink.received) == list(range(15_001))
 
 
 def test_a_steady_sender_still_sets_a_refused_record_aside_and_reads_back_after_an_outage(

@@ -46,10 +46,10 @@ class AsyncDelivery:
     values (an on-device array too) and appends it to the spool, at most ``batch_interval``
     seconds later (sooner once ``max_queue`` records wait, and at once on :meth:`flush`,
     :meth:`persist` and :meth:`close`). The sender thread sends the spool to the sink as
-    ``replay`` does, in order and in batches (a pass every ``send_interval`` seconds at most, at
-    once for a flush or close: a backend's cost per call, as MLflow's HTTP request, is paid less
-    often), removing what arrived and setting aside what the sink refuses for good; a failing
-    sink is warned about once and retried with backoff. While
+    ``replay`` does, in order and in batches (one pass every ``send_interval`` seconds at most,
+    at once for a flush or close: a backend's cost per call, as MLflow's HTTP request, is paid
+    less often), removing what arrived and setting aside what the
+    sink refuses for good; a failing sink is warned about once and retried with backoff. While
     the spool cannot be written (a full disk), records wait in memory, in order, and the sender
     sends them from there. Both threads run at a lower CPU priority than the training threads
     (Linux), and no error stops them. ``label`` names the run in log messages; a failed send
@@ -73,7 +73,8 @@ class AsyncDelivery:
         self.label = label
         self.max_queue = max_queue
         self.batch_interval, self.send_interval = batch_interval, send_interval
-        self.delivered = self.failures = 0
+        self.delivered = 0
+        self.failures = 0
         target = sink.target()
         self._run = run_of(target)
         self._backoff = Backoff(retry_initial, retry_max)  # the sink's
@@ -90,8 +91,8 @@ class AsyncDelivery:
         self._started = self._done = 0
         self._raw: list[Record] = []  # values not read yet: an image waits for room on disk
         self._unwritten: list[Record] = []  # materialized, waiting for room on disk
+        self._unwritten_lock = threading.Lock()
         self._in_hand = 0  # of them, taken by the sender
-        self._exact = False  # the spool holds none of this run's lines but its ``fresh`` ones
         self._unsynced = False
         self._deadline = 0.0  # close's: the sender's last moment
         self._closing = threading.Event()  # set by the writer once close's records are written
@@ -167,8 +168,10 @@ class AsyncDelivery:
     def close(self, timeout: float = 30.0) -> int:
         """Deliver what it can within ``timeout`` seconds, keep the rest in the spool, end the run.
 
-        Returns, within ``timeout`` plus about a second whatever the backend does, how many of
-        this run's records the spool file holds afterwards.
+        Returns within ``timeout`` plus about a second whatever the backend does.
+
+        Returns:
+            how many of this run's records the spool file holds afterwards.
         """
         self._deadline = time.monotonic() + timeout
         self._control("close")
@@ -254,7 +257,7 @@ class AsyncDelivery:
                     self._spool.cannot_write(self._spool.media_dir, error, len(self._raw))
                     break
             del self._raw[: len(materialized)]
-        with self._spool.lock:
+        with self._unwritten_lock:
             self._unwritten.extend(materialized)
             if self._unwritten and (now or self._spool.backoff.due()):
                 if self._spool.write(self._unwritten, sync=sync):
@@ -308,12 +311,10 @@ class AsyncDelivery:
     def _send_spool(self) -> bool:
         """Replay the spool (a probe of its first lines while the sink fails); whether it all went.
 
-        After a pass that left none of this run's lines, only those written since (not read back).
+        The lines the writer wrote are not parsed again: the spool's text is checked against them.
         """
         if not self._spool.file.path.exists():
             return self._recovered()
-        fresh = self._exact and None not in self._lives.held.values()  # no replay sends them
-        self._exact = False
         for limit in (_PROBE_LINES, None) if self._backoff.failing else (None,):
             try:
                 result, errors = run_replay(
@@ -325,7 +326,7 @@ class AsyncDelivery:
                     limit=limit,
                     wait=_LOCK_WAIT,
                     on_refused=self._spool.refusals.note,
-                    read=self._spool.take_fresh if fresh else self._spool.read_all,
+                    read=self._spool.read_all,
                 )
             except SpoolNotFoundError:  # replayed meanwhile by another process
                 return self._recovered()
@@ -334,14 +335,13 @@ class AsyncDelivery:
             self.delivered += result.delivered
             if errors:  # of this run's lines, the only ones sent
                 return self._failed(next(iter(errors.values()))[1])
-            self._exact = limit is None and result.remaining == result.live == 0
             if limit is not None and not self._spool.count():
                 break
         return self._recovered()
 
     def _send_unwritten(self) -> None:
         """Send the records that wait in memory for room on disk, as a replay sends the spool."""
-        with self._spool.lock:  # taken: the writer cannot also write them meanwhile
+        with self._unwritten_lock:  # taken: the writer cannot also write them meanwhile
             records, self._unwritten = self._unwritten, []
             self._in_hand = len(records)
         done: set[int] = set()
@@ -351,7 +351,7 @@ class AsyncDelivery:
             )
             done = {*job.delivered, *job.refused}
         finally:
-            with self._spool.lock:  # what did not arrive waits again, first
+            with self._unwritten_lock:  # what did not arrive waits again, first
                 self._unwritten[:0] = [r for i, r in enumerate(records) if i not in done]
                 self._in_hand = 0
         self.delivered += len(job.delivered)

@@ -101,8 +101,8 @@ class Sending:
         # the runs a line of marks failed (the logger's run was marked failed): they end so
         self._keys: dict[int, str] = {}
         target, key = None, ""
-        for i, data in self.data.items():  # a run's lines are together: their key is made once
-            if data["target"] != target:
+        for i, data in self.data.items():  # lines appended together share their target
+            if data["target"] is not target:
                 target, key = data["target"], target_key(data["target"])
             self._keys[i] = key
         self._failed = {

@@ -190,20 +190,17 @@ class SpoolFile:
                 _append_lines(self.refused_path, lines)
 
     def read_lines(
-        self,
-        limit: int | None = None,
-        *,
-        hold: contextlib.AbstractContextManager[object] | None = None,
+        self, limit: int | None = None, *, known: Mapping[str, SpoolLine] | None = None
     ) -> list[SpoolLine]:
         """The non-blank lines, records or not, up to the ``limit``-th record.
 
-        ``hold`` is held while the file is read, not while its lines are parsed.
+        A line whose text is one of ``known`` (lines as :meth:`append` wrote them) is not parsed.
 
         Raises:
             SpoolNotFoundError: the file does not exist.
             NotASpoolError: it is not a regular file, or no line of it is a record (it is left).
         """
-        with hold or contextlib.nullcontext(), self._flock(self.lock_path):
+        with self._flock(self.lock_path):
             data = b""
             try:
                 self.check_regular()  # again: a replay may have removed it
@@ -218,9 +215,13 @@ class SpoolFile:
                 break
             if not text.strip():
                 continue
+            if known and (line := known.get(text)) is not None:
+                lines.append(SpoolLine(number, text, line.data, record=line.record))
+                records += 1
+                continue
             try:
-                data, record = _parse_line(text)
-                lines.append(SpoolLine(number, text, data, record=record))
+                parsed, record = _parse_line(text)
+                lines.append(SpoolLine(number, text, parsed, record=record))
                 records += 1
             except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
                 lines.append(SpoolLine(number, text, None, str(error)))

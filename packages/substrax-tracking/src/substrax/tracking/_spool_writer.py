@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ _logger = logging.getLogger(__name__)
 
 _NICE = 10  # how much lower the threads' CPU priority is than the training threads'
 _FOUND_TIMEOUT = 5.0  # the most seconds spent sending what other runs left in the spool
+_KNOWN_MOST = 5_000  # lines written kept in memory to be read back unparsed (~1 KB each)
 
 
 def lower_priority() -> None:
@@ -128,8 +129,7 @@ class SpoolWriter:
         self._unreadable: set[str] = set()  # metrics whose jax value could not be read (warned)
         self._warned = False
         self.refusals = RefusalNotes(label, self.file.refused_path)  # each key warned once
-        self.lock = threading.Lock()  # held by its caller around write(), and while it is read
-        self.fresh: list[SpoolLine] = []  # the lines written since the spool was last read
+        self._written: dict[str, SpoolLine] = {}  # lines written since the spool was last read
 
     def materialize(self, record: Record) -> Record:
         """Read ``record``'s values into JSON data; one that cannot be is kept as its error.
@@ -146,15 +146,14 @@ class SpoolWriter:
             return record
 
     def write(self, records: list[Record], *, sync: bool = True) -> bool:
-        """Append materialized ``records``; whether it could (a failure is warned about once).
-
-        The caller holds :attr:`lock`.
-        """
+        """Append materialized ``records``; whether it could (a failure is warned about once)."""
         try:
-            self.fresh += self.file.append(self.target, records, sync=sync)
+            lines = self.file.append(self.target, records, sync=sync)
         except OSError as failure:
             self.cannot_write(self.file.path, failure, len(records))
             return False
+        room = _KNOWN_MOST - len(self._written)  # past it, the rest is parsed when read
+        self._written.update((line.text, line) for line in lines[: max(room, 0)])
         if self.backoff.recover():
             _logger.warning(
                 f"{self.label}: {self.file.path} is written again; the records that waited in "
@@ -162,21 +161,14 @@ class SpoolWriter:
             )
         return True
 
-    def take_fresh(self, _limit: int | None = None) -> list[SpoolLine]:
-        """The lines written since the spool was last read (or since the last call)."""
-        with self.lock:
-            lines, self.fresh = self.fresh, []
-        return lines
-
     def read_all(self, limit: int | None = None) -> list[SpoolLine]:
-        """The spool's lines (up to ``limit`` records); none written while it is read: none is fresh."""
-        return self.file.read_lines(limit, hold=self._reading())
+        """The spool's lines (up to ``limit`` records); those this writer wrote are not parsed.
 
-    @contextlib.contextmanager
-    def _reading(self) -> Generator[None]:
-        with self.lock:  # held for the read, not the parse (the writer waits meanwhile)
-            self.fresh = []
-            yield
+        The spool's text decides what is sent (another process may have added or removed lines);
+        a line written here is recognised by its text and given its record as written.
+        """
+        known, self._written = self._written, {}
+        return self.file.read_lines(limit, known=known)
 
     def add_refused(self, entries: list[tuple[str, str]]) -> None:
         """Keep refused spool lines (each with its error) in ``<spool>.refused``."""
