@@ -6,6 +6,7 @@ import threading
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from substrax.runtime import array_read_code, distributed_state, top_level_check
 from substrax.runtime._jax_client import uncached_read_check
@@ -91,3 +92,20 @@ def test_a_fresh_array_is_uncached_and_host_values_never_are():
     np.asarray(x)
     if x.devices().pop().platform != "cpu":  # CPU reads copy nothing, so nothing is cached
         assert not uncached(x)
+
+
+def test_a_leaked_config_override_is_read_apart_from_the_global_value_and_cleared():
+    from substrax.runtime import NO_OVERRIDE, config_settings, set_config_override
+
+    settings = config_settings()
+    assert settings["jax_enable_x64"][0] is jax.config.jax_enable_x64
+    assert any(local is NO_OVERRIDE for _, local in settings.values())  # a flag has none
+    before = settings["jax_transfer_guard_host_to_device"][1]
+    x = jnp.ones(2)
+    jax.transfer_guard_host_to_device("disallow").__enter__()  # entered, never exited
+    assert config_settings()["jax_transfer_guard_host_to_device"][1] == "disallow"
+    with pytest.raises(Exception, match="host-to-device transfer"):
+        _ = x + np.ones(2)
+    set_config_override("jax_transfer_guard_host_to_device", before)
+    assert config_settings()["jax_transfer_guard_host_to_device"][1] is before
+    _ = x + np.ones(2)  # the guard is gone from jax's runtime too

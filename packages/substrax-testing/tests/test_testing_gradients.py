@@ -98,8 +98,9 @@ def test_a_wrong_derivative_names_the_worst_leaf():
     message = str(info.value)
     assert "worst leaf scale[1] (" in message
     assert f"scale[1] ({worst.mode}, float32): analytic {worst.analytic:.6g}, numeric" in message
+    assert worst.step == pytest.approx(1.5e-3)  # the step used there: 0.001 * |1.5|
     assert (
-        "2 of 2 checked elements out of tolerance (rtol 0.002, atol 1e-05, step 0.001)" in message
+        "2 of 2 checked elements out of tolerance (rtol 0.002, atol 1e-05, step 0.0015)" in message
     )
     assert "1 other leaf check(s) failed too" in message
     assert isinstance(info.value.__cause__, AssertionError)  # check_grads', with its numbers
@@ -210,13 +211,11 @@ def test_a_detached_loss_is_zero_for_jax_but_not_for_finite_differences():
 
 def test_bfloat16_is_checked_with_its_own_tolerance():
     model, x = Mlp(dtype=jnp.bfloat16, rngs=nnx.Rngs(3)), _inputs()
-    grads = check_parameter_gradients(model, lambda m: (m(x).astype(jnp.float32) ** 2).mean())
+    grads = check_parameter_gradients(model, lambda m: (m(x) ** 2).mean())  # float64 reference
     assert {leaf.dtype for leaf in jax.tree.leaves(grads)} == {jnp.dtype(jnp.bfloat16)}
     strict = GRADIENT_TOLERANCES["float64"]
     with pytest.raises(GradientMismatchError) as info:
-        check_parameter_gradients(
-            model, lambda m: (m(x).astype(jnp.float32) ** 2).mean(), tolerance=strict
-        )
+        check_parameter_gradients(model, lambda m: (m(x) ** 2).mean(), tolerance=strict)
     assert info.value.worst.dtype == "bfloat16"
 
 
@@ -302,3 +301,71 @@ def test_a_loss_that_is_not_finite_is_refused():
     model, x = nnx.Linear(3, 2, rngs=nnx.Rngs(7)), _inputs()
     with pytest.raises(ValueError, match="the loss is nan; finite differences need it finite"):
         check_parameter_gradients(model, lambda m: jnp.log(-jnp.abs(m(x).sum())))
+
+
+class Vector(nnx.Module):
+    def __init__(self, *values):
+        self.w = nnx.Param(jnp.array(values, dtype=jnp.float32))
+
+
+@pytest.mark.parametrize("modes", [("fwd",), ("rev",)])
+def test_a_gradient_that_is_not_finite_is_refused(modes):
+    def trapped(m):  # sqrt's derivative in the unused branch is nan, and reaches jax.grad
+        w = m.w[...]
+        return jnp.where(w > 10, jnp.sqrt(w - 20), w).sum()
+
+    expected = r"gradient of w is not finite \(3 of 3 elements, the first w\[0\] = nan\)"
+    with pytest.raises(ValueError, match=expected):
+        check_parameter_gradients(Vector(0.5, 1.0, 1.5), trapped, modes=modes)
+
+
+def test_a_wrt_or_an_input_with_nothing_to_check_is_refused():
+    model, x = nnx.Linear(3, 2, rngs=nnx.Rngs(7)), _inputs()
+    with pytest.raises(
+        ValueError, match="wrt=BatchStat selects no variable with elements in Linear"
+    ):
+        check_parameter_gradients(model, lambda m: m(x).sum(), wrt=nnx.BatchStat, allow_zero=True)
+    with pytest.raises(ValueError, match="input has no elements, so nothing would be checked"):
+        check_input_gradients(model, lambda m, v: m(v).sum(), jnp.zeros((0, 3)), allow_zero=True)
+
+
+def test_a_leaf_with_no_elements_is_skipped():
+    model = Vector(1.0, 2.0)
+    model.empty = nnx.Param(jnp.zeros((0,)))
+    grads = check_parameter_gradients(model, lambda m: (m.w[...] ** 2).sum() + m.empty[...].sum())
+    assert grads["empty"].get_value().shape == (0,)
+    np.testing.assert_allclose(grads["w"].get_value(), [2.0, 4.0])
+
+
+def test_each_element_has_its_own_step_and_a_failure_reports_it():
+    model = Vector(1000.0, 0.1, 0.2)  # a step relative to 1000 would be 1 for every element
+    check_parameter_gradients(model, lambda m: jnp.sin(m.w[...][1:]).sum() + m.w[...][0] ** 2)
+    with pytest.raises(GradientMismatchError) as info:  # sin at 1000 with a step of 1
+        check_parameter_gradients(model, lambda m: jnp.sin(m.w[...]).sum())
+    worst = info.value.worst
+    assert (worst.index, worst.failing, worst.step) == ((0,), 1, 1.0)
+    assert "1 of 3 checked elements out of tolerance (rtol 0.002, atol 1e-05, step 1)" in str(
+        info.value
+    )
+    small = GradientTolerance(step=1e-6, rtol=2e-3, atol=1e-5)
+    check_parameter_gradients(model, lambda m: jnp.sin(m.w[...]).sum(), tolerance=small)
+
+
+def test_a_reference_that_is_not_float64_is_named():
+    x = jnp.linspace(-1, 1, 12).reshape(4, 3).astype(jnp.bfloat16)
+    model = nnx.Linear(3, 2, param_dtype=jnp.bfloat16, dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    with pytest.raises(
+        ValueError, match="its reference is not float64: the loss is bfloat16"
+    ) as info:
+        check_parameter_gradients(model, lambda m: jnp.tanh(m(x)).sum())
+    assert "set the layer's dtype to None" in str(info.value)
+    assert isinstance(info.value.__cause__, GradientMismatchError)
+
+
+def test_a_dropout_that_is_not_deterministic_is_named():
+    model, x = Mlp(rngs=nnx.Rngs(0)), _inputs()
+    model.dropout = nnx.Dropout(0.5, rngs=nnx.Rngs(dropout=1))
+    with pytest.raises(
+        ValueError, match=r"not the same function .* Dropout that is not deterministic"
+    ):
+        check_parameter_gradients(model, lambda m: jnp.tanh(m(x)).sum())

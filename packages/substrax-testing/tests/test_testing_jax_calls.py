@@ -1,6 +1,7 @@
 """counted_calls, by_package and per_iteration on real jax programs."""
 
 import copy
+import functools
 import json
 import sys
 import threading
@@ -105,6 +106,11 @@ def test_weights_choose_and_scale_the_kinds():
         ({"dispatches": 1}, ValueError, "unknown call kind 'dispatches'"),
         ({"compile": -1}, ValueError, "compile"),
         ({"compile": 1.5}, TypeError, "compile"),
+        (
+            {"jit_dispatch": 1, "dispatch": 5},
+            ValueError,
+            "two weights: jit_dispatch=1 and dispatch=5",
+        ),
     ],
 )
 def test_bad_weights_are_refused_before_counting(weights, error, match):
@@ -329,6 +335,7 @@ def test_per_iteration_limits_a_custom_kind():
         (lambda _: 1 / 0, "ZeroDivisionError"),
         (lambda _: -1, "not an int >= 0"),
         (lambda _: "1", "not an int >= 0"),
+        (lambda _: True, "it returned True, a bool, not an int"),
     ],
 )
 def test_a_failing_weight_function_stops_counting(weight, reason):
@@ -475,3 +482,76 @@ def test_a_generator_counts_once_when_it_starts_not_at_each_resume():
     with counted_calls(HERE, weights=weights) as calls:
         next(running)
     assert calls.of("calls") == 0  # started before the block
+
+
+def test_a_kind_and_its_alias_may_repeat_one_weight():
+    step, x = jax.jit(lambda x: x * 3), jnp.ones(2)
+    step(x)
+    with counted_calls(HERE, weights={**JAX_CALL_WEIGHTS, "jit_dispatch": 1}) as calls:
+        step(x)
+    assert calls.of("dispatch") == 1
+
+
+def test_host_data_given_to_jnp_asarray_or_array_is_a_host_to_device_transfer():
+    batch, device = np.ones((4, 3), np.float32), jnp.ones(3)
+    jnp.asarray(batch), jnp.array([batch[0], batch[1]])  # warm up
+    with counted_calls(HERE) as calls:
+        for _ in range(3):
+            jnp.asarray(batch)  # a NumPy batch copied to the device every step
+        jnp.asarray(batch, dtype=jnp.float32)  # through jax.device_put: counted once
+        jnp.array([batch[0], batch[1]])  # one array, one transfer
+        list(map(jnp.asarray, [batch, batch]))  # started from C: seen all the same
+        jnp.asarray(device), jnp.array([device, device])  # on the device already
+        jax.jit(lambda x: jnp.asarray(batch) + x)(device)  # traced: a constant, not a transfer
+    assert calls.packages("host_to_device") == {__name__: 7}
+
+
+def _fresh(n):
+    double = jax.jit(lambda x: x * 2)
+    return jax.block_until_ready([double(jnp.full(3, float(i))) for i in range(n)])
+
+
+@pytest.mark.parametrize(
+    ("read", "n"),
+    [
+        (np.mean, 4),  # a list reaches np.asanyarray from NumPy's Python code
+        (np.asarray, 2),
+        (np.concatenate, 2),
+        (np.sum, 3),  # np.add.reduce, a ufunc's method
+        (lambda arrays: np.add(arrays[0], 1), 1),
+        (lambda arrays: np.float32(arrays[0].sum()), 1),
+        (lambda arrays: np.asarray([arrays[:1], (arrays[1],)]), 2),  # nested
+    ],
+)
+def test_numpy_reads_of_arrays_in_lists_ufuncs_and_scalar_types_are_counted(read, n):
+    arrays = _fresh(n)
+    with counted_calls(HERE) as calls:
+        read(arrays)
+    assert calls.of("device_to_host") == n
+
+
+def test_arrays_numpy_cannot_read_through_the_buffer_protocol_count_once():
+    halves = [jnp.ones(2, jnp.bfloat16), jnp.zeros(2, jnp.bfloat16)]  # read through __array__
+    with counted_calls(HERE) as calls:
+        np.asarray(halves)
+    assert calls.of("device_to_host") == 2
+
+
+def test_a_jitted_function_called_through_partial_dispatches_but_not_through_map():
+    double, x = jax.jit(lambda x: x * 2), jnp.ones(3)
+    double(x)
+    with counted_calls(HERE) as calls:
+        for _ in range(3):
+            functools.partial(double)(x)
+        list(map(double, [x, x]))  # called from C: not seen (a documented limit)
+        [double(v) for v in [x, x]]  # the workaround: a call from Python
+    assert calls.of("dispatch") == 5
+
+
+def test_an_at_most_key_neither_run_holds_is_refused():
+    with pytest.raises(ValueError, match=r"at_most names 'dispath'.*their keys: 'dispatch'"):
+        per_iteration(lambda n: Counter(dispatch=5 * n), short=1, long=2, at_most={"dispath": 0})
+    zero = per_iteration(
+        lambda n: Counter(dispatch=n, reads=0), short=1, long=2, at_most={"reads": 0}
+    )
+    assert zero == {"dispatch": 1}  # a key returned with a 0 count is limited

@@ -38,3 +38,42 @@ def test_thread_local_context_managers_are_not_changes():
     with restored_jax_config() as changed, jax.enable_x64(True):
         assert jax.numpy.ones(1).dtype == jax.numpy.float64
     assert changed == []
+
+
+def test_a_context_manager_left_entered_is_undone_and_named():
+    with restored_jax_config() as changed:
+        jax.config.update("jax_debug_nans", True)
+        jax.enable_x64(True).__enter__()  # entered, never exited
+        jax.transfer_guard_host_to_device("disallow").__enter__()  # one with a runtime hook
+    assert changed == [
+        "jax_debug_nans",
+        "jax_enable_x64 (thread-local)",
+        "jax_transfer_guard_host_to_device (thread-local)",
+    ]
+    assert jax.numpy.ones(1).dtype == jax.numpy.float32
+    assert jax.config.jax_transfer_guard_host_to_device is None
+    assert jax.device_put(jax.numpy.zeros(1) + 1).shape == (1,)
+    jax.device_put(1.0)  # the runtime's guard is lifted too: this transfer is allowed
+    assert not jax.config.jax_debug_nans
+
+
+def test_an_override_that_was_there_before_the_block_is_kept():
+    with jax.enable_x64(True):
+        with restored_jax_config() as changed:
+            jax.enable_x64(False).__enter__()
+        assert changed == ["jax_enable_x64 (thread-local)"]
+        assert jax.numpy.ones(1).dtype == jax.numpy.float64
+    assert jax.numpy.ones(1).dtype == jax.numpy.float32
+
+
+def test_an_option_that_cannot_be_set_back_is_named_not_called_restored(monkeypatch):
+    def change_then_refuse_updates():
+        with restored_jax_config():
+            jax.config.update("jax_debug_nans", True)
+            monkeypatch.setattr(jax.config, "update", lambda *_: None)
+
+    with pytest.raises(ValueError, match=r"could not be set back: jax_debug_nans still differ"):
+        change_then_refuse_updates()
+    monkeypatch.undo()
+    assert jax.config.jax_debug_nans
+    jax.config.update("jax_debug_nans", False)

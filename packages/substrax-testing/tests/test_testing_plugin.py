@@ -152,18 +152,23 @@ def test_a_session_that_never_imports_jax_does_not_load_it(pytester):
 @pytest.mark.parametrize(
     ("marker", "problem"),
     [
-        ("devices", "is missing count"),
+        ("devices", "is missing count; use @pytest.mark.devices(count, kind=None)"),
         ("devices(True)", "needs a device count: count=True must be an integer >= 1, not bool"),
         ("devices('2')", "needs a device count: count='2' must be an integer >= 1, not str"),
         ("devices(0)", "needs a device count: count=0 must be an integer >= 1"),
         ("devices(2, kind='quantum')", "names an unknown device kind 'quantum'*"),
         ("devices(2, kinds='gpu')", "got an unknown argument 'kinds'*"),
-        ("devices(2, count=3)", "got 'count' twice"),
-        ("devices(1, 'gpu', 3)", "takes at most 2 argument(s)*"),
+        ("devices(2, count=3)", "got 'count' twice; use @pytest.mark.devices(count, kind=None)"),
+        (
+            "devices(1, 'gpu', 3)",
+            "got 3 positional argument(s) but takes at most 2 argument(s) (count, kind); "
+            "use @pytest.mark.devices(count, kind=None)",
+        ),
         ("accelerator(kind='cpu')", "names cpu, which is not an accelerator"),
         ("accelerator(kind=3)", "names an unknown device kind 3*"),
-        ("accelerator(gpus=1)", "got an unknown argument 'gpus'*"),
-        ("x64(True)", "takes at most 0 argument(s)*"),
+        ("accelerator(gpus=1)", "got an unknown argument 'gpus'; use *.accelerator(kind=None)"),
+        ("x64(1)", "got 1 positional argument(s) but takes none; use @pytest.mark.x64"),
+        ("x64(on=True)", "got an unknown argument 'on'; use @pytest.mark.x64"),
     ],
 )
 def test_malformed_markers_are_usage_errors(pytester, marker, problem):
@@ -209,6 +214,59 @@ def test_a_test_that_changes_global_config_fails_after_restoring(pytester):
         ]
     )
     assert not jax.config.jax_debug_nans
+
+
+def test_a_context_manager_left_entered_fails_that_test_alone(pytester):
+    pytester.makeconftest(PLUGIN_CONFTEST)
+    pytester.makepyfile(
+        test_a=textwrap.dedent(
+            """
+            import jax
+            import jax.numpy as jnp
+
+            def test_leaks_x64():
+                jax.enable_x64(True).__enter__()  # entered, never exited
+
+            def test_leaks_a_precision():
+                jax.default_matmul_precision("highest").__enter__()
+
+            def test_later_tests_start_clean():
+                assert jnp.ones(1).dtype == jnp.float32
+                assert jax.config.jax_default_matmul_precision is None
+            """
+        ),
+        test_b=textwrap.dedent(
+            """
+            import jax
+            import jax.numpy as jnp
+            import pytest
+
+            @pytest.fixture(scope="module")
+            def wide_x64():  # a wider fixture's context manager, exited in its teardown
+                with jax.enable_x64(True):
+                    yield
+
+            def test_uses_it(wide_x64):
+                assert jnp.ones(1).dtype == jnp.float64
+            """
+        ),
+    )
+    with restored_jax_config() as changed:
+        result = pytester.runpytest_inprocess(*STRICT)
+    assert changed == []
+    result.assert_outcomes(passed=4, errors=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_leaks_x64*",
+            "the test changed jax's global config: jax_enable_x64 (thread-local) (now restored); "
+            "a (thread-local) change is a jax config context manager entered and never exited "
+            "(e.g. jax.enable_x64(True).__enter__()): use it in a `with` block",
+            "*ERROR at teardown of test_leaks_a_precision*",
+            "the test changed jax's global config: jax_default_matmul_precision (thread-local) "
+            "(now restored)*",
+        ]
+    )
+    assert "outside any test" not in result.stdout.str()
 
 
 def test_a_wider_fixture_that_leaves_the_config_changed_fails_its_teardown(pytester):

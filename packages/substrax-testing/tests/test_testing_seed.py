@@ -58,10 +58,29 @@ def test_the_seed_is_42_unless_one_option_changes_every_key_fixture(pytester):
     assert "substrax seed: 7 (change it with --substrax-seed N)" in other["header"]
 
 
-@pytest.mark.parametrize("value", ["-1", "seven"])
+@pytest.mark.parametrize("value", ["-1", "seven", "4294967296", "99999999999999999999"])
 def test_a_bad_seed_is_a_usage_error(pytester, value):
     pytester.makeconftest(PLUGIN_CONFTEST)
     pytester.makepyfile(test_inner="def test_nothing():\n    pass\n")
     result = pytester.runpytest_inprocess(*STRICT, "--substrax-seed", value)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"*--substrax-seed takes an integer >= 0, not '{value}'*"])
+    result.stderr.fnmatch_lines(
+        [f"*--substrax-seed takes an integer from 0 to 4294967295 (*), not '{value}'*"]
+    )
+
+
+def test_the_largest_seed_gives_its_own_keys(pytester):
+    pytester.makeconftest(PLUGIN_CONFTEST)
+    pytester.makepyfile(
+        test_inner=textwrap.dedent(
+            """
+            import jax
+
+            def test_key(rng_seed, rng_key, rngs):
+                assert rng_seed == 2**32 - 1
+                assert jax.random.key_data(rng_key).tolist() == [0, 2**32 - 1]
+            """
+        )
+    )
+    result = pytester.runpytest_inprocess(*STRICT, "--substrax-seed", "4294967295")
+    result.assert_outcomes(passed=1)

@@ -24,7 +24,14 @@ from substrax.testing.source_scans import (
 
 
 SCANS = Path(__file__).resolve().parents[1] / "src" / "substrax" / "testing"
-SCAN_MODULES = ["source_scans", "_source_files", "_source_checks", "_mesh_calls", "_documented"]
+SCAN_MODULES = [
+    "source_scans",
+    "_source_files",
+    "_source_checks",
+    "_names",
+    "_mesh_calls",
+    "_documented",
+]
 
 
 def _write(root: Path, files: dict[str, str]) -> Path:
@@ -91,6 +98,15 @@ def test_python_files_refuses_a_missing_root_and_a_bare_string_of_names(tmp_path
         python_files(tmp_path, excluded="build")
 
 
+def test_python_files_refuses_a_single_file_that_is_not_python(tmp_path):
+    root = _write(tmp_path, {"README.md": "# App\n", "src/app.py": ""})
+    with pytest.raises(ValueError, match=r"README\.md is a file but not a \.py file"):
+        python_files(root / "README.md")
+    with pytest.raises(ValueError, match=r"README\.md is a file but not a \.py file"):
+        documented_texts(root, package="README.md")  # its package is read by python_files
+    assert python_files(root / "src" / "app.py") == [root / "src" / "app.py"]
+
+
 # the code each check finds, and code like it that the check leaves alone
 FOUND_AND_LEFT = {
     writes_environment: (
@@ -106,6 +122,7 @@ FOUND_AND_LEFT = {
             "os.putenv('A', '1')",
             "os.unsetenv('A')",
             "os.environ = {}",
+            "environ |= {'A': '1'}",
         ],
         [
             "os.environ.get('A')",
@@ -236,6 +253,10 @@ def test_a_scan_names_each_line_and_its_scope(tmp_path, scan, expected):
         (writes_environment, "from os import environ as env\nenv['A'] = '1'", [2]),
         (writes_environment, "from os import environ\nenviron.update(A='1')", [2]),
         (writes_environment, "from os import putenv as put\nput('A', '1')", [2]),
+        (writes_environment, "from os import environ as E\nE |= {'A': '1'}", [2]),
+        (writes_environment, "from os import environ\nenviron |= {'A': '1'}", [2]),
+        (writes_environment, "import os\nos.environ |= {'A': '1'}", [2]),
+        (writes_environment, "from os import environ\nenvironment |= {'A': '1'}", []),
         (writes_environment, "import os.path\nos.environ['A'] = '1'", [2]),
         (writes_environment, "from app.settings import environ\nenviron['A'] = '1'", []),
         (writes_environment, "import app.settings as os\nos.environ['A'] = '1'", []),
@@ -257,6 +278,93 @@ def test_a_scan_reads_names_through_the_files_imports(tmp_path, check, code, lin
     assert [finding.line for finding in import_time_lines(path, check)] == lines
     # outside a scan, a node is read as written again
     assert _matches("os.environ['A'] = '1'", writes_environment) == [1]
+
+
+OWN_NAMES = """\
+environ = {}
+environ["A"] = "1"
+def app(environ, start_response):
+    environ["PATH_INFO"] = "/"
+    def inner():
+        environ["B"] = "1"
+def putenv(key, value):
+    pass
+putenv("A", "1")
+configure = lambda environ: environ.update(A="1")
+"""
+
+IMPORTED_AND_OWN = """\
+from os import environ, putenv
+environ["A"] = "1"
+def app(environ, start_response):
+    environ["PATH_INFO"] = "/"
+    putenv("A", "1")
+def configure():
+    from os import unsetenv
+    unsetenv("A")
+class Settings:
+    environ = {}
+    environ["A"] = "1"
+    def method(self):
+        environ["A"] = "1"
+"""
+
+
+@pytest.mark.parametrize(
+    ("code", "lines", "at_import"),
+    [
+        (OWN_NAMES, [], []),  # a dict, a WSGI parameter, a function of the file's own: not os's
+        (IMPORTED_AND_OWN, [2, 5, 8, 13], [2]),  # a method sees the module's name, not the class's
+        ("from .settings import environ\nenviron['A'] = '1'", [], []),
+        ("from app.settings import *\nenviron['A'] = '1'", [], []),
+        ("from os import *\nenviron['A'] = '1'\nputenv('A', '1')", [2, 3], [2, 3]),
+        ("def f(os):\n    os.environ['A'] = '1'", [], []),
+        # a name a scope both imports and binds otherwise keeps the import (order is not read)
+        (
+            "try:\n    import os\nexcept ImportError:\n    os = None\nos.environ['A'] = '1'",
+            [5],
+            [5],
+        ),
+    ],
+)
+def test_a_name_the_file_binds_itself_is_not_the_one_in_os(tmp_path, code, lines, at_import):
+    path = _write(tmp_path, {"module.py": code}) / "module.py"
+    assert [finding.line for finding in matching_lines(path, writes_environment)] == lines
+    assert [finding.line for finding in import_time_lines(path, writes_environment)] == at_import
+
+
+def test_a_name_the_file_binds_itself_is_not_logging_either(tmp_path):
+    code = "def basicConfig():\n    pass\nbasicConfig()\nfrom logging import getLogger\ngetLogger().setLevel(10)"
+    path = _write(tmp_path, {"module.py": code}) / "module.py"
+    assert [finding.line for finding in matching_lines(path, configures_logging)] == [5]
+
+
+@pytest.mark.parametrize(
+    ("code", "lines"),
+    [
+        ('if __name__ == "__main__" and DEBUG:\n    A\nelse:\n    B', [4]),
+        ('if DEBUG and __name__ == "__main__":\n    A', []),
+        ('if __name__ == "__main__" or DEBUG:\n    A\nelse:\n    B', [2, 4]),
+        ('if __name__ in ("__main__",):\n    A\nelse:\n    B', [4]),
+        ('if __name__ in ["__main__"]:\n    A', []),
+        ('if __name__ not in {"__main__"}:\n    A\nelse:\n    B', [2]),
+        ('if __name__ in ("__main__", "app"):\n    A', [2]),
+        ('if __name__ in "__main__":\n    A', [2]),  # a substring test: "main" is in it
+        ('if __name__ != "__main__":\n    A\nelse:\n    B', [2]),
+        ('if not __name__ == "__main__":\n    A\nelse:\n    B', [2]),
+        ('match __name__:\n    case "__main__":\n        A\n    case _:\n        B', [5]),
+        ('match __name__:\n    case "__main__" | "app":\n        A', [3]),
+        ('match name:\n    case "__main__":\n        A', [3]),
+        ("if not TYPE_CHECKING:\n    A\nelse:\n    B", [2]),
+        ("TYPE_CHECKING = False\nif TYPE_CHECKING:\n    A", []),
+    ],
+)
+def test_import_time_skips_every_branch_that_cannot_run_on_import(tmp_path, code, lines):
+    path = _write(tmp_path, {"module.py": code}) / "module.py"
+    found = import_time_lines(
+        path, lambda node: isinstance(node, ast.Name) and node.id in {"A", "B"}
+    )
+    assert [finding.line for finding in found] == lines
 
 
 @pytest.mark.parametrize(
@@ -392,6 +500,7 @@ PACKAGE = {
     "docs/index.md": "Index\n",
     "docs/api/ref.rst": "Reference\n",
     "docs/notes.txt": "Not a page\n",
+    "docs/guide.md/intro.md": "Intro\n",  # a directory named like a page is not one
     "examples/train.py": "print('train')\n",
 }
 
@@ -412,6 +521,7 @@ def test_documented_texts_gathers_public_docstrings_pages_and_scripts(tmp_path):
         ("src/app/_core.py", 5, "Trainer.fit", "Fits."),
         ("README.md", 1, "", "# App\n"),
         ("docs/api/ref.rst", 1, "", "Reference\n"),
+        ("docs/guide.md/intro.md", 1, "", "Intro\n"),
         ("docs/index.md", 1, "", "Index\n"),
         ("examples/train.py", 1, "", "print('train')\n"),
     ]

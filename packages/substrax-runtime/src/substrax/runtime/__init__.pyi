@@ -20,8 +20,11 @@ from ._errors import (
     XlaFlagConflictError as XlaFlagConflictError,
 )
 from ._jax_client import (
+    NO_OVERRIDE as NO_OVERRIDE,
     array_read_code as array_read_code,
+    config_settings as config_settings,
     distributed_state as distributed_state,
+    set_config_override as set_config_override,
     top_level_check as top_level_check,
     uncached_read_check as uncached_read_check,
 )

@@ -14,6 +14,12 @@
   are part of every jit cache key: each warm jitted function of the process would retrace and
   recompile once (a first ``counted_calls`` block would count those compiles). So the current
   trace is read here from ``jax._src.core``, which jax has imported already, setting nothing.
+- a config option's thread-local override: a config context manager (``jax.enable_x64(True)``)
+  overrides an option for its thread until it exits. ``jax.config.values`` shows the value as
+  this thread sees it, which cannot tell a global value from an override, and
+  ``jax.config.update`` sets the global value only, under an override that stays in force; so
+  the testing part's config isolation reads both from jax's option holders and clears a leaked
+  override the way the context manager's own exit does.
 
 When jax moves one of these, a call here breaks, loudly (``test_runtime_jax_client`` calls each;
 ``test_runtime_distributed`` and the testing part's call-counting tests use them).
@@ -101,3 +107,59 @@ def uncached_read_check() -> Callable[[object], bool]:
         return isinstance(value, ArrayImpl) and value._npy_value is None  # pyright: ignore[reportPrivateUsage, reportAttributeAccessIssue, reportUnknownMemberType]
 
     return uncached
+
+
+NO_OVERRIDE: object = object()
+"""The thread-local value :func:`config_settings` gives an option that cannot have one (a flag)."""
+
+
+def _config_holders() -> dict[str, Any]:
+    import jax  # noqa: PLC0415 - importing this module imports no jax
+
+    return dict(jax.config._value_holders)  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType, reportUnknownArgumentType, reportAttributeAccessIssue]
+
+
+def config_settings() -> dict[str, tuple[Any, Any]]:
+    """Each jax config option's global value and this thread's override of it.
+
+    The override is jax's own "unset" marker when this thread has none, and :data:`NO_OVERRIDE`
+    for an option that cannot have one.
+
+    Example:
+        >>> import jax
+        >>> from substrax.runtime import config_settings
+        >>> global_value, override = config_settings()["jax_enable_x64"]
+        >>> with jax.enable_x64(not global_value):
+        ...     config_settings()["jax_enable_x64"] == (global_value, not global_value)
+        True
+    """
+    settings: dict[str, tuple[Any, Any]] = {}
+    for name, holder in _config_holders().items():
+        if hasattr(holder, "get_local"):  # a state: its context manager overrides it per thread
+            settings[name] = (holder.get_global(), holder.get_local())
+        else:
+            settings[name] = (holder.value, NO_OVERRIDE)
+    return settings
+
+
+def set_config_override(name: str, value: object) -> None:
+    """Set this thread's override of option ``name`` back to ``value`` (jax's unset marker too).
+
+    Only the context manager that set an override can clear it, on exit, where it sets the
+    override back to what it was and tells jax's runtime (transfer guards, NaN checks) whether
+    one is still in force: a context manager of the option is made and exited as if it had been
+    entered when the override was ``value``, so that jax's own exit does both.
+
+    Example:
+        >>> import jax
+        >>> from substrax.runtime import config_settings, set_config_override
+        >>> before = config_settings()["jax_enable_x64"][1]
+        >>> jax.enable_x64(True).__enter__()  # entered, never exited
+        >>> set_config_override("jax_enable_x64", before)
+        >>> config_settings()["jax_enable_x64"][1] is before
+        True
+    """
+    state: Any = _config_holders()[name]  # a jax ``State``, which jax types only privately
+    manager = state(state.get_global())  # its value is unused: it is never entered
+    manager.prev = value
+    manager.__exit__(None, None, None)

@@ -16,9 +16,9 @@ DEVICE_TO_HOST: Final = "device_to_host"
 COMPILE: Final = "compile"
 KINDS: Final = (DISPATCH, HOST_TO_DEVICE, DEVICE_TO_HOST, COMPILE)
 """What is counted: a compiled program run from Python at the top level (``dispatch``), a host
-value handed to ``jax.device_put`` (``host_to_device``, one per leaf), an array's value read on
-the host (``device_to_host``: ``float()``, ``np.asarray``, ``.tolist()``, printing) and an XLA
-compilation (``compile``)."""
+value handed to ``jax.device_put`` (``host_to_device``, one per leaf) or to ``jnp.asarray`` or
+``jnp.array`` (one per call), an array's value read on the host (``device_to_host``:
+``float()``, ``np.asarray``, ``.tolist()``, printing) and an XLA compilation (``compile``)."""
 
 JAX_CALL_WEIGHTS: Final[Mapping[str, int]] = MappingProxyType(dict.fromkeys(KINDS, 1))
 """The default weights: every kind counts once per event. A kind weighted 0 is not counted."""

@@ -5,18 +5,26 @@ Each kind comes from the most public mechanism that reports it:
 - ``compile``: jax's own monitoring event, ``/jax/core/compile/backend_compile_duration``,
   recorded each time a program goes to the XLA compiler (``jax.monitoring``).
 - ``dispatch``: Python's ``sys.monitoring`` sees each call of a ``jax.jit`` function or a
-  ``jax.stages.Compiled`` (eager ops run through jitted primitives; the jitted function a
-  ``Compiled`` calls in turn is the same dispatch, not counted again); jax's current trace
+  ``jax.stages.Compiled``, made from Python code directly or through a ``functools.partial``
+  (eager ops run through jitted primitives; the jitted function a ``Compiled`` calls in turn is
+  the same dispatch, not counted again). Its ``CALL`` event fires only for calls made by Python
+  bytecode: no public jax event reports an execution, so a call made from C (``map``,
+  ``operator.call``) is not seen. Jax's current trace
   (read by ``substrax.runtime.top_level_check``, which imports nothing new: a late import of
   ``jax.extend`` would make warm functions retrace) leaves out the calls made while tracing.
-- ``host_to_device``: ``sys.monitoring`` sees ``jax.device_put`` start; its host leaves are
-  counted with ``jax.tree.leaves``, outside every trace.
+- ``host_to_device``: ``sys.monitoring`` sees ``jax.device_put`` start (its host leaves are
+  counted with ``jax.tree.leaves``) and ``jnp.asarray`` or ``jnp.array`` start when called from
+  outside jax on host data (one per call: a NumPy array, a Python scalar or a list holding one),
+  outside every trace; a ``device_put`` those two make is theirs, not counted again.
 - ``device_to_host``: no public hook reports a host read. ``jax.transfer_guard_device_to_host``
   can forbid reads on an accelerator, but it reports them only as a C++ log line, without the
   Python caller, and never on CPU, whose reads copy nothing. So the reads are seen where every
-  read passes, jax's array host read and NumPy's converters (CPU arrays reach NumPy through the
-  buffer protocol, out of Python's sight); ``substrax.runtime`` holds that reach into jax and
-  says why.
+  read passes, jax's array host read and NumPy's entry points: its converters,
+  ``np.concatenate``, its ufuncs (and their ``reduce``, ...: ``np.sum`` of a list) and scalar
+  types (``np.float32(x)``). CPU arrays reach NumPy through the buffer protocol, out of
+  Python's sight, so an entry point's first argument is looked at: an array, or the arrays in
+  a list or tuple (the others, in C, are not seen: ``np.add(1, x)``, ``numpy_array + x``);
+  ``substrax.runtime`` holds the reach into jax and says why.
 
 Custom kinds weigh every started Python function (``sys.monitoring``'s ``PY_START``: a call; a
 generator or coroutine starts once, when it first runs, its resumes are not starts). Importing
@@ -24,10 +32,11 @@ this module imports no jax; building the hooks does.
 """
 
 import dataclasses
+import functools
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from types import CodeType, FrameType
+from collections.abc import Callable, Iterator, Mapping
+from types import BuiltinMethodType, CodeType, FrameType
 
 from substrax.support import check_int
 
@@ -43,7 +52,7 @@ from ._call_counts import (
     CallCounts,
     check_kind,
 )
-from ._call_keys import Keys, WeightFn
+from ._call_keys import Keys, WeightFn, module_of, within
 from ._compiles import BACKEND_COMPILE_EVENT
 
 
@@ -75,6 +84,18 @@ class Recorder:
             return
         self.counts[kind, key] += amount
 
+    def numpy_read(
+        self, value: object, frame: FrameType, uncached: Callable[[object], bool]
+    ) -> None:
+        """Count what NumPy reads when given ``value`` first: an array, or those in a list."""
+        if uncached(value):
+            # NumPy reads a CPU array through the buffer protocol, out of Python's sight; on
+            # other devices it calls __array__, which runs the host read: count that read here
+            self.pending = value
+            self.record(DEVICE_TO_HOST, frame, self.weights[DEVICE_TO_HOST])
+        elif n := _listed_reads(value, uncached):  # the others start jax's read: seen there
+            self.record(DEVICE_TO_HOST, frame, self.weights[DEVICE_TO_HOST] * n)
+
     def started(self, frame: FrameType) -> None:
         """Weigh a started function for each custom kind."""
         if not self.counting():
@@ -85,12 +106,10 @@ class Recorder:
             except Exception as error:  # re-raised as CountingFailedError at exit
                 self.failure = (kind, error, "weight")
                 return
-            if not isinstance(amount, int) or amount < 0:  # pyright: ignore[reportUnnecessaryIsInstance] - user code
-                self.failure = (
-                    kind,
-                    TypeError(f"it returned {amount!r}, not an int >= 0"),
-                    "weight",
-                )
+            if not isinstance(amount, int) or isinstance(amount, bool) or amount < 0:  # pyright: ignore[reportUnnecessaryIsInstance] - user code
+                what = "a bool, not an int (return 1 or 0)"
+                what = what if isinstance(amount, bool) else "not an int >= 0"
+                self.failure = (kind, TypeError(f"it returned {amount!r}, {what}"), "weight")
                 return
             self.record(kind, frame, amount)
 
@@ -101,18 +120,28 @@ def resolve_weights(
     """The built-in kinds' weights (aliases resolved) and the custom kinds' weight functions.
 
     Raises:
-        ValueError: An int weight names an unknown kind, or is negative.
+        ValueError: An int weight names an unknown kind, or is negative, or a kind and its
+            alias (``dispatch`` and ``jit_dispatch``) are given different weights.
         TypeError: A built-in kind's weight is not an int.
     """
     chosen: dict[str, int] = {}
+    named: dict[str, str] = {}  # each built-in kind: the name its weight was given under
     custom: dict[str, WeightFn] = {}
-    for kind, weight in (JAX_CALL_WEIGHTS if weights is None else weights).items():
-        if kind == DEVICE_PUT and not callable(weight):
-            custom[kind] = _device_put_weight(check_int(f"weights[{kind!r}]", weight, minimum=0))
-        elif kind in KINDS or kind in ALIASES or not callable(weight):
-            chosen[check_kind(kind)] = check_int(f"weights[{kind!r}]", weight, minimum=0)
+    for name, weight in (JAX_CALL_WEIGHTS if weights is None else weights).items():
+        if name == DEVICE_PUT and not callable(weight):
+            custom[name] = _device_put_weight(check_int(f"weights[{name!r}]", weight, minimum=0))
+        elif name in KINDS or name in ALIASES or not callable(weight):
+            kind, value = check_kind(name), check_int(f"weights[{name!r}]", weight, minimum=0)
+            if kind in chosen and chosen[kind] != value:
+                first = named[kind]
+                raise ValueError(
+                    f"weights gives {kind} two weights: {first}={chosen[kind]} and "
+                    f"{name}={value} ({'an alias' if first in ALIASES else 'the kind'} and "
+                    f"{'an alias' if name in ALIASES else 'the kind'}); give one of them"
+                )
+            chosen[kind], named[kind] = value, name
         else:
-            custom[kind] = weight
+            custom[name] = weight
     return {kind: chosen.get(kind, 0) for kind in KINDS}, custom
 
 
@@ -129,9 +158,60 @@ def _device_put_weight(weight: int) -> WeightFn:
 
 
 def _numpy_readers() -> tuple[object, ...]:
+    """NumPy's entry points that read their first argument on the host, watched by identity."""
     import numpy as np  # noqa: PLC0415
 
-    return (np.asarray, np.array, np.asanyarray, np.ascontiguousarray)
+    converters = (np.asarray, np.array, np.asanyarray, np.ascontiguousarray, np.concatenate)
+    ufuncs = (value for value in vars(np).values() if isinstance(value, np.ufunc))
+    numbers = {t for t in np.sctypeDict.values() if issubclass(t, (np.number, np.bool_))}
+    return (*converters, *ufuncs, *numbers)  # the numeric scalar types too: np.float32(x)
+
+
+def _nested(value: list[object] | tuple[object, ...]) -> Iterator[object]:
+    """The items of a (nested) list or tuple, as NumPy and ``jnp.array`` read them."""
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))  # pyright: ignore[reportUnknownArgumentType]
+        else:
+            yield item
+
+
+def _buffer_read(array: object) -> bool:
+    """Whether NumPy reads ``array`` through the buffer protocol, so no jax read runs.
+
+    The others (an accelerator's arrays, bfloat16 ones) NumPy reads through ``__array__``,
+    whose host read is seen where it starts.
+    """
+    try:
+        with memoryview(array):  # pyright: ignore[reportArgumentType] - any object
+            return True
+    except Exception:  # NumPy falls back to __array__ on any failure
+        return False
+
+
+def _listed_reads(value: object, uncached: Callable[[object], bool]) -> int:
+    """How many arrays in a list or tuple ``value`` NumPy reads out of Python's sight."""
+    if not isinstance(value, (list, tuple)):
+        return 0
+    return sum(1 for item in _nested(value) if uncached(item) and _buffer_read(item))  # pyright: ignore[reportUnknownArgumentType]
+
+
+def _given_host_data(frame: FrameType, makers: tuple[CodeType, ...], array: type) -> bool:
+    """Whether ``jnp.asarray`` or ``jnp.array``, started in ``frame``, was given host data.
+
+    Only a call from outside jax counts: ``jnp.asarray`` calls ``jnp.array``, and jax's own
+    conversions are its implementation's, not the caller's.
+    """
+    caller = frame.f_back
+    if caller is None or caller.f_code in makers:
+        return False
+    if any(within(module_of(caller), package) for package in ("jax", "jaxlib")):
+        return False
+    value = frame.f_locals[frame.f_code.co_varnames[0]]
+    items = _nested(value) if isinstance(value, (list, tuple)) else (value,)  # pyright: ignore[reportUnknownArgumentType]
+    return any(not isinstance(v, array) and not hasattr(v, "__jax_array__") for v in items)
 
 
 def _frame(depth: int) -> FrameType:
@@ -152,6 +232,7 @@ class Hooks:
 def build_hooks(recorder: Recorder) -> Hooks:
     """The callbacks that feed ``recorder``: sys.monitoring's and jax's compile listener."""
     import jax  # noqa: PLC0415 - importing this module imports no jax
+    from numpy import ufunc  # noqa: PLC0415
 
     from substrax.runtime import (  # noqa: PLC0415 - imports jax
         array_read_code,
@@ -164,20 +245,25 @@ def build_hooks(recorder: Recorder) -> Hooks:
     compiled_call = jax.stages.Compiled.__call__.__code__  # calls a jitted function in turn
     readers = frozenset(map(id, _numpy_readers()))
     value_code, put_code = array_read_code(), jax.device_put.__code__
+    makers = (jax.numpy.asarray.__code__, jax.numpy.array.__code__)
     is_top_level, uncached = top_level_check(), uncached_read_check()
+
+    def dispatched(caller: FrameType) -> None:
+        if chosen[DISPATCH] and caller.f_code is not compiled_call and is_top_level():
+            recorder.record(DISPATCH, caller, chosen[DISPATCH])
 
     def on_call(code: CodeType, offset: int, callee: object, arg0: object) -> None:
         del code, offset
         recorder.pending = None
-        if isinstance(callee, dispatchers):
-            caller = _frame(1)  # the calling frame
-            if chosen[DISPATCH] and caller.f_code is not compiled_call and is_top_level():
-                recorder.record(DISPATCH, caller, chosen[DISPATCH])
-        elif id(callee) in readers and uncached(arg0):
-            # NumPy reads a CPU array through the buffer protocol, out of Python's sight; on
-            # other devices it calls __array__, which runs the host read: count that read here
-            recorder.pending = arg0
-            recorder.record(DEVICE_TO_HOST, _frame(1), chosen[DEVICE_TO_HOST])
+        if isinstance(callee, dispatchers) or (
+            isinstance(callee, functools.partial) and isinstance(callee.func, dispatchers)  # pyright: ignore[reportUnknownMemberType]
+        ):
+            dispatched(_frame(1))  # the calling frame
+        elif chosen[DEVICE_TO_HOST] and (
+            id(callee) in readers  # a NumPy entry point, or a ufunc's reduce, accumulate, ...
+            or (type(callee) is BuiltinMethodType and isinstance(callee.__self__, ufunc))
+        ):
+            recorder.numpy_read(arg0, _frame(1), uncached)
 
     def on_start(code: CodeType, offset: int) -> None:
         del offset
@@ -191,10 +277,13 @@ def build_hooks(recorder: Recorder) -> Hooks:
             elif uncached(array):  # not read before: a transfer
                 recorder.record(DEVICE_TO_HOST, frame, chosen[DEVICE_TO_HOST])
         elif code is put_code and chosen[HOST_TO_DEVICE] and is_top_level():
-            leaves = jax.tree.leaves(frame.f_locals["x"])
-            hosted = sum(not isinstance(leaf, jax.Array) for leaf in leaves)
-            if hosted:
+            if frame.f_back is None or frame.f_back.f_code not in makers:  # else counted there
+                leaves = jax.tree.leaves(frame.f_locals["x"])
+                hosted = sum(not isinstance(leaf, jax.Array) for leaf in leaves)
                 recorder.record(HOST_TO_DEVICE, frame, chosen[HOST_TO_DEVICE] * hosted)
+        elif code in makers and chosen[HOST_TO_DEVICE] and is_top_level():
+            hosted = _given_host_data(frame, makers, jax.Array)  # one array made: one transfer
+            recorder.record(HOST_TO_DEVICE, frame, chosen[HOST_TO_DEVICE] * hosted)
 
     def on_compile(event: str, duration_secs: float, **kwargs: object) -> None:
         del duration_secs, kwargs
@@ -202,5 +291,6 @@ def build_hooks(recorder: Recorder) -> Hooks:
             recorder.record(COMPILE, _frame(1), chosen[COMPILE])  # the compiling frame
 
     local = ((value_code, DEVICE_TO_HOST), (put_code, HOST_TO_DEVICE))
+    local += tuple((maker, HOST_TO_DEVICE) for maker in makers)
     codes = tuple(code for code, kind in local if chosen[kind])
     return Hooks(on_call=on_call, on_start=on_start, on_compile=on_compile, local_codes=codes)

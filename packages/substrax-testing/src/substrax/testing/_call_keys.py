@@ -29,18 +29,20 @@ call; a generator when it first runs, not at its resumes), how many to count und
 not counted)."""
 
 
-def _module_of(frame: FrameType) -> str:
+def module_of(frame: FrameType) -> str:
+    """The name of the module a frame runs in (``"?"`` when it has none)."""
     name = frame.f_globals.get("__name__")
     return name if isinstance(name, str) else "?"
 
 
-def _within(module: str, package: str) -> bool:
+def within(module: str, package: str) -> bool:
+    """Whether ``module`` is ``package`` or one of its submodules."""
     return module == package or module.startswith(package + ".")
 
 
 def _function_of(frame: FrameType) -> str:
     """The dotted name of the function a frame runs: ``module.qualname``."""
-    return f"{_module_of(frame)}.{frame.f_code.co_qualname}"
+    return f"{module_of(frame)}.{frame.f_code.co_qualname}"
 
 
 def _check_names(what: str, names: Sequence[str]) -> tuple[str, ...]:
@@ -105,12 +107,12 @@ def by_package(
         while current is not None:
             if functions and (function := _function_of(current)) in functions:
                 return function
-            module = _module_of(current)
+            module = module_of(current)
             if listed:
                 for package in listed:
-                    if _within(module, package):
+                    if within(module, package):
                         return package
-            elif not any(_within(module, skipped) for skipped in excluded):
+            elif not any(within(module, skipped) for skipped in excluded):
                 return module.partition(".")[0]
             current = current.f_back
         return other
@@ -150,8 +152,8 @@ def started(*names: str) -> WeightFn:
     chosen = _check_names("names", names)
 
     def weight(frame: FrameType) -> int:
-        module = _module_of(frame)
-        if any(_within(module, name) for name in chosen):
+        module = module_of(frame)
+        if any(within(module, name) for name in chosen):
             return 1
         return int(_function_of(frame) in chosen)
 

@@ -132,6 +132,7 @@ def documented_texts(
     Raises:
         SourceNotFoundError: A path does not exist (a ``FileNotFoundError``); the message names
             the argument that gave it.
+        ValueError: ``package`` or a script directory is a file but not a ``.py`` file.
 
     Example:
         >>> import tempfile
@@ -167,7 +168,8 @@ def documented_texts(
     texts.extend(_whole(existing(root / page, "pages"), root) for page in pages)
     for directory in page_directories:
         found = existing(root / directory, "page_directories").rglob("*")
-        texts.extend(_whole(path, root) for path in sorted(found) if path.suffix in PAGE_SUFFIXES)
+        files = [path for path in found if path.suffix in PAGE_SUFFIXES and path.is_file()]
+        texts.extend(_whole(path, root) for path in sorted(files))  # not a directory ``x.md``
     for directory in script_directories:
         scripts = python_files(existing(root / directory, "script_directories"))
         texts.extend(_whole(path, root) for path in scripts)

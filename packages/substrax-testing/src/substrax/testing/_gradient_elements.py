@@ -3,10 +3,11 @@
 ``check_grads`` checks one random direction of a leaf's sampled elements: its sum can hide a small
 element that is wrong, and its failure says neither which element is wrong nor by how much. This
 compares each sampled element's derivative (jax's, in the mode checked) with its own central
-difference of the float64 reference, at ``check_grads``' step: in reverse mode always (jax's
+difference of the float64 reference, at its own step (``step * max(1, |x|)``): in reverse mode always (jax's
 gradient is at hand), in forward mode (one ``jax.jvp`` per element) after a failure. It can find no
 element out of tolerance (``failing`` 0) where only the direction was, by cancellation; the leaf
-has still failed. Importing this module imports no jax.
+has still failed. After a failure, :func:`unlike_reference` says whether the float64 reference
+itself is to blame. Importing this module imports no jax.
 """
 
 import dataclasses
@@ -14,10 +15,13 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ._gradient_records import LeafGradientCheck
+from substrax.typing import PyTree
+
+from ._gradient_records import GRADIENT_TOLERANCES, LeafGradientCheck
 
 
 if TYPE_CHECKING:
+    import jax
     import numpy as np
 
 _TINY: Final = 1e-300  # an allowance of 0 (rtol = atol = 0) makes any error infinitely bad
@@ -29,7 +33,7 @@ def localize(
     derivatives: tuple["np.ndarray", Callable[[Any], Any]],
     start: "np.ndarray",
     *,
-    eps: float,
+    eps: "np.ndarray",
     where: tuple["np.ndarray", tuple[int, ...]],
 ) -> tuple[float, LeafGradientCheck]:
     """Compare jax's derivative of each sampled element with its own central difference.
@@ -40,13 +44,13 @@ def localize(
         derivatives: jax's gradient at them (used in ``"rev"``), and its derivative along a
             direction of them (used in ``"fwd"``: one ``jax.jvp`` per element's unit vector).
         start: The sampled elements' values (float64).
-        eps: The central-difference step (``check_grads``').
+        eps: Each sampled element's central-difference step.
         where: The sampled elements' flat indices in the leaf, and the leaf's shape.
 
     Returns:
         The worst element's error over its allowance (NaN worst), and the summary with that
-        element, both its values, the largest errors and how many elements are out of
-        ``atol + rtol * |numeric|``.
+        element, both its values and its step, the largest errors and how many elements are out
+        of ``atol + rtol * |numeric|``.
     """
     import numpy as np  # noqa: PLC0415
 
@@ -58,12 +62,10 @@ def localize(
         analytic = np.asarray(gradient, dtype=np.float64).reshape(start.size)
     else:
         analytic = np.array([float(along(unit)) for unit in units])
+    steps = np.asarray(eps, dtype=np.float64) * units
     numeric = np.array(
-        [
-            float(reference(start + eps * unit)) - float(reference(start - eps * unit))
-            for unit in units
-        ]
-    ) / (2 * eps)
+        [float(reference(start + step)) - float(reference(start - step)) for step in steps]
+    ) / (2 * np.asarray(eps, dtype=np.float64))
     error = np.abs(analytic - numeric)
     relative = error / np.maximum(np.abs(numeric), np.finfo(np.float64).tiny)
     allowed = tolerance.atol + tolerance.rtol * np.abs(numeric)
@@ -75,6 +77,7 @@ def localize(
         index=tuple(int(i) for i in index),
         analytic=float(analytic[worst]),
         numeric=float(numeric[worst]),
+        step=float(np.asarray(eps)[worst]),
         max_abs_error=_largest(error),
         max_rel_error=_largest(relative),
         failing=int(np.count_nonzero(~(error <= allowed))),  # NaN is out of tolerance
@@ -85,3 +88,33 @@ def _largest(values: "np.ndarray") -> float:
     import numpy as np  # noqa: PLC0415
 
     return float(np.nanmax(values)) if np.isfinite(values).any() else math.inf
+
+
+def unlike_reference(
+    loss: Callable[[PyTree, PyTree], PyTree], point: tuple[PyTree, PyTree], value: "jax.Array"
+) -> str | None:
+    """Why the float64 reference is not the loss checked, where that shows; None if it does not.
+
+    Asked after a failure: ``loss`` is called at ``point``, the float64 copy (under x64), and
+    ``value`` is jax's loss as checked. The reference is not float64 where the model computes
+    in a dtype of its own, and not the loss where random draws differ under x64.
+    """
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    reference = jnp.asarray(loss(*point))
+    if (computed := reference.dtype) != jnp.float64:
+        return (
+            f"but its reference is not float64: the loss is {computed} under it, as the model "
+            f"computes in {computed} (a layer's explicit dtype=, a cast); set the layer's dtype "
+            f"to None to compute in its parameters' dtype, or check with a tolerance= (a step "
+            f"and rtol) for {computed}"
+        )
+    tolerance = GRADIENT_TOLERANCES.get(value.dtype.name)
+    there, here = float(reference), float(value)
+    if tolerance is None or abs(there - here) <= tolerance.atol + tolerance.rtol * abs(here):
+        return None
+    return (
+        f"but the loss is {there:.6g} under its float64 reference and {here:.6g} as checked: "
+        "not the same function (random draws, like a Dropout that is not deterministic, differ "
+        "under x64); make the model deterministic for the check"
+    )

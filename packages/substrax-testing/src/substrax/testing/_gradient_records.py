@@ -19,7 +19,7 @@ class GradientTolerance:
     A check passes when ``|analytic - numeric| <= atol + rtol * |numeric|``.
 
     Attributes:
-        step: The central-difference step, relative to ``max(1, |x|)`` of the checked elements.
+        step: The central-difference step, relative to ``max(1, |x|)`` of each checked element.
         rtol: The relative tolerance.
         atol: The absolute tolerance.
 
@@ -75,6 +75,8 @@ class LeafGradientCheck:
         checked: How many elements were checked (sampled).
         failing: How many were out of tolerance (0 when the check passed).
         tolerance: The tolerance the leaf was checked with.
+        step: The central-difference step used at the worst element (``tolerance.step *
+            max(1, |x|)``; None when no element is named). A failure reports it as the step.
 
     Example:
         >>> import dataclasses
@@ -103,6 +105,7 @@ class LeafGradientCheck:
     checked: int
     failing: int
     tolerance: GradientTolerance | None = None
+    step: float | None = None
 
     def describe(self) -> str:
         """One line: where, both values and the errors, how many elements failed, the tolerance."""
@@ -120,5 +123,6 @@ class LeafGradientCheck:
                 f"{self.checked} checked elements within tolerance{each} along a random direction"
             )
         if (chosen := self.tolerance) is not None:
-            line += f" (rtol {chosen.rtol:g}, atol {chosen.atol:g}, step {chosen.step:g})"
+            step = chosen.step if self.step is None else self.step  # the one used, if known
+            line += f" (rtol {chosen.rtol:g}, atol {chosen.atol:g}, step {step:g})"
         return line

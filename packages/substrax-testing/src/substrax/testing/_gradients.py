@@ -13,7 +13,7 @@ A :class:`GradientMismatchError` names the worst leaf, mode and element, caused 
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from substrax.support import check_int, require
 from substrax.typing import PyTree
@@ -90,6 +90,48 @@ def _tolerance(dtype: str, chosen: object) -> GradientTolerance:
     return chosen if isinstance(chosen, GradientTolerance) else GRADIENT_TOLERANCES[dtype]
 
 
+def _refuse_gradient(
+    names: tuple[str, str], leaves: list[tuple[str, "jax.Array"]], gradients: list[Any], zero: bool
+) -> None:
+    """Refuse jax's gradient (what is returned): a leaf not finite, or all zero unless ``zero``."""
+    import numpy as np  # noqa: PLC0415
+
+    from ._errors import ZeroGradientError  # noqa: PLC0415 - a cycle
+
+    (who, what), nonzero = names, False
+    for (path, _), leaf in zip(leaves, gradients, strict=True):
+        gradient = np.asarray(leaf, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(gradient))
+        if bad.size:
+            at = ", ".join(map(str, np.unravel_index(int(bad[0]), gradient.shape)))
+            raise ValueError(
+                f"{who}: jax's gradient of {path} is not finite ({bad.size} of {gradient.size} "
+                f"elements, the first {path}[{at}] = {gradient.flat[bad[0]]}); finite "
+                "differences cannot check it. Look in the loss for a jnp.where whose unused "
+                "branch has an infinite derivative (sqrt or log at or below 0: make that "
+                "branch's input safe too, a second jnp.where) or a division by zero"
+            )
+        nonzero = nonzero or bool(np.any(gradient != 0))
+    if not zero and not nonzero:
+        raise ZeroGradientError(what, sum(1 for _, value in leaves if value.size))
+
+
+def _fail(
+    who: str, results: list[tuple[float, LeafGradientCheck, bool, Any]], unlike: str | None
+) -> NoReturn:
+    """Raise the worst failure; a ValueError where the float64 reference is ``unlike`` the loss."""
+    from ._errors import GradientMismatchError  # noqa: PLC0415 - a cycle
+
+    _, worst, _, cause = max((r for r in results if r[2]), key=lambda result: result[0])
+    error = GradientMismatchError(worst, tuple(summary for _, summary, _, _ in results))
+    error.__cause__ = cause
+    if unlike is not None:  # the reference, not (only) the gradient, may be what is wrong
+        raise ValueError(
+            f"{who}: the gradient check failed, {unlike}; {worst.describe()}"
+        ) from error
+    raise error
+
+
 def _check_leaf(
     reference: Callable[["np.ndarray"], "jax.Array"],
     along: Callable[["jax.Array"], "jax.Array"],
@@ -97,7 +139,7 @@ def _check_leaf(
     start: "np.ndarray",
     leaf: tuple[str, str, str, GradientTolerance, tuple["np.ndarray", tuple[int, ...]]],
 ) -> tuple[float, LeafGradientCheck, bool, AssertionError | None]:
-    """``check_grads`` at ``start`` on ``reference``, with jax's derivative there.
+    """``check_grads`` on ``reference`` at ``start`` (a step per element), with jax's derivative.
 
     That is ``along(t)`` (fwd) or ``gradient`` (rev); ``leaf``: path, dtype, mode, tolerance,
     and the sampled elements' flat indices and the leaf's shape. In rev, and after a failure,
@@ -111,17 +153,21 @@ def _check_leaf(
     from ._gradient_elements import localize  # noqa: PLC0415 - only on a failure
 
     path, dtype, mode, tolerance, where = leaf
+    scale = np.maximum(1.0, np.abs(start))  # each element's step: tolerance.step * scale
+
+    def moved(d: "jax.Array") -> "jax.Array":  # check_grads' step in d is the step in x / scale
+        return reference(start + scale * d)
+
     if mode == "fwd":
-        checked = jax.custom_jvp(reference)
-        checked.defjvp(lambda x, t: (reference(*x), along(*t)))
+        checked = jax.custom_jvp(moved)
+        checked.defjvp(lambda d, t: (moved(*d), along(t[0] * scale)))
     else:
-        checked = jax.custom_vjp(reference)
-        checked.defvjp(lambda x: (reference(x), None), lambda _, c: (c * gradient,))
+        checked = jax.custom_vjp(moved)
+        checked.defvjp(lambda d: (moved(d), None), lambda _, c: (c * gradient * scale,))
     atol, rtol = tolerance.atol or _TINY, tolerance.rtol or _TINY  # 0 would be numpy's default
-    step = tolerance.step * max(1.0, float(np.max(np.abs(start))))
     error = None
     try:
-        check_grads(checked, (start,), 1, (mode,), atol, rtol, step)
+        check_grads(checked, (np.zeros_like(start),), 1, (mode,), atol, rtol, tolerance.step)
     except AssertionError as caught:
         error = caught
     except TypeError as caught:  # jax.jvp refuses a custom_vjp function
@@ -137,7 +183,8 @@ def _check_leaf(
     if error is None and mode == "fwd":  # one jvp per element: compared only after a failure
         return 0.0, summary, False, None
     # rev: jax's gradient is at hand, so each element is compared with its own difference
-    score, found = localize(summary, reference, (gradient, along), start, eps=step, where=where)
+    steps = tolerance.step * scale
+    score, found = localize(summary, reference, (gradient, along), start, eps=steps, where=where)
     if error is None and not found.failing:
         errors = {"max_abs_error": found.max_abs_error, "max_rel_error": found.max_rel_error}
         return 0.0, dataclasses.replace(summary, **errors), False, None
@@ -148,26 +195,29 @@ def _check(
     function: Callable[[PyTree, PyTree], PyTree],
     tree: PyTree,
     aux: PyTree,
-    names: tuple[str, str],
+    names: tuple[str, str, str],
     options: tuple[Sequence[str], int, int, GradientTolerance | None, bool],
 ) -> PyTree:
     """Check ``function(tree, aux)``'s gradient in ``tree``, leaf by leaf; return it.
 
-    ``names``: the caller, what it differentiates; ``options``: its keywords, in order.
+    ``names``: the caller, what it differentiates, what to say when ``tree`` has no elements;
+    ``options``: its keywords, in order. Leaves with no elements are skipped.
     """
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
-    from ._errors import GradientMismatchError, ZeroGradientError  # noqa: PLC0415 - a cycle
+    from ._gradient_elements import unlike_reference  # noqa: PLC0415
 
-    (who, what), (modes, samples, seed, tolerance, allow_zero) = names, options
+    (who, what, empty), (modes, samples, seed, tolerance, allow_zero) = names, options
     chosen = () if isinstance(modes, str) else tuple(modes)
     if not chosen or any(mode not in MODES for mode in chosen):
         raise ValueError(f"modes must be a non-empty sequence of some of {MODES}, not {modes!r}")
     check_int("samples", samples, minimum=1)
     check_int("seed", seed, minimum=0)
     leaves = _leaves(tree, who)
+    if not any(value.size for _, value in leaves):
+        raise ValueError(f"{who}: {empty}")
     tolerances = [_tolerance(value.dtype.name, tolerance) for _, value in leaves]
     output = jax.eval_shape(function, tree, aux)
     if getattr(output, "shape", None) != ():
@@ -176,8 +226,7 @@ def _check(
     if not math.isfinite(float(value)):  # check_grads takes nan for nan as equal
         raise ValueError(f"{who}: the loss is {float(value)}; finite differences need it finite")
     flat_gradient = jax.tree.leaves(gradient)
-    if not allow_zero and all(not bool(jnp.any(g != 0)) for g in flat_gradient):
-        raise ZeroGradientError(what, len(flat_gradient))
+    _refuse_gradient((who, what), leaves, flat_gradient, allow_zero)
 
     flat, treedef = [value for _, value in leaves], jax.tree.structure(tree)
     tree = treedef.unflatten(flat)  # arrays, as ``jax.jvp`` wants them (not numpy or floats)
@@ -213,12 +262,10 @@ def _check(
     with jax.enable_x64(True), jax.numpy_dtype_promotion("standard"):
         wide = [np.asarray(value, dtype=np.float64) for value in flat]
         rest = jax.tree.map(lambda x: x.astype(np.float64) if _floating(x) else x, aux)
-        results = [leaf_check(position, mode) for mode in chosen for position in range(len(flat))]
-    failed = [result for result in results if result[2]]
-    if failed:
-        _, worst, _, cause = max(failed, key=lambda result: result[0])
-        summaries = tuple(summary for _, summary, _, _ in results)
-        raise GradientMismatchError(worst, summaries) from cause
+        positions = [position for position, value in enumerate(flat) if value.size]
+        results = [leaf_check(position, mode) for mode in chosen for position in positions]
+        if any(result[2] for result in results):  # is the reference the loss? (not raised yet)
+            _fail(who, results, unlike_reference(function, (treedef.unflatten(wide), rest), value))
     return gradient
 
 
@@ -236,7 +283,8 @@ def check_parameter_gradients(
     """Check ``loss(module)``'s gradients with respect to the parameters by finite differences.
 
     Each parameter leaf is checked on its own, on ``samples`` of its elements (``seed`` picks
-    them), against central differences of the loss on a float64 copy, within the dtype's
+    them; one with none is skipped), against central differences of the loss on a float64 copy
+    (each element's step ``step * max(1, |x|)``), within the dtype's
     :data:`GRADIENT_TOLERANCES` or ``tolerance``: ``|analytic - numeric| <= atol + rtol *
     |numeric|``. In ``"rev"`` mode every sampled element of jax's gradient (in the leaf's dtype)
     must meet it against its own difference, and ``jax.test_util.check_grads`` must pass along a
@@ -264,7 +312,9 @@ def check_parameter_gradients(
         ZeroGradientError: Every gradient is zero and ``allow_zero`` is False.
         TypeError: ``module`` is not an ``nnx.Module``, the loss is not a scalar, a checked
             leaf not floating, a bad ``tolerance``.
-        ValueError: Unknown modes, ``samples < 1``, ``seed < 0``, a dtype with no default.
+        ValueError: Unknown modes, ``samples < 1``, ``seed < 0``, a dtype with no default, a
+            ``wrt`` that selects no elements, a non-finite loss or gradient, or a failed check
+            whose float64 reference is not float64 or not the loss (named, with the worst leaf).
         MissingExtraError: flax is not installed (the ``nnx`` extra).
 
     Example:
@@ -286,7 +336,13 @@ def check_parameter_gradients(
         return loss(nnx.merge(graphdef, values, others, copy=True))
 
     options = (modes, samples, seed, tolerance, allow_zero)
-    return _check(function, params, rest, ("check_parameter_gradients", "parameters"), options)
+    label = "nnx.Param (the default)" if wrt is None else getattr(wrt, "__name__", repr(wrt))
+    empty = (
+        f"wrt={label} selects no variable with elements in {type(module).__name__}, so nothing "
+        "would be checked; pass a wrt filter that selects the parameters to check"
+    )
+    names = ("check_parameter_gradients", "parameters", empty)
+    return _check(function, params, rest, names, options)
 
 
 def check_input_gradients(
@@ -340,4 +396,5 @@ def check_input_gradients(
         return loss(nnx.merge(graphdef, others, copy=True), values)
 
     options = (modes, samples, seed, tolerance, allow_zero)
-    return _check(function, value, state, ("check_input_gradients", "input"), options)
+    empty = "the input has no elements, so nothing would be checked; pass one with some"
+    return _check(function, value, state, ("check_input_gradients", "input", empty), options)

@@ -92,12 +92,24 @@ def counted_calls(
     """Count the jax calls (or any Python functions) the block makes, by kind and package.
 
     Counted, on the thread that entered the block, with the garbage collector paused (as in
-    0.1.22: a finalizer run by a collection would add its calls): compiled programs run from Python at the
-    top level (a ``jax.jit`` function or an eager op; calls made while tracing are not
-    dispatches), host values given to ``jax.device_put`` (one per leaf), reads of an array's
-    value on the host that were not cached, and XLA compilations. A NumPy array passed straight
-    to a jitted function is moved inside jax's C++ dispatch, out of Python's sight: forbid
-    those with ``jax.transfer_guard_host_to_device("disallow")``.
+    0.1.22: a finalizer run by a collection would add its calls): compiled programs run from
+    Python at the top level (a ``jax.jit`` function, called directly or through
+    ``functools.partial``, or an eager op; calls made while tracing are not dispatches), host
+    values given to ``jax.device_put`` (one per leaf) or, by code outside jax, to
+    ``jnp.asarray`` or ``jnp.array`` (one per call), reads of an array's value on the host
+    that were not cached, and XLA compilations.
+
+    Known limits: ``sys.monitoring`` sees the calls Python code makes, not those made from C.
+    A jitted function that C calls (``map(step, xs)``) runs unseen, with no public jax event
+    to report it: call it from Python (``[step(x) for x in xs]``, a ``for`` loop). On CPU,
+    NumPy reads an array through the buffer protocol, out of Python's sight: what its
+    converters, ``np.concatenate``, its ufuncs (and their ``reduce``, ...) and scalar types
+    (``np.float32(x)``) are given first is counted, an array or the arrays in a list or tuple,
+    but not a later argument (``np.add(1, x)``) nor a read started from C
+    (``numpy_array + x``); on other devices each such read runs jax's host read and is
+    counted. A NumPy array passed straight to a jitted function (or a ``jnp`` op) is moved
+    inside jax's C++ dispatch: forbid those with
+    ``jax.transfer_guard_host_to_device("disallow")``.
 
     Any other kind is counted with a weight function (:data:`WeightFn`, :func:`started` builds
     one): every Python function started on that thread is weighed (once per call: a generator
@@ -117,13 +129,14 @@ def counted_calls(
         ``weights`` left out or weighted 0.
 
     Raises:
-        ValueError: An int weight names an unknown kind.
+        ValueError: An int weight names an unknown kind, or a kind and its alias get different
+            weights.
         TypeError: A built-in kind's weight is not an int.
         ToolIdsInUseError: Every ``sys.monitoring`` tool id is taken (a debugger, profiler
             or coverage tool holds them all).
         CountingFailedError: The keys function raised (or returned a non-str), or a weight
-            function raised (or returned no int >= 0), inside the block; raised when the block
-            exits normally, from that error.
+            function raised (or returned no int >= 0, or a bool), inside the block; raised when
+            the block exits normally, from that error.
 
     Example:
         >>> import jax, jax.numpy as jnp, numpy as np
@@ -204,7 +217,8 @@ def per_iteration[K](
 
     Raises:
         ValueError: ``long`` is not more than ``short``, or ``at_most`` names an unknown kind
-            or one ``count_fn``'s ``counted_calls`` did not count (its limit could not fail).
+            or one ``count_fn``'s ``counted_calls`` did not count, or (for counts of another
+            shape) a key neither run's counts hold: its limit could not fail.
         TypeError: ``count_fn`` returned something other than a mapping of counts.
         UnevenCountError: A count did not grow by a whole, non-negative number per iteration.
         TooManyCallsError: An iteration made more calls of a kind than ``at_most`` allows.
@@ -237,6 +251,13 @@ def per_iteration[K](
     if not (isinstance(before, CallCounts) and isinstance(after, CallCounts)):
         grown = _grow(before, after, first=first, second=second, keyed=False)
         for key, limit in limits.items():
+            if key not in before and key not in after:  # a misspelled key would limit nothing
+                seen = ", ".join(sorted(map(repr, {*before, *after}))) or "none"
+                raise ValueError(
+                    f"at_most names {key!r}, which neither run's counts hold (their keys: "
+                    f"{seen}), so its limit cannot fail; correct the key, or have count_fn "
+                    f"return it with a 0 count when nothing is counted under it"
+                )
             if grown.get(key, 0) > limit:
                 raise TooManyCallsError(key, limit, grown[key], ((key, grown[key]),))
         return grown

@@ -36,6 +36,15 @@ def _shown(marker: pytest.Mark) -> str:
     return f"@pytest.mark.{marker.name}({', '.join(parts)})"
 
 
+def _signature(marker: pytest.Mark) -> str:
+    """How the marker is used, from its line in ``MARKERS``: ``@pytest.mark.devices(count, ...)``."""
+    for line in MARKERS:
+        usage = line.partition(":")[0]
+        if usage.partition("(")[0] == marker.name:
+            return f"@pytest.mark.{usage}"
+    return f"@pytest.mark.{marker.name}"
+
+
 def _usage(nodeid: str, marker: pytest.Mark, problem: str) -> pytest.UsageError:
     return pytest.UsageError(f"{nodeid}: {_shown(marker)} {problem}")
 
@@ -44,18 +53,21 @@ def _arguments(
     nodeid: str, marker: pytest.Mark, names: Sequence[str], required: int
 ) -> dict[str, object]:
     """Bind a marker's arguments to ``names`` as a call would, refusing anything else."""
+    use = f"use {_signature(marker)}"
     if len(marker.args) > len(names):
-        raise _usage(nodeid, marker, f"takes at most {len(names)} argument(s): {', '.join(names)}")
+        takes = f"at most {len(names)} argument(s) ({', '.join(names)})" if names else "none"
+        got = len(marker.args)
+        raise _usage(nodeid, marker, f"got {got} positional argument(s) but takes {takes}; {use}")
     bound = dict(zip(names, marker.args, strict=False))
     for key, value in marker.kwargs.items():
         if key not in names:
-            raise _usage(nodeid, marker, f"got an unknown argument {key!r}; it takes {names}")
+            raise _usage(nodeid, marker, f"got an unknown argument {key!r}; {use}")
         if key in bound:
-            raise _usage(nodeid, marker, f"got {key!r} twice")
+            raise _usage(nodeid, marker, f"got {key!r} twice; {use}")
         bound[key] = value
     missing = [name for name in names[:required] if name not in bound]
     if missing:
-        raise _usage(nodeid, marker, f"is missing {', '.join(missing)}")
+        raise _usage(nodeid, marker, f"is missing {', '.join(missing)}; {use}")
     return bound
 
 

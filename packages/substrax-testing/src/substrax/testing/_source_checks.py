@@ -6,20 +6,22 @@ needs, and ``lambda node: isinstance(node, ast.Call)`` finds every call. Standar
 """
 
 import ast
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextvars import ContextVar
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
+from ._names import IMPORTED, Names, dotted, inner_names, module_names
 from ._source_files import SourceText, existing, parsed_python
 
 
 type Predicate = Callable[[ast.AST], bool]
+type _Pending = tuple[ast.AST, str, Names]
 
 _ENVIRON = frozenset({"os.environ", "os.environb"})
 _ENVIRON_METHODS = frozenset(
     {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
 )
 _ENVIRON_FUNCTIONS = frozenset({"os.putenv", "os.unsetenv"})
+_TYPING = frozenset({"typing.TYPE_CHECKING", "typing_extensions.TYPE_CHECKING"})
 _LOGGING_FUNCTIONS = frozenset(
     {
         "logging.basicConfig",
@@ -38,58 +40,16 @@ _LOGGER_METHODS = frozenset(
 _LOGGER_ATTRIBUTES = frozenset({"handlers", "level", "filters", "propagate", "disabled"})
 _LOGGER_LISTS = frozenset({"handlers", "filters"})
 _LIST_METHODS = frozenset({"append", "extend", "insert", "remove", "pop", "clear", "__setitem__"})
-# what a bare name most likely is when no import in the file says (a star import, or a node
-# read outside a scan): ``environ`` is ``os.environ``, ``basicConfig`` is ``logging.basicConfig``
-_CONVENTIONAL: Mapping[str, str] = {
-    **{name: f"os.{name}" for name in ("environ", "environb", "putenv", "unsetenv")},
-    **{name: f"logging.{name}" for name in ("basicConfig", "getLogger")},
-    **{name: f"logging.config.{name}" for name in ("dictConfig", "fileConfig")},
-    "TYPE_CHECKING": "typing.TYPE_CHECKING",
-}
-_IMPORTED: ContextVar[Mapping[str, str]] = ContextVar("_IMPORTED", default=_CONVENTIONAL)
-"""Local name to what it names (``{"_os": "os"}``) in the file a scan reads."""
-
-
-def _imports(tree: ast.Module) -> dict[str, str]:
-    """The names the file's imports bind, anywhere in it, each to the module or object it names."""
-    names = dict(_CONVENTIONAL)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname is None:  # ``import logging.config`` binds ``logging``
-                    head = alias.name.partition(".")[0]
-                    names[head] = head
-                else:
-                    names[alias.asname] = alias.name
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
-            for alias in node.names:
-                if alias.name != "*":
-                    names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return names
-
-
-def _dotted(node: ast.AST) -> str | None:
-    """``"os.environ"`` for ``os.environ`` or ``_os.environ`` after ``import os as _os``.
-
-    The first name is read through the imports of the file being scanned; None for anything
-    but a name or a chain of attributes.
-    """
-    if isinstance(node, ast.Name):
-        return _IMPORTED.get().get(node.id, node.id)
-    if isinstance(node, ast.Attribute):
-        owner = _dotted(node.value)
-        return None if owner is None else f"{owner}.{node.attr}"
-    return None
 
 
 def _is_environ(node: ast.AST) -> bool:
-    return _dotted(node) in _ENVIRON
+    return dotted(node) in _ENVIRON
 
 
 def _is_root_logger(node: ast.AST) -> bool:
-    if _dotted(node) in {"logging.root", "logging.RootLogger.root"}:
+    if dotted(node) in {"logging.root", "logging.RootLogger.root"}:
         return True
-    if not isinstance(node, ast.Call) or _dotted(node.func) != "logging.getLogger":
+    if not isinstance(node, ast.Call) or dotted(node.func) != "logging.getLogger":
         return False
     if any(keyword.arg != "name" for keyword in node.keywords):
         return False
@@ -121,21 +81,22 @@ def _calls(
         return False
     if isinstance(node.func, ast.Attribute) and node.func.attr in methods:
         return receiver(node.func.value)
-    return _dotted(node.func) in functions
+    return dotted(node.func) in functions
 
 
 def writes_environment(node: ast.AST) -> bool:
     r"""Whether ``node`` changes the process environment.
 
-    Matches an assignment to or deletion of ``os.environ[...]``,
+    Matches an assignment to or deletion of ``os.environ[...]``, ``os.environ |= {...}``,
     ``os.environ.update/setdefault/pop/popitem/clear(...)``, ``os.putenv`` and ``os.unsetenv``,
     and rebinding ``os.environ`` itself. Reading the environment is not a match. In a scan
     (:func:`import_time_lines`, :func:`matching_lines`) names are read through the file's
-    imports, so ``import os as _os`` then ``_os.environ[...] = ...`` and ``from os import
-    environ as env`` then ``env[...] = ...`` match; a bare ``environ``, ``putenv`` or
-    ``unsetenv`` no import explains (a star import, or a node read outside a scan) is taken as
-    the one in ``os``. Not followed: ``sys.modules["os"].environ``, or ``os.environ`` first
-    stored in a variable.
+    imports, scope by scope, so ``import os as _os`` then ``_os.environ[...] = ...`` and ``from
+    os import environ as env`` then ``env[...] = ...`` or ``env |= {...}`` match, while a name
+    the scope binds otherwise and does not import (a parameter ``environ``, ``environ = {}``,
+    ``def putenv``), or that nothing binds, is not ``os``'s. Outside a scan (one node read
+    alone) a bare ``environ``, ``putenv`` or ``unsetenv`` is taken as the one in ``os``. Not
+    followed: ``sys.modules["os"].environ``, or ``os.environ`` first stored in a variable.
 
     Example:
         >>> import ast
@@ -148,6 +109,8 @@ def writes_environment(node: ast.AST) -> bool:
         return _is_environ(node.value)
     if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store | ast.Del):
         return _is_environ(node)
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+        return _is_environ(node.target)  # ``environ |= {...}`` updates it in place
     return _calls(node, _ENVIRON_METHODS, _is_environ, _ENVIRON_FUNCTIONS)
 
 
@@ -163,9 +126,10 @@ def configures_logging(node: ast.AST) -> bool:
     ``disabled``, or changing its ``handlers`` or ``filters`` list in place (``.clear()``,
     ``.append(...)``, ``[:] = []``, ...). In a scan names are read through the file's imports
     (``import logging as log``, ``import logging.config as lc``, ``from logging import
-    getLogger``); a bare ``basicConfig``, ``dictConfig``, ``fileConfig`` or ``getLogger`` no
-    import explains is taken as logging's. A library's own named logger is not a match, and
-    neither is a root logger first stored in a variable (the check reads one node at a time).
+    getLogger``) as :func:`writes_environment` reads them; outside a scan a bare
+    ``basicConfig``, ``dictConfig``, ``fileConfig`` or ``getLogger`` is taken as logging's.
+    A library's own named logger is not a match, and neither is a root logger first stored in
+    a variable (the check reads one node at a time).
 
     Example:
         >>> import ast
@@ -189,6 +153,8 @@ def configures_logging(node: ast.AST) -> bool:
 
 def is_main_guard(node: ast.AST) -> bool:
     r"""Whether ``node`` is an ``if __name__ == "__main__":`` statement (either operand order).
+
+    This form only; :func:`import_time_lines` also skips the others that cannot run on import.
 
     Example:
         >>> import ast
@@ -229,47 +195,101 @@ def _definition_time(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) 
     return evaluated
 
 
-def _children(node: ast.AST, scope: str, *, import_time: bool) -> Iterator[tuple[ast.AST, str]]:
+def _children(node: ast.AST, scope: str, names: Names, *, import_time: bool) -> Iterator[_Pending]:
     """The nodes under ``node`` with their scope; at import time, only what runs on import."""
-    if isinstance(node, ast.Lambda):
-        yield from ((child, scope) for child in _definition_time(node))
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        yield from ((child, scope, names) for child in _definition_time(node))
         if not import_time:
-            yield node.body, scope
-    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        yield from ((child, scope) for child in _definition_time(node))
-        if not import_time:
-            yield from ((child, _qualified(scope, node.name)) for child in node.body)
+            inner = inner_names(node, names)
+            if isinstance(node, ast.Lambda):
+                yield node.body, scope, inner
+            else:
+                yield from ((child, _qualified(scope, node.name), inner) for child in node.body)
     elif isinstance(node, ast.ClassDef):
         for child in (*node.decorator_list, *node.bases, *node.keywords):
-            yield child, scope
-        yield from ((child, _qualified(scope, node.name)) for child in node.body)
-    elif import_time and isinstance(node, ast.If) and _never_runs_on_import(node):
-        yield node.test, scope
-        yield from ((child, scope) for child in node.orelse)
+            yield child, scope, names
+        inner = inner_names(node, names)
+        yield from ((child, _qualified(scope, node.name), inner) for child in node.body)
+    elif import_time and isinstance(node, ast.If):
+        yield node.test, scope, names
+        value = _on_import(node.test)
+        for taken, branch in ((True, node.body), (False, node.orelse)):
+            if value is None or value is taken:
+                yield from ((child, scope, names) for child in branch)
+    elif import_time and isinstance(node, ast.Match) and _is_name(node.subject):
+        yield node.subject, scope, names
+        cases = [case for case in node.cases if not _main_only(case.pattern)]
+        yield from ((case, scope, names) for case in cases)
     else:
-        yield from ((child, scope) for child in ast.iter_child_nodes(node))
+        yield from ((child, scope, names) for child in ast.iter_child_nodes(node))
 
 
-def _never_runs_on_import(node: ast.If) -> bool:
-    return is_main_guard(node) or _dotted(node.test) == "typing.TYPE_CHECKING"
+def _is_name(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "__name__"
+
+
+def _main_only(node: ast.AST) -> bool:
+    """Whether a pattern, or a collection written out, holds ``"__main__"`` and nothing else."""
+    if isinstance(node, ast.MatchValue):
+        return _main_only(node.value)
+    if isinstance(node, ast.MatchOr):
+        return all(_main_only(pattern) for pattern in node.patterns)
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return all(_main_only(element) for element in node.elts)
+    return isinstance(node, ast.Constant) and node.value == "__main__"
+
+
+def _on_import(test: ast.AST) -> bool | None:
+    """What ``test`` is when the module is imported (``__name__`` is not ``"__main__"``).
+
+    None where that is not known: anything but a comparison of ``__name__`` with ``"__main__"``
+    (or a written-out collection of only it), ``TYPE_CHECKING``, and ``not``, ``and`` and
+    ``or`` over them.
+    """
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        value = _on_import(test.operand)
+        return None if value is None else not value
+    if isinstance(test, ast.BoolOp):
+        values = [_on_import(operand) for operand in test.values]
+        decisive = isinstance(test.op, ast.Or)  # ``or`` is True once one is, ``and`` False
+        if decisive in values:
+            return decisive
+        return None if None in values else not decisive
+    if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or dotted(test) in _TYPING:
+        return False
+    return _compared(test) if isinstance(test, ast.Compare) else None
+
+
+def _compared(test: ast.Compare) -> bool | None:
+    """Whether ``__name__`` compared with ``"__main__"`` holds on import; None for others."""
+    if len(test.ops) != 1:
+        return None
+    (op,), left, right = test.ops, test.left, test.comparators[0]
+    written_out = isinstance(right, ast.Tuple | ast.List | ast.Set)  # not ``in "__main__"``
+    if isinstance(op, ast.In | ast.NotIn) and _is_name(left) and written_out and _main_only(right):
+        return isinstance(op, ast.NotIn)
+    if isinstance(op, ast.Eq | ast.NotEq) and {_side(left), _side(right)} == {"name", "main"}:
+        return isinstance(op, ast.NotEq)
+    return None
 
 
 def _scan(path: Path | str, predicate: Predicate, *, import_time: bool) -> list[SourceText]:
     path = existing(path, "path")
     tree, lines = parsed_python(path)
     found: list[SourceText] = []
-    pending: list[tuple[ast.AST, str]] = [(tree, "")]
-    imported = _IMPORTED.set(_imports(tree))
+    pending: list[_Pending] = [(tree, "", module_names(tree))]
+    before = IMPORTED.set(pending[0][2].here)
     try:
         while pending:
-            node, scope = pending.pop()
+            node, scope, names = pending.pop()
+            IMPORTED.set(names.here)
             if predicate(node):
                 line = getattr(node, "lineno", 1)  # 1 for the module itself
                 text = lines[line - 1].strip()
                 found.append(SourceText(path=str(path), line=line, scope=scope, text=text))
-            pending.extend(_children(node, scope, import_time=import_time))
+            pending.extend(_children(node, scope, names, import_time=import_time))
     finally:
-        _IMPORTED.reset(imported)
+        IMPORTED.reset(before)
     return sorted(found, key=lambda finding: finding.line)
 
 
@@ -277,7 +297,10 @@ def import_time_lines(path: Path | str, predicate: Predicate) -> list[SourceText
     r"""The places in a file where ``predicate`` holds in code that runs when it is imported.
 
     Import time is the module body, class bodies, decorators and default values; not function
-    bodies, and not the body of an ``if __name__ == "__main__":`` or ``if TYPE_CHECKING:`` block.
+    bodies, and not a branch that cannot run on import: the body of ``if __name__ ==
+    "__main__":`` (also ``__name__ in ("__main__",)``, or with ``and`` more tests), the ``else``
+    of ``if __name__ != "__main__":``, ``case "__main__":`` under ``match __name__:``, and
+    ``if TYPE_CHECKING:``; ``if __name__ == "__main__" or debug:`` runs on import.
     Annotations are not scanned. The file is read as Python imports it (a byte-order mark, a
     ``# coding:`` line), and its imports say what a name is while the predicate runs (see
     :func:`writes_environment`); ``line`` and ``text`` are the line ``ast`` numbers.

@@ -136,7 +136,8 @@ def python_files(
     ``__init__.py``) named ``build`` or ``dist`` is skipped too: pass ``build_outputs=()``.
 
     Args:
-        root: A directory (or a single ``.py`` file, returned as it is).
+        root: A directory (or a single ``.py`` file, returned as it is; any other file is
+            refused).
         excluded: Directory names never entered, at any depth (default:
             :data:`EXCLUDED_DIRECTORIES`: ``.git``, ``.venv``, ``__pycache__``, ...).
         build_outputs: Directory names skipped where they hold no ``__init__.py`` (default:
@@ -148,6 +149,7 @@ def python_files(
     Raises:
         SourceNotFoundError: ``root`` does not exist (a ``FileNotFoundError``).
         TypeError: ``excluded`` or ``build_outputs`` is a single ``str``, not a collection.
+        ValueError: ``root`` is a file whose name does not end in ``.py``.
 
     Example:
         >>> import tempfile
@@ -170,6 +172,10 @@ def python_files(
             )
     root = existing(root, "root")
     if root.is_file():
+        if root.suffix != ".py":
+            raise ValueError(
+                f"{root} is a file but not a .py file; pass a directory to search, or a .py file"
+            )
         return [root]
     skipped, outputs = frozenset(excluded), frozenset(build_outputs)
     found: list[Path] = []

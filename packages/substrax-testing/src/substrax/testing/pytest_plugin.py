@@ -18,7 +18,9 @@ What it does:
   kind=None)`` and ``accelerator(kind=None)`` (skips naming what is missing). A malformed
   marker is a usage error at collection.
 - Config isolation: the autouse fixture ``substrax_jax_config_isolation`` restores jax's
-  global config after each test and fails a test that changed it, naming the options. A
+  global config after each test and fails a test that changed it, naming the options; a config
+  context manager entered and never exited (``jax.enable_x64(True).__enter__()``) is such a
+  change too, named with ``(thread-local)`` and undone (the test's thread only). A
   module-, class-, package- or session-scoped fixture may change it for the tests that use it,
   but must set it back in its teardown: one that does not is an error at that teardown, naming
   the fixture and the options (restored). A change made outside any test or fixture setup (a
@@ -29,12 +31,14 @@ What it does:
 - A collection guard: the session stops when a module switched ``jax_enable_x64`` on at
   import (unless ``JAX_ENABLE_X64`` is set for the whole run).
 - Fixtures ``output_dir``, ``rng_seed``, ``rng_key`` and ``rngs``. The keys come from one
-  seed, 42 unless the run is given another with ``--substrax-seed N`` (the option can also sit
-  in the ``addopts`` of the pytest configuration); the report header shows the seed in force.
+  seed, 42 unless the run is given another with ``--substrax-seed N`` (0 to ``2**32 - 1``,
+  another value is a usage error; the option can also sit in the ``addopts`` of the pytest
+  configuration); the report header shows the seed in force.
 
 Importing this module imports no jax.
 """
 
+import argparse
 import importlib.util
 import os
 import sys
@@ -44,9 +48,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from substrax.support import int_argument
-
-from ._jax_config import ConfigWatch, snapshot_jax_config
+from ._jax_config import THREAD_LOCAL, ConfigWatch, snapshot_jax_config
 from ._markers import MARKERS, DeviceRequirement, parse_marker, skip_reason
 
 
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 
 ENV_PREFIX = "SUBSTRAX_TEST_"
 SEED = 42
+MAX_SEED = 2**32 - 1  # past it, jax.random.key overflows or (x64 off) gives a small seed's keys
 RNG_STREAMS = ("default", "params", "dropout", "sample")
 _CUDA_PLUGINS = ("jax_cuda13_plugin", "jax_cuda12_plugin")
 _MARKER_NAMES = ("x64", "devices", "accelerator")
@@ -66,6 +69,23 @@ _USE_CONTEXTS = (
     "instead of jax.config.update"
 )
 _TRUTHY = frozenset({"1", "true", "yes", "on"})
+
+
+def _account(changed: list[str], unrestored: list[str], fix: str = "") -> str:
+    """Name the changed options, say whether they are restored and how to avoid each kind."""
+    text = ", ".join(changed)
+    if unrestored:
+        text += f" (could not be restored: {', '.join(unrestored)}; later tests may see it)"
+    else:
+        text += " (now restored)"
+    if any(not label.endswith(THREAD_LOCAL) for label in changed):
+        text += f"; {fix}{_USE_CONTEXTS}"
+    if any(label.endswith(THREAD_LOCAL) for label in changed):
+        text += (
+            "; a (thread-local) change is a jax config context manager entered and never "
+            "exited (e.g. jax.enable_x64(True).__enter__()): use it in a `with` block"
+        )
+    return text
 
 
 def _cuda_plugin_available() -> bool:
@@ -90,15 +110,29 @@ def _configure_runtime() -> None:
         raise pytest.UsageError(f"substrax test runtime: {error}") from error
 
 
+def _seed_argument(text: str) -> int:
+    """``--substrax-seed``'s argparse type: a whole number from 0 to ``MAX_SEED``."""
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed <= MAX_SEED:
+        raise argparse.ArgumentTypeError(
+            f"--substrax-seed takes an integer from 0 to {MAX_SEED} (2**32 - 1, the largest "
+            f"seed jax.random.key takes with jax_enable_x64 off), not {text!r}"
+        )
+    return seed
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Add ``--substrax-seed``: the seed of the ``rng_seed``, ``rng_key`` and ``rngs`` fixtures."""
     parser.getgroup("substrax").addoption(
         "--substrax-seed",
         dest="substrax_seed",
         metavar="N",
-        type=int_argument("--substrax-seed"),
+        type=_seed_argument,
         default=SEED,
-        help=f"seed of the rng_seed, rng_key and rngs fixtures (default: {SEED})",
+        help=f"seed of the rng_seed, rng_key and rngs fixtures, 0 to {MAX_SEED} (default: {SEED})",
     )
 
 
@@ -176,12 +210,12 @@ def pytest_fixture_post_finalizer(
     watch = request.config.stash.get(_CONFIG_WATCH, None)
     if watch is None or fixturedef.scope == "function" or "jax" not in sys.modules:
         return
-    left = watch.torn_down(id(fixturedef))
+    left, unrestored = watch.torn_down(id(fixturedef))
     if left:
         pytest.fail(
             f"the {fixturedef.scope}-scoped fixture {fixturedef.argname!r} changed jax's global "
-            f"config and did not set it back: {', '.join(left)} (now restored); set it back "
-            f"after its yield, or {_USE_CONTEXTS}",
+            f"config and did not set it back: "
+            f"{_account(left, unrestored, 'set it back after its yield, or ')}",
             pytrace=False,
         )
 
@@ -217,27 +251,28 @@ def substrax_jax_config_isolation(request: pytest.FixtureRequest) -> Iterator[No
     the last test) fails at its setup, after the config is restored. Only tests that start with
     jax already imported are checked (a session that never imports jax never loads it here).
     Use jax's context managers (``with jax.enable_x64(True):``) or the ``x64`` marker instead of
-    ``jax.config.update``.
+    ``jax.config.update``; one entered and never exited is a change as well (its option is
+    named with ``(thread-local)``), undone on the test's thread.
     """
     watch = request.config.stash.get(_CONFIG_WATCH, None)
     if watch is None or "jax" not in sys.modules:
         yield
         return
-    if strays := watch.restore():
+    strays, unrestored = watch.restore()
+    if strays:
         pytest.fail(
             f"jax's global config was changed outside any test and fixture setup (by a "
-            f"fixture's teardown or a hook, since the last test): {', '.join(strays)} (now "
-            f"restored); {_USE_CONTEXTS}",
+            f"fixture's teardown or a hook, since the last test): "
+            f"{_account(strays, unrestored)}",
             pytrace=False,
         )
     try:
         yield
     finally:
-        changed = watch.restore()
+        changed, unrestored = watch.restore()
     if changed:
         pytest.fail(
-            f"the test changed jax's global config: {', '.join(changed)} (now restored); "
-            f"{_USE_CONTEXTS}",
+            f"the test changed jax's global config: {_account(changed, unrestored)}",
             pytrace=False,
         )
 

@@ -2,9 +2,9 @@ r"""Static checks a repository runs over its own sources, at the import path sub
 
 This module's path is an interface: ``substrax.testing.source_scans`` is where 0.1.22 users
 import the scans from. It holds no logic; the implementation lives in the private modules
-``_source_files``, ``_source_checks``, ``_mesh_calls`` and ``_documented``. Like them, it
-imports only the standard library (and ``substrax.support``, which imports nothing else): no
-jax, flax, numpy or pytest, so a repository can run its checks in any environment.
+``_source_files``, ``_source_checks``, ``_names``, ``_mesh_calls`` and ``_documented``. Like
+them, it imports only the standard library (and ``substrax.support``, which imports nothing
+else): no jax, flax, numpy or pytest, so a repository can run its checks in any environment.
 
 Example:
     >>> import tempfile

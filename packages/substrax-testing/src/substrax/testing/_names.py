@@ -1,0 +1,147 @@
+"""What a name in a scanned file stands for: its imports, read scope by scope.
+
+A scan sets :data:`IMPORTED` to the names of the scope it reads, and :func:`dotted` reads a node
+through them: ``_os.environ`` is ``"os.environ"`` after ``import os as _os``. A name a scope binds
+otherwise (a parameter, an assignment, a ``def``) and does not import is that scope's own, and
+a name nothing binds stands for itself; a function or class body starts from what the function around
+it sees (a class body's names are not seen by the methods in it). Standard library only.
+"""
+
+import ast
+from collections.abc import Mapping
+from contextvars import ContextVar
+from typing import NamedTuple
+
+
+type Meanings = Mapping[str, str | None]
+"""Local name to what it names (``{"_os": "os"}``); None for a name the scope binds itself."""
+
+CONVENTIONAL: Meanings = {
+    **{name: f"os.{name}" for name in ("environ", "environb", "putenv", "unsetenv")},
+    **{name: f"logging.{name}" for name in ("basicConfig", "getLogger")},
+    **{name: f"logging.config.{name}" for name in ("dictConfig", "fileConfig")},
+    "TYPE_CHECKING": "typing.TYPE_CHECKING",
+}
+"""What a bare name is taken to be in a node read outside a scan, or after ``from os import *``."""
+
+IMPORTED: ContextVar[Meanings] = ContextVar("IMPORTED", default=CONVENTIONAL)
+"""The names of the scope a scan is reading (:data:`CONVENTIONAL` outside a scan)."""
+
+
+class Names(NamedTuple):
+    """What each name means in one scope, and in a function or class defined in it."""
+
+    here: Meanings
+    inner: Meanings  # a class body's own names are not seen by the definitions in it
+
+
+def dotted(node: ast.AST) -> str | None:
+    """``"os.environ"`` for ``os.environ`` or ``_os.environ`` after ``import os as _os``.
+
+    The first name is read through :data:`IMPORTED`; None for a name the scope binds itself, and
+    for anything but a name or a chain of attributes.
+    """
+    if isinstance(node, ast.Name):
+        return IMPORTED.get().get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        owner = dotted(node.value)
+        return None if owner is None else f"{owner}.{node.attr}"
+    return None
+
+
+def _imported(node: ast.Import | ast.ImportFrom) -> dict[str, str | None]:
+    """The names an import binds, each to the module or object it names."""
+    if isinstance(node, ast.Import):
+        names: dict[str, str | None] = {}
+        for alias in node.names:
+            if alias.asname is None:  # ``import logging.config`` binds ``logging``
+                head = alias.name.partition(".")[0]
+                names[head] = head
+            else:
+                names[alias.asname] = alias.name
+        return names
+    module = "." * node.level + (node.module or "")  # relative: never one of the modules checked
+    if any(alias.name == "*" for alias in node.names):
+        return {
+            name: meaning
+            for name, meaning in CONVENTIONAL.items()
+            if meaning is not None and meaning.rpartition(".")[0] == module
+        }
+    return {alias.asname or alias.name: f"{module}.{alias.name}" for alias in node.names}
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    arguments = node.args
+    named = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    named.extend(argument for argument in (arguments.vararg, arguments.kwarg) if argument)
+    return {argument.arg for argument in named}
+
+
+def _own(body: list[ast.stmt]) -> tuple[dict[str, str | None], set[str]]:
+    """The names statements import and the names they bind otherwise, in their own scope only.
+
+    Nested function and class bodies are not read (only the name a ``def`` or ``class`` binds),
+    nor a comprehension's loop variables; an augmented assignment (``environ |= ...``) changes
+    the object a name holds and does not rebind it; ``global`` and ``nonlocal`` names are not
+    the scope's own.
+    """
+    imported: dict[str, str | None] = {}
+    bound: set[str] = set()
+    declared: set[str] = set()
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            imported.update(_imported(node))
+            continue
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+            pending.extend(node.decorator_list)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Global | ast.Nonlocal):
+            declared.update(node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            bound.add(node.rest)
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            pending.append(node.value)
+        elif isinstance(node, ast.comprehension):
+            pending.extend((node.iter, *node.ifs))
+        else:
+            pending.extend(ast.iter_child_nodes(node))
+    return imported, bound - declared
+
+
+def _meanings(start: Meanings, imported: Meanings, bound: set[str]) -> Meanings:
+    # a name a scope both imports and binds otherwise keeps the import: the scan does not read
+    # the order, and ``try: import os`` / ``except ImportError: os = None`` is still os
+    return {**start, **dict.fromkeys(bound), **imported}
+
+
+def module_names(tree: ast.Module) -> Names:
+    """The names of a module's own scope: its imports, less the names it binds otherwise.
+
+    A bare ``environ`` no import binds is not ``os.environ`` here, but a star import from a
+    module in :data:`CONVENTIONAL` binds its names there.
+    """
+    here = _meanings({}, *_own(tree.body))
+    return Names(here, here)
+
+
+def inner_names(
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef, outer: Names
+) -> Names:
+    """The names of the body of ``node``, defined in a scope with the names ``outer``."""
+    if isinstance(node, ast.Lambda):
+        here = _meanings(outer.inner, {}, _parameters(node))
+        return Names(here, here)
+    imported, bound = _own(node.body)
+    if isinstance(node, ast.ClassDef):
+        return Names(_meanings(outer.inner, imported, bound), outer.inner)
+    here = _meanings(outer.inner, imported, bound | _parameters(node))
+    return Names(here, here)
