@@ -144,6 +144,25 @@ def test_a_healthy_sender_sends_once_per_send_interval_and_at_once_for_a_flush(
     assert steps(sink.received) == list(range(5))
 
 
+def test_a_first_pass_that_sends_an_earlier_attempts_records_sets_the_send_interval(
+    make, tmp_path, wait_for, wall_clock
+):
+    # only a pass in the loop set the next one's time: after a first pass that sent what an
+    # earlier attempt left, the next write was sent at once, not a send_interval later
+    sink = Sink()
+    line = {"target": sink.target(), "record": record(0).materialize(tmp_path).to_json()}
+    (tmp_path / "run.spool.jsonl").write_text(json.dumps(line) + "\n")
+    delivery = make(sink, batch_interval=0.01, send_interval=60)
+    wait_for(lambda: steps(sink.received) == [0])
+    for step in range(1, 5):
+        delivery.submit(record(step))
+    assert delivery.persist(10)
+    wall_clock.sleep(0.3)
+    assert steps(sink.received) == [0]
+    assert delivery.flush(30)
+    assert steps(sink.received) == list(range(5))
+
+
 def test_a_flush_after_a_brief_outage_retries_with_the_backoff_not_the_send_interval(make):
     # the retries of a flush's pass waited for the next send_interval (5 s) each, so a flush
     # of 3 s after one failed send returned False

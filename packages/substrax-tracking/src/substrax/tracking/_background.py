@@ -290,7 +290,6 @@ class AsyncDelivery:
             self._send.clear()
             self._urgent.clear()
             if not self._closing.is_set():
-                self._next_pass = time.monotonic() + self.send_interval
                 self._send_pass()
         self._finish()
         return True
@@ -299,20 +298,20 @@ class AsyncDelivery:
         """Send what the spool holds of this run (an earlier attempt's too), then what waits in memory."""
         with self._passes:
             self._started += 1
+        began, delivered = time.monotonic(), self.delivered
         try:
             if self._send_spool() and self._unwritten:
                 self._send_unwritten()
             self._follow_target()
         finally:
+            if self.delivered > delivered:  # a pass that sent nothing sets no wait
+                self._next_pass = began + self.send_interval
             with self._passes:
                 self._done += 1
                 self._passes.notify_all()
 
     def _send_spool(self) -> bool:
-        """Replay the spool (a probe of its first lines while the sink fails); whether it all went.
-
-        The lines the writer wrote are not parsed again: the spool's text is checked against them.
-        """
+        """Replay the spool (a probe of its first lines while the sink fails); whether it all went."""
         if not self._spool.file.path.exists():
             return self._recovered()
         for limit in (_PROBE_LINES, None) if self._backoff.failing else (None,):
