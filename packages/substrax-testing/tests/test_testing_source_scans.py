@@ -319,6 +319,10 @@ class Settings:
         ("from app.settings import *\nenviron['A'] = '1'", [], []),
         ("from os import *\nenviron['A'] = '1'\nputenv('A', '1')", [2, 3], [2, 3]),
         ("def f(os):\n    os.environ['A'] = '1'", [], []),
+        # a parameter whose default is os's is os's (761997c caught these; a review found them lost)
+        ("import os\ndef f(environ=os.environ):\n    environ['A'] = '1'", [3], []),
+        ("import os\ng = lambda environ=os.environ: environ.update(A='1')", [2], []),
+        ("import os\ndef f(*, os=os):\n    os.environ['A'] = '1'", [3], []),
         # a name a scope both imports and binds otherwise keeps the import (order is not read)
         (
             "try:\n    import os\nexcept ImportError:\n    os = None\nos.environ['A'] = '1'",

@@ -259,9 +259,13 @@ def build_hooks(recorder: Recorder) -> Hooks:
             isinstance(callee, functools.partial) and isinstance(callee.func, dispatchers)  # pyright: ignore[reportUnknownMemberType]
         ):
             dispatched(_frame(1))  # the calling frame
-        elif chosen[DEVICE_TO_HOST] and (
-            id(callee) in readers  # a NumPy entry point, or a ufunc's reduce, accumulate, ...
-            or (type(callee) is BuiltinMethodType and isinstance(callee.__self__, ufunc))
+        elif (
+            chosen[DEVICE_TO_HOST]
+            and (type(arg0) in (list, tuple) or uncached(arg0))  # else NumPy reads no jax array
+            and (
+                id(callee) in readers  # a NumPy entry point, or a ufunc's reduce, accumulate, ...
+                or (type(callee) is BuiltinMethodType and isinstance(callee.__self__, ufunc))
+            )
         ):
             recorder.numpy_read(arg0, _frame(1), uncached)
 

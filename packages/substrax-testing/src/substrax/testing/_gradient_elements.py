@@ -104,10 +104,10 @@ def unlike_reference(
     reference = jnp.asarray(loss(*point))
     if (computed := reference.dtype) != jnp.float64:
         return (
-            f"but its reference is not float64: the loss is {computed} under it, as the model "
-            f"computes in {computed} (a layer's explicit dtype=, a cast); set the layer's dtype "
-            f"to None to compute in its parameters' dtype, or check with a tolerance= (a step "
-            f"and rtol) for {computed}"
+            f"but its reference is not float64: the loss is {computed} under it (a layer's "
+            f"explicit dtype=, or a cast, such as the loss's); set the layer's dtype to None to "
+            f"compute in its parameters' dtype and leave the loss uncast, or check with a "
+            f"tolerance= (a step and rtol) for {computed}"
         )
     tolerance = GRADIENT_TOLERANCES.get(value.dtype.name)
     there, here = float(reference), float(value)

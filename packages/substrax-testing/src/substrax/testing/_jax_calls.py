@@ -103,9 +103,10 @@ def counted_calls(
     A jitted function that C calls (``map(step, xs)``) runs unseen, with no public jax event
     to report it: call it from Python (``[step(x) for x in xs]``, a ``for`` loop). On CPU,
     NumPy reads an array through the buffer protocol, out of Python's sight: what its
-    converters, ``np.concatenate``, its ufuncs (and their ``reduce``, ...) and scalar types
-    (``np.float32(x)``) are given first is counted, an array or the arrays in a list or tuple,
-    but not a later argument (``np.add(1, x)``) nor a read started from C
+    converters, ``np.concatenate``, its ufuncs (and their ``reduce`` as ``np.sum`` calls it)
+    and scalar types (``np.float32(x)``) are given first is counted, an array or the arrays in
+    a list or tuple, but not a later argument (``np.add(1, x)``), a ufunc method called as
+    ``np.add.reduce(x)`` (Python reports the ufunc, not ``x``), nor a read started from C
     (``numpy_array + x``); on other devices each such read runs jax's host read and is
     counted. A NumPy array passed straight to a jitted function (or a ``jnp`` op) is moved
     inside jax's C++ dispatch: forbid those with

@@ -88,6 +88,8 @@ def restore_jax_config(target: Mapping[str, tuple[Any, Any]]) -> tuple[list[str]
     from substrax.runtime import set_config_override  # noqa: PLC0415
 
     changed = changed_jax_config(target)
+    if not changed:  # the usual case: one read of jax's config
+        return changed, []
     for label in changed:
         name = label.removesuffix(THREAD_LOCAL)
         global_value, local_value = target[name]

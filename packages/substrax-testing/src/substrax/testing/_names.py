@@ -70,11 +70,32 @@ def _imported(node: ast.Import | ast.ImportFrom) -> dict[str, str | None]:
     return {alias.asname or alias.name: f"{module}.{alias.name}" for alias in node.names}
 
 
-def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+def _parameters(
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, around: Meanings
+) -> dict[str, str | None]:
+    """A function's parameters, each its own name or what its default names in ``around``.
+
+    A default naming ``os`` or ``logging`` or a name in them (``environ=os.environ``, ``os=os``)
+    gives its parameter that meaning.
+    """
     arguments = node.args
     named = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
     named.extend(argument for argument in (arguments.vararg, arguments.kwarg) if argument)
-    return {argument.arg for argument in named}
+    positional = [*arguments.posonlyargs, *arguments.args][::-1]
+    defaults = [
+        *zip(positional, arguments.defaults[::-1], strict=False),  # the last ones have defaults
+        *zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True),
+    ]
+    token = IMPORTED.set(around)
+    try:
+        meant = {argument.arg: dotted(default) for argument, default in defaults if default}
+    finally:
+        IMPORTED.reset(token)
+    parameters: dict[str, str | None] = dict.fromkeys(argument.arg for argument in named)
+    for name, meaning in meant.items():
+        if meaning is not None and meaning.split(".")[0] in ("os", "logging"):
+            parameters[name] = meaning
+    return parameters
 
 
 def _own(body: list[ast.stmt]) -> tuple[dict[str, str | None], set[str]]:
@@ -137,11 +158,10 @@ def inner_names(
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef, outer: Names
 ) -> Names:
     """The names of the body of ``node``, defined in a scope with the names ``outer``."""
-    if isinstance(node, ast.Lambda):
-        here = _meanings(outer.inner, {}, _parameters(node))
-        return Names(here, here)
-    imported, bound = _own(node.body)
     if isinstance(node, ast.ClassDef):
+        imported, bound = _own(node.body)
         return Names(_meanings(outer.inner, imported, bound), outer.inner)
-    here = _meanings(outer.inner, imported, bound | _parameters(node))
+    imported, bound = _own(node.body) if not isinstance(node, ast.Lambda) else ({}, set[str]())
+    parameters = _parameters(node, outer.inner)
+    here = {**_meanings(outer.inner, imported, bound | set(parameters)), **parameters}
     return Names(here, here)
