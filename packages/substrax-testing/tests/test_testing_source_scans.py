@@ -107,6 +107,17 @@ def test_python_files_refuses_a_single_file_that_is_not_python(tmp_path):
     assert python_files(root / "src" / "app.py") == [root / "src" / "app.py"]
 
 
+def test_a_directory_given_as_a_file_is_refused_naming_the_argument(tmp_path):
+    # IsADirectoryError came out of the file read, naming no argument
+    root = _write(tmp_path, {"docs/index.md": "# App\n", "src/app.py": ""})
+    with pytest.raises(ValueError, match=r"path='.*src' is a directory, not a file"):
+        import_time_lines(root / "src", writes_environment)
+    with pytest.raises(ValueError, match=r"path='.*src' is a directory"):
+        matching_lines(root / "src", writes_environment)
+    with pytest.raises(ValueError, match=r"pages='.*docs' is a directory"):
+        documented_texts(root, package="src", pages=["docs"])
+
+
 # the code each check finds, and code like it that the check leaves alone
 FOUND_AND_LEFT = {
     writes_environment: (

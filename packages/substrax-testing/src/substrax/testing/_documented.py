@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from ._source_files import SourceText, existing, python_files, python_text
+from ._source_files import SourceText, existing, existing_file, python_files, python_text
 
 
 PAGE_SUFFIXES: Final = (".md", ".rst")
@@ -132,7 +132,8 @@ def documented_texts(
     Raises:
         SourceNotFoundError: A path does not exist (a ``FileNotFoundError``); the message names
             the argument that gave it.
-        ValueError: ``package`` or a script directory is a file but not a ``.py`` file.
+        ValueError: ``package`` or a script directory is a file but not a ``.py`` file, or a
+            page is a directory.
 
     Example:
         >>> import tempfile
@@ -165,7 +166,7 @@ def documented_texts(
             SourceText(path=_where(path, root), line=line, scope=scope, text=text)
             for scope, line, text in _docstrings(tree, "")
         )
-    texts.extend(_whole(existing(root / page, "pages"), root) for page in pages)
+    texts.extend(_whole(existing_file(root / page, "pages"), root) for page in pages)
     for directory in page_directories:
         found = existing(root / directory, "page_directories").rglob("*")
         files = [path for path in found if path.suffix in PAGE_SUFFIXES and path.is_file()]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from ._names import IMPORTED, Names, dotted, inner_names, module_names
-from ._source_files import SourceText, existing, parsed_python
+from ._source_files import SourceText, existing_file, parsed_python
 
 
 type Predicate = Callable[[ast.AST], bool]
@@ -274,7 +274,7 @@ def _compared(test: ast.Compare) -> bool | None:
 
 
 def _scan(path: Path | str, predicate: Predicate, *, import_time: bool) -> list[SourceText]:
-    path = existing(path, "path")
+    path = existing_file(path, "path")
     tree, lines = parsed_python(path)
     found: list[SourceText] = []
     pending: list[_Pending] = [(tree, "", module_names(tree))]
@@ -315,6 +315,7 @@ def import_time_lines(path: Path | str, predicate: Predicate) -> list[SourceText
 
     Raises:
         SourceNotFoundError: ``path`` does not exist (a ``FileNotFoundError``).
+        ValueError: ``path`` is a directory.
         SyntaxError: The file is not valid Python (or not in the encoding it declares).
 
     Example:
@@ -359,6 +360,7 @@ def matching_lines(path: Path | str, predicate: Predicate) -> list[SourceText]:
 
     Raises:
         SourceNotFoundError: ``path`` does not exist (a ``FileNotFoundError``).
+        ValueError: ``path`` is a directory.
         SyntaxError: The file is not valid Python (or not in the encoding it declares).
 
     Example:

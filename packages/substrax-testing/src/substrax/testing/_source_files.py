@@ -95,6 +95,17 @@ def existing(path: Path | str, argument: str) -> Path:
     return path
 
 
+def existing_file(path: Path | str, argument: str) -> Path:
+    """:func:`existing`, and a ValueError naming ``argument`` if ``path`` is a directory."""
+    path = existing(path, argument)
+    if path.is_dir():
+        raise ValueError(
+            f"{argument}={str(path)!r} is a directory, not a file; pass one of its files "
+            "(python_files(directory) lists its Python files)"
+        )
+    return path
+
+
 def python_text(path: Path) -> str:
     r"""A Python file's text, decoded as Python decodes it (byte-order mark, ``# coding:`` line).
 
