@@ -556,6 +556,11 @@ def test_a_multi_node_run_whose_supervisor_was_killed_stops_and_can_be_cancelled
     for line in backend.logs(handle, follow=True):
         if "sleeping now" in line:
             break
+    # node 1 too: a worker SIGTERMed while still starting dies before writing any manifest
+    deadline = time.monotonic() + 60
+    while "sleeping now" not in (run_dir / "worker-1.log").read_text():
+        assert time.monotonic() < deadline, "node 1's task never started"
+        time.sleep(0.05)
     os.kill(supervisor, signal.SIGKILL)
     assert backend.status(handle) is RunState.RUNNING  # its workers live
     if cancel:

@@ -595,3 +595,28 @@ def test_a_task_whose_job_env_contradicts_its_runtime_blames_the_env_not_the_int
     assert "enable_x64) sets it to 'true'" in reason
     assert "could not start" not in reason
     assert sys.executable not in reason
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_cancel_between_a_tasks_start_and_its_record_still_ends_it(tmp_path, monkeypatch):
+    """A flaky multi-node cancel: the worker's SIGTERM handler ran after ``Popen`` returned but
+    before the runner held the process, found none to kill, and the task ran on (300 s) in its
+    own session after the worker was killed."""
+    from substrax.compute import _runner
+
+    runners = []
+    real_popen = subprocess.Popen
+
+    def popen_then_cancel(*args, **kwargs):
+        process = real_popen(*args, **kwargs)
+        runners[0].cancel()  # as the handler would, with no current task yet
+        return process
+
+    monkeypatch.setattr(_runner.subprocess, "Popen", popen_then_cancel)
+    spec = _spec(_task("sleeper", "import time; time.sleep(300)", timeout=300), timeout=300)
+    start = time.monotonic()
+    manifest = run_job(
+        spec, project=tmp_path, outputs=tmp_path / "o", echo=False, runner_hook=runners.append
+    )
+    assert time.monotonic() - start < 60
+    assert [t.status for t in manifest.tasks] == [TaskStatus.CANCELLED]

@@ -203,12 +203,15 @@ class TaskRunner:
         """Wait for ``process``; True if it timed out (its deadline came before any stop).
 
         At its deadline or a stop its group gets SIGTERM, then SIGKILL after the spec's
-        ``stop_grace_seconds``.
+        ``stop_grace_seconds``; after a cancel, SIGKILL at once (one that came before the task
+        was :attr:`current` too: between its start and that, the handler found none to kill).
         """
         deadline = time.monotonic() + budget
         timeout_kill_at: float | None = None
         terminated = False
         while True:
+            if self.cancelled and self.kill_at is None:  # a cancel before the task was current
+                self.cancel()
             now = time.monotonic()
             if timeout_kill_at is None and self.kill_at is None and now >= deadline:
                 timeout_kill_at = now + self.spec.stop_grace_seconds
