@@ -195,9 +195,9 @@ class TaskRunner:
 
         Safe in a signal handler: it only sets flags, and the task's wait sends the signals.
         """
-        self.cancelled = True
         if self.kill_at is None:
             self.kill_at = time.monotonic() + self.spec.stop_grace_seconds
+        self.cancelled = True  # after kill_at: a wait seeing it alone kills at once (a cancel)
 
     def _wait(self, process: subprocess.Popen[bytes], budget: float) -> bool:
         """Wait for ``process``; True if it timed out (its deadline came before any stop).
