@@ -819,16 +819,20 @@ def test_two_loggers_of_one_run_on_one_spool_send_each_record_once(make, tmp_pat
     let_go_live(tmp_path / "run.spool.jsonl", run_of(other), held)
 
 
-def test_lines_written_while_the_backend_hangs_wait_on_disk_not_in_memory(make):
+def test_lines_written_while_the_backend_hangs_wait_on_disk_not_in_memory(make, wait_for):
     # every line written during a hanging call was also kept in memory (about 1 KB each)
     sink = Sink()
     delivery = make(sink)
     delivery.submit(record(0))
     assert delivery.flush(30)
     sink.gate.clear()  # the next call hangs
+    attempts = sink.attempts
     tracemalloc.start()
     try:
-        for step in range(1, 15_001):
+        delivery.submit(record(1))
+        # hanging with step 1 alone: a pass that began later would hold what it read meanwhile
+        wait_for(lambda: sink.attempts > attempts)
+        for step in range(2, 15_001):
             delivery.submit(record(step))
         assert delivery.persist(30)
         held, _ = tracemalloc.get_traced_memory()

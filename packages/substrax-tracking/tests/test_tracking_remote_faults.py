@@ -170,8 +170,9 @@ def test_processes_that_all_log_keep_their_own_spool_files(tmp_path):
     first, second = (logger.spool_path for logger in loggers)
     assert (first.name, second.name) == ("job.spool.jsonl", "job.p1.spool.jsonl")
     for index, path in enumerate((first, second)):
-        values = [line["record"]["payload"]["values"]["loss"] for line in spooled(path)]
-        assert values == [float(index)] * 5
+        records = [line["record"]["payload"]["values"] for line in spooled(path)]
+        # a close still waiting on a backend call also spools the run's end mark (no values)
+        assert [values["loss"] for values in records if values] == [float(index)] * 5
 
 
 def test_numpy_values_and_steps_are_spooled_as_plain_json_numbers(tmp_path):

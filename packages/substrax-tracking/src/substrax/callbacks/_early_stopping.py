@@ -11,7 +11,7 @@ from substrax.support import Mode, check_float, check_int, check_mode
 
 from ._metrics import check_monitor, metric_value, monitored
 from ._protocol import BaseCallback, Logs
-from ._tracker import EarlyStopping, check_monitor_state, check_state, state_number
+from ._tracker import EarlyStopping, check_state, state_number
 
 
 _logger = logging.getLogger(__name__)
@@ -186,9 +186,8 @@ class EarlyStoppingCallback(BaseCallback):
             ValueError: a key is missing or unknown, or a value is malformed (the message names it).
             MonitorMismatchError: the state was saved for another monitor or mode.
         """
-        optional = ("stop_reason", "monitor", "mode")
-        checked = check_state(_WHO, state, {"stopper", "stopped_epoch"}, optional)
-        check_monitor_state(checked, self._config.monitor, self._config.mode)
+        watch, required = (self._config.monitor, self._config.mode), {"stopper", "stopped_epoch"}
+        checked = check_state(_WHO, state, required, "stop_reason", watch=watch)
         wanted = "None or an integer >= 0"
         stopped = state_number(
             _WHO, checked, "stopped_epoch", wanted, integer=True, low=0, none=True
@@ -201,6 +200,5 @@ class EarlyStoppingCallback(BaseCallback):
             )
         self._stopper.set_state(checked["stopper"])
         self._stopped_epoch = stopped
-        if reason is None and stopped is not None:
-            reason = "restored from a state saved after stopping"
-        self._stop_reason = reason
+        saved_stop = "restored from a state saved after stopping"
+        self._stop_reason = saved_stop if reason is None and stopped is not None else reason

@@ -7,7 +7,10 @@ the callbacks check it from its type and shape alone and read it one step later.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from substrax.support import is_device_array
 
 from ._errors import MetricValueError, MissingMetricError
 from ._protocol import Logs
@@ -31,10 +34,7 @@ def monitored(monitor: str, logs: Logs, hook: str, *, strict: bool) -> bool:
 
 
 def check_metric(name: str, value: object, *, who: str) -> None:
-    """Refuse (MetricValueError) a ``value`` that cannot be one number, from its type and shape.
-
-    An array of one element (``()`` or ``(1,)``, as the loggers take) is one number.
-    """
+    """A MetricValueError unless ``value`` is one number (a ``()`` or ``(1,)`` array too)."""
     if value is None or isinstance(value, (str, bytes)) or getattr(value, "size", 1) != 1:
         raise MetricValueError(name, value, who=who)
 
@@ -65,6 +65,15 @@ def kept_alive(who: str, metric: str, batch: int, value: object, warned: set[str
             batch,
         )
     return False
+
+
+def wait_for(values: Iterable[Any], *, deleted: bool = False) -> None:
+    """Wait for the jax arrays among ``values``; a deleted (donated) one only with ``deleted``."""
+    arrays = [v for v in values if is_device_array(v) and (deleted or not v.is_deleted())]
+    if arrays:
+        import jax  # noqa: PLC0415  (holding jax arrays, the process has jax loaded)
+
+        jax.block_until_ready(arrays)
 
 
 def warn_missing_metric(who: str, metric: str, logged: Collection[str]) -> None:

@@ -14,7 +14,7 @@ from substrax.support import Mode, check_float, check_int
 from ._errors import NoLearningRateFoundError
 from ._metrics import check_monitor, metric_value, monitored
 from ._protocol import BaseCallback, Logs
-from ._tracker import LARGEST, BestMetricTracker, check_monitor_state, check_state, state_number
+from ._tracker import LARGEST, BestMetricTracker, check_state, state_number
 
 
 _logger = logging.getLogger(__name__)
@@ -229,8 +229,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
             MonitorMismatchError: the state was saved for another monitor or mode.
         """
         who, required = type(self).__name__, {"tracker", "scale", "cooldown_left", "base_lr"}
-        checked = check_state(who, state, required, ("monitor", "mode"))
-        check_monitor_state(checked, self.monitor, self._tracker.mode)
+        checked = check_state(who, state, required, watch=(self.monitor, self._tracker.mode))
         scale = state_number(who, checked, "scale", "a number in [0, 1]", low=0, high=1)
         cooldown = state_number(
             who, checked, "cooldown_left", "an integer >= 0", integer=True, low=0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from substrax.support import Closeable, check_int
 
+from ._metrics import wait_for
 from ._protocol import BaseCallback, Logs
 
 
@@ -143,9 +144,7 @@ class ProfilerWindow(BaseCallback, Closeable):
     def _stop(self, logs: Logs) -> None:
         import jax  # noqa: PLC0415  (only reached after a trace started, with jax loaded)
 
-        # the step's values, to trace it whole; a donated one (deleted) was consumed already
-        arrays = [v for v in logs.values() if isinstance(v, jax.Array) and not v.is_deleted()]
-        jax.block_until_ready(arrays)
+        wait_for(logs.values())  # the step's values, to trace it whole
         self._tracing = False
         self._done = True
         atexit.unregister(self.close)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from substrax.support import check_float, check_int, is_device_array
 
 from ._errors import CostAnalysisError
+from ._metrics import wait_for
 from ._protocol import BaseCallback, Logs
 
 
@@ -81,23 +82,12 @@ def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:
     return count.flops / max(len(devices), abstract)
 
 
-def _device_arrays(values: Iterable[object]) -> tuple[Any, ...]:
-    return tuple(value for value in values if is_device_array(value))
-
-
-def _all_ready(arrays: Iterable[Any]) -> bool:
-    """Whether ``arrays`` are computed, without waiting (a failed or deleted one is not)."""
+def _all_ready(values: Iterable[Any]) -> bool:
+    """Whether the jax arrays among ``values`` are computed, without waiting (a failed one is not)."""
     try:
-        return all(array.is_ready() for array in arrays)
-    except RuntimeError:  # a failed step: _wait_for raises its error, where one waits
+        return all(value.is_ready() for value in values if is_device_array(value))
+    except RuntimeError:  # a failed or deleted one: waiting raises a failed step's error
         return False
-
-
-def _wait_for(arrays: Sequence[Any]) -> None:
-    if arrays:
-        import jax  # noqa: PLC0415  (holding jax arrays, the process has jax loaded)
-
-        jax.block_until_ready(list(arrays))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +95,7 @@ class _Boundary:
     """A window's start or end: a step whose outputs must be computed before the clock reads."""
 
     batch: int
-    arrays: tuple[Any, ...]  # the jax arrays among the step's batch-end logs
+    values: tuple[Any, ...]  # the step's batch-end logs
     steps: int  # the batch ends the window counted; 0 where the boundary starts the clock
 
 
@@ -213,10 +203,6 @@ class ThroughputMeter(BaseCallback):
         """Wait for the last window's end step, if it is not computed yet, and log the window."""
         self._settle(wait=True)
 
-    def on_epoch_begin(self, _trainer: object, _epoch: int, /) -> None:
-        """Read the clock for a window's end that has been computed by now (never waits)."""
-        self._settle(wait=False)
-
     def on_epoch_end(self, _trainer: object, _epoch: int, _logs: Logs, /) -> None:
         """Read the clock for a window's end that has been computed by now (never waits)."""
         self._settle(wait=False)
@@ -224,6 +210,8 @@ class ThroughputMeter(BaseCallback):
     def on_batch_begin(self, _trainer: object, _batch: int, /) -> None:
         """Read the clock for a window's end that has been computed by now (never waits)."""
         self._settle(wait=False)
+
+    on_epoch_begin = on_batch_begin
 
     @contextmanager
     def pause(self) -> Generator[None]:
@@ -251,7 +239,8 @@ class ThroughputMeter(BaseCallback):
             last, self._last = self._last, {}  # waited for once: a failed step raises once
             self._settle(wait=True)  # a window's end still to time; may raise
             if self._mark is not None:
-                _wait_for(_device_arrays(last.values()))  # dispatched steps are training time
+                # dispatched steps are training time; a failed one raises here
+                wait_for(last.values(), deleted=True)
             self._paused_at = self._clock()
         self._pauses += 1
 
@@ -275,17 +264,17 @@ class ThroughputMeter(BaseCallback):
             self._steps += 1
             if self._steps < self.window:
                 return
-        self._boundary = _Boundary(batch, _device_arrays(logs.values()), self._steps)
+        self._boundary = _Boundary(batch, tuple(logs.values()), self._steps)
         self._steps = 0
         self._settle(wait=False)
 
     def _settle(self, *, wait: bool) -> None:
         """Time the kept boundary (without ``wait``, only if computed); log a window's end."""
         boundary = self._boundary
-        if boundary is None or not (wait or _all_ready(boundary.arrays)):
+        if boundary is None or not (wait or _all_ready(boundary.values)):
             return
         self._boundary = None  # timed once, even if its step failed and the wait raises
-        _wait_for([array for array in boundary.arrays if not array.is_deleted()])
+        wait_for(boundary.values)
         now = self._clock()
         if self._mark is None:  # the boundary starts the clock
             self._mark = now

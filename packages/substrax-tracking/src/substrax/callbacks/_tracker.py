@@ -6,7 +6,7 @@ import contextlib
 import math
 import operator
 import sys
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from substrax.support import Mode, check_float, check_int, check_mode
@@ -20,12 +20,17 @@ LARGEST = sys.float_info.max
 
 
 def check_state(
-    who: str, state: object, required: set[str], optional: Collection[str] = ()
+    who: str,
+    state: object,
+    required: set[str],
+    *optional: str,
+    watch: tuple[str, Mode] | None = None,
 ) -> Mapping[str, Any]:
-    """``state`` if it is a mapping with each ``required`` key and no unknown one."""
+    """``state`` with each ``required`` key, no unknown one, and ``watch``'s monitor and mode if any."""
     if not isinstance(state, Mapping):
         raise TypeError(f"{who} state must be a dict from get_state(), not {state!r:.80}")
     state = cast("Mapping[str, Any]", state)
+    optional = (*optional, "monitor", "mode") if watch else optional
     missing, unknown = required - set(state), set(state) - required - set(optional)
     if missing or unknown:
         also = f" (and optionally {sorted(optional)})" if optional else ""
@@ -33,6 +38,11 @@ def check_state(
             f"{who} state needs exactly the keys {sorted(required)}{also}; "
             f"missing {sorted(missing)}, unknown {sorted(unknown)}"
         )
+    if watch:  # absent keys match
+        configured = (watch[0], watch[1].value)
+        saved = (str(state.get("monitor", configured[0])), str(state.get("mode", configured[1])))
+        if saved != configured:
+            raise MonitorMismatchError(saved, configured)
     return state
 
 
@@ -61,14 +71,6 @@ def state_number(
             "that get_state() returned"
         )
     return number
-
-
-def check_monitor_state(state: Mapping[str, Any], monitor: str, mode: Mode) -> None:
-    """Refuse (MonitorMismatchError) a state saved for another monitor or mode; absent keys match."""
-    configured = (monitor, mode.value)
-    saved = (str(state.get("monitor", monitor)), str(state.get("mode", mode.value)))
-    if saved != configured:
-        raise MonitorMismatchError(saved, configured)
 
 
 class BestMetricTracker:

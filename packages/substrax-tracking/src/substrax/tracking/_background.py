@@ -8,7 +8,6 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,18 +41,14 @@ class _Control:
 class AsyncDelivery:
     """Deliver records to a sink in the background; never block or raise in the caller.
 
-    The spool file is written ahead: :meth:`submit` queues a record; the writer thread reads its
-    values (an on-device array too) and appends it to the spool, at most ``batch_interval``
-    seconds later (sooner once ``max_queue`` records wait, and at once on :meth:`flush`,
-    :meth:`persist` and :meth:`close`). The sender thread sends the spool to the sink as
-    ``replay`` does, in order and in batches (one pass every ``send_interval`` seconds at most,
-    at once for a flush or close: a backend's cost per call, as MLflow's HTTP request, is paid
-    less often), removing what arrived and setting aside what the
-    sink refuses for good; a failing sink is warned about once and retried with backoff. While
-    the spool cannot be written (a full disk), records wait in memory, in order, and the sender
-    sends them from there. Both threads run at a lower CPU priority than the training threads
-    (Linux), and no error stops them. ``label`` names the run in log messages; a failed send
-    is tried again ``retry_initial`` seconds later, the delay doubling up to ``retry_max``.
+    The spool is written ahead: the writer thread reads a submitted record's values (an
+    on-device array too) and appends it, within ``batch_interval`` seconds (sooner once
+    ``max_queue`` wait; at once on flush, persist and close). The sender thread replays the
+    spool to the sink in order, a pass per ``send_interval`` at most (at once for a flush or
+    close: a backend's cost per call is paid less often), setting aside what the sink refuses
+    for good; a failing sink is warned about once and retried with backoff (``retry_initial``
+    doubling up to ``retry_max``). On a full disk records wait in memory, in order, and are sent
+    from there. Both threads run at a lower CPU priority (Linux), and no error stops them.
     """
 
     def __init__(
@@ -73,14 +68,16 @@ class AsyncDelivery:
         self.label = label
         self.max_queue = max_queue
         self.batch_interval, self.send_interval = batch_interval, send_interval
-        self.delivered = 0
-        self.failures = 0
+        self.delivered = self.failures = 0
         target = sink.target()
         self._run = run_of(target)
-        self._backoff = Backoff(retry_initial, retry_max)  # the sink's
-        backoff = Backoff(retry_initial, retry_max)  # the spool's
+        self._backoff = Backoff(retry_initial, retry_max)  # the sink's; the spool has its own
         self._spool = SpoolWriter(
-            spool_path, target, media_dir=media_dir, label=label, backoff=backoff
+            spool_path,
+            target,
+            media_dir=media_dir,
+            label=label,
+            backoff=Backoff(retry_initial, retry_max),
         )
         self._queue: queue.SimpleQueue[Record | Scalar | _Control] = queue.SimpleQueue()
         self._wake = threading.Event()  # wakes the writer
@@ -97,13 +94,21 @@ class AsyncDelivery:
         self._deadline = 0.0  # close's: the sender's last moment
         self._closing = threading.Event()  # set by the writer once close's records are written
         self._abandoned = False
-        self._finished = False  # the run was ended
-        self._end_failed = False  # ending it failed
+        self._finished = self._end_failed = False  # the run was ended; ending it failed
         self._warned: set[str] = set()
         self._lives = LiveLocks(self._spool.file.path)  # held: a replay leaves its runs alone
         self._lives.hold(self._run)
-        self._thread = self._start(self._write_loop, f"substrax-tracking-{label}")
-        self._sender = self._start(self._send_loop, f"substrax-tracking-{label}-send")
+        self._thread, self._sender = (  # the writer, then the sender
+            start_worker(
+                loop,
+                f"substrax-tracking-{label}{suffix}",
+                label=label,
+                stop=lambda: self._abandoned,
+                first=self._first,
+                pause=self._backoff.longest,
+            )
+            for loop, suffix in ((self._write_loop, ""), (self._send_loop, "-send"))
+        )
 
     def _follow_target(self) -> None:
         """Once the sink names its run otherwise (created from a spec: by its id), spool so."""
@@ -111,16 +116,6 @@ class AsyncDelivery:
             self._run = run_of(target)
             self._lives.hold(self._run)
             self._spool.follow(target)
-
-    def _start(self, loop: Callable[[], bool], name: str) -> threading.Thread:
-        return start_worker(
-            loop,
-            name,
-            label=self.label,
-            stop=lambda: self._abandoned,
-            first=self._first,
-            pause=self._backoff.longest,
-        )
 
     @property
     def spooled(self) -> int:
@@ -152,27 +147,18 @@ class AsyncDelivery:
                 return False
 
     def _waiting(self) -> int:
-        """How many records wait in memory (for room on disk)."""
+        """How many records wait in memory for room on disk."""
         return len(self._raw) + len(self._unwritten) + self._in_hand
 
     def persist(self, timeout: float) -> bool:
-        """Write everything submitted so far to the spool and fsync it, within ``timeout``.
-
-        Returns whether every record submitted before is delivered or on disk (not: a full disk).
-        """
+        """Write and fsync everything submitted so far, within ``timeout``; whether it is all on disk or delivered."""
         if not self._thread.is_alive():
             return not self._waiting()
         control = self._control("persist")
         return control.done.wait(timeout) and control.ok
 
     def close(self, timeout: float = 30.0) -> int:
-        """Deliver what it can within ``timeout`` seconds, keep the rest in the spool, end the run.
-
-        Returns within ``timeout`` plus about a second whatever the backend does.
-
-        Returns:
-            how many of this run's records the spool file holds afterwards.
-        """
+        """Deliver what it can within ``timeout`` (plus about a second), end the run; how many records stay spooled."""
         self._deadline = time.monotonic() + timeout
         self._control("close")
         self._thread.join(timeout + _CLOSE_GRACE)
@@ -204,7 +190,7 @@ class AsyncDelivery:
         return control
 
     def _first(self, what: str) -> bool:
-        """Whether ``what`` happens for the first time (it is warned about once)."""
+        """Whether ``what`` happens for the first time (warned about once)."""
         first = what not in self._warned
         self._warned.add(what)
         return first
@@ -225,8 +211,9 @@ class AsyncDelivery:
                     controls.append(item)
                 else:
                     records.append(as_record(item))
+        kinds = {control.kind for control in controls}
         try:
-            self._write(records, sync=any(c.kind != "flush" for c in controls), now=bool(controls))
+            self._write(records, sync=bool(kinds - {"flush"}), now=bool(kinds))
         finally:
             for control in controls:
                 control.ok = not self._waiting()
@@ -235,17 +222,14 @@ class AsyncDelivery:
                 if control.kind == "close":
                     self._closing.set()
                 control.done.set()
-            if controls:
-                if any(control.kind != "persist" for control in controls):
-                    self._urgent.set()  # a flush or close: the sender sends at once
+            if kinds - {"persist"}:
+                self._urgent.set()  # a flush or close: the sender sends at once
+            if kinds:
                 self._send.set()
-        return any(control.kind == "close" for control in controls)
+        return "close" in kinds
 
     def _write(self, records: list[Record], *, sync: bool, now: bool) -> None:
-        """Read ``records``' values and append them, after any that wait, to the spool.
-
-        After a failure (a full disk) it tries again when the backoff says, or ``now``.
-        """
+        """Append ``records``, after any that wait, to the spool; after a failure, when the backoff says or ``now``."""
         self._raw.extend(records)
         prefetch_scalars(self._raw)
         materialized: list[Record] = []
@@ -295,7 +279,7 @@ class AsyncDelivery:
         return True
 
     def _send_pass(self) -> None:
-        """Send what the spool holds of this run (an earlier attempt's too), then what waits in memory."""
+        """Send this run's spooled lines (an earlier attempt's too), then what waits in memory."""
         with self._passes:
             self._started += 1
         began, delivered = time.monotonic(), self.delivered
@@ -339,7 +323,7 @@ class AsyncDelivery:
         return self._recovered()
 
     def _send_unwritten(self) -> None:
-        """Send the records that wait in memory for room on disk, as a replay sends the spool."""
+        """Send the records that wait in memory, as a replay sends the spool."""
         with self._unwritten_lock:  # taken: the writer cannot also write them meanwhile
             records, self._unwritten = self._unwritten, []
             self._in_hand = len(records)

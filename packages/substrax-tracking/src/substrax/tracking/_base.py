@@ -78,11 +78,7 @@ def _unencodable(text: str) -> int | None:
 
 
 def histogram_of(name: str, values: Any) -> dict[str, Any]:
-    """:func:`histogram_summary` of ``values``; a value that is not a number is refused by name.
-
-    Raises:
-        LoggedTypeError: ``values`` is not an array-like of real numbers (a ``TypeError``).
-    """
+    """:func:`histogram_summary` of ``values``; LoggedTypeError if they are not real numbers."""
     try:
         return histogram_summary(values)
     except (TypeError, ValueError) as error:
@@ -325,11 +321,7 @@ class Logger(Closeable):
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None: ...
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
-        """Write one scalar (``log_scalar`` calls only this): :meth:`_write_scalars` of one.
-
-        A backend that logs every step overrides it to skip the mapping: a call right after a
-        training step runs on cold caches, so every object it touches counts.
-        """
+        """Write one scalar; overridden to skip the mapping (after a step, every object counts)."""
         self._write_scalars({name: value}, step)
 
     @abc.abstractmethod

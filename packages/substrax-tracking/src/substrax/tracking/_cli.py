@@ -44,10 +44,7 @@ _REPLAY_TIMEOUT = 120.0
 _SUMMARY = ("delivered", "remaining", "refused", "bad_lines", "timed_out")  # ReplayResult's
 
 
-class _Exit:
-    """Whether a replay left a backend call running (then the process ends without waiting)."""
-
-    stuck = False
+_STUCK: list[bool] = []  # a replay left a backend call running: the process ends without waiting
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,20 +109,18 @@ def _replay(args: argparse.Namespace) -> int:
         timeout=timeout or None,
         wait=timeout or None,
     )
-    _Exit.stuck = result.timed_out
+    _STUCK[:] = [result.timed_out]
     summary = f"delivered {result.delivered}, remaining {result.remaining}"
-    if result.refused:
-        summary += f", refused {result.refused}"
+    summary += f", refused {result.refused}" if result.refused else ""
     if result.live:
         summary += f" ({result.live} of them left to the logger that still sends their run)"
+    data = {"spool": args.spool} | {name: getattr(result, name) for name in _SUMMARY}
     if result.waited_for is not None:
+        data["waited_for"] = result.waited_for
         summary += (
             f" (after waiting for another replay of this spool, pid {result.waited_for}, "
             "which sent what it held)"
         )
-    data = {"spool": args.spool} | {name: getattr(result, name) for name in _SUMMARY}
-    if result.waited_for is not None:
-        data["waited_for"] = result.waited_for
     data["failures"] = [
         {"target": dict(target), "error": describe_error(error)}
         for target, error in failures.values()
@@ -163,7 +158,7 @@ def exit_with_main() -> NoReturn:
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     status = main()
-    if _Exit.stuck:
+    if any(_STUCK):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)

@@ -40,16 +40,12 @@ def failed_by(error: BaseException | None) -> bool:
     return error is not None
 
 
-def _prints_itself(hook: object) -> bool:
-    """Whether ``hook`` is W&B's: it prints the traceback, then calls the hook it replaced."""
-    return type(getattr(hook, "__self__", None)).__module__.startswith("wandb.")
-
-
 def _hand_over(
     hook: _ExceptHook, above: object, error: tuple[type[BaseException], BaseException, Any]
 ) -> None:
-    """Call ``hook``, unless it is Python's own and ``above`` (W&B's) printed the traceback."""
-    if not (hook is sys.__excepthook__ and _prints_itself(above)):
+    """Call ``hook``, unless it is Python's own and ``above`` is W&B's (which printed the traceback)."""
+    wandb = type(getattr(above, "__self__", None)).__module__.startswith("wandb.")
+    if not (hook is sys.__excepthook__ and wandb):
         hook(*error)
 
 

@@ -71,11 +71,10 @@ class FileLogger(Logger):
     the CSV) are added to the other, so that the two agree. A jax array logged is read at a later
     flush (every ``flush_every`` seconds), once computed; :meth:`flush` and :meth:`close` wait for
     it. On a full disk no call raises: the lines wait in memory (warned about once) until there is
-    room. An image is encoded and
-    written by a thread of the logger's own (the call copies it; :meth:`flush` waits for it): one
-    a full disk refuses is lost, with a warning naming it. While open, the logger holds a
-    ``flock`` on ``<name>.log.lock``: a second logger of the same files raises
-    :class:`FileLogBusyError`.
+    room. An image is encoded and written by a thread of the logger's own (the call copies it;
+    :meth:`flush` waits for it): one a full disk refuses is lost, with a warning naming it. While
+    open, the logger holds a ``flock`` on ``<name>.log.lock``: a second logger of the same files
+    raises :class:`FileLogBusyError`.
 
     Args:
         name: the logger name, used in the file names.
@@ -175,18 +174,15 @@ class FileLogger(Logger):
             self.dropped_records = sum(dropped for dropped, _ in found)
             highest = max(at for _, at in found)
             if highest < resume_step:
+                held = f"steps only up to {highest}" if highest >= 0 else "no step"
                 _logger.warning(
-                    "FileLogger(%r): resume_step=%d, but the file log %s holds %s; check that "
-                    "name and log_dir are the first attempt's",
-                    self.name,
-                    resume_step,
-                    self.metrics_jsonl,
-                    f"steps only up to {highest}" if highest >= 0 else "no step",
+                    f"FileLogger({self.name!r}): resume_step={resume_step}, but the file log {self.metrics_jsonl} "
+                    f"holds {held}; check that name and log_dir are the first attempt's"
                 )
         for file in self._files:  # the metric files are made now, the others when written
             if (file in self._files[:2] or file.path.exists()) and file.drop_torn_line():
                 _logger.warning(
-                    "%s ended in a line cut short (a killed process); it was dropped", file.path
+                    f"{file.path} ended in a line cut short (a killed process); it was dropped"
                 )
         if os.fstat(self._files[1].open()).st_size == 0:
             self._files[1].add(CSV_HEADER)
@@ -268,15 +264,13 @@ class FileLogger(Logger):
         if failed and not self._failing and not self._warned_unwritten:
             self._warned_unwritten = True
             _logger.warning(
-                "FileLogger(%r): %s cannot be written (%s); its lines wait in memory, in "
-                "order, and are written once there is room (this is reported once; close() "
-                "raises FileLogWriteError if they still cannot be written then)",
-                self.name,
-                " and ".join(str(path) for path in failed),
-                "; ".join(sorted(set(failed.values()))),
+                f"FileLogger({self.name!r}): {' and '.join(map(str, failed))} cannot be written "
+                f"({'; '.join(sorted(set(failed.values())))}); its lines wait in memory, in order, "
+                "and are written once there is room (this is reported once; close() raises "
+                "FileLogWriteError if they still cannot be written then)"
             )
         elif self._failing and not failed:
-            _logger.info("FileLogger(%r): the lines that waited are written", self.name)
+            _logger.info(f"FileLogger({self.name!r}): the lines that waited are written")
         self._failing = failed
 
     def _append(self, file: Appender, record: dict[str, Any]) -> None:
@@ -308,10 +302,10 @@ class FileLogger(Logger):
         missing = optional("matplotlib") is None
         if missing and not self._warned_plots:
             self._warned_plots = True
+            hint = install_hint("substrax-tracking", "plots")
             _logger.warning(
-                "matplotlib is not installed, so images are saved as .npy and histogram plots "
-                "are skipped; %s",
-                install_hint("substrax-tracking", "plots"),
+                f"matplotlib is not installed, so images are saved as .npy and "
+                f"histogram plots are skipped; {hint}"
             )
         return missing
 
@@ -327,10 +321,8 @@ class FileLogger(Logger):
             save_image(stem, image)
         except OSError as error:
             _logger.warning(
-                "FileLogger(%r): image %s could not be written (%s); it is lost",
-                self.name,
-                stem,
-                error,
+                f"FileLogger({self.name!r}): image {stem} could not be written "
+                f"({error}); it is lost"
             )
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
@@ -363,9 +355,7 @@ class FileLogger(Logger):
                 if file.fd is not None:
                     os.fsync(file.fd)
             except OSError as error:
-                _logger.warning(
-                    "FileLogger(%r): fsync of %s failed: %s", self.name, file.path, error
-                )
+                _logger.warning(f"FileLogger({self.name!r}): fsync of {file.path} failed: {error}")
 
     def _close(self) -> None:
         if self._handler is not None:

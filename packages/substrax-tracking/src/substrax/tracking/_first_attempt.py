@@ -14,10 +14,10 @@ class RunNotReadyError(ConnectionError):
 
 
 class FirstAttempt:
-    """Run ``call`` (find or create the run) in a daemon thread named ``name``.
+    """Run ``call`` (find or create the run) in a daemon thread named ``name``, its exception kept in :attr:`error`.
 
-    A call not returned within the wait goes on, and :meth:`check_returned` keeps the sink from
-    starting a second one. Its exception is kept in :attr:`error`.
+    A call not returned within the wait goes on; :meth:`check_returned` keeps the sink from
+    starting a second one.
 
     Example:
         >>> from substrax.tracking._first_attempt import FirstAttempt
@@ -40,15 +40,11 @@ class FirstAttempt:
     def why_not_ready(
         self, timeout: float, *, refused: type[BaseException], late: str, failed: str
     ) -> str | None:
-        """Wait at most ``timeout`` seconds: why the call has not succeeded (None: it has).
-
-        An error of type ``refused`` (the backend answered no) is raised.
-        """
+        """Wait at most ``timeout`` s: why the call has not succeeded (None: it has); a ``refused`` error is raised."""
         self._thread.join(timeout)
         if self._thread.is_alive():
             return f"{late} within {timeout:g} s"
-        error = self.error
-        if isinstance(error, refused):
+        if isinstance(error := self.error, refused):
             raise error
         return None if error is None else f"{failed} ({type(error).__name__}: {error})"
 

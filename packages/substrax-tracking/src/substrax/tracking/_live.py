@@ -18,8 +18,7 @@ _HELD: set[int] = set()  # the live locks held here: a forked child lets go of i
 
 
 def _path(spool: Path, run: str) -> Path:
-    digest = hashlib.sha256(run.encode()).hexdigest()[:16]
-    return spool.with_name(f"{spool.name}.{digest}.live")
+    return spool.with_name(f"{spool.name}.{hashlib.sha256(run.encode()).hexdigest()[:16]}.live")
 
 
 def try_flock(fd: int) -> bool:
@@ -38,12 +37,10 @@ def hold_live(spool: Path, run: str) -> int:
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
-        try:
+        with contextlib.suppress(FileNotFoundError):
             if path.stat().st_ino == os.fstat(fd).st_ino:  # not removed as it was let go
                 _HELD.add(fd)
                 return fd
-        except FileNotFoundError:
-            pass
         os.close(fd)
 
 
@@ -93,24 +90,20 @@ class LiveLocks:
         self.held: dict[str, int | None] = {}  # None: not held (a replay may send the run too)
 
     def hold(self, run: str) -> None:
-        """Hold ``run``'s live lock too."""
-        try:
+        self.held[run] = None
+        with contextlib.suppress(OSError):
             self.held[run] = hold_live(self.spool, run)
-        except OSError:
-            self.held[run] = None
 
     def let_go(self) -> None:
-        """Let go of every lock held."""
         for run, fd in self.held.items():
             if fd is not None:
                 let_go_live(self.spool, run, fd)
 
 
 def _let_go_in_child() -> None:
-    for fd in _HELD:
+    while _HELD:
         with contextlib.suppress(OSError):
-            os.close(fd)
-    _HELD.clear()
+            os.close(_HELD.pop())
 
 
 os.register_at_fork(after_in_child=_let_go_in_child)

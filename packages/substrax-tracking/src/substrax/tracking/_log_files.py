@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import itertools
 import json
 import logging
 import math
@@ -24,22 +25,6 @@ from substrax.support import optional, write_atomically
 
 from ._errors import FileLogBusyError
 
-
-__all__ = [
-    "CSV_HEADER",
-    "NON_FINITE",
-    "Appender",
-    "complete_metric_logs",
-    "csv_field",
-    "csv_step",
-    "decode_number",
-    "drop_past",
-    "hold_log",
-    "json_ready",
-    "jsonl_step",
-    "metric_lines",
-    "strict_json",
-]
 
 #: How the file log writes the floats that strict JSON cannot hold.
 NON_FINITE = ("NaN", "Infinity", "-Infinity")
@@ -295,19 +280,16 @@ def _missing(jsonl: Path, table: Path) -> tuple[list[str], list[str]] | None:
     Each file is read from its end, in turns, until one's last record is found in the other:
     a read as long as what one file lacks. None: neither holds the other's last record.
     """
-    scans = (_backwards(jsonl, _row_of), _backwards(table, _line_of))
+    scans = [_backwards(jsonl, _row_of), _backwards(table, _line_of)]
     lasts = [next(scan, None) for scan in scans]
-    if lasts[0] is None and lasts[1] is None:
-        return [], []
     # what each scan looks for: the other file's last record, written as this file writes it
     wanted = [None if last is None else last[0] for last in reversed(lasts)]
+    scans = [
+        itertools.chain([last] if last else [], scan)
+        for last, scan in zip(lasts, scans, strict=True)
+    ]
     past: tuple[list[str], list[str]] = ([], [])  # each scan's records, converted, last first
-    for side, last in enumerate(lasts):
-        if last is not None:
-            if last[1] == wanted[side]:
-                return [], []  # the files agree
-            past[side].append(last[1])
-    open_scans = [side for side, last in enumerate(lasts) if last is not None]
+    open_scans = [0, 1]
     while open_scans:
         for side in list(open_scans):
             record = next(scans[side], None)

@@ -128,35 +128,26 @@ class MlflowSink:
         client, spec = self.client, self.spec
         with store_lock(self.tracking_uri):  # jobs starting together create one experiment
             if spec is None:
-                assert self.run_id is not None  # noqa: S101
-                run = client.get_run(self.run_id)
-                self.experiment_id = run.info.experiment_id
-                if run.info.status != "RUNNING":
-                    client.update_run(self.run_id, status="RUNNING")
-                if self.resume_step is not None:
-                    client.set_tag(self.run_id, RESUMED_FROM_TAG, str(self.resume_step))
+                run = client.get_run(str(self.run_id))
             else:
                 found = client.get_experiment_by_name(spec.experiment_name)
-                if found is not None:
-                    experiment_id = found.experiment_id
-                else:
-                    experiment_id = client.create_experiment(
-                        spec.experiment_name, artifact_location=spec.artifact_location
-                    )
-                existing = client.search_runs(
-                    [experiment_id],
-                    filter_string=f"tags.`{RUN_KEY_TAG}` = '{spec.run_key}'",
-                    max_results=1,
+                experiment_id = (
+                    client.create_experiment(spec.experiment_name, spec.artifact_location)
+                    if found is None
+                    else found.experiment_id
                 )
-                if existing:  # resumed by its key: running again, as by its id above
-                    self.run_id = existing[0].info.run_id
-                    if existing[0].info.status != "RUNNING":
-                        client.update_run(self.run_id, status="RUNNING")
+                key = f"tags.`{RUN_KEY_TAG}` = '{spec.run_key}'"
+                existing = client.search_runs([experiment_id], filter_string=key, max_results=1)
+                if existing:  # resumed by its key
+                    run = existing[0]
                 else:
                     tags = {**spec.tags, RUN_KEY_TAG: spec.run_key}
-                    created = client.create_run(experiment_id, run_name=spec.run_name, tags=tags)
-                    self.run_id = created.info.run_id
-                self.experiment_id = experiment_id
+                    run = client.create_run(experiment_id, run_name=spec.run_name, tags=tags)
+            self.run_id, self.experiment_id = run.info.run_id, run.info.experiment_id
+            if run.info.status != "RUNNING":  # resumed: running again
+                client.update_run(self.run_id, status="RUNNING")
+            if self.resume_step is not None:
+                client.set_tag(self.run_id, RESUMED_FROM_TAG, str(self.resume_step))
             self._ready = True
 
     def _ensure_run(self) -> str:
@@ -192,20 +183,16 @@ class MlflowSink:
                 for key, value in flat_params(payload["params"]):
                     params[key, value if isinstance(value, str) else json.dumps(value)] = None
             elif record.kind == "text":
-                self.client.log_text(
-                    run_id,
-                    payload["text"],
-                    f"text/{file_part(payload['name'])}/step_{step}.txt",
-                )
+                where = f"text/{file_part(payload['name'])}/step_{step}.txt"
+                self.client.log_text(run_id, payload["text"], where)
             elif record.kind == "image":
                 for path in payload["paths"]:
                     self.client.log_artifact(run_id, path, f"images/{file_part(payload['name'])}")
             elif record.kind == "histogram":
                 name = payload["name"]
                 metrics.extend((f"{name}/{s}", payload[s], stamp, step) for s in _STATS)
-                self.client.log_dict(
-                    run_id, payload, f"histograms/{file_part(name)}/step_{step}.json"
-                )
+                where = f"histograms/{file_part(name)}/step_{step}.json"
+                self.client.log_dict(run_id, payload, where)
             elif record.kind == "artifact":
                 path = Path(payload["path"])
                 upload = self.client.log_artifacts if path.is_dir() else self.client.log_artifact

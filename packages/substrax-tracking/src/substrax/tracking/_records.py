@@ -17,17 +17,11 @@ from ._paths import file_part
 from ._values import as_scalar, histogram_summary, prefetch, read_scalar
 
 
-__all__ = [
-    "Record",
-    "RecordKind",
-    "Scalar",
-    "as_record",
-    "prefetch_scalars",
-    "split_scalars",
-]
+__all__ = ["Record", "RecordKind", "Scalar", "as_record", "prefetch_scalars", "split_scalars"]
 
-# The metrics warned about as unreadable, for a record materialized without a set of its own.
-_WARNED: set[str] = set()
+_WARNED: set[str] = (
+    set()
+)  # metrics warned about as unreadable, for a record without a set of its own
 
 type RecordKind = Literal["scalars", "hyperparams", "text", "image", "histogram", "artifact"]
 _KINDS = frozenset(typing.get_args(RecordKind.__value__))
@@ -63,10 +57,7 @@ def as_record(item: Record | Scalar) -> Record:
 
 
 def split_scalars(record: Record) -> list[Record]:
-    """A materialized record of several scalars as one record per scalar; [] for any other.
-
-    A backend that refuses one value of such a record is sent the parts one at a time, so that
-    only the refused value is set aside.
+    """A materialized record of several scalars as one record per scalar (so that only a refused value is set aside); [] for any other.
 
     Example:
         >>> from substrax.tracking._records import Record, split_scalars
@@ -81,19 +72,12 @@ def split_scalars(record: Record) -> list[Record]:
     parts = cast("dict[str, Any]", values)
     if len(parts) <= 1:
         return []
-    return [
-        dataclasses.replace(record, payload={"values": {key: value}})
-        for key, value in parts.items()
-    ]
+    return [dataclasses.replace(record, payload={"values": {k: v}}) for k, v in parts.items()]
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Record:
-    """One logging call: its kind, step (or None), ``time.time()`` and payload.
-
-    The payload holds the caller's objects (arrays, numbers) until :meth:`materialize` turns it
-    into JSON data, off the training thread.
-    """
+    """One logging call: kind, step (or None), ``time.time()``, and payload (the caller's objects until :meth:`materialize`)."""
 
     kind: RecordKind
     step: int | None
@@ -106,25 +90,21 @@ class Record:
     ) -> Record:
         """Make the payload JSON data (floats, histogram counts, image files under ``media_dir``).
 
-        A jax array is read here, on the delivery thread. One that cannot be read (its buffer
-        donated to a later step) is left out, with a warning naming ``label``, the metric and
-        the step, once per metric name in ``warned``.
+        A jax array is read here, on the delivery thread; one that cannot be (its buffer donated)
+        is left out, with a warning naming ``label``, once per metric name in ``warned``.
         """
         if self.materialized:
             return self
         payload = self.payload
         if self.kind == "scalars":
-            values: dict[str, float] = {}
-            for key, value in payload["values"].items():
-                if not is_device_array(value):
-                    values[key] = as_scalar(key, value)
-                    continue
-                number = read_scalar(
-                    label, key, value, self.step, _WARNED if warned is None else warned
-                )
-                if number is not None:
-                    values[key] = number
-            payload = {"values": values}
+            warned = _WARNED if warned is None else warned
+            values = {
+                key: as_scalar(key, value)
+                if not is_device_array(value)
+                else read_scalar(label, key, value, self.step, warned)
+                for key, value in payload["values"].items()
+            }
+            payload = {"values": {key: v for key, v in values.items() if v is not None}}
         elif self.kind == "hyperparams":
             payload = {"params": json_ready(payload["params"])}
         elif self.kind == "histogram":
@@ -151,10 +131,5 @@ class Record:
         unknown = set(data) - {"kind", "step", "time", "payload"}
         if unknown or not isinstance(kind := data.get("kind"), str) or kind not in _KINDS:
             raise NotARecordError(f"not a substrax tracking record: {data!r}")
-        return cls(
-            kind=data["kind"],
-            step=data["step"],
-            time=float(data["time"]),
-            payload=data["payload"],
-            materialized=True,
-        )
+        step, time, payload = data["step"], float(data["time"]), data["payload"]
+        return cls(kind=data["kind"], step=step, time=time, payload=payload, materialized=True)

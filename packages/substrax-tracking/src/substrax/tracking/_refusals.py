@@ -41,16 +41,10 @@ def refused_key(record: Record) -> str:
 
 
 class RefusalNotes:
-    """Warn once per key its backend refuses for good, kept with its error in ``kept_in``.
-
-    The sender calls :meth:`note` with each record it sets aside (of a record of several
-    scalars, each refused scalar). A key refused again (at another step) is not warned about
-    again: ``kept_in`` (``<spool>.refused``) holds every refused record.
-    """
+    """Warn once per key its backend refuses for good; ``kept_in`` (``<spool>.refused``) holds every refused record."""
 
     def __init__(self, label: str, kept_in: Path) -> None:
-        self.label = label
-        self.kept_in = kept_in
+        self.label, self.kept_in = label, kept_in
         self.warned: set[str] = set()
 
     def note(self, record: Record, reason: str) -> None:
@@ -61,13 +55,10 @@ class RefusalNotes:
         self.warned.add(key)
         if len(reason) > _LONGEST_REASON:
             reason = reason[: _LONGEST_REASON - 3] + "..."
+        at = (
+            "" if record.step is None or record.kind == "hyperparams" else f" at step {record.step}"
+        )
         _logger.warning(
-            f"{self.label}: the backend refused {key}"
-            + (
-                ""
-                if record.step is None or record.kind == "hyperparams"
-                else f" at step {record.step}"
-            )
-            + f" ({reason}); it is kept in {self.kept_in} with its later refused values "
-            "(reported once a key)"
+            f"{self.label}: the backend refused {key}{at} ({reason}); it is kept in "
+            f"{self.kept_in} with its later refused values (reported once a key)"
         )

@@ -31,8 +31,7 @@ from ._values import checked_scalar, checked_scalars
 __all__ = ["RemoteLogger", "check_resume"]
 
 
-# Held strongly, so that a logger dropped without close() is still closed at exit.
-_OPEN: dict[int, RemoteLogger] = {}
+_OPEN: dict[int, RemoteLogger] = {}  # held strongly: a logger dropped unclosed is closed at exit
 _AT_EXIT_TIMEOUT = 10.0
 _FLUSH_TIMEOUT = 10.0  # the most seconds flush() waits by default
 _EXIT_PRIORITY = 100  # multiprocessing finalizers: before pools and queues shut down
@@ -42,8 +41,8 @@ _FINALIZED_PIDS: set[int] = set()  # the processes whose multiprocessing finaliz
 def _close_open_loggers() -> None:
     """At exit, close the loggers never closed; the exception the process dies of marks them failed.
 
-    Runs from :mod:`atexit` and from a :mod:`multiprocessing` finalizer (a forked worker ends
-    by ``os._exit``, with its target's exception still in flight).
+    Runs from :mod:`atexit` and from a :mod:`multiprocessing` finalizer (a forked worker ends by
+    ``os._exit``, with its target's exception still in flight).
     """
     error = sys.exc_info()[1] or _died_of()
     for logger in list(_OPEN.values()):
@@ -54,11 +53,7 @@ def _close_open_loggers() -> None:
 
 
 def _died_of() -> BaseException | None:
-    """The uncaught exception a script dies of (outside interactive sessions), if any.
-
-    ``sys.last_exc`` is also set by tools that report an exception they caught (pytest): only
-    one that left the top level of ``__main__`` counts.
-    """
+    """The uncaught exception a script dies of, outside interactive sessions: ``sys.last_exc``, if it left ``__main__``'s top level (pytest sets it too)."""
     if sys.flags.interactive or hasattr(sys, "ps1") or "IPython" in sys.modules:
         return None
     error: BaseException | None = getattr(sys, "last_exc", None)
@@ -131,11 +126,8 @@ class RemoteLogger(Logger):
         stem = safe_name(name) + (
             f".p{self.process_index}" if all_processes and self.process_index else ""
         )
-        self.spool_path = (
-            Path(spool_path).resolve()
-            if spool_path is not None
-            else self.log_dir / f"{stem}.spool.jsonl"
-        )
+        default = self.log_dir / f"{stem}.spool.jsonl"
+        self.spool_path = default if spool_path is None else Path(spool_path).resolve()
         self.media_dir = self.log_dir / f"{stem}.media"
         if spool_path is not None and self.active:  # the default one is in the checked log_dir
             check_spool_path(self.spool_path, type(self).__name__)
@@ -179,14 +171,12 @@ class RemoteLogger(Logger):
         self, kind: Any, step: int | None, payload: dict[str, Any], *, materialized: bool = False
     ) -> None:
         assert self._delivery is not None  # noqa: S101
-        record = Record(
-            kind=kind,
-            step=self._step(step),
-            time=time.time(),
-            payload=payload,
-            materialized=materialized,
+        step = self._step(step)
+        self._delivery.submit(
+            Record(
+                kind=kind, step=step, time=time.time(), payload=payload, materialized=materialized
+            )
         )
-        self._delivery.submit(record)
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         values = dict(checked_scalars(metrics, self._last_step if step is None else step))
@@ -256,11 +246,8 @@ class RemoteLogger(Logger):
             ValueError: ``timeout`` is NaN, infinite or negative.
         """
         if self._delivery is not None and not self.closed:
-            bound = (
-                min(self.close_timeout, _FLUSH_TIMEOUT)
-                if timeout is None
-                else check_seconds("timeout", timeout)
-            )
+            bound = check_seconds("timeout", timeout) if timeout is not None else None
+            bound = min(self.close_timeout, _FLUSH_TIMEOUT) if bound is None else bound
             deadline = time.monotonic() + bound
             self._delivery.persist(bound)  # on disk (a full disk: sent from memory), then sent
             self._delivery.flush(max(0.0, deadline - time.monotonic()))

@@ -89,18 +89,10 @@ def run_replay(
 ) -> tuple[ReplayResult, Failures]:
     """:func:`replay_spool` without its warnings: the result, and the error of each failed target.
 
-    ``only`` (runs, each a :func:`run_of`) limits the replay to those runs' lines and ``limit``
-    to the spool's first ``limit`` records. A run a logger still sends (in any process) is left
-    to it, unless it is one of ``own`` (the replaying logger's runs); ``stop`` ends the
-    replay before its next batch. Another replay of the spool is waited for at most ``wait``
-    seconds (None: as long as it takes), within ``timeout``. ``on_refused`` hears of each
-    record set aside (a part of one too), and why. ``read`` gives the lines to send, once the
-    replay holds the spool (default: the spool's, up to ``limit`` records).
-
-    Raises:
-        SpoolNotFoundError: the file does not exist.
-        NotASpoolError: the path is not a spool file (nothing is changed).
-        SpoolBusyError: another replay held the spool for longer than ``wait``.
+    ``only`` limits it to those runs (each a :func:`run_of`), ``limit`` to the first records. A
+    run a logger still sends (in any process) is left to it, unless one of ``own``. Another
+    replay is waited for at most ``wait`` s (None: unbounded; then SpoolBusyError). ``read``
+    gives the lines to send once the spool is held (default: its own, up to ``limit``).
     """
     started = time.monotonic()
     if spool.path.exists() or not include_refused:
@@ -118,7 +110,7 @@ def run_replay(
             only=only,
             live=functools.partial(is_live, spool.path),
             own=own,
-            stop=stop or (lambda: False),
+            stop=stop,
             on_refused=on_refused,
         )
         if timeout is None:

@@ -17,8 +17,7 @@ from ._sink import Sink, build_sink
 from ._spool import SpoolLine, spool_lines
 
 
-__all__ = ["Failures", "Sending", "deliver_in_memory", "describe_error", "is_permanent"]
-__all__ += ["run_of", "target_key"]
+__all__ = ["Failures", "Sending", "deliver_in_memory", "describe_error", "run_of", "target_key"]
 
 _logger = logging.getLogger(__name__)
 
@@ -48,18 +47,6 @@ def run_of(target: Mapping[str, Any]) -> str:
     return target_key({k: v for k, v in target.items() if k != "resume_step"})
 
 
-def _never() -> bool:
-    return False
-
-
-def _nobody(_run: str) -> bool:
-    return False
-
-
-def _unheard(_record: Record, _reason: str) -> None:
-    pass
-
-
 class _Settled(BaseException):  # not an Exception: passes the handlers around backend calls
     """The replay's result was taken (its time ran out): deliver nothing more."""
 
@@ -67,11 +54,10 @@ class _Settled(BaseException):  # not an Exception: passes the handlers around b
 class Sending:
     """Sends spool lines target by target; :meth:`settle` fixes the result at any time.
 
-    Of a batch its backend refuses (``Sink.is_permanent``), the records are sent one at a time,
-    and of a refused record of several scalars, each scalar: only refused values are set aside.
-    The lines of a run that ``live`` says a logger still sends are left to it, unless it is
-    one of ``own`` (the sender's); a run is ended only when no logger sends it. ``stop`` ends the
-    sending before the next batch. ``on_refused`` hears of each record set aside, and why.
+    Of a batch its backend refuses for good, the records are sent one at a time, and of a
+    refused record of several scalars, each scalar: only refused values are set aside. A run
+    ``live`` says a logger still sends is left to it, unless one of ``own``; a run is ended only
+    when no logger sends it. ``stop`` ends the sending before the next batch.
     """
 
     def __init__(
@@ -79,11 +65,11 @@ class Sending:
         lines: list[SpoolLine],
         sinks: Mapping[str, Sink],
         *,
-        include_refused: bool,
-        only: Collection[str] | None,
-        live: Callable[[str], bool] = _nobody,
+        include_refused: bool = False,
+        only: Collection[str] | None = None,
+        live: Callable[[str], bool] | None = None,
         own: Collection[str] = (),
-        stop: Callable[[], bool] = _never,
+        stop: Callable[[], bool] | None = None,
         on_refused: Callable[[Record, str], None] | None = None,
     ) -> None:
         self.data = {i: line.data for i, line in enumerate(lines) if line.data is not None}
@@ -94,18 +80,18 @@ class Sending:
         self._sinks = dict(sinks)
         self._include_refused = include_refused
         self._only = only
-        self._live, self._own, self._stop = live, own, stop
-        self._on_refused = on_refused or _unheard
+        self._live = live or (lambda _run: False)
+        self._own, self._stop = own, stop or (lambda: False)
+        self._on_refused = on_refused or (lambda _record, _reason: None)
         self._built: dict[str, tuple[Sink, str]] = {}  # the sinks this replay made, and runs
         self._failures: Failures = {}
-        # the runs a line of marks failed (the logger's run was marked failed): they end so
         self._keys: dict[int, str] = {}
         target, key = None, ""
         for i, data in self.data.items():  # lines appended together share their target
             if data["target"] is not target:
                 target, key = data["target"], target_key(data["target"])
             self._keys[i] = key
-        self._failed = {
+        self._failed = {  # the runs a line of marks failed: they end so
             self._keys[i] for i, d in self.data.items() if d["target"].get("failed") is True
         }
         self._settled = False
@@ -191,8 +177,8 @@ class Sending:
 
     def _refuse(self, sink: Sink, index: int, error: str) -> None:
         """Set a refused line aside; of several scalars, only those refused one at a time."""
-        record = self.data[index]["record"]
-        parts = split_scalars(Record.from_json(record))
+        record, whole = self.data[index]["record"], self._record(index)
+        parts = split_scalars(whole)
         refused: list[tuple[Record, str]] = []
         for part in parts:
             try:
@@ -206,7 +192,7 @@ class Sending:
         else:
             parts_refused = [(part.to_json(), reason) for part, reason in refused]
             self._note([index], delivered=True, refused=parts_refused)
-        for part, reason in refused if parts else [(Record.from_json(record), error)]:
+        for part, reason in refused if parts else [(whole, error)]:
             self._on_refused(part, reason)
 
     def _note(
@@ -241,12 +227,7 @@ class Sending:
 
 
 def is_permanent(sink: Sink, error: BaseException) -> bool:
-    """Whether ``sink`` refused what it was sent for good: no retry can deliver it.
-
-    Always so for an error about the record, not the backend: a local file it names that is
-    gone (``FileNotFoundError``, ``NotADirectoryError``) or a payload that lacks a key (a
-    ``LookupError``: a damaged or unserializable record). Otherwise the sink says.
-    """
+    """Whether ``sink`` refused what it was sent for good (always: a file gone, a payload lacking a key)."""
     if isinstance(error, LookupError | FileNotFoundError | NotADirectoryError):
         return True
     try:
@@ -261,18 +242,12 @@ def deliver_in_memory(
     sink: Sink,
     on_refused: Callable[[Record, str], None] | None = None,
 ) -> tuple[Sending, BaseException | None]:
-    """Send materialized ``records`` of ``target`` to ``sink`` as a replay sends spool lines.
-
-    Returns:
-        the replay (its ``delivered`` and ``refused`` are indexes into ``records``) and the
-        error that stopped the rest (None: each record was delivered or refused).
-    """
+    """Send ``records`` of ``target`` as a replay sends spool lines: the job (indexes into ``records``), and the error that stopped the rest."""
     lines = [
         SpoolLine(i + 1, "", {"target": dict(target), "record": record.to_json()}, record=record)
         for i, record in enumerate(records)
     ]
-    sinks = {target_key(target): sink}
-    job = Sending(lines, sinks, include_refused=False, only=None, on_refused=on_refused)
+    job = Sending(lines, {target_key(target): sink}, on_refused=on_refused)
     job.run()
     failures = job.settle()
     return job, next(iter(failures.values()))[1] if failures else None

@@ -19,8 +19,7 @@ class Sink(Protocol):
 
     ``target()`` is JSON data naming the backend (``"backend"``) and the run, enough to build
     the sink again; ``deliver`` sends records in order or raises; ``is_permanent`` says whether
-    an error will not go away by retrying (a refused value, not a lost server); ``finish`` ends
-    the run.
+    an error will not go away by retrying; ``finish`` ends the run.
     """
 
     def target(self) -> dict[str, Any]: ...

@@ -11,18 +11,13 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
 from substrax.support import write_atomically
 
-from ._errors import (
-    NotARecordError,
-    NotASpoolError,
-    SpoolBusyError,
-    SpoolNotFoundError,
-)
+from ._errors import NotARecordError, NotASpoolError, SpoolBusyError, SpoolNotFoundError
 from ._live import try_flock
 from ._records import Record
 
@@ -35,9 +30,7 @@ _logger = logging.getLogger(__name__)
 def spool_lines(
     target: Mapping[str, Any], records: Iterable[Mapping[str, Any]], error: str | None = None
 ) -> list[str]:
-    """The spool lines (without newlines) of records' JSON data: ``{"target", "record"[, "error"]}``.
-
-    The target is encoded once for all of them.
+    """The spool lines (no newlines) of records' JSON data, ``{"target", "record"[, "error"]}``.
 
     Example:
         >>> from substrax.tracking._spool import spool_lines
@@ -50,7 +43,7 @@ def spool_lines(
 
 
 def _parse_line(text: str) -> tuple[dict[str, Any], Record]:
-    """A spool line's data and record; raises ValueError, KeyError or TypeError for a line that is not one."""
+    """A spool line's data and record (ValueError, KeyError or TypeError: not one)."""
     line = json.loads(text)
     if not isinstance(line, dict):
         raise NotARecordError(f"a JSON {type(line).__name__}, not an object")
@@ -82,23 +75,17 @@ class SpoolFile:
     Every change and read holds an exclusive ``flock`` on ``<spool>.lock`` (removed with the
     spool): a replay removes exactly the lines it delivered, and keeps those appended meanwhile.
     ``<spool>.refused`` holds the records a backend refused, each with its ``"error"``, and
-    ``<spool>.bad`` the lines that are not records.
-
-    Args:
-        path: the file (its directory is made on the first write).
-
-    Raises:
-        NotASpoolError: ``path`` names no file (``""``, ``.``, ``/``).
+    ``<spool>.bad`` the lines that are not records. NotASpoolError: ``path`` names no file.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         if self.path.name in ("", ".", ".."):
             raise NotASpoolError(self.path, "a directory")
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
-        self.refused_path = self.path.with_name(self.path.name + ".refused")
-        self.bad_path = self.path.with_name(self.path.name + ".bad")
-        self.replay_lock_path = self.path.with_name(self.path.name + ".replay.lock")
+        self.lock_path, self.refused_path, self.bad_path, self.replay_lock_path = (
+            self.path.with_name(self.path.name + suffix)
+            for suffix in (".lock", ".refused", ".bad", ".replay.lock")
+        )
 
     @contextlib.contextmanager
     def _flock(self, path: Path, deadline: float | None = None) -> Generator[int | None]:
@@ -130,10 +117,9 @@ class SpoolFile:
 
     @contextlib.contextmanager
     def replaying(self, wait: float | None) -> Generator[int | None]:
-        """Hold ``<spool>.replay.lock`` for a replay; yield the pid of one waited for, or None.
+        """Hold ``<spool>.replay.lock`` for a replay, waiting at most ``wait`` s (None: unbounded) for another's.
 
-        A second replay waits for the first, at most ``wait`` seconds (None: as long as it takes;
-        then SpoolBusyError); loggers appending meanwhile are never held up.
+        Yields the pid of the replay waited for, or None; loggers appending are never held up.
         """
         deadline = None if wait is None else time.monotonic() + wait
         with self._flock(self.replay_lock_path, deadline) as waited_for:
@@ -160,23 +146,28 @@ class SpoolFile:
         records: Iterable[Record],
         *,
         sync: bool = True,
-    ) -> list[SpoolLine]:
-        """Append materialized ``records``; the lines written (numbered 0: unknown).
+        written: Callable[[list[SpoolLine]], None] | None = None,
+    ) -> None:
+        """Append materialized ``records``, then call ``written`` with their lines (numbered 0).
 
-        ``sync=False`` leaves the fsync to later: the lines outlive a kill -9, not a power cut.
+        ``written`` runs under the spool's lock, as :meth:`read_lines`' ``known`` does: a read
+        sees the lines with it or neither. ``sync=False`` leaves the fsync to later: the lines
+        outlive a kill -9, not a power cut.
         """
         records = list(records)
         data = [record.to_json() for record in records]
-        lines = spool_lines(target, data)
-        if lines:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._flock(self.lock_path):
-                _append_lines(self.path, lines, sync=sync)
+        if not (texts := spool_lines(target, data)):
+            return
         head = dict(target)
-        return [
+        lines = [
             SpoolLine(0, text, {"target": head, "record": payload}, record=record)
-            for text, payload, record in zip(lines, data, records, strict=True)
+            for text, payload, record in zip(texts, data, records, strict=True)
         ]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._flock(self.lock_path):
+            _append_lines(self.path, texts, sync=sync)
+            if written is not None:
+                written(lines)
 
     def sync(self) -> None:
         """An fsync of the spool (lines appended with ``sync=False``), if there is one."""
@@ -190,18 +181,19 @@ class SpoolFile:
                 _append_lines(self.refused_path, lines)
 
     def read_lines(
-        self, limit: int | None = None, *, known: Mapping[str, SpoolLine] | None = None
+        self,
+        limit: int | None = None,
+        *,
+        known: Callable[[], Mapping[str, SpoolLine]] | None = None,
     ) -> list[SpoolLine]:
-        """The non-blank lines, records or not, up to the ``limit``-th record.
+        """The non-blank lines, records or not, up to the ``limit``-th record; those ``known`` unparsed.
 
-        A line whose text is one of ``known`` (lines as :meth:`append` wrote them) is not parsed.
-
-        Raises:
-            SpoolNotFoundError: the file does not exist.
-            NotASpoolError: it is not a regular file, or no line of it is a record (it is left).
+        ``known()`` is called under the spool's lock, just before the read.
+        Raises SpoolNotFoundError, or NotASpoolError: not a regular file, or no line is a record.
         """
         with self._flock(self.lock_path):
             data = b""
+            recognised = {} if known is None else known()
             try:
                 self.check_regular()  # again: a replay may have removed it
                 data = self.path.read_bytes()
@@ -215,16 +207,16 @@ class SpoolFile:
                 break
             if not text.strip():
                 continue
-            if known and (line := known.get(text)) is not None:
-                lines.append(SpoolLine(number, text, line.data, record=line.record))
-                records += 1
-                continue
-            try:
-                parsed, record = _parse_line(text)
-                lines.append(SpoolLine(number, text, parsed, record=record))
-                records += 1
-            except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
-                lines.append(SpoolLine(number, text, None, str(error)))
+            if (line := recognised.get(text)) is not None:
+                parsed, record = line.data, line.record
+            else:
+                try:
+                    parsed, record = _parse_line(text)
+                except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError: a ValueError
+                    lines.append(SpoolLine(number, text, None, str(error)))
+                    continue
+            lines.append(SpoolLine(number, text, parsed, record=record))
+            records += 1
         if lines and not records and not any(line.text.startswith('{"target"') for line in lines):
             with self._flock(self.lock_path):  # made by this call: nothing else locks such a file
                 self.lock_path.unlink(missing_ok=True)
@@ -294,10 +286,7 @@ class SpoolFile:
         return moved
 
     def restore_refused(self) -> int:
-        """Move the records of ``<spool>.refused`` back into the spool, without their errors.
-
-        A line that is not a record goes to ``<spool>.bad`` (with a warning), never dropped.
-        """
+        """Move the records of ``<spool>.refused`` back into the spool, without their errors (others: to ``.bad``)."""
         if not self.refused_path.is_file():
             return 0
         with self._flock(self.lock_path):

@@ -1,4 +1,4 @@
-"""What the delivery threads use: SpoolWriter (a run's writes to its spool), Backoff, lower_priority."""
+"""What the delivery threads use: SpoolWriter (a run's writes to its spool), Backoff, start_worker."""
 
 from __future__ import annotations
 
@@ -15,29 +15,18 @@ from typing import Any
 
 from ._records import Record
 from ._refusals import RefusalNotes
-from ._replay import ReplayResult, run_replay
-from ._send import Failures, describe_error
+from ._replay import run_replay
+from ._send import describe_error
 from ._spool import SpoolFile, SpoolLine
 
 
-__all__ = ["Backoff", "SpoolWriter", "lower_priority", "start_worker"]
+__all__ = ["Backoff", "SpoolWriter", "start_worker"]
 
 _logger = logging.getLogger(__name__)
 
 _NICE = 10  # how much lower the threads' CPU priority is than the training threads'
 _FOUND_TIMEOUT = 5.0  # the most seconds spent sending what other runs left in the spool
 _KNOWN_MOST = 5_000  # lines written kept in memory to be read back unparsed (~1 KB each)
-
-
-def lower_priority() -> None:
-    """Lower the calling thread's CPU priority (on Linux, where each thread has its own)."""
-    if sys.platform.startswith("linux"):
-        thread = threading.get_native_id()
-        try:
-            nice = os.getpriority(os.PRIO_PROCESS, thread)
-            os.setpriority(os.PRIO_PROCESS, thread, min(nice + _NICE, 19))  # 19: the lowest
-        except OSError as error:  # a sandbox that forbids it
-            _logger.debug("could not lower the delivery thread's priority: %s", error)
 
 
 def start_worker(
@@ -49,14 +38,20 @@ def start_worker(
     first: Callable[[str], bool],
     pause: float,
 ) -> threading.Thread:
-    """Start a daemon thread, at a lower priority, that runs ``loop`` until it returns True or ``stop``.
+    """Start a daemon thread, at a lower CPU priority, running ``loop`` until it returns True or ``stop``.
 
-    An error is reported (once, when ``first("worker")``), and the loop goes on ``pause``
-    seconds later: no error ends a delivery thread.
+    No error ends it: one is warned about once (when ``first("worker")``), and the loop goes on
+    ``pause`` seconds later.
     """
 
     def guarded() -> None:
-        lower_priority()
+        if sys.platform.startswith("linux"):  # where each thread has its own priority
+            thread = threading.get_native_id()
+            try:
+                nice = os.getpriority(os.PRIO_PROCESS, thread)
+                os.setpriority(os.PRIO_PROCESS, thread, min(nice + _NICE, 19))  # 19: the lowest
+            except OSError as error:  # a sandbox that forbids it
+                _logger.debug("could not lower the delivery thread's priority: %s", error)
         while not stop():
             try:
                 if loop():
@@ -91,18 +86,16 @@ class Backoff:
     delay: float = 0.0
 
     def fail(self) -> None:
-        """Note a failure and when to try again."""
         self.delay = min(self.delay * 2, self.longest) if self.failing else self.initial
         self.failing = True
         self.next_try = time.monotonic() + self.delay
 
     def recover(self) -> bool:
-        """Note a success; return whether it ends a failure."""
+        """Note a success; whether it ends a failure."""
         failing, self.failing = self.failing, False
         return failing
 
     def due(self) -> bool:
-        """Whether to try now: nothing failed, or the next try is due."""
         return not self.failing or time.monotonic() >= self.next_try
 
     def wait(self) -> float | None:
@@ -111,11 +104,7 @@ class Backoff:
 
 
 class SpoolWriter:
-    """Write one run's records to its spool file, counting them, and say when it cannot.
-
-    A write that fails (a full disk) is warned about once and tried again by :attr:`backoff`;
-    the caller keeps the records meanwhile.
-    """
+    """Write one run's records to its spool file, and say when it cannot (warned once, retried by :attr:`backoff`)."""
 
     def __init__(
         self, path: Path, target: dict[str, Any], *, media_dir: Path, label: str, backoff: Backoff
@@ -123,20 +112,14 @@ class SpoolWriter:
         self.file = SpoolFile(path)
         self.target = target
         self._earlier: list[dict[str, Any]] = []  # targets this run's lines were written under
-        self.media_dir = media_dir
-        self.label = label
-        self.backoff = backoff
+        self.media_dir, self.label, self.backoff = media_dir, label, backoff
         self._unreadable: set[str] = set()  # metrics whose jax value could not be read (warned)
         self._warned = False
         self.refusals = RefusalNotes(label, self.file.refused_path)  # each key warned once
         self._written: dict[str, SpoolLine] = {}  # lines written since the spool was last read
 
     def materialize(self, record: Record) -> Record:
-        """Read ``record``'s values into JSON data; one that cannot be is kept as its error.
-
-        Raises:
-            OSError: an image could not be written (a full disk): try again later.
-        """
+        """``record`` as JSON data; one that cannot be is kept as its error (OSError: no room for an image)."""
         try:
             return record.materialize(self.media_dir, label=self.label, warned=self._unreadable)
         except OSError:
@@ -146,14 +129,12 @@ class SpoolWriter:
             return record
 
     def write(self, records: list[Record], *, sync: bool = True) -> bool:
-        """Append materialized ``records``; whether it could (a failure is warned about once)."""
+        """Append materialized ``records``; whether it could."""
         try:
-            lines = self.file.append(self.target, records, sync=sync)
+            self.file.append(self.target, records, sync=sync, written=self._remember)
         except OSError as failure:
             self.cannot_write(self.file.path, failure, len(records))
             return False
-        room = _KNOWN_MOST - len(self._written)  # past it, the rest is parsed when read
-        self._written.update((line.text, line) for line in lines[: max(room, 0)])
         if self.backoff.recover():
             _logger.warning(
                 f"{self.label}: {self.file.path} is written again; the records that waited in "
@@ -162,13 +143,21 @@ class SpoolWriter:
         return True
 
     def read_all(self, limit: int | None = None) -> list[SpoolLine]:
-        """The spool's lines (up to ``limit`` records); those this writer wrote are not parsed.
+        """The spool's lines (up to ``limit`` records), those written here recognised by their text, unparsed.
 
-        The spool's text decides what is sent (another process may have added or removed lines);
-        a line written here is recognised by its text and given its record as written.
+        The spool's text decides what is sent: another process may have added or removed lines.
         """
+        return self.file.read_lines(limit, known=self._take_written)
+
+    def _remember(self, lines: list[SpoolLine]) -> None:
+        """Keep lines just written (under the spool's lock), to be read back unparsed."""
+        room = _KNOWN_MOST - len(self._written)  # past it, the rest is parsed when read
+        self._written.update((line.text, line) for line in lines[: max(room, 0)])
+
+    def _take_written(self) -> dict[str, SpoolLine]:
+        """The lines written since the last read (under the spool's lock, as a read starts)."""
         known, self._written = self._written, {}
-        return self.file.read_lines(limit, known=known)
+        return known
 
     def add_refused(self, entries: list[tuple[str, str]]) -> None:
         """Keep refused spool lines (each with its error) in ``<spool>.refused``."""
@@ -191,23 +180,20 @@ class SpoolWriter:
 
     def replay_found(self, stop: Callable[[], bool]) -> None:
         """Send, once and within a bound, what other runs left in the spool (until ``stop``)."""
+        notes = RefusalNotes(f"{self.label} (other runs' records)", self.refusals.kept_in)
         try:
             result, errors = run_replay(
                 self.file,
                 timeout=_FOUND_TIMEOUT,
                 wait=0.0,
                 stop=stop,
-                on_refused=RefusalNotes(
-                    f"{self.label} (other runs' records)", self.refusals.kept_in
-                ).note,
+                on_refused=notes.note,
+                # this run's lines are left to its sender: known, not parsed, and kept for it
+                read=lambda limit: self.file.read_lines(limit, known=lambda: dict(self._written)),
             )
         except Exception as error:  # none, or another replay holds it: theirs to send
             _logger.debug("%s: no replay of other runs' records: %r", self.label, error)
             return
-        self.report_found(result, errors)
-
-    def report_found(self, result: ReplayResult, errors: Failures) -> None:
-        """Say what a replay of what other runs left in the spool did."""
         path = self.file.path
         if result.delivered:
             _logger.info(f"{self.label}: replayed {result.delivered} spooled records")
@@ -249,9 +235,10 @@ class SpoolWriter:
 
     def report_close(self, why: str, *, left: int, lost: int, reading: bool, ended: bool) -> None:
         """Say what a close left: records ``lost`` (in memory), ``left`` in the spool, a run not ``ended``."""
+        path = self.file.path
         if lost:
             _logger.error(
-                f"{self.label}: {lost} records could neither be written to {self.file.path} nor "
+                f"{self.label}: {lost} records could neither be written to {path} nor "
                 "delivered by close and are lost; "
                 + (
                     "the writer was still reading a value (a computation that had not ended)"
@@ -260,18 +247,12 @@ class SpoolWriter:
                 )
             )
         if left:
-            self.warn_left(why, left)
+            _logger.warning(
+                f"{self.label}: {why}; {left} records are kept in {path}; send them "
+                f"with `python -m substrax.tracking replay {path}`"
+            )
         elif not ended:
             _logger.warning(
                 f"{self.label}: the run could not be ended ({why}); "
-                f"`python -m substrax.tracking replay {self.file.path}` ends it"
-            )
-
-    def warn_left(self, why: str, count: int | None = None) -> None:
-        """Say that records are left in the spool (if any are), and how to send them."""
-        count = self.count() if count is None else count
-        if count:
-            _logger.warning(
-                f"{self.label}: {why}; {count} records are kept in {self.file.path}; send them "
-                f"with `python -m substrax.tracking replay {self.file.path}`"
+                f"`python -m substrax.tracking replay {path}` ends it"
             )

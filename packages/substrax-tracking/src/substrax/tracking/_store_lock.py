@@ -50,9 +50,8 @@ def store_lock(tracking_uri: str) -> Generator[None]:
         ...     with store_lock(f"sqlite:///{directory}/mlflow.db"):
         ...         pass  # open the store, create the experiment
     """
-    db = sqlite_path(tracking_uri)
     lock = None
-    if db is not None:
+    if (db := sqlite_path(tracking_uri)) is not None:
         with contextlib.suppress(OSError):  # a read-only directory: MLflow reports that itself
             db.parent.mkdir(parents=True, exist_ok=True)
             lock = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)

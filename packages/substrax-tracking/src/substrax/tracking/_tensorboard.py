@@ -145,27 +145,22 @@ class TensorBoardLogger(Logger):
             first = self._tagged.setdefault(tag, name)
             if tag != name:
                 _logger.warning(
-                    "%r: %r is not a TensorBoard tag; it is logged as %r", self, name, tag
+                    f"{self!r}: {name!r} is not a TensorBoard tag; it is logged as {tag!r}"
                 )
             if first != name:
                 _logger.warning(
-                    "%r: %r and %r are both logged as the tag %r, in one series; give them "
-                    "names that differ in letters, digits, '_', '-', '.' or '/'",
-                    self,
-                    first,
-                    name,
-                    tag,
+                    f"{self!r}: {first!r} and {name!r} are both logged as the tag {tag!r}, in one "
+                    "series; give them names that differ in letters, digits, '_', '-', '.' or '/'"
                 )
         return tag
 
     def _events(self) -> Any:
         """The event writer; after a flush closed the last one, a new one on a file of its own."""
         if self._writer is None:
-            # the suffix sorts the file after the last one in log_dir, this logger's or an earlier
-            # one's (TensorBoard reads them in order), and keeps tensorboardX from naming it as
-            # one opened in the same second, which it truncates
-            # read again at each file: another logger of log_dir may have opened one since; the
-            # pid keeps two processes that read the same number apart
+            # the suffix sorts the file after the last one in log_dir (TensorBoard reads them in
+            # order) and keeps tensorboardX from reusing, truncated, one opened in the same second;
+            # read again at each file (another logger may have opened one since); the pid keeps
+            # two processes that read the same number apart
             number = _last_number(self.log_dir) + 1
             self._writer = self._new_writer(filename_suffix=f".{number:06d}.{os.getpid()}")
         return self._writer

@@ -27,12 +27,12 @@ if TYPE_CHECKING:
 _logger = logging.getLogger(__name__)
 
 
-def as_scalar(name: str, value: Any) -> float:
+def as_scalar(name: str, value: Any, step: int | None = None) -> float:
     """``value`` as a builtin float: Python and numpy numbers, 0-d and 1-element arrays.
 
     Raises:
         LoggedTypeError: ``value`` is not a number (a string, a bool, an array of several
-            values); a ``TypeError``.
+            values); a ``TypeError``. The message names ``step`` if given.
         MetricOverflowError: ``value`` is too large for a float.
 
     Example:
@@ -40,6 +40,10 @@ def as_scalar(name: str, value: Any) -> float:
         >>> from substrax.tracking._values import as_scalar
         >>> as_scalar("loss", 3), as_scalar("loss", np.float64(0.5))
         (3.0, 0.5)
+        >>> as_scalar("loss", "2", step=7)
+        Traceback (most recent call last):
+        ...
+        substrax.tracking.LoggedTypeError: scalar 'loss' must be a number, got str '2' (at step 7)
     """
     if type(value) is float:
         return value
@@ -61,18 +65,19 @@ def as_scalar(name: str, value: Any) -> float:
             array: Any = value  # a 1-d array of one element: float() refuses it, item() does not
             number = float(array.item() if size == 1 and getattr(array, "ndim", 0) else array)
         except OverflowError:
-            raise MetricOverflowError(name, value) from None
+            raise MetricOverflowError(name, value, step) from None
         except (TypeError, ValueError):  # one string, one object
             got = f"{type(value).__name__} {value!r}"
         else:
             if math.isinf(number) and isinstance(value, decimal.Decimal) and value.is_finite():
-                raise MetricOverflowError(name, value)  # float() made it infinite
+                raise MetricOverflowError(name, value, step)  # float() made it infinite
             return number
     else:
         expected = "a number or a one-element array"
         of_size = "" if size is None else f" of size {size}"
         got = f"{type(value).__name__}{of_size}; log arrays with log_histogram or log_image"
-    raise LoggedTypeError(f"scalar {name!r}", value, expected, got=got)
+    at_step = "" if step is None else f" (at step {step})"
+    raise LoggedTypeError(f"scalar {name!r}", value, expected, got=got + at_step)
 
 
 @functools.cache  # once per dtype: a jax scalar is logged every step
@@ -80,30 +85,15 @@ def _real_dtype(dtype: Any) -> bool:
     """Whether a jax scalar of ``dtype`` reads as a float: integer or real (bfloat16 too)."""
     import jax.numpy as jnp  # noqa: PLC0415  (imported already: a jax array was logged)
 
-    kinds = (jnp.floating, jnp.integer)
-    return any(bool(jnp.issubdtype(dtype, kind)) for kind in kinds)
+    return any(bool(jnp.issubdtype(dtype, kind)) for kind in (jnp.floating, jnp.integer))
 
 
 def checked_scalar(name: str, value: Any, step: int | None) -> Any:
     """``value`` as :func:`as_scalar` makes it, except a jax scalar: checked, but not read.
 
-    Reading a jax array waits for the step that computes it and stalls jax's dispatch. A jax
-    array of one element (0-d, or shaped ``(1,)``) of an integer or real dtype, addressable
-    and not deleted, is returned as it is (its dtype and shape need no wait), for
-    :func:`read_scalar` later; anything else goes through :func:`as_scalar`.
-
-    Raises:
-        LoggedTypeError: ``value`` is not a number; the message names ``name`` and ``step``.
-        MetricOverflowError: ``value`` is too large for a float.
-
-    Example:
-        >>> from substrax.tracking._values import checked_scalar
-        >>> checked_scalar("loss", 2, step=7)
-        2.0
-        >>> checked_scalar("loss", "2", step=7)
-        Traceback (most recent call last):
-        ...
-        substrax.tracking.LoggedTypeError: scalar 'loss' must be a number, got str '2' (at step 7)
+    Reading a jax array waits for the step computing it. A one-element jax array of an
+    integer or real dtype, addressable and not deleted, is returned as it is (its dtype and
+    shape need no wait), for :func:`read_scalar` later.
     """
     if type(value) is float:
         return value
@@ -119,15 +109,7 @@ def checked_scalar(name: str, value: Any, step: int | None) -> Any:
             unread = False
         if unread:
             return value
-    try:
-        return as_scalar(name, value)
-    except (LoggedTypeError, MetricOverflowError) as error:
-        if step is None:
-            raise
-        if isinstance(error, MetricOverflowError):
-            raise MetricOverflowError(name, value, step) from None
-        got = f"{str(error).partition(', got ')[2]} (at step {step})"
-        raise LoggedTypeError(error.what, value, error.expected, got=got) from None
+    return as_scalar(name, value, step)
 
 
 def checked_scalars(metrics: Mapping[str, Any], step: int | None) -> list[tuple[str, Any]]:
@@ -170,16 +152,10 @@ def read_scalar(
         else:
             warned.add(name)
             _logger.warning(
-                "%s: the value of %r logged at step %s could not be read (%s: %s), so it is "
-                "skipped; log arrays the step does not donate (a buffer donated to the next step "
-                "is deleted before the logger reads it). Later values of %r that cannot be read "
-                "are skipped without this warning",
-                label,
-                name,
-                step,
-                type(error).__name__,
-                error,
-                name,
+                f"{label}: the value of {name!r} logged at step {step} could not be read "
+                f"({type(error).__name__}: {error}), so it is skipped; log arrays the step does "
+                "not donate (a buffer donated to the next step is deleted before the logger reads "
+                f"it). Later values of {name!r} that cannot be read are skipped without this warning"
             )
         return None
 
@@ -227,16 +203,14 @@ def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
 
     array = np.asarray(values, dtype=np.float64).ravel()
     finite = array[np.isfinite(array)]
-    summary: dict[str, Any] = {"count": int(array.size)}
+    stats = ("min", "max", "mean", "std")
     if finite.size == 0:
-        nan = dict.fromkeys(("min", "max", "mean", "std"), math.nan)
-        return summary | nan | {"counts": [], "edges": []}
+        return {
+            "count": int(array.size),
+            **dict.fromkeys(stats, math.nan),
+            "counts": [],
+            "edges": [],
+        }
     counts, edges = np.histogram(finite, bins=bins)
-    return summary | {
-        "min": float(finite.min()),
-        "max": float(finite.max()),
-        "mean": float(finite.mean()),
-        "std": float(finite.std()),
-        "counts": counts.tolist(),
-        "edges": edges.tolist(),
-    }
+    summary = {stat: float(getattr(finite, stat)()) for stat in stats}
+    return {"count": int(array.size), **summary, "counts": counts.tolist(), "edges": edges.tolist()}

@@ -197,21 +197,15 @@ class WandbLogger(RemoteLogger):
         not_started = sink.connect(connect_timeout)
         if not_started is not None:
             _logger.warning(
-                "WandbLogger(%r): wandb.init %s; logging goes on, records are kept in %s and "
-                "sent once the run %s starts",
-                name,
-                not_started,
-                self.spool_path,
-                self._run_id,
+                f"WandbLogger({name!r}): wandb.init {not_started}; logging goes on, records are "
+                f"kept in {self.spool_path} and sent once the run {self._run_id} starts"
             )
         self._sink = sink
         self._start(sink, f"WandbLogger({name!r})")
+        runs = self.root_dir / "wandb"
         _logger.info(
-            "WandbLogger(%r): run %s is written under %s (offline, upload it with `wandb sync %s`)",
-            name,
-            self._run_id,
-            self.root_dir / "wandb",
-            self.root_dir / "wandb" / f"offline-run-*-{self._run_id}",
+            f"WandbLogger({name!r}): run {self._run_id} is written under {runs} (offline, upload "
+            f"it with `wandb sync {runs / f'offline-run-*-{self._run_id}'}`)"
         )
 
     @property
@@ -224,7 +218,7 @@ class WandbLogger(RemoteLogger):
         """The W&B run id (None on processes that do not log)."""
         return None if self._sink is None else self._run_id
 
-    def _own(self, names: Iterable[str], step: int | None) -> None:
+    def _own(self, names: Iterable[object], step: int | None) -> None:
         """Refuse a name W&B writes itself (:data:`_RESERVED`), before anything is queued."""
         if not _RESERVED.isdisjoint(names):
             name = min(_RESERVED.intersection(names))
@@ -234,21 +228,12 @@ class WandbLogger(RemoteLogger):
         self._own((name,), step)
         super()._write_scalar(name, value, step)
 
-    def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
-        self._own(metrics, step)
-        super()._write_scalars(metrics, step)
-
-    def _write_text(self, name: str, text: str, step: int | None) -> None:
-        self._own((name,), step)
-        super()._write_text(name, text, step)
-
-    def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
-        self._own((name,), step)
-        super()._write_images(name, images, step)
-
-    def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
-        self._own((name,), step)
-        super()._write_histogram(name, values, step)
+    def _submit(
+        self, kind: Any, step: int | None, payload: dict[str, Any], *, materialized: bool = False
+    ) -> None:
+        # every other record of a name (scalars, text, image, histogram) passes here
+        self._own(payload["values"] if kind == "scalars" else (payload.get("name"),), step)
+        super()._submit(kind, step, payload, materialized=materialized)
 
     def log_model(
         self,
