@@ -1,5 +1,6 @@
 """substrax.support: the shared atomic write, optional imports, CLI convention, tables, numbers."""
 
+import argparse
 import io
 import os
 import re
@@ -28,6 +29,7 @@ from substrax.support import (
     check_int,
     check_seconds,
     format_table,
+    int_argument,
     print_table,
     require,
     run_command,
@@ -197,6 +199,18 @@ def test_run_command_maps_errors_to_exit_codes(capsys: pytest.CaptureFixture[str
     ]
     with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
         run_command("p", raising(ZeroDivisionError()))
+
+
+def test_int_argument_takes_whole_numbers_within_its_bounds() -> None:
+    seed = int_argument("--seed", minimum=1, maximum=9)
+    assert (seed("1"), seed("9")) == (1, 9)
+    for text in ("0", "10", "nine", "2.0"):
+        with pytest.raises(argparse.ArgumentTypeError) as caught:
+            seed(text)
+        assert str(caught.value) == f"--seed takes an integer from 1 to 9, not {text!r}"
+    assert int_argument("step")("1" + "0" * 20) == 10**20  # no maximum: none
+    with pytest.raises(ValueError, match="maximum=0 is below minimum=1"):
+        int_argument("--seed", minimum=1, maximum=0)
 
 
 def test_tables_in_a_pipe_are_plain_text() -> None:

@@ -369,3 +369,36 @@ def test_a_dropout_that_is_not_deterministic_is_named():
         ValueError, match=r"not the same function .* Dropout that is not deterministic"
     ):
         check_parameter_gradients(model, lambda m: jnp.tanh(m(x)).sum())
+
+
+@jax.custom_vjp
+def _double_sin(x):  # sin, with twice its derivative: a real gradient bug
+    return jnp.sin(x)
+
+
+_double_sin.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (g * 2.0 * jnp.cos(x),))
+
+
+def test_a_wrong_gradient_of_a_model_using_jax_only_methods_is_a_mismatch():
+    model = Vector(0.1, 0.4, 0.7, 1.0)  # .at exists on jax arrays, not on the reference's numpy
+    with pytest.raises(GradientMismatchError):
+        check_parameter_gradients(
+            model, lambda m: _double_sin(m.w[...].at[0].multiply(1.0)).sum(), modes=("rev",)
+        )
+
+
+def test_a_wrong_gradient_of_a_cast_loss_is_a_mismatch_noting_the_cast():
+    model = Vector(0.1, 0.4, 0.7, 1.0)
+    with pytest.raises(GradientMismatchError) as info:  # off by 2x: more than float32 rounding
+        check_parameter_gradients(
+            model, lambda m: _double_sin(m.w[...]).sum().astype(jnp.float32), modes=("rev",)
+        )
+    assert "its reference is not float64: the loss is float32" in "\n".join(info.value.__notes__)
+
+
+@pytest.mark.x64
+def test_a_correct_gradient_failed_by_a_cast_loss_rounding_blames_the_reference():
+    model = nnx.Linear(3, 2, param_dtype=jnp.float64, rngs=nnx.Rngs(4))
+    x = _inputs(np.float64)  # float64's step is too small for a loss rounded to float32
+    with pytest.raises(ValueError, match="its reference is not float64: the loss is float32"):
+        check_parameter_gradients(model, lambda m: (100 * m(x) ** 2).sum().astype(jnp.float32))

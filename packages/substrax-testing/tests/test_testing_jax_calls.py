@@ -537,6 +537,20 @@ def test_arrays_numpy_cannot_read_through_the_buffer_protocol_count_once():
     assert calls.of("device_to_host") == 2
 
 
+def test_a_bfloat16_array_given_to_numpy_alone_is_one_read():
+    # NumPy reads it through __array__ and jax's host read, which its profiler wraps
+    double = jax.jit(lambda x: x * 2)
+    whole, scalar = jax.block_until_ready(
+        (double(jnp.ones(3, jnp.bfloat16)), double(jnp.ones((), jnp.bfloat16)))
+    )
+    with counted_calls(HERE) as calls:
+        np.asarray(whole)
+    assert calls.of("device_to_host") == 1
+    with counted_calls(HERE) as calls:
+        np.float32(scalar)
+    assert calls.of("device_to_host") == 1
+
+
 def test_a_jitted_function_called_through_partial_dispatches_but_not_through_map():
     double, x = jax.jit(lambda x: x * 2), jnp.ones(3)
     double(x)

@@ -77,3 +77,19 @@ def test_an_option_that_cannot_be_set_back_is_named_not_called_restored(monkeypa
     monkeypatch.undo()
     assert jax.config.jax_debug_nans
     jax.config.update("jax_debug_nans", False)
+
+
+def test_a_fixture_that_changes_a_global_value_leaves_the_expected_override_alone():
+    from substrax.testing._jax_config import ConfigWatch, snapshot_jax_config
+
+    with restored_jax_config():
+        watch = ConfigWatch()
+        watch.baseline()
+        with jax.enable_x64(True):  # an override around the fixture's setup, not its change
+            before = snapshot_jax_config()
+            jax.config.update("jax_enable_x64", True)  # the fixture's change: the global value
+            watch.set_up(1, before)
+        assert watch.restore() == ([], [])  # expected: the global value now, no override
+        assert watch.torn_down(1) == (["jax_enable_x64"], [])
+        assert watch.restore() == ([], [])
+        assert not jax.config.jax_enable_x64

@@ -195,6 +195,7 @@ def test_a_check_finds_what_it_names_and_nothing_else(check, code, expected):
         ('if __name__ != "__main__":\n    pass', False),
         ('if __name__ == "__main__" and DEBUG:\n    pass', False),
         ('if name == "__main__":\n    pass', False),
+        ('if __name__ in ("__main__",):\n    pass', False),  # this form only
         ("x = 1", False),
     ],
 )
@@ -334,6 +335,22 @@ class Settings:
         ("import os\ndef f(environ=os.environ):\n    environ['A'] = '1'", [3], []),
         ("import os\ng = lambda environ=os.environ: environ.update(A='1')", [2], []),
         ("import os\ndef f(*, os=os):\n    os.environ['A'] = '1'", [3], []),
+        # a comprehension's loop variables are its own; its first iterable is the scope's
+        ("from os import environ\n[environ.update(d) for environ in dicts]", [], []),
+        ("from os import environ\n{k: environ.pop(k) for environ in ds for k in environ}", [], []),
+        ("from os import environ\nlist(environ.update(d) for environ in ds)", [], []),
+        ("from os import environ\n[d for d in environ.pop('A')]", [2], [2]),
+        ("from os import environ\n[d for d in x if environ.pop(d)]", [2], [2]),
+        (
+            "from os import environ\ndef f(ds):\n    [environ for environ in ds]\n    environ.clear()",
+            [4],
+            [],
+        ),
+        (
+            "import os\nclass C:\n    os = None\n    xs = [os.environ.update(d) for d in ds]",
+            [4],
+            [4],
+        ),
         # a name a scope both imports and binds otherwise keeps the import (order is not read)
         (
             "try:\n    import os\nexcept ImportError:\n    os = None\nos.environ['A'] = '1'",

@@ -112,8 +112,15 @@ def run_command(
         return EXIT_INTERRUPTED
 
 
-def int_argument(name: str, *, minimum: int = 0) -> Callable[[str], int]:
-    """An argparse ``type=`` for a whole number >= ``minimum``; other text is a usage error.
+def int_argument(
+    name: str, *, minimum: int = 0, maximum: int | None = None
+) -> Callable[[str], int]:
+    """An argparse ``type=`` for a whole number from ``minimum`` to ``maximum`` (if given).
+
+    Other text is a usage error naming the bounds.
+
+    Raises:
+        ValueError: ``maximum`` is below ``minimum``.
 
     Example:
         >>> import argparse
@@ -126,15 +133,22 @@ def int_argument(name: str, *, minimum: int = 0) -> Callable[[str], int]:
         Traceback (most recent call last):
         ...
         argparse.ArgumentTypeError: step takes an integer >= 0, not '-1'
+        >>> int_argument("seed", maximum=9)("10")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: seed takes an integer from 0 to 9, not '10'
     """
+    if maximum is not None and maximum < minimum:
+        raise ValueError(f"int_argument({name!r}): maximum={maximum} is below minimum={minimum}")
+    bounds = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{name} takes an integer >= {minimum}, not {text!r}")
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"{name} takes an integer {bounds}, not {text!r}")
         return value
 
     return parse

@@ -36,7 +36,7 @@ import functools
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from types import BuiltinMethodType, CodeType, FrameType
+from types import BuiltinMethodType, CodeType, FrameType, FunctionType, MethodType
 
 from substrax.support import check_int
 
@@ -66,7 +66,6 @@ class Recorder:
     thread: int
     counts: CallCounts
     failure: tuple[str, BaseException, str] | None = None  # kind, error, culprit
-    pending: object = None  # an array NumPy was just asked to read (counted already)
 
     def counting(self) -> bool:
         return self.failure is None and threading.get_ident() == self.thread
@@ -85,16 +84,19 @@ class Recorder:
         self.counts[kind, key] += amount
 
     def numpy_read(
-        self, value: object, frame: FrameType, uncached: Callable[[object], bool]
+        self, value: object, frame: FrameType, uncached: Callable[[object], bool], array: type
     ) -> None:
-        """Count what NumPy reads when given ``value`` first: an array, or those in a list."""
-        if uncached(value):
-            # NumPy reads a CPU array through the buffer protocol, out of Python's sight; on
-            # other devices it calls __array__, which runs the host read: count that read here
-            self.pending = value
-            self.record(DEVICE_TO_HOST, frame, self.weights[DEVICE_TO_HOST])
-        elif n := _listed_reads(value, uncached):  # the others start jax's read: seen there
-            self.record(DEVICE_TO_HOST, frame, self.weights[DEVICE_TO_HOST] * n)
+        """Count what NumPy reads of ``value``, given first, out of Python's sight.
+
+        That is an array it reads through the buffer protocol (a CPU array), alone or in a
+        list or tuple. The others (an accelerator's arrays, bfloat16 ones) NumPy reads through
+        ``__array__``, which runs jax's host read: counted where that read starts, not here.
+        """
+        if isinstance(value, (list, tuple)):
+            n = _listed_reads(value, uncached, array)  # pyright: ignore[reportUnknownArgumentType]
+        else:
+            n = int(uncached(value) and _buffer_read(value))
+        self.record(DEVICE_TO_HOST, frame, self.weights[DEVICE_TO_HOST] * n)
 
     def started(self, frame: FrameType) -> None:
         """Weigh a started function for each custom kind."""
@@ -191,9 +193,15 @@ def _buffer_read(array: object) -> bool:
         return False
 
 
-def _listed_reads(value: object, uncached: Callable[[object], bool]) -> int:
-    """How many arrays in a list or tuple ``value`` NumPy reads out of Python's sight."""
-    if not isinstance(value, (list, tuple)):
+def _listed_reads(
+    value: list[object] | tuple[object, ...], uncached: Callable[[object], bool], array: type
+) -> int:
+    """How many arrays in a list or tuple ``value`` NumPy reads out of Python's sight.
+
+    A list of host data only (the usual one, of numbers) is told apart by its items' types,
+    without looking at each item in Python.
+    """
+    if not any(issubclass(t, (array, list, tuple)) for t in set(map(type, value))):
         return 0
     return sum(1 for item in _nested(value) if uncached(item) and _buffer_read(item))  # pyright: ignore[reportUnknownArgumentType]
 
@@ -254,7 +262,9 @@ def build_hooks(recorder: Recorder) -> Hooks:
 
     def on_call(code: CodeType, offset: int, callee: object, arg0: object) -> None:
         del code, offset
-        recorder.pending = None
+        kind = type(callee)
+        if kind is FunctionType or kind is MethodType:
+            return  # Python code, most calls: neither a dispatch nor NumPy's
         if isinstance(callee, dispatchers) or (
             isinstance(callee, functools.partial) and isinstance(callee.func, dispatchers)  # pyright: ignore[reportUnknownMemberType]
         ):
@@ -267,7 +277,7 @@ def build_hooks(recorder: Recorder) -> Hooks:
                 or (type(callee) is BuiltinMethodType and isinstance(callee.__self__, ufunc))
             )
         ):
-            recorder.numpy_read(arg0, _frame(1), uncached)
+            recorder.numpy_read(arg0, _frame(1), uncached, jax.Array)
 
     def on_start(code: CodeType, offset: int) -> None:
         del offset
@@ -275,10 +285,7 @@ def build_hooks(recorder: Recorder) -> Hooks:
         if recorder.custom:
             recorder.started(frame)
         if code is value_code and chosen[DEVICE_TO_HOST]:
-            array = frame.f_locals["self"]
-            if array is recorder.pending:  # counted when NumPy was called
-                recorder.pending = None
-            elif uncached(array):  # not read before: a transfer
+            if uncached(frame.f_locals["self"]):  # not read before: a transfer
                 recorder.record(DEVICE_TO_HOST, frame, chosen[DEVICE_TO_HOST])
         elif code is put_code and chosen[HOST_TO_DEVICE] and is_top_level():
             if frame.f_back is None or frame.f_back.f_code not in makers:  # else counted there

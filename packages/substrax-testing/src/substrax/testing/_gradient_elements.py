@@ -6,7 +6,7 @@ compares each sampled element's derivative (jax's, in the mode checked) with its
 difference of the float64 reference, at its own step (``step * max(1, |x|)``): in reverse mode always (jax's
 gradient is at hand), in forward mode (one ``jax.jvp`` per element) after a failure. It can find no
 element out of tolerance (``failing`` 0) where only the direction was, by cancellation; the leaf
-has still failed. After a failure, :func:`unlike_reference` says whether the float64 reference
+has still failed. After a failure, :func:`reference_failure` says whether the float64 reference
 itself is to blame. Importing this module imports no jax.
 """
 
@@ -23,6 +23,8 @@ from ._gradient_records import GRADIENT_TOLERANCES, LeafGradientCheck
 if TYPE_CHECKING:
     import jax
     import numpy as np
+
+    from ._errors import GradientMismatchError
 
 _TINY: Final = 1e-300  # an allowance of 0 (rtol = atol = 0) makes any error infinitely bad
 
@@ -90,30 +92,75 @@ def _largest(values: "np.ndarray") -> float:
     return float(np.nanmax(values)) if np.isfinite(values).any() else math.inf
 
 
-def unlike_reference(
-    loss: Callable[[PyTree, PyTree], PyTree], point: tuple[PyTree, PyTree], value: "jax.Array"
-) -> str | None:
-    """Why the float64 reference is not the loss checked, where that shows; None if it does not.
+def reference_failure(
+    who: str,
+    checked: tuple[Callable[[PyTree, PyTree], PyTree], tuple[PyTree, PyTree], "jax.Array"],
+    error: "GradientMismatchError",
+) -> Exception:
+    """What to raise for ``error``, a failed check: ``error``, or why its reference is to blame.
 
-    Asked after a failure: ``loss`` is called at ``point``, the float64 copy (under x64), and
-    ``value`` is jax's loss as checked. The reference is not float64 where the model computes
-    in a dtype of its own, and not the loss where random draws differ under x64.
+    ``checked``: the loss, the float64 point (the leaves and the rest) and jax's loss as
+    checked. The loss is evaluated at the point as the check evaluates it (jitted, under x64)
+    and compared with jax's. The reference is not
+    float64 where the model computes in a dtype of its own or casts the loss, and not the loss
+    where random draws differ under x64. Where that alone may explain the failure, a
+    ValueError says so (caused by ``error``); a not-float64 reference whose rounding cannot
+    explain the error is noted on ``error``, which is raised all the same.
     """
+    try:
+        reason = _unlike_reference(*checked, error.worst)
+    except Exception:  # a diagnostic never replaces the failure it explains
+        return error
+    if reason is None:
+        return error
+    blamed, why = reason
+    if not blamed:
+        error.add_note(f"{who}: {why}")
+        return error
+    failure = ValueError(f"{who}: the gradient check failed, {why}; {error.worst.describe()}")
+    failure.__cause__ = error
+    return failure
+
+
+def _unlike_reference(
+    loss: Callable[[PyTree, PyTree], PyTree],
+    point: tuple[PyTree, PyTree],
+    value: "jax.Array",
+    worst: LeafGradientCheck,
+) -> tuple[bool, str] | None:
+    """Why the reference is not the loss checked, and whether that alone may explain ``worst``.
+
+    None where the reference is the float64 loss.
+    """
+    import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
 
-    reference = jnp.asarray(loss(*point))
+    reference = jax.jit(loss)(*point)
     if (computed := reference.dtype) != jnp.float64:
-        return (
-            f"but its reference is not float64: the loss is {computed} under it (a layer's "
+        # a central difference of a loss rounded to ``computed``: its error is about
+        # eps * |loss| / step; ten times that may be rounding, more is the gradient's own
+        # (the smallest step, the tolerance's, allows the most)
+        step = worst.tolerance.step if worst.tolerance else (worst.step or math.nan)
+        rounding = 10 * float(jnp.finfo(computed).eps) * max(1.0, abs(float(reference))) / step
+        error = worst.max_abs_error
+        blamed = math.isfinite(error) and error <= rounding
+        cast = (
+            f"its reference is not float64: the loss is {computed} under it (a layer's "
             f"explicit dtype=, or a cast, such as the loss's); set the layer's dtype to None to "
-            f"compute in its parameters' dtype and leave the loss uncast, or check with a "
-            f"tolerance= (a step and rtol) for {computed}"
+            f"compute in its parameters' dtype and leave the loss uncast"
+        )
+        if blamed:
+            return True, f"but {cast}, or check with a tolerance= (a step and rtol) for {computed}"
+        return False, (
+            f"the error, up to {error:.3g}, is more than the {computed} rounding "
+            f"of the reference explains (about {rounding:.3g}), but {cast} for a "
+            "precise check"
         )
     tolerance = GRADIENT_TOLERANCES.get(value.dtype.name)
     there, here = float(reference), float(value)
     if tolerance is None or abs(there - here) <= tolerance.atol + tolerance.rtol * abs(here):
         return None
-    return (
+    return True, (
         f"but the loss is {there:.6g} under its float64 reference and {here:.6g} as checked: "
         "not the same function (random draws, like a Dropout that is not deterministic, differ "
         "under x64); make the model deterministic for the check"

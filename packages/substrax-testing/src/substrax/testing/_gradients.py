@@ -117,19 +117,19 @@ def _refuse_gradient(
 
 
 def _fail(
-    who: str, results: list[tuple[float, LeafGradientCheck, bool, Any]], unlike: str | None
+    who: str, results: list[tuple[float, LeafGradientCheck, bool, Any]], loss: tuple[Any, Any, Any]
 ) -> NoReturn:
-    """Raise the worst failure; a ValueError where the float64 reference is ``unlike`` the loss."""
+    """Raise the worst failure; a ValueError where the float64 reference alone may explain it.
+
+    ``loss``: the loss, the float64 point and jax's loss value (``reference_failure``'s).
+    """
     from ._errors import GradientMismatchError  # noqa: PLC0415 - a cycle
+    from ._gradient_elements import reference_failure  # noqa: PLC0415
 
     _, worst, _, cause = max((r for r in results if r[2]), key=lambda result: result[0])
     error = GradientMismatchError(worst, tuple(summary for _, summary, _, _ in results))
     error.__cause__ = cause
-    if unlike is not None:  # the reference, not (only) the gradient, may be what is wrong
-        raise ValueError(
-            f"{who}: the gradient check failed, {unlike}; {worst.describe()}"
-        ) from error
-    raise error
+    raise reference_failure(who, loss, error)
 
 
 def _check_leaf(
@@ -207,8 +207,6 @@ def _check(
     import jax.numpy as jnp  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
 
-    from ._gradient_elements import unlike_reference  # noqa: PLC0415
-
     (who, what, empty), (modes, samples, seed, tolerance, allow_zero) = names, options
     chosen = () if isinstance(modes, str) else tuple(modes)
     if not chosen or any(mode not in MODES for mode in chosen):
@@ -265,7 +263,7 @@ def _check(
         positions = [position for position, value in enumerate(flat) if value.size]
         results = [leaf_check(position, mode) for mode in chosen for position in positions]
         if any(result[2] for result in results):  # is the reference the loss? (not raised yet)
-            _fail(who, results, unlike_reference(function, (treedef.unflatten(wide), rest), value))
+            _fail(who, results, (function, (treedef.unflatten(wide), rest), value))
     return gradient
 
 
@@ -314,7 +312,8 @@ def check_parameter_gradients(
             leaf not floating, a bad ``tolerance``.
         ValueError: Unknown modes, ``samples < 1``, ``seed < 0``, a dtype with no default, a
             ``wrt`` that selects no elements, a non-finite loss or gradient, or a failed check
-            whose float64 reference is not float64 or not the loss (named, with the worst leaf).
+            whose float64 reference is not the loss or not float64, its rounding enough to
+            explain the failure (named, with the worst leaf; more is a mismatch, noted).
         MissingExtraError: flax is not installed (the ``nnx`` extra).
 
     Example:

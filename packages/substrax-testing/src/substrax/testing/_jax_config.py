@@ -142,7 +142,7 @@ class ConfigWatch:
 
     def __init__(self) -> None:
         self.expected: Snapshot | None = None
-        self.changes: dict[int, Snapshot] = {}  # by fixture: each option's setting before
+        self.changes: dict[int, dict[str, Any]] = {}  # by fixture: each changed label's before
 
     def baseline(self) -> Snapshot:
         """``expected``, taken from jax's config now if this is the first ask."""
@@ -159,20 +159,38 @@ class ConfigWatch:
         return restore_jax_config(self.baseline())
 
     def set_up(self, fixture: int, before: Snapshot) -> None:
-        """Record what a fixture's setup changed (``before``: the config before it ran)."""
-        expected = self.baseline()
-        now = snapshot_jax_config()
-        for label in changed_jax_config(before):
-            name = label.removesuffix(THREAD_LOCAL)
-            self.changes.setdefault(fixture, {}).setdefault(name, before[name])
-            expected[name] = now[name]
+        """Record what a fixture's setup changed (``before``: the config before it ran).
+
+        Only what changed is expected from now on: an option's global value, its override, or
+        both; the other stays as expected.
+        """
+        expected, now = self.baseline(), snapshot_jax_config()
+        for label in _differences(before, now):
+            name, part = _part(label)
+            self.changes.setdefault(fixture, {}).setdefault(label, before[name][part])
+            expected[name] = _replaced(expected.get(name, now[name]), part, now[name][part])
 
     def torn_down(self, fixture: int) -> tuple[list[str], list[str]]:
-        """Set back what a fixture changed and its teardown left.
+        """Set back what a fixture changed and its teardown left, as ``expected`` holds them.
 
         Returns:
             Those options, and the ones still differing after (``restore_jax_config``).
         """
         expected, earlier = self.baseline(), self.changes.pop(fixture, {})
-        expected.update(earlier)
-        return restore_jax_config(earlier)
+        if not earlier:
+            return [], []
+        names = {_part(label)[0] for label in earlier}
+        for label, value in earlier.items():  # the part it changed set back; the other as was
+            name, part = _part(label)
+            expected[name] = _replaced(expected[name], part, value)
+        return restore_jax_config({name: expected[name] for name in names})
+
+
+def _part(label: str) -> tuple[str, int]:
+    """The option a label names, and which part changed: 0 its global value, 1 its override."""
+    name = label.removesuffix(THREAD_LOCAL)
+    return name, int(name != label)
+
+
+def _replaced(setting: tuple[Any, Any], part: int, value: object) -> tuple[Any, Any]:
+    return (value, setting[1]) if part == 0 else (setting[0], value)

@@ -8,7 +8,7 @@ it sees (a class body's names are not seen by the methods in it). Standard libra
 """
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from typing import NamedTuple
 
@@ -164,4 +164,20 @@ def inner_names(
     imported, bound = _own(node.body) if not isinstance(node, ast.Lambda) else ({}, set[str]())
     parameters = _parameters(node, outer.inner)
     here = {**_meanings(outer.inner, imported, bound | set(parameters)), **parameters}
+    return Names(here, here)
+
+
+def shadowed(outer: Names, targets: Iterable[ast.AST]) -> Names:
+    """The names inside a comprehension in a scope with the names ``outer``.
+
+    A comprehension is a scope of its own, as a function is (a class body's names are not seen
+    in it); its loop variables, the names its ``targets`` bind, are its own.
+    """
+    bound = {
+        node.id
+        for target in targets
+        for node in ast.walk(target)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    }
+    here = {**outer.inner, **dict.fromkeys(bound)}
     return Names(here, here)

@@ -9,12 +9,13 @@ import ast
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
-from ._names import IMPORTED, Names, dotted, inner_names, module_names
+from ._names import IMPORTED, Names, dotted, inner_names, module_names, shadowed
 from ._source_files import SourceText, existing_file, parsed_python
 
 
 type Predicate = Callable[[ast.AST], bool]
 type _Pending = tuple[ast.AST, str, Names]
+type _Comprehension = ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
 
 _ENVIRON = frozenset({"os.environ", "os.environb"})
 _ENVIRON_METHODS = frozenset(
@@ -166,19 +167,7 @@ def is_main_guard(node: ast.AST) -> bool:
     """
     if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
         return False
-    test = node.test
-    if len(test.ops) != 1 or not isinstance(test.ops[0], ast.Eq):
-        return False
-    sides = {_side(test.left), _side(test.comparators[0])}
-    return sides == {"name", "main"}
-
-
-def _side(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name) and node.id == "__name__":
-        return "name"
-    if isinstance(node, ast.Constant) and node.value == "__main__":
-        return "main"
-    return None
+    return isinstance(node.test.ops[0], ast.Eq) and _compared(node.test) is False
 
 
 def _qualified(scope: str, name: str) -> str:
@@ -216,6 +205,10 @@ def _children(node: ast.AST, scope: str, names: Names, *, import_time: bool) -> 
         for taken, branch in ((True, node.body), (False, node.orelse)):
             if value is None or value is taken:
                 yield from ((child, scope, names) for child in branch)
+    elif isinstance(
+        node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp | ast.comprehension
+    ):
+        yield from _comprehension_children(node, scope, names)
     elif import_time and isinstance(node, ast.Match) and _is_name(node.subject):
         yield node.subject, scope, names
         cases = [case for case in node.cases if not _main_only(case.pattern)]
@@ -224,8 +217,29 @@ def _children(node: ast.AST, scope: str, names: Names, *, import_time: bool) -> 
         yield from ((child, scope, names) for child in ast.iter_child_nodes(node))
 
 
+def _comprehension_children(
+    node: _Comprehension | ast.comprehension, scope: str, names: Names
+) -> Iterator[_Pending]:
+    """A comprehension's nodes: a scope of its own, whose loop variables are its names.
+
+    Its first iterable is read in the scope around it, the rest inside.
+    """
+    if isinstance(node, ast.comprehension):
+        yield node.iter, scope, names  # the first's in the scope around, the others' inside
+        inner = shadowed(names, (node.target,))
+        yield from ((child, scope, inner) for child in (node.target, *node.ifs))
+        return
+    first, inner = node.generators[0], shadowed(names, (g.target for g in node.generators))
+    yield first, scope, names
+    yield from ((child, scope, inner) for child in ast.iter_child_nodes(node) if child is not first)
+
+
 def _is_name(node: ast.AST) -> bool:
     return isinstance(node, ast.Name) and node.id == "__name__"
+
+
+def _is_main(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "__main__"
 
 
 def _main_only(node: ast.AST) -> bool:
@@ -236,7 +250,7 @@ def _main_only(node: ast.AST) -> bool:
         return all(_main_only(pattern) for pattern in node.patterns)
     if isinstance(node, ast.Tuple | ast.List | ast.Set):
         return all(_main_only(element) for element in node.elts)
-    return isinstance(node, ast.Constant) and node.value == "__main__"
+    return _is_main(node)
 
 
 def _on_import(test: ast.AST) -> bool | None:
@@ -268,7 +282,8 @@ def _compared(test: ast.Compare) -> bool | None:
     written_out = isinstance(right, ast.Tuple | ast.List | ast.Set)  # not ``in "__main__"``
     if isinstance(op, ast.In | ast.NotIn) and _is_name(left) and written_out and _main_only(right):
         return isinstance(op, ast.NotIn)
-    if isinstance(op, ast.Eq | ast.NotEq) and {_side(left), _side(right)} == {"name", "main"}:
+    named = (_is_name(left) and _is_main(right)) or (_is_main(left) and _is_name(right))
+    if isinstance(op, ast.Eq | ast.NotEq) and named:
         return isinstance(op, ast.NotEq)
     return None
 

@@ -38,7 +38,6 @@ What it does:
 Importing this module imports no jax.
 """
 
-import argparse
 import importlib.util
 import os
 import sys
@@ -47,6 +46,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from substrax.support import int_argument
 
 from ._jax_config import THREAD_LOCAL, ConfigWatch, snapshot_jax_config
 from ._markers import MARKERS, DeviceRequirement, parse_marker, skip_reason
@@ -110,29 +111,18 @@ def _configure_runtime() -> None:
         raise pytest.UsageError(f"substrax test runtime: {error}") from error
 
 
-def _seed_argument(text: str) -> int:
-    """``--substrax-seed``'s argparse type: a whole number from 0 to ``MAX_SEED``."""
-    try:
-        seed = int(text)
-    except ValueError:
-        seed = -1
-    if not 0 <= seed <= MAX_SEED:
-        raise argparse.ArgumentTypeError(
-            f"--substrax-seed takes an integer from 0 to {MAX_SEED} (2**32 - 1, the largest "
-            f"seed jax.random.key takes with jax_enable_x64 off), not {text!r}"
-        )
-    return seed
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Add ``--substrax-seed``: the seed of the ``rng_seed``, ``rng_key`` and ``rngs`` fixtures."""
     parser.getgroup("substrax").addoption(
         "--substrax-seed",
         dest="substrax_seed",
         metavar="N",
-        type=_seed_argument,
+        type=int_argument("--substrax-seed", maximum=MAX_SEED),
         default=SEED,
-        help=f"seed of the rng_seed, rng_key and rngs fixtures, 0 to {MAX_SEED} (default: {SEED})",
+        help=(
+            f"seed of the rng_seed, rng_key and rngs fixtures, 0 to {MAX_SEED} (2**32 - 1, the "
+            f"largest seed jax.random.key takes with jax_enable_x64 off; default: {SEED})"
+        ),
     )
 
 
