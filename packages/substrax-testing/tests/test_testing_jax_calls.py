@@ -569,3 +569,11 @@ def test_an_at_most_key_neither_run_holds_is_refused():
         lambda n: Counter(dispatch=n, reads=0), short=1, long=2, at_most={"reads": 0}
     )
     assert zero == {"dispatch": 1}  # a key returned with a 0 count is limited
+
+
+def test_an_uneven_count_that_fell_says_so():
+    # a longer run that counted fewer calls (the shorter one compiled) read "not a whole number"
+    fell = str(UnevenCountError("compile", "substrax", 2, 3, 5, 1))
+    assert "3 over 2 iteration(s) but 1 over 5, fewer in the longer run;" in fell
+    uneven = str(UnevenCountError("compile", "substrax", 2, 1, 5, 3))
+    assert "1 over 2 iteration(s) but 3 over 5, not a whole number per iteration;" in uneven

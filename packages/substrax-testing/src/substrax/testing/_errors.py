@@ -230,9 +230,8 @@ class UnevenCountError(_TestingError, AssertionError):
 
     template = (
         "{kind} calls by {package}: {short_count} over {short} iteration(s) but {long_count} "
-        "over {long}, not a whole number per iteration; warm the loop up before counting (a "
-        "first step compiles) and look for work done only on some iterations (a retrace, a "
-        "host read every k steps)"
+        "over {long}, {uneven}; warm the loop up before counting (a first step compiles) and "
+        "look for work done only on some iterations (a retrace, a host read every k steps)"
     )
 
     kind: str
@@ -241,6 +240,11 @@ class UnevenCountError(_TestingError, AssertionError):
     short_count: int
     long: int
     long_count: int
+
+    def _message(self) -> str:
+        fewer = self.long_count < self.short_count  # a counter reset, or a count taken apart
+        uneven = "fewer in the longer run" if fewer else "not a whole number per iteration"
+        return self.template.format_map(self._fields() | {"uneven": uneven})
 
 
 _CALL_HINTS = {

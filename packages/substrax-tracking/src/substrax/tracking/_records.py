@@ -19,9 +19,8 @@ from ._values import as_scalar, histogram_summary, prefetch, read_scalar
 
 __all__ = ["Record", "RecordKind", "Scalar", "as_record", "prefetch_scalars", "split_scalars"]
 
-_WARNED: set[str] = (
-    set()
-)  # metrics warned about as unreadable, for a record without a set of its own
+# The metrics warned about as unreadable, for a record materialized without a set of its own.
+_WARNED: set[str] = set()
 
 type RecordKind = Literal["scalars", "hyperparams", "text", "image", "histogram", "artifact"]
 _KINDS = frozenset(typing.get_args(RecordKind.__value__))
