@@ -2,10 +2,12 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -465,7 +467,6 @@ class _FillsUp:
 def test_a_full_disk_under_a_tasks_log_is_counted_and_never_blocks_the_task(tmp_path, monkeypatch):
     """Hostile finding: ENOSPC killed the log pump quietly; the task then blocked on its full
     pipe until the job timeout and read as timed out."""
-    from pathlib import Path
 
     real_open = Path.open
 
@@ -597,23 +598,43 @@ def test_a_task_whose_job_env_contradicts_its_runtime_blames_the_env_not_the_int
     assert sys.executable not in reason
 
 
+def _ignores_sigterm(pid):
+    """Whether process ``pid`` ignores SIGTERM (Linux's /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & 1 << (signal.SIGTERM - 1))
+    return False
+
+
 @pytest.mark.usefixtures("child_processes")
-def test_a_cancel_between_a_tasks_start_and_its_record_still_ends_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("signals", [["cancel"], ["stop", "cancel"], ["cancel", "stop"]])
+def test_a_cancel_between_a_tasks_start_and_its_record_still_ends_it(
+    tmp_path, monkeypatch, signals
+):
     """A flaky multi-node cancel: the worker's SIGTERM handler ran after ``Popen`` returned but
     before the runner held the process, found none to kill, and the task ran on (300 s) in its
-    own session after the worker was killed."""
+    own session after the worker was killed. With a stop (the supervisor gone) in the same
+    window, the cancel waited out the stop's grace (a hostile finding)."""
     from substrax.compute import _runner
 
     runners = []
     real_popen = subprocess.Popen
 
-    def popen_then_cancel(*args, **kwargs):
+    def popen_then_signals(*args, **kwargs):
         process = real_popen(*args, **kwargs)
-        runners[0].cancel()  # as the handler would, with no current task yet
+        deadline = time.monotonic() + 30
+        while not _ignores_sigterm(process.pid):  # else a stop's SIGTERM ends it at start
+            assert time.monotonic() < deadline, "the task never ignored SIGTERM"
+            time.sleep(0.01)
+        for name in signals:  # as the handlers would, with no current task yet
+            getattr(runners[0], name)()
         return process
 
-    monkeypatch.setattr(_runner.subprocess, "Popen", popen_then_cancel)
-    spec = _spec(_task("sleeper", "import time; time.sleep(300)", timeout=300), timeout=300)
+    monkeypatch.setattr(_runner.subprocess, "Popen", popen_then_signals)
+    ignores_stops = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
+    )
+    spec = _spec(_task("sleeper", ignores_stops, timeout=300), timeout=300, stop_grace_seconds=120)
     start = time.monotonic()
     manifest = run_job(
         spec, project=tmp_path, outputs=tmp_path / "o", echo=False, runner_hook=runners.append

@@ -322,16 +322,20 @@ def test_with_steps_per_call_each_batch_end_counts_that_many_optimizer_steps():
     assert figures["mfu"] == pytest.approx(figures["flops_per_sec_per_device"] / 1e12)
 
 
-def test_a_pause_whose_wait_fails_raises_and_the_next_pause_still_counts(sharded_step):
+def test_a_pause_whose_wait_fails_raises_and_the_next_pause_still_counts(sharded_step, monkeypatch):
     step, w, x = sharded_step
     clock, meter = clocked_meter(window=3)
     w, loss = step(w, x)
     meter.on_batch_end(None, 0, {"loss": loss})
-    failed = jnp.ones(3)
-    failed.delete()  # an output that can never be waited for
-    meter.on_batch_end(None, 1, {"loss": failed})
-    with pytest.raises(jax.errors.JaxRuntimeError, match="deleted"), meter.pause():
-        pytest.fail("the block runs only once the pause has begun")
+    meter.on_batch_end(None, 1, {"loss": jnp.ones(3)})
+
+    def failed(arrays):  # a step that failed on the device raises where it is waited for
+        raise jax.errors.JaxRuntimeError("INTERNAL: the step failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(jax, "block_until_ready", failed)
+        with pytest.raises(jax.errors.JaxRuntimeError, match="failed"), meter.pause():
+            pytest.fail("the block runs only once the pause has begun")
     with meter.pause():  # not swallowed by a pause left open by the failure
         clock.advance(PAUSE_S)
     assert meter.paused_seconds == pytest.approx(PAUSE_S)
@@ -411,3 +415,18 @@ def test_a_window_the_clock_did_not_move_forward_over_is_not_logged(caplog, move
     assert [step for step, _ in logger.rows] == ([] if math.isnan(moved) else [4])
     assert "the clock read" in caplog.text
     assert "window ending at step 2" in caplog.text
+
+
+def test_a_pause_after_a_step_whose_logged_output_was_donated_counts(sharded_step):
+    # a hostile finding: it raised "BlockHostUntilReady() called on deleted or donated buffer"
+    # out of the loop and left the pause uncounted
+    step, w, x = sharded_step
+    clock, meter = clocked_meter(window=3)
+    w, loss = step(w, x)
+    meter.on_batch_end(None, 0, {"loss": loss})
+    state = jnp.ones(3)
+    meter.on_batch_end(None, 1, {"loss": loss, "state": state})
+    state.delete()  # the next step took the state it was donated
+    with meter.pause():
+        clock.advance(PAUSE_S)
+    assert meter.paused_seconds == pytest.approx(PAUSE_S)

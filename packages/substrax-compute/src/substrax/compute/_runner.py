@@ -183,7 +183,12 @@ class TaskRunner:
         self.kill_at: float | None = None
 
     def cancel(self) -> None:
-        """Kill the current task's process group now; start no further task."""
+        """Kill the current task's process group now; start no further task.
+
+        Its wait kills the task too (one started before it was :attr:`current`, whose group the
+        handler could not reach, or one a stop had given a grace).
+        """
+        self.kill_at = time.monotonic()
         self.cancelled = True
         process = self.current
         if process is not None and process.poll() is None:
@@ -195,23 +200,20 @@ class TaskRunner:
 
         Safe in a signal handler: it only sets flags, and the task's wait sends the signals.
         """
-        if self.kill_at is None:
+        if self.kill_at is None:  # a cancel's, at once, stays
             self.kill_at = time.monotonic() + self.spec.stop_grace_seconds
-        self.cancelled = True  # after kill_at: a wait seeing it alone kills at once (a cancel)
+        self.cancelled = True
 
     def _wait(self, process: subprocess.Popen[bytes], budget: float) -> bool:
         """Wait for ``process``; True if it timed out (its deadline came before any stop).
 
         At its deadline or a stop its group gets SIGTERM, then SIGKILL after the spec's
-        ``stop_grace_seconds``; after a cancel, SIGKILL at once (one that came before the task
-        was :attr:`current` too: between its start and that, the handler found none to kill).
+        ``stop_grace_seconds``; after a cancel, SIGKILL at once.
         """
         deadline = time.monotonic() + budget
         timeout_kill_at: float | None = None
         terminated = False
         while True:
-            if self.cancelled and self.kill_at is None:  # a cancel before the task was current
-                self.cancel()
             now = time.monotonic()
             if timeout_kill_at is None and self.kill_at is None and now >= deadline:
                 timeout_kill_at = now + self.spec.stop_grace_seconds

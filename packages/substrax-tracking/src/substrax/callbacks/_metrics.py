@@ -67,9 +67,9 @@ def kept_alive(who: str, metric: str, batch: int, value: object, warned: set[str
     return False
 
 
-def wait_for(values: Iterable[Any], *, deleted: bool = False) -> None:
-    """Wait for the jax arrays among ``values``; a deleted (donated) one only with ``deleted``."""
-    arrays = [v for v in values if is_device_array(v) and (deleted or not v.is_deleted())]
+def wait_for(values: Iterable[Any]) -> None:
+    """Wait for the jax arrays among ``values`` but those deleted (donated to a later step)."""
+    arrays = [v for v in values if is_device_array(v) and not v.is_deleted()]
     if arrays:
         import jax  # noqa: PLC0415  (holding jax arrays, the process has jax loaded)
 

@@ -239,8 +239,9 @@ class ThroughputMeter(BaseCallback):
             last, self._last = self._last, {}  # waited for once: a failed step raises once
             self._settle(wait=True)  # a window's end still to time; may raise
             if self._mark is not None:
-                # dispatched steps are training time; a failed one raises here
-                wait_for(last.values(), deleted=True)
+                # dispatched steps are training time; a failed one raises here (a donated
+                # output, deleted since, is skipped, as at a window's end)
+                wait_for(last.values())
             self._paused_at = self._clock()
         self._pauses += 1
 
