@@ -47,6 +47,20 @@ def test_current_learning_rate_is_the_running_optimizers_after_the_switch(jit):
     assert rates == [0.001, 0.001, 0.5, 0.5, 0.5]
 
 
+def test_a_switch_inside_a_chain_is_refused_not_read_as_its_first_rate():
+    # a hostile finding: optax.chain(clip, switch_at(...)) read the first optimizer's rate
+    # (0.1) after the switch, where the second's (0.5) ran
+    first = optax.inject_hyperparams(optax.adam)(learning_rate=0.1)
+    second = optax.inject_hyperparams(optax.sgd)(learning_rate=0.5)
+    chained = optax.chain(optax.clip_by_global_norm(1.0), switch_at(first, second, step=2))
+    with pytest.raises(ValueError, match=r"switch_at\(optax.chain\(clip, first\)"):
+        _rates(chained, 3)
+    # written as the message says, the rate is the running optimizer's
+    clip = optax.clip_by_global_norm(1.0)
+    top = switch_at(optax.chain(clip, first), optax.chain(clip, second), step=2)
+    assert _rates(top, 3)[1] == [0.1, 0.1, 0.5]
+
+
 def test_current_learning_rate_follows_nested_switches_and_schedules():
     inner = switch_at(
         optax.inject_hyperparams(optax.sgd)(learning_rate=0.1),

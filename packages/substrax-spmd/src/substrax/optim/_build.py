@@ -144,6 +144,20 @@ def _find_learning_rate(node: PyTree) -> PyTree:
     return None
 
 
+def _switched_rates(node: PyTree) -> int:
+    """How many ``optax.conditionally_transform`` states under ``node`` hold a learning rate.
+
+    Tuples (chains, named states) and ``inner_state`` are followed, not dicts: the param-shaped
+    trees (moments) are dicts, and walking them would cost a visit per parameter.
+    """
+    if isinstance(node, optax.ConditionallyTransformState):
+        return int(_find_learning_rate(node.inner_state) is not None)
+    children = list(node) if isinstance(node, (tuple, list)) else []  # pyright: ignore[reportUnknownArgumentType]
+    if (inner := getattr(node, "inner_state", None)) is not None:
+        children.append(inner)
+    return sum(_switched_rates(child) for child in children)
+
+
 def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
     """The learning rate of the latest update (the schedule at step 0 before any update).
 
@@ -155,6 +169,8 @@ def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
             the optimizer :func:`switch_at` ran last, holds no injected ``learning_rate``
             (build the transformation with ``optax.inject_hyperparams`` or
             :func:`create_transformation`). Under a trace that case gives NaN instead.
+        ValueError: A :func:`switch_at` sits inside another transformation (``optax.chain``):
+            its state holds both optimizers' rates, and which ran last is not known from it.
 
     Example:
         >>> from flax import nnx
@@ -165,6 +181,14 @@ def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
     """
     check_type("optimizer", optimizer, nnx.Optimizer, "an nnx.Optimizer")
     branches = switch_branches(optimizer.tx, nnx.as_pure(optimizer.opt_state), latest=True)
+    if any(_switched_rates(state) > 1 for _, state, _ in branches):
+        raise ValueError(
+            "current_learning_rate reads a switch_at only at the top of the optimizer (or of "
+            "a switch_at's branch), not inside optax.chain or another transformation, whose "
+            "state holds the rates of both its optimizers; write switch_at(optax.chain(clip, "
+            "first), optax.chain(clip, second), step=N) instead of optax.chain(clip, "
+            "switch_at(first, second, step=N))"
+        )
     rates = [(_find_learning_rate(state), ran) for _, state, ran in branches]
     if all(rate is None for rate, _ in rates):
         raise LearningRateNotFoundError
