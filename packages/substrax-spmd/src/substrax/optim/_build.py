@@ -125,19 +125,27 @@ def create_optimizer[M: nnx.Module](model: M, config: OptimizerConfig) -> nnx.Op
     return nnx.Optimizer(model, create_transformation(model, config), wrt=config.wrt)
 
 
+def _state_children(node: PyTree, *, dicts: bool) -> list[Any]:
+    """The states inside an optimizer state ``node``: a tuple's items and an ``inner_state``.
+
+    A dict's values only with ``dicts``: the param-shaped trees (moments) are dicts, whose walk
+    costs a visit per parameter.
+    """
+    children: list[Any] = []
+    if dicts and isinstance(node, dict):
+        children = list(node.values())  # pyright: ignore[reportUnknownArgumentType]
+    elif isinstance(node, (tuple, list)):
+        children = list(node)  # pyright: ignore[reportUnknownArgumentType]
+    if (inner := getattr(node, "inner_state", None)) is not None:
+        children.append(inner)
+    return children
+
+
 def _find_learning_rate(node: PyTree) -> PyTree:
     hyper = getattr(node, "hyperparams", None)
     if isinstance(hyper, dict) and "learning_rate" in hyper:
         return hyper["learning_rate"]
-    children: list[Any] = []
-    if isinstance(node, dict):
-        children = list(node.values())  # pyright: ignore[reportUnknownArgumentType]
-    elif isinstance(node, (tuple, list)):
-        children = list(node)  # pyright: ignore[reportUnknownArgumentType]
-    inner = getattr(node, "inner_state", None)
-    if inner is not None:
-        children.append(inner)
-    for child in children:
+    for child in _state_children(node, dicts=True):
         found = _find_learning_rate(child)
         if found is not None:
             return found
@@ -145,17 +153,10 @@ def _find_learning_rate(node: PyTree) -> PyTree:
 
 
 def _switched_rates(node: PyTree) -> int:
-    """How many ``optax.conditionally_transform`` states under ``node`` hold a learning rate.
-
-    Tuples (chains, named states) and ``inner_state`` are followed, not dicts: the param-shaped
-    trees (moments) are dicts, and walking them would cost a visit per parameter.
-    """
+    """How many ``optax.conditionally_transform`` states under ``node`` hold a learning rate."""
     if isinstance(node, optax.ConditionallyTransformState):
         return int(_find_learning_rate(node.inner_state) is not None)
-    children = list(node) if isinstance(node, (tuple, list)) else []  # pyright: ignore[reportUnknownArgumentType]
-    if (inner := getattr(node, "inner_state", None)) is not None:
-        children.append(inner)
-    return sum(_switched_rates(child) for child in children)
+    return sum(_switched_rates(child) for child in _state_children(node, dicts=False))
 
 
 def current_learning_rate(optimizer: nnx.Optimizer[Any]) -> jax.Array:
