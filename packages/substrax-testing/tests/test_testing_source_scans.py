@@ -270,6 +270,26 @@ def test_a_scan_names_each_line_and_its_scope(tmp_path, scan, expected):
         (writes_environment, "import os\nos.environ |= {'A': '1'}", [2]),
         (writes_environment, "from os import environ\nenvironment |= {'A': '1'}", []),
         (writes_environment, "import os.path\nos.environ['A'] = '1'", [2]),
+        (
+            writes_environment,
+            "import importlib\nos = importlib.import_module('os')\nos.putenv('A', '1')",
+            [3],
+        ),
+        (
+            writes_environment,
+            "e = __import__('os').environ\nos = __import__('os.path')\nos.environ['A'] = '1'",
+            [3],
+        ),
+        (
+            writes_environment,
+            "import importlib\nos = importlib.import_module('app.os')\nos.environ['A'] = '1'",
+            [],
+        ),
+        (
+            configures_logging,
+            "from importlib import import_module\nlc = import_module('logging.config')\nlc.dictConfig({})",
+            [3],
+        ),
         (writes_environment, "from app.settings import environ\nenviron['A'] = '1'", []),
         (writes_environment, "import app.settings as os\nos.environ['A'] = '1'", []),
         (configures_logging, "import logging as log\nlog.basicConfig(level=10)", [2]),

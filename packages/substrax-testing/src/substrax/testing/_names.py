@@ -70,6 +70,29 @@ def _imported(node: ast.Import | ast.ImportFrom) -> dict[str, str | None]:
     return {alias.asname or alias.name: f"{module}.{alias.name}" for alias in node.names}
 
 
+def _imported_by_call(node: ast.Assign) -> dict[str, str | None]:
+    """``os = importlib.import_module("os")`` or ``os = __import__("os")``: an import by a call.
+
+    ``import_module`` gives the module named, ``__import__`` the top package of it (as ``import``
+    binds it); a name not a string literal is not read.
+    """
+    call, targets = node.value, node.targets
+    if not (isinstance(call, ast.Call) and len(targets) == 1 and isinstance(targets[0], ast.Name)):
+        return {}
+    function = call.func
+    if isinstance(function, ast.Attribute) and isinstance(function.value, ast.Name):
+        called = f"{function.value.id}.{function.attr}"
+    else:
+        called = function.id if isinstance(function, ast.Name) else ""
+    if called not in ("importlib.import_module", "import_module", "__import__") or not call.args:
+        return {}
+    module = call.args[0]
+    if not (isinstance(module, ast.Constant) and isinstance(module.value, str)):
+        return {}
+    name = module.value.partition(".")[0] if called == "__import__" else module.value
+    return {targets[0].id: name}
+
+
 def _parameters(
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, around: Meanings
 ) -> dict[str, str | None]:
@@ -114,6 +137,9 @@ def _own(body: list[ast.stmt]) -> tuple[dict[str, str | None], set[str]]:
         node = pending.pop()
         if isinstance(node, ast.Import | ast.ImportFrom):
             imported.update(_imported(node))
+            continue
+        if isinstance(node, ast.Assign) and (by_call := _imported_by_call(node)):
+            imported.update(by_call)
             continue
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             bound.add(node.name)
