@@ -92,6 +92,17 @@ def test_best_step_modes(store_dir):
         assert reopened.best_step("acc", mode="max") == 3
 
 
+def test_best_step_without_a_mode_ranks_the_stores_best_metric_as_retention_does(store_dir):
+    options = {"max_to_keep": 1, "keep_best": 1, "best_metric": "acc", "best_mode": "max"}
+    with OrbaxCheckpointStore(store_dir, **options) as store:
+        for step, acc in [(1, 0.5), (2, 0.9), (3, 0.7)]:
+            store.save(step, {"model": {"w": np.zeros(1)}}, metrics={"acc": acc, "loss": 1 - acc})
+        assert store.list_steps() == [2, 3]  # the best accuracy, and the newest
+        assert store.best_step("acc") == 2  # the step retention keeps as the best
+        assert store.best_step("acc", mode="min") == 3
+        assert store.best_step("loss") == 2  # any other metric: the lowest
+
+
 def test_restored_arrays_are_bit_exact(store_dir):
     state = {
         "w": jax.random.normal(jax.random.key(0), (16, 8)),

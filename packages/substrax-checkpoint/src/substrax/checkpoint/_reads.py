@@ -55,10 +55,12 @@ def deleted_under_read(directory: Path, step: int) -> Generator[None]:
 class StoreReads(StoreLifecycle):
     """The read side of a step-addressed store (``OrbaxCheckpointStore`` inherits it)."""
 
-    def best_step(self, metric: str, *, mode: ModeLike = "min") -> int | None:
+    def best_step(self, metric: str, *, mode: ModeLike | None = None) -> int | None:
         """The step whose ``metric`` is lowest (``"min"``) or highest (``"max"``), or None.
 
-        Steps without the metric are skipped; ties go to the earliest step.
+        Steps without the metric are skipped; ties go to the earliest step. Without ``mode``,
+        the store's ``best_mode`` ranks its ``best_metric`` (so a store that keeps the highest
+        accuracy names the step retention keeps for it), and ``"min"`` ranks any other metric.
 
         Example:
             >>> import tempfile
@@ -67,6 +69,9 @@ class StoreReads(StoreLifecycle):
             ...     store.best_step("loss") is None
             True
         """
+        if mode is None:
+            policy = self._retention
+            mode = policy.best_mode if metric == policy.best_metric else "min"
         return self._book.best_step(metric, check_mode("mode", mode))
 
     def read_metadata(self, step: int | None) -> CheckpointMetadata:
