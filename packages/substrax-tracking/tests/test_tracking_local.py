@@ -117,33 +117,40 @@ def test_file_logger_writes_jsonl_csv_hparams_text_images_histograms(tmp_path):
         logger.log_image("sample", np.random.default_rng(0).random((8, 8, 3)), step=1)
         logger.log_image("gray", [np.zeros((4, 4)), np.ones((4, 4, 1))], step=2)
         logger.log_histogram("weights", np.arange(100.0), step=1)
-    metrics = lines(tmp_path / "my_run.metrics.jsonl")
+    assert logger.metrics_jsonl == tmp_path / "my_run-d33e7609.metrics.jsonl"  # made file-safe
+    metrics = lines(logger.metrics_jsonl)
     assert [(m["step"], m["name"], m["value"]) for m in metrics[:2]] == [
         (1, "loss", 0.5),
         (1, "acc", 0.25),
     ]
     assert metrics[2]["value"] == "NaN"
     assert metrics[3]["step"] is None
-    with (tmp_path / "my_run.metrics.csv").open() as file:
+    with (tmp_path / "my_run-d33e7609.metrics.csv").open() as file:
         rows = list(csv.DictReader(file))
     assert list(rows[0]) == ["time", "step", "name", "value"]
     assert [(r["step"], r["name"], float(r["value"])) for r in rows[:2]] == [
         ("1", "loss", 0.5),
         ("1", "acc", 0.25),
     ]
-    assert json.loads((tmp_path / "my_run.hparams.json").read_text()) == {
+    assert json.loads((tmp_path / "my_run-d33e7609.hparams.json").read_text()) == {
         "lr": 1e-3,
         "layers": [2, 3],
         "batch": 32,
     }
-    assert lines(tmp_path / "my_run.text.jsonl")[0]["text"] == "first\nsecond"
+    assert lines(tmp_path / "my_run-d33e7609.text.jsonl")[0]["text"] == "first\nsecond"
     images = sorted(p.name for p in (tmp_path / "images").iterdir())
-    assert images == ["my_run.gray_step2.png", "my_run.gray_step2_1.png", "my_run.sample_step1.png"]
-    assert (tmp_path / "images" / "my_run.sample_step1.png").read_bytes()[:4] == b"\x89PNG"
-    histogram = lines(tmp_path / "my_run.histograms.jsonl")[0]
+    assert images == [
+        "my_run-d33e7609.gray_step2.png",
+        "my_run-d33e7609.gray_step2_1.png",
+        "my_run-d33e7609.sample_step1.png",
+    ]
+    assert (tmp_path / "images" / "my_run-d33e7609.sample_step1.png").read_bytes()[:4] == b"\x89PNG"
+    histogram = lines(tmp_path / "my_run-d33e7609.histograms.jsonl")[0]
     assert (histogram["count"], histogram["min"], histogram["max"]) == (100, 0.0, 99.0)
     assert sum(histogram["counts"]) == 100
-    assert (tmp_path / "histograms" / "my_run.weights_step1.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "histograms" / "my_run-d33e7609.weights_step1.png").read_bytes()[
+        :4
+    ] == b"\x89PNG"
 
 
 def test_a_resumed_file_logger_appends_to_the_same_files(tmp_path):
@@ -156,6 +163,25 @@ def test_a_resumed_file_logger_appends_to_the_same_files(tmp_path):
     assert csv_lines[0] == "time,step,name,value"
     assert len(csv_lines) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.metrics.csv", "run.metrics.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("name", "other"), [("lr=0.1/seed=0", "lr=0.1_seed=0"), ("实验一", "实验二"), ("a b", "a_b")]
+)
+def test_two_names_never_share_a_file_log_and_a_resume_keeps_the_others_steps(
+    tmp_path, name, other
+):
+    """Names that are one once made file-safe (``a b``, ``a_b``; any two of Chinese) keep apart."""
+    with FileLogger(name, tmp_path) as logger:
+        for step in range(5):
+            logger.log_scalar("loss", 0.1, step=step)
+    with FileLogger(other, tmp_path, resume_step=1) as logger:  # a run of its own, resumed
+        logger.log_scalar("loss", 0.2, step=2)
+    with FileLogger(name, tmp_path) as logger:
+        assert read_scalars(logger.metrics_jsonl) == {"loss": [(s, 0.1) for s in range(5)]}
+    with FileLogger(other, tmp_path) as logger:
+        assert read_scalars(logger.metrics_jsonl) == {"loss": [(2, 0.2)]}
+    assert len(list(tmp_path.glob("*.metrics.jsonl"))) == 2
 
 
 def test_file_logger_csv_quotes_awkward_names(tmp_path):

@@ -265,6 +265,37 @@ def test_an_earlier_attempts_lines_of_the_same_run_go_first_once_the_server_answ
     assert not spool.exists()
 
 
+def test_a_run_named_anew_sends_its_earlier_lines_first_after_a_failed_send(make, monkeypatch):
+    """A run created late (MLflow's, once the server answers) keeps its order across a failure.
+
+    Lines spooled while the run had no id name its spec; lines after name its id. A send of the
+    spec's lines that fails holds back the id's lines of the same pass: they go after, in order.
+    """
+    sent = []
+    monkeypatch.setattr(Sink, "log", sent)
+    sink = Sink({"backend": "wa-test", "run_key": "k1"})  # the run to create, by its key
+    sink.down = True
+    delivery = make(sink)
+    for step in (0, 1):
+        delivery.submit(record(step))
+    assert not delivery.flush(0.5)  # spooled under the spec
+    sink._target = {"backend": "wa-test", "run": "r1"}  # created meanwhile: named by its id
+    assert not delivery.flush(0.5)  # a pass follows the new name
+    for step in (2, 3):
+        delivery.submit(record(step))
+    deliver, failures = Sink.deliver, [ConnectionError("reset by peer")]
+
+    def flapping(self, records):  # the spec's lines meet the server's last failure
+        if failures:
+            raise failures.pop()
+        deliver(self, records)
+
+    monkeypatch.setattr(Sink, "deliver", flapping)
+    sink.down = False
+    assert delivery.flush(30)
+    assert sent == [0, 1, 2, 3]
+
+
 def test_hyperparameter_keys_that_are_one_name_once_written_are_refused(tmp_path):
     from substrax.tracking import FileLogger
 

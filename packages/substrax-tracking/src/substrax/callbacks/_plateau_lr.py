@@ -55,7 +55,8 @@ class ReduceLROnPlateauCallback(BaseCallback):
     route needs a loop that passes ``value=`` to the update (``TrainStep`` does not: use
     ``inject_hyperparams`` there). An injected schedule is recomputed by optax at every
     update, so no scale written over it lasts: that is warned about once. A NaN or infinite
-    metric counts as a plateau at once, whatever ``patience``.
+    metric counts as a plateau at once, whatever ``patience``; a ``cooldown`` after a reduction
+    still holds every reduction off, that one included.
 
     Args:
         monitor: the metric name in the epoch-end logs.

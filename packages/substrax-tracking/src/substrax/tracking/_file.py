@@ -34,7 +34,7 @@ from ._log_files import (
     strict_json,
 )
 from ._media import ImageWriter, save_image
-from ._paths import ensure_writable_dir, file_part, safe_name
+from ._paths import ensure_writable_dir, file_part, log_stem
 from ._values import (
     checked_scalar,
     checked_scalars,
@@ -125,9 +125,7 @@ class FileLogger(Logger):
         self.resume_step = resume_step
         self.dropped_records = 0
         self.log_dir = Path(log_dir).resolve()
-        self.stem = safe_name(name) + (
-            f".p{self.process_index}" if all_processes and self.process_index else ""
-        )
+        self.stem = log_stem(name, self.process_index, all_processes=all_processes)
         self.flush_every = check_seconds("flush_every", flush_every)
         # one tuple: over 30 attributes, every attribute lookup of the per-step call is slower
         self._files = tuple(

@@ -16,6 +16,7 @@ __all__ = [
     "check_spool_path",
     "ensure_writable_dir",
     "file_part",
+    "log_stem",
     "resolve_log_dir",
     "safe_name",
 ]
@@ -130,3 +131,18 @@ def file_part(name: str, room: int = 200) -> str:
         return safe
     digest = hashlib.sha256(name.encode(errors="surrogatepass")).hexdigest()[:_DIGEST]
     return f"{safe[: max(room - _DIGEST - 1, 1)]}-{digest}"
+
+
+def log_stem(name: str, process_index: int = 0, *, all_processes: bool = False) -> str:
+    """The start of the name of every file a logger named ``name`` writes in its ``log_dir``.
+
+    :func:`file_part` of ``name``, so that two names never share a file (a resume of one would
+    rewrite the other's), then ``.p<index>`` for a process other than 0 of ``all_processes``.
+
+    Example:
+        >>> from substrax.tracking._paths import log_stem
+        >>> log_stem("run"), log_stem("run", 2, all_processes=True), log_stem("lr=0.1/seed=0")
+        ('run', 'run.p2', 'lr_0.1_seed_0-4b4ba0b8')
+    """
+    suffix = f".p{process_index}" if all_processes and process_index else ""
+    return file_part(name, NAME_MOST) + suffix

@@ -22,7 +22,7 @@ from ._base import Logger, histogram_of
 from ._errors import ResumeWithoutRunIdError, UploadNotFoundError
 from ._failure import failed_by
 from ._log_files import json_ready
-from ._paths import check_spool_path, resolve_log_dir, safe_name
+from ._paths import check_spool_path, log_stem, resolve_log_dir
 from ._records import Record
 from ._sink import Sink
 from ._values import checked_scalar, checked_scalars
@@ -123,9 +123,7 @@ class RemoteLogger(Logger):
             resolve_log_dir(name, log_dir) if self.active else Path(log_dir or ".").resolve()
         )
         # With all_processes=True, each process keeps its own files.
-        stem = safe_name(name) + (
-            f".p{self.process_index}" if all_processes and self.process_index else ""
-        )
+        stem = log_stem(name, self.process_index, all_processes=all_processes)
         default = self.log_dir / f"{stem}.spool.jsonl"
         self.spool_path = default if spool_path is None else Path(spool_path).resolve()
         self.media_dir = self.log_dir / f"{stem}.media"

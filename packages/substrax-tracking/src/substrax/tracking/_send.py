@@ -115,6 +115,9 @@ class Sending:
                 self._send(key, indexes, failed)
                 if key in failed:
                     failed_runs.add(run)
+                    sink = self._sinks.get(key)
+                    if sink is not None:  # and the run it became (MLflow's, made from its spec)
+                        failed_runs.add(run_of(sink.target()))
         except _Settled:
             return
         for key, (sink, run) in self._built.items():

@@ -19,7 +19,7 @@ from substrax.support import check_int, require
 from ._base import Logger
 from ._log_files import json_ready
 from ._media import ImageWriter, image_pixels
-from ._paths import ensure_writable_dir, safe_name
+from ._paths import ensure_writable_dir, log_stem
 from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
 
 
@@ -132,7 +132,7 @@ class TensorBoardLogger(Logger):
         self._hparams: dict[str, Any] = {}  # every call's, merged
         self._empty_histograms: set[str] = set()  # warned about: no finite value
         self._started = time.time()
-        self.hparams_file = self.log_dir / f"events.hparams.tfevents.{safe_name(name)}"
+        self.hparams_file = self.log_dir / f"events.hparams.tfevents.{log_stem(name)}"
         self._images = ImageWriter(f"TensorBoardLogger({name!r}) images")
         self._tags: dict[str, str] = {}  # each name logged, and its tag
         self._tagged: dict[str, str] = {}  # each tag, and the first name logged as it
@@ -197,7 +197,7 @@ class TensorBoardLogger(Logger):
                 isinstance(value, int) and -(2**63) <= value < 2**63  # TensorBoard's int64
             )
             self._hparams[key] = value if plain else str(value)
-        temporary = self.log_dir / f".{safe_name(self.name)}.hparams.tmp"
+        temporary = self.log_dir / f".{log_stem(self.name)}.hparams.tmp"
         writer = RecordWriter(str(temporary))  # no event file (no "tfevents") until renamed whole
         now = self._started  # the file is read first: its time is the run's start
         writer.write(Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
