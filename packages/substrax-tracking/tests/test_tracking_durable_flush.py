@@ -124,25 +124,22 @@ def test_a_kill_right_after_a_checkpoint_loses_no_row_up_to_its_step(tmp_path, s
 @pytest.mark.usefixtures("child_processes")
 @pytest.mark.xdist_group("mlflow_server")
 def test_with_the_server_down_a_kill_after_a_checkpoint_leaves_every_step_in_the_spool(
-    tmp_path, mlflow_server
+    tmp_path, mlflow_door
 ):
-    mlflow_server.kill()  # the run's server is down for the whole first attempt
-    try:
-        run_id = _train_and_kill(tmp_path, mlflow_server.uri)
-        assert run_id is None  # the run was never created: the server did not answer
-        spool = tmp_path / "logs" / "job.spool.jsonl"
-        records = [json.loads(line)["record"] for line in spool.read_text().splitlines()]
-        steps = {r["step"] for r in records if r["kind"] == "scalars"}
-        assert _every_step_to_the_checkpoint(steps)
-        logged = read_scalars(tmp_path / "logs" / "job.metrics.jsonl")
-        assert _every_step_to_the_checkpoint(step for step, _ in logged["loss"])
-    finally:
-        mlflow_server.start()
-        mlflow_server.wait_ready()
+    # the run's server is down (its door shut) for the whole first attempt
+    run_id = _train_and_kill(tmp_path, mlflow_door.uri)
+    assert run_id is None  # the run was never created: the server did not answer
+    spool = tmp_path / "logs" / "job.spool.jsonl"
+    records = [json.loads(line)["record"] for line in spool.read_text().splitlines()]
+    steps = {r["step"] for r in records if r["kind"] == "scalars"}
+    assert _every_step_to_the_checkpoint(steps)
+    logged = read_scalars(tmp_path / "logs" / "job.metrics.jsonl")
+    assert _every_step_to_the_checkpoint(step for step, _ in logged["loss"])
+    mlflow_door.open()  # the server is back
     result = replay_spool(spool, timeout=240)
     assert result.remaining == 0
     assert result.refused == 0
-    client = MlflowClient(tracking_uri=mlflow_server.uri)
+    client = MlflowClient(tracking_uri=mlflow_door.uri)
     [run] = client.search_runs(
         [client.get_experiment_by_name("job").experiment_id],
         filter_string="attributes.run_name = 'job'",

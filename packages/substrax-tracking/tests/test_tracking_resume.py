@@ -349,27 +349,25 @@ def replay_in_a_subprocess(spool):
 
 @pytest.mark.usefixtures("child_processes")
 @pytest.mark.xdist_group("mlflow_server")
-def test_mlflow_replay_of_a_resumed_run_skips_the_steps_the_run_holds(mlflow_server, tmp_path):
-    uri = mlflow_server.uri
+def test_mlflow_replay_of_a_resumed_run_skips_the_steps_the_run_holds(mlflow_door, tmp_path):
+    uri = mlflow_door.uri
+    mlflow_door.open()
     with MLFlowLogger("replayed", tracking_uri=uri, log_dir=tmp_path / "a") as logger:
         run_id = log_first_attempt(logger)
-    mlflow_server.kill()
-    try:  # resumed while the server is down: everything is spooled
-        resumed = MLFlowLogger(
-            "replayed",
-            tracking_uri=uri,
-            log_dir=tmp_path / "b",
-            run_id=run_id,
-            resume_step=SAVED,
-            connect_timeout=1,
-            close_timeout=1,
-        )
-        for step in range(SAVED + 1, END + 1):
-            resumed.log_scalars({"loss": resumed_values(step)}, step=step)
-        resumed.close()
-    finally:
-        mlflow_server.start()
-        mlflow_server.wait_ready()
+    mlflow_door.shut()  # resumed while the server is down: everything is spooled
+    resumed = MLFlowLogger(
+        "replayed",
+        tracking_uri=uri,
+        log_dir=tmp_path / "b",
+        run_id=run_id,
+        resume_step=SAVED,
+        connect_timeout=1,
+        close_timeout=1,
+    )
+    for step in range(SAVED + 1, END + 1):
+        resumed.log_scalars({"loss": resumed_values(step)}, step=step)
+    resumed.close()
+    mlflow_door.open()
     assert resumed.spooled == END - SAVED
     replay_in_a_subprocess(resumed.spool_path)
     loss = mlflow_history(uri, run_id, "loss")
