@@ -212,6 +212,22 @@ def test_an_empty_batch_is_skipped_by_evaluate(eval_batch):
         evaluate.evaluate([empty, empty])
 
 
+def test_evaluate_refuses_a_batch_whose_leaves_disagree_on_their_rows():
+    """Hostile finding: a (3,) leaf sorted first weighted a 6-row and a 2-row batch as 3 rows each."""
+
+    def weighted(model, batch):
+        return {"loss": (model(batch["x"])[:, 0] - batch["y"]) ** 2 * batch["class_weights"][0]}
+
+    evaluate = EvalStep(nnx.Linear(2, 1, rngs=nnx.Rngs(0)), weighted)
+    batch = {
+        "class_weights": np.ones(3, np.float32),  # shared by every row: sorts first
+        "x": np.ones((6, 2), np.float32),
+        "y": np.zeros(6, np.float32),
+    }
+    with pytest.raises(ValueError, match=r"\['class_weights'\] has 3, \['x'\] has 6"):
+        evaluate.evaluate([batch])
+
+
 @pytest.mark.parametrize("steps_per_call", [1, 2])
 def test_an_eval_step_over_a_train_step_takes_its_batch_sharding(eval_batch, steps_per_call):
     """Hostile finding: ``EvalStep(step)`` took the batch replicated, so on several processes

@@ -1,5 +1,6 @@
 """Gradient checks on real nnx models: passes, the worst leaf of a wrong gradient, dtypes."""
 
+import dataclasses
 import functools
 
 import jax
@@ -193,6 +194,30 @@ def test_an_all_zero_gradient_is_refused_unless_allowed():
     assert all(not np.any(leaf) for leaf in jax.tree.leaves(grads))
     with pytest.raises(ZeroGradientError, match="respect to the input"):
         check_input_gradients(model, lambda m, v: jnp.round(m(v)).sum() * 0.0, x)
+
+
+def test_gradients_all_below_the_absolute_tolerance_are_refused_as_proving_nothing():
+    """Hostile finding: a loss scaled by 1e-7 passed with a wrong sign on its whole gradient."""
+    model, x = Mlp(rngs=nnx.Rngs(2)), _inputs()
+
+    @jax.custom_vjp
+    def flipped(y):
+        return y
+
+    flipped.defvjp(lambda y: (y, None), lambda _, g: (-g,))  # the wrong sign, everywhere
+
+    def tiny(m):
+        return 1e-7 * (flipped(m(x)) ** 2).mean()
+
+    with pytest.raises(ZeroGradientError, match="below the absolute tolerance") as info:
+        check_parameter_gradients(model, tiny, modes=("rev",))
+    assert info.value.largest < info.value.atol == GRADIENT_TOLERANCES["float32"].atol
+    with pytest.raises(GradientMismatchError):  # scaled up, as the message says: caught
+        check_parameter_gradients(model, lambda m: 1e7 * tiny(m), modes=("rev",))
+    strict = dataclasses.replace(GRADIENT_TOLERANCES["float32"], atol=1e-14)
+    with pytest.raises(GradientMismatchError):  # or with a smaller atol
+        check_parameter_gradients(model, tiny, modes=("rev",), tolerance=strict)
+    check_parameter_gradients(model, lambda m: 1e-7 * (m(x) ** 2).mean(), allow_zero=True)
 
 
 def test_a_detached_loss_is_zero_for_jax_but_not_for_finite_differences():

@@ -30,15 +30,26 @@ def _weighted(metric: jax.Array, *, count: int) -> np.ndarray[Any, Any]:
 
 
 def _rows(batch: PyTree) -> int:
-    """The rows of a placed batch: its first non-scalar leaf's leading dimension (global).
+    """The rows of a placed batch: the leading dimension its non-scalar leaves share (global).
 
-    A scalar leaf (a count such as ``n_valid``) has no rows and is passed over.
+    A scalar leaf (a count such as ``n_valid``) has no rows and is passed over; leaves that
+    disagree are refused, since the mean would be weighted by a count that is not the batch's.
     """
-    shapes = (getattr(leaf, "shape", ()) for leaf in jax.tree.leaves(batch))
-    shape = next((shape for shape in shapes if shape), ())
-    if not shape:
+    rows: dict[int, str] = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(batch):
+        if shape := getattr(leaf, "shape", ()):
+            rows.setdefault(int(shape[0]), jax.tree_util.keystr(path) or "the batch")
+    if not rows:
         raise ValueError("evaluate needs batches with a leaf that has a leading (row) dimension")
-    return int(shape[0])
+    if len(rows) > 1:
+        seen = ", ".join(f"{name} has {count}" for count, name in rows.items())
+        msg = (
+            f"evaluate weights each batch by its rows, but the batch's leaves disagree on their "
+            f"leading dimension ({seen}); give every array leaf the batch's rows first, and pass "
+            "a value shared by all rows (class weights, say) through metric_fn, not in the batch"
+        )
+        raise ValueError(msg)
+    return next(iter(rows))
 
 
 class EvalStep[M: nnx.Module]:
@@ -162,14 +173,14 @@ class EvalStep[M: nnx.Module]:
         """The metrics over several batches, each batch weighted by its number of rows.
 
         The result is the mean over every row of every batch (for per-example metrics), as
-        Python floats in the structure ``metric_fn`` returns. A batch's rows are its first
-        non-scalar leaf's leading dimension, counted once the batch is placed (the global count on every
-        process). An empty batch (0 rows, such as a last batch a loader left empty) adds
+        Python floats in the structure ``metric_fn`` returns. A batch's rows are the leading
+        dimension its non-scalar leaves share, counted once the batch is placed (the global count
+        on every process). An empty batch (0 rows, such as a last batch a loader left empty) adds
         nothing and is skipped without being run: its mean would be NaN.
 
         Raises:
-            ValueError: If ``batches`` holds no batch with rows, or a batch whose leaves are
-                all scalars.
+            ValueError: If ``batches`` holds no batch with rows, a batch whose leaves are all
+                scalars, or one whose array leaves disagree on their leading dimension.
             BatchPlacementError: A leaf that ``batch_sharding`` cannot split.
 
         Example:

@@ -320,11 +320,13 @@ class GradientMismatchError(_TestingError, AssertionError):
 
 
 class ZeroGradientError(_TestingError, AssertionError):
-    """Every gradient of a gradient check is zero, so it would prove nothing.
+    """Every gradient of a gradient check is zero, or below the absolute tolerance: it proves nothing.
 
     Attributes:
         what: ``"parameters"`` or ``"input"``.
-        leaves: How many leaves were all zero.
+        leaves: How many leaves were all zero (or below ``atol``).
+        largest: The largest gradient's magnitude: 0.0 when every gradient is zero.
+        atol: The absolute tolerance every gradient is below (0.0 when they are zero).
 
     Example:
         >>> from substrax.testing import ZeroGradientError
@@ -340,3 +342,15 @@ class ZeroGradientError(_TestingError, AssertionError):
 
     what: str
     leaves: int
+    largest: float = 0.0
+    atol: float = 0.0
+
+    def _message(self) -> str:
+        if not self.largest:
+            return super()._message()
+        return (
+            f"every gradient with respect to the {self.what} is below the absolute tolerance "
+            f"({self.leaves} leaves, the largest {self.largest:.3g}, atol={self.atol:g}), so a "
+            "wrong gradient would pass as well: scale the loss up for the check (the gradients "
+            "scale with it), pass a tolerance with a smaller atol, or allow_zero=True"
+        )

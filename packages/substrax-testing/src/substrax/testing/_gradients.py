@@ -264,7 +264,21 @@ def _check(
         results = [leaf_check(position, mode) for mode in chosen for position in positions]
         if any(result[2] for result in results):  # is the reference the loss? (not raised yet)
             _fail(who, results, (function, (treedef.unflatten(wide), rest), value))
+    if not allow_zero:  # passed: but a gradient under atol everywhere passes whatever it is
+        _refuse_blind(what, flat_gradient, [tolerance.atol for tolerance in tolerances])
     return gradient
+
+
+def _refuse_blind(what: str, gradients: list[Any], atols: list[float]) -> None:
+    """Refuse a check every leaf of whose gradient is below its ``atol``: it proved nothing."""
+    import numpy as np  # noqa: PLC0415
+
+    from ._errors import ZeroGradientError  # noqa: PLC0415 - a cycle
+
+    largest = [float(np.max(np.abs(np.asarray(g, np.float64)))) for g in gradients if np.size(g)]
+    sized = [atol for g, atol in zip(gradients, atols, strict=True) if np.size(g)]
+    if all(value < atol for value, atol in zip(largest, sized, strict=True)):
+        raise ZeroGradientError(what, len(largest), largest=max(largest), atol=max(sized))
 
 
 def check_parameter_gradients(
