@@ -78,3 +78,28 @@ def test_after_import_refuses_what_jax_no_longer_reads(child):
     assert out["same_count_after_start"] is None
     assert "cpu_devices=2 cannot be applied" in out["started"]
     assert "JAX_NUM_CPU_DEVICES" in out["started"]
+
+
+FLAG_COUNT = """
+import json
+import jax
+from substrax.runtime import JaxRuntime, RuntimeConfigurationError, apply_runtime
+jax.devices()  # the backends start with XLA_FLAGS' 8 devices, jax's own setting unset
+out = {"devices": jax.device_count()}
+for count in (8, 4):
+    try:
+        apply_runtime(JaxRuntime(cpu_devices=count))
+        out[str(count)] = None
+    except RuntimeConfigurationError as error:
+        out[str(count)] = str(error)
+print(json.dumps(out))
+"""
+
+
+def test_a_device_count_that_already_holds_through_xla_flags_is_accepted(child):
+    """Hostile finding: 8 devices from XLA_FLAGS were refused as cpu_devices=8 "cannot be applied"."""
+    env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    out = child(FLAG_COUNT, env=env)
+    assert out["devices"] == 8
+    assert out["8"] is None
+    assert "cpu_devices=4 cannot be applied" in out["4"]

@@ -259,6 +259,14 @@ def _refuse_env_conflicts(
             raise RuntimeConfigurationError(conflict)
 
 
+def _cpu_device_count(jax: Any) -> int | None:  # noqa: ANN401 - the jax module
+    """How many CPU devices the started backend has; None without a CPU backend."""
+    try:
+        return len(jax.devices("cpu"))
+    except RuntimeError:
+        return None
+
+
 def _jax_is_imported() -> bool:
     return "jax" in sys.modules
 
@@ -280,7 +288,8 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
 
     Raises:
         RuntimeConfigurationError: jax is imported and a setting can no longer take effect,
-            e.g. ``cpu_devices`` after the backends started.
+            e.g. ``cpu_devices`` after the backends started with another number of CPU devices
+            (the same number, from ``XLA_FLAGS``' device count, say, already holds).
 
     Example:
         >>> env = {}
@@ -302,10 +311,11 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
         try:
             jax.config.update("jax_num_cpu_devices", runtime.cpu_devices)
         except RuntimeError as error:
-            raise RuntimeConfigurationError(
-                f"cpu_devices={runtime.cpu_devices} cannot be applied: jax has already started "
-                f"its backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
-            ) from error
+            if _cpu_device_count(jax) != runtime.cpu_devices:  # else it holds (XLA_FLAGS' count)
+                raise RuntimeConfigurationError(
+                    f"cpu_devices={runtime.cpu_devices} cannot be applied: jax has already started "
+                    f"its backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
+                ) from error
     # a cache directory jax already has (from its environment, or jax.config.update) is kept:
     # only the runtime's own compilation_cache_dir replaces it
     base = dict(target)
