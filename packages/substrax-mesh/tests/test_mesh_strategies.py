@@ -103,6 +103,19 @@ def test_fsdp_strategy_splits_large_weights_only():
         FSDPStrategy("data", 0, min_weight_size=-1)
 
 
+def test_fsdp_warns_of_a_large_weight_it_replicates_for_want_of_a_divisible_size(caplog):
+    """Hostile finding: a (1030, 4) weight came back replicated without a word."""
+    mesh = create_device_mesh({"data": 8})
+    strategy = FSDPStrategy("data", mesh_axis=0, min_weight_size=16)
+    with caplog.at_level("WARNING", logger="substrax.mesh"):
+        odd = strategy.apply_sharding(jnp.ones((1030, 4)), mesh)
+        strategy.apply_sharding(jnp.ones((8, 4)), mesh)  # small: replicated by design, quietly
+    assert odd.addressable_shards[0].data.shape == (1030, 4)
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "shape (1030, 4)" in warning
+    assert "'data' axis (size 8)" in warning
+
+
 def test_tensor_parallel_strategy():
     mesh = create_device_mesh({"model": 4})
     column = TensorParallelStrategy("model", 0)

@@ -146,6 +146,24 @@ class _Pump(threading.Thread):
             self.lost += len(raw)
 
 
+_LINKS_NAMED = 3  # the links a note names, before "and N more"
+
+
+def links_note(task: str, task_dir: Path) -> str | None:
+    """What to say of the symbolic links under ``task_dir``, never fetched; None without any."""
+    links = sorted(
+        p.relative_to(task_dir).as_posix() for p in task_dir.rglob("*") if p.is_symlink()
+    )
+    if not links:
+        return None
+    more = len(links) - _LINKS_NAMED
+    shown = ", ".join(links[:_LINKS_NAMED]) + (f" and {more} more" if more > 0 else "")
+    return (
+        f"task {task} left {len(links)} symbolic links in its outputs ({shown}), which are not "
+        "fetched: links are never followed; write a file in their place"
+    )
+
+
 def _listing(task_dir: Path) -> tuple[str, ...]:
     files = (p for p in task_dir.rglob("*") if p.is_file() and not p.is_symlink())
     return tuple(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,9 @@ from substrax.support import check_int, check_type
 
 from ._config import ParallelismConfig
 from ._errors import UnknownStrategyError
+
+
+_logger = logging.getLogger(__name__)
 
 
 FSDP_DIMENSION_NAMES = frozenset({"out_features", "features", "hidden", "embed", "mlp"})
@@ -129,9 +133,22 @@ class FSDPStrategy(ShardingStrategy):
         return self.get_partition_spec(tensor_shape)
 
     def apply_sharding(self, array: jax.Array, mesh: Mesh) -> jax.Array:
-        """Split the first dimension of a large enough, evenly divisible weight; else replicate."""
+        """Split the first dimension of a large enough, evenly divisible weight; else replicate.
+
+        A weight large enough whose first dimension the axis does not divide is replicated with
+        a warning naming its shape: it costs its full size on every device.
+        """
         _check_axis(self.axis_name, mesh)
-        split = self.should_shard_weight(array) and array.shape[0] % mesh.shape[self.axis_name] == 0
+        size = mesh.shape[self.axis_name]
+        split = self.should_shard_weight(array) and array.shape[0] % size == 0
+        if self.should_shard_weight(array) and not split:
+            _logger.warning(
+                "FSDPStrategy replicates a weight of shape %s on every device: its first "
+                "dimension is not divisible by the %r axis (size %d); pad it to a multiple",
+                tuple(array.shape),
+                self.axis_name,
+                size,
+            )
         spec = PartitionSpec(self.axis_name) if split else PartitionSpec()
         return jax.device_put(array, NamedSharding(mesh, spec))
 
