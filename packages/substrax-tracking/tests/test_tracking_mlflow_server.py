@@ -137,3 +137,53 @@ def test_a_server_killed_mid_run_loses_nothing(mlflow_server, tmp_path, caplog, 
     assert history(client, spooling.run_id, "loss") == [(s, float(s)) for s in range(40)]
     assert not spooling.spool_path.exists()
     assert json.loads(json.dumps(client.get_run(spooling.run_id).info.status)) == "FINISHED"
+
+
+def test_loggers_starting_together_on_a_new_experiment_all_start(mlflow_server, tmp_path):
+    """Hostile finding: against a server (no store lock there), the loggers that lost the race
+    to create the experiment raised MLflow's RESOURCE_ALREADY_EXISTS from their constructor."""
+    import threading
+
+    for attempt in range(3):
+        barrier, made, failed = threading.Barrier(4), [], []
+
+        def start(index, attempt=attempt, barrier=barrier, made=made, failed=failed):
+            barrier.wait()
+            try:
+                made.append(
+                    MLFlowLogger(
+                        f"racer{index}",
+                        experiment_name=f"raced-{attempt}",
+                        tracking_uri=mlflow_server.uri,
+                        log_dir=tmp_path / f"{attempt}-{index}",
+                    )
+                )
+            except Exception as error:
+                failed.append(error)
+
+        threads = [threading.Thread(target=start, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        for logger in made:
+            logger.close()
+        assert failed == []
+        assert len({logger.experiment_id for logger in made}) == 1
+
+
+def test_replay_json_prints_only_its_json_on_stdout_against_a_server(mlflow_door, tmp_path, capsys):
+    """Hostile finding: MLflow's own "View run" lines went to stdout before the JSON object."""
+    from substrax.tracking._cli import main
+
+    logger = MLFlowLogger(  # the door is shut: everything is spooled
+        "viewed", tracking_uri=mlflow_door.uri, log_dir=tmp_path, connect_timeout=1, close_timeout=0
+    )
+    logger.log_scalar("loss", 0.5, step=1)
+    logger.close()
+    capsys.readouterr()
+    mlflow_door.open()
+    assert main(["replay", "--json", str(logger.spool_path), "--timeout", "60"]) == 0
+    printed = capsys.readouterr()
+    data = json.loads(printed.out)
+    assert (data["delivered"], data["remaining"]) == (1, 0)

@@ -192,6 +192,27 @@ def test_numpy_values_and_steps_are_spooled_as_plain_json_numbers(tmp_path):
     assert params["record"]["payload"] == {"params": {"lr": 0.1}}
 
 
+def test_an_artifact_path_given_as_a_path_is_spooled_and_holds_up_nothing(tmp_path, caplog):
+    """Hostile finding: ``artifact_path=Path("ckpt")`` was no JSON, so the writer never wrote it
+    nor any record after it (held in memory: a kill lost them; ``close`` called them lost)."""
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens: every record is spooled
+    logger = MLFlowLogger(
+        "paths", tracking_uri=uri, log_dir=tmp_path, close_timeout=0.5, connect_timeout=2
+    )
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"w")
+    logger.log_artifact(weights, artifact_path=tmp_path.__class__("ckpt"))
+    for step in range(3):
+        logger.log_scalar("loss", float(step), step=step)
+    logger.flush(1)
+    records = [line["record"] for line in spooled(logger.spool_path)]
+    assert records[0]["payload"] == {"path": str(weights), "artifact_path": "ckpt"}
+    assert [r["step"] for r in records[1:]] == [0, 1, 2]
+    with caplog.at_level(logging.ERROR, logger="substrax.tracking"):
+        logger.close()
+    assert not [r for r in caplog.records if "lost" in r.getMessage()]
+
+
 @pytest.mark.parametrize("bad", [[1.0, 2.0], np.zeros(3), {"a": 1.0}, np.array(["x"])])
 def test_a_non_number_in_log_scalars_is_refused_at_the_call_naming_key_and_step(
     tmp_path, sqlite_uri, bad

@@ -6,6 +6,7 @@ Exit status: 0 done; 1 failed (``replay``: some records not delivered); 2 bad us
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -103,12 +104,15 @@ def _replay(args: argparse.Namespace) -> int:
             "the spool path is empty; pass the <log_dir>/<name>.spool.jsonl path that the "
             "logger's warning named"
         )
-    result, failures = run_replay(  # within the time, another replay of the spool is waited for
-        SpoolFile(args.spool),
-        include_refused=args.include_refused,
-        timeout=timeout or None,
-        wait=timeout or None,
-    )
+    # with --json, stdout holds the one JSON object: what a backend prints goes to stderr (MLflow's
+    # "View run" lines)
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        result, failures = run_replay(  # within the time, another replay of the spool is waited for
+            SpoolFile(args.spool),
+            include_refused=args.include_refused,
+            timeout=timeout or None,
+            wait=timeout or None,
+        )
     _STUCK[:] = [result.timed_out]
     summary = f"delivered {result.delivered}, remaining {result.remaining}"
     summary += f", refused {result.refused}" if result.refused else ""

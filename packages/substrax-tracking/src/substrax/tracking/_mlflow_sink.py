@@ -130,12 +130,7 @@ class MlflowSink:
             if spec is None:
                 run = client.get_run(str(self.run_id))
             else:
-                found = client.get_experiment_by_name(spec.experiment_name)
-                experiment_id = (
-                    client.create_experiment(spec.experiment_name, spec.artifact_location)
-                    if found is None
-                    else found.experiment_id
-                )
+                experiment_id = self._experiment_id(spec)
                 key = f"tags.`{RUN_KEY_TAG}` = '{spec.run_key}'"
                 existing = client.search_runs([experiment_id], filter_string=key, max_results=1)
                 if existing:  # resumed by its key
@@ -149,6 +144,24 @@ class MlflowSink:
             if self.resume_step is not None:
                 client.set_tag(self.run_id, RESUMED_FROM_TAG, str(self.resume_step))
             self._ready = True
+
+    def _experiment_id(self, spec: RunSpec) -> str:
+        """The id of ``spec``'s experiment, created if none has its name.
+
+        Against a server the store lock does not reach, another process may create it first: its
+        ``RESOURCE_ALREADY_EXISTS`` answer means the experiment is there to be found.
+        """
+        found = self.client.get_experiment_by_name(spec.experiment_name)
+        if found is None:
+            try:
+                return self.client.create_experiment(spec.experiment_name, spec.artifact_location)
+            except Exception as error:
+                if getattr(error, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                found = self.client.get_experiment_by_name(spec.experiment_name)
+                if found is None:
+                    raise
+        return found.experiment_id
 
     def _ensure_run(self) -> str:
         if not self._ready and self._first is not None:

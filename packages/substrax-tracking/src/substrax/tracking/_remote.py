@@ -227,8 +227,8 @@ class RemoteLogger(Logger):
         path = Path(local_path).absolute()  # a link keeps its own name
         if not path.exists():
             raise UploadNotFoundError(what, path)
-        if self.active:
-            self._submit("artifact", None, {"path": str(path), **payload})
+        if self.active:  # JSON data now (a Path, a datetime in metadata): as the spool holds it
+            self._submit("artifact", None, {"path": str(path), **json_ready(payload)})
 
     def flush(self, timeout: float | None = None) -> None:
         """Write every call so far to the spool file (fsynced), then deliver it, within a bound.

@@ -39,7 +39,8 @@ def spool_lines(
     """
     head = '{"target": ' + json.dumps(dict(target)) + ', "record": '
     tail = "}" if error is None else ', "error": ' + json.dumps(error) + "}"
-    return [head + json.dumps(dict(record)) + tail for record in records]
+    # default=str: a value that is no JSON (checked at the call) never holds the writer up
+    return [head + json.dumps(dict(record), default=str) + tail for record in records]
 
 
 def _parse_line(text: str) -> tuple[dict[str, Any], Record]:
