@@ -369,6 +369,20 @@ def test_replay_of_a_damaged_spool_delivers_the_intact_records_and_sets_the_bad_
     ]
 
 
+@pytest.mark.parametrize("step", [-3, 11.5, True, "7"])
+def test_a_spooled_step_no_logger_takes_is_a_bad_line(tmp_path, step):
+    """Hostile finding: a hand-edited step of -3 or 11.5 reached MLflow as it was."""
+    sink = Sink()
+    spool = tmp_path / "run.spool.jsonl"
+    edited = record(0).materialize(tmp_path).to_json() | {"step": step}
+    lines = [{"target": sink.target(), "record": edited}]
+    lines.append({"target": sink.target(), "record": record(1).materialize(tmp_path).to_json()})
+    spool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = replay_spool(spool, sinks={json.dumps(sink.target(), sort_keys=True): sink})
+    assert (result.delivered, result.bad_lines) == (1, (1,))
+    assert steps(sink.received) == [1]
+
+
 def test_replay_refuses_what_is_not_a_spool_and_leaves_it_untouched(tmp_path, capsys):
     from substrax.tracking import NotASpoolError
     from substrax.tracking._cli import main

@@ -25,6 +25,7 @@ from substrax.tracking import (
     WandbLogger,
     create_logger,
     read_scalars,
+    replay_spool,
 )
 
 
@@ -374,6 +375,46 @@ def test_mlflow_replay_of_a_resumed_run_skips_the_steps_the_run_holds(mlflow_doo
     assert [step for step, _ in loss] == list(range(END + 1))  # once each, as if live
     assert dict(loss)[REACHED] == first_attempt_values(REACHED)
     assert dict(loss)[END] == resumed_values(END)
+
+
+def test_an_earlier_attempts_spool_replayed_after_a_resume_elsewhere_adds_no_step_twice(
+    tmp_path, sqlite_uri
+):
+    """Hostile finding: the killed attempt's spool (its own log_dir) replayed after the resumed
+    run logged the same steps gave MLflow those steps twice, with both attempts' values."""
+    from substrax.tracking._records import Record
+    from substrax.tracking._spool import spool_lines
+
+    with MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path / "a") as first:
+        for step in range(SAVED + 1):
+            first.log_scalars({"loss": first_attempt_values(step)}, step=step)
+        run_id = first.run_id
+    # what the first attempt spooled and never sent before it was killed: SAVED < step <= REACHED
+    target = {"backend": "mlflow", "tracking_uri": sqlite_uri, "run_id": run_id}
+    late = [
+        Record(
+            kind="scalars",
+            step=step,
+            time=time.time(),
+            payload={"values": {"loss": first_attempt_values(step)}},
+        )
+        for step in range(SAVED + 1, REACHED + 1)
+    ]
+    spool = tmp_path / "a" / "run.spool.jsonl"
+    spool.write_text(
+        "".join(line + "\n" for line in spool_lines(target, [r.to_json() for r in late]))
+    )
+    resumed = MLFlowLogger(  # in a log_dir of its own: it never sees that spool
+        "run", tracking_uri=sqlite_uri, log_dir=tmp_path / "b", run_id=run_id, resume_step=SAVED
+    )
+    for step in range(SAVED + 1, END + 1):
+        resumed.log_scalars({"loss": resumed_values(step)}, step=step)
+    resumed.close()
+    result = replay_spool(spool)
+    assert (result.remaining, result.refused) == (0, 0)
+    loss = mlflow_history(sqlite_uri, run_id, "loss")
+    assert [step for step, _ in loss] == list(range(END + 1))  # each once
+    assert dict(loss)[REACHED] == resumed_values(REACHED)  # the run held it: not sent again
 
 
 def test_mlflow_histogram_statistics_are_not_sent_twice_after_a_resume(tmp_path, sqlite_uri):

@@ -75,6 +75,7 @@ class MlflowSink:
         spec: RunSpec | None = None,
         registry_uri: str | None = None,
         resume_step: int | None = None,
+        replayed: bool = False,
     ) -> None:
         from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
@@ -83,6 +84,9 @@ class MlflowSink:
         self.spec = spec  # None: resume run_id
         self.resume_step = resume_step
         self.held: dict[str, int] | None = None  # with resume_step: see _not_held
+        self._resumed_from: int | None = resume_step  # or read from the run: see _resumed
+        # a live logger's run was not resumed since it started; a replayed spool's may have been
+        self._tag_read = resume_step is not None or not replayed
         self._warned_held = False
         self.experiment_id: str | None = None
         self.failed = False  # end the run as FAILED
@@ -99,6 +103,7 @@ class MlflowSink:
                 str(target["tracking_uri"]),
                 run_id=str(target["run_id"]),
                 resume_step=None if resume_step is None else int(resume_step),
+                replayed=True,
             )
         spec = RunSpec(
             experiment_name=str(target["experiment_name"]),
@@ -107,7 +112,7 @@ class MlflowSink:
             artifact_location=target.get("artifact_location"),
             run_key=str(target["run_key"]),
         )
-        return cls(str(target["tracking_uri"]), spec=spec)
+        return cls(str(target["tracking_uri"]), spec=spec, replayed=True)
 
     def connect(self, timeout: float) -> str | None:
         """Find or create the run from a thread of its own, waiting at most ``timeout`` seconds.
@@ -213,11 +218,23 @@ class MlflowSink:
         rows = [Param(key, value) for key, value in params]  # a key of two values: refused
         for start in range(0, len(rows), _MAX_PARAMS):
             self.client.log_batch(run_id, params=rows[start : start + _MAX_PARAMS])
-        if self.resume_step is not None and metrics:
+        if metrics and self._resumed(run_id):
             metrics = self._not_held(run_id, metrics)
         for start in range(0, len(metrics), _MAX_METRICS):
             batch = metrics[start : start + _MAX_METRICS]
             self.client.log_batch(run_id, metrics=[Metric(*row) for row in batch])
+
+    def _resumed(self, run_id: str) -> bool:
+        """Whether values at steps the run holds are left out: it was resumed from a step.
+
+        By this logger (``resume_step``), or, for a replay's sink, since its records were
+        spooled: an earlier attempt's spool replayed after the resumed logger logged the same
+        steps (its run's tag, read at the first send) would give them twice.
+        """
+        if not self._tag_read:
+            tag = self.client.get_run(run_id).data.tags.get(RESUMED_FROM_TAG)
+            self._resumed_from, self._tag_read = (None if tag is None else int(tag)), True
+        return self._resumed_from is not None
 
     def _not_held(self, run_id: str, metrics: list[_MetricRow]) -> list[_MetricRow]:
         """``metrics`` without those at or before the last step the run held for their key.
@@ -236,7 +253,7 @@ class MlflowSink:
             self._warned_held = True
             key, _, _, step = next(row for row in metrics if row[3] <= held.get(row[0], -1))
             _logger.warning(
-                f"MLflow run {run_id}, resumed from step {self.resume_step}, held {key!r} up to "
+                f"MLflow run {run_id}, resumed from step {self._resumed_from}, held {key!r} up to "
                 f"step {held[key]} when resumed: its value at step {step} is not sent again, nor "
                 "any value at or before the step the run held its metric to (this is reported "
                 "once; the earlier attempt's values stay, MLflow's history is append-only)"

@@ -131,4 +131,6 @@ class Record:
         if unknown or not isinstance(kind := data.get("kind"), str) or kind not in _KINDS:
             raise NotARecordError(f"not a substrax tracking record: {data!r}")
         step, time, payload = data["step"], float(data["time"]), data["payload"]
+        if step is not None and (type(step) is not int or step < 0):  # past 2**63: the store's
+            raise NotARecordError(f"step {step!r} is not an int >= 0, as a logger writes it")
         return cls(kind=data["kind"], step=step, time=time, payload=payload, materialized=True)
