@@ -19,6 +19,7 @@ from substrax.support import check_int, require
 from substrax.typing import PyTree
 
 from ._gradient_records import GRADIENT_TOLERANCES, GradientTolerance, LeafGradientCheck
+from ._gradient_refusals import refuse_blind, refuse_gradient
 
 
 if TYPE_CHECKING:
@@ -88,32 +89,6 @@ def _tolerance(dtype: str, chosen: object) -> GradientTolerance:
         known = ", ".join(GRADIENT_TOLERANCES)
         raise ValueError(f"no default gradient tolerance for {dtype} ({known}); pass tolerance=")
     return chosen if isinstance(chosen, GradientTolerance) else GRADIENT_TOLERANCES[dtype]
-
-
-def _refuse_gradient(
-    names: tuple[str, str], leaves: list[tuple[str, "jax.Array"]], gradients: list[Any], zero: bool
-) -> None:
-    """Refuse jax's gradient (what is returned): a leaf not finite, or all zero unless ``zero``."""
-    import numpy as np  # noqa: PLC0415
-
-    from ._errors import ZeroGradientError  # noqa: PLC0415 - a cycle
-
-    (who, what), nonzero = names, False
-    for (path, _), leaf in zip(leaves, gradients, strict=True):
-        gradient = np.asarray(leaf, dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(gradient))
-        if bad.size:
-            at = ", ".join(map(str, np.unravel_index(int(bad[0]), gradient.shape)))
-            raise ValueError(
-                f"{who}: jax's gradient of {path} is not finite ({bad.size} of {gradient.size} "
-                f"elements, the first {path}[{at}] = {gradient.flat[bad[0]]}); finite "
-                "differences cannot check it. Look in the loss for a jnp.where whose unused "
-                "branch has an infinite derivative (sqrt or log at or below 0: make that "
-                "branch's input safe too, a second jnp.where) or a division by zero"
-            )
-        nonzero = nonzero or bool(np.any(gradient != 0))
-    if not zero and not nonzero:
-        raise ZeroGradientError(what, sum(1 for _, value in leaves if value.size))
 
 
 def _fail(
@@ -224,7 +199,7 @@ def _check(
     if not math.isfinite(float(value)):  # check_grads takes nan for nan as equal
         raise ValueError(f"{who}: the loss is {float(value)}; finite differences need it finite")
     flat_gradient = jax.tree.leaves(gradient)
-    _refuse_gradient((who, what), leaves, flat_gradient, allow_zero)
+    refuse_gradient((who, what), leaves, flat_gradient, allow_zero)
 
     flat, treedef = [value for _, value in leaves], jax.tree.structure(tree)
     tree = treedef.unflatten(flat)  # arrays, as ``jax.jvp`` wants them (not numpy or floats)
@@ -265,20 +240,8 @@ def _check(
         if any(result[2] for result in results):  # is the reference the loss? (not raised yet)
             _fail(who, results, (function, (treedef.unflatten(wide), rest), value))
     if not allow_zero:  # passed: but a gradient under atol everywhere passes whatever it is
-        _refuse_blind(what, flat_gradient, [tolerance.atol for tolerance in tolerances])
+        refuse_blind(what, flat_gradient, [tolerance.atol for tolerance in tolerances])
     return gradient
-
-
-def _refuse_blind(what: str, gradients: list[Any], atols: list[float]) -> None:
-    """Refuse a check every leaf of whose gradient is below its ``atol``: it proved nothing."""
-    import numpy as np  # noqa: PLC0415
-
-    from ._errors import ZeroGradientError  # noqa: PLC0415 - a cycle
-
-    largest = [float(np.max(np.abs(np.asarray(g, np.float64)))) for g in gradients if np.size(g)]
-    sized = [atol for g, atol in zip(gradients, atols, strict=True) if np.size(g)]
-    if all(value < atol for value, atol in zip(largest, sized, strict=True)):
-        raise ZeroGradientError(what, len(largest), largest=max(largest), atol=max(sized))
 
 
 def check_parameter_gradients(
