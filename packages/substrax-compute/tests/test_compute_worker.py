@@ -92,13 +92,17 @@ def test_logs_outputs_and_echo(tmp_path, capfd):
 @pytest.mark.usefixtures("child_processes")
 def test_links_left_in_the_outputs_are_named_as_not_fetched(tmp_path, capfd):
     """Hostile finding: a `latest -> step_100` link was dropped from the outputs without a word."""
-    code = (
-        "import os, pathlib; d = pathlib.Path(os.environ['AVITAI_OUTPUT_DIR']); "
-        "(d / 'step_100').mkdir(); (d / 'step_100' / 'w.bin').write_text('w'); "
-        "(d / 'latest').symlink_to('step_100'); (d / 'best.bin').symlink_to('step_100/w.bin')"
+    saves = [
+        "d = pathlib.Path(os.environ['AVITAI_OUTPUT_DIR'])",
+        "(d / 'step_100').mkdir()",
+        "(d / 'step_100' / 'w.bin').write_text('w')",
+        "(d / 'latest').symlink_to('step_100')",
+        "(d / 'best.bin').symlink_to('step_100/w.bin')",
+    ]
+    task = _task("t", "; ".join(["import os, pathlib", *saves]))
+    assert run_job(_spec(task), project=tmp_path, outputs=tmp_path / "o").tasks[0].outputs == (
+        "step_100/w.bin",
     )
-    manifest = run_job(_spec(_task("t", code)), project=tmp_path, outputs=tmp_path / "o")
-    assert manifest.tasks[0].outputs == ("step_100/w.bin",)
     echoed = capfd.readouterr().out
     assert (
         "[substrax] task t left 2 symbolic links in its outputs (best.bin, latest), which are "

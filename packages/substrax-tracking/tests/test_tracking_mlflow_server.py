@@ -143,32 +143,26 @@ def test_loggers_starting_together_on_a_new_experiment_all_start(mlflow_server, 
     """Hostile finding: against a server (no store lock there), the loggers that lost the race
     to create the experiment raised MLflow's RESOURCE_ALREADY_EXISTS from their constructor."""
     import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     for attempt in range(3):
-        barrier, made, failed = threading.Barrier(4), [], []
+        barrier = threading.Barrier(4)
 
-        def start(index, attempt=attempt, barrier=barrier, made=made, failed=failed):
+        def start(index, attempt=attempt, barrier=barrier):
             barrier.wait()
-            try:
-                made.append(
-                    MLFlowLogger(
-                        f"racer{index}",
-                        experiment_name=f"raced-{attempt}",
-                        tracking_uri=mlflow_server.uri,
-                        log_dir=tmp_path / f"{attempt}-{index}",
-                    )
-                )
-            except Exception as error:
-                failed.append(error)
+            return MLFlowLogger(
+                f"racer{index}",
+                experiment_name=f"raced-{attempt}",
+                tracking_uri=mlflow_server.uri,
+                log_dir=tmp_path / f"{attempt}-{index}",
+            )
 
-        threads = [threading.Thread(target=start, args=(i,)) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
+        with ThreadPoolExecutor(4) as pool:
+            started = [pool.submit(start, index) for index in range(4)]
+        made = [future.result() for future in started if future.exception() is None]
         for logger in made:
             logger.close()
-        assert failed == []
+        assert [future.exception() for future in started] == [None] * 4
         assert len({logger.experiment_id for logger in made}) == 1
 
 
