@@ -212,6 +212,25 @@ def test_loss_spike_detector_flags_spikes_and_non_finite(caplog):
     assert "spiked at step 6" in caplog.text
 
 
+def test_an_infinity_in_the_good_direction_is_one_plateau_not_a_best_to_beat():
+    """Hostile finding: a +inf accuracy (PSNR of a perfect batch) became the best, and the scale
+    was then cut every ``patience`` epochs while the metric kept improving."""
+    callback = ReduceLROnPlateauCallback(monitor="acc", mode="max", patience=2, factor=0.5)
+    for epoch, value in enumerate([0.1, math.inf, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]):
+        callback.on_epoch_end(None, epoch, {"acc": value})
+    assert callback.scale == 0.5
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-3, 1e-6, 1e-9])
+def test_loss_spike_detector_sees_a_spike_at_any_loss_scale(scale):
+    """Hostile finding: float32's resolution was an absolute floor, hiding spikes below 7e-7."""
+    detector = LossSpikeDetector(window=10, warmup=3)
+    for step in range(20):
+        detector.on_batch_end(None, step, {"loss": scale * (1.0 + 0.01 * (step % 3))})
+    detector.on_batch_end(None, 20, {"loss": 100 * scale})
+    assert [spike.batch for spike in detector.spikes] == [20]
+
+
 def test_loss_spike_detector_quiet_during_warmup_and_on_a_flat_loss():
     detector = LossSpikeDetector(window=5, warmup=3)
     for step, value in enumerate([100.0, 1.0, 1.0, 1.0, 1.0, 1.001]):

@@ -23,7 +23,15 @@ def _progress(**options):
 
 @pytest.mark.parametrize(
     ("value", "shown"),
-    [(np.ones(3), "shape (3,)"), (None, "None"), ("0.5", "'0.5'"), (jnp.ones((2, 2)), "(2, 2)")],
+    [
+        (np.ones(3), "shape (3,)"),
+        (None, "None"),
+        ("0.5", "'0.5'"),
+        (jnp.ones((2, 2)), "(2, 2)"),
+        (True, "True (bool)"),  # hostile finding: bools were read as 1.0
+        (jnp.array(True), "Array"),
+        (10**400, "(int)"),  # hostile finding: a bare OverflowError naming no metric
+    ],
 )
 @pytest.mark.parametrize(
     "feed",

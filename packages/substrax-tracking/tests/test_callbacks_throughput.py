@@ -225,6 +225,7 @@ def test_a_window_end_is_timed_when_its_step_is_computed_not_when_it_was_dispatc
         ({"peak_flops": 0.0}, ValueError, "peak_flops=0.0"),
         ({"examples_per_step": 2.5}, TypeError, "examples_per_step=2.5"),
         ({"steps_per_call": 0}, ValueError, "steps_per_call=0"),
+        ({"prefix": None}, TypeError, "prefix=None"),  # hostile finding: "Nonesteps_per_sec"
     ],
 )
 def test_the_meter_refuses_bad_options(options, error, match):

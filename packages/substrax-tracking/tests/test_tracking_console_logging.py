@@ -144,6 +144,25 @@ def test_without_logging_set_up_lines_go_to_stdout_and_once_through_the_app_hand
     ]
 
 
+@pytest.mark.usefixtures("child_processes")
+def test_create_logger_prints_on_stdout_though_its_file_log_has_a_handler(tmp_path):
+    child = textwrap.dedent(
+        f"""
+        from substrax.tracking import create_logger
+
+        with create_logger("both", {str(tmp_path)!r}) as logger:
+            logger.log_scalar("loss", 0.5, step=1)
+            logger.info("hello")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[both] step       1 | loss        0.5", "[both] hello"]
+    assert (tmp_path / "both.log").read_text().count("hello") == 1
+
+
 def test_a_console_logger_dropped_unclosed_prints_nothing_more():
     old = io.StringIO()
     ConsoleLogger("dropped", stream=old).log_scalar("loss", 1.0, step=0)

@@ -270,7 +270,7 @@ def test_create_logger_defaults_to_the_output_dir_not_the_cwd(tmp_path, monkeypa
 def test_create_logger_with_tensorboard(tmp_path):
     with create_logger("demo", log_dir=tmp_path, console=False, tensorboard=True) as logger:
         logger.log_scalar("loss", 1.0, step=0)
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((tmp_path / "tensorboard" / "demo").glob("events.out.tfevents.*"))
     assert (tmp_path / "demo.metrics.jsonl").exists()
 
 
@@ -372,6 +372,37 @@ def test_plot_refuses_a_directory_without_a_file_log(tmp_path, capsys):
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("python -m substrax.tracking: error: ")
     assert "holds no *.metrics.jsonl file" in line
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda root: root / "no-such-dir", "does not exist"),
+        (lambda root: FileLogger("run", root).close() or root / "run.metrics.jsonl", "is a file"),
+    ],
+    ids=["missing", "a-file"],
+)
+def test_plot_names_a_missing_log_dir_or_a_file_given_for_it(tmp_path, capsys, make, said):
+    """Hostile finding: both said the directory "holds no *.metrics.jsonl file"."""
+    from substrax.tracking._cli import main
+
+    assert main(["plot", str(make(tmp_path))]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert said in line
+    assert main(["plot", ""]) == 2  # it plotted the working directory
+    assert "LOG_DIR is empty" in capsys.readouterr().err
+
+
+def test_plot_names_a_curve_it_cannot_draw_and_draws_the_others(tmp_path, caplog):
+    """Hostile finding: values from -1e308 to 1e308 ended the command in matplotlib's traceback,
+    and no page was written for the other metrics."""
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_scalars({"huge": 1e308, "loss": 1.0}, step=0)
+        logger.log_scalars({"huge": -1e308, "loss": 0.5}, step=1)
+    page = plot_log_dir(tmp_path).read_text()
+    assert 'src="run.loss.png"' in page
+    assert "huge: 2 points, last -1e+308; not drawn" in page
+    assert "huge of" in caplog.text
 
 
 def test_plot_refuses_an_out_that_is_a_file(tmp_path, capsys):

@@ -1,5 +1,8 @@
 import io
 import logging
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -191,3 +194,72 @@ def test_an_int_hyperparameter_past_int64_is_shown_as_its_digits(tmp_path):
     hparams = start.session_start_info.hparams
     assert hparams["big"].string_value == str(2**70)
     assert hparams["small"].number_value == 3
+
+
+def _hparams(directory):
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    accumulator = event_accumulator.EventAccumulator(str(directory))
+    accumulator.Reload()
+    contents = accumulator.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(contents["_hparams_/session_start_info"])
+    return start.session_start_info.hparams
+
+
+def test_a_resumed_logger_keeps_the_first_attempts_hyperparameters(tmp_path):
+    """Hostile finding: a resumed logger's hyperparameters replaced the first attempt's."""
+    with TensorBoardLogger("run", tmp_path) as logger:
+        logger.log_hyperparams({"lr": 1e-3, "batch": 32})
+    with TensorBoardLogger("run", tmp_path, resume_step=0) as logger:
+        logger.log_hyperparams({"resumed": True, "lr": 1e-4})
+    hparams = _hparams(tmp_path)
+    assert set(hparams) == {"lr", "batch", "resumed"}
+    assert hparams["lr"].number_value == pytest.approx(1e-4)
+    with TensorBoardLogger("run", tmp_path / "new") as logger:  # a new run starts afresh
+        logger.log_hyperparams({"other": 1})
+    assert set(_hparams(tmp_path / "new")) == {"other"}
+
+
+@pytest.mark.parametrize("flush_secs", ["x", 0, -1, float("nan")])
+def test_flush_secs_that_is_no_positive_number_of_seconds_is_refused(tmp_path, flush_secs):
+    """Hostile finding: a string killed the writer thread (every scalar lost); 0 or less spun it."""
+    with pytest.raises((TypeError, ValueError), match="flush_secs"):
+        TensorBoardLogger("run", tmp_path, flush_secs=flush_secs)
+
+
+def test_a_resume_from_the_largest_step_writes_no_marker_past_it(tmp_path):
+    """Hostile finding: the restart marker at step 2**63 raised protobuf's range error."""
+    with TensorBoardLogger("run", tmp_path, resume_step=2**63 - 1) as logger:
+        logger.log_scalar("loss", 1.0, step=2**63 - 1)
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Scalars("loss")] == [2**63 - 1]
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_jax_values_held_by_a_logger_left_open_are_written_at_exit(tmp_path):
+    """Hostile finding: tensorboardX's writer threads cannot start at exit, so the held values
+    of a logger never closed (or flushed before) were lost, with a traceback."""
+    child = textwrap.dedent(
+        f"""
+        import jax, jax.numpy as jnp
+        from substrax.tracking import TensorBoardLogger
+
+        slow = jax.jit(lambda x: jax.lax.fori_loop(0, 40, lambda i, x: jnp.tanh(x @ x), x).mean())
+        x = jnp.full((600, 600), 1e-3)
+        slow(x).block_until_ready()
+        logger = TensorBoardLogger("run", {str(tmp_path)!r})
+        logger.log_scalar("first", 1.0, step=0)
+        logger.flush()  # the event file written so far is flushed: the held values come after
+        for step in range(1, 4):
+            logger.log_scalar("loss", slow(x + step), step=step)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Scalars("loss")] == [1, 2, 3]

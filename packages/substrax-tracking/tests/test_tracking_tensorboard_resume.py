@@ -107,9 +107,30 @@ def test_create_logger_resumes_its_tensorboard_files(tmp_path):
         for step in range(SAVED + 1, END + 1):
             logger.log_scalar("loss", 1000.0 + step, step=step)
     loss = {}
-    for event in read(tmp_path / "tensorboard").Scalars("loss"):
+    for event in read(tmp_path / "tensorboard" / "run").Scalars("loss"):
         assert event.step not in loss
         loss[event.step] = event.value
     assert sorted(loss) == list(range(1, END + 1))
     assert loss[SAVED] == SAVED
     assert loss[SAVED + 1] == 1000.0 + SAVED + 1
+
+
+def test_create_logger_keeps_the_tensorboard_runs_of_two_names_apart(tmp_path):
+    """Hostile finding: two names in one log_dir shared one TensorBoard directory: their series
+    merged, and a resume of one hid the other's steps."""
+    options = {"console": False, "log_to_file": False, "tensorboard": True}
+    with (
+        create_logger("train", tmp_path, **options) as train,
+        create_logger("eval", tmp_path, **options) as evaluation,
+    ):
+        for step in range(1, 5):
+            train.log_scalar("loss", 1.0, step=step)
+            evaluation.log_scalar("loss", 9.0, step=step)
+    with create_logger("train", tmp_path, resume_step=2, **options) as train:
+        train.log_scalar("loss", 2.0, step=3)
+    evaluation_loss = [
+        (e.step, e.value) for e in read(tmp_path / "tensorboard" / "eval").Scalars("loss")
+    ]
+    assert evaluation_loss == [(step, 9.0) for step in range(1, 5)]
+    train_loss = {e.step: e.value for e in read(tmp_path / "tensorboard" / "train").Scalars("loss")}
+    assert train_loss == {1: 1.0, 2: 1.0, 3: 2.0}

@@ -19,7 +19,8 @@ _logger = logging.getLogger(__name__)
 _WHO = "LossSpikeDetector"
 _MIN_WINDOW = 2
 _RESOLUTION = 2.0**-23
-"""float32's resolution at 1.0: a deviation below it is rounding, never a spike."""
+"""float32's relative resolution: a deviation below it times the mean is rounding, never a spike
+(at a mean of 0, below it: rounding around a loss of zero)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,9 +164,10 @@ class LossSpikeDetector(BaseCallback):
         value = metric_value(self.monitor, logged, who=_WHO)
         mean, std = _mean_std(self._recent)
         floor = self.min_std_fraction * abs(mean) if math.isfinite(mean) else 0.0
+        rounding = _RESOLUTION * (abs(mean) if mean and math.isfinite(mean) else 1.0)
         if math.isfinite(value) and not (
             len(self._recent) >= self.warmup
-            and value - mean > self.threshold * max(std, floor, _RESOLUTION)
+            and value - mean > self.threshold * max(std, floor, rounding)
         ):
             self._streak.clear()
             self._recent.append(value)

@@ -34,8 +34,14 @@ def monitored(monitor: str, logs: Logs, hook: str, *, strict: bool) -> bool:
 
 
 def check_metric(name: str, value: object, *, who: str) -> None:
-    """A MetricValueError unless ``value`` is one number (a ``()`` or ``(1,)`` array too)."""
-    if value is None or isinstance(value, (str, bytes)) or getattr(value, "size", 1) != 1:
+    """A MetricValueError unless ``value`` is one number (a ``()`` or ``(1,)`` array too), not a bool."""
+    kind = getattr(getattr(value, "dtype", None), "kind", "f")
+    if (
+        value is None
+        or isinstance(value, (str, bytes, bool))
+        or kind in "bcOSUV"  # a numpy or jax bool, complex, object or text
+        or getattr(value, "size", 1) != 1
+    ):
         raise MetricValueError(name, value, who=who)
 
 
@@ -46,7 +52,7 @@ def metric_value(name: str, value: object, *, who: str) -> float:
         if getattr(value, "ndim", 0):  # float() refuses a (1,) array; item() reads its element
             return float(value.item())  # pyright: ignore[reportAttributeAccessIssue]
         return float(value)  # pyright: ignore[reportArgumentType]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an int too large for a float too
         raise MetricValueError(name, value, who=who) from None
 
 

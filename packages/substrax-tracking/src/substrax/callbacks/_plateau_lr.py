@@ -122,12 +122,14 @@ class ReduceLROnPlateauCallback(BaseCallback):
         if not monitored(self.monitor, logs, "on_epoch_end", strict=self.strict):
             return
         value = metric_value(self.monitor, logs[self.monitor], who=type(self).__name__)
-        self._tracker.register(value)
+        finite = math.isfinite(value)
+        if finite:  # an infinity is no best to beat (PSNR on a perfect batch): a plateau at once
+            self._tracker.register(value)
         if self._cooldown_left > 0:
             self._cooldown_left -= 1
             self._tracker.set_state({"best": self._tracker.best, "num_bad_epochs": 0})
             return
-        if self._tracker.num_bad_epochs >= self.patience or not math.isfinite(value):
+        if self._tracker.num_bad_epochs >= self.patience or not finite:
             new_scale = max(self._scale * self.factor, self.min_scale)
             if new_scale < self._scale:
                 _logger.info(

@@ -184,6 +184,8 @@ class ThroughputMeter(BaseCallback):
         self.tokens_per_example = tokens_per_example
         self.flops_per_step = flops_per_step
         self.peak_flops: float | None = peak_flops
+        if not isinstance(prefix, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"prefix={prefix!r} must be a str put before each name, such as ''")
         self.prefix = prefix
         self.latest: dict[str, float | None] = {}
         self.paused_seconds = 0.0

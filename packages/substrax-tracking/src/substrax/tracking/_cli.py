@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _plot(args: argparse.Namespace) -> int:
+    if not args.log_dir.strip():
+        raise UsageError("LOG_DIR is empty; pass the directory a FileLogger wrote")
     if args.out is not None:
         if not args.out.strip():
             raise UsageError("--out is empty; pass the directory to write the plots into")

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from substrax.support import optional
 
 from ._base import Logger, histogram_of
-from ._log_files import json_ready
+from ._log_files import RunLogHandler, json_ready
 from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
 
 
@@ -50,7 +50,8 @@ def _handled_elsewhere(record: logging.LogRecord) -> bool:
     logger: logging.Logger | None = logging.getLogger(record.name)
     while logger is not None:
         for handler in logger.handlers:
-            if not isinstance(handler, _ConsoleHandler) and record.levelno >= handler.level:
+            ours = isinstance(handler, _ConsoleHandler | RunLogHandler)  # a file log: ours too
+            if not ours and record.levelno >= handler.level:
                 return True
         logger = logger.parent if logger.propagate else None
     return False

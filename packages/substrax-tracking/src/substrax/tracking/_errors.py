@@ -265,13 +265,11 @@ class FileLogWriteError(_TrackingError, OSError):
 
 
 class NoFileLogError(_TrackingError, FileNotFoundError):
-    """A directory to plot holds no file log (``*.metrics.jsonl``)."""
+    """A directory to plot holds no file log (``*.metrics.jsonl``), or is no directory."""
 
-    template = (
-        "{log_dir!r} holds no *.metrics.jsonl file; pass the log_dir a FileLogger or "
-        "create_logger wrote"
-    )
+    template = "{log_dir!r} {problem}; pass the log_dir a FileLogger or create_logger wrote"
     log_dir: Path
+    problem: str = "holds no *.metrics.jsonl file"
 
 
 class UploadNotFoundError(_TrackingError, FileNotFoundError):

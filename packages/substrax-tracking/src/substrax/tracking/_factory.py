@@ -11,7 +11,8 @@ from ._console import ConsoleLogger
 from ._errors import NoLoggerSelectedError
 from ._file import FileLogger
 from ._multi import MultiLogger
-from ._paths import resolve_log_dir
+from ._paths import log_stem, resolve_log_dir
+from ._process import current_process_index
 
 
 __all__ = ["create_logger"]
@@ -43,8 +44,8 @@ def create_logger(
             temporary directory, never the CWD.
         log_to_file: write the file log.
         console: print to the console.
-        tensorboard: also write TensorBoard event files into ``log_dir`` (the ``tensorboard``
-            extra).
+        tensorboard: also write TensorBoard event files into ``log_dir/tensorboard/<name>``
+            (the ``tensorboard`` extra; ``<name>`` made file-safe as the file log's).
         level: the console level (see :class:`ConsoleLogger`).
         stream: the console stream; default stdout.
         process_index: this process's index (see :func:`current_process_index`).
@@ -77,7 +78,9 @@ def create_logger(
         if tensorboard:
             from ._tensorboard import TensorBoardLogger  # noqa: PLC0415
 
-            tensorboard_dir = directory / "tensorboard"
+            # a directory per name (TensorBoard's run), as each name has its own file log
+            stem = log_stem(name, current_process_index(process_index), all_processes=all_processes)
+            tensorboard_dir = directory / "tensorboard" / stem
             loggers.append(
                 TensorBoardLogger(name, tensorboard_dir, resume_step=resume_step, **each)
             )

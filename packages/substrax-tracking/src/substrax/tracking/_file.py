@@ -23,6 +23,7 @@ from ._errors import FileLogWriteError
 from ._log_files import (
     CSV_HEADER,
     Appender,
+    RunLogHandler,
     complete_metric_logs,
     csv_field,
     csv_step,
@@ -160,7 +161,7 @@ class FileLogger(Logger):
             except BaseException:
                 self._release()
                 raise
-            self._handler = logging.FileHandler(self.log_file, encoding="utf-8", delay=True)
+            self._handler = RunLogHandler(self.log_file, encoding="utf-8", delay=True)
             self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             self.python_logger.addHandler(self._handler)
 

@@ -34,6 +34,14 @@ CSV_HEADER = "time,step,name,value\n"
 _logger = logging.getLogger(__name__)
 
 
+class RunLogHandler(logging.FileHandler):
+    """A FileLogger's handler of its run's messages (``<name>.log``).
+
+    A :class:`ConsoleLogger` of the run does not count it as the application's handler: the
+    console prints what it takes too.
+    """
+
+
 def json_ready(value: Any, _within: tuple[int, ...] = ()) -> Any:
     """``value`` as JSON data (numbers, strings, bools, None, lists, dicts); anything else as ``str``.
 

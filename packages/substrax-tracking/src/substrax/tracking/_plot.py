@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from ._paths import file_part, safe_name
 
 __all__ = ["plot_log_dir", "read_scalars"]
 
+_logger = logging.getLogger(__name__)
 _MARKERS_BELOW = 50  # a curve of fewer points shows each one
 _PAGE = (
     "<!doctype html>\n<html><head><meta charset='utf-8'><title>{title}</title><style>"
@@ -72,10 +74,29 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
     return series
 
 
+def _draw(title: str, points: list[tuple[int, float]], png: Path) -> None:
+    """Draw one curve of ``points`` into ``png`` (numpy's overflow is matplotlib's ValueError)."""
+    import numpy as np  # noqa: PLC0415  (matplotlib's own dependency)
+    from matplotlib.figure import Figure  # noqa: PLC0415  (the plots extra, checked by the caller)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        figure = Figure(figsize=(6, 3.5))
+        axes = figure.add_subplot()
+        steps, values = zip(*points, strict=True)
+        axes.plot(steps, values, marker="." if len(points) < _MARKERS_BELOW else None)
+        axes.set(title=title, xlabel="step")
+        axes.grid(visible=True, alpha=0.3)
+        figure.tight_layout()
+        figure.savefig(png, dpi=90)
+
+
 def plot_log_dir(
     log_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None
 ) -> Path:
     """Draw one PNG per metric of every ``*.metrics.jsonl`` in ``log_dir`` and an ``index.html`` showing them.
+
+    A curve matplotlib cannot draw (values from -1e308 to 1e308: no axis spans them) is named
+    on the page, with why, and in a warning; the others are drawn.
 
     Args:
         log_dir: a :class:`FileLogger` directory.
@@ -85,14 +106,16 @@ def plot_log_dir(
         The path of the HTML page.
 
     Raises:
-        NoFileLogError: ``log_dir`` holds no ``*.metrics.jsonl`` file (a ``FileNotFoundError``).
+        NoFileLogError: ``log_dir`` does not exist, is a file, or holds no ``*.metrics.jsonl``
+            file (a ``FileNotFoundError``).
         FileLogValueError: a line of one is not a metric (a ``ValueError``).
         MissingExtraError: matplotlib is not installed (the ``plots`` extra; an ``ImportError``).
     """
-    figure_type = require(
-        "matplotlib.figure", who="plotting", distribution="substrax-tracking", extra="plots"
-    ).Figure
+    require("matplotlib.figure", who="plotting", distribution="substrax-tracking", extra="plots")
     source = Path(log_dir)
+    if not source.is_dir():
+        is_file = source.is_file()
+        raise NoFileLogError(source, "is a file, not a directory" if is_file else "does not exist")
     files = sorted(source.glob("*.metrics.jsonl"))
     if not files:
         raise NoFileLogError(source)
@@ -102,21 +125,22 @@ def plot_log_dir(
     for file in files:
         run = file.name.removesuffix(".metrics.jsonl")
         sections.append(f"<h2>{html.escape(run)}</h2>")
-        for metric, points in sorted(read_scalars(file).items()):
+        curves = sorted(read_scalars(file).items())
+        if not curves:
+            sections.append("<p>no scalar logged</p>")
+        for metric, points in curves:
             points.sort()
-            figure = figure_type(figsize=(6, 3.5))
-            axes = figure.add_subplot()
-            steps, values = zip(*points, strict=True)
-            axes.plot(steps, values, marker="." if len(points) < _MARKERS_BELOW else None)
-            axes.set(title=f"{run}: {metric}", xlabel="step")
-            axes.grid(visible=True, alpha=0.3)
             png = target / f"{safe_name(run)}.{file_part(metric)}.png"
-            figure.tight_layout()
-            figure.savefig(png, dpi=90)
+            caption = f"{html.escape(metric)}: {len(points)} points, last {points[-1][1]:.6g}"
+            try:
+                _draw(f"{run}: {metric}", points, png)
+            except (ValueError, OverflowError) as error:  # 1e308 then -1e308: no axis spans it
+                _logger.warning("plot: %s of %s is not drawn: %s", metric, file, error)
+                sections.append(f"<p>{caption}; not drawn: {html.escape(str(error))}</p>")
+                continue
             sections.append(
                 f'<figure><img src="{html.escape(png.name)}" alt="{html.escape(metric)}">'
-                f"<figcaption>{html.escape(metric)}: {len(points)} points, last {values[-1]:.6g}"
-                "</figcaption></figure>"
+                f"<figcaption>{caption}</figcaption></figure>"
             )
     page, title, heading = target / "index.html", html.escape(source.name), html.escape(str(source))
     write_atomically(page, _PAGE.format(title=title, heading=heading, sections="\n".join(sections)))

@@ -5,16 +5,19 @@
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import re
+import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from substrax.support import check_int, require
+from substrax.support import check_int, check_seconds, require, write_atomically
 
 from ._base import Logger
 from ._log_files import json_ready
@@ -26,6 +29,7 @@ from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
 __all__ = ["TensorBoardLogger"]
 
 _logger = logging.getLogger(__name__)
+_BINS = 64  # a histogram's, as the file log's
 _NOT_IN_TAG = re.compile(r"[^-/\w.]")  # what tensorboardX replaces by "_" in a tag
 # an event file a TensorBoardLogger named: its number, then the process that wrote it
 _NUMBERED = re.compile(r"events\.out\.tfevents\..*\.(\d{6})(?:\.\d+)?")
@@ -37,18 +41,73 @@ def _last_number(log_dir: Path) -> int:
     return max((int(match[1]) for match in found if match), default=0)
 
 
-def _mark_restart(writer: Any, step: int) -> None:
-    """Write TensorBoard's restart marker: its readers drop the steps >= ``step`` read before."""
+def _read_hparams(path: Path) -> dict[str, Any]:
+    """The hyperparameters an earlier attempt of the run logged (``{}``: none, or unreadable)."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return cast("dict[str, Any]", found) if isinstance(found, dict) else {}
+
+
+def _event(**fields: Any) -> Any:
+    """A TensorBoard ``Event`` protocol buffer of ``fields``."""
     from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
         Event,  # pyright: ignore[reportAttributeAccessIssue]  (generated: no stub)
-        SessionLog,  # pyright: ignore[reportAttributeAccessIssue]
+    )
+
+    return Event(**fields)
+
+
+class _EventFile:
+    """One event file, written by the calling thread and flushed every ``flush_secs`` seconds.
+
+    tensorboardX's ``SummaryWriter`` writes from a thread of its own, fed by a multiprocessing
+    queue whose own thread starts at the first event: neither can start at interpreter exit,
+    when a logger writes the jax values it still holds. Here no thread is needed.
+    """
+
+    def __init__(self, path: Path, flush_secs: float) -> None:
+        from tensorboardX.record_writer import RecordWriter  # noqa: PLC0415
+
+        self._records = RecordWriter(str(path))
+        self._lock = threading.Lock()  # the image thread writes too
+        self._flush_secs, self._flushed = flush_secs, time.monotonic()
+        self.add(_event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def add(self, event: Any) -> None:
+        with self._lock:
+            self._records.write(event.SerializeToString())
+            if time.monotonic() - self._flushed >= self._flush_secs:
+                self._records.flush()  # and an fsync
+                self._flushed = time.monotonic()
+
+    def add_summary(self, summary: Any, step: int | None, when: float) -> None:
+        self.add(
+            _event(wall_time=when, summary=summary, **({} if step is None else {"step": step}))
+        )
+
+    def flush(self) -> None:
+        with self._lock:
+            self._records.flush()
+            self._flushed = time.monotonic()
+
+    def close(self) -> None:
+        self.flush()
+        self._records.close()
+
+
+def _mark_restart(events: _EventFile, step: int) -> None:
+    """Write TensorBoard's restart marker: its readers drop the steps >= ``step`` read before."""
+    from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
+        SessionLog,  # pyright: ignore[reportAttributeAccessIssue]  (generated: no stub)
     )
 
     start = SessionLog(status=SessionLog.START)
     # twice: TensorBoard's Python loader (plugin_event_accumulator) takes a run's first START for
     # its beginning, not a restart, and the first attempt wrote none
     for _ in range(2):
-        writer.file_writer.add_event(Event(session_log=start), step=step)
+        events.add(_event(wall_time=time.time(), step=step, session_log=start))
 
 
 class TensorBoardLogger(Logger):
@@ -76,14 +135,14 @@ class TensorBoardLogger(Logger):
     Args:
         name: the run name.
         log_dir: the directory of the event files (created); ``tensorboard --logdir`` it.
-        flush_secs: how often tensorboardX's writer flushes.
+        flush_secs: the most seconds between a write and the event file's flush (> 0).
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: write on every process.
         resume_step: the step of the checkpoint a resumed run restored (None: a new run).
 
     Raises:
         TypeError: ``resume_step`` is not an int.
-        ValueError: ``resume_step`` is negative.
+        ValueError: ``resume_step`` is negative, or ``flush_secs`` is not a finite number > 0.
         ImportError: tensorboardX is not installed (the ``tensorboard`` extra).
         LogDirNotWritableError: ``log_dir`` cannot be created or written (a
             ``PermissionError``; a file in its place, a read-only file system).
@@ -101,12 +160,12 @@ class TensorBoardLogger(Logger):
         name: str,
         log_dir: str | os.PathLike[str],
         *,
-        flush_secs: int = 10,
+        flush_secs: float = 10.0,
         process_index: int | None = None,
         all_processes: bool = False,
         resume_step: int | None = None,
     ) -> None:
-        tensorboard_x = require(
+        require(
             "tensorboardX",
             who="TensorBoardLogger",
             distribution="substrax-tracking",
@@ -117,22 +176,26 @@ class TensorBoardLogger(Logger):
             check_int("resume_step", resume_step, minimum=0)
         self.resume_step = resume_step
         self.log_dir = Path(log_dir).resolve()
-        self._new_writer = functools.partial(
-            tensorboard_x.SummaryWriter, logdir=str(self.log_dir), flush_secs=flush_secs
-        )
-        self._writer: Any = None
+        self._flush_secs = check_seconds("flush_secs", flush_secs, positive=True)
+        from tensorboardX import summary  # noqa: PLC0415  (the optional extra, checked above)
+
+        self._summaries: Any = summary
+        self._writer: _EventFile | None = None
+        self._hparams: dict[str, Any] = {}  # every call's, merged (a resumed run's first)
+        self.hparams_file = self.log_dir / f"events.hparams.tfevents.{log_stem(name)}"
+        self._hparams_json = self.log_dir / f".{log_stem(name)}.hparams.json"
         if self.active:
             ensure_writable_dir(self.log_dir, "TensorBoardLogger")
-            writer = self._events()  # the first event file, opened now
+            events = self._events()  # the first event file, opened now
+            if resume_step is not None and resume_step + 1 < 2**63:  # no later step otherwise
+                _mark_restart(events, resume_step + 1)
             if resume_step is not None:
-                _mark_restart(writer, resume_step + 1)
+                self._hparams = _read_hparams(self._hparams_json)
         # (name, value, step, time) of the scalars not written yet: from a jax value not computed
         self._held: deque[tuple[str, Any, int | None, float]] = deque()
         self._warned_unreadable: set[str] = set()
-        self._hparams: dict[str, Any] = {}  # every call's, merged
         self._empty_histograms: set[str] = set()  # warned about: no finite value
         self._started = time.time()
-        self.hparams_file = self.log_dir / f"events.hparams.tfevents.{log_stem(name)}"
         self._images = ImageWriter(f"TensorBoardLogger({name!r}) images")
         self._tags: dict[str, str] = {}  # each name logged, and its tag
         self._tagged: dict[str, str] = {}  # each tag, and the first name logged as it
@@ -154,15 +217,16 @@ class TensorBoardLogger(Logger):
                 )
         return tag
 
-    def _events(self) -> Any:
-        """The event writer; after a flush closed the last one, a new one on a file of its own."""
+    def _events(self) -> _EventFile:
+        """The event file, opened at the first call."""
         if self._writer is None:
-            # the suffix sorts the file after the last one in log_dir (TensorBoard reads them in
-            # order) and keeps tensorboardX from reusing, truncated, one opened in the same second;
-            # read again at each file (another logger may have opened one since); the pid keeps
-            # two processes that read the same number apart
+            # the number sorts the file after the last one in log_dir (TensorBoard reads them in
+            # order), even one opened in the same second; the pid keeps two processes that read
+            # the same number apart
             number = _last_number(self.log_dir) + 1
-            self._writer = self._new_writer(filename_suffix=f".{number:06d}.{os.getpid()}")
+            host = socket.gethostname()
+            name = f"events.out.tfevents.{int(time.time())}.{host}.{number:06d}.{os.getpid()}"
+            self._writer = _EventFile(self.log_dir / name, self._flush_secs)
         return self._writer
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
@@ -183,7 +247,8 @@ class TensorBoardLogger(Logger):
             held.popleft()
             number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
             if number is not None:
-                self._events().add_scalar(self._tag(key), number, global_step=step, walltime=when)
+                summary = self._summaries.scalar(self._tag(key), number)
+                self._events().add_summary(summary, step, when)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
@@ -206,9 +271,10 @@ class TensorBoardLogger(Logger):
         writer.flush()
         writer.close()
         temporary.replace(self.hparams_file)
+        write_atomically(self._hparams_json, json.dumps(self._hparams))  # a resume's start
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
-        self._events().add_text(name, text, global_step=step)
+        self._events().add_summary(self._summaries.text(name, text), step, time.time())
 
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
         for index, image in enumerate(images):
@@ -217,13 +283,15 @@ class TensorBoardLogger(Logger):
             self._images.submit(store, image)
 
     @staticmethod
-    def _store_image(writer: Any, tag: str, step: int | None, when: float, image: Any) -> None:
+    def _store_image(
+        events: _EventFile, tag: str, step: int | None, when: float, image: Any
+    ) -> None:
         from tensorboardX.summary import image as image_summary  # noqa: PLC0415
 
         pixels = image_pixels(image)  # uint8: the writer then neither scales nor wraps it
         pixels = pixels[..., None] if pixels.ndim == 2 else pixels  # noqa: PLR2004  (gray)
         summary = image_summary(tag, pixels, dataformats="HWC")
-        writer.file_writer.add_summary(summary, global_step=step, walltime=when)
+        events.add_summary(summary, step, when)
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         import numpy as np  # noqa: PLC0415
@@ -231,7 +299,8 @@ class TensorBoardLogger(Logger):
         array = np.asarray(values, dtype=np.float64).ravel()
         finite = array[np.isfinite(array)]  # NaN and infinity have no bin
         if finite.size:
-            self._events().add_histogram(self._tag(name), finite, global_step=step)
+            summary = self._summaries.histogram(self._tag(name), finite, bins=_BINS)
+            self._events().add_summary(summary, step, time.time())
         elif name not in self._empty_histograms:
             self._empty_histograms.add(name)
             _logger.warning(
@@ -241,18 +310,19 @@ class TensorBoardLogger(Logger):
             )
 
     def flush(self) -> None:
-        """Write every event logged so far (waiting for held jax values) and fsync the event file.
-
-        The event file is closed (``SummaryWriter.flush`` leaves its writer thread's queue
-        unwritten); the next event opens a new one in the same directory.
-        """
+        """Write every event logged so far (waiting for held jax values) and fsync the event file."""
         if self.active and not self.closed:
-            self._close()
+            self._write_all()
+            if self._writer is not None:
+                self._writer.flush()
+
+    def _write_all(self) -> None:
+        self._write_held(wait=True)
+        self._images.wait()
 
     def _close(self) -> None:
-        self._write_held(wait=True)
         try:
-            self._images.wait()
+            self._write_all()
         finally:
             if self._writer is not None:
                 self._writer.close()
