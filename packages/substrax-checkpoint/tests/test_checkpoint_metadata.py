@@ -70,13 +70,48 @@ def test_a_save_with_extra_that_json_cannot_hold_is_refused_and_writes_nothing(s
 
 
 def test_check_extra_accepts_other_keys_and_guards_the_record_and_the_store(store_dir):
-    check_extra({"run": "a", "nonfinite_metrics": {}})
+    check_extra({"run": "a", "nonfinite": {}})
     with pytest.raises(ValueError, match=r"\['created_at', 'step'\]"):
         CheckpointMetadata(step=1, items=("model",), extra={"step": 2, "created_at": "x"})
     with OrbaxCheckpointStore(store_dir) as store, pytest.raises(ValueError, match="'epoch'"):
         store.save(1, {"model": {"w": np.zeros(2)}}, extra={"epoch": 3})
     with OrbaxCheckpointStore(store_dir) as store:
         assert store.list_steps() == []
+
+
+def test_check_extra_refuses_the_key_a_save_refuses_with_the_same_message(store_dir):
+    # it passed check_extra, and the save it vouched for then refused it
+    with pytest.raises(ValueError, match="'nonfinite_metrics' is where the store records") as seen:
+        check_extra({"nonfinite_metrics": {"loss": "nan"}})
+    with (
+        OrbaxCheckpointStore(store_dir) as store,
+        pytest.raises(ValueError, match="nonfinite") as saved,
+    ):
+        store.save(1, {"model": {"w": np.zeros(2)}}, extra={"nonfinite_metrics": {}})
+    assert str(saved.value) == str(seen.value)
+    record = CheckpointMetadata(step=1, items=("model",), extra={"nonfinite_metrics": {}})
+    assert record.extra == {"nonfinite_metrics": {}}  # the record holds a save's own entry
+
+
+def test_check_extra_refuses_a_tuple_which_would_read_back_as_a_list():
+    with pytest.raises(TypeError, match=r"extra\['a'\]\['b'\] is a tuple, .* pass a list"):
+        check_extra({"a": {"b": (1, 2)}})
+    with pytest.raises(TypeError, match="is a tuple"):
+        CheckpointMetadata(step=1, items=("model",), extra={"a": (1, 2)})
+    check_extra({"a": {"b": [1, 2]}})
+
+
+def test_check_extra_refuses_a_cycle_naming_it_and_takes_a_shared_list():
+    loop: list[object] = [1]
+    loop.append(loop)
+    with pytest.raises(ValueError, match=r"extra\['a'\]\[1\] is extra\['a'\] itself: a cycle"):
+        check_extra({"a": loop})
+    table: dict[str, object] = {}
+    table["self"] = {"up": table}
+    with pytest.raises(ValueError, match=r"extra\['t'\]\['self'\]\['up'\] is extra\['t'\]"):
+        check_extra({"t": table})
+    shared = [1, 2]
+    check_extra({"a": shared, "b": [shared, shared]})  # held twice, no cycle
 
 
 def test_the_0_1_22_metadata_module_path_gives_the_same_names_and_warns():

@@ -299,9 +299,9 @@ def test_worker_python_starts_the_worker_in_the_built_task(sky, tmp_path):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("", "must be one command line that starts Python, got ''"),
-        ("python\nrm -rf /", "must be one command line that starts Python"),
-        ("'unclosed", "is not a command line"),
+        ("", 'must be one command line that starts Python, got ""'),
+        ("python\nrm -rf /", "control character '\\n'"),
+        ("'unclosed", 'is not a command line (No closing quotation), got "\'unclosed"'),
         (3, "worker_python"),
     ],
 )
@@ -309,6 +309,37 @@ def test_worker_python_refuses_what_is_not_one_command(tmp_path, value, message)
     with pytest.raises(ComputeConfigError, match=r"backends\.skypilot\.worker_python") as error:
         _backend(tmp_path, worker_python=value)
     assert message in str(error.value)
+    assert str(error.value).count(", got ") == 1  # it said `got ''` and then `got ""`
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("# nothing", "holds a '#' outside quotes"),
+        ("  #python", "holds a '#' outside quotes"),
+        ("python #-X dev", "holds a '#' outside quotes"),
+        ("python\r-c", "control character '\\r'"),
+        ("python\t-X dev", "control character '\\t'"),
+        ("python\x00", "control character '\\x00'"),
+        ("python\x85", "control character '\\x85'"),
+    ],
+)
+def test_worker_python_refuses_a_comment_or_a_control_character_naming_the_value(
+    tmp_path, value, message
+):
+    # the run line became a shell comment or split in two: the worker never started
+    with pytest.raises(ComputeConfigError, match=r"backends\.skypilot\.worker_python") as error:
+        _backend(tmp_path, worker_python=value)
+    assert message in str(error.value)
+    assert str(error.value).endswith(f", got {json.dumps(value)}")
+
+
+def test_worker_python_takes_a_quoted_or_escaped_hash(sky, tmp_path):
+    for number, value in enumerate(("python -X 'a#b'", "python \\#x", 'uv run "#py"')):
+        task = _backend(tmp_path, worker_python=value).build_task(
+            _spec(), project=tmp_path, run_id=f"r{number}"
+        )
+        assert task.run.splitlines()[-1].startswith(f"{value} -m substrax.compute.worker")
 
 
 @pytest.mark.parametrize(

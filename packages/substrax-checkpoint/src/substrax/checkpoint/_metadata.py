@@ -131,7 +131,7 @@ class CheckpointMetadata:
                     f"{error}; records hold finite numbers only, so leave it out "
                     "(or put str(value) in extra)"
                 ) from None
-        check_extra(self.extra)
+        _check_extra(self.extra)  # the record holds a save's own NONFINITE_METRICS_KEY
 
     @property
     def nonfinite_metrics(self) -> dict[str, float]:
@@ -195,15 +195,17 @@ def check_item_names(names: "tuple[str, ...] | list[str] | Mapping[str, object]"
 
 
 def check_extra(extra: Mapping[str, object]) -> None:
-    """Refuse ``extra`` unless it is JSON data, with text keys none of ``RESERVED_METADATA_KEYS``.
+    """Refuse ``extra`` unless a save takes it: JSON data with none of the record's own keys.
 
     Every key of it (and of the objects it holds) is a non-empty str, and every value None, a
-    bool, an int, a finite float, a str, or a list or mapping of these, so that the record reads
-    back as it was saved (NaN and infinity are not JSON: ``str(value)`` keeps them).
+    bool, an int, a finite float, a str, or a list (not a tuple) or mapping of these that holds
+    no cycle, so that the record reads back as it was saved (NaN and infinity are not JSON:
+    ``str(value)`` keeps them). No top-level key is in ``RESERVED_METADATA_KEYS`` or is
+    ``"nonfinite_metrics"`` (where a save records the metrics that are not finite).
 
     Raises:
         TypeError: ``extra`` is not a mapping, or a key or value is not JSON data (named by path).
-        ValueError: a float is not finite, a key is empty, or a key is reserved.
+        ValueError: a float is not finite, a key is empty or reserved, or a value holds itself.
 
     Example:
         >>> from substrax.checkpoint import check_extra
@@ -216,9 +218,19 @@ def check_extra(extra: Mapping[str, object]) -> None:
         ...
         ValueError: extra['history'][1] is nan, which JSON cannot hold; store str(value) instead
     """
+    _check_extra(extra)
+    if NONFINITE_METRICS_KEY in extra:
+        raise ValueError(
+            f"extra key {NONFINITE_METRICS_KEY!r} is where the store records non-finite "
+            "metrics; rename it"
+        )
+
+
+def _check_extra(extra: Mapping[str, object]) -> None:
+    """``check_extra`` less the save's own key: the check of a record's ``extra``."""
     if not isinstance(extra, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
         raise TypeError(f"extra must be a mapping of str keys to JSON data, not {extra!r}")
-    _check_json(extra, "extra")
+    _check_json(extra, "extra", {})
     clashes = sorted(set(extra) & RESERVED_METADATA_KEYS)
     if clashes:
         raise ValueError(
@@ -253,31 +265,35 @@ def check_text(where: str, text: str) -> None:
         ) from None
 
 
-def _check_json(value: object, where: str) -> None:
-    """Refuse ``value`` (at ``where``) unless it is JSON data that reads back as it is."""
+def _check_json(value: object, where: str, outer: dict[int, str]) -> None:
+    """Refuse ``value`` at ``where`` (in the containers ``outer`` names by id) unless JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{where} is {value}, which JSON cannot hold; store str(value) instead")
     if isinstance(value, str):
         check_text(where, value)
     if value is None or isinstance(value, bool | int | float | str):
         return
-    if isinstance(value, list | tuple):
+    if isinstance(value, tuple):
+        raise TypeError(f"{where} is a tuple, which reads back as a list; pass a list")
+    if not isinstance(value, list | Mapping):
+        raise TypeError(
+            f"{where} holds a value of type {type(value).__name__!r}, not JSON data (None, bool, "
+            "int, float, str, list or dict); store a number or str(value)"
+        )
+    if id(value) in outer:
+        raise ValueError(f"{where} is {outer[id(value)]} itself: a cycle JSON cannot hold")
+    outer = {**outer, id(value): where}
+    if isinstance(value, list):
         for index, item in enumerate(cast("list[object]", value)):
-            _check_json(item, f"{where}[{index}]")
-        return
-    if isinstance(value, Mapping):
+            _check_json(item, f"{where}[{index}]", outer)
+    else:
         for key, item in cast("Mapping[object, object]", value).items():
             if not isinstance(key, str):
                 raise TypeError(f"{where} has the key {key!r}, not a str; JSON keys are text")
             if not key:
                 raise ValueError(f"{where} has an empty key; name each entry")
             check_text(f"a key of {where}", key)
-            _check_json(item, f"{where}[{key!r}]")
-        return
-    raise TypeError(
-        f"{where} holds a value of type {type(value).__name__!r}, not JSON data (None, bool, "
-        "int, float, str, list or dict); store a number or str(value)"
-    )
+            _check_json(item, f"{where}[{key!r}]", outer)
 
 
 @functools.cache

@@ -89,12 +89,7 @@ class SaveRequest:
         check_item_names(items)
         for name, tree in items.items():  # orbax has no handler for a jax.Ref or hijax value
             check_array_variables(tree, f"save (item {name!r})")
-        check_extra(extra or {})
-        if NONFINITE_METRICS_KEY in (extra or {}):
-            raise ValueError(
-                f"extra key {NONFINITE_METRICS_KEY!r} is where the store records non-finite "
-                "metrics; rename it"
-            )
+        check_extra(extra or {})  # refuses NONFINITE_METRICS_KEY too: the save records it
         saved, dtypes = _trees.for_saving(items)  # NumPy scalars as 0-d arrays, and their dtypes
         if producer is not None and not isinstance(producer, Producer):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"producer must be a Producer(name=..., version=...), not {producer!r}")

@@ -33,6 +33,7 @@ import json
 import os
 import shlex
 import shutil
+import unicodedata
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -113,12 +114,25 @@ class SkyPilotSettings(Record):
     @field_validator("worker_python")
     @classmethod
     def _worker_python(cls, value: str) -> str:
+        # the run line is `{value} -m substrax.compute.worker ...`: the message says what is
+        # wrong, and the settings error names the value (`got "..."`)
+        controls = [char for char in value if unicodedata.category(char) == "Cc"]
+        if controls:
+            raise ValueError(
+                f"holds the control character {controls[0]!r}, which splits or garbles the "
+                "task's run line; write one command line"
+            )
         try:
             words = shlex.split(value)
         except ValueError as error:
-            raise ValueError(f"is not a command line ({error}): {value!r}") from None
-        if not words or "\n" in value:
-            raise ValueError(f"must be one command line that starts Python, got {value!r}")
+            raise ValueError(f"is not a command line ({error})") from None
+        if not words:
+            raise ValueError("must be one command line that starts Python")
+        if shlex.split(value, comments=True) != words:
+            raise ValueError(
+                "holds a '#' outside quotes, which the task's shell reads as a comment that "
+                "hides the worker command; quote it"
+            )
         return value
 
     @field_validator("outputs_bucket")
