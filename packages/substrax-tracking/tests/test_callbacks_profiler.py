@@ -62,6 +62,23 @@ def test_the_window_traces_its_steps_into_the_log_dir(tmp_path, begin_hooks):
     assert perfetto[0].stat().st_size > 0
 
 
+def test_two_windows_ending_within_one_second_keep_both_traces(tmp_path):
+    """Hostile finding: jax names a trace's folder by the second, so the second of two short
+    windows in one log_dir replaced the first one's trace."""
+    first = ProfilerWindow(start_step=1, num_steps=1, log_dir=tmp_path)
+    second = ProfilerWindow(start_step=2, num_steps=1, log_dir=tmp_path)
+    _run(CallbackList([first, second]), 4)
+    assert len(list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))) == 2
+
+
+def test_a_window_the_run_never_reaches_is_warned_about_at_its_end(tmp_path, caplog):
+    """Hostile finding: a window after the run's last step passed without a word."""
+    window = ProfilerWindow(start_step=10, num_steps=2, log_dir=tmp_path)
+    _run(CallbackList([window]), 3)
+    assert "the run ended before step 10; steps 10-11 are not traced" in caplog.text
+    assert not list(tmp_path.rglob("*.xplane.pb"))
+
+
 def test_a_donated_array_in_the_logs_at_the_window_s_end_still_stops_the_trace(tmp_path):
     # block_until_ready raised on the deleted buffer and the trace kept running
     window = ProfilerWindow(start_step=0, num_steps=1, log_dir=tmp_path / "profile")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import time
 from pathlib import Path
 
 from substrax.support import Closeable, check_int
@@ -13,6 +14,18 @@ from ._protocol import BaseCallback, Logs
 
 
 _logger = logging.getLogger(__name__)
+
+
+def _wait_for_a_new_second(runs: Path) -> None:
+    """Wait, if need be, until no trace in ``runs`` was written this second.
+
+    jax names a trace's folder by the second it is written in: a second trace written within the
+    same second would replace the first one's files (two short windows, one ``log_dir``).
+    """
+    written = [run.stat().st_mtime for run in runs.iterdir()] if runs.is_dir() else []
+    now = time.time()
+    if written and int(max(written)) >= int(now):
+        time.sleep(int(max(written)) + 1 - now)
 
 
 class ProfilerWindow(BaseCallback, Closeable):
@@ -100,7 +113,14 @@ class ProfilerWindow(BaseCallback, Closeable):
         self._skip_past(batch)
 
     def on_train_end(self, _trainer: object, /) -> None:
-        """Stop a trace the run ended inside of."""
+        """Stop a trace the run ended inside of; warn of a window the run never reached."""
+        if not (self._tracing or self._done):
+            _logger.warning(
+                "ProfilerWindow: the run ended before step %d; steps %d-%d are not traced",
+                self.start_step,
+                self.start_step,
+                self.last_step,
+            )
         self.close()
 
     def close(self) -> None:
@@ -148,4 +168,5 @@ class ProfilerWindow(BaseCallback, Closeable):
         self._tracing = False
         self._done = True
         atexit.unregister(self.close)
+        _wait_for_a_new_second(self.log_dir / "plugins" / "profile")
         jax.profiler.stop_trace()
