@@ -191,6 +191,25 @@ def test_the_repository_root_is_kept_off_sys_path(paths_repo, tmp_path, call_mai
 
 
 @pytest.mark.usefixtures("child_processes")
+@pytest.mark.parametrize("safe_path", ["", "1"])
+@pytest.mark.parametrize("call_main", [True, False])
+def test_a_pythonpath_that_names_the_repository_root_is_kept(
+    paths_repo, tmp_path, call_main, safe_path
+):
+    # call_main dropped every entry that was the root, the user's PYTHONPATH too: a module at the
+    # root imported when the file ran as a script and not when main() was called
+    text = (
+        PATHS_EXAMPLE
+        + "\nif __name__ == '__main__':\n    print(__import__('json').dumps(main()))\n"
+    )
+    env = {"PYTHONPATH": ".", "PYTHONSAFEPATH": safe_path}
+    run = _run(paths_repo, tmp_path, "paths.py", text, call_main=call_main, env=env).check()
+    summary = run.summary if call_main else run.result.last_json()
+    assert summary["at_root"] is True
+    assert summary["sibling"] is not bool(safe_path)  # its own directory: not with safe path
+
+
+@pytest.mark.usefixtures("child_processes")
 def test_a_line_printed_after_main_returned_does_not_hide_its_summary(repo, tmp_path):
     text = "import atexit\natexit.register(print, 'bye')\n\ndef main():\n    return {'ok': 1}\n"
     run = _run(repo, tmp_path, "with_exit_hook.py", text).check()

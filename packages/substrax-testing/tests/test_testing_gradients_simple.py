@@ -149,6 +149,14 @@ def wrong_vjp_square(r):
 wrong_vjp_square.defvjp(lambda r: (r * r, r), lambda r, g: (3.0 * r * g,))  # true: 2 r g
 
 
+@jax.custom_vjp
+def right_vjp_square(r):
+    return r * r
+
+
+right_vjp_square.defvjp(lambda r: (r * r, r), lambda r, g: (2.0 * r * g,))
+
+
 wrong_jvp_square = jax.custom_jvp(lambda r: r * r)
 wrong_jvp_square.defjvps(lambda t, _, r: 3.0 * r * t)  # true: 2 r t
 
@@ -169,6 +177,21 @@ def test_a_wrong_custom_vjp_fails_naming_the_leaf_and_mode():
     assert "3 of 3 checked elements out of tolerance (rtol 0.002, atol 1e-05" in str(info.value)
     assert isinstance(info.value.__cause__, AssertionError)  # check_grads' own, with its numbers
     assert "VJP cotangent projection" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("modes", [("rev", "fwd"), ("fwd", "rev")])
+def test_a_wrong_custom_vjp_in_both_modes_reports_the_rev_mismatch(modes):
+    # fwd refuses a custom_vjp: the mismatch rev found is raised, the refusal noted
+    model = LeastSquares(square=wrong_vjp_square)
+    with pytest.raises(GradientMismatchError, match=r"worst leaf w\[2\] \(rev") as info:
+        check_parameter_gradients(model, lambda m: m(), modes=modes)
+    (note,) = info.value.__notes__
+    assert note.startswith("check_parameter_gradients: not checked in fwd mode: w: forward mode")
+
+
+def test_a_correct_custom_vjp_in_fwd_mode_is_refused():
+    model = LeastSquares(square=right_vjp_square)
+    assert check_parameter_gradients(model, lambda m: m(), modes=("rev",))
     with pytest.raises(TypeError, match=r"w: forward mode .* modes=\('rev',\)"):
         check_parameter_gradients(model, lambda m: m())
 

@@ -302,6 +302,18 @@ def test_the_names_of_0_1_22_are_accepted():
     assert calls.of("jit_dispatch") == calls.of("dispatch") >= 2  # jnp.ones runs a program too
 
 
+def test_a_limit_on_device_put_weighted_0_is_refused():
+    def count(n):  # device_put weighted 0: not counted, as when left out
+        with counted_calls(HERE, weights={"device_put": 0, "host_to_device": 1}) as calls:
+            for _ in range(n):
+                jax.device_put(np.ones(2))
+        return calls
+
+    assert count(1).of("device_put") == 0
+    with pytest.raises(ValueError, match="at_most names device_put, which was not counted"):
+        per_iteration(count, short=1, long=3, at_most={"device_put": 0})
+
+
 def test_per_iteration_works_key_by_key_on_any_counter():
     counts = {1: Counter(steps=3, reads=1), 3: Counter(steps=7, reads=1)}
     assert per_iteration(counts.__getitem__, short=1, long=3) == {"steps": 2}
@@ -376,6 +388,33 @@ def test_the_garbage_collector_is_paused_in_the_block_and_restored_after():
 def test_bad_names_are_refused(build, match):
     with pytest.raises((ValueError, TypeError), match=match):
         build()
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (lambda: by_package(excluded=[1]), TypeError, r"excluded must hold names \(str\), not 1"),
+        (lambda: by_package(excluded=["jax", ""]), ValueError, "excluded must be non-empty .* ''"),
+        (lambda: by_package(excluded=b"jax"), TypeError, "excluded .* not the bytes b'jax'"),
+        (lambda: by_package(excluded=None), TypeError, "excluded must be a sequence .* None"),
+        (lambda: by_package(named=None), TypeError, "named must be a sequence .* None"),
+        (lambda: by_package(named=["a.b", 2]), TypeError, r"named must hold names \(str\), not 2"),
+        (lambda: by_package(" "), ValueError, "packages must be non-empty .* ' '"),
+        (lambda: by_package("mylib."), ValueError, "packages must be non-empty .* 'mylib.'"),
+        (lambda: by_package("my lib"), ValueError, "packages must be non-empty .* 'my lib'"),
+        (lambda: by_package(["mylib"]), TypeError, r"packages must hold names .* \['mylib'\]"),
+        (lambda: started("mylib..train"), ValueError, "names must be non-empty .* 'mylib..train'"),
+    ],
+)
+def test_each_bad_name_is_refused_naming_its_argument(build, error, match):
+    with pytest.raises(error, match=match):
+        build()
+
+
+def test_excluded_and_named_may_be_any_iterable_of_names():
+    keys = by_package(excluded=(name for name in ("jax", "numpy")), named=iter(["a.f"]))
+    frame = eval("sys._getframe()", {"__name__": "jax.inner", "sys": sys})  # noqa: S307
+    assert keys(frame) == keys(frame) == __name__.partition(".")[0]  # jax's frame looked through
 
 
 def test_an_int_weight_for_an_unknown_kind_points_to_weight_functions():

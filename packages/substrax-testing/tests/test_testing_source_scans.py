@@ -420,6 +420,64 @@ def test_import_time_skips_every_branch_that_cannot_run_on_import(tmp_path, code
 
 
 @pytest.mark.parametrize(
+    ("code", "lines"),
+    [
+        ("TYPE_CHECKING = True\nif TYPE_CHECKING:\n    A", [3]),
+        ("from mylib.flags import TYPE_CHECKING\nif TYPE_CHECKING:\n    A", [3]),
+        ("def TYPE_CHECKING():\n    pass\nif TYPE_CHECKING:\n    A", [4]),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    A", []),
+        ("import typing as t\nif t.TYPE_CHECKING:\n    A", []),
+        ("from typing_extensions import TYPE_CHECKING as TC\nif TC:\n    A", []),
+        ("TYPE_CHECKING: bool = False\nif TYPE_CHECKING:\n    A", [3]),  # annotated: not read
+    ],
+)
+def test_only_typings_type_checking_hides_a_branch(tmp_path, code, lines):
+    path = _write(tmp_path, {"module.py": code}) / "module.py"
+    found = import_time_lines(path, lambda node: isinstance(node, ast.Name) and node.id == "A")
+    assert [finding.line for finding in found] == lines
+
+
+@pytest.mark.parametrize(
+    ("check", "code", "lines"),
+    [
+        (writes_environment, "import os\n(e := os.environ)['A'] = '1'", [2]),
+        (writes_environment, "import os\n(e := os).putenv('A', '1')", [2]),
+        (writes_environment, "__import__('os').environ['A'] = '1'", [1]),
+        (writes_environment, "__import__('os.path').environ.pop('A')", [1]),
+        (
+            writes_environment,
+            "import importlib\nimportlib.import_module('os').environ['A'] = '1'",
+            [2],
+        ),
+        (
+            writes_environment,
+            "from importlib import import_module as im\nim('os').putenv('A', '1')",
+            [2],
+        ),
+        (writes_environment, "importlib.import_module('os').putenv('A', '1')", [1]),  # unbound
+        (writes_environment, "__import__(name).environ['A'] = '1'", []),  # not a literal
+        (
+            writes_environment,
+            "def __import__(m):\n    pass\n__import__('os').environ['A'] = '1'",
+            [],
+        ),
+        (configures_logging, "import logging\nlogging.Logger.root.setLevel(10)", [2]),
+        (configures_logging, "import logging\nlogging.Logger.manager.root.addHandler(h)", [2]),
+        (configures_logging, "import logging\nlogging.RootLogger.manager.root.handlers = []", [2]),
+        (configures_logging, "import logging as lg\n(r := lg.getLogger()).setLevel(10)", [2]),
+        (
+            configures_logging,
+            "import logging\nlogging.Logger.manager.getLogger('x').setLevel(1)",
+            [],
+        ),
+    ],
+)
+def test_a_scan_reads_a_walrus_and_an_import_by_a_call(tmp_path, check, code, lines):
+    path = _write(tmp_path, {"module.py": code}) / "module.py"
+    assert [finding.line for finding in import_time_lines(path, check)] == lines
+
+
+@pytest.mark.parametrize(
     "source",
     [
         "import os\n\x0c\ndef f():\n    pass\nos.environ['A'] = '1'\n",  # a form feed
@@ -642,6 +700,45 @@ def test_documented_texts_names_the_argument_with_a_missing_path(tmp_path, argum
     with pytest.raises(SourceNotFoundError, match=f"^{argument} names ") as caught:
         documented_texts(root, **{"package": "src", **options})
     assert caught.value.argument == argument
+
+
+def test_documented_texts_refuses_a_page_directory_that_is_a_file(tmp_path):
+    root = _write(tmp_path, PACKAGE)
+    with pytest.raises(ValueError, match=r"page_directories=.*index\.md' is a file.*pages="):
+        documented_texts(root, package="src", page_directories=["docs/index.md"])
+
+
+@pytest.mark.parametrize(
+    ("argument", "name"),
+    [("page_directories", "docs/latin.md"), ("script_directories", "examples/latin.py")],
+)
+def test_documented_texts_names_a_file_that_is_not_utf8(tmp_path, argument, name):
+    root = _write(tmp_path, PACKAGE)
+    (root / name).parent.mkdir(exist_ok=True)
+    (root / name).write_bytes(b"x = 1\ny = 2\nz = 'caf\xe9'\n")  # latin-1 after the coding lines
+    with pytest.raises(ValueError, match=rf"^{argument}: .*latin\.(md|py) is not text in ") as info:
+        documented_texts(root, package="src", **{argument: [name.partition("/")[0]]})
+    assert isinstance(info.value.__cause__, UnicodeDecodeError)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links need privileges there")
+@pytest.mark.parametrize(
+    ("argument", "name"),
+    [
+        ("package", "src/app/gone.py"),
+        ("page_directories", "docs/gone.md"),
+        ("script_directories", "examples/gone.py"),
+    ],
+)
+def test_documented_texts_names_the_argument_listing_a_link_to_nothing(tmp_path, argument, name):
+    root = _write(tmp_path, {**PACKAGE, "examples/run.py": "print(1)\n"})
+    (root / name).symlink_to(tmp_path / "nowhere")
+    options = {"package": "src", argument: [name.partition("/")[0]]}
+    if argument == "package":
+        options = {"package": "src"}
+    with pytest.raises(SourceNotFoundError, match=f"^{argument} names .*gone") as info:
+        documented_texts(root, **options)
+    assert info.value.argument == argument
 
 
 def test_documented_texts_refuses_a_single_path_where_it_wants_several(tmp_path):

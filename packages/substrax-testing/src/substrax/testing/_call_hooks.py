@@ -131,7 +131,8 @@ def resolve_weights(
     custom: dict[str, WeightFn] = {}
     for name, weight in (JAX_CALL_WEIGHTS if weights is None else weights).items():
         if name == DEVICE_PUT and not callable(weight):
-            custom[name] = _device_put_weight(check_int(f"weights[{name!r}]", weight, minimum=0))
+            if n := check_int(f"weights[{name!r}]", weight, minimum=0):  # 0: as if left out
+                custom[name] = _device_put_weight(n)
         elif name in KINDS or name in ALIASES or not callable(weight):
             kind, value = check_kind(name), check_int(f"weights[{name!r}]", weight, minimum=0)
             if kind in chosen and chosen[kind] != value:

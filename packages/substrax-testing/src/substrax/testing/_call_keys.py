@@ -4,9 +4,9 @@ Both look at Python frames only (a frame's module and its code's qualified name)
 module imports no jax.
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
-from typing import Final
+from typing import Final, cast
 
 
 DEFAULT_EXCLUDED: Final = (
@@ -45,13 +45,26 @@ def _function_of(frame: FrameType) -> str:
     return f"{module_of(frame)}.{frame.f_code.co_qualname}"
 
 
-def _check_names(what: str, names: Sequence[str]) -> tuple[str, ...]:
-    for name in names:
-        if not isinstance(name, str) or not name:  # pyright: ignore[reportUnnecessaryIsInstance]
+def _check_names(what: str, names: object) -> tuple[str, ...]:
+    """``names`` as a tuple; refuses a text, a non-iterable, a non-str and an impossible name.
+
+    A name no module can have is empty, has an empty part (``"mylib."``) or a space.
+    """
+    if isinstance(names, str | bytes):  # its letters would be taken as names
+        kind = "text" if isinstance(names, str) else "bytes"
+        raise TypeError(f"{what} must be a sequence of names, not the {kind} {names!r}")
+    if not isinstance(names, Iterable):
+        raise TypeError(f"{what} must be a sequence of names, not {names!r}")
+    chosen = tuple(cast("Iterable[object]", names))
+    for name in chosen:
+        if not isinstance(name, str):
+            raise TypeError(f"{what} must hold names (str), not {name!r} ({type(name).__name__})")
+        if not all(name.split(".")) or any(letter.isspace() for letter in name):
             raise ValueError(
-                f"{what} must be non-empty dotted names, like 'substrax.spmd', not {name!r}"
+                f"{what} must be non-empty dotted names, like 'substrax.spmd', not {name!r} (an "
+                "empty part or a space: no module has that name)"
             )
-    return tuple(names)
+    return cast("tuple[str, ...]", chosen)
 
 
 def by_package(
@@ -80,9 +93,10 @@ def by_package(
         A keys function for :func:`counted_calls`.
 
     Raises:
-        ValueError: A package or function name is empty.
-        TypeError: ``named`` or ``excluded`` is one text (not a sequence of them), or ``other``
-            is not a non-empty str.
+        ValueError: A package or function name that no module has: empty, with an empty part
+            (``"mylib."``) or a space.
+        TypeError: ``named`` or ``excluded`` is one text or bytes (not a sequence of them) or
+            not a sequence, a name is not a str, or ``other`` is not a non-empty str.
 
     Example:
         >>> import sys
@@ -93,13 +107,11 @@ def by_package(
         >>> by_package("json")(frame), by_package("mylib", named=("mylib.train.<module>",))(frame)
         ('other', 'mylib.train.<module>')
     """
-    for what, names in (("named", named), ("excluded", excluded)):
-        if isinstance(names, str):  # its letters would be taken as names
-            raise TypeError(f"{what} must be a sequence of names, not the text {names!r}")
     if not isinstance(other, str) or not other:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(f"other must be a non-empty str (the key of other calls), not {other!r}")
-    _check_names("packages", (*packages, *excluded))
+    _check_names("packages", packages)
     functions = frozenset(_check_names("named", named))
+    excluded = _check_names("excluded", excluded)  # a generator would be used up at once
     listed = sorted(packages, key=len, reverse=True)  # the most specific first
 
     def keys(frame: FrameType) -> str:
@@ -136,7 +148,8 @@ def started(*names: str) -> WeightFn:
         The weight function.
 
     Raises:
-        ValueError: No name, or an empty one.
+        ValueError: No name, or one no module has (empty, ``"mylib."``, a space).
+        TypeError: A name is not a str.
 
     Example:
         >>> import json

@@ -96,8 +96,19 @@ def _qualified(scope: str, name: str) -> str:
     return f"{scope}.{name}" if scope else name
 
 
-def _whole(path: Path, root: Path) -> SourceText:
-    text = python_text(path) if path.suffix == ".py" else path.read_text("utf-8")
+def _whole(path: Path, root: Path, argument: str) -> SourceText:
+    """A page (UTF-8) or script (as Python decodes it) read whole; ``argument`` listed it."""
+    path = existing(path, argument)  # a link to nothing is listed, and is not there
+    try:
+        text = python_text(path) if path.suffix == ".py" else path.read_text("utf-8")
+    except UnicodeDecodeError as error:
+        encoding = (
+            "the encoding it declares (UTF-8 by default)" if path.suffix == ".py" else "UTF-8"
+        )
+        raise ValueError(
+            f"{argument}: {path} is not text in {encoding}: {error.reason} at byte "
+            f"{error.start}; save it as UTF-8, or leave it out"
+        ) from error
     return SourceText(path=_where(path, root), line=1, scope="", text=text)
 
 
@@ -130,10 +141,11 @@ def documented_texts(
         group in path order.
 
     Raises:
-        SourceNotFoundError: A path does not exist (a ``FileNotFoundError``); the message names
-            the argument that gave it.
-        ValueError: ``package`` or a script directory is a file but not a ``.py`` file, or a
-            page is a directory.
+        SourceNotFoundError: A path does not exist (a ``FileNotFoundError``), or a file found
+            in a directory is a link to nothing; the message names the argument that gave it.
+        ValueError: ``package`` or a script directory is a file but not a ``.py`` file, a
+            page is a directory, a page directory is a file, or a page (script) is not UTF-8
+            (in the encoding it declares), named.
 
     Example:
         >>> import tempfile
@@ -161,17 +173,23 @@ def documented_texts(
     root = existing(root, "root")
     texts: list[SourceText] = []
     for path in python_files(existing(root / package, "package")):
-        tree = ast.parse(path.read_bytes(), str(path))  # decoded as an import decodes it
+        source = existing(path, "package").read_bytes()  # a link to nothing is listed
+        tree = ast.parse(source, str(path))  # decoded as an import decodes it
         texts.extend(
             SourceText(path=_where(path, root), line=line, scope=scope, text=text)
             for scope, line, text in _docstrings(tree, "")
         )
-    texts.extend(_whole(existing_file(root / page, "pages"), root) for page in pages)
+    texts.extend(_whole(existing_file(root / page, "pages"), root, "pages") for page in pages)
     for directory in page_directories:
-        found = existing(root / directory, "page_directories").rglob("*")
-        files = [path for path in found if path.suffix in PAGE_SUFFIXES and path.is_file()]
-        texts.extend(_whole(path, root) for path in sorted(files))  # not a directory ``x.md``
+        if not (folder := existing(root / directory, "page_directories")).is_dir():
+            raise ValueError(
+                f"page_directories={str(folder)!r} is a file, not a directory; pass a single "
+                "page in pages="
+            )
+        found = [path for path in folder.rglob("*") if path.suffix in PAGE_SUFFIXES]
+        files = [path for path in found if not path.is_dir()]  # not a directory ``x.md``
+        texts.extend(_whole(path, root, "page_directories") for path in sorted(files))
     for directory in script_directories:
         scripts = python_files(existing(root / directory, "script_directories"))
-        texts.extend(_whole(path, root) for path in scripts)
+        texts.extend(_whole(path, root, "script_directories") for path in scripts)
     return texts

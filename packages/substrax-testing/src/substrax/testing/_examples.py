@@ -38,18 +38,16 @@ _SUMMARY_MARKER: Final = "substrax.testing: main() returned:"  # a line, then ma
 # "spawn" pool) imports the functions sent to it. Then call main() and print the marker line and
 # its JSON, on lines of their own. The example sees what a script run would: ``sys.argv ==
 # [path]`` (so an argparse main() reads no arguments), its own directory first on sys.path unless
-# PYTHONSAFEPATH is set, and not the working directory (the repository root) that ``python -c``
-# puts there.
+# PYTHONSAFEPATH is set, in place of the working directory (the repository root) that ``python
+# -c`` puts there as "" (the entries PYTHONPATH names stay, the repository root too if named).
 _CALL_MAIN = """\
-import json, os, sys, types
+import json, sys, types
 from pathlib import Path
 
 path = Path(sys.argv[1])
 sys.argv = [str(path)]
-here = os.path.realpath(os.getcwd())
-sys.path[:] = [p for p in sys.path if p and os.path.realpath(p) != here]
-if not sys.flags.safe_path:
-    sys.path.insert(0, str(path.parent))
+if not sys.flags.safe_path and sys.path[:1] == [""]:
+    sys.path[0] = str(path.parent)
 module = types.ModuleType("__mp_main__")
 module.__file__ = str(path)
 module.__spec__ = None
@@ -220,7 +218,8 @@ def run_example(
     script. Either way the example sees what a script run sees:
     ``sys.argv == [path]`` (``main()`` gets no command-line arguments), the script's directory
     first on ``sys.path`` unless ``PYTHONSAFEPATH`` is set (in ``env`` or this environment),
-    and the repository root kept off ``sys.path``, so an import resolves as it would for a user.
+    and the repository root kept off ``sys.path`` unless ``PYTHONPATH`` names it (``"."`` in
+    ``env``), so an import resolves as it would for a user.
 
     Args:
         path: The example script, absolute or relative to ``repo_root``.

@@ -12,12 +12,12 @@ itself is to blame. Importing this module imports no jax.
 
 import dataclasses
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from substrax.typing import PyTree
 
-from ._gradient_records import GRADIENT_TOLERANCES, LeafGradientCheck
+from ._gradient_records import GRADIENT_TOLERANCES, LeafGradientCheck, rounding_allowance
 
 
 if TYPE_CHECKING:
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
     from ._errors import GradientMismatchError
 
+Result = tuple[float, LeafGradientCheck, bool, Any]
+"""A leaf's check: its score, summary, whether it failed and ``check_grads``' error."""
 _TINY: Final = 1e-300  # an allowance of 0 (rtol = atol = 0) makes any error infinitely bad
 
 
@@ -52,7 +54,8 @@ def localize(
     Returns:
         The worst element's error over its allowance (NaN worst), and the summary with that
         element, both its values and its step, the largest errors and how many elements are out
-        of ``atol + rtol * |numeric|``.
+        of ``atol + rtol * |numeric|`` plus the difference's rounding (``rounding_allowance``
+        of the larger ``|loss|`` of the two ends and the element's step).
     """
     import numpy as np  # noqa: PLC0415
 
@@ -64,13 +67,18 @@ def localize(
         analytic = np.asarray(gradient, dtype=np.float64).reshape(start.size)
     else:
         analytic = np.array([float(along(unit)) for unit in units])
-    steps = np.asarray(eps, dtype=np.float64) * units
-    numeric = np.array(
-        [float(reference(start + step)) - float(reference(start - step)) for step in steps]
-    ) / (2 * np.asarray(eps, dtype=np.float64))
+    h = np.asarray(eps, dtype=np.float64)
+    values = [
+        (np.asarray(reference(start + s)), np.asarray(reference(start - s))) for s in h * units
+    ]
+    plus, minus = (np.array([float(pair[side]) for pair in values]) for side in (0, 1))
+    numeric = (plus - minus) / (2 * h)
     error = np.abs(analytic - numeric)
     relative = error / np.maximum(np.abs(numeric), np.finfo(np.float64).tiny)
-    allowed = tolerance.atol + tolerance.rtol * np.abs(numeric)
+    # the difference's own rounding: eps of the reference's dtype (float64) times |loss| / step
+    machine = float(np.finfo(values[0][0].dtype).eps)
+    rounding = rounding_allowance(machine, np.maximum(np.abs(plus), np.abs(minus)), h)
+    allowed = tolerance.atol + tolerance.rtol * np.abs(numeric) + rounding
     score = np.where(np.isfinite(error), error / np.maximum(allowed, _TINY), np.inf)
     worst = int(np.argmax(score))
     index = np.unravel_index(int(indices[worst]), shape)
@@ -90,6 +98,43 @@ def _largest(values: "np.ndarray") -> float:
     import numpy as np  # noqa: PLC0415
 
     return float(np.nanmax(values)) if np.isfinite(values).any() else math.inf
+
+
+def check_modes(
+    check: Callable[[int, str], Result], modes: Sequence[str], positions: list[int], who: str
+) -> tuple[list[Result], str | None]:
+    """``check(position, mode)`` of each leaf in each mode, ``"rev"`` first; and a note.
+
+    Forward mode refuses a ``custom_vjp`` (a ``TypeError``): where reverse mode found a
+    mismatch, that is reported, the refusal noted, instead of the refusal alone.
+    """
+    results: list[Result] = []
+    try:
+        for mode in sorted(modes, key=("rev", "fwd").index):
+            results.extend(check(position, mode) for position in positions)
+    except TypeError as refused:
+        if not any(result[2] for result in results):
+            raise
+        return results, f"{who}: not checked in fwd mode: {refused}"
+    return results, None
+
+
+def raise_worst(
+    who: str, results: list[Result], loss: tuple[Any, Any, Any], note: str | None
+) -> NoReturn:
+    """Raise the leaf most out of its allowance; a ValueError where the reference may explain it.
+
+    ``loss``: the loss, the float64 point and jax's loss value (``reference_failure``'s);
+    ``note``: added to the error (a mode not checked).
+    """
+    from ._errors import GradientMismatchError  # noqa: PLC0415 - a cycle
+
+    _, worst, _, cause = max((r for r in results if r[2]), key=lambda result: result[0])
+    error = GradientMismatchError(worst, tuple(summary for _, summary, _, _ in results))
+    error.__cause__ = cause
+    if note is not None:
+        error.add_note(note)
+    raise reference_failure(who, loss, error)
 
 
 def reference_failure(

@@ -7,16 +7,23 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from substrax.support import check_float
+
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class GradientTolerance:
     """How a leaf of one dtype is checked.
 
-    A check passes when ``|analytic - numeric| <= atol + rtol * |numeric|``.
+    A check passes when ``|analytic - numeric| <= atol + rtol * |numeric| + rounding``, where
+    ``rounding`` is the central difference's own rounding error, :func:`rounding_allowance`
+    (``10 * eps * |loss| / step``, ``eps`` the float64 reference's): a loss much larger than
+    its gradient (``1e6 + w * b``) leaves a difference of two nearly equal values.
 
     Attributes:
         step: The central-difference step, relative to ``max(1, |x|)`` of each checked element.
@@ -39,6 +46,27 @@ class GradientTolerance:
         check_float("step", self.step, minimum=0.0, exclusive_minimum=True)
         check_float("rtol", self.rtol, minimum=0.0)
         check_float("atol", self.atol, minimum=0.0)
+
+
+ROUNDING_FACTOR: Final = 10.0
+"""The safety factor on a central difference's rounding error, ``eps * |loss| / step``."""
+
+
+def rounding_allowance(eps: float, loss: object, step: object) -> "np.ndarray":
+    """The rounding error allowed a central difference of a loss of size ``loss`` at ``step``.
+
+    Each loss value is rounded by about ``eps * |loss|``, so their difference over the step
+    ``2 * step`` is off by about ``eps * |loss| / step``; :data:`ROUNDING_FACTOR` times that is
+    allowed. ``loss`` and ``step`` may be arrays (one per element).
+
+    Example:
+        >>> from substrax.testing._gradient_records import rounding_allowance
+        >>> float(rounding_allowance(2.0**-52, 1e6, 1e-6)) < 3e-3
+        True
+    """
+    import numpy as np  # noqa: PLC0415 - importing this module imports no numpy either
+
+    return ROUNDING_FACTOR * eps * np.abs(np.asarray(loss, dtype=np.float64)) / np.asarray(step)
 
 
 GRADIENT_TOLERANCES: Final[Mapping[str, GradientTolerance]] = MappingProxyType(

@@ -13,12 +13,18 @@ A :class:`GradientMismatchError` names the worst leaf, mode and element, caused 
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final
 
 from substrax.support import check_int, require
 from substrax.typing import PyTree
 
-from ._gradient_records import GRADIENT_TOLERANCES, GradientTolerance, LeafGradientCheck
+from ._gradient_elements import check_modes, localize, raise_worst
+from ._gradient_records import (
+    GRADIENT_TOLERANCES,
+    GradientTolerance,
+    LeafGradientCheck,
+    rounding_allowance,
+)
 from ._gradient_refusals import refuse_blind, refuse_gradient
 
 
@@ -91,22 +97,6 @@ def _tolerance(dtype: str, chosen: object) -> GradientTolerance:
     return chosen if isinstance(chosen, GradientTolerance) else GRADIENT_TOLERANCES[dtype]
 
 
-def _fail(
-    who: str, results: list[tuple[float, LeafGradientCheck, bool, Any]], loss: tuple[Any, Any, Any]
-) -> NoReturn:
-    """Raise the worst failure; a ValueError where the float64 reference alone may explain it.
-
-    ``loss``: the loss, the float64 point and jax's loss value (``reference_failure``'s).
-    """
-    from ._errors import GradientMismatchError  # noqa: PLC0415 - a cycle
-    from ._gradient_elements import reference_failure  # noqa: PLC0415
-
-    _, worst, _, cause = max((r for r in results if r[2]), key=lambda result: result[0])
-    error = GradientMismatchError(worst, tuple(summary for _, summary, _, _ in results))
-    error.__cause__ = cause
-    raise reference_failure(who, loss, error)
-
-
 def _check_leaf(
     reference: Callable[["np.ndarray"], "jax.Array"],
     along: Callable[["jax.Array"], "jax.Array"],
@@ -125,8 +115,6 @@ def _check_leaf(
     import numpy as np  # noqa: PLC0415
     from jax.test_util import check_grads  # noqa: PLC0415
 
-    from ._gradient_elements import localize  # noqa: PLC0415 - only on a failure
-
     path, dtype, mode, tolerance, where = leaf
     scale = np.maximum(1.0, np.abs(start))  # each element's step: tolerance.step * scale
 
@@ -139,7 +127,12 @@ def _check_leaf(
     else:
         checked = jax.custom_vjp(moved)
         checked.defvjp(lambda d: (moved(d), None), lambda _, c: (c * gradient * scale,))
-    atol, rtol = tolerance.atol or _TINY, tolerance.rtol or _TINY  # 0 would be numpy's default
+    # the direction's difference is rounded too (times check_grads' random cotangent, ~N(0, 1))
+    level = np.asarray(reference(start))
+    rounding = 4 * float(
+        rounding_allowance(float(np.finfo(level.dtype).eps), level, tolerance.step)
+    )
+    atol, rtol = tolerance.atol + rounding or _TINY, tolerance.rtol or _TINY  # 0: numpy's default
     error = None
     try:
         check_grads(checked, (np.zeros_like(start),), 1, (mode,), atol, rtol, tolerance.step)
@@ -236,9 +229,9 @@ def _check(
         wide = [np.asarray(value, dtype=np.float64) for value in flat]
         rest = jax.tree.map(lambda x: x.astype(np.float64) if _floating(x) else x, aux)
         positions = [position for position, value in enumerate(flat) if value.size]
-        results = [leaf_check(position, mode) for mode in chosen for position in positions]
+        results, note = check_modes(leaf_check, chosen, positions, who)
         if any(result[2] for result in results):  # is the reference the loss? (not raised yet)
-            _fail(who, results, (function, (treedef.unflatten(wide), rest), value))
+            raise_worst(who, results, (function, (treedef.unflatten(wide), rest), value), note)
     if not allow_zero:  # passed: but a gradient under atol everywhere passes whatever it is
         refuse_blind(what, flat_gradient, [tolerance.atol for tolerance in tolerances])
     return gradient
@@ -261,13 +254,14 @@ def check_parameter_gradients(
     them; one with none is skipped), against central differences of the loss on a float64 copy
     (each element's step ``step * max(1, |x|)``), within the dtype's
     :data:`GRADIENT_TOLERANCES` or ``tolerance``: ``|analytic - numeric| <= atol + rtol *
-    |numeric|``. In ``"rev"`` mode every sampled element of jax's gradient (in the leaf's dtype)
-    must meet it against its own difference, and ``jax.test_util.check_grads`` must pass along a
-    random direction of them; in ``"fwd"`` mode ``check_grads`` checks ``jax.jvp`` along a
-    random direction (the elements are compared one by one only to report a failure). The
-    module is not changed (batch statistics and RNG counts neither). The reference is only as precise as the loss: leave a
-    layer's compute ``dtype=`` to its parameters', and make dropout deterministic (x64 draws
-    differ).
+    |numeric|``, plus the difference's own rounding (``10 * eps * |loss| / step``). In
+    ``"rev"`` mode every sampled element of jax's gradient (in the leaf's dtype) must meet it
+    against its own difference, and ``jax.test_util.check_grads`` must pass along a random
+    direction of them; in ``"fwd"`` mode ``check_grads`` checks ``jax.jvp`` along a random
+    direction (the elements are compared one by one only to report a failure). The module is
+    not changed (batch statistics and RNG counts neither). The reference is only as precise as
+    the loss: leave a layer's compute ``dtype=`` to its parameters', and make dropout
+    deterministic (x64 draws differ).
 
     Args:
         module: The nnx model.

@@ -35,17 +35,31 @@ class Names(NamedTuple):
     inner: Meanings  # a class body's own names are not seen by the definitions in it
 
 
+_IMPORT_CALLS = frozenset({"importlib.import_module", "__import__", "builtins.__import__"})
+
+
 def dotted(node: ast.AST) -> str | None:
     """``"os.environ"`` for ``os.environ`` or ``_os.environ`` after ``import os as _os``.
 
-    The first name is read through :data:`IMPORTED`; None for a name the scope binds itself, and
-    for anything but a name or a chain of attributes.
+    The first name is read through :data:`IMPORTED`; an assignment expression is its value
+    (``(e := os.environ)``), and an import by a call its module (``__import__("os")``,
+    ``importlib.import_module("os")``, a string literal). None for a name the scope binds
+    itself, and for anything else.
     """
     if isinstance(node, ast.Name):
         return IMPORTED.get().get(node.id, node.id)
     if isinstance(node, ast.Attribute):
         owner = dotted(node.value)
         return None if owner is None else f"{owner}.{node.attr}"
+    if isinstance(node, ast.NamedExpr):
+        return dotted(node.value)
+    if isinstance(node, ast.Call) and node.args and (called := dotted(node.func)) in _IMPORT_CALLS:
+        module = node.args[0]
+        if isinstance(module, ast.Constant) and isinstance(module.value, str) and module.value:
+            # ``__import__`` gives the top package of the module named, as ``import`` binds it
+            return (
+                module.value if called == "importlib.import_module" else module.value.split(".")[0]
+            )
     return None
 
 
@@ -70,13 +84,25 @@ def _imported(node: ast.Import | ast.ImportFrom) -> dict[str, str | None]:
     return {alias.asname or alias.name: f"{module}.{alias.name}" for alias in node.names}
 
 
-def _imported_by_call(node: ast.Assign) -> dict[str, str | None]:
+def _false_type_checking(node: ast.Assign) -> bool:
+    """Whether ``node`` is ``TYPE_CHECKING = False``."""
+    return (
+        [getattr(target, "id", None) for target in node.targets] == ["TYPE_CHECKING"]
+        and isinstance(node.value, ast.Constant)
+        and node.value.value is False
+    )
+
+
+def _imported_by_assignment(node: ast.Assign) -> dict[str, str | None]:
     """``os = importlib.import_module("os")`` or ``os = __import__("os")``: an import by a call.
 
     ``import_module`` gives the module named, ``__import__`` the top package of it (as ``import``
-    binds it); a name not a string literal is not read.
+    binds it); a name not a string literal is not read. ``TYPE_CHECKING = False``, the idiom
+    that spares importing typing, stands for typing's (as an import of it would).
     """
     call, targets = node.value, node.targets
+    if _false_type_checking(node):
+        return {"TYPE_CHECKING": "typing.TYPE_CHECKING"}
     if not (isinstance(call, ast.Call) and len(targets) == 1 and isinstance(targets[0], ast.Name)):
         return {}
     function = call.func
@@ -138,7 +164,7 @@ def _own(body: list[ast.stmt]) -> tuple[dict[str, str | None], set[str]]:
         if isinstance(node, ast.Import | ast.ImportFrom):
             imported.update(_imported(node))
             continue
-        if isinstance(node, ast.Assign) and (by_call := _imported_by_call(node)):
+        if isinstance(node, ast.Assign) and (by_call := _imported_by_assignment(node)):
             imported.update(by_call)
             continue
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):

@@ -22,7 +22,7 @@ _ENVIRON_METHODS = frozenset(
     {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
 )
 _ENVIRON_FUNCTIONS = frozenset({"os.putenv", "os.unsetenv"})
-_TYPING = frozenset({"typing.TYPE_CHECKING", "typing_extensions.TYPE_CHECKING"})
+_TYPING = frozenset({"typing.TYPE_CHECKING", "typing_extensions.TYPE_CHECKING", "TYPE_CHECKING"})
 _LOGGING_FUNCTIONS = frozenset(
     {
         "logging.basicConfig",
@@ -38,6 +38,8 @@ _LOGGING_FUNCTIONS = frozenset(
 _LOGGER_METHODS = frozenset(
     {"addHandler", "removeHandler", "setLevel", "addFilter", "removeFilter"}
 )
+_HOLDERS = ("", "Logger.", "RootLogger.", "Logger.manager.", "RootLogger.manager.")
+_ROOT_LOGGERS = frozenset(f"logging.{holder}root" for holder in _HOLDERS)  # logging's root
 _LOGGER_ATTRIBUTES = frozenset({"handlers", "level", "filters", "propagate", "disabled"})
 _LOGGER_LISTS = frozenset({"handlers", "filters"})
 _LIST_METHODS = frozenset({"append", "extend", "insert", "remove", "pop", "clear", "__setitem__"})
@@ -48,7 +50,8 @@ def _is_environ(node: ast.AST) -> bool:
 
 
 def _is_root_logger(node: ast.AST) -> bool:
-    if dotted(node) in {"logging.root", "logging.RootLogger.root"}:
+    node = node.value if isinstance(node, ast.NamedExpr) else node  # ``(r := getLogger())``
+    if dotted(node) in _ROOT_LOGGERS:
         return True
     if not isinstance(node, ast.Call) or dotted(node.func) != "logging.getLogger":
         return False
@@ -96,8 +99,9 @@ def writes_environment(node: ast.AST) -> bool:
     os import environ as env`` then ``env[...] = ...`` or ``env |= {...}`` match, while a name
     the scope binds otherwise and does not import (a parameter ``environ``, ``environ = {}``,
     ``def putenv``), or that nothing binds, is not ``os``'s. Outside a scan (one node read
-    alone) a bare ``environ``, ``putenv`` or ``unsetenv`` is taken as the one in ``os``. Not
-    followed: ``sys.modules["os"].environ``, or ``os.environ`` first stored in a variable.
+    alone) a bare ``environ``, ``putenv`` or ``unsetenv`` is taken as the one in ``os``.
+    ``(e := os.environ)[...]`` and ``__import__("os")`` or ``importlib.import_module("os")``
+    (a string literal) are read too; not ``sys.modules["os"]``, or a variable holding it.
 
     Example:
         >>> import ast
@@ -121,7 +125,8 @@ def configures_logging(node: ast.AST) -> bool:
     Matches ``logging.basicConfig``, ``logging.config.dictConfig/fileConfig/listen``,
     ``logging.disable``, ``logging.captureWarnings``, ``logging.setLoggerClass``,
     ``logging.setLogRecordFactory``, and changing the root logger written out
-    (``logging.getLogger()``, ``logging.getLogger("root")`` or ``logging.root``): its
+    (``logging.getLogger()``, ``logging.getLogger("root")``, ``logging.root``, or
+    ``logging.Logger.root`` or ``.manager.root``): its
     ``addHandler``, ``removeHandler``, ``setLevel``, ``addFilter``, ``removeFilter``,
     assigning or deleting its ``handlers``, ``level``, ``filters``, ``propagate`` or
     ``disabled``, or changing its ``handlers`` or ``filters`` list in place (``.clear()``,
@@ -269,7 +274,7 @@ def _on_import(test: ast.AST) -> bool | None:
         if decisive in values:
             return decisive
         return None if None in values else not decisive
-    if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or dotted(test) in _TYPING:
+    if dotted(test) in _TYPING:  # typing's, or unbound (a NameError); not ``= True``
         return False
     return _compared(test) if isinstance(test, ast.Compare) else None
 
@@ -315,7 +320,8 @@ def import_time_lines(path: Path | str, predicate: Predicate) -> list[SourceText
     bodies, and not a branch that cannot run on import: the body of ``if __name__ ==
     "__main__":`` (also ``__name__ in ("__main__",)``, or with ``and`` more tests), the ``else``
     of ``if __name__ != "__main__":``, ``case "__main__":`` under ``match __name__:``, and
-    ``if TYPE_CHECKING:``; ``if __name__ == "__main__" or debug:`` runs on import.
+    ``if TYPE_CHECKING:`` (typing's, read through the imports, or ``TYPE_CHECKING = False``:
+    not ``= True`` or one from elsewhere); ``if __name__ == "__main__" or debug:`` runs.
     Annotations are not scanned. The file is read as Python imports it (a byte-order mark, a
     ``# coding:`` line), and its imports say what a name is while the predicate runs (see
     :func:`writes_environment`); ``line`` and ``text`` are the line ``ast`` numbers.
