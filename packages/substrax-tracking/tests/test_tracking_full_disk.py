@@ -105,3 +105,29 @@ def test_mlflow_delivery_outlives_a_full_disk_and_delivers_every_record_once_the
     assert not logger.spool_path.exists() or not [
         json.loads(line) for line in logger.spool_path.read_text().splitlines()
     ]
+
+
+def test_tensorboard_events_wait_for_room_on_a_full_disk_and_are_written_once_each(
+    small_disk, caplog
+):
+    """Before, tensorboardX's writer thread died on a full disk, its queue filled, and the next
+    call waited forever; written from the calling thread, the error reached the training loop."""
+    event_accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="the tensorboard package (dev dependency) reads the event files back",
+    )
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    logger = tracking.TensorBoardLogger("run", small_disk.path, flush_secs=1e-9)  # every call
+    logger.log_scalar("loss", 0.0, step=0)
+    small_disk.fill()
+    for step in range(1, 300):  # no call raises: the events wait in memory
+        logger.log_scalar("loss", float(step), step=step)
+    logger.flush()
+    assert caplog.text.count("cannot write") == 1, caplog.text
+    small_disk.free()
+    logger.close()
+    accumulator = event_accumulator.EventAccumulator(str(small_disk.path))
+    accumulator.Reload()
+    assert [(e.step, e.value) for e in accumulator.Scalars("loss")] == [
+        (step, float(step)) for step in range(300)
+    ]

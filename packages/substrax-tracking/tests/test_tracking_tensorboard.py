@@ -263,3 +263,15 @@ def test_jax_values_held_by_a_logger_left_open_are_written_at_exit(tmp_path):
     accumulator = event_accumulator.EventAccumulator(str(tmp_path))
     accumulator.Reload()
     assert [e.step for e in accumulator.Scalars("loss")] == [1, 2, 3]
+
+
+def test_a_logger_dropped_unclosed_writes_the_events_it_kept(tmp_path):
+    import gc
+
+    logger = TensorBoardLogger("run", tmp_path)  # flush_secs=10: the events wait in memory
+    logger.log_scalar("loss", 0.5, step=1)
+    del logger
+    gc.collect()
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    assert [(e.step, e.value) for e in accumulator.Scalars("loss")] == [(1, 0.5)]

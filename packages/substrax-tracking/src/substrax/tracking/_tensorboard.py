@@ -4,14 +4,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
 import re
 import socket
+import struct
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,7 +23,7 @@ from typing import Any, cast
 from substrax.support import check_int, check_seconds, require, write_atomically
 
 from ._base import Logger
-from ._log_files import json_ready
+from ._log_files import Appender, json_ready
 from ._media import ImageWriter, image_pixels
 from ._paths import ensure_writable_dir, log_stem
 from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
@@ -60,41 +63,76 @@ def _event(**fields: Any) -> Any:
 
 
 class _EventFile:
-    """One event file, written by the calling thread and flushed every ``flush_secs`` seconds.
+    """One event file, written by the calling thread at most every ``flush_secs`` seconds.
 
     tensorboardX's ``SummaryWriter`` writes from a thread of its own, fed by a multiprocessing
     queue whose own thread starts at the first event: neither can start at interpreter exit,
-    when a logger writes the jax values it still holds. Here no thread is needed.
+    when a logger writes the jax values it still holds. Here no thread is needed. Each event is
+    a record of the TFRecord format (its length, the data, each with its masked CRC-32C). What
+    a full disk refused waits in memory, in order, and is written once there is room (warned
+    about once); what waits at exit, or when the logger is dropped, is written then.
     """
 
-    def __init__(self, path: Path, flush_secs: float) -> None:
-        from tensorboardX.record_writer import RecordWriter  # noqa: PLC0415
+    def __init__(self, path: Path, flush_secs: float, label: str) -> None:
+        from tensorboardX.record_writer import masked_crc32c  # noqa: PLC0415
 
-        self._records = RecordWriter(str(path))
+        self._crc: Any = masked_crc32c
+        self._file = Appender(path)
         self._lock = threading.Lock()  # the image thread writes too
-        self._flush_secs, self._flushed = flush_secs, time.monotonic()
+        self._flush_secs, self._written = flush_secs, time.monotonic()
+        self._label, self._warned = label, False
         self.add(_event(wall_time=time.time(), file_version="brain.Event:2"))
+        self._finalizer = weakref.finalize(self, _write_and_close, self._file)
 
     def add(self, event: Any) -> None:
+        data = event.SerializeToString()
+        header = struct.pack("<Q", len(data))
+        crc = self._crc
+        record = header + struct.pack("<I", crc(header)) + data + struct.pack("<I", crc(data))
         with self._lock:
-            self._records.write(event.SerializeToString())
-            if time.monotonic() - self._flushed >= self._flush_secs:
-                self._records.flush()  # and an fsync
-                self._flushed = time.monotonic()
+            self._file.waiting += record
+            if time.monotonic() - self._written >= self._flush_secs:
+                self._write()
 
     def add_summary(self, summary: Any, step: int | None, when: float) -> None:
         self.add(
             _event(wall_time=when, summary=summary, **({} if step is None else {"step": step}))
         )
 
+    def _write(self) -> bool:
+        """Write what waits (under the lock); whether all of it is written."""
+        self._written = time.monotonic()
+        if (error := self._file.write()) is None:
+            return True
+        if not self._warned:
+            self._warned = True
+            _logger.warning(
+                f"{self._label} cannot write {self._file.path} ({error}); its events wait in "
+                "memory and are written once there is room (this is reported once)"
+            )
+        return False
+
     def flush(self) -> None:
+        """Write what waits and fsync the file (a full disk: it keeps waiting)."""
         with self._lock:
-            self._records.flush()
-            self._flushed = time.monotonic()
+            if self._write() and self._file.fd is not None:
+                with contextlib.suppress(OSError):
+                    os.fsync(self._file.fd)
 
     def close(self) -> None:
         self.flush()
-        self._records.close()
+        self._finalizer()
+
+
+def _write_and_close(file: Appender) -> None:
+    """Write what waits in ``file`` and close it (a logger dropped unclosed, or the exit)."""
+    try:
+        if error := file.write():
+            _logger.error(
+                "%s: %d bytes of events are lost (%s)", file.path, len(file.waiting), error
+            )
+    finally:
+        file.close()
 
 
 def _mark_restart(events: _EventFile, step: int) -> None:
@@ -226,7 +264,7 @@ class TensorBoardLogger(Logger):
             number = _last_number(self.log_dir) + 1
             host = socket.gethostname()
             name = f"events.out.tfevents.{int(time.time())}.{host}.{number:06d}.{os.getpid()}"
-            self._writer = _EventFile(self.log_dir / name, self._flush_secs)
+            self._writer = _EventFile(self.log_dir / name, self._flush_secs, repr(self))
         return self._writer
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
