@@ -85,6 +85,22 @@ def test_the_compilation_cache_is_on_by_default_overridable_and_off_when_told(tm
         JaxRuntime(compilation_cache="yes")  # type: ignore[arg-type]
 
 
+def test_a_cache_turned_off_before_is_turned_on_by_a_runtime_naming_its_directory(tmp_path):
+    """Hostile finding: after JaxRuntime(compilation_cache=False), or under the environment's
+    JAX_ENABLE_COMPILATION_CACHE=false, a runtime naming its cache directory left it off."""
+    env: dict[str, str] = {}
+    for runtime in (JaxRuntime(compilation_cache=False), JaxRuntime()):  # as apply_runtime does
+        env.update(runtime_environment(runtime, env))
+    assert env == {"JAX_ENABLE_COMPILATION_CACHE": "false", **CACHE}  # the default: left off
+    off = {"JAX_ENABLE_COMPILATION_CACHE": "0"}
+    assert runtime_environment(JaxRuntime(compilation_cache_dir=tmp_path), off) == {
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path),
+        "JAX_ENABLE_COMPILATION_CACHE": "true",
+    }
+    with pytest.raises(EnvironmentConflictError, match="JAX_ENABLE_COMPILATION_CACHE"):
+        child_environment(JaxRuntime(compilation_cache_dir=tmp_path), off)
+
+
 def test_only_set_variables_are_returned():
     base = {"JAX_PLATFORMS": "tpu", "HOME": "/home/x"}
     assert runtime_environment(JaxRuntime(enable_x64=False), base) == {

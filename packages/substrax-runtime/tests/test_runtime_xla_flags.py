@@ -45,10 +45,19 @@ def test_conflict_error_message_and_attributes():
 
 def test_conflict_between_bare_and_valued_flag():
     with pytest.raises(XlaFlagConflictError) as info:
-        merge_xla_flags("--a", ["--a=1"])
+        merge_xla_flags("--a", ["--a=2"])
     assert info.value.existing is None
-    assert info.value.requested == "1"
+    assert info.value.requested == "2"
     assert "a bare flag" in str(info.value)
+    with pytest.raises(XlaFlagConflictError):
+        merge_xla_flags("--a", ["--a=false"])
+
+
+@pytest.mark.parametrize("same", ["--a=true", "--a=True", "--a=1"])
+def test_a_bare_flag_and_its_true_value_are_one_as_xla_reads_them(same):
+    """Hostile finding: ``--flag`` and ``--flag=true`` were refused as a conflict."""
+    assert merge_xla_flags("--a", [same]) == "--a"
+    assert parse_xla_flags(f"{same} --a") == {"--a": same.removeprefix("--a=")}
 
 
 def test_merge_appends_and_keeps_positions():

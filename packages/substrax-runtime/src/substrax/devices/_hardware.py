@@ -85,18 +85,20 @@ class HardwareType(Enum):
 
 
 # Word boundaries keep L40S off L4 and GH200 off H200; TPU v5p reports itself as "TPU v5".
-# The V100S (PCIe, a faster clock and HBM2) is a V100 for a batch-size starting point. The
-# H100 and H200 are the SXM parts: a PCIe or NVL card (756 and 835 TFLOP/s, not 989) is
-# unknown rather than given the SXM peak, which would read its MFU low.
+# A card whose peak differs from the part named here is unknown rather than given that part's
+# peak, which would read its MFU wrong: the H100 and H200 are the SXM parts (a PCIe or NVL card
+# has 756 or 835 TFLOP/s, not 989), the V100 the SXM2 part (PCIe 112, V100S 130, not 125), and
+# a MIG slice of any card ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") has a fraction of its compute.
 _DEVICE_KIND_PATTERNS: tuple[tuple[re.Pattern[str], HardwareType], ...] = (
     (re.compile(r"^cpu$", re.IGNORECASE), HardwareType.CPU),
+    (re.compile(r"\bMIG\b", re.IGNORECASE), HardwareType.UNKNOWN),
     (re.compile(r"\bH[12]00\b.*\b(PCIe|NVL)\b", re.IGNORECASE), HardwareType.UNKNOWN),
     (re.compile(r"\bH100\b", re.IGNORECASE), HardwareType.H100),
     (re.compile(r"\bH200\b", re.IGNORECASE), HardwareType.H200),
     (re.compile(r"\bB200\b", re.IGNORECASE), HardwareType.B200),
     (re.compile(r"\bL4\b", re.IGNORECASE), HardwareType.L4),
     (re.compile(r"\bA100\b", re.IGNORECASE), HardwareType.A100),
-    (re.compile(r"\bV100S?\b", re.IGNORECASE), HardwareType.V100),
+    (re.compile(r"\bV100-SXM", re.IGNORECASE), HardwareType.V100),
     (re.compile(r"^TPU v4$", re.IGNORECASE), HardwareType.TPU_V4),
     (re.compile(r"^TPU v5( lite|e)$", re.IGNORECASE), HardwareType.TPU_V5E),
     (re.compile(r"^TPU v5p?$", re.IGNORECASE), HardwareType.TPU_V5P),

@@ -58,9 +58,11 @@ def _config_values(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[str, tu
 
     Without a ``compilation_cache_dir``, a ``JAX_COMPILATION_CACHE_DIR`` that ``base`` already
     holds is left alone (the user chose it, as 0.1.22 let them); the default directory fills in
-    only when there is none.
+    only when there is none. A cache ``base`` turns off stays off, unless the runtime names its
+    ``compilation_cache_dir``: that turns it on again.
     """
     settings: dict[str, tuple[str, str, Any]] = {}
+    enabled = ("JAX_ENABLE_COMPILATION_CACHE", "jax_enable_compilation_cache")
     if runtime.compilation_cache:
         chosen = runtime.compilation_cache_dir
         if chosen is not None or not base.get("JAX_COMPILATION_CACHE_DIR"):
@@ -69,12 +71,12 @@ def _config_values(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[str, tu
                 "jax_compilation_cache_dir",
                 str(chosen or default_compilation_cache_dir()),
             )
+        # a cache turned off before (an earlier runtime's, the environment's) is left off, as a
+        # directory already set is left alone, unless this runtime names its own directory
+        if chosen is not None and base.get(enabled[0], "").strip().lower() in _FALSE_WORDS:
+            settings["compilation_cache"] = (*enabled, True)
     else:
-        settings["compilation_cache"] = (
-            "JAX_ENABLE_COMPILATION_CACHE",
-            "jax_enable_compilation_cache",
-            False,
-        )
+        settings["compilation_cache"] = (*enabled, False)
     for field, option, convert in _CONFIG_OPTIONS:
         value = getattr(runtime, field)
         if value is not None:
@@ -321,6 +323,7 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
     base = dict(target)
     if current_dir := jax.config.jax_compilation_cache_dir:
         base["JAX_COMPILATION_CACHE_DIR"] = str(current_dir)
+    base["JAX_ENABLE_COMPILATION_CACHE"] = _bool(jax.config.jax_enable_compilation_cache)
     changed = False
     for _, name, value in _config_values(runtime, base).values():
         changed |= "compilation_cache" in name and getattr(jax.config, name) != value

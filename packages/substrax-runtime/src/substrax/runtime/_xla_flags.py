@@ -92,10 +92,22 @@ def render_xla_flag(name: str, value: str | None) -> str:
     return f"{name}={value}"
 
 
+def _reads_as(value: str | None) -> str | None:
+    """A flag's value as XLA reads it: a bare flag, ``true``, ``True`` and ``1`` are one."""
+    if value is None or value.lower() in ("true", "1"):
+        return "true"
+    return "false" if value.lower() in ("false", "0") else value
+
+
+def _same(first: str | None, second: str | None) -> bool:
+    return first == second or _reads_as(first) == _reads_as(second)
+
+
 def parse_xla_flags(value: str) -> dict[str, str | None]:
     """Parse an ``XLA_FLAGS`` string into ``{"--name": value}`` in the order given.
 
-    A bare flag maps to ``None``. A flag repeated with the same value is one entry. A value in
+    A bare flag maps to ``None``. A flag repeated with the same value (a bare flag, ``=true``
+    and ``=1`` are one, as XLA reads them) is one entry, as first given. A value in
     double or single quotes (``--xla_dump_to="/tmp/a b"``) is read without them, as XLA reads it.
 
     Args:
@@ -118,9 +130,9 @@ def parse_xla_flags(value: str) -> dict[str, str | None]:
     check_type("XLA_FLAGS", value, str, "a str of flags")
     flags: dict[str, str | None] = {}
     for name, flag_value in _tokens(value):
-        if name in flags and flags[name] != flag_value:
+        if name in flags and not _same(flags[name], flag_value):
             raise XlaFlagConflictError(name, flags[name], flag_value)
-        flags[name] = flag_value
+        flags.setdefault(name, flag_value)
     return flags
 
 
@@ -154,9 +166,9 @@ def merge_xla_flags(existing: str, requested: Iterable[str]) -> str:
         )
     for token in requested:
         for name, value in _tokens(token):
-            if name in flags and flags[name] != value:
+            if name in flags and not _same(flags[name], value):
                 raise XlaFlagConflictError(name, flags[name], value)
-            flags[name] = value
+            flags.setdefault(name, value)
     return " ".join(render_xla_flag(name, value) for name, value in flags.items())
 
 
