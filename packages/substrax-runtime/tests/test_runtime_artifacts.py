@@ -104,6 +104,20 @@ def test_a_file_where_the_directory_goes_is_refused_naming_it(tmp_path):
     assert blocker.read_text() == "x"
 
 
+def test_a_dangling_link_where_the_directory_goes_is_refused_as_one(tmp_path):
+    link = tmp_path / "dangling"
+    link.symlink_to(tmp_path / "nowhere")
+    match = (
+        rf"{OUTPUT_DIR_ENV}='.*/dangling' with output name 'run' leads to '.*/dangling/run', but "
+        r"'.*/dangling' is a symbolic link to '.*/nowhere', a path that does not exist"
+    )
+    with pytest.raises(ValueError, match=match):
+        resolve_output_dir("run", env={OUTPUT_DIR_ENV: str(link)})
+    with pytest.raises(ValueError, match=r"name 'dangling': '.*/dangling' is a symbolic link to"):
+        resolve_output_dir("dangling", env={OUTPUT_DIR_ENV: str(tmp_path)})
+    assert not (tmp_path / "nowhere").exists()
+
+
 def test_a_nul_character_is_refused_naming_the_value(tmp_path):
     with pytest.raises(ValueError, match=r"output name 'a\\x00b' holds a NUL character"):
         resolve_output_dir("a\0b", env={OUTPUT_DIR_ENV: str(tmp_path)})

@@ -43,6 +43,18 @@ def test_include_patterns(tree):
     assert discover_examples(tree, include=[]) == []
 
 
+def test_an_include_pattern_drops_a_leading_dot_slash(tree):
+    found = discover_examples(tree, include=["./a.py", "././sub/c.py"])
+    assert [p.relative_to(tree).as_posix() for p in found] == ["a.py", "sub/c.py"]
+
+
+def test_an_include_pattern_that_matches_no_example_is_refused_naming_it(tree):
+    with pytest.raises(ValueError, match=r"include pattern\(s\) 'nope\.py', '_hidden/\*' match no"):
+        discover_examples(tree, include=["a.py", "nope.py", "_hidden/*"])
+    with pytest.raises(TypeError, match="include patterns must be str, got 3"):
+        discover_examples(tree, include=["a.py", 3])  # pyright: ignore[reportArgumentType]
+
+
 def test_errors(tree):
     with pytest.raises(ExamplesRootNotADirectoryError, match="is not a directory") as info:
         discover_examples(tree / "missing")

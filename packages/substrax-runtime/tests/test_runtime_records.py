@@ -1,10 +1,11 @@
 import dataclasses
 import enum
 import json
+import warnings
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import jax.numpy as jnp
 import numpy as np
@@ -202,3 +203,58 @@ def test_dump_record_needs_a_dataclass_instance():
         dump_record({"a": 1})
     with pytest.raises(TypeError, match="dataclass instance"):
         dump_record(Record)
+
+
+class Point(TypedDict):
+    x: float
+    tags: list[str]
+
+
+def test_a_typed_dict_is_read_as_a_dict():
+    assert read_record(Point, {"x": 1, "tags": ["a"]}) == {"x": 1.0, "tags": ["a"]}
+    with pytest.raises(ValidationError, match="tags"):
+        read_record(Point, {"x": 1.0})
+
+
+@dataclass
+class Typed:
+    n: int = 0
+    x: float = 0.0
+    s: str = ""
+    b: bytes = b""
+    xs: list[float] = field(default_factory=list)
+
+
+@pytest.mark.parametrize(
+    ("record", "match"),
+    [
+        (Typed(n=2.5), r"n is a builtins\.float \(2\.5\): Input should be a valid integer"),  # pyright: ignore[reportArgumentType]
+        (Typed(x="oops"), r"x is a builtins\.str \('oops'\): Input should be a valid number"),  # pyright: ignore[reportArgumentType]
+        (Typed(n=np.float64("nan")), r"n is a builtins\.str \('NaN'\)"),  # pyright: ignore[reportArgumentType]
+        (Typed(xs=[1.0, "a"]), r"xs\[1\] is a builtins\.str \('a'\)"),  # pyright: ignore[reportArgumentType]
+        (Typed(s="a\ud800"), r"s holds the lone surrogate '\\ud800'"),
+        (Typed(b=b"\xff"), r"b holds a builtins\.bytes \(b'\\xff'\), which has no JSON form"),
+    ],
+    ids=["float-in-int", "str-in-float", "nan-in-int", "str-in-list", "surrogate", "bytes"],
+)
+def test_what_read_record_would_refuse_is_refused_when_dumped_naming_the_field(record, match):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, not dumped with a warning
+        with pytest.raises(TypeError, match=match):
+            dump_record(record)
+
+
+def test_a_lone_surrogate_is_refused_naming_where_in_nested_data():
+    with pytest.raises(TypeError, match=r"extra\['k'\]\[0\] holds the lone surrogate"):
+        dump_record(Counts(n=1, x=1.0, extra={"k": ["\udc00"]}))
+    with pytest.raises(ValueError, match=r"record data for Typed: s holds the lone surrogate"):
+        read_record(Typed, {"s": "\ud800"})
+
+
+def test_a_mismatch_that_reads_back_is_dumped_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dumped = dump_record(Typed(n=np.int64(3), xs=(1.0, np.float32(2.5))))  # pyright: ignore[reportArgumentType]
+    assert dumped["n"] == 3
+    assert dumped["xs"] == [1.0, 2.5]
+    assert read_record(Typed, dumped).n == 3

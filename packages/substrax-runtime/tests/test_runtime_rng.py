@@ -195,3 +195,30 @@ def test_fold_in_name_refuses_a_name_that_is_no_str_as_a_type_error():
 def test_key_from_needs_a_stream_name():
     with pytest.raises(ValueError, match="demo: key_from needs at least one stream name"):
         key_from(nnx.Rngs(0), streams=(), context="demo")
+
+
+def test_streams_may_be_a_generator():
+    rngs = rngs_from_seed(0, (s for s in ["a", "b"]))
+    assert data(rngs.b()) == data(rngs_from_seed(0, ("b",)).b())
+    key = key_from(nnx.Rngs(b=0), streams=(s for s in ["a", "b"]), context="t")
+    assert key.shape == ()
+    with pytest.raises(TypeError, match="streams must be a sequence of non-empty names"):
+        rngs_from_seed(0, 3)  # pyright: ignore[reportArgumentType]
+    with pytest.raises(TypeError, match=r"got \('a', ''\)"):
+        key_from(jax.random.key(0), streams=(s for s in ["a", ""]), context="t")
+
+
+def test_a_name_with_a_lone_surrogate_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"the name 'a\\ud800' is not valid Unicode text"):
+        fold_in_name(jax.random.key(0), "a\ud800")
+    with pytest.raises(ValueError, match=r"'\\udc00'.*not valid Unicode text"):
+        rngs_from_seed(0, ("params", "\udc00"))
+
+
+def test_split_key_takes_a_numpy_integer_as_rngs_from_seed_does():
+    assert split_key(jax.random.key(0), np.int64(3)).shape == (3,)  # pyright: ignore[reportArgumentType]
+    assert data(split_key(jax.random.key(0), np.uint8(2))) == data(split_key(jax.random.key(0)))  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ValueError, match="split_key num=0 must be an integer >= 1"):
+        split_key(jax.random.key(0), np.int32(0))  # pyright: ignore[reportArgumentType]
+    with pytest.raises(TypeError, match="must be an integer >= 1, not bool"):
+        split_key(jax.random.key(0), np.bool_(True))  # pyright: ignore[reportArgumentType]

@@ -45,6 +45,27 @@ def test_write_atomically_replaces_and_leaves_no_temporary(tmp_path: Path) -> No
     assert sorted(p.name for p in target.parent.iterdir()) == ["state.json"]
 
 
+def test_write_atomically_through_a_link_replaces_its_target_and_keeps_the_link(
+    tmp_path: Path,
+) -> None:
+    real, links = tmp_path / "real" / "state.json", tmp_path / "links"
+    real.parent.mkdir()
+    links.mkdir()
+    real.write_text("old")
+    (links / "state.json").symlink_to(real)
+    write_atomically(links / "state.json", "new")
+    assert (links / "state.json").is_symlink()
+    assert real.read_text() == "new"
+    assert sorted(p.name for p in real.parent.iterdir()) == ["state.json"]
+    (tmp_path / "dir_link").symlink_to(real.parent, target_is_directory=True)
+    write_atomically(tmp_path / "dir_link" / "state.json", "newer")  # a link above the file
+    assert real.read_text() == "newer"
+    (links / "dangling.json").symlink_to(tmp_path / "made.json")
+    write_atomically(links / "dangling.json", "x")
+    assert (links / "dangling.json").is_symlink()
+    assert (tmp_path / "made.json").read_text() == "x"
+
+
 def test_permissions_follow_the_umask_and_survive_a_rewrite(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:

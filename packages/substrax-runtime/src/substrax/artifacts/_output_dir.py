@@ -81,11 +81,20 @@ def _run_directory(temp_root: str, pid: int) -> Path:
 
 
 def _make(path: Path, given: str) -> None:
-    """Create ``path``; a clear ValueError naming ``given`` where a file is in its way."""
+    """Create ``path``; a ValueError naming ``given`` where a file or dangling link is in its way."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as error:
-        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        chain = (path, *path.parents)
+        dangling = next((p for p in chain if p.is_symlink() and not p.exists()), None)
+        if dangling is not None:
+            where = ":" if dangling == path else f" leads to {str(path)!r}, but"
+            raise ValueError(
+                f"{given}{where} {str(dangling)!r} is a symbolic link to "
+                f"{str(dangling.readlink())!r}, a path that does not exist; create the link's "
+                "target directory, or remove the link"
+            ) from error
+        blocker = next((p for p in chain if p.exists() and not p.is_dir()), path)
         where = ":" if blocker == path else f" leads to {str(path)!r}, but"
         raise ValueError(
             f"{given}{where} {str(blocker)!r} is a file, not a directory; choose a directory "
@@ -114,7 +123,8 @@ def resolve_output_dir(
     Raises:
         ValueError: ``name`` is empty, ``"."``, absolute or climbs with ``..``; ``explicit``
             is empty; ``AVITAI_OUTPUT_DIR`` is not absolute; any of them holds a NUL
-            character; or a file stands where the directory (or one above it) would be.
+            character; or a file, or a symbolic link to a path that does not exist, stands
+            where the directory (or one above it) would be.
 
     Example:
         >>> import tempfile

@@ -19,15 +19,17 @@ def discover_examples(root: Path | str, *, include: Iterable[str] | None = None)
         root: The examples directory.
         include: Shell-style patterns matched against each path relative to ``root`` in posix
             form (``*`` also crosses ``/``), e.g. ``("mesh/*", "quick_start.py")``; an example
-            must match one. ``None`` keeps every example.
+            must match one. A leading ``./`` is dropped (``"./a.py"`` is ``"a.py"``). Each
+            pattern must match at least one example. ``None`` keeps every example.
 
     Returns:
         The example scripts, sorted.
 
     Raises:
         ExamplesRootNotADirectoryError: ``root`` is not a directory (a ``NotADirectoryError``).
-        TypeError: ``root`` is not a path, or ``include`` is a single string.
-        ValueError: ``root`` is ``""``.
+        TypeError: ``root`` is not a path, or ``include`` is a single string or holds a
+            pattern that is no str.
+        ValueError: ``root`` is ``""``, or an ``include`` pattern matches no example (naming it).
 
     Example:
         >>> import tempfile
@@ -50,16 +52,36 @@ def discover_examples(root: Path | str, *, include: Iterable[str] | None = None)
         raise ExamplesRootNotADirectoryError(base)
     if isinstance(include, str):
         raise TypeError(f"include must be an iterable of patterns, not the string {include!r}")
-    patterns = None if include is None else tuple(include)
+    patterns = None if include is None else _patterns(include)
     found: list[Path] = []
+    unmatched = dict.fromkeys(patterns or ())
     for path in _scripts(base):
-        relative = path.relative_to(base)
-        if patterns is not None and not any(
-            fnmatch.fnmatchcase(relative.as_posix(), p) for p in patterns
-        ):
-            continue
-        found.append(path)
+        relative = path.relative_to(base).as_posix()
+        matched = [p for p in patterns or () if fnmatch.fnmatchcase(relative, p)]
+        if patterns is None or matched:
+            found.append(path)
+        for pattern in matched:
+            unmatched.pop(pattern, None)
+    if unmatched:
+        raise ValueError(
+            f"include pattern(s) {', '.join(map(repr, unmatched))} match no example under "
+            f"{str(base)!r}; patterns match paths relative to the root, e.g. 'sub/x.py' or "
+            "'sub/*', and private or hidden scripts (a path part starting with '_' or '.') are "
+            "never examples"
+        )
     return sorted(found)
+
+
+def _patterns(include: Iterable[str]) -> tuple[str, ...]:
+    """The ``include`` patterns, each without a leading ``./``; TypeError for one that is no str."""
+    patterns: list[str] = []
+    for pattern in include:
+        if not isinstance(pattern, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"include patterns must be str, got {pattern!r}")
+        while pattern.startswith("./"):
+            pattern = pattern[2:]  # noqa: PLW2901 - the pattern as it is matched
+        patterns.append(pattern)
+    return tuple(patterns)
 
 
 def _hidden(name: str) -> bool:

@@ -4,19 +4,16 @@
 # the isinstance checks below are the validation.
 # pyright: reportUnnecessaryIsInstance=false
 
-import dataclasses
 import functools
 import json
 import math
 import re
 import sys
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast, is_typeddict
 
 
 if TYPE_CHECKING:
     from pydantic import ConfigDict, TypeAdapter
-    from pydantic_core import SchemaSerializer
 
 
 # A plain dict (pydantic's ConfigDict is a TypedDict), so that importing this module imports no
@@ -32,42 +29,31 @@ _LONG_INT: Final = re.compile(r"\d{309}")
 
 
 @functools.cache
-def _adapter(record_type: object) -> "TypeAdapter[Any]":
+def type_adapter(record_type: object) -> "TypeAdapter[Any]":
+    """The pydantic ``TypeAdapter`` of ``record_type``, made once."""
     from pydantic import TypeAdapter  # noqa: PLC0415 - pydantic only when a record is validated
 
     return TypeAdapter(cast("Any", record_type))
-
-
-@functools.cache
-def _serializer(record_type: type) -> "SchemaSerializer":
-    # The record's own schema, serialised keeping NaN and infinities as floats wherever they are
-    # (pydantic's default makes them None where a field is Any): _non_finite_as_text spells them.
-    from pydantic import BaseModel  # noqa: PLC0415 - pydantic only when a record is dumped
-    from pydantic_core import SchemaSerializer  # noqa: PLC0415
-
-    if issubclass(record_type, BaseModel):
-        schema = record_type.__pydantic_core_schema__
-    else:
-        schema = _adapter(record_type).core_schema
-    return SchemaSerializer(schema, {"ser_json_inf_nan": "constants"})
 
 
 def _type_name(record_type: object) -> str:
     return record_type.__qualname__ if isinstance(record_type, type) else repr(record_type)
 
 
-def _step(path: str, part: object, *, attribute: bool = False) -> str:
+def path_step(path: str, part: object, *, attribute: bool = False) -> str:
     """``path`` one step deeper: a field's name at the top, then ``['key']``, ``[index]``, ``.field``."""
     if not path and isinstance(part, str):
         return part
     return f"{path}.{part}" if attribute else f"{path}[{part!r}]"
 
 
-def _where(path: str) -> str:
+def where_in(path: str) -> str:
+    """``path`` as a message names it (the data itself where it is ``""``)."""
     return path or "the data itself"
 
 
-def _describe(value: object) -> str:
+def describe_value(value: object) -> str:
+    """``value``'s type and (the start of) its repr, for a message."""
     kind = type(value)
     return f"a {kind.__module__}.{kind.__qualname__} ({value!r:.60})"
 
@@ -87,7 +73,8 @@ def read_record[T](record_type: type[T], data: object) -> T:
     int too large for a float field (it would read as ``inf``) is refused.
 
     Args:
-        record_type: The record's type (a dataclass, pydantic model, TypedDict, ...).
+        record_type: The record's type (a dataclass, pydantic model, TypedDict (read as a
+            dict), ...).
         data: The decoded JSON (e.g. ``json.loads(text)``).
 
     Returns:
@@ -95,7 +82,8 @@ def read_record[T](record_type: type[T], data: object) -> T:
 
     Raises:
         pydantic.ValidationError: ``data`` does not fit (a ``ValueError``), naming each field.
-        ValueError: an int in ``data`` is too large for the float field it is read into.
+        ValueError: an int in ``data`` is too large for the float field it is read into, or a
+            str in it holds a lone surrogate (no JSON reader takes one), naming where.
         TypeError: ``data`` is not JSON-serialisable (naming where), or validation returned
             another type.
 
@@ -121,23 +109,31 @@ def read_record[T](record_type: type[T], data: object) -> T:
             "pass decoded JSON (dicts with str keys, lists, str, int, float, bool, None), "
             "e.g. json.loads(text)"
         ) from error
-    adapter = _adapter(record_type)
+    adapter = type_adapter(record_type)
     from pydantic import ValidationError  # noqa: PLC0415
 
     try:
         record = _validate(adapter, text)
     except ValidationError as error:  # an older pydantic refuses a long int for a float itself
+        if any(d["type"] == "json_invalid" for d in error.errors()) and (
+            reason := _non_json(data, "", set())
+        ):  # a str pydantic's JSON parser refuses (a lone surrogate): name where it is
+            raise ValueError(f"record data for {_type_name(record_type)}: {reason}") from None
         for detail in error.errors(include_url=False):
             given = detail.get("input")
             if detail["type"] == "float_type" and _too_large(given):
-                path = functools.reduce(_step, detail["loc"], "")
+                path = functools.reduce(path_step, detail["loc"], "")
                 raise _overflow(record_type, path, given) from None
         raise
     if _LONG_INT.search(text):
         # where the record's type holds a float, pydantic dumps the inf it made of a long int
         dumped = adapter.dump_python(record, mode="json", warnings=False)
         _refuse_overflow(record_type, json.loads(text), dumped, "")
-    if isinstance(record_type, type) and not isinstance(record, record_type):
+    if (  # a TypedDict validates to a dict, and refuses isinstance
+        isinstance(record_type, type)
+        and not is_typeddict(record_type)
+        and not isinstance(record, record_type)
+    ):
         raise TypeError(
             f"validating as {record_type.__name__} returned {type(record).__name__}, not the type"
         )
@@ -146,13 +142,15 @@ def read_record[T](record_type: type[T], data: object) -> T:
 
 def _non_json(value: object, path: str, open_ids: set[int]) -> str:
     """Where ``value`` stops being JSON, and why (``""`` if it is JSON)."""
-    if value is None or isinstance(value, str | int | float):
+    if isinstance(value, str):
+        return lone_surrogate(value, path)
+    if value is None or isinstance(value, int | float):
         return ""
     if not isinstance(value, list | tuple | dict):
         hint = "; convert it with .item()" if hasattr(value, "item") else ""
-        return f"{_where(path)} is {_describe(value)}{hint}"
+        return f"{where_in(path)} is {describe_value(value)}{hint}"
     if id(value) in open_ids:
-        return f"{_where(path)} contains itself"
+        return f"{where_in(path)} contains itself"
     if isinstance(value, dict):
         children = list(cast("dict[object, object]", value).items())
     else:
@@ -161,13 +159,29 @@ def _non_json(value: object, path: str, open_ids: set[int]) -> str:
     found = ""
     for key, item in children:
         if isinstance(value, dict) and not (key is None or isinstance(key, str | int | float)):
-            found = f"{_where(path)} has the key {_describe(key)}; JSON keys are strings"
+            found = f"{where_in(path)} has the key {describe_value(key)}; JSON keys are strings"
+        elif isinstance(key, str) and (bad_key := lone_surrogate(key, f"the key {key!r}")):
+            found = f"{where_in(path)}: {bad_key}"
         else:
-            found = _non_json(item, _step(path, key), open_ids)
+            found = _non_json(item, path_step(path, key), open_ids)
         if found:
             break
     open_ids.discard(id(value))
     return found
+
+
+def lone_surrogate(text: str, path: str) -> str:
+    """Why ``text`` (at ``path``) is no Unicode text JSON can hold, or ``""`` if it is."""
+    if text.isascii():
+        return ""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return (
+            f"{where_in(path)} holds the lone surrogate {text[error.start]!r}, which is no "
+            "Unicode character (UTF-8 and JSON readers refuse it); store real text"
+        )
+    return ""
 
 
 def _validate(adapter: "TypeAdapter[Any]", text: str) -> object:
@@ -225,7 +239,7 @@ def _overflow(record_type: object, path: str, data: int) -> ValueError:
     """The refusal of an int at ``path`` too large for the float field it is read into."""
     digits = int(data.bit_length() * math.log10(2)) + 1
     return ValueError(
-        f"record data for {_type_name(record_type)}: {_where(path)} is an int of about "
+        f"record data for {_type_name(record_type)}: {where_in(path)} is an int of about "
         f"{digits} digits, too large for a float (it would read as "
         f"{'-' if data < 0 else ''}inf); store a number within ±1.8e308"
     )
@@ -240,150 +254,8 @@ def _refuse_overflow(record_type: object, data: object, dumped: object, path: st
         dumped_items = cast("dict[object, object]", dumped)
         for key, item in cast("dict[object, object]", data).items():
             if key in dumped_items:
-                _refuse_overflow(record_type, item, dumped_items[key], _step(path, key))
+                _refuse_overflow(record_type, item, dumped_items[key], path_step(path, key))
     elif isinstance(data, list) and isinstance(dumped, list):
         pairs = zip(cast("list[object]", data), cast("list[object]", dumped), strict=False)
         for index, (item, dumped_item) in enumerate(pairs):
-            _refuse_overflow(record_type, item, dumped_item, _step(path, index))
-
-
-def dump_record(record: object) -> dict[str, Any]:
-    """Dump a dataclass (or pydantic model) record as JSON-ready data.
-
-    Strict JSON: ``json.dumps(dump_record(r), allow_nan=False)`` works. A non-finite float is
-    written as the string ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` (as the tracking log
-    writes them), which ``read_record`` reads back as the float where the field is a float.
-    A NumPy or JAX scalar (``np.int64(3)``, ``jnp.float32(1.5)``) is written as its Python
-    value.
-
-    Args:
-        record: A dataclass instance or pydantic model instance.
-
-    Returns:
-        A dict of JSON values (paths and datetimes as strings, enums by value).
-
-    Raises:
-        TypeError: ``record`` is not a dataclass or pydantic model instance, or a value in it
-            has no JSON form (an array, a traced value, an arbitrary object), naming the field.
-
-    Example:
-        >>> from dataclasses import dataclass
-        >>> from substrax.records import dump_record
-        >>> @dataclass
-        ... class Point:
-        ...     x: float
-        >>> dump_record(Point(x=1.5))
-        {'x': 1.5}
-        >>> dump_record(Point(x=float("nan")))
-        {'x': 'NaN'}
-    """
-    from pydantic import BaseModel  # noqa: PLC0415 - pydantic only when a record is dumped
-    from pydantic_core import PydanticSerializationError  # noqa: PLC0415
-
-    if not isinstance(record, BaseModel) and (
-        not dataclasses.is_dataclass(record) or isinstance(record, type)
-    ):
-        raise TypeError(f"dump_record takes a dataclass instance, got {type(record).__name__}")
-    serializer = _serializer(type(record))
-    try:  # the common case: no mismatch, nothing to convert in a typed field
-        dumped = serializer.to_python(record, mode="json", warnings="error", fallback=_scalar)
-    except (PydanticSerializationError, TypeError):
-        # Find what failed: an array or object with no JSON form is refused, naming its field;
-        # NumPy or JAX scalars in typed fields are converted without pydantic's warnings.
-        scalars = _check_leaves(record)
-        try:
-            dumped = serializer.to_python(
-                record, mode="json", warnings=not scalars, fallback=_scalar
-            )
-        except (PydanticSerializationError, TypeError) as error:
-            raise TypeError(f"dump_record: {error}") from error
-    return cast("dict[str, Any]", _non_finite_as_text(dumped))
-
-
-def _array_kinds() -> tuple[type, ...]:
-    """NumPy's and JAX's array and scalar types, where loaded (this module imports neither)."""
-    kinds: list[type] = []
-    if (np := sys.modules.get("numpy")) is not None:
-        kinds += [np.generic, np.ndarray]
-    if (jax := sys.modules.get("jax")) is not None:
-        kinds.append(jax.Array)
-    return tuple(kinds)
-
-
-def _is_scalar(value: object) -> bool:
-    """A concrete NumPy or JAX value of shape ()."""
-    jax = sys.modules.get("jax")
-    if jax is not None and isinstance(value, jax.core.Tracer):
-        return False
-    return isinstance(value, _array_kinds()) and getattr(value, "shape", None) == ()
-
-
-def _scalar(value: object) -> object:
-    """Pydantic's fallback: a NumPy or JAX scalar as its Python value."""
-    if _is_scalar(value):
-        return cast("Any", value).item()
-    raise TypeError(f"{_describe(value)} has no JSON form")
-
-
-def _check_leaves(record: object) -> bool:
-    """Whether ``record`` holds NumPy or JAX scalars; TypeError naming a value with no JSON form."""
-    from pydantic_core import to_jsonable_python  # noqa: PLC0415
-
-    scalars = False
-    kinds = _array_kinds()
-    for path, leaf in _leaves(record, "", set()):
-        if isinstance(leaf, kinds):
-            if not _is_scalar(leaf):
-                kind = "a NumPy" if type(leaf).__module__.startswith("numpy") else "a JAX"
-                shape = getattr(leaf, "shape", "?")
-                raise TypeError(
-                    f"dump_record: {_where(path)} holds {kind} array of shape {shape} (or a traced "
-                    "value), not a JSON value; store a list (array.tolist()) or a scalar, read "
-                    "outside jit"
-                )
-            scalars = True
-            continue
-        try:
-            to_jsonable_python(leaf, inf_nan_mode="constants")
-        except Exception as error:  # pydantic's reason, named with the field
-            raise TypeError(
-                f"dump_record: {_where(path)} holds {_describe(leaf)}, which has no JSON form "
-                f"({error}); store a JSON value (str, number, bool, list, dict) instead"
-            ) from error
-    return scalars
-
-
-def _leaves(value: object, path: str, open_ids: set[int]) -> Iterator[tuple[str, object]]:
-    """Each value in a record that is no record, mapping or collection, with where it is."""
-    from pydantic import BaseModel  # noqa: PLC0415
-
-    fields: list[str] | None = None
-    if isinstance(value, BaseModel):
-        fields = [*type(value).model_fields, *(value.model_extra or {})]
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = [f.name for f in dataclasses.fields(value)]
-    if fields is not None:
-        children = [(name, getattr(value, name)) for name in fields]
-    elif isinstance(value, Mapping):
-        children = list(cast("Mapping[object, object]", value).items())
-    elif isinstance(value, list | tuple | set | frozenset):
-        children = list(enumerate(cast("list[object]", value)))
-    else:
-        yield path, value
-        return
-    if id(value) in open_ids:
-        return
-    open_ids.add(id(value))
-    for part, child in children:
-        yield from _leaves(child, _step(path, part, attribute=fields is not None), open_ids)
-    open_ids.discard(id(value))
-
-
-def _non_finite_as_text(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {k: _non_finite_as_text(v) for k, v in cast("dict[str, object]", value).items()}
-    if isinstance(value, list):
-        return [_non_finite_as_text(v) for v in cast("list[object]", value)]
-    return value
+            _refuse_overflow(record_type, item, dumped_item, path_step(path, index))

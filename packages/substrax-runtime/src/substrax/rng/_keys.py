@@ -5,7 +5,7 @@
 
 import hashlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -30,13 +30,24 @@ def _is_rngs(value: object) -> bool:
     return nnx is not None and isinstance(value, nnx.Rngs)
 
 
-def _check_streams(streams: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(streams, str) or not all(isinstance(s, str) and s for s in streams):
-        raise TypeError(f"streams must be a sequence of non-empty names, got {streams!r}")
-    return tuple(streams)
+def _check_streams(streams: Iterable[str]) -> tuple[str, ...]:
+    # tuple() before the checks: checking a generator first would use it up
+    try:
+        names = None if isinstance(streams, str) else tuple(streams)
+    except TypeError:  # not iterable
+        names = None
+    if names is None or not all(isinstance(s, str) and s for s in names):
+        shown = streams if names is None else names
+        raise TypeError(f"streams must be a sequence of non-empty names, got {shown!r}")
+    return names
 
 
-def key_from(rng: "jax.Array | nnx.Rngs", *, streams: Sequence[str], context: str) -> jax.Array:
+def _as_int(value: object) -> object:
+    """A NumPy integer as its Python int (for ``check_int``); anything else as it is."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
+def key_from(rng: "jax.Array | nnx.Rngs", *, streams: Iterable[str], context: str) -> jax.Array:
     """Take a key from an explicit owner: an ``nnx.Rngs`` stream or a key itself.
 
     There is no fallback to a default seed: a caller that wants randomness must hand it over.
@@ -44,7 +55,8 @@ def key_from(rng: "jax.Array | nnx.Rngs", *, streams: Sequence[str], context: st
     Args:
         rng: An ``nnx.Rngs`` (the first of ``streams`` it holds is drawn from), a typed key
             (``jax.random.key``, ndim 0) or a raw ``uint32[2]`` key (``jax.random.PRNGKey``).
-        streams: Acceptable stream names, in preference order.
+        streams: Acceptable stream names, in preference order (any iterable of str, a
+            generator included; a lone str is refused).
         context: What asks for the key, for error messages.
 
     Returns:
@@ -126,7 +138,7 @@ def fold_in_name(key: jax.Array, name: str) -> jax.Array:
 
     Raises:
         TypeError: ``key`` is not one PRNG key, or ``name`` is not a str.
-        ValueError: ``name`` is empty.
+        ValueError: ``name`` is empty, or holds a lone surrogate (it has no UTF-8 form).
 
     Example:
         >>> import jax
@@ -144,8 +156,15 @@ def fold_in_name(key: jax.Array, name: str) -> jax.Array:
 
 
 def _folded(name: str) -> int:
-    """The 32 bits ``fold_in_name`` folds in for ``name``."""
-    return int.from_bytes(hashlib.blake2b(name.encode("utf-8")).digest()[:4], "big")
+    """The 32 bits ``fold_in_name`` folds in for ``name``; ValueError if it is no UTF-8 text."""
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError as error:  # a lone surrogate, e.g. "\ud800"
+        raise ValueError(
+            f"the name {name!r} is not valid Unicode text (it holds the lone surrogate "
+            f"{name[error.start]!r}, which UTF-8 cannot encode); use a name of real characters"
+        ) from None
+    return int.from_bytes(hashlib.blake2b(encoded).digest()[:4], "big")
 
 
 def _refuse_colliding_names(names: Sequence[str]) -> None:
@@ -165,13 +184,14 @@ def split_key(key: jax.Array, num: int = 2) -> jax.Array:
 
     Args:
         key: The key to split.
-        num: How many keys, at least 1.
+        num: How many keys, at least 1 (an int or a NumPy integer, as ``rngs_from_seed``'s seed).
 
     Returns:
         The keys, stacked on a leading axis of length ``num``.
 
     Raises:
-        TypeError: ``key`` is not one PRNG key, or ``num`` is not an int (a bool is refused).
+        TypeError: ``key`` is not one PRNG key, or ``num`` is neither an int nor a NumPy integer
+            (a bool is refused).
         ValueError: ``num`` is below 1.
 
     Example:
@@ -181,10 +201,10 @@ def split_key(key: jax.Array, num: int = 2) -> jax.Array:
         (3,)
     """
     _check_one_key(key, "split_key")
-    return jax.random.split(key, check_int("split_key num", num, minimum=1))
+    return jax.random.split(key, check_int("split_key num", _as_int(num), minimum=1))
 
 
-def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rngs":
+def rngs_from_seed(seed: int, streams: Iterable[str] = ("default",)) -> "nnx.Rngs":
     """Build an ``nnx.Rngs`` whose streams are derived from one seed by name.
 
     Each stream gets ``fold_in_name(jax.random.key(seed), name)``, so adding, removing or
@@ -194,7 +214,7 @@ def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rng
 
     Args:
         seed: A non-negative int.
-        streams: Distinct stream names.
+        streams: Distinct stream names (any iterable of str, a generator included).
 
     Returns:
         The ``nnx.Rngs``.
@@ -203,7 +223,7 @@ def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rng
         TypeError: ``seed`` is not an int (a bool is refused) or a name is not a string.
         ValueError: ``seed`` is negative or past what ``jax.random.key`` takes (``2**32 - 1``,
             or ``2**63 - 1`` with x64 on), or ``streams`` is empty, repeats a name or holds
-            two names that derive the same key (naming both).
+            two names that derive the same key (naming both), or a name holds a lone surrogate.
         MissingExtraError: flax is not installed (an ``ImportError``; install
             ``substrax-runtime[nnx]``).
 
@@ -213,7 +233,7 @@ def rngs_from_seed(seed: int, streams: Sequence[str] = ("default",)) -> "nnx.Rng
         >>> rngs.dropout().shape
         ()
     """
-    checked = check_int("seed", int(seed) if isinstance(seed, np.integer) else seed, minimum=0)
+    checked = check_int("seed", _as_int(seed), minimum=0)
     wide = jax.dtypes.canonicalize_dtype(np.int64) == np.int64  # jax_enable_x64, here and now
     if checked > (largest := 2**63 - 1 if wide else 2**32 - 1):
         hint = "" if wide else " with jax_enable_x64 off (it would give the keys of a small seed)"

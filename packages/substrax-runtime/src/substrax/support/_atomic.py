@@ -111,6 +111,10 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
     gets those ``open`` would give it (the umask's). The parent directory is created if missing. On
     any error the temporary file is removed and ``path`` is left as it was. Text is UTF-8.
 
+    Where ``path`` is a symbolic link (or lies under one), the file it resolves to
+    (``os.path.realpath``) is replaced and the link is kept: the temporary file goes beside
+    that file. A link to a path that does not exist yet creates it.
+
     The temporary file's name, ``.<name>.<12 hex digits>.tmp``, holds the writer's process id
     and host: a writer killed mid-write (``kill -9``) leaves its temporary file behind, and a
     later write of the same ``path`` removes it once that process is gone and the file has sat
@@ -126,7 +130,7 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
         ...     target.read_text()
         '{"step": 1}'
     """
-    target = Path(path)
+    target = Path(os.path.realpath(path))  # through a link: replace its target, keep the link
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data
     _remove_stale_temporaries(target)
