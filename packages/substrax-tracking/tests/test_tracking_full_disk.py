@@ -131,3 +131,27 @@ def test_tensorboard_events_wait_for_room_on_a_full_disk_and_are_written_once_ea
     assert [(e.step, e.value) for e in accumulator.Scalars("loss")] == [
         (step, float(step)) for step in range(300)
     ]
+
+
+def test_tensorboard_hyperparameters_a_full_disk_refused_are_written_at_a_later_flush(
+    small_disk, caplog
+):
+    """Hostile finding: log_hyperparams raised the OSError and left its temporary file."""
+    event_accumulator = pytest.importorskip(
+        "tensorboard.backend.event_processing.event_accumulator",
+        reason="the tensorboard package (dev dependency) reads the event files back",
+    )
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    logger = tracking.TensorBoardLogger("run", small_disk.path)
+    small_disk.fill()
+    logger.log_hyperparams({"lr": 0.1})  # no error: warned, and kept for a later flush
+    assert "cannot write its hyperparameters" in caplog.text
+    assert not list(small_disk.path.glob("*.tmp"))
+    small_disk.free()
+    logger.close()
+    accumulator = event_accumulator.EventAccumulator(str(small_disk.path))
+    accumulator.Reload()
+    contents = accumulator.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(contents["_hparams_/session_start_info"])
+    assert start.session_start_info.hparams["lr"].number_value == pytest.approx(0.1)

@@ -1,4 +1,5 @@
 import io
+import json
 import logging
 import subprocess
 import sys
@@ -275,3 +276,75 @@ def test_a_logger_dropped_unclosed_writes_the_events_it_kept(tmp_path):
     accumulator = event_accumulator.EventAccumulator(str(tmp_path))
     accumulator.Reload()
     assert [(e.step, e.value) for e in accumulator.Scalars("loss")] == [(1, 0.5)]
+
+
+def test_loggers_opened_in_one_second_in_one_directory_write_files_of_their_own(tmp_path):
+    """Hostile finding: an event file was made at its first write, so a second logger opened
+    meanwhile took the same name, and both appended to one file."""
+    first, second = TensorBoardLogger("a", tmp_path), TensorBoardLogger("b", tmp_path)
+    first.log_scalar("x", 1.0, step=0)
+    second.log_scalar("y", 2.0, step=0)
+    first.close()
+    second.close()
+    files = sorted(tmp_path.glob("events.out.tfevents.*"))
+    assert len(files) == 2
+    assert [name.name.split(".")[-2] for name in files] == ["000001", "000002"]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[1.0, float(np.nextafter(1.0, 2.0))], [1.0, 1e308, -1e308], [5e-324, 0.0]],
+    ids=["narrow", "wide", "subnormal"],
+)
+def test_a_histogram_of_any_finite_values_is_written(tmp_path, values):
+    """Hostile finding: numpy's "Too many bins for data range" reached the training loop."""
+    with TensorBoardLogger("run", tmp_path / "tb") as board, FileLogger("run", tmp_path) as log:
+        board.log_histogram("h", values, step=1)
+        log.log_histogram("h", values, step=1)
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path / "tb"))
+    with np.errstate(over="ignore", invalid="ignore"):  # the reader's own percentiles of 1e308
+        accumulator.Reload()
+    assert accumulator.Histograms("h")[0].histogram_value.num == len(values)
+    assert sum(json.loads(log.histograms_jsonl.read_text())["counts"]) == len(values)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_forked_child_leaves_its_parents_events_to_the_parent(tmp_path):
+    """Hostile finding: a forked child that exited wrote its parent's waiting events again."""
+    child = textwrap.dedent(
+        f"""
+        import os, sys
+        from substrax.tracking import TensorBoardLogger
+
+        logger = TensorBoardLogger("run", {str(tmp_path)!r})
+        for step in range(3):
+            logger.log_scalar("loss", float(step), step=step)  # waiting: flush_secs is 10
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        os.waitpid(pid, 0)
+        logger.close()
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", child],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Scalars("loss")] == [0, 1, 2]
+
+
+def test_events_reach_the_file_within_flush_secs_without_another_call(tmp_path, wall_clock):
+    """Hostile finding: with no later call, nothing wrote the events (tensorboardX's thread did)."""
+    logger = TensorBoardLogger("run", tmp_path, flush_secs=0.2)
+    logger.log_scalar("loss", 1.0, step=0)
+    wall_clock.sleep(2.0)
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    assert [e.step for e in accumulator.Scalars("loss")] == [0]
+    logger.close()

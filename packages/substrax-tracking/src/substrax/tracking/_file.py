@@ -329,12 +329,17 @@ class FileLogger(Logger):
         self._append(self._files[3], {"step": step, "name": name, **summary})
         if self._pyplot_missing() or not summary["counts"]:
             return
+        import numpy as np  # noqa: PLC0415
         from matplotlib.figure import Figure  # noqa: PLC0415
 
         figure = Figure(figsize=(5, 3))
-        figure.add_subplot().stairs(summary["counts"], summary["edges"], fill=True)
-        figure.axes[0].set_title(name + ("" if step is None else f" (step {step})"))
-        figure.savefig(self._media_path("histograms", name, step, 0, ".png"), dpi=80)
+        try:  # edges from -1e308 to 1e308: no axis spans them (the line above keeps the counts)
+            with np.errstate(over="ignore", invalid="ignore"):
+                figure.add_subplot().stairs(summary["counts"], summary["edges"], fill=True)
+                figure.axes[0].set_title(name + ("" if step is None else f" (step {step})"))
+                figure.savefig(self._media_path("histograms", name, step, 0, ".png"), dpi=80)
+        except (ValueError, OverflowError) as error:
+            _logger.warning("%r: no PNG of histogram %r at step %s: %s", self, name, step, error)
 
     def flush(self) -> None:
         """Write every line and image logged so far and ``fsync`` the lines, waiting for jax values.

@@ -4,17 +4,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
 import os
 import re
 import socket
-import struct
-import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,10 +19,11 @@ from typing import Any, cast
 from substrax.support import check_int, check_seconds, require, write_atomically
 
 from ._base import Logger
-from ._log_files import Appender, json_ready
+from ._event_file import EventFile, event, last_number
+from ._log_files import json_ready
 from ._media import ImageWriter, image_pixels
 from ._paths import ensure_writable_dir, log_stem
-from ._values import checked_scalars, drain_at_exit, read_scalar, value_ready
+from ._values import checked_scalars, drain_at_exit, histogram_counts, read_scalar, value_ready
 
 
 __all__ = ["TensorBoardLogger"]
@@ -34,14 +31,6 @@ __all__ = ["TensorBoardLogger"]
 _logger = logging.getLogger(__name__)
 _BINS = 64  # a histogram's, as the file log's
 _NOT_IN_TAG = re.compile(r"[^-/\w.]")  # what tensorboardX replaces by "_" in a tag
-# an event file a TensorBoardLogger named: its number, then the process that wrote it
-_NUMBERED = re.compile(r"events\.out\.tfevents\..*\.(\d{6})(?:\.\d+)?")
-
-
-def _last_number(log_dir: Path) -> int:
-    """The highest number an event file of ``log_dir`` was named with here (0: none)."""
-    found = (_NUMBERED.fullmatch(path.name) for path in log_dir.glob("events.out.tfevents.*"))
-    return max((int(match[1]) for match in found if match), default=0)
 
 
 def _read_hparams(path: Path) -> dict[str, Any]:
@@ -53,89 +42,7 @@ def _read_hparams(path: Path) -> dict[str, Any]:
     return cast("dict[str, Any]", found) if isinstance(found, dict) else {}
 
 
-def _event(**fields: Any) -> Any:
-    """A TensorBoard ``Event`` protocol buffer of ``fields``."""
-    from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
-        Event,  # pyright: ignore[reportAttributeAccessIssue]  (generated: no stub)
-    )
-
-    return Event(**fields)
-
-
-class _EventFile:
-    """One event file, written by the calling thread at most every ``flush_secs`` seconds.
-
-    tensorboardX's ``SummaryWriter`` writes from a thread of its own, fed by a multiprocessing
-    queue whose own thread starts at the first event: neither can start at interpreter exit,
-    when a logger writes the jax values it still holds. Here no thread is needed. Each event is
-    a record of the TFRecord format (its length, the data, each with its masked CRC-32C). What
-    a full disk refused waits in memory, in order, and is written once there is room (warned
-    about once); what waits at exit, or when the logger is dropped, is written then.
-    """
-
-    def __init__(self, path: Path, flush_secs: float, label: str) -> None:
-        from tensorboardX.record_writer import masked_crc32c  # noqa: PLC0415
-
-        self._crc: Any = masked_crc32c
-        self._file = Appender(path)
-        self._lock = threading.Lock()  # the image thread writes too
-        self._flush_secs, self._written = flush_secs, time.monotonic()
-        self._label, self._warned = label, False
-        self.add(_event(wall_time=time.time(), file_version="brain.Event:2"))
-        self._finalizer = weakref.finalize(self, _write_and_close, self._file)
-
-    def add(self, event: Any) -> None:
-        data = event.SerializeToString()
-        header = struct.pack("<Q", len(data))
-        crc = self._crc
-        record = header + struct.pack("<I", crc(header)) + data + struct.pack("<I", crc(data))
-        with self._lock:
-            self._file.waiting += record
-            if time.monotonic() - self._written >= self._flush_secs:
-                self._write()
-
-    def add_summary(self, summary: Any, step: int | None, when: float) -> None:
-        self.add(
-            _event(wall_time=when, summary=summary, **({} if step is None else {"step": step}))
-        )
-
-    def _write(self) -> bool:
-        """Write what waits (under the lock); whether all of it is written."""
-        self._written = time.monotonic()
-        if (error := self._file.write()) is None:
-            return True
-        if not self._warned:
-            self._warned = True
-            _logger.warning(
-                f"{self._label} cannot write {self._file.path} ({error}); its events wait in "
-                "memory and are written once there is room (this is reported once)"
-            )
-        return False
-
-    def flush(self) -> None:
-        """Write what waits and fsync the file (a full disk: it keeps waiting)."""
-        with self._lock:
-            if self._write() and self._file.fd is not None:
-                with contextlib.suppress(OSError):
-                    os.fsync(self._file.fd)
-
-    def close(self) -> None:
-        self.flush()
-        self._finalizer()
-
-
-def _write_and_close(file: Appender) -> None:
-    """Write what waits in ``file`` and close it (a logger dropped unclosed, or the exit)."""
-    try:
-        if error := file.write():
-            _logger.error(
-                "%s: %d bytes of events are lost (%s)", file.path, len(file.waiting), error
-            )
-    finally:
-        file.close()
-
-
-def _mark_restart(events: _EventFile, step: int) -> None:
+def _mark_restart(events: EventFile, step: int) -> None:
     """Write TensorBoard's restart marker: its readers drop the steps >= ``step`` read before."""
     from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
         SessionLog,  # pyright: ignore[reportAttributeAccessIssue]  (generated: no stub)
@@ -145,7 +52,7 @@ def _mark_restart(events: _EventFile, step: int) -> None:
     # twice: TensorBoard's Python loader (plugin_event_accumulator) takes a run's first START for
     # its beginning, not a restart, and the first attempt wrote none
     for _ in range(2):
-        events.add(_event(wall_time=time.time(), step=step, session_log=start))
+        events.add(event(wall_time=time.time(), step=step, session_log=start))
 
 
 class TensorBoardLogger(Logger):
@@ -218,8 +125,9 @@ class TensorBoardLogger(Logger):
         from tensorboardX import summary  # noqa: PLC0415  (the optional extra, checked above)
 
         self._summaries: Any = summary
-        self._writer: _EventFile | None = None
+        self._writer: EventFile | None = None
         self._hparams: dict[str, Any] = {}  # every call's, merged (a resumed run's first)
+        self._hparams_waiting = self._hparams_warned = False  # a full disk refused them
         self.hparams_file = self.log_dir / f"events.hparams.tfevents.{log_stem(name)}"
         self._hparams_json = self.log_dir / f".{log_stem(name)}.hparams.json"
         if self.active:
@@ -255,16 +163,16 @@ class TensorBoardLogger(Logger):
                 )
         return tag
 
-    def _events(self) -> _EventFile:
+    def _events(self) -> EventFile:
         """The event file, opened at the first call."""
         if self._writer is None:
             # the number sorts the file after the last one in log_dir (TensorBoard reads them in
             # order), even one opened in the same second; the pid keeps two processes that read
             # the same number apart
-            number = _last_number(self.log_dir) + 1
+            number = last_number(self.log_dir) + 1
             host = socket.gethostname()
             name = f"events.out.tfevents.{int(time.time())}.{host}.{number:06d}.{os.getpid()}"
-            self._writer = _EventFile(self.log_dir / name, self._flush_secs, repr(self))
+            self._writer = EventFile(self.log_dir / name, self._flush_secs, repr(self))
         return self._writer
 
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
@@ -289,27 +197,42 @@ class TensorBoardLogger(Logger):
                 self._events().add_summary(summary, step, when)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
-        from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
-            Event,  # pyright: ignore[reportAttributeAccessIssue]  (generated: no stub)
-        )
-        from tensorboardX.record_writer import RecordWriter  # noqa: PLC0415
-        from tensorboardX.summary import hparams  # noqa: PLC0415
-
         for key, value in json_ready(params).items():  # a list or None: shown as its str
             plain = isinstance(value, bool | float | str) or (
                 isinstance(value, int) and -(2**63) <= value < 2**63  # TensorBoard's int64
             )
             self._hparams[key] = value if plain else str(value)
+        self._hparams_waiting = True
+        self._write_hparams()
+
+    def _write_hparams(self) -> None:
+        """Write every hyperparameter given so far; a full disk: warned once, tried at each flush."""
+        from tensorboardX.record_writer import RecordWriter  # noqa: PLC0415
+        from tensorboardX.summary import hparams  # noqa: PLC0415
+
         temporary = self.log_dir / f".{log_stem(self.name)}.hparams.tmp"
-        writer = RecordWriter(str(temporary))  # no event file (no "tfevents") until renamed whole
         now = self._started  # the file is read first: its time is the run's start
-        writer.write(Event(wall_time=now, file_version="brain.Event:2").SerializeToString())
-        for summary in hparams(self._hparams, {}):  # the experiment, session start and end
-            writer.write(Event(wall_time=now, summary=summary).SerializeToString())
-        writer.flush()
-        writer.close()
-        temporary.replace(self.hparams_file)
-        write_atomically(self._hparams_json, json.dumps(self._hparams))  # a resume's start
+        try:
+            writer = RecordWriter(str(temporary))  # no event file ("tfevents") until renamed
+            try:
+                writer.write(event(wall_time=now, file_version="brain.Event:2").SerializeToString())
+                for summary in hparams(self._hparams, {}):  # the experiment, session start, end
+                    writer.write(event(wall_time=now, summary=summary).SerializeToString())
+                writer.flush()
+            finally:
+                writer.close()
+            temporary.replace(self.hparams_file)
+            write_atomically(self._hparams_json, json.dumps(self._hparams))  # a resume's start
+        except OSError as error:
+            temporary.unlink(missing_ok=True)
+            if not self._hparams_warned:
+                self._hparams_warned = True
+                _logger.warning(
+                    f"{self!r} cannot write its hyperparameters to {self.hparams_file} "
+                    f"({error}); they are written at the next flush with room"
+                )
+        else:
+            self._hparams_waiting = False
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
         self._events().add_summary(self._summaries.text(name, text), step, time.time())
@@ -322,7 +245,7 @@ class TensorBoardLogger(Logger):
 
     @staticmethod
     def _store_image(
-        events: _EventFile, tag: str, step: int | None, when: float, image: Any
+        events: EventFile, tag: str, step: int | None, when: float, image: Any
     ) -> None:
         from tensorboardX.summary import image as image_summary  # noqa: PLC0415
 
@@ -337,7 +260,9 @@ class TensorBoardLogger(Logger):
         array = np.asarray(values, dtype=np.float64).ravel()
         finite = array[np.isfinite(array)]  # NaN and infinity have no bin
         if finite.size:
-            summary = self._summaries.histogram(self._tag(name), finite, bins=_BINS)
+            _, edges = histogram_counts(finite, _BINS)  # edges equal bins can span, or one bin
+            with np.errstate(over="ignore", invalid="ignore"):  # its sum of squares of 1e308
+                summary = self._summaries.histogram(self._tag(name), finite, bins=edges)
             self._events().add_summary(summary, step, time.time())
         elif name not in self._empty_histograms:
             self._empty_histograms.add(name)
@@ -357,6 +282,8 @@ class TensorBoardLogger(Logger):
     def _write_all(self) -> None:
         self._write_held(wait=True)
         self._images.wait()
+        if self._hparams_waiting:
+            self._write_hparams()
 
     def _close(self) -> None:
         try:

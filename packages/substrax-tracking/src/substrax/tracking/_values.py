@@ -211,6 +211,29 @@ def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
             "counts": [],
             "edges": [],
         }
-    counts, edges = np.histogram(finite, bins=bins)
-    summary = {stat: float(getattr(finite, stat)()) for stat in stats}
+    counts, edges = histogram_counts(finite, bins)
+    with np.errstate(over="ignore", invalid="ignore"):  # a mean of -1e308 and 1e308 overflows
+        summary = {stat: float(getattr(finite, stat)()) for stat in stats}
     return {"count": int(array.size), **summary, "counts": counts.tolist(), "edges": edges.tolist()}
+
+
+def histogram_counts(finite: Any, bins: int) -> tuple[Any, Any]:
+    """``np.histogram`` of finite values in ``bins`` equal bins, or in one bin over their range.
+
+    One bin where equal bins cannot span the range: too narrow (1.0 to the next float) or too
+    wide (-1e308 to 1e308).
+
+    Example:
+        >>> from substrax.tracking._values import histogram_counts
+        >>> counts, edges = histogram_counts([1.0, 1.0000000000000002], 64)
+        >>> counts.tolist(), len(edges)
+        ([2], 2)
+    """
+    import numpy as np  # noqa: PLC0415
+
+    finite = np.asarray(finite, dtype=np.float64)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.histogram(finite, bins=bins)
+    except ValueError:
+        return np.histogram(finite, bins=np.array([finite.min(), finite.max()]))
