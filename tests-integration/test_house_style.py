@@ -335,6 +335,7 @@ def _error_samples() -> list[BaseException]:
         ),
         spmd.UnknownAxisError("no batch axis", axis_name="batch", available=("data",)),
         spmd.BatchSplitError("10 rows in 4 parts", path="['x']", shape=(10, 2), parts=4),
+        spmd.StateChangedError("replaced", path="model.down.kernel"),
         optim.LearningRateNotFoundError(),
         optim.LineSearchStateError("no line search", paths=("opt", "0")),
         optim.OptimizerConfigError("negative", field="learning_rate", value=-1.0),

@@ -57,6 +57,8 @@ def _normalize_shape(mesh_shape: MeshShape) -> dict[str, int]:
         if name in shape:
             msg = f"mesh axis {name!r} appears twice in {pairs!r}; give every axis one size"
             raise MeshShapeError(msg, mesh_shape=dict(pairs), device_count=-1)
+        if isinstance(size, np.integer):  # numpy's ints are sizes too (np.int64(2))
+            size = int(size)
         try:
             shape[name] = check_int(f"mesh axis {name!r} has size", size, minimum=1)
         except (TypeError, ValueError) as error:
@@ -125,6 +127,11 @@ def create_device_mesh(
             "(set JAX_NUM_CPU_DEVICES or pass devices=)"
         )
         raise MeshShapeError(msg, mesh_shape=shape, device_count=len(pool))
+    if len(set(pool[:needed])) != needed:
+        msg = (
+            f"devices for mesh shape {shape} name a device twice ({pool[:needed]}); give each once"
+        )
+        raise MeshShapeError(msg, mesh_shape=shape, device_count=len(set(pool)))
     if needed < len(pool):
         _warn_smaller_mesh(shape, needed, len(pool))
     if axis_types is None:

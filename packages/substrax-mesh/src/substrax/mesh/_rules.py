@@ -33,6 +33,11 @@ def _check_axes(name: str, axes: object) -> MeshAxes:
     if not all(checked):
         msg = f"logical axis {name!r} maps to {axes!r}, an empty mesh axis name; use {_WANTED}"
         raise ValueError(msg)
+    if len(set(checked)) != len(checked):  # one dimension cannot be split twice over one axis
+        msg = (
+            f"logical axis {name!r} maps to {axes!r}, which names a mesh axis twice; name each once"
+        )
+        raise ValueError(msg)
     return axes if isinstance(axes, str) else checked
 
 

@@ -24,9 +24,15 @@ FSDP_DIMENSION_NAMES = frozenset({"out_features", "features", "hidden", "embed",
 """Dimension names that :class:`FSDPStrategy` splits when they come first."""
 
 
-def _check_axis(axis_name: str, mesh: Mesh) -> None:
+def _check_axis(axis_name: str, mesh: Mesh, mesh_axis: int) -> None:
     if axis_name not in mesh.axis_names:
         msg = f"strategy axis {axis_name!r} is not an axis of the mesh {dict(mesh.shape)}"
+        raise ValueError(msg)
+    if mesh.axis_names.index(axis_name) != mesh_axis:
+        msg = (
+            f"strategy mesh_axis={mesh_axis} but {axis_name!r} is axis "
+            f"{mesh.axis_names.index(axis_name)} of the mesh {dict(mesh.shape)}; give its index"
+        )
         raise ValueError(msg)
 
 
@@ -94,7 +100,7 @@ class DataParallelStrategy(ShardingStrategy):
         Raises:
             ValueError: If the axis is not in ``mesh``, or its size does not divide the batch.
         """
-        _check_axis(self.axis_name, mesh)
+        _check_axis(self.axis_name, mesh, self.mesh_axis)
         spec = PartitionSpec(self.axis_name) if array.ndim else PartitionSpec()
         return _put(array, mesh, spec, "DataParallelStrategy")
 
@@ -138,7 +144,7 @@ class FSDPStrategy(ShardingStrategy):
         A weight large enough whose first dimension the axis does not divide is replicated with
         a warning naming its shape: it costs its full size on every device.
         """
-        _check_axis(self.axis_name, mesh)
+        _check_axis(self.axis_name, mesh, self.mesh_axis)
         size = mesh.shape[self.axis_name]
         split = self.should_shard_weight(array) and array.shape[0] % size == 0
         if self.should_shard_weight(array) and not split:
@@ -212,7 +218,7 @@ class TensorParallelStrategy(ShardingStrategy):
             ValueError: If the axis is not in ``mesh``, or its size does not divide the dimension
                 split (named, with the array's shape).
         """
-        _check_axis(self.axis_name, mesh)
+        _check_axis(self.axis_name, mesh, self.mesh_axis)
         if array.ndim == 2:  # noqa: PLR2004  (a kernel)
             spec = self.get_linear_weight_spec()
         elif array.ndim == 1 and self._target == "out_features":

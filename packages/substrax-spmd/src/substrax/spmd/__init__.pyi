@@ -6,6 +6,7 @@ from ._errors import (
     BatchPlacementError as BatchPlacementError,
     BatchSplitError as BatchSplitError,
     OptimizerMismatchError as OptimizerMismatchError,
+    StateChangedError as StateChangedError,
     UnknownAxisError as UnknownAxisError,
     UnknownReductionError as UnknownReductionError,
 )

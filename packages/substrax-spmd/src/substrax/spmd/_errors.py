@@ -128,3 +128,27 @@ class UnknownAxisError(_SpmdError, NameError):
     message: str
     axis_name: object
     available: tuple[str, ...]
+
+
+class StateChangedError(_SpmdError, ValueError):
+    """A step's state whose Variables changed under it: replaced, added, or grown in the step.
+
+    A :class:`~substrax.spmd.TrainStep` tracks the Variable objects its model and optimizer held
+    when it was built. A Variable or submodule replaced after that (``model.head =
+    nnx.Linear(...)``, ``optimizer.opt_state = fresh.opt_state``) would never be read or written
+    again, and a Variable that appears while the step runs (an ``nnx.Intermediate`` that
+    ``sow`` leaves in the model) has no place in the step's fixed state.
+
+    Attributes:
+        message: The error's text.
+        path: The Variable or node concerned, e.g. ``"model.down.kernel"``.
+
+    Example:
+        >>> from substrax.spmd import StateChangedError
+        >>> error = StateChangedError("replaced", path="model.down.kernel")
+        >>> error.path, isinstance(error, ValueError)
+        ('model.down.kernel', True)
+    """
+
+    message: str
+    path: str

@@ -55,3 +55,24 @@ def check_leading_rows(
         if not shape or not fits(shape[0]):
             message = f"{leaf_name(path)} of shape {shape} {problem(shape)}"
             raise BatchSplitError(message, path=path, shape=shape, parts=parts)
+
+
+def check_has_rows(batch: Any, *, stacked: bool = False) -> None:  # noqa: ANN401  (any pytree)
+    """Refuse a batch with a leaf of 0 rows (axis 0; axis 1 of a ``stacked`` one).
+
+    A train step on no rows has a NaN mean loss, and its update would still be applied.
+
+    Raises:
+        ValueError: Naming the first such leaf and its shape.
+    """
+    axis = 1 if stacked else 0
+    if all(getattr(x, "shape", (1, 1))[axis : axis + 1] != (0,) for x in jax.tree.leaves(batch)):
+        return
+    for path, shape in leaf_shapes(batch):
+        if shape[axis : axis + 1] == (0,):
+            msg = (
+                f"{leaf_name(path)} of shape {shape} has no rows: a train step on an empty "
+                "batch has a NaN loss and would still apply its update; skip empty batches "
+                "(or drop the loader's empty last batch)"
+            )
+            raise ValueError(msg)

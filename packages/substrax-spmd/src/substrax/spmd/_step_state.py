@@ -5,6 +5,7 @@ runs every step on it; these helpers put that list where the step runs and take 
 caller set in the live nnx objects between steps.
 """
 
+import logging
 from typing import Any
 
 import jax
@@ -14,7 +15,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 
 from substrax.typing import PyTree
 
+from ._live_graph import describe
 from ._placement import put_keys_as_data
+
+
+_logger = logging.getLogger(__name__)
 
 
 def strong(x: PyTree) -> PyTree:
@@ -92,8 +97,61 @@ def own_buffers(leaves: list[Any], fresh: list[int] | None = None) -> None:
         seen.add(key)
 
 
+def _name(path: tuple[Any, ...]) -> str:
+    """``model.up.kernel`` for a leaf's key path in the state of ``(model, optimizer)``."""
+    keys = path[:-1] if path and getattr(path[-1], "name", None) == "value" else path
+    return describe(keys)
+
+
+def _is_split(sharding: object) -> bool:
+    return isinstance(sharding, NamedSharding) and not sharding.is_fully_replicated
+
+
+def _warn_unsplit(before: list[Any], after: list[Any], paths: list[tuple[Any, ...]]) -> None:
+    """Warn of leaves the placement replicated though split, or not split as their parameter.
+
+    An optimizer-state leaf follows a parameter when its path ends with the parameter's path
+    in the model (``optimizer.opt_state[0].mu.up.kernel`` and ``model.up.kernel``) and its
+    shape is the parameter's.
+    """
+    lost = [
+        _name(p)
+        for p, old, new in zip(paths, before, after, strict=True)
+        if _is_split(getattr(old, "sharding", None)) and not _is_split(new.sharding)
+    ]
+    params = {tuple(p[1:]): x for p, x in zip(paths, after, strict=True) if _key0(p) == 0}
+    for path, x in zip(paths, after, strict=True):
+        if _key0(path) != 1 or not isinstance(x, jax.Array):
+            continue
+        param = next((params[path[i:]] for i in range(1, len(path)) if path[i:] in params), None)
+        if (
+            param is not None
+            and param.shape == x.shape
+            and _is_split(param.sharding)
+            and not x.sharding.is_equivalent_to(param.sharding, x.ndim)
+        ):
+            lost.append(_name(path))
+    if lost:
+        _logger.warning(
+            "TrainStep replicates %d state leaves that were split, or that the parameter they "
+            "belong to splits (%s): each device holds them whole. Shard the model and its "
+            "optimizer together (shard_model(model, mesh, rules) after building the optimizer, "
+            "or create_sharded_model), and give mesh= the mesh the state is on",
+            len(lost),
+            ", ".join(lost[:5]) + (", ..." if len(lost) > 5 else ""),  # noqa: PLR2004
+        )
+
+
+def _key0(path: tuple[Any, ...]) -> object:
+    return getattr(path[0], "key", None) if path else None
+
+
 def place_state(
-    leaves: list[Any], mesh: Mesh | None, fallback: Mesh | None = None
+    leaves: list[Any],
+    mesh: Mesh | None,
+    fallback: Mesh | None = None,
+    *,
+    paths: list[tuple[Any, ...]] | None = None,
 ) -> tuple[list[Any], Mesh | None, Sharding]:
     """Put the state's arrays where the step runs; return them, the mesh and the metrics' sharding.
 
@@ -104,6 +162,14 @@ def place_state(
     every leaf is committed to the first leaf's device (a call on uncommitted inputs would
     compile a second program). Every leaf gets a buffer of its own (:func:`own_buffers`).
 
+    Given the leaves' key ``paths``, a WARNING (on this module's logger) names the leaves that
+    were split by a ``NamedSharding`` and come out replicated (a ``mesh`` over other devices
+    than the state's), and the optimizer-state leaves not split as their parameter is (an
+    optimizer built before ``shard_model(model, ...)``).
+
+    Raises:
+        ValueError: ``fallback`` (the batch's mesh) spans other devices than the mesh chosen.
+
     Example:
         >>> import jax.numpy as jnp
         >>> from substrax.spmd._step_state import place_state
@@ -111,8 +177,18 @@ def place_state(
         >>> mesh is None, leaves[0].committed
         (True, True)
     """
-    leaves = [strong(x) for x in leaves]
+    given = leaves = [strong(x) for x in leaves]
     mesh = next((m for m in (mesh, _mesh_of(leaves), fallback) if m is not None), None)
+    if mesh is not None and fallback is not None:
+        ours, theirs = set(mesh.devices.flat), set(fallback.devices.flat)
+        if ours != theirs:
+            msg = (
+                f"batch_sharding's mesh spans devices {sorted(d.id for d in theirs)} but the "
+                f"step's state is on mesh {dict(mesh.shape)} over devices "
+                f"{sorted(d.id for d in ours)}; one step runs on one set of devices: build the "
+                "batch sharding on the state's mesh, or pass that mesh as mesh="
+            )
+            raise ValueError(msg)
     if mesh is not None:
         replicated = NamedSharding(mesh, PartitionSpec())
         mesh_devices = set(mesh.devices.flat)
@@ -122,8 +198,11 @@ def place_state(
             if not (isinstance(x, jax.Array) and x.sharding.device_set == mesh_devices)
         ]
         placed = put_keys_as_data([leaves[i] for i in moves], [replicated] * len(moves))
+        leaves = list(leaves)
         for i, array in zip(moves, placed, strict=True):
             leaves[i] = array
+        if paths is not None:
+            _warn_unsplit(given, leaves, paths)
         own_buffers(leaves)
         return leaves, mesh, replicated
     leaves = [jnp.asarray(x) for x in leaves]
@@ -161,6 +240,11 @@ class StateVariables:
                 self._spans.append((start, count, jax.tree.structure(item.get_raw_value())))
                 self._paths.append(path)
             start += count
+
+    @property
+    def variables(self) -> list[nnx.Variable[Any]]:
+        """The Variables tracked, in the order of their leaves."""
+        return list(self._variables)
 
     def write_back(self, leaves: list[Any]) -> None:
         """Set every Variable to its current leaves, and remember what was set."""

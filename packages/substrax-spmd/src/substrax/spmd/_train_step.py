@@ -23,6 +23,8 @@ from ._batch_rules import BatchRules
 from ._consistency import check_loss_output, check_optimizer_matches
 from ._cost import StepCost, abstract, count_program_flops, read_bytes
 from ._features import with_loop_features
+from ._leaf_names import check_has_rows
+from ._live_graph import LiveGraph, check_layout_kept, variable_layout
 from ._step_state import StateVariables, place_state, sharding_mesh
 
 
@@ -48,7 +50,9 @@ class TrainStep[M: nnx.Module]:
     buffers are donated, the objects passed in are stale after the first step until
     :meth:`sync` writes the current state back; the :attr:`model` and :attr:`optimizer`
     properties sync for you. Once synced, the objects stay live: every step writes its new
-    arrays into them.
+    arrays into them. A Variable, submodule or optimizer state replaced by a new object (or
+    a Variable added) is refused with :class:`~substrax.spmd.StateChangedError` at the next
+    call: build a new step then (each call checks the links, about 15 µs for 100 Variables).
 
     Mistakes are refused early: an optimizer whose state was built for another model
     (:class:`~substrax.spmd.OptimizerMismatchError`), a ``loss_fn`` output that does not match
@@ -126,8 +130,12 @@ class TrainStep[M: nnx.Module]:
         graphdef, state = nnx.split((model, optimizer))
         # the live Variables of both objects (nnx.split keeps them), where a restore is read
         self._variables = StateVariables(state)
-        leaves, treedef = jax.tree.flatten(state)
-        leaves, mesh, metric_sharding = place_state(leaves, mesh, sharding_mesh(batch_sharding))
+        self._graph = LiveGraph((model, optimizer), self._variables.variables)
+        layout = variable_layout(state)
+        flat, treedef = jax.tree_util.tree_flatten_with_path(state)
+        leaves, mesh, metric_sharding = place_state(  # paths: to name leaves left unsplit
+            [x for _, x in flat], mesh, sharding_mesh(batch_sharding), paths=[p for p, _ in flat]
+        )
         self._mesh = mesh
         self._batches = BatchRules.build(
             batch_sharding, mesh, accumulate_steps=accumulate_steps, steps_per_call=steps_per_call
@@ -153,7 +161,9 @@ class TrainStep[M: nnx.Module]:
             )
             out, grads = grad_fn(model)
             optimizer.update(model, grads)
-            return jax.tree.leaves(nnx.state((model, optimizer))), out
+            new = nnx.state((model, optimizer))
+            check_layout_kept(layout, new)  # a sow left in the model, named
+            return jax.tree.leaves(new), out
 
         loops = functools.partial(
             with_loop_features,
@@ -210,6 +220,7 @@ class TrainStep[M: nnx.Module]:
     def __call__(self, batch: PyTree) -> PyTree:
         """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
         batch = self._batches.place(batch)
+        check_has_rows(batch, stacked=self._steps_per_call != 1)
         self._read_back()
         if self._mesh is None:
             self._leaves, out = self._jitted(self._leaves, batch)
@@ -301,14 +312,20 @@ class TrainStep[M: nnx.Module]:
         return self.cost(batch).flops
 
     def _read_back(self) -> None:
-        """Take the arrays written into the objects since the step last wrote them, placed alike."""
+        """Take the arrays written into the objects since the step last wrote them, placed alike.
+
+        First refuse objects whose Variables changed (:class:`LiveGraph`: a Variable or
+        submodule replaced, or one added to a module, in about 15 µs for 100 Variables).
+        """
+        self._graph.check()
         self._variables.read_back(self._leaves)
 
     @property
     def state(self) -> nnx.State[Any, Any]:
         """The current state of ``(model, optimizer)`` as an ``nnx.State`` (no copy).
 
-        Arrays written into the objects since the step last wrote them are taken in first.
+        Arrays written into the objects since the step last wrote them are taken in first; a
+        Variable replaced or added in them is refused, as by a call.
         """
         self._read_back()
         return jax.tree.unflatten(self._treedef, self._leaves)
@@ -318,7 +335,13 @@ class TrainStep[M: nnx.Module]:
 
         What was written into the objects since is taken in first. From then on each step
         writes its new state into them after it runs.
+
+        Raises:
+            StateChangedError: The objects no longer hold a Variable the step tracks (it or a
+                submodule or optimizer state above it was replaced), or hold one it does not
+                (added since), named by its path.
         """
+        self._graph.check_full()  # a graph walk (milliseconds): sees every Variable added
         self._read_back()
         self._write_back()
         self._live = True

@@ -17,6 +17,7 @@ from substrax.typing import PyTree
 
 from ._accumulate import accumulate_gradients
 from ._consistency import check_loss_output
+from ._live_graph import check_layout_kept, variable_layout
 from ._precision import PrecisionPolicy
 
 
@@ -57,7 +58,11 @@ def build_update(
     """
 
     def grad_fn(
-        params: PyTree, rest: PyTree, batch: PyTree, model_def: nnx.GraphDef[Any]
+        params: PyTree,
+        rest: PyTree,
+        batch: PyTree,
+        model_def: nnx.GraphDef[Any],
+        layout: dict[tuple[Any, ...], int],
     ) -> tuple[tuple[Any, Any], PyTree, PyTree]:
         def loss_of(params: PyTree, rest: PyTree) -> tuple[Any, tuple[Any, PyTree]]:
             if precision is not None:
@@ -71,6 +76,7 @@ def build_update(
             if precision is not None:
                 loss, aux = precision.cast_to_output((loss, aux))
             _, _, new_rest = nnx.split(model, wrt, ...)
+            check_layout_kept(layout, new_rest, (0,))  # a sow left in the model, named
             return loss, (aux, _like(new_rest, rest))
 
         (loss, (aux, rest)), grads = jax.value_and_grad(loss_of, has_aux=True)(params, rest)
@@ -79,6 +85,7 @@ def build_update(
     def update(leaves: list[Any], batch: PyTree) -> tuple[list[Any], PyTree]:
         model, optimizer = nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))
         model_def, variables, rest = nnx.split(model, wrt, ...)
+        layout = variable_layout(rest)
         # plain arrays cross the transforms: a Variable carries the trace it was made in, and
         # nnx refuses to mutate it (batch statistics, RNG counts) under another
         params, rest = nnx.as_pure(variables), nnx.as_pure(rest)
@@ -86,7 +93,7 @@ def build_update(
         def bound(
             params: PyTree, rest: PyTree, batch: PyTree
         ) -> tuple[tuple[Any, Any], PyTree, PyTree]:
-            return grad_fn(params, rest, batch, model_def)
+            return grad_fn(params, rest, batch, model_def, layout)
 
         if accumulate_steps > 1:
             (loss, aux), grads, rest = accumulate_gradients(

@@ -1,0 +1,133 @@
+"""What a TrainStep refuses of its objects and batches: replaced Variables, sown ones, no rows."""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from substrax.spmd import EvalStep, PrecisionPolicy, StateChangedError, TrainStep
+
+
+X = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+
+
+class Two(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.up = nnx.Linear(4, 8, rngs=rngs)
+        self.down = nnx.Linear(8, 2, rngs=rngs)
+
+    def __call__(self, x):
+        return self.down(self.up(x))
+
+
+def squares(model, batch):
+    return jnp.mean(model(batch) ** 2)
+
+
+def _step():
+    model = Two(nnx.Rngs(0))
+    step = TrainStep(model, nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param), squares)
+    step(X)
+    return step
+
+
+# --- F1: a Variable or submodule replaced after construction --------------------------------
+
+
+def test_a_replaced_variable_is_refused_by_name_at_the_next_call():
+    """Hostile finding: the step went on training the old kernel, silently, and never wrote
+    into the new Variable again."""
+    step = _step()
+    step.model.down.kernel = nnx.Param(jnp.zeros((8, 2)))
+    with pytest.raises(
+        StateChangedError, match=r"model\.down\.kernel was replaced.*down\.kernel\.set_value"
+    ):
+        step(X)
+
+
+def test_a_replaced_submodule_is_refused_by_the_step_and_an_eval_step_over_it():
+    step = _step()
+    evaluate = EvalStep(step, lambda m, b: {"s": m(b) ** 2})
+    step.model.down = nnx.Linear(8, 2, rngs=nnx.Rngs(5))
+    with pytest.raises(StateChangedError, match=r"model\.down was replaced") as info:
+        evaluate(X)
+    assert info.value.path == "model.down"
+    assert isinstance(info.value, ValueError)
+    with pytest.raises(StateChangedError, match=r"model\.down was replaced"):
+        step(X)
+
+
+def test_a_reset_optimizer_state_is_refused_by_name():
+    step = _step()
+    optimizer = step.optimizer
+    fresh = nnx.Optimizer(step.model, optax.adam(1e-2), wrt=nnx.Param)
+    optimizer.opt_state = fresh.opt_state
+    with pytest.raises(StateChangedError, match=r"optimizer\.opt_state was replaced"):
+        step(X)
+
+
+def test_a_variable_added_is_refused_at_the_next_call_and_by_sync():
+    step = _step()
+    step.model.extra = nnx.Param(jnp.ones(3))
+    with pytest.raises(StateChangedError, match=r"model\.extra was added"):
+        step(X)
+    with pytest.raises(StateChangedError, match=r"model\.extra was added"):
+        step.sync()
+
+
+def test_a_plain_attribute_added_is_no_refusal():
+    step = _step()
+    step.model.note = "fine-tuned"
+    step(X)
+    step.sync()
+
+
+def test_values_written_into_the_variables_are_still_taken():
+    step = _step()
+    step.model.down.kernel[...] = jnp.zeros((8, 2))
+    nnx.update(step.model.up, nnx.state(Two(nnx.Rngs(3)).up))
+    step(X)  # no refusal: the same Variables, new values
+    assert step.model.down.kernel.get_value().shape == (8, 2)
+
+
+# --- F2: sow without a pop -------------------------------------------------------------------
+
+
+class Sows(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.a = nnx.Linear(4, 8, rngs=rngs)
+        self.b = nnx.Linear(8, 1, rngs=rngs)
+
+    def __call__(self, x):
+        h = self.a(x)
+        self.sow(nnx.Intermediate, "h", h.mean())
+        return self.b(h)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("options", [{}, {"precision": PrecisionPolicy()}, {"accumulate_steps": 2}])
+def test_an_intermediate_left_by_sow_is_named_with_the_fix(options):
+    """Hostile finding: jax's out_shardings pytree error, or zip()'s length error."""
+    model = Sows(nnx.Rngs(0))
+    step = TrainStep(model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param), squares, **options)
+    with pytest.raises(
+        StateChangedError, match=r"model\.h appeared.*nnx\.pop\(model, nnx\.Intermediate\)"
+    ):
+        step(X)
+
+
+# --- F4: a batch of no rows ------------------------------------------------------------------
+
+
+def test_an_empty_batch_is_refused_naming_the_leaf_and_nothing_changes():
+    """Hostile finding: the loss was NaN and the update applied, the step count went up."""
+    model = nnx.Linear(4, 2, rngs=nnx.Rngs(0))
+    step = TrainStep(
+        model,
+        nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
+        lambda m, b: jnp.mean((m(b["x"]) - b["y"]) ** 2),
+    )
+    with pytest.raises(ValueError, match=r"batch leaf \['x'\] of shape \(0, 4\) has no rows"):
+        step({"x": np.zeros((0, 4), np.float32), "y": np.zeros((0, 2), np.float32)})
+    assert int(step.optimizer.step.get_value()) == 0
