@@ -177,3 +177,15 @@ def test_a_console_logger_dropped_unclosed_prints_nothing_more():
         "[dropped] step       1 | loss          2",
         "[dropped] hello",
     ]
+
+
+def test_two_console_loggers_of_one_name_print_their_own_messages(caplog):
+    """Hostile finding: b.info(...) went to a's stream, the first handler of the name."""
+    first, second = io.StringIO(), io.StringIO()
+    with ConsoleLogger("twin", stream=first) as a, ConsoleLogger("twin", stream=second) as b:
+        b.info("from b")
+        a.info("from a")
+    assert first.getvalue().splitlines() == ["[twin] from a"]
+    assert second.getvalue().splitlines() == ["[twin] from b"]
+    (record,) = (r for r in caplog.records if r.getMessage() == "from b")
+    assert record.funcName == "test_two_console_loggers_of_one_name_print_their_own_messages"

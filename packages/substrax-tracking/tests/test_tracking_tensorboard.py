@@ -348,3 +348,12 @@ def test_events_reach_the_file_within_flush_secs_without_another_call(tmp_path, 
     accumulator.Reload()
     assert [e.step for e in accumulator.Scalars("loss")] == [0]
     logger.close()
+
+
+def test_a_value_past_float32_is_warned_about_once_a_name(tmp_path, caplog):
+    """Hostile finding: 1e300 became TensorBoard's infinity without a word."""
+    with TensorBoardLogger("run", tmp_path) as logger:
+        for step in range(3):
+            logger.log_scalars({"big": 1e300, "fine": 1.0}, step=step)
+    assert caplog.text.count("'big' = 1e+300 at step 0 is past float32") == 1
+    assert "'fine'" not in caplog.text

@@ -190,6 +190,14 @@ class ConsoleLogger(Logger):
             if body:
                 self.python_logger.info(body, extra={_OWNER: id(self), _STYLE: style})
 
+    def _message(
+        self, level: int, msg: object, args: tuple[object, ...], kwargs: dict[str, Any]
+    ) -> None:
+        # its own: another ConsoleLogger of the name, on another stream, does not print it
+        kwargs["extra"] = {**(kwargs.get("extra") or {}), _OWNER: id(self)}
+        kwargs.setdefault("stacklevel", 4)  # the record names the caller of info() & co.
+        super()._message(level, msg, args, kwargs)
+
     def close(self) -> None:
         """Print the lines held behind jax values (waiting for them), then stop printing."""
         if not self.closed:  # its handler prints only while it is open

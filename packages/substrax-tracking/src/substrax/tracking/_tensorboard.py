@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import re
 import socket
@@ -30,6 +31,7 @@ __all__ = ["TensorBoardLogger"]
 
 _logger = logging.getLogger(__name__)
 _BINS = 64  # a histogram's, as the file log's
+_FLOAT32_MAX = 3.4028234663852886e38  # the largest value of TensorBoard's scalars
 _NOT_IN_TAG = re.compile(r"[^-/\w.]")  # what tensorboardX replaces by "_" in a tag
 
 
@@ -140,6 +142,7 @@ class TensorBoardLogger(Logger):
         # (name, value, step, time) of the scalars not written yet: from a jax value not computed
         self._held: deque[tuple[str, Any, int | None, float]] = deque()
         self._warned_unreadable: set[str] = set()
+        self._huge: set[str] = set()  # names warned about: a value past float32
         self._empty_histograms: set[str] = set()  # warned about: no finite value
         self._started = time.time()
         self._images = ImageWriter(f"TensorBoardLogger({name!r}) images")
@@ -193,6 +196,12 @@ class TensorBoardLogger(Logger):
             held.popleft()
             number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
             if number is not None:
+                if abs(number) > _FLOAT32_MAX and math.isfinite(number) and key not in self._huge:
+                    self._huge.add(key)
+                    _logger.warning(
+                        f"{self!r}: {key!r} = {number:g} at step {step} is past float32, which "
+                        "TensorBoard stores: it shows as infinite (reported once a name)"
+                    )
                 summary = self._summaries.scalar(self._tag(key), number)
                 self._events().add_summary(summary, step, when)
 
