@@ -109,6 +109,11 @@ class DataParallelStrategy(ShardingStrategy):
 class FSDPStrategy(ShardingStrategy):
     """Fully sharded data parallel: split the first dimension of large weights.
 
+    The two ways in choose differently: :meth:`apply_sharding` splits an array by its size
+    (a first dimension of at least ``min_weight_size``), and :meth:`get_partition_spec` a shape
+    given by dimension names, by its first name (one of :data:`FSDP_DIMENSION_NAMES`: an
+    ``("in_features", "out_features")`` kernel is replicated there).
+
     Attributes:
         min_weight_size: Smallest first dimension that is split.
 
