@@ -303,6 +303,24 @@ def _preempted_at(store_dir, step):
         signal.signal(signal.SIGTERM, previous)
 
 
+def test_a_metric_past_floats_range_costs_the_preemption_save_nothing(store_dir):
+    """Hostile finding: check(..., metrics={"loss": 10**400}) raised OverflowError: no save."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with PreemptionHandler(OrbaxCheckpointStore(store_dir)) as preemption:
+            signal.raise_signal(signal.SIGTERM)
+            with pytest.raises(SystemExit) as stopped:
+                preemption.check(
+                    3, lambda: {"model": {"w": np.zeros(2)}}, metrics={"loss": 10**400, "ok": 0.5}
+                )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped.value.code == 0
+    with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
+        assert reader.list_steps() == [3]
+        assert reader.read_metadata(3).metrics == {"ok": 0.5}
+
+
 def test_a_preemption_below_the_latest_step_raises_and_never_exits_as_saved(store_dir):
     # a loop that counts from 0 again after a resume: its state cannot be saved as step 3
     with OrbaxCheckpointStore(store_dir) as store:

@@ -213,6 +213,10 @@ def test_a_save_that_fails_at_once_leaves_no_trace_in_the_index(store_dir, leaf,
         ({"metrics": {"ok": np.bool_(False)}}, TypeError, "metric 'ok' .* not the bool False"),
         ({"metrics": {"ok": jnp.asarray(True)}}, TypeError, "metric 'ok' .* not the bool"),
         ({"producer": {"name": "p"}}, TypeError, r"producer must be a Producer\(name=..."),
+        # hostile findings: a name that is no str broke a later save's retention with a bare
+        # TypeError; a list of pairs gave an AttributeError
+        ({"metrics": {7: 1.0}}, TypeError, "metric name 7 must be a str"),
+        ({"metrics": [("loss", 1.0)]}, TypeError, "metrics must be a mapping"),
     ],
 )
 def test_a_save_refuses_a_wrong_type_by_name_and_writes_nothing(store_dir, options, error, match):
@@ -220,6 +224,36 @@ def test_a_save_refuses_a_wrong_type_by_name_and_writes_nothing(store_dir, optio
         with pytest.raises(error, match=match):
             store.save(1, {"model": {"w": np.zeros(2)}}, **options)
         assert store.list_steps() == []
+
+
+def test_a_metric_past_floats_range_is_an_infinity_and_a_numpy_step_is_a_step(store_dir):
+    """Hostile findings: 10**400 raised a bare OverflowError naming no metric; save refused
+    np.int64(2) where restore takes it."""
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(np.int64(2), {"model": {"w": np.zeros(2)}}, metrics={"loss": 10**400})
+        assert store.list_steps() == [2]
+        assert store.read_metadata(2).metrics == {}  # set aside, as NaN and infinities are
+        assert store.read_metadata(2).extra["nonfinite_metrics"] == {"loss": "inf"}
+
+
+def test_a_folder_named_with_leading_zeros_hides_no_step(store_dir):
+    """Hostile finding: a foreign folder "0005" hid the real step 5 from the writer: restore()
+    took step 4, best_step named 4, retention never deleted 5, and save(5, overwrite=True) was
+    refused as occupied."""
+    (store_dir / "0005").mkdir(parents=True)
+    (store_dir / "0005" / "results.csv").write_text("a\n")
+    with OrbaxCheckpointStore(store_dir, max_to_keep=3, async_save=False) as store:
+        for step in range(1, 6):
+            store.save(step, {"model": {"w": np.full(2, float(step))}}, metrics={"loss": 1 / step})
+        assert store.list_steps() == [3, 4, 5]
+        assert store.restore(None).step == 5
+        assert store.best_step("loss") == 5
+        store.save(5, {"model": {"w": np.zeros(2)}}, overwrite=True)
+        for step in range(6, 9):
+            store.save(step, {"model": {"w": np.zeros(2)}})
+        assert store.list_steps() == [6, 7, 8]
+    assert not (store_dir / "5").exists()
+    assert (store_dir / "0005" / "results.csv").exists()
 
 
 @pytest.mark.parametrize(("step", "error"), [("5", TypeError), (-1, ValueError), (1.0, TypeError)])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from substrax.checkpoint import DtypeMismatch, OrbaxCheckpointStore
+from substrax.checkpoint import CheckpointCorruptError, DtypeMismatch, OrbaxCheckpointStore
 from substrax.checkpoint._restore import (
     check_template,
     dtype_mismatches,
@@ -284,3 +284,22 @@ def test_a_key_of_another_implementation_is_refused_though_its_data_fits(
             store.restore(0, templates={"rng": template}, cast_dtypes=cast_dtypes)
         with pytest.raises(ValueError, match=re.escape("a key<rbg> PRNG key in the checkpoint")):
             store.restore(0, templates={"rng": {"key": jnp.zeros((), jnp.uint32)}})
+
+
+def test_a_template_whose_sharding_cannot_split_a_leaf_is_named_not_taken_for_corruption(
+    tmp_path,
+):
+    """Hostile finding: an (8, 8) leaf templated over 3 devices raised CheckpointCorruptError,
+    and the guide's recipe then falls back to older, equally intact, steps."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(1, {"model": {"w": np.ones((8, 8), np.float32)}})
+        mesh = jax.make_mesh((3,), ("x",), devices=jax.devices()[:3])
+        sharding = NamedSharding(mesh, PartitionSpec("x"))
+        template = {"model": {"w": jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=sharding)}}
+        with pytest.raises(
+            ValueError, match=r"leaf 'w' of shape \(8, 8\) cannot be split"
+        ) as error:
+            store.restore(1, templates=template)
+        assert not isinstance(error.value, CheckpointCorruptError)

@@ -1,6 +1,7 @@
 """``CheckpointCallback``: the training-callback protocol, structurally, saving to a store."""
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
@@ -72,6 +73,8 @@ def _last_value(value: object) -> float | None:
         value = np.asarray(value)[-1]
     try:
         return float(value)  # pyright: ignore[reportArgumentType]
+    except OverflowError:  # an int past float's range
+        return math.inf if value > 0 else -math.inf  # pyright: ignore[reportOperatorIssue]
     except (TypeError, ValueError):
         return None
 

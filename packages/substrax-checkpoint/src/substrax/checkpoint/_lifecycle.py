@@ -76,8 +76,9 @@ class StoreLifecycle(Closeable):
         if self._manager_ is None or self._read_only or self._superseded:
             return step_directories(self._directory)
         self._writer.settle()
-        others = scan_steps(self._directory).others
-        return sorted(step for step in self._manager_.all_steps() if step not in others)
+        scan = scan_steps(self._directory)  # a folder "0005" beside step "5" hides no step
+        held = self._manager_.all_steps()
+        return sorted(step for step in held if step not in scan.others or step in scan.steps)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -4,6 +4,7 @@ import contextlib
 import ctypes
 import itertools
 import logging
+import math
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -54,6 +55,8 @@ def _numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
     for name, value in metrics.items():
         try:
             numbers[name] = float(value)
+        except OverflowError:  # an int past float's range: an infinity, set aside as one
+            numbers[name] = math.inf if value > 0 else -math.inf
         except (TypeError, ValueError):
             _logger.warning(
                 "the preemption save leaves out the metric %r: %r is not a number", name, value

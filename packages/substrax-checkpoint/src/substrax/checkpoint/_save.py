@@ -51,6 +51,8 @@ _logger = logging.getLogger(__name__)
 
 def _number(name: str, value: object) -> float:
     """A metric's value as a float (NaN and infinity too); anything else is refused by name."""
+    if not isinstance(name, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"metric name {name!r} must be a str (it is recorded as JSON text)")
     if isinstance(value, bool) or str(getattr(value, "dtype", "")) == "bool":
         # float(True) is 1.0: a flag would be ranked by best_step and keep_best as a score
         raise TypeError(
@@ -59,9 +61,11 @@ def _number(name: str, value: object) -> float:
     try:
         if not isinstance(value, str | bytes):  # float("0.5") would take a text
             return float(value)  # pyright: ignore[reportArgumentType] - a number or scalar array
+    except OverflowError:  # an int past float's range: an infinity, set aside as one
+        return math.inf if value > 0 else -math.inf  # pyright: ignore[reportOperatorIssue]
     except (TypeError, ValueError):
         pass
-    raise TypeError(f"metric {name!r} must be a number, not {value!r}")
+    raise TypeError(f"metric {name!r} must be a number, not {value!r:.80}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +97,8 @@ class SaveRequest:
         saved, dtypes = _trees.for_saving(items)  # NumPy scalars as 0-d arrays, and their dtypes
         if producer is not None and not isinstance(producer, Producer):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(f"producer must be a Producer(name=..., version=...), not {producer!r}")
+        if metrics is not None and not isinstance(metrics, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"metrics must be a mapping of names to numbers, not {metrics!r:.80}")
         numbers = {name: _number(name, value) for name, value in (metrics or {}).items()}
         finite = {name: value for name, value in numbers.items() if math.isfinite(value)}
         nonfinite = {name: str(value) for name, value in numbers.items() if name not in finite}

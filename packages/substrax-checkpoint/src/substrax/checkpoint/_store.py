@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, cast
 
+import numpy as np
+
 from substrax.typing import JsonValue
 
 from ._index import IndexBook
@@ -252,6 +254,7 @@ class OrbaxCheckpointStore(StoreReads):
         """
         self._check_writable("save")
         self._writer.check_lock()  # never recreate a removed store: its lock went with it
+        step = int(step) if isinstance(step, np.integer) else step  # as restore takes it
         request = SaveRequest.build(
             step, items, epoch=epoch, metrics=metrics, producer=producer, extra=extra
         )

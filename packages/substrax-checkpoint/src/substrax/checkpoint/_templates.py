@@ -191,10 +191,22 @@ def _misfit(stored: object, leaf: object) -> str | None:
             "implementation, or another number of keys)"
         )
     if saved_shape is None or shape is None or tuple(saved_shape) == tuple(shape):
-        return None
+        return _unsplittable(leaf)
     if _python_number(leaf):
         return f"is {_describe(stored)} in the checkpoint but {_describe(leaf)} in the template"
     return f"has shape {tuple(shape)} in the template but {tuple(saved_shape)} in the checkpoint"
+
+
+def _unsplittable(leaf: object) -> str | None:
+    """Why ``leaf``'s sharding cannot split its shape (8 rows over 3 devices), or None."""
+    sharding, shape = getattr(leaf, "sharding", None), getattr(leaf, "shape", None)
+    if not isinstance(sharding, jax.sharding.NamedSharding) or shape is None:
+        return None
+    try:
+        sharding.shard_shape(tuple(shape))
+    except ValueError as error:
+        return f"of shape {tuple(shape)} cannot be split as its sharding {sharding.spec} says ({error})"
+    return None
 
 
 def check_template(item: str, stored: PyTree, template: PyTree) -> None:
