@@ -228,3 +228,23 @@ def test_a_non_number_in_log_scalars_is_refused_at_the_call_naming_key_and_step(
 
     history = MlflowClient(sqlite_uri).get_metric_history(logger.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(8, 0.25)]
+
+
+def test_a_flush_to_a_backend_known_down_writes_the_spool_and_does_not_wait_for_it(
+    tmp_path, wait_for
+):
+    """Hostile finding: with the server down, CheckpointCallback(flush=logger) and every
+    save spent the flush's whole bound waiting for delivery, though the spool was fsynced."""
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens: every send fails
+    logger = MLFlowLogger("down", tracking_uri=uri, log_dir=tmp_path, connect_timeout=2)
+    logger.log_scalar("loss", 1.0, step=0)
+    logger.flush(timeout=1)  # the first send fails within it
+    wait_for(lambda: logger._delivery.failing)  # the state the flush reads
+    for step in range(1, 4):
+        logger.log_scalar("loss", float(step), step=step)
+        started = time.monotonic()
+        logger.flush(timeout=60)
+        assert time.monotonic() - started < 30  # on disk, not delivered: no wait for the server
+        assert len(spooled(logger.spool_path)) == step + 1
+    logger.close_timeout = 0.5
+    logger.close()

@@ -118,6 +118,11 @@ class AsyncDelivery:
             self._spool.follow(target)
 
     @property
+    def failing(self) -> bool:
+        """Whether the backend failed its last send (retried with backoff)."""
+        return self._backoff.failing
+
+    @property
     def spooled(self) -> int:
         """How many of this run's records the spool file holds now (not delivered yet)."""
         return self._spool.count()
