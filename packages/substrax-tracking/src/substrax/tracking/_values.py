@@ -232,8 +232,9 @@ def histogram_counts(finite: Any, bins: int) -> tuple[Any, Any]:
     import numpy as np  # noqa: PLC0415
 
     finite = np.asarray(finite, dtype=np.float64)
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):
-            return np.histogram(finite, bins=bins)
-    except ValueError:
-        return np.histogram(finite, bins=np.array([finite.min(), finite.max()]))
+    low, high = finite.min(), finite.max()
+    with np.errstate(over="ignore", invalid="ignore"):  # a step of (1e308 + 1e308) / bins
+        edges = np.linspace(low, high, bins + 1)
+    if low < high and not (np.isfinite(edges).all() and (edges[:-1] < edges[1:]).all()):
+        return np.histogram(finite, bins=np.array([low, high]))  # numpy's own check differs
+    return np.histogram(finite, bins=bins)  # by version: it may index out of its bins instead
