@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -164,3 +165,44 @@ def test_cuda_is_visible_answers_without_raising():
     assert isinstance(visible, bool)
     if not any(importlib.util.find_spec(name) for name in CUDA_PLUGINS):
         assert visible is False
+
+
+def test_a_child_killed_by_a_signal_is_named_so():
+    with pytest.raises(ChildFailedError, match=r"was killed by SIGKILL \(status -9\)"):
+        _result(returncode=-9).check()
+
+
+def _ends(pid: int, wall_clock) -> bool:
+    """Whether ``pid`` is gone or a zombie (no one reaps it here) within a few seconds."""
+    for _ in range(100):
+        try:
+            with Path(f"/proc/{pid}/stat").open() as stat:
+                if stat.read().rpartition(")")[2].split()[0] in {"Z", "X"}:
+                    return True
+        except FileNotFoundError:
+            return True
+        wall_clock.sleep(0.05)
+    return False
+
+
+# a grandchild that keeps the child's stdout open and sleeps, after the child printed its pid
+GRANDCHILD = (
+    "import subprocess, sys; "
+    "grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+    "print(grandchild.pid, flush=True); {then}"
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_grandchild_holding_the_output_open_does_not_hold_the_result(wall_clock):
+    run = run_python(GRANDCHILD.format(then="print('done')"), timeout=30).check()
+    assert run.seconds < 20  # not the timeout: the grandchild was killed once the child exited
+    assert run.stdout.splitlines() == [run.stdout.split()[0], "done"]
+    assert _ends(int(run.stdout.split()[0]), wall_clock)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_timeout_kills_the_grandchildren_too(wall_clock):
+    with pytest.raises(subprocess.TimeoutExpired) as raised:
+        run_python(GRANDCHILD.format(then="import time; time.sleep(60)"), timeout=3)
+    assert _ends(int(str(raised.value.stdout).split()[0]), wall_clock)

@@ -1,5 +1,6 @@
 """An example that cannot run here says why (exit 77), and is reported unavailable, not failed."""
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -8,6 +9,8 @@ import pytest
 from substrax.testing import (
     EXIT_UNAVAILABLE,
     ChildFailedError,
+    ChildResult,
+    ExampleRun,
     run_example,
     run_python,
     unavailable_reason,
@@ -119,3 +122,16 @@ def test_a_test_skips_an_unavailable_example_with_the_reason(pytester, tmp_path)
         ]
     )
     assert "unavailable: unavailable" not in result.stdout.str()
+
+
+def test_a_signature_spanning_a_line_break_skips_with_the_signature(tmp_path):
+    result = ChildResult(
+        argv=(sys.executable, "-c", "pass"),
+        returncode=1,
+        stdout="",
+        stderr="RuntimeError: no\nCUDA device found\n",
+        seconds=0.1,
+    )
+    run = ExampleRun(path=tmp_path / "e.py", output_dir=tmp_path, result=result, summary=None)
+    with pytest.raises(pytest.skip.Exception, match=r"^unavailable: no\nCUDA$"):
+        run.check_or_skip(["no\nCUDA"])

@@ -1,7 +1,10 @@
 """``run_python``: run code in a fresh interpreter with the JAX settings a test chooses."""
 
+import contextlib
 import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,6 +21,8 @@ from ._output import describe, tail
 if TYPE_CHECKING:
     from substrax.runtime import JaxRuntime
     from substrax.typing import JsonValue
+
+_POLL_SECONDS = 0.2  # how often a child whose output has not ended is checked for exit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,24 +211,74 @@ def run_python(
     else:
         argv = (sys.executable, "-c", program, *args)
     started = time.perf_counter()
-    completed = subprocess.run(
-        argv,
-        env=child_env,
-        cwd=cwd,
-        capture_output=True,
-        encoding="utf-8",
-        errors="replace",  # a byte that is not UTF-8 becomes U+FFFD; the rest is kept
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    stdout, stderr, returncode = _communicate(argv, child_env, cwd, timeout)
     return ChildResult(
         argv=argv,
-        returncode=completed.returncode,
-        stdout=completed.stdout,
-        stderr=completed.stderr,
+        returncode=returncode,
+        stdout=stdout,
+        stderr=stderr,
         seconds=time.perf_counter() - started,
     )
+
+
+def _kill_group(process: "subprocess.Popen[str]") -> None:
+    """Kill the child's process group: the child and whatever it started and left running."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # no one left in it
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _timed_out(
+    process: "subprocess.Popen[str]", argv: tuple[str, ...], timeout: float
+) -> subprocess.TimeoutExpired:
+    """The timeout to raise, with the output read, once the child's group is killed."""
+    try:
+        stdout, stderr = process.communicate(timeout=_POLL_SECONDS * 5)
+    except subprocess.TimeoutExpired:  # a process outside the group holds a pipe open
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+        return subprocess.TimeoutExpired(argv, timeout)
+    return subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
+
+
+def _communicate(
+    argv: tuple[str, ...], env: Mapping[str, str], cwd: Path | None, timeout: float
+) -> tuple[str, str, int]:
+    """Run ``argv`` in a session of its own; its output once it exited, its group killed.
+
+    A process the child started and left holding its stdout or stderr is killed once the child
+    exits, so that the output ends; on a timeout the whole group is killed.
+    """
+    deadline = time.monotonic() + timeout
+    process = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        encoding="utf-8",
+        errors="replace",  # a byte that is not UTF-8 becomes U+FFFD; the rest is kept
+        start_new_session=True,
+    )
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                stdout, stderr = process.communicate(timeout=max(min(left, _POLL_SECONDS), 0))
+                break
+            except subprocess.TimeoutExpired:
+                if process.poll() is not None:  # it exited: end what holds its pipes open
+                    _kill_group(process)
+                if left <= 0:
+                    _kill_group(process)
+                    raise _timed_out(process, argv, timeout) from None
+    finally:
+        if process.poll() is None:  # interrupted (KeyboardInterrupt): leave nothing running
+            _kill_group(process)
+            process.wait()
+    _kill_group(process)  # the child exited: its group's stragglers go too
+    return stdout, stderr, process.returncode
 
 
 _CUDA_PROBE = "import jax; print(jax.default_backend())"

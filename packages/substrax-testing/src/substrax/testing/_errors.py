@@ -1,5 +1,6 @@
 """The errors of ``substrax.testing``: failed checks are ``AssertionError`` s, as pytest reports."""
 
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,8 +35,16 @@ class ChildFailedError(_TestingError, AssertionError):
 
     def _message(self) -> str:
         result = self.result
+        if result.returncode < 0:
+            try:
+                name = signal.Signals(-result.returncode).name
+            except ValueError:
+                name = f"signal {-result.returncode}"
+            how = f"was killed by {name} (status {result.returncode})"
+        else:
+            how = f"exited with status {result.returncode}"
         return (
-            f"child {describe(result.argv)} exited with status {result.returncode} after "
+            f"child {describe(result.argv)} {how} after "
             f"{result.seconds:.1f} s; last {STDERR_TAIL_LINES} stderr lines:\n"
             f"{tail(result.stderr) or '(stderr was empty)'}"
         )

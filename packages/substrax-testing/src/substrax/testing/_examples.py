@@ -138,7 +138,8 @@ class ExampleRun:
         if reason is not None and self.result.returncode != EXIT_UNAVAILABLE:
             lines = self.result.stderr.splitlines()  # a signature: name the line that holds it
             reason = next(
-                line.strip() for line in reversed(lines) if reason.lower() in line.lower()
+                (line.strip() for line in reversed(lines) if reason.lower() in line.lower()),
+                reason,  # it spans a line break: the signature as given
             )
         if reason is not None:
             pytest.skip(f"unavailable: {reason}")

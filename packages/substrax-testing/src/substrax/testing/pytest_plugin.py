@@ -12,8 +12,9 @@ What it does:
   prefix="SUBSTRAX_TEST_", ...)``: cpu with 8 emulated devices unless ``JAX_NUM_CPU_DEVICES``
   or ``--xla_force_host_platform_device_count`` is already set. ``SUBSTRAX_TEST_DEVICE_COUNT``
   picks another count (``0``: no emulation); ``SUBSTRAX_TEST_JAX_PLATFORMS=cuda`` moves the
-  session onto a GPU. When jax was imported before the plugin configured (another plugin, an
-  in-process ``pytester`` run), whatever configured jax first stays in force.
+  session onto a GPU. A jax imported before the plugin configured (by a conftest, another
+  plugin) is configured through its config, as its backends have not started; backends that
+  started already (a computation at import) under other settings are a usage error.
 - Markers: ``x64`` (the test body runs inside ``jax.enable_x64(True)``), ``devices(count,
   kind=None)`` and ``accelerator(kind=None)`` (skips naming what is missing). A malformed
   marker is a usage error at collection.
@@ -25,9 +26,12 @@ What it does:
   but must set it back in its teardown: one that does not is an error at that teardown, naming
   the fixture and the options (restored). A change made outside any test or fixture setup (a
   fixture's teardown, a hook) is an error of the next test, restored first. The baseline is
-  the config once jax is imported (after collection, usually): a wider fixture that is the
-  first to import jax and changes the config in the same setup is not seen (the change is
-  taken for the baseline); import jax in the test module or conftest to have it checked.
+  the config once jax is imported (after collection, usually; for a test that is the first to
+  import jax, as its import ends): a wider fixture that is the first to import jax and changes
+  the config in the same setup is not seen (the change is taken for the baseline); import jax
+  in the test module or conftest to have it checked.
+- Under xdist, a usage error found while a worker collects (a malformed marker, 64-bit mode
+  switched on at import) fails each test it concerns at setup, with the same message.
 - A collection guard: the session stops when a module switched ``jax_enable_x64`` on at
   import (unless ``JAX_ENABLE_X64`` is set for the whole run).
 - Fixtures ``output_dir``, ``rng_seed``, ``rng_key`` and ``rngs``. The keys come from one
@@ -50,6 +54,8 @@ import pytest
 from substrax.support import int_argument
 
 from ._jax_config import THREAD_LOCAL, ConfigWatch, snapshot_jax_config
+from ._jax_import import on_first_import
+from ._jax_startup import apply_test_runtime
 from ._markers import MARKERS, DeviceRequirement, parse_marker, skip_reason
 
 
@@ -65,6 +71,7 @@ _CUDA_PLUGINS = ("jax_cuda13_plugin", "jax_cuda12_plugin")
 _MARKER_NAMES = ("x64", "devices", "accelerator")
 _REQUIREMENTS = pytest.StashKey[list[DeviceRequirement]]()
 _CONFIG_WATCH = pytest.StashKey[ConfigWatch]()
+_PROBLEM = pytest.StashKey[str]()  # a usage error an xdist worker reports at the test's setup
 _USE_CONTEXTS = (
     "use jax's context managers (e.g. `with jax.enable_x64(True):`) or @pytest.mark.x64 "
     "instead of jax.config.update"
@@ -96,19 +103,16 @@ def _cuda_plugin_available() -> bool:
 def _configure_runtime() -> None:
     from substrax.runtime import (  # noqa: PLC0415 - after pytest has parsed its options
         RuntimeConfigurationError,
-        apply_runtime,
         resolve_test_runtime,
     )
 
-    if "jax" in sys.modules:
-        return  # jax has read its settings already; whoever imported it configured it
     try:
         runtime = resolve_test_runtime(
             os.environ, prefix=ENV_PREFIX, cuda_plugin_available=_cuda_plugin_available()
         )
-        apply_runtime(runtime)
     except (ValueError, RuntimeConfigurationError) as error:
         raise pytest.UsageError(f"substrax test runtime: {error}") from error
+    apply_test_runtime(runtime)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -144,13 +148,25 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     ]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _usage_error(config: pytest.Config, error: pytest.UsageError, items: list[pytest.Item]) -> None:
+    """Raise ``error``; in an xdist worker, where it would be lost, fail ``items`` at setup."""
+    if not hasattr(config, "workerinput"):
+        raise error
+    for item in items:
+        item.stash.setdefault(_PROBLEM, str(error))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Validate every use of the plugin's markers; a malformed one is a usage error."""
     for item in items:
         requirements: list[DeviceRequirement] = []
         for name in _MARKER_NAMES:
             for marker in item.iter_markers(name):
-                requirement = parse_marker(item.nodeid, marker)
+                try:
+                    requirement = parse_marker(item.nodeid, marker)
+                except pytest.UsageError as error:
+                    _usage_error(config, error, [item])
+                    continue
                 if requirement is not None:
                     requirements.append(requirement)
         if requirements:
@@ -167,12 +183,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     import jax  # noqa: PLC0415 - already imported
 
     if jax.config.jax_enable_x64 and os.environ.get("JAX_ENABLE_X64", "").lower() not in _TRUTHY:
-        raise pytest.UsageError(
+        error = pytest.UsageError(
             "jax_enable_x64 was switched on while collecting tests (a test module or conftest "
             "calls jax.config.update('jax_enable_x64', True) at import), which changes the "
             "dtypes of every other test; mark the tests that need it with @pytest.mark.x64, "
             "or set JAX_ENABLE_X64=1 for the whole run"
         )
+        _usage_error(session.config, error, session.items)
     if (watch := session.config.stash.get(_CONFIG_WATCH, None)) is not None:
         watch.baseline()
 
@@ -212,7 +229,12 @@ def pytest_fixture_post_finalizer(
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
-    """Skip a test whose ``devices``/``accelerator`` marker this process cannot satisfy."""
+    """Skip a test whose ``devices``/``accelerator`` marker this process cannot satisfy.
+
+    In an xdist worker, a usage error found at collection fails each test it concerns here.
+    """
+    if (problem := item.stash.get(_PROBLEM, None)) is not None:
+        pytest.fail(f"usage error: {problem}", pytrace=False)
     for requirement in item.stash.get(_REQUIREMENTS, []):
         reason = skip_reason(requirement)
         if reason is not None:
@@ -238,15 +260,22 @@ def substrax_jax_config_isolation(request: pytest.FixtureRequest) -> Iterator[No
 
     The config is held to the session's baseline with the changes of the wider fixtures set up
     now. A test that starts with another config (changed by a fixture's teardown or a hook since
-    the last test) fails at its setup, after the config is restored. Only tests that start with
-    jax already imported are checked (a session that never imports jax never loads it here).
+    the last test) fails at its setup, after the config is restored. A test that is the first
+    to import jax is held to the config as its import left it (a session that never imports
+    jax never loads it here).
     Use jax's context managers (``with jax.enable_x64(True):``) or the ``x64`` marker instead of
     ``jax.config.update``; one entered and never exited is a change as well (its option is
     named with ``(thread-local)``), undone on the test's thread.
     """
     watch = request.config.stash.get(_CONFIG_WATCH, None)
-    if watch is None or "jax" not in sys.modules:
+    if watch is None:
         yield
+        return
+    if "jax" not in sys.modules:  # the baseline is taken as the test's import of jax ends
+        with on_first_import("jax", watch.baseline):
+            yield
+        if "jax" in sys.modules:
+            _fail_if_changed(*watch.restore())
         return
     strays, unrestored = watch.restore()
     if strays:
@@ -260,6 +289,10 @@ def substrax_jax_config_isolation(request: pytest.FixtureRequest) -> Iterator[No
         yield
     finally:
         changed, unrestored = watch.restore()
+    _fail_if_changed(changed, unrestored)
+
+
+def _fail_if_changed(changed: list[str], unrestored: list[str]) -> None:
     if changed:
         pytest.fail(
             f"the test changed jax's global config: {_account(changed, unrestored)}",
