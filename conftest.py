@@ -172,8 +172,19 @@ def child_processes() -> Iterator[None]:
     before = _children()
     yield
     for pid in _children() - before:
+        if _is_wandb_service(pid):  # the worker's W&B service, kept for its later runs
+            continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _is_wandb_service(pid: int) -> bool:
+    """Whether ``pid`` is W&B's service (``wandb-core``), which the first ``wandb.init`` of a
+    process starts for the rest of its life: killed, every later run of the worker fails."""
+    try:
+        return b"wandb-core" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 class WallClock:

@@ -133,8 +133,11 @@ class AsyncDelivery:
         if self._queue.qsize() >= self.max_queue:
             self._wake.set()
 
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until everything submitted so far is delivered, sends retried meanwhile; whether it was."""
+    def flush(self, timeout: float | None = None, *, once: bool = False) -> bool:
+        """Wait until everything submitted so far is delivered, sends retried meanwhile; whether it was.
+
+        ``once``: wait for one send pass after the write, not for its retries.
+        """
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         control = self._control("flush")
         while not control.done.wait(min(_SLICE, max(0.0, deadline - time.monotonic()))):
@@ -146,10 +149,14 @@ class AsyncDelivery:
                 wait = min(_SLICE, max(0.0, deadline - time.monotonic()))
                 passed = self._passes.wait_for(lambda after=after: self._done > after, wait)
                 after = self._started if passed else after
-            if passed and not (self._backoff.failing or self._waiting() or self._spool.count()):
-                return True
+            if passed and (once or not self._left()):
+                return not self._left()
             if time.monotonic() >= deadline or not self._sender.is_alive():
                 return False
+
+    def _left(self) -> bool:
+        """Whether anything is not delivered: the backend failing, records on disk or waiting."""
+        return bool(self._backoff.failing or self._waiting() or self._spool.count())
 
     def _waiting(self) -> int:
         """How many records wait in memory for room on disk."""

@@ -236,8 +236,8 @@ class RemoteLogger(Logger):
         The writer never waits for the backend, so a kill right after (SIGKILL too) loses
         nothing logged before: what the backend has not taken is sent from the spool. It then
         waits for the backend for what is left of ``timeout`` seconds (None: ``close_timeout``,
-        at most 10 s), unless the backend is known to be failing: then the records are on disk
-        and the flush returns (a save every step must not wait on a dead server each time). Call it before saving a checkpoint (``CheckpointCallback(flush=...)``
+        at most 10 s); a backend known to be failing gets one more try, not its retries: the
+        records are on disk (a save every step must not wait out the bound on a dead server). Call it before saving a checkpoint (``CheckpointCallback(flush=...)``
         and ``PreemptionHandler(flush=...)`` do). :meth:`wait_delivered` waits for the backend
         alone.
 
@@ -249,9 +249,9 @@ class RemoteLogger(Logger):
             bound = min(self.close_timeout, _FLUSH_TIMEOUT) if bound is None else bound
             deadline = time.monotonic() + bound
             self._delivery.persist(bound)  # on disk (a full disk: sent from memory), then sent
-            if self._delivery.failing:  # durable already: a backend known down is not waited for
-                return
-            self._delivery.flush(max(0.0, deadline - time.monotonic()))
+            # a backend failing gets one more try, not its retries: the records are durable
+            once = self._delivery.failing
+            self._delivery.flush(max(0.0, deadline - time.monotonic()), once=once)
 
     def wait_delivered(self, timeout: float | None = None) -> bool:
         """Wait until every call so far reached the backend; return whether all did."""
