@@ -22,9 +22,11 @@ in empty temporary, working and state directories of its own (``TMPDIR``, the cu
 """
 
 import contextlib
+import functools
 import gc
 import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,6 +120,23 @@ def tier(item: pytest.Item) -> str:
     return "unit"
 
 
+# A test module's own module-scoped fixture, written at the start of a line (not in a string a
+# test hands to pytester, which is indented).
+_MODULE_FIXTURE = re.compile(r'^@pytest\.fixture\(scope="module"', re.MULTILINE)
+
+
+@functools.cache
+def module_group(path: Path) -> str | None:
+    """The xdist group of a test module that defines a module-scoped fixture, else None.
+
+    ``--dist loadgroup`` spreads a module's tests over the workers, and each worker would make the
+    module's fixture again (a two-process job, a compiled model): grouped, it is made once.
+    """
+    if path.suffix != ".py" or not _MODULE_FIXTURE.search(path.read_text()):
+        return None
+    return f"module:{path.relative_to(ROOT)}"
+
+
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a run may go without xdist
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: one worker more than the cores, as a tenth of the suite waits.
@@ -129,8 +148,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return (os.cpu_count() or 1) + 1
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its tier; give each docstring example an empty namespace.
+    """Mark each test with its tier (and its module's group, ``module_group``); give each
+    docstring example an empty namespace.
 
     Then freeze what collection made (jax, orbax, MLflow and every test module, imported):
     the garbage collector never scans it again, so a full collection, which tests run to
@@ -139,6 +160,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """
     for item in items:
         item.add_marker(tier(item))
+        group = module_group(Path(str(item.path)).resolve())
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
         example = getattr(item, "dtest", None)  # a DoctestItem's doctest.DocTest
         if example is not None:
             module = example.globs.get("__name__")
