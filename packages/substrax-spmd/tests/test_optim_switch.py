@@ -25,6 +25,11 @@ def _loss(model):
 
 
 def _rates(tx, updates, *, jit=False):
+    """The learning rate before any update and after each; ``jit``: the updates in one program.
+
+    Eager, every update compiles its ``lax.cond`` anew: the tests that read rates through a
+    switch, not eager execution itself, run under ``jit``.
+    """
     model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
     optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
     loss = lambda m: (m(jnp.ones((1, 2))) ** 2).sum()  # noqa: E731
@@ -42,9 +47,9 @@ def _rates(tx, updates, *, jit=False):
 def test_current_learning_rate_is_the_running_optimizers_after_the_switch(jit):
     first = optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
     second = optax.inject_hyperparams(optax.sgd)(learning_rate=0.5)
-    before, rates = _rates(switch_at(first, second, step=2), 5, jit=jit)
+    before, rates = _rates(switch_at(first, second, step=2), 4, jit=jit)
     assert before == pytest.approx(1e-3)
-    assert rates == [0.001, 0.001, 0.5, 0.5, 0.5]
+    assert rates == [0.001, 0.001, 0.5, 0.5]
 
 
 def test_a_switch_inside_a_chain_is_refused_not_read_as_its_first_rate():
@@ -54,11 +59,11 @@ def test_a_switch_inside_a_chain_is_refused_not_read_as_its_first_rate():
     second = optax.inject_hyperparams(optax.sgd)(learning_rate=0.5)
     chained = optax.chain(optax.clip_by_global_norm(1.0), switch_at(first, second, step=2))
     with pytest.raises(ValueError, match=r"switch_at\(optax.chain\(clip, first\)"):
-        _rates(chained, 3)
+        _rates(chained, 3, jit=True)
     # written as the message says, the rate is the running optimizer's
     clip = optax.clip_by_global_norm(1.0)
     top = switch_at(optax.chain(clip, first), optax.chain(clip, second), step=2)
-    assert _rates(top, 3)[1] == [0.1, 0.1, 0.5]
+    assert _rates(top, 3, jit=True)[1] == [0.1, 0.1, 0.5]
 
 
 def test_current_learning_rate_follows_nested_switches_and_schedules():
@@ -69,7 +74,7 @@ def test_current_learning_rate_follows_nested_switches_and_schedules():
     )
     tx = switch_at(inner, optax.inject_hyperparams(optax.sgd)(learning_rate=0.7), step=3)
     # inner's first for update 0, its second (steps 0, 1 of its schedule) for 1 and 2, then 0.7
-    assert _rates(tx, 5)[1] == [0.1, 0.4, 0.3, 0.7, 0.7]
+    assert _rates(tx, 5, jit=True)[1] == [0.1, 0.4, 0.3, 0.7, 0.7]
 
 
 def test_a_switch_into_an_optimizer_without_a_learning_rate_is_named():
@@ -84,23 +89,29 @@ def test_a_switch_into_an_optimizer_without_a_learning_rate_is_named():
         current_learning_rate(optimizer)
 
 
-def _losses(tx, objective_changed, steps=6):
-    model = nnx.Linear(3, 1, rngs=nnx.Rngs(0))
-    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
-    calls = []
+def _losses(make, *objective_changed, steps=6):
+    """Train one model per ``objective_changed`` value on the same batch, in one compiled step.
 
-    def loss(m):
-        calls.append(None)
-        return _loss(m)
+    Returns, per value, the losses the steps returned and the losses after each step.
+    """
+    models = [nnx.Linear(3, 1, rngs=nnx.Rngs(0)) for _ in objective_changed]
+    optimizers = [nnx.Optimizer(model, make(), wrt=nnx.Param) for model in models]
 
-    step = nnx.jit(
-        lambda m, o: update_with_line_search(m, o, loss, objective_changed=objective_changed)
-    )
-    returned, after = [], []
+    @nnx.jit
+    def step(models, optimizers):
+        return [
+            update_with_line_search(model, optimizer, _loss, objective_changed=changed)
+            for model, optimizer, changed in zip(models, optimizers, objective_changed, strict=True)
+        ]
+
+    runs = [([], []) for _ in objective_changed]
     for _ in range(steps):
-        returned.append(float(step(model, optimizer)))
-        after.append(float(_loss(model)))
-    return returned, after
+        for (returned, after), loss, model in zip(
+            runs, step(models, optimizers), models, strict=True
+        ):
+            returned.append(float(loss))
+            after.append(float(_loss(model)))
+    return runs
 
 
 @pytest.mark.parametrize(
@@ -114,9 +125,9 @@ def _losses(tx, objective_changed, steps=6):
     ids=["lbfgs-sgd", "adam-lbfgs", "lbfgs-lbfgs", "nested"],
 )
 def test_a_stored_gradient_is_reused_only_while_its_line_search_runs(make):
-    # same batch each step: reusing the stored value must change nothing but the cost
-    reused, reused_after = _losses(make(), objective_changed=False)
-    fresh, fresh_after = _losses(make(), objective_changed=True)
+    # same batch each step: reusing the stored value must change nothing but the cost (both
+    # runs, on models of their own, are compiled as one program: one compilation, not two)
+    (reused, reused_after), (fresh, fresh_after) = _losses(make, False, True)
     np.testing.assert_allclose(reused, fresh, rtol=1e-5)
     np.testing.assert_allclose(reused_after, fresh_after, rtol=1e-5)
     # the returned loss is the loss before each update: never a frozen one
@@ -125,13 +136,15 @@ def test_a_stored_gradient_is_reused_only_while_its_line_search_runs(make):
 
 def test_a_line_search_under_a_foreign_condition_is_never_reused():
     # an optax.conditionally_transform this package did not build: whether it runs is unknown
-    tx = with_strong_state_types(
-        optax.chain(
-            optax.conditionally_transform(optax.lbfgs(), lambda step: step < 2),
-            optax.conditionally_transform(optax.sgd(0.05), lambda step: step >= 2),
+    def make():
+        return with_strong_state_types(
+            optax.chain(
+                optax.conditionally_transform(optax.lbfgs(), lambda step: step < 2),
+                optax.conditionally_transform(optax.sgd(0.05), lambda step: step >= 2),
+            )
         )
-    )
-    returned, after = _losses(tx, objective_changed=False)
+
+    [(returned, after)] = _losses(make, False)
     np.testing.assert_allclose(returned[1:], after[:-1], rtol=1e-5)
 
 

@@ -36,15 +36,47 @@ def mesh():
     return create_device_mesh({"data": 8})
 
 
+def mse(model, batch):
+    return ((model(batch["x"]) - batch["y"]) ** 2).mean()
+
+
 @pytest.fixture(scope="module")
-def plain_cost(new_train_step, mesh):
-    return new_train_step(mesh).cost(batch())
+def new_step(new_mlp):
+    """Build a TrainStep on a fresh ``new_mlp()``: ``new_step(mesh, ...)``, options as TrainStep's.
+
+    With SGD, not the ``new_train_step`` fixture's Adam: the optimizer adds no matmul to the
+    costs these tests read, and SGD's step compiles in about half the time.
+    """
+
+    def build(mesh=None, **options):
+        model = new_mlp()
+        return TrainStep(
+            model,
+            nnx.Optimizer(model, optax.sgd(1e-2), wrt=nnx.Param),
+            mse,
+            mesh=mesh,
+            batch_sharding=None if mesh is None else create_data_parallel_sharding(mesh),
+            **options,
+        )
+
+    return build
+
+
+@pytest.fixture(scope="module")
+def plain_step(new_step, mesh):
+    """A data-parallel step that is costed (compiled) but never called: tests only read it."""
+    return new_step(mesh)
+
+
+@pytest.fixture(scope="module")
+def plain_cost(plain_step):
+    return plain_step.cost(batch())
 
 
 def test_the_flops_are_the_programs_matmuls_over_its_devices_and_the_bytes_xla_s(
-    new_train_step, mesh, plain_cost
+    plain_step, mesh, plain_cost
 ):
-    step = new_train_step(mesh)
+    step = plain_step  # the program its cost compiled (jax's cache: not compiled again)
     placed = jax.device_put(batch(), create_data_parallel_sharding(mesh))
     with jax.set_mesh(mesh):
         compiled = step.jitted.lower(jax.tree.leaves(step.state), placed).compile()
@@ -76,10 +108,9 @@ def test_a_step_whose_flops_cannot_be_counted_says_why(new_mlp):
     assert step.flops_per_step(np.ones((4, 8), np.float32)) is None
 
 
-def test_more_rows_cost_more_and_the_figure_is_per_device(new_train_step, mesh, plain_cost):
-    step = new_train_step(mesh)
-    assert step.flops_per_step(batch(4 * ROWS)) > 2 * plain_cost.flops
-    one_device = new_train_step(None).cost(batch())
+def test_more_rows_cost_more_and_the_figure_is_per_device(new_step, plain_step, plain_cost):
+    assert plain_step.flops_per_step(batch(4 * ROWS)) > 2 * plain_cost.flops
+    one_device = new_step(None).cost(batch())
     assert one_device.devices == 1
     assert one_device.flops > 4 * plain_cost.flops  # the whole batch on one device
 
@@ -89,10 +120,8 @@ def test_more_rows_cost_more_and_the_figure_is_per_device(new_train_step, mesh, 
     [{"accumulate_steps": 4}, {"steps_per_call": 3}, {"accumulate_steps": 2, "steps_per_call": 3}],
     ids=["accumulate", "steps_per_call", "both"],
 )
-def test_the_cost_is_per_optimizer_step_whatever_the_loops(
-    new_train_step, mesh, plain_cost, options
-):
-    step = new_train_step(mesh, **options)
+def test_the_cost_is_per_optimizer_step_whatever_the_loops(new_step, mesh, plain_cost, options):
+    step = new_step(mesh, **options)
     k = options.get("steps_per_call", 1)
     given = stacked(k) if k > 1 else batch()
     cost = step.cost(given)
@@ -105,8 +134,8 @@ def test_the_cost_is_per_optimizer_step_whatever_the_loops(
     assert np.shape(losses) == ((k,) if k > 1 else ())
 
 
-def test_a_plain_step_compiles_once_for_its_cost_and_its_calls(new_train_step, mesh):
-    step = new_train_step(mesh)
+def test_a_plain_step_compiles_once_for_its_cost_and_its_calls(new_step, mesh):
+    step = new_step(mesh)
     with expect_compiles(1):
         cost = step.cost(batch())
         step(batch())
@@ -114,9 +143,9 @@ def test_a_plain_step_compiles_once_for_its_cost_and_its_calls(new_train_step, m
         assert step.cost(batch()) is cost  # analysed once per batch signature
 
 
-def test_precision_is_costed_as_compiled(new_train_step, mesh, plain_cost):
+def test_precision_is_costed_as_compiled(new_step, mesh, plain_cost):
     policy = PrecisionPolicy(param_dtype="float32", compute_dtype="bfloat16")
-    cost = new_train_step(mesh, precision=policy, accumulate_steps=2).cost(batch())
+    cost = new_step(mesh, precision=policy, accumulate_steps=2).cost(batch())
     assert cost.flops is not None
     assert cost.flops >= plain_cost.flops / 2  # same matmuls, plus the casts
 
@@ -144,10 +173,10 @@ def test_precision_is_costed_as_compiled(new_train_step, mesh, plain_cost):
     ],
 )
 def test_a_batch_the_call_refuses_is_refused_by_cost_with_the_same_error(
-    new_train_step, mesh, options, given, error
+    new_step, mesh, options, given, error
 ):
     options = {"mesh": mesh, **options}
-    step = new_train_step(options.pop("mesh"), **options)
+    step = new_step(options.pop("mesh"), **options)
     with pytest.raises(error) as by_cost:
         step.flops_per_step(given)
     with pytest.raises(error) as by_call:
