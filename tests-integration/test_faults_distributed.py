@@ -31,11 +31,11 @@ STARTUP = textwrap.dedent(
     """
     import json, sys, time
     from substrax.runtime import DistributedStartupError, initialize_distributed
-    address, rank, processes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    address, rank, processes, timeout = sys.argv[1], *map(int, sys.argv[2:5])
     started = time.monotonic()
     try:
         initialize_distributed(coordinator_address=address, num_processes=processes,
-                               process_id=rank, initialization_timeout=5)
+                               process_id=rank, initialization_timeout=timeout)
     except DistributedStartupError as error:
         print(json.dumps({"seconds": time.monotonic() - started, "message": str(error),
                           "address": error.coordinator_address, "arrived": error.arrived,
@@ -44,15 +44,17 @@ STARTUP = textwrap.dedent(
 )
 
 
-# the startup's 5 s timeout, not jax's own 300 s: the span includes importing jax, which takes
-# seconds more on a loaded machine (10.2 s was seen on 2 busy cores)
-BOUNDED = 5 + 25
+# short, as nobody is ever coming: the test waits it out
+STARTUP_TIMEOUT = 2
+# the startup's timeout, not jax's own 300 s: the span includes importing jax, which takes
+# seconds more on a loaded machine (10.2 s was seen on 2 busy cores with a 5 s timeout)
+BOUNDED = STARTUP_TIMEOUT + 25
 
 
 def _startup(address: str, rank: int, processes: int) -> dict:
     env = child_environment(JaxRuntime(platforms=("cpu",)), {})
     result = subprocess.run(
-        [sys.executable, "-c", STARTUP, address, str(rank), str(processes)],
+        [sys.executable, "-c", STARTUP, address, str(rank), str(processes), str(STARTUP_TIMEOUT)],
         env=env,
         capture_output=True,
         text=True,

@@ -713,12 +713,13 @@ def test_a_slow_install_of_the_extras_does_not_turn_a_task_timeout_into_a_cancel
     project = _extras_project(tmp_path, monkeypatch)
     slow = tmp_path / "bin" / "uv"
     slow.parent.mkdir()
-    slow.write_text(f'#!/bin/sh\nsleep 9\nexec {shutil.which("uv")} "$@"\n')
+    # past the deadline the supervisor once counted from its own start: timeout + 5 s margin
+    slow.write_text(f'#!/bin/sh\nsleep 7\nexec {shutil.which("uv")} "$@"\n')
     slow.chmod(0o755)
     monkeypatch.setenv("PATH", f"{slow.parent}{os.pathsep}{os.environ['PATH']}")
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     sleeps = "import time; print('started', flush=True); time.sleep(60)"
-    spec = _spec(_task("long", sleeps), extras=("x",), timeout_seconds=3, stop_grace_seconds=1)
+    spec = _spec(_task("long", sleeps), extras=("x",), timeout_seconds=1, stop_grace_seconds=1)
     handle = backend.submit(spec, project=project)
     assert wait_until_final(backend, handle, 120) is RunState.FAILED
     manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
