@@ -3,6 +3,8 @@
 arrays' own metadata."""
 
 import json
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -33,6 +35,33 @@ def _save(directory: Path, **options: bool) -> None:
         store.save(2, _items())
 
 
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``pristine(**options)``: a store ``_save`` wrote with ``options``, once per module."""
+    made: dict[tuple[tuple[str, bool], ...], Path] = {}
+
+    def path(**options: bool) -> Path:
+        key = tuple(sorted(options.items()))
+        if key not in made:
+            made[key] = tmp_path_factory.mktemp("pristine") / "store"
+            _save(made[key], **options)
+        return made[key]
+
+    return path
+
+
+@pytest.fixture
+def saved(pristine: Callable[..., Path], store_dir: Path) -> Callable[..., Path]:
+    """``saved(**options)``: ``store_dir``, holding steps 1 and 2 as ``_save(store_dir,
+    **options)`` writes them (a copy of the module's own: each test damages its copy)."""
+
+    def copy(**options: bool) -> Path:
+        shutil.copytree(pristine(**options), store_dir)
+        return store_dir
+
+    return copy
+
+
 def _largest_chunk_file(array_dir: Path) -> Path:
     files = [p for p in array_dir.rglob("*") if p.is_file() and p.name != "zarr.json"]
     return max(files, key=lambda p: p.stat().st_size)
@@ -47,10 +76,10 @@ def _verify_rows(directory: Path, capsys: pytest.CaptureFixture[str]) -> tuple[i
 @pytest.mark.parametrize("damage", ["missing", "empty"])
 @pytest.mark.parametrize("where", ["model/w", "data_iterator/order", "data_iterator/pos"])
 def test_a_missing_or_empty_chunk_file_is_corrupt_naming_the_leaf(
-    store_dir, capsys, compression, damage, where
+    saved, capsys, compression, damage, where
 ):
     item, leaf = where.split("/")
-    _save(store_dir, use_compression=compression)
+    store_dir = saved(use_compression=compression)
     chunk = _largest_chunk_file(store_dir / "2" / item / f"tree.{leaf}")
     if damage == "missing":
         chunk.unlink()
@@ -67,8 +96,8 @@ def test_a_missing_or_empty_chunk_file_is_corrupt_naming_the_leaf(
     assert (rows[2]["status"], rows[2]["item"], rows[2]["leaf"]) == ("FAILED", item, leaf)
 
 
-def test_a_missing_array_metadata_file_names_the_leaf(store_dir):
-    _save(store_dir)
+def test_a_missing_array_metadata_file_names_the_leaf(saved):
+    store_dir = saved()
     (store_dir / "2" / "model" / "tree.w" / "zarr.json").unlink()
     with OrbaxCheckpointStore(store_dir, read_only=True) as store:
         for read in (store.restore, store.describe):
@@ -78,8 +107,8 @@ def test_a_missing_array_metadata_file_names_the_leaf(store_dir):
 
 
 @pytest.mark.parametrize("damage", ["missing", "empty", "not_json", "not_an_object"])
-def test_a_damaged_dtypes_record_is_corrupt(store_dir, capsys, damage):
-    _save(store_dir)
+def test_a_damaged_dtypes_record_is_corrupt(saved, capsys, damage):
+    store_dir = saved()
     record = store_dir / "2" / "dtypes" / "metadata"
     if damage == "missing":
         record.unlink()
@@ -98,8 +127,8 @@ def test_a_damaged_dtypes_record_is_corrupt(store_dir, capsys, damage):
     assert [(f["item"], f["leaf"]) for f in rows[2]["failures"]] == [("dtypes", "<root>")]
 
 
-def test_a_step_without_a_dtypes_item_restores_as_before(store_dir):
-    _save(store_dir)
+def test_a_step_without_a_dtypes_item_restores_as_before(saved):
+    store_dir = saved()
     for path in sorted((store_dir / "2" / "dtypes").rglob("*"), reverse=True):
         path.rmdir() if path.is_dir() else path.unlink()
     (store_dir / "2" / "dtypes").rmdir()
@@ -112,10 +141,8 @@ def test_a_step_without_a_dtypes_item_restores_as_before(store_dir):
 
 
 @pytest.mark.parametrize("edited", ["array_metadata", "dtypes_record"])
-def test_verify_fails_a_leaf_whose_recorded_dtype_disagrees_with_its_array(
-    store_dir, capsys, edited
-):
-    _save(store_dir)
+def test_verify_fails_a_leaf_whose_recorded_dtype_disagrees_with_its_array(saved, capsys, edited):
+    store_dir = saved()
     if edited == "array_metadata":
         path = store_dir / "2" / "data_iterator" / "tree.order" / "zarr.json"
         metadata = json.loads(path.read_text())
@@ -144,9 +171,9 @@ _DAMAGED_FILES = {
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", '"text"', "{}"])
 @pytest.mark.parametrize("damaged", list(_DAMAGED_FILES))
-def test_a_damaged_metadata_file_is_corrupt_naming_the_file(store_dir, capsys, damaged, content):
+def test_a_damaged_metadata_file_is_corrupt_naming_the_file(saved, capsys, damaged, content):
     item, name, leaf = _DAMAGED_FILES[damaged]
-    _save(store_dir)
+    store_dir = saved()
     path = store_dir / "2" / item / name
     path.write_text(content)
     with OrbaxCheckpointStore(store_dir, read_only=True) as store:
@@ -164,9 +191,9 @@ def test_a_damaged_metadata_file_is_corrupt_naming_the_file(store_dir, capsys, d
 
 
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", "{}"])
-def test_verify_fails_a_step_whose_array_metadatas_file_is_damaged(store_dir, capsys, content):
+def test_verify_fails_a_step_whose_array_metadatas_file_is_damaged(saved, capsys, content):
     # orbax reads this file only when it writes a step: restores never need it, verify says so
-    _save(store_dir)
+    store_dir = saved()
     path = store_dir / "2" / "model" / "array_metadatas" / "process_0"
     path.write_text(content)
     code, rows = _verify_rows(store_dir, capsys)
@@ -176,10 +203,10 @@ def test_verify_fails_a_step_whose_array_metadatas_file_is_damaged(store_dir, ca
     assert str(path) in rows[2]["failures"][0]["error"]
 
 
-def test_a_step_that_lost_its_metadata_record_is_a_damaged_step_not_a_stranger(store_dir, capsys):
+def test_a_step_that_lost_its_metadata_record_is_a_damaged_step_not_a_stranger(saved, capsys):
     """Hostile finding: with its record gone, the latest step stopped being a step; the store
     quietly resumed from the step before and verify passed."""
-    _save(store_dir)
+    store_dir = saved()
     record = store_dir / "2" / "metadata" / "metadata"
     record.unlink()  # the step's manifest still lists it
     with OrbaxCheckpointStore(store_dir, read_only=True) as store:

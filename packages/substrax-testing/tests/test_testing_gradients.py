@@ -56,7 +56,7 @@ def test_a_correct_model_passes_in_both_modes_and_is_left_unchanged():
     model, x = Mlp(rngs=nnx.Rngs(0)), _inputs()
     before = jax.tree.map(np.asarray, nnx.state(model, nnx.Param))
     grads = check_parameter_gradients(model, lambda m: (m(x) ** 2).mean())
-    expected = nnx.grad(lambda m: (m(x) ** 2).mean())(model)
+    expected = nnx.jit(nnx.grad(lambda m: (m(x) ** 2).mean()))(model)
     # the check's own jax.grad call and this one may compile differently: f32 rounding apart
     close = functools.partial(np.testing.assert_allclose, rtol=1e-6)
     jax.tree.map(close, grads, nnx.state(expected, nnx.Param))
@@ -126,10 +126,9 @@ class Plain(nnx.Module):
 
 @pytest.mark.parametrize("modes", [("rev",), ("fwd",), ("rev", "fwd")])
 def test_a_failure_names_the_one_wrong_element(modes):
-    with pytest.raises(GradientMismatchError, match=r"worst leaf w\[2, 1\] \((rev|fwd), float32\)"):
-        check_parameter_gradients(Plain(), lambda m: m(), modes=modes)
     with pytest.raises(GradientMismatchError) as info:
         check_parameter_gradients(Plain(), lambda m: m(), modes=modes)
+    info.match(r"worst leaf w\[2, 1\] \((rev|fwd), float32\)")  # as pytest.raises(match=)
     worst = info.value.worst
     assert (worst.index, worst.checked, worst.failing) == ((2, 1), 6, 1)
     assert worst.numeric == pytest.approx(2 * 1.5, rel=1e-5)  # d(w^2)/dw at w = 6/4

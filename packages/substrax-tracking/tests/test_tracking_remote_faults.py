@@ -23,18 +23,22 @@ def spooled(path):
 
 @pytest.mark.parametrize("how", ["refuse", "silent"])
 def test_a_server_that_vanishes_after_the_run_is_created_loses_nothing_and_close_is_bounded(
-    vanishing_mlflow, tmp_path, caplog, how
+    vanishing_mlflow, tmp_path, caplog, monkeypatch, how
 ):
+    # a silent server holds a call for the request's timeout: past close_timeout and its grace
+    # (the call is still running at close), within them and the replay's timeout (the replay
+    # waits for the lock the call holds, then times out on the silent server itself)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")  # 5 for every other test
     server = vanishing_mlflow(vanish_after_run=how)
     caplog.set_level(logging.WARNING, logger="substrax.tracking")
-    logger = MLFlowLogger("gone", tracking_uri=server.uri, log_dir=tmp_path, close_timeout=3)
+    logger = MLFlowLogger("gone", tracking_uri=server.uri, log_dir=tmp_path, close_timeout=1)
     assert logger.run_id == "run1"
     assert server.vanished.wait(10)
     for step in range(500):
         logger.log_scalar("loss", float(step), step=step)
     started = time.monotonic()
     logger.close()
-    assert time.monotonic() - started < 3 + 2  # close_timeout, and a little to write the spool
+    assert time.monotonic() - started < 1 + 2  # close_timeout, and a little to write the spool
     lines = spooled(logger.spool_path)
     steps = [line["record"]["step"] for line in lines]
     marks = steps.count(None)  # a call still running at close: a mark for the replay that ends it
@@ -61,7 +65,7 @@ def test_records_are_spooled_while_the_server_is_down_not_held_in_memory(
     vanishing_mlflow, tmp_path, wait_for
 ):
     server = vanishing_mlflow(vanish_after_run="refuse")
-    logger = MLFlowLogger("down", tracking_uri=server.uri, log_dir=tmp_path, close_timeout=3)
+    logger = MLFlowLogger("down", tracking_uri=server.uri, log_dir=tmp_path, close_timeout=1)
     assert server.vanished.wait(10)
     for step in range(20):
         logger.log_scalar("loss", float(step), step=step)
@@ -69,7 +73,7 @@ def test_records_are_spooled_while_the_server_is_down_not_held_in_memory(
     wait_for(lambda: logger.spool_path.exists() and len(spooled(logger.spool_path)) == 20)
     started = time.monotonic()
     logger.close()  # it retries until close_timeout, then leaves the records where they are
-    assert time.monotonic() - started < 3 + 2
+    assert time.monotonic() - started < 1 + 2
     assert len(spooled(logger.spool_path)) == 20
 
 
@@ -238,7 +242,9 @@ def test_a_flush_to_a_backend_known_down_writes_the_spool_and_does_not_wait_for_
     uri = f"http://127.0.0.1:{free_port()}"  # nothing listens: every send fails
     logger = MLFlowLogger("down", tracking_uri=uri, log_dir=tmp_path, connect_timeout=2)
     logger.log_scalar("loss", 1.0, step=0)
-    logger.flush(timeout=1)  # the first send fails within it
+    # the first send fails within it (refused at once); the sender's next tries then wait
+    # 0.05 s, doubling, and each flush below waits for one: a longer first flush, longer waits
+    logger.flush(timeout=0.2)
     wait_for(lambda: logger._delivery.failing)  # the state the flush reads
     for step in range(1, 4):
         logger.log_scalar("loss", float(step), step=step)

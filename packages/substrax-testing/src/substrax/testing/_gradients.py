@@ -97,6 +97,29 @@ def _tolerance(dtype: str, chosen: object) -> GradientTolerance:
     return chosen if isinstance(chosen, GradientTolerance) else GRADIENT_TOLERANCES[dtype]
 
 
+def _placed(
+    values: "np.ndarray | jax.Array",
+    dtype: "type[Any] | np.dtype[Any]",
+    indices: "np.ndarray",
+    shape: tuple[int, ...],
+) -> "np.ndarray | jax.Array":
+    """``values`` (as ``dtype``) at the flat ``indices`` of zeros shaped ``shape``.
+
+    numpy places numpy values (the check's own, each call): the same cast and sums as jax's,
+    with no op dispatched, nor compiled for each new shape. jax places a jax array or tracer.
+    """
+    import jax.numpy as jnp  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    if not isinstance(values, np.ndarray):
+        return (
+            jnp.zeros(math.prod(shape), dtype).at[indices].set(values.astype(dtype)).reshape(shape)
+        )
+    placed = np.zeros(math.prod(shape), dtype)
+    placed[indices] = values.astype(dtype)
+    return placed.reshape(shape)
+
+
 def _check_leaf(
     reference: Callable[["np.ndarray"], "jax.Array"],
     along: Callable[["jax.Array"], "jax.Array"],
@@ -207,16 +230,16 @@ def _check(
             indices = np.sort(picked)
         start = wide[position].ravel()[indices]
 
-        def placed(values: Any, dtype: Any) -> "jax.Array":  # noqa: ANN401 - the sample, in zeros
-            return jnp.zeros(size, dtype).at[indices].set(values.astype(dtype)).reshape(value.shape)
-
         def reference(values: "np.ndarray") -> "jax.Array":
-            moved = wide[position] + placed(values - start, np.float64)
+            moved = wide[position] + _placed(values - start, np.float64, indices, value.shape)
             return loss(treedef.unflatten([*wide[:position], moved, *wide[position + 1 :]]), rest)
 
         def along(t: "jax.Array") -> "jax.Array":
-            tangents: list[Any] = [jnp.zeros_like(v) for v in flat]
-            tangents[position] = placed(t, value.dtype)
+            tangents: list[Any] = [  # numpy's zeros for numpy's tangent, as _placed places it
+                np.zeros(v.shape, v.dtype) if isinstance(t, np.ndarray) else jnp.zeros_like(v)
+                for v in flat
+            ]
+            tangents[position] = _placed(t, value.dtype, indices, value.shape)
             return jax.jvp(lambda v: loss(v, aux), (tree,), (treedef.unflatten(tangents),))[1]
 
         grad = np.asarray(flat_gradient[position], dtype=np.float64).ravel()[indices]
