@@ -151,7 +151,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test with its tier (and its module's group, ``module_group``); give each
-    docstring example an empty namespace; order the integration tests before the unit tests.
+    docstring example an empty namespace.
 
     Then freeze what collection made (jax, orbax, MLflow and every test module, imported):
     the garbage collector never scans it again, so a full collection, which tests run to
@@ -168,11 +168,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             module = example.globs.get("__name__")
             example.globs.clear()
             example.globs["__name__"] = module
-    # xdist hands out the tests in this order (after the groups): the modules holding integration
-    # tests first, so that the many short unit tests fill the workers' ends instead of waiting on
-    # a long test (a module stays whole, so its module-scoped fixtures are made once).
-    slow = {item.path for item in items if item.get_closest_marker("unit") is None}
-    items.sort(key=lambda item: item.path not in slow)
     # numpy < 2 runs `lscpu` on numpy.testing's first import (its SVE probe), which a unit
     # test's first np.testing call would be failed for (the lowest-direct tier has numpy 1.26)
     importlib.import_module("numpy.testing")
