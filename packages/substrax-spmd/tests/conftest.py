@@ -31,8 +31,9 @@ def new_mlp():
 def new_train_step(new_mlp):
     """Build a TrainStep on a fresh ``new_mlp()`` with Adam(1e-2): ``new_train_step(mesh, ...)``.
 
-    The loss is the mean squared error unless ``loss_fn=`` says otherwise; with a mesh the batch
-    rows are split over its ``data`` axis. Other keyword arguments go to ``TrainStep``.
+    The loss is the mean squared error unless ``loss_fn=`` says otherwise, and the optimizer
+    Adam unless ``optimizer=`` (an optax transformation) does; with a mesh the batch rows are
+    split over its ``data`` axis. Other keyword arguments go to ``TrainStep``.
     """
     import optax
     from flax import nnx
@@ -42,11 +43,13 @@ def new_train_step(new_mlp):
     def mse(model, batch):
         return ((model(batch["x"]) - batch["y"]) ** 2).mean()
 
-    def build(mesh=None, *, loss_fn=mse, **options):
+    def build(mesh=None, *, loss_fn=mse, optimizer=None, **options):
         model = new_mlp()
         return TrainStep(
             model,
-            nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param),
+            nnx.Optimizer(
+                model, optax.adam(1e-2) if optimizer is None else optimizer, wrt=nnx.Param
+            ),
             loss_fn,
             mesh=mesh,
             batch_sharding=None if mesh is None else create_data_parallel_sharding(mesh),

@@ -31,24 +31,16 @@ def params_of(model):
 
 
 @pytest.fixture(scope="module")
-def new_sgd_step(new_mlp):
-    """Build a TrainStep on a fresh ``new_mlp()`` with SGD: ``new_sgd_step(mesh, loss_fn, ...)``.
+def new_sgd_step(new_train_step):
+    """``new_train_step`` with SGD: ``new_sgd_step(mesh, loss_fn, ...)``.
 
-    SGD, not the ``new_train_step`` fixture's Adam: its update is the gradient itself, so
-    microbatch gradients summed where they should be averaged change the parameters (Adam's
-    normalised update would hide it); its step also compiles in about half Adam's time.
+    SGD, not Adam: its update is the gradient itself, so microbatch gradients summed where they
+    should be averaged change the parameters (Adam's normalised update would hide it); its step
+    also compiles in about half Adam's time.
     """
 
     def build(mesh, loss_fn, **options):
-        model = new_mlp()
-        return TrainStep(
-            model,
-            nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param),
-            loss_fn,
-            mesh=mesh,
-            batch_sharding=None if mesh is None else create_data_parallel_sharding(mesh),
-            **options,
-        )
+        return new_train_step(mesh, loss_fn=loss_fn, optimizer=optax.sgd(0.1), **options)
 
     return build
 

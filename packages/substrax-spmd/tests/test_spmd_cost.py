@@ -1,3 +1,5 @@
+import functools
+
 import jax
 import numpy as np
 import optax
@@ -41,25 +43,10 @@ def mse(model, batch):
 
 
 @pytest.fixture(scope="module")
-def new_step(new_mlp):
-    """Build a TrainStep on a fresh ``new_mlp()``: ``new_step(mesh, ...)``, options as TrainStep's.
-
-    With SGD, not the ``new_train_step`` fixture's Adam: the optimizer adds no matmul to the
-    costs these tests read, and SGD's step compiles in about half the time.
-    """
-
-    def build(mesh=None, **options):
-        model = new_mlp()
-        return TrainStep(
-            model,
-            nnx.Optimizer(model, optax.sgd(1e-2), wrt=nnx.Param),
-            mse,
-            mesh=mesh,
-            batch_sharding=None if mesh is None else create_data_parallel_sharding(mesh),
-            **options,
-        )
-
-    return build
+def new_step(new_train_step):
+    """``new_train_step`` with SGD, not Adam: the optimizer adds no matmul to the costs these
+    tests read, and SGD's step compiles in about half the time."""
+    return functools.partial(new_train_step, optimizer=optax.sgd(1e-2))
 
 
 @pytest.fixture(scope="module")
