@@ -7,6 +7,5 @@ A callback is structural (:class:`TrainingCallback` is a Protocol); a trainer dr
 from substrax.support import lazy_exports
 
 
-# Every public name is listed once, in __init__.pyi beside this file (what type checkers read),
-# and loads now.
+# The public names are listed in __init__.pyi beside this file; eager=True loads them now.
 lazy_exports(__name__, eager=True)

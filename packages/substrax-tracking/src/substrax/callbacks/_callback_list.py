@@ -82,8 +82,7 @@ class CallbackList:
     def on_train_end(self, trainer: object, /) -> None:
         """Call ``on_train_end`` on every callback, each even if one before it raised.
 
-        A progress bar still closes and a profiler still stops after another callback failed;
-        the first error is raised once every callback ran (the others are noted on it).
+        The first error is raised once every callback ran (the others are noted on it).
         """
         self._each("on_train_end", trainer, every=True)
 

@@ -30,8 +30,7 @@ class EarlyStoppingConfig:
         check_finite: stop at once on a NaN or infinite value.
         stopping_threshold: stop at once when the value reaches it (good enough).
         divergence_threshold: stop at once when the value is worse than it (diverged).
-        strict: raise :class:`MissingMetricError` when the logs lack ``monitor``;
-            with ``False`` such a check is skipped.
+        strict: raise :class:`MissingMetricError` when the logs lack ``monitor``, else skip.
         check_on_epoch_end: check in ``on_epoch_end``.
         check_on_validation_end: check in ``on_validation_end``.
         verbose: log (``logging``, under the ``substrax.callbacks`` logger) why training stopped.
@@ -170,7 +169,7 @@ class EarlyStoppingCallback(BaseCallback):
         return None
 
     def get_state(self) -> dict[str, Any]:
-        """The state to checkpoint, strict JSON: ``{"stopper", "stopped_epoch", "stop_reason", "monitor", "mode"}``."""
+        """The state to checkpoint, strict JSON."""
         return {
             "stopper": self._stopper.get_state(),
             "stopped_epoch": self._stopped_epoch,

@@ -19,8 +19,7 @@ _logger = logging.getLogger(__name__)
 _WHO = "LossSpikeDetector"
 _MIN_WINDOW = 2
 _RESOLUTION = 2.0**-23
-"""float32's relative resolution: a deviation below it times the mean is rounding, never a spike
-(at a mean of 0, below it: rounding around a loss of zero)."""
+"""float32's relative resolution: a deviation below it times the mean (or 1) is never a spike."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,21 +50,16 @@ def _mean_std(values: deque[float]) -> tuple[float, float]:
 class LossSpikeDetector(BaseCallback):
     """Flag steps whose ``monitor`` value is more than ``threshold`` standard deviations above the recent mean.
 
-    Nothing is flagged before ``warmup`` values; the window keeps the last ``window`` values that
-    did not spike, and a level held for ``warmup`` flagged steps in a row becomes the new window.
-    A NaN or infinite value always spikes, a rise below float32's resolution never. A jax array
-    is decided at the next hook, once the next step is dispatched, so the detector never waits
-    for a step; a spike names its own ``batch``. A kept array deleted before it is read
-    (donated) is skipped, with one warning. Spikes are logged as warnings.
+    Nothing is flagged before ``warmup`` values; a level held for ``warmup`` flagged steps in a
+    row becomes the new window. A NaN or infinite value always spikes. A jax array is decided at
+    the next hook, so the detector never waits for a step. Spikes are logged as warnings.
 
     Args:
-        monitor: the metric name in the batch-end logs; logs that never hold it are warned about
-            once, naming the metrics they do hold.
+        monitor: the metric name in the batch-end logs (warned about once if never logged).
         window: how many recent values to compare with (>= 2).
         threshold: the number of standard deviations that counts as a spike (> 0).
         warmup: values to see before flagging (>= 2, <= window).
-        min_std_fraction: a floor on the deviation, as a fraction of the mean's magnitude (>= 0),
-            so that a perfectly flat loss does not flag tiny wiggles.
+        min_std_fraction: a floor on the deviation, as a fraction of the mean's magnitude (>= 0).
         max_spikes: spikes after which ``should_stop`` is true; None never.
         on_spike: called with each :class:`LossSpike`.
 

@@ -1,8 +1,4 @@
-"""Reading a watched metric: one number, or an error naming it; a jax array kept to read later.
-
-A metric logged as a jax array may still be computing, and ``float`` on it waits for its step;
-the callbacks check it from its type and shape alone and read it one step later.
-"""
+"""Reading a watched metric: one number, or an error naming it; a jax array kept to read later."""
 
 from __future__ import annotations
 

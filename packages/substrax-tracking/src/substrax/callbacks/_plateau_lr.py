@@ -45,18 +45,12 @@ def _set(leaf: Any, value: float) -> Any:
 class ReduceLROnPlateauCallback(BaseCallback):
     """Multiply the learning rate by ``factor`` when ``monitor`` has not improved for ``patience`` checks.
 
-    It sets the ``scale`` of an ``optax.contrib.reduce_on_plateau`` state chained into the
-    transformation (build it with a large ``patience`` so that it does not act on its own), or
-    ``hyperparams[hyperparam]`` of ``optax.inject_hyperparams`` to ``base * scale``, each
-    injected group (``optax.multi_transform``) from its own base. A flax ``nnx.Optimizer``
-    (``optimizer=``, or ``trainer.optimizer``; a ``substrax.spmd.TrainStep`` either way) is
-    changed in place, without a recompile; a plain optax state goes through :meth:`apply`,
-    which returns a new state and leaves the one given as it was. The ``reduce_on_plateau``
-    route needs a loop that passes ``value=`` to the update (``TrainStep`` does not: use
-    ``inject_hyperparams`` there). An injected schedule is recomputed by optax at every
-    update, so no scale written over it lasts: that is warned about once. A NaN or infinite
-    metric counts as a plateau at once, whatever ``patience``; a ``cooldown`` after a reduction
-    still holds every reduction off, that one included.
+    It sets the ``scale`` of a chained ``optax.contrib.reduce_on_plateau`` state (built with a
+    large ``patience``), or each ``optax.inject_hyperparams`` group's ``hyperparams[hyperparam]``
+    to its first value times ``scale``. A flax ``nnx.Optimizer`` (``optimizer=`` or
+    ``trainer.optimizer``) is changed in place; a plain optax state goes through :meth:`apply`.
+    ``substrax.spmd.TrainStep`` passes no ``value=`` to the update: use ``inject_hyperparams``
+    there. A NaN or infinite metric counts as a plateau at once.
 
     Args:
         monitor: the metric name in the epoch-end logs.

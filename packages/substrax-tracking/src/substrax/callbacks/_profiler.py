@@ -17,11 +17,7 @@ _logger = logging.getLogger(__name__)
 
 
 def _wait_for_a_new_second(runs: Path) -> None:
-    """Wait, if need be, until no trace in ``runs`` was written this second.
-
-    jax names a trace's folder by the second it is written in: a second trace written within the
-    same second would replace the first one's files (two short windows, one ``log_dir``).
-    """
+    """Wait until no trace in ``runs`` was written this second: jax names its folder by it."""
     written = [run.stat().st_mtime for run in runs.iterdir()] if runs.is_dir() else []
     now = time.time()
     if written and int(max(written)) >= int(now):
@@ -31,12 +27,10 @@ def _wait_for_a_new_second(runs: Path) -> None:
 class ProfilerWindow(BaseCallback, Closeable):
     """Trace ``num_steps`` steps from ``start_step`` with ``jax.profiler`` into ``log_dir``.
 
-    The trace starts before step ``start_step`` and stops once step ``start_step + num_steps - 1``
-    is computed, into ``log_dir/plugins/profile/<run>/`` (``*.xplane.pb`` for TensorBoard or
-    ``xprof``; ``perfetto_trace.json.gz`` with ``perfetto=True``). A run that ends or raises
-    inside the window keeps the steps traced so far: ``on_train_end``, leaving a ``with`` block
-    or the interpreter's exit stops the trace. A trace already running is left alone, and a
-    window already past at the first step seen (a resumed run) is skipped, each with a warning.
+    The trace goes into ``log_dir/plugins/profile/<run>/`` (``*.xplane.pb``; also
+    ``perfetto_trace.json.gz`` with ``perfetto=True``). ``on_train_end``, leaving a ``with``
+    block or the interpreter's exit stops a trace the run ended inside of. A trace already
+    running, or a window already past at the first step seen, is skipped with a warning.
 
     Args:
         start_step: the first traced step (the ``batch`` index the loop passes), >= 0.

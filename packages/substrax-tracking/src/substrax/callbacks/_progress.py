@@ -21,19 +21,14 @@ _DRAW_PER_SECOND = 10
 class ProgressCallback(BaseCallback):
     """Show training progress as a `rich <https://rich.readthedocs.io>`_ progress bar.
 
-    The bar shows steps done, steps per second, elapsed time, the ETA (given ``total_steps``)
-    and the latest values of ``metrics``. A batch end redraws it at most 10 times a second, and
-    otherwise only counts. A jax array is read at a later redraw, once a later step is
-    dispatched, so the bar never waits for a step; a kept array deleted before it is read
-    (donated) is skipped, with one warning. ``on_train_end`` draws the last values; a later
-    ``on_train_begin`` (another run) starts a fresh bar, ``steps`` and :attr:`latest` anew.
+    The bar shows steps done, steps per second, elapsed time, the ETA and the latest values of
+    ``metrics``, redrawn at most 10 times a second. A jax array is read at a later redraw, so
+    the bar never waits for a step. A later ``on_train_begin`` starts a fresh bar.
 
     Args:
         total_steps: the number of steps, for the bar and the ETA; None for an open-ended bar.
-        initial_step: the steps done before this run (a resumed run's restored step): the bar
-            starts there, and ``steps`` counts on from it.
-        metrics: the log key (a string) or keys to show beside the bar; one the first step's
-            logs lack is warned about, naming the keys they hold.
+        initial_step: the steps done before this run (a resumed run's); ``steps`` starts there.
+        metrics: the log key or keys to show beside the bar; a missing one is warned about once.
         console: a ``rich.console.Console`` to draw on; default: rich's own.
         description: the text before the bar.
 
@@ -112,10 +107,7 @@ class ProgressCallback(BaseCallback):
         )
 
     def on_batch_end(self, trainer: object, batch: int, logs: Logs, /) -> None:
-        """Count the step; at most 10 times a second, redraw the bar.
-
-        A redraw reads the jax values kept from the steps before (this one may still run).
-        """
+        """Count the step; at most 10 times a second, redraw the bar."""
         if self._task is None:
             self.on_train_begin(trainer)
         self.steps += 1

@@ -31,9 +31,6 @@ class TrainerLike(Protocol):
 class TrainingCallback(Protocol):
     """The hooks a trainer calls during training; every parameter is positional-only.
 
-    Any object with these eight methods is a callback, so other parts offer callbacks without
-    importing this module.
-
     Example:
         >>> from substrax.callbacks import BaseCallback, TrainingCallback
         >>> isinstance(BaseCallback(), TrainingCallback)

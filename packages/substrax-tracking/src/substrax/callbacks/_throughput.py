@@ -42,14 +42,12 @@ def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:
     """One device's share of the matrix FLOPs of one call of ``function`` on ``args``.
 
     The FLOPs are counted from the traced program (:func:`substrax.devices.count_flops`), never
-    compiled or run, and divided by the number of devices the inputs' shardings span.
-    ``function`` is any jax-traceable callable; ``args`` may be ``jax.ShapeDtypeStruct``.
+    run, and divided by the number of devices the inputs' shardings span. ``args`` may be
+    ``jax.ShapeDtypeStruct``.
 
     Raises:
-        CostAnalysisError: the FLOPs cannot be counted (a ``while`` loop that multiplies, an
-            opaque kernel, no matrix work); its ``reason`` says which. No partial figure is given.
-        TypeError: ``function`` is a ``Lowered``, ``Compiled`` or ``Traced`` stage, or is not
-            callable.
+        CostAnalysisError: the FLOPs cannot be counted; its ``reason`` says why.
+        TypeError: ``function`` is a ``Lowered``, ``Compiled`` or ``Traced`` stage, or not callable.
 
     Example:
         >>> import jax
@@ -104,32 +102,20 @@ class ThroughputMeter(BaseCallback):
 
     Every ``window`` steps it logs, under ``prefix``: ``steps_per_sec``, ``examples_per_sec`` and
     ``tokens_per_sec`` (given their sizes), ``flops_per_sec_per_device`` (given
-    ``flops_per_step``) and ``mfu`` (given the device's peak too). :attr:`latest` holds the last
-    window's figures, None for those not known, which are never logged.
-
-    A window runs from the moment one step's outputs (the jax arrays in its batch-end logs) are
-    computed to the moment those of the step ``window`` batch ends later are; the first step,
-    which compiles, only starts the clock. The meter never waits for a step before the next is
-    dispatched: it reads the clock once a boundary's outputs are ready, at the latest at the
-    next ``on_batch_end``. Outputs deleted by then (donated) are not waited for.
-    ``on_train_end`` logs the last full window.
-
-    ``with meter.pause():``, or ``on_validation_begin``/``on_validation_end``, leaves time outside
-    training out: a pause waits for the last step, then stops the clock; pauses nest, and
-    ``on_train_begin`` clears one never ended. :attr:`paused_seconds` adds up the time left out.
+    ``flops_per_step``) and ``mfu`` (given the device's peak too); :attr:`latest` holds them,
+    None for those not known. A window is timed between the moments its boundary steps' outputs
+    are computed; the first step, which compiles, only starts the clock. ``with meter.pause():``
+    or a validation leaves its time out (summed in :attr:`paused_seconds`).
 
     Args:
         logger: where to log (``log_metrics(metrics, step)``); None only keeps :attr:`latest`.
         window: ``on_batch_end`` calls per measurement (>= 1).
         examples_per_step: the global batch size (of one optimizer step).
         tokens_per_example: tokens in each example (sequence length), for ``tokens_per_sec``.
-        flops_per_step: one device's FLOPs of one optimizer step (> 0), from
-            ``TrainStep.flops_per_step(batch)`` or :func:`step_flops`; None logs no FLOP/s or MFU.
-        peak_flops: one device's peak FLOP/s for MFU; ``"detect"`` reads it from
-            ``substrax.devices``; None never computes MFU.
+        flops_per_step: one device's FLOPs per optimizer step (> 0), e.g. :func:`step_flops`'s.
+        peak_flops: one device's peak FLOP/s for MFU; ``"detect"`` asks ``substrax.devices``.
         prefix: put before every logged name.
-        steps_per_call: optimizer steps each ``on_batch_end`` stands for (>= 1), as with
-            ``TrainStep(steps_per_call=k)``; the other figures stay per optimizer step.
+        steps_per_call: optimizer steps each ``on_batch_end`` stands for (>= 1).
         clock: the clock read at window boundaries and pauses, in seconds.
 
     Example:
@@ -240,9 +226,7 @@ class ThroughputMeter(BaseCallback):
         if self._pauses == 0:
             last, self._last = self._last, {}  # waited for once: a failed step raises once
             self._settle(wait=True)  # a window's end still to time; may raise
-            if self._mark is not None:
-                # dispatched steps are training time; a failed one raises here (a donated
-                # output, deleted since, is skipped, as at a window's end)
+            if self._mark is not None:  # dispatched steps are training time
                 wait_for(last.values())
             self._paused_at = self._clock()
         self._pauses += 1

@@ -155,8 +155,7 @@ class BestMetricTracker:
     def get_state(self) -> dict[str, Any]:
         """The state to checkpoint: ``{"best", "num_bad_epochs"}``, strict JSON.
 
-        An infinite best (none yet) is written as the largest float of its sign, so that the
-        state keeps one structure, the one a checkpoint's template gives.
+        An infinite best (none yet) is written as the largest float of its sign.
         """
         best = math.copysign(LARGEST, self._best) if math.isinf(self._best) else self._best
         return {"best": best, "num_bad_epochs": self._num_bad_epochs}
@@ -170,8 +169,7 @@ class BestMetricTracker:
         who = type(self).__name__
         checked = check_state(who, state, {"best", "num_bad_epochs"})
         best = state_number(who, checked, "best", "a number, or None for no best yet", none=True)
-        wanted = "an integer >= 0"
-        bad = state_number(who, checked, "num_bad_epochs", wanted, integer=True, low=0)
+        bad = state_number(who, checked, "num_bad_epochs", "an integer >= 0", integer=True, low=0)
         if best is None:
             best = math.inf if self._mode is Mode.MIN else -math.inf
         self._best = math.copysign(math.inf, best) if abs(best) >= LARGEST else best

@@ -2,11 +2,9 @@
 
 Every logger has one surface (``log_scalar``, ``log_scalars``/``log_metrics``,
 ``log_hyperparams``, ``log_text``, ``log_image``, ``log_histogram``, ``close``). The W&B and
-MLflow loggers send from a background thread, never stall the step, and keep what they could
-not deliver in a spool file (``python -m substrax.tracking replay SPOOL``). Importing this
-module imports neither jax nor any backend SDK, nor anything else: each name is loaded from its
-module when first used (PEP 562). Every name users import comes from here; the only public
-submodule is the ``python -m substrax.tracking`` entry, ``substrax.tracking.__main__``.
+MLflow loggers send from a background thread and keep what they could not deliver in a spool
+file (``python -m substrax.tracking replay SPOOL``). Importing this module imports neither jax
+nor any backend SDK.
 
 Example:
     >>> import io, tempfile
@@ -22,6 +20,5 @@ Example:
 from substrax.support import lazy_exports
 
 
-# Every public name is listed once, in __init__.pyi beside this file (what type checkers read);
-# each loads from its module on first use (PEP 562), then is kept here.
+# Every public name is listed once, in __init__.pyi; each loads from its module on first use.
 lazy_exports(__name__)

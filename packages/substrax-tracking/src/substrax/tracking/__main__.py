@@ -1,7 +1,4 @@
-"""``python -m substrax.tracking``: plot a file log, or replay a spool file (``--help`` says how).
-
-This module's path is an interface: ``python -m substrax.tracking`` runs it.
-"""
+"""``python -m substrax.tracking``: plot a file log or replay a spool; this path is an interface."""
 
 from ._cli import exit_with_main
 

@@ -41,14 +41,10 @@ class _Control:
 class AsyncDelivery:
     """Deliver records to a sink in the background; never block or raise in the caller.
 
-    The spool is written ahead: the writer thread reads a submitted record's values (an
-    on-device array too) and appends it, within ``batch_interval`` seconds (sooner once
-    ``max_queue`` wait; at once on flush, persist and close). The sender thread replays the
-    spool to the sink in order, a pass per ``send_interval`` at most (at once for a flush or
-    close: a backend's cost per call is paid less often), setting aside what the sink refuses
-    for good; a failing sink is warned about once and retried with backoff (``retry_initial``
-    doubling up to ``retry_max``). On a full disk records wait in memory, in order, and are sent
-    from there. Both threads run at a lower CPU priority (Linux), and no error stops them.
+    A writer thread appends submitted records to the spool (within ``batch_interval`` s, or once
+    ``max_queue`` wait); a sender thread replays the spool to the sink in order, a pass per
+    ``send_interval`` at most, retrying a failing sink with backoff. On a full disk records wait
+    in memory, in order, and are sent from there.
     """
 
     def __init__(
@@ -134,10 +130,7 @@ class AsyncDelivery:
             self._wake.set()
 
     def flush(self, timeout: float | None = None, *, once: bool = False) -> bool:
-        """Wait until everything submitted so far is delivered, sends retried meanwhile; whether it was.
-
-        ``once``: wait for one send pass after the write, not for its retries.
-        """
+        """Wait until everything submitted so far is delivered (``once``: one send pass after the write); whether it was."""
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         control = self._control("flush")
         while not control.done.wait(min(_SLICE, max(0.0, deadline - time.monotonic()))):
@@ -207,8 +200,6 @@ class AsyncDelivery:
         self._warned.add(what)
         return first
 
-    # The writer.
-
     def _write_loop(self) -> bool:
         """Wait for records (or a control), write them; True once closed."""
         wait = self._spool.backoff.wait() if self._waiting() else None
@@ -267,8 +258,6 @@ class AsyncDelivery:
                 self._unsynced = False
         if records or self._unwritten:  # written, or to be sent from memory
             self._send.set()
-
-    # The sender.
 
     def _send_loop(self) -> bool:
         """Send the spool's lines of this run; True once closed."""

@@ -1,6 +1,6 @@
 """Logger: the one surface every tracking backend offers."""
 
-# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+# ruff: noqa: ANN401  (logged values and SDK objects are typed Any on purpose)
 
 from __future__ import annotations
 
@@ -26,19 +26,12 @@ from ._process import current_process_index
 from ._values import histogram_summary
 
 
-_CHECKED: set[str] = set()  # metric names that passed check_metric_name (a str's hash is kept)
+_CHECKED: set[str] = set()  # metric names that passed check_metric_name
 _CHECKED_MOST = 100_000
 
 
 def check_metric_name(name: object, value: object) -> None:
-    """Refuse an empty metric name (or one that is not a string), or one no log file can hold.
-
-    A name that passed before passes after one set lookup (the per-step cost).
-
-    Raises:
-        EmptyMetricNameError: ``name`` is empty or not a string.
-        LoggedTypeError: ``name`` holds a lone surrogate (no UTF-8 file can hold it), a newline
-            or a carriage return (it would break a CSV row and a console line).
+    """Refuse an empty or non-string metric name, or one no log file can hold on one line.
 
     Example:
         >>> from substrax.tracking._base import check_metric_name
@@ -48,7 +41,7 @@ def check_metric_name(name: object, value: object) -> None:
         ...
         substrax.tracking.EmptyMetricNameError: metric name '' (value 0.5) must be a non-empty string; give the metric a name such as 'loss' or 'train/loss'
     """
-    if type(name) is str and name in _CHECKED:  # the per-step call: one set lookup
+    if type(name) is str and name in _CHECKED:
         return
     if not name or not isinstance(name, str):
         raise EmptyMetricNameError(name, value)
@@ -91,14 +84,6 @@ def histogram_of(name: str, values: Any) -> dict[str, Any]:
 def check_step(step: object, logged: str = "", name: object = None) -> int | None:
     """``step`` as a plain int (a numpy or jax integer too), or None; refused outside ``[0, 2**63 - 1]``.
 
-    A plain int in range is returned after a type and a range test, the per-step cost. The
-    error names what was logged at the step: ``logged`` (``"scalar"``) and ``name`` (its key, or
-    the mapping whose keys were logged).
-
-    Raises:
-        InvalidStepError: ``step`` is not an integer (a bool, a float, a string), is negative,
-            or is past ``2**63 - 1``, the largest step a backend stores.
-
     Example:
         >>> import numpy as np
         >>> from substrax.tracking._base import check_step
@@ -120,8 +105,7 @@ def check_step(step: object, logged: str = "", name: object = None) -> int | Non
     try:
         number = operator.index(step)  # pyright: ignore[reportArgumentType]
     except TypeError:
-        reason = f"is a {type(step).__name__}, not an integer"
-        raise InvalidStepError(step, reason, what) from None
+        raise InvalidStepError(step, f"is a {type(step).__name__}, not an integer", what) from None
     if number < 0:
         raise InvalidStepError(step, "is negative", what)
     if number >= 2**63:
@@ -132,15 +116,11 @@ def check_step(step: object, logged: str = "", name: object = None) -> int | Non
 class Logger(Closeable):
     """The logging surface shared by every backend.
 
-    Subclasses implement the ``_write_*`` methods; the public methods check the input, that the
-    logger is open and that this process logs (only process 0, unless ``all_processes``).
-    :meth:`info` and its siblings go to :attr:`python_logger`, the stdlib logger
-    ``substrax.tracking.run.<name>`` (no handler added, except :class:`ConsoleLogger`'s own).
-
-    A failed run ends as failed (W&B: exit code 1; MLflow: status ``FAILED``): when the ``with``
-    block raises (anything but a clean ``SystemExit``), when :meth:`mark_failed` is called, or
-    when the process dies of an uncaught exception while the logger is open (a chained
-    :func:`sys.excepthook`, restored when the last logger closes).
+    Only process 0 logs, unless ``all_processes``. :meth:`info` and its siblings go to
+    :attr:`python_logger`, the stdlib logger ``substrax.tracking.run.<name>``. The run ends as
+    failed (W&B: exit code 1; MLflow: status ``FAILED``) when the ``with`` block raises (anything
+    but a clean ``SystemExit``), after :meth:`mark_failed`, or when the process dies of an
+    uncaught exception while the logger is open.
 
     Args:
         name: the run or logger name.
@@ -166,14 +146,11 @@ class Logger(Closeable):
         self.python_logger = logging.getLogger(f"substrax.tracking.run.{name}")
         _failure.watch(self)
 
-    # --- the public surface -------------------------------------------------------------
     def log_scalar(self, name: str, value: Any, step: int | None = None) -> None:
         """Log one scalar ``value`` under ``name`` at ``step`` (an int in ``[0, 2**63 - 1]``, or None).
 
-        ``value`` is a number, a one-element array, or a jax array, which is not read here (that
-        would wait for the step computing it): the backend reads it once computed, and
-        :meth:`flush` and :meth:`close` wait for it. A buffer donated to a later step is deleted
-        before it is read: it is skipped, with a warning.
+        A jax array is read once computed (:meth:`flush` and :meth:`close` wait for it); one
+        donated to a later step before it is read is skipped, with a warning.
 
         Raises:
             LoggerClosedError: the logger is closed.
@@ -211,7 +188,7 @@ class Logger(Closeable):
         self._check_open()
         if not isinstance(params, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise LoggedTypeError("hyperparameters", params, "a mapping of names to values")
-        json_ready(params)  # a cycle, or two keys that become one name: refused by every logger
+        json_ready(params)  # a cycle or colliding keys: refused on every process
         if self.active:
             self._write_hyperparams(params)
 
@@ -251,8 +228,7 @@ class Logger(Closeable):
     def flush(self) -> None:
         """Make every record logged so far durable: written (and fsynced), delivered or spooled.
 
-        Call it before saving a checkpoint (``CheckpointCallback(flush=...)`` does): a run
-        resumed from it then finds every step up to it, even after a kill -9.
+        Call it before saving a checkpoint, so a run resumed from it finds every step up to it.
         """
 
     def close(self) -> None:
@@ -264,10 +240,7 @@ class Logger(Closeable):
                 self._close()
 
     def mark_failed(self) -> None:
-        """Record that the run failed: closing ends it as failed (after :meth:`close`: nothing).
-
-        Leaving a ``with`` block by an exception, or an uncaught exception, calls it for you.
-        """
+        """Record that the run failed: closing ends it as failed (after :meth:`close`: nothing)."""
         self.failed = True
 
     def _check_open(self) -> None:
@@ -278,12 +251,8 @@ class Logger(Closeable):
         if _failure.failed_by(error):
             self.mark_failed()
 
-    # --- messages, through stdlib logging -------------------------------------------------
     def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
-        """Log ``msg % args`` at ``level`` to :attr:`python_logger` (as ``logging.Logger.log``).
-
-        On a process that does not log (see ``all_processes``) this does nothing.
-        """
+        """Log ``msg % args`` at ``level`` to :attr:`python_logger` (on a logging process only)."""
         self._message(level, msg, args, kwargs)
 
     def debug(self, msg: object, *args: object, **kwargs: Any) -> None:
@@ -316,12 +285,11 @@ class Logger(Closeable):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
 
-    # --- what a backend implements ------------------------------------------------------
     @abc.abstractmethod
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None: ...
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
-        """Write one scalar; overridden to skip the mapping (after a step, every object counts)."""
+        """Write one scalar (a backend may override it to skip building the mapping)."""
         self._write_scalars({name: value}, step)
 
     @abc.abstractmethod

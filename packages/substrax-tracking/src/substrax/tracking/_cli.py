@@ -44,7 +44,6 @@ PROG = "python -m substrax.tracking"
 _REPLAY_TIMEOUT = 120.0
 _SUMMARY = ("delivered", "remaining", "refused", "bad_lines", "timed_out")  # ReplayResult's
 
-
 _STUCK: list[bool] = []  # a replay left a backend call running: the process ends without waiting
 
 
@@ -106,8 +105,7 @@ def _replay(args: argparse.Namespace) -> int:
             "the spool path is empty; pass the <log_dir>/<name>.spool.jsonl path that the "
             "logger's warning named"
         )
-    # with --json, stdout holds the one JSON object: what a backend prints goes to stderr (MLflow's
-    # "View run" lines)
+    # with --json, stdout holds the one JSON object: what a backend prints goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         result, failures = run_replay(  # within the time, another replay of the spool is waited for
             SpoolFile(args.spool),
@@ -159,8 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def exit_with_main() -> NoReturn:
     """Run :func:`main` on ``sys.argv`` (warnings logged to stderr) and exit with its status.
 
-    A replay that gave up on a backend call still running ends the process at once: an SDK's
-    exit hooks would otherwise wait for that call.
+    After a replay that gave up on a backend call, it exits at once: an SDK's exit hooks would wait.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     status = main()

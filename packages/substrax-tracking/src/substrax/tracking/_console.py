@@ -1,6 +1,6 @@
 """ConsoleLogger: one aligned, readable line per call, through stdlib ``logging``."""
 
-# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+# ruff: noqa: ANN401  (logged values and SDK objects are typed Any on purpose)
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _handled_elsewhere(record: logging.LogRecord) -> bool:
 
 
 class _ConsoleHandler(logging.Handler):
-    """One ConsoleLogger's lines, and messages if it is the first live (no ``stream``: those no other handler takes)."""
+    """One ConsoleLogger's lines and messages (with no ``stream``: those no other handler takes)."""
 
     def __init__(self, owner: ConsoleLogger, level: int, stream: TextIO | None, rich: Any) -> None:
         super().__init__(level)
@@ -110,13 +110,10 @@ def _step(step: int | None) -> str:
 class ConsoleLogger(Logger):
     r"""Print each call as one aligned line (with rich colours on a terminal, when rich is installed).
 
-    Every line, and every message (:meth:`info` & co.), is a record of the stdlib logger
-    ``substrax.tracking.run.<name>`` (:attr:`python_logger`), so the application's handlers and
-    filters see it. The ConsoleLogger adds one handler to that logger only, until :meth:`close`:
-    it prints to ``stream``, or to ``sys.stdout`` the records no other handler takes. The logger's
-    level is set to ``level`` unless it, or a parent below the root, has a level already. A jax
-    array logged is printed once computed, by a later call, :meth:`flush` or :meth:`close`. It
-    has no ``log_artifact`` (:meth:`MultiLogger.log_artifact` passes it by).
+    Every line and message is a record of :attr:`python_logger`, so the application's handlers
+    and filters see it; with no ``stream``, only the records no other handler takes are printed.
+    The logger's level is set to ``level`` unless it, or a parent below the root, has one. A jax
+    array is printed once computed. It has no ``log_artifact``.
 
     Args:
         name: the name printed at the start of each line.
@@ -158,8 +155,7 @@ class ConsoleLogger(Logger):
         console = optional("rich.console") if use_rich else None  # an extra: else plain lines
         rich = console.Console(file=stream, highlight=False) if console is not None else None
         self._handler: _ConsoleHandler | None = None
-        # the lines not printed yet, in order: (step, [(name, value)], "") for scalars (waiting
-        # for a jax value), (None, line, style) for a line formatted already
+        # lines not printed yet: (step, [(name, value)], "") for scalars, (None, line, style)
         self._held: deque[tuple[int | None, list[tuple[str, Any]] | str, str]] = deque()
         self._warned_unreadable: set[str] = set()
         if self.active:

@@ -20,10 +20,7 @@ def _shorten(value: object, unit: str, size: int | None = None) -> str:
 
 
 class _TrackingError(StructuredError, public_module="substrax.tracking"):
-    """An error shown as ``substrax.tracking``'s, whose template sees each Path as its text.
-
-    ``{path!r}`` shows ``'/runs/a'``, not ``PosixPath(...)``. Extend ``_shown`` to add a value.
-    """
+    """An error shown as ``substrax.tracking``'s, whose template sees each Path as its text."""
 
     def _shown(self) -> dict[str, object]:
         fields = self._fields().items()
@@ -69,8 +66,6 @@ class LogDirNotWritableError(_TrackingError, PermissionError):
 
 class InvalidLoggerNameError(_TrackingError, ValueError):
     """A logger was given a name that is empty, not a string, or past ``most`` bytes (UTF-8).
-
-    ``most`` is None for a name that is empty or not a string.
 
     Example:
         >>> from substrax.tracking import InvalidLoggerNameError
@@ -129,8 +124,6 @@ class EmptyMetricNameError(_TrackingError, ValueError):
 
 class InvalidStepError(_TrackingError, ValueError, TypeError):
     """A logged step is not an int in ``[0, 2**63 - 1]``, so no backend can store it.
-
-    Both a ``ValueError`` and a ``TypeError``, so a check written for either catches it.
 
     Example:
         >>> from substrax.tracking import InvalidStepError

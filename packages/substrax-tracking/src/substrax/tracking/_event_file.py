@@ -1,10 +1,7 @@
 """TensorBoard event files written without tensorboardX's writer thread.
 
-tensorboardX's ``SummaryWriter`` writes from a thread of its own, fed by a multiprocessing queue
-whose own thread starts at the first event: neither can start at interpreter exit, when a
-logger writes the jax values it still holds, and on a full disk its thread died and the next
-calls waited forever on its full queue. An :class:`EventFile` is written by the calling thread,
-and by one flusher thread for all of them, started with the first file.
+tensorboardX's writer thread cannot start at interpreter exit and hung on a full disk; an
+:class:`EventFile` is written by the calling thread and by one flusher thread for all of them.
 """
 
 # ruff: noqa: ANN401  (protocol buffers of a generated module are typed Any on purpose)
@@ -65,11 +62,8 @@ def event(**fields: Any) -> Any:
 class EventFile:
     """One event file: each event a TFRecord record (its length and data, each with a CRC).
 
-    The file is created, with its first event, when this is made. Events are written at the
-    first call ``flush_secs`` after the last write, or by the flusher within about
-    ``flush_secs`` of being added. What a full disk refused waits in memory, in order, and is
-    written once there is room (warned about once); what waits at exit, or when the logger is
-    dropped, is written then (a forked child leaves its parent's events to the parent).
+    Events are written ``flush_secs`` after the last write; what a full disk refused waits in
+    memory until there is room, and what waits at exit is written then.
     """
 
     def __init__(self, path: Path, flush_secs: float, label: str) -> None:

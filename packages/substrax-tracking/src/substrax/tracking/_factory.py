@@ -40,19 +40,15 @@ def create_logger(
 
     Args:
         name: the run name.
-        log_dir: the file log's directory; default ``$AVITAI_OUTPUT_DIR/<name>`` or a per-run
-            temporary directory, never the CWD.
+        log_dir: the file log's directory; default ``$AVITAI_OUTPUT_DIR/<name>`` or a temporary one.
         log_to_file: write the file log.
         console: print to the console.
-        tensorboard: also write TensorBoard event files into ``log_dir/tensorboard/<name>``
-            (the ``tensorboard`` extra; ``<name>`` made file-safe as the file log's).
+        tensorboard: also write TensorBoard event files into ``log_dir/tensorboard/<name>``.
         level: the console level (see :class:`ConsoleLogger`).
         stream: the console stream; default stdout.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: log on every process, not only process 0.
-        resume_step: the step a resumed run restored: the file log drops what it holds past it
-            (see :class:`FileLogger`), and TensorBoard hides the steps after it that the earlier
-            event files hold (see :class:`TensorBoardLogger`).
+        resume_step: the step a resumed run restored (see :class:`FileLogger`).
 
     Returns:
         One logger, or a :class:`MultiLogger` of several.

@@ -72,9 +72,6 @@ def _hook(
 def watch(logger: _Failable) -> None:
     """Mark ``logger`` failed if the process dies of an uncaught exception while it is open.
 
-    Ours is put above :func:`sys.excepthook` (which still runs), and again above a hook that
-    replaced it since.
-
     Example:
         >>> from substrax.tracking._failure import forget, watch
         >>> class Run:
@@ -98,10 +95,7 @@ def watch(logger: _Failable) -> None:
 
 
 def forget(logger: _Failable) -> None:
-    """Stop watching ``logger``; put the previous ``sys.excepthook`` back when none is left.
-
-    A hook installed above ours stays, and ours then only passes exceptions on.
-    """
+    """Stop watching ``logger``; put the previous ``sys.excepthook`` back when none is left."""
     global _previous, _installed
     with _LOCK:
         _OPEN.discard(logger)

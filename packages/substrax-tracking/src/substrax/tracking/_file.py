@@ -1,6 +1,6 @@
 """FileLogger: a run's metrics as JSONL and CSV, hyperparameters as JSON, text, images and histograms."""
 
-# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+# ruff: noqa: ANN401  (logged values and SDK objects are typed Any on purpose)
 
 from __future__ import annotations
 
@@ -55,27 +55,13 @@ _Pending = tuple[float, int | None, str, Any]  # (time, step, name, value: a flo
 class FileLogger(Logger):
     """Write a run's log to files under ``log_dir`` with stable names, so that a resumed run appends.
 
-    Files (``<name>`` made file-safe): ``<name>.metrics.jsonl`` (``{"time", "step", "name",
-    "value"}`` per scalar, strict JSON: NaN and infinities as ``"NaN"``, ``"Infinity"``,
-    ``"-Infinity"``), ``<name>.metrics.csv`` (``time,step,name,value``; :attr:`metrics_file`, as
-    0.1.22 named it), ``<name>.hparams.json`` (merged), ``<name>.text.jsonl``,
-    ``<name>.histograms.jsonl``, PNGs ``<name>.<metric>_step<step>.png`` in ``images/`` and
-    ``histograms/`` (with matplotlib, the ``plots`` extra; without it images are ``.npy``; a
-    metric name that is not file-safe gets ``-<hash>``), and :attr:`log_file`, ``<name>.log``: a
-    timestamped line per message of :meth:`info` & co. that passes the run logger's level. It has
-    no ``log_artifact``: its files are on this disk already.
-
-    ``resume_step=S`` (a run resumed from the checkpoint of step ``S``) first rewrites the JSONL
-    and CSV files without the records of steps after ``S``, which the run logs again, so every
-    step appears once (:attr:`dropped_records` counts them). A last line a kill cut short is
-    dropped, and records a kill left in one metric file only (between the writes of the JSONL and
-    the CSV) are added to the other, so that the two agree. A jax array logged is read at a later
-    flush (every ``flush_every`` seconds), once computed; :meth:`flush` and :meth:`close` wait for
-    it. On a full disk no call raises: the lines wait in memory (warned about once) until there is
-    room. An image is encoded and written by a thread of the logger's own (the call copies it;
-    :meth:`flush` waits for it): one a full disk refuses is lost, with a warning naming it. While
-    open, the logger holds a ``flock`` on ``<name>.log.lock``: a second logger of the same files
-    raises :class:`FileLogBusyError`.
+    Files: ``<name>.metrics.jsonl`` (strict JSON: NaN as ``"NaN"``) and ``<name>.metrics.csv``
+    (:attr:`metrics_file`), ``<name>.hparams.json``, ``<name>.text.jsonl``,
+    ``<name>.histograms.jsonl``, PNGs in ``images/`` and ``histograms/`` (images as ``.npy``
+    without matplotlib, the ``plots`` extra), and :attr:`log_file` (``<name>.log``, the messages
+    of :meth:`info` & co.). ``resume_step=S`` first drops the records of steps after ``S``, which
+    the resumed run logs again (:attr:`dropped_records` counts them). On a full disk no call
+    raises: the lines wait in memory until there is room. It has no ``log_artifact``.
 
     Args:
         name: the logger name, used in the file names.
@@ -89,8 +75,7 @@ class FileLogger(Logger):
         TypeError: ``resume_step`` is not an int.
         ValueError: ``resume_step`` is negative.
         FileLogBusyError: another open logger holds this file log.
-        LogDirNotWritableError: ``log_dir`` cannot be created or written (a
-            ``PermissionError``; a file in its place, a read-only file system).
+        LogDirNotWritableError: ``log_dir`` cannot be created or written.
 
     Example:
         >>> import tempfile, pathlib
@@ -128,7 +113,7 @@ class FileLogger(Logger):
         self.log_dir = Path(log_dir).resolve()
         self.stem = log_stem(name, self.process_index, all_processes=all_processes)
         self.flush_every = check_seconds("flush_every", flush_every)
-        # one tuple: over 30 attributes, every attribute lookup of the per-step call is slower
+        # one tuple: with over 30 attributes, each lookup of the per-step call is slower
         self._files = tuple(
             Appender(self.log_dir / f"{self.stem}.{kind}")
             for kind in ("metrics.jsonl", "metrics.csv", "text.jsonl", "histograms.jsonl")
@@ -146,8 +131,7 @@ class FileLogger(Logger):
         self._warned_unreadable: set[str] = set()
         self._last_flush = time.time()
         self._names: dict[str, tuple[str, str]] = {}  # a metric name, as JSON and as CSV
-        # the scalars not written yet: a deque, whose append is atomic, so threads log without a
-        # lock; a flush pops under _lock, which any write of the files holds
+        # a deque's append is atomic, so threads log without a lock; a flush pops under _lock
         self._pending: deque[_Pending] = deque()
         self._lock = threading.RLock()
         self._unread = 0  # how many values of _pending are jax arrays
@@ -301,10 +285,9 @@ class FileLogger(Logger):
         missing = optional("matplotlib") is None
         if missing and not self._warned_plots:
             self._warned_plots = True
-            hint = install_hint("substrax-tracking", "plots")
             _logger.warning(
                 f"matplotlib is not installed, so images are saved as .npy and "
-                f"histogram plots are skipped; {hint}"
+                f"histogram plots are skipped; {install_hint('substrax-tracking', 'plots')}"
             )
         return missing
 
@@ -344,8 +327,7 @@ class FileLogger(Logger):
     def flush(self) -> None:
         """Write every line and image logged so far and ``fsync`` the lines, waiting for jax values.
 
-        After it returns, a kill loses no record logged before the call (call it before saving a
-        checkpoint). On a full disk it does not raise: the next flush writes the lines.
+        On a full disk it does not raise: the next flush writes the lines.
         """
         with self._lock:
             self._flush(wait=True)

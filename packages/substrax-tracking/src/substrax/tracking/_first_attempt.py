@@ -16,9 +16,6 @@ class RunNotReadyError(ConnectionError):
 class FirstAttempt:
     """Run ``call`` (find or create the run) in a daemon thread named ``name``, its exception kept in :attr:`error`.
 
-    A call not returned within the wait goes on; :meth:`check_returned` keeps the sink from
-    starting a second one.
-
     Example:
         >>> from substrax.tracking._first_attempt import FirstAttempt
         >>> attempt = FirstAttempt(lambda: 1 / 0, name="demo-connect")

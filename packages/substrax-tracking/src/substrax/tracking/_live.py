@@ -1,7 +1,4 @@
-"""Live locks: held by a logger while it sends a run, so that a replay leaves that run alone.
-
-A lock is ``<spool>.<hash of the run>.live``, taken with ``flock``: one in any process counts.
-"""
+"""Live locks (``<spool>.<run hash>.live``, flocked): a logger sending a run keeps replays off it."""
 
 from __future__ import annotations
 

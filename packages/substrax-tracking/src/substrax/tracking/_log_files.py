@@ -1,8 +1,7 @@
 """The files of a file log: lines appended whole and in order, the log's lock, a resume's rewrite.
 
-The metric JSONL and CSV get one line per scalar each, in the same order, the JSONL's first: a
-kill between the two writes (or a full disk that refused one file's lines) leaves one file a few
-records ahead. :func:`complete_metric_logs` gives the other file those records when it opens.
+The metric JSONL and CSV get one line per scalar each, the JSONL's first: a kill between the two
+writes leaves one a few records ahead, which :func:`complete_metric_logs` mends on open.
 """
 
 # ruff: noqa: ANN401  (logged values of any framework are typed Any on purpose)
@@ -35,18 +34,11 @@ _logger = logging.getLogger(__name__)
 
 
 class RunLogHandler(logging.FileHandler):
-    """A FileLogger's handler of its run's messages (``<name>.log``).
-
-    A :class:`ConsoleLogger` of the run does not count it as the application's handler: the
-    console prints what it takes too.
-    """
+    """A FileLogger's ``<name>.log`` handler, which a ConsoleLogger does not count as foreign."""
 
 
 def json_ready(value: Any, _within: tuple[int, ...] = ()) -> Any:
     """``value`` as JSON data (numbers, strings, bools, None, lists, dicts); anything else as ``str``.
-
-    Raises:
-        ValueError: ``value`` holds itself (a dict inside itself), or two keys become one name.
 
     Example:
         >>> from substrax.tracking._log_files import json_ready
@@ -109,8 +101,7 @@ def csv_step(line: str) -> int | None:
 def drop_past(path: Path, step: int, step_of: Callable[[str], int | None]) -> tuple[int, int]:
     r"""Rewrite a log without its lines of steps after ``step`` and a cut-short last line.
 
-    Parsed line by line (a damaged CSV quote cannot swallow the next), cut as bytes (a kill may
-    cut a character). Returns how many lines it dropped, and the highest step it held (-1: none).
+    Returns how many lines it dropped, and the highest step it held (-1: none).
 
     Example:
         >>> import tempfile
@@ -166,10 +157,7 @@ def hold_log(lock_path: Path, log_dir: Path, name: str) -> BinaryIO | None:
 
 
 class Appender:
-    """One append-only file: lines wait here until written, and a write that stops keeps the rest.
-
-    What a full disk or a file size limit stopped is written first by the next :meth:`write`.
-    """
+    """One append-only file: lines wait here until written, and a write that stops keeps the rest."""
 
     __slots__ = ("fd", "path", "waiting")
 
@@ -285,8 +273,7 @@ def _backwards(path: Path, convert: Callable[[str], str | None]) -> Iterator[tup
 def _missing(jsonl: Path, table: Path) -> tuple[list[str], list[str]] | None:
     """The CSV rows ``table`` lacks and the JSONL lines ``jsonl`` lacks (one list empty).
 
-    Each file is read from its end, in turns, until one's last record is found in the other:
-    a read as long as what one file lacks. None: neither holds the other's last record.
+    Each file is read from its end, in turns. None: neither holds the other's last record.
     """
     scans = [_backwards(jsonl, _row_of), _backwards(table, _line_of)]
     lasts = [next(scan, None) for scan in scans]
@@ -316,8 +303,7 @@ def complete_metric_logs(jsonl: Appender, table: Appender) -> int:
     """Add to the metric JSONL and CSV what the other holds past its last record; how many records.
 
     The records wait in the appenders for the next write. Files that do not end alike (edited by
-    hand) get a CSV rewritten from the JSONL, with a warning: emptied (a kill then leaves it
-    empty, which the next open fills), then filled by the appender (a full disk refuses nothing).
+    hand) get a CSV rewritten from the JSONL, with a warning.
     """
     missing = _missing(jsonl.path, table.path)
     if missing is None:

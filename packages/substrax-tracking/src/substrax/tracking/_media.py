@@ -1,6 +1,6 @@
 """Logged images: their pixels by one rule, their PNG files, and a thread that stores them."""
 
-# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+# ruff: noqa: ANN401  (logged values and SDK objects are typed Any on purpose)
 
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ def image_pixels(image: Any) -> Any:
     """``image`` as uint8 pixels, the one rule of every logger.
 
     Floats are clipped to ``[0, 1]`` and scaled (NaN is 0), bools are 0 or 255, other integers
-    are clipped to ``[0, 255]``; ``uint8`` is kept. (TensorBoard's writer scaled integers by 255
-    and wrapped floats outside ``[0, 1]``.)
+    are clipped to ``[0, 255]``.
 
     Example:
         >>> import numpy as np
@@ -46,7 +45,7 @@ def image_pixels(image: Any) -> Any:
 
 
 def save_image(stem: Path, image: Any) -> Path:
-    """Save ``image`` (H, W[, C]) as ``<stem>.png`` (with matplotlib) or ``<stem>.npy`` without it; return the path."""
+    """Save ``image`` (H, W[, C]) as ``<stem>.png``, or ``<stem>.npy`` without matplotlib."""
     import numpy as np  # noqa: PLC0415
 
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -55,7 +54,7 @@ def save_image(stem: Path, image: Any) -> Path:
         array = array[..., 0]
     png = optional("matplotlib") is not None
     path = stem.parent / f"{stem.name}{'.png' if png else '.npy'}"
-    if png:  # through Pillow, a dependency of matplotlib; zlib level 1: faster than 6, a bit larger
+    if png:  # through Pillow, a dependency of matplotlib
         from PIL import Image  # noqa: PLC0415
 
         Image.fromarray(image_pixels(array)).save(path, format="PNG", compress_level=1)
@@ -65,11 +64,7 @@ def save_image(stem: Path, image: Any) -> Path:
 
 
 class ImageWriter:
-    """Store logged images in a thread of their own, in order: the call only copies the array.
-
-    A call waits for the oldest images only while over a GiB of them waits; a thread is started
-    by the first call after :meth:`wait`, which raises the first error of a store since the last.
-    """
+    """Store logged images in a thread of their own, in order: the call only copies the array."""
 
     def __init__(self, name: str) -> None:
         self._name = name

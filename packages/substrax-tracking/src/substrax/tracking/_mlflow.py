@@ -49,55 +49,25 @@ def _check_run(
 class MLFlowLogger(RemoteLogger):
     """Log to an MLflow run; calls return at once and reach MLflow from a worker thread.
 
-    The run is created (or resumed with ``run_id``) on process 0 only, so a job has one run
-    however many processes it has. Hyperparameters become params (nested mappings flattened
-    with dots, non-strings as JSON); text, images and histograms become artifacts under
-    ``text/``, ``images/`` and ``histograms/`` (histograms also log
-    ``<name>/min|max|mean|std`` metrics). A value MLflow refuses (a name it does not accept, a
-    param logged again with another value) is set aside alone in ``<spool>.refused``, warned
-    about the first time its key is refused; the other values of the call arrive.
-
-    Construction waits at most ``connect_timeout`` seconds for a server. One that does not
-    answer by then is warned about, and the run goes on: records are spooled, and the run is
-    created (tagged ``substrax.run_key``) and sent everything once the server answers, by
-    this logger or by ``python -m substrax.tracking replay``. :attr:`run_id` is None until
-    then. A server that answers with an error raises at construction (an unknown ``run_id``:
-    :class:`UnknownRunIdError`).
-    Every request runs off the training thread, so construction and :meth:`close` keep their
-    bounds whatever MLflow's own HTTP settings are (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``,
-    ``MLFLOW_HTTP_REQUEST_TIMEOUT``: left as the user set them; their defaults retry a dead
-    server for minutes on the worker thread). A tracking server (``mlflow server``) is the
-    recommended store: the training process then pays an HTTP call per batch, where an
-    in-process ``sqlite:`` store runs MLflow's ORM under the training loop's GIL.
-
-    Resuming a run from a checkpoint of step ``S``: pass the first attempt's ``run_id`` and
-    ``resume_step=S``. MLflow's metric history is append-only (no API deletes a value), so the
-    values the interrupted attempt logged after ``S`` stay in the run. The resumed logger reads
-    each metric's last step from the run's history when it first sends and does not send a
-    scalar at or before that step (warned about once): every step appears once, and the steps
-    between ``S`` and the interruption keep the first attempt's values. What it logs past
-    them is all sent, a step that goes back or repeats too. The run is tagged
-    ``substrax.resumed_from_step=S``. Params, text and artifacts are sent as usual (a file at
-    the same artifact path replaces the earlier one). Histogram statistics are filtered like
-    scalars, and records spooled by a resumed logger carry ``S``: a replay skips the steps the
-    run holds in the same way.
+    The run is created (or resumed with ``run_id``) on process 0 only. Hyperparameters become
+    params (nested mappings flattened with dots, non-strings as JSON); text, images and
+    histograms become artifacts under ``text/``, ``images/`` and ``histograms/``. A value MLflow
+    refuses is set aside alone in ``<spool>.refused`` (warned about once per key). The tracking
+    guide says which store to use, what happens while the server is down, and how
+    ``resume_step`` resumes a run.
 
     Args:
         name: the run name (and the experiment name when ``experiment_name`` is None).
         experiment_name: the experiment, created if missing.
         run_name: the run's name; default ``name``.
         run_id: resume this run instead of creating one.
-        resume_step: with ``run_id``, the checkpoint step the run resumes from (see above).
-        tracking_uri: the store (``http://...``, ``sqlite:///...``); default ``MLFLOW_TRACKING_URI``
-            or ``sqlite:///<log_dir>/mlflow.db``, never the working tree.
+        resume_step: with ``run_id``, the checkpoint step the run resumes from.
+        tracking_uri: the store; default ``MLFLOW_TRACKING_URI`` or ``sqlite:///<log_dir>/mlflow.db``.
         registry_uri: the model registry URI.
-        artifact_location: where a new experiment keeps artifacts; default for a local store
-            ``<log_dir>/mlflow-artifacts``, for a server the server's choice.
+        artifact_location: a new experiment's artifacts; default ``<log_dir>/mlflow-artifacts`` (local).
         tags: tags of a new run.
-        log_dir: where images are staged and the spool file lives; default
-            ``resolve_output_dir(name)``.
-        spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl`` (with
-            ``all_processes``, ``<name>.p<index>.spool.jsonl`` on a process other than 0).
+        log_dir: where images are staged and the spool file lives; default ``resolve_output_dir(name)``.
+        spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl``.
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
         connect_timeout: the most seconds construction waits for a server.
         max_queue: records waiting past which the worker writes them to the spool at once.
@@ -106,15 +76,11 @@ class MLFlowLogger(RemoteLogger):
 
     Raises:
         ImportError: mlflow is not installed (the ``mlflow`` extra).
-        ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` not
-            a finite number >= 0 (NaN and infinity are refused: pick a bound).
+        ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` one >= 0.
         ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` (a ``ValueError``).
-        UnknownRunIdError: the store has no run ``run_id``, or it is no MLflow run id (empty,
-            with spaces or ``/``), refused before any request (a ``ValueError``).
-        ValueError: the experiment's name (``experiment_name``, else ``name``) is longer than
-            the 500 characters MLflow allows.
-        LogDirNotWritableError: ``log_dir``, or the directory of a ``sqlite:///`` store, cannot
-            be written, or the database is a directory (a ``PermissionError``).
+        UnknownRunIdError: the store has no run ``run_id``, or it is no MLflow run id.
+        ValueError: the experiment's name is longer than the 500 characters MLflow allows.
+        LogDirNotWritableError: ``log_dir`` or a ``sqlite:///`` store's directory is not writable.
 
     Example:
         >>> import tempfile
@@ -225,8 +191,7 @@ class MLFlowLogger(RemoteLogger):
             self._sink.failed = True
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
-        # one record a param: of those MLflow refuses (a bad name, a changed value), each is set
-        # aside alone and the others arrive; two that become one param are refused here
+        # one record a param: a param MLflow refuses is set aside alone, the others arrive
         for key, value in list(flat_params(json_ready(dict(params)))):
             self._submit("hyperparams", None, {"params": {key: value}}, materialized=True)
 

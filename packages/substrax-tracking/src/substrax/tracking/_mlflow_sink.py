@@ -115,11 +115,9 @@ class MlflowSink:
         return cls(str(target["tracking_uri"]), spec=spec, replayed=True)
 
     def connect(self, timeout: float) -> str | None:
-        """Find or create the run from a thread of its own, waiting at most ``timeout`` seconds.
+        """Find or create the run in a thread of its own: why it is not ready within ``timeout`` s (None: it is).
 
-        Returns:
-            why the run is not ready, or None when it is. An answer of the server that refuses
-            (an unknown run id, a bad experiment) is raised.
+        An answer of the server that refuses (an unknown run id, a bad experiment) is raised.
         """
         from mlflow.exceptions import RestException  # noqa: PLC0415
 
@@ -151,11 +149,7 @@ class MlflowSink:
             self._ready = True
 
     def _experiment_id(self, spec: RunSpec) -> str:
-        """The id of ``spec``'s experiment, created if none has its name.
-
-        Against a server the store lock does not reach, another process may create it first: its
-        ``RESOURCE_ALREADY_EXISTS`` answer means the experiment is there to be found.
-        """
+        """The id of ``spec``'s experiment, created if none has its name (or by another process meanwhile)."""
         found = self.client.get_experiment_by_name(spec.experiment_name)
         if found is None:
             try:
@@ -225,23 +219,14 @@ class MlflowSink:
             self.client.log_batch(run_id, metrics=[Metric(*row) for row in batch])
 
     def _resumed(self, run_id: str) -> bool:
-        """Whether values at steps the run holds are left out: it was resumed from a step.
-
-        By this logger (``resume_step``), or, for a replay's sink, since its records were
-        spooled: an earlier attempt's spool replayed after the resumed logger logged the same
-        steps (its run's tag, read at the first send) would give them twice.
-        """
+        """Whether values at steps the run holds are left out: it was resumed (its tag, for a replay)."""
         if not self._tag_read:
             tag = self.client.get_run(run_id).data.tags.get(RESUMED_FROM_TAG)
             self._resumed_from, self._tag_read = (None if tag is None else int(tag)), True
         return self._resumed_from is not None
 
     def _not_held(self, run_id: str, metrics: list[_MetricRow]) -> list[_MetricRow]:
-        """``metrics`` without those at or before the last step the run held for their key.
-
-        Only what the run held when this sink first sent: every value logged since is sent,
-        a step that goes back or repeats too. A value left out is warned about once.
-        """
+        """``metrics`` without those at or before the step the run held for their key when first sent."""
         if self.held is None:
             # read at the first send, after what an earlier attempt left in the spool arrived
             keys = self.client.get_run(run_id).data.metrics
@@ -263,9 +248,6 @@ class MlflowSink:
     @staticmethod
     def is_permanent(error: BaseException) -> bool:
         """Whether MLflow refused what it was sent, so that no retry can store it.
-
-        A server that cannot be reached, does not answer, or answers something that is not JSON
-        is retried.
 
         Example:
             >>> from substrax.tracking._mlflow_sink import MlflowSink

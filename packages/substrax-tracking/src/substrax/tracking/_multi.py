@@ -1,6 +1,6 @@
 """MultiLogger: one call, several backends."""
 
-# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+# ruff: noqa: ANN401  (logged values and SDK objects are typed Any on purpose)
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class MultiLogger(Logger):
                 raise NotALoggerError(logger)
 
     def _each(self, method: str, *args: Any) -> None:
-        """Call ``method(*args)`` on each logger that has it, by name (no closure on the per-step path); raise the first error once all had it."""
+        """Call ``method(*args)`` on each logger that has it; raise the first error once all had it."""
         first: Exception | None = None
         for logger in self.loggers:
             try:
@@ -66,13 +66,11 @@ class MultiLogger(Logger):
     ) -> None:
         """Upload a file (or a directory's files) to the run of each logger that takes artifacts.
 
-        The W&B and MLflow loggers take it; the console, file and TensorBoard loggers have no
-        ``log_artifact`` (their files are on this disk already) and are passed by.
+        The console, file and TensorBoard loggers have no ``log_artifact`` and are passed by.
 
         Raises:
             LoggerClosedError: the logger is closed.
-            UploadNotFoundError: ``local_path`` does not exist (a ``FileNotFoundError``); no
-                logger had the call.
+            UploadNotFoundError: ``local_path`` does not exist; no logger had the call.
 
         Example:
             >>> import io

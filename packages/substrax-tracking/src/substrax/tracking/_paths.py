@@ -25,10 +25,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 _DIGEST = 8  # hex digits of a name's hash in a file name
 
 _FILE_NAME_MOST = 255  # the bytes of one path component (ext4, XFS, btrfs, APFS, tmpfs...)
-# The longest name a file made from a logger's name N gets: a FileLogger log rewritten on
-# resume (write_atomically's ".<file>.<12 hex>.tmp"), ".p999999" room for all_processes' suffix.
-# Shorter: a spool's "<N>.spool.jsonl" with its live lock "<spool>.<16 hex>.live" (longer than
-# its .replay.lock, .refused, .bad and .lock), TensorBoard's "events.hparams.tfevents.<N>".
+# The longest file name made from a logger's name N: a FileLogger log rewritten on resume
+# (write_atomically's ".<file>.<12 hex>.tmp"), with all_processes' suffix; the others are shorter.
 _LONGEST_MADE = ".N.p999999.histograms.jsonl.0123456789ab.tmp"
 _SPOOL_MADE = ".0123456789abcdef.live"  # the longest suffix of a file beside a spool
 NAME_MOST = _FILE_NAME_MOST - len(_LONGEST_MADE) + 1
@@ -37,8 +35,6 @@ NAME_MOST = _FILE_NAME_MOST - len(_LONGEST_MADE) + 1
 
 def check_logger_name(name: object) -> str:
     """``name``, refused if empty, not a str, or too long for the files named after it.
-
-    The same bound for every logger and process: nothing is created before it is checked.
 
     Example:
         >>> from substrax.tracking._paths import check_logger_name
@@ -118,8 +114,7 @@ def safe_name(name: str) -> str:
 def file_part(name: str, room: int = 200) -> str:
     """``name`` in a file name: file-safe, at most ``room`` bytes, and never another name's.
 
-    A name that is file-safe and fits is kept; any other is cut to fit and gets 8 hex digits of
-    its hash, so that ``"a b"`` and ``"a:b"`` (both ``a_b`` once safe) never share a file.
+    A name that is not file-safe, or does not fit, is cut and gets 8 hex digits of its hash.
 
     Example:
         >>> from substrax.tracking._paths import file_part
@@ -136,8 +131,7 @@ def file_part(name: str, room: int = 200) -> str:
 def log_stem(name: str, process_index: int = 0, *, all_processes: bool = False) -> str:
     """The start of the name of every file a logger named ``name`` writes in its ``log_dir``.
 
-    :func:`file_part` of ``name``, so that two names never share a file (a resume of one would
-    rewrite the other's), then ``.p<index>`` for a process other than 0 of ``all_processes``.
+    :func:`file_part` of ``name``, then ``.p<index>`` for a process other than 0 of ``all_processes``.
 
     Example:
         >>> from substrax.tracking._paths import log_stem

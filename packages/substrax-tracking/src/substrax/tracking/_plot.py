@@ -27,14 +27,12 @@ _PAGE = (
 
 
 def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, float]]]:
-    r"""The ``(step, value)`` series of each metric in a ``*.metrics.jsonl`` file (lines without a step are numbered).
+    r"""The ``(step, value)`` series of each metric in a ``*.metrics.jsonl`` file.
 
-    ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` come back as floats; a line that is not JSON
-    (cut short by a crash) is skipped.
+    A line without a step is numbered; one that is not JSON (cut short by a crash) is skipped.
 
     Raises:
-        FileLogValueError: a line is JSON but not a metric (a ``ValueError``), or is not UTF-8
-            text (but for a last line cut short).
+        FileLogValueError: a line is JSON but not a metric, or is not UTF-8 text.
 
     Example:
         >>> import tempfile, pathlib
@@ -68,8 +66,7 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
             except (AttributeError, TypeError, ValueError, OverflowError) as error:
                 raise FileLogValueError(source, index + 1, str(error)) from None
             if not isinstance(name, str):
-                reason = f"its name {name!r} is not a string"
-                raise FileLogValueError(source, index + 1, reason)
+                raise FileLogValueError(source, index + 1, f"its name {name!r} is not a string")
             series.setdefault(name, []).append(point)
     return series
 
@@ -95,8 +92,7 @@ def plot_log_dir(
 ) -> Path:
     """Draw one PNG per metric of every ``*.metrics.jsonl`` in ``log_dir`` and an ``index.html`` showing them.
 
-    A curve matplotlib cannot draw (values from -1e308 to 1e308: no axis spans them) is named
-    on the page, with why, and in a warning; the others are drawn.
+    A curve matplotlib cannot draw (values from -1e308 to 1e308) is named on the page instead.
 
     Args:
         log_dir: a :class:`FileLogger` directory.
@@ -106,10 +102,9 @@ def plot_log_dir(
         The path of the HTML page.
 
     Raises:
-        NoFileLogError: ``log_dir`` does not exist, is a file, or holds no ``*.metrics.jsonl``
-            file (a ``FileNotFoundError``).
-        FileLogValueError: a line of one is not a metric (a ``ValueError``).
-        MissingExtraError: matplotlib is not installed (the ``plots`` extra; an ``ImportError``).
+        NoFileLogError: ``log_dir`` does not exist, is a file, or holds no ``*.metrics.jsonl``.
+        FileLogValueError: a line of one is not a metric.
+        MissingExtraError: matplotlib is not installed (the ``plots`` extra).
     """
     require("matplotlib.figure", who="plotting", distribution="substrax-tracking", extra="plots")
     source = Path(log_dir)

@@ -19,8 +19,7 @@ PROCESS_INDEX_ENV_VARS = ("SUBSTRAX_PROCESS_INDEX", "JAX_PROCESS_ID", "RANK")
 def current_process_index(explicit: int | None = None) -> int:
     """This process's index: ``explicit``, else ``jax.process_index()`` if jax is already imported, else the environment.
 
-    jax is never imported here: without it, the index is the first of :data:`PROCESS_INDEX_ENV_VARS`
-    set (0 when none is).
+    The environment: the first of :data:`PROCESS_INDEX_ENV_VARS` set (0 when none is).
 
     Example:
         >>> from substrax.tracking import current_process_index

@@ -26,8 +26,7 @@ type RecordKind = Literal["scalars", "hyperparams", "text", "image", "histogram"
 _KINDS = frozenset(typing.get_args(RecordKind.__value__))
 
 type Scalar = tuple[str, Any, int, float]
-"""One scalar as the per-step call queues it (name, value, step, ``time.time()``); the worker
-makes it a :class:`Record` (:func:`as_record`), one object fewer made on the training thread."""
+"""One scalar as the per-step call queues it: (name, value, step, ``time.time()``)."""
 
 
 def prefetch_scalars(records: Iterable[Record]) -> None:
@@ -56,7 +55,7 @@ def as_record(item: Record | Scalar) -> Record:
 
 
 def split_scalars(record: Record) -> list[Record]:
-    """A materialized record of several scalars as one record per scalar (so that only a refused value is set aside); [] for any other.
+    """A materialized record of several scalars as one record per scalar; [] for any other.
 
     Example:
         >>> from substrax.tracking._records import Record, split_scalars
@@ -76,7 +75,7 @@ def split_scalars(record: Record) -> list[Record]:
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Record:
-    """One logging call: kind, step (or None), ``time.time()``, and payload (the caller's objects until :meth:`materialize`)."""
+    """One logging call: kind, step, ``time.time()`` and payload (raw until :meth:`materialize`)."""
 
     kind: RecordKind
     step: int | None
@@ -89,8 +88,8 @@ class Record:
     ) -> Record:
         """Make the payload JSON data (floats, histogram counts, image files under ``media_dir``).
 
-        A jax array is read here, on the delivery thread; one that cannot be (its buffer donated)
-        is left out, with a warning naming ``label``, once per metric name in ``warned``.
+        A jax array that cannot be read (its buffer donated) is left out, warned about once per
+        metric name in ``warned``.
         """
         if self.materialized:
             return self

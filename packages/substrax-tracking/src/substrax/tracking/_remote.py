@@ -39,11 +39,7 @@ _FINALIZED_PIDS: set[int] = set()  # the processes whose multiprocessing finaliz
 
 
 def _close_open_loggers() -> None:
-    """At exit, close the loggers never closed; the exception the process dies of marks them failed.
-
-    Runs from :mod:`atexit` and from a :mod:`multiprocessing` finalizer (a forked worker ends by
-    ``os._exit``, with its target's exception still in flight).
-    """
+    """At exit, close the loggers never closed; the exception the process dies of marks them failed."""
     error = sys.exc_info()[1] or _died_of()
     for logger in list(_OPEN.values()):
         if failed_by(error):
@@ -87,17 +83,12 @@ def check_resume(logger: str, resume_step: int | None, run_id: str | None) -> No
 
 
 class RemoteLogger(Logger):
-    """A logger whose backend is reached from worker threads, so that a call costs microseconds.
+    """A logger whose backend is reached from worker threads: a call queues a record and returns.
 
-    Subclasses build their sink (the backend run) and call :meth:`_start`. A call queues a
-    record and returns; a worker reads its values (an on-device array too) and writes them
-    ahead to :attr:`spool_path`, at most about a second after the call; another sends the
-    spool to the backend in order and in batches (one every five seconds at most, at once on
-    :meth:`flush` and :meth:`close`), removing what arrived. A failing backend is
-    warned about once (under the ``substrax.tracking`` logger) and retried with backoff.
-    :meth:`close` returns within ``close_timeout`` (plus about a second) whatever the backend
-    does, leaving what is undelivered in the spool for ``python -m substrax.tracking replay``.
-
+    Subclasses build their sink (the backend run) and call :meth:`_start`. Records are written
+    ahead to :attr:`spool_path` and sent from it in order; a failing backend is warned about once
+    and retried with backoff. :meth:`close` returns within ``close_timeout`` (plus about a
+    second), leaving what is undelivered in the spool for ``python -m substrax.tracking replay``.
     A call without a step uses the last step given (0 before any). A logger never closed is
     closed at interpreter exit (waiting at most 10 s for the backend).
     """
@@ -122,7 +113,6 @@ class RemoteLogger(Logger):
         self.log_dir = (
             resolve_log_dir(name, log_dir) if self.active else Path(log_dir or ".").resolve()
         )
-        # With all_processes=True, each process keeps its own files.
         stem = log_stem(name, self.process_index, all_processes=all_processes)
         default = self.log_dir / f"{stem}.spool.jsonl"
         self.spool_path = default if spool_path is None else Path(spool_path).resolve()
@@ -233,13 +223,10 @@ class RemoteLogger(Logger):
     def flush(self, timeout: float | None = None) -> None:
         """Write every call so far to the spool file (fsynced), then deliver it, within a bound.
 
-        The writer never waits for the backend, so a kill right after (SIGKILL too) loses
-        nothing logged before: what the backend has not taken is sent from the spool. It then
-        waits for the backend for what is left of ``timeout`` seconds (None: ``close_timeout``,
-        at most 10 s); a backend known to be failing gets one more try, not its retries: the
-        records are on disk (a save every step must not wait out the bound on a dead server). Call it before saving a checkpoint (``CheckpointCallback(flush=...)``
-        and ``PreemptionHandler(flush=...)`` do). :meth:`wait_delivered` waits for the backend
-        alone.
+        A kill right after loses nothing logged before. The backend is then waited for what is
+        left of ``timeout`` seconds (None: ``close_timeout``, at most 10 s); a backend known to
+        be failing gets one more try, not its retries. Call it before saving a checkpoint
+        (``CheckpointCallback(flush=...)`` does); :meth:`wait_delivered` waits for the backend.
 
         Raises:
             ValueError: ``timeout`` is NaN, infinite or negative.

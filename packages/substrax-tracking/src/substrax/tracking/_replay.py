@@ -36,8 +36,7 @@ class ReplayResult:
         timed_out: the time limit ran out before every backend answered.
         bad_file: where the bad lines went.
         bad_reasons: why each bad line is not a record.
-        refused: records their backend refused, moved with their error to ``<spool>.refused``
-            (of a record of several scalars, only the refused ones, each a record of its own).
+        refused: records their backend refused, moved with their error to ``<spool>.refused``.
         refused_file: where the refused records went.
         refused_reasons: each refused record's error.
         waited_for: the pid of another replay of the spool this one waited for, or None.
@@ -89,10 +88,8 @@ def run_replay(
 ) -> tuple[ReplayResult, Failures]:
     """:func:`replay_spool` without its warnings: the result, and the error of each failed target.
 
-    ``only`` limits it to those runs (each a :func:`run_of`), ``limit`` to the first records. A
-    run a logger still sends (in any process) is left to it, unless one of ``own``. Another
-    replay is waited for at most ``wait`` s (None: unbounded; then SpoolBusyError). ``read``
-    gives the lines to send once the spool is held (default: its own, up to ``limit``).
+    ``only`` limits it to those runs, ``limit`` to the first records; a run a logger still sends is
+    left to it, unless one of ``own``. ``read`` gives the lines to send once the spool is held.
     """
     started = time.monotonic()
     if spool.path.exists() or not include_refused:
@@ -191,28 +188,23 @@ def replay_spool(
     r"""Send the records of a spool file to their backends, keeping only those that still fail.
 
     Records are sent in order. Lines that are not records (cut short by a crash) go to
-    ``<spool>.bad``; records a backend refuses go with their error to ``<spool>.refused``, and
-    the rest is still sent; records not confirmed when ``timeout`` runs out stay (one may then
-    arrive twice, which MLflow and W&B ignore). A second replay of the same spool waits for the
-    first (within its ``timeout``). Each problem is logged as a warning.
+    ``<spool>.bad``, records a backend refuses to ``<spool>.refused`` with their error; records
+    not confirmed when ``timeout`` runs out stay. A second replay of the spool waits for the first.
+    Each problem is logged as a warning.
 
     Args:
         path: the spool file.
-        sinks: sinks to use, keyed by :func:`target_key` of their target; the others are rebuilt
-            from their target data (e.g. an MLflow tracking URI and run id).
-        include_refused: first move the records of ``<spool>.refused`` back into the spool,
-            and send them again.
+        sinks: sinks to use, keyed by their target's ``target_key``; the others are rebuilt.
+        include_refused: first move the records of ``<spool>.refused`` back, to send them again.
         timeout: the most seconds to spend (finite); None waits for every backend.
 
     Returns:
-        How many records were delivered, remain and were refused, the bad lines, and whether the
-        time ran out.
+        What was delivered, remains and was refused, the bad lines, and whether the time ran out.
 
     Raises:
         SpoolNotFoundError: the file does not exist (a ``FileNotFoundError``).
         SpoolBusyError: another replay still held the spool when ``timeout`` ran out.
-        NotASpoolError: the path is a directory, a device, or a file none of whose lines is a
-            spool record (a ``ValueError``); nothing is changed.
+        NotASpoolError: the path is no file, or none of its lines is a spool record; it is unchanged.
         ValueError: ``timeout`` is NaN, infinite or negative.
 
     Example:

@@ -54,10 +54,8 @@ class _Settled(BaseException):  # not an Exception: passes the handlers around b
 class Sending:
     """Sends spool lines target by target; :meth:`settle` fixes the result at any time.
 
-    Of a batch its backend refuses for good, the records are sent one at a time, and of a
-    refused record of several scalars, each scalar: only refused values are set aside. A run
-    ``live`` says a logger still sends is left to it, unless one of ``own``; a run is ended only
-    when no logger sends it. ``stop`` ends the sending before the next batch.
+    Of a refused batch, each record is sent alone (of a record of scalars, each scalar): only
+    refused values are set aside. A run ``live`` says a logger sends is left to it, unless ``own``.
     """
 
     def __init__(

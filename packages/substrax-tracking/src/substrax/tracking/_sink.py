@@ -18,8 +18,7 @@ class Sink(Protocol):
     """Where a remote logger's records go: one run of one backend.
 
     ``target()`` is JSON data naming the backend (``"backend"``) and the run, enough to build
-    the sink again; ``deliver`` sends records in order or raises; ``is_permanent`` says whether
-    an error will not go away by retrying; ``finish`` ends the run.
+    the sink again; ``is_permanent`` says whether an error will not go away by retrying.
     """
 
     def target(self) -> dict[str, Any]: ...

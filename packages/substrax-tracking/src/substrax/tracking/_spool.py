@@ -73,10 +73,8 @@ class SpoolLine:
 class SpoolFile:
     """An append-only JSONL file of ``{"target", "record"}`` lines, shared safely between processes.
 
-    Every change and read holds an exclusive ``flock`` on ``<spool>.lock`` (removed with the
-    spool): a replay removes exactly the lines it delivered, and keeps those appended meanwhile.
-    ``<spool>.refused`` holds the records a backend refused, each with its ``"error"``, and
-    ``<spool>.bad`` the lines that are not records. NotASpoolError: ``path`` names no file.
+    Every change and read holds an exclusive ``flock`` on ``<spool>.lock``; ``<spool>.refused``
+    holds the records a backend refused (with their ``"error"``), ``<spool>.bad`` the non-records.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -118,10 +116,7 @@ class SpoolFile:
 
     @contextlib.contextmanager
     def replaying(self, wait: float | None) -> Generator[int | None]:
-        """Hold ``<spool>.replay.lock`` for a replay, waiting at most ``wait`` s (None: unbounded) for another's.
-
-        Yields the pid of the replay waited for, or None; loggers appending are never held up.
-        """
+        """Hold ``<spool>.replay.lock``, waiting at most ``wait`` s (None: unbounded); yield the pid waited for."""
         deadline = None if wait is None else time.monotonic() + wait
         with self._flock(self.replay_lock_path, deadline) as waited_for:
             with contextlib.suppress(OSError):  # only says who replays (a full disk: nobody)
@@ -149,11 +144,9 @@ class SpoolFile:
         sync: bool = True,
         written: Callable[[list[SpoolLine]], None] | None = None,
     ) -> None:
-        """Append materialized ``records``, then call ``written`` with their lines (numbered 0).
+        """Append materialized ``records``, then call ``written`` with their lines, under the spool's lock.
 
-        ``written`` runs under the spool's lock, as :meth:`read_lines`' ``known`` does: a read
-        sees the lines with it or neither. ``sync=False`` leaves the fsync to later: the lines
-        outlive a kill -9, not a power cut.
+        ``sync=False`` leaves the fsync to later: the lines outlive a kill -9, not a power cut.
         """
         records = list(records)
         data = [record.to_json() for record in records]
@@ -187,9 +180,8 @@ class SpoolFile:
         *,
         known: Callable[[], Mapping[str, SpoolLine]] | None = None,
     ) -> list[SpoolLine]:
-        """The non-blank lines, records or not, up to the ``limit``-th record; those ``known`` unparsed.
+        """The non-blank lines, records or not, up to the ``limit``-th record; those ``known()`` unparsed.
 
-        ``known()`` is called under the spool's lock, just before the read.
         Raises SpoolNotFoundError, or NotASpoolError: not a regular file, or no line is a record.
         """
         with self._flock(self.lock_path):
@@ -249,9 +241,8 @@ class SpoolFile:
     ) -> bool:
         """Remove the lines ``texts`` (once each), keeping every other; an emptied spool is deleted.
 
-        ``refused`` and ``bad`` lines go to ``<spool>.refused`` and ``<spool>.bad`` first (on a
-        full disk, their lines ``aside`` stay, and the spool is rewritten in place); whether
-        they went.
+        ``refused`` and ``bad`` lines go to ``<spool>.refused`` and ``<spool>.bad`` first; whether
+        they went (on a full disk, the lines ``aside`` stay).
         """
         gone = collections.Counter(texts)
         with self._flock(self.lock_path):

@@ -26,7 +26,7 @@ _logger = logging.getLogger(__name__)
 
 _NICE = 10  # how much lower the threads' CPU priority is than the training threads'
 _FOUND_TIMEOUT = 5.0  # the most seconds spent sending what other runs left in the spool
-_KNOWN_MOST = 5_000  # lines written kept in memory to be read back unparsed (~1 KB each)
+_KNOWN_MOST = 5_000  # lines written kept in memory to be read back unparsed
 
 
 def start_worker(
@@ -40,8 +40,7 @@ def start_worker(
 ) -> threading.Thread:
     """Start a daemon thread, at a lower CPU priority, running ``loop`` until it returns True or ``stop``.
 
-    No error ends it: one is warned about once (when ``first("worker")``), and the loop goes on
-    ``pause`` seconds later.
+    No error ends it: one is warned about once, and the loop goes on ``pause`` seconds later.
     """
 
     def guarded() -> None:
@@ -57,8 +56,7 @@ def start_worker(
                 if loop():
                     return
             except Exception as error:
-                # A handler that raises (pytest's does) or a traceback that cannot be formatted
-                # (the stdlib's linecache races a library that drops its entries) must not end it.
+                # a handler that raises (pytest's) or a traceback linecache races must not end it
                 with contextlib.suppress(Exception):
                     if first("worker"):
                         _logger.warning(
@@ -143,10 +141,7 @@ class SpoolWriter:
         return True
 
     def read_all(self, limit: int | None = None) -> list[SpoolLine]:
-        """The spool's lines (up to ``limit`` records), those written here recognised by their text, unparsed.
-
-        The spool's text decides what is sent: another process may have added or removed lines.
-        """
+        """The spool's lines (up to ``limit`` records), those written here recognised by their text, unparsed."""
         return self.file.read_lines(limit, known=self._take_written)
 
     def _remember(self, lines: list[SpoolLine]) -> None:
@@ -214,11 +209,7 @@ class SpoolWriter:
             self.file.append(target, [mark.materialize(self.media_dir)])
 
     def follow(self, target: dict[str, Any]) -> None:
-        """Write later records under ``target``: the run's name once it exists (an MLflow id).
-
-        A resumed logger knows its run by that name only, and sends what an earlier attempt
-        left under it before its own records (and a replay leaves them to a logger still alive).
-        """
+        """Write later records under ``target``: the run's name once it exists (an MLflow id)."""
         self._earlier.append(self.target)
         self.target = target
 

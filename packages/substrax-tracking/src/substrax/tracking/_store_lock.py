@@ -39,9 +39,7 @@ def sqlite_path(tracking_uri: str) -> Path | None:
 def store_lock(tracking_uri: str) -> Generator[None]:
     """Hold ``<db>.lock`` while setting up the sqlite store of ``tracking_uri`` (others: no lock).
 
-    MLflow creates and migrates a sqlite store's tables when a client first opens it: jobs of a
-    sweep starting together would otherwise race in that migration and in creating the same
-    experiment.
+    Jobs of a sweep starting together would otherwise race in MLflow's migration of the store.
 
     Example:
         >>> import tempfile

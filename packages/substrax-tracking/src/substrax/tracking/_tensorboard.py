@@ -1,6 +1,6 @@
 """TensorBoardLogger: TensorBoard event files through tensorboardX."""
 
-# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+# ruff: noqa: ANN401  (logged values and SDK objects are typed Any on purpose)
 
 from __future__ import annotations
 
@@ -51,8 +51,7 @@ def _mark_restart(events: EventFile, step: int) -> None:
     )
 
     start = SessionLog(status=SessionLog.START)
-    # twice: TensorBoard's Python loader (plugin_event_accumulator) takes a run's first START for
-    # its beginning, not a restart, and the first attempt wrote none
+    # twice: TensorBoard's Python loader takes a run's first START for its beginning
     for _ in range(2):
         events.add(event(wall_time=time.time(), step=step, session_log=start))
 
@@ -60,24 +59,11 @@ def _mark_restart(events: EventFile, step: int) -> None:
 class TensorBoardLogger(Logger):
     """Write TensorBoard event files (scalars, hyperparameters, text, images, histograms).
 
-    A jax array logged as a scalar is not read by the call (which would wait for the step that
-    computes it): it is written, with the scalars logged after it, once computed, and at the
-    latest by :meth:`flush` or :meth:`close`. An image is encoded in a thread of the logger's
-    own (the call copies it); an error there is raised by the next :meth:`flush` or
-    :meth:`close`. TensorBoard shows the first hyperparameters it reads in a run: each
-    :meth:`log_hyperparams` call writes all this logger was given (later values win) to
-    :attr:`hparams_file`, ``events.hparams.tfevents.<name>``, replacing it; its name sorts
-    before the other event files, which TensorBoard reads in name order. A name that is not a
-    legal tag is logged as tensorboardX makes it one (``"a b"`` as ``"a_b"``), with a warning,
-    and another when two names become one tag.
-
-    ``resume_step=S`` (a run resumed from the checkpoint of step ``S`` into the same ``log_dir``)
-    starts the logger's first event file with TensorBoard's restart marker, a
-    ``SessionLog.START`` event at step ``S + 1`` (written twice: TensorBoard's Python loader
-    takes a run's first for its start): TensorBoard's readers then drop the events of steps after
-    ``S`` that the files before it hold, so every step shows once, with the resumed run's value.
-    Each event file of a logger is named to sort after those already in ``log_dir`` (TensorBoard
-    reads them in name order), even for a logger opened in the same second as an earlier one.
+    A jax array is written once computed. Each :meth:`log_hyperparams` call writes all this
+    logger was given (later values win) to :attr:`hparams_file`. A name that is not a legal tag is
+    logged as tensorboardX makes it one (``"a b"`` as ``"a_b"``), with a warning.
+    ``resume_step=S`` writes TensorBoard's restart marker at step ``S + 1``, so that its readers
+    drop the earlier attempt's events of steps after ``S``.
 
     Args:
         name: the run name.
@@ -91,8 +77,7 @@ class TensorBoardLogger(Logger):
         TypeError: ``resume_step`` is not an int.
         ValueError: ``resume_step`` is negative, or ``flush_secs`` is not a finite number > 0.
         ImportError: tensorboardX is not installed (the ``tensorboard`` extra).
-        LogDirNotWritableError: ``log_dir`` cannot be created or written (a
-            ``PermissionError``; a file in its place, a read-only file system).
+        LogDirNotWritableError: ``log_dir`` cannot be created or written.
 
     Example:
         >>> import tempfile
@@ -169,9 +154,7 @@ class TensorBoardLogger(Logger):
     def _events(self) -> EventFile:
         """The event file, opened at the first call."""
         if self._writer is None:
-            # the number sorts the file after the last one in log_dir (TensorBoard reads them in
-            # order), even one opened in the same second; the pid keeps two processes that read
-            # the same number apart
+            # sorts after log_dir's files (read in name order); the pid parts two processes
             number = last_number(self.log_dir) + 1
             host = socket.gethostname()
             name = f"events.out.tfevents.{int(time.time())}.{host}.{number:06d}.{os.getpid()}"
@@ -260,8 +243,7 @@ class TensorBoardLogger(Logger):
 
         pixels = image_pixels(image)  # uint8: the writer then neither scales nor wraps it
         pixels = pixels[..., None] if pixels.ndim == 2 else pixels  # noqa: PLR2004  (gray)
-        summary = image_summary(tag, pixels, dataformats="HWC")
-        events.add_summary(summary, step, when)
+        events.add_summary(image_summary(tag, pixels, dataformats="HWC"), step, when)
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         import numpy as np  # noqa: PLC0415

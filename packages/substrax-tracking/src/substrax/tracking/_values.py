@@ -1,6 +1,6 @@
 """The values a logger takes: scalars checked without reading a jax array, read later off the training thread."""
 
-# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
+# ruff: noqa: ANN401  (logged values and SDK objects are typed Any on purpose)
 
 from __future__ import annotations
 
@@ -29,11 +29,6 @@ _logger = logging.getLogger(__name__)
 
 def as_scalar(name: str, value: Any, step: int | None = None) -> float:
     """``value`` as a builtin float: Python and numpy numbers, 0-d and 1-element arrays.
-
-    Raises:
-        LoggedTypeError: ``value`` is not a number (a string, a bool, an array of several
-            values); a ``TypeError``. The message names ``step`` if given.
-        MetricOverflowError: ``value`` is too large for a float.
 
     Example:
         >>> import numpy as np
@@ -91,9 +86,8 @@ def _real_dtype(dtype: Any) -> bool:
 def checked_scalar(name: str, value: Any, step: int | None) -> Any:
     """``value`` as :func:`as_scalar` makes it, except a jax scalar: checked, but not read.
 
-    Reading a jax array waits for the step computing it. A one-element jax array of an
-    integer or real dtype, addressable and not deleted, is returned as it is (its dtype and
-    shape need no wait), for :func:`read_scalar` later.
+    A one-element jax array of an integer or real dtype, addressable and not deleted, is
+    returned as it is, for :func:`read_scalar` later.
     """
     if type(value) is float:
         return value
@@ -139,8 +133,7 @@ def read_scalar(
 ) -> float | None:
     """The float of a value :func:`checked_scalar` returned, waiting for its computation.
 
-    A jax array deleted since (a buffer donated to a later step) is None, with a warning naming
-    the metric and step once per name in ``warned`` (later ones at DEBUG).
+    A jax array deleted since (a donated buffer) is None, warned about once per name in ``warned``.
     """
     if type(value) is float:
         return value
@@ -178,8 +171,7 @@ def _drain_holding() -> None:
 def drain_at_exit(logger: Logger) -> None:
     """Have ``logger.flush()`` write the jax values it holds unread at exit, if still open then.
 
-    Registered again each time (atexit runs the last first), so that it runs before the exit
-    hooks jax registered when it was imported.
+    Registered again each time (atexit runs the last first), so that it runs before jax's.
     """
     if logger not in _HOLDING:
         _HOLDING.add(logger)
@@ -220,8 +212,7 @@ def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
 def histogram_counts(finite: Any, bins: int) -> tuple[Any, Any]:
     """``np.histogram`` of finite values in ``bins`` equal bins, or in one bin over their range.
 
-    One bin where equal bins cannot span the range: too narrow (1.0 to the next float) or too
-    wide (-1e308 to 1e308).
+    One bin where the range is too narrow or too wide (-1e308 to 1e308) for equal bins.
 
     Example:
         >>> from substrax.tracking._values import histogram_counts

@@ -43,10 +43,6 @@ def wandb_root_dir(
 ) -> Path:
     """The directory W&B writes a run under (its ``dir``): runs go to ``<it>/wandb/``.
 
-    In order: ``dir=`` (or ``settings``' ``root_dir``), ``log_dir``, ``WANDB_DIR``,
-    ``$AVITAI_OUTPUT_DIR/<name>``, then ``$XDG_DATA_HOME/substrax`` (``~/.local/share/substrax``
-    when it is unset or relative): never a temporary directory, nor the working tree.
-
     Example:
         >>> from substrax.tracking._wandb import wandb_root_dir
         >>> str(wandb_root_dir("demo", None, {}, env={"WANDB_DIR": "/data/wandb"}))
@@ -92,8 +88,7 @@ class WandbLogger(RemoteLogger):
         notes: the run's notes.
         run_id: resume this run id (``resume="allow"``); default ``WANDB_RUN_ID`` or a new id.
         resume_step: with ``run_id``, rewind the run to this step (the checkpoint's).
-        log_dir: the W&B ``dir`` (:attr:`root_dir`; default ``$WANDB_DIR``, see the tracking
-            guide), image staging and the spool file.
+        log_dir: the W&B ``dir`` (:attr:`root_dir`, see the tracking guide), media and the spool file.
         spool_path: the spool file; default ``<log_dir>/<name>.spool.jsonl``.
         close_timeout: seconds :meth:`close` keeps trying before spooling what is left.
         connect_timeout: the most seconds construction waits for ``wandb.init``.
@@ -104,10 +99,8 @@ class WandbLogger(RemoteLogger):
 
     Raises:
         ImportError: wandb is not installed (the ``wandb`` extra).
-        ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` not
-            a finite number >= 0.
-        ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` or ``WANDB_RUN_ID`` (a
-            ``ValueError``).
+        ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` one >= 0.
+        ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` or ``WANDB_RUN_ID``.
         LogDirNotWritableError: a directory W&B writes to is not writable.
 
     Example:
@@ -194,8 +187,7 @@ class WandbLogger(RemoteLogger):
             "dir": str(self.root_dir),
         }
         sink = WandbSink(target, init)
-        not_started = sink.connect(connect_timeout)
-        if not_started is not None:
+        if (not_started := sink.connect(connect_timeout)) is not None:
             _logger.warning(
                 f"WandbLogger({name!r}): wandb.init {not_started}; logging goes on, records are "
                 f"kept in {self.spool_path} and sent once the run {self._run_id} starts"

@@ -30,10 +30,7 @@ def import_wandb() -> Any:
 
 
 def bounded_settings(settings: Any, mode: str | None, timeout: float) -> Any:
-    """``settings`` for ``wandb.init`` with W&B's network waits bounded by ``timeout`` seconds.
-
-    Online, the login, the init and each GraphQL request (retried twice) are bounded where
-    neither ``settings`` nor a ``WANDB_*`` variable bounds them. Offline, nothing changes.
+    """``settings`` for ``wandb.init`` with W&B's network waits (unless set) bounded by ``timeout``.
 
     Example:
         >>> from substrax.tracking._wandb_sink import bounded_settings
@@ -80,11 +77,9 @@ class WandbSink:
         self._taken_before: list[Record] = []
 
     def connect(self, timeout: float) -> str | None:
-        """Start the run in a thread of its own, waiting at most ``timeout`` seconds.
+        """Start the run in a thread of its own: why it has not within ``timeout`` s (None: it has).
 
-        Returns:
-            why the run has not started, or None when it has. A ``UsageError`` (a refusal that
-            retrying cannot fix) is raised.
+        A ``UsageError`` (a refusal that retrying cannot fix) is raised.
         """
         self._first = FirstAttempt(self._init, name="substrax-wandb-init")
         refused = import_wandb().errors.UsageError
@@ -140,11 +135,7 @@ class WandbSink:
                 self._step_keys.update(row)
 
     def _check_order(self, row: Mapping[str, Any], step: int | None) -> None:
-        """Warn (once each) of a dropped row and of a replaced value.
-
-        W&B drops a row at a step below one sent already, and replaces a key's value at the
-        latest step when the key is sent there again.
-        """
+        """Warn (once each) of a row W&B drops (below a step sent) and of a value it replaces."""
         if step is None:
             return
         if step == self._last_step and not self._warned_again and self._step_keys & row.keys():
@@ -227,11 +218,7 @@ def _upload(run: Any, payload: Mapping[str, Any]) -> None:
 
 
 def rewind_point(run_id: str, resume_step: int, records: Sequence[Record]) -> str:
-    """The ``resume_from`` of a replay of a resumed run's first spooled ``records``.
-
-    The step before the first of them, never before ``resume_step``: what the resumed logger
-    delivered before it spooled stays.
-    """
+    """The ``resume_from`` of a replay of a resumed run's first ``records``: never before ``resume_step``."""
     steps = [record.step for record in records if record.step is not None]
     return f"{run_id}?_step={max(resume_step, min(steps, default=resume_step + 1) - 1)}"
 
