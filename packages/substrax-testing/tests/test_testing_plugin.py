@@ -394,3 +394,23 @@ def test_x64_marker_in_this_session():
 
 def test_this_session_runs_on_cpu():
     assert jax.default_backend() == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("SUBSTRAX_TEST_DEVICE_CONT", " (did you mean SUBSTRAX_TEST_DEVICE_COUNT?)"),
+        ("SUBSTRAX_TEST_PLATFORMS", " (did you mean SUBSTRAX_TEST_JAX_PLATFORMS?)"),
+        ("SUBSTRAX_TEST_SEED", ""),
+    ],
+)
+def test_a_misspelled_variable_is_a_usage_error_naming_the_one_meant(monkeypatch, name, hint):
+    from substrax.testing import pytest_plugin
+
+    monkeypatch.setenv(name, "4")
+    with pytest.raises(pytest.UsageError) as raised:
+        pytest_plugin._configure_runtime()  # refused before anything is applied
+    assert str(raised.value) == (
+        f"substrax test runtime: {name}='4' is not a variable the plugin reads{hint}; it reads "
+        "SUBSTRAX_TEST_DEVICE_COUNT and SUBSTRAX_TEST_JAX_PLATFORMS: rename it, or unset it"
+    )

@@ -42,10 +42,11 @@ What it does:
 Importing this module imports no jax.
 """
 
+import difflib
 import importlib.util
 import os
 import sys
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
     from flax import nnx
 
 ENV_PREFIX = "SUBSTRAX_TEST_"
+_VARIABLES = ("DEVICE_COUNT", "JAX_PLATFORMS")  # the ones resolve_test_runtime reads
 SEED = 42
 MAX_SEED = 2**32 - 1  # past it, jax.random.key overflows or (x64 off) gives a small seed's keys
 RNG_STREAMS = ("default", "params", "dropout", "sample")
@@ -100,12 +102,26 @@ def _cuda_plugin_available() -> bool:
     return any(importlib.util.find_spec(name) is not None for name in _CUDA_PLUGINS)
 
 
+def _check_variables(environ: Mapping[str, str]) -> None:
+    """Refuse a ``SUBSTRAX_TEST_*`` variable the plugin does not read: a misspelling would do nothing."""
+    known = [ENV_PREFIX + suffix for suffix in _VARIABLES]
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), _VARIABLES, n=1)
+            hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
+            raise pytest.UsageError(
+                f"substrax test runtime: {name}={environ[name]!r} is not a variable the plugin "
+                f"reads{hint}; it reads {' and '.join(known)}: rename it, or unset it"
+            )
+
+
 def _configure_runtime() -> None:
     from substrax.runtime import (  # noqa: PLC0415 - after pytest has parsed its options
         RuntimeConfigurationError,
         resolve_test_runtime,
     )
 
+    _check_variables(os.environ)
     try:
         runtime = resolve_test_runtime(
             os.environ, prefix=ENV_PREFIX, cuda_plugin_available=_cuda_plugin_available()
