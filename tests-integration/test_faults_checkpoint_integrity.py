@@ -8,6 +8,7 @@ instead of returning the wrong values.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -36,20 +37,22 @@ SAVE = textwrap.dedent(
     """
 )
 
+# restores the kernel of each step named, in order, printing one JSON line per step
 RESTORE = textwrap.dedent(
     """
     import json, sys
     import numpy as np
     from substrax.checkpoint import CheckpointCorruptError, OrbaxCheckpointStore
     with OrbaxCheckpointStore(sys.argv[1], read_only=True) as store:
-        try:
-            kernel = store.restore(int(sys.argv[2])).items["model"]["kernel"]
-        except CheckpointCorruptError as error:
-            print(json.dumps({"raised": type(error).__name__, "step": error.step,
-                              "item": error.item, "leaf": error.leaf, "message": str(error)}))
-        else:
-            wrong = int((np.asarray(kernel).ravel() != np.arange(1 << 16)).sum())
-            print(json.dumps({"raised": None, "wrong_values": wrong}))
+        for step in sys.argv[2:]:
+            try:
+                kernel = store.restore(int(step)).items["model"]["kernel"]
+            except CheckpointCorruptError as error:
+                print(json.dumps({"raised": type(error).__name__, "step": error.step,
+                                  "item": error.item, "leaf": error.leaf, "message": str(error)}))
+            else:
+                wrong = int((np.asarray(kernel).ravel() != np.arange(1 << 16)).sum())
+                print(json.dumps({"raised": None, "wrong_values": wrong}))
     """
 )
 
@@ -74,13 +77,24 @@ def _flip_a_bit_in_the_middle(array_dir: Path) -> Path:
     return chunk
 
 
-@pytest.fixture
-def corrupted_store(tmp_path: Path) -> Path:
-    store = tmp_path / "run"
+@pytest.fixture(scope="module")
+def saved_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The store SAVE wrote, once for the module: each test works on a copy of its own."""
+    store = tmp_path_factory.mktemp("saved") / "run"
     saved = _run("-c", SAVE, str(store))
     assert saved.returncode == 0, saved.stderr[-3000:]
-    _flip_a_bit_in_the_middle(store / "20" / "model" / "tree.kernel")
     return store
+
+
+@pytest.fixture
+def clean_store(saved_store: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(saved_store, tmp_path / "run", symlinks=True))
+
+
+@pytest.fixture
+def corrupted_store(clean_store: Path) -> Path:
+    _flip_a_bit_in_the_middle(clean_store / "20" / "model" / "tree.kernel")
+    return clean_store
 
 
 def test_verify_names_the_corrupted_leaf_and_exits_1(corrupted_store):
@@ -98,18 +112,16 @@ def test_verify_names_the_corrupted_leaf_and_exits_1(corrupted_store):
 
 
 def test_a_fresh_process_refuses_to_restore_the_corrupted_step(corrupted_store):
-    result = _run("-c", RESTORE, str(corrupted_store), "20")
+    # the corrupted step first, then (in the same process, as the error advises) an earlier one
+    result = _run("-c", RESTORE, str(corrupted_store), "20", "10")
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout)
+    report, earlier = map(json.loads, result.stdout.splitlines())
     assert report["raised"] == "CheckpointCorruptError", report
     assert (report["step"], report["item"], report["leaf"]) == (20, "model", "kernel")
     assert "restore an earlier step" in report["message"]
-    earlier = json.loads(_run("-c", RESTORE, str(corrupted_store), "10").stdout)
     assert earlier == {"raised": None, "wrong_values": 0}
 
 
-def test_a_clean_store_verifies(tmp_path):
-    store = tmp_path / "run"
-    assert _run("-c", SAVE, str(store)).returncode == 0
-    result = _run("-m", "substrax.checkpoint", "verify", str(store))
+def test_a_clean_store_verifies(clean_store):
+    result = _run("-m", "substrax.checkpoint", "verify", str(clean_store))
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]

@@ -28,6 +28,7 @@ from substrax.checkpoint import (
 
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"}
 WORDS = 1 << 20  # float32 words per array: a state of two 4 MB arrays is 8 MB
+SAVES = 20  # beside the reader, which polls ~100 times a save (the issue's reproduction: 40)
 
 # saves STEPS states of 8 MB, one every EVERY seconds, asynchronously, keeping the newest KEEP
 # (0: all); prints "open", waits for the file GO if one is named (a sixth argument), then prints
@@ -158,9 +159,10 @@ def _check_step(store: OrbaxCheckpointStore, step: int) -> None:
 
 
 def test_readers_beside_a_live_writer_cost_it_no_save(tmp_path: Path) -> None:
-    """The reproduction: 40 saves of 8 MB every 0.15 s while another process opens and lists."""
+    """The reproduction, shortened (it made 40 saves every 0.15 s): 20 saves of 8 MB every 0.05 s
+    while another process opens and lists, all the while."""
     directory, stop, go = tmp_path / "store", tmp_path / "stop", tmp_path / "go"
-    writer = _start(WRITER, directory, 40, 0.15, 0, go, stdin=True)
+    writer = _start(WRITER, directory, SAVES, 0.05, 0, go, stdin=True)
     with _reaped(writer):
         assert _line(writer) == "open"
         reader = _start(READER, directory, stop, "plain")
@@ -180,7 +182,7 @@ def test_readers_beside_a_live_writer_cost_it_no_save(tmp_path: Path) -> None:
     # every plain open was refused: none could clean a partial step the writer owned
     assert polled["outcomes"] == {"CheckpointLockedError": polled["polls"]}
     with OrbaxCheckpointStore(directory, read_only=True) as store:
-        assert store.list_steps() == list(range(1, 41))
+        assert store.list_steps() == list(range(1, SAVES + 1))
         for step in store.list_steps():
             _check_step(store, step)
 

@@ -45,7 +45,7 @@ STARTUP = textwrap.dedent(
 
 
 # short, as nobody is ever coming: the test waits it out
-STARTUP_TIMEOUT = 2
+STARTUP_TIMEOUT = 1
 # the startup's timeout, not jax's own 300 s: the span includes importing jax, which takes
 # seconds more on a loaded machine (10.2 s was seen on 2 busy cores with a 5 s timeout)
 BOUNDED = STARTUP_TIMEOUT + 25

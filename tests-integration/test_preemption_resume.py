@@ -2,12 +2,15 @@
 
 The resumed run must end with exactly the parameters, optimizer state, RNG state and
 early-stopping state of a run that was never interrupted (8 emulated devices, data parallel).
+The process that resumes runs that reference too, once it finished: the program's ``main`` again,
+from scratch in a directory of its own (one interpreter less importing jax, flax and orbax).
 """
 
 import json
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -15,16 +18,40 @@ import numpy as np
 
 from substrax.checkpoint import OrbaxCheckpointStore
 from substrax.runtime import JaxRuntime, child_environment
+from substrax.testing import json_objects
 
 
 PROGRAM = Path(__file__).parent / "programs" / "resumable_training.py"
 STEPS = 24
 ENV = child_environment(JaxRuntime(platforms=("cpu",), cpu_devices=8))
 
+# The program's main() on OUT, as `python resumable_training.py OUT STEPS` runs it (here: the
+# resume), then once more on STRAIGHT, a fresh directory: a run from step 0 never interrupted.
+RESUME_THEN_STRAIGHT = textwrap.dedent(
+    """
+    import importlib.util, sys
+    from pathlib import Path
+    program, out, steps, straight = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    spec = importlib.util.spec_from_file_location("resumable_training", program)
+    training = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(training)
+    training.main(out, steps, 0.0)
+    training.main(Path(straight), steps, 0.0)
+    """
+)
 
-def _run(out: Path, step_seconds: float = 0.0) -> subprocess.CompletedProcess[str]:
+
+def _resume_then_run_straight(out: Path, straight: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(PROGRAM), str(out), str(STEPS), str(step_seconds)],
+        [
+            sys.executable,
+            "-c",
+            RESUME_THEN_STRAIGHT,
+            str(PROGRAM),
+            str(out),
+            str(STEPS),
+            str(straight),
+        ],
         env=ENV,
         capture_output=True,
         text=True,
@@ -39,9 +66,6 @@ def _final(out: Path) -> dict[str, np.ndarray]:
 
 
 def test_sigterm_saves_and_a_new_process_resumes_to_the_same_state(tmp_path: Path) -> None:
-    uninterrupted = _run(tmp_path / "straight")
-    assert uninterrupted.returncode == 0, uninterrupted.stderr[-3000:]
-
     interrupted = tmp_path / "interrupted"
     child = subprocess.Popen(
         [sys.executable, str(PROGRAM), str(interrupted), str(STEPS), "0.2"],
@@ -67,9 +91,14 @@ def test_sigterm_saves_and_a_new_process_resumes_to_the_same_state(tmp_path: Pat
         assert 3 <= stopped_at < STEPS - 1
         assert store.read_metadata(stopped_at).extra["preempted"] is True
 
-    resumed = _run(interrupted)
+    # a new process resumes, then runs the uninterrupted reference from scratch
+    resumed = _resume_then_run_straight(interrupted, tmp_path / "straight")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads(resumed.stdout.splitlines()[0]) == {"resumed_from": stopped_at}
+    # then the reference ran from step 0: it found no checkpoint to resume from
+    records = json_objects(resumed.stdout)
+    assert [r for r in records if "resumed_from" in r] == [{"resumed_from": stopped_at}]
+    assert any(r.get("step") == 0 for r in records)
 
     expected, actual = _final(tmp_path / "straight"), _final(interrupted)
     assert expected.keys() == actual.keys()

@@ -3,13 +3,16 @@
 Each process has 4 emulated CPU devices (8 global, data parallel, gloo collectives). Both
 processes of a run are SIGTERMed at different moments mid-run; both must save the same step
 and exit 0, and a new pair of processes must resume from it and end with exactly the
-parameters, optimizer state, RNG state and early-stopping state of an uninterrupted pair.
+parameters, optimizer state, RNG state and early-stopping state of an uninterrupted pair. The
+resuming pair runs that reference too, once it finished: the program's ``main`` again, from
+scratch in a directory of its own (two interpreters less importing jax, flax and orbax).
 """
 
 import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -30,12 +33,37 @@ ENV = {
     "JAX_PLATFORMS": "cpu",
     "JAX_NUM_CPU_DEVICES": "4",
 }
+# The program's main() on OUT, as `python resumable_training.py OUT STEPS` runs it (here: the
+# resume), then once more on STRAIGHT, a fresh directory: a run from step 0 never interrupted
+# (initialize_distributed, called again with the same launcher variables, is a no-op).
+RESUME_THEN_STRAIGHT = textwrap.dedent(
+    """
+    import importlib.util, sys
+    from pathlib import Path
+    program, out, steps, straight = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    spec = importlib.util.spec_from_file_location("resumable_training", program)
+    training = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(training)
+    training.main(out, steps, 0.0)
+    training.main(Path(straight), steps, 0.0)
+    """
+)
 
 
 def _start(
-    out: Path, step_seconds: float, started: list[subprocess.Popen[str]]
+    out: Path,
+    step_seconds: float,
+    started: list[subprocess.Popen[str]],
+    *,
+    then_straight: Path | None = None,
 ) -> list[subprocess.Popen[str]]:
     out.mkdir(parents=True, exist_ok=True)
+    if then_straight is None:
+        argv = [sys.executable, str(PROGRAM), str(out), str(STEPS), str(step_seconds)]
+    else:
+        then_straight.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-c", RESUME_THEN_STRAIGHT, str(PROGRAM), str(out), str(STEPS)]
+        argv.append(str(then_straight))
     coordinator = f"127.0.0.1:{free_port()}"
     pair = []
     for pid in range(2):
@@ -47,7 +75,7 @@ def _start(
         with (out / f"stderr-{pid}.log").open("a") as stderr:
             pair.append(
                 subprocess.Popen(
-                    [sys.executable, str(PROGRAM), str(out), str(STEPS), str(step_seconds)],
+                    argv,
                     env=ENV | launcher,
                     stdout=subprocess.PIPE,
                     stderr=stderr,
@@ -107,7 +135,6 @@ def test_both_processes_sigtermed_save_one_step_and_a_new_pair_resumes_it(tmp_pa
     watchdog = threading.Timer(2 * TIMEOUT_S, lambda: [p.kill() for p in started])
     watchdog.start()
     try:
-        straight = _start(tmp_path / "straight", 0.0, started)
         interrupted_dir = tmp_path / "interrupted"
         interrupted = _start(interrupted_dir, STEP_SECONDS, started)
         seen: list[list[str]] = [[], []]
@@ -121,7 +148,6 @@ def test_both_processes_sigtermed_save_one_step_and_a_new_pair_resumes_it(tmp_pa
         time.sleep(2 * STEP_SECONDS)
         interrupted[1].send_signal(signal.SIGTERM)  # absorbed if it is already saving
         _finish(interrupted, interrupted_dir, seen, signalled_late=1)
-        _finish(straight, tmp_path / "straight")
 
         assert not list(interrupted_dir.glob("final-*.npz"))
         with OrbaxCheckpointStore(interrupted_dir / "checkpoints") as store:
@@ -135,11 +161,18 @@ def test_both_processes_sigtermed_save_one_step_and_a_new_pair_resumes_it(tmp_pa
             assert ends[pid][1]["stopped"] == stopped_at
         assert ends[0][1]["signalled"] is True
 
-        resumed = _finish(_start(interrupted_dir, 0.0, started), interrupted_dir)
+        # a new pair resumes, then runs the uninterrupted reference from scratch
+        straight = tmp_path / "straight"
+        resuming = _start(interrupted_dir, 0.0, started, then_straight=straight)
+        resumed = _finish(resuming, interrupted_dir)
         for pid in range(2):
-            assert _records(resumed[pid])[0] == {"resumed_from": stopped_at}
+            records = _records(resumed[pid])
+            assert records[0] == {"resumed_from": stopped_at}
+            # then the reference ran from step 0: it found no checkpoint to resume from
+            assert [r for r in records if "resumed_from" in r] == [records[0]]
+            assert any(r.get("step") == 0 for r in records)
 
-        expected = _final(tmp_path / "straight" / "final-0.npz")
+        expected = _final(straight / "final-0.npz")
         for pid in range(2):
             actual = _final(interrupted_dir / f"final-{pid}.npz")
             assert expected.keys() == actual.keys()

@@ -3,12 +3,14 @@
 import gc
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
 import textwrap
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,35 +22,73 @@ from substrax.checkpoint import (
     OrbaxCheckpointStore,
 )
 from substrax.checkpoint._lock import LOCK_FILE, read_holder
-from substrax.testing import run_python
+from substrax.runtime import JaxRuntime, child_environment
 
 
-# a second process tries to open the store: it prints what happened as one JSON line
+# a second process, one for the module, tries to open the store named by each line it reads (a
+# JSON [directory, mode]): it closes the store again, then prints what happened as one JSON line
 OPENER = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, traceback
     from substrax.checkpoint import CheckpointLockedError, OrbaxCheckpointStore
-    try:
-        store = OrbaxCheckpointStore(sys.argv[1], read_only=sys.argv[2] == "read")
-    except CheckpointLockedError as error:
-        print(json.dumps({"locked": True, "host": error.host, "pid": error.pid,
-                          "since": error.since, "message": str(error)}))
-    else:
-        print(json.dumps({"locked": False, "steps": store.list_steps()}))
-        store.close()
+    for line in sys.stdin:
+        directory, mode = json.loads(line)
+        try:
+            store = OrbaxCheckpointStore(directory, read_only=mode == "read")
+        except CheckpointLockedError as error:
+            answer = {"locked": True, "host": error.host, "pid": error.pid,
+                      "since": error.since, "message": str(error)}
+        except Exception:
+            answer = {"error": traceback.format_exc()}
+        else:
+            answer = {"locked": False, "steps": store.list_steps()}
+            store.close()
+        print(json.dumps(answer), flush=True)
     """
 )
 
 
-def _open_elsewhere(directory: Path, mode: str = "write") -> dict:
-    return run_python(OPENER, str(directory), mode, timeout=120).check().last_json()
+@pytest.fixture(scope="module")
+def open_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., dict]]:
+    """``open_elsewhere(directory, mode="write")``: what another process saw opening the store."""
+    errors = tmp_path_factory.mktemp("opener") / "stderr"
+    with errors.open("w") as stderr:
+        opener = subprocess.Popen(
+            [sys.executable, "-c", OPENER],
+            env=child_environment(JaxRuntime(platforms=("cpu",), preallocate=False)),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    assert opener.stdin is not None
+    assert opener.stdout is not None
+
+    def open_it(directory: Path, mode: str = "write") -> dict:
+        opener.stdin.write(json.dumps([str(directory), mode]) + "\n")
+        opener.stdin.flush()
+        answered, _, _ = select.select([opener.stdout], [], [], 120)
+        line = opener.stdout.readline() if answered else ""
+        assert line, f"the opener did not answer:\n{errors.read_text()[-3000:]}"
+        answer = json.loads(line)
+        assert "error" not in answer, answer["error"]
+        return answer
+
+    try:
+        yield open_it
+    finally:
+        try:
+            opener.communicate(timeout=30)  # its input closed, it ends
+        except subprocess.TimeoutExpired:
+            opener.kill()
+            opener.communicate()
 
 
 @pytest.mark.usefixtures("child_processes")
-def test_a_second_writer_process_is_refused_and_a_reader_is_not(store_dir):
+def test_a_second_writer_process_is_refused_and_a_reader_is_not(store_dir, open_elsewhere):
     with OrbaxCheckpointStore(store_dir, async_save=False) as store:
         store.save(1, {"model": {"w": np.ones(2, np.float32)}})
-        refused = _open_elsewhere(store_dir)
+        refused = open_elsewhere(store_dir)
         assert refused["locked"] is True
         assert refused["pid"] == os.getpid()
         assert refused["host"] == socket.gethostname()
@@ -56,23 +96,23 @@ def test_a_second_writer_process_is_refused_and_a_reader_is_not(store_dir):
         assert str(store_dir) in refused["message"]
         assert "read_only=True" in refused["message"]
         assert f"pid {os.getpid()}" in refused["message"]
-        assert _open_elsewhere(store_dir, "read") == {"locked": False, "steps": [1]}
+        assert open_elsewhere(store_dir, "read") == {"locked": False, "steps": [1]}
         store.save(2, {"model": {"w": np.ones(2, np.float32)}})  # the refusal cost no save
-    assert _open_elsewhere(store_dir) == {"locked": False, "steps": [1, 2]}
+    assert open_elsewhere(store_dir) == {"locked": False, "steps": [1, 2]}
 
 
 @pytest.mark.usefixtures("child_processes")
-def test_stores_of_one_process_share_the_lock_until_the_last_closes(store_dir):
+def test_stores_of_one_process_share_the_lock_until_the_last_closes(store_dir, open_elsewhere):
     first = OrbaxCheckpointStore(store_dir)
     second = OrbaxCheckpointStore(store_dir)  # a re-run notebook cell: not refused
     first.close()
-    assert _open_elsewhere(store_dir)["locked"] is True
+    assert open_elsewhere(store_dir)["locked"] is True
     second.close()
-    assert _open_elsewhere(store_dir)["locked"] is False
+    assert open_elsewhere(store_dir)["locked"] is False
 
 
 @pytest.mark.usefixtures("child_processes")
-def test_a_store_nobody_closed_releases_the_lock_when_collected(store_dir):
+def test_a_store_nobody_closed_releases_the_lock_when_collected(store_dir, open_elsewhere):
     store = OrbaxCheckpointStore(store_dir)
     store.save(1, {"model": {"w": np.zeros(4, np.float32)}})  # an asynchronous save in flight
     collected = weakref.ref(store)
@@ -82,7 +122,7 @@ def test_a_store_nobody_closed_releases_the_lock_when_collected(store_dir):
         gc.collect()  # collectable once orbax's thread lets go of the store
         time.sleep(0.05)
     assert collected() is None
-    assert _open_elsewhere(store_dir) == {"locked": False, "steps": [1]}
+    assert open_elsewhere(store_dir) == {"locked": False, "steps": [1]}
 
 
 @pytest.mark.usefixtures("child_processes")
@@ -149,7 +189,9 @@ def test_the_holder_record_is_json_naming_the_process(store_dir):
 
 
 @pytest.mark.usefixtures("child_processes")
-def test_a_second_writer_store_of_the_process_takes_over_and_the_first_only_reads(store_dir):
+def test_a_second_writer_store_of_the_process_takes_over_and_the_first_only_reads(
+    store_dir, open_elsewhere
+):
     # a notebook re-runs its cell: a second store opens the directory while the first one, never
     # closed, still has a save in flight; with keep_best=1 they must not delete each other's best
     state = {"model": {"w": np.ones(2, np.float32)}}
@@ -176,7 +218,7 @@ def test_a_second_writer_store_of_the_process_takes_over_and_the_first_only_read
         assert store.best_step("loss") == 3
         assert store.restore(store.best_step("loss")).metadata.metrics == {"loss": 0.1}
     first.close()
-    assert _open_elsewhere(store_dir)["locked"] is True  # the second store still writes
+    assert open_elsewhere(store_dir)["locked"] is True  # the second store still writes
     second.save(5, state, metrics={"loss": 0.7})
     second.close()
-    assert _open_elsewhere(store_dir) == {"locked": False, "steps": [3, 5]}
+    assert open_elsewhere(store_dir) == {"locked": False, "steps": [3, 5]}

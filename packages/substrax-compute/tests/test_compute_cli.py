@@ -26,7 +26,7 @@ timeout_seconds = 60
 probe_devices = false
 
 [tool.substrax.compute.jobs.race]
-commands = { t = ["python", "-c", "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r); sys.exit(4 * r)"] }
+commands = { t = ["python", "-c", "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r / 2); sys.exit(4 * r)"] }
 timeout_seconds = 60
 probe_devices = false
 nodes = 2
@@ -454,11 +454,20 @@ def test_a_huge_node_count_is_refused_with_one_line(project, capsys):
 
 
 def _finished_run(capsys, job="ok"):
-    assert main(["run", job, "--detach"]) == 0
-    run_id = _run_id(capsys.readouterr().out)
-    assert main(["logs", run_id, "--follow"]) == 0
-    capsys.readouterr()
+    (run_id,) = _finished_runs(capsys, 1, job)
     return run_id
+
+
+def _finished_runs(capsys, count, job="ok"):
+    """``count`` runs of ``job``, submitted together, once each has finished."""
+    run_ids = []
+    for _ in range(count):
+        assert main(["run", job, "--detach"]) == 0
+        run_ids.append(_run_id(capsys.readouterr().out))
+    for run_id in run_ids:
+        assert main(["logs", run_id, "--follow"]) == 0
+    capsys.readouterr()
+    return run_ids
 
 
 def test_damaged_run_records_are_skipped_and_reported_once(project, capsys):
@@ -633,7 +642,7 @@ def test_ctrl_c_while_run_follows_cancels_the_run_and_exits_130_with_one_line(pr
 def test_a_damaged_manifest_fails_its_run_s_status_naming_it_and_the_others_are_listed(
     project, capsys
 ):
-    damaged, good = _finished_run(capsys), _finished_run(capsys)
+    damaged, good = _finished_runs(capsys, 2)
     handle = RunStore().load(damaged)
     manifest = Path(handle.details["run_dir"]) / "outputs" / "manifest.json"
     manifest.write_text(manifest.read_text()[:40])  # cut short
@@ -655,7 +664,7 @@ def test_a_run_whose_backend_does_not_answer_is_listed_as_unknown_and_the_others
     from substrax.compute._errors import BackendRequestError
     from substrax.compute._local import LocalBackend
 
-    silent, good = _finished_run(capsys), _finished_run(capsys)
+    silent, good = _finished_runs(capsys, 2)
     status = LocalBackend.status
 
     def answer(self, handle):

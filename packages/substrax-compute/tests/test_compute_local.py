@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from substrax.compute import JobSpec, LocalBackend, RunState, Task, read_manifest
+from substrax.compute._environment import FAILED_AT_ENV
 from substrax.compute._manifest import MANIFEST_NAME
 from substrax.testing.compute import BackendContract, wait_until_final
 
@@ -232,11 +233,14 @@ def test_multi_node_job_runs_as_wired_local_processes(tmp_path):
 
 
 ONE_NODE_DIES = """\
-import os, signal, time
+import os, pathlib, signal, time
 if os.environ["JAX_PROCESS_ID"] == "1":
-    time.sleep(1)
-    os.kill(os.getppid(), signal.SIGKILL)  # node 1's worker dies
+    deadline = time.monotonic() + 60
+    while not pathlib.Path("running").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(os.getppid(), signal.SIGKILL)  # node 1's worker dies, node 0's task running
 else:
+    pathlib.Path("running").write_text("")
     time.sleep(300)  # node 0 would run on alone
 """
 
@@ -301,14 +305,14 @@ def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
 @pytest.mark.usefixtures("child_processes")
 def test_a_surviving_task_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     stubborn = NODE_0_CLEANS_UP.replace("sys.exit(75)", 'print("still here", flush=True)')
-    fetched, manifest = _failed_two_node_job(tmp_path, stubborn, stop_grace_seconds=2)
+    fetched, manifest = _failed_two_node_job(tmp_path, stubborn, stop_grace_seconds=0.5)
     assert manifest.failed_node == 1
     assert [(t.status, t.returncode) for t in manifest.tasks] == [("cancelled", -9)]
     assert "still here" in (fetched / "job" / "stdout.log").read_text()
 
 
 def test_a_multi_node_run_is_final_only_with_the_failed_node_recorded(tmp_path):
-    code = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r); sys.exit(4 * r)"
+    code = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r / 2); sys.exit(4 * r)"
     spec = _spec(_task("t", code), nodes=2)
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     handle = backend.submit(spec, project=tmp_path)
@@ -346,7 +350,7 @@ def test_the_job_timeout_bounds_a_multi_node_run_whose_workers_hang(tmp_path):
     write_plan(
         tmp_path,
         job="j",
-        timeout_seconds=1,
+        timeout_seconds=0.5,
         stop_grace_seconds=30,
         nodes=[(hang, {}, tmp_path / "worker.log"), (hang, {}, tmp_path / "worker-1.log")],
     )
@@ -357,7 +361,7 @@ def test_the_job_timeout_bounds_a_multi_node_run_whose_workers_hang(tmp_path):
     )  # fmt: skip
     assert time.monotonic() - start < 60
     assert child.returncode == 1, child.stderr
-    assert "job timed out after 1 s; stopping the nodes" in child.stdout
+    assert "job timed out after 0.5 s; stopping the nodes" in child.stdout
 
 
 def test_the_node_plan_is_replaced_whole(tmp_path):
@@ -378,10 +382,24 @@ def test_the_node_plan_is_replaced_whole(tmp_path):
     assert held.read_text() == "old"
 
 
+# The start of a task of a two-node job: ``r``, its node's rank, and ``recorded(node)``, which waits
+# (60 s at most) until that node's worker has recorded its task's failure (the record the
+# supervisor blames by), so that the nodes' failures come in the order a test needs.
+_RANKED = f"""\
+import os, pathlib, signal, sys, time
+r = int(os.environ["JAX_PROCESS_ID"])
+def recorded(node):
+    record = pathlib.Path(os.environ[{FAILED_AT_ENV!r}]).with_name(f"node-{{node}}.failed-at")
+    deadline = time.monotonic() + 60
+    while not record.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+"""
+
+
 def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later(tmp_path):
     # node 1's task fails at once but its worker goes on to a long second task; node 0's task
     # fails later (as a peer's would) and its worker exits first
-    first = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(3 * (1 - r)); sys.exit(5 - 2 * r)"
+    first = _RANKED + "if r == 0:\n    recorded(1)\nsys.exit(5 - 2 * r)\n"
     second = "import os, time; time.sleep(60 * int(os.environ['JAX_PROCESS_ID']))"
     fetched, manifest = _failed_two_node_tasks(
         tmp_path, _task("fails", first), _task("lingers", second)
@@ -399,9 +417,9 @@ def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later
 
 def test_a_task_that_stopped_for_a_dead_peer_is_not_blamed_though_it_failed_first(tmp_path):
     # node 0's task ends first, with the peer watch's status (a peer died); node 1's task fails
-    # later with its own error; node 0's worker exits first
-    first = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(0.3 + r); sys.exit(1 if r else 75)"
-    second = "import os, time; time.sleep(2 if os.environ['JAX_PROCESS_ID'] == '0' else 60)"
+    # later with its own error; node 0's worker exits first, once node 1's failure is on record
+    first = _RANKED + "if r == 1:\n    recorded(0)\nsys.exit(1 if r else 75)\n"
+    second = _RANKED + "recorded(1) if r == 0 else time.sleep(60)\n"
     fetched, manifest = _failed_two_node_tasks(
         tmp_path, _task("fails", first), _task("lingers", second)
     )
@@ -416,10 +434,15 @@ def test_a_task_that_stopped_for_a_dead_peer_is_not_blamed_though_it_failed_firs
 def test_a_node_stopped_while_its_own_failure_was_under_way_is_named(tmp_path):
     # node 1's task is failing (it ignores SIGTERM, as a process in jax's shutdown does) when
     # node 0's task stops for the dead peer and node 0's worker exits first
-    first = (
-        "import os, signal, sys, time; r = int(os.environ['JAX_PROCESS_ID']); "
-        "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "time.sleep(0.3 + 1.5 * r); sys.exit(1 if r else 75)"
+    first = _RANKED + (
+        "terms = []\n"
+        "signal.signal(signal.SIGTERM, lambda *_: terms.append(1))  # ignored: it runs on\n"
+        "running, deadline = pathlib.Path('node-1-running'), time.monotonic() + 60\n"
+        "if r == 1:\n"
+        "    running.write_text('')\n"
+        "while time.monotonic() < deadline and not (terms if r else running.exists()):\n"
+        "    time.sleep(0.02)  # node 0: until node 1's task runs; node 1: until it was stopped\n"
+        "sys.exit(1 if r else 75)\n"
     )
     fetched, manifest = _failed_two_node_tasks(
         tmp_path, _task("fails", first), _task("next", "pass")
@@ -447,7 +470,7 @@ def test_what_a_task_leaves_running_ends_with_it(tmp_path, gone, holds_stdout):
         _task("leaves", LEAVES_A_CHILD.format(out=out), timeout=60),
         _task("next", "print('next ran')"),
     )
-    handle = backend.submit(_spec(*tasks, stop_grace_seconds=2), project=tmp_path)
+    handle = backend.submit(_spec(*tasks, stop_grace_seconds=0.5), project=tmp_path)
     start = time.monotonic()
     assert wait_until_final(backend, handle, 60) is RunState.SUCCEEDED
     assert time.monotonic() - start < 30  # not the child's 600 s, nor the task's 60 s
@@ -462,7 +485,7 @@ def test_a_task_timeout_holds_though_a_child_out_of_its_group_keeps_its_output_o
     escapes = LEAVES_A_CHILD.replace("stdout={out}", "start_new_session=True")  # stdout: the task's
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     handle = backend.submit(
-        _spec(_task("hangs", escapes + "; import time; time.sleep(600)", timeout=2)),
+        _spec(_task("hangs", escapes + "; import time; time.sleep(600)", timeout=1)),
         project=tmp_path,
     )
     start = time.monotonic()
@@ -580,17 +603,22 @@ def test_a_task_saving_past_the_job_timeout_ends_a_finished_timed_out_run(tmp_pa
     """The supervisor's stop, a margin after the job's timeout, must not turn a task that is
     saving in its grace into a cancelled, unfinished job."""
     saves = (
-        "import signal, sys, time\n"
-        "def on_term(signum, frame):\n"
-        "    time.sleep(7); print('saved', flush=True); sys.exit(3)\n"
+        "import os, pathlib, signal, sys, time\n"
+        "log = pathlib.Path(os.environ['AVITAI_OUTPUT_DIR']).parents[1] / 'worker.log'\n"
+        "def on_term(signum, frame):  # saving until the supervisor's stop has come\n"
+        "    deadline = time.monotonic() + 60\n"
+        "    while 'stopping the nodes' not in log.read_text() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "    time.sleep(0.5); print('saved', flush=True); sys.exit(3)\n"
         "signal.signal(signal.SIGTERM, on_term)\n"
         "time.sleep(60)\n"
     )
-    spec = _spec(_task("saves", saves, timeout=60), timeout_seconds=2, stop_grace_seconds=20)
+    spec = _spec(_task("saves", saves, timeout=60), timeout_seconds=1, stop_grace_seconds=20)
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     handle = backend.submit(spec, project=tmp_path)
     assert wait_until_final(backend, handle, 60) is RunState.FAILED
     fetched = backend.fetch(handle, tmp_path / "f")
+    assert "job timed out after 1 s; stopping the nodes" in (fetched / "worker.log").read_text()
     manifest = read_manifest(fetched / MANIFEST_NAME)
     assert manifest.finished
     assert (manifest.failed_node, [(t.status, t.returncode) for t in manifest.tasks]) == (
@@ -714,12 +742,12 @@ def test_a_slow_install_of_the_extras_does_not_turn_a_task_timeout_into_a_cancel
     slow = tmp_path / "bin" / "uv"
     slow.parent.mkdir()
     # past the deadline the supervisor once counted from its own start: timeout + 5 s margin
-    slow.write_text(f'#!/bin/sh\nsleep 7\nexec {shutil.which("uv")} "$@"\n')
+    slow.write_text(f'#!/bin/sh\nsleep 6\nexec {shutil.which("uv")} "$@"\n')
     slow.chmod(0o755)
     monkeypatch.setenv("PATH", f"{slow.parent}{os.pathsep}{os.environ['PATH']}")
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     sleeps = "import time; print('started', flush=True); time.sleep(60)"
-    spec = _spec(_task("long", sleeps), extras=("x",), timeout_seconds=1, stop_grace_seconds=1)
+    spec = _spec(_task("long", sleeps), extras=("x",), timeout_seconds=0.5, stop_grace_seconds=1)
     handle = backend.submit(spec, project=project)
     assert wait_until_final(backend, handle, 120) is RunState.FAILED
     manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)

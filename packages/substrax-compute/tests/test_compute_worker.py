@@ -138,7 +138,13 @@ def test_why_a_task_could_not_start_is_echoed_like_its_output(tmp_path, capfd):
 
 
 def test_task_timeout_kills_the_task_and_its_children(tmp_path, spawns_a_child, gone):
-    spec = _spec(_task("slow", spawns_a_child, timeout=3.0), _task("next", "print(1)"))
+    # the grace bounds the wait for the SIGTERMed child: an orphan, a member of the task's group
+    # (a zombie) until init reaps it
+    spec = _spec(
+        _task("slow", spawns_a_child, timeout=1.5),
+        _task("next", "print(1)"),
+        stop_grace_seconds=0.5,
+    )
     manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
     assert manifest.tasks[0].status is TaskStatus.TIMED_OUT
     assert manifest.tasks[1].status is TaskStatus.SUCCEEDED
@@ -152,7 +158,7 @@ def test_job_budget_bounds_later_tasks(tmp_path):
     spec = _spec(
         _task("a", "import time; time.sleep(30)", timeout=30),
         _task("b", "print(1)", timeout=30),
-        timeout=1.0,
+        timeout=0.5,
     )
     manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
     assert [t.status for t in manifest.tasks] == [TaskStatus.TIMED_OUT, TaskStatus.TIMED_OUT]
@@ -387,7 +393,7 @@ def test_a_hung_device_probe_is_bounded_by_the_job_timeout(tmp_path):
     spec = JobSpec(
         name="w",
         tasks=(Task(name="t", argv=(sys.executable, "-c", "print(1)"), timeout_seconds=2),),
-        timeout_seconds=2,
+        timeout_seconds=1,
         probe_devices=True,
     )
     start = time.monotonic()
@@ -530,9 +536,9 @@ def test_a_timed_out_task_gets_sigterm_and_the_grace_to_save_before_sigkill(tmp_
         "print('ready', flush=True); time.sleep(60)"
     )
     spec = _spec(
-        Task(name="saves", argv=("python", "-c", saves), timeout_seconds=2),
-        Task(name="stubborn", argv=("python", "-c", stubborn), timeout_seconds=2),
-        stop_grace_seconds=1,
+        Task(name="saves", argv=("python", "-c", saves), timeout_seconds=1),
+        Task(name="stubborn", argv=("python", "-c", stubborn), timeout_seconds=1),
+        stop_grace_seconds=0.5,
     )
     start = time.monotonic()
     manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
