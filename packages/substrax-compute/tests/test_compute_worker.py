@@ -668,3 +668,35 @@ def test_a_cancel_between_a_tasks_start_and_its_record_still_ends_it(
     )
     assert time.monotonic() - start < 60
     assert [t.status for t in manifest.tasks] == [TaskStatus.CANCELLED]
+
+
+# The job runs in a child that is its orphans' subreaper and never reaps them, as a container
+# whose PID 1 is no init: the task's child, SIGTERMed at the task's end, stays a zombie member
+# of the task's group. With a grace of 60 s, the run must not wait it out.
+NEVER_REAPED = """
+import ctypes, json, sys, time
+from substrax.compute import JobSpec, Task, run_job
+ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+code = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print('left a child', flush=True)"
+task = Task(name="leaves", argv=(sys.executable, "-c", code), timeout_seconds=30)
+spec = JobSpec(name="w", tasks=(task,), timeout_seconds=60, probe_devices=False, stop_grace_seconds=60)
+started = time.monotonic()
+manifest = run_job(spec, project=sys.argv[1], outputs=sys.argv[1] + "/o", echo=False)
+print(json.dumps({"status": manifest.tasks[0].status.value, "seconds": time.monotonic() - started}))
+"""
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_left_child_that_nobody_reaps_does_not_hold_the_task_for_the_stop_grace(tmp_path):
+    # it held it: the leftover's group still answered os.killpg(pgid, 0) as a zombie
+    result = subprocess.run(
+        [sys.executable, "-c", NEVER_REAPED, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["status"] == "succeeded"
+    assert outcome["seconds"] < 30, outcome  # not the 60 s grace

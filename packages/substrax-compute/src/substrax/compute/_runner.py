@@ -17,7 +17,7 @@ from substrax.support import write_atomically
 
 from ._environment import task_environment
 from ._manifest import DEVICES_LOG, STDERR_LOG, STDOUT_LOG, RunDevices, TaskOutcome, TaskStatus
-from ._processes import start_time
+from ._processes import group_alive, kill_group, start_time
 
 
 if TYPE_CHECKING:
@@ -262,13 +262,15 @@ class TaskRunner:
         """
         deadline = time.monotonic() + self.spec.stop_grace_seconds
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pgid, sig)
-                while sig is signal.SIGTERM and time.monotonic() < deadline:
-                    time.sleep(_WAIT_SLICE_SECONDS)
-                    os.killpg(pgid, 0)  # ProcessLookupError once the group is empty
-            except (ProcessLookupError, PermissionError):
+            # a member that ended is a zombie until its parent (init, a subreaper) reaps it,
+            # which may be never: only live members are waited for
+            if not group_alive(pgid, ""):
                 return
+            kill_group(pgid, sig)
+            while sig is signal.SIGTERM and time.monotonic() < deadline:
+                time.sleep(_WAIT_SLICE_SECONDS)
+                if not group_alive(pgid, ""):
+                    return
 
     def probe(self, budget: float = PROBE_SECONDS) -> RunDevices | None:
         """The devices the job's tasks would see, within ``budget`` (and ``PROBE_SECONDS``)."""

@@ -87,8 +87,8 @@ def watch_supervisor(
 def run_job(
     spec: JobSpec,
     *,
-    project: Path,
-    outputs: Path,
+    project: str | os.PathLike[str],
+    outputs: str | os.PathLike[str],
     echo: bool = True,
     python: str = sys.executable,
     node: int = 0,
@@ -110,9 +110,9 @@ def run_job(
         The manifest, ``finished`` unless the run was cancelled or stopped before the job's
         deadline (a stop after it only ends the job's timeout).
     """
-    root = node_outputs(outputs, node).resolve()
+    root = node_outputs(Path(outputs), node).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    runner = TaskRunner(spec, project=project.resolve(), root=root, echo=echo, python=python)
+    runner = TaskRunner(spec, project=Path(project).resolve(), root=root, echo=echo, python=python)
     if runner_hook is not None:
         runner_hook(runner)
     manifest_path = root / MANIFEST_NAME
