@@ -24,6 +24,7 @@ from substrax.compute import (
 )
 from substrax.compute._environment import node_outputs
 from substrax.compute._manifest import MANIFEST_NAME
+from substrax.testing import run_python
 
 
 def _task(name, code, timeout=60.0):
@@ -689,14 +690,6 @@ print(json.dumps({"status": manifest.tasks[0].status.value, "seconds": time.mono
 @pytest.mark.usefixtures("child_processes")
 def test_a_left_child_that_nobody_reaps_does_not_hold_the_task_for_the_stop_grace(tmp_path):
     # it held it: the leftover's group still answered os.killpg(pgid, 0) as a zombie
-    result = subprocess.run(
-        [sys.executable, "-c", NEVER_REAPED, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    outcome = json.loads(result.stdout.splitlines()[-1])
+    outcome = run_python(NEVER_REAPED, str(tmp_path), timeout=120).check().last_json()
     assert outcome["status"] == "succeeded"
     assert outcome["seconds"] < 30, outcome  # not the 60 s grace
