@@ -111,6 +111,28 @@ def test_no_server_at_construction_returns_at_once_and_delivers_once_it_answers(
     assert not logger.spool_path.exists()
 
 
+def test_a_flush_right_after_a_start_that_found_no_server_does_not_wait_its_bound(
+    tmp_path, wall_clock
+):
+    # a checkpoint's flush waited the whole bound (10 s): the delivery was not known to fail
+    # until its first send, so the flush waited for its retries, not for one more try
+    logger = MLFlowLogger(
+        "early",
+        tracking_uri=f"http://127.0.0.1:{free_port()}",
+        log_dir=tmp_path,
+        connect_timeout=1,
+        close_timeout=30,
+    )
+    assert logger.run_id is None
+    logger.log_scalar("loss", 1.0, step=0)
+    started = time.monotonic()
+    logger.flush()
+    assert time.monotonic() - started < 5  # not min(close_timeout, 10 s)
+    assert [line["record"]["step"] for line in spooled(logger.spool_path)] == [0]  # on disk
+    logger.close_timeout = 0
+    logger.close()
+
+
 def test_the_process_environment_is_never_changed(vanishing_mlflow, tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "77")
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)

@@ -59,6 +59,7 @@ class AsyncDelivery:
         send_interval: float = 5.0,
         retry_initial: float = 0.05,
         retry_max: float = 2.0,
+        reached: bool = True,
     ) -> None:
         self.sink = sink
         self.label = label
@@ -68,6 +69,7 @@ class AsyncDelivery:
         target = sink.target()
         self._run = run_of(target)
         self._backoff = Backoff(retry_initial, retry_max)  # the sink's; the spool has its own
+        self.reached = reached  # the backend answered at the start, or took a record since
         self._spool = SpoolWriter(
             spool_path,
             target,
@@ -291,6 +293,7 @@ class AsyncDelivery:
         finally:
             if self.delivered > delivered:  # a pass that sent nothing sets no wait
                 self._next_pass = began + self.send_interval
+                self.reached = True
             with self._passes:
                 self._done += 1
                 self._passes.notify_all()

@@ -155,6 +155,7 @@ class MLFlowLogger(RemoteLogger):
             registry_uri=registry_uri,
             resume_step=resume_step,
         )
+        why = None
         try:
             if local:  # no network: set up here, and let any error through
                 sink.set_up()
@@ -172,7 +173,7 @@ class MLFlowLogger(RemoteLogger):
                 raise UnknownRunIdError("MLFlowLogger", run_id, self.tracking_uri) from error
             raise
         self._sink = sink
-        self._start(sink, f"MLFlowLogger({name!r})")
+        self._start(sink, f"MLFlowLogger({name!r})", reached=why is None)
 
     @property
     def run_id(self) -> str | None:

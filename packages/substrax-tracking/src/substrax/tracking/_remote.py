@@ -120,7 +120,8 @@ class RemoteLogger(Logger):
         if spool_path is not None and self.active:  # the default one is in the checked log_dir
             check_spool_path(self.spool_path, type(self).__name__)
 
-    def _start(self, sink: Sink, label: str) -> None:
+    def _start(self, sink: Sink, label: str, *, reached: bool = True) -> None:
+        """Deliver to ``sink`` from now on; ``reached=False``: its backend did not answer yet."""
         _OPEN[id(self)] = self
         # last registered, first run: before W&B's own hook finishes its run
         atexit.unregister(_close_open_loggers)
@@ -134,6 +135,7 @@ class RemoteLogger(Logger):
             media_dir=self.media_dir,
             label=label,
             max_queue=self._max_queue,
+            reached=reached,
         )
 
     @property
@@ -225,7 +227,7 @@ class RemoteLogger(Logger):
 
         A kill right after loses nothing logged before. The backend is then waited for what is
         left of ``timeout`` seconds (None: ``close_timeout``, at most 10 s); a backend known to
-        be failing gets one more try, not its retries. Call it before saving a checkpoint
+        be failing, or not reached since the start, gets one more try, not its retries. Call it before saving a checkpoint
         (``CheckpointCallback(flush=...)`` does); :meth:`wait_delivered` waits for the backend.
 
         Raises:
@@ -236,8 +238,8 @@ class RemoteLogger(Logger):
             bound = min(self.close_timeout, _FLUSH_TIMEOUT) if bound is None else bound
             deadline = time.monotonic() + bound
             self._delivery.persist(bound)  # on disk (a full disk: sent from memory), then sent
-            # a backend failing gets one more try, not its retries: the records are durable
-            once = self._delivery.failing
+            # a backend failing (or never reached) gets one more try: the records are durable
+            once = self._delivery.failing or not self._delivery.reached
             self._delivery.flush(max(0.0, deadline - time.monotonic()), once=once)
 
     def wait_delivered(self, timeout: float | None = None) -> bool:

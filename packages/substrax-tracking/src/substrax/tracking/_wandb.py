@@ -193,7 +193,7 @@ class WandbLogger(RemoteLogger):
                 f"kept in {self.spool_path} and sent once the run {self._run_id} starts"
             )
         self._sink = sink
-        self._start(sink, f"WandbLogger({name!r})")
+        self._start(sink, f"WandbLogger({name!r})", reached=not_started is None)
         runs = self.root_dir / "wandb"
         _logger.info(
             f"WandbLogger({name!r}): run {self._run_id} is written under {runs} (offline, upload "
