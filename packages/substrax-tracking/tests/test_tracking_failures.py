@@ -259,13 +259,15 @@ def test_a_hook_that_chains_back_to_ours_runs_each_hook_once(fresh_hook, tmp_pat
 
 
 @pytest.mark.usefixtures("child_processes")
-def test_a_script_dying_under_a_replaced_hook_still_fails_its_run(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_a_script_dying_under_a_replaced_hook_still_fails_its_run(mlflow_server, tmp_path):
+    uri = mlflow_server.uri  # the session's server: a new SQLite store costs seconds of migrations
     child = textwrap.dedent(
         f"""
         import sys
         from substrax.tracking import MLFlowLogger
-        logger = MLFlowLogger("replaced", tracking_uri={uri!r}, log_dir={str(tmp_path)!r})
+        logger = MLFlowLogger(
+            "replaced", experiment_name="failures", tracking_uri={uri!r}, log_dir={str(tmp_path)!r}
+        )
         print("RUN", logger.run_id, flush=True)
         sys.excepthook = sys.__excepthook__  # an application's hook, chaining to nothing
         raise RuntimeError("loss is nan")
