@@ -10,7 +10,6 @@ import json
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -25,33 +24,10 @@ PROGRAM = Path(__file__).parent / "programs" / "resumable_training.py"
 STEPS = 24
 ENV = child_environment(JaxRuntime(platforms=("cpu",), cpu_devices=8))
 
-# The program's main() on OUT, as `python resumable_training.py OUT STEPS` runs it (here: the
-# resume), then once more on STRAIGHT, a fresh directory: a run from step 0 never interrupted.
-RESUME_THEN_STRAIGHT = textwrap.dedent(
-    """
-    import importlib.util, sys
-    from pathlib import Path
-    program, out, steps, straight = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    spec = importlib.util.spec_from_file_location("resumable_training", program)
-    training = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(training)
-    training.main(out, steps, 0.0)
-    training.main(Path(straight), steps, 0.0)
-    """
-)
-
 
 def _resume_then_run_straight(out: Path, straight: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            RESUME_THEN_STRAIGHT,
-            str(PROGRAM),
-            str(out),
-            str(STEPS),
-            str(straight),
-        ],
+        [sys.executable, str(PROGRAM), str(out), str(STEPS), "0", str(straight)],
         env=ENV,
         capture_output=True,
         text=True,

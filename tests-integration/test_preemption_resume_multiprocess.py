@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -33,21 +32,6 @@ ENV = {
     "JAX_PLATFORMS": "cpu",
     "JAX_NUM_CPU_DEVICES": "4",
 }
-# The program's main() on OUT, as `python resumable_training.py OUT STEPS` runs it (here: the
-# resume), then once more on STRAIGHT, a fresh directory: a run from step 0 never interrupted
-# (initialize_distributed, called again with the same launcher variables, is a no-op).
-RESUME_THEN_STRAIGHT = textwrap.dedent(
-    """
-    import importlib.util, sys
-    from pathlib import Path
-    program, out, steps, straight = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    spec = importlib.util.spec_from_file_location("resumable_training", program)
-    training = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(training)
-    training.main(out, steps, 0.0)
-    training.main(Path(straight), steps, 0.0)
-    """
-)
 
 
 def _start(
@@ -62,8 +46,8 @@ def _start(
         argv = [sys.executable, str(PROGRAM), str(out), str(STEPS), str(step_seconds)]
     else:
         then_straight.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-c", RESUME_THEN_STRAIGHT, str(PROGRAM), str(out), str(STEPS)]
-        argv.append(str(then_straight))
+        # initialize_distributed, called again with the same launcher variables, is a no-op
+        argv = [sys.executable, str(PROGRAM), str(out), str(STEPS), "0", str(then_straight)]
     coordinator = f"127.0.0.1:{free_port()}"
     pair = []
     for pid in range(2):

@@ -109,4 +109,8 @@ def main(out: Path, steps: int, step_seconds: float) -> None:
 
 
 if __name__ == "__main__":
+    # OUT STEPS [STEP_SECONDS [STRAIGHT]]; with STRAIGHT, a run from step 0 there follows, never
+    # interrupted: the tests' reference, made by the process that resumed (one interpreter less)
     main(Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) > 3 else 0.0)
+    if len(sys.argv) > 4:
+        main(Path(sys.argv[4]), int(sys.argv[2]), 0.0)
