@@ -17,7 +17,7 @@ from substrax.support import write_atomically
 
 from ._environment import task_environment
 from ._manifest import DEVICES_LOG, STDERR_LOG, STDOUT_LOG, RunDevices, TaskOutcome, TaskStatus
-from ._processes import group_alive, kill_group, start_time
+from ._processes import end_group, start_time
 
 
 if TYPE_CHECKING:
@@ -254,24 +254,6 @@ class TaskRunner:
                 continue
             return timeout_kill_at is not None
 
-    def _end_leftovers(self, pgid: int) -> None:
-        """End what the task left running in its group: SIGTERM, SIGKILL after the stop grace.
-
-        A background child would outlive the job, and one holding the task's output would keep
-        its log, and so the job, open past every timeout.
-        """
-        deadline = time.monotonic() + self.spec.stop_grace_seconds
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            # a member that ended is a zombie until its parent (init, a subreaper) reaps it,
-            # which may be never: only live members are waited for
-            if not group_alive(pgid, ""):
-                return
-            kill_group(pgid, sig)
-            while sig is signal.SIGTERM and time.monotonic() < deadline:
-                time.sleep(_WAIT_SLICE_SECONDS)
-                if not group_alive(pgid, ""):
-                    return
-
     def probe(self, budget: float = PROBE_SECONDS) -> RunDevices | None:
         """The devices the job's tasks would see, within ``budget`` (and ``PROBE_SECONDS``)."""
         log = self.root / DEVICES_LOG
@@ -346,9 +328,10 @@ class TaskRunner:
                 task, f"could not start {argv[0]!r}: {error}", (out, err), start
             )
         self.current = process
+        started = start_time(process.pid)
         record = {
             "pid": process.pid,
-            "start": start_time(process.pid),
+            "start": started,
             "task": task.name,
             "argv": list(task.argv),
             "time": time.time(),
@@ -365,7 +348,10 @@ class TaskRunner:
         for pump in pumps:
             pump.start()
         timed_out = self._wait(process, budget)
-        self._end_leftovers(process.pid)
+        # what the task left in its group: a background child would outlive the job, and one
+        # holding the task's output would keep its log, and so the job, open past every timeout
+        # (end_group waits for live members only: a zombie nobody reaps does not hold it)
+        end_group(process.pid, started, self.spec.stop_grace_seconds)
         (self.root / TASK_PROCESS).unlink(missing_ok=True)
         until = time.monotonic() + _PUMP_SECONDS
         for pump in pumps:
