@@ -69,7 +69,7 @@ class AsyncDelivery:
         target = sink.target()
         self._run = run_of(target)
         self._backoff = Backoff(retry_initial, retry_max)  # the sink's; the spool has its own
-        self.reached = reached  # the backend answered at the start, or took a record since
+        self._answered = reached  # the backend answered at the start
         self._spool = SpoolWriter(
             spool_path,
             target,
@@ -114,6 +114,11 @@ class AsyncDelivery:
             self._run = run_of(target)
             self._lives.hold(self._run)
             self._spool.follow(target)
+
+    @property
+    def reached(self) -> bool:
+        """Whether the backend answered at the start or took a record since."""
+        return self._answered or self.delivered > 0
 
     @property
     def failing(self) -> bool:
@@ -293,7 +298,6 @@ class AsyncDelivery:
         finally:
             if self.delivered > delivered:  # a pass that sent nothing sets no wait
                 self._next_pass = began + self.send_interval
-                self.reached = True
             with self._passes:
                 self._done += 1
                 self._passes.notify_all()
