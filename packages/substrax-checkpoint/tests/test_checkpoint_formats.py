@@ -1,5 +1,6 @@
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 from substrax.checkpoint import (
     CURRENT_FORMAT_VERSION,
+    CheckpointCorruptError,
     CheckpointMetadata,
     OrbaxCheckpointStore,
     UnsupportedCheckpointError,
@@ -69,6 +71,31 @@ def test_upgrade_copies_format2_without_touching_the_source(format2_store, tmp_p
     with OrbaxCheckpointStore(destination) as store:
         model = store.restore(7, cast_dtypes=True).items["model"]
     np.testing.assert_array_equal(model["params"]["w"], np.arange(6).reshape(2, 3))
+
+
+def test_upgrade_copies_a_step_saved_with_a_nan_metric_and_a_failure_leaves_no_copy(tmp_path):
+    """Hostile finding: a step with a NaN metric failed the upgrade (its own record was refused
+    as a user's extra key) and left the steps before it in the destination."""
+    source = tmp_path / "source"
+    with OrbaxCheckpointStore(source) as store:
+        for step, loss in [(1, 0.5), (2, math.nan), (3, 0.4)]:
+            store.save(step, {"model": {"w": np.full(2, step)}}, metrics={"loss": loss})
+    assert upgrade_checkpoints(source, tmp_path / "copy") == [1, 2, 3]
+    with OrbaxCheckpointStore(tmp_path / "copy", read_only=True) as copy:
+        record = copy.read_metadata(2)
+        assert (record.metrics, record.nonfinite_metrics.keys()) == ({}, {"loss"})
+        assert math.isnan(record.nonfinite_metrics["loss"])
+        assert copy.best_step("loss") == 3
+    for file in (source / "3").rglob("*"):  # a step the upgrade cannot read
+        if file.is_file() and file.stat().st_size > 0 and file.parent.name != "metadata":
+            file.write_bytes(b"\0" * file.stat().st_size)
+    empty = tmp_path / "empty"
+    for destination in (tmp_path / "new", empty):
+        empty.mkdir(exist_ok=True)
+        with pytest.raises(CheckpointCorruptError) as raised:
+            upgrade_checkpoints(source, destination)
+        assert any("upgrading step 3" in note for note in raised.value.__notes__)
+        assert not destination.exists() or not any(destination.iterdir())
 
 
 def test_upgrade_refuses_bad_destinations(format2_store, tmp_path):

@@ -97,6 +97,7 @@ def test_best_step_without_a_mode_ranks_the_stores_best_metric_as_retention_does
     with OrbaxCheckpointStore(store_dir, **options) as store:
         for step, acc in [(1, 0.5), (2, 0.9), (3, 0.7)]:
             store.save(step, {"model": {"w": np.zeros(1)}}, metrics={"acc": acc, "loss": 1 - acc})
+        store.wait()
         assert store.list_steps() == [2, 3]  # the best accuracy, and the newest
         assert store.best_step("acc") == 2  # the step retention keeps as the best
         assert store.best_step("acc", mode="min") == 3

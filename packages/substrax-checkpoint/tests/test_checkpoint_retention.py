@@ -43,6 +43,41 @@ def test_newest_step_is_never_evicted(store_dir):
         assert store.list_steps() == [1, 3]
 
 
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_newest_step_saved_again_with_worse_metrics_never_cost_the_best_step(
+    store_dir, async_save
+):
+    """Hostile finding: the callback's epoch-end save of a step every_n_steps had saved (with a
+    batch's lower loss) came after retention had deleted the real best step for it."""
+    from substrax.checkpoint import CheckpointCallback
+
+    batch_losses, epoch_losses = [[0.9, 0.7, 0.4, 0.5], [0.4, 0.3, 0.2, 0.05]], [0.2, 0.3]
+    with OrbaxCheckpointStore(
+        store_dir, max_to_keep=1, keep_best=1, best_metric="loss", async_save=async_save
+    ) as store:
+        callback = CheckpointCallback(
+            store,
+            items=lambda _: {"model": {"w": np.zeros(2)}},
+            every_n_steps=4,
+            every_n_epochs=1,
+            monitor="loss",
+        )
+        callback.on_train_begin(None)
+        for epoch in range(2):
+            callback.on_epoch_begin(None, epoch)
+            for batch, loss in enumerate(batch_losses[epoch]):
+                callback.on_batch_end(None, batch, {"loss": loss})
+            callback.on_epoch_end(None, epoch, {"loss": epoch_losses[epoch]})
+        callback.on_train_end(None)
+        store.wait()
+        assert store.list_steps() == [4, 8]
+        assert store.best_step("loss") == 4
+        assert store.read_metadata(8).metrics == {"loss": 0.3}
+        _save(store, 9, 0.25)  # the next save: 8 is outranked by 4, and goes
+        store.wait()
+        assert store.list_steps() == [4, 9]
+
+
 def test_a_best_metric_no_step_records_never_deletes(store_dir, caplog):
     """A misspelled best_metric keeps every step (with a warning); prune() refuses it."""
     with OrbaxCheckpointStore(

@@ -147,6 +147,11 @@ class StoreLifecycle(Closeable):
         if committed is not None:  # sealed too: what retention drops goes only now
             held, metrics = self._held_steps(), self._book.metrics()
             dropped = prunable(self._retention, held, metrics, self._directory, warned=self._warned)
+            if dropped:  # the newest may be saved again (overwrite=True) with other metrics:
+                newest = max(held)  # what it alone outranks goes at the next save, not now
+                settled = {step: values for step, values in metrics.items() if step != newest}
+                kept = self._retention.steps_to_keep(held, settled)
+                dropped = [step for step in dropped if step not in kept]
             for step in dropped:
                 manager.delete(step)
             self._book.committed(self._held_steps())

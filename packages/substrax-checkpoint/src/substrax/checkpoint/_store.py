@@ -4,6 +4,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shutil
 import threading
 import time
 import weakref
@@ -18,7 +19,7 @@ from substrax.typing import JsonValue
 from ._index import IndexBook
 from ._lock import is_primary, take_writer_lock
 from ._manager import Layout, empty_deleted, remove_partial_steps
-from ._metadata import Producer
+from ._metadata import NONFINITE_METRICS_KEY, Producer
 from ._paths import check_store_directory, make_store_directory
 from ._protocol import PyTree
 from ._read_errors import CheckpointStoreNotFoundError
@@ -348,20 +349,31 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
     if not src.is_dir():
         raise CheckpointStoreNotFoundError(directory=src)
     upgraded: list[int] = []
-    with (
-        OrbaxCheckpointStore(src, max_to_keep=None, read_only=True) as reader,
-        OrbaxCheckpointStore(dst, max_to_keep=None, async_save=False) as writer,
-    ):
-        for step in reader.list_steps():
-            checkpoint = reader.restore(step)
-            record = checkpoint.metadata
-            writer.save(
-                step,
-                checkpoint.items,
-                epoch=record.epoch,
-                metrics=record.metrics,
-                producer=record.producer,
-                extra=record.extra,
-            )
-            upgraded.append(step)
+    existed, step = dst.exists(), None
+    try:
+        with (
+            OrbaxCheckpointStore(src, max_to_keep=None, read_only=True) as reader,
+            OrbaxCheckpointStore(dst, max_to_keep=None, async_save=False) as writer,
+        ):
+            for step in reader.list_steps():
+                checkpoint = reader.restore(step)
+                record = checkpoint.metadata
+                extra = {k: v for k, v in record.extra.items() if k != NONFINITE_METRICS_KEY}
+                writer.save(  # a NaN metric is given as one again: the save records it so
+                    step,
+                    checkpoint.items,
+                    epoch=record.epoch,
+                    metrics={**record.metrics, **record.nonfinite_metrics},
+                    producer=record.producer,
+                    extra=extra,
+                )
+                upgraded.append(step)
+    except BaseException as error:  # no half-written destination: what it copied goes
+        error.add_note(f"upgrading step {step} of {src}; {dst} is left as it was")
+        for path in dst.iterdir() if existed and dst.is_dir() else [dst]:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        raise
     return upgraded
