@@ -54,6 +54,15 @@ def test_a_value_that_is_not_one_real_number_is_refused_naming_it(make, bad):
     assert (tracker.best, tracker.num_bad_epochs) == (math.inf, 0)  # nothing was recorded
 
 
+@pytest.mark.parametrize("make", [BestMetricTracker, lambda: EarlyStopping(patience=1)])
+def test_an_int_too_large_for_a_float_is_refused_naming_it(make):
+    """Hostile finding: a bare OverflowError named neither the value nor the tracker."""
+    tracker = make()
+    with pytest.raises(ValueError, match=rf"{type(tracker).__name__} got value=1000.* too large"):
+        tracker.register(10**400)
+    assert (tracker.best, tracker.num_bad_epochs) == (math.inf, 0)
+
+
 def test_numpy_and_jax_scalars_are_real_numbers():
     tracker = BestMetricTracker()
     assert [tracker.register(v) for v in (3, np.float32(2.0), jnp.array(1.0), np.int64(0))] == [
@@ -181,6 +190,22 @@ def test_stopping_threshold_min_and_max():
         EarlyStoppingConfig(monitor="acc", mode="max", stopping_threshold=0.9)
     )
     assert run(high, [0.5, 0.95], key="acc") == 1
+
+
+def test_the_value_that_reaches_the_stopping_threshold_is_the_best_score():
+    """Hostile finding: best_score (and the saved state) left out the value that stopped training."""
+    low = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", stopping_threshold=0.1))
+    assert run(low, [1.0, 0.5, 0.05]) == 2
+    assert low.best_score == 0.05
+    assert low.get_state()["stopper"]["best"] == 0.05
+    high = EarlyStoppingCallback(
+        EarlyStoppingConfig(monitor="acc", mode="max", stopping_threshold=0.9)
+    )
+    assert run(high, [0.95], key="acc") == 0
+    assert high.best_score == 0.95
+    diverged = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", divergence_threshold=10.0))
+    assert run(diverged, [1.0, 11.0]) == 1
+    assert diverged.best_score == 1.0  # a diverged value is never the best
 
 
 def test_divergence_threshold_min_and_max():

@@ -198,6 +198,40 @@ def test_file_logger_flushes_without_close(tmp_path):
     logger.close()
 
 
+_LEFT_OPEN = """
+import sys
+from substrax.tracking import FileLogger
+
+logger = FileLogger("run", sys.argv[1])  # never closed, never flushed
+for step in range(3):
+    logger.log_scalar("loss", 1.0 / (step + 1), step=step)
+if sys.argv[2] == "raise":
+    raise RuntimeError("training diverged")
+if sys.argv[2] == "exit":
+    sys.exit(0)
+"""
+
+
+@pytest.mark.usefixtures("child_processes")
+@pytest.mark.parametrize("end", ["return", "raise", "exit"])
+def test_a_file_logger_left_open_writes_its_last_scalars_at_exit(tmp_path, end):
+    """Hostile finding: the lines waiting for the once-a-second flush were lost at exit, unless
+    the logger had held a jax value (only then did it flush at exit)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _LEFT_OPEN, str(tmp_path), end],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == (1 if end == "raise" else 0), result.stderr
+    assert read_scalars(tmp_path / "run.metrics.jsonl") == {
+        "loss": [(0, 1.0), (1, 0.5), (2, 1 / 3)]
+    }
+    rows = (tmp_path / "run.metrics.csv").read_text().splitlines()
+    assert len(rows) == 4  # the header and a row a value
+
+
 def test_multi_logger_fans_out_and_still_reaches_all_on_error(tmp_path):
     out = io.StringIO()
 
@@ -443,6 +477,18 @@ def test_a_file_log_line_that_is_no_metric_is_named_with_its_number(tmp_path, ca
     assert main(["plot", str(tmp_path)]) == 2
     [error] = capsys.readouterr().err.splitlines()
     assert error.startswith(f"python -m substrax.tracking: error: line 2 of {str(log)!r} is not")
+
+
+def test_read_scalars_refuses_the_csv_instead_of_reading_no_metric(tmp_path):
+    """Hostile finding: given the .metrics.csv beside the log, it returned {} (no metric)."""
+    from substrax.tracking import FileLogValueError
+
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_scalar("loss", 0.5, step=0)
+    with pytest.raises(FileLogValueError, match=r"line 1 .* no JSON object .*metrics\.csv"):
+        read_scalars(logger.metrics_csv)
+    (tmp_path / "cut.metrics.jsonl").write_text('\n{"time": 0, "step"')  # a crash, not a csv
+    assert read_scalars(tmp_path / "cut.metrics.jsonl") == {}
 
 
 @pytest.mark.parametrize("flush_every", [-1.0, math.nan])

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from substrax.tracking import MLFlowLogger, replay_spool
+from substrax.tracking import FileLogger, MLFlowLogger, MultiLogger, replay_spool
 
 
 mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is needed for MLFlowLogger")
@@ -213,15 +213,21 @@ def test_bad_options_are_refused(sqlite_uri, tmp_path):
 
 
 def test_hyperparameters_that_become_one_mlflow_param_are_refused_at_the_call(tmp_path, sqlite_uri):
-    with MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
-        with pytest.raises(
-            ValueError, match=r"two hyperparameters become the MLflow param 'opt\.lr'"
-        ):
-            logger.log_hyperparams({"opt": {"lr": 0.1}, "opt.lr": 0.2})
-        logger.log_hyperparams({"opt": {"lr": 0.1}, "name": "adam"})
+    files = FileLogger("run", tmp_path)
+    logger = MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path)
+    with MultiLogger([files, logger]) as multi:
+        for call in (logger.log_hyperparams, multi.log_hyperparams):
+            with pytest.raises(
+                ValueError, match=r"two hyperparameters become the MLflow param 'opt\.lr'"
+            ):
+                call({"opt": {"lr": 0.1}, "opt.lr": 0.2})
+        # hostile finding: through a MultiLogger, the file log kept what MLflow refused
+        assert not files.hparams_json.exists()
+        multi.log_hyperparams({"opt": {"lr": 0.1}, "name": "adam"})
         run_id = logger.run_id
     params = MlflowClient(tracking_uri=sqlite_uri).get_run(run_id).data.params
     assert params == {"opt.lr": "0.1", "name": "adam"}
+    assert json.loads(files.hparams_json.read_text()) == {"opt": {"lr": 0.1}, "name": "adam"}
 
 
 def refused_payloads(logger):

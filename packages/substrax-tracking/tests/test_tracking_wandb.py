@@ -7,7 +7,13 @@ import sys
 import numpy as np
 import pytest
 
-from substrax.tracking import ReservedMetricNameError, WandbLogger
+from substrax.tracking import (
+    FileLogger,
+    MultiLogger,
+    ReservedMetricNameError,
+    WandbLogger,
+    read_scalars,
+)
 
 
 pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")
@@ -304,6 +310,23 @@ def test_a_key_w_and_b_writes_itself_is_refused_at_the_call(
         (3, 1.0, False),
         (5, 2.0, False),
     ]
+
+
+def test_a_multi_logger_refuses_a_key_w_and_b_writes_itself_before_any_logger_has_it(
+    wandb_offline, tmp_path
+):
+    """Hostile finding: the file log before W&B kept the call W&B refused, so the retry the
+    error suggests logged step 0 twice there."""
+    files = FileLogger("run", tmp_path)
+    wandb = WandbLogger("run", project="substrax-tests", log_dir=tmp_path)
+    with MultiLogger([files, MultiLogger([wandb])]) as logger:  # nested: asked all the same
+        with pytest.raises(ReservedMetricNameError):
+            logger.log_scalars({"loss": 0.5, "_step": 3.0}, step=0)
+        with pytest.raises(ReservedMetricNameError):
+            logger.log_text("_wandb", "x", step=0)
+        logger.log_scalars({"loss": 0.5, "train_step": 3.0}, step=0)
+    assert read_scalars(files.metrics_jsonl) == {"loss": [(0, 0.5)], "train_step": [(0, 3.0)]}
+    assert not files.text_jsonl.exists()
 
 
 def test_a_refused_step_does_not_count_as_the_last_step_sent(wandb_offline, tmp_path, caplog):

@@ -156,11 +156,11 @@ class EarlyStoppingCallback(BaseCallback):
         stopping, diverged = config.stopping_threshold, config.divergence_threshold
         if config.check_finite and not math.isfinite(value):
             return f"{named} is not finite"
-        if stopping is not None and sign * value <= sign * stopping:
-            return f"{named} reached stopping_threshold={stopping}"
         if diverged is not None and sign * value > sign * diverged:
             return f"{named} diverged past divergence_threshold={diverged}"
-        self._stopper.update(value)
+        self._stopper.update(value)  # a value good enough to stop at may be the best
+        if stopping is not None and sign * value <= sign * stopping:
+            return f"{named} reached stopping_threshold={stopping}"
         if self._stopper.should_stop:
             return (
                 f"{config.monitor} did not improve by more than {config.min_delta} in "

@@ -144,9 +144,16 @@ class BestMetricTracker:
         """``value`` as a float: an int, a float or a 0-d numeric array (numpy, jax), not a bool."""
         kind = getattr(getattr(value, "dtype", None), "kind", "f")
         if not isinstance(value, (bool, str, bytes)) and kind not in "bcOSU":
-            with contextlib.suppress(TypeError, ValueError):
+            try:
                 if getattr(value, "shape", ()) == ():
                     return float(value)  # pyright: ignore[reportArgumentType]
+            except OverflowError:
+                raise ValueError(
+                    f"{type(self).__name__} got value={value!r:.80}, an int too large for a "
+                    "float; track a metric a float can hold"
+                ) from None
+            except (TypeError, ValueError):
+                pass
         raise TypeError(
             f"{type(self).__name__} got value={value!r:.80} ({type(value).__name__}); it "
             "wants one real number (an int, a float or a 0-d array) of the metric it tracks"

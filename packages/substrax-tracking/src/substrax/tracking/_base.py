@@ -7,7 +7,7 @@ from __future__ import annotations
 import abc
 import logging
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from substrax.support import Closeable
@@ -306,6 +306,12 @@ class Logger(Closeable):
 
     def _close(self) -> None:
         """Release the backend (called once, on the logging process)."""
+
+    def _check_names(self, names: Iterable[object], step: int | None) -> None:
+        """Refuse a name this backend never takes (a :class:`MultiLogger` asks each one first)."""
+
+    def _check_params(self, params: Mapping[str, Any]) -> None:
+        """Refuse hyperparameters this backend never takes (asked first, as names are)."""
 
 
 def _check_image(name: str, image: Any) -> None:

@@ -145,6 +145,7 @@ class FileLogger(Logger):
             except BaseException:
                 self._release()
                 raise
+            drain_at_exit(self)  # what waits for the next flush is written at exit too
             self._handler = RunLogHandler(self.log_file, encoding="utf-8", delay=True)
             self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             self.python_logger.addHandler(self._handler)
@@ -192,7 +193,7 @@ class FileLogger(Logger):
         """Keep one checked scalar: the flush formats its lines, off the step's path."""
         if type(value) is not float:
             if not self._unread:
-                drain_at_exit(self)
+                drain_at_exit(self, again=True)
             self._unread += 1
         if key not in self._names:
             self._names[key] = (json.dumps(key), csv_field(key))

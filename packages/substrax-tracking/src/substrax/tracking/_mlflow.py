@@ -191,6 +191,10 @@ class MLFlowLogger(RemoteLogger):
         if self._sink is not None and not self.closed:
             self._sink.failed = True
 
+    def _check_params(self, params: Mapping[str, Any]) -> None:
+        for _ in flat_params(json_ready(dict(params))):  # two that become one MLflow param
+            pass
+
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         # one record a param: a param MLflow refuses is set aside alone, the others arrive
         for key, value in list(flat_params(json_ready(dict(params)))):

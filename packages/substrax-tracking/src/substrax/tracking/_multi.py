@@ -22,7 +22,9 @@ _logger = logging.getLogger(__name__)
 class MultiLogger(Logger):
     """Send every call to several loggers, in order; every one gets it even if an earlier one raises.
 
-    The first error is raised once all had the call.
+    The first error is raised once all had the call. A name or hyperparameters that one of them
+    refuses at the call (W&B's own keys, two params MLflow would join into one) are refused
+    before any logger has it, so that the backends never disagree.
 
     Args:
         loggers: the backends.
@@ -86,22 +88,41 @@ class MultiLogger(Logger):
             raise UploadNotFoundError("artifact", Path(local_path).resolve())
         self._each("log_artifact", local_path, artifact_path)
 
+    def _check_names(self, names: Iterable[object], step: int | None) -> None:
+        names = tuple(names)
+        for logger in self.loggers:
+            if logger.active:
+                logger._check_names(names, step)
+
+    def _check_params(self, params: Mapping[str, Any]) -> None:
+        for logger in self.loggers:
+            if logger.active:
+                logger._check_params(params)
+
+    # A name or a hyperparameter one backend refuses is refused before any logger has the call.
+
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
+        self._check_names(metrics, step)
         self._each("log_scalars", metrics, step)
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
+        self._check_names((name,), step)
         self._each("log_scalar", name, value, step)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
+        self._check_params(params)
         self._each("log_hyperparams", params)
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
+        self._check_names((name,), step)
         self._each("log_text", name, text, step)
 
     def _write_images(self, name: str, images: list[Any], step: int | None) -> None:
+        self._check_names((name,), step)
         self._each("log_image", name, images, step)
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
+        self._check_names((name,), step)
         self._each("log_histogram", name, values, step)
 
     def flush(self) -> None:

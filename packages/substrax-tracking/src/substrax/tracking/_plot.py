@@ -32,7 +32,8 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
     A line without a step is numbered; one that is not JSON (cut short by a crash) is skipped.
 
     Raises:
-        FileLogValueError: a line is JSON but not a metric, or is not UTF-8 text.
+        FileLogValueError: a line is JSON but not a metric, or is not UTF-8 text, or the first
+            line is no JSON object (another file, such as the ``.metrics.csv``).
 
     Example:
         >>> import tempfile, pathlib
@@ -54,6 +55,9 @@ def read_scalars(path: str | os.PathLike[str]) -> dict[str, list[tuple[int, floa
                 reason = f"it is not UTF-8 text: {error.reason} at byte {error.start}"
                 raise FileLogValueError(source, index + 1, reason) from None
             except json.JSONDecodeError:  # a blank line, or one cut short by a crash
+                if index == 0 and raw.strip() and not raw.lstrip().startswith(b"{"):
+                    reason = "it is no JSON object (another file, such as the .metrics.csv?)"
+                    raise FileLogValueError(source, 1, reason) from None
                 continue
             if entry is None:
                 continue

@@ -168,12 +168,13 @@ def _drain_holding() -> None:
     _HOLDING.clear()
 
 
-def drain_at_exit(logger: Logger) -> None:
-    """Have ``logger.flush()`` write the jax values it holds unread at exit, if still open then.
+def drain_at_exit(logger: Logger, *, again: bool = False) -> None:
+    """Have ``logger.flush()`` write what it holds at exit (jax values too), if still open then.
 
-    Registered again each time (atexit runs the last first), so that it runs before jax's.
+    Registered again for each new logger, or ``again`` (a logger's first jax value): atexit runs
+    the last registered first, and this must run before jax's own handler.
     """
-    if logger not in _HOLDING:
+    if again or logger not in _HOLDING:
         _HOLDING.add(logger)
         atexit.unregister(_drain_holding)
         atexit.register(_drain_holding)

@@ -210,21 +210,21 @@ class WandbLogger(RemoteLogger):
         """The W&B run id (None on processes that do not log)."""
         return None if self._sink is None else self._run_id
 
-    def _own(self, names: Iterable[object], step: int | None) -> None:
+    def _check_names(self, names: Iterable[object], step: int | None) -> None:
         """Refuse a name W&B writes itself (:data:`_RESERVED`), before anything is queued."""
         if not _RESERVED.isdisjoint(names):
             name = min(_RESERVED.intersection(names))
             raise ReservedMetricNameError(name, self._last_step if step is None else step)
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
-        self._own((name,), step)
+        self._check_names((name,), step)
         super()._write_scalar(name, value, step)
 
     def _submit(
         self, kind: Any, step: int | None, payload: dict[str, Any], *, materialized: bool = False
     ) -> None:
         # every other record of a name (scalars, text, image, histogram) passes here
-        self._own(payload["values"] if kind == "scalars" else (payload.get("name"),), step)
+        self._check_names(payload["values"] if kind == "scalars" else (payload.get("name"),), step)
         super()._submit(kind, step, payload, materialized=materialized)
 
     def log_model(
