@@ -121,3 +121,7 @@ def test_a_store_nobody_closed_finishes_its_write_or_warns_it_is_lost(store_dir,
         assert steps == [1]
         assert f"checkpoint step 2 in {store_dir} is lost" in child.stderr
         assert "call store.close()" in child.stderr
+        # a hostile finding: the index's failed update printed two tracebacks before it
+        assert "index after it" not in child.stderr
+        if how != "raise":
+            assert "Traceback" not in child.stderr

@@ -123,3 +123,7 @@ def test_restore_only_some_items(store_dir):
         assert set(only.items) == {"model"}
         with pytest.raises(ValueError, match="does not hold item"):
             store.restore(1, items=["optimizer"])
+        # a hostile finding: this said that step 1 does not hold "model"
+        model = {"model": {"w": np.zeros(2, np.float32)}}
+        with pytest.raises(ValueError, match=r"\['model'\] that items=\('data_iterator',\)"):
+            store.restore(1, templates=model, items=["data_iterator"])

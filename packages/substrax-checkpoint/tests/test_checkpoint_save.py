@@ -60,6 +60,8 @@ def test_strict_writes(store_dir):
         (5, [1, 5], False, NotWrittenReason.EXISTS),
         (5, [1, 5], True, None),
         (1, [1, 5], True, NotWrittenReason.BELOW_LATEST),
+        # a hostile finding: this was "exists", whose advice (overwrite=True) was refused next
+        (1, [1, 5], False, NotWrittenReason.BELOW_LATEST),
         (3, [1, 5], False, NotWrittenReason.BELOW_LATEST),
         (3, [1, 5], True, NotWrittenReason.BELOW_LATEST),
     ],
@@ -202,6 +204,20 @@ def test_a_save_that_fails_at_once_leaves_no_trace_in_the_index(store_dir, leaf,
     with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
         assert reader.best_step("loss") == 1
         assert reader.read_metadata(2).metrics == {"loss": 0.7}
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_donated_array_is_refused_naming_its_leaf(store_dir, async_save):
+    """Hostile finding: jax's bare "Array has been deleted" named neither the leaf nor a fix."""
+    donated = jnp.ones(4)
+    jax.jit(lambda a: a + 1, donate_argnums=0)(donated)
+    items = {"model": {"layer": {"kernel": donated}, "bias": jnp.ones(2)}}
+    with OrbaxCheckpointStore(store_dir, async_save=async_save) as store:
+        with pytest.raises(
+            ValueError, match=r"item 'model' leaf 'layer/kernel' is a jax\.Array th"
+        ):
+            store.save(1, items)
+        assert store.list_steps() == []
 
 
 @pytest.mark.parametrize(

@@ -59,8 +59,8 @@ def test_an_abstract_mesh_needs_a_concrete_one_of_its_shape():
     ):
         resolve_shardings(template, None)
     other = jax.make_mesh((2, 4), ("a", "b"))
-    with pytest.raises(ValueError, match="abstract mesh"):
-        resolve_shardings(template, other)
+    with pytest.raises(ValueError, match=r"the mesh given has the shape \{'a': 2, 'b': 4\}"):
+        resolve_shardings(template, other)  # a hostile finding: it did not say so
     resolved = resolve_shardings(template, mesh)["w"]
     assert resolved.sharding == jax.sharding.NamedSharding(mesh, spec)
     with jax.set_mesh(mesh):
@@ -205,6 +205,20 @@ def test_a_template_that_does_not_fit_is_a_mismatch_naming_the_leaf_never_corrup
         np.testing.assert_array_equal(
             jax.random.key_data(restored["rng"]["key"]), jax.random.key_data(KEY)
         )
+
+
+def test_a_template_with_a_dict_where_a_list_was_saved_is_a_mismatch_never_corruption(tmp_path):
+    """Hostile finding: orbax's structure error was reported as a corrupted step, whose recovery
+    (the guide's) restores an older step, while verify called the step intact."""
+    from substrax.checkpoint import CheckpointCorruptError, OrbaxCheckpointStore
+
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(1, {"model": {"a": np.ones(3), "c": [np.ones(2), np.zeros(2)]}})
+        template = {"model": {"a": np.ones(3), "c": {"0": np.ones(2), "1": np.ones(2)}}}
+        with pytest.raises(ValueError, match="do not match the containers of step 1") as error:
+            store.restore(1, templates=template)
+        assert not isinstance(error.value, CheckpointCorruptError)
+        assert "tree.c" in str(error.value)  # orbax names the container that differs
 
 
 class _Model(nnx.Module):

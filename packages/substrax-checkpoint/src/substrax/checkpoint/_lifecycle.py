@@ -169,6 +169,7 @@ class StoreLifecycle(Closeable):
         if self._closed or self._superseded or step is None:
             return
         error: Exception | None = None
+        self._writer.exiting = True
         if self._writer.join(max(timeout, 0.0)):
             try:
                 self.close()

@@ -103,6 +103,8 @@ def stored_trees(
 _DAMAGE_ERRORS: Final = (ValueError, KeyError, TypeError, AttributeError)
 """What orbax raises reading a damaged file (JSONDecodeError is a ValueError)."""
 _SHOWN: Final = 300  # characters of orbax's message shown in a corrupt error's detail
+# orbax's words when a template's containers differ from the stored tree's (a dict for a list)
+_STRUCTURE_MISMATCH: Final = "tree structures do not match"
 
 
 def _damaged(
@@ -125,6 +127,12 @@ def _damaged(
         return mismatch
     text = str(error).split(" [tensorstore_spec", 1)[0].strip()
     shown = text if len(text) <= _SHOWN else f"{text[:_SHOWN]}..."
+    if isinstance(error, ValueError) and _STRUCTURE_MISMATCH in text:  # a template, not damage
+        return ValueError(
+            f"the templates do not match the containers of step {step} in {root} (orbax: "
+            f"{shown}); build each template as its tree was saved (a list as a list, a dict as "
+            "a dict)"
+        )
     return CheckpointCorruptError(
         step=step,
         item="<step>",
@@ -194,6 +202,26 @@ def _held(record: StepRecord, step: int, items: Sequence[str] | None) -> tuple[s
     return tuple(name for name in held if name in items)
 
 
+def _check_templated(
+    templates: Mapping[str, PyTree],
+    held: tuple[str, ...],
+    record: StepRecord,
+    step: int,
+    items: Sequence[str] | None,
+) -> None:
+    """Refuse templates of items the restore does not read: not in the step, or not in ``items``."""
+    unknown = [name for name in templates if name not in held]
+    if unknown and items is not None and set(unknown) <= set(record.metadata.items):
+        raise ValueError(
+            f"templates name item(s) {unknown} that items={tuple(items)} leaves out; name them "
+            "in items= too, or drop their templates"
+        )
+    if unknown:
+        raise ValueError(
+            f"templates name item(s) {unknown} that step {step} does not hold (it holds {held})"
+        )
+
+
 def restore_items(
     manager: ocp.CheckpointManager,
     step: int,
@@ -216,11 +244,7 @@ def restore_items(
             detail=f"the step's dtypes record is damaged: {detail}",
         )
     held = _held(record, step, items)
-    unknown = [name for name in templates if name not in held]
-    if unknown:
-        raise ValueError(
-            f"templates name item(s) {unknown} that step {step} does not hold (it holds {held})"
-        )
+    _check_templated(templates, held, record, step, items)
     for name, tree in templates.items():
         check_array_variables(tree, f"restore (template {name!r})")
     wrapped = record.layout == "current"

@@ -140,10 +140,10 @@ def refusal(
     reason: NotWrittenReason | None = None
     if occupied:
         reason = NotWrittenReason.OCCUPIED
+    elif steps and step < steps[-1]:  # even with overwrite=True: steps only move forward
+        reason = NotWrittenReason.BELOW_LATEST
     elif step in steps and not overwrite:
         reason = NotWrittenReason.EXISTS
-    elif steps and step < steps[-1]:
-        reason = NotWrittenReason.BELOW_LATEST
     agreed = agree(reason or "")
     return NotWrittenReason(agreed) if agreed else None
 
@@ -161,6 +161,7 @@ class Writer:
         self._manifests = manifests  # whether a committed step gets its manifest
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-writer")
         self._chores = ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-chores")
+        self.exiting = False  # the interpreter exits: a failure is expected, and warned of once
         self._control: Future[bool] | None = None  # orbax's save call, run by the writer thread
         self._seal: Future[None] | None = None  # the commit (and manifest) of the step in flight
         self._aside: Path | None = None  # the step the write in flight replaces, kept till then
@@ -372,6 +373,8 @@ class Writer:
         try:
             forget(step)
         except Exception:
+            if self.exiting:  # no thread starts at exit: finish_at_exit says the step is lost
+                return
             _logger.warning(
                 "checkpoint step %s in %s failed, and so did updating the store's index after it",
                 step,

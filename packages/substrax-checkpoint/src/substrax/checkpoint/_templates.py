@@ -248,10 +248,13 @@ def _concrete(sharding: object, path: str, mesh: jax.sharding.Mesh | None) -> ob
         found = cast("jax.sharding.Mesh | None", getter() if callable(getter) else None)
         candidate = None if found is None or found.empty else found
     if candidate is None or dict(candidate.shape) != dict(abstract.shape):
+        given = (
+            "" if candidate is None else f"; the mesh given has the shape {dict(candidate.shape)}"
+        )
         raise ValueError(
             f"template leaf {path!r} carries an abstract mesh {dict(abstract.shape)} (a template "
             "from nnx.eval_shape under a mesh); pass restore(..., mesh=mesh) or restore inside "
-            "`with jax.set_mesh(mesh):` with a concrete mesh of that shape"
+            f"`with jax.set_mesh(mesh):` with a concrete mesh of that shape{given}"
         )
     return jax.sharding.NamedSharding(candidate, sharding.spec, memory_kind=sharding.memory_kind)
 

@@ -145,6 +145,12 @@ def for_saving(items: Mapping[str, PyTree]) -> tuple[dict[str, PyTree], dict[str
                     "integer holds; save it as a string (str(value)) and convert it back after "
                     "restoring"
                 )
+            if isinstance(leaf, jax.Array) and leaf.is_deleted():
+                raise ValueError(
+                    f"item {name!r} leaf {path!r} is a jax.Array that was deleted (donated to a "
+                    "jitted step, or deleted by hand); save the arrays the step returned, or "
+                    "save before the step that donates them"
+                )
             if getattr(leaf, "size", None) == 0:
                 raise ValueError(
                     f"item {name!r} leaf {path!r} is an empty array (shape "
