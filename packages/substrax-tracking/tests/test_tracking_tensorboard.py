@@ -56,6 +56,30 @@ def test_event_files_read_back_with_tensorboards_reader(tmp_path):
     assert hparams["layers"].string_value == "[2, 3]"
 
 
+def test_a_second_open_logger_of_one_run_is_refused_and_all_processes_each_hold_their_own(
+    tmp_path,
+):
+    """Hostile finding: two open loggers of one name and log_dir mixed their series silently."""
+    from substrax.tracking import FileLogBusyError
+
+    with TensorBoardLogger("run", tmp_path) as first:
+        first.log_scalar("loss", 1.0, step=0)
+        with pytest.raises(FileLogBusyError, match=r"TensorBoard run 'run' .* TensorBoardLogger"):
+            TensorBoardLogger("run", tmp_path)
+        TensorBoardLogger("other", tmp_path).close()
+        with (
+            TensorBoardLogger("all", tmp_path, process_index=0, all_processes=True),
+            TensorBoardLogger("all", tmp_path, process_index=1, all_processes=True),
+        ):
+            pass
+    with TensorBoardLogger("run", tmp_path, resume_step=0) as resumed:  # once the first closed
+        resumed.log_scalar("loss", 2.0, step=1)
+    assert not list(tmp_path.glob(".*.lock"))
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    assert [(e.step, e.value) for e in accumulator.Scalars("loss")] == [(0, 1.0), (1, 2.0)]
+
+
 def test_process_one_writes_nothing(tmp_path):
     with TensorBoardLogger("run", tmp_path / "tb", process_index=1) as logger:
         logger.log_scalar("loss", 1.0, step=0)

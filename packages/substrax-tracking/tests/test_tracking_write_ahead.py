@@ -146,9 +146,9 @@ def test_close_stops_an_abandoned_sender_at_its_next_batch(make, tmp_path, wall_
     delivery = make(sink)
     wall_clock.sleep(0.3)
     delivery.close(timeout=0.1)  # it returns with the sender inside a batch
-    delivery._sender.join(5)
+    delivery._sender.join(30)  # under load, reading 30,000 lines takes seconds before a batch
     assert not delivery._sender.is_alive()  # it stopped after that batch
-    assert len(sink.received) < 15_000
+    assert len(sink.received) < 15_000  # not every batch: half of them take 3 s
     left = sum('"step": null' not in line for line in spool.read_text().splitlines())
     assert left + len(sink.received) == 30_000  # what arrived left the spool, nothing twice
 

@@ -339,16 +339,18 @@ class ResumeWithoutRunIdError(_TrackingError, ValueError):
 
 
 class FileLogBusyError(_HeldError, RuntimeError):
-    """Another FileLogger (``pid``, None if unknown) holds the file log ``name`` in ``log_dir``."""
+    """Another ``logger`` (``pid``, None if unknown) holds the log ``name`` in ``log_dir``."""
 
     template = (
-        "the file log {name!r} in {log_dir!r} is held by a FileLogger of {holder}; close that "
+        "the {what} {name!r} in {log_dir!r} is held by a {logger} of {holder}; close that "
         "logger (or let that process end) first, or give this one another name or log_dir"
     )
     holder_word = "process"
     log_dir: Path
     name: str
     pid: int | None
+    logger: str = "FileLogger"
+    what: str = "file log"
 
 
 class UnknownRunIdError(_TrackingError, ValueError):

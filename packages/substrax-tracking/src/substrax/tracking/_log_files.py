@@ -126,10 +126,12 @@ def drop_past(path: Path, step: int, step_of: Callable[[str], int | None]) -> tu
     return dropped, max((at for at in steps if at is not None), default=-1)
 
 
-def hold_log(lock_path: Path, log_dir: Path, name: str) -> BinaryIO | None:
+def hold_log(
+    lock_path: Path, log_dir: Path, name: str, logger: str = "FileLogger", what: str = "file log"
+) -> BinaryIO | None:
     """Hold an exclusive ``flock`` on ``lock_path`` until the file returned (None: no locks) closes.
 
-    Raises FileLogBusyError when another logger (of any process) holds it.
+    Raises FileLogBusyError when another ``logger`` (of any process) holds it.
     """
     fcntl = optional("fcntl")  # None on Windows
     if fcntl is None:
@@ -142,7 +144,7 @@ def hold_log(lock_path: Path, log_dir: Path, name: str) -> BinaryIO | None:
             holder = os.read(fd, 32).decode(errors="replace").strip()
             os.close(fd)
             pid = int(holder) if holder.isdigit() else None
-            raise FileLogBusyError(log_dir, name, pid) from None
+            raise FileLogBusyError(log_dir, name, pid, logger, what) from None
         except OSError as error:  # a file system without locks (some network mounts)
             os.close(fd)
             _logger.debug("%s cannot be locked (%s); the log is not guarded", lock_path, error)

@@ -12,16 +12,17 @@ import os
 import re
 import socket
 import time
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, BinaryIO, cast
 
 from substrax.support import check_int, check_seconds, require, write_atomically
 
 from ._base import Logger
 from ._event_file import EventFile, event, last_number
-from ._log_files import json_ready
+from ._log_files import hold_log, json_ready
 from ._media import ImageWriter, image_pixels
 from ._paths import ensure_writable_dir, log_stem
 from ._values import checked_scalars, drain_at_exit, histogram_counts, read_scalar, value_ready
@@ -42,6 +43,12 @@ def _read_hparams(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return cast("dict[str, Any]", found) if isinstance(found, dict) else {}
+
+
+def _let_go(lock_path: Path, held: BinaryIO) -> None:
+    """Remove the lock file while still holding it (never another's), then let go of it."""
+    lock_path.unlink(missing_ok=True)
+    held.close()
 
 
 def _mark_restart(events: EventFile, step: int) -> None:
@@ -78,6 +85,7 @@ class TensorBoardLogger(Logger):
         ValueError: ``resume_step`` is negative, or ``flush_secs`` is not a finite number > 0.
         ImportError: tensorboardX is not installed (the ``tensorboard`` extra).
         LogDirNotWritableError: ``log_dir`` cannot be created or written.
+        FileLogBusyError: another open TensorBoardLogger (of any process) writes this run.
 
     Example:
         >>> import tempfile
@@ -117,8 +125,18 @@ class TensorBoardLogger(Logger):
         self._hparams_waiting = self._hparams_warned = False  # a full disk refused them
         self.hparams_file = self.log_dir / f"events.hparams.tfevents.{log_stem(name)}"
         self._hparams_json = self.log_dir / f".{log_stem(name)}.hparams.json"
+        stem = log_stem(name, self.process_index, all_processes=all_processes)
+        self._lock_path = self.log_dir / f".{stem}.lock"  # each process's own, with all_processes
+        self._let_go: weakref.finalize[Any, Any] | None = None  # the lock, at close or drop
         if self.active:
             ensure_writable_dir(self.log_dir, "TensorBoardLogger")
+            # two open loggers of one name would write one run: their series mixed in one curve
+            held = hold_log(
+                self._lock_path, self.log_dir, name, "TensorBoardLogger", "TensorBoard run"
+            )
+            if held is not None:
+                self._let_go = weakref.finalize(self, _let_go, self._lock_path, held)
+                self._let_go.atexit = False  # a forked child's exit must not remove its parent's
             events = self._events()  # the first event file, opened now
             if resume_step is not None and resume_step + 1 < 2**63:  # no later step otherwise
                 _mark_restart(events, resume_step + 1)
@@ -283,3 +301,5 @@ class TensorBoardLogger(Logger):
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+            if self._let_go is not None:
+                self._let_go()
