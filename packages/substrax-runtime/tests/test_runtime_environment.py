@@ -235,10 +235,17 @@ def test_a_device_count_flag_jax_would_ignore_is_refused_naming_both():
         env = runtime_environment(runtime, {"JAX_NUM_CPU_DEVICES": agreeing})
         assert env["XLA_FLAGS"] == f"{flag}=4"
     # env's flag against the runtime's cpu_devices: jax would take cpu_devices
-    with pytest.raises(RuntimeConfigurationError, match=r"cpu_devices\) and .*=4 \(env's"):
+    with pytest.raises(
+        RuntimeConfigurationError, match=r"cpu_devices\) and .*=4 \(the environment's"
+    ):
         child_environment(JaxRuntime(cpu_devices=8), {"XLA_FLAGS": f"{flag}=4"}, parent={})
     kept = child_environment(JaxRuntime(cpu_devices=4), {"XLA_FLAGS": f"{flag}=4"}, parent={})
     assert kept["JAX_NUM_CPU_DEVICES"] == "4"
+    # a hostile finding: runtime_environment (and so apply_runtime) overrode the user's flag
+    with pytest.raises(RuntimeConfigurationError, match=r"=4 \(the environment's XLA_FLAGS\)"):
+        runtime_environment(JaxRuntime(cpu_devices=8), {"XLA_FLAGS": f"{flag}=4"})
+    agreeing = runtime_environment(JaxRuntime(cpu_devices=4), {"XLA_FLAGS": f"{flag}=4"})
+    assert agreeing["JAX_NUM_CPU_DEVICES"] == "4"
 
 
 def test_apply_runtime_keeps_a_cache_directory_set_through_jax_config(tmp_path):

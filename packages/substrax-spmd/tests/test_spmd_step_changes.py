@@ -36,6 +36,36 @@ def _step():
     return step
 
 
+# --- objects left stale by a step, read by another ------------------------------------------
+
+
+@pytest.mark.parametrize("donate", [True, False])
+def test_an_eval_step_or_a_second_train_step_over_stale_objects_is_refused(donate):
+    """Hostile findings: without donation an EvalStep over the model read the parameters before
+    training, silently; with it, and for a second TrainStep, jax's bare "Array has been deleted"."""
+    model = Two(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, _tx(), wrt=nnx.Param)
+    step = TrainStep(model, optimizer, squares, donate=donate)
+    other = TrainStep(model, optimizer, squares, donate=donate)
+    evaluate = EvalStep(model, lambda m, b: {"loss": squares(m, b)})
+    step(X)
+    with pytest.raises(StateChangedError, match="an EvalStep reads a model that a TrainStep"):
+        evaluate(X)
+    with pytest.raises(StateChangedError, match=r"a TrainStep reads a model .* sync"):
+        other(X)
+    step(X)  # the step itself goes on
+    step.sync()  # from now on the objects hold every step's state
+    step(X)
+    assert float(evaluate(X)["loss"]) == pytest.approx(
+        float(EvalStep(step, squares_metric)(X)["loss"])
+    )
+    other(X)  # it reads what the live step wrote into the objects
+
+
+def squares_metric(model, batch):
+    return {"loss": squares(model, batch)}
+
+
 # --- F1: a Variable or submodule replaced after construction --------------------------------
 
 

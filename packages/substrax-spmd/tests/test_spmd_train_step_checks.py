@@ -113,6 +113,16 @@ def test_a_bare_array_batch_is_named_the_batch(mesh, options, rows, error, start
     assert info.value.path == ""  # the key path of a batch that is one array
 
 
+def test_a_text_leaf_in_a_batch_is_refused_naming_it(mesh):
+    """Hostile finding: jax's error named a private closure (TrainStep.__init__.<locals>.pure)."""
+    step = data_parallel_step(mesh)
+    evaluate = EvalStep(step, lambda m, b: {"mse": mse(m, b)})
+    for call in (step, evaluate, data_parallel_step(mesh, batch_sharding=None)):
+        with pytest.raises(TypeError, match=r"batch leaf \['split'\] is the str 'train'; a comp"):
+            call({**host_batch(), "split": "train"})
+    step(host_batch())  # the step is still usable
+
+
 def test_place_batch_on_shards_keeps_placed_arrays_and_reshards_others(mesh):
     sharding = create_data_parallel_sharding(mesh)
     placed = place_batch_on_shards(host_batch(), sharding)

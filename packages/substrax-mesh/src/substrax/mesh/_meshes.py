@@ -173,7 +173,8 @@ def create_multihost_mesh(
         The global mesh.
 
     Raises:
-        MeshShapeError: If the total size does not match the devices, ``dcn_shape`` names an
+        MeshShapeError: If the shape needs more devices than there are (fewer are used, as
+            :func:`create_device_mesh` uses them, with a warning), ``dcn_shape`` names an
             axis ``ici_shape`` lacks or has a size that is not an int >= 1, or its sizes do not
             multiply to the number of slices (TPU) or processes the devices span.
 

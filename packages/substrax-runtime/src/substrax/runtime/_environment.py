@@ -105,7 +105,8 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
             ``XLA_PYTHON_CLIENT_MEM_FRACTION``, or ``base`` holds a ``JAX_NUM_CPU_DEVICES`` that
             is not a device count (``"0"``, ``"eight"``) and ``cpu_devices`` does not replace it,
             or ``xla_flags``' ``--xla_force_host_platform_device_count`` asks for another count
-            than ``base``'s ``JAX_NUM_CPU_DEVICES`` (which jax would take instead).
+            than ``base``'s ``JAX_NUM_CPU_DEVICES`` (which jax would take instead), or
+            ``cpu_devices`` asks for another count than that flag in ``base``'s ``XLA_FLAGS``.
 
     Example:
         >>> from substrax.runtime import JaxRuntime, runtime_environment
@@ -121,6 +122,15 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
         env["JAX_PLATFORMS"] = ",".join(runtime.platforms)
     if runtime.cpu_devices is not None:
         env["JAX_NUM_CPU_DEVICES"] = str(runtime.cpu_devices)
+        flag = parse_xla_flags(base.get("XLA_FLAGS", "")).get(HOST_DEVICE_COUNT_FLAG)
+        conflict = device_count_conflict(
+            env["JAX_NUM_CPU_DEVICES"],
+            flag,
+            count_from="JaxRuntime.cpu_devices",
+            flag_from="the environment's XLA_FLAGS",
+        )
+        if conflict is not None:  # jax would take cpu_devices, and drop the user's flag
+            raise RuntimeConfigurationError(conflict)
     else:
         _check_cpu_device_count(base)
     for var, _, value in _config_values(runtime, base).values():
@@ -210,7 +220,7 @@ def child_environment(
     child.update(extra)
     if runtime is not None:
         rendered = runtime_environment(runtime, child)
-        _refuse_env_conflicts(runtime, extra, rendered)
+        _refuse_env_conflicts(extra, rendered)
         child.update(rendered)
     return child
 
@@ -232,9 +242,7 @@ def _agrees(variable: str, given: str, required: str) -> bool:
         return False
 
 
-def _refuse_env_conflicts(
-    runtime: JaxRuntime, env: Mapping[str, str], rendered: Mapping[str, str]
-) -> None:
+def _refuse_env_conflicts(env: Mapping[str, str], rendered: Mapping[str, str]) -> None:
     """Raise for a variable ``env`` gives another value than the runtime renders for it."""
     for variable, required in rendered.items():
         given = env.get(variable)
@@ -249,16 +257,6 @@ def _refuse_env_conflicts(
             setter=f"JaxRuntime.{field}",
             fix=f"set it in one place: drop {variable} from env, or change the runtime's {field}",
         )
-    if runtime.cpu_devices is not None:
-        flag = parse_xla_flags(env.get("XLA_FLAGS", "")).get(HOST_DEVICE_COUNT_FLAG)
-        conflict = device_count_conflict(
-            str(runtime.cpu_devices),
-            flag,
-            count_from="JaxRuntime.cpu_devices",
-            flag_from="env's XLA_FLAGS",
-        )
-        if conflict is not None:
-            raise RuntimeConfigurationError(conflict)
 
 
 def _cpu_device_count(jax: Any) -> int | None:  # noqa: ANN401 - the jax module

@@ -13,6 +13,7 @@ from substrax.typing import PyTree
 
 from ._accumulate import check_microbatches
 from ._errors import BatchPlacementError
+from ._leaf_names import leaf_name
 from ._multi_step import check_stacked, stacked_sharding
 from ._placement import place_batch_on_shards, resolve_batch_sharding
 
@@ -133,7 +134,15 @@ class BatchRules:
                 batches, named by its path.
             BatchPlacementError: A leaf its sharding cannot split, named by its path (for an
                 ``inherited`` sharding, with how to pass another).
+            TypeError: A text leaf (``"split": "train"``), which no compiled step takes.
         """
+        for path, leaf in jax.tree_util.tree_leaves_with_path(batch):
+            if isinstance(leaf, str | bytes):
+                raise TypeError(
+                    f"{leaf_name(path)} is the {type(leaf).__name__} {leaf!r:.40}; a compiled "
+                    "step takes arrays and numbers only: leave it out of the batch (or let "
+                    "the loss or metric function close over it)"
+                )
         if self.steps_per_call != 1:
             check_stacked(batch, self.steps_per_call)
         if self.sharding is None:

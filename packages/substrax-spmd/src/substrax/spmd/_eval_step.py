@@ -23,6 +23,7 @@ from substrax.typing import PyTree
 from ._batch_rules import BatchRules
 from ._precision import PrecisionPolicy
 from ._train_step import TrainStep
+from ._trained_by import check_current
 
 
 def _weighted(metric: jax.Array, *, count: int) -> np.ndarray[Any, Any]:
@@ -153,6 +154,7 @@ class EvalStep[M: nnx.Module]:
     def _state(self) -> PyTree:
         if isinstance(self._source, TrainStep):
             return self._source.state[0]
+        check_current(self._source, None, "an EvalStep")
         return nnx.state(self._source)
 
     def __call__(self, batch: PyTree) -> PyTree:

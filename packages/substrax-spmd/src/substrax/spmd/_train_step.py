@@ -1,9 +1,7 @@
-"""A train step at hand-written ``jax.jit`` speed: pure function over split nnx state.
+"""A train step at hand-written ``jax.jit`` speed: one pure compiled call over split nnx state.
 
-``nnx.jit`` walks the module graph on every call; a ``jax.jit`` over the flat list of state
-arrays, with those arrays donated, does not (``benchmarks/train_step.py`` measures both).
-:class:`TrainStep` splits the model and optimizer once, keeps the arrays, and runs
-every step as one pure compiled call; the nnx objects are written back when asked for.
+:class:`TrainStep` splits the model and optimizer once and keeps the arrays, donated to each
+step (``nnx.jit`` walks the module graph every call; ``benchmarks/train_step.py`` measures both).
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from ._features import with_loop_features
 from ._leaf_names import check_has_rows
 from ._live_graph import LiveGraph, check_layout_kept, variable_layout
 from ._step_state import StateVariables, place_state, sharding_mesh
+from ._trained_by import check_current, ran_on
 
 
 if TYPE_CHECKING:
@@ -46,12 +45,12 @@ class TrainStep[M: nnx.Module]:
     restored with ``nnx.update``, a callback lowering an ``optax.inject_hyperparams`` learning
     rate) is taken in, onto the same sharding and dtype, before the next step, by
     :attr:`state` and by an :class:`EvalStep` over the step, without a recompile (a Variable
-    holding a pytree of arrays too; variables set to one array get a buffer each). Because
-    buffers are donated, the objects passed in are stale after the first step until
-    :meth:`sync` writes the current state back; the :attr:`model` and :attr:`optimizer`
-    properties sync for you. Once synced, the objects stay live: every step writes its new
-    arrays into them. A Variable, submodule or optimizer state replaced by a new object (or
-    a Variable added) is refused with :class:`~substrax.spmd.StateChangedError` at the next
+    holding a pytree of arrays too; variables set to one array get a buffer each). The objects
+    passed in are stale after the first step (donated or not) until :meth:`sync` writes the
+    state back (the :attr:`model` and :attr:`optimizer` properties sync): an EvalStep or another
+    TrainStep reading them is refused with :class:`~substrax.spmd.StateChangedError`. Once
+    synced, they stay live: every step writes its new arrays into them. A Variable, submodule
+    or optimizer state replaced by a new object (or a Variable added) is refused so at the next
     call: build a new step then (each call checks the links, about 15 µs for 100 Variables).
 
     Mistakes are refused early: an optimizer whose state was built for another model
@@ -141,9 +140,8 @@ class TrainStep[M: nnx.Module]:
             batch_sharding, mesh, accumulate_steps=accumulate_steps, steps_per_call=steps_per_call
         )
         self._leaves: list[Any] = leaves
-        self._live = False
         self._treedef = treedef
-        self._synced = False
+        self._live = self._synced = False
         self._write_back()
         shardings = [x.sharding for x in leaves]
         wrt = optimizer.wrt  # what the optimizer updates is what is differentiated
@@ -221,6 +219,7 @@ class TrainStep[M: nnx.Module]:
         """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
         batch = self._batches.place(batch)
         check_has_rows(batch, stacked=self._steps_per_call != 1)
+        check_current(self._model, self, "a TrainStep")
         self._read_back()
         if self._mesh is None:
             self._leaves, out = self._jitted(self._leaves, batch)
@@ -230,6 +229,7 @@ class TrainStep[M: nnx.Module]:
         self._synced = False
         if self._live:
             self._write_back()
+        ran_on(self._model, self, current=self._synced)
         return out
 
     def cost(self, batch: PyTree) -> StepCost:
@@ -345,6 +345,7 @@ class TrainStep[M: nnx.Module]:
         self._read_back()
         self._write_back()
         self._live = True
+        ran_on(self._model, self, current=True)
 
     def _write_back(self) -> None:
         if self._synced:
