@@ -539,6 +539,21 @@ def test_logs_and_fetch_of_a_run_whose_directory_is_gone_exit_1_naming_it(
     assert not (into / run_id).exists()
 
 
+def test_fetch_of_an_ended_run_whose_outputs_are_gone_exits_1_naming_them(
+    project, tmp_path, capsys
+):
+    """Hostile finding: it exited 0 with the worker log alone, and no word of the outputs."""
+    import shutil
+
+    run_id = _finished_run(capsys)
+    outputs = Path(RunStore().load(run_id).details["run_dir"]) / "outputs"
+    shutil.rmtree(outputs)
+    into = tmp_path / "here"
+    error = _refused(capsys, ["fetch", run_id, "--into", str(into)], status=1)
+    assert error.startswith(f"substrax-compute: error: run {run_id}'s directory {outputs} is gone")
+    assert not (into / run_id).exists()
+
+
 def test_an_unreadable_runs_directory_exits_1_naming_it(project, tmp_path, capsys):
     runs = tmp_path / "state" / "compute" / "runs"
     runs.parent.mkdir(parents=True)

@@ -538,6 +538,33 @@ def test_the_supervisor_ends_the_task_of_a_worker_killed_mid_task_and_says_why(
     assert "node 0's worker left its task running" in (fetched / "worker.log").read_text()
 
 
+_SAVES_AT_SIGTERM = """
+import os, pathlib, signal, sys, time
+def save(*_):
+    print("SIGTERM: saving a last checkpoint", flush=True)
+    print("more than one line of it", file=sys.stderr, flush=True)
+    pathlib.Path(os.environ["AVITAI_OUTPUT_DIR"], "last_checkpoint").write_text("saved")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, save)
+print("sleeping now", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_the_task_of_a_killed_worker_still_saves_in_its_grace(tmp_path):
+    """Hostile finding: the task's output pipes had lost their reader with the worker, so the
+    first print of its SIGTERM handler raised BrokenPipeError, and it died without saving."""
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle, _ = _submit_sleeper(backend, tmp_path, _SAVES_AT_SIGTERM)
+    (worker,) = _worker_pids(int(handle.details["pids"]), 1)
+    os.kill(worker, signal.SIGKILL)
+    assert wait_until_final(backend, handle, 60) is RunState.FAILED
+    saved = Path(handle.details["run_dir"]) / "outputs" / "sleeper" / "last_checkpoint"
+    assert saved.read_text() == "saved"
+
+
 @pytest.mark.usefixtures("child_processes")
 def test_cancel_ends_a_task_whose_worker_and_supervisor_were_killed(tmp_path, spawns_a_child, gone):
     """Hostile finding: the run read as failed while its orphaned task ran on; cancel must end

@@ -279,6 +279,35 @@ def test_worker_command_line_exit_codes(tmp_path):
         assert child.returncode == expected, child.stderr
 
 
+_LEAVES_A_SESSION = (
+    "import subprocess, sys; child = subprocess.Popen([sys.executable, '-c', "
+    "'import time; time.sleep(600)'], start_new_session=True, stdout=sys.stdout); "
+    "print(child.pid, flush=True)"
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_the_worker_ends_what_a_task_left_in_a_session_of_its_own(tmp_path):
+    """Hostile finding: a child in its own session outlived the job, held the task's output
+    5 s longer, and nothing said so; the worker adopts (and ends) what its tasks leave."""
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(_spec(_task("t", _LEAVES_A_SESSION)).model_dump(mode="json")))
+    argv = ["--spec", str(spec_path), "--project", str(tmp_path), "--outputs", str(tmp_path / "o")]
+    started = time.monotonic()
+    worker = subprocess.run(
+        [sys.executable, "-m", "substrax.compute.worker", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert time.monotonic() - started < 20  # its 600 s, or the log pump's wait, never held it
+    left = int((tmp_path / "o" / "t" / STDOUT_LOG).read_text().split()[0])
+    assert not Path(f"/proc/{left}").exists()
+    assert f"task t left processes running [{left}]; they were ended" in worker.stdout
+
+
 @pytest.mark.usefixtures("child_processes")
 @pytest.mark.parametrize(
     ("spec_text", "says"),

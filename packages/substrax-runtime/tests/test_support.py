@@ -28,6 +28,7 @@ from substrax.support import (
     check_float,
     check_int,
     check_seconds,
+    emit,
     format_table,
     int_argument,
     print_table,
@@ -35,6 +36,19 @@ from substrax.support import (
     run_command,
     write_atomically,
 )
+
+
+def test_emit_writes_strict_json_that_any_parser_reads(capsys: pytest.CaptureFixture[str]) -> None:
+    """Hostile finding: `run --json` printed NaN and Infinity, which a strict parser refuses."""
+    import json
+
+    emit({"val_loss": float("nan"), "rows": [float("inf"), -float("inf"), 0.5]}, "", as_json=True)
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    printed = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert printed == {"val_loss": "NaN", "rows": ["Infinity", "-Infinity", 0.5]}
 
 
 def test_write_atomically_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:

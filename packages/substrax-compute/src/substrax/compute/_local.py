@@ -314,11 +314,15 @@ class LocalBackend:
         """Copy the outputs and worker logs to ``destination/<run_id>``.
 
         Raises:
-            RunDirectoryGoneError: The run's directory is no longer there.
+            RunDirectoryGoneError: The run's directory is no longer there, or a run that ended
+                has no outputs directory (removed by hand).
         """
         run_dir = self._run_dir(handle)
+        outputs = run_dir / "outputs"
+        if not outputs.is_dir() and self.status(handle).is_final:  # not one still starting
+            raise RunDirectoryGoneError(handle.run_id, outputs)
         target = destination / handle.run_id
-        copy_outputs(run_dir / "outputs", target)
+        copy_outputs(outputs, target)
         for log in run_dir.glob("worker*.log"):
             copy_atomically(log, target / log.name)
         return target

@@ -5,9 +5,11 @@ process is never taken for the run's.
 """
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -142,6 +144,52 @@ def end_group(pgid: int, started: str, grace: float) -> None:
     if not _wait_group(pgid, started, grace):
         kill_group(pgid, signal.SIGKILL)
         _wait_group(pgid, started, grace)
+
+
+_PR_SET_CHILD_SUBREAPER = 36  # prctl(2)
+
+
+def adopt_orphans() -> bool:
+    """Have this process adopt what its descendants leave behind (Linux's child subreaper).
+
+    A task's child in a session of its own (``start_new_session``), which its group's end
+    does not reach, is then this process's child once the task ends. Whether it could.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def end_adopted(grace: float) -> list[int]:
+    """End every live descendant of this process: SIGTERM, then SIGKILL after ``grace``; their pids.
+
+    Only for a process whose children are what its ended tasks left (the worker, once each
+    task is reaped). Adopted children that already died are reaped.
+    """
+    try:
+        left = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    live = [p for p in left if _status(p) not in (None, psutil.STATUS_ZOMBIE)]
+    for process in live:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, stuck = psutil.wait_procs(live, timeout=grace)
+    for process in stuck:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(stuck, timeout=grace)
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:  # the adopted ones that were zombies already
+            pass
+    return [process.pid for process in live]
+
+
+def _status(process: psutil.Process) -> str | None:
+    try:
+        return process.status()
+    except psutil.Error:
+        return None
 
 
 def free_port() -> int:

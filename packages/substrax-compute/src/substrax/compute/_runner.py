@@ -11,13 +11,13 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, BinaryIO, cast
+from typing import IO, TYPE_CHECKING, BinaryIO
 
 from substrax.support import write_atomically
 
 from ._environment import task_environment
 from ._manifest import DEVICES_LOG, STDERR_LOG, STDOUT_LOG, RunDevices, TaskOutcome, TaskStatus
-from ._processes import end_group, start_time
+from ._processes import end_adopted, end_group, start_time
 
 
 if TYPE_CHECKING:
@@ -199,6 +199,8 @@ class TaskRunner:
         self.current: subprocess.Popen[bytes] | None = None
         self.cancelled = False
         self.kill_at: float | None = None
+        self.adopts = False  # the worker's: this process adopts what a task leaves (Linux)
+        self.notes: list[str] = []  # what a task left, for the worker's log
 
     def cancel(self) -> None:
         """Kill the current task's process group now; start no further task.
@@ -313,21 +315,29 @@ class TaskRunner:
             env = task_environment(self.spec, task_dir, parent=_task_parent())
         except (LookupError, ValueError) as error:  # the job's env, secrets or runtime
             return self._not_started(task, _environment_problem(task, error), (out, err), start)
+        pipes = (os.pipe(), os.pipe())  # (read, write) of its stdout, then of its stderr
         try:
             process = subprocess.Popen(
                 argv,
                 cwd=self.project,
                 env=env,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdout=pipes[0][1],
+                stderr=pipes[1][1],
                 start_new_session=True,
+                # the task holds its pipes' read ends too: if this worker is killed, a print in
+                # its SIGTERM handler still has a reader (no BrokenPipeError) and it can save
+                pass_fds=(pipes[0][0], pipes[1][0]),
             )
         except OSError as error:
+            os.close(pipes[0][0])
+            os.close(pipes[1][0])
             return self._not_started(
                 task, f"could not start {argv[0]!r}: {error}", (out, err), start
             )
-        self.current = process
+        finally:
+            os.close(pipes[0][1])  # the task's copies are the only writers: EOF when it ends
+            os.close(pipes[1][1])
         started = start_time(process.pid)
         record = {
             "pid": process.pid,
@@ -338,12 +348,10 @@ class TaskRunner:
         }
         with contextlib.suppress(OSError):  # without it only the worker's end reaches it
             write_atomically(self.root / TASK_PROCESS, json.dumps(record))
-        # Both pipes exist: Popen was given PIPE for each.
-        pipes = cast("IO[bytes]", process.stdout), cast("IO[bytes]", process.stderr)
         prefix = f"[{task.name}] " if self.echo else None
         pumps = [
-            _Pump(pipe, log, name, prefix, self.redact)
-            for pipe, log, name in zip(pipes, (out, err), LOG_ORDER, strict=True)
+            _Pump(os.fdopen(read, "rb"), log, name, prefix, self.redact)
+            for (read, _), log, name in zip(pipes, (out, err), LOG_ORDER, strict=True)
         ]
         for pump in pumps:
             pump.start()
@@ -352,6 +360,8 @@ class TaskRunner:
         # holding the task's output would keep its log, and so the job, open past every timeout
         # (end_group waits for live members only: a zombie nobody reaps does not hold it)
         end_group(process.pid, started, self.spec.stop_grace_seconds)
+        if self.adopts and (left := end_adopted(self.spec.stop_grace_seconds)):  # own sessions
+            self.notes.append(f"task {task.name} left processes running {left}; they were ended")
         (self.root / TASK_PROCESS).unlink(missing_ok=True)
         until = time.monotonic() + _PUMP_SECONDS
         for pump in pumps:

@@ -43,7 +43,7 @@ from substrax.support import EXIT_FAILED, EXIT_OK, UsageError, run_command, writ
 
 from ._environment import EVENT_PREFIX, FAILED_AT_ENV, NODE_RANK_ENV, node_outputs
 from ._manifest import MANIFEST_NAME, JobManifest, TaskOutcome, TaskStatus, write_manifest
-from ._processes import is_alive, start_time
+from ._processes import adopt_orphans, is_alive, start_time
 from ._runner import STOP_SIGNAL, SUPERVISOR_ENV, TaskRunner, links_note
 from ._spec import JobSpec, read_job_spec
 from ._toml import reason, toml_path
@@ -130,8 +130,10 @@ def run_job(
         if outcome.status is TaskStatus.FAILED or (outcome.returncode or 0) > 0:
             _mark_failure(outcome.returncode)  # a stopped task that exits 1 was failing already
         outcomes.append(outcome)
-        if note := links_note(task.name, root / task.name):
-            _event(echo, note)
+        for note in [*runner.notes, links_note(task.name, root / task.name)]:
+            if note:
+                _event(echo, note)
+        runner.notes.clear()
         if outcome.lost_log_bytes:
             _event(
                 echo,
@@ -226,6 +228,8 @@ def _run(args: argparse.Namespace) -> int:
         )
 
     def install(runner: TaskRunner) -> None:
+        runner.adopts = adopt_orphans()  # its own process: what a task leaves is its child
+
         def on_term(signum: int, frame: object) -> None:  # noqa: ARG001
             runner.cancel()
 

@@ -171,13 +171,19 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 def emit(data: object, text: str, *, as_json: bool) -> None:
     """Print ``data`` as indented JSON when ``as_json``, else the human ``text``.
 
+    The JSON is strict: a NaN or infinite float is its text (``"NaN"``, ``"Infinity"``), as
+    the file log writes it, since a strict parser refuses JSON's non-standard constants.
+
     Example:
         >>> from substrax.support import emit
         >>> emit({"step": 1}, "step 1", as_json=False)
         step 1
-        >>> emit({"step": 1}, "step 1", as_json=True)
+        >>> emit({"step": 1, "loss": float("nan")}, "step 1", as_json=True)
         {
-          "step": 1
+          "step": 1,
+          "loss": "NaN"
         }
     """
-    sys.stdout.write((json.dumps(data, indent=2) if as_json else text) + "\n")
+    if as_json:  # through JSON and back: its non-finite constants become their text
+        text = json.dumps(json.loads(json.dumps(data), parse_constant=str), indent=2)
+    sys.stdout.write(text + "\n")
