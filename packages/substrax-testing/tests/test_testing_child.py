@@ -2,6 +2,8 @@
 
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -199,6 +201,19 @@ def test_a_grandchild_holding_the_output_open_does_not_hold_the_result(wall_cloc
     assert run.seconds < 20  # not the timeout: the grandchild was killed once the child exited
     assert run.stdout.splitlines() == [run.stdout.split()[0], "done"]
     assert _ends(int(run.stdout.split()[0]), wall_clock)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_grandchild_in_a_session_of_its_own_does_not_hold_the_result():
+    """Hostile finding: out of the group's reach, it held the output pipes open, so a child that
+    exited 0 at once was reported as timed out."""
+    own = GRANDCHILD.replace("time.sleep(60)'])", "time.sleep(60)'], start_new_session=True)")
+    run = run_python(own.format(then="print('done')"), timeout=10).check()
+    try:
+        assert run.seconds < 5
+        assert run.stdout.splitlines()[1:] == ["done"]
+    finally:
+        os.kill(int(run.stdout.split()[0]), signal.SIGKILL)
 
 
 @pytest.mark.usefixtures("child_processes")

@@ -173,6 +173,17 @@ def test_rev_mode_compares_each_element_so_a_small_wrong_one_fails(seed):
     assert info.value.__cause__ is None  # check_grads passed: the elements failed
 
 
+def test_a_failure_of_the_direction_alone_says_so():
+    """Hostile finding: the message named a worst element within tolerance ("0 of 4 ... out of
+    tolerance") without saying that only check_grads' random direction had failed."""
+    x = jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)  # symmetric: d loss / d scale is exactly 0
+    model = nnx.Sequential(nnx.Linear(3, 4, rngs=nnx.Rngs(0)), nnx.BatchNorm(4, rngs=nnx.Rngs(0)))
+    with pytest.raises(GradientMismatchError) as raised:
+        check_parameter_gradients(model, lambda m: (m(x) ** 3).sum())
+    assert raised.value.worst.failing == 0
+    assert "each element was within tolerance, and only jax's check_grads" in str(raised.value)
+
+
 def test_the_wrong_leaf_is_left_out_with_a_filter():
     model, x = Scaled(rngs=nnx.Rngs(1)), _inputs()
     only_linear = nnx.All(nnx.Param, nnx.PathContains("linear"))

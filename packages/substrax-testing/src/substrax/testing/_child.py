@@ -2,16 +2,18 @@
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Self, cast
+from typing import IO, TYPE_CHECKING, Self, cast
 
 from substrax.support import check_seconds
 
@@ -21,8 +23,6 @@ from ._output import describe, tail
 if TYPE_CHECKING:
     from substrax.runtime import JaxRuntime
     from substrax.typing import JsonValue
-
-_POLL_SECONDS = 0.2  # how often a child whose output has not ended is checked for exit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -221,24 +221,16 @@ def run_python(
     )
 
 
-def _kill_group(process: "subprocess.Popen[str]") -> None:
+def _kill_group(process: "subprocess.Popen[bytes]") -> None:
     """Kill the child's process group: the child and whatever it started and left running."""
     with contextlib.suppress(ProcessLookupError, PermissionError):  # no one left in it
         os.killpg(process.pid, signal.SIGKILL)
 
 
-def _timed_out(
-    process: "subprocess.Popen[str]", argv: tuple[str, ...], timeout: float
-) -> subprocess.TimeoutExpired:
-    """The timeout to raise, with the output read, once the child's group is killed."""
-    try:
-        stdout, stderr = process.communicate(timeout=_POLL_SECONDS * 5)
-    except subprocess.TimeoutExpired:  # a process outside the group holds a pipe open
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
-        return subprocess.TimeoutExpired(argv, timeout)
-    return subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
+def _text(file: "IO[bytes]") -> str:
+    """What a child wrote to ``file``, read as its pipe in text mode would be (universal newlines)."""
+    file.seek(0)
+    return io.TextIOWrapper(io.BytesIO(file.read()), encoding="utf-8", errors="replace").read()
 
 
 def _communicate(
@@ -246,39 +238,32 @@ def _communicate(
 ) -> tuple[str, str, int]:
     """Run ``argv`` in a session of its own; its output once it exited, its group killed.
 
-    A process the child started and left holding its stdout or stderr is killed once the child
-    exits, so that the output ends; on a timeout the whole group is killed.
+    Its output goes to files, not pipes: a process it left holding them (even one in a session
+    of its own, out of the group's reach) never holds up its result. What it left in its group
+    is killed once it exits; on a timeout the whole group is killed.
     """
-    deadline = time.monotonic() + timeout
-    process = subprocess.Popen(
-        argv,
-        env=env,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        encoding="utf-8",
-        errors="replace",  # a byte that is not UTF-8 becomes U+FFFD; the rest is kept
-        start_new_session=True,
-    )
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                stdout, stderr = process.communicate(timeout=max(min(left, _POLL_SECONDS), 0))
-                break
-            except subprocess.TimeoutExpired:
-                if process.poll() is not None:  # it exited: end what holds its pipes open
-                    _kill_group(process)
-                if left <= 0:
-                    _kill_group(process)
-                    raise _timed_out(process, argv, timeout) from None
-    finally:
-        if process.poll() is None:  # interrupted (KeyboardInterrupt): leave nothing running
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
             _kill_group(process)
             process.wait()
-    _kill_group(process)  # the child exited: its group's stragglers go too
-    return stdout, stderr, process.returncode
+            raise subprocess.TimeoutExpired(argv, timeout, _text(out), _text(err)) from None
+        finally:
+            if process.poll() is None:  # interrupted (KeyboardInterrupt): leave nothing running
+                _kill_group(process)
+                process.wait()
+        _kill_group(process)  # the child exited: its group's stragglers go too
+        return _text(out), _text(err), process.returncode
 
 
 _CUDA_PROBE = "import jax; print(jax.default_backend())"

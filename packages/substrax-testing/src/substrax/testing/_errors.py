@@ -1,5 +1,6 @@
 """The errors of ``substrax.testing``: failed checks are ``AssertionError`` s, as pytest reports."""
 
+import math
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -320,6 +321,12 @@ class GradientMismatchError(_TestingError, AssertionError):
     def _message(self) -> str:
         others = [leaf for leaf in self.leaves if leaf.failing and leaf != self.worst]
         also = f"; {len(others)} other leaf check(s) failed too" if others else ""
+        if not self.worst.failing and not math.isnan(self.worst.analytic):
+            also += (
+                "; each element was within tolerance, and only jax's check_grads along a random "
+                "direction of them was not (its numbers are in the cause below): small gradients "
+                "whose float32 rounding adds up, or a small error in many elements"
+            )
         return (
             f"gradient check failed, worst leaf {self.worst.describe()}{also}. Look in the "
             "loss for a non-differentiable step (argmax, rounding, an integer cast), a "
