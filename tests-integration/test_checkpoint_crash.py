@@ -84,6 +84,9 @@ def _kill_at_random(forker: "subprocess.Popen[str]", directory: Path, rng: rando
     forker.stdin.flush()
     first = forker.stdout.readline().split()  # the first save of this run is in flight or done
     assert len(first) == 2, first
+    # a save returns once the write before it is committed: after the second, the store holds
+    # a step even on a lane's first run (a loaded machine took longer than the random wait)
+    assert len(forker.stdout.readline().split()) == 2
     time.sleep(rng.uniform(0.0, 0.4))
     os.kill(int(first[0]), signal.SIGKILL)
     while not (line := forker.stdout.readline()).startswith("exited"):

@@ -321,6 +321,29 @@ def test_a_metric_past_floats_range_costs_the_preemption_save_nothing(store_dir)
         assert reader.read_metadata(3).metrics == {"ok": 0.5}
 
 
+def test_a_signal_after_the_last_check_exits_on_leaving_the_block(store_dir, caplog):
+    """Hostile finding: a SIGTERM in the loop's end (after the last check) was dropped silently,
+    and the process went on as if no scheduler had asked it to stop."""
+
+    def signalled_late(error: Exception | None) -> None:
+        with OrbaxCheckpointStore(store_dir) as store, PreemptionHandler(store) as preemption:
+            preemption.check(1, lambda: {"model": {"w": np.zeros(2)}})
+            signal.raise_signal(signal.SIGTERM)
+            if error is not None:
+                raise error
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            signalled_late(None)
+        assert stopped.value.code == 0
+        assert "told to stop after the last check()" in caplog.text
+        with pytest.raises(KeyError):  # the block's own error is not replaced by SystemExit
+            signalled_late(KeyError("the block's own error"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_a_preemption_below_the_latest_step_raises_and_never_exits_as_saved(store_dir):
     # a loop that counts from 0 again after a resume: its state cannot be saved as step 3
     with OrbaxCheckpointStore(store_dir) as store:
@@ -334,16 +357,23 @@ def test_a_preemption_below_the_latest_step_raises_and_never_exits_as_saved(stor
         assert reader.list_steps() == [1000]
 
 
-def test_a_preemption_at_the_latest_step_says_it_saves_nothing(store_dir, caplog):
+def test_a_preemption_at_the_latest_step_saves_it_again_keeping_its_record(store_dir):
+    """Hostile finding: the step was not saved again, so what changed after its save (an epoch
+    end's learning-rate cut, a callback's counters) was lost, and the resumed run diverged."""
     with OrbaxCheckpointStore(store_dir) as store:
-        store.save(5, {"model": {"w": np.zeros(2)}})
+        store.save(5, {"model": {"w": np.zeros(2)}}, epoch=1, metrics={"val_loss": 0.5})
     with pytest.raises(SystemExit) as stopped:
         _preempted_at(store_dir, 5)
     assert stopped.value.code == 0
-    assert "step 5 is the store's latest step already" in caplog.text
     with OrbaxCheckpointStore(store_dir, read_only=True) as reader:
         assert reader.list_steps() == [5]
-        assert "preempted" not in reader.read_metadata(5).extra
+        record = reader.read_metadata(5)
+        assert (record.epoch, record.metrics, record.extra) == (
+            1,
+            {"val_loss": 0.5},
+            {"preempted": True},
+        )
+        np.testing.assert_array_equal(reader.restore(5).items["model"]["w"], [42.0, 42.0])
 
 
 def test_items_that_are_not_a_function_are_refused_at_the_first_step_not_at_the_preemption(

@@ -208,6 +208,24 @@ def test_the_value_that_reaches_the_stopping_threshold_is_the_best_score():
     assert diverged.best_score == 1.0  # a diverged value is never the best
 
 
+def test_an_evaluation_checked_at_validation_end_is_not_counted_again_at_the_epoch_end():
+    """Hostile finding: with check_on_validation_end (check_on_epoch_end on by default) each
+    value counted twice, so patience=3 stopped after two bad epochs."""
+    stopper = EarlyStoppingCallback(
+        EarlyStoppingConfig(monitor="val_loss", patience=3, check_on_validation_end=True)
+    )
+    waits = []
+    for epoch, val_loss in enumerate([1.0, 1.1, 1.1, 1.1]):
+        stopper.on_epoch_begin(None, epoch)
+        stopper.on_validation_end(None, {"val_loss": val_loss})
+        stopper.on_epoch_end(None, epoch, {"val_loss": val_loss})
+        waits.append(stopper.wait_count)
+    assert waits == [0, 1, 2, 3]
+    assert stopper.stopped_epoch == 3
+    epoch_only = EarlyStoppingCallback(EarlyStoppingConfig(monitor="val_loss", patience=3))
+    assert run(epoch_only, [1.0, 1.1, 1.1, 1.1], key="val_loss") == 3
+
+
 def test_divergence_threshold_min_and_max():
     low = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", divergence_threshold=10.0))
     assert run(low, [1.0, 5.0, 11.0]) == 2

@@ -88,6 +88,8 @@ class PreemptionHandler:
     ``check(step, items)`` at every step boundary, which then saves the step, closes the store
     and raises ``SystemExit(exit_code)``. Later signals are absorbed. A step below the store's
     latest is never saved, so ``check`` raises ``CheckpointNotWrittenError`` for it, never exits.
+    A signal after the last ``check`` is not lost: leaving the block raises ``SystemExit`` then,
+    with a warning that nothing was saved for it.
 
     With several processes (``jax.distributed``) every process stops at the same step: ``check``
     exchanges the flags through ``jax.distributed``'s key-value store, a round trip per step;
@@ -165,7 +167,7 @@ class PreemptionHandler:
             self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
-    def __exit__(self, *_exc_info: object) -> None:
+    def __exit__(self, error_type: object, *_exc_info: object) -> None:
         self._agreement = None
         if self._stopping:  # on the way out after a preemption save: keep absorbing signals
             return
@@ -176,6 +178,14 @@ class PreemptionHandler:
                 ctypes.CDLL(None).sigaction(int(sig), disposition, None)  # a C handler included
         self._previous.clear()
         self._dispositions.clear()
+        if self._requested and error_type is None:  # after the last check(): exit all the same
+            _logger.warning(
+                "PreemptionHandler: the process was told to stop after the last check() (in "
+                "the loop's end, a final evaluation); nothing was saved for it, and it exits "
+                "with %d as check() would",
+                self._exit_code,
+            )
+            raise SystemExit(self._exit_code)
 
     def _should_stop(self, step: int) -> bool:
         # jax's sync point wants a call at every step on every process, exchange or not
@@ -201,9 +211,10 @@ class PreemptionHandler:
         called only to save; ``epoch`` and
         ``metrics`` are recorded with the save (a non-finite metric aside, one that is no number
         left out with a warning). Then ``SystemExit(exit_code)`` is raised. A ``step`` that is
-        the store's latest already is not saved again (a warning names it); one below the latest
-        cannot be saved, and raises ``CheckpointNotWrittenError`` (``below_latest``) instead of
-        exiting as if the state were saved.
+        the store's latest already is saved again (``overwrite``), keeping its epoch and metrics
+        unless given: what changed after that save (an epoch end's callbacks) is kept too. One
+        below the latest cannot be saved, and raises ``CheckpointNotWrittenError``
+        (``below_latest``) instead of exiting as if the state were saved.
 
         Example:
             >>> import tempfile
@@ -223,19 +234,19 @@ class PreemptionHandler:
         if latest is not None and step < latest:
             self._refuse(step, latest)
         flush_before_saving(self._flush, step, "PreemptionHandler")
-        if latest == step:  # saved before the notice came, at this very step boundary
-            _logger.warning(
-                "PreemptionHandler: step %d is the store's latest step already, so the "
-                "preemption save writes nothing (the step holds the state saved at it); if "
-                "this loop counts its steps from 0 again after a resume, pass check() the "
-                "run's global step instead",
-                step,
-            )
-        else:
-            recorded = _numbers(metrics or {})
-            self._store.save(
-                step, items(), epoch=epoch, metrics=recorded, extra={"preempted": True}
-            )
+        recorded = _numbers(metrics or {})
+        if latest == step:  # saved at this boundary already: again, with what changed since
+            earlier = self._store.read_metadata(step)  # (an epoch end's learning-rate cut)
+            epoch = earlier.epoch if epoch is None else epoch
+            recorded = {**earlier.metrics, **earlier.nonfinite_metrics, **recorded}
+        self._store.save(
+            step,
+            items(),
+            epoch=epoch,
+            metrics=recorded,
+            extra={"preempted": True},
+            overwrite=latest == step,
+        )
         self._stopping = True
         self._store.close()
         sys.stdout.flush()

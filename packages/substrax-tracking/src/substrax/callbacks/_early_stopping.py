@@ -32,7 +32,8 @@ class EarlyStoppingConfig:
         divergence_threshold: stop at once when the value is worse than it (diverged).
         strict: raise :class:`MissingMetricError` when the logs lack ``monitor``, else skip.
         check_on_epoch_end: check in ``on_epoch_end``.
-        check_on_validation_end: check in ``on_validation_end``.
+        check_on_validation_end: check in ``on_validation_end`` (then an epoch end after it
+            does not check the same value again).
         verbose: log (``logging``, under the ``substrax.callbacks`` logger) why training stopped.
 
     Example:
@@ -83,7 +84,7 @@ class EarlyStoppingCallback(BaseCallback):
         (True, 3, 0.9)
     """
 
-    __slots__ = ("_config", "_epoch", "_stop_reason", "_stopped_epoch", "_stopper")
+    __slots__ = ("_config", "_epoch", "_stop_reason", "_stopped_epoch", "_stopper", "_validated")
 
     def __init__(self, config: EarlyStoppingConfig | None = None) -> None:
         self._config = config if config is not None else EarlyStoppingConfig()
@@ -93,6 +94,7 @@ class EarlyStoppingCallback(BaseCallback):
         self._stopped_epoch: int | None = None
         self._stop_reason: str | None = None
         self._epoch = 0
+        self._validated = False  # this epoch's evaluation was checked at on_validation_end
 
     @property
     def config(self) -> EarlyStoppingConfig:
@@ -127,16 +129,19 @@ class EarlyStoppingCallback(BaseCallback):
     def on_epoch_begin(self, _trainer: object, epoch: int, /) -> None:
         """Remember the epoch, for checks made at validation end."""
         self._epoch = epoch
+        self._validated = False
 
     def on_epoch_end(self, _trainer: object, epoch: int, logs: Logs, /) -> None:
-        """Check the monitored metric if ``check_on_epoch_end``."""
+        """Check the monitored metric if ``check_on_epoch_end``, unless this epoch's evaluation was."""
         self._epoch = epoch
-        if self._config.check_on_epoch_end:
+        if self._config.check_on_epoch_end and not self._validated:  # one value counts once
             self._check(logs, "on_epoch_end")
+        self._validated = False
 
     def on_validation_end(self, _trainer: object, logs: Logs, /) -> None:
         """Check the monitored metric if ``check_on_validation_end``."""
         if self._config.check_on_validation_end:
+            self._validated = True
             self._check(logs, "on_validation_end")
 
     def _check(self, logs: Logs, hook: str) -> None:
