@@ -449,6 +449,7 @@ def test_the_replay_command_says_what_it_could_not_deliver_in_one_line_and_exits
         "refused": 0,
         "bad_lines": [4],
         "timed_out": False,
+        "live": 0,
         "failures": [{"target": sink.target(), "error": "ConnectionError: server gone"}],
     }
     [line] = captured.err.splitlines()

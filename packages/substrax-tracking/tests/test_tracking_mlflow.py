@@ -312,8 +312,41 @@ def test_a_resumed_logger_sends_each_step_it_logs_even_one_that_goes_back_or_rep
     assert history(client, first.run_id, "eval") == [(5, 0.5), (11, 2.0), (12, 1.0), (12, 3.0)]
     assert history(client, first.run_id, "loss") == [(s, 1.0) for s in range(10)] + [(10, 3.0)]
     [warning] = [r.getMessage() for r in caplog.records if "not sent again" in r.getMessage()]
-    assert "'loss' up to step 9" in warning
-    assert "at step 7" in warning
+    assert "held 'loss' at step 7 already" in warning
+
+
+def test_a_replay_of_the_killed_attempts_spool_after_the_resume_sends_the_steps_the_run_lacks(
+    sqlite_uri, tmp_path
+):
+    """Hostile finding: replayed after the resumed attempt (another log_dir) logged on, it sent
+    no value at or before the run's last step, so the checkpointed steps 0..5 never arrived."""
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    run_id = client.create_run(client.create_experiment(f"replay-{tmp_path.name}")).info.run_id
+    spool = tmp_path / "killed.spool.jsonl"  # the killed attempt's records, its server down
+    target = {"backend": "mlflow", "tracking_uri": sqlite_uri, "run_id": run_id}
+    lines = [
+        {
+            "target": target,
+            "record": {
+                "kind": "scalars",
+                "step": s,
+                "time": 1.0,
+                "payload": {"values": {"loss": 1.0}},
+            },
+        }
+        for s in range(9)
+    ]
+    spool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with MLFlowLogger(
+        "job", tracking_uri=sqlite_uri, log_dir=tmp_path / "second", run_id=run_id, resume_step=5
+    ) as resumed:
+        for step in range(6, 12):
+            resumed.log_scalar("loss", 2.0, step=step)
+    assert replay_spool(spool, timeout=60).delivered == 9
+    # steps 0..5 from the killed attempt; 6..11 the resumed attempt's, each once
+    assert history(client, run_id, "loss") == [(s, 1.0) for s in range(6)] + [
+        (s, 2.0) for s in range(6, 12)
+    ]
 
 
 @pytest.mark.parametrize("run_id", [" 0123abcd", "../../etc", "", " ", "abc\n"])

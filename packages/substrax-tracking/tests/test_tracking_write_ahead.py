@@ -105,7 +105,7 @@ def test_an_end_that_fails_once_is_retried_within_close_timeout(make, tmp_path):
     assert not (tmp_path / "run.spool.jsonl").exists()
 
 
-def test_a_replay_leaves_a_live_loggers_records_and_run_to_it(make, tmp_path):
+def test_a_replay_leaves_a_live_loggers_records_and_run_to_it(make, tmp_path, capsys):
     sink = Sink()
     sink.down = True
     delivery = make(sink)
@@ -118,6 +118,14 @@ def test_a_replay_leaves_a_live_loggers_records_and_run_to_it(make, tmp_path):
     assert (result.delivered, result.remaining) == (0, 5)  # the live logger sends them
     assert other.received == []
     assert not other.finished
+    # hostile finding: the command exited 0 (its table: every record delivered), saying nothing
+    from substrax.tracking._cli import main
+
+    assert main(["replay", str(tmp_path / "run.spool.jsonl"), "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["live"] == 5
+    assert "5 records stay in" in err
+    assert "for a logger that still sends their run" in err
     sink.down = False
     assert delivery.flush(30)
     assert steps(sink.received) == list(range(5))

@@ -118,7 +118,7 @@ def _replay(args: argparse.Namespace) -> int:
     summary += f", refused {result.refused}" if result.refused else ""
     if result.live:
         summary += f" ({result.live} of them left to the logger that still sends their run)"
-    data = {"spool": args.spool} | {name: getattr(result, name) for name in _SUMMARY}
+    data = {"spool": args.spool} | {name: getattr(result, name) for name in (*_SUMMARY, "live")}
     if result.waited_for is not None:
         data["waited_for"] = result.waited_for
         summary += (

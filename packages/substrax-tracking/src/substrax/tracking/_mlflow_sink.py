@@ -83,7 +83,7 @@ class MlflowSink:
         self.run_id = run_id
         self.spec = spec  # None: resume run_id
         self.resume_step = resume_step
-        self.held: dict[str, int] | None = None  # with resume_step: see _not_held
+        self.held: dict[str, set[int]] | None = None  # with resume_step: see _not_held
         self._resumed_from: int | None = resume_step  # or read from the run: see _resumed
         # a live logger's run was not resumed since it started; a replayed spool's may have been
         self._tag_read = resume_step is not None or not replayed
@@ -226,22 +226,22 @@ class MlflowSink:
         return self._resumed_from is not None
 
     def _not_held(self, run_id: str, metrics: list[_MetricRow]) -> list[_MetricRow]:
-        """``metrics`` without those at or before the step the run held for their key when first sent."""
+        """``metrics`` without those at a step the run held for their key when first sent."""
         if self.held is None:
             # read at the first send, after what an earlier attempt left in the spool arrived
             keys = self.client.get_run(run_id).data.metrics
             history = self.client.get_metric_history
-            self.held = {key: max(m.step for m in history(run_id, key)) for key in keys}
+            self.held = {key: {m.step for m in history(run_id, key)} for key in keys}
         held = self.held
-        kept = [row for row in metrics if row[3] > held.get(row[0], -1)]
+        kept = [row for row in metrics if row[3] not in held.get(row[0], ())]
         if len(kept) < len(metrics) and not self._warned_held:
             self._warned_held = True
-            key, _, _, step = next(row for row in metrics if row[3] <= held.get(row[0], -1))
+            key, _, _, step = next(row for row in metrics if row[3] in held.get(row[0], ()))
             _logger.warning(
-                f"MLflow run {run_id}, resumed from step {self._resumed_from}, held {key!r} up to "
-                f"step {held[key]} when resumed: its value at step {step} is not sent again, nor "
-                "any value at or before the step the run held its metric to (this is reported "
-                "once; the earlier attempt's values stay, MLflow's history is append-only)"
+                f"MLflow run {run_id}, resumed from step {self._resumed_from}, held {key!r} at "
+                f"step {step} already: that value is not sent again, nor any other at a step the "
+                "run held for its metric (this is reported once; the values it holds stay, "
+                "MLflow's history is append-only)"
             )
         return kept
 

@@ -160,6 +160,11 @@ def problems(
         found.append(
             f"{result.remaining - result.live} records stay in {spool} (a backend did not take them)"
         )
+    if result.live:
+        found.append(
+            f"{result.live} records stay in {spool} for a logger that still sends their run (it "
+            "delivers them, or its close names them); replay again once it has closed"
+        )
     found.extend(
         f"replay to {dict(target)} failed: {describe_error(error)}"
         for target, error in failures.values()
