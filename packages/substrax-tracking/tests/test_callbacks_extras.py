@@ -1,4 +1,5 @@
 import io
+import json
 import math
 import re
 import statistics
@@ -274,6 +275,38 @@ def test_loss_spike_detector_takes_a_diverging_float64_loss_without_overflow():
     assert spike.batch == 4
     assert spike.mean == pytest.approx(statistics.fmean(values[:4]))
     assert spike.std == pytest.approx(statistics.pstdev(values[:4]))
+
+
+def test_a_resumed_loss_spike_detector_flags_what_the_uninterrupted_one_does():
+    """Hostile finding: it had no state to checkpoint; a resumed run's empty window flagged a
+    step the uninterrupted run did not."""
+    from substrax.callbacks import CallbackList, is_checkpointable
+
+    losses = [1.07, 2.19, 1.19, 0.60, 1.35, 1.45, 0.98, 1.15, 0.73, 1.01, 0.85, 0.68, 1.03, 0.75]
+    losses += [0.38, 0.63, 0.53, 0.51, 0.63, 0.91, 0.66, 0.74, 0.71, 0.59, 0.57, 0.57, 0.41, 0.61]
+    losses += [0.48, 0.59, 0.54, 0.53, 0.56, 0.81, 0.33, 0.57, 0.46, 0.57, 0.54, 0.61, math.nan]
+    uninterrupted, first = (
+        LossSpikeDetector(window=20, warmup=5),
+        LossSpikeDetector(window=20, warmup=5),
+    )
+    for step, loss in enumerate(losses):
+        uninterrupted.on_batch_end(None, step, {"loss": loss})
+    for step, loss in enumerate(losses[:28]):
+        first.on_batch_end(None, step, {"loss": loss})
+    assert is_checkpointable(first)
+    state = json.loads(json.dumps(CallbackList([first]).get_state(), allow_nan=False))
+    resumed = LossSpikeDetector(window=20, warmup=5)
+    CallbackList([resumed]).set_state(state)
+    for step, loss in enumerate(losses[28:], start=28):
+        resumed.on_batch_end(None, step, {"loss": loss})
+    assert resumed.spikes == uninterrupted.spikes  # the NaN's, with its step, and no other
+    assert [spike.batch for spike in resumed.spikes] == [40]
+    fresh = LossSpikeDetector(window=20, warmup=5)  # resumed without its state
+    for step, loss in enumerate(losses[28:], start=28):
+        fresh.on_batch_end(None, step, {"loss": loss})
+    assert [spike.batch for spike in fresh.spikes] == [33, 40]
+    with pytest.raises(ValueError, match="LossSpikeDetector state"):
+        resumed.set_state({"recent": ["x"], "streak": [], "spikes": []})
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,24 @@ def test_step_flops_counts_abstract_inputs_plain_callables_and_static_arguments(
     assert step_flops(power, square, b, 3) == 2 * (2 * 8 * 8 * 8) + 2 * 8 * 8 * 2
 
 
+def test_step_flops_counts_an_nnx_jit_step_and_leaves_its_model_as_it_was():
+    """Hostile finding: nnx.jit's trace has no jaxpr, and step_flops raised AttributeError."""
+    nnx = pytest.importorskip("flax.nnx", reason="flax is needed for an nnx.jit step")
+    optax = pytest.importorskip("optax", reason="optax is needed for nnx.Optimizer")
+    model = nnx.Linear(8, 1, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+
+    @nnx.jit
+    def train_step(model, optimizer, x):
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean(m(x) ** 2))(model)
+        optimizer.update(model, grads)
+        return loss
+
+    kernel = model.kernel[...]
+    assert step_flops(train_step, model, optimizer, jnp.ones((32, 8))) == 2 * (2 * 32 * 8 * 1)
+    assert (model.kernel[...] == kernel).all()  # traced, never run
+
+
 def test_step_flops_refuses_a_lowered_or_compiled_step(sharded_step):
     step, w, x = sharded_step
     for stage in (step.lower(w, x), step.lower(w, x).compile(), step.trace(w, x)):

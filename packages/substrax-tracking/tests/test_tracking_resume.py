@@ -483,6 +483,42 @@ def test_wandb_replay_of_a_resumed_run_rewinds_it_like_the_live_logger(
     assert [row["loss"] for row in rows] == [1.0] * (SAVED + 1) + [2.0] * (END - SAVED)
 
 
+def test_a_wandb_resume_first_sends_what_the_killed_attempt_left_in_the_spool(
+    wandb_offline, wait_for_rows, tmp_path
+):
+    """Hostile finding: the resumed (rewound) run held W&B's one live run of the id, so the
+    killed attempt's records in the spool never arrived ("run ID ... is in use"), and a run
+    folder was made at each retry."""
+    with WandbLogger("run", project="substrax-tests", log_dir=tmp_path) as first:
+        for step in range(3):  # delivered before the kill
+            first.log_scalar("loss", 1.0, step=step)
+    target = first._sink.target()
+    tail = [  # what the killed attempt had only spooled: its steps up to the checkpoint at 5, on
+        {
+            "target": target,
+            "record": {
+                "kind": "scalars",
+                "step": s,
+                "time": 1.0,
+                "payload": {"values": {"loss": 1.0}},
+            },
+        }
+        for s in range(3, 9)
+    ]
+    first.spool_path.write_text("".join(json.dumps(line) + "\n" for line in tail))
+    with WandbLogger(
+        "run", project="substrax-tests", log_dir=tmp_path, run_id=first.run_id, resume_step=5
+    ) as resumed:
+        for step in range(6, 10):
+            resumed.log_scalar("loss", 2.0, step=step)
+    assert resumed.delivered == 4
+    assert not first.spool_path.exists()
+    rows = wandb_history(wait_for_rows(tmp_path, 3 + 6 + 4))
+    assert [(row["_step"], row["loss"]) for row in rows] == [(s, 1.0) for s in range(6)] + [
+        (s, 2.0) for s in range(6, 10)
+    ]
+
+
 _HOLDING_CHILD = """
 import sys
 from substrax.tracking import FileLogger

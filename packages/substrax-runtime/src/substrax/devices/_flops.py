@@ -267,7 +267,9 @@ def count_flops(function: Callable[..., Any], *args: object, **kwargs: object) -
     """
     trace: Callable[..., Any] | None = getattr(function, "trace", None)
     if callable(trace):  # a jax.jit function: traced as it is called, static arguments too
-        return jaxpr_flops(trace(*args, **kwargs).jaxpr)
+        traced = trace(*args, **kwargs)
+        if (jaxpr := getattr(traced, "jaxpr", None)) is not None:  # nnx.jit's trace has none
+            return jaxpr_flops(jaxpr)
     import jax  # noqa: PLC0415  (importing substrax.devices starts no jax)
 
     return jaxpr_flops(jax.make_jaxpr(function)(*args, **kwargs))

@@ -13,6 +13,7 @@ from substrax.support import check_float, check_int, is_device_array
 
 from ._metrics import check_metric, check_monitor, kept_alive, metric_value, warn_missing_metric
 from ._protocol import BaseCallback, Logs
+from ._tracker import check_state
 
 
 _logger = logging.getLogger(__name__)
@@ -154,6 +155,40 @@ class LossSpikeDetector(BaseCallback):
         """Decide the last step's value."""
         self.flush()
 
+    def get_state(self) -> dict[str, Any]:
+        """The state to checkpoint, strict JSON: the recent window, a streak of spikes, the spikes.
+
+        A resumed run then flags the spikes the uninterrupted one would (a window starting
+        empty saw a spike where the run had a calmer past). A non-finite value is its text.
+        """
+        return {
+            "recent": [_json(v) for v in self._recent],
+            "streak": [_json(v) for v in self._streak],
+            "spikes": [[s.batch, *map(_json, (s.value, s.mean, s.std))] for s in self.spikes],
+        }
+
+    def set_state(self, state: dict[str, Any], /) -> None:
+        """Restore a state from :meth:`get_state`.
+
+        Raises:
+            ValueError: a key is missing or unknown, or a value is malformed (the message names it).
+        """
+        checked = check_state(_WHO, state, {"recent", "streak", "spikes"})
+        try:
+            recent = [float(v) for v in checked["recent"]]
+            streak = [float(v) for v in checked["streak"]]
+            spikes = [
+                LossSpike(batch=int(b), value=float(v), mean=float(m), std=float(s))
+                for b, v, m, s in checked["spikes"]
+            ]
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"{_WHO} state holds a malformed window or spike ({error}); restore a state "
+                "that get_state() returned"
+            ) from None
+        self._recent = deque(recent, maxlen=self._recent.maxlen)
+        self._streak, self.spikes, self._pending = streak, spikes, None
+
     def _decide(self, batch: int, logged: object) -> None:
         value = metric_value(self.monitor, logged, who=_WHO)
         mean, std = _mean_std(self._recent)
@@ -182,3 +217,8 @@ class LossSpikeDetector(BaseCallback):
         if len(self._streak) >= self.warmup:  # a lasting level: the new window
             self._recent = deque(self._streak, maxlen=self._recent.maxlen)
             self._streak = []
+
+
+def _json(value: float) -> float | str:
+    """``value``, or its text when not finite (strict JSON has no NaN or infinity)."""
+    return value if math.isfinite(value) else str(value)

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,6 +17,7 @@ from substrax.support import check_seconds
 from ._errors import ReservedMetricNameError
 from ._paths import ensure_writable_dir, safe_name
 from ._remote import RemoteLogger, check_resume
+from ._replay import replay_spool
 from ._wandb_sink import WandbSink, bounded_settings, import_wandb
 
 
@@ -186,6 +189,8 @@ class WandbLogger(RemoteLogger):
             **init_options,
             "dir": str(self.root_dir),
         }
+        if resume_step is not None:
+            _send_earlier_attempt(self.spool_path, self._run_id, connect_timeout)
         sink = WandbSink(target, init)
         if (not_started := sink.connect(connect_timeout)) is not None:
             _logger.warning(
@@ -259,3 +264,19 @@ class WandbLogger(RemoteLogger):
         if exit_code:
             self.mark_failed(exit_code)
         self.close()
+
+
+def _send_earlier_attempt(spool: Path, run_id: str, timeout: float) -> None:
+    """Replay what a killed attempt of ``run_id`` left in ``spool``, within ``timeout`` s, first.
+
+    W&B holds one live run per id: once the resumed (rewound) run starts, the earlier attempt's
+    run cannot, so its records never arrived ("run ID ... is in use"). A replay that fails
+    warns, and what it could not send stays in the spool for the logger's own sends.
+    """
+    try:
+        if f'"run_id": {json.dumps(run_id)}' not in spool.read_text(errors="replace"):
+            return
+    except OSError:  # no spool: nothing was left
+        return
+    with contextlib.suppress(Exception):  # another replay holds it, or it is damaged: warned
+        replay_spool(spool, timeout=timeout)
