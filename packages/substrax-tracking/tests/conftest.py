@@ -278,6 +278,21 @@ WANDB_OFFLINE_ENV = {
 
 
 @pytest.fixture
+def spool_scalars() -> Callable[..., None]:
+    """``spool_scalars(path, target, steps, values)``: a spool as a logger leaves it, of scalars."""
+    from substrax.tracking._spool import spool_lines
+
+    def write(path: Path, target: dict[str, Any], steps: range, values: dict[str, float]) -> None:
+        records = [
+            {"kind": "scalars", "step": s, "time": 1.0, "payload": {"values": values}}
+            for s in steps
+        ]
+        path.write_text("".join(f"{line}\n" for line in spool_lines(target, records)))
+
+    return write
+
+
+@pytest.fixture
 def wandb_offline(monkeypatch):
     """W&B offline and quiet for this test and the children it starts; skips without wandb."""
     pytest.importorskip("wandb", reason="the wandb extra is needed for WandbLogger")

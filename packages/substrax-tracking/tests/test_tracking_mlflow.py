@@ -316,7 +316,7 @@ def test_a_resumed_logger_sends_each_step_it_logs_even_one_that_goes_back_or_rep
 
 
 def test_a_replay_of_the_killed_attempts_spool_after_the_resume_sends_the_steps_the_run_lacks(
-    sqlite_uri, tmp_path
+    sqlite_uri, tmp_path, spool_scalars
 ):
     """Hostile finding: replayed after the resumed attempt (another log_dir) logged on, it sent
     no value at or before the run's last step, so the checkpointed steps 0..5 never arrived."""
@@ -324,19 +324,7 @@ def test_a_replay_of_the_killed_attempts_spool_after_the_resume_sends_the_steps_
     run_id = client.create_run(client.create_experiment(f"replay-{tmp_path.name}")).info.run_id
     spool = tmp_path / "killed.spool.jsonl"  # the killed attempt's records, its server down
     target = {"backend": "mlflow", "tracking_uri": sqlite_uri, "run_id": run_id}
-    lines = [
-        {
-            "target": target,
-            "record": {
-                "kind": "scalars",
-                "step": s,
-                "time": 1.0,
-                "payload": {"values": {"loss": 1.0}},
-            },
-        }
-        for s in range(9)
-    ]
-    spool.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    spool_scalars(spool, target, range(9), {"loss": 1.0})
     with MLFlowLogger(
         "job", tracking_uri=sqlite_uri, log_dir=tmp_path / "second", run_id=run_id, resume_step=5
     ) as resumed:

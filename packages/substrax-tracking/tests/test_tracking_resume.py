@@ -484,7 +484,7 @@ def test_wandb_replay_of_a_resumed_run_rewinds_it_like_the_live_logger(
 
 
 def test_a_wandb_resume_first_sends_what_the_killed_attempt_left_in_the_spool(
-    wandb_offline, wait_for_rows, tmp_path
+    wandb_offline, wait_for_rows, tmp_path, spool_scalars
 ):
     """Hostile finding: the resumed (rewound) run held W&B's one live run of the id, so the
     killed attempt's records in the spool never arrived ("run ID ... is in use"), and a run
@@ -492,20 +492,8 @@ def test_a_wandb_resume_first_sends_what_the_killed_attempt_left_in_the_spool(
     with WandbLogger("run", project="substrax-tests", log_dir=tmp_path) as first:
         for step in range(3):  # delivered before the kill
             first.log_scalar("loss", 1.0, step=step)
-    target = first._sink.target()
-    tail = [  # what the killed attempt had only spooled: its steps up to the checkpoint at 5, on
-        {
-            "target": target,
-            "record": {
-                "kind": "scalars",
-                "step": s,
-                "time": 1.0,
-                "payload": {"values": {"loss": 1.0}},
-            },
-        }
-        for s in range(3, 9)
-    ]
-    first.spool_path.write_text("".join(json.dumps(line) + "\n" for line in tail))
+    # what the killed attempt had only spooled: its steps up to the checkpoint at 5, on
+    spool_scalars(first.spool_path, first._sink.target(), range(3, 9), {"loss": 1.0})
     with WandbLogger(
         "run", project="substrax-tests", log_dir=tmp_path, run_id=first.run_id, resume_step=5
     ) as resumed:

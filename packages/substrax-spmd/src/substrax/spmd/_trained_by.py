@@ -34,9 +34,8 @@ def check_current(model: object, reader: object, who: str) -> None:
         ...
         substrax.spmd.StateChangedError: EvalStep reads a model that a TrainStep has trained ...
     """
-    entry = _LAST.get(id(model))
-    step = None if entry is None else entry[0]()
-    if step is None or step is reader or entry is None or entry[1]:
+    step, current = _LAST.get(id(model), (lambda: None, True))
+    if current or step() in (None, reader):
         return
     raise StateChangedError(
         f"{who} reads a model that a TrainStep has trained without writing its state back into "
