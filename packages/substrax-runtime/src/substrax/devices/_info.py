@@ -159,6 +159,25 @@ def _no_backend_error() -> Exception | None:
     )
 
 
+def _no_cpu_devices_error() -> Exception | None:
+    """The error to raise when jax's CPU backend failed for ``JAX_NUM_CPU_DEVICES=0``, or ``None``.
+
+    jax takes 0 emulated CPU devices and fails as its backend starts, on "Could not determine
+    process_index", which names neither the setting nor its fix.
+    """
+    import jax  # noqa: PLC0415  (see visible_devices)
+
+    from substrax.runtime import RuntimeConfigurationError  # noqa: PLC0415
+
+    if jax.config.jax_num_cpu_devices != 0:
+        return None
+    return RuntimeConfigurationError(
+        "jax could not start its CPU backend with JAX_NUM_CPU_DEVICES=0 (jax_num_cpu_devices): "
+        "it needs at least 1 emulated CPU device; set it to a whole number >= 1, unset it, or "
+        "pass JaxRuntime(cpu_devices=...)"
+    )
+
+
 def detect_devices() -> DeviceInfo:
     """Read the default backend's devices once; errors propagate, never a silent CPU fallback.
 
@@ -167,7 +186,8 @@ def detect_devices() -> DeviceInfo:
 
     Raises:
         RuntimeConfigurationError: ``JAX_PLATFORMS`` names only platforms jax could not start
-            (``cuda`` without a visible GPU or without jax's CUDA plugin).
+            (``cuda`` without a visible GPU or without jax's CUDA plugin), or
+            ``JAX_NUM_CPU_DEVICES=0`` left jax's CPU backend no device.
 
     Example:
         >>> from substrax.devices import detect_devices
@@ -179,6 +199,11 @@ def detect_devices() -> DeviceInfo:
         devices = visible_devices()
     except AssertionError as error:  # jax's own, when it started no backend
         replacement = _no_backend_error()
+        if replacement is None:
+            raise
+        raise replacement from error
+    except RuntimeError as error:  # jax's "Unable to initialize backend 'cpu'"
+        replacement = _no_cpu_devices_error()
         if replacement is None:
             raise
         raise replacement from error
