@@ -191,6 +191,25 @@ def test_fetch_never_follows_links_out_of_the_outputs(tmp_path):
     assert not (fetched / "t" / "link.txt").exists()
 
 
+def test_a_fetch_again_copies_over_the_earlier_one_keeping_what_is_gone_at_the_source(tmp_path):
+    # as rsync without --delete (the guide says so): files the run removed since stay in the
+    # copy, and a file the user put there is never touched
+    code = "import os, pathlib; (pathlib.Path(os.environ['AVITAI_OUTPUT_DIR']) / 'a.txt').write_text('1')"
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(_spec(_task("t", code)), project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.SUCCEEDED
+    fetched = backend.fetch(handle, tmp_path / "f")
+    (fetched / "t" / "notes.txt").write_text("mine")
+    outputs = Path(handle.details["run_dir"]) / "outputs" / "t"
+    (outputs / "a.txt").unlink()
+    (outputs / "b.txt").write_text("2")
+    again = backend.fetch(handle, tmp_path / "f")
+    assert again == fetched
+    assert {p.name for p in (again / "t").iterdir()} >= {"a.txt", "b.txt", "notes.txt"}
+    assert (again / "t" / "b.txt").read_text() == "2"
+    assert (again / "t" / "notes.txt").read_text() == "mine"
+
+
 MULTI_NODE = """\
 import json, os, pathlib
 import jax
