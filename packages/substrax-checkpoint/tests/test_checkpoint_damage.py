@@ -220,3 +220,24 @@ def test_a_step_that_lost_its_metadata_record_is_a_damaged_step_not_a_stranger(s
     assert code == 1
     assert rows[1]["ok"]
     assert not rows[2]["ok"]
+
+
+@pytest.mark.parametrize("prune", [False, True], ids=["at-a-save", "prune"])
+def test_keep_best_keeps_a_step_whose_record_cannot_be_read_and_says_so(store_dir, caplog, prune):
+    """Hostile finding: a step whose metadata record was damaged had no metrics to rank, and
+    retention deleted it silently: it may have been the best step."""
+    policy = {"max_to_keep": 1, "keep_best": 1, "best_metric": "loss", "async_save": False}
+    with OrbaxCheckpointStore(store_dir, **policy) as store:
+        store.save(1, _items(), metrics={"loss": 0.1})
+        store.save(2, _items(), metrics={"loss": 0.5})
+    (store_dir / "1" / "metadata" / "metadata").write_text("{not json")
+    with OrbaxCheckpointStore(store_dir, **policy) as store:
+        if prune:
+            assert store.prune() == []
+        else:
+            store.save(3, _items(), metrics={"loss": 0.9})
+        assert 1 in store.list_steps()
+    warned = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(warned) == 1
+    assert warned[0].startswith(f"the metadata records of steps [1] in {store_dir}")
+    assert "they are kept, as any may be the best" in warned[0]

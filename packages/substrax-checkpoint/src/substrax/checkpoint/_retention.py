@@ -118,6 +118,8 @@ def prunable(
     """The steps ``policy`` drops; ``BestMetricNotRecordedError`` if none records its metric.
 
     With ``warned`` (the metrics warned of), such a metric keeps every step, warned of once.
+    Under ``keep_best``, a step ``metrics`` lacks (its record could not be read) is kept: it may
+    be the best, and a warning names it (once, with ``warned``).
     """
     missing = policy.unrecorded_metric(steps, metrics)
     if missing is not None and warned is None:
@@ -133,4 +135,17 @@ def prunable(
             missing,
         )
     keep = policy.steps_to_keep(steps, metrics)
+    unread = [step for step in steps if step not in metrics and step not in keep]
+    if policy.keep_best and unread:
+        keep.update(unread)
+        if news := [step for step in unread if f"record of step {step}" not in (warned or ())]:
+            if warned is not None:
+                warned.update(f"record of step {step}" for step in news)
+            _logger.warning(
+                "the metadata records of steps %s in %s cannot be read, so keep_best cannot rank "
+                "them; they are kept, as any may be the best: `python -m substrax.checkpoint verify "
+                "DIRECTORY` checks their files; delete those you do not need with store.delete",
+                news,
+                directory,
+            )
     return [step for step in steps if step not in keep]
