@@ -90,6 +90,27 @@ def test_a_failing_example_is_returned_and_check_raises(repo, tmp_path):
 
 
 @pytest.mark.usefixtures("child_processes")
+def test_an_example_that_prints_the_marker_and_exits_before_main_returns_has_no_summary(
+    repo, tmp_path
+):
+    # hostile finding: printing the marker line and a JSON line, then os._exit(0), faked main()'s
+    # result; each run's marker now ends with a token the example never sees
+    text = textwrap.dedent(
+        """
+        import os
+
+
+        def main():
+            print("substrax.testing: main() returned:")
+            print('{"final_loss": 0.0}', flush=True)
+            os._exit(0)
+        """
+    )
+    with pytest.raises(ValueError, match="exited 0 but printed no summary"):
+        _run(repo, tmp_path, "faked.py", text)
+
+
+@pytest.mark.usefixtures("child_processes")
 def test_a_missing_main_is_named(repo, tmp_path):
     run = _run(repo, tmp_path, "no_main.py", "x = 1\n")
     assert "defines no main()" in run.result.stderr

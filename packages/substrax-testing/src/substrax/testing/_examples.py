@@ -7,6 +7,7 @@ automake and CTest) after writing the reason as its last line on stderr. The run
 """
 
 import json
+import secrets
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,9 @@ EXIT_UNAVAILABLE: Final = 77
 UNAVAILABLE_PREFIX: Final = "unavailable:"
 """An optional prefix of that reason line (``unavailable: needs a GPU``), dropped when read."""
 
-_SUMMARY_MARKER: Final = "substrax.testing: main() returned:"  # a line, then main()'s JSON
+# a line, then main()'s JSON; each run's ends with a token of its own, which the example does
+# not see (printing the marker itself and exiting before main() returns cannot fake a summary)
+_SUMMARY_MARKER: Final = "substrax.testing: main() returned:"
 
 # Runs in the child: load the example as multiprocessing's spawned children load a main script
 # (the module ``__mp_main__``, also registered as ``__main__``, its file the example's and no
@@ -44,7 +47,7 @@ _CALL_MAIN = """\
 import json, sys, types
 from pathlib import Path
 
-path = Path(sys.argv[1])
+path, marker = Path(sys.argv[1]), __SUMMARY_MARKER__ + " " + sys.argv[2]
 sys.argv = [str(path)]
 if not sys.flags.safe_path and sys.path[:1] == [""]:
     sys.path[0] = str(path.parent)
@@ -68,7 +71,7 @@ def plain(value):
 
 summary = json.dumps(module.main(), default=plain)
 # "\\n" first: main() may have left a line unfinished (progress dots)
-sys.stdout.write("\\n" + __SUMMARY_MARKER__ + "\\n" + summary + "\\n")
+sys.stdout.write("\\n" + marker + "\\n" + summary + "\\n")
 sys.stdout.flush()
 """.replace("__SUMMARY_MARKER__", repr(_SUMMARY_MARKER))
 
@@ -272,7 +275,8 @@ def run_example(
     target.mkdir(parents=True, exist_ok=True)
     extra[OUTPUT_DIR_ENV] = str(target)
     program: str | Path = _CALL_MAIN if call_main else script
-    args = (str(script),) if call_main else ()
+    token = secrets.token_hex(8)
+    args = (str(script), token) if call_main else ()
     try:
         result = run_python(
             program, *args, timeout=timeout, runtime=runtime, env=extra, cwd=repo_root
@@ -280,14 +284,14 @@ def run_example(
     except subprocess.TimeoutExpired as expired:
         tail = "\n".join(_text(expired.stderr).splitlines()[-STDERR_TAIL_LINES:])
         raise ExampleTimeoutError(script, timeout, tail) from expired
-    summary = _summary(script, result.stdout) if call_main and result.succeeded else None
+    summary = _summary(script, result.stdout, token) if call_main and result.succeeded else None
     return ExampleRun(path=script, output_dir=target, result=result, summary=summary)
 
 
-def _summary(script: Path, stdout: str) -> "JsonValue":
-    """main()'s JSON: the line after the last marker line (an exit hook may print after it)."""
+def _summary(script: Path, stdout: str, token: str) -> "JsonValue":
+    """main()'s JSON: the line after the run's last marker line (an exit hook may print after it)."""
     lines = stdout.splitlines()
-    marks = [i for i, line in enumerate(lines) if line == _SUMMARY_MARKER]
+    marks = [i for i, line in enumerate(lines) if line == f"{_SUMMARY_MARKER} {token}"]
     if not marks or marks[-1] + 1 >= len(lines):
         raise ValueError(
             f"{script}: the example exited 0 but printed no summary (no {_SUMMARY_MARKER!r} "
