@@ -59,38 +59,34 @@ def test_detect_devices_names_jax_platforms_when_jax_started_no_backend(monkeypa
     assert isinstance(info.value.__cause__, AssertionError)
 
 
+# Run in a child: detect_devices' error (its message and cause's type), or null when none is raised
+_DETECT = (
+    "import json\n"
+    "from substrax.devices import detect_devices\n"
+    "from substrax.runtime import RuntimeConfigurationError\n"
+    "try:\n"
+    "    detect_devices()\n"
+    "except RuntimeConfigurationError as error:\n"
+    "    print(json.dumps([str(error), type(error.__cause__).__name__]))\n"
+    "else:\n"
+    "    print('null')\n"
+)
+
+
 @pytest.mark.usefixtures("child_processes")
 def test_detect_devices_with_cuda_and_no_gpu_raises_the_project_error(child):
     from substrax.runtime.managed_env import nvidia_gpu_visible
 
     if nvidia_gpu_visible():
         pytest.skip("a GPU is visible: jax may start cuda here")
-    program = (
-        "import json\n"
-        "from substrax.devices import detect_devices\n"
-        "from substrax.runtime import RuntimeConfigurationError\n"
-        "try:\n"
-        "    detect_devices()\n"
-        "except RuntimeConfigurationError as error:\n"
-        "    print(json.dumps(str(error)))\n"
-    )
-    message = child(program, env={"JAX_PLATFORMS": "cuda"})
+    message, _ = child(_DETECT, env={"JAX_PLATFORMS": "cuda"})
     assert message.startswith("jax started none of the platforms JAX_PLATFORMS='cuda'")
 
 
 @pytest.mark.usefixtures("child_processes")
 def test_detect_devices_with_no_cpu_devices_names_the_setting(child):
     # jax failed on "Could not determine process_index for this process", naming no setting
-    program = (
-        "import json\n"
-        "from substrax.devices import detect_devices\n"
-        "from substrax.runtime import RuntimeConfigurationError\n"
-        "try:\n"
-        "    detect_devices()\n"
-        "except RuntimeConfigurationError as error:\n"
-        "    print(json.dumps([str(error), type(error.__cause__).__name__]))\n"
-    )
-    message, cause = child(program, env={"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "0"})
+    message, cause = child(_DETECT, env={"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "0"})
     assert message.startswith("jax could not start its CPU backend with JAX_NUM_CPU_DEVICES=0")
     assert "set it to a whole number >= 1" in message
     assert cause == "RuntimeError"
