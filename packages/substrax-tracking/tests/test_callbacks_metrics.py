@@ -51,6 +51,18 @@ def test_a_metric_that_is_not_one_number_is_refused_naming_it(feed, value, shown
     assert isinstance(info.value, TypeError)
 
 
+def test_a_vector_of_losses_is_refused_saying_how_to_pass_a_stacked_calls_loss():
+    # hostile finding: TrainStep(steps_per_call=4) returns 4 losses; the message said only .mean()
+    with pytest.raises(MetricValueError) as info:
+        LossSpikeDetector().on_batch_end(None, 0, {"loss": jnp.ones(4)})
+    assert "TrainStep(steps_per_call=4) returns one loss per step: pass the last, losses[-1]" in (
+        str(info.value)
+    )
+    with pytest.raises(MetricValueError) as info:
+        LossSpikeDetector().on_batch_end(None, 0, {"loss": jnp.ones((2, 2))})
+    assert "steps_per_call" not in str(info.value)
+
+
 def test_numpy_and_jax_scalars_are_read_as_numbers():
     detector = LossSpikeDetector(window=4, warmup=2)
     for step, loss in enumerate([np.float32(1.0), jnp.asarray(1.0), 1]):

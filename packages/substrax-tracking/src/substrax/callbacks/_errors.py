@@ -66,10 +66,16 @@ class MetricValueError(_CallbackError, TypeError):
     def _message(self) -> str:
         shape = getattr(self.value, "shape", None)
         what = f"an array of shape {shape}" if shape is not None else f"{self.value!r:.80}"
+        stacked = (
+            f" (a TrainStep(steps_per_call={shape[0]}) returns one loss per step: pass the last, "
+            "losses[-1])"
+            if shape is not None and len(shape) == 1
+            else ""
+        )
         return (
             f"{self.who} reads metric {self.metric!r} as one number, but it was logged as {what} "
             f"({type(self.value).__name__}); log a scalar (reduce a vector with .mean(), or log "
-            "its parts under their own names)"
+            f"its parts under their own names){stacked}"
         )
 
 
