@@ -59,12 +59,11 @@ class CallbackList:
 
     def remove(self, callback: TrainingCallback) -> None:
         """Remove ``callback``; a ValueError if it is not in the list."""
-        try:
-            self._callbacks.remove(callback)
-        except ValueError:
+        if callback not in self._callbacks:
             raise ValueError(
                 f"{callback!r} is not in this CallbackList; it holds {self._callbacks!r}"
-            ) from None
+            )
+        self._callbacks.remove(callback)
 
     def __len__(self) -> int:
         return len(self._callbacks)
@@ -80,9 +79,9 @@ class CallbackList:
         self._each("on_train_begin", trainer)
 
     def on_train_end(self, trainer: object, /) -> None:
-        """Call ``on_train_end`` on every callback, each even if one before it raised.
+        """Call ``on_train_end`` on each callback, even after one raised; then raise the first.
 
-        The first error is raised once every callback ran (the others are noted on it).
+        The others are noted on it.
         """
         self._each("on_train_end", trainer, every=True)
 

@@ -203,14 +203,8 @@ class LossSpikeDetector(BaseCallback):
             return
         spike = LossSpike(batch=batch, value=value, mean=mean, std=std)
         self.spikes.append(spike)
-        _logger.warning(
-            "%s spiked at step %d: %g against a recent mean %g (std %g)",
-            self.monitor,
-            batch,
-            value,
-            mean,
-            std,
-        )
+        message = "%s spiked at step %d: %g against a recent mean %g (std %g)"
+        _logger.warning(message, self.monitor, batch, value, mean, std)
         if self.on_spike is not None:
             self.on_spike(spike)
         self._streak = [*self._streak, value] if math.isfinite(value) else []

@@ -58,14 +58,12 @@ def kept_alive(who: str, metric: str, batch: int, value: object, warned: set[str
         return True
     if metric not in warned:
         warned.add(metric)
-        _logger.warning(
+        message = (
             "%s skips %r of step %d: its jax array was deleted before it was read, one step "
             "later (donated to the next step's call?); log a value the step returns apart from "
-            "its donated state, such as its loss (this warning is given once per metric)",
-            who,
-            metric,
-            batch,
+            "its donated state, such as its loss (this warning is given once per metric)"
         )
+        _logger.warning(message, who, metric, batch)
     return False
 
 
@@ -80,10 +78,8 @@ def wait_for(values: Iterable[Any]) -> None:
 
 def warn_missing_metric(who: str, metric: str, logged: Collection[str]) -> None:
     """Warn that ``metric`` is not among the ``logged`` metrics (a misspelled name?)."""
-    _logger.warning(
+    message = (
         "%s watches metric %r, but the logs it was given hold %s; check the spelling "
-        "(it does nothing until that metric is logged)",
-        who,
-        metric,
-        sorted(logged),
+        "(it does nothing until that metric is logged)"
     )
+    _logger.warning(message, who, metric, sorted(logged))

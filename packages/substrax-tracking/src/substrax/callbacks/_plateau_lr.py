@@ -124,16 +124,11 @@ class ReduceLROnPlateauCallback(BaseCallback):
             self._tracker.set_state({"best": self._tracker.best, "num_bad_epochs": 0})
             return
         if self._tracker.num_bad_epochs >= self.patience or not finite:
-            new_scale = max(self._scale * self.factor, self.min_scale)
-            if new_scale < self._scale:
-                _logger.info(
-                    "%s plateaued at epoch %d: learning-rate scale %g -> %g",
-                    self.monitor,
-                    epoch,
-                    self._scale,
-                    new_scale,
-                )
-            self._scale, self._cooldown_left = new_scale, self.cooldown
+            old, self._scale = self._scale, max(self._scale * self.factor, self.min_scale)
+            if self._scale < old:
+                message = "%s plateaued at epoch %d: learning-rate scale %g -> %g"
+                _logger.info(message, self.monitor, epoch, old, self._scale)
+            self._cooldown_left = self.cooldown
             self._tracker.set_state({"best": self._tracker.best, "num_bad_epochs": 0})
         optimizer = (
             self.optimizer if self.optimizer is not None else getattr(trainer, "optimizer", None)
@@ -177,35 +172,30 @@ class ReduceLROnPlateauCallback(BaseCallback):
         return result
 
     def _inject(self, node: Any, hyperparams: Mapping[str, Any], group: int) -> Any:
-        """``node`` (an ``inject_hyperparams`` state) with its scaled value; an nnx one in place."""
+        """``node`` (an ``inject_hyperparams`` state, ``group``) scaled; an nnx one in place."""
         leaf = hyperparams[self.hyperparam]
-        self._scale_group(group, float(leaf.get_value() if _is_variable(leaf) else leaf))
-        new_leaf = _set(leaf, self._written[group])
-        if _is_variable(leaf) or not hasattr(node, "_replace"):
-            if isinstance(hyperparams, dict):
-                hyperparams[self.hyperparam] = new_leaf
-            return node
-        return node._replace(hyperparams={**hyperparams, self.hyperparam: new_leaf})
-
-    def _scale_group(self, group: int, current: float) -> None:
-        """Set injected group ``group``'s next value; its base is its first value seen."""
-        if group == len(self._bases):
+        current = float(leaf.get_value() if _is_variable(leaf) else leaf)
+        if group == len(self._bases):  # its base is its first value seen
             self._bases.append(current)
             self._written.append(current)
         elif not self._warned_schedule and not math.isclose(
             current, self._written[group], rel_tol=1e-5
         ):
             self._warned_schedule = True
-            _logger.warning(
+            message = (
                 "ReduceLROnPlateauCallback: the injected %s is %g, not the %g it was set to: "
                 "something else sets it at every update (an optax schedule given to "
                 "inject_hyperparams is recomputed each step), so this callback's scale does "
-                "not last; inject a constant, or chain optax.contrib.reduce_on_plateau",
-                self.hyperparam,
-                current,
-                self._written[group],
+                "not last; inject a constant, or chain optax.contrib.reduce_on_plateau"
             )
+            _logger.warning(message, self.hyperparam, current, self._written[group])
         self._written[group] = self._bases[group] * self._scale
+        new_leaf = _set(leaf, self._written[group])
+        if _is_variable(leaf) or not hasattr(node, "_replace"):
+            if isinstance(hyperparams, dict):
+                hyperparams[self.hyperparam] = new_leaf
+            return node
+        return node._replace(hyperparams={**hyperparams, self.hyperparam: new_leaf})
 
     def get_state(self) -> dict[str, Any]:
         """The state to checkpoint, strict JSON."""

@@ -109,12 +109,8 @@ class ProfilerWindow(BaseCallback, Closeable):
     def on_train_end(self, _trainer: object, /) -> None:
         """Stop a trace the run ended inside of; warn of a window the run never reached."""
         if not (self._tracing or self._done):
-            _logger.warning(
-                "ProfilerWindow: the run ended before step %d; steps %d-%d are not traced",
-                self.start_step,
-                self.start_step,
-                self.last_step,
-            )
+            message = "ProfilerWindow: the run ended before step %d; steps %d-%d are not traced"
+            _logger.warning(message, self.start_step, self.start_step, self.last_step)
         self.close()
 
     def close(self) -> None:
@@ -132,13 +128,11 @@ class ProfilerWindow(BaseCallback, Closeable):
             jax.profiler.start_trace(self.log_dir, create_perfetto_trace=self.perfetto)
         except RuntimeError as error:
             self._done = True
-            _logger.warning(
+            message = (
                 "ProfilerWindow could not start its trace (%s); steps %d-%d are not traced. "
-                "Stop the other trace (jax.profiler.stop_trace) or drop this window",
-                error,
-                self.start_step,
-                self.last_step,
+                "Stop the other trace (jax.profiler.stop_trace) or drop this window"
             )
+            _logger.warning(message, error, self.start_step, self.last_step)
             return
         self._tracing = True
         atexit.register(self.close)
@@ -147,13 +141,11 @@ class ProfilerWindow(BaseCallback, Closeable):
     def _skip_past(self, batch: int) -> None:
         if batch > self.last_step and not (self._done or self._tracing):
             self._done = True
-            _logger.warning(
+            message = (
                 "ProfilerWindow skips steps %d-%d, already past at step %d (a resumed run?): "
-                "nothing is traced; choose a window after the run's first step",
-                self.start_step,
-                self.last_step,
-                batch,
+                "nothing is traced; choose a window after the run's first step"
             )
+            _logger.warning(message, self.start_step, self.last_step, batch)
 
     def _stop(self, logs: Logs) -> None:
         import jax  # noqa: PLC0415  (only reached after a trace started, with jax loaded)

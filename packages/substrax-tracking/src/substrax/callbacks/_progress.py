@@ -1,7 +1,5 @@
 """ProgressCallback: a rich progress bar with steps per second, ETA and the latest metrics."""
 
-# ruff: noqa: ANN401  (logged values, arrays and SDK objects of any framework are typed Any on purpose)
-
 from __future__ import annotations
 
 import time
@@ -54,7 +52,7 @@ class ProgressCallback(BaseCallback):
         total_steps: int | None = None,
         initial_step: int = 0,
         metrics: str | Sequence[str] = ("loss",),
-        console: Any = None,
+        console: Any = None,  # noqa: ANN401  (a rich Console; rich is optional)
         description: str = "training",
     ) -> None:
         rich_progress = require(

@@ -1,7 +1,5 @@
 """ThroughputMeter: steps/s, examples/s, tokens/s, FLOP/s and MFU, measured over windows of steps."""
 
-# ruff: noqa: ANN401  (jitted functions, their arguments and loggers of any framework are typed Any)
-
 from __future__ import annotations
 
 import logging
@@ -38,7 +36,7 @@ class MetricsLogger(Protocol):
         """Record ``metrics`` at ``step``."""
 
 
-def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:
+def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:  # noqa: ANN401
     """One device's share of the matrix FLOPs of one call of ``function`` on ``args``.
 
     The FLOPs are counted from the traced program (:func:`substrax.devices.count_flops`), never
@@ -268,13 +266,11 @@ class ThroughputMeter(BaseCallback):
             return
         elapsed, self._mark = now - self._mark, now
         if not elapsed > 0:  # a clock that stood still, went back or read NaN: no rate to give
-            _logger.warning(
+            message = (
                 "%s: the clock read %r s for the window ending at step %s; its throughput is not "
-                "logged (the clock must be monotonic, as time.perf_counter is)",
-                type(self).__name__,
-                elapsed,
-                boundary.batch,
+                "logged (the clock must be monotonic, as time.perf_counter is)"
             )
+            _logger.warning(message, type(self).__name__, elapsed, boundary.batch)
             return
         self.latest = self._figures(boundary.steps * self.steps_per_call / elapsed)
         if self.logger is not None:
@@ -289,8 +285,7 @@ class ThroughputMeter(BaseCallback):
                 tokens = self.examples_per_step * self.tokens_per_example
                 figures["tokens_per_sec"] = steps_per_sec * tokens
         achieved = None if self.flops_per_step is None else steps_per_sec * self.flops_per_step
+        peak = self.peak_flops
         figures["flops_per_sec_per_device"] = achieved
-        figures["mfu"] = (
-            None if achieved is None or self.peak_flops is None else achieved / self.peak_flops
-        )
+        figures["mfu"] = None if achieved is None or peak is None else achieved / peak
         return figures

@@ -160,10 +160,7 @@ class BestMetricTracker:
         )
 
     def get_state(self) -> dict[str, Any]:
-        """The state to checkpoint: ``{"best", "num_bad_epochs"}``, strict JSON.
-
-        An infinite best (none yet) is written as the largest float of its sign.
-        """
+        """The state, strict JSON: an infinite best (none yet) is the largest float of its sign."""
         best = math.copysign(LARGEST, self._best) if math.isinf(self._best) else self._best
         return {"best": best, "num_bad_epochs": self._num_bad_epochs}
 

@@ -75,10 +75,9 @@ def histogram_of(name: str, values: Any) -> dict[str, Any]:
     try:
         return histogram_summary(values)
     except (TypeError, ValueError) as error:
+        what = f"histogram {name!r}"
         got = f"{type(values).__name__} ({error})"
-        raise LoggedTypeError(
-            f"histogram {name!r}", values, "an array-like of real numbers", got
-        ) from None
+        raise LoggedTypeError(what, values, "an array-like of real numbers", got) from None
 
 
 def check_step(step: object, logged: str = "", name: object = None) -> int | None:
@@ -96,9 +95,7 @@ def check_step(step: object, logged: str = "", name: object = None) -> int | Non
     """
     if step is None or (type(step) is int and 0 <= step < 2**63):
         return step
-    keys: list[object] = (
-        list(cast("Mapping[object, object]", name)) if isinstance(name, Mapping) else [name]
-    )
+    keys = list(cast("Mapping[object, object]", name)) if isinstance(name, Mapping) else [name]
     what = f"{logged} " + ", ".join(map(repr, keys)) if logged else ""
     if isinstance(step, bool):
         raise InvalidStepError(step, "is a bool, not an integer", what)
@@ -323,6 +320,5 @@ def _check_image(name: str, image: Any) -> None:
         raise ImageShapeError(name, tuple(shape))
     dtype = getattr(image, "dtype", None)
     if getattr(dtype, "kind", "f") not in "biuf":  # strings, objects, complex numbers
-        raise LoggedTypeError(
-            f"image {name!r}", image, "an array of numbers (bool, int or float)", f"dtype {dtype}"
-        )
+        expected = "an array of numbers (bool, int or float)"
+        raise LoggedTypeError(f"image {name!r}", image, expected, f"dtype {dtype}")

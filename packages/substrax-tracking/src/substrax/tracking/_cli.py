@@ -55,18 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", default=None, help="output directory (default LOG_DIR/plots)")
     replay = commands.add_parser("replay", help="send spooled records to their backends")
     replay.add_argument("spool")
-    replay.add_argument(
-        "--timeout",
-        type=float,
-        default=_REPLAY_TIMEOUT,
-        help=f"give up after this many seconds, keeping what is undelivered (default "
-        f"{_REPLAY_TIMEOUT:g}; 0 waits as long as the backends take)",
+    timeout_help = (
+        f"give up after this many seconds, keeping what is undelivered (default "
+        f"{_REPLAY_TIMEOUT:g}; 0 waits as long as the backends take)"
     )
-    replay.add_argument(
-        "--include-refused",
-        action="store_true",
-        help="also send again the records a backend refused (kept in SPOOL.refused)",
-    )
+    replay.add_argument("--timeout", type=float, default=_REPLAY_TIMEOUT, help=timeout_help)
+    refused_help = "also send again the records a backend refused (kept in SPOOL.refused)"
+    replay.add_argument("--include-refused", action="store_true", help=refused_help)
     for command in (plot, replay):
         add_json_flag(command)
     return parser

@@ -30,7 +30,7 @@ _LEVELS_SET: dict[str, int] = {}  # the level ConsoleLogger set on a stdlib logg
 
 
 def _set_level(logger: logging.Logger, level: int) -> None:
-    """Set ``level`` on ``logger`` unless someone else set one on it or on a parent below the root."""
+    """Set ``level`` on ``logger`` unless another set one on it or on a parent below the root."""
     parent = logger.parent
     while parent is not None and parent is not logging.root and parent.level == logging.NOTSET:
         parent = parent.parent
@@ -108,7 +108,7 @@ def _step(step: int | None) -> str:
 
 
 class ConsoleLogger(Logger):
-    r"""Print each call as one aligned line (with rich colours on a terminal, when rich is installed).
+    r"""Print each call as one aligned line (in rich colours on a terminal, with rich installed).
 
     Every line and message is a record of :attr:`python_logger`, so the application's handlers
     and filters see it; with no ``stream``, only the records no other handler takes are printed.

@@ -78,16 +78,15 @@ class InvalidLoggerNameError(_TrackingError, ValueError):
     most: int | None = None
 
     def _shown(self) -> dict[str, object]:
-        shown = repr(self.name)
-        problem = "must be a non-empty string; it names the run in every backend"
-        if self.most is not None:
-            shown = _shorten(
-                self.name, "bytes", len(str(self.name).encode("utf-8", "surrogatepass"))
-            )
-            problem = (
-                "is too long: a file named after it would pass 255 bytes, the most a file "
-                f"system allows in one name; give a name of at most {self.most} bytes (UTF-8)"
-            )
+        if self.most is None:
+            problem = "must be a non-empty string; it names the run in every backend"
+            return super()._shown() | {"shown_name": repr(self.name), "problem": problem}
+        size = len(str(self.name).encode("utf-8", "surrogatepass"))
+        problem = (
+            "is too long: a file named after it would pass 255 bytes, the most a file "
+            f"system allows in one name; give a name of at most {self.most} bytes (UTF-8)"
+        )
+        shown = _shorten(self.name, "bytes", size)
         return super()._shown() | {"shown_name": shown, "problem": problem}
 
 
@@ -185,10 +184,8 @@ class MetricOverflowError(_TrackingError, OverflowError):
 
     def _shown(self) -> dict[str, object]:
         at_step = "" if self.step is None else f" (at step {self.step})"
-        return super()._shown() | {
-            "shown_value": _shorten(self.value, "digits"),
-            "at_step": at_step,
-        }
+        shown_value = _shorten(self.value, "digits")
+        return super()._shown() | {"shown_value": shown_value, "at_step": at_step}
 
 
 class ImageShapeError(_TrackingError, ValueError):

@@ -42,7 +42,7 @@ def last_number(log_dir: Path) -> int:
         >>> from pathlib import Path
         >>> from substrax.tracking._event_file import last_number
         >>> with tempfile.TemporaryDirectory() as directory:
-        ...     _ = (Path(directory) / "events.out.tfevents.1.host.a.000007.345678").write_bytes(b"")
+        ...     (Path(directory) / "events.out.tfevents.1.host.a.000007.345678").touch()
         ...     last_number(Path(directory))
         7
     """
@@ -139,9 +139,7 @@ def _write_and_close(file: Appender, lock: threading.Lock) -> None:
     held = lock.acquire(timeout=_EXIT_WAIT)  # a thread may be adding an event
     try:
         if error := file.write():
-            _logger.error(
-                "%s: %d bytes of events are lost (%s)", file.path, len(file.waiting), error
-            )
+            _logger.error(f"{file.path}: {len(file.waiting)} bytes of events are lost ({error})")
     finally:
         file.close()
         if held:

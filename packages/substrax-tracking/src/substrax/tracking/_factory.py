@@ -76,10 +76,8 @@ def create_logger(
 
             # a directory per name (TensorBoard's run), as each name has its own file log
             stem = log_stem(name, current_process_index(process_index), all_processes=all_processes)
-            tensorboard_dir = directory / "tensorboard" / stem
-            loggers.append(
-                TensorBoardLogger(name, tensorboard_dir, resume_step=resume_step, **each)
-            )
+            run_dir = directory / "tensorboard" / stem
+            loggers.append(TensorBoardLogger(name, run_dir, resume_step=resume_step, **each))
     if not loggers:
         raise NoLoggerSelectedError
     return loggers[0] if len(loggers) == 1 else MultiLogger(loggers, name=name)

@@ -1,4 +1,4 @@
-"""FileLogger: a run's metrics as JSONL and CSV, hyperparameters as JSON, text, images and histograms."""
+"""FileLogger: a run's metrics as JSONL and CSV; its hyperparameters, text, images, histograms."""
 
 # ruff: noqa: ANN401  (logged values and SDK objects are typed Any on purpose)
 
@@ -31,6 +31,7 @@ from ._log_files import (
     hold_log,
     json_ready,
     jsonl_step,
+    let_go,
     metric_lines,
     strict_json,
 )
@@ -53,7 +54,7 @@ _Pending = tuple[float, int | None, str, Any]  # (time, step, name, value: a flo
 
 
 class FileLogger(Logger):
-    """Write a run's log to files under ``log_dir`` with stable names, so that a resumed run appends.
+    """Write a run's log under ``log_dir``, in files of stable names that a resumed run appends to.
 
     Files: ``<name>.metrics.jsonl`` (strict JSON: NaN as ``"NaN"``) and ``<name>.metrics.csv``
     (:attr:`metrics_file`), ``<name>.hparams.json``, ``<name>.text.jsonl``,
@@ -160,8 +161,9 @@ class FileLogger(Logger):
             if highest < resume_step:
                 held = f"steps only up to {highest}" if highest >= 0 else "no step"
                 _logger.warning(
-                    f"FileLogger({self.name!r}): resume_step={resume_step}, but the file log {self.metrics_jsonl} "
-                    f"holds {held}; check that name and log_dir are the first attempt's"
+                    f"FileLogger({self.name!r}): resume_step={resume_step}, but the file log "
+                    f"{self.metrics_jsonl} holds {held}; check that name and log_dir are the "
+                    "first attempt's"
                 )
         for file in self._files:  # the metric files are made now, the others when written
             if (file in self._files[:2] or file.path.exists()) and file.drop_torn_line():
@@ -178,8 +180,7 @@ class FileLogger(Logger):
             file.close()
         held, self._held = self._held, None
         if held is not None:
-            self.lock_path.unlink(missing_ok=True)  # while still held: never another's file
-            held.close()
+            let_go(self.lock_path, held)
 
     def _write_scalar(self, name: str, value: Any, step: int | None) -> None:
         self._keep(name, checked_scalar(name, value, step), step, time.time())
@@ -202,7 +203,7 @@ class FileLogger(Logger):
             self._flush(wait=False)
 
     def _flush(self, *, wait: bool) -> None:
-        """Write the scalars logged so far; without ``wait``, only up to a jax value still computed."""
+        """Write the logged scalars; without ``wait``, only up to a jax value still computed."""
         with self._lock:
             self._last_flush = time.time()
             if self._files[0].fd is None:  # not this process's log, or closed
@@ -245,7 +246,7 @@ class FileLogger(Logger):
             error = file.write() if file.waiting else None
             if error is not None:
                 failed[file.path] = f"{type(error).__name__}: {error.strerror or error}"
-        if failed and not self._failing and not self._warned_unwritten:
+        if failed and not self._warned_unwritten:
             self._warned_unwritten = True
             _logger.warning(
                 f"FileLogger({self.name!r}): {' and '.join(map(str, failed))} cannot be written "

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
-import itertools
 import json
 import logging
 import math
@@ -38,7 +37,7 @@ class RunLogHandler(logging.FileHandler):
 
 
 def json_ready(value: Any, _within: tuple[int, ...] = ()) -> Any:
-    """``value`` as JSON data (numbers, strings, bools, None, lists, dicts); anything else as ``str``.
+    """``value`` as JSON data (numbers, strings, bools, None, lists, dicts); anything else as str.
 
     Example:
         >>> from substrax.tracking._log_files import json_ready
@@ -54,26 +53,25 @@ def json_ready(value: Any, _within: tuple[int, ...] = ()) -> Any:
             what = type(value).__name__
             raise ValueError(f"a {what} holds itself (a cycle); log a copy without the cycle")
         _within = (*_within, id(value))
-    if isinstance(value, Mapping):
+        if not isinstance(value, Mapping):
+            return [json_ready(v, _within) for v in value]
         ready = {str(k): json_ready(v, _within) for k, v in value.items()}
         if len(ready) < len(value):  # {1: 2, "1": 3}
             keys = [k for k in value if list(map(str, value)).count(str(k)) > 1]
             raise ValueError(f"the keys {keys!r} are one name once written; rename one of them")
         return ready
-    if isinstance(value, list | tuple | set | frozenset):
-        return [json_ready(v, _within) for v in value]
     if getattr(value, "size", None) == 1 and hasattr(value, "item"):
         return json_ready(value.item())
     return str(value)
 
 
 def strict_json(value: Any) -> Any:
-    """JSON data with every NaN or infinite float written as one of the strings of :data:`NON_FINITE`."""
+    """JSON data with each NaN or infinite float as one of the strings of :data:`NON_FINITE`."""
     return json.loads(json.dumps(value), parse_constant=str)
 
 
 def decode_number(value: Any) -> float:
-    """A value of the file log as a float: a number, or one of :data:`NON_FINITE` (else ValueError)."""
+    """A file log's value as a float: a number, or one of :data:`NON_FINITE` (else ValueError)."""
     if (isinstance(value, int | float) and not isinstance(value, bool)) or value in NON_FINITE:
         return float(value)
     raise ValueError(f"{value!r} is neither a number nor one of {sorted(NON_FINITE)}")
@@ -158,8 +156,14 @@ def hold_log(
         os.close(fd)  # a logger closing meanwhile removed the file we locked: lock the new one
 
 
+def let_go(lock_path: Path, held: BinaryIO) -> None:
+    """Remove the lock file while still holding it (never another's), then let go of it."""
+    lock_path.unlink(missing_ok=True)
+    held.close()
+
+
 class Appender:
-    """One append-only file: lines wait here until written, and a write that stops keeps the rest."""
+    """One append-only file: lines wait here until written; a write that stops keeps the rest."""
 
     __slots__ = ("fd", "path", "waiting")
 
@@ -278,18 +282,14 @@ def _missing(jsonl: Path, table: Path) -> tuple[list[str], list[str]] | None:
     Each file is read from its end, in turns. None: neither holds the other's last record.
     """
     scans = [_backwards(jsonl, _row_of), _backwards(table, _line_of)]
-    lasts = [next(scan, None) for scan in scans]
+    records = [next(scan, None) for scan in scans]  # the record each scan is at
     # what each scan looks for: the other file's last record, written as this file writes it
-    wanted = [None if last is None else last[0] for last in reversed(lasts)]
-    scans = [
-        itertools.chain([last] if last else [], scan)
-        for last, scan in zip(lasts, scans, strict=True)
-    ]
+    wanted = [None if record is None else record[0] for record in reversed(records)]
     past: tuple[list[str], list[str]] = ([], [])  # each scan's records, converted, last first
     open_scans = [0, 1]
     while open_scans:
         for side in list(open_scans):
-            record = next(scans[side], None)
+            record = records[side]
             if record is None:
                 open_scans.remove(side)
                 if wanted[side] is not None:
@@ -298,6 +298,7 @@ def _missing(jsonl: Path, table: Path) -> tuple[list[str], list[str]] | None:
                 lacking = past[side][::-1]
                 return (lacking, []) if side == 0 else ([], lacking)
             past[side].append(record[1])
+            records[side] = next(scans[side], None)
     return None
 
 
@@ -310,9 +311,8 @@ def complete_metric_logs(jsonl: Appender, table: Appender) -> int:
     missing = _missing(jsonl.path, table.path)
     if missing is None:
         _logger.warning(
-            "%s and %s do not end with the same records; the CSV is rewritten from the JSONL",
-            jsonl.path,
-            table.path,
+            f"{jsonl.path} and {table.path} do not end with the same records; the CSV is "
+            "rewritten from the JSONL"
         )
         os.ftruncate(table.open(), 0)
         table.add(CSV_HEADER)
@@ -322,10 +322,7 @@ def complete_metric_logs(jsonl: Appender, table: Appender) -> int:
         if lacking:
             appender.add("".join(lacking))
             _logger.warning(
-                "%s lacked the last %d records of %s (a kill between the writes of the two, or a "
-                "full disk); they are added to it",
-                appender.path,
-                len(lacking),
-                other.path,
+                f"{appender.path} lacked the last {len(lacking)} records of {other.path} (a kill "
+                "between the writes of the two, or a full disk); they are added to it"
             )
     return len(rows) + len(lines)

@@ -99,8 +99,6 @@ class MultiLogger(Logger):
             if logger.active:
                 logger._check_params(params)
 
-    # A name or a hyperparameter one backend refuses is refused before any logger has the call.
-
     def _write_scalars(self, metrics: Mapping[str, Any], step: int | None) -> None:
         self._check_names(metrics, step)
         self._each("log_scalars", metrics, step)

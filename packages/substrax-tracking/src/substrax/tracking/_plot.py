@@ -94,7 +94,7 @@ def _draw(title: str, points: list[tuple[int, float]], png: Path) -> None:
 def plot_log_dir(
     log_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None
 ) -> Path:
-    """Draw one PNG per metric of every ``*.metrics.jsonl`` in ``log_dir`` and an ``index.html`` showing them.
+    """Draw a PNG per metric of each ``*.metrics.jsonl`` in ``log_dir`` and an ``index.html`` page.
 
     A curve matplotlib cannot draw (values from -1e308 to 1e308) is named on the page instead.
 

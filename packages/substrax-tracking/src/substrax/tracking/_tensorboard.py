@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -16,13 +17,13 @@ import weakref
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, cast
 
 from substrax.support import check_int, check_seconds, require, write_atomically
 
 from ._base import Logger
 from ._event_file import EventFile, event, last_number
-from ._log_files import hold_log, json_ready
+from ._log_files import hold_log, json_ready, let_go
 from ._media import ImageWriter, image_pixels
 from ._paths import ensure_writable_dir, log_stem
 from ._values import checked_scalars, drain_at_exit, histogram_counts, read_scalar, value_ready
@@ -36,21 +37,6 @@ _FLOAT32_MAX = 3.4028234663852886e38  # the largest value of TensorBoard's scala
 _NOT_IN_TAG = re.compile(r"[^-/\w.]")  # what tensorboardX replaces by "_" in a tag
 
 
-def _read_hparams(path: Path) -> dict[str, Any]:
-    """The hyperparameters an earlier attempt of the run logged (``{}``: none, or unreadable)."""
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return cast("dict[str, Any]", found) if isinstance(found, dict) else {}
-
-
-def _let_go(lock_path: Path, held: BinaryIO) -> None:
-    """Remove the lock file while still holding it (never another's), then let go of it."""
-    lock_path.unlink(missing_ok=True)
-    held.close()
-
-
 def _mark_restart(events: EventFile, step: int) -> None:
     """Write TensorBoard's restart marker: its readers drop the steps >= ``step`` read before."""
     from tensorboardX.proto.event_pb2 import (  # noqa: PLC0415
@@ -58,8 +44,7 @@ def _mark_restart(events: EventFile, step: int) -> None:
     )
 
     start = SessionLog(status=SessionLog.START)
-    # twice: TensorBoard's Python loader takes a run's first START for its beginning
-    for _ in range(2):
+    for _ in range(2):  # TensorBoard's Python loader takes a run's first START for its beginning
         events.add(event(wall_time=time.time(), step=step, session_log=start))
 
 
@@ -135,13 +120,16 @@ class TensorBoardLogger(Logger):
                 self._lock_path, self.log_dir, name, "TensorBoardLogger", "TensorBoard run"
             )
             if held is not None:
-                self._let_go = weakref.finalize(self, _let_go, self._lock_path, held)
+                self._let_go = weakref.finalize(self, let_go, self._lock_path, held)
                 self._let_go.atexit = False  # a forked child's exit must not remove its parent's
             events = self._events()  # the first event file, opened now
-            if resume_step is not None and resume_step + 1 < 2**63:  # no later step otherwise
-                _mark_restart(events, resume_step + 1)
             if resume_step is not None:
-                self._hparams = _read_hparams(self._hparams_json)
+                if resume_step + 1 < 2**63:  # no later step otherwise
+                    _mark_restart(events, resume_step + 1)
+                with contextlib.suppress(OSError, ValueError):  # none, or unreadable: {}
+                    found = json.loads(self._hparams_json.read_text(encoding="utf-8"))
+                    if isinstance(found, dict):  # the earlier attempt's
+                        self._hparams = cast("dict[str, Any]", found)
         # (name, value, step, time) of the scalars not written yet: from a jax value not computed
         self._held: deque[tuple[str, Any, int | None, float]] = deque()
         self._warned_unreadable: set[str] = set()
@@ -155,18 +143,17 @@ class TensorBoardLogger(Logger):
     def _tag(self, name: str) -> str:
         """The tag tensorboardX stores ``name`` as; a change, or two names meeting, warned once."""
         tag = self._tags.get(name)
-        if tag is None:
-            tag = self._tags[name] = _NOT_IN_TAG.sub("_", name).lstrip("/")
-            first = self._tagged.setdefault(tag, name)
-            if tag != name:
-                _logger.warning(
-                    f"{self!r}: {name!r} is not a TensorBoard tag; it is logged as {tag!r}"
-                )
-            if first != name:
-                _logger.warning(
-                    f"{self!r}: {first!r} and {name!r} are both logged as the tag {tag!r}, in one "
-                    "series; give them names that differ in letters, digits, '_', '-', '.' or '/'"
-                )
+        if tag is not None:
+            return tag
+        tag = self._tags[name] = _NOT_IN_TAG.sub("_", name).lstrip("/")
+        first = self._tagged.setdefault(tag, name)
+        if tag != name:
+            _logger.warning(f"{self!r}: {name!r} is not a TensorBoard tag; it is logged as {tag!r}")
+        if first != name:
+            _logger.warning(
+                f"{self!r}: {first!r} and {name!r} are both logged as the tag {tag!r}, in one "
+                "series; give them names that differ in letters, digits, '_', '-', '.' or '/'"
+            )
         return tag
 
     def _events(self) -> EventFile:
@@ -196,15 +183,16 @@ class TensorBoardLogger(Logger):
                 return
             held.popleft()
             number = read_scalar(repr(self), key, value, step, self._warned_unreadable)
-            if number is not None:
-                if abs(number) > _FLOAT32_MAX and math.isfinite(number) and key not in self._huge:
-                    self._huge.add(key)
-                    _logger.warning(
-                        f"{self!r}: {key!r} = {number:g} at step {step} is past float32, which "
-                        "TensorBoard stores: it shows as infinite (reported once a name)"
-                    )
-                summary = self._summaries.scalar(self._tag(key), number)
-                self._events().add_summary(summary, step, when)
+            if number is None:
+                continue
+            if abs(number) > _FLOAT32_MAX and math.isfinite(number) and key not in self._huge:
+                self._huge.add(key)
+                _logger.warning(
+                    f"{self!r}: {key!r} = {number:g} at step {step} is past float32, which "
+                    "TensorBoard stores: it shows as infinite (reported once a name)"
+                )
+            summary = self._summaries.scalar(self._tag(key), number)
+            self._events().add_summary(summary, step, when)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         for key, value in json_ready(params).items():  # a list or None: shown as its str
@@ -216,21 +204,19 @@ class TensorBoardLogger(Logger):
         self._write_hparams()
 
     def _write_hparams(self) -> None:
-        """Write every hyperparameter given so far; a full disk: warned once, tried at each flush."""
+        """Write all hyperparameters given so far; a full disk: warned once, tried at each flush."""
         from tensorboardX.record_writer import RecordWriter  # noqa: PLC0415
         from tensorboardX.summary import hparams  # noqa: PLC0415
 
         temporary = self.log_dir / f".{log_stem(self.name)}.hparams.tmp"
         now = self._started  # the file is read first: its time is the run's start
         try:
-            writer = RecordWriter(str(temporary))  # no event file ("tfevents") until renamed
-            try:
+            # no event file ("tfevents") until renamed
+            with contextlib.closing(RecordWriter(str(temporary))) as writer:
                 writer.write(event(wall_time=now, file_version="brain.Event:2").SerializeToString())
                 for summary in hparams(self._hparams, {}):  # the experiment, session start, end
                     writer.write(event(wall_time=now, summary=summary).SerializeToString())
                 writer.flush()
-            finally:
-                writer.close()
             temporary.replace(self.hparams_file)
             write_atomically(self._hparams_json, json.dumps(self._hparams))  # a resume's start
         except OSError as error:
@@ -282,7 +268,7 @@ class TensorBoardLogger(Logger):
             )
 
     def flush(self) -> None:
-        """Write every event logged so far (waiting for held jax values) and fsync the event file."""
+        """Write every event logged so far (waiting for held jax values); fsync the event file."""
         if self.active and not self.closed:
             self._write_all()
             if self._writer is not None:

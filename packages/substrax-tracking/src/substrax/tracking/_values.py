@@ -40,8 +40,6 @@ def as_scalar(name: str, value: Any, step: int | None = None) -> float:
         ...
         substrax.tracking.LoggedTypeError: scalar 'loss' must be a number, got str '2' (at step 7)
     """
-    if type(value) is float:
-        return value
     if isinstance(value, float):  # np.float64 and other subclasses: a builtin float, written as one
         return float(value)
     kind = getattr(getattr(value, "dtype", None), "kind", None)
@@ -84,25 +82,14 @@ def _real_dtype(dtype: Any) -> bool:
 
 
 def checked_scalar(name: str, value: Any, step: int | None) -> Any:
-    """``value`` as :func:`as_scalar` makes it, except a jax scalar: checked, but not read.
-
-    A one-element jax array of an integer or real dtype, addressable and not deleted, is
-    returned as it is, for :func:`read_scalar` later.
-    """
+    """``value`` as :func:`as_scalar` makes it, except a jax scalar: checked but returned unread."""
     if type(value) is float:
         return value
     if is_device_array(value):
-        try:
-            unread = (
-                value.size == 1
-                and _real_dtype(value.dtype)
-                and value.is_fully_addressable
-                and not value.is_deleted()
-            )
-        except Exception:  # an array jax cannot describe: as_scalar says what is wrong with it
-            unread = False
-        if unread:
-            return value
+        with contextlib.suppress(Exception):  # jax cannot describe it: as_scalar says why
+            real = value.size == 1 and _real_dtype(value.dtype)
+            if real and value.is_fully_addressable and not value.is_deleted():
+                return value
     return as_scalar(name, value, step)
 
 
@@ -197,17 +184,13 @@ def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
     array = np.asarray(values, dtype=np.float64).ravel()
     finite = array[np.isfinite(array)]
     stats = ("min", "max", "mean", "std")
+    count = int(array.size)
     if finite.size == 0:
-        return {
-            "count": int(array.size),
-            **dict.fromkeys(stats, math.nan),
-            "counts": [],
-            "edges": [],
-        }
+        return {"count": count, **dict.fromkeys(stats, math.nan), "counts": [], "edges": []}
     counts, edges = histogram_counts(finite, bins)
     with np.errstate(over="ignore", invalid="ignore"):  # a mean of -1e308 and 1e308 overflows
         summary = {stat: float(getattr(finite, stat)()) for stat in stats}
-    return {"count": int(array.size), **summary, "counts": counts.tolist(), "edges": edges.tolist()}
+    return {"count": count, **summary, "counts": counts.tolist(), "edges": edges.tolist()}
 
 
 def histogram_counts(finite: Any, bins: int) -> tuple[Any, Any]:
