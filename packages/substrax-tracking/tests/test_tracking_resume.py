@@ -92,6 +92,16 @@ def test_a_local_logger_s_resume_step_is_checked(tmp_path, logger):
         logger("run", tmp_path, resume_step=-1)
     with pytest.raises(TypeError, match="resume_step"):
         logger("run", tmp_path, resume_step=2.0)  # type: ignore[arg-type]
+    # hostile finding: a step no backend can store was taken
+    with pytest.raises(ValueError, match=r"resume_step=9223372036854775808 is past the largest"):
+        logger("run", tmp_path, resume_step=2**63)
+
+
+def test_remote_loggers_refuse_a_resume_step_past_the_largest_step(tmp_path):
+    with pytest.raises(ValueError, match=r"resume_step=9223372036854775808 is past the largest"):
+        MLFlowLogger(
+            "run", tracking_uri=f"sqlite:///{tmp_path}/m.db", run_id="r", resume_step=2**63
+        )
 
 
 def test_remote_loggers_refuse_resume_step_without_run_id(tmp_path):

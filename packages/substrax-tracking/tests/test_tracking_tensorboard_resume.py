@@ -134,3 +134,18 @@ def test_create_logger_keeps_the_tensorboard_runs_of_two_names_apart(tmp_path):
     assert evaluation_loss == [(step, 9.0) for step in range(1, 5)]
     train_loss = {e.step: e.value for e in read(tmp_path / "tensorboard" / "train").Scalars("loss")}
     assert train_loss == {1: 1.0, 2: 1.0, 3: 2.0}
+
+
+def test_a_resume_step_over_a_directory_with_no_earlier_run_is_warned_about(tmp_path, caplog):
+    # hostile finding: a misspelled log_dir resumed nothing, silently (FileLogger warns of it)
+    with TensorBoardLogger("run", tmp_path / "typo", resume_step=SAVED) as logger:
+        logger.log_scalar("loss", 1.0, step=SAVED + 1)
+    warned = [r.getMessage() for r in caplog.records if "earlier attempt" in r.getMessage()]
+    assert warned == [
+        f"TensorBoardLogger('run'): resume_step={SAVED}, but {tmp_path / 'typo'} holds no event "
+        "file of an earlier attempt; check that log_dir is the first attempt's"
+    ]
+    caplog.clear()
+    with TensorBoardLogger("run", tmp_path / "typo", resume_step=SAVED + 1):
+        pass
+    assert not [r for r in caplog.records if "earlier attempt" in r.getMessage()]

@@ -10,7 +10,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
-from substrax.support import Closeable
+from substrax.support import Closeable, check_int
 
 from . import _failure
 from ._errors import (
@@ -78,6 +78,21 @@ def histogram_of(name: str, values: Any) -> dict[str, Any]:
         what = f"histogram {name!r}"
         got = f"{type(values).__name__} ({error})"
         raise LoggedTypeError(what, values, "an array-like of real numbers", got) from None
+
+
+def check_resume_step(resume_step: int | None) -> int | None:
+    """``resume_step``: None, or the restored checkpoint's step, an int in ``[0, 2**63 - 1]``.
+
+    Raises:
+        TypeError: it is not an int.
+        ValueError: it is negative, or past the largest step a backend stores.
+    """
+    if resume_step is not None and check_int("resume_step", resume_step, minimum=0) >= 2**63:
+        raise ValueError(
+            f"resume_step={resume_step} is past the largest step, 2**63 - 1 (every backend stores "
+            "a step as a signed 64-bit integer); pass the step of the checkpoint the run restored"
+        )
+    return resume_step
 
 
 def check_step(step: object, logged: str = "", name: object = None) -> int | None:

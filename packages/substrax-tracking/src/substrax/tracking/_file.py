@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from substrax.support import check_int, check_seconds, install_hint, optional, write_atomically
+from substrax.support import check_seconds, install_hint, optional, write_atomically
 
-from ._base import Logger, histogram_of
+from ._base import Logger, check_resume_step, histogram_of
 from ._errors import FileLogWriteError
 from ._log_files import (
     CSV_HEADER,
@@ -107,9 +107,7 @@ class FileLogger(Logger):
         resume_step: int | None = None,
     ) -> None:
         super().__init__(name, process_index=process_index, all_processes=all_processes)
-        if resume_step is not None:
-            check_int("resume_step", resume_step, minimum=0)
-        self.resume_step = resume_step
+        self.resume_step = check_resume_step(resume_step)
         self.dropped_records = 0
         self.log_dir = Path(log_dir).resolve()
         self.stem = log_stem(name, self.process_index, all_processes=all_processes)

@@ -18,7 +18,7 @@ from typing import Any
 from substrax.support import check_int, check_seconds, is_device_array
 
 from ._background import AsyncDelivery
-from ._base import Logger, histogram_of
+from ._base import Logger, check_resume_step, histogram_of
 from ._errors import ResumeWithoutRunIdError, UploadNotFoundError
 from ._failure import failed_by
 from ._log_files import json_ready
@@ -76,10 +76,8 @@ def check_resume(logger: str, resume_step: int | None, run_id: str | None) -> No
         ...
         substrax.tracking.ResumeWithoutRunIdError: MLFlowLogger got resume_step=3 without run_id; ...
     """
-    if resume_step is not None:
-        check_int("resume_step", resume_step, minimum=0)
-        if run_id is None:
-            raise ResumeWithoutRunIdError(logger, resume_step)
+    if check_resume_step(resume_step) is not None and run_id is None:
+        raise ResumeWithoutRunIdError(logger, resume_step)
 
 
 class RemoteLogger(Logger):

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from substrax.support import check_int, check_seconds, require, write_atomically
+from substrax.support import check_seconds, require, write_atomically
 
-from ._base import Logger
+from ._base import Logger, check_resume_step
 from ._event_file import EventFile, event, last_number
 from ._log_files import hold_log, json_ready, let_go
 from ._media import ImageWriter, image_pixels
@@ -97,9 +97,7 @@ class TensorBoardLogger(Logger):
             extra="tensorboard",
         )
         super().__init__(name, process_index=process_index, all_processes=all_processes)
-        if resume_step is not None:
-            check_int("resume_step", resume_step, minimum=0)
-        self.resume_step = resume_step
+        self.resume_step = check_resume_step(resume_step)
         self.log_dir = Path(log_dir).resolve()
         self._flush_secs = check_seconds("flush_secs", flush_secs, positive=True)
         from tensorboardX import summary  # noqa: PLC0415  (the optional extra, checked above)
@@ -122,8 +120,15 @@ class TensorBoardLogger(Logger):
             if held is not None:
                 self._let_go = weakref.finalize(self, let_go, self._lock_path, held)
                 self._let_go.atexit = False  # a forked child's exit must not remove its parent's
+            earlier = next(self.log_dir.glob("events.out.tfevents.*"), None) is not None
             events = self._events()  # the first event file, opened now
             if resume_step is not None:
+                if not earlier:
+                    _logger.warning(
+                        f"TensorBoardLogger({name!r}): resume_step={resume_step}, but "
+                        f"{self.log_dir} holds no event file of an earlier attempt; check that "
+                        "log_dir is the first attempt's"
+                    )
                 if resume_step + 1 < 2**63:  # no later step otherwise
                     _mark_restart(events, resume_step + 1)
                 with contextlib.suppress(OSError, ValueError):  # none, or unreadable: {}
