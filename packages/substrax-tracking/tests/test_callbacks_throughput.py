@@ -4,6 +4,7 @@ from collections.abc import Iterator, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
@@ -82,6 +83,20 @@ def test_step_flops_counts_one_devices_share_of_a_sharded_step(sharded_step):
     assert step_flops(step, abstract_w, abstract_x) == 2 * 2 * BATCH * WIDTH * WIDTH / 8
     # the same program on one device's inputs is the whole count
     assert step_flops(step, w, jnp.ones((BATCH, WIDTH))) == 2 * 2 * BATCH * WIDTH * WIDTH
+
+
+def test_step_flops_divides_by_the_devices_the_program_names_itself():
+    """Hostile finding: a jit with in_shardings over 8 devices, called on host or uncommitted
+    inputs, was counted as one device's program (8 times the share each device runs)."""
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(AxisType.Auto,))
+    rows, cols = NamedSharding(mesh, PartitionSpec("data")), NamedSharding(mesh, PartitionSpec())
+    a, w = np.ones((64, 32), np.float32), jnp.ones((32, 16))
+    whole = 2 * 64 * 32 * 16
+    split = jax.jit(lambda a, w: a @ w, in_shardings=(rows, cols), out_shardings=rows)
+    assert step_flops(split, a, w) == whole / 8
+    constrained = jax.jit(lambda a, w: jax.lax.with_sharding_constraint(a, rows) @ w)
+    assert step_flops(constrained, a, w) == whole / 8
+    assert step_flops(jax.jit(lambda a, w: a @ w), a, w) == whole
 
 
 def test_step_flops_counts_abstract_inputs_plain_callables_and_static_arguments():

@@ -378,3 +378,11 @@ def test_rows_w_and_b_took_before_a_refusal_in_their_batch_are_not_sent_again(
     assert "came after step" not in caplog.text
     history, _, _ = read_complete_run(tmp_path, [0, 1, 5])
     assert [(row["_step"], row["ok"]) for row in history] == [(0, 0.0), (1, 1.0), (5, 5.0)]
+
+
+def test_an_option_wandb_init_does_not_take_is_refused_at_construction(tmp_path):
+    # hostile finding: 0.1.22's level= went on to wandb.init, which failed in the background;
+    # the logger returned, and every record was set aside as refused
+    with pytest.raises(TypeError, match="unexpected keyword argument 'level': neither it nor"):
+        WandbLogger("run", "proj", log_dir=tmp_path, mode="offline", level=20)
+    assert not list(tmp_path.iterdir())

@@ -40,8 +40,9 @@ def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:  # noqa: ANN4
     """One device's share of the matrix FLOPs of one call of ``function`` on ``args``.
 
     The FLOPs are counted from the traced program (:func:`substrax.devices.count_flops`), never
-    run, and divided by the number of devices the inputs' shardings span. ``args`` may be
-    ``jax.ShapeDtypeStruct``.
+    run, and divided by the number of devices the program spans: those of the inputs' shardings
+    and of the shardings the program names itself (a ``jax.jit``'s ``in_shardings``, a sharding
+    constraint). ``args`` may be ``jax.ShapeDtypeStruct``.
 
     Raises:
         CostAnalysisError: the FLOPs cannot be counted; its ``reason`` says why.
@@ -67,15 +68,41 @@ def step_flops(function: Any, *args: Any, **kwargs: Any) -> float:  # noqa: ANN4
     count = count_flops(function, *args, **kwargs)
     if count.flops is None:
         raise CostAnalysisError(function, count.reason)
-    devices: set[Any] = set()  # that the inputs' shardings span
+    devices: set[Any] = set()  # that the inputs' shardings span, and those the program names
     abstract = 1  # a sharding over an abstract mesh names no devices, only their number
     leaves = jax.tree_util.tree_leaves((args, kwargs))
-    for sharding in filter(None, (getattr(leaf, "sharding", None) for leaf in leaves)):
+    given = filter(None, (getattr(leaf, "sharding", None) for leaf in leaves))
+    for sharding in (*given, *_named_shardings(function, args, kwargs)):
         try:
             devices.update(sharding.device_set)
         except (AttributeError, TypeError, ValueError, RuntimeError):
             abstract = max(abstract, int(getattr(sharding, "num_devices", 1)))
     return count.flops / max(len(devices), abstract)
+
+
+def _named_shardings(function: Any, args: Any, kwargs: Any) -> list[Any]:  # noqa: ANN401
+    """The shardings ``function``'s own program names (a jit's ``in_shardings``, a constraint).
+
+    A jit with ``in_shardings`` runs on its mesh whatever devices its (host, uncommitted) inputs
+    are on. A function that cannot be traced with its static arguments as values names none.
+    """
+    import jax  # noqa: PLC0415  (see step_flops)
+
+    try:
+        closed = jax.make_jaxpr(function)(*args, **kwargs)
+    except Exception:  # static arguments: the inputs' shardings alone
+        return []
+    found: list[Any] = []
+    todo: list[Any] = [closed.jaxpr]
+    while todo:  # the program and every program inside it (a jit's, a scan's body)
+        for eqn in todo.pop().eqns:
+            for value in eqn.params.values():
+                for item in value if isinstance(value, tuple | list) else (value,):
+                    if isinstance(item, jax.sharding.Sharding):
+                        found.append(item)
+                    elif hasattr(inner := getattr(item, "jaxpr", item), "eqns"):
+                        todo.append(inner)
+    return found
 
 
 def _all_ready(values: Iterable[Any]) -> bool:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -72,6 +73,22 @@ def wandb_root_dir(
     return Path(data_home).resolve() / "substrax"
 
 
+def _check_init_options(init: Any, options: Mapping[str, Any]) -> None:
+    """Refuse, as Python refuses a call, an option ``wandb.init`` does not take.
+
+    Passed on, it failed every ``wandb.init`` of the run in the background, and each record
+    was set aside as refused.
+    """
+    accepted = inspect.signature(init).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return
+    if unknown := sorted(set(options) - set(accepted)):
+        raise TypeError(
+            f"WandbLogger got an unexpected keyword argument {unknown[0]!r}: neither it nor "
+            f"wandb.init takes it (its other options go to wandb.init: {', '.join(accepted)})"
+        )
+
+
 class WandbLogger(RemoteLogger):
     """Log to a Weights & Biases run; calls return at once and reach W&B from a worker thread.
 
@@ -105,6 +122,7 @@ class WandbLogger(RemoteLogger):
         ValueError: ``connect_timeout`` is not a finite number > 0, or ``close_timeout`` one >= 0.
         ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` or ``WANDB_RUN_ID``.
         LogDirNotWritableError: a directory W&B writes to is not writable.
+        TypeError: an option in ``init_options`` that ``wandb.init`` does not take.
 
     Example:
         >>> import tempfile
@@ -137,6 +155,7 @@ class WandbLogger(RemoteLogger):
         **init_options: Any,
     ) -> None:
         wandb = import_wandb()
+        _check_init_options(wandb.init, init_options)
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
         if run_id is None and resume_step is not None:  # W&B's default id, as wandb.init reads it
             run_id = os.environ.get("WANDB_RUN_ID") or None
