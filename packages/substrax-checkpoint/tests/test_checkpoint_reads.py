@@ -11,6 +11,7 @@ from flax import nnx
 
 from substrax.checkpoint import (
     CheckpointDtypeMismatchError,
+    CheckpointMetadata,
     Mode,
     OrbaxCheckpointStore,
     UnsupportedCheckpointError,
@@ -72,6 +73,14 @@ def test_other_format_is_unsupported(store_dir):
         pytest.raises(UnsupportedCheckpointError, match="newer"),
     ):
         store.read_metadata(1)
+
+
+@pytest.mark.parametrize("version", [0, -1])
+def test_a_format_version_below_the_first_is_unsupported(version):
+    # 0.1.22 refused every version but 1; a 0 was read as the current format (a migrant's finding)
+    record = {"format": "substrax-checkpoint", "format_version": version, "step": 1}
+    with pytest.raises(UnsupportedCheckpointError, match=f"format_version {version} was never"):
+        CheckpointMetadata.from_dict({**record, "items": ["model"]})
 
 
 def test_best_step_modes(store_dir):

@@ -72,10 +72,19 @@ def test_a_scalar_under_the_data_sharding_is_refused_with_its_path(mesh):
     assert info.value.path == "['lam']"
     assert info.value.shape == ()
     assert (
-        "batch leaf ['lam'] has shape () but its sharding P('data',) splits 1 dimension(s)"
+        "batch leaf ['lam'] has shape () but its sharding P('data',) names 1 dimension(s)"
         in str(info.value)
     )
     assert isinstance(info.value, ValueError)
+
+
+def test_a_leaf_with_fewer_dimensions_than_the_spec_names_is_refused_with_its_path(mesh):
+    # a migrant's finding: P("data", None) on a rank-1 leaf got jax's error, which names no leaf
+    sharding = NamedSharding(mesh, P("data", None))
+    with pytest.raises(BatchPlacementError) as info:
+        place_batch_on_shards({"a": {"b": np.ones(8)}, "c": np.ones((8, 3))}, sharding)
+    assert info.value.path == "['a']['b']"
+    assert "has shape (8,) but its sharding P('data', None) names 2 dimension(s)" in str(info.value)
 
 
 def test_refusal_through_a_prefix_names_the_full_path(mesh):
@@ -156,7 +165,7 @@ def test_a_train_step_refuses_a_none_in_its_batch_sharding_when_built(mesh):
 @pytest.mark.parametrize(
     ("picked", "match"),
     [
-        (nnx.RngCount, r"rngs/count has shape \(\) but its sharding P\('data',\) splits 1 dim"),
+        (nnx.RngCount, r"rngs/count has shape \(\) but its sharding P\('data',\) names 1 dim"),
         (nnx.PathContains("kernel"), r"0/kernel has shape \(8, 6\) .* 8 does not divide 6"),
     ],
     ids=["scalar", "indivisible"],

@@ -176,6 +176,11 @@ class CheckpointMetadata:
                 f"not a {FORMAT_NAME} record: format {fmt!r}; this store reads only {FORMAT_NAME}"
             )
         version = data.get("format_version")
+        if isinstance(version, int) and version < 1:
+            raise UnsupportedCheckpointError(
+                f"{FORMAT_NAME} format_version {version} was never written (versions start at "
+                "1): the record is damaged, or not a substrax-checkpoint record"
+            )
         if isinstance(version, int) and version > CURRENT_FORMAT_VERSION:
             raise UnsupportedCheckpointError(
                 f"{FORMAT_NAME} format_version {version} is newer than this reader "

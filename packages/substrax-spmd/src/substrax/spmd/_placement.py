@@ -40,14 +40,8 @@ _ARRAY_TYPES = (np.ndarray, np.generic, jax.Array)
 
 
 def _split_rank(sharding: Sharding) -> int:
-    """How many leading dimensions a sharding needs: 1 + the last split dimension."""
-    if not isinstance(sharding, NamedSharding):
-        return 0
-    spec = sharding.spec
-    for i in range(len(spec) - 1, -1, -1):
-        if spec[i] is not None:
-            return i + 1
-    return 0
+    """How many dimensions a sharding needs: one per entry of its spec, a ``None`` one too (jax's rule)."""
+    return len(sharding.spec) if isinstance(sharding, NamedSharding) else 0
 
 
 def _is_local(leaf: object) -> bool:
@@ -63,7 +57,7 @@ def _misfit(shape: tuple[int, ...], sharding: Sharding, *, rows_only: bool = Fal
     """
     need = _split_rank(sharding)
     if len(shape) < need:
-        return f"splits {need} dimension(s)"
+        return f"names {need} dimension(s)"
     if rows_only or not isinstance(sharding, NamedSharding):
         return None
     mesh_shape = dict(sharding.mesh.shape)
@@ -235,9 +229,10 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
         The batch with every array leaf replaced by the global array on its sharding.
 
     Raises:
-        BatchPlacementError: A ValueError, if a leaf has fewer dimensions than its sharding
-            splits, or a split dimension that its mesh axes do not divide (a 12-row batch on an
-            8-way data axis); the message names the leaf's path and the sizes.
+        BatchPlacementError: A ValueError, if a leaf has fewer dimensions than its sharding's
+            spec names (a ``None`` entry too), or a split dimension that its mesh axes do not
+            divide (a 12-row batch on an 8-way data axis); the message names the leaf's path
+            and the sizes.
         ValueError: If ``sharding`` is no pytree prefix of ``batch`` (a key missing, or one the
             batch lacks); the message names the path.
         TypeError: If ``sharding`` is (or holds) a ``PartitionSpec`` (wrap it in
