@@ -116,8 +116,7 @@ def test_wrap_refuses_what_is_not_callable_naming_it(bad):
 
 def test_the_0_1_22_module_path_holds_the_compile_count_error():
     # the reference lists CompileCountError with substrax.testing.compiles (a migrant's finding)
-    from substrax.testing import CompileCountError
-    from substrax.testing import compiles
+    from substrax.testing import CompileCountError, compiles
 
     assert compiles.CompileCountError is CompileCountError
     assert "CompileCountError" in compiles.__all__
