@@ -79,7 +79,9 @@ def test_other_format_is_unsupported(store_dir):
 def test_a_format_version_below_the_first_is_unsupported(version):
     # 0.1.22 refused every version but 1; a 0 was read as the current format (a migrant's finding)
     record = {"format": "substrax-checkpoint", "format_version": version, "step": 1}
-    with pytest.raises(UnsupportedCheckpointError, match=f"format_version {version} was never"):
+    with pytest.raises(
+        UnsupportedCheckpointError, match=f"format_version {version} is below the first"
+    ):
         CheckpointMetadata.from_dict({**record, "items": ["model"]})
 
 

@@ -1,8 +1,7 @@
 """The per-step ``CheckpointMetadata`` record, read from every on-disk format.
 
-Format 1 stores each item as ``{"tree": item}`` beside ``metadata`` and ``dtypes`` records;
-legacy format 2 (a ``model`` payload, a sidecar stamped ``checkpoint_version: "2.0"``) is read
-in memory.
+Format 1 stores each item as ``{"tree": item}`` beside ``metadata`` and ``dtypes`` records; the
+legacy format 2 (a ``model`` payload, a ``checkpoint_version: "2.0"`` sidecar) is read in memory.
 """
 
 import contextlib
@@ -176,15 +175,11 @@ class CheckpointMetadata:
                 f"not a {FORMAT_NAME} record: format {fmt!r}; this store reads only {FORMAT_NAME}"
             )
         version = data.get("format_version")
-        if isinstance(version, int) and version < 1:
+        if isinstance(version, int) and not 1 <= version <= CURRENT_FORMAT_VERSION:
+            why = "newer than this reader" if version > 1 else "below the first, 1 (damaged)"
             raise UnsupportedCheckpointError(
-                f"{FORMAT_NAME} format_version {version} was never written (versions start at "
-                "1): the record is damaged, or not a substrax-checkpoint record"
-            )
-        if isinstance(version, int) and version > CURRENT_FORMAT_VERSION:
-            raise UnsupportedCheckpointError(
-                f"{FORMAT_NAME} format_version {version} is newer than this reader "
-                f"(version {CURRENT_FORMAT_VERSION}); upgrade substrax-checkpoint"
+                f"{FORMAT_NAME} format_version {version} is {why}; this reader reads versions 1 "
+                f"to {CURRENT_FORMAT_VERSION} (a newer one: upgrade substrax-checkpoint)"
             )
         return read_record(cls, dict(data))
 
