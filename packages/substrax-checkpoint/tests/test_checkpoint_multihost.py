@@ -63,7 +63,30 @@ WORKER = textwrap.dedent(
         except SystemExit as stop:
             stops[every] = {"step": step, "code": stop.code, "requested": preemption.requested}
     lock = {"pid": os.getpid(), "holder": holder, "refused": refused}
-    print(json.dumps({"host_local": host_local, "stops": stops, "lock": lock}))
+
+    # retention by metrics process 0 alone passes, or each process computes on its own shard:
+    # process 0's record decides on every process (they hung, or kept different steps)
+    retained = {}
+    for mode in ("process 0 only", "each its own"):
+        losses = [0.9, 0.5, 0.7, 0.8] if pid == 0 else [0.4, 0.6, 0.9, 0.8]
+        with OrbaxCheckpointStore(f"{root}/best-{mode}", max_to_keep=1, keep_best=1,
+                                  best_metric="val_loss") as store:
+            for step in range(1, 5):
+                given = {"val_loss": losses[step - 1]}
+                metrics = given if pid == 0 or mode == "each its own" else None
+                store.save(step, {"model": {"w": np.full(2, step, np.float32)}}, metrics=metrics)
+            store.wait()
+            retained[mode] = {"steps": store.list_steps(), "best": store.best_step("val_loss"),
+                              "epoch_1": store.read_metadata(store.list_steps()[0]).metrics}
+    with OrbaxCheckpointStore(f"{root}/steps") as store:
+        try:
+            store.save(7 + pid, {"model": {"w": np.zeros(2, np.float32)}})
+            mismatch = None
+        except ValueError as error:
+            mismatch = str(error)
+        retained["steps after"] = store.list_steps()
+    print(json.dumps({"host_local": host_local, "stops": stops, "lock": lock,
+                      "retained": retained, "mismatch": mismatch}))
     """
 )
 
@@ -118,6 +141,28 @@ def test_host_local_arrays_are_saved_by_a_collective_save(two_processes):
             "kernel": True,
             "sharded": list(np.arange(8.0)),
         }
+
+
+def test_process_0s_metrics_decide_retention_on_every_process(two_processes):
+    """Hostile finding: keep_best with metrics on process 0 alone hung the job (the processes'
+    retention deleted different steps); metrics computed per shard kept different steps."""
+    _, results = two_processes
+    for result in results:
+        for mode in ("process 0 only", "each its own"):
+            assert result["retained"][mode] == {
+                "steps": [2, 4],  # process 0's best (0.5) and the newest
+                "best": 2,
+                "epoch_1": {"val_loss": 0.5},
+            }
+
+
+def test_processes_that_save_different_steps_all_raise_naming_them(two_processes):
+    _, results = two_processes
+    for result in results:
+        assert result["mismatch"].startswith(
+            "the processes of this job save different steps (process 0: 7, process 1: 8)"
+        )
+        assert result["retained"]["steps after"] == []
 
 
 @pytest.mark.parametrize(("every", "expected"), [(1, 4), (3, 6)])

@@ -24,6 +24,7 @@ import jax
 
 from substrax.runtime import distributed_state
 
+from ._metadata import CheckpointMetadata
 from ._write_errors import CheckpointLockedError, DistributedNotInitializedError
 
 
@@ -51,6 +52,39 @@ def agree(value: str, *, topic: str = "save") -> str:
         client.key_value_set(key, value)
         return value
     return str(client.blocking_key_value_get(key, TIMEOUT_MS))
+
+
+def gather(value: str, *, topic: str) -> list[str]:
+    """Every process's ``value``, in process order, on every process (each waits for all)."""
+    if jax.process_count() == 1:
+        return [value]
+    client = coordination_client("the checkpoint store")
+    key = f"substrax_checkpoint/{topic}/{next(_decisions)}"
+    client.key_value_set(f"{key}/{jax.process_index()}", value)
+    client.wait_at_barrier(key, TIMEOUT_MS)
+    found = dict(client.key_value_dir_get(key))
+    return [found[f"{key}/{index}"] for index in range(jax.process_count())]
+
+
+def agreed_record(record: CheckpointMetadata) -> CheckpointMetadata:
+    """Process 0's record of a save, on every process: its metrics, epoch and extra decide.
+
+    Retention and ``best_step`` then choose the same steps on every process (metrics logged on
+    process 0 alone, or computed on each process's shard, made them disagree and hang).
+
+    Raises:
+        ValueError: the processes save different steps (raised on every process).
+    """
+    if jax.process_count() == 1:
+        return record
+    records = [json.loads(text) for text in gather(json.dumps(record.to_dict()), topic="record")]
+    if len({saved["step"] for saved in records}) > 1:
+        steps = ", ".join(f"process {i}: {saved['step']}" for i, saved in enumerate(records))
+        raise ValueError(
+            f"the processes of this job save different steps ({steps}); every process calls "
+            "save with the same step (count steps alike on each, never from its own data)"
+        )
+    return CheckpointMetadata.from_dict(records[0])
 
 
 def is_primary() -> bool:

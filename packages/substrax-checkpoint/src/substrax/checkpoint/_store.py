@@ -17,7 +17,7 @@ import numpy as np
 from substrax.typing import JsonValue
 
 from ._index import IndexBook
-from ._lock import is_primary, take_writer_lock
+from ._lock import agreed_record, is_primary, take_writer_lock
 from ._manager import Layout, empty_deleted, remove_partial_steps
 from ._metadata import NONFINITE_METRICS_KEY, Producer
 from ._paths import check_store_directory, make_store_directory
@@ -240,8 +240,10 @@ class OrbaxCheckpointStore(StoreReads):
         ``unwritten`` names both). A NaN or infinite metric is recorded aside, never ranked;
         leaves orbax would store under one name raise ``CheckpointLeafNameCollisionError``; a
         directory removed since the store opened raises ``CheckpointStoreRemovedError``. With
-        several processes a refusal is decided by process 0, and a host-local ``jax.Array`` is
-        saved as process 0's value.
+        several processes a refusal is decided by process 0, as are the metrics, ``epoch`` and
+        ``extra`` recorded (so retention keeps the same steps on every process); a host-local
+        ``jax.Array`` or NumPy leaf is saved as process 0's value, and processes that save
+        different steps raise ``ValueError``, each of them.
 
         Example:
             >>> import tempfile
@@ -259,6 +261,7 @@ class OrbaxCheckpointStore(StoreReads):
         request = SaveRequest.build(
             step, items, epoch=epoch, metrics=metrics, producer=producer, extra=extra
         )
+        request = dataclasses.replace(request, record=agreed_record(request.record))
         self._check_open()
         try:
             self._finish_write()  # the index write it leaves running is ordered before the next
