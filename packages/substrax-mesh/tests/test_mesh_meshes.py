@@ -144,6 +144,21 @@ def test_multihost_mesh_refuses_a_bad_dcn_shape_naming_it(ici, dcn, match):
         create_multihost_mesh({"data": 8}, [("data", 1)])  # pyright: ignore[reportArgumentType]
 
 
+def test_a_dcn_shape_of_ones_over_devices_of_two_processes_is_refused():
+    """Hostile finding: dcn {"data": 1} (a typo for 2) over two processes made a mesh of process
+    0's devices: it trained on half the data, and process 1 failed on a bare StopIteration."""
+
+    class Device:  # what the mesh reads of a device: its process (no TPU slice)
+        def __init__(self, process_index: int) -> None:
+            self.process_index = process_index
+
+    devices = [Device(index // 4) for index in range(8)]
+    with pytest.raises(MeshShapeError, match=r"stacks 1 processes, but the 8 devices span 2"):
+        create_multihost_mesh({"data": 8}, {"data": 1}, devices=devices)
+    with pytest.raises(MeshShapeError, match=r"needs 4 devices; 8 are visible"):
+        create_multihost_mesh({"data": 4}, {"data": 1}, devices=devices)
+
+
 @pytest.mark.parametrize("bad", [None, "data", {"data": 2}])
 def test_mesh_info_refuses_what_is_not_a_mesh_naming_it(bad):
     with pytest.raises(TypeError, match=r"mesh must be a jax.sharding.Mesh"):

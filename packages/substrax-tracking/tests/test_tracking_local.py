@@ -325,6 +325,37 @@ def test_process_index_sources(monkeypatch):
         current_process_index(-1)
 
 
+def test_with_jax_imported_but_no_distributed_job_the_environment_names_the_process(monkeypatch):
+    """Hostile finding: a logger made after `import jax`, before jax.distributed.initialize,
+    asked jax, which started its backend (the process could no longer join its job) and
+    answered 0 on every process."""
+    import jax
+
+    assert not jax.distributed.is_initialized()
+    for var in ("SUBSTRAX_PROCESS_INDEX", "RANK"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("JAX_PROCESS_ID", "1")
+    assert current_process_index() == 1
+    monkeypatch.delenv("JAX_PROCESS_ID")
+    assert current_process_index() == jax.process_index() == 0
+
+
+def test_a_multilogger_of_loggers_silent_here_is_silent_here(tmp_path, caplog):
+    """Hostile finding: create_logger's MultiLogger on process 1 wrote its messages (through
+    Python's last-resort handler) and said process_index=0."""
+    quiet = create_logger("demo", log_dir=tmp_path, stream=io.StringIO(), process_index=1)
+    assert not quiet.active
+    with caplog.at_level("INFO", logger="substrax.tracking.run.demo"):
+        quiet.warning("from process %d", 1)
+    assert not [r for r in caplog.records if r.name == "substrax.tracking.run.demo"]
+    quiet.close()
+    mixed = MultiLogger(
+        [ConsoleLogger("c", stream=io.StringIO(), process_index=1), FileLogger("f", tmp_path)]
+    )
+    assert mixed.active  # one of them logs here
+    mixed.close()
+
+
 def test_only_process_zero_logs_unless_asked(tmp_path):
     out = io.StringIO()
     quiet = create_logger("demo", log_dir=tmp_path / "p1", stream=out, process_index=1)

@@ -147,6 +147,14 @@ def create_device_mesh(
     return jax.make_mesh(tuple(shape.values()), tuple(shape), types, devices=pool[:needed])
 
 
+def _granules(pool: Sequence[Any]) -> tuple[int, bool]:
+    """How many DCN granules ``pool`` spans, and whether they are TPU slices (else processes)."""
+    slices = {getattr(d, "slice_index", None) for d in pool}
+    if None not in slices and len(slices) > 1:
+        return len(slices), True
+    return len({getattr(d, "process_index", 0) for d in pool}), False
+
+
 def create_multihost_mesh(
     ici_shape: MeshShape,
     dcn_shape: Mapping[str, int] | None = None,
@@ -160,8 +168,8 @@ def create_multihost_mesh(
     layout inside one slice (or one process, on CPU and GPU hosts), ``dcn_shape`` how slices
     are stacked along each axis over the data-centre network; the devices are placed with
     ``jax.experimental.mesh_utils.create_hybrid_device_mesh`` so that only the DCN axes cross
-    hosts. With no ``dcn_shape`` (or all ones) this is :func:`create_device_mesh` over all
-    devices of all processes.
+    hosts. With no ``dcn_shape`` this is :func:`create_device_mesh` over all devices of all
+    processes.
 
     Args:
         ici_shape: Axis name to size within one slice (TPU) or one process.
@@ -187,9 +195,9 @@ def create_multihost_mesh(
     ici = _normalize_shape(ici_shape)
     dcn = _normalize_dcn(dcn_shape, ici)
     full = {name: size * dcn.get(name, 1) for name, size in ici.items()}
-    if all(v == 1 for v in dcn.values()):
-        return create_device_mesh(full, devices, axis_types=axis_types)
     pool = list(visible_devices() if devices is None else devices)
+    if all(v == 1 for v in dcn.values()) and (dcn_shape is None or _granules(pool)[0] == 1):
+        return create_device_mesh(full, devices, axis_types=axis_types)
     if math.prod(full.values()) != len(pool):
         msg = (
             f"multi-host mesh shape {full} (ici {ici} x dcn {dcn}) needs "
@@ -198,10 +206,7 @@ def create_multihost_mesh(
         raise MeshShapeError(msg, mesh_shape=full, device_count=len(pool))
     from jax.experimental import mesh_utils  # noqa: PLC0415  (rarely needed)
 
-    # TPU slices are the DCN granule; elsewhere (CPU, GPU hosts, one slice) each process is.
-    slices = {getattr(d, "slice_index", None) for d in pool}
-    by_slice = None not in slices and len(slices) > 1
-    granules = len(slices) if by_slice else len({getattr(d, "process_index", 0) for d in pool})
+    granules, by_slice = _granules(pool)
     if math.prod(dcn.values()) != granules:
         unit = "slices" if by_slice else "processes"
         msg = (
@@ -342,9 +347,6 @@ class DeviceMeshManager:
         Args:
             num_devices: How many devices to use; all visible devices when None.
 
-        Returns:
-            The mesh.
-
         Raises:
             MeshShapeError: If more devices are asked for than are visible.
 
@@ -363,9 +365,6 @@ class DeviceMeshManager:
         Args:
             num_devices: How many devices to split the model over.
 
-        Returns:
-            The mesh.
-
         Raises:
             MeshShapeError: If more devices are asked for than are visible.
 
@@ -383,9 +382,6 @@ class DeviceMeshManager:
         Args:
             data_parallel_size: Size of the ``data`` axis.
             model_parallel_size: Size of the ``model`` axis.
-
-        Returns:
-            The mesh.
 
         Raises:
             MeshShapeError: If the product exceeds the visible devices.

@@ -41,11 +41,14 @@ class MultiLogger(Logger):
     """
 
     def __init__(self, loggers: Iterable[Logger], *, name: str = "multi") -> None:
-        super().__init__(name, process_index=0, all_processes=True)
+        super().__init__(name, all_processes=True)
         self.loggers: tuple[Logger, ...] = tuple(loggers)
         for logger in self.loggers:
             if not isinstance(logger, Logger):  # pyright: ignore[reportUnnecessaryIsInstance]
                 raise NotALoggerError(logger)
+        # active where one of its loggers is: on process 1 of a job logging from process 0, its
+        # messages (info, warning...) went out through Python's last-resort handler
+        self.active = any(logger.active for logger in self.loggers)
 
     def _each(self, method: str, *args: Any) -> None:
         """Call ``method(*args)`` on each logger that has it; raise the first error once all had it."""

@@ -17,9 +17,12 @@ PROCESS_INDEX_ENV_VARS = ("SUBSTRAX_PROCESS_INDEX", "JAX_PROCESS_ID", "RANK")
 
 
 def current_process_index(explicit: int | None = None) -> int:
-    """This process's index: ``explicit``, else ``jax.process_index()`` if jax is already imported, else the environment.
+    """This process's index: ``explicit``, else jax's if known, else the environment, else 0.
 
-    The environment: the first of :data:`PROCESS_INDEX_ENV_VARS` set (0 when none is).
+    Jax's (``jax.process_index()``) when jax is imported and ``jax.distributed`` started, or
+    when no variable of :data:`PROCESS_INDEX_ENV_VARS` is set (a TPU pod's); otherwise the first
+    of them set. Asking jax before ``jax.distributed.initialize`` would start its backend,
+    which then can no longer join the job, and answer 0 on every process.
 
     Example:
         >>> from substrax.tracking import current_process_index
@@ -30,7 +33,9 @@ def current_process_index(explicit: int | None = None) -> int:
         return check_int("process_index", explicit, minimum=0)
     jax = sys.modules.get("jax")
     if jax is not None and hasattr(jax, "process_index"):
-        return int(jax.process_index())
+        set_here = any(os.environ.get(var) for var in PROCESS_INDEX_ENV_VARS)
+        if jax.distributed.is_initialized() or not set_here:
+            return int(jax.process_index())
     for var in PROCESS_INDEX_ENV_VARS:
         if value := os.environ.get(var):
             try:
