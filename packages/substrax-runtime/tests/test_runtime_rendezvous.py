@@ -130,6 +130,22 @@ def test_a_second_peer_with_a_taken_process_id_is_refused(wall_clock):
     assert outcome == first_outcome == {"result": None}
 
 
+def test_the_coordinator_names_a_process_id_started_twice(wall_clock):
+    # hostile finding: its error said "missing (2,)" alone, and error.refused was empty
+    address = f"127.0.0.1:{free_port()}"
+    thread, outcome = _in_thread(gather_peers, address, num_processes=3, timeout=3)
+    first, _ = _in_thread(join_coordinator, address, process_id=1, num_processes=3, timeout=5)
+    wall_clock.sleep(1.0)  # the first process 1 arrived
+    with pytest.raises(DistributedStartupError, match="another process has process id 1"):
+        join_coordinator(address, process_id=1, num_processes=3, timeout=5)
+    for waited in (thread, first):
+        waited.join(timeout=10)
+    error = outcome["error"]
+    assert isinstance(error, DistributedStartupError)
+    assert (error.duplicated, error.missing) == ((1,), (2,))
+    assert "arrived (0, 1), refused a second process with id 1, missing (2,)" in str(error)
+
+
 def test_a_plain_jax_coordinator_hands_the_peer_over_to_jax():
     import jaxlib._jax
 

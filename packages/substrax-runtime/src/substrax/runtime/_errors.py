@@ -108,6 +108,8 @@ class DistributedStartupError(_SubstraxRuntimeError, TimeoutError):
         reached: Whether this process reached the coordinator at all.
         refused: On the coordinator: ``(process id, num_processes)`` of the peers it refused
             because they were started with another process count.
+        duplicated: On the coordinator: the process ids a second peer was started with (each
+            refused, so some other id stays missing).
         coordinator_num_processes: On a peer the coordinator refused: the process count the
             coordinator expects (the peer's own when its process id was refused).
         foreign: Something that is neither a coordinator nor jax's coordination service
@@ -132,6 +134,7 @@ class DistributedStartupError(_SubstraxRuntimeError, TimeoutError):
     timeout: float
     reached: bool = True
     refused: tuple[tuple[int, int], ...] = ()
+    duplicated: tuple[int, ...] = ()
     coordinator_num_processes: int | None = None
     foreign: bool = False
 
@@ -191,6 +194,7 @@ class DistributedStartupError(_SubstraxRuntimeError, TimeoutError):
         refused = "".join(
             f", refused process {p} (started with num_processes={n})" for p, n in self.refused
         )
+        refused += "".join(f", refused a second process with id {p}" for p in self.duplicated)
         missing = f", missing {self.missing}" if self.missing else ""
         return (
             f"{where}: {len(self.arrived)} of {self.num_processes} processes arrived "
@@ -214,7 +218,8 @@ class CoordinatorPortError(_SubstraxRuntimeError, OSError):
 
     template = (
         "{reason}; is the port taken? Free it (another job's coordinator may still run on "
-        "this host) or choose another coordinator port"
+        "this host, or a second process of this job was started as process 0) or choose "
+        "another coordinator port"
     )
 
     address: str

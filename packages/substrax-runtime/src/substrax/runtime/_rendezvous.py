@@ -79,6 +79,7 @@ def gather_peers(
     deadline = time.monotonic() + timeout
     arrived: dict[int, socket.socket] = {}
     refused: dict[int, int] = {}  # process id -> the process count it was started with
+    twice: set[int] = set()  # process ids a second process was started with
     buffers: dict[socket.socket, bytes] = {}
     with _listener(address) as server, selectors.DefaultSelector() as selector:
         server.setblocking(False)
@@ -104,7 +105,7 @@ def gather_peers(
                         continue
                     selector.unregister(sock)
                     buffers.pop(sock, None)
-                    _admit(sock, line, num_processes, arrived, refused)
+                    _admit(sock, line, num_processes, arrived, refused, twice)
             ids = (0, *sorted(arrived))
             verdict = _GO if len(ids) == num_processes else _FAIL + _ids(ids)
             told = (*arrived.values(), *(() if verdict == _GO else buffers))
@@ -127,6 +128,7 @@ def gather_peers(
             arrived=ids,
             timeout=timeout,
             refused=tuple(sorted((p, n) for p, n in refused.items() if p not in arrived)),
+            duplicated=tuple(sorted(twice)),
         )
 
 
@@ -136,6 +138,7 @@ def _admit(
     num_processes: int,
     arrived: dict[int, socket.socket],
     refused: dict[int, int],
+    twice: set[int],
 ) -> None:
     """Count the peer that sent ``line`` as arrived, or refuse it (a stranger is dropped)."""
     hello = _parse_hello(line)
@@ -148,6 +151,8 @@ def _admit(
         return
     if count != num_processes:
         refused[peer] = count
+    elif peer in arrived or peer == 0:
+        twice.add(peer)
     with sock, contextlib.suppress(OSError):
         sock.sendall(_REFUSE + f" {num_processes}\n".encode())
 
