@@ -105,7 +105,7 @@ def gather_peers(
                         continue
                     selector.unregister(sock)
                     buffers.pop(sock, None)
-                    _admit(sock, line, num_processes, arrived, refused, twice)
+                    _admit(sock, line, num_processes, arrived, refused=refused, twice=twice)
             ids = (0, *sorted(arrived))
             verdict = _GO if len(ids) == num_processes else _FAIL + _ids(ids)
             told = (*arrived.values(), *(() if verdict == _GO else buffers))
@@ -137,6 +137,7 @@ def _admit(
     line: bytes,
     num_processes: int,
     arrived: dict[int, socket.socket],
+    *,
     refused: dict[int, int],
     twice: set[int],
 ) -> None:
