@@ -85,8 +85,17 @@ WORKER = textwrap.dedent(
         except ValueError as error:
             mismatch = str(error)
         retained["steps after"] = store.list_steps()
+    import substrax.checkpoint._lock as lock_module
+    lock_module.TIMEOUT_MS = 3000  # the wait for a process that never saves, shortened
+    alone = None
+    with OrbaxCheckpointStore(f"{root}/alone") as store:
+        if pid == 0:
+            try:
+                store.save(3, {"model": {"w": np.zeros(2, np.float32)}})
+            except Exception as error:
+                alone = f"{type(error).__name__}: {error}"
     print(json.dumps({"host_local": host_local, "stops": stops, "lock": lock,
-                      "retained": retained, "mismatch": mismatch}))
+                      "retained": retained, "mismatch": mismatch, "alone": alone}))
     """
 )
 
@@ -163,6 +172,13 @@ def test_processes_that_save_different_steps_all_raise_naming_them(two_processes
             "the processes of this job save different steps (process 0: 7, process 1: 8)"
         )
         assert result["retained"]["steps after"] == []
+
+
+def test_a_save_on_process_0_alone_fails_naming_the_process_that_never_saved(two_processes):
+    _, results = two_processes
+    assert results[0]["alone"].startswith("CheckpointWriteError: checkpoint step 3 in ")
+    assert "was not committed: process 1 did not call save within 3 s" in results[0]["alone"]
+    assert results[1]["alone"] is None
 
 
 @pytest.mark.parametrize(("every", "expected"), [(1, 4), (3, 6)])

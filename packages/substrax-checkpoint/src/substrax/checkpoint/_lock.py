@@ -25,7 +25,11 @@ import jax
 from substrax.runtime import distributed_state
 
 from ._metadata import CheckpointMetadata
-from ._write_errors import CheckpointLockedError, DistributedNotInitializedError
+from ._write_errors import (
+    CheckpointLockedError,
+    CheckpointWriteError,
+    DistributedNotInitializedError,
+)
 
 
 LOCK_FILE: Final = ".substrax-writer.lock"
@@ -54,19 +58,23 @@ def agree(value: str, *, topic: str = "save") -> str:
     return str(client.blocking_key_value_get(key, TIMEOUT_MS))
 
 
-def gather(value: str, *, topic: str) -> list[str]:
-    """Every process's ``value``, in process order, on every process (each waits for all)."""
+def gather(value: str, *, topic: str) -> list[str | None]:
+    """Every process's ``value``, in process order, on every process (each waits for all).
+
+    A process that has not given its value within ``TIMEOUT_MS`` has None in its place.
+    """
     if jax.process_count() == 1:
         return [value]
     client = coordination_client("the checkpoint store")
     key = f"substrax_checkpoint/{topic}/{next(_decisions)}"
     client.key_value_set(f"{key}/{jax.process_index()}", value)
-    client.wait_at_barrier(key, TIMEOUT_MS)
+    with contextlib.suppress(Exception):  # jax's error at the timeout: who is missing is below
+        client.wait_at_barrier(key, TIMEOUT_MS)
     found = dict(client.key_value_dir_get(key))
-    return [found[f"{key}/{index}"] for index in range(jax.process_count())]
+    return [found.get(f"{key}/{index}") for index in range(jax.process_count())]
 
 
-def agreed_record(record: CheckpointMetadata) -> CheckpointMetadata:
+def agreed_record(record: CheckpointMetadata, directory: Path) -> CheckpointMetadata:
     """Process 0's record of a save, on every process: its metrics, epoch and extra decide.
 
     Retention and ``best_step`` then choose the same steps on every process (metrics logged on
@@ -74,10 +82,18 @@ def agreed_record(record: CheckpointMetadata) -> CheckpointMetadata:
 
     Raises:
         ValueError: the processes save different steps (raised on every process).
+        CheckpointWriteError: a process did not call ``save`` within ``TIMEOUT_MS``.
     """
     if jax.process_count() == 1:
         return record
-    records = [json.loads(text) for text in gather(json.dumps(record.to_dict()), topic="record")]
+    given = gather(json.dumps(record.to_dict()), topic="record")
+    if missing := [str(index) for index, text in enumerate(given) if text is None]:
+        cause = (
+            f"process {', '.join(missing)} did not call save within {TIMEOUT_MS // 1000} s; "
+            "every process of the job opens the store and saves each step"
+        )
+        raise CheckpointWriteError(step=record.step, directory=directory, cause=cause)
+    records = [json.loads(text) for text in given if text is not None]
     if len({saved["step"] for saved in records}) > 1:
         steps = ", ".join(f"process {i}: {saved['step']}" for i, saved in enumerate(records))
         raise ValueError(

@@ -242,8 +242,9 @@ class OrbaxCheckpointStore(StoreReads):
         directory removed since the store opened raises ``CheckpointStoreRemovedError``. With
         several processes a refusal is decided by process 0, as are the metrics, ``epoch`` and
         ``extra`` recorded (so retention keeps the same steps on every process); a host-local
-        ``jax.Array`` or NumPy leaf is saved as process 0's value, and processes that save
-        different steps raise ``ValueError``, each of them.
+        ``jax.Array`` or NumPy leaf is saved as process 0's value; processes that save
+        different steps raise ``ValueError``, each of them, and a save that a process never
+        joins ``CheckpointWriteError`` naming it.
 
         Example:
             >>> import tempfile
@@ -261,7 +262,8 @@ class OrbaxCheckpointStore(StoreReads):
         request = SaveRequest.build(
             step, items, epoch=epoch, metrics=metrics, producer=producer, extra=extra
         )
-        request = dataclasses.replace(request, record=agreed_record(request.record))
+        record = agreed_record(request.record, self._directory)
+        request = dataclasses.replace(request, record=record)
         self._check_open()
         try:
             self._finish_write()  # the index write it leaves running is ordered before the next
