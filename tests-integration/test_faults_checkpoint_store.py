@@ -220,7 +220,7 @@ def test_a_writer_killed_mid_save_leaves_readers_only_whole_steps(tmp_path: Path
 
 FULL_DISK_WRITER = textwrap.dedent(
     """
-    import json, resource, signal, sys
+    import contextlib, json, os, resource, signal, sys
     import numpy as np
     from substrax.checkpoint import CheckpointWriteError, OrbaxCheckpointStore
     directory, limit = sys.argv[1], int(sys.argv[2])
@@ -228,15 +228,27 @@ FULL_DISK_WRITER = textwrap.dedent(
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
     result = {}
+    ballast = os.path.join(os.path.dirname(directory), "ballast")
     with OrbaxCheckpointStore(directory) as store:
         store.save(1, {"model": {"w": np.full(1 << 18, 1.0, np.float32)}})  # 1 MB
         store.wait()
+        if not limit:  # the disk filled up before the save (its write fails at once)
+            with open(ballast, "wb") as file, contextlib.suppress(OSError):
+                while True:
+                    file.write(bytes(1 << 16))
+                    file.flush()
         store.save(2, {"model": {"w": np.full(1 << 23, 2.0, np.float32)}})  # 32 MB
         try:
             store.wait()
         except CheckpointWriteError as error:
             result = {"error": type(error).__name__, "step": error.step, "message": str(error)}
         result["steps"] = store.list_steps()
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(ballast)  # room again
+        # the retry the error asks for: orbax keeps the failed write's error, raised once only
+        store.save(2, {"model": {"w": np.full(8, 2.0, np.float32)}})
+        store.wait()
+        result["retried"] = store.list_steps()
     print(json.dumps(result), flush=True)
     """
 )
@@ -274,14 +286,14 @@ def test_a_full_disk_fails_the_save_and_keeps_the_previous_step(tmp_path: Path) 
         assert result["step"] == 2
         assert str(directory) in result["message"]
         assert result["steps"] == [1]
+        assert result["retried"] == [1, 2]  # hostile finding: the retry raised orbax's OSError
         with OrbaxCheckpointStore(directory, async_save=False) as store:
-            assert store.list_steps() == [1]
+            assert store.list_steps() == [1, 2]
             assert not [path.name for path in directory.iterdir() if "tmp" in path.name]
             w = store.restore(1).items["model"]["w"]
             assert w.shape == (1 << 18,)
             assert float(np.min(w)) == float(np.max(w)) == 1.0
-            store.save(2, {"model": {"w": np.full(8, 2.0, np.float32)}})  # room again
-            assert store.list_steps() == [1, 2]
+            assert store.restore(2).items["model"]["w"].tolist() == [2.0] * 8
 
 
 RACER = textwrap.dedent(

@@ -241,3 +241,24 @@ def test_keep_best_keeps_a_step_whose_record_cannot_be_read_and_says_so(store_di
     assert len(warned) == 1
     assert warned[0].startswith(f"the metadata records of steps [1] in {store_dir}")
     assert "they are kept, as any may be the best" in warned[0]
+
+
+@pytest.mark.parametrize("damage", ["tree metadata", "item"])
+def test_describe_and_show_name_a_step_missing_a_file_or_an_item(saved, capsys, damage):
+    """Hostile finding: describe() and `show` raised a bare TypeError (no _METADATA) or
+    KeyError (an item's folder gone) with a traceback; restore named the damage."""
+    store_dir = saved()
+    if damage == "item":
+        shutil.rmtree(store_dir / "2" / "data_iterator")
+    else:
+        (store_dir / "2" / "model" / "_METADATA").unlink()
+    item = "data_iterator" if damage == "item" else "model"
+    with OrbaxCheckpointStore(store_dir, read_only=True) as store:
+        with pytest.raises(CheckpointCorruptError) as error:
+            store.describe(2)
+        assert (error.value.step, error.value.item) == (2, item)
+        assert store.describe(1)
+    assert main(["show", str(store_dir), "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m substrax.checkpoint: error: checkpoint step 2 in ")
+    assert "Traceback" not in err

@@ -96,6 +96,22 @@ def test_upgrade_copies_a_step_saved_with_a_nan_metric_and_a_failure_leaves_no_c
             upgrade_checkpoints(source, destination)
         assert any("upgrading step 3" in note for note in raised.value.__notes__)
         assert not destination.exists() or not any(destination.iterdir())
+    assert not [path.name for path in tmp_path.iterdir() if ".upgrading-" in path.name]
+
+
+def test_upgrade_keeps_a_step_without_a_manifest_unverified(tmp_path):
+    """Hostile finding: the copy of a step whose files were never checked (no manifest) got a
+    manifest of what was read, damage included, and verify called it ok."""
+    source = tmp_path / "source"
+    with OrbaxCheckpointStore(source, use_ocdbt=False) as store:
+        for step in (1, 2):
+            store.save(step, {"model": {"w": np.arange(64, dtype=np.float32) * step}})
+    (source / "2" / "substrax_manifest.json").unlink()
+    assert upgrade_checkpoints(source, tmp_path / "copy") == [1, 2]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["copy", "source"]  # no staging
+    with OrbaxCheckpointStore(tmp_path / "copy", read_only=True) as copy:
+        assert copy.restore(1).verified
+        assert not copy.restore(2).verified
 
 
 def test_upgrade_refuses_bad_destinations(format2_store, tmp_path):

@@ -31,10 +31,8 @@ from ._read_errors import (
     UnsupportedCheckpointError as UnsupportedCheckpointError,
 )
 from ._retention import RetentionPolicy as RetentionPolicy
-from ._store import (
-    OrbaxCheckpointStore as OrbaxCheckpointStore,
-    upgrade_checkpoints as upgrade_checkpoints,
-)
+from ._store import OrbaxCheckpointStore as OrbaxCheckpointStore
+from ._upgrade import upgrade_checkpoints as upgrade_checkpoints
 from ._write_errors import (
     BestMetricNotRecordedError as BestMetricNotRecordedError,
     CheckpointLeafNameCollisionError as CheckpointLeafNameCollisionError,

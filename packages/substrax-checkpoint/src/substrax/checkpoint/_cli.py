@@ -28,7 +28,8 @@ from ._read_errors import (
 )
 from ._reads import verify_step
 from ._retention import RetentionPolicy, prunable
-from ._store import OrbaxCheckpointStore, upgrade_checkpoints
+from ._store import OrbaxCheckpointStore
+from ._upgrade import upgrade_checkpoints
 from ._write_errors import (
     BestMetricNotRecordedError,
     CheckpointLockedError,

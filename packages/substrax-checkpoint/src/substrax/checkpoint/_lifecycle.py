@@ -8,7 +8,7 @@ import orbax.checkpoint as ocp
 
 from substrax.support import Closeable
 
-from ._index import IndexBook
+from ._index import INDEX_FILE, IndexBook
 from ._lock import is_primary
 from ._manager import Layout, empty_deleted, has_deleted, open_manager, step_directories
 from ._read_errors import CheckpointStoreClosedError
@@ -129,6 +129,9 @@ class StoreLifecycle(Closeable):
     def wait(self) -> None:
         """Block until the pending background write is committed; raise if it failed.
 
+        The index written after it (``substrax_index.json``, a cache of the steps' records)
+        that cannot be written (a full disk) is warned about, never raised: the step is saved.
+
         Example:
             >>> import tempfile
             >>> from substrax.checkpoint import OrbaxCheckpointStore
@@ -136,7 +139,15 @@ class StoreLifecycle(Closeable):
             ...     store.wait()
         """
         self._finish_write()
-        self._book.flush()
+        try:
+            self._book.flush()
+        except OSError as error:
+            _logger.warning(
+                "could not write %s (%s); the steps are saved, and the index, a cache of their "
+                "records, is read from them instead until a write succeeds",
+                self._directory / INDEX_FILE,
+                error,
+            )
 
     def _finish_write(self) -> None:
         """Finish the pending write; leave its index write and removals to the chores thread."""

@@ -89,14 +89,14 @@ def stored_trees(
 ) -> dict[str, PyTree]:
     """Orbax's metadata tree of each item (no array is read), without the wrapper node."""
     wrapped = record.layout == "current"
+    trees: dict[str, PyTree] = {}
     try:
         metadata = manager.item_metadata(step)
+        for name in record.metadata.items if held is None else held:  # a missing file: None
+            tree = getattr(metadata[name], "tree", metadata[name])
+            trees[name] = tree[WRAPPER] if wrapped else tree
     except _DAMAGE_ERRORS as error:
         raise _damaged(error, manager, step) from error
-    trees: dict[str, PyTree] = {}
-    for name in record.metadata.items if held is None else held:
-        tree = getattr(metadata[name], "tree", metadata[name])
-        trees[name] = tree[WRAPPER] if wrapped else tree
     return trees
 
 

@@ -322,8 +322,11 @@ class Writer:
             manager.wait_until_finished()
             manager.check_for_errors()
         except Exception as error:
-            if step is None:
-                raise
+            if step is None:  # orbax keeps a failed write's error: this one was raised already
+                _logger.debug(
+                    "%s: orbax reports a write already failed: %r", self._directory, error
+                )
+                return None
             if self._lost_lock():
                 self._removed(step, forget, error)
             move_back(self._directory, aside, manager)

@@ -4,7 +4,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import shutil
 import threading
 import time
 import weakref
@@ -19,14 +18,13 @@ from substrax.typing import JsonValue
 from ._index import IndexBook
 from ._lock import agreed_record, is_primary, take_writer_lock
 from ._manager import Layout, empty_deleted, remove_partial_steps
-from ._metadata import NONFINITE_METRICS_KEY, Producer
+from ._metadata import Producer
 from ._paths import check_store_directory, make_store_directory
 from ._protocol import PyTree
-from ._read_errors import CheckpointStoreNotFoundError
 from ._reads import StoreReads
 from ._retention import ModeLike, RetentionPolicy, prunable
 from ._save import SaveRequest, Writer
-from ._write_errors import CheckpointNotWrittenError, CheckpointWriteError, UpgradeDestinationError
+from ._write_errors import CheckpointNotWrittenError, CheckpointWriteError
 
 
 _logger = logging.getLogger(__name__)
@@ -326,59 +324,3 @@ class OrbaxCheckpointStore(StoreReads):
 
     def __repr__(self) -> str:
         return f"OrbaxCheckpointStore({str(self._directory)!r}, retention={self._retention})"
-
-
-def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int]:
-    """Rewrite every step of ``source`` (only read) into ``destination``; return them, ascending.
-
-    A destination equal to the source, not empty, or a file is ``UpgradeDestinationError``; a
-    missing source is ``CheckpointStoreNotFoundError``; 64-bit data while x64 is off is
-    ``CheckpointDtypeMismatchError`` rather than narrowing silently.
-
-    Example:
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> from substrax.checkpoint import upgrade_checkpoints
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     upgrade_checkpoints(Path(directory), Path(directory) / "upgraded")
-        []
-    """
-    src = Path(source).expanduser().resolve()
-    dst = Path(destination).expanduser().resolve()
-    if src == dst:
-        raise UpgradeDestinationError(destination=dst, reason="is the source")
-    if any(path.exists() and not path.is_dir() for path in (dst, *dst.parents)):
-        raise UpgradeDestinationError(destination=dst, reason="is not a directory")
-    if dst.exists() and any(dst.iterdir()):
-        raise UpgradeDestinationError(destination=dst, reason="is not empty")
-    if not src.is_dir():
-        raise CheckpointStoreNotFoundError(directory=src)
-    upgraded: list[int] = []
-    existed, step = dst.exists(), None
-    try:
-        with (
-            OrbaxCheckpointStore(src, max_to_keep=None, read_only=True) as reader,
-            OrbaxCheckpointStore(dst, max_to_keep=None, async_save=False) as writer,
-        ):
-            for step in reader.list_steps():
-                checkpoint = reader.restore(step)
-                record = checkpoint.metadata
-                extra = {k: v for k, v in record.extra.items() if k != NONFINITE_METRICS_KEY}
-                writer.save(  # a NaN metric is given as one again: the save records it so
-                    step,
-                    checkpoint.items,
-                    epoch=record.epoch,
-                    metrics={**record.metrics, **record.nonfinite_metrics},
-                    producer=record.producer,
-                    extra=extra,
-                )
-                upgraded.append(step)
-    except BaseException as error:  # no half-written destination: what it copied goes
-        error.add_note(f"upgrading step {step} of {src}; {dst} is left as it was")
-        for path in dst.iterdir() if existed and dst.is_dir() else [dst]:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        raise
-    return upgraded
