@@ -371,6 +371,27 @@ def test_replay_of_a_damaged_spool_delivers_the_intact_records_and_sets_the_bad_
     ]
 
 
+def test_a_live_logger_says_which_lines_of_its_spool_it_set_aside_as_damaged(
+    make, tmp_path, caplog
+):
+    # hostile finding: the sender moved damaged lines to SPOOL.bad without a word
+    sink = Sink()
+    spool = tmp_path / "run.spool.jsonl"
+    good = json.dumps(
+        {"target": sink.target(), "record": record(0).materialize(tmp_path).to_json()}
+    )
+    spool.write_text(good + "\n" + good[:30] + "\n")  # one line cut short, as by a crash
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        delivery = make(sink)
+        delivery.submit(record(1))
+        assert delivery.flush(30)
+    assert steps(sink.received) == [0, 1]
+    warned = [r.getMessage() for r in caplog.records if "are not records" in r.getMessage()]
+    assert len(warned) == 1
+    assert f"test: lines of {spool} are not records: line 2:" in warned[0]
+    assert f"moved to {spool}.bad" in warned[0]
+
+
 @pytest.mark.parametrize("step", [-3, 11.5, True, "7"])
 def test_a_spooled_step_no_logger_takes_is_a_bad_line(tmp_path, step):
     """Hostile finding: a hand-edited step of -3 or 11.5 reached MLflow as it was."""

@@ -155,3 +155,37 @@ def test_tensorboard_hyperparameters_a_full_disk_refused_are_written_at_a_later_
     contents = accumulator.PluginTagToContent("hparams")
     start = plugin_data_pb2.HParamsPluginData.FromString(contents["_hparams_/session_start_info"])
     assert start.session_start_info.hparams["lr"].number_value == pytest.approx(0.1)
+
+
+def test_a_full_disk_and_a_dead_server_back_off_and_warn_once(small_disk, caplog, wall_clock):
+    """Hostile finding: with no spool file (emptied before the disk filled) the sender called
+    the missing spool a recovery at every pass: a "delivering again" warning each 55 ms."""
+    from substrax.testing import free_port
+
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    small_disk.fill()
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    logger = MLFlowLogger(
+        "dead", tracking_uri=uri, log_dir=small_disk.path, connect_timeout=1, close_timeout=1
+    )
+    for step in range(10):
+        logger.log_scalar("loss", float(step), step=step)
+    wall_clock.sleep(3)
+    assert 2 <= logger._delivery.failures <= 12  # backing off (0.05 s doubling to 2 s)
+    logger.close()
+    again = [r for r in caplog.records if "delivering again" in r.getMessage()]
+    assert again == [], again[:3]
+
+
+@pytest.mark.parametrize("which", ["file", "tensorboard"])
+def test_a_logger_opened_on_a_full_disk_starts(small_disk, which):
+    """Hostile finding: the pid written into the lock file raised a bare OSError (no path)."""
+    small_disk.fill()
+    if which == "file":
+        logger = FileLogger("run", small_disk.path)
+    else:
+        pytest.importorskip("tensorboardX")
+        logger = tracking.TensorBoardLogger("run", small_disk.path / "tb")
+    logger.log_scalar("loss", 1.0, step=0)
+    small_disk.free()
+    logger.close()

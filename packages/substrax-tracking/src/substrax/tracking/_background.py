@@ -305,7 +305,7 @@ class AsyncDelivery:
     def _send_spool(self) -> bool:
         """Replay the spool (a probe of its first lines while the sink fails); whether it all went."""
         if not self._spool.file.path.exists():
-            return self._recovered()
+            return self._spool_sent()
         for limit in (_PROBE_LINES, None) if self._backoff.failing else (None,):
             try:
                 result, errors = run_replay(
@@ -320,15 +320,24 @@ class AsyncDelivery:
                     read=self._spool.read_all,
                 )
             except SpoolNotFoundError:  # replayed meanwhile by another process
-                return self._recovered()
+                return self._spool_sent()
             except Exception as error:  # another replay holds it, or it cannot be read
                 return self._failed(error)
             self.delivered += result.delivered
+            if result.bad_lines:  # damaged by hand or by a crash: moved aside, and said so
+                path = self._spool.file.path
+                _logger.warning(
+                    f"{self.label}: lines of {path} are not records: {result.describe_bad_lines()}"
+                )
             if errors:  # of this run's lines, the only ones sent
                 return self._failed(next(iter(errors.values()))[1])
             if limit is not None and not self._spool.count():
                 break
-        return self._recovered()
+        return self._spool_sent()
+
+    def _spool_sent(self) -> bool:
+        """The spool's lines went: a recovery, unless records in memory (a full disk) still tell."""
+        return True if self._unwritten else self._recovered()
 
     def _send_unwritten(self) -> None:
         """Send the records that wait in memory, as a replay sends the spool."""

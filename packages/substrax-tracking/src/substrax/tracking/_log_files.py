@@ -150,8 +150,9 @@ def hold_log(
         with contextlib.suppress(FileNotFoundError):
             if lock_path.stat().st_ino == os.fstat(fd).st_ino:
                 held = os.fdopen(fd, "r+b", buffering=0)
-                held.truncate(0)
-                held.write(str(os.getpid()).encode())
+                with contextlib.suppress(OSError):  # only names the holder (a full disk: none)
+                    held.truncate(0)
+                    held.write(str(os.getpid()).encode())
                 return held
         os.close(fd)  # a logger closing meanwhile removed the file we locked: lock the new one
 
