@@ -208,6 +208,32 @@ def test_a_flush_against_a_backend_that_never_answers_returns_in_time_with_every
         delivery.close(5)
 
 
+@pytest.mark.usefixtures("wall_clock")  # the first flush runs out of real time
+def test_a_brief_flush_waits_no_more_on_a_backend_call_an_earlier_flush_timed_out_on(tmp_path):
+    """Hostile finding: with a server that accepts and never answers, every logger flush (one a
+    step, through CheckpointCallback) waited its whole bound, 10 s a step."""
+    sink = _StuckSink()
+    delivery = AsyncDelivery(
+        sink, spool_path=tmp_path / "run.spool.jsonl", media_dir=tmp_path / "media", label="stuck"
+    )
+    try:
+        delivery.submit(("loss", 0.0, 0, time.time()))
+        assert delivery.persist(5.0)
+        assert not delivery.flush(1.0, brief=True)  # the call hangs: this flush waits it out
+        for step in range(1, 4):
+            delivery.submit(("loss", float(step), step, time.time()))
+            assert delivery.persist(5.0)  # on disk: a kill loses nothing
+            started = time.monotonic()
+            assert not delivery.flush(5.0, brief=True)
+            assert time.monotonic() - started < 1.0  # no wait on the same hung call
+        sink.gate.set()  # the server answers: every record arrives
+        assert delivery.flush(60)  # wait_delivered: waits for the call
+        assert sorted(r.step for r in sink.received) == [0, 1, 2, 3]
+    finally:
+        sink.gate.set()
+        delivery.close(5)
+
+
 def test_a_file_log_flush_writes_and_fsyncs_every_line(tmp_path, monkeypatch):
     from substrax.tracking import _file
 

@@ -84,6 +84,7 @@ class AsyncDelivery:
         self._next_pass = 0.0  # the sender's next pass, unless urgent (time.monotonic())
         self._passes = threading.Condition()  # the sender's passes, started and done
         self._started = self._done = 0
+        self._hung: int | None = None  # the pass a flush ran out of time on, still running
         self._raw: list[Record] = []  # values not read yet: an image waits for room on disk
         self._unwritten: list[Record] = []  # materialized, waiting for room on disk
         self._unwritten_lock = threading.Lock()
@@ -116,14 +117,9 @@ class AsyncDelivery:
             self._spool.follow(target)
 
     @property
-    def reached(self) -> bool:
-        """Whether the backend answered at the start or took a record since."""
-        return self._answered or self.delivered > 0
-
-    @property
     def failing(self) -> bool:
-        """Whether the backend failed its last send (retried with backoff)."""
-        return self._backoff.failing
+        """Whether the backend failed its last send, or has not answered since the start."""
+        return self._backoff.failing or not (self._answered or self.delivered > 0)
 
     @property
     def spooled(self) -> int:
@@ -136,15 +132,17 @@ class AsyncDelivery:
         if self._queue.qsize() >= self.max_queue:
             self._wake.set()
 
-    def flush(self, timeout: float | None = None, *, once: bool = False) -> bool:
-        """Wait until everything submitted so far is delivered (``once``: one send pass after the write); whether it was."""
+    def flush(
+        self, timeout: float | None = None, *, once: bool = False, brief: bool = False
+    ) -> bool:
+        """Wait until all submitted is delivered (``once``: one pass after the write; ``brief``: none on a call a flush timed out on); whether it was."""
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         control = self._control("flush")
         while not control.done.wait(min(_SLICE, max(0.0, deadline - time.monotonic()))):
             if not self._thread.is_alive() or time.monotonic() >= deadline:
                 return False
         after = control.sent_after
-        while True:  # until a send after the write leaves nothing, the time is out, or no sender
+        while not (brief and self._hung == self._started > self._done):  # a call that hangs
             with self._passes:
                 wait = min(_SLICE, max(0.0, deadline - time.monotonic()))
                 passed = self._passes.wait_for(lambda after=after: self._done > after, wait)
@@ -152,7 +150,9 @@ class AsyncDelivery:
             if passed and (once or not self._left()):
                 return not self._left()
             if time.monotonic() >= deadline or not self._sender.is_alive():
+                self._hung = self._started if self._started > self._done else None
                 return False
+        return False
 
     def _left(self) -> bool:
         """Whether anything is not delivered: the backend failing, records on disk or waiting."""

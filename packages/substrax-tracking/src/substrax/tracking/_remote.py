@@ -237,8 +237,8 @@ class RemoteLogger(Logger):
             deadline = time.monotonic() + bound
             self._delivery.persist(bound)  # on disk (a full disk: sent from memory), then sent
             # a backend failing (or never reached) gets one more try: the records are durable
-            once = self._delivery.failing or not self._delivery.reached
-            self._delivery.flush(max(0.0, deadline - time.monotonic()), once=once)
+            once = self._delivery.failing
+            self._delivery.flush(max(0.0, deadline - time.monotonic()), once=once, brief=True)
 
     def wait_delivered(self, timeout: float | None = None) -> bool:
         """Wait until every call so far reached the backend; return whether all did."""
