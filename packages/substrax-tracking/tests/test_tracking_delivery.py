@@ -406,6 +406,18 @@ def test_a_spooled_step_no_logger_takes_is_a_bad_line(tmp_path, step):
     assert steps(sink.received) == [1]
 
 
+def test_a_spooled_record_without_its_step_is_a_bad_line_saying_so(tmp_path):
+    # hostile finding: the reason read "line 1: 'step'", a bare KeyError's text
+    sink = Sink()
+    spool = tmp_path / "run.spool.jsonl"
+    stepless = record(0).materialize(tmp_path).to_json()
+    del stepless["step"]
+    spool.write_text(json.dumps({"target": sink.target(), "record": stepless}) + "\n")
+    result = replay_spool(spool, sinks={json.dumps(sink.target(), sort_keys=True): sink})
+    assert result.bad_lines == (1,)
+    assert result.bad_reasons == ("a scalars record without step",)
+
+
 def test_replay_refuses_what_is_not_a_spool_and_leaves_it_untouched(tmp_path, capsys):
     from substrax.tracking import NotASpoolError
     from substrax.tracking._cli import main

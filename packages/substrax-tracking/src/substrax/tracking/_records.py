@@ -129,6 +129,8 @@ class Record:
         unknown = set(data) - {"kind", "step", "time", "payload"}
         if unknown or not isinstance(kind := data.get("kind"), str) or kind not in _KINDS:
             raise NotARecordError(f"not a substrax tracking record: {data!r}")
+        if missing := sorted({"step", "time", "payload"} - set(data)):
+            raise NotARecordError(f"a {kind} record without {' or '.join(missing)}")
         step, time, payload = data["step"], float(data["time"]), data["payload"]
         if step is not None and (type(step) is not int or step < 0):  # past 2**63: the store's
             raise NotARecordError(f"step {step!r} is not an int >= 0, as a logger writes it")
