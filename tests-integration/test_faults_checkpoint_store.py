@@ -23,6 +23,7 @@ from substrax.checkpoint import (
     CheckpointNotFoundError,
     CheckpointStoreNotFoundError,
     OrbaxCheckpointStore,
+    upgrade_checkpoints,
 )
 
 
@@ -412,3 +413,37 @@ def test_a_typo_or_an_empty_store_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(CheckpointNotFoundError, match="is empty"):
         store.restore(store.latest_step())
     store.close()
+
+
+UPGRADER = (
+    "import sys\n"
+    "from substrax.checkpoint import upgrade_checkpoints\n"
+    "upgrade_checkpoints(sys.argv[1], sys.argv[2])\n"
+)
+
+
+def test_an_upgrade_killed_part_way_leaves_no_store_that_looks_whole(tmp_path: Path) -> None:
+    """Hostile finding: a kill -9 during `upgrade` left a destination that opened, listed and
+    restored as a whole store of the steps copied so far; a job pointed at it resumed from them."""
+    source, destination = tmp_path / "source", tmp_path / "upgraded"
+    with OrbaxCheckpointStore(source, max_to_keep=None, async_save=False) as store:
+        for step in range(1, 41):
+            store.save(step, {"model": {"w": np.full(1 << 14, step, np.float32)}})
+    upgrader = _start(UPGRADER, source, destination)
+    with _reaped(upgrader):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and upgrader.poll() is None:
+            staged = list(tmp_path.glob(".upgraded.upgrading-*/2"))  # two steps copied
+            if staged:
+                break
+            time.sleep(0.01)
+        assert upgrader.poll() is None, "the upgrade ended before it could be killed"
+        upgrader.kill()
+        upgrader.wait(timeout=30)
+    assert not destination.exists()  # nothing a job could take for the upgraded store
+    assert [path.name for path in tmp_path.glob(".upgraded.upgrading-*")] == [
+        f".upgraded.upgrading-{upgrader.pid}"
+    ]
+    assert upgrade_checkpoints(source, destination) == list(range(1, 41))  # a retry: whole
+    with OrbaxCheckpointStore(destination, read_only=True) as store:
+        assert store.restore(40).items["model"]["w"][0] == 40
