@@ -1143,3 +1143,11 @@ def test_a_run_named_once_it_exists_is_resumed_with_what_its_first_attempt_left(
     # the resumed logger's own step
     assert CreatedLater.arrivals == [(None, 1), (None, 2), (0, 1)]
     assert not spool.exists()
+
+
+def test_a_second_close_never_closes_a_descriptor_opened_since(make, tmp_path):
+    delivery = make(Sink())
+    delivery.close(5)
+    with (tmp_path / "other").open("w") as other:  # likely the live lock's descriptor number
+        delivery._lives.let_go()  # as a second close does
+        other.write("still open")  # was: OSError, its descriptor closed under it

@@ -206,6 +206,38 @@ def test_close_waits_for_every_value_still_computed(tmp_path):
     ]
 
 
+class _DownSink:
+    """A backend that is down: every record stays in the spool."""
+
+    def target(self):
+        return {"backend": "test", "run": "r1"}
+
+    def deliver(self, _records):
+        raise ConnectionError("server gone")
+
+    def is_permanent(self, _error):
+        return False
+
+    def finish(self):
+        raise ConnectionError("server gone")
+
+
+def test_a_close_that_runs_out_on_a_value_still_computed_spools_what_was_logged_before_it(
+    make, tmp_path
+):
+    delivery = make(_DownSink(), batch_interval=60.0)  # both records reach the writer at close
+    value = jnp.float32(0.5)
+    for _ in range(8):  # each waits for the one before: about 2 s of work in all
+        value = _slow_fn()(value)
+    delivery.submit(("loss", 1.0, 0, time.time()))
+    delivery.submit(("loss", value, 1, time.time()))
+    assert delivery.close(timeout=0.05) == 1  # step 0 is in the spool; step 1 still computes
+    assert not value.is_ready()
+    lines = (tmp_path / "run.spool.jsonl").read_text().splitlines()
+    assert [json.loads(line)["record"]["step"] for line in lines] == [0, None]  # None: end mark
+    value.block_until_ready()
+
+
 def test_console_lines_keep_their_order_behind_a_value_still_computed():
     out = io.StringIO()
     logger = ConsoleLogger("run", stream=out)

@@ -239,32 +239,31 @@ class AsyncDelivery:
         return "close" in kinds
 
     def _write(self, records: list[Record], *, sync: bool, now: bool) -> None:
-        """Append ``records``, after any that wait, to the spool; after a failure, when the backoff says or ``now``."""
+        """Append ``records``, after any that wait, to the spool; after a failure, when the backoff says or ``now``.
+
+        ``now`` (a flush or close waits), what reads at once is written before a value still computing is waited for.
+        """
         self._raw.extend(records)
         prefetch_scalars(self._raw)
-        materialized: list[Record] = []
-        if now or self._spool.backoff.due():
-            for record in self._raw:
-                try:
-                    materialized.append(self._spool.materialize(record))
-                except OSError as error:  # an image the disk has no room for: it waits, in order
-                    self._spool.cannot_write(self._spool.media_dir, error, len(self._raw))
-                    break
+        while True:
+            unready = (i for i, record in enumerate(self._raw) if not record.ready())
+            take = (next(unready, len(self._raw)) or 1) if now else len(self._raw)
+            due = now or self._spool.backoff.due()
+            materialized = self._spool.materialize(self._raw[:take], len(self._raw)) if due else []
             del self._raw[: len(materialized)]
-        with self._unwritten_lock:
-            self._unwritten.extend(materialized)
-            if self._unwritten and (now or self._spool.backoff.due()):
-                if self._spool.write(self._unwritten, sync=sync):
-                    self._unwritten = []
-                    self._unsynced = not sync
-            elif sync and self._unsynced:
-                try:
-                    self._spool.file.sync()
-                except OSError as error:
-                    self._spool.cannot_write(self._spool.file.path, error, 0)
-                self._unsynced = False
-        if records or self._unwritten:  # written, or to be sent from memory
-            self._send.set()
+            with self._unwritten_lock:
+                self._unwritten.extend(materialized)
+                if self._unwritten and due:
+                    if self._spool.write(self._unwritten, sync=sync):
+                        self._unwritten = []
+                        self._unsynced = not sync
+                elif sync and self._unsynced:
+                    self._spool.sync()
+                    self._unsynced = False
+            if records or self._unwritten:  # written, or to be sent from memory
+                self._send.set()
+            if len(materialized) < take or not self._raw:  # all written, or no room on disk
+                return
 
     def _send_loop(self) -> bool:
         """Send the spool's lines of this run; True once closed."""

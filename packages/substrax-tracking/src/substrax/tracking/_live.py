@@ -92,8 +92,10 @@ class LiveLocks:
             self.held[run] = hold_live(self.spool, run)
 
     def let_go(self) -> None:
+        """Let go of every lock held (once: a second close never closes an fd reused since)."""
         for run, fd in self.held.items():
             if fd is not None:
+                self.held[run] = None
                 let_go_live(self.spool, run, fd)
 
 

@@ -14,7 +14,7 @@ from ._errors import NotARecordError
 from ._file import json_ready
 from ._media import save_image
 from ._paths import file_part
-from ._values import as_scalar, histogram_summary, prefetch, read_scalar
+from ._values import as_scalar, histogram_summary, prefetch, read_scalar, value_ready
 
 
 __all__ = ["Record", "RecordKind", "Scalar", "as_record", "prefetch_scalars", "split_scalars"]
@@ -82,6 +82,12 @@ class Record:
     time: float
     payload: dict[str, Any]
     materialized: bool = False
+
+    def ready(self) -> bool:
+        """Whether :meth:`materialize` reads no jax value still being computed (never waits)."""
+        values = self.payload.get("values") if self.kind == "scalars" else None
+        parts = cast("dict[str, Any]", values) if isinstance(values, dict) else {}
+        return self.materialized or all(map(value_ready, parts.values()))
 
     def materialize(
         self, media_dir: Path, *, label: str = "substrax.tracking", warned: set[str] | None = None

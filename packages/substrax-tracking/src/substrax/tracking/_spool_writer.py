@@ -116,15 +116,24 @@ class SpoolWriter:
         self.refusals = RefusalNotes(label, self.file.refused_path)  # each key warned once
         self._written: dict[str, SpoolLine] = {}  # lines written since the spool was last read
 
-    def materialize(self, record: Record) -> Record:
-        """``record`` as JSON data; one that cannot be is kept as its error (OSError: no room for an image)."""
-        try:
-            return record.materialize(self.media_dir, label=self.label, warned=self._unreadable)
-        except OSError:
-            raise
-        except Exception as failure:  # refused by its backend, with this error, once replayed
-            record.payload, record.materialized = {"unserializable": repr(failure)}, True
-            return record
+    def materialize(self, records: list[Record], waiting: int) -> list[Record]:
+        """``records`` as JSON data, up to one that needs room on disk this one has not (an image).
+
+        A record that cannot be made JSON is kept as its error, for its backend to refuse once sent.
+        """
+        made: list[Record] = []
+        for record in records:
+            try:
+                made.append(
+                    record.materialize(self.media_dir, label=self.label, warned=self._unreadable)
+                )
+            except OSError as error:  # no room for an image: it waits, in order
+                self.cannot_write(self.media_dir, error, waiting)
+                break
+            except Exception as failure:
+                record.payload, record.materialized = {"unserializable": repr(failure)}, True
+                made.append(record)
+        return made
 
     def write(self, records: list[Record], *, sync: bool = True) -> bool:
         """Append materialized ``records``; whether it could."""
@@ -139,6 +148,13 @@ class SpoolWriter:
                 "memory are kept there"
             )
         return True
+
+    def sync(self) -> None:
+        """Flush the spool to disk (a failure is warned about as a failed write is)."""
+        try:
+            self.file.sync()
+        except OSError as failure:
+            self.cannot_write(self.file.path, failure, 0)
 
     def read_all(self, limit: int | None = None) -> list[SpoolLine]:
         """The spool's lines (up to ``limit`` records), those written here recognised by their text, unparsed."""
