@@ -70,15 +70,31 @@ def test_zero_eps_is_refused_where_the_optimizer_divides_by_it(kind):
         OptimizerConfig(optimizer_type=kind, learning_rate=0.1, eps=0.0)
 
 
-@pytest.mark.parametrize("kind", ["sgd", "adagrad"])
-def test_zero_eps_is_kept_where_it_is_safe(kind):
+def test_zero_eps_is_kept_where_it_is_safe():
     model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
     optimizer = create_optimizer(
-        model, OptimizerConfig(optimizer_type=kind, learning_rate=0.1, eps=0.0)
+        model, OptimizerConfig(optimizer_type="adagrad", learning_rate=0.1, eps=0.0)
     )
     zero = nnx.grad(lambda m: 0.0 * m(jnp.ones((1, 2))).sum())(model)
     optimizer.update(model, zero)
     assert bool(jnp.isfinite(model.kernel.get_value()).all())
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value"),
+    [
+        ("rmsprop", "b2", 0.5),  # was silently optax's decay of 0.9
+        ("rmsprop", "b1", 0.5),
+        ("sgd", "b1", 0.5),
+        ("sgd", "b2", 0.5),
+        ("sgd", "eps", 0.5),
+        ("adagrad", "b2", 0.5),
+    ],
+)
+def test_a_moment_field_the_optimizer_would_ignore_is_refused(kind, field, value):
+    with pytest.raises(OptimizerConfigError, match=rf"{field}={value} is for .*{kind!r} does not"):
+        OptimizerConfig(optimizer_type=kind, learning_rate=0.1, **{field: value})
+    OptimizerConfig(optimizer_type="adam", learning_rate=0.1, **{field: value})
 
 
 @pytest.mark.parametrize(

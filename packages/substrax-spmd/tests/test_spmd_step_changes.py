@@ -62,6 +62,75 @@ def test_an_eval_step_or_a_second_train_step_over_stale_objects_is_refused(donat
     other(X)  # it reads what the live step wrote into the objects
 
 
+@pytest.mark.parametrize("donate", [True, False])
+def test_a_train_step_built_over_objects_another_left_stale_is_refused(donate):
+    """Hostile finding: with donation the constructor raised jax's bare "Array has been deleted"."""
+    model = Two(nnx.Rngs(0))
+    step = TrainStep(model, nnx.Optimizer(model, _tx(), wrt=nnx.Param), squares, donate=donate)
+    step(X)
+    with pytest.raises(StateChangedError, match=r"a TrainStep reads a model .* sync"):
+        TrainStep(model, nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param), squares)
+    TrainStep(step.model, nnx.Optimizer(step.model, optax.adam(1e-3), wrt=nnx.Param), squares)
+
+
+@pytest.mark.parametrize("donate", [True, False])
+def test_a_synced_steps_objects_trained_since_by_another_step_are_refused_by_its_accessors(donate):
+    """Hostile finding: ``a.model`` handed back deleted arrays (donated) or, without donation,
+    wrote its older state over what the other step had trained, silently."""
+    model = Two(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, _tx(), wrt=nnx.Param)
+    a = TrainStep(model, optimizer, squares, donate=donate)
+    b = TrainStep(model, optimizer, squares, donate=donate)
+    a(X)
+    a.sync()
+    b(X)
+    for read in (lambda: a.model, lambda: a.optimizer, lambda: a.state, a.sync):
+        with pytest.raises(StateChangedError, match=r"a TrainStep reads a model"):
+            read()
+    assert int(b.optimizer.step.get_value()) == 2  # b's state, written back by b
+
+
+class Tempered(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(4, 2, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.temperature = 1.0
+
+    def __call__(self, x):
+        return self.drop(self.linear(x)) / self.temperature
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda m: m.eval(), r"model\.drop\.deterministic changed from False to True"),
+        (
+            lambda m: setattr(m, "temperature", 100.0),
+            r"model\.temperature changed from 1\.0 to 100",
+        ),
+    ],
+)
+def test_a_plain_attribute_changed_after_the_step_was_built_is_refused(change, match):
+    """Hostile finding: ``step.model.eval()`` left the step training in train mode (dropout on,
+    batch statistics updated) and a new temperature unused, silently."""
+    model = Tempered(nnx.Rngs(0))
+    step = TrainStep(model, nnx.Optimizer(model, _tx(), wrt=nnx.Param), squares)
+    step(X)
+    step.model.temperature = 1.0  # set again, equal: nothing changed
+    step(X)
+    change(step.model)
+    with pytest.raises(StateChangedError, match=match) as info:
+        step(X)
+    assert info.value.path.startswith("model.")
+
+
+def test_a_line_search_optimizer_is_refused_at_construction_pointing_to_its_update():
+    """Hostile finding: optax's own TypeError from inside the trace (missing 'value_fn')."""
+    model = Two(nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"line search.*update_with_line_search"):
+        TrainStep(model, nnx.Optimizer(model, optax.lbfgs(), wrt=nnx.Param), squares)
+
+
 def squares_metric(model, batch):
     return {"loss": squares(model, batch)}
 

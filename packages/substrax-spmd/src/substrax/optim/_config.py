@@ -26,6 +26,12 @@ MOMENTUM_TYPES: frozenset[str] = frozenset({"sgd", "rmsprop"})
 _POSITIVE_EPS_TYPES: frozenset[str] = frozenset(
     {"adam", "adamw", "lamb", "radam", "nadam", "rmsprop"}
 )
+# The optimizer types each moment field reaches; another type refuses it away from its default.
+_MOMENT_TYPES: dict[str, tuple[float, frozenset[str]]] = {
+    "b1": (0.9, frozenset({"adam", "adamw", "lamb", "radam", "nadam"})),
+    "b2": (0.999, frozenset({"adam", "adamw", "lamb", "radam", "nadam"})),
+    "eps": (1e-8, _POSITIVE_EPS_TYPES | {"adagrad"}),
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,8 +42,9 @@ class OptimizerConfig:
         optimizer_type: One of :data:`OPTIMIZER_TYPES`.
         learning_rate: A positive constant or an ``optax`` schedule.
         b1: First-moment decay (adam family, lamb).
-        b2: Second-moment decay.
-        eps: Numerical epsilon.
+        b2: Second-moment decay (adam family, lamb; rmsprop keeps optax's ``decay`` of 0.9).
+        eps: Numerical epsilon (all but sgd). A moment field another type has no use for is
+            refused away from its default, as ``momentum`` is.
         momentum: Momentum, for ``sgd`` and ``rmsprop`` only.
         weight_decay: Decoupled weight decay, for ``adamw`` and ``lamb`` only.
         weight_decay_filter: An nnx filter choosing the parameters that decay; all when None.
@@ -104,6 +111,15 @@ class OptimizerConfig:
         if self.momentum is not None and self.optimizer_type not in MOMENTUM_TYPES:
             msg = f"momentum is for {sorted(MOMENTUM_TYPES)}; {self.optimizer_type!r} does not take it"
             raise OptimizerConfigError(msg, field="momentum", value=self.momentum)
+        for name, (default, types) in _MOMENT_TYPES.items():
+            value = getattr(self, name)
+            if value != default and self.optimizer_type not in types:
+                msg = (
+                    f"{name}={value} is for {sorted(types)}; {self.optimizer_type!r} does not take "
+                    f"it and would ignore it (for another optax setting, such as rmsprop's "
+                    "decay, build the optax optimizer itself and pass it to nnx.Optimizer)"
+                )
+                raise OptimizerConfigError(msg, field=name, value=value)
         self._check_weight_decay_filter()
 
     def _check_weight_decay_filter(self) -> None:

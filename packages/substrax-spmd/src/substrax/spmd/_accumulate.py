@@ -33,10 +33,15 @@ def check_microbatches(batch: PyTree, count: int) -> None:
     """
 
     def problem(shape: tuple[int, ...]) -> str:
-        rows = f"{shape[0]} rows" if shape else "a scalar"
+        if not shape:  # every leaf is split by rows, a replicated one too
+            return (
+                f"is a scalar, which cannot be split into accumulate_steps={count} microbatches; "
+                "pass what is not a row of examples (a scale, a per-class table) to loss_fn by "
+                "closing over it, not in the batch"
+            )
         return (
-            f"is {rows}, which cannot be split into {count} equal microbatches; give a batch "
-            f"whose leading dimension is a multiple of accumulate_steps={count}"
+            f"is {shape[0]} rows, which cannot be split into {count} equal microbatches; give a "
+            f"batch whose leading dimension is a multiple of accumulate_steps={count}"
         )
 
     check_leading_rows(batch, count, lambda rows: rows % count == 0, problem)

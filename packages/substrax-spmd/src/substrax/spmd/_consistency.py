@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import optax
 from flax import nnx
 
 from ._errors import OptimizerMismatchError
@@ -12,14 +13,24 @@ from ._leaf_names import leaf_shapes
 
 
 def check_optimizer_matches(model: nnx.Module, optimizer: nnx.Optimizer[Any]) -> None:
-    """Refuse an optimizer whose state was built for another model's parameters.
+    """Refuse an optimizer whose state was built for another model's parameters, or that line-searches.
 
     The state ``optimizer.tx`` would build for ``model`` (traced with ``jax.eval_shape``, no
     arrays made) is compared, path by path and shape by shape, with the state it holds.
 
     Raises:
         OptimizerMismatchError: A ValueError naming the first leaf that differs.
+        TypeError: The optimizer runs a line search, which needs the loss function.
     """
+    state = nnx.as_pure(optimizer.opt_state)
+    if optax.tree.get_all_with_path(state, "value") and optax.tree.get_all_with_path(state, "grad"):
+        msg = (
+            f"{type(optimizer.tx).__name__} runs a line search (optax.lbfgs, a *_linesearch), "
+            "whose update needs the loss function itself, which a TrainStep does not pass; "
+            "update with substrax.optim.update_with_line_search(model, optimizer, loss_fn) in "
+            "an nnx.jit step"
+        )
+        raise TypeError(msg)
     expected = leaf_shapes(jax.eval_shape(optimizer.tx.init, nnx.state(model, optimizer.wrt)))
     actual = leaf_shapes(optimizer.opt_state)
     if expected == actual:

@@ -66,11 +66,12 @@ class LiveGraph:
 
     Only the links a user can rebind are kept: an attribute of a module or other nnx object
     and an item of a mutable dict or list (tuples and optax's named tuples cannot change in
-    place; their owner's link to them is kept). :meth:`check` costs one dict lookup a link and
-    one ``len`` a module (about 15 µs for a model of 100 Variables, measured); when a module
-    gained an attribute (or a dict or list an item) it walks the whole graph (:meth:`check_full`, milliseconds) for a
-    Variable added, once. Not seen per call: a Variable put in place of an attribute that held
-    no Variable (:meth:`check_full` sees it).
+    place; their owner's link to them is kept), and each module's plain attributes (a flag
+    ``model.eval()`` sets, traced into the program). :meth:`check` costs one dict lookup a link
+    and a plain attribute, and one ``len`` a module; when a module gained an attribute (or a
+    dict or list an item) it walks the whole graph (:meth:`check_full`) for a Variable added,
+    once. Not seen per call: a Variable put in place of an attribute that held no Variable
+    (:meth:`check_full` sees it).
 
     Args:
         roots: The model and optimizer objects.
@@ -92,6 +93,15 @@ class LiveGraph:
                 if end > 1 and (graph.is_graph_node(parent) or _mutable(parent)):
                     links[path[:end]] = (parent, path[end - 1], nodes[path[:end]])
         self._measure()
+        self._statics = [  # a module's plain attributes: traced into the program as they were
+            (vars(node), key, value, (*path, key))
+            for path, node in nodes.items()
+            if isinstance(node, nnx.Pytree)
+            for key, value in vars(node).items()
+            if not key.startswith("_")
+            and not graph.is_node(value)
+            and not isinstance(value, nnx.Variable)
+        ]
         self._links = [
             (*_slot(parent, key), child, path) for path, (parent, key, child) in links.items()
         ]
@@ -108,6 +118,17 @@ class LiveGraph:
                 self._refuse(path, "was replaced after the step was built")
         if any(len(attributes) != size for attributes, size in self._sizes):
             self.check_full()  # an attribute added somewhere: a Variable, or something else
+        for attributes, key, value, path in self._statics:
+            held = attributes.get(key, value)
+            if held is not value and not _equal(held, value):
+                where = self._names.get(path[:-1]) or describe(path[:-1])
+                msg = (
+                    f"{where}.{key} changed from {value!r} to {held!r} after the step was built "
+                    "(model.eval() and model.train() set such flags): the step's program was "
+                    "traced with the old value and would go on running with it; build a new "
+                    "TrainStep (and EvalStep) after changing it"
+                )
+                raise StateChangedError(msg, path=f"{where}.{key}")
 
     def _measure(self) -> None:
         nodes = (node for _, node in graph.iter_graph(self._roots))
@@ -163,6 +184,14 @@ def _slot(parent: Any, key: Any) -> tuple[Any, Any]:  # noqa: ANN401  (any node)
         attributes = vars(parent)
         return attributes, key if key in attributes else str(key)
     return parent, key
+
+
+def _equal(held: object, value: object) -> bool:
+    """Whether a plain attribute set again holds an equal value (an array compares as unequal)."""
+    try:
+        return type(held) is type(value) and bool(held == value)
+    except Exception:  # an array's == is elementwise
+        return False
 
 
 def _holds(node: object) -> bool:

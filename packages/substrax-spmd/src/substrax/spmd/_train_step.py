@@ -34,11 +34,9 @@ if TYPE_CHECKING:
 class TrainStep[M: nnx.Module]:
     """A compiled train step over a model and its optimizer, as fast as hand-written ``jax.jit``.
 
-    The model and optimizer are split once (``nnx.split``); each call runs
-    ``jax.jit(step, donate_argnums=0)`` on the flat list of their arrays, so there is no graph
-    traversal per step and the old buffers are reused for the new state. The step compiles
-    once per batch shape. Output shardings are pinned to the input ones, so sharded (FSDP,
-    tensor-parallel) state stays where :func:`substrax.mesh.shard_model` put it.
+    The model and optimizer are split once (``nnx.split``); each call runs ``jax.jit(step,
+    donate_argnums=0)`` on the flat list of their arrays (no graph traversal, old buffers
+    reused), compiled once per batch shape, its output shardings pinned to the input ones.
 
     The variables differentiated are the ones ``optimizer`` updates (its ``wrt`` filter). An
     array written into the ``model`` or ``optimizer`` objects at any time (a checkpoint
@@ -50,11 +48,13 @@ class TrainStep[M: nnx.Module]:
     state back (the :attr:`model` and :attr:`optimizer` properties sync): an EvalStep or another
     TrainStep reading them is refused with :class:`~substrax.spmd.StateChangedError`. Once
     synced, they stay live: every step writes its new arrays into them. A Variable, submodule
-    or optimizer state replaced by a new object (or a Variable added) is refused so at the next
-    call: build a new step then (each call checks the links, about 15 µs for 100 Variables).
+    or optimizer state replaced by a new object, a Variable added, or a plain attribute changed
+    (``model.eval()``, a temperature: the program was traced with the old one) is refused so at
+    the next call: build a new step then.
 
     Mistakes are refused early: an optimizer whose state was built for another model
-    (:class:`~substrax.spmd.OptimizerMismatchError`), a ``loss_fn`` output that does not match
+    (:class:`~substrax.spmd.OptimizerMismatchError`), one that line-searches (``TypeError``:
+    use :func:`substrax.optim.update_with_line_search`), a ``loss_fn`` output that does not match
     ``has_aux`` (``TypeError`` at the first call), and a batch that ``batch_sharding`` cannot
     split (:class:`~substrax.spmd.BatchPlacementError`, naming the leaf and the sizes).
 
@@ -74,7 +74,8 @@ class TrainStep[M: nnx.Module]:
         accumulate_steps: Split each batch into this many microbatches inside the compiled
             step (a ``lax.scan``) and average their gradients in float32: one update, the same
             as on the whole batch for a mean loss, with one microbatch's activations in memory.
-            Every batch leaf's leading dimension must be a multiple of it
+            Every batch leaf is split by rows, a replicated one too (close over a per-class
+            table in ``loss_fn``), so its leading dimension must be a multiple of it
             (:class:`~substrax.spmd.BatchSplitError` names the leaf otherwise); the loss and
             every aux leaf are averaged over the microbatches, element by element: right for a
             scalar or a per-class vector (a histogram), but a per-example aux (one value a
@@ -84,8 +85,7 @@ class TrainStep[M: nnx.Module]:
             a new leading axis; the call returns the per-step losses (and aux) stacked.
             ``batch_sharding`` then describes one batch; the stacked axis is not split.
         precision: A :class:`~substrax.spmd.PrecisionPolicy`: the parameters stay in its
-            ``param_dtype`` and are cast to its ``compute_dtype`` where used inside the step,
-            where every layer computes in ``compute_dtype``; the batch is passed as given.
+            ``param_dtype``, every layer computes in its ``compute_dtype``; the batch as given.
 
     :meth:`cost` (and :meth:`flops_per_step`) count what one optimizer step costs per device:
     the matrix FLOPs of the step's program, forward and backward, the figure a
@@ -120,6 +120,7 @@ class TrainStep[M: nnx.Module]:
         steps_per_call: int = 1,
         precision: PrecisionPolicy | None = None,
     ) -> None:
+        check_current(model, None, "a TrainStep")  # not arrays another step donated
         check_optimizer_matches(model, optimizer)
         self._model = model
         self._optimizer = optimizer
@@ -205,8 +206,7 @@ class TrainStep[M: nnx.Module]:
     def batch_sharding(self) -> Sharding | PyTree | None:
         """Where each batch is placed (one batch's, with ``steps_per_call``), or None.
 
-        Resolved: a ``PartitionSpec`` given is a ``NamedSharding`` on the mesh here. An
-        :class:`EvalStep` over the step takes it.
+        A ``PartitionSpec`` given is a ``NamedSharding`` here; an :class:`EvalStep` takes it.
         """
         return self._batches.one_batch
 
@@ -219,7 +219,6 @@ class TrainStep[M: nnx.Module]:
         """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
         batch = self._batches.place(batch)
         check_has_rows(batch, stacked=self._steps_per_call != 1)
-        check_current(self._model, self, "a TrainStep")
         self._read_back()
         if self._mesh is None:
             self._leaves, out = self._jitted(self._leaves, batch)
@@ -314,9 +313,10 @@ class TrainStep[M: nnx.Module]:
     def _read_back(self) -> None:
         """Take the arrays written into the objects since the step last wrote them, placed alike.
 
-        First refuse objects whose Variables changed (:class:`LiveGraph`: a Variable or
-        submodule replaced, or one added to a module, in about 15 µs for 100 Variables).
+        First refuse objects another TrainStep trained since, and objects whose Variables
+        changed (:class:`LiveGraph`: a Variable or submodule replaced, one added to a module).
         """
+        check_current(self._model, self, "a TrainStep")
         self._graph.check()
         self._variables.read_back(self._leaves)
 
