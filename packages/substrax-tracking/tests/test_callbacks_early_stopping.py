@@ -97,7 +97,7 @@ def test_tracker_state_round_trip_and_strict_keys():
     tracker.register(2.0)
     tracker.register(3.0)
     state = tracker.get_state()
-    assert state == {"best": 2.0, "num_bad_epochs": 1}
+    assert state == {"best": 2.0, "num_bad_epochs": 1, "mode": "min"}
     other = BestMetricTracker(mode="min")
     other.set_state(state)
     assert (other.best, other.num_bad_epochs) == (2.0, 1)
@@ -105,6 +105,22 @@ def test_tracker_state_round_trip_and_strict_keys():
         other.set_state({"best": 1.0})
     with pytest.raises(ValueError, match=r"unknown \['extra'\]"):
         other.set_state({"best": 1.0, "num_bad_epochs": 0, "extra": 1})
+
+
+@pytest.mark.parametrize(
+    "make", [BestMetricTracker, lambda mode: EarlyStopping(patience=1, mode=mode)]
+)
+def test_a_tracker_state_saved_in_another_mode_is_refused(make):
+    # hostile finding: EarlyStopping(mode="max") took a mode="min" state, its best a worst
+    saved = make(mode="min")
+    saved.register(0.5)
+    with pytest.raises(
+        MonitorMismatchError, match="mode 'min', but this callback watches mode 'max'"
+    ):
+        make(mode="max").set_state(saved.get_state())
+    legacy = make(mode="max")  # a state saved without its mode, by 0.1.x, still loads
+    legacy.set_state({"best": 0.5, "num_bad_epochs": 0})
+    assert legacy.best == 0.5
 
 
 @pytest.mark.parametrize("patience", [0, -1])
@@ -224,6 +240,32 @@ def test_an_evaluation_checked_at_validation_end_is_not_counted_again_at_the_epo
     assert stopper.stopped_epoch == 3
     epoch_only = EarlyStoppingCallback(EarlyStoppingConfig(monitor="val_loss", patience=3))
     assert run(epoch_only, [1.0, 1.1, 1.1, 1.1], key="val_loss") == 3
+
+
+def test_an_evaluation_checked_at_the_epoch_end_is_not_counted_again_at_validation_end():
+    """Hostile finding: a loop calling on_validation_end after on_epoch_end, both checking, had
+    each value counted twice, so patience=3 stopped after two bad epochs."""
+    stopper = EarlyStoppingCallback(
+        EarlyStoppingConfig(monitor="val_loss", patience=3, check_on_validation_end=True)
+    )
+    waits = []
+    for epoch, val_loss in enumerate([1.0, 1.1, 1.1, 1.1]):
+        stopper.on_epoch_begin(None, epoch)
+        stopper.on_epoch_end(None, epoch, {"val_loss": val_loss})
+        stopper.on_validation_end(None, {"val_loss": val_loss})
+        waits.append(stopper.wait_count)
+    assert waits == [0, 1, 2, 3]
+    assert stopper.stopped_epoch == 3
+
+
+def test_a_stopped_epoch_given_as_a_numpy_or_jax_index_is_saved_as_an_int():
+    # hostile finding: the loop's np.int64 epoch reached get_state(), which is not strict JSON
+    for index in (np.int64, jnp.asarray):
+        stopper = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss", patience=1))
+        for epoch, loss in enumerate([1.0, 2.0]):
+            stopper.on_epoch_end(None, index(epoch), {"loss": loss})
+        assert type(stopper.get_state()["stopped_epoch"]) is int
+        json.dumps(stopper.get_state(), allow_nan=False)
 
 
 def test_divergence_threshold_min_and_max():

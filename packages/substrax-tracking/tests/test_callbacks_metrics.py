@@ -70,6 +70,35 @@ def test_numpy_and_jax_scalars_are_read_as_numbers():
     assert detector.spikes == []
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float8_e4m3fn])
+def test_a_bfloat16_or_float8_metric_is_one_number(dtype):
+    # hostile finding: numpy calls ml_dtypes' floats void ('V'), so the callbacks refused them
+    from substrax.callbacks import ReduceLROnPlateauCallback
+
+    loss, host = jnp.asarray(0.5, dtype=dtype), np.asarray(0.5, dtype=dtype)
+    stopper = EarlyStoppingCallback(EarlyStoppingConfig(monitor="loss"))
+    stopper.on_epoch_end(None, 0, {"loss": loss})
+    stopper.on_epoch_end(None, 1, {"loss": host})
+    assert stopper.best_score == 0.5
+    plateau = ReduceLROnPlateauCallback(monitor="loss", patience=1)
+    plateau.on_epoch_end(None, 0, {"loss": loss})
+    detector = LossSpikeDetector(window=4, warmup=2)
+    for step in range(3):
+        detector.on_batch_end(None, step, {"loss": loss})
+    detector.flush()
+    assert detector.spikes == []
+    progress = _progress()
+    progress.on_batch_end(None, 0, {"loss": loss})
+    progress.on_train_end(None)
+    assert progress.latest == {"loss": 0.5}
+
+
+def test_a_record_dtype_is_still_refused():
+    record = np.zeros((), dtype=[("a", "f4")])
+    with pytest.raises(MetricValueError, match="metric 'loss'"):
+        LossSpikeDetector().on_batch_end(None, 0, {"loss": record})
+
+
 def test_a_one_element_array_is_one_number_as_the_loggers_take_it():
     # a (1,) loss was refused by the callbacks while every logger logged it as its value
     detector = LossSpikeDetector(window=4, warmup=2)

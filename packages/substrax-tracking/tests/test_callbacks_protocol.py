@@ -186,3 +186,65 @@ def test_something_that_is_not_a_callback_is_refused_naming_it(bad):
     with pytest.raises(TypeError, match=repr(bad)[:8]):
         CallbackList([bad])
     assert len(CallbackList([])) == 0
+
+
+class _MemoryStore:
+    """A checkpoint store in a dict, enough for ``CheckpointCallback``."""
+
+    def __init__(self) -> None:
+        self.saved: dict[int, dict] = {}
+
+    def save(self, step, items, **_labels):  # epoch=, metrics=, overwrite=
+        self.saved[step] = items
+
+    def latest_step(self):
+        return max(self.saved, default=None)
+
+
+def _checkpointed_run(order, losses, store, *, restore_from=None):
+    """Epochs of ``losses`` with an early stopper saving its state: (stopped epoch, best)."""
+    checkpoint_callback = pytest.importorskip("substrax.checkpoint").CheckpointCallback
+    stopper = EarlyStoppingCallback(EarlyStoppingConfig(monitor="val_loss", patience=2))
+    holder = {}
+    saver = checkpoint_callback(
+        store, items=lambda _trainer: {"extensions": holder["list"].get_state()}
+    )
+    holder["list"] = callbacks = CallbackList(
+        [saver, stopper] if order == "before" else [stopper, saver]
+    )
+    start = 0
+    if restore_from is not None:
+        callbacks.set_state(store.saved[restore_from]["extensions"])
+        start = restore_from + 1
+    callbacks.on_train_begin(None)
+    for epoch in range(start, len(losses)):
+        callbacks.on_epoch_end(None, epoch, {"val_loss": losses[epoch]})
+        if stopper.should_stop:
+            return epoch, stopper.best_score
+    return None, stopper.best_score
+
+
+def test_a_checkpoint_saved_after_the_callbacks_with_state_resumes_as_the_run_goes(caplog):
+    """Hostile finding: with the CheckpointCallback ahead of EarlyStoppingCallback, a save held
+    the state before that epoch's value: a run resumed from it lost its best (0.6, not 0.5).
+    Put after them, a resumed run goes as the uninterrupted one."""
+    losses = [0.6, 0.5, 0.7, 0.8, 0.9, 1.0]
+    with caplog.at_level("WARNING", logger="substrax.callbacks"):
+        uninterrupted = _checkpointed_run("after", losses, _MemoryStore())
+        store = _MemoryStore()
+        _checkpointed_run("after", losses[:2], store)  # preempted after epoch 1's save
+        assert (
+            _checkpointed_run("after", losses, store, restore_from=1) == uninterrupted == (3, 0.5)
+        )
+    assert caplog.records == []
+    with caplog.at_level("WARNING", logger="substrax.callbacks"):
+        store = _MemoryStore()
+        _checkpointed_run("before", losses[:2], store)
+        assert _checkpointed_run("before", losses, store, restore_from=1) == (3, 0.6)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2  # one for each list built: the first run's and the resumed one's
+    for warning in warnings:
+        assert "(callback 1) has state to checkpoint but comes after the CheckpointCallback" in (
+            warning
+        )
+        assert "put the CheckpointCallback after the callbacks with state" in warning

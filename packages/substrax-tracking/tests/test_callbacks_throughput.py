@@ -247,6 +247,29 @@ def test_a_window_end_is_timed_when_its_step_is_computed_not_when_it_was_dispatc
     assert meter.latest["steps_per_sec"] == pytest.approx(2 / 1.0)
 
 
+@pytest.mark.parametrize("logs", [{}, {"lr": 0.1}], ids=["empty", "no_jax_array"])
+def test_a_window_end_whose_logs_hold_no_jax_array_is_warned_about_once(caplog, logs):
+    """Hostile finding: with no jax array in the boundary steps' logs the meter had nothing to
+    wait for, and logged the dispatch rate (65,000 steps/s for 10) without a word."""
+    clock, meter = clocked_meter(window=2)
+    with caplog.at_level("WARNING", logger="substrax.callbacks"):
+        for step in range(7):
+            clock.advance(1.0)
+            meter.on_batch_end(None, step, logs)
+        meter.on_train_end(None)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "the batch-end logs of step 0 hold no jax array to wait for" in warnings[0]
+    assert "log the step's output (its loss" in warnings[0]
+    caplog.clear()
+    clock, meter = clocked_meter(window=2)
+    with caplog.at_level("WARNING", logger="substrax.callbacks"):
+        for step in range(5):
+            clock.advance(1.0)
+            meter.on_batch_end(None, step, {"loss": jnp.asarray(1.0), "lr": 0.1})
+    assert caplog.records == []
+
+
 @pytest.mark.parametrize(
     ("options", "error", "match"),
     [
@@ -259,6 +282,9 @@ def test_a_window_end_is_timed_when_its_step_is_computed_not_when_it_was_dispatc
         ({"examples_per_step": 2.5}, TypeError, "examples_per_step=2.5"),
         ({"steps_per_call": 0}, ValueError, "steps_per_call=0"),
         ({"prefix": None}, TypeError, "prefix=None"),  # hostile finding: "Nonesteps_per_sec"
+        # hostile finding: accepted, then AttributeError 'log_metrics' at the first window's end
+        ({"logger": "logs/"}, TypeError, r"logger='logs/' \(str\) has no log_metrics"),
+        ({"logger": object()}, TypeError, r"\(object\) has no log_metrics.*FileLogger"),
     ],
 )
 def test_the_meter_refuses_bad_options(options, error, match):
@@ -449,6 +475,9 @@ def test_a_window_the_clock_did_not_move_forward_over_is_not_logged(caplog, move
     assert [step for step, _ in logger.rows] == ([] if math.isnan(moved) else [4])
     assert "the clock read" in caplog.text
     assert "window ending at step 2" in caplog.text
+    # hostile finding: a clock too coarse for the window was called not monotonic
+    assert ("a window of zero length" in caplog.text) == (moved == 0.0)
+    assert ("must be monotonic" in caplog.text) == (moved != 0.0)
 
 
 def test_a_pause_after_a_step_whose_logged_output_was_donated_counts(sharded_step):

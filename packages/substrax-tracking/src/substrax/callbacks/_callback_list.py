@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 
 from substrax.support import check_type
@@ -9,6 +10,17 @@ from substrax.typing import Checkpointable, CheckpointState
 
 from ._errors import CallbackStateMismatchError
 from ._protocol import Logs, TrainingCallback
+
+
+_logger = logging.getLogger(__name__)
+
+
+def _saves_checkpoints(callback: object) -> bool:
+    """Whether ``callback`` is a ``CheckpointCallback`` of substrax.checkpoint (by name: no import)."""
+    return any(
+        cls.__name__ == "CheckpointCallback" and cls.__module__.startswith("substrax.checkpoint")
+        for cls in type(callback).__mro__
+    )
 
 
 def is_checkpointable(obj: object) -> bool:
@@ -24,6 +36,9 @@ def is_checkpointable(obj: object) -> bool:
 
 class CallbackList:
     """Several callbacks driven as one: each hook is called on every callback, in order.
+
+    A ``CheckpointCallback`` that saves :meth:`get_state` goes after the callbacks with state,
+    so that a save holds the update of the hook it runs in; one put before them is warned about.
 
     Args:
         callbacks: the callbacks, in the order their hooks run.
@@ -55,6 +70,16 @@ class CallbackList:
                 f"{callback!r} ({type(callback).__name__}); subclass BaseCallback and override "
                 "the hooks you need"
             )
+        saver = next((i for i, cb in enumerate(self._callbacks) if _saves_checkpoints(cb)), None)
+        if saver is not None and isinstance(callback, Checkpointable):
+            message = (
+                "CallbackList: %r (callback %d) has state to checkpoint but comes after the "
+                "CheckpointCallback (callback %d), which runs each hook first: a save of "
+                "CallbackList.get_state() then holds this callback's state before that hook's "
+                "update, and a run resumed from it loses it (the epoch's best value, the "
+                "step's spike); put the CheckpointCallback after the callbacks with state"
+            )
+            _logger.warning(message, callback, len(self._callbacks), saver)
         self._callbacks.append(callback)
 
     def remove(self, callback: TrainingCallback) -> None:

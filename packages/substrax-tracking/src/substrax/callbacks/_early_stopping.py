@@ -33,7 +33,8 @@ class EarlyStoppingConfig:
         strict: raise :class:`MissingMetricError` when the logs lack ``monitor``, else skip.
         check_on_epoch_end: check in ``on_epoch_end``.
         check_on_validation_end: check in ``on_validation_end`` (then an epoch end after it
-            does not check the same value again).
+            does not check the same value again, nor a validation end right after an epoch end
+            that checked the value it gives).
         verbose: log (``logging``, under the ``substrax.callbacks`` logger) why training stopped.
 
     Example:
@@ -84,7 +85,15 @@ class EarlyStoppingCallback(BaseCallback):
         (True, 3, 0.9)
     """
 
-    __slots__ = ("_config", "_epoch", "_stop_reason", "_stopped_epoch", "_stopper", "_validated")
+    __slots__ = (
+        "_config",
+        "_epoch",
+        "_epoch_value",
+        "_stop_reason",
+        "_stopped_epoch",
+        "_stopper",
+        "_validated",
+    )
 
     def __init__(self, config: EarlyStoppingConfig | None = None) -> None:
         self._config = config if config is not None else EarlyStoppingConfig()
@@ -95,6 +104,7 @@ class EarlyStoppingCallback(BaseCallback):
         self._stop_reason: str | None = None
         self._epoch = 0
         self._validated = False  # this epoch's evaluation was checked at on_validation_end
+        self._epoch_value: float | None = None  # the value this epoch's end checked
 
     @property
     def config(self) -> EarlyStoppingConfig:
@@ -130,29 +140,39 @@ class EarlyStoppingCallback(BaseCallback):
         """Remember the epoch, for checks made at validation end."""
         self._epoch = epoch
         self._validated = False
+        self._epoch_value = None
 
     def on_epoch_end(self, _trainer: object, epoch: int, logs: Logs, /) -> None:
         """Check the monitored metric if ``check_on_epoch_end``, unless this epoch's evaluation was."""
         self._epoch = epoch
         if self._config.check_on_epoch_end and not self._validated:  # one value counts once
-            self._check(logs, "on_epoch_end")
+            self._epoch_value = self._check(logs, "on_epoch_end")
         self._validated = False
 
     def on_validation_end(self, _trainer: object, logs: Logs, /) -> None:
-        """Check the monitored metric if ``check_on_validation_end``."""
+        """Check the monitored metric if ``check_on_validation_end``.
+
+        Right after an epoch end that checked the value it gives, it does not count it again.
+        """
         if self._config.check_on_validation_end:
             self._validated = True
-            self._check(logs, "on_validation_end")
+            counted, self._epoch_value = self._epoch_value, None
+            self._check(logs, "on_validation_end", counted=counted)
 
-    def _check(self, logs: Logs, hook: str) -> None:
+    def _check(self, logs: Logs, hook: str, *, counted: float | None = None) -> float | None:
+        """Check the monitored value, unless it is ``counted`` already; return it (None if absent)."""
         monitor = self._config.monitor
         if not monitored(monitor, logs, hook, strict=self._config.strict) or self.should_stop:
-            return
-        self._stop_reason = self._reason(metric_value(monitor, logs[monitor], who=_WHO))
+            return None
+        value = metric_value(monitor, logs[monitor], who=_WHO)
+        if value == counted:  # the epoch end just before checked this evaluation
+            return value
+        self._stop_reason = self._reason(value)
         if self._stop_reason is not None:
-            self._stopped_epoch = self._epoch
+            self._stopped_epoch = int(self._epoch)  # strict JSON, from a numpy or jax index too
             if self._config.verbose:
                 _logger.info("early stopping at epoch %d: %s", self._epoch, self._stop_reason)
+        return value
 
     def _reason(self, value: float) -> str | None:
         """Why ``value`` stops training, or None; a value no threshold stops counts for patience."""
@@ -190,8 +210,10 @@ class EarlyStoppingCallback(BaseCallback):
             ValueError: a key is missing or unknown, or a value is malformed (the message names it).
             MonitorMismatchError: the state was saved for another monitor or mode.
         """
-        watch, required = (self._config.monitor, self._config.mode), {"stopper", "stopped_epoch"}
-        checked = check_state(_WHO, state, required, "stop_reason", watch=watch)
+        config, required = self._config, {"stopper", "stopped_epoch"}
+        checked = check_state(
+            _WHO, state, required, "stop_reason", monitor=config.monitor, mode=config.mode
+        )
         wanted = "None or an integer >= 0"
         stopped = state_number(
             _WHO, checked, "stopped_epoch", wanted, integer=True, low=0, none=True

@@ -82,6 +82,8 @@ class MetricValueError(_CallbackError, TypeError):
 class MonitorMismatchError(_CallbackError, ValueError):
     """A saved callback state was recorded for another ``(monitor, mode)`` than this callback's.
 
+    ``""`` stands for a part the object has not (a tracker's monitor, a spike detector's mode).
+
     Example:
         >>> from substrax.callbacks import MonitorMismatchError
         >>> MonitorMismatchError(("val_loss", "min"), ("val_acc", "max")).saved
@@ -95,11 +97,19 @@ class MonitorMismatchError(_CallbackError, ValueError):
         pairs = zip(("monitor", "mode"), self.saved, self.configured, strict=True)
         differs = " and ".join(name for name, saved, configured in pairs if saved != configured)
         return (
-            f"the saved state tracks {self.saved[0]!r} ({self.saved[1]}), but this callback "
-            f"watches {self.configured[0]!r} ({self.configured[1]}): another {differs}. Its best "
-            "value and patience count mean nothing here: restore it into a callback with the "
+            f"the saved state tracks {_watched(self.saved)}, but this callback watches "
+            f"{_watched(self.configured)}: another {differs}. The values it holds (a best, a "
+            "patience count, a window) mean nothing here: restore it into a callback with the "
             "same monitor and mode, or start this callback fresh (leave its state out)"
         )
+
+
+def _watched(pair: tuple[str, str]) -> str:
+    """``'val_loss' (min)``, or the part given (a tracker has no monitor, a detector no mode)."""
+    monitor, mode = pair
+    if monitor and mode:
+        return f"{monitor!r} ({mode})"
+    return repr(monitor) if monitor else f"mode {mode!r}"
 
 
 class CostAnalysisError(_CallbackError, LookupError):

@@ -13,7 +13,7 @@ from substrax.support import check_float, check_int, is_device_array
 
 from ._metrics import check_metric, check_monitor, kept_alive, metric_value, warn_missing_metric
 from ._protocol import BaseCallback, Logs
-from ._tracker import check_state
+from ._tracker import check_state, state_number
 
 
 _logger = logging.getLogger(__name__)
@@ -21,6 +21,8 @@ _WHO = "LossSpikeDetector"
 _MIN_WINDOW = 2
 _RESOLUTION = 2.0**-23
 """float32's relative resolution: a deviation below it times the mean (or 1) is never a spike."""
+KEPT_SPIKES = 16
+"""How many of the latest spikes a saved state holds (with the count of all)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,6 +56,8 @@ class LossSpikeDetector(BaseCallback):
     Nothing is flagged before ``warmup`` values; a level held for ``warmup`` flagged steps in a
     row becomes the new window. A NaN or infinite value always spikes. A jax array is decided at
     the next hook, so the detector never waits for a step. Spikes are logged as warnings.
+    :attr:`spikes` holds those seen (after :meth:`set_state`, the latest 16 saved), and
+    :attr:`spike_count` counts them all.
 
     Args:
         monitor: the metric name in the batch-end logs (warned about once if never logged).
@@ -102,6 +106,7 @@ class LossSpikeDetector(BaseCallback):
         self.max_spikes = max_spikes
         self.on_spike = on_spike
         self.spikes: list[LossSpike] = []
+        self._unlisted = 0  # spikes of a restored run that its saved state left out of the list
         self._recent: deque[float] = deque(maxlen=window)
         self._streak: list[float] = []  # the finite spikes in a row
         self._checked = False  # whether logs held the monitor, or were warned about
@@ -111,7 +116,12 @@ class LossSpikeDetector(BaseCallback):
     @property
     def should_stop(self) -> bool:
         """Whether ``max_spikes`` spikes have been seen."""
-        return self.max_spikes is not None and len(self.spikes) >= self.max_spikes
+        return self.max_spikes is not None and self.spike_count >= self.max_spikes
+
+    @property
+    def spike_count(self) -> int:
+        """How many spikes have been seen, those of the run before a restore included."""
+        return self._unlisted + len(self.spikes)
 
     def on_batch_end(self, _trainer: object, batch: int, logs: Logs, /) -> None:
         """Decide the value kept from the step before; decide this step's, or keep a jax array.
@@ -156,24 +166,32 @@ class LossSpikeDetector(BaseCallback):
         self.flush()
 
     def get_state(self) -> dict[str, Any]:
-        """The state to checkpoint, strict JSON: the recent window, a streak of spikes, the spikes.
+        """The state to checkpoint, strict JSON: the window, a streak, the latest spikes, the count.
 
-        A resumed run then flags the spikes the uninterrupted one would (a window starting
-        empty saw a spike where the run had a calmer past). A non-finite value is its text.
+        The value kept from the last step is decided first (this waits for that step), so a
+        resumed run flags the spikes the uninterrupted one would (a window starting empty saw
+        a spike where the run had a calmer past). It holds the latest 16 spikes and the count
+        of all, so its size is bounded. A non-finite value is its text.
         """
+        self.flush()
+        kept = self.spikes[-KEPT_SPIKES:]
         return {
             "recent": [_json(v) for v in self._recent],
             "streak": [_json(v) for v in self._streak],
-            "spikes": [[s.batch, *map(_json, (s.value, s.mean, s.std))] for s in self.spikes],
+            "spikes": [[s.batch, *map(_json, (s.value, s.mean, s.std))] for s in kept],
+            "spike_count": self.spike_count,
+            "monitor": self.monitor,
         }
 
     def set_state(self, state: dict[str, Any], /) -> None:
-        """Restore a state from :meth:`get_state`.
+        """Restore a state from :meth:`get_state` (``spike_count``, ``monitor`` may be absent).
 
         Raises:
             ValueError: a key is missing or unknown, or a value is malformed (the message names it).
+            MonitorMismatchError: the state was saved by a detector of another ``monitor``.
         """
-        checked = check_state(_WHO, state, {"recent", "streak", "spikes"})
+        required = {"recent", "streak", "spikes"}
+        checked = check_state(_WHO, state, required, "spike_count", monitor=self.monitor)
         try:
             recent = [float(v) for v in checked["recent"]]
             streak = [float(v) for v in checked["streak"]]
@@ -186,8 +204,12 @@ class LossSpikeDetector(BaseCallback):
                 f"{_WHO} state holds a malformed window or spike ({error}); restore a state "
                 "that get_state() returned"
             ) from None
+        counted = {"spike_count": checked.get("spike_count", len(spikes))}
+        wanted = f"an integer >= the {len(spikes)} spikes it lists"
+        count = state_number(_WHO, counted, "spike_count", wanted, integer=True, low=len(spikes))
         self._recent = deque(recent, maxlen=self._recent.maxlen)
         self._streak, self.spikes, self._pending = streak, spikes, None
+        self._unlisted = count - len(spikes)
 
     def _decide(self, batch: int, logged: object) -> None:
         value = metric_value(self.monitor, logged, who=_WHO)
@@ -201,7 +223,7 @@ class LossSpikeDetector(BaseCallback):
             self._streak.clear()
             self._recent.append(value)
             return
-        spike = LossSpike(batch=batch, value=value, mean=mean, std=std)
+        spike = LossSpike(batch=int(batch), value=value, mean=mean, std=std)  # not numpy's
         self.spikes.append(spike)
         message = "%s spiked at step %d: %g against a recent mean %g (std %g)"
         _logger.warning(message, self.monitor, batch, value, mean, std)

@@ -31,11 +31,14 @@ def monitored(monitor: str, logs: Logs, hook: str, *, strict: bool) -> bool:
 
 def check_metric(name: str, value: object, *, who: str) -> None:
     """A MetricValueError unless ``value`` is one number (a ``()`` or ``(1,)`` array too), not a bool."""
-    kind = getattr(getattr(value, "dtype", None), "kind", "f")
+    dtype = getattr(value, "dtype", None)
+    kind = getattr(dtype, "kind", "f")
+    if kind == "V" and getattr(getattr(dtype, "type", None), "__module__", "") == "ml_dtypes":
+        kind = "f"  # bfloat16, float8_*: numpy calls ml_dtypes' numbers void
     if (
         value is None
         or isinstance(value, (str, bytes, bool))
-        or kind in "bcOSUV"  # a numpy or jax bool, complex, object or text
+        or kind in "bcOSUV"  # a numpy or jax bool, complex, object, text or record
         or getattr(value, "size", 1) != 1
     ):
         raise MetricValueError(name, value, who=who)

@@ -50,7 +50,9 @@ class ReduceLROnPlateauCallback(BaseCallback):
     to its first value times ``scale``. A flax ``nnx.Optimizer`` (``optimizer=`` or
     ``trainer.optimizer``) is changed in place; a plain optax state goes through :meth:`apply`.
     ``substrax.spmd.TrainStep`` passes no ``value=`` to the update: use ``inject_hyperparams``
-    there. A NaN or infinite metric counts as a plateau at once.
+    there. A NaN or infinite metric counts as a plateau at once. It warns once when what it set
+    was changed by the next epoch end (a schedule, the chained transformation's own plateaus),
+    and when a scale it lowered was written nowhere (no optimizer, no :meth:`apply` call).
 
     Args:
         monitor: the metric name in the epoch-end logs.
@@ -104,7 +106,9 @@ class ReduceLROnPlateauCallback(BaseCallback):
         self._cooldown_left = 0
         self._bases: list[float] = []  # each injected group's value before any scaling
         self._written: list[float] = []  # the value each was last given
-        self._warned_schedule = False
+        self._applied = 1.0  # the scale apply() last wrote
+        self._plateau_written: float | None = None  # the reduce_on_plateau scale it wrote
+        self._warned: set[str] = set()  # the kinds of warning given, once each
 
     @property
     def scale(self) -> float:
@@ -113,6 +117,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
 
     def on_epoch_end(self, trainer: object, epoch: int, logs: Logs, /) -> None:
         """Register the metric, reduce the scale on a plateau, and write it into the optimizer."""
+        self._check_applied()
         if not monitored(self.monitor, logs, "on_epoch_end", strict=self.strict):
             return
         value = metric_value(self.monitor, logs[self.monitor], who=type(self).__name__)
@@ -138,6 +143,23 @@ class ReduceLROnPlateauCallback(BaseCallback):
             if state is not optimizer.opt_state:  # a plain optax state: new tuples, not changed
                 optimizer.opt_state = state
 
+    def on_train_end(self, _trainer: object, /) -> None:
+        """Warn if the last scale lowered was written nowhere."""
+        self._check_applied()
+
+    def _check_applied(self) -> None:
+        """Warn once if a scale lowered at an epoch end was not written by the next hook."""
+        if self._scale == self._applied or "nowhere" in self._warned:
+            return
+        self._warned.add("nowhere")
+        message = (
+            "ReduceLROnPlateauCallback lowered its learning-rate scale to %g, but wrote it "
+            "nowhere: it found no optimizer (pass optimizer=, an object with opt_state, or give "
+            "the trainer an .optimizer), and apply(opt_state) was not called; the learning rate "
+            "is unchanged"
+        )
+        _logger.warning(message, self._scale)
+
     def apply(self, opt_state: Any) -> Any:
         """Write the current scale into ``opt_state``; return the (possibly new) state.
 
@@ -150,6 +172,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
             nonlocal found
             if _is_plateau_state(node):
                 found += 1
+                self._check_written("plateau", node.scale, self._plateau_written)
                 return node._replace(scale=_set(node.scale, self._scale))
             hyperparams = getattr(node, "hyperparams", None)
             if isinstance(hyperparams, Mapping) and self.hyperparam in hyperparams:
@@ -169,26 +192,42 @@ class ReduceLROnPlateauCallback(BaseCallback):
         result = visit(opt_state)
         if not found:
             raise NoLearningRateFoundError(self.hyperparam)
+        self._applied = self._plateau_written = self._scale
         return result
+
+    def _check_written(self, kind: str, leaf: Any, written: float | None) -> None:
+        """Warn once per ``kind`` if ``leaf`` no longer holds the value ``written`` into it."""
+        if written is None or kind in self._warned:
+            return
+        current = float(leaf.get_value() if _is_variable(leaf) else leaf)
+        if math.isclose(current, written, rel_tol=1e-5):
+            return
+        self._warned.add(kind)
+        if kind == "plateau":
+            message = (
+                "ReduceLROnPlateauCallback: the chained reduce_on_plateau's scale is %g, not the "
+                "%g it was set to: the transformation lowers it itself (its own patience ran "
+                "out), and this callback sets it back, so the run trains at another rate than "
+                "it reports; build reduce_on_plateau with a patience it never reaches (e.g. "
+                "patience=10**9) and leave the plateaus to this callback"
+            )
+            _logger.warning(message, current, written)
+            return
+        message = (
+            "ReduceLROnPlateauCallback: the injected %s is %g, not the %g it was set to: "
+            "something else sets it at every update (an optax schedule given to "
+            "inject_hyperparams is recomputed each step), so this callback's scale does "
+            "not last; inject a constant, or chain optax.contrib.reduce_on_plateau"
+        )
+        _logger.warning(message, self.hyperparam, current, written)
 
     def _inject(self, node: Any, hyperparams: Mapping[str, Any], group: int) -> Any:
         """``node`` (an ``inject_hyperparams`` state, ``group``) scaled; an nnx one in place."""
         leaf = hyperparams[self.hyperparam]
-        current = float(leaf.get_value() if _is_variable(leaf) else leaf)
         if group == len(self._bases):  # its base is its first value seen
-            self._bases.append(current)
-            self._written.append(current)
-        elif not self._warned_schedule and not math.isclose(
-            current, self._written[group], rel_tol=1e-5
-        ):
-            self._warned_schedule = True
-            message = (
-                "ReduceLROnPlateauCallback: the injected %s is %g, not the %g it was set to: "
-                "something else sets it at every update (an optax schedule given to "
-                "inject_hyperparams is recomputed each step), so this callback's scale does "
-                "not last; inject a constant, or chain optax.contrib.reduce_on_plateau"
-            )
-            _logger.warning(message, self.hyperparam, current, self._written[group])
+            self._bases.append(float(leaf.get_value() if _is_variable(leaf) else leaf))
+            self._written.append(self._bases[group])
+        self._check_written("schedule", leaf, self._written[group])
         self._written[group] = self._bases[group] * self._scale
         new_leaf = _set(leaf, self._written[group])
         if _is_variable(leaf) or not hasattr(node, "_replace"):
@@ -216,7 +255,7 @@ class ReduceLROnPlateauCallback(BaseCallback):
             MonitorMismatchError: the state was saved for another monitor or mode.
         """
         who, required = type(self).__name__, {"tracker", "scale", "cooldown_left", "base_lr"}
-        checked = check_state(who, state, required, watch=(self.monitor, self._tracker.mode))
+        checked = check_state(who, state, required, monitor=self.monitor, mode=self._tracker.mode)
         scale = state_number(who, checked, "scale", "a number in [0, 1]", low=0, high=1)
         cooldown = state_number(
             who, checked, "cooldown_left", "an integer >= 0", integer=True, low=0
@@ -231,5 +270,6 @@ class ReduceLROnPlateauCallback(BaseCallback):
         ]
         self._tracker.set_state(checked["tracker"])
         self._scale, self._cooldown_left = scale, cooldown
+        self._applied, self._plateau_written = scale, None  # the optimizer's state is restored too
         self._bases = [float(v) for v in values if v is not None]
         self._written = [b * scale for b in self._bases]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from substrax.support import check_int, is_device_array, require
@@ -62,6 +62,11 @@ class ProgressCallback(BaseCallback):
             check_int("total_steps", total_steps, minimum=0)
         self.total_steps = total_steps
         self.initial_step = check_int("initial_step", initial_step, minimum=0)
+        if not isinstance(metrics, str | Iterable):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"metrics={metrics!r:.80} ({type(metrics).__name__}) must be a metric name or "
+                "names (strings), such as 'loss' or ('loss', 'lr')"
+            )
         self.metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         for name in self.metrics:
             if not isinstance(name, str) or not name:  # pyright: ignore[reportUnnecessaryIsInstance]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Generator, Iterable, Mapping
 from contextlib import contextmanager
@@ -129,8 +130,10 @@ class ThroughputMeter(BaseCallback):
     ``tokens_per_sec`` (given their sizes), ``flops_per_sec_per_device`` (given
     ``flops_per_step``) and ``mfu`` (given the device's peak too); :attr:`latest` holds them,
     None for those not known. A window is timed between the moments its boundary steps' outputs
-    are computed; the first step, which compiles, only starts the clock. ``with meter.pause():``
-    or a validation leaves its time out (summed in :attr:`paused_seconds`).
+    are computed: the jax arrays among their batch-end logs, so log the step's output (its loss);
+    logs holding no jax array time the moment the step's call returned, its dispatch (warned
+    once). The first step, which compiles, only starts the clock. ``with meter.pause():`` or a
+    validation leaves its time out (summed in :attr:`paused_seconds`).
 
     Args:
         logger: where to log (``log_metrics(metrics, step)``); None only keeps :attr:`latest`.
@@ -190,6 +193,12 @@ class ThroughputMeter(BaseCallback):
             peak_flops = check_float("peak_flops", peak_flops, minimum=0, exclusive_minimum=True)
         if not callable(clock):
             raise TypeError(f"clock={clock!r} must be a function returning seconds")
+        if logger is not None and not callable(getattr(logger, "log_metrics", None)):
+            raise TypeError(
+                f"logger={logger!r:.80} ({type(logger).__name__}) has no log_metrics(metrics, "
+                "step) method; pass a substrax.tracking logger (FileLogger(name, log_dir), "
+                "create_logger(...)), or None to keep the figures in .latest only"
+            )
         self.logger = logger
         self.examples_per_step = examples_per_step
         self.tokens_per_example = tokens_per_example
@@ -211,6 +220,7 @@ class ThroughputMeter(BaseCallback):
         self._last: Logs = {}  # the last batch end's logs, which a pause waits for
         self._pauses = 0
         self._paused_at: float | None = None
+        self._warned_no_array = False
 
     def on_train_end(self, _trainer: object, /) -> None:
         """Wait for the last window's end step, if it is not computed yet, and log the window."""
@@ -286,6 +296,7 @@ class ThroughputMeter(BaseCallback):
         if boundary is None or not (wait or _all_ready(boundary.values)):
             return
         self._boundary = None  # timed once, even if its step failed and the wait raises
+        self._check_awaitable(boundary)
         wait_for(boundary.values)
         now = self._clock()
         if self._mark is None:  # the boundary starts the clock
@@ -293,16 +304,37 @@ class ThroughputMeter(BaseCallback):
             return
         elapsed, self._mark = now - self._mark, now
         if not elapsed > 0:  # a clock that stood still, went back or read NaN: no rate to give
+            why = (
+                "a window of zero length: the clock read the same at both its ends, too coarse "
+                "for its steps; give a finer clock, as time.perf_counter is, or a larger window"
+                if elapsed == 0
+                else "the clock must be monotonic, as time.perf_counter is"
+            )
             message = (
                 "%s: the clock read %r s for the window ending at step %s; its throughput is not "
-                "logged (the clock must be monotonic, as time.perf_counter is)"
+                "logged (%s)"
             )
-            _logger.warning(message, type(self).__name__, elapsed, boundary.batch)
+            _logger.warning(message, type(self).__name__, elapsed, boundary.batch, why)
             return
         self.latest = self._figures(boundary.steps * self.steps_per_call / elapsed)
         if self.logger is not None:
             shown = {f"{self.prefix}{k}": v for k, v in self.latest.items() if v is not None}
             self.logger.log_metrics(shown, step=boundary.batch)
+
+    def _check_awaitable(self, boundary: _Boundary) -> None:
+        """Warn once if ``boundary``'s logs hold no jax array to wait for (its dispatch is timed)."""
+        if "jax" not in sys.modules or self._warned_no_array:  # no jax: nothing runs ahead
+            return
+        if any(is_device_array(value) for value in boundary.values):
+            return
+        self._warned_no_array = True
+        message = (
+            "%s: the batch-end logs of step %s hold no jax array to wait for, so its window is "
+            "timed when the step's call returned: for a jax step not read meanwhile (float(loss)), "
+            "its dispatch, and the rate is too high; log the step's output (its loss, as the jax "
+            "array it returned) at each batch end (this warning is given once)"
+        )
+        _logger.warning(message, type(self).__name__, boundary.batch)
 
     def _figures(self, steps_per_sec: float) -> dict[str, float | None]:
         figures: dict[str, float | None] = {"steps_per_sec": steps_per_sec}

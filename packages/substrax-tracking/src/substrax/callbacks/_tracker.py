@@ -24,13 +24,18 @@ def check_state(
     state: object,
     required: set[str],
     *optional: str,
-    watch: tuple[str, Mode] | None = None,
+    monitor: str | None = None,
+    mode: Mode | None = None,
 ) -> Mapping[str, Any]:
-    """``state`` with each ``required`` key, no unknown one, and ``watch``'s monitor and mode if any."""
+    """``state`` with each ``required`` key, no unknown one, and the ``monitor`` and ``mode`` given.
+
+    A state saved without ``monitor`` or ``mode`` (by an earlier version) matches any.
+    """
     if not isinstance(state, Mapping):
         raise TypeError(f"{who} state must be a dict from get_state(), not {state!r:.80}")
     state = cast("Mapping[str, Any]", state)
-    optional = (*optional, "monitor", "mode") if watch else optional
+    watched = {"monitor": monitor, "mode": None if mode is None else mode.value}
+    optional = (*optional, *(key for key, value in watched.items() if value is not None))
     missing, unknown = required - set(state), set(state) - required - set(optional)
     if missing or unknown:
         also = f" (and optionally {sorted(optional)})" if optional else ""
@@ -38,11 +43,10 @@ def check_state(
             f"{who} state needs exactly the keys {sorted(required)}{also}; "
             f"missing {sorted(missing)}, unknown {sorted(unknown)}"
         )
-    if watch:  # absent keys match
-        configured = (watch[0], watch[1].value)
-        saved = (str(state.get("monitor", configured[0])), str(state.get("mode", configured[1])))
-        if saved != configured:
-            raise MonitorMismatchError(saved, configured)
+    configured = (monitor or "", watched["mode"] or "")
+    saved = tuple(str(state.get(key, value or "")) for key, value in watched.items())
+    if saved != configured:
+        raise MonitorMismatchError((saved[0], saved[1]), configured)
     return state
 
 
@@ -162,16 +166,17 @@ class BestMetricTracker:
     def get_state(self) -> dict[str, Any]:
         """The state, strict JSON: an infinite best (none yet) is the largest float of its sign."""
         best = math.copysign(LARGEST, self._best) if math.isinf(self._best) else self._best
-        return {"best": best, "num_bad_epochs": self._num_bad_epochs}
+        return {"best": best, "num_bad_epochs": self._num_bad_epochs, "mode": self._mode.value}
 
     def set_state(self, state: dict[str, Any], /) -> None:
         """Restore a state from :meth:`get_state`; a ``best`` of None means none yet.
 
         Raises:
             ValueError: a key is missing or unknown, or a value is malformed (the message names it).
+            MonitorMismatchError: the state was saved in another mode (``mode`` may be absent).
         """
         who = type(self).__name__
-        checked = check_state(who, state, {"best", "num_bad_epochs"})
+        checked = check_state(who, state, {"best", "num_bad_epochs"}, mode=self._mode)
         best = state_number(who, checked, "best", "a number, or None for no best yet", none=True)
         bad = state_number(who, checked, "num_bad_epochs", "an integer >= 0", integer=True, low=0)
         if best is None:
