@@ -649,7 +649,7 @@ def test_ctrl_c_while_run_follows_cancels_the_run_and_exits_130_with_one_line(pr
     assert command.returncode == 130, err
     assert err == "substrax-compute: interrupted\n"  # no traceback
     run_id = _run_id("".join(lines))
-    assert f"Interrupted: cancelled {run_id}" in out
+    assert f"Interrupted: cancelling {run_id}" in out
     handle = RunStore().load(run_id)
     assert load_backend(handle.backend, handle.settings).status(handle) is RunState.CANCELLED
 
@@ -670,6 +670,28 @@ def test_a_damaged_manifest_fails_its_run_s_status_naming_it_and_the_others_are_
     assert good in captured.out
     assert damaged not in captured.out
     assert captured.err.startswith(f"substrax-compute: warning: skipped run {damaged}: {manifest}")
+
+
+def test_a_manifest_that_is_no_manifest_is_refused_by_status_and_fetch_naming_it(
+    project, capsys, tmp_path
+):
+    """Hostile finding: '{"x":1}' gave "manifest version None is not 4: fetch it with the
+    substrax release that ran it", naming no file; `fetch` took it, `status` refused it."""
+    (run_id,) = _finished_runs(capsys, 1)
+    handle = RunStore().load(run_id)
+    manifest = Path(handle.details["run_dir"]) / "outputs" / "manifest.json"
+    manifest.write_text('{"x": 1}')
+    why = (
+        ": is no run manifest (it has no schema_version): damaged, another file, or; it was not "
+        "written by this substrax-compute release\n"
+    )
+    assert main(["status", run_id]) == 2
+    assert capsys.readouterr().err == f"substrax-compute: error: {manifest}{why}"
+    assert main(["fetch", run_id, "--into", str(tmp_path / "f")]) == 2
+    fetched = tmp_path / "f" / run_id
+    captured = capsys.readouterr()
+    assert captured.out == f"{fetched}\n"  # the files are fetched all the same
+    assert captured.err == f"substrax-compute: error: {fetched / 'manifest.json'}{why}"
 
 
 def test_a_run_whose_backend_does_not_answer_is_listed_as_unknown_and_the_others_read(
@@ -743,7 +765,7 @@ def test_sigterm_or_sighup_while_run_follows_cancels_the_run_as_ctrl_c_does(proj
     assert command.returncode == 128 + sig, err
     assert err == f"substrax-compute: interrupted by {sig.name}\n"  # no traceback
     run_id = _run_id("".join(lines))
-    assert f"Interrupted: cancelled {run_id}" in out
+    assert f"Interrupted: cancelling {run_id}" in out
     handle = RunStore().load(run_id)
     assert load_backend(handle.backend, handle.settings).status(handle) is RunState.CANCELLED
 

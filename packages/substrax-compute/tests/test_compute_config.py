@@ -65,6 +65,11 @@ BAD_JOB_VALUES = {
             'instead, got ["/bin/sh", "-ec", "x"]',
         ),
         ({"hi": ["python", 3]}, ".hi[1]: Input should be a valid string, got 3"),
+        (  # it passed, and the worker crashed in Popen ("embedded null byte"): no manifest
+            {"hi": ["python", "a\0b"]},
+            ".hi: argument 1 ('a\\x00b') holds a NUL character (\\0) at index 1, which no "
+            "program's argument or environment variable can hold; remove it",
+        ),
         ({"../up": ["python"]}, f'."../up": key {NAME}, got "../up"'),
         *(
             (
@@ -122,6 +127,17 @@ BAD_JOB_VALUES = {
     "env": [
         ({"A B": "1"}, '."A B": key must be an environment variable name, got "A B"'),
         ({"A": 1}, ".A: Input should be a valid string, got 1"),
+        (
+            {"A": "x\0"},
+            ".A: holds a NUL character (\\0) at index 1, which no program's argument or "
+            "environment variable can hold; remove it",
+        ),
+        (  # it passed, and every task failed at its start
+            {"AVITAI_OUTPUT_DIR": "/tmp/x"},
+            ".AVITAI_OUTPUT_DIR: env sets AVITAI_OUTPUT_DIR='/tmp/x', but the worker (each task's "
+            "own output directory) sets it to '<outputs>/<task>'; drop it from the job's env; a "
+            "task finds its directory in AVITAI_OUTPUT_DIR",
+        ),
     ],
     "secrets": [(["1BAD"], '[0]: must be an environment variable name, got "1BAD"')],
     "mounts": [
@@ -159,6 +175,11 @@ BAD = [
     ({"backend": 3}, f"{P}.backend: Input should be a valid string, got 3"),
     ({"backend": "a/b"}, f'{P}.backend: {NAME}, got "a/b"'),
     ({"backends": {"modal": 1}}, f"{P}.backends.modal: Input should be an object, got 1"),
+    (  # it was ignored: `--backend modal` then said only that outputs_volume was required
+        {"backends": {"modl": {"outputs_volume": "v"}}},
+        f"{P}.backends.modl: no compute backend 'modl' is registered (registered: local, modal, "
+        "skypilot); did you mean 'modal'? rename the table",
+    ),
     (
         {"jobs": {"demo": {"timeout_seconds": 60}}},
         f"{J}: a job needs `examples` directories or `commands` to run",

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from substrax.compute import JobSpec, LocalBackend, RunState, Task, read_manifest
+from substrax.compute import (
+    ComputeConfigError,
+    JobSpec,
+    LocalBackend,
+    RunState,
+    Task,
+    read_manifest,
+)
 from substrax.compute._environment import FAILED_AT_ENV
 from substrax.compute._manifest import MANIFEST_NAME
 from substrax.testing.compute import BackendContract, wait_until_final
@@ -89,8 +96,46 @@ def test_cancel_kills_the_whole_process_group(tmp_path, spawns_a_child, gone):
     assert not manifest.finished
 
 
+SAVES_ON_SIGTERM = """\
+import os, pathlib, signal, sys, time
+def on_term(signum, frame):
+    pathlib.Path(os.environ["AVITAI_OUTPUT_DIR"], "saved.txt").write_text("saved")
+    sys.exit(7)
+signal.signal(signal.SIGTERM, on_term)
+print("sleeping now", flush=True)
+time.sleep(300)
+"""
+
+
+def test_cancel_gives_the_task_sigterm_and_the_grace_to_save(tmp_path):
+    """Hostile finding: a cancel (Ctrl-C, SIGTERM or SIGHUP to `run`, `cancel`) SIGKILLed the
+    task at once: its SIGTERM handler never ran and it saved no last checkpoint."""
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    spec = _spec(_task("saver", SAVES_ON_SIGTERM, timeout=300), stop_grace_seconds=30)
+    handle = backend.submit(spec, project=tmp_path)
+    for line in backend.logs(handle, follow=True):
+        if "sleeping now" in line:
+            break
+    backend.cancel(handle)
+    assert backend.status(handle) is RunState.CANCELLED
+    outputs = Path(handle.details["run_dir"]) / "outputs"
+    manifest = read_manifest(outputs / MANIFEST_NAME)
+    assert [(t.status, t.returncode) for t in manifest.tasks] == [("cancelled", 7)]
+    assert (outputs / "saver" / "saved.txt").read_text() == "saved"
+
+
+def _interpreter(path, script):
+    """An executable shell script at ``path`` (an interpreter to name in the python setting)."""
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.usefixtures("child_processes")
 def test_a_worker_that_dies_is_a_failed_run(tmp_path):
-    backend = LocalBackend({"state_dir": str(tmp_path / "s2"), "python": "false"})
+    # an interpreter that imports substrax (the check at submit) but dies as the worker
+    dies = _interpreter(tmp_path / "dies", f'[ "$1" = -m ] && exit 1\nexec {sys.executable} "$@"')
+    backend = LocalBackend({"state_dir": str(tmp_path / "s2"), "python": dies})
     handle = backend.submit(_spec(_task("t", "print(1)")), project=tmp_path)
     assert wait_until_final(backend, handle, 30) is RunState.FAILED
     manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
@@ -117,6 +162,29 @@ def test_a_python_setting_that_names_no_program_is_refused_naming_it(tmp_path, p
     assert f"{tmp_path / '.venv' / 'bin' / 'python'}" in str(caught.value)
     assert "leave python out" in str(caught.value)
     assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_python_setting_without_substrax_or_empty_is_refused_before_a_run(tmp_path):
+    """Hostile finding: `python = "python3"` (no substrax there) was taken, and the run failed
+    with "No module named 'substrax'" in its worker.log only; `python = ""` meant the default."""
+    bare = _interpreter(tmp_path / "bare", f'exec {sys.executable} -S "$@"')  # no site-packages
+    backend = LocalBackend({"state_dir": str(tmp_path / "s"), "python": bare})
+    with pytest.raises(ComputeConfigError) as caught:
+        backend.submit(_spec(_task("t", "print(1)")), project=tmp_path)
+    assert str(caught.value) == (
+        f"tool.substrax.compute.backends.local.python: {bare!r} cannot run the worker: `{bare} "
+        "-c 'import substrax.compute'` failed (ModuleNotFoundError: No module named 'substrax'); "
+        "name the interpreter of an environment with substrax-compute installed, or leave "
+        "python out to use the project's .venv python"
+    )
+    assert not (tmp_path / "s" / "runs").exists() or not any((tmp_path / "s" / "runs").iterdir())
+    with pytest.raises(ComputeConfigError) as caught:
+        LocalBackend({"state_dir": str(tmp_path / "s"), "python": ""})
+    assert str(caught.value) == (
+        "tool.substrax.compute.backends.local.python: is empty; name an interpreter, or leave "
+        "python out for the project's .venv python"
+    )
 
 
 def test_submit_takes_a_project_given_as_text_and_refuses_what_is_no_path(tmp_path):
@@ -401,34 +469,45 @@ def test_the_node_plan_is_replaced_whole(tmp_path):
     assert held.read_text() == "old"
 
 
-# The start of a task of a two-node job: ``r``, its node's rank, and ``recorded(node)``, which waits
+# The start of a task of a two-node job: ``r``, its node's rank; ``recorded(node)``, which waits
 # (60 s at most) until that node's worker has recorded its task's failure (the record the
-# supervisor blames by), so that the nodes' failures come in the order a test needs.
-_RANKED = f"""\
-import os, pathlib, signal, sys, time
-r = int(os.environ["JAX_PROCESS_ID"])
+# supervisor blames by), so that the nodes' failures come in the order a test needs; and
+# ``linger(code)``, which leaves a child in the task's group that ignores SIGTERM and runs
+# ``code``: once the task ended, its worker waits for that child (the job's grace at most)
+# before it goes on, so that the workers' exits come in the order a test needs too.
+_RECORDED = f"""\
 def recorded(node):
     record = pathlib.Path(os.environ[{FAILED_AT_ENV!r}]).with_name(f"node-{{node}}.failed-at")
     deadline = time.monotonic() + 60
     while not record.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
 """
+_RANKED = f"""\
+import os, pathlib, signal, subprocess, sys, time
+r = int(os.environ["JAX_PROCESS_ID"])
+{_RECORDED}
+def linger(code="time.sleep(60)"):
+    ready = "import os, pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN)"
+    program = ready + "; print(flush=True)" + chr(10) + {_RECORDED!r} + code
+    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE)
+    child.stdout.readline()
+"""
 
 
 def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later(tmp_path):
-    # node 1's task fails at once but its worker goes on to a long second task; node 0's task
-    # fails later (as a peer's would) and its worker exits first
-    first = _RANKED + "if r == 0:\n    recorded(1)\nsys.exit(5 - 2 * r)\n"
-    second = "import os, time; time.sleep(60 * int(os.environ['JAX_PROCESS_ID']))"
+    # node 1's task fails at once but its worker is slow to end what the task left; node 0's
+    # task fails later (as a peer's would) and its worker exits first
+    first = _RANKED + "if r == 0:\n    recorded(1)\nelse:\n    linger()\nsys.exit(5 - 2 * r)\n"
     fetched, manifest = _failed_two_node_tasks(
-        tmp_path, _task("fails", first), _task("lingers", second)
+        tmp_path, _task("fails", first), _task("next", "pass"), stop_grace_seconds=5
     )
     assert (manifest.failed_node, manifest.failed_node_status) == (1, 3)  # its task's status
-    node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
-    assert [(t.name, t.status, t.returncode) for t in node_1.tasks] == [
-        ("fails", "failed", 3),
-        ("lingers", "cancelled", -15),
+    assert [(t.name, t.status, t.returncode) for t in manifest.tasks] == [
+        ("fails", "failed", 5),
+        ("next", "cancelled", None),  # a node starts no task after a failed one
     ]
+    node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
+    assert [(t.name, t.status, t.returncode) for t in node_1.tasks] == [("fails", "cancelled", 3)]
     log = (fetched / "worker.log").read_text()
     assert "node 0 failed (exit status 1); stopping the other nodes" in log
     assert "first: node 0's task failed after it or stopped because a peer died" in log
@@ -437,14 +516,16 @@ def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later
 def test_a_task_that_stopped_for_a_dead_peer_is_not_blamed_though_it_failed_first(tmp_path):
     # node 0's task ends first, with the peer watch's status (a peer died); node 1's task fails
     # later with its own error; node 0's worker exits first, once node 1's failure is on record
-    first = _RANKED + "if r == 1:\n    recorded(0)\nsys.exit(1 if r else 75)\n"
-    second = _RANKED + "recorded(1) if r == 0 else time.sleep(60)\n"
+    first = _RANKED + (
+        "if r == 1:\n    recorded(0)\n    linger()\n"
+        "else:\n    linger('recorded(1)')\nsys.exit(1 if r else 75)\n"
+    )
     fetched, manifest = _failed_two_node_tasks(
-        tmp_path, _task("fails", first), _task("lingers", second)
+        tmp_path, _task("fails", first), _task("next", "pass"), stop_grace_seconds=5
     )
     assert manifest.failed_node == 1
     node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
-    assert [(t.status, t.returncode) for t in node_1.tasks] == [("failed", 1), ("cancelled", -15)]
+    assert [(t.status, t.returncode) for t in node_1.tasks] == [("cancelled", 1)]
     log = (fetched / "worker.log").read_text()
     assert "node 0 failed (exit status 1); stopping the other nodes" in log
     assert "first: node 0's task failed after it or stopped because a peer died" in log
@@ -799,3 +880,18 @@ def test_a_slow_install_of_the_extras_does_not_turn_a_task_timeout_into_a_cancel
     manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
     assert manifest.finished, "the supervisor stopped the worker before its own deadline"
     assert [t.status for t in manifest.tasks] == ["timed-out"]
+
+
+def test_a_log_line_without_newlines_is_followed_in_bounded_parts(tmp_path):
+    """Hostile finding: 219 MB of a progress bar on one line was read whole by `run` (a 638 MiB
+    command) before any of it was shown."""
+    from substrax.compute._files import LINE_CHARS, follow_lines
+
+    log = tmp_path / "worker.log"
+    bar = "".join(f"\r{i:3d}% caf\u00e9" for i in range(20000))  # no newline, 2-byte characters
+    log.write_text(f"first\n{bar}\nlast", encoding="utf-8")
+    lines = list(follow_lines(log, done=None))
+    assert lines[0] == "first"
+    assert lines[-1] == "last"
+    assert all(len(line) <= LINE_CHARS for line in lines)
+    assert "".join(lines[1:-1]) == bar

@@ -1,5 +1,6 @@
 """The worker: environment per task, logs, timeouts, failures, manifest, probe, secrets."""
 
+import io
 import json
 import os
 import signal
@@ -130,6 +131,31 @@ def test_failed_and_unstartable_tasks_do_not_stop_the_next(tmp_path):
 
 
 @pytest.mark.usefixtures("child_processes")
+def test_a_node_of_a_multi_node_job_starts_no_task_after_one_that_failed(tmp_path, capfd):
+    """Hostile finding: node 1 failed task A before jax started and went on to task B, which
+    joined node 0's A at the shared coordinator address: two programs formed one jax run and
+    both read as succeeded. A node now ends failed instead; its peers are stopped."""
+    spec = _spec(
+        _task("a", "raise SystemExit(7)"),
+        _task("b", "print('b ran')"),
+        _task("c", "print('c ran')"),
+        nodes=2,
+    )
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", node=1)
+    assert [(t.name, t.status, t.returncode) for t in manifest.tasks] == [
+        ("a", TaskStatus.FAILED, 7),
+        ("b", TaskStatus.CANCELLED, None),
+        ("c", TaskStatus.CANCELLED, None),
+    ]
+    assert manifest.finished
+    assert not manifest.succeeded
+    echoed = capfd.readouterr().out
+    assert "b ran" not in echoed
+    assert "this node starts no further task (b, c cancelled)" in echoed
+    assert read_manifest(node_outputs(tmp_path / "o", 1) / MANIFEST_NAME) == manifest
+
+
+@pytest.mark.usefixtures("child_processes")
 def test_why_a_task_could_not_start_is_echoed_like_its_output(tmp_path, capfd):
     # it was only in the task's stderr.log: the console said "task missing failed", no reason
     spec = _spec(Task(name="missing", argv=("no-such-program-xyz",), timeout_seconds=5))
@@ -213,6 +239,103 @@ def test_secrets_pass_through_and_are_redacted_from_logs(tmp_path, monkeypatch, 
     assert stdout == "token is ***\n12\n"
     assert "tok-9f8e7d6c" not in capfd.readouterr().out
     assert "tok-9f8e7d6c" not in (tmp_path / "o" / MANIFEST_NAME).read_text()
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_secret_too_short_to_mask_is_not_masked_and_the_log_names_it(
+    tmp_path, monkeypatch, capfd
+):
+    """Hostile finding: SHORT_SECRET=1 turned "step 1 loss 0.11" into "step *** loss 0.******"."""
+    monkeypatch.setenv("SHORT_SECRET", "1")
+    monkeypatch.setenv("SX_TOKEN", "tok-9f8e7d6c")
+    code = "import os; print('step 1 loss 0.11 token', os.environ['SX_TOKEN'])"
+    spec = _spec(_task("s", code), secrets=("SHORT_SECRET", "SX_TOKEN"))
+    assert run_job(spec, project=tmp_path, outputs=tmp_path / "o").succeeded
+    assert (tmp_path / "o" / "s" / STDOUT_LOG).read_text() == "step 1 loss 0.11 token ***\n"
+    echoed = capfd.readouterr().out
+    assert (
+        "[substrax] secret SHORT_SECRET is not masked in the logs: its value is shorter than 4 "
+        "characters, and masking it would mask them in every line\n"
+    ) in echoed
+    assert "[s] step 1 loss 0.11 token ***\n" in echoed
+
+
+class _Chunks:
+    """A task's pipe that hands out ``chunks`` one read at a time, and records each read's size."""
+
+    def __init__(self, chunks, log=None):
+        self.chunks, self.log, self.asked, self.written_before = list(chunks), log, [], []
+
+    def read1(self, size):
+        self.asked.append(size)
+        if self.log is not None:
+            self.written_before.append(len(self.log.getvalue()))
+        return self.chunks.pop(0) if self.chunks else b""
+
+    def close(self):
+        pass
+
+
+class _Log(io.BytesIO):
+    def close(self):  # the pump closes its log; the test reads it after
+        pass
+
+
+def test_output_without_newlines_is_read_in_bounded_chunks_and_written_as_it_comes():
+    """Hostile finding: a 219 MB progress bar on one line (tqdm's \\r) was held whole in memory
+    by the pump (a 974 MiB worker), and nothing of it reached the log until it ended."""
+    from substrax.compute._pump import CHUNK_BYTES, ECHO_LINE_CHARS, Pump, Redactor
+
+    log = _Log()
+    bar = [f"\r{i:3d}%|{'#' * 30000}|".encode() for i in range(100)]
+    stream = _Chunks(bar, log)
+    pump = Pump(stream, log, STDOUT_LOG, None, Redactor({}))
+    pump.run()
+    assert log.getvalue() == b"".join(bar)
+    assert set(stream.asked) == {CHUNK_BYTES}
+    assert stream.written_before[1:4] == [len(bar[0]), 2 * len(bar[0]), 3 * len(bar[0])]
+
+    lines = []
+    echoed = Pump(
+        _Chunks([b"x" * (3 * ECHO_LINE_CHARS), b"\r 1%\r 2%\n"]), _Log(), "", "", Redactor({})
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            "substrax.compute._pump.echo", lambda _prefix, line: lines.append(line) or True
+        )
+        echoed.run()
+    assert lines == ["x" * ECHO_LINE_CHARS] * 3 + [" 1%", " 2%"]
+
+
+def test_a_secret_split_between_two_reads_is_still_masked():
+    from substrax.compute._pump import Pump, Redactor
+
+    log = _Log()
+    chunks = [b"token tok-9f", b"8e7d6c and tok-9f8e7d6c", b" again tok-9", b"f8e7d6c"]
+    Pump(_Chunks(chunks), log, STDOUT_LOG, None, Redactor({"SX_TOKEN": "tok-9f8e7d6c"})).run()
+    assert log.getvalue() == b"token *** and *** again ***"
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_the_shell_s_jax_variables_a_task_does_not_get_are_named_in_the_log(
+    tmp_path, monkeypatch, capfd
+):
+    """Hostile finding: a shell's JAX_ENABLE_X64=1 was dropped silently (the task computed in
+    float32), with no word in the guide or the log."""
+    for name in os.environ:
+        if name.startswith(("JAX_", "XLA_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("JAX_ENABLE_X64", "1")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/dump")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # what the runtime table sets too: it gets it
+    code = "import os; print(os.environ.get('JAX_ENABLE_X64'), os.environ.get('JAX_PLATFORMS'))"
+    spec = _spec(_task("t", code), runtime={"platforms": ["cpu"]})
+    assert run_job(spec, project=tmp_path, outputs=tmp_path / "o").succeeded
+    assert (tmp_path / "o" / "t" / STDOUT_LOG).read_text() == "None cpu\n"
+    assert (
+        "[substrax] the tasks do not get this environment's JAX_ENABLE_X64, XLA_FLAGS: substrax "
+        "sets JAX_* and XLA_* variables from the job's runtime table and env only; set them there\n"
+    ) in capfd.readouterr().out
 
 
 def test_missing_secret_fails_the_task_without_running_it(tmp_path, monkeypatch):
@@ -670,8 +793,8 @@ def test_a_cancel_between_a_tasks_start_and_its_record_still_ends_it(
 ):
     """A flaky multi-node cancel: the worker's SIGTERM handler ran after ``Popen`` returned but
     before the runner held the process, found none to kill, and the task ran on (300 s) in its
-    own session after the worker was killed. With a stop (the supervisor gone) in the same
-    window, the cancel waited out the stop's grace (a hostile finding)."""
+    own session after the worker was killed. A cancel, like a stop, gives the task SIGTERM
+    and the grace before SIGKILL (a hostile finding: it was SIGKILL at once)."""
     from substrax.compute import _runner
 
     runners = []
@@ -691,7 +814,7 @@ def test_a_cancel_between_a_tasks_start_and_its_record_still_ends_it(
     ignores_stops = (
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"
     )
-    spec = _spec(_task("sleeper", ignores_stops, timeout=300), timeout=300, stop_grace_seconds=120)
+    spec = _spec(_task("sleeper", ignores_stops, timeout=300), timeout=300, stop_grace_seconds=2)
     start = time.monotonic()
     manifest = run_job(
         spec, project=tmp_path, outputs=tmp_path / "o", echo=False, runner_hook=runners.append

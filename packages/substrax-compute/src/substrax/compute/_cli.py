@@ -13,12 +13,9 @@ isn't installed), say so once on stderr (``substrax-compute: warning: skipped ru
 run exit 2 naming the file. ``logs`` and ``fetch`` of a run whose directory is gone exit 1
 naming it. A runs directory that can't be read exits 1 naming it.
 
-Ctrl-C while ``run`` follows a run cancels the run and exits 130; SIGTERM and SIGHUP (a CI
-timeout, a closed terminal) cancel it the same way and exit 128 + the signal (143, 129).
-``--detach`` leaves a run going apart from the command.
-
-``status`` and ``list`` read only the run store and, for ``status``, the local backend's files:
-they import no pydantic, so they start quickly.
+Ctrl-C while ``run`` follows a run cancels it (its task gets ``stop_grace_seconds`` to save),
+exit 130; SIGTERM and SIGHUP (a CI timeout, a closed terminal) the same way, exit 128 + the
+signal (143, 129). ``--detach`` leaves a run going apart. ``status`` and ``list`` start quickly.
 
 Example::
 
@@ -65,7 +62,7 @@ from ._display import follow
 from ._errors import BackendRequestError
 from ._paths import require_directory
 from ._registry import load_backend
-from ._report import dry_run, report
+from ._report import check_fetched, dry_run, report
 from ._run_errors import RecordFormatError, RunDirectoryGoneError, RunRecordError
 
 
@@ -201,9 +198,7 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
     spec = resolve_job(config, args.job, project=project, accelerator=accelerator)
     settings = dict(config.backends.get(name, {}))
     if isinstance(state_dir := settings.get("state_dir"), str) and state_dir:
-        settings["state_dir"] = str(
-            project / Path(state_dir).expanduser()
-        )  # the project's, not cwd's
+        settings["state_dir"] = str(project / Path(state_dir).expanduser())  # not cwd's
     backend = _checked(load_backend(name, settings))
     # A remote worker or an extras environment installs from uv.lock, so it must pin substrax;
     # a lock without it would give the local worker an environment without substrax too.
@@ -237,11 +232,14 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
             time.sleep(0.2)
             state = backend.status(handle)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP stop the run it follows
+        notes.write(
+            f"Interrupted: cancelling {handle.run_id}, its task has {spec.stop_grace_seconds:g} s "
+            "to save (--detach runs a job apart).\n"
+        )
+        notes.flush()
         backend.cancel(handle)
-        notes.write(f"Interrupted: cancelled {handle.run_id} (--detach runs a job apart).\n")
         if not stopped_by:
             raise
-        notes.flush()
         sys.stderr.write(f"{PROG}: interrupted by {signal.Signals(stopped_by[0]).name}\n")
         return 128 + stopped_by[0]
     finally:
@@ -374,8 +372,9 @@ def _on_run(args: argparse.Namespace, handle: RunHandle, backend: ComputeBackend
             sys.stdout.writelines(f"{line}\n" for line in lines)
         return EXIT_OK
     if args.command == "fetch":
-        sys.stdout.write(f"{backend.fetch(handle, _fetch_root(args.into))}\n")
-        return EXIT_OK
+        fetched = backend.fetch(handle, _fetch_root(args.into))
+        sys.stdout.write(f"{fetched}\n")
+        return check_fetched(fetched)  # a damaged manifest: as `status` refuses it
     backend.cancel(handle)
     state = backend.status(handle)
     sys.stdout.write(f"{handle.run_id} {state}\n")

@@ -38,6 +38,7 @@ from ._errors import (
     ProjectFileNotFoundError,
     SubstraxNotLockedError,
 )
+from ._registry import unknown_backend_tables
 from ._spec import (
     STOP_GRACE_SECONDS,
     Accelerator,
@@ -51,7 +52,7 @@ from ._spec import (
     jax_runtime,
 )
 from ._spec_checks import check_task_name, distinct_tasks
-from ._spec_types import Argv, Component, EnvName, NodeCount, Positive, RelativeFile
+from ._spec_types import Argv, Component, EnvName, EnvValue, NodeCount, Positive, RelativeFile
 from ._toml import ROOT_PATH, read_toml, reason, toml_kind, toml_path
 
 
@@ -73,7 +74,7 @@ class JobConfig(Record):
     resources: Resources = Resources()
     accelerator: Accelerator | None = None
     runtime: dict[str, JsonValue] = Field(default_factory=dict)
-    env: dict[EnvName, str] = Field(default_factory=dict)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     secrets: tuple[EnvName, ...] = ()
     mounts: tuple[Mount, ...] = ()
     nodes: NodeCount = 1
@@ -138,7 +139,7 @@ def parse_compute_config(table: Mapping[str, Any]) -> ComputeConfig:
     except ValidationError as error:
         problems = [(toml_path(e["loc"]), reason(e, ComputeConfig)) for e in error.errors()]
         raise ComputeConfigError(problems) from None
-    problems: list[tuple[str, str]] = []
+    problems = unknown_backend_tables(config.backends)
     for name, job in config.jobs.items():
         path = toml_path(("jobs", name, "runtime"))
         try:
@@ -153,7 +154,7 @@ def parse_compute_config(table: Mapping[str, Any]) -> ComputeConfig:
                 field = "xla_flags"
             problems.append((f"{path}.{field}" if field else path, text))
             continue
-        conflict = env_conflict(name, job.env, runtime=runtime, nodes=job.nodes)
+        conflict = env_conflict(name, job.env, runtime=runtime, nodes=job.nodes, configured=True)
         if conflict is not None:  # refused here, not once a cluster runs its first task
             variable = getattr(conflict, "variable", None)  # an EnvironmentConflictError's
             where = ("jobs", name, "env", *([variable] if variable in job.env else []))

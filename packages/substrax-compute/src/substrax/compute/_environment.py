@@ -163,14 +163,16 @@ def _job_runtime_error(job: str, error: Exception) -> ValueError | None:
 
 
 def env_conflict(
-    job: str, env: Mapping[str, str], *, runtime: "JaxRuntime", nodes: int
+    job: str, env: Mapping[str, str], *, runtime: "JaxRuntime", nodes: int, configured: bool = False
 ) -> ValueError | None:
     """What job ``job``'s ``env`` contradicts that is known before it runs, as an error; or None.
 
     Its runtime table (``JAX_ENABLE_X64 = "0"`` with ``enable_x64 = true``) and its topology: a
     1-node job's env may give only ``JAX_NUM_PROCESSES=1`` and ``JAX_PROCESS_ID=0`` of the
-    distributed variables, a job of N nodes only ``JAX_NUM_PROCESSES=N``. What depends on where
-    a task runs (its output directory, a mount's path, a node's rank) is checked as it starts.
+    distributed variables, a job of N nodes only ``JAX_NUM_PROCESSES=N``. The job table of a
+    ``configured`` job may not give ``AVITAI_OUTPUT_DIR`` at all: its tasks' directories are
+    made per run, so no value agrees. What depends on where a task runs (its output directory,
+    a mount's path, a node's rank) is checked as it starts.
 
     Example:
         >>> from substrax.compute._environment import env_conflict
@@ -178,11 +180,23 @@ def env_conflict(
         >>> print(env_conflict("j", {"JAX_ENABLE_X64": "0"}, runtime=JaxRuntime(enable_x64=True), nodes=1))
         env sets JAX_ENABLE_X64='0', but the runtime table of job 'j' (enable_x64) sets it to 'true'; set it once: as enable_x64 in the runtime table, not as JAX_ENABLE_X64 in env
     """
-    from substrax.runtime import RuntimeConfigurationError, child_environment  # noqa: PLC0415
+    from substrax.runtime import (  # noqa: PLC0415
+        EnvironmentConflictError,
+        RuntimeConfigurationError,
+        child_environment,
+    )
 
     conflict = _conflict(env, _distributed_values(nodes, None), nodes)
     if conflict is not None:
         return conflict
+    if configured and OUTPUT_DIR_ENV in env:
+        return EnvironmentConflictError(
+            variable=OUTPUT_DIR_ENV,
+            given=env[OUTPUT_DIR_ENV],
+            required="<outputs>/<task>",
+            setter="the worker (each task's own output directory)",
+            fix=f"drop it from the job's env; a task finds its directory in {OUTPUT_DIR_ENV}",
+        )
     try:
         child_environment(runtime, dict(env), parent={})
     except RuntimeConfigurationError as error:

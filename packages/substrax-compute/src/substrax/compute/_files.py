@@ -1,5 +1,6 @@
 """Copying a run's outputs without leaving their root, and following a growing log file."""
 
+import codecs
 import contextlib
 import os
 import secrets
@@ -12,6 +13,10 @@ from ._errors import OutputPathError
 
 
 POLL_SECONDS = 0.1
+READ_BYTES = 1 << 20
+"""The most :func:`follow_lines` reads of a log at once."""
+LINE_CHARS = 64 * 1024
+"""The longest line :func:`follow_lines` yields: a longer one comes in parts."""
 
 
 def inside(root: Path, relative: str) -> Path:
@@ -87,22 +92,34 @@ def follow_lines(path: Path, *, done: Callable[[], bool] | None) -> Iterator[str
     """Yield the lines of ``path`` (without newlines); with ``done``, keep reading until it says so.
 
     The file may not exist yet; a partial last line is held back until its newline arrives or
-    the run is done. It is read as UTF-8 whatever the locale (the worker writes its log so).
+    the run is done. It is read as UTF-8 whatever the locale (the worker writes its log so),
+    ``READ_BYTES`` at a time, and a line longer than ``LINE_CHARS`` comes in parts of that
+    length: output without newlines is never held whole.
     """
     position = 0
     pending = ""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # as the worker writes it
     while True:
         finished = done() if done is not None else True
         if path.is_file():
-            with path.open(encoding="utf-8", errors="replace") as file:  # as the worker writes it
+            with path.open("rb") as file:
                 file.seek(position)
-                chunk = file.read()
-                position = file.tell()
-            pending += chunk
-            *lines, pending = pending.split("\n")
-            yield from lines
+                while chunk := file.read(READ_BYTES):
+                    position += len(chunk)
+                    *lines, pending = (pending + decoder.decode(chunk)).split("\n")
+                    for line in lines:
+                        yield from (line[i : i + LINE_CHARS] for i in _starts(line))
+                    while len(pending) > LINE_CHARS:
+                        yield pending[:LINE_CHARS]
+                        pending = pending[LINE_CHARS:]
         if finished:
+            pending += decoder.decode(b"", final=True)
             if pending:
                 yield pending
             return
         time.sleep(POLL_SECONDS)
+
+
+def _starts(line: str) -> range:
+    """Where each part of ``line`` starts, ``LINE_CHARS`` apart (an empty line is one part)."""
+    return range(0, max(len(line), 1), LINE_CHARS)

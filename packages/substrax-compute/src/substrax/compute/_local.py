@@ -3,9 +3,9 @@
 A supervisor leads the run's session and starts one worker per node: a job with ``nodes = N``
 runs as N workers wired for ``initialize_distributed`` on 127.0.0.1, so a multi-host job can be
 tried here first. Once a worker fails the supervisor stops the other nodes (their tasks get
-SIGTERM and 30 s before SIGKILL) and records the first failed node in the job's manifest; a
-worker that dies mid-task has its task ended by the supervisor, and a worker whose supervisor
-died stops its task and starts no other. A run is final only once none of its processes lives:
+SIGTERM, and SIGKILL after ``stop_grace_seconds``) and records the first failed node in the
+job's manifest; a worker that dies mid-task has its task ended by the supervisor, and a worker
+whose supervisor died stops its task and starts no other. A run is final only once none of its processes lives:
 the supervisor, a worker, or a task it recorded. ``cancel`` ends every process group the run
 recorded that still lives, whatever the run reads. Extras are installed with uv into an
 environment kept per (project, extras) under the state directory, never into the project's own
@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ from ._processes import end_group, free_port, group_alive, spawn_detached, start
 from ._records import COMPONENT, JsonValue
 from ._run_errors import RunDirectoryGoneError
 from ._runner import TASK_PROCESS
-from ._supervisor import CANCELLED_MARKER, write_plan
+from ._supervisor import CANCELLED_MARKER, NODES_FILE, write_plan
 from ._toml import ROOT_PATH
 
 
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
 
 CANCEL_GRACE_SECONDS = 10.0
+_WORKERS_MARGIN_SECONDS = 5.0  # for the workers to end once their tasks' grace is over
 EXTRAS_SETUP_SECONDS = 1800.0
 """How long ``uv`` may take to install a job's extras before its worker begins the job."""
 _SETTINGS = ("state_dir", "python", "mounts")
@@ -101,6 +103,11 @@ class LocalSettings:
             value = settings.get(key)
             if value is not None and not isinstance(value, str):
                 problems.append((f"{prefix}.{key}", f"must be a string, got {_got(value)}"))
+        if settings.get("python") == "":
+            why = (
+                "is empty; name an interpreter, or leave python out for the project's .venv python"
+            )
+            problems.append((f"{prefix}.python", why))
         mounts = settings.get("mounts", {})
         if not isinstance(mounts, dict):
             problems.append((f"{prefix}.mounts", f"must be a table, got {_got(mounts)}"))
@@ -143,9 +150,16 @@ class LocalBackend:
         return str(venv) if venv.exists() else sys.executable
 
     def _check_python(self, project: Path) -> None:
-        """Refuse a ``python`` setting that names no program here (0.1.22 took a command line)."""
+        """Refuse a ``python`` setting that names no program here (0.1.22 took a command line).
+
+        An interpreter that cannot import ``substrax.compute`` (``python3`` outside the
+        project's environment) is refused too: its worker would fail at once.
+        """
         value = self.settings.python
-        if not value or shutil.which(value):
+        if not value:
+            return
+        if shutil.which(value):
+            _check_imports(value)
             return
         what = (
             "is a command line, but the setting names one interpreter"
@@ -330,17 +344,47 @@ class LocalBackend:
     def cancel(self, handle: RunHandle) -> None:
         """End every process group the run recorded that still lives, whatever the run reads.
 
-        The session's group first (the supervisor and the workers, which end their tasks), then
-        each task's own (a worker killed mid-task, ``kill -9`` or the OOM killer, leaves its
-        task running there): SIGTERM, then SIGKILL after ``CANCEL_GRACE_SECONDS``. A group
-        whose leader is dead is still ended while a member lives. A run that was not final
-        reads as cancelled afterwards.
+        The session's group first (the supervisor and the workers, which give their tasks
+        SIGTERM and the job's ``stop_grace_seconds`` before SIGKILL, time to save a last
+        checkpoint), then each task's own (a worker killed mid-task, ``kill -9`` or the OOM
+        killer, leaves its task running there): SIGTERM, then SIGKILL after that grace plus
+        ``_WORKERS_MARGIN_SECONDS`` (at least ``CANCEL_GRACE_SECONDS``). A group whose leader
+        is dead is still ended while a member lives. A run that was not final reads as
+        cancelled afterwards.
         """
         run_dir = Path(handle.details["run_dir"])
         if not self.status(handle).is_final:
             (run_dir / CANCELLED_MARKER).touch()
+        grace = _cancel_grace(run_dir)
         for pgid, started in self._groups(handle):
-            end_group(pgid, started, CANCEL_GRACE_SECONDS)
+            end_group(pgid, started, grace)
+
+
+def _cancel_grace(run_dir: Path) -> float:
+    """How long ``cancel`` lets a group of the run end before SIGKILL (the plan's grace, else 10 s)."""
+    try:
+        plan = json.loads((run_dir / NODES_FILE).read_text())
+        grace = float(plan["stop_grace_seconds"]) + _WORKERS_MARGIN_SECONDS
+    except (OSError, ValueError, KeyError, TypeError):  # a run made before its plan was written
+        return CANCEL_GRACE_SECONDS
+    return max(CANCEL_GRACE_SECONDS, grace)
+
+
+def _check_imports(python: str) -> None:
+    """Refuse ``python`` (the ``python`` setting) when it cannot import ``substrax.compute``."""
+    argv = [python, "-c", "import substrax.compute"]
+    try:
+        checked = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=300)
+        why = [f"exit status {checked.returncode}", *checked.stderr.strip().splitlines()][-1]
+    except (OSError, subprocess.TimeoutExpired) as error:
+        checked, why = None, str(error)
+    if checked is None or checked.returncode:
+        why = (
+            f"{python!r} cannot run the worker: `{python} -c 'import substrax.compute'` failed "
+            f"({why}); name the interpreter of an environment with substrax-compute installed, "
+            "or leave python out to use the project's .venv python"
+        )
+        raise ComputeConfigError([(f"{ROOT_PATH}.backends.local.python", why)])
 
 
 def _as_path(project: object) -> Path:

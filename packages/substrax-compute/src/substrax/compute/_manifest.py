@@ -191,8 +191,9 @@ def read_manifest(data: Mapping[str, Any] | Path) -> JobManifest:
     """Read a manifest (a mapping or a ``manifest.json`` path), strictly.
 
     Raises:
-        RecordVersionError: The version is not this release's.
-        RecordFormatError: The record is malformed (both a ``ValueError`` and a ``TypeError``).
+        RecordVersionError: The version is not this release's (the message names the file).
+        RecordFormatError: The record is malformed (both a ``ValueError`` and a ``TypeError``),
+            or no manifest at all (no ``schema_version``: damaged, or another file).
 
     Example:
         >>> from substrax.compute import read_manifest
@@ -211,15 +212,18 @@ def read_manifest(data: Mapping[str, Any] | Path) -> JobManifest:
                 data, f"is not JSON ({error}): damaged or cut short, or"
             ) from None
     if isinstance(loaded, Mapping):
-        version = dict(loaded).get("schema_version")  # pyright: ignore[reportUnknownArgumentType]
-        if version != MANIFEST_VERSION:
+        loaded = dict(loaded)  # pyright: ignore[reportUnknownArgumentType]
+        if "schema_version" not in loaded:  # every release's manifest has one
+            raise RecordFormatError(
+                source, "is no run manifest (it has no schema_version): damaged, another file, or"
+            )
+        if loaded["schema_version"] != MANIFEST_VERSION:
             raise RecordVersionError(
-                "manifest",
-                version,
+                "manifest" if source == "manifest" else f"manifest {source}",
+                loaded["schema_version"],
                 MANIFEST_VERSION,
                 "fetch it with the substrax release that ran it",
             )
-        loaded = dict(loaded)  # pyright: ignore[reportUnknownArgumentType]
     optional_int = (int, type(None))
     fields = read_fields(
         loaded,

@@ -13,6 +13,7 @@ Example:
     'local'
 """
 
+import difflib
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from ._backend import ComputeBackend
 from ._errors import BackendFactoryError, UnknownBackendError
 from ._records import JsonValue
+from ._toml import toml_path
 
 
 ENTRY_POINT_GROUP = "substrax.compute.backends"
@@ -57,3 +59,36 @@ def load_backend(
     if not isinstance(backend, ComputeBackend):
         raise BackendFactoryError(name, entries[name].value, type(backend).__name__)
     return backend
+
+
+def unknown_backend_tables(
+    names: Iterable[str], *, discover: Discover = entry_points
+) -> list[tuple[str, str]]:
+    """Each ``[tool.substrax.compute.backends.<name>]`` table no registered backend reads.
+
+    A misspelled table (``backends.modl``) would be ignored, its backend run without its
+    settings. Each comes as (its TOML path, why), naming the closest registered backend.
+
+    Example:
+        >>> from substrax.compute._registry import unknown_backend_tables
+        >>> [why for _, why in unknown_backend_tables(["local", "modl"])]
+        ["no compute backend 'modl' is registered (registered: local, modal, skypilot); did you mean 'modal'? rename the table"]
+    """
+    known = backend_names(discover=discover)
+    problems: list[tuple[str, str]] = []
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            fix = (
+                f"did you mean {close[0]!r}? rename the table"
+                if close
+                else "rename the table, or install the package that registers it"
+            )
+            registered = ", ".join(known) or "none"
+            problems.append(
+                (
+                    toml_path(("backends", name)),
+                    f"no compute backend {name!r} is registered (registered: {registered}); {fix}",
+                )
+            )
+    return problems

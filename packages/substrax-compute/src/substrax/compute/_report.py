@@ -128,6 +128,22 @@ def _failure_lines(manifest: "JobManifest", fetched: Path, state: "RunState") ->
     ]
 
 
+def check_fetched(fetched: Path) -> int:
+    """``EXIT_OK`` when the manifest fetched into ``fetched`` reads, as ``status`` reads it.
+
+    A run not begun yet has none, which is fine.
+
+    Raises:
+        RecordFormatError: It is damaged (cut short, not JSON, no manifest at all).
+        RecordVersionError: Another release wrote it.
+    """
+    from ._manifest import MANIFEST_NAME, read_manifest  # noqa: PLC0415
+
+    if (fetched / MANIFEST_NAME).is_file():
+        read_manifest(fetched / MANIFEST_NAME)
+    return EXIT_OK
+
+
 def report(handle: "RunHandle", state: "RunState", fetched: Path, *, as_json: bool) -> None:
     from ._manifest import MANIFEST_NAME, read_manifest  # noqa: PLC0415
     from ._results import SUMMARY_NAME, read_result, results_table  # noqa: PLC0415

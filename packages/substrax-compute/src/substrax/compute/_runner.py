@@ -6,18 +6,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from substrax.support import write_atomically
 
-from ._environment import task_environment
+from ._environment import FAILED_AT_ENV, task_environment
 from ._manifest import DEVICES_LOG, STDERR_LOG, STDOUT_LOG, RunDevices, TaskOutcome, TaskStatus
 from ._processes import end_adopted, end_group, start_time
+from ._pump import Pump, Redactor, echo
 
 
 if TYPE_CHECKING:
@@ -60,90 +58,11 @@ def _environment_problem(task: "Task", error: Exception) -> str:
     return f"task {task.name!r} not started: the job's environment cannot be built: {error}"
 
 
-class _Redactor:
-    """Replaces each secret's value with ``***`` in text that goes to a log."""
-
-    def __init__(self, values: Iterable[str]) -> None:
-        self._values = sorted((v for v in values if v), key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for value in self._values:
-            text = text.replace(value, "***")
-        return text
-
-
 def _argv(task: "Task", python: str) -> list[str]:
     argv = list(task.argv)
     if argv[0] == "python":
         argv[0] = python
     return argv
-
-
-def echo(prefix: str, line: str) -> bool:
-    """Write ``line`` to stdout after ``prefix``; False when stdout is full or closed.
-
-    A character stdout's encoding lacks (a C locale) is shown replaced, never an error.
-    """
-    text = f"{prefix}{line if line.endswith(chr(10)) else line + chr(10)}"
-    try:
-        try:
-            sys.stdout.write(text)
-        except UnicodeEncodeError:
-            encoding = sys.stdout.encoding or "ascii"
-            sys.stdout.write(text.encode(encoding, errors="replace").decode(encoding))
-        sys.stdout.flush()
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-class _Pump(threading.Thread):
-    """Copies one of a task's pipes to its log (and stdout) until the pipe closes; owns the log.
-
-    It never stops reading, so the task never blocks on a full pipe. The log is written as UTF-8
-    whatever the locale (undecodable bytes replaced). Once a write to the log fails (a full disk,
-    a file size limit), the rest of the output is discarded, and ``lost`` counts its bytes (the
-    line that failed included) and ``reason`` says why. An echo that fails ends the echo only.
-    """
-
-    def __init__(
-        self, stream: IO[bytes], log: BinaryIO, name: str, prefix: str | None, redact: _Redactor
-    ) -> None:
-        super().__init__(daemon=True)  # a process that left the task's group may hold its pipe
-        self.stream, self.log, self.name = stream, log, name
-        self.prefix, self.redact = prefix, redact
-        self.lost = 0
-        self.reason: str | None = None
-
-    def run(self) -> None:
-        try:
-            for raw in iter(self.stream.readline, b""):
-                if self.reason is not None:
-                    self.lost += len(raw)
-                    continue
-                line = self.redact(raw.decode("utf-8", errors="replace"))
-                self._write(raw, line.encode())
-                if self.prefix is not None and not echo(self.prefix, line):
-                    self.prefix = None  # stdout is full or closed: the log holds the output
-        finally:
-            with contextlib.suppress(OSError):
-                self.log.close()
-
-    def _write(self, raw: bytes, data: bytes) -> None:
-        view = memoryview(data)
-        try:
-            while view:
-                written = self.log.write(view) or 0
-                if not written:
-                    break
-                view = view[written:]
-        except OSError as error:
-            self.reason = f"writing {self.name} failed: {error}"
-        else:
-            if view:
-                self.reason = f"writing {self.name} failed: the file took no more bytes"
-        if self.reason is not None:
-            self.lost += len(raw)
 
 
 _LINKS_NAMED = 3  # the links a note names, before "and N more"
@@ -178,11 +97,11 @@ def _listing(task_dir: Path) -> tuple[str, ...]:
 class TaskRunner:
     """Runs one job's tasks.
 
-    ``cancel`` (the worker's SIGTERM handler) kills the current task at once; ``stop`` (its
-    ``STOP_SIGNAL`` handler) sends the task's process group SIGTERM and kills it only after
-    the spec's ``stop_grace_seconds``. Either way no later task starts and the task reads as
-    cancelled. A task that reaches its timeout gets the same SIGTERM, then SIGKILL after the
-    same grace (time to save a last checkpoint), and reads as timed out.
+    ``cancel`` (the worker's SIGTERM handler) and ``stop`` (its ``STOP_SIGNAL`` handler) send
+    the current task's process group SIGTERM and kill it only after the spec's
+    ``stop_grace_seconds`` (time to save a last checkpoint); no later task starts and the task
+    reads as cancelled. A task that reaches its timeout gets the same SIGTERM, then SIGKILL
+    after the same grace, and reads as timed out.
     """
 
     def __init__(
@@ -195,40 +114,31 @@ class TaskRunner:
             echo,
             python,
         )
-        self.redact = _Redactor(os.environ.get(name, "") for name in spec.secrets)
-        self.current: subprocess.Popen[bytes] | None = None
+        self.redact = Redactor({name: os.environ.get(name, "") for name in spec.secrets})
         self.cancelled = False
         self.kill_at: float | None = None
         self.adopts = False  # the worker's: this process adopts what a task leaves (Linux)
         self.notes: list[str] = []  # what a task left, for the worker's log
 
     def cancel(self) -> None:
-        """Kill the current task's process group now; start no further task.
-
-        Its wait kills the task too (one started before it was :attr:`current`, whose group the
-        handler could not reach, or one a stop had given a grace).
-        """
-        self.kill_at = time.monotonic()
-        self.cancelled = True
-        process = self.current
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
+        """Cancel the run: as :meth:`stop` (SIGTERM, SIGKILL after the grace; no further task)."""
+        self.stop()
 
     def stop(self) -> None:
         """Have the current task's process group sent SIGTERM, then SIGKILL after the spec's grace.
 
-        Safe in a signal handler: it only sets flags, and the task's wait sends the signals.
+        Safe in a signal handler: it only sets flags, and the task's wait sends the signals
+        (also to a task that was starting as it came). A second stop keeps the first's deadline.
         """
-        if self.kill_at is None:  # a cancel's, at once, stays
+        if self.kill_at is None:
             self.kill_at = time.monotonic() + self.spec.stop_grace_seconds
         self.cancelled = True
 
     def _wait(self, process: subprocess.Popen[bytes], budget: float) -> bool:
         """Wait for ``process``; True if it timed out (its deadline came before any stop).
 
-        At its deadline or a stop its group gets SIGTERM, then SIGKILL after the spec's
-        ``stop_grace_seconds``; after a cancel, SIGKILL at once.
+        At its deadline, a stop or a cancel its group gets SIGTERM, then SIGKILL after the
+        spec's ``stop_grace_seconds``.
         """
         deadline = time.monotonic() + budget
         timeout_kill_at: float | None = None
@@ -255,6 +165,20 @@ class TaskRunner:
             except subprocess.TimeoutExpired:
                 continue
             return timeout_kill_at is not None
+
+    def dropped(self) -> list[str]:
+        """This process's ``JAX_*`` and ``XLA_*`` variables a task does not get as they are.
+
+        ``child_environment`` drops them: a task sees the job's runtime table and env only.
+        Empty when the job's environment cannot be built (each task then says why).
+        """
+        parent = _task_parent()
+        try:
+            env = task_environment(self.spec, self.root, parent=parent)
+        except (LookupError, ValueError):
+            return []
+        prefixes = ("JAX_", "XLA_")
+        return sorted(n for n, v in parent.items() if n.startswith(prefixes) and env.get(n) != v)
 
     def probe(self, budget: float = PROBE_SECONDS) -> RunDevices | None:
         """The devices the job's tasks would see, within ``budget`` (and ``PROBE_SECONDS``)."""
@@ -350,12 +274,15 @@ class TaskRunner:
             write_atomically(self.root / TASK_PROCESS, json.dumps(record))
         prefix = f"[{task.name}] " if self.echo else None
         pumps = [
-            _Pump(os.fdopen(read, "rb"), log, name, prefix, self.redact)
+            Pump(os.fdopen(read, "rb"), log, name, prefix, self.redact)
             for (read, _), log, name in zip(pipes, (out, err), LOG_ORDER, strict=True)
         ]
         for pump in pumps:
             pump.start()
         timed_out = self._wait(process, budget)
+        code = process.returncode
+        if (not timed_out and not self.cancelled and code != 0) or (code or 0) > 0:
+            mark_failure(code)  # now: what the task left may take the grace to end
         # what the task left in its group: a background child would outlive the job, and one
         # holding the task's output would keep its log, and so the job, open past every timeout
         # (end_group waits for live members only: a zombie nobody reaps does not hold it)
@@ -368,8 +295,6 @@ class TaskRunner:
             pump.join(max(0.0, until - time.monotonic()))
             if not pump.is_alive():  # closing a pipe a pump still reads would wait for it
                 pump.stream.close()
-        self.current = None
-        code = process.returncode
         if timed_out:
             status = TaskStatus.TIMED_OUT
         elif self.cancelled:
@@ -386,3 +311,18 @@ class TaskRunner:
             lost_log_bytes=sum(pump.lost for pump in pumps),
             lost_log_reason="; ".join(p.reason for p in pumps if p.reason is not None) or None,
         )
+
+
+def mark_failure(returncode: int | None) -> None:
+    """Write when this node's first task failed, and how, where the supervisor asked for it.
+
+    In a multi-node job a node's failure makes its peers fail too, and the workers' exits can
+    come in any order; the supervisor blames the node whose task failed first. A task the
+    supervisor stopped counts when it ended with a status of its own (a process that raised
+    can take seconds to exit while jax shuts down; the stop signal itself ends none that way).
+    """
+    path = os.environ.get(FAILED_AT_ENV)
+    if path and not Path(path).exists():
+        record = json.dumps({"time": time.time(), "returncode": returncode})
+        with contextlib.suppress(OSError):  # without it the supervisor blames the first exit
+            write_atomically(Path(path), record)

@@ -41,6 +41,7 @@ from ._spec_types import (
     Argv,
     Component,
     EnvName,
+    EnvValue,
     MemoryMiB,
     MountPath,
     NodeCount,
@@ -70,7 +71,10 @@ any plugin loads) and jax-metal's ``METAL``; kept here so that compute never imp
 class MountAccess(StrEnum):
     """How a job mount is attached: read-only (the default) or read-write.
 
-    Each member equals its string, so a ``Mount`` (and pyproject.toml) takes either form.
+    Each member equals its string, so a ``Mount`` (and pyproject.toml) takes either form. Only
+    Modal enforces read-only (the volume's ``read_only()`` view: a write fails). SkyPilot mounts
+    a read-only bucket in its ``MOUNT`` mode, which takes writes (they reach the bucket), and a
+    read-write one ``MOUNT_CACHED``; the local backend gives the task the directory itself.
 
     Example:
         >>> from substrax.compute import Mount, MountAccess
@@ -214,7 +218,7 @@ class JobSpec(Record):
     resources: Resources = Resources()
     extras: tuple[Component, ...] = ()
     runtime: dict[str, JsonValue] = Field(default_factory=dict)
-    env: dict[EnvName, str] = Field(default_factory=dict)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     secrets: tuple[EnvName, ...] = ()
     mounts: tuple[Mount, ...] = ()
     nodes: NodeCount = 1

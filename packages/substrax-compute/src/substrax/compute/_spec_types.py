@@ -83,9 +83,25 @@ def _relative_file(value: str) -> str:
     return value
 
 
+def _nul_reason(value: str) -> str:
+    return (
+        f"holds a NUL character (\\0) at index {value.index(chr(0))}, which no program's "
+        "argument or environment variable can hold; remove it"
+    )
+
+
+def _env_value(value: str) -> str:
+    if "\0" in value:
+        raise ValueError(_nul_reason(value))
+    return value
+
+
 def _argv(value: tuple[str, ...]) -> tuple[str, ...]:
     if not value or not value[0]:
         raise ValueError("must be a non-empty list of arguments (argv), e.g. ['python', 'x.py']")
+    for index, arg in enumerate(value):
+        if "\0" in arg:
+            raise ValueError(f"argument {index} ({arg!r}) {_nul_reason(arg)}")
     program = PurePosixPath(value[0]).name
     if program in _SHELLS and any(_is_dash_c(arg) for arg in value[1:]):
         raise ValueError(
@@ -100,6 +116,7 @@ type AcceleratorCount = Annotated[int, _at_most(MAX_ACCELERATORS)]
 type MemoryMiB = Annotated[int, _at_most(MAX_MEMORY_MIB)]
 type Component = Annotated[str, AfterValidator(_component)]
 type EnvName = Annotated[str, AfterValidator(_env_name)]
+type EnvValue = Annotated[str, AfterValidator(_env_value)]
 type Argv = Annotated[tuple[str, ...], AfterValidator(_argv)]
 type RelativeFile = Annotated[str, AfterValidator(_relative_file)]
 type MountPath = Annotated[str, AfterValidator(_mount_path)]

@@ -2,12 +2,13 @@ r"""The worker every backend runs (``python -m substrax.compute.worker --spec S 
 
 It probes the devices in a child, then runs each task in order from the project root with the
 job's JAX settings and ``AVITAI_OUTPUT_DIR=<outputs>/<task>``, writes the task's logs there
-(UTF-8 whatever the locale), enforces timeouts, keeps going after a failed task and rewrites
-``manifest.json`` atomically after every task. It never imports jax itself. SIGTERM (``cancel``)
-kills the running task's process group at once; a task's timeout, and ``STOP_SIGNAL`` (SIGUSR1,
-how the local supervisor stops the surviving nodes of a multi-node job), send it SIGTERM and
-SIGKILL only after the job's ``stop_grace_seconds`` (30 s by default), so the task can save a
-last checkpoint, run its peer-failure hook and flush its logs. Started by the local supervisor,
+(UTF-8 whatever the locale), enforces timeouts, keeps going after a failed task (in a job of
+several nodes it starts no further task and ends failed: the nodes run each task together) and
+rewrites ``manifest.json`` atomically after every task. It never imports jax itself. SIGTERM
+(``cancel``), a task's timeout, and ``STOP_SIGNAL`` (SIGUSR1, how the local supervisor stops the
+surviving nodes of a multi-node job) send the running task's process group SIGTERM, and SIGKILL
+only after the job's ``stop_grace_seconds`` (30 s by default), so the task can save a last
+checkpoint, run its peer-failure hook and flush its logs. Started by the local supervisor,
 the worker stops the same way once that supervisor is gone.
 
 Example:
@@ -39,12 +40,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from substrax.support import EXIT_FAILED, EXIT_OK, UsageError, run_command, write_atomically
+from substrax.support import EXIT_FAILED, EXIT_OK, UsageError, run_command
 
-from ._environment import EVENT_PREFIX, FAILED_AT_ENV, NODE_RANK_ENV, node_outputs
+from ._environment import EVENT_PREFIX, NODE_RANK_ENV, node_outputs
 from ._manifest import MANIFEST_NAME, JobManifest, TaskOutcome, TaskStatus, write_manifest
 from ._processes import adopt_orphans, is_alive, start_time
-from ._runner import STOP_SIGNAL, SUPERVISOR_ENV, TaskRunner, links_note
+from ._pump import MIN_SECRET_LENGTH
+from ._runner import STOP_SIGNAL, SUPERVISOR_ENV, TaskRunner, links_note, mark_failure
 from ._spec import JobSpec, read_job_spec
 from ._toml import reason, toml_path
 
@@ -119,6 +121,18 @@ def run_job(
     manifest = JobManifest(job=spec.name, node=node, nodes=spec.nodes)
     write_manifest(manifest_path, manifest)
     deadline = time.monotonic() + spec.timeout_seconds
+    for name in runner.redact.too_short:
+        _event(
+            echo,
+            f"secret {name} is not masked in the logs: its value is shorter than "
+            f"{MIN_SECRET_LENGTH} characters, and masking it would mask them in every line",
+        )
+    if dropped := runner.dropped():
+        _event(
+            echo,
+            f"the tasks do not get this environment's {', '.join(dropped)}: substrax sets JAX_* "
+            "and XLA_* variables from the job's runtime table and env only; set them there",
+        )
     if spec.probe_devices:
         _event(echo, "probing devices")
         manifest = dataclasses.replace(manifest, devices=runner.probe(deadline - time.monotonic()))
@@ -128,7 +142,7 @@ def run_job(
         budget = min(task.timeout_seconds, deadline - time.monotonic())
         outcome = runner.run_task(task, budget)
         if outcome.status is TaskStatus.FAILED or (outcome.returncode or 0) > 0:
-            _mark_failure(outcome.returncode)  # a stopped task that exits 1 was failing already
+            mark_failure(outcome.returncode)  # a stopped task that exits 1 was failing already
         outcomes.append(outcome)
         for note in [*runner.notes, links_note(task.name, root / task.name)]:
             if note:
@@ -148,25 +162,37 @@ def run_job(
         write_manifest(manifest_path, manifest)
         if runner.cancelled and time.monotonic() < deadline:  # past it: the job timed out
             return manifest
+        if spec.nodes > 1 and outcome.status is not TaskStatus.SUCCEEDED:
+            outcomes += _skipped(spec, index, node, echo)
+            manifest = dataclasses.replace(manifest, tasks=tuple(outcomes))
+            break
     manifest = dataclasses.replace(manifest, finished=True)
     write_manifest(manifest_path, manifest)
     _event(echo, f"job {spec.name} {'succeeded' if manifest.succeeded else 'failed'}")
     return manifest
 
 
-def _mark_failure(returncode: int | None) -> None:
-    """Write when this node's first task failed, and how, where the supervisor asked for it.
+def _skipped(spec: JobSpec, done: int, node: int, echo: bool) -> list[TaskOutcome]:
+    """The tasks after the ``done`` first, as cancelled: a node of a multi-node job starts none.
 
-    In a multi-node job a node's failure makes its peers fail too, and the workers' exits can
-    come in any order; the supervisor blames the node whose task failed first. A task the
-    supervisor stopped counts when it ended with a status of its own (a process that raised
-    can take seconds to exit while jax shuts down; the stop signal itself ends none that way).
+    Every node runs each task as one jax program: a node that went on to its next task while
+    a peer still ran this one (or waited for it at the coordinator) would join two different
+    programs into one run. Its worker ends failed instead, and its peers are stopped.
     """
-    path = os.environ.get(FAILED_AT_ENV)
-    if path and not Path(path).exists():
-        record = json.dumps({"time": time.time(), "returncode": returncode})
-        with contextlib.suppress(OSError):  # without it the supervisor blames the first exit
-            write_atomically(Path(path), record)
+    rest = spec.tasks[done:]
+    if rest:
+        _event(
+            echo,
+            f"task {spec.tasks[done - 1].name} did not succeed on node {node}: the nodes of a "
+            f"{spec.nodes}-node job run each task together, so this node starts no further task "
+            f"({', '.join(t.name for t in rest)} cancelled)",
+        )
+    return [
+        TaskOutcome(
+            name=t.name, argv=t.argv, status=TaskStatus.CANCELLED, returncode=None, seconds=0.0
+        )
+        for t in rest
+    ]
 
 
 def _default_node() -> int:
