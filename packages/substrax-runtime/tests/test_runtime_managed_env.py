@@ -302,6 +302,7 @@ def test_the_deprecated_memory_fraction_is_written_under_its_current_name():
         ("P_BACKEND", "cuda12", "pass --backend instead"),
         ("P_ENV_ROOT", "/elsewhere", "pass --env-root instead"),
         ("P_MANAGED_ENV_VARS", "A", "the variables it manages"),
+        ("JAX_PLATFORMS", "cuda", "pass --backend instead"),  # was written, running on cuda
     ],
 )
 def test_a_set_that_contradicts_what_the_file_writes_itself_is_refused(name, value, says):
@@ -310,6 +311,18 @@ def test_a_set_that_contradicts_what_the_file_writes_itself_is_refused(name, val
         managed_environment("P", "cpu", env_root="/p", overrides={name: value})
     agreeing = {"P_BACKEND": "cpu", "P_ENV_ROOT": "/p"}
     assert managed_environment("P", "cpu", env_root="/p", overrides=agreeing)["P_BACKEND"] == "cpu"
+
+
+def test_sets_asking_for_two_cpu_device_counts_are_refused():
+    """A hostile finding: the file was written; jax would take JAX_NUM_CPU_DEVICES alone."""
+    two = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_NUM_CPU_DEVICES": "8"}
+    with pytest.raises(ValueError, match=r"JAX_NUM_CPU_DEVICES=8 .* two CPU device counts"):
+        managed_environment("P", "cpu", env_root="/p", overrides=two)
+    two["JAX_NUM_CPU_DEVICES"] = "4"
+    assert (
+        managed_environment("P", "cpu", env_root="/p", overrides=two)["JAX_NUM_CPU_DEVICES"] == "4"
+    )
+    assert managed_environment("P", "cpu", env_root="/p", overrides={"JAX_PLATFORMS": "cpu"})
 
 
 def test_show_refuses_an_invalid_prefix_with_exit_2(tmp_path, capsys):

@@ -12,6 +12,8 @@ import subprocess
 from collections.abc import Mapping
 from typing import Literal, get_args
 
+from ._xla_flags import HOST_DEVICE_COUNT_FLAG, device_count_conflict, parse_xla_flags
+
 
 type Backend = Literal["cpu", "cuda12", "metal"]
 type BackendChoice = Literal["auto", "cpu", "cuda12", "metal"]
@@ -195,12 +197,25 @@ def managed_environment(
                 "manages); drop the --set"
             )
         own = {f"{prefix}_BACKEND": "--backend", f"{prefix}_ENV_ROOT": "--env-root"}
+        if name == "JAX_PLATFORMS" and env[name] not in (None, value):  # the backend's own
+            own[name] = "--backend"
         if name in own and env[name] != value:
             raise ValueError(
                 f"--set {name}={value!r} contradicts the {name}={env[name]!r} the file writes "
                 f"itself; drop the --set (pass {own[name]} instead)"
             )
         env[name] = value
+    flags = parse_xla_flags(env.get("XLA_FLAGS") or "")
+    conflict = device_count_conflict(
+        env.get("JAX_NUM_CPU_DEVICES"),
+        flags.get(HOST_DEVICE_COUNT_FLAG),
+        count_from="--set",
+        flag_from="--set XLA_FLAGS",
+    )
+    if conflict is not None:  # jax would take one and ignore the other
+        raise ValueError(
+            conflict.replace("JaxRuntime(cpu_devices=...)", "--set JAX_NUM_CPU_DEVICES")
+        )
     env[managed] = " ".join(sorted([*env, managed]))
     return env
 
