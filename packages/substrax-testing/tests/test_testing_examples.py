@@ -111,6 +111,14 @@ def test_an_example_that_prints_the_marker_and_exits_before_main_returns_has_no_
 
 
 @pytest.mark.usefixtures("child_processes")
+def test_an_example_that_leaves_stdout_replaced_is_told_so(repo, tmp_path):
+    """Hostile finding: the message pointed at an early exit only."""
+    text = "import io\nimport sys\n\n\ndef main():\n    sys.stdout = io.StringIO()\n"
+    with pytest.raises(ValueError, match=r"or replace sys\.stdout .* and leave it replaced"):
+        _run(repo, tmp_path, "quiet.py", text)
+
+
+@pytest.mark.usefixtures("child_processes")
 def test_a_missing_main_is_named(repo, tmp_path):
     run = _run(repo, tmp_path, "no_main.py", "x = 1\n")
     assert "defines no main()" in run.result.stderr

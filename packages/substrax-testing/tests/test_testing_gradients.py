@@ -306,8 +306,8 @@ def _params(**options):
         (
             lambda m, _: check_input_gradients(m, lambda m, v: m(v).sum(), jnp.arange(3)),
             TypeError,
-            "floating arrays only; input is int32",
-        ),
+            r"floating arrays only; input is int32: pass x\.astype\(jnp\.float32\), say$",
+        ),  # a hostile finding: it gave the parameters' advice (a wrt filter)
         (
             lambda _, x: check_parameter_gradients(lambda p: p, lambda m: m(x).sum()),
             TypeError,
@@ -405,8 +405,36 @@ def test_a_reference_that_is_not_float64_is_named():
         ValueError, match="its reference is not float64: the loss is bfloat16"
     ) as info:
         check_parameter_gradients(model, lambda m: jnp.tanh(m(x)).sum())
-    assert "set the layer's dtype to None" in str(info.value)
+    assert "Pass dtype=None to a layer that keeps it" in str(info.value)
     assert isinstance(info.value.__cause__, GradientMismatchError)
+
+
+def test_a_loop_carry_that_does_not_follow_the_parameters_dtype_is_named():
+    """Hostile finding: jax's own carry TypeError, from the float64 reference on float32 data."""
+    model, x = nnx.Linear(3, 3, rngs=nnx.Rngs(0)), _inputs()
+
+    def looped(m, h):
+        return jax.lax.fori_loop(0, 3, lambda _, h: jnp.tanh(m(h)), h).sum()
+
+    with pytest.raises(TypeError, match=r"does not follow the parameters' dtype: a loop carry"):
+        check_parameter_gradients(model, lambda m: looped(m, x))
+    check_parameter_gradients(model, lambda m: looped(m, x.astype(m.kernel.dtype)))  # the fix
+
+
+def test_an_rnn_cell_that_computes_in_float32_is_named_with_advice_that_applies():
+    """Hostile finding: the advice "set the layer's dtype to None" did not name the cell."""
+    x = jnp.linspace(-1, 1, 30).reshape(2, 5, 3)
+    rnn = nnx.RNN(nnx.SimpleCell(3, 4, rngs=nnx.Rngs(0)))  # its cell's dtype is float32
+    with pytest.raises(ValueError, match=r"reference is not float64.*nnx\.SimpleCell's"):
+        check_parameter_gradients(rnn, lambda m: m(x).sum())
+    rnn = nnx.RNN(nnx.SimpleCell(3, 4, dtype=None, rngs=nnx.Rngs(0)))
+    with pytest.raises(TypeError, match=r"initial state made in a layer's param_dtype"):
+        check_parameter_gradients(rnn, lambda m: m(x).sum())
+
+    def started(m):  # the carry in the parameters' dtype, as that message says
+        return m(x, initial_carry=jnp.zeros((2, 4), m.cell.dense_h.kernel.dtype)).sum()
+
+    check_parameter_gradients(rnn, started)
 
 
 def test_a_dropout_that_is_not_deterministic_is_named():

@@ -38,6 +38,24 @@ def test_a_conftest_that_imports_jax_still_gets_the_test_runtime(pytester, order
 
 
 @pytest.mark.usefixtures("child_processes", "fresh_runtime")
+def test_the_header_shows_the_runtime_set_in_the_config_of_a_jax_imported_first(
+    pytester, monkeypatch
+):
+    """Hostile finding: it showed the variables jax read at import ("jax defaults", cuda)."""
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")  # inherited; the plugin moves jax onto cpu
+    pytester.makeconftest("import jax\n" + PLUGIN_CONFTEST)
+    pytester.makepyfile(test_inner=textwrap.dedent(DEVICE_TESTS))
+    result = pytester.runpytest_subprocess(*STRICT)
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "substrax test runtime: JAX_PLATFORMS=cpu JAX_NUM_CPU_DEVICES=8 "
+            "(set in jax's config: jax was imported first)"
+        ]
+    )
+
+
+@pytest.mark.usefixtures("child_processes", "fresh_runtime")
 def test_a_conftest_that_starts_jax_backends_is_a_usage_error(pytester):
     pytester.makeconftest(PLUGIN_CONFTEST + "import jax\n\njax.numpy.zeros(1)\n")
     pytester.makepyfile(test_inner=textwrap.dedent(DEVICE_TESTS))

@@ -87,6 +87,22 @@ def test_python_files_scans_a_package_named_build_or_dist_and_skips_build_output
         python_files(tmp_path, build_outputs="dist")
 
 
+def test_python_files_follows_links_to_directories_and_files_and_skips_loops_and_dangling(
+    tmp_path,
+):
+    """Hostile finding: a linked package was skipped, a linked file read, a dangling one listed."""
+    names = ["shared/plugins/__init__.py", "shared/plugins/gpu.py", "app/a.py"]
+    _write(tmp_path, dict.fromkeys(names, ""))
+    app = tmp_path / "app"
+    (app / "plugins").symlink_to(tmp_path / "shared" / "plugins")  # imported as app.plugins
+    (app / "gpu_link.py").symlink_to(tmp_path / "shared" / "plugins" / "gpu.py")
+    (app / "gone.py").symlink_to(tmp_path / "nowhere.py")  # a link to nothing
+    (app / "plugins_again").symlink_to(app)  # a loop: app/plugins_again/plugins_again/...
+    (app / "self.py").symlink_to(app / "self.py")  # a link to itself
+    found = [p.relative_to(app).as_posix() for p in python_files(app)]
+    assert found == ["a.py", "gpu_link.py", "plugins/__init__.py", "plugins/gpu.py"]
+
+
 def test_python_files_refuses_a_missing_root_and_a_bare_string_of_names(tmp_path):
     with pytest.raises(SourceNotFoundError, match=r"root names .*nowhere") as caught:
         python_files(tmp_path / "nowhere")
@@ -429,6 +445,15 @@ def test_import_time_skips_every_branch_that_cannot_run_on_import(tmp_path, code
         ("import typing as t\nif t.TYPE_CHECKING:\n    A", []),
         ("from typing_extensions import TYPE_CHECKING as TC\nif TC:\n    A", []),
         ("TYPE_CHECKING: bool = False\nif TYPE_CHECKING:\n    A", [3]),  # annotated: not read
+        # a later binding (hostile finding: the first won): bound otherwise too, not typing's
+        ("TYPE_CHECKING = False\nTYPE_CHECKING = True\nif TYPE_CHECKING:\n    A", [4]),
+        ("from typing import TYPE_CHECKING\nTYPE_CHECKING = True\nif TYPE_CHECKING:\n    A", [4]),
+        ("TYPE_CHECKING = False\nfrom config import TYPE_CHECKING\nif TYPE_CHECKING:\n    A", [4]),
+        (
+            "from typing import TYPE_CHECKING\nfrom typing_extensions import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    A",
+            [],
+        ),
     ],
 )
 def test_only_typings_type_checking_hides_a_branch(tmp_path, code, lines):
@@ -523,6 +548,21 @@ def test_a_file_python_imports_is_read_as_python_reads_it(tmp_path):
     undeclared.write_bytes(b"x = '\xe9'\n")  # not UTF-8, and no coding line says what it is
     with pytest.raises(SyntaxError):
         import_time_lines(undeclared, writes_environment)
+
+
+def test_a_byte_python_does_not_decode_in_a_comment_is_read_as_python_imports_it(tmp_path):
+    """Hostile finding: a latin-1 comment with no coding line was a bare UnicodeDecodeError."""
+    legacy = tmp_path / "legacy.py"  # Python 3.12 imports it: a comment's bytes are not decoded
+    legacy.write_bytes(b"import os\n# caf\xe9 (latin-1)\nos.environ['A'] = '1'\n")
+    assert [(f.line, f.text) for f in import_time_lines(legacy, writes_environment)] == [
+        (3, "os.environ['A'] = '1'")
+    ]
+    assert [f.line for f in matching_lines(legacy, writes_environment)] == [3]
+    literal = tmp_path / "literal.py"  # in a string, Python refuses it: a SyntaxError naming it
+    literal.write_bytes(b"import os\nos.environ['A'] = 'caf\xe9'\n")
+    with pytest.raises(SyntaxError) as info:
+        matching_lines(literal, writes_environment)
+    assert info.value.filename == str(literal)
 
 
 def test_a_missing_or_broken_file_is_refused(tmp_path):

@@ -138,5 +138,16 @@ def counted_kind(counts: CallCounts, kind: str) -> str:
     """The kind ``kind`` names in ``counts``: one of its custom kinds, or a built-in one.
 
     ``device_put`` is a kind too when it was not weighted (nothing counted: 0).
+
+    Raises:
+        ValueError: ``kind`` is none of these; names the custom kinds ``counts`` holds too.
     """
-    return kind if kind in counts.custom_kinds or kind == DEVICE_PUT else check_kind(kind)
+    if kind in counts.custom_kinds or kind == DEVICE_PUT:
+        return kind
+    try:
+        return check_kind(kind)
+    except ValueError as error:
+        if not counts.custom_kinds:
+            raise
+        own = ", ".join(counts.custom_kinds)
+        raise ValueError(f"{error}; the kinds of your own counted here: {own}") from error

@@ -116,6 +116,11 @@ class Recorder:
             self.record(kind, frame, amount)
 
 
+def _is_int(value: object) -> bool:
+    """Whether ``value`` is an int: what a caller gives is not checked by its annotation."""
+    return isinstance(value, int)
+
+
 def resolve_weights(
     weights: Mapping[str, int | WeightFn] | None,
 ) -> tuple[dict[str, int], dict[str, WeightFn]]:
@@ -124,7 +129,8 @@ def resolve_weights(
     Raises:
         ValueError: An int weight names an unknown kind, or is negative, or a kind and its
             alias (``dispatch`` and ``jit_dispatch``) are given different weights.
-        TypeError: A built-in kind's weight is not an int.
+        TypeError: A built-in kind's weight is not an int, or another's neither an int nor a
+            weight function.
     """
     chosen: dict[str, int] = {}
     named: dict[str, str] = {}  # each built-in kind: the name its weight was given under
@@ -133,6 +139,11 @@ def resolve_weights(
         if name == DEVICE_PUT and not callable(weight):
             if n := check_int(f"weights[{name!r}]", weight, minimum=0):  # 0: as if left out
                 custom[name] = _device_put_weight(n)
+        elif not (name in KINDS or name in ALIASES or callable(weight) or _is_int(weight)):
+            raise TypeError(
+                f"weights[{name!r}] must be a weight function (a kind of your own) or, for a "
+                f"built-in kind, an int; not {weight!r}"
+            )
         elif name in KINDS or name in ALIASES or not callable(weight):
             kind, value = check_kind(name), check_int(f"weights[{name!r}]", weight, minimum=0)
             if kind in chosen and chosen[kind] != value:

@@ -75,8 +75,9 @@ def by_package(
 ) -> Keys:
     """Build a keys function that names the package (or function) whose code made each call.
 
-    The stack is walked outward from the call. A frame running one of the ``named`` functions
-    (``"module.qualname"``) is counted under that name. With ``packages``, the key is the most
+    The stack is walked outward from the call. A call made with one of the ``named`` functions
+    (``"module.qualname"``) on the stack is counted under the nearest one's name, whatever it
+    was made through (a helper in a listed package too). Otherwise, with ``packages``, the key is the most
     specific listed package that the first matching frame's module belongs to
     (``"substrax.spmd"`` for code in ``substrax.spmd._train_step``), and ``other`` when no frame
     matches. Without ``packages``, the key is the top-level package of the first frame outside
@@ -116,9 +117,12 @@ def by_package(
 
     def keys(frame: FrameType) -> str:
         current: FrameType | None = frame
-        while current is not None:
-            if functions and (function := _function_of(current)) in functions:
+        while functions and current is not None:  # the nearest named function, anywhere
+            if (function := _function_of(current)) in functions:
                 return function
+            current = current.f_back
+        current = frame
+        while current is not None:
             module = module_of(current)
             if listed:
                 for package in listed:
@@ -155,7 +159,7 @@ def started(*names: str) -> WeightFn:
         >>> import json
         >>> from substrax.testing import by_package, counted_calls, started
         >>> keys = by_package("json", named=("json.dumps",))
-        >>> with counted_calls(keys, weights={"calls": started("json")}) as calls:
+        >>> with counted_calls(keys, weights={"calls": started("json.dumps")}) as calls:
         ...     text = json.dumps([1])
         >>> calls.packages("calls")["json.dumps"]
         1

@@ -10,7 +10,15 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
-from ._source_files import SourceText, existing, existing_file, python_files, python_text
+from ._source_files import (
+    SourceNotFoundError,
+    SourceText,
+    existing,
+    existing_file,
+    python_files,
+    python_links_to_nothing,
+    python_text,
+)
 
 
 PAGE_SUFFIXES: Final = (".md", ".rst")
@@ -96,6 +104,13 @@ def _qualified(scope: str, name: str) -> str:
     return f"{scope}.{name}" if scope else name
 
 
+def _python_files(path: Path, argument: str) -> list[Path]:
+    """``python_files(path)``; a link to nothing there (which it skips) is refused, named."""
+    if path.is_dir() and (links := python_links_to_nothing(path)):
+        raise SourceNotFoundError(argument=argument, path=links[0])
+    return python_files(path)
+
+
 def _whole(path: Path, root: Path, argument: str) -> SourceText:
     """A page (UTF-8) or script (as Python decodes it) read whole; ``argument`` listed it."""
     path = existing(path, argument)  # a link to nothing is listed, and is not there
@@ -172,8 +187,8 @@ def documented_texts(
             )
     root = existing(root, "root")
     texts: list[SourceText] = []
-    for path in python_files(existing(root / package, "package")):
-        source = existing(path, "package").read_bytes()  # a link to nothing is listed
+    for path in _python_files(existing(root / package, "package"), "package"):
+        source = path.read_bytes()
         tree = ast.parse(source, str(path))  # decoded as an import decodes it
         texts.extend(
             SourceText(path=_where(path, root), line=line, scope=scope, text=text)
@@ -190,6 +205,8 @@ def documented_texts(
         files = [path for path in found if not path.is_dir()]  # not a directory ``x.md``
         texts.extend(_whole(path, root, "page_directories") for path in sorted(files))
     for directory in script_directories:
-        scripts = python_files(existing(root / directory, "script_directories"))
+        scripts = _python_files(
+            existing(root / directory, "script_directories"), "script_directories"
+        )
         texts.extend(_whole(path, root, "script_directories") for path in scripts)
     return texts

@@ -291,10 +291,12 @@ class TooManyCallsError(_TestingError, AssertionError):
 
     def _message(self) -> str:
         who = ", ".join(f"{package}: {calls}" for package, calls in self.packages) or "none"
-        hint = _CALL_HINTS.get(self.kind, "")
+        known = self.kind in _CALL_HINTS  # a kind of your own (a weight function) has no hint
+        what = f"{self.kind} call(s)" if known else f"call(s) of the kind {self.kind!r}"
+        hint = f"; {_CALL_HINTS[self.kind]}" if known else ""
         return (
-            f"each iteration makes {self.observed} {self.kind} call(s), more than the "
-            f"{self.limit} allowed (by package: {who}); {hint}"
+            f"each iteration makes {self.observed} {what}, more than the {self.limit} allowed "
+            f"(by package: {who}){hint}"
         )
 
 
@@ -336,13 +338,20 @@ class GradientMismatchError(_TestingError, AssertionError):
 
 
 class ZeroGradientError(_TestingError, AssertionError):
-    """Every gradient of a gradient check is zero, or below the absolute tolerance: it proves nothing.
+    """Every gradient of a gradient check is zero, or too small to check: it proves nothing.
+
+    Too small: below the absolute tolerance, or within the central difference's rounding of a
+    loss much larger than it (``1e10 + sum(w * b)``), which lets a wrong gradient pass as well.
 
     Attributes:
         what: ``"parameters"`` or ``"input"``.
-        leaves: How many leaves were all zero (or below ``atol``).
+        leaves: How many leaves were all zero (or too small to check).
         largest: The largest gradient's magnitude: 0.0 when every gradient is zero.
         atol: The absolute tolerance every gradient is below (0.0 when they are zero).
+        rounding: The rounding allowance at the largest gradient, where that is what hid it
+            (more than a tenth of it; 0.0 otherwise).
+        where: The leaf and element of the largest gradient (``"w[7]"``; ``""`` when unknown).
+        loss: The loss's value, which the rounding grows with (0.0 when unknown).
 
     Example:
         >>> from substrax.testing import ZeroGradientError
@@ -360,10 +369,23 @@ class ZeroGradientError(_TestingError, AssertionError):
     leaves: int
     largest: float = 0.0
     atol: float = 0.0
+    rounding: float = 0.0
+    where: str = ""
+    loss: float = 0.0
 
     def _message(self) -> str:
         if not self.largest:
             return super()._message()
+        if self.rounding:
+            return (
+                f"every gradient with respect to the {self.what} is too small beside the loss "
+                f"({self.loss:.6g}) to be checked by finite differences ({self.leaves} leaves): "
+                f"the largest, {self.largest:.3g} at {self.where}, passes off by up to "
+                f"{self.rounding:.3g}, the difference's rounding (10 * eps * |loss| / step, "
+                "more than a tenth of the gradient), so a wrong gradient would pass as well: "
+                "subtract the loss's constant part for the check (its gradient is the same), "
+                "or allow_zero=True"
+            )
         return (
             f"every gradient with respect to the {self.what} is below the absolute tolerance "
             f"({self.leaves} leaves, the largest {self.largest:.3g}, atol={self.atol:g}), so a "

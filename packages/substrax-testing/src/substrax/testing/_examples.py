@@ -296,7 +296,8 @@ def _summary(script: Path, stdout: str, token: str) -> "JsonValue":
         raise ValueError(
             f"{script}: the example exited 0 but printed no summary (no {_SUMMARY_MARKER!r} "
             "line followed by JSON on stdout): does it exit (sys.exit(0), os._exit) before "
-            "main() returns?"
+            "main() returns, or replace sys.stdout (a logger's redirect, a file) and leave it "
+            "replaced? Restore sys.stdout before main() returns"
         )
     line = lines[marks[-1] + 1]
     try:

@@ -190,9 +190,12 @@ def _unlike_reference(
         error = worst.max_abs_error
         blamed = math.isfinite(error) and error <= rounding
         cast = (
-            f"its reference is not float64: the loss is {computed} under it (a layer's "
-            f"explicit dtype=, or a cast, such as the loss's); set the layer's dtype to None to "
-            f"compute in its parameters' dtype and leave the loss uncast"
+            f"its reference is not float64: the loss is {computed} under it, so something in "
+            "it computes in a dtype of its own, not its parameters' (float64 there): a layer's "
+            "dtype (an explicit dtype=; nnx.SimpleCell's, nnx.LSTMCell's and the other RNN "
+            "cells' default float32; nnx.Embed's, its embedding's dtype when built, even with "
+            "dtype=None), or a cast, such as the loss's. Pass dtype=None to a layer that keeps "
+            "it (set model.embed.dtype = None on an nnx.Embed) and leave the loss uncast"
         )
         if blamed:
             return True, f"but {cast}, or check with a tolerance= (a step and rtol) for {computed}"

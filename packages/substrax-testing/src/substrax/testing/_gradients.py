@@ -25,7 +25,7 @@ from ._gradient_records import (
     LeafGradientCheck,
     rounding_allowance,
 )
-from ._gradient_refusals import refuse_blind, refuse_gradient
+from ._gradient_refusals import refuse_blind, refuse_gradient, widened_loss
 
 
 if TYPE_CHECKING:
@@ -74,9 +74,9 @@ def _leaves(tree: object, who: str) -> list[tuple[str, "jax.Array"]]:
         name = jax.tree_util.keystr(path, simple=True, separator="/") or "input"
         array = jnp.asarray(value)
         if not jnp.issubdtype(array.dtype, jnp.floating):
+            fix = "a wrt filter that leaves it out" if path else "x.astype(jnp.float32), say"
             raise TypeError(
-                f"{who} differentiates floating arrays only; {name} is {array.dtype} (check "
-                "parameters with a wrt filter that leaves it out, or an input that is floats)"
+                f"{who} differentiates floating arrays only; {name} is {array.dtype}: pass {fix}"
             )
         leaves.append((name, array))
     return leaves
@@ -251,12 +251,13 @@ def _check(
     with jax.enable_x64(True), jax.numpy_dtype_promotion("standard"):
         wide = [np.asarray(value, dtype=np.float64) for value in flat]
         rest = jax.tree.map(lambda x: x.astype(np.float64) if _floating(x) else x, aux)
+        level = widened_loss(who, what, lambda: loss(treedef.unflatten(wide), rest))
         positions = [position for position, value in enumerate(flat) if value.size]
         results, note = check_modes(leaf_check, chosen, positions, who)
         if any(result[2] for result in results):  # is the reference the loss? (not raised yet)
             raise_worst(who, results, (function, (treedef.unflatten(wide), rest), value), note)
-    if not allow_zero:  # passed: but a gradient under atol everywhere passes whatever it is
-        refuse_blind(what, flat_gradient, [tolerance.atol for tolerance in tolerances])
+    if not allow_zero:  # passed: but a gradient within its allowance everywhere passes anyhow
+        refuse_blind(what, leaves, flat_gradient, tolerances, level)
     return gradient
 
 

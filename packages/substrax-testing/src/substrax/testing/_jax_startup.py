@@ -34,8 +34,11 @@ def backends_started() -> bool:
     return False
 
 
-def apply_test_runtime(runtime: "JaxRuntime") -> None:
+def apply_test_runtime(runtime: "JaxRuntime") -> bool:
     """``apply_runtime(runtime)``, also when jax is imported but has not started its backends.
+
+    Returns whether it was applied through jax's config (jax was imported): the environment
+    variables then say what jax read at import, not what the session runs under.
 
     Raises:
         pytest.UsageError: The runtime cannot be applied: the settings are invalid, or jax's
@@ -56,3 +59,17 @@ def apply_test_runtime(runtime: "JaxRuntime") -> None:
     except (ValueError, RuntimeConfigurationError) as error:
         prefix = f"{STARTED}: " if started else ""
         raise pytest.UsageError(f"substrax test runtime: {prefix}{error}") from error
+    return "jax" in sys.modules
+
+
+def configured_settings() -> str:
+    """The platforms, CPU device count and 64-bit mode in jax's config, as their variables."""
+    import jax  # noqa: PLC0415 - only once jax is imported; reading the config starts nothing
+
+    count = jax.config.jax_num_cpu_devices  # -1: not set
+    values = {
+        "JAX_PLATFORMS": jax.config.jax_platforms or None,
+        "JAX_NUM_CPU_DEVICES": count if count > 0 else None,
+        "JAX_ENABLE_X64": "1" if jax.config.jax_enable_x64 else None,
+    }
+    return " ".join(f"{name}={value}" for name, value in values.items() if value is not None)

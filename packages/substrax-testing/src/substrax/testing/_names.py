@@ -36,6 +36,9 @@ class Names(NamedTuple):
 
 
 _IMPORT_CALLS = frozenset({"importlib.import_module", "__import__", "builtins.__import__"})
+_GUARDS: frozenset[str | None] = frozenset(
+    {"typing.TYPE_CHECKING", "typing_extensions.TYPE_CHECKING"}
+)
 
 
 def dotted(node: ast.AST) -> str | None:
@@ -153,19 +156,22 @@ def _own(body: list[ast.stmt]) -> tuple[dict[str, str | None], set[str]]:
     Nested function and class bodies are not read (only the name a ``def`` or ``class`` binds),
     nor a comprehension's loop variables; an augmented assignment (``environ |= ...``) changes
     the object a name holds and does not rebind it; ``global`` and ``nonlocal`` names are not
-    the scope's own.
+    the scope's own. ``TYPE_CHECKING`` is typing's only where every binding of it is typing's
+    (an import, or ``= False``): one bound otherwise too (``= True``, from another module) is
+    the scope's own, whichever comes last.
     """
     imported: dict[str, str | None] = {}
     bound: set[str] = set()
     declared: set[str] = set()
+    checking: set[str | None] = set()  # what each import (``= False``) binds TYPE_CHECKING to
     pending: list[ast.AST] = list(body)
     while pending:
         node = pending.pop()
         if isinstance(node, ast.Import | ast.ImportFrom):
-            imported.update(_imported(node))
+            _take(_imported(node), imported, checking)
             continue
         if isinstance(node, ast.Assign) and (by_call := _imported_by_assignment(node)):
-            imported.update(by_call)
+            _take(by_call, imported, checking)
             continue
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             bound.add(node.name)
@@ -187,7 +193,27 @@ def _own(body: list[ast.stmt]) -> tuple[dict[str, str | None], set[str]]:
             pending.extend((node.iter, *node.ifs))
         else:
             pending.extend(ast.iter_child_nodes(node))
+    _settle_type_checking(imported, bound, checking)
     return imported, bound - declared
+
+
+def _settle_type_checking(
+    imported: dict[str, str | None], bound: set[str], checking: set[str | None]
+) -> None:
+    """Make TYPE_CHECKING the scope's own where it is bound other than as typing's too.
+
+    Which binding wins depends on their order, which the scan does not read.
+    """
+    if "TYPE_CHECKING" in bound or not checking <= _GUARDS:
+        imported.pop("TYPE_CHECKING", None)
+        bound.add("TYPE_CHECKING")
+
+
+def _take(names: Meanings, imported: dict[str, str | None], checking: set[str | None]) -> None:
+    """Add an import's ``names`` to ``imported``, and what it binds TYPE_CHECKING to (if it does)."""
+    imported.update(names)
+    if "TYPE_CHECKING" in names:
+        checking.add(names["TYPE_CHECKING"])
 
 
 def _meanings(start: Meanings, imported: Meanings, bound: set[str]) -> Meanings:

@@ -320,8 +320,8 @@ def import_time_lines(path: Path | str, predicate: Predicate) -> list[SourceText
     bodies, and not a branch that cannot run on import: the body of ``if __name__ ==
     "__main__":`` (also ``__name__ in ("__main__",)``, or with ``and`` more tests), the ``else``
     of ``if __name__ != "__main__":``, ``case "__main__":`` under ``match __name__:``, and
-    ``if TYPE_CHECKING:`` (typing's, read through the imports, or ``TYPE_CHECKING = False``:
-    not ``= True`` or one from elsewhere); ``if __name__ == "__main__" or debug:`` runs.
+    ``if TYPE_CHECKING:`` (typing's or ``TYPE_CHECKING = False``, and not bound otherwise
+    too: ``= True``, from elsewhere); ``if __name__ == "__main__" or debug:`` runs.
     Annotations are not scanned. The file is read as Python imports it (a byte-order mark, a
     ``# coding:`` line), and its imports say what a name is while the predicate runs (see
     :func:`writes_environment`); ``line`` and ``text`` are the line ``ast`` numbers.

@@ -5,6 +5,8 @@ third-party code): a repository runs these scans in any environment, jax install
 """
 
 import ast
+import io
+import os
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -106,24 +108,32 @@ def existing_file(path: Path | str, argument: str) -> Path:
     return path
 
 
-def python_text(path: Path) -> str:
+def python_text(path: Path, errors: str = "strict") -> str:
     r"""A Python file's text, decoded as Python decodes it (byte-order mark, ``# coding:`` line).
 
     Line ends (``\r\n``, ``\r``) read as ``\n``, so ``text.split("\n")`` has the lines
-    ``ast`` counts; a form feed or U+2028 stays inside its line, as Python reads it.
+    ``ast`` counts; a form feed or U+2028 stays inside its line, as Python reads it. ``errors``:
+    as ``bytes.decode``'s, for bytes that encoding cannot decode (``"strict"`` raises).
     """
-    with tokenize.open(path) as file:
-        return file.read()
+    with path.open("rb") as raw:
+        encoding, _ = tokenize.detect_encoding(raw.readline)
+        raw.seek(0)
+        with io.TextIOWrapper(raw, encoding, errors=errors, line_buffering=True) as file:
+            return file.read()
 
 
 def parsed_python(path: Path) -> tuple[ast.Module, list[str]]:
     """A Python file's syntax tree and its lines, numbered as the tree numbers them (from 0).
 
+    A file that parses is read whole, as Python imports it: Python does not decode a comment,
+    so a byte its encoding cannot decode there (a latin-1 ``é`` in a UTF-8 file) is no error,
+    and its line reads with U+FFFD in its place.
+
     Raises:
         SyntaxError: The file is not Python that Python would import (its bytes included).
     """
     tree = ast.parse(path.read_bytes(), str(path))  # decoded as an import decodes it
-    return tree, python_text(path).split("\n")
+    return tree, python_text(path, errors="replace").split("\n")
 
 
 def _skipped(directory: Path, skipped: frozenset[str], build_outputs: frozenset[str]) -> bool:
@@ -145,6 +155,9 @@ def python_files(
     and ``dist/`` are outputs, at the root or in a workspace member alike, while a package
     ``app/dist/__init__.py`` is source and is scanned. A namespace package (no
     ``__init__.py``) named ``build`` or ``dist`` is skipped too: pass ``build_outputs=()``.
+    Symbolic links are followed, to directories and files alike, as Python imports through
+    them: a file reached by two paths is listed under each (each is a module of its own). A
+    link to nothing is skipped, and a link to a directory it is in (a loop) is not entered.
 
     Args:
         root: A directory (or a single ``.py`` file, returned as it is; any other file is
@@ -188,11 +201,30 @@ def python_files(
                 f"{root} is a file but not a .py file; pass a directory to search, or a .py file"
             )
         return [root]
-    skipped, outputs = frozenset(excluded), frozenset(build_outputs)
+    return _walk(root, frozenset(excluded), frozenset(build_outputs))[0]
+
+
+def python_links_to_nothing(root: Path) -> list[Path]:
+    """The ``*.py`` links to nothing under the directory ``root``, which python_files skips."""
+    return _walk(root, EXCLUDED_DIRECTORIES, BUILD_OUTPUTS)[1]
+
+
+def _walk(
+    root: Path, skipped: frozenset[str], outputs: frozenset[str]
+) -> tuple[list[Path], list[Path]]:
+    """The ``*.py`` files under the directory ``root``, and its ``*.py`` links to nothing."""
+    inside = {root: frozenset({os.path.realpath(root)})}  # each directory's real ancestors
     found: list[Path] = []
-    for directory, subdirectories, files in root.walk():
+    for directory, subdirectories, files in root.walk(follow_symlinks=True):
+        above = inside.pop(directory)
         subdirectories[:] = [
-            name for name in subdirectories if not _skipped(directory / name, skipped, outputs)
+            name
+            for name in subdirectories
+            if not _skipped(directory / name, skipped, outputs)
+            and os.path.realpath(directory / name) not in above  # a link into itself: a loop
         ]
+        for name in subdirectories:
+            inside[directory / name] = above | {os.path.realpath(directory / name)}
         found.extend(directory / name for name in files if name.endswith(".py"))
-    return sorted(found)
+    files = [path for path in found if path.is_file()]
+    return sorted(files), sorted(path for path in found if not path.is_file())

@@ -13,7 +13,8 @@ What it does:
   or ``--xla_force_host_platform_device_count`` is already set. ``SUBSTRAX_TEST_DEVICE_COUNT``
   picks another count (``0``: no emulation); ``SUBSTRAX_TEST_JAX_PLATFORMS=cuda`` moves the
   session onto a GPU. A jax imported before the plugin configured (by a conftest, another
-  plugin) is configured through its config, as its backends have not started; backends that
+  plugin) is configured through its config, as its backends have not started (the report
+  header then shows that config, not the variables jax read at import); backends that
   started already (a computation at import) under other settings are a usage error.
 - Markers: ``x64`` (the test body runs inside ``jax.enable_x64(True)``), ``devices(count,
   kind=None)`` and ``accelerator(kind=None)`` (skips naming what is missing). A malformed
@@ -56,7 +57,7 @@ from substrax.support import int_argument
 
 from ._jax_config import THREAD_LOCAL, ConfigWatch, snapshot_jax_config
 from ._jax_import import on_first_import
-from ._jax_startup import apply_test_runtime
+from ._jax_startup import apply_test_runtime, configured_settings
 from ._markers import MARKERS, DeviceRequirement, parse_marker, skip_reason
 
 
@@ -73,6 +74,7 @@ _CUDA_PLUGINS = ("jax_cuda13_plugin", "jax_cuda12_plugin")
 _MARKER_NAMES = ("x64", "devices", "accelerator")
 _REQUIREMENTS = pytest.StashKey[list[DeviceRequirement]]()
 _CONFIG_WATCH = pytest.StashKey[ConfigWatch]()
+_THROUGH_CONFIG = pytest.StashKey[bool]()  # the runtime went into an imported jax's config
 _PROBLEM = pytest.StashKey[str]()  # a usage error an xdist worker reports at the test's setup
 _USE_CONTEXTS = (
     "use jax's context managers (e.g. `with jax.enable_x64(True):`) or @pytest.mark.x64 "
@@ -115,7 +117,8 @@ def _check_variables(environ: Mapping[str, str]) -> None:
             )
 
 
-def _configure_runtime() -> None:
+def _configure_runtime() -> bool:
+    """Set the session's runtime; whether through jax's config (jax was imported first)."""
     from substrax.runtime import (  # noqa: PLC0415 - after pytest has parsed its options
         RuntimeConfigurationError,
         resolve_test_runtime,
@@ -128,7 +131,7 @@ def _configure_runtime() -> None:
         )
     except (ValueError, RuntimeConfigurationError) as error:
         raise pytest.UsageError(f"substrax test runtime: {error}") from error
-    apply_test_runtime(runtime)
+    return apply_test_runtime(runtime)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -151,13 +154,22 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in MARKERS:
         config.addinivalue_line("markers", line)
     config.stash[_CONFIG_WATCH] = ConfigWatch()
-    _configure_runtime()
+    config.stash[_THROUGH_CONFIG] = _configure_runtime()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """Show the JAX settings the session runs under, and the seed of the key fixtures."""
-    shown = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "JAX_ENABLE_X64", "XLA_FLAGS")
-    settings = " ".join(f"{name}={os.environ[name]}" for name in shown if name in os.environ)
+    """Show the JAX settings the session runs under, and the seed of the key fixtures.
+
+    They are the environment's, or jax's config where the plugin set them there (jax was
+    imported first: the variables hold what it read at import, which the plugin overrode).
+    """
+    flags = f" XLA_FLAGS={os.environ['XLA_FLAGS']}" if "XLA_FLAGS" in os.environ else ""
+    if config.stash.get(_THROUGH_CONFIG, False):
+        settings = f"{configured_settings()}{flags} (set in jax's config: jax was imported first)"
+    else:
+        shown = ("JAX_PLATFORMS", "JAX_NUM_CPU_DEVICES", "JAX_ENABLE_X64")
+        settings = " ".join(f"{name}={os.environ[name]}" for name in shown if name in os.environ)
+        settings = f"{settings}{flags}".strip()
     return [
         f"substrax test runtime: {settings or 'jax defaults'}",
         f"substrax seed: {config.option.substrax_seed} (change it with --substrax-seed N)",
