@@ -450,3 +450,37 @@ def test_values_still_computed_at_a_sigterm_are_written(tmp_path, sqlite_uri):
     history = client.get_metric_history(run_id, "loss")
     assert sorted((m.step, m.value) for m in history) == expected, output
     assert client.get_run(run_id).info.status == "FINISHED"
+
+
+def _stored_pixel(make, logger, tmp_path):
+    """The first pixel ``logger`` stored of the image it logged as "img"."""
+    image_module = pytest.importorskip("PIL.Image", reason="Pillow reads the pixels back")
+    if make == "file":
+        [png] = (tmp_path / "images").glob("run.img_step0*.png")
+        return np.asarray(image_module.open(png)).flat[0]
+    if make == "tensorboard":
+        from tensorboard.backend.event_processing import event_accumulator
+
+        accumulator = event_accumulator.EventAccumulator(
+            str(tmp_path), size_guidance={event_accumulator.IMAGES: 0}
+        )
+        accumulator.Reload()
+        encoded = accumulator.Images("img")[0].encoded_image_string
+        return np.asarray(image_module.open(io.BytesIO(encoded))).flat[0]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=logger.tracking_uri)
+    [png] = client.list_artifacts(logger.run_id, "images/img")
+    return np.asarray(image_module.open(client.download_artifacts(logger.run_id, png.path))).flat[0]
+
+
+@pytest.mark.parametrize("make", ["file", "console", "tensorboard", "mlflow"])
+def test_a_bfloat16_image_is_stored_as_a_float32_one_is(make, tmp_path, request):
+    """Hostile finding: every logger refused a bfloat16 image ("must be an array of numbers
+    (bool, int or float), got dtype bfloat16"): numpy calls ml_dtypes' floats void."""
+    logger = make_logger(make, tmp_path, request)
+    with logger:
+        logger.log_image("img", jnp.full((4, 4, 3), 0.5, jnp.bfloat16), step=0)
+        logger.log_image("gray", np.full((2, 2), 1.5, jnp.bfloat16), step=0)
+    if make != "console":
+        assert _stored_pixel(make, logger, tmp_path) == 128  # 0.5, as float32's

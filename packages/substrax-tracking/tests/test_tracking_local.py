@@ -153,6 +153,21 @@ def test_file_logger_writes_jsonl_csv_hparams_text_images_histograms(tmp_path):
     ] == b"\x89PNG"
 
 
+def test_nested_hyperparameters_of_two_calls_are_merged_key_by_key(tmp_path):
+    """Hostile finding: a second call's ``{"optimizer": {"b2": ...}}`` replaced ``optimizer``
+    (b1 lost) in the file log, TensorBoard and W&B, while MLflow kept both."""
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_hyperparams({"model": {"width": 64}, "optimizer": {"b1": 0.9}, "seed": 1})
+        logger.log_hyperparams({"optimizer": {"b2": 0.99}, "seed": {"data": 2}})
+    with FileLogger("run", tmp_path) as logger:  # a resumed run's merge into the file's
+        logger.log_hyperparams({"optimizer": {"b1": 0.8}, "model": 3})
+    assert json.loads((tmp_path / "run.hparams.json").read_text()) == {
+        "model": 3,  # a leaf replaces a mapping, and a mapping a leaf
+        "optimizer": {"b1": 0.8, "b2": 0.99},
+        "seed": {"data": 2},
+    }
+
+
 def test_a_resumed_file_logger_appends_to_the_same_files(tmp_path):
     with FileLogger("run", tmp_path) as logger:
         logger.log_scalar("loss", 1.0, step=0)

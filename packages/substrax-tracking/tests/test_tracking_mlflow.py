@@ -66,18 +66,15 @@ def test_everything_logged_reads_back_from_a_sqlite_store(sqlite_uri, tmp_path):
         for root in ("text/note", "images/sample", "histograms/weights", "extra")
         for a in client.list_artifacts(run_id, root)
     }
-    assert "text/note/step_1.txt" in paths
-    assert "histograms/weights/step_3.json" in paths
+    [text] = [p for p in paths if p.startswith("text/note/step_1_") and p.endswith(".txt")]
+    [histogram] = [p for p in paths if p.startswith("histograms/weights/step_3_")]
+    assert histogram.endswith(".json")
     assert "extra/notes.txt" in paths
     assert any(p.startswith("images/sample/") and p.endswith(".png") for p in paths)
-    local = client.download_artifacts(run_id, "text/note/step_1.txt", str(tmp_path / "dl"))
+    local = client.download_artifacts(run_id, text, str(tmp_path / "dl"))
     assert Path(local).read_text() == "hello <world>"
     summary = json.loads(
-        Path(
-            client.download_artifacts(
-                run_id, "histograms/weights/step_3.json", str(tmp_path / "dl")
-            )
-        ).read_text()
+        Path(client.download_artifacts(run_id, histogram, str(tmp_path / "dl"))).read_text()
     )
     assert summary["count"] == 10
     assert not logger.spool_path.exists()
@@ -367,10 +364,9 @@ def test_text_and_images_of_names_that_clean_alike_are_kept_apart(sqlite_uri, tm
         assert len(folders) == 3, folders
         assert f"{root}/a_b" in folders  # a file-safe name keeps its folder
     texts = {
-        Path(
-            client.download_artifacts(run_id, f"{folder}/step_1.txt", str(tmp_path / "dl"))
-        ).read_text()
-        for folder in (a.path for a in client.list_artifacts(run_id, "text"))
+        Path(client.download_artifacts(run_id, text.path, str(tmp_path / "dl"))).read_text()
+        for folder in client.list_artifacts(run_id, "text")
+        for text in client.list_artifacts(run_id, folder.path)
     }
     assert texts == {"text 0", "text 1", "text 2"}
 
@@ -403,3 +399,89 @@ def test_refusals_of_another_runs_records_are_named_so_and_leave_this_runs_warni
     [own] = [m for m in warned if m not in (other,)]
     assert own.startswith("MLFlowLogger('r'): the backend refused metric 'bad%' at step 0 (")
     assert history(client, logger.run_id, "ok") == [(0, 1.0)]
+
+
+def _artifact_texts(client, run_id, folder, tmp_path):
+    """The text of each artifact file in ``folder``, in the order of their names."""
+    files = sorted(a.path for a in client.list_artifacts(run_id, folder))
+    return [
+        Path(client.download_artifacts(run_id, f, str(tmp_path / "dl"))).read_text() for f in files
+    ]
+
+
+def test_a_text_or_histogram_logged_twice_at_a_step_is_kept_twice(sqlite_uri, tmp_path):
+    """Hostile finding: a text or histogram logged twice at one step went to one artifact file
+    (text/<name>/step_3.txt), the second overwriting the first without a word, a resumed run's
+    over the first attempt's too; the guide says MLflow keeps a key logged twice at a step."""
+    with MLFlowLogger("twice", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        logger.log_text("sample", "first", step=3)
+        logger.log_text("sample", "second", step=3)
+        logger.log_histogram("w", np.arange(3.0), step=5)
+        logger.log_histogram("w", np.arange(100.0), step=5)
+    with MLFlowLogger(
+        "twice", tracking_uri=sqlite_uri, log_dir=tmp_path, run_id=logger.run_id, resume_step=2
+    ) as resumed:
+        resumed.log_text("sample", "resumed", step=3)
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    texts = _artifact_texts(client, logger.run_id, "text/sample", tmp_path)
+    assert texts == ["first", "second", "resumed"]
+    counts = [
+        json.loads(t)["count"]
+        for t in _artifact_texts(client, logger.run_id, "histograms/w", tmp_path)
+    ]
+    assert counts == [3, 100]
+
+
+def test_a_histograms_summary_metric_that_is_also_a_logged_metric_is_warned_about_once(
+    sqlite_uri, tmp_path, caplog
+):
+    """Hostile finding: a histogram's summary metrics <name>/min|max|mean|std went among the
+    user's, so a metric "grads/mean" of the same step got both values, without a word."""
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    with MLFlowLogger("stats", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        logger.log_histogram("weights", [1.0, 2.0], step=0)  # no metric of its names: no warning
+        logger.log_scalar("loss", 1.0, step=0)
+        logger.flush()
+        assert not [r for r in caplog.records if "summarised" in r.getMessage()]
+        logger.log_scalar("grads/mean", 0.5, step=1)
+        logger.log_histogram("grads", np.array([10.0, 20.0]), step=1)
+        logger.log_histogram("grads", np.array([10.0, 20.0]), step=2)
+        logger.log_scalar("weights/max", 9.0, step=2)  # the other order
+    [warning] = [r.getMessage() for r in caplog.records if "summarised" in r.getMessage()]
+    assert "the histogram 'grads' is summarised in the metrics <name>/min" in warning
+    assert "'grads/mean' is also logged as a metric" in warning
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    assert history(client, logger.run_id, "grads/mean") == [(1, 0.5), (1, 15.0), (2, 15.0)]
+
+
+def test_what_mlflow_does_not_keep_of_a_hyperparameter_is_warned_about_naming_it(
+    sqlite_uri, tmp_path, caplog
+):
+    """Hostile finding: MLflow dropped an empty mapping ("scheduler": {}) silently, where
+    TensorBoard and W&B keep {}, and cut a value past 6000 characters with only its own warning."""
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    with MLFlowLogger("params", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        params = {"prompt": "x" * 7000, "scheduler": {}, "opt": {"extra": {}}, "lr": 0.1}
+        logger.log_hyperparams(params)
+        logger.log_hyperparams(params)  # warned once a key
+    warned = [r.getMessage() for r in caplog.records if "hyperparameter" in r.getMessage()]
+    assert warned == [
+        "MLFlowLogger('params'): hyperparameter 'scheduler' is an empty mapping, which MLflow "
+        "has no param for: it is left out",
+        "MLFlowLogger('params'): hyperparameter 'opt.extra' is an empty mapping, which MLflow "
+        "has no param for: it is left out",
+        "MLFlowLogger('params'): hyperparameter 'prompt' is 7000 characters long; MLflow keeps "
+        "the first 6000 of a param's value (log the whole with log_text)",
+    ]
+    params = MlflowClient(tracking_uri=sqlite_uri).get_run(logger.run_id).data.params
+    assert (len(params["prompt"]), params["lr"]) == (6000, "0.1")
+
+
+def test_nested_hyperparameters_of_two_calls_are_all_kept(sqlite_uri, tmp_path):
+    """Hostile finding: the file log, TensorBoard and W&B kept only the second call's
+    ``optimizer``; MLflow's flat params keep b1 and b2, as every logger now does."""
+    with MLFlowLogger("merge", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        logger.log_hyperparams({"model": {"width": 64}, "optimizer": {"b1": 0.9}})
+        logger.log_hyperparams({"optimizer": {"b2": 0.99}})
+    params = MlflowClient(tracking_uri=sqlite_uri).get_run(logger.run_id).data.params
+    assert params == {"model.width": "64", "optimizer.b1": "0.9", "optimizer.b2": "0.99"}

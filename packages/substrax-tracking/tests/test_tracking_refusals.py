@@ -312,7 +312,10 @@ def test_a_text_mlflow_cannot_encode_is_set_aside_not_retried_for_ever(tmp_path,
     whole timeout and the run stayed RUNNING."""
     surrogate = "bad \ud800"
     logger = MLFlowLogger("surrogate", tracking_uri=sqlite_uri, log_dir=tmp_path, close_timeout=60)
-    logger.log_hyperparams({"note": surrogate})
+    with pytest.raises(tracking.LoggedTypeError, match="hyperparameter 'note'"):
+        logger.log_hyperparams({"note": surrogate})  # refused at the call since
+    # as a spool of an earlier version holds it
+    logger._submit("hyperparams", None, {"params": {"note": surrogate}}, materialized=True)
     for step in range(3):
         logger.log_scalar("loss", float(step), step=step)
     logger.log_hyperparams({"lr": 0.1})
@@ -457,3 +460,92 @@ def test_hyperparameters_holding_themselves_are_refused_at_the_call(tmp_path, sq
         with pytest.raises(ValueError, match=r"the keys \[1, '1'\] are one name"):
             made.log_hyperparams({1: 2, "1": 3})
         made.log_hyperparams({"lr": 0.1, "shared": [params["layers"], params["layers"]]})
+
+
+@pytest.mark.parametrize("logger", ["file", "console", "tensorboard", "mlflow", "multi"])
+def test_a_hyperparameter_no_backend_can_hold_is_refused_at_the_call_by_every_logger(
+    tmp_path, sqlite_uri, logger
+):
+    """Hostile finding: a lone surrogate in a hyperparameter broke TensorBoardLogger for good
+    (UnicodeEncodeError at that call, every later one and close) while the file log, the
+    console and W&B took it; through a MultiLogger the file log had it when TensorBoard raised.
+    (W&B's: test_tracking_wandb.)"""
+    if logger in ("tensorboard", "multi"):
+        pytest.importorskip("tensorboardX", reason="the tensorboard extra is needed")
+    made = {
+        "file": lambda: FileLogger("run", tmp_path),
+        "console": lambda: ConsoleLogger("run", stream=io.StringIO()),
+        "tensorboard": lambda: tracking.TensorBoardLogger("run", tmp_path),
+        "mlflow": lambda: MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path),
+        "multi": lambda: MultiLogger(
+            [FileLogger("run", tmp_path), tracking.TensorBoardLogger("run", tmp_path / "tb")]
+        ),
+    }[logger]()
+    with made:
+        for params, key in [
+            ({"note": "bad\ud800"}, "note"),
+            ({"opt": {"names": ["adam", "\udc80"]}}, "opt.names"),
+            ({"opt": {"bad\ud800": 1}}, "opt.bad\\\\ud800"),
+        ]:
+            with pytest.raises(tracking.LoggedTypeError, match=f"hyperparameter '{key}' must be"):
+                made.log_hyperparams(params)
+        made.log_hyperparams({"lr": 0.1})  # the logger goes on
+    if logger in ("file", "multi"):  # nothing of the refused calls kept
+        assert json.loads((tmp_path / "run.hparams.json").read_text()) == {"lr": 0.1}
+
+
+@pytest.mark.parametrize("kind", ["text", "histogram", "image"])
+def test_media_named_dot_or_dot_dot_is_kept_inside_its_folder_and_holds_back_nothing(
+    tmp_path, sqlite_uri, kind
+):
+    """Hostile finding: MLflow refused an image named "." or ".." ("Invalid artifact path"),
+    which was retried as if the store were down: the records before it in its batch never
+    arrived, close waited its whole timeout and the run stayed RUNNING; a text or histogram
+    named ".." was stored at the artifact root, outside text/."""
+    logger = MLFlowLogger("dots", tracking_uri=sqlite_uri, log_dir=tmp_path, close_timeout=60)
+    logger.log_scalar("loss", 1.0, step=0)
+    for name in (".", ".."):
+        if kind == "text":
+            logger.log_text(name, f"text {name}", step=1)
+        elif kind == "histogram":
+            logger.log_histogram(name, [1.0, 2.0], step=1)
+        else:
+            logger.log_image(name, np.zeros((2, 2), np.uint8), step=1)
+    logger.log_scalar("loss", 2.0, step=2)
+    assert logger.wait_delivered(60)
+    logger.close()
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+    assert history(sqlite_uri, logger.run_id, "loss") == [(0, 1.0), (2, 2.0)]
+    folder = {"text": "text", "histogram": "histograms", "image": "images"}[kind]
+    assert [a.path for a in client.list_artifacts(logger.run_id)] == [folder]
+    inside = sorted(a.path for a in client.list_artifacts(logger.run_id, folder))
+    assert len(inside) == 2
+    assert all(path.startswith((f"{folder}/.-", f"{folder}/..-")) for path in inside), inside
+    refused = refused_lines(logger.spool_path)
+    if kind == "histogram":  # MLflow refuses the metric "./min", as it does log_scalar's
+        assert [line["record"]["payload"]["name"] for line in refused] == [".", ".."]
+        assert all("Invalid value" in line["error"] for line in refused)
+    else:
+        assert not refused
+
+
+def test_an_artifact_path_mlflow_would_normalize_is_uploaded_where_it_points(tmp_path, sqlite_uri):
+    """An ``artifact_path`` of ``models/`` or ``./eval`` failed MLflow's check ("Invalid
+    artifact path"), which was retried as if the store were down, as an image named "." was."""
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+    with MLFlowLogger("paths", tracking_uri=sqlite_uri, log_dir=tmp_path, close_timeout=60) as lg:
+        lg.log_artifact(model, "models/")
+        lg.log_artifact(model, "./eval//plots")
+        lg.log_artifact(model, ".")
+        lg.log_scalar("loss", 1.0, step=0)
+        assert lg.wait_delivered(60)
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    assert client.get_run(lg.run_id).info.status == "FINISHED"
+    found = {
+        a.path
+        for root in (None, "models", "eval/plots")
+        for a in client.list_artifacts(lg.run_id, root)
+    }
+    assert {"model.bin", "models/model.bin", "eval/plots/model.bin"} <= found

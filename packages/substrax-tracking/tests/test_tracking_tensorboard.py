@@ -245,6 +245,20 @@ def test_a_resumed_logger_keeps_the_first_attempts_hyperparameters(tmp_path):
     assert set(_hparams(tmp_path / "new")) == {"other"}
 
 
+def test_nested_hyperparameters_of_two_calls_are_merged_key_by_key(tmp_path):
+    """Hostile finding: a second call's ``{"optimizer": {"b2": ...}}`` replaced the first's
+    ``optimizer`` (b1 lost) here, in the file log and W&B, while MLflow kept both."""
+    with TensorBoardLogger("run", tmp_path) as logger:
+        logger.log_hyperparams({"model": {"width": 64}, "optimizer": {"b1": 0.9}})
+        logger.log_hyperparams({"optimizer": {"b2": 0.99}})
+    hparams = _hparams(tmp_path)
+    shown = {key: value.string_value for key, value in hparams.items()}
+    assert shown == {"model": "{'width': 64}", "optimizer": "{'b1': 0.9, 'b2': 0.99}"}
+    with TensorBoardLogger("run", tmp_path, resume_step=0) as logger:  # the first attempt's too
+        logger.log_hyperparams({"optimizer": {"b1": 0.8}})
+    assert _hparams(tmp_path)["optimizer"].string_value == "{'b1': 0.8, 'b2': 0.99}"
+
+
 @pytest.mark.parametrize("flush_secs", ["x", 0, -1, float("nan")])
 def test_flush_secs_that_is_no_positive_number_of_seconds_is_refused(tmp_path, flush_secs):
     """Hostile finding: a string killed the writer thread (every scalar lost); 0 or less spun it."""

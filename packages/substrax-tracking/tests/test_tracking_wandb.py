@@ -9,6 +9,7 @@ import pytest
 
 from substrax.tracking import (
     FileLogger,
+    LoggedTypeError,
     MultiLogger,
     ReservedMetricNameError,
     WandbLogger,
@@ -285,6 +286,40 @@ def test_a_key_logged_again_at_a_step_is_warned_about_once(
         (1, 2.0, 0.5),
         (2, 4.0, None),
     ]
+
+
+def _value(item):
+    """A config item as W&B writes it: the value, or ``{"value": ...}`` around it."""
+    return item["value"] if isinstance(item, dict) and set(item) == {"value"} else item
+
+
+def test_nested_hyperparameters_are_merged_key_by_key_with_the_config(
+    wandb_offline, read_complete_run, tmp_path
+):
+    """Hostile finding: a second call's ``{"optimizer": {"b2": ...}}`` replaced ``optimizer``
+    (b1 lost) in W&B's config, and a call replaced a mapping of ``config=`` alike; MLflow kept
+    both keys."""
+    with WandbLogger(
+        "merge", project="substrax-tests", log_dir=tmp_path, config={"model": {"width": 64}}
+    ) as logger:
+        logger.log_hyperparams({"model": {"depth": 2}, "optimizer": {"b1": 0.9}})
+        logger.log_hyperparams({"optimizer": {"b2": 0.99}, "lr": 0.1})
+        logger.log_scalar("loss", 1.0, step=0)
+    _, config, _ = read_complete_run(tmp_path, [0])
+    assert _value(config["model"]) == {"width": 64, "depth": 2}
+    assert _value(config["optimizer"]) == {"b1": 0.9, "b2": 0.99}
+    assert _value(config["lr"]) == 0.1
+
+
+def test_a_hyperparameter_with_a_lone_surrogate_is_refused_at_the_call(wandb_offline, tmp_path):
+    """Hostile finding: W&B took a string TensorBoard could never write (a lone surrogate)."""
+    with pytest.raises(LoggedTypeError, match=r"hyperparameter 'opt\.note' must be a str"):
+        WandbLogger("run", log_dir=tmp_path, config={"opt": {"note": "a\ud800"}})
+    with WandbLogger("run", project="substrax-tests", log_dir=tmp_path) as logger:
+        with pytest.raises(LoggedTypeError, match=r"hyperparameter 'note' must be a str"):
+            logger.log_hyperparams({"note": "bad\ud800"})
+        logger.log_hyperparams({"lr": 0.1})
+    assert logger.delivered == 1
 
 
 @pytest.mark.parametrize("name", ["_step", "_runtime", "_timestamp", "_wandb"])

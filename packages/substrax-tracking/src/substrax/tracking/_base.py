@@ -20,7 +20,9 @@ from ._errors import (
     LoggedTypeError,
     LoggerClosedError,
 )
+from ._hparams import check_hyperparams
 from ._log_files import json_ready
+from ._media import number_kind
 from ._paths import check_logger_name
 from ._process import current_process_index
 from ._values import histogram_summary
@@ -196,11 +198,18 @@ class Logger(Closeable):
         self.log_scalars(metrics, step)
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        """Log the run's hyperparameters (merged with those logged before)."""
+        """Log the run's hyperparameters, merged with those logged before (mappings key by key).
+
+        Raises:
+            LoggedTypeError: ``params`` is not a mapping, or a key or string of it holds a lone
+                surrogate (UTF-8 cannot encode it).
+            ValueError: it holds itself, or two keys that are one name once written.
+        """
         self._check_open()
         if not isinstance(params, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise LoggedTypeError("hyperparameters", params, "a mapping of names to values")
-        json_ready(params)  # a cycle or colliding keys: refused on every process
+        # a cycle, colliding keys, a lone surrogate: refused on every process, by every logger
+        check_hyperparams(json_ready(params))
         if self.active:
             self._write_hyperparams(params)
 
@@ -334,6 +343,6 @@ def _check_image(name: str, image: Any) -> None:
     if not ok or not all(shape):  # an image of no pixels too
         raise ImageShapeError(name, tuple(shape))
     dtype = getattr(image, "dtype", None)
-    if getattr(dtype, "kind", "f") not in "biuf":  # strings, objects, complex numbers
-        expected = "an array of numbers (bool, int or float)"
+    if (number_kind(dtype) or "f") not in "biuf":  # strings, objects, complex numbers
+        expected = "an array of numbers (bool, int or float, bfloat16 too)"
         raise LoggedTypeError(f"image {name!r}", image, expected, f"dtype {dtype}")

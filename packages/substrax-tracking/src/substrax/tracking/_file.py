@@ -20,6 +20,7 @@ from substrax.support import check_seconds, install_hint, optional, write_atomic
 
 from ._base import Logger, check_resume_step, histogram_of
 from ._errors import FileLogWriteError
+from ._hparams import merge_params
 from ._log_files import (
     CSV_HEADER,
     Appender,
@@ -266,7 +267,7 @@ class FileLogger(Logger):
         merged: dict[str, Any] = {}
         if self.hparams_json.exists():
             merged = json.loads(self.hparams_json.read_text(encoding="utf-8"))
-        merged.update(strict_json(json_ready(params)))
+        merge_params(merged, strict_json(json_ready(params)))  # mappings key by key
         text = json.dumps(merged, indent=2, sort_keys=True, allow_nan=False)
         write_atomically(self.hparams_json, text + "\n")
 

@@ -14,16 +14,34 @@ from typing import Any
 from substrax.support import optional
 
 
-__all__ = ["ImageWriter", "image_pixels", "save_image"]
+__all__ = ["ImageWriter", "image_pixels", "number_kind", "save_image"]
 
 _MOST_WAITING = 1 << 30  # bytes of pixels waiting to be stored before a call waits for the oldest
+
+
+def number_kind(dtype: Any) -> str | None:
+    """The numpy kind of ``dtype`` (``"f"``, ``"i"``...), ml_dtypes' too, which numpy calls void.
+
+    Example:
+        >>> import ml_dtypes, numpy as np
+        >>> from substrax.tracking._media import number_kind
+        >>> number_kind(np.dtype(ml_dtypes.bfloat16)), number_kind(np.dtype(ml_dtypes.int4))
+        ('f', 'i')
+        >>> number_kind(np.dtype("uint8")), number_kind(None)
+        ('u', None)
+    """
+    kind = getattr(dtype, "kind", None)
+    scalar = getattr(dtype, "type", None)
+    if kind == "V" and getattr(scalar, "__module__", None) == "ml_dtypes":  # bfloat16, float8, int4
+        return "i" if getattr(dtype, "name", "").startswith(("int", "uint")) else "f"
+    return kind
 
 
 def image_pixels(image: Any) -> Any:
     """``image`` as uint8 pixels, the one rule of every logger.
 
-    Floats are clipped to ``[0, 1]`` and scaled (NaN is 0), bools are 0 or 255, other integers
-    are clipped to ``[0, 255]``.
+    Floats (bfloat16 and ml_dtypes' others too) are clipped to ``[0, 1]`` and scaled (NaN is
+    0), bools are 0 or 255, other integers are clipped to ``[0, 255]``.
 
     Example:
         >>> import numpy as np
@@ -38,9 +56,12 @@ def image_pixels(image: Any) -> Any:
         return array
     if array.dtype.kind == "b":
         return array.astype(np.uint8) * np.uint8(255)
-    if array.dtype.kind == "f":
+    kind = number_kind(array.dtype)
+    if kind == "f":
         scaled = np.nan_to_num(np.clip(array.astype(np.float64), 0.0, 1.0), nan=0.0) * 255.0
         return np.rint(scaled).astype(np.uint8)
+    if kind == "i" and array.dtype.kind == "V":  # an ml_dtypes integer (int4): numpy's first
+        array = array.astype(np.int64)
     return np.clip(array, 0, 255).astype(np.uint8)  # the other integers (checked at the call)
 
 
@@ -59,6 +80,8 @@ def save_image(stem: Path, image: Any) -> Path:
 
         Image.fromarray(image_pixels(array)).save(path, format="PNG", compress_level=1)
     else:
+        if array.dtype.kind == "V":  # ml_dtypes' (bfloat16): as numpy's own, which np.load reads
+            array = array.astype(np.float32 if number_kind(array.dtype) == "f" else np.int64)
         np.save(path, array)
     return path
 

@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from substrax.support import check_seconds, require
 
@@ -26,6 +27,7 @@ _logger = logging.getLogger(__name__)
 _NOT_FOUND = "RESOURCE_DOES_NOT_EXIST"  # MLflow's error code for an unknown run id
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,255}")  # what MLflow accepts as a run id
 _LONGEST_EXPERIMENT = 500  # characters of an experiment's name (MLflow's bound)
+_LONGEST_PARAM = 6000  # characters of a param's value MLflow keeps (it cuts the rest)
 
 
 def _check_run(
@@ -46,15 +48,29 @@ def _check_run(
         )
 
 
+def _empty_mappings(params: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The names (joined with dots) of the empty mappings in nested hyperparameters."""
+    found: list[str] = []
+    for key, value in params.items():
+        if isinstance(value, Mapping):
+            inner = cast("Mapping[str, Any]", value)
+            found += _empty_mappings(inner, f"{prefix}{key}.") if inner else [f"{prefix}{key}"]
+    return found
+
+
 class MLFlowLogger(RemoteLogger):
     """Log to an MLflow run; calls return at once and reach MLflow from a worker thread.
 
     The run is created (or resumed with ``run_id``) on process 0 only. Hyperparameters become
-    params (nested mappings flattened with dots, non-strings as JSON); text, images and
-    histograms become artifacts under ``text/``, ``images/`` and ``histograms/``. A value MLflow
-    refuses is set aside alone in ``<spool>.refused`` (warned about once per key). The tracking
-    guide says which store to use, what happens while the server is down, and how
-    ``resume_step`` resumes a run.
+    params (nested mappings flattened with dots, non-strings as JSON); an empty mapping has no
+    param and a value past 6000 characters is cut by MLflow, each warned about once. Text and
+    histograms become artifacts ``text/<name>/step_<step>_<time_us>.txt`` and
+    ``histograms/<name>/step_<step>_<time_us>.json`` (a file each, two of one step included),
+    images ones under ``images/<name>/``. A histogram's summary is also logged as the metrics
+    ``<name>/min``, ``/max``, ``/mean`` and ``/std``, among the metrics logged: one logged under
+    such a name too is warned about once. A value MLflow refuses is set aside alone in
+    ``<spool>.refused`` (warned about once per key). The tracking guide says which store to
+    use, what happens while the server is down, and how ``resume_step`` resumes a run.
 
     Args:
         name: the run name (and the experiment name when ``experiment_name`` is None).
@@ -91,6 +107,7 @@ class MLFlowLogger(RemoteLogger):
     """
 
     _sink: MlflowSink | None = None
+    _warned_params: set[str]
 
     def __init__(
         self,
@@ -113,6 +130,7 @@ class MLFlowLogger(RemoteLogger):
         resume_step: int | None = None,
     ) -> None:
         require("mlflow", who="MLFlowLogger", distribution="substrax-tracking", extra="mlflow")
+        self._warned_params = set()  # params warned about: an empty mapping, a value cut short
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
         check_resume("MLFlowLogger", resume_step, run_id)
         _check_run(run_id, experiment_name, name, tracking_uri)
@@ -196,9 +214,27 @@ class MLFlowLogger(RemoteLogger):
             pass
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
+        ready = json_ready(dict(params))
+        for key in _empty_mappings(ready):
+            self._warn_param(
+                key, "is an empty mapping, which MLflow has no param for: it is left out"
+            )
         # one record a param: a param MLflow refuses is set aside alone, the others arrive
-        for key, value in list(flat_params(json_ready(dict(params)))):
+        for key, value in list(flat_params(ready)):
+            shown = value if isinstance(value, str) else json.dumps(value)
+            if len(shown) > _LONGEST_PARAM:
+                self._warn_param(
+                    key,
+                    f"is {len(shown)} characters long; MLflow keeps the first {_LONGEST_PARAM} "
+                    "of a param's value (log the whole with log_text)",
+                )
             self._submit("hyperparams", None, {"params": {key: value}}, materialized=True)
+
+    def _warn_param(self, key: str, what: str) -> None:
+        """Warn once per param of what MLflow does not keep of it."""
+        if key not in self._warned_params:
+            self._warned_params.add(key)
+            _logger.warning(f"MLFlowLogger({self.name!r}): hyperparameter {key!r} {what}")
 
     def log_metric(self, name: str, value: Any, step: int | None = None) -> None:
         """Alias of :meth:`log_scalar` (MLflow's name)."""

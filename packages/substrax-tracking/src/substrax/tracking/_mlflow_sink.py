@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Iterator, Mapping
+import posixpath
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,44 @@ def flat_params(params: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[s
             yield part, leaf
 
 
+def artifact_dir(path: str | None) -> str | None:
+    """``path`` as MLflow takes an artifact directory: normalized, None for the run's root.
+
+    MLflow refuses a path that a normalization changes (``models/``, ``./a``) with an error that
+    reads like a failure of the server; one outside the run is refused here, for good.
+
+    Example:
+        >>> from substrax.tracking._mlflow_sink import artifact_dir
+        >>> artifact_dir("models/"), artifact_dir("./eval//plots"), artifact_dir(".")
+        ('models', 'eval/plots', None)
+        >>> artifact_dir("../up")
+        Traceback (most recent call last):
+        ...
+        ValueError: artifact path '../up' is outside the run; give a relative path inside it, such as 'checkpoints'
+    """
+    if not path:
+        return None
+    normal = posixpath.normpath(path)
+    if normal == ".":
+        return None
+    if normal == ".." or normal.startswith(("/", "../")):
+        raise ValueError(
+            f"artifact path {path!r} is outside the run; give a relative path inside it, such "
+            "as 'checkpoints'"
+        )
+    return normal
+
+
+def _media_file(folder: str, record: Record, suffix: str) -> str:
+    """Where a text or histogram record goes: a file of its own, even at a step logged twice.
+
+    Its time (in microseconds) tells two records of one step apart; a record sent again (a
+    retry, a replay) goes to its own file again.
+    """
+    name, step = file_part(record.payload["name"]), record.step or 0
+    return f"{folder}/{name}/step_{step}_{int(record.time * 1e6)}{suffix}"
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RunSpec:
     """How to find or create the run: by id (a resumed run) or by a key tagged on a new run."""
@@ -88,6 +127,10 @@ class MlflowSink:
         # a live logger's run was not resumed since it started; a replayed spool's may have been
         self._tag_read = resume_step is not None or not replayed
         self._warned_held = False
+        # the metrics logged, and those histograms are summarised in: one name in both is warned of
+        self._metric_names: set[str] = set()
+        self._stat_names: dict[str, str] = {}  # each summary metric, and its histogram
+        self._warned_stats = False
         self.experiment_id: str | None = None
         self.failed = False  # end the run as FAILED
         self._ready = False
@@ -191,24 +234,24 @@ class MlflowSink:
                 metrics.extend(
                     (key, value, stamp, step) for key, value in payload["values"].items()
                 )
+                self._note_metrics(payload["values"])
             elif record.kind == "hyperparams":
                 for key, value in flat_params(payload["params"]):
                     params[key, value if isinstance(value, str) else json.dumps(value)] = None
             elif record.kind == "text":
-                where = f"text/{file_part(payload['name'])}/step_{step}.txt"
-                self.client.log_text(run_id, payload["text"], where)
+                self.client.log_text(run_id, payload["text"], _media_file("text", record, ".txt"))
             elif record.kind == "image":
                 for path in payload["paths"]:
                     self.client.log_artifact(run_id, path, f"images/{file_part(payload['name'])}")
             elif record.kind == "histogram":
                 name = payload["name"]
                 metrics.extend((f"{name}/{s}", payload[s], stamp, step) for s in _STATS)
-                where = f"histograms/{file_part(name)}/step_{step}.json"
-                self.client.log_dict(run_id, payload, where)
+                self._note_stats(name)
+                self.client.log_dict(run_id, payload, _media_file("histograms", record, ".json"))
             elif record.kind == "artifact":
                 path = Path(payload["path"])
                 upload = self.client.log_artifacts if path.is_dir() else self.client.log_artifact
-                upload(run_id, str(path), payload["artifact_path"])
+                upload(run_id, str(path), artifact_dir(payload.get("artifact_path")))
         rows = [Param(key, value) for key, value in params]  # a key of two values: refused
         for start in range(0, len(rows), _MAX_PARAMS):
             self.client.log_batch(run_id, params=rows[start : start + _MAX_PARAMS])
@@ -217,6 +260,32 @@ class MlflowSink:
         for start in range(0, len(metrics), _MAX_METRICS):
             batch = metrics[start : start + _MAX_METRICS]
             self.client.log_batch(run_id, metrics=[Metric(*row) for row in batch])
+
+    def _note_metrics(self, names: Collection[str]) -> None:
+        """Keep the names of logged metrics; warn once of one a histogram's summary shares."""
+        self._metric_names.update(names)
+        if self._stat_names and not self._warned_stats:
+            clash = [name for name in names if name in self._stat_names]
+            if clash:
+                self._warn_stats(min(clash))
+
+    def _note_stats(self, histogram: str) -> None:
+        """Keep the summary metrics of ``histogram``; warn once of one a logged metric shares."""
+        stats = [f"{histogram}/{stat}" for stat in _STATS]
+        for stat in stats:
+            self._stat_names.setdefault(stat, histogram)
+        clash = self._metric_names.intersection(stats)
+        if clash and not self._warned_stats:
+            self._warn_stats(min(clash))
+
+    def _warn_stats(self, metric: str) -> None:
+        self._warned_stats = True
+        _logger.warning(
+            f"MLflow run {self.run_id}: the histogram {self._stat_names[metric]!r} is summarised "
+            f"in the metrics <name>/min, /max, /mean and /std, and {metric!r} is also logged as a "
+            "metric: its history holds the values of both; rename the metric or the histogram "
+            "(this is reported once)"
+        )
 
     def _resumed(self, run_id: str) -> bool:
         """Whether values at steps the run holds are left out: it was resumed (its tag, for a replay)."""
@@ -257,9 +326,17 @@ class MlflowSink:
             False
             >>> MlflowSink.is_permanent(UnicodeEncodeError("utf-8", chr(0xD800), 0, 1, "surrogate"))
             True
+            >>> from mlflow.exceptions import MlflowException
+            >>> MlflowSink.is_permanent(MlflowException("Invalid artifact path: 'images/.'. ..."))
+            True
+            >>> MlflowSink.is_permanent(MlflowException("API request to http://h failed with ..."))
+            False
         """
-        if getattr(error, "error_code", None) == "INVALID_PARAMETER_VALUE":
-            return True  # a metric name MLflow does not accept, a param changed
+        code = getattr(error, "error_code", None)
+        if code in ("INVALID_PARAMETER_VALUE", "BAD_REQUEST"):
+            return True  # a metric name MLflow does not accept, a param changed, a value too long
+        if str(error).startswith("Invalid artifact path"):  # MLflow's own check, before a request
+            return True
         if isinstance(error, LookupError | FileNotFoundError | NotADirectoryError):
             return True  # a payload that lacks a key, a local file gone: about the record
         if isinstance(error, ValueError | TypeError) and not isinstance(

@@ -114,15 +114,18 @@ def safe_name(name: str) -> str:
 def file_part(name: str, room: int = 200) -> str:
     """``name`` in a file name: file-safe, at most ``room`` bytes, and never another name's.
 
-    A name that is not file-safe, or does not fit, is cut and gets 8 hex digits of its hash.
+    A name that is not file-safe (``"."`` and ``".."`` neither: they name a directory), or does
+    not fit, is cut and gets 8 hex digits of its hash.
 
     Example:
         >>> from substrax.tracking._paths import file_part
         >>> file_part("loss"), file_part("a b") == file_part("a:b"), len(file_part("m" * 300))
         ('loss', False, 200)
+        >>> file_part(".."), file_part(".")
+        ('..-5ec1f7e7', '.-cdb4ee2a')
     """
     safe = safe_name(name)  # ASCII: a character is a byte
-    if safe == name and len(safe) <= room:
+    if safe == name and len(safe) <= room and safe not in (".", ".."):
         return safe
     digest = hashlib.sha256(name.encode(errors="surrogatepass")).hexdigest()[:_DIGEST]
     return f"{safe[: max(room - _DIGEST - 1, 1)]}-{digest}"

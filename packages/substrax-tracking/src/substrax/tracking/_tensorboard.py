@@ -23,6 +23,7 @@ from substrax.support import check_seconds, require, write_atomically
 
 from ._base import Logger, check_resume_step
 from ._event_file import EventFile, event, last_number
+from ._hparams import merge_params
 from ._log_files import hold_log, json_ready, let_go
 from ._media import ImageWriter, image_pixels
 from ._paths import ensure_writable_dir, log_stem
@@ -48,12 +49,21 @@ def _mark_restart(events: EventFile, step: int) -> None:
         events.add(event(wall_time=time.time(), step=step, session_log=start))
 
 
+def _shown(value: Any) -> Any:
+    """A hyperparameter as TensorBoard shows it: a bool, number or str as it is, others as a str."""
+    plain = isinstance(value, bool | float | str) or (
+        isinstance(value, int) and -(2**63) <= value < 2**63  # TensorBoard's int64
+    )
+    return value if plain else str(value)  # a mapping, a list or None: shown as its str
+
+
 class TensorBoardLogger(Logger):
     """Write TensorBoard event files (scalars, hyperparameters, text, images, histograms).
 
     A jax array is written once computed. Each :meth:`log_hyperparams` call writes all this
-    logger was given (later values win) to :attr:`hparams_file`. A name that is not a legal tag is
-    logged as tensorboardX makes it one (``"a b"`` as ``"a_b"``), with a warning.
+    logger was given (merged key by key, later values winning) to :attr:`hparams_file`. A name
+    that is not a legal tag is logged as tensorboardX makes it one (``"a b"`` as ``"a_b"``),
+    with a warning.
     ``resume_step=S`` writes TensorBoard's restart marker at step ``S + 1``, so that its readers
     drop the earlier attempt's events of steps after ``S``.
 
@@ -200,11 +210,7 @@ class TensorBoardLogger(Logger):
             self._events().add_summary(summary, step, when)
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
-        for key, value in json_ready(params).items():  # a list or None: shown as its str
-            plain = isinstance(value, bool | float | str) or (
-                isinstance(value, int) and -(2**63) <= value < 2**63  # TensorBoard's int64
-            )
-            self._hparams[key] = value if plain else str(value)
+        merge_params(self._hparams, json_ready(params))  # mappings key by key
         self._hparams_waiting = True
         self._write_hparams()
 
@@ -219,7 +225,8 @@ class TensorBoardLogger(Logger):
             # no event file ("tfevents") until renamed
             with contextlib.closing(RecordWriter(str(temporary))) as writer:
                 writer.write(event(wall_time=now, file_version="brain.Event:2").SerializeToString())
-                for summary in hparams(self._hparams, {}):  # the experiment, session start, end
+                shown = {key: _shown(value) for key, value in self._hparams.items()}
+                for summary in hparams(shown, {}):  # the experiment, session start, end
                     writer.write(event(wall_time=now, summary=summary).SerializeToString())
                 writer.flush()
             temporary.replace(self.hparams_file)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import json
 import logging
@@ -16,6 +17,8 @@ from typing import Any, cast
 from substrax.support import check_seconds
 
 from ._errors import ReservedMetricNameError
+from ._hparams import check_hyperparams, merge_params
+from ._log_files import json_ready
 from ._paths import ensure_writable_dir, safe_name
 from ._remote import RemoteLogger, check_resume
 from ._replay import replay_spool
@@ -103,7 +106,8 @@ class WandbLogger(RemoteLogger):
         name: the run name.
         project: the W&B project; default ``WANDB_PROJECT`` (or W&B's default).
         entity: the W&B entity (team or user); default ``WANDB_ENTITY``.
-        config: the run's initial config (hyperparameters).
+        config: the run's initial config (hyperparameters), which later calls of
+            :meth:`log_hyperparams` merge into (mappings key by key, later values winning).
         tags: the run's tags.
         notes: the run's notes.
         run_id: resume this run id (``resume="allow"``); default ``WANDB_RUN_ID`` or a new id.
@@ -123,6 +127,7 @@ class WandbLogger(RemoteLogger):
         ResumeWithoutRunIdError: ``resume_step`` without ``run_id`` or ``WANDB_RUN_ID``.
         LogDirNotWritableError: a directory W&B writes to is not writable.
         TypeError: an option in ``init_options`` that ``wandb.init`` does not take.
+        LoggedTypeError: a key or string of ``config`` holds a lone surrogate (a ``TypeError``).
 
     Example:
         >>> import tempfile
@@ -161,6 +166,9 @@ class WandbLogger(RemoteLogger):
             run_id = os.environ.get("WANDB_RUN_ID") or None
         check_resume("WandbLogger", resume_step, run_id)
         self.resume_step = resume_step
+        # the run's config so far: each log_hyperparams call sends the subtrees it changed, merged
+        self._hparams: dict[str, Any] = json_ready(dict(config or {}))
+        check_hyperparams(self._hparams)
         super().__init__(
             name,
             log_dir=log_dir,
@@ -201,7 +209,7 @@ class WandbLogger(RemoteLogger):
             "project": self.project,
             "entity": entity,
             "name": name,
-            "config": dict(config or {}),
+            "config": copy.deepcopy(self._hparams),
             "tags": None if tags is None else list(tags),
             "notes": notes,
             "id": self._run_id,
@@ -250,6 +258,13 @@ class WandbLogger(RemoteLogger):
         # every other record of a name (scalars, text, image, histogram) passes here
         self._check_names(payload["values"] if kind == "scalars" else (payload.get("name"),), step)
         super()._submit(kind, step, payload, materialized=materialized)
+
+    def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
+        # W&B's config.update replaces a key's whole value: send each key's merged subtree
+        given = json_ready(dict(params))
+        merge_params(self._hparams, given)
+        merged = copy.deepcopy({key: self._hparams[key] for key in given})
+        self._submit("hyperparams", None, {"params": merged}, materialized=True)
 
     def log_model(
         self,
