@@ -53,3 +53,28 @@ def test_a_plateau_halves_the_update_per_step_without_a_recompile(wiring):
     assert callback.scale == 0.125
     lr = step.optimizer.opt_state.hyperparams["learning_rate"].get_value()
     np.testing.assert_allclose(float(lr), 0.0125)
+
+
+@pytest.mark.parametrize("layout", ["chain", "switch_at"])
+def test_a_plateau_reaches_an_injected_rate_inside_a_chain_or_a_switch(layout):
+    """Second-pass finding: the callback rebuilt every tuple of the state, so the TrainStep
+    refused optimizer.opt_state as replaced (StateChangedError) at its next call."""
+    from substrax.optim import switch_at
+
+    model = nnx.Linear(4, 1, rngs=nnx.Rngs(0))
+    sgd = optax.inject_hyperparams(optax.sgd)
+    tx = (
+        optax.chain(optax.clip_by_global_norm(100.0), sgd(learning_rate=0.1))
+        if layout == "chain"
+        else switch_at(sgd(learning_rate=0.1), sgd(learning_rate=0.1), step=100)
+    )
+    step = TrainStep(model, nnx.Optimizer(model, tx, wrt=nnx.Param), linear_loss)
+    callback = ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1)
+    batch = {"x": np.ones((8, 4), np.float32)}
+    kernels = [np.asarray(step.model.kernel.get_value())]
+    for epoch in range(3):
+        step(batch)
+        kernels.append(np.asarray(step.model.kernel.get_value()))
+        callback.on_epoch_end(step, epoch, {"loss": 1.0})
+    updates = -np.diff([k[0, 0] for k in kernels])
+    np.testing.assert_allclose(updates, [0.8, 0.8, 0.4], rtol=1e-5)

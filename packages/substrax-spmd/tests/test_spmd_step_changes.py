@@ -124,11 +124,82 @@ def test_a_plain_attribute_changed_after_the_step_was_built_is_refused(change, m
     assert info.value.path.startswith("model.")
 
 
-def test_a_line_search_optimizer_is_refused_at_construction_pointing_to_its_update():
-    """Hostile finding: optax's own TypeError from inside the trace (missing 'value_fn')."""
+class Configured(nnx.Module):
+    temperature = 1.0  # a class default, set on the instance later
+
+    def __init__(self, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(4, 2, rngs=rngs)
+        self._scale = 1.0
+        self.scales = [1.0, 2.0]
+        self.clip = float("nan")
+
+    def __call__(self, x):
+        return self.linear(x) * self._scale * self.scales[0] / self.temperature
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda s: setattr(s.model, "temperature", 100.0), r"model\.temperature was set on"),
+        (lambda s: setattr(s.model, "_scale", 10.0), r"model\._scale changed"),
+        (lambda s: setattr(s.model, "scales", [10.0, 2.0]), r"model\.scales changed"),
+        (lambda s: s.model.scales.__setitem__(0, 10.0), r"model\.scales changed"),
+        (lambda s: setattr(s.optimizer, "tx", optax.sgd(0.0)), r"optimizer\.tx changed"),
+    ],
+)
+def test_plain_data_changed_in_any_form_is_refused_at_the_next_call(change, match):
+    """Second-pass findings: a class default shadowed, an underscore attribute, a list replaced
+    or changed in place, and the optimizer's tx replaced all went unseen."""
+    model = Configured(nnx.Rngs(0))
+    step = TrainStep(model, nnx.Optimizer(model, _tx(), wrt=nnx.Param), squares)
+    step(X)
+    change(step)
+    with pytest.raises(StateChangedError, match=match):
+        step(X)
+
+
+def test_equal_plain_values_set_again_and_a_flag_set_back_are_no_refusal():
+    """Second-pass findings: NaN set again and 1 for 1.0 were refused; so was every read of
+    step.model after step.model.eval(), so model.train() could not undo it."""
+    model = Configured(nnx.Rngs(0))
+    model.drop = nnx.Dropout(0.5, rngs=nnx.Rngs(1))
+    step = TrainStep(model, nnx.Optimizer(model, _tx(), wrt=nnx.Param), squares)
+    step(X)
+    step.model.clip = float("nan")
+    step.model._scale = 1
+    step.model.eval()
+    assert step.model.drop.deterministic  # evaluating through step.model is allowed
+    with pytest.raises(StateChangedError, match=r"set it back \(model\.train\(\) undoes"):
+        step(X)
+    step.model.train()
+    step(X)
+
+
+@pytest.mark.parametrize(
+    "tx",
+    [
+        optax.lbfgs(),
+        optax.polyak_sgd(),
+        optax.chain(optax.sgd(0.1), optax.contrib.reduce_on_plateau(patience=10**9)),
+    ],
+    ids=["lbfgs", "polyak", "reduce_on_plateau"],
+)
+def test_an_optimizer_whose_update_needs_the_loss_is_refused_at_construction(tx):
+    """Hostile findings: optax's own TypeError from inside the trace (missing 'value')."""
     model = Two(nnx.Rngs(0))
-    with pytest.raises(TypeError, match=r"line search.*update_with_line_search"):
-        TrainStep(model, nnx.Optimizer(model, optax.lbfgs(), wrt=nnx.Param), squares)
+    with pytest.raises(TypeError, match=r"needs arguments a train step does not pass.*'value"):
+        TrainStep(model, nnx.Optimizer(model, tx, wrt=nnx.Param), squares)
+
+
+def test_an_optimizer_with_state_named_value_and_grad_is_no_line_search():
+    """Second-pass finding: state fields named value and grad were taken for a line search."""
+
+    def scaled(value, grad):
+        return optax.chain(optax.scale(-value), optax.scale(grad))
+
+    model = Two(nnx.Rngs(0))
+    tx = optax.inject_hyperparams(scaled)(value=0.1, grad=1.0)
+    TrainStep(model, nnx.Optimizer(model, tx, wrt=nnx.Param), squares)(X)
 
 
 def squares_metric(model, batch):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import optax
 from flax import nnx
 
 from ._errors import OptimizerMismatchError
@@ -20,20 +19,12 @@ def check_optimizer_matches(model: nnx.Module, optimizer: nnx.Optimizer[Any]) ->
 
     Raises:
         OptimizerMismatchError: A ValueError naming the first leaf that differs.
-        TypeError: The optimizer runs a line search, which needs the loss function.
+        TypeError: The optimizer's update needs ``value=`` or others (a line search).
     """
-    state = nnx.as_pure(optimizer.opt_state)
-    if optax.tree.get_all_with_path(state, "value") and optax.tree.get_all_with_path(state, "grad"):
-        msg = (
-            f"{type(optimizer.tx).__name__} runs a line search (optax.lbfgs, a *_linesearch), "
-            "whose update needs the loss function itself, which a TrainStep does not pass; "
-            "update with substrax.optim.update_with_line_search(model, optimizer, loss_fn) in "
-            "an nnx.jit step"
-        )
-        raise TypeError(msg)
     expected = leaf_shapes(jax.eval_shape(optimizer.tx.init, nnx.state(model, optimizer.wrt)))
     actual = leaf_shapes(optimizer.opt_state)
     if expected == actual:
+        _check_update_takes_no_extra_arguments(model, optimizer)
         return
     for i in range(max(len(expected), len(actual))):
         want = expected[i] if i < len(expected) else None
@@ -53,6 +44,30 @@ def check_optimizer_matches(model: nnx.Module, optimizer: nnx.Optimizer[Any]) ->
         raise OptimizerMismatchError(
             msg, path=path, model_shape=model_shape, optimizer_shape=optimizer_shape
         )
+
+
+def _check_update_takes_no_extra_arguments(
+    model: nnx.Module, optimizer: nnx.Optimizer[Any]
+) -> None:
+    """Refuse a transformation whose update needs arguments a step does not pass (``value=``).
+
+    Its update is traced on shapes alone (``jax.eval_shape``), as a step calls it.
+    """
+    params = nnx.as_pure(nnx.state(model, optimizer.wrt))
+    state = nnx.as_pure(optimizer.opt_state)
+    try:
+        jax.eval_shape(lambda p, s: optimizer.tx.update(p, s, p), params, state)
+    except TypeError as error:
+        if "required keyword-only argument" not in str(error):
+            raise
+        msg = (
+            f"the optimizer's update needs arguments a train step does not pass ({error}): a line "
+            "search (optax.lbfgs, a *_linesearch) needs the loss function, optax.polyak_sgd and "
+            "optax.contrib.reduce_on_plateau the loss; update with "
+            "substrax.optim.update_with_line_search(model, optimizer, loss_fn) in an nnx.jit step, "
+            "or lower the learning rate on plateaus with ReduceLROnPlateauCallback"
+        )
+        raise TypeError(msg) from None
 
 
 def check_loss_output(out: Any, *, has_aux: bool) -> None:  # noqa: ANN401  (what loss_fn returned)

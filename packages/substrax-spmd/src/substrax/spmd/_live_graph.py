@@ -8,10 +8,13 @@ step's program adds to its state (``sow`` without a pop), and name it.
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Mapping, MutableMapping, MutableSequence
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 from flax.nnx import graph
 
@@ -66,8 +69,9 @@ class LiveGraph:
 
     Only the links a user can rebind are kept: an attribute of a module or other nnx object
     and an item of a mutable dict or list (tuples and optax's named tuples cannot change in
-    place; their owner's link to them is kept), and each module's plain attributes (a flag
-    ``model.eval()`` sets, traced into the program). :meth:`check` costs one dict lookup a link
+    place; their owner's link to them is kept), and each module's plain data, traced into the
+    program (a flag ``model.eval()`` sets, a list, the optimizer's ``tx``; a mutable container is
+    compared with a copy). :meth:`check` costs one dict lookup a link
     and a plain attribute, and one ``len`` a module; when a module gained an attribute (or a
     dict or list an item) it walks the whole graph (:meth:`check_full`) for a Variable added,
     once. Not seen per call: a Variable put in place of an attribute that held no Variable
@@ -93,21 +97,24 @@ class LiveGraph:
                 if end > 1 and (graph.is_graph_node(parent) or _mutable(parent)):
                     links[path[:end]] = (parent, path[end - 1], nodes[path[:end]])
         self._measure()
-        self._statics = [  # a module's plain attributes: traced into the program as they were
-            (vars(node), key, value, (*path, key))
+        self._statics = [  # each module's plain data, traced into the program as it was
+            (node, vars(node), key, value, _snapshot(value), (*path, key))
             for path, node in nodes.items()
             if isinstance(node, nnx.Pytree)
             for key, value in vars(node).items()
-            if not key.startswith("_")
-            and not graph.is_node(value)
-            and not isinstance(value, nnx.Variable)
+            if not key.startswith(_INTERNAL) and _plain(value)
         ]
+        self._modules = [node for node in nodes.values() if isinstance(node, nnx.Pytree)]
+        self._module_paths = {id(node): path for path, node in nodes.items()}
         self._links = [
             (*_slot(parent, key), child, path) for path, (parent, key, child) in links.items()
         ]
 
-    def check(self) -> None:
+    def check(self, *, statics: bool = False) -> None:
         """Refuse if a link to a tracked Variable or its owner no longer holds what it held.
+
+        ``statics`` (a call, which runs the traced program): refuse a plain attribute changed
+        too, or set on a module over its class's value.
 
         Raises:
             StateChangedError: Naming the first path rebound (``model.down.kernel``).
@@ -116,19 +123,41 @@ class LiveGraph:
             held = holder.get(key) if isinstance(holder, dict) else _child(holder, key)
             if held is not child:
                 self._refuse(path, "was replaced after the step was built")
-        if any(len(attributes) != size for attributes, size in self._sizes):
+        resized = any(len(attributes) != size for attributes, size in self._sizes)
+        if resized:
             self.check_full()  # an attribute added somewhere: a Variable, or something else
-        for attributes, key, value, path in self._statics:
-            held = attributes.get(key, value)
-            if held is not value and not _equal(held, value):
-                where = self._names.get(path[:-1]) or describe(path[:-1])
-                msg = (
-                    f"{where}.{key} changed from {value!r} to {held!r} after the step was built "
-                    "(model.eval() and model.train() set such flags): the step's program was "
-                    "traced with the old value and would go on running with it; build a new "
-                    "TrainStep (and EvalStep) after changing it"
-                )
-                raise StateChangedError(msg, path=f"{where}.{key}")
+        if not statics:
+            return
+        for node, attributes, key, value, kept, path in self._statics:
+            held = attributes.get(key, getattr(type(node), key, None))
+            if (held is not value or kept is not value) and not _equal(held, kept):
+                self._refuse_static(path, f"changed from {kept!r:.60} to {held!r:.60}")
+        for node, key in self._shadowing() if resized else ():
+            path = (*self._module_paths[id(node)], key)
+            self._refuse_static(path, "was set on the module over its class's value")
+
+    def _shadowing(self) -> list[tuple[Any, str]]:
+        """Plain attributes set on a module since, over a value its class holds (traced)."""
+        known = {(id(node), key) for node, _, key, *_ in self._statics}
+        return [
+            (node, key)
+            for node in self._modules
+            for key, value in vars(node).items()
+            if (id(node), key) not in known
+            and not key.startswith(_INTERNAL)
+            and hasattr(type(node), key)
+            and _plain(value)
+        ]
+
+    def _refuse_static(self, path: tuple[Any, ...], what: str) -> None:
+        where = f"{self._names.get(path[:-1]) or describe(path[:-1])}.{path[-1]}"
+        msg = (
+            f"{where} {what} after the step was built (model.eval() and model.train() set such "
+            "flags): the step's program was traced with the old value and would go on running "
+            "with it; set it back (model.train() undoes model.eval()), or build a new TrainStep "
+            "(and EvalStep) after changing it"
+        )
+        raise StateChangedError(msg, path=where)
 
     def _measure(self) -> None:
         nodes = (node for _, node in graph.iter_graph(self._roots))
@@ -186,11 +215,44 @@ def _slot(parent: Any, key: Any) -> tuple[Any, Any]:  # noqa: ANN401  (any node)
     return parent, key
 
 
-def _equal(held: object, value: object) -> bool:
-    """Whether a plain attribute set again holds an equal value (an array compares as unequal)."""
+_INTERNAL = ("_pytree__", "_object__")  # nnx's own bookkeeping in a module's attributes
+
+
+def _plain(value: object) -> bool:
+    """Whether ``value`` is plain data: it holds no module, Variable or array (a flag, a list)."""
+    if isinstance(value, nnx.Pytree | nnx.Variable):
+        return False
     try:
-        return type(held) is type(value) and bool(held == value)
-    except Exception:  # an array's == is elementwise
+        leaves = jax.tree.leaves(value, is_leaf=lambda x: isinstance(x, nnx.Pytree | nnx.Variable))
+    except Exception:  # not a pytree jax can walk: one value
+        return True
+    return not any(
+        isinstance(x, nnx.Pytree | nnx.Variable | jax.Array | np.ndarray) for x in leaves
+    )
+
+
+def _snapshot(value: object) -> object:
+    """A copy of a mutable container (a change in place shows against it), else ``value``."""
+    if not isinstance(value, list | dict | set):
+        return value
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # an item that cannot be copied: changes in place go unseen
+        return value
+
+
+def _equal(held: object, value: object) -> bool:
+    """Whether a plain attribute holds a value equal to ``value`` (NaN equals NaN; 1 equals 1.0)."""
+    if (
+        isinstance(held, float)
+        and isinstance(value, float)
+        and math.isnan(held)
+        and math.isnan(value)
+    ):
+        return True
+    try:
+        return bool(held == value)
+    except Exception:  # an elementwise ==
         return False
 
 

@@ -219,7 +219,7 @@ class TrainStep[M: nnx.Module]:
         """Run one step on ``batch``; returns the loss (or ``(loss, aux)``), before the update."""
         batch = self._batches.place(batch)
         check_has_rows(batch, stacked=self._steps_per_call != 1)
-        self._read_back()
+        self._read_back(call=True)
         if self._mesh is None:
             self._leaves, out = self._jitted(self._leaves, batch)
         else:
@@ -310,14 +310,14 @@ class TrainStep[M: nnx.Module]:
         """
         return self.cost(batch).flops
 
-    def _read_back(self) -> None:
+    def _read_back(self, *, call: bool = False) -> None:
         """Take the arrays written into the objects since the step last wrote them, placed alike.
 
         First refuse objects another TrainStep trained since, and objects whose Variables
         changed (:class:`LiveGraph`: a Variable or submodule replaced, one added to a module).
         """
         check_current(self._model, self, "a TrainStep")
-        self._graph.check()
+        self._graph.check(statics=call)  # a call runs the program traced with the plain values
         self._variables.read_back(self._leaves)
 
     @property

@@ -15,14 +15,6 @@ from ._protocol import Logs, TrainingCallback
 _logger = logging.getLogger(__name__)
 
 
-def _saves_checkpoints(callback: object) -> bool:
-    """Whether ``callback`` is a ``CheckpointCallback`` of substrax.checkpoint (by name: no import)."""
-    return any(
-        cls.__name__ == "CheckpointCallback" and cls.__module__.startswith("substrax.checkpoint")
-        for cls in type(callback).__mro__
-    )
-
-
 def is_checkpointable(obj: object) -> bool:
     """Whether ``obj`` has ``get_state()`` and ``set_state(state, /)`` (``substrax.typing.Checkpointable``).
 
@@ -38,7 +30,8 @@ class CallbackList:
     """Several callbacks driven as one: each hook is called on every callback, in order.
 
     A ``CheckpointCallback`` that saves :meth:`get_state` goes after the callbacks with state,
-    so that a save holds the update of the hook it runs in; one put before them is warned about.
+    so that a save holds the update of the hook it runs in: :meth:`get_state` called from a
+    callback's hook before callbacks with state have run it is warned about (once).
 
     Args:
         callbacks: the callbacks, in the order their hooks run.
@@ -55,10 +48,12 @@ class CallbackList:
         ['0']
     """
 
-    __slots__ = ("_callbacks",)
+    __slots__ = ("_callbacks", "_running", "_warned")
 
     def __init__(self, callbacks: Iterable[TrainingCallback] | None = None) -> None:
         self._callbacks: list[TrainingCallback] = []
+        self._running: tuple[str, int] | None = None  # the hook running, and on which callback
+        self._warned = False
         for callback in callbacks or ():
             self.add(callback)
 
@@ -70,16 +65,6 @@ class CallbackList:
                 f"{callback!r} ({type(callback).__name__}); subclass BaseCallback and override "
                 "the hooks you need"
             )
-        saver = next((i for i, cb in enumerate(self._callbacks) if _saves_checkpoints(cb)), None)
-        if saver is not None and isinstance(callback, Checkpointable):
-            message = (
-                "CallbackList: %r (callback %d) has state to checkpoint but comes after the "
-                "CheckpointCallback (callback %d), which runs each hook first: a save of "
-                "CallbackList.get_state() then holds this callback's state before that hook's "
-                "update, and a run resumed from it loses it (the epoch's best value, the "
-                "step's spike); put the CheckpointCallback after the callbacks with state"
-            )
-            _logger.warning(message, callback, len(self._callbacks), saver)
         self._callbacks.append(callback)
 
     def remove(self, callback: TrainingCallback) -> None:
@@ -138,6 +123,7 @@ class CallbackList:
         """Call ``hook`` on each callback, naming one that raised; ``every`` goes on past errors."""
         first: Exception | None = None
         for index, callback in enumerate(tuple(self._callbacks)):
+            self._running = (hook, index)
             try:
                 getattr(callback, hook)(*args)
             except Exception as error:
@@ -149,6 +135,8 @@ class CallbackList:
                     first = error
                 else:
                     first.add_note(f"{where}, after it, also: {type(error).__name__}: {error}")
+            finally:
+                self._running = None
         if first is not None:
             raise first
 
@@ -159,7 +147,19 @@ class CallbackList:
 
     def get_state(self) -> dict[str, CheckpointState]:
         """The states of the checkpointable callbacks, keyed by their position as a string."""
-        return {key: cb.get_state() for key, cb in self._stateful().items()}
+        stateful = self._stateful()
+        later = [key for key in stateful if self._running and int(key) > self._running[1]]
+        if later and not self._warned and self._running and self._running[0].endswith("_end"):
+            self._warned = True
+            message = (
+                "CallbackList.get_state() was called from callback %d's %s (a CheckpointCallback "
+                "saving it, most likely) before callbacks %s, which have state, ran that hook: "
+                "the save holds their state before its update, and a run resumed from it loses "
+                "it (the epoch's best value, the step's spike); put the saving callback after "
+                "the callbacks with state"
+            )
+            _logger.warning(message, self._running[1], self._running[0], ", ".join(later))
+        return {key: cb.get_state() for key, cb in stateful.items()}
 
     def set_state(self, state: dict[str, CheckpointState], /) -> None:
         """Give each checkpointable callback its saved state back.

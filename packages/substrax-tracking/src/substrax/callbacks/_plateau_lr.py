@@ -173,17 +173,21 @@ class ReduceLROnPlateauCallback(BaseCallback):
             if _is_plateau_state(node):
                 found += 1
                 self._check_written("plateau", node.scale, self._plateau_written)
-                return node._replace(scale=_set(node.scale, self._scale))
+                scale = _set(node.scale, self._scale)
+                return node if scale is node.scale else node._replace(scale=scale)
             hyperparams = getattr(node, "hyperparams", None)
             if isinstance(hyperparams, Mapping) and self.hyperparam in hyperparams:
                 found += 1
                 return self._inject(node, cast("Mapping[str, Any]", hyperparams), found - 1)
-            if isinstance(node, tuple) and hasattr(type(node), "_fields"):
-                return type(node)(*(visit(child) for child in node))
-            if isinstance(node, tuple | list):
-                return type(node)(visit(child) for child in node)
-            if isinstance(node, dict):
-                return {key: visit(child) for key, child in node.items()}
+            if isinstance(node, tuple | list | dict):  # rebuilt only where a child is new
+                items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+                new = [(key, visit(child)) for key, child in items]
+                if all(a is b for (_, a), (_, b) in zip(new, items, strict=True)):
+                    return node  # an nnx state set in place stays the object a TrainStep holds
+                if isinstance(node, dict):
+                    return dict(new)
+                values = [value for _, value in new]
+                return type(node)(*values) if hasattr(type(node), "_fields") else type(node)(values)
             if isinstance(node, Mapping):  # e.g. nnx.State: mutate children in place
                 for child in node.values():
                     visit(child)

@@ -7,7 +7,7 @@ import logging
 import time
 from pathlib import Path
 
-from substrax.support import Closeable, check_int, is_device_array
+from substrax.support import Closeable, check_int
 
 from ._metrics import wait_for
 from ._protocol import BaseCallback, Logs
@@ -32,7 +32,8 @@ class ProfilerWindow(BaseCallback, Closeable):
     block or the interpreter's exit stops a trace the run ended inside of. A trace already
     running, or a window already past at the first step seen, is skipped with a warning. The
     trace stops once the last traced step's outputs, the jax arrays among its batch-end logs,
-    are computed: logs holding none (warned about) stop it at the step's dispatch.
+    are computed: logs holding none stop it when the loop handed them over (after a read such as
+    ``float(loss)``, which waited; empty logs, warned about, at the step's dispatch).
 
     Args:
         start_step: the first traced step (the ``batch`` index the loop passes), >= 0.
@@ -103,10 +104,10 @@ class ProfilerWindow(BaseCallback, Closeable):
     def on_batch_end(self, _trainer: object, batch: int, logs: Logs, /) -> None:
         """Stop the trace once the window's last step is computed; start it for the next step."""
         if self._tracing and batch >= self.last_step:
-            if not any(map(is_device_array, logs.values())):
+            if not logs:  # a value read to the host (float(loss)) waited for the step
                 message = (
-                    "ProfilerWindow: the batch-end logs of step %d, its last traced step, hold no "
-                    "jax array to wait for, so the trace stops when the step was dispatched and "
+                    "ProfilerWindow: the batch-end logs of step %d, its last traced step, are "
+                    "empty: nothing to wait for, so the trace stops when the step was dispatched and "
                     "may lack its compute; log the step's output (its loss, as the jax array it "
                     "returned)"
                 )

@@ -131,8 +131,8 @@ class ThroughputMeter(BaseCallback):
     ``flops_per_step``) and ``mfu`` (given the device's peak too); :attr:`latest` holds them,
     None for those not known. A window is timed between the moments its boundary steps' outputs
     are computed: the jax arrays among their batch-end logs, so log the step's output (its loss);
-    logs holding no jax array time the moment the step's call returned, its dispatch (warned
-    once). The first step, which compiles, only starts the clock. ``with meter.pause():`` or a
+    logs holding none time the moment the loop handed them over (after ``float(loss)``, which
+    waited; for empty logs, the step's dispatch: warned once). The first step, which compiles, only starts the clock. ``with meter.pause():`` or a
     validation leaves its time out (summed in :attr:`paused_seconds`).
 
     Args:
@@ -322,17 +322,17 @@ class ThroughputMeter(BaseCallback):
             self.logger.log_metrics(shown, step=boundary.batch)
 
     def _check_awaitable(self, boundary: _Boundary) -> None:
-        """Warn once if ``boundary``'s logs hold no jax array to wait for (its dispatch is timed)."""
+        """Warn once if ``boundary``'s logs are empty: nothing to wait for (its dispatch is timed)."""
         if "jax" not in sys.modules or self._warned_no_array:  # no jax: nothing runs ahead
             return
-        if any(is_device_array(value) for value in boundary.values):
+        if boundary.values:  # a value read to the host (float(loss)) waited for the step
             return
         self._warned_no_array = True
         message = (
-            "%s: the batch-end logs of step %s hold no jax array to wait for, so its window is "
-            "timed when the step's call returned: for a jax step not read meanwhile (float(loss)), "
-            "its dispatch, and the rate is too high; log the step's output (its loss, as the jax "
-            "array it returned) at each batch end (this warning is given once)"
+            "%s: the batch-end logs of step %s are empty: nothing to wait for, so its window is "
+            "timed when the step's call returned, for a jax step its dispatch, and the rate is "
+            "too high; log the step's output (its loss, as the jax array it returned) at each "
+            "batch end (this warning is given once)"
         )
         _logger.warning(message, type(self).__name__, boundary.batch)
 
