@@ -549,3 +549,22 @@ def test_an_artifact_path_mlflow_would_normalize_is_uploaded_where_it_points(tmp
         for a in client.list_artifacts(lg.run_id, root)
     }
     assert {"model.bin", "models/model.bin", "eval/plots/model.bin"} <= found
+
+
+def test_a_bad_request_is_a_refusal_only_when_mlflow_itself_answered_it():
+    """Second-pass finding: a proxy's plain 400 page in front of the server (MLflow makes it a
+    BAD_REQUEST MlflowException) set every record aside as refused; it is retried now."""
+    from mlflow.exceptions import MlflowException, RestException
+    from mlflow.protos.databricks_pb2 import BAD_REQUEST
+
+    from substrax.tracking._mlflow_sink import MlflowSink
+
+    server = RestException({"error_code": "BAD_REQUEST", "message": "Invalid artifact path"})
+    proxy = MlflowException(
+        "API request to endpoint /api/2.0/mlflow/runs/log-batch failed with error code 400 != "
+        "200. Response body: '<html>proxy says no</html>'",
+        error_code=BAD_REQUEST,  # as MLflow makes a 400 that is no MLflow answer
+    )
+    assert proxy.error_code == "BAD_REQUEST"
+    assert MlflowSink.is_permanent(server)
+    assert not MlflowSink.is_permanent(proxy)

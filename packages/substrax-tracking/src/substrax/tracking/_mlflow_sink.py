@@ -332,9 +332,14 @@ class MlflowSink:
             >>> MlflowSink.is_permanent(MlflowException("API request to http://h failed with ..."))
             False
         """
+        from mlflow.exceptions import RestException  # noqa: PLC0415
+
         code = getattr(error, "error_code", None)
-        if code in ("INVALID_PARAMETER_VALUE", "BAD_REQUEST"):
-            return True  # a metric name MLflow does not accept, a param changed, a value too long
+        if code == "INVALID_PARAMETER_VALUE" or (
+            code == "BAD_REQUEST" and isinstance(error, RestException)
+        ):  # a name MLflow does not accept, a param changed, a value too long: the server's
+            # own answer (a proxy's 400 page is a plain MlflowException, retried)
+            return True
         if str(error).startswith("Invalid artifact path"):  # MLflow's own check, before a request
             return True
         if isinstance(error, LookupError | FileNotFoundError | NotADirectoryError):
