@@ -118,6 +118,28 @@ def test_a_dangling_link_where_the_directory_goes_is_refused_as_one(tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
+def test_an_explicit_dangling_link_is_refused_and_its_target_never_created(tmp_path):
+    link = tmp_path / "runs"
+    link.symlink_to(tmp_path / "unmounted" / "runs")
+    match = r"explicit='.*/runs': '.*/runs' is a symbolic link to '.*/unmounted/runs', a path"
+    with pytest.raises(ValueError, match=match):
+        resolve_output_dir("demo", explicit=link, env={})
+    with pytest.raises(ValueError, match=r"leads to '.*/runs/deeper', but '.*/runs' is a symbolic"):
+        resolve_output_dir("demo", explicit=link / "deeper", env={})
+    assert not (tmp_path / "unmounted").exists()
+
+
+def test_a_symbolic_link_loop_is_refused_naming_it(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(
+        ValueError, match=r"explicit='.*/loop': '.*/loop' is a symbolic link that loops"
+    ):
+        resolve_output_dir("demo", explicit=loop, env={})
+    with pytest.raises(ValueError, match=r"'.*/loop' is a symbolic link that loops back on itself"):
+        resolve_output_dir("demo", env={OUTPUT_DIR_ENV: str(loop)})
+
+
 def test_a_nul_character_is_refused_naming_the_value(tmp_path):
     with pytest.raises(ValueError, match=r"output name 'a\\x00b' holds a NUL character"):
         resolve_output_dir("a\0b", env={OUTPUT_DIR_ENV: str(tmp_path)})

@@ -138,6 +138,15 @@ def test_cpu_devices_and_the_device_count_flag_must_agree():
     assert JaxRuntime(cpu_devices=4, xla_flags=(f"{flag}=4",)).cpu_devices == 4
 
 
+@pytest.mark.parametrize("count", ["0", "abc", "-1", "2.5"])
+def test_a_device_count_flag_that_is_no_count_is_refused_like_cpu_devices(count):
+    # jax then failed on "Could not determine process_index", XLA on a listing of every flag
+    flag = "--xla_force_host_platform_device_count"
+    match = rf"{flag}={count} \(JaxRuntime.xla_flags\) is not a number of emulated CPU devices"
+    with pytest.raises(ValueError, match=match):
+        JaxRuntime(xla_flags=(f"{flag}={count}",))
+
+
 def test_a_quoted_xla_flag_value_is_accepted():
     runtime = JaxRuntime(xla_flags=('--xla_dump_to="/tmp/a b"',))
     assert runtime.xla_flags == ('--xla_dump_to="/tmp/a b"',)

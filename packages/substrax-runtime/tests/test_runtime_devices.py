@@ -59,6 +59,14 @@ def test_detect_devices_names_jax_platforms_when_jax_started_no_backend(monkeypa
     assert isinstance(info.value.__cause__, AssertionError)
 
 
+@pytest.mark.usefixtures("child_processes")
+@pytest.mark.parametrize("platforms", ["CPU", "rocm"])
+def test_detect_devices_with_platforms_jax_cannot_start_names_the_setting(child, platforms):
+    message, cause = child(_DETECT, env={"JAX_PLATFORMS": platforms})
+    assert message.startswith(f"jax could not start the platforms JAX_PLATFORMS={platforms!r}")
+    assert cause == "RuntimeError"
+
+
 # Run in a child: detect_devices' error (its message and cause's type), or null when none is raised
 _DETECT = (
     "import json\n"

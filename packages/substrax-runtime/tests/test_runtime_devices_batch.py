@@ -19,6 +19,7 @@ from substrax.devices import (
     batch_size_verdict,
     distribute_batch,
     get_batch_size_recommendation,
+    place_on_device,
     replicate_across_devices,
     shard_batch_dim,
 )
@@ -141,6 +142,38 @@ def test_a_numpy_leaf_jax_cannot_hold_is_refused_naming_its_path_and_dtype(leaf,
         assert error.masked == isinstance(leaf, np.ma.MaskedArray)
         assert "['rows']['bad']" in str(error)
         assert words in str(error)
+
+
+@pytest.mark.parametrize(
+    ("leaf", "narrow"),
+    [
+        (np.array([2**40 + i for i in range(8)], np.int64), "int32"),
+        (np.array([2**63] * 8, np.uint64), "uint32"),
+        (np.array([1e300, np.nan] * 4), "float32"),
+    ],
+)
+def test_a_64_bit_leaf_jax_would_narrow_out_of_range_is_refused(leaf, narrow):
+    assert not jax.config.jax_enable_x64  # jax's default: 64-bit leaves are cut to 32 bits
+    for place in (distribute_batch, replicate_across_devices, place_on_device):
+        with pytest.raises(BatchDtypeError) as info:
+            place({"ids": leaf})
+        error = info.value
+        assert (error.path, error.dtype, error.narrow) == ("['ids']", str(leaf.dtype), narrow)
+        assert (error.low, error.high) == (np.nanmin(leaf).item(), np.nanmax(leaf).item())
+        assert "jax_enable_x64" in str(error)
+        assert "cast the leaf" in str(error)
+
+
+def test_64_bit_leaves_whose_values_fit_32_bits_are_placed_as_before():
+    batch = {
+        "ids": np.arange(2**31 - 8, 2**31, dtype=np.int64),
+        "x": np.array([np.nan, np.inf, -np.inf, 3.5] * 2),
+        "empty": np.zeros((8, 0), np.uint64),
+    }
+    placed = distribute_batch(batch)
+    assert placed["ids"].dtype == jnp.int32
+    assert np.asarray(placed["ids"]).tolist() == batch["ids"].tolist()
+    np.testing.assert_array_equal(np.asarray(placed["x"]), batch["x"])
 
 
 def test_leaves_with_different_batch_sizes_are_refused_naming_both():

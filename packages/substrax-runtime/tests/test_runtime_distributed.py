@@ -1,5 +1,6 @@
 """initialize_distributed: a no-op on one process, and a real two-process run on 127.0.0.1."""
 
+import logging
 import os
 import socket
 import subprocess
@@ -23,6 +24,13 @@ def test_single_process_is_a_no_op():
     assert info == DistributedInfo(
         process_id=0, num_processes=1, coordinator=None, source="single_process"
     )
+
+
+def test_local_device_ids_on_a_single_process_are_ignored_with_a_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="substrax.runtime"):
+        info = initialize_distributed(env={}, local_device_ids=[0])
+    assert info.num_processes == 1
+    assert "local_device_ids=[0] is ignored: one process starts no jax.distributed" in caplog.text
 
 
 def test_one_process_from_arguments_starts_nothing():
@@ -201,7 +209,7 @@ def test_modal_cluster_context_is_read_through_the_sdk(monkeypatch):
     # The SDK fills this context when a clustered function's container starts.
     from modal import _cluster
 
-    from substrax.runtime._distributed import _modal_launch
+    from substrax.runtime._launchers import modal_cluster_launch
 
     context = _cluster.ClusterContext(
         rank=0,
@@ -223,14 +231,14 @@ def test_modal_cluster_context_is_read_through_the_sdk(monkeypatch):
         fabric_ids=[],
     )
     monkeypatch.setattr(_cluster, "current_cluster_context", two)
-    launch = _modal_launch({"MODAL_TASK_ID": "ta-2"}, 9000)
+    launch = modal_cluster_launch({"MODAL_TASK_ID": "ta-2"}, 9000)
     assert launch is not None
     assert (launch.coordinator_address, launch.process_id, launch.num_processes) == (
         "[fd00::1]:9000",
         1,
         2,
     )
-    assert _modal_launch({}, 9000) is None  # not inside Modal: the SDK is not consulted
+    assert modal_cluster_launch({}, 9000) is None  # not inside Modal: the SDK is not consulted
 
 
 WATCHED = """

@@ -149,6 +149,16 @@ def test_a_cpu_device_count_jax_would_fail_on_is_refused_naming_it(raw):
     )
 
 
+@pytest.mark.parametrize("count", ["0", "abc"])
+def test_a_device_count_flag_in_the_environment_that_is_no_count_is_refused(count):
+    base = {"XLA_FLAGS": f"--xla_force_host_platform_device_count={count}"}
+    match = rf"count={count} \(the environment's XLA_FLAGS\) is not a number of emulated CPU"
+    with pytest.raises(RuntimeConfigurationError, match=match):
+        runtime_environment(JaxRuntime(), base)
+    with pytest.raises(RuntimeConfigurationError, match=match):
+        child_environment(JaxRuntime(), base, parent={})
+
+
 @pytest.mark.parametrize("raw", ["8", " 8", "-1"])
 def test_a_cpu_device_count_jax_takes_is_kept(raw):
     runtime = JaxRuntime(compilation_cache=False)
@@ -270,6 +280,16 @@ def test_apply_runtime_after_import_refuses_a_device_count_flag_jax_ignores():
     flag = "--xla_force_host_platform_device_count=3"
     with pytest.raises(RuntimeConfigurationError, match=rf"JAX_NUM_CPU_DEVICES={count} .*=3"):
         apply_runtime(JaxRuntime(xla_flags=(flag,)), environ={"XLA_FLAGS": flag})
+
+
+def test_apply_runtime_after_import_refuses_cpu_devices_against_the_environments_flag():
+    # accepted once jax was imported (refused before): jax took cpu_devices, the flag stayed
+    flag = "--xla_force_host_platform_device_count"
+    environ = {"XLA_FLAGS": f"{flag}=4"}
+    match = r"JAX_NUM_CPU_DEVICES=8 \(JaxRuntime.cpu_devices\) and .*=4 \(the environment's"
+    with pytest.raises(RuntimeConfigurationError, match=match):
+        apply_runtime(JaxRuntime(cpu_devices=8), environ=environ)
+    assert environ == {"XLA_FLAGS": f"{flag}=4"}
 
 
 def test_child_environment_conflict_raises_before_the_child_starts():

@@ -65,6 +65,23 @@ def test_skypilot_inconsistent_or_partial():
         )
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SKYPILOT_NODE_RANK": "1", "SKYPILOT_NUM_NODES": "2"},
+        {"SKYPILOT_NUM_NODES": "2"},
+        {"SKYPILOT_NODE_RANK": "1"},
+    ],
+)
+def test_skypilot_of_several_nodes_without_their_ips_is_refused(env):
+    with pytest.raises(ValueError, match=r"SKYPILOT_NODE_IPS .* is not set"):
+        launch_from_environment(env)
+
+
+def test_skypilot_of_one_node_without_ips_is_not_a_launch():
+    assert launch_from_environment({"SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_NODES": "1"}) is None
+
+
 def test_skypilot_ipv6_gets_brackets():
     env = {"SKYPILOT_NODE_IPS": "fd00::1\nfd00::2", "SKYPILOT_NODE_RANK": "0"}
     assert launch_from_environment(env).coordinator_address == "[fd00::1]:8476"
@@ -99,6 +116,19 @@ def test_slurm_leaves_the_coordinator_to_jax():
 def test_slurm_allocation_outside_a_step_is_not_a_launch():
     # salloc sets the job and its task count, but only srun starts the tasks.
     assert launch_from_environment({"SLURM_JOB_ID": "77", "SLURM_NTASKS": "4"}) is None
+
+
+def test_an_srun_task_with_partial_step_variables_is_refused_naming_the_missing_one():
+    env = {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}
+    with pytest.raises(ValueError, match=r"SLURM_PROCID=1 .* but SLURM_STEP_NODELIST is not set"):
+        launch_from_environment(env)
+    # task 0 reads like a batch script's own process, which is not a launch
+    assert launch_from_environment({**env, "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}) is None
+
+
+def test_modal_cluster_refuses_one_string_of_addresses():
+    with pytest.raises(TypeError, match=r"one string; .* e\.g\. \['10\.0\.0\.1'\]"):
+        launch_from_modal_cluster(rank=0, container_ips="10.0.0.1")
 
 
 def test_modal_cluster():

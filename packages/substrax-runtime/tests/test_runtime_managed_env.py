@@ -252,6 +252,29 @@ def test_write_through_a_symbolic_link_keeps_the_link(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["P_ENV_ROOT"]["value"] == str(tmp_path)
 
 
+def test_a_name_set_twice_exits_2_naming_it(tmp_path, capsys):
+    output = tmp_path / "x.env"
+    write = ["write", "--prefix", "P", "--backend", "cpu", "--output", str(output)]
+    assert main([*write, "--set", "A=1", "--set", "B=2", "--set", "A=2"]) == 2
+    assert capsys.readouterr().err == (
+        f"{PREFIX}--set A is given twice (A='1' and A='2'); set each name once\n"
+    )
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"), [("show", "--env-file"), ("write", "--output"), ("write", "--prefix")]
+)
+def test_an_option_given_twice_exits_2_naming_it(tmp_path, capsys, command, flag):
+    first, second = {"--prefix": ("P", "Q")}.get(flag, (str(tmp_path / "a"), str(tmp_path / "b")))
+    output = str(tmp_path / "x.env")
+    given = {"--env-file": [], "--output": ["--prefix", "P"], "--prefix": ["--output", output]}
+    with pytest.raises(SystemExit) as info:
+        main([command, *given[flag], flag, first, flag, second])
+    assert info.value.code == 2
+    assert f"{flag} is given twice ({first} and {second}); pass it once" in capsys.readouterr().err
+
+
 def test_a_usage_error_from_argparse_exits_2(capsys):
     with pytest.raises(SystemExit) as info:
         main(["--no-such-flag"])

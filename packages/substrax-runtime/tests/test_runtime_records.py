@@ -234,14 +234,42 @@ class Typed:
         (Typed(xs=[1.0, "a"]), r"xs\[1\] is a builtins\.str \('a'\)"),  # pyright: ignore[reportArgumentType]
         (Typed(s="a\ud800"), r"s holds the lone surrogate '\\ud800'"),
         (Typed(b=b"\xff"), r"b holds a builtins\.bytes \(b'\\xff'\), which has no JSON form"),
+        (Typed(n=True), r"n is a builtins\.bool \(True\): .*integer \(a bool is not a number\)"),  # pyright: ignore[reportArgumentType]
+        (Typed(x=False), r"x is a builtins\.bool \(False\): .* \(a bool is not a number\)"),  # pyright: ignore[reportArgumentType]
+        (Typed(xs=[1.0, True]), r"xs\[1\] is a builtins\.bool \(True\)"),  # pyright: ignore[reportArgumentType]
+        (Typed(n=np.bool_(True)), r"n is a builtins\.bool \(True\): .* \(a bool is not a number\)"),  # pyright: ignore[reportArgumentType]
+        (Typed(x=10**400), r"x is an int of about 401 digits, too large for a float"),  # pyright: ignore[reportArgumentType]
+        (Typed(xs=[1.0, -(10**400)]), r"xs\[1\] is an int of about 401 digits.*-inf"),  # pyright: ignore[reportArgumentType]
     ],
-    ids=["float-in-int", "str-in-float", "nan-in-int", "str-in-list", "surrogate", "bytes"],
+    ids=[
+        "float-in-int",
+        "str-in-float",
+        "nan-in-int",
+        "str-in-list",
+        "surrogate",
+        "bytes",
+        "bool-in-int",
+        "bool-in-float",
+        "bool-in-list",
+        "numpy-bool-in-int",
+        "int-too-large-for-float",
+        "int-too-large-in-list",
+    ],
 )
 def test_what_read_record_would_refuse_is_refused_when_dumped_naming_the_field(record, match):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # refused, not dumped with a warning
         with pytest.raises(TypeError, match=match):
             dump_record(record)
+
+
+def test_a_bool_in_a_bool_field_and_a_large_int_in_an_int_field_are_dumped():
+    assert dump_record(Counts(n=10**400, x=1.0, flag=True)) == {
+        "n": 10**400,
+        "x": 1.0,
+        "flag": True,
+        "extra": {},
+    }
 
 
 def test_a_lone_surrogate_is_refused_naming_where_in_nested_data():

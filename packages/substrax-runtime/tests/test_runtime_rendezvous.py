@@ -63,6 +63,22 @@ def test_a_peer_with_no_coordinator_raises_naming_the_address_within_its_timeout
     assert "could not reach" in str(error)
 
 
+def test_a_coordinator_host_that_does_not_resolve_is_named_at_once_on_process_0():
+    # process 0 listened on every interface, waited out the timeout, then blamed the peers
+    address = f"no-such-host.invalid:{free_port()}"
+    match = r"address 'no-such-host.invalid:\d+' names host 'no-such-host.invalid', which does not"
+    with pytest.raises(ValueError, match=match):
+        gather_peers(address, num_processes=2, timeout=30)
+    with pytest.raises(ValueError, match="routable hostname or IP address"):
+        initialize_distributed(
+            coordinator_address=address,
+            num_processes=2,
+            process_id=0,
+            initialization_timeout=30,
+            env={},
+        )
+
+
 def test_the_coordinator_names_who_arrived_and_tells_the_peers_that_did():
     address = f"127.0.0.1:{free_port()}"
     thread, outcome = _in_thread(

@@ -269,6 +269,20 @@ def test_check_float_refuses_non_finite_and_out_of_bounds(value: float) -> None:
         check_float("lr", value, minimum=0, maximum=1)
 
 
+def test_check_float_refuses_an_int_too_large_for_a_float_naming_it() -> None:
+    # float(10**400) raised a bare OverflowError
+    with pytest.raises(ValueError, match=r"^lr=<an int of about 401 digits> must be a finite"):
+        check_float("lr", 10**400, minimum=0)
+    with pytest.raises(ValueError, match=r"lr=<an int of about 5001 digits>"):
+        check_float("lr", -(10**5000))
+
+
+def test_write_atomically_refuses_an_empty_path_naming_it() -> None:
+    # realpath("") is the working directory: it failed with IsADirectoryError
+    with pytest.raises(ValueError, match=r"path='' names no file"):
+        write_atomically("", "x")
+
+
 def test_check_float_takes_numpy_scalars_only_when_real() -> None:
     assert check_float("lr", np.float32(0.5), minimum=0) == 0.5
     with pytest.raises(TypeError, match="not str"):

@@ -1,5 +1,6 @@
 """Resolve where a run writes its outputs: never the working tree."""
 
+import errno
 import functools
 import logging
 import os
@@ -80,20 +81,40 @@ def _run_directory(temp_root: str, pid: int) -> Path:
     return Path(tempfile.mkdtemp(prefix="avitai-run-", dir=temp_root))
 
 
+def _refuse_broken_links(path: Path, given: str) -> None:
+    """A ValueError naming ``given`` where a link on ``path`` leads nowhere, or loops.
+
+    Checked before anything is created: following a dangling link would create its target (a
+    run meant for an unmounted volume would write to the local disk).
+    """
+    for link in (path, *path.parents):
+        if not link.is_symlink():
+            continue
+        try:
+            os.stat(link)  # noqa: PTH116  (the errno tells a loop from a missing target)
+        except OSError as error:
+            if error.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                raise
+            where = ":" if link == path else f" leads to {str(path)!r}, but"
+            if error.errno == errno.ELOOP:
+                raise ValueError(
+                    f"{given}{where} {str(link)!r} is a symbolic link that loops back on itself "
+                    f"(to {str(link.readlink())!r}); point it at a directory, or remove it"
+                ) from None
+            raise ValueError(
+                f"{given}{where} {str(link)!r} is a symbolic link to "
+                f"{str(link.readlink())!r}, a path that does not exist; create the link's "
+                "target directory (mount its volume), or remove the link"
+            ) from None
+
+
 def _make(path: Path, given: str) -> None:
-    """Create ``path``; a ValueError naming ``given`` where a file or dangling link is in its way."""
+    """Create ``path``; a ValueError naming ``given`` where a file or broken link is in its way."""
+    _refuse_broken_links(path, given)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as error:
         chain = (path, *path.parents)
-        dangling = next((p for p in chain if p.is_symlink() and not p.exists()), None)
-        if dangling is not None:
-            where = ":" if dangling == path else f" leads to {str(path)!r}, but"
-            raise ValueError(
-                f"{given}{where} {str(dangling)!r} is a symbolic link to "
-                f"{str(dangling.readlink())!r}, a path that does not exist; create the link's "
-                "target directory, or remove the link"
-            ) from error
         blocker = next((p for p in chain if p.exists() and not p.is_dir()), path)
         where = ":" if blocker == path else f" leads to {str(path)!r}, but"
         raise ValueError(
@@ -123,8 +144,9 @@ def resolve_output_dir(
     Raises:
         ValueError: ``name`` is empty, ``"."``, absolute or climbs with ``..``; ``explicit``
             is empty; ``AVITAI_OUTPUT_DIR`` is not absolute; any of them holds a NUL
-            character; or a file, or a symbolic link to a path that does not exist, stands
-            where the directory (or one above it) would be.
+            character; or a file, or a symbolic link to a path that does not exist (or one
+            that loops), stands where the directory (or one above it) would be; nothing is
+            created then, not even a dangling link's target.
 
     Example:
         >>> import tempfile
@@ -145,7 +167,9 @@ def resolve_output_dir(
         given = f"explicit={str(explicit)!r}"
         if "\0" in str(explicit):
             raise ValueError(f"{given} holds a NUL character, which no path may; remove it")
-        path, source = Path(explicit).expanduser().resolve(), "argument"
+        path = Path(explicit).expanduser().absolute()
+        _refuse_broken_links(path, given)  # resolve() would follow a dangling link
+        path, source = path.resolve(), "argument"
     elif raw := environ.get(OUTPUT_DIR_ENV, ""):
         given = f"{OUTPUT_DIR_ENV}={raw!r} with output name {name!r}"
         if "\0" in raw:

@@ -1,22 +1,26 @@
 """Putting a host batch on devices: split one dimension over them, or copy it to each.
 
-This module imports jax; ``substrax.devices`` loads it when one of its names is first used.
+This module imports jax only as a function here runs, so ``from substrax.devices import
+distribute_batch`` leaves jax unimported (a later ``apply_runtime`` still applies).
 For per-subtree shardings on a mesh of several axes, ``substrax.spmd.place_batch_on_shards``
 is the general tool; these cover the two layouts a batch needs without a mesh of its own.
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import jax
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from substrax.typing import PyTree
 
 from ._errors import BatchDimensionError, BatchDtypeError, BatchSizeMismatchError
 from ._info import DeviceLike
+from ._narrowing import check_fits_32_bits
 from ._numbers import check_index
+
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh, NamedSharding
 
 
 # NumPy dtype kinds kept on the host as they are, like a Python string: str, bytes, object.
@@ -25,6 +29,8 @@ _HOST_KINDS = frozenset("USO")
 
 def _is_process_local(leaf: object) -> bool:
     """Whether ``leaf`` is rows this process holds rather than a global array across processes."""
+    import jax  # noqa: PLC0415  (importing this module imports no jax)
+
     return not (isinstance(leaf, jax.Array) and not leaf.is_fully_addressable)
 
 
@@ -33,8 +39,11 @@ def _array_to_place(path: str, leaf: object) -> object | None:
 
     Raises:
         BatchDtypeError: A NumPy leaf jax cannot hold (a masked array, a datetime or a
-            structured dtype); strings, bytes and objects pass through instead.
+            structured dtype), or a 64-bit one whose values jax would change as it narrows
+            them to 32 bits (``jax_enable_x64`` off); strings, bytes and objects pass through.
     """
+    import jax  # noqa: PLC0415  (see _is_process_local)
+
     if isinstance(leaf, jax.Array):
         return leaf
     if not isinstance(leaf, np.ndarray | np.generic):
@@ -46,13 +55,16 @@ def _array_to_place(path: str, leaf: object) -> object | None:
         raise BatchDtypeError(path=path, dtype=str(dtype), masked=True)
     if not (jax.dtypes.issubdtype(dtype, np.number) or jax.dtypes.issubdtype(dtype, np.bool_)):
         raise BatchDtypeError(path=path, dtype=str(dtype))
+    check_fits_32_bits(path, leaf)
     return leaf if dtype.isnative else leaf.astype(dtype.newbyteorder("="))
 
 
 def _place(
-    batch: PyTree, sharding: NamedSharding, check: Callable[[str, object], None] | None = None
+    batch: PyTree, sharding: "NamedSharding", check: Callable[[str, object], None] | None = None
 ) -> PyTree:
     """Put every array leaf of ``batch`` on ``sharding`` in one call; other leaves pass through."""
+    import jax  # noqa: PLC0415  (see _is_process_local)
+
     flat, treedef = jax.tree_util.tree_flatten_with_path(batch)
     leaves = [leaf for _, leaf in flat]
     index: list[int] = []
@@ -81,7 +93,7 @@ def _place(
 
 
 def shard_batch_dim(
-    batch: PyTree, mesh: Mesh, batch_axis: int = 0, mesh_axis: str = "data"
+    batch: PyTree, mesh: "Mesh", batch_axis: int = 0, mesh_axis: str = "data"
 ) -> PyTree:
     """Split dimension ``batch_axis`` of every array leaf over ``mesh_axis``; replicate the rest.
 
@@ -104,7 +116,9 @@ def shard_batch_dim(
         BatchDimensionError: A ``ValueError``: a leaf has no dimension ``batch_axis``, or (on
             one process) the axis size does not divide it; the message names the leaf's path.
         BatchDtypeError: A ``TypeError``: a NumPy leaf jax cannot hold (a masked array, a
-            datetime or structured dtype); the message names the leaf's path and dtype.
+            datetime or structured dtype), or a 64-bit leaf whose values do not fit the 32
+            bits jax keeps while ``jax_enable_x64`` is off; the message names the leaf's path
+            and dtype.
         ValueError: ``mesh_axis`` is not an axis of ``mesh``, or ``batch_axis`` is negative.
         TypeError: ``batch_axis`` is not an integer (or is a bool).
 
@@ -121,9 +135,12 @@ def shard_batch_dim(
 
 
 def _shard(
-    batch: PyTree, mesh: Mesh, batch_axis: int, mesh_axis: str, *, same_size: bool = False
+    batch: PyTree, mesh: "Mesh", batch_axis: int, mesh_axis: str, *, same_size: bool = False
 ) -> PyTree:
     """:func:`shard_batch_dim`; with ``same_size``, every array leaf's batch size must agree."""
+    import jax  # noqa: PLC0415  (see _is_process_local)
+    from jax.sharding import NamedSharding, PartitionSpec  # noqa: PLC0415
+
     if mesh_axis not in mesh.axis_names:
         msg = f"mesh_axis {mesh_axis!r} is not an axis of the mesh {dict(mesh.shape)}; pass mesh_axis="
         raise ValueError(msg)
@@ -161,6 +178,8 @@ def _checked_devices(devices: Sequence[DeviceLike] | None) -> list[DeviceLike]:
             (a device id, say).
         ValueError: ``devices`` is empty or names a device twice.
     """
+    import jax  # noqa: PLC0415  (see _is_process_local)
+
     if devices is None:
         return cast("list[DeviceLike]", jax.local_devices())
     if isinstance(devices, jax.Device):
@@ -189,7 +208,9 @@ def _checked_devices(devices: Sequence[DeviceLike] | None) -> list[DeviceLike]:
     return chosen
 
 
-def _local_mesh(devices: Sequence[DeviceLike] | None) -> Mesh:
+def _local_mesh(devices: Sequence[DeviceLike] | None) -> "Mesh":
+    from jax.sharding import AxisType, Mesh  # noqa: PLC0415  (see _is_process_local)
+
     chosen = _checked_devices(devices)
     grid = np.empty(len(chosen), dtype=object)
     grid[:] = chosen
@@ -219,7 +240,8 @@ def distribute_batch(
         BatchDimensionError: A leaf has no dimension ``batch_axis``, or the device count does
             not divide it.
         BatchSizeMismatchError: Two array leaves differ in batch size; it names both.
-        BatchDtypeError: A NumPy leaf jax cannot hold (a masked array, a datetime dtype).
+        BatchDtypeError: A NumPy leaf jax cannot hold (a masked array, a datetime dtype), or
+            a 64-bit one whose values do not fit 32 bits while ``jax_enable_x64`` is off.
         ValueError: ``devices`` is empty or names a device twice, or ``batch_axis`` is negative.
         TypeError: ``devices`` holds something other than jax devices, or ``batch_axis`` is
             not an integer.
@@ -247,7 +269,8 @@ def replicate_across_devices(pytree: PyTree, devices: Sequence[DeviceLike] | Non
         The same structure, every array leaf replicated over ``devices``.
 
     Raises:
-        BatchDtypeError: A NumPy leaf jax cannot hold (a masked array, a datetime dtype).
+        BatchDtypeError: A NumPy leaf jax cannot hold (a masked array, a datetime dtype), or
+            a 64-bit one whose values do not fit 32 bits while ``jax_enable_x64`` is off.
         ValueError: ``devices`` is empty or names a device twice.
         TypeError: ``devices`` holds something other than jax devices.
 
@@ -258,5 +281,7 @@ def replicate_across_devices(pytree: PyTree, devices: Sequence[DeviceLike] | Non
         >>> [shard.data.shape for shard in params["w"].addressable_shards]
         [(3,), (3,)]
     """
+    from jax.sharding import NamedSharding, PartitionSpec  # noqa: PLC0415  (see _is_process_local)
+
     sharding = NamedSharding(_local_mesh(devices), PartitionSpec())
     return _place(pytree, sharding)

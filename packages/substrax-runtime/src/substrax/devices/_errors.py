@@ -77,12 +77,17 @@ class BatchDimensionError(_DevicesError, ValueError, kw_only=True):
 class BatchDtypeError(_DevicesError, TypeError, kw_only=True):
     """A batch leaf jax cannot hold: a NumPy array of a non-numeric dtype, or a masked array.
 
-    String, bytes and object arrays are not this error: they pass through as strings do.
+    Or a 64-bit leaf (int64, uint64, float64) whose values do not fit the 32-bit type jax gives
+    it while ``jax_enable_x64`` is off. String, bytes and object arrays are not this error: they
+    pass through as strings do.
 
     Attributes:
         path: The leaf's key path, e.g. ``"['when']"``.
         dtype: The leaf's dtype, e.g. ``"datetime64[s]"``.
         masked: The leaf is a ``numpy.ma.MaskedArray`` (whose mask jax would drop).
+        low: A 64-bit leaf's smallest (finite) value, when it does not fit ``narrow``.
+        high: Its largest (finite) value.
+        narrow: The 32-bit dtype jax would give it, e.g. ``"int32"``.
 
     Example:
         >>> from substrax.devices import BatchDtypeError
@@ -94,8 +99,20 @@ class BatchDtypeError(_DevicesError, TypeError, kw_only=True):
     path: str
     dtype: str
     masked: bool = False
+    low: float | None = None
+    high: float | None = None
+    narrow: str | None = None
 
     def _message(self) -> str:
+        if self.narrow is not None:
+            return (
+                f"batch leaf {self.path} is {self.dtype} with values from {self.low} to "
+                f"{self.high}, which the {self.narrow} jax would give it cannot hold "
+                "(jax_enable_x64 is off, so jax keeps 32 bits and would change them silently); "
+                "enable 64-bit values (JAX_ENABLE_X64=1 before jax starts, or "
+                "jax.config.update('jax_enable_x64', True)), or cast the leaf to a type that "
+                "holds them"
+            )
         if self.masked:
             return (
                 f"batch leaf {self.path} is a numpy masked array ({self.dtype}), whose mask a jax "

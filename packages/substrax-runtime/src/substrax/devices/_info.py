@@ -178,6 +178,29 @@ def _no_cpu_devices_error() -> Exception | None:
     )
 
 
+def _backend_failed_error(error: RuntimeError) -> Exception:
+    """The error to raise when jax could not start a backend: jax's own words, and the setting.
+
+    ``JAX_PLATFORMS=gpu`` on a machine without one, ``JAX_PLATFORMS=CPU``, a failing plugin.
+    """
+    import jax  # noqa: PLC0415  (see visible_devices)
+
+    from substrax.runtime import RuntimeConfigurationError  # noqa: PLC0415
+
+    platforms = str(jax.config.jax_platforms or "")
+    if not platforms:
+        return RuntimeConfigurationError(
+            f"jax could not start a backend ({error}); JAX_PLATFORMS is unset, so a failing "
+            "plugin is the likely cause: set JAX_PLATFORMS=cpu to skip it, or uninstall it"
+        )
+    return RuntimeConfigurationError(
+        f"jax could not start the platforms JAX_PLATFORMS={platforms!r} (jax_platforms) names "
+        f"({error}); name platforms this machine has, in jax's spelling (case-sensitive: cpu, "
+        "cuda, rocm, gpu, tpu), install their plugin (jax[cuda12], the substrax-runtime[cuda12] "
+        "extra), or unset JAX_PLATFORMS to let jax choose"
+    )
+
+
 def detect_devices() -> DeviceInfo:
     """Read the default backend's devices once; errors propagate, never a silent CPU fallback.
 
@@ -185,9 +208,11 @@ def detect_devices() -> DeviceInfo:
         The platform, kind, count and hardware names.
 
     Raises:
-        RuntimeConfigurationError: ``JAX_PLATFORMS`` names only platforms jax could not start
-            (``cuda`` without a visible GPU or without jax's CUDA plugin), or
-            ``JAX_NUM_CPU_DEVICES=0`` left jax's CPU backend no device.
+        RuntimeConfigurationError: jax could not start a backend: ``JAX_PLATFORMS`` names
+            platforms this machine lacks (``cuda`` or ``gpu`` without a GPU or its plugin,
+            ``tpu`` without a TPU) or jax does not know (``CPU``: names are case-sensitive), a
+            plugin failed, or ``JAX_NUM_CPU_DEVICES=0`` left jax's CPU backend no device. The
+            message holds jax's own and names the setting.
 
     Example:
         >>> from substrax.devices import detect_devices
@@ -202,11 +227,8 @@ def detect_devices() -> DeviceInfo:
         if replacement is None:
             raise
         raise replacement from error
-    except RuntimeError as error:  # jax's "Unable to initialize backend 'cpu'"
-        replacement = _no_cpu_devices_error()
-        if replacement is None:
-            raise
-        raise replacement from error
+    except RuntimeError as error:  # jax's "Unable to initialize backend '...'"
+        raise (_no_cpu_devices_error() or _backend_failed_error(error)) from error
     platform = devices[0].platform
     return DeviceInfo(
         platform=platform,
@@ -228,6 +250,8 @@ def place_on_device[T](pytree: T, device: DeviceLike | None = None) -> T:
 
     Raises:
         TypeError: ``device`` is not a jax device (a device id, a platform name).
+        BatchDtypeError: A 64-bit NumPy leaf (int64, uint64, float64) holds values the 32-bit
+            type jax gives it cannot, while ``jax_enable_x64`` is off.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -237,6 +261,7 @@ def place_on_device[T](pytree: T, device: DeviceLike | None = None) -> T:
         True
     """
     import jax  # noqa: PLC0415  (see visible_devices)
+    import numpy as np  # noqa: PLC0415
     from jax.sharding import SingleDeviceSharding  # noqa: PLC0415
 
     if device is not None and not isinstance(cast("object", device), DeviceLike):
@@ -244,5 +269,10 @@ def place_on_device[T](pytree: T, device: DeviceLike | None = None) -> T:
             f"device={device!r:.80} ({type(device).__name__}) is not a jax device; pass one "
             "from jax.devices() (jax.devices()[i], not i), or None for the first"
         )
+    from ._narrowing import check_fits_32_bits  # noqa: PLC0415  (it imports numpy)
+
+    for key_path, leaf in jax.tree_util.tree_flatten_with_path(pytree)[0]:
+        if isinstance(leaf, np.ndarray | np.generic):
+            check_fits_32_bits(jax.tree_util.keystr(key_path), leaf)
     target = visible_devices()[0] if device is None else device
     return jax.device_put(pytree, SingleDeviceSharding(cast("Any", target)))

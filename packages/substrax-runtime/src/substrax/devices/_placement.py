@@ -2,9 +2,7 @@
 
 import logging
 from collections.abc import Sequence
-from typing import cast
-
-from jax.sharding import Mesh
+from typing import TYPE_CHECKING, cast
 
 from substrax.typing import PyTree
 
@@ -12,6 +10,10 @@ from ._batch import replicate_across_devices, shard_batch_dim
 from ._hardware import BatchSizeRecommendation, HardwareType, get_batch_size_recommendation
 from ._info import DeviceLike, place_on_device, visible_devices
 from ._verdict import batch_size_verdict
+
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
 
 
 _logger = logging.getLogger(__name__)
@@ -83,7 +85,7 @@ class DevicePlacement:
         return replicate_across_devices(data, devices)
 
     def shard_batch_dim(
-        self, data: PyTree, mesh: Mesh, batch_axis: int = 0, mesh_axis: str = "data"
+        self, data: PyTree, mesh: "Mesh", batch_axis: int = 0, mesh_axis: str = "data"
     ) -> PyTree:
         """Split dimension ``batch_axis`` of every array leaf over ``mesh_axis`` of ``mesh``."""
         return shard_batch_dim(data, mesh, batch_axis=batch_axis, mesh_axis=mesh_axis)

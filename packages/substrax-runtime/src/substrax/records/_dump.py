@@ -39,8 +39,9 @@ def dump_record(record: object) -> dict[str, Any]:
     writes them), which ``read_record`` reads back as the float where the field is a float.
     A NumPy or JAX scalar (``np.int64(3)``, ``jnp.float32(1.5)``) is written as its Python
     value. What ``read_record`` would refuse is refused here, naming the field: a value not of
-    its field's type (``2.5`` in an ``int`` field, ``"oops"`` in a ``float`` one), a str holding
-    a lone surrogate, bytes that are no UTF-8.
+    its field's type (``2.5`` in an ``int`` field, ``"oops"`` in a ``float`` one, a bool in
+    either: a bool is not a number), an int too large for its ``float`` field, a str holding a
+    lone surrogate, bytes that are no UTF-8.
 
     Args:
         record: A dataclass instance or pydantic model instance.
@@ -74,19 +75,39 @@ def dump_record(record: object) -> dict[str, Any]:
     serializer = _serializer(type(record))
     try:  # the common case: no mismatch, nothing to convert in a typed field
         dumped = serializer.to_python(record, mode="json", warnings="error", fallback=_scalar)
-    except (PydanticSerializationError, TypeError, UnicodeDecodeError):
+    except (PydanticSerializationError, TypeError, UnicodeDecodeError, OverflowError):
         # Find what failed: an array or object with no JSON form is refused, naming its field;
         # NumPy or JAX scalars in typed fields are converted without pydantic's warnings, and
         # a value not of its field's type is refused where read_record would refuse it.
         _check_leaves(record)
         try:
             dumped = serializer.to_python(record, mode="json", warnings=False, fallback=_scalar)
+        except OverflowError:  # an int too large for its float field: read_record names it
+            _refuse_unreadable(record, _python_as_json(serializer, record))
+            raise TypeError(
+                f"dump_record: {type(record).__qualname__} holds an int too large "
+                "for a float field; store a number within ±1.8e308"
+            ) from None
         except (PydanticSerializationError, TypeError) as error:
             raise TypeError(f"dump_record: {error}") from error
         strict = cast("dict[str, Any]", _strict_json(dumped, ""))
         _refuse_unreadable(record, strict)
         return strict
-    return cast("dict[str, Any]", _strict_json(dumped, ""))
+    strict = cast("dict[str, Any]", _strict_json(dumped, ""))
+    if any(type(leaf) is bool for _, leaf in _leaves(record, "", set())):
+        # pydantic writes a bool in an int or float field as 1 or 1.0, which read_record refuses
+        _refuse_unreadable(record, _python_as_json(serializer, record))
+    return strict
+
+
+def _python_as_json(serializer: "SchemaSerializer", record: object) -> dict[str, Any]:
+    """``record`` dumped keeping ints and bools as they are (JSON mode makes numbers of them)."""
+    from pydantic_core import to_jsonable_python  # noqa: PLC0415
+
+    dumped = serializer.to_python(record, warnings=False, fallback=_scalar)
+    return cast(
+        "dict[str, Any]", _strict_json(to_jsonable_python(dumped, inf_nan_mode="constants"), "")
+    )
 
 
 def _refuse_unreadable(record: object, dumped: dict[str, Any]) -> None:
@@ -99,6 +120,7 @@ def _refuse_unreadable(record: object, dumped: dict[str, Any]) -> None:
         found = "; ".join(
             f"{where_in(functools.reduce(path_step, d['loc'], ''))} is "
             f"{describe_value(d['input'])}: {d['msg']}"
+            + (" (a bool is not a number)" if isinstance(d["input"], bool) else "")
             for d in error.errors(include_url=False)
         )
         raise TypeError(

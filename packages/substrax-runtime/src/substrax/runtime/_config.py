@@ -15,6 +15,7 @@ from substrax.support import check_float, check_int, check_seconds
 
 from ._xla_flags import (
     HOST_DEVICE_COUNT_FLAG,
+    bad_device_count_flag,
     device_count_conflict,
     merge_xla_flags,
     parse_xla_flags,
@@ -43,7 +44,10 @@ class JaxRuntime:
     them) or to a ``jax.config`` option (``apply_runtime`` sets those in a running process).
 
     Attributes:
-        platforms: Backends in priority order (``JAX_PLATFORMS``), e.g. ``("cpu",)``.
+        platforms: Backends in priority order (``JAX_PLATFORMS``), e.g. ``("cpu",)``: jax's
+            case-sensitive names (``cpu``, ``cuda``, ``rocm``, ``gpu``, ``tpu``) or a plugin's.
+            A name jax cannot start is reported when jax starts (``detect_devices`` raises
+            ``RuntimeConfigurationError`` naming ``JAX_PLATFORMS``).
         cpu_devices: Emulated CPU devices (``JAX_NUM_CPU_DEVICES``), at least 1.
         enable_x64: 64-bit types (``JAX_ENABLE_X64``).
         matmul_precision: Default matmul precision (``JAX_DEFAULT_MATMUL_PRECISION``).
@@ -52,7 +56,9 @@ class JaxRuntime:
             :func:`default_compilation_cache_dir`, the user cache directory.
         compilation_cache: jax's persistent compilation cache, on by default so that a second
             run of the same program skips compiling its steps; False turns it off
-            (``JAX_ENABLE_COMPILATION_CACHE=false``).
+            (``JAX_ENABLE_COMPILATION_CACHE=false``). True is the default, so it cannot tell
+            a wish from silence: a cache the environment (or an earlier runtime) turned off
+            stays off. Name ``compilation_cache_dir`` to turn it on again.
         xla_flags: Flags merged by name into ``XLA_FLAGS``.
         preallocate: Accelerator memory preallocation (``XLA_PYTHON_CLIENT_PREALLOCATE``).
         memory_fraction: Accelerator memory share in (0, 1] (``XLA_CLIENT_MEM_FRACTION``).
@@ -63,8 +69,9 @@ class JaxRuntime:
 
     Raises:
         TypeError: A field has the wrong type (a bool is never a count or a fraction).
-        ValueError: A value is out of range, a path is relative, an XLA flag is malformed, or
-            ``cpu_devices`` and ``--xla_force_host_platform_device_count`` ask for two counts.
+        ValueError: A value is out of range, a path is relative, an XLA flag is malformed,
+            ``--xla_force_host_platform_device_count`` is not a whole number >= 1 (as
+            ``cpu_devices`` must be), or the two ask for two counts.
         XlaFlagConflictError: ``xla_flags`` repeats a flag with two values.
 
     Example:
@@ -110,6 +117,9 @@ class JaxRuntime:
                 f"JaxRuntime.xla_flags must be a tuple of flags, got {self.xla_flags!r}"
             )
         flag = parse_xla_flags(merge_xla_flags("", self.xla_flags)).get(HOST_DEVICE_COUNT_FLAG)
+        bad = bad_device_count_flag(flag, "JaxRuntime.xla_flags")
+        if bad is not None:
+            raise ValueError(bad)
         count = None if self.cpu_devices is None else str(self.cpu_devices)
         conflict = device_count_conflict(
             count, flag, count_from="JaxRuntime.cpu_devices", flag_from="JaxRuntime.xla_flags"

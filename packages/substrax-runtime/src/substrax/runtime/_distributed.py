@@ -23,7 +23,7 @@ from ._launchers import (
     LaunchSource,
     launch_from_arguments,
     launch_from_environment,
-    launch_from_modal_cluster,
+    modal_cluster_launch,
 )
 from ._peer_watch import HOOK_SECONDS, POLL_SECONDS, PeerWatch
 from ._rendezvous import gather_peers, join_coordinator
@@ -64,23 +64,6 @@ class DistributedInfo:
     num_processes: int
     coordinator: str | None
     source: LaunchSource
-
-
-def _modal_launch(env: Mapping[str, str], port: int) -> LaunchSettings | None:
-    """Read a Modal cluster's ranks, when this runs inside a clustered Modal function."""
-    if "MODAL_TASK_ID" not in env:
-        return None
-    try:
-        import modal.experimental  # noqa: PLC0415 - optional SDK, present inside Modal containers
-        from modal.exception import InvalidError  # noqa: PLC0415
-    except ImportError:
-        return None
-    try:
-        cluster = modal.experimental.get_cluster_info()
-    except InvalidError:  # a Modal container that is not part of a cluster
-        return None
-    ips = cluster.container_ipv4_ips or cluster.container_ips
-    return launch_from_modal_cluster(rank=cluster.rank, container_ips=ips, coordinator_port=port)
 
 
 def initialize_distributed(
@@ -129,7 +112,8 @@ def initialize_distributed(
         coordinator_address: ``host:port`` of process 0.
         num_processes: How many processes join.
         process_id: This process's index.
-        local_device_ids: The local devices this process uses (default: all).
+        local_device_ids: The local devices this process uses (default: all); on a single
+            process nothing starts, so they are ignored, with a warning.
         initialization_timeout: Seconds to wait for every process to connect.
         coordinator_port: The port used when a launcher names only node IPs.
         env: The environment to read; defaults to ``os.environ``.
@@ -150,10 +134,10 @@ def initialize_distributed(
     Raises:
         DistributedStartupError: Not every process reached the coordinator within
             ``initialization_timeout`` (a ``TimeoutError``).
-        ValueError: The launch is inconsistent, or a run across several nodes names a loopback
-            coordinator.
-        CoordinatorPortError: On process 0 (an ``OSError``), the coordinator's port cannot be served (another process holds
-            it).
+        ValueError: The launch is inconsistent, a run across several nodes names a loopback
+            coordinator, or (on process 0) the coordinator's host does not resolve.
+        CoordinatorPortError: On process 0 (an ``OSError``), the coordinator's port cannot be
+            served (another process holds it).
         RuntimeConfigurationError: ``jax.distributed`` is already initialized with another
             process layout.
 
@@ -177,8 +161,14 @@ def initialize_distributed(
     else:
         launch = launch_from_environment(source_env, coordinator_port=coordinator_port)
         if launch is None:
-            launch = _modal_launch(source_env, coordinator_port)
+            launch = modal_cluster_launch(source_env, coordinator_port)
     if launch is None or launch.num_processes == 1:
+        if local_device_ids is not None:
+            _LOG.warning(
+                "local_device_ids=%s is ignored: one process starts no jax.distributed and "
+                "sees every local device (choose them with CUDA_VISIBLE_DEVICES instead)",
+                list(local_device_ids),
+            )
         return DistributedInfo(
             process_id=0,
             num_processes=1,

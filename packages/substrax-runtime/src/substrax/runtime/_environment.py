@@ -10,6 +10,7 @@ from ._config import JaxRuntime
 from ._errors import EnvironmentConflictError, RuntimeConfigurationError
 from ._xla_flags import (
     HOST_DEVICE_COUNT_FLAG,
+    bad_device_count_flag,
     device_count_conflict,
     merge_xla_flags,
     parse_xla_flags,
@@ -103,7 +104,9 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
         XlaFlagConflictError: ``base`` sets one of ``runtime.xla_flags`` to another value.
         RuntimeConfigurationError: A memory fraction is set while ``base`` holds the deprecated
             ``XLA_PYTHON_CLIENT_MEM_FRACTION``, or ``base`` holds a ``JAX_NUM_CPU_DEVICES`` that
-            is not a device count (``"0"``, ``"eight"``) and ``cpu_devices`` does not replace it,
+            is not a device count (``"0"``, ``"eight"``), or an ``XLA_FLAGS`` whose
+            ``--xla_force_host_platform_device_count`` is not, and ``cpu_devices`` does not
+            replace it,
             or ``xla_flags``' ``--xla_force_host_platform_device_count`` asks for another count
             than ``base``'s ``JAX_NUM_CPU_DEVICES`` (which jax would take instead), or
             ``cpu_devices`` asks for another count than that flag in ``base``'s ``XLA_FLAGS``.
@@ -122,17 +125,13 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
         env["JAX_PLATFORMS"] = ",".join(runtime.platforms)
     if runtime.cpu_devices is not None:
         env["JAX_NUM_CPU_DEVICES"] = str(runtime.cpu_devices)
-        flag = parse_xla_flags(base.get("XLA_FLAGS", "")).get(HOST_DEVICE_COUNT_FLAG)
-        conflict = device_count_conflict(
-            env["JAX_NUM_CPU_DEVICES"],
-            flag,
-            count_from="JaxRuntime.cpu_devices",
-            flag_from="the environment's XLA_FLAGS",
-        )
-        if conflict is not None:  # jax would take cpu_devices, and drop the user's flag
-            raise RuntimeConfigurationError(conflict)
+        _check_count_against_env_flag(runtime.cpu_devices, base)
     else:
         _check_cpu_device_count(base)
+        flag = parse_xla_flags(base.get("XLA_FLAGS", "")).get(HOST_DEVICE_COUNT_FLAG)
+        bad = bad_device_count_flag(flag, "the environment's XLA_FLAGS")
+        if bad is not None:
+            raise RuntimeConfigurationError(bad)
     for var, _, value in _config_values(runtime, base).values():
         env[var] = _bool(value) if isinstance(value, bool) else str(value)
     if runtime.xla_flags:
@@ -150,6 +149,22 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
             )
         env["XLA_CLIENT_MEM_FRACTION"] = repr(float(runtime.memory_fraction))
     return env
+
+
+def _check_count_against_env_flag(cpu_devices: int, base: Mapping[str, str]) -> None:
+    """Refuse ``cpu_devices`` where ``base``'s ``XLA_FLAGS`` asks for another count.
+
+    jax would take ``cpu_devices`` and drop the user's flag (left behind for child processes).
+    """
+    flag = parse_xla_flags(base.get("XLA_FLAGS", "")).get(HOST_DEVICE_COUNT_FLAG)
+    conflict = device_count_conflict(
+        str(cpu_devices),
+        flag,
+        count_from="JaxRuntime.cpu_devices",
+        flag_from="the environment's XLA_FLAGS",
+    )
+    if conflict is not None:
+        raise RuntimeConfigurationError(conflict)
 
 
 def _check_flag_device_count(runtime: JaxRuntime, count: str | None, count_from: str) -> None:
@@ -289,7 +304,9 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
     Raises:
         RuntimeConfigurationError: jax is imported and a setting can no longer take effect,
             e.g. ``cpu_devices`` after the backends started with another number of CPU devices
-            (the same number, from ``XLA_FLAGS``' device count, say, already holds).
+            (the same number, from ``XLA_FLAGS``' device count, say, already holds); or, jax
+            imported or not, ``cpu_devices`` asks for another count than ``environ``'s
+            ``XLA_FLAGS`` device count; else see ``runtime_environment``.
 
     Example:
         >>> env = {}
@@ -307,15 +324,8 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
     if runtime.xla_flags and runtime.cpu_devices is None:
         _check_flag_device_count(runtime, str(jax.config.jax_num_cpu_devices), "jax's config")
 
-    if runtime.cpu_devices is not None and jax.config.jax_num_cpu_devices != runtime.cpu_devices:
-        try:
-            jax.config.update("jax_num_cpu_devices", runtime.cpu_devices)
-        except RuntimeError as error:
-            if _cpu_device_count(jax) != runtime.cpu_devices:  # else it holds (XLA_FLAGS' count)
-                raise RuntimeConfigurationError(
-                    f"cpu_devices={runtime.cpu_devices} cannot be applied: jax has already started "
-                    f"its backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
-                ) from error
+    if runtime.cpu_devices is not None:
+        _apply_cpu_devices(jax, runtime.cpu_devices, target)
     # a cache directory jax already has (from its environment, or jax.config.update) is kept:
     # only the runtime's own compilation_cache_dir replaces it
     base = dict(target)
@@ -330,6 +340,26 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
         from jax.experimental.compilation_cache import compilation_cache  # noqa: PLC0415
 
         compilation_cache.reset_cache()
+
+
+def _apply_cpu_devices(jax: Any, count: int, environ: Mapping[str, str]) -> None:  # noqa: ANN401
+    """Set jax's CPU device count once jax is imported; refused as before jax's import."""
+    previous = jax.config.jax_num_cpu_devices
+    if previous != count:
+        try:
+            jax.config.update("jax_num_cpu_devices", count)
+        except RuntimeError as error:
+            if _cpu_device_count(jax) != count:  # else it holds (XLA_FLAGS' count)
+                raise RuntimeConfigurationError(
+                    f"cpu_devices={count} cannot be applied: jax has already started its "
+                    f"backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
+                ) from error
+            previous = count  # nothing was changed
+    try:  # jax would take the count and leave environ's own flag behind for child processes
+        _check_count_against_env_flag(count, environ)
+    except RuntimeConfigurationError:
+        jax.config.update("jax_num_cpu_devices", previous)
+        raise
 
 
 def _refuse_startup_settings(runtime: JaxRuntime, environ: Mapping[str, str]) -> None:

@@ -3,7 +3,7 @@
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from substrax.support import check_int
 
@@ -142,6 +142,34 @@ def _int(env: Mapping[str, str], name: str) -> int:
         raise ValueError(f"{name}={raw!r} must be an integer") from None
 
 
+def _refuse_partial_launch(env: Mapping[str, str]) -> None:
+    """Refuse a SkyPilot or SLURM launch of several nodes or tasks that lacks a variable.
+
+    Without it no launch would be read, and each process would train alone.
+    """
+    said = [
+        f"{name}={env[name].strip()}"
+        for name in ("SKYPILOT_NUM_NODES", "SKYPILOT_NODE_RANK")
+        if env.get(name, "").strip() and _int(env, name) > (name == "SKYPILOT_NUM_NODES")
+    ]
+    if said and not _skypilot_nodes(env):
+        raise ValueError(
+            f"{', '.join(said)} says a SkyPilot run of several nodes, but SKYPILOT_NODE_IPS (the "
+            "nodes' IPs, one a line) is not set, so this node would train alone; run under "
+            "SkyPilot, which sets it, or pass coordinator_address=, num_processes= and "
+            "process_id= to initialize_distributed"
+        )
+    if env.get("SLURM_PROCID", "").strip() and _int(env, "SLURM_PROCID") > 0:
+        missing = [name for name in _SLURM_STEP if not env.get(name, "").strip()]
+        if missing:
+            raise ValueError(
+                f"SLURM_PROCID={env['SLURM_PROCID'].strip()} marks a task of an srun step, but "
+                f"{', '.join(missing)} is not set, so this task would train alone; launch with "
+                "srun (which sets them all), or pass coordinator_address=, num_processes= and "
+                "process_id= to initialize_distributed"
+            )
+
+
 def _skypilot_nodes(env: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(
         line.strip() for line in env.get("SKYPILOT_NODE_IPS", "").splitlines() if line.strip()
@@ -238,6 +266,11 @@ def launch_from_environment(
        coordinator (first node, port from the job id) is left to jax's own SLURM detection
        (``coordinator_address=None``). A bare ``salloc`` shell is not a launch.
 
+    A launcher's variables that say several nodes or tasks but lack the rest
+    (``SKYPILOT_NUM_NODES=2`` without ``SKYPILOT_NODE_IPS``; ``SLURM_PROCID=1`` without
+    ``SLURM_STEP_NODELIST``) are refused, never read as one process. SLURM's task 0 cannot be
+    told from a batch script (both set ``SLURM_PROCID=0``), so only the other tasks are refused.
+
     Modal clusters set no such variables; ``initialize_distributed`` reads them from
     ``modal.experimental.get_cluster_info()`` (see ``launch_from_modal_cluster``).
 
@@ -249,7 +282,8 @@ def launch_from_environment(
         The settings, or ``None``.
 
     Raises:
-        ValueError: A launcher's variables are partial, not integers, or inconsistent.
+        ValueError: A launcher's variables are partial (the message names the missing one),
+            not integers, or inconsistent.
 
     Example:
         >>> from substrax.runtime import launch_from_environment
@@ -284,6 +318,7 @@ def launch_from_environment(
                 f"SKYPILOT_NUM_NODES={count} disagrees with the {len(nodes)} SKYPILOT_NODE_IPS"
             )
         return _one_process_per_node(nodes, rank=rank, port=coordinator_port, source="skypilot")
+    _refuse_partial_launch(env)
     if all(env.get(name, "").strip() for name in _SLURM_STEP):
         return LaunchSettings(
             coordinator_address=None,
@@ -309,12 +344,38 @@ def launch_from_modal_cluster(
     Returns:
         The settings, with ``source="modal"``.
 
+    Raises:
+        TypeError: ``container_ips`` is one string rather than a sequence of addresses.
+        ValueError: ``container_ips`` is empty, or ``rank`` is outside it.
+
     Example:
         >>> from substrax.runtime import launch_from_modal_cluster
         >>> launch_from_modal_cluster(rank=0, container_ips=["10.1.0.1", "10.1.0.2"]).coordinator_address
         '10.1.0.1:8476'
     """
+    if isinstance(cast("object", container_ips), str | bytes):
+        raise TypeError(
+            f"container_ips={container_ips!r} is one string; pass the containers' addresses as a "
+            f"sequence ordered by rank, e.g. [{container_ips!r}]"
+        )
     ips = tuple(container_ips)
     if not ips:
         raise ValueError("a Modal cluster reported no container addresses")
     return _one_process_per_node(ips, rank=rank, port=coordinator_port, source="modal")
+
+
+def modal_cluster_launch(env: Mapping[str, str], port: int) -> LaunchSettings | None:
+    """Read a Modal cluster's ranks, when this runs inside a clustered Modal function."""
+    if "MODAL_TASK_ID" not in env:
+        return None
+    try:
+        import modal.experimental  # noqa: PLC0415 - optional SDK, present inside Modal containers
+        from modal.exception import InvalidError  # noqa: PLC0415
+    except ImportError:
+        return None
+    try:
+        cluster = modal.experimental.get_cluster_info()
+    except InvalidError:  # a Modal container that is not part of a cluster
+        return None
+    ips = cluster.container_ipv4_ips or cluster.container_ips
+    return launch_from_modal_cluster(rank=cluster.rank, container_ips=ips, coordinator_port=port)

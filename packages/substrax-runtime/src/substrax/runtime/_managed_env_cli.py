@@ -3,7 +3,7 @@
 ``show --json`` prints each variable's value, origin file and whether the file manages it.
 
 Exit 0 when done, 1 when the file cannot be written, 2 for bad usage or input (a prefix, a
-``--set`` with a newline in its value, an env file that cannot be read or is not UTF-8, an
+``--set`` with a newline in its value, a name ``--set`` twice or an option given twice, an env file that cannot be read or is not UTF-8, an
 empty path, an ``--output`` that is a directory or lies under a file, an ``--env-root`` that is
 not a directory); errors are one line,
 ``python -m substrax.runtime.managed_env: error: <message>``. ``write --output`` through a
@@ -106,7 +106,33 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _parse_set(values: Sequence[str]) -> dict[str, str]:
-    return dict(_assignment(item, refusal=f"--set {item!r} must be NAME=VALUE") for item in values)
+    """``--set`` values by name; a name set twice is refused (the last would win unseen)."""
+    overrides: dict[str, str] = {}
+    for item in values:
+        name, value = _assignment(item, refusal=f"--set {item!r} must be NAME=VALUE")
+        if name in overrides:
+            raise UsageError(
+                f"--set {name} is given twice ({name}={overrides[name]!r} and {name}={value!r}); "
+                "set each name once"
+            )
+        overrides[name] = value
+    return overrides
+
+
+class _Once(argparse.Action):
+    """Store an option's value; the option given twice is a usage error (argparse keeps the last)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        earlier: object = getattr(namespace, self.dest, None)
+        if earlier is not None:
+            parser.error(f"{option_string} is given twice ({earlier} and {values}); pass it once")
+        setattr(namespace, self.dest, values)
 
 
 def _write(args: argparse.Namespace) -> int:
@@ -146,14 +172,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG)
     commands = parser.add_subparsers(dest="command", required=True)
     write = commands.add_parser("write", help="write the managed env file")
-    write.add_argument("--prefix", required=True)
+    write.add_argument("--prefix", required=True, action=_Once)
     write.add_argument("--backend", choices=BACKEND_CHOICES, default="auto")
-    write.add_argument("--output", required=True, type=_path)
-    write.add_argument("--env-root", type=_path, default=None)
+    write.add_argument("--output", required=True, type=_path, action=_Once)
+    write.add_argument("--env-root", type=_path, default=None, action=_Once)
     write.add_argument("--set", dest="overrides", action="append", default=[], metavar="N=V")
     show = commands.add_parser("show", help="show the variables a shell ends up with")
-    show.add_argument("--prefix", required=True)
-    show.add_argument("--env-file", required=True, type=_path)
+    show.add_argument("--prefix", required=True, action=_Once)
+    show.add_argument("--env-file", required=True, type=_path, action=_Once)
     show.add_argument("--user-env", action="append", default=[], type=_path)
     add_json_flag(show)
     return parser

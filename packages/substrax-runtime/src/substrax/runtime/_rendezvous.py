@@ -58,6 +58,23 @@ def _listener(address: str) -> socket.socket:
         ) from error
 
 
+def _check_resolves(address: str) -> None:
+    """Refuse a coordinator host that does not resolve, before process 0 waits for anyone.
+
+    Process 0 listens on every interface, so it would wait out the timeout and then blame the
+    peers that could not reach it.
+    """
+    host, port = split_address(address)
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ValueError(
+            f"the coordinator address {address!r} names host {host!r}, which does not resolve "
+            f"here ({error.strerror}), so the other processes could not reach process 0; name "
+            "process 0's routable hostname or IP address"
+        ) from None
+
+
 def gather_peers(
     address: str,
     *,
@@ -75,8 +92,10 @@ def gather_peers(
             are told who arrived and raise too).
         CoordinatorPortError: The port cannot be bound (an ``OSError``: something else listens
             there).
+        ValueError: The address's host does not resolve, so no peer could reach it.
     """
     deadline = time.monotonic() + timeout
+    _check_resolves(address)
     arrived: dict[int, socket.socket] = {}
     refused: dict[int, int] = {}  # process id -> the process count it was started with
     twice: set[int] = set()  # process ids a second process was started with

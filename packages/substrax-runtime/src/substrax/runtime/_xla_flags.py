@@ -172,6 +172,28 @@ def merge_xla_flags(existing: str, requested: Iterable[str]) -> str:
     return " ".join(render_xla_flag(name, value) for name, value in flags.items())
 
 
+def bad_device_count_flag(flag: str | None, where: str) -> str | None:
+    """Why the device-count flag's value ``flag`` is no count of CPU devices, or ``None``.
+
+    XLA takes ``0`` and then jax fails as its CPU backend starts ("Could not determine
+    process_index"); a word stops XLA with a listing of every flag. Neither names the flag.
+
+    Example:
+        >>> from substrax.runtime._xla_flags import bad_device_count_flag
+        >>> bad_device_count_flag("8", "xla_flags") is None
+        True
+        >>> print(bad_device_count_flag("0", "xla_flags"))
+        --xla_force_host_platform_device_count=0 (xla_flags) is not a number of emulated CPU devices (a whole number, at least 1); set it to one, drop the flag, or pass JaxRuntime(cpu_devices=...)
+    """
+    if flag is None or (flag.strip().isdecimal() and int(flag) >= 1):
+        return None
+    return (
+        f"{HOST_DEVICE_COUNT_FLAG}={flag} ({where}) is not a number of emulated CPU devices (a "
+        "whole number, at least 1); set it to one, drop the flag, or pass "
+        "JaxRuntime(cpu_devices=...)"
+    )
+
+
 def device_count_conflict(
     count: str | None, flag: str | None, *, count_from: str, flag_from: str
 ) -> str | None:

@@ -120,6 +120,10 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
     later write of the same ``path`` removes it once that process is gone and the file has sat
     untouched for a minute (not on Windows), so such files do not pile up.
 
+    Raises:
+        ValueError: ``path`` is empty (``""`` names no file).
+        OSError: The file or its directory cannot be written.
+
     Example:
         >>> import tempfile
         >>> from pathlib import Path
@@ -130,6 +134,8 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
         ...     target.read_text()
         '{"step": 1}'
     """
+    if not os.fspath(path):  # realpath("") is the working directory
+        raise ValueError(f"write_atomically: path={path!r} names no file; pass the file's path")
     target = Path(os.path.realpath(path))  # through a link: replace its target, keep the link
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data

@@ -2,6 +2,7 @@
 
 import math
 from numbers import Real
+from typing import cast
 
 
 def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
@@ -55,7 +56,8 @@ def check_float(
 
     Raises:
         TypeError: ``value`` is not a real number.
-        ValueError: ``value`` is NaN, infinite or out of bounds.
+        ValueError: ``value`` is NaN, infinite (an int too large for a float too) or out of
+            bounds.
 
     Example:
         >>> from substrax.support import check_float
@@ -82,7 +84,11 @@ def check_float(
     )
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{name}={value!r} must be {wanted}, not {type(value).__name__}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the largest float (~1.8e308)
+        digits = int(abs(cast("int", value)).bit_length() * math.log10(2)) + 1
+        raise ValueError(f"{name}=<an int of about {digits} digits> must be {wanted}") from None
     too_low = minimum is not None and (
         number < minimum or (exclusive_minimum and number == minimum)
     )
