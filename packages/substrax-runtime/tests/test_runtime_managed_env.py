@@ -325,7 +325,6 @@ def test_the_deprecated_memory_fraction_is_written_under_its_current_name():
         ("P_BACKEND", "cuda12", "pass --backend instead"),
         ("P_ENV_ROOT", "/elsewhere", "pass --env-root instead"),
         ("P_MANAGED_ENV_VARS", "A", "the variables it manages"),
-        ("JAX_PLATFORMS", "cuda", "pass --backend instead"),  # was written, running on cuda
     ],
 )
 def test_a_set_that_contradicts_what_the_file_writes_itself_is_refused(name, value, says):
@@ -334,6 +333,38 @@ def test_a_set_that_contradicts_what_the_file_writes_itself_is_refused(name, val
         managed_environment("P", "cpu", env_root="/p", overrides={name: value})
     agreeing = {"P_BACKEND": "cpu", "P_ENV_ROOT": "/p"}
     assert managed_environment("P", "cpu", env_root="/p", overrides=agreeing)["P_BACKEND"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("backend", "value", "refused"),
+    [
+        ("cpu", "cuda", True),  # was written: a cpu file running on cuda
+        ("metal", "cpu", True),  # metal writes no JAX_PLATFORMS: the check skipped it
+        ("cuda12", "cuda,cpu", False),  # a GPU with a CPU fallback (was refused)
+        ("cuda12", "gpu", False),
+        ("cpu", "CPU", False),
+    ],
+)
+def test_a_set_jax_platforms_is_refused_only_without_the_backends_platform(backend, value, refused):
+    if refused:
+        with pytest.raises(
+            ValueError, match=rf"JAX_PLATFORMS='{value}' names none of the platforms"
+        ):
+            managed_environment("P", backend, env_root="/p", overrides={"JAX_PLATFORMS": value})
+    else:
+        env = managed_environment("P", backend, env_root="/p", overrides={"JAX_PLATFORMS": value})
+        assert env["JAX_PLATFORMS"] == value
+
+
+def test_xla_flags_given_twice_are_written_as_xla_takes_them():
+    """Second-pass finding: a flag repeated in --set XLA_FLAGS (XLA takes the last) failed with
+    a traceback, exit 1, once the device counts were compared."""
+    flags = "--xla_dump_to=/a --xla_dump_to=/b --xla_force_host_platform_device_count=4"
+    twice = {"XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count=8"}
+    env = managed_environment(
+        "P", "cpu", env_root="/p", overrides=twice | {"JAX_NUM_CPU_DEVICES": "8"}
+    )
+    assert env["XLA_FLAGS"] == twice["XLA_FLAGS"]
 
 
 def test_sets_asking_for_two_cpu_device_counts_are_refused():

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping
 from typing import Literal, get_args
 
-from ._xla_flags import HOST_DEVICE_COUNT_FLAG, device_count_conflict, parse_xla_flags
+from ._xla_flags import HOST_DEVICE_COUNT_FLAG, device_count_conflict
 
 
 type Backend = Literal["cpu", "cuda12", "metal"]
@@ -25,6 +25,7 @@ _JAX_VARIABLES = (
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "XLA_CLIENT_MEM_FRACTION",
 )
+_BACKEND_PLATFORMS = {"cpu": {"cpu"}, "cuda12": {"cuda", "gpu"}, "metal": {"metal"}}
 _MEMORY_FRACTION = "XLA_CLIENT_MEM_FRACTION"
 _DEPRECATED_MEMORY_FRACTION = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 
@@ -197,18 +198,22 @@ def managed_environment(
                 "manages); drop the --set"
             )
         own = {f"{prefix}_BACKEND": "--backend", f"{prefix}_ENV_ROOT": "--env-root"}
-        if name == "JAX_PLATFORMS" and env[name] not in (None, value):  # the backend's own
-            own[name] = "--backend"
+        platforms = {platform.strip().lower() for platform in value.split(",")}
+        if name == "JAX_PLATFORMS" and not platforms & _BACKEND_PLATFORMS[backend]:
+            raise ValueError(
+                f"--set JAX_PLATFORMS={value!r} names none of the platforms --backend {backend} "
+                f"runs on ({', '.join(sorted(_BACKEND_PLATFORMS[backend]))}); drop the --set, or "
+                "pass the --backend it means"
+            )
         if name in own and env[name] != value:
             raise ValueError(
                 f"--set {name}={value!r} contradicts the {name}={env[name]!r} the file writes "
                 f"itself; drop the --set (pass {own[name]} instead)"
             )
         env[name] = value
-    flags = parse_xla_flags(env.get("XLA_FLAGS") or "")
     conflict = device_count_conflict(
         env.get("JAX_NUM_CPU_DEVICES"),
-        flags.get(HOST_DEVICE_COUNT_FLAG),
+        _device_count_flag(env.get("XLA_FLAGS") or ""),
         count_from="--set",
         flag_from="--set XLA_FLAGS",
     )
@@ -218,6 +223,16 @@ def managed_environment(
         )
     env[managed] = " ".join(sorted([*env, managed]))
     return env
+
+
+def _device_count_flag(flags: str) -> str | None:
+    """The device-count flag's value in ``flags`` (XLA takes the last one given), or None."""
+    found = None
+    for token in flags.split():
+        name, _, value = token.partition("=")
+        if name == HOST_DEVICE_COUNT_FLAG:
+            found = value
+    return found
 
 
 def _overrides(overrides: Mapping[str, str]) -> dict[str, str]:
