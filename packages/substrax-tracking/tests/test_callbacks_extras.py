@@ -490,21 +490,28 @@ def test_a_spike_state_is_strict_json_with_a_numpy_or_jax_step_index():
     json.dumps(detector.get_state(), allow_nan=False)
 
 
+def _chained_plateau_epochs(callback, *, patience, updates):
+    """Three flat epochs of ``updates`` updates of sgd chained with a reduce_on_plateau of
+    ``patience``, the callback applied at each epoch end; the last state."""
+    jnp = pytest.importorskip("jax.numpy", reason="jax is needed to build an optax state")
+    optax = pytest.importorskip("optax", reason="optax is needed for reduce_on_plateau")
+    params = {"w": jnp.ones(2)}
+    tx = optax.chain(optax.sgd(0.1), optax.contrib.reduce_on_plateau(patience=patience, factor=0.5))
+    state = tx.init(params)
+    for epoch in range(3):
+        for _ in range(updates):
+            _, state = tx.update({"w": jnp.ones(2)}, state, params, value=jnp.asarray(1.0))
+        callback.on_epoch_end(None, epoch, {"loss": 1.0})
+        state = callback.apply(state)
+    return state
+
+
 def test_plateau_warns_once_when_a_chained_reduce_on_plateau_lowers_the_scale_itself(caplog):
     """Hostile finding: a chained reduce_on_plateau with its own small patience lowered the
     scale itself, the callback set it back each epoch end, and the run trained at 1/8 of the
     rate it reported, without a word."""
-    jnp = pytest.importorskip("jax.numpy", reason="jax is needed to build an optax state")
-    optax = pytest.importorskip("optax", reason="optax is needed for reduce_on_plateau")
-    params = {"w": jnp.ones(2)}
-    tx = optax.chain(optax.sgd(0.1), optax.contrib.reduce_on_plateau(patience=1, factor=0.5))
-    state = tx.init(params)
     callback = ReduceLROnPlateauCallback(monitor="loss", patience=100)
-    for epoch in range(3):
-        for _ in range(4):  # the chained transformation's own plateaus
-            _, state = tx.update({"w": jnp.ones(2)}, state, params, value=jnp.asarray(1.0))
-        callback.on_epoch_end(None, epoch, {"loss": 1.0})
-        state = callback.apply(state)
+    _chained_plateau_epochs(callback, patience=1, updates=4)  # its own plateaus
     warnings = [r.getMessage() for r in caplog.records if "reduce_on_plateau's" in r.getMessage()]
     assert len(warnings) == 1
     assert "lowers it itself" in warnings[0]
@@ -512,16 +519,8 @@ def test_plateau_warns_once_when_a_chained_reduce_on_plateau_lowers_the_scale_it
 
 
 def test_plateau_built_with_a_large_patience_is_not_warned_about(caplog):
-    jnp = pytest.importorskip("jax.numpy", reason="jax is needed to build an optax state")
-    optax = pytest.importorskip("optax", reason="optax is needed for reduce_on_plateau")
-    params = {"w": jnp.ones(2)}
-    tx = optax.chain(optax.sgd(0.1), optax.contrib.reduce_on_plateau(patience=10**9))
-    state = tx.init(params)
     callback = ReduceLROnPlateauCallback(monitor="loss", patience=1, factor=0.5)
-    for epoch in range(3):
-        _, state = tx.update({"w": jnp.ones(2)}, state, params, value=jnp.asarray(1.0))
-        callback.on_epoch_end(None, epoch, {"loss": 1.0})
-        state = callback.apply(state)
+    state = _chained_plateau_epochs(callback, patience=10**9, updates=1)
     callback.on_train_end(None)
     assert float(state[1].scale) == 0.25
     assert caplog.records == []

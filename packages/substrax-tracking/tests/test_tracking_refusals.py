@@ -440,18 +440,26 @@ def test_a_spool_path_that_cannot_be_a_spool_file_is_refused_at_construction_nam
     assert not logs.exists()
 
 
-@pytest.mark.parametrize("logger", ["file", "console", "tensorboard", "mlflow"])
-def test_hyperparameters_holding_themselves_are_refused_at_the_call(tmp_path, sqlite_uri, logger):
-    """Hostile finding: a dict inside itself raised RecursionError (console: 'Circular reference
-    detected'), naming nothing."""
-    if logger == "tensorboard":
+def _make_logger(kind, tmp_path, sqlite_uri):
+    """A FileLogger, ConsoleLogger, TensorBoardLogger, MLFlowLogger or MultiLogger of two."""
+    if kind in ("tensorboard", "multi"):
         pytest.importorskip("tensorboardX", reason="the tensorboard extra is needed")
-    made = {
+    return {
         "file": lambda: FileLogger("run", tmp_path),
         "console": lambda: ConsoleLogger("run", stream=io.StringIO()),
         "tensorboard": lambda: tracking.TensorBoardLogger("run", tmp_path),
         "mlflow": lambda: MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path),
-    }[logger]()
+        "multi": lambda: MultiLogger(
+            [FileLogger("run", tmp_path), tracking.TensorBoardLogger("run", tmp_path / "tb")]
+        ),
+    }[kind]()
+
+
+@pytest.mark.parametrize("logger", ["file", "console", "tensorboard", "mlflow"])
+def test_hyperparameters_holding_themselves_are_refused_at_the_call(tmp_path, sqlite_uri, logger):
+    """Hostile finding: a dict inside itself raised RecursionError (console: 'Circular reference
+    detected'), naming nothing."""
+    made = _make_logger(logger, tmp_path, sqlite_uri)
     params: dict[str, object] = {"lr": 0.1, "layers": [2, 3]}
     params["nested"] = {"again": params}
     with made:
@@ -470,17 +478,7 @@ def test_a_hyperparameter_no_backend_can_hold_is_refused_at_the_call_by_every_lo
     (UnicodeEncodeError at that call, every later one and close) while the file log, the
     console and W&B took it; through a MultiLogger the file log had it when TensorBoard raised.
     (W&B's: test_tracking_wandb.)"""
-    if logger in ("tensorboard", "multi"):
-        pytest.importorskip("tensorboardX", reason="the tensorboard extra is needed")
-    made = {
-        "file": lambda: FileLogger("run", tmp_path),
-        "console": lambda: ConsoleLogger("run", stream=io.StringIO()),
-        "tensorboard": lambda: tracking.TensorBoardLogger("run", tmp_path),
-        "mlflow": lambda: MLFlowLogger("run", tracking_uri=sqlite_uri, log_dir=tmp_path),
-        "multi": lambda: MultiLogger(
-            [FileLogger("run", tmp_path), tracking.TensorBoardLogger("run", tmp_path / "tb")]
-        ),
-    }[logger]()
+    made = _make_logger(logger, tmp_path, sqlite_uri)
     with made:
         for params, key in [
             ({"note": "bad\ud800"}, "note"),
