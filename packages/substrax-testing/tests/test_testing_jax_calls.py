@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from substrax.testing import (
     CallCounts,
@@ -295,6 +296,36 @@ def test_a_named_function_counts_every_call_made_under_it_through_a_package():
         _train_step(x)
         _forward(x)  # not under the named function: its package's
     assert calls.packages("dispatch") == {f"{__name__}._train_step": 2, __name__: 1}
+
+
+@jax.jit
+def _jitted_step(x):
+    return x + 1
+
+
+@nnx.jit
+def _nnx_step(x):
+    return x * 3
+
+
+def test_a_named_jitted_function_counts_its_dispatches_under_its_name():
+    """Hostile finding: a jax.jit function's dispatches counted as 'other', its name unseen."""
+    x = jnp.ones(3)
+    _jitted_step(x)
+    _nnx_step(x)
+    named = (f"{__name__}._jitted_step", f"{__name__}._train_step", f"{__name__}._nnx_step")
+    with counted_calls(by_package("json", named=named)) as calls:
+        _jitted_step(x)
+        _nnx_step(x)  # it was counted under flax
+        functools.partial(_jitted_step)(x)
+        _train_step(x)  # not the jitted one: under the named function it was made in
+        _DOUBLE(x)  # a jitted lambda not named: other
+    assert calls.packages("dispatch") == {
+        f"{__name__}._jitted_step": 2,
+        f"{__name__}._train_step": 2,
+        f"{__name__}._nnx_step": 1,
+        "other": 1,
+    }
 
 
 def test_a_weight_function_decides_how_much_each_start_counts():

@@ -52,7 +52,7 @@ from ._call_counts import (
     CallCounts,
     check_kind,
 )
-from ._call_keys import Keys, WeightFn, module_of, within
+from ._call_keys import Keys, WeightFn, jitted_name, module_of, named_functions, within
 from ._compiles import BACKEND_COMPILE_EVENT
 
 
@@ -70,11 +70,12 @@ class Recorder:
     def counting(self) -> bool:
         return self.failure is None and threading.get_ident() == self.thread
 
-    def record(self, kind: str, frame: FrameType, amount: int) -> None:
+    def record(self, kind: str, frame: FrameType, amount: int, key: str | None = None) -> None:
+        """Count ``amount`` under ``key``, or (None) the key of ``frame``."""
         if not amount or not self.counting():
             return
         try:
-            key = self.keys(frame)
+            key = self.keys(frame) if key is None else key
         except Exception as error:  # re-raised as CountingFailedError when the block exits
             self.failure = (kind, error, "keys")
             return
@@ -268,19 +269,22 @@ def build_hooks(recorder: Recorder) -> Hooks:
     makers = (jax.numpy.asarray.__code__, jax.numpy.array.__code__)
     is_top_level, uncached = top_level_check(), uncached_read_check()
 
-    def dispatched(caller: FrameType) -> None:
+    named = named_functions(recorder.keys)  # a jitted one's dispatch is counted under it
+
+    def dispatched(caller: FrameType, callee: object) -> None:
         if chosen[DISPATCH] and caller.f_code is not compiled_call and is_top_level():
-            recorder.record(DISPATCH, caller, chosen[DISPATCH])
+            name = jitted_name(callee) if named else None
+            recorder.record(DISPATCH, caller, chosen[DISPATCH], name if name in named else None)
 
     def on_call(code: CodeType, offset: int, callee: object, arg0: object) -> None:
         del code, offset
         kind = type(callee)
         if kind is FunctionType or kind is MethodType:
             return  # Python code, most calls: neither a dispatch nor NumPy's
-        if isinstance(callee, dispatchers) or (
-            isinstance(callee, functools.partial) and isinstance(callee.func, dispatchers)  # pyright: ignore[reportUnknownMemberType]
-        ):
-            dispatched(_frame(1))  # the calling frame
+        if isinstance(callee, dispatchers):
+            dispatched(_frame(1), callee)  # the calling frame
+        elif isinstance(callee, functools.partial) and isinstance(callee.func, dispatchers):  # pyright: ignore[reportUnknownMemberType]
+            dispatched(_frame(1), callee.func)  # pyright: ignore[reportUnknownMemberType]
         elif (
             chosen[DEVICE_TO_HOST]
             and (type(arg0) in (list, tuple) or uncached(arg0))  # else NumPy reads no jax array

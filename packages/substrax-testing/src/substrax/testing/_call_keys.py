@@ -4,6 +4,7 @@ Both look at Python frames only (a frame's module and its code's qualified name)
 module imports no jax.
 """
 
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from types import FrameType
 from typing import Final, cast
@@ -45,6 +46,25 @@ def _function_of(frame: FrameType) -> str:
     return f"{module_of(frame)}.{frame.f_code.co_qualname}"
 
 
+_NAMED: Final[weakref.WeakKeyDictionary[Keys, frozenset[str]]] = weakref.WeakKeyDictionary()
+"""The ``named`` functions of each keys function ``by_package`` built."""
+
+
+def named_functions(keys: Keys) -> frozenset[str]:
+    """The functions ``keys`` counts under their own names (a keys function of ``by_package``)."""
+    try:
+        return _NAMED.get(keys, frozenset())
+    except TypeError:  # a keys function of your own that cannot be weakly referenced
+        return frozenset()
+
+
+def jitted_name(callee: object) -> str | None:
+    """``module.qualname`` of the function a jitted ``callee`` wraps (None where it wraps none)."""
+    wrapped = getattr(callee, "__wrapped__", None)
+    module, name = getattr(wrapped, "__module__", None), getattr(wrapped, "__qualname__", None)
+    return f"{module}.{name}" if isinstance(module, str) and isinstance(name, str) else None
+
+
 def _check_names(what: str, names: object) -> tuple[str, ...]:
     """``names`` as a tuple; refuses a text, a non-iterable, a non-str and an impossible name.
 
@@ -77,7 +97,9 @@ def by_package(
 
     The stack is walked outward from the call. A call made with one of the ``named`` functions
     (``"module.qualname"``) on the stack is counted under the nearest one's name, whatever it
-    was made through (a helper in a listed package too). Otherwise, with ``packages``, the key is the most
+    was made through (a helper in a listed package too). A ``jax.jit`` function's dispatch is
+    counted under the name of the function it wraps where that is named (its Python code does
+    not run when it dispatches, so it is on no stack); its compile, under its caller's key. Otherwise, with ``packages``, the key is the most
     specific listed package that the first matching frame's module belongs to
     (``"substrax.spmd"`` for code in ``substrax.spmd._train_step``), and ``other`` when no frame
     matches. Without ``packages``, the key is the top-level package of the first frame outside
@@ -133,6 +155,7 @@ def by_package(
             current = current.f_back
         return other
 
+    _NAMED[keys] = functions
     return keys
 
 

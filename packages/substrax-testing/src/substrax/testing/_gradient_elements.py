@@ -6,18 +6,27 @@ compares each sampled element's derivative (jax's, in the mode checked) with its
 difference of the float64 reference, at its own step (``step * max(1, |x|)``): in reverse mode always (jax's
 gradient is at hand), in forward mode (one ``jax.jvp`` per element) after a failure. It can find no
 element out of tolerance (``failing`` 0) where only the direction was, by cancellation; the leaf
-has still failed. After a failure, :func:`reference_failure` says whether the float64 reference
+has still failed. A leaf that failed at its default step is checked again at a finer one
+(:func:`retried`). After a failure, :func:`reference_failure` says whether the float64 reference
 itself is to blame. Importing this module imports no jax.
 """
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from substrax.typing import PyTree
 
-from ._gradient_records import GRADIENT_TOLERANCES, LeafGradientCheck, rounding_allowance
+from ._gradient_records import (
+    GRADIENT_TOLERANCES,
+    ROUNDING_FACTOR,
+    GradientTolerance,
+    LeafGradientCheck,
+    rounding_allowance,
+)
+from ._gradient_refusals import BLIND_ROUNDING
 
 
 if TYPE_CHECKING:
@@ -98,6 +107,72 @@ def _largest(values: "np.ndarray") -> float:
     import numpy as np  # noqa: PLC0415
 
     return float(np.nanmax(values)) if np.isfinite(values).any() else math.inf
+
+
+def finer_step(tolerance: GradientTolerance, loss: float) -> GradientTolerance | None:
+    """``tolerance`` at the step a failed leaf is checked again at, on a float64 reference.
+
+    A step made for the leaf's dtype (float32's ``1e-3``) is larger than a float64 reference
+    needs, and a central difference that wide can cross a kink near an element (a ReLU's at 0
+    in a layer it feeds) where jax's derivative, a one-sided one, is right. The retry's step
+    is the smallest, down to float64's (``1e-6``), whose rounding allowance at ``loss``
+    (:func:`rounding_allowance`) stays within a tenth of ``atol``, so that a wrong gradient
+    passes it no more easily; None where that step is not smaller than the tolerance's.
+
+    Example:
+        >>> from substrax.testing import GRADIENT_TOLERANCES
+        >>> from substrax.testing._gradient_elements import finer_step
+        >>> finer_step(GRADIENT_TOLERANCES["float32"], 2.3).step
+        1e-06
+        >>> finer_step(GRADIENT_TOLERANCES["float32"], 1e8) is None  # it would need 0.22
+        True
+    """
+    import numpy as np  # noqa: PLC0415
+
+    allowed = BLIND_ROUNDING * tolerance.atol  # the rounding the retry may add, at most
+    needed = ROUNDING_FACTOR * float(np.finfo(np.float64).eps) * abs(loss)
+    step = max(GRADIENT_TOLERANCES["float64"].step, needed / allowed if allowed else math.inf)
+    return dataclasses.replace(tolerance, step=step) if step < tolerance.step else None
+
+
+def finer_steps(
+    tolerances: Sequence[GradientTolerance] | None, loss: float, dtype: Callable[[], Any]
+) -> Callable[[int], GradientTolerance | None]:
+    """Each leaf's :func:`finer_step`, by position, where the reference really is float64.
+
+    ``tolerances``: the leaves' defaults (None for a ``tolerance=``, used as given: no retry);
+    ``dtype()``: the dtype of the reference's loss, uncast (asked once, at the first retry).
+    """
+    import numpy as np  # noqa: PLC0415
+
+    precise = functools.cache(lambda: np.dtype(dtype()) == np.float64)
+
+    def finer(position: int) -> GradientTolerance | None:
+        if tolerances is None or not precise():
+            return None
+        return finer_step(tolerances[position], loss)
+
+    return finer
+
+
+def retried(
+    check: Callable[[int, str, GradientTolerance | None], Result],
+    finer: Callable[[int], GradientTolerance | None],
+) -> Callable[[int, str], Result]:
+    """``check(position, mode, None)``, a failed leaf checked again at ``finer(position)``.
+
+    The leaf passes where it passes at the finer step (its summary names that step); where it
+    fails again, or ``finer`` gives None, the first failure is the leaf's result.
+    """
+
+    def checked(position: int, mode: str) -> Result:
+        first = check(position, mode, None)
+        if not first[2] or (tolerance := finer(position)) is None:
+            return first
+        again = check(position, mode, tolerance)
+        return first if again[2] else again
+
+    return checked
 
 
 def check_modes(

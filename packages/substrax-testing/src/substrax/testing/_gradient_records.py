@@ -26,7 +26,8 @@ class GradientTolerance:
     its gradient (``1e6 + w * b``) leaves a difference of two nearly equal values.
 
     Attributes:
-        step: The central-difference step, relative to ``max(1, |x|)`` of each checked element.
+        step: The central-difference step, relative to ``max(1, |x|)`` of each checked element
+            (a default's failed leaf is checked again at float64's, on a float64 reference).
         rtol: The relative tolerance.
         atol: The absolute tolerance.
 
@@ -154,3 +155,13 @@ class LeafGradientCheck:
             step = chosen.step if self.step is None else self.step  # the one used, if known
             line += f" (rtol {chosen.rtol:g}, atol {chosen.atol:g}, step {step:g})"
         return line
+
+
+def tolerance_for(dtype: str, chosen: object) -> GradientTolerance:
+    """``chosen`` (a ``tolerance=``), or the default tolerance of a leaf of ``dtype``."""
+    if chosen is not None and not isinstance(chosen, GradientTolerance):
+        raise TypeError(f"tolerance must be a GradientTolerance or None, not {chosen!r}")
+    if chosen is None and dtype not in GRADIENT_TOLERANCES:
+        known = ", ".join(GRADIENT_TOLERANCES)
+        raise ValueError(f"no default gradient tolerance for {dtype} ({known}); pass tolerance=")
+    return chosen if isinstance(chosen, GradientTolerance) else GRADIENT_TOLERANCES[dtype]

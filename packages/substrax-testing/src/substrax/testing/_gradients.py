@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, Final
 from substrax.support import check_int, require
 from substrax.typing import PyTree
 
-from ._gradient_elements import check_modes, localize, raise_worst
+from ._gradient_elements import Result, check_modes, finer_steps, localize, raise_worst, retried
 from ._gradient_records import (
-    GRADIENT_TOLERANCES,
     GradientTolerance,
     LeafGradientCheck,
     rounding_allowance,
+    tolerance_for,
 )
 from ._gradient_refusals import refuse_blind, refuse_gradient, widened_loss
 
@@ -86,15 +86,6 @@ def _floating(value: object) -> bool:
     import jax.numpy as jnp  # noqa: PLC0415
 
     return isinstance(value, jnp.ndarray) and jnp.issubdtype(value.dtype, jnp.floating)
-
-
-def _tolerance(dtype: str, chosen: object) -> GradientTolerance:
-    if chosen is not None and not isinstance(chosen, GradientTolerance):
-        raise TypeError(f"tolerance must be a GradientTolerance or None, not {chosen!r}")
-    if chosen is None and dtype not in GRADIENT_TOLERANCES:
-        known = ", ".join(GRADIENT_TOLERANCES)
-        raise ValueError(f"no default gradient tolerance for {dtype} ({known}); pass tolerance=")
-    return chosen if isinstance(chosen, GradientTolerance) else GRADIENT_TOLERANCES[dtype]
 
 
 def _placed(
@@ -207,9 +198,8 @@ def _check(
     leaves = _leaves(tree, who)
     if not any(value.size for _, value in leaves):
         raise ValueError(f"{who}: {empty}")
-    tolerances = [_tolerance(value.dtype.name, tolerance) for _, value in leaves]
-    output = jax.eval_shape(function, tree, aux)
-    if getattr(output, "shape", None) != ():
+    tolerances = [tolerance_for(value.dtype.name, tolerance) for _, value in leaves]
+    if getattr(output := jax.eval_shape(function, tree, aux), "shape", None) != ():
         raise TypeError(f"{who}: the loss must return a scalar, not {output}")
     value, gradient = jax.jit(jax.value_and_grad(function))(tree, aux)
     if not math.isfinite(float(value)):  # check_grads takes nan for nan as equal
@@ -221,8 +211,8 @@ def _check(
     tree = treedef.unflatten(flat)  # arrays, as ``jax.jvp`` wants them (not numpy or floats)
     loss = jax.jit(lambda values, others: function(values, others).astype(jnp.float64))
 
-    def leaf_check(position: int, mode: str) -> tuple[float, LeafGradientCheck, bool, Any]:
-        """One leaf's check; leaves are never indexed (an explicitly sharded one refuses)."""
+    def leaf_check(position: int, mode: str, finer: GradientTolerance | None) -> Result:
+        """One leaf's check (at ``finer``'s step if given); leaves are never indexed."""
         (path, value), size = leaves[position], leaves[position][1].size
         indices = np.arange(size)  # or ``samples`` of them, picked by ``seed``
         if size > samples:
@@ -243,7 +233,13 @@ def _check(
             return jax.jvp(lambda v: loss(v, aux), (tree,), (treedef.unflatten(tangents),))[1]
 
         grad = np.asarray(flat_gradient[position], dtype=np.float64).ravel()[indices]
-        about = (path, value.dtype.name, mode, tolerances[position], (indices, value.shape))
+        about = (
+            path,
+            value.dtype.name,
+            mode,
+            finer or tolerances[position],
+            (indices, value.shape),
+        )
         return _check_leaf(reference, along, grad, start, about)
 
     # float64 meets float32 data a loss closes over (a strict promotion refuses it); the other
@@ -253,7 +249,12 @@ def _check(
         rest = jax.tree.map(lambda x: x.astype(np.float64) if _floating(x) else x, aux)
         level = widened_loss(who, what, lambda: loss(treedef.unflatten(wide), rest))
         positions = [position for position, value in enumerate(flat) if value.size]
-        results, note = check_modes(leaf_check, chosen, positions, who)
+        finer = finer_steps(  # a tolerance= is used as given: no retry
+            None if tolerance is not None else tolerances,
+            level,
+            lambda: jax.eval_shape(function, treedef.unflatten(wide), rest).dtype,
+        )
+        results, note = check_modes(retried(leaf_check, finer), chosen, positions, who)
         if any(result[2] for result in results):  # is the reference the loss? (not raised yet)
             raise_worst(who, results, (function, (treedef.unflatten(wide), rest), value), note)
     if not allow_zero:  # passed: but a gradient within its allowance everywhere passes anyhow
@@ -283,7 +284,10 @@ def check_parameter_gradients(
     against its own difference, and ``jax.test_util.check_grads`` must pass along a random
     direction of them; in ``"fwd"`` mode ``check_grads`` checks ``jax.jvp`` along a random
     direction (the elements are compared one by one only to report a failure). The module is
-    not changed (batch statistics and RNG counts neither). The reference is only as precise as
+    not changed (batch statistics and RNG counts neither). A leaf that fails with its dtype's
+    default step (float32's ``1e-3`` can cross a ReLU's kink) is checked again at float64's,
+    ``1e-6`` (:func:`~substrax.testing._gradient_elements.finer_step`), where the loss is float64
+    under the reference and no ``tolerance=`` was given. The reference is only as precise as
     the loss: leave a layer's compute ``dtype=`` to its parameters', and make dropout
     deterministic (x64 draws differ).
 
