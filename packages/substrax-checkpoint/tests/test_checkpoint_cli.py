@@ -46,6 +46,30 @@ def test_ls_show_verify(store_dir, capsys):
     assert all(row["ok"] for row in json.loads(capsys.readouterr().out))
 
 
+def test_show_and_describe_name_typed_keys_and_none_leaves(store_dir, capsys):
+    """Hostile finding: a key<fry> of shape () showed as its (2,) uint32 data, so a template
+    built from the listing was refused; a None leaf was not listed."""
+    import jax
+
+    keys = jax.random.split(jax.random.key(1), 3)
+    state = {"key": jax.random.key(1), "keys": keys, "none": None, "w": np.zeros(2, np.float32)}
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(1, {"rng": state})
+        described = {leaf.path: (leaf.shape, leaf.dtype) for leaf in store.describe(1)["rng"]}
+    assert described == {
+        "key": ((), "key<fry>"),
+        "keys": ((3,), "key<fry>"),
+        "none": (None, "None"),
+        "w": ((2,), "float32"),
+    }
+    assert main(["show", "--json", str(store_dir), "1"]) == 0
+    shown = json.loads(capsys.readouterr().out)["items"]["rng"]
+    assert [(leaf["path"], leaf["dtype"]) for leaf in shown][:2] == [
+        ("key", "key<fry>"),
+        ("keys", "key<fry>"),
+    ]
+
+
 def test_verify_reports_a_broken_step(store_dir, capsys):
     _fill(store_dir)
     for path in (store_dir / "3" / "model").rglob("*"):

@@ -134,12 +134,14 @@ def _colliding(kind: str, make) -> tuple[dict, tuple[str, str], str]:
         return {"a.b": make(1.0), "a": {"b": make(2.0)}}, ("a.b", "a/b"), "a.b"
     if kind == "slashed_key":  # orbax's names differ (a/b, a.b); the store's records would not
         return {"a/b": make(1.0), "a": {"b": make(2.0)}}, ("['a/b']", "['a']['b']"), "a/b"
+    if kind == "trailing_slash":  # hostile finding: TensorStore drops the "/", one array kept
+        return {"a/": make(1.0), "a": make(2.0)}, ("a/", "a"), "a"
     return {"x": [make(1.0)], "x.0": make(2.0)}, ("x/0", "x.0"), "x.0"
 
 
 @pytest.mark.parametrize("async_save", [True, False], ids=["async", "blocking"])
 @pytest.mark.parametrize("leaves", ["numpy", "jax"])
-@pytest.mark.parametrize("kind", ["dotted_key", "dotted_index", "slashed_key"])
+@pytest.mark.parametrize("kind", ["dotted_key", "dotted_index", "slashed_key", "trailing_slash"])
 def test_leaves_whose_stored_names_collide_are_refused_naming_both(
     store_dir, async_save, leaves, kind
 ):
@@ -160,6 +162,56 @@ def test_leaves_whose_stored_names_collide_are_refused_naming_both(
         store.wait()
         assert store.list_steps() == [1, 2]
         assert store.best_step("loss") is None
+
+
+@pytest.mark.parametrize("use_ocdbt", [True, False], ids=["ocdbt", "files"])
+def test_a_trailing_slash_collision_is_refused_in_either_layout(store_dir, use_ocdbt):
+    """Hostile finding: both leaves restored as one of them (which one varied), verify said ok."""
+    with OrbaxCheckpointStore(store_dir, use_ocdbt=use_ocdbt, async_save=False) as store:
+        with pytest.raises(CheckpointLeafNameCollisionError, match="TensorStore drops a trailing"):
+            store.save(1, {"model": {"a/": jnp.ones(3), "a": jnp.zeros(3)}})
+        with pytest.raises(CheckpointLeafNameCollisionError) as error:
+            store.save(1, {"model": {"a": {"b/": jnp.ones(2)}, "a.b": jnp.zeros(2)}})
+        assert error.value.stored_name == "a.b"
+        assert store.list_steps() == []
+
+
+@pytest.mark.parametrize(
+    ("tree", "shown", "why"),
+    [
+        # hostile findings: saved and verified, then no restore found the array
+        ({"a\\b": 1.0}, r"\['a\\\\b'\]", "TensorStore reads"),
+        ({"a/b": 1.0, "a\\b": 2.0}, r"\['a\\\\b'\]", "TensorStore reads"),
+        # a bare ValueError (or FAILED_PRECONDITION) from orbax's threads after the write began
+        ({"a//b": 1.0}, r"\['a//b'\]", "with '//' in a key"),
+        ({"x/../y": 1.0}, r"\['x/../y'\]", "a folder named '..'"),
+        ({"a\0b": 1.0}, r"\['a\\x00b'\]", "a NUL ends"),
+        ({"k" * 300: 1.0}, r"\['k{300}'\]", "is over 255 bytes"),
+        ({"a.__lock": 1.0}, r"\['a\.__lock'\]", "TensorStore's '.__lock'"),
+        ({"a": 1.0, "a/c/0": 2.0}, r"\['a/c/0'\]", "'c' holds the leaf \\['a'\\]'s data"),
+        ({"a": 1.0, "a/zarr.json": 2.0}, r"\['a/zarr\.json'\]", "holds the leaf"),
+        # the writer's own restore raised CheckpointCorruptError (orbax read tree.x, tree.x.y)
+        ({"x/": 1.0, "x": {"y": 2.0}}, r"\['x'\]\['y'\]", "extends the leaf \\['x/'\\]"),
+    ],
+)
+def test_a_key_a_store_without_ocdbt_cannot_store_is_refused_naming_it(store_dir, tree, shown, why):
+    tree = jax.tree.map(lambda value: np.full(2, value, np.float32), tree)
+    with OrbaxCheckpointStore(store_dir, use_ocdbt=False, async_save=False) as store:
+        with pytest.raises(ValueError, match=f"item 'model' leaf {shown} cannot be stored with"):
+            store.save(1, {"model": tree})
+        with pytest.raises(ValueError, match=f"{why}.*open the store with use_ocdbt=True"):
+            store.save(1, {"model": tree})
+        assert store.list_steps() == []
+
+
+def test_keys_a_store_without_ocdbt_can_store_are_kept(store_dir):
+    """A leaf folder inside another's, and a str (kept in orbax's JSON) under any key."""
+    tree = {"a": np.ones(2), "a/b": np.zeros(2), "a\\b": "text", "./c": np.full(2, 2.0)}
+    with OrbaxCheckpointStore(store_dir, use_ocdbt=False, async_save=False) as store:
+        store.save(1, {"model": tree})
+        restored = store.restore(1, templates={"model": tree}).items["model"]
+    assert restored["a\\b"] == "text"
+    assert [restored[key].tolist() for key in ("a", "a/b", "./c")] == [[1, 1], [0, 0], [2, 2]]
 
 
 @pytest.mark.parametrize(

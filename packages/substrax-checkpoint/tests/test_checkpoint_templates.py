@@ -300,6 +300,26 @@ def test_a_key_of_another_implementation_is_refused_though_its_data_fits(
             store.restore(0, templates={"rng": {"key": jnp.zeros((), jnp.uint32)}})
 
 
+@pytest.mark.parametrize("python_leaf", [3, "text", None], ids=["int", "str", "arrays-only"])
+def test_a_uint32_array_is_refused_for_a_key_template_beside_any_python_leaf(tmp_path, python_leaf):
+    """Hostile finding: beside a Python scalar or str the check fell back to orbax's metadata,
+    where uint32 fits any key (a record from before keys were named), and [3, 9] came back as
+    a key<fry> of shape ()."""
+    saved = {"counts": jnp.array([3, 9], jnp.uint32)}
+    saved |= {} if python_leaf is None else {"epoch": python_leaf}
+    template = {**saved, "counts": jax.random.key(0)}
+    message = (
+        "leaf 'counts' is a uint32 value in the checkpoint but a key<fry> PRNG key in the template"
+    )
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(0, {"rng": saved})
+        with pytest.raises(ValueError, match=re.escape(message) + "|has shape"):
+            store.restore(0, templates={"rng": template})
+        store.save(1, {"rng": {**saved, "counts": jax.random.key(9)}})
+        key = store.restore(1, templates={"rng": template}).items["rng"]["counts"]
+    np.testing.assert_array_equal(_data(key), _data(jax.random.key(9)))
+
+
 def test_a_template_whose_sharding_cannot_split_a_leaf_is_named_not_taken_for_corruption(
     tmp_path,
 ):

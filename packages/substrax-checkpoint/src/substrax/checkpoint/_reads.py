@@ -229,7 +229,11 @@ class StoreReads(StoreLifecycle):
             manager = self._manager()
             assert manager is not None  # noqa: S101 - _record found the step
             trees = stored_trees(manager, step, record)
-        return {name: stored_leaves(tree) for name, tree in trees.items()}
+        dtypes, shapes = record.dtypes or {}, record.shapes or {}
+        return {
+            name: stored_leaves(tree, dtypes.get(name), shapes.get(name))
+            for name, tree in trees.items()
+        }
 
 
 def _failure(item: str | None, leaf: str | None, error: BaseException) -> dict[str, Any]:

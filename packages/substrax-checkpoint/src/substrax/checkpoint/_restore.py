@@ -56,7 +56,11 @@ def stored_restore_args(stored: PyTree, host: Mapping[str, str] | None = None) -
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoredLeaf:
-    """One stored leaf as its metadata describes it (no array is read)."""
+    """One stored leaf as its metadata describes it (no array is read).
+
+    A typed PRNG key shows its ``key<impl>`` dtype and the keys' shape (its ``nbytes`` are its
+    data's), a ``None`` leaf the dtype ``"None"``, a str ``"str"``.
+    """
 
     path: str
     shape: tuple[int, ...] | None
@@ -64,12 +68,22 @@ class StoredLeaf:
     nbytes: int | None
 
 
-def stored_leaves(stored: PyTree) -> list[StoredLeaf]:
-    """The leaves of an item's orbax metadata tree: path, shape, dtype and size in bytes."""
+def stored_leaves(
+    stored: PyTree,
+    dtypes: Mapping[str, str] | None = None,
+    shapes: Mapping[str, list[int]] | None = None,
+) -> list[StoredLeaf]:
+    """The leaves of an item's orbax metadata tree: path, shape, dtype and size in bytes.
+
+    ``dtypes`` and ``shapes`` (the step's records) name the keys, whose data orbax describes.
+    """
     leaves: list[StoredLeaf] = []
-    for path, leaf in _trees.flat_leaves(stored):
+    pairs, _ = jax.tree_util.tree_flatten_with_path(stored, is_leaf=lambda leaf: leaf is None)
+    for key_path, leaf in pairs:
+        path = _trees.leaf_path(key_path)
         shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
         name, nbytes = ("str" if isinstance(leaf, ocp.metadata.StringMetadata) else None), None
+        name = "None" if leaf is None else name
         if dtype is not None and _trees.is_key(dtype):
             name = str(dtype)
         elif dtype is not None:
@@ -77,6 +91,9 @@ def stored_leaves(stored: PyTree) -> list[StoredLeaf]:
             if shape is not None:
                 nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         shape = None if shape is None else tuple(int(s) for s in shape)
+        if _trees.is_key_name(recorded := (dtypes or {}).get(path, "")) and name == "uint32":
+            name, keys = recorded, (shapes or {}).get(path)  # a record without shapes: data's
+            shape = tuple(keys) if keys is not None else None if shape is None else shape[:-1]
         leaves.append(StoredLeaf(path=path, shape=shape, dtype=name, nbytes=nbytes))
     return leaves
 
@@ -287,7 +304,7 @@ def restore_items(
     }
     for name, template in resolved.items():
         check_template(name, stored[name], template)
-        check_keys(name, saved_dtypes(name), template)
+        check_keys(name, saved_dtypes(name), template, (record.shapes or {}).get(name))
     if not cast_dtypes and (before := mismatches(resolved)):
         raise CheckpointDtypeMismatchError(step=step, mismatches=tuple(before))
     args: dict[str, Any] = {}

@@ -19,6 +19,7 @@ from ._index import IndexBook
 from ._lock import agreed_record, is_primary, take_writer_lock
 from ._manager import Layout, empty_deleted, remove_partial_steps
 from ._metadata import Producer
+from ._names import check_file_names
 from ._paths import check_store_directory, make_store_directory
 from ._protocol import PyTree
 from ._reads import StoreReads
@@ -236,7 +237,8 @@ class OrbaxCheckpointStore(StoreReads):
         and put back if the write fails. A failed previous (background) write is
         raised here as ``CheckpointWriteError``, and this step is not written either (its
         ``unwritten`` names both). A NaN or infinite metric is recorded aside, never ranked;
-        leaves orbax would store under one name raise ``CheckpointLeafNameCollisionError``; a
+        leaves orbax would store under one name raise ``CheckpointLeafNameCollisionError``,
+        and with ``use_ocdbt=False`` a leaf whose keys make no file path ``ValueError``; a
         directory removed since the store opened raises ``CheckpointStoreRemovedError``. With
         several processes a refusal is decided by process 0, as are the metrics, ``epoch`` and
         ``extra`` recorded (so retention keeps the same steps on every process); a host-local
@@ -260,6 +262,8 @@ class OrbaxCheckpointStore(StoreReads):
         request = SaveRequest.build(
             step, items, epoch=epoch, metrics=metrics, producer=producer, extra=extra
         )
+        if not self._layout.ocdbt:  # one directory per array: the file system's names
+            check_file_names(request.items)
         record = agreed_record(request.record, self._directory)
         request = dataclasses.replace(request, record=record)
         self._check_open()

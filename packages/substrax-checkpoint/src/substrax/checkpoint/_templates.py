@@ -76,7 +76,7 @@ def dtype_mismatches(item: str, saved: Mapping[str, str], template: PyTree) -> l
 
 def _named(dtype: str) -> str:
     what = f"{dtype} PRNG key" if _trees.is_key_name(dtype) else f"{dtype} value"
-    return f"{'an' if what[0] in 'aeiou' else 'a'} {what}"
+    return f"{'an' if what[0] in 'aeio' else 'a'} {what}"
 
 
 def _key_mismatch(item: str, path: str, stored: str, wanted: str) -> ValueError:
@@ -92,14 +92,34 @@ def _key_mismatch(item: str, path: str, stored: str, wanted: str) -> ValueError:
     )
 
 
-def check_keys(item: str, saved: Mapping[str, str], template: PyTree) -> None:
+def _plain_data(stored: str, wanted: str, shape: list[int] | None, leaf: object) -> bool:
+    """Whether a ``uint32`` leaf is plain data, not a key recorded before keys had their name.
+
+    A record that keeps shapes keeps a key's own shape (``()`` for one key), not its data's.
+    """
+    if stored != "uint32" or not _trees.is_key_name(wanted) or shape is None:
+        return False
+    return tuple(shape) != tuple(getattr(leaf, "shape", ()))
+
+
+def check_keys(
+    item: str,
+    saved: Mapping[str, str],
+    template: PyTree,
+    shapes: Mapping[str, list[int]] | None = None,
+) -> None:
     """Raise ValueError at the first template leaf whose PRNG key does not fit the stored leaf.
 
-    A key where another implementation's key or no key is stored, or no key where one is.
+    A key where another implementation's key or no key is stored, or no key where one is;
+    ``shapes`` (the step's recorded shapes) tells a ``uint32`` array from an older key record.
     """
     for path, leaf in _trees.flat_leaves(template):
         wanted, stored = _wanted(leaf), saved.get(path)
-        if wanted is None or stored is None or _fits(stored, wanted):
+        if wanted is None or stored is None:
+            continue
+        if _fits(stored, wanted) and not _plain_data(
+            stored, wanted, (shapes or {}).get(path), leaf
+        ):
             continue
         if _trees.is_key_name(wanted) or _trees.is_key_name(stored):
             raise _key_mismatch(item, path, stored, wanted)
@@ -158,7 +178,7 @@ def _describe(leaf: object) -> str:
     what = "PRNG key" if _trees.is_key(dtype) else "array"
     what = what if dtype is None else f"{dtype} {what}"
     shown = "" if shape is None else f" of shape {tuple(shape)}"
-    return f"{'an' if what[0] in 'aeiou' else 'a'} {what}{shown}"
+    return f"{'an' if what[0] in 'aeio' else 'a'} {what}{shown}"
 
 
 def _key_data_shape(key: object) -> tuple[int, ...] | None:

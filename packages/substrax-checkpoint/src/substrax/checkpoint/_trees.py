@@ -69,14 +69,15 @@ def _storable(dtype: str) -> bool:
 def check_stored_names(item: str, paths: list[tuple[object, ...]]) -> None:
     """Refuse (``CheckpointLeafNameCollisionError``) two leaves stored or recorded under one name.
 
-    Orbax names a leaf by its keys joined with ``.``, the store's dtype, host and shape records
-    by its keys joined with ``/`` (``{"a/b": x, "a": {"b": y}}``: two leaves of record ``a/b``).
+    Orbax names a leaf by its keys joined with ``.``, TensorStore keys its array by that name
+    less one trailing ``/`` (``{"a/": x, "a": y}``: one array), the store's dtype, host and shape
+    records by its keys joined with ``/`` (``{"a/b": x, "a": {"b": y}}``: two of record ``a/b``).
     A path that is not UTF-8 text (a lone surrogate in a key) is refused too (``ValueError``).
     """
     stored: dict[str, tuple[object, ...]] = {}
     recorded: dict[str, tuple[object, ...]] = {}
     for path in paths:
-        name = leaf_path(path, ".")
+        name = leaf_path(path, ".").removesuffix("/")  # "a/" is the array "a" to TensorStore
         if not name.isascii():  # orbax writes the name into its JSON metadata
             check_text(f"the path of an item {item!r} leaf", leaf_path(path))
         first = stored.setdefault(name, path)

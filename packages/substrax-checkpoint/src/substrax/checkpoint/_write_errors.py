@@ -130,7 +130,8 @@ class CheckpointLeafNameCollisionError(_WriteError, ValueError, kw_only=True):
     dtype and shape under its keys joined with ``/`` (``stored_name``): ``{"a.b": x, "a": {"b":
     y}}`` holds two leaves of one stored name, at ``paths`` (``"a.b"`` and ``"a/b"``), and
     ``{"a/b": x, "a": {"b": y}}`` two of one recorded name (``paths`` as ``jax.tree_util.keystr``
-    shows them: ``"['a/b']"`` and ``"['a']['b']"``).
+    shows them: ``"['a/b']"`` and ``"['a']['b']"``). TensorStore, which writes the arrays, drops
+    a stored name's trailing ``/``: ``{"a/": x, "a": y}`` holds two leaves stored as ``"a"``.
 
     Example:
         >>> from substrax.checkpoint import CheckpointLeafNameCollisionError
@@ -140,7 +141,8 @@ class CheckpointLeafNameCollisionError(_WriteError, ValueError, kw_only=True):
 
     template = (
         "item {item!r} has two leaves, {paths[0]!r} and {paths[1]!r}, that would both be stored "
-        "as {stored_name!r} (orbax joins a leaf's keys with '.', the store's records with '/'), "
+        "as {stored_name!r} (orbax joins a leaf's keys with '.', the store's records with '/', "
+        "TensorStore drops a trailing '/'), "
         "and one would restore in place of the other; rename a key so that no two leaves' keys "
         "join to the same name"
     )
