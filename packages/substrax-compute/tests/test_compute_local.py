@@ -63,6 +63,28 @@ def test_worker_command_without_extras_is_the_project_interpreter(tmp_path):
     assert argv == [str(tmp_path / ".venv" / "bin" / "python")]
 
 
+def test_a_relative_python_setting_is_taken_from_the_project_not_the_working_directory(
+    tmp_path, monkeypatch
+):
+    """Hostile finding: `python = "venv/bin/python"` ran the interpreter of the directory `run`
+    was typed in (another project's), as a relative state_dir is not."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    for root in (project, elsewhere):
+        (root / "venv" / "bin").mkdir(parents=True)
+        (root / "venv" / "bin" / "python").symlink_to(sys.executable)
+    monkeypatch.chdir(elsewhere)
+    backend = LocalBackend({"state_dir": str(tmp_path / "s"), "python": "venv/bin/python"})
+    argv, _ = backend.worker_command(_spec(_task("t", "")), project)
+    assert argv == [str(project / "venv" / "bin" / "python")]
+    (project / "venv" / "bin" / "python").unlink()  # only the working directory's is left
+    with pytest.raises(ComputeConfigError) as caught:
+        backend.submit(_spec(_task("t", "print(1)")), project=project)
+    assert (
+        f"'venv/bin/python' ({project / 'venv' / 'bin' / 'python'}: relative to the project's "
+        "directory) is no executable on this machine"
+    ) in str(caught.value)
+
+
 def test_declared_extras_are_installed_by_uv_into_a_run_environment(tmp_path):
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     argv, env = backend.worker_command(_spec(_task("t", ""), extras=("cuda12", "plots")), tmp_path)
@@ -507,7 +529,10 @@ def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later
         ("next", "cancelled", None),  # a node starts no task after a failed one
     ]
     node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
-    assert [(t.name, t.status, t.returncode) for t in node_1.tasks] == [("fails", "cancelled", 3)]
+    assert [(t.name, t.status, t.returncode) for t in node_1.tasks] == [
+        ("fails", "cancelled", 3),
+        ("next", "cancelled", None),  # a stopped node lists the later tasks too
+    ]
     log = (fetched / "worker.log").read_text()
     assert "node 0 failed (exit status 1); stopping the other nodes" in log
     assert "first: node 0's task failed after it or stopped because a peer died" in log
@@ -525,7 +550,10 @@ def test_a_task_that_stopped_for_a_dead_peer_is_not_blamed_though_it_failed_firs
     )
     assert manifest.failed_node == 1
     node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
-    assert [(t.status, t.returncode) for t in node_1.tasks] == [("cancelled", 1)]
+    assert [(t.status, t.returncode) for t in node_1.tasks] == [
+        ("cancelled", 1),
+        ("cancelled", None),
+    ]
     log = (fetched / "worker.log").read_text()
     assert "node 0 failed (exit status 1); stopping the other nodes" in log
     assert "first: node 0's task failed after it or stopped because a peer died" in log
@@ -545,13 +573,59 @@ def test_a_node_stopped_while_its_own_failure_was_under_way_is_named(tmp_path):
         "sys.exit(1 if r else 75)\n"
     )
     fetched, manifest = _failed_two_node_tasks(
-        tmp_path, _task("fails", first), _task("next", "pass")
+        tmp_path, _task("fails", first), _task("next", "pass"), stop_grace_seconds=5
     )
     assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
     node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
-    assert [(t.status, t.returncode) for t in node_1.tasks] == [("cancelled", 1)]
+    assert [(t.status, t.returncode) for t in node_1.tasks] == [
+        ("cancelled", 1),
+        ("cancelled", None),
+    ]
     log = (fetched / "worker.log").read_text()
-    assert "node 0 failed (exit status 1); stopping the other nodes" in log
+    assert "node 0 failed (exit status 1): its task stopped because a peer died" in log
+    assert "[substrax] stopping the other nodes" in log  # node 1 ran on: stopped after 5 s
+
+
+RAISES_AND_LINGERS = """\
+import atexit, os, pathlib, sys, time
+raised, deadline = pathlib.Path("node-1-raised"), time.monotonic() + 60
+if os.environ["JAX_PROCESS_ID"] == "1":
+    atexit.register(time.sleep, 2)  # after its traceback, as jax's shutdown after an error
+    raised.write_text("")
+    raise RuntimeError("node 1 fails")
+while not raised.exists() and time.monotonic() < deadline:
+    time.sleep(0.02)
+sys.exit(75)  # node 0's peer watch: process 1 stopped sending heartbeats
+"""
+
+
+def test_a_node_whose_task_raised_is_named_though_its_peers_watch_ended_first(tmp_path):
+    """Hostile finding: a task that raised lingers while jax shuts down, and its peer's watch
+    ended the peer first (status 75): the supervisor stopped the raising node at once, named
+    the peer as the failed node and recorded the raising task as cancelled (killed by SIGTERM).
+    The others get the job's grace to end on their own first."""
+    fetched, manifest = _failed_two_node_tasks(
+        tmp_path,
+        _task("fails", RAISES_AND_LINGERS),
+        _task("next", "pass"),
+        stop_grace_seconds=15,
+    )
+    assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
+    assert [(t.status, t.returncode) for t in manifest.tasks] == [
+        ("failed", 75),
+        ("cancelled", None),
+    ]
+    node_1 = read_manifest(fetched / "nodes" / "1" / MANIFEST_NAME)
+    assert [(t.name, t.status, t.returncode) for t in node_1.tasks] == [
+        ("fails", "failed", 1),
+        ("next", "cancelled", None),
+    ]
+    assert (
+        "RuntimeError: node 1 fails"
+        in (fetched / "nodes" / "1" / "fails" / "stderr.log").read_text()
+    )
+    log = (fetched / "worker.log").read_text()
+    assert "its task stopped because a peer died; the other nodes get up to 15 s" in log
 
 
 LEAVES_A_CHILD = (
@@ -721,7 +795,10 @@ def test_a_multi_node_run_whose_supervisor_was_killed_stops_and_can_be_cancelled
     assert all(gone(pid, timeout=5) for pid in workers), "a worker outlived its supervisor"
     for node in (0, 1):
         outputs = run_dir / "outputs" / ("nodes/1" if node else "")
-        assert [t.name for t in read_manifest(outputs / MANIFEST_NAME).tasks] == ["sleeper"]
+        tasks = read_manifest(outputs / MANIFEST_NAME).tasks
+        assert [(t.name, t.status, t.returncode) for t in tasks][1:] == [
+            ("second", "cancelled", None)  # listed, never started
+        ]
         assert not (outputs / "second").exists(), f"node {node} started its next task"
 
 
@@ -854,7 +931,11 @@ def test_a_worker_under_a_parent_of_its_own_runs_while_its_supervisor_lives_and_
     assert wait_until_final(backend, handle, 60) is RunState.FAILED
     assert all(gone(p.pid, timeout=5) for p in everything), "a process outlived its supervisor"
     manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
-    assert [(t.name, t.status) for t in manifest.tasks] == [("sleeper", "cancelled")]
+    assert [(t.name, t.status) for t in manifest.tasks] == [
+        ("sleeper", "cancelled"),
+        ("second", "cancelled"),  # listed, never started
+    ]
+    assert manifest.tasks[1].returncode is None
     log = (Path(handle.details["run_dir"]) / "worker.log").read_text()
     assert f"the supervisor (pid {supervisor}) is gone; stopping this node" in log
 

@@ -155,6 +155,26 @@ def test_a_node_of_a_multi_node_job_starts_no_task_after_one_that_failed(tmp_pat
     assert read_manifest(node_outputs(tmp_path / "o", 1) / MANIFEST_NAME) == manifest
 
 
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_a_cancelled_run_lists_every_task_the_later_ones_cancelled(tmp_path, nodes):
+    """Hostile finding: a cancelled (or stopped) node's manifest listed only the task it was
+    running: the job's later tasks were missing from it and from the run's table."""
+    spec = _spec(_task("a", "print('a ran')"), _task("b", "print('b ran')"), nodes=nodes)
+    manifest = run_job(
+        spec, project=tmp_path, outputs=tmp_path / "o", echo=False, runner_hook=_cancel
+    )
+    assert [(t.name, t.status) for t in manifest.tasks] == [
+        ("a", TaskStatus.CANCELLED),
+        ("b", TaskStatus.CANCELLED),
+    ]
+    assert not manifest.finished
+    assert read_manifest(tmp_path / "o" / MANIFEST_NAME) == manifest
+
+
+def _cancel(runner):
+    runner.cancel()  # before the first task starts: none does
+
+
 @pytest.mark.usefixtures("child_processes")
 def test_why_a_task_could_not_start_is_echoed_like_its_output(tmp_path, capfd):
     # it was only in the task's stderr.log: the console said "task missing failed", no reason
@@ -701,6 +721,34 @@ def test_a_timed_out_task_gets_sigterm_and_the_grace_to_save_before_sigkill(tmp_
         (TaskStatus.TIMED_OUT, -9),  # killed once the grace had passed
     ]
     assert (tmp_path / "o" / "saves" / "last.ckpt").read_text() == "saved"
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_task_under_a_wrapper_that_dies_of_sigterm_gets_it_once_and_the_rest_of_the_grace(
+    tmp_path,
+):
+    """Hostile finding: a task run through a wrapper (``bash train.sh``) got SIGTERM twice at
+    once: the wrapper died of the first, and ending what it left sent the second, which ran the
+    save handler again."""
+    (tmp_path / "saver.py").write_text(
+        "import os, pathlib, signal, sys, time\n"
+        "out = pathlib.Path(os.environ['AVITAI_OUTPUT_DIR'])\n"
+        "def on_term(signum, frame):\n"
+        "    on_term.calls = getattr(on_term, 'calls', 0) + 1\n"
+        "    (out / f'sigterm-{on_term.calls}').write_text('')\n"
+        "    time.sleep(1)  # saving\n"
+        "    (out / 'last.ckpt').write_text('saved')\n"
+        "    sys.exit(7)\n"
+        "signal.signal(signal.SIGTERM, on_term)\n"
+        "time.sleep(60)\n"
+    )
+    wrapper = "import subprocess, sys; sys.exit(subprocess.call([sys.executable, 'saver.py']))"
+    spec = _spec(_task("wrapped", wrapper, timeout=5), stop_grace_seconds=20)
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    assert [(t.status, t.returncode) for t in manifest.tasks] == [(TaskStatus.TIMED_OUT, -15)]
+    task_dir = tmp_path / "o" / "wrapped"
+    assert sorted(p.name for p in task_dir.glob("sigterm-*")) == ["sigterm-1"]
+    assert (task_dir / "last.ckpt").read_text() == "saved"
 
 
 class _Runner:

@@ -13,7 +13,8 @@ environment kept per (project, extras) under the state directory, never into the
 allows it up to ``EXTRAS_SETUP_SECONDS`` more).
 
 Settings (``[tool.substrax.compute.backends.local]``): ``state_dir``, ``python`` (the
-interpreter for a job without extras; default the project's ``.venv`` python, else this one),
+interpreter for a job without extras, a relative path taken from the project's directory;
+default the project's ``.venv`` python, else this one),
 ``mounts`` (``{mount name: directory on this machine}``).
 
 Example:
@@ -28,7 +29,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +44,7 @@ from ._errors import (
     SecretNotSetError,
 )
 from ._files import copy_atomically, copy_outputs, follow_lines
+from ._local_python import check_python, local_python
 from ._manifest import MANIFEST_NAME, JobManifest, read_manifest
 from ._processes import end_group, free_port, group_alive, spawn_detached, start_time
 from ._records import COMPONENT, JsonValue
@@ -144,38 +145,7 @@ class LocalBackend:
         self.state_dir = backend_state_dir(self.settings.state_dir, self.name)
 
     def _python(self, project: Path) -> str:
-        if self.settings.python:
-            return self.settings.python
-        venv = project / ".venv" / "bin" / "python"
-        return str(venv) if venv.exists() else sys.executable
-
-    def _check_python(self, project: Path) -> None:
-        """Refuse a ``python`` setting that names no program here (0.1.22 took a command line).
-
-        An interpreter that cannot import ``substrax.compute`` (``python3`` outside the
-        project's environment) is refused too: its worker would fail at once.
-        """
-        value = self.settings.python
-        if not value:
-            return
-        if shutil.which(value):
-            _check_imports(value)
-            return
-        what = (
-            "is a command line, but the setting names one interpreter"
-            if len(value.split()) > 1
-            else "is no executable on this machine"
-        )
-        raise ComputeConfigError(
-            [
-                (
-                    f"{ROOT_PATH}.backends.local.python",
-                    f"{value!r} {what}; write an interpreter's path (e.g. "
-                    f"{json.dumps(str(project / '.venv' / 'bin' / 'python'))}), or leave python "
-                    "out to use the project's .venv python",
-                )
-            ]
-        )
+        return local_python(self.settings.python, project)
 
     def worker_command(self, spec: "JobSpec", project: Path) -> tuple[list[str], dict[str, str]]:
         """The interpreter argv prefix and extra environment that run the worker for ``spec``.
@@ -218,7 +188,7 @@ class LocalBackend:
         if missing:
             raise SecretNotSetError(missing)
         if not spec.extras:  # with extras, uv's python runs the worker
-            self._check_python(project)
+            check_python(self.settings.python, project)
         mount_env = self._mount_env(spec, project)
         run = new_run(spec, project)
         run_dir = stage_run(self.state_dir / "runs", run)
@@ -368,23 +338,6 @@ def _cancel_grace(run_dir: Path) -> float:
     except (OSError, ValueError, KeyError, TypeError):  # a run made before its plan was written
         return CANCEL_GRACE_SECONDS
     return max(CANCEL_GRACE_SECONDS, grace)
-
-
-def _check_imports(python: str) -> None:
-    """Refuse ``python`` (the ``python`` setting) when it cannot import ``substrax.compute``."""
-    argv = [python, "-c", "import substrax.compute"]
-    try:
-        checked = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=300)
-        why = [f"exit status {checked.returncode}", *checked.stderr.strip().splitlines()][-1]
-    except (OSError, subprocess.TimeoutExpired) as error:
-        checked, why = None, str(error)
-    if checked is None or checked.returncode:
-        why = (
-            f"{python!r} cannot run the worker: `{python} -c 'import substrax.compute'` failed "
-            f"({why}); name the interpreter of an environment with substrax-compute installed, "
-            "or leave python out to use the project's .venv python"
-        )
-        raise ComputeConfigError([(f"{ROOT_PATH}.backends.local.python", why)])
 
 
 def _as_path(project: object) -> Path:

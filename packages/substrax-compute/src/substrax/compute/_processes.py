@@ -133,15 +133,19 @@ def _wait_group(pgid: int, started: str, timeout: float) -> bool:
     return True
 
 
-def end_group(pgid: int, started: str, grace: float) -> None:
+def end_group(pgid: int, started: str, grace: float, *, terminated: float | None = None) -> None:
     """SIGTERM the group ``pgid`` while it lives (:func:`group_alive`); SIGKILL it after ``grace``.
 
-    Returns once the group is gone, or ``grace`` after the SIGKILL.
+    ``terminated`` is when (``time.monotonic()``) the group was sent SIGTERM already: it gets
+    no second one (a task's handler would run again), and ``grace`` counts from then. Returns
+    once the group is gone, or ``grace`` after the SIGKILL.
     """
     if not group_alive(pgid, started):
         return
-    kill_group(pgid, signal.SIGTERM)
-    if not _wait_group(pgid, started, grace):
+    if terminated is None:
+        kill_group(pgid, signal.SIGTERM)
+        terminated = time.monotonic()
+    if not _wait_group(pgid, started, terminated + grace - time.monotonic()):
         kill_group(pgid, signal.SIGKILL)
         _wait_group(pgid, started, grace)
 

@@ -134,15 +134,16 @@ class TaskRunner:
             self.kill_at = time.monotonic() + self.spec.stop_grace_seconds
         self.cancelled = True
 
-    def _wait(self, process: subprocess.Popen[bytes], budget: float) -> bool:
-        """Wait for ``process``; True if it timed out (its deadline came before any stop).
+    def _wait(self, process: subprocess.Popen[bytes], budget: float) -> tuple[bool, float | None]:
+        """Wait for ``process``; whether it timed out, and when its group got SIGTERM (or None).
 
+        It timed out when its deadline came before any stop; the time is ``time.monotonic()``'s.
         At its deadline, a stop or a cancel its group gets SIGTERM, then SIGKILL after the
         spec's ``stop_grace_seconds``.
         """
         deadline = time.monotonic() + budget
         timeout_kill_at: float | None = None
-        terminated = False
+        terminated: float | None = None
         while True:
             now = time.monotonic()
             if timeout_kill_at is None and self.kill_at is None and now >= deadline:
@@ -150,21 +151,21 @@ class TaskRunner:
             kill_at = min(
                 (t for t in (self.kill_at, timeout_kill_at) if t is not None), default=None
             )
-            if kill_at is not None and not terminated:
-                terminated = True
+            if kill_at is not None and terminated is None:
+                terminated = now
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGTERM)
             if kill_at is not None and now >= kill_at:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-                return timeout_kill_at is not None
+                return timeout_kill_at is not None, terminated
             limit = deadline if kill_at is None else kill_at
             try:
                 process.wait(timeout=max(0.0, min(limit - now, _WAIT_SLICE_SECONDS)))
             except subprocess.TimeoutExpired:
                 continue
-            return timeout_kill_at is not None
+            return timeout_kill_at is not None, terminated
 
     def dropped(self) -> list[str]:
         """This process's ``JAX_*`` and ``XLA_*`` variables a task does not get as they are.
@@ -279,14 +280,16 @@ class TaskRunner:
         ]
         for pump in pumps:
             pump.start()
-        timed_out = self._wait(process, budget)
+        timed_out, terminated = self._wait(process, budget)
         code = process.returncode
         if (not timed_out and not self.cancelled and code != 0) or (code or 0) > 0:
             mark_failure(code)  # now: what the task left may take the grace to end
         # what the task left in its group: a background child would outlive the job, and one
         # holding the task's output would keep its log, and so the job, open past every timeout
-        # (end_group waits for live members only: a zombie nobody reaps does not hold it)
-        end_group(process.pid, started, self.spec.stop_grace_seconds)
+        # (end_group waits for live members only: a zombie nobody reaps does not hold it); a
+        # group sent SIGTERM already (a wrapper that died of it) gets no second one, only the
+        # rest of its grace
+        end_group(process.pid, started, self.spec.stop_grace_seconds, terminated=terminated)
         if self.adopts and (left := end_adopted(self.spec.stop_grace_seconds)):  # own sessions
             self.notes.append(f"task {task.name} left processes running {left}; they were ended")
         (self.root / TASK_PROCESS).unlink(missing_ok=True)

@@ -5,7 +5,9 @@ node or more). It starts one worker per node from ``RUN_DIR/nodes.json`` (each w
 environment plus the node's own variables), waits for them, and once a worker exits with a non-zero
 status it stops the others (their tasks get SIGTERM, then SIGKILL after the job's
 ``stop_grace_seconds``) and records in the job's manifest (node 0's) which node failed first and
-how, before it exits itself: the run is not final before that. A one-node job's worker counts as
+how, before it exits itself: the run is not final before that. A worker whose task stopped
+because a peer died (the peer watch's status 75) waits for its peers a grace before they are
+stopped: a peer whose task raised lingers while jax shuts down, and is the one to name. A one-node job's worker counts as
 failed so only when it ended before finishing the job (killed, or it could not write the
 manifest): a job whose tasks failed is no node's failure. A worker that dies mid-task leaves its
 task running in the task's own session: its group is ended here (SIGTERM, then SIGKILL after the
@@ -32,11 +34,11 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
-from substrax.runtime import PEER_FAILURE_EXIT_CODE
 from substrax.support import write_atomically
 
+from ._blame import NodeExit, blame, failed_at, stopped_for_a_peer
 from ._environment import EVENT_PREFIX, FAILED_AT_ENV, node_outputs
 from ._manifest import (
     MANIFEST_NAME,
@@ -104,10 +106,6 @@ def _say(text: str) -> None:
         sys.stdout.flush()
 
 
-def _failed_at(run_dir: Path, node: int) -> Path:
-    return run_dir / f"node-{node}.failed-at"
-
-
 def _start(
     run_dir: Path, entry: dict[str, Any], ended: queue.Queue[tuple[int, int]], node: int
 ) -> int | None:
@@ -118,7 +116,7 @@ def _start(
     env = {
         **os.environ,
         **entry["env"],
-        FAILED_AT_ENV: str(_failed_at(run_dir, node)),
+        FAILED_AT_ENV: str(failed_at(run_dir, node)),
         SUPERVISOR_ENV: str(os.getpid()),
     }
     try:
@@ -248,12 +246,14 @@ def supervise(run_dir: Path) -> int:
     """Run the planned workers until all ended; 0 when none failed, else 1.
 
     When a worker exits with a non-zero status, the others are sent ``STOP_SIGNAL`` (their
-    tasks get SIGTERM, then SIGKILL after the job's ``stop_grace_seconds``) and are killed themselves when
-    still running ``_WORKER_MARGIN_SECONDS`` after that. The failed node is the one whose task
-    failed first, by the time each worker wrote when it saw its task fail (a peer's failure
-    makes the others' tasks fail too, and their workers may exit in any order), a task that
-    stopped because a peer died coming after any other; without such a record, the first
-    worker to exit non-zero. A node stopped so is never the one blamed.
+    tasks get SIGTERM, then SIGKILL after the job's ``stop_grace_seconds``) and are killed
+    themselves when still running ``_WORKER_MARGIN_SECONDS`` after that; when its task stopped
+    because a peer died (and no node's own failure is on record), only once the others had
+    ``stop_grace_seconds`` to end on their own. The failed node is the one whose task failed
+    first, by the time each worker wrote when it saw its task fail (a peer's failure makes the
+    others' tasks fail too, and their workers may exit in any order), a task that stopped
+    because a peer died coming after any other; without such a record, the first worker to
+    exit non-zero. A node stopped so is never the one blamed.
     """
     plan = cast("dict[str, Any]", json.loads((run_dir / NODES_FILE).read_text()))
     deadline = _Deadline(run_dir, plan)
@@ -268,85 +268,92 @@ def supervise(run_dir: Path) -> int:
     signal.signal(signal.SIGTERM, on_term)
     ended: queue.Queue[tuple[int, int]] = queue.Queue()
     running: dict[int, int | None] = {}
-    exits: dict[int, _Exit] = {}
+    exits: dict[int, NodeExit] = {}
     endings: list[threading.Thread] = []
     for node, entry in enumerate(plan["nodes"]):
         if cancelled or deadline.passed():
             break
         running[node] = _start(run_dir, entry, ended, node)
     failed: tuple[int, int] | None = None
-    kill_at: float | None = None
+    stop = _Stopping(running, grace)
     while running:
-        if not timed_out and failed is None and deadline.passed():
+        if not stop.begun and failed is None and deadline.passed():
             timed_out = True
             _say(deadline.reason())
-            _signal_all(running, STOP_SIGNAL)
-            kill_at = time.monotonic() + grace
+            stop.now()
         try:
             node, code = ended.get(timeout=_POLL_SECONDS)
         except queue.Empty:
             pass
         else:
             del running[node]
-            stopped = failed is not None or timed_out
-            exits[node] = _Exit(code, time.time(), stopped=stopped)
+            exits[node] = NodeExit(code, time.time(), stopped=stop.begun)
             cancelled = cancelled or (run_dir / CANCELLED_MARKER).exists()
-            failing, ending = _ended(run_dir, plan, (node, code), stopped, cancelled)
+            failing, ending = _ended(run_dir, plan, (node, code), stop.begun, cancelled)
             endings += [ending] if ending is not None else []
             if failing:
-                failed = (node, code)
-                if len(plan["nodes"]) > 1:
-                    _say(f"node {node} failed ({describe_status(code)}); stopping the other nodes")
-                _signal_all(running, STOP_SIGNAL)
-                kill_at = time.monotonic() + grace
-        if kill_at is not None and time.monotonic() > kill_at:
-            _signal_all(running, signal.SIGKILL)
-            kill_at = None
+                failed = failed or (node, code)
+                _stop_after(run_dir, plan, (node, code), stop)
+        stop.tick()
     for ending in endings:
         ending.join()
     if failed is None:
         return 1 if timed_out else 0
-    failed = _blame(run_dir, exits, first_exit=failed)
+    first, failed = failed[0], blame(run_dir, exits, first_exit=failed)
+    if failed[0] != first:
+        _say(
+            f"node {failed[0]} failed ({describe_status(failed[1])}) first: node {first}'s "
+            "task failed after it or stopped because a peer died"
+        )
     _record_failure(run_dir, job=plan["job"], nodes=len(plan["nodes"]), failed=failed)
     return 1
 
 
-class _Exit(NamedTuple):
-    code: int
-    seen: float  # when the supervisor saw the worker exit (time.time())
-    stopped: bool  # it had been sent STOP_SIGNAL by then
+class _Stopping:
+    """When the running workers are sent ``STOP_SIGNAL``, and when SIGKILL (``grace`` after)."""
+
+    def __init__(self, running: dict[int, int | None], grace: float) -> None:
+        self.running, self.grace = running, grace
+        self.kill_at: float | None = None
+        self.stop_at: float | None = None  # after a peer failure only: when they are stopped
+        self.begun = False
+
+    def now(self) -> None:
+        """Stop the running workers now (their tasks get SIGTERM and the job's grace)."""
+        _signal_all(self.running, STOP_SIGNAL)
+        self.kill_at, self.stop_at, self.begun = time.monotonic() + self.grace, None, True
+
+    def tick(self) -> None:
+        """Stop the workers, or kill them, once it is time to."""
+        if self.stop_at is not None and time.monotonic() > self.stop_at:
+            _say("stopping the other nodes")
+            self.now()
+        if self.kill_at is not None and time.monotonic() > self.kill_at:
+            _signal_all(self.running, signal.SIGKILL)
+            self.kill_at = None
 
 
-def _blame(
-    run_dir: Path, exits: dict[int, _Exit], *, first_exit: tuple[int, int]
-) -> tuple[int, int]:
-    """The node that failed first, and its worker's exit status (its task's, if it was stopped).
+def _stop_after(
+    run_dir: Path, plan: dict[str, Any], exit: tuple[int, int], stop: _Stopping
+) -> None:
+    """Stop the other nodes once ``exit`` failed the job: at once, or a grace after a peer failure.
 
-    A failed node's time is when its worker saw its task fail (the record it wrote), else when
-    its worker exited; a task that ended with ``PEER_FAILURE_EXIT_CODE`` stopped because a
-    peer died (its peer watch said so) and comes after any other failure, whatever the times.
-    A node that was stopped and left no record of a failed task is not a candidate.
+    A task that stopped because a peer died may have a peer still ending on its own (a process
+    that raised lingers while jax shuts down): the others get ``stop_grace_seconds`` first.
     """
-    order: dict[int, tuple[bool, float]] = {}
-    status = {node: code for node, (code, _, _) in exits.items()}
-    for node, (code, seen, stopped) in exits.items():
-        if code == 0:
-            continue
-        try:
-            record = json.loads(_failed_at(run_dir, node).read_text())
-            order[node] = (record["returncode"] == PEER_FAILURE_EXIT_CODE, float(record["time"]))
-            if stopped and isinstance(record["returncode"], int):
-                status[node] = record["returncode"]  # its task's, not the stopped worker's
-        except (OSError, ValueError, KeyError, TypeError):  # none: its worker died, or stopped
-            if not stopped:
-                order[node] = (False, seen)
-    node = min(order, key=order.__getitem__, default=first_exit[0])
-    if node != first_exit[0]:
+    node, code = exit
+    what = f"node {node} failed ({describe_status(code)})"
+    if stop.running and stopped_for_a_peer(run_dir, node, len(plan["nodes"])):
+        grace = float(plan["stop_grace_seconds"])
         _say(
-            f"node {node} failed ({describe_status(status[node])}) first: node "
-            f"{first_exit[0]}'s task failed after it or stopped because a peer died"
+            f"{what}: its task stopped because a peer died; the other nodes get up to "
+            f"{grace:g} s to end before they are stopped"
         )
-    return node, status[node]
+        stop.stop_at = stop.stop_at or time.monotonic() + grace
+        return
+    if len(plan["nodes"]) > 1:
+        _say(what + ("; stopping the other nodes" if stop.running else ""))
+    stop.now()
 
 
 def _signal_all(running: dict[int, int | None], sig: signal.Signals) -> None:

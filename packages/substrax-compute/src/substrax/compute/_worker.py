@@ -161,9 +161,18 @@ def run_job(
         manifest = dataclasses.replace(manifest, tasks=tuple(outcomes))
         write_manifest(manifest_path, manifest)
         if runner.cancelled and time.monotonic() < deadline:  # past it: the job timed out
+            manifest = dataclasses.replace(manifest, tasks=(*outcomes, *_skipped(spec, index)))
+            write_manifest(manifest_path, manifest)  # every task: the later ones cancelled
             return manifest
         if spec.nodes > 1 and outcome.status is not TaskStatus.SUCCEEDED:
-            outcomes += _skipped(spec, index, node, echo)
+            if rest := spec.tasks[index:]:
+                _event(
+                    echo,
+                    f"task {task.name} did not succeed on node {node}: the nodes of a "
+                    f"{spec.nodes}-node job run each task together, so this node starts no "
+                    f"further task ({', '.join(t.name for t in rest)} cancelled)",
+                )
+            outcomes += _skipped(spec, index)
             manifest = dataclasses.replace(manifest, tasks=tuple(outcomes))
             break
     manifest = dataclasses.replace(manifest, finished=True)
@@ -172,26 +181,19 @@ def run_job(
     return manifest
 
 
-def _skipped(spec: JobSpec, done: int, node: int, echo: bool) -> list[TaskOutcome]:
-    """The tasks after the ``done`` first, as cancelled: a node of a multi-node job starts none.
+def _skipped(spec: JobSpec, done: int) -> list[TaskOutcome]:
+    """The tasks after the ``done`` first, as cancelled: a cancelled run starts none of them.
 
-    Every node runs each task as one jax program: a node that went on to its next task while
-    a peer still ran this one (or waited for it at the coordinator) would join two different
-    programs into one run. Its worker ends failed instead, and its peers are stopped.
+    Nor does a node of a multi-node job after a task that did not succeed: every node runs
+    each task as one jax program, and a node that went on to its next task while a peer still
+    ran this one (or waited for it at the coordinator) would join two different programs into
+    one run. Its worker ends failed instead, and its peers are stopped.
     """
-    rest = spec.tasks[done:]
-    if rest:
-        _event(
-            echo,
-            f"task {spec.tasks[done - 1].name} did not succeed on node {node}: the nodes of a "
-            f"{spec.nodes}-node job run each task together, so this node starts no further task "
-            f"({', '.join(t.name for t in rest)} cancelled)",
-        )
     return [
         TaskOutcome(
             name=t.name, argv=t.argv, status=TaskStatus.CANCELLED, returncode=None, seconds=0.0
         )
-        for t in rest
+        for t in spec.tasks[done:]
     ]
 
 
