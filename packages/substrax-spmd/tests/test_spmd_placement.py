@@ -110,6 +110,18 @@ def test_placement_is_one_device_put_call(mesh, monkeypatch):
     ]  # both arrays in one call; several processes use make_array_from_process_local_data
 
 
+def test_a_64_bit_leaf_jax_would_narrow_out_of_range_is_refused_naming_it(mesh):
+    """Hostile finding: with x64 off, int64 ids of 2**40 were placed as int32 0..7, silently."""
+    from substrax.devices import BatchDtypeError
+
+    sharding = create_data_parallel_sharding(mesh)
+    ids = np.arange(8, dtype=np.int64)
+    with pytest.raises(BatchDtypeError, match=r"batch leaf \['ids'\] is int64 with values"):
+        place_batch_on_shards({"x": np.ones((8, 2), np.float32), "ids": ids + 2**40}, sharding)
+    placed = place_batch_on_shards({"ids": ids}, sharding)  # values that fit: placed as before
+    assert np.asarray(placed["ids"]).tolist() == list(range(8))
+
+
 def test_a_batch_without_arrays_comes_back_as_is(mesh):
     batch = {"tag": "x"}
     assert place_batch_on_shards(batch, create_data_parallel_sharding(mesh)) is batch

@@ -30,5 +30,6 @@ from ._info import (
     place_on_device as place_on_device,
     visible_devices as visible_devices,
 )
+from ._narrowing import check_fits_32_bits as check_fits_32_bits
 from ._placement import DevicePlacement as DevicePlacement
 from ._verdict import BatchSizeVerdict as BatchSizeVerdict, batch_size_verdict as batch_size_verdict

@@ -24,6 +24,15 @@ def check_fits_32_bits(path: str, leaf: "np.ndarray[Any, Any] | np.generic") -> 
     Raises:
         BatchDtypeError: x64 is off and an int64, uint64 or float64 leaf holds a value the
             32-bit type cannot; the message names the leaf, its value range and the fix.
+
+    Example:
+        >>> import numpy as np
+        >>> from substrax.devices import check_fits_32_bits
+        >>> check_fits_32_bits("['ids']", np.arange(4, dtype=np.int64))  # fits: nothing to say
+        >>> check_fits_32_bits("['ids']", np.arange(4, dtype=np.int64) + 2**40)
+        Traceback (most recent call last):
+        ...
+        substrax.devices.BatchDtypeError: batch leaf ['ids'] is int64 with values from 1099511627776 ...
     """
     import jax  # noqa: PLC0415  (only where a leaf is placed)
 

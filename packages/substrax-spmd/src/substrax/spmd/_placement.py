@@ -11,6 +11,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
+from substrax.devices import check_fits_32_bits
 from substrax.typing import PyTree
 
 from ._errors import BatchPlacementError
@@ -262,6 +263,10 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
     if not moves:
         return batch
     local = [leaves[i] for i, _ in moves]
+    for i, _ in moves:  # jax narrows a 64-bit host leaf to 32 bits while x64 is off
+        leaf = leaves[i]
+        if isinstance(leaf, np.ndarray | np.generic) and leaf.dtype.itemsize == _WIDE:
+            check_fits_32_bits(jax.tree_util.keystr(_path_of(batch, i)), leaf)
     shardings = [target for _, target in moves]
     if not multi:
         # What make_array_from_process_local_data does on one process, minus its pytree work.
@@ -271,6 +276,14 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
     for (i, _), array in zip(moves, placed, strict=True):
         leaves[i] = array
     return jax.tree.unflatten(treedef, leaves)
+
+
+_WIDE = 8  # bytes: a 64-bit dtype
+
+
+def _path_of(batch: PyTree, index: int) -> tuple[Any, ...]:
+    """The key path of ``batch``'s leaf number ``index``."""
+    return jax.tree_util.tree_flatten_with_path(batch)[0][index][0]
 
 
 type FilterShardings = nnx.StateSharding | Mapping[Any, PartitionSpec | Sharding]
