@@ -108,9 +108,13 @@ def _named_shardings(function: Any, args: Any, kwargs: Any) -> list[Any]:  # noq
 
 def _all_ready(values: Iterable[Any]) -> bool:
     """Whether the jax arrays among ``values`` are computed, without waiting (a failed one is not)."""
-    try:
-        return all(value.is_ready() for value in values if is_device_array(value))
-    except RuntimeError:  # a failed or deleted one: waiting raises a failed step's error
+    try:  # a deleted one is asked first: jax 0.11's is_ready crashes the process on it
+        return all(
+            not value.is_deleted() and value.is_ready()
+            for value in values
+            if is_device_array(value)
+        )
+    except RuntimeError:  # a failed one: waiting raises a failed step's error
         return False
 
 
