@@ -129,17 +129,23 @@ time.sleep(300)
 """
 
 
-def test_cancel_gives_the_task_sigterm_and_the_grace_to_save(tmp_path):
-    """Hostile finding: a cancel (Ctrl-C, SIGTERM or SIGHUP to `run`, `cancel`) SIGKILLed the
-    task at once: its SIGTERM handler never ran and it saved no last checkpoint."""
-    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
-    spec = _spec(_task("saver", SAVES_ON_SIGTERM, timeout=300), stop_grace_seconds=30)
-    handle = backend.submit(spec, project=tmp_path)
+def _cancelled_once_sleeping(backend, spec, project):
+    """Submit ``spec``, cancel it once its task prints "sleeping now"; its handle, cancelled."""
+    handle = backend.submit(spec, project=project)
     for line in backend.logs(handle, follow=True):
         if "sleeping now" in line:
             break
     backend.cancel(handle)
     assert backend.status(handle) is RunState.CANCELLED
+    return handle
+
+
+def test_cancel_gives_the_task_sigterm_and_the_grace_to_save(tmp_path):
+    """Hostile finding: a cancel (Ctrl-C, SIGTERM or SIGHUP to `run`, `cancel`) SIGKILLed the
+    task at once: its SIGTERM handler never ran and it saved no last checkpoint."""
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    spec = _spec(_task("saver", SAVES_ON_SIGTERM, timeout=300), stop_grace_seconds=30)
+    handle = _cancelled_once_sleeping(backend, spec, tmp_path)
     outputs = Path(handle.details["run_dir"]) / "outputs"
     manifest = read_manifest(outputs / MANIFEST_NAME)
     assert [(t.status, t.returncode) for t in manifest.tasks] == [("cancelled", 7)]
@@ -438,12 +444,7 @@ def test_cancelling_a_multi_node_job_records_no_failed_node(tmp_path):
     code = "import time; print('sleeping now', flush=True); time.sleep(300)"
     spec = _spec(_task("sleeper", code, timeout=300), nodes=2)
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
-    handle = backend.submit(spec, project=tmp_path)
-    for line in backend.logs(handle, follow=True):
-        if "sleeping now" in line:
-            break
-    backend.cancel(handle)
-    assert backend.status(handle) is RunState.CANCELLED
+    handle = _cancelled_once_sleeping(backend, spec, tmp_path)
     manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
     assert manifest.failed_node is None
     assert [t.status for t in manifest.tasks] == ["cancelled"]
