@@ -32,15 +32,18 @@ def test_relative_environment_variable_is_refused():
 
 
 def test_run_default_is_one_temp_dir_per_process_never_the_cwd(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+    temp_root, work = tmp_path / "tmp", tmp_path / "work"
+    temp_root.mkdir()
+    work.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp_root))  # its run directory goes here
+    monkeypatch.chdir(work)
     first = resolve_output_dir("one", env={})
     second = resolve_output_dir("two", env={})
     assert first.source == second.source == "run_default"
     assert first.path.parent == second.path.parent
     assert first.path.parent.name.startswith("avitai-run-")
-    assert first.path.parent.parent == Path(tempfile.gettempdir())
-    assert not first.path.is_relative_to(tmp_path)
-    assert list(tmp_path.iterdir()) == []
+    assert first.path.parent.parent == temp_root
+    assert list(work.iterdir()) == []
 
 
 @pytest.mark.parametrize("name", ["", "  ", "../up", "a/../../b", "/abs"])
@@ -150,12 +153,12 @@ def test_a_nul_character_is_refused_naming_the_value(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_forked_child_gets_a_run_directory_of_its_own(monkeypatch):
+def test_a_forked_child_gets_a_run_directory_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run directories go here
     parent = resolve_output_dir("one", env={}).path.parent
     assert resolve_output_dir("two", env={}).path.parent == parent
     monkeypatch.setattr(os, "getpid", lambda: -12345)  # what a forked child sees: another pid
     child = resolve_output_dir("one", env={}).path.parent
     assert child != parent
     assert child.name.startswith("avitai-run-")
-    child.joinpath("one").rmdir()
-    child.rmdir()
+    assert parent.parent == child.parent == tmp_path
