@@ -262,8 +262,19 @@ def _unit_tests_stay_in_one_process_and_move_their_own_clocks(
             " which makes it an integration test"
         )
 
+    def spawn_or_fork(name: str) -> Any:  # noqa: ANN401
+        def refuse(*args: Any, **_: Any) -> None:  # noqa: ANN401
+            pytest.fail(
+                f"a unit test started a process (os.{name}{args[:2]!r}): ask for the"
+                " child_processes fixture, which makes it an integration test"
+            )
+
+        return refuse
+
     monkeypatch.setattr(time, "sleep", sleep)
     monkeypatch.setattr(subprocess.Popen, "__init__", start)
+    for name in ("posix_spawn", "posix_spawnp", "fork"):  # the ways around Popen
+        monkeypatch.setattr(os, name, spawn_or_fork(name))
 
 
 _CLEAN_DIRECTORIES = ("temporary", "working", "state")

@@ -140,6 +140,7 @@ def _cancelled_once_sleeping(backend, spec, project):
     return handle
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_cancel_gives_the_task_sigterm_and_the_grace_to_save(tmp_path):
     """Hostile finding: a cancel (Ctrl-C, SIGTERM or SIGHUP to `run`, `cancel`) SIGKILLed the
     task at once: its SIGTERM handler never ran and it saved no last checkpoint."""
@@ -225,6 +226,7 @@ def test_submit_takes_a_project_given_as_text_and_refuses_what_is_no_path(tmp_pa
         backend.submit(_spec(_task("t", "print(1)")), project=3)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_secrets_reach_the_task_but_no_file_of_the_run(tmp_path, monkeypatch):
     secret = "s3cr3t-value-5a4b"  # noqa: S105 - a test value
     monkeypatch.setenv("SX_WANDB_API_KEY", secret)
@@ -254,6 +256,7 @@ def test_missing_secret_refuses_the_submission(tmp_path, monkeypatch):
         backend.submit(_spec(_task("t", "print(1)"), secrets=("SX_NOT_SET",)), project=tmp_path)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_mounts_need_a_local_directory(tmp_path):
     backend = LocalBackend({"state_dir": str(tmp_path / "s")})
     spec = _spec(
@@ -273,6 +276,7 @@ def test_mounts_need_a_local_directory(tmp_path):
         escaping.submit(spec, project=tmp_path)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_fetch_never_follows_links_out_of_the_outputs(tmp_path):
     (tmp_path / "private.txt").write_text("private")
     code = (
@@ -287,6 +291,7 @@ def test_fetch_never_follows_links_out_of_the_outputs(tmp_path):
     assert not (fetched / "t" / "link.txt").exists()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_fetch_again_copies_over_the_earlier_one_keeping_what_is_gone_at_the_source(tmp_path):
     # as rsync without --delete (the guide says so): files the run removed since stay in the
     # copy, and a file the user put there is never touched
@@ -360,6 +365,7 @@ else:
 """
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_failed_node_stops_the_others_and_the_manifest_names_it(tmp_path):
     (tmp_path / "job.py").write_text(ONE_NODE_DIES)
     spec = _spec(Task(name="job", argv=("python", "job.py"), timeout_seconds=300), nodes=2)
@@ -409,6 +415,7 @@ def _failed_two_node_tasks(tmp_path, *tasks, **fields):
     return fetched, read_manifest(fetched / MANIFEST_NAME)
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_the_surviving_nodes_tasks_get_sigterm_and_time_to_clean_up(tmp_path):
     fetched, manifest = _failed_two_node_job(tmp_path, NODE_0_CLEANS_UP)
     assert (manifest.failed_node, manifest.failed_node_status) == (1, 1)
@@ -426,6 +433,7 @@ def test_a_surviving_task_that_ignores_sigterm_is_killed_after_the_grace(tmp_pat
     assert "still here" in (fetched / "job" / "stdout.log").read_text()
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_multi_node_run_is_final_only_with_the_failed_node_recorded(tmp_path):
     code = "import os, sys, time; r = int(os.environ['JAX_PROCESS_ID']); time.sleep(r / 2); sys.exit(4 * r)"
     spec = _spec(_task("t", code), nodes=2)
@@ -440,6 +448,7 @@ def test_a_multi_node_run_is_final_only_with_the_failed_node_recorded(tmp_path):
     assert backend.status(handle) is RunState.FAILED
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_cancelling_a_multi_node_job_records_no_failed_node(tmp_path):
     code = "import time; print('sleeping now', flush=True); time.sleep(300)"
     spec = _spec(_task("sleeper", code, timeout=300), nodes=2)
@@ -517,6 +526,7 @@ def linger(code="time.sleep(60)"):
 """
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later(tmp_path):
     # node 1's task fails at once but its worker is slow to end what the task left; node 0's
     # task fails later (as a peer's would) and its worker exits first
@@ -539,6 +549,7 @@ def test_the_node_whose_task_failed_first_is_named_though_its_worker_exits_later
     assert "first: node 0's task failed after it or stopped because a peer died" in log
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_task_that_stopped_for_a_dead_peer_is_not_blamed_though_it_failed_first(tmp_path):
     # node 0's task ends first, with the peer watch's status (a peer died); node 1's task fails
     # later with its own error; node 0's worker exits first, once node 1's failure is on record
@@ -560,6 +571,7 @@ def test_a_task_that_stopped_for_a_dead_peer_is_not_blamed_though_it_failed_firs
     assert "first: node 0's task failed after it or stopped because a peer died" in log
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_node_stopped_while_its_own_failure_was_under_way_is_named(tmp_path):
     # node 1's task is failing (it ignores SIGTERM, as a process in jax's shutdown does) when
     # node 0's task stops for the dead peer and node 0's worker exits first
@@ -600,6 +612,7 @@ sys.exit(75)  # node 0's peer watch: process 1 stopped sending heartbeats
 """
 
 
+@pytest.mark.usefixtures("child_processes")
 def test_a_node_whose_task_raised_is_named_though_its_peers_watch_ended_first(tmp_path):
     """Hostile finding: a task that raised lingers while jax shuts down, and its peer's watch
     ended the peer first (status 75): the supervisor stopped the raising node at once, named
