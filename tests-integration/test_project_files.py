@@ -125,7 +125,8 @@ def test_ci_runs_the_checks_the_readme_command_the_floors_and_the_release_tier_i
     steps = [
         "uv run --locked pre-commit run --all-files --show-diff-on-failure",
         test_command,
-        'uv run "${lowest_env[@]}" pytest packages -x -q -m unit --ignore-glob="packages/*/src/*"',
+        'uv run "${lowest_env[@]}" pytest packages -x --max-worker-restart=0 -q -m unit'
+        ' --ignore-glob="packages/*/src/*"',
         "uv run --locked pytest -m release tests-integration",
     ]
     assert [commands.index(step) for step in steps] == sorted(commands.index(s) for s in steps)

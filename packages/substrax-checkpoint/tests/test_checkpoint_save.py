@@ -368,8 +368,12 @@ def test_a_failed_overwrite_keeps_the_step_it_would_replace(
             store.save(2, {"model": {"w": bad()}}, metrics={"loss": 0.1}, overwrite=True)
             store.wait()  # an asynchronous write fails here
 
-        with pytest.raises(Exception):  # noqa: B017, PT011 - whatever jax or orbax raise
+        with pytest.raises(Exception) as raised:  # noqa: PT011 - a refusal, or the write's error
             overwrite()
+        if failure == "commit":  # blocking or not, it is the failed write's error
+            assert raised.type is CheckpointWriteError
+            assert "step 2 in" in str(raised.value)
+            assert "OSError: [Errno 28] injected: no space left on device" in str(raised.value)
         monkeypatch.setattr(os, "rename", rename)
         assert store.list_steps() == [1, 2]
         assert store.best_step("loss") == 2

@@ -257,7 +257,10 @@ class Writer:
             args = request.orbax_args(frozen.items)
             self._control = self._thread.submit(save_held, orbax, step, args, frozen)
         else:
-            saved = orbax.save(step, args=request.orbax_args(items), force=True)
+            try:  # failing, it reads as a background write's failure does
+                saved = orbax.save(step, args=request.orbax_args(items), force=True)
+            except Exception as error:
+                raise CheckpointWriteError.of(step, self._directory, error) from error
             if agree(str(bool(saved))) != "True":
                 raise CheckpointNotWrittenError(
                     step=step, latest_step=latest, reason=NotWrittenReason.REJECTED
@@ -331,9 +334,7 @@ class Writer:
                 self._removed(step, forget, error)
             move_back(self._directory, aside, manager)
             self._forget(forget, step)
-            raise CheckpointWriteError(
-                step=step, directory=self._directory, cause=f"{type(error).__name__}: {error}"
-            ) from error
+            raise CheckpointWriteError.of(step, self._directory, error) from error
         if step is None:
             return None
         if self._lost_lock():
@@ -367,9 +368,7 @@ class Writer:
         self._forget(forget, step)
         removed = CheckpointStoreRemovedError(directory=self._directory)
         removed.__cause__ = error
-        raise CheckpointWriteError(
-            step=step, directory=self._directory, cause=f"CheckpointStoreRemovedError: {removed}"
-        ) from removed
+        raise CheckpointWriteError.of(step, self._directory, removed) from removed
 
     def _forget(self, forget: Callable[[int], None], step: int) -> None:
         """Call ``forget(step)``; its failure is logged, never raised in place of the write's."""

@@ -234,9 +234,9 @@ class OrbaxCheckpointStore(StoreReads):
         Refused with ``CheckpointNotWrittenError`` when the step exists (unless ``overwrite``),
         is below the latest step, is the name of a folder that is not a step, or orbax rejects
         it. With ``overwrite`` the step replaced is kept aside until the new one is committed,
-        and put back if the write fails. A failed previous (background) write is
-        raised here as ``CheckpointWriteError``, and this step is not written either (its
-        ``unwritten`` names both). A NaN or infinite metric is recorded aside, never ranked;
+        and put back if the write fails. A write that fails raises ``CheckpointWriteError``
+        naming its cause: here when blocking, else at the next ``save`` (this step is not
+        written either; its ``unwritten`` names both), ``wait`` or ``close``. A NaN or infinite metric is recorded aside, never ranked;
         leaves orbax would store under one name raise ``CheckpointLeafNameCollisionError``,
         and with ``use_ocdbt=False`` a leaf whose keys make no file path ``ValueError``; a
         directory removed since the store opened raises ``CheckpointStoreRemovedError``. With

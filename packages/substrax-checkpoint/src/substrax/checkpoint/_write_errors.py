@@ -2,7 +2,7 @@
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from substrax.support import StructuredError
 
@@ -115,6 +115,11 @@ class CheckpointWriteError(_WriteError, RuntimeError, kw_only=True):
     def __post_init__(self) -> None:
         self.unwritten = tuple(self.unwritten) or (self.step,)
         super().__post_init__()
+
+    @classmethod
+    def of(cls, step: int, directory: Path, error: BaseException) -> Self:
+        """The error of ``step``'s write that ``error`` failed, naming it as its cause."""
+        return cls(step=step, directory=directory, cause=f"{type(error).__name__}: {error}")
 
     def _message(self) -> str:
         head = f"checkpoint step {self.step} in {self.directory} was not committed: {self.cause}"
