@@ -59,6 +59,26 @@ def test_check_extra_refuses_what_would_not_read_back(extra, error, match):
         check_extra(extra)
 
 
+def _nested(depth: int) -> dict:
+    extra: dict = {"leaf": 1}
+    for _ in range(depth):
+        extra = {"a": [extra]}
+    return extra
+
+
+def test_extra_nested_past_a_hundred_levels_is_refused_and_a_hundred_reads_back(store_dir):
+    # 2000 levels raised a bare RecursionError from the check
+    with pytest.raises(ValueError, match=r"^extra\['a'\]\[0\].*more than 100 levels deep"):
+        check_extra(_nested(2000))
+    with pytest.raises(ValueError, match="more than 100 levels deep"):
+        check_extra(_nested(50))  # a mapping and a list a level, and the last: 101 containers
+    deepest = {"x": _nested(49)}  # 100 containers, extra itself the first
+    check_extra(deepest)
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(1, {"model": {"w": np.zeros(2)}}, extra=deepest)
+        assert store.read_metadata(1).extra == deepest
+
+
 def test_a_save_with_extra_that_json_cannot_hold_is_refused_and_writes_nothing(store_dir):
     # it used to succeed, and every read of the step then failed: the run could not resume
     with OrbaxCheckpointStore(store_dir, async_save=False) as store:

@@ -4,16 +4,15 @@
 from substrax.support import Mode as Mode
 
 from ._callback import CheckpointCallback as CheckpointCallback
+from ._extra import RESERVED_METADATA_KEYS as RESERVED_METADATA_KEYS, check_extra as check_extra
 from ._logging import quiet_orbax_notices as quiet_orbax_notices
 from ._metadata import (
     CURRENT_FORMAT_VERSION as CURRENT_FORMAT_VERSION,
     FORMAT_NAME as FORMAT_NAME,
     ITEM_NAMES as ITEM_NAMES,
     LIBRARY_NAMES as LIBRARY_NAMES,
-    RESERVED_METADATA_KEYS as RESERVED_METADATA_KEYS,
     CheckpointMetadata as CheckpointMetadata,
     Producer as Producer,
-    check_extra as check_extra,
     library_versions as library_versions,
 )
 from ._paths import resolve_checkpoint_dir as resolve_checkpoint_dir

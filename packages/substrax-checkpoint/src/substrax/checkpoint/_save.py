@@ -21,6 +21,7 @@ from substrax.support import check_array_variables, check_int
 from substrax.typing import JsonValue
 
 from . import _trees
+from ._extra import NONFINITE_METRICS_KEY, check_extra
 from ._index import IndexBook, IndexEntry
 from ._lock import LOCK_FILE, WriterLease, agree, is_primary
 from ._manager import remove_remade, save_held, snapshot
@@ -28,11 +29,9 @@ from ._manifest import mark_due, write_manifest
 from ._metadata import (
     DTYPES_ITEM,
     METADATA_ITEM,
-    NONFINITE_METRICS_KEY,
     WRAPPER,
     CheckpointMetadata,
     Producer,
-    check_extra,
     check_item_names,
     library_versions,
 )

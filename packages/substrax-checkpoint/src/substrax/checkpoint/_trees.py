@@ -11,7 +11,8 @@ import tensorstore as ts
 
 from substrax.typing import PyTree
 
-from ._metadata import HOST_LEAVES, SHAPES, check_text
+from ._extra import check_text
+from ._metadata import HOST_LEAVES, SHAPES
 from ._write_errors import CheckpointLeafNameCollisionError
 
 

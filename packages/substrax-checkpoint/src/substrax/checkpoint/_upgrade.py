@@ -4,8 +4,8 @@ import os
 import shutil
 from pathlib import Path
 
+from ._extra import NONFINITE_METRICS_KEY
 from ._manifest import MANIFEST_FILE
-from ._metadata import NONFINITE_METRICS_KEY
 from ._read_errors import CheckpointStoreNotFoundError
 from ._store import OrbaxCheckpointStore
 from ._write_errors import UpgradeDestinationError
