@@ -337,3 +337,23 @@ def test_a_template_whose_sharding_cannot_split_a_leaf_is_named_not_taken_for_co
         ) as error:
             store.restore(1, templates=template)
         assert not isinstance(error.value, CheckpointCorruptError)
+
+
+def test_an_abstract_mesh_given_as_mesh_is_refused_as_the_argument_not_taken_for_corruption(
+    tmp_path,
+):
+    """Hostile finding: restore(mesh=<an AbstractMesh>) raised CheckpointCorruptError for an
+    intact step (orbax failed reading it), and the guide's recipe falls back to older steps."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.make_mesh((2, 4), ("data", "model"))
+    sharding = NamedSharding(mesh.abstract_mesh, PartitionSpec("model"))
+    template = {"model": {"w": jax.ShapeDtypeStruct((8,), jnp.float32, sharding=sharding)}}
+    with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
+        store.save(1, {"model": {"w": np.arange(8, dtype=np.float32)}})
+        for templates in (template, None):
+            with pytest.raises(TypeError, match=r"mesh= must be a concrete jax.sharding.Mesh"):
+                store.restore(1, templates=templates, mesh=mesh.abstract_mesh)
+        restored = store.restore(1, templates=template, mesh=mesh).items["model"]["w"]
+        assert restored.sharding == NamedSharding(mesh, PartitionSpec("model"))
+        np.testing.assert_array_equal(restored, np.arange(8))

@@ -164,7 +164,8 @@ class StoreReads(StoreLifecycle):
         local device). A template that does not fit raises ValueError naming the first leaf; a
         dtype change raises ``CheckpointDtypeMismatchError`` unless ``cast_dtypes`` (NumPy's cast:
         an integer past the target's range wraps). Templates
-        with abstract meshes need ``mesh=`` or a ``jax.set_mesh`` block; ``items=`` restores only
+        with abstract meshes need ``mesh=`` (a concrete ``Mesh``: an ``AbstractMesh`` raises
+        TypeError) or a ``jax.set_mesh`` block; ``items=`` restores only
         the named items; ``step=None`` the latest step. The files read are checked against the
         step's manifest (``CheckpointCorruptError``), one its live writer owes waited for a few
         seconds; a step without one restores unverified (``verified``).

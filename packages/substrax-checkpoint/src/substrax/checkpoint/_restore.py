@@ -250,6 +250,13 @@ def restore_items(
     items: Sequence[str] | None,
 ) -> dict[str, PyTree]:
     """Restore ``step``'s items, templated ones onto their templates (checked before any read)."""
+    if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):  # pyright: ignore[reportUnnecessaryIsInstance]
+        # an AbstractMesh failed inside orbax's read, which reads as a damaged step
+        raise TypeError(
+            f"restore's mesh= must be a concrete jax.sharding.Mesh, which names devices, not "
+            f"{type(mesh).__name__} {mesh!r}; pass the mesh the arrays go to (e.g. "
+            "create_device_mesh(...)), or leave mesh= out"
+        )
     if record.damaged_dtypes is not None:
         path, detail = record.damaged_dtypes
         raise CheckpointCorruptError(
