@@ -485,3 +485,24 @@ def test_nested_hyperparameters_of_two_calls_are_all_kept(sqlite_uri, tmp_path):
         logger.log_hyperparams({"optimizer": {"b2": 0.99}})
     params = MlflowClient(tracking_uri=sqlite_uri).get_run(logger.run_id).data.params
     assert params == {"model.width": "64", "optimizer.b1": "0.9", "optimizer.b2": "0.99"}
+
+
+def test_a_mapping_and_a_value_logged_under_one_name_are_warned_about(sqlite_uri, tmp_path, caplog):
+    """Hostile finding: {"opt": {"lr": 1}} then {"opt": "sgd"} left the stale 'opt.lr' beside
+    'opt' in MLflow (which cannot delete a param) without a word, where the other loggers replace."""
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    with MLFlowLogger("replace", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        logger.log_hyperparams({"opt": {"lr": 0.1, "b1": 0.9}, "sched": "cosine"})
+        logger.log_hyperparams({"opt": "sgd", "sched": {"name": "cosine"}})
+        logger.log_hyperparams({"sched": {"name": "cosine"}, "opt": "sgd"})  # as held: no word
+    warned = [r.getMessage() for r in caplog.records if "hyperparameter" in r.getMessage()]
+    assert warned == [
+        "MLFlowLogger('replace'): hyperparameter 'opt' takes the place of 'opt.b1', 'opt.lr' "
+        "logged before (a mapping and a value under one name); MLflow cannot delete a param: "
+        "the run keeps both",
+        "MLFlowLogger('replace'): hyperparameter 'sched.name' takes the place of 'sched' logged "
+        "before (a mapping and a value under one name); MLflow cannot delete a param: the run "
+        "keeps both",
+    ]
+    params = MlflowClient(tracking_uri=sqlite_uri).get_run(logger.run_id).data.params
+    assert (params["opt"], params["opt.lr"]) == ("sgd", "0.1")

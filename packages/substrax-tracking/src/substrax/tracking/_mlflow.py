@@ -131,6 +131,7 @@ class MLFlowLogger(RemoteLogger):
     ) -> None:
         require("mlflow", who="MLFlowLogger", distribution="substrax-tracking", extra="mlflow")
         self._warned_params = set()  # params warned about: an empty mapping, a value cut short
+        self._param_names: set[str] = set()  # every param this logger sent
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
         check_resume("MLFlowLogger", resume_step, run_id)
         _check_run(run_id, experiment_name, name, tracking_uri)
@@ -228,6 +229,17 @@ class MLFlowLogger(RemoteLogger):
                     f"is {len(shown)} characters long; MLflow keeps the first {_LONGEST_PARAM} "
                     "of a param's value (log the whole with log_text)",
                 )
+            if stale := sorted(
+                held
+                for held in self._param_names
+                if held.startswith(f"{key}.") or key.startswith(f"{held}.")
+            ):
+                self._warn_param(
+                    key,
+                    f"takes the place of {', '.join(map(repr, stale))} logged before (a mapping "
+                    "and a value under one name); MLflow cannot delete a param: the run keeps both",
+                )
+            self._param_names.add(key)
             self._submit("hyperparams", None, {"params": {key: value}}, materialized=True)
 
     def _warn_param(self, key: str, what: str) -> None:
