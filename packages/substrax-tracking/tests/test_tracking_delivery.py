@@ -993,6 +993,58 @@ def test_a_spool_without_the_failed_mark_ends_the_run_finished(make, tmp_path):
     assert not replayed.failed
 
 
+@pytest.mark.parametrize("state", ["died", "none"])
+def test_a_replayed_run_whose_process_died_before_close_ends_failed(tmp_path, caplog, state):
+    """A run killed (kill -9) with records in the spool ended FINISHED when a replay, or the
+    next logger of the spool, sent them: its live lock, left behind, now says it never closed."""
+    from substrax.tracking._send import Sending
+    from substrax.tracking._sink import register_sink_factory
+    from substrax.tracking._spool import SpoolLine
+
+    register_sink_factory("test", FailedSink)
+    FailedSink.made.clear()
+    target = {"backend": "test", "run": "r1"}
+    lines = [
+        SpoolLine(s + 1, "", {"target": target, "record": record(s).to_json()}) for s in range(3)
+    ]
+    asked = []
+
+    def live(run):
+        asked.append(run)
+        return state
+
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    job = Sending(lines, {}, live=live)
+    job.run()
+    (replayed,) = FailedSink.made
+    assert steps(replayed.received) == [0, 1, 2]
+    assert replayed.finished
+    assert replayed.failed == (state == "died")
+    assert len(asked) == 1  # asked once: a dead process's lock file is removed when seen
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == (
+        [
+            'the run {"backend": "test", "run": "r1"} was never closed: the process that logged '
+            "it ended first (killed); its records replayed, it ends FAILED"
+        ]
+        if state == "died"
+        else []
+    )
+
+
+def test_a_live_lock_left_by_a_process_that_died_reads_died_once(tmp_path):
+    from substrax.tracking._live import hold_live, let_go_live, live_state
+
+    spool = tmp_path / "run.spool.jsonl"
+    closed = hold_live(spool, "closed")
+    let_go_live(spool, "closed", closed)  # what close does
+    died = hold_live(spool, "died")
+    assert live_state(spool, "died") == "live"
+    os.close(died)  # what a kill -9 does: the lock goes, its file stays
+    assert (live_state(spool, "closed"), live_state(spool, "died")) == ("none", "died")
+    assert live_state(spool, "died") == "none"  # seen once: the file is removed
+
+
 def test_every_step_logged_with_a_tiny_queue_reaches_a_wandb_run(
     wandb_offline, wandb_runs, tmp_path
 ):

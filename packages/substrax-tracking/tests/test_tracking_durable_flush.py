@@ -148,6 +148,7 @@ def test_with_the_server_down_a_kill_after_a_checkpoint_leaves_every_step_in_the
     )
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
     assert _every_step_to_the_checkpoint(steps)
+    assert run.info.status == "FAILED"  # killed before close: never FINISHED
 
 
 class _StuckSink:

@@ -7,9 +7,22 @@ import fcntl
 import hashlib
 import os
 from pathlib import Path
+from typing import Literal
 
 
-__all__ = ["LiveLocks", "hold_live", "is_live", "let_go_live", "try_flock"]
+__all__ = [
+    "LiveLocks",
+    "LiveState",
+    "hold_live",
+    "is_live",
+    "let_go_live",
+    "live_state",
+    "try_flock",
+]
+
+type LiveState = Literal["live", "died", "none"]
+"""A run's live lock: held (a logger sends the run), left by a process that never closed its
+logger (killed; the file is removed once seen), or none (no logger, or one that closed)."""
 
 _HELD: set[int] = set()  # the live locks held here: a forked child lets go of its copies
 
@@ -64,17 +77,22 @@ def is_live(spool: Path, run: str) -> bool:
         True False
         False
     """
+    return live_state(spool, run) == "live"
+
+
+def live_state(spool: Path, run: str) -> LiveState:
+    """``run``'s :data:`LiveState` beside ``spool``; a file left by a dead process is removed."""
     path = _path(spool, run)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except OSError:
-        return False
+        return "none"
     try:
         if not try_flock(fd):
-            return True
-        with contextlib.suppress(OSError):  # left by a logger that ended (a kill -9 too)
+            return "live"
+        with contextlib.suppress(OSError):  # a closing logger removes it: its process died first
             path.unlink()
-        return False
+        return "died"
     finally:
         os.close(fd)
 

@@ -12,6 +12,7 @@ from typing import Any, cast
 from substrax.support import describe_error
 
 from ._errors import NotARecordError
+from ._live import LiveState
 from ._records import Record, split_scalars
 from ._sink import Sink, build_sink
 from ._spool import SpoolLine, spool_lines
@@ -65,7 +66,7 @@ class Sending:
         *,
         include_refused: bool = False,
         only: Collection[str] | None = None,
-        live: Callable[[str], bool] | None = None,
+        live: Callable[[str], LiveState] | None = None,
         own: Collection[str] = (),
         stop: Callable[[], bool] | None = None,
         on_refused: Callable[[Record, str], None] | None = None,
@@ -78,7 +79,8 @@ class Sending:
         self._sinks = dict(sinks)
         self._include_refused = include_refused
         self._only = only
-        self._live = live or (lambda _run: False)
+        self._live_state = live or (lambda _run: "none")
+        self._states: dict[str, LiveState] = {}  # each run's, asked once (a dead one's is removed)
         self._own, self._stop = own, stop or (lambda: False)
         self._on_refused = on_refused or (lambda _record, _reason: None)
         self._built: dict[str, tuple[Sink, str]] = {}  # the sinks this replay made, and runs
@@ -121,11 +123,23 @@ class Sending:
         for key, (sink, run) in self._built.items():
             if run not in failed_runs and run not in self._own and not self._live(run):
                 try:
-                    if key in self._failed:
+                    if self._states.get(run) == "died":
+                        _logger.warning(
+                            "the run %s was never closed: the process that logged it ended "
+                            "first (killed); its records replayed, it ends FAILED",
+                            key,
+                        )
+                    if key in self._failed or self._states.get(run) == "died":
                         cast("Any", sink).failed = True
                     sink.finish()
                 except Exception as error:
                     _logger.warning("could not finish the replayed run %s: %s", key, error)
+
+    def _live(self, run: str) -> bool:
+        """Whether a logger still sends ``run`` (its state asked once, then remembered)."""
+        if run not in self._states:
+            self._states[run] = self._live_state(run)
+        return self._states[run] == "live"
 
     def _send(self, key: str, indexes: list[int], failed: set[str]) -> None:
         """Send one run of ``key``'s lines; a line spooled with an error was refused before."""
