@@ -66,6 +66,20 @@ def test_logical_to_mesh_spec_refusals_name_the_path():
         logical_to_mesh_spec(("mlp",), TP_RULES, mesh, shape=(6,))
 
 
+def test_unconstrained_passes_through_a_spec_but_not_into_a_variables_placement():
+    """Hostile finding: (P.UNCONSTRAINED, "embed") gave "'UnconstrainedSingleton' object is
+    not iterable"."""
+    mesh = create_device_mesh({"data": 2, "model": 4})
+    spec = logical_to_mesh_spec((P.UNCONSTRAINED, "embed"), fsdp_rules(), mesh, shape=(3, 8))
+    assert spec == P(P.UNCONSTRAINED, "model")
+    with nnx.use_eager_sharding(False):
+        layer = nnx.Linear(
+            8, 8, rngs=nnx.Rngs(0), kernel_init=partitioned((P.UNCONSTRAINED, "mlp"))
+        )
+    with pytest.raises(ShardingAnnotationError, match=r"^kernel: .* UNCONSTRAINED.*None"):
+        state_shardings(layer, mesh, fsdp_rules())
+
+
 def test_state_shardings_follow_flax_annotations():
     mesh = create_device_mesh({"data": 2, "model": 4})
     shardings = state_shardings(make_mlp(), mesh, TP_RULES)

@@ -155,3 +155,30 @@ def test_a_named_sharding_annotation_is_kept_on_its_own_mesh_and_checked_there()
         shard_model(named_linear(NamedSharding(mesh_a, P("model")), 4), mesh_a)
     layer = shard_model(named_linear(NamedSharding(mesh_a, P(None, "model"))), mesh_a)
     assert layer.kernel.get_value().sharding == NamedSharding(mesh_a, P(None, "model"))
+
+
+def test_a_named_sharding_annotation_naming_an_axis_only_its_own_mesh_has_is_kept():
+    """Hostile finding: the docstring promised an error for an axis ``mesh`` lacks."""
+    stage = create_device_mesh({"stage": 4}, devices=jax.devices()[:4])
+    mesh = create_device_mesh({"data": 2, "model": 4})
+    kept = NamedSharding(stage, P(None, "stage"))
+    assert state_shardings(named_linear(kept), mesh)["kernel"].get_value() == kept
+
+
+@pytest.mark.parametrize("devices", ["a stage", "another order"])
+def test_create_sharded_model_refuses_a_variable_pinned_off_the_meshes_devices_by_name(devices):
+    """Hostile finding: jax's "incompatible devices" at the build, naming no variable."""
+    if devices == "a stage":
+        pinned = create_device_mesh({"stage": 4}, devices=jax.devices()[:4])
+    else:
+        pinned = create_device_mesh({"stage": 8}, devices=jax.devices()[::-1])
+    mesh = create_device_mesh({"data": 2, "model": 4})
+
+    def make():
+        return named_linear(NamedSharding(pinned, P(None, "stage")))
+
+    ids = str([d.id for d in pinned.devices.flat]).replace("[", r"\[").replace("]", r"\]")
+    with pytest.raises(ShardingAnnotationError, match=rf"^kernel: .* devices {ids}.*shard_model"):
+        create_sharded_model(make, mesh, fsdp_rules())
+    layer = shard_model(make(), mesh, fsdp_rules())  # what the error points to: it places it
+    assert layer.kernel.get_value().sharding == NamedSharding(pinned, P(None, "stage"))

@@ -212,3 +212,39 @@ def test_the_documented_strategies_module_path_holds_the_same_names():
     }
     for name in strategies.__all__:
         assert getattr(strategies, name) is getattr(substrax.mesh, name), name
+
+
+@pytest.mark.parametrize(
+    ("shape", "names"),
+    [((2, 4), ("model", "data")), ((8,), ("data",)), ((8,), ("model",))],
+    ids=["swapped", "all data", "all model"],
+)
+def test_is_valid_checks_the_size_of_each_named_axis_not_only_the_count(shape, names):
+    """Hostile finding: any mesh of 8 devices was valid for 2 data x 4 tensor."""
+    config = ShardingConfig(data_parallel_size=2, tensor_parallel_size=4)
+    assert ParallelismConfig((2, 4), ("data", "model"), config).is_valid()
+    assert ParallelismConfig((2, 4), ("rows", "cols"), config).is_valid()  # unknown names: count
+    assert not ParallelismConfig(shape, names, config).is_valid()
+
+
+def test_multi_dimensional_strategy_refuses_an_axis_its_config_lacks_or_holds_elsewhere():
+    """Hostile finding: it took these, then emitted specs naming axes the mesh lacks."""
+    config = ParallelismConfig.from_sharding_config(
+        ShardingConfig(data_parallel_size=2, tensor_parallel_size=4)
+    )
+    model = TensorParallelStrategy("model", 1)
+    with pytest.raises(ValueError, match=r"axis 'batch' is not an axis of the config's mesh"):
+        MultiDimensionalStrategy({"data": DataParallelStrategy("batch", 0), "model": model}, config)
+    with pytest.raises(ValueError, match=r"mesh_axis=1 but 'data' is axis 0 of the config's"):
+        MultiDimensionalStrategy({"data": DataParallelStrategy("data", 1), "model": model}, config)
+    staged = ParallelismConfig.from_sharding_config(ShardingConfig(pipeline_parallel_size=4))
+    with pytest.raises(ValueError, match=r"num_stages=3 but its axis 'pipeline' has 4 devices"):
+        MultiDimensionalStrategy({"pipeline": PipelineParallelStrategy("pipeline", 0, 3)}, staged)
+
+
+def test_pipeline_apply_sharding_checks_its_axis_like_the_others():
+    mesh = create_device_mesh({"pipeline": 4})
+    with pytest.raises(ValueError, match="'stages' is not an axis of the mesh"):
+        PipelineParallelStrategy("stages", 0, num_stages=4).apply_sharding(jnp.ones(4), mesh)
+    with pytest.raises(ValueError, match=r"num_stages=3 .* 4 devices .*one stage per device"):
+        PipelineParallelStrategy("pipeline", 0, num_stages=3).apply_sharding(jnp.ones(4), mesh)

@@ -189,3 +189,30 @@ def test_place_nnx_state_refuses_a_spec_the_variable_cannot_take_naming_it(mesh,
     rules = {picked: spec}
     with pytest.raises(ValueError, match=match):
         place_nnx_state_on_shards(nnx.state(model), mesh, rules)
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "match"),
+    [
+        (P("nope", None), ValueError, r"kernel matches filter .*names axes \['nope'\] that the"),
+        ("model", TypeError, r"kernel matches filter .*the str 'model'.*PartitionSpec\('model'\)"),
+        (("model", None), TypeError, r"kernel matches filter .*the tuple"),
+    ],
+    ids=["missing axis", "bare string", "tuple"],
+)
+def test_place_nnx_state_refuses_a_filter_spec_naming_the_variable(spec, error, match):
+    """Hostile finding: jax's "Resource axis ... not found" and an AttributeError on a str,
+    naming no variable."""
+    mesh = create_device_mesh({"data": 2, "model": 4})
+    state = nnx.state(nnx.Linear(16, 64, rngs=nnx.Rngs(0)))
+    with pytest.raises(error, match=match):
+        place_nnx_state_on_shards(state, mesh, {nnx.PathContains("kernel"): spec})
+
+
+def test_place_nnx_state_keeps_a_sharding_on_another_mesh_there():
+    mesh = create_device_mesh({"data": 2, "model": 4})
+    other = NamedSharding(create_device_mesh({"x": 4}), P(None, "x"))
+    state = nnx.state(nnx.Linear(16, 64, rngs=nnx.Rngs(0)))
+    placed = place_nnx_state_on_shards(state, mesh, {nnx.PathContains("kernel"): other})
+    assert placed["kernel"].get_value().sharding == other  # as documented
+    assert placed["bias"].get_value().sharding == NamedSharding(mesh, P())

@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from substrax.mesh import create_device_mesh, fsdp_rules, shard_model
 from substrax.spmd import TrainStep, create_data_parallel_sharding
@@ -85,3 +86,48 @@ def test_a_batch_sharding_on_the_same_devices_in_another_shape_still_trains():
     flat = create_device_mesh({"data": 8})
     step = TrainStep(model, optimizer, squares, batch_sharding=create_data_parallel_sharding(flat))
     assert np.isfinite(float(step(np.ones((8, 16), np.float32))))
+
+
+def _losses(model_mesh, batch_mesh, **options):
+    with nnx.use_eager_sharding(False):
+        model = MLP(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)
+    shard_model((model, optimizer), model_mesh, fsdp_rules())
+    sharding = NamedSharding(batch_mesh, P("data"))
+    step = TrainStep(model, optimizer, squares, batch_sharding=sharding, **options)
+    batch = np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32)
+    return [float(step(batch)) for _ in range(3)], step
+
+
+def _reversed(shape):
+    return Mesh(np.array(jax.devices()[::-1]).reshape(tuple(shape.values())), tuple(shape))
+
+
+@pytest.mark.parametrize("where", ["batch", "model", "mesh="])
+def test_the_same_devices_in_another_order_are_taken_onto_the_steps_mesh(where):
+    """Hostile finding: a batch sharding, model or mesh= over the step's devices in another
+    order crashed in jax ("incompatible devices") at the first call."""
+    shape = {"data": 2, "model": 4}
+    normal, other = create_device_mesh(shape), _reversed(shape)
+    expected, _ = _losses(normal, normal)
+    model_mesh, batch_mesh, options = {
+        "batch": (normal, other, {"mesh": normal}),
+        "model": (other, normal, {}),
+        "mesh=": (normal, normal, {"mesh": other}),
+    }[where]
+    losses, step = _losses(model_mesh, batch_mesh, **options)
+    np.testing.assert_allclose(losses, expected, rtol=1e-5)
+    kernel = step.model.up.kernel.get_value().sharding
+    assert kernel.mesh is step.mesh
+    assert kernel.spec == P("model", None)  # still split
+
+
+def test_a_batch_sharding_in_another_order_naming_an_axis_the_mesh_lacks_is_refused():
+    mesh = create_device_mesh({"data": 8})
+    other = Mesh(np.array(jax.devices()[::-1]), ("rows",))
+    model = nnx.Linear(4, 1, rngs=nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+    with pytest.raises(ValueError, match=r"\[7, 6, 5, 4, 3, 2, 1, 0\].*\[0, 1, 2, .*'rows'"):
+        TrainStep(
+            model, optimizer, squares, mesh=mesh, batch_sharding=NamedSharding(other, P("rows"))
+        )

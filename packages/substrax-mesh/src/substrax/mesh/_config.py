@@ -100,8 +100,29 @@ class ParallelismConfig:
             check_int(f"mesh_shape[{index}]", size, minimum=1)
 
     def is_valid(self) -> bool:
-        """Whether the mesh holds exactly the devices the sharding configuration needs."""
-        return math.prod(self.mesh_shape) == self.sharding_config.get_total_device_count()
+        """Whether the mesh holds what the sharding configuration needs.
+
+        It must hold exactly the devices the configuration needs, and each axis named as
+        :meth:`from_sharding_config` names them (``data``, ``model``, ``pipeline``) must have
+        the configuration's size for it. Axes of other names are checked by the count only.
+
+        Example:
+            >>> from substrax.mesh import ParallelismConfig, ShardingConfig
+            >>> config = ShardingConfig(data_parallel_size=2, tensor_parallel_size=4)
+            >>> ParallelismConfig((2, 4), ("data", "model"), config).is_valid()
+            True
+            >>> ParallelismConfig((2, 4), ("model", "data"), config).is_valid()  # data=4, model=2
+            False
+        """
+        config = self.sharding_config
+        sizes = {
+            "data": config.data_parallel_size,
+            "model": config.tensor_parallel_size,
+            "pipeline": config.pipeline_parallel_size,
+        }
+        if math.prod(self.mesh_shape) != config.get_total_device_count():
+            return False
+        return all(sizes.get(name, size) == size for name, size in self.mesh_dict.items())
 
     @property
     def mesh_dict(self) -> dict[str, int]:

@@ -79,6 +79,8 @@ def logical_to_mesh_spec(
     A logical name is looked up in ``rules``; a name that is already a mesh axis passes through.
     A mesh axis already used by an earlier dimension is dropped (MaxText's rule), so
     ``fsdp_rules()`` on a kernel annotated ``("embed", "mlp")`` splits only the first dimension.
+    ``PartitionSpec.UNCONSTRAINED`` passes through, for ``jax.lax.with_sharding_constraint``
+    (a variable annotated so is refused by :func:`state_shardings`: a placement is fixed).
 
     Raises:
         ShardingAnnotationError: If a name is unknown, maps to an axis the mesh lacks, the
@@ -99,8 +101,11 @@ def logical_to_mesh_spec(
         )
         raise ShardingAnnotationError(msg, path=path, annotation=names)
     used: set[str] = set()
-    entries: list[str | tuple[str, ...] | None] = []
+    entries: list[object] = []
     for dim, entry in enumerate(tuple(names)):
+        if entry is PartitionSpec.UNCONSTRAINED:  # left to the compiler, as jax's specs allow
+            entries.append(entry)
+            continue
         logical = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
         axes: list[str] = []
         for name in logical:
@@ -148,6 +153,7 @@ def _sharding_of(
         # devices); its spec names mesh axes, which pass through no rules.
         names, rules, mesh = annotation.spec, _NO_RULES, annotation.mesh
         memory_kind = annotation.memory_kind
+    _check_constrained(names, path)
     if isinstance(variable, nnx.OptState):
         # Optimizer state copies its parameter's annotation; where its shape cannot take it
         # (adafactor's factored statistics, shape-(1,) placeholders) it is replicated.
@@ -159,12 +165,25 @@ def _sharding_of(
     return NamedSharding(mesh, spec, memory_kind=memory_kind)
 
 
+def _check_constrained(names: object, path: str) -> None:
+    """Refuse an annotation leaving a dimension UNCONSTRAINED: a variable's placement is fixed."""
+    if isinstance(names, tuple | PartitionSpec) and PartitionSpec.UNCONSTRAINED in names:
+        msg = (
+            f"{path}: annotation {names!r} leaves a dimension UNCONSTRAINED, which only "
+            "jax.lax.with_sharding_constraint takes; a variable is placed on a fixed sharding: "
+            "annotate that dimension None (replicated) or with a logical name"
+        )
+        raise ShardingAnnotationError(msg, path=path, annotation=names)
+
+
 def state_shardings(tree: PyTree, mesh: Mesh, rules: RulesLike = ()) -> PyTree:
     """The ``NamedSharding`` of every variable of a model, optimizer or state.
 
     Each variable's flax ``out_sharding`` annotation is mapped through ``rules``;
     an unannotated variable is replicated. A ``NamedSharding`` annotation is an explicit
-    placement and is kept as given, on its own mesh (its rank and divisibility checked there). Optimizer state (``nnx.OptState``) copies its parameter's annotation; one whose shape
+    placement and is kept as given, on its own mesh, whatever ``mesh`` is (a pipeline stage
+    pinned to some devices, or to axes ``mesh`` lacks); its rank and divisibility are checked
+    there. Optimizer state (``nnx.OptState``) copies its parameter's annotation; one whose shape
     cannot take it (adafactor's factored row and column statistics, shape-``(1,)``
     placeholders) is replicated. A variable that holds no array (``optax.masked``'s
     ``MaskedNode``) is returned unchanged, with no sharding.
@@ -180,8 +199,8 @@ def state_shardings(tree: PyTree, mesh: Mesh, rules: RulesLike = ()) -> PyTree:
 
     Raises:
         ShardingAnnotationError: If an annotation does not fit its variable (see
-            :func:`logical_to_mesh_spec`), or a ``NamedSharding`` annotation names a mesh axis
-            that ``mesh`` lacks.
+            :func:`logical_to_mesh_spec`), or a ``NamedSharding`` annotation does not fit its
+            variable on its own mesh (``mesh`` is not consulted: an axis it lacks is no error).
 
     Example:
         >>> from flax import nnx
@@ -244,6 +263,30 @@ def shard_model[N](node: N, mesh: Mesh, rules: RulesLike = ()) -> N:
     return node
 
 
+def _check_one_device_order(shardings: PyTree, mesh: Mesh) -> None:
+    """Refuse a variable pinned by its annotation to devices other than ``mesh``'s, named."""
+    ours = [d.id for d in mesh.devices.flat]
+    for path, variable in jax.tree_util.tree_flatten_with_path(shardings, is_leaf=_is_variable)[0]:
+        if not isinstance(variable, nnx.Variable):
+            continue
+        sharding = variable.get_value()
+        if not (isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh)):
+            continue
+        theirs = [d.id for d in sharding.mesh.devices.flat]
+        if theirs != ours:
+            where = _path_str(path)
+            msg = (
+                f"{where}: its NamedSharding annotation pins it to mesh "
+                f"{dict(sharding.mesh.shape)} over devices {theirs}, but create_sharded_model "
+                f"builds every variable in one jitted call over the devices of the mesh "
+                f"{dict(mesh.shape)}, {ours} in that order: build the model, then place it with "
+                "shard_model(model, mesh, rules), which puts each variable on its own mesh; or "
+                "annotate it with logical names to follow the mesh"
+            )
+            annotation = variable.get_metadata().get("out_sharding")
+            raise ShardingAnnotationError(msg, path=where, annotation=annotation)
+
+
 def create_sharded_model[M](factory: Callable[[], M], mesh: Mesh, rules: RulesLike = ()) -> M:
     """Build a model directly on its shardings: no full copy on one device first.
 
@@ -260,7 +303,10 @@ def create_sharded_model[M](factory: Callable[[], M], mesh: Mesh, rules: RulesLi
         The model, every variable a global array on its sharding.
 
     Raises:
-        ShardingAnnotationError: As :func:`state_shardings`.
+        ShardingAnnotationError: As :func:`state_shardings`; and, before anything is built, a
+            variable whose ``NamedSharding`` annotation pins it to other devices than
+            ``mesh``'s, or to them in another order (one jitted call runs over one ordered list
+            of devices; :func:`shard_model` places such a model).
 
     Example:
         >>> from flax import nnx
@@ -280,6 +326,7 @@ def create_sharded_model[M](factory: Callable[[], M], mesh: Mesh, rules: RulesLi
     graphdef, abstract_state = nnx.split(abstract)
     check_array_variables(abstract_state, "create_sharded_model")
     shardings = state_shardings(abstract_state, mesh, rules)
+    _check_one_device_order(shardings, mesh)
     treedef = jax.tree.structure(abstract_state)
 
     @functools.partial(jax.jit, out_shardings=_sharding_leaves(shardings))

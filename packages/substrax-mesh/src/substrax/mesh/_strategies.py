@@ -24,14 +24,31 @@ FSDP_DIMENSION_NAMES = frozenset({"out_features", "features", "hidden", "embed",
 """Dimension names that :class:`FSDPStrategy` splits when they come first."""
 
 
-def _check_axis(axis_name: str, mesh: Mesh, mesh_axis: int) -> None:
-    if axis_name not in mesh.axis_names:
-        msg = f"strategy axis {axis_name!r} is not an axis of the mesh {dict(mesh.shape)}"
-        raise ValueError(msg)
-    if mesh.axis_names.index(axis_name) != mesh_axis:
+def _check_axis(strategy: ShardingStrategy, axes: Mapping[str, int], what: str = "mesh") -> None:
+    """Refuse a strategy whose axis ``axes`` (a mesh's shape) lacks, or holds at another index.
+
+    A :class:`PipelineParallelStrategy` must also have one stage per device of its axis.
+    """
+    names = list(axes)
+    axis_name, mesh_axis = strategy.axis_name, strategy.mesh_axis
+    who = type(strategy).__name__
+    if axis_name not in names:
         msg = (
-            f"strategy mesh_axis={mesh_axis} but {axis_name!r} is axis "
-            f"{mesh.axis_names.index(axis_name)} of the mesh {dict(mesh.shape)}; give its index"
+            f"{who} axis {axis_name!r} is not an axis of the {what} {dict(axes)}; give the "
+            f"strategy one of {names}"
+        )
+        raise ValueError(msg)
+    if names.index(axis_name) != mesh_axis:
+        msg = (
+            f"{who} has mesh_axis={mesh_axis} but {axis_name!r} is axis "
+            f"{names.index(axis_name)} of the {what} {dict(axes)}; give its index"
+        )
+        raise ValueError(msg)
+    if isinstance(strategy, PipelineParallelStrategy) and strategy.num_stages != axes[axis_name]:
+        msg = (
+            f"PipelineParallelStrategy has num_stages={strategy.num_stages} but its axis "
+            f"{axis_name!r} has {axes[axis_name]} devices in the {what} {dict(axes)}; give it "
+            "one stage per device of the axis"
         )
         raise ValueError(msg)
 
@@ -100,7 +117,7 @@ class DataParallelStrategy(ShardingStrategy):
         Raises:
             ValueError: If the axis is not in ``mesh``, or its size does not divide the batch.
         """
-        _check_axis(self.axis_name, mesh, self.mesh_axis)
+        _check_axis(self, mesh.shape)
         spec = PartitionSpec(self.axis_name) if array.ndim else PartitionSpec()
         return _put(array, mesh, spec, "DataParallelStrategy")
 
@@ -149,7 +166,7 @@ class FSDPStrategy(ShardingStrategy):
         A weight large enough whose first dimension the axis does not divide is replicated with
         a warning naming its shape: it costs its full size on every device.
         """
-        _check_axis(self.axis_name, mesh, self.mesh_axis)
+        _check_axis(self, mesh.shape)
         size = mesh.shape[self.axis_name]
         split = self.should_shard_weight(array) and array.shape[0] % size == 0
         if self.should_shard_weight(array) and not split:
@@ -223,7 +240,7 @@ class TensorParallelStrategy(ShardingStrategy):
             ValueError: If the axis is not in ``mesh``, or its size does not divide the dimension
                 split (named, with the array's shape).
         """
-        _check_axis(self.axis_name, mesh, self.mesh_axis)
+        _check_axis(self, mesh.shape)
         if array.ndim == 2:  # noqa: PLR2004  (a kernel)
             spec = self.get_linear_weight_spec()
         elif array.ndim == 1 and self._target == "out_features":
@@ -277,7 +294,13 @@ class PipelineParallelStrategy(ShardingStrategy):
         return [(i + 1, i) for i in reversed(range(self.num_stages - 1))]
 
     def apply_sharding(self, array: jax.Array, mesh: Mesh) -> jax.Array:
-        """Replicate ``array`` over ``mesh``."""
+        """Replicate ``array`` over ``mesh``.
+
+        Raises:
+            ValueError: If the axis is not in ``mesh`` (or at another index), or its size is
+                not ``num_stages``.
+        """
+        _check_axis(self, mesh.shape)
         return jax.device_put(array, NamedSharding(mesh, PartitionSpec()))
 
 
@@ -288,13 +311,20 @@ _PRIORITY = ("model", "tensor", "fsdp")
 class MultiDimensionalStrategy:
     """Several strategies combined, one spec per tensor.
 
-    Only data-parallel and FSDP strategies may share a mesh axis. When strategies propose
+    Every strategy's axis must be the config's mesh axis at its ``mesh_axis`` index (a
+    pipeline's of ``num_stages`` devices), as ``apply_sharding`` requires of a mesh; only
+    data-parallel and FSDP strategies may share a mesh axis. When strategies propose
     different axes for one dimension, ``model`` (or ``tensor``) wins, then ``fsdp``, then the
     rest in the order given; a mesh axis is used once per spec.
 
     Attributes:
         strategies: Strategy name to strategy.
         config: The parallelism configuration they serve.
+
+    Raises:
+        ValueError: A strategy whose axis the config's mesh lacks, holds at another index, or
+            (a pipeline's) sizes other than ``num_stages``; or strategies that share an axis
+            though they may not.
 
     Example:
         >>> from substrax.mesh import ParallelismConfig, ShardingConfig, DataParallelStrategy, MultiDimensionalStrategy, TensorParallelStrategy
@@ -323,6 +353,8 @@ class MultiDimensionalStrategy:
                     "strategies may share an axis"
                 )
                 raise ValueError(msg)
+        for strategy in self.strategies.values():
+            _check_axis(strategy, self.config.mesh_dict, "config's mesh")
         ranked = [n for n in _PRIORITY if n in self.strategies]
         ranked += [n for n in self.strategies if n not in ranked]
         object.__setattr__(self, "_order", tuple(ranked))

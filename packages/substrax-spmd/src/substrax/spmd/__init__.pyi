@@ -14,7 +14,6 @@ from ._eval_step import EvalStep as EvalStep
 from ._placement import (
     create_data_parallel_sharding as create_data_parallel_sharding,
     place_batch_on_shards as place_batch_on_shards,
-    place_nnx_state_on_shards as place_nnx_state_on_shards,
 )
 from ._precision import PrecisionPolicy as PrecisionPolicy
 from ._reductions import (
@@ -31,5 +30,6 @@ from ._reductions import (
     reduce_sum as reduce_sum,
     reduce_sum_collective as reduce_sum_collective,
 )
+from ._state_placement import place_nnx_state_on_shards as place_nnx_state_on_shards
 from ._step import spmd_train_step as spmd_train_step
 from ._train_step import TrainStep as TrainStep, make_train_step as make_train_step

@@ -12,6 +12,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 from substrax.typing import PyTree
 
 from ._accumulate import check_microbatches
+from ._device_order import batch_on_mesh
 from ._errors import BatchPlacementError
 from ._leaf_names import leaf_name
 from ._multi_step import check_stacked, stacked_sharding
@@ -106,12 +107,19 @@ class BatchRules:
     ) -> BatchRules:
         """Resolve ``batch_sharding`` (a ``PartitionSpec`` on ``mesh``; stacked for several steps).
 
+        A ``NamedSharding`` over ``mesh``'s devices in another order is taken with its spec on
+        ``mesh`` (a compiled call runs over one order of devices).
+
         Raises:
             TypeError: A ``PartitionSpec`` without a mesh, or a leaf that is not a sharding.
+            ValueError: A sharding over ``mesh``'s devices in another order whose spec names
+                an axis ``mesh`` lacks (both orders named).
         """
         sharding = one_batch = None
         if batch_sharding is not None:
             sharding = one_batch = resolve_batch_sharding(batch_sharding, mesh)
+            if mesh is not None:
+                sharding = one_batch = batch_on_mesh(sharding, mesh)
             if steps_per_call != 1:
                 sharding = stacked_sharding(sharding)
         return cls(

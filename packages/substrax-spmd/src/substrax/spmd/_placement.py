@@ -1,14 +1,12 @@
-"""Putting host batches and model state onto a mesh."""
+"""Putting host batches onto a mesh, each leaf on its sharding."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from substrax.devices import check_fits_32_bits
@@ -50,7 +48,7 @@ def _is_local(leaf: object) -> bool:
     return not (isinstance(leaf, jax.Array) and not leaf.is_fully_addressable)
 
 
-def _misfit(shape: tuple[int, ...], sharding: Sharding, *, rows_only: bool = False) -> str | None:
+def misfit(shape: tuple[int, ...], sharding: Sharding, *, rows_only: bool = False) -> str | None:
     """Why ``sharding`` cannot split an array of ``shape``, or None if it can.
 
     With ``rows_only`` (one process's rows of a global array, whose global shape only jax
@@ -84,7 +82,7 @@ def _refuse(batch: PyTree, sharding: Sharding | PyTree, *, multi: bool = False) 
         for path, leaf in jax.tree_util.tree_flatten_with_path(subtree)[0]:
             if not isinstance(leaf, _ARRAY_TYPES):
                 continue
-            why = _misfit(np.shape(leaf), shard, rows_only=multi and _is_local(leaf))
+            why = misfit(np.shape(leaf), shard, rows_only=multi and _is_local(leaf))
             if why is None:
                 continue
             where = jax.tree_util.keystr((*prefix_path, *path))
@@ -257,7 +255,7 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
         leaf = leaves[i]
         if _on_target(leaf, target):
             continue
-        if _misfit(np.shape(leaf), target, rows_only=multi and _is_local(leaf)) is not None:
+        if misfit(np.shape(leaf), target, rows_only=multi and _is_local(leaf)) is not None:
             _refuse(batch, sharding, multi=multi)
         moves.append((i, target))
     if not moves:
@@ -284,102 +282,3 @@ _WIDE = 8  # bytes: a 64-bit dtype
 def _path_of(batch: PyTree, index: int) -> tuple[Any, ...]:
     """The key path of ``batch``'s leaf number ``index``."""
     return jax.tree_util.tree_flatten_with_path(batch)[0][index][0]
-
-
-type FilterShardings = nnx.StateSharding | Mapping[Any, PartitionSpec | Sharding]
-
-
-def _is_typed_key(value: object) -> bool:
-    return isinstance(value, jax.Array) and jax.dtypes.issubdtype(value.dtype, jax.dtypes.prng_key)
-
-
-def put_keys_as_data(values: list[Any], targets: list[Sharding]) -> list[Any]:
-    """``jax.device_put(values, targets)``, with typed PRNG keys moved as their key data.
-
-    Across processes jax places raw arrays onto a global sharding, but refuses a key array
-    that lives on one process's device; its key data goes, and is wrapped again there.
-    """
-    keys = {i: jax.random.key_impl(x) for i, x in enumerate(values) if _is_typed_key(x)}
-    raw = [jax.random.key_data(x) if i in keys else x for i, x in enumerate(values)]
-    placed = jax.device_put(raw, targets)
-    return [
-        jax.random.wrap_key_data(x, impl=keys[i]) if i in keys else x for i, x in enumerate(placed)
-    ]
-
-
-def _check_state_leaf(path: tuple[Any, ...], value: object, target: Sharding) -> None:
-    """Refuse a variable ``target`` cannot split, naming its path, shape and spec."""
-    for array in jax.tree.leaves(value):
-        shape = tuple(np.shape(array))
-        why = _misfit(shape, target)
-        if why is not None:
-            spec = target.spec if isinstance(target, NamedSharding) else PartitionSpec()
-            where = "/".join(str(key) for key in path)
-            msg = (
-                f"state variable {where} has shape {shape} but its sharding {spec} {why}; "
-                "give it a filter whose spec fits its shape (a variable no filter matches is "
-                "replicated)"
-            )
-            raise ValueError(msg)
-
-
-def place_nnx_state_on_shards(
-    state: nnx.State[Any, Any], mesh: Mesh, filter_sharding: FilterShardings | None = None
-) -> nnx.State[Any, Any]:
-    """Place an nnx state on ``mesh``: replicated, or by filter.
-
-    Args:
-        state: The state to place, e.g. ``nnx.state(model)``.
-        mesh: The mesh.
-        filter_sharding: An nnx filter to ``PartitionSpec`` (or sharding) mapping, or an
-            ``nnx.StateSharding``; the first matching filter decides a variable's sharding, and
-            a variable no filter matches is replicated. Everything is replicated when None.
-
-    Returns:
-        A state of the same structure, every array a global array on ``mesh``.
-
-    Raises:
-        ValueError: A variable its sharding cannot split (a spec on a scalar, or a dimension
-            its mesh axes do not divide), named by its path with its shape and spec.
-
-    Example:
-        >>> from flax import nnx
-        >>> from substrax.mesh import create_device_mesh
-        >>> from jax.sharding import PartitionSpec as P
-        >>> from substrax.spmd import place_nnx_state_on_shards
-        >>> mesh = create_device_mesh({"model": 2})
-        >>> state = nnx.state(nnx.Linear(2, 4, rngs=nnx.Rngs(0)))
-        >>> placed = place_nnx_state_on_shards(state, mesh, {nnx.PathContains("kernel"): P(None, "model")})
-        >>> placed["kernel"].get_value().sharding.spec, placed["bias"].get_value().sharding.spec
-        (P(None, 'model'), P())
-    """
-    replicated = NamedSharding(mesh, PartitionSpec())
-    if filter_sharding is None:
-        rules: list[tuple[Any, Sharding]] = []
-    else:
-        items = (
-            filter_sharding.items()
-            if isinstance(filter_sharding, Mapping)
-            else zip(filter_sharding.filters, filter_sharding.shardings, strict=True)
-        )
-        rules = [
-            (
-                nnx.filterlib.to_predicate(f),
-                s if isinstance(s, Sharding) else NamedSharding(mesh, s),
-            )
-            for f, s in items
-        ]
-    flat = nnx.to_flat_state(state)
-    leaves: list[Any] = []
-    targets: list[Sharding] = []
-    for path, variable in flat:
-        value = variable.get_value() if isinstance(variable, nnx.Variable) else variable
-        target = next((s for pred, s in rules if pred(path, variable)), replicated)
-        _check_state_leaf(path, value, target)
-        leaves.append(value)
-        targets.append(target)
-    placed = put_keys_as_data(leaves, targets)
-    out: list[tuple[Any, Any]] = []
-    for (path, variable), array in zip(flat, placed, strict=True):
-        out.append((path, variable.replace(array) if isinstance(variable, nnx.Variable) else array))
-    return nnx.from_flat_state(out)

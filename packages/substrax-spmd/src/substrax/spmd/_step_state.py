@@ -15,8 +15,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 
 from substrax.typing import PyTree
 
+from ._device_order import in_other_order, same_spec_on
 from ._live_graph import describe
-from ._placement import put_keys_as_data
+from ._state_placement import put_keys_as_data
 
 
 _logger = logging.getLogger(__name__)
@@ -146,6 +147,29 @@ def _key0(path: tuple[Any, ...]) -> object:
     return getattr(path[0], "key", None) if path else None
 
 
+def _moves_onto(leaves: list[Any], mesh: Mesh) -> tuple[list[int], list[Sharding]]:
+    """The leaves not on ``mesh`` and where each goes: replicated, or by its spec.
+
+    A leaf split over ``mesh``'s devices in another order (a mesh built over them in another
+    order) keeps its spec on ``mesh`` where ``mesh`` can split it so; jax runs one order.
+    """
+    replicated = NamedSharding(mesh, PartitionSpec())
+    devices = set(mesh.devices.flat)
+    moves: list[int] = []
+    targets: list[Sharding] = []
+    for i, x in enumerate(leaves):
+        if not isinstance(x, jax.Array):
+            moves.append(i)
+            targets.append(replicated)
+        elif in_other_order(x.sharding, mesh):
+            moves.append(i)
+            targets.append(same_spec_on(x.sharding, mesh, x.shape) or replicated)
+        elif x.sharding.device_set != devices:
+            moves.append(i)
+            targets.append(replicated)
+    return moves, targets
+
+
 def place_state(
     leaves: list[Any],
     mesh: Mesh | None,
@@ -156,7 +180,8 @@ def place_state(
     """Put the state's arrays where the step runs; return them, the mesh and the metrics' sharding.
 
     The mesh is ``mesh``, else the first one a leaf is sharded over, else ``fallback`` (the
-    batch sharding's). On a mesh, a leaf not
+    batch sharding's). On a mesh, a leaf split over its devices in another order takes its
+    spec on the mesh (replicated where the mesh lacks its axes), and a leaf not
     already on all of its devices is replicated onto it (a typed PRNG key as its key data, so
     that a key on one process's device reaches a mesh over several processes); without one,
     every leaf is committed to the first leaf's device (a call on uncommitted inputs would
@@ -191,13 +216,8 @@ def place_state(
             raise ValueError(msg)
     if mesh is not None:
         replicated = NamedSharding(mesh, PartitionSpec())
-        mesh_devices = set(mesh.devices.flat)
-        moves = [
-            i
-            for i, x in enumerate(leaves)
-            if not (isinstance(x, jax.Array) and x.sharding.device_set == mesh_devices)
-        ]
-        placed = put_keys_as_data([leaves[i] for i in moves], [replicated] * len(moves))
+        moves, targets = _moves_onto(leaves, mesh)
+        placed = put_keys_as_data([leaves[i] for i in moves], targets)
         leaves = list(leaves)
         for i, array in zip(moves, placed, strict=True):
             leaves[i] = array

@@ -64,7 +64,8 @@ class TrainStep[M: nnx.Module]:
         loss_fn: ``(model, batch) -> loss``, or ``-> (loss, aux)`` with ``has_aux=True``.
         mesh: The mesh; arrays not yet on it are replicated onto it, and the step runs under
             ``jax.set_mesh(mesh)``. Taken from the state's shardings when None, else from a
-            ``NamedSharding`` in ``batch_sharding``.
+            ``NamedSharding`` in ``batch_sharding``. A state or batch sharding over its devices
+            in another order takes its spec on it (jax runs a call over one device order).
         batch_sharding: Where every batch goes: a sharding or a pytree prefix of them, placed
             with ``place_batch_on_shards`` at each call (a ``jax.Array`` already there is kept,
             one on another sharding is resharded). A ``PartitionSpec`` is taken as
@@ -244,10 +245,9 @@ class TrainStep[M: nnx.Module]:
         kernel, a while loop that multiplies) ``flops`` is None and ``flops_reason`` says why.
         ``bytes_accessed`` is XLA's cost analysis of the compiled program for one device
         (read from the step compiled without its loops on one whole batch when it has them,
-        since XLA counts a loop's body once: an extra compilation, no run). The step's own
-        trace and compilation are reused by its calls. Each batch signature is analysed once.
-        The batch is checked as a call checks it, so a batch the call would refuse is refused
-        here with the same error, never costed.
+        since XLA counts a loop's body once: an extra compilation, no run). The step's own trace
+        and compilation are reused by its calls. Each batch signature is analysed once. The
+        batch is checked as a call checks it: one the call would refuse is refused, not costed.
 
         Raises:
             BatchPlacementError: A leaf that ``batch_sharding`` cannot split.
