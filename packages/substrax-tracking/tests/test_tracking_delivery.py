@@ -424,15 +424,16 @@ def test_replay_refuses_what_is_not_a_spool_and_leaves_it_untouched(tmp_path, ca
 
     metrics = tmp_path / "run.metrics.jsonl"  # a FileLogger's log, passed by mistake
     metrics.write_text('{"time":1.0,"step":0,"name":"loss","value":0.5}\n')
-    directory = tmp_path / "a_dir"
+    directory = tmp_path / "a_dir"  # the command replays a log directory's spools: not the API
     directory.mkdir()
     fifo = tmp_path / "a_fifo"  # not a regular file, like a device
     os.mkfifo(fifo)
     for path in (metrics, directory, fifo):
-        assert main(["replay", str(path), "--timeout", "5"]) == 2
-        [line] = capsys.readouterr().err.splitlines()
-        assert line.startswith("python -m substrax.tracking: error: ")
-        assert "is not a spool file" in line
+        if path is not directory:
+            assert main(["replay", str(path), "--timeout", "5"]) == 2
+            [line] = capsys.readouterr().err.splitlines()
+            assert line.startswith("python -m substrax.tracking: error: ")
+            assert "is not a spool file" in line
         with pytest.raises(NotASpoolError) as caught:
             replay_spool(path)
         assert isinstance(caught.value, ValueError)
@@ -716,17 +717,24 @@ def test_a_spooled_record_whose_target_lacks_a_field_is_a_bad_line(tmp_path, cap
     assert json.loads((tmp_path / "run.spool.jsonl.bad").read_text())["target"] == target
 
 
-@pytest.mark.parametrize("path", ["", "/", "."])
-def test_replay_of_a_path_that_names_no_file_is_exit_2(path, capsys):
+def test_replay_of_an_empty_path_is_exit_2_and_of_a_directory_its_spools(
+    capsys, tmp_path, monkeypatch
+):
     from substrax.tracking._cli import main
 
-    assert main(["replay", path]) == 2
+    assert main(["replay", ""]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     [line] = err.splitlines()
     assert line.startswith("python -m substrax.tracking: error: ")
     assert "spool" in line
     assert "Traceback" not in err
+    monkeypatch.chdir(tmp_path)  # "." is the log directory it runs in: no spool there
+    assert main(["replay", "."]) == 0
+    assert capsys.readouterr() == (
+        "no spool in .: nothing to replay (every record was delivered)\n",
+        "",
+    )
 
 
 class PickySink(Sink):

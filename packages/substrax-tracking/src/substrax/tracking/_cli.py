@@ -1,4 +1,4 @@
-"""``python -m substrax.tracking``: ``plot`` a file log, or ``replay`` a spool file.
+"""``python -m substrax.tracking``: ``plot`` a file log, or ``replay`` a spool file (or a log dir's).
 
 Exit status: 0 done; 1 failed (``replay``: some records not delivered); 2 bad usage or input.
 """
@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -45,6 +46,7 @@ _REPLAY_TIMEOUT = 120.0
 _SUMMARY = ("delivered", "remaining", "refused", "bad_lines", "timed_out")  # ReplayResult's
 
 _STUCK: list[bool] = []  # a replay left a backend call running: the process ends without waiting
+_LEAST = 0.001  # the time a log directory's later spool gets once the timeout ran out
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("log_dir")
     plot.add_argument("--out", default=None, help="output directory (default LOG_DIR/plots)")
     replay = commands.add_parser("replay", help="send spooled records to their backends")
-    replay.add_argument("spool")
+    spool_help = "a spool file, or a log directory: every <name>.spool.jsonl in it, in turn"
+    replay.add_argument("spool", help=spool_help)
     timeout_help = (
         f"give up after this many seconds, keeping what is undelivered (default "
         f"{_REPLAY_TIMEOUT:g}; 0 waits as long as the backends take)"
@@ -98,22 +101,53 @@ def _replay(args: argparse.Namespace) -> int:
     if not args.spool.strip():
         raise UsageError(
             "the spool path is empty; pass the <log_dir>/<name>.spool.jsonl path that the "
-            "logger's warning named"
+            "logger's warning named, or the log directory"
         )
+    _STUCK.clear()
+    if not Path(args.spool).is_dir():
+        data, summary, found = _replay_one(args.spool, args, timeout)
+        emit(data, summary, as_json=args.json)
+    else:  # each spool in it, within what is left of the one timeout
+        spools = sorted(str(p) for p in Path(args.spool).glob("*.spool.jsonl") if p.is_file())
+        deadline = time.monotonic() + timeout
+        done: list[dict[str, object]] = []
+        lines: list[str] = []
+        found: list[str] = []
+        for spool in spools:
+            left = max(deadline - time.monotonic(), _LEAST) if timeout else 0.0
+            data, summary, problems_of = _replay_one(spool, args, left)
+            done.append(data)
+            lines.append(f"{Path(spool).name}: {summary}")
+            found.extend(problems_of)
+        if not spools:
+            lines.append(
+                f"no spool in {args.spool}: nothing to replay (every record was delivered)"
+            )
+        emit({"log_dir": args.spool, "spools": done}, "\n".join(lines), as_json=args.json)
+    if found:
+        raise CommandFailedError("; ".join(found))
+    return 0
+
+
+def _replay_one(
+    spool: str, args: argparse.Namespace, timeout: float
+) -> tuple[dict[str, object], str, list[str]]:
+    """Replay ``spool``: what the JSON output holds of it, its summary line and its problems."""
     # with --json, stdout holds the one JSON object: what a backend prints goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         result, failures = run_replay(  # within the time, another replay of the spool is waited for
-            SpoolFile(args.spool),
+            SpoolFile(spool),
             include_refused=args.include_refused,
             timeout=timeout or None,
             wait=timeout or None,
         )
-    _STUCK[:] = [result.timed_out]
+    _STUCK.append(result.timed_out)
     summary = f"delivered {result.delivered}, remaining {result.remaining}"
     summary += f", refused {result.refused}" if result.refused else ""
     if result.live:
         summary += f" ({result.live} of them left to the logger that still sends their run)"
-    data = {"spool": args.spool} | {name: getattr(result, name) for name in (*_SUMMARY, "live")}
+    data: dict[str, object] = {"spool": spool}
+    data |= {name: getattr(result, name) for name in (*_SUMMARY, "live")}
     if result.waited_for is not None:
         data["waited_for"] = result.waited_for
         summary += (
@@ -124,10 +158,7 @@ def _replay(args: argparse.Namespace) -> int:
         {"target": dict(target), "error": describe_error(error)}
         for target, error in failures.values()
     ]
-    emit(data, summary, as_json=args.json)
-    if found := problems(args.spool, result, failures, timeout):
-        raise CommandFailedError("; ".join(found))
-    return 0
+    return data, summary, problems(spool, result, failures, timeout)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
