@@ -958,3 +958,16 @@ def test_media_of_a_name_past_a_file_names_bytes_are_written_under_a_cut_name_an
         names = [p.name for p in (tmp_path / kind).iterdir()]
         assert len(names) == 3
         assert all(len(n.encode()) <= 255 and n.endswith("_step1.png") for n in names)
+
+
+def test_a_value_no_later_call_writes_is_written_flush_every_later(tmp_path, wait_for):
+    """Multi-process review: a run that logged step 1, then hung in a save and was killed, left
+    an empty metrics file: the lines waited for a later logging call, which never came."""
+    logger = FileLogger("run", tmp_path, flush_every=0.2)
+    logger.log_scalar("loss", 0.5, step=0)  # both wait for the interval: no call comes after
+    logger.log_scalar("loss", 0.25, step=1)
+    wait_for(lambda: len(read_scalars(logger.metrics_jsonl).get("loss", [])) == 2, timeout=30)
+    assert read_scalars(logger.metrics_jsonl)["loss"] == [(0, 0.5), (1, 0.25)]
+    assert logger.metrics_csv.read_text().splitlines()[-1].split(",")[1:] == ["1", "loss", "0.25"]
+    logger.close()
+    assert read_scalars(logger.metrics_jsonl)["loss"] == [(0, 0.5), (1, 0.25)]  # each once

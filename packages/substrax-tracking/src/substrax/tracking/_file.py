@@ -68,7 +68,8 @@ class FileLogger(Logger):
     Args:
         name: the logger name, used in the file names.
         log_dir: the directory (created).
-        flush_every: seconds between flushes of the metric files (0 flushes every call).
+        flush_every: seconds between flushes of the metric files (0 flushes every call); what
+            no later call wrote is written that long after it was logged, on a timer's thread.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: write on every process (each into its own ``<name>.p<index>.*`` files).
         resume_step: the step of the checkpoint a resumed run restored (None: append to all).
@@ -134,6 +135,7 @@ class FileLogger(Logger):
         # a deque's append is atomic, so threads log without a lock; a flush pops under _lock
         self._pending: deque[_Pending] = deque()
         self._lock = threading.RLock()
+        self._timer: threading.Timer | None = None  # writes what waits, though no call comes
         self._unread = 0  # how many values of _pending are jax arrays
         self._images = ImageWriter(f"FileLogger({name!r}) images")
         self._held: BinaryIO | None = None
@@ -200,6 +202,24 @@ class FileLogger(Logger):
         self._pending.append((now, step, key, value))
         if now - self._last_flush >= self.flush_every:
             self._flush(wait=False)
+        elif self._timer is None:
+            self._arm()
+
+    def _arm(self) -> None:
+        """Write what waits ``flush_every`` s from now, on a timer's thread: a run that logs, then
+        hangs (a collective, a save) and is killed, lost the lines no later call wrote."""
+        with self._lock:
+            if self._timer is None and self._files[0].fd is not None:
+                self._timer = threading.Timer(self.flush_every, self._on_time)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _on_time(self) -> None:
+        with self._lock:
+            self._timer = None
+            self._flush(wait=False)
+            if self._pending:  # a jax value still computed: once more, later
+                self._arm()
 
     def _flush(self, *, wait: bool) -> None:
         """Write the logged scalars; without ``wait``, only up to a jax value still computed."""
@@ -352,6 +372,8 @@ class FileLogger(Logger):
             self._images.wait()
         finally:
             with self._lock:
+                if self._timer is not None:
+                    self._timer.cancel()
                 try:
                     self._flush(wait=True)
                     self._sync()
