@@ -263,7 +263,11 @@ def _unit_tests_stay_in_one_process_and_move_their_own_clocks(
         )
 
     def spawn_or_fork(name: str) -> Any:  # noqa: ANN401
-        def refuse(*args: Any, **_: Any) -> None:  # noqa: ANN401
+        real = getattr(os, name)
+
+        def refuse(*args: Any, **options: Any) -> Any:  # noqa: ANN401
+            if args and Path(os.fsdecode(args[0])).name in QUICK_TOOLS:  # Popen's own spawn
+                return real(*args, **options)
             pytest.fail(
                 f"a unit test started a process (os.{name}{args[:2]!r}): ask for the"
                 " child_processes fixture, which makes it an integration test"
