@@ -506,3 +506,12 @@ def test_a_mapping_and_a_value_logged_under_one_name_are_warned_about(sqlite_uri
     ]
     params = MlflowClient(tracking_uri=sqlite_uri).get_run(logger.run_id).data.params
     assert (params["opt"], params["opt.lr"]) == ("sgd", "0.1")
+
+
+def test_a_dotted_name_beside_a_value_is_no_replacement(sqlite_uri, tmp_path, caplog):
+    """Review of the warning above: {"lr": 0.1, "lr.schedule": ...} replaces nothing."""
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    with MLFlowLogger("dotted", tracking_uri=sqlite_uri, log_dir=tmp_path) as logger:
+        logger.log_hyperparams({"lr": 0.1, "lr.schedule": "cosine"})
+        logger.log_hyperparams({"opt": {"b1": 0.9}, "opt.b2": 0.99})
+    assert [r.getMessage() for r in caplog.records if "hyperparameter" in r.getMessage()] == []

@@ -206,8 +206,11 @@ class FileLogger(Logger):
             self._arm()
 
     def _arm(self) -> None:
-        """Write what waits ``flush_every`` s from now, on a timer's thread: a run that logs, then
-        hangs (a collective, a save) and is killed, lost the lines no later call wrote."""
+        """Write what waits ``flush_every`` s from now, on a timer's thread.
+
+        A run that logs, then hangs (a collective, a save) and is killed, lost the lines that no
+        later call wrote.
+        """
         with self._lock:
             if self._timer is None and self._files[0].fd is not None:
                 self._timer = threading.Timer(self.flush_every, self._on_time)

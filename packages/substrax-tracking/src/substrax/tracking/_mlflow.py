@@ -48,6 +48,16 @@ def _check_run(
         )
 
 
+def _leaf_paths(params: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The key paths of nested hyperparameters' leaves, in ``flat_params``' order."""
+    found: list[tuple[str, ...]] = []
+    for key, value in params.items():
+        path = (*prefix, key)
+        is_mapping = isinstance(value, Mapping)
+        found += _leaf_paths(cast("Mapping[str, Any]", value), path) if is_mapping else [path]
+    return found
+
+
 def _empty_mappings(params: Mapping[str, Any], prefix: str = "") -> list[str]:
     """The names (joined with dots) of the empty mappings in nested hyperparameters."""
     found: list[str] = []
@@ -131,7 +141,8 @@ class MLFlowLogger(RemoteLogger):
     ) -> None:
         require("mlflow", who="MLFlowLogger", distribution="substrax-tracking", extra="mlflow")
         self._warned_params = set()  # params warned about: an empty mapping, a value cut short
-        self._param_names: set[str] = set()  # every param this logger sent
+        self._param_paths: set[tuple[str, ...]] = set()  # the key path of every param sent
+        self._param_inner: set[tuple[str, ...]] = set()  # and of the mappings above them
         connect_timeout = check_seconds("connect_timeout", connect_timeout, positive=True)
         check_resume("MLFlowLogger", resume_step, run_id)
         _check_run(run_id, experiment_name, name, tracking_uri)
@@ -221,7 +232,7 @@ class MLFlowLogger(RemoteLogger):
                 key, "is an empty mapping, which MLflow has no param for: it is left out"
             )
         # one record a param: a param MLflow refuses is set aside alone, the others arrive
-        for key, value in list(flat_params(ready)):
+        for path, (key, value) in zip(_leaf_paths(ready), list(flat_params(ready)), strict=True):
             shown = value if isinstance(value, str) else json.dumps(value)
             if len(shown) > _LONGEST_PARAM:
                 self._warn_param(
@@ -229,18 +240,25 @@ class MLFlowLogger(RemoteLogger):
                     f"is {len(shown)} characters long; MLflow keeps the first {_LONGEST_PARAM} "
                     "of a param's value (log the whole with log_text)",
                 )
-            if stale := sorted(
-                held
-                for held in self._param_names
-                if held.startswith(f"{key}.") or key.startswith(f"{held}.")
-            ):
-                self._warn_param(
-                    key,
-                    f"takes the place of {', '.join(map(repr, stale))} logged before (a mapping "
-                    "and a value under one name); MLflow cannot delete a param: the run keeps both",
-                )
-            self._param_names.add(key)
+            self._note_path(path, key)
             self._submit("hyperparams", None, {"params": {key: value}}, materialized=True)
+
+    def _note_path(self, path: tuple[str, ...], key: str) -> None:
+        """Keep a param's key path; warn where a value takes a mapping's place, or the reverse."""
+        above = [path[:i] for i in range(1, len(path))]
+        if path in self._param_inner or any(p in self._param_paths for p in above):
+            stale = sorted(
+                ".".join(held)
+                for held in self._param_paths
+                if held[: len(path)] == path or held in above
+            )
+            self._warn_param(
+                key,
+                f"takes the place of {', '.join(map(repr, stale))} logged before (a mapping "
+                "and a value under one name); MLflow cannot delete a param: the run keeps both",
+            )
+        self._param_paths.add(path)
+        self._param_inner.update(above)
 
     def _warn_param(self, key: str, what: str) -> None:
         """Warn once per param of what MLflow does not keep of it."""
