@@ -1022,22 +1022,38 @@ def test_a_replayed_run_whose_process_died_before_close_ends_failed(tmp_path, ca
         return state
 
     caplog.set_level(logging.WARNING, logger="substrax.tracking")
-    job = Sending(lines, {}, live=live)
+    ended = []
+    job = Sending(lines, {}, live=live, ended=ended.append)
     job.run()
     (replayed,) = FailedSink.made
     assert steps(replayed.received) == [0, 1, 2]
     assert replayed.finished
     assert replayed.failed == (state == "died")
-    assert len(asked) == 1  # asked once: a dead process's lock file is removed when seen
+    assert len(asked) == 1  # asked once
+    assert ended == (['{"backend": "test", "run": "r1"}'] if state == "died" else [])
     warned = [r.getMessage() for r in caplog.records]
     assert warned == (
         [
             'the run {"backend": "test", "run": "r1"} was never closed: the process that logged '
-            "it ended first (killed); its records replayed, it ends FAILED"
+            "it ended first (killed); its records replayed, it ends FAILED (unless a later "
+            "attempt resumed and ended it)"
         ]
         if state == "died"
         else []
     )
+
+
+def test_a_died_run_a_replay_could_not_deliver_is_still_known_to_have_died(tmp_path):
+    """Review of the died-run fix: the first replay (server still down) removed the live file,
+    and the next, delivering, ended the killed run FINISHED."""
+    from substrax.tracking._live import hold_live, live_state
+
+    spool = tmp_path / "run.spool.jsonl"
+    os.close(hold_live(spool, "r1"))  # a kill -9: the lock goes, its file stays
+    assert live_state(spool, "r1", remove=False) == "died"
+    assert live_state(spool, "r1", remove=False) == "died"  # kept for the next replay
+    assert live_state(spool, "r1") == "died"
+    assert live_state(spool, "r1") == "none"
 
 
 def test_a_live_lock_left_by_a_process_that_died_reads_died_once(tmp_path):

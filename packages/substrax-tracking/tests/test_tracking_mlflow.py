@@ -515,3 +515,27 @@ def test_a_dotted_name_beside_a_value_is_no_replacement(sqlite_uri, tmp_path, ca
         logger.log_hyperparams({"lr": 0.1, "lr.schedule": "cosine"})
         logger.log_hyperparams({"opt": {"b1": 0.9}, "opt.b2": 0.99})
     assert [r.getMessage() for r in caplog.records if "hyperparameter" in r.getMessage()] == []
+
+
+def test_a_died_run_ends_failed_unless_a_later_attempt_resumed_and_ended_it(sqlite_uri, tmp_path):
+    """Review of the died-run fix: replaying a killed attempt's spool after the run was resumed
+    and closed cleanly turned it FAILED; a run left RUNNING by its killed process ends FAILED."""
+    from substrax.tracking._records import Record
+    from substrax.tracking._send import Sending
+    from substrax.tracking._spool import SpoolLine
+
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    with MLFlowLogger("resumed", tracking_uri=sqlite_uri, log_dir=tmp_path / "a") as logger:
+        logger.log_scalar("loss", 1.0, step=1)
+    experiment = client.get_experiment_by_name("resumed").experiment_id
+    left_running = client.create_run(experiment).info.run_id  # as a killed process leaves it
+    ended = []
+    for run_id in (logger.run_id, left_running):
+        target = {"backend": "mlflow", "tracking_uri": sqlite_uri, "run_id": run_id}
+        record = Record(kind="scalars", step=2, time=1.0, payload={"values": {"loss": 0.5}})
+        line = SpoolLine(1, "", {"target": target, "record": record.to_json()})
+        Sending([line], {}, live=lambda _run: "died", ended=ended.append).run()
+    assert client.get_run(logger.run_id).info.status == "FINISHED"
+    assert client.get_run(left_running).info.status == "FAILED"
+    assert len(ended) == 2  # each told once ended: its live file may go
+    assert [m.step for m in client.get_metric_history(left_running, "loss")] == [2]

@@ -80,8 +80,12 @@ def is_live(spool: Path, run: str) -> bool:
     return live_state(spool, run) == "live"
 
 
-def live_state(spool: Path, run: str) -> LiveState:
-    """``run``'s :data:`LiveState` beside ``spool``; a file left by a dead process is removed."""
+def live_state(spool: Path, run: str, *, remove: bool = True) -> LiveState:
+    """``run``'s :data:`LiveState` beside ``spool``; a file left by a dead process is removed.
+
+    With ``remove=False`` it is kept: a replay removes it once the run was ended FAILED, so that
+    a replay that could not deliver the run leaves the next one the fact that it died.
+    """
     path = _path(spool, run)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -90,8 +94,9 @@ def live_state(spool: Path, run: str) -> LiveState:
     try:
         if not try_flock(fd):
             return "live"
-        with contextlib.suppress(OSError):  # a closing logger removes it: its process died first
-            path.unlink()
+        if remove:
+            with contextlib.suppress(OSError):  # a closing logger removes it: its process died
+                path.unlink()
         return "died"
     finally:
         os.close(fd)

@@ -133,6 +133,8 @@ class MlflowSink:
         self._warned_stats = False
         self.experiment_id: str | None = None
         self.failed = False  # end the run as FAILED
+        self.died = False  # its process died before close: FAILED, unless ended since
+        self.found_status: str | None = None  # the run's status when this sink found it
         self._ready = False
         self._first: FirstAttempt | None = None
         with store_lock(tracking_uri):  # opening a new sqlite store creates its tables
@@ -185,6 +187,7 @@ class MlflowSink:
                     tags = {**spec.tags, RUN_KEY_TAG: spec.run_key}
                     run = client.create_run(experiment_id, run_name=spec.run_name, tags=tags)
             self.run_id, self.experiment_id = run.info.run_id, run.info.experiment_id
+            self.found_status = run.info.status  # FINISHED: ended by a later attempt, maybe
             if run.info.status != "RUNNING":  # resumed: running again
                 client.update_run(self.run_id, status="RUNNING")
             if self.resume_step is not None:
@@ -359,8 +362,16 @@ class MlflowSink:
         return False
 
     def finish(self) -> None:
-        """End the run; a run another logger failed since this one began stays failed."""
+        """End the run; a run another logger failed since this one began stays failed.
+
+        A run whose process died (a replay of what it left) that a later attempt resumed and
+        ended since is left as that attempt ended it.
+        """
         run_id = self._ensure_run()  # set_up made it RUNNING: a FAILED now is a sharer's
+        ended = self.found_status not in (None, "RUNNING")  # by another attempt, before
+        if self.died and ended:  # running again only while its records were replayed
+            self.client.set_terminated(run_id, status=self.found_status)
+            return
         if not self.failed and self.client.get_run(run_id).info.status == "FAILED":
             return
         self.client.set_terminated(run_id, status="FAILED" if self.failed else "FINISHED")

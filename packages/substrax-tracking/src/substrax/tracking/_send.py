@@ -67,6 +67,7 @@ class Sending:
         include_refused: bool = False,
         only: Collection[str] | None = None,
         live: Callable[[str], LiveState] | None = None,
+        ended: Callable[[str], object] | None = None,
         own: Collection[str] = (),
         stop: Callable[[], bool] | None = None,
         on_refused: Callable[[Record, str], None] | None = None,
@@ -80,6 +81,7 @@ class Sending:
         self._include_refused = include_refused
         self._only = only
         self._live_state = live or (lambda _run: "none")
+        self._ended = ended or (lambda _run: None)  # told each died run once it is ended
         self._states: dict[str, LiveState] = {}  # each run's, asked once (a dead one's is removed)
         self._own, self._stop = own, stop or (lambda: False)
         self._on_refused = on_refused or (lambda _record, _reason: None)
@@ -123,15 +125,20 @@ class Sending:
         for key, (sink, run) in self._built.items():
             if run not in failed_runs and run not in self._own and not self._live(run):
                 try:
-                    if self._states.get(run) == "died":
+                    died = self._states.get(run) == "died"
+                    if died:
                         _logger.warning(
                             "the run %s was never closed: the process that logged it ended "
-                            "first (killed); its records replayed, it ends FAILED",
+                            "first (killed); its records replayed, it ends FAILED (unless a "
+                            "later attempt resumed and ended it)",
                             key,
                         )
-                    if key in self._failed or self._states.get(run) == "died":
+                        cast("Any", sink).died = True
+                    if key in self._failed or died:
                         cast("Any", sink).failed = True
                     sink.finish()
+                    if died:
+                        self._ended(run)
                 except Exception as error:
                     _logger.warning("could not finish the replayed run %s: %s", key, error)
 
