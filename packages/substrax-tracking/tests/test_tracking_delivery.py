@@ -1029,7 +1029,7 @@ def test_a_replayed_run_whose_process_died_before_close_ends_failed(tmp_path, ca
     assert steps(replayed.received) == [0, 1, 2]
     assert replayed.finished
     assert replayed.failed == (state == "died")
-    assert len(asked) == 1  # asked once
+    assert asked == ['{"backend": "test", "run": "r1"}'] * 2  # before sending, and ending it
     assert ended == (['{"backend": "test", "run": "r1"}'] if state == "died" else [])
     warned = [r.getMessage() for r in caplog.records]
     assert warned == (

@@ -82,7 +82,7 @@ class Sending:
         self._only = only
         self._live_state = live or (lambda _run: "none")
         self._ended = ended or (lambda _run: None)  # told each died run once it is ended
-        self._states: dict[str, LiveState] = {}  # each run's, asked once (a dead one's is removed)
+        self._died: set[str] = set()  # the runs whose logger's process died before close
         self._own, self._stop = own, stop or (lambda: False)
         self._on_refused = on_refused or (lambda _record, _reason: None)
         self._built: dict[str, tuple[Sink, str]] = {}  # the sinks this replay made, and runs
@@ -125,7 +125,7 @@ class Sending:
         for key, (sink, run) in self._built.items():
             if run not in failed_runs and run not in self._own and not self._live(run):
                 try:
-                    died = self._states.get(run) == "died"
+                    died = run in self._died
                     if died:
                         _logger.warning(
                             "the run %s was never closed: the process that logged it ended "
@@ -143,10 +143,11 @@ class Sending:
                     _logger.warning("could not finish the replayed run %s: %s", key, error)
 
     def _live(self, run: str) -> bool:
-        """Whether a logger still sends ``run`` (its state asked once, then remembered)."""
-        if run not in self._states:
-            self._states[run] = self._live_state(run)
-        return self._states[run] == "live"
+        """Whether a logger sends ``run`` now (asked again before the run is ended)."""
+        state = self._live_state(run)
+        if state == "died":
+            self._died.add(run)
+        return state == "live"
 
     def _send(self, key: str, indexes: list[int], failed: set[str]) -> None:
         """Send one run of ``key``'s lines; a line spooled with an error was refused before."""
