@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from substrax.mesh import create_device_mesh
 from substrax.spmd import (
@@ -16,6 +16,7 @@ from substrax.spmd import (
     TrainStep,
     create_data_parallel_sharding,
     place_batch_on_shards,
+    place_nnx_state_on_shards,
 )
 from substrax.testing import expect_compiles
 
@@ -347,3 +348,45 @@ def test_an_indivisible_eval_batch_is_refused_saying_what_to_do(eval_batch):
         )["loss"],
         rel=1e-5,
     )
+
+
+def _reversed(shape):
+    return Mesh(np.array(jax.devices()[::-1]).reshape(tuple(shape.values())), tuple(shape))
+
+
+def _split_on(mesh):
+    """A Classifier whose first kernel is split over ``data`` on ``mesh``, the rest replicated."""
+    model = Classifier(nnx.Rngs(0))
+    rules = {(lambda path, _: path[-2:] == ("dense", "kernel")): P(None, "data")}
+    nnx.update(model, place_nnx_state_on_shards(nnx.state(model), mesh, rules))
+    return model
+
+
+@pytest.mark.parametrize("where", ["mesh=", "batch_sharding", "mesh= 4x2"])
+def test_the_same_devices_in_another_order_are_taken_onto_the_eval_steps_mesh(eval_batch, where):
+    """Hostile finding: EvalStep given mesh= or a batch sharding over the model's devices in
+    another order failed with jax's "incompatible devices" (TrainStep took them)."""
+    model = _split_on(create_device_mesh({"data": 8}))
+    options = {
+        "mesh=": {"mesh": _reversed({"data": 8})},
+        "batch_sharding": {"batch_sharding": NamedSharding(_reversed({"data": 8}), P("data"))},
+        "mesh= 4x2": {"mesh": _reversed({"data": 4, "model": 2})},
+    }[where]
+    evaluate = EvalStep(model, metrics, **options)
+    out = evaluate(eval_batch)
+    with expect_compiles(0):  # the state is taken onto the mesh alike at each call
+        evaluate(eval_batch)
+    expected = numpy_metrics(Classifier(nnx.Rngs(0)), eval_batch)
+    assert float(out["loss"]) == pytest.approx(expected["loss"], rel=1e-5)
+    assert float(out["accuracy"]) == pytest.approx(expected["accuracy"])
+    assert model.dense.kernel.get_value().sharding.spec == P(None, "data")  # model untouched
+
+
+def test_a_batch_already_on_the_models_devices_in_another_order_is_evaluated(eval_batch):
+    """Hostile finding: a batch device_put on a reversed mesh, with no batch_sharding, failed
+    with jax's "incompatible devices"."""
+    model = _split_on(create_device_mesh({"data": 8}))
+    placed = jax.device_put(eval_batch, NamedSharding(_reversed({"data": 8}), P("data")))
+    out = EvalStep(model, metrics)(placed)
+    expected = numpy_metrics(Classifier(nnx.Rngs(0)), eval_batch)
+    assert float(out["loss"]) == pytest.approx(expected["loss"], rel=1e-5)

@@ -11,7 +11,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from substrax.mesh import create_device_mesh, fsdp_rules, shard_model
-from substrax.spmd import TrainStep, create_data_parallel_sharding
+from substrax.spmd import BatchPlacementError, TrainStep, create_data_parallel_sharding
 
 
 def annotated(names):
@@ -131,3 +131,34 @@ def test_a_batch_sharding_in_another_order_naming_an_axis_the_mesh_lacks_is_refu
         TrainStep(
             model, optimizer, squares, mesh=mesh, batch_sharding=NamedSharding(other, P("rows"))
         )
+
+
+def _on_x(model, batch):
+    return squares(model, batch["x"])
+
+
+def test_a_batch_already_on_the_steps_devices_in_another_order_is_taken_onto_its_mesh():
+    """Hostile finding: a batch device_put on a reversed mesh, with no batch_sharding, failed
+    with jax's "incompatible devices"."""
+    shape = {"data": 2, "model": 4}
+    batch = {"x": np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32)}
+    losses = {}
+    for name, given in [
+        ("host", batch),
+        ("reversed", jax.device_put(batch, NamedSharding(_reversed(shape), P("data")))),
+    ]:
+        _, model, optimizer = _built(shard_optimizer_too=True)
+        step = TrainStep(model, optimizer, _on_x)
+        losses[name] = [float(step(given)) for _ in range(3)]
+    np.testing.assert_allclose(losses["reversed"], losses["host"], rtol=1e-5)
+
+
+def test_a_batch_in_another_order_whose_spec_the_steps_mesh_cannot_take_is_refused():
+    _, model, optimizer = _built(shard_optimizer_too=True)
+    step = TrainStep(model, optimizer, _on_x)
+    rows = Mesh(np.array(jax.devices()[::-1]), ("rows",))
+    batch = jax.device_put({"x": np.ones((16, 16), np.float32)}, NamedSharding(rows, P("rows")))
+    with pytest.raises(BatchPlacementError, match=r"batch leaf \['x'\] .*another order") as info:
+        step(batch)
+    assert info.value.path == "['x']"
+    assert "[7, 6, 5, 4, 3, 2, 1, 0]" in str(info.value)

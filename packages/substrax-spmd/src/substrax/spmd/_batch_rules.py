@@ -12,7 +12,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 from substrax.typing import PyTree
 
 from ._accumulate import check_microbatches
-from ._device_order import batch_on_mesh
+from ._device_order import batch_leaf_onto, batch_on_mesh, in_other_order
 from ._errors import BatchPlacementError
 from ._leaf_names import leaf_name
 from ._multi_step import check_stacked, stacked_sharding
@@ -70,6 +70,15 @@ def _one_of_stack(x: PyTree) -> PyTree:
     return jax.ShapeDtypeStruct(tuple(np.shape(x))[1:], dtype)
 
 
+def _moved(batch: PyTree, moves: list[tuple[int, Sharding]]) -> PyTree:
+    """``batch`` with its leaf number ``i`` put on ``target`` for each ``(i, target)``."""
+    leaves, treedef = jax.tree.flatten(batch)
+    placed = jax.device_put([leaves[i] for i, _ in moves], [target for _, target in moves])
+    for (i, _), array in zip(moves, placed, strict=True):
+        leaves[i] = array
+    return jax.tree.unflatten(treedef, leaves)
+
+
 @dataclass(frozen=True, kw_only=True)
 class BatchRules:
     """What a step requires of every batch: where it goes and how its loops split it.
@@ -87,6 +96,8 @@ class BatchRules:
         steps_per_call: Optimizer steps per call, on batches stacked on a leading axis.
         inherited: Whether ``sharding`` is another step's, fitted to each batch
             (:func:`fit_inherited`) rather than required of it.
+        mesh: The step's mesh: without ``sharding``, a ``jax.Array`` leaf over its devices in
+            another order is put on it with its spec (a compiled call runs on one order).
     """
 
     sharding: Sharding | PyTree | None
@@ -94,6 +105,7 @@ class BatchRules:
     accumulate_steps: int = 1
     steps_per_call: int = 1
     inherited: bool = False
+    mesh: Mesh | None = None
 
     @classmethod
     def build(
@@ -128,6 +140,7 @@ class BatchRules:
             accumulate_steps=accumulate_steps,
             steps_per_call=steps_per_call,
             inherited=inherited,
+            mesh=mesh,
         )
 
     def place(self, batch: PyTree) -> PyTree:
@@ -135,17 +148,24 @@ class BatchRules:
 
         With ``steps_per_call`` above 1 the stack is checked first, so a batch given unstacked
         is refused as such, not for the rows of its stacked axis. An ``inherited`` sharding is
-        fitted to the batch first (:func:`fit_inherited`).
+        fitted to the batch first (:func:`fit_inherited`). Without a sharding, a ``jax.Array``
+        leaf over the step's devices in another order is put on the step's mesh with its spec.
 
         Raises:
             BatchSplitError: With ``steps_per_call=k``, a leaf that does not stack ``k``
                 batches, named by its path.
             BatchPlacementError: A leaf its sharding cannot split, named by its path (for an
-                ``inherited`` sharding, with how to pass another).
+                ``inherited`` sharding, with how to pass another); without a sharding, a leaf
+                over the step's devices in another order whose spec the step's mesh cannot take.
             TypeError: A text leaf (``"split": "train"``), which no compiled step takes.
         """
-        for path, leaf in jax.tree_util.tree_leaves_with_path(batch):
-            if isinstance(leaf, str | bytes):
+        mesh = self.mesh if self.sharding is None else None  # a sharding places every leaf
+        reordered: list[tuple[int, Sharding]] = []
+        for i, (path, leaf) in enumerate(jax.tree_util.tree_leaves_with_path(batch)):
+            if mesh is not None and isinstance(leaf, jax.Array):
+                if in_other_order(leaf.sharding, mesh):  # `is` on the mesh before anything
+                    reordered.append((i, batch_leaf_onto(path, leaf, mesh)))
+            elif isinstance(leaf, str | bytes):
                 raise TypeError(
                     f"{leaf_name(path)} is the {type(leaf).__name__} {leaf!r:.40}; a compiled "
                     "step takes arrays and numbers only: leave it out of the batch (or let "
@@ -153,6 +173,8 @@ class BatchRules:
                 )
         if self.steps_per_call != 1:
             check_stacked(batch, self.steps_per_call)
+        if reordered:
+            batch = _moved(batch, reordered)
         if self.sharding is None:
             return batch
         if not self.inherited:

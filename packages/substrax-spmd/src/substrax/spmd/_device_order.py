@@ -14,6 +14,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from substrax.typing import PyTree
 
+from ._errors import BatchPlacementError
+from ._leaf_names import leaf_name
+
 
 def _ids(mesh: Mesh) -> list[int]:
     return [d.id for d in mesh.devices.flat]
@@ -32,7 +35,9 @@ def in_other_order(sharding: object, mesh: Mesh) -> TypeGuard[NamedSharding]:
         >>> in_other_order(NamedSharding(other, PartitionSpec()), mesh)
         True
     """
-    if not (isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh)):
+    if not isinstance(sharding, NamedSharding) or sharding.mesh is mesh:  # jax interns meshes
+        return False
+    if not isinstance(sharding.mesh, Mesh):
         return False
     theirs, ours = _ids(sharding.mesh), _ids(mesh)
     return theirs != ours and sorted(theirs) == sorted(ours)
@@ -60,6 +65,35 @@ def same_spec_on(sharding: NamedSharding, mesh: Mesh, shape: tuple[int, ...]) ->
         if size % math.prod(mesh.shape[a] for a in axes):
             return None
     return NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind)
+
+
+def taken_onto(x: jax.Array, mesh: Mesh) -> Sharding:
+    """Where an array over ``mesh``'s devices in another order goes: its spec, else replicated."""
+    spec = same_spec_on(cast("NamedSharding", x.sharding), mesh, x.shape)
+    return spec or NamedSharding(mesh, PartitionSpec())
+
+
+def batch_leaf_onto(path: tuple[Any, ...], x: jax.Array, mesh: Mesh) -> Sharding:
+    """Where a batch array over ``mesh``'s devices in another order goes: its spec on ``mesh``.
+
+    Raises:
+        BatchPlacementError: ``mesh`` lacks an axis its spec names, or cannot split it so; the
+            message names the leaf and both device orders.
+    """
+    shard = cast("NamedSharding", x.sharding)
+    target = same_spec_on(shard, mesh, x.shape)
+    if target is None:
+        where = jax.tree_util.keystr(path)
+        theirs = cast("Mesh", shard.mesh)
+        msg = (
+            f"{leaf_name(where)} is on mesh {dict(theirs.shape)} over devices {_ids(theirs)}, "
+            f"the step's devices in another order (its mesh {dict(mesh.shape)} holds them as "
+            f"{_ids(mesh)}, and a step runs on one order); its spec {shard.spec} cannot be "
+            "taken onto the step's mesh (an axis it lacks, or a size it does not divide): "
+            "put the batch on the step's mesh (step.mesh), or pass batch_sharding="
+        )
+        raise BatchPlacementError(msg, path=where, shape=x.shape, spec=shard.spec)
+    return target
 
 
 def batch_on_mesh(sharding: Sharding | PyTree, mesh: Mesh) -> Sharding | PyTree:

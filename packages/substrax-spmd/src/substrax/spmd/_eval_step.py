@@ -22,6 +22,7 @@ from substrax.typing import PyTree
 
 from ._batch_rules import BatchRules
 from ._precision import PrecisionPolicy
+from ._step_state import mesh_of, reordered_onto
 from ._train_step import TrainStep
 from ._trained_by import check_current
 
@@ -66,7 +67,10 @@ class EvalStep[M: nnx.Module]:
         model: The model, or a :class:`TrainStep` whose current state is evaluated (without a
             sync) on each call.
         metric_fn: ``(model, batch) -> pytree of arrays``.
-        mesh: The mesh; taken from the state's shardings when None.
+        mesh: The mesh; taken from the state's shardings when None. A batch sharding or a
+            batch array over its devices in another order takes its spec on it, as for
+            :class:`TrainStep` (jax runs a call over one device order); so does a state array
+            given ``mesh=`` (read and moved at each call: build the model on ``mesh``).
         batch_sharding: Where every batch goes, as for :class:`TrainStep` and by the same
             code: a host batch is placed on it, a ``jax.Array`` batch already there is kept
             and one elsewhere is resharded, and a batch it cannot split (a 12-row batch on an
@@ -123,10 +127,17 @@ class EvalStep[M: nnx.Module]:
             precision = model.precision if precision is None else precision
             if batch_sharding is None:  # its batches take the train step's path
                 batch_sharding = model.batch_sharding
+        # a model given with mesh= is read each call, and taken onto it from another order
+        self._reorder = mesh is not None and not (
+            isinstance(model, TrainStep) and mesh is model.mesh
+        )
         if mesh is not None:  # without a mesh jax.jit takes a Variable's jax.Ref
             check_array_variables(nnx.state(module), "EvalStep with a mesh", hijax=False)
         self._mesh = mesh
-        self._batches = BatchRules.build(batch_sharding, mesh, inherited=inherited)
+        runs_on = mesh
+        if mesh is None and not isinstance(model, TrainStep):
+            runs_on = mesh_of(jax.tree.leaves(nnx.state(module)))
+        self._batches = BatchRules.build(batch_sharding, runs_on, inherited=inherited)
 
         def pure(state: PyTree, batch: PyTree) -> PyTree:
             if precision is not None:
@@ -153,9 +164,13 @@ class EvalStep[M: nnx.Module]:
 
     def _state(self) -> PyTree:
         if isinstance(self._source, TrainStep):
-            return self._source.state[0]
-        check_current(self._source, None, "an EvalStep")
-        return nnx.state(self._source)
+            state = self._source.state[0]
+        else:
+            check_current(self._source, None, "an EvalStep")
+            state = nnx.state(self._source)
+        if self._reorder and self._mesh is not None:
+            return reordered_onto(state, self._mesh)
+        return state
 
     def __call__(self, batch: PyTree) -> PyTree:
         """The metrics on ``batch``, each a replicated scalar: its mean over the global batch.

@@ -15,7 +15,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 
 from substrax.typing import PyTree
 
-from ._device_order import in_other_order, same_spec_on
+from ._device_order import in_other_order, taken_onto
 from ._live_graph import describe
 from ._state_placement import put_keys_as_data
 
@@ -37,7 +37,8 @@ def strong(x: PyTree) -> PyTree:
     return x
 
 
-def _mesh_of(leaves: list[Any]) -> Mesh | None:
+def mesh_of(leaves: list[Any]) -> Mesh | None:
+    """The mesh of the first leaf sharded by a ``NamedSharding``, or None."""
     for leaf in leaves:
         sharding = getattr(leaf, "sharding", None)
         if isinstance(sharding, NamedSharding) and isinstance(sharding.mesh, Mesh):
@@ -163,11 +164,31 @@ def _moves_onto(leaves: list[Any], mesh: Mesh) -> tuple[list[int], list[Sharding
             targets.append(replicated)
         elif in_other_order(x.sharding, mesh):
             moves.append(i)
-            targets.append(same_spec_on(x.sharding, mesh, x.shape) or replicated)
+            targets.append(taken_onto(x, mesh))
         elif x.sharding.device_set != devices:
             moves.append(i)
             targets.append(replicated)
     return moves, targets
+
+
+def reordered_onto(state: PyTree, mesh: Mesh) -> PyTree:
+    """``state`` with each array split over ``mesh``'s devices in another order put on ``mesh``.
+
+    It keeps its spec where ``mesh`` can split it so, and is replicated where not (as
+    :func:`place_state` puts it); ``state`` itself is returned when no array needs it.
+    """
+    leaves, treedef = jax.tree.flatten(state)
+    moves = [
+        i
+        for i, x in enumerate(leaves)
+        if isinstance(x, jax.Array) and in_other_order(x.sharding, mesh)
+    ]
+    if not moves:
+        return state
+    targets = [taken_onto(leaves[i], mesh) for i in moves]
+    for i, array in zip(moves, put_keys_as_data([leaves[i] for i in moves], targets), strict=True):
+        leaves[i] = array
+    return jax.tree.unflatten(treedef, leaves)
 
 
 def place_state(
@@ -203,7 +224,7 @@ def place_state(
         (True, True)
     """
     given = leaves = [strong(x) for x in leaves]
-    mesh = next((m for m in (mesh, _mesh_of(leaves), fallback) if m is not None), None)
+    mesh = next((m for m in (mesh, mesh_of(leaves), fallback) if m is not None), None)
     if mesh is not None and fallback is not None:
         ours, theirs = set(mesh.devices.flat), set(fallback.devices.flat)
         if ours != theirs:

@@ -64,8 +64,8 @@ class TrainStep[M: nnx.Module]:
         loss_fn: ``(model, batch) -> loss``, or ``-> (loss, aux)`` with ``has_aux=True``.
         mesh: The mesh; arrays not yet on it are replicated onto it, and the step runs under
             ``jax.set_mesh(mesh)``. Taken from the state's shardings when None, else from a
-            ``NamedSharding`` in ``batch_sharding``. A state or batch sharding over its devices
-            in another order takes its spec on it (jax runs a call over one device order).
+            ``NamedSharding`` in ``batch_sharding``. A state array, batch sharding or batch array
+            over its devices in another order takes its spec on it (jax runs one device order).
         batch_sharding: Where every batch goes: a sharding or a pytree prefix of them, placed
             with ``place_batch_on_shards`` at each call (a ``jax.Array`` already there is kept,
             one on another sharding is resharded). A ``PartitionSpec`` is taken as
