@@ -85,6 +85,42 @@ WORKER = textwrap.dedent(
         except ValueError as error:
             mismatch = str(error)
         retained["steps after"] = store.list_steps()
+
+    # saves whose trees differ between the processes: refused on each, naming the leaves (a
+    # global leaf on one process hung in orbax's barriers; an item or NumPy leaf that process 1
+    # alone had was dropped silently); a NumPy leaf's value may differ (process 0's is saved)
+    mesh = jax.make_mesh((8,), ("data",))
+    def g(value):
+        sharding = jax.NamedSharding(mesh, jax.P("data"))
+        return jax.make_array_from_callback((8,), sharding, lambda i: np.full(8, value, np.float32)[i])
+    trees = {
+        "global leaf on 0": ({"model": {"w": g(2.0), "z": g(7.0)}}, {"model": {"w": g(2.0)}}),
+        "item on 1": ({"model": {"w": g(2.0)}},
+                      {"model": {"w": g(2.0)}, "extensions": {"callbacks": np.arange(3)}}),
+        "numpy leaf on 1": ({"model": {"w": g(2.0)}}, {"model": {"w": g(2.0), "dbg": np.ones(2)}}),
+    }
+    differing = {}
+    with OrbaxCheckpointStore(f"{root}/trees") as store:
+        for name, given in trees.items():
+            try:
+                store.save(1, given[pid])
+                store.wait()
+                differing[name] = None
+            except ValueError as error:
+                differing[name] = str(error)
+        store.save(1, {"model": {"w": g(2.0)}, "data_iterator": {"order": np.arange(3) + 10 * pid}})
+        store.wait()
+        kept = store.restore(1).items
+        differing["kept"] = {"steps": store.list_steps(), "items": sorted(kept),
+                             "order": kept["data_iterator"]["order"].tolist()}
+    # per-node output directories (the local compute backend's): the job hung at the first save
+    try:
+        with OrbaxCheckpointStore(f"{root}/node-{pid}/store") as store:
+            store.save(1, {"model": {"w": g(1.0)}})
+        differing["apart"] = None
+    except ValueError as error:
+        differing["apart"] = str(error)
+
     import substrax.checkpoint._lock as lock_module
     lock_module.TIMEOUT_MS = 3000  # the wait for a process that never saves, shortened
     alone = None
@@ -94,8 +130,19 @@ WORKER = textwrap.dedent(
                 store.save(3, {"model": {"w": np.zeros(2, np.float32)}})
             except Exception as error:
                 alone = f"{type(error).__name__}: {error}"
+
+    # a reader on process 0 alone (an evaluation on the main process) waited for process 1 and
+    # failed on gloo's timeout; readers on every process still restore into global templates
+    reads = {}
+    if pid == 0:
+        with OrbaxCheckpointStore(f"{root}/trees", read_only=True) as reader:
+            reads["alone"] = reader.restore(None).items["data_iterator"]["order"].tolist()
+    with OrbaxCheckpointStore(f"{root}/trees", read_only=True) as reader:
+        w = reader.restore(1, templates={"model": {"w": g(0.0)}}, items=["model"]).items["model"]["w"]
+        reads["global"] = [w.sharding == g(0.0).sharding, np.asarray(w.addressable_shards[0].data).tolist()]
     print(json.dumps({"host_local": host_local, "stops": stops, "lock": lock,
-                      "retained": retained, "mismatch": mismatch, "alone": alone}))
+                      "retained": retained, "mismatch": mismatch, "alone": alone,
+                      "differing": differing, "reads": reads}))
     """
 )
 
@@ -172,6 +219,54 @@ def test_processes_that_save_different_steps_all_raise_naming_them(two_processes
             "the processes of this job save different steps (process 0: 7, process 1: 8)"
         )
         assert result["retained"]["steps after"] == []
+
+
+def test_saves_whose_trees_differ_are_refused_on_every_process_naming_the_leaves(two_processes):
+    """Hostile findings: a global leaf on process 0 alone hung the job in orbax's barriers; an
+    item or a NumPy leaf on process 1 alone was dropped without a word."""
+    _, results = two_processes
+    differs = "the processes of this job save different trees at step 1 ("
+    for result in results:
+        differing = result["differing"]
+        assert differing["global leaf on 0"].startswith(
+            f"{differs}model/z: process 0: global jax.Array, process 1: absent)"
+        )
+        assert differing["item on 1"].startswith(
+            f"{differs}extensions: process 0: absent, process 1: item; extensions/callbacks: "
+            "process 0: absent, process 1: NumPy array)"
+        )
+        assert differing["numpy leaf on 1"].startswith(
+            f"{differs}model/dbg: process 0: absent, process 1: NumPy array)"
+        )
+        # the same tree, a NumPy leaf's value differing: saved, as process 0's value
+        assert differing["kept"] == {
+            "steps": [1],
+            "items": ["data_iterator", "model"],
+            "order": [0, 1, 2],
+        }
+    assert results[0]["differing"] == results[1]["differing"]
+
+
+def test_processes_that_open_different_directories_are_refused_at_the_first_save(two_processes):
+    """Hostile finding: per-node output directories made a store per process; the job hung."""
+    root, results = two_processes
+    for result in results:
+        assert result["differing"]["apart"] == (
+            "the processes of this job opened different checkpoint stores: process 0 writes "
+            f"{root / 'node-0' / 'store'}, and its writer lock is not in the directory of "
+            f"process 1: {root / 'node-1' / 'store'}; every process opens the same store, on "
+            "storage all of them share (a multi-node substrax-compute job gives each node its "
+            "own output directory: pass the store a path every node sees)"
+        )
+    assert not (root / "node-0" / "store" / "1").exists()
+
+
+def test_a_reader_needs_no_other_process(two_processes):
+    """Hostile finding: a read-only store restored on process 0 alone failed after 30 s on
+    gloo's DEADLINE_EXCEEDED (orbax synced every process); readers on all still restore."""
+    _, results = two_processes
+    assert results[0]["reads"] == {"alone": [0, 1, 2], "global": [True, [2.0]]}
+    assert results[1]["reads"] == {"global": [True, [2.0]]}
 
 
 def test_a_save_on_process_0_alone_fails_naming_the_process_that_never_saved(two_processes):

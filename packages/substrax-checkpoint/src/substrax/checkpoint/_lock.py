@@ -1,9 +1,10 @@
 """The writer lock, one writing process per store, and how a job's processes agree.
 
 A store opened to write holds ``fcntl.flock`` on ``<directory>/.substrax-writer.lock`` and
-records itself there (host, pid, since when); the kernel frees it when the process dies. The
-writing stores of one directory in a process share the lock. In a multi-host job process 0
-decides (takes the lock, refuses a save) and every process acts on its decision (:func:`agree`).
+records itself there (host, pid, since when, a nonce); the kernel frees it when the process dies.
+The writing stores of one directory in a process share the lock. In a multi-host job process 0
+decides (takes the lock, refuses a save) and every process acts on its decision (:func:`agree`);
+the others find its nonce in their directory, or opened another (:func:`agreed_record` refuses).
 """
 
 import contextlib
@@ -11,10 +12,11 @@ import fcntl
 import itertools
 import json
 import os
+import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,33 +76,69 @@ def gather(value: str, *, topic: str) -> list[str | None]:
     return [found.get(f"{key}/{index}") for index in range(jax.process_count())]
 
 
-def agreed_record(record: CheckpointMetadata, directory: Path) -> CheckpointMetadata:
+def agreed_record(
+    record: CheckpointMetadata, directory: Path, *, leaves: Mapping[str, str], shared: bool
+) -> CheckpointMetadata:
     """Process 0's record of a save, on every process: its metrics, epoch and extra decide.
 
     Retention and ``best_step`` then choose the same steps on every process (metrics logged on
-    process 0 alone, or computed on each process's shard, made them disagree and hang).
+    process 0 alone, or computed on each process's shard, made them disagree and hang). The one
+    exchange also carries each process's ``leaves`` (``{path: kind}``, ``_trees.leaf_kinds``)
+    and whether it sees process 0's writer lock in its directory (``shared``).
 
     Raises:
-        ValueError: the processes save different steps (raised on every process).
+        ValueError: the processes save different steps or trees, or opened different
+            directories (raised on every process, before orbax writes anything).
         CheckpointWriteError: a process did not call ``save`` within ``TIMEOUT_MS``.
     """
     if jax.process_count() == 1:
         return record
-    given = gather(json.dumps(record.to_dict()), topic="record")
+    mine = {"record": record.to_dict(), "leaves": leaves, "at": str(directory), "shared": shared}
+    given = gather(json.dumps(mine), topic="record")
     if missing := [str(index) for index, text in enumerate(given) if text is None]:
         cause = (
             f"process {', '.join(missing)} did not call save within {TIMEOUT_MS // 1000} s; "
             "every process of the job opens the store and saves each step"
         )
         raise CheckpointWriteError(step=record.step, directory=directory, cause=cause)
-    records = [json.loads(text) for text in given if text is not None]
-    if len({saved["step"] for saved in records}) > 1:
-        steps = ", ".join(f"process {i}: {saved['step']}" for i, saved in enumerate(records))
+    saves = [json.loads(text) for text in given if text is not None]
+    if unshared := [f"process {i}: {s['at']}" for i, s in enumerate(saves) if not s["shared"]]:
+        raise ValueError(
+            f"the processes of this job opened different checkpoint stores: process 0 writes "
+            f"{saves[0]['at']}, and its writer lock is not in the directory of "
+            f"{', '.join(unshared)}; every process opens the same store, on storage all of "
+            "them share (a multi-node substrax-compute job gives each node its own output "
+            "directory: pass the store a path every node sees)"
+        )
+    if len({saved["record"]["step"] for saved in saves}) > 1:
+        steps = ", ".join(f"process {i}: {s['record']['step']}" for i, s in enumerate(saves))
         raise ValueError(
             f"the processes of this job save different steps ({steps}); every process calls "
             "save with the same step (count steps alike on each, never from its own data)"
         )
-    return CheckpointMetadata.from_dict(records[0])
+    if differing := _differing_leaves([saved["leaves"] for saved in saves]):
+        raise ValueError(
+            f"the processes of this job save different trees at step {record.step} "
+            f"({differing}); every process saves the same items and leaves, each of one kind "
+            "(a host-local or NumPy leaf may hold another value on each: process 0's is saved)"
+        )
+    return CheckpointMetadata.from_dict(saves[0]["record"])
+
+
+_SHOWN: Final = 5  # the differing leaves a message names
+
+
+def _differing_leaves(trees: list[dict[str, str]]) -> str:
+    """The leaves (``item/path``) that ``trees`` (one per process) disagree on, as text, or ""."""
+    paths = sorted({path for tree in trees for path in tree})
+    differing = [path for path in paths if len({tree.get(path) for tree in trees}) > 1]
+    shown = [
+        f"{path}: "
+        + ", ".join(f"process {i}: {tree.get(path, 'absent')}" for i, tree in enumerate(trees))
+        for path in differing[:_SHOWN]
+    ]
+    more = len(differing) - _SHOWN
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
 def is_primary() -> bool:
@@ -122,6 +160,7 @@ class _Held:
     fd: int
     count: int
     identity: tuple[int, int]  # the lock file's (st_dev, st_ino): gone or changed, the lock is lost
+    nonce: str  # recorded in the lock file: another process seeing it shares the directory
 
 
 _held: dict[Path, _Held] = {}
@@ -143,13 +182,23 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 class WriterLease:
-    """This store's share of the writer lock; ``release`` is idempotent."""
+    """This store's share of the writer lock; ``release`` is idempotent.
 
-    def __init__(self, directory: Path, *, local: bool) -> None:
+    ``nonce``: on a process other than 0, the nonce process 0 recorded in its lock file.
+    """
+
+    def __init__(self, directory: Path, *, local: bool, nonce: str | None = None) -> None:
         self.directory = directory
         with _guard:  # the flock this process holds (a share of), None on other processes
             self._held = _held.get(directory) if local else None
         self._released = False
+        self._nonce = nonce  # None once seen (or on process 0)
+
+    def shared(self) -> bool:
+        """Whether this process's directory holds process 0's lock file (one store, shared)."""
+        if self._nonce is not None and _recorded_nonce(self.directory, self._nonce):
+            self._nonce = None
+        return self._nonce is None
 
     def intact(self) -> bool:
         """Whether the lock file this lease locked (same device and inode) still stands there."""
@@ -194,40 +243,58 @@ def read_holder(directory: Path) -> LockHolder:
     return LockHolder(host=None, pid=None, since=None)
 
 
-def _lock_here(directory: Path) -> tuple[bool, LockHolder | None]:
-    """Take (or share) the flock in this process: (fresh, None), or (False, holder) if refused."""
+def _recorded_nonce(directory: Path, nonce: str) -> bool:
+    """Whether ``directory``'s lock file records ``nonce`` (re-read a while: storage may lag)."""
+    for attempt in range(_READ_TRIES):
+        with contextlib.suppress(OSError, ValueError):
+            raw: Any = json.loads((directory / LOCK_FILE).read_text())
+            if isinstance(raw, dict) and raw.get("nonce") == nonce:  # pyright: ignore[reportUnknownMemberType]
+                return True
+        if attempt + 1 < _READ_TRIES:
+            time.sleep(0.05)
+    return False
+
+
+def _lock_here(directory: Path) -> tuple[bool, LockHolder | None, str]:
+    """Take (or share) the flock in this process: (fresh, None, its nonce), or (False, holder, "")."""
     with _guard:
         held = _held.get(directory)
         if held is not None and _intact(directory, held):
             held.count += 1
-            return False, None
+            return False, None, held.nonce
         # none held, or its file removed with the directory: its stores keep it and fail to save
         fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            return False, read_holder(directory)
+            return False, read_holder(directory), ""
         except BaseException:
             os.close(fd)
             raise
+        nonce = secrets.token_hex(8)
         record = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "since": datetime.now(UTC).isoformat(timespec="seconds"),
+            "nonce": nonce,
         }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
+        if jax.distributed.is_initialized():  # before the others look for its nonce (no backend)
+            os.fsync(fd)
         found = os.fstat(fd)
-        _held[directory] = _Held(fd=fd, count=1, identity=(found.st_dev, found.st_ino))
-        return True, None
+        identity = (found.st_dev, found.st_ino)
+        _held[directory] = _Held(fd=fd, count=1, identity=identity, nonce=nonce)
+        return True, None, nonce
 
 
 def take_writer_lock(directory: Path, *, clean: Callable[[Path], None]) -> WriterLease:
     """Lock ``directory`` for this job's writing, ``clean`` it when fresh; raise if another holds it."""
     # jax's backend is touched only once jax.distributed runs: a single process never starts it
+    nonce = ""
     if not jax.distributed.is_initialized() or jax.process_index() == 0:
-        fresh, holder = _lock_here(directory)
+        fresh, holder, nonce = _lock_here(directory)
         if fresh:
             try:
                 clean(directory)
@@ -238,8 +305,10 @@ def take_writer_lock(directory: Path, *, clean: Callable[[Path], None]) -> Write
     else:
         holder, local = None, False
     if jax.distributed.is_initialized():
-        # process 0 decides: 0 locked (fresh or shared), -pid (or -1) refused by pid
-        code = int(agree(str(0 if holder is None else -(holder.pid or 1)), topic="writer-lock"))
+        # process 0 decides: 0 locked (fresh or shared) with its nonce, -pid (or -1) refused by pid
+        decided = f"{0 if holder is None else -(holder.pid or 1)} {nonce}"
+        text, _, nonce = agree(decided, topic="writer-lock").partition(" ")
+        code = int(text)
         if code < 0 and holder is None:
             if local:
                 WriterLease(directory, local=True).release()
@@ -250,4 +319,4 @@ def take_writer_lock(directory: Path, *, clean: Callable[[Path], None]) -> Write
         raise CheckpointLockedError(
             directory=directory, host=holder.host, pid=holder.pid, since=holder.since
         )
-    return WriterLease(directory, local=local)
+    return WriterLease(directory, local=local, nonce=None if local else nonce)

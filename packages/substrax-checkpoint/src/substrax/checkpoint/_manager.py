@@ -57,7 +57,15 @@ def open_manager(
     async_save: bool,
     read_only: bool,
 ) -> ocp.CheckpointManager:
-    """The orbax ``CheckpointManager`` at ``directory``; it keeps every step (the store prunes)."""
+    """The orbax ``CheckpointManager`` at ``directory``; it keeps every step (the store prunes).
+
+    A reader's manager is this process's alone: its opening and restores wait for no other
+    process of a ``jax.distributed`` job (orbax's barriers span the processes it is told of).
+    """
+    processes = ocp.options.MultiprocessingOptions()
+    if read_only and jax.distributed.is_initialized():  # no backend started otherwise
+        here = jax.process_index()
+        processes = ocp.options.MultiprocessingOptions(primary_host=here, active_processes={here})
     options = ocp.CheckpointManagerOptions(
         create=not read_only,
         read_only=read_only,
@@ -67,6 +75,7 @@ def open_manager(
         todelete_subdir=None if read_only else DELETED,
         enable_async_checkpointing=async_save,
         lightweight_initialize=True,
+        multiprocessing_options=processes,
     )
     return ocp.CheckpointManager(directory, options=options, item_handlers=_handlers(layout))
 

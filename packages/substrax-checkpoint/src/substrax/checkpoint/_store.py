@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, cast
 
+import jax
 import numpy as np
 
 from substrax.typing import JsonValue
 
+from . import _trees
 from ._index import IndexBook
 from ._lock import agreed_record, is_primary, take_writer_lock
 from ._manager import Layout, empty_deleted, remove_partial_steps
@@ -77,8 +79,9 @@ class OrbaxCheckpointStore(StoreReads):
     One writer, many readers: a writer takes the directory's lock (freed by the kernel when the
     process dies) and a second writer is refused at open with ``CheckpointLockedError``; in one
     process the newest writer store of a directory takes over, and the earlier one refuses
-    writes with ``CheckpointStoreSupersededError``. ``read_only=True`` opens take no lock and
-    never write; an evaluator follows a live run with ``wait_for_step``.
+    writes with ``CheckpointStoreSupersededError``. ``read_only=True`` opens take no lock, never
+    write and, in a multi-process job, wait for no other process (process 0 alone may restore);
+    an evaluator follows a live run with ``wait_for_step``.
 
     Args:
         directory: the store's root (a writer creates it at open; a reader needs it to exist).
@@ -148,6 +151,7 @@ class OrbaxCheckpointStore(StoreReads):
         else:
             make_store_directory(self._directory)
         lease = None if read_only else take_writer_lock(self._directory, clean=remove_partial_steps)
+        self._lease = lease
         self._writer = Writer(self._directory, lease, manifests=use_checksums)
         self._release = weakref.finalize(self, self._writer.release)
         held = weakref.WeakMethod(self._held_steps)  # a store nobody holds is collected
@@ -243,8 +247,9 @@ class OrbaxCheckpointStore(StoreReads):
         several processes a refusal is decided by process 0, as are the metrics, ``epoch`` and
         ``extra`` recorded (so retention keeps the same steps on every process); a host-local
         ``jax.Array`` or NumPy leaf is saved as process 0's value; processes that save
-        different steps raise ``ValueError``, each of them, and a save that a process never
-        joins ``CheckpointWriteError`` naming it.
+        different steps or trees (an item or leaf some lack, or a leaf of another kind), or
+        that opened different directories, raise ``ValueError``, each of them, naming what
+        differs, and a save that a process never joins ``CheckpointWriteError`` naming it.
 
         Example:
             >>> import tempfile
@@ -264,7 +269,9 @@ class OrbaxCheckpointStore(StoreReads):
         )
         if not self._layout.ocdbt:  # one directory per array: the file system's names
             check_file_names(request.items)
-        record = agreed_record(request.record, self._directory)
+        kinds = _trees.leaf_kinds(items) if jax.process_count() > 1 else {}
+        shared = self._lease is None or self._lease.shared()  # process 0's directory too
+        record = agreed_record(request.record, self._directory, leaves=kinds, shared=shared)
         request = dataclasses.replace(request, record=record)
         self._check_open()
         try:

@@ -111,6 +111,26 @@ def host_record(tree: PyTree) -> dict[str, HostKind]:
     return {path: kind for path, leaf in flat_leaves(tree) if (kind := host_kind(leaf))}
 
 
+def _kind(leaf: object) -> str:
+    """What a leaf is, as a multi-process save compares it (its value may differ)."""
+    if isinstance(leaf, jax.Array):
+        return "host-local jax.Array" if leaf.is_fully_addressable else "global jax.Array"
+    if isinstance(leaf, np.ndarray | np.generic):
+        return "NumPy array"
+    if isinstance(leaf, bool | int | float | complex):
+        return "Python scalar"
+    return f"Python {type(leaf).__name__}"
+
+
+def leaf_kinds(items: Mapping[str, PyTree]) -> dict[str, str]:
+    """``{item: "item", "item/leaf/path": kind}``: the shape of a save that every process shares."""
+    kinds: dict[str, str] = {}
+    for name, tree in items.items():
+        kinds[name] = "item"
+        kinds.update((f"{name}/{path}", _kind(leaf)) for path, leaf in flat_leaves(tree))
+    return kinds
+
+
 def _too_large(leaf: object) -> bool:
     return type(leaf) is int and not -(2**63) <= leaf < 2**64
 
