@@ -256,8 +256,10 @@ class Writer:
             args = request.orbax_args(frozen.items)
             self._control = self._thread.submit(save_held, orbax, step, args, frozen)
         else:
-            try:  # failing, it reads as a background write's failure does
+            try:  # a failed write reads as a background one's; a refused item as orbax says
                 saved = orbax.save(step, args=request.orbax_args(items), force=True)
+            except (ValueError, TypeError):
+                raise
             except Exception as error:
                 raise CheckpointWriteError.of(step, self._directory, error) from error
             if agree(str(bool(saved))) != "True":
