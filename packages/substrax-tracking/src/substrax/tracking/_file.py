@@ -135,7 +135,8 @@ class FileLogger(Logger):
         # a deque's append is atomic, so threads log without a lock; a flush pops under _lock
         self._pending: deque[_Pending] = deque()
         self._lock = threading.RLock()
-        self._timer: threading.Timer | None = None  # writes what waits, though no call comes
+        self._due, self._closing = threading.Event(), threading.Event()  # lines wait; closing
+        self._timer: threading.Thread | None = None  # writes what waits, though no call comes
         self._unread = 0  # how many values of _pending are jax arrays
         self._images = ImageWriter(f"FileLogger({name!r}) images")
         self._held: BinaryIO | None = None
@@ -148,6 +149,11 @@ class FileLogger(Logger):
                 self._release()
                 raise
             drain_at_exit(self)  # what waits for the next flush is written at exit too
+            if self.flush_every:
+                self._timer = threading.Thread(
+                    target=self._write_when_due, name=f"substrax-file-log-{name}", daemon=True
+                )
+                self._timer.start()
             self._handler = RunLogHandler(self.log_file, encoding="utf-8", delay=True)
             self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             self.python_logger.addHandler(self._handler)
@@ -202,27 +208,23 @@ class FileLogger(Logger):
         self._pending.append((now, step, key, value))
         if now - self._last_flush >= self.flush_every:
             self._flush(wait=False)
-        elif self._timer is None:
-            self._arm()
+        elif not self._due.is_set():
+            self._due.set()
 
-    def _arm(self) -> None:
-        """Write what waits ``flush_every`` s from now, on a timer's thread.
+    def _write_when_due(self) -> None:
+        """Write what waits ``flush_every`` s after it was logged, though no later call comes.
 
-        A run that logs, then hangs (a collective, a save) and is killed, lost the lines that no
-        later call wrote.
+        A run that logs, then hangs in a collective or a save and is killed, lost those lines.
         """
-        with self._lock:
-            if self._timer is None and self._files[0].fd is not None:
-                self._timer = threading.Timer(self.flush_every, self._on_time)
-                self._timer.daemon = True
-                self._timer.start()
-
-    def _on_time(self) -> None:
-        with self._lock:
-            self._timer = None
-            self._flush(wait=False)
-            if self._pending:  # a jax value still computed: once more, later
-                self._arm()
+        while self._due.wait() and not self._closing.wait(self.flush_every):
+            with self._lock:
+                self._due.clear()
+                try:
+                    self._flush(wait=False)
+                except Exception as error:  # never a traceback from this thread
+                    _logger.warning(f"{self!r}: writing the lines that wait failed: {error!r}")
+                if self._pending:  # a jax value still computed: once more, later
+                    self._due.set()
 
     def _flush(self, *, wait: bool) -> None:
         """Write the logged scalars; without ``wait``, only up to a jax value still computed."""
@@ -371,12 +373,14 @@ class FileLogger(Logger):
         if self._handler is not None:
             self.python_logger.removeHandler(self._handler)
             self._handler.close()
+        self._closing.set()
+        self._due.set()
+        if self._timer is not None and self._timer is not threading.current_thread():
+            self._timer.join()
         try:
             self._images.wait()
         finally:
             with self._lock:
-                if self._timer is not None:
-                    self._timer.cancel()
                 try:
                     self._flush(wait=True)
                     self._sync()
