@@ -134,14 +134,11 @@ class BatchRules:
                 sharding = one_batch = batch_on_mesh(sharding, mesh)
             if steps_per_call != 1:
                 sharding = stacked_sharding(sharding)
-        return cls(
-            sharding=sharding,
-            one_batch=one_batch,
-            accumulate_steps=accumulate_steps,
-            steps_per_call=steps_per_call,
-            inherited=inherited,
-            mesh=mesh,
-        )
+        loops: dict[str, Any] = {
+            "accumulate_steps": accumulate_steps,
+            "steps_per_call": steps_per_call,
+        }
+        return cls(sharding=sharding, one_batch=one_batch, inherited=inherited, mesh=mesh, **loops)
 
     def place(self, batch: PyTree) -> PyTree:
         """``batch`` with every array leaf on its sharding (checked against it), or as given.
