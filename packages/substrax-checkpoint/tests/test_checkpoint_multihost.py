@@ -123,9 +123,15 @@ WORKER = textwrap.dedent(
 
     import substrax.checkpoint._lock as lock_module
     lock_module.TIMEOUT_MS = 3000  # the wait for a process that never saves, shortened
-    alone = None
+    alone = deleted_alone = None
     with OrbaxCheckpointStore(f"{root}/alone") as store:
-        if pid == 0:
+        store.save(1, {"model": {"w": np.zeros(2, np.float32)}})  # both
+        store.wait()
+        if pid == 0:  # process 0 alone: a delete hung in orbax's barrier
+            try:
+                store.delete(1)
+            except Exception as error:
+                deleted_alone = f"{type(error).__name__}: {error}"
             try:
                 store.save(3, {"model": {"w": np.zeros(2, np.float32)}})
             except Exception as error:
@@ -142,6 +148,7 @@ WORKER = textwrap.dedent(
         reads["global"] = [w.sharding == g(0.0).sharding, np.asarray(w.addressable_shards[0].data).tolist()]
     print(json.dumps({"host_local": host_local, "stops": stops, "lock": lock,
                       "retained": retained, "mismatch": mismatch, "alone": alone,
+                      "deleted_alone": deleted_alone,
                       "differing": differing, "reads": reads}))
     """
 )
@@ -269,11 +276,17 @@ def test_a_reader_needs_no_other_process(two_processes):
     assert results[1]["reads"] == {"global": [True, [2.0]]}
 
 
-def test_a_save_on_process_0_alone_fails_naming_the_process_that_never_saved(two_processes):
+def test_a_save_or_delete_on_process_0_alone_fails_naming_the_process_that_never_came(
+    two_processes,
+):
     _, results = two_processes
     assert results[0]["alone"].startswith("CheckpointWriteError: checkpoint step 3 in ")
     assert "was not committed: process 1 did not call save within 3 s" in results[0]["alone"]
     assert results[1]["alone"] is None
+    assert results[0]["deleted_alone"].startswith("ValueError: delete(1) on ")
+    assert (
+        "process 1 did not call it within 3 s, and the step was left" in results[0]["deleted_alone"]
+    )
 
 
 @pytest.mark.parametrize(("every", "expected"), [(1, 4), (3, 6)])

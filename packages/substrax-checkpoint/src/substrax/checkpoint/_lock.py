@@ -125,6 +125,27 @@ def agreed_record(
     return CheckpointMetadata.from_dict(saves[0]["record"])
 
 
+def all_call(action: str, step: int, directory: Path) -> None:
+    """Return once every process called ``action`` on ``step`` (orbax's barrier would hang).
+
+    Raises:
+        ValueError: a process did not call it within ``TIMEOUT_MS``, or called it on another
+            step (on every process that did; ``step`` is left as it was).
+    """
+    if jax.process_count() == 1:
+        return
+    given = gather(str(step), topic=action)
+    if missing := [str(index) for index, text in enumerate(given) if text is None]:
+        raise ValueError(
+            f"{action}({step}) on {directory}: process {', '.join(missing)} did not call it "
+            f"within {TIMEOUT_MS // 1000} s, and the step was left as it was; every process of "
+            f"the job calls {action} on the store, with the same step"
+        )
+    if len(set(given)) > 1:
+        steps = ", ".join(f"process {i}: {text}" for i, text in enumerate(given))
+        raise ValueError(f"the processes of this job {action} different steps ({steps})")
+
+
 _SHOWN: Final = 5  # the differing leaves a message names
 
 

@@ -18,7 +18,7 @@ from substrax.typing import JsonValue
 
 from . import _trees
 from ._index import IndexBook
-from ._lock import agreed_record, is_primary, take_writer_lock
+from ._lock import agreed_record, all_call, is_primary, take_writer_lock
 from ._manager import Layout, empty_deleted, remove_partial_steps
 from ._metadata import Producer
 from ._names import check_file_names
@@ -294,6 +294,9 @@ class OrbaxCheckpointStore(StoreReads):
     def delete(self, step: int) -> None:
         """Remove ``step``; a step the store does not hold is ``CheckpointNotFoundError``.
 
+        With several processes every process calls it: one that does not within 5 minutes
+        fails the others' with ``ValueError`` naming it, the step left in place.
+
         Example:
             >>> import tempfile
             >>> from substrax.checkpoint import OrbaxCheckpointStore
@@ -306,6 +309,7 @@ class OrbaxCheckpointStore(StoreReads):
         self._check_writable("delete")
         self.wait()
         self._require(step)
+        all_call("delete", step, self._directory)  # with several processes, each calls it
         self._writable_manager().delete(step)
         self._empty_deleted()
         self._book.deleted(step)
