@@ -90,14 +90,16 @@ WORKER = textwrap.dedent(
     # global leaf on one process hung in orbax's barriers; an item or NumPy leaf that process 1
     # alone had was dropped silently); a NumPy leaf's value may differ (process 0's is saved)
     mesh = jax.make_mesh((8,), ("data",))
-    def g(value):
+    def g(value, dtype=np.float32):
         sharding = jax.NamedSharding(mesh, jax.P("data"))
-        return jax.make_array_from_callback((8,), sharding, lambda i: np.full(8, value, np.float32)[i])
+        return jax.make_array_from_callback((8,), sharding, lambda i: np.full(8, value, dtype)[i])
     trees = {
         "global leaf on 0": ({"model": {"w": g(2.0), "z": g(7.0)}}, {"model": {"w": g(2.0)}}),
         "item on 1": ({"model": {"w": g(2.0)}},
                       {"model": {"w": g(2.0)}, "extensions": {"callbacks": np.arange(3)}}),
         "numpy leaf on 1": ({"model": {"w": g(2.0)}}, {"model": {"w": g(2.0), "dbg": np.ones(2)}}),
+        # each process's shards of one global array in its own dtype: saved, restored as garbage
+        "dtype": ({"model": {"w": g(2.0)}}, {"model": {"w": g(2, np.int32)}}),
     }
     differing = {}
     with OrbaxCheckpointStore(f"{root}/trees") as store:
@@ -230,13 +232,18 @@ def test_processes_that_save_different_steps_all_raise_naming_them(two_processes
 
 def test_saves_whose_trees_differ_are_refused_on_every_process_naming_the_leaves(two_processes):
     """Hostile findings: a global leaf on process 0 alone hung the job in orbax's barriers; an
-    item or a NumPy leaf on process 1 alone was dropped without a word."""
+    item or a NumPy leaf on process 1 alone was dropped without a word; one global array in
+    another dtype on each process was saved, and restored as garbage on process 1."""
     _, results = two_processes
     differs = "the processes of this job save different trees at step 1 ("
     for result in results:
         differing = result["differing"]
         assert differing["global leaf on 0"].startswith(
-            f"{differs}model/z: process 0: global jax.Array, process 1: absent)"
+            f"{differs}model/z: process 0: global jax.Array float32[8], process 1: absent)"
+        )
+        assert differing["dtype"].startswith(
+            f"{differs}model/w: process 0: global jax.Array float32[8], process 1: global "
+            "jax.Array int32[8])"
         )
         assert differing["item on 1"].startswith(
             f"{differs}extensions: process 0: absent, process 1: item; extensions/callbacks: "

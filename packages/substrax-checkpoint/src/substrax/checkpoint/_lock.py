@@ -98,7 +98,9 @@ def agreed_record(
     if missing := [str(index) for index, text in enumerate(given) if text is None]:
         cause = (
             f"process {', '.join(missing)} did not call save within {TIMEOUT_MS // 1000} s; "
-            "every process of the job opens the store and saves each step"
+            "every process of the job opens the store and saves each step (after a missed "
+            "save the job's processes no longer pair their exchanges: restart them all, and "
+            "resume from the latest step)"
         )
         raise CheckpointWriteError(step=record.step, directory=directory, cause=cause)
     saves = [json.loads(text) for text in given if text is not None]
@@ -139,7 +141,8 @@ def all_call(action: str, step: int, directory: Path) -> None:
         raise ValueError(
             f"{action}({step}) on {directory}: process {', '.join(missing)} did not call it "
             f"within {TIMEOUT_MS // 1000} s, and the step was left as it was; every process of "
-            f"the job calls {action} on the store, with the same step"
+            f"the job calls {action} on the store, with the same step (after a missed call the "
+            "job's processes no longer pair their exchanges: restart them all)"
         )
     if len(set(given)) > 1:
         steps = ", ".join(f"process {i}: {text}" for i, text in enumerate(given))

@@ -113,8 +113,9 @@ def host_record(tree: PyTree) -> dict[str, HostKind]:
 
 def _kind(leaf: object) -> str:
     """What a leaf is, as a multi-process save compares it (its value may differ)."""
-    if isinstance(leaf, jax.Array):
-        return "host-local jax.Array" if leaf.is_fully_addressable else "global jax.Array"
+    if isinstance(leaf, jax.Array):  # a global one's dtype and shape too: one array, all write
+        where = "host-local" if leaf.is_fully_addressable else "global"
+        return f"{where} jax.Array {leaf.dtype}{list(leaf.shape)}"
     if isinstance(leaf, np.ndarray | np.generic):
         return "NumPy array"
     if isinstance(leaf, bool | int | float | complex):
