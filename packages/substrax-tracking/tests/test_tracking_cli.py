@@ -100,3 +100,12 @@ def test_a_log_directory_with_a_backend_down_delivers_the_rest_and_exits_1(tmp_p
     DOWN.clear()
     assert main(["replay", str(tmp_path)]) == 0
     assert capsys.readouterr().out == "a.spool.jsonl: delivered 2, remaining 0\n"
+
+
+def test_a_path_that_does_not_exist_is_named_as_a_spool_or_a_log_directory(tmp_path, capsys):
+    assert main(["replay", str(tmp_path / "gone")]) == 2
+    assert capsys.readouterr().err == (
+        f"python -m substrax.tracking: error: '{tmp_path / 'gone'}' does not exist; pass a spool "
+        "file (the <log_dir>/<name>.spool.jsonl path that the logger's warning named) or a log "
+        "directory\n"
+    )

@@ -104,7 +104,13 @@ def _replay(args: argparse.Namespace) -> int:
             "logger's warning named, or the log directory"
         )
     _STUCK.clear()
-    if not Path(args.spool).is_dir():
+    given = Path(args.spool)
+    if not given.exists() and not given.with_name(f"{given.name}.refused").exists():
+        raise UsageError(
+            f"{args.spool!r} does not exist; pass a spool file (the <log_dir>/<name>.spool.jsonl "
+            "path that the logger's warning named) or a log directory"
+        )
+    if not given.is_dir():
         data, summary, found = _replay_one(args.spool, args, timeout)
         emit(data, summary, as_json=args.json)
     else:  # each spool in it, within what is left of the one timeout
@@ -170,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> with contextlib.redirect_stderr(io.StringIO()) as err:
         ...     main(["replay", "/no/such/run.spool.jsonl"])
         2
-        >>> err.getvalue().startswith("python -m substrax.tracking: error: spool file")
+        >>> err.getvalue().startswith("python -m substrax.tracking: error: '/no/such/run.spool.jsonl'")
         True
     """
     args = _parser().parse_args(argv)
