@@ -971,3 +971,26 @@ def test_a_value_no_later_call_writes_is_written_flush_every_later(tmp_path, wai
     assert logger.metrics_csv.read_text().splitlines()[-1].split(",")[1:] == ["1", "loss", "0.25"]
     logger.close()
     assert read_scalars(logger.metrics_jsonl)["loss"] == [(0, 0.5), (1, 0.25)]  # each once
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_forked_child_never_writes_the_lines_its_parent_holds(tmp_path):
+    """Review of the writer thread: each forked child that closed its copy of the logger wrote
+    the parent's waiting step again (6 copies of one step after 5 forks)."""
+    program = f"""
+import os
+from substrax.tracking import FileLogger
+logger = FileLogger("run", {str(tmp_path)!r}, flush_every=60)
+logger.log_scalar("parent", 1.0, step=1)  # waits for the next flush: the parent's to write
+for step in (100, 101):
+    child = os.fork()
+    if child == 0:  # the child's own lines are its to write
+        logger.log_scalar("child", 1.0, step=step)
+        logger.close()
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+logger.close()
+"""
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=60)
+    logged = read_scalars(tmp_path / "run.metrics.jsonl")
+    assert logged == {"parent": [(1, 1.0)], "child": [(100, 1.0), (101, 1.0)]}

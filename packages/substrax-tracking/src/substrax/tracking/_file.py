@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 from substrax.support import check_seconds, install_hint, optional, write_atomically
 
 from ._base import Logger, check_resume_step, histogram_of
+from ._due_writer import DueWriter
 from ._errors import FileLogWriteError
 from ._hparams import merge_params
 from ._log_files import (
@@ -135,8 +136,7 @@ class FileLogger(Logger):
         # a deque's append is atomic, so threads log without a lock; a flush pops under _lock
         self._pending: deque[_Pending] = deque()
         self._lock = threading.RLock()
-        self._due, self._closing = threading.Event(), threading.Event()  # lines wait; closing
-        self._timer: threading.Thread | None = None  # writes what waits, though no call comes
+        self._writer: DueWriter | None = None  # writes what waits, though no call comes
         self._unread = 0  # how many values of _pending are jax arrays
         self._images = ImageWriter(f"FileLogger({name!r}) images")
         self._held: BinaryIO | None = None
@@ -150,10 +150,8 @@ class FileLogger(Logger):
                 raise
             drain_at_exit(self)  # what waits for the next flush is written at exit too
             if self.flush_every:
-                self._timer = threading.Thread(
-                    target=self._write_when_due, name=f"substrax-file-log-{name}", daemon=True
-                )
-                self._timer.start()
+                thread = f"substrax-file-log-{name}"
+                self._writer = DueWriter(self._write_due, self.flush_every, thread)
             self._handler = RunLogHandler(self.log_file, encoding="utf-8", delay=True)
             self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             self.python_logger.addHandler(self._handler)
@@ -208,23 +206,19 @@ class FileLogger(Logger):
         self._pending.append((now, step, key, value))
         if now - self._last_flush >= self.flush_every:
             self._flush(wait=False)
-        elif not self._due.is_set():
-            self._due.set()
+        elif self._writer is not None:
+            self._writer.due()
 
-    def _write_when_due(self) -> None:
-        """Write what waits ``flush_every`` s after it was logged, though no later call comes.
+    def _write_due(self) -> bool:
+        """Write what waits (on the writer's thread); whether a jax value still computed waits."""
+        with self._lock:
+            self._flush(wait=False)
+            return bool(self._pending)
 
-        A run that logs, then hangs in a collective or a save and is killed, lost those lines.
-        """
-        while self._due.wait() and not self._closing.wait(self.flush_every):
-            with self._lock:
-                self._due.clear()
-                try:
-                    self._flush(wait=False)
-                except Exception as error:  # never a traceback from this thread
-                    _logger.warning(f"{self!r}: writing the lines that wait failed: {error!r}")
-                if self._pending:  # a jax value still computed: once more, later
-                    self._due.set()
+    def _forget_after_fork(self) -> None:
+        """In a forked child: what waits is its parent's to write; no writer, a lock not held."""
+        self._pending.clear()
+        self._unread, self._writer, self._lock = 0, None, threading.RLock()
 
     def _flush(self, *, wait: bool) -> None:
         """Write the logged scalars; without ``wait``, only up to a jax value still computed."""
@@ -373,10 +367,8 @@ class FileLogger(Logger):
         if self._handler is not None:
             self.python_logger.removeHandler(self._handler)
             self._handler.close()
-        self._closing.set()
-        self._due.set()
-        if self._timer is not None and self._timer is not threading.current_thread():
-            self._timer.join()
+        if self._writer is not None:
+            self._writer.close()
         try:
             self._images.wait()
         finally:

@@ -167,8 +167,16 @@ def drain_at_exit(logger: Logger, *, again: bool = False) -> None:
         atexit.register(_drain_holding)
 
 
-# A forked child does not write its parent's held values at its own exit (the parent does).
-os.register_at_fork(after_in_child=_HOLDING.clear)
+def _forget_in_child() -> None:
+    """A forked child does not write its parent's held values, at its exit or ever (the parent does)."""
+    for logger in list(_HOLDING):
+        forget = getattr(logger, "_forget_after_fork", None)
+        if callable(forget):
+            forget()
+    _HOLDING.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
