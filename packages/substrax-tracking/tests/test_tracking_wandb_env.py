@@ -77,6 +77,9 @@ def test_without_any_directory_runs_last_outside_the_temporary_directory(
 ):
     monkeypatch.delenv("AVITAI_OUTPUT_DIR")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    temporary = tmp_path / "tmp"  # the run's default output directory goes here, not in /tmp
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     with WandbLogger("lasting", project="substrax-tests") as logger:
         logger.log_scalar("loss", 0.5, step=1)
     assert logger.root_dir == tmp_path / "data" / "substrax"
