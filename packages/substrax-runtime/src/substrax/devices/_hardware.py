@@ -78,8 +78,8 @@ class HardwareType(Enum):
         if platform is not None and DeviceKind.from_platform(platform) is DeviceKind.CPU:
             return cls.CPU
         text = device_kind.strip()
-        for pattern, hardware in _DEVICE_KIND_PATTERNS:
-            if pattern.search(text):
+        for pattern, hardware in _DEVICE_KIND_PATTERNS.items():
+            if re.search(pattern, text, re.IGNORECASE):
                 return hardware
         return cls.UNKNOWN
 
@@ -89,20 +89,23 @@ class HardwareType(Enum):
 # peak, which would read its MFU wrong: the H100 and H200 are the SXM parts (a PCIe or NVL card
 # has 756 or 835 TFLOP/s, not 989), the V100 the SXM2 part (PCIe 112, V100S 130, not 125), and
 # a MIG slice of any card ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") has a fraction of its compute.
-_DEVICE_KIND_PATTERNS: tuple[tuple[re.Pattern[str], HardwareType], ...] = (
-    (re.compile(r"^cpu$", re.IGNORECASE), HardwareType.CPU),
-    (re.compile(r"\bMIG\b", re.IGNORECASE), HardwareType.UNKNOWN),
-    (re.compile(r"\bH[12]00\b.*\b(PCIe|NVL)\b", re.IGNORECASE), HardwareType.UNKNOWN),
-    (re.compile(r"\bH100\b", re.IGNORECASE), HardwareType.H100),
-    (re.compile(r"\bH200\b", re.IGNORECASE), HardwareType.H200),
-    (re.compile(r"\bB200\b", re.IGNORECASE), HardwareType.B200),
-    (re.compile(r"\bL4\b", re.IGNORECASE), HardwareType.L4),
-    (re.compile(r"\bA100\b", re.IGNORECASE), HardwareType.A100),
-    (re.compile(r"\bV100-SXM", re.IGNORECASE), HardwareType.V100),
-    (re.compile(r"^TPU v4$", re.IGNORECASE), HardwareType.TPU_V4),
-    (re.compile(r"^TPU v5( lite|e)$", re.IGNORECASE), HardwareType.TPU_V5E),
-    (re.compile(r"^TPU v5p?$", re.IGNORECASE), HardwareType.TPU_V5P),
-    (re.compile(r"^TPU v6( lite|e)$", re.IGNORECASE), HardwareType.TPU_V6E),
+# The patterns are tried in order, ignoring case; the first that matches names the hardware.
+_DEVICE_KIND_PATTERNS: Mapping[str, HardwareType] = MappingProxyType(
+    {
+        r"^cpu$": HardwareType.CPU,
+        r"\bMIG\b": HardwareType.UNKNOWN,
+        r"\bH[12]00\b.*\b(PCIe|NVL)\b": HardwareType.UNKNOWN,
+        r"\bH100\b": HardwareType.H100,
+        r"\bH200\b": HardwareType.H200,
+        r"\bB200\b": HardwareType.B200,
+        r"\bL4\b": HardwareType.L4,
+        r"\bA100\b": HardwareType.A100,
+        r"\bV100-SXM": HardwareType.V100,
+        r"^TPU v4$": HardwareType.TPU_V4,
+        r"^TPU v5( lite|e)$": HardwareType.TPU_V5E,
+        r"^TPU v5p?$": HardwareType.TPU_V5P,
+        r"^TPU v6( lite|e)$": HardwareType.TPU_V6E,
+    }
 )
 
 
