@@ -192,7 +192,7 @@ def test_a_template_that_does_not_fit_is_a_mismatch_naming_the_leaf_never_corrup
     stored = {"model": {"w": np.arange(3.0), "n": 7}, "rng": {"key": KEY}}
     with OrbaxCheckpointStore(tmp_path, async_save=False) as store:
         store.save(0, stored)
-        with pytest.raises(ValueError, match=r"template for item .* does not match") as error:
+        with pytest.raises(ValueError, match=r"template for item .* do not match") as error:
             store.restore(0, templates=template)
         assert not isinstance(error.value, CheckpointCorruptError)
         assert message in str(error.value)

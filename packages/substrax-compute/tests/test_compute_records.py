@@ -16,6 +16,7 @@ from substrax.compute import (
     RunStore,
     TaskOutcome,
     TaskStatus,
+    new_run,
     new_run_id,
     read_manifest,
 )
@@ -87,6 +88,17 @@ def test_a_run_id_that_is_no_file_name_is_refused_and_nothing_is_written(tmp_pat
     with pytest.raises(ValueError, match="must name one file"):
         store.save(dataclasses.replace(handle, run_id=run_id))
     assert not any(tmp_path.rglob("*.json"))  # ../../escape.json was written outside the store
+
+
+def test_a_backend_written_for_0_1_22_makes_its_handle_without_settings(tmp_path):
+    from substrax.compute import JobSpec, Task
+
+    task = Task(name="t", argv=("python", "t.py"), timeout_seconds=60)
+    spec = JobSpec(name="demo", tasks=(task,), timeout_seconds=60)
+    run = new_run(spec, tmp_path)
+    handle = run.handle("mine", {"pid": "42"})  # 0.1.22's NewRun.handle(backend, details)
+    assert (handle.backend, handle.details, handle.settings) == ("mine", {"pid": "42"}, {})
+    assert RunHandle.from_json(handle.to_json()) == handle
 
 
 @pytest.mark.parametrize("job", ["a/b", "", "..", 3])

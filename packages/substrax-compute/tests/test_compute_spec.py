@@ -39,6 +39,15 @@ def test_shell_strings_and_empty_argv_are_refused(argv):
         Task(name="t", argv=argv, timeout_seconds=1)
 
 
+def test_an_argv_list_is_taken_as_its_tuple_and_checked_the_same():
+    # 0.1.22's dataclass took a list; the refusal's own advice writes one
+    assert Task(name="t", argv=["python", "x.py"], timeout_seconds=1).argv == ("python", "x.py")
+    with pytest.raises(ValidationError, match="shell string"):
+        Task(name="t", argv=["bash", "-c", "echo hi"], timeout_seconds=1)
+    with pytest.raises(ValidationError):
+        Task(name="t", argv=["python", 3], timeout_seconds=1)  # each argument still a str
+
+
 def test_a_shell_running_a_script_file_is_an_argv():
     assert Task(name="t", argv=("bash", "--norc", "run.sh"), timeout_seconds=1).argv[0] == "bash"
 

@@ -1,10 +1,11 @@
 import dataclasses
 import math
+import typing
 from pathlib import Path
 
 import pytest
 
-from substrax.runtime import JaxRuntime, XlaFlagConflictError
+from substrax.runtime import JaxRuntime, MatmulPrecision, XlaFlagConflictError
 
 
 def test_defaults_leave_everything_alone_but_keep_the_compilation_cache():
@@ -65,6 +66,18 @@ def test_bool_fields_refuse_non_bools(name, value):
 @pytest.mark.parametrize("name", ["enable_x64", "preallocate", "debug_nans", "log_compiles"])
 def test_bool_fields_accept_bools(name):
     assert getattr(JaxRuntime(**{name: False}), name) is False
+
+
+def test_matmul_precision_is_a_literal_typing_reads():
+    # as 0.1.22's `MatmulPrecision = Literal[...]`: a test can list the values
+    assert typing.get_args(MatmulPrecision) == (
+        "default",
+        "high",
+        "highest",
+        "bfloat16",
+        "tensorfloat32",
+        "float32",
+    )
 
 
 def test_matmul_precision_must_be_a_known_value():

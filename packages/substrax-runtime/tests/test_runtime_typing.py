@@ -36,4 +36,4 @@ def test_json_value_is_a_recursive_alias_pydantic_validates():
 
 
 def test_pytree_is_any():
-    assert PyTree.__value__ is __import__("typing").Any
+    assert PyTree is __import__("typing").Any  # as 0.1.22 had it: `PyTree = Any`

@@ -1,3 +1,5 @@
+import typing
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +14,7 @@ from substrax.optim import (
     LearningRateNotFoundError,
     OptimizerConfig,
     OptimizerConfigError,
+    OptimizerType,
     create_optimizer,
     create_transformation,
     current_learning_rate,
@@ -21,6 +24,12 @@ from substrax.optim import (
     weight_decay_mask,
     with_strong_state_types,
 )
+
+
+def test_optimizer_type_is_a_literal_typing_reads():
+    # as 0.1.22's `OptimizerType = Literal[...]`: a test can list the optimizers
+    assert typing.get_args(OptimizerType) == OPTIMIZER_TYPES
+    assert len(OPTIMIZER_TYPES) == 8
 
 
 class Net(nnx.Module):

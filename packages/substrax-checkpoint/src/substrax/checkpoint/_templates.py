@@ -86,7 +86,7 @@ def _key_mismatch(item: str, path: str, stored: str, wanted: str) -> ValueError:
         else f"a {stored} leaf"
     )
     return ValueError(
-        f"template for item {item!r} does not match the checkpoint: leaf {path!r} is "
+        f"template for item {item!r} and the checkpoint do not match: leaf {path!r} is "
         f"{_named(stored)} in the checkpoint but {_named(wanted)} in the template (cast_dtypes "
         f"changes no key's implementation); give the template {advice}"
     )
@@ -236,7 +236,7 @@ def check_template(item: str, stored: PyTree, template: PyTree) -> None:
     """
 
     def mismatch(path: str, problem: str) -> ValueError:
-        prefix = f"template for item {item!r} does not match the checkpoint: leaf {path!r}"
+        prefix = f"template for item {item!r} and the checkpoint do not match: leaf {path!r}"
         return ValueError(f"{prefix} {problem}")
 
     saved = dict(_trees.flat_leaves(stored))

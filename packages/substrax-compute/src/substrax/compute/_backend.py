@@ -171,14 +171,19 @@ class NewRun:
     project: Path
 
     def handle(
-        self, backend: str, details: Mapping[str, str], settings: Mapping[str, JsonValue]
+        self,
+        backend: str,
+        details: Mapping[str, str],
+        settings: Mapping[str, JsonValue] | None = None,
     ) -> RunHandle:
         """The handle for this run once ``backend`` accepted it.
 
-        A relative ``state_dir`` setting is recorded as the directory it named here: read from
-        another working directory it would name another one, and the run would be lost.
+        ``settings`` are the backend's, recorded for the run's later commands (a backend written
+        for 0.1.22 gives none). A relative ``state_dir`` setting is recorded as the directory it
+        named here: read from another working directory it would name another one, and the run
+        would be lost.
         """
-        recorded = dict(settings)
+        recorded = dict(settings or {})
         if isinstance(state_dir := recorded.get("state_dir"), str) and state_dir:
             recorded["state_dir"] = str(Path(state_dir).expanduser().resolve())
         return RunHandle(

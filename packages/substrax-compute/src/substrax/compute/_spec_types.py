@@ -17,7 +17,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from ._records import COMPONENT
 
@@ -117,6 +117,13 @@ type MemoryMiB = Annotated[int, _at_most(MAX_MEMORY_MIB)]
 type Component = Annotated[str, AfterValidator(_component)]
 type EnvName = Annotated[str, AfterValidator(_env_name)]
 type EnvValue = Annotated[str, AfterValidator(_env_value)]
-type Argv = Annotated[tuple[str, ...], AfterValidator(_argv)]
+
+
+def _listed(value: object) -> object:
+    """A list given for a tuple field, as its tuple (0.1.22's dataclass took ``argv=[...]``)."""
+    return tuple(value) if isinstance(value, list) else value  # pyright: ignore[reportUnknownArgumentType]
+
+
+type Argv = Annotated[tuple[str, ...], BeforeValidator(_listed), AfterValidator(_argv)]
 type RelativeFile = Annotated[str, AfterValidator(_relative_file)]
 type MountPath = Annotated[str, AfterValidator(_mount_path)]

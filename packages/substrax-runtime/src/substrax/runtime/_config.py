@@ -26,9 +26,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-type MatmulPrecision = Literal["default", "high", "highest", "bfloat16", "tensorfloat32", "float32"]
-
-MATMUL_PRECISIONS: tuple[str, ...] = get_args(MatmulPrecision.__value__)
+# an assignment, not a `type` statement: `typing.get_args` reads it, as in 0.1.22
+MatmulPrecision = Literal["default", "high", "highest", "bfloat16", "tensorfloat32", "float32"]
+MATMUL_PRECISIONS: tuple[str, ...] = get_args(MatmulPrecision)
 
 
 def _check_bool(name: str, value: object) -> None:

@@ -3,7 +3,7 @@
 from typing import Any, Protocol, runtime_checkable
 
 
-type PyTree = Any
+PyTree = Any  # an assignment, not a `type` statement: `PyTree is Any`, as in 0.1.22
 """Any jax pytree: arrays, scalars and nested lists, tuples, dicts and registered nodes."""
 
 type JsonValue = str | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None

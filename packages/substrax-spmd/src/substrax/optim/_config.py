@@ -17,8 +17,9 @@ from substrax.support import check_float
 from ._errors import OptimizerConfigError
 
 
-type OptimizerType = Literal["adam", "adamw", "sgd", "rmsprop", "adagrad", "lamb", "radam", "nadam"]
-OPTIMIZER_TYPES: tuple[str, ...] = get_args(OptimizerType.__value__)
+# assignments, not `type` statements: `typing.get_args` reads them, as in 0.1.22
+OptimizerType = Literal["adam", "adamw", "sgd", "rmsprop", "adagrad", "lamb", "radam", "nadam"]
+OPTIMIZER_TYPES: tuple[str, ...] = get_args(OptimizerType)
 DECOUPLED_DECAY_TYPES: frozenset[str] = frozenset({"adamw", "lamb"})
 MOMENTUM_TYPES: frozenset[str] = frozenset({"sgd", "rmsprop"})
 # Those dividing by ``sqrt(v) + eps`` (or ``rsqrt(v + eps)``): with eps 0, a zero gradient gives
