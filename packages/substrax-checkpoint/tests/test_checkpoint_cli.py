@@ -134,6 +134,24 @@ def test_a_missing_or_file_store_is_exit_2_naming_the_path(tmp_path, capsys):
     assert not (tmp_path / "upgraded").exists()
 
 
+def test_a_directory_that_holds_no_store_is_exit_2_and_left_alone(tmp_path, capsys):
+    stray = tmp_path / "runs"  # a mistyped path: a folder, but not the store
+    (stray / "logs").mkdir(parents=True)
+    for args in (
+        ["ls"],
+        ["verify"],
+        ["prune", "--max-to-keep", "1", "--dry-run"],
+        ["prune", "--max-to-keep", "1"],
+    ):
+        assert main([args[0], str(stray), *args[1:]]) == 2
+        assert f"{stray} holds no checkpoint store" in _error_line(capsys)
+    assert sorted(p.name for p in stray.iterdir()) == ["logs"], "prune locked a stray folder"
+    with OrbaxCheckpointStore(tmp_path / "empty"):  # a store with no step yet: listed, empty
+        pass
+    assert main(["ls", "--json", str(tmp_path / "empty")]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 def test_a_bad_step_or_destination_is_exit_2(store_dir, tmp_path, capsys):
     _fill(store_dir)
     assert main(["show", str(store_dir), "7"]) == 2

@@ -153,6 +153,19 @@ def test_place_on_a_chosen_device():
     assert moved.tolist() == [0, 1, 2, 3]
 
 
+def test_place_on_device_takes_0_1_22s_keyword():
+    assert place_on_device(data=jnp.arange(2), device=jax.devices()[1]).devices() == {
+        jax.devices()[1]
+    }
+
+
+def test_a_bare_array_jax_cannot_hold_is_named_as_the_batch():
+    from substrax.devices import BatchDtypeError
+
+    with pytest.raises(BatchDtypeError, match=r"^the batch \(one array\) is int64 with values"):
+        place_on_device(np.array([2**40]))
+
+
 @pytest.mark.parametrize("bad", ["cpu", 3, jax.devices])
 def test_place_on_device_refuses_what_is_not_a_device_naming_it(bad):
     with pytest.raises(TypeError, match=r"device=.* is not a jax device; pass one from jax"):

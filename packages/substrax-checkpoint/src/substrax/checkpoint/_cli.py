@@ -20,6 +20,8 @@ from substrax.support import (
     run_command,
 )
 
+from ._index import INDEX_FILE
+from ._lock import LOCK_FILE
 from ._paths import check_store_directory
 from ._read_errors import (
     CheckpointNotFoundError,
@@ -63,13 +65,23 @@ def _store_path(text: str) -> Path:
     return Path(text)
 
 
+def _check_holds_a_store(directory: Path, steps: Sequence[int]) -> None:
+    """Refuse a directory without a store in it (no step, no writer lock): a mistyped path."""
+    if not steps and not any((directory / name).exists() for name in (LOCK_FILE, INDEX_FILE)):
+        raise UsageError(
+            f"{directory} holds no checkpoint store (no step, and no {LOCK_FILE}, which a store "
+            "writes when it is opened); check the path"
+        )
+
+
 def _ls(args: argparse.Namespace) -> int:
     """List every step; a step whose metadata cannot be read is listed as unreadable (exit 1)."""
     data: list[dict[str, Any]] = []
     rows: list[tuple[object, ...]] = []
     unreadable: list[int] = []
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
-        for step in store.list_steps():
+        _check_holds_a_store(args.directory, steps := store.list_steps())
+        for step in steps:
             try:
                 r = store.read_metadata(step)
             except CheckpointNotFoundError:  # a live writer deleted it since
@@ -143,7 +155,8 @@ _NOTES: Final = {
 def _verify(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
-        for step in store.list_steps():
+        _check_holds_a_store(args.directory, steps := store.list_steps())
+        for step in steps:
             failures, verified = verify_step(store, step)
             status = "FAILED" if failures else "ok" if verified else "unverified"
             if failures is None:
@@ -172,6 +185,8 @@ def _prune(args: argparse.Namespace) -> int:
     except ValueError as error:  # --max-to-keep 0, --keep-best without --best-metric...
         raise UsageError(str(error)) from error
     check_store_directory(args.directory)  # a writer would create it
+    with OrbaxCheckpointStore(args.directory, read_only=True) as store:  # nor lock a stray one
+        _check_holds_a_store(args.directory, store.list_steps())
     try:
         deleted, kept = _apply(args, policy)
     except CheckpointLockedError as error:

@@ -104,9 +104,10 @@ class BatchDtypeError(_DevicesError, TypeError, kw_only=True):
     narrow: str | None = None
 
     def _message(self) -> str:
+        leaf = f"batch leaf {self.path}" if self.path else "the batch (one array)"
         if self.narrow is not None:
             return (
-                f"batch leaf {self.path} is {self.dtype} with values from {self.low} to "
+                f"{leaf} is {self.dtype} with values from {self.low} to "
                 f"{self.high}, which the {self.narrow} jax would give it cannot hold "
                 "(jax_enable_x64 is off, so jax keeps 32 bits and would change them silently); "
                 "enable 64-bit values (JAX_ENABLE_X64=1 before jax starts, or "
@@ -115,12 +116,12 @@ class BatchDtypeError(_DevicesError, TypeError, kw_only=True):
             )
         if self.masked:
             return (
-                f"batch leaf {self.path} is a numpy masked array ({self.dtype}), whose mask a jax "
+                f"{leaf} is a numpy masked array ({self.dtype}), whose mask a jax "
                 "array cannot keep; pass the data filled (array.filled(0)) and the mask "
                 "(numpy.ma.getmaskarray(array)) as two leaves"
             )
         return (
-            f"batch leaf {self.path} has dtype {self.dtype}, which a jax array cannot hold; "
+            f"{leaf} has dtype {self.dtype}, which a jax array cannot hold; "
             "convert it to a numeric or bool dtype (e.g. datetime64 to int64 with .astype), or "
             "keep it out of the batch"
         )

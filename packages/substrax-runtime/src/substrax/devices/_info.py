@@ -238,11 +238,11 @@ def detect_devices() -> DeviceInfo:
     )
 
 
-def place_on_device[T](pytree: T, device: DeviceLike | None = None) -> T:
-    """Put every leaf of ``pytree`` on one device (the first visible device by default).
+def place_on_device[T](data: T, device: DeviceLike | None = None) -> T:
+    """Put every leaf of ``data`` on one device (the first visible device by default).
 
     Args:
-        pytree: Arrays or array-likes in any pytree.
+        data: Arrays or array-likes in any pytree (0.1.22's name for it).
         device: The target device, e.g. ``jax.devices()[1]``.
 
     Returns:
@@ -271,8 +271,8 @@ def place_on_device[T](pytree: T, device: DeviceLike | None = None) -> T:
         )
     from ._narrowing import check_fits_32_bits  # noqa: PLC0415  (it imports numpy)
 
-    for key_path, leaf in jax.tree_util.tree_flatten_with_path(pytree)[0]:
+    for key_path, leaf in jax.tree_util.tree_flatten_with_path(data)[0]:
         if isinstance(leaf, np.ndarray | np.generic):
             check_fits_32_bits(jax.tree_util.keystr(key_path), leaf)
     target = visible_devices()[0] if device is None else device
-    return jax.device_put(pytree, SingleDeviceSharding(cast("Any", target)))
+    return jax.device_put(data, SingleDeviceSharding(cast("Any", target)))
