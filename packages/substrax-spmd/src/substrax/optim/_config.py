@@ -44,8 +44,10 @@ class OptimizerConfig:
         learning_rate: A positive constant or an ``optax`` schedule.
         b1: First-moment decay (adam family, lamb).
         b2: Second-moment decay (adam family, lamb; rmsprop keeps optax's ``decay`` of 0.9).
-        eps: Numerical epsilon (all but sgd). A moment field another type has no use for is
-            refused away from its default, as ``momentum`` is.
+        eps: Numerical epsilon (all but sgd), 1e-8 for every type, as in 0.1.22 (plain optax's
+            ``lamb`` and ``adagrad`` default to 1e-6 and 1e-7: pass those to match them). A
+            moment field another type has no use for is refused away from its default, as
+            ``momentum`` is.
         momentum: Momentum, for ``sgd`` and ``rmsprop`` only.
         weight_decay: Decoupled weight decay, for ``adamw`` and ``lamb`` only.
         weight_decay_filter: An nnx filter choosing the parameters that decay; all when None.

@@ -82,7 +82,8 @@ def accumulate_gradients(
     The gradients are summed in float32 (float64 ones in float64) and divided by ``count`` (so a
     mean loss gives the gradient of the whole batch), then cast to each parameter's dtype. The
     loss and every auxiliary leaf are averaged over the microbatches, element by element: right
-    for a scalar or a per-class vector, but a per-example aux (one value a row) would be
+    for a mean (a scalar or per-class mean or fraction; a count, sum or maximum comes out
+    changed), but a per-example aux (one value a row) would be
     averaged across microbatches (``count`` times fewer rows, each the mean of rows of
     different examples), so it should be reduced in ``loss_fn``. ``rest`` (batch statistics,
     RNG counts) is threaded through the microbatches in order.

@@ -7,9 +7,9 @@ every device (and process) gets the same value, equal to the mean computed on on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -27,7 +27,7 @@ from ._train_step import TrainStep
 from ._trained_by import check_current
 
 
-def _weighted(metric: jax.Array, *, count: int) -> np.ndarray[Any, Any]:
+def _weighted(metric: jax.Array, *, count: float) -> np.ndarray[Any, Any]:
     return np.asarray(metric, np.float64) * count
 
 
@@ -52,6 +52,40 @@ def _rows(batch: PyTree) -> int:
         )
         raise ValueError(msg)
     return next(iter(rows))
+
+
+def _row_weights(batch: PyTree, key: str) -> jax.Array:
+    """The per-row weights a batch holds under ``key`` (EvalStep's ``mask``), as float32."""
+    if not isinstance(batch, Mapping) or key not in batch:
+        keys = sorted(map(str, batch)) if isinstance(batch, Mapping) else type(batch).__name__
+        raise ValueError(
+            f"EvalStep(mask={key!r}): the batch has no {key!r} key (it has {keys}); give "
+            "every batch its per-row weights under that key (1 for a row, 0 for padding)"
+        )
+    weights = jnp.asarray(cast("Mapping[str, Any]", batch)[key])
+    if weights.ndim != 1:
+        raise ValueError(
+            f"EvalStep(mask={key!r}): the mask has shape {weights.shape}; give one weight a row "
+            "(shape (rows,))"
+        )
+    return weights.astype(jnp.float32)
+
+
+def _masked_mean(metric: jax.Array, *, weights: jax.Array, key: str) -> jax.Array:
+    """``metric``'s mean over the rows ``weights`` counts; a scalar (reduced already) as it is."""
+    metric = jnp.asarray(metric)
+    if metric.ndim == 0:
+        return metric
+    if metric.shape[0] != weights.shape[0]:
+        raise ValueError(
+            f"EvalStep(mask={key!r}): a metric of shape {metric.shape} has no row per mask "
+            f"entry ({weights.shape[0]}); return per-row values (leading dimension the rows), "
+            "or a scalar"
+        )
+    per_row = weights.reshape(weights.shape + (1,) * (metric.ndim - 1))
+    total = jnp.sum(metric.astype(jnp.float32) * per_row)
+    mean = total / (jnp.sum(weights) * (metric.size // metric.shape[0]))
+    return mean.astype(metric.dtype) if jnp.issubdtype(metric.dtype, jnp.floating) else mean
 
 
 class EvalStep[M: nnx.Module]:
@@ -82,8 +116,8 @@ class EvalStep[M: nnx.Module]:
             is ignored, a leaf no part covers takes the prefix's split of the leading (row)
             dimension (the first such split in it; replicated if it has none), and a 0-d leaf
             is replicated (on several processes it must be the same on each). A batch the data
-            axis does not divide (a last batch of 12 rows on 8 ways) is still refused: pad it,
-            drop the remainder, or pass ``batch_sharding`` here, e.g. ``NamedSharding(mesh,
+            axis does not divide (a last batch of 12 rows on 8 ways) is still refused: pad it
+            (and give ``mask``, so the padding counts for nothing), drop the remainder, or pass ``batch_sharding`` here, e.g. ``NamedSharding(mesh,
             PartitionSpec())`` to take each batch replicated (whole on every process). A
             ``batch_sharding`` passed here is applied as given.
         precision: A :class:`PrecisionPolicy`: the model's floating state is cast to its
@@ -91,6 +125,11 @@ class EvalStep[M: nnx.Module]:
             Taken from a :class:`TrainStep` given as ``model`` when None.
         eval_mode: Run the model in evaluation mode (``Module.eval()``: dropout off, batch
             norm on its running averages) inside the step; the model object is not changed.
+        mask: The key (in a mapping batch) of per-row weights: 1 for a row that counts, 0 for
+            padding (a last batch padded to what the data axis divides). A metric leaf with
+            a row per weight is averaged over the rows they count, a scalar leaf is taken as
+            it is, and :meth:`evaluate` weights each batch by the weights' sum, so padded rows
+            change no mean. A batch without the key is refused, naming it.
 
     Example:
         >>> import jax.numpy as jnp
@@ -116,8 +155,10 @@ class EvalStep[M: nnx.Module]:
         batch_sharding: Sharding | PyTree | None = None,
         precision: PrecisionPolicy | None = None,
         eval_mode: bool = True,
+        mask: str | None = None,
     ) -> None:
         self._source = model
+        self._mask = mask
         # a TrainStep's own model object, unsynced: syncing would make every step write back
         module = model._model if isinstance(model, TrainStep) else model  # pyright: ignore[reportPrivateUsage]
         graphdef = nnx.graphdef(module)
@@ -150,7 +191,11 @@ class EvalStep[M: nnx.Module]:
             metrics = metric_fn(model, batch)
             if precision is not None:  # before the mean: a bfloat16 mean keeps 3 digits
                 metrics = precision.cast_to_output(metrics)
-            return jax.tree.map(jnp.mean, metrics)
+            if mask is None:
+                return jax.tree.map(jnp.mean, metrics)
+            weights = _row_weights(batch, mask)
+            mean = partial(_masked_mean, weights=weights, key=mask)
+            return jax.tree.map(mean, metrics), jnp.sum(weights)
 
         if mesh is None:
             self._jitted = jax.jit(pure)
@@ -159,7 +204,7 @@ class EvalStep[M: nnx.Module]:
 
     @property
     def jitted(self) -> PyTree:
-        """The underlying ``jax.jit`` function ``(model_state, batch) -> metrics``."""
+        """The underlying ``jax.jit`` function ``(model_state, batch) -> metrics`` (with ``mask``: ``(metrics, weight sum)``)."""
         return self._jitted
 
     def _state(self) -> PyTree:
@@ -178,7 +223,8 @@ class EvalStep[M: nnx.Module]:
         Raises:
             BatchPlacementError: A leaf that ``batch_sharding`` cannot split, named by its path.
         """
-        return self._run(self._batches.place(batch))
+        out = self._run(self._batches.place(batch))
+        return out if self._mask is None else out[0]
 
     def _run(self, batch: PyTree) -> PyTree:
         if self._mesh is None:
@@ -189,8 +235,9 @@ class EvalStep[M: nnx.Module]:
     def evaluate(self, batches: Iterable[PyTree]) -> PyTree:
         """The metrics over several batches, each batch weighted by its number of rows.
 
-        The result is the mean over every row of every batch (for per-example metrics), as
-        Python floats in the structure ``metric_fn`` returns. A batch's rows are the leading
+        The result is the mean over every row of every batch (for per-example metrics; with
+        ``mask``, over the rows it counts), as Python floats in the structure ``metric_fn``
+        returns. A batch's rows are the leading
         dimension its non-scalar leaves share, counted once the batch is placed (the global count
         on every process). An empty batch (0 rows, such as a last batch a loader left empty) adds
         nothing and is skipped without being run: its mean would be NaN.
@@ -212,15 +259,20 @@ class EvalStep[M: nnx.Module]:
             {'mse': 1.0}
         """
         total: PyTree = None
-        rows = 0
+        rows = 0.0
         seen = False
         for batch in batches:
             seen = True
             placed = self._batches.place(batch)
-            count = _rows(placed)
+            count: float = _rows(placed)
             if count == 0:
                 continue
-            metrics = jax.tree.map(partial(_weighted, count=count), self._run(placed))
+            metrics = self._run(placed)
+            if self._mask is not None:  # weighted by the rows the mask counts
+                metrics, count = metrics[0], float(metrics[1])
+                if count == 0:
+                    continue
+            metrics = jax.tree.map(partial(_weighted, count=count), metrics)
             total = metrics if total is None else jax.tree.map(np.add, total, metrics)
             rows += count
         if total is None:

@@ -79,9 +79,8 @@ class TrainStep[M: nnx.Module]:
             table in ``loss_fn``), so its leading dimension must be a multiple of it
             (:class:`~substrax.spmd.BatchSplitError` names the leaf otherwise); the loss and
             every aux leaf are averaged over the microbatches, element by element: right for a
-            scalar or a per-class vector (a histogram), but a per-example aux (one value a
-            row) would be averaged across microbatches (``accumulate_steps`` times fewer rows,
-            each mixing different examples), so reduce it in ``loss_fn``.
+            mean (per class too), not for a count or a maximum (return those as means); a
+            per-example aux would mix microbatches' rows, so reduce it in ``loss_fn``.
         steps_per_call: Run this many steps in one call (a ``lax.scan``) on batches stacked on
             a new leading axis; the call returns the per-step losses (and aux) stacked.
             ``batch_sharding`` then describes one batch; the stacked axis is not split.
