@@ -210,3 +210,7 @@ def test_a_metadata_record_that_does_not_read_back_is_corrupt_naming_step_and_fi
             assert "pydantic" not in type(error.value).__module__
             str(error.value).encode()  # printable: no lone surrogate quoted
         assert store.restore(1).step == 1  # the recovery the guide shows
+
+
+def test_a_producer_is_built_by_position_as_in_0_1_22():
+    assert Producer("trainer", "1.2") == Producer(name="trainer", version="1.2")

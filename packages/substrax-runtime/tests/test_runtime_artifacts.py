@@ -162,3 +162,7 @@ def test_a_forked_child_gets_a_run_directory_of_its_own(tmp_path, monkeypatch):
     assert child != parent
     assert child.name.startswith("avitai-run-")
     assert parent.parent == child.parent == tmp_path
+
+
+def test_an_output_location_is_built_by_position_as_in_0_1_22(tmp_path):
+    assert OutputLocation(tmp_path, "argument") == OutputLocation(path=tmp_path, source="argument")

@@ -298,3 +298,13 @@ def test_a_string_naming_no_hardware_type_is_refused_with_the_names():
 def test_recommendation_validation(kwargs, error):
     with pytest.raises(error, match="batch_size"):
         BatchSizeRecommendation(**kwargs)
+
+
+def test_device_records_are_built_by_position_as_in_0_1_22():
+    info = DeviceInfo("gpu", DeviceKind.GPU, 2, ("NVIDIA H100 80GB HBM3",) * 2)
+    assert info.has_accelerator
+    assert info == DeviceInfo(
+        platform="gpu", kind=DeviceKind.GPU, count=2, device_kinds=("NVIDIA H100 80GB HBM3",) * 2
+    )
+    recommendation = BatchSizeRecommendation(8, 64, 256)
+    assert (recommendation.max_memory_batch_size, recommendation.notes) == (None, "")

@@ -221,3 +221,10 @@ def test_a_timeout_kills_the_grandchildren_too(wall_clock):
     with pytest.raises(subprocess.TimeoutExpired) as raised:
         run_python(GRANDCHILD.format(then="import time; time.sleep(60)"), timeout=3)
     assert _ends(int(str(raised.value.stdout).split()[0]), wall_clock)
+
+
+def test_a_child_result_is_built_by_position_as_in_0_1_22():
+    result = ChildResult(("python", "-c", "pass"), 1, "", "boom\n", 0.5)
+    assert (result.returncode, result.stderr, result.seconds) == (1, "boom\n", 0.5)
+    with pytest.raises(ChildFailedError, match="boom"):
+        result.check()

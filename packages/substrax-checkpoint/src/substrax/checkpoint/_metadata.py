@@ -43,7 +43,7 @@ _FORMAT2_FIELDS: Final = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)  # by position too, in 0.1.22's order
 class Producer:
     """The program that wrote a checkpoint, e.g. a trainer and its version.
 

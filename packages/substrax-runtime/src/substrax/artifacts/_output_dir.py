@@ -20,7 +20,7 @@ type OutputSource = Literal["argument", "environment", "run_default"]
 _LOG = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)  # by position too, in 0.1.22's order
 class OutputLocation:
     """A resolved output directory and where the choice came from.
 

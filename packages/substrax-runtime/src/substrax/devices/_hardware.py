@@ -109,7 +109,7 @@ _DEVICE_KIND_PATTERNS: Mapping[str, HardwareType] = MappingProxyType(
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)  # by position too, in 0.1.22's order
 class BatchSizeRecommendation:
     """Per-device batch-size starting points for one kind of hardware.
 

@@ -80,7 +80,7 @@ class DeviceLike(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)  # by position too, in 0.1.22's order
 class DeviceInfo:
     """One reading of the devices jax sees.
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from substrax.typing import JsonValue
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True)  # by position too, in 0.1.22's order
 class ChildResult:
     """What a child interpreter did: its command line, exit status, output and duration.
 
