@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from substrax.tracking import SpoolNotFoundError, _spool_writer, replay_spool
+from substrax.tracking import _spool_writer, replay_spool
 from substrax.tracking._records import Record
 
 
@@ -1045,57 +1045,6 @@ def test_a_replayed_run_whose_process_died_before_close_ends_failed(tmp_path, ca
         if state == "died"
         else []
     )
-
-
-def test_a_replay_ends_failed_a_killed_run_whose_records_had_all_arrived(tmp_path, caplog):
-    """A kill -9 once every record was delivered left the run running for ever (MLflow has no
-    heartbeat): the live lock left behind names the run, and a replay of the spool (gone, as
-    nothing was left in it) ends the run FAILED, once."""
-    from substrax.tracking._live import died_runs, hold_live, let_go_live
-    from substrax.tracking._sink import register_sink_factory
-
-    register_sink_factory("test", FailedSink, ends_killed_runs=True)
-    register_sink_factory("crashes", FailedSink)  # marks a killed run itself, as W&B's server
-    FailedSink.made.clear()
-    spool = tmp_path / "run.spool.jsonl"
-    killed = '{"backend": "test", "run_id": "r1"}'
-    others = {'{"backend": "crashes", "run_id": "w1"}', '{"backend": "test", "run_key": "k"}'}
-    for run in (killed, *others):  # a spec (no run id yet) is named by its id's lock too
-        os.close(hold_live(spool, run))  # what a kill -9 leaves: the lock goes, its file stays
-    resumed = '{"backend": "test", "run_id": "r2"}'
-    os.close(hold_live(spool, resumed))
-    held = hold_live(spool, resumed)  # killed, then resumed by a logger that still sends it
-    caplog.set_level(logging.WARNING, logger="substrax.tracking")
-    result = replay_spool(spool, timeout=10)
-    assert (result.delivered, result.remaining, result.ended) == (0, 0, (killed,))
-    (ended,) = [sink for sink in FailedSink.made if sink.finished]
-    assert ended.failed
-    assert f"the run {killed} was never closed" in caplog.text
-    assert set(died_runs(spool)) == others  # not a replay's to end; the ended one's lock is gone
-    assert replay_spool(spool, timeout=10).ended == ()
-    let_go_live(spool, resumed, held)
-    assert not spool.exists()
-    with pytest.raises(SpoolNotFoundError):  # nothing left to end: a missing spool, as before
-        replay_spool(tmp_path / "other.spool.jsonl", timeout=10)
-
-
-def test_a_starting_logger_leaves_a_killed_run_to_the_replay_command(make, tmp_path):
-    """A logger starting on the spool sends what other runs left there, but ends no killed run
-    of which no line is left: it may be the attempt resuming that run."""
-    from substrax.tracking._live import died_runs, hold_live
-    from substrax.tracking._sink import register_sink_factory
-
-    register_sink_factory("test", FailedSink, ends_killed_runs=True)
-    FailedSink.made.clear()
-    spool = tmp_path / "run.spool.jsonl"
-    killed = '{"backend": "test", "run_id": "r1"}'
-    os.close(hold_live(spool, killed))
-    delivery = make(Sink())
-    delivery.submit(record(0))
-    assert delivery.flush(timeout=10)
-    delivery.close(timeout=5)
-    assert not any(sink.finished for sink in FailedSink.made)
-    assert died_runs(spool) == [killed]
 
 
 def test_a_died_run_a_replay_could_not_deliver_is_still_known_to_have_died(tmp_path):

@@ -1,6 +1,5 @@
 """A run that fails ends as failed: MLflow status FAILED on a real server, a W&B exit code != 0."""
 
-import signal
 import subprocess
 import sys
 import textwrap
@@ -154,52 +153,6 @@ def test_a_process_dying_of_an_exception_leaves_failed_runs(
     assert client.get_run(run_id).info.status == "FAILED"
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == [0, 1, 2]
     assert wandb_exit_code(tmp_path / "wandb") == 1
-
-
-@pytest.mark.usefixtures("child_processes")
-def test_a_run_killed_once_its_records_arrived_is_ended_failed_by_replaying_its_log_dir(
-    mlflow_server, tmp_path, capsys
-):
-    """A kill -9 after every record reached the server left the MLflow run RUNNING for ever:
-    ``replay LOG_DIR`` ends it FAILED (its spool is gone: only the live lock names it); a run a
-    new attempt resumed is left to that attempt, which ends it FINISHED."""
-    from substrax.tracking._cli import main
-
-    uri, logs = mlflow_server.uri, tmp_path / "logs"
-    child = textwrap.dedent(
-        f"""
-        import os, signal
-        from substrax.tracking import MLFlowLogger
-        loggers = [
-            MLFlowLogger(name, experiment_name="killed", tracking_uri={uri!r}, log_dir={str(logs)!r})
-            for name in ("killed", "resumed")
-        ]
-        for step in range(3):
-            for logger in loggers:
-                logger.log_scalar("loss", float(step), step=step)
-        assert all(logger.wait_delivered(60) for logger in loggers)
-        print(*(logger.run_id for logger in loggers), flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-        """
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", child], capture_output=True, text=True, timeout=240, check=False
-    )
-    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
-    killed, resumed = result.stdout.split()
-    client = MlflowClient(tracking_uri=uri)
-    assert client.get_run(killed).info.status == "RUNNING"
-    assert not list(logs.glob("*.spool.jsonl"))  # everything was delivered
-    with MLFlowLogger("resumed", tracking_uri=uri, log_dir=logs, run_id=resumed, resume_step=2):
-        assert main(["replay", str(logs)]) == 0
-        assert "ended 1 run(s) FAILED whose process was killed" in capsys.readouterr().out
-        assert client.get_run(killed).info.status == "FAILED"
-        assert [m.step for m in client.get_metric_history(killed, "loss")] == [0, 1, 2]
-        assert client.get_run(resumed).info.status == "RUNNING"  # left to the attempt sending it
-    assert client.get_run(resumed).info.status == "FINISHED"
-    assert main(["replay", str(logs)]) == 0  # nothing left to end
-    assert client.get_run(killed).info.status == "FAILED"
-    assert not list(logs.glob("*.live"))
 
 
 @pytest.mark.usefixtures("child_processes")

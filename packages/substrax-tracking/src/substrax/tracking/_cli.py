@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -33,7 +33,6 @@ from ._errors import (
     SpoolBusyError,
     SpoolNotFoundError,
 )
-from ._live import died_runs
 from ._plot import plot_log_dir
 from ._replay import problems, run_replay
 from ._send import describe_error
@@ -106,9 +105,7 @@ def _replay(args: argparse.Namespace) -> int:
         )
     _STUCK.clear()
     given = Path(args.spool)
-    if not given.exists() and not (
-        given.with_name(f"{given.name}.refused").exists() or died_runs(given)
-    ):
+    if not given.exists() and not given.with_name(f"{given.name}.refused").exists():
         raise UsageError(
             f"{args.spool!r} does not exist; pass a spool file (the <log_dir>/<name>.spool.jsonl "
             "path that the logger's warning named) or a log directory"
@@ -117,10 +114,7 @@ def _replay(args: argparse.Namespace) -> int:
         data, summary, found = _replay_one(args.spool, args, timeout)
         emit(data, summary, as_json=args.json)
     else:  # each spool in it, within what is left of the one timeout
-        spools = sorted(  # and those gone whose killed loggers left live locks naming runs
-            {str(p) for p in given.glob("*.spool.jsonl") if p.is_file()}
-            | {str(p) for p in _spools_of(given.glob("*.spool.jsonl.*.live")) if died_runs(p)}
-        )
+        spools = sorted(str(p) for p in Path(args.spool).glob("*.spool.jsonl") if p.is_file())
         deadline = time.monotonic() + timeout
         done: list[dict[str, object]] = []
         lines: list[str] = []
@@ -141,11 +135,6 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spools_of(live_locks: Iterable[Path]) -> set[Path]:
-    """The spool each live lock (``<spool>.<run hash>.live``) is beside."""
-    return {path.with_name(path.name.partition(".jsonl.")[0] + ".jsonl") for path in live_locks}
-
-
 def _replay_one(
     spool: str, args: argparse.Namespace, timeout: float
 ) -> tuple[dict[str, object], str, list[str]]:
@@ -157,19 +146,14 @@ def _replay_one(
             include_refused=args.include_refused,
             timeout=timeout or None,
             wait=timeout or None,
-            end_killed=True,
         )
     _STUCK.append(result.timed_out)
     summary = f"delivered {result.delivered}, remaining {result.remaining}"
     summary += f", refused {result.refused}" if result.refused else ""
     if result.live:
         summary += f" ({result.live} of them left to the logger that still sends their run)"
-    if result.ended:
-        summary += f"; ended {len(result.ended)} run(s) FAILED whose process was killed"
     data: dict[str, object] = {"spool": spool}
     data |= {name: getattr(result, name) for name in (*_SUMMARY, "live")}
-    if result.ended:
-        data["ended"] = result.ended
     if result.waited_for is not None:
         data["waited_for"] = result.waited_for
         summary += (

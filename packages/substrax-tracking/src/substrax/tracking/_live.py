@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import glob
 import hashlib
 import os
 from pathlib import Path
@@ -14,7 +13,6 @@ from typing import Literal
 __all__ = [
     "LiveLocks",
     "LiveState",
-    "died_runs",
     "hold_live",
     "is_live",
     "let_go_live",
@@ -43,10 +41,7 @@ def try_flock(fd: int) -> bool:
 
 
 def hold_live(spool: Path, run: str) -> int:
-    """Hold ``run``'s live lock beside ``spool`` until :func:`let_go_live` gets the returned fd.
-
-    The file holds ``run`` (its target's JSON), so that a replay after a kill -9 knows the run.
-    """
+    """Hold ``run``'s live lock beside ``spool`` until :func:`let_go_live` gets the returned fd."""
     path = _path(spool, run)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
@@ -54,40 +49,9 @@ def hold_live(spool: Path, run: str) -> int:
         fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
         with contextlib.suppress(FileNotFoundError):
             if path.stat().st_ino == os.fstat(fd).st_ino:  # not removed as it was let go
-                if not os.fstat(fd).st_size:
-                    with contextlib.suppress(OSError):  # a full disk: it only names no run
-                        os.pwrite(fd, run.encode(), 0)
                 _HELD.add(fd)
                 return fd
         os.close(fd)
-
-
-def died_runs(spool: Path) -> list[str]:
-    """The runs whose logger's process died before its close, by the live locks left beside ``spool``.
-
-    Example:
-        >>> import os, tempfile
-        >>> from pathlib import Path
-        >>> from substrax.tracking._live import died_runs, hold_live
-        >>> with tempfile.TemporaryDirectory() as directory:
-        ...     spool = Path(directory) / "run.spool.jsonl"
-        ...     os.close(hold_live(spool, "run-1"))  # a kill -9: the lock goes, its file stays
-        ...     live = hold_live(spool, "run-2")
-        ...     died_runs(spool)
-        ['run-1']
-    """
-    found: list[str] = []
-    for path in sorted(spool.parent.glob(f"{glob.escape(spool.name)}.*.live")):
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if try_flock(fd):  # no holder: its process died (one that closed removed it)
-                    run = os.read(fd, 1 << 20).decode(errors="replace")
-                    if run and _path(spool, run) == path:
-                        found.append(run)
-            finally:
-                os.close(fd)
-    return found
 
 
 def let_go_live(spool: Path, run: str, fd: int) -> None:

@@ -377,4 +377,4 @@ class MlflowSink:
         self.client.set_terminated(run_id, status="FAILED" if self.failed else "FINISHED")
 
 
-register_sink_factory("mlflow", MlflowSink.from_target, ends_killed_runs=True)
+register_sink_factory("mlflow", MlflowSink.from_target)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from substrax.support import check_seconds
 
-from ._live import died_runs, is_live, live_state
+from ._live import is_live, live_state
 from ._records import Record
 from ._send import Failures, Sending, describe_error
 from ._sink import Sink
@@ -41,7 +41,6 @@ class ReplayResult:
         refused_reasons: each refused record's error.
         waited_for: the pid of another replay of the spool this one waited for, or None.
         live: of the remaining records, those of runs a logger still sends, left to it.
-        ended: runs whose process was killed after their records were delivered, ended FAILED.
     """
 
     delivered: int
@@ -55,7 +54,6 @@ class ReplayResult:
     refused_reasons: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     waited_for: int | None = dataclasses.field(default=None, repr=False)
     live: int = dataclasses.field(default=0, repr=False)
-    ended: tuple[str, ...] = dataclasses.field(default=(), repr=False)
 
     def describe_bad_lines(self, limit: int = 10) -> str:
         """The bad lines as ``line N: reason; ...`` (at most ``limit``), and where they went.
@@ -87,26 +85,21 @@ def run_replay(
     wait: float | None = 0.0,
     on_refused: Callable[[Record, str], None] | None = None,
     read: Callable[[int | None], list[SpoolLine]] | None = None,
-    end_killed: bool = False,
 ) -> tuple[ReplayResult, Failures]:
     """:func:`replay_spool` without its warnings: the result, and the error of each failed target.
 
     ``only`` limits it to those runs, ``limit`` to the first records; a run a logger still sends is
     left to it, unless one of ``own``. ``read`` gives the lines to send once the spool is held.
-    ``end_killed``: end FAILED the runs killed loggers left no line of (never a logger's: a new
-    attempt may be resuming one).
     """
     started = time.monotonic()
-    died = died_runs(spool.path) if end_killed else []
-    if spool.path.exists() or not (include_refused or died):
+    if spool.path.exists() or not include_refused:
         spool.check_regular()
     with spool.replaying(wait) as waited_for:
-        gone = not spool.path.exists()
-        if waited_for is not None and gone and not include_refused and not died:
+        if waited_for is not None and not spool.path.exists() and not include_refused:
             return ReplayResult(delivered=0, remaining=0, waited_for=waited_for), {}
         if include_refused:
             spool.restore_refused()
-        lines = [] if gone and not include_refused else (read or spool.read_lines)(limit)
+        lines = (read or spool.read_lines)(limit)
         job = Sending(
             lines,
             sinks or {},
@@ -117,7 +110,6 @@ def run_replay(
             own=own,
             stop=stop,
             on_refused=on_refused,
-            died=died,
         )
         if timeout is None:
             job.run()
@@ -151,7 +143,6 @@ def run_replay(
         refused_reasons=tuple(error for _, error in set_aside),
         waited_for=waited_for,
         live=job.left_live,
-        ended=tuple(job.ended),
     )
     return result, failures
 
@@ -235,12 +226,7 @@ def replay_spool(
         timeout = check_seconds("timeout", timeout)
     spool = SpoolFile(path)
     result, failures = run_replay(
-        spool,
-        sinks=sinks,
-        include_refused=include_refused,
-        timeout=timeout,
-        wait=timeout,
-        end_killed=True,
+        spool, sinks=sinks, include_refused=include_refused, timeout=timeout, wait=timeout
     )
     for problem in problems(spool.path, result, failures, timeout):
         _logger.warning("%s", problem)

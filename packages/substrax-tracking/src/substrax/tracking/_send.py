@@ -14,7 +14,7 @@ from substrax.support import describe_error
 from ._errors import NotARecordError
 from ._live import LiveState
 from ._records import Record, split_scalars
-from ._sink import Sink, build_sink, ends_killed_runs
+from ._sink import Sink, build_sink
 from ._spool import SpoolLine, spool_lines
 
 
@@ -71,7 +71,6 @@ class Sending:
         own: Collection[str] = (),
         stop: Callable[[], bool] | None = None,
         on_refused: Callable[[Record, str], None] | None = None,
-        died: Collection[str] = (),
     ) -> None:
         self.data = {i: line.data for i, line in enumerate(lines) if line.data is not None}
         self._records = {i: line.record for i, line in enumerate(lines) if line.record is not None}
@@ -100,8 +99,6 @@ class Sending:
         self._settled = False
         self._lock = threading.Lock()
         self.left_live = 0  # lines of runs a logger still sends, left to it
-        self._died_runs = died  # runs whose process died: those without a line are ended here
-        self.ended: list[str] = []  # of them, the runs ended FAILED
 
     def run(self) -> None:
         """Deliver every line, then finish the runs of the sinks it made."""
@@ -144,40 +141,6 @@ class Sending:
                         self._ended(run)
                 except Exception as error:
                     _logger.warning("could not finish the replayed run %s: %s", key, error)
-        self._end_killed_runs()
-
-    def _end_killed_runs(self) -> None:
-        """End FAILED each run whose process was killed once every record of it was delivered."""
-        sent = {run_of(data["target"]) for data in self.data.values()}
-        for run in self._died_runs:
-            if run not in sent and not self._stop():
-                self._end_killed(run)
-
-    def _end_killed(self, run: str) -> None:
-        """End ``run`` (its target's JSON) FAILED, if its backend leaves a killed run running."""
-        try:
-            target = json.loads(run)
-        except ValueError:  # a live lock that names no target
-            return
-        if not isinstance(target, dict) or "run_id" not in target:  # a spec: its id names it
-            return
-        try:
-            sink = build_sink(cast("dict[str, Any]", target))
-            if not ends_killed_runs(target.get("backend")) or self._live_state(run) != "died":
-                return  # W&B marks it crashed itself; or a logger resumed it meanwhile
-            cast("Any", sink).died = cast("Any", sink).failed = True
-            sink.finish()
-        except Exception as error:
-            _logger.warning("could not end the run %s, whose process was killed: %s", run, error)
-            return
-        _logger.warning(
-            "the run %s was never closed: the process that logged it ended first (killed), "
-            "after its records were delivered; it ends FAILED (unless a later attempt resumed "
-            "and ended it)",
-            run,
-        )
-        self.ended.append(run)
-        self._ended(run)
 
     def _live(self, run: str) -> bool:
         """Whether a logger sends ``run`` now (asked again before the run is ended)."""

@@ -11,7 +11,7 @@ from ._records import Record
 from ._store_lock import sqlite_path
 
 
-__all__ = ["Sink", "build_sink", "ends_killed_runs", "register_sink_factory"]
+__all__ = ["Sink", "build_sink", "register_sink_factory"]
 
 
 class Sink(Protocol):
@@ -28,27 +28,11 @@ class Sink(Protocol):
 
 
 _FACTORIES: dict[str, Callable[[Mapping[str, Any]], Sink]] = {}
-_ENDS_KILLED: set[str] = set()
 
 
-def register_sink_factory(
-    backend: str, factory: Callable[[Mapping[str, Any]], Sink], *, ends_killed_runs: bool = False
-) -> None:
-    """Register how to rebuild a sink for ``backend`` from its spooled ``target`` data.
-
-    ``ends_killed_runs``: a run whose process was killed stays running in ``backend`` until a
-    replay ends it FAILED (MLflow's; W&B's server marks such a run crashed itself).
-    """
+def register_sink_factory(backend: str, factory: Callable[[Mapping[str, Any]], Sink]) -> None:
+    """Register how to rebuild a sink for ``backend`` from its spooled ``target`` data."""
     _FACTORIES[backend] = factory
-    if ends_killed_runs:
-        _ENDS_KILLED.add(backend)
-    else:
-        _ENDS_KILLED.discard(backend)
-
-
-def ends_killed_runs(backend: object) -> bool:
-    """Whether a replay ends ``backend``'s runs whose process was killed (see :func:`register_sink_factory`)."""
-    return backend in _ENDS_KILLED
 
 
 def build_sink(target: Mapping[str, Any]) -> Sink:
