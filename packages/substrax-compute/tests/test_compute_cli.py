@@ -742,6 +742,29 @@ def test_a_relative_state_dir_is_the_project_s_and_its_run_is_found_from_anywher
     assert "succeeded" in capsys.readouterr().out
 
 
+def test_a_backend_that_records_no_settings_gets_the_configured_ones_for_later_commands(
+    project, capsys, monkeypatch, tmp_path
+):
+    """A backend written for 0.1.22 calls ``NewRun.handle(backend, details)``: its handle held no
+    settings, so ``status`` rebuilt it without its state_dir and looked for the run elsewhere."""
+    import dataclasses
+
+    from substrax.compute import LocalBackend
+
+    submit = LocalBackend.submit
+
+    def as_0_1_22(self, spec, *, project):
+        return dataclasses.replace(submit(self, spec, project=project), settings={})
+
+    monkeypatch.setattr(LocalBackend, "submit", as_0_1_22)
+    _edit_pyproject(project, f'state_dir = "{tmp_path / "local-state"}"', 'state_dir = "mine"')
+    assert main(["run", "ok", "--project", str(project)]) == 0
+    run_id = _run_id(capsys.readouterr().out)
+    assert RunStore().load(run_id).settings["state_dir"] == str(project / "mine")
+    assert main(["status", run_id]) == 0
+    assert "succeeded" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_or_sighup_while_run_follows_cancels_the_run_as_ctrl_c_does(project, sig):
     """Hostile finding: SIGTERM (a CI timeout) or SIGHUP killed the command with no message and

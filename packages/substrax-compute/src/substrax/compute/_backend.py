@@ -23,7 +23,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -195,6 +195,14 @@ class NewRun:
             details=dict(details),
             settings=recorded,
         )
+
+
+def with_settings(handle: RunHandle, settings: Mapping[str, JsonValue]) -> RunHandle:
+    """``handle``, with the configured ``settings`` if its backend recorded none (0.1.22's).
+
+    ``status``, ``logs`` and ``fetch`` build the backend again from the handle's settings.
+    """
+    return handle if handle.settings or not settings else replace(handle, settings=dict(settings))
 
 
 def new_run(spec: "JobSpec", project: Path) -> NewRun:

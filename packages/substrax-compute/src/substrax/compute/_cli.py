@@ -57,6 +57,7 @@ from ._backend import (
     RunState,
     RunStore,
     default_state_dir,
+    with_settings,
 )
 from ._display import follow
 from ._errors import BackendRequestError
@@ -200,13 +201,12 @@ def _run(args: argparse.Namespace, store: RunStore) -> int:
     if isinstance(state_dir := settings.get("state_dir"), str) and state_dir:
         settings["state_dir"] = str(project / Path(state_dir).expanduser())  # not cwd's
     backend = _checked(load_backend(name, settings))
-    # A remote worker or an extras environment installs from uv.lock, so it must pin substrax;
-    # a lock without it would give the local worker an environment without substrax too.
+    # remote workers and extras install from uv.lock (a local worker uses one too): it pins substrax
     if name != "local" or spec.extras or (project / "uv.lock").exists():
         require_locked_substrax(project)
     if args.dry_run:
         return dry_run(name, backend, spec, project, as_json=args.json)
-    handle = backend.submit(spec, project=project)
+    handle = with_settings(backend.submit(spec, project=project), settings)
     store.save(handle)
     # With --json, stdout holds only the JSON; what people read goes to stderr.
     notes: TextIO = sys.stderr if args.json else sys.stdout
