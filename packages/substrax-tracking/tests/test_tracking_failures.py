@@ -1,5 +1,6 @@
 """A run that fails ends as failed: MLflow status FAILED on a real server, a W&B exit code != 0."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from substrax.tracking import (
     MultiLogger,
     WandbLogger,
     _failure,
+    replay_spool,
 )
 
 
@@ -153,6 +155,44 @@ def test_a_process_dying_of_an_exception_leaves_failed_runs(
     assert client.get_run(run_id).info.status == "FAILED"
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == [0, 1, 2]
     assert wandb_exit_code(tmp_path / "wandb") == 1
+
+
+def test_a_killed_attempts_replay_leaves_the_run_to_a_later_attempt_logging_elsewhere(
+    mlflow_server, tmp_path, spool_scalars
+):
+    """A killed attempt's spool, replayed while a later attempt that resumed the run logs from
+    another directory (a hostile review): the run ended FAILED under the live attempt, and stayed
+    FAILED after it closed. The attempt tag says who holds the run; without a later attempt the
+    killed run still ends FAILED."""
+    from substrax.tracking._live import hold_live
+    from substrax.tracking._mlflow_sink import ATTEMPT_TAG
+    from substrax.tracking._send import run_of
+
+    uri, client = mlflow_server.uri, MlflowClient(tracking_uri=mlflow_server.uri)
+    experiment = client.create_experiment(f"taken-{tmp_path.name}")
+    statuses = {}
+    for resumed in (True, False):
+        run_id = client.create_run(experiment).info.run_id
+        client.set_tag(run_id, ATTEMPT_TAG, "killed")  # what the killed attempt set at its start
+        spool = tmp_path / f"killed-{resumed}" / "run.spool.jsonl"
+        spool.parent.mkdir()
+        target = {"backend": "mlflow", "tracking_uri": uri, "run_id": run_id}
+        spool_scalars(spool, target, range(3, 5), {"loss": 1.0})  # sent late: left by the kill
+        os.close(
+            hold_live(spool, run_of(target), "killed")
+        )  # the kill: the lock goes, not its file
+        later = None
+        if resumed:
+            later = MLFlowLogger(
+                "run", tracking_uri=uri, log_dir=tmp_path / "b", run_id=run_id, resume_step=2
+            )
+        assert replay_spool(spool, timeout=60).delivered == 2
+        statuses[resumed] = [client.get_run(run_id).info.status]
+        if later is not None:
+            later.close()
+            statuses[resumed].append(client.get_run(run_id).info.status)
+        assert [m.step for m in client.get_metric_history(run_id, "loss")] == [3, 4]
+    assert statuses == {True: ["RUNNING", "FINISHED"], False: ["FAILED"]}
 
 
 @pytest.mark.usefixtures("child_processes")

@@ -95,7 +95,8 @@ class AsyncDelivery:
         self._abandoned = False
         self._finished = self._end_failed = False  # the run was ended; ending it failed
         self._warned: set[str] = set()
-        self._lives = LiveLocks(self._spool.file.path)  # held: a replay leaves its runs alone
+        # held: a replay leaves its runs alone; they name the attempt, for one after a kill
+        self._lives = LiveLocks(self._spool.file.path, getattr(sink, "attempt", ""))
         self._lives.hold(self._run)
         self._thread, self._sender = (  # the writer, then the sender
             start_worker(

@@ -16,6 +16,7 @@ __all__ = [
     "hold_live",
     "is_live",
     "let_go_live",
+    "live_attempt",
     "live_state",
     "try_flock",
 ]
@@ -40,8 +41,12 @@ def try_flock(fd: int) -> bool:
     return True
 
 
-def hold_live(spool: Path, run: str) -> int:
-    """Hold ``run``'s live lock beside ``spool`` until :func:`let_go_live` gets the returned fd."""
+def hold_live(spool: Path, run: str, attempt: str = "") -> int:
+    """Hold ``run``'s live lock beside ``spool`` until :func:`let_go_live` gets the returned fd.
+
+    The file holds ``attempt``, the logger's attempt id (MLflow's ``substrax.attempt`` tag), so
+    that a replay after a kill can tell whether a later attempt took the run over.
+    """
     path = _path(spool, run)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
@@ -49,9 +54,20 @@ def hold_live(spool: Path, run: str) -> int:
         fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
         with contextlib.suppress(FileNotFoundError):
             if path.stat().st_ino == os.fstat(fd).st_ino:  # not removed as it was let go
+                if attempt and not os.fstat(fd).st_size:
+                    with contextlib.suppress(OSError):  # a full disk: no attempt to compare
+                        os.pwrite(fd, attempt.encode(), 0)
                 _HELD.add(fd)
                 return fd
         os.close(fd)
+
+
+def live_attempt(spool: Path, run: str) -> str:
+    """The attempt id ``run``'s live lock holds ("" when none, or no lock)."""
+    try:
+        return _path(spool, run).read_text(errors="replace")[:64]
+    except OSError:
+        return ""
 
 
 def let_go_live(spool: Path, run: str, fd: int) -> None:
@@ -105,14 +121,14 @@ def live_state(spool: Path, run: str, *, remove: bool = True) -> LiveState:
 class LiveLocks:
     """One logger's live locks beside ``spool``: one per name its run has had (a spec, an id)."""
 
-    def __init__(self, spool: Path) -> None:
-        self.spool = spool
+    def __init__(self, spool: Path, attempt: str = "") -> None:
+        self.spool, self.attempt = spool, attempt
         self.held: dict[str, int | None] = {}  # None: not held (a replay may send the run too)
 
     def hold(self, run: str) -> None:
         self.held[run] = None
         with contextlib.suppress(OSError):
-            self.held[run] = hold_live(self.spool, run)
+            self.held[run] = hold_live(self.spool, run, self.attempt)
 
     def let_go(self) -> None:
         """Let go of every lock held (once: a second close never closes an fd reused since)."""

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import posixpath
+import uuid
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ RUN_KEY_TAG = "substrax.run_key"
 
 #: The tag a resumed run (``resume_step``) gets: the checkpoint step it resumed from.
 RESUMED_FROM_TAG = "substrax.resumed_from_step"
+#: The tag each logger sets on its run, a fresh id: the attempt that took the run last.
+ATTEMPT_TAG = "substrax.attempt"
 
 type _MetricRow = tuple[str, float, int, int]  # key, value, timestamp (ms), step
 
@@ -133,7 +136,10 @@ class MlflowSink:
         self._warned_stats = False
         self.experiment_id: str | None = None
         self.failed = False  # end the run as FAILED
-        self.died = False  # its process died before close: FAILED, unless ended since
+        self.died = False  # its process died before close: FAILED, unless taken or ended since
+        self.attempt = "" if replayed else uuid.uuid4().hex  # see ATTEMPT_TAG
+        self.died_attempt = ""  # a died run's: the attempt its process was
+        self.found_attempt: str | None = None  # the run's ATTEMPT_TAG when this sink found it
         self.found_status: str | None = None  # the run's status when this sink found it
         self._ready = False
         self._first: FirstAttempt | None = None
@@ -185,9 +191,17 @@ class MlflowSink:
                     run = existing[0]
                 else:
                     tags = {**spec.tags, RUN_KEY_TAG: spec.run_key}
+                    if self.attempt:
+                        tags[ATTEMPT_TAG] = self.attempt
                     run = client.create_run(experiment_id, run_name=spec.run_name, tags=tags)
             self.run_id, self.experiment_id = run.info.run_id, run.info.experiment_id
             self.found_status = run.info.status  # FINISHED: ended by a later attempt, maybe
+            self.found_attempt = run.data.tags.get(ATTEMPT_TAG)
+            if self.attempt and self.found_attempt != self.attempt:
+                try:  # only tells a replay after a kill who holds the run: never stops a run
+                    client.set_tag(self.run_id, ATTEMPT_TAG, self.attempt)
+                except Exception as error:
+                    _logger.debug("could not tag run %s with its attempt: %r", self.run_id, error)
             if run.info.status != "RUNNING":  # resumed: running again
                 client.update_run(self.run_id, status="RUNNING")
             if self.resume_step is not None:
@@ -364,13 +378,16 @@ class MlflowSink:
     def finish(self) -> None:
         """End the run; a run another logger failed since this one began stays failed.
 
-        A run whose process died (a replay of what it left) that a later attempt resumed and
-        ended since is left as that attempt ended it.
+        A run whose process died (a replay of what it left) that a later attempt took over since
+        (its ``ATTEMPT_TAG`` names another attempt: one that may still log, in another directory
+        or on another host) or ended is left to that attempt, as it ended it.
         """
         run_id = self._ensure_run()  # set_up made it RUNNING: a FAILED now is a sharer's
         ended = self.found_status not in (None, "RUNNING")  # by another attempt, before
-        if self.died and ended:  # running again only while its records were replayed
-            self.client.set_terminated(run_id, status=self.found_status)
+        taken = self.found_attempt not in (None, self.died_attempt) and bool(self.died_attempt)
+        if self.died and (ended or taken):  # a later attempt's (live elsewhere, or ended)
+            if ended:  # running again only while its records were replayed
+                self.client.set_terminated(run_id, status=self.found_status)
             return
         if not self.failed and self.client.get_run(run_id).info.status == "FAILED":
             return

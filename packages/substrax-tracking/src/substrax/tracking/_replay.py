@@ -13,7 +13,7 @@ from pathlib import Path
 
 from substrax.support import check_seconds
 
-from ._live import is_live, live_state
+from ._live import is_live, live_attempt, live_state
 from ._records import Record
 from ._send import Failures, Sending, describe_error
 from ._sink import Sink
@@ -106,6 +106,7 @@ def run_replay(
             include_refused=include_refused,
             only=only,
             live=functools.partial(live_state, spool.path, remove=False),
+            attempt=functools.partial(live_attempt, spool.path),
             ended=functools.partial(is_live, spool.path),  # a dead logger's file, once ended
             own=own,
             stop=stop,

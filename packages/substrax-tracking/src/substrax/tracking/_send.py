@@ -67,6 +67,7 @@ class Sending:
         include_refused: bool = False,
         only: Collection[str] | None = None,
         live: Callable[[str], LiveState] | None = None,
+        attempt: Callable[[str], str] | None = None,
         ended: Callable[[str], object] | None = None,
         own: Collection[str] = (),
         stop: Callable[[], bool] | None = None,
@@ -81,6 +82,7 @@ class Sending:
         self._include_refused = include_refused
         self._only = only
         self._live_state = live or (lambda _run: "none")
+        self._attempt = attempt or (lambda _run: "")  # the attempt a died run's lock names
         self._ended = ended or (lambda _run: None)  # told each died run once it is ended
         self._died: set[str] = set()  # the runs whose logger's process died before close
         self._own, self._stop = own, stop or (lambda: False)
@@ -134,6 +136,7 @@ class Sending:
                             key,
                         )
                         cast("Any", sink).died = True
+                        cast("Any", sink).died_attempt = self._attempt(run)
                     if key in self._failed or died:
                         cast("Any", sink).failed = True
                     sink.finish()
