@@ -138,7 +138,7 @@ def test_a_mask_the_batch_lacks_or_cannot_weigh_rows_with_is_refused(eval_batch)
         EvalStep(model, metrics, mask="valid")(flat)
     short = eval_batch | {"valid": np.ones(32, np.float32)}
     with pytest.raises(
-        ValueError, match=r"a metric of shape \(3,\) has no row per mask entry \(32\)"
+        ValueError, match=r"a metric of shape \(3,\) has no row per mask entry \(the mask has 32\)"
     ):
         EvalStep(model, lambda _m, _b: {"per_class": jnp.zeros(3)}, mask="valid")(short)
 

@@ -162,37 +162,44 @@ def test_a_killed_attempts_replay_leaves_the_run_to_a_later_attempt_logging_else
 ):
     """A killed attempt's spool, replayed while a later attempt that resumed the run logs from
     another directory (a hostile review): the run ended FAILED under the live attempt, and stayed
-    FAILED after it closed. The attempt tag says who holds the run; without a later attempt the
-    killed run still ends FAILED."""
-    from substrax.tracking._live import hold_live
-    from substrax.tracking._mlflow_sink import ATTEMPT_TAG
+    FAILED after it closed. The attempt tag says who holds the run; a run no later attempt took
+    (or one resumed here and killed again, whose lock names the last attempt) still ends FAILED."""
+    from substrax.tracking._live import hold_live, process_attempt
+    from substrax.tracking._mlflow_sink import ATTEMPT_TAG, MlflowSink
     from substrax.tracking._send import run_of
 
     uri, client = mlflow_server.uri, MlflowClient(tracking_uri=mlflow_server.uri)
     experiment = client.create_experiment(f"taken-{tmp_path.name}")
     statuses = {}
-    for resumed in (True, False):
+    for case in ("taken elsewhere", "not taken", "killed twice here"):
         run_id = client.create_run(experiment).info.run_id
-        client.set_tag(run_id, ATTEMPT_TAG, "killed")  # what the killed attempt set at its start
-        spool = tmp_path / f"killed-{resumed}" / "run.spool.jsonl"
+        spool = tmp_path / case / "run.spool.jsonl"
         spool.parent.mkdir()
         target = {"backend": "mlflow", "tracking_uri": uri, "run_id": run_id}
         spool_scalars(spool, target, range(3, 5), {"loss": 1.0})  # sent late: left by the kill
-        os.close(
-            hold_live(spool, run_of(target), "killed")
-        )  # the kill: the lock goes, not its file
+        attempts = ["killed", "again"] if case == "killed twice here" else ["killed"]
+        for attempt in attempts:  # each sets the tag at its start; the kill leaves its lock file
+            client.set_tag(run_id, ATTEMPT_TAG, attempt)
+            os.close(hold_live(spool, run_of(target), attempt))
         later = None
-        if resumed:
+        if case == "taken elsewhere":
             later = MLFlowLogger(
                 "run", tracking_uri=uri, log_dir=tmp_path / "b", run_id=run_id, resume_step=2
             )
         assert replay_spool(spool, timeout=60).delivered == 2
-        statuses[resumed] = [client.get_run(run_id).info.status]
+        statuses[case] = [client.get_run(run_id).info.status]
         if later is not None:
             later.close()
-            statuses[resumed].append(client.get_run(run_id).info.status)
+            statuses[case].append(client.get_run(run_id).info.status)
         assert [m.step for m in client.get_metric_history(run_id, "loss")] == [3, 4]
-    assert statuses == {True: ["RUNNING", "FINISHED"], False: ["FAILED"]}
+    assert statuses == {
+        "taken elsewhere": ["RUNNING", "FINISHED"],
+        "not taken": ["FAILED"],
+        "killed twice here": ["FAILED"],
+    }
+    # the loggers of one process (a train and an eval logger of one run) are one attempt
+    sinks = [MlflowSink(uri, run_id=run_id) for _ in range(2)]
+    assert [sink.attempt for sink in sinks] == [process_attempt()] * 2
 
 
 @pytest.mark.usefixtures("child_processes")

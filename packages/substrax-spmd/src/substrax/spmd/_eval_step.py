@@ -79,8 +79,8 @@ def _masked_mean(metric: jax.Array, *, weights: jax.Array, key: str) -> jax.Arra
     if metric.shape[0] != weights.shape[0]:
         raise ValueError(
             f"EvalStep(mask={key!r}): a metric of shape {metric.shape} has no row per mask "
-            f"entry ({weights.shape[0]}); return per-row values (leading dimension the rows), "
-            "or a scalar"
+            f"entry (the mask has {weights.shape[0]}); give the mask one weight per row of the "
+            "batch, and return per-row values (leading dimension the rows) or a scalar"
         )
     per_row = weights.reshape(weights.shape + (1,) * (metric.ndim - 1))
     total = jnp.sum(metric.astype(jnp.float32) * per_row)
@@ -126,10 +126,12 @@ class EvalStep[M: nnx.Module]:
         eval_mode: Run the model in evaluation mode (``Module.eval()``: dropout off, batch
             norm on its running averages) inside the step; the model object is not changed.
         mask: The key (in a mapping batch) of per-row weights: 1 for a row that counts, 0 for
-            padding (a last batch padded to what the data axis divides). A metric leaf with
-            a row per weight is averaged over the rows they count, a scalar leaf is taken as
-            it is, and :meth:`evaluate` weights each batch by the weights' sum, so padded rows
-            change no mean. A batch without the key is refused, naming it.
+            padding (a last batch padded to what the data axis divides). A metric leaf whose
+            leading dimension is the batch's rows is read per row and averaged over the rows
+            the weights count (NaN on a batch they count none of; :meth:`evaluate` skips it);
+            :meth:`evaluate` weights each batch by the weights' sum. A scalar leaf is taken as
+            it is: reduce it over the counted rows yourself (``jnp.sum(x * m) / jnp.sum(m)``),
+            or padded rows count in it. A batch without the key is refused, naming it.
 
     Example:
         >>> import jax.numpy as jnp
@@ -276,7 +278,7 @@ class EvalStep[M: nnx.Module]:
             total = metrics if total is None else jax.tree.map(np.add, total, metrics)
             rows += count
         if total is None:
-            what = "only empty batches (0 rows)" if seen else "no batches"
+            what = "only empty batches (0 rows, or a mask counting none)" if seen else "no batches"
             msg = f"evaluate got {what}; give at least one batch with rows"
             raise ValueError(msg)
         return jax.tree.map(lambda x: float(x / rows), total)

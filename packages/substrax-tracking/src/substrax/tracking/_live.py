@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import uuid
 from pathlib import Path
 from typing import Literal
 
@@ -18,6 +19,7 @@ __all__ = [
     "let_go_live",
     "live_attempt",
     "live_state",
+    "process_attempt",
     "try_flock",
 ]
 
@@ -26,6 +28,12 @@ type LiveState = Literal["live", "died", "none"]
 logger (killed; the file is removed once seen), or none (no logger, or one that closed)."""
 
 _HELD: set[int] = set()  # the live locks held here: a forked child lets go of its copies
+_ATTEMPT = [uuid.uuid4().hex]  # this process's attempt id: a forked child gets its own
+
+
+def process_attempt() -> str:
+    """This process's attempt id: what its loggers' live locks name (and MLflow's run tag)."""
+    return _ATTEMPT[0]
 
 
 def _path(spool: Path, run: str) -> Path:
@@ -54,9 +62,10 @@ def hold_live(spool: Path, run: str, attempt: str = "") -> int:
         fcntl.flock(fd, fcntl.LOCK_SH)  # shared: loggers of one run in one process both hold it
         with contextlib.suppress(FileNotFoundError):
             if path.stat().st_ino == os.fstat(fd).st_ino:  # not removed as it was let go
-                if attempt and not os.fstat(fd).st_size:
+                if attempt:  # this attempt's now, were it left by a killed one
                     with contextlib.suppress(OSError):  # a full disk: no attempt to compare
                         os.pwrite(fd, attempt.encode(), 0)
+                        os.ftruncate(fd, len(attempt.encode()))
                 _HELD.add(fd)
                 return fd
         os.close(fd)
@@ -139,6 +148,7 @@ class LiveLocks:
 
 
 def _let_go_in_child() -> None:
+    _ATTEMPT[0] = uuid.uuid4().hex
     while _HELD:
         with contextlib.suppress(OSError):
             os.close(_HELD.pop())

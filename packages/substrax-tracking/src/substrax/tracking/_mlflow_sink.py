@@ -6,12 +6,12 @@ import dataclasses
 import json
 import logging
 import posixpath
-import uuid
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ._first_attempt import FirstAttempt
+from ._live import process_attempt
 from ._paths import file_part
 from ._records import Record
 from ._sink import register_sink_factory
@@ -26,7 +26,7 @@ RUN_KEY_TAG = "substrax.run_key"
 
 #: The tag a resumed run (``resume_step``) gets: the checkpoint step it resumed from.
 RESUMED_FROM_TAG = "substrax.resumed_from_step"
-#: The tag each logger sets on its run, a fresh id: the attempt that took the run last.
+#: The tag each logger sets on its run: its process's attempt id (the attempt that took it last).
 ATTEMPT_TAG = "substrax.attempt"
 
 type _MetricRow = tuple[str, float, int, int]  # key, value, timestamp (ms), step
@@ -137,7 +137,7 @@ class MlflowSink:
         self.experiment_id: str | None = None
         self.failed = False  # end the run as FAILED
         self.died = False  # its process died before close: FAILED, unless taken or ended since
-        self.attempt = "" if replayed else uuid.uuid4().hex  # see ATTEMPT_TAG
+        self.attempt = "" if replayed else process_attempt()  # see ATTEMPT_TAG
         self.died_attempt = ""  # a died run's: the attempt its process was
         self.found_attempt: str | None = None  # the run's ATTEMPT_TAG when this sink found it
         self.found_status: str | None = None  # the run's status when this sink found it
@@ -200,8 +200,8 @@ class MlflowSink:
             if self.attempt and self.found_attempt != self.attempt:
                 try:  # only tells a replay after a kill who holds the run: never stops a run
                     client.set_tag(self.run_id, ATTEMPT_TAG, self.attempt)
-                except Exception as error:
-                    _logger.debug("could not tag run %s with its attempt: %r", self.run_id, error)
+                except Exception as error:  # then a killed attempt's replay could end it FAILED
+                    _logger.warning(f"run {self.run_id}: no {ATTEMPT_TAG} tag set ({error})")
             if run.info.status != "RUNNING":  # resumed: running again
                 client.update_run(self.run_id, status="RUNNING")
             if self.resume_step is not None:
