@@ -211,6 +211,7 @@ class Logger(Closeable):
         # a cycle, colliding keys, a lone surrogate: refused on every process, by every logger
         check_hyperparams(json_ready(params))
         if self.active:
+            self._check_params(params)  # what this backend refuses, before anything is written
             self._write_hyperparams(params)
 
     def log_text(self, name: str, text: str, step: int | None = None) -> None:

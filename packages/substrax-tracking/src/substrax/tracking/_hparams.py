@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
 from ._errors import LoggedTypeError
 
 
-__all__ = ["check_hyperparams", "merge_params"]
+__all__ = ["check_hyperparams", "merge_params", "param_leaves"]
 
 
 def check_hyperparams(params: Mapping[str, Any], prefix: str = "") -> None:
@@ -75,3 +75,15 @@ def merge_params(into: dict[str, Any], params: Mapping[str, Any]) -> dict[str, A
         else:
             into[key] = value
     return into
+
+
+def param_leaves(
+    params: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Each leaf of nested hyperparameters, with its key path (``("opt", "lr")``)."""
+    for key, value in params.items():
+        path = (*prefix, str(key))
+        if isinstance(value, Mapping):
+            yield from param_leaves(value, path)
+        else:
+            yield path, value

@@ -15,6 +15,7 @@ from typing import Any, cast
 from substrax.support import check_seconds, require
 
 from ._errors import LogDirNotWritableError, UnknownRunIdError
+from ._hparams import param_leaves
 from ._log_files import json_ready
 from ._mlflow_sink import MlflowSink, RunSpec, flat_params
 from ._paths import ensure_writable_dir
@@ -46,16 +47,6 @@ def _check_run(
             f"MLFlowLogger: {which} is {len(experiment)} characters long; MLflow allows at most "
             f"{_LONGEST_EXPERIMENT} in an experiment name: pass a shorter experiment_name"
         )
-
-
-def _leaf_paths(params: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    """The key paths of nested hyperparameters' leaves, in ``flat_params``' order."""
-    found: list[tuple[str, ...]] = []
-    for key, value in params.items():
-        path = (*prefix, key)
-        is_mapping = isinstance(value, Mapping)
-        found += _leaf_paths(cast("Mapping[str, Any]", value), path) if is_mapping else [path]
-    return found
 
 
 def _empty_mappings(params: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -232,7 +223,8 @@ class MLFlowLogger(RemoteLogger):
                 key, "is an empty mapping, which MLflow has no param for: it is left out"
             )
         # one record a param: a param MLflow refuses is set aside alone, the others arrive
-        for path, (key, value) in zip(_leaf_paths(ready), list(flat_params(ready)), strict=True):
+        for path, value in param_leaves(ready):  # two that become one param: refused at the call
+            key = ".".join(path)
             shown = value if isinstance(value, str) else json.dumps(value)
             if len(shown) > _LONGEST_PARAM:
                 self._warn_param(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ._first_attempt import FirstAttempt
+from ._hparams import param_leaves
 from ._live import process_attempt
 from ._paths import file_part
 from ._records import Record
@@ -32,7 +33,7 @@ ATTEMPT_TAG = "substrax.attempt"
 type _MetricRow = tuple[str, float, int, int]  # key, value, timestamp (ms), step
 
 
-def flat_params(params: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+def flat_params(params: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     """Each leaf of nested hyperparameters, named with dots (``opt.lr``), with its value.
 
     Raises:
@@ -44,17 +45,14 @@ def flat_params(params: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[s
         {'opt.lr': 0.1, 'name': 'adam'}
     """
     seen: set[str] = set()
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        parts = flat_params(value, f"{name}.") if isinstance(value, Mapping) else [(name, value)]
-        for part, leaf in parts:
-            if part in seen:
-                raise ValueError(
-                    f"MLFlowLogger: two hyperparameters become the MLflow param {part!r} "
-                    "(nested names are joined with dots); rename one of them"
-                )
-            seen.add(part)
-            yield part, leaf
+    for path, leaf in param_leaves(params):
+        if (part := ".".join(path)) in seen:
+            raise ValueError(
+                f"MLFlowLogger: two hyperparameters become the MLflow param {part!r} "
+                "(nested names are joined with dots); rename one of them"
+            )
+        seen.add(part)
+        yield part, leaf
 
 
 def artifact_dir(path: str | None) -> str | None:

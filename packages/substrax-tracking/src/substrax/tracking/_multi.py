@@ -110,8 +110,7 @@ class MultiLogger(Logger):
         self._check_names((name,), step)
         self._each("log_scalar", name, value, step)
 
-    def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
-        self._check_params(params)
+    def _write_hyperparams(self, params: Mapping[str, Any]) -> None:  # checked by each first
         self._each("log_hyperparams", params)
 
     def _write_text(self, name: str, text: str, step: int | None) -> None:
