@@ -116,6 +116,39 @@ def test_a_run_id_resumes_the_same_run(sqlite_uri, tmp_path):
     assert len(client.search_runs([client.get_experiment_by_name("resume").experiment_id])) == 1
 
 
+def test_a_resumed_run_tags_its_attempt_and_a_refused_tag_is_a_warning(
+    sqlite_uri, tmp_path, monkeypatch, caplog
+):
+    from substrax.tracking._live import process_attempt
+    from substrax.tracking._mlflow_sink import ATTEMPT_TAG
+
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    with MLFlowLogger("attempts", tracking_uri=sqlite_uri, log_dir=tmp_path) as first:
+        first.log_scalar("loss", 1.0, step=0)
+    assert client.get_run(first.run_id).data.tags[ATTEMPT_TAG] == process_attempt()
+    client.set_tag(first.run_id, ATTEMPT_TAG, "killed")  # an earlier attempt's, in another process
+    with MLFlowLogger("attempts", tracking_uri=sqlite_uri, log_dir=tmp_path, run_id=first.run_id):
+        pass
+    assert client.get_run(first.run_id).data.tags[ATTEMPT_TAG] == process_attempt()  # taken over
+    client.set_tag(first.run_id, ATTEMPT_TAG, "killed")
+    set_tag = MlflowClient.set_tag
+
+    def refusing(self, run_id, key, value, *args, **kwargs):
+        if key == ATTEMPT_TAG:
+            raise RuntimeError("PERMISSION_DENIED: tags are read-only here")
+        return set_tag(self, run_id, key, value, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "set_tag", refusing)
+    caplog.set_level(logging.WARNING, logger="substrax.tracking")
+    with MLFlowLogger(
+        "attempts", tracking_uri=sqlite_uri, log_dir=tmp_path, run_id=first.run_id
+    ) as third:
+        third.log_scalar("loss", 0.5, step=1)  # the run is logged all the same
+    assert f"run {first.run_id}: no {ATTEMPT_TAG} tag set (PERMISSION_DENIED" in caplog.text
+    assert history(client, first.run_id, "loss") == [(0, 1.0), (1, 0.5)]
+    assert client.get_run(first.run_id).info.status == "FINISHED"
+
+
 def test_only_process_zero_makes_a_run(sqlite_uri, tmp_path):
     client = MlflowClient(tracking_uri=sqlite_uri)
     with MLFlowLogger("ranks", tracking_uri=sqlite_uri, log_dir=tmp_path, process_index=1) as other:
