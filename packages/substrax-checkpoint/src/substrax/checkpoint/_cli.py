@@ -66,8 +66,13 @@ def _store_path(text: str) -> Path:
 
 
 def _check_holds_a_store(directory: Path, steps: Sequence[int]) -> None:
-    """Refuse a directory without a store in it (no step, no writer lock): a mistyped path."""
-    if not steps and not any((directory / name).exists() for name in (LOCK_FILE, INDEX_FILE)):
+    """Refuse a directory of other files and no store (no step, no writer lock): a mistyped path.
+
+    An empty one lists as an empty store: a writer may be about to open it.
+    """
+    if steps or any((directory / name).exists() for name in (LOCK_FILE, INDEX_FILE)):
+        return
+    if any(directory.iterdir()):
         raise UsageError(
             f"{directory} holds no checkpoint store (no step, and no {LOCK_FILE}, which a store "
             "writes when it is opened); check the path"
