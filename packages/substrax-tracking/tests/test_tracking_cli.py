@@ -109,3 +109,11 @@ def test_a_path_that_does_not_exist_is_named_as_a_spool_or_a_log_directory(tmp_p
         "file (the <log_dir>/<name>.spool.jsonl path that the logger's warning named) or a log "
         "directory\n"
     )
+
+
+def test_sync_is_replay_by_another_name_and_sends_nothing_twice(tmp_path, capsys):
+    write_spool(tmp_path / "a.spool.jsonl", "a", range(3))
+    assert main(["sync", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "a.spool.jsonl: delivered 3, remaining 0\n"
+    assert main(["sync", str(tmp_path)]) == 0  # idempotent: the spool emptied
+    assert [r.step for r in MADE["a"].received] == [0, 1, 2]

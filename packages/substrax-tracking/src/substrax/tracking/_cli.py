@@ -55,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="draw a file log's scalar curves to PNG and HTML")
     plot.add_argument("log_dir")
     plot.add_argument("--out", default=None, help="output directory (default LOG_DIR/plots)")
-    replay = commands.add_parser("replay", help="send spooled records to their backends")
+    replay = commands.add_parser(
+        "replay", aliases=["sync"], help="send spooled records to their backends (alias: sync)"
+    )
     spool_help = "a spool file, or a log directory: every <name>.spool.jsonl in it, in turn"
     replay.add_argument("spool", help=spool_help)
     timeout_help = (
@@ -180,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         True
     """
     args = _parser().parse_args(argv)
-    command = _plot if args.command == "plot" else _replay
+    command = _plot if args.command == "plot" else _replay  # "replay" or its alias "sync"
     usage = (SpoolNotFoundError, NotASpoolError, NoFileLogError, FileLogValueError)
     usage += (MissingExtraError, PermissionError)
     return run_command(PROG, lambda: command(args), usage=usage, failures=(SpoolBusyError, OSError))
