@@ -216,3 +216,20 @@ def test_place_nnx_state_keeps_a_sharding_on_another_mesh_there():
     placed = place_nnx_state_on_shards(state, mesh, {nnx.PathContains("kernel"): other})
     assert placed["kernel"].get_value().sharding == other  # as documented
     assert placed["bias"].get_value().sharding == NamedSharding(mesh, P())
+
+
+def test_inside_jit_a_leaf_is_checked_and_returned_as_it_is_not_placed(mesh):
+    """The spec: "inside a traced function the result is not placed on sharding"."""
+    sharding = create_data_parallel_sharding(mesh)
+
+    @jax.jit
+    def double(x):
+        batch = {"x": x, "name": "b0"}
+        placed = place_batch_on_shards(batch, sharding)
+        assert placed["x"] is x  # the tracer itself
+        assert placed["name"] == "b0"
+        return placed["x"] * 2
+
+    np.testing.assert_array_equal(double(jnp.ones((8, 2))), np.full((8, 2), 2.0))
+    with pytest.raises(BatchPlacementError, match=r"batch leaf \['x'\] has shape \(\)"):
+        jax.jit(lambda b: place_batch_on_shards(b, sharding))({"x": jnp.float32(1.0)})

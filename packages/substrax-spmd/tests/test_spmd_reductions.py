@@ -64,12 +64,24 @@ def test_reduce_custom():
 
 
 def test_reduce_custom_refuses_to_pass_a_metric_it_was_asked_to_reduce_through_unreduced():
-    with pytest.raises(TypeError, match="reduce_fn asks 'sum' of metric 'a', a dict"):
+    with pytest.raises(TypeError, match="reduce_fn asks 'sum' of metric 'a', a dict holding"):
         reduce_custom({"a": {"x": jnp.ones(2)}}, {"a": "sum"})
     assert reduce_custom({"n": 3, "f": np.float32(2.0)}, {"n": "sum", "f": "max"}) == {
         "n": 3,
         "f": np.float32(2.0),
     }
+
+
+def test_reduce_custom_reduces_a_named_value_only_when_it_is_an_array():
+    """The spec: "Each named value is reduced by its operation when it is an array"."""
+    out = reduce_custom(
+        {"loss": jnp.array([1.0, 3.0]), "name": "run", "none": None, "tags": ["a"]},
+        {"loss": "mean", "name": "sum", "none": "max", "tags": "min"},
+    )
+    assert float(out["loss"]) == 2.0
+    assert out["name"] == "run"
+    assert out["none"] is None
+    assert out["tags"] == ["a"]
 
 
 def test_reduce_custom_refusals():

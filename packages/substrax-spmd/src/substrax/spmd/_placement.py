@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import jax
+import jax.core
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
@@ -44,7 +45,9 @@ def _split_rank(sharding: Sharding) -> int:
 
 
 def _is_local(leaf: object) -> bool:
-    """Whether ``leaf`` is this process's rows rather than a global array."""
+    """Whether ``leaf`` is this process's rows rather than a global array (or a traced value)."""
+    if isinstance(leaf, jax.core.Tracer):  # inside jax.jit: a value of the global program
+        return False
     return not (isinstance(leaf, jax.Array) and not leaf.is_fully_addressable)
 
 
@@ -217,7 +220,8 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
     must be equal on every process). A ``jax.Array`` already on its sharding is kept as it is;
     one on another sharding is resharded (on several processes, a global array is resharded
     and a process-local one is taken as this process's rows). Any other leaf, such as a string
-    or a Python number, is returned as it is. Call it outside ``jax.jit``.
+    or a Python number, is returned as it is. Call it outside ``jax.jit``: inside a traced
+    function each leaf is checked against its sharding but returned as it is, not placed.
 
     Args:
         batch: The batch this process loaded.
@@ -253,11 +257,13 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
     moves: list[tuple[int, Sharding]] = []
     for i, target in zip(index, targets, strict=True):
         leaf = leaves[i]
-        if _on_target(leaf, target):
+        traced = isinstance(leaf, jax.core.Tracer)
+        if not traced and _on_target(leaf, target):
             continue
         if misfit(np.shape(leaf), target, rows_only=multi and _is_local(leaf)) is not None:
             _refuse(batch, sharding, multi=multi)
-        moves.append((i, target))
+        if not traced:  # inside jax.jit a leaf is checked, and left as it is
+            moves.append((i, target))
     if not moves:
         return batch
     local = [leaves[i] for i, _ in moves]

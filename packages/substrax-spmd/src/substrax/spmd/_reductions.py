@@ -26,9 +26,11 @@ def _is_array(value: object, min_ndim: int = 1) -> TypeGuard[jax.Array | np.ndar
     return isinstance(value, _ARRAYS) and value.ndim >= min_ndim
 
 
-def _number_like(value: object) -> bool:
-    """Whether ``value`` is a number or an array (what a metric's reduction may leave as is)."""
-    return isinstance(value, int | float | np.generic | jax.Array | np.ndarray)
+def _holds_arrays(value: object) -> bool:
+    """Whether ``value`` is a container with array leaves (a nested metric, not a flat one)."""
+    return not isinstance(value, _ARRAYS) and any(
+        isinstance(leaf, _ARRAYS) for leaf in jax.tree.leaves(value)
+    )
 
 
 def _map_arrays[T](fn: Callable[[Any], Any], metrics: T, *, min_ndim: int = 1) -> T:
@@ -128,10 +130,13 @@ def reduce_custom[V](
             the value through; a metric it does not name is averaged. None averages all.
 
     Returns:
-        Metric name to reduced value (array values with ndim >= 1 are reduced).
+        Metric name to reduced value (array values with ndim >= 1 are reduced; any other
+        value, such as a string, a number or None, passes through as it is).
 
     Raises:
         UnknownReductionError: For an operation outside the four, or a name that is not a metric.
+        TypeError: For a named value that is a container of arrays (a nested metric), which
+            would pass through unreduced.
 
     Example:
         >>> import jax.numpy as jnp
@@ -154,9 +159,12 @@ def reduce_custom[V](
         if op is not None and _is_array(value):
             out[name] = _BY_NAME[op](value)
             continue
-        if name in ops and op is not None and not _number_like(value):  # a dict passes unreduced
+        if name in ops and op is not None and _holds_arrays(value):  # it would pass unreduced
             kind = type(value).__name__
-            raise TypeError(f"reduce_fn asks {op!r} of metric {name!r}, a {kind}, not an array")
+            raise TypeError(
+                f"reduce_fn asks {op!r} of metric {name!r}, a {kind} holding arrays: the metrics "
+                "are a flat mapping; give each array its own name"
+            )
         out[name] = value
     return out
 
