@@ -31,7 +31,11 @@ def refused(runtime):
     except RuntimeConfigurationError as error:
         return str(error)
     return None
-# Settings read at start are refused...
+# Before the backends start, cpu_devices still goes through jax.config.
+apply_runtime(JaxRuntime(cpu_devices=5, enable_x64=True, matmul_precision="highest",
+                         log_compiles=False, persistent_cache_min_compile_time_secs=2.0))
+out["devices"] = jax.device_count()
+# Once they started, settings read at start are refused...
 out["platforms"] = refused(JaxRuntime(platforms=("cuda",)))
 out["xla_flags"] = refused(JaxRuntime(xla_flags=("--xla_cpu_enable_fast_math=true",)))
 out["memory_fraction"] = refused(JaxRuntime(memory_fraction=0.5))
@@ -39,10 +43,6 @@ out["preallocate_other"] = refused(JaxRuntime(preallocate=True))
 # ...unless they already hold.
 out["preallocate_same"] = refused(JaxRuntime(preallocate=False))
 out["platforms_same"] = refused(JaxRuntime(platforms=("cpu",)))
-# Before the backends start, cpu_devices still goes through jax.config.
-apply_runtime(JaxRuntime(cpu_devices=5, enable_x64=True, matmul_precision="highest",
-                         log_compiles=False, persistent_cache_min_compile_time_secs=2.0))
-out["devices"] = jax.device_count()
 out["x64"] = jax.config.jax_enable_x64
 out["precision"] = jax.config.jax_default_matmul_precision
 out["min_compile"] = jax.config.jax_persistent_cache_min_compile_time_secs
@@ -78,6 +78,37 @@ def test_after_import_refuses_what_jax_no_longer_reads(child):
     assert out["same_count_after_start"] is None
     assert "cpu_devices=2 cannot be applied" in out["started"]
     assert "JAX_NUM_CPU_DEVICES" in out["started"]
+
+
+IMPORTED_NOT_STARTED = """
+import json, os
+import jax
+from substrax.runtime import JaxRuntime, apply_runtime
+apply_runtime(JaxRuntime(
+    platforms=("cpu",),
+    xla_flags=("--xla_force_host_platform_device_count=3",),
+    preallocate=False,
+    memory_fraction=0.5,
+))
+print(json.dumps({
+    "platforms": jax.config.jax_platforms,
+    "devices": [d.platform for d in jax.devices()],
+    "preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+    "fraction": os.environ.get("XLA_CLIENT_MEM_FRACTION"),
+}))
+"""
+
+
+def test_after_import_and_before_the_backends_start_every_setting_is_applied(child):
+    """A spec review: jax still reads them then, and "refusing any setting jax would no longer
+    read" refused them as soon as jax was imported (a test module importing jax at its top)."""
+    out = child(IMPORTED_NOT_STARTED, env={"JAX_PLATFORMS": ""})
+    assert out == {
+        "platforms": "cpu",
+        "devices": ["cpu"] * 3,  # the flag jax read when its backends started
+        "preallocate": "false",
+        "fraction": "0.5",
+    }
 
 
 FLAG_COUNT = """

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from substrax.runtime import array_read_code, distributed_state, top_level_check
-from substrax.runtime._jax_client import uncached_read_check
+from substrax.runtime._jax_client import backends_started, uncached_read_check
 
 
 def test_the_distributed_state_has_no_client_in_one_process():
@@ -109,3 +109,15 @@ def test_a_leaked_config_override_is_read_apart_from_the_global_value_and_cleare
     set_config_override("jax_transfer_guard_host_to_device", before)
     assert config_settings()["jax_transfer_guard_host_to_device"][1] is before
     _ = x + np.ones(2)  # the guard is gone from jax's runtime too
+
+
+def test_backends_started_is_false_after_the_import_and_true_after_a_device_query(child):
+    program = (
+        "import json, jax\n"
+        "from substrax.runtime._jax_client import backends_started\n"
+        "before = backends_started()\n"
+        "jax.devices()\n"
+        "print(json.dumps([before, backends_started()]))\n"
+    )
+    assert child(program, env={"JAX_PLATFORMS": "cpu"}) == [False, True]
+    assert backends_started()  # this session's jax runs

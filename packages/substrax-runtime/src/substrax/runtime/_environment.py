@@ -8,6 +8,7 @@ from typing import Any
 from ._cache import default_compilation_cache_dir
 from ._config import JaxRuntime
 from ._errors import EnvironmentConflictError, RuntimeConfigurationError
+from ._jax_client import backends_started
 from ._xla_flags import (
     HOST_DEVICE_COUNT_FLAG,
     bad_device_count_flag,
@@ -290,9 +291,10 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
     """Apply ``runtime`` to this process, refusing settings jax would no longer read.
 
     Before ``jax`` is imported, the variables are written into ``environ`` (default
-    ``os.environ``) and jax reads them when it loads. Once jax is imported, ``platforms``,
-    ``xla_flags``, ``preallocate`` and ``memory_fraction`` are refused unless ``environ``
-    already holds exactly those values (they are read only when jax starts); the rest go
+    ``os.environ``) and jax reads them when it loads. Once jax is imported, ``platforms``
+    (through ``jax.config``), ``xla_flags``, ``preallocate`` and ``memory_fraction`` (into
+    ``environ``) are still applied until jax starts its backends (its first device query,
+    array or compile); after that they are refused unless they already hold; the rest go
     through ``jax.config.update``: only the fields the runtime gives, so a setting made with
     ``jax.config.update`` stays, and the default compilation cache directory fills in only when
     jax has none.
@@ -318,8 +320,15 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
     if not _jax_is_imported():
         target.update(runtime_environment(runtime, target))
         return
-    _refuse_startup_settings(runtime, target)
     import jax  # noqa: PLC0415 - jax is already imported; this only binds the name
+
+    if backends_started():
+        _refuse_startup_settings(runtime, target)
+    else:  # jax reads them when it starts its backends: still to come
+        rendered = runtime_environment(runtime, target)
+        target.update({name: v for name, v in rendered.items() if name.startswith("XLA_")})
+        if runtime.platforms is not None:  # read into jax's config at its import: set there
+            jax.config.update("jax_platforms", ",".join(runtime.platforms))
 
     if runtime.xla_flags and runtime.cpu_devices is None:
         _check_flag_device_count(runtime, str(jax.config.jax_num_cpu_devices), "jax's config")

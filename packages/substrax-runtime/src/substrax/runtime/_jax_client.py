@@ -21,6 +21,10 @@
   the testing part's config isolation reads both from jax's option holders and clears a leaked
   override the way the context manager's own exit does.
 
+- whether jax started its backends: jax reads ``JAX_PLATFORMS``' option, ``XLA_FLAGS`` and the
+  client's memory settings only then, so ``apply_runtime`` may still set them on an imported jax
+  until then. No public query says so without starting them (``jax.devices()`` does).
+
 When jax moves one of these, a call here breaks, loudly (``test_runtime_jax_client`` calls each;
 ``test_runtime_distributed`` and the testing part's call-counting tests use them).
 """
@@ -44,6 +48,21 @@ def distributed_state() -> Any:  # noqa: ANN401  (jax's private GlobalState)
     from jax._src import distributed  # noqa: PLC0415 - no public path (jax 0.12)
 
     return distributed.global_state
+
+
+def backends_started() -> bool:
+    """Whether jax has started its backends (its first device query, array or compile does).
+
+    Example:
+        >>> import jax
+        >>> from substrax.runtime._jax_client import backends_started
+        >>> _ = jax.devices()
+        >>> backends_started()
+        True
+    """
+    from jax._src import xla_bridge  # noqa: PLC0415 - no public query that starts nothing (jax 0.12)
+
+    return bool(xla_bridge.backends_are_initialized())
 
 
 def top_level_check() -> Callable[[], bool]:
