@@ -13,7 +13,8 @@ usage: ./setup.sh [--backend auto|cpu|cuda12|metal] [--python VERSION] [--extra 
   --backend      JAX backend policy (default auto: cuda12 on Linux with a visible NVIDIA GPU,
                  metal on Apple Silicon, otherwise cpu)
   --python       create the environment with this Python version
-  --extra NAME   also sync the workspace's dependency group NAME (repeatable), e.g. --extra docs
+  --extra NAME   also sync the workspace's dependency group NAME (repeatable), e.g. --extra docs;
+                 a part's extra (wandb, mlflow, ...) is already in the test group
   --recreate     remove .venv before syncing
   --force-clean  remove .venv, .substrax.env and repo-local test and build artifacts first
   --dry-run      print the resolved backend and the commands, change nothing
@@ -57,11 +58,28 @@ esac
 sync=(uv sync --locked --group dev --group test)
 [ -n "$python_version" ] && sync+=(--python "$python_version")
 [ "$resolved" != cpu ] && sync+=(--group "$resolved")
-for extra in ${extras[@]+"${extras[@]}"}; do sync+=(--group "$extra"); done
+# The names under a TOML table's header ("name = [" lines), e.g. the root's dependency groups.
+table_keys() { sed -n "/^\[$2\]/,/^\[/p" "$1" | sed -n 's/^\([A-Za-z0-9_-]*\) *= *\[.*/\1/p'; }
+groups="$(table_keys pyproject.toml dependency-groups | tr '\n' ' ')"
+part_extras="$(for p in packages/*/pyproject.toml; do table_keys "$p" project.optional-dependencies; done \
+    | sort -u | tr '\n' ' ')"
+notes=()
+for extra in ${extras[@]+"${extras[@]}"}; do
+    if [[ " $groups " == *" $extra "* ]]; then
+        sync+=(--group "$extra")
+    elif [[ " $part_extras " == *" $extra "* ]]; then
+        notes+=("extra $extra: already installed (the test group holds every part with every extra)")
+    else
+        echo "setup.sh: --extra '$extra' is neither a dependency group of the workspace" \
+            "(${groups% }) nor an extra of a part (${part_extras% })" >&2
+        exit 2
+    fi
+done
 write_env=(uv run --locked --no-sync python -m substrax.runtime.managed_env write
     --prefix SUBSTRAX --backend "$resolved" --output .substrax.env)
 
 echo "backend: $resolved (asked for $backend)"
+for note in ${notes[@]+"${notes[@]}"}; do echo "$note"; done
 if [ "$dry_run" = 1 ]; then
     [ "$force_clean" = 1 ] && echo "rm -rf .venv .substrax.env .pytest_cache build site"
     [ "$recreate" = 1 ] && [ "$force_clean" = 0 ] && echo "rm -rf .venv"

@@ -49,6 +49,23 @@ def test_dry_run_with_every_option() -> None:
     )
 
 
+def test_an_extra_is_a_workspace_group_or_a_parts_extra_and_anything_else_exits_2() -> None:
+    """The spec: "--extra <name> Sync an additional extra"; the parts' extras are all installed
+    by the test group, and a name that is neither would have failed inside uv sync."""
+    result = _setup("--dry-run", "--backend", "cpu", "--extra", "wandb", "--extra", "docs")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1:3] == [
+        "extra wandb: already installed (the test group holds every part with every extra)",
+        "uv sync --locked --group dev --group test --group docs",
+    ]
+    result = _setup("--dry-run", "--extra", "wandbb")
+    assert result.returncode == 2
+    assert "--extra 'wandbb' is neither a dependency group of the workspace (dev test docs" in (
+        result.stderr
+    )
+    assert "nor an extra of a part (compute" in result.stderr
+
+
 def test_auto_resolves_to_cpu_without_a_gpu() -> None:
     if shutil.which("nvidia-smi"):
         pytest.skip("an NVIDIA driver is installed here; auto would pick cuda12")
