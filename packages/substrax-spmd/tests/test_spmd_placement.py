@@ -233,3 +233,13 @@ def test_inside_jit_a_leaf_is_checked_and_returned_as_it_is_not_placed(mesh):
     np.testing.assert_array_equal(double(jnp.ones((8, 2))), np.full((8, 2), 2.0))
     with pytest.raises(BatchPlacementError, match=r"batch leaf \['x'\] has shape \(\)"):
         jax.jit(lambda b: place_batch_on_shards(b, sharding))({"x": jnp.float32(1.0)})
+
+
+def test_inside_shard_map_a_shard_s_rows_are_not_refused_as_indivisible(mesh):
+    sharding = create_data_parallel_sharding(mesh)
+
+    def per_device(x):  # a (1, 2) shard on each of the 8 devices
+        return place_batch_on_shards({"x": x}, sharding)["x"] + 1
+
+    mapped = jax.shard_map(per_device, mesh=mesh, in_specs=P("data"), out_specs=P("data"))
+    np.testing.assert_array_equal(jax.jit(mapped)(jnp.zeros((8, 2))), np.ones((8, 2)))

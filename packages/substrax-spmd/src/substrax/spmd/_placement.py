@@ -45,10 +45,18 @@ def _split_rank(sharding: Sharding) -> int:
 
 
 def _is_local(leaf: object) -> bool:
-    """Whether ``leaf`` is this process's rows rather than a global array (or a traced value)."""
-    if isinstance(leaf, jax.core.Tracer):  # inside jax.jit: a value of the global program
-        return False
+    """Whether ``leaf`` is this process's rows rather than a global array."""
     return not (isinstance(leaf, jax.Array) and not leaf.is_fully_addressable)
+
+
+def _rows_only(leaf: object, *, multi: bool) -> bool:
+    """Whether only ``leaf``'s number of dimensions can be checked.
+
+    So for a traced value (inside ``jax.jit`` or ``shard_map``, where its shape may be one
+    device's shard), and for one process's rows of a global array whose global shape only jax
+    knows.
+    """
+    return isinstance(leaf, jax.core.Tracer) or (multi and _is_local(leaf))
 
 
 def misfit(shape: tuple[int, ...], sharding: Sharding, *, rows_only: bool = False) -> str | None:
@@ -85,7 +93,7 @@ def _refuse(batch: PyTree, sharding: Sharding | PyTree, *, multi: bool = False) 
         for path, leaf in jax.tree_util.tree_flatten_with_path(subtree)[0]:
             if not isinstance(leaf, _ARRAY_TYPES):
                 continue
-            why = misfit(np.shape(leaf), shard, rows_only=multi and _is_local(leaf))
+            why = misfit(np.shape(leaf), shard, rows_only=_rows_only(leaf, multi=multi))
             if why is None:
                 continue
             where = jax.tree_util.keystr((*prefix_path, *path))
@@ -221,7 +229,8 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
     one on another sharding is resharded (on several processes, a global array is resharded
     and a process-local one is taken as this process's rows). Any other leaf, such as a string
     or a Python number, is returned as it is. Call it outside ``jax.jit``: inside a traced
-    function each leaf is checked against its sharding but returned as it is, not placed.
+    function each leaf is checked for the dimensions its sharding names, and returned as it
+    is, not placed.
 
     Args:
         batch: The batch this process loaded.
@@ -260,9 +269,9 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
         traced = isinstance(leaf, jax.core.Tracer)
         if not traced and _on_target(leaf, target):
             continue
-        if misfit(np.shape(leaf), target, rows_only=multi and _is_local(leaf)) is not None:
+        if misfit(np.shape(leaf), target, rows_only=_rows_only(leaf, multi=multi)) is not None:
             _refuse(batch, sharding, multi=multi)
-        if not traced:  # inside jax.jit a leaf is checked, and left as it is
+        if not traced:  # a traced leaf is left as it is
             moves.append((i, target))
     if not moves:
         return batch
