@@ -26,7 +26,10 @@ WORKER = textwrap.dedent(
     import optax
     from flax import nnx
     from substrax.mesh import create_device_mesh
-    from substrax.spmd import EvalStep, TrainStep, create_data_parallel_sharding
+    from substrax.spmd import (
+        BatchPlacementError, EvalStep, TrainStep, create_data_parallel_sharding,
+        place_batch_on_shards,
+    )
 
     mesh = create_device_mesh({"data": 8})
     sharding = create_data_parallel_sharding(mesh)
@@ -58,7 +61,13 @@ WORKER = textwrap.dedent(
     losses = [float(step(local)) for _ in range(2)]
     inherited = EvalStep(step, per_row).evaluate([local])["mse"]
     explicit = EvalStep(step, per_row, batch_sharding=sharding).evaluate([local])["mse"]
-    print(json.dumps({"losses": losses, "inherited": inherited, "explicit": explicit}))
+    try:  # 3 rows a process, on 4 devices each: a spec review found jax's error naming no leaf
+        place_batch_on_shards({"rows": {"x": x[:3]}}, sharding)
+        uneven = None
+    except BatchPlacementError as error:
+        uneven = [error.path, str(error)]
+    print(json.dumps({"losses": losses, "inherited": inherited, "explicit": explicit,
+                      "uneven": uneven}))
     """
 )
 
@@ -75,3 +84,8 @@ def test_a_model_with_rngs_trains_and_its_eval_step_reads_the_global_batch(child
     for out in (first, second):
         assert out["inherited"] == pytest.approx(out["explicit"], rel=1e-6)
     assert first["inherited"] == pytest.approx(second["inherited"], rel=1e-6)
+    for out in (first, second):
+        path, message = out["uneven"]
+        assert path == "['rows']['x']"
+        assert "batch leaf ['rows']['x'] has shape (3, 6) on this process" in message
+        assert "drop or pad the last rows" in message

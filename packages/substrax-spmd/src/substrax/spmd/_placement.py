@@ -203,13 +203,31 @@ def _targets(batch: PyTree, sharding: Sharding | PyTree, index: list[int]) -> li
     return [per_leaf[i] for i in index]
 
 
-def _place_across_processes(local: list[Any], shardings: list[Sharding]) -> list[jax.Array]:
+def _place_across_processes(
+    local: list[Any], shardings: list[Sharding], paths: list[str]
+) -> list[jax.Array]:
     """Assemble process-local rows in one call, and reshard global arrays."""
     placed: list[Any] = list(local)
     rows = [k for k, x in enumerate(local) if _is_local(x)]
-    made = jax.make_array_from_process_local_data(
-        [shardings[k] for k in rows], [local[k] for k in rows]
-    )
+    try:
+        made = jax.make_array_from_process_local_data(
+            [shardings[k] for k in rows], [local[k] for k in rows]
+        )
+    except ValueError as error:  # jax's IndivisibleError names no leaf: find it, one by one
+        for k in rows:
+            try:
+                jax.make_array_from_process_local_data(shardings[k], local[k])
+            except ValueError as found:
+                shape, sharding = np.shape(local[k]), shardings[k]
+                spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
+                msg = (
+                    f"{leaf_name(paths[k])} has shape {shape} on this process, and its sharding "
+                    f"{spec} cannot assemble the processes' rows into one array ({found}); give "
+                    "each process a number of rows its devices' share of the mesh axis divides "
+                    "(drop or pad the last rows)"
+                )
+                raise BatchPlacementError(msg, path=paths[k], shape=shape, spec=spec) from None
+        raise error from None
     for k, array in zip(rows, made, strict=True):
         placed[k] = array
     for k, x in enumerate(local):
@@ -285,7 +303,9 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
         # What make_array_from_process_local_data does on one process, minus its pytree work.
         placed = jax.device_put(local, shardings)
     else:
-        placed = _place_across_processes(local, shardings)
+        every = jax.tree_util.tree_flatten_with_path(batch)[0]
+        paths = [jax.tree_util.keystr(every[i][0]) for i, _ in moves]
+        placed = _place_across_processes(local, shardings, paths)
     for (i, _), array in zip(moves, placed, strict=True):
         leaves[i] = array
     return jax.tree.unflatten(treedef, leaves)
