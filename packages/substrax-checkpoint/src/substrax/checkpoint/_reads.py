@@ -161,7 +161,8 @@ class StoreReads(StoreLifecycle):
         """Read ``step``: templated items land on their templates' shardings and dtypes.
 
         Without a template an item comes back as stored (its saved placement, else the first
-        local device). A template that does not fit raises ValueError naming the first leaf; a
+        local device; in a reader, the first local device where the placement spans other
+        processes' devices). A template that does not fit raises ValueError naming the first leaf; a
         dtype change raises ``CheckpointDtypeMismatchError`` unless ``cast_dtypes`` (NumPy's cast:
         an integer past the target's range wraps). Templates
         with abstract meshes need ``mesh=`` (a concrete ``Mesh``: an ``AbstractMesh`` raises
@@ -200,6 +201,7 @@ class StoreReads(StoreLifecycle):
                         cast_dtypes=cast_dtypes,
                         mesh=mesh,
                         items=items,
+                        local=self._read_only or self._superseded,  # its manager's alone
                     )
                 finally:
                     verified = check is not None and check.result()  # CheckpointCorruptError first

@@ -28,8 +28,15 @@ from ._templates import (
 )
 
 
-def stored_restore_args(stored: PyTree, host: Mapping[str, str] | None = None) -> PyTree:
-    """Restore arguments without a template: arrays where saved, the leaves ``host`` names as NumPy."""
+def stored_restore_args(
+    stored: PyTree, host: Mapping[str, str] | None = None, *, local: bool = False
+) -> PyTree:
+    """Restore arguments without a template: arrays where saved, the leaves ``host`` names as NumPy.
+
+    ``local`` (a reader, which restores in its own process alone): an array saved across devices
+    of other processes comes to this process's default device, whole, not onto a global
+    sharding it cannot fill.
+    """
     fallback = _trees.default_sharding()
 
     def sharding_of(leaf: object) -> object:
@@ -38,9 +45,10 @@ def stored_restore_args(stored: PyTree, host: Mapping[str, str] | None = None) -
         if leaf.sharding is None:
             return fallback
         try:
-            return leaf.sharding.to_jax_sharding()
+            saved = leaf.sharding.to_jax_sharding()
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             return fallback
+        return fallback if local and not saved.is_fully_addressable else saved
 
     args = ocp.checkpoint_utils.construct_restore_args(
         stored, sharding_tree=jax.tree.map(sharding_of, stored)
@@ -248,8 +256,12 @@ def restore_items(
     cast_dtypes: bool,
     mesh: jax.sharding.Mesh | None,
     items: Sequence[str] | None,
+    local: bool = False,
 ) -> dict[str, PyTree]:
-    """Restore ``step``'s items, templated ones onto their templates (checked before any read)."""
+    """Restore ``step``'s items, templated ones onto their templates (checked before any read).
+
+    ``local``: the restore is this process's alone (a reader's), see :func:`stored_restore_args`.
+    """
     if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):  # pyright: ignore[reportUnnecessaryIsInstance]
         # an AbstractMesh failed inside orbax's read, which reads as a damaged step
         raise TypeError(
@@ -322,7 +334,7 @@ def restore_items(
             args[name] = ocp.args.PyTreeRestore(item=target, restore_args=restore)
         else:
             kinds[name] = (record.host or {}).get(name, {})
-            restore = stored_restore_args(stored[name], kinds[name])
+            restore = stored_restore_args(stored[name], kinds[name], local=local)
             restore = {WRAPPER: restore} if wrapped else restore
             args[name] = ocp.args.PyTreeRestore(restore_args=restore)
     try:
