@@ -86,6 +86,27 @@ def test_plateau_drives_an_injected_learning_rate_in_an_nnx_optimizer():
     assert float(lr.get_value()) == pytest.approx(0.025)
 
 
+def test_a_resumed_plateau_whose_optimizer_was_not_restored_says_so(caplog):
+    """A spec review: only the schedule was named as the cause when a resume restored the
+    callback's state into a fresh optimizer."""
+    pytest.importorskip("jax", reason="jax is needed for an nnx optimizer")
+    optax = pytest.importorskip("optax", reason="optax is needed for inject_hyperparams")
+    nnx = pytest.importorskip("flax.nnx", reason="flax is needed for nnx.Optimizer")
+
+    def fresh():
+        model = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+        tx = optax.inject_hyperparams(optax.sgd)(learning_rate=0.1)
+        return nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+    first = ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1, optimizer=fresh())
+    for epoch in range(3):
+        first.on_epoch_end(None, epoch, {"loss": 1.0})
+    resumed = ReduceLROnPlateauCallback(monitor="loss", factor=0.5, patience=1, optimizer=fresh())
+    resumed.set_state(first.get_state())
+    resumed.on_epoch_end(None, 3, {"loss": 0.5})
+    assert "the optimizer's state was not restored with this callback's" in caplog.text
+
+
 def test_plateau_scales_each_injected_group_from_its_own_base_and_leaves_the_state_given():
     """Hostile findings: two ``inject_hyperparams`` groups got one base (the first group's), a
     10x learning-rate change before any plateau; ``apply`` also changed the state given."""

@@ -221,7 +221,9 @@ class ReduceLROnPlateauCallback(BaseCallback):
             "ReduceLROnPlateauCallback: the injected %s is %g, not the %g it was set to: "
             "something else sets it at every update (an optax schedule given to "
             "inject_hyperparams is recomputed each step), so this callback's scale does "
-            "not last; inject a constant, or chain optax.contrib.reduce_on_plateau"
+            "not last; inject a constant, or chain optax.contrib.reduce_on_plateau. Or, after "
+            "a resume, the optimizer's state was not restored with this callback's: restore "
+            "both from one checkpoint"
         )
         _logger.warning(message, self.hyperparam, current, written)
 
