@@ -161,15 +161,15 @@ class CheckpointCallback:
         """The number of optimizer steps counted so far (``steps_per_call`` per batch end)."""
         return self._steps
 
-    def _metrics(self, logs: Mapping[str, Any] | None, *, epoch_end: bool) -> dict[str, float]:
-        """The numeric log values (a stacked one's last), non-finite ones included.
-
-        A monitored key an epoch end's logs lack is warned about once (a step's may lack the
-        validation metrics).
-        """
-        logs = logs or {}
+    def _metrics(self, logs: Mapping[str, Any]) -> dict[str, float]:
+        """The numeric log values (a stacked one's last), non-finite ones included."""
         names = self._monitor if self._monitor is not None else tuple(logs)
-        for name in sorted(set(names) - set(logs) - self._missing if epoch_end else ()):
+        values = {name: _last_value(logs[name]) for name in names if name in logs}
+        return {name: value for name, value in values.items() if value is not None}
+
+    def _warn_missing(self, logs: Mapping[str, Any], metrics: Mapping[str, float]) -> None:
+        """Warn once of each monitored key an epoch end's save records no value for."""
+        for name in sorted(set(self._monitor or ()) - set(metrics) - set(logs) - self._missing):
             self._missing.add(name)
             _logger.warning(
                 "CheckpointCallback: monitored key %r is not in the logs of this epoch's end "
@@ -177,13 +177,11 @@ class CheckpointCallback:
                 name,
                 sorted(logs),
             )
-        values = {name: _last_value(logs[name]) for name in names if name in logs}
-        return {name: value for name, value in values.items() if value is not None}
 
     def _save(
         self, trainer: object, step: int, epoch: int | None, logs: Mapping[str, Any] | None
     ) -> None:
-        metrics = self._metrics(logs, epoch_end=epoch is not None)
+        metrics = self._metrics(logs or {})
         batch_saved, self._batch_saved = self._batch_saved, None
         overwrite = False
         if epoch is not None and batch_saved is not None and batch_saved[0] == step:
@@ -200,6 +198,8 @@ class CheckpointCallback:
                 self._last_saved,
             )
             return
+        if epoch is not None:  # a step's logs may lack the validation metrics: not warned
+            self._warn_missing(logs or {}, metrics)
         flush_before_saving(self._flush, step, "CheckpointCallback")
         self._store.save(
             step, self._items(trainer), epoch=epoch, metrics=metrics, overwrite=overwrite
