@@ -134,3 +134,30 @@ def test_a_device_count_that_already_holds_through_xla_flags_is_accepted(child):
     assert out["devices"] == 8
     assert out["8"] is None
     assert "cpu_devices=4 cannot be applied" in out["4"]
+
+
+DEFAULT_BACKEND = """
+import json
+import jax
+from substrax.runtime import JaxRuntime, RuntimeConfigurationError, apply_runtime
+jax.devices()  # the backends start with jax_platforms unset: jax picks them
+default = jax.default_backend()
+out = {"config": jax.config.jax_platforms, "default": default}
+for key, name in (("holds", default), ("other", "tpu" if default != "tpu" else "cpu")):
+    try:
+        apply_runtime(JaxRuntime(platforms=(name,), compilation_cache=False))
+        out[key] = None
+    except RuntimeConfigurationError as error:
+        out[key] = str(error)
+print(json.dumps(out))
+"""
+
+
+def test_the_one_platform_jax_started_as_its_default_holds(child):
+    """A spec review: with no JAX_* variable, platforms=('cpu',) on a cpu-only machine was
+    refused as "(jax has '') would no longer be read", comparing with the unset config."""
+    out = child(DEFAULT_BACKEND)
+    assert not out["config"]
+    assert out["holds"] is None
+    assert "would no longer be read" in out["other"]
+    assert f"jax's default backend is {out['default']!r}" in out["other"]

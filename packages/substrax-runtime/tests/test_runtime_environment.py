@@ -101,6 +101,24 @@ def test_a_cache_turned_off_before_is_turned_on_by_a_runtime_naming_its_director
         child_environment(JaxRuntime(compilation_cache_dir=tmp_path), off)
 
 
+def test_a_child_keeps_the_cache_its_parent_turned_off(tmp_path):
+    """A spec review: child_environment dropped the parent's JAX_ENABLE_COMPILATION_CACHE=false
+    (a test session's), and JaxRuntime()'s default turned the user's cache on in the child."""
+    parent = {"JAX_ENABLE_COMPILATION_CACHE": "false", "HOME": "/h"}
+    off = {"HOME": "/h", "JAX_ENABLE_COMPILATION_CACHE": "false"}
+    assert child_environment(JaxRuntime(), parent=parent) == off
+    assert child_environment(JaxRuntime(cpu_devices=8), parent=parent) == {
+        **off,
+        "JAX_NUM_CPU_DEVICES": "8",
+    }
+    # the runtime's own directory turns it on, as env does; without a runtime nothing is inherited
+    own = child_environment(JaxRuntime(compilation_cache_dir=tmp_path), parent=parent)
+    assert own == {"HOME": "/h", "JAX_COMPILATION_CACHE_DIR": str(tmp_path)}
+    on = {"JAX_ENABLE_COMPILATION_CACHE": "1"}
+    assert child_environment(JaxRuntime(), on, parent=parent) == {"HOME": "/h", **on, **CACHE}
+    assert child_environment(None, parent=parent) == {"HOME": "/h"}
+
+
 def test_only_set_variables_are_returned():
     base = {"JAX_PLATFORMS": "tpu", "HOME": "/home/x"}
     assert runtime_environment(JaxRuntime(enable_x64=False), base) == {

@@ -13,7 +13,9 @@ def resolve(env, *, cuda=False, default=8):
 
 
 def test_default_is_cpu_with_default_devices():
-    assert resolve({}) == JaxRuntime(platforms=("cpu",), cpu_devices=8, compilation_cache=False)
+    assert resolve({}) == JaxRuntime(
+        platforms=("cpu",), cpu_devices=8, compilation_cache=False, preallocate=False
+    )
     assert resolve({}, default=2).cpu_devices == 2
     assert resolve({}, default=0).cpu_devices is None
 
@@ -24,9 +26,32 @@ def test_inherited_accelerator_platforms_do_not_move_tests():
 
 def test_prefixed_platforms_select_accelerators():
     assert resolve({f"{P}JAX_PLATFORMS": "cuda,cpu"}, cuda=True) == JaxRuntime(
-        platforms=("cuda", "cpu"), compilation_cache=False
+        platforms=("cuda", "cpu"), compilation_cache=False, preallocate=False
     )
     assert resolve({f"{P}JAX_PLATFORMS": "tpu"}).platforms == ("tpu",)
+
+
+def test_accelerator_memory_is_not_preallocated_unless_the_environment_says():
+    """A spec review: testing.md promises "no GPU memory preallocation"; preallocate was None."""
+    assert resolve({}).preallocate is False
+    assert resolve({f"{P}JAX_PLATFORMS": "cuda"}, cuda=True).preallocate is False
+    assert resolve({"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}).preallocate is None  # kept
+
+
+@pytest.mark.parametrize(
+    ("given", "platforms"),
+    [
+        ("METAL", ("METAL",)),
+        ("metal", ("METAL",)),
+        ("CUDA,Cpu", ("cuda", "cpu")),
+        ("Tpu", ("tpu",)),
+    ],
+)
+def test_platform_names_are_read_as_jax_spells_them(given, platforms):
+    """A spec review: METAL was lower-cased to metal, a platform jax (case-sensitive) lacks."""
+    assert resolve({f"{P}JAX_PLATFORMS": given}, cuda=True).platforms == platforms
+    assert resolve({f"{P}JAX_PLATFORMS": "MyPlugin"}).platforms == ("MyPlugin",)  # as written
+    assert resolve({f"{P}JAX_PLATFORMS": "CPU"}).cpu_devices == 8
 
 
 def test_prefixed_cpu_only_stays_emulated():

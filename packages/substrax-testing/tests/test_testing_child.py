@@ -37,6 +37,7 @@ ENV_PROGRAM = (
 def test_the_child_gets_cpu_defaults_and_none_of_the_parents_jax_settings(monkeypatch):
     monkeypatch.setenv("JAX_ENABLE_X64", "true")
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/nowhere")
+    monkeypatch.delenv("JAX_ENABLE_COMPILATION_CACHE", raising=False)  # the session's: off
     run = run_python(ENV_PROGRAM, timeout=60, env={"SUBSTRAX_PROBE": "1"}).check()
     assert run.last_json() == {
         "JAX_PLATFORMS": "cpu",
@@ -49,7 +50,8 @@ def test_the_child_gets_cpu_defaults_and_none_of_the_parents_jax_settings(monkey
 
 
 @pytest.mark.usefixtures("child_processes")
-def test_the_runtime_and_env_choose_over_the_defaults():
+def test_the_runtime_and_env_choose_over_the_defaults(monkeypatch):
+    monkeypatch.delenv("JAX_ENABLE_COMPILATION_CACHE", raising=False)
     runtime = JaxRuntime(cpu_devices=3, preallocate=True, xla_flags=("--xla_a=1",))
     run = run_python(ENV_PROGRAM, timeout=60, runtime=runtime, env={"JAX_PLATFORMS": "tpu"})
     assert run.check().last_json() == {
@@ -59,6 +61,30 @@ def test_the_runtime_and_env_choose_over_the_defaults():
         "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
         "XLA_FLAGS": "--xla_a=1",
     }
+
+
+CACHE_PROGRAM = (
+    "import json, jax; print(json.dumps([jax.config.jax_enable_compilation_cache, "
+    "jax.config.jax_compilation_cache_dir]))"
+)
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_child_of_a_session_with_the_cache_off_keeps_it_off(monkeypatch, tmp_path):
+    """A spec review: under the plugin (JAX_ENABLE_COMPILATION_CACHE=false), a child given
+    JaxRuntime(cpu_devices=8) wrote jax's compilation cache into the user's cache directory."""
+    monkeypatch.setenv("JAX_ENABLE_COMPILATION_CACHE", "false")  # as the plugin's session sets it
+    run = run_python(CACHE_PROGRAM, timeout=120, runtime=JaxRuntime(cpu_devices=2))
+    assert run.check().last_json() == [False, None]
+    # a runtime naming its own directory turns it on there; so does env
+    own = JaxRuntime(compilation_cache_dir=tmp_path)
+    assert run_python(CACHE_PROGRAM, timeout=120, runtime=own).check().last_json() == [
+        True,
+        str(tmp_path),
+    ]
+    on = {"JAX_ENABLE_COMPILATION_CACHE": "true"}
+    run = run_python(ENV_PROGRAM, timeout=60, env=on).check()
+    assert run.last_json()["JAX_COMPILATION_CACHE_DIR"] == str(default_compilation_cache_dir())
 
 
 def test_a_flag_conflict_raises_before_the_child_starts(tmp_path):

@@ -37,6 +37,35 @@ def test_a_conftest_that_imports_jax_still_gets_the_test_runtime(pytester, order
     result.assert_outcomes(passed=2)
 
 
+SESSION_ENVIRONMENT = """
+    import os
+
+    from substrax.runtime import JaxRuntime
+    from substrax.testing import run_python
+
+    def test_the_session_environment():
+        assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+        program = "import json, jax; print(json.dumps(jax.config.jax_enable_compilation_cache))"
+        run = run_python(program, timeout=120, runtime=JaxRuntime(cpu_devices=2)).check()
+        assert run.last_json() is False  # a child does not use the user's cache either
+"""
+
+
+@pytest.mark.usefixtures("child_processes", "fresh_runtime")
+@pytest.mark.parametrize("jax_first", [False, True])
+def test_the_session_preallocates_nothing_and_its_children_use_no_cache(
+    pytester, monkeypatch, jax_first
+):
+    """A spec review: testing.md promises no GPU memory preallocation (nothing set it), and
+    runtime.md no cache in a test session (a run_python child used the user's)."""
+    for name in ("XLA_PYTHON_CLIENT_PREALLOCATE", "JAX_ENABLE_COMPILATION_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makeconftest(("import jax\n" if jax_first else "") + PLUGIN_CONFTEST)
+    pytester.makepyfile(test_inner=textwrap.dedent(SESSION_ENVIRONMENT))
+    result = pytester.runpytest_subprocess(*STRICT)
+    result.assert_outcomes(passed=1)
+
+
 @pytest.mark.usefixtures("child_processes", "fresh_runtime")
 def test_the_header_shows_the_runtime_set_in_the_config_of_a_jax_imported_first(
     pytester, monkeypatch

@@ -26,5 +26,13 @@ from substrax.support import lazy_exports
 # starting jax never needs.
 lazy_exports(
     __name__,
-    eager=("._cache", "._config", "._environment", "._errors", "._test_runtime", "._xla_flags"),
+    eager=(
+        "._apply",
+        "._cache",
+        "._config",
+        "._environment",
+        "._errors",
+        "._test_runtime",
+        "._xla_flags",
+    ),
 )

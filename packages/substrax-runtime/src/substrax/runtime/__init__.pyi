@@ -1,6 +1,7 @@
 # The public names of substrax.runtime, each once: type checkers read this stub, and at run time
 # substrax.support.lazy_exports reads it for __all__, dir() and each name's first use.
 
+from ._apply import apply_runtime as apply_runtime
 from ._cache import default_compilation_cache_dir as default_compilation_cache_dir
 from ._config import JaxRuntime as JaxRuntime, MatmulPrecision as MatmulPrecision
 from ._distributed import (
@@ -8,7 +9,6 @@ from ._distributed import (
     initialize_distributed as initialize_distributed,
 )
 from ._environment import (
-    apply_runtime as apply_runtime,
     child_environment as child_environment,
     runtime_environment as runtime_environment,
 )

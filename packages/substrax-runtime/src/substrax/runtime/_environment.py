@@ -1,14 +1,13 @@
-"""Render a ``JaxRuntime`` as environment variables, or apply it to this process."""
+"""Render a ``JaxRuntime`` as environment variables: for this process, or a child's."""
 
+import dataclasses
 import os
-import sys
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._cache import default_compilation_cache_dir
 from ._config import JaxRuntime
 from ._errors import EnvironmentConflictError, RuntimeConfigurationError
-from ._jax_client import backends_started
 from ._xla_flags import (
     HOST_DEVICE_COUNT_FLAG,
     bad_device_count_flag,
@@ -21,7 +20,7 @@ from ._xla_flags import (
 DEPRECATED_MEMORY_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"
 
 
-def _bool(value: bool) -> str:
+def bool_text(value: bool) -> str:
     return "true" if value else "false"
 
 
@@ -55,7 +54,7 @@ _TRUE_WORDS = frozenset({"1", "t", "true", "y", "yes", "on"})
 _FALSE_WORDS = frozenset({"0", "f", "false", "n", "no", "off"})
 
 
-def _config_values(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[str, tuple[str, str, Any]]:
+def config_values(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[str, tuple[str, str, Any]]:
     """The settings jax reads as config options: ``{field: (env var, config name, value)}``.
 
     Without a ``compilation_cache_dir``, a ``JAX_COMPILATION_CACHE_DIR`` that ``base`` already
@@ -126,21 +125,21 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
         env["JAX_PLATFORMS"] = ",".join(runtime.platforms)
     if runtime.cpu_devices is not None:
         env["JAX_NUM_CPU_DEVICES"] = str(runtime.cpu_devices)
-        _check_count_against_env_flag(runtime.cpu_devices, base)
+        check_count_against_env_flag(runtime.cpu_devices, base)
     else:
         _check_cpu_device_count(base)
         flag = parse_xla_flags(base.get("XLA_FLAGS", "")).get(HOST_DEVICE_COUNT_FLAG)
         bad = bad_device_count_flag(flag, "the environment's XLA_FLAGS")
         if bad is not None:
             raise RuntimeConfigurationError(bad)
-    for var, _, value in _config_values(runtime, base).values():
-        env[var] = _bool(value) if isinstance(value, bool) else str(value)
+    for var, _, value in config_values(runtime, base).values():
+        env[var] = bool_text(value) if isinstance(value, bool) else str(value)
     if runtime.xla_flags:
         env["XLA_FLAGS"] = merge_xla_flags(base.get("XLA_FLAGS", ""), runtime.xla_flags)
         if runtime.cpu_devices is None:  # with both, JaxRuntime made sure they agree
-            _check_flag_device_count(runtime, base.get("JAX_NUM_CPU_DEVICES"), "the environment")
+            check_flag_device_count(runtime, base.get("JAX_NUM_CPU_DEVICES"), "the environment")
     if runtime.preallocate is not None:
-        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = _bool(runtime.preallocate)
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = bool_text(runtime.preallocate)
     if runtime.memory_fraction is not None:
         if DEPRECATED_MEMORY_FRACTION_ENV in base:
             raise RuntimeConfigurationError(
@@ -152,7 +151,7 @@ def runtime_environment(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[st
     return env
 
 
-def _check_count_against_env_flag(cpu_devices: int, base: Mapping[str, str]) -> None:
+def check_count_against_env_flag(cpu_devices: int, base: Mapping[str, str]) -> None:
     """Refuse ``cpu_devices`` where ``base``'s ``XLA_FLAGS`` asks for another count.
 
     jax would take ``cpu_devices`` and drop the user's flag (left behind for child processes).
@@ -168,7 +167,7 @@ def _check_count_against_env_flag(cpu_devices: int, base: Mapping[str, str]) -> 
         raise RuntimeConfigurationError(conflict)
 
 
-def _check_flag_device_count(runtime: JaxRuntime, count: str | None, count_from: str) -> None:
+def check_flag_device_count(runtime: JaxRuntime, count: str | None, count_from: str) -> None:
     """Refuse a device-count flag of ``runtime`` that jax would drop for ``count``."""
     flag = parse_xla_flags(merge_xla_flags("", runtime.xla_flags)).get(HOST_DEVICE_COUNT_FLAG)
     conflict = device_count_conflict(
@@ -205,7 +204,10 @@ def child_environment(
     ``runtime_environment(runtime, ...)`` on top. A variable ``env`` sets that the runtime sets
     to another value is refused, never replaced; one that means the same (``JAX_ENABLE_X64=1``
     for ``enable_x64=True``, ``JAX_NUM_CPU_DEVICES=" 8"`` for ``cpu_devices=8``) is kept as
-    the runtime renders it.
+    the runtime renders it. One setting is inherited: a compilation cache ``parent`` turns off
+    (``JAX_ENABLE_COMPILATION_CACHE=false``, as in a test session) stays off in the child, as
+    in ``runtime_environment``, unless the runtime names its ``compilation_cache_dir`` or
+    ``env`` sets ``JAX_ENABLE_COMPILATION_CACHE`` (without a runtime, nothing is inherited).
 
     Args:
         runtime: The child's settings, or ``None`` for none beyond ``env``.
@@ -235,10 +237,20 @@ def child_environment(
     extra = dict(env or {})
     child.update(extra)
     if runtime is not None:
+        inherited = source.get("JAX_ENABLE_COMPILATION_CACHE", "").strip().lower()
+        if inherited in _FALSE_WORDS and "JAX_ENABLE_COMPILATION_CACHE" not in extra:
+            runtime = _cache_left_off(runtime)
         rendered = runtime_environment(runtime, child)
         _refuse_env_conflicts(extra, rendered)
         child.update(rendered)
     return child
+
+
+def _cache_left_off(runtime: JaxRuntime) -> JaxRuntime:
+    """``runtime`` with the cache off, unless it names its own ``compilation_cache_dir``."""
+    if runtime.compilation_cache and runtime.compilation_cache_dir is None:
+        return dataclasses.replace(runtime, compilation_cache=False)
+    return runtime
 
 
 def _agrees(variable: str, given: str, required: str) -> bool:
@@ -272,131 +284,4 @@ def _refuse_env_conflicts(env: Mapping[str, str], rendered: Mapping[str, str]) -
             required=required,
             setter=f"JaxRuntime.{field}",
             fix=f"set it in one place: drop {variable} from env, or change the runtime's {field}",
-        )
-
-
-def _cpu_device_count(jax: Any) -> int | None:  # noqa: ANN401 - the jax module
-    """How many CPU devices the started backend has; None without a CPU backend."""
-    try:
-        return len(jax.devices("cpu"))
-    except RuntimeError:
-        return None
-
-
-def _jax_is_imported() -> bool:
-    return "jax" in sys.modules
-
-
-def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | None = None) -> None:
-    """Apply ``runtime`` to this process, refusing settings jax would no longer read.
-
-    Before ``jax`` is imported, the variables are written into ``environ`` (default
-    ``os.environ``) and jax reads them when it loads. Once jax is imported, ``platforms``
-    (through ``jax.config``), ``xla_flags``, ``preallocate`` and ``memory_fraction`` (into
-    ``environ``) are still applied until jax starts its backends (its first device query,
-    array or compile); after that they are refused unless they already hold; the rest go
-    through ``jax.config.update``: only the fields the runtime gives, so a setting made with
-    ``jax.config.update`` stays, and the default compilation cache directory fills in only when
-    jax has none.
-
-    Args:
-        runtime: The settings to apply.
-        environ: The environment to write; defaults to ``os.environ``.
-
-    Raises:
-        RuntimeConfigurationError: jax is imported and a setting can no longer take effect,
-            e.g. ``cpu_devices`` after the backends started with another number of CPU devices
-            (the same number, from ``XLA_FLAGS``' device count, say, already holds); or, jax
-            imported or not, ``cpu_devices`` asks for another count than ``environ``'s
-            ``XLA_FLAGS`` device count; else see ``runtime_environment``.
-
-    Example:
-        >>> env = {}
-        >>> apply_runtime(JaxRuntime(cpu_devices=8), environ=env)  # doctest: +SKIP
-        >>> env  # doctest: +SKIP
-        {'JAX_NUM_CPU_DEVICES': '8'}
-    """
-    target = os.environ if environ is None else environ
-    if not _jax_is_imported():
-        target.update(runtime_environment(runtime, target))
-        return
-    import jax  # noqa: PLC0415 - jax is already imported; this only binds the name
-
-    if backends_started():
-        _refuse_startup_settings(runtime, target)
-    else:  # jax reads them when it starts its backends: still to come
-        rendered = runtime_environment(runtime, target)
-        target.update({name: v for name, v in rendered.items() if name.startswith("XLA_")})
-        if runtime.platforms is not None:  # read into jax's config at its import: set there
-            jax.config.update("jax_platforms", ",".join(runtime.platforms))
-
-    if runtime.xla_flags and runtime.cpu_devices is None:
-        _check_flag_device_count(runtime, str(jax.config.jax_num_cpu_devices), "jax's config")
-
-    if runtime.cpu_devices is not None:
-        _apply_cpu_devices(jax, runtime.cpu_devices, target)
-    # a cache directory jax already has (from its environment, or jax.config.update) is kept:
-    # only the runtime's own compilation_cache_dir replaces it
-    base = dict(target)
-    if current_dir := jax.config.jax_compilation_cache_dir:
-        base["JAX_COMPILATION_CACHE_DIR"] = str(current_dir)
-    base["JAX_ENABLE_COMPILATION_CACHE"] = _bool(jax.config.jax_enable_compilation_cache)
-    changed = False
-    for _, name, value in _config_values(runtime, base).values():
-        changed |= "compilation_cache" in name and getattr(jax.config, name) != value
-        jax.config.update(name, value)
-    if changed:  # jax sets its cache up at the first compile: a new directory needs a reset
-        from jax.experimental.compilation_cache import compilation_cache  # noqa: PLC0415
-
-        compilation_cache.reset_cache()
-
-
-def _apply_cpu_devices(jax: Any, count: int, environ: Mapping[str, str]) -> None:  # noqa: ANN401
-    """Set jax's CPU device count once jax is imported; refused as before jax's import."""
-    previous = jax.config.jax_num_cpu_devices
-    if previous != count:
-        try:
-            jax.config.update("jax_num_cpu_devices", count)
-        except RuntimeError as error:
-            if _cpu_device_count(jax) != count:  # else it holds (XLA_FLAGS' count)
-                raise RuntimeConfigurationError(
-                    f"cpu_devices={count} cannot be applied: jax has already started its "
-                    f"backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
-                ) from error
-            previous = count  # nothing was changed
-    try:  # jax would take the count and leave environ's own flag behind for child processes
-        _check_count_against_env_flag(count, environ)
-    except RuntimeConfigurationError:
-        jax.config.update("jax_num_cpu_devices", previous)
-        raise
-
-
-def _refuse_startup_settings(runtime: JaxRuntime, environ: Mapping[str, str]) -> None:
-    """Raise for the settings jax reads only at start, unless they already hold."""
-    stale: list[str] = []
-    if runtime.platforms is not None:
-        import jax  # noqa: PLC0415 - jax is already imported
-
-        current = jax.config.jax_platforms or ""
-        if tuple(p.strip() for p in current.split(",") if p.strip()) != runtime.platforms:
-            stale.append(f"platforms={runtime.platforms!r} (jax has {current!r})")
-    if runtime.xla_flags:
-        current_flags = parse_xla_flags(environ.get("XLA_FLAGS", ""))
-        wanted = parse_xla_flags(" ".join(runtime.xla_flags))
-        if any(name not in current_flags or current_flags[name] != v for name, v in wanted.items()):
-            stale.append(f"xla_flags={runtime.xla_flags!r}")
-    rendered = runtime_environment(
-        JaxRuntime(preallocate=runtime.preallocate, memory_fraction=runtime.memory_fraction),
-        environ,
-    )
-    stale.extend(
-        f"{name}={value!r}"
-        for name, value in rendered.items()
-        if name.startswith("XLA_") and environ.get(name) != value
-    )
-    if stale:
-        raise RuntimeConfigurationError(
-            f"jax is already imported, so {', '.join(stale)} would no longer be read; "
-            "apply the runtime before importing jax, or run a child process with "
-            "child_environment(runtime)"
         )

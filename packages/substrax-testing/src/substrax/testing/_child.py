@@ -173,7 +173,8 @@ def run_python(
     The child's environment is ``substrax.runtime.child_environment(runtime, env)``: the
     parent's variables without any ``JAX_*``/``XLA_*``, then ``env``, then the runtime's.
     Unless ``runtime`` or ``env`` chooses otherwise, the child runs on CPU without
-    preallocating accelerator memory. Its output is read as UTF-8, a byte that is not UTF-8
+    preallocating accelerator memory, and without the compilation cache where this process
+    turns it off (as a test session does). Its output is read as UTF-8, a byte that is not UTF-8
     replaced by U+FFFD.
 
     Args:

@@ -38,7 +38,9 @@ def apply_test_runtime(runtime: "JaxRuntime") -> bool:
     """``apply_runtime(runtime)``, also when jax is imported but has not started its backends.
 
     Returns whether it was applied through jax's config (jax was imported): the environment
-    variables then say what jax read at import, not what the session runs under.
+    variables then say what jax read at import, not what the session runs under, but for a
+    compilation cache the runtime turns off (``apply_runtime`` writes
+    ``JAX_ENABLE_COMPILATION_CACHE=false``, so that the session's child processes keep it off).
 
     Raises:
         pytest.UsageError: The runtime cannot be applied: the settings are invalid, or jax's
