@@ -664,6 +664,9 @@ def test_a_damaged_manifest_fails_its_run_s_status_naming_it_and_the_others_are_
     assert main(["status", damaged]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"substrax-compute: error: {manifest}: is not JSON (")
+    assert err.endswith(  # it read "cut short, or; it was not written" (a hostile finding)
+        "); it is damaged or cut short, or was not written by this substrax-compute release\n"
+    )
     assert err.count("\n") == 1, err
     assert main(["status"]) == 0
     captured = capsys.readouterr()
@@ -682,8 +685,8 @@ def test_a_manifest_that_is_no_manifest_is_refused_by_status_and_fetch_naming_it
     manifest = Path(handle.details["run_dir"]) / "outputs" / "manifest.json"
     manifest.write_text('{"x": 1}')
     why = (
-        ": is no run manifest (it has no schema_version): damaged, another file, or; it was not "
-        "written by this substrax-compute release\n"
+        ": is no run manifest (it has no schema_version); it is damaged or another file, or was "
+        "not written by this substrax-compute release\n"
     )
     assert main(["status", run_id]) == 2
     assert capsys.readouterr().err == f"substrax-compute: error: {manifest}{why}"

@@ -151,6 +151,20 @@ def test_platforms_are_checked_against_the_ones_jax_knows():
         )
 
 
+def test_a_job_spec_s_unknown_platform_is_pydantic_s_validation_error_holding_it():
+    """A spec review: the guide said a JobSpec raises UnknownPlatformError; pydantic wraps it
+    (as every ValueError of a validator) in its ValidationError, which the guide now says."""
+    from substrax.runtime import JaxRuntime
+
+    tasks = (Task(name="t", argv=("python",), timeout_seconds=1),)
+    with pytest.raises(ValidationError) as caught:
+        JobSpec(name="j", tasks=tasks, timeout_seconds=1, runtime=JaxRuntime(platforms=("cdua",)))
+    assert isinstance(caught.value, ValueError)
+    (error,) = (line["ctx"]["error"] for line in caught.value.errors())
+    assert isinstance(error, UnknownPlatformError)
+    assert (error.platform, error.known) == ("cdua", KNOWN_PLATFORMS)
+
+
 @pytest.mark.usefixtures("child_processes")
 def test_known_platforms_match_jax_own_list():
     """jax's ``known_platforms()`` before any plugin loads, read in a fresh interpreter."""

@@ -201,16 +201,22 @@ def test_task_timeout_kills_the_task_and_its_children(tmp_path, spawns_a_child, 
 
 
 @pytest.mark.usefixtures("child_processes")
-def test_job_budget_bounds_later_tasks(tmp_path):
+def test_job_budget_bounds_later_tasks(tmp_path, capfd):
+    """Hostile finding: the task the job's timeout left no time was logged "task b started
+    (2/2)" (`run` showed "--- running b"), though no process of it ever started."""
     spec = _spec(
         _task("a", "import time; time.sleep(30)", timeout=30),
         _task("b", "print(1)", timeout=30),
         timeout=0.5,
     )
-    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=False)
+    manifest = run_job(spec, project=tmp_path, outputs=tmp_path / "o", echo=True)
     assert [t.status for t in manifest.tasks] == [TaskStatus.TIMED_OUT, TaskStatus.TIMED_OUT]
     assert manifest.tasks[1].returncode is None
     assert (tmp_path / "o" / "b" / "stdout.log").read_text() == ""
+    echoed = capfd.readouterr().out
+    assert "[substrax] task a started (1/2)\n" in echoed
+    assert "task b started" not in echoed
+    assert "[substrax] task b not started: the job's timeout_seconds ran out (2/2)\n" in echoed
 
 
 def test_manifest_is_rewritten_after_every_task(tmp_path, wall_clock):
@@ -327,6 +333,28 @@ def test_output_without_newlines_is_read_in_bounded_chunks_and_written_as_it_com
     assert lines == ["x" * ECHO_LINE_CHARS] * 3 + [" 1%", " 2%"]
 
 
+@pytest.mark.parametrize("read_bytes", [1 << 20, 64 * 1024, 1000, 17001])
+def test_every_echoed_line_is_cut_at_the_limit_whatever_the_reads(read_bytes):
+    """Hostile finding: a line that came whole in one read was echoed whole (17006 and 40006
+    characters in worker.log) and only a held one was cut: the cut depended on the reads."""
+    from substrax.compute._pump import ECHO_LINE_CHARS, Pump, Redactor
+
+    data = ("a" * 17000 + "\n" + "b" * 40000 + "\n" + "c" * 200000 + "\n").encode()
+    chunks = [data[i : i + read_bytes] for i in range(0, len(data), read_bytes)]
+    lines = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            "substrax.compute._pump.echo", lambda _prefix, line: lines.append(line) or True
+        )
+        Pump(_Chunks(chunks), _Log(), STDOUT_LOG, "[out] ", Redactor({})).run()
+    expected = [
+        text[i : i + ECHO_LINE_CHARS]
+        for text in ("a" * 17000, "b" * 40000, "c" * 200000)
+        for i in range(0, len(text), ECHO_LINE_CHARS)
+    ]
+    assert lines == expected
+
+
 def test_a_secret_split_between_two_reads_is_still_masked():
     from substrax.compute._pump import Pump, Redactor
 
@@ -356,6 +384,22 @@ def test_the_shell_s_jax_variables_a_task_does_not_get_are_named_in_the_log(
         "[substrax] the tasks do not get this environment's JAX_ENABLE_X64, XLA_FLAGS: substrax "
         "sets JAX_* and XLA_* variables from the job's runtime table and env only; set them there\n"
     ) in capfd.readouterr().out
+
+
+def test_a_shell_variable_the_task_gets_with_the_same_meaning_is_not_named(tmp_path, monkeypatch):
+    """Hostile finding: with JAX_ENABLE_X64=1 exported and enable_x64 = true, the log said the
+    tasks do not get JAX_ENABLE_X64, though they got JAX_ENABLE_X64=true."""
+    from substrax.compute._runner import TaskRunner
+
+    for name in os.environ:
+        if name.startswith(("JAX_", "XLA_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("JAX_ENABLE_X64", "1")
+    monkeypatch.setenv("JAX_DEBUG_NANS", "yes")  # the job sets it false: the task gets another
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/dump")
+    spec = _spec(_task("t", "pass"), runtime={"enable_x64": True, "debug_nans": False})
+    runner = TaskRunner(spec, project=tmp_path, root=tmp_path / "o", echo=False, python="python")
+    assert runner.dropped() == ["JAX_DEBUG_NANS", "XLA_FLAGS"]
 
 
 def test_missing_secret_fails_the_task_without_running_it(tmp_path, monkeypatch):

@@ -31,6 +31,9 @@ MANIFEST_VERSION = 4
 
 MANIFEST_NAME = "manifest.json"
 """The manifest's file name: in a node's output root, and in a fetched run's directory."""
+_OTHER_RELEASE = "was not written by this substrax-compute release"
+DAMAGED = f"it is damaged, or {_OTHER_RELEASE}"
+"""Why a manifest may not read: the ``cause`` of its :class:`RecordFormatError`."""
 STDOUT_LOG = "stdout.log"
 """A task's standard output, in its directory ``<outputs>/<task>/`` (secrets redacted).
 
@@ -209,13 +212,17 @@ def read_manifest(data: Mapping[str, Any] | Path) -> JobManifest:
             source, loaded = data, json.loads(data.read_text())
         except ValueError as error:  # cut short or damaged
             raise RecordFormatError(
-                data, f"is not JSON ({error}): damaged or cut short, or"
+                data,
+                f"is not JSON ({error})",
+                cause=f"it is damaged or cut short, or {_OTHER_RELEASE}",
             ) from None
     if isinstance(loaded, Mapping):
         loaded = dict(loaded)  # pyright: ignore[reportUnknownArgumentType]
         if "schema_version" not in loaded:  # every release's manifest has one
             raise RecordFormatError(
-                source, "is no run manifest (it has no schema_version): damaged, another file, or"
+                source,
+                "is no run manifest (it has no schema_version)",
+                cause=f"it is damaged or another file, or {_OTHER_RELEASE}",
             )
         if loaded["schema_version"] != MANIFEST_VERSION:
             raise RecordVersionError(

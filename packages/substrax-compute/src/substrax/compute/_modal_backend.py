@@ -40,7 +40,7 @@ from ._backend import RunHandle, RunState, new_run
 from ._config import read_backend_settings
 from ._errors import BackendRequestError, SecretNotSetError
 from ._files import inside
-from ._manifest import MANIFEST_NAME, read_manifest
+from ._manifest import DAMAGED, MANIFEST_NAME, read_manifest
 from ._modal_requests import REQUEST_SECONDS, call_outcome, unanswered, within
 from ._mounts import MountSources
 from ._run_errors import RecordFormatError
@@ -291,7 +291,7 @@ class ModalBackend:
         try:
             loaded = json.loads(data)
         except ValueError as error:
-            raise RecordFormatError(where, f"is not JSON ({error}): damaged, or") from None
+            raise RecordFormatError(where, f"is not JSON ({error})", cause=DAMAGED) from None
         return RunState.SUCCEEDED if read_manifest(loaded).succeeded else RunState.FAILED
 
     def logs(self, handle: RunHandle, *, follow: bool) -> Iterator[str]:

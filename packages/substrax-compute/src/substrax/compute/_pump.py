@@ -149,17 +149,19 @@ class Pump(threading.Thread):
         parts = _LINE_END.split(whole[: len(whole) - len(keep)])
         pairs = zip(parts[:-1:2], parts[1::2], strict=True)  # (a line, how it ended)
         lines = [line for line, end in pairs if line or end != "\r"]  # not a bar's leading \r
-        self._line = parts[-1] + keep
-        if final and self._line:
-            lines.append(self._line)
-            self._line = ""
-        while len(self._line) > ECHO_LINE_CHARS:
-            lines.append(self._line[:ECHO_LINE_CHARS])
-            self._line = self._line[ECHO_LINE_CHARS:]
-        for line in lines:
-            if not echo(self.prefix, line):
-                self.prefix = None  # stdout is full or closed: the log holds the output
-                return
+        rest = parts[-1]
+        if final and rest:
+            lines.append(rest)
+            rest = ""
+        while len(rest) > ECHO_LINE_CHARS:  # held parts start ECHO_LINE_CHARS apart
+            lines.append(rest[:ECHO_LINE_CHARS])
+            rest = rest[ECHO_LINE_CHARS:]
+        self._line = rest + keep
+        for line in lines:  # cut where it falls, whatever the reads that brought it
+            for start in range(0, max(len(line), 1), ECHO_LINE_CHARS):
+                if not echo(self.prefix, line[start : start + ECHO_LINE_CHARS]):
+                    self.prefix = None  # stdout is full or closed: the log holds the output
+                    return
 
 
 def _read(stream: IO[bytes]) -> bytes:

@@ -4,6 +4,7 @@ Exported from ``substrax.compute`` (and ``substrax.compute._errors``), whose nam
 tracebacks.
 """
 
+import dataclasses
 from pathlib import Path
 
 from substrax.support import StructuredError
@@ -85,12 +86,16 @@ class RecordFormatError(_RunError, ValueError, TypeError):
     Attributes:
         source: Where it was read from (a path, or ``"data"``).
         problem: What is wrong with it.
+        cause: Why, as far as can be told (keyword-only; by default another release wrote it).
     """
 
-    template = "{source}: {problem}; it was not written by this substrax-compute release"
+    template = "{source}: {problem}; {cause}"
 
     source: object
     problem: str
+    cause: str = dataclasses.field(
+        default="it was not written by this substrax-compute release", kw_only=True
+    )
 
 
 class RunRecordError(RecordFormatError):

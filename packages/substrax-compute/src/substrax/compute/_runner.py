@@ -45,6 +45,20 @@ def _task_parent() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != SUPERVISOR_ENV}
 
 
+_WORDS = (  # the words jax reads as a flag's true, and as its false
+    frozenset({"1", "t", "true", "y", "yes", "on"}),
+    frozenset({"0", "f", "false", "n", "no", "off"}),
+)
+
+
+def _same(value: str, got: str | None) -> bool:
+    """Whether jax reads ``got`` (a task's value, None: unset) as ``value`` (``1`` as ``true``)."""
+    if got is None:
+        return False
+    mine, theirs = value.strip(), got.strip()
+    return mine == theirs or any({mine.lower(), theirs.lower()} <= words for words in _WORDS)
+
+
 def _environment_problem(task: "Task", error: Exception) -> str:
     """Why ``task`` was not started, when its environment could not be built: never the program.
 
@@ -168,7 +182,7 @@ class TaskRunner:
             return timeout_kill_at is not None, terminated
 
     def dropped(self) -> list[str]:
-        """This process's ``JAX_*`` and ``XLA_*`` variables a task does not get as they are.
+        """This process's ``JAX_*`` and ``XLA_*`` variables whose value a task does not get.
 
         ``child_environment`` drops them: a task sees the job's runtime table and env only.
         Empty when the job's environment cannot be built (each task then says why).
@@ -179,7 +193,9 @@ class TaskRunner:
         except (LookupError, ValueError):
             return []
         prefixes = ("JAX_", "XLA_")
-        return sorted(n for n, v in parent.items() if n.startswith(prefixes) and env.get(n) != v)
+        return sorted(
+            n for n, v in parent.items() if n.startswith(prefixes) and not _same(v, env.get(n))
+        )
 
     def probe(self, budget: float = PROBE_SECONDS) -> RunDevices | None:
         """The devices the job's tasks would see, within ``budget`` (and ``PROBE_SECONDS``)."""

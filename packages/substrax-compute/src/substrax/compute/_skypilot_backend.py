@@ -48,7 +48,7 @@ from ._backend import RunHandle, RunState, new_run
 from ._buckets import read_object, sync_to
 from ._config import read_backend_settings
 from ._errors import BackendRequestError, SecretNotSetError
-from ._manifest import MANIFEST_NAME, read_manifest
+from ._manifest import DAMAGED, MANIFEST_NAME, read_manifest
 from ._mounts import MountSources
 from ._run_errors import RecordFormatError
 from ._skypilot_task import SPEC_ENV, WORKER_PYTHON, cluster_name, run_script, setup_script
@@ -274,7 +274,7 @@ class SkyPilotBackend:
         try:
             data = json.loads(text)
         except ValueError as error:
-            raise RecordFormatError(path, f"is not JSON ({error}): damaged, or") from None
+            raise RecordFormatError(path, f"is not JSON ({error})", cause=DAMAGED) from None
         return RunState.SUCCEEDED if read_manifest(data).succeeded else RunState.FAILED
 
     def status(self, handle: RunHandle) -> RunState:

@@ -138,8 +138,8 @@ def run_job(
         manifest = dataclasses.replace(manifest, devices=runner.probe(deadline - time.monotonic()))
     outcomes: list[TaskOutcome] = []
     for index, task in enumerate(spec.tasks, start=1):
-        _event(echo, f"task {task.name} started ({index}/{len(spec.tasks)})")
         budget = min(task.timeout_seconds, deadline - time.monotonic())
+        _event(echo, _start_event(task.name, f"({index}/{len(spec.tasks)})", budget, runner))
         outcome = runner.run_task(task, budget)
         if outcome.status is TaskStatus.FAILED or (outcome.returncode or 0) > 0:
             mark_failure(outcome.returncode)  # a stopped task that exits 1 was failing already
@@ -179,6 +179,14 @@ def run_job(
     write_manifest(manifest_path, manifest)
     _event(echo, f"job {spec.name} {'succeeded' if manifest.succeeded else 'failed'}")
     return manifest
+
+
+def _start_event(name: str, place: str, budget: float, runner: TaskRunner) -> str:
+    """The event before a task: it started, or why ``run_task`` starts no process of it."""
+    if budget > 0 and not runner.cancelled:
+        return f"task {name} started {place}"
+    why = "the run was cancelled" if budget > 0 else "the job's timeout_seconds ran out"
+    return f"task {name} not started: {why} {place}"
 
 
 def _skipped(spec: JobSpec, done: int) -> list[TaskOutcome]:
