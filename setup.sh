@@ -65,7 +65,10 @@ part_extras="$(for p in packages/*/pyproject.toml; do table_keys "$p" project.op
     | sort -u | tr '\n' ' ')"
 notes=()
 for extra in ${extras[@]+"${extras[@]}"}; do
-    if [[ " $groups " == *" $extra "* ]]; then
+    if ! [[ "$extra" =~ ^[A-Za-z0-9][A-Za-z0-9_.-]*$ ]]; then
+        echo "setup.sh: --extra '$extra' is not a name: give one group or extra per --extra" >&2
+        exit 2
+    elif [[ " $groups " == *" $extra "* ]]; then
         sync+=(--group "$extra")
     elif [[ " $part_extras " == *" $extra "* ]]; then
         notes+=("extra $extra: already installed (the test group holds every part with every extra)")

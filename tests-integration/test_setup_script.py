@@ -64,6 +64,12 @@ def test_an_extra_is_a_workspace_group_or_a_parts_extra_and_anything_else_exits_
         result.stderr
     )
     assert "nor an extra of a part (compute" in result.stderr
+    for odd in ("", "dev test", "docs cuda12"):  # a second-pass review: they passed the check
+        result = _setup("--dry-run", "--extra", odd)
+        assert result.returncode == 2, odd
+        assert f"--extra '{odd}' is not a name: give one group or extra per --extra" in (
+            result.stderr
+        )
 
 
 def test_auto_resolves_to_cpu_without_a_gpu() -> None:

@@ -83,7 +83,13 @@ def test_after_import_refuses_what_jax_no_longer_reads(child):
 IMPORTED_NOT_STARTED = """
 import json, os
 import jax
-from substrax.runtime import JaxRuntime, apply_runtime
+from substrax.runtime import JaxRuntime, RuntimeConfigurationError, apply_runtime
+other = {}
+try:  # jax reads os.environ: settings written elsewhere would never reach it
+    apply_runtime(JaxRuntime(xla_flags=("--xla_force_host_platform_device_count=4",)), environ=other)
+    elsewhere = None
+except RuntimeConfigurationError as error:
+    elsewhere = str(error)
 apply_runtime(JaxRuntime(
     platforms=("cpu",),
     xla_flags=("--xla_force_host_platform_device_count=3",),
@@ -95,6 +101,8 @@ print(json.dumps({
     "devices": [d.platform for d in jax.devices()],
     "preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
     "fraction": os.environ.get("XLA_CLIENT_MEM_FRACTION"),
+    "elsewhere": elsewhere,
+    "other": other,
 }))
 """
 
@@ -103,6 +111,8 @@ def test_after_import_and_before_the_backends_start_every_setting_is_applied(chi
     """A spec review: jax still reads them then, and "refusing any setting jax would no longer
     read" refused them as soon as jax was imported (a test module importing jax at its top)."""
     out = child(IMPORTED_NOT_STARTED, env={"JAX_PLATFORMS": ""})
+    assert "jax is imported and reads os.environ, not the environ= given" in out.pop("elsewhere")
+    assert out.pop("other") == {}  # a second-pass review: it took them, and jax never read them
     assert out == {
         "platforms": "cpu",
         "devices": ["cpu"] * 3,  # the flag jax read when its backends started

@@ -88,4 +88,4 @@ def test_a_model_with_rngs_trains_and_its_eval_step_reads_the_global_batch(child
         path, message = out["uneven"]
         assert path == "['rows']['x']"
         assert "batch leaf ['rows']['x'] has shape (3, 6) on this process" in message
-        assert "drop or pad the last rows" in message
+        assert "for the rows: drop or pad the last ones" in message

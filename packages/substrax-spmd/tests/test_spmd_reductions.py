@@ -66,6 +66,10 @@ def test_reduce_custom():
 def test_reduce_custom_refuses_to_pass_a_metric_it_was_asked_to_reduce_through_unreduced():
     with pytest.raises(TypeError, match="reduce_fn asks 'sum' of metric 'a', a dict holding"):
         reduce_custom({"a": {"x": jnp.ones(2)}}, {"a": "sum"})
+    # a second-pass review: a named list of numbers passed through unreduced
+    for numbers in ([1.0, 2.0], (np.float32(1), np.float32(3)), [jnp.float32(1)]):
+        with pytest.raises(TypeError, match="holding numbers: the metrics are a flat mapping"):
+            reduce_custom({"l": numbers}, {"l": "sum"})
     assert reduce_custom({"n": 3, "f": np.float32(2.0)}, {"n": "sum", "f": "max"}) == {
         "n": 3,
         "f": np.float32(2.0),

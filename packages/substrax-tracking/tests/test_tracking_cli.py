@@ -77,7 +77,8 @@ def test_a_log_directory_replays_every_spool_in_it_and_nothing_else(tmp_path, ca
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.metrics.jsonl", "nested"]
     assert main(["replay", str(tmp_path)]) == 0  # again: nothing left, nothing sent twice
     assert capsys.readouterr().out == (
-        f"no spool in {tmp_path}: nothing to replay (every record was delivered)\n"
+        f"no spool in {tmp_path}: nothing to replay here; its directories nested hold spools: "
+        "replay each run's log directory\n"
     )
     assert [r.step for r in MADE["a"].received] == [0, 1, 2]
 
@@ -117,3 +118,14 @@ def test_sync_is_replay_by_another_name_and_sends_nothing_twice(tmp_path, capsys
     assert capsys.readouterr().out == "a.spool.jsonl: delivered 3, remaining 0\n"
     assert main(["sync", str(tmp_path)]) == 0  # idempotent: the spool emptied
     assert [r.step for r in MADE["a"].received] == [0, 1, 2]
+
+
+def test_a_folder_of_runs_names_the_run_directories_that_hold_spools(tmp_path, capsys):
+    """A second-pass review: `sync runs` said "every record was delivered" of runs/run1's spool."""
+    (tmp_path / "run1").mkdir()
+    write_spool(tmp_path / "run1" / "a.spool.jsonl", "a", range(2))
+    assert main(["sync", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"no spool in {tmp_path}: nothing to replay here; its directories run1 hold" in out
+    assert "every record was delivered" not in out
+    assert (tmp_path / "run1" / "a.spool.jsonl").exists()

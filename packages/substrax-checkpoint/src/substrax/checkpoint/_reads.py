@@ -201,7 +201,7 @@ class StoreReads(StoreLifecycle):
                         cast_dtypes=cast_dtypes,
                         mesh=mesh,
                         items=items,
-                        local=self._read_only or self._superseded,  # its manager's alone
+                        local=self._read_only,  # a reader restores in its process alone
                     )
                 finally:
                     verified = check is not None and check.result()  # CheckpointCorruptError first

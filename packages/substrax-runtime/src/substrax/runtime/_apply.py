@@ -67,8 +67,8 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
         return
     import jax  # noqa: PLC0415 - jax is already imported; this only binds the name
 
-    if backends_started():
-        _refuse_startup_settings(runtime, target)
+    if backends_started() or target is not os.environ:  # jax reads os.environ alone
+        _refuse_startup_settings(runtime, target, started=target is os.environ)
     else:  # jax reads them when it starts its backends: still to come
         rendered = runtime_environment(runtime, target)
         target.update({name: v for name, v in rendered.items() if name.startswith("XLA_")})
@@ -118,8 +118,13 @@ def _apply_cpu_devices(jax: Any, count: int, environ: Mapping[str, str]) -> None
         raise
 
 
-def _refuse_startup_settings(runtime: JaxRuntime, environ: Mapping[str, str]) -> None:
-    """Raise for the settings jax reads only at start, unless they already hold."""
+def _refuse_startup_settings(
+    runtime: JaxRuntime, environ: Mapping[str, str], *, started: bool = True
+) -> None:
+    """Raise for the settings jax reads only at start, unless they already hold.
+
+    ``started``: jax started its backends; else ``environ`` is not the one jax reads.
+    """
     stale: list[str] = []
     if runtime.platforms is not None:
         import jax  # noqa: PLC0415 - jax is already imported
@@ -147,8 +152,13 @@ def _refuse_startup_settings(runtime: JaxRuntime, environ: Mapping[str, str]) ->
         if name.startswith("XLA_") and environ.get(name) != value
     )
     if stale:
+        why = (
+            "jax has started its backends"
+            if started
+            else "jax is imported and reads os.environ, not the environ= given"
+        )
         raise RuntimeConfigurationError(
-            f"jax is already imported, so {', '.join(stale)} would no longer be read; "
-            "apply the runtime before importing jax, or run a child process with "
-            "child_environment(runtime)"
+            f"{why}, so {', '.join(stale)} would no longer be read; apply the runtime "
+            "before jax starts its backends (its first device query, array or compile), or "
+            "run a child process with child_environment(runtime)"
         )

@@ -222,9 +222,9 @@ def _place_across_processes(
                 spec = sharding.spec if isinstance(sharding, NamedSharding) else PartitionSpec()
                 msg = (
                     f"{leaf_name(paths[k])} has shape {shape} on this process, and its sharding "
-                    f"{spec} cannot assemble the processes' rows into one array ({found}); give "
-                    "each process a number of rows its devices' share of the mesh axis divides "
-                    "(drop or pad the last rows)"
+                    f"{spec} cannot assemble the processes' parts into one array ({found}); "
+                    "each dimension the spec splits must divide evenly over this process's "
+                    "devices on those mesh axes (for the rows: drop or pad the last ones)"
                 )
                 raise BatchPlacementError(msg, path=paths[k], shape=shape, spec=spec) from None
         raise error from None
@@ -242,8 +242,9 @@ def place_batch_on_shards(batch: PyTree, sharding: Sharding | PyTree) -> PyTree:
     Array leaves (``jax.Array``, NumPy arrays and NumPy scalars) are placed in one call: on
     one process one batched ``jax.device_put`` (what ``make_array_from_process_local_data``
     does there); on several, one ``jax.make_array_from_process_local_data``, where each
-    process passes the rows it loaded and jax assembles the global array (a replicated leaf
-    must be equal on every process). A ``jax.Array`` already on its sharding is kept as it is;
+    process passes the rows it loaded and jax assembles the global array (every process must
+    pass the same number of rows, as jax infers the global shape from its own; a replicated
+    leaf must be equal on every process). A ``jax.Array`` already on its sharding is kept as it is;
     one on another sharding is resharded (on several processes, a global array is resharded
     and a process-local one is taken as this process's rows). Any other leaf, such as a string
     or a Python number, is returned as it is. Call it outside ``jax.jit``: inside a traced

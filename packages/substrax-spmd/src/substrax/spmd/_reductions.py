@@ -26,10 +26,16 @@ def _is_array(value: object, min_ndim: int = 1) -> TypeGuard[jax.Array | np.ndar
     return isinstance(value, _ARRAYS) and value.ndim >= min_ndim
 
 
-def _holds_arrays(value: object) -> bool:
-    """Whether ``value`` is a container with array leaves (a nested metric, not a flat one)."""
-    return not isinstance(value, _ARRAYS) and any(
-        isinstance(leaf, _ARRAYS) for leaf in jax.tree.leaves(value)
+_NUMBERS = (*_ARRAYS, np.generic, int, float)
+
+
+def _holds_numbers(value: object) -> bool:
+    """Whether ``value`` is a container of numbers or arrays (a list, a nested metric).
+
+    Such a value, named in ``reduce_fn``, would pass through unreduced: it is refused.
+    """
+    return not isinstance(value, _NUMBERS) and any(
+        isinstance(leaf, _NUMBERS) for leaf in jax.tree.leaves(value)
     )
 
 
@@ -135,8 +141,8 @@ def reduce_custom[V](
 
     Raises:
         UnknownReductionError: For an operation outside the four, or a name that is not a metric.
-        TypeError: For a named value that is a container of arrays (a nested metric), which
-            would pass through unreduced.
+        TypeError: For a named value that is a container of numbers or arrays (a list, a
+            nested metric), which would pass through unreduced.
 
     Example:
         >>> import jax.numpy as jnp
@@ -159,11 +165,12 @@ def reduce_custom[V](
         if op is not None and _is_array(value):
             out[name] = _BY_NAME[op](value)
             continue
-        if name in ops and op is not None and _holds_arrays(value):  # it would pass unreduced
+        if name in ops and op is not None and _holds_numbers(value):  # it would pass unreduced
             kind = type(value).__name__
             raise TypeError(
-                f"reduce_fn asks {op!r} of metric {name!r}, a {kind} holding arrays: the metrics "
-                "are a flat mapping; give each array its own name"
+                f"reduce_fn asks {op!r} of metric {name!r}, a {kind} holding numbers: the "
+                "metrics are a flat mapping of arrays; stack them (jnp.stack) or give each "
+                "array its own name"
             )
         out[name] = value
     return out

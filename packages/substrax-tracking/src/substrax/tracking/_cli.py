@@ -127,7 +127,13 @@ def _replay(args: argparse.Namespace) -> int:
             done.append(data)
             lines.append(f"{Path(spool).name}: {summary}")
             found.extend(problems_of)
-        if not spools:
+        below = sorted({p.parent.name for p in Path(args.spool).glob("*/*.spool.jsonl")})
+        if not spools and below:  # a folder of runs: each run's directory is replayed alone
+            lines.append(
+                f"no spool in {args.spool}: nothing to replay here; its directories "
+                f"{', '.join(below)} hold spools: replay each run's log directory"
+            )
+        elif not spools:
             lines.append(
                 f"no spool in {args.spool}: nothing to replay (every record was delivered)"
             )
