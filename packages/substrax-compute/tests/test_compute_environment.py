@@ -68,6 +68,14 @@ def test_the_users_compilation_cache_directory_is_kept(tmp_path):
     assert default["JAX_COMPILATION_CACHE_DIR"] == str(default_compilation_cache_dir())
 
 
+def test_a_shell_that_turns_the_cache_off_does_not_decide_the_job_s_cache():
+    """A third-pass review: a shell's JAX_ENABLE_COMPILATION_CACHE=0 ran a job that asks for
+    the cache without it (child_environment inherits it, for a test session's children)."""
+    env = task_environment(_spec(), TASK_DIR, parent={"JAX_ENABLE_COMPILATION_CACHE": "0"})
+    assert "JAX_ENABLE_COMPILATION_CACHE" not in env
+    assert env["JAX_COMPILATION_CACHE_DIR"] == str(default_compilation_cache_dir())
+
+
 @pytest.mark.parametrize(
     ("env", "runtime", "refusal"),
     [

@@ -171,3 +171,23 @@ def test_the_one_platform_jax_started_as_its_default_holds(child):
     assert out["holds"] is None
     assert "would no longer be read" in out["other"]
     assert f"jax's default backend is {out['default']!r}" in out["other"]
+
+
+CACHE_OFF_THEN_ON = """
+import json, os
+import jax
+from substrax.runtime import JaxRuntime, apply_runtime, child_environment
+apply_runtime(JaxRuntime(compilation_cache=False))
+off = os.environ.get("JAX_ENABLE_COMPILATION_CACHE")
+apply_runtime(JaxRuntime(compilation_cache_dir=os.environ["CACHE_DIR"]))
+child = child_environment(JaxRuntime())
+print(json.dumps([off, os.environ.get("JAX_ENABLE_COMPILATION_CACHE"),
+                  child.get("JAX_ENABLE_COMPILATION_CACHE")]))
+"""
+
+
+def test_a_cache_turned_on_again_after_the_import_reaches_the_children(child, tmp_path):
+    """A third-pass review: the environment kept the first runtime's false, so children ran
+    without the cache the process had turned on again."""
+    env = {"JAX_PLATFORMS": "cpu", "CACHE_DIR": str(tmp_path)}
+    assert child(CACHE_OFF_THEN_ON, env=env) == ["false", "true", None]

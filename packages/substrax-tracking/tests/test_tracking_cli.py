@@ -77,8 +77,8 @@ def test_a_log_directory_replays_every_spool_in_it_and_nothing_else(tmp_path, ca
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.metrics.jsonl", "nested"]
     assert main(["replay", str(tmp_path)]) == 0  # again: nothing left, nothing sent twice
     assert capsys.readouterr().out == (
-        f"no spool in {tmp_path}: nothing to replay here; its directories nested hold spools: "
-        "replay each run's log directory\n"
+        f"no spool in {tmp_path}: nothing to replay here; these directories below it hold "
+        "spools: ['nested']; replay each run's log directory\n"
     )
     assert [r.step for r in MADE["a"].received] == [0, 1, 2]
 
@@ -122,10 +122,15 @@ def test_sync_is_replay_by_another_name_and_sends_nothing_twice(tmp_path, capsys
 
 def test_a_folder_of_runs_names_the_run_directories_that_hold_spools(tmp_path, capsys):
     """A second-pass review: `sync runs` said "every record was delivered" of runs/run1's spool."""
-    (tmp_path / "run1").mkdir()
-    write_spool(tmp_path / "run1" / "a.spool.jsonl", "a", range(2))
+    (tmp_path / "run, 1").mkdir()
+    (tmp_path / "proj" / "run2" / "logs").mkdir(parents=True)  # two levels down (third pass)
+    write_spool(tmp_path / "run, 1" / "a.spool.jsonl", "a", range(2))
+    write_spool(tmp_path / "proj" / "run2" / "logs" / "b.spool.jsonl", "b", range(2))
     assert main(["sync", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert f"no spool in {tmp_path}: nothing to replay here; its directories run1 hold" in out
+    assert "these directories below it hold spools: ['proj/run2/logs', 'run, 1']" in out
     assert "every record was delivered" not in out
-    assert (tmp_path / "run1" / "a.spool.jsonl").exists()
+    assert main(["sync", str(tmp_path), "--json"]) == 0
+    below = json.loads(capsys.readouterr().out)["spools_below"]
+    assert below == ["proj/run2/logs", "run, 1"]
+    assert (tmp_path / "run, 1" / "a.spool.jsonl").exists()

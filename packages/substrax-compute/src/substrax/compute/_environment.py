@@ -243,8 +243,11 @@ def task_environment(
     cache = parent.get("JAX_COMPILATION_CACHE_DIR")
     if cache and runtime.compilation_cache and runtime.compilation_cache_dir is None:
         env.setdefault("JAX_COMPILATION_CACHE_DIR", cache)  # the user's, as runtime.md promises
+    # the job decides the cache: a shell's JAX_ENABLE_COMPILATION_CACHE is not inherited, as
+    # child_environment would (for a test session's children)
+    job_parent = {k: v for k, v in parent.items() if k != "JAX_ENABLE_COMPILATION_CACHE"}
     try:
-        return child_environment(runtime, env, parent=parent)
+        return child_environment(runtime, env, parent=job_parent)
     except RuntimeConfigurationError as error:
         reworded = _job_runtime_error(spec.name, error)
         if reworded is None:

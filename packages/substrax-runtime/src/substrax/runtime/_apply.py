@@ -41,8 +41,9 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
     holds, where ``jax_platforms`` is unset, when it is ``jax.default_backend()``); the rest go
     through ``jax.config.update``: only the fields the runtime gives, so a setting made with
     ``jax.config.update`` stays, and the default compilation cache directory fills in only when
-    jax has none. A cache turned off is also written into ``environ``
-    (``JAX_ENABLE_COMPILATION_CACHE=false``), which ``child_environment`` passes on.
+    jax has none. A cache turned off, or on again by a ``compilation_cache_dir``, is also
+    written into ``environ`` (``JAX_ENABLE_COMPILATION_CACHE``), which ``child_environment``
+    passes on while it is off.
 
     Args:
         runtime: The settings to apply.
@@ -94,8 +95,9 @@ def apply_runtime(runtime: JaxRuntime, *, environ: MutableMapping[str, str] | No
         from jax.experimental.compilation_cache import compilation_cache  # noqa: PLC0415
 
         compilation_cache.reset_cache()
-    if not runtime.compilation_cache:  # written too: child_environment's children keep it off
-        target["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    if not runtime.compilation_cache or runtime.compilation_cache_dir is not None:
+        # written too, off or on again: child_environment's children keep it off while it is
+        target["JAX_ENABLE_COMPILATION_CACHE"] = bool_text(jax.config.jax_enable_compilation_cache)
 
 
 def _apply_cpu_devices(jax: Any, count: int, environ: Mapping[str, str]) -> None:  # noqa: ANN401
@@ -152,13 +154,18 @@ def _refuse_startup_settings(
         if name.startswith("XLA_") and environ.get(name) != value
     )
     if stale:
-        why = (
-            "jax has started its backends"
-            if started
-            else "jax is imported and reads os.environ, not the environ= given"
-        )
+        if started:
+            why, fix = (
+                "jax has started its backends",
+                (
+                    "apply the runtime before jax starts its backends (its first device query, "
+                    "array or compile)"
+                ),
+            )
+        else:
+            why = "jax is imported and reads os.environ, not the environ= given"
+            fix = "leave environ= out to apply them to this process"
         raise RuntimeConfigurationError(
-            f"{why}, so {', '.join(stale)} would no longer be read; apply the runtime "
-            "before jax starts its backends (its first device query, array or compile), or "
-            "run a child process with child_environment(runtime)"
+            f"{why}, so {', '.join(stale)} would no longer be read; {fix}, or run a child "
+            "process with child_environment(runtime)"
         )

@@ -127,17 +127,22 @@ def _replay(args: argparse.Namespace) -> int:
             done.append(data)
             lines.append(f"{Path(spool).name}: {summary}")
             found.extend(problems_of)
-        below = sorted({p.parent.name for p in Path(args.spool).glob("*/*.spool.jsonl")})
-        if not spools and below:  # a folder of runs: each run's directory is replayed alone
+        below: list[str] = []
+        if not spools:  # a folder of runs? each run's log directory is replayed alone
+            root = Path(args.spool)
+            found_below = {p.parent for p in root.glob("*/**/*.spool.jsonl") if p.is_file()}
+            below = sorted(str(p.relative_to(root)) for p in found_below)
+        if below:
             lines.append(
-                f"no spool in {args.spool}: nothing to replay here; its directories "
-                f"{', '.join(below)} hold spools: replay each run's log directory"
+                f"no spool in {args.spool}: nothing to replay here; these directories below it "
+                f"hold spools: {below}; replay each run's log directory"
             )
         elif not spools:
             lines.append(
                 f"no spool in {args.spool}: nothing to replay (every record was delivered)"
             )
-        emit({"log_dir": args.spool, "spools": done}, "\n".join(lines), as_json=args.json)
+        data = {"log_dir": args.spool, "spools": done} | ({"spools_below": below} if below else {})
+        emit(data, "\n".join(lines), as_json=args.json)
     if found:
         raise CommandFailedError("; ".join(found))
     return 0
