@@ -341,12 +341,16 @@ def test_a_deleted_value_is_skipped_with_a_warning_and_the_rest_is_kept(
     caplog.set_level(logging.WARNING, logger="substrax.tracking._values")
     out = io.StringIO()
     logger = make_logger(make, tmp_path, request, out)
+    # made (their multiply compiled) before the slow value starts: nothing in the window below
+    # takes long enough for the slow value to be computed and what follows it read (the lowest
+    # tier's CI run compiled the multiply there, and the logger read a value before its delete)
+    doomed = {step: jnp.asarray(float(step), jnp.float32) * 2 for step in (2, 3)}
+    jax.block_until_ready(list(doomed.values()))
     slow = Slow(0.3)
     logger.log_scalar("loss", slow.value, step=1)  # holds what comes after it unread
     for step in (2, 3):
-        doomed = jnp.asarray(float(step), jnp.float32) * 2
-        logger.log_scalars({"doomed": doomed, "loss": float(step)}, step=step)
-        doomed.delete()
+        logger.log_scalars({"doomed": doomed[step], "loss": float(step)}, step=step)
+        doomed[step].delete()
     logger.close()
     warnings = [r.getMessage() for r in caplog.records if "'doomed'" in r.getMessage()]
     assert len(warnings) == 1, caplog.text  # once per metric
