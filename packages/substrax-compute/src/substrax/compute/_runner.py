@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from substrax.support import write_atomically
+from substrax.support import env_values_agree, write_atomically
 
 from ._environment import FAILED_AT_ENV, task_environment
 from ._manifest import DEVICES_LOG, STDERR_LOG, STDOUT_LOG, RunDevices, TaskOutcome, TaskStatus
@@ -43,20 +43,6 @@ _PROBE = (
 def _task_parent() -> dict[str, str]:
     """This process's environment, as a task inherits it: without the supervisor's pid."""
     return {k: v for k, v in os.environ.items() if k != SUPERVISOR_ENV}
-
-
-_WORDS = (  # the words jax reads as a flag's true, and as its false
-    frozenset({"1", "t", "true", "y", "yes", "on"}),
-    frozenset({"0", "f", "false", "n", "no", "off"}),
-)
-
-
-def _same(value: str, got: str | None) -> bool:
-    """Whether jax reads ``got`` (a task's value, None: unset) as ``value`` (``1`` as ``true``)."""
-    if got is None:
-        return False
-    mine, theirs = value.strip(), got.strip()
-    return mine == theirs or any({mine.lower(), theirs.lower()} <= words for words in _WORDS)
 
 
 def _environment_problem(task: "Task", error: Exception) -> str:
@@ -194,7 +180,9 @@ class TaskRunner:
             return []
         prefixes = ("JAX_", "XLA_")
         return sorted(
-            n for n, v in parent.items() if n.startswith(prefixes) and not _same(v, env.get(n))
+            n
+            for n, v in parent.items()
+            if n.startswith(prefixes) and (n not in env or not env_values_agree(n, v, env[n]))
         )
 
     def probe(self, budget: float = PROBE_SECONDS) -> RunDevices | None:

@@ -5,6 +5,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from substrax.support import env_values_agree, reads_false
+
 from ._cache import default_compilation_cache_dir
 from ._config import JaxRuntime
 from ._errors import EnvironmentConflictError, RuntimeConfigurationError
@@ -49,10 +51,6 @@ _FIELD_OF: dict[str, str] = {
     **{option.upper(): field for field, option, _ in _CONFIG_OPTIONS},
 }
 
-# The words jax reads as a boolean variable's true and false (its ``bool_env``).
-_TRUE_WORDS = frozenset({"1", "t", "true", "y", "yes", "on"})
-_FALSE_WORDS = frozenset({"0", "f", "false", "n", "no", "off"})
-
 
 def config_values(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[str, tuple[str, str, Any]]:
     """The settings jax reads as config options: ``{field: (env var, config name, value)}``.
@@ -74,7 +72,7 @@ def config_values(runtime: JaxRuntime, base: Mapping[str, str]) -> dict[str, tup
             )
         # a cache turned off before (an earlier runtime's, the environment's) is left off, as a
         # directory already set is left alone, unless this runtime names its own directory
-        if chosen is not None and base.get(enabled[0], "").strip().lower() in _FALSE_WORDS:
+        if chosen is not None and reads_false(base.get(enabled[0], "")):
             settings["compilation_cache"] = (*enabled, True)
     else:
         settings["compilation_cache"] = (*enabled, False)
@@ -237,8 +235,8 @@ def child_environment(
     extra = dict(env or {})
     child.update(extra)
     if runtime is not None:
-        inherited = source.get("JAX_ENABLE_COMPILATION_CACHE", "").strip().lower()
-        if inherited in _FALSE_WORDS and "JAX_ENABLE_COMPILATION_CACHE" not in extra:
+        inherited = source.get("JAX_ENABLE_COMPILATION_CACHE", "")
+        if reads_false(inherited) and "JAX_ENABLE_COMPILATION_CACHE" not in extra:
             runtime = _cache_left_off(runtime)
         rendered = runtime_environment(runtime, child)
         _refuse_env_conflicts(extra, rendered)
@@ -253,29 +251,12 @@ def _cache_left_off(runtime: JaxRuntime) -> JaxRuntime:
     return runtime
 
 
-def _agrees(variable: str, given: str, required: str) -> bool:
-    """Whether jax reads ``given`` as the setting the runtime rendered as ``required``."""
-    text = given.strip()
-    if text == required:
-        return True
-    if required in {"true", "false"}:
-        return text.lower() in (_TRUE_WORDS if required == "true" else _FALSE_WORDS)
-    if variable == "JAX_PLATFORMS":
-        return ",".join(p.strip() for p in text.split(",") if p.strip()) == required
-    if variable == "JAX_COMPILATION_CACHE_DIR":
-        return os.path.normpath(text) == os.path.normpath(required)
-    try:
-        return float(text) == float(required)
-    except ValueError:
-        return False
-
-
 def _refuse_env_conflicts(env: Mapping[str, str], rendered: Mapping[str, str]) -> None:
     """Raise for a variable ``env`` gives another value than the runtime renders for it."""
     for variable, required in rendered.items():
         given = env.get(variable)
         # XLA_FLAGS is merged by flag name: a flag with two values raised already
-        if given is None or variable == "XLA_FLAGS" or _agrees(variable, given, required):
+        if given is None or variable == "XLA_FLAGS" or env_values_agree(variable, given, required):
             continue
         field = _FIELD_OF.get(variable, variable)
         raise EnvironmentConflictError(

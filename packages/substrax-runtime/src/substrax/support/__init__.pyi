@@ -19,6 +19,7 @@ from ._cli import (
 )
 from ._closeable import Closeable as Closeable
 from ._device_values import is_device_array as is_device_array
+from ._env_values import env_values_agree as env_values_agree, reads_false as reads_false
 from ._lazy import lazy_exports as lazy_exports
 from ._mode import Mode as Mode, check_mode as check_mode
 from ._moved import moved_modules as moved_modules
