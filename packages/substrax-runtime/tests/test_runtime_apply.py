@@ -1,6 +1,9 @@
 """apply_runtime in fresh interpreters: before jax is imported, and after."""
 
+import pytest
+
 from substrax.runtime import default_compilation_cache_dir
+from substrax.runtime._apply import platforms_agree
 
 
 BEFORE_IMPORT = """
@@ -191,3 +194,24 @@ def test_a_cache_turned_on_again_after_the_import_reaches_the_children(child, tm
     without the cache the process had turned on again."""
     env = {"JAX_PLATFORMS": "cpu", "CACHE_DIR": str(tmp_path)}
     assert child(CACHE_OFF_THEN_ON, env=env) == ["false", "true", None]
+
+
+@pytest.mark.parametrize(
+    ("wanted", "has", "agree"),
+    [
+        (("cuda",), ("gpu",), True),  # jax.default_backend() on a CUDA machine
+        (("gpu",), ("cuda",), True),  # JAX_PLATFORMS=cuda, asked as gpu
+        (("rocm",), ("gpu",), True),
+        (("cuda", "cpu"), ("gpu", "cpu"), True),
+        (("cpu",), ("cpu",), True),
+        (("rocm",), ("cuda",), False),
+        (("cpu",), ("gpu",), False),
+        (("tpu",), ("gpu",), False),
+        (("cpu", "cuda"), ("cuda", "cpu"), False),  # another order is another default
+        (("cuda",), ("cuda", "cpu"), False),
+    ],
+)
+def test_platforms_agree_reads_jax_s_gpu_as_either_gpu_platform(wanted, has, agree):
+    """A spec review: platforms=('cuda',) was refused on a CUDA machine once jax had started,
+    since jax.default_backend() says 'gpu' there."""
+    assert platforms_agree(wanted, has) is agree

@@ -120,6 +120,25 @@ def _apply_cpu_devices(jax: Any, count: int, environ: Mapping[str, str]) -> None
         raise
 
 
+def platforms_agree(wanted: tuple[str, ...], has: tuple[str, ...]) -> bool:
+    """Whether jax's platforms ``has`` are the ``wanted`` ones, name by name, in order.
+
+    jax's ``gpu`` is its name for either GPU platform: ``jax.default_backend()`` says ``gpu``
+    on a machine whose backend is ``cuda`` (or ``rocm``), and ``JAX_PLATFORMS=gpu`` picks one.
+
+    Example:
+        >>> from substrax.runtime._apply import platforms_agree
+        >>> platforms_agree(("cuda",), ("gpu",)), platforms_agree(("cuda", "cpu"), ("cuda", "cpu"))
+        (True, True)
+        >>> platforms_agree(("rocm",), ("cuda",)), platforms_agree(("cpu",), ("gpu",))
+        (False, False)
+    """
+    gpus = {"gpu", "cuda", "rocm"}
+    return len(wanted) == len(has) and all(
+        w == h or ("gpu" in (w, h) and {w, h} <= gpus) for w, h in zip(wanted, has, strict=True)
+    )
+
+
 def _refuse_startup_settings(
     runtime: JaxRuntime, environ: Mapping[str, str], *, started: bool = True
 ) -> None:
@@ -137,7 +156,7 @@ def _refuse_startup_settings(
         if not names:  # jax chose its backends itself: the one it made the default holds
             names = (jax.default_backend(),)
             has = f"jax_platforms is unset and jax's default backend is {names[0]!r}"
-        if names != runtime.platforms:
+        if not platforms_agree(runtime.platforms, names):
             stale.append(f"platforms={runtime.platforms!r} ({has})")
     if runtime.xla_flags:
         current_flags = parse_xla_flags(environ.get("XLA_FLAGS", ""))
