@@ -153,6 +153,8 @@ def _damaged(
     text = str(error).split(" [tensorstore_spec", 1)[0].strip()
     shown = text if len(text) <= _SHOWN else f"{text[:_SHOWN]}..."
     if isinstance(error, ValueError) and _STRUCTURE_MISMATCH in text:  # a template, not damage
+        # orbax's advice to pass partial_restore=True names an option restore does not take
+        shown = shown.split("If this mismatch is intentional", 1)[0].strip()
         return ValueError(
             f"the templates do not match the containers of step {step} in {root} (orbax: "
             f"{shown}); build each template as its tree was saved (a list as a list, a dict as "
@@ -292,12 +294,14 @@ def restore_items(
         name: _trees.scalars_as_arrays(resolve_shardings(tree, mesh, bare[name]))
         for name, tree in templates.items()
     }
-    # templates covering the recorded leaves skip orbax's metadata read (its restore reads it)
+    # templates covering the recorded leaves skip orbax's metadata read (its restore reads it);
+    # the record holds no None or empty container, which a template's are checked against
     stored: dict[str, PyTree] = {
         name: {path: SimpleNamespace(shape=tuple(shape)) for path, shape in shapes.items()}
         for name, tree in resolved.items()
         if (shapes := (record.shapes or {}).get(name)) is not None
         and {path for path, _ in _trees.flat_leaves(tree)} == set(shapes)
+        and not _trees.empty_nodes(tree)
     }
     if unread := [name for name in held if name not in stored]:
         stored |= stored_trees(manager, step, record, unread)

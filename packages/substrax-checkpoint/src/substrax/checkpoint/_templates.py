@@ -252,6 +252,13 @@ def check_template(item: str, stored: PyTree, template: PyTree) -> None:
     for path in saved:
         if path not in wanted_paths:
             raise mismatch(path, "is stored but missing from the template")
+    # None and empty containers hold no leaf, yet orbax compares them too
+    saved_empty, wanted_empty = _trees.empty_nodes(stored), _trees.empty_nodes(template)
+    if unstored := sorted(wanted_empty - saved_empty):
+        raise mismatch(unstored[0], "is None or an empty container in the template but not stored")
+    if untemplated := sorted(saved_empty - wanted_empty):
+        problem = "is stored as None or an empty container but missing from the template"
+        raise mismatch(untemplated[0], problem)
 
 
 def _concrete(sharding: object, path: str, mesh: jax.sharding.Mesh | None) -> object:

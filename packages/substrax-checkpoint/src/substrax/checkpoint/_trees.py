@@ -41,6 +41,28 @@ def flat_leaves(tree: PyTree) -> list[tuple[str, Any]]:
     return [(leaf_path(path), leaf) for path, leaf in pairs]
 
 
+def _empty(node: object) -> bool:
+    """Whether ``node`` is None or a container without children: a place without a leaf."""
+    if node is None:
+        return True
+    if isinstance(node, (dict, list, tuple)) or hasattr(node, "shape"):  # the common nodes, fast
+        return not node if isinstance(node, (dict, list, tuple)) else False
+    structure = jax.tree_util.tree_structure(node)
+    return structure.num_leaves == 0 and structure.num_nodes == 1
+
+
+def empty_nodes(tree: PyTree) -> set[str]:
+    """The joined paths of ``tree``'s None values and empty containers, which hold no leaf.
+
+    Example:
+        >>> from substrax.checkpoint._trees import empty_nodes
+        >>> sorted(empty_nodes({"w": 1.0, "ema": None, "extra": {"a": {}, "b": [()]}}))
+        ['ema', 'extra/a', 'extra/b/0']
+    """
+    pairs, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_empty)
+    return {leaf_path(path) for path, node in pairs if _empty(node)}
+
+
 def leaf_dtype(leaf: object) -> str | None:
     """The dtype a leaf is stored with (``key<fry>`` for a typed PRNG key), or None for plain Python.
 
