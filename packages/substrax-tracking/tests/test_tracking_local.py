@@ -994,3 +994,95 @@ logger.close()
     subprocess.run([sys.executable, "-c", program], check=True, timeout=60)
     logged = read_scalars(tmp_path / "run.metrics.jsonl")
     assert logged == {"parent": [(1, 1.0)], "child": [(100, 1.0), (101, 1.0)]}
+
+
+@pytest.mark.parametrize("step", [1, None])
+def test_an_image_or_plot_logged_again_under_its_name_and_step_keeps_every_file(tmp_path, step):
+    """A hostile review: the second image of a name at a step (or without one) overwrote the
+    first, and so did a list's first image, and a histogram's plot."""
+    pytest.importorskip("matplotlib", reason="the plots extra writes PNGs")
+    from PIL import Image
+
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_image("sample", np.zeros((2, 2)), step=step)
+        logger.log_image("sample", np.ones((2, 2)), step=step)
+        logger.log_image("grid", [np.zeros((2, 2)), np.zeros((2, 2))], step=step)
+        logger.log_image("grid", np.ones((2, 2)), step=step)
+        logger.log_histogram("h", [1.0, 2.0], step=step)
+        logger.log_histogram("h", [3.0, 4.0], step=step)
+    pixels = sorted(
+        int(np.asarray(Image.open(path)).max()) for path in (tmp_path / "images").iterdir()
+    )
+    assert pixels == [0, 0, 0, 255, 255]
+    assert len(list((tmp_path / "histograms").iterdir())) == 2
+
+
+def test_a_histogram_s_statistics_show_its_nan_and_infinite_values(tmp_path):
+    """A hostile review: min, max, mean and std left out inf and NaN, so grads/max never showed
+    a blow-up; the bins still hold the finite values."""
+    out = io.StringIO()
+    with FileLogger("run", tmp_path) as logger, ConsoleLogger("c", stream=out) as console:
+        for each in (logger, console):
+            each.log_histogram("inf", np.array([0.1, 0.2, np.inf]), step=0)
+            each.log_histogram("nan", np.array([0.1, np.nan]), step=0)
+    records = {
+        r["name"]: r
+        for r in map(json.loads, (tmp_path / "run.histograms.jsonl").read_text().splitlines())
+    }
+    # the file log writes what strict JSON lacks as text, as it does a metric's
+    assert (records["inf"]["max"], records["inf"]["min"], records["inf"]["count"]) == (
+        "Infinity",
+        0.1,
+        3,
+    )
+    assert sum(records["inf"]["counts"]) == 2
+    assert records["nan"]["max"] == "NaN"
+    assert "inf: histogram n=3 min=0.1 max=inf" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [None, [1j, 2j], [[1.0], [1.0, 2.0]], ["a"], np.array(["2024-01-01"], dtype="datetime64[D]")],
+    ids=["None", "complex", "ragged", "str", "datetime"],
+)
+def test_a_histogram_of_no_real_numbers_is_refused_by_every_logger(tmp_path, values):
+    """A hostile review: None was a histogram of one NaN, a complex array lost its imaginary
+    part, and TensorBoard raised numpy's bare ValueError naming no histogram."""
+    from substrax.tracking import TensorBoardLogger
+
+    loggers = (
+        ConsoleLogger("c", stream=io.StringIO()),
+        FileLogger("f", tmp_path),
+        TensorBoardLogger("t", tmp_path / "tb"),
+    )
+    for logger in loggers:
+        with logger, pytest.raises(LoggedTypeError, match="histogram 'weights' must be"):
+            logger.log_histogram("weights", values, step=1)
+
+
+def test_numpy_values_of_ml_dtypes_are_numbers(tmp_path):
+    """A hostile review: numpy's bfloat16 and float8 values were refused as "not a number",
+    though a jax bfloat16 array was taken."""
+    import ml_dtypes
+
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_scalars(
+            {
+                "bf16": np.array(0.5, dtype=ml_dtypes.bfloat16),
+                "one": np.array([1.5], dtype=ml_dtypes.bfloat16),
+                "scalar": np.array(2.0, dtype=ml_dtypes.bfloat16)[()],
+                "f8": np.array(0.5, dtype=ml_dtypes.float8_e4m3fn),
+                "i4": np.array(3, dtype=ml_dtypes.int4),
+            },
+            step=0,
+        )
+        logger.log_histogram("h", np.array([1.0, 2.0], dtype=ml_dtypes.bfloat16), step=0)
+        with pytest.raises(LoggedTypeError, match="'raw' must be a number"):
+            logger.log_scalar("raw", np.zeros(1, dtype="V4"), step=1)
+    assert read_scalars(tmp_path / "run.metrics.jsonl") == {
+        "bf16": [(0, 0.5)],
+        "one": [(0, 1.5)],
+        "scalar": [(0, 2.0)],
+        "f8": [(0, 0.5)],
+        "i4": [(0, 3.0)],
+    }

@@ -395,3 +395,33 @@ def test_a_value_past_float32_is_warned_about_once_a_name(tmp_path, caplog):
             logger.log_scalars({"big": 1e300, "fine": 1.0}, step=step)
     assert caplog.text.count("'big' = 1e+300 at step 0 is past float32") == 1
     assert "'fine'" not in caplog.text
+
+
+def test_a_hyperparameter_int_a_double_would_round_is_shown_as_its_text(tmp_path):
+    """A hostile review: the seed 12345678901234567 showed as 1.2345678901234568e+16."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    with TensorBoardLogger("run", tmp_path) as logger:
+        logger.log_hyperparams({"seed": 12345678901234567, "exact": 2**53, "small": -7})
+    accumulator = event_accumulator.EventAccumulator(str(tmp_path))
+    accumulator.Reload()
+    contents = accumulator.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(contents["_hparams_/session_start_info"])
+    hparams = start.session_start_info.hparams
+    assert hparams["seed"].string_value == "12345678901234567"
+    assert (hparams["exact"].number_value, hparams["small"].number_value) == (2**53, -7)
+
+
+def test_a_histogram_with_some_values_not_finite_is_warned_about_once_a_name(tmp_path, caplog):
+    """A hostile review: a gradient histogram holding inf and NaN showed only its finite values,
+    without a word."""
+    with (
+        caplog.at_level(logging.WARNING, logger="substrax.tracking"),
+        TensorBoardLogger("run", tmp_path) as logger,
+    ):
+        for step in range(2):
+            logger.log_histogram("grads", np.array([0.1, 0.2, np.inf, np.nan]), step=step)
+        logger.log_histogram("fine", np.array([0.1, 0.2]), step=0)
+    warned = [r.getMessage() for r in caplog.records if "NaN or infinite" in r.getMessage()]
+    assert len(warned) == 1
+    assert "histogram 'grads' at step 0 holds 2 values that are NaN or infinite" in warned[0]

@@ -22,10 +22,9 @@ from ._errors import (
 )
 from ._hparams import check_hyperparams
 from ._log_files import json_ready
-from ._media import number_kind
 from ._paths import check_logger_name
 from ._process import current_process_index
-from ._values import histogram_summary
+from ._values import histogram_problem, histogram_summary, number_kind
 
 
 _CHECKED: set[str] = set()  # metric names that passed check_metric_name
@@ -244,6 +243,10 @@ class Logger(Closeable):
         self._check_open()
         check_metric_name(name, values)
         step = check_step(step, "histogram", name)
+        if (problem := histogram_problem(values)) is not None:
+            expected = "an array-like of real numbers"
+            got = f"{type(values).__name__} ({problem})"
+            raise LoggedTypeError(f"histogram {name!r}", values, expected, got)
         if self.active:
             self._write_histogram(name, values, step)
 

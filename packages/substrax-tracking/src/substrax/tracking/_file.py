@@ -139,6 +139,7 @@ class FileLogger(Logger):
         self._writer: DueWriter | None = None  # writes what waits, though no call comes
         self._unread = 0  # how many values of _pending are jax arrays
         self._images = ImageWriter(f"FileLogger({name!r}) images")
+        self._media_waiting: set[Path] = set()  # the images handed to it, not yet saved
         self._held: BinaryIO | None = None
         if self.active:
             ensure_writable_dir(self.log_dir, "FileLogger")
@@ -296,9 +297,14 @@ class FileLogger(Logger):
     def _media_path(self, kind: str, name: str, step: int | None, index: int, suffix: str) -> Path:
         folder = self.log_dir / kind
         folder.mkdir(exist_ok=True)
-        parts = ("" if step is None else f"_step{step}") + (f"_{index}" if index else "")
-        safe = file_part(name, 251 - len(f"{self.stem}.{parts}".encode()))  # and a 4-byte suffix
-        return folder / f"{self.stem}.{safe}{parts}{suffix}"
+        while True:  # the first free file from the index-th: a name logged again keeps both
+            parts = ("" if step is None else f"_step{step}") + (f"_{index}" if index else "")
+            safe = file_part(name, 251 - len(f"{self.stem}.{parts}".encode()))  # and a suffix
+            path = folder / f"{self.stem}.{safe}{parts}{suffix}"
+            files = [path] if suffix else [path.with_name(path.name + s) for s in (".png", ".npy")]
+            if path not in self._media_waiting and not any(f.exists() for f in files):
+                return path
+            index += 1
 
     def _pyplot_missing(self) -> bool:
         """Whether matplotlib is missing (warned about once)."""
@@ -315,12 +321,14 @@ class FileLogger(Logger):
         self._pyplot_missing()
         for index, image in enumerate(images):
             stem = self._media_path("images", name, step, index, "")
+            self._media_waiting.add(stem)
             self._images.submit(functools.partial(self._save_image, stem), image)
 
     def _save_image(self, stem: Path, image: Any) -> None:
         """Save ``image`` (in the image thread); one a full disk refuses is lost, with a warning."""
         try:
             save_image(stem, image)
+            self._media_waiting.discard(stem)  # its file now tells the name is taken
         except OSError as error:
             _logger.warning(
                 f"FileLogger({self.name!r}): image {stem} could not be written "

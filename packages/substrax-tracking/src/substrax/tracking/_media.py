@@ -13,28 +13,12 @@ from typing import Any
 
 from substrax.support import optional
 
+from ._values import number_kind
 
-__all__ = ["ImageWriter", "image_pixels", "number_kind", "save_image"]
+
+__all__ = ["ImageWriter", "image_pixels", "save_image"]
 
 _MOST_WAITING = 1 << 30  # bytes of pixels waiting to be stored before a call waits for the oldest
-
-
-def number_kind(dtype: Any) -> str | None:
-    """The numpy kind of ``dtype`` (``"f"``, ``"i"``...), ml_dtypes' too, which numpy calls void.
-
-    Example:
-        >>> import ml_dtypes, numpy as np
-        >>> from substrax.tracking._media import number_kind
-        >>> number_kind(np.dtype(ml_dtypes.bfloat16)), number_kind(np.dtype(ml_dtypes.int4))
-        ('f', 'i')
-        >>> number_kind(np.dtype("uint8")), number_kind(None)
-        ('u', None)
-    """
-    kind = getattr(dtype, "kind", None)
-    scalar = getattr(dtype, "type", None)
-    if kind == "V" and getattr(scalar, "__module__", None) == "ml_dtypes":  # bfloat16, float8, int4
-        return "i" if getattr(dtype, "name", "").startswith(("int", "uint")) else "f"
-    return kind
 
 
 def image_pixels(image: Any) -> Any:

@@ -50,9 +50,13 @@ def _mark_restart(events: EventFile, step: int) -> None:
 
 
 def _shown(value: Any) -> Any:
-    """A hyperparameter as TensorBoard shows it: a bool, number or str as it is, others as a str."""
+    """A hyperparameter as TensorBoard shows it: a bool, number or str as it is, others as a str.
+
+    TensorBoard holds a number as a double: an int past ``2**53``, which a double rounds (a seed
+    shown one off), is shown as its str.
+    """
     plain = isinstance(value, bool | float | str) or (
-        isinstance(value, int) and -(2**63) <= value < 2**63  # TensorBoard's int64
+        isinstance(value, int) and -(2**53) <= value <= 2**53
     )
     return value if plain else str(value)  # a mapping, a list or None: shown as its str
 
@@ -150,6 +154,7 @@ class TensorBoardLogger(Logger):
         self._warned_unreadable: set[str] = set()
         self._huge: set[str] = set()  # names warned about: a value past float32
         self._empty_histograms: set[str] = set()  # warned about: no finite value
+        self._partial_histograms: set[str] = set()  # warned about: some values not finite
         self._started = time.time()
         self._images = ImageWriter(f"TensorBoardLogger({name!r}) images")
         self._tags: dict[str, str] = {}  # each name logged, and its tag
@@ -266,6 +271,13 @@ class TensorBoardLogger(Logger):
 
         array = np.asarray(values, dtype=np.float64).ravel()
         finite = array[np.isfinite(array)]  # NaN and infinity have no bin
+        if 0 < finite.size < array.size and name not in self._partial_histograms:
+            self._partial_histograms.add(name)
+            _logger.warning(
+                f"TensorBoardLogger({self.name!r}): histogram {name!r} at step {step} holds "
+                f"{array.size - finite.size} values that are NaN or infinite, which TensorBoard's "
+                "bins cannot hold; its histogram shows the finite ones (reported once a name)"
+            )
         if finite.size:
             _, edges = histogram_counts(finite, _BINS)  # edges equal bins can span, or one bin
             with np.errstate(over="ignore", invalid="ignore"):  # its sum of squares of 1e308

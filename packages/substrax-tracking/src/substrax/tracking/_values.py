@@ -27,6 +27,24 @@ if TYPE_CHECKING:
 _logger = logging.getLogger(__name__)
 
 
+def number_kind(dtype: Any) -> str | None:
+    """The numpy kind of ``dtype`` (``"f"``, ``"i"``...), ml_dtypes' too, which numpy calls void.
+
+    Example:
+        >>> import ml_dtypes, numpy as np
+        >>> from substrax.tracking._values import number_kind
+        >>> number_kind(np.dtype(ml_dtypes.bfloat16)), number_kind(np.dtype(ml_dtypes.int4))
+        ('f', 'i')
+        >>> number_kind(np.dtype("uint8")), number_kind(None)
+        ('u', None)
+    """
+    kind = getattr(dtype, "kind", None)
+    scalar = getattr(dtype, "type", None)
+    if kind == "V" and getattr(scalar, "__module__", None) == "ml_dtypes":  # bfloat16, float8, int4
+        return "i" if getattr(dtype, "name", "").startswith(("int", "uint")) else "f"
+    return kind
+
+
 def as_scalar(name: str, value: Any, step: int | None = None) -> float:
     """``value`` as a builtin float: Python and numpy numbers, 0-d and 1-element arrays.
 
@@ -51,7 +69,8 @@ def as_scalar(name: str, value: Any, step: int | None = None) -> float:
         got = f"a bool {type(value).__name__} {value!r}"
     elif kind == "c":  # float() drops the imaginary part
         got = f"complex {type(value).__name__} {value!r}"
-    elif kind in ("U", "S", "V"):  # float() parses np.array("1") as it would the string
+    elif kind in ("U", "S", "V") and number_kind(value.dtype) not in ("f", "i"):
+        # float() parses np.array("1") as it would the string
         got = f"an array of {value.dtype} {value!r}"
     elif isinstance(value, numbers.Real | decimal.Decimal) or size == 1:
         try:
@@ -190,15 +209,41 @@ def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
     import numpy as np  # noqa: PLC0415
 
     array = np.asarray(values, dtype=np.float64).ravel()
-    finite = array[np.isfinite(array)]
     stats = ("min", "max", "mean", "std")
     count = int(array.size)
-    if finite.size == 0:
-        return {"count": count, **dict.fromkeys(stats, math.nan), "counts": [], "edges": []}
-    counts, edges = histogram_counts(finite, bins)
+    if count == 0:
+        return {"count": 0, **dict.fromkeys(stats, math.nan), "counts": [], "edges": []}
+    # the statistics of every value: a NaN or an infinity shows in them; the bins hold the finite
     with np.errstate(over="ignore", invalid="ignore"):  # a mean of -1e308 and 1e308 overflows
-        summary = {stat: float(getattr(finite, stat)()) for stat in stats}
+        summary = {stat: float(getattr(array, stat)()) for stat in stats}
+    finite = array[np.isfinite(array)]
+    if finite.size == 0:
+        return {"count": count, **summary, "counts": [], "edges": []}
+    counts, edges = histogram_counts(finite, bins)
     return {"count": count, **summary, "counts": counts.tolist(), "edges": edges.tolist()}
+
+
+def histogram_problem(values: Any) -> str | None:
+    """Why ``values`` is not an array-like of real numbers (its dtype), or None.
+
+    A jax array is judged by its dtype alone (nothing is read from the device).
+
+    Example:
+        >>> from substrax.tracking._values import histogram_problem
+        >>> histogram_problem([1, 2.5]), histogram_problem(None), histogram_problem([1j])
+        (None, 'its values are of the dtype object', 'its values are of the dtype complex128')
+    """
+    import numpy as np  # noqa: PLC0415
+
+    dtype = getattr(values, "dtype", None) if is_device_array(values) else None
+    if dtype is None:
+        try:
+            dtype = np.asarray(values).dtype
+        except (TypeError, ValueError) as error:  # a ragged list
+            return str(error)
+    if (number_kind(dtype) or "O") not in "biuf":  # complex, objects, strings, dates
+        return f"its values are of the dtype {dtype}"
+    return None
 
 
 def histogram_counts(finite: Any, bins: int) -> tuple[Any, Any]:
