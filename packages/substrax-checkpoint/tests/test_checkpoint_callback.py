@@ -134,6 +134,33 @@ def test_the_epoch_metrics_reach_a_step_that_every_n_steps_saved_at_the_epoch_en
     assert "monitored key" not in caplog.text
 
 
+@pytest.mark.parametrize("batches_left", [0, 2])
+def test_a_resumed_epoch_end_its_last_batch_saved_saves_that_step_again(
+    store_dir, caplog, batches_left
+):
+    """A hostile review: killed between the last batch's save of step 4 and the epoch end's
+    overwrite, a resumed run ran the epoch end alone and saved it as step 5, which held step 4
+    (and best_step named 5); later saves then stayed one step high."""
+    with OrbaxCheckpointStore(store_dir, keep_best=1, best_metric="val_loss") as store:
+        killed = CheckpointCallback(store, items=_items, every_n_steps=4, monitor=["val_loss"])
+        killed.on_train_begin(None)
+        for batch in range(4):
+            killed.on_batch_end(None, batch, {"loss": 1.0})
+    with OrbaxCheckpointStore(store_dir, keep_best=1, best_metric="val_loss") as store:
+        resumed = CheckpointCallback(store, items=_items, every_n_steps=4, monitor=["val_loss"])
+        resumed.on_train_begin(None)
+        for batch in range(batches_left):  # resumed mid-epoch instead: no step saved again
+            resumed.on_batch_end(None, batch, {"loss": 1.0})
+        resumed.on_epoch_end(None, 0, {"val_loss": 0.5})
+        resumed.on_train_end(None)
+        latest = 4 + batches_left
+        assert store.list_steps() == sorted({4, latest})
+        record = store.read_metadata(latest)
+        assert (record.epoch, record.metrics) == (0, {"val_loss": 0.5})
+        assert store.best_step("val_loss") == latest
+    assert "skipped" not in caplog.text
+
+
 def test_callback_validation(store_dir):
     with pytest.raises(ValueError, match="every_n_steps"):
         CheckpointCallback(OrbaxCheckpointStore(store_dir), every_n_steps=0)

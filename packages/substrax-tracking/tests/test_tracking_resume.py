@@ -5,6 +5,7 @@ SIGKILL); the resumed logger gets ``resume_step=SAVED`` and logs the steps after
 """
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -219,6 +220,30 @@ def test_wandb_offline_run_is_rewound_to_the_restored_step(
     assert [row["_step"] for row in rows] == list(range(END + 1))
     assert rows[SAVED]["loss"] == first_attempt_values(SAVED)
     assert rows[SAVED + 1]["loss"] == resumed_values(SAVED + 1)
+
+
+def test_a_value_logged_at_the_resume_step_after_a_wandb_rewind_is_warned_about(
+    wandb_offline, wait_for_rows, tmp_path, caplog
+):
+    """A hostile review: a resumed run's epoch end logged val_loss at the restored step; W&B's
+    rewound history dropped it (its own debug log the only trace) while the others kept it."""
+    with WandbLogger("run", project="substrax-tests", log_dir=tmp_path) as logger:
+        run_id = log_first_attempt(logger)
+    with (
+        caplog.at_level(logging.WARNING, logger="substrax.tracking"),
+        WandbLogger(
+            "run", project="substrax-tests", log_dir=tmp_path, run_id=run_id, resume_step=SAVED
+        ) as logger,
+    ):
+        logger.log_scalars({"val_loss": 0.5}, step=SAVED)
+        logger.log_scalars({"val_loss": 0.25}, step=SAVED - 1)
+        for step in range(SAVED + 1, END + 1):
+            logger.log_scalars({"loss": resumed_values(step)}, step=step)
+    segments = wait_for_rows(tmp_path, (REACHED + 1) + (END - SAVED))
+    assert not any("val_loss" in row for row in segments[1][1])  # W&B dropped it, as warned
+    warned = [r.getMessage() for r in caplog.records if "rewound the run" in r.getMessage()]
+    assert len(warned) == 1  # once
+    assert f"['val_loss'] at step {SAVED}, logged after resume_step={SAVED}" in warned[0]
 
 
 _KILLED_CHILD = """

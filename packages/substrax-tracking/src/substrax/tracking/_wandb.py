@@ -218,7 +218,7 @@ class WandbLogger(RemoteLogger):
         }
         if resume_step is not None:
             _send_earlier_attempt(self.spool_path, self._run_id, connect_timeout)
-        sink = WandbSink(target, init)
+        sink = WandbSink(target, init, rewound_to=resume_step)
         if (not_started := sink.connect(connect_timeout)) is not None:
             _logger.warning(
                 f"WandbLogger({name!r}): wandb.init {not_started}; logging goes on, records are "

@@ -63,16 +63,18 @@ class WandbSink:
         init_options: dict[str, Any],
         *,
         rewind_from: int | None = None,
+        rewound_to: int | None = None,
     ) -> None:
         self._target = target
         self._init_options = init_options
         self._rewind_from = rewind_from  # replaying a resumed run: rewind to before its records
+        self._rewound_to = rewound_to  # a resumed run's step: W&B's history takes later ones
         self._first: FirstAttempt | None = None
         self.run: Any = None
         self.exit_code: int | None = None  # non-zero: the run failed
         self._last_step = -1  # the highest step sent to the run's history
         self._step_keys: set[str] = set()  # the keys sent at it
-        self._warned_back = self._warned_again = False
+        self._warned_back = self._warned_again = self._warned_rewound = False
         # records W&B took from a batch that then failed: the retry of the batch skips them
         self._taken_before: list[Record] = []
 
@@ -138,6 +140,14 @@ class WandbSink:
         """Warn (once each) of a row W&B drops (below a step sent) and of a value it replaces."""
         if step is None:
             return
+        if self._rewound_to is not None and step <= self._rewound_to and not self._warned_rewound:
+            self._warned_rewound = True
+            _logger.warning(
+                f"W&B run {self._target.get('run_id')}: {sorted(row)} at step {step}, logged "
+                f"after resume_step={self._rewound_to} rewound the run; W&B's rewound history "
+                "takes only steps after it and drops this row (this is reported once; the other "
+                "loggers keep it); log a resumed epoch's end at the next step"
+            )
         if step == self._last_step and not self._warned_again and self._step_keys & row.keys():
             self._warned_again = True
             _logger.warning(
