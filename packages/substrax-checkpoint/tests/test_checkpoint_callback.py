@@ -161,6 +161,22 @@ def test_a_resumed_epoch_end_its_last_batch_saved_saves_that_step_again(
     assert "skipped" not in caplog.text
 
 
+def test_an_epoch_driven_resume_from_a_step_saved_checkpoint_never_overwrites_it(store_dir):
+    """A trainer driven by epochs alone trains before its epoch end: the state is no longer the
+    restored step's, which stays as it was (the resumed epoch end saves the next step)."""
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(4, _items(None), metrics={"loss": 1.0})  # a preemption's save: no epoch
+        resumed = CheckpointCallback(store, items=_items, monitor=["val_loss"])
+        resumed.on_train_begin(None)
+        resumed.on_epoch_end(None, 0, {"val_loss": 0.5})
+        resumed.on_train_end(None)
+        assert store.list_steps() == [4, 5]
+        assert (store.read_metadata(4).epoch, store.read_metadata(4).metrics) == (
+            None,
+            {"loss": 1.0},
+        )
+
+
 def test_callback_validation(store_dir):
     with pytest.raises(ValueError, match="every_n_steps"):
         CheckpointCallback(OrbaxCheckpointStore(store_dir), every_n_steps=0)

@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import pytest
 
 from substrax.callbacks import (
@@ -193,12 +195,17 @@ class _MemoryStore:
 
     def __init__(self) -> None:
         self.saved: dict[int, dict] = {}
+        self.records: dict[int, SimpleNamespace] = {}
 
-    def save(self, step, items, **_labels):  # epoch=, metrics=, overwrite=
+    def save(self, step, items, *, epoch=None, metrics=None, **_labels):  # overwrite=
         self.saved[step] = items
+        self.records[step] = SimpleNamespace(epoch=epoch, metrics=metrics or {})
 
     def latest_step(self):
         return max(self.saved, default=None)
+
+    def read_metadata(self, step):
+        return self.records[step]
 
 
 def _checkpointed_run(order, losses, store, *, restore_from=None):

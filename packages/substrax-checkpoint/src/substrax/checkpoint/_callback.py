@@ -89,10 +89,10 @@ class CheckpointCallback:
     driven by epochs alone, its epochs counted on or from 0 again), so labels keep increasing.
     An epoch end at the step its last batch just saved (``every_n_steps`` landing on the epoch
     end) saves that step again, ``overwrite=True``, with the epoch and the epoch's metrics over
-    the batch's: the epoch's metrics (``val_loss``) reach the store; so does a resumed run's
-    epoch end before any batch when the latest step was saved at a step, not an epoch end (the
-    interrupted run's last batch saved it). Any other save at or below the latest step saved is
-    skipped with a warning naming both.
+    the batch's: the epoch's metrics (``val_loss``) reach the store; so does, with
+    ``every_n_steps``, a resumed run's epoch end before any batch when the latest step was saved
+    at a step, not an epoch end (the interrupted run's last batch saved it). Any other save at or
+    below the latest step saved is skipped with a warning naming both.
     A logged value stacked over the steps of one call is recorded as its last value; a NaN or
     infinite one is recorded aside by the store.
 
@@ -217,11 +217,12 @@ class CheckpointCallback:
         if latest is not None:
             self._steps = max(self._steps, latest)
             self._last_saved = latest
-            record = self._store.read_metadata(latest)
-            if record.epoch is None and self._steps == latest:
-                # saved at a step, not an epoch end: an epoch end before any batch is its own
-                # (the interrupted run's last batch saved it), so it saves that step again
-                self._batch_saved = (latest, dict(record.metrics))
+            if self._every_n_steps is not None and self._steps == latest:  # batches counted
+                record = self._store.read_metadata(latest)
+                if record.epoch is None:
+                    # saved at a step, not an epoch end: an epoch end before any batch is its
+                    # own (the interrupted run's last batch saved it), so it saves it again
+                    self._batch_saved = (latest, dict(record.metrics))
 
     def on_train_end(self, trainer: object, /) -> None:
         """Wait for the last background write (its error, if any, is raised here)."""
