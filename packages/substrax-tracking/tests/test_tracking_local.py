@@ -1086,3 +1086,12 @@ def test_numpy_values_of_ml_dtypes_are_numbers(tmp_path):
         "f8": [(0, 0.5)],
         "i4": [(0, 3.0)],
     }
+
+
+def test_a_histogram_of_one_value_too_large_for_numpy_s_half_unit_range_is_written(tmp_path):
+    """A hostile review: uint64's largest value raised "Too many bins for data range" (numpy
+    puts one value in a bin of +-0.5 around it, which a float that large cannot hold)."""
+    with FileLogger("run", tmp_path) as logger:
+        logger.log_histogram("big", np.array([2**64 - 1, 2**64 - 1], dtype=np.uint64), step=0)
+    record = json.loads((tmp_path / "run.histograms.jsonl").read_text())
+    assert (record["count"], record["counts"]) == (2, [2])

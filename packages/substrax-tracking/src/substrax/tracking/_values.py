@@ -256,6 +256,8 @@ def histogram_counts(finite: Any, bins: int) -> tuple[Any, Any]:
         >>> counts, edges = histogram_counts([1.0, 1.0000000000000002], 64)
         >>> counts.tolist(), len(edges)
         ([2], 2)
+        >>> histogram_counts([2.0**64, 2.0**64], 64)[0].tolist()
+        [2]
     """
     import numpy as np  # noqa: PLC0415
 
@@ -263,6 +265,8 @@ def histogram_counts(finite: Any, bins: int) -> tuple[Any, Any]:
     low, high = finite.min(), finite.max()
     with np.errstate(over="ignore", invalid="ignore"):  # a step of (1e308 + 1e308) / bins
         edges = np.linspace(low, high, bins + 1)
+    if low == high and low + 0.5 == low:  # numpy's own +-0.5 around one value is lost (2**64)
+        return np.histogram(finite, bins=np.array([low, np.nextafter(high, np.inf)]))
     if low < high and not (np.isfinite(edges).all() and (edges[:-1] < edges[1:]).all()):
         return np.histogram(finite, bins=np.array([low, high]))  # numpy's own check differs
     return np.histogram(finite, bins=bins)  # by version: it may index out of its bins instead
