@@ -215,3 +215,27 @@ def test_platforms_agree_reads_jax_s_gpu_as_either_gpu_platform(wanted, has, agr
     """A spec review: platforms=('cuda',) was refused on a CUDA machine once jax had started,
     since jax.default_backend() says 'gpu' there."""
     assert platforms_agree(wanted, has) is agree
+
+
+SEVERAL_UNSET = """
+import json
+import jax
+from substrax.runtime import JaxRuntime, RuntimeConfigurationError, apply_runtime
+jax.devices()
+out = {}
+for key, platforms in (("started", ("cpu", "cpu")), ("absent", ("cpu", "tpu"))):
+    try:
+        apply_runtime(JaxRuntime(platforms=platforms, compilation_cache=False))
+        out[key] = None
+    except RuntimeConfigurationError as error:
+        out[key] = str(error)
+print(json.dumps(out))
+"""
+
+
+def test_with_platforms_unset_the_default_then_platforms_jax_started_hold(child):
+    """A second pass: platforms=('cuda', 'cpu') was refused against jax's own start (GPU the
+    default, CPU started too), one default backend compared with two names."""
+    out = child(SEVERAL_UNSET)
+    assert out["started"] is None
+    assert "platforms=('cpu', 'tpu')" in out["absent"]

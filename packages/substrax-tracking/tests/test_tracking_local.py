@@ -1095,3 +1095,21 @@ def test_a_histogram_of_one_value_too_large_for_numpy_s_half_unit_range_is_writt
         logger.log_histogram("big", np.array([2**64 - 1, 2**64 - 1], dtype=np.uint64), step=0)
     record = json.loads((tmp_path / "run.histograms.jsonl").read_text())
     assert (record["count"], record["counts"]) == (2, [2])
+
+
+def test_threads_logging_one_histogram_at_one_step_keep_every_plot(tmp_path):
+    """A second pass: two threads picked the same free plot name, and one plot replaced the other
+    (20 of 80 kept)."""
+    pytest.importorskip("matplotlib", reason="the plots extra writes PNGs")
+    with FileLogger("run", tmp_path) as logger:
+
+        def log() -> None:
+            for step in range(5):
+                logger.log_histogram("h", np.arange(10.0), step=step)
+
+        threads = [threading.Thread(target=log) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(list((tmp_path / "histograms").iterdir())) == 20

@@ -18,10 +18,10 @@ from ._jax_client import backends_started
 from ._xla_flags import parse_xla_flags
 
 
-def _cpu_device_count(jax: Any) -> int | None:  # noqa: ANN401 - the jax module
-    """How many CPU devices the started backend has; None without a CPU backend."""
+def _device_count(jax: Any, platform: str = "cpu") -> int | None:  # noqa: ANN401 - jax
+    """How many devices of ``platform`` the started backends have; None without its backend."""
     try:
-        return len(jax.devices("cpu"))
+        return len(jax.devices(platform))
     except RuntimeError:
         return None
 
@@ -107,7 +107,7 @@ def _apply_cpu_devices(jax: Any, count: int, environ: Mapping[str, str]) -> None
         try:
             jax.config.update("jax_num_cpu_devices", count)
         except RuntimeError as error:
-            if _cpu_device_count(jax) != count:  # else it holds (XLA_FLAGS' count)
+            if _device_count(jax) != count:  # else it holds (XLA_FLAGS' count)
                 raise RuntimeConfigurationError(
                     f"cpu_devices={count} cannot be applied: jax has already started its "
                     f"backends ({error}); set JAX_NUM_CPU_DEVICES before the first jax call"
@@ -124,7 +124,8 @@ def platforms_agree(wanted: tuple[str, ...], has: tuple[str, ...]) -> bool:
     """Whether jax's platforms ``has`` are the ``wanted`` ones, name by name, in order.
 
     jax's ``gpu`` is its name for either GPU platform: ``jax.default_backend()`` says ``gpu``
-    on a machine whose backend is ``cuda`` (or ``rocm``), and ``JAX_PLATFORMS=gpu`` picks one.
+    on a machine whose backend is ``cuda`` (or ``rocm``), and ``JAX_PLATFORMS=gpu`` picks one, so
+    ``cuda`` and ``rocm`` each agree with ``gpu`` (not with each other).
 
     Example:
         >>> from substrax.runtime._apply import platforms_agree
@@ -153,9 +154,12 @@ def _refuse_startup_settings(
         current = jax.config.jax_platforms or ""
         names = tuple(p.strip() for p in current.split(",") if p.strip())
         has = f"jax has {current!r}"
-        if not names:  # jax chose its backends itself: the one it made the default holds
+        if not names:  # jax started every backend it found, and made one the default
             names = (jax.default_backend(),)
             has = f"jax_platforms is unset and jax's default backend is {names[0]!r}"
+            others = runtime.platforms[1:]  # after the default: they hold if jax started them
+            if all(_device_count(jax, platform) is not None for platform in others):
+                names += others
         if not platforms_agree(runtime.platforms, names):
             stale.append(f"platforms={runtime.platforms!r} ({has})")
     if runtime.xla_flags:

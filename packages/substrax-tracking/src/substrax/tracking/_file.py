@@ -37,7 +37,7 @@ from ._log_files import (
     metric_lines,
     strict_json,
 )
-from ._media import ImageWriter, save_image
+from ._media import ImageWriter, MediaNames, save_image
 from ._paths import ensure_writable_dir, file_part, log_stem
 from ._values import (
     checked_scalar,
@@ -139,7 +139,7 @@ class FileLogger(Logger):
         self._writer: DueWriter | None = None  # writes what waits, though no call comes
         self._unread = 0  # how many values of _pending are jax arrays
         self._images = ImageWriter(f"FileLogger({name!r}) images")
-        self._media_waiting: set[Path] = set()  # the images handed to it, not yet saved
+        self._media = MediaNames()  # its images' and plots' files
         self._held: BinaryIO | None = None
         if self.active:
             ensure_writable_dir(self.log_dir, "FileLogger")
@@ -297,14 +297,13 @@ class FileLogger(Logger):
     def _media_path(self, kind: str, name: str, step: int | None, index: int, suffix: str) -> Path:
         folder = self.log_dir / kind
         folder.mkdir(exist_ok=True)
-        while True:  # the first free file from the index-th: a name logged again keeps both
+
+        def path(index: int) -> Path:
             parts = ("" if step is None else f"_step{step}") + (f"_{index}" if index else "")
             safe = file_part(name, 251 - len(f"{self.stem}.{parts}".encode()))  # and a suffix
-            path = folder / f"{self.stem}.{safe}{parts}{suffix}"
-            files = [path] if suffix else [path.with_name(path.name + s) for s in (".png", ".npy")]
-            if path not in self._media_waiting and not any(f.exists() for f in files):
-                return path
-            index += 1
+            return folder / f"{self.stem}.{safe}{parts}{suffix}"
+
+        return self._media.take(path, index, suffix)
 
     def _pyplot_missing(self) -> bool:
         """Whether matplotlib is missing (warned about once)."""
@@ -321,14 +320,13 @@ class FileLogger(Logger):
         self._pyplot_missing()
         for index, image in enumerate(images):
             stem = self._media_path("images", name, step, index, "")
-            self._media_waiting.add(stem)
             self._images.submit(functools.partial(self._save_image, stem), image)
 
     def _save_image(self, stem: Path, image: Any) -> None:
         """Save ``image`` (in the image thread); one a full disk refuses is lost, with a warning."""
         try:
             save_image(stem, image)
-            self._media_waiting.discard(stem)  # its file now tells the name is taken
+            self._media.written(stem)
         except OSError as error:
             _logger.warning(
                 f"FileLogger({self.name!r}): image {stem} could not be written "
@@ -348,7 +346,9 @@ class FileLogger(Logger):
             with np.errstate(over="ignore", invalid="ignore"):
                 figure.add_subplot().stairs(summary["counts"], summary["edges"], fill=True)
                 figure.axes[0].set_title(name + ("" if step is None else f" (step {step})"))
-                figure.savefig(self._media_path("histograms", name, step, 0, ".png"), dpi=80)
+                plot = self._media_path("histograms", name, step, 0, ".png")
+                figure.savefig(plot, dpi=80)
+                self._media.written(plot)
         except (ValueError, OverflowError) as error:
             _logger.warning("%r: no PNG of histogram %r at step %s: %s", self, name, step, error)
 

@@ -16,7 +16,7 @@ from substrax.support import optional
 from ._values import number_kind
 
 
-__all__ = ["ImageWriter", "image_pixels", "save_image"]
+__all__ = ["ImageWriter", "MediaNames", "image_pixels", "save_image"]
 
 _MOST_WAITING = 1 << 30  # bytes of pixels waiting to be stored before a call waits for the oldest
 
@@ -68,6 +68,37 @@ def save_image(stem: Path, image: Any) -> Path:
             array = array.astype(np.float32 if number_kind(array.dtype) == "f" else np.int64)
         np.save(path, array)
     return path
+
+
+class MediaNames:
+    """Free file names for a logger's images and plots, taken by any thread.
+
+    An image logged again under its name and step is numbered past the files already there and
+    those still being written, so every one is kept.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: set[Path] = set()  # taken, not written yet
+        self._lock = threading.Lock()
+
+    def take(self, path: Callable[[int], Path], index: int, suffix: str) -> Path:
+        """The first free ``path(index)``, ``path(index + 1)``... (``suffix`` "": an image's stem).
+
+        An image's file is its stem's ``.png``, or ``.npy`` without matplotlib.
+        """
+        with self._lock:
+            while True:
+                taken = path(index)
+                ends = ("",) if suffix else (".png", ".npy")
+                files = [taken.with_name(taken.name + end) for end in ends]
+                if taken not in self._waiting and not any(f.exists() for f in files):
+                    self._waiting.add(taken)
+                    return taken
+                index += 1
+
+    def written(self, path: Path) -> None:
+        """``path`` is written: its file now tells that the name is taken."""
+        self._waiting.discard(path)
 
 
 class ImageWriter:
