@@ -134,34 +134,6 @@ def test_the_epoch_metrics_reach_a_step_that_every_n_steps_saved_at_the_epoch_en
     assert "monitored key" not in caplog.text
 
 
-@pytest.mark.parametrize("batches_left", [0, 2])
-def test_a_resumed_epoch_end_its_last_batch_saved_saves_that_step_again(
-    store_dir, caplog, batches_left
-):
-    """A hostile review: killed between the last batch's save of step 4 and the epoch end's
-    overwrite, a resumed run ran the epoch end alone and saved it as step 5, which held step 4
-    (and best_step named 5); later saves then stayed one step high."""
-    with OrbaxCheckpointStore(store_dir, keep_best=1, best_metric="val_loss") as store:
-        killed = CheckpointCallback(store, items=_items, every_n_steps=4, monitor=["val_loss"])
-        killed.on_train_begin(None)
-        for batch in range(4):
-            killed.on_batch_end(None, batch, {"loss": 1.0})
-    with OrbaxCheckpointStore(store_dir, keep_best=1, best_metric="val_loss") as store:
-        store.restore(store.latest_step())  # the resumed run holds the latest step
-        resumed = CheckpointCallback(store, items=_items, every_n_steps=4, monitor=["val_loss"])
-        resumed.on_train_begin(None)
-        for batch in range(batches_left):  # resumed mid-epoch instead: no step saved again
-            resumed.on_batch_end(None, batch, {"loss": 1.0})
-        resumed.on_epoch_end(None, 0, {"val_loss": 0.5})
-        resumed.on_train_end(None)
-        latest = 4 + batches_left
-        assert store.list_steps() == sorted({4, latest})
-        record = store.read_metadata(latest)
-        assert (record.epoch, record.metrics) == (0, {"val_loss": 0.5})
-        assert store.best_step("val_loss") == latest
-    assert "skipped" not in caplog.text
-
-
 def test_a_resume_from_an_older_step_than_the_latest_never_overwrites_the_latest(store_dir):
     """A second pass: restored from the best step (2), not the latest (4, saved at a step), the
     resumed epoch end overwrote step 4 with step 2's weights."""
@@ -185,22 +157,6 @@ def test_a_resume_from_an_older_step_than_the_latest_never_overwrites_the_latest
         assert store.list_steps() == [2, 4, 5]
         np.testing.assert_array_equal(store.restore(4).items["model"]["w"], [4.0, 4.0])
         assert store.read_metadata(4).epoch is None
-
-
-def test_the_resumed_epoch_end_keeps_the_step_s_non_finite_metrics_and_extra(store_dir):
-    """A second pass: the overwrite dropped a NaN loss and the user's extra (a data position)."""
-    with OrbaxCheckpointStore(store_dir) as store:
-        store.save(4, _items(None), metrics={"loss": float("nan"), "lr": 0.1}, extra={"pos": 123})
-    with OrbaxCheckpointStore(store_dir) as store:
-        store.restore(4)
-        resumed = CheckpointCallback(store, items=_items, every_n_steps=2)
-        resumed.on_train_begin(None)
-        resumed.on_epoch_end(None, 0, {"val_loss": 5.0})
-        resumed.on_train_end(None)
-        record = store.read_metadata(4)
-    assert (record.epoch, record.metrics) == (0, {"lr": 0.1, "val_loss": 5.0})
-    assert list(record.nonfinite_metrics) == ["loss"]
-    assert record.extra["pos"] == 123
 
 
 def test_an_epoch_driven_resume_from_a_step_saved_checkpoint_never_overwrites_it(store_dir):

@@ -239,3 +239,4 @@ def test_with_platforms_unset_the_default_then_platforms_jax_started_hold(child)
     out = child(SEVERAL_UNSET)
     assert out["started"] is None
     assert "platforms=('cpu', 'tpu')" in out["absent"]
+    assert "it started no tpu backend" in out["absent"]

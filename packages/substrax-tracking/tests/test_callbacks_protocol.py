@@ -1,5 +1,3 @@
-from types import SimpleNamespace
-
 import pytest
 
 from substrax.callbacks import (
@@ -195,17 +193,12 @@ class _MemoryStore:
 
     def __init__(self) -> None:
         self.saved: dict[int, dict] = {}
-        self.records: dict[int, SimpleNamespace] = {}
 
-    def save(self, step, items, *, epoch=None, metrics=None, **_labels):  # overwrite=
+    def save(self, step, items, **_labels):  # epoch=, metrics=, overwrite=
         self.saved[step] = items
-        self.records[step] = SimpleNamespace(epoch=epoch, metrics=metrics or {})
 
     def latest_step(self):
         return max(self.saved, default=None)
-
-    def read_metadata(self, step):
-        return self.records[step]
 
 
 def _checkpointed_run(order, losses, store, *, restore_from=None):

@@ -9,6 +9,7 @@ import logging
 import shutil
 import threading
 
+import numpy as np
 import pytest
 
 from substrax import tracking
@@ -189,3 +190,28 @@ def test_a_logger_opened_on_a_full_disk_starts(small_disk, which):
     logger.log_scalar("loss", 1.0, step=0)
     small_disk.free()
     logger.close()
+
+
+def test_a_plot_or_image_a_full_disk_refuses_is_warned_about_and_leaves_no_empty_file(
+    small_disk, caplog
+):
+    """A third pass: log_histogram raised the OSError of a full disk out of the call (a file log
+    call never raises for a full disk) and left a 0-byte PNG, as a refused image did, and the
+    plot's name stayed taken."""
+    pytest.importorskip("matplotlib", reason="the plots extra writes PNGs")
+    logger = FileLogger("run", small_disk.path, flush_every=0)
+    logger.log_histogram("h", np.arange(10.0), step=0)
+    logger.flush()
+    small_disk.fill()
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        logger.log_histogram("h", np.random.default_rng(0).random(1000), step=1)
+        logger.log_image("im", np.random.default_rng(0).random((64, 64)), step=1)
+        logger.flush()
+    assert "no PNG of histogram 'h' at step 1" in caplog.text
+    assert "could not be written" in caplog.text
+    media = [*(small_disk.path / "histograms").iterdir(), *(small_disk.path / "images").iterdir()]
+    assert all(path.stat().st_size for path in media), media
+    small_disk.free()
+    logger.log_histogram("h", np.arange(10.0), step=1)
+    logger.close()
+    assert (small_disk.path / "histograms" / "run.h_step1.png").stat().st_size

@@ -8,9 +8,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from substrax.support import check_int, require
-from substrax.typing import JsonValue
 
-from ._extra import NONFINITE_METRICS_KEY
 from ._protocol import CheckpointStore, PyTree
 
 
@@ -91,11 +89,8 @@ class CheckpointCallback:
     driven by epochs alone, its epochs counted on or from 0 again), so labels keep increasing.
     An epoch end at the step its last batch just saved (``every_n_steps`` landing on the epoch
     end) saves that step again, ``overwrite=True``, with the epoch and the epoch's metrics over
-    the batch's: the epoch's metrics (``val_loss``) reach the store; so does, with
-    ``every_n_steps``, a resumed run's epoch end before any batch when the run restored the
-    latest step through ``store`` and that step was saved at a step, not an epoch end (the
-    interrupted run's last batch saved it). Any other save at or below the latest step saved is
-    skipped with a warning naming both.
+    the batch's: the epoch's metrics (``val_loss``) reach the store. Any other save at or below
+    the latest step saved is skipped with a warning naming both.
     A logged value stacked over the steps of one call is recorded as its last value; a NaN or
     infinite one is recorded aside by the store.
 
@@ -158,9 +153,8 @@ class CheckpointCallback:
         self._steps = 0
         self._counted = False  # whether on_batch_end has counted any step
         self._last_saved: int | None = None  # the latest step the store holds, to our knowledge
-        # the step the latest batch end saved, the metrics and extra it recorded, until the next
-        # save (or the step a resumed run restored, saved at a step)
-        self._batch_saved: tuple[int, dict[str, float], dict[str, JsonValue]] | None = None
+        # the step the latest batch end saved, and the metrics it recorded, until the next save
+        self._batch_saved: tuple[int, dict[str, float]] | None = None
 
     @property
     def steps(self) -> int:
@@ -189,10 +183,10 @@ class CheckpointCallback:
     ) -> None:
         metrics = self._metrics(logs or {})
         batch_saved, self._batch_saved = self._batch_saved, None
-        overwrite, extra = False, None
+        overwrite = False
         if epoch is not None and batch_saved is not None and batch_saved[0] == step:
             # every_n_steps landed on the epoch end: the step again, with the epoch's metrics
-            overwrite, extra = True, batch_saved[2]
+            overwrite = True
             metrics = {**batch_saved[1], **metrics}
         elif self._last_saved is not None and step <= self._last_saved:
             _logger.warning(
@@ -208,16 +202,11 @@ class CheckpointCallback:
             self._warn_missing(logs or {}, metrics)
         flush_before_saving(self._flush, step, "CheckpointCallback")
         self._store.save(
-            step,
-            self._items(trainer),
-            epoch=epoch,
-            metrics=metrics,
-            extra=extra or None,
-            overwrite=overwrite,
+            step, self._items(trainer), epoch=epoch, metrics=metrics, overwrite=overwrite
         )
         self._last_saved = step
         if epoch is None:
-            self._batch_saved = (step, metrics, {})
+            self._batch_saved = (step, metrics)
 
     def on_train_begin(self, trainer: object, /) -> None:
         """Start counting steps from the store's latest step (a resumed run continues)."""
@@ -226,16 +215,6 @@ class CheckpointCallback:
         if latest is not None:
             self._steps = max(self._steps, latest)
             self._last_saved = latest
-            # batches counted, and the trainer holds the latest step (restored through this
-            # store): saved at a step, not an epoch end, an epoch end before any batch is its
-            # own (the interrupted run's last batch saved it), so it saves that step again
-            restored = getattr(self._store, "restored_step", None)
-            if self._every_n_steps is not None and restored == latest == self._steps:
-                record = self._store.read_metadata(latest)
-                if record.epoch is None:
-                    metrics = {**record.metrics, **record.nonfinite_metrics}
-                    kept = {k: v for k, v in record.extra.items() if k != NONFINITE_METRICS_KEY}
-                    self._batch_saved = (latest, metrics, kept)
 
     def on_train_end(self, trainer: object, /) -> None:
         """Wait for the last background write (its error, if any, is raised here)."""
@@ -251,7 +230,7 @@ class CheckpointCallback:
         """Save every ``every_n_epochs`` epochs, with the monitored metrics."""
         if self._every_n_epochs is None or (epoch + 1) % self._every_n_epochs:
             return
-        if self._counted or self._batch_saved is not None:
+        if self._counted:
             step = self._steps
         elif self._last_saved is not None and epoch <= self._last_saved:
             step = self._last_saved + 1  # a resumed run whose epochs are no steps above the latest

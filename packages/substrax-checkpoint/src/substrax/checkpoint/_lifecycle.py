@@ -37,20 +37,11 @@ class StoreLifecycle(Closeable):
     _writer: Writer
     _release: Callable[[], object]
     _book: IndexBook
-    _restored: int | None  # the step restore() last returned
 
     @property
     def directory(self) -> Path:
         """The store's root directory (absolute)."""
         return self._directory
-
-    @property
-    def restored_step(self) -> int | None:
-        """The step this store's :meth:`restore` last returned (None: none yet).
-
-        ``CheckpointCallback`` reads it to tell that a resumed run holds its latest step.
-        """
-        return self._restored
 
     @property
     def retention(self) -> RetentionPolicy:

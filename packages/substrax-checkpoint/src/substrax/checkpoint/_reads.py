@@ -213,7 +213,6 @@ class StoreReads(StoreLifecycle):
                     step,
                     self._directory,
                 )
-        self._restored = step
         return Checkpoint(step, values, record.metadata, verified=verified)
 
     def describe(self, step: int) -> dict[str, list[StoredLeaf]]:

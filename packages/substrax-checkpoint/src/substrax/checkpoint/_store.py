@@ -144,7 +144,6 @@ class OrbaxCheckpointStore(StoreReads):
         self._checksums = use_checksums
         self._read_only = read_only
         self._superseded = False
-        self._restored = None
         self._manager_ = None
         self._closed = False
         if read_only:

@@ -158,7 +158,9 @@ def _refuse_startup_settings(
             names = (jax.default_backend(),)
             has = f"jax_platforms is unset and jax's default backend is {names[0]!r}"
             others = runtime.platforms[1:]  # after the default: they hold if jax started them
-            if all(_device_count(jax, platform) is not None for platform in others):
+            if missing := [p for p in others if _device_count(jax, p) is None]:
+                has += f", and it started no {', '.join(missing)} backend"
+            else:
                 names += others
         if not platforms_agree(runtime.platforms, names):
             stale.append(f"platforms={runtime.platforms!r} ({has})")

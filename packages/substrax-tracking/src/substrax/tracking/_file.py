@@ -37,7 +37,7 @@ from ._log_files import (
     metric_lines,
     strict_json,
 )
-from ._media import ImageWriter, MediaNames, save_image
+from ._media import ImageWriter, MediaNames, save_image, save_plot
 from ._paths import ensure_writable_dir, file_part, log_stem
 from ._values import (
     checked_scalar,
@@ -326,31 +326,27 @@ class FileLogger(Logger):
         """Save ``image`` (in the image thread); one a full disk refuses is lost, with a warning."""
         try:
             save_image(stem, image)
-            self._media.written(stem)
         except OSError as error:
             _logger.warning(
                 f"FileLogger({self.name!r}): image {stem} could not be written "
                 f"({error}); it is lost"
             )
+        finally:
+            self._media.written(stem)
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         summary = histogram_of(name, values)
         self._append(self._files[3], {"step": step, "name": name, **summary})
         if self._pyplot_missing() or not summary["counts"]:
             return
-        import numpy as np  # noqa: PLC0415
-        from matplotlib.figure import Figure  # noqa: PLC0415
-
-        figure = Figure(figsize=(5, 3))
-        try:  # edges from -1e308 to 1e308: no axis spans them (the line above keeps the counts)
-            with np.errstate(over="ignore", invalid="ignore"):
-                figure.add_subplot().stairs(summary["counts"], summary["edges"], fill=True)
-                figure.axes[0].set_title(name + ("" if step is None else f" (step {step})"))
-                plot = self._media_path("histograms", name, step, 0, ".png")
-                figure.savefig(plot, dpi=80)
-                self._media.written(plot)
-        except (ValueError, OverflowError) as error:
+        plot = self._media_path("histograms", name, step, 0, ".png")
+        title = name + ("" if step is None else f" (step {step})")
+        try:  # a full disk loses the plot alone (the line above keeps the counts)
+            save_plot(plot, summary["counts"], summary["edges"], title)
+        except (ValueError, OverflowError, OSError) as error:
             _logger.warning("%r: no PNG of histogram %r at step %s: %s", self, name, step, error)
+        finally:
+            self._media.written(plot)
 
     def flush(self) -> None:
         """Write every line and image logged so far and ``fsync`` the lines, waiting for jax values.

@@ -16,7 +16,7 @@ from substrax.support import optional
 from ._values import number_kind
 
 
-__all__ = ["ImageWriter", "MediaNames", "image_pixels", "save_image"]
+__all__ = ["ImageWriter", "MediaNames", "image_pixels", "save_image", "save_plot"]
 
 _MOST_WAITING = 1 << 30  # bytes of pixels waiting to be stored before a call waits for the oldest
 
@@ -59,15 +59,38 @@ def save_image(stem: Path, image: Any) -> Path:
         array = array[..., 0]
     png = optional("matplotlib") is not None
     path = stem.parent / f"{stem.name}{'.png' if png else '.npy'}"
-    if png:  # through Pillow, a dependency of matplotlib
-        from PIL import Image  # noqa: PLC0415
+    try:
+        if png:  # through Pillow, a dependency of matplotlib
+            from PIL import Image  # noqa: PLC0415
 
-        Image.fromarray(image_pixels(array)).save(path, format="PNG", compress_level=1)
-    else:
-        if array.dtype.kind == "V":  # ml_dtypes' (bfloat16): as numpy's own, which np.load reads
-            array = array.astype(np.float32 if number_kind(array.dtype) == "f" else np.int64)
-        np.save(path, array)
+            Image.fromarray(image_pixels(array)).save(path, format="PNG", compress_level=1)
+        else:
+            if array.dtype.kind == "V":  # ml_dtypes' (bfloat16): as numpy's, which np.load reads
+                array = array.astype(np.float32 if number_kind(array.dtype) == "f" else np.int64)
+            np.save(path, array)
+    except BaseException:
+        path.unlink(missing_ok=True)  # no file cut short (a full disk) under the image's name
+        raise
     return path
+
+
+def save_plot(path: Path, counts: list[int], edges: list[float], title: str) -> None:
+    """Draw a histogram's ``counts`` over its bin ``edges`` into the PNG ``path`` (matplotlib).
+
+    A file cut short (a full disk) is removed, and the error raised.
+    """
+    import numpy as np  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
+    figure = Figure(figsize=(5, 3))
+    try:  # edges from -1e308 to 1e308: no axis spans them (ValueError, OverflowError)
+        with np.errstate(over="ignore", invalid="ignore"):
+            figure.add_subplot().stairs(counts, edges, fill=True)
+            figure.axes[0].set_title(title)
+            figure.savefig(path, dpi=80)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
 
 
 class MediaNames:
