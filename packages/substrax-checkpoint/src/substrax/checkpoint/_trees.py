@@ -45,8 +45,10 @@ def _empty(node: object) -> bool:
     """Whether ``node`` is None or a container without children: a place without a leaf."""
     if node is None:
         return True
-    if isinstance(node, (dict, list, tuple)) or hasattr(node, "shape"):  # the common nodes, fast
-        return not node if isinstance(node, (dict, list, tuple)) else False
+    if isinstance(node, (dict, list, tuple)):  # the common containers, without flattening
+        return not node
+    if hasattr(node, "shape"):  # an array: a leaf
+        return False
     structure = jax.tree_util.tree_structure(node)
     return structure.num_leaves == 0 and structure.num_nodes == 1
 
