@@ -159,6 +159,29 @@ def test_a_resume_from_an_older_step_than_the_latest_never_overwrites_the_latest
         assert store.read_metadata(4).epoch is None
 
 
+def test_a_callback_used_again_for_a_second_fit_never_overwrites_the_latest(store_dir):
+    """A fourth pass: the first fit's last batch save (step 4) was still taken for the epoch end's
+    own step, so the second fit's first epoch end wrote step 2's restored weights over step 4."""
+    weights = {"w": np.zeros(2)}
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        callback = CheckpointCallback(
+            store, items=lambda _: {"model": dict(weights)}, every_n_steps=2
+        )
+        callback.on_train_begin(None)
+        for step in range(1, 5):
+            weights["w"] = np.full(2, float(step))
+            callback.on_batch_end(None, step, {"loss": 10.0 - step})
+            if step == 2:
+                callback.on_epoch_end(None, 0, {"val_loss": 1.0})
+        callback.on_train_end(None)
+        weights["w"] = np.asarray(store.restore(2).items["model"]["w"])
+        callback.on_train_begin(None)  # the second fit
+        callback.on_epoch_end(None, 1, {"val_loss": 5.0})
+        callback.on_train_end(None)
+        assert store.list_steps() == [2, 4, 5]
+        np.testing.assert_array_equal(store.restore(4).items["model"]["w"], [4.0, 4.0])
+
+
 def test_an_epoch_driven_resume_from_a_step_saved_checkpoint_never_overwrites_it(store_dir):
     """A trainer driven by epochs alone trains before its epoch end: the state is no longer the
     restored step's, which stays as it was (the resumed epoch end saves the next step)."""

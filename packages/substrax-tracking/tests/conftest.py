@@ -359,11 +359,22 @@ def wandb_runs():
 
 
 class SmallDisk:
-    """A real 4 MB tmpfs at ``path``: :meth:`fill` leaves it without a free byte, :meth:`free` gives the room back."""
+    """A real 4 MB tmpfs of 2048 inodes at ``path``: :meth:`fill` leaves it without a free byte,
+    :meth:`fill_inodes` without a free inode (no file or folder can be made), :meth:`free` gives
+    the room back."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.filler = path / ".filler"
+        self.inode_fillers: list[Path] = []
+
+    def fill_inodes(self) -> None:
+        """Make empty files until the file system refuses a new one (ENOSPC)."""
+        with contextlib.suppress(OSError):
+            while True:
+                filler = self.path / f".inode-filler-{len(self.inode_fillers)}"
+                filler.touch()
+                self.inode_fillers.append(filler)
 
     def fill(self) -> None:
         """Write a filler file until the file system refuses (ENOSPC), a page at a time at the end."""
@@ -376,6 +387,9 @@ class SmallDisk:
 
     def free(self) -> None:
         self.filler.unlink(missing_ok=True)
+        for filler in self.inode_fillers:
+            filler.unlink()
+        self.inode_fillers.clear()
 
 
 @pytest.fixture
@@ -386,7 +400,7 @@ def small_disk(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs (a real full disk) needs root")
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)],
+        ["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=2048", "tmpfs", str(path)],
         capture_output=True,
         check=False,
         timeout=30,

@@ -215,3 +215,23 @@ def test_a_plot_or_image_a_full_disk_refuses_is_warned_about_and_leaves_no_empty
     logger.log_histogram("h", np.arange(10.0), step=1)
     logger.close()
     assert (small_disk.path / "histograms" / "run.h_step1.png").stat().st_size
+
+
+def test_an_image_or_plot_whose_folder_a_full_disk_cannot_make_is_warned_about(small_disk, caplog):
+    """A fourth pass: with no inode left, the first image or histogram of a run raised the disk's
+    OSError out of the call, making its folder (images/, histograms/)."""
+    pytest.importorskip("matplotlib", reason="the plots extra writes PNGs")
+    logger = FileLogger("run", small_disk.path, flush_every=0)
+    logger.log_scalar("loss", 1.0, step=0)
+    logger.flush()
+    small_disk.fill_inodes()
+    with caplog.at_level(logging.WARNING, logger="substrax.tracking"):
+        logger.log_image("im", np.zeros((4, 4)), step=1)
+        logger.log_histogram("h", np.arange(10.0), step=1)
+        logger.flush()
+    assert "could not be written" in caplog.text
+    assert "no PNG of histogram 'h' at step 1" in caplog.text
+    small_disk.free()
+    logger.log_image("im", np.zeros((4, 4)), step=2)
+    logger.close()
+    assert [path.name for path in (small_disk.path / "images").iterdir()] == ["run.im_step2.png"]

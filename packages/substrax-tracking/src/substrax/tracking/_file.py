@@ -296,7 +296,8 @@ class FileLogger(Logger):
 
     def _media_path(self, kind: str, name: str, step: int | None, index: int, suffix: str) -> Path:
         folder = self.log_dir / kind
-        folder.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):  # a full disk: the write warns that the file is lost
+            folder.mkdir(exist_ok=True)
 
         def path(index: int) -> Path:
             parts = ("" if step is None else f"_step{step}") + (f"_{index}" if index else "")
