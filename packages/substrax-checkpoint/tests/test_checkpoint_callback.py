@@ -1,3 +1,4 @@
+import logging
 import signal
 import sys
 
@@ -159,7 +160,7 @@ def test_a_resume_from_an_older_step_than_the_latest_never_overwrites_the_latest
         assert store.read_metadata(4).epoch is None
 
 
-def test_a_callback_used_again_for_a_second_fit_never_overwrites_the_latest(store_dir):
+def test_a_callback_used_again_for_a_second_fit_never_overwrites_the_latest(store_dir, caplog):
     """A fourth pass: the first fit's last batch save (step 4) was still taken for the epoch end's
     own step, so the second fit's first epoch end wrote step 2's restored weights over step 4."""
     weights = {"w": np.zeros(2)}
@@ -178,8 +179,9 @@ def test_a_callback_used_again_for_a_second_fit_never_overwrites_the_latest(stor
         callback.on_train_begin(None)  # the second fit
         callback.on_epoch_end(None, 1, {"val_loss": 5.0})
         callback.on_train_end(None)
-        assert store.list_steps() == [2, 4, 5]
+        assert store.list_steps() == [2, 4]  # no optimizer step counted since 4: skipped
         np.testing.assert_array_equal(store.restore(4).items["model"]["w"], [4.0, 4.0])
+    assert "the save of step 4 (epoch 1) is skipped" in caplog.text
 
 
 def test_an_epoch_driven_resume_from_a_step_saved_checkpoint_never_overwrites_it(store_dir):
@@ -443,6 +445,37 @@ def test_a_preemption_at_the_latest_step_saves_it_again_keeping_its_record(store
             {"preempted": True},
         )
         np.testing.assert_array_equal(reader.restore(5).items["model"]["w"], [42.0, 42.0])
+
+
+def test_a_preemption_saving_the_latest_step_without_some_of_its_items_warns(store_dir, caplog):
+    """A fifth pass: a preemption at the step a CheckpointCallback had just saved (with the
+    optimizer) saved it again with the model alone, and exited 0 without a word."""
+    with OrbaxCheckpointStore(store_dir) as store:
+        store.save(5, {"model": {"w": np.zeros(2)}, "optimizer": {"mu": np.zeros(2)}})
+    with caplog.at_level(logging.WARNING), pytest.raises(SystemExit):
+        _preempted_at(store_dir, 5)
+    assert "step 5 is saved again without the items ['optimizer']" in caplog.text
+
+
+def test_a_second_fit_s_epoch_end_before_any_batch_is_labelled_by_the_steps_counted(
+    store_dir, caplog
+):
+    """A fifth pass: a callback used again for a second fit labelled its first epoch end by the
+    epoch number (step 10 holding 6 optimizer steps); no step was counted since step 6."""
+    with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
+        callback = CheckpointCallback(store, items=_items, every_n_steps=4)
+        callback.on_train_begin(None)
+        for epoch in range(2):
+            for batch in range(3):
+                callback.on_batch_end(None, batch, {"loss": 1.0})
+            callback.on_epoch_end(None, epoch, {"val_loss": 1.0})
+        callback.on_train_begin(None)  # the second fit
+        callback.on_epoch_end(None, 10, {"val_loss": 0.9})
+        for batch in range(6):
+            callback.on_batch_end(None, batch, {"loss": 1.0})
+        callback.on_train_end(None)
+        assert store.list_steps() == [3, 4, 6, 8, 12]
+    assert "the save of step 6 (epoch 10) is skipped" in caplog.text
 
 
 def test_items_that_are_not_a_function_are_refused_at_the_first_step_not_at_the_preemption(

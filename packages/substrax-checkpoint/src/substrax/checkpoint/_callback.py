@@ -211,7 +211,7 @@ class CheckpointCallback:
     def on_train_begin(self, trainer: object, /) -> None:
         """Start counting steps from the store's latest step (a resumed run continues)."""
         del trainer
-        self._counted, self._batch_saved = False, None  # a callback used for a second fit
+        self._batch_saved = None  # a second fit: its first epoch end is not that batch's
         latest = self._store.latest_step()
         if latest is not None:
             self._steps = max(self._steps, latest)

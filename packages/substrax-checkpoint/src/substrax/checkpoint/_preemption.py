@@ -235,13 +235,21 @@ class PreemptionHandler:
             self._refuse(step, latest)
         flush_before_saving(self._flush, step, "PreemptionHandler")
         recorded = _numbers(metrics or {})
+        saved = items()
         if latest == step:  # saved at this boundary already: again, with what changed since
             earlier = self._store.read_metadata(step)  # (an epoch end's learning-rate cut)
             epoch = earlier.epoch if epoch is None else epoch
             recorded = {**earlier.metrics, **earlier.nonfinite_metrics, **recorded}
+            if dropped := sorted(set(earlier.items) - set(saved)):
+                _logger.warning(
+                    "PreemptionHandler: step %d is saved again without the items %s its earlier "
+                    "save held (a CheckpointCallback's?); give them in items= to keep them",
+                    step,
+                    dropped,
+                )
         self._store.save(
             step,
-            items(),
+            saved,
             epoch=epoch,
             metrics=recorded,
             extra={"preempted": True},
