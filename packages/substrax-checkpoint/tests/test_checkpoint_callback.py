@@ -135,23 +135,32 @@ def test_the_epoch_metrics_reach_a_step_that_every_n_steps_saved_at_the_epoch_en
     assert "monitored key" not in caplog.text
 
 
+def _holding(weights):
+    """Items of a model whose one weight array is ``weights["w"]``, as it is at each save."""
+    return lambda _trainer: {"model": dict(weights)}
+
+
+def _first_fit(callback, weights):
+    """Four steps, each step's weights its number; an epoch ends after step 2 (the best, as its
+    val_loss is the only one), and the fit stops after step 4's every_n_steps=2 save."""
+    callback.on_train_begin(None)
+    for step in range(1, 5):
+        weights["w"] = np.full(2, float(step))
+        callback.on_batch_end(None, step, {"loss": 10.0 - step})
+        if step == 2:
+            callback.on_epoch_end(None, 0, {"val_loss": 1.0})
+    callback.on_train_end(None)
+
+
 def test_a_resume_from_an_older_step_than_the_latest_never_overwrites_the_latest(store_dir):
     """A second pass: restored from the best step (2), not the latest (4, saved at a step), the
     resumed epoch end overwrote step 4 with step 2's weights."""
     weights = {"w": np.zeros(2)}
     with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
-        first = CheckpointCallback(store, items=lambda _: {"model": dict(weights)}, every_n_steps=2)
-        first.on_train_begin(None)
-        for step in range(1, 5):
-            weights["w"] = np.full(2, float(step))
-            first.on_batch_end(None, step, {"loss": 10.0 - step})
-            if step == 2:
-                first.on_epoch_end(None, 0, {"val_loss": 1.0})
+        _first_fit(CheckpointCallback(store, items=_holding(weights), every_n_steps=2), weights)
     with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
         weights["w"] = np.asarray(store.restore(2).items["model"]["w"])
-        resumed = CheckpointCallback(
-            store, items=lambda _: {"model": dict(weights)}, every_n_steps=2
-        )
+        resumed = CheckpointCallback(store, items=_holding(weights), every_n_steps=2)
         resumed.on_train_begin(None)
         resumed.on_epoch_end(None, 1, {"val_loss": 5.0})
         resumed.on_train_end(None)
@@ -165,16 +174,8 @@ def test_a_callback_used_again_for_a_second_fit_never_overwrites_the_latest(stor
     own step, so the second fit's first epoch end wrote step 2's restored weights over step 4."""
     weights = {"w": np.zeros(2)}
     with OrbaxCheckpointStore(store_dir, max_to_keep=None) as store:
-        callback = CheckpointCallback(
-            store, items=lambda _: {"model": dict(weights)}, every_n_steps=2
-        )
-        callback.on_train_begin(None)
-        for step in range(1, 5):
-            weights["w"] = np.full(2, float(step))
-            callback.on_batch_end(None, step, {"loss": 10.0 - step})
-            if step == 2:
-                callback.on_epoch_end(None, 0, {"val_loss": 1.0})
-        callback.on_train_end(None)
+        callback = CheckpointCallback(store, items=_holding(weights), every_n_steps=2)
+        _first_fit(callback, weights)
         weights["w"] = np.asarray(store.restore(2).items["model"]["w"])
         callback.on_train_begin(None)  # the second fit
         callback.on_epoch_end(None, 1, {"val_loss": 5.0})
