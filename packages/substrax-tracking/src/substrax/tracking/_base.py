@@ -24,7 +24,7 @@ from ._hparams import check_hyperparams
 from ._log_files import json_ready
 from ._paths import check_logger_name
 from ._process import current_process_index
-from ._values import histogram_problem, histogram_summary, number_kind
+from ._values import histogram_summary, histogram_values, number_kind
 
 
 _CHECKED: set[str] = set()  # metric names that passed check_metric_name
@@ -243,12 +243,13 @@ class Logger(Closeable):
         self._check_open()
         check_metric_name(name, values)
         step = check_step(step, "histogram", name)
-        if (problem := histogram_problem(values)) is not None:
+        array, problem = histogram_values(values)  # a host array-like read once, for all
+        if problem is not None:
             expected = "an array-like of real numbers"
             got = f"{type(values).__name__} ({problem})"
             raise LoggedTypeError(f"histogram {name!r}", values, expected, got)
         if self.active:
-            self._write_histogram(name, values, step)
+            self._write_histogram(name, array, step)
 
     def flush(self) -> None:
         """Make every record logged so far durable: written (and fsynced), delivered or spooled.

@@ -223,27 +223,27 @@ def histogram_summary(values: Any, bins: int = 64) -> dict[str, Any]:
     return {"count": count, **summary, "counts": counts.tolist(), "edges": edges.tolist()}
 
 
-def histogram_problem(values: Any) -> str | None:
-    """Why ``values`` is not an array-like of real numbers (its dtype), or None.
+def histogram_values(values: Any) -> tuple[Any, str | None]:
+    """``values`` as the array every logger reads, and why they are not real numbers, or None.
 
-    A jax array is judged by its dtype alone (nothing is read from the device).
+    A host array-like becomes numpy's array once; a jax array stays as it is, judged by its
+    dtype alone (nothing is read from the device).
 
     Example:
-        >>> from substrax.tracking._values import histogram_problem
-        >>> histogram_problem([1, 2.5]), histogram_problem(None), histogram_problem([1j])
+        >>> from substrax.tracking._values import histogram_values
+        >>> histogram_values([1, 2.5])[1], histogram_values(None)[1], histogram_values([1j])[1]
         (None, 'its values are of the dtype object', 'its values are of the dtype complex128')
     """
     import numpy as np  # noqa: PLC0415
 
-    dtype = getattr(values, "dtype", None) if is_device_array(values) else None
-    if dtype is None:
+    if not is_device_array(values):
         try:
-            dtype = np.asarray(values).dtype
+            values = np.asarray(values)
         except (TypeError, ValueError) as error:  # a ragged list
-            return str(error)
-    if (number_kind(dtype) or "O") not in "biuf":  # complex, objects, strings, dates
-        return f"its values are of the dtype {dtype}"
-    return None
+            return values, str(error)
+    if (number_kind(values.dtype) or "O") not in "biuf":  # complex, objects, strings, dates
+        return values, f"its values are of the dtype {values.dtype}"
+    return values, None
 
 
 def histogram_counts(finite: Any, bins: int) -> tuple[Any, Any]:
