@@ -1017,6 +1017,21 @@ def test_an_image_or_plot_logged_again_under_its_name_and_step_keeps_every_file(
     assert len(list((tmp_path / "histograms").iterdir())) == 2
 
 
+def test_two_file_logs_in_one_folder_whose_image_names_meet_keep_both_images(tmp_path):
+    """A hostile review: ``exp``'s image ``val.sample`` and ``exp.val``'s ``sample`` have one
+    file name; the second took it while the first was still being written, and overwrote it."""
+    pytest.importorskip("matplotlib", reason="the plots extra writes PNGs")
+    from PIL import Image
+
+    with FileLogger("exp", tmp_path) as train, FileLogger("exp.val", tmp_path) as val:
+        train.log_image("val.sample", np.zeros((1024, 1024)), step=1)  # slow to write
+        val.log_image("sample", np.ones((2, 2)), step=1)
+    pixels = sorted(
+        int(np.asarray(Image.open(path)).max()) for path in (tmp_path / "images").iterdir()
+    )
+    assert pixels == [0, 255]
+
+
 def test_a_histogram_s_statistics_show_its_nan_and_infinite_values(tmp_path):
     """A hostile review: min, max, mean and std left out inf and NaN, so grads/max never showed
     a blow-up; the bins still hold the finite values."""

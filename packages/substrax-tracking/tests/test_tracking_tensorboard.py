@@ -119,6 +119,7 @@ def test_tensorboard_and_the_file_log_store_the_same_pixels(tmp_path):
     ("image", "error"),
     [
         (np.zeros((0, 5, 3)), "ImageShapeError"),
+        ([], "LoggedTypeError"),  # a list of no images logged nothing, silently
         (np.full((2, 2), "a"), "LoggedTypeError"),
         (np.full((2, 2), 1 + 2j), "LoggedTypeError"),
     ],

@@ -128,8 +128,9 @@ def prunable(
     if missing is not None and warned is not None and len(steps) > 1 and missing not in warned:
         warned.add(missing)
         _logger.warning(
-            "keep_best ranks by the metric %r, which no step records (the steps record: %s); "
-            "keeping every step: check best_metric= or pass metrics={%r: ...} to save()",
+            "keep_best ranks by the metric %r, which no step records yet (the steps record: "
+            "%s); every step is kept until one does: if it is not an epoch's metric still to "
+            "come, check best_metric= or pass metrics={%r: ...} to save()",
             missing,
             ", ".join(recorded_metrics(metrics)) or "no metrics",
             missing,

@@ -37,7 +37,7 @@ from ._log_files import (
     metric_lines,
     strict_json,
 )
-from ._media import ImageWriter, MediaNames, save_image, save_plot
+from ._media import ImageWriter, media_written, save_image, save_plot, take_media_name
 from ._paths import ensure_writable_dir, file_part, log_stem
 from ._values import (
     checked_scalar,
@@ -139,7 +139,6 @@ class FileLogger(Logger):
         self._writer: DueWriter | None = None  # writes what waits, though no call comes
         self._unread = 0  # how many values of _pending are jax arrays
         self._images = ImageWriter(f"FileLogger({name!r}) images")
-        self._media = MediaNames()  # its images' and plots' files
         self._held: BinaryIO | None = None
         if self.active:
             ensure_writable_dir(self.log_dir, "FileLogger")
@@ -304,7 +303,7 @@ class FileLogger(Logger):
             safe = file_part(name, 251 - len(f"{self.stem}.{parts}".encode()))  # and a suffix
             return folder / f"{self.stem}.{safe}{parts}{suffix}"
 
-        return self._media.take(path, index, suffix)
+        return take_media_name(path, index, suffix)
 
     def _pyplot_missing(self) -> bool:
         """Whether matplotlib is missing (warned about once)."""
@@ -333,7 +332,7 @@ class FileLogger(Logger):
                 f"({error}); it is lost"
             )
         finally:
-            self._media.written(stem)
+            media_written(stem)
 
     def _write_histogram(self, name: str, values: Any, step: int | None) -> None:
         summary = histogram_of(name, values)
@@ -347,7 +346,7 @@ class FileLogger(Logger):
         except (ValueError, OverflowError, OSError) as error:
             _logger.warning("%r: no PNG of histogram %r at step %s: %s", self, name, step, error)
         finally:
-            self._media.written(plot)
+            media_written(plot)
 
     def flush(self) -> None:
         """Write every line and image logged so far and ``fsync`` the lines, waiting for jax values.

@@ -16,7 +16,14 @@ from substrax.support import optional
 from ._values import number_kind
 
 
-__all__ = ["ImageWriter", "MediaNames", "image_pixels", "save_image", "save_plot"]
+__all__ = [
+    "ImageWriter",
+    "image_pixels",
+    "media_written",
+    "save_image",
+    "save_plot",
+    "take_media_name",
+]
 
 _MOST_WAITING = 1 << 30  # bytes of pixels waiting to be stored before a call waits for the oldest
 
@@ -93,35 +100,34 @@ def save_plot(path: Path, counts: list[int], edges: list[float], title: str) -> 
         raise
 
 
-class MediaNames:
-    """Free file names for a logger's images and plots, taken by any thread.
+_TAKEN: set[Path] = set()  # media files named, not written yet, by any FileLogger here
+_TAKING = threading.Lock()
+
+
+def take_media_name(path: Callable[[int], Path], index: int, suffix: str) -> Path:
+    """The first free ``path(index)``, ``path(index + 1)``... (``suffix`` "": an image's stem).
 
     An image logged again under its name and step is numbered past the files already there and
-    those still being written, so every one is kept.
+    those still being written, by any thread and by every ``FileLogger`` of the process (two in
+    one folder, named ``exp`` and ``exp.val``, can reach one file name), so each one is kept.
+    An image's file is its stem's ``.png``, or ``.npy`` without matplotlib. Call
+    :func:`media_written` once the file is written, or its writing failed.
     """
+    with _TAKING:
+        while True:
+            taken = path(index)
+            ends = ("",) if suffix else (".png", ".npy")
+            files = [taken.with_name(taken.name + end) for end in ends]
+            if taken not in _TAKEN and not any(f.exists() for f in files):
+                _TAKEN.add(taken)
+                return taken
+            index += 1
 
-    def __init__(self) -> None:
-        self._waiting: set[Path] = set()  # taken, not written yet
-        self._lock = threading.Lock()
 
-    def take(self, path: Callable[[int], Path], index: int, suffix: str) -> Path:
-        """The first free ``path(index)``, ``path(index + 1)``... (``suffix`` "": an image's stem).
-
-        An image's file is its stem's ``.png``, or ``.npy`` without matplotlib.
-        """
-        with self._lock:
-            while True:
-                taken = path(index)
-                ends = ("",) if suffix else (".png", ".npy")
-                files = [taken.with_name(taken.name + end) for end in ends]
-                if taken not in self._waiting and not any(f.exists() for f in files):
-                    self._waiting.add(taken)
-                    return taken
-                index += 1
-
-    def written(self, path: Path) -> None:
-        """``path`` is written: its file now tells that the name is taken."""
-        self._waiting.discard(path)
+def media_written(path: Path) -> None:
+    """``path`` is written (or lost): its file, if any, now tells that the name is taken."""
+    with _TAKING:
+        _TAKEN.discard(path)
 
 
 class ImageWriter:
