@@ -311,6 +311,21 @@ def test_nested_hyperparameters_are_merged_key_by_key_with_the_config(
     assert _value(config["lr"]) == 0.1
 
 
+def test_a_nan_hyperparameter_reaches_the_config_as_the_file_log_writes_it(
+    wandb_offline, read_complete_run, tmp_path
+):
+    """A hostile review: W&B wrote a NaN config value as null (the file log writes "NaN",
+    MLflow "nan"), so a NaN hyperparameter looked unset."""
+    config = {"clip": float("inf"), "opt": {"eps": float("nan")}}
+    with WandbLogger("nan", project="substrax-tests", log_dir=tmp_path, config=config) as logger:
+        logger.log_hyperparams({"floor": -float("inf")})
+        logger.log_scalar("loss", 1.0, step=0)
+    _, written, _ = read_complete_run(tmp_path, [0])
+    assert _value(written["clip"]) == float("inf")  # W&B keeps an infinity
+    assert _value(written["opt"]) == {"eps": "NaN"}
+    assert _value(written["floor"]) == -float("inf")
+
+
 def test_a_hyperparameter_with_a_lone_surrogate_is_refused_at_the_call(wandb_offline, tmp_path):
     """Hostile finding: W&B took a string TensorBoard could never write (a lone surrogate)."""
     with pytest.raises(LoggedTypeError, match=r"hyperparameter 'opt\.note' must be a str"):

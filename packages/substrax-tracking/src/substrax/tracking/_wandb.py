@@ -31,6 +31,11 @@ _logger = logging.getLogger(__name__)
 _RESERVED: frozenset[str] = frozenset({"_step", "_runtime", "_timestamp", "_wandb"})
 
 
+def _nan_as_text(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with each NaN as the file log's ``"NaN"`` (W&B writes a NaN as null)."""
+    return json.loads(json.dumps(config), parse_constant=lambda c: c if c == "NaN" else float(c))
+
+
 def _setting(settings: Any, key: str) -> str | None:
     """What ``settings`` (a mapping or a ``wandb.Settings``) sets ``key`` to, as text, if anything."""
     if isinstance(settings, Mapping):
@@ -167,7 +172,7 @@ class WandbLogger(RemoteLogger):
         check_resume("WandbLogger", resume_step, run_id)
         self.resume_step = resume_step
         # the run's config so far: each log_hyperparams call sends the subtrees it changed, merged
-        self._hparams: dict[str, Any] = json_ready(dict(config or {}))
+        self._hparams: dict[str, Any] = _nan_as_text(json_ready(dict(config or {})))
         check_hyperparams(self._hparams)
         super().__init__(
             name,
@@ -261,7 +266,7 @@ class WandbLogger(RemoteLogger):
 
     def _write_hyperparams(self, params: Mapping[str, Any]) -> None:
         # W&B's config.update replaces a key's whole value: send each key's merged subtree
-        given = json_ready(dict(params))
+        given = _nan_as_text(json_ready(dict(params)))
         merge_params(self._hparams, given)
         merged = copy.deepcopy({key: self._hparams[key] for key in given})
         self._submit("hyperparams", None, {"params": merged}, materialized=True)
