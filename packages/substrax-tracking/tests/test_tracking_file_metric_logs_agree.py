@@ -126,7 +126,7 @@ def test_files_that_do_not_end_alike_get_the_csv_rewritten_from_the_jsonl(tmp_pa
 def test_files_that_agree_are_left_alone(tmp_path, caplog):
     first_run(tmp_path, 10)
     before = {p.name: p.read_bytes() for p in tmp_path.glob("run.metrics.*")}
-    with caplog.at_level(logging.WARNING), FileLogger("run", tmp_path):
+    with caplog.at_level(logging.WARNING), FileLogger("run", tmp_path, resume_step=9):
         pass
     assert {p.name: p.read_bytes() for p in tmp_path.glob("run.metrics.*")} == before
     assert not caplog.text

@@ -168,16 +168,32 @@ def test_nested_hyperparameters_of_two_calls_are_merged_key_by_key(tmp_path):
     }
 
 
-def test_a_resumed_file_logger_appends_to_the_same_files(tmp_path):
+def test_a_resumed_file_logger_appends_to_the_same_files(tmp_path, caplog):
     with FileLogger("run", tmp_path) as logger:
         logger.log_scalar("loss", 1.0, step=0)
-    with FileLogger("run", tmp_path) as logger:
+    with FileLogger("run", tmp_path, resume_step=0) as logger:
         logger.log_scalar("loss", 0.5, step=1)
+    assert "earlier run" not in caplog.text
     assert [m["step"] for m in lines(tmp_path / "run.metrics.jsonl")] == [0, 1]
     csv_lines = (tmp_path / "run.metrics.csv").read_text().splitlines()
     assert csv_lines[0] == "time,step,name,value"
     assert len(csv_lines) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.metrics.csv", "run.metrics.jsonl"]
+
+
+def test_a_new_run_into_a_file_log_holding_an_earlier_one_is_warned_of(tmp_path, caplog):
+    """A review as a 0.1.22 user: running a script again added its steps 0, 1, 2 after the
+    first run's in the same series without a word (0.1.22 wrote each run its own file)."""
+    for first in (10.0, 20.0):
+        with FileLogger("exp", tmp_path) as logger:
+            logger.log_scalars({"loss": first}, step=0)
+            logger.log_scalars({"loss": first + 1}, step=1)
+    [warning] = [r.getMessage() for r in caplog.records if "earlier run" in r.getMessage()]
+    assert "exp.metrics.jsonl holds an earlier run's records (up to step 1)" in warning
+    assert "resume_step=" in warning
+    assert read_scalars(tmp_path / "exp.metrics.jsonl")["loss"] == [
+        (0, 10.0), (1, 11.0), (0, 20.0), (1, 21.0)
+    ]  # kept, as the warning says
 
 
 @pytest.mark.parametrize(

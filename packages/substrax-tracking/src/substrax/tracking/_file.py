@@ -36,6 +36,7 @@ from ._log_files import (
     let_go,
     metric_lines,
     strict_json,
+    warn_of_earlier_run,
 )
 from ._media import ImageWriter, media_written, save_image, save_plot, take_media_name
 from ._paths import ensure_writable_dir, file_part, log_stem
@@ -73,7 +74,8 @@ class FileLogger(Logger):
             no later call wrote is written that long after it was logged, on a timer's thread.
         process_index: this process's index (see :func:`current_process_index`).
         all_processes: write on every process (each into its own ``<name>.p<index>.*`` files).
-        resume_step: the step of the checkpoint a resumed run restored (None: append to all).
+        resume_step: the step of the checkpoint a resumed run restored (None: a new run, added
+            after any records there, with a warning).
 
     Raises:
         TypeError: ``resume_step`` is not an int.
@@ -89,7 +91,7 @@ class FileLogger(Logger):
         ...     with FileLogger("demo", log_dir) as logger:
         ...         logger.log_scalar("loss", 0.5, step=1)
         ...     (log_dir / "demo.metrics.csv").read_text().splitlines()[1].split(",")[1:]
-        ...     with FileLogger("demo", log_dir) as logger:  # steps 2 and 3, then a preemption
+        ...     with FileLogger("demo", log_dir, resume_step=1) as logger:  # then a preemption
         ...         logger.log_scalars({"loss": 0.4}, step=2)
         ...         logger.log_scalars({"loss": 0.3}, step=3)
         ...     with FileLogger("demo", log_dir, resume_step=2) as logger:  # restored step 2
@@ -170,6 +172,8 @@ class FileLogger(Logger):
                     f"{self.metrics_jsonl} holds {held}; check that name and log_dir are the "
                     "first attempt's"
                 )
+        else:
+            warn_of_earlier_run(f"FileLogger({self.name!r})", self.metrics_jsonl)
         for file in self._files:  # the metric files are made now, the others when written
             if (file in self._files[:2] or file.path.exists()) and file.drop_torn_line():
                 _logger.warning(

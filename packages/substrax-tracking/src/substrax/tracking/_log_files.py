@@ -261,7 +261,18 @@ def _line_of(row: str) -> str | None:
         return None
 
 
-def _backwards(path: Path, convert: Callable[[str], str | None]) -> Iterator[tuple[str, str]]:
+def warn_of_earlier_run(owner: str, path: Path) -> None:
+    """Warn if the JSONL log ``path`` holds records, which a new run's are added after."""
+    found = next(_backwards(path, jsonl_step), None)  # the last record with a step
+    if found is not None:
+        _logger.warning(
+            f"{owner}: {path} holds an earlier run's records (up to step {found[1]}); this run's "
+            "are added after them. Pass resume_step= to resume it, or give a new run its own "
+            "name or log_dir"
+        )
+
+
+def _backwards[T](path: Path, convert: Callable[[str], T | None]) -> Iterator[tuple[str, T]]:
     """``(line, convert(line))`` for each line of ``path`` it converts, the last line first."""
     with contextlib.suppress(FileNotFoundError), path.open("rb") as file:
         end, head = file.seek(0, os.SEEK_END), b""  # head: a line begun in an earlier block
