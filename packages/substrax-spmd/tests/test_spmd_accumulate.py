@@ -79,6 +79,43 @@ def test_accumulated_step_equals_one_step_on_the_whole_batch(new_sgd_step, host_
         np.testing.assert_allclose(unsharded_params[name], value, rtol=1e-5, atol=1e-6)
 
 
+def masked_mse(model, batch):
+    """The mean squared error over the rows the mask counts (padded rows left out)."""
+    pred = model(batch["x"])[:, 0]
+    mask, count = batch["mask"], batch["mask"].sum()
+    per_row = (pred - batch["y"][:, 0]) ** 2
+    return (per_row * mask).sum() / count, {"mean_pred": (pred * mask).sum() / count}
+
+
+@pytest.mark.parametrize("devices", [None, 8], ids=["one device", "8 devices"])
+def test_a_masked_mean_loss_with_mask_equals_the_whole_batch(new_sgd_step, host_batches, devices):
+    """A hostile review: microbatches counting different numbers of rows were weighted alike
+    (a microbatch of one counted row weighed as much as one of 16), so a masked mean trained
+    differently from the whole batch, silently; and a microbatch counting none made it NaN."""
+    mesh = None if devices is None else create_device_mesh({"data": devices})
+    mask = np.zeros(16, np.float32)
+    mask[::2] = 1.0  # microbatch 0 (rows 0, 2, ...) counts 8 rows, microbatch 1 none but row 1
+    mask[1] = 1.0
+    for where in (mask, np.where(np.arange(16) % 2 == 0, mask, 0.0).astype(np.float32)):
+        batches = [dict(b, mask=where) for b in host_batches]  # the second: one counts none
+        whole = new_sgd_step(mesh, masked_mse, has_aux=True)
+        split = new_sgd_step(mesh, masked_mse, has_aux=True, accumulate_steps=2, mask="mask")
+        for batch in batches:
+            (loss, aux), (want, want_aux) = split(batch), whole(batch)
+            assert float(loss) == pytest.approx(float(want), rel=1e-5)
+            assert float(aux["mean_pred"]) == pytest.approx(float(want_aux["mean_pred"]), rel=1e-5)
+        for name, value in params_of(whole.model).items():
+            np.testing.assert_allclose(params_of(split.model)[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_a_mask_that_is_not_a_key_or_a_batch_without_it_is_refused(new_sgd_step, host_batches):
+    with pytest.raises(TypeError, match=r"TrainStep\(mask=3\): mask must be the batch's key"):
+        new_sgd_step(None, masked_mse, has_aux=True, accumulate_steps=2, mask=3)
+    step = new_sgd_step(None, mse_with_aux, has_aux=True, accumulate_steps=2, mask="mask")
+    with pytest.raises(ValueError, match=r"TrainStep\(mask='mask'\): the batch has no 'mask'"):
+        step(host_batches[0])
+
+
 @pytest.mark.x64
 def test_float64_gradients_are_summed_in_float64():
     # they were summed in float32: a float64 model lost its gradients' last 8 digits

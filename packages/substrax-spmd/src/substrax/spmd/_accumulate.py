@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from substrax.typing import PyTree
 
 from ._leaf_names import check_leading_rows
+from ._row_weights import row_weights
 
 
 # (params, rest, microbatch) -> ((loss, aux), grads, rest)
@@ -75,7 +76,13 @@ def _zeros_wide(x: jax.Array) -> jax.Array:
 
 
 def accumulate_gradients(
-    grad_fn: GradFn, params: PyTree, rest: PyTree, batch: PyTree, count: int
+    grad_fn: GradFn,
+    params: PyTree,
+    rest: PyTree,
+    batch: PyTree,
+    count: int,
+    *,
+    mask: str | None = None,
 ) -> tuple[tuple[Any, Any], PyTree, PyTree]:
     """Run ``grad_fn`` on each of ``count`` microbatches of ``batch`` and average the results.
 
@@ -87,20 +94,34 @@ def accumulate_gradients(
     averaged across microbatches (``count`` times fewer rows, each the mean of rows of
     different examples), so it should be reduced in ``loss_fn``. ``rest`` (batch statistics,
     RNG counts) is threaded through the microbatches in order.
+
+    With ``mask`` (the batch's key of per-row weights), each microbatch's loss, aux and
+    gradients are weighted by the sum of its rows' weights, and the sums divided by the
+    batch's: a loss that is a mean over the rows the mask counts (padded tokens left out)
+    then gives the whole batch's. A microbatch that counts no row adds nothing (its loss, 0/0,
+    is NaN).
     """
     microbatches = split_microbatches(batch, count)
+    weights = None
+    if mask is not None:  # each microbatch's share of the rows counted
+        weights = jnp.sum(split_microbatches(row_weights(batch, mask, "TrainStep"), count), 1)
 
     def body(
-        carry: tuple[PyTree, PyTree], microbatch: PyTree
+        carry: tuple[PyTree, PyTree], xs: tuple[PyTree, jax.Array | None]
     ) -> tuple[tuple[PyTree, PyTree], tuple[Any, Any]]:
         total, state = carry
+        microbatch, weight = xs
         out, grads, state = grad_fn(params, state, microbatch)
+        if weight is not None:
+            out, grads = jax.tree.map(lambda x: jnp.where(weight > 0, x * weight, 0), (out, grads))
         total = jax.tree.map(lambda t, g: t + g.astype(t.dtype), total, grads)
         return (total, state), out
 
     zeros = jax.tree.map(_zeros_wide, params)
-    (total, rest), (losses, aux) = jax.lax.scan(body, (zeros, rest), microbatches)
-    grads = jax.tree.map(lambda t, p: (t / count).astype(p.dtype), total, params)
-    loss = jnp.mean(losses, axis=0)
-    aux = jax.tree.map(lambda x: jnp.mean(x, axis=0), aux)
-    return (loss, aux), grads, rest
+    (total, rest), (losses, aux) = jax.lax.scan(body, (zeros, rest), (microbatches, weights))
+    if weights is None:
+        grads = jax.tree.map(lambda t, p: (t / count).astype(p.dtype), total, params)
+        return jax.tree.map(lambda x: jnp.mean(x, axis=0), (losses, aux)), grads, rest
+    counted = jnp.sum(weights)  # the rows the batch counts
+    grads = jax.tree.map(lambda t, p: (t / counted).astype(p.dtype), total, params)
+    return jax.tree.map(lambda x: jnp.sum(x, axis=0) / counted, (losses, aux)), grads, rest

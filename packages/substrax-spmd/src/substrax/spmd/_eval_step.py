@@ -7,9 +7,9 @@ every device (and process) gets the same value, equal to the mean computed on on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +22,7 @@ from substrax.typing import PyTree
 
 from ._batch_rules import BatchRules
 from ._precision import PrecisionPolicy
+from ._row_weights import check_mask_key, row_weights
 from ._step_state import mesh_of, reordered_onto
 from ._train_step import TrainStep
 from ._trained_by import check_current
@@ -52,23 +53,6 @@ def _rows(batch: PyTree) -> int:
         )
         raise ValueError(msg)
     return next(iter(rows))
-
-
-def _row_weights(batch: PyTree, key: str) -> jax.Array:
-    """The per-row weights a batch holds under ``key`` (EvalStep's ``mask``), as float32."""
-    if not isinstance(batch, Mapping) or key not in batch:
-        keys = sorted(map(str, batch)) if isinstance(batch, Mapping) else type(batch).__name__
-        raise ValueError(
-            f"EvalStep(mask={key!r}): the batch has no {key!r} key (it has {keys}); give "
-            "every batch its per-row weights under that key (1 for a row, 0 for padding)"
-        )
-    weights = jnp.asarray(cast("Mapping[str, Any]", batch)[key])
-    if weights.ndim != 1:
-        raise ValueError(
-            f"EvalStep(mask={key!r}): the mask has shape {weights.shape}; give one weight a row "
-            "(shape (rows,))"
-        )
-    return weights.astype(jnp.float32)
 
 
 def _masked_mean(metric: jax.Array, *, weights: jax.Array, key: str) -> jax.Array:
@@ -159,6 +143,7 @@ class EvalStep[M: nnx.Module]:
         eval_mode: bool = True,
         mask: str | None = None,
     ) -> None:
+        check_mask_key("EvalStep", mask)
         self._source = model
         self._mask = mask
         # a TrainStep's own model object, unsynced: syncing would make every step write back
@@ -195,7 +180,7 @@ class EvalStep[M: nnx.Module]:
                 metrics = precision.cast_to_output(metrics)
             if mask is None:
                 return jax.tree.map(jnp.mean, metrics)
-            weights = _row_weights(batch, mask)
+            weights = row_weights(batch, mask, "EvalStep")
             mean = partial(_masked_mean, weights=weights, key=mask)
             return jax.tree.map(mean, metrics), jnp.sum(weights)
 

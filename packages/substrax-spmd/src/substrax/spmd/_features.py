@@ -12,6 +12,7 @@ from substrax.typing import PyTree
 
 from ._multi_step import repeat_steps
 from ._precision import PrecisionPolicy
+from ._row_weights import check_mask_key
 from ._update import PureStep, build_update
 
 
@@ -27,15 +28,18 @@ def with_loop_features(
     accumulate_steps: int,
     steps_per_call: int,
     precision: PrecisionPolicy | None,
+    mask: str | None = None,
 ) -> PureStep:
     """``plain`` itself when no feature is asked for, else the step that runs them.
 
     Raises:
-        TypeError: A count that is not an int, or ``precision`` that is not a policy.
+        TypeError: A count that is not an int, ``precision`` that is not a policy, or a
+            ``mask`` that is not a key.
         ValueError: A count below 1, or parameters not in the policy's ``param_dtype``.
     """
     check_int("accumulate_steps", accumulate_steps, minimum=1)
     check_int("steps_per_call", steps_per_call, minimum=1)
+    check_mask_key("TrainStep", mask)
     step = plain
     if precision is not None:
         if not isinstance(precision, PrecisionPolicy):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -51,6 +55,7 @@ def with_loop_features(
             accumulate_steps=accumulate_steps,
             precision=precision,
             wrt=optimizer.wrt,
+            mask=mask,
         )
     if steps_per_call > 1:
         step = repeat_steps(step, steps_per_call)

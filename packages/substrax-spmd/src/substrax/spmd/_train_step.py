@@ -1,8 +1,4 @@
-"""A train step at hand-written ``jax.jit`` speed: one pure compiled call over split nnx state.
-
-:class:`TrainStep` splits the model and optimizer once and keeps the arrays, donated to each
-step (``nnx.jit`` walks the module graph every call; ``benchmarks/train_step.py`` measures both).
-"""
+"""A train step at hand-written ``jax.jit`` speed: one pure compiled call over split nnx state."""
 
 from __future__ import annotations
 
@@ -74,13 +70,16 @@ class TrainStep[M: nnx.Module]:
         donate: Donate the state buffers (the point of the exercise; turn off to debug).
         accumulate_steps: Split each batch into this many microbatches inside the compiled
             step (a ``lax.scan``) and average their gradients in float32: one update, the same
-            as on the whole batch for a mean loss, with one microbatch's activations in memory.
-            Every batch leaf is split by rows, a replicated one too (close over a per-class
-            table in ``loss_fn``), so its leading dimension must be a multiple of it
-            (:class:`~substrax.spmd.BatchSplitError` names the leaf otherwise); the loss and
-            every aux leaf are averaged over the microbatches, element by element: right for a
-            mean (per class too), not for a count or a maximum (return those as means); a
-            per-example aux would mix microbatches' rows, so reduce it in ``loss_fn``.
+            as on the whole batch for a mean over as many rows in each microbatch (a masked
+            mean: give ``mask``), with one microbatch's activations in memory. Every batch leaf
+            is split by rows, so its leading dimension must be a multiple of it
+            (:class:`~substrax.spmd.BatchSplitError` names the leaf otherwise). The loss and
+            each aux leaf are averaged over the microbatches, element by element: right for a
+            mean, not a count or a maximum, nor a per-example aux (reduce it in ``loss_fn``).
+        mask: With ``accumulate_steps``, the key (in a mapping batch) of per-row weights that
+            the loss's mean is over (1 for a row that counts, 0 for padding): each microbatch's
+            loss, aux and gradients are weighted by its rows' sum, so a masked mean comes out
+            as the whole batch's; a microbatch counting no row adds nothing.
         steps_per_call: Run this many steps in one call (a ``lax.scan``) on batches stacked on
             a new leading axis; the call returns the per-step losses (and aux) stacked.
             ``batch_sharding`` then describes one batch; the stacked axis is not split.
@@ -119,6 +118,7 @@ class TrainStep[M: nnx.Module]:
         accumulate_steps: int = 1,
         steps_per_call: int = 1,
         precision: PrecisionPolicy | None = None,
+        mask: str | None = None,
     ) -> None:
         check_current(model, None, "a TrainStep")  # not arrays another step donated
         check_optimizer_matches(model, optimizer)
@@ -174,6 +174,7 @@ class TrainStep[M: nnx.Module]:
             optimizer=optimizer,
             model=model,
             precision=precision,
+            mask=mask,
         )
         step = loops(accumulate_steps=accumulate_steps, steps_per_call=steps_per_call)
         self._jitted = jax.jit(
@@ -244,9 +245,8 @@ class TrainStep[M: nnx.Module]:
         kernel, a while loop that multiplies) ``flops`` is None and ``flops_reason`` says why.
         ``bytes_accessed`` is XLA's cost analysis of the compiled program for one device
         (read from the step compiled without its loops on one whole batch when it has them,
-        since XLA counts a loop's body once: an extra compilation, no run). The step's own trace
-        and compilation are reused by its calls. Each batch signature is analysed once. The
-        batch is checked as a call checks it: one the call would refuse is refused, not costed.
+        since XLA counts a loop's body once: an extra compilation, no run), once per batch
+        signature. The batch is checked as a call checks it: one it would refuse is refused.
 
         Raises:
             BatchPlacementError: A leaf that ``batch_sharding`` cannot split.
@@ -279,10 +279,9 @@ class TrainStep[M: nnx.Module]:
         counted = count_program_flops(self._jitted, (state, whole), mesh=self._mesh)
         if self._steps_per_call != 1:
             whole = jax.tree.map(lambda x: abstract(x, unstack=True), batch)
+        flops = None if counted.flops is None else counted.flops / (devices * self._steps_per_call)
         cost = StepCost(
-            flops=None
-            if counted.flops is None
-            else counted.flops / (devices * self._steps_per_call),
+            flops=flops,
             flops_reason=counted.reason,
             bytes_accessed=read_bytes(self._reference, (state, whole), mesh=self._mesh),
             devices=devices,
@@ -375,6 +374,7 @@ class _Options(TypedDict, total=False):
     accumulate_steps: int
     steps_per_call: int
     precision: PrecisionPolicy | None
+    mask: str | None
 
 
 def make_train_step[M: nnx.Module](

@@ -47,6 +47,7 @@ def build_update(
     accumulate_steps: int,
     precision: PrecisionPolicy | None,
     wrt: Filter,
+    mask: str | None = None,
 ) -> PureStep:
     """The step ``(state_leaves, batch) -> (state_leaves, loss or (loss, aux))``.
 
@@ -54,7 +55,8 @@ def build_update(
     precision policy they are cast to the compute dtype inside the differentiated function, so
     the gradient comes back in the stored dtype and no second copy outlives the step, and the
     model's layers compute in it (they cast their inputs; the batch itself is left as given,
-    so float targets keep their precision).
+    so float targets keep their precision). ``mask`` weights the microbatches
+    (:func:`accumulate_gradients`).
     """
 
     def grad_fn(
@@ -97,7 +99,7 @@ def build_update(
 
         if accumulate_steps > 1:
             (loss, aux), grads, rest = accumulate_gradients(
-                bound, params, rest, batch, accumulate_steps
+                bound, params, rest, batch, accumulate_steps, mask=mask
             )
         else:
             (loss, aux), grads, rest = bound(params, rest, batch)
