@@ -38,6 +38,16 @@ from substrax.support import (
 )
 
 
+def test_emit_without_a_stdout_shows_nothing_and_raises_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hostile review: a CLI run with its stdout closed (``>&-``) did its work, then printed a
+    traceback (``'NoneType' object has no attribute 'write'``) and exited 1."""
+    monkeypatch.setattr(sys, "stdout", None)
+    emit({"page": "p.html"}, "p.html", as_json=False)
+    emit({"page": "p.html"}, "p.html", as_json=True)
+
+
 def test_emit_writes_strict_json_that_any_parser_reads(capsys: pytest.CaptureFixture[str]) -> None:
     """Hostile finding: `run --json` printed NaN and Infinity, which a strict parser refuses."""
     import json
@@ -225,6 +235,8 @@ def test_run_command_maps_errors_to_exit_codes(capsys: pytest.CaptureFixture[str
     assert run_command("p", raising(KeyError("no job 'x'")), usage=(KeyError,)) == EXIT_USAGE
     assert run_command("p", raising(OSError("disk")), failures=(OSError,)) == EXIT_FAILED
     assert run_command("p", raising(KeyboardInterrupt())) == EXIT_INTERRUPTED == 130
+    # a reader that went (`| head`): quiet, as a shell has it (it printed "[Errno 32]", exit 1)
+    assert run_command("p", raising(BrokenPipeError(32, "Broken pipe")), failures=(OSError,)) == 141
     assert capsys.readouterr().err.splitlines() == [
         "p: error: bad path",
         "p: error: it broke",

@@ -24,6 +24,28 @@ def history(client, run_id, key):
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
+@pytest.mark.parametrize("stdout", ["ascii", "closed"])
+def test_a_run_ends_when_stdout_cannot_take_mlflows_run_link(
+    mlflow_server, tmp_path, monkeypatch, stdout
+):
+    """A hostile review: MLflow prints the run's link (with an emoji) to stdout before it ends a
+    run; an ASCII stdout (a latin-1 or C locale, PYTHONIOENCODING=ascii) or none (``>&-``)
+    raised there, and the run stayed RUNNING for ever (a replay of its spool too)."""
+    import io
+
+    ascii_out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", ascii_out if stdout == "ascii" else None)
+    with MLFlowLogger(
+        "ended", experiment_name="ended", tracking_uri=mlflow_server.uri, log_dir=tmp_path
+    ) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    run = MlflowClient(tracking_uri=mlflow_server.uri).get_run(logger.run_id)
+    assert run.info.status == "FINISHED"
+    assert history(MlflowClient(tracking_uri=mlflow_server.uri), logger.run_id, "loss") == [
+        (0, 1.0)
+    ]
+
+
 def test_every_metric_param_and_artifact_reads_back_through_the_server(mlflow_server, tmp_path):
     artifact = tmp_path / "model.txt"
     artifact.write_text("weights")

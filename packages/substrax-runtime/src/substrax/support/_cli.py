@@ -9,7 +9,9 @@ uses, and never a traceback.
 """
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Final
@@ -21,6 +23,7 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
+EXIT_BROKEN_PIPE: Final = 141  # a shell's code for a writer whose reader went (``| head``)
 
 
 class UsageError(PicklableError, ValueError):
@@ -85,8 +88,9 @@ def run_command(
     """Run ``command``; a raised error becomes its one line on stderr and its exit code.
 
     :class:`UsageError` and the ``usage`` types exit 2; :class:`CommandFailedError` and the
-    ``failures`` types exit 1; Ctrl-C (``KeyboardInterrupt``) exits 130 with one line. Anything
-    else is a bug and keeps its traceback.
+    ``failures`` types exit 1; Ctrl-C (``KeyboardInterrupt``) exits 130 with one line; a reader
+    that closed the output (``| head``) ends it quietly, 141 as a shell has it. Anything else is
+    a bug and keeps its traceback.
 
     Example:
         >>> from substrax.support import UsageError, run_command
@@ -101,6 +105,11 @@ def run_command(
     """
     try:
         return command()
+    except BrokenPipeError:
+        with contextlib.suppress(AttributeError, OSError):  # no stdout, or no file under it
+            # what waits in its buffer then goes nowhere, with no error at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except (UsageError, *usage) as error:
         sys.stderr.write(error_line(prog, error) + "\n")
         return EXIT_USAGE
@@ -169,7 +178,7 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def emit(data: object, text: str, *, as_json: bool) -> None:
-    """Print ``data`` as indented JSON when ``as_json``, else the human ``text``.
+    """Print ``data`` as indented JSON when ``as_json``, else the human ``text`` (no stdout: nothing).
 
     The JSON is strict: a NaN or infinite float is its text (``"NaN"``, ``"Infinity"``), as
     the file log writes it, since a strict parser refuses JSON's non-standard constants.
@@ -184,6 +193,8 @@ def emit(data: object, text: str, *, as_json: bool) -> None:
           "loss": "NaN"
         }
     """
+    if sys.stdout is None:  # closed (``>&-``): nowhere to show it; the command's work stands
+        return
     if as_json:  # through JSON and back: its non-finite constants become their text
         text = json.dumps(json.loads(json.dumps(data), parse_constant=str), indent=2)
     sys.stdout.write(text + "\n")

@@ -164,10 +164,7 @@ class MlflowSink:
         return cls(str(target["tracking_uri"]), spec=spec, replayed=True)
 
     def connect(self, timeout: float) -> str | None:
-        """Find or create the run in a thread of its own: why it is not ready within ``timeout`` s (None: it is).
-
-        An answer of the server that refuses (an unknown run id, a bad experiment) is raised.
-        """
+        """Find or create the run in its own thread: why not ready in ``timeout`` s (refusals raise)."""
         from mlflow.exceptions import RestException  # noqa: PLC0415
 
         self._first = FirstAttempt(self.set_up, name="substrax-mlflow-connect")
@@ -385,11 +382,18 @@ class MlflowSink:
         taken = self.found_attempt not in (None, self.died_attempt) and bool(self.died_attempt)
         if self.died and (ended or taken):  # a later attempt's (live elsewhere, or ended)
             if ended:  # running again only while its records were replayed
-                self.client.set_terminated(run_id, status=self.found_status)
+                self._end(run_id, self.found_status)
             return
         if not self.failed and self.client.get_run(run_id).info.status == "FAILED":
             return
-        self.client.set_terminated(run_id, status="FAILED" if self.failed else "FINISHED")
+        self._end(run_id, "FAILED" if self.failed else "FINISHED")
+
+    def _end(self, run_id: str, status: str | None) -> None:
+        """End the run as ``status``, even where stdout cannot take what MLflow prints."""
+        try:  # it prints the run's link first: a stdout that cannot take it (ASCII, closed,
+            self.client.set_terminated(run_id, status=status)  # None) left the run RUNNING
+        except (UnicodeError, OSError, ValueError, AttributeError):
+            self.client.update_run(run_id, status=status)  # with no end time
 
 
 register_sink_factory("mlflow", MlflowSink.from_target)
