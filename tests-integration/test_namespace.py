@@ -51,6 +51,9 @@ def test_parts_are_reached_as_attributes() -> None:
     assert substrax.records.__name__ == "substrax.records"
     assert substrax.runtime.__name__ == "substrax.runtime"
     assert "mesh" in dir(substrax)
+    # a review: the modules the namespace's own code imports were public names of substrax
+    assert not {"os", "sys", "ModuleType", "import_module"} & set(dir(substrax))
+    assert not hasattr(substrax, "os")
 
 
 def test_an_unknown_attribute_is_an_attribute_error() -> None:

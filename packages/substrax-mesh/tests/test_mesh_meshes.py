@@ -44,6 +44,19 @@ def test_a_smaller_mesh_is_warned_about_once_naming_the_devices_left_out(caplog,
     ]
 
 
+def test_devices_given_are_never_told_to_pass_devices(caplog, monkeypatch):
+    """A review as a 0.1.22 user: devices= given, the warning still said "pass devices= to
+    choose them"; as many as the mesh takes warn of nothing."""
+    monkeypatch.setattr(_meshes, "_warned_smaller", set())
+    with caplog.at_level("WARNING", logger="substrax.mesh"):
+        mesh = create_device_mesh({"data": 2}, devices=jax.devices()[2:4])
+        create_device_mesh({"data": 2}, devices=jax.devices()[2:])
+    assert list(mesh.devices.flat) == jax.devices()[2:4]
+    assert [r.getMessage() for r in caplog.records] == [
+        "mesh shape {'data': 2} takes the first 2 of the 6 devices given; pass as many as it takes"
+    ]
+
+
 def test_axis_types_are_honoured_and_checked():
     mesh = create_device_mesh({"data": 2}, axis_types=[AxisType.Explicit])
     assert mesh.axis_types == (AxisType.Explicit,)

@@ -240,6 +240,9 @@ def test_multi_dimensional_strategy_refuses_an_axis_its_config_lacks_or_holds_el
     staged = ParallelismConfig.from_sharding_config(ShardingConfig(pipeline_parallel_size=4))
     with pytest.raises(ValueError, match=r"num_stages=3 but its axis 'pipeline' has 4 devices"):
         MultiDimensionalStrategy({"pipeline": PipelineParallelStrategy("pipeline", 0, 3)}, staged)
+    # a 0.1.22 user's ShardingConfig: it raised AttributeError 'mesh_dict' (a hostile review)
+    with pytest.raises(TypeError, match=r"got a ShardingConfig; .*from_sharding_config\(config\)"):
+        MultiDimensionalStrategy({"model": model}, ShardingConfig(tensor_parallel_size=4))
 
 
 def test_pipeline_apply_sharding_checks_its_axis_like_the_others():

@@ -12,10 +12,10 @@ Example:
     'substrax.records'
 """
 
-import os
-import sys
-from importlib import import_module
-from types import ModuleType
+import os as _os
+import sys as _sys
+from importlib import import_module as _import_module
+from types import ModuleType as _ModuleType
 
 
 # The namespace spans every part's directory, editable (one src/ per part) or installed: what
@@ -24,8 +24,8 @@ __path__ = [
     *__path__,
     *(
         portion
-        for portion in (os.path.join(entry or os.curdir, __name__) for entry in sys.path)  # noqa: PTH118
-        if portion not in __path__ and os.path.isdir(portion)  # noqa: PTH112
+        for portion in (_os.path.join(entry or _os.curdir, __name__) for entry in _sys.path)  # noqa: PTH118
+        if portion not in __path__ and _os.path.isdir(portion)  # noqa: PTH112
     ),
 ]
 
@@ -52,10 +52,10 @@ _PARTS = frozenset(
 )
 
 
-def __getattr__(name: str) -> ModuleType | str:
+def __getattr__(name: str) -> _ModuleType | str:
     """Import a part, or read the installed version, on first access (PEP 562)."""
     if name in _PARTS:
-        return import_module(f"{__name__}.{name}")
+        return _import_module(f"{__name__}.{name}")
     if name == "__version__":
         # importlib.metadata costs ~100 ms to import: pay it only when the version is asked for.
         from importlib.metadata import version as installed_version  # noqa: PLC0415

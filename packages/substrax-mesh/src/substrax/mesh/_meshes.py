@@ -24,14 +24,22 @@ type MeshShape = Mapping[str, int] | Sequence[tuple[str, int]]
 
 _PAIR = 2
 _logger = logging.getLogger(__name__)
-_warned_smaller: set[tuple[int, int]] = set()
+_warned_smaller: set[tuple[int, int, bool]] = set()
 
 
-def _warn_smaller_mesh(shape: dict[str, int], needed: int, available: int) -> None:
+def _warn_smaller_mesh(shape: dict[str, int], needed: int, available: int, *, given: bool) -> None:
     """Say once per (mesh size, device count) that a mesh leaves devices unused."""
-    if (needed, available) in _warned_smaller:
+    if (needed, available, given) in _warned_smaller:
         return
-    _warned_smaller.add((needed, available))
+    _warned_smaller.add((needed, available, given))
+    if given:  # the caller chose the devices, and more of them than the mesh takes
+        _logger.warning(
+            "mesh shape %s takes the first %d of the %d devices given; pass as many as it takes",
+            shape,
+            needed,
+            available,
+        )
+        return
     _logger.warning(
         "mesh shape %s uses %d of the %d devices; the other %d are left out and stay idle. "
         "Size the mesh to every device (e.g. {'data': jax.device_count()}), or pass devices= "
@@ -133,7 +141,7 @@ def create_device_mesh(
         )
         raise MeshShapeError(msg, mesh_shape=shape, device_count=len(set(pool)))
     if needed < len(pool):
-        _warn_smaller_mesh(shape, needed, len(pool))
+        _warn_smaller_mesh(shape, needed, len(pool), given=devices is not None)
     if axis_types is None:
         types = (AxisType.Auto,) * len(shape)
     else:

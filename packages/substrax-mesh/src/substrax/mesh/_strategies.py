@@ -322,6 +322,7 @@ class MultiDimensionalStrategy:
         config: The parallelism configuration they serve.
 
     Raises:
+        TypeError: ``config`` is not a ``ParallelismConfig`` (a ``ShardingConfig``: convert it).
         ValueError: A strategy whose axis the config's mesh lacks, holds at another index, or
             (a pipeline's) sizes other than ``num_stages``; or strategies that share an axis
             though they may not.
@@ -340,6 +341,10 @@ class MultiDimensionalStrategy:
     _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.config, ParallelismConfig):  # pyright: ignore[reportUnnecessaryIsInstance]
+            got = type(self.config).__name__  # 0.1.22's users pass a ShardingConfig
+            msg = f"config must be a ParallelismConfig, got a {got}; convert a ShardingConfig with"
+            raise TypeError(msg + " ParallelismConfig.from_sharding_config(config)")
         object.__setattr__(self, "strategies", MappingProxyType(dict(self.strategies)))
         shareable = (DataParallelStrategy, FSDPStrategy)
         by_axis: dict[str, list[str]] = {}
