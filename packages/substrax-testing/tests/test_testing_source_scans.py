@@ -677,6 +677,19 @@ def test_documented_texts_gathers_public_docstrings_pages_and_scripts(tmp_path):
     ]
 
 
+def test_documented_texts_gives_a_page_given_twice_once(tmp_path):
+    """A review: a page in ``pages`` and under a page directory too was read twice."""
+    root = _write(tmp_path, PACKAGE)
+    texts = documented_texts(
+        root, package="src", pages=["docs/index.md"], page_directories=["docs", "docs/api"]
+    )
+    assert [t.path for t in texts if not t.path.startswith("src")] == [
+        "docs/index.md",
+        "docs/api/ref.rst",
+        "docs/guide.md/intro.md",
+    ]
+
+
 MESH_MODULE = """\
     'Mesh helpers.'
     import sys

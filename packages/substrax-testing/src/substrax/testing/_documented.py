@@ -153,7 +153,7 @@ def documented_texts(
 
     Returns:
         The texts: the package's docstrings, then pages, page directories and scripts, each
-        group in path order.
+        group in path order; a file reached twice (a page under a page directory too) once.
 
     Raises:
         SourceNotFoundError: A path does not exist (a ``FileNotFoundError``), or a file found
@@ -209,4 +209,7 @@ def documented_texts(
             existing(root / directory, "script_directories"), "script_directories"
         )
         texts.extend(_whole(path, root, "script_directories") for path in scripts)
-    return texts
+    unique: dict[tuple[object, ...], SourceText] = {}  # a page given and under a directory too
+    for text in texts:
+        unique.setdefault((text.path, text.scope, text.line), text)
+    return list(unique.values())
