@@ -211,5 +211,5 @@ def documented_texts(
         texts.extend(_whole(path, root, "script_directories") for path in scripts)
     unique: dict[tuple[object, ...], SourceText] = {}  # a page given and under a directory too
     for text in texts:
-        unique.setdefault((text.path, text.scope, text.line), text)
+        unique.setdefault((text.path, text.scope, text.line, text.text), text)
     return list(unique.values())
