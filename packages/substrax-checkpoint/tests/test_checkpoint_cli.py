@@ -1,4 +1,7 @@
+import errno
 import json
+import os
+import pathlib
 import subprocess
 import sys
 
@@ -139,6 +142,7 @@ def test_a_directory_that_holds_no_store_is_exit_2_and_left_alone(tmp_path, caps
     (stray / "logs").mkdir(parents=True)
     for args in (
         ["ls"],
+        ["show", "1"],  # it said "no checkpoint step 1 in ... (steps held: none)"
         ["verify"],
         ["prune", "--max-to-keep", "1", "--dry-run"],
         ["prune", "--max-to-keep", "1"],
@@ -292,3 +296,151 @@ def test_a_store_this_user_may_not_read_is_exit_2_naming_the_path(
     assert f"permission denied on {store_dir}" in lines[0]
     assert "chmod" in lines[0]
     assert "Errno" not in lines[0]
+
+
+def _plain_orbax_directory(root):
+    """What orbax's own CheckpointManager writes: step folders without a substrax record."""
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False)
+    with ocp.CheckpointManager(root, options=options) as manager:
+        manager.save(0, args=ocp.args.StandardSave({"w": np.ones(3)}))
+    return root
+
+
+def test_upgrade_and_prune_refuse_what_holds_no_store_and_create_nothing(
+    store_dir, tmp_path, capsys
+):
+    """Hostile finding: `upgrade` of a plain orbax directory, of one step's folder or of other
+    files said "upgraded 0 step(s)" and made an empty store; `prune` locked an empty folder."""
+    _fill(store_dir)
+    others = tmp_path / "others"
+    others.mkdir()
+    (others / "notes.txt").write_text("x")
+    sources = [_plain_orbax_directory(tmp_path / "orbax"), store_dir / "3", others]
+    for source in sources:
+        assert main(["upgrade", str(source), str(tmp_path / "new")]) == 2
+        assert f"{source} holds no checkpoint store" in _error_line(capsys)
+    assert (
+        "its folders named like steps (0)"
+        in (
+            main(["ls", str(tmp_path / "orbax")]),
+            _error_line(capsys),
+        )[1]
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for dry_run in (["--dry-run"], []):
+        assert main(["prune", str(empty), "--max-to-keep", "1", *dry_run]) == 2
+        assert f"{empty} is empty: it holds no checkpoint store" in _error_line(capsys)
+    assert main(["upgrade", str(empty), str(tmp_path / "new")]) == 2
+    assert f"{empty} is empty" in _error_line(capsys)
+    assert not (tmp_path / "new").exists()
+    assert not any(empty.iterdir()), "prune made an empty folder a store"
+    assert not [path for path in tmp_path.iterdir() if ".upgrading-" in path.name]
+
+
+def _read_only_file_system(monkeypatch, root):
+    """Every file or folder created under ``root`` fails as on a read-only mount (EROFS)."""
+    real_open, real_mkdir = os.open, pathlib.Path.mkdir
+
+    def refused(path):
+        return OSError(errno.EROFS, "Read-only file system", str(path))
+
+    def open_(path, flags, *args, **kwargs):
+        if str(path).startswith(str(root)) and flags & os.O_CREAT:
+            raise refused(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def mkdir(self, *args, **kwargs):
+        if str(self).startswith(str(root)) and not self.is_dir():
+            raise refused(self)
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
+
+
+def test_a_read_only_file_system_is_exit_2_naming_the_path(
+    store_dir, tmp_path, capsys, monkeypatch
+):
+    """Hostile finding: `prune` and `upgrade` on a read-only mount printed a bare
+    "[Errno 30] Read-only file system: ..." and exited 1."""
+    _fill(store_dir)
+    (store_dir / ".substrax-writer.lock").unlink()
+    _read_only_file_system(monkeypatch, tmp_path)
+    assert main(["prune", str(store_dir), "--max-to-keep", "1"]) == 2
+    err = _error_line(capsys)
+    assert f"{store_dir / '.substrax-writer.lock'} is on a read-only file system" in err
+    assert "add --dry-run" in err
+    assert "Errno" not in err
+    assert main(["prune", str(store_dir), "--max-to-keep", "1", "--dry-run"]) == 0
+    capsys.readouterr()
+    assert main(["upgrade", str(store_dir), str(tmp_path / "ro" / "sub" / "new")]) == 2
+    err = _error_line(capsys)
+    assert f"error: {tmp_path / 'ro' / 'sub'}" in err
+    assert "is on a read-only file system" in err
+    assert "upgrade into a destination on a writable file system" in err
+
+
+def _module(*args, env=None, **options):
+    return subprocess.run(
+        [sys.executable, "-m", "substrax.checkpoint", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+        **options,
+    )
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_the_command_line_reads_on_the_cpu_whatever_jax_platforms_says(store_dir, tmp_path):
+    """Hostile finding: with a JAX_PLATFORMS the machine lacks, `verify` reported every step
+    FAILED (a backend error, not the step's files), and `show` and `upgrade` printed tracebacks."""
+    _fill(store_dir)
+    bogus = {"JAX_PLATFORMS": "bogus"}
+    verified = _module("verify", "--json", store_dir, env=bogus)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert all(row["status"] == "ok" for row in json.loads(verified.stdout))
+    shown = _module("show", store_dir, 2, env=bogus)
+    assert (shown.returncode, shown.stderr) == (0, "")
+    upgraded = _module("upgrade", store_dir, tmp_path / "new", env=bogus)
+    assert (upgraded.returncode, upgraded.stderr) == (0, "")
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_a_path_the_terminal_cannot_show_fails_no_command(store_dir, tmp_path):
+    """Hostile finding: with PYTHONIOENCODING=ascii an upgrade into "é-new" completed, then
+    exited 1 on printing its path (and a retry was refused: the destination was not empty)."""
+    _fill(store_dir)
+    destination = tmp_path / "sp ace" / "é-new"
+    done = _module("upgrade", store_dir, destination, env={"PYTHONIOENCODING": "ascii"})
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "\\xe9-new" in done.stdout
+    with OrbaxCheckpointStore(destination, read_only=True) as store:
+        assert store.list_steps() == [1, 2, 3, 4]
+    missing = _module("show", destination, 9, env={"PYTHONIOENCODING": "ascii"})
+    assert missing.returncode == 2
+    assert "\\xe9-new (steps held: 1, 2, 3, 4)" in missing.stderr
+
+
+@pytest.mark.usefixtures("child_processes")
+def test_folders_named_like_steps_are_summed_up_in_one_line(store_dir, tmp_path):
+    """Hostile finding: each numbered folder that is no step printed its own raw
+    "WARNING:substrax.checkpoint._steps:..." line, at every command."""
+    numbered = tmp_path / "numbered"
+    for name in ("1", "2", "3"):
+        (numbered / name).mkdir(parents=True)
+    refused = _module("ls", numbered)
+    assert refused.returncode == 2
+    [line] = refused.stderr.splitlines()
+    assert "its folders named like steps (1, 2, 3) hold no step's metadata record" in line
+    _fill(store_dir)
+    (store_dir / "77" / "results").mkdir(parents=True)
+    listed = _module("verify", store_dir)
+    assert listed.returncode == 0
+    [line] = listed.stderr.splitlines()
+    assert line.startswith("python -m substrax.checkpoint: warning: the folders named like steps")
+    assert "(77)" in line

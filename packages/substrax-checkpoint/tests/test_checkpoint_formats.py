@@ -99,6 +99,40 @@ def test_upgrade_copies_a_step_saved_with_a_nan_metric_and_a_failure_leaves_no_c
     assert not [path.name for path in tmp_path.iterdir() if ".upgrading-" in path.name]
 
 
+def test_ctrl_c_during_an_upgrade_finishes_the_write_in_flight_then_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    """Hostile finding: Ctrl-C during an upgrade removed the copy while orbax still wrote into
+    it (its threads' tracebacks at exit). The copy runs on a thread of its own: the step being
+    written is finished, no other starts, and then the copy is removed."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("Ctrl-C is delivered to the main thread, which runs no test here")
+    main_thread = threading.main_thread().ident
+    assert main_thread is not None
+    source = tmp_path / "source"
+    with OrbaxCheckpointStore(source) as store:
+        for step in (1, 2, 3):
+            store.save(step, {"model": {"w": np.full(4, step)}})
+    save, finished = OrbaxCheckpointStore.save, []
+
+    def save_while_ctrl_c_is_pressed(self, step, *args, **kwargs):
+        if step == 1:
+            signal.pthread_kill(main_thread, signal.SIGINT)
+        written = save(self, step, *args, **kwargs)
+        finished.append((step, written.is_dir()))
+        return written
+
+    monkeypatch.setattr(OrbaxCheckpointStore, "save", save_while_ctrl_c_is_pressed)
+    with pytest.raises(KeyboardInterrupt):
+        upgrade_checkpoints(source, tmp_path / "copy")
+    assert finished[:1] == [(1, True)], "the write in flight was cut short"
+    assert all(whole for _, whole in finished)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["source"]
+
+
 def test_upgrade_keeps_a_step_without_a_manifest_unverified(tmp_path):
     """Hostile finding: the copy of a step whose files were never checked (no manifest) got a
     manifest of what was read, damage included, and verify called it ok."""

@@ -113,6 +113,25 @@ def test_check_extra_refuses_the_key_a_save_refuses_with_the_same_message(store_
     assert record.extra == {"nonfinite_metrics": {}}  # the record holds a save's own entry
 
 
+def test_reserved_metadata_keys_holds_every_key_a_save_refuses_as_reserved(store_dir):
+    """Hostile finding: the exported set lacked "nonfinite_metrics", which save refuses."""
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(1, {"model": {"w": np.zeros(2)}}, metrics={"loss": float("nan")})
+        recorded = json.loads((store_dir / "1" / "metadata" / "metadata").read_text())
+        own_extra = set(store.read_metadata(1).extra)  # what the save itself puts in extra
+        candidates = {*recorded, *own_extra, *RESERVED_METADATA_KEYS, "loss", "run"}
+        refused = set[str]()
+        for key in sorted(candidates):
+            try:
+                store.save(2, {"model": {"w": np.zeros(2)}}, extra={key: 1})
+            except ValueError as error:
+                refused.add(key if "are reserved" in str(error) else f"{key}: {error}")
+            else:
+                store.delete(2)
+    assert own_extra == {"nonfinite_metrics"}
+    assert refused == RESERVED_METADATA_KEYS
+
+
 def test_check_extra_refuses_a_tuple_which_would_read_back_as_a_list():
     with pytest.raises(TypeError, match=r"extra\['a'\]\['b'\] is a tuple, .* pass a list"):
         check_extra({"a": {"b": (1, 2)}})

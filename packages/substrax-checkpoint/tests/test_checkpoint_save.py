@@ -304,6 +304,14 @@ def test_a_metric_past_floats_range_is_an_infinity_and_a_numpy_step_is_a_step(st
         assert store.read_metadata(2).extra["nonfinite_metrics"] == {"loss": "inf"}
 
 
+def test_a_numpy_epoch_is_an_epoch(store_dir):
+    """Hostile finding: save(step=np.int64(7)) was taken, epoch=np.int64(3) a TypeError."""
+    with OrbaxCheckpointStore(store_dir, async_save=False) as store:
+        store.save(np.int64(7), {"model": {"w": np.zeros(2)}}, epoch=np.int64(3))
+        epoch = store.read_metadata(7).epoch
+    assert (epoch, type(epoch)) == (3, int)
+
+
 def test_a_folder_named_with_leading_zeros_hides_no_step(store_dir):
     """Hostile finding: a foreign folder "0005" hid the real step 5 from the writer: restore()
     took step 4, best_step named 4, retention never deleted 5, and save(5, overwrite=True) was

@@ -2,6 +2,8 @@
 
 import argparse
 import contextlib
+import errno
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -30,6 +32,7 @@ from ._read_errors import (
 )
 from ._reads import verify_step
 from ._retention import RetentionPolicy, prunable
+from ._steps import scan_steps
 from ._store import OrbaxCheckpointStore
 from ._upgrade import upgrade_checkpoints
 from ._write_errors import (
@@ -43,6 +46,7 @@ from ._write_errors import (
 
 
 PROG: Final = "python -m substrax.checkpoint"
+_LISTED: Final = 10  # folders named in a line
 _USAGE: Final = (  # bad input: exit 2
     CheckpointStoreNotFoundError,
     CheckpointStoreNotADirectoryError,
@@ -65,18 +69,32 @@ def _store_path(text: str) -> Path:
     return Path(text)
 
 
-def _check_holds_a_store(directory: Path, steps: Sequence[int]) -> None:
+def _check_holds_a_store(directory: Path, steps: Sequence[int], *, writes: bool = False) -> None:
     """Refuse a directory of other files and no store (no step, no writer lock): a mistyped path.
 
-    An empty one lists as an empty store: a writer may be about to open it.
+    An empty one lists as an empty store (a writer may be about to open it); a command that
+    ``writes`` refuses it too, rather than make it a store.
     """
     if steps or any((directory / name).exists() for name in (LOCK_FILE, INDEX_FILE)):
         return
-    if any(directory.iterdir()):
-        raise UsageError(
-            f"{directory} holds no checkpoint store (no step, and no {LOCK_FILE}, which a store "
-            "writes when it is opened); check the path"
-        )
+    if not any(directory.iterdir()):
+        if writes:
+            raise UsageError(f"{directory} is empty: it holds no checkpoint store; check the path")
+        return
+    others = _named_like_steps(directory)
+    if others:
+        others = f"; its folders named like steps ({others}) hold no step's metadata record"
+    raise UsageError(
+        f"{directory} holds no checkpoint store (no step, and no {LOCK_FILE}, which a store "
+        f"writes when it is opened){others}; check the path"
+    )
+
+
+def _named_like_steps(directory: Path) -> str:
+    """The folders of ``directory`` named like steps that are none, listed ("" if none)."""
+    others = sorted(scan_steps(directory).others)
+    more = f" and {len(others) - _LISTED} more" if len(others) > _LISTED else ""
+    return ", ".join(map(str, others[:_LISTED])) + more
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -126,6 +144,7 @@ def _ls(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:
+        _check_holds_a_store(args.directory, store.list_steps())
         try:
             record = store.read_metadata(args.step)
             tree = store.describe(args.step)
@@ -191,7 +210,7 @@ def _prune(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from error
     check_store_directory(args.directory)  # a writer would create it
     with OrbaxCheckpointStore(args.directory, read_only=True) as store:  # nor lock a stray one
-        _check_holds_a_store(args.directory, store.list_steps())
+        _check_holds_a_store(args.directory, store.list_steps(), writes=True)
     try:
         deleted, kept = _apply(args, policy)
     except CheckpointLockedError as error:
@@ -233,6 +252,8 @@ def _apply(args: argparse.Namespace, policy: RetentionPolicy) -> tuple[list[int]
 
 def _upgrade(args: argparse.Namespace) -> int:
     check_store_directory(args.source)
+    with OrbaxCheckpointStore(args.source, read_only=True) as store:  # nor copy a stray folder
+        _check_holds_a_store(args.source, store.list_steps(), writes=True)
     steps = upgrade_checkpoints(args.source, args.destination)
     data = {"source": str(args.source), "destination": str(args.destination), "steps": steps}
     listed = ", ".join(map(str, steps))
@@ -243,7 +264,9 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Inspect and maintain a checkpoint store."
+        prog=PROG,
+        description="Inspect and maintain a checkpoint store. Checkpoints are read on the CPU, "
+        "whatever JAX_PLATFORMS says: no accelerator is started (nor its memory taken).",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -282,10 +305,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status.
 
     0 on success; 1 for a failed operation (a broken step, a store another process writes, a
-    step ``ls`` lists as UNREADABLE); 2 for bad usage or input (a missing store, a step it does
-    not hold, bad retention rules, a destination that is not empty, a file this user may not
-    read), with one error line on stderr. Only ``prune`` without ``--dry-run`` and ``upgrade``
-    write. Called in-process, ``main`` leaves the process's loggers alone.
+    step ``ls`` lists as UNREADABLE); 2 for bad usage or input (a missing store, a directory
+    holding none, or an empty one for ``prune`` and ``upgrade``, a step it does not hold, bad
+    retention rules, a destination that is not empty, a file this user may not read, a path
+    on a read-only file system that would be written), with one error line on stderr. Only
+    ``prune`` without ``--dry-run`` and ``upgrade`` write. Called in-process, ``main`` leaves
+    the process's loggers and its jax platform alone (``python -m`` sets both, see
+    ``__main__``).
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -293,9 +319,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _permitted(args: argparse.Namespace) -> int:
-    """Run the command; a file this user may not read or write is bad input (exit 2), named."""
+    """Run the command; a file this user may not read or write is bad input (exit 2), named.
+
+    So is a path on a read-only file system that ``prune`` or ``upgrade`` would write. Folders
+    named like steps that are none are summed up in one warning line once the command is done.
+    """
     try:
-        return args.run(args)
+        done = args.run(args)
     except CheckpointStoreReadOnlyError:
         raise
     except PermissionError as error:
@@ -304,3 +334,27 @@ def _permitted(args: argparse.Namespace) -> int:
             f"permission denied on {path}; give this user access to it (chmod/chown), or run "
             "the command as the store's owner"
         ) from None
+    except OSError as error:
+        if error.errno != errno.EROFS:
+            raise
+        path = error.filename if error.filename is not None else "the store"
+        advice = _READ_ONLY_ADVICE.get(args.command, "")
+        raise UsageError(
+            f"{path} is on a read-only file system, and {args.command} writes there; {advice}"
+        ) from None
+    directory = args.source if args.command == "upgrade" else args.directory
+    others = _named_like_steps(directory)
+    if others:
+        sys.stderr.write(
+            f"{PROG}: warning: the folders named like steps in {directory} ({others}) hold no "
+            "step's metadata record: they are no checkpoints, and are left in place; move them "
+            "out of the store\n"
+        )
+    return done
+
+
+_READ_ONLY_ADVICE: Final = {
+    "prune": "run it where the store is mounted read-write, or add --dry-run to see what it "
+    "would delete",
+    "upgrade": "upgrade into a destination on a writable file system",
+}

@@ -9,8 +9,10 @@ NONFINITE_METRICS_KEY: Final = "nonfinite_metrics"
 """The ``extra`` key under which a save records its non-finite metrics, as text (``"nan"``...)."""
 RESERVED_METADATA_KEYS: Final = frozenset(
     {"format", "format_version", "step", "epoch", "items", "libraries", "producer", "metrics"}
-    | {"created_at", "checkpoint_version"}
+    | {"created_at", "checkpoint_version", NONFINITE_METRICS_KEY}
 )
+"""The keys a save refuses in ``extra``: the record's own, and where it records non-finite metrics."""
+_RECORD_KEYS: Final = RESERVED_METADATA_KEYS - {NONFINITE_METRICS_KEY}  # a record holds its own
 _DEEPEST: Final = 100  # levels of containers in ``extra``
 
 
@@ -20,7 +22,7 @@ def check_extra(extra: Mapping[str, object]) -> None:
     Every key of it (and of the objects it holds) is a non-empty str, and every value None, a
     bool, an int, a finite float, a str, or a list (not a tuple) or mapping of these that holds
     no cycle, so that the record reads back as it was saved (NaN and infinity are not JSON:
-    ``str(value)`` keeps them). No top-level key is in ``RESERVED_METADATA_KEYS`` or is
+    ``str(value)`` keeps them). No top-level key is in ``RESERVED_METADATA_KEYS``, which holds
     ``"nonfinite_metrics"`` (where a save records the metrics that are not finite).
 
     Raises:
@@ -38,23 +40,25 @@ def check_extra(extra: Mapping[str, object]) -> None:
         ...
         ValueError: extra['history'][1] is nan, which JSON cannot hold; store str(value) instead
     """
-    check_record_extra(extra)
-    if NONFINITE_METRICS_KEY in extra:
-        raise ValueError(
-            f"extra key {NONFINITE_METRICS_KEY!r} is where the store records non-finite "
-            "metrics; rename it"
-        )
+    _check_extra(extra, RESERVED_METADATA_KEYS)
 
 
 def check_record_extra(extra: Mapping[str, object]) -> None:
     """``check_extra`` less the save's own key: the check of a record's ``extra``."""
+    _check_extra(extra, _RECORD_KEYS)
+
+
+def _check_extra(extra: Mapping[str, object], reserved: frozenset[str]) -> None:
     if not isinstance(extra, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - user input
         raise TypeError(f"extra must be a mapping of str keys to JSON data, not {extra!r}")
     _check_json(extra, "extra", {})
-    clashes = sorted(set(extra) & RESERVED_METADATA_KEYS)
+    clashes = sorted(set(extra) & reserved)
     if clashes:
+        why = ""
+        if NONFINITE_METRICS_KEY in clashes:
+            why = f" ({NONFINITE_METRICS_KEY!r} is where the store records non-finite metrics)"
         raise ValueError(
-            f"extra keys {clashes} are reserved by CheckpointMetadata; rename them "
+            f"extra keys {clashes} are reserved by CheckpointMetadata{why}; rename them "
             f"(reserved: {sorted(RESERVED_METADATA_KEYS)})"
         )
 

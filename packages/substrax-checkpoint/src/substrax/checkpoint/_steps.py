@@ -31,6 +31,8 @@ REPLACED: Final = ".substrax-replaced"
 _RECORD_FILE: Final = "metadata"  # the file orbax's JsonCheckpointHandler writes
 _CACHE_SIZE: Final = 100_000
 _NO_STEP: Final = -1  # a record that names no step (unreadable, or format 2 without one)
+NOT_A_STEP: Final = "substrax_not_a_step"
+"""The attribute marking a log record that warns of a folder that is not a step (its path)."""
 
 # each record's step, by its path and (inode, mtime, size): a record read once per change
 _recorded: dict[tuple[str, int, int, int], int] = {}
@@ -73,6 +75,7 @@ def _warn_once(directory: Path, name: str, named: int | None) -> None:
             return
         _warned.add((directory, name, named))
     folder = directory / name
+    marked = {NOT_A_STEP: str(folder)}  # a command line summarises them in one line
     if named is None:
         _logger.warning(
             "%s is named like a checkpoint step but holds no substrax-checkpoint metadata record "
@@ -80,6 +83,7 @@ def _warn_once(directory: Path, name: str, named: int | None) -> None:
             "leaves it in place; keep other files out of the checkpoint directory",
             folder,
             folder / METADATA_ITEM / _RECORD_FILE,
+            extra=marked,
         )
     else:
         _logger.warning(
@@ -91,6 +95,7 @@ def _warn_once(directory: Path, name: str, named: int | None) -> None:
             name,
             named,
             named,
+            extra=marked,
         )
 
 

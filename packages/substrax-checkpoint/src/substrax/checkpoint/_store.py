@@ -264,6 +264,7 @@ class OrbaxCheckpointStore(StoreReads):
         self._check_writable("save")
         self._writer.check_lock()  # never recreate a removed store: its lock went with it
         step = int(step) if isinstance(step, np.integer) else step  # as restore takes it
+        epoch = int(epoch) if isinstance(epoch, np.integer) else epoch  # recorded as JSON
         request = SaveRequest.build(
             step, items, epoch=epoch, metrics=metrics, producer=producer, extra=extra
         )

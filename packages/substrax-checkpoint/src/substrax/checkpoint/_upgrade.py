@@ -2,7 +2,11 @@
 
 import os
 import shutil
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+
+import jax
 
 from ._extra import NONFINITE_METRICS_KEY
 from ._manifest import MANIFEST_FILE
@@ -20,7 +24,10 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
     unverified: the copy gets no manifest either. A destination equal to the source, not
     empty, or a file is ``UpgradeDestinationError``; a missing source is
     ``CheckpointStoreNotFoundError``; 64-bit data while x64 is off is
-    ``CheckpointDtypeMismatchError`` rather than narrowing silently.
+    ``CheckpointDtypeMismatchError`` rather than narrowing silently. The copy runs on a thread
+    of its own (under the caller's x64 setting), so Ctrl-C never cuts orbax's write short: the
+    step being written is finished, what was copied removed, then ``KeyboardInterrupt`` raised
+    (a further Ctrl-C does not shorten that wait of one step).
 
     Example:
         >>> import tempfile
@@ -41,14 +48,48 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
     if not src.is_dir():
         raise CheckpointStoreNotFoundError(directory=src)
     staging = dst.with_name(f".{dst.name}.upgrading-{os.getpid()}")
+    stop = threading.Event()
+    x64 = bool(jax.config.jax_enable_x64)  # the caller's, which may be its thread's alone
+    # the copy runs on a thread of its own: Ctrl-C reaches this one, never orbax's write
+    with ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-upgrade") as pool:
+        copying = pool.submit(_copy_steps, src, dst, staging, stop, x64=x64)
+        try:
+            upgraded = copying.result()
+        except KeyboardInterrupt:  # the step in flight is written, then the copy is removed
+            stop.set()
+            upgraded = _wait_out(copying)
+    if upgraded is None:  # stopped before its last step: what it copied is gone
+        raise KeyboardInterrupt
+    return upgraded
+
+
+def _wait_out(copying: "Future[list[int] | None]") -> list[int] | None:
+    """The copy's result once it ends; a further Ctrl-C cuts no write short (nor this wait)."""
+    while True:
+        try:
+            return copying.result()
+        except KeyboardInterrupt:
+            continue
+
+
+def _copy_steps(
+    src: Path, dst: Path, staging: Path, stop: threading.Event, *, x64: bool
+) -> list[int] | None:
+    """Copy every step of ``src`` into ``staging``, then rename it ``dst``; return the steps.
+
+    Once ``stop`` is set no further step starts: ``staging`` is removed and None returned.
+    """
     upgraded: list[int] = []
     step = None
     try:
         with (
+            jax.enable_x64(x64),
             OrbaxCheckpointStore(src, max_to_keep=None, read_only=True) as reader,
             OrbaxCheckpointStore(staging, max_to_keep=None, async_save=False) as writer,
         ):
             for step in reader.list_steps():
+                if stop.is_set():
+                    break
                 checkpoint = reader.restore(step)
                 record = checkpoint.metadata
                 extra = {k: v for k, v in record.extra.items() if k != NONFINITE_METRICS_KEY}
@@ -63,6 +104,9 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
                 if not checkpoint.verified:  # no manifest after the fact: what it read, unchecked
                     (written / MANIFEST_FILE).unlink(missing_ok=True)
                 upgraded.append(step)
+        if stop.is_set():  # interrupted: the stores are closed, their writes done
+            shutil.rmtree(staging, ignore_errors=True)
+            return None
         if dst.exists():
             dst.rmdir()  # empty, as checked
         staging.rename(dst)
