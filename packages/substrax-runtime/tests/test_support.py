@@ -29,6 +29,7 @@ from substrax.support import (
     check_int,
     check_seconds,
     emit,
+    escape_unshowable_output,
     format_table,
     int_argument,
     print_table,
@@ -36,6 +37,20 @@ from substrax.support import (
     run_command,
     write_atomically,
 )
+
+
+def test_output_an_ascii_terminal_cannot_show_is_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile review: a command that did its work exited 1 printing a path with an "é" to
+    an ASCII terminal (``'ascii' codec can't encode``)."""
+    import io
+
+    terminal = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", terminal)
+    monkeypatch.setattr(sys, "stderr", None)  # closed: left alone
+    escape_unshowable_output()
+    emit({}, "upgraded caf\u00e9", as_json=False)
+    terminal.flush()
+    assert terminal.buffer.getvalue() == b"upgraded caf\\xe9\n"  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def test_emit_without_a_stdout_shows_nothing_and_raises_nothing(

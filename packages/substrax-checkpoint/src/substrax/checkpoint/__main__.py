@@ -7,11 +7,12 @@ warnings of folders named like steps are hidden (``main`` sums the latter up in 
 a path the terminal's encoding cannot show is escaped rather than failing the command.
 """
 
-import io
 import logging
 import sys
 
 import jax
+
+from substrax.support import escape_unshowable_output
 
 from ._cli import main
 from ._logging import quiet_orbax_notices
@@ -27,7 +28,5 @@ if __name__ == "__main__":
     jax.config.update("jax_platforms", "cpu")  # before any backend starts
     quiet_orbax_notices()
     logging.getLogger("substrax.checkpoint._steps").addFilter(_keep)
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper):  # not None: a closed one (``>&-``)
-            stream.reconfigure(errors="backslashreplace")
+    escape_unshowable_output()
     sys.exit(main())

@@ -58,9 +58,9 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
         except KeyboardInterrupt:  # the step in flight is written, then the copy is removed
             stop.set()
             upgraded = _wait_out(copying)
-    if upgraded is None:  # stopped before its last step: what it copied is gone
-        raise KeyboardInterrupt
-    return upgraded
+            if upgraded is None:  # stopped before its last step: what it copied is gone
+                raise
+    return upgraded or []  # None comes of a stopped copy alone, raised above
 
 
 def _wait_out(copying: "Future[list[int] | None]") -> list[int] | None:

@@ -4,6 +4,7 @@
 from ._array_variables import check_array_variables as check_array_variables
 from ._atomic import write_atomically as write_atomically
 from ._cli import (
+    EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE,
     EXIT_FAILED as EXIT_FAILED,
     EXIT_INTERRUPTED as EXIT_INTERRUPTED,
     EXIT_OK as EXIT_OK,
@@ -14,6 +15,7 @@ from ._cli import (
     describe_error as describe_error,
     emit as emit,
     error_line as error_line,
+    escape_unshowable_output as escape_unshowable_output,
     int_argument as int_argument,
     run_command as run_command,
 )

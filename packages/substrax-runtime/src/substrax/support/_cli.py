@@ -10,6 +10,7 @@ uses, and never a traceback.
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import sys
@@ -198,3 +199,19 @@ def emit(data: object, text: str, *, as_json: bool) -> None:
     if as_json:  # through JSON and back: its non-finite constants become their text
         text = json.dumps(json.loads(json.dumps(data), parse_constant=str), indent=2)
     sys.stdout.write(text + "\n")
+
+
+def escape_unshowable_output() -> None:
+    r"""Make ``sys.stdout`` and ``sys.stderr`` escape what their encoding cannot show.
+
+    A command's entry point calls it: a path an ASCII terminal (``LANG=C``,
+    ``PYTHONIOENCODING=ascii``) cannot show is printed as ``\xe9``, never failing a command
+    that did its work. A closed stream (None) or one that is no text file is left alone.
+
+    Example:
+        >>> from substrax.support import escape_unshowable_output
+        >>> escape_unshowable_output()
+    """
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")

@@ -23,6 +23,7 @@ from substrax.support import (
     add_json_flag,
     check_seconds,
     emit,
+    escape_unshowable_output,
     run_command,
 )
 
@@ -205,6 +206,7 @@ def exit_with_main() -> NoReturn:
     After a replay that gave up on a backend call, it exits at once: an SDK's exit hooks would wait.
     """
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    escape_unshowable_output()  # a path an ASCII terminal cannot show fails no replay
     status = main()
     if any(_STUCK):
         sys.stdout.flush()
