@@ -1,5 +1,6 @@
 """substrax-compute: run, status, logs, fetch, cancel and list; exit codes 0, 1 and 2."""
 
+import errno
 import json
 import os
 import re
@@ -853,3 +854,226 @@ def test_run_under_a_c_locale_keeps_and_shows_non_ascii_output(project):
     assert child.stdout.count(b"[t] caf? ?\n") == 5000  # what an ASCII console can show
     (log,) = (project / "out").glob("*/t/stdout.log")
     assert log.read_text(encoding="utf-8") == "caf\u00e9 \ufffd\n" * 5000
+
+
+CHATTY = """
+[tool.substrax.compute.jobs.chatty]
+commands = { talks = ["python", "-c", "import time\\nfor i in range(6000): print('line', i, flush=True); time.sleep(0.1)"] }
+timeout_seconds = 600
+probe_devices = false
+"""
+
+
+def _state(handle):
+    from substrax.compute import load_backend
+
+    return load_backend(handle.backend, handle.settings).status(handle)
+
+
+@pytest.mark.parametrize(
+    ("stopped_by", "status"),
+    [("SIGINT", 130), ("SIGTERM", 143), ("record", 1), ("announce", 141)],
+)
+def test_a_run_stopped_between_submitting_and_following_is_cancelled(
+    project, capsys, monkeypatch, stopped_by, status
+):
+    """Hostile finding: a failure or Ctrl-C between `submit` and following (a read-only state
+    directory, Ctrl-C right after the supervisor started) left a running job nothing cancels:
+    `list` did not show it and `cancel` could not name it."""
+    from substrax.compute import LocalBackend, RunState
+
+    submitted = []
+    submit = LocalBackend.submit
+
+    def submit_then(self, spec, *, project):
+        submitted.append(submit(self, spec, project=project))
+        if stopped_by.startswith("SIG"):  # as the backend returns: held until it has
+            signal.raise_signal(getattr(signal, stopped_by))
+        return submitted[-1]
+
+    monkeypatch.setattr(LocalBackend, "submit", submit_then)
+    if stopped_by == "record":
+
+        def full_disk(self, handle):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(RunStore, "save", full_disk)
+    if stopped_by == "announce":
+        monkeypatch.setattr(sys, "stdout", _ClosedAfter(0))
+    assert main(["run", "slow"]) == status
+    (handle,) = submitted
+    assert _state(handle) is RunState.CANCELLED
+    err = capsys.readouterr().err
+    assert err.count("\n") <= 3, err  # no traceback
+    if stopped_by != "record":
+        assert RunStore().load(handle.run_id) == handle  # `list` shows it, as cancelled
+    else:
+        assert err.endswith("substrax-compute: error: [Errno 28] No space left on device\n")
+
+
+class _ClosedAfter:
+    """A stdout whose reader goes away after ``lines`` lines (``| head``): then a broken pipe."""
+
+    encoding = "utf-8"
+
+    def __init__(self, lines):
+        self.lines, self.text = lines, ""
+
+    def isatty(self):
+        return False
+
+    def write(self, text):
+        if self.text.count("\n") >= self.lines:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        self.text += text
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        if self.text.count("\n") > self.lines:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+
+
+def test_a_closed_pipe_while_run_follows_cancels_the_run_and_exits_141(
+    project, capsys, monkeypatch
+):
+    """Hostile finding: `run JOB | head -3` exited 1 ("the run failed") with `error: [Errno 32]
+    Broken pipe` and left the run going, unnamed. A closed output is a closed terminal's SIGHUP:
+    the run is cancelled, with a line on stderr naming it."""
+    from substrax.compute import RunState
+
+    (project / "pyproject.toml").write_text((project / "pyproject.toml").read_text() + CHATTY)
+    out = _ClosedAfter(3)
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["run", "chatty"]) == 141
+    run_id = _run_id(out.text)
+    err = capsys.readouterr().err
+    assert err == (
+        f"substrax-compute: stdout was closed (a broken pipe): cancelling {run_id}, its task has "
+        "30 s to save (--detach runs a job apart)\n"
+    )
+    assert _state(RunStore().load(run_id)) is RunState.CANCELLED
+
+
+def test_logs_into_a_closed_pipe_stop_quietly_with_141_and_a_closed_stdout_is_one_line(
+    project, capsys, monkeypatch
+):
+    """Hostile finding: `logs RUN | head -2` exited 1 with `error: [Errno 32] Broken pipe`, and
+    `status >&-` or `run quick >&-` printed a traceback ('NoneType' object has no attribute
+    'write')."""
+    run_id = _finished_run(capsys)
+    monkeypatch.setattr(sys, "stdout", _ClosedAfter(1))
+    assert main(["logs", run_id]) == 141
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(sys, "stdout", None)
+    for argv in (["status"], ["run", "ok"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (
+            "substrax-compute: error: stdout is closed; run it with stdout open (redirect it to a "
+            "file, or to /dev/null to discard what it prints)\n"
+        )
+    assert RunStore().handles() == [RunStore().load(run_id)]  # `run` submitted nothing
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["status", ""], "RUN '' is empty; name a run (`substrax-compute list` shows them)"),
+        (["status", " "], "RUN ' ' is empty; name a run"),
+        (["logs", ""], "RUN '' is empty; name a run"),
+        (["cancel", ""], "RUN '' is empty; name a run"),
+        (["run", "ok", "--into", ""], "--into '' is empty; pass a directory you can write to"),
+        (["fetch", "x", "--into", ""], "--into '' is empty; pass a directory you can write to"),
+        (["run", "ok", "--project", ""], "--project '' is empty; pass the project root"),
+    ],
+)
+def test_an_empty_argument_is_refused_never_taken_as_every_run_or_here(project, capsys, argv, says):
+    """Hostile finding: `status ""` listed every run and exited 0 (`status "$RUN" && deploy`
+    with RUN unset always passed), `run --into ""` fetched into the project, and `--project ""`
+    meant the working directory."""
+    if argv[0] == "fetch":
+        argv[1] = _finished_run(capsys)
+    err = _refused(capsys, argv)
+    assert err.startswith(f"substrax-compute: error: {says}"), err
+    assert err.count("\n") == 1
+    assert all(h.run_id == argv[1] for h in RunStore().handles())  # `run` submitted nothing
+
+
+@pytest.mark.parametrize("which", ["SUBSTRAX_STATE_DIR", "backend"])
+def test_a_state_directory_that_cannot_be_written_is_refused_before_submitting(
+    project, tmp_path, capsys, monkeypatch, which
+):
+    """Hostile finding: a read-only state directory gave a raw `[Errno 30] ...`, exit 1, after
+    the run had started (it kept running)."""
+    read_only = tmp_path / ("state" if which == "SUBSTRAX_STATE_DIR" else "local-state")
+    read_only.mkdir(exist_ok=True)
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda path, mode: Path(path) != read_only and real_access(path, mode)
+    )  # as on a read-only mount (root may write anywhere else)
+    err = _refused(capsys, ["run", "ok"])
+    if which == "backend":
+        assert err == (
+            f"substrax-compute: error: the local backend's state_dir {read_only} is not writable "
+            "by this user; set [tool.substrax.compute.backends.local] state_dir to a directory "
+            "you can write to\n"
+        )
+    else:
+        assert err == (
+            f"substrax-compute: error: the state directory ($SUBSTRAX_STATE_DIR) "
+            f"{read_only / 'compute'} can't be made: {read_only} is not writable by this user; "
+            "point $SUBSTRAX_STATE_DIR at a directory you can write to\n"
+        )
+    assert not (tmp_path / "local-state" / "runs").exists()  # nothing was started
+    assert main(["list"]) == 0  # reading needs no write
+
+
+def test_a_state_directory_in_the_project_is_not_uploaded(project, capsys, monkeypatch, tmp_path):
+    """Hostile finding: with the local state_dir ".substrax-state" in the project, `run --backend
+    modal --dry-run` listed every earlier local run's outputs, worker.log, spec.json and
+    manifest.json for upload; the same with SUBSTRAX_STATE_DIR=relstate."""
+    (project / "uv.lock").write_text(
+        '[[package]]\nname = "substrax-compute"\nversion = "0.2.0"\n'
+        'source = { registry = "https://pypi.org/simple" }\n'
+    )
+    pyproject = _edit_pyproject(
+        project, f'state_dir = "{tmp_path / "local-state"}"', 'state_dir = ".substrax-state"'
+    )
+    pyproject.write_text(
+        pyproject.read_text() + '\n[tool.substrax.compute.backends.modal]\noutputs_volume = "v"\n'
+    )
+    monkeypatch.setenv("SUBSTRAX_STATE_DIR", "relstate")
+    _finished_run(capsys)
+    assert list((project / ".substrax-state" / "runs").iterdir())
+    assert (project / "relstate" / "compute" / "runs").is_dir()
+    assert main(["run", "ok", "--backend", "modal", "--dry-run", "--json"]) == 0
+    files = [f["file"] for f in json.loads(capsys.readouterr().out)["upload"]["files"]]
+    assert files == ["pyproject.toml", "uv.lock", "writes.py"]
+
+
+def test_a_command_with_non_ascii_text_under_a_c_locale_fails_its_task_saying_why(project):
+    """Hostile finding: with LC_ALL=C PYTHONUTF8=0 a command holding non-ASCII text crashed the
+    worker with a UnicodeEncodeError traceback from Popen; the report had no task rows."""
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text() + "\n[tool.substrax.compute.jobs.accents]\n"
+        'commands = { t = ["python", "-c", "print(\'caf\u00e9\')"], after = ["python", "-c", ""] }\n'
+        "timeout_seconds = 60\nprobe_devices = false\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LC_")}
+    child = subprocess.run(
+        [sys.executable, "-m", "substrax.compute", "run", "accents", "--into", "out"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=project,
+        env={**env, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""},
+    )  # fmt: skip
+    assert child.returncode == 1, child.stderr
+    assert "Traceback" not in child.stdout + child.stderr
+    assert re.search(r"^t\s+failed\s", child.stdout, re.M), child.stdout
+    assert re.search(r"^after\s+succeeded\s", child.stdout, re.M), child.stdout
+    why = "\"print('caf?')\" (an argument, an env value or the project's path) has text this"
+    assert why in child.stdout
+    (log,) = (project / "out").glob("*/t/stderr.log")
+    assert "run under a UTF-8 locale (LC_ALL=C.UTF-8) or with PYTHONUTF8=1" in log.read_text()

@@ -771,6 +771,19 @@ def test_cancel_ends_a_task_whose_worker_and_supervisor_were_killed(tmp_path, sp
     assert backend.status(handle) is RunState.CANCELLED
 
 
+def test_sigterm_to_the_supervisor_alone_cancels_the_run(tmp_path, spawns_a_child, gone):
+    """Hostile finding: a plain SIGTERM to the local `_supervisor` pid (`kill PID`) did not
+    stop the run: its worker and task ran on."""
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle, child = _submit_sleeper(backend, tmp_path, spawns_a_child)
+    assert child is not None
+    os.kill(int(handle.details["pids"]), signal.SIGTERM)
+    assert wait_until_final(backend, handle, 60) is RunState.CANCELLED
+    assert gone(child), "the task outlived its supervisor's SIGTERM"
+    manifest = read_manifest(Path(handle.details["run_dir"]) / "outputs" / MANIFEST_NAME)
+    assert [t.status for t in manifest.tasks] == ["cancelled"]
+
+
 TWO_TASKS = (
     _task(
         "sleeper", "import time; print('sleeping now', flush=True); time.sleep(120)", timeout=300

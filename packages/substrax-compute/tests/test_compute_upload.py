@@ -458,3 +458,38 @@ def test_a_dry_run_names_the_held_back_credential_files_and_the_override(repo, c
     held = ", ".join(sorted({*HELD_BACK, ".aws/credentials", ".cache/huggingface/token"}))
     assert f"Held back as secrets: {held} (name one in the job's include_files" in out
     assert ".npmrc" in out.split("Held back")[0]
+
+
+@pytest.mark.parametrize("git", [True, False], ids=["git", "walk"])
+def test_state_directories_inside_the_project_are_never_uploaded(tmp_path, monkeypatch, git):
+    """Hostile finding: a local `state_dir = ".substrax-state"` (or a relative
+    SUBSTRAX_STATE_DIR) in the project sent every earlier run's outputs, logs, spec.json and
+    manifest.json to Modal and SkyPilot."""
+    root = _tree(tmp_path / "repo")
+    pyproject = root / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text()
+        + '[tool.substrax.compute.backends.local]\nstate_dir = ".substrax-state"\n'
+        + '[tool.substrax.compute.backends.skypilot]\nstate_dir = "sky/state"\n'
+    )
+    if git:
+        if shutil.which("git") is None:
+            pytest.skip("git is not installed")
+        _git(root, "init", "-q")
+    runs = {
+        ".substrax-state/runs/r-1/outputs/t/result.txt": "42",
+        ".substrax-state/runs/r-1/worker.log": "log",
+        "relstate/compute/runs/r-1.json": "{}",
+        "sky/state/uploads/r-2/train.py": "copy",
+        "modal-state/cancelled/r-3": "",
+        "sky/keep.py": "code",
+    }
+    for name, text in runs.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("SUBSTRAX_STATE_DIR", "relstate")  # taken from the working directory
+    upload = collect_upload(root, state_dirs=(root / "modal-state",))
+    assert upload.files == tuple(sorted([*UPLOADED, "sky/keep.py"]))
+    monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(root))  # the project itself: not left out whole
+    assert "train.py" in collect_upload(root).files

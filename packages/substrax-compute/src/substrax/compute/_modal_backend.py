@@ -184,7 +184,10 @@ class ModalBackend:
             UploadFileNotFoundError: A file in the job's ``include_files`` is not in the project.
         """
         return collect_upload(
-            project, include_files=spec.include_files, ignore=self.settings.ignore
+            project,
+            include_files=spec.include_files,
+            ignore=self.settings.ignore,
+            state_dirs=(self.state_dir,),
         )
 
     def plan(self, spec: JobSpec, *, project: Path, run_id: str) -> ModalPlan:

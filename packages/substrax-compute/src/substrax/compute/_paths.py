@@ -4,6 +4,8 @@ import os
 from pathlib import Path
 from typing import cast
 
+from substrax.support import UsageError
+
 from ._errors import DirectoryPathError
 
 
@@ -31,6 +33,48 @@ def require_directory(path: Path, *, what: str, fix: str) -> Path:
                 raise DirectoryPathError(path, candidate, what=what, fix=fix)
             break
     return path
+
+
+def require_writable(path: Path, *, what: str, fix: str) -> Path:
+    """``path`` when it is, or can be made, a directory this user may write to (nothing is made).
+
+    Checked before a run is submitted: the run's record and outputs come after it started.
+
+    Raises:
+        DirectoryPathError: ``path`` or one of its parents is an existing non-directory.
+        UsageError: The directory, or the nearest existing parent that would hold it, is on a
+            read-only file system or not writable by this user; the message names it and ends
+            with ``fix``.
+    """
+    require_directory(path, what=what, fix=fix)
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+        why = "is on a read-only file system" if read_only else "is not writable by this user"
+        where = f"{what} {path}" if existing == path else f"{what} {path} can't be made: {existing}"
+        raise UsageError(f"{where} {why}; {fix}")
+    return path
+
+
+def require_text(value: str, *, what: str, fix: str) -> str:
+    """``value`` unless it is empty or blank: an unset shell variable, which must mean nothing.
+
+    ``Path("")`` is the working directory and an empty run id matched every run, so a script's
+    ``status "$RUN"`` with ``RUN`` unset passed.
+
+    Raises:
+        UsageError: ``value`` is empty or blank; the message names ``what`` and ends with ``fix``.
+
+    Example:
+        >>> from substrax.compute._paths import require_text
+        >>> require_text(" ", what="--into", fix="pass a directory")
+        Traceback (most recent call last):
+        ...
+        substrax.support.UsageError: --into ' ' is empty; pass a directory
+    """
+    if not value.strip():
+        raise UsageError(f"{what} {value!r} is empty; {fix}")
+    return value
 
 
 def check_file_name(what: str, name: object) -> str:

@@ -65,6 +65,21 @@ def _argv(task: "Task", python: str) -> list[str]:
     return argv
 
 
+def _start_problem(argv: list[str], error: OSError | UnicodeEncodeError) -> str:
+    """Why a task's process could not start: the program, or text this locale can't pass on.
+
+    Under a C locale (``LC_ALL=C``, ``PYTHONUTF8=0``) an argument, an ``env`` value or the
+    project's path with non-ASCII text can't be encoded for the new process.
+    """
+    if isinstance(error, OSError):
+        return f"could not start {argv[0]!r}: {error}"
+    return (
+        f"could not start {argv[0]!r}: {error.object!r} (an argument, an env value or the project's "
+        f"path) has text this locale's encoding, {error.encoding}, can't pass to a process; run "
+        "under a UTF-8 locale (LC_ALL=C.UTF-8) or with PYTHONUTF8=1"
+    )
+
+
 _LINKS_NAMED = 3  # the links a note names, before "and N more"
 
 
@@ -258,12 +273,10 @@ class TaskRunner:
                 # its SIGTERM handler still has a reader (no BrokenPipeError) and it can save
                 pass_fds=(pipes[0][0], pipes[1][0]),
             )
-        except OSError as error:
+        except (OSError, UnicodeEncodeError) as error:
             os.close(pipes[0][0])
             os.close(pipes[1][0])
-            return self._not_started(
-                task, f"could not start {argv[0]!r}: {error}", (out, err), start
-            )
+            return self._not_started(task, _start_problem(argv, error), (out, err), start)
         finally:
             os.close(pipes[0][1])  # the task's copies are the only writers: EOF when it ends
             os.close(pipes[1][1])

@@ -170,7 +170,9 @@ class SkyPilotBackend:
         Raises:
             UploadFileNotFoundError: A file in the job's ``include_files`` is not in the project.
         """
-        return collect_upload(project, include_files=spec.include_files)
+        return collect_upload(
+            project, include_files=spec.include_files, state_dirs=(self.state_dir,)
+        )
 
     def stage(self, spec: JobSpec, *, project: Path, run_id: str) -> Path:
         """Copy the upload set to ``upload_dir(run_id)`` (replacing one there) with ``SKYIGNORE``."""

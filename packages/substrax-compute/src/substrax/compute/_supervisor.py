@@ -11,8 +11,9 @@ stopped: a peer whose task raised lingers while jax shuts down, and is the one t
 failed so only when it ended before finishing the job (killed, or it could not write the
 manifest): a job whose tasks failed is no node's failure. A worker that dies mid-task leaves its
 task running in the task's own session: its group is ended here (SIGTERM, then SIGKILL after the
-grace) and the task is added to its node's manifest. A cancelled run (SIGTERM to the session)
-records no failed node. The job's ``timeout_seconds`` bounds the whole run, node starts included:
+grace) and the task is added to its node's manifest. A cancelled run (SIGTERM to the session, or
+to this process alone: it passes it on to the workers) reads as cancelled and records no failed
+node. The job's ``timeout_seconds`` bounds the whole run, node starts included:
 once it has passed (plus ``_WORKER_MARGIN_SECONDS`` for the workers to stop their own tasks) no
 further node is started and the running ones are stopped as above. A plan's ``setup_seconds``
 (the local backend's allowance for ``uv`` to install a job's extras) is added to that deadline
@@ -261,13 +262,17 @@ def supervise(run_dir: Path) -> int:
     cancelled = False
     timed_out = False
 
-    def on_term(signum: int, frame: object) -> None:  # noqa: ARG001
-        nonlocal cancelled
-        cancelled = True  # the workers got the same signal from the session's group
-
-    signal.signal(signal.SIGTERM, on_term)
     ended: queue.Queue[tuple[int, int]] = queue.Queue()
     running: dict[int, int | None] = {}
+
+    def on_term(signum: int, frame: object) -> None:  # noqa: ARG001
+        nonlocal cancelled
+        cancelled = True  # a cancel: the run reads so, and its workers stop their tasks
+        with contextlib.suppress(OSError):
+            (run_dir / CANCELLED_MARKER).touch()
+        _signal_all(running, signal.SIGTERM)  # sent to this process alone (`kill PID`) too
+
+    signal.signal(signal.SIGTERM, on_term)
     exits: dict[int, NodeExit] = {}
     endings: list[threading.Thread] = []
     for node, entry in enumerate(plan["nodes"]):

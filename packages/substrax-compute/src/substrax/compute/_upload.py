@@ -5,9 +5,10 @@ The rule, shared by every backend that copies the project somewhere else:
 1. Start from what git would track: ``git ls-files --cached --others --exclude-standard`` when
    the project is in a git work tree, else (or when git lists no file, e.g. under a parent
    repository that ignores everything) a walk that honours every ``.gitignore`` in the project.
-2. Leave out ``.git``, ``.venv`` and caches (``ALWAYS_LEFT_OUT``), then what the project's own
-   ``.substraxignore`` (gitignore syntax, at the project root) and a backend's ``ignore``
-   setting name.
+2. Leave out ``.git``, ``.venv`` and caches (``ALWAYS_LEFT_OUT``), substrax's state
+   directories inside the project (``state_directories``: earlier runs' records, logs and
+   outputs), then what the project's own ``.substraxignore`` (gitignore syntax, at the project
+   root) and a backend's ``ignore`` setting name.
 3. Hold back the credential files of common tools (``NEVER_UPLOADED``: ``.env*``, keys,
    cloud CLI, package manager, database, Hugging Face, W&B, Docker and Kubernetes credentials,
    ...; at any depth, whatever the letter case), and any link whose target looks like one. A
@@ -31,17 +32,20 @@ Example:
     ('.substraxignore', 'id_rsa', 'train.py')
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
 
 import pathspec
 
+from ._backend import default_state_dir
 from ._errors import ProjectDirectoryError, UploadFileNotFoundError
+from ._toml import read_toml
 
 
 if TYPE_CHECKING:
@@ -181,8 +185,8 @@ def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], relative: str) -> 
     return verdict
 
 
-def _walked_files(project: Path) -> list[str]:
-    """The files a walk finds, honouring every ``.gitignore`` as git would."""
+def _walked_files(project: Path, skipped: Sequence[str] = ()) -> list[str]:
+    """The files a walk finds, honouring every ``.gitignore`` as git would, less ``skipped``."""
     rules: list[tuple[str, pathspec.GitIgnoreSpec]] = []
     files: list[str] = []
     for directory, dirnames, filenames in os.walk(project):
@@ -193,10 +197,59 @@ def _walked_files(project: Path) -> list[str]:
             rules.append((base, _spec(_read_lines(ignore))))
         prefix = f"{base}/" if base else ""
         dirnames[:] = sorted(
-            d for d in dirnames if d != ".git" and not _ignored(rules, f"{prefix}{d}/")
+            d
+            for d in dirnames
+            if d != ".git"
+            and f"{prefix}{d}/" not in skipped
+            and not _ignored(rules, f"{prefix}{d}/")
         )
         files += [f"{prefix}{f}" for f in filenames if not _ignored(rules, f"{prefix}{f}")]
     return files
+
+
+def _configured_state_dirs(root: Path) -> list[Path]:
+    """The ``state_dir`` of each ``[tool.substrax.compute.backends.*]`` table.
+
+    A relative one is the project's; none when ``pyproject.toml`` can't be read (reading the
+    job's configuration says why).
+    """
+    table: object = {}
+    with contextlib.suppress(OSError, ValueError):
+        table = read_toml(root / "pyproject.toml")
+    for key in ("tool", "substrax", "compute", "backends"):
+        table = cast("dict[str, object]", table).get(key, {}) if isinstance(table, dict) else {}
+    if not isinstance(table, dict):
+        return []
+    settings = [s for s in cast("dict[str, object]", table).values() if isinstance(s, dict)]
+    places = [cast("dict[str, object]", s).get("state_dir") for s in settings]
+    return [root / Path(p).expanduser() for p in places if isinstance(p, str) and p]
+
+
+def state_directories(project: Path, also: Sequence[Path] = ()) -> tuple[str, ...]:
+    r"""The state directories inside ``project``, as ``dir/`` paths relative to it.
+
+    ``$SUBSTRAX_STATE_DIR`` (else the user's state directory), each backend's ``state_dir`` in
+    the project's ``pyproject.toml`` and the directories in ``also``: a state directory holds
+    every earlier run's records, logs and outputs, which are never uploaded.
+
+    Example:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from substrax.compute._upload import state_directories
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     root = Path(directory).resolve()
+        ...     _ = (root / "pyproject.toml").write_text(
+        ...         '[tool.substrax.compute.backends.local]\nstate_dir = ".runs"\n')
+        ...     state_directories(root, also=[root / "sky-state", root.parent])
+        ('.runs/', 'sky-state/')
+    """
+    root = project.resolve()
+    found: set[str] = set()
+    for place in (default_state_dir(), *_configured_state_dirs(root), *also):
+        where = (root / place).resolve()
+        if where != root and where.is_relative_to(root):
+            found.add(f"{where.relative_to(root).as_posix()}/")
+    return tuple(sorted(found))
 
 
 def _is_project_file(project: Path, name: str) -> bool:
@@ -221,7 +274,11 @@ def _check_named(project: Path, name: str) -> str:
 
 
 def collect_upload(
-    project: Path, *, include_files: Sequence[str] = (), ignore: Sequence[str] = ()
+    project: Path,
+    *,
+    include_files: Sequence[str] = (),
+    ignore: Sequence[str] = (),
+    state_dirs: Sequence[Path] = (),
 ) -> UploadSet:
     """The files a backend uploads from ``project`` (see the module's rule).
 
@@ -229,6 +286,8 @@ def collect_upload(
         project: The project root.
         include_files: Files (relative to ``project``) to upload whatever the rules say.
         ignore: More gitignore patterns to leave out (a backend's ``ignore`` setting).
+        state_dirs: More state directories to leave out (the backend's own ``state_dir``),
+            besides those ``state_directories`` finds.
 
     Raises:
         UploadFileNotFoundError: A name in ``include_files`` is not a file inside the project,
@@ -249,13 +308,18 @@ def collect_upload(
         raise ProjectDirectoryError(project)
     listed = _git_files(root)
     source: UploadSource = "git" if listed else "gitignore"
-    candidates = sorted({PurePosixPath(n).as_posix() for n in listed or _walked_files(root)})
+    states = state_directories(root, state_dirs)
+    candidates = sorted(
+        {PurePosixPath(n).as_posix() for n in listed or _walked_files(root, states)}
+    )
     left_out = _spec([*ALWAYS_LEFT_OUT, *_read_lines(root / UPLOAD_IGNORE_FILE), *ignore])
     secret = _spec(NEVER_UPLOADED)
     kept: set[str] = set()
     held: set[str] = set()
     for name in candidates:
         if not _is_project_file(root, name) or left_out.match_file(name):
+            continue
+        if any(name.startswith(state) for state in states):
             continue
         (held if _looks_secret(secret, root, name) else kept).add(name)
     for name in include_files:
