@@ -12,12 +12,13 @@ the validation loss, and the checkpoint store keeps the best few epochs by valid
 At the end the best checkpoint is restored and scored on the test set by the same ``EvalStep``.
 
 Everything it writes goes under $AVITAI_OUTPUT_DIR/digits_classifier, or a per-run temporary
-directory. That is the checkpoints, the metrics log with a plot of it, and ``summary.json``. The
-last line it prints is the same summary as JSON.
+directory. That is the checkpoints, the metrics log with a plot of it, and ``summary.json`` (a
+run replaces an earlier run's). The last line it prints is the same summary as JSON.
 """
 
 import json
 import os
+import shutil
 import time
 
 from substrax.runtime import JaxRuntime, apply_runtime
@@ -138,6 +139,8 @@ def train_one_epoch(step: TrainStep[CNN], train: Split, rng: np.random.Generator
 def main() -> dict[str, object]:
     start = time.perf_counter()
     outputs = resolve_output_dir("digits_classifier").path
+    for leftover in ("checkpoints", "logs"):  # a fresh run each time, never added to the last
+        shutil.rmtree(outputs / leftover, ignore_errors=True)
     info = detect_devices()
     mesh = DeviceMeshManager.create_device_mesh({"data": info.count})
     sharding = create_data_parallel_sharding(mesh)

@@ -7,12 +7,13 @@ On a machine without an accelerator it emulates 8 CPU devices (unless JAX_NUM_CP
 otherwise), so the batch really is sharded 8 ways and XLA inserts the gradient all-reduce; with
 GPUs or TPUs it runs on them. Everything it
 writes goes under $AVITAI_OUTPUT_DIR/quick_start, or a per-run temporary directory: never the
-working tree. The last line it prints is a JSON summary with the paths of what it produced, also
+working tree; a run replaces an earlier run's. The last line it prints is a JSON summary with the paths of what it produced, also
 written to ``summary.json`` there.
 """
 
 import json
 import os
+import shutil
 
 from substrax.runtime import JaxRuntime, apply_runtime
 
@@ -51,6 +52,8 @@ def train_step(
 
 def main() -> dict[str, object]:
     outputs = resolve_output_dir("quick_start").path
+    for leftover in ("checkpoints", "logs"):  # a fresh run each time, never added to the last
+        shutil.rmtree(outputs / leftover, ignore_errors=True)
     info = detect_devices()
 
     model = nnx.Linear(8, 1, rngs=nnx.Rngs(0))

@@ -27,8 +27,8 @@ matmul parameters and T tokens, plus 12·L·T·S·d for attention: ``analytic_fl
 both, with the MFU, in ``summary.json``. Its goal is an MFU of at least 35% on one H200.
 
 Everything it writes goes under $AVITAI_OUTPUT_DIR/transformer_lm, or a per-run temporary
-directory: the metrics log with a plot of it, the profile, and ``summary.json``. The last line it
-prints is the same summary as JSON.
+directory: the metrics log with a plot of it, the profile, and ``summary.json`` (a run replaces
+an earlier run's). The last line it prints is the same summary as JSON.
 """
 
 import argparse
@@ -37,6 +37,7 @@ import dataclasses
 import functools
 import json
 import os
+import shutil
 import sysconfig
 import time
 from pathlib import Path
@@ -335,6 +336,8 @@ def plot_if_possible(log_dir: Path) -> Path | None:
 def main(preset: Preset = CPU) -> dict[str, object]:
     start = time.perf_counter()
     outputs = resolve_output_dir("transformer_lm").path
+    for leftover in ("logs", "profile"):  # a fresh run each time, never added to the last
+        shutil.rmtree(outputs / leftover, ignore_errors=True)
     info = detect_devices()
     mesh = DeviceMeshManager.create_device_mesh({"fsdp": info.count})
     seq_len, batch_size, steps = preset.seq_len, preset.batch_size, preset.steps

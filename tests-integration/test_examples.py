@@ -10,6 +10,8 @@ needs the full training (the accuracy and losses it reaches) is checked by ``tes
 release tier's run of the full demo.
 """
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -46,6 +48,32 @@ def test_example_writes_only_under_its_output_dir(name: str, demo) -> None:
     for produced in produced_paths:
         assert Path(produced).exists()
         assert Path(produced).is_relative_to(demo.task_dir(name))
+
+
+def test_quick_start_run_again_into_its_outputs_replaces_them(demo, tmp_path) -> None:
+    """A second pass: run again into the same $AVITAI_OUTPUT_DIR, it crashed saving step 0
+    below the first run's step 4, with step 0 logged twice."""
+    import shutil
+    import subprocess
+    import sys
+
+    outputs = tmp_path / "outputs"
+    shutil.copytree(demo.outputs("quick_start"), outputs / "quick_start")  # the first run's
+    env = {**os.environ, "AVITAI_OUTPUT_DIR": str(outputs), "SUBSTRAX_EXAMPLES_QUICK": "1"}
+    env.pop("JAX_NUM_CPU_DEVICES", None)  # the example emulates its own 8, as from a shell
+    again = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quick_start.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "earlier run" not in again.stderr
+    log = outputs / "quick_start" / "logs" / "quick_start.metrics.jsonl"
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert steps == sorted(set(steps))  # one run's steps, each once
 
 
 def test_quick_start_trains_on_eight_devices_and_checkpoints(demo) -> None:

@@ -1,6 +1,7 @@
 import json
 
 import jax
+import numpy as np
 import pytest
 from jax.sharding import AxisType
 
@@ -57,6 +58,14 @@ def test_devices_given_are_never_told_to_pass_devices(caplog, monkeypatch):
     ]
 
 
+def test_an_array_of_devices_is_read_in_its_order():
+    """A second pass: mesh_utils' (2, 4) array of devices was read as 2 devices (and too few
+    given were told to "pass devices=", which the caller had done: see the next test)."""
+    grid = np.array(jax.devices()).reshape(2, 4)
+    mesh = create_device_mesh({"data": 2, "model": 4}, devices=grid)
+    assert mesh.devices.tolist() == grid.tolist()
+
+
 def test_axis_types_are_honoured_and_checked():
     mesh = create_device_mesh({"data": 2}, axis_types=[AxisType.Explicit])
     assert mesh.axis_types == (AxisType.Explicit,)
@@ -75,7 +84,7 @@ def test_too_many_devices_is_refused_with_shape_and_count():
 
 
 def test_explicit_devices_are_counted():
-    with pytest.raises(MeshShapeError, match="needs 4 devices; 2 are visible"):
+    with pytest.raises(MeshShapeError, match="needs 4 devices; 2 were given in devices="):
         create_device_mesh({"data": 4}, devices=jax.devices()[:2])
     mesh = create_device_mesh({"data": 2}, devices=jax.devices()[6:])
     assert list(mesh.devices.flat) == jax.devices()[6:]

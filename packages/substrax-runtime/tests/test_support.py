@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from substrax.support import (
+    EXIT_BROKEN_PIPE,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -42,8 +43,6 @@ from substrax.support import (
 def test_output_an_ascii_terminal_cannot_show_is_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hostile review: a command that did its work exited 1 printing a path with an "é" to
     an ASCII terminal (``'ascii' codec can't encode``)."""
-    import io
-
     terminal = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
     monkeypatch.setattr(sys, "stdout", terminal)
     monkeypatch.setattr(sys, "stderr", None)  # closed: left alone
@@ -250,8 +249,6 @@ def test_run_command_maps_errors_to_exit_codes(capsys: pytest.CaptureFixture[str
     assert run_command("p", raising(KeyError("no job 'x'")), usage=(KeyError,)) == EXIT_USAGE
     assert run_command("p", raising(OSError("disk")), failures=(OSError,)) == EXIT_FAILED
     assert run_command("p", raising(KeyboardInterrupt())) == EXIT_INTERRUPTED == 130
-    # a reader that went (`| head`): quiet, as a shell has it (it printed "[Errno 32]", exit 1)
-    assert run_command("p", raising(BrokenPipeError(32, "Broken pipe")), failures=(OSError,)) == 141
     assert capsys.readouterr().err.splitlines() == [
         "p: error: bad path",
         "p: error: it broke",
@@ -261,6 +258,28 @@ def test_run_command_maps_errors_to_exit_codes(capsys: pytest.CaptureFixture[str
     ]
     with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
         run_command("p", raising(ZeroDivisionError()))
+
+
+def test_a_broken_pipe_is_quiet_only_when_stdout_s_reader_went(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hostile review: `| head` ended a command with "[Errno 32] Broken pipe", exit 1; it
+    ends quietly with 141, as a shell has it. A second pass: a broken pipe to another file (a
+    socket, a child) is still its error line, not a silent 141."""
+    broken = BrokenPipeError(32, "Broken pipe")
+
+    def command() -> int:
+        raise broken
+
+    class Gone(io.StringIO):  # a stdout whose reader went: its buffer cannot be written
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    assert run_command("p", command, failures=(OSError,)) == EXIT_FAILED  # stdout is fine
+    assert capsys.readouterr().err == "p: error: [Errno 32] Broken pipe\n"
+    monkeypatch.setattr(sys, "stdout", Gone())
+    assert run_command("p", command, failures=(OSError,)) == EXIT_BROKEN_PIPE == 141
+    assert capsys.readouterr().err == ""
 
 
 def test_int_argument_takes_whole_numbers_within_its_bounds() -> None:

@@ -108,6 +108,39 @@ def test_a_masked_mean_loss_with_mask_equals_the_whole_batch(new_sgd_step, host_
             np.testing.assert_allclose(params_of(split.model)[name], value, rtol=1e-5, atol=1e-6)
 
 
+def test_a_token_mask_weighs_each_row_by_its_tokens(new_sgd_step):
+    """A second pass: a (rows, tokens) mask was refused, and a per-row "row is real" mask
+    trained as without one; a row weighs the tokens the loss counts in it."""
+    rng = np.random.default_rng(1)
+    lengths = np.array([6, 1, 6, 1, 6, 1, 2, 1] * 2)
+    batch = {
+        "x": rng.normal(size=(16, 6, 8)).astype(np.float32),
+        "y": rng.normal(size=(16, 6, 1)).astype(np.float32),
+        "tokens": (np.arange(6)[None] < lengths[:, None]).astype(np.float32),
+    }
+
+    def token_mse(model, batch):
+        per_token = ((model(batch["x"]) - batch["y"]) ** 2)[..., 0]
+        return (per_token * batch["tokens"]).sum() / batch["tokens"].sum()
+
+    whole = new_sgd_step(None, token_mse)
+    split = new_sgd_step(None, token_mse, accumulate_steps=2, mask="tokens")
+    assert float(split(batch)) == pytest.approx(float(whole(batch)), rel=1e-5)
+    for name, value in params_of(whole.model).items():
+        np.testing.assert_allclose(params_of(split.model)[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_that_counts_nothing_leaves_the_parameters_finite(new_sgd_step, host_batches):
+    """A second pass: a batch whose mask counts no row (a padded last batch) made every
+    parameter NaN; its gradients are zero now (SGD: no change), and its loss NaN (0/0)."""
+    step = new_sgd_step(None, masked_mse, has_aux=True, accumulate_steps=2, mask="mask")
+    before = params_of(step.model)
+    loss, _ = step(dict(host_batches[0], mask=np.zeros(16, np.float32)))
+    assert np.isnan(float(loss))
+    for name, value in params_of(step.model).items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
+
+
 def test_a_mask_that_is_not_a_key_or_a_batch_without_it_is_refused(new_sgd_step, host_batches):
     with pytest.raises(TypeError, match=r"TrainStep\(mask=3\): mask must be the batch's key"):
         new_sgd_step(None, masked_mse, has_aux=True, accumulate_steps=2, mask=3)

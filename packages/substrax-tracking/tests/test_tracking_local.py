@@ -181,18 +181,48 @@ def test_a_resumed_file_logger_appends_to_the_same_files(tmp_path, caplog):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.metrics.csv", "run.metrics.jsonl"]
 
 
-def test_a_new_run_into_a_file_log_holding_an_earlier_one_is_warned_of(tmp_path, caplog):
+def test_a_new_run_into_a_file_log_holding_an_earlier_one_is_warned_of(
+    tmp_path, caplog, monkeypatch
+):
     """A review as a 0.1.22 user: running a script again added its steps 0, 1, 2 after the
     first run's in the same series without a word (0.1.22 wrote each run its own file)."""
+    from substrax.tracking import _log_files
+
     for first in (10.0, 20.0):
+        monkeypatch.setattr(_log_files, "_opened", set())  # each run its own process
         with FileLogger("exp", tmp_path) as logger:
             logger.log_scalars({"loss": first}, step=0)
             logger.log_scalars({"loss": first + 1}, step=1)
     [warning] = [r.getMessage() for r in caplog.records if "earlier run" in r.getMessage()]
-    assert "exp.metrics.jsonl holds an earlier run's records (up to step 1)" in warning
+    assert f"FileLogger('exp'): {tmp_path} holds an earlier run's records" in warning
+    assert "(the last at step 1)" in warning
     assert "resume_step=" in warning
     kept = [(0, 10.0), (1, 11.0), (0, 20.0), (1, 21.0)]  # both runs, as the warning says
     assert read_scalars(tmp_path / "exp.metrics.jsonl")["loss"] == kept
+
+
+def test_a_file_log_of_records_without_a_step_is_warned_of_too(tmp_path, caplog, monkeypatch):
+    """A second pass: an earlier run that logged text alone, or scalars without a step, was
+    added to without a word."""
+    from substrax.tracking import _log_files
+
+    with FileLogger("exp", tmp_path) as logger:
+        logger.log_text("note", "first run")
+    monkeypatch.setattr(_log_files, "_opened", set())
+    with FileLogger("exp", tmp_path):
+        pass
+    [warning] = [r.getMessage() for r in caplog.records if "earlier run" in r.getMessage()]
+    assert "holds an earlier run's records; this run's are added" in warning
+
+
+def test_a_file_log_this_process_opened_before_is_no_earlier_run(tmp_path, caplog):
+    """A second pass: a script that closes its log after training and opens it again for the
+    test metrics was told of "an earlier run"."""
+    with FileLogger("exp", tmp_path) as logger:
+        logger.log_scalar("loss", 1.0, step=0)
+    with FileLogger("exp", tmp_path) as logger:
+        logger.log_scalar("test_loss", 0.5, step=0)
+    assert "earlier run" not in caplog.text
 
 
 @pytest.mark.parametrize(

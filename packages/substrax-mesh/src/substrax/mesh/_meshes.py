@@ -127,12 +127,13 @@ def create_device_mesh(
         {'data': 2}
     """
     shape = _normalize_shape(mesh_shape)
-    pool = list(visible_devices() if devices is None else devices)
+    # an array of devices (mesh_utils' layout) is read in its order, as jax.make_mesh does
+    pool = list(visible_devices() if devices is None else np.ravel(np.asarray(devices)))
     needed = math.prod(shape.values())
     if needed > len(pool):
-        msg = (
-            f"mesh shape {shape} needs {needed} devices; {len(pool)} are visible "
-            "(set JAX_NUM_CPU_DEVICES or pass devices=)"
+        where = "are visible (set JAX_NUM_CPU_DEVICES or pass devices=)"
+        msg = f"mesh shape {shape} needs {needed} devices; {len(pool)} " + (
+            where if devices is None else "were given in devices="
         )
         raise MeshShapeError(msg, mesh_shape=shape, device_count=len(pool))
     if len(set(pool[:needed])) != needed:
@@ -203,7 +204,7 @@ def create_multihost_mesh(
     ici = _normalize_shape(ici_shape)
     dcn = _normalize_dcn(dcn_shape, ici)
     full = {name: size * dcn.get(name, 1) for name, size in ici.items()}
-    pool = list(visible_devices() if devices is None else devices)
+    pool = list(visible_devices() if devices is None else np.ravel(np.asarray(devices)))
     if all(v == 1 for v in dcn.values()) and (dcn_shape is None or _granules(pool)[0] == 1):
         return create_device_mesh(full, devices, axis_types=axis_types)
     if math.prod(full.values()) != len(pool):

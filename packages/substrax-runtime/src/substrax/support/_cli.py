@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import select
 import sys
 from collections.abc import Callable
 from typing import Final
@@ -106,20 +107,34 @@ def run_command(
     """
     try:
         return command()
-    except BrokenPipeError:
-        with contextlib.suppress(AttributeError, OSError):  # no stdout, or no file under it
-            # what waits in its buffer then goes nowhere, with no error at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
-    except (UsageError, *usage) as error:
-        sys.stderr.write(error_line(prog, error) + "\n")
-        return EXIT_USAGE
-    except (CommandFailedError, *failures) as error:
-        sys.stderr.write(error_line(prog, error) + "\n")
-        return EXIT_FAILED
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         return EXIT_INTERRUPTED
+    except BaseException as error:
+        if isinstance(error, BrokenPipeError) and _stdout_gone():
+            with contextlib.suppress(AttributeError, OSError):  # no file under stdout
+                # what waits in its buffer then goes nowhere, with no error at exit
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_BROKEN_PIPE
+        if not isinstance(error, (UsageError, CommandFailedError, *usage, *failures)):
+            raise
+        sys.stderr.write(error_line(prog, error) + "\n")
+        return EXIT_USAGE if isinstance(error, (UsageError, *usage)) else EXIT_FAILED
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout's reader went (``| head`` ended): a broken pipe of another file is not."""
+    if sys.stdout is None:
+        return False
+    try:
+        sys.stdout.flush()  # what the failed write left in the buffer fails again
+        poller, fd = select.poll(), sys.stdout.fileno()
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError, AttributeError):  # closed, or no file under it (a capture)
+        return False
+    poller.register(fd, select.POLLOUT)  # a pipe whose reader went reports an error
+    return any(event & select.POLLERR for _, event in poller.poll(0))
 
 
 def int_argument(

@@ -95,16 +95,18 @@ def accumulate_gradients(
     different examples), so it should be reduced in ``loss_fn``. ``rest`` (batch statistics,
     RNG counts) is threaded through the microbatches in order.
 
-    With ``mask`` (the batch's key of per-row weights), each microbatch's loss, aux and
-    gradients are weighted by the sum of its rows' weights, and the sums divided by the
-    batch's: a loss that is a mean over the rows the mask counts (padded tokens left out)
-    then gives the whole batch's. A microbatch that counts no row adds nothing (its loss, 0/0,
-    is NaN).
+    With ``mask`` (the batch's key of per-row weights, or of each row's items: a ``(rows,
+    tokens)`` mask weighs a row by its tokens), each microbatch's loss, aux and gradients are
+    weighted by the sum of its weights, and the sums divided by the batch's: a loss that is a
+    mean over what the mask counts (padded tokens left out) then gives the whole batch's. A
+    microbatch that counts nothing adds nothing; a batch that counts nothing gives zero
+    gradients and a NaN loss (0/0), as an ``EvalStep`` gives NaN.
     """
     microbatches = split_microbatches(batch, count)
     weights = None
     if mask is not None:  # each microbatch's share of the rows counted
-        weights = jnp.sum(split_microbatches(row_weights(batch, mask, "TrainStep"), count), 1)
+        rows = row_weights(batch, mask, "TrainStep", items=True)
+        weights = jnp.sum(split_microbatches(rows, count), 1)
 
     def body(
         carry: tuple[PyTree, PyTree], xs: tuple[PyTree, jax.Array | None]
@@ -122,6 +124,8 @@ def accumulate_gradients(
     if weights is None:
         grads = jax.tree.map(lambda t, p: (t / count).astype(p.dtype), total, params)
         return jax.tree.map(lambda x: jnp.mean(x, axis=0), (losses, aux)), grads, rest
-    counted = jnp.sum(weights)  # the rows the batch counts
-    grads = jax.tree.map(lambda t, p: (t / counted).astype(p.dtype), total, params)
+    counted = jnp.sum(weights)  # the rows the batch counts; none: no gradient (the loss NaN)
+    grads = jax.tree.map(
+        lambda t, p: jnp.where(counted > 0, t / counted, 0).astype(p.dtype), total, params
+    )
     return jax.tree.map(lambda x: jnp.sum(x, axis=0) / counted, (losses, aux)), grads, rest

@@ -11,12 +11,15 @@ import jax.numpy as jnp
 from substrax.typing import PyTree
 
 
-def row_weights(batch: PyTree, key: str, owner: str) -> jax.Array:
+def row_weights(batch: PyTree, key: str, owner: str, *, items: bool = False) -> jax.Array:
     """The per-row weights ``batch`` holds under ``key``, as float32.
 
+    With ``items``, a mask of the items of each row (``(rows, tokens)``) weighs a row by the
+    sum of its own: the tokens it counts.
+
     Raises:
-        ValueError: The batch is no mapping with ``key``, or its weights are not one a row;
-            the message names ``owner`` (``"EvalStep"``) and the key.
+        ValueError: The batch is no mapping with ``key``, or its weights are not one a row
+            (nor, with ``items``, a row's items); the message names ``owner`` and the key.
 
     Example:
         >>> import numpy as np
@@ -31,10 +34,13 @@ def row_weights(batch: PyTree, key: str, owner: str) -> jax.Array:
             "every batch its per-row weights under that key (1 for a row, 0 for padding)"
         )
     weights = jnp.asarray(cast("Mapping[str, Any]", batch)[key])
+    if items and weights.ndim > 1:  # a row weighs what it counts
+        weights = jnp.sum(weights.reshape(weights.shape[0], -1).astype(jnp.float32), axis=1)
     if weights.ndim != 1:
+        shapes = "(rows,), or (rows, ...) of the items the loss counts" if items else "(rows,)"
         raise ValueError(
             f"{owner}(mask={key!r}): the mask has shape {weights.shape}; give one weight a row "
-            "(shape (rows,))"
+            f"(shape {shapes})"
         )
     return weights.astype(jnp.float32)
 

@@ -76,10 +76,10 @@ class TrainStep[M: nnx.Module]:
             (:class:`~substrax.spmd.BatchSplitError` names the leaf otherwise). The loss and
             each aux leaf are averaged over the microbatches, element by element: right for a
             mean, not a count or a maximum, nor a per-example aux (reduce it in ``loss_fn``).
-        mask: With ``accumulate_steps``, the key (in a mapping batch) of per-row weights that
-            the loss's mean is over (1 for a row that counts, 0 for padding): each microbatch's
-            loss, aux and gradients are weighted by its rows' sum, so a masked mean comes out
-            as the whole batch's; a microbatch counting no row adds nothing.
+        mask: With ``accumulate_steps``, the key (in a mapping batch) of the mask the loss's
+            mean is over: ``(rows,)``, or ``(rows, tokens)`` for padded tokens. Each
+            microbatch's loss, aux and gradients are weighted by what it counts, so a masked
+            mean is the whole batch's; a batch counting nothing gives zero gradients.
         steps_per_call: Run this many steps in one call (a ``lax.scan``) on batches stacked on
             a new leading axis; the call returns the per-step losses (and aux) stacked.
             ``batch_sharding`` then describes one batch; the stacked axis is not split.

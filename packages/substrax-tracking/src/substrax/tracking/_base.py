@@ -235,7 +235,8 @@ class Logger(Closeable):
             many = isinstance(image, Sequence) and not hasattr(image, "shape")
             images = list(image) if many else [image]
             if not images:
-                raise LoggedTypeError(f"image {name!r}", image, "an array or a list of them", "[]")
+                got = f"an empty {type(image).__name__}"
+                raise LoggedTypeError(f"image {name!r}", image, "an array or a list of them", got)
             for one in images:
                 _check_image(name, one)
             self._write_images(name, images, step)

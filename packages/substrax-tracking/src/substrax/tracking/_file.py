@@ -159,8 +159,9 @@ class FileLogger(Logger):
             self.python_logger.addHandler(self._handler)
 
     def _open(self, resume_step: int | None) -> None:
+        logs = (self.metrics_jsonl, self.text_jsonl, self.histograms_jsonl)
+        warn_of_earlier_run(f"FileLogger({self.name!r})", logs, resumed=resume_step is not None)
         if resume_step is not None:
-            logs = (self.metrics_jsonl, self.text_jsonl, self.histograms_jsonl)
             found = [drop_past(path, resume_step, jsonl_step) for path in logs]
             drop_past(self.metrics_csv, resume_step, csv_step)
             self.dropped_records = sum(dropped for dropped, _ in found)
@@ -172,8 +173,6 @@ class FileLogger(Logger):
                     f"{self.metrics_jsonl} holds {held}; check that name and log_dir are the "
                     "first attempt's"
                 )
-        else:
-            warn_of_earlier_run(f"FileLogger({self.name!r})", self.metrics_jsonl)
         for file in self._files:  # the metric files are made now, the others when written
             if (file in self._files[:2] or file.path.exists()) and file.drop_torn_line():
                 _logger.warning(

@@ -30,6 +30,7 @@ NON_FINITE = ("NaN", "Infinity", "-Infinity")
 CSV_HEADER = "time,step,name,value\n"
 
 _logger = logging.getLogger(__name__)
+_opened: set[Path] = set()  # the metric logs this process opened (a reopen is no new run)
 
 
 class RunLogHandler(logging.FileHandler):
@@ -261,15 +262,23 @@ def _line_of(row: str) -> str | None:
         return None
 
 
-def warn_of_earlier_run(owner: str, path: Path) -> None:
-    """Warn if the JSONL log ``path`` holds records, which a new run's are added after."""
-    found = next(_backwards(path, jsonl_step), None)  # the last record with a step
-    if found is not None:
-        _logger.warning(
-            f"{owner}: {path} holds an earlier run's records (up to step {found[1]}); this run's "
-            "are added after them. Pass resume_step= to resume it, or give a new run its own "
-            "name or log_dir"
-        )
+def warn_of_earlier_run(owner: str, logs: tuple[Path, ...], *, resumed: bool) -> None:
+    """Warn if the JSONL ``logs`` (metrics first) hold records a new run's are added after.
+
+    Not for a resumed run, nor for logs this process opened before (a script that closes its
+    log after training and opens it again for the test metrics), nor in a forked child.
+    """
+    if logs[0] in _opened:
+        return
+    _opened.add(logs[0])
+    if resumed or not any(path.exists() and path.stat().st_size for path in logs):
+        return
+    found = next(_backwards(logs[0], jsonl_step), None)  # the last record with a step
+    last = "" if found is None else f" (the last at step {found[1]})"
+    _logger.warning(
+        f"{owner}: {logs[0].parent} holds an earlier run's records{last}; this run's are added "
+        "after them. Pass resume_step= to resume it, or give a new run its own name or log_dir"
+    )
 
 
 def _backwards[T](path: Path, convert: Callable[[str], T | None]) -> Iterator[tuple[str, T]]:
