@@ -174,6 +174,17 @@ def test_every_raise_beyond_a_bad_argument_uses_a_substrax_error() -> None:
     assert raised == []
 
 
+def test_no_source_module_is_over_400_lines() -> None:
+    """Small modules with one job each: a module past 400 lines holds two (issue 31)."""
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for source in SOURCES
+        for path in source.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > 400
+    }
+    assert long == {}
+
+
 # Module paths that are an interface: entry points, ``python -m`` targets, the pytest plugin, and
 # the import paths substrax 0.1.22 documented (../shared/reference). The old ``substrax.compute``
 # submodules are no files any more: one map serves them, with a warning (test_compute_moved.py).

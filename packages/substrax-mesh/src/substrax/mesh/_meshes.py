@@ -33,12 +33,8 @@ def _warn_smaller_mesh(shape: dict[str, int], needed: int, available: int, *, gi
         return
     _warned_smaller.add((needed, available, given))
     if given:  # the caller chose the devices, and more of them than the mesh takes
-        _logger.warning(
-            "mesh shape %s takes the first %d of the %d devices given; pass as many as it takes",
-            shape,
-            needed,
-            available,
-        )
+        text = "mesh shape %s takes the first %d of the %d devices given; pass as many as it takes"
+        _logger.warning(text, shape, needed, available)
         return
     _logger.warning(
         "mesh shape %s uses %d of the %d devices; the other %d are left out and stay idle. "
