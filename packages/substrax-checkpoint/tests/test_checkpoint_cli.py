@@ -444,3 +444,10 @@ def test_folders_named_like_steps_are_summed_up_in_one_line(store_dir, tmp_path)
     [line] = listed.stderr.splitlines()
     assert line.startswith("python -m substrax.checkpoint: warning: the folders named like steps")
     assert "(77)" in line
+
+
+def test_upgrading_a_store_of_no_step_says_none(tmp_path, capsys):
+    """A third pass: a store holding only its lock upgraded with "...: " and nothing after."""
+    OrbaxCheckpointStore(tmp_path / "empty").close()
+    assert main(["upgrade", str(tmp_path / "empty"), str(tmp_path / "copy")]) == 0
+    assert capsys.readouterr().out.rstrip().endswith(f"to {tmp_path / 'copy'}: none")

@@ -153,6 +153,19 @@ def test_cancel_gives_the_task_sigterm_and_the_grace_to_save(tmp_path):
     assert (outputs / "saver" / "saved.txt").read_text() == "saved"
 
 
+@pytest.mark.usefixtures("child_processes")
+def test_a_cancel_that_comes_as_the_job_ends_leaves_it_succeeded(tmp_path):
+    """A third pass: Ctrl-C to `run` after the worker printed "job succeeded", before its
+    processes ended, marked the run cancelled for good, though every task had succeeded."""
+    from substrax.compute._supervisor import CANCELLED_MARKER
+
+    backend = LocalBackend({"state_dir": str(tmp_path / "s")})
+    handle = backend.submit(_spec(_task("t", "print(1)")), project=tmp_path)
+    assert wait_until_final(backend, handle, 60) is RunState.SUCCEEDED
+    (Path(handle.details["run_dir"]) / CANCELLED_MARKER).touch()  # the cancel, a moment late
+    assert backend.status(handle) is RunState.SUCCEEDED
+
+
 def _interpreter(path, script):
     """An executable shell script at ``path`` (an interpreter to name in the python setting)."""
     path.write_text(f"#!/bin/sh\n{script}\n")

@@ -492,4 +492,9 @@ def test_state_directories_inside_the_project_are_never_uploaded(tmp_path, monke
     upload = collect_upload(root, state_dirs=(root / "modal-state",))
     assert upload.files == tuple(sorted([*UPLOADED, "sky/keep.py"]))
     monkeypatch.setenv("SUBSTRAX_STATE_DIR", str(root))  # the project itself: not left out whole
-    assert "train.py" in collect_upload(root).files
+    files = collect_upload(root).files
+    assert "train.py" in files
+    # a third pass: but its compute/ folder, earlier runs' records and outputs, was uploaded
+    (root / "compute" / "runs").mkdir(parents=True)
+    (root / "compute" / "runs" / "r-4.json").write_text("{}")
+    assert "compute/runs/r-4.json" not in collect_upload(root).files

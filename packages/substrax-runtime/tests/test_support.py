@@ -282,6 +282,21 @@ def test_a_broken_pipe_is_quiet_only_when_stdout_s_reader_went(
     assert capsys.readouterr().err == ""
 
 
+def test_a_stderr_that_is_gone_still_gets_the_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A third pass: with stderr a pipe whose reader went, writing the error line raised out
+    of run_command, and a usage error (2) exited 1."""
+
+    class Gone(io.StringIO):
+        def write(self, text: str) -> int:  # noqa: ARG002 - every write fails
+            raise BrokenPipeError(32, "Broken pipe")
+
+    def command() -> int:
+        raise UsageError("no run 'nope'")
+
+    monkeypatch.setattr(sys, "stderr", Gone())
+    assert run_command("p", command) == EXIT_USAGE
+
+
 def test_int_argument_takes_whole_numbers_within_its_bounds() -> None:
     seed = int_argument("--seed", minimum=1, maximum=9)
     assert (seed("1"), seed("9")) == (1, 9)

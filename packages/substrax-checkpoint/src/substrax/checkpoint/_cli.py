@@ -256,7 +256,7 @@ def _upgrade(args: argparse.Namespace) -> int:
         _check_holds_a_store(args.source, store.list_steps(), writes=True)
     steps = upgrade_checkpoints(args.source, args.destination)
     data = {"source": str(args.source), "destination": str(args.destination), "steps": steps}
-    listed = ", ".join(map(str, steps))
+    listed = ", ".join(map(str, steps)) or "none"
     text = f"upgraded {len(steps)} step(s) from {args.source} to {args.destination}: {listed}"
     emit(data, text, as_json=args.json)
     return EXIT_OK

@@ -268,13 +268,11 @@ class LocalBackend:
             manifests.append(read_manifest(path) if path.is_file() else None)
         if alive:
             return RunState.RUNNING if manifests[0] is not None else RunState.PENDING
+        finished = [m for m in manifests if m is not None and m.finished]
+        if len(finished) == nodes:  # the job ran to its end: a cancel after that ended nothing
+            return RunState.SUCCEEDED if all(m.succeeded for m in finished) else RunState.FAILED
         if (run_dir / CANCELLED_MARKER).exists():
             return RunState.CANCELLED
-        if manifests[0] is not None and manifests[0].failed_node is not None:
-            return RunState.FAILED
-        finished = [m for m in manifests if m is not None and m.finished]
-        if len(finished) == nodes:
-            return RunState.SUCCEEDED if all(m.succeeded for m in finished) else RunState.FAILED
         return RunState.FAILED
 
     @staticmethod

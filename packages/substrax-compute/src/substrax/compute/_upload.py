@@ -245,7 +245,10 @@ def state_directories(project: Path, also: Sequence[Path] = ()) -> tuple[str, ..
     """
     root = project.resolve()
     found: set[str] = set()
-    for place in (default_state_dir(), *_configured_state_dirs(root), *also):
+    # the user's state directory holds substrax's under compute/ (the project itself, when
+    # SUBSTRAX_STATE_DIR is "." there: then that folder alone)
+    places = (default_state_dir() / "compute", *_configured_state_dirs(root), *also)
+    for place in places:
         where = (root / place).resolve()
         if where != root and where.is_relative_to(root):
             found.add(f"{where.relative_to(root).as_posix()}/")

@@ -118,7 +118,8 @@ def run_command(
             return EXIT_BROKEN_PIPE
         if not isinstance(error, (UsageError, CommandFailedError, *usage, *failures)):
             raise
-        sys.stderr.write(error_line(prog, error) + "\n")
+        with contextlib.suppress(AttributeError, OSError):  # a stderr that is gone: the code
+            sys.stderr.write(error_line(prog, error) + "\n")  # still tells
         return EXIT_USAGE if isinstance(error, (UsageError, *usage)) else EXIT_FAILED
 
 
