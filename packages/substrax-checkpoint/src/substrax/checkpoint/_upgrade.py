@@ -1,10 +1,14 @@
 """upgrade_checkpoints: a store of any readable format copied, step by step, into the current one."""
 
+import contextlib
 import os
 import shutil
+import signal
 import threading
+from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import FrameType
 
 import jax
 
@@ -53,14 +57,40 @@ def upgrade_checkpoints(source: str | Path, destination: str | Path) -> list[int
     # the copy runs on a thread of its own: Ctrl-C reaches this one, never orbax's write
     with ThreadPoolExecutor(1, thread_name_prefix="substrax-checkpoint-upgrade") as pool:
         copying = pool.submit(_copy_steps, src, dst, staging, stop, x64=x64)
-        try:
-            upgraded = copying.result()
-        except KeyboardInterrupt:  # the step in flight is written, then the copy is removed
-            stop.set()
-            upgraded = _wait_out(copying)
-            if upgraded is None:  # stopped before its last step: what it copied is gone
-                raise
-    return upgraded or []  # None comes of a stopped copy alone, raised above
+        with _stopped_by_ctrl_c(stop):
+            try:
+                upgraded = copying.result()
+            except KeyboardInterrupt:  # the step in flight is written, then the copy removed
+                stop.set()
+                upgraded = _wait_out(copying)
+                if upgraded is None:  # stopped before its last step: what it copied is gone
+                    raise
+    if upgraded is None:  # a Ctrl-C whose KeyboardInterrupt Python dropped (in a gc callback)
+        signal.default_int_handler(signal.SIGINT, None)  # raises it
+    return upgraded or []
+
+
+@contextlib.contextmanager
+def _stopped_by_ctrl_c(stop: threading.Event) -> Generator[None]:
+    """Have Ctrl-C set ``stop`` before the handler in place runs (on the main thread).
+
+    Python drops an exception raised while a gc callback runs (jax has one), so a Ctrl-C's
+    ``KeyboardInterrupt`` alone could be lost, and the upgrade go on to its end.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield  # SIG_IGN: Ctrl-C is ignored; SIG_DFL: it ends the process
+        return
+
+    def on_ctrl_c(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _wait_out(copying: "Future[list[int] | None]") -> list[int] | None:
