@@ -83,10 +83,14 @@ def _kill_at_random(forker: "subprocess.Popen[str]", directory: Path, rng: rando
     forker.stdin.write(f"{directory}\n")
     forker.stdin.flush()
     first = forker.stdout.readline().split()  # the first save of this run is in flight or done
+    # a child that ended before its first save says "exited N": fail now, never wait on it
+    assert first[:1] != ["exited"], f"the saving child ended early: {first}"
     assert len(first) == 2, first
     # a save returns once the write before it is committed: after the second, the store holds
     # a step even on a lane's first run (a loaded machine took longer than the random wait)
-    assert len(forker.stdout.readline().split()) == 2
+    second = forker.stdout.readline().split()
+    assert second[:1] != ["exited"], f"the saving child ended early: {second}"
+    assert len(second) == 2, second
     time.sleep(rng.uniform(0.0, 0.4))
     os.kill(int(first[0]), signal.SIGKILL)
     while not (line := forker.stdout.readline()).startswith("exited"):
