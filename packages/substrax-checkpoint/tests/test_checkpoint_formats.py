@@ -99,44 +99,9 @@ def test_upgrade_copies_a_step_saved_with_a_nan_metric_and_a_failure_leaves_no_c
     assert not [path.name for path in tmp_path.iterdir() if ".upgrading-" in path.name]
 
 
-def test_ctrl_c_during_an_upgrade_finishes_the_write_in_flight_then_leaves_nothing(
-    tmp_path, monkeypatch
-):
-    """Hostile finding: Ctrl-C during an upgrade removed the copy while orbax still wrote into
-    it (its threads' tracebacks at exit). The copy runs on a thread of its own: the step being
-    written is finished, no other starts, and then the copy is removed."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("Ctrl-C is delivered to the main thread, which runs no test here")
-    main_thread = threading.main_thread().ident
-    assert main_thread is not None
-    source = tmp_path / "source"
-    with OrbaxCheckpointStore(source) as store:
-        for step in (1, 2, 3):
-            store.save(step, {"model": {"w": np.full(4, step)}})
-    save, finished = OrbaxCheckpointStore.save, []
-
-    def save_while_ctrl_c_is_pressed(self, step, *args, **kwargs):
-        if step == 1:
-            signal.pthread_kill(main_thread, signal.SIGINT)
-        written = save(self, step, *args, **kwargs)
-        finished.append((step, written.is_dir()))
-        return written
-
-    monkeypatch.setattr(OrbaxCheckpointStore, "save", save_while_ctrl_c_is_pressed)
-    with pytest.raises(KeyboardInterrupt):
-        upgrade_checkpoints(source, tmp_path / "copy")
-    assert finished[:1] == [(1, True)], "the write in flight was cut short"
-    assert all(whole for _, whole in finished)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["source"]
-
-
-def test_a_ctrl_c_whose_keyboard_interrupt_is_lost_still_stops_the_upgrade(tmp_path, monkeypatch):
-    """A third pass: a Ctrl-C whose KeyboardInterrupt Python dropped (raised in jax's gc
-    callback) let the upgrade copy every step and exit 0. Here the handler in place raises
-    nothing, as such a Ctrl-C does: the upgrade still stops, leaves nothing, and raises."""
+def _ctrl_c_at_the_first_save(tmp_path, monkeypatch, finished):
+    """A store of steps 1-3 at ``tmp_path / "source"``, its copy's first save sending Ctrl-C to
+    the main thread (each save's step and whether it was written whole go to ``finished``)."""
     import signal
     import threading
 
@@ -153,9 +118,36 @@ def test_a_ctrl_c_whose_keyboard_interrupt_is_lost_still_stops_the_upgrade(tmp_p
     def save_while_ctrl_c_is_pressed(self, step, *args, **kwargs):
         if step == 1:
             signal.pthread_kill(main_thread, signal.SIGINT)
-        return save(self, step, *args, **kwargs)
+        written = save(self, step, *args, **kwargs)
+        finished.append((step, written.is_dir()))
+        return written
 
     monkeypatch.setattr(OrbaxCheckpointStore, "save", save_while_ctrl_c_is_pressed)
+    return source
+
+
+def test_ctrl_c_during_an_upgrade_finishes_the_write_in_flight_then_leaves_nothing(
+    tmp_path, monkeypatch
+):
+    """Hostile finding: Ctrl-C during an upgrade removed the copy while orbax still wrote into
+    it (its threads' tracebacks at exit). The copy runs on a thread of its own: the step being
+    written is finished, no other starts, and then the copy is removed."""
+    finished = []
+    source = _ctrl_c_at_the_first_save(tmp_path, monkeypatch, finished)
+    with pytest.raises(KeyboardInterrupt):
+        upgrade_checkpoints(source, tmp_path / "copy")
+    assert finished[:1] == [(1, True)], "the write in flight was cut short"
+    assert all(whole for _, whole in finished)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["source"]
+
+
+def test_a_ctrl_c_whose_keyboard_interrupt_is_lost_still_stops_the_upgrade(tmp_path, monkeypatch):
+    """A third pass: a Ctrl-C whose KeyboardInterrupt Python dropped (raised in jax's gc
+    callback) let the upgrade copy every step and exit 0. Here the handler in place raises
+    nothing, as such a Ctrl-C does: the upgrade still stops, leaves nothing, and raises."""
+    import signal
+
+    source = _ctrl_c_at_the_first_save(tmp_path, monkeypatch, [])
     seen: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: seen.append(signum))
     try:
